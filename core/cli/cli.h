@@ -1,0 +1,22 @@
+/* Subcommands of the `strata` program: one file each (cmd_<name>.c).  Each
+ * takes argc/argv starting at its own name, prints --help, and returns the
+ * process exit status (0 ok, 1 run failed, 2 usage error). */
+#ifndef STRATA_CLI_H
+#define STRATA_CLI_H
+
+#include "strata/error.h"
+
+int strata_cmd_synth(int argc, char **argv);
+int strata_cmd_inspect(int argc, char **argv);
+int strata_cmd_quantize(int argc, char **argv);
+int strata_cmd_trace(int argc, char **argv);
+int strata_cmd_replay(int argc, char **argv);
+int strata_cmd_sim(int argc, char **argv);
+int strata_cmd_calibrate(int argc, char **argv);
+int strata_cmd_run(int argc, char **argv);
+int strata_cmd_policies(int argc, char **argv);
+
+/* Print "strata <cmd>: <message>" for err and return 1. */
+int strata_cli_fail(const char *cmd, const struct strata_error *err);
+
+#endif

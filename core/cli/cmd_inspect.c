@@ -1,0 +1,12 @@
+/* strata inspect: not yet implemented (placeholder until its issue lands). */
+#include <stdio.h>
+
+#include "cli.h"
+
+int strata_cmd_inspect(int argc, char **argv)
+{
+	(void)argc;
+	(void)argv;
+	fprintf(stderr, "strata inspect: not implemented in this build\n");
+	return 2;
+}

@@ -1,0 +1,12 @@
+/* strata quantize: not yet implemented (placeholder until its issue lands). */
+#include <stdio.h>
+
+#include "cli.h"
+
+int strata_cmd_quantize(int argc, char **argv)
+{
+	(void)argc;
+	(void)argv;
+	fprintf(stderr, "strata quantize: not implemented in this build\n");
+	return 2;
+}

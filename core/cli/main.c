@@ -1,0 +1,48 @@
+/* `strata`: dispatch to a subcommand. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+static const struct {
+	const char *name;
+	int (*fn)(int, char **);
+	const char *help;
+} commands[] = {
+	{ "synth", strata_cmd_synth, "write a synthetic model (shards) from a preset shape" },
+	{ "inspect", strata_cmd_inspect, "print a model's tier table and sizes like a model card" },
+	{ "quantize", strata_cmd_quantize, "quantize safetensors weights into tiered Strata shards" },
+	{ "trace", strata_cmd_trace, "routing traces: import, gen, stats, convert" },
+	{ "replay", strata_cmd_replay, "replay a routing trace on the real engine" },
+	{ "sim", strata_cmd_sim, "replay a trace on a virtual clock (calibrated cost model)" },
+	{ "calibrate", strata_cmd_calibrate, "measure link and kernel costs for `strata sim`" },
+	{ "run", strata_cmd_run, "run a Lua experiment script (sweeps, tables, plots)" },
+	{ "policies", strata_cmd_policies, "list built-in policies and their options" },
+};
+
+static void usage(FILE *out)
+{
+	fprintf(out, "usage: strata <command> [options]   (strata <command> --help)\n\ncommands:\n");
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+		fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].help);
+}
+
+int strata_cli_fail(const char *cmd, const struct strata_error *err)
+{
+	fprintf(stderr, "strata %s: %s\n", cmd, err && err->msg[0] ? err->msg : "failed");
+	return 1;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+		usage(argc < 2 ? stderr : stdout);
+		return argc < 2 ? 2 : 0;
+	}
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+		if (!strcmp(argv[1], commands[i].name))
+			return commands[i].fn(argc - 1, argv + 1);
+	fprintf(stderr, "strata: unknown command '%s'\n", argv[1]);
+	usage(stderr);
+	return 2;
+}

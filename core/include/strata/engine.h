@@ -1,0 +1,104 @@
+/*
+ * The expert cache engine.  Given "moe layer L needs experts {...}", it makes
+ * every expert resident in the tier where it will run (VRAM on a GPU build
+ * with a device; the host stand-in otherwise), moving bytes NVMe -> RAM -> VRAM
+ * with the asynchronous movers, and returns pointers.  Placement, eviction
+ * and prefetch policies decide what stays where; the engine enforces budgets
+ * and pins, and counts everything.
+ *
+ * One engine serves one run and one thread (the replay driver); the movers
+ * run their own I/O and copy queues underneath.
+ *
+ * Two clocks: in real mode bytes move and time is wall time; in virtual mode
+ * (strata sim) movers only advance a virtual clock by calibrated costs, so the
+ * same policies run fast without moving bytes.
+ */
+#ifndef STRATA_ENGINE_H
+#define STRATA_ENGINE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "strata/error.h"
+#include "strata/policy.h"
+#include "strata/store.h"
+
+enum strata_engine_mode {
+	STRATA_ENGINE_REAL = 0,    /* move bytes, wall clock */
+	STRATA_ENGINE_VIRTUAL = 1, /* cost model, virtual clock (strata sim) */
+};
+
+enum strata_nvme_mover {
+	STRATA_NVME_URING = 0,     /* io_uring + O_DIRECT (default) */
+	STRATA_NVME_MMAP = 1,      /* mmap + memcpy baseline */
+	STRATA_NVME_PREAD = 2,     /* pread, O_DIRECT: synchronous fallback */
+};
+
+/* Link costs for virtual mode, and what calibrate measures. */
+struct strata_cost_model {
+	double nvme_gbps, nvme_lat_us;   /* NVMe -> RAM */
+	double pcie_gbps, pcie_lat_us;   /* RAM -> VRAM */
+	double hbm_gbps;                 /* VRAM read by kernels */
+	double kernel_us_per_mb;         /* expert compute per packed MB */
+	double kernel_fixed_us;          /* per layer launch */
+	uint32_t nvme_queue_depth;       /* concurrent NVMe reads */
+};
+
+struct strata_engine_config {
+	int mode;                  /* enum strata_engine_mode */
+	uint64_t budget[2];        /* bytes for VRAM and RAM tiers */
+	const char *place;         /* policy specs, e.g. "static", "lru", "lookahead:depth=2" */
+	const char *evict;         /* applied to both cached tiers */
+	const char *prefetch;
+	uint64_t seed;
+	int use_gpu;               /* -1 auto, 0 host stand-in, 1 require a GPU */
+	int nvme_mover;            /* enum strata_nvme_mover */
+	uint32_t queue_depth;      /* io_uring depth / copy streams in flight */
+	int numa_node;             /* -1: the GPU's node (hwloc), else forced */
+	bool verify;               /* check extent checksums on every NVMe read */
+	const struct strata_future *future; /* for Belady / oracle; may be NULL */
+	struct strata_cost_model cost; /* virtual mode */
+};
+void strata_engine_config_defaults(struct strata_engine_config *c);
+
+struct strata_engine_stats {
+	uint64_t accesses;                 /* expert requests */
+	uint64_t hits[3];                  /* served from VRAM, RAM, NVMe */
+	uint64_t bytes_nvme_ram, bytes_ram_vram, bytes_nvme_vram;
+	uint64_t evictions[2];
+	uint64_t prefetch_issued, prefetch_used, prefetch_wasted, prefetch_redundant, prefetch_late;
+	double stall_ns;                   /* waiting for movers inside acquire */
+	double io_ns;                      /* NVMe busy time */
+	double compute_ns;                 /* reported by the driver */
+	double clock_ns;                   /* wall or virtual time of the run */
+	uint64_t bookkeeping_ns;           /* engine's own time outside movers */
+};
+
+struct strata_engine;
+
+int strata_engine_open(struct strata_store *store, const struct strata_engine_config *cfg,
+		       struct strata_engine **out, struct strata_error *err);
+void strata_engine_close(struct strata_engine *e);
+
+/* Before moe layer `layer` of token `token`: run the prefetch policy with the
+ * lookahead hints and start the moves it asks for. */
+int strata_engine_begin_layer(struct strata_engine *e, uint64_t token, uint32_t layer,
+			      const struct strata_hint *hints, uint32_t n_hints,
+			      struct strata_error *err);
+/* Make experts (layer-local ids) resident where they run, pin them, and fill
+ * ptrs[i] with their extents (device pointers on a GPU, host otherwise).
+ * Blocks (or advances the virtual clock) until all are in place. */
+int strata_engine_acquire(struct strata_engine *e, uint32_t layer, const uint32_t *experts,
+			  uint32_t n, const void **ptrs, struct strata_error *err);
+/* Unpin after the computation; tells placement/prefetch what was routed. */
+int strata_engine_release(struct strata_engine *e, uint64_t token, uint32_t layer,
+			  const uint32_t *experts, uint32_t n, struct strata_error *err);
+/* Virtual mode: charge compute time for a layer; real mode: record it. */
+void strata_engine_add_compute(struct strata_engine *e, double ns);
+
+const struct strata_engine_stats *strata_engine_stats(const struct strata_engine *e);
+/* Canonical config name: "place=static,evict=lru,prefetch=lookahead-depth=2". */
+const char *strata_engine_name(const struct strata_engine *e);
+bool strata_engine_on_gpu(const struct strata_engine *e);
+
+#endif

@@ -1,0 +1,214 @@
+/*
+ * Policies: placement, eviction and prefetch are three separate roles that the
+ * engine composes ("place=static,evict=lru,prefetch=lookahead:depth=2"), so an
+ * ablation changes one axis at a time.
+ *
+ * Each built-in is a `static const` ops struct with a name, ABI version and
+ * an option table; an instance (struct strata_policy) holds a pointer to its
+ * ops plus a zeroed private block of ops->priv_size bytes, into which the
+ * option table's offsets point.  The loader (strata_policy_create) rejects a
+ * wrong ABI version or a missing required op, so call sites never test for
+ * NULL: optional ops get the core's default installed on the instance.
+ *
+ * Lookup order for a spec "NAME[:k=v:...]": a built-in NAME, then
+ * NAME.so in each folder of $STRATA_PLUGIN_PATH, then NAME as a path (.so for
+ * a plugin, .lua for a script).  A plugin exports one symbol,
+ * strata_policy_plugin_entry, returning a struct strata_plugin_info.
+ *
+ * Time: `now` is the engine's logical clock, the index of the current expert
+ * access in the run (0, 1, 2, ...).  Belady and oracles compare it with
+ * strata_future answers.
+ */
+#ifndef STRATA_POLICY_H
+#define STRATA_POLICY_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "strata/error.h"
+#include "strata/model.h"
+#include "strata/option.h"
+
+#define STRATA_POLICY_ABI 1
+#define STRATA_POLICY_NAME_MAX 160
+#define STRATA_NO_EXPERT (-1)
+#define STRATA_NEVER UINT64_MAX
+
+enum strata_policy_role {
+	STRATA_ROLE_PLACE = 0,
+	STRATA_ROLE_EVICT = 1,
+	STRATA_ROLE_PREFETCH = 2,
+	STRATA_ROLE_COUNT = 3,
+};
+const char *strata_role_name(int role); /* "place", "evict", "prefetch" */
+
+/*
+ * The future of the run being replayed, when the driver knows it (trace
+ * replay and simulation do; live serving does not: future == NULL).
+ * Belady's eviction and the oracle prefetcher read it; nothing else should.
+ */
+struct strata_future {
+	/* Clock value of the next access to eid strictly after `now`, or
+	 * STRATA_NEVER. */
+	uint64_t (*next_use)(const struct strata_future *f, uint32_t eid, uint64_t now);
+	/* Experts routed at (token, moe layer): writes up to max ids (layer-local
+	 * expert numbers), returns the count; 0 past the end. */
+	uint32_t (*routed)(const struct strata_future *f, uint64_t token, uint32_t layer,
+			   uint32_t *out, uint32_t max);
+	uint64_t n_tokens;
+	void *priv;
+};
+
+/* What every policy instance may read; owned by the engine, lives as long as
+ * the policy. */
+struct strata_policy_env {
+	const struct strata_model_spec *spec;
+	uint32_t n_ids;               /* spec->n_moe_layers * spec->n_experts */
+	const uint8_t *tier_table;    /* per eid: enum strata_tier (shard header) */
+	const uint64_t *expert_bytes; /* per eid: extent bytes */
+	uint64_t budget[3];           /* tier budgets in bytes (nvme: UINT64_MAX) */
+	uint64_t seed;                /* the run's seed: use it for any randomness */
+	const struct strata_future *future; /* NULL when unknown */
+};
+
+/* Residency view handed to victim(): which experts are pinned by a running
+ * computation and so must not be chosen. */
+struct strata_residency {
+	const uint8_t *pinned;        /* per eid, nonzero = pinned */
+	const uint8_t *resident;      /* per eid, nonzero = resident in this tier */
+	uint32_t n_resident;
+};
+
+struct strata_policy {
+	int role;
+	const void *ops;             /* struct strata_{place,evict,prefetch}_ops */
+	void *priv;                  /* ops->priv_size bytes, options live here */
+	const struct strata_policy_env *env;
+	int tier;                    /* evict: the tier this instance manages; else -1 */
+	char name[STRATA_POLICY_NAME_MAX]; /* canonical: "lookahead-depth=2" */
+	void *loader;                /* dlopen handle or Lua state; core-owned */
+};
+
+/* Common head of every ops struct. */
+#define STRATA_POLICY_OPS_HEAD                                                            \
+	const char *name;       /* built-in name, [a-z0-9_-]+ */                           \
+	uint32_t version;       /* STRATA_POLICY_ABI */                                    \
+	uint32_t flags;         /* STRATA_POLICY_F_* */                                    \
+	const char *help;       /* one line */                                             \
+	size_t priv_size;       /* zeroed private block, options point into it */          \
+	const struct strata_option *options; /* NULL or NULL-terminated table */          \
+	/* optional: after options are applied; may allocate into priv */                 \
+	int (*init)(struct strata_policy *p, struct strata_error *err);                    \
+	/* optional: release what init allocated (not priv itself) */                     \
+	void (*free)(struct strata_policy *p)
+
+enum {
+	STRATA_POLICY_F_NEEDS_FUTURE = 1u << 0, /* refuses to run without env->future */
+};
+
+/*
+ * Eviction: one instance per cached tier (VRAM, RAM), tracking that tier's
+ * resident set through the on_* calls.  All four ops are required.
+ */
+struct strata_evict_ops {
+	STRATA_POLICY_OPS_HEAD;
+	/* eid entered the tier (after a fetch or prefetch completed, or preload). */
+	void (*on_insert)(struct strata_policy *p, uint32_t eid, uint64_t now);
+	/* eid, resident in the tier, was used by a computation. */
+	void (*on_access)(struct strata_policy *p, uint32_t eid, uint64_t now);
+	/* eid left the tier (evicted or dropped). */
+	void (*on_remove)(struct strata_policy *p, uint32_t eid);
+	/* Choose a resident, unpinned expert to evict; STRATA_NO_EXPERT if none.
+	 * The engine calls on_remove for it afterwards.  Choosing a pinned or
+	 * non-resident expert is an error naming the policy. */
+	int64_t (*victim)(struct strata_policy *p, uint64_t now, const struct strata_residency *r);
+};
+
+/*
+ * Placement: where experts live at start and which tiers keep an expert that
+ * had to be fetched.
+ */
+struct strata_place_ops {
+	STRATA_POLICY_OPS_HEAD;
+	/* optional: tier eid is preloaded into at start (default: env->tier_table;
+	 * the engine preloads while budgets allow, hottest first). */
+	int (*initial_tier)(struct strata_policy *p, uint32_t eid);
+	/* required: eid was needed and found only in from_tier (RAM or NVMe).
+	 * Return a bitmask of (1 << STRATA_TIER_VRAM) | (1 << STRATA_TIER_RAM):
+	 * the tiers that should keep a copy after this use.  0 = stream it
+	 * through a scratch slot and keep nothing. */
+	uint32_t (*admit)(struct strata_policy *p, uint32_t eid, int from_tier, uint64_t now);
+	/* optional: every access, with the tier it was served from. */
+	void (*on_access)(struct strata_policy *p, uint32_t eid, int served_tier, uint64_t now);
+};
+
+/* A lookahead hint: an expert predicted for a later layer of the same token
+ * (recorded predictions in the trace, or an online predictor's). */
+struct strata_hint {
+	uint32_t layer;    /* moe layer the prediction is for */
+	uint32_t expert;   /* layer-local expert */
+	float score;       /* gate weight or confidence, 0..1 */
+};
+
+struct strata_layer_ctx {
+	uint64_t token;    /* token index in the run */
+	uint32_t layer;    /* moe layer about to run */
+	uint64_t now;      /* clock */
+	const struct strata_hint *hints; /* for layers > layer; may be empty */
+	uint32_t n_hints;
+};
+
+struct strata_prefetch_req {
+	uint32_t eid;      /* expert to move */
+	uint32_t tier;     /* destination: STRATA_TIER_VRAM or STRATA_TIER_RAM */
+};
+
+struct strata_prefetch_ops {
+	STRATA_POLICY_OPS_HEAD;
+	/* required: before `layer` runs.  Write up to max requests, return count.
+	 * Requests for experts already resident at (or above) the tier are
+	 * counted as redundant and dropped by the engine. */
+	uint32_t (*on_layer)(struct strata_policy *p, const struct strata_layer_ctx *ctx,
+			     struct strata_prefetch_req *out, uint32_t max);
+	/* optional: the router's actual choice for (token, layer), after it ran. */
+	void (*on_route)(struct strata_policy *p, uint64_t token, uint32_t layer,
+			 const uint32_t *experts, uint32_t n);
+};
+
+/* What a plugin's strata_policy_plugin_entry returns. */
+struct strata_plugin_info {
+	uint32_t abi;      /* STRATA_POLICY_ABI */
+	int role;          /* enum strata_policy_role */
+	const void *ops;   /* struct strata_*_ops for role */
+};
+#define STRATA_PLUGIN_ENTRY "strata_policy_plugin_entry"
+typedef const struct strata_plugin_info *(*strata_plugin_entry_fn)(void);
+
+/* Built-ins, from policies/registry.c: NULL if unknown. */
+const void *strata_policy_builtin(int role, const char *name);
+/* Iterate built-ins of a role: i = 0, 1, ... until NULL. */
+const void *strata_policy_builtin_at(int role, unsigned i);
+
+/*
+ * Create an instance from a spec "NAME[:k=v[:k=v]]" for role, in tier (evict
+ * only; else -1).  Validates ABI version and required ops, applies options,
+ * installs defaults for optional ops, calls init.  Errors name the policy.
+ */
+int strata_policy_create(int role, const char *spec, const struct strata_policy_env *env, int tier,
+			 struct strata_policy **out, struct strata_error *err);
+void strata_policy_destroy(struct strata_policy *p);
+
+/* Lua adapter (core/lua/): implements the same ops for a script path. */
+int strata_lua_policy_create(int role, const char *path, const char *kv,
+			     const struct strata_policy_env *env, struct strata_policy *p,
+			     struct strata_error *err);
+
+/* Typed accessors for call sites. */
+static inline const struct strata_evict_ops *strata_evict_ops_of(const struct strata_policy *p)
+{ return (const struct strata_evict_ops *)p->ops; }
+static inline const struct strata_place_ops *strata_place_ops_of(const struct strata_policy *p)
+{ return (const struct strata_place_ops *)p->ops; }
+static inline const struct strata_prefetch_ops *strata_prefetch_ops_of(const struct strata_policy *p)
+{ return (const struct strata_prefetch_ops *)p->ops; }
+
+#endif

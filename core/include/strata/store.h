@@ -1,0 +1,136 @@
+/*
+ * The packed shard store: the on-disk form of a model.
+ *
+ * A model directory holds numbered shard files "shard-00000.strata", ... Each
+ * shard starts with a versioned header:
+ *   magic "STRATASH", format version, header size, shard index and count,
+ *   the model spec, the tier table (one byte per routed expert of the whole
+ *   model: 0 hot, 1 warm, 2 cold; it is also each expert's default storage
+ *   tier), the per-expert format table, and this shard's directory: one entry
+ *   per routed expert (layer, expert, format, offset, bytes, xxh64) and per
+ *   non-routed tensor (name, dtype, shape, offset, bytes, xxh64), then an xxh64
+ *   of the header itself.  Every routed expert is one contiguous extent
+ *   aligned to 4 KiB (see kernels/quant.h for the layout inside it), so one
+ *   O_DIRECT read or one PCIe copy moves one expert.
+ *
+ * Writers create "shard-N.strata.tmp", fsync and rename on success; a failed
+ * or interrupted write leaves no file that looks like a valid shard.
+ * Readers verify magic, version, header checksum, and that every extent lies
+ * inside the file; extent checksums are verified on read (optionally).
+ */
+#ifndef STRATA_STORE_H
+#define STRATA_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "strata/error.h"
+#include "strata/model.h"
+
+#define STRATA_STORE_VERSION 1
+#define STRATA_TENSOR_NAME_MAX 96
+
+enum strata_tier {
+	STRATA_TIER_VRAM = 0, /* hot: GPU memory */
+	STRATA_TIER_RAM = 1,  /* warm: pinned host memory */
+	STRATA_TIER_NVME = 2, /* cold: shard files */
+	STRATA_TIER_COUNT = 3,
+};
+const char *strata_tier_name(int tier); /* "vram", "ram", "nvme" */
+
+/* Where one routed expert or tensor lives. */
+struct strata_extent {
+	uint32_t shard;     /* shard index */
+	uint32_t fmt;       /* enum strata_fmt */
+	uint64_t offset;    /* byte offset in the shard, 4 KiB aligned for experts */
+	uint64_t bytes;     /* extent length (experts: padded to 4 KiB) */
+	uint64_t payload;   /* meaningful bytes (<= bytes) */
+	uint64_t xxh64;     /* checksum of the payload */
+};
+
+struct strata_tensor_info {
+	char name[STRATA_TENSOR_NAME_MAX];
+	uint32_t fmt;       /* STRATA_FMT_F32 or STRATA_FMT_BF16 */
+	uint32_t ndim;
+	uint64_t shape[4];
+	struct strata_extent ext;
+};
+
+/* ---- reading ---------------------------------------------------------- */
+
+struct strata_store;
+
+/* Open every shard in dir, validate headers, build the expert and tensor
+ * index.  Errors name the shard file and the cause (bad magic, version,
+ * checksum, truncated file, missing shard, shards of different models). */
+int strata_store_open(const char *dir, struct strata_store **out, struct strata_error *err);
+void strata_store_close(struct strata_store *s);
+
+const struct strata_model_spec *strata_store_spec(const struct strata_store *s);
+const char *strata_store_dir(const struct strata_store *s);
+uint32_t strata_store_shard_count(const struct strata_store *s);
+const char *strata_store_shard_path(const struct strata_store *s, uint32_t shard);
+/* The tier table, one byte per expert id (strata_eid). */
+const uint8_t *strata_store_tier_table(const struct strata_store *s);
+/* Expert format (enum strata_fmt) per expert id. */
+const uint8_t *strata_store_fmt_table(const struct strata_store *s);
+
+/* Where expert (layer, e) lives.  The pointer stays valid until close. */
+const struct strata_extent *strata_store_expert(const struct strata_store *s, uint32_t layer, uint32_t e);
+uint32_t strata_store_tensor_count(const struct strata_store *s);
+const struct strata_tensor_info *strata_store_tensor(const struct strata_store *s, uint32_t i);
+const struct strata_tensor_info *strata_store_find_tensor(const struct strata_store *s, const char *name);
+
+/* A read-only fd for a shard: O_DIRECT when direct, else buffered.  Owned by
+ * the store (do not close); opened lazily and cached. */
+int strata_store_shard_fd(struct strata_store *s, uint32_t shard, bool direct, struct strata_error *err);
+
+/* Synchronous read of one extent into buf (4 KiB aligned, ext->bytes long),
+ * through O_DIRECT when direct; verifies the xxh64 when verify. */
+int strata_store_read_extent(struct strata_store *s, const struct strata_extent *ext, void *buf,
+			     bool direct, bool verify, struct strata_error *err);
+/* Check a payload already in memory against its extent's checksum. */
+int strata_store_verify_extent(const struct strata_store *s, const struct strata_extent *ext,
+			       const void *buf, struct strata_error *err);
+
+/* Per-tier totals, for `strata inspect` and the engine's budget checks. */
+struct strata_store_tier_summary {
+	uint64_t experts[STRATA_TIER_COUNT];
+	uint64_t bytes[STRATA_TIER_COUNT];     /* extent bytes (4 KiB padded) */
+	uint64_t payload[STRATA_TIER_COUNT];   /* packed bytes */
+	uint64_t params[STRATA_TIER_COUNT];
+	uint64_t tensor_bytes;                 /* non-routed tensors stored */
+};
+void strata_store_summary(const struct strata_store *s, struct strata_store_tier_summary *out);
+
+/* ---- writing ---------------------------------------------------------- */
+
+struct strata_store_writer;
+
+struct strata_store_writer_config {
+	const char *dir;            /* created if missing */
+	struct strata_model_spec spec;
+	const uint8_t *tier_table;  /* per expert id, enum strata_tier; NULL: all cold */
+	const uint8_t *fmt_table;   /* per expert id, enum strata_fmt; NULL: fmt of tier (hot/warm/cold) */
+	uint64_t shard_bytes;       /* target shard size; 0: 4 GiB */
+	uint32_t n_tensors;         /* non-routed tensors that will be added */
+	const struct strata_tensor_info *tensors; /* their names/fmt/shape (ext ignored) */
+};
+
+/* Plans every shard's layout up front (sizes are known from the spec and the
+ * format table), so experts and tensors may be added in any order. */
+int strata_store_writer_open(const struct strata_store_writer_config *cfg,
+			     struct strata_store_writer **out, struct strata_error *err);
+/* data: the packed expert payload, exactly strata_expert_layout().payload bytes. */
+int strata_store_writer_add_expert(struct strata_store_writer *w, uint32_t layer, uint32_t e,
+				   const void *data, size_t bytes, struct strata_error *err);
+int strata_store_writer_add_tensor(struct strata_store_writer *w, const char *name,
+				   const void *data, size_t bytes, struct strata_error *err);
+/* Write headers, fsync, rename .tmp files into place.  Fails if anything
+ * planned was never added. */
+int strata_store_writer_finish(struct strata_store_writer *w, struct strata_error *err);
+/* Abandon: remove every .tmp file.  Safe after a failed finish. */
+void strata_store_writer_abort(struct strata_store_writer *w);
+
+#endif

@@ -1,0 +1,40 @@
+/* Small shared helpers: clocks, sizes, aligned buffers, progress lines. */
+#ifndef STRATA_UTIL_H
+#define STRATA_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "strata/error.h"
+
+uint64_t strata_now_ns(void); /* CLOCK_MONOTONIC */
+
+/* "4096", "64K", "1.5G", "2GiB", "300MB" -> bytes (K/M/G/T are powers of 1024;
+ * "kB/MB/GB" are powers of 1000). */
+int strata_parse_size(const char *s, uint64_t *out, struct strata_error *err);
+/* "1.23 GiB" into buf. */
+const char *strata_fmt_bytes(uint64_t bytes, char *buf, size_t len);
+
+/* 4 KiB-aligned, zeroed allocation (for O_DIRECT); free with free(). */
+void *strata_aligned_alloc(size_t align, size_t bytes);
+
+/* Progress on stderr: redrawn at most 10 times a second, only when stderr is
+ * a terminal or STRATA_PROGRESS=1; silent when STRATA_PROGRESS=0. */
+struct strata_progress {
+	const char *what;
+	uint64_t total, done;
+	uint64_t start_ns, last_ns;
+	int enabled;
+	const char *unit;  /* "B" prints bytes and rate; else counts */
+};
+void strata_progress_start(struct strata_progress *p, const char *what, uint64_t total, const char *unit);
+void strata_progress_update(struct strata_progress *p, uint64_t done);
+void strata_progress_finish(struct strata_progress *p);
+
+/* Set by SIGINT handlers installed with strata_install_sigint(); long loops
+ * check it and stop cleanly with STRATA_EINTR. */
+extern volatile int strata_interrupted;
+void strata_install_sigint(void);
+
+#endif

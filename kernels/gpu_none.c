@@ -1,0 +1,33 @@
+/* The GPU layer of a build without CUDA: no devices; every call that would
+ * need one fails with STRATA_EUNSUPPORTED. */
+#include "strata/gpu.h"
+
+#define NOGPU(err) STRATA_ERR(err, STRATA_EUNSUPPORTED, "this build of strata has no CUDA support")
+
+int strata_gpu_count(void) { return 0; }
+int strata_gpu_init(int device, struct strata_error *err) { return NOGPU(err); }
+const char *strata_gpu_name(void) { return "none"; }
+int strata_gpu_numa_node(int device) { return -1; }
+int strata_gpu_pci_bus_id(int device, char *buf, size_t len) { if (len) buf[0] = '\0'; return STRATA_EUNSUPPORTED; }
+int strata_gpu_malloc(void **dptr, size_t bytes, struct strata_error *err) { *dptr = NULL; return NOGPU(err); }
+void strata_gpu_free(void *dptr) { (void)dptr; }
+int strata_gpu_memset(void *dptr, int value, size_t bytes, struct strata_error *err) { return NOGPU(err); }
+int strata_gpu_host_register(void *p, size_t bytes, struct strata_error *err) { return NOGPU(err); }
+void strata_gpu_host_unregister(void *p) { (void)p; }
+int strata_gpu_stream_create(strata_gpu_stream **s, struct strata_error *err) { *s = NULL; return NOGPU(err); }
+void strata_gpu_stream_destroy(strata_gpu_stream *s) { (void)s; }
+int strata_gpu_stream_sync(strata_gpu_stream *s, struct strata_error *err) { return NOGPU(err); }
+int strata_gpu_event_create(strata_gpu_event **e, struct strata_error *err) { *e = NULL; return NOGPU(err); }
+void strata_gpu_event_destroy(strata_gpu_event *e) { (void)e; }
+int strata_gpu_event_record(strata_gpu_event *e, strata_gpu_stream *s, struct strata_error *err) { return NOGPU(err); }
+int strata_gpu_event_query(strata_gpu_event *e, struct strata_error *err) { return NOGPU(err); }
+int strata_gpu_event_sync(strata_gpu_event *e, struct strata_error *err) { return NOGPU(err); }
+int strata_gpu_event_elapsed_ms(strata_gpu_event *a, strata_gpu_event *b, float *ms, struct strata_error *err) { return NOGPU(err); }
+int strata_gpu_stream_wait(strata_gpu_stream *s, strata_gpu_event *e, struct strata_error *err) { return NOGPU(err); }
+int strata_gpu_memcpy_h2d_async(void *d, const void *s, size_t n, strata_gpu_stream *st, struct strata_error *err) { return NOGPU(err); }
+int strata_gpu_memcpy_d2h_async(void *d, const void *s, size_t n, strata_gpu_stream *st, struct strata_error *err) { return NOGPU(err); }
+int strata_gpu_memcpy_d2d_async(void *d, const void *s, size_t n, strata_gpu_stream *st, struct strata_error *err) { return NOGPU(err); }
+int strata_gpu_sync(struct strata_error *err) { return NOGPU(err); }
+
+#include "moe.h"
+int strata_moe_layer_gpu(const struct strata_moe_call *c, struct strata_error *err) { return NOGPU(err); }

@@ -1,0 +1,267 @@
+/*
+ * Format-independent half of quant.h: the traits table, matrix and expert
+ * layouts, whole-matrix quantize/dequantize over the per-row reference
+ * functions, f32/bf16 passthrough, and the CPU reference SwiGLU expert.
+ * The tier formats' row functions live in quant_tiers.c.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "quant.h"
+#include "quant_tiers.h"
+
+static int f32_quantize_row(const float *w, uint32_t cols, const float *imatrix, void *codes, void *scales)
+{
+	for (uint32_t i = 0; i < cols; i++)
+		if (!isfinite(w[i]))
+			return -1;
+	memcpy(codes, w, cols * sizeof(float));
+	return 0;
+}
+
+static void f32_dequantize_row(const void *codes, const void *scales, uint32_t cols, float *out)
+{
+	memcpy(out, codes, cols * sizeof(float));
+}
+
+static int bf16_quantize_row(const float *w, uint32_t cols, const float *imatrix, void *codes, void *scales)
+{
+	uint16_t *o = codes;
+	for (uint32_t i = 0; i < cols; i++) {
+		if (!isfinite(w[i]))
+			return -1;
+		o[i] = strata_f32_to_bf16(w[i]);
+	}
+	return 0;
+}
+
+static void bf16_dequantize_row(const void *codes, const void *scales, uint32_t cols, float *out)
+{
+	const uint16_t *c = codes;
+	for (uint32_t i = 0; i < cols; i++)
+		out[i] = strata_bf16_to_f32(c[i]);
+}
+
+static const struct strata_fmt_traits fmt_f32 = {
+	.name = "f32", .block = 1, .code_bytes = 4, .scale_bytes = 0, .bpw = 32.0,
+	.quantize_row = f32_quantize_row, .dequantize_row = f32_dequantize_row,
+};
+static const struct strata_fmt_traits fmt_bf16 = {
+	.name = "bf16", .block = 1, .code_bytes = 2, .scale_bytes = 0, .bpw = 16.0,
+	.quantize_row = bf16_quantize_row, .dequantize_row = bf16_dequantize_row,
+};
+
+static const struct strata_fmt_traits *const fmt_table[STRATA_FMT_COUNT] = {
+	[STRATA_FMT_F32] = &fmt_f32,
+	[STRATA_FMT_BF16] = &fmt_bf16,
+	[STRATA_FMT_HOT] = &strata_fmt_hot,
+	[STRATA_FMT_WARM] = &strata_fmt_warm,
+	[STRATA_FMT_COLD] = &strata_fmt_cold,
+};
+
+const struct strata_fmt_traits *strata_fmt_traits(int fmt)
+{
+	return fmt >= 0 && fmt < STRATA_FMT_COUNT ? fmt_table[fmt] : NULL;
+}
+
+int strata_fmt_from_name(const char *name)
+{
+	for (int f = 0; f < STRATA_FMT_COUNT; f++)
+		if (!strcmp(fmt_table[f]->name, name))
+			return f;
+	return -1;
+}
+
+static uint64_t align_up(uint64_t x, uint64_t a)
+{
+	return (x + a - 1) / a * a;
+}
+
+int strata_matrix_layout(int fmt, uint32_t rows, uint32_t cols, struct strata_matrix_layout *out)
+{
+	const struct strata_fmt_traits *t = strata_fmt_traits(fmt);
+	if (!t || !rows || !cols)
+		return -2;
+	uint32_t pc = strata_fmt_padded_cols(fmt, cols);
+	uint64_t blocks = (uint64_t)rows * (pc / t->block);
+	memset(out, 0, sizeof(*out));
+	out->rows = rows;
+	out->cols = cols;
+	out->padded_cols = pc;
+	out->codes_off = 0;
+	out->codes_bytes = blocks * t->code_bytes;
+	out->scales_off = align_up(out->codes_bytes, 16);
+	out->scales_bytes = blocks * t->scale_bytes;
+	out->bytes = align_up(out->scales_off + out->scales_bytes, 16);
+	return 0;
+}
+
+int strata_expert_layout(int fmt, uint32_t hidden, uint32_t inter, struct strata_expert_layout *out)
+{
+	memset(out, 0, sizeof(*out));
+	out->fmt = fmt;
+	if (strata_matrix_layout(fmt, inter, hidden, &out->gate) ||
+	    strata_matrix_layout(fmt, inter, hidden, &out->up) ||
+	    strata_matrix_layout(fmt, hidden, inter, &out->down))
+		return -2;
+	out->gate_off = 0;
+	out->up_off = align_up(out->gate.bytes, STRATA_MATRIX_ALIGN);
+	out->down_off = align_up(out->up_off + out->up.bytes, STRATA_MATRIX_ALIGN);
+	out->payload = out->down_off + out->down.bytes;
+	out->bytes = align_up(out->payload, STRATA_EXTENT_ALIGN);
+	return 0;
+}
+
+int strata_quantize_matrix(int fmt, const float *w, uint32_t rows, uint32_t cols,
+			   const float *imatrix, void *dst, size_t dst_bytes,
+			   struct strata_quant_stats *stats)
+{
+	const struct strata_fmt_traits *t = strata_fmt_traits(fmt);
+	struct strata_matrix_layout L;
+	if (!t || !t->quantize_row || strata_matrix_layout(fmt, rows, cols, &L) || dst_bytes < L.bytes)
+		return -2;
+	uint32_t pc = L.padded_cols, nb = pc / t->block;
+	float *row = NULL, *imx = NULL, *dq = NULL;
+	if (pc != cols || stats) {
+		row = calloc(pc, sizeof(float));
+		dq = malloc(pc * sizeof(float));
+		if (!row || !dq) {
+			free(row);
+			free(dq);
+			return -2;
+		}
+	}
+	if (imatrix && pc != cols) {
+		imx = calloc(pc, sizeof(float));
+		if (!imx) {
+			free(row);
+			free(dq);
+			return -2;
+		}
+		memcpy(imx, imatrix, cols * sizeof(float));
+	}
+	memset(dst, 0, L.bytes);
+	uint8_t *codes = (uint8_t *)dst + L.codes_off, *scales = (uint8_t *)dst + L.scales_off;
+	double dot = 0, nw = 0, nq = 0, nd = 0;
+	int rc = 0;
+	for (uint32_t r = 0; r < rows && !rc; r++) {
+		const float *src = w + (uint64_t)r * cols;
+		if (row) {
+			memcpy(row, src, cols * sizeof(float));
+			src = row;
+		}
+		uint8_t *c = codes + (uint64_t)r * nb * t->code_bytes;
+		uint8_t *s = scales + (uint64_t)r * nb * t->scale_bytes;
+		if (t->quantize_row(src, pc, imx ? imx : imatrix, c, s)) {
+			rc = -1;
+			break;
+		}
+		if (stats) {
+			t->dequantize_row(c, s, pc, dq);
+			for (uint32_t i = 0; i < cols; i++) {
+				dot += (double)src[i] * dq[i];
+				nw += (double)src[i] * src[i];
+				nq += (double)dq[i] * dq[i];
+				nd += ((double)src[i] - dq[i]) * ((double)src[i] - dq[i]);
+			}
+		}
+	}
+	if (rc)
+		memset(dst, 0, L.bytes);
+	if (stats && !rc) {
+		stats->cosine = nw > 0 && nq > 0 ? dot / sqrt(nw * nq) : (nw == 0 && nq == 0 ? 1.0 : 0.0);
+		stats->rel_rmse = nw > 0 ? sqrt(nd / nw) : 0.0;
+	}
+	free(row);
+	free(imx);
+	free(dq);
+	return rc;
+}
+
+int strata_dequantize_matrix(int fmt, const void *src, uint32_t rows, uint32_t cols, float *out)
+{
+	const struct strata_fmt_traits *t = strata_fmt_traits(fmt);
+	struct strata_matrix_layout L;
+	if (!t || !t->dequantize_row || strata_matrix_layout(fmt, rows, cols, &L))
+		return -2;
+	uint32_t pc = L.padded_cols, nb = pc / t->block;
+	float *row = pc != cols ? malloc(pc * sizeof(float)) : NULL;
+	if (pc != cols && !row)
+		return -2;
+	const uint8_t *codes = (const uint8_t *)src + L.codes_off;
+	const uint8_t *scales = (const uint8_t *)src + L.scales_off;
+	for (uint32_t r = 0; r < rows; r++) {
+		float *o = row ? row : out + (uint64_t)r * cols;
+		t->dequantize_row(codes + (uint64_t)r * nb * t->code_bytes,
+				  scales + (uint64_t)r * nb * t->scale_bytes, pc, o);
+		if (row)
+			memcpy(out + (uint64_t)r * cols, row, cols * sizeof(float));
+	}
+	free(row);
+	return 0;
+}
+
+/* y[n x rows] = x[n x cols] * W^T, W packed; rows dequantized one at a time. */
+static int matmul_ref(int fmt, const void *packed, uint32_t rows, uint32_t cols,
+		      const float *x, uint32_t n, float *y)
+{
+	const struct strata_fmt_traits *t = strata_fmt_traits(fmt);
+	struct strata_matrix_layout L;
+	if (!t || !t->dequantize_row || strata_matrix_layout(fmt, rows, cols, &L))
+		return -2;
+	uint32_t pc = L.padded_cols, nb = pc / t->block;
+	float *row = malloc(pc * sizeof(float));
+	if (!row)
+		return -2;
+	const uint8_t *codes = (const uint8_t *)packed + L.codes_off;
+	const uint8_t *scales = (const uint8_t *)packed + L.scales_off;
+	for (uint32_t r = 0; r < rows; r++) {
+		t->dequantize_row(codes + (uint64_t)r * nb * t->code_bytes,
+				  scales + (uint64_t)r * nb * t->scale_bytes, pc, row);
+		for (uint32_t j = 0; j < n; j++) {
+			const float *xj = x + (uint64_t)j * cols;
+			double acc = 0;
+			for (uint32_t i = 0; i < cols; i++)
+				acc += (double)row[i] * xj[i];
+			y[(uint64_t)j * rows + r] = (float)acc;
+		}
+	}
+	free(row);
+	return 0;
+}
+
+int strata_expert_forward_ref(int fmt, const void *extent, uint32_t hidden, uint32_t inter,
+			      const float *x, uint32_t n, const float *weights, float *y)
+{
+	struct strata_expert_layout E;
+	if (strata_expert_layout(fmt, hidden, inter, &E))
+		return -2;
+	float *g = malloc((size_t)n * inter * sizeof(float));
+	float *u = malloc((size_t)n * inter * sizeof(float));
+	float *d = malloc((size_t)n * hidden * sizeof(float));
+	int rc = -2;
+	if (!g || !u || !d)
+		goto out;
+	const uint8_t *base = extent;
+	if (matmul_ref(fmt, base + E.gate_off, inter, hidden, x, n, g) ||
+	    matmul_ref(fmt, base + E.up_off, inter, hidden, x, n, u))
+		goto out;
+	for (uint64_t i = 0; i < (uint64_t)n * inter; i++) {
+		float a = g[i];
+		g[i] = a / (1.0f + expf(-a)) * u[i];
+	}
+	if (matmul_ref(fmt, base + E.down_off, hidden, inter, g, n, d))
+		goto out;
+	for (uint32_t j = 0; j < n; j++) {
+		float wj = weights ? weights[j] : 1.0f;
+		for (uint32_t i = 0; i < hidden; i++)
+			y[(uint64_t)j * hidden + i] += wj * d[(uint64_t)j * hidden + i];
+	}
+	rc = 0;
+out:
+	free(g);
+	free(u);
+	free(d);
+	return rc;
+}

@@ -1,0 +1,21 @@
+/* Helpers shared by the cmocka suites: temp dirs, GPU skip. */
+#ifndef STRATA_TESTUTIL_H
+#define STRATA_TESTUTIL_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+/* mkdtemp under $TMPDIR (or /tmp); removed recursively by test_rmdir. */
+char *test_mkdtemp(void);
+void test_rmdir(const char *dir);
+/* 1 if a GPU is usable; otherwise prints why the test skips and returns 0. */
+int test_have_gpu(const char *test);
+/* Path of a program built next to the tests ("strata" -> build/<mode>/bin/strata). */
+const char *test_bin(const char *name);
+/* Run a shell command, capture up to len bytes of stdout+stderr; returns exit status. */
+int test_run(char *out, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+#endif
