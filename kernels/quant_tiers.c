@@ -45,24 +45,31 @@ STRATA_STATIC_ASSERT(STRATA_TCQ_TABLE_SIZE == 1 << STRATA_TCQ_L, "table covers e
 typedef float vf __attribute__((vector_size(VW * 4)));
 typedef int32_t vi __attribute__((vector_size(VW * 4)));
 
-static inline vf vld(const float *p)
+/* The step is ~all of the encoder's time and its indexing is fixed by
+ * NS/k alone (checked by the tests in every build); sanitizer checks on its
+ * vector loads would make the asan suites crawl. */
+#if defined(__SANITIZE_ADDRESS__)
+#define TCQ_HOT __attribute__((no_sanitize_address, no_sanitize("undefined")))
+#else
+#define TCQ_HOT
+#endif
+
+
+TCQ_HOT static inline vf vld(const float *p)
 {
 	vf v;
 	memcpy(&v, p, sizeof(v));
 	return v;
 }
 
-static inline void vst(float *p, vf v)
+TCQ_HOT static inline void vst(float *p, vf v)
 {
 	memcpy(p, &v, sizeof(v));
 }
 
-static inline vf vset1(float x)
+TCQ_HOT static inline vf vset1(float x)
 {
-	vf v;
-	for (int l = 0; l < VW; l++)
-		v[l] = x;
-	return v;
+	return (vf){ 0 } + x;
 }
 
 struct tcq {
@@ -90,7 +97,7 @@ struct tcq {
 
 /* Lanes l of best[(s0 + l) >> k]: a broadcast for k >= log2(VW), else a
  * shuffle of one load (the save array is padded for the over-read). */
-static inline vf expand(const float *best, uint32_t s0, const int k)
+TCQ_HOT static inline vf expand(const float *best, uint32_t s0, const int k)
 {
 	if ((1 << k) >= VW)
 		return vset1(best[s0 >> k]);
@@ -101,7 +108,7 @@ static inline vf expand(const float *best, uint32_t s0, const int k)
 }
 
 /* best_next from best (step with kp bits, weight x/h) for a next step of kn bits. */
-static inline void tcq_step(const int kp, const int kn, const float *restrict best,
+TCQ_HOT static inline void tcq_step(const int kp, const int kn, const float *restrict best,
 			    float *restrict next, const float *restrict sT, float x, float h)
 {
 	const uint32_t Kn = 1u << kn, Mn = NS >> kn;
@@ -120,7 +127,7 @@ static inline void tcq_step(const int kp, const int kn, const float *restrict be
 	}
 }
 
-static void tcq_step_any(int kp, int kn, const float *best, float *next, const float *sT,
+TCQ_HOT static void tcq_step_any(int kp, int kn, const float *best, float *next, const float *sT,
 			 float x, float h)
 {
 #define STEP(a, b)                                                   \
@@ -235,7 +242,9 @@ static uint16_t refit_scale(const float *x, const float *h, const uint32_t *win)
 		xt += hi * x[i] * t;
 		tt += hi * t * t;
 	}
-	float s = tt > 0 ? (float)(xt / tt) : 0.0f;
+	/* Clamped so that scale * table stays finite (weights near FLT_MAX). */
+	double lim = 3.0e38 / 40.5, sd = tt > 0 ? xt / tt : 0.0;
+	float s = (float)(sd > lim ? lim : sd < -lim ? -lim : sd);
 	uint16_t b = strata_f32_to_bf16(s), bestb = b;
 	double beste = block_err(x, h, win, strata_bf16_to_f32(b));
 	for (int d = -1; d <= 1; d += 2) {
@@ -294,7 +303,7 @@ static void tcq_block(struct tcq *q, const float *x, const float *h, uint8_t *co
 	}
 	memset(codes, 0, q->nbits / 8);
 	if (ss == 0 || hs == 0) {
-		/* (Almost) all zero: code the one or two nonzeros with scale 1 search. */
+		/* All but one or two weights zero: scale from those two. */
 		ss = (double)x[a] * x[a] + (double)x[b] * x[b];
 		hs = QK;
 		if (ss == 0) {
@@ -302,7 +311,13 @@ static void tcq_block(struct tcq *q, const float *x, const float *h, uint8_t *co
 			return;
 		}
 	}
-	float sc = (float)sqrt(ss / hs) * start_factor(q->fmt);
+	/* Search on the block normalized to unit trimmed RMS, so neither huge
+	 * nor denormal-sized weights reach the float arithmetic of the search. */
+	double inv = 1.0 / sqrt(ss / hs);
+	float xs[QK];
+	for (uint32_t i = 0; i < QK; i++)
+		xs[i] = (float)(x[i] * inv);
+	float sc = start_factor(q->fmt);
 	for (uint32_t s = 0; s < NS; s++)
 		q->sT[s] = sc * strata_tcq_table[s];
 
@@ -312,11 +327,11 @@ static void tcq_block(struct tcq *q, const float *x, const float *h, uint8_t *co
 	uint32_t st[QK], win[QK];
 	for (int j = 0; j < 2 * half; j++)
 		ord[j] = (half - 1 - j + QK) % QK;
-	tcq_viterbi(q, x, h, ord, 2 * half, -1, -1, st);
+	tcq_viterbi(q, xs, h, ord, 2 * half, -1, -1, st);
 	int s0 = (int)st[half - 1];
 	for (int j = 0; j < (int)QK; j++)
 		ord[j] = QK - 1 - j;
-	tcq_viterbi(q, x, h, ord, QK, s0, s0, st);
+	tcq_viterbi(q, xs, h, ord, QK, s0, s0, st);
 	for (uint32_t j = 0; j < QK; j++)
 		win[QK - 1 - j] = st[j];
 

@@ -238,10 +238,11 @@ static void test_roundtrip_other(void **state)
 		prev = st.cosine;
 	}
 	for (int f = 0; f < 3; f++) {
-		double c[3];
-		for (int s = 0; s < 3; s++) {
+		static const float muls[5] = { 1e-30f, 1e-3f, 1.0f, 1e3f, 1e30f };
+		double c[5];
+		for (int s = 0; s < 5; s++) {
 			float *x = gauss_matrix(rows, cols, 12);
-			float mul = s == 0 ? 1e-3f : s == 1 ? 1.0f : 1e3f;
+			float mul = muls[s];
 			for (size_t i = 0; i < n; i++)
 				x[i] *= mul;
 			struct strata_quant_stats st;
@@ -251,9 +252,39 @@ static void test_roundtrip_other(void **state)
 			c[s] = st.cosine;
 			free(x);
 		}
-		assert_true(fabs(c[0] - c[1]) < 2e-3 && fabs(c[2] - c[1]) < 2e-3);
+		for (int s = 0; s < 5; s++)
+			assert_true(fabs(c[s] - c[2]) < 2e-3);
 	}
 	free(w);
+}
+
+/* Degenerate blocks: one spike, a constant, values near FLT_MAX. */
+static void test_degenerate_blocks(void **state)
+{
+	uint32_t rows = 4, cols = 256;
+	float w[1024], dq[1024];
+	for (int i = 0; i < 256; i++) {
+		w[i] = i == 77 ? -3.5f : 0.0f;
+		w[256 + i] = 0.25f;
+		w[512 + i] = (float)((i % 7) - 3) * 1e35f;
+		w[768 + i] = (float)((i % 7) - 3) * 1.1e38f; /* finite output, quality aside */
+	}
+	for (int f = 0; f < 3; f++) {
+		int rc;
+		void *q = quantize(tiers[f], w, rows, cols, NULL, NULL, &rc);
+		assert_int_equal(rc, 0);
+		assert_int_equal(strata_dequantize_matrix(tiers[f], q, rows, cols, dq), 0);
+		for (int i = 0; i < 1024; i++)
+			assert_true(isfinite(dq[i]));
+		double c0 = cosine(w, dq, 256), c1 = cosine(w + 256, dq + 256, 256);
+		double c2 = cosine(w + 512, dq + 512, 256);
+		print_message("%s spike %.4f constant %.4f huge %.4f\n", strata_fmt_traits(tiers[f])->name,
+			      c0, c1, c2);
+		assert_true(c0 > 0.95);
+		assert_true(c1 > 0.9);
+		assert_true(c2 > 0.8);
+		free(q);
+	}
 }
 
 static void test_zero_and_deterministic(void **state)
@@ -460,6 +491,7 @@ int main(void)
 		cmocka_unit_test(test_decoder_matches_spec),
 		cmocka_unit_test(test_roundtrip_gauss),
 		cmocka_unit_test(test_roundtrip_other),
+		cmocka_unit_test(test_degenerate_blocks),
 		cmocka_unit_test(test_zero_and_deterministic),
 		cmocka_unit_test(test_nonfinite_rejected),
 		cmocka_unit_test(test_padded_rows),
