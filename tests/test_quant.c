@@ -126,6 +126,22 @@ static void test_table(void **state)
 	assert_true(fabs(s2 / (STRATA_TCQ_TABLE_SIZE - 32) - 1) < 1e-3);
 }
 
+/* FORMATS.md promise for GPU decoders: a lane decoding weights 8l..8l+7 of
+ * a block finds all 8 windows inside words q, q+1 (mod nwords) with
+ * q = bitpos(8l) >> 5; 4 weights per lane need the same two words. */
+static void test_lane_words(void **state)
+{
+	for (int f = 0; f < 3; f++)
+		for (uint32_t per = 4; per <= 8; per *= 2)
+			for (uint32_t l = 0; l < 256 / per; l++) {
+				uint32_t q = strata_tier_bitpos(tiers[f], per * l) >> 5;
+				for (uint32_t i = per * l; i < per * (l + 1); i++) {
+					uint32_t p = strata_tier_bitpos(tiers[f], i);
+					assert_true(p - 32 * q + STRATA_TCQ_L <= 64);
+				}
+			}
+}
+
 /* Independent decoder written from FORMATS.md, bit by bit. */
 static void spec_decode_block(int fmt, const uint8_t *codes, uint16_t scale, float *out)
 {
@@ -488,6 +504,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_sizes_on_budget),
 		cmocka_unit_test(test_table),
+		cmocka_unit_test(test_lane_words),
 		cmocka_unit_test(test_decoder_matches_spec),
 		cmocka_unit_test(test_roundtrip_gauss),
 		cmocka_unit_test(test_roundtrip_other),
