@@ -210,7 +210,7 @@ static int tcq_init(struct tcq *q, int fmt)
 	for (uint32_t i = 0; i < QK; i++)
 		save += NS >> q->k[i];
 	q->sT = aligned_alloc(64, NS * sizeof(float));
-	q->save = malloc((save + VW) * sizeof(float));
+	q->save = calloc(save + VW, sizeof(float)); /* + over-read pad of expand() */
 	if (!q->sT || !q->save)
 		return -1;
 	return 0;
