@@ -35,6 +35,7 @@
 STRATA_STATIC_ASSERT(STRATA_TCQ_TABLE_SIZE == 1 << STRATA_TCQ_L, "table covers every window");
 
 #define NS (1u << STRATA_TCQ_L)
+#define FORBIDDEN 1e30f /* cost of a state the path may not use: finite, so tagging never makes a NaN */
 #define QK STRATA_QK
 
 #if defined(__AVX2__) || defined(__AVX__)
@@ -65,6 +66,20 @@ TCQ_HOT static inline vf vld(const float *p)
 TCQ_HOT static inline void vst(float *p, vf v)
 {
 	memcpy(p, &v, sizeof(v));
+}
+
+/* Lane-wise minimum of non-negative (tagged) costs: b where a is not
+ * smaller (a NaN in a loses). */
+TCQ_HOT static inline vf vmin(vf a, vf b)
+{
+#if VW == 8
+	return __builtin_ia32_minps256(a, b);
+#elif defined(__SSE__)
+	return __builtin_ia32_minps(a, b);
+#else
+	vi lt = (vi)(b < a);
+	return (vf)(((vi)b & lt) | ((vi)a & ~lt));
+#endif
 }
 
 TCQ_HOT static inline vf vset1(float x)
@@ -115,13 +130,12 @@ TCQ_HOT static inline void tcq_step(const int kp, const int kn, const float *res
 	const vi keep = (vi){ 0 } + ~7;
 	const vf X = vset1(x), H = vset1(h);
 	for (uint32_t m = 0; m < Mn; m += VW) {
-		vf acc = vset1(INFINITY);
+		vf acc = vset1(FORBIDDEN);
 		for (uint32_t t = 0; t < Kn; t++) {
 			uint32_t s0 = t * Mn + m;
 			vf e = X - vld(sT + s0);
 			vf c = (vf)(((vi)(expand(best, s0, kp) + H * e * e) & keep) | (int32_t)t);
-			vi lt = (vi)(c < acc);
-			acc = (vf)(((vi)c & lt) | ((vi)acc & ~lt));
+			acc = vmin(c, acc);
 		}
 		vst(next + m, acc);
 	}
@@ -156,7 +170,7 @@ static void tcq_viterbi(struct tcq *q, const float *x, const float *h, const int
 	uint32_t M0 = NS >> k0;
 	float *b0 = q->save;
 	for (uint32_t m = 0; m < M0; m++)
-		b0[m] = init < 0 ? 0.0f : INFINITY;
+		b0[m] = init < 0 ? 0.0f : FORBIDDEN;
 	if (init >= 0) {
 		float v = 0.0f;
 		int32_t tag = init / (int)M0;
