@@ -35,7 +35,7 @@
 STRATA_STATIC_ASSERT(STRATA_TCQ_TABLE_SIZE == 1 << STRATA_TCQ_L, "table covers every window");
 
 #define NS (1u << STRATA_TCQ_L)
-#define FORBIDDEN 1e30f /* cost of a state the path may not use: finite, so tagging never makes a NaN */
+#define FORBIDDEN 1e30f /* cost of a state the path may not use */
 #define QK STRATA_QK
 
 #if defined(__AVX2__) || defined(__AVX__)
@@ -68,8 +68,7 @@ TCQ_HOT static inline void vst(float *p, vf v)
 	memcpy(p, &v, sizeof(v));
 }
 
-/* Lane-wise minimum of non-negative (tagged) costs: b where a is not
- * smaller (a NaN in a loses). */
+/* Lane-wise minimum: b where a is not smaller. */
 TCQ_HOT static inline vf vmin(vf a, vf b)
 {
 #if VW == 8
@@ -92,7 +91,7 @@ struct tcq {
 	uint32_t nbits, nwords;
 	uint8_t k[QK];          /* bits shifted in at weight i */
 	uint32_t pos[QK];       /* first bit of weight i's window */
-	float *save;            /* per step, the predecessor-min array with argmin tags */
+	float *save;            /* per step j, best_j (see below) */
 	float *sT;              /* scale * table */
 	size_t off[QK + 1];     /* offsets of the steps' arrays in save */
 };
@@ -105,9 +104,8 @@ struct tcq {
  *     cost_j(s) = best_j[s >> k_j] + h_j (x_j - sT[s])^2,
  *     best_j[m] = min_t cost_{j-1}(t * M_j + m),
  * so only the best_j arrays (M_j floats) are stored; cost_j is formed on the
- * fly inside the next step's minimum.  The argmin t rides in the three low
- * mantissa bits of the (non-negative) cost: min() carries it, and the stored
- * best_j arrays are the back-pointers.
+ * fly inside the next step's minimum, and the back-track recomputes the 2^k
+ * candidate costs of the one state it follows instead of storing arg-mins.
  */
 
 /* Lanes l of best[(s0 + l) >> k]: a broadcast for k >= log2(VW), else a
@@ -123,30 +121,33 @@ TCQ_HOT static inline vf expand(const float *best, uint32_t s0, const int k)
 }
 
 /* best_next from best (step with kp bits, weight x/h) for a next step of kn bits. */
-TCQ_HOT static inline void tcq_step(const int kp, const int kn, const float *restrict best,
-			    float *restrict next, const float *restrict sT, float x, float h)
+TCQ_HOT static inline void tcq_step(const int kp, const int kn, const int weighted,
+				    const float *restrict best, float *restrict next,
+				    const float *restrict sT, float x, float h)
 {
 	const uint32_t Kn = 1u << kn, Mn = NS >> kn;
-	const vi keep = (vi){ 0 } + ~7;
 	const vf X = vset1(x), H = vset1(h);
 	for (uint32_t m = 0; m < Mn; m += VW) {
 		vf acc = vset1(FORBIDDEN);
 		for (uint32_t t = 0; t < Kn; t++) {
 			uint32_t s0 = t * Mn + m;
 			vf e = X - vld(sT + s0);
-			vf c = (vf)(((vi)(expand(best, s0, kp) + H * e * e) & keep) | (int32_t)t);
-			acc = vmin(c, acc);
+			vf d = weighted ? H * e * e : e * e;
+			acc = vmin(expand(best, s0, kp) + d, acc);
 		}
 		vst(next + m, acc);
 	}
 }
 
 TCQ_HOT static void tcq_step_any(int kp, int kn, const float *best, float *next, const float *sT,
-			 float x, float h)
+				 float x, const float *h)
 {
-#define STEP(a, b)                                                   \
-	case a * 4 + b:                                              \
-		tcq_step(a, b, best, next, sT, x, h);                \
+#define STEP(a, b)                                                                      \
+	case a * 4 + b:                                                                 \
+		if (h)                                                                  \
+			tcq_step(a, b, 1, best, next, sT, x, *h);                       \
+		else                                                                    \
+			tcq_step(a, b, 0, best, next, sT, x, 1.0f);                     \
 		break;
 	switch (kp * 4 + kn) {
 		STEP(1, 1) STEP(1, 2) STEP(1, 3)
@@ -171,18 +172,14 @@ static void tcq_viterbi(struct tcq *q, const float *x, const float *h, const int
 	float *b0 = q->save;
 	for (uint32_t m = 0; m < M0; m++)
 		b0[m] = init < 0 ? 0.0f : FORBIDDEN;
-	if (init >= 0) {
-		float v = 0.0f;
-		int32_t tag = init / (int)M0;
-		memcpy(&v, &tag, sizeof(v)); /* cost 0 with tag t: a denormal */
-		b0[(uint32_t)init % M0] = v;
-	}
+	if (init >= 0)
+		b0[(uint32_t)init % M0] = 0.0f;
 	q->off[0] = 0;
 	for (int j = 0; j + 1 < n; j++) {
 		int i = ord[j], kp = q->k[i], kn = q->k[ord[j + 1]];
 		q->off[j + 1] = q->off[j] + (NS >> kp);
 		tcq_step_any(kp, kn, q->save + q->off[j], q->save + q->off[j + 1], q->sT, x[i],
-			     h ? h[i] : 1.0f);
+			     h ? h + i : NULL);
 	}
 	/* The last weight: full cost per state, then the end state. */
 	int il = ord[n - 1], kl = q->k[il];
@@ -199,13 +196,26 @@ static void tcq_viterbi(struct tcq *q, const float *x, const float *h, const int
 			}
 		}
 	}
+	/* Back-track: the predecessor of s is the t minimizing cost_{j-1}(t*M + m),
+	 * recomputed from the stored minima (ties may resolve differently from
+	 * the forward pass; any minimizer continues a valid best-cost path). */
 	for (int j = n - 1; j >= 0; j--) {
-		int k = q->k[ord[j]];
-		uint32_t M = NS >> k, m = s >> k;
-		int32_t tag;
 		states[j] = s;
-		memcpy(&tag, q->save + q->off[j] + m, sizeof(tag));
-		s = (uint32_t)(tag & 7) * M + m;
+		if (j == 0)
+			break;
+		int k = q->k[ord[j]], ip = ord[j - 1], kp = q->k[ip];
+		uint32_t M = NS >> k, m = s >> k, next = m;
+		const float *bp = q->save + q->off[j - 1];
+		float hp = h ? h[ip] : 1.0f, bc = INFINITY;
+		for (uint32_t t = 0; t < (1u << k); t++) {
+			uint32_t p = t * M + m;
+			float e = x[ip] - q->sT[p], c = bp[p >> kp] + hp * e * e;
+			if (c < bc) {
+				bc = c;
+				next = p;
+			}
+		}
+		s = next;
 	}
 }
 
