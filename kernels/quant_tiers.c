@@ -5,10 +5,12 @@
  * Each 256-weight block is one tail-biting bitshift trellis code (QTIP-style):
  * weight i decodes as scale * table[12-bit window at bitpos(i)], windows of
  * consecutive weights overlap, so the encoder picks the whole bit stream at
- * once with a Viterbi search over the 4096 window states.  Per block:
- *   1. scale from the (importance-weighted) RMS, times a per-format factor;
- *   2. tail-biting: a Viterbi over the 128 weights around the wrap point
- *      (weights 63..0,255..192) with a free start picks the window of weight 0,
+ * once with a Viterbi search over the 4096 window states, minimizing the
+ * importance-weighted squared error.  Per block:
+ *   1. start scale: the weighted RMS without the two largest |x| (the table's
+ *      tail entries code outliers on their own), times a per-format factor;
+ *   2. tail-biting: a Viterbi over the weights around the wrap point (32 or,
+ *      for cold, 64 each side) with a free start picks the window of weight 0,
  *      then the full Viterbi (weights 255..0) starts and ends in that state,
  *      so the circular stream is consistent;
  *   3. least-squares refit of the scale to the chosen codes, rounded to bf16
@@ -54,7 +56,6 @@ typedef int32_t vi __attribute__((vector_size(VW * 4)));
 #else
 #define TCQ_HOT
 #endif
-
 
 TCQ_HOT static inline vf vld(const float *p)
 {
@@ -166,7 +167,7 @@ TCQ_HOT static void tcq_step_any(int kp, int kn, const float *best, float *next,
 static void tcq_viterbi(struct tcq *q, const float *x, const float *h, const int *ord, int n,
 			int init, int fin, uint32_t *states)
 {
-	/* best_0 from the start costs (0 for allowed states, +inf otherwise). */
+	/* best_0 from the start costs (0 for allowed states, FORBIDDEN otherwise). */
 	int k0 = q->k[ord[0]];
 	uint32_t M0 = NS >> k0;
 	float *b0 = q->save;
