@@ -99,7 +99,8 @@ struct strata_policy {
 	const struct strata_option *options; /* NULL or NULL-terminated table */          \
 	/* optional: after options are applied; may allocate into priv */                 \
 	int (*init)(struct strata_policy *p, struct strata_error *err);                    \
-	/* optional: release what init allocated (not priv itself) */                     \
+	/* optional: release what init allocated (not priv itself); called once    */     \
+	/* after init, even when init failed, so it must cope with a zeroed priv   */     \
 	void (*free)(struct strata_policy *p)
 
 enum {
@@ -109,6 +110,17 @@ enum {
 /*
  * Eviction: one instance per cached tier (VRAM, RAM), tracking that tier's
  * resident set through the on_* calls.  All four ops are required.
+ *
+ * Call order the drivers (engine, policy harness) keep, so that policies
+ * count the same way everywhere:
+ *   - demand fetch (a miss admitted into the tier): on_insert(eid, now) then
+ *     on_access(eid, now), same now;
+ *   - prefetch completing, preload at start: on_insert(eid, now) only;
+ *   - hit: on_access(eid, now);
+ *   - eviction: victim(now, r) then on_remove(victim); a drop (e.g. the
+ *     engine shrinking a tier) is on_remove alone.
+ * `now` never decreases.  victim() may be called repeatedly at the same now
+ * until enough bytes are free; the residency view r is the tier's own.
  */
 struct strata_evict_ops {
 	STRATA_POLICY_OPS_HEAD;
@@ -193,12 +205,46 @@ const void *strata_policy_builtin_at(int role, unsigned i);
  * Create an instance from a spec "NAME[:k=v[:k=v]]" for role, in tier (evict
  * only; else -1).  Validates ABI version and required ops, applies options,
  * installs defaults for optional ops, calls init.  Errors name the policy.
+ * env must be non-NULL and outlive the instance; a policy flagged
+ * STRATA_POLICY_F_NEEDS_FUTURE is refused (STRATA_EINVAL) when env->future is
+ * NULL.  An unknown NAME is STRATA_ENOTFOUND listing the built-ins; a plugin
+ * with the wrong ABI is STRATA_EVERSION; a .lua spec in a build without the
+ * Lua adapter is STRATA_EUNSUPPORTED.
+ *
+ * The instance's p->ops points to a per-instance copy of the ops with every
+ * optional op filled in (defaults: init/free/on_access/on_route do nothing,
+ * initial_tier returns env->tier_table[eid], or NVMe without a table), so call
+ * sites call ops without NULL tests.  destroy calls ops->free, releases priv
+ * and closes a plugin's dlopen handle; NULL is a no-op.
  */
 int strata_policy_create(int role, const char *spec, const struct strata_policy_env *env, int tier,
 			 struct strata_policy **out, struct strata_error *err);
 void strata_policy_destroy(struct strata_policy *p);
 
-/* Lua adapter (core/lua/): implements the same ops for a script path. */
+/*
+ * Check an ops struct for role before it is used: ABI version, a name of
+ * [a-z0-9_-]+, every required op present, a sane option table (see
+ * strata_options_check).  `who` prefixes errors ("plugin ./x.so").  The loader
+ * runs it on built-ins, plugins and Lua adapters alike.
+ */
+int strata_policy_check_ops(int role, const void *ops, const char *who, struct strata_error *err);
+
+/*
+ * Lua adapter (core/lua/policy_lua.c): implements the same ops for a script.
+ * Called by strata_policy_create for a spec whose NAME ends in ".lua" (path
+ * as given, or found in $STRATA_PLUGIN_PATH), with kv the text after the first
+ * ':' (NULL if none).  p arrives zeroed except role, env and tier.  The adapter
+ * sets p->ops (an ops struct for role that lives until its free op returns),
+ * p->priv, p->loader (its Lua state) and p->name (canonical: script basename
+ * without ".lua" plus "-key=value" options, e.g. "lru" or "lookahead-depth=2"),
+ * runs the script's init, and returns STRATA_OK or an error naming the script.
+ * It owns priv and loader: its ops->free (always set) releases them.  The
+ * core then checks the ops (strata_policy_check_ops), installs defaults for
+ * absent optional ops, and does not apply options or call init again.
+ * On error the adapter has released everything itself.
+ * A build without the adapter links the weak default in
+ * policies/lua_missing.c, which returns STRATA_EUNSUPPORTED.
+ */
 int strata_lua_policy_create(int role, const char *path, const char *kv,
 			     const struct strata_policy_env *env, struct strata_policy *p,
 			     struct strata_error *err);
