@@ -99,7 +99,7 @@ static int name_ok(const char *n)
 	do {                                                                                     \
 		if (!(op))                                                                       \
 			return STRATA_ERR(err, STRATA_EINVAL, "%s %s: missing required op %s",  \
-					  who, h->name, #op + 2);                               \
+					  who, h->name, #op + 3);                               \
 	} while (0)
 
 int strata_policy_check_ops(int role, const void *ops, const char *who, struct strata_error *err)
