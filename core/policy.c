@@ -246,6 +246,49 @@ static int load_plugin(struct policy_impl *pi, int role, const char *path, const
 	return STRATA_OK;
 }
 
+/* Check ops, install them with defaults, allocate priv, apply options, name
+ * the instance, run init.  On error the caller destroys pi. */
+static int instantiate(struct policy_impl *pi, int role, const void *ops, const char *who,
+		       const char *kv, struct strata_error *err)
+{
+	struct strata_policy *p = &pi->pub;
+	const struct strata_policy_env *env = p->env;
+	const char *rn = strata_role_name(role);
+	int rc;
+	rc = strata_policy_check_ops(role, ops, who, err);
+	if (rc)
+		return rc;
+	const struct strata_evict_ops *h = ops;
+	if ((h->flags & STRATA_POLICY_F_NEEDS_FUTURE) && !env->future) {
+		return STRATA_ERR(err, STRATA_EINVAL,
+				  "%s %s: needs the future of the run (trace replay or simulation provide it;"
+				  " live runs do not)", rn, h->name);
+	}
+	install_ops(pi, role, ops);
+	if (h->priv_size) {
+		p->priv = calloc(1, h->priv_size);
+		if (!p->priv)
+			return STRATA_ERR(err, STRATA_ENOMEM, "%s %s: out of memory", rn, h->name);
+		pi->priv_owned = 1;
+	}
+	char owner[STRATA_POLICY_NAME_MAX + 16];
+	snprintf(owner, sizeof(owner), "%s %s", rn, h->name);
+	if (h->options && h->options->name && !p->priv)
+		return STRATA_ERR(err, STRATA_EINVAL, "%s: has options but priv_size 0", owner);
+	rc = strata_options_apply(h->options, p->priv, kv, owner, err);
+	if (rc)
+		return rc;
+	strata_options_canonical(h->options, p->priv, h->name, p->name, sizeof(p->name));
+	pi->inited = 1; /* free runs even when init fails (priv starts zeroed) */
+	rc = pi->ops.evict.init(p, err);
+	if (rc) {
+		if (err && !strstr(err->msg, h->name))
+			strata_error_prefix(err, "%s", owner);
+		return rc;
+	}
+	return STRATA_OK;
+}
+
 int strata_policy_create(int role, const char *spec, const struct strata_policy_env *env, int tier,
 			 struct strata_policy **out, struct strata_error *err)
 {
@@ -334,47 +377,39 @@ int strata_policy_create(int role, const char *spec, const struct strata_policy_
 		who = whobuf;
 	}
 
-	rc = strata_policy_check_ops(role, ops, who, err);
+	rc = instantiate(pi, role, ops, who, kv, err);
 	if (rc)
 		goto fail;
-	const struct strata_evict_ops *h = ops;
-	if ((h->flags & STRATA_POLICY_F_NEEDS_FUTURE) && !env->future) {
-		rc = STRATA_ERR(err, STRATA_EINVAL,
-				"%s %s: needs the future of the run (trace replay or simulation provide it;"
-				" live runs do not)", rn, h->name);
-		goto fail;
-	}
-	install_ops(pi, role, ops);
-	if (h->priv_size) {
-		p->priv = calloc(1, h->priv_size);
-		if (!p->priv) {
-			rc = STRATA_ERR(err, STRATA_ENOMEM, "%s %s: out of memory", rn, h->name);
-			goto fail;
-		}
-		pi->priv_owned = 1;
-	}
-	char owner[STRATA_POLICY_NAME_MAX + 16];
-	snprintf(owner, sizeof(owner), "%s %s", rn, h->name);
-	if (h->options && h->options->name && !p->priv) {
-		rc = STRATA_ERR(err, STRATA_EINVAL, "%s: has options but priv_size 0", owner);
-		goto fail;
-	}
-	rc = strata_options_apply(h->options, p->priv, kv, owner, err);
-	if (rc)
-		goto fail;
-	strata_options_canonical(h->options, p->priv, h->name, p->name, sizeof(p->name));
-	pi->inited = 1; /* free runs even when init fails (priv starts zeroed) */
-	rc = pi->ops.evict.init(p, err);
-	if (rc) {
-		if (err && !strstr(err->msg, h->name))
-			strata_error_prefix(err, "%s", owner);
-		goto fail;
-	}
 	*out = p;
 	return STRATA_OK;
 fail:
 	strata_policy_destroy(p);
 	return rc;
+}
+
+int strata_policy_create_ops(int role, const void *ops, const char *kv,
+			     const struct strata_policy_env *env, int tier, struct strata_policy **out,
+			     struct strata_error *err)
+{
+	*out = NULL;
+	if (role < 0 || role >= STRATA_ROLE_COUNT)
+		return STRATA_ERR(err, STRATA_EINVAL, "policy: unknown role %d", role);
+	if (!env)
+		return STRATA_ERR(err, STRATA_EINVAL, "%s policy: no policy environment",
+				  strata_role_name(role));
+	struct policy_impl *pi = calloc(1, sizeof(*pi));
+	if (!pi)
+		return STRATA_ERR(err, STRATA_ENOMEM, "%s policy: out of memory", strata_role_name(role));
+	pi->pub.role = role;
+	pi->pub.env = env;
+	pi->pub.tier = role == STRATA_ROLE_EVICT ? tier : -1;
+	int rc = instantiate(pi, role, ops, strata_role_name(role), kv, err);
+	if (rc) {
+		strata_policy_destroy(&pi->pub);
+		return rc;
+	}
+	*out = &pi->pub;
+	return STRATA_OK;
 }
 
 void strata_policy_destroy(struct strata_policy *p)

@@ -423,14 +423,16 @@ int strata_harness_open(const struct strata_harness_trace *t, const struct strat
 	h->env.future = c->hide_future ? NULL : &t->future;
 	h->res.pinned = h->pinned;
 	h->res.resident = h->resident;
-	rc = strata_policy_create(STRATA_ROLE_EVICT, c->evict ? c->evict : "lru", &h->env,
-				  STRATA_TIER_VRAM, &h->pol[STRATA_ROLE_EVICT], err);
-	if (!rc && c->place)
-		rc = strata_policy_create(STRATA_ROLE_PLACE, c->place, &h->env, -1,
-					  &h->pol[STRATA_ROLE_PLACE], err);
-	if (!rc)
-		rc = strata_policy_create(STRATA_ROLE_PREFETCH, c->prefetch ? c->prefetch : "none",
-					  &h->env, -1, &h->pol[STRATA_ROLE_PREFETCH], err);
+	const char *spec[STRATA_ROLE_COUNT] = { c->place, c->evict ? c->evict : "lru",
+						c->prefetch ? c->prefetch : "none" };
+	const void *ops[STRATA_ROLE_COUNT] = { c->place_ops, c->evict_ops, c->prefetch_ops };
+	for (int r = 0; r < STRATA_ROLE_COUNT && !rc; r++) {
+		int tier = r == STRATA_ROLE_EVICT ? STRATA_TIER_VRAM : -1;
+		if (ops[r])
+			rc = strata_policy_create_ops(r, ops[r], NULL, &h->env, tier, &h->pol[r], err);
+		else if (spec[r])
+			rc = strata_policy_create(r, spec[r], &h->env, tier, &h->pol[r], err);
+	}
 	if (rc)
 		goto fail;
 	struct strata_policy *pl = h->pol[STRATA_ROLE_PLACE];

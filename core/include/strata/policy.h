@@ -219,6 +219,12 @@ const void *strata_policy_builtin_at(int role, unsigned i);
  */
 int strata_policy_create(int role, const char *spec, const struct strata_policy_env *env, int tier,
 			 struct strata_policy **out, struct strata_error *err);
+/* The same from an ops struct the caller holds (an application's own policy,
+ * a test's deliberately broken one): checks, options kv (may be NULL), init.
+ * ops must outlive the instance. */
+int strata_policy_create_ops(int role, const void *ops, const char *kv,
+			     const struct strata_policy_env *env, int tier, struct strata_policy **out,
+			     struct strata_error *err);
 void strata_policy_destroy(struct strata_policy *p);
 
 /*

@@ -117,6 +117,9 @@ struct strata_harness_config {
 	const char *place;          /* placement spec; NULL: no placement (admit all, preload none) */
 	const char *evict;          /* eviction spec (default "lru") */
 	const char *prefetch;       /* prefetch spec; NULL: "none" */
+	/* Instead of a spec: an ops struct of the caller's (strata_policy_create_ops,
+	 * default options).  Lets a test drive a deliberately broken policy. */
+	const void *evict_ops, *place_ops, *prefetch_ops;
 	uint64_t seed;              /* the run's seed (env->seed) */
 	int hide_future;            /* 1: env->future = NULL, as in a live run */
 };
