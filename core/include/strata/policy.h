@@ -87,7 +87,19 @@ struct strata_policy {
 	int tier;                    /* evict: the tier this instance manages; else -1 */
 	char name[STRATA_POLICY_NAME_MAX]; /* canonical: "lookahead-depth=2" */
 	void *loader;                /* dlopen handle or Lua state; core-owned */
+	/* First failure inside an op that cannot return a status (a Lua hook
+	 * raised an error or ran out of instructions/memory): error.code stays
+	 * STRATA_OK while none.  Such an op returns a harmless value
+	 * (STRATA_NO_EXPERT, 0, no requests) and later calls of the instance do
+	 * not enter the script again; the engine or harness checks
+	 * strata_policy_error(p) after calling into a policy and fails the run
+	 * with that message. */
+	struct strata_error error;
 };
+
+/* NULL while the instance is healthy, else its first recorded failure. */
+static inline const struct strata_error *strata_policy_error(const struct strata_policy *p)
+{ return p->error.code != 0 ? &p->error : (const struct strata_error *)0; }
 
 /* Common head of every ops struct. */
 #define STRATA_POLICY_OPS_HEAD                                                            \
@@ -198,7 +210,20 @@ int strata_policy_create(int role, const char *spec, const struct strata_policy_
 			 struct strata_policy **out, struct strata_error *err);
 void strata_policy_destroy(struct strata_policy *p);
 
-/* Lua adapter (core/lua/): implements the same ops for a script path. */
+/*
+ * Lua adapter (core/lua/): implements the same ops for a script path.
+ * p is zeroed by the caller except role, env and tier.  On success it fills
+ * p->ops (a per-instance ops struct owned by the adapter: only hooks the
+ * script defines are set, plus free; options == NULL, init == NULL,
+ * priv_size == 0), p->priv (the adapter), p->loader (the lua_State) and
+ * p->name (canonical: "lru.lua", "lookahead.lua-depth=3").  The script's
+ * own declared options were parsed from kv and its init hook already ran,
+ * so the loader must not apply options or call init again.  ops->free(p)
+ * releases the state, priv and the ops struct itself: strata_policy_destroy
+ * calls it last and must not read p->ops afterwards.  On failure p is left
+ * with ops == NULL and nothing to free; err names the script
+ * ("lru.lua:12: ...", "x.lua: missing required hook 'victim'").
+ */
 int strata_lua_policy_create(int role, const char *path, const char *kv,
 			     const struct strata_policy_env *env, struct strata_policy *p,
 			     struct strata_error *err);
