@@ -87,7 +87,19 @@ struct strata_policy {
 	int tier;                    /* evict: the tier this instance manages; else -1 */
 	char name[STRATA_POLICY_NAME_MAX]; /* canonical: "lookahead-depth=2" */
 	void *loader;                /* dlopen handle or Lua state; core-owned */
+	/* First failure inside an op that cannot return a status (a Lua hook
+	 * raised an error or ran out of instructions/memory): error.code stays
+	 * STRATA_OK while none.  Such an op returns a harmless value
+	 * (STRATA_NO_EXPERT, 0, no requests) and later calls of the instance do
+	 * not enter the script again; the engine or harness checks
+	 * strata_policy_error(p) after calling into a policy and fails the run
+	 * with that message. */
+	struct strata_error error;
 };
+
+/* NULL while the instance is healthy, else its first recorded failure. */
+static inline const struct strata_error *strata_policy_error(const struct strata_policy *p)
+{ return p->error.code != 0 ? &p->error : (const struct strata_error *)0; }
 
 /* Common head of every ops struct. */
 #define STRATA_POLICY_OPS_HEAD                                                            \
@@ -229,7 +241,7 @@ void strata_policy_destroy(struct strata_policy *p);
 
 /*
  * Check an ops struct for role before it is used: ABI version, a name of
- * [a-z0-9_-]+, every required op present, a sane option table (see
+ * [A-Za-z0-9_.+-]+, every required op present, a sane option table (see
  * strata_options_check).  `who` prefixes errors ("plugin ./x.so").  The loader
  * runs it on built-ins, plugins and Lua adapters alike.
  */
@@ -239,15 +251,20 @@ int strata_policy_check_ops(int role, const void *ops, const char *who, struct s
  * Lua adapter (core/lua/policy_lua.c): implements the same ops for a script.
  * Called by strata_policy_create for a spec whose NAME ends in ".lua" (path
  * as given, or found in $STRATA_PLUGIN_PATH), with kv the text after the first
- * ':' (NULL if none).  p arrives zeroed except role, env and tier.  The adapter
- * sets p->ops (an ops struct for role that lives until its free op returns),
- * p->priv, p->loader (its Lua state) and p->name (canonical: script basename
- * without ".lua" plus "-key=value" options, e.g. "lru" or "lookahead-depth=2"),
- * runs the script's init, and returns STRATA_OK or an error naming the script.
- * It owns priv and loader: its ops->free (always set) releases them.  The
- * core then checks the ops (strata_policy_check_ops), installs defaults for
- * absent optional ops, and does not apply options or call init again.
- * On error the adapter has released everything itself.
+ * ':' (NULL if none).  p is zeroed by the caller except role, env and tier.
+ * On success it fills p->ops (a per-instance ops struct owned by the adapter:
+ * only hooks the script defines are set, plus free; options == NULL, init ==
+ * NULL, priv_size == 0), p->priv (the adapter), p->loader (the lua_State) and
+ * p->name (canonical: "lru.lua", "lookahead.lua-depth=3").  The script's own
+ * declared options were parsed from kv and its init hook already ran, so the
+ * loader does not apply options or call init again.  The loader then checks
+ * the ops (strata_policy_check_ops), copies them into the instance with
+ * defaults for absent optional ops (p->ops then points to that copy) and
+ * returns.  ops->free(p) releases the state, priv and the adapter's ops
+ * struct: strata_policy_destroy calls it last and does not read the
+ * adapter's ops afterwards.  On failure p is left with ops == NULL and
+ * nothing to free; err names the script ("lru.lua:12: ...", "x.lua: missing
+ * required hook 'victim'").
  * A build without the adapter links the weak default in
  * policies/lua_missing.c, which returns STRATA_EUNSUPPORTED.
  */
