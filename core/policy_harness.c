@@ -354,12 +354,30 @@ void strata_harness_config_defaults(struct strata_harness_config *c)
 	c->seed = 1;
 }
 
+/* A policy that failed inside an op (a Lua hook raised an error) fails the
+ * run with its own message. */
+static int policy_failed(const struct strata_harness *h, struct strata_error *err)
+{
+	for (int r = 0; r < STRATA_ROLE_COUNT; r++) {
+		const struct strata_error *pe = h->pol[r] ? strata_policy_error(h->pol[r]) : NULL;
+		if (pe) {
+			if (err)
+				*err = *pe;
+			return pe->code;
+		}
+	}
+	return STRATA_OK;
+}
+
 static int make_room(struct strata_harness *h, uint64_t need, struct strata_error *err)
 {
 	struct strata_policy *ev = h->pol[STRATA_ROLE_EVICT];
 	const struct strata_evict_ops *ops = strata_evict_ops_of(ev);
 	while (h->used + need > h->budget) {
 		int64_t v = ops->victim(ev, h->clock, &h->res);
+		int rc = policy_failed(h, err);
+		if (rc)
+			return rc;
 		if (v == STRATA_NO_EXPERT)
 			return STRATA_EBUDGET;
 		if (v < 0 || v >= h->env.n_ids || !h->resident[v] || h->pinned[v])
@@ -444,6 +462,9 @@ int strata_harness_open(const struct strata_harness_trace *t, const struct strat
 				h->c.preloaded++;
 			}
 	}
+	rc = policy_failed(h, err);
+	if (rc)
+		goto fail;
 	*out = h;
 	return STRATA_OK;
 fail:
@@ -472,6 +493,9 @@ int strata_harness_step(struct strata_harness *h, const struct strata_harness_st
 	struct strata_layer_ctx ctx = { .token = s->token, .layer = s->layer, .now = h->clock,
 					.hints = s->hints, .n_hints = s->hints ? s->n_hints : 0 };
 	uint32_t nr = strata_prefetch_ops_of(pf)->on_layer(pf, &ctx, h->reqs, h->max_reqs);
+	rc = policy_failed(h, err);
+	if (rc)
+		goto out;
 	if (nr > h->max_reqs) {
 		rc = STRATA_ERR(err, STRATA_EPOLICY, "prefetch %s: returned %u requests, room for %u",
 				pf->name, nr, h->max_reqs);
@@ -548,6 +572,7 @@ int strata_harness_step(struct strata_harness *h, const struct strata_harness_st
 		h->c.inserts++;
 	}
 	strata_prefetch_ops_of(pf)->on_route(pf, s->token, s->layer, s->experts, s->n);
+	rc = policy_failed(h, err);
 out:
 	for (uint32_t i = 0; i < s->n; i++)
 		if (s->experts[i] < spec->n_experts)

@@ -708,6 +708,11 @@ static int64_t victim_absent(struct strata_policy *p, uint64_t n, const struct s
 			return e;
 	return STRATA_NO_EXPERT;
 }
+static int64_t victim_fails(struct strata_policy *p, uint64_t n, const struct strata_residency *r)
+{
+	STRATA_ERR(&p->error, STRATA_ESCRIPT, "failing.lua:3: attempt to index a nil value");
+	return STRATA_NO_EXPERT;
+}
 static uint32_t bad_prefetch(struct strata_policy *p, const struct strata_layer_ctx *c,
 			     struct strata_prefetch_req *out, uint32_t max)
 {
@@ -741,6 +746,14 @@ static void test_harness_errors(void **state)
 	c.evict_ops = &broken_absent;
 	assert_int_equal(strata_harness_run(trace, &c, &k, &err), STRATA_EPOLICY);
 	assert_non_null(strstr(err.msg, "evict ghost: chose expert 0, which is not resident"));
+	/* an op that records a failure (as the Lua adapter does) fails the run */
+	static const struct strata_evict_ops failing = {
+		.name = "failing", .version = STRATA_POLICY_ABI, .on_insert = ins_noop,
+		.on_access = ins_noop, .on_remove = rem_noop, .victim = victim_fails,
+	};
+	c.evict_ops = &failing;
+	assert_int_equal(strata_harness_run(trace, &c, &k, &err), STRATA_ESCRIPT);
+	assert_string_equal(err.msg, "failing.lua:3: attempt to index a nil value");
 	c.evict_ops = NULL;
 	c.prefetch_ops = &broken_pf;
 	assert_int_equal(strata_harness_run(trace, &c, &k, &err), STRATA_EPOLICY);

@@ -50,6 +50,9 @@
  * STRATA_NO_EXPERT means no room; a v out of range, not resident or pinned is
  * STRATA_EPOLICY naming the policy; else on_remove(v), evictions++, and if v
  * was prefetched and never used, prefetch_wasted++.
+ * A policy that records a failure inside an op (strata_policy_error: a Lua
+ * hook raised an error) fails the step with that error, checked after each
+ * victim, after on_layer and at the end of the step.
  * Preload at open: with a placement policy, every eid (in id order) whose
  * initial_tier is VRAM and that still fits is inserted (on_insert(eid, 0)),
  * preloaded++.  "cache" preloads nothing; "static" preloads the tier table's
