@@ -491,7 +491,8 @@ int strata_harness_step(struct strata_harness *h, const struct strata_harness_st
 	}
 
 	struct strata_layer_ctx ctx = { .token = s->token, .layer = s->layer, .now = h->clock,
-					.hints = s->hints, .n_hints = s->hints ? s->n_hints : 0 };
+					.hints = s->hints, .n_hints = s->hints ? s->n_hints : 0,
+					.experts = s->experts, .n_experts = s->n };
 	uint32_t nr = strata_prefetch_ops_of(pf)->on_layer(pf, &ctx, h->reqs, h->max_reqs);
 	rc = policy_failed(h, err);
 	if (rc)
