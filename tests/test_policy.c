@@ -418,6 +418,37 @@ static void test_lua_spec_without_adapter(void **state)
 	free(dir);
 }
 
+static void test_cli_lists_policies(void **state)
+{
+	static char out[65536];
+	int rc = test_run(out, sizeof(out), "%s policies", test_bin("strata"));
+	assert_int_equal(rc, 0);
+	assert_non_null(strstr(out, "evict policies:"));
+	assert_non_null(strstr(out, "lru "));
+	assert_non_null(strstr(out, "[default]"));
+	assert_non_null(strstr(out, "half_life"));
+	rc = test_run(out, sizeof(out), "%s policies --role prefetch --json", test_bin("strata"));
+	assert_int_equal(rc, 0);
+	assert_non_null(strstr(out, "\"prefetch\": ["));
+	assert_null(strstr(out, "\"evict\""));
+	assert_non_null(strstr(out, "{\"name\": \"depth\", \"type\": \"int\", \"default\": \"1\", \"min\": 1, \"max\": 1024"));
+	assert_non_null(strstr(out, "\"needs_future\": true"));
+	/* well-formed JSON, when python3 is here to say so */
+	if (test_run(NULL, 0, "python3 -c 1") == 0) {
+		rc = test_run(out, sizeof(out), "%s policies --json | python3 -m json.tool >/dev/null",
+			      test_bin("strata"));
+		assert_int_equal(rc, 0);
+	}
+	rc = test_run(out, sizeof(out), "%s policies --role nope", test_bin("strata"));
+	assert_int_equal(rc, 2);
+	assert_non_null(strstr(out, "--role needs place, evict or prefetch, not nope"));
+	rc = test_run(out, sizeof(out), "%s policies --bogus", test_bin("strata"));
+	assert_int_equal(rc, 2);
+	rc = test_run(out, sizeof(out), "%s policies --help", test_bin("strata"));
+	assert_int_equal(rc, 0);
+	assert_non_null(strstr(out, "usage: strata policies"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -430,6 +461,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_plugin_by_path, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_plugin_path_env, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_lua_spec_without_adapter, setup, teardown),
+		cmocka_unit_test(test_cli_lists_policies),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
