@@ -358,6 +358,9 @@ static void test_nonfinite_rejected(void **state)
 			imx[7] = b == 0 ? NAN : -1.0f;
 			assert_int_equal(strata_quantize_matrix(tiers[f], w, rows, cols, imx, dst,
 								L.bytes, NULL), -1);
+			/* A row function handed an unpadded length refuses it. */
+			uint8_t c[2 * 88], sc[4];
+			assert_int_equal(strata_fmt_traits(tiers[f])->quantize_row(w, 300, NULL, c, sc), -2);
 			/* Too small a destination. */
 			assert_int_equal(strata_quantize_matrix(tiers[f], w, rows, cols, NULL, dst,
 								L.bytes - 16, NULL), -2);
