@@ -53,6 +53,17 @@ static void test_reproducible(void **state)
 	for (size_t i = 0; i < n; i++)
 		assert_int_equal(up[i], strata_f32_to_bf16(x[i]));
 	assert_int_equal(strata_synth_expert(a, 1, 2, STRATA_FMT_BF16, e, L.payload - 1, NULL, &err), STRATA_EINVAL);
+	/* the same with outlier columns and heavy tails, every matrix (BF16 fast path = float path) */
+	struct strata_synth *o = make(SPEC, 11, STRATA_SYNTH_STUDENT_T, 0.02);
+	assert_int_equal(strata_synth_expert(o, 0, 1, STRATA_FMT_BF16, e, L.payload, NULL, &err), 0);
+	const uint64_t offs[3] = { L.gate_off, L.up_off, L.down_off };
+	for (int m = 0; m < 3; m++) {
+		assert_int_equal(strata_synth_matrix(o, 0, 1, m, x), 0);
+		const uint16_t *p = (const uint16_t *)(e + offs[m]);
+		for (size_t i = 0; i < n; i++)
+			assert_int_equal(p[i], strata_f32_to_bf16(x[i]));
+	}
+	strata_synth_free(o);
 	free(e);
 	free(x);
 	free(y);
