@@ -415,6 +415,26 @@ static void test_cli(void **state)
 	free(dir);
 }
 
+/* Ctrl-C during a write: exit 1, a clear message, no shard and no .tmp left. */
+static void test_cli_sigint(void **state)
+{
+	char *dir = test_mkdtemp(), out[4096];
+	int rc = test_run(out, sizeof(out),
+			  "( %s synth --preset qwen3-30b-a3b:layers=1,experts=64 --out %s/m --threads 1 & pid=$!; "
+			  "for i in $(seq 500); do ls %s/m/*.tmp >/dev/null 2>&1 && break; sleep 0.01; done; "
+			  "kill -INT $pid; wait $pid; echo rc=$?; ls -A %s/m | wc -l )", test_bin("strata"), dir, dir, dir);
+	assert_int_equal(rc, 0);
+	if (!strstr(out, "rc=1"))
+		fail_msg("%s", out);
+	assert_non_null(strstr(out, "interrupted"));
+	const char *last = strrchr(out, '\n');
+	while (last > out && last[-1] != '\n' && last[-1])
+		last--;
+	assert_int_equal(atoi(last), 0); /* the directory is empty */
+	test_rmdir(dir);
+	free(dir);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -426,6 +446,7 @@ int main(void)
 		cmocka_unit_test(test_tiered),
 		cmocka_unit_test(test_interrupt_and_bad_config),
 		cmocka_unit_test(test_cli),
+		cmocka_unit_test(test_cli_sigint),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
