@@ -17,9 +17,9 @@
 #include "strata/synth.h"
 
 #define NBINS 65536u
-#define POOL_ROWS 16u
+#define POOL_ROWS 4u
 #define POOL_COLS 4096u
-#define POOL_BLOCKS (POOL_ROWS * POOL_COLS / STRATA_QK) /* 256: one byte picks a block */
+#define POOL_BLOCKS (POOL_ROWS * POOL_COLS / STRATA_QK) /* 64: six random bits pick a block */
 
 /* Stream kinds, mixed into each stream's seed. */
 enum { K_EXPERT = 1, K_OUTLIER = 2, K_TIER = 3, K_TENSOR = 4, K_POOL = 5 };
@@ -282,10 +282,10 @@ static void fill_random_blocks(const struct pool *p, struct rng *r, const struct
 	uint8_t *codes = m + L->codes_off, *scales = m + L->scales_off;
 	uint64_t bits = 0;
 	for (uint64_t b = 0; b < nblocks; b++) {
-		if (b % 8 == 0)
+		if (b % 10 == 0)
 			bits = rng_next(r);
-		uint32_t k = (uint32_t)(bits & 0xff);
-		bits >>= 8;
+		uint32_t k = (uint32_t)(bits & (POOL_BLOCKS - 1));
+		bits >>= 6;
 		memcpy(codes + b * p->code_bytes, p->codes + (uint64_t)k * p->code_bytes, p->code_bytes);
 		memcpy(scales + b * p->scale_bytes, p->scales + (uint64_t)k * p->scale_bytes, p->scale_bytes);
 	}

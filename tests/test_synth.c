@@ -282,7 +282,7 @@ static void test_tiered(void **state)
 	struct strata_synth_config c = { .seed = 3, .format = STRATA_SYNTH_TIERED,
 					 .tier_frac = { 0.34, 0.33, 0.33 } };
 	struct strata_error err = { 0 };
-	assert_int_equal(strata_model_spec_parse("custom:layers=1,experts=3,top_k=1,hidden=256,inter=256", &c.spec,
+	assert_int_equal(strata_model_spec_parse("custom:layers=1,experts=3,top_k=1,hidden=256,inter=64", &c.spec,
 						 &err), 0);
 	int have = strata_fmt_traits(STRATA_FMT_HOT)->quantize_row && strata_fmt_traits(STRATA_FMT_WARM)->quantize_row &&
 		   strata_fmt_traits(STRATA_FMT_COLD)->quantize_row;

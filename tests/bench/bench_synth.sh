@@ -29,14 +29,14 @@ field() { sed -n "s/.*\"$1\":\([0-9.]*\).*/\1/p"; }
 
 echo "# $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg), $(df --output=fstype "$base" | tail -1) at $base"
 echo "what,bytes,seconds,mb_per_s"
-/usr/bin/time -f '%U %S' -o "$work/time" "$strata" synth --preset "$preset" --out "$work/model" --json \
-	"${extra[@]}" >"$work/json"
+TIMEFORMAT='%U %S'
+{ time "$strata" synth --preset "$preset" --out "$work/model" --json "${extra[@]}" >"$work/json"; } 2>"$work/time"
 json=$(cat "$work/json")
 bytes=$(echo "$json" | field bytes)
 secs=$(echo "$json" | field seconds)
 synth_mbps=$(echo "$json" | field mb_per_s)
 echo "synth,$bytes,$secs,$synth_mbps"
-cpu=$(awk '{print $1 + $2}' "$work/time")
+cpu=$(tail -1 "$work/time" | awk '{print $1 + $2}')
 threads=2
 for ((i = 0; i < ${#extra[@]}; i++)); do [ "${extra[$i]}" = --threads ] && threads=${extra[$((i + 1))]}; done
 printf 'cpu_ceiling,%s,%.4f,%.1f\n' "$bytes" "$cpu" "$(echo "$bytes / $cpu * $threads / 1000000" | bc -l)"
