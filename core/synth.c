@@ -535,7 +535,11 @@ int strata_synth_tensor(const struct strata_synth *g, const struct strata_tensor
 	}
 	for (uint64_t c = 0; c < cols; c++)
 		sc[c] = 1.0f / sqrtf((float)cols);
-	if (t->fmt == STRATA_FMT_BF16)
+	int k = cols == g->tb_cols[0] ? 0 : cols == g->tb_cols[1] ? 1 : -1;
+	if (t->fmt == STRATA_FMT_BF16 && k >= 0 && g->tb[k]) {
+		memset(row, 0, cols); /* no outlier columns in the non-routed tensors */
+		gen_matrix_bf16(g, &r, sc, g->tb[k][0], (const uint8_t *)row, (uint32_t)rows, (uint32_t)cols, dst);
+	} else if (t->fmt == STRATA_FMT_BF16)
 		gen_matrix(g, &r, sc, (uint32_t)rows, (uint32_t)cols, NULL, dst, row);
 	else
 		gen_matrix(g, &r, sc, (uint32_t)rows, (uint32_t)cols, dst, NULL, NULL);

@@ -63,6 +63,26 @@ static void test_reproducible(void **state)
 		for (size_t i = 0; i < n; i++)
 			assert_int_equal(p[i], strata_f32_to_bf16(x[i]));
 	}
+	/* non-routed tensors: the BF16 fast path equals the float path too */
+	struct strata_tensor_info tl[16];
+	struct strata_model_spec spec = strata_synth_config(o)->spec;
+	uint32_t nt = strata_synth_tensors(&spec, tl, 16);
+	assert_true(nt >= 5);
+	for (uint32_t k = 0; k < nt; k++) {
+		if (tl[k].fmt != STRATA_FMT_BF16)
+			continue;
+		struct strata_tensor_info t32 = tl[k];
+		t32.fmt = STRATA_FMT_F32;
+		uint64_t cnt = tl[k].shape[0] * tl[k].shape[1];
+		uint16_t *tb = malloc(cnt * 2);
+		float *tf = malloc(cnt * 4);
+		assert_int_equal(strata_synth_tensor(o, &tl[k], tb, cnt * 2, &err), 0);
+		assert_int_equal(strata_synth_tensor(o, &t32, tf, cnt * 4, &err), 0);
+		for (uint64_t i = 0; i < cnt; i++)
+			assert_int_equal(tb[i], strata_f32_to_bf16(tf[i]));
+		free(tb);
+		free(tf);
+	}
 	strata_synth_free(o);
 	free(e);
 	free(x);
