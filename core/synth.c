@@ -319,12 +319,11 @@ int strata_synth_expert(const struct strata_synth *g, uint32_t layer, uint32_t e
 	uint32_t maxc = s->hidden > s->inter ? s->hidden : s->inter;
 	float *sc = malloc(maxc * sizeof(float)), *row = malloc((maxc + 1) * sizeof(float));
 	float *own = NULL;
-	int rc = STRATA_OK;
+	int rc = STRATA_OK, quant = fmt >= STRATA_FMT_HOT;
 	if (!sc || !row) {
 		rc = STRATA_ERR(err, STRATA_ENOMEM, "synth: out of memory");
 		goto out;
 	}
-	int quant = fmt >= STRATA_FMT_HOT;
 	if (quant && g->cfg.codes == STRATA_SYNTH_CODES_QUANTIZE && !scratch) {
 		own = malloc((uint64_t)s->hidden * s->inter * sizeof(float));
 		if (!own) {
@@ -753,6 +752,7 @@ int strata_synth_write(const struct strata_synth_config *cfg, const char *dir, s
 	struct strata_store_writer *w = NULL;
 	pthread_t *th = NULL;
 	struct job j = { 0 };
+	int progress_open = 0, started = 0;
 	pthread_mutex_init(&j.lock, NULL);
 	if (!tiers || !fmts || !tensors) {
 		rc = STRATA_ERR(err, STRATA_ENOMEM, "synth: out of memory");
@@ -809,12 +809,12 @@ int strata_synth_write(const struct strata_synth_config *cfg, const char *dir, s
 	j.buf_bytes = buf_bytes;
 	if (progress)
 		strata_progress_start(progress, "synth", total, "B");
+	progress_open = progress != NULL;
 	th = calloc((size_t)c->threads, sizeof(*th));
 	if (!th) {
 		rc = STRATA_ERR(err, STRATA_ENOMEM, "synth: out of memory");
 		goto out;
 	}
-	int started = 0;
 	for (int i = 0; i < c->threads; i++) {
 		atomic_fetch_add(&j.running, 1);
 		if (pthread_create(&th[i], NULL, worker, &j)) {
@@ -850,6 +850,7 @@ int strata_synth_write(const struct strata_synth_config *cfg, const char *dir, s
 	if (progress) {
 		strata_progress_update(progress, atomic_load(&j.done_bytes));
 		strata_progress_finish(progress);
+		progress_open = 0;
 	}
 	if (!rc && res) {
 		memset(res, 0, sizeof(*res));
@@ -859,7 +860,10 @@ int strata_synth_write(const struct strata_synth_config *cfg, const char *dir, s
 		res->seconds = (double)(strata_now_ns() - t0) / 1e9;
 		res->shards = strata_store_writer_shard_count(w);
 	}
+	progress_open = 0;
 out:
+	if (rc && progress_open) /* end the progress line before the error */
+		strata_progress_finish(progress);
 	strata_store_writer_free(w); /* removes the .tmp files unless finish succeeded */
 	pthread_mutex_destroy(&j.lock);
 	free(th);
