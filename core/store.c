@@ -27,6 +27,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -1039,6 +1040,19 @@ int strata_store_writer_open(const struct strata_store_writer_config *cfg, struc
 	rc = mkdir_p(w->dir, err);
 	if (rc)
 		goto fail;
+	/* Refuse up front a write that cannot fit, rather than fill the disk
+	 * shard by shard (others may be writing to it too). */
+	uint64_t need = 0;
+	for (uint32_t s = 0; s < w->n_shards; s++)
+		need += w->shards[s].file_size;
+	struct statvfs vfs;
+	if (!statvfs(w->dir, &vfs) && (uint64_t)vfs.f_bavail * vfs.f_frsize < need) {
+		char a[32], b[32];
+		rc = STRATA_ERR(err, STRATA_ENOSPC, "%s: not enough space: the model needs %s in %u shard%s, %s free",
+				w->dir, strata_fmt_bytes(need, a, sizeof(a)), w->n_shards, w->n_shards == 1 ? "" : "s",
+				strata_fmt_bytes((uint64_t)vfs.f_bavail * vfs.f_frsize, b, sizeof(b)));
+		goto fail;
+	}
 	for (uint32_t s = 0; s < w->n_shards; s++) {
 		struct wshard *sh = &w->shards[s];
 		sh->path = shard_path(w->dir, s, "");
@@ -1055,10 +1069,10 @@ int strata_store_writer_open(const struct strata_store_writer_config *cfg, struc
 		/* Reserve the space now: a full disk fails here, before any data. */
 		int e = posix_fallocate(sh->fd, 0, (off_t)sh->file_size);
 		if (e && e != EOPNOTSUPP && e != EINVAL) {
-			char need[32];
+			char nb[32];
 			rc = write_error(sh->tmp, e, err);
 			strata_error_prefix(err, "reserving %s for shard %u of %u",
-					    strata_fmt_bytes(sh->file_size, need, sizeof(need)), s, w->n_shards);
+					    strata_fmt_bytes(sh->file_size, nb, sizeof(nb)), s, w->n_shards);
 			goto fail_files;
 		}
 		if (e && ftruncate(sh->fd, (off_t)sh->file_size)) {
