@@ -1025,6 +1025,11 @@ int strata_store_writer_open(const struct strata_store_writer_config *cfg, struc
 		struct wshard *sh = &w->shards[s];
 		sh->fd = sh->fd_direct = -1;
 		sh->header_size = strata_store_header_bytes(w->n_total, sh->n_experts, sh->n_tensors);
+		if (sh->header_size > MAX_HEADER_BYTES) {
+			rc = STRATA_ERR(err, STRATA_EINVAL, "store writer: shard %u's header would be %" PRIu64
+					" bytes (at most %llu): too many experts", s, sh->header_size, MAX_HEADER_BYTES);
+			goto fail;
+		}
 		sh->data_off = ALIGN_4K(sh->header_size);
 		uint64_t off = sh->data_off;
 		for (uint32_t k = sh->first_item; k < sh->first_item + sh->n_items; k++) {
