@@ -534,10 +534,12 @@ int strata_store_open(const char *dir, struct strata_store **out, struct strata_
 	pthread_mutex_init(&s->fd_lock, NULL);
 	s->dir = strdup(dir);
 	struct strata_shard_header *h0 = NULL, *h = NULL;
-	int rc = STRATA_ENOMEM;
+	int rc;
 	char *p0 = shard_path(dir, 0, "");
-	if (!s->dir || !p0)
+	if (!s->dir || !p0) {
+		rc = STRATA_ERR(err, STRATA_ENOMEM, "out of memory");
 		goto fail;
+	}
 	uint64_t fsize;
 	rc = read_shard_header(p0, &h0, &fsize, err);
 	if (rc == STRATA_ENOTFOUND) {
@@ -568,9 +570,10 @@ int strata_store_open(const char *dir, struct strata_store **out, struct strata_
 	s->tensors = calloc(h0->n_tensors_total ? h0->n_tensors_total : 1, sizeof(*s->tensors));
 	s->tiers = malloc(s->n_total ? s->n_total : 1);
 	s->fmts = malloc(s->n_total ? s->n_total : 1);
-	rc = STRATA_ERR(err, STRATA_ENOMEM, "out of memory");
-	if (!s->shards || !s->experts || !s->tensors || !s->tiers || !s->fmts)
+	if (!s->shards || !s->experts || !s->tensors || !s->tiers || !s->fmts) {
+		rc = STRATA_ERR(err, STRATA_ENOMEM, "out of memory");
 		goto fail;
+	}
 	for (uint32_t i = 0; i < M; i++)
 		s->shards[i].fd_buf = s->shards[i].fd_direct = -1;
 	memcpy(s->tiers, h0->tier_table, s->n_total);
@@ -946,9 +949,10 @@ int strata_store_writer_open(const struct strata_store_writer_config *cfg, struc
 	w->tensors = calloc(w->n_tensors ? w->n_tensors : 1, sizeof(*w->tensors));
 	w->added = calloc(w->n_total + w->n_tensors, 1);
 	w->order = malloc(((size_t)w->n_total + w->n_tensors) * sizeof(*w->order));
-	rc = STRATA_ERR(err, STRATA_ENOMEM, "out of memory");
-	if (!w->dir || !w->tiers || !w->fmts || !w->experts || !w->tensors || !w->added || !w->order)
+	if (!w->dir || !w->tiers || !w->fmts || !w->experts || !w->tensors || !w->added || !w->order) {
+		rc = STRATA_ERR(err, STRATA_ENOMEM, "out of memory");
 		goto fail;
+	}
 	for (uint32_t i = 0; i < w->n_total; i++) {
 		uint8_t t = cfg->tier_table ? cfg->tier_table[i] : STRATA_TIER_NVME;
 		uint8_t f = cfg->fmt_table ? cfg->fmt_table[i] : (uint8_t)(STRATA_FMT_HOT + t);
@@ -997,8 +1001,10 @@ int strata_store_writer_open(const struct strata_store_writer_config *cfg, struc
 	for (uint32_t i = 0; i < w->n_total; i++)
 		w->order[w->n_tensors + i] = i;
 	w->shards = calloc(n_items ? n_items : 1, sizeof(*w->shards));
-	if (!w->shards)
+	if (!w->shards) {
+		rc = STRATA_ERR(err, STRATA_ENOMEM, "out of memory");
 		goto fail;
+	}
 	uint64_t cur = 0;
 	for (uint32_t k = 0; k < n_items; k++) {
 		uint32_t it = w->order[k];
