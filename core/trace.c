@@ -521,6 +521,19 @@ int strata_trace_open(const char *path, struct strata_trace **out, struct strata
 		}
 		madvise(t->map, len, MADV_NORMAL);
 	} else {
+		/* not the magic: JSONL unless it looks binary */
+		unsigned char probe[256];
+		ssize_t pn = pread(fd, probe, sizeof(probe), 0);
+		int binary = pn >= 6 && !memcmp(probe, "STRATA", 6);
+		for (ssize_t i = 0; i < pn && !binary; i++)
+			binary = probe[i] == 0;
+		if (binary || pn < 0) {
+			close(fd);
+			rc = pn < 0 ? STRATA_ERRNO(err, STRATA_EIO, "%s: read", path)
+				    : STRATA_ERR(err, STRATA_ECORRUPT, "%s: not a strata trace (bad magic; expected \"%s\" "
+						 "or JSONL text)", path, STRATA_TRACE_MAGIC);
+			goto fail;
+		}
 		FILE *f = fdopen(fd, "r");
 		if (!f) {
 			rc = STRATA_ERRNO(err, STRATA_EIO, "%s: fdopen", path);

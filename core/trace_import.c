@@ -167,7 +167,7 @@ static int resolve(struct imp *im, const struct tj_doc *d, const struct tj_node 
 			if (!tj_get(d, root, im->map_col[r]))
 				return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": no column '%s' (mapped to %s)", im->file, line,
 					    im->map_col[r], role_names[r]);
-			snprintf(im->col[r], sizeof(im->col[r]), "%s", im->map_col[r]);
+			memcpy(im->col[r], im->map_col[r], sizeof(im->col[r]));
 			continue;
 		}
 		for (int i = 0; candidates[r][i]; i++) {
