@@ -298,7 +298,10 @@ static int parse_header(struct strata_st *st, uint32_t file, const char *json, s
 	struct st_file *f = &st->files[file];
 	uint64_t data_bytes = f->size - f->data_start;
 	struct strata_json_doc *doc;
-	int rc = strata_json_parse(json, jlen, f->path, &doc, err);
+	char what[PATH_MAX + 64];
+	/* JSON byte positions count from the header's first byte (file byte 8) */
+	snprintf(what, sizeof(what), "%s: header", f->path);
+	int rc = strata_json_parse(json, jlen, what, &doc, err);
 	if (rc)
 		return rc;
 	const struct strata_json *root = strata_json_root(doc);
