@@ -832,8 +832,6 @@ static int import_file(struct imp *im, const char *path)
 		snprintf(what, sizeof(what), "%s:%" PRIu64, path, lineno);
 		if (strata_json_parse(text, tlen, what, &doc, im->err)) {
 			im->err->code = STRATA_EINVAL;
-			if (csv)
-				strata_error_prefix(im->err, "cannot read a cell as a list: ");
 			rc = STRATA_EINVAL;
 			break;
 		}
