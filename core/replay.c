@@ -1,6 +1,5 @@
 /*
  * Trace replay on the engine (strata replay, strata sim): see strata/replay.h.
- * Also the cost-model file that strata calibrate writes and strata sim reads.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -26,118 +25,6 @@ const char *strata_compute_name(int c)
 	case STRATA_COMPUTE_GPU: return "gpu";
 	default: return "auto";
 	}
-}
-
-/* ---- cost file -------------------------------------------------------- */
-
-void strata_cost_file_defaults(struct strata_cost_file *c)
-{
-	memset(c, 0, sizeof(*c));
-	/* a PCIe 5 NVMe SSD, a PCIe 5 x16 GPU link, an H200's HBM; overwritten by calibrate */
-	c->cost.nvme_gbps = 6.0;
-	c->cost.nvme_lat_us = 80.0;
-	c->cost.pcie_gbps = 50.0;
-	c->cost.pcie_lat_us = 10.0;
-	c->cost.hbm_gbps = 4000.0;
-	c->cost.kernel_us_per_mb = 0.5;
-	c->cost.kernel_fixed_us = 8.0;
-	c->cost.nvme_queue_depth = 32;
-	c->kernel_us_per_mb_token = 0.02;
-	snprintf(c->source, sizeof(c->source), "defaults");
-}
-
-static const struct {
-	const char *key;
-	size_t off;
-} cost_keys[] = {
-	{ "nvme_gbps", offsetof(struct strata_cost_file, cost.nvme_gbps) },
-	{ "nvme_lat_us", offsetof(struct strata_cost_file, cost.nvme_lat_us) },
-	{ "pcie_gbps", offsetof(struct strata_cost_file, cost.pcie_gbps) },
-	{ "pcie_lat_us", offsetof(struct strata_cost_file, cost.pcie_lat_us) },
-	{ "hbm_gbps", offsetof(struct strata_cost_file, cost.hbm_gbps) },
-	{ "kernel_us_per_mb", offsetof(struct strata_cost_file, cost.kernel_us_per_mb) },
-	{ "kernel_fixed_us", offsetof(struct strata_cost_file, cost.kernel_fixed_us) },
-	{ "kernel_us_per_mb_token", offsetof(struct strata_cost_file, kernel_us_per_mb_token) },
-};
-
-int strata_cost_file_load(const char *path, struct strata_cost_file *c, struct strata_error *err)
-{
-	strata_cost_file_defaults(c);
-	struct strata_json_doc *doc;
-	int rc = strata_json_parse_file(path, 1 << 20, &doc, err);
-	if (rc)
-		return rc;
-	const struct strata_json *root = strata_json_root(doc);
-	if (root->type != STRATA_JSON_OBJECT) {
-		strata_json_free(doc);
-		return STRATA_ERR(err, STRATA_ECORRUPT, "%s: a cost model is a JSON object", path);
-	}
-	for (uint32_t i = 0; i < root->len; i++) {
-		const struct strata_json *m = &root->items[i];
-		int known = 0;
-		for (size_t k = 0; k < sizeof(cost_keys) / sizeof(cost_keys[0]); k++)
-			if (!strcmp(m->key, cost_keys[k].key)) {
-				known = 1;
-				if (m->type != STRATA_JSON_NUMBER || m->num < 0 || !isfinite(m->num)) {
-					strata_json_free(doc);
-					return STRATA_ERR(err, STRATA_EINVAL, "%s: \"%s\" must be a non-negative number",
-							  path, m->key);
-				}
-				*(double *)((char *)c + cost_keys[k].off) = m->num;
-			}
-		if (!strcmp(m->key, "nvme_queue_depth")) {
-			known = 1;
-			if (m->type != STRATA_JSON_NUMBER || !m->is_uint || m->u < 1 || m->u > 4096) {
-				strata_json_free(doc);
-				return STRATA_ERR(err, STRATA_EINVAL, "%s: \"nvme_queue_depth\" must be 1..4096", path);
-			}
-			c->cost.nvme_queue_depth = (uint32_t)m->u;
-		} else if (!strcmp(m->key, "machine") && m->type == STRATA_JSON_STRING) {
-			known = 1;
-			snprintf(c->machine, sizeof(c->machine), "%s", m->str);
-		} else if (!strcmp(m->key, "source") && m->type == STRATA_JSON_STRING) {
-			known = 1;
-			snprintf(c->source, sizeof(c->source), "%s", m->str);
-		}
-		if (!known && strcmp(m->key, "strata_cost") && strcmp(m->key, "notes") && strcmp(m->key, "measured")) {
-			rc = STRATA_ERR(err, STRATA_EINVAL, "%s: unknown key \"%s\"", path, m->key);
-			strata_json_free(doc);
-			return rc;
-		}
-	}
-	strata_json_free(doc);
-	if (c->cost.nvme_gbps <= 0 || c->cost.pcie_gbps <= 0 || c->cost.hbm_gbps <= 0)
-		return STRATA_ERR(err, STRATA_EINVAL, "%s: bandwidths must be > 0", path);
-	return STRATA_OK;
-}
-
-int strata_cost_file_save(const char *path, const struct strata_cost_file *c, struct strata_error *err)
-{
-	char tmp[4096];
-	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-	FILE *f = fopen(tmp, "w");
-	if (!f)
-		return STRATA_ERRNO(err, STRATA_EIO, "%s: cannot create", tmp);
-	fprintf(f, "{\n  \"strata_cost\": 1,\n  \"source\": \"%s\",\n  \"machine\": \"", c->source);
-	for (const char *p = c->machine; *p; p++)
-		if (*p == '"' || *p == '\\')
-			fprintf(f, "\\%c", *p);
-		else if ((unsigned char)*p >= 0x20)
-			fputc(*p, f);
-	fprintf(f, "\",\n");
-	for (size_t k = 0; k < sizeof(cost_keys) / sizeof(cost_keys[0]); k++)
-		fprintf(f, "  \"%s\": %.6g,\n", cost_keys[k].key, *(const double *)((const char *)c + cost_keys[k].off));
-	fprintf(f, "  \"nvme_queue_depth\": %u\n}\n", c->cost.nvme_queue_depth);
-	int bad = ferror(f);
-	if (fclose(f) || bad) {
-		unlink(tmp);
-		return STRATA_ERRNO(err, STRATA_EIO, "%s: write failed", tmp);
-	}
-	if (rename(tmp, path)) {
-		unlink(tmp);
-		return STRATA_ERRNO(err, STRATA_EIO, "%s: rename", path);
-	}
-	return STRATA_OK;
 }
 
 /* ---- replay ----------------------------------------------------------- */

@@ -50,6 +50,21 @@ void strata_cost_file_defaults(struct strata_cost_file *c);
 int strata_cost_file_load(const char *path, struct strata_cost_file *c, struct strata_error *err);
 int strata_cost_file_save(const char *path, const struct strata_cost_file *c, struct strata_error *err);
 
+/* strata calibrate (core/calibrate.c): NVMe latency/bandwidth on the model's
+ * shards (O_DIRECT, io_uring), RAM->VRAM and HBM bandwidth when a GPU is
+ * usable, kernel time per packed MB on real extents (GPU kernels or the CPU
+ * reference).  Fields not measured keep strata_cost_file_defaults. */
+struct strata_calibrate_config {
+	const char *model_dir;
+	uint64_t read_bytes;     /* NVMe bytes read for bandwidth (default 1 GiB) */
+	uint32_t queue_depth;    /* io_uring depth (default 32) */
+	int compute;             /* enum strata_compute: kernels timed (none: skip) */
+	int use_gpu;             /* -1 auto, 0 never, 1 require */
+};
+void strata_calibrate_config_defaults(struct strata_calibrate_config *c);
+int strata_calibrate(const struct strata_calibrate_config *c, struct strata_cost_file *out, FILE *log,
+		     struct strata_error *err);
+
 struct strata_replay_config {
 	const char *model_dir;
 	const char *trace_path;
