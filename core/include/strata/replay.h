@@ -49,6 +49,7 @@ struct strata_cost_file {
 void strata_cost_file_defaults(struct strata_cost_file *c);
 int strata_cost_file_load(const char *path, struct strata_cost_file *c, struct strata_error *err);
 int strata_cost_file_save(const char *path, const struct strata_cost_file *c, struct strata_error *err);
+void strata_cost_file_print(const struct strata_cost_file *c, FILE *f);
 
 /* strata calibrate (core/calibrate.c): NVMe latency/bandwidth on the model's
  * shards (O_DIRECT, io_uring), RAM->VRAM and HBM bandwidth when a GPU is
