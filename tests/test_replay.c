@@ -32,7 +32,7 @@ static int setup(void **state)
 	free(d);
 	char out[4096];
 	/* a tiny tiered model and a trace of its shape */
-	if (test_run(out, sizeof(out), "%s synth --preset tiny --out %s/model --format tiered --seed 3", test_bin("strata"),
+	if (test_run(out, sizeof(out), "%s synth --preset tiny --out %s/model --format tiered --codes random --seed 3", test_bin("strata"),
 		     dir)) {
 		fprintf(stderr, "synth failed: %s\n", out);
 		return -1;
