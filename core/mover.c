@@ -125,6 +125,7 @@ int strata_mover_reap(struct strata_mover *m, uint32_t min, struct strata_error 
 			return strata_error_set(err, STRATA_EIO, -r, __FILE__, __LINE__, "mover %s: reap", m->ops->name);
 		for (int i = 0; i < r; i++) {
 			struct strata_move *mv = done[i];
+			mv->reaped = true;
 			m->outstanding--;
 			m->moves++;
 			if (mv->status == STRATA_MOVE_FAILED) {
@@ -152,6 +153,7 @@ int strata_mover_reap(struct strata_mover *m, uint32_t min, struct strata_error 
 int strata_mover_queue(struct strata_mover *m, struct strata_move *mv, struct strata_error *err)
 {
 	mv->status = STRATA_MOVE_QUEUED;
+	mv->reaped = false;
 	mv->res = 0;
 	mv->done_bytes = 0;
 	for (;;) {
@@ -183,12 +185,13 @@ int strata_mover_wait(struct strata_mover *m, struct strata_move *mv, struct str
 	if (rc)
 		return rc;
 	int first = STRATA_OK;
-	while (mv->status != STRATA_MOVE_DONE && mv->status != STRATA_MOVE_FAILED) {
+	while (!mv->reaped) {
 		if (!m->outstanding)
 			return STRATA_ERR(err, STRATA_EINVAL, "mover %s: waiting for a move it does not hold",
 					  m->ops->name);
 		struct strata_error e2;
-		rc = strata_mover_reap(m, 1, &e2);
+		/* a synchronous mover may have finished it inside submit */
+		rc = strata_mover_reap(m, mv->status >= STRATA_MOVE_DONE ? 0 : 1, &e2);
 		if (rc < 0 && first == STRATA_OK) {
 			first = rc;
 			if (err)

@@ -74,6 +74,7 @@ struct strata_move {
 	int res;                 /* 0, or -errno on failure */
 	uint64_t done_bytes;     /* progress (short reads resume from here) */
 	uint64_t submit_ns, done_ns; /* wall clock, or virtual clock for virtual movers */
+	bool reaped;             /* the generic layer has reaped it (callback ran) */
 	/* private to the mover that holds it */
 	struct strata_move *next;
 	uint64_t priv[2];
