@@ -158,7 +158,7 @@ static void job_done(struct strata_move *mv)
 		struct strata_error err;
 		strata_move_error(mv, &err);
 		io_fail(e, &err);
-	} else if (e->cfg.verify && e->ext && j->src_tier == STRATA_TIER_NVME &&
+	} else if (e->cfg.verify && e->ext && !e->virt && mv->dst && j->src_tier == STRATA_TIER_NVME &&
 		   (j->tier == R || !e->on_gpu)) {
 		struct strata_error err;
 		if (strata_store_verify_extent(e->store, e->ext[j->eid], mv->dst, &err))
@@ -264,7 +264,12 @@ static void quiesce(struct strata_engine *e, int tier, uint32_t eid)
 	struct job *j = e->inbound[tier][eid];
 	if (j)
 		job_wait(e, j);
+	/* a copy out of this RAM slot, into VRAM or a scratch slot, must finish
+	 * before the slot is reused (the source of a streamed expert is not
+	 * pinned in RAM: decisions never wait on time) */
 	if (tier == R && (j = e->inbound[V][eid]) && j->src_tier == R)
+		job_wait(e, j);
+	if (tier == R && (j = e->scratch_job[eid]) && j->src_tier == R)
 		job_wait(e, j);
 }
 
@@ -351,12 +356,18 @@ static void mark_resident(struct strata_engine *e, int t, uint32_t eid, uint64_t
 static int create_policies(struct strata_engine *e, struct strata_error *err)
 {
 	const struct strata_engine_config *c = &e->cfg;
-	int rc = strata_policy_create(STRATA_ROLE_PLACE, c->place ? c->place : "static", &e->env, -1, &e->place, err);
-	for (int t = 0; !rc && t < 2; t++)
-		rc = strata_policy_create(STRATA_ROLE_EVICT, c->evict ? c->evict : "lru", &e->env, t, &e->evict[t], err);
-	if (!rc)
-		rc = strata_policy_create(STRATA_ROLE_PREFETCH, c->prefetch ? c->prefetch : "none", &e->env, -1,
-					  &e->prefetch, err);
+	const char *spec[3] = { c->place ? c->place : "static", c->evict ? c->evict : "lru",
+				c->prefetch ? c->prefetch : "none" };
+	const void *ops[3] = { c->place_ops, c->evict_ops, c->prefetch_ops };
+	struct strata_policy **dst[4] = { &e->place, &e->evict[V], &e->evict[R], &e->prefetch };
+	const int role[4] = { STRATA_ROLE_PLACE, STRATA_ROLE_EVICT, STRATA_ROLE_EVICT, STRATA_ROLE_PREFETCH };
+	const int tier[4] = { -1, V, R, -1 };
+	int rc = STRATA_OK;
+	for (int i = 0; i < 4 && !rc; i++) {
+		int r = role[i];
+		rc = ops[r] ? strata_policy_create_ops(r, ops[r], NULL, &e->env, tier[i], dst[i], err)
+			    : strata_policy_create(r, spec[r], &e->env, tier[i], dst[i], err);
+	}
 	if (!rc)
 		snprintf(e->name, sizeof(e->name), "place=%s,evict=%s,prefetch=%s", e->place->name,
 			 e->evict[V]->name, e->prefetch->name);
@@ -477,7 +488,7 @@ static int engine_open(struct strata_store *store, const struct strata_model_spe
 		       const uint8_t *fmts, const struct strata_engine_config *cfg, struct strata_engine **out,
 		       struct strata_error *err)
 {
-	char a[32], b[32];
+	char a[32], b[32], c[32];
 	*out = NULL;
 	struct strata_engine *e = calloc(1, sizeof(*e));
 	if (!e)
@@ -541,7 +552,7 @@ static int engine_open(struct strata_store *store, const struct strata_model_spe
 				" (%u x %s, the largest extent); use 0 to stream every expert, or at least %s",
 				strata_fmt_bytes(cfg->budget[V], a, sizeof(a)), (unsigned long long)cfg->budget[V],
 				spec->top_k, (unsigned long long)need, spec->top_k,
-				strata_fmt_bytes(e->max_bytes, b, sizeof(b)), strata_fmt_bytes(need, b, sizeof(b)));
+				strata_fmt_bytes(e->max_bytes, b, sizeof(b)), strata_fmt_bytes(need, c, sizeof(c)));
 		goto fail;
 	}
 	if (!e->virt) {
@@ -819,19 +830,18 @@ static int acquire_one(struct strata_engine *e, uint32_t eid, uint64_t now, uint
 	}
 	struct job **slot;
 	void *dst;
+	bool keep = false;
+	uint64_t off;
 	if (mask & (1u << V)) {
-		uint64_t off;
 		rc = make_room(e, V, eid, &off, err);
-		if (rc == STRATA_EBUDGET) {
-			char a[32], b[32];
-			return STRATA_ERR(err, STRATA_EBUDGET,
-					  "engine: VRAM budget %s cannot hold expert %u/%u (%s) with %u experts pinned"
-					  " (evict %s)", strata_fmt_bytes(e->tier[V].budget, a, sizeof(a)),
-					  eid / e->spec.n_experts, eid % e->spec.n_experts,
-					  strata_fmt_bytes(e->bytes[eid], b, sizeof(b)), e->n_step, e->evict[V]->name);
-		}
-		if (rc)
+		if (rc == STRATA_OK)
+			keep = true;
+		else if (rc == STRATA_EBUDGET)
+			e->st.admit_fallback++; /* pins fragment the tier (or budget 0): stream it */
+		else
 			return rc;
+	}
+	if (keep) {
 		mark_resident(e, V, eid, off);
 		strata_evict_ops_of(e->evict[V])->on_insert(e->evict[V], eid, now);
 		strata_evict_ops_of(e->evict[V])->on_access(e->evict[V], eid, now);
@@ -839,7 +849,6 @@ static int acquire_one(struct strata_engine *e, uint32_t eid, uint64_t now, uint
 		slot = &e->inbound[V][eid];
 		dst = slot_ptr(e, V, off);
 	} else {
-		uint64_t off;
 		if (strata_tier_reserve(&e->scratch, e->bytes[eid], &off)) {
 			char a[32];
 			return STRATA_ERR(err, STRATA_EBUDGET,

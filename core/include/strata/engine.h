@@ -61,6 +61,9 @@ struct strata_engine_config {
 	uint32_t scratch_slots;    /* streaming slots in the run tier (0: top_k) */
 	uint32_t copy_streams;     /* RAM -> VRAM copy streams (0: 2) */
 	uint64_t bounce_bytes;     /* staged NVMe -> VRAM bounce buffer size (0: 4 MiB) */
+	/* Instead of a spec: an ops struct of the caller's (default options), as
+	 * in the policy harness; lets a test drive a deliberately broken policy. */
+	const void *place_ops, *evict_ops, *prefetch_ops;
 };
 void strata_engine_config_defaults(struct strata_engine_config *c);
 
@@ -77,7 +80,10 @@ struct strata_engine_stats {
 	uint64_t bookkeeping_ns;           /* engine's own time outside movers */
 	/* added by h-engine */
 	uint64_t prefetch_dropped;         /* no room in the target tier */
-	uint64_t streamed;                 /* accesses served through a scratch slot (admit had no VRAM bit) */
+	uint64_t streamed;                 /* accesses served through a scratch slot */
+	uint64_t admit_fallback;           /* of those: admit asked for VRAM, but with every unpinned
+					    * expert evicted no hole was large enough (the pinned experts
+					    * fragment the tier, or its budget is 0) */
 	uint64_t preloaded[2];             /* experts placed at open, per tier */
 	uint64_t preload_bytes;
 	uint64_t scratch_bytes;            /* run-tier memory outside the budget, for streaming */
@@ -135,10 +141,12 @@ int strata_engine_begin_step(struct strata_engine *e, uint64_t token, uint32_t l
  *     without, NVMe -> VRAM staged.
  *   Then with admit's VRAM bit it is kept in VRAM (room is made by the
  *   vram evict policy: on_insert, on_access), without it streams through a
- *   scratch slot (outside the budget), freed at release.
+ *   scratch slot (outside the budget), freed at release.  When the policy
+ *   runs out of victims before a hole is large enough, it streams too
+ *   (admit_fallback).
  * An expert whose prefetch is still in flight counts as a hit in the tier it
  * is going to (decisions never depend on timing), plus prefetch_late.
- * Errors: STRATA_EBUDGET (the pinned experts leave no room), STRATA_EPOLICY
+ * Errors: STRATA_EBUDGET (more experts to stream than scratch slots), STRATA_EPOLICY
  * (a victim that is pinned, not resident or out of range, naming the
  * policy), STRATA_EIO/ECORRUPT (a read failed, naming the shard). */
 int strata_engine_acquire(struct strata_engine *e, uint32_t layer, const uint32_t *experts,
