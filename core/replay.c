@@ -472,8 +472,10 @@ int strata_replay_run(const struct strata_replay_config *cfg, struct strata_repl
 			req_first[ri] = t0;
 		if (prefill) {
 			t_prefill += dt;
-			req_prefill[ri] = 1;
-			req_ttft[ri] = t1 - req_first[ri]; /* the last prefill chunk yields the first token */
+			if (req_prefill[ri] != 2) { /* the last prefill chunk before decoding yields the first token */
+				req_prefill[ri] = 1;
+				req_ttft[ri] = t1 - req_first[ri];
+			}
 		} else {
 			t_decode += dt;
 			lat[n_lat++] = dt;
