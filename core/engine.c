@@ -403,7 +403,7 @@ static int open_movers(struct strata_engine *e, struct strata_error *err)
 	if ((rc = strata_mover_open(e->on_gpu ? &strata_mover_cuda : &strata_mover_host, &mc, &e->h2d, err)))
 		return rc;
 	struct strata_mover_config sc = { .queue_depth = qd, .stage_read = e->nvme, .stage_copy = e->h2d,
-					  .bounce_bytes = c->bounce_bytes, .n_bounce = 4,
+					  .bounce_bytes = c->bounce_bytes, .n_bounce = 8,
 					  .bounce_register = e->on_gpu };
 	return strata_mover_open(&strata_mover_staged, &sc, &e->staged, err);
 }

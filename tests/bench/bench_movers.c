@@ -15,7 +15,8 @@
  * presets (strata_expert_layout).  Output: one CSV row per measurement on
  * stdout, a summary on stderr.
  *
- *   bench_movers [--file PATH] [--size 4G] [--seconds 3] [--no-nvme] [--no-gpu] [--qd N]
+ *   bench_movers [--file PATH] [--size 4G] [--seconds 3] [--no-nvme] [--no-gpu] [--qd N] [--staged-only]
+ * (--staged-only: on the GPU machine, which has no fio, skip the NVMe -> RAM table)
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -94,7 +95,9 @@ static double run_file_mover(const struct strata_mover_ops *ops, const char *pat
 	use = m;
 	if (ops == &strata_mover_staged) {
 		struct strata_mover_config sc = { .queue_depth = qd, .stage_read = m, .stage_copy = stage_copy,
-						  .bounce_bytes = 4 << 20, .n_bounce = 8, .bounce_register = true };
+						  .bounce_bytes = 4 << 20, .bounce_register = true,
+						  .n_bounce = (uint32_t)((qd * ((bs + (4 << 20) - 1) >> 22)) > 64 ? 64
+								: qd * ((bs + (4 << 20) - 1) >> 22)) };
 		if (strata_mover_open(&strata_mover_staged, &sc, &st, &err)) {
 			fprintf(stderr, "staged: %s\n", err.msg);
 			strata_mover_close(m);
@@ -205,7 +208,7 @@ int main(int argc, char **argv)
 	const char *file = "/tmp/strata-bench-movers.dat";
 	uint64_t fsize = 4ull << 30;
 	double seconds = 3;
-	int nvme = 1, gpu = 1;
+	int nvme = 1, gpu = 1, nvme_ram = 1;
 	uint32_t qd = 0;
 	for (int i = 1; i < argc; i++) {
 		struct strata_error err;
@@ -219,10 +222,12 @@ int main(int argc, char **argv)
 			qd = (uint32_t)atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--no-nvme"))
 			nvme = 0;
+		else if (!strcmp(argv[i], "--staged-only"))
+			nvme_ram = 0;
 		else if (!strcmp(argv[i], "--no-gpu"))
 			gpu = 0;
 		else {
-			fprintf(stderr, "usage: %s [--file PATH] [--size 4G] [--seconds 3] [--qd N] [--no-nvme] [--no-gpu]\n",
+			fprintf(stderr, "usage: %s [--file PATH] [--size 4G] [--seconds 3] [--qd N] [--no-nvme] [--no-gpu] [--staged-only]\n",
 				argv[0]);
 			return !strcmp(argv[i], "--help") ? 0 : 2;
 		}
@@ -235,7 +240,7 @@ int main(int argc, char **argv)
 			fprintf(stderr, "cannot write %s: %s\n", file, strerror(errno));
 			return 1;
 		}
-		for (int c = 0; c < nc; c++) {
+		for (int c = 0; c < nc && nvme_ram; c++) {
 			uint32_t d = depth_for(cs[c].bytes, qd);
 			double fio = run_fio(file, fsize, cs[c].bytes, d, seconds);
 			double ur = run_file_mover(&strata_mover_uring, file, fsize, cs[c].bytes, d, seconds, NULL, NULL);
@@ -291,6 +296,27 @@ int main(int argc, char **argv)
 		fprintf(stderr, "pinned cudaMemcpy peak (256 MiB): %.2f GB/s on %s\n", peak, strata_gpu_name());
 		for (int c = 0; c < nc; c++) {
 			uint64_t bs = cs[c].bytes, nslots = arena / bs;
+			/* ceiling at this size: back-to-back cudaMemcpyAsync, one stream, no mover */
+			double same = 0;
+			for (int r = 0; r < 3; r++) {
+				uint32_t reps = (uint32_t)((512ull << 20) / bs) + 1;
+				strata_gpu_event_record(a, s, &err);
+				for (uint32_t i = 0; i < reps; i++) {
+					uint64_t off = ((uint64_t)r * reps + i) % nslots * bs;
+					strata_gpu_memcpy_h2d_async((uint8_t *)dev + off, host + off, bs, s, &err);
+				}
+				strata_gpu_event_record(b, s, &err);
+				strata_gpu_event_sync(b, &err);
+				float ms;
+				strata_gpu_event_elapsed_ms(a, b, &ms, &err);
+				double g = (double)bs * reps / (ms * 1e-3) / 1e9;
+				if (g > same)
+					same = g;
+			}
+			printf("ram_vram_raw,%s,%llu,1,%.3f,pinned_cudaMemcpy_256MiB,%.3f,%.3f\n", cs[c].name,
+			       (unsigned long long)bs, same, peak, same / peak);
+			fprintf(stderr, "%-22s %9llu B  raw cudaMemcpyAsync back-to-back %.2f GB/s (%.2f of peak)\n",
+				cs[c].name, (unsigned long long)bs, same, same / peak);
 			for (uint32_t streams = 1; streams <= 2; streams++) {
 				struct strata_mover *m;
 				struct strata_mover_config mc = { .queue_depth = 8, .n_streams = streams };
@@ -298,27 +324,45 @@ int main(int argc, char **argv)
 					fprintf(stderr, "cuda mover: %s\n", err.msg);
 					return 1;
 				}
+				/* keep the queue full: requeue each move as it completes */
 				struct strata_move mv[8];
 				uint64_t k = 0, bytes = 0, t0 = strata_now_ns();
 				uint64_t end = t0 + (uint64_t)(seconds * 1e9);
-				while (strata_now_ns() < end) {
-					for (int i = 0; i < 8; i++, k++) {
-						uint64_t off = (k % nslots) * bs;
+				for (int i = 0; i < 8; i++, k++) {
+					uint64_t off = (k % nslots) * bs;
+					mv[i] = (struct strata_move){ .fd = -1, .src = host + off, .dst = (uint8_t *)dev + off,
+								      .bytes = bs };
+					strata_mover_queue(m, &mv[i], &err);
+				}
+				strata_mover_submit(m, &err);
+				while (m->outstanding) {
+					if (strata_mover_reap(m, 1, &err) < 0) {
+						fprintf(stderr, "cuda mover: %s\n", err.msg);
+						return 1;
+					}
+					int more = strata_now_ns() < end;
+					for (int i = 0; i < 8; i++) {
+						if (!mv[i].reaped)
+							continue;
+						bytes += mv[i].done_bytes;
+						mv[i].reaped = false;
+						if (!more)
+							continue;
+						uint64_t off = (k++ % nslots) * bs;
 						mv[i] = (struct strata_move){ .fd = -1, .src = host + off,
 									      .dst = (uint8_t *)dev + off, .bytes = bs };
 						strata_mover_queue(m, &mv[i], &err);
 					}
-					if (strata_mover_drain(m, &err)) {
-						fprintf(stderr, "cuda mover: %s\n", err.msg);
-						return 1;
-					}
-					bytes += 8 * bs;
+					strata_mover_submit(m, &err);
 				}
 				double g = (double)bytes / ((double)(strata_now_ns() - t0) / 1e9) / 1e9;
 				printf("ram_vram_s%u,%s,%llu,8,%.3f,pinned_cudaMemcpy_256MiB,%.3f,%.3f\n", streams, cs[c].name,
 				       (unsigned long long)bs, g, peak, g / peak);
-				fprintf(stderr, "%-22s %9llu B  cuda mover (%u stream%s) %.2f GB/s  peak %.2f  ratio %.2f\n",
-					cs[c].name, (unsigned long long)bs, streams, streams > 1 ? "s" : "", g, peak, g / peak);
+				printf("ram_vram_s%u,%s,%llu,8,%.3f,pinned_cudaMemcpy_same_size,%.3f,%.3f\n", streams, cs[c].name,
+				       (unsigned long long)bs, g, same, g / same);
+				fprintf(stderr, "%-22s %9llu B  cuda mover (%u stream%s) %.2f GB/s  peak %.2f  ratio %.2f  (same-size ceiling %.2f: %.2f)\n",
+					cs[c].name, (unsigned long long)bs, streams, streams > 1 ? "s" : "", g, peak, g / peak,
+					same, g / same);
 				strata_mover_close(m);
 			}
 		}
