@@ -828,6 +828,55 @@ static void test_cli(void **state)
 	assert_non_null(strstr(out, "654 tokens in 5 requests"));
 }
 
+/* The Python side: the notebook reader, and the HF recorder's test (which
+ * skips without torch/transformers; its SKIP line is passed on). */
+static int repo_root(char *root, size_t len)
+{
+	char out[256];
+	snprintf(root, len, "%s", data_path("trace_tiny.strace"));
+	char *cut = strstr(root, "/tests/data/");
+	if (!cut || test_run(out, sizeof(out), "python3 -c pass") != 0)
+		return -1;
+	*cut = 0;
+	return 0;
+}
+
+static void test_python_reader(void **state)
+{
+	char out[8192], root[PATH_MAX];
+	if (repo_root(root, sizeof(root))) {
+		printf("SKIP test_python_reader: no python3 or no checkout next to the build\n");
+		return;
+	}
+	int rc = test_run(out, sizeof(out), "cd '%s' && python3 scripts/test_strata_trace.py", root);
+	if (rc)
+		fprintf(stderr, "%s\n", out);
+	assert_int_equal(rc, 0);
+}
+
+static void test_record_hf(void **state)
+{
+	char out[8192], root[PATH_MAX];
+	if (repo_root(root, sizeof(root))) {
+		printf("SKIP test_record_hf: no python3 or no checkout next to the build\n");
+		return;
+	}
+	int rc = test_run(out, sizeof(out), "cd '%s' && python3 scripts/test_record_hf.py --strata '%s'", root,
+			  test_bin("strata"));
+	if (rc)
+		fprintf(stderr, "%s\n", out);
+	assert_int_equal(rc, 0);
+	char *skip = strstr(out, "SKIP ");
+	if (skip) {
+		char *nl = strchr(skip, '\n');
+		if (nl)
+			*nl = 0;
+		printf("%s\n", skip);
+	} else {
+		printf("%s", out);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -842,6 +891,8 @@ int main(void)
 		cmocka_unit_test(test_gen),
 		cmocka_unit_test(test_plan_future),
 		cmocka_unit_test(test_cli),
+		cmocka_unit_test(test_python_reader),
+		cmocka_unit_test(test_record_hf),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
