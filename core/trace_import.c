@@ -958,6 +958,24 @@ static int cmp_cell(const void *a, const void *b)
 	return x->line < y->line ? -1 : x->line > y->line;
 }
 
+struct otoken {
+	uint32_t req, pos, file;
+	int phase;
+	uint64_t line;  /* first input line of the token (any layer) */
+	size_t seq;     /* index into ocells, and the request order */
+};
+
+/* --order input: by the file and line the token first appears on */
+static int cmp_otok(const void *a, const void *b)
+{
+	const struct otoken *x = a, *y = b;
+	if (x->file != y->file)
+		return x->file < y->file ? -1 : 1;
+	if (x->line != y->line)
+		return x->line < y->line ? -1 : 1;
+	return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
 static const char *req_name(struct imp *im, uint32_t r, char *buf, size_t len)
 {
 	if (im->c->n_inputs > 1) {
@@ -1033,6 +1051,8 @@ static int assemble(struct imp *im)
 	float *tw = malloc((size_t)L * k * 4), *tpw = malloc((DN * L + 1) * 4);
 	size_t *grid = NULL;
 	size_t grid_cap = 0;
+	struct otoken *otok = NULL;
+	size_t *ocells = NULL, otok_cap = 0, ocells_cap = 0, n_otok = 0;
 	if (!tids || !tp || !tw || !tpw) {
 		rc = IERR(STRATA_ENOMEM, "out of memory");
 		goto out;
@@ -1103,7 +1123,7 @@ static int assemble(struct imp *im)
 			      c->gaps == STRATA_GAPS_DROP ? "tokens without every layer are dropped"
 							  : "filled with the previous token's routing");
 		}
-		/* emit */
+		/* collect the request's output tokens (cells chosen, gaps resolved) */
 		uint32_t out_tok = 0;
 		for (uint32_t t = 0; t < ntok; t++) {
 			size_t *row = grid + (size_t)t * L;
@@ -1115,12 +1135,23 @@ static int assemble(struct imp *im)
 				continue;
 			}
 			struct cell *first = NULL;
-			for (uint32_t l = 0; l < L && !first; l++)
-				if (row[l])
-					first = &im->cells[row[l] - 1];
+			uint64_t min_line = UINT64_MAX;
+			for (uint32_t l = 0; l < L; l++)
+				if (row[l]) {
+					struct cell *cl = &im->cells[row[l] - 1];
+					if (!first)
+						first = cl;
+					if (cl->line < min_line)
+						min_line = cl->line;
+				}
 			if (!first) { /* no layer at all for this token index */
 				im->res->dropped_tokens++;
 				continue;
+			}
+			if (grow((void **)&otok, &otok_cap, n_otok + 1, sizeof(*otok)) ||
+			    grow((void **)&ocells, &ocells_cap, (n_otok + 1) * L, sizeof(size_t))) {
+				rc = IERR(STRATA_ENOMEM, "out of memory");
+				goto out;
 			}
 			for (uint32_t l = 0; l < L; l++) {
 				size_t ci = row[l];
@@ -1132,27 +1163,43 @@ static int assemble(struct imp *im)
 						ci = grid[(size_t)u * L + l];
 					im->res->filled_cells++;
 				}
-				struct cell *cl = &im->cells[ci - 1];
-				memcpy(tids + (size_t)l * k, im->ids + cl->data, k * 2);
-				memcpy(tw + (size_t)l * k, im->w + cl->data, k * 4);
-				for (size_t j = 0; j < DN; j++) {
-					tp[l * DN + j] = cl->pdata == UINT64_MAX ? STRATA_TRACE_NO_EXPERT : im->pids[cl->pdata + j];
-					tpw[l * DN + j] = cl->pdata == UINT64_MAX ? 0 : im->pw[cl->pdata + j];
-				}
+				ocells[n_otok * L + l] = ci - 1;
 			}
-			struct strata_trace_token tk = {
-				.req = im->res->requests - 1, .pos = first->has_pos ? first->pos : out_tok,
-				.phase = first->phase, .experts = tids, .weights = im->have_w ? tw : NULL,
-				.pred = im->have_pred ? tp : NULL, .pred_w = im->have_pred ? tpw : NULL,
-			};
-			if ((rc = strata_trace_writer_add(w, &tk, im->err))) {
-				strata_error_prefix(im->err, "%s:%" PRIu64 ": ", c->inputs[im->reqs[r].file], first->line);
-				goto out;
-			}
+			struct otoken *o = &otok[n_otok];
+			o->req = (uint32_t)(im->res->requests - 1);
+			o->pos = first->has_pos ? first->pos : out_tok;
+			o->phase = first->phase;
+			o->file = im->reqs[r].file;
+			o->line = min_line;
+			o->seq = n_otok;
+			n_otok++;
 			out_tok++;
-			im->res->tokens++;
 		}
 		a = b;
+	}
+	if (c->order_input && n_otok > 1)
+		qsort(otok, n_otok, sizeof(*otok), cmp_otok);
+	for (size_t i = 0; i < n_otok; i++) {
+		const struct otoken *o = &otok[i];
+		for (uint32_t l = 0; l < L; l++) {
+			struct cell *cl = &im->cells[ocells[o->seq * L + l]];
+			memcpy(tids + (size_t)l * k, im->ids + cl->data, k * 2);
+			memcpy(tw + (size_t)l * k, im->w + cl->data, k * 4);
+			for (size_t j = 0; j < DN; j++) {
+				tp[l * DN + j] = cl->pdata == UINT64_MAX ? STRATA_TRACE_NO_EXPERT : im->pids[cl->pdata + j];
+				tpw[l * DN + j] = cl->pdata == UINT64_MAX ? 0 : im->pw[cl->pdata + j];
+			}
+		}
+		struct strata_trace_token tk = {
+			.req = o->req, .pos = o->pos, .phase = o->phase, .experts = tids,
+			.weights = im->have_w ? tw : NULL, .pred = im->have_pred ? tp : NULL,
+			.pred_w = im->have_pred ? tpw : NULL,
+		};
+		if ((rc = strata_trace_writer_add(w, &tk, im->err))) {
+			strata_error_prefix(im->err, "%s:%" PRIu64 ": ", c->inputs[o->file], o->line);
+			goto out;
+		}
+		im->res->tokens++;
 	}
 	if (!im->res->tokens) {
 		rc = IERR(STRATA_EINVAL, "no complete tokens to write (every token lacks some layer; try --gaps fill)");
@@ -1163,6 +1210,8 @@ static int assemble(struct imp *im)
 out:
 	if (w)
 		strata_trace_writer_abort(w);
+	free(otok);
+	free(ocells);
 	free(grid);
 	free(tids);
 	free(tp);

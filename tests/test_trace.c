@@ -591,6 +591,27 @@ static void test_import_csv_and_per_token(void **state)
 	assert_int_equal(strata_trace_req(t, 2), 1);
 	strata_trace_close(t);
 
+	/* --order input keeps the interleaving of a server log */
+	f = fopen(tpath("il.jsonl"), "w");
+	fputs("{\"req\":\"a\",\"experts\":[[0,1]]}\n{\"req\":\"b\",\"experts\":[[2,3]]}\n"
+	      "{\"req\":\"a\",\"experts\":[[4,5]]}\n{\"req\":\"b\",\"experts\":[[6,7]]}\n", f);
+	fclose(f);
+	in[0] = tpath("il.jsonl");
+	c.map = NULL;
+	c.n_experts = 0;
+	c.output = tpath("il.strace");
+	for (int order = 0; order < 2; order++) {
+		c.order_input = order;
+		assert_int_equal(strata_trace_import(&c, &r, &err), STRATA_OK);
+		assert_int_equal(strata_trace_open(tpath("il.strace"), &t, &err), STRATA_OK);
+		static const uint16_t by_req[] = { 0, 4, 2, 6 }, by_input[] = { 0, 2, 4, 6 };
+		for (uint64_t i = 0; i < 4; i++)
+			assert_int_equal(strata_trace_experts(t, i, 0)[0], order ? by_input[i] : by_req[i]);
+		assert_int_equal(strata_trace_pos(t, order ? 2 : 1), 1);
+		strata_trace_close(t);
+	}
+	c.order_input = false;
+
 	/* the JSONL twin imports as itself */
 	write_small(tpath("tw.jsonl"), STRATA_TRACE_FMT_AUTO, 12);
 	in[0] = tpath("tw.jsonl");
