@@ -417,6 +417,8 @@ static void test_pins_survive(void **state)
 	ec.prefetch = "lookahead";
 	struct strata_engine *e;
 	assert_int_equal(strata_engine_open(st_u, &ec, &e, &err), 0);
+	assert_non_null(strstr(strata_engine_tier_desc(e, 0), "host stand-in"));
+	assert_non_null(strstr(strata_engine_tier_desc(e, 1), "pinned"));
 	const void *ptrs[4];
 	uint8_t *buf = strata_aligned_alloc(4096, eb);
 	for (uint32_t step = 0; step < 40; step++) {
@@ -540,6 +542,8 @@ static void test_gpu_engine(void **state)
 	struct strata_engine *e;
 	assert_int_equal(strata_engine_open(st_u, &ec, &e, &err), 0);
 	assert_true(strata_engine_on_gpu(e));
+	print_message("%s | %s\n", strata_engine_tier_desc(e, 0), strata_engine_tier_desc(e, 1));
+	assert_non_null(strstr(strata_engine_tier_desc(e, 1), "cuda-registered"));
 	uint8_t *buf = strata_aligned_alloc(4096, eb), *back = strata_aligned_alloc(4096, eb);
 	strata_gpu_stream *s;
 	assert_int_equal(strata_gpu_stream_create(&s, &err), 0);
