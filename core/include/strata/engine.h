@@ -55,7 +55,9 @@ struct strata_engine_config {
 	int nvme_mover;            /* enum strata_nvme_mover */
 	uint32_t queue_depth;      /* io_uring depth / copy streams in flight */
 	int numa_node;             /* -1: the GPU's node (hwloc), else forced */
-	bool verify;               /* check extent checksums on every NVMe read */
+	bool verify;               /* check extent checksums on every NVMe read that lands in
+				    * host memory (RAM tier, host stand-in); STRATA_ECORRUPT naming
+				    * the shard.  Staged reads straight into VRAM are not checked. */
 	const struct strata_future *future; /* for Belady / oracle; may be NULL */
 	struct strata_cost_model cost; /* virtual mode */
 	uint32_t scratch_slots;    /* streaming slots in the run tier (0: top_k) */
