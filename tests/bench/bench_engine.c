@@ -12,7 +12,9 @@
  * time blocked on movers) and the driver's wall time / access; the ceiling
  * is the 1000 ns target.  CSV on stdout.
  *
- *   bench_engine [--steps N] [--dir DIR] [--virtual-only]
+ *   bench_engine [--steps N] [--dir DIR] [--virtual-only] [--evict SPEC] [--prefetch SPEC]
+ * --evict/--prefetch replace the eviction (every workload) and prefetch (the
+ * two-tier one) policies, e.g. a Lua script: --evict policies/lua/lru.lua
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -93,15 +95,20 @@ int main(int argc, char **argv)
 	uint32_t steps = 200000;
 	const char *dir = NULL;
 	int host = 1;
+	const char *evict = NULL, *prefetch = NULL;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--steps") && i + 1 < argc)
 			steps = (uint32_t)atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--evict") && i + 1 < argc)
+			evict = argv[++i];
+		else if (!strcmp(argv[i], "--prefetch") && i + 1 < argc)
+			prefetch = argv[++i];
 		else if (!strcmp(argv[i], "--virtual-only"))
 			host = 0;
 		else if (!strcmp(argv[i], "--dir") && i + 1 < argc)
 			dir = argv[++i];
 		else {
-			fprintf(stderr, "usage: %s [--steps N] [--dir DIR] [--virtual-only]\n", argv[0]);
+			fprintf(stderr, "usage: %s [--steps N] [--dir DIR] [--virtual-only] [--evict SPEC] [--prefetch SPEC]\n", argv[0]);
 			return !strcmp(argv[i], "--help") ? 0 : 2;
 		}
 	}
@@ -127,12 +134,14 @@ int main(int argc, char **argv)
 	c.mode = STRATA_ENGINE_VIRTUAL;
 	c.budget[0] = (uint64_t)n * L.bytes;
 	c.budget[1] = 0;
+	if (evict)
+		c.evict = evict;
 	if (strata_engine_open_model(&all_hot, &c, &e, &err) || run("virtual/all-hit", e, &s, steps, 0, 0))
 		return 1;
 	strata_engine_close(e);
 	/* virtual, miss-heavy, two evictors */
-	const char *ev2[] = { "lru", "lfu" };
-	for (int k = 0; k < 2; k++) {
+	const char *ev2[] = { evict ? evict : "lru", "lfu" };
+	for (int k = 0; k < (evict ? 1 : 2); k++) {
 		strata_engine_config_defaults(&c);
 		c.mode = STRATA_ENGINE_VIRTUAL;
 		c.place = "cache";
@@ -149,7 +158,9 @@ int main(int argc, char **argv)
 	strata_engine_config_defaults(&c);
 	c.mode = STRATA_ENGINE_VIRTUAL;
 	c.place = "static:promote=all";
-	c.prefetch = "lookahead";
+	c.prefetch = prefetch ? prefetch : "lookahead";
+	if (evict)
+		c.evict = evict;
 	c.budget[0] = 200ull * L.bytes;
 	c.budget[1] = 1200ull * L.bytes;
 	if (strata_engine_open_model(&tiered, &c, &e, &err) || run("virtual/two-tier+prefetch", e, &s, steps / 4, 1, 1)) {
@@ -175,6 +186,8 @@ int main(int argc, char **argv)
 	c.budget[0] = 256ull << 20; /* holds the whole model: all hits */
 	c.budget[1] = 0;
 	c.place = "cache";
+	if (evict)
+		c.evict = evict;
 	if (strata_engine_open(st, &c, &e, &err)) {
 		fprintf(stderr, "%s\n", err.msg);
 		return 1;

@@ -15,7 +15,8 @@
  * presets (strata_expert_layout).  Output: one CSV row per measurement on
  * stdout, a summary on stderr.
  *
- *   bench_movers [--file PATH] [--size 4G] [--seconds 3] [--no-nvme] [--no-gpu] [--qd N] [--staged-only]
+ *   bench_movers [--file PATH] [--size 4G] [--seconds 3] [--no-nvme] [--no-gpu] [--qd N] [--reps N] [--staged-only]
+ * (--reps: fio and the io_uring mover alternate N times each; means are compared)
  * (--staged-only: on the GPU machine, which has no fio, skip the NVMe -> RAM table)
  */
 #include <errno.h>
@@ -210,6 +211,7 @@ int main(int argc, char **argv)
 	double seconds = 3;
 	int nvme = 1, gpu = 1, nvme_ram = 1;
 	uint32_t qd = 0;
+	int reps = 1;
 	for (int i = 1; i < argc; i++) {
 		struct strata_error err;
 		if (!strcmp(argv[i], "--file") && i + 1 < argc)
@@ -218,6 +220,8 @@ int main(int argc, char **argv)
 			strata_parse_size(argv[++i], &fsize, &err);
 		else if (!strcmp(argv[i], "--seconds") && i + 1 < argc)
 			seconds = atof(argv[++i]);
+		else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
+			reps = atoi(argv[++i]) > 0 ? atoi(argv[i]) : 1;
 		else if (!strcmp(argv[i], "--qd") && i + 1 < argc)
 			qd = (uint32_t)atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--no-nvme"))
@@ -227,7 +231,7 @@ int main(int argc, char **argv)
 		else if (!strcmp(argv[i], "--no-gpu"))
 			gpu = 0;
 		else {
-			fprintf(stderr, "usage: %s [--file PATH] [--size 4G] [--seconds 3] [--qd N] [--no-nvme] [--no-gpu] [--staged-only]\n",
+			fprintf(stderr, "usage: %s [--file PATH] [--size 4G] [--seconds 3] [--qd N] [--reps N] [--no-nvme] [--no-gpu] [--staged-only]\n",
 				argv[0]);
 			return !strcmp(argv[i], "--help") ? 0 : 2;
 		}
@@ -242,8 +246,12 @@ int main(int argc, char **argv)
 		}
 		for (int c = 0; c < nc && nvme_ram; c++) {
 			uint32_t d = depth_for(cs[c].bytes, qd);
-			double fio = run_fio(file, fsize, cs[c].bytes, d, seconds);
-			double ur = run_file_mover(&strata_mover_uring, file, fsize, cs[c].bytes, d, seconds, NULL, NULL);
+			/* alternate fio and the mover, reps times each: a shared disk drifts */
+			double fio = 0, ur = 0;
+			for (int r = 0; r < reps; r++) {
+				fio += run_fio(file, fsize, cs[c].bytes, d, seconds) / reps;
+				ur += run_file_mover(&strata_mover_uring, file, fsize, cs[c].bytes, d, seconds, NULL, NULL) / reps;
+			}
 			double pr = run_file_mover(&strata_mover_pread, file, fsize, cs[c].bytes, 1, seconds, NULL, NULL);
 			drop_caches();
 			double mm = run_file_mover(&strata_mover_mmap, file, fsize, cs[c].bytes, 1, seconds, NULL, NULL);
@@ -299,17 +307,17 @@ int main(int argc, char **argv)
 			/* ceiling at this size: back-to-back cudaMemcpyAsync, one stream, no mover */
 			double same = 0;
 			for (int r = 0; r < 3; r++) {
-				uint32_t reps = (uint32_t)((512ull << 20) / bs) + 1;
+				uint32_t copies = (uint32_t)((512ull << 20) / bs) + 1;
 				strata_gpu_event_record(a, s, &err);
-				for (uint32_t i = 0; i < reps; i++) {
-					uint64_t off = ((uint64_t)r * reps + i) % nslots * bs;
+				for (uint32_t i = 0; i < copies; i++) {
+					uint64_t off = ((uint64_t)r * copies + i) % nslots * bs;
 					strata_gpu_memcpy_h2d_async((uint8_t *)dev + off, host + off, bs, s, &err);
 				}
 				strata_gpu_event_record(b, s, &err);
 				strata_gpu_event_sync(b, &err);
 				float ms;
 				strata_gpu_event_elapsed_ms(a, b, &ms, &err);
-				double g = (double)bs * reps / (ms * 1e-3) / 1e9;
+				double g = (double)bs * copies / (ms * 1e-3) / 1e9;
 				if (g > same)
 					same = g;
 			}
