@@ -25,9 +25,17 @@
 #include "strata/store.h"
 
 struct trow {
-	uint32_t total;
-	struct { uint32_t dst, cnt; } e[]; /* cnt 0 = empty */
+	struct { uint16_t dst, cnt; } e[1]; /* [cap]; cnt 0 = empty */
 };
+
+/* Rows come from slabs, so that a layer's rows sit together in memory: the
+ * table is touched at random and is mostly cache misses otherwise. */
+#define SLAB_ROWS 1024
+struct slab {
+	struct slab *next;
+	uint32_t used;
+};
+#define SLAB_HEAD 64 /* rows start one cache line in */
 
 struct history {
 	int64_t depth, topn, window, row;
@@ -40,6 +48,9 @@ struct history {
 	uint64_t *ring_tok;   /* [window] token, UINT64_MAX = empty */
 	uint32_t slot, filled;
 	struct trow **rows;   /* [L][D][E], NULL until used */
+	uint32_t *totals;     /* [L][D][E]: destinations counted per row */
+	struct slab *slabs;
+	size_t row_bytes;
 	float *score;         /* [E] scratch */
 	uint32_t *touched;    /* [E] scratch */
 	uint8_t *seen;        /* [E] scratch */
@@ -56,7 +67,7 @@ static const struct strata_option history_options[] = {
 	{ .name = "mix", .type = STRATA_OPT_DOUBLE, .offset = offsetof(struct history, mix),
 	  .def = "0.5", .min = 0, .max = 1, .help = "weight of the transition table vs the window" },
 	{ .name = "row", .type = STRATA_OPT_INT, .offset = offsetof(struct history, row),
-	  .def = "16", .min = 1, .max = 4096, .help = "destinations kept per transition row" },
+	  .def = "8", .min = 1, .max = 4096, .help = "destinations kept per transition row" },
 	{ .name = "tier", .type = STRATA_OPT_STR, .offset = offsetof(struct history, tier),
 	  .def = "vram", .choices = "vram|ram", .help = "destination tier" },
 	{ .name = NULL },
@@ -75,6 +86,12 @@ static int history_init(struct strata_policy *p, struct strata_error *err)
 	h->D = (uint32_t)h->depth;
 	for (h->cap = 2; h->cap < 2 * (uint64_t)h->row; h->cap *= 2)
 		;
+	/* rows of 16 entries are one 64-byte cache line */
+	h->row_bytes = (sizeof(((struct trow *)0)->e[0]) * h->cap + 63) & ~(size_t)63;
+	if (h->E > UINT16_MAX)
+		return STRATA_ERR(err, STRATA_EUNSUPPORTED,
+				  "prefetch history: %u experts per layer, at most %u supported", h->E,
+				  UINT16_MAX);
 	if (!h->topn)
 		h->topn = h->K;
 	size_t W = (size_t)h->window;
@@ -82,12 +99,13 @@ static int history_init(struct strata_policy *p, struct strata_error *err)
 	h->ring_n = calloc(W * h->L + 1, 1);
 	h->ring_tok = malloc(sizeof(uint64_t) * W);
 	h->rows = calloc((size_t)h->L * h->D * h->E + 1, sizeof(struct trow *));
+	h->totals = calloc((size_t)h->L * h->D * h->E + 1, sizeof(uint32_t));
 	h->score = calloc(h->E + 1, sizeof(float));
 	h->touched = malloc(sizeof(uint32_t) * (h->E + 1));
 	h->seen = calloc(h->E + 1, 1);
 	h->best = malloc(sizeof(uint32_t) * ((size_t)h->topn + 1));
-	if (!h->ring || !h->ring_n || !h->ring_tok || !h->rows || !h->score || !h->touched || !h->seen ||
-	    !h->best)
+	if (!h->ring || !h->ring_n || !h->ring_tok || !h->rows || !h->totals || !h->score || !h->touched ||
+	    !h->seen || !h->best)
 		return STRATA_ERR(err, STRATA_ENOMEM, "prefetch history: out of memory");
 	for (size_t w = 0; w < W; w++)
 		h->ring_tok[w] = UINT64_MAX;
@@ -97,10 +115,13 @@ static int history_init(struct strata_policy *p, struct strata_error *err)
 static void history_free(struct strata_policy *p)
 {
 	struct history *h = p->priv;
-	if (h->rows)
-		for (size_t i = 0; i < (size_t)h->L * h->D * h->E; i++)
-			free(h->rows[i]);
+	while (h->slabs) {
+		struct slab *n = h->slabs->next;
+		free(h->slabs);
+		h->slabs = n;
+	}
 	free(h->rows);
+	free(h->totals);
 	free(h->ring);
 	free(h->ring_n);
 	free(h->ring_tok);
@@ -110,9 +131,9 @@ static void history_free(struct strata_policy *p)
 	free(h->best);
 }
 
-static struct trow **row_at(struct history *h, uint32_t layer, uint32_t dist, uint32_t src)
+static size_t row_at(const struct history *h, uint32_t layer, uint32_t dist, uint32_t src)
 {
-	return &h->rows[((size_t)layer * h->D + (dist - 1)) * h->E + src];
+	return ((size_t)layer * h->D + (dist - 1)) * h->E + src;
 }
 
 static uint32_t slot_hash(uint32_t dst, uint32_t cap)
@@ -120,29 +141,42 @@ static uint32_t slot_hash(uint32_t dst, uint32_t cap)
 	return (dst * 0x9e3779b1u) >> 7 & (cap - 1);
 }
 
-static void row_add(struct history *h, struct trow **rp, uint32_t dst)
+static void row_add(struct history *h, size_t ri, uint32_t dst)
 {
+	struct trow **rp = &h->rows[ri];
+	uint32_t *total = &h->totals[ri];
 	struct trow *r = *rp;
 	if (!r) {
-		r = calloc(1, sizeof(*r) + sizeof(r->e[0]) * h->cap);
-		if (!r)
-			return; /* losing a statistic is harmless */
+		if (!h->slabs || h->slabs->used == SLAB_ROWS) {
+			struct slab *sl = aligned_alloc(64, SLAB_HEAD + h->row_bytes * SLAB_ROWS);
+			if (!sl)
+				return; /* losing a statistic is harmless */
+			memset(sl, 0, SLAB_HEAD + h->row_bytes * SLAB_ROWS);
+			sl->next = h->slabs;
+			h->slabs = sl;
+		}
+		r = (struct trow *)((char *)h->slabs + SLAB_HEAD + h->row_bytes * h->slabs->used++);
 		*rp = r;
 	}
-	r->total++;
-	uint32_t a = slot_hash(dst, h->cap), b = (a + 1) & (h->cap - 1);
-	if (r->e[a].cnt && r->e[a].dst == dst) {
-		r->e[a].cnt++;
+	if (*total == UINT32_MAX)
 		return;
-	}
-	if (r->e[b].cnt && r->e[b].dst == dst) {
-		r->e[b].cnt++;
+	(*total)++;
+	uint32_t a = slot_hash(dst, h->cap), b = (a + 1) & (h->cap - 1);
+	uint32_t hit = r->e[a].cnt && r->e[a].dst == dst ? a
+		     : r->e[b].cnt && r->e[b].dst == dst ? b : UINT32_MAX;
+	if (hit != UINT32_MAX) {
+		if (r->e[hit].cnt == UINT16_MAX) { /* halve the row: ratios stay */
+			for (uint32_t i = 0; i < h->cap; i++)
+				r->e[i].cnt = (uint16_t)((r->e[i].cnt + 1) / 2);
+			*total = *total / 2 + 1;
+		}
+		r->e[hit].cnt++;
 		return;
 	}
 	uint32_t w = !r->e[a].cnt ? a : !r->e[b].cnt ? b : r->e[b].cnt < r->e[a].cnt ? b : a;
 	if (r->e[w].cnt && --r->e[w].cnt)
 		return;
-	r->e[w].dst = dst;
+	r->e[w].dst = (uint16_t)dst;
 	r->e[w].cnt = 1;
 }
 
@@ -238,12 +272,13 @@ static uint32_t history_on_layer(struct strata_policy *p, const struct strata_la
 			for (uint32_t a = 0; a < ns; a++) {
 				if (src[a] >= h->E)
 					continue;
-				const struct trow *r = *row_at(h, sl, dist, src[a]);
-				if (!r || !r->total)
+				size_t ri = row_at(h, sl, dist, src[a]);
+				const struct trow *r = h->rows[ri];
+				if (!r || !h->totals[ri])
 					continue;
 				/* cnt / occurrences of src = P(dst chosen | src chosen);
 				 * each occurrence of src adds K destinations */
-				float base = (float)(h->mix * h->K / r->total);
+				float base = (float)(h->mix * h->K / h->totals[ri]);
 				for (uint32_t i = 0; i < h->cap; i++)
 					if (r->e[i].cnt)
 						bump(h, r->e[i].dst, base * (float)r->e[i].cnt, &nt);
