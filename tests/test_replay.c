@@ -179,6 +179,20 @@ static void test_replay_deterministic(void **state)
 	assert_true(a.lat_p99_ms >= a.lat_p50_ms && a.lat_p50_ms > 0);
 	assert_true(a.stats.compute_ns > 0);
 	assert_true(fabs(a.hit_rate[0] + a.hit_rate[1] + a.hit_rate[2] - 1.0) < 1e-9);
+	/* the NVMe mover changes timing, never decisions */
+	for (int m = STRATA_NVME_MMAP; m <= STRATA_NVME_PREAD; m++) {
+		replay_cfg(&c, 0);
+		c.engine.nvme_mover = m;
+		assert_int_equal(strata_replay_run(&c, &b, &err), STRATA_OK);
+		assert_same_counters(&a, &b);
+	}
+	/* prefill in chunks of 3: more steps, same tokens */
+	replay_cfg(&c, 0);
+	c.prefill_chunk = 3;
+	c.compute = STRATA_COMPUTE_NONE;
+	assert_int_equal(strata_replay_run(&c, &b, &err), STRATA_OK);
+	assert_int_equal(b.steps, 120 + 3 * 3);
+	assert_int_equal(b.tokens, 144);
 	/* the simulator makes the same decisions */
 	replay_cfg(&c, 1);
 	assert_int_equal(strata_replay_run(&c, &v, &err), STRATA_OK);

@@ -420,6 +420,24 @@ static void test_import_mixtral_layout(void **state)
 	assert_memory_equal(strata_trace_experts(t, 5, 2), strata_trace_experts(t, 4, 2), 4);
 	strata_trace_close(t);
 
+	/* fill at token 0 takes the next token's routing */
+	FILE *g = fopen(tpath("gap0.jsonl"), "w");
+	fputs("{\"layer\":0,\"token_idx\":0,\"experts\":[1,2]}\n{\"layer\":0,\"token_idx\":1,\"experts\":[3,4]}\n"
+	      "{\"layer\":1,\"token_idx\":1,\"experts\":[5,6]}\n", g);
+	fclose(g);
+	const char *in0[] = { tpath("gap0.jsonl") };
+	c.inputs = in0;
+	c.output = tpath("gap0.strace");
+	c.warn = warn_file();
+	assert_int_equal(strata_trace_import(&c, &r, &err), STRATA_OK);
+	fclose(c.warn);
+	assert_int_equal(r.filled_cells, 1);
+	assert_int_equal(strata_trace_open(tpath("gap0.strace"), &t, &err), STRATA_OK);
+	assert_int_equal(strata_trace_experts(t, 0, 1)[0], 5);
+	assert_int_equal(strata_trace_experts(t, 0, 0)[0], 1);
+	strata_trace_close(t);
+	c.inputs = in;
+
 	/* error */
 	c.gaps = STRATA_GAPS_ERROR;
 	c.output = tpath("mxe.strace");
