@@ -5,9 +5,9 @@
  *
  * The quantize loop hands out expert ids from one atomic counter to N worker
  * threads; each worker reads one matrix at a time (pread, converted to float),
- * quantizes it into its own packed-expert buffer and, holding the job lock,
- * appends the expert to the shard writer and folds its statistics into the
- * report.  The writer is only ever called under that lock.  The first error
+ * quantizes it into its own packed-expert buffer, hands the expert to the
+ * shard writer and, holding the job lock, folds its statistics into the
+ * report.  The store writer takes experts from several threads at once.  The first error
  * wins and stops every worker; the writer is then aborted so no shard that
  * looks valid is left behind.
  */
@@ -528,9 +528,10 @@ static void *qz_worker(void *arg)
 			fail_job(j, &e);
 			break;
 		}
-		pthread_mutex_lock(&j->lock);
+		/* add_expert is safe from several threads (planned offsets, pwrite) */
 		if (!j->failed)
 			rc = strata_store_writer_add_expert(j->w, layer, ex, packed, lay.payload, &e);
+		pthread_mutex_lock(&j->lock);
 		if (!j->failed && !rc) {
 			struct strata_quantize_tier_stats *ts = &j->rep->tier[tier];
 			ts->experts++;
@@ -705,14 +706,12 @@ int strata_quantize_run(struct strata_qz_model *m, const struct strata_quantize_
 	}
 	if (!rc)
 		rc = add_tensors(&j, err);
-	if (!rc) {
-		/* a successful finish frees the writer; a failed one leaves it for abort */
+	if (!rc)
 		rc = strata_store_writer_finish(j.w, err);
-		if (rc)
-			strata_store_writer_abort(j.w);
-	} else {
-		strata_store_writer_abort(j.w);
-	}
+	if (rc)
+		strata_store_writer_abort(j.w); /* removes every .tmp shard; frees */
+	else
+		strata_store_writer_free(j.w);
 	strata_progress_finish(&j.prog);
 	pthread_mutex_destroy(&j.lock);
 	if (rc)
