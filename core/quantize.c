@@ -690,6 +690,16 @@ int strata_quantize_run(struct strata_qz_model *m, const struct strata_quantize_
 		pthread_mutex_destroy(&j.lock);
 		return STRATA_ERR(err, STRATA_ENOMEM, "out of memory");
 	}
+	/* non-routed tensors first: cheap, and a bad one fails before hours of
+	 * expert quantization */
+	rc = add_tensors(&j, err);
+	if (rc) {
+		strata_store_writer_abort(j.w);
+		strata_progress_finish(&j.prog);
+		pthread_mutex_destroy(&j.lock);
+		free(th);
+		return rc;
+	}
 	uint32_t started = 0;
 	for (uint32_t i = 1; i < nt; i++) {
 		if (pthread_create(&th[i], NULL, qz_worker, &j))
@@ -704,8 +714,6 @@ int strata_quantize_run(struct strata_qz_model *m, const struct strata_quantize_
 		*err = j.err;
 		rc = j.err.code ? j.err.code : STRATA_EIO;
 	}
-	if (!rc)
-		rc = add_tensors(&j, err);
 	if (!rc)
 		rc = strata_store_writer_finish(j.w, err);
 	if (rc)

@@ -388,7 +388,7 @@ static void test_quantize_end_to_end(void **state)
 	strata_store_close(st);
 
 	/* the text card and --help */
-	rc = test_run(outbuf, sizeof(outbuf), "%s quantize --in %s --out %s --split 0,50,50 --threads 1 --no-progress",
+	rc = test_run(outbuf, sizeof(outbuf), "%s quantize --in %s --out %s --split 0,50,50 --threads 2 --no-progress",
 		      test_bin("strata"), in, tpath("e2e-out2"));
 	if (rc || !strstr(outbuf, "cos mean") || !strstr(outbuf, "smaller"))
 		fail_msg("exit %d: %s", rc, outbuf);
