@@ -62,7 +62,7 @@ bool strata_st_dtype_is_float(int dtype)
 	return dtype == STRATA_ST_F16 || dtype == STRATA_ST_BF16 || dtype == STRATA_ST_F32 || dtype == STRATA_ST_F64;
 }
 
-float strata_st_f16_to_f32(uint16_t h)
+float strata_f16_to_f32(uint16_t h)
 {
 	uint32_t sign = (uint32_t)(h & 0x8000) << 16;
 	uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff, u;
@@ -86,7 +86,7 @@ float strata_st_f16_to_f32(uint16_t h)
 	return f;
 }
 
-uint16_t strata_st_f32_to_f16(float f)
+uint16_t strata_f32_to_f16(float f)
 {
 	uint32_t u;
 	memcpy(&u, &f, 4);
@@ -792,7 +792,7 @@ int strata_st_read_f32(struct strata_st *st, const struct strata_st_tensor *t, u
 	for (uint64_t i = 0; i < count; i++) {
 		uint16_t h;
 		memcpy(&h, raw + 2 * i, 2);
-		out[i] = t->dtype == STRATA_ST_BF16 ? bf16_to_f32(h) : strata_st_f16_to_f32(h);
+		out[i] = t->dtype == STRATA_ST_BF16 ? bf16_to_f32(h) : strata_f16_to_f32(h);
 	}
 	return STRATA_OK;
 }
@@ -1051,7 +1051,7 @@ int strata_st_writer_write_f32(struct strata_st_writer *w, const float *data, ui
 							 ? (uint16_t)((u >> 16) | 0x40)
 							 : (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 				} else {
-					buf[i] = strata_st_f32_to_f16(f);
+					buf[i] = strata_f32_to_f16(f);
 				}
 			}
 			rc = strata_st_writer_write_raw(w, buf, n * 2, err);

@@ -128,7 +128,7 @@ int strata_st_writer_finish(struct strata_st_writer *w, struct strata_error *err
 void strata_st_writer_abort(struct strata_st_writer *w);
 
 /* IEEE half <-> float (round to nearest even). */
-float strata_st_f16_to_f32(uint16_t h);
-uint16_t strata_st_f32_to_f16(float f);
+float strata_f16_to_f32(uint16_t h);
+uint16_t strata_f32_to_f16(float f);
 
 #endif
