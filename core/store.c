@@ -792,7 +792,7 @@ void strata_store_summary(const struct strata_store *s, struct strata_store_tier
 
 struct wshard {
 	char *path, *tmp;
-	int fd;
+	int fd, fd_direct; /* fd_direct: O_DIRECT, -1 where the filesystem refuses it */
 	uint64_t header_size, data_off, file_size;
 	uint32_t first_item, n_items; /* items [first, first + n) in plan order */
 	uint32_t n_experts, n_tensors;
@@ -854,7 +854,7 @@ static int write_error(const char *path, int e, struct strata_error *err)
 	return STRATA_ERRNO(err, STRATA_EIO, "%s: write", path);
 }
 
-static int pwrite_all(struct strata_store_writer *w, struct wshard *sh, const void *data, uint64_t len,
+static int pwrite_all(struct strata_store_writer *w, struct wshard *sh, int fd, const void *data, uint64_t len,
 		      uint64_t off, struct strata_error *err)
 {
 	const uint8_t *p = data;
@@ -865,7 +865,7 @@ static int pwrite_all(struct strata_store_writer *w, struct wshard *sh, const vo
 			if (before + chunk > strata_store_fail_after_bytes)
 				return write_error(sh->tmp, ENOSPC, err);
 		}
-		ssize_t n = pwrite(sh->fd, p, chunk, (off_t)off);
+		ssize_t n = pwrite(fd, p, chunk, (off_t)off);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0)
@@ -914,7 +914,9 @@ void strata_store_writer_abort(struct strata_store_writer *w)
 		struct wshard *sh = &w->shards[i];
 		if (sh->fd >= 0)
 			close(sh->fd);
-		sh->fd = -1;
+		if (sh->fd_direct >= 0)
+			close(sh->fd_direct);
+		sh->fd = sh->fd_direct = -1;
 		if (!w->finished && sh->tmp)
 			unlink(sh->tmp);
 	}
@@ -1020,7 +1022,7 @@ int strata_store_writer_open(const struct strata_store_writer_config *cfg, struc
 	}
 	for (uint32_t s = 0; s < w->n_shards; s++) {
 		struct wshard *sh = &w->shards[s];
-		sh->fd = -1;
+		sh->fd = sh->fd_direct = -1;
 		sh->header_size = strata_store_header_bytes(w->n_total, sh->n_experts, sh->n_tensors);
 		sh->data_off = ALIGN_4K(sh->header_size);
 		uint64_t off = sh->data_off;
@@ -1063,6 +1065,7 @@ int strata_store_writer_open(const struct strata_store_writer_config *cfg, struc
 			rc = write_error(sh->tmp, errno, err);
 			goto fail_files;
 		}
+		sh->fd_direct = open(sh->tmp, O_WRONLY | O_CLOEXEC | O_DIRECT); /* -1 (tmpfs): buffered */
 	}
 	*out = w;
 	return STRATA_OK;
@@ -1088,7 +1091,28 @@ int strata_store_writer_add_expert(struct strata_store_writer *w, uint32_t layer
 	if (atomic_exchange(&w->added[eid], 1))
 		return STRATA_ERR(err, STRATA_EINVAL, "%s: expert (layer %u, expert %u) added twice", w->dir, layer, e);
 	x->xxh64 = XXH3_64bits(data, bytes);
-	int rc = pwrite_all(w, &w->shards[x->shard], data, bytes, x->offset, err);
+	int rc = pwrite_all(w, &w->shards[x->shard], w->shards[x->shard].fd, data, bytes, x->offset, err);
+	if (rc)
+		atomic_store(&w->added[eid], 0);
+	return rc;
+}
+
+int strata_store_writer_add_expert_aligned(struct strata_store_writer *w, uint32_t layer, uint32_t e,
+					   void *data, size_t buf_bytes, struct strata_error *err)
+{
+	if (layer >= w->spec.n_moe_layers || e >= w->spec.n_experts)
+		return STRATA_ERR(err, STRATA_EINVAL, "%s: expert (layer %u, expert %u) outside the model", w->dir,
+				  layer, e);
+	uint32_t eid = strata_eid(&w->spec, layer, e);
+	struct strata_extent *x = &w->experts[eid];
+	struct wshard *sh = &w->shards[x->shard];
+	if (sh->fd_direct < 0 || (uintptr_t)data % STRATA_EXTENT_ALIGN || buf_bytes < x->bytes)
+		return strata_store_writer_add_expert(w, layer, e, data, x->payload, err);
+	if (atomic_exchange(&w->added[eid], 1))
+		return STRATA_ERR(err, STRATA_EINVAL, "%s: expert (layer %u, expert %u) added twice", w->dir, layer, e);
+	memset((uint8_t *)data + x->payload, 0, x->bytes - x->payload);
+	x->xxh64 = XXH3_64bits(data, x->payload);
+	int rc = pwrite_all(w, sh, sh->fd_direct, data, x->bytes, x->offset, err);
 	if (rc)
 		atomic_store(&w->added[eid], 0);
 	return rc;
@@ -1107,7 +1131,8 @@ int strata_store_writer_add_tensor(struct strata_store_writer *w, const char *na
 		if (atomic_exchange(&w->added[w->n_total + i], 1))
 			return STRATA_ERR(err, STRATA_EINVAL, "%s: tensor '%s' added twice", w->dir, name);
 		t->ext.xxh64 = XXH3_64bits(data, bytes);
-		int rc = pwrite_all(w, &w->shards[t->ext.shard], data, bytes, t->ext.offset, err);
+		int rc = pwrite_all(w, &w->shards[t->ext.shard], w->shards[t->ext.shard].fd, data, bytes,
+				    t->ext.offset, err);
 		if (rc)
 			atomic_store(&w->added[w->n_total + i], 0);
 		return rc;
@@ -1194,8 +1219,13 @@ int strata_store_writer_finish(struct strata_store_writer *w, struct strata_erro
 		if (!hdr)
 			return STRATA_ERR(err, STRATA_ENOMEM, "out of memory");
 		encode_header(w, s, hdr);
-		rc = pwrite_all(w, sh, hdr, sh->header_size, 0, err);
+		rc = pwrite_all(w, sh, sh->fd, hdr, sh->header_size, 0, err);
 		free(hdr);
+		if (!rc && sh->fd_direct >= 0 && fsync(sh->fd_direct))
+			rc = write_error(sh->tmp, errno, err);
+		if (!rc && sh->fd_direct >= 0 && close(sh->fd_direct))
+			rc = write_error(sh->tmp, errno, err);
+		sh->fd_direct = -1;
 		if (!rc && fsync(sh->fd))
 			rc = write_error(sh->tmp, errno, err);
 		if (!rc && close(sh->fd))

@@ -74,6 +74,11 @@ struct strata_synth {
 	double edge;        /* |x| where the extreme bins start (unit-variance units / tscale) */
 	double tscale;      /* 1, or sqrt((dof-2)/dof) for Student-t */
 	struct pool pool[STRATA_FMT_COUNT];
+	/* BF16 fast path: for matrices with `cols` inputs, tb[k][0] holds
+	 * bf16(tab[i] * base) and tb[k][1] bf16(tab[i] * base * outlier_scale),
+	 * k = 0 for cols = hidden, 1 for cols = inter. */
+	uint32_t tb_cols[2];
+	uint16_t (*tb[2])[NBINS];
 };
 
 /* ---- tables ----------------------------------------------------------- */
@@ -203,6 +208,48 @@ static void gen_matrix(const struct strata_synth *g, struct rng *r, const float 
 	}
 }
 
+/* The BF16 fast path: one table load per weight, no float pass.  Gives the
+ * same bits as gen_matrix (same stream, same float products rounded once). */
+static void gen_matrix_bf16(const struct strata_synth *g, struct rng *r, const float *sc, const uint16_t *tbl,
+			    const uint8_t *isout, uint32_t rows, uint32_t cols, uint16_t *out)
+{
+	for (uint32_t i = 0; i < rows; i++) {
+		uint16_t *o = out + (uint64_t)i * cols;
+		for (uint32_t c = 0; c < cols; c += 2) {
+			uint64_t x = rng_next(r);
+			uint32_t a = (uint32_t)(x >> 48), b = (uint32_t)(x >> 16) & 0xffffu;
+			if (__builtin_expect(((a + 1) & 0xffffu) <= 1 || ((b + 1) & 0xffffu) <= 1, 0)) {
+				float va = g->tab[a], vb = g->tab[b];
+				if (((a + 1) & 0xffffu) <= 1)
+					va = (float)(a ? tail_sample(g, r) : -tail_sample(g, r));
+				if (((b + 1) & 0xffffu) <= 1)
+					vb = (float)(b ? tail_sample(g, r) : -tail_sample(g, r));
+				o[c] = strata_f32_to_bf16(va * sc[c]);
+				if (c + 1 < cols)
+					o[c + 1] = strata_f32_to_bf16(vb * sc[c + 1]);
+				continue;
+			}
+			o[c] = tbl[(uint32_t)isout[c] << 16 | a];
+			if (c + 1 < cols)
+				o[c + 1] = tbl[(uint32_t)isout[c + 1] << 16 | b];
+		}
+	}
+}
+
+static void build_bf16_tables(struct strata_synth *g)
+{
+	const struct strata_model_spec *s = &g->cfg.spec;
+	g->tb_cols[0] = s->hidden;
+	g->tb_cols[1] = s->inter;
+	for (int k = 0; k < 2; k++) {
+		float base = 1.0f / sqrtf((float)g->tb_cols[k]), out = base * (float)g->cfg.outlier_scale;
+		for (uint32_t i = 0; i < NBINS; i++) {
+			g->tb[k][0][i] = strata_f32_to_bf16(g->tab[i] * base);
+			g->tb[k][1][i] = strata_f32_to_bf16(g->tab[i] * out);
+		}
+	}
+}
+
 int strata_synth_matrix(const struct strata_synth *g, uint32_t layer, uint32_t e, int which, float *out)
 {
 	const struct strata_model_spec *s = &g->cfg.spec;
@@ -302,6 +349,13 @@ int strata_synth_expert(const struct strata_synth *g, uint32_t layer, uint32_t e
 						q == -2 ? "no quantizer for it in this build" : "non-finite weights");
 				goto out;
 			}
+		} else if (fmt == STRATA_FMT_BF16 && g->tb[0]) {
+			float base = 1.0f / sqrtf((float)cols);
+			uint8_t *isout = (uint8_t *)row; /* row has room for cols + 1 floats */
+			for (uint32_t c = 0; c < cols; c++)
+				isout[c] = sc[c] != base;
+			gen_matrix_bf16(g, &r, sc, g->tb[cols == g->tb_cols[0] ? 0 : 1][0], isout, rows, cols,
+					(uint16_t *)m);
 		} else if (fmt == STRATA_FMT_BF16) {
 			gen_matrix(g, &r, sc, rows, cols, NULL, (uint16_t *)m, row);
 		} else {
@@ -558,6 +612,13 @@ int strata_synth_init(const struct strata_synth_config *cfg, struct strata_synth
 		free(g);
 		return STRATA_ERR(err, STRATA_EINVAL, "synth: could not build the sampling table");
 	}
+	g->tb[0] = malloc(2 * sizeof(*g->tb[0]));
+	g->tb[1] = malloc(2 * sizeof(*g->tb[1]));
+	if (!g->tb[0] || !g->tb[1]) {
+		strata_synth_free(g);
+		return STRATA_ERR(err, STRATA_ENOMEM, "synth: out of memory");
+	}
+	build_bf16_tables(g);
 	if (c.format == STRATA_SYNTH_TIERED && c.codes == STRATA_SYNTH_CODES_RANDOM)
 		for (int f = STRATA_FMT_HOT; f <= STRATA_FMT_COLD; f++)
 			if (build_pool(g, f)) {
@@ -576,6 +637,8 @@ void strata_synth_free(struct strata_synth *g)
 		free(g->pool[f].codes);
 		free(g->pool[f].scales);
 	}
+	free(g->tb[0]);
+	free(g->tb[1]);
 	free(g);
 }
 
@@ -645,7 +708,7 @@ static void *worker(void *arg)
 			bytes = L.payload;
 			rc = strata_synth_expert(j->g, layer, x, j->fmts[eid], buf, j->buf_bytes, scratch, &e);
 			if (!rc)
-				rc = strata_store_writer_add_expert(j->w, layer, x, buf, bytes, &e);
+				rc = strata_store_writer_add_expert_aligned(j->w, layer, x, buf, j->buf_bytes, &e);
 		}
 		if (rc) {
 			job_fail(j, rc, &e);

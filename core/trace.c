@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,67 +18,14 @@
 #include <xxhash.h>
 
 #include "strata/trace.h"
-#include "trace_json.h"
+#include "strata/json.h"
+#include "trace_int.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "strata traces are little-endian; this build assumes a little-endian host"
 #endif
 
-/* ---- f16 ------------------------------------------------------------- */
-
-uint16_t strata_f32_to_f16(float f)
-{
-	uint32_t x;
-	memcpy(&x, &f, 4);
-	uint32_t sign = (x >> 16) & 0x8000u;
-	int32_t exp = (int32_t)((x >> 23) & 0xFF) - 127 + 15;
-	uint32_t mant = x & 0x7FFFFFu;
-	if (((x >> 23) & 0xFF) == 0xFF) /* inf / nan */
-		return (uint16_t)(sign | 0x7C00u | (mant ? 0x200u : 0));
-	if (exp >= 31)
-		return (uint16_t)(sign | 0x7C00u);
-	if (exp <= 0) {
-		if (exp < -10)
-			return (uint16_t)sign;
-		mant |= 0x800000u;
-		uint32_t shift = (uint32_t)(14 - exp);
-		uint32_t h = mant >> shift;
-		uint32_t rem = mant & ((1u << shift) - 1), half = 1u << (shift - 1);
-		if (rem > half || (rem == half && (h & 1)))
-			h++;
-		return (uint16_t)(sign | h);
-	}
-	uint32_t h = ((uint32_t)exp << 10) | (mant >> 13);
-	uint32_t rem = mant & 0x1FFFu;
-	if (rem > 0x1000u || (rem == 0x1000u && (h & 1)))
-		h++; /* may carry into the exponent: still correct */
-	return (uint16_t)(sign | h);
-}
-
-float strata_f16_to_f32(uint16_t h)
-{
-	uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-	uint32_t exp = (h >> 10) & 0x1F, mant = h & 0x3FFu, x;
-	if (exp == 0) {
-		if (!mant) {
-			x = sign;
-		} else {
-			exp = 127 - 15 + 1;
-			while (!(mant & 0x400u)) {
-				mant <<= 1;
-				exp--;
-			}
-			x = sign | (exp << 23) | ((mant & 0x3FFu) << 13);
-		}
-	} else if (exp == 31) {
-		x = sign | 0x7F800000u | (mant << 13);
-	} else {
-		x = sign | ((exp - 15 + 127) << 23) | (mant << 13);
-	}
-	float f;
-	memcpy(&f, &x, 4);
-	return f;
-}
+/* f16 conversions: strata_f32_to_f16 / strata_f16_to_f32 live in safetensors.c. */
 
 const char *strata_trace_phase_name(int phase)
 {
@@ -567,13 +515,13 @@ void strata_trace_close(struct strata_trace *t)
 
 /* ---- JSONL reader ---------------------------------------------------- */
 
-static int json_phase(const struct tj_node *n, int *out)
+static int json_phase(const struct strata_json *n, int *out)
 {
 	if (!n) {
 		*out = STRATA_PHASE_DECODE;
 		return 0;
 	}
-	if (n->type == TJ_STR) {
+	if (n->type == STRATA_JSON_STRING) {
 		if (!strcmp(n->str, "prefill") || !strcmp(n->str, "p"))
 			*out = STRATA_PHASE_PREFILL;
 		else if (!strcmp(n->str, "decode") || !strcmp(n->str, "d"))
@@ -582,7 +530,7 @@ static int json_phase(const struct tj_node *n, int *out)
 			return -1;
 		return 0;
 	}
-	if (n->type == TJ_NUM && (n->num == 0 || n->num == 1)) {
+	if (n->type == STRATA_JSON_NUMBER && (n->num == 0 || n->num == 1)) {
 		*out = (int)n->num;
 		return 0;
 	}
@@ -597,7 +545,6 @@ static ssize_t read_line(FILE *f, char **buf, size_t *cap)
 		return -1;
 	while (n > 0 && ((*buf)[n - 1] == '\n' || (*buf)[n - 1] == '\r'))
 		n--;
-	/* tj_parse writes buf[n]: getline leaves room for the NUL */
 	return n;
 }
 
@@ -605,7 +552,8 @@ static ssize_t read_line(FILE *f, char **buf, size_t *cap)
 
 static int open_jsonl(struct strata_trace *t, FILE *f, struct strata_error *err)
 {
-	struct tj_doc doc = { 0 };
+	struct strata_json_doc *doc = NULL;
+	char what[PATH_MAX + 32];
 	char *line = NULL;
 	size_t cap = 0, rcap = 0, nrec = 0;
 	uint64_t lineno = 0;
@@ -625,35 +573,40 @@ static int open_jsonl(struct strata_trace *t, FILE *f, struct strata_error *err)
 		}
 		if (!len)
 			continue;
-		if (tj_parse(&doc, s, (size_t)len))
-			JERR("%s:%" PRIu64 ": bad JSON at column %zu: %s", t->path, lineno, doc.errpos + 1, doc.errmsg);
-		const struct tj_node *root = &doc.nodes[0];
-		if (root->type != TJ_OBJ)
+		strata_json_free(doc);
+		doc = NULL;
+		snprintf(what, sizeof(what), "%s:%" PRIu64, t->path, lineno);
+		if (strata_json_parse(s, (size_t)len, what, &doc, err)) {
+			rc = err->code = STRATA_ECORRUPT;
+			goto out;
+		}
+		const struct strata_json *root = strata_json_root(doc);
+		if (root->type != STRATA_JSON_OBJECT)
 			JERR("%s:%" PRIu64 ": expected a JSON object", t->path, lineno);
-		const struct tj_node *hv = tj_get(&doc, root, "strata_trace");
+		const struct strata_json *hv = strata_json_get(root, "strata_trace");
 		if (hv) {
 			if (have_shape || nrec)
 				JERR("%s:%" PRIu64 ": header line must come first", t->path, lineno);
-			if (hv->type != TJ_NUM || hv->num != STRATA_TRACE_VERSION) {
+			if (hv->type != STRATA_JSON_NUMBER || hv->num != STRATA_TRACE_VERSION) {
 				rc = STRATA_ERR(err, STRATA_EVERSION, "%s:%" PRIu64 ": trace format version %g (this build reads %d)",
-						t->path, lineno, hv->type == TJ_NUM ? hv->num : -1.0, STRATA_TRACE_VERSION);
+						t->path, lineno, hv->type == STRATA_JSON_NUMBER ? hv->num : -1.0, STRATA_TRACE_VERSION);
 				goto out;
 			}
 			static const char *keys[] = { "layers", "experts", "top_k", "pred_depth", "pred_topn" };
 			uint32_t *dst[] = { &in->n_moe_layers, &in->n_experts, &in->top_k, &in->pred_depth, &in->pred_topn };
 			for (int i = 0; i < 5; i++) {
-				const struct tj_node *v = tj_get(&doc, root, keys[i]);
+				const struct strata_json *v = strata_json_get(root, keys[i]);
 				if (!v && i < 3)
 					JERR("%s:%" PRIu64 ": header lacks \"%s\"", t->path, lineno, keys[i]);
-				if (v && (v->type != TJ_NUM || !v->is_int || v->num < 0 || v->num > 1e9))
+				if (v && (v->type != STRATA_JSON_NUMBER || !v->is_int || v->num < 0 || v->num > 1e9))
 					JERR("%s:%" PRIu64 ": header \"%s\" must be a non-negative integer", t->path, lineno, keys[i]);
 				*dst[i] = v ? (uint32_t)v->num : 0;
 			}
-			const struct tj_node *m = tj_get(&doc, root, "model");
-			if (m && m->type == TJ_STR)
+			const struct strata_json *m = strata_json_get(root, "model");
+			if (m && m->type == STRATA_JSON_STRING)
 				snprintf(in->model, sizeof(in->model), "%s", m->str);
-			const struct tj_node *wv = tj_get(&doc, root, "weights");
-			if (wv && wv->type == TJ_STR) {
+			const struct strata_json *wv = strata_json_get(root, "weights");
+			if (wv && wv->type == STRATA_JSON_STRING) {
 				in->flags |= STRATA_TRACE_F_WEIGHTS;
 				if (!strcmp(wv->str, "f32"))
 					in->flags |= STRATA_TRACE_F_WEIGHTS_F32;
@@ -667,29 +620,29 @@ static int open_jsonl(struct strata_trace *t, FILE *f, struct strata_error *err)
 			have_shape = 2; /* experts known */
 			continue;
 		}
-		const struct tj_node *lay = tj_get(&doc, root, "layers");
-		if (!lay || lay->type != TJ_ARR || !lay->n)
+		const struct strata_json *lay = strata_json_get(root, "layers");
+		if (!lay || lay->type != STRATA_JSON_ARRAY || !lay->len)
 			JERR("%s:%" PRIu64 ": record lacks \"layers\" (a list of expert lists)", t->path, lineno);
-		const struct tj_node *wl = tj_get(&doc, root, "weights");
-		const struct tj_node *pl = tj_get(&doc, root, "pred");
-		const struct tj_node *pwl = tj_get(&doc, root, "pred_w");
+		const struct strata_json *wl = strata_json_get(root, "weights");
+		const struct strata_json *pl = strata_json_get(root, "pred");
+		const struct strata_json *pwl = strata_json_get(root, "pred_w");
 		if (!have_shape) {
 			/* no header: shape from the first record */
-			const struct tj_node *l0 = tj_child(&doc, lay);
-			if (l0->type != TJ_ARR || !l0->n)
+			const struct strata_json *l0 = jchild(lay);
+			if (l0->type != STRATA_JSON_ARRAY || !l0->len)
 				JERR("%s:%" PRIu64 ": \"layers\" must hold lists of expert ids", t->path, lineno);
-			in->n_moe_layers = lay->n;
-			in->top_k = l0->n;
+			in->n_moe_layers = lay->len;
+			in->top_k = l0->len;
 			in->n_experts = 65534; /* provisional: fixed at the end */
 			if (wl)
 				in->flags |= STRATA_TRACE_F_WEIGHTS;
-			if (pl && pl->type == TJ_ARR && pl->n) {
-				const struct tj_node *p0 = tj_child(&doc, pl);
-				const struct tj_node *p00 = p0 && p0->type == TJ_ARR ? tj_child(&doc, p0) : NULL;
-				if (!p00 || p00->type != TJ_ARR)
+			if (pl && pl->type == STRATA_JSON_ARRAY && pl->len) {
+				const struct strata_json *p0 = jchild(pl);
+				const struct strata_json *p00 = p0 && p0->type == STRATA_JSON_ARRAY ? jchild(p0) : NULL;
+				if (!p00 || p00->type != STRATA_JSON_ARRAY)
 					JERR("%s:%" PRIu64 ": \"pred\" must be [layer][depth][n] expert ids", t->path, lineno);
-				in->pred_depth = p0->n;
-				in->pred_topn = p00->n;
+				in->pred_depth = p0->len;
+				in->pred_topn = p00->len;
 				in->flags |= STRATA_TRACE_F_PRED;
 			}
 			if ((rc = shape_check(t->path, in, err)))
@@ -707,15 +660,15 @@ static int open_jsonl(struct strata_trace *t, FILE *f, struct strata_error *err)
 				JERR("%s: out of memory", t->path);
 		}
 		uint32_t L = in->n_moe_layers, k = in->top_k, D = in->pred_depth, N = in->pred_topn;
-		if (lay->n != L)
-			JERR("%s:%" PRIu64 ": %u layers, expected %u", t->path, lineno, lay->n, L);
+		if (lay->len != L)
+			JERR("%s:%" PRIu64 ": %u layers, expected %u", t->path, lineno, lay->len, L);
 		uint32_t l = 0;
-		for (const struct tj_node *c = tj_child(&doc, lay); c; c = tj_next(&doc, c), l++) {
-			if (c->type != TJ_ARR || c->n != k)
+		for (const struct strata_json *c = jchild(lay); c; c = jnext(lay, c), l++) {
+			if (c->type != STRATA_JSON_ARRAY || c->len != k)
 				JERR("%s:%" PRIu64 ": layer %u: expected a list of %u expert ids", t->path, lineno, l, k);
 			uint32_t j = 0;
-			for (const struct tj_node *e = tj_child(&doc, c); e; e = tj_next(&doc, e), j++) {
-				if (e->type != TJ_NUM || !e->is_int || e->num < 0 || e->num >= STRATA_TRACE_NO_EXPERT)
+			for (const struct strata_json *e = jchild(c); e; e = jnext(c, e), j++) {
+				if (e->type != STRATA_JSON_NUMBER || !e->is_int || e->num < 0 || e->num >= STRATA_TRACE_NO_EXPERT)
 					JERR("%s:%" PRIu64 ": layer %u: bad expert id", t->path, lineno, l);
 				if (have_shape == 2 && e->num >= in->n_experts)
 					JERR("%s:%" PRIu64 ": layer %u: expert id %.0f out of range (model has %u experts)",
@@ -727,15 +680,15 @@ static int open_jsonl(struct strata_trace *t, FILE *f, struct strata_error *err)
 		}
 		memset(w, 0, t->lay.lk * 4);
 		if (t->lay.w_size) {
-			if (!wl || wl->type != TJ_ARR || wl->n != L)
+			if (!wl || wl->type != STRATA_JSON_ARRAY || wl->len != L)
 				JERR("%s:%" PRIu64 ": \"weights\" must be %u lists of %u numbers", t->path, lineno, L, k);
 			l = 0;
-			for (const struct tj_node *c = tj_child(&doc, wl); c; c = tj_next(&doc, c), l++) {
-				if (c->type != TJ_ARR || c->n != k)
+			for (const struct strata_json *c = jchild(wl); c; c = jnext(wl, c), l++) {
+				if (c->type != STRATA_JSON_ARRAY || c->len != k)
 					JERR("%s:%" PRIu64 ": weights of layer %u: expected %u numbers", t->path, lineno, l, k);
 				uint32_t j = 0;
-				for (const struct tj_node *e = tj_child(&doc, c); e; e = tj_next(&doc, e), j++) {
-					if (e->type != TJ_NUM)
+				for (const struct strata_json *e = jchild(c); e; e = jnext(c, e), j++) {
+					if (e->type != STRATA_JSON_NUMBER)
 						JERR("%s:%" PRIu64 ": weights of layer %u: not a number", t->path, lineno, l);
 					w[l * k + j] = (float)e->num;
 				}
@@ -747,23 +700,23 @@ static int open_jsonl(struct strata_trace *t, FILE *f, struct strata_error *err)
 				pw[j] = 0;
 			}
 			if (pl) {
-				if (pl->type != TJ_ARR || pl->n != L)
+				if (pl->type != STRATA_JSON_ARRAY || pl->len != L)
 					JERR("%s:%" PRIu64 ": \"pred\" must have one entry per layer (%u)", t->path, lineno, L);
 				l = 0;
-				const struct tj_node *wc = pwl && pwl->type == TJ_ARR ? tj_child(&doc, pwl) : NULL;
-				for (const struct tj_node *c = tj_child(&doc, pl); c; c = tj_next(&doc, c), l++) {
-					if (c->type != TJ_ARR || c->n > D)
+				const struct strata_json *wc = pwl && pwl->type == STRATA_JSON_ARRAY ? jchild(pwl) : NULL;
+				for (const struct strata_json *c = jchild(pl); c; c = jnext(pl, c), l++) {
+					if (c->type != STRATA_JSON_ARRAY || c->len > D)
 						JERR("%s:%" PRIu64 ": pred of layer %u: at most %u depths", t->path, lineno, l, D);
-					const struct tj_node *wd = wc && wc->type == TJ_ARR ? tj_child(&doc, wc) : NULL;
+					const struct strata_json *wd = wc && wc->type == STRATA_JSON_ARRAY ? jchild(wc) : NULL;
 					uint32_t d = 0;
-					for (const struct tj_node *dn = tj_child(&doc, c); dn; dn = tj_next(&doc, dn), d++) {
-						if (dn->type != TJ_ARR || dn->n > N)
+					for (const struct strata_json *dn = jchild(c); dn; dn = jnext(c, dn), d++) {
+						if (dn->type != STRATA_JSON_ARRAY || dn->len > N)
 							JERR("%s:%" PRIu64 ": pred of layer %u depth %u: at most %u ids", t->path,
 							     lineno, l, d + 1, N);
-						const struct tj_node *we = wd && wd->type == TJ_ARR ? tj_child(&doc, wd) : NULL;
+						const struct strata_json *we = wd && wd->type == STRATA_JSON_ARRAY ? jchild(wd) : NULL;
 						uint32_t j = 0;
-						for (const struct tj_node *e = tj_child(&doc, dn); e; e = tj_next(&doc, e), j++) {
-							if (e->type != TJ_NUM || !e->is_int || e->num < 0 ||
+						for (const struct strata_json *e = jchild(dn); e; e = jnext(dn, e), j++) {
+							if (e->type != STRATA_JSON_NUMBER || !e->is_int || e->num < 0 ||
 							    e->num >= STRATA_TRACE_NO_EXPERT)
 								JERR("%s:%" PRIu64 ": pred of layer %u: bad expert id", t->path,
 								     lineno, l);
@@ -772,24 +725,24 @@ static int open_jsonl(struct strata_trace *t, FILE *f, struct strata_error *err)
 							if ((int)e->num > max_id)
 								max_id = (int)e->num;
 							if (we) {
-								pw[at] = we->type == TJ_NUM ? (float)we->num : 0;
-								we = tj_next(&doc, we);
+								pw[at] = we->type == STRATA_JSON_NUMBER ? (float)we->num : 0;
+								we = jnext(wd, we);
 							}
 						}
 						if (wd)
-							wd = tj_next(&doc, wd);
+							wd = jnext(wc, wd);
 					}
 					if (wc)
-						wc = tj_next(&doc, wc);
+						wc = jnext(pwl, wc);
 				}
 			}
 		}
-		const struct tj_node *rq = tj_get(&doc, root, "req"), *ps = tj_get(&doc, root, "pos");
+		const struct strata_json *rq = strata_json_get(root, "req"), *ps = strata_json_get(root, "pos");
 		int phase;
-		if (json_phase(tj_get(&doc, root, "phase"), &phase))
+		if (json_phase(strata_json_get(root, "phase"), &phase))
 			JERR("%s:%" PRIu64 ": \"phase\" must be \"prefill\" or \"decode\"", t->path, lineno);
-		if ((rq && (rq->type != TJ_NUM || !rq->is_int || rq->num < 0 || rq->num > UINT32_MAX)) ||
-		    (ps && (ps->type != TJ_NUM || !ps->is_int || ps->num < 0 || ps->num > UINT32_MAX)))
+		if ((rq && (rq->type != STRATA_JSON_NUMBER || !rq->is_int || rq->num < 0 || rq->num > UINT32_MAX)) ||
+		    (ps && (ps->type != STRATA_JSON_NUMBER || !ps->is_int || ps->num < 0 || ps->num > UINT32_MAX)))
 			JERR("%s:%" PRIu64 ": \"req\" and \"pos\" must be non-negative integers", t->path, lineno);
 		if ((nrec + 1) * t->lay.bytes > rcap) {
 			size_t ncap = rcap ? rcap * 2 : (size_t)t->lay.bytes * 1024;
@@ -857,7 +810,7 @@ out:
 	free(pids);
 	free(pw);
 	free(line);
-	tj_free(&doc);
+	strata_json_free(doc);
 	return rc;
 }
 

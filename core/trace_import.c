@@ -19,6 +19,7 @@
  * missing.
  */
 #include <errno.h>
+#include <limits.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -27,7 +28,8 @@
 #include <xxhash.h>
 
 #include "strata/trace.h"
-#include "trace_json.h"
+#include "strata/json.h"
+#include "trace_int.h"
 
 enum { R_REQ, R_TOK, R_LAYER, R_EXPERTS, R_WEIGHTS, R_PHASE, R_POS, R_PRED, R_PRED_W, R_COUNT };
 
@@ -157,27 +159,27 @@ static int parse_map(struct imp *im, const char *map)
 }
 
 /* First row of a file: resolve each role to a column. */
-static int resolve(struct imp *im, const struct tj_doc *d, const struct tj_node *root, uint64_t line)
+static int resolve(struct imp *im, const struct strata_json *root, uint64_t line)
 {
 	for (int r = 0; r < R_COUNT; r++) {
 		im->col[r][0] = 0;
 		if (im->disabled[r])
 			continue;
 		if (im->map_col[r][0]) {
-			if (!tj_get(d, root, im->map_col[r]))
+			if (!strata_json_get(root, im->map_col[r]))
 				return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": no column '%s' (mapped to %s)", im->file, line,
 					    im->map_col[r], role_names[r]);
 			memcpy(im->col[r], im->map_col[r], sizeof(im->col[r]));
 			continue;
 		}
 		for (int i = 0; candidates[r][i]; i++) {
-			const struct tj_node *n = tj_get(d, root, candidates[r][i]);
+			const struct strata_json *n = strata_json_get(root, candidates[r][i]);
 			if (!n)
 				continue;
 			/* "layers" is the expert column only when it holds lists */
-			if (r == R_EXPERTS && !strcmp(candidates[r][i], "layers") && n->type != TJ_ARR)
+			if (r == R_EXPERTS && !strcmp(candidates[r][i], "layers") && n->type != STRATA_JSON_ARRAY)
 				continue;
-			if (r == R_LAYER && n->type == TJ_ARR)
+			if (r == R_LAYER && n->type == STRATA_JSON_ARRAY)
 				continue;
 			snprintf(im->col[r], sizeof(im->col[r]), "%s", candidates[r][i]);
 			break;
@@ -185,14 +187,14 @@ static int resolve(struct imp *im, const struct tj_doc *d, const struct tj_node 
 	}
 	if (!im->col[R_EXPERTS][0]) {
 		char keys[512] = "";
-		for (const struct tj_node *c = tj_child(d, root); c; c = tj_next(d, c))
+		for (const struct strata_json *c = jchild(root); c; c = jnext(root, c))
 			snprintf(keys + strlen(keys), sizeof(keys) - strlen(keys), "%s%s", keys[0] ? ", " : "", c->key);
 		return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": no expert column found among [%s]; name it with "
 			    "--map experts=COLUMN", im->file, line, keys);
 	}
-	const struct tj_node *e = tj_get(d, root, im->col[R_EXPERTS]);
-	const struct tj_node *e0 = e && e->type == TJ_ARR ? tj_child(d, e) : NULL;
-	int nested = e0 && e0->type == TJ_ARR;
+	const struct strata_json *e = strata_json_get(root, im->col[R_EXPERTS]);
+	const struct strata_json *e0 = e && e->type == STRATA_JSON_ARRAY ? jchild(e) : NULL;
+	int nested = e0 && e0->type == STRATA_JSON_ARRAY;
 	if (im->any_resolved && nested != im->per_token)
 		return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": rows are per %s here but per %s in earlier inputs",
 			    im->file, line, nested ? "token" : "(token, layer)", im->per_token ? "token" : "(token, layer)");
@@ -205,13 +207,13 @@ static int resolve(struct imp *im, const struct tj_doc *d, const struct tj_node 
 	return 0;
 }
 
-static int get_uint(struct imp *im, const struct tj_node *n, uint64_t line, const char *what, uint64_t max,
+static int get_uint(struct imp *im, const struct strata_json *n, uint64_t line, const char *what, uint64_t max,
 		    uint64_t *out)
 {
 	double v;
-	if (n->type == TJ_NUM && n->num == floor(n->num)) {
+	if (n->type == STRATA_JSON_NUMBER && n->num == floor(n->num)) {
 		v = n->num;
-	} else if (n->type == TJ_STR) {
+	} else if (n->type == STRATA_JSON_STRING) {
 		char *end;
 		errno = 0;
 		v = strtod(n->str, &end);
@@ -285,23 +287,23 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem)
 }
 
 /* Expert ids of one (token, layer) list -> im->ids at data. */
-static int take_list(struct imp *im, const struct tj_doc *d, const struct tj_node *lst, uint64_t line,
+static int take_list(struct imp *im, const struct strata_json *lst, uint64_t line,
 		     uint32_t layer_shown, uint64_t data)
 {
-	if (lst->type != TJ_ARR)
+	if (lst->type != STRATA_JSON_ARRAY)
 		return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": layer %u: experts are not a list", im->file, line, layer_shown);
 	if (!im->k) {
-		if (!lst->n || lst->n > STRATA_TRACE_MAX_TOPK)
+		if (!lst->len || lst->len > STRATA_TRACE_MAX_TOPK)
 			return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": %u experts per layer (1..%d supported)", im->file,
-				    line, lst->n, STRATA_TRACE_MAX_TOPK);
-		im->k = lst->n;
+				    line, lst->len, STRATA_TRACE_MAX_TOPK);
+		im->k = lst->len;
 	}
-	if (lst->n != im->k)
+	if (lst->len != im->k)
 		return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": layer %u: %u experts, earlier rows had %u", im->file, line,
-			    layer_shown, lst->n, im->k);
+			    layer_shown, lst->len, im->k);
 	uint32_t j = 0;
-	for (const struct tj_node *e = tj_child(d, lst); e; e = tj_next(d, e), j++) {
-		if (e->type != TJ_NUM || e->num != floor(e->num) || e->num < 0 || e->num >= STRATA_TRACE_NO_EXPERT)
+	for (const struct strata_json *e = jchild(lst); e; e = jnext(lst, e), j++) {
+		if (e->type != STRATA_JSON_NUMBER || e->num != floor(e->num) || e->num < 0 || e->num >= STRATA_TRACE_NO_EXPERT)
 			return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": layer %u: bad expert id (not an integer in 0..65534)",
 				    im->file, line, layer_shown);
 		uint16_t v = (uint16_t)e->num;
@@ -319,15 +321,15 @@ static int take_list(struct imp *im, const struct tj_doc *d, const struct tj_nod
 	return 0;
 }
 
-static int take_weights(struct imp *im, const struct tj_doc *d, const struct tj_node *lst, uint64_t line,
+static int take_weights(struct imp *im, const struct strata_json *lst, uint64_t line,
 			uint32_t layer_shown, uint64_t data)
 {
-	if (lst->type != TJ_ARR || lst->n != im->k)
+	if (lst->type != STRATA_JSON_ARRAY || lst->len != im->k)
 		return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": layer %u: weights must be a list of %u numbers", im->file,
 			    line, layer_shown, im->k);
 	uint32_t j = 0;
-	for (const struct tj_node *e = tj_child(d, lst); e; e = tj_next(d, e), j++) {
-		if (e->type != TJ_NUM)
+	for (const struct strata_json *e = jchild(lst); e; e = jnext(lst, e), j++) {
+		if (e->type != STRATA_JSON_NUMBER)
 			return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": layer %u: weight is not a number", im->file, line,
 				    layer_shown);
 		im->w[data + j] = (float)e->num;
@@ -336,56 +338,56 @@ static int take_weights(struct imp *im, const struct tj_doc *d, const struct tj_
 }
 
 /* pred of one layer: [depth][n] ids (+ scores) -> pids at pd */
-static int take_pred(struct imp *im, const struct tj_doc *d, const struct tj_node *p, const struct tj_node *pw,
+static int take_pred(struct imp *im, const struct strata_json *p, const struct strata_json *pw,
 		     uint64_t line, uint32_t layer_shown, uint64_t pd)
 {
-	if (p->type != TJ_ARR)
+	if (p->type != STRATA_JSON_ARRAY)
 		return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": layer %u: pred is not a list of lists", im->file, line,
 			    layer_shown);
 	if (!im->D) {
-		const struct tj_node *p0 = tj_child(d, p);
-		if (!p->n || !p0 || p0->type != TJ_ARR || !p0->n || p->n > STRATA_TRACE_MAX_DEPTH ||
-		    p0->n > STRATA_TRACE_MAX_TOPN)
+		const struct strata_json *p0 = jchild(p);
+		if (!p->len || !p0 || p0->type != STRATA_JSON_ARRAY || !p0->len || p->len > STRATA_TRACE_MAX_DEPTH ||
+		    p0->len > STRATA_TRACE_MAX_TOPN)
 			return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": layer %u: pred must be [depth][n] expert ids "
 				    "(depth <= %d, n <= %d)", im->file, line, layer_shown, STRATA_TRACE_MAX_DEPTH,
 				    STRATA_TRACE_MAX_TOPN);
-		im->D = p->n;
-		im->N = p0->n;
+		im->D = p->len;
+		im->N = p0->len;
 	}
 	for (size_t j = 0; j < (size_t)im->D * im->N; j++) {
 		im->pids[pd + j] = STRATA_TRACE_NO_EXPERT;
 		im->pw[pd + j] = 0;
 	}
-	if (p->n > im->D)
+	if (p->len > im->D)
 		return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": layer %u: pred depth %u > %u", im->file, line, layer_shown,
-			    p->n, im->D);
-	const struct tj_node *wd = pw && pw->type == TJ_ARR ? tj_child(d, pw) : NULL;
+			    p->len, im->D);
+	const struct strata_json *wd = pw && pw->type == STRATA_JSON_ARRAY ? jchild(pw) : NULL;
 	uint32_t di = 0;
-	for (const struct tj_node *dn = tj_child(d, p); dn; dn = tj_next(d, dn), di++) {
-		if (dn->type != TJ_ARR || dn->n > im->N)
+	for (const struct strata_json *dn = jchild(p); dn; dn = jnext(p, dn), di++) {
+		if (dn->type != STRATA_JSON_ARRAY || dn->len > im->N)
 			return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": layer %u: pred depth %u: at most %u ids", im->file,
 				    line, layer_shown, di + 1, im->N);
-		const struct tj_node *we = wd && wd->type == TJ_ARR ? tj_child(d, wd) : NULL;
+		const struct strata_json *we = wd && wd->type == STRATA_JSON_ARRAY ? jchild(wd) : NULL;
 		uint32_t j = 0;
-		for (const struct tj_node *e = tj_child(d, dn); e; e = tj_next(d, e), j++) {
-			if (e->type != TJ_NUM || e->num != floor(e->num) || e->num < 0 || e->num >= STRATA_TRACE_NO_EXPERT)
+		for (const struct strata_json *e = jchild(dn); e; e = jnext(dn, e), j++) {
+			if (e->type != STRATA_JSON_NUMBER || e->num != floor(e->num) || e->num < 0 || e->num >= STRATA_TRACE_NO_EXPERT)
 				return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": layer %u: bad predicted expert id", im->file,
 					    line, layer_shown);
 			im->pids[pd + (size_t)di * im->N + j] = (uint16_t)e->num;
 			if ((int)e->num > im->max_id)
 				im->max_id = (int)e->num;
 			if (we) {
-				im->pw[pd + (size_t)di * im->N + j] = we->type == TJ_NUM ? (float)we->num : 0;
-				we = tj_next(d, we);
+				im->pw[pd + (size_t)di * im->N + j] = we->type == STRATA_JSON_NUMBER ? (float)we->num : 0;
+				we = jnext(wd, we);
 			}
 		}
 		if (wd)
-			wd = tj_next(d, wd);
+			wd = jnext(pw, wd);
 	}
 	return 0;
 }
 
-static int add_cell(struct imp *im, uint32_t req, uint32_t tok, uint32_t layer, const struct tj_node *pos,
+static int add_cell(struct imp *im, uint32_t req, uint32_t tok, uint32_t layer, const struct strata_json *pos,
 		    int phase, uint64_t line, struct cell **out)
 {
 	if (grow((void **)&im->cells, &im->cap_cells, im->n_cells + 1, sizeof(struct cell)))
@@ -443,16 +445,16 @@ static int reserve_pred(struct imp *im, struct cell *c)
 	return 0;
 }
 
-static int phase_of(struct imp *im, const struct tj_node *n, uint64_t line, int *out)
+static int phase_of(struct imp *im, const struct strata_json *n, uint64_t line, int *out)
 {
 	*out = im->c->default_phase;
-	if (!n || n->type == TJ_NULL)
+	if (!n || n->type == STRATA_JSON_NULL)
 		return 0;
-	if (n->type == TJ_TRUE || n->type == TJ_FALSE) {
-		*out = n->type == TJ_TRUE ? STRATA_PHASE_PREFILL : STRATA_PHASE_DECODE; /* is_prefill */
+	if (n->type == STRATA_JSON_BOOL) {
+		*out = n->boolean ? STRATA_PHASE_PREFILL : STRATA_PHASE_DECODE; /* is_prefill */
 		return 0;
 	}
-	if (n->type == TJ_STR) {
+	if (n->type == STRATA_JSON_STRING) {
 		if (!strcasecmp(n->str, "prefill") || !strcasecmp(n->str, "p") || !strcasecmp(n->str, "prompt") ||
 		    !strcasecmp(n->str, "true"))
 			*out = STRATA_PHASE_PREFILL;
@@ -464,7 +466,7 @@ static int phase_of(struct imp *im, const struct tj_node *n, uint64_t line, int 
 				    line, n->str);
 		return 0;
 	}
-	if (n->type == TJ_NUM && (n->num == 0 || n->num == 1)) {
+	if (n->type == STRATA_JSON_NUMBER && (n->num == 0 || n->num == 1)) {
 		/* is_prefill-style 0/1 when the column is named so; else 0 = prefill */
 		int is_flag = !strcmp(im->col[R_PHASE], "is_prefill");
 		*out = is_flag ? (n->num == 1 ? STRATA_PHASE_PREFILL : STRATA_PHASE_DECODE) : (int)n->num;
@@ -473,29 +475,28 @@ static int phase_of(struct imp *im, const struct tj_node *n, uint64_t line, int 
 	return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": bad phase value", im->file, line);
 }
 
-static int import_row(struct imp *im, const struct tj_doc *d, uint64_t line)
+static int import_row(struct imp *im, const struct strata_json *root, uint64_t line)
 {
-	const struct tj_node *root = &d->nodes[0];
-	if (root->type != TJ_OBJ)
+	if (root->type != STRATA_JSON_OBJECT)
 		return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": expected a JSON object", im->file, line);
-	const struct tj_node *hv = tj_get(d, root, "strata_trace");
+	const struct strata_json *hv = strata_json_get(root, "strata_trace");
 	if (hv) { /* a twin's header line: take the expert count */
-		const struct tj_node *e = tj_get(d, root, "experts");
-		if (e && e->type == TJ_NUM && e->num > im->hdr_experts)
+		const struct strata_json *e = strata_json_get(root, "experts");
+		if (e && e->type == STRATA_JSON_NUMBER && e->num > im->hdr_experts)
 			im->hdr_experts = (int)e->num;
 		return 0;
 	}
-	const struct tj_node *n[R_COUNT];
+	const struct strata_json *n[R_COUNT];
 	for (int r = 0; r < R_COUNT; r++)
-		n[r] = im->col[r][0] ? tj_get(d, root, im->col[r]) : NULL;
+		n[r] = im->col[r][0] ? strata_json_get(root, im->col[r]) : NULL;
 	if (!n[R_EXPERTS])
 		return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": no '%s' column in this row", im->file, line, im->col[R_EXPERTS]);
 	/* request key as text */
 	char key[64] = "0";
 	if (n[R_REQ]) {
-		if (n[R_REQ]->type == TJ_STR)
+		if (n[R_REQ]->type == STRATA_JSON_STRING)
 			snprintf(key, sizeof(key), "%s", n[R_REQ]->str);
-		else if (n[R_REQ]->type == TJ_NUM)
+		else if (n[R_REQ]->type == STRATA_JSON_NUMBER)
 			snprintf(key, sizeof(key), "%.17g", n[R_REQ]->num);
 		else
 			return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": request id must be a number or a string", im->file, line);
@@ -508,9 +509,9 @@ static int import_row(struct imp *im, const struct tj_doc *d, uint64_t line)
 	int rc = phase_of(im, n[R_PHASE], line, &phase);
 	if (rc)
 		return rc;
-	if (n[R_WEIGHTS] && n[R_WEIGHTS]->type != TJ_NULL)
+	if (n[R_WEIGHTS] && n[R_WEIGHTS]->type != STRATA_JSON_NULL)
 		im->have_w = 1;
-	const struct tj_node *pred = n[R_PRED] && n[R_PRED]->type == TJ_ARR ? n[R_PRED] : NULL;
+	const struct strata_json *pred = n[R_PRED] && n[R_PRED]->type == STRATA_JSON_ARRAY ? n[R_PRED] : NULL;
 	if (pred)
 		im->have_pred = 1;
 	if (!im->per_token) {
@@ -537,15 +538,15 @@ static int import_row(struct imp *im, const struct tj_doc *d, uint64_t line)
 		struct cell *c;
 		if ((rc = add_cell(im, req, (uint32_t)tok, (uint32_t)layer, n[R_POS], phase, line, &c)))
 			return rc;
-		if ((rc = take_list(im, d, n[R_EXPERTS], line, (uint32_t)layer, c->data)))
+		if ((rc = take_list(im, n[R_EXPERTS], line, (uint32_t)layer, c->data)))
 			return rc;
 		memset(im->w + c->data, 0, im->k * sizeof(float));
-		if (n[R_WEIGHTS] && n[R_WEIGHTS]->type != TJ_NULL &&
-		    (rc = take_weights(im, d, n[R_WEIGHTS], line, (uint32_t)layer, c->data)))
+		if (n[R_WEIGHTS] && n[R_WEIGHTS]->type != STRATA_JSON_NULL &&
+		    (rc = take_weights(im, n[R_WEIGHTS], line, (uint32_t)layer, c->data)))
 			return rc;
 		im->n_data += im->k;
 		if (pred) {
-			if ((rc = reserve_pred(im, c)) || (rc = take_pred(im, d, pred, n[R_PRED_W], line, (uint32_t)layer, c->pdata)))
+			if ((rc = reserve_pred(im, c)) || (rc = take_pred(im, pred, n[R_PRED_W], line, (uint32_t)layer, c->pdata)))
 				return rc;
 			im->n_pdata += (size_t)im->D * im->N;
 		}
@@ -559,38 +560,38 @@ static int import_row(struct imp *im, const struct tj_doc *d, uint64_t line)
 	} else {
 		tok = rq->next_tok++;
 	}
-	const struct tj_node *lists = n[R_EXPERTS];
-	if (lists->type != TJ_ARR)
+	const struct strata_json *lists = n[R_EXPERTS];
+	if (lists->type != STRATA_JSON_ARRAY)
 		return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": experts are not a list of lists", im->file, line);
-	const struct tj_node *wl = n[R_WEIGHTS] && n[R_WEIGHTS]->type == TJ_ARR ? tj_child(d, n[R_WEIGHTS]) : NULL;
-	const struct tj_node *pl = pred ? tj_child(d, pred) : NULL;
-	const struct tj_node *pwl = n[R_PRED_W] && n[R_PRED_W]->type == TJ_ARR ? tj_child(d, n[R_PRED_W]) : NULL;
-	if (n[R_WEIGHTS] && n[R_WEIGHTS]->type == TJ_ARR && n[R_WEIGHTS]->n != lists->n)
+	const struct strata_json *wl = n[R_WEIGHTS] && n[R_WEIGHTS]->type == STRATA_JSON_ARRAY ? jchild(n[R_WEIGHTS]) : NULL;
+	const struct strata_json *pl = pred ? jchild(pred) : NULL;
+	const struct strata_json *pwl = n[R_PRED_W] && n[R_PRED_W]->type == STRATA_JSON_ARRAY ? jchild(n[R_PRED_W]) : NULL;
+	if (n[R_WEIGHTS] && n[R_WEIGHTS]->type == STRATA_JSON_ARRAY && n[R_WEIGHTS]->len != lists->len)
 		return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": %u weight lists for %u layers", im->file, line,
-			    n[R_WEIGHTS]->n, lists->n);
-	if (pred && pred->n != lists->n)
-		return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": %u pred lists for %u layers", im->file, line, pred->n, lists->n);
+			    n[R_WEIGHTS]->len, lists->len);
+	if (pred && pred->len != lists->len)
+		return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": %u pred lists for %u layers", im->file, line, pred->len, lists->len);
 	uint32_t layer = 0;
-	for (const struct tj_node *l = tj_child(d, lists); l; l = tj_next(d, l), layer++) {
+	for (const struct strata_json *l = jchild(lists); l; l = jnext(lists, l), layer++) {
 		struct cell *c;
 		if ((rc = add_cell(im, req, (uint32_t)tok, layer, n[R_POS], phase, line, &c)))
 			return rc;
-		if ((rc = take_list(im, d, l, line, layer, c->data)))
+		if ((rc = take_list(im, l, line, layer, c->data)))
 			return rc;
 		memset(im->w + c->data, 0, im->k * sizeof(float));
 		if (wl) {
-			if ((rc = take_weights(im, d, wl, line, layer, c->data)))
+			if ((rc = take_weights(im, wl, line, layer, c->data)))
 				return rc;
-			wl = tj_next(d, wl);
+			wl = jnext(n[R_WEIGHTS], wl);
 		}
 		im->n_data += im->k;
 		if (pl) {
-			if ((rc = reserve_pred(im, c)) || (rc = take_pred(im, d, pl, pwl, line, layer, c->pdata)))
+			if ((rc = reserve_pred(im, c)) || (rc = take_pred(im, pl, pwl, line, layer, c->pdata)))
 				return rc;
 			im->n_pdata += (size_t)im->D * im->N;
-			pl = tj_next(d, pl);
+			pl = jnext(pred, pl);
 			if (pwl)
-				pwl = tj_next(d, pwl);
+				pwl = jnext(n[R_PRED_W], pwl);
 		}
 	}
 	return 0;
@@ -600,14 +601,14 @@ static int import_row(struct imp *im, const struct tj_doc *d, uint64_t line)
 
 struct sbuf {
 	char *p;
-	size_t n, cap;
+	size_t used, cap;
 };
 
 static int sb_put(struct sbuf *b, const char *s, size_t n)
 {
-	if (b->n + n + 2 > b->cap) {
+	if (b->used + n + 2 > b->cap) {
 		size_t cap = b->cap ? b->cap * 2 : 1024;
-		while (cap < b->n + n + 2)
+		while (cap < b->used + n + 2)
 			cap *= 2;
 		char *q = realloc(b->p, cap);
 		if (!q)
@@ -615,9 +616,9 @@ static int sb_put(struct sbuf *b, const char *s, size_t n)
 		b->p = q;
 		b->cap = cap;
 	}
-	memcpy(b->p + b->n, s, n);
-	b->n += n;
-	b->p[b->n] = 0;
+	memcpy(b->p + b->used, s, n);
+	b->used += n;
+	b->p[b->used] = 0;
 	return 0;
 }
 
@@ -761,7 +762,8 @@ static int import_file(struct imp *im, const char *path)
 	char *line = NULL, **hdr = NULL, **fields = NULL, *hdr_line = NULL;
 	size_t cap = 0, nh = 0, hcap = 0, nf = 0, fcap = 0;
 	struct sbuf sb = { 0 };
-	struct tj_doc doc = { 0 };
+	struct strata_json_doc *doc = NULL;
+	char what[PATH_MAX + 32];
 	uint64_t lineno = 0;
 	ssize_t len;
 	int rc = 0;
@@ -813,7 +815,7 @@ static int import_file(struct imp *im, const char *path)
 				rc = IERR(STRATA_EINVAL, "%s:%" PRIu64 ": %zu fields, the header has %zu", path, lineno, nf, nh);
 				break;
 			}
-			sb.n = 0;
+			sb.used = 0;
 			int bad = sb_put(&sb, "{", 1);
 			for (size_t i = 0; i < nf && !bad; i++)
 				bad = (i && sb_put(&sb, ",", 1)) || json_escape(&sb, hdr[i]) || sb_put(&sb, ":", 1) ||
@@ -823,25 +825,25 @@ static int import_file(struct imp *im, const char *path)
 				break;
 			}
 			text = sb.p;
-			tlen = sb.n;
+			tlen = sb.used;
 		}
-		if (tj_parse(&doc, text, tlen)) {
-			if (csv)
-				rc = IERR(STRATA_EINVAL, "%s:%" PRIu64 ": cannot read a cell as a list: %s", path, lineno,
-					  doc.errmsg);
-			else
-				rc = IERR(STRATA_EINVAL, "%s:%" PRIu64 ": bad JSON at column %zu: %s", path, lineno,
-					  doc.errpos + 1, doc.errmsg);
+		strata_json_free(doc);
+		doc = NULL;
+		snprintf(what, sizeof(what), "%s:%" PRIu64, path, lineno);
+		if (strata_json_parse(text, tlen, what, &doc, im->err)) {
+			im->err->code = STRATA_EINVAL;
+			rc = STRATA_EINVAL;
 			break;
 		}
-		if (doc.nodes[0].type == TJ_OBJ && tj_get(&doc, &doc.nodes[0], "strata_trace")) {
-			if ((rc = import_row(im, &doc, lineno)))
+		const struct strata_json *root = strata_json_root(doc);
+		if (root->type == STRATA_JSON_OBJECT && strata_json_get(root, "strata_trace")) {
+			if ((rc = import_row(im, root, lineno)))
 				break;
 			continue;
 		}
-		if (!im->resolved && (rc = resolve(im, &doc, &doc.nodes[0], lineno)))
+		if (!im->resolved && (rc = resolve(im, root, lineno)))
 			break;
-		if ((rc = import_row(im, &doc, lineno)))
+		if ((rc = import_row(im, root, lineno)))
 			break;
 		im->res->rows++;
 	}
@@ -854,7 +856,7 @@ static int import_file(struct imp *im, const char *path)
 	free(hdr_line);
 	free(fields);
 	free(sb.p);
-	tj_free(&doc);
+	strata_json_free(doc);
 	return rc;
 }
 

@@ -125,6 +125,12 @@ int strata_store_writer_open(const struct strata_store_writer_config *cfg,
 /* data: the packed expert payload, exactly strata_expert_layout().payload bytes. */
 int strata_store_writer_add_expert(struct strata_store_writer *w, uint32_t layer, uint32_t e,
 				   const void *data, size_t bytes, struct strata_error *err);
+/* Same, from a buffer the writer may write whole: data 4 KiB aligned and
+ * buf_bytes >= the padded extent (strata_expert_layout().bytes); the writer
+ * zeroes the padding after the payload and writes the extent with O_DIRECT
+ * (no page-cache copy) where the filesystem allows, else like add_expert. */
+int strata_store_writer_add_expert_aligned(struct strata_store_writer *w, uint32_t layer, uint32_t e,
+					   void *data, size_t buf_bytes, struct strata_error *err);
 int strata_store_writer_add_tensor(struct strata_store_writer *w, const char *name,
 				   const void *data, size_t bytes, struct strata_error *err);
 /* Write headers, fsync, rename .tmp files into place.  Fails if anything
