@@ -528,9 +528,11 @@ static void *qz_worker(void *arg)
 			fail_job(j, &e);
 			break;
 		}
-		/* add_expert is safe from several threads (planned offsets, pwrite) */
+		/* safe from several threads (planned offsets, pwrite); the buffer is
+		 * 4 KiB aligned and at least lay.bytes long, so the writer may use
+		 * O_DIRECT */
 		if (!j->failed)
-			rc = strata_store_writer_add_expert(j->w, layer, ex, packed, lay.payload, &e);
+			rc = strata_store_writer_add_expert_aligned(j->w, layer, ex, packed, j->packed_bytes, &e);
 		pthread_mutex_lock(&j->lock);
 		if (!j->failed && !rc) {
 			struct strata_quantize_tier_stats *ts = &j->rep->tier[tier];

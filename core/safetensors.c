@@ -439,7 +439,8 @@ static int cmp_by_name(const void *a, const void *b)
 
 static int finish_index(struct strata_st *st, struct strata_error *err)
 {
-	qsort(st->t, st->n, sizeof(*st->t), cmp_by_name);
+	if (st->n > 1)
+		qsort(st->t, st->n, sizeof(*st->t), cmp_by_name);
 	for (uint32_t i = 1; i < st->n; i++)
 		if (!strcmp(st->t[i].name, st->t[i - 1].name))
 			return STRATA_ERR(err, STRATA_ECORRUPT, "%s: duplicate tensor '%s'%s%s",

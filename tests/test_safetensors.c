@@ -400,6 +400,13 @@ static void test_st_image(void **state)
 	assert_true(v[0] == 1.0f);
 	strata_st_close(st);
 	assert_int_equal(strata_st_open_image(img, 8 + n + 3, "img", &st, &err), STRATA_ECORRUPT);
+	/* regression (found by fuzz_safetensors): a header with no tensors */
+	const unsigned char empty[10] = { 2, 0, 0, 0, 0, 0, 0, 0, '{', '}' };
+	assert_int_equal(strata_st_open_image(empty, sizeof(empty), "empty", &st, &err), 0);
+	assert_int_equal(strata_st_tensor_count(st), 0);
+	assert_null(strata_st_find(st, "a"));
+	assert_null(strata_st_tensor_at(st, 0));
+	strata_st_close(st);
 	assert_int_equal(strata_st_open_image(img, 5, "img", &st, &err), STRATA_ECORRUPT);
 }
 
