@@ -160,6 +160,19 @@ static void test_spec_inference(void **state)
 	}
 	struct strata_qz_model *m;
 	struct strata_error err = { 0 };
+	/* DeepSeek-V3 ships its multi-token-prediction module as one extra layer
+	 * past num_hidden_layers: skipped and counted */
+	char cfg[600];
+	snprintf(cfg, sizeof(cfg), "%s/config.json", tpath("spec1"));
+	FILE *f = fopen(cfg, "w");
+	fputs("{\"num_hidden_layers\": 2, \"num_experts_per_tok\": 3, \"n_shared_experts\": 1}", f);
+	fclose(f);
+	assert_int_equal(strata_qz_model_open(tpath("spec1"), NULL, &m, &err), 0);
+	assert_int_equal(m->spec.n_layers, 2);
+	assert_int_equal(m->spec.first_moe_layer, 1);
+	assert_int_equal(m->spec.n_moe_layers, 1);
+	assert_true(m->n_skipped > 6 * 3);
+	strata_qz_model_close(m);
 	struct strata_qz_open_options oo = { .naming = "nope" };
 	assert_int_equal(strata_qz_model_open(tpath("spec0"), &oo, &m, &err), STRATA_EINVAL);
 	assert_non_null(strstr(err.msg, "unknown naming 'nope'"));
