@@ -23,6 +23,10 @@
 #include "strata/json.h"
 #include "strata/safetensors.h"
 
+#ifdef __F16C__
+#include <immintrin.h>
+#endif
+
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors I/O assumes a little-endian host");
 
 static const struct {
@@ -799,6 +803,15 @@ int strata_st_read_f32(struct strata_st *st, const struct strata_st_tensor *t, u
 			memcpy(out + i, u, sizeof(u));
 		}
 	} else {
+#ifdef __F16C__
+		/* hardware half -> float where the build targets it (x86-64-v3) */
+		for (; i + 16 <= count; i += 16) {
+			__m128i a = _mm_loadu_si128((const __m128i *)(raw + 2 * i));
+			__m128i b = _mm_loadu_si128((const __m128i *)(raw + 2 * i + 16));
+			_mm256_storeu_ps(out + i, _mm256_cvtph_ps(a));
+			_mm256_storeu_ps(out + i + 8, _mm256_cvtph_ps(b));
+		}
+#endif
 		for (; i + 16 <= count; i += 16) {
 			uint16_t h[16];
 			float f[16];

@@ -64,6 +64,23 @@ static void usage(FILE *f)
 		"  --seed N            weights seed (default 1)\n");
 }
 
+/* s as a JSON string body (quotes, backslashes and control bytes escaped) */
+static const char *jstr(const char *s, char *buf, size_t len)
+{
+	size_t o = 0;
+	for (; *s && o + 7 < len; s++) {
+		unsigned char c = (unsigned char)*s;
+		if (c == '"' || c == '\\')
+			o += (size_t)snprintf(buf + o, len - o, "\\%c", c);
+		else if (c < 0x20)
+			o += (size_t)snprintf(buf + o, len - o, "\\u%04x", c);
+		else
+			buf[o++] = (char)c;
+	}
+	buf[o] = '\0';
+	return buf;
+}
+
 static void print_card(const struct strata_quantize_report *r, const char *in, const char *out,
 		       const char *tiering, int json)
 {
@@ -84,12 +101,13 @@ static void print_card(const struct strata_quantize_report *r, const char *in, c
 	double red_all = r->out_bytes ? (double)r->bf16_bytes / (double)r->out_bytes : 0;
 	static const char *names[STRATA_TIER_COUNT] = { "hot", "warm", "cold" };
 	if (json) {
-		char spec[256];
+		char spec[256], j1[128], j2[2048], j3[2048], j4[1024];
 		strata_model_spec_format(s, spec, sizeof(spec));
 		printf("{\"model\":\"%s\",\"in\":\"%s\",\"out\":\"%s\",\"naming\":\"%s\",\"tiering\":\"%s\",\"spec\":\"%s\","
 		       "\"layers\":%u,\"first_moe_layer\":%u,\"moe_layers\":%u,\"experts_per_layer\":%u,\"top_k\":%u,"
 		       "\"hidden\":%u,\"inter\":%u,\"shared\":%u,\"shared_inter\":%u,\"experts\":%" PRIu64 ",\"tiers\":[",
-		       s->name, in, out, r->naming, tiering, spec, s->n_layers, s->first_moe_layer, s->n_moe_layers,
+		       jstr(s->name, j1, sizeof(j1)), jstr(in, j2, sizeof(j2)), jstr(out, j3, sizeof(j3)), r->naming,
+		       jstr(tiering, j4, sizeof(j4)), spec, s->n_layers, s->first_moe_layer, s->n_moe_layers,
 		       s->n_experts, s->top_k, s->hidden, s->inter, s->n_shared, s->shared_inter, n_total);
 		for (int t = 0; t < STRATA_TIER_COUNT; t++) {
 			const struct strata_quantize_tier_stats *x = &r->tier[t];
