@@ -472,6 +472,25 @@ static void test_quantize_bad_weights(void **state)
 	}
 }
 
+static void test_disk_full(void **state)
+{
+	const char *in = tpath("full-in"), *out = tpath("full-out");
+	write_model(in, D_NONE);
+	struct strata_qz_model *m;
+	struct strata_error err = { 0 };
+	assert_int_equal(strata_qz_model_open(in, NULL, &m, &err), 0);
+	uint8_t tiers[NE] = { 0, 1, 2, 2 };
+	struct strata_quantize_config qc = { .out = out, .tiers = tiers, .threads = 2 };
+	struct strata_quantize_report rep;
+	strata_store_fail_after_bytes = 6000; /* the store's ENOSPC hook */
+	int rc = strata_quantize_run(m, &qc, &rep, &err);
+	strata_store_fail_after_bytes = 0;
+	if (rc != STRATA_ENOSPC)
+		fail_msg("rc %d msg '%s'", rc, err.msg);
+	assert_int_equal(count_files(out), 0);
+	strata_qz_model_close(m);
+}
+
 static void test_counts_other_shape(void **state)
 {
 	const char *in = tpath("cs-in"), *out = tpath("cs-out");
@@ -570,6 +589,7 @@ int main(void)
 		cmocka_unit_test(test_quantize_bad_model),
 		cmocka_unit_test(test_quantize_bad_weights),
 		cmocka_unit_test(test_counts_other_shape),
+		cmocka_unit_test(test_disk_full),
 		cmocka_unit_test(test_quantize_end_to_end),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
