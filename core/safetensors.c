@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,7 +64,27 @@ uint32_t strata_st_dtype_size(int dtype)
 
 bool strata_st_dtype_is_float(int dtype)
 {
-	return dtype == STRATA_ST_F16 || dtype == STRATA_ST_BF16 || dtype == STRATA_ST_F32 || dtype == STRATA_ST_F64;
+	return dtype == STRATA_ST_F16 || dtype == STRATA_ST_BF16 || dtype == STRATA_ST_F32 || dtype == STRATA_ST_F64 ||
+	       dtype == STRATA_ST_F8_E4M3 || dtype == STRATA_ST_F8_E5M2;
+}
+
+float strata_f8e4m3_to_f32(uint8_t b)
+{
+	/* OCP E4M3 ("fn"): bias 7, no infinities, S.1111.111 is NaN */
+	int e = (b >> 3) & 15, m = b & 7;
+	float v;
+	if (e == 15 && m == 7)
+		v = NAN;
+	else if (e == 0)
+		v = ldexpf((float)m, -9); /* m/8 * 2^-6 */
+	else
+		v = ldexpf((float)(8 + m), e - 10); /* (1 + m/8) * 2^(e-7) */
+	return b & 0x80 ? -v : v;
+}
+
+float strata_f8e5m2_to_f32(uint8_t b)
+{
+	return strata_f16_to_f32((uint16_t)(b << 8)); /* E5M2 is the top byte of an IEEE half */
 }
 
 float strata_f16_to_f32(uint16_t h)
@@ -753,6 +774,16 @@ int strata_st_read_raw(struct strata_st *st, const struct strata_st_tensor *t, u
 	return st_pread(f->fd, buf, bytes, t->offset + off, f->path, err);
 }
 
+static float lut_f8[2][256];
+
+static void f8_tables(void)
+{
+	for (int b = 0; b < 256; b++) {
+		lut_f8[0][b] = strata_f8e4m3_to_f32((uint8_t)b);
+		lut_f8[1][b] = strata_f8e5m2_to_f32((uint8_t)b);
+	}
+}
+
 static float bf16_to_f32(uint16_t h)
 {
 	uint32_t u = (uint32_t)h << 16;
@@ -783,6 +814,30 @@ int strata_st_read_f32(struct strata_st *st, const struct strata_st_tensor *t, u
 				out[done + i] = (float)buf[i];
 			done += n;
 		}
+		return STRATA_OK;
+	}
+	if (es == 1) {
+		/* FP8: read into the last quarter and widen from the front; block
+		 * i's outputs (4i .. 4i+63) end before the next block's inputs
+		 * (3n + i + 16) whenever i + 16 <= n */
+		unsigned char *raw8 = (unsigned char *)out + count * 3;
+		int rc = strata_st_read_raw(st, t, first, count, raw8, err);
+		if (rc)
+			return rc;
+		static pthread_once_t once = PTHREAD_ONCE_INIT;
+		pthread_once(&once, f8_tables);
+		const float *tab = lut_f8[t->dtype == STRATA_ST_F8_E5M2];
+		uint64_t i = 0;
+		for (; i + 16 <= count; i += 16) {
+			uint8_t b[16];
+			float f[16];
+			memcpy(b, raw8 + i, 16);
+			for (int k = 0; k < 16; k++)
+				f[k] = tab[b[k]];
+			memcpy(out + i, f, sizeof(f));
+		}
+		for (; i < count; i++)
+			out[i] = tab[raw8[i]];
 		return STRATA_OK;
 	}
 	unsigned char *raw = (unsigned char *)out + (es == 2 ? count * 2 : 0);

@@ -491,6 +491,140 @@ static void test_disk_full(void **state)
 	strata_qz_model_close(m);
 }
 
+/* A DeepSeek-V3-style FP8 checkpoint: F8_E4M3 weights with F32
+ * "<name>_scale_inv" per 128 x 128 block; 1 MoE layer x 2 experts. */
+enum fp8_defect { F8_OK, F8_NO_SCALE, F8_BAD_SCALE };
+
+static uint8_t f8_code(uint64_t *seed)
+{
+	*seed = *seed * 6364136223846793005ull + 1442695040888963407ull;
+	uint8_t b = (uint8_t)(*seed >> 56);
+	return (b & 0x7f) == 0x7f ? 0x30 : b; /* no NaN codes */
+}
+
+static void write_fp8_model(const char *dir, enum fp8_defect d)
+{
+	mkdir(dir, 0755);
+	char path[600];
+	snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+	struct strata_st_writer *w;
+	struct strata_error err = { 0 };
+	assert_int_equal(strata_st_writer_open(path, &w, &err), 0);
+	static const char *mats[3] = { "gate_proj", "up_proj", "down_proj" };
+	uint64_t qs[2] = { H, H }, qss[2] = { 2, 2 }, ns[1] = { H };
+	assert_int_equal(strata_st_writer_declare(w, "model.layers.0.self_attn.q_proj.weight", STRATA_ST_F8_E4M3, 2, qs,
+						  &err), 0);
+	assert_int_equal(strata_st_writer_declare(w, "model.layers.0.self_attn.q_proj.weight_scale_inv", STRATA_ST_F32, 2,
+						  qss, &err), 0);
+	assert_int_equal(strata_st_writer_declare(w, "model.norm.weight", STRATA_ST_BF16, 1, ns, &err), 0);
+	for (int e = 0; e < 2; e++)
+		for (int m = 0; m < 3; m++) {
+			char name[128];
+			snprintf(name, sizeof(name), "model.layers.0.mlp.experts.%d.%s.weight", e, mats[m]);
+			uint64_t shape[2] = { m == 2 ? H : I, m == 2 ? I : H };
+			assert_int_equal(strata_st_writer_declare(w, name, STRATA_ST_F8_E4M3, 2, shape, &err), 0);
+			if (d == F8_NO_SCALE && e == 1 && m == 1)
+				continue;
+			strcat(name, "_scale_inv");
+			uint64_t sshape[2] = { (shape[0] + 127) / 128, (shape[1] + 127) / 128 };
+			if (d == F8_BAD_SCALE && e == 0 && m == 2)
+				sshape[1] = 2;
+			assert_int_equal(strata_st_writer_declare(w, name, STRATA_ST_F32, 2, sshape, &err), 0);
+		}
+	uint64_t seed = 99;
+	static uint8_t b[H * H];
+	for (int i = 0; i < H * H; i++)
+		b[i] = f8_code(&seed);
+	assert_int_equal(strata_st_writer_write_raw(w, b, H * H, &err), 0);
+	float sc[4] = { 0.01f, 0.02f, 0.03f, 0.04f };
+	assert_int_equal(strata_st_writer_write_f32(w, sc, 4, &err), 0);
+	float ones[H];
+	for (int i = 0; i < H; i++)
+		ones[i] = 1.0f;
+	assert_int_equal(strata_st_writer_write_f32(w, ones, H, &err), 0);
+	for (int e = 0; e < 2; e++)
+		for (int m = 0; m < 3; m++) {
+			for (int i = 0; i < H * I; i++)
+				b[i] = f8_code(&seed);
+			assert_int_equal(strata_st_writer_write_raw(w, b, H * I, &err), 0);
+			if (d == F8_NO_SCALE && e == 1 && m == 1)
+				continue;
+			/* gate/up [16, 256]: 1 x 2 blocks; down [256, 16]: 2 x 1 (bad: 2 x 2) */
+			int n = d == F8_BAD_SCALE && e == 0 && m == 2 ? 4 : 2;
+			float s2[4] = { 0.005f * (float)(e + 1), 0.007f, 0.011f, 0.013f };
+			assert_int_equal(strata_st_writer_write_f32(w, s2, (uint64_t)n, &err), 0);
+		}
+	if (strata_st_writer_finish(w, &err))
+		fail_msg("%s", err.msg);
+	snprintf(path, sizeof(path), "%s/config.json", dir);
+	FILE *f = fopen(path, "w");
+	fputs("{\"num_experts_per_tok\": 1, \"quantization_config\": {\"quant_method\": \"fp8\", "
+	      "\"weight_block_size\": [128, 128]}}\n", f);
+	fclose(f);
+}
+
+static void test_fp8_checkpoint(void **state)
+{
+	const char *in = tpath("fp8-in"), *out = tpath("fp8-out");
+	write_fp8_model(in, F8_OK);
+	struct strata_qz_model *m;
+	struct strata_error err = { 0 };
+	struct strata_qz_open_options oo = { .naming = "deepseek-v3" };
+	if (strata_qz_model_open(in, &oo, &m, &err))
+		fail_msg("%s", err.msg);
+	assert_int_equal(m->spec.n_experts, 2);
+	assert_int_equal(m->spec.hidden, H);
+	assert_int_equal(m->spec.inter, I);
+	assert_int_equal(m->n_nonrouted, 2); /* q_proj and the norm; scales are consumed */
+	assert_true(m->spec.nonrouted_params == (uint64_t)H * H + H);
+	/* dequantized rows: FP8 value x its block's scale */
+	const struct strata_st_tensor *t = strata_st_find(m->st, "model.layers.0.mlp.experts.1.down_proj.weight");
+	float v[H * I];
+	assert_int_equal(strata_qz_read_rows(m, t, 120, 20, v, &err), 0);
+	uint8_t raw[20 * I];
+	assert_int_equal(strata_st_read_raw(m->st, t, 120 * I, 20 * I, raw, &err), 0);
+	for (int r = 0; r < 20; r++)
+		for (int c = 0; c < I; c++) {
+			float scale = 120 + r < 128 ? 0.010f : 0.007f; /* rows 0..127: block 0, then block 1 */
+			float want = strata_f8e4m3_to_f32(raw[r * I + c]) * scale;
+			if (v[r * I + c] != want)
+				fail_msg("row %d col %d: %g != %g", 120 + r, c, (double)v[r * I + c], (double)want);
+		}
+	/* quantized end to end; the FP8 q_proj is stored dequantized as BF16 */
+	uint8_t tiers[2] = { 0, 2 };
+	struct strata_quantize_config qc = { .out = out, .tiers = tiers, .threads = 2 };
+	struct strata_quantize_report rep;
+	if (strata_quantize_run(m, &qc, &rep, &err))
+		fail_msg("%s", err.msg);
+	assert_true(rep.tier[0].cos_sum / (double)rep.tier[0].matrices > 0.9);
+	struct strata_store *st;
+	assert_int_equal(strata_store_open(out, &st, &err), 0);
+	const struct strata_tensor_info *ti = strata_store_find_tensor(st, "model.layers.0.self_attn.q_proj.weight");
+	assert_non_null(ti);
+	assert_int_equal(ti->fmt, STRATA_FMT_BF16);
+	assert_null(strata_store_find_tensor(st, "model.layers.0.self_attn.q_proj.weight_scale_inv"));
+	uint16_t *buf = strata_aligned_alloc(4096, ti->ext.bytes);
+	assert_int_equal(strata_store_read_extent(st, &ti->ext, buf, false, true, &err), 0);
+	float *q = malloc(H * H * sizeof(float));
+	assert_int_equal(strata_qz_read_rows(m, strata_st_find(m->st, "model.layers.0.self_attn.q_proj.weight"), 0, H, q,
+					     &err), 0);
+	for (int i = 0; i < H * H; i++)
+		if (strata_bf16_to_f32(buf[i]) != strata_bf16_to_f32(strata_f32_to_bf16(q[i])))
+			fail_msg("q_proj[%d]", i);
+	assert_true(q[200 * H + 200] != 0 || q[200 * H + 201] != 0);
+	free(q);
+	free(buf);
+	strata_store_close(st);
+	strata_qz_model_close(m);
+
+	write_fp8_model(tpath("fp8-noscale"), F8_NO_SCALE);
+	assert_int_equal(strata_qz_model_open(tpath("fp8-noscale"), &oo, &m, &err), STRATA_ENOTFOUND);
+	assert_non_null(strstr(err.msg, "FP8 tensor 'model.layers.0.mlp.experts.1.up_proj.weight' has no"));
+	write_fp8_model(tpath("fp8-badscale"), F8_BAD_SCALE);
+	assert_int_equal(strata_qz_model_open(tpath("fp8-badscale"), &oo, &m, &err), STRATA_ESHAPE);
+	assert_non_null(strstr(err.msg, "experts.0.down_proj.weight_scale_inv' must be a float [2, 1]"));
+}
+
 static void test_counts_other_shape(void **state)
 {
 	const char *in = tpath("cs-in"), *out = tpath("cs-out");
@@ -590,6 +724,7 @@ int main(void)
 		cmocka_unit_test(test_quantize_bad_weights),
 		cmocka_unit_test(test_counts_other_shape),
 		cmocka_unit_test(test_disk_full),
+		cmocka_unit_test(test_fp8_checkpoint),
 		cmocka_unit_test(test_quantize_end_to_end),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
