@@ -850,6 +850,48 @@ int strata_quantize_run(struct strata_qz_model *m, const struct strata_quantize_
 	return STRATA_OK;
 }
 
+int strata_quantize_plan(struct strata_qz_model *m, const uint8_t *tiers, struct strata_quantize_report *rep,
+			 struct strata_error *err)
+{
+	const struct strata_model_spec *s = &m->spec;
+	memset(rep, 0, sizeof(*rep));
+	rep->spec = *s;
+	snprintf(rep->naming, sizeof(rep->naming), "%s", m->naming->name);
+	rep->skipped = m->n_skipped;
+	uint64_t total = strata_model_total_experts(s);
+	struct strata_expert_layout lay[STRATA_TIER_COUNT];
+	for (int t = 0; t < STRATA_TIER_COUNT; t++) {
+		const struct strata_fmt_traits *tr = strata_fmt_traits(STRATA_FMT_HOT + t);
+		if (!tr || strata_expert_layout(STRATA_FMT_HOT + t, s->hidden, s->inter, &lay[t]))
+			return STRATA_ERR(err, STRATA_EINVAL, "quantize: no layout for tier %d", t);
+		rep->tier[t].fmt = STRATA_FMT_HOT + t;
+		rep->tier[t].bpw = tr->bpw;
+	}
+	for (uint64_t i = 0; i < total; i++) {
+		if (tiers[i] >= STRATA_TIER_COUNT)
+			return STRATA_ERR(err, STRATA_EINVAL, "quantize: tier %u for expert %" PRIu64, tiers[i], i);
+		struct strata_quantize_tier_stats *x = &rep->tier[tiers[i]];
+		x->experts++;
+		x->params += strata_model_expert_params(s);
+		x->payload += lay[tiers[i]].payload;
+		x->bytes += lay[tiers[i]].bytes;
+		rep->out_bytes += lay[tiers[i]].bytes;
+	}
+	for (uint64_t k = 0; k < total * STRATA_MAT_COUNT; k++)
+		rep->in_bytes += m->experts[k]->bytes;
+	for (uint32_t i = 0; i < m->n_nonrouted; i++) {
+		const struct strata_st_tensor *t = m->nonrouted[i];
+		rep->tensors++;
+		rep->tensor_params += t->numel;
+		rep->tensor_bytes += t->numel * (t->ndim <= 1 ? 4 : 2);
+		rep->in_bytes += t->bytes;
+	}
+	rep->out_bytes += rep->tensor_bytes;
+	rep->routed_bf16_bytes = total * strata_model_expert_params(s) * 2;
+	rep->bf16_bytes = rep->routed_bf16_bytes + s->nonrouted_params * 2;
+	return STRATA_OK;
+}
+
 /* ---- test models -------------------------------------------------------- */
 
 struct rng {

@@ -341,6 +341,25 @@ static void test_quantize_end_to_end(void **state)
 		fail_msg("cosines %g %g %g", cos[0], cos[1], cos[2]);
 	assert_int_equal(strata_json_get(strata_json_get(r, "nonrouted"), "tensors")->u, 3);
 	assert_true(strata_json_get(strata_json_get(r, "total"), "reduction_vs_bf16")->num > 0);
+
+	/* --plan predicts the same sizes without quantizing or writing */
+	static char planbuf[16384];
+	rc = test_run(planbuf, sizeof(planbuf), "%s quantize --in %s --plan --counts %s --json", test_bin("strata"), in,
+		      counts);
+	if (rc)
+		fail_msg("exit %d: %s", rc, planbuf);
+	struct strata_json_doc *pdoc;
+	if (strata_json_parse(planbuf, strlen(planbuf), "quantize --plan --json", &pdoc, &err))
+		fail_msg("%s\n%s", err.msg, planbuf);
+	const struct strata_json *pr = strata_json_root(pdoc);
+	for (uint32_t t = 0; t < 3; t++) {
+		const struct strata_json *a = strata_json_at(tiers, t), *b = strata_json_at(strata_json_get(pr, "tiers"), t);
+		assert_int_equal(strata_json_get(a, "extent_bytes")->u, strata_json_get(b, "extent_bytes")->u);
+		assert_int_equal(strata_json_get(a, "experts")->u, strata_json_get(b, "experts")->u);
+	}
+	assert_int_equal(strata_json_get(strata_json_get(r, "total"), "bytes")->u,
+			 strata_json_get(strata_json_get(pr, "total"), "bytes")->u);
+	strata_json_free(pdoc);
 	strata_json_free(doc);
 
 	/* the shards open, with the counts' tiers and each tier's format */

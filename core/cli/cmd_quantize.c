@@ -55,6 +55,8 @@ static void usage(FILE *f)
 		"  --out DIR           shard directory (created); on any error nothing valid-looking\n"
 		"                      is left there\n"
 		"  --json              print the card as JSON\n"
+		"  --plan              print the card's sizes from the tiering alone: no quantization,\n"
+		"                      nothing written (--out optional; cosines shown as -)\n"
 		"  --no-progress       no progress bar (it shows on a terminal or with STRATA_PROGRESS=1)\n"
 		"test models\n"
 		"  --make-test-model DIR  write a small random model in Hugging Face layout\n"
@@ -147,18 +149,23 @@ static void print_card(const struct strata_quantize_report *r, const char *in, c
 	for (int t = 0; t < STRATA_TIER_COUNT; t++) {
 		const struct strata_quantize_tier_stats *x = &r->tier[t];
 		double m = x->matrices ? (double)x->matrices : 1;
-		if (x->matrices)
+		if (x->matrices && x->experts)
 			printf("%-5s %-5s %8" PRIu64 "  %-6s %7.4f %10.3f %10.3f %9.5f %9.5f %9.5f\n", names[t],
 			       strata_tier_name(t), x->experts, strata_fmt_traits(x->fmt)->name, x->bpw,
 			       (double)x->bytes / 1e9, (double)x->bytes / (1u << 30), x->cos_sum / m, x->cos_min,
 			       x->rmse_sum / m);
 		else
-			printf("%-5s %-5s %8d  %-6s %7.4f %10.3f %10.3f %9s %9s %9s\n", names[t], strata_tier_name(t), 0,
-			       strata_fmt_traits(x->fmt)->name, x->bpw, 0.0, 0.0, "-", "-", "-");
+			printf("%-5s %-5s %8" PRIu64 "  %-6s %7.4f %10.3f %10.3f %9s %9s %9s\n", names[t], strata_tier_name(t),
+			       x->experts, strata_fmt_traits(x->fmt)->name, x->bpw, (double)x->bytes / 1e9,
+			       (double)x->bytes / (1u << 30), "-", "-", "-");
 	}
-	printf("%-5s %-5s %8" PRIu64 "  %-6s %7.4f %10.3f %10.3f %9.5f %9.5f %9.5f\n", "total", "", n_total, "",
-	       tpar ? (double)tp * 8 / (double)tpar : 0, (double)tb / 1e9, (double)tb / (1u << 30),
-	       tm ? tcos / (double)tm : 0, tm ? tmin : 0, tm ? trmse / (double)tm : 0);
+	if (tm)
+		printf("%-5s %-5s %8" PRIu64 "  %-6s %7.4f %10.3f %10.3f %9.5f %9.5f %9.5f\n", "total", "", n_total, "",
+		       tpar ? (double)tp * 8 / (double)tpar : 0, (double)tb / 1e9, (double)tb / (1u << 30),
+		       tcos / (double)tm, tmin, trmse / (double)tm);
+	else
+		printf("%-5s %-5s %8" PRIu64 "  %-6s %7.4f %10.3f %10.3f %9s %9s %9s\n", "total", "", n_total, "",
+		       tpar ? (double)tp * 8 / (double)tpar : 0, (double)tb / 1e9, (double)tb / (1u << 30), "-", "-", "-");
 	printf("\nrouted experts: %.3f GB at BF16 -> %.3f GB, %.2fx smaller\n", (double)r->routed_bf16_bytes / 1e9,
 	       (double)tb / 1e9, red_routed);
 	printf("non-routed:     %" PRIu64 " tensors, %" PRIu64 " params, %s stored BF16 (1-D F32)\n", r->tensors,
@@ -169,10 +176,11 @@ static void print_card(const struct strata_quantize_report *r, const char *in, c
 		printf("imatrix:        %u of %" PRIu64 " matrices weighted\n", r->imatrix_used, tm);
 	if (r->skipped)
 		printf("skipped:        %u tensors of layers past config.json num_hidden_layers (MTP)\n", r->skipped);
-	printf("time:           %.2f s, %.1f MB/s of input; working buffers %s\n", r->seconds,
+	if (r->seconds > 0)
+		printf("time:           %.2f s, %.1f MB/s of input; working buffers %s\n", r->seconds,
 	       r->seconds > 0 ? (double)r->in_bytes / r->seconds / 1e6 : 0.0,
 	       strata_fmt_bytes(r->buffer_bytes, b, sizeof(b)));
-	printf("shards in %s\n", out);
+	printf("%s%s\n", r->seconds > 0 ? "shards in " : "", out);
 }
 
 static int make_test_model(const char *dir, const char *spec_text, const char *naming, const char *dtype_s,
@@ -204,7 +212,7 @@ int strata_cmd_quantize(int argc, char **argv)
 {
 	enum {
 		O_IN = 256, O_OUT, O_NAMING, O_TOPK, O_NAME, O_COUNTS, O_TRACE, O_SPLIT, O_BUDGET, O_BMODE, O_IMATRIX,
-		O_THREADS, O_SHARD, O_JSON, O_NOPROG, O_MAKE, O_SPEC, O_DTYPE, O_FILES, O_SEED,
+		O_THREADS, O_SHARD, O_JSON, O_NOPROG, O_MAKE, O_SPEC, O_DTYPE, O_FILES, O_SEED, O_PLAN,
 	};
 	static const struct option opts[] = {
 		{ "in", required_argument, 0, O_IN },          { "out", required_argument, 0, O_OUT },
@@ -217,14 +225,15 @@ int strata_cmd_quantize(int argc, char **argv)
 		{ "no-progress", no_argument, 0, O_NOPROG },  { "make-test-model", required_argument, 0, O_MAKE },
 		{ "spec", required_argument, 0, O_SPEC },      { "dtype", required_argument, 0, O_DTYPE },
 		{ "files", required_argument, 0, O_FILES },    { "seed", required_argument, 0, O_SEED },
-		{ "help", no_argument, 0, 'h' },               { 0, 0, 0, 0 },
+		{ "plan", no_argument, 0, O_PLAN },            { "help", no_argument, 0, 'h' },
+		{ 0, 0, 0, 0 },
 	};
 	const char *in = NULL, *out = NULL, *naming = "auto", *name = NULL, *counts = NULL, *trace = NULL;
 	const char *split_s = NULL, *budget_s = NULL, *bmode = "layer", *imx_path = NULL, *make = NULL;
 	const char *spec_text = NULL, *dtype_s = "bf16";
 	unsigned top_k = 0, threads = 0, files = 1;
 	uint64_t shard_bytes = 0, seed = 1, budget = 0;
-	int json = 0, progress = 1;
+	int json = 0, progress = 1, plan = 0;
 	struct strata_error err = { 0 };
 	int c;
 	optind = 1;
@@ -251,6 +260,7 @@ int strata_cmd_quantize(int argc, char **argv)
 			break;
 		case O_JSON: json = 1; break;
 		case O_NOPROG: progress = 0; break;
+		case O_PLAN: plan = 1; break;
 		case O_MAKE: make = optarg; break;
 		case O_SPEC: spec_text = optarg; break;
 		case O_DTYPE: dtype_s = optarg; break;
@@ -271,7 +281,7 @@ int strata_cmd_quantize(int argc, char **argv)
 	}
 	if (make)
 		return make_test_model(make, spec_text, naming, dtype_s, files, seed);
-	if (!in || !out) {
+	if (!in || (!out && !plan)) {
 		fprintf(stderr, "strata quantize: --in and --out are required (see --help)\n");
 		return 2;
 	}
@@ -330,16 +340,20 @@ int strata_cmd_quantize(int argc, char **argv)
 	if (!rc && imx_path)
 		rc = strata_imatrix_load(imx_path, &m->spec, &imx, &err);
 	struct strata_quantize_report rep;
-	if (!rc) {
+	if (!rc && plan) {
+		rc = strata_quantize_plan(m, tiers, &rep, &err);
+		if (!rc)
+			print_card(&rep, in, out ? out : "(plan: nothing written)", tiering, json);
+	} else if (!rc) {
 		strata_install_sigint();
 		struct strata_quantize_config qc = {
 			.out = out, .tiers = tiers, .imatrix = imx, .threads = threads, .shard_bytes = shard_bytes,
 			.progress = progress,
 		};
 		rc = strata_quantize_run(m, &qc, &rep, &err);
+		if (!rc)
+			print_card(&rep, in, out, tiering, json);
 	}
-	if (!rc)
-		print_card(&rep, in, out, tiering, json);
 	free(tiers);
 	strata_imatrix_free(imx);
 	strata_popularity_free(&pop);

@@ -160,6 +160,12 @@ struct strata_quantize_report {
 int strata_quantize_run(struct strata_qz_model *m, const struct strata_quantize_config *cfg,
 			struct strata_quantize_report *rep, struct strata_error *err);
 
+/* Fill rep as strata_quantize_run would, from the tier table and the
+ * formats' layouts alone (no quantization, nothing written; cosines 0):
+ * the sizes of a run before spending hours on it. */
+int strata_quantize_plan(struct strata_qz_model *m, const uint8_t *tiers, struct strata_quantize_report *rep,
+			 struct strata_error *err);
+
 /*
  * Write a small Hugging Face-style test model into dir: config.json,
  * model.safetensors (n_files 1) or model-0000i-of-0000n.safetensors plus
