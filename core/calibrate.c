@@ -84,9 +84,10 @@ int strata_cost_file_load(const char *path, struct strata_cost_file *c, struct s
 			if (!strcmp(m->key, cost_keys[k].key)) {
 				known = 1;
 				if (m->type != STRATA_JSON_NUMBER || m->num < 0 || !isfinite(m->num)) {
+					rc = STRATA_ERR(err, STRATA_EINVAL, "%s: \"%s\" must be a non-negative number",
+							path, m->key);
 					strata_json_free(doc);
-					return STRATA_ERR(err, STRATA_EINVAL, "%s: \"%s\" must be a non-negative number",
-							  path, m->key);
+					return rc;
 				}
 				*(double *)((char *)c + cost_keys[k].off) = m->num;
 			}
@@ -106,7 +107,7 @@ int strata_cost_file_load(const char *path, struct strata_cost_file *c, struct s
 		}
 		if (!known && strcmp(m->key, "strata_cost") && strcmp(m->key, "notes") && strcmp(m->key, "measured")) {
 			rc = STRATA_ERR(err, STRATA_EINVAL, "%s: unknown key \"%s\"", path, m->key);
-			strata_json_free(doc);
+			strata_json_free(doc); /* after the message: m->key lives in doc */
 			return rc;
 		}
 	}
@@ -116,13 +117,8 @@ int strata_cost_file_load(const char *path, struct strata_cost_file *c, struct s
 	return STRATA_OK;
 }
 
-int strata_cost_file_save(const char *path, const struct strata_cost_file *c, struct strata_error *err)
+void strata_cost_file_print(const struct strata_cost_file *c, FILE *f)
 {
-	char tmp[4096];
-	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-	FILE *f = fopen(tmp, "w");
-	if (!f)
-		return STRATA_ERRNO(err, STRATA_EIO, "%s: cannot create", tmp);
 	fprintf(f, "{\n  \"strata_cost\": 1,\n  \"source\": \"%s\",\n  \"machine\": \"", c->source);
 	for (const char *p = c->machine; *p; p++)
 		if (*p == '"' || *p == '\\')
@@ -133,6 +129,16 @@ int strata_cost_file_save(const char *path, const struct strata_cost_file *c, st
 	for (size_t k = 0; k < sizeof(cost_keys) / sizeof(cost_keys[0]); k++)
 		fprintf(f, "  \"%s\": %.6g,\n", cost_keys[k].key, *(const double *)((const char *)c + cost_keys[k].off));
 	fprintf(f, "  \"nvme_queue_depth\": %u\n}\n", c->cost.nvme_queue_depth);
+}
+
+int strata_cost_file_save(const char *path, const struct strata_cost_file *c, struct strata_error *err)
+{
+	char tmp[4096];
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	FILE *f = fopen(tmp, "w");
+	if (!f)
+		return STRATA_ERRNO(err, STRATA_EIO, "%s: cannot create", tmp);
+	strata_cost_file_print(c, f);
 	int bad = ferror(f);
 	if (fclose(f) || bad) {
 		unlink(tmp);

@@ -11,6 +11,9 @@
 #include <unistd.h>
 
 #include "moe.h"
+#include "quant.h"
+#include <sys/stat.h>
+#include "strata/synth.h"
 #include "strata/gpu.h"
 #include "strata/json.h"
 #include "strata/replay.h"
@@ -131,7 +134,9 @@ struct run {
 	float *x, *y;        /* host activations */
 	void *dx, *dy;       /* device activations */
 	uint64_t max_step_tokens;
+	struct strata_model_spec spec;
 	const uint8_t *fmt_table;
+	uint8_t *own_fmt, *own_tier;  /* spec-only model (virtual mode) */
 	double *payload_mb;  /* per eid */
 };
 
@@ -171,6 +176,8 @@ static void run_free(struct run *r)
 	free(r->x);
 	free(r->y);
 	free(r->payload_mb);
+	free(r->own_fmt);
+	free(r->own_tier);
 }
 
 /* One layer of one step. */
@@ -187,11 +194,11 @@ static int run_layer(struct run *r, uint64_t step, uint32_t l, struct strata_err
 	if (r->cfg->hints)
 		for (uint64_t i = first; i < last && nh < r->max_hints; i++)
 			nh += strata_trace_hints(r->trace, i, l, r->hints + nh, r->max_hints - nh);
-	if ((rc = strata_engine_begin_layer(r->eng, step, l, r->hints, nh, err)))
-		return rc;
-	/* 2. acquire */
 	for (uint32_t j = 0; j < n; j++)
 		r->experts[j] = p->ids[a0 + j];
+	if ((rc = strata_engine_begin_step(r->eng, step, l, r->experts, n, r->hints, nh, err)))
+		return rc;
+	/* 2. acquire */
 	if ((rc = strata_engine_acquire(r->eng, l, r->experts, n, r->ptrs, err)))
 		return rc;
 	/* 3. compute */
@@ -203,7 +210,7 @@ static int run_layer(struct run *r, uint64_t step, uint32_t l, struct strata_err
 		for (uint32_t j = 0; j < n; j++) {
 			r->stamp[r->experts[j]] = r->stamp_cur;
 			r->idx_of[r->experts[j]] = j;
-			r->fmts[j] = r->fmt_table[strata_eid(strata_store_spec(r->store), l, r->experts[j])];
+			r->fmts[j] = r->fmt_table[strata_eid(&r->spec, l, r->experts[j])];
 			r->tok_per_expert[j] = 0;
 		}
 		uint32_t na = 0;
@@ -224,7 +231,7 @@ static int run_layer(struct run *r, uint64_t step, uint32_t l, struct strata_err
 			const struct strata_cost_model *cm = &r->cfg->engine.cost;
 			double us = cm->kernel_fixed_us;
 			for (uint32_t j = 0; j < n; j++) {
-				double mb = r->payload_mb[strata_eid(strata_store_spec(r->store), l, r->experts[j])];
+				double mb = r->payload_mb[strata_eid(&r->spec, l, r->experts[j])];
 				double extra = r->tok_per_expert[j] > 1 ? (double)(r->tok_per_expert[j] - 1) : 0;
 				us += mb * (cm->kernel_us_per_mb + extra * r->cfg->kernel_us_per_mb_token);
 			}
@@ -269,11 +276,23 @@ int strata_replay_run(const struct strata_replay_config *cfg, struct strata_repl
 	double *lat = NULL, *req_first = NULL, *req_ttft = NULL;
 	uint8_t *req_prefill = NULL;
 	int rc;
-	if ((rc = strata_store_open(cfg->model_dir, &r.store, err)))
-		goto out;
+	struct stat mst;
+	int spec_only = stat(cfg->model_dir, &mst) != 0 && cfg->engine.mode == STRATA_ENGINE_VIRTUAL;
+	if (spec_only) {
+		/* sim of a model given by its shape only ("kimi-k3.1:layers=8"): formats and
+		 * tiers as strata synth would write them, sizes from the format layouts */
+		if ((rc = strata_model_spec_parse(cfg->model_dir, &r.spec, err))) {
+			strata_error_prefix(err, "%s: neither a shard directory nor a model spec", cfg->model_dir);
+			goto out;
+		}
+	} else {
+		if ((rc = strata_store_open(cfg->model_dir, &r.store, err)))
+			goto out;
+		r.spec = *strata_store_spec(r.store);
+	}
 	if ((rc = strata_trace_open(cfg->trace_path, &r.trace, err)))
 		goto out;
-	const struct strata_model_spec *spec = strata_store_spec(r.store);
+	const struct strata_model_spec *spec = &r.spec;
 	if ((rc = strata_trace_check_model(r.trace, spec, err)))
 		goto out;
 	const struct strata_trace_info *ti = strata_trace_info(r.trace);
@@ -292,6 +311,14 @@ int strata_replay_run(const struct strata_replay_config *cfg, struct strata_repl
 		r.have_future = 1;
 		ec.future = &r.future;
 	}
+	/* streamed experts need a scratch slot each: a prefill step acquires up to
+	 * experts-per-layer of them at once */
+	uint64_t max_acq = 0;
+	for (uint64_t i = 0; i < r.plan.n_steps * r.L; i++)
+		if (r.plan.off[i + 1] - r.plan.off[i] > max_acq)
+			max_acq = r.plan.off[i + 1] - r.plan.off[i];
+	if (ec.scratch_slots < max_acq)
+		ec.scratch_slots = (uint32_t)max_acq;
 	/* scratch */
 	for (uint64_t s = 0; s < r.plan.n_steps; s++)
 		if (r.plan.step_first[s + 1] - r.plan.step_first[s] > r.max_step_tokens)
@@ -317,13 +344,42 @@ int strata_replay_run(const struct strata_replay_config *cfg, struct strata_repl
 		rc = STRATA_ERR(err, STRATA_ENOMEM, "replay: out of memory");
 		goto out;
 	}
-	r.fmt_table = strata_store_fmt_table(r.store);
-	for (uint32_t l = 0; l < r.L; l++)
-		for (uint32_t e = 0; e < r.E; e++)
-			r.payload_mb[(size_t)l * r.E + e] = (double)strata_store_expert(r.store, l, e)->payload / 1e6;
+	if (spec_only) {
+		size_t ne = (size_t)r.L * r.E;
+		r.own_fmt = malloc(ne);
+		r.own_tier = malloc(ne);
+		if (!r.own_fmt || !r.own_tier) {
+			rc = STRATA_ERR(err, STRATA_ENOMEM, "replay: out of memory");
+			goto out;
+		}
+		double frac[STRATA_TIER_COUNT] = { 0.15, 0.30, 0.55 };
+		strata_synth_tier_table(spec, frac, cfg->engine.seed, r.own_tier, NULL);
+		struct strata_expert_layout lay[3];
+		for (int t = 0; t < 3; t++)
+			if (strata_expert_layout(STRATA_FMT_HOT + t, spec->hidden, spec->inter, &lay[t])) {
+				rc = STRATA_ERR(err, STRATA_EINVAL, "%s: no expert layout for this shape", cfg->model_dir);
+				goto out;
+			}
+		for (size_t i = 0; i < ne; i++) {
+			r.own_fmt[i] = (uint8_t)(STRATA_FMT_HOT + r.own_tier[i]);
+			r.payload_mb[i] = (double)lay[r.own_tier[i]].payload / 1e6;
+		}
+		r.fmt_table = r.own_fmt;
+	} else {
+		r.fmt_table = strata_store_fmt_table(r.store);
+		for (uint32_t l = 0; l < r.L; l++)
+			for (uint32_t e = 0; e < r.E; e++)
+				r.payload_mb[(size_t)l * r.E + e] = (double)strata_store_expert(r.store, l, e)->payload / 1e6;
+	}
 	/* engine */
 	double open0 = (double)strata_now_ns();
-	if ((rc = strata_engine_open(r.store, &ec, &r.eng, err)))
+	if (spec_only) {
+		struct strata_engine_model em = { .spec = spec, .tier_table = r.own_tier, .fmt_table = r.own_fmt };
+		rc = strata_engine_open_model(&em, &ec, &r.eng, err);
+	} else {
+		rc = strata_engine_open(r.store, &ec, &r.eng, err);
+	}
+	if (rc)
 		goto out;
 	res->cold_start_ms = r.virt ? strata_engine_stats(r.eng)->clock_ns / 1e6
 				    : ((double)strata_now_ns() - open0) / 1e6;
@@ -373,6 +429,7 @@ int strata_replay_run(const struct strata_replay_config *cfg, struct strata_repl
 	uint64_t n_lat = 0;
 	double t_prefill = 0, t_decode = 0;
 	double run0 = clock_now(&r);
+	uint64_t loop0 = strata_now_ns();
 	uint32_t cap_req = 0;
 	for (uint64_t s = 0; s < r.plan.n_steps; s++) {
 		if (strata_interrupted) {
@@ -427,6 +484,7 @@ int strata_replay_run(const struct strata_replay_config *cfg, struct strata_repl
 		if (cfg->progress)
 			strata_progress_update(&prog, s + 1);
 	}
+	res->loop_s = (double)(strata_now_ns() - loop0) / 1e9;
 	if (cfg->progress)
 		strata_progress_finish(&prog);
 	/* results */
@@ -477,6 +535,8 @@ out:
 	res->wall_s = (double)(strata_now_ns() - wall0) / 1e9;
 	if (!rc && res->wall_s > 0)
 		res->accesses_per_s = (double)res->stats.accesses / res->wall_s;
+	if (!rc && res->loop_s > 0)
+		res->loop_accesses_per_s = (double)res->stats.accesses / res->loop_s;
 	run_free(&r);
 	free(rm.keys);
 	free(rm.vals);
@@ -528,7 +588,9 @@ out:
 	X("cold_start_ms", "%.3f", r->cold_start_ms)                                    \
 	X("run_s", "%.6f", r->run_s)                                                    \
 	X("wall_s", "%.6f", r->wall_s)                                                  \
-	X("accesses_per_s", "%.0f", r->accesses_per_s)
+	X("accesses_per_s", "%.0f", r->accesses_per_s)                                  \
+	X("loop_s", "%.6f", r->loop_s)                                                  \
+	X("loop_accesses_per_s", "%.0f", r->loop_accesses_per_s)
 
 static void csv_str(FILE *f, const char *s)
 {
@@ -630,5 +692,6 @@ void strata_replay_print(const struct strata_replay_result *r, FILE *f)
 		s->stall_ns / 1e6, s->io_ns / 1e6, s->compute_ns / 1e6, r->run_s, r->cold_start_ms);
 	fprintf(f, "  speed     prefill %.1f tok/s  decode %.2f tok/s  TTFT %.3f ms  per-token p50 %.3f ms  p99 %.3f ms\n",
 		r->prefill_tok_s, r->decode_tok_s, r->ttft_ms, r->lat_p50_ms, r->lat_p99_ms);
-	fprintf(f, "  host      %.3f s wall, %.0f expert accesses/s\n", r->wall_s, r->accesses_per_s);
+	fprintf(f, "  host      %.3f s wall, %.0f expert accesses/s (step loop %.3f s, %.0f accesses/s)\n", r->wall_s,
+		r->accesses_per_s, r->loop_s, r->loop_accesses_per_s);
 }

@@ -1246,11 +1246,17 @@ int strata_store_writer_finish(struct strata_store_writer *w, struct strata_erro
 		sh->renamed = 1;
 	}
 	w->finished = 1;
-	/* Remove shards of an older, larger store in the same directory. */
+	/* Remove shards (and .tmp leftovers) of an older, larger store in the
+	 * same directory. */
 	DIR *d = opendir(w->dir);
 	if (d) {
 		for (struct dirent *de; (de = readdir(d));) {
 			long idx = shard_file_index(de->d_name);
+			unsigned t;
+			char tail[16];
+			if (idx < 0 && strlen(de->d_name) == 22 &&
+			    sscanf(de->d_name, "shard-%5u.%15s", &t, tail) == 2 && !strcmp(tail, "strata.tmp"))
+				idx = t; /* a leftover .tmp of an older, killed write */
 			if (idx >= (long)w->n_shards) {
 				char p[PATH_MAX];
 				snprintf(p, sizeof(p), "%s/%s", w->dir, de->d_name);

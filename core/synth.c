@@ -1,6 +1,6 @@
 /*
  * Synthetic models (see include/strata/synth.h): inverse-CDF sampling tables,
- * per-matrix xoshiro256+ streams, expert packing in any format, the tier
+ * per-matrix xoshiro256++ streams, expert packing in any format, the tier
  * table, the representative non-routed tensors, and the threaded writer.
  */
 #include <errno.h>
@@ -17,9 +17,9 @@
 #include "strata/synth.h"
 
 #define NBINS 65536u
-#define POOL_ROWS 16u
+#define POOL_ROWS 4u
 #define POOL_COLS 4096u
-#define POOL_BLOCKS (POOL_ROWS * POOL_COLS / STRATA_QK) /* 256: one byte picks a block */
+#define POOL_BLOCKS (POOL_ROWS * POOL_COLS / STRATA_QK) /* 64: six random bits pick a block */
 
 /* Stream kinds, mixed into each stream's seed. */
 enum { K_EXPERT = 1, K_OUTLIER = 2, K_TIER = 3, K_TENSOR = 4, K_POOL = 5 };
@@ -45,11 +45,12 @@ static void rng_seed(struct rng *r, uint64_t seed, uint64_t kind, uint64_t a, ui
 
 static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
-/* xoshiro256+ (Blackman & Vigna): use the high bits. */
+/* xoshiro256++ (Blackman & Vigna): every output bit is good, so one output
+ * gives four 16-bit table indices. */
 static inline uint64_t rng_next(struct rng *r)
 {
 	uint64_t *s = r->s;
-	uint64_t res = s[0] + s[3], t = s[1] << 17;
+	uint64_t res = rotl(s[0] + s[3], 23) + s[0], t = s[1] << 17;
 	s[2] ^= s[0];
 	s[3] ^= s[1];
 	s[1] ^= s[2];
@@ -139,23 +140,23 @@ static double tail_sample(const struct strata_synth *g, struct rng *r)
 	return a * pow(rng_open01(r), -1.0 / g->cfg.dof) * g->tscale;
 }
 
-/* n unit-variance samples. */
+static inline int is_tail(uint32_t i) { return ((i + 1) & 0xffffu) <= 1; } /* bin 0 or 65535 */
+
+/* Value of bin i: the table, or a fresh tail sample for the extreme bins. */
+static inline float bin_value(const struct strata_synth *g, struct rng *r, uint32_t i)
+{
+	if (!is_tail(i))
+		return g->tab[i];
+	return (float)(i ? tail_sample(g, r) : -tail_sample(g, r));
+}
+
+/* n unit-variance samples; each 64-bit draw gives four (16 bits each). */
 static void gen_row(const struct strata_synth *g, struct rng *r, float *row, uint32_t n)
 {
-	const float *T = g->tab;
-	for (uint32_t i = 0; i < n; i += 2) {
+	for (uint32_t i = 0; i < n; i += 4) {
 		uint64_t x = rng_next(r);
-		uint32_t a = (uint32_t)(x >> 48), b = (uint32_t)(x >> 16) & 0xffffu;
-		float va = T[a], vb = T[b];
-		if (__builtin_expect(((a + 1) & 0xffffu) <= 1 || ((b + 1) & 0xffffu) <= 1, 0)) {
-			if (((a + 1) & 0xffffu) <= 1)
-				va = (float)(a ? tail_sample(g, r) : -tail_sample(g, r));
-			if (((b + 1) & 0xffffu) <= 1)
-				vb = (float)(b ? tail_sample(g, r) : -tail_sample(g, r));
-		}
-		row[i] = va;
-		if (i + 1 < n)
-			row[i + 1] = vb;
+		for (uint32_t k = 0; k < 4 && i + k < n; k++)
+			row[i + k] = bin_value(g, r, (uint32_t)(x >> (48 - 16 * k)) & 0xffffu);
 	}
 }
 
@@ -213,27 +214,36 @@ static void gen_matrix(const struct strata_synth *g, struct rng *r, const float 
 static void gen_matrix_bf16(const struct strata_synth *g, struct rng *r, const float *sc, const uint16_t *tbl,
 			    const uint8_t *isout, uint32_t rows, uint32_t cols, uint16_t *out)
 {
+	/* the stream lives in registers; it goes back to *r around the (rare)
+	 * tail samples, which draw from the same stream */
+	uint64_t s0 = r->s[0], s1 = r->s[1], s2 = r->s[2], s3 = r->s[3];
 	for (uint32_t i = 0; i < rows; i++) {
 		uint16_t *o = out + (uint64_t)i * cols;
-		for (uint32_t c = 0; c < cols; c += 2) {
-			uint64_t x = rng_next(r);
-			uint32_t a = (uint32_t)(x >> 48), b = (uint32_t)(x >> 16) & 0xffffu;
-			if (__builtin_expect(((a + 1) & 0xffffu) <= 1 || ((b + 1) & 0xffffu) <= 1, 0)) {
-				float va = g->tab[a], vb = g->tab[b];
-				if (((a + 1) & 0xffffu) <= 1)
-					va = (float)(a ? tail_sample(g, r) : -tail_sample(g, r));
-				if (((b + 1) & 0xffffu) <= 1)
-					vb = (float)(b ? tail_sample(g, r) : -tail_sample(g, r));
-				o[c] = strata_f32_to_bf16(va * sc[c]);
-				if (c + 1 < cols)
-					o[c + 1] = strata_f32_to_bf16(vb * sc[c + 1]);
+		for (uint32_t c = 0; c < cols; c += 4) {
+			uint64_t x = rotl(s0 + s3, 23) + s0, t = s1 << 17;
+			s2 ^= s0;
+			s3 ^= s1;
+			s1 ^= s2;
+			s0 ^= s3;
+			s2 ^= t;
+			s3 = rotl(s3, 45);
+			uint32_t q[4] = { (uint32_t)(x >> 48), (uint32_t)(x >> 32) & 0xffffu,
+					  (uint32_t)(x >> 16) & 0xffffu, (uint32_t)x & 0xffffu };
+			if (__builtin_expect(is_tail(q[0]) | is_tail(q[1]) | is_tail(q[2]) | is_tail(q[3]) ||
+					     c + 4 > cols, 0)) {
+				r->s[0] = s0, r->s[1] = s1, r->s[2] = s2, r->s[3] = s3;
+				for (uint32_t k = 0; k < 4 && c + k < cols; k++)
+					o[c + k] = strata_f32_to_bf16(bin_value(g, r, q[k]) * sc[c + k]);
+				s0 = r->s[0], s1 = r->s[1], s2 = r->s[2], s3 = r->s[3];
 				continue;
 			}
-			o[c] = tbl[(uint32_t)isout[c] << 16 | a];
-			if (c + 1 < cols)
-				o[c + 1] = tbl[(uint32_t)isout[c + 1] << 16 | b];
+			o[c] = tbl[(uint32_t)isout[c] << 16 | q[0]];
+			o[c + 1] = tbl[(uint32_t)isout[c + 1] << 16 | q[1]];
+			o[c + 2] = tbl[(uint32_t)isout[c + 2] << 16 | q[2]];
+			o[c + 3] = tbl[(uint32_t)isout[c + 3] << 16 | q[3]];
 		}
 	}
+	r->s[0] = s0, r->s[1] = s1, r->s[2] = s2, r->s[3] = s3;
 }
 
 static void build_bf16_tables(struct strata_synth *g)
@@ -282,10 +292,10 @@ static void fill_random_blocks(const struct pool *p, struct rng *r, const struct
 	uint8_t *codes = m + L->codes_off, *scales = m + L->scales_off;
 	uint64_t bits = 0;
 	for (uint64_t b = 0; b < nblocks; b++) {
-		if (b % 8 == 0)
+		if (b % 10 == 0)
 			bits = rng_next(r);
-		uint32_t k = (uint32_t)(bits & 0xff);
-		bits >>= 8;
+		uint32_t k = (uint32_t)(bits & (POOL_BLOCKS - 1));
+		bits >>= 6;
 		memcpy(codes + b * p->code_bytes, p->codes + (uint64_t)k * p->code_bytes, p->code_bytes);
 		memcpy(scales + b * p->scale_bytes, p->scales + (uint64_t)k * p->scale_bytes, p->scale_bytes);
 	}
@@ -309,12 +319,11 @@ int strata_synth_expert(const struct strata_synth *g, uint32_t layer, uint32_t e
 	uint32_t maxc = s->hidden > s->inter ? s->hidden : s->inter;
 	float *sc = malloc(maxc * sizeof(float)), *row = malloc((maxc + 1) * sizeof(float));
 	float *own = NULL;
-	int rc = STRATA_OK;
+	int rc = STRATA_OK, quant = fmt >= STRATA_FMT_HOT;
 	if (!sc || !row) {
 		rc = STRATA_ERR(err, STRATA_ENOMEM, "synth: out of memory");
 		goto out;
 	}
-	int quant = fmt >= STRATA_FMT_HOT;
 	if (quant && g->cfg.codes == STRATA_SYNTH_CODES_QUANTIZE && !scratch) {
 		own = malloc((uint64_t)s->hidden * s->inter * sizeof(float));
 		if (!own) {
@@ -525,7 +534,11 @@ int strata_synth_tensor(const struct strata_synth *g, const struct strata_tensor
 	}
 	for (uint64_t c = 0; c < cols; c++)
 		sc[c] = 1.0f / sqrtf((float)cols);
-	if (t->fmt == STRATA_FMT_BF16)
+	int k = cols == g->tb_cols[0] ? 0 : cols == g->tb_cols[1] ? 1 : -1;
+	if (t->fmt == STRATA_FMT_BF16 && k >= 0 && g->tb[k]) {
+		memset(row, 0, cols); /* no outlier columns in the non-routed tensors */
+		gen_matrix_bf16(g, &r, sc, g->tb[k][0], (const uint8_t *)row, (uint32_t)rows, (uint32_t)cols, dst);
+	} else if (t->fmt == STRATA_FMT_BF16)
 		gen_matrix(g, &r, sc, (uint32_t)rows, (uint32_t)cols, NULL, dst, row);
 	else
 		gen_matrix(g, &r, sc, (uint32_t)rows, (uint32_t)cols, dst, NULL, NULL);
@@ -739,6 +752,7 @@ int strata_synth_write(const struct strata_synth_config *cfg, const char *dir, s
 	struct strata_store_writer *w = NULL;
 	pthread_t *th = NULL;
 	struct job j = { 0 };
+	int progress_open = 0, started = 0;
 	pthread_mutex_init(&j.lock, NULL);
 	if (!tiers || !fmts || !tensors) {
 		rc = STRATA_ERR(err, STRATA_ENOMEM, "synth: out of memory");
@@ -795,12 +809,12 @@ int strata_synth_write(const struct strata_synth_config *cfg, const char *dir, s
 	j.buf_bytes = buf_bytes;
 	if (progress)
 		strata_progress_start(progress, "synth", total, "B");
+	progress_open = progress != NULL;
 	th = calloc((size_t)c->threads, sizeof(*th));
 	if (!th) {
 		rc = STRATA_ERR(err, STRATA_ENOMEM, "synth: out of memory");
 		goto out;
 	}
-	int started = 0;
 	for (int i = 0; i < c->threads; i++) {
 		atomic_fetch_add(&j.running, 1);
 		if (pthread_create(&th[i], NULL, worker, &j)) {
@@ -836,6 +850,7 @@ int strata_synth_write(const struct strata_synth_config *cfg, const char *dir, s
 	if (progress) {
 		strata_progress_update(progress, atomic_load(&j.done_bytes));
 		strata_progress_finish(progress);
+		progress_open = 0;
 	}
 	if (!rc && res) {
 		memset(res, 0, sizeof(*res));
@@ -845,7 +860,10 @@ int strata_synth_write(const struct strata_synth_config *cfg, const char *dir, s
 		res->seconds = (double)(strata_now_ns() - t0) / 1e9;
 		res->shards = strata_store_writer_shard_count(w);
 	}
+	progress_open = 0;
 out:
+	if (rc && progress_open) /* end the progress line before the error */
+		strata_progress_finish(progress);
 	strata_store_writer_free(w); /* removes the .tmp files unless finish succeeded */
 	pthread_mutex_destroy(&j.lock);
 	free(th);

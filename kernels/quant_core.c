@@ -153,8 +153,9 @@ int strata_quantize_matrix(int fmt, const float *w, uint32_t rows, uint32_t cols
 		}
 		uint8_t *c = codes + (uint64_t)r * nb * t->code_bytes;
 		uint8_t *s = scales + (uint64_t)r * nb * t->scale_bytes;
-		if (t->quantize_row(src, pc, imx ? imx : imatrix, c, s)) {
-			rc = -1;
+		int qr = t->quantize_row(src, pc, imx ? imx : imatrix, c, s);
+		if (qr) {
+			rc = qr == -2 ? -2 : -1; /* -1 NaN/Inf input, -2 no memory */
 			break;
 		}
 		if (stats) {

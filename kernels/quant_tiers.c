@@ -5,10 +5,12 @@
  * Each 256-weight block is one tail-biting bitshift trellis code (QTIP-style):
  * weight i decodes as scale * table[12-bit window at bitpos(i)], windows of
  * consecutive weights overlap, so the encoder picks the whole bit stream at
- * once with a Viterbi search over the 4096 window states.  Per block:
- *   1. scale from the (importance-weighted) RMS, times a per-format factor;
- *   2. tail-biting: a Viterbi over the 128 weights around the wrap point
- *      (weights 63..0,255..192) with a free start picks the window of weight 0,
+ * once with a Viterbi search over the 4096 window states, minimizing the
+ * importance-weighted squared error.  Per block:
+ *   1. start scale: the weighted RMS without the two largest |x| (the table's
+ *      tail entries code outliers on their own), times a per-format factor;
+ *   2. tail-biting: a Viterbi over the weights around the wrap point (32 or,
+ *      for cold, 64 each side) with a free start picks the window of weight 0,
  *      then the full Viterbi (weights 255..0) starts and ends in that state,
  *      so the circular stream is consistent;
  *   3. least-squares refit of the scale to the chosen codes, rounded to bf16
@@ -35,6 +37,7 @@
 STRATA_STATIC_ASSERT(STRATA_TCQ_TABLE_SIZE == 1 << STRATA_TCQ_L, "table covers every window");
 
 #define NS (1u << STRATA_TCQ_L)
+#define FORBIDDEN 1e30f /* cost of a state the path may not use */
 #define QK STRATA_QK
 
 #if defined(__AVX2__) || defined(__AVX__)
@@ -54,7 +57,6 @@ typedef int32_t vi __attribute__((vector_size(VW * 4)));
 #define TCQ_HOT
 #endif
 
-
 TCQ_HOT static inline vf vld(const float *p)
 {
 	vf v;
@@ -67,6 +69,19 @@ TCQ_HOT static inline void vst(float *p, vf v)
 	memcpy(p, &v, sizeof(v));
 }
 
+/* Lane-wise minimum: b where a is not smaller. */
+TCQ_HOT static inline vf vmin(vf a, vf b)
+{
+#if VW == 8
+	return __builtin_ia32_minps256(a, b);
+#elif defined(__SSE__)
+	return __builtin_ia32_minps(a, b);
+#else
+	vi lt = (vi)(b < a);
+	return (vf)(((vi)b & lt) | ((vi)a & ~lt));
+#endif
+}
+
 TCQ_HOT static inline vf vset1(float x)
 {
 	return (vf){ 0 } + x;
@@ -77,7 +92,7 @@ struct tcq {
 	uint32_t nbits, nwords;
 	uint8_t k[QK];          /* bits shifted in at weight i */
 	uint32_t pos[QK];       /* first bit of weight i's window */
-	float *save;            /* per step, the predecessor-min array with argmin tags */
+	float *save;            /* per step j, best_j (see below) */
 	float *sT;              /* scale * table */
 	size_t off[QK + 1];     /* offsets of the steps' arrays in save */
 };
@@ -90,9 +105,8 @@ struct tcq {
  *     cost_j(s) = best_j[s >> k_j] + h_j (x_j - sT[s])^2,
  *     best_j[m] = min_t cost_{j-1}(t * M_j + m),
  * so only the best_j arrays (M_j floats) are stored; cost_j is formed on the
- * fly inside the next step's minimum.  The argmin t rides in the three low
- * mantissa bits of the (non-negative) cost: min() carries it, and the stored
- * best_j arrays are the back-pointers.
+ * fly inside the next step's minimum, and the back-track recomputes the 2^k
+ * candidate costs of the one state it follows instead of storing arg-mins.
  */
 
 /* Lanes l of best[(s0 + l) >> k]: a broadcast for k >= log2(VW), else a
@@ -108,31 +122,33 @@ TCQ_HOT static inline vf expand(const float *best, uint32_t s0, const int k)
 }
 
 /* best_next from best (step with kp bits, weight x/h) for a next step of kn bits. */
-TCQ_HOT static inline void tcq_step(const int kp, const int kn, const float *restrict best,
-			    float *restrict next, const float *restrict sT, float x, float h)
+TCQ_HOT static inline void tcq_step(const int kp, const int kn, const int weighted,
+				    const float *restrict best, float *restrict next,
+				    const float *restrict sT, float x, float h)
 {
 	const uint32_t Kn = 1u << kn, Mn = NS >> kn;
-	const vi keep = (vi){ 0 } + ~7;
 	const vf X = vset1(x), H = vset1(h);
 	for (uint32_t m = 0; m < Mn; m += VW) {
-		vf acc = vset1(INFINITY);
+		vf acc = vset1(FORBIDDEN);
 		for (uint32_t t = 0; t < Kn; t++) {
 			uint32_t s0 = t * Mn + m;
 			vf e = X - vld(sT + s0);
-			vf c = (vf)(((vi)(expand(best, s0, kp) + H * e * e) & keep) | (int32_t)t);
-			vi lt = (vi)(c < acc);
-			acc = (vf)(((vi)c & lt) | ((vi)acc & ~lt));
+			vf d = weighted ? H * e * e : e * e;
+			acc = vmin(expand(best, s0, kp) + d, acc);
 		}
 		vst(next + m, acc);
 	}
 }
 
 TCQ_HOT static void tcq_step_any(int kp, int kn, const float *best, float *next, const float *sT,
-			 float x, float h)
+				 float x, const float *h)
 {
-#define STEP(a, b)                                                   \
-	case a * 4 + b:                                              \
-		tcq_step(a, b, best, next, sT, x, h);                \
+#define STEP(a, b)                                                                      \
+	case a * 4 + b:                                                                 \
+		if (h)                                                                  \
+			tcq_step(a, b, 1, best, next, sT, x, *h);                       \
+		else                                                                    \
+			tcq_step(a, b, 0, best, next, sT, x, 1.0f);                     \
 		break;
 	switch (kp * 4 + kn) {
 		STEP(1, 1) STEP(1, 2) STEP(1, 3)
@@ -151,24 +167,20 @@ TCQ_HOT static void tcq_step_any(int kp, int kn, const float *best, float *next,
 static void tcq_viterbi(struct tcq *q, const float *x, const float *h, const int *ord, int n,
 			int init, int fin, uint32_t *states)
 {
-	/* best_0 from the start costs (0 for allowed states, +inf otherwise). */
+	/* best_0 from the start costs (0 for allowed states, FORBIDDEN otherwise). */
 	int k0 = q->k[ord[0]];
 	uint32_t M0 = NS >> k0;
 	float *b0 = q->save;
 	for (uint32_t m = 0; m < M0; m++)
-		b0[m] = init < 0 ? 0.0f : INFINITY;
-	if (init >= 0) {
-		float v = 0.0f;
-		int32_t tag = init / (int)M0;
-		memcpy(&v, &tag, sizeof(v)); /* cost 0 with tag t: a denormal */
-		b0[(uint32_t)init % M0] = v;
-	}
+		b0[m] = init < 0 ? 0.0f : FORBIDDEN;
+	if (init >= 0)
+		b0[(uint32_t)init % M0] = 0.0f;
 	q->off[0] = 0;
 	for (int j = 0; j + 1 < n; j++) {
 		int i = ord[j], kp = q->k[i], kn = q->k[ord[j + 1]];
 		q->off[j + 1] = q->off[j] + (NS >> kp);
 		tcq_step_any(kp, kn, q->save + q->off[j], q->save + q->off[j + 1], q->sT, x[i],
-			     h ? h[i] : 1.0f);
+			     h ? h + i : NULL);
 	}
 	/* The last weight: full cost per state, then the end state. */
 	int il = ord[n - 1], kl = q->k[il];
@@ -185,13 +197,26 @@ static void tcq_viterbi(struct tcq *q, const float *x, const float *h, const int
 			}
 		}
 	}
+	/* Back-track: the predecessor of s is the t minimizing cost_{j-1}(t*M + m),
+	 * recomputed from the stored minima (ties may resolve differently from
+	 * the forward pass; any minimizer continues a valid best-cost path). */
 	for (int j = n - 1; j >= 0; j--) {
-		int k = q->k[ord[j]];
-		uint32_t M = NS >> k, m = s >> k;
-		int32_t tag;
 		states[j] = s;
-		memcpy(&tag, q->save + q->off[j] + m, sizeof(tag));
-		s = (uint32_t)(tag & 7) * M + m;
+		if (j == 0)
+			break;
+		int k = q->k[ord[j]], ip = ord[j - 1], kp = q->k[ip];
+		uint32_t M = NS >> k, m = s >> k, next = m;
+		const float *bp = q->save + q->off[j - 1];
+		float hp = h ? h[ip] : 1.0f, bc = INFINITY;
+		for (uint32_t t = 0; t < (1u << k); t++) {
+			uint32_t p = t * M + m;
+			float e = x[ip] - q->sT[p], c = bp[p >> kp] + hp * e * e;
+			if (c < bc) {
+				bc = c;
+				next = p;
+			}
+		}
+		s = next;
 	}
 }
 
@@ -210,7 +235,7 @@ static int tcq_init(struct tcq *q, int fmt)
 	for (uint32_t i = 0; i < QK; i++)
 		save += NS >> q->k[i];
 	q->sT = aligned_alloc(64, NS * sizeof(float));
-	q->save = malloc((save + VW) * sizeof(float));
+	q->save = calloc(save + VW, sizeof(float)); /* + over-read pad of expand() */
 	if (!q->sT || !q->save)
 		return -1;
 	return 0;

@@ -6,6 +6,7 @@ set -u
 bdir=${1:-build/release}
 export CMOCKA_MESSAGE_OUTPUT=stdout
 export STRATA_PROGRESS=0
+export ASAN_OPTIONS=${ASAN_OPTIONS:-protect_shadow_gap=0}
 pass=0 fail=0 skip=0 failed_suites=()
 log=$(mktemp)
 for t in "$bdir"/tests/test_*; do

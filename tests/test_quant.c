@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "quant.h"
 #include "quant_tables.h"
@@ -202,14 +203,19 @@ static void test_decoder_matches_spec(void **state)
 	free(w);
 }
 
-/* Gaussian round trip, fresh seed per run of the suite is not wanted (flaky):
- * fixed seeds, several of them.  Thresholds a little below what the encoder
- * achieves (bench_quant: 0.986 / 0.981 / 0.912 on 512 x 7168). */
+/* Gaussian round trip on a fixed seed and a fresh one (printed; set
+ * STRATA_TEST_SEED to replay).  Thresholds a little below what the encoder
+ * achieves (bench_quant: 0.986 / 0.981 / 0.911 on 512 x 7168); the spread of
+ * the cosine over 48 blocks is ~0.0002, ten times below the margins. */
 static void test_roundtrip_gauss(void **state)
 {
 	static const double min_cos[3] = { 0.984, 0.978, 0.906 };
 	uint32_t rows = 12, cols = 1024;
-	for (uint64_t seed = 1; seed <= 2; seed++) {
+	const char *env = getenv("STRATA_TEST_SEED");
+	uint64_t fresh = env ? strtoull(env, NULL, 10) : (uint64_t)time(NULL);
+	print_message("fresh seed %llu (STRATA_TEST_SEED)\n", (unsigned long long)fresh);
+	for (int pass = 0; pass < 2; pass++) {
+		uint64_t seed = pass ? fresh : 1;
 		float *w = gauss_matrix(rows, cols, seed);
 		float *dq = malloc(rows * cols * sizeof(float));
 		for (int f = 0; f < 3; f++) {
@@ -219,8 +225,9 @@ static void test_roundtrip_gauss(void **state)
 			assert_int_equal(rc, 0);
 			assert_int_equal(strata_dequantize_matrix(tiers[f], q, rows, cols, dq), 0);
 			double c = cosine(w, dq, (size_t)rows * cols);
-			print_message("%s seed %d cosine %.5f rel_rmse %.5f\n",
-				      strata_fmt_traits(tiers[f])->name, (int)seed, c, st.rel_rmse);
+			print_message("%s seed %llu cosine %.5f rel_rmse %.5f\n",
+				      strata_fmt_traits(tiers[f])->name, (unsigned long long)seed, c,
+				      st.rel_rmse);
 			assert_true(fabs(c - st.cosine) < 1e-6);
 			assert_true(c >= min_cos[f]);
 			assert_true(st.rel_rmse < sqrt(1 - min_cos[f] * min_cos[f]) + 0.01);

@@ -63,6 +63,26 @@ static void test_reproducible(void **state)
 		for (size_t i = 0; i < n; i++)
 			assert_int_equal(p[i], strata_f32_to_bf16(x[i]));
 	}
+	/* non-routed tensors: the BF16 fast path equals the float path too */
+	struct strata_tensor_info tl[16];
+	struct strata_model_spec spec = strata_synth_config(o)->spec;
+	uint32_t nt = strata_synth_tensors(&spec, tl, 16);
+	assert_true(nt >= 5);
+	for (uint32_t k = 0; k < nt; k++) {
+		if (tl[k].fmt != STRATA_FMT_BF16)
+			continue;
+		struct strata_tensor_info t32 = tl[k];
+		t32.fmt = STRATA_FMT_F32;
+		uint64_t cnt = tl[k].shape[0] * tl[k].shape[1];
+		uint16_t *tb = malloc(cnt * 2);
+		float *tf = malloc(cnt * 4);
+		assert_int_equal(strata_synth_tensor(o, &tl[k], tb, cnt * 2, &err), 0);
+		assert_int_equal(strata_synth_tensor(o, &t32, tf, cnt * 4, &err), 0);
+		for (uint64_t i = 0; i < cnt; i++)
+			assert_int_equal(tb[i], strata_f32_to_bf16(tf[i]));
+		free(tb);
+		free(tf);
+	}
 	strata_synth_free(o);
 	free(e);
 	free(x);
@@ -282,7 +302,7 @@ static void test_tiered(void **state)
 	struct strata_synth_config c = { .seed = 3, .format = STRATA_SYNTH_TIERED,
 					 .tier_frac = { 0.34, 0.33, 0.33 } };
 	struct strata_error err = { 0 };
-	assert_int_equal(strata_model_spec_parse("custom:layers=1,experts=3,top_k=1,hidden=256,inter=256", &c.spec,
+	assert_int_equal(strata_model_spec_parse("custom:layers=1,experts=3,top_k=1,hidden=256,inter=64", &c.spec,
 						 &err), 0);
 	int have = strata_fmt_traits(STRATA_FMT_HOT)->quantize_row && strata_fmt_traits(STRATA_FMT_WARM)->quantize_row &&
 		   strata_fmt_traits(STRATA_FMT_COLD)->quantize_row;
@@ -415,6 +435,26 @@ static void test_cli(void **state)
 	free(dir);
 }
 
+/* Ctrl-C during a write: exit 1, a clear message, no shard and no .tmp left. */
+static void test_cli_sigint(void **state)
+{
+	char *dir = test_mkdtemp(), out[4096];
+	int rc = test_run(out, sizeof(out),
+			  "( %s synth --preset qwen3-30b-a3b:layers=1,experts=64 --out %s/m --threads 1 & pid=$!; "
+			  "for i in $(seq 500); do ls %s/m/*.tmp >/dev/null 2>&1 && break; sleep 0.01; done; "
+			  "kill -INT $pid; wait $pid; echo rc=$?; ls -A %s/m | wc -l )", test_bin("strata"), dir, dir, dir);
+	assert_int_equal(rc, 0);
+	if (!strstr(out, "rc=1"))
+		fail_msg("%s", out);
+	assert_non_null(strstr(out, "interrupted"));
+	const char *last = strrchr(out, '\n');
+	while (last > out && last[-1] != '\n' && last[-1])
+		last--;
+	assert_int_equal(atoi(last), 0); /* the directory is empty */
+	test_rmdir(dir);
+	free(dir);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -426,6 +466,7 @@ int main(void)
 		cmocka_unit_test(test_tiered),
 		cmocka_unit_test(test_interrupt_and_bad_config),
 		cmocka_unit_test(test_cli),
+		cmocka_unit_test(test_cli_sigint),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -93,9 +93,12 @@ int strata_cmd_calibrate(int argc, char **argv)
 	struct strata_cost_file cf;
 	if (strata_calibrate(&c, &cf, stderr, &err))
 		return strata_cli_fail("calibrate", &err);
-	if (strata_cost_file_save(out ? out : "/dev/stdout", &cf, &err)) {
-		if (out)
-			return strata_cli_fail("calibrate", &err);
+	if (!out) {
+		strata_cost_file_print(&cf, stdout);
+		return 0;
 	}
+	if (strata_cost_file_save(out, &cf, &err))
+		return strata_cli_fail("calibrate", &err);
+	fprintf(stderr, "calibrate: wrote %s\n", out);
 	return 0;
 }

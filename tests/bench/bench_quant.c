@@ -3,8 +3,8 @@
  * (Gaussian, Student-t(5), Gaussian with 0.1% outliers at 20x) quantizes a
  * rows x cols matrix and prints cosine and relative RMSE against the original,
  * the Shannon-limit cosine of an i.i.d. Gaussian source at the format's rate
- * (the ceiling: sqrt(1 - 2^(-2 bpw))) and the ratio to it, encode time and
- * input MB/s (f32).
+ * (the ceiling: sqrt(1 - 2^(-2 bpw))) and the ratio to it, encode CPU time
+ * and input MB/s (f32), and the reference decoder's output MB/s (f32).
  *
  *   bench_quant [--rows N] [--cols N] [--fmt hot,warm,cold] [--dist gauss,t5,outlier]
  *               [--seed N] [--csv]
@@ -120,16 +120,17 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	size_t n = (size_t)rows * cols;
-	float *w = malloc(n * sizeof(float));
-	if (!w) {
+	float *w = malloc(n * sizeof(float)), *dq = malloc(n * sizeof(float));
+	if (!w || !dq) {
 		fprintf(stderr, "bench_quant: out of memory\n");
 		return 1;
 	}
+	memset(dq, 0, n * sizeof(float)); /* page faults out of the decode timing */
 	if (csv)
-		printf("fmt,bpw,dist,rows,cols,cosine,rel_rmse,shannon_cosine,ratio,encode_s,mb_per_s\n");
+		printf("fmt,bpw,dist,rows,cols,cosine,rel_rmse,shannon_cosine,ratio,encode_s,mb_per_s,decode_mb_per_s\n");
 	else
-		printf("%-5s %7s %-8s %9s %9s %9s %7s %9s %8s\n", "fmt", "bpw", "dist", "cosine",
-		       "rel_rmse", "shannon", "ratio", "encode_s", "MB/s");
+		printf("%-5s %7s %-8s %9s %9s %9s %7s %9s %8s %9s\n", "fmt", "bpw", "dist", "cosine",
+		       "rel_rmse", "shannon", "ratio", "encode_s", "MB/s", "dec_MB/s");
 	int rc = 0;
 	for (int f = STRATA_FMT_HOT; f < STRATA_FMT_COUNT; f++) {
 		const struct strata_fmt_traits *t = strata_fmt_traits(f);
@@ -156,18 +157,23 @@ int main(int argc, char **argv)
 				rc = 1;
 				continue;
 			}
+			t0 = now();
+			strata_dequantize_matrix(f, dst, rows, cols, dq);
+			double dsecs = now() - t0, dmbs = n * 4.0 / 1e6 / dsecs;
 			double sh = sqrt(1 - pow(2, -2 * t->bpw));
 			double mbs = n * 4.0 / 1e6 / secs;
 			if (csv)
-				printf("%s,%.4f,%s,%u,%u,%.5f,%.5f,%.5f,%.4f,%.3f,%.2f\n", t->name, t->bpw,
-				       dists[d], rows, cols, st.cosine, st.rel_rmse, sh, st.cosine / sh, secs, mbs);
+				printf("%s,%.4f,%s,%u,%u,%.5f,%.5f,%.5f,%.4f,%.3f,%.2f,%.1f\n", t->name, t->bpw,
+				       dists[d], rows, cols, st.cosine, st.rel_rmse, sh, st.cosine / sh, secs, mbs,
+				       dmbs);
 			else
-				printf("%-5s %7.4f %-8s %9.5f %9.5f %9.5f %7.4f %9.3f %8.2f\n", t->name, t->bpw,
-				       dists[d], st.cosine, st.rel_rmse, sh, st.cosine / sh, secs, mbs);
+				printf("%-5s %7.4f %-8s %9.5f %9.5f %9.5f %7.4f %9.3f %8.2f %9.1f\n", t->name,
+				       t->bpw, dists[d], st.cosine, st.rel_rmse, sh, st.cosine / sh, secs, mbs, dmbs);
 			fflush(stdout);
 		}
 		free(dst);
 	}
 	free(w);
+	free(dq);
 	return rc;
 }

@@ -8,8 +8,10 @@
 #     DIR     scratch folder on the filesystem to measure (default /tmp); removed after
 #
 # Ceiling: dd if=/dev/zero bs=4M oflag=direct conv=fsync of the same bytes.
-# Also reported: synth into /dev/shm (memory), the CPU-side generation ceiling.
-# Prints one CSV line per run plus the ratio synth / dd.
+# Also reported: synth's CPU seconds
+# (user + sys) per GB, from which "cpu_ceiling" = the rate its threads could
+# reach with every core to itself (the bench machine may be shared: the load
+# average is printed).  Prints CSV lines plus the ratio synth / dd.
 set -euo pipefail
 bdir=${1:-build/release}
 preset=${2:-qwen3-30b-a3b:layers=4}
@@ -20,17 +22,24 @@ extra=("$@")
 strata=$bdir/bin/strata
 [ -x "$strata" ] || { echo "bench_synth: build first (scons mode=release)" >&2; exit 2; }
 work=$(mktemp -d "$base/strata-bench-synth-XXXXXX")
-trap 'rm -rf "$work" /dev/shm/strata-bench-synth-$$' EXIT
+trap 'rm -rf "$work"' EXIT
 export STRATA_PROGRESS=0
 
 field() { sed -n "s/.*\"$1\":\([0-9.]*\).*/\1/p"; }
 
+echo "# $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg), $(df --output=fstype "$base" | tail -1) at $base"
 echo "what,bytes,seconds,mb_per_s"
-json=$("$strata" synth --preset "$preset" --out "$work/model" --json "${extra[@]}")
+TIMEFORMAT='%U %S'
+{ time "$strata" synth --preset "$preset" --out "$work/model" --json "${extra[@]}" >"$work/json"; } 2>"$work/time"
+json=$(cat "$work/json")
 bytes=$(echo "$json" | field bytes)
 secs=$(echo "$json" | field seconds)
 synth_mbps=$(echo "$json" | field mb_per_s)
 echo "synth,$bytes,$secs,$synth_mbps"
+cpu=$(tail -1 "$work/time" | awk '{print $1 + $2}')
+threads=2
+for ((i = 0; i < ${#extra[@]}; i++)); do [ "${extra[$i]}" = --threads ] && threads=${extra[$((i + 1))]}; done
+printf 'cpu_ceiling,%s,%.4f,%.1f\n' "$bytes" "$cpu" "$(echo "$bytes / $cpu * $threads / 1000000" | bc -l)"
 rm -rf "$work/model"
 sync
 
@@ -44,14 +53,6 @@ dd_mbps=$(echo "$dd_bytes / $dd_secs / 1000000" | bc -l)
 printf 'dd_direct,%d,%.4f,%.1f\n' "$dd_bytes" "$dd_secs" "$dd_mbps"
 rm -f "$work/dd.bin"
 
-shm_mbps=
-avail=$(df --output=avail -B1 /dev/shm 2>/dev/null | tail -1 || echo 0)
-if [ "${avail:-0}" -gt $((bytes * 2)) ]; then
-	json=$("$strata" synth --preset "$preset" --out "/dev/shm/strata-bench-synth-$$" --json "${extra[@]}")
-	shm_mbps=$(echo "$json" | field mb_per_s)
-	echo "synth_to_memory,$(echo "$json" | field bytes),$(echo "$json" | field seconds),$shm_mbps"
-	rm -rf "/dev/shm/strata-bench-synth-$$"
-fi
-printf 'ratio synth/dd: %.3f' "$(echo "$synth_mbps / $dd_mbps" | bc -l)"
-[ -n "$shm_mbps" ] && printf '   (synth to memory / dd: %.3f)' "$(echo "$shm_mbps / $dd_mbps" | bc -l)"
+printf 'ratio synth/dd: %.3f   (cpu_ceiling / dd: %.3f)' "$(echo "$synth_mbps / $dd_mbps" | bc -l)" \
+	"$(echo "$bytes / $cpu * $threads / 1000000 / $dd_mbps" | bc -l)"
 printf '\n'

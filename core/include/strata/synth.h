@@ -13,10 +13,12 @@
  * Sampling is by inverse CDF from a 65536-bin equal-probability table (bin
  * midpoints, computed once by integrating the density), with the two extreme
  * bins drawn exactly from the tails (Gaussian: Marsaglia's tail method;
- * Student-t: its asymptotic Pareto tail, index dof).  One xoshiro256+ output
- * gives two weights, so generation runs at ~1 ns/weight and writing stays
- * close to disk speed.  Below the tails' 1/65536 quantile the distribution is
- * discretized to 65534 values, finer than BF16 resolution there.
+ * Student-t: its asymptotic Pareto tail, index dof).  One xoshiro256++
+ * output gives four weights (16-bit bin indices), and BF16 experts come
+ * straight from per-scale BF16 tables, so generation costs well under 1 ns per
+ * weight and writing stays I/O-bound.  Inside the extreme bins' edges the
+ * distribution is discretized to 65534 values, finer than BF16 resolution
+ * there.
  *
  * Every matrix has its own stream, seeded from (seed, layer, expert, matrix),
  * so a weight does not depend on the thread count or on the order experts are
