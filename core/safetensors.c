@@ -24,7 +24,7 @@
 #include "strata/json.h"
 #include "strata/safetensors.h"
 
-#ifdef __F16C__
+#if defined(__F16C__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
@@ -849,6 +849,14 @@ int strata_st_read_f32(struct strata_st *st, const struct strata_st_tensor *t, u
 	 * before the next block's inputs begin (2n + 2i + 32) whenever i + 16 <= n */
 	uint64_t i = 0;
 	if (t->dtype == STRATA_ST_BF16) {
+#ifdef __AVX2__
+		for (; i + 16 <= count; i += 16) {
+			__m128i a = _mm_loadu_si128((const __m128i *)(raw + 2 * i));
+			__m128i b = _mm_loadu_si128((const __m128i *)(raw + 2 * i + 16));
+			_mm256_storeu_si256((__m256i *)(out + i), _mm256_slli_epi32(_mm256_cvtepu16_epi32(a), 16));
+			_mm256_storeu_si256((__m256i *)(out + i + 8), _mm256_slli_epi32(_mm256_cvtepu16_epi32(b), 16));
+		}
+#endif
 		for (; i + 16 <= count; i += 16) {
 			uint16_t h[16];
 			uint32_t u[16];
