@@ -657,6 +657,31 @@ static void test_counts_other_shape(void **state)
 				  test_bin("strata"), in, out, counts), 1);
 	assert_non_null(strstr(buf, "counts for 4 MoE layers x 8 experts, but the model has 1 MoE layers x 4 experts"));
 	assert_int_equal(count_files(out), 0);
+	/* a budget through the CLI (plan only: nothing quantized): all cold plus
+	 * room for exactly one cold -> warm upgrade goes to the most popular */
+	uint64_t b[3];
+	struct strata_model_spec s;
+	struct strata_qz_model *m;
+	struct strata_error err = { 0 };
+	assert_int_equal(strata_qz_model_open(in, NULL, &m, &err), 0);
+	s = m->spec;
+	strata_qz_model_close(m);
+	assert_int_equal(strata_tier_expert_bytes(&s, b, &err), 0);
+	const char *cf = tpath("cs-counts.csv");
+	FILE *f = fopen(cf, "w");
+	fputs("0,0,1\n0,1,9\n0,2,3\n0,3,2\n", f);
+	fclose(f);
+	assert_int_equal(test_run(buf, sizeof(buf), "%s quantize --in %s --plan --counts %s --budget-bytes %llu --json",
+				  test_bin("strata"), in, cf, (unsigned long long)(4 * b[2] + (b[1] - b[2]))), 0);
+	struct strata_json_doc *doc;
+	if (strata_json_parse(buf, strlen(buf), "plan", &doc, &err))
+		fail_msg("%s\n%s", err.msg, buf);
+	const struct strata_json *tiers = strata_json_get(strata_json_root(doc), "tiers");
+	assert_int_equal(strata_json_get(strata_json_at(tiers, 0), "experts")->u, 0);
+	assert_int_equal(strata_json_get(strata_json_at(tiers, 1), "experts")->u, 1);
+	assert_int_equal(strata_json_get(strata_json_at(tiers, 2), "experts")->u, 3);
+	assert_non_null(strstr(strata_json_get(strata_json_root(doc), "tiering")->str, "budget"));
+	strata_json_free(doc);
 	/* a budget too small */
 	assert_int_equal(test_run(buf, sizeof(buf), "%s quantize --in %s --out %s --budget-bytes 4K --no-progress",
 				  test_bin("strata"), in, out), 1);
