@@ -597,6 +597,11 @@ static void *qz_worker(void *arg)
 		int rc = 0;
 		for (int mat = 0; mat < STRATA_MAT_COUNT && !rc; mat++) {
 			const struct strata_st_tensor *t = m->experts[eid * STRATA_MAT_COUNT + mat];
+			if (strata_interrupted || j->failed) {
+				/* big experts take a while each: stop between matrices */
+				rc = STRATA_ERR(&e, strata_interrupted ? STRATA_EINTR : STRATA_EIO, "interrupted");
+				break;
+			}
 			uint32_t rows = ml[mat]->rows, cols = ml[mat]->cols;
 			if ((rc = strata_qz_read_rows(m, t, 0, rows, w, &e)))
 				break;

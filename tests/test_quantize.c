@@ -507,6 +507,12 @@ static void test_disk_full(void **state)
 	if (rc != STRATA_ENOSPC)
 		fail_msg("rc %d msg '%s'", rc, err.msg);
 	assert_int_equal(count_files(out), 0);
+	/* Ctrl-C (the flag the SIGINT handler sets) stops the run the same way */
+	strata_interrupted = 1;
+	rc = strata_quantize_run(m, &qc, &rep, &err);
+	strata_interrupted = 0;
+	assert_int_equal(rc, STRATA_EINTR);
+	assert_int_equal(count_files(out), 0);
 	strata_qz_model_close(m);
 }
 
