@@ -44,7 +44,7 @@ int main(int argc, char **argv)
 	struct strata_model_spec spec;
 	if (strata_model_spec_parse(spec_text, &spec, &err))
 		die(&err);
-	if (mkdir(dir, 0755) || strata_qz_make_test_model(in, "mixtral", &spec, 1 /* BF16 */, 1, 1, &err))
+	if (mkdir(dir, 0755) || strata_qz_make_test_model(in, "mixtral", &spec, STRATA_ST_BF16, 1, 1, &err))
 		die(&err);
 	struct strata_qz_model *m;
 	if (strata_qz_model_open(in, NULL, &m, &err))
