@@ -9,11 +9,19 @@
  *   pipeline: strata_quantize_run (pread + widen, quantize, shard writes,
  *             non-routed tensors, fsync) with N threads,
  * and prints parameters/s of each and pipeline / (N x ceiling): how much of
- * the encoder's rate the whole pipeline keeps, per thread.
+ * the encoder's rate the whole pipeline keeps, per thread.  On a shared
+ * machine the wall-clock ratio falls when other load takes the cores, so
+ * parameters per CPU-second of the pipeline (all its threads, getrusage) are
+ * printed too: against the encoder's own CPU time per parameter
+ * (CLOCK_THREAD_CPUTIME_ID), that ratio is the pipeline's overhead whatever
+ * the load.
  */
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -21,6 +29,14 @@
 #include "strata/quantize.h"
 #include "strata/tiering.h"
 #include "strata/util.h"
+
+static double cpu_s(void)
+{
+	struct rusage ru;
+	getrusage(RUSAGE_SELF, &ru);
+	return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec +
+	       (double)ru.ru_stime.tv_usec / 1e6;
+}
 
 static void die(const struct strata_error *e)
 {
@@ -62,7 +78,7 @@ int main(int argc, char **argv)
 	struct strata_expert_layout lay;
 	strata_expert_layout(STRATA_FMT_HOT, hidden, inter, &lay);
 	void *dst = malloc(lay.bytes);
-	double enc_s = 0;
+	double enc_s = 0, enc_cpu = 0;
 	for (uint64_t eid = 0; eid < total; eid++)
 		for (int k = 0; k < STRATA_MAT_COUNT; k++) {
 			const struct strata_st_tensor *t = m->experts[eid * STRATA_MAT_COUNT + k];
@@ -71,15 +87,21 @@ int main(int argc, char **argv)
 				die(&err);
 			struct strata_quant_stats qs;
 			uint64_t t0 = strata_now_ns();
+			struct timespec c0, c1;
+			clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
 			if (strata_quantize_matrix(STRATA_FMT_HOT + tiers[eid], w, rows, cols, NULL, dst, lay.bytes, &qs)) {
 				fprintf(stderr, "quantize failed\n");
 				return 1;
 			}
 			enc_s += (double)(strata_now_ns() - t0) / 1e9;
+			clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
+			enc_cpu += (double)(c1.tv_sec - c0.tv_sec) + (double)(c1.tv_nsec - c0.tv_nsec) / 1e9;
 		}
-	double enc_rate = (double)params / enc_s;
+	double enc_rate = (double)params / enc_s, enc_cpu_rate = (double)params / enc_cpu;
 	printf("model %s: %llu experts, %.1fM routed params\n", spec_text, (unsigned long long)total, (double)params / 1e6);
-	printf("threads  encoder_Mparam/s(1 thread)  pipeline_Mparam/s  pipeline/(threads x encoder)\n");
+	printf("encoder alone: %.3f Mparam/s wall, %.3f Mparam per CPU-second\n", enc_rate / 1e6, enc_cpu_rate / 1e6);
+	printf("threads  encoder_Mparam/s(1 thread)  pipeline_Mparam/s  pipeline/(threads x encoder)"
+	       "  pipeline_Mparam/cpu_s  per-cpu ratio\n");
 	char list[64];
 	snprintf(list, sizeof(list), "%s", threads_list);
 	for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
@@ -91,11 +113,12 @@ int main(int argc, char **argv)
 		if (system(cmd)) {
 		}
 		uint64_t t0 = strata_now_ns();
+		double c0 = cpu_s();
 		if (strata_quantize_run(m, &qc, &rep, &err))
 			die(&err);
-		double s = (double)(strata_now_ns() - t0) / 1e9;
-		printf("%7u  %27.3f  %17.3f  %28.3f\n", n, enc_rate / 1e6, (double)params / s / 1e6,
-		       (double)params / s / (n * enc_rate));
+		double s = (double)(strata_now_ns() - t0) / 1e9, c = cpu_s() - c0;
+		printf("%7u  %27.3f  %17.3f  %28.3f  %21.3f  %13.3f\n", n, enc_rate / 1e6, (double)params / s / 1e6,
+		       (double)params / s / (n * enc_rate), (double)params / c / 1e6, (double)params / c / enc_cpu_rate);
 	}
 	strata_qz_model_close(m);
 	free(tiers);
