@@ -242,17 +242,21 @@ static int run_layer(struct run *r, uint64_t step, uint32_t l, struct strata_err
 				.n_experts = n, .extents = r->ptrs, .fmts = r->fmts, .n_assign = na,
 				.assign_expert = r->a_exp, .assign_token = r->a_tok, .assign_weight = r->a_w,
 			};
+			/* y starts at zero each layer (outside the timed region) */
+			if (r->compute == STRATA_COMPUTE_GPU)
+				rc = strata_gpu_memset(r->dy, 0, (size_t)ntok * r->hidden * sizeof(float), err);
+			else
+				memset(r->y, 0, (size_t)ntok * r->hidden * sizeof(float));
 			uint64_t t0 = strata_now_ns();
-			if (r->compute == STRATA_COMPUTE_GPU) {
+			if (!rc && r->compute == STRATA_COMPUTE_GPU) {
 				c.x = r->dx;
 				c.y = r->dy;
 				rc = strata_moe_layer_gpu(&c, err);
 				if (!rc)
 					rc = strata_gpu_sync(err);
-			} else {
+			} else if (!rc) {
 				c.x = r->x;
 				c.y = r->y;
-				memset(r->y, 0, (size_t)ntok * r->hidden * sizeof(float));
 				rc = strata_moe_layer_ref(&c, err);
 			}
 			if (rc) {
@@ -472,8 +476,10 @@ int strata_replay_run(const struct strata_replay_config *cfg, struct strata_repl
 			req_first[ri] = t0;
 		if (prefill) {
 			t_prefill += dt;
-			req_prefill[ri] = 1;
-			req_ttft[ri] = t1 - req_first[ri]; /* the last prefill chunk yields the first token */
+			if (req_prefill[ri] != 2) { /* the last prefill chunk before decoding yields the first token */
+				req_prefill[ri] = 1;
+				req_ttft[ri] = t1 - req_first[ri];
+			}
 		} else {
 			t_decode += dt;
 			lat[n_lat++] = dt;

@@ -27,6 +27,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -533,10 +534,12 @@ int strata_store_open(const char *dir, struct strata_store **out, struct strata_
 	pthread_mutex_init(&s->fd_lock, NULL);
 	s->dir = strdup(dir);
 	struct strata_shard_header *h0 = NULL, *h = NULL;
-	int rc = STRATA_ENOMEM;
+	int rc;
 	char *p0 = shard_path(dir, 0, "");
-	if (!s->dir || !p0)
+	if (!s->dir || !p0) {
+		rc = STRATA_ERR(err, STRATA_ENOMEM, "out of memory");
 		goto fail;
+	}
 	uint64_t fsize;
 	rc = read_shard_header(p0, &h0, &fsize, err);
 	if (rc == STRATA_ENOTFOUND) {
@@ -567,9 +570,10 @@ int strata_store_open(const char *dir, struct strata_store **out, struct strata_
 	s->tensors = calloc(h0->n_tensors_total ? h0->n_tensors_total : 1, sizeof(*s->tensors));
 	s->tiers = malloc(s->n_total ? s->n_total : 1);
 	s->fmts = malloc(s->n_total ? s->n_total : 1);
-	rc = STRATA_ERR(err, STRATA_ENOMEM, "out of memory");
-	if (!s->shards || !s->experts || !s->tensors || !s->tiers || !s->fmts)
+	if (!s->shards || !s->experts || !s->tensors || !s->tiers || !s->fmts) {
+		rc = STRATA_ERR(err, STRATA_ENOMEM, "out of memory");
 		goto fail;
+	}
 	for (uint32_t i = 0; i < M; i++)
 		s->shards[i].fd_buf = s->shards[i].fd_direct = -1;
 	memcpy(s->tiers, h0->tier_table, s->n_total);
@@ -945,9 +949,10 @@ int strata_store_writer_open(const struct strata_store_writer_config *cfg, struc
 	w->tensors = calloc(w->n_tensors ? w->n_tensors : 1, sizeof(*w->tensors));
 	w->added = calloc(w->n_total + w->n_tensors, 1);
 	w->order = malloc(((size_t)w->n_total + w->n_tensors) * sizeof(*w->order));
-	rc = STRATA_ERR(err, STRATA_ENOMEM, "out of memory");
-	if (!w->dir || !w->tiers || !w->fmts || !w->experts || !w->tensors || !w->added || !w->order)
+	if (!w->dir || !w->tiers || !w->fmts || !w->experts || !w->tensors || !w->added || !w->order) {
+		rc = STRATA_ERR(err, STRATA_ENOMEM, "out of memory");
 		goto fail;
+	}
 	for (uint32_t i = 0; i < w->n_total; i++) {
 		uint8_t t = cfg->tier_table ? cfg->tier_table[i] : STRATA_TIER_NVME;
 		uint8_t f = cfg->fmt_table ? cfg->fmt_table[i] : (uint8_t)(STRATA_FMT_HOT + t);
@@ -996,8 +1001,10 @@ int strata_store_writer_open(const struct strata_store_writer_config *cfg, struc
 	for (uint32_t i = 0; i < w->n_total; i++)
 		w->order[w->n_tensors + i] = i;
 	w->shards = calloc(n_items ? n_items : 1, sizeof(*w->shards));
-	if (!w->shards)
+	if (!w->shards) {
+		rc = STRATA_ERR(err, STRATA_ENOMEM, "out of memory");
 		goto fail;
+	}
 	uint64_t cur = 0;
 	for (uint32_t k = 0; k < n_items; k++) {
 		uint32_t it = w->order[k];
@@ -1024,6 +1031,11 @@ int strata_store_writer_open(const struct strata_store_writer_config *cfg, struc
 		struct wshard *sh = &w->shards[s];
 		sh->fd = sh->fd_direct = -1;
 		sh->header_size = strata_store_header_bytes(w->n_total, sh->n_experts, sh->n_tensors);
+		if (sh->header_size > MAX_HEADER_BYTES) {
+			rc = STRATA_ERR(err, STRATA_EINVAL, "store writer: shard %u's header would be %" PRIu64
+					" bytes (at most %llu): too many experts", s, sh->header_size, MAX_HEADER_BYTES);
+			goto fail;
+		}
 		sh->data_off = ALIGN_4K(sh->header_size);
 		uint64_t off = sh->data_off;
 		for (uint32_t k = sh->first_item; k < sh->first_item + sh->n_items; k++) {
@@ -1039,6 +1051,19 @@ int strata_store_writer_open(const struct strata_store_writer_config *cfg, struc
 	rc = mkdir_p(w->dir, err);
 	if (rc)
 		goto fail;
+	/* Refuse up front a write that cannot fit, rather than fill the disk
+	 * shard by shard (others may be writing to it too). */
+	uint64_t need = 0;
+	for (uint32_t s = 0; s < w->n_shards; s++)
+		need += w->shards[s].file_size;
+	struct statvfs vfs;
+	if (!statvfs(w->dir, &vfs) && (uint64_t)vfs.f_bavail * vfs.f_frsize < need) {
+		char a[32], b[32];
+		rc = STRATA_ERR(err, STRATA_ENOSPC, "%s: not enough space: the model needs %s in %u shard%s, %s free",
+				w->dir, strata_fmt_bytes(need, a, sizeof(a)), w->n_shards, w->n_shards == 1 ? "" : "s",
+				strata_fmt_bytes((uint64_t)vfs.f_bavail * vfs.f_frsize, b, sizeof(b)));
+		goto fail;
+	}
 	for (uint32_t s = 0; s < w->n_shards; s++) {
 		struct wshard *sh = &w->shards[s];
 		sh->path = shard_path(w->dir, s, "");
@@ -1055,10 +1080,10 @@ int strata_store_writer_open(const struct strata_store_writer_config *cfg, struc
 		/* Reserve the space now: a full disk fails here, before any data. */
 		int e = posix_fallocate(sh->fd, 0, (off_t)sh->file_size);
 		if (e && e != EOPNOTSUPP && e != EINVAL) {
-			char need[32];
+			char nb[32];
 			rc = write_error(sh->tmp, e, err);
 			strata_error_prefix(err, "reserving %s for shard %u of %u",
-					    strata_fmt_bytes(sh->file_size, need, sizeof(need)), s, w->n_shards);
+					    strata_fmt_bytes(sh->file_size, nb, sizeof(nb)), s, w->n_shards);
 			goto fail_files;
 		}
 		if (e && ftruncate(sh->fd, (off_t)sh->file_size)) {

@@ -99,6 +99,11 @@ struct imp {
 	int hdr_experts;        /* experts from a strata_trace header line */
 	size_t w_cap;
 	int any_resolved;
+	/* experts/weights spread over numbered columns (expert_0, expert_1, ...) */
+	char gather[R_COUNT][96];     /* printf pattern with one %u, "" if none */
+	uint32_t gather_first[R_COUNT];
+	struct strata_json gather_items[2][STRATA_TRACE_MAX_TOPK];
+	struct strata_json gather_node[2];
 };
 
 #define IERR(code, ...) STRATA_ERR(im->err, code, __VA_ARGS__)
@@ -158,6 +163,53 @@ static int parse_map(struct imp *im, const char *map)
 	return 0;
 }
 
+static const char *const gather_prefixes[R_COUNT][10] = {
+	[R_EXPERTS] = { "expert", "experts", "expert_id", "expert_idx", "topk_id", "topk_ids", "topk_idx", "e", NULL },
+	[R_WEIGHTS] = { "weight", "weights", "gate_weight", "topk_weight", "topk_weights", "prob", "score", "w", NULL },
+};
+
+/* Find numbered columns prefix[_]N (N from 0 or 1) in root; sets im->gather[r]. */
+static int find_gather(struct imp *im, const struct strata_json *root, int r, const char *prefix)
+{
+	static const char *const seps[] = { "_", "", "-", "." };
+	for (size_t si = 0; si < sizeof(seps) / sizeof(seps[0]); si++)
+		for (uint32_t first = 0; first < 2; first++) {
+			char pat[96], name[128];
+			snprintf(pat, sizeof(pat), "%s%s%%u", prefix, seps[si]);
+			snprintf(name, sizeof(name), pat, first);
+			if (strata_json_get(root, name)) {
+				memcpy(im->gather[r], pat, sizeof(pat));
+				im->gather_first[r] = first;
+				return 1;
+			}
+		}
+	return 0;
+}
+
+/* The numbered columns of role r in this row as one array node (NULL if none). */
+static const struct strata_json *gathered(struct imp *im, const struct strata_json *root, int r)
+{
+	int slot = r == R_EXPERTS ? 0 : 1;
+	struct strata_json *items = im->gather_items[slot];
+	uint32_t n = 0;
+	for (; n < STRATA_TRACE_MAX_TOPK; n++) {
+		char name[128];
+		snprintf(name, sizeof(name), im->gather[r], im->gather_first[r] + n);
+		const struct strata_json *v = strata_json_get(root, name);
+		if (!v || v->type == STRATA_JSON_NULL)
+			break;
+		items[n] = *v;
+	}
+	if (!n)
+		return NULL;
+	struct strata_json *node = &im->gather_node[slot];
+	memset(node, 0, sizeof(*node));
+	node->type = STRATA_JSON_ARRAY;
+	node->len = n;
+	node->items = items;
+	return node;
+}
+
 /* First row of a file: resolve each role to a column. */
 static int resolve(struct imp *im, const struct strata_json *root, uint64_t line)
 {
@@ -165,6 +217,20 @@ static int resolve(struct imp *im, const struct strata_json *root, uint64_t line
 		im->col[r][0] = 0;
 		if (im->disabled[r])
 			continue;
+		im->gather[r][0] = 0;
+		size_t ml = strlen(im->map_col[r]);
+		if (ml > 1 && im->map_col[r][ml - 1] == '*' && (r == R_EXPERTS || r == R_WEIGHTS)) {
+			char prefix[96];
+			memcpy(prefix, im->map_col[r], ml - 1);
+			prefix[ml - 1] = 0;
+			size_t pl = strlen(prefix);
+			/* "expert_*": the separator is part of the prefix */
+			if (find_gather(im, root, r, prefix) || (pl && strchr("_-.", prefix[pl - 1]) &&
+								 (prefix[pl - 1] = 0, find_gather(im, root, r, prefix))))
+				continue;
+			return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": no numbered columns '%s' (mapped to %s)", im->file,
+				    line, im->map_col[r], role_names[r]);
+		}
 		if (im->map_col[r][0]) {
 			if (!strata_json_get(root, im->map_col[r]))
 				return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": no column '%s' (mapped to %s)", im->file, line,
@@ -184,6 +250,23 @@ static int resolve(struct imp *im, const struct strata_json *root, uint64_t line
 			snprintf(im->col[r], sizeof(im->col[r]), "%s", candidates[r][i]);
 			break;
 		}
+	}
+	for (int r = R_EXPERTS; r <= R_WEIGHTS; r++)
+		if (!im->col[r][0] && !im->gather[r][0] && !im->disabled[r] && !im->map_col[r][0])
+			for (int i = 0; gather_prefixes[r][i] && !find_gather(im, root, r, gather_prefixes[r][i]); i++)
+				;
+	if (!im->col[R_EXPERTS][0] && im->gather[R_EXPERTS][0]) {
+		if (!im->any_resolved)
+			im->per_token = 0;
+		else if (im->per_token)
+			return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": rows are per (token, layer) here but per token in "
+				    "earlier inputs", im->file, line);
+		im->any_resolved = 1;
+		if (!im->col[R_LAYER][0])
+			return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": numbered expert columns but no layer column; name it "
+				    "with --map layer=COLUMN", im->file, line);
+		im->resolved = 1;
+		return 0;
 	}
 	if (!im->col[R_EXPERTS][0]) {
 		char keys[512] = "";
@@ -488,9 +571,10 @@ static int import_row(struct imp *im, const struct strata_json *root, uint64_t l
 	}
 	const struct strata_json *n[R_COUNT];
 	for (int r = 0; r < R_COUNT; r++)
-		n[r] = im->col[r][0] ? strata_json_get(root, im->col[r]) : NULL;
+		n[r] = im->col[r][0] ? strata_json_get(root, im->col[r]) : im->gather[r][0] ? gathered(im, root, r) : NULL;
 	if (!n[R_EXPERTS])
-		return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": no '%s' column in this row", im->file, line, im->col[R_EXPERTS]);
+		return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": no '%s' column in this row", im->file, line,
+			    im->col[R_EXPERTS][0] ? im->col[R_EXPERTS] : im->gather[R_EXPERTS]);
 	/* request key as text */
 	char key[64] = "0";
 	if (n[R_REQ]) {
@@ -874,6 +958,24 @@ static int cmp_cell(const void *a, const void *b)
 	return x->line < y->line ? -1 : x->line > y->line;
 }
 
+struct otoken {
+	uint32_t req, pos, file;
+	int phase;
+	uint64_t line;  /* first input line of the token (any layer) */
+	size_t seq;     /* index into ocells, and the request order */
+};
+
+/* --order input: by the file and line the token first appears on */
+static int cmp_otok(const void *a, const void *b)
+{
+	const struct otoken *x = a, *y = b;
+	if (x->file != y->file)
+		return x->file < y->file ? -1 : 1;
+	if (x->line != y->line)
+		return x->line < y->line ? -1 : 1;
+	return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
 static const char *req_name(struct imp *im, uint32_t r, char *buf, size_t len)
 {
 	if (im->c->n_inputs > 1) {
@@ -949,6 +1051,8 @@ static int assemble(struct imp *im)
 	float *tw = malloc((size_t)L * k * 4), *tpw = malloc((DN * L + 1) * 4);
 	size_t *grid = NULL;
 	size_t grid_cap = 0;
+	struct otoken *otok = NULL;
+	size_t *ocells = NULL, otok_cap = 0, ocells_cap = 0, n_otok = 0;
 	if (!tids || !tp || !tw || !tpw) {
 		rc = IERR(STRATA_ENOMEM, "out of memory");
 		goto out;
@@ -1019,7 +1123,7 @@ static int assemble(struct imp *im)
 			      c->gaps == STRATA_GAPS_DROP ? "tokens without every layer are dropped"
 							  : "filled with the previous token's routing");
 		}
-		/* emit */
+		/* collect the request's output tokens (cells chosen, gaps resolved) */
 		uint32_t out_tok = 0;
 		for (uint32_t t = 0; t < ntok; t++) {
 			size_t *row = grid + (size_t)t * L;
@@ -1031,12 +1135,23 @@ static int assemble(struct imp *im)
 				continue;
 			}
 			struct cell *first = NULL;
-			for (uint32_t l = 0; l < L && !first; l++)
-				if (row[l])
-					first = &im->cells[row[l] - 1];
+			uint64_t min_line = UINT64_MAX;
+			for (uint32_t l = 0; l < L; l++)
+				if (row[l]) {
+					struct cell *cl = &im->cells[row[l] - 1];
+					if (!first)
+						first = cl;
+					if (cl->line < min_line)
+						min_line = cl->line;
+				}
 			if (!first) { /* no layer at all for this token index */
 				im->res->dropped_tokens++;
 				continue;
+			}
+			if (grow((void **)&otok, &otok_cap, n_otok + 1, sizeof(*otok)) ||
+			    grow((void **)&ocells, &ocells_cap, (n_otok + 1) * L, sizeof(size_t))) {
+				rc = IERR(STRATA_ENOMEM, "out of memory");
+				goto out;
 			}
 			for (uint32_t l = 0; l < L; l++) {
 				size_t ci = row[l];
@@ -1048,27 +1163,43 @@ static int assemble(struct imp *im)
 						ci = grid[(size_t)u * L + l];
 					im->res->filled_cells++;
 				}
-				struct cell *cl = &im->cells[ci - 1];
-				memcpy(tids + (size_t)l * k, im->ids + cl->data, k * 2);
-				memcpy(tw + (size_t)l * k, im->w + cl->data, k * 4);
-				for (size_t j = 0; j < DN; j++) {
-					tp[l * DN + j] = cl->pdata == UINT64_MAX ? STRATA_TRACE_NO_EXPERT : im->pids[cl->pdata + j];
-					tpw[l * DN + j] = cl->pdata == UINT64_MAX ? 0 : im->pw[cl->pdata + j];
-				}
+				ocells[n_otok * L + l] = ci - 1;
 			}
-			struct strata_trace_token tk = {
-				.req = im->res->requests - 1, .pos = first->has_pos ? first->pos : out_tok,
-				.phase = first->phase, .experts = tids, .weights = im->have_w ? tw : NULL,
-				.pred = im->have_pred ? tp : NULL, .pred_w = im->have_pred ? tpw : NULL,
-			};
-			if ((rc = strata_trace_writer_add(w, &tk, im->err))) {
-				strata_error_prefix(im->err, "%s:%" PRIu64 ": ", c->inputs[im->reqs[r].file], first->line);
-				goto out;
-			}
+			struct otoken *o = &otok[n_otok];
+			o->req = (uint32_t)(im->res->requests - 1);
+			o->pos = first->has_pos ? first->pos : out_tok;
+			o->phase = first->phase;
+			o->file = im->reqs[r].file;
+			o->line = min_line;
+			o->seq = n_otok;
+			n_otok++;
 			out_tok++;
-			im->res->tokens++;
 		}
 		a = b;
+	}
+	if (c->order_input && n_otok > 1)
+		qsort(otok, n_otok, sizeof(*otok), cmp_otok);
+	for (size_t i = 0; i < n_otok; i++) {
+		const struct otoken *o = &otok[i];
+		for (uint32_t l = 0; l < L; l++) {
+			struct cell *cl = &im->cells[ocells[o->seq * L + l]];
+			memcpy(tids + (size_t)l * k, im->ids + cl->data, k * 2);
+			memcpy(tw + (size_t)l * k, im->w + cl->data, k * 4);
+			for (size_t j = 0; j < DN; j++) {
+				tp[l * DN + j] = cl->pdata == UINT64_MAX ? STRATA_TRACE_NO_EXPERT : im->pids[cl->pdata + j];
+				tpw[l * DN + j] = cl->pdata == UINT64_MAX ? 0 : im->pw[cl->pdata + j];
+			}
+		}
+		struct strata_trace_token tk = {
+			.req = o->req, .pos = o->pos, .phase = o->phase, .experts = tids,
+			.weights = im->have_w ? tw : NULL, .pred = im->have_pred ? tp : NULL,
+			.pred_w = im->have_pred ? tpw : NULL,
+		};
+		if ((rc = strata_trace_writer_add(w, &tk, im->err))) {
+			strata_error_prefix(im->err, "%s:%" PRIu64 ": ", c->inputs[o->file], o->line);
+			goto out;
+		}
+		im->res->tokens++;
 	}
 	if (!im->res->tokens) {
 		rc = IERR(STRATA_EINVAL, "no complete tokens to write (every token lacks some layer; try --gaps fill)");
@@ -1079,6 +1210,8 @@ static int assemble(struct imp *im)
 out:
 	if (w)
 		strata_trace_writer_abort(w);
+	free(otok);
+	free(ocells);
 	free(grid);
 	free(tids);
 	free(tp);

@@ -13,7 +13,9 @@
 # file plus a seed corpus in tests/fuzz/corpus/TARGET/.  New inputs go to
 # build/fuzz/corpus-TARGET (the committed corpus is only read); crashes are
 # saved as build/fuzz/crash-TARGET-* and make the script exit non-zero.
-# Not part of `scons check`: run it by hand or in a nightly job.
+# Not part of `scons check`: run it by hand or in a nightly job (test_store
+# does check that the store_header seeds still parse; how they were made is
+# in experiments/foundation/README.md).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 if [ "${1:-}" = list ]; then

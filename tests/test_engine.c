@@ -417,6 +417,8 @@ static void test_pins_survive(void **state)
 	ec.prefetch = "lookahead";
 	struct strata_engine *e;
 	assert_int_equal(strata_engine_open(st_u, &ec, &e, &err), 0);
+	assert_non_null(strstr(strata_engine_tier_desc(e, 0), "host stand-in"));
+	assert_non_null(strstr(strata_engine_tier_desc(e, 1), "pinned"));
 	const void *ptrs[4];
 	uint8_t *buf = strata_aligned_alloc(4096, eb);
 	for (uint32_t step = 0; step < 40; step++) {
@@ -485,6 +487,55 @@ static void test_io_error_names_shard(void **state)
 	free(dir);
 }
 
+/* A payload byte flipped on disk: with verify, the read fails ECORRUPT
+ * naming the shard; without, the engine hands the bytes out as they are. */
+static void test_verify_checksums(void **state)
+{
+	struct strata_error err = { 0 };
+	char *dir = test_mkdtemp();
+	struct strata_store *s;
+	assert_int_equal(write_model("custom:layers=2,experts=8,top_k=2,hidden=256,inter=128", STRATA_SYNTH_BF16, dir,
+				     &s), 0);
+	const struct strata_extent *x = strata_store_expert(s, 1, 3);
+	FILE *f = fopen(strata_store_shard_path(s, x->shard), "r+b");
+	assert_non_null(f);
+	fseek(f, (long)(x->offset + 100), SEEK_SET);
+	int c = fgetc(f);
+	fseek(f, (long)(x->offset + 100), SEEK_SET);
+	fputc(c ^ 0x5a, f);
+	fclose(f);
+	for (int verify = 0; verify < 2; verify++) {
+		for (int ram = 0; ram < 2; ram++) {
+			struct strata_engine_config ec;
+			strata_engine_config_defaults(&ec);
+			ec.use_gpu = 0;
+			ec.budget[0] = 0;
+			ec.budget[1] = ram ? 4 * x->bytes : 0; /* via RAM, or staged NVMe -> VRAM */
+			ec.place = ram ? "static:promote=ram" : "static";
+			ec.verify = verify;
+			struct strata_engine *e;
+			assert_int_equal(strata_engine_open(s, &ec, &e, &err), 0);
+			uint32_t ex[2] = { 2, 3 };
+			const void *p[2];
+			int rc = strata_engine_acquire(e, 1, ex, 2, p, &err);
+			if (verify) {
+				assert_int_equal(rc, STRATA_ECORRUPT);
+				assert_non_null(strstr(err.msg, "shard-"));
+				assert_non_null(strstr(err.msg, "checksum"));
+				print_message("%s\n", err.msg);
+			} else {
+				assert_int_equal(rc, 0);
+				assert_int_equal(((const uint8_t *)p[1])[100], c ^ 0x5a);
+				assert_int_equal(strata_engine_release(e, 0, 1, ex, 2, &err), 0);
+			}
+			strata_engine_close(e);
+		}
+	}
+	strata_store_close(s);
+	test_rmdir(dir);
+	free(dir);
+}
+
 /* strata sim of a model that was never packed: the Kimi-shaped preset. */
 static void test_open_model_virtual(void **state)
 {
@@ -540,6 +591,8 @@ static void test_gpu_engine(void **state)
 	struct strata_engine *e;
 	assert_int_equal(strata_engine_open(st_u, &ec, &e, &err), 0);
 	assert_true(strata_engine_on_gpu(e));
+	print_message("%s | %s\n", strata_engine_tier_desc(e, 0), strata_engine_tier_desc(e, 1));
+	assert_non_null(strstr(strata_engine_tier_desc(e, 1), "cuda-registered"));
 	uint8_t *buf = strata_aligned_alloc(4096, eb), *back = strata_aligned_alloc(4096, eb);
 	strata_gpu_stream *s;
 	assert_int_equal(strata_gpu_stream_create(&s, &err), 0);
@@ -574,6 +627,7 @@ int main(void)
 		cmocka_unit_test(test_ebudget),
 		cmocka_unit_test(test_pins_survive),
 		cmocka_unit_test(test_io_error_names_shard),
+		cmocka_unit_test(test_verify_checksums),
 		cmocka_unit_test(test_open_model_virtual),
 		cmocka_unit_test(test_gpu_engine),
 	};

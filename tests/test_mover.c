@@ -11,6 +11,8 @@
 
 #include "strata/gpu.h"
 #include "strata/mover.h"
+#include "strata/store.h"
+#include "strata/synth.h"
 #include "strata/tier.h"
 #include "strata/util.h"
 #include "testutil.h"
@@ -97,6 +99,46 @@ static void test_file_movers_same_bytes(void **state)
 	read_all("pread", 1, 8);
 	read_all("pread", 0, 8);
 	read_all("mmap", 0, 8);
+}
+
+/* On a real shard store: every file mover returns exactly what the store's
+ * own reader returns for every expert extent. */
+static void test_same_bytes_as_store(void **state)
+{
+	struct strata_error err = { 0 };
+	char *d = test_mkdtemp();
+	struct strata_synth_config c = { .seed = 2, .format = STRATA_SYNTH_TIERED, .codes = STRATA_SYNTH_CODES_RANDOM,
+					 .shard_bytes = 1 << 20 };
+	struct strata_store *s;
+	assert_int_equal(strata_model_spec_parse("custom:layers=2,experts=8,top_k=2,hidden=512,inter=256", &c.spec,
+						 &err), 0);
+	assert_int_equal(strata_synth_write(&c, d, NULL, NULL, &err), 0);
+	assert_int_equal(strata_store_open(d, &s, &err), 0);
+	assert_true(strata_store_shard_count(s) > 1);
+	const char *names[] = { "uring", "pread", "mmap" };
+	for (int k = 0; k < 3; k++) {
+		struct strata_mover *m;
+		assert_int_equal(strata_mover_open(strata_mover_find(names[k]), NULL, &m, &err), 0);
+		for (uint32_t l = 0; l < 2; l++)
+			for (uint32_t e = 0; e < 8; e++) {
+				const struct strata_extent *x = strata_store_expert(s, l, e);
+				uint8_t *a = strata_aligned_alloc(4096, x->bytes), *b = strata_aligned_alloc(4096, x->bytes);
+				int fd = strata_store_shard_fd(s, x->shard, k < 2, &err);
+				assert_true(fd >= 0);
+				struct strata_move mv = { .fd = fd, .path = strata_store_shard_path(s, x->shard),
+							  .offset = x->offset, .dst = a, .bytes = x->bytes };
+				assert_int_equal(strata_mover_run(m, &mv, &err), 0);
+				assert_int_equal(strata_store_read_extent(s, x, b, false, true, &err), 0);
+				assert_memory_equal(a, b, x->bytes);
+				assert_int_equal(strata_store_verify_extent(s, x, a, &err), 0);
+				free(a);
+				free(b);
+			}
+		strata_mover_close(m);
+	}
+	strata_store_close(s);
+	test_rmdir(d);
+	free(d);
 }
 
 static void test_direct_alignment(void **state)
@@ -300,19 +342,19 @@ static void test_cuda_roundtrip(void **state)
 	assert_int_equal(strata_gpu_init(0, &err), 0);
 	struct strata_mover *m, *rd, *st;
 	assert_int_equal(strata_mover_open(&strata_mover_cuda, NULL, &m, &err), 0);
-	uint64_t n = ext_len[0];
+	uint64_t n = ext_len[0] > ext_len[5] ? ext_len[0] : ext_len[5];
 	uint8_t *host = strata_aligned_alloc(4096, n), *back = strata_aligned_alloc(4096, n);
-	memcpy(host, ref, n);
+	memcpy(host, ref, ext_len[0]);
 	assert_int_equal(strata_gpu_host_register(host, n, &err), 0);
 	void *dev;
 	assert_int_equal(strata_gpu_malloc(&dev, n, &err), 0);
-	struct strata_move mv = { .fd = -1, .src = host, .dst = dev, .bytes = n };
+	struct strata_move mv = { .fd = -1, .src = host, .dst = dev, .bytes = ext_len[0] };
 	assert_int_equal(strata_mover_run(m, &mv, &err), 0);
 	strata_gpu_stream *s;
 	strata_gpu_stream_create(&s, &err);
-	strata_gpu_memcpy_d2h_async(back, dev, n, s, &err);
+	strata_gpu_memcpy_d2h_async(back, dev, ext_len[0], s, &err);
 	strata_gpu_stream_sync(s, &err);
-	assert_memory_equal(back, ref, n);
+	assert_memory_equal(back, ref, ext_len[0]);
 	/* staged uring -> cuda */
 	assert_int_equal(strata_mover_open(&strata_mover_uring, NULL, &rd, &err), 0);
 	struct strata_mover_config sc = { .stage_read = rd, .stage_copy = m, .bounce_bytes = 8192,
@@ -340,6 +382,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_file_movers_same_bytes),
+		cmocka_unit_test(test_same_bytes_as_store),
 		cmocka_unit_test(test_direct_alignment),
 		cmocka_unit_test(test_truncated_file),
 		cmocka_unit_test(test_staged_host),

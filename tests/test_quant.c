@@ -2,6 +2,7 @@
  * bit-by-bit reading of kernels/FORMATS.md, round-trip quality, bad input,
  * padded rows, importance weighting, the reference expert forward. */
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -358,6 +359,9 @@ static void test_nonfinite_rejected(void **state)
 			imx[7] = b == 0 ? NAN : -1.0f;
 			assert_int_equal(strata_quantize_matrix(tiers[f], w, rows, cols, imx, dst,
 								L.bytes, NULL), -1);
+			/* A row function handed an unpadded length refuses it. */
+			uint8_t c[2 * 88], sc[4];
+			assert_int_equal(strata_fmt_traits(tiers[f])->quantize_row(w, 300, NULL, c, sc), -2);
 			/* Too small a destination. */
 			assert_int_equal(strata_quantize_matrix(tiers[f], w, rows, cols, NULL, dst,
 								L.bytes - 16, NULL), -2);
@@ -365,6 +369,47 @@ static void test_nonfinite_rejected(void **state)
 			free(dst);
 			free(w);
 		}
+}
+
+/* strata quantize runs one matrix per thread: the encoder is re-entrant. */
+struct qjob {
+	int fmt;
+	const float *w;
+	uint32_t rows, cols;
+	void *dst;
+	size_t bytes;
+	int rc;
+};
+
+static void *qjob_run(void *arg)
+{
+	struct qjob *j = arg;
+	j->rc = strata_quantize_matrix(j->fmt, j->w, j->rows, j->cols, NULL, j->dst, j->bytes, NULL);
+	return NULL;
+}
+
+static void test_threads(void **state)
+{
+	uint32_t rows = 4, cols = 512;
+	float *w = gauss_matrix(rows, cols, 41);
+	struct qjob jobs[3];
+	pthread_t th[3];
+	for (int f = 0; f < 3; f++) {
+		struct strata_matrix_layout L;
+		strata_matrix_layout(tiers[f], rows, cols, &L);
+		jobs[f] = (struct qjob){ tiers[f], w, rows, cols, malloc(L.bytes), L.bytes, -9 };
+		assert_int_equal(pthread_create(&th[f], NULL, qjob_run, &jobs[f]), 0);
+	}
+	for (int f = 0; f < 3; f++) {
+		assert_int_equal(pthread_join(th[f], NULL), 0);
+		assert_int_equal(jobs[f].rc, 0);
+		int rc;
+		void *seq = quantize(tiers[f], w, rows, cols, NULL, NULL, &rc);
+		assert_memory_equal(seq, jobs[f].dst, jobs[f].bytes);
+		free(seq);
+		free(jobs[f].dst);
+	}
+	free(w);
 }
 
 /* cols = 1408 (DeepSeek-style 5.5 blocks): padded to 1536 with zeros. */
@@ -519,6 +564,7 @@ int main(void)
 		cmocka_unit_test(test_zero_and_deterministic),
 		cmocka_unit_test(test_nonfinite_rejected),
 		cmocka_unit_test(test_padded_rows),
+		cmocka_unit_test(test_threads),
 		cmocka_unit_test(test_imatrix_weighting),
 		cmocka_unit_test(test_expert_forward),
 	};

@@ -431,6 +431,20 @@ static void test_cli(void **state)
 	double v = atof(gb + 5);
 	assert_true(v > 660 && v < 680);
 	assert_non_null(strstr(out, "\"experts\":82432"));
+	/* a tiered store's card equals the card computed from its spec alone */
+	char card[8192];
+	assert_int_equal(test_run(out, sizeof(out), "%s synth --preset tiny --out %s/t --format tiered --codes random "
+				  "--tiers 0.25,0.25,0.5 --json", bin, dir), 0);
+	assert_int_equal(test_run(out, sizeof(out), "%s inspect %s/t --json", bin, dir), 0);
+	assert_int_equal(test_run(card, sizeof(card), "%s inspect --preset tiny --tiers 0.25,0.25,0.5 --json", bin), 0);
+	const char *a = strstr(out, "\"tiers\":"), *b = strstr(card, "\"tiers\":");
+	assert_non_null(a);
+	assert_non_null(b);
+	const char *ae = strstr(a, ",\"nonrouted_params\""), *be = strstr(b, ",\"nonrouted_params\"");
+	assert_non_null(ae);
+	assert_non_null(be);
+	assert_int_equal(ae - a, be - b);
+	assert_memory_equal(a, b, (size_t)(ae - a));
 	test_rmdir(dir);
 	free(dir);
 }

@@ -542,6 +542,32 @@ static void test_import_csv_and_per_token(void **state)
 	assert_int_equal(strata_trace_import(&c, &r, &err), STRATA_EINVAL);
 	assert_non_null(strstr(err.msg, "bad.csv:3"));
 
+	/* experts and weights in numbered columns, found by name or mapped with a '*' */
+	f = fopen(tpath("num.csv"), "w");
+	fputs("req,tok,layer,expert_0,expert_1,weight_0,weight_1\n0,0,0,3,1,0.6,0.4\n0,0,1,2,0,0.7,0.3\n"
+	      "0,1,0,1,2,0.5,0.5\n0,1,1,0,3,0.9,0.1\n", f);
+	fclose(f);
+	in[0] = tpath("num.csv");
+	c.output = tpath("num.strace");
+	assert_int_equal(strata_trace_import(&c, &r, &err), STRATA_OK);
+	assert_int_equal(r.tokens, 2);
+	assert_int_equal(strata_trace_open(tpath("num.strace"), &t, &err), STRATA_OK);
+	assert_int_equal(strata_trace_experts(t, 1, 1)[1], 3);
+	strata_trace_weights(t, 1, 1, w);
+	assert_true(fabsf(w[0] - 0.9f) < 1e-3f);
+	strata_trace_close(t);
+	f = fopen(tpath("num2.csv"), "w");
+	fputs("layer,e1,e2,p1,p2\n0,3,1,0.6,0.4\n1,2,0,0.7,0.3\n", f);
+	fclose(f);
+	in[0] = tpath("num2.csv");
+	c.map = "experts=e*,weights=p*";
+	assert_int_equal(strata_trace_import(&c, &r, &err), STRATA_OK);
+	assert_int_equal(r.tokens, 1);
+	c.map = "experts=x_*";
+	assert_int_equal(strata_trace_import(&c, &r, &err), STRATA_EINVAL);
+	assert_non_null(strstr(err.msg, "no numbered columns 'x_*'"));
+	c.map = NULL;
+
 	/* one row per token, custom names, mapped; a string request id */
 	f = fopen(tpath("pt.jsonl"), "w");
 	fputs("{\"conv\":\"x\",\"sel\":[[0,1],[2,3],[1,0]],\"w\":[[0.5,0.5],[0.9,0.1],[0.6,0.4]],\"is_prefill\":true}\n"
@@ -564,6 +590,27 @@ static void test_import_csv_and_per_token(void **state)
 	assert_int_equal(strata_trace_pos(t, 1), 1);
 	assert_int_equal(strata_trace_req(t, 2), 1);
 	strata_trace_close(t);
+
+	/* --order input keeps the interleaving of a server log */
+	f = fopen(tpath("il.jsonl"), "w");
+	fputs("{\"req\":\"a\",\"experts\":[[0,1]]}\n{\"req\":\"b\",\"experts\":[[2,3]]}\n"
+	      "{\"req\":\"a\",\"experts\":[[4,5]]}\n{\"req\":\"b\",\"experts\":[[6,7]]}\n", f);
+	fclose(f);
+	in[0] = tpath("il.jsonl");
+	c.map = NULL;
+	c.n_experts = 0;
+	c.output = tpath("il.strace");
+	for (int order = 0; order < 2; order++) {
+		c.order_input = order;
+		assert_int_equal(strata_trace_import(&c, &r, &err), STRATA_OK);
+		assert_int_equal(strata_trace_open(tpath("il.strace"), &t, &err), STRATA_OK);
+		static const uint16_t by_req[] = { 0, 4, 2, 6 }, by_input[] = { 0, 2, 4, 6 };
+		for (uint64_t i = 0; i < 4; i++)
+			assert_int_equal(strata_trace_experts(t, i, 0)[0], order ? by_input[i] : by_req[i]);
+		assert_int_equal(strata_trace_pos(t, order ? 2 : 1), 1);
+		strata_trace_close(t);
+	}
+	c.order_input = false;
 
 	/* the JSONL twin imports as itself */
 	write_small(tpath("tw.jsonl"), STRATA_TRACE_FMT_AUTO, 12);
@@ -802,6 +849,55 @@ static void test_cli(void **state)
 	assert_non_null(strstr(out, "654 tokens in 5 requests"));
 }
 
+/* The Python side: the notebook reader, and the HF recorder's test (which
+ * skips without torch/transformers; its SKIP line is passed on). */
+static int repo_root(char *root, size_t len)
+{
+	char out[256];
+	snprintf(root, len, "%s", data_path("trace_tiny.strace"));
+	char *cut = strstr(root, "/tests/data/");
+	if (!cut || test_run(out, sizeof(out), "python3 -c pass") != 0)
+		return -1;
+	*cut = 0;
+	return 0;
+}
+
+static void test_python_reader(void **state)
+{
+	char out[8192], root[PATH_MAX];
+	if (repo_root(root, sizeof(root))) {
+		printf("SKIP test_python_reader: no python3 or no checkout next to the build\n");
+		return;
+	}
+	int rc = test_run(out, sizeof(out), "cd '%s' && python3 scripts/test_strata_trace.py", root);
+	if (rc)
+		fprintf(stderr, "%s\n", out);
+	assert_int_equal(rc, 0);
+}
+
+static void test_record_hf(void **state)
+{
+	char out[8192], root[PATH_MAX];
+	if (repo_root(root, sizeof(root))) {
+		printf("SKIP test_record_hf: no python3 or no checkout next to the build\n");
+		return;
+	}
+	int rc = test_run(out, sizeof(out), "cd '%s' && python3 scripts/test_record_hf.py --strata '%s'", root,
+			  test_bin("strata"));
+	if (rc)
+		fprintf(stderr, "%s\n", out);
+	assert_int_equal(rc, 0);
+	char *skip = strstr(out, "SKIP ");
+	if (skip) {
+		char *nl = strchr(skip, '\n');
+		if (nl)
+			*nl = 0;
+		printf("%s\n", skip);
+	} else {
+		printf("%s", out);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -816,6 +912,8 @@ int main(void)
 		cmocka_unit_test(test_gen),
 		cmocka_unit_test(test_plan_future),
 		cmocka_unit_test(test_cli),
+		cmocka_unit_test(test_python_reader),
+		cmocka_unit_test(test_record_hf),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

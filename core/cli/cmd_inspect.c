@@ -127,8 +127,8 @@ static void print_card(const struct card *c, int json)
 	human_params((double)tpar, a, sizeof(a));
 	printf("%-5s %-5s %8" PRIu64 "  %-6s %7.4f %10.3f %10.3f %10s\n", "total", "", n_total, "",
 	       tpar ? (double)tp * 8 / (double)tpar : 0, (double)tb / 1e9, (double)tb / (1u << 30), a);
-	printf("\nrouted at BF16: %.2f GB -> %.2f GB here, %.2fx smaller\n", bf16_bytes / 1e9, (double)tp / 1e9,
-	       reduction);
+	printf("\nrouted experts: %.2f GB at BF16, %.2f GB here: %.2fx reduction\n", bf16_bytes / 1e9,
+	       (double)tp / 1e9, reduction);
 	human_params((double)s->nonrouted_params, a, sizeof(a));
 	printf("non-routed: %s params (from the spec), %.2f GB at BF16, not counted above\n", a, nr_bytes / 1e9);
 	if (c->have_store) {

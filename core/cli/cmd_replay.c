@@ -16,7 +16,7 @@ static void usage(FILE *f, int virt)
 	fprintf(f,
 		"usage: strata %s --model DIR --trace FILE [options]\n\n"
 		"%s\n\n"
-		"  --model DIR          shard directory (strata synth / strata quantize)\n"
+		"  --model DIR          shard directory (strata synth / strata quantize)%s\n"
 		"  --trace FILE         routing trace (.strace or .jsonl); its shape must match the model\n"
 		"  --vram SIZE          VRAM tier budget (e.g. 8G; default: the engine's)\n"
 		"  --ram SIZE           pinned RAM tier budget\n"
@@ -38,6 +38,9 @@ static void usage(FILE *f, int virt)
 		       "no bytes moved, link and kernel costs from a cost model (strata calibrate)."
 		     : "Replay a trace on the real engine: per step and layer, hints, acquire, the expert\n"
 		       "computation, release; reports hit rates, bytes per link, prefetch quality, stalls and speed.",
+		virt ? ";\n"
+		       "                       or a model spec (qwen3-30b-a3b:layers=8): no shards needed,\n"
+		       "                       tiers and formats as strata synth would write them" : "",
 		virt ? "  --cost FILE          cost model JSON from strata calibrate (default: built-in defaults)\n"
 		       "  --nvme-qd N          override the cost model's NVMe queue depth\n"
 		     : "  --compute C          ref (CPU reference) | gpu (CUDA kernels) | none | auto (default)\n"

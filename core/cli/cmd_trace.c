@@ -71,14 +71,17 @@ static void usage_import(FILE *f)
 		"  -o, --output FILE     trace to write (.jsonl: the text twin, else binary)\n"
 		"      --format F        auto | binary | jsonl\n"
 		"      --map LIST        role=column,...  roles: request token layer experts weights phase pos pred\n"
-		"                        pred_w; column '-' ignores a role.  e.g. token=token_idx,layer=layer,\n"
-		"                        experts=experts,weights=gating_probs,request=problem_id\n"
+		"                        pred_w; column '-' ignores a role; 'expert_*' gathers numbered columns;\n"
+		"                        e.g. token=token_idx,layer=layer,experts=experts,weights=gating_probs,\n"
+		"                        request=problem_id\n"
 		"      --experts N       experts per layer (default: model's, else largest id + 1)\n"
 		"      --model SPEC      check the shape against a model (preset[:k=v,...])\n"
 		"      --phase P         phase when no phase column: decode (default) | prefill\n"
 		"      --gaps MODE       missing (token, layer) rows: drop (default: tokens lacking a layer are\n"
 		"                        dropped), fill (repeat the previous token's routing), error\n"
 		"      --layer-base N    subtract from layer numbers (default: the smallest seen)\n"
+		"      --order O         request (default: request by request) | input (tokens in order of\n"
+		"                        first appearance: keeps a server log's interleaving)\n"
 		"      --weights-f32     keep gate weights as f32 (default f16)\n"
 		"      --max-warnings N  gap warnings printed (default 20)\n"
 		"  -q, --quiet           no summary line\n");
@@ -93,7 +96,7 @@ static int cmd_import(int argc, char **argv)
 		{ "gaps", required_argument, 0, 'g' },   { "layer-base", required_argument, 0, 'b' },
 		{ "weights-f32", no_argument, 0, 'F' },  { "max-warnings", required_argument, 0, 'w' },
 		{ "quiet", no_argument, 0, 'q' },        { "help", no_argument, 0, 'h' },
-		{ 0, 0, 0, 0 },
+		{ "order", required_argument, 0, 'O' },  { 0, 0, 0, 0 },
 	};
 	struct strata_trace_import_config c;
 	strata_trace_import_defaults(&c);
@@ -146,6 +149,14 @@ static int cmd_import(int argc, char **argv)
 			c.layer_base = (uint32_t)v;
 			break;
 		case 'F': c.weights_f32 = true; break;
+		case 'O':
+			if (!strcmp(optarg, "request") || !strcmp(optarg, "input")) {
+				c.order_input = !strcmp(optarg, "input");
+			} else {
+				fprintf(stderr, "strata trace import: --order: '%s' (request, input)\n", optarg);
+				return 2;
+			}
+			break;
 		case 'w': if (parse_u64("import", "max-warnings", optarg, &c.max_warnings)) return 2; break;
 		case 'q': quiet = 1; break;
 		case 'h': usage_import(stdout); return 0;

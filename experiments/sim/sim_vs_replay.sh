@@ -16,8 +16,8 @@ B=${1:-build/release}
 PRESET=${2:-qwen3-30b-a3b:layers=8}
 OUT=${3:-experiments/sim/results}
 S=$B/bin/strata
-VRAM=${VRAM:-2G}
-RAM=${RAM:-4G}
+VRAM=${VRAM:-384M}
+RAM=${RAM:-768M}
 TOKENS=${TOKENS:-128}
 REQUESTS=${REQUESTS:-2}
 COMPUTE=${COMPUTE:-auto}

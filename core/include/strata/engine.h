@@ -55,7 +55,9 @@ struct strata_engine_config {
 	int nvme_mover;            /* enum strata_nvme_mover */
 	uint32_t queue_depth;      /* io_uring depth / copy streams in flight */
 	int numa_node;             /* -1: the GPU's node (hwloc), else forced */
-	bool verify;               /* check extent checksums on every NVMe read */
+	bool verify;               /* check extent checksums on every NVMe read that lands in
+				    * host memory (RAM tier, host stand-in); STRATA_ECORRUPT naming
+				    * the shard.  Staged reads straight into VRAM are not checked. */
 	const struct strata_future *future; /* for Belady / oracle; may be NULL */
 	struct strata_cost_model cost; /* virtual mode */
 	uint32_t scratch_slots;    /* streaming slots in the run tier (0: top_k) */
@@ -162,5 +164,8 @@ const struct strata_engine_stats *strata_engine_stats(const struct strata_engine
 /* Canonical config name: "place=static,evict=lru,prefetch=lookahead-depth=2". */
 const char *strata_engine_name(const struct strata_engine *e);
 bool strata_engine_on_gpu(const struct strata_engine *e);
+/* One line per tier for logs: "vram: 8.00 GiB device", "ram: 32.00 GiB
+ * pinned, NUMA node 0 (hwloc), cuda-registered" (the NUMA node used). */
+const char *strata_engine_tier_desc(const struct strata_engine *e, int tier);
 
 #endif

@@ -268,6 +268,8 @@ struct strata_trace_import_config {
 	int gaps;                      /* enum strata_trace_gaps */
 	bool weights_f32;
 	uint32_t layer_base;           /* subtract from layer numbers (e.g. first MoE layer) */
+	bool order_input;              /* tokens in order of first appearance in the input (a server's
+					* interleaving), not request by request */
 	FILE *warn;                    /* warnings (gaps), NULL: stderr */
 	uint64_t max_warnings;         /* 0: 20 */
 };
