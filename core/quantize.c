@@ -5,9 +5,9 @@
  *
  * The quantize loop hands out expert ids from one atomic counter to N worker
  * threads; each worker reads one matrix at a time (pread, converted to float),
- * quantizes it into its own packed-expert buffer and, holding the job lock,
- * appends the expert to the shard writer and folds its statistics into the
- * report.  The writer is only ever called under that lock.  The first error
+ * quantizes it into its own packed-expert buffer, hands the expert to the
+ * shard writer and, holding the job lock, folds its statistics into the
+ * report.  The store writer takes experts from several threads at once.  The first error
  * wins and stops every worker; the writer is then aborted so no shard that
  * looks valid is left behind.
  */
@@ -137,6 +137,7 @@ static int detect_naming(struct strata_st *st, const struct strata_naming **out,
 /* config.json next to the model, if any: a few integers. */
 struct hf_config {
 	int64_t top_k, n_hidden_layers, n_shared;
+	uint32_t fp8_block[2]; /* quantization_config.weight_block_size, default 128 x 128 */
 };
 
 static void cfg_int(const struct strata_json *root, const char *key, int64_t *out)
@@ -149,6 +150,7 @@ static void cfg_int(const struct strata_json *root, const char *key, int64_t *ou
 static int read_hf_config(const char *model_path, struct hf_config *c, struct strata_error *err)
 {
 	c->top_k = c->n_hidden_layers = c->n_shared = -1;
+	c->fp8_block[0] = c->fp8_block[1] = 128;
 	char dir[PATH_MAX], path[PATH_MAX + 16];
 	struct stat sb;
 	snprintf(dir, sizeof(dir), "%s", model_path);
@@ -170,6 +172,11 @@ static int read_hf_config(const char *model_path, struct hf_config *c, struct st
 	cfg_int(root, "num_experts_per_tok", &c->top_k);
 	cfg_int(root, "num_hidden_layers", &c->n_hidden_layers);
 	cfg_int(root, "n_shared_experts", &c->n_shared);
+	const struct strata_json *bs = strata_json_get(strata_json_get(root, "quantization_config"), "weight_block_size");
+	if (bs && bs->type == STRATA_JSON_ARRAY && bs->len == 2)
+		for (int k = 0; k < 2; k++)
+			if (bs->items[k].is_uint && bs->items[k].u > 0 && bs->items[k].u <= 65536)
+				c->fp8_block[k] = (uint32_t)bs->items[k].u;
 	strata_json_free(doc);
 	return STRATA_OK;
 }
@@ -197,6 +204,89 @@ static const char *base_name(const char *path, char *buf, size_t len)
 	if (dot)
 		*dot = '\0';
 	return buf;
+}
+
+static bool is_fp8(int dtype)
+{
+	return dtype == STRATA_ST_F8_E4M3 || dtype == STRATA_ST_F8_E5M2;
+}
+
+/* "X_scale_inv" where X exists: DeepSeek-V3's per-block FP8 dequant scales */
+static bool is_scale_of_other(struct strata_st *st, const char *name)
+{
+	static const char suf[] = "_scale_inv";
+	size_t n = strlen(name);
+	if (n <= sizeof(suf) - 1 || strcmp(name + n - (sizeof(suf) - 1), suf) || n >= 512)
+		return false;
+	char base[512];
+	memcpy(base, name, n - (sizeof(suf) - 1));
+	base[n - (sizeof(suf) - 1)] = '\0';
+	return strata_st_find(st, base) != NULL;
+}
+
+static const struct strata_st_tensor *scale_of(const struct strata_qz_model *m, const struct strata_st_tensor *t)
+{
+	char name[512];
+	snprintf(name, sizeof(name), "%s_scale_inv", t->name);
+	return strata_st_find(m->st, name);
+}
+
+static int check_fp8_scale(const struct strata_qz_model *m, const struct strata_st_tensor *t, struct strata_error *err)
+{
+	if (!is_fp8(t->dtype))
+		return STRATA_OK;
+	const char *f = strata_st_file_path(m->st, t->file);
+	const struct strata_st_tensor *sc = scale_of(m, t);
+	if (t->ndim != 2)
+		return STRATA_ERR(err, STRATA_EUNSUPPORTED, "%s: FP8 tensor '%s' is %u-D; only 2-D FP8 weights are read", f,
+				  t->name, t->ndim);
+	if (!sc)
+		return STRATA_ERR(err, STRATA_ENOTFOUND, "%s: FP8 tensor '%s' has no '%s_scale_inv' block scales", f, t->name,
+				  t->name);
+	uint64_t r = (t->shape[0] + m->fp8_block[0] - 1) / m->fp8_block[0];
+	uint64_t c = (t->shape[1] + m->fp8_block[1] - 1) / m->fp8_block[1];
+	if (sc->ndim != 2 || sc->shape[0] != r || sc->shape[1] != c || !strata_st_dtype_is_float(sc->dtype) ||
+	    is_fp8(sc->dtype))
+		return STRATA_ERR(err, STRATA_ESHAPE,
+				  "%s: '%s' must be a float [%" PRIu64 ", %" PRIu64 "] (blocks of %u x %u over [%" PRIu64 ", %" PRIu64
+				  "])",
+				  strata_st_file_path(m->st, sc->file), sc->name, r, c, m->fp8_block[0], m->fp8_block[1],
+				  t->shape[0], t->shape[1]);
+	return STRATA_OK;
+}
+
+int strata_qz_read_rows(struct strata_qz_model *m, const struct strata_st_tensor *t, uint64_t row0, uint64_t nrows,
+			float *out, struct strata_error *err)
+{
+	uint64_t cols = t->ndim >= 2 ? t->shape[t->ndim - 1] : t->numel;
+	uint64_t rows = cols ? t->numel / cols : 0;
+	if (row0 > rows || nrows > rows - row0)
+		return STRATA_ERR(err, STRATA_EINVAL, "tensor '%s': rows [%" PRIu64 ", +%" PRIu64 ") out of range", t->name,
+				  row0, nrows);
+	int rc = strata_st_read_f32(m->st, t, row0 * cols, nrows * cols, out, err);
+	if (rc || !is_fp8(t->dtype))
+		return rc;
+	const struct strata_st_tensor *sc = scale_of(m, t);
+	if (!sc)
+		return STRATA_ERR(err, STRATA_ENOTFOUND, "FP8 tensor '%s' has no block scales", t->name);
+	uint64_t scols = sc->shape[1];
+	float *srow = malloc(scols * sizeof(float));
+	if (!srow)
+		return STRATA_ERR(err, STRATA_ENOMEM, "out of memory");
+	uint64_t have = UINT64_MAX;
+	for (uint64_t r = 0; r < nrows && !rc; r++) {
+		uint64_t br = (row0 + r) / m->fp8_block[0];
+		if (br != have) {
+			if ((rc = strata_st_read_f32(m->st, sc, br * scols, scols, srow, err)))
+				break;
+			have = br;
+		}
+		float *o = out + r * cols;
+		for (uint64_t c = 0; c < cols; c++)
+			o[c] *= srow[c / m->fp8_block[1]];
+	}
+	free(srow);
+	return rc;
 }
 
 int strata_qz_model_open(const char *path, const struct strata_qz_open_options *opt, struct strata_qz_model **out,
@@ -244,6 +334,10 @@ int strata_qz_model_open(const char *path, const struct strata_qz_open_options *
 		uint32_t l, e;
 		int mat;
 		mat_of[i] = -1;
+		if (is_scale_of_other(st, t->name)) {
+			mat_of[i] = -3; /* an FP8 block scale: consumed with its weight */
+			continue;
+		}
 		if (layer_prefix(t->name, &l)) {
 			if (hc.n_hidden_layers >= 0 && l >= (uint64_t)hc.n_hidden_layers) {
 				mat_of[i] = -2; /* skipped (MTP) */
@@ -295,7 +389,7 @@ int strata_qz_model_open(const char *path, const struct strata_qz_open_options *
 	}
 	for (uint32_t i = 0; i < n; i++) {
 		const struct strata_st_tensor *t = strata_st_tensor_at(st, i);
-		if (mat_of[i] == -2)
+		if (mat_of[i] <= -2)
 			continue;
 		if (mat_of[i] < 0) {
 			m->nonrouted[m->n_nonrouted++] = t;
@@ -383,6 +477,14 @@ int strata_qz_model_open(const char *path, const struct strata_qz_open_options *
 					strata_st_file_path(st, t->file), t->name, STRATA_TENSOR_NAME_MAX - 1);
 			goto fail;
 		}
+	}
+	m->fp8_block[0] = hc.fp8_block[0];
+	m->fp8_block[1] = hc.fp8_block[1];
+	for (uint64_t k = 0; k < total * STRATA_MAT_COUNT + m->n_nonrouted; k++) {
+		const struct strata_st_tensor *t =
+			k < total * STRATA_MAT_COUNT ? m->experts[k] : m->nonrouted[k - total * STRATA_MAT_COUNT];
+		if ((rc = check_fp8_scale(m, t, err)))
+			goto fail;
 	}
 	/* shared experts (DeepSeek): counted in nonrouted_params, sized for the spec */
 	if (nm->shared_infix) {
@@ -495,8 +597,13 @@ static void *qz_worker(void *arg)
 		int rc = 0;
 		for (int mat = 0; mat < STRATA_MAT_COUNT && !rc; mat++) {
 			const struct strata_st_tensor *t = m->experts[eid * STRATA_MAT_COUNT + mat];
+			if (strata_interrupted || j->failed) {
+				/* big experts take a while each: stop between matrices */
+				rc = STRATA_ERR(&e, strata_interrupted ? STRATA_EINTR : STRATA_EIO, "interrupted");
+				break;
+			}
 			uint32_t rows = ml[mat]->rows, cols = ml[mat]->cols;
-			if ((rc = strata_st_read_f32(m->st, t, 0, (uint64_t)rows * cols, w, &e)))
+			if ((rc = strata_qz_read_rows(m, t, 0, rows, w, &e)))
 				break;
 			in_bytes += t->bytes;
 			bool have = false;
@@ -528,9 +635,12 @@ static void *qz_worker(void *arg)
 			fail_job(j, &e);
 			break;
 		}
-		pthread_mutex_lock(&j->lock);
+		/* safe from several threads (planned offsets, pwrite); the buffer is
+		 * 4 KiB aligned and at least lay.bytes long, so the writer may use
+		 * O_DIRECT */
 		if (!j->failed)
-			rc = strata_store_writer_add_expert(j->w, layer, ex, packed, lay.payload, &e);
+			rc = strata_store_writer_add_expert_aligned(j->w, layer, ex, packed, j->packed_bytes, &e);
+		pthread_mutex_lock(&j->lock);
 		if (!j->failed && !rc) {
 			struct strata_quantize_tier_stats *ts = &j->rep->tier[tier];
 			ts->experts++;
@@ -564,9 +674,8 @@ static int add_tensors(struct qz_job *j, struct strata_error *err)
 {
 	struct strata_qz_model *m = j->m;
 	enum { CHUNK = 1 << 20 };
-	float *chunk = malloc(CHUNK * sizeof(float));
-	if (!chunk)
-		return STRATA_ERR(err, STRATA_ENOMEM, "out of memory");
+	float *chunk = NULL;
+	size_t chunk_cap = 0;
 	int rc = 0;
 	for (uint32_t i = 0; i < m->n_nonrouted && !rc; i++) {
 		if (strata_interrupted) {
@@ -576,21 +685,32 @@ static int add_tensors(struct qz_job *j, struct strata_error *err)
 		const struct strata_st_tensor *t = m->nonrouted[i];
 		int f32 = t->ndim <= 1;
 		size_t bytes = (size_t)t->numel * (f32 ? 4 : 2);
+		uint64_t cols = t->ndim >= 2 ? t->shape[t->ndim - 1] : t->numel;
+		uint64_t rows = cols ? t->numel / cols : 0;
+		uint64_t per = cols && cols < CHUNK ? CHUNK / cols : 1;
+		if (!f32 && per * cols > chunk_cap) {
+			free(chunk);
+			chunk_cap = per * cols;
+			chunk = malloc(chunk_cap * sizeof(float));
+			if (!chunk) {
+				rc = STRATA_ERR(err, STRATA_ENOMEM, "out of memory");
+				break;
+			}
+		}
 		void *buf = malloc(bytes ? bytes : 1);
 		if (!buf) {
 			rc = STRATA_ERR(err, STRATA_ENOMEM, "out of memory for tensor '%s' (%zu bytes)", t->name, bytes);
 			break;
 		}
-		for (uint64_t done = 0; done < t->numel && !rc;) {
-			uint64_t n = t->numel - done < CHUNK ? t->numel - done : CHUNK;
+		/* by whole rows, so FP8 block scales apply per row */
+		for (uint64_t r0 = 0; r0 < rows && !rc;) {
+			uint64_t nr = rows - r0 < per ? rows - r0 : per;
+			uint64_t done = r0 * cols, n = nr * cols;
 			float *dst = f32 ? (float *)buf + done : chunk;
-			if ((rc = strata_st_read_f32(m->st, t, done, n, dst, err)))
+			if ((rc = strata_qz_read_rows(m, t, r0, nr, dst, err)))
 				break;
 			for (uint64_t k = 0; k < n; k++) {
 				if (!isfinite(dst[k])) {
-					uint64_t cols = t->ndim >= 2 ? t->shape[t->ndim - 1] : (t->numel ? t->numel : 1);
-					char what[96];
-					describe_nonfinite(dst + k, 1, 1, what, sizeof(what));
 					rc = STRATA_ERR(err, STRATA_ECORRUPT,
 							"%s: tensor '%s': %s at element %" PRIu64 " (row %" PRIu64
 							"): weights must be finite",
@@ -601,7 +721,7 @@ static int add_tensors(struct qz_job *j, struct strata_error *err)
 				if (!f32)
 					((uint16_t *)buf)[done + k] = strata_f32_to_bf16(dst[k]);
 			}
-			done += n;
+			r0 += nr;
 		}
 		if (!rc)
 			rc = strata_store_writer_add_tensor(j->w, t->name, buf, bytes, err);
@@ -689,6 +809,16 @@ int strata_quantize_run(struct strata_qz_model *m, const struct strata_quantize_
 		pthread_mutex_destroy(&j.lock);
 		return STRATA_ERR(err, STRATA_ENOMEM, "out of memory");
 	}
+	/* non-routed tensors first: cheap, and a bad one fails before hours of
+	 * expert quantization */
+	rc = add_tensors(&j, err);
+	if (rc) {
+		strata_store_writer_abort(j.w);
+		strata_progress_finish(&j.prog);
+		pthread_mutex_destroy(&j.lock);
+		free(th);
+		return rc;
+	}
 	uint32_t started = 0;
 	for (uint32_t i = 1; i < nt; i++) {
 		if (pthread_create(&th[i], NULL, qz_worker, &j))
@@ -704,15 +834,11 @@ int strata_quantize_run(struct strata_qz_model *m, const struct strata_quantize_
 		rc = j.err.code ? j.err.code : STRATA_EIO;
 	}
 	if (!rc)
-		rc = add_tensors(&j, err);
-	if (!rc) {
-		/* a successful finish frees the writer; a failed one leaves it for abort */
 		rc = strata_store_writer_finish(j.w, err);
-		if (rc)
-			strata_store_writer_abort(j.w);
-	} else {
-		strata_store_writer_abort(j.w);
-	}
+	if (rc)
+		strata_store_writer_abort(j.w); /* removes every .tmp shard; frees */
+	else
+		strata_store_writer_free(j.w);
 	strata_progress_finish(&j.prog);
 	pthread_mutex_destroy(&j.lock);
 	if (rc)
@@ -726,6 +852,48 @@ int strata_quantize_run(struct strata_qz_model *m, const struct strata_quantize_
 	rep->routed_bf16_bytes = total * strata_model_expert_params(s) * 2;
 	rep->bf16_bytes = rep->routed_bf16_bytes + s->nonrouted_params * 2;
 	rep->seconds = (double)(strata_now_ns() - t0) / 1e9;
+	return STRATA_OK;
+}
+
+int strata_quantize_plan(struct strata_qz_model *m, const uint8_t *tiers, struct strata_quantize_report *rep,
+			 struct strata_error *err)
+{
+	const struct strata_model_spec *s = &m->spec;
+	memset(rep, 0, sizeof(*rep));
+	rep->spec = *s;
+	snprintf(rep->naming, sizeof(rep->naming), "%s", m->naming->name);
+	rep->skipped = m->n_skipped;
+	uint64_t total = strata_model_total_experts(s);
+	struct strata_expert_layout lay[STRATA_TIER_COUNT];
+	for (int t = 0; t < STRATA_TIER_COUNT; t++) {
+		const struct strata_fmt_traits *tr = strata_fmt_traits(STRATA_FMT_HOT + t);
+		if (!tr || strata_expert_layout(STRATA_FMT_HOT + t, s->hidden, s->inter, &lay[t]))
+			return STRATA_ERR(err, STRATA_EINVAL, "quantize: no layout for tier %d", t);
+		rep->tier[t].fmt = STRATA_FMT_HOT + t;
+		rep->tier[t].bpw = tr->bpw;
+	}
+	for (uint64_t i = 0; i < total; i++) {
+		if (tiers[i] >= STRATA_TIER_COUNT)
+			return STRATA_ERR(err, STRATA_EINVAL, "quantize: tier %u for expert %" PRIu64, tiers[i], i);
+		struct strata_quantize_tier_stats *x = &rep->tier[tiers[i]];
+		x->experts++;
+		x->params += strata_model_expert_params(s);
+		x->payload += lay[tiers[i]].payload;
+		x->bytes += lay[tiers[i]].bytes;
+		rep->out_bytes += lay[tiers[i]].bytes;
+	}
+	for (uint64_t k = 0; k < total * STRATA_MAT_COUNT; k++)
+		rep->in_bytes += m->experts[k]->bytes;
+	for (uint32_t i = 0; i < m->n_nonrouted; i++) {
+		const struct strata_st_tensor *t = m->nonrouted[i];
+		rep->tensors++;
+		rep->tensor_params += t->numel;
+		rep->tensor_bytes += t->numel * (t->ndim <= 1 ? 4 : 2);
+		rep->in_bytes += t->bytes;
+	}
+	rep->out_bytes += rep->tensor_bytes;
+	rep->routed_bf16_bytes = total * strata_model_expert_params(s) * 2;
+	rep->bf16_bytes = rep->routed_bf16_bytes + s->nonrouted_params * 2;
 	return STRATA_OK;
 }
 

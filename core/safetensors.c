@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +23,10 @@
 
 #include "strata/json.h"
 #include "strata/safetensors.h"
+
+#if defined(__F16C__) || defined(__AVX2__)
+#include <immintrin.h>
+#endif
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors I/O assumes a little-endian host");
 
@@ -59,31 +64,46 @@ uint32_t strata_st_dtype_size(int dtype)
 
 bool strata_st_dtype_is_float(int dtype)
 {
-	return dtype == STRATA_ST_F16 || dtype == STRATA_ST_BF16 || dtype == STRATA_ST_F32 || dtype == STRATA_ST_F64;
+	return dtype == STRATA_ST_F16 || dtype == STRATA_ST_BF16 || dtype == STRATA_ST_F32 || dtype == STRATA_ST_F64 ||
+	       dtype == STRATA_ST_F8_E4M3 || dtype == STRATA_ST_F8_E5M2;
+}
+
+float strata_f8e4m3_to_f32(uint8_t b)
+{
+	/* OCP E4M3 ("fn"): bias 7, no infinities, S.1111.111 is NaN */
+	int e = (b >> 3) & 15, m = b & 7;
+	float v;
+	if (e == 15 && m == 7)
+		v = NAN;
+	else if (e == 0)
+		v = ldexpf((float)m, -9); /* m/8 * 2^-6 */
+	else
+		v = ldexpf((float)(8 + m), e - 10); /* (1 + m/8) * 2^(e-7) */
+	return b & 0x80 ? -v : v;
+}
+
+float strata_f8e5m2_to_f32(uint8_t b)
+{
+	return strata_f16_to_f32((uint16_t)(b << 8)); /* E5M2 is the top byte of an IEEE half */
 }
 
 float strata_f16_to_f32(uint16_t h)
 {
-	uint32_t sign = (uint32_t)(h & 0x8000) << 16;
-	uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff, u;
-	if (exp == 0x1f) {
-		u = sign | 0x7f800000u | (man << 13);
-	} else if (exp) {
-		u = sign | ((exp + 112) << 23) | (man << 13);
-	} else if (man) {
-		/* subnormal: normalise */
-		int e = -1;
-		do {
-			man <<= 1;
-			e++;
-		} while (!(man & 0x400));
-		u = sign | ((uint32_t)(112 - e) << 23) | ((man & 0x3ff) << 13);
-	} else {
-		u = sign;
+	/* exponent rebias with the denormal case done by one float subtraction
+	 * (F. Giesen's half_to_float_fast): branches only on Inf/NaN and zero/denormal */
+	union { uint32_t u; float f; } o, magic = { .u = 113u << 23 };
+	const uint32_t shifted_exp = 0x7c00u << 13;
+	o.u = (uint32_t)(h & 0x7fff) << 13;
+	uint32_t exp = shifted_exp & o.u;
+	o.u += (127u - 15u) << 23;
+	if (exp == shifted_exp) {
+		o.u += (128u - 16u) << 23;
+	} else if (exp == 0) {
+		o.u += 1u << 23;
+		o.f -= magic.f;
 	}
-	float f;
-	memcpy(&f, &u, 4);
-	return f;
+	o.u |= (uint32_t)(h & 0x8000) << 16;
+	return o.f;
 }
 
 uint16_t strata_f32_to_f16(float f)
@@ -439,7 +459,8 @@ static int cmp_by_name(const void *a, const void *b)
 
 static int finish_index(struct strata_st *st, struct strata_error *err)
 {
-	qsort(st->t, st->n, sizeof(*st->t), cmp_by_name);
+	if (st->n > 1)
+		qsort(st->t, st->n, sizeof(*st->t), cmp_by_name);
 	for (uint32_t i = 1; i < st->n; i++)
 		if (!strcmp(st->t[i].name, st->t[i - 1].name))
 			return STRATA_ERR(err, STRATA_ECORRUPT, "%s: duplicate tensor '%s'%s%s",
@@ -753,6 +774,16 @@ int strata_st_read_raw(struct strata_st *st, const struct strata_st_tensor *t, u
 	return st_pread(f->fd, buf, bytes, t->offset + off, f->path, err);
 }
 
+static float lut_f8[2][256];
+
+static void f8_tables(void)
+{
+	for (int b = 0; b < 256; b++) {
+		lut_f8[0][b] = strata_f8e4m3_to_f32((uint8_t)b);
+		lut_f8[1][b] = strata_f8e5m2_to_f32((uint8_t)b);
+	}
+}
+
 static float bf16_to_f32(uint16_t h)
 {
 	uint32_t u = (uint32_t)h << 16;
@@ -785,11 +816,75 @@ int strata_st_read_f32(struct strata_st *st, const struct strata_st_tensor *t, u
 		}
 		return STRATA_OK;
 	}
+	if (es == 1) {
+		/* FP8: read into the last quarter and widen from the front; block
+		 * i's outputs (4i .. 4i+63) end before the next block's inputs
+		 * (3n + i + 16) whenever i + 16 <= n */
+		unsigned char *raw8 = (unsigned char *)out + count * 3;
+		int rc = strata_st_read_raw(st, t, first, count, raw8, err);
+		if (rc)
+			return rc;
+		static pthread_once_t once = PTHREAD_ONCE_INIT;
+		pthread_once(&once, f8_tables);
+		const float *tab = lut_f8[t->dtype == STRATA_ST_F8_E5M2];
+		uint64_t i = 0;
+		for (; i + 16 <= count; i += 16) {
+			uint8_t b[16];
+			float f[16];
+			memcpy(b, raw8 + i, 16);
+			for (int k = 0; k < 16; k++)
+				f[k] = tab[b[k]];
+			memcpy(out + i, f, sizeof(f));
+		}
+		for (; i < count; i++)
+			out[i] = tab[raw8[i]];
+		return STRATA_OK;
+	}
 	unsigned char *raw = (unsigned char *)out + (es == 2 ? count * 2 : 0);
 	int rc = strata_st_read_raw(st, t, first * es, count * es, raw, err);
 	if (rc || es == 4)
 		return rc;
-	for (uint64_t i = 0; i < count; i++) {
+	/* widen in blocks of 16: a block's inputs are copied out before its
+	 * outputs are stored, and block i's outputs (bytes 4i .. 4i+63) end
+	 * before the next block's inputs begin (2n + 2i + 32) whenever i + 16 <= n */
+	uint64_t i = 0;
+	if (t->dtype == STRATA_ST_BF16) {
+#ifdef __AVX2__
+		for (; i + 16 <= count; i += 16) {
+			__m128i a = _mm_loadu_si128((const __m128i *)(raw + 2 * i));
+			__m128i b = _mm_loadu_si128((const __m128i *)(raw + 2 * i + 16));
+			_mm256_storeu_si256((__m256i *)(out + i), _mm256_slli_epi32(_mm256_cvtepu16_epi32(a), 16));
+			_mm256_storeu_si256((__m256i *)(out + i + 8), _mm256_slli_epi32(_mm256_cvtepu16_epi32(b), 16));
+		}
+#endif
+		for (; i + 16 <= count; i += 16) {
+			uint16_t h[16];
+			uint32_t u[16];
+			memcpy(h, raw + 2 * i, sizeof(h));
+			for (int k = 0; k < 16; k++)
+				u[k] = (uint32_t)h[k] << 16;
+			memcpy(out + i, u, sizeof(u));
+		}
+	} else {
+#ifdef __F16C__
+		/* hardware half -> float where the build targets it (x86-64-v3) */
+		for (; i + 16 <= count; i += 16) {
+			__m128i a = _mm_loadu_si128((const __m128i *)(raw + 2 * i));
+			__m128i b = _mm_loadu_si128((const __m128i *)(raw + 2 * i + 16));
+			_mm256_storeu_ps(out + i, _mm256_cvtph_ps(a));
+			_mm256_storeu_ps(out + i + 8, _mm256_cvtph_ps(b));
+		}
+#endif
+		for (; i + 16 <= count; i += 16) {
+			uint16_t h[16];
+			float f[16];
+			memcpy(h, raw + 2 * i, sizeof(h));
+			for (int k = 0; k < 16; k++)
+				f[k] = strata_f16_to_f32(h[k]);
+			memcpy(out + i, f, sizeof(f));
+		}
+	}
+	for (; i < count; i++) {
 		uint16_t h;
 		memcpy(&h, raw + 2 * i, 2);
 		out[i] = t->dtype == STRATA_ST_BF16 ? bf16_to_f32(h) : strata_f16_to_f32(h);

@@ -11,6 +11,7 @@
 #include "quant.h"
 #include "strata/json.h"
 #include "strata/tiering.h"
+#include "strata/trace.h"
 #include "strata/util.h"
 
 int strata_popularity_init(struct strata_popularity *p, uint32_t n_layers, uint32_t n_experts,
@@ -195,6 +196,30 @@ int strata_popularity_load(const char *path, struct strata_popularity *out, stru
 	if (!rc)
 		snprintf(out->source, sizeof(out->source), "%s", path);
 	return rc;
+}
+
+int strata_popularity_from_trace(const char *path, struct strata_popularity *out, struct strata_error *err)
+{
+	memset(out, 0, sizeof(*out));
+	struct strata_trace *t;
+	int rc = strata_trace_open(path, &t, err);
+	if (rc)
+		return rc;
+	const struct strata_trace_info *ti = strata_trace_info(t);
+	if ((rc = strata_popularity_init(out, ti->n_moe_layers, ti->n_experts, err))) {
+		strata_trace_close(t);
+		return rc;
+	}
+	for (uint64_t i = 0; i < ti->n_tokens; i++)
+		for (uint32_t l = 0; l < ti->n_moe_layers; l++) {
+			const uint16_t *e = strata_trace_experts(t, i, l);
+			for (uint32_t k = 0; k < ti->top_k; k++)
+				if (e[k] < ti->n_experts)
+					out->count[(size_t)l * ti->n_experts + e[k]] += 1;
+		}
+	snprintf(out->source, sizeof(out->source), "%s", path);
+	strata_trace_close(t);
+	return STRATA_OK;
 }
 
 int strata_popularity_check(const struct strata_popularity *p, const struct strata_model_spec *s,

@@ -223,6 +223,53 @@ static void test_st_roundtrip(void **state)
 	assert_true(strata_f16_to_f32(0xc000) == -2.0f);
 }
 
+static void test_st_fp8(void **state)
+{
+	/* every E4M3 ("fn") code against its definition; E5M2 spot checks */
+	for (int b = 0; b < 256; b++) {
+		int e = (b >> 3) & 15, m = b & 7;
+		float v = strata_f8e4m3_to_f32((uint8_t)b);
+		if (e == 15 && m == 7) {
+			assert_true(isnan(v));
+			continue;
+		}
+		double want = e ? ldexp(1.0 + m / 8.0, e - 7) : ldexp(m / 8.0, -6);
+		if (b & 0x80)
+			want = -want;
+		if ((double)v != want)
+			fail_msg("e4m3 0x%02x: %g != %g", b, (double)v, want);
+	}
+	assert_true(strata_f8e4m3_to_f32(0x38) == 1.0f);
+	assert_true(strata_f8e4m3_to_f32(0x7e) == 448.0f);
+	assert_true(strata_f8e5m2_to_f32(0x3c) == 1.0f);
+	assert_true(isinf(strata_f8e5m2_to_f32(0x7c)));
+	assert_true(strata_f8e5m2_to_f32(0xc0) == -2.0f);
+	/* through the reader: block and tail paths */
+	const char *p = path_in("f8.safetensors");
+	struct strata_error err = { 0 };
+	struct strata_st_writer *w;
+	assert_int_equal(strata_st_writer_open(p, &w, &err), 0);
+	uint64_t shape[2] = { 3, 13 };
+	assert_int_equal(strata_st_writer_declare(w, "a", STRATA_ST_F8_E4M3, 2, shape, &err), 0);
+	assert_int_equal(strata_st_writer_declare(w, "b", STRATA_ST_F8_E5M2, 2, shape, &err), 0);
+	uint8_t raw[39];
+	for (int i = 0; i < 39; i++)
+		raw[i] = ((i * 7 + 3) & 0x7f) == 0x7f ? 0 : (uint8_t)(i * 7 + 3); /* no E4M3 NaN codes */
+	assert_int_equal(strata_st_writer_write_raw(w, raw, 39, &err), 0);
+	assert_int_equal(strata_st_writer_write_raw(w, raw, 39, &err), 0);
+	assert_int_equal(strata_st_writer_finish(w, &err), 0);
+	struct strata_st *st;
+	assert_int_equal(strata_st_open(p, &st, &err), 0);
+	float v[39];
+	assert_int_equal(strata_st_read_f32(st, strata_st_find(st, "a"), 0, 39, v, &err), 0);
+	for (int i = 0; i < 39; i++)
+		assert_true(v[i] == strata_f8e4m3_to_f32(raw[i]));
+	assert_int_equal(strata_st_read_f32(st, strata_st_find(st, "b"), 5, 20, v, &err), 0);
+	for (int i = 0; i < 20; i++)
+		assert_true(v[i] == strata_f8e5m2_to_f32(raw[5 + i]) || (isnan(v[i]) && isnan(strata_f8e5m2_to_f32(raw[5 + i]))));
+	strata_st_close(st);
+}
+
 static void test_st_writer_abort(void **state)
 {
 	const char *p = path_in("ab.safetensors");
@@ -400,6 +447,13 @@ static void test_st_image(void **state)
 	assert_true(v[0] == 1.0f);
 	strata_st_close(st);
 	assert_int_equal(strata_st_open_image(img, 8 + n + 3, "img", &st, &err), STRATA_ECORRUPT);
+	/* regression (found by fuzz_safetensors): a header with no tensors */
+	const unsigned char empty[10] = { 2, 0, 0, 0, 0, 0, 0, 0, '{', '}' };
+	assert_int_equal(strata_st_open_image(empty, sizeof(empty), "empty", &st, &err), 0);
+	assert_int_equal(strata_st_tensor_count(st), 0);
+	assert_null(strata_st_find(st, "a"));
+	assert_null(strata_st_tensor_at(st, 0));
+	strata_st_close(st);
 	assert_int_equal(strata_st_open_image(img, 5, "img", &st, &err), STRATA_ECORRUPT);
 }
 
@@ -409,6 +463,7 @@ int main(void)
 		cmocka_unit_test(test_json_valid),
 		cmocka_unit_test(test_json_errors),
 		cmocka_unit_test(test_st_roundtrip),
+		cmocka_unit_test(test_st_fp8),
 		cmocka_unit_test(test_st_writer_abort),
 		cmocka_unit_test(test_st_index),
 		cmocka_unit_test(test_st_corrupt),

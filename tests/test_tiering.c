@@ -286,6 +286,35 @@ static void test_budget(void **state)
 	strata_popularity_free(&p);
 }
 
+static void test_counts_trace(void **state)
+{
+	/* a Strata trace in its JSONL form: 2 layers x 4 experts, top-2 */
+	const char *f = write_file("t.jsonl",
+				   "{\"strata_trace\":1,\"layers\":2,\"experts\":4,\"top_k\":2}\n"
+				   "{\"req\":0,\"phase\":\"prefill\",\"pos\":0,\"layers\":[[3,1],[0,2]]}\n"
+				   "{\"req\":0,\"phase\":\"decode\",\"pos\":1,\"layers\":[[3,0],[2,1]]}\n"
+				   "{\"req\":1,\"phase\":\"decode\",\"pos\":0,\"layers\":[[3,1],[2,0]]}\n");
+	struct strata_popularity p;
+	struct strata_error err = { 0 };
+	if (strata_popularity_from_trace(f, &p, &err))
+		fail_msg("%s", err.msg);
+	assert_int_equal(p.n_layers, 2);
+	assert_int_equal(p.n_experts, 4);
+	static const double want[8] = { 1, 2, 0, 3, 2, 1, 3, 0 };
+	for (int i = 0; i < 8; i++)
+		assert_true(p.count[i] == want[i]);
+	struct strata_model_spec s;
+	spec_of(&s, "custom:layers=2,experts=4,top_k=2,hidden=256,inter=256");
+	uint8_t tiers[8];
+	struct strata_tier_split sp = { { 25, 25, 50 } };
+	assert_int_equal(strata_tier_assign_split(&s, &p, &sp, tiers, &err), 0);
+	static const uint8_t wt[8] = { 2, 1, 2, 0, 1, 2, 0, 2 };
+	assert_memory_equal(tiers, wt, 8);
+	strata_popularity_free(&p);
+	f = write_file("t.jsonl", "{\"req\":0,\"layers\":[[9,9]]}\n");
+	assert_int_not_equal(strata_popularity_from_trace(f, &p, &err), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -295,6 +324,7 @@ int main(void)
 		cmocka_unit_test(test_counts_json),
 		cmocka_unit_test(test_counts_csv),
 		cmocka_unit_test(test_budget),
+		cmocka_unit_test(test_counts_trace),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -22,6 +22,11 @@
  * at or past config.json's num_hidden_layers (DeepSeek-V3's multi-token-
  * prediction layer) are skipped and counted.
  *
+ * FP8 checkpoints (DeepSeek-V3 as shipped): a 2-D F8_E4M3 / F8_E5M2 weight X
+ * is read as X * X_scale_inv, one float scale per block of config.json's
+ * quantization_config.weight_block_size (default 128 x 128); the scale
+ * tensors are consumed, not stored.  A missing or misshapen scale is an error.
+ *
  * Memory is bounded: each worker thread holds one matrix as float (the
  * largest of gate/up/down: inter x hidden x 4 bytes) plus one packed expert;
  * non-routed tensors are converted one at a time (the largest one as BF16
@@ -73,6 +78,7 @@ struct strata_qz_model {
 	const struct strata_st_tensor **nonrouted; /* stored as-is (BF16/F32) */
 	uint32_t n_nonrouted;
 	uint32_t n_skipped;                        /* tensors of layers past num_hidden_layers */
+	uint32_t fp8_block[2];                     /* FP8 scale blocks (rows, cols), default 128 x 128 */
 	char path[1024];
 };
 
@@ -85,6 +91,10 @@ struct strata_qz_open_options {
 int strata_qz_model_open(const char *path, const struct strata_qz_open_options *opt, struct strata_qz_model **out,
 			 struct strata_error *err);
 void strata_qz_model_close(struct strata_qz_model *m);
+/* Rows [row0, row0 + nrows) of a tensor of m (1-D: one row) as float; FP8
+ * weights come out multiplied by their block scales.  Thread-safe. */
+int strata_qz_read_rows(struct strata_qz_model *m, const struct strata_st_tensor *t, uint64_t row0, uint64_t nrows,
+			float *out, struct strata_error *err);
 
 /*
  * Importance matrix: mean x^2 per input column of each routed matrix, which
@@ -149,6 +159,12 @@ struct strata_quantize_report {
  * (strata_store_writer_abort) and the error names the tensor or file. */
 int strata_quantize_run(struct strata_qz_model *m, const struct strata_quantize_config *cfg,
 			struct strata_quantize_report *rep, struct strata_error *err);
+
+/* Fill rep as strata_quantize_run would, from the tier table and the
+ * formats' layouts alone (no quantization, nothing written; cosines 0):
+ * the sizes of a run before spending hours on it. */
+int strata_quantize_plan(struct strata_qz_model *m, const uint8_t *tiers, struct strata_quantize_report *rep,
+			 struct strata_error *err);
 
 /*
  * Write a small Hugging Face-style test model into dir: config.json,

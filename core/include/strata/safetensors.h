@@ -20,7 +20,7 @@
  * allowed (some writers align data).
  *
  * Tensor data is never mapped or loaded whole: strata_st_read_f32() reads any
- * element range with pread and converts BF16/F16/F32/F64 to float in place
+ * element range with pread and converts BF16/F16/F32/F64/FP8 to float in place
  * (no extra buffer), so a caller holds only what it asks for.  Reads on one
  * handle may run from several threads at once.
  */
@@ -58,7 +58,9 @@ enum strata_st_dtype {
 const char *strata_st_dtype_name(int dtype);       /* "BF16", ... or "?" */
 int strata_st_dtype_from_name(const char *name);   /* -1 if unknown */
 uint32_t strata_st_dtype_size(int dtype);          /* bytes per element, 0 if unknown */
-/* true for the dtypes strata_st_read_f32 converts: F16, BF16, F32, F64 */
+/* true for the dtypes strata_st_read_f32 converts: F16, BF16, F32, F64 and the
+ * FP8 kinds F8_E4M3 (OCP "fn": no infinities) and F8_E5M2.  FP8 values come out
+ * unscaled: block scales (DeepSeek-V3's weight_scale_inv) are the caller's. */
 bool strata_st_dtype_is_float(int dtype);
 
 struct strata_st_tensor {
@@ -126,6 +128,9 @@ int strata_st_writer_write_raw(struct strata_st_writer *w, const void *data, uin
 			       struct strata_error *err);
 int strata_st_writer_finish(struct strata_st_writer *w, struct strata_error *err);
 void strata_st_writer_abort(struct strata_st_writer *w);
+
+float strata_f8e4m3_to_f32(uint8_t b);
+float strata_f8e5m2_to_f32(uint8_t b);
 
 /* IEEE half <-> float (round to nearest even). */
 float strata_f16_to_f32(uint16_t h);

@@ -10,7 +10,7 @@
  *     one inner array per layer, one count per expert (other keys ignored);
  *   - CSV "layer,expert,count", one row per pair (a header line and '#'
  *     comments allowed; missing pairs count 0; repeated pairs add up);
- * or from a routing trace (see strata_popularity_from_trace, once traces land).
+ * or from a routing trace (strata_popularity_from_trace).
  *
  * Assignment is per layer: experts are ranked by count, highest first, ties
  * broken by lower expert id; the first n_hot go hot, the next n_warm warm,
@@ -41,6 +41,10 @@ int strata_popularity_init(struct strata_popularity *p, uint32_t n_layers, uint3
 			   struct strata_error *err);
 /* Load a counts file (JSON or CSV, told apart by the first non-blank byte). */
 int strata_popularity_load(const char *path, struct strata_popularity *out, struct strata_error *err);
+/* Count every (layer, expert) routing of a Strata trace (binary .strace or
+ * its JSONL twin, see strata/trace.h): one count per token that picked the
+ * expert in its top-k, prefill and decode alike. */
+int strata_popularity_from_trace(const char *path, struct strata_popularity *out, struct strata_error *err);
 void strata_popularity_free(struct strata_popularity *p);
 /* STRATA_ESHAPE unless the table has the model's MoE layers and experts. */
 int strata_popularity_check(const struct strata_popularity *p, const struct strata_model_spec *s,
