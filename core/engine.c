@@ -191,7 +191,13 @@ static void job_wait(struct strata_engine *e, struct job *j)
 	while (!j->done) {
 		struct strata_error err;
 		if (j->parent) {
-			job_wait(e, j->parent);
+			if (!j->parent->done) {
+				job_wait(e, j->parent);
+				continue;
+			}
+			j->parent = NULL; /* done without queueing us: do it now */
+			if (!j->queued)
+				job_queue(j);
 			continue;
 		}
 		if (strata_mover_submit(j->m, &err) == 0 && strata_mover_reap(j->m, 1, &err) < 0)
@@ -250,6 +256,8 @@ static int issue(struct strata_engine *e, uint32_t eid, int tier, void *dst, int
 	}
 	*slot = j;
 	struct job *src = src_tier == R ? e->inbound[R][eid] : NULL;
+	if (src && !src->done && src->child)
+		job_wait(e, src); /* one dependent per job: a second one waits here */
 	if (src && !src->done) {
 		j->parent = src;
 		src->child = j;

@@ -259,9 +259,9 @@ int strata_tier_init(struct strata_tier_mem *t, const struct strata_tier_config 
 				return rc;
 			}
 			t->registered = true;
-		} else {
-			/* Best effort: page-lock so reads land in resident memory;
-			 * an RLIMIT_MEMLOCK refusal is reported, not fatal. */
+		} else if (c->lock) {
+			/* Best effort: an RLIMIT_MEMLOCK refusal is reported in desc,
+			 * not fatal. */
 			t->locked = mlock(p, n) == 0;
 		}
 	}

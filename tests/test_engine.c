@@ -327,6 +327,63 @@ static const struct strata_evict_ops evict_absent = {
 	.victim = bad_victim,
 };
 
+/* A prefetcher that asks for every expert of the step into RAM, and the odd
+ * ones into VRAM too: RAM -> VRAM copies and scratch streams then depend on
+ * NVMe -> RAM reads still in flight (chained jobs). */
+static uint32_t chain_on_layer(struct strata_policy *p, const struct strata_layer_ctx *ctx,
+			       struct strata_prefetch_req *out, uint32_t max)
+{
+	uint32_t n = 0;
+	for (uint32_t i = 0; i < ctx->n_experts && n + 2 <= max; i++) {
+		uint32_t eid = strata_eid(p->env->spec, ctx->layer, ctx->experts[i]);
+		out[n++] = (struct strata_prefetch_req){ eid, STRATA_TIER_RAM };
+		if (ctx->experts[i] % 2)
+			out[n++] = (struct strata_prefetch_req){ eid, STRATA_TIER_VRAM };
+	}
+	return n;
+}
+static const struct strata_prefetch_ops prefetch_chain = {
+	.name = "chain", .version = STRATA_POLICY_ABI, .on_layer = chain_on_layer,
+};
+
+static void test_chained_moves(void **state)
+{
+	struct strata_error err = { 0 };
+	const struct strata_model_spec *sp = strata_store_spec(st_t);
+	struct strata_harness_trace *t;
+	assert_int_equal(strata_harness_trace_gen(sp, 12, 5, &t, &err), 0);
+	uint64_t maxb = 0;
+	for (uint32_t i = 0; i < strata_model_total_experts(sp); i++) {
+		uint64_t b = strata_store_expert(st_t, i / sp->n_experts, i % sp->n_experts)->bytes;
+		maxb = b > maxb ? b : maxb;
+	}
+	const int movers[] = { STRATA_NVME_URING, STRATA_NVME_PREAD };
+	struct strata_engine_stats s[3];
+	for (int run = 0; run < 3; run++) {
+		struct strata_engine_config ec;
+		strata_engine_config_defaults(&ec);
+		ec.use_gpu = 0;
+		ec.mode = run == 2 ? STRATA_ENGINE_VIRTUAL : STRATA_ENGINE_REAL;
+		ec.nvme_mover = movers[run % 2];
+		ec.budget[0] = 8 * maxb;
+		ec.budget[1] = 10 * maxb;
+		ec.place = "static";
+		ec.prefetch_ops = &prefetch_chain;
+		struct strata_engine *e;
+		assert_int_equal(strata_engine_open(st_t, &ec, &e, &err), 0);
+		if (drive(e, t, st_t, run < 2, &err))
+			fail_msg("%s: %s", strata_engine_name(e), err.msg);
+		s[run] = *strata_engine_stats(e);
+		strata_engine_close(e);
+	}
+	assert_true(s[0].prefetch_used > 0 && s[0].streamed > 0 && s[0].hits[1] > 0);
+	for (int run = 1; run < 3; run++) {
+		assert_memory_equal(s[0].hits, s[run].hits, sizeof(s[0].hits));
+		assert_true(s[0].prefetch_used == s[run].prefetch_used && s[0].streamed == s[run].streamed);
+	}
+	strata_harness_trace_free(t);
+}
+
 static void test_bad_policy_epolicy(void **state)
 {
 	const struct strata_evict_ops *bad[2] = { &evict_pinned, &evict_absent };
@@ -623,6 +680,7 @@ int main(void)
 		cmocka_unit_test(test_matches_harness),
 		cmocka_unit_test(test_virtual_equals_real_random),
 		cmocka_unit_test(test_budget_never_exceeded),
+		cmocka_unit_test(test_chained_moves),
 		cmocka_unit_test(test_bad_policy_epolicy),
 		cmocka_unit_test(test_ebudget),
 		cmocka_unit_test(test_pins_survive),

@@ -127,6 +127,7 @@ static void test_tier_backings(void **state)
 
 	c.kind = STRATA_TIER_RAM;
 	c.backing = STRATA_BACK_PINNED;
+	c.lock = true;
 	assert_int_equal(strata_tier_init(&t, &c, &err), 0);
 	assert_non_null(t.base);
 	assert_non_null(strstr(t.desc, "pinned"));
@@ -135,8 +136,12 @@ static void test_tier_backings(void **state)
 	strata_tier_free(&t);
 
 	c.numa_node = 0; /* forced: node 0 always exists */
+	c.lock = false;
 	assert_int_equal(strata_tier_init(&t, &c, &err), 0);
 	print_message("%s\n", t.desc);
+	assert_int_equal(t.numa_node, 0);
+	assert_non_null(strstr(t.desc, "NUMA node 0 (forced)"));
+	assert_non_null(strstr(t.desc, "not locked"));
 	strata_tier_free(&t);
 
 	c.numa_node = 999;

@@ -9,8 +9,10 @@
  * Backings:
  *   DEVICE   one strata_gpu_malloc'd block (a real GPU)
  *   HOST     an aligned host block standing in for VRAM (CI, no GPU)
- *   PINNED   host memory on a NUMA node (libnuma), page-locked: registered
- *            with CUDA when a GPU is in use, mlock'ed otherwise
+ *   PINNED   host memory on a NUMA node (libnuma), page-locked when a GPU is
+ *            in use (cudaHostRegister), or mlock'ed on request; without a
+ *            GPU the engine leaves it unlocked (nothing DMAs from it, and a
+ *            shared CI machine should not lose that much locked memory)
  *   VIRTUAL  no memory at all: only offsets are handed out (strata sim), so
  *            allocation decisions are identical to a real run's
  *
@@ -69,6 +71,7 @@ struct strata_tier_config {
 	int numa_node;       /* PINNED: -1 = the GPU's node (or no binding), else forced */
 	int gpu_device;      /* the GPU whose node is looked up; -1 none */
 	bool register_gpu;   /* PINNED: cudaHostRegister the arena (a GPU is in use) */
+	bool lock;           /* PINNED without register_gpu: mlock the arena (best effort) */
 };
 
 struct strata_tier_mem {
