@@ -1,12 +1,144 @@
-/* strata policies: not yet implemented (placeholder until its issue lands). */
+/*
+ * strata policies: list the built-in placement, eviction and prefetch
+ * policies with their help lines and option tables, as text or JSON.
+ */
 #include <stdio.h>
+#include <string.h>
 
 #include "cli.h"
+#include "strata/policy.h"
+
+static void usage(FILE *out)
+{
+	fprintf(out,
+		"usage: strata policies [--role place|evict|prefetch] [--json]\n"
+		"\n"
+		"List the built-in policies of each role (the first is the default) with\n"
+		"their options.  Policies are chosen as place=SPEC, evict=SPEC, prefetch=SPEC\n"
+		"where SPEC is NAME[:key=value[:key=value...]], e.g. lookahead:depth=2:topn=4.\n"
+		"NAME may also be a plugin (NAME.so in $STRATA_PLUGIN_PATH, or a path to a\n"
+		".so) or a Lua script (a path ending in .lua).  Results name each instance\n"
+		"canonically: the name plus -key=value for every non-default option.\n"
+		"\n"
+		"  --role R   only role R\n"
+		"  --json     one JSON object {role: [policy...]} on stdout\n"
+		"  --help     this text\n");
+}
+
+static void json_str(FILE *out, const char *s)
+{
+	fputc('"', out);
+	for (; s && *s; s++) {
+		unsigned char c = (unsigned char)*s;
+		if (c == '"' || c == '\\')
+			fprintf(out, "\\%c", c);
+		else if (c < 0x20)
+			fprintf(out, "\\u%04x", c);
+		else
+			fputc(c, out);
+	}
+	fputc('"', out);
+}
+
+static void print_json(FILE *out, int only)
+{
+	fprintf(out, "{");
+	int first_role = 1;
+	for (int r = 0; r < STRATA_ROLE_COUNT; r++) {
+		if (only >= 0 && r != only)
+			continue;
+		fprintf(out, "%s\n  \"%s\": [", first_role ? "" : ",", strata_role_name(r));
+		first_role = 0;
+		for (unsigned i = 0;; i++) {
+			const struct strata_evict_ops *h = strata_policy_builtin_at(r, i);
+			if (!h)
+				break;
+			fprintf(out, "%s\n    {\"name\": ", i ? "," : "");
+			json_str(out, h->name);
+			fprintf(out, ", \"default\": %s, \"needs_future\": %s, \"help\": ",
+				i == 0 ? "true" : "false",
+				h->flags & STRATA_POLICY_F_NEEDS_FUTURE ? "true" : "false");
+			json_str(out, h->help);
+			fprintf(out, ", \"options\": [");
+			int k = 0;
+			for (const struct strata_option *o = h->options; o && o->name; o++, k++) {
+				fprintf(out, "%s\n      {\"name\": ", k ? "," : "");
+				json_str(out, o->name);
+				fprintf(out, ", \"type\": \"%s\", \"default\": ", strata_option_type_name(o->type));
+				json_str(out, o->def);
+				if (!(o->min == 0 && o->max == 0))
+					fprintf(out, ", \"min\": %.17g, \"max\": %.17g", o->min, o->max);
+				if (o->choices) {
+					fprintf(out, ", \"choices\": ");
+					json_str(out, o->choices);
+				}
+				fprintf(out, ", \"help\": ");
+				json_str(out, o->help);
+				fprintf(out, "}");
+			}
+			fprintf(out, "%s]}", k ? "\n    " : "");
+		}
+		fprintf(out, "\n  ]");
+	}
+	fprintf(out, "\n}\n");
+}
+
+static void print_text(FILE *out, int only)
+{
+	for (int r = 0; r < STRATA_ROLE_COUNT; r++) {
+		if (only >= 0 && r != only)
+			continue;
+		fprintf(out, "%s policies:\n", strata_role_name(r));
+		for (unsigned i = 0;; i++) {
+			const struct strata_evict_ops *h = strata_policy_builtin_at(r, i);
+			if (!h)
+				break;
+			fprintf(out, "  %-10s %s%s%s\n", h->name, h->help ? h->help : "",
+				i == 0 ? " [default]" : "",
+				h->flags & STRATA_POLICY_F_NEEDS_FUTURE ? " [needs the future: replay/sim]" : "");
+			for (const struct strata_option *o = h->options; o && o->name; o++) {
+				char range[96] = "";
+				if (o->choices)
+					snprintf(range, sizeof(range), "%s", o->choices);
+				else if (!(o->min == 0 && o->max == 0))
+					snprintf(range, sizeof(range), "[%g, %g]", o->min, o->max);
+				fprintf(out, "      %-10s %-6s %-6s %-18s %s\n", o->name,
+					strata_option_type_name(o->type), o->def, range, o->help ? o->help : "");
+			}
+		}
+		fprintf(out, "\n");
+	}
+}
 
 int strata_cmd_policies(int argc, char **argv)
 {
-	(void)argc;
-	(void)argv;
-	fprintf(stderr, "strata policies: not implemented in this build\n");
-	return 2;
+	int json = 0, role = -1;
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+			usage(stdout);
+			return 0;
+		} else if (!strcmp(argv[i], "--json")) {
+			json = 1;
+		} else if (!strcmp(argv[i], "--role") || !strncmp(argv[i], "--role=", 7)) {
+			const char *v = argv[i][6] == '=' ? argv[i] + 7 : (i + 1 < argc ? argv[++i] : NULL);
+			role = -1;
+			for (int r = 0; v && r < STRATA_ROLE_COUNT; r++)
+				if (!strcmp(v, strata_role_name(r)))
+					role = r;
+			if (role < 0) {
+				fprintf(stderr, "strata policies: --role needs place, evict or prefetch%s%s\n",
+					v ? ", not " : "", v ? v : "");
+				return 2;
+			}
+		} else {
+			fprintf(stderr, "strata policies: unknown argument '%s'\n", argv[i]);
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (json)
+		print_json(stdout, role);
+	else
+		print_text(stdout, role);
+	return 0;
 }

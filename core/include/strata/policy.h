@@ -111,7 +111,8 @@ static inline const struct strata_error *strata_policy_error(const struct strata
 	const struct strata_option *options; /* NULL or NULL-terminated table */          \
 	/* optional: after options are applied; may allocate into priv */                 \
 	int (*init)(struct strata_policy *p, struct strata_error *err);                    \
-	/* optional: release what init allocated (not priv itself) */                     \
+	/* optional: release what init allocated (not priv itself); called once    */     \
+	/* after init, even when init failed, so it must cope with a zeroed priv   */     \
 	void (*free)(struct strata_policy *p)
 
 enum {
@@ -121,6 +122,17 @@ enum {
 /*
  * Eviction: one instance per cached tier (VRAM, RAM), tracking that tier's
  * resident set through the on_* calls.  All four ops are required.
+ *
+ * Call order the drivers (engine, policy harness) keep, so that policies
+ * count the same way everywhere:
+ *   - demand fetch (a miss admitted into the tier): on_insert(eid, now) then
+ *     on_access(eid, now), same now;
+ *   - prefetch completing, preload at start: on_insert(eid, now) only;
+ *   - hit: on_access(eid, now);
+ *   - eviction: victim(now, r) then on_remove(victim); a drop (e.g. the
+ *     engine shrinking a tier) is on_remove alone.
+ * `now` never decreases.  victim() may be called repeatedly at the same now
+ * until enough bytes are free; the residency view r is the tier's own.
  */
 struct strata_evict_ops {
 	STRATA_POLICY_OPS_HEAD;
@@ -205,24 +217,56 @@ const void *strata_policy_builtin_at(int role, unsigned i);
  * Create an instance from a spec "NAME[:k=v[:k=v]]" for role, in tier (evict
  * only; else -1).  Validates ABI version and required ops, applies options,
  * installs defaults for optional ops, calls init.  Errors name the policy.
+ * env must be non-NULL and outlive the instance; a policy flagged
+ * STRATA_POLICY_F_NEEDS_FUTURE is refused (STRATA_EINVAL) when env->future is
+ * NULL.  An unknown NAME is STRATA_ENOTFOUND listing the built-ins; a plugin
+ * with the wrong ABI is STRATA_EVERSION; a .lua spec in a build without the
+ * Lua adapter is STRATA_EUNSUPPORTED.
+ *
+ * The instance's p->ops points to a per-instance copy of the ops with every
+ * optional op filled in (defaults: init/free/on_access/on_route do nothing,
+ * initial_tier returns env->tier_table[eid], or NVMe without a table), so call
+ * sites call ops without NULL tests.  destroy calls ops->free, releases priv
+ * and closes a plugin's dlopen handle; NULL is a no-op.
  */
 int strata_policy_create(int role, const char *spec, const struct strata_policy_env *env, int tier,
 			 struct strata_policy **out, struct strata_error *err);
+/* The same from an ops struct the caller holds (an application's own policy,
+ * a test's deliberately broken one): checks, options kv (may be NULL), init.
+ * ops must outlive the instance. */
+int strata_policy_create_ops(int role, const void *ops, const char *kv,
+			     const struct strata_policy_env *env, int tier, struct strata_policy **out,
+			     struct strata_error *err);
 void strata_policy_destroy(struct strata_policy *p);
 
 /*
- * Lua adapter (core/lua/): implements the same ops for a script path.
- * p is zeroed by the caller except role, env and tier.  On success it fills
- * p->ops (a per-instance ops struct owned by the adapter: only hooks the
- * script defines are set, plus free; options == NULL, init == NULL,
- * priv_size == 0), p->priv (the adapter), p->loader (the lua_State) and
- * p->name (canonical: "lru.lua", "lookahead.lua-depth=3").  The script's
- * own declared options were parsed from kv and its init hook already ran,
- * so the loader must not apply options or call init again.  ops->free(p)
- * releases the state, priv and the ops struct itself: strata_policy_destroy
- * calls it last and must not read p->ops afterwards.  On failure p is left
- * with ops == NULL and nothing to free; err names the script
- * ("lru.lua:12: ...", "x.lua: missing required hook 'victim'").
+ * Check an ops struct for role before it is used: ABI version, a name of
+ * [A-Za-z0-9_.+-]+, every required op present, a sane option table (see
+ * strata_options_check).  `who` prefixes errors ("plugin ./x.so").  The loader
+ * runs it on built-ins, plugins and Lua adapters alike.
+ */
+int strata_policy_check_ops(int role, const void *ops, const char *who, struct strata_error *err);
+
+/*
+ * Lua adapter (core/lua/policy_lua.c): implements the same ops for a script.
+ * Called by strata_policy_create for a spec whose NAME ends in ".lua" (path
+ * as given, or found in $STRATA_PLUGIN_PATH), with kv the text after the first
+ * ':' (NULL if none).  p is zeroed by the caller except role, env and tier.
+ * On success it fills p->ops (a per-instance ops struct owned by the adapter:
+ * only hooks the script defines are set, plus free; options == NULL, init ==
+ * NULL, priv_size == 0), p->priv (the adapter), p->loader (the lua_State) and
+ * p->name (canonical: "lru.lua", "lookahead.lua-depth=3").  The script's own
+ * declared options were parsed from kv and its init hook already ran, so the
+ * loader does not apply options or call init again.  The loader then checks
+ * the ops (strata_policy_check_ops), copies them into the instance with
+ * defaults for absent optional ops (p->ops then points to that copy) and
+ * returns.  ops->free(p) releases the state, priv and the adapter's ops
+ * struct: strata_policy_destroy calls it last and does not read the
+ * adapter's ops afterwards.  On failure p is left with ops == NULL and
+ * nothing to free; err names the script ("lru.lua:12: ...", "x.lua: missing
+ * required hook 'victim'").
+ * A build without the adapter links the weak default in
+ * policies/lua_missing.c, which returns STRATA_EUNSUPPORTED.
  */
 int strata_lua_policy_create(int role, const char *path, const char *kv,
 			     const struct strata_policy_env *env, struct strata_policy *p,

@@ -1,0 +1,152 @@
+/*
+ * An indexed binary min-heap over expert ids with a two-part key (k1, k2),
+ * ties broken by the smaller eid, so every order is total and runs are
+ * deterministic.  Shared by lfu, lfu-decay and belady: O(log n) insert,
+ * update and remove, O(1) top.  Internal to policies/.
+ */
+#ifndef STRATA_POLICIES_EHEAP_H
+#define STRATA_POLICIES_EHEAP_H
+
+#include <stdint.h>
+#include <stdlib.h>
+
+struct eheap {
+	uint32_t *heap;   /* eids in heap order */
+	int32_t *pos;     /* per eid: index in heap, -1 if absent */
+	uint64_t *k1, *k2;
+	uint32_t n, n_ids;
+};
+
+static inline int eheap_init(struct eheap *h, uint32_t n_ids)
+{
+	size_t n = n_ids ? n_ids : 1;
+	h->n = 0;
+	h->n_ids = n_ids;
+	h->heap = malloc(n * sizeof(*h->heap));
+	h->pos = malloc(n * sizeof(*h->pos));
+	h->k1 = calloc(n, sizeof(*h->k1));
+	h->k2 = calloc(n, sizeof(*h->k2));
+	if (!h->heap || !h->pos || !h->k1 || !h->k2)
+		return -1;
+	for (uint32_t i = 0; i < n_ids; i++)
+		h->pos[i] = -1;
+	return 0;
+}
+
+static inline void eheap_free(struct eheap *h)
+{
+	free(h->heap);
+	free(h->pos);
+	free(h->k1);
+	free(h->k2);
+	h->heap = NULL;
+	h->pos = NULL;
+	h->k1 = h->k2 = NULL;
+}
+
+static inline int eheap_less(const struct eheap *h, uint32_t a, uint32_t b)
+{
+	if (h->k1[a] != h->k1[b])
+		return h->k1[a] < h->k1[b];
+	if (h->k2[a] != h->k2[b])
+		return h->k2[a] < h->k2[b];
+	return a < b;
+}
+
+static inline void eheap_set(struct eheap *h, uint32_t i, uint32_t e)
+{
+	h->heap[i] = e;
+	h->pos[e] = (int32_t)i;
+}
+
+static inline void eheap_up(struct eheap *h, uint32_t i)
+{
+	uint32_t e = h->heap[i];
+	while (i > 0) {
+		uint32_t parent = (i - 1) / 2;
+		if (!eheap_less(h, e, h->heap[parent]))
+			break;
+		eheap_set(h, i, h->heap[parent]);
+		i = parent;
+	}
+	eheap_set(h, i, e);
+}
+
+static inline void eheap_down(struct eheap *h, uint32_t i)
+{
+	uint32_t e = h->heap[i];
+	for (;;) {
+		uint32_t c = 2 * i + 1;
+		if (c >= h->n)
+			break;
+		if (c + 1 < h->n && eheap_less(h, h->heap[c + 1], h->heap[c]))
+			c++;
+		if (!eheap_less(h, h->heap[c], e))
+			break;
+		eheap_set(h, i, h->heap[c]);
+		i = c;
+	}
+	eheap_set(h, i, e);
+}
+
+static inline int eheap_has(const struct eheap *h, uint32_t e)
+{
+	return e < h->n_ids && h->pos[e] >= 0;
+}
+
+/* Insert e, or move it to its new key if present. */
+static inline void eheap_put(struct eheap *h, uint32_t e, uint64_t k1, uint64_t k2)
+{
+	if (e >= h->n_ids)
+		return;
+	h->k1[e] = k1;
+	h->k2[e] = k2;
+	if (h->pos[e] < 0) {
+		eheap_set(h, h->n++, e);
+		eheap_up(h, h->n - 1);
+	} else {
+		uint32_t i = (uint32_t)h->pos[e];
+		eheap_up(h, i);
+		eheap_down(h, (uint32_t)h->pos[e]);
+	}
+}
+
+static inline void eheap_remove(struct eheap *h, uint32_t e)
+{
+	if (!eheap_has(h, e))
+		return;
+	uint32_t i = (uint32_t)h->pos[e];
+	h->pos[e] = -1;
+	if (--h->n == i)
+		return;
+	uint32_t moved = h->heap[h->n];
+	eheap_set(h, i, moved);
+	eheap_up(h, i);
+	eheap_down(h, (uint32_t)h->pos[moved]);
+}
+
+/* Smallest element not rejected by skip(ctx, eid), or -1.  Rejected top
+ * elements are taken out and put back afterwards: cheap while few are
+ * rejected (pins cover one layer's experts at most). */
+static inline int64_t eheap_min_where(struct eheap *h, int (*skip)(const void *ctx, uint32_t e),
+				      const void *ctx, uint32_t *aside, uint32_t aside_max)
+{
+	uint32_t n_aside = 0;
+	int64_t found = -1;
+	while (h->n) {
+		uint32_t e = h->heap[0];
+		if (!skip(ctx, e)) {
+			found = e;
+			break;
+		}
+		if (n_aside == aside_max)
+			break;
+		aside[n_aside++] = e;
+		eheap_remove(h, e);
+	}
+	for (uint32_t i = 0; i < n_aside; i++)
+		eheap_put(h, aside[i], h->k1[aside[i]], h->k2[aside[i]]);
+	return found;
+}
+
+#endif

@@ -1,0 +1,110 @@
+/*
+ * Policy cost: nanoseconds per expert access of each C eviction policy (and
+ * of the prefetchers on top of LRU), replayed through the policy harness on
+ * synthetic traces of real model shapes, with the cache at a quarter of the
+ * experts so that most misses evict.
+ *
+ * The floor, measured in the same run: the harness itself with a policy that
+ * does nothing (every expert fits, no victim is ever asked for).  Each row
+ * prints ns/access and its ratio to that floor; the policy's own cost is
+ * roughly ns - floor.  The engine's full bookkeeping is measured separately
+ * (the engine's benchmark); the issue's budget there is 1 us per access.
+ *
+ *   build/release/bench/bench_policies [tokens] [reps]     (CSV on stdout)
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "strata/policy.h"
+#include "strata/policy_harness.h"
+#include "strata/util.h"
+
+static void nop_insert(struct strata_policy *p, uint32_t e, uint64_t n) { }
+static void nop_remove(struct strata_policy *p, uint32_t e) { }
+static int64_t nop_victim(struct strata_policy *p, uint64_t n, const struct strata_residency *r)
+{
+	return STRATA_NO_EXPERT;
+}
+static const struct strata_evict_ops nop_ops = {
+	.name = "floor", .version = STRATA_POLICY_ABI, .on_insert = nop_insert,
+	.on_access = nop_insert, .on_remove = nop_remove, .victim = nop_victim,
+};
+
+/* Best of reps replays: ns per access; counters of the last. */
+static double measure(const struct strata_harness_trace *t, struct strata_harness_config *c, int reps,
+		      struct strata_harness_counters *k)
+{
+	double best = 1e30;
+	for (int r = 0; r < reps; r++) {
+		struct strata_harness *h;
+		struct strata_error err = { 0 };
+		if (strata_harness_open(t, c, &h, &err)) {
+			fprintf(stderr, "bench_policies: %s\n", err.msg);
+			exit(1);
+		}
+		uint64_t t0 = strata_now_ns();
+		if (strata_harness_replay(h, &err)) {
+			fprintf(stderr, "bench_policies: %s\n", err.msg);
+			exit(1);
+		}
+		double ns = (double)(strata_now_ns() - t0) / (double)t->n_accesses;
+		*k = *strata_harness_counters(h);
+		strata_harness_close(h);
+		if (ns < best)
+			best = ns;
+	}
+	return best;
+}
+
+int main(int argc, char **argv)
+{
+	uint64_t tokens = argc > 1 ? strtoull(argv[1], NULL, 10) : 256;
+	int reps = argc > 2 ? atoi(argv[2]) : 5;
+	static const char *models[] = { "qwen3-30b-a3b", "deepseek-v3", "kimi-k3.1" };
+	static const char *evicts[] = { "lru", "fifo", "lfu", "lfu-decay", "belady", "random" };
+	static const char *prefetches[] = { "lookahead:depth=2", "oracle:depth=2", "history:depth=2" };
+	printf("model,policy,accesses,ns_per_access,ratio_to_floor,hit_rate\n");
+	for (size_t m = 0; m < sizeof(models) / sizeof(models[0]); m++) {
+		struct strata_model_spec spec;
+		struct strata_error err = { 0 };
+		struct strata_harness_trace *t;
+		if (strata_model_spec_parse(models[m], &spec, &err) ||
+		    strata_harness_trace_gen(&spec, tokens, 1, &t, &err)) {
+			fprintf(stderr, "bench_policies: %s\n", err.msg);
+			return 1;
+		}
+		uint64_t n_ids = strata_model_total_experts(&spec);
+		struct strata_harness_config c;
+		strata_harness_config_defaults(&c);
+		c.expert_bytes = 1;
+		c.place = "cache";
+		struct strata_harness_counters k;
+		c.budget = n_ids; /* everything fits: no victims */
+		c.evict_ops = &nop_ops;
+		double floor_ns = measure(t, &c, reps, &k);
+		printf("%s,floor,%llu,%.1f,1.00,%.4f\n", models[m], (unsigned long long)t->n_accesses,
+		       floor_ns, (double)k.hits / (double)k.accesses);
+		c.evict_ops = NULL;
+		c.budget = n_ids / 4;
+		for (size_t e = 0; e < sizeof(evicts) / sizeof(evicts[0]); e++) {
+			c.evict = evicts[e];
+			c.prefetch = "none";
+			double ns = measure(t, &c, reps, &k);
+			printf("%s,%s,%llu,%.1f,%.2f,%.4f\n", models[m], evicts[e],
+			       (unsigned long long)t->n_accesses, ns, ns / floor_ns,
+			       (double)k.hits / (double)k.accesses);
+		}
+		for (size_t p = 0; p < sizeof(prefetches) / sizeof(prefetches[0]); p++) {
+			c.evict = "lru";
+			c.prefetch = prefetches[p];
+			double ns = measure(t, &c, reps, &k);
+			printf("%s,lru+%s,%llu,%.1f,%.2f,%.4f\n", models[m], prefetches[p],
+			       (unsigned long long)t->n_accesses, ns, ns / floor_ns,
+			       (double)k.hits / (double)k.accesses);
+		}
+		fflush(stdout);
+		strata_harness_trace_free(t);
+	}
+	return 0;
+}

@@ -1,0 +1,833 @@
+/*
+ * The conformance suite: every built-in policy (and the example plugin) runs
+ * over the same seeded trace through the policy harness, and its counters
+ * must match the golden table exactly.  The goldens are pinned by
+ * independent checks: LRU and Belady against straightforward reference
+ * models on the same trace, Belady against a brute-force optimum on tiny
+ * sequences, and each policy's decisions on hand-made cases.
+ *
+ * Changing a policy's behaviour changes its golden row: rerun with
+ * STRATA_GOLDEN_PRINT=1 to print the table, check the change is intended, and
+ * paste it below.
+ */
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "strata/policy.h"
+#include "strata/policy_harness.h"
+#include "strata/store.h"
+#include "testutil.h"
+
+#define MIB (1ull << 20)
+#define TRACE_SPEC "tiny:layers=4,experts=16,top_k=2"
+#define TRACE_TOKENS 64
+#define TRACE_SEED 1
+
+static struct strata_model_spec spec;
+static struct strata_harness_trace *trace;
+static uint8_t tier_table[64];
+static uint64_t var_bytes[64];
+
+static int suite_setup(void **state)
+{
+	struct strata_error err = { 0 };
+	if (strata_model_spec_parse(TRACE_SPEC, &spec, &err) ||
+	    strata_harness_trace_gen(&spec, TRACE_TOKENS, TRACE_SEED, &trace, &err)) {
+		fprintf(stderr, "setup: %s\n", err.msg);
+		return -1;
+	}
+	/* a tier table: the 8 most used experts hot, the next 16 warm */
+	uint64_t uses[64] = { 0 };
+	for (uint32_t i = 0; i < trace->n_steps; i++)
+		for (uint32_t j = 0; j < trace->steps[i].n; j++)
+			uses[strata_eid(&spec, trace->steps[i].layer, trace->steps[i].experts[j])]++;
+	for (int e = 0; e < 64; e++) {
+		int rank = 0;
+		for (int o = 0; o < 64; o++)
+			rank += uses[o] > uses[e] || (uses[o] == uses[e] && o < e);
+		tier_table[e] = rank < 8 ? STRATA_TIER_VRAM : rank < 24 ? STRATA_TIER_RAM : STRATA_TIER_NVME;
+		var_bytes[e] = (uint64_t)(e % 3 + 1) * MIB;
+	}
+	return 0;
+}
+
+static int suite_teardown(void **state)
+{
+	strata_harness_trace_free(trace);
+	return 0;
+}
+
+static const char *plugin_path(void)
+{
+	static char path[PATH_MAX];
+	char self[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n <= 0)
+		return "skeleton.so";
+	self[n] = '\0';
+	*strrchr(self, '/') = '\0';
+	snprintf(path, sizeof(path), "%s/../plugins/skeleton.so", self);
+	return path;
+}
+
+/* ---- golden counters ---- */
+
+struct golden {
+	const char *place, *evict, *prefetch;
+	uint32_t budget_mib;
+	int var_sizes;
+	uint64_t hits, misses, bypasses, inserts, evictions, preloaded;
+	uint64_t pf_issued, pf_used, pf_wasted, pf_redundant, pf_dropped;
+};
+
+static const struct golden goldens[] = {
+#include "conformance_golden.inc"
+};
+
+static void run_row(const struct golden *g, struct strata_harness_counters *k)
+{
+	struct strata_harness_config c;
+	strata_harness_config_defaults(&c);
+	c.budget = g->budget_mib * MIB;
+	c.expert_bytes = MIB;
+	c.bytes_per_id = g->var_sizes ? var_bytes : NULL;
+	c.tier_table = tier_table;
+	c.place = g->place;
+	c.evict = strcmp(g->evict, "@plugin") ? g->evict : plugin_path();
+	c.prefetch = g->prefetch;
+	c.seed = 42;
+	struct strata_error err = { 0 };
+	int rc = strata_harness_run(trace, &c, k, &err);
+	if (rc)
+		fprintf(stderr, "%s/%s/%s: %s\n", g->place ? g->place : "-", g->evict, g->prefetch, err.msg);
+	assert_int_equal(rc, STRATA_OK);
+}
+
+static void check_invariants(const struct golden *g, const struct strata_harness_counters *k)
+{
+	assert_int_equal(k->accesses, trace->n_accesses);
+	assert_int_equal(k->hits + k->misses, k->accesses);
+	assert_int_equal(k->inserts + k->bypasses, k->misses);
+	assert_true(k->prefetch_used + k->prefetch_wasted <= k->prefetch_issued);
+	/* every expert that entered either left or is still there */
+	assert_true(k->evictions <= k->inserts + k->prefetch_issued + k->preloaded);
+	assert_true((k->inserts + k->prefetch_issued + k->preloaded - k->evictions) *
+		    (g->var_sizes ? 1 : MIB) <= (uint64_t)g->budget_mib * MIB);
+	if (!g->var_sizes)
+		assert_int_equal(k->bytes_fetched, (k->misses + k->prefetch_issued) * MIB);
+}
+
+static void test_golden_counters(void **state)
+{
+	int print = getenv("STRATA_GOLDEN_PRINT") != NULL;
+	int bad = 0;
+	for (size_t i = 0; i < sizeof(goldens) / sizeof(goldens[0]); i++) {
+		const struct golden *g = &goldens[i];
+		struct strata_harness_counters k;
+		run_row(g, &k);
+		check_invariants(g, &k);
+		if (print) {
+			printf("{ %s%s%s, \"%s\", \"%s\", %u, %d, %llu, %llu, %llu, %llu, %llu, %llu, "
+			       "%llu, %llu, %llu, %llu, %llu },\n",
+			       g->place ? "\"" : "", g->place ? g->place : "NULL", g->place ? "\"" : "",
+			       g->evict, g->prefetch, g->budget_mib, g->var_sizes,
+			       (unsigned long long)k.hits, (unsigned long long)k.misses,
+			       (unsigned long long)k.bypasses, (unsigned long long)k.inserts,
+			       (unsigned long long)k.evictions, (unsigned long long)k.preloaded,
+			       (unsigned long long)k.prefetch_issued, (unsigned long long)k.prefetch_used,
+			       (unsigned long long)k.prefetch_wasted, (unsigned long long)k.prefetch_redundant,
+			       (unsigned long long)k.prefetch_dropped);
+			continue;
+		}
+		uint64_t got[] = { k.hits, k.misses, k.bypasses, k.inserts, k.evictions, k.preloaded,
+				   k.prefetch_issued, k.prefetch_used, k.prefetch_wasted,
+				   k.prefetch_redundant, k.prefetch_dropped };
+		uint64_t want[] = { g->hits, g->misses, g->bypasses, g->inserts, g->evictions, g->preloaded,
+				    g->pf_issued, g->pf_used, g->pf_wasted, g->pf_redundant, g->pf_dropped };
+		if (memcmp(got, want, sizeof(got))) {
+			fprintf(stderr, "golden mismatch: place=%s evict=%s prefetch=%s budget=%u MiB%s\n",
+				g->place ? g->place : "-", g->evict, g->prefetch, g->budget_mib,
+				g->var_sizes ? " (var sizes)" : "");
+			static const char *names[] = { "hits", "misses", "bypasses", "inserts", "evictions",
+						       "preloaded", "pf_issued", "pf_used", "pf_wasted",
+						       "pf_redundant", "pf_dropped" };
+			for (int f = 0; f < 11; f++)
+				if (got[f] != want[f])
+					fprintf(stderr, "  %s: got %llu, want %llu\n", names[f],
+						(unsigned long long)got[f], (unsigned long long)want[f]);
+			bad++;
+		}
+	}
+	assert_int_equal(bad, 0);
+}
+
+/* Every built-in appears in the golden table: a new policy needs its row. */
+static void test_goldens_cover_every_builtin(void **state)
+{
+	for (int r = 0; r < STRATA_ROLE_COUNT; r++) {
+		for (unsigned i = 0;; i++) {
+			const struct strata_evict_ops *h = strata_policy_builtin_at(r, i);
+			if (!h)
+				break;
+			int found = 0;
+			size_t n = strlen(h->name);
+			for (size_t g = 0; g < sizeof(goldens) / sizeof(goldens[0]) && !found; g++) {
+				const char *s = r == STRATA_ROLE_PLACE ? goldens[g].place
+					      : r == STRATA_ROLE_EVICT ? goldens[g].evict : goldens[g].prefetch;
+				found = s && !strncmp(s, h->name, n) && (s[n] == '\0' || s[n] == ':');
+			}
+			if (!found)
+				fprintf(stderr, "%s %s has no golden row\n", strata_role_name(r), h->name);
+			assert_true(found);
+		}
+	}
+}
+
+/* Same config twice: same counters (random and history are seeded). */
+static void test_repeatable(void **state)
+{
+	for (size_t i = 0; i < sizeof(goldens) / sizeof(goldens[0]); i++) {
+		struct strata_harness_counters a, b;
+		run_row(&goldens[i], &a);
+		run_row(&goldens[i], &b);
+		assert_memory_equal(&a, &b, sizeof(a));
+	}
+}
+
+/* ---- reference models on the same trace ---- */
+
+/* The flattened accesses of the trace, with step boundaries. */
+struct flat {
+	uint32_t *eid;
+	uint32_t *step_of;
+	uint64_t n;
+};
+
+static struct flat flatten(const struct strata_harness_trace *t)
+{
+	struct flat f = { malloc(sizeof(uint32_t) * t->n_accesses), malloc(sizeof(uint32_t) * t->n_accesses),
+			  0 };
+	for (uint32_t i = 0; i < t->n_steps; i++)
+		for (uint32_t j = 0; j < t->steps[i].n; j++) {
+			f.eid[f.n] = strata_eid(&t->spec, t->steps[i].layer, t->steps[i].experts[j]);
+			f.step_of[f.n++] = i;
+		}
+	return f;
+}
+
+enum ref_kind { REF_LRU, REF_BELADY };
+
+/* A literal model: on a miss, evict (among resident experts not in the
+ * current step) the least recently touched one (LRU) or the one used
+ * farthest ahead, ties to the smaller eid (Belady), until the new one fits. */
+static void reference(const struct strata_harness_trace *t, int kind, uint64_t budget,
+		      const uint64_t *bytes, uint64_t *hits, uint64_t *evictions)
+{
+	struct flat f = flatten(t);
+	uint32_t n_ids = strata_model_total_experts(&t->spec);
+	uint8_t *res = calloc(n_ids, 1);
+	uint64_t *stamp = calloc(n_ids, sizeof(uint64_t)), tick = 0, used = 0;
+	*hits = *evictions = 0;
+	for (uint64_t i = 0; i < f.n; i++) {
+		uint32_t e = f.eid[i];
+		if (res[e]) {
+			(*hits)++;
+			stamp[e] = ++tick;
+			continue;
+		}
+		while (used + bytes[e] > budget) {
+			int64_t best = -1;
+			uint64_t best_key = 0;
+			for (uint32_t c = 0; c < n_ids; c++) {
+				if (!res[c])
+					continue;
+				int pinned = 0;
+				for (uint64_t k = i; k < f.n && f.step_of[k] == f.step_of[i]; k++)
+					pinned |= f.eid[k] == c;
+				for (uint64_t k = i; k-- > 0 && f.step_of[k] == f.step_of[i];)
+					pinned |= f.eid[k] == c;
+				if (pinned)
+					continue;
+				uint64_t key;
+				if (kind == REF_LRU) {
+					key = UINT64_MAX - stamp[c]; /* oldest = largest key */
+				} else {
+					key = UINT64_MAX;
+					for (uint64_t k = i + 1; k < f.n; k++)
+						if (f.eid[k] == c) {
+							key = k;
+							break;
+						}
+				}
+				if (best < 0 || key > best_key) {
+					best = c;
+					best_key = key;
+				}
+			}
+			assert_true(best >= 0);
+			res[best] = 0;
+			used -= bytes[best];
+			(*evictions)++;
+		}
+		res[e] = 1;
+		used += bytes[e];
+		stamp[e] = ++tick;
+	}
+	free(res);
+	free(stamp);
+	free(f.eid);
+	free(f.step_of);
+}
+
+static void test_lru_and_belady_match_reference(void **state)
+{
+	uint64_t uniform[64];
+	for (int i = 0; i < 64; i++)
+		uniform[i] = MIB;
+	const struct {
+		const char *evict;
+		int kind;
+		uint32_t budget_mib;
+		int var;
+	} cases[] = {
+		{ "lru", REF_LRU, 3, 0 },  { "lru", REF_LRU, 12, 0 },    { "lru", REF_LRU, 40, 0 },
+		{ "lru", REF_LRU, 20, 1 }, { "belady", REF_BELADY, 3, 0 }, { "belady", REF_BELADY, 12, 0 },
+		{ "belady", REF_BELADY, 40, 0 }, { "belady", REF_BELADY, 20, 1 },
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct strata_harness_config c;
+		strata_harness_config_defaults(&c);
+		c.budget = cases[i].budget_mib * MIB;
+		c.expert_bytes = MIB;
+		c.bytes_per_id = cases[i].var ? var_bytes : NULL;
+		c.evict = cases[i].evict;
+		struct strata_harness_counters k;
+		struct strata_error err = { 0 };
+		assert_int_equal(strata_harness_run(trace, &c, &k, &err), 0);
+		uint64_t hits, ev;
+		reference(trace, cases[i].kind, c.budget, cases[i].var ? var_bytes : uniform, &hits, &ev);
+		if (k.hits != hits || k.evictions != ev)
+			fprintf(stderr, "%s budget %u%s: hits %llu/%llu evictions %llu/%llu (harness/ref)\n",
+				cases[i].evict, cases[i].budget_mib, cases[i].var ? " var" : "",
+				(unsigned long long)k.hits, (unsigned long long)hits,
+				(unsigned long long)k.evictions, (unsigned long long)ev);
+		assert_int_equal(k.hits, hits);
+		assert_int_equal(k.evictions, ev);
+	}
+}
+
+/* Belady is optimal: equal to a brute-force minimum over every eviction
+ * choice on small single-expert sequences (demand paging, one size). */
+#define BF_E 6
+#define BF_LEN 16
+static int bf_memo[BF_LEN + 1][1 << BF_E];
+
+static int brute(const uint32_t *seq, int pos, unsigned mask, int cap)
+{
+	if (pos == BF_LEN)
+		return 0;
+	if (bf_memo[pos][mask] >= 0)
+		return bf_memo[pos][mask];
+	unsigned x = 1u << seq[pos];
+	int best;
+	if (mask & x) {
+		best = brute(seq, pos + 1, mask, cap);
+	} else if (__builtin_popcount(mask) < cap) {
+		best = 1 + brute(seq, pos + 1, mask | x, cap);
+	} else {
+		best = INT32_MAX;
+		for (unsigned y = 0; y < BF_E; y++)
+			if (mask & (1u << y)) {
+				int v = 1 + brute(seq, pos + 1, (mask & ~(1u << y)) | x, cap);
+				if (v < best)
+					best = v;
+			}
+	}
+	return bf_memo[pos][mask] = best;
+}
+
+static void test_belady_is_optimal(void **state)
+{
+	struct strata_model_spec s1;
+	struct strata_error err = { 0 };
+	assert_int_equal(strata_model_spec_parse("tiny:layers=1,experts=6,top_k=1", &s1, &err), 0);
+	uint64_t rng = 12345;
+	int checked = 0, belady_beats_lru = 0;
+	for (int trial = 0; trial < 150; trial++) {
+		uint32_t seq[BF_LEN];
+		struct strata_harness_step steps[BF_LEN];
+		for (int i = 0; i < BF_LEN; i++) {
+			rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+			seq[i] = (uint32_t)((rng >> 33) % BF_E);
+			steps[i] = (struct strata_harness_step){ .token = (uint64_t)i, .layer = 0, .n = 1,
+								 .experts = &seq[i] };
+		}
+		struct strata_harness_trace *t;
+		assert_int_equal(strata_harness_trace_build(&s1, steps, BF_LEN, &t, &err), 0);
+		for (int cap = 2; cap <= 4; cap++) {
+			memset(bf_memo, 0xff, sizeof(bf_memo));
+			int opt = brute(seq, 0, 0, cap);
+			struct strata_harness_config c;
+			strata_harness_config_defaults(&c);
+			c.expert_bytes = 100;
+			c.budget = 100ull * cap;
+			c.evict = "belady";
+			struct strata_harness_counters k, l;
+			assert_int_equal(strata_harness_run(t, &c, &k, &err), 0);
+			c.evict = "lru";
+			assert_int_equal(strata_harness_run(t, &c, &l, &err), 0);
+			assert_int_equal((int)k.misses, opt);
+			assert_true(l.misses >= k.misses);
+			belady_beats_lru += l.misses > k.misses;
+			checked++;
+		}
+		strata_harness_trace_free(t);
+	}
+	assert_int_equal(checked, 450);
+	assert_true(belady_beats_lru > 50); /* the sequences are not trivial */
+}
+
+/* A hand-checked case: capacity 3, sequence 1 2 3 4 1 2 5 1 2 3 4 5 (the
+ * textbook one): Belady 7 misses, LRU 10, FIFO 9. */
+static void test_textbook_sequence(void **state)
+{
+	struct strata_model_spec s1;
+	struct strata_error err = { 0 };
+	assert_int_equal(strata_model_spec_parse("tiny:layers=1,experts=8,top_k=1", &s1, &err), 0);
+	static const uint32_t seq[] = { 1, 2, 3, 4, 1, 2, 5, 1, 2, 3, 4, 5 };
+	struct strata_harness_step steps[12];
+	for (int i = 0; i < 12; i++)
+		steps[i] = (struct strata_harness_step){ .token = (uint64_t)i, .n = 1, .experts = &seq[i] };
+	struct strata_harness_trace *t;
+	assert_int_equal(strata_harness_trace_build(&s1, steps, 12, &t, &err), 0);
+	const struct { const char *evict; uint64_t misses; } want[] = {
+		{ "belady", 7 }, { "lru", 10 }, { "fifo", 9 },
+	};
+	for (int i = 0; i < 3; i++) {
+		struct strata_harness_config c;
+		strata_harness_config_defaults(&c);
+		c.budget = 3 * c.expert_bytes;
+		c.evict = want[i].evict;
+		struct strata_harness_counters k;
+		assert_int_equal(strata_harness_run(t, &c, &k, &err), 0);
+		assert_int_equal(k.misses, want[i].misses);
+		assert_int_equal(k.evictions, want[i].misses - 3);
+	}
+	strata_harness_trace_free(t);
+}
+
+/* ---- each policy's decisions on hand-made cases ---- */
+
+struct direct {
+	struct strata_policy_env env;
+	uint8_t pinned[64], resident[64];
+	struct strata_residency r;
+};
+
+static void direct_init(struct direct *d, const struct strata_future *future)
+{
+	memset(d, 0, sizeof(*d));
+	d->env.spec = &spec;
+	d->env.n_ids = 64;
+	d->env.seed = 9;
+	d->env.future = future;
+	d->r.pinned = d->pinned;
+	d->r.resident = d->resident;
+}
+
+static struct strata_policy *mk(struct direct *d, int role, const char *s)
+{
+	struct strata_policy *p = NULL;
+	struct strata_error err = { 0 };
+	int rc = strata_policy_create(role, s, &d->env, role == STRATA_ROLE_EVICT ? 0 : -1, &p, &err);
+	if (rc)
+		fprintf(stderr, "%s: %s\n", s, err.msg);
+	assert_int_equal(rc, 0);
+	return p;
+}
+
+static void ins(struct direct *d, struct strata_policy *p, uint32_t e, uint64_t now)
+{
+	strata_evict_ops_of(p)->on_insert(p, e, now);
+	d->resident[e] = 1;
+}
+
+static void acc(struct strata_policy *p, uint32_t e, uint64_t now)
+{
+	strata_evict_ops_of(p)->on_access(p, e, now);
+}
+
+static int64_t vic(struct direct *d, struct strata_policy *p, uint64_t now)
+{
+	return strata_evict_ops_of(p)->victim(p, now, &d->r);
+}
+
+static void rem(struct direct *d, struct strata_policy *p, uint32_t e)
+{
+	strata_evict_ops_of(p)->on_remove(p, e);
+	d->resident[e] = 0;
+}
+
+static void test_evict_decisions(void **state)
+{
+	struct direct d;
+	direct_init(&d, NULL);
+	/* lru */
+	struct strata_policy *p = mk(&d, STRATA_ROLE_EVICT, "lru");
+	assert_int_equal(vic(&d, p, 0), STRATA_NO_EXPERT);
+	ins(&d, p, 0, 0), ins(&d, p, 1, 1), ins(&d, p, 2, 2);
+	acc(p, 0, 3);
+	assert_int_equal(vic(&d, p, 4), 1);
+	d.pinned[1] = 1;
+	assert_int_equal(vic(&d, p, 4), 2);
+	d.pinned[1] = 0;
+	rem(&d, p, 1);
+	assert_int_equal(vic(&d, p, 4), 2);
+	strata_policy_destroy(p);
+	/* fifo ignores accesses */
+	p = mk(&d, STRATA_ROLE_EVICT, "fifo");
+	ins(&d, p, 0, 0), ins(&d, p, 1, 1), ins(&d, p, 2, 2);
+	acc(p, 0, 3);
+	assert_int_equal(vic(&d, p, 4), 0);
+	strata_policy_destroy(p);
+	/* lfu: fewest accesses, ties to the least recent */
+	for (int hist = 0; hist < 2; hist++) {
+		p = mk(&d, STRATA_ROLE_EVICT, hist ? "lfu:history=1" : "lfu");
+		ins(&d, p, 0, 0), ins(&d, p, 1, 1), ins(&d, p, 2, 2);
+		acc(p, 0, 3), acc(p, 0, 4), acc(p, 1, 5), acc(p, 2, 6);
+		assert_int_equal(vic(&d, p, 7), 1);
+		acc(p, 1, 7);
+		assert_int_equal(vic(&d, p, 8), 2);
+		rem(&d, p, 0);
+		ins(&d, p, 0, 9); /* without history: back to zero, the first victim */
+		assert_int_equal(vic(&d, p, 10), hist ? 2 : 0);
+		strata_policy_destroy(p);
+	}
+	/* lfu-decay: the tiny spec has 4 layers x top-2 = 8 accesses per token;
+	 * half_life=0.125 token = 1 clock unit: recency dominates */
+	p = mk(&d, STRATA_ROLE_EVICT, "lfu-decay:half_life=0.125");
+	ins(&d, p, 0, 0), ins(&d, p, 1, 0);
+	acc(p, 0, 0), acc(p, 0, 1), acc(p, 0, 2), acc(p, 1, 10);
+	assert_int_equal(vic(&d, p, 11), 0);
+	strata_policy_destroy(p);
+	p = mk(&d, STRATA_ROLE_EVICT, "lfu-decay:half_life=100000");
+	ins(&d, p, 0, 0), ins(&d, p, 1, 0);
+	acc(p, 0, 0), acc(p, 0, 1), acc(p, 0, 2), acc(p, 1, 10);
+	assert_int_equal(vic(&d, p, 11), 1);
+	strata_policy_destroy(p);
+	/* random: seeded, never pinned, every resident possible */
+	int64_t seq_a[32], seq_b[32], seq_c[32];
+	const char *specs[3] = { "random", "random", "random:seed=5" };
+	int64_t *seqs[3] = { seq_a, seq_b, seq_c };
+	for (int s = 0; s < 3; s++) {
+		p = mk(&d, STRATA_ROLE_EVICT, specs[s]);
+		for (uint32_t e = 0; e < 8; e++)
+			ins(&d, p, e, e);
+		d.pinned[3] = 1;
+		for (int i = 0; i < 32; i++) {
+			seqs[s][i] = vic(&d, p, 8);
+			assert_true(seqs[s][i] >= 0 && seqs[s][i] < 8 && seqs[s][i] != 3);
+		}
+		d.pinned[3] = 0;
+		strata_policy_destroy(p);
+	}
+	assert_memory_equal(seq_a, seq_b, sizeof(seq_a));
+	assert_memory_not_equal(seq_a, seq_c, sizeof(seq_a));
+	memset(d.resident, 0, sizeof(d.resident));
+}
+
+static void test_belady_decisions(void **state)
+{
+	/* layer 0 of the tiny spec; accesses: 0:e1 1:e2 2:e3 3:e1 4:e3 5:e2 6:e4 */
+	static const uint32_t seq[] = { 1, 2, 3, 1, 3, 2, 4 };
+	struct strata_harness_step steps[7];
+	for (int i = 0; i < 7; i++)
+		steps[i] = (struct strata_harness_step){ .token = (uint64_t)i, .n = 1, .experts = &seq[i] };
+	struct strata_harness_trace *t;
+	struct strata_error err = { 0 };
+	struct strata_model_spec s1;
+	assert_int_equal(strata_model_spec_parse("tiny:layers=1,experts=8,top_k=1", &s1, &err), 0);
+	assert_int_equal(strata_harness_trace_build(&s1, steps, 7, &t, &err), 0);
+	const struct strata_future *f = strata_harness_trace_future(t);
+	assert_int_equal(f->next_use(f, 1, 0), 3);
+	assert_int_equal(f->next_use(f, 1, 3), STRATA_NEVER);
+	assert_int_equal(f->next_use(f, 2, 0), 1);
+	assert_int_equal(f->next_use(f, 9, 0), STRATA_NEVER);
+	uint32_t out[4];
+	assert_int_equal(f->routed(f, 4, 0, out, 4), 1);
+	assert_int_equal(out[0], 3);
+	assert_int_equal(f->routed(f, 7, 0, out, 4), 0);
+	assert_int_equal(f->n_tokens, 7);
+	struct direct d;
+	direct_init(&d, f);
+	d.env.spec = &s1;
+	d.env.n_ids = 8;
+	struct strata_policy *p = mk(&d, STRATA_ROLE_EVICT, "belady");
+	ins(&d, p, 1, 0), acc(p, 1, 0);
+	ins(&d, p, 2, 1), acc(p, 2, 1);
+	ins(&d, p, 3, 2), acc(p, 3, 2);
+	/* at 2: next uses 1->3, 2->5, 3->4: the farthest is 2 */
+	assert_int_equal(vic(&d, p, 2), 2);
+	d.pinned[2] = 1;
+	assert_int_equal(vic(&d, p, 2), 3);
+	d.pinned[2] = 0;
+	acc(p, 1, 3); /* 1 is never used again: now the victim */
+	assert_int_equal(vic(&d, p, 3), 1);
+	/* an access the policy never hears of: key 3 is stale at 5, refreshed */
+	rem(&d, p, 1);
+	assert_int_equal(vic(&d, p, 5), 3); /* 3: never again; 2: at 5 */
+	strata_policy_destroy(p);
+	strata_harness_trace_free(t);
+}
+
+static void test_prefetch_decisions(void **state)
+{
+	const struct strata_future *f = strata_harness_trace_future(trace);
+	struct direct d;
+	direct_init(&d, f);
+	struct strata_prefetch_req req[64];
+	/* lookahead: depth, topn, min_score, tier */
+	static const struct strata_hint hints[] = {
+		{ 1, 5, 0.9f }, { 1, 6, 0.2f }, { 1, 7, 0.5f }, { 2, 8, 0.7f }, { 3, 9, 1.0f },
+		{ 0, 3, 1.0f }, /* not ahead: ignored */
+	};
+	struct strata_layer_ctx ctx = { .token = 0, .layer = 0, .now = 0, .hints = hints, .n_hints = 6 };
+	struct strata_policy *p = mk(&d, STRATA_ROLE_PREFETCH, "lookahead");
+	uint32_t n = strata_prefetch_ops_of(p)->on_layer(p, &ctx, req, 64);
+	assert_int_equal(n, 2); /* depth 1, top_k = 2 */
+	assert_int_equal(req[0].eid, strata_eid(&spec, 1, 5));
+	assert_int_equal(req[1].eid, strata_eid(&spec, 1, 7));
+	assert_int_equal(req[0].tier, STRATA_TIER_VRAM);
+	assert_int_equal(strata_prefetch_ops_of(p)->on_layer(p, &ctx, req, 1), 1);
+	strata_policy_destroy(p);
+	p = mk(&d, STRATA_ROLE_PREFETCH, "lookahead:depth=3:topn=1:min_score=0.6:tier=ram");
+	n = strata_prefetch_ops_of(p)->on_layer(p, &ctx, req, 64);
+	assert_int_equal(n, 3);
+	assert_int_equal(req[0].eid, strata_eid(&spec, 1, 5));
+	assert_int_equal(req[1].eid, strata_eid(&spec, 2, 8));
+	assert_int_equal(req[2].eid, strata_eid(&spec, 3, 9));
+	assert_int_equal(req[2].tier, STRATA_TIER_RAM);
+	strata_policy_destroy(p);
+
+	/* oracle: accuracy 1 is the truth (wrapping into the next token) */
+	p = mk(&d, STRATA_ROLE_PREFETCH, "oracle:depth=2");
+	struct strata_layer_ctx oc = { .token = 5, .layer = 3 };
+	n = strata_prefetch_ops_of(p)->on_layer(p, &oc, req, 64);
+	assert_int_equal(n, 4);
+	uint32_t truth[4];
+	f->routed(f, 6, 0, truth, 2);
+	f->routed(f, 6, 1, truth + 2, 2);
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(req[i].eid, strata_eid(&spec, (uint32_t)i / 2, truth[i]));
+	/* past the end of the trace: nothing */
+	oc.token = TRACE_TOKENS - 1;
+	assert_int_equal(strata_prefetch_ops_of(p)->on_layer(p, &oc, req, 64), 0);
+	strata_policy_destroy(p);
+	/* accuracy 0: never in the true set; 0.5: about half */
+	for (int a = 0; a < 2; a++) {
+		p = mk(&d, STRATA_ROLE_PREFETCH, a ? "oracle:accuracy=0.5" : "oracle:accuracy=0");
+		uint32_t right = 0, total = 0;
+		for (uint64_t tok = 0; tok + 1 < TRACE_TOKENS; tok++)
+			for (uint32_t l = 0; l < spec.n_moe_layers; l++) {
+				struct strata_layer_ctx c2 = { .token = tok, .layer = l };
+				n = strata_prefetch_ops_of(p)->on_layer(p, &c2, req, 64);
+				uint32_t tl = (l + 1) % spec.n_moe_layers;
+				uint64_t tt = tok + (l + 1) / spec.n_moe_layers;
+				uint32_t m = f->routed(f, tt, tl, truth, 4);
+				for (uint32_t i = 0; i < n; i++) {
+					total++;
+					for (uint32_t j = 0; j < m; j++)
+						right += req[i].eid == strata_eid(&spec, tl, truth[j]);
+				}
+			}
+		assert_int_equal(total, (TRACE_TOKENS - 1) * spec.n_moe_layers * spec.top_k);
+		if (!a)
+			assert_int_equal(right, 0);
+		else
+			assert_true(right > total * 2 / 5 && right < total * 3 / 5);
+		strata_policy_destroy(p);
+	}
+
+	/* history: a trace that repeats itself is learnt exactly */
+	p = mk(&d, STRATA_ROLE_PREFETCH, "history:mix=1");
+	static const uint32_t route[4][2] = { { 1, 2 }, { 3, 4 }, { 5, 6 }, { 7, 8 } };
+	for (uint64_t tok = 0; tok < 4; tok++) {
+		for (uint32_t l = 0; l < 4; l++) {
+			struct strata_layer_ctx c3 = { .token = tok, .layer = l };
+			n = strata_prefetch_ops_of(p)->on_layer(p, &c3, req, 64);
+			if (tok >= 1 && l >= 1 && l + 1 < 4) {
+				/* the table, seen once, predicts layer l+1 from l-1 */
+				assert_int_equal(n, 2);
+				assert_int_equal(req[0].eid, strata_eid(&spec, l + 1, route[l + 1][0]));
+				assert_int_equal(req[1].eid, strata_eid(&spec, l + 1, route[l + 1][1]));
+			}
+			strata_prefetch_ops_of(p)->on_route(p, tok, l, route[l], 2);
+		}
+	}
+	strata_policy_destroy(p);
+	/* the window alone (mix=0) predicts from earlier tokens, layer 0 too */
+	p = mk(&d, STRATA_ROLE_PREFETCH, "history:mix=0:depth=2");
+	for (uint64_t tok = 0; tok < 3; tok++)
+		for (uint32_t l = 0; l < 4; l++) {
+			struct strata_layer_ctx c4 = { .token = tok, .layer = l };
+			n = strata_prefetch_ops_of(p)->on_layer(p, &c4, req, 64);
+			if (tok == 0)
+				assert_int_equal(n, 0);
+			else if (l == 0) {
+				assert_int_equal(n, 4);
+				assert_int_equal(req[0].eid, strata_eid(&spec, 1, 3));
+				assert_int_equal(req[3].eid, strata_eid(&spec, 2, 6));
+			}
+			strata_prefetch_ops_of(p)->on_route(p, tok, l, route[l], 2);
+		}
+	strata_policy_destroy(p);
+}
+
+/* ---- the harness itself: errors name the policy ---- */
+
+static void ins_noop(struct strata_policy *p, uint32_t e, uint64_t n) { }
+static void rem_noop(struct strata_policy *p, uint32_t e) { }
+static int64_t victim_first_pinned(struct strata_policy *p, uint64_t n, const struct strata_residency *r)
+{
+	for (uint32_t e = 0; e < p->env->n_ids; e++)
+		if (r->pinned[e] && r->resident[e])
+			return e;
+	for (uint32_t e = 0; e < p->env->n_ids; e++)
+		if (r->resident[e])
+			return e;
+	return STRATA_NO_EXPERT;
+}
+static int64_t victim_absent(struct strata_policy *p, uint64_t n, const struct strata_residency *r)
+{
+	for (uint32_t e = 0; e < p->env->n_ids; e++)
+		if (!r->resident[e])
+			return e;
+	return STRATA_NO_EXPERT;
+}
+static int64_t victim_fails(struct strata_policy *p, uint64_t n, const struct strata_residency *r)
+{
+	STRATA_ERR(&p->error, STRATA_ESCRIPT, "failing.lua:3: attempt to index a nil value");
+	return STRATA_NO_EXPERT;
+}
+static uint32_t bad_prefetch(struct strata_policy *p, const struct strata_layer_ctx *c,
+			     struct strata_prefetch_req *out, uint32_t max)
+{
+	out[0].eid = 1000;
+	out[0].tier = 0;
+	return 1;
+}
+
+static void test_harness_errors(void **state)
+{
+	static const struct strata_evict_ops broken_pin = {
+		.name = "broken", .version = STRATA_POLICY_ABI, .on_insert = ins_noop,
+		.on_access = ins_noop, .on_remove = rem_noop, .victim = victim_first_pinned,
+	};
+	static const struct strata_evict_ops broken_absent = {
+		.name = "ghost", .version = STRATA_POLICY_ABI, .on_insert = ins_noop,
+		.on_access = ins_noop, .on_remove = rem_noop, .victim = victim_absent,
+	};
+	static const struct strata_prefetch_ops broken_pf = {
+		.name = "wild", .version = STRATA_POLICY_ABI, .on_layer = bad_prefetch,
+	};
+	struct strata_harness_config c;
+	strata_harness_config_defaults(&c);
+	c.budget = 4 * c.expert_bytes;
+	c.evict_ops = &broken_pin;
+	struct strata_harness_counters k;
+	struct strata_error err = { 0 };
+	assert_int_equal(strata_harness_run(trace, &c, &k, &err), STRATA_EPOLICY);
+	assert_non_null(strstr(err.msg, "evict broken: chose expert"));
+	assert_non_null(strstr(err.msg, "pinned by the running layer"));
+	c.evict_ops = &broken_absent;
+	assert_int_equal(strata_harness_run(trace, &c, &k, &err), STRATA_EPOLICY);
+	assert_non_null(strstr(err.msg, "evict ghost: chose expert 0, which is not resident"));
+	/* an op that records a failure (as the Lua adapter does) fails the run */
+	static const struct strata_evict_ops failing = {
+		.name = "failing", .version = STRATA_POLICY_ABI, .on_insert = ins_noop,
+		.on_access = ins_noop, .on_remove = rem_noop, .victim = victim_fails,
+	};
+	c.evict_ops = &failing;
+	assert_int_equal(strata_harness_run(trace, &c, &k, &err), STRATA_ESCRIPT);
+	assert_string_equal(err.msg, "failing.lua:3: attempt to index a nil value");
+	c.evict_ops = NULL;
+	c.prefetch_ops = &broken_pf;
+	assert_int_equal(strata_harness_run(trace, &c, &k, &err), STRATA_EPOLICY);
+	assert_string_equal(err.msg, "prefetch wild: asked for expert 1000 of 64");
+	c.prefetch_ops = NULL;
+	/* a budget that cannot hold one layer's two experts */
+	c.budget = c.expert_bytes;
+	assert_int_equal(strata_harness_run(trace, &c, &k, &err), STRATA_EBUDGET);
+	assert_non_null(strstr(err.msg, "budget 1048576 bytes cannot hold expert"));
+	assert_non_null(strstr(err.msg, "(evict lru)"));
+	/* bad policy specs fail open and name the policy */
+	c.budget = 8 * c.expert_bytes;
+	c.evict = "belady";
+	c.hide_future = 1;
+	assert_int_equal(strata_harness_run(trace, &c, &k, &err), STRATA_EINVAL);
+	assert_non_null(strstr(err.msg, "evict belady: needs the future"));
+	c.hide_future = 0;
+	c.evict = "lru";
+	c.prefetch = "lookahead:depth=0";
+	assert_int_equal(strata_harness_run(trace, &c, &k, &err), STRATA_EINVAL);
+	assert_non_null(strstr(err.msg, "prefetch lookahead: option depth=0: out of range"));
+	/* bad traces */
+	static const uint32_t big[] = { 99 };
+	struct strata_harness_step st = { .n = 1, .experts = big };
+	struct strata_harness_trace *t;
+	assert_int_equal(strata_harness_trace_build(&spec, &st, 1, &t, &err), STRATA_EINVAL);
+	assert_non_null(strstr(err.msg, "expert 99 >= 16"));
+	st.layer = 9;
+	assert_int_equal(strata_harness_trace_build(&spec, &st, 1, &t, &err), STRATA_EINVAL);
+	assert_int_equal(strata_harness_trace_gen(&spec, 0, 1, &t, &err), STRATA_EINVAL);
+}
+
+/* Static placement preloads the hot tier; promote=none streams misses. */
+static void test_static_placement(void **state)
+{
+	struct strata_harness_config c;
+	strata_harness_config_defaults(&c);
+	c.budget = 8 * MIB;
+	c.expert_bytes = MIB;
+	c.tier_table = tier_table;
+	c.place = "static";
+	struct strata_harness *h;
+	struct strata_error err = { 0 };
+	assert_int_equal(strata_harness_open(trace, &c, &h, &err), 0);
+	for (uint32_t e = 0; e < 64; e++)
+		assert_int_equal(strata_harness_resident(h, e), tier_table[e] == STRATA_TIER_VRAM);
+	assert_int_equal(strata_harness_replay(h, &err), 0);
+	const struct strata_harness_counters *k = strata_harness_counters(h);
+	assert_int_equal(k->preloaded, 8);
+	assert_int_equal(k->inserts, 0);
+	assert_int_equal(k->evictions, 0);
+	assert_int_equal(k->bypasses, k->misses);
+	/* the set never changed */
+	for (uint32_t e = 0; e < 64; e++)
+		assert_int_equal(strata_harness_resident(h, e), tier_table[e] == STRATA_TIER_VRAM);
+	assert_string_equal(strata_harness_policy(h, STRATA_ROLE_PLACE)->name, "static");
+	assert_string_equal(strata_harness_policy(h, STRATA_ROLE_EVICT)->name, "lru");
+	strata_harness_close(h);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_golden_counters),
+		cmocka_unit_test(test_goldens_cover_every_builtin),
+		cmocka_unit_test(test_repeatable),
+		cmocka_unit_test(test_lru_and_belady_match_reference),
+		cmocka_unit_test(test_belady_is_optimal),
+		cmocka_unit_test(test_textbook_sequence),
+		cmocka_unit_test(test_evict_decisions),
+		cmocka_unit_test(test_belady_decisions),
+		cmocka_unit_test(test_prefetch_decisions),
+		cmocka_unit_test(test_harness_errors),
+		cmocka_unit_test(test_static_placement),
+	};
+	return cmocka_run_group_tests(tests, suite_setup, suite_teardown);
+}

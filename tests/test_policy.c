@@ -1,0 +1,435 @@
+/* The policy loader: built-ins, options and canonical names, plugins by path
+ * and through $STRATA_PLUGIN_PATH, ABI and required-op checks, the future
+ * requirement, defaults for optional ops. */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "strata/policy.h"
+#include "strata/policy_harness.h"
+#include "strata/store.h"
+#include "testutil.h"
+
+struct fixture {
+	struct strata_model_spec spec;
+	struct strata_harness_trace *trace;
+	struct strata_policy_env env;
+	uint64_t bytes[64];
+	uint8_t tiers[64];
+};
+
+static int setup(void **state)
+{
+	struct fixture *f = calloc(1, sizeof(*f));
+	struct strata_error err = { 0 };
+	if (strata_model_spec_parse("tiny:layers=4,experts=16,top_k=2", &f->spec, &err))
+		return -1;
+	if (strata_harness_trace_gen(&f->spec, 8, 3, &f->trace, &err))
+		return -1;
+	for (int i = 0; i < 64; i++) {
+		f->bytes[i] = 4096;
+		f->tiers[i] = (uint8_t)(i % 3);
+	}
+	f->env.spec = &f->spec;
+	f->env.n_ids = 64;
+	f->env.tier_table = f->tiers;
+	f->env.expert_bytes = f->bytes;
+	f->env.budget[0] = 16 * 4096;
+	f->env.budget[1] = 32 * 4096;
+	f->env.budget[2] = UINT64_MAX;
+	f->env.seed = 7;
+	f->env.future = strata_harness_trace_future(f->trace);
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fixture *f = *state;
+	strata_harness_trace_free(f->trace);
+	free(f);
+	return 0;
+}
+
+/* build/<mode>/plugins, next to build/<mode>/tests. */
+static const char *plugin_dir(void)
+{
+	static char dir[PATH_MAX];
+	char self[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	assert_true(n > 0);
+	self[n] = '\0';
+	*strrchr(self, '/') = '\0';
+	snprintf(dir, sizeof(dir), "%s/../plugins", self);
+	return dir;
+}
+
+static void test_roles_and_registry(void **state)
+{
+	assert_string_equal(strata_role_name(STRATA_ROLE_PLACE), "place");
+	assert_string_equal(strata_role_name(STRATA_ROLE_EVICT), "evict");
+	assert_string_equal(strata_role_name(STRATA_ROLE_PREFETCH), "prefetch");
+	/* defaults come first */
+	const char *first[] = { "static", "lru", "none" };
+	for (int r = 0; r < STRATA_ROLE_COUNT; r++) {
+		const struct strata_evict_ops *h = strata_policy_builtin_at(r, 0);
+		assert_non_null(h);
+		assert_string_equal(h->name, first[r]);
+	}
+	const char *all[][7] = {
+		{ "static", "cache", NULL },
+		{ "lru", "lfu", "lfu-decay", "belady", "fifo", "random", NULL },
+		{ "none", "lookahead", "oracle", "history", NULL },
+	};
+	for (int r = 0; r < STRATA_ROLE_COUNT; r++) {
+		unsigned i = 0;
+		for (; all[r][i]; i++) {
+			const struct strata_evict_ops *h = strata_policy_builtin_at(r, i);
+			assert_non_null(h);
+			assert_string_equal(h->name, all[r][i]);
+			assert_ptr_equal(strata_policy_builtin(r, all[r][i]), h);
+			struct strata_error err = { 0 };
+			assert_int_equal(strata_policy_check_ops(r, h, "built-in", &err), STRATA_OK);
+			assert_non_null(h->help);
+		}
+		assert_null(strata_policy_builtin_at(r, i));
+	}
+	assert_null(strata_policy_builtin(STRATA_ROLE_EVICT, "static"));
+	assert_null(strata_policy_builtin(STRATA_ROLE_EVICT, NULL));
+}
+
+static void test_create_every_builtin(void **state)
+{
+	struct fixture *f = *state;
+	for (int r = 0; r < STRATA_ROLE_COUNT; r++) {
+		for (unsigned i = 0;; i++) {
+			const struct strata_evict_ops *h = strata_policy_builtin_at(r, i);
+			if (!h)
+				break;
+			struct strata_policy *p = NULL;
+			struct strata_error err = { 0 };
+			int rc = strata_policy_create(r, h->name, &f->env, r == STRATA_ROLE_EVICT ? 0 : -1, &p, &err);
+			if (rc)
+				fprintf(stderr, "%s: %s\n", h->name, err.msg);
+			assert_int_equal(rc, STRATA_OK);
+			assert_string_equal(p->name, h->name);
+			assert_int_equal(p->role, r);
+			assert_int_equal(p->tier, r == STRATA_ROLE_EVICT ? 0 : -1);
+			assert_ptr_equal(p->env, &f->env);
+			/* every op is callable: optional ones have defaults */
+			const struct strata_evict_ops *o = p->ops;
+			assert_non_null(o->init);
+			assert_non_null(o->free);
+			if (r == STRATA_ROLE_PLACE) {
+				const struct strata_place_ops *po = strata_place_ops_of(p);
+				assert_non_null(po->initial_tier);
+				assert_non_null(po->on_access);
+				assert_non_null(po->admit);
+				po->on_access(p, 3, STRATA_TIER_NVME, 0);
+			} else if (r == STRATA_ROLE_PREFETCH) {
+				const struct strata_prefetch_ops *fo = strata_prefetch_ops_of(p);
+				assert_non_null(fo->on_route);
+				uint32_t ex[2] = { 1, 2 };
+				fo->on_route(p, 0, 0, ex, 2);
+			}
+			strata_policy_destroy(p);
+		}
+	}
+	strata_policy_destroy(NULL);
+}
+
+static void test_defaults_of_optional_ops(void **state)
+{
+	struct fixture *f = *state;
+	struct strata_error err = { 0 };
+	struct strata_policy *p;
+	/* static: the tier table */
+	assert_int_equal(strata_policy_create(STRATA_ROLE_PLACE, "static", &f->env, -1, &p, &err), 0);
+	for (uint32_t e = 0; e < 64; e++)
+		assert_int_equal(strata_place_ops_of(p)->initial_tier(p, e), f->tiers[e]);
+	assert_int_equal(strata_place_ops_of(p)->admit(p, 5, STRATA_TIER_NVME, 0), 0);
+	strata_policy_destroy(p);
+	assert_int_equal(strata_policy_create(STRATA_ROLE_PLACE, "static:promote=all", &f->env, -1, &p, &err), 0);
+	assert_string_equal(p->name, "static-promote=all");
+	assert_int_equal(strata_place_ops_of(p)->admit(p, 5, STRATA_TIER_NVME, 0), 3);
+	strata_policy_destroy(p);
+	assert_int_equal(strata_policy_create(STRATA_ROLE_PLACE, "static:promote=ram", &f->env, -1, &p, &err), 0);
+	assert_int_equal(strata_place_ops_of(p)->admit(p, 5, STRATA_TIER_NVME, 0), 1u << STRATA_TIER_RAM);
+	strata_policy_destroy(p);
+	/* cache: empty start, keep all */
+	assert_int_equal(strata_policy_create(STRATA_ROLE_PLACE, "cache", &f->env, -1, &p, &err), 0);
+	assert_int_equal(strata_place_ops_of(p)->initial_tier(p, 0), STRATA_TIER_NVME);
+	assert_int_equal(strata_place_ops_of(p)->admit(p, 5, STRATA_TIER_RAM, 0), 3);
+	strata_policy_destroy(p);
+}
+
+static void test_spec_options_and_names(void **state)
+{
+	struct fixture *f = *state;
+	static const struct {
+		int role;
+		const char *spec, *name;
+	} ok[] = {
+		{ STRATA_ROLE_PREFETCH, "lookahead:depth=2", "lookahead-depth=2" },
+		{ STRATA_ROLE_PREFETCH, "lookahead:depth=1", "lookahead" },
+		{ STRATA_ROLE_PREFETCH, "oracle:accuracy=0.9,depth=3", "oracle-depth=3-accuracy=0.9" },
+		{ STRATA_ROLE_PREFETCH, "history:window=4:mix=0.25", "history-window=4-mix=0.25" },
+		{ STRATA_ROLE_EVICT, "lfu-decay:half_life=5000", "lfu-decay-half_life=5000" },
+		{ STRATA_ROLE_EVICT, "lfu:history", "lfu-history=1" },
+		{ STRATA_ROLE_EVICT, "random:seed=3", "random-seed=3" },
+		{ STRATA_ROLE_EVICT, "lru:", "lru" },
+	};
+	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+		struct strata_policy *p = NULL;
+		struct strata_error err = { 0 };
+		int rc = strata_policy_create(ok[i].role, ok[i].spec, &f->env, 0, &p, &err);
+		if (rc)
+			fprintf(stderr, "%s: %s\n", ok[i].spec, err.msg);
+		assert_int_equal(rc, 0);
+		assert_string_equal(p->name, ok[i].name);
+		strata_policy_destroy(p);
+	}
+	static const struct {
+		int role;
+		const char *spec, *msg;
+		int code;
+	} bad[] = {
+		{ STRATA_ROLE_PREFETCH, "lookahead:dpth=2",
+		  "prefetch lookahead: unknown option 'dpth' (options: depth, topn, min_score, tier)", STRATA_EINVAL },
+		{ STRATA_ROLE_PREFETCH, "oracle:accuracy=2", "prefetch oracle: option accuracy=2: out of range", STRATA_EINVAL },
+		{ STRATA_ROLE_EVICT, "lru:x=1", "evict lru: unknown option 'x' (options: none)", STRATA_EINVAL },
+		{ STRATA_ROLE_EVICT, "lruu", "evict policy 'lruu': no such built-in (lru, lfu, lfu-decay, belady, fifo, random)",
+		  STRATA_ENOTFOUND },
+		{ STRATA_ROLE_EVICT, "static", "no such built-in", STRATA_ENOTFOUND },
+		{ STRATA_ROLE_EVICT, "", "evict policy: empty spec", STRATA_EINVAL },
+		{ STRATA_ROLE_EVICT, ":depth=1", "bad name", STRATA_EINVAL },
+		{ STRATA_ROLE_EVICT, "./no/such/policy.so", "evict policy ./no/such/policy.so: No such file",
+		  STRATA_ENOTFOUND },
+		{ STRATA_ROLE_EVICT, "/nonexistent.lua", "/nonexistent.lua", STRATA_ENOTFOUND },
+		{ 7, "lru", "unknown role 7", STRATA_EINVAL },
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		struct strata_policy *p = (void *)1;
+		struct strata_error err = { 0 };
+		int rc = strata_policy_create(bad[i].role, bad[i].spec, &f->env, 0, &p, &err);
+		if (rc != bad[i].code || !strstr(err.msg, bad[i].msg))
+			fprintf(stderr, "%s: rc %d '%s', want %d '%s'\n", bad[i].spec, rc, err.msg,
+				bad[i].code, bad[i].msg);
+		assert_int_equal(rc, bad[i].code);
+		assert_non_null(strstr(err.msg, bad[i].msg));
+		assert_null(p);
+	}
+	struct strata_policy *p;
+	struct strata_error err = { 0 };
+	assert_int_equal(strata_policy_create(STRATA_ROLE_EVICT, "lru", NULL, 0, &p, &err), STRATA_EINVAL);
+	assert_non_null(strstr(err.msg, "no policy environment"));
+}
+
+static void test_needs_future(void **state)
+{
+	struct fixture *f = *state;
+	struct strata_policy_env live = f->env;
+	live.future = NULL;
+	struct strata_policy *p;
+	struct strata_error err = { 0 };
+	assert_int_equal(strata_policy_create(STRATA_ROLE_EVICT, "belady", &live, 0, &p, &err), STRATA_EINVAL);
+	assert_non_null(strstr(err.msg, "evict belady: needs the future of the run"));
+	assert_int_equal(strata_policy_create(STRATA_ROLE_PREFETCH, "oracle", &live, -1, &p, &err), STRATA_EINVAL);
+	assert_non_null(strstr(err.msg, "prefetch oracle: needs the future"));
+	/* the others run live */
+	assert_int_equal(strata_policy_create(STRATA_ROLE_PREFETCH, "history", &live, -1, &p, &err), 0);
+	strata_policy_destroy(p);
+	assert_int_equal(strata_policy_create(STRATA_ROLE_EVICT, "belady", &f->env, 0, &p, &err), 0);
+	strata_policy_destroy(p);
+}
+
+static void noop_insert(struct strata_policy *p, uint32_t e, uint64_t n) { }
+static void noop_remove(struct strata_policy *p, uint32_t e) { }
+static int64_t noop_victim(struct strata_policy *p, uint64_t n, const struct strata_residency *r)
+{
+	return STRATA_NO_EXPERT;
+}
+static uint32_t noop_admit(struct strata_policy *p, uint32_t e, int t, uint64_t n) { return 0; }
+
+static void test_check_ops(void **state)
+{
+	struct strata_error err = { 0 };
+	struct strata_evict_ops ev = {
+		.name = "mine", .version = STRATA_POLICY_ABI, .on_insert = noop_insert,
+		.on_access = noop_insert, .on_remove = noop_remove, .victim = noop_victim,
+	};
+	assert_int_equal(strata_policy_check_ops(STRATA_ROLE_EVICT, &ev, "plugin x.so", &err), STRATA_OK);
+	struct strata_evict_ops bad = ev;
+	bad.version = STRATA_POLICY_ABI + 1;
+	assert_int_equal(strata_policy_check_ops(STRATA_ROLE_EVICT, &bad, "plugin x.so", &err), STRATA_EVERSION);
+	assert_non_null(strstr(err.msg, "plugin x.so mine: policy ABI version 2, this Strata supports 1"));
+	static const char *const missing[] = { "on_insert", "on_access", "on_remove", "victim" };
+	for (int i = 0; i < 4; i++) {
+		bad = ev;
+		if (i == 0) bad.on_insert = NULL;
+		if (i == 1) bad.on_access = NULL;
+		if (i == 2) bad.on_remove = NULL;
+		if (i == 3) bad.victim = NULL;
+		assert_int_equal(strata_policy_check_ops(STRATA_ROLE_EVICT, &bad, "evict", &err), STRATA_EINVAL);
+		char want[128];
+		snprintf(want, sizeof(want), "evict mine: missing required op %s", missing[i]);
+		assert_string_equal(err.msg, want);
+	}
+	bad = ev;
+	bad.name = "has space";
+	assert_int_equal(strata_policy_check_ops(STRATA_ROLE_EVICT, &bad, "evict", &err), STRATA_EINVAL);
+	bad.name = NULL;
+	assert_int_equal(strata_policy_check_ops(STRATA_ROLE_EVICT, &bad, "evict", &err), STRATA_EINVAL);
+	struct strata_place_ops pl = { .name = "p", .version = STRATA_POLICY_ABI };
+	assert_int_equal(strata_policy_check_ops(STRATA_ROLE_PLACE, &pl, "place", &err), STRATA_EINVAL);
+	assert_string_equal(err.msg, "place p: missing required op admit");
+	pl.admit = noop_admit;
+	assert_int_equal(strata_policy_check_ops(STRATA_ROLE_PLACE, &pl, "place", &err), STRATA_OK);
+	struct strata_prefetch_ops pf = { .name = "q", .version = STRATA_POLICY_ABI };
+	assert_int_equal(strata_policy_check_ops(STRATA_ROLE_PREFETCH, &pf, "prefetch", &err), STRATA_EINVAL);
+	assert_string_equal(err.msg, "prefetch q: missing required op on_layer");
+	/* a broken option table is caught at load */
+	static const struct strata_option opts[] = {
+		{ .name = "d", .type = STRATA_OPT_INT, .offset = 0, .def = "x" },
+		{ .name = NULL },
+	};
+	ev.options = opts;
+	assert_int_equal(strata_policy_check_ops(STRATA_ROLE_EVICT, &ev, "evict", &err), STRATA_EINVAL);
+	assert_non_null(strstr(err.msg, "bad default"));
+	assert_int_equal(strata_policy_check_ops(STRATA_ROLE_EVICT, NULL, "evict", &err), STRATA_EINVAL);
+}
+
+static void test_plugin_by_path(void **state)
+{
+	struct fixture *f = *state;
+	char path[PATH_MAX + 64];
+	snprintf(path, sizeof(path), "%s/skeleton.so", plugin_dir());
+	if (access(path, R_OK)) {
+		fprintf(stderr, "plugin %s not built\n", path);
+		fail();
+	}
+	struct strata_policy *p;
+	struct strata_error err = { 0 };
+	char spec[PATH_MAX + 80];
+	snprintf(spec, sizeof(spec), "%s:rounds=3", path);
+	int rc = strata_policy_create(STRATA_ROLE_EVICT, spec, &f->env, 0, &p, &err);
+	if (rc)
+		fprintf(stderr, "%s\n", err.msg);
+	assert_int_equal(rc, 0);
+	assert_string_equal(p->name, "clock-rounds=3");
+	assert_non_null(p->loader);
+	/* CLOCK: referenced experts get a second chance */
+	const struct strata_evict_ops *o = strata_evict_ops_of(p);
+	uint8_t pinned[64] = { 0 }, res[64] = { 0 };
+	struct strata_residency r = { .pinned = pinned, .resident = res };
+	for (uint32_t e = 0; e < 4; e++) {
+		o->on_insert(p, e, e);
+		res[e] = 1;
+	}
+	o->on_access(p, 0, 5);
+	assert_int_equal(o->victim(p, 6, &r), 1); /* 0 was referenced */
+	pinned[1] = 1;
+	assert_int_equal(o->victim(p, 6, &r), 2);
+	strata_policy_destroy(p);
+	/* the wrong role */
+	rc = strata_policy_create(STRATA_ROLE_PLACE, path, &f->env, -1, &p, &err);
+	assert_int_equal(rc, STRATA_EINVAL);
+	assert_non_null(strstr(err.msg, "is a evict policy, not place"));
+	/* an option it does not have */
+	snprintf(spec, sizeof(spec), "%s:depth=3", path);
+	assert_int_equal(strata_policy_create(STRATA_ROLE_EVICT, spec, &f->env, 0, &p, &err), STRATA_EINVAL);
+	assert_non_null(strstr(err.msg, "evict clock: unknown option 'depth' (options: rounds)"));
+	/* a file that is not a shared object */
+	char *dir = test_mkdtemp();
+	char junk[PATH_MAX + 16];
+	snprintf(junk, sizeof(junk), "%s/junk.so", dir);
+	FILE *j = fopen(junk, "w");
+	fputs("not an ELF file\n", j);
+	fclose(j);
+	assert_int_equal(strata_policy_create(STRATA_ROLE_EVICT, junk, &f->env, 0, &p, &err), STRATA_EINVAL);
+	assert_non_null(strstr(err.msg, "cannot load"));
+	assert_non_null(strstr(err.msg, junk));
+	test_rmdir(dir);
+	free(dir);
+}
+
+static void test_plugin_path_env(void **state)
+{
+	struct fixture *f = *state;
+	char dirs[2 * PATH_MAX];
+	snprintf(dirs, sizeof(dirs), "/nonexistent:%s", plugin_dir());
+	setenv("STRATA_PLUGIN_PATH", dirs, 1);
+	struct strata_policy *p;
+	struct strata_error err = { 0 };
+	int rc = strata_policy_create(STRATA_ROLE_EVICT, "skeleton", &f->env, 0, &p, &err);
+	if (rc)
+		fprintf(stderr, "%s\n", err.msg);
+	assert_int_equal(rc, 0);
+	assert_string_equal(p->name, "clock");
+	strata_policy_destroy(p);
+	assert_int_equal(strata_policy_create(STRATA_ROLE_EVICT, "skeleton.so:rounds=2", &f->env, 0, &p, &err), 0);
+	strata_policy_destroy(p);
+	/* a built-in name wins over a plugin of the same name */
+	assert_int_equal(strata_policy_create(STRATA_ROLE_EVICT, "lru", &f->env, 0, &p, &err), 0);
+	assert_null(p->loader);
+	strata_policy_destroy(p);
+	rc = strata_policy_create(STRATA_ROLE_EVICT, "nope", &f->env, 0, &p, &err);
+	assert_int_equal(rc, STRATA_ENOTFOUND);
+	assert_non_null(strstr(err.msg, "no nope.so in $STRATA_PLUGIN_PATH (/nonexistent:"));
+	unsetenv("STRATA_PLUGIN_PATH");
+	/* the plugin runs through the harness like any policy */
+	char spec[PATH_MAX + 32];
+	snprintf(spec, sizeof(spec), "%s/skeleton.so", plugin_dir());
+	struct strata_harness_config c;
+	strata_harness_config_defaults(&c);
+	c.budget = 8 * c.expert_bytes;
+	c.evict = spec;
+	struct strata_harness_counters k;
+	assert_int_equal(strata_harness_run(f->trace, &c, &k, &err), 0);
+	assert_int_equal(k.accesses, f->trace->n_accesses);
+	assert_int_equal(k.hits + k.misses, k.accesses);
+}
+
+static void test_lua_spec_without_adapter(void **state)
+{
+	struct fixture *f = *state;
+	char *dir = test_mkdtemp();
+	char path[PATH_MAX + 16];
+	snprintf(path, sizeof(path), "%s/p.lua", dir);
+	FILE *j = fopen(path, "w");
+	fputs("return {}\n", j);
+	fclose(j);
+	struct strata_policy *p = NULL;
+	struct strata_error err = { 0 };
+	int rc = strata_policy_create(STRATA_ROLE_EVICT, path, &f->env, 0, &p, &err);
+	if (rc == STRATA_EUNSUPPORTED) {
+		/* no Lua adapter linked in this build: a clear message */
+		assert_non_null(strstr(err.msg, "Lua policies are not available"));
+		assert_non_null(strstr(err.msg, path));
+	} else {
+		/* with the adapter, a script without hooks must fail and name itself */
+		assert_int_not_equal(rc, STRATA_OK);
+		assert_non_null(strstr(err.msg, "p.lua"));
+	}
+	assert_null(p);
+	test_rmdir(dir);
+	free(dir);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_roles_and_registry),
+		cmocka_unit_test_setup_teardown(test_create_every_builtin, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_defaults_of_optional_ops, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_spec_options_and_names, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_needs_future, setup, teardown),
+		cmocka_unit_test(test_check_ops),
+		cmocka_unit_test_setup_teardown(test_plugin_by_path, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_plugin_path_env, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_lua_spec_without_adapter, setup, teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
