@@ -11,6 +11,7 @@
 
 #include "strata/lua.h"
 #include "strata/policy.h"
+#include "strata/policy_harness.h"
 #include "strata/store.h"
 #include "testutil.h"
 
@@ -445,116 +446,141 @@ static void test_lookahead_script(void **state)
 	destroy(&p);
 }
 
-/* ---- C LRU vs Lua LRU on a trace ---- */
+/* ---- C vs Lua on the policy harness ---- */
 
-/* A reference LRU (array, O(n)): what the built-in C lru must do. */
-struct ref_lru {
-	uint64_t stamp[64];
-	uint8_t in[64];
-};
-
-struct counters {
-	uint64_t hits, misses, evictions, victim_hash;
-};
-
-/* Drive one eviction instance over a synthetic skewed trace with capacity
- * cap, pinning the experts of the current layer while they are acquired. */
-static void drive(struct fixture *f, struct strata_policy *p, struct ref_lru *ref, uint32_t cap,
-		  uint64_t seed, struct counters *c)
+static void run_harness(const struct strata_harness_trace *t, const char *evict, const char *prefetch,
+			uint64_t budget_experts, struct strata_harness_counters *k)
 {
-	const struct strata_evict_ops *ops = p ? strata_evict_ops_of(p) : NULL;
-	uint8_t pinned[64] = { 0 }, resident[64] = { 0 };
-	uint32_t n_res = 0, n = f->env.n_ids;
-	uint64_t x = seed, now = 0;
-	memset(c, 0, sizeof(*c));
-	for (uint32_t tok = 0; tok < 400; tok++) {
-		for (uint32_t layer = 0; layer < f->spec.n_moe_layers; layer++) {
-			uint32_t chosen[2];
-			for (int k = 0; k < 2; k++) {
-				x = x * 6364136223846793005ull + 1442695040888963407ull;
-				uint32_t r = (uint32_t)(x >> 33) % 100;
-				uint32_t e = r < 60 ? r % 3 : r % f->spec.n_experts; /* skewed */
-				if (k == 1 && e == chosen[0])
-					e = (e + 1) % f->spec.n_experts;
-				chosen[k] = strata_eid(&f->spec, layer, e);
-			}
-			for (int k = 0; k < 2; k++) {
-				uint32_t eid = chosen[k];
-				if (resident[eid]) {
-					c->hits++;
-					if (ops)
-						ops->on_access(p, eid, now);
-					else
-						ref->stamp[eid] = now;
-				} else {
-					c->misses++;
-					if (n_res == cap) {
-						int64_t v = -1;
-						if (ops) {
-							struct strata_residency r = { pinned, resident, n_res };
-							v = ops->victim(p, now, &r);
-						} else {
-							for (uint32_t i = 0; i < n; i++)
-								if (ref->in[i] && !pinned[i] &&
-								    (v < 0 || ref->stamp[i] < ref->stamp[v]))
-									v = i;
-						}
-						assert_true(v >= 0);
-						assert_true(resident[v] && !pinned[v]);
-						resident[v] = 0;
-						n_res--;
-						c->evictions++;
-						c->victim_hash = c->victim_hash * 31 + (uint64_t)v + 1;
-						if (ops)
-							ops->on_remove(p, (uint32_t)v);
-						else
-							ref->in[v] = 0;
-					}
-					resident[eid] = 1;
-					n_res++;
-					if (ops)
-						ops->on_insert(p, eid, now);
-					else {
-						ref->in[eid] = 1;
-						ref->stamp[eid] = now;
-					}
-				}
-				pinned[eid] = 1;
-				now++;
-			}
-			pinned[chosen[0]] = pinned[chosen[1]] = 0;
-		}
-	}
-	if (p)
-		assert_null(strata_policy_error(p));
+	struct strata_harness_config c;
+	struct strata_error err = { 0 };
+	strata_harness_config_defaults(&c);
+	c.budget = budget_experts * c.expert_bytes;
+	c.evict = evict;
+	c.prefetch = prefetch;
+	c.seed = 5;
+	int rc = strata_harness_run(t, &c, k, &err);
+	if (rc)
+		fail_msg("%s + %s: %s", evict, prefetch ? prefetch : "none", err.msg);
 }
 
-static void test_lua_lru_matches_reference(void **state)
+static void assert_same_counters(const struct strata_harness_counters *a, const struct strata_harness_counters *b,
+				 const char *what)
 {
-	struct fixture f;
-	struct strata_policy p;
-	struct strata_error err = { 0 };
-	struct ref_lru ref;
-	struct counters want, got;
-	fixture_init(&f, 2, 8);
-	for (uint32_t cap = 2; cap <= 10; cap += 4) {
-		memset(&ref, 0, sizeof(ref));
-		drive(&f, NULL, &ref, cap, 11, &want);
-		assert_int_equal(create(&f, STRATA_ROLE_EVICT, repo_file("policies/lua/lru.lua"), NULL, &p, &err),
-				 STRATA_OK);
-		assert_string_equal(p.name, "lru.lua");
-		drive(&f, &p, NULL, cap, 11, &got);
-		destroy(&p);
-		assert_true(want.evictions > 10);
-		assert_int_equal(got.hits, want.hits);
-		assert_int_equal(got.misses, want.misses);
-		assert_int_equal(got.evictions, want.evictions);
-		assert_int_equal(got.victim_hash, want.victim_hash);
+	if (memcmp(a, b, sizeof(*a))) {
+		fail_msg("%s: C and Lua disagree: hits %llu/%llu misses %llu/%llu evictions %llu/%llu "
+			 "prefetch issued %llu/%llu used %llu/%llu wasted %llu/%llu redundant %llu/%llu dropped %llu/%llu",
+			 what, (unsigned long long)a->hits, (unsigned long long)b->hits,
+			 (unsigned long long)a->misses, (unsigned long long)b->misses,
+			 (unsigned long long)a->evictions, (unsigned long long)b->evictions,
+			 (unsigned long long)a->prefetch_issued, (unsigned long long)b->prefetch_issued,
+			 (unsigned long long)a->prefetch_used, (unsigned long long)b->prefetch_used,
+			 (unsigned long long)a->prefetch_wasted, (unsigned long long)b->prefetch_wasted,
+			 (unsigned long long)a->prefetch_redundant, (unsigned long long)b->prefetch_redundant,
+			 (unsigned long long)a->prefetch_dropped, (unsigned long long)b->prefetch_dropped);
 	}
-	/* lfu.lua runs the same trace without errors and never picks a pinned one */
-	assert_int_equal(create(&f, STRATA_ROLE_EVICT, repo_file("policies/lua/lfu.lua"), NULL, &p, &err), STRATA_OK);
-	drive(&f, &p, NULL, 4, 11, &got);
-	destroy(&p);
+}
+
+static void gen_trace(struct strata_harness_trace **t, uint64_t seed)
+{
+	struct strata_model_spec spec;
+	struct strata_error err = { 0 };
+	assert_int_equal(strata_model_spec_parse("custom:layers=4,experts=16,top_k=2,hidden=64,inter=32", &spec, &err), 0);
+	assert_int_equal(strata_harness_trace_gen(&spec, 96, seed, t, &err), 0);
+}
+
+static void test_lua_lru_matches_c(void **state)
+{
+	char lua_lru[PATH_MAX];
+	snprintf(lua_lru, sizeof(lua_lru), "%s", repo_file("policies/lua/lru.lua"));
+	for (uint64_t seed = 1; seed <= 3; seed++) {
+		struct strata_harness_trace *t;
+		gen_trace(&t, seed);
+		for (uint64_t budget = 3; budget <= 40; budget += 9) {
+			struct strata_harness_counters c_k, lua_k;
+			run_harness(t, "lru", NULL, budget, &c_k);
+			run_harness(t, lua_lru, NULL, budget, &lua_k);
+			assert_true(c_k.evictions > 0);
+			assert_same_counters(&c_k, &lua_k, "lru");
+			/* with prefetch inserts (and their evictions) in the mix */
+			run_harness(t, "lru", "lookahead:depth=2", budget, &c_k);
+			run_harness(t, lua_lru, "lookahead:depth=2", budget, &lua_k);
+			assert_true(c_k.prefetch_issued > 0);
+			assert_same_counters(&c_k, &lua_k, "lru + lookahead");
+		}
+		strata_harness_trace_free(t);
+	}
+}
+
+static void test_lua_lookahead_and_lfu_match_c(void **state)
+{
+	static const char *const opts[] = { "", "depth=2", "depth=3:topn=1", "depth=2:min_score=0.5",
+					    "depth=2:tier=ram" };
+	char path[PATH_MAX], c_spec[PATH_MAX + 64], lua_spec[PATH_MAX + 64];
+	struct strata_harness_trace *t;
+	struct strata_harness_counters c_k, lua_k;
+	gen_trace(&t, 9);
+	snprintf(path, sizeof(path), "%s", repo_file("policies/lua/lookahead.lua"));
+	for (size_t i = 0; i < sizeof(opts) / sizeof(opts[0]); i++) {
+		snprintf(c_spec, sizeof(c_spec), "lookahead%s%s", *opts[i] ? ":" : "", opts[i]);
+		snprintf(lua_spec, sizeof(lua_spec), "%s%s%s", path, *opts[i] ? ":" : "", opts[i]);
+		for (uint64_t budget = 6; budget <= 30; budget += 12) {
+			run_harness(t, "lru", c_spec, budget, &c_k);
+			run_harness(t, "lru", lua_spec, budget, &lua_k);
+			assert_true(c_k.prefetch_issued > 0);
+			assert_same_counters(&c_k, &lua_k, c_spec);
+		}
+	}
+	snprintf(path, sizeof(path), "%s", repo_file("policies/lua/lfu.lua"));
+	for (int hist = 0; hist <= 1; hist++) {
+		snprintf(lua_spec, sizeof(lua_spec), "%s%s", path, hist ? ":history=1" : "");
+		for (uint64_t budget = 5; budget <= 30; budget += 12) {
+			run_harness(t, hist ? "lfu:history=1" : "lfu", "lookahead", budget, &c_k);
+			run_harness(t, lua_spec, "lookahead", budget, &lua_k);
+			assert_same_counters(&c_k, &lua_k, hist ? "lfu:history=1" : "lfu");
+		}
+	}
+	strata_harness_trace_free(t);
+}
+
+/* Through the loader: canonical names, and a failing hook fails the
+ * harness run with the script's message. */
+static void test_loader_and_harness_errors(void **state)
+{
+	struct strata_harness_trace *t;
+	struct strata_harness_config c;
+	struct strata_harness_counters k;
+	struct strata_error err = { 0 };
+	char spec[PATH_MAX + 32];
+	gen_trace(&t, 2);
+	strata_harness_config_defaults(&c);
+	c.budget = 8 * c.expert_bytes;
+	snprintf(spec, sizeof(spec), "%s:depth=3", repo_file("policies/lua/lookahead.lua"));
+	c.prefetch = spec;
+	c.evict = repo_file("policies/lua/lru.lua");
+	struct strata_harness *h;
+	assert_int_equal(strata_harness_open(t, &c, &h, &err), 0);
+	assert_string_equal(strata_harness_policy(h, STRATA_ROLE_PREFETCH)->name, "lookahead.lua-depth=3");
+	assert_string_equal(strata_harness_policy(h, STRATA_ROLE_EVICT)->name, "lru.lua");
+	assert_int_equal(strata_harness_replay(h, &err), 0);
+	strata_harness_close(h);
+
+	const char *path = write_script("late.lua",
+		"local lru = strata.list()\n"
+		"return {\n"
+		"  on_insert = function(e) lru:push_front(e) end,\n"
+		"  on_access = function(e) lru:push_front(e) end,\n"
+		"  on_remove = function(e) lru:remove(e) end,\n"
+		"  victim = function(now)\n"
+		"    if now > 50 then local t = nil; return t.x end\n"
+		"    for e in lru:from_back() do if not strata.is_pinned(e) then return e end end\n"
+		"  end,\n"
+		"}\n");
+	c.evict = path;
+	c.prefetch = NULL;
+	assert_int_not_equal(strata_harness_run(t, &c, &k, &err), 0);
+	assert_non_null(strstr(err.msg, "late.lua:7: attempt to index a nil value"));
+	assert_non_null(strstr(err.msg, "'victim'"));
+	strata_harness_trace_free(t);
 }
 
 int main(void)
@@ -570,7 +596,9 @@ int main(void)
 		cmocka_unit_test(test_runtime_error_in_hook),
 		cmocka_unit_test(test_init_env_and_options),
 		cmocka_unit_test(test_lookahead_script),
-		cmocka_unit_test(test_lua_lru_matches_reference),
+		cmocka_unit_test(test_lua_lru_matches_c),
+		cmocka_unit_test(test_lua_lookahead_and_lfu_match_c),
+		cmocka_unit_test(test_loader_and_harness_errors),
 	};
 	return cmocka_run_group_tests_name("lua", tests, setup, teardown);
 }

@@ -42,6 +42,7 @@
 #define MT_REQUESTS "strata.requests"
 #define MT_EXPERTS "strata.experts"
 #define OPT_SLOT STRATA_OPT_STR_MAX
+#define OPT_SLOTS 5 /* value, name, default text, help, choices */
 
 enum hook {
 	H_INIT,
@@ -735,7 +736,7 @@ static int read_options(struct lua_policy *lp, struct strata_error *err)
 		lua_pop(L, 1);
 	}
 	lp->opts = calloc(n + 1, sizeof(*lp->opts));
-	lp->optbuf = calloc(n ? n : 1, OPT_SLOT + 2 * OPT_SLOT); /* value, name, def text */
+	lp->optbuf = calloc(n ? n : 1, OPT_SLOTS * OPT_SLOT);
 	if (!lp->opts || !lp->optbuf) {
 		lua_settop(L, top);
 		return STRATA_ERR(err, STRATA_ENOMEM, "%s: out of memory", lp->base);
@@ -746,9 +747,14 @@ static int read_options(struct lua_policy *lp, struct strata_error *err)
 	lua_pushnil(L);
 	while (!rc && lua_next(L, tab)) {
 		/* key at -2, spec at -1 */
-		char *slot = lp->optbuf + (size_t)i * 3 * OPT_SLOT;
-		char *name = slot + OPT_SLOT, *def = slot + 2 * OPT_SLOT;
 		unsigned at = is_list ? (unsigned)lua_tointeger(L, -2) - 1 : i;
+		if (at >= n) {
+			rc = STRATA_ERR(err, STRATA_EINVAL, "%s: 'options' mixes a list and names", lp->base);
+			break;
+		}
+		char *slot = lp->optbuf + (size_t)at * OPT_SLOTS * OPT_SLOT;
+		char *name = slot + OPT_SLOT, *def = slot + 2 * OPT_SLOT;
+		char *help = slot + 3 * OPT_SLOT, *choices = slot + 4 * OPT_SLOT;
 		const char *nm = NULL;
 		if (!lua_istable(L, -1)) {
 			rc = STRATA_ERR(err, STRATA_EINVAL, "%s: option spec must be a table", lp->base);
@@ -768,7 +774,7 @@ static int read_options(struct lua_policy *lp, struct strata_error *err)
 		snprintf(name, OPT_SLOT, "%s", nm);
 		struct strata_option *o = &lp->opts[at];
 		o->name = name;
-		o->offset = (size_t)at * 3 * OPT_SLOT;
+		o->offset = (size_t)at * OPT_SLOTS * OPT_SLOT;
 		lua_getfield(L, -1, "type");
 		const char *ty = lua_tostring(L, -1);
 		lua_getfield(L, -2, "default");
@@ -804,8 +810,14 @@ static int read_options(struct lua_policy *lp, struct strata_error *err)
 		lua_getfield(L, -2, "max");
 		o->max = lua_tonumber(L, -1);
 		lua_getfield(L, -3, "help");
-		o->help = NULL; /* help text is not kept beyond the load */
-		lua_pop(L, 3);
+		snprintf(help, OPT_SLOT, "%s", lua_isstring(L, -1) ? lua_tostring(L, -1) : "");
+		o->help = help;
+		lua_getfield(L, -4, "choices");
+		if (lua_isstring(L, -1)) {
+			snprintf(choices, OPT_SLOT, "%s", lua_tostring(L, -1));
+			o->choices = choices;
+		}
+		lua_pop(L, 4);
 		lua_pop(L, 1);
 		i++;
 	}
@@ -815,7 +827,7 @@ static int read_options(struct lua_policy *lp, struct strata_error *err)
 		return rc;
 	if (!is_list)
 		qsort(lp->opts, n, sizeof(*lp->opts), cmp_opt);
-	return STRATA_OK;
+	return strata_options_check(lp->opts, lp->owner, err);
 }
 
 /* Push the parsed option values as a table name -> value. */
@@ -895,12 +907,21 @@ static int take_hooks(struct lua_policy *lp, struct strata_error *err)
 		for (int h = 0; h < H_COUNT && !ok; h++)
 			ok = lp->ref[h] != LUA_NOREF && !strcmp(k, hook_names[h]);
 		if (!ok && k[0] != '_') {
-			char key[64];
+			char key[64], hooks[160];
+			size_t at = 0;
+			hooks[0] = 0;
+			for (int j = 0; j < 4 && required_hooks[role][j] != H_COUNT; j++)
+				at += (size_t)snprintf(hooks + at, sizeof(hooks) - at, "%s, ",
+						       hook_names[required_hooks[role][j]]);
+			for (int j = 0; j < 3; j++)
+				if (optional_hooks[role][j] != H_COUNT)
+					at += (size_t)snprintf(hooks + at, sizeof(hooks) - at, "%s, ",
+							       hook_names[optional_hooks[role][j]]);
 			snprintf(key, sizeof(key), "%s", k);
 			lua_pop(L, 1);
 			return STRATA_ERR(err, STRATA_EINVAL,
-					  "%s: unknown field '%s' for a %s policy (hooks: see `strata policies --help`; private fields start with '_')",
-					  lp->base, key, strata_role_name(role));
+					  "%s: unknown field '%s' for a %s policy (hooks: %soptions; private fields start with '_')",
+					  lp->base, key, strata_role_name(role), hooks);
 		}
 	}
 	return STRATA_OK;
@@ -991,11 +1012,8 @@ int strata_lua_policy_create(int role, const char *path, const char *kv,
 		rc = take_hooks(lp, err);
 	if (!rc)
 		rc = read_options(lp, err);
-	if (!rc && lp->n_opts)
-		rc = strata_options_apply(lp->opts, lp->optbuf, kv, lp->owner, err);
-	else if (!rc && kv && *kv)
-		rc = STRATA_ERR(err, STRATA_EINVAL, "%s: unknown option '%s' (the script declares no options)",
-				lp->owner, kv);
+	if (!rc)
+		rc = strata_options_apply(lp->n_opts ? lp->opts : NULL, lp->optbuf, kv, lp->owner, err);
 	if (!rc) {
 		if (lp->n_opts)
 			strata_options_canonical(lp->opts, lp->optbuf, lp->base, p->name, sizeof(p->name));

@@ -1,24 +1,42 @@
--- Least frequently used eviction, as a Lua script.
+-- Least frequently used eviction, as a Lua script: the same decisions as the
+-- built-in C `lfu` (the conformance suite checks that they agree).
 --
---   strata replay ... --evict policies/lua/lfu.lua
+--   strata replay ... --evict policies/lua/lfu.lua[:history=1]
 --
--- Counts accesses of each resident expert (an insert counts as one); the
--- victim is the unpinned resident expert with the fewest, ties broken by the
--- least recent use.  Counts are forgotten when an expert leaves the tier.
--- victim scans the resident set (O(resident)); fine for tiers of a few
--- thousand experts, and it keeps the script short.
-local count, last = {}, {}
+-- The score of a resident expert is the number of accesses it had while
+-- resident (history=1: since the run started, "perfect LFU"); the victim is
+-- the unpinned resident expert with the lowest score, ties broken by the
+-- least recent insert or access, then the lower id.  victim scans the
+-- resident set, O(resident): fine for tiers of a few thousand experts, and
+-- it keeps the script short (the C version keeps a heap).
+local count, last, resident = {}, {}, {}
+local history = false
 local is_pinned = strata.is_pinned
 
 return {
-	on_insert = function(eid, now) count[eid] = 1; last[eid] = now end,
-	on_access = function(eid, now) count[eid] = (count[eid] or 0) + 1; last[eid] = now end,
-	on_remove = function(eid) count[eid] = nil; last[eid] = nil end,
+	options = {
+		history = { default = false, help = "keep counts of evicted experts (perfect LFU)" },
+	},
+	init = function(env, opts) history = opts.history end,
+	on_insert = function(eid, now)
+		if not history or not count[eid] then count[eid] = 0 end
+		last[eid] = now
+		resident[eid] = true
+	end,
+	on_access = function(eid, now)
+		count[eid] = (count[eid] or 0) + 1
+		if resident[eid] then last[eid] = now end
+	end,
+	on_remove = function(eid)
+		resident[eid] = nil
+		last[eid] = nil
+		if not history then count[eid] = nil end
+	end,
 	victim = function(now)
 		local best, bc, bl
-		for eid, c in pairs(count) do
+		for eid in pairs(resident) do
 			if not is_pinned(eid) then
-				local l = last[eid]
+				local c, l = count[eid], last[eid]
 				if not best or c < bc or (c == bc and (l < bl or (l == bl and eid < best))) then
 					best, bc, bl = eid, c, l
 				end
