@@ -14,10 +14,23 @@ local n_layers, n_experts = 0, 0
 -- Reused between calls: no table is created per layer.
 local L, E, S, order = {}, {}, {}, {}
 
-local function better(a, b)
-	if L[a] ~= L[b] then return L[a] < L[b] end
-	if S[a] ~= S[b] then return S[a] > S[b] end
-	return E[a] < E[b]
+-- Insertion sort of order[1..n] by (layer asc, score desc, expert asc): the
+-- hints of one step are few (depth x top_k), and inline comparisons beat
+-- table.sort's call of a Lua comparator per comparison.
+local function sort(n)
+	for i = 2, n do
+		local k = order[i]
+		local l, s, e = L[k], S[k], E[k]
+		local j = i - 1
+		while j >= 1 do
+			local m = order[j]
+			local lm = L[m]
+			if lm < l or (lm == l and (S[m] > s or (S[m] == s and E[m] < e))) then break end
+			order[j + 1] = m
+			j = j - 1
+		end
+		order[j + 1] = k
+	end
 end
 
 return {
@@ -46,8 +59,7 @@ return {
 				L[n], E[n], S[n], order[n] = l, e, s, n
 			end
 		end
-		for i = n + 1, #order do order[i] = nil end
-		table.sort(order, better)
+		sort(n)
 		local run, pl, pe = 0, -1, -1
 		for i = 1, n do
 			local k = order[i]
