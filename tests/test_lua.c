@@ -230,6 +230,12 @@ static void test_missing_hook_and_bad_shape(void **state)
 			 STRATA_EINVAL);
 	assert_non_null(strstr(err.msg, "lru.lua"));
 	assert_non_null(strstr(err.msg, "'on_layer'"));
+	/* a typo in a hook name is an error, not a silently ignored field */
+	path = write_script("typo.lua",
+		"return { on_insert = function() end, on_access = function() end, on_remove = function() end,\n"
+		"  victim = function() end, on_acess = function() end }\n");
+	assert_int_equal(create(&f, STRATA_ROLE_EVICT, path, NULL, &p, &err), STRATA_EINVAL);
+	assert_non_null(strstr(err.msg, "typo.lua: unknown field 'on_acess'"));
 	/* options: the script declares none */
 	assert_int_equal(create(&f, STRATA_ROLE_EVICT, repo_file("policies/lua/lru.lua"), "depth=2", &p, &err),
 			 STRATA_EINVAL);
@@ -323,6 +329,26 @@ static void test_runtime_error_in_hook(void **state)
 	assert_int_equal(e->code, STRATA_ESCRIPT);
 	assert_true(!strncmp(e->msg, "boom.lua:6: boom at 6 (in hook 'on_access')", 43));
 	assert_non_null(strstr(e->msg, "stack traceback"));
+	destroy(&p);
+
+	/* the residency userdata: methods, length, typed checks */
+	path = write_script("res.lua",
+		"return { on_insert = function() end, on_access = function() end, on_remove = function() end,\n"
+		"  victim = function(now, res)\n"
+		"    assert(#res == 2 and res:resident(3) and not res:resident(4) and res:pinned(3))\n"
+		"    assert(not pcall(res.pinned, {}, 3))            -- not a residency userdata\n"
+		"    assert(not pcall(res.pinned, res, 999))         -- out of range\n"
+		"    if res:pinned(3) and not strata.is_pinned(5) then return 5 end\n"
+		"  end }\n");
+	assert_int_equal(create(&f, STRATA_ROLE_EVICT, path, NULL, &p, &err), STRATA_OK);
+	{
+		uint8_t pin[16] = { 0 }, in[16] = { 0 };
+		pin[3] = 1;
+		in[3] = in[5] = 1;
+		struct strata_residency rr = { pin, in, 2 };
+		assert_int_equal(strata_evict_ops_of(&p)->victim(&p, 0, &rr), 5);
+		assert_null(strata_policy_error(&p));
+	}
 	destroy(&p);
 
 	/* a bad return value is an error naming the hook */

@@ -6,12 +6,70 @@
 -- The score of a resident expert is the number of accesses it had while
 -- resident (history=1: since the run started, "perfect LFU"); the victim is
 -- the unpinned resident expert with the lowest score, ties broken by the
--- least recent insert or access, then the lower id.  victim scans the
--- resident set, O(resident): fine for tiers of a few thousand experts, and
--- it keeps the script short (the C version keeps a heap).
-local count, last, resident = {}, {}, {}
+-- least recent insert or access, then the lower id.  Like the C version, an
+-- indexed binary min-heap keyed by (count, last, eid): O(log n) per access.
+local cnt, last = {}, {}
+local heap, pos, n = {}, {}, 0 -- heap[1..n] = eid; pos[eid] = index
 local history = false
 local is_pinned = strata.is_pinned
+
+local function less(a, b)
+	local ca, cb = cnt[a], cnt[b]
+	if ca ~= cb then return ca < cb end
+	local la, lb = last[a], last[b]
+	if la ~= lb then return la < lb end
+	return a < b
+end
+
+local function up(i)
+	local e = heap[i]
+	while i > 1 do
+		local p = i // 2
+		local pe = heap[p]
+		if not less(e, pe) then break end
+		heap[i] = pe; pos[pe] = i
+		i = p
+	end
+	heap[i] = e; pos[e] = i
+end
+
+local function down(i)
+	local e = heap[i]
+	while true do
+		local c = 2 * i
+		if c > n then break end
+		if c < n and less(heap[c + 1], heap[c]) then c = c + 1 end
+		local ce = heap[c]
+		if not less(ce, e) then break end
+		heap[i] = ce; pos[ce] = i
+		i = c
+	end
+	heap[i] = e; pos[e] = i
+end
+
+-- Smallest unpinned entry: descend only below pinned nodes (children are
+-- never smaller than their parent), and prune subtrees that cannot win.
+local stack = {}
+local function min_unpinned()
+	if n == 0 then return nil end
+	local best, top = nil, 1
+	stack[1] = 1
+	while top > 0 do
+		local i = stack[top]
+		top = top - 1
+		local e = heap[i]
+		if not best or less(e, best) then
+			if not is_pinned(e) then
+				best = e
+			else
+				local c = 2 * i
+				if c <= n then top = top + 1; stack[top] = c end
+				if c + 1 <= n then top = top + 1; stack[top] = c + 1 end
+			end
+		end
+	end
+	return best
+end
 
 return {
 	options = {
@@ -19,29 +77,35 @@ return {
 	},
 	init = function(env, opts) history = opts.history end,
 	on_insert = function(eid, now)
-		if not history or not count[eid] then count[eid] = 0 end
+		if pos[eid] then return end
+		if not history or not cnt[eid] then cnt[eid] = 0 end
 		last[eid] = now
-		resident[eid] = true
+		n = n + 1
+		heap[n] = eid
+		up(n)
 	end,
 	on_access = function(eid, now)
-		count[eid] = (count[eid] or 0) + 1
-		if resident[eid] then last[eid] = now end
+		cnt[eid] = (cnt[eid] or 0) + 1
+		local i = pos[eid]
+		if i then
+			last[eid] = now
+			down(i) -- count and time only grow
+		end
 	end,
 	on_remove = function(eid)
-		resident[eid] = nil
-		last[eid] = nil
-		if not history then count[eid] = nil end
-	end,
-	victim = function(now)
-		local best, bc, bl
-		for eid in pairs(resident) do
-			if not is_pinned(eid) then
-				local c, l = count[eid], last[eid]
-				if not best or c < bc or (c == bc and (l < bl or (l == bl and eid < best))) then
-					best, bc, bl = eid, c, l
-				end
-			end
+		local i = pos[eid]
+		if not i then return end
+		pos[eid] = nil
+		local e = heap[n]
+		heap[n] = nil
+		n = n - 1
+		if i <= n then
+			heap[i] = e; pos[e] = i
+			up(i)
+			down(pos[e])
 		end
-		return best
+		last[eid] = nil
+		if not history then cnt[eid] = nil end
 	end,
+	victim = function(now) return min_unpinned() end,
 }

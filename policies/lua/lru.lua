@@ -7,18 +7,18 @@
 -- recently inserted or used expert at the front, victims taken from the back,
 -- skipping experts pinned by a running computation.
 local list = strata.list()
-local nx, pv = list.nx, list.pv -- read directly in victim: no method calls
+local push_front, remove, back, newer = list.push_front, list.remove, list.back, list.newer
 local is_pinned = strata.is_pinned
 
 return {
-	on_insert = function(eid, now) list:push_front(eid) end,
-	on_access = function(eid, now) list:push_front(eid) end,
-	on_remove = function(eid) list:remove(eid) end,
+	on_insert = function(eid, now) push_front(list, eid) end,
+	on_access = function(eid, now) push_front(list, eid) end,
+	on_remove = function(eid) remove(list, eid) end,
 	victim = function(now)
-		local k = list.tail
+		local k = back(list)
 		while k do
 			if not is_pinned(k) then return k end
-			k = pv[k] or nil
+			k = newer(list, k)
 		end
 		return nil
 	end,
