@@ -176,7 +176,13 @@ void strata_option_format(const struct strata_option *o, const void *obj, char *
 	case STRATA_OPT_DOUBLE: {
 		double x;
 		memcpy(&x, src, sizeof(x));
-		snprintf(buf, len, "%g", x);
+		/* the shortest text that reads back as x, so that distinct values
+		 * never share a canonical name */
+		for (int prec = 6; prec <= 17; prec++) {
+			snprintf(buf, len, "%.*g", prec, x);
+			if (strtod(buf, NULL) == x)
+				break;
+		}
 		break;
 	}
 	case STRATA_OPT_BOOL: {

@@ -67,11 +67,11 @@ static uint32_t future_routed(const struct strata_future *f, uint64_t token, uin
 	return n;
 }
 
-static const struct strata_harness_step *sort_steps;
-static int by_token_layer(const void *a, const void *b)
+static int by_token_layer(const void *a, const void *b, void *arg)
 {
-	const struct strata_harness_step *x = &sort_steps[*(const uint32_t *)a];
-	const struct strata_harness_step *y = &sort_steps[*(const uint32_t *)b];
+	const struct strata_harness_step *steps = arg;
+	const struct strata_harness_step *x = &steps[*(const uint32_t *)a];
+	const struct strata_harness_step *y = &steps[*(const uint32_t *)b];
 	if (x->token != y->token)
 		return x->token < y->token ? -1 : 1;
 	if (x->layer != y->layer)
@@ -120,8 +120,7 @@ static int trace_index(struct strata_harness_trace *t, struct strata_error *err)
 			tp->use_pos[fill[strata_eid(s, st->layer, st->experts[j])]++] = clock++;
 	}
 	free(fill);
-	sort_steps = t->steps; /* single-threaded setup */
-	qsort(tp->by_tl, t->n_steps, sizeof(uint32_t), by_token_layer);
+	qsort_r(tp->by_tl, t->n_steps, sizeof(uint32_t), by_token_layer, t->steps);
 	t->future.next_use = future_next_use;
 	t->future.routed = future_routed;
 	t->future.n_tokens = t->n_tokens;
@@ -491,7 +490,8 @@ int strata_harness_step(struct strata_harness *h, const struct strata_harness_st
 	}
 
 	struct strata_layer_ctx ctx = { .token = s->token, .layer = s->layer, .now = h->clock,
-					.hints = s->hints, .n_hints = s->hints ? s->n_hints : 0 };
+					.hints = s->hints, .n_hints = s->hints ? s->n_hints : 0,
+					.experts = s->experts, .n_experts = s->n };
 	uint32_t nr = strata_prefetch_ops_of(pf)->on_layer(pf, &ctx, h->reqs, h->max_reqs);
 	rc = policy_failed(h, err);
 	if (rc)

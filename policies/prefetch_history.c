@@ -1,17 +1,22 @@
 /*
- * History prefetch, an online predictor needing no recorded hints: before
- * layer L of a token runs, score every expert of layers L+1 .. L+depth by
+ * History prefetch, an online predictor needing no recorded hints: as layer
+ * L of a token is about to run, score every expert of layers L+1 .. L+depth by
  *   (1 - mix) * how often it was chosen at that layer in the last `window`
  *               tokens
- * + mix       * P(expert at L+d | experts this token chose at L-1), from an
+ * + mix       * P(expert at L+d | the experts this token uses at L), from an
  *               online cross-layer transition table,
- * and prefetch the topn best per layer.  The router's choices arrive through
- * on_route after each layer runs; they feed both the window and the table.
+ * and prefetch the topn best per layer.  Layer L's experts come in ctx (the
+ * request being served); a driver that cannot pass them gets the table
+ * keyed on layer L-1's choices instead (distance d+1, so layers up to
+ * L+depth-1 only).  The router's choices arrive through on_route after each
+ * layer runs; they feed both the window and the table.
  *
  * The table is sparse: one row per (source layer, distance, source expert),
- * allocated on first use, holding the `row` most frequent destinations with
- * space-saving counts (a full row replaces its least counted entry), so
- * memory stays bounded for 900-expert models.
+ * allocated on first use: a small hash of 2 x `row` slots (rounded up to a
+ * power of two) keyed by destination, each probed at two places.  A
+ * destination meeting two occupied slots wears the weaker one down by one
+ * count and takes it over at zero, so frequent destinations stay and memory
+ * stays bounded for 900-expert models; an update is O(1).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -20,24 +25,36 @@
 #include "strata/store.h"
 
 struct trow {
-	uint32_t total, n;
-	struct { uint32_t dst, cnt; } e[];
+	struct { uint16_t dst, cnt; } e[1]; /* [cap]; cnt 0 = empty */
 };
+
+/* Rows come from slabs, so that a layer's rows sit together in memory: the
+ * table is touched at random and is mostly cache misses otherwise. */
+#define SLAB_ROWS 1024
+struct slab {
+	struct slab *next;
+	uint32_t used;
+};
+#define SLAB_HEAD 64 /* rows start one cache line in */
 
 struct history {
 	int64_t depth, topn, window, row;
 	double mix;
 	char tier[STRATA_OPT_STR_MAX];
-	uint32_t dest, L, E, K, D;
+	uint32_t dest, L, E, K, D, cap;
 	/* window ring: slot w holds one token's choices for every layer */
 	uint32_t *ring;       /* [window][L][K] */
 	uint8_t *ring_n;      /* [window][L]: experts recorded (0 = none) */
 	uint64_t *ring_tok;   /* [window] token, UINT64_MAX = empty */
 	uint32_t slot, filled;
 	struct trow **rows;   /* [L][D][E], NULL until used */
+	uint32_t *totals;     /* [L][D][E]: destinations counted per row */
+	struct slab *slabs;
+	size_t row_bytes;
 	float *score;         /* [E] scratch */
 	uint32_t *touched;    /* [E] scratch */
 	uint8_t *seen;        /* [E] scratch */
+	uint32_t *best;       /* [topn] scratch */
 };
 
 static const struct strata_option history_options[] = {
@@ -50,7 +67,7 @@ static const struct strata_option history_options[] = {
 	{ .name = "mix", .type = STRATA_OPT_DOUBLE, .offset = offsetof(struct history, mix),
 	  .def = "0.5", .min = 0, .max = 1, .help = "weight of the transition table vs the window" },
 	{ .name = "row", .type = STRATA_OPT_INT, .offset = offsetof(struct history, row),
-	  .def = "16", .min = 1, .max = 4096, .help = "destinations kept per transition row" },
+	  .def = "8", .min = 1, .max = 4096, .help = "destinations kept per transition row" },
 	{ .name = "tier", .type = STRATA_OPT_STR, .offset = offsetof(struct history, tier),
 	  .def = "vram", .choices = "vram|ram", .help = "destination tier" },
 	{ .name = NULL },
@@ -66,7 +83,15 @@ static int history_init(struct strata_policy *p, struct strata_error *err)
 	h->K = s->top_k ? s->top_k : 1;
 	if (h->K > 255)
 		h->K = 255;
-	h->D = (uint32_t)h->depth + 1;
+	h->D = (uint32_t)h->depth;
+	for (h->cap = 2; h->cap < 2 * (uint64_t)h->row; h->cap *= 2)
+		;
+	/* rows of 16 entries are one 64-byte cache line */
+	h->row_bytes = (sizeof(((struct trow *)0)->e[0]) * h->cap + 63) & ~(size_t)63;
+	if (h->E > UINT16_MAX)
+		return STRATA_ERR(err, STRATA_EUNSUPPORTED,
+				  "prefetch history: %u experts per layer, at most %u supported", h->E,
+				  UINT16_MAX);
 	if (!h->topn)
 		h->topn = h->K;
 	size_t W = (size_t)h->window;
@@ -74,10 +99,13 @@ static int history_init(struct strata_policy *p, struct strata_error *err)
 	h->ring_n = calloc(W * h->L + 1, 1);
 	h->ring_tok = malloc(sizeof(uint64_t) * W);
 	h->rows = calloc((size_t)h->L * h->D * h->E + 1, sizeof(struct trow *));
+	h->totals = calloc((size_t)h->L * h->D * h->E + 1, sizeof(uint32_t));
 	h->score = calloc(h->E + 1, sizeof(float));
 	h->touched = malloc(sizeof(uint32_t) * (h->E + 1));
 	h->seen = calloc(h->E + 1, 1);
-	if (!h->ring || !h->ring_n || !h->ring_tok || !h->rows || !h->score || !h->touched || !h->seen)
+	h->best = malloc(sizeof(uint32_t) * ((size_t)h->topn + 1));
+	if (!h->ring || !h->ring_n || !h->ring_tok || !h->rows || !h->totals || !h->score || !h->touched ||
+	    !h->seen || !h->best)
 		return STRATA_ERR(err, STRATA_ENOMEM, "prefetch history: out of memory");
 	for (size_t w = 0; w < W; w++)
 		h->ring_tok[w] = UINT64_MAX;
@@ -87,50 +115,69 @@ static int history_init(struct strata_policy *p, struct strata_error *err)
 static void history_free(struct strata_policy *p)
 {
 	struct history *h = p->priv;
-	if (h->rows)
-		for (size_t i = 0; i < (size_t)h->L * h->D * h->E; i++)
-			free(h->rows[i]);
+	while (h->slabs) {
+		struct slab *n = h->slabs->next;
+		free(h->slabs);
+		h->slabs = n;
+	}
 	free(h->rows);
+	free(h->totals);
 	free(h->ring);
 	free(h->ring_n);
 	free(h->ring_tok);
 	free(h->score);
 	free(h->touched);
 	free(h->seen);
+	free(h->best);
 }
 
-static struct trow **row_at(struct history *h, uint32_t layer, uint32_t dist, uint32_t src)
+static size_t row_at(const struct history *h, uint32_t layer, uint32_t dist, uint32_t src)
 {
-	return &h->rows[((size_t)layer * h->D + (dist - 1)) * h->E + src];
+	return ((size_t)layer * h->D + (dist - 1)) * h->E + src;
 }
 
-static void row_add(struct history *h, struct trow **rp, uint32_t dst)
+static uint32_t slot_hash(uint32_t dst, uint32_t cap)
 {
+	return (dst * 0x9e3779b1u) >> 7 & (cap - 1);
+}
+
+static void row_add(struct history *h, size_t ri, uint32_t dst)
+{
+	struct trow **rp = &h->rows[ri];
+	uint32_t *total = &h->totals[ri];
 	struct trow *r = *rp;
 	if (!r) {
-		r = calloc(1, sizeof(*r) + sizeof(r->e[0]) * (size_t)h->row);
-		if (!r)
-			return; /* losing a statistic is harmless */
+		if (!h->slabs || h->slabs->used == SLAB_ROWS) {
+			struct slab *sl = aligned_alloc(64, SLAB_HEAD + h->row_bytes * SLAB_ROWS);
+			if (!sl)
+				return; /* losing a statistic is harmless */
+			memset(sl, 0, SLAB_HEAD + h->row_bytes * SLAB_ROWS);
+			sl->next = h->slabs;
+			h->slabs = sl;
+		}
+		r = (struct trow *)((char *)h->slabs + SLAB_HEAD + h->row_bytes * h->slabs->used++);
 		*rp = r;
 	}
-	r->total++;
-	uint32_t min_i = 0;
-	for (uint32_t i = 0; i < r->n; i++) {
-		if (r->e[i].dst == dst) {
-			r->e[i].cnt++;
-			return;
+	if (*total == UINT32_MAX)
+		return;
+	(*total)++;
+	uint32_t a = slot_hash(dst, h->cap), b = (a + 1) & (h->cap - 1);
+	uint32_t hit = r->e[a].cnt && r->e[a].dst == dst ? a
+		     : r->e[b].cnt && r->e[b].dst == dst ? b : UINT32_MAX;
+	if (hit != UINT32_MAX) {
+		if (r->e[hit].cnt == UINT16_MAX) { /* halve the row: ratios stay */
+			for (uint32_t i = 0; i < h->cap; i++)
+				r->e[i].cnt = (uint16_t)((r->e[i].cnt + 1) / 2);
+			*total = *total / 2 + 1;
 		}
-		if (r->e[i].cnt < r->e[min_i].cnt)
-			min_i = i;
+		r->e[hit].cnt++;
+		return;
 	}
-	if (r->n < (uint32_t)h->row) {
-		r->e[r->n].dst = dst;
-		r->e[r->n].cnt = 1;
-		r->n++;
-	} else {
-		r->e[min_i].dst = dst; /* space-saving: inherit the evicted count */
-		r->e[min_i].cnt++;
-	}
+	uint32_t w = !r->e[a].cnt ? a : !r->e[b].cnt ? b : r->e[b].cnt < r->e[a].cnt ? b : a;
+	if (r->e[w].cnt && --r->e[w].cnt)
+		return;
+	r->e[w].dst = (uint16_t)dst;
+	r->e[w].cnt = 1;
 }
 
 /* The ring slot of token tok, or -1. */
@@ -170,6 +217,11 @@ static void history_on_route(struct strata_policy *p, uint64_t token, uint32_t l
 	}
 }
 
+static int better(float a, uint32_t ea, float b, uint32_t eb)
+{
+	return a > b || (a == b && ea < eb);
+}
+
 static void bump(struct history *h, uint32_t e, float v, uint32_t *nt)
 {
 	if (!h->seen[e]) {
@@ -204,35 +256,51 @@ static uint32_t history_on_layer(struct strata_policy *p, const struct strata_la
 					bump(h, c[i], v, &nt);
 			}
 		}
-		/* transitions from this token's layer L-1 */
-		if (slot >= 0 && ctx->layer >= 1 && h->mix > 0) {
-			uint32_t sl = ctx->layer - 1, dist = t - sl;
-			uint32_t ns = h->ring_n[(size_t)slot * h->L + sl];
-			const uint32_t *src = h->ring + ((size_t)slot * h->L + sl) * h->K;
+		/* transitions from this token's layer L (or L-1) */
+		const uint32_t *src = NULL;
+		uint32_t ns = 0, sl = ctx->layer, dist = d;
+		if (ctx->experts && ctx->n_experts) {
+			src = ctx->experts;
+			ns = ctx->n_experts;
+		} else if (slot >= 0 && ctx->layer >= 1 && d + 1 <= h->D) {
+			sl = ctx->layer - 1;
+			dist = d + 1;
+			ns = h->ring_n[(size_t)slot * h->L + sl];
+			src = h->ring + ((size_t)slot * h->L + sl) * h->K;
+		}
+		if (ns && h->mix > 0) {
 			for (uint32_t a = 0; a < ns; a++) {
-				const struct trow *r = *row_at(h, sl, dist, src[a]);
-				if (!r || !r->total)
+				if (src[a] >= h->E)
 					continue;
-				float base = (float)(h->mix / ns / r->total);
-				for (uint32_t i = 0; i < r->n; i++)
-					bump(h, r->e[i].dst, base * (float)r->e[i].cnt, &nt);
+				size_t ri = row_at(h, sl, dist, src[a]);
+				const struct trow *r = h->rows[ri];
+				if (!r || !h->totals[ri])
+					continue;
+				/* cnt / occurrences of src = P(dst chosen | src chosen);
+				 * each occurrence of src adds K destinations */
+				float base = (float)(h->mix * h->K / h->totals[ri]);
+				for (uint32_t i = 0; i < h->cap; i++)
+					if (r->e[i].cnt)
+						bump(h, r->e[i].dst, base * (float)r->e[i].cnt, &nt);
 			}
 		}
-		/* the topn best, ties by expert number: selection, nt is small */
-		for (uint32_t pick = 0; pick < (uint32_t)h->topn && got < max; pick++) {
-			int64_t best = -1;
-			for (uint32_t i = 0; i < nt; i++) {
-				uint32_t e = h->touched[i];
-				if (!h->seen[e])
-					continue;
-				if (best < 0 || h->score[e] > h->score[best] ||
-				    (h->score[e] == h->score[best] && e < (uint32_t)best))
-					best = e;
+		/* the topn best, ties by expert number: insertion into a short
+		 * sorted list, most candidates rejected at its tail */
+		uint32_t k = 0, lim = (uint32_t)h->topn < max - got ? (uint32_t)h->topn : max - got;
+		for (uint32_t i = 0; i < nt && lim; i++) {
+			uint32_t e = h->touched[i];
+			float v = h->score[e];
+			if (k == lim && !better(v, e, h->score[h->best[k - 1]], h->best[k - 1]))
+				continue;
+			uint32_t j = k < lim ? k++ : k - 1;
+			while (j > 0 && better(v, e, h->score[h->best[j - 1]], h->best[j - 1])) {
+				h->best[j] = h->best[j - 1];
+				j--;
 			}
-			if (best < 0)
-				break;
-			h->seen[best] = 0;
-			out[got].eid = strata_eid(s, t, (uint32_t)best);
+			h->best[j] = e;
+		}
+		for (uint32_t i = 0; i < k; i++) {
+			out[got].eid = strata_eid(s, t, h->best[i]);
 			out[got].tier = h->dest;
 			got++;
 		}

@@ -657,10 +657,13 @@ static void test_prefetch_decisions(void **state)
 	static const uint32_t route[4][2] = { { 1, 2 }, { 3, 4 }, { 5, 6 }, { 7, 8 } };
 	for (uint64_t tok = 0; tok < 4; tok++) {
 		for (uint32_t l = 0; l < 4; l++) {
-			struct strata_layer_ctx c3 = { .token = tok, .layer = l };
+			struct strata_layer_ctx c3 = { .token = tok, .layer = l, .experts = route[l],
+						       .n_experts = 2 };
 			n = strata_prefetch_ops_of(p)->on_layer(p, &c3, req, 64);
-			if (tok >= 1 && l >= 1 && l + 1 < 4) {
-				/* the table, seen once, predicts layer l+1 from l-1 */
+			if (tok == 0)
+				assert_int_equal(n, 0);
+			if (tok >= 1 && l + 1 < 4) {
+				/* the table, seen once, predicts layer l+1 from l */
 				assert_int_equal(n, 2);
 				assert_int_equal(req[0].eid, strata_eid(&spec, l + 1, route[l + 1][0]));
 				assert_int_equal(req[1].eid, strata_eid(&spec, l + 1, route[l + 1][1]));
@@ -668,6 +671,19 @@ static void test_prefetch_decisions(void **state)
 			strata_prefetch_ops_of(p)->on_route(p, tok, l, route[l], 2);
 		}
 	}
+	strata_policy_destroy(p);
+	/* without the layer's experts in ctx: keyed on layer l-1 at distance 2 */
+	p = mk(&d, STRATA_ROLE_PREFETCH, "history:mix=1:depth=2");
+	for (uint64_t tok = 0; tok < 3; tok++)
+		for (uint32_t l = 0; l < 4; l++) {
+			struct strata_layer_ctx c5 = { .token = tok, .layer = l };
+			n = strata_prefetch_ops_of(p)->on_layer(p, &c5, req, 64);
+			if (tok >= 1 && l >= 1 && l + 1 < 4) {
+				assert_int_equal(n, 2);
+				assert_int_equal(req[0].eid, strata_eid(&spec, l + 1, route[l + 1][0]));
+			}
+			strata_prefetch_ops_of(p)->on_route(p, tok, l, route[l], 2);
+		}
 	strata_policy_destroy(p);
 	/* the window alone (mix=0) predicts from earlier tokens, layer 0 too */
 	p = mk(&d, STRATA_ROLE_PREFETCH, "history:mix=0:depth=2");

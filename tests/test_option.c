@@ -173,6 +173,11 @@ static void test_help_and_format(void **state)
 	strata_option_format(&opts[1], &o, v, sizeof(v));
 	assert_string_equal(v, "0.125");
 	assert_string_equal(strata_option_type_name(STRATA_OPT_BOOL), "bool");
+	/* values %g would round are printed in full: names never collide */
+	assert_int_equal(strata_options_apply(opts, &o, "rate=0.50000001", "p", NULL), STRATA_OK);
+	char name[64];
+	strata_options_canonical(opts, &o, "p", name, sizeof(name));
+	assert_string_equal(name, "p-rate=0.50000001");
 	/* canonical names truncate safely */
 	char small[8];
 	assert_int_equal(strata_options_apply(opts, &o, "depth=7:rate=0.75", "p", NULL), STRATA_OK);

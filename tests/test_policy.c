@@ -355,6 +355,66 @@ static void test_plugin_by_path(void **state)
 	free(dir);
 }
 
+/* Plugins built here from small sources: wrong ABI, NULL info, no entry
+ * symbol, ops failing the checks.  Needs a C compiler (skips without). */
+static void test_bad_plugins(void **state)
+{
+	struct fixture *f = *state;
+	char out[4096];
+	if (test_run(out, sizeof(out), "cc --version") != 0) {
+		fprintf(stderr, "SKIP test_bad_plugins: no C compiler\n");
+		return;
+	}
+	char inc[PATH_MAX + 64];
+	snprintf(inc, sizeof(inc), "%s/../../../core/include", plugin_dir());
+	char *dir = test_mkdtemp();
+	static const struct {
+		const char *name, *body, *msg;
+		int code;
+	} cases[] = {
+		{ "abi", "static const struct strata_plugin_info i = { .abi = 99, .role = 1, .ops = 0 };\n"
+			 "const struct strata_plugin_info *strata_policy_plugin_entry(void) { return &i; }\n",
+		  "built for policy ABI 99, this Strata supports 1", STRATA_EVERSION },
+		{ "null", "const struct strata_plugin_info *strata_policy_plugin_entry(void) { return 0; }\n",
+		  "strata_policy_plugin_entry returned NULL", STRATA_EINVAL },
+		{ "noentry", "int something_else(void) { return 1; }\n", "no symbol strata_policy_plugin_entry",
+		  STRATA_EINVAL },
+		{ "noops", "static const struct strata_evict_ops o = { .name = \"half\", .version = 1 };\n"
+			   "static const struct strata_plugin_info i = { .abi = 1, .role = 1, .ops = &o };\n"
+			   "const struct strata_plugin_info *strata_policy_plugin_entry(void) { return &i; }\n",
+		  "missing required op on_insert", STRATA_EINVAL },
+		{ "opsabi", "static const struct strata_evict_ops o = { .name = \"old\", .version = 7 };\n"
+			    "static const struct strata_plugin_info i = { .abi = 1, .role = 1, .ops = &o };\n"
+			    "const struct strata_plugin_info *strata_policy_plugin_entry(void) { return &i; }\n",
+		  "old: policy ABI version 7", STRATA_EVERSION },
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char src[PATH_MAX + 32], so[PATH_MAX + 32];
+		snprintf(src, sizeof(src), "%s/%s.c", dir, cases[i].name);
+		snprintf(so, sizeof(so), "%s/%s.so", dir, cases[i].name);
+		FILE *c = fopen(src, "w");
+		assert_non_null(c);
+		fprintf(c, "#include \"strata/policy.h\"\n%s", cases[i].body);
+		fclose(c);
+		int rc = test_run(out, sizeof(out), "cc -shared -fPIC -I'%s' -o '%s' '%s'", inc, so, src);
+		if (rc) {
+			fprintf(stderr, "compiling %s: %s\n", src, out);
+			fail();
+		}
+		struct strata_policy *p = (void *)1;
+		struct strata_error err = { 0 };
+		rc = strata_policy_create(STRATA_ROLE_EVICT, so, &f->env, 0, &p, &err);
+		if (rc != cases[i].code || !strstr(err.msg, cases[i].msg) || !strstr(err.msg, so))
+			fprintf(stderr, "%s: rc %d '%s'\n", cases[i].name, rc, err.msg);
+		assert_int_equal(rc, cases[i].code);
+		assert_non_null(strstr(err.msg, cases[i].msg));
+		assert_non_null(strstr(err.msg, so));
+		assert_null(p);
+	}
+	test_rmdir(dir);
+	free(dir);
+}
+
 static void test_plugin_path_env(void **state)
 {
 	struct fixture *f = *state;
@@ -418,6 +478,37 @@ static void test_lua_spec_without_adapter(void **state)
 	free(dir);
 }
 
+static void test_cli_lists_policies(void **state)
+{
+	static char out[65536];
+	int rc = test_run(out, sizeof(out), "%s policies", test_bin("strata"));
+	assert_int_equal(rc, 0);
+	assert_non_null(strstr(out, "evict policies:"));
+	assert_non_null(strstr(out, "lru "));
+	assert_non_null(strstr(out, "[default]"));
+	assert_non_null(strstr(out, "half_life"));
+	rc = test_run(out, sizeof(out), "%s policies --role prefetch --json", test_bin("strata"));
+	assert_int_equal(rc, 0);
+	assert_non_null(strstr(out, "\"prefetch\": ["));
+	assert_null(strstr(out, "\"evict\""));
+	assert_non_null(strstr(out, "{\"name\": \"depth\", \"type\": \"int\", \"default\": \"1\", \"min\": 1, \"max\": 1024"));
+	assert_non_null(strstr(out, "\"needs_future\": true"));
+	/* well-formed JSON, when python3 is here to say so */
+	if (test_run(NULL, 0, "python3 -c 1") == 0) {
+		rc = test_run(out, sizeof(out), "%s policies --json | python3 -m json.tool >/dev/null",
+			      test_bin("strata"));
+		assert_int_equal(rc, 0);
+	}
+	rc = test_run(out, sizeof(out), "%s policies --role nope", test_bin("strata"));
+	assert_int_equal(rc, 2);
+	assert_non_null(strstr(out, "--role needs place, evict or prefetch, not nope"));
+	rc = test_run(out, sizeof(out), "%s policies --bogus", test_bin("strata"));
+	assert_int_equal(rc, 2);
+	rc = test_run(out, sizeof(out), "%s policies --help", test_bin("strata"));
+	assert_int_equal(rc, 0);
+	assert_non_null(strstr(out, "usage: strata policies"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -429,7 +520,9 @@ int main(void)
 		cmocka_unit_test(test_check_ops),
 		cmocka_unit_test_setup_teardown(test_plugin_by_path, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_plugin_path_env, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_bad_plugins, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_lua_spec_without_adapter, setup, teardown),
+		cmocka_unit_test(test_cli_lists_policies),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -180,6 +180,12 @@ struct strata_layer_ctx {
 	uint64_t now;      /* clock */
 	const struct strata_hint *hints; /* for layers > layer; may be empty */
 	uint32_t n_hints;
+	/* The layer-local experts `layer` is about to use (its router already
+	 * ran: the request being served), or NULL/0 where the driver does not know
+	 * them yet.  Online predictors (history) key their cross-layer table on
+	 * them; the engine and the harness pass them. */
+	const uint32_t *experts;
+	uint32_t n_experts;
 };
 
 struct strata_prefetch_req {

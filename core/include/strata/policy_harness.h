@@ -29,7 +29,8 @@
  * One step (token t, layer L, experts e_1..e_n, hints):
  *   1. the step's experts are pinned (a running layer's experts must stay);
  *   2. prefetch on_layer(ctx: token t, layer L, now = clock before the
- *      step's first access, the step's hints) returns requests; for each,
+ *      step's first access, the step's hints, experts = e_1..e_n) returns
+ *      requests; for each,
  *      in order: an eid out of range is an error naming the policy; a
  *      resident expert counts prefetch_redundant; one that cannot get room
  *      (larger than the budget, or every resident expert pinned) counts
