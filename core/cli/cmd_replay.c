@@ -1,12 +1,209 @@
-/* strata replay: not yet implemented (placeholder until its issue lands). */
+/* strata replay (real engine) and strata sim (virtual clock): one option parser. */
+#include <getopt.h>
+#include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "cli.h"
+#include "cmd_replay.h"
+#include "strata/replay.h"
+#include "strata/util.h"
+
+static void usage(FILE *f, int virt)
+{
+	const char *cmd = virt ? "sim" : "replay";
+	fprintf(f,
+		"usage: strata %s --model DIR --trace FILE [options]\n\n"
+		"%s\n\n"
+		"  --model DIR          shard directory (strata synth / strata quantize)\n"
+		"  --trace FILE         routing trace (.strace or .jsonl); its shape must match the model\n"
+		"  --vram SIZE          VRAM tier budget (e.g. 8G; default: the engine's)\n"
+		"  --ram SIZE           pinned RAM tier budget\n"
+		"  --place SPEC         placement policy (strata policies; default static)\n"
+		"  --evict SPEC         eviction policy for both cached tiers (default lru)\n"
+		"  --prefetch SPEC      prefetch policy (default none)\n"
+		"  --seed N             run seed (policies, activations; default 1)\n"
+		"  --max-tokens N       replay the first N tokens only\n"
+		"  --prefill-chunk N    prefill tokens per step (default: a request's whole prompt)\n"
+		"  --no-hints           do not pass the trace's recorded predictions\n"
+		"  --no-future          do not give policies the trace's future (Belady/oracle refuse)\n"
+		"%s"
+		"  --json FILE          results as JSON ('-' stdout)\n"
+		"  --csv FILE           results as one CSV row with a header ('-' stdout)\n"
+		"  --append             --csv: add a row to an existing file\n"
+		"  -q, --quiet          no table\n",
+		cmd,
+		virt ? "Replay a trace on the engine's virtual clock: the same policies and bookkeeping as replay,\n"
+		       "no bytes moved, link and kernel costs from a cost model (strata calibrate)."
+		     : "Replay a trace on the real engine: per step and layer, hints, acquire, the expert\n"
+		       "computation, release; reports hit rates, bytes per link, prefetch quality, stalls and speed.",
+		virt ? "  --cost FILE          cost model JSON from strata calibrate (default: built-in defaults)\n"
+		       "  --nvme-qd N          override the cost model's NVMe queue depth\n"
+		     : "  --compute C          ref (CPU reference) | gpu (CUDA kernels) | none | auto (default)\n"
+		       "  --mover M            NVMe mover: uring (default) | mmap | pread\n"
+		       "  --queue-depth N      io_uring depth / copies in flight\n"
+		       "  --gpu G              auto (default) | 0 (host stand-in) | 1 (require a GPU)\n"
+		       "  --verify             check extent checksums on every NVMe read\n"
+		       "  --progress           force a progress line (else only on a terminal)\n");
+}
+
+int strata_cli_replay_main(int argc, char **argv, int virt)
+{
+	const char *cmd = virt ? "sim" : "replay";
+	enum { O_MODEL = 256, O_TRACE, O_VRAM, O_RAM, O_PLACE, O_EVICT, O_PREFETCH, O_SEED, O_MAXTOK, O_CHUNK,
+	       O_NOHINTS, O_NOFUT, O_COMPUTE, O_MOVER, O_QD, O_GPU, O_VERIFY, O_JSON, O_CSV, O_APPEND, O_COST,
+	       O_NVMEQD, O_PROGRESS };
+	static const struct option opts[] = {
+		{ "model", required_argument, 0, O_MODEL }, { "trace", required_argument, 0, O_TRACE },
+		{ "vram", required_argument, 0, O_VRAM }, { "ram", required_argument, 0, O_RAM },
+		{ "place", required_argument, 0, O_PLACE }, { "evict", required_argument, 0, O_EVICT },
+		{ "prefetch", required_argument, 0, O_PREFETCH }, { "seed", required_argument, 0, O_SEED },
+		{ "max-tokens", required_argument, 0, O_MAXTOK }, { "prefill-chunk", required_argument, 0, O_CHUNK },
+		{ "no-hints", no_argument, 0, O_NOHINTS }, { "no-future", no_argument, 0, O_NOFUT },
+		{ "compute", required_argument, 0, O_COMPUTE }, { "mover", required_argument, 0, O_MOVER },
+		{ "queue-depth", required_argument, 0, O_QD }, { "gpu", required_argument, 0, O_GPU },
+		{ "verify", no_argument, 0, O_VERIFY }, { "json", required_argument, 0, O_JSON },
+		{ "csv", required_argument, 0, O_CSV }, { "append", no_argument, 0, O_APPEND },
+		{ "cost", required_argument, 0, O_COST }, { "nvme-qd", required_argument, 0, O_NVMEQD },
+		{ "progress", no_argument, 0, O_PROGRESS },
+		{ "quiet", no_argument, 0, 'q' }, { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
+	};
+	struct strata_replay_config c;
+	strata_replay_config_defaults(&c);
+	c.engine.mode = virt ? STRATA_ENGINE_VIRTUAL : STRATA_ENGINE_REAL;
+	struct strata_error err = { 0 };
+	const char *json = NULL, *csv = NULL, *cost = NULL;
+	int quiet = 0, append = 0, ch, progress = -1;
+	uint64_t nvme_qd = 0;
+	optind = 1;
+	while ((ch = getopt_long(argc, argv, "qh", opts, NULL)) != -1) {
+		char *end = NULL;
+		uint64_t v = 0;
+		switch (ch) {
+		case O_MODEL: c.model_dir = optarg; break;
+		case O_TRACE: c.trace_path = optarg; break;
+		case O_VRAM:
+		case O_RAM:
+			if (strata_parse_size(optarg, &v, &err)) {
+				strata_error_prefix(&err, "--%s", ch == O_VRAM ? "vram" : "ram");
+				fprintf(stderr, "strata %s: %s\n", cmd, err.msg);
+				return 2;
+			}
+			c.engine.budget[ch == O_VRAM ? 0 : 1] = v;
+			break;
+		case O_PLACE: c.engine.place = optarg; break;
+		case O_EVICT: c.engine.evict = optarg; break;
+		case O_PREFETCH: c.engine.prefetch = optarg; break;
+		case O_SEED:
+		case O_MAXTOK:
+		case O_CHUNK:
+		case O_QD:
+		case O_NVMEQD:
+			v = strtoull(optarg, &end, 10);
+			if (!*optarg || *end || optarg[0] == '-') {
+				fprintf(stderr, "strata %s: '%s' is not a non-negative integer\n", cmd, optarg);
+				return 2;
+			}
+			if (ch == O_SEED)
+				c.engine.seed = v;
+			else if (ch == O_MAXTOK)
+				c.max_tokens = v;
+			else if (ch == O_CHUNK)
+				c.prefill_chunk = (uint32_t)v;
+			else if (ch == O_QD)
+				c.engine.queue_depth = (uint32_t)v;
+			else
+				nvme_qd = v;
+			break;
+		case O_NOHINTS: c.hints = false; break;
+		case O_NOFUT: c.future = false; break;
+		case O_COMPUTE:
+			if (!strcmp(optarg, "ref"))
+				c.compute = STRATA_COMPUTE_REF;
+			else if (!strcmp(optarg, "gpu"))
+				c.compute = STRATA_COMPUTE_GPU;
+			else if (!strcmp(optarg, "none"))
+				c.compute = STRATA_COMPUTE_NONE;
+			else if (!strcmp(optarg, "auto"))
+				c.compute = STRATA_COMPUTE_AUTO;
+			else {
+				fprintf(stderr, "strata %s: --compute: '%s' (ref, gpu, none, auto)\n", cmd, optarg);
+				return 2;
+			}
+			break;
+		case O_MOVER:
+			if (!strcmp(optarg, "uring"))
+				c.engine.nvme_mover = STRATA_NVME_URING;
+			else if (!strcmp(optarg, "mmap"))
+				c.engine.nvme_mover = STRATA_NVME_MMAP;
+			else if (!strcmp(optarg, "pread"))
+				c.engine.nvme_mover = STRATA_NVME_PREAD;
+			else {
+				fprintf(stderr, "strata %s: --mover: '%s' (uring, mmap, pread)\n", cmd, optarg);
+				return 2;
+			}
+			break;
+		case O_GPU:
+			if (!strcmp(optarg, "auto"))
+				c.engine.use_gpu = -1;
+			else if (!strcmp(optarg, "0") || !strcmp(optarg, "1"))
+				c.engine.use_gpu = optarg[0] - '0';
+			else {
+				fprintf(stderr, "strata %s: --gpu: '%s' (auto, 0, 1)\n", cmd, optarg);
+				return 2;
+			}
+			break;
+		case O_VERIFY: c.engine.verify = true; break;
+		case O_JSON: json = optarg; break;
+		case O_CSV: csv = optarg; break;
+		case O_APPEND: append = 1; break;
+		case O_COST: cost = optarg; break;
+		case O_PROGRESS: progress = 1; break;
+		case 'q': quiet = 1; break;
+		case 'h': usage(stdout, virt); return 0;
+		default: usage(stderr, virt); return 2;
+		}
+	}
+	if (optind < argc || !c.model_dir || !c.trace_path) {
+		fprintf(stderr, "strata %s: need --model DIR and --trace FILE%s\n", cmd,
+			optind < argc ? " (and no positional arguments)" : "");
+		usage(stderr, virt);
+		return 2;
+	}
+	if (virt) {
+		struct strata_cost_file cf;
+		if (cost) {
+			if (strata_cost_file_load(cost, &cf, &err))
+				return strata_cli_fail(cmd, &err);
+		} else {
+			strata_cost_file_defaults(&cf);
+		}
+		if (nvme_qd)
+			cf.cost.nvme_queue_depth = (uint32_t)nvme_qd;
+		c.engine.cost = cf.cost;
+		c.kernel_us_per_mb_token = cf.kernel_us_per_mb_token;
+		c.compute = STRATA_COMPUTE_NONE;
+	}
+	if (progress < 0) {
+		const char *e = getenv("STRATA_PROGRESS");
+		progress = !e || atoi(e) != 0;
+	}
+	c.progress = progress && !quiet;
+	strata_install_sigint();
+	struct strata_replay_result r;
+	if (strata_replay_run(&c, &r, &err))
+		return strata_cli_fail(cmd, &err);
+	if (!quiet)
+		strata_replay_print(&r, stdout);
+	if (json && strata_replay_write_json(&r, json, &err))
+		return strata_cli_fail(cmd, &err);
+	if (csv && strata_replay_write_csv(&r, csv, append, &err))
+		return strata_cli_fail(cmd, &err);
+	return 0;
+}
 
 int strata_cmd_replay(int argc, char **argv)
 {
-	(void)argc;
-	(void)argv;
-	fprintf(stderr, "strata replay: not implemented in this build\n");
-	return 2;
+	return strata_cli_replay_main(argc, argv, 0);
 }

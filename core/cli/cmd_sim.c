@@ -1,12 +1,8 @@
-/* strata sim: not yet implemented (placeholder until its issue lands). */
-#include <stdio.h>
-
+/* strata sim: strata replay on the engine's virtual clock with a cost model. */
 #include "cli.h"
+#include "cmd_replay.h"
 
 int strata_cmd_sim(int argc, char **argv)
 {
-	(void)argc;
-	(void)argv;
-	fprintf(stderr, "strata sim: not implemented in this build\n");
-	return 2;
+	return strata_cli_replay_main(argc, argv, 1);
 }

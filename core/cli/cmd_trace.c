@@ -1,12 +1,501 @@
-/* strata trace: not yet implemented (placeholder until its issue lands). */
+/* strata trace: import, gen, stats, convert, head. */
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "cli.h"
+#include "strata/trace.h"
+
+static void usage_main(FILE *f)
+{
+	fprintf(f,
+		"usage: strata trace <subcommand> [options]   (strata trace <subcommand> --help)\n\n"
+		"  import   routing logs (JSONL/CSV) -> trace (.strace binary, or .jsonl twin)\n"
+		"  gen      seeded synthetic trace (Zipf popularity, locality, cross-layer correlation)\n"
+		"  stats    popularity skew, reuse distance, cross-layer correlation (table or --json)\n"
+		"  convert  binary <-> JSONL\n"
+		"  head     print the header and the first records\n");
+}
+
+static int parse_u64(const char *cmd, const char *opt, const char *v, uint64_t *out)
+{
+	char *end;
+	unsigned long long x = strtoull(v, &end, 10);
+	if (!*v || *end || v[0] == '-') {
+		fprintf(stderr, "strata trace %s: --%s: '%s' is not a non-negative integer\n", cmd, opt, v);
+		return -1;
+	}
+	*out = x;
+	return 0;
+}
+
+static int parse_dbl(const char *cmd, const char *opt, const char *v, double *out)
+{
+	char *end;
+	double x = strtod(v, &end);
+	if (!*v || *end) {
+		fprintf(stderr, "strata trace %s: --%s: '%s' is not a number\n", cmd, opt, v);
+		return -1;
+	}
+	*out = x;
+	return 0;
+}
+
+static int parse_format(const char *cmd, const char *v, int *out)
+{
+	if (!strcmp(v, "auto"))
+		*out = STRATA_TRACE_FMT_AUTO;
+	else if (!strcmp(v, "binary") || !strcmp(v, "strace"))
+		*out = STRATA_TRACE_FMT_BINARY;
+	else if (!strcmp(v, "jsonl"))
+		*out = STRATA_TRACE_FMT_JSONL;
+	else {
+		fprintf(stderr, "strata trace %s: --format: '%s' (auto, binary, jsonl)\n", cmd, v);
+		return -1;
+	}
+	return 0;
+}
+
+/* ---- import ---------------------------------------------------------- */
+
+static void usage_import(FILE *f)
+{
+	fprintf(f,
+		"usage: strata trace import [options] -o OUT INPUT...\n\n"
+		"Read routing logs and write a trace.  INPUT: .jsonl (one object per row) or .csv/.tsv with a header\n"
+		"row ('-' reads JSONL from stdin).  A row is one (token, layer) with a flat expert list, or one token\n"
+		"with one expert list per layer.  Columns are found by well-known names or --map.\n\n"
+		"  -o, --output FILE     trace to write (.jsonl: the text twin, else binary)\n"
+		"      --format F        auto | binary | jsonl\n"
+		"      --map LIST        role=column,...  roles: request token layer experts weights phase pos pred\n"
+		"                        pred_w; column '-' ignores a role.  e.g. token=token_idx,layer=layer,\n"
+		"                        experts=experts,weights=gating_probs,request=problem_id\n"
+		"      --experts N       experts per layer (default: model's, else largest id + 1)\n"
+		"      --model SPEC      check the shape against a model (preset[:k=v,...])\n"
+		"      --phase P         phase when no phase column: decode (default) | prefill\n"
+		"      --gaps MODE       missing (token, layer) rows: drop (default: tokens lacking a layer are\n"
+		"                        dropped), fill (repeat the previous token's routing), error\n"
+		"      --layer-base N    subtract from layer numbers (default: the smallest seen)\n"
+		"      --weights-f32     keep gate weights as f32 (default f16)\n"
+		"      --max-warnings N  gap warnings printed (default 20)\n"
+		"  -q, --quiet           no summary line\n");
+}
+
+static int cmd_import(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "output", required_argument, 0, 'o' }, { "format", required_argument, 0, 'f' },
+		{ "map", required_argument, 0, 'm' },    { "experts", required_argument, 0, 'e' },
+		{ "model", required_argument, 0, 'M' },  { "phase", required_argument, 0, 'p' },
+		{ "gaps", required_argument, 0, 'g' },   { "layer-base", required_argument, 0, 'b' },
+		{ "weights-f32", no_argument, 0, 'F' },  { "max-warnings", required_argument, 0, 'w' },
+		{ "quiet", no_argument, 0, 'q' },        { "help", no_argument, 0, 'h' },
+		{ 0, 0, 0, 0 },
+	};
+	struct strata_trace_import_config c;
+	strata_trace_import_defaults(&c);
+	struct strata_model_spec spec;
+	struct strata_error err = { 0 };
+	int quiet = 0, ch;
+	uint64_t v;
+	while ((ch = getopt_long(argc, argv, "o:qh", opts, NULL)) != -1) {
+		switch (ch) {
+		case 'o': c.output = optarg; break;
+		case 'f': if (parse_format("import", optarg, &c.format)) return 2; break;
+		case 'm': c.map = optarg; break;
+		case 'e':
+			if (parse_u64("import", "experts", optarg, &v) || !v || v >= STRATA_TRACE_NO_EXPERT) {
+				fprintf(stderr, "strata trace import: --experts must be 1..65534\n");
+				return 2;
+			}
+			c.n_experts = (uint32_t)v;
+			break;
+		case 'M':
+			if (strata_model_spec_parse(optarg, &spec, &err))
+				return strata_cli_fail("trace import", &err);
+			c.model = &spec;
+			break;
+		case 'p':
+			if (!strcmp(optarg, "decode"))
+				c.default_phase = STRATA_PHASE_DECODE;
+			else if (!strcmp(optarg, "prefill"))
+				c.default_phase = STRATA_PHASE_PREFILL;
+			else {
+				fprintf(stderr, "strata trace import: --phase: '%s' (decode, prefill)\n", optarg);
+				return 2;
+			}
+			break;
+		case 'g':
+			if (!strcmp(optarg, "drop"))
+				c.gaps = STRATA_GAPS_DROP;
+			else if (!strcmp(optarg, "fill"))
+				c.gaps = STRATA_GAPS_FILL;
+			else if (!strcmp(optarg, "error"))
+				c.gaps = STRATA_GAPS_ERROR;
+			else {
+				fprintf(stderr, "strata trace import: --gaps: '%s' (drop, fill, error)\n", optarg);
+				return 2;
+			}
+			break;
+		case 'b':
+			if (parse_u64("import", "layer-base", optarg, &v) || v > 65535)
+				return 2;
+			c.layer_base = (uint32_t)v;
+			break;
+		case 'F': c.weights_f32 = true; break;
+		case 'w': if (parse_u64("import", "max-warnings", optarg, &c.max_warnings)) return 2; break;
+		case 'q': quiet = 1; break;
+		case 'h': usage_import(stdout); return 0;
+		default: usage_import(stderr); return 2;
+		}
+	}
+	if (!c.output || optind >= argc) {
+		fprintf(stderr, "strata trace import: need -o OUT and at least one input\n");
+		usage_import(stderr);
+		return 2;
+	}
+	c.inputs = (const char *const *)argv + optind;
+	c.n_inputs = (uint32_t)(argc - optind);
+	struct strata_trace_import_result r;
+	if (strata_trace_import(&c, &r, &err))
+		return strata_cli_fail("trace import", &err);
+	if (!quiet)
+		printf("%s: %" PRIu64 " rows -> %" PRIu64 " tokens in %" PRIu64 " requests; %" PRIu64
+		       " missing (token, layer) rows: %" PRIu64 " tokens dropped, %" PRIu64 " cells filled\n",
+		       c.output, r.rows, r.tokens, r.requests, r.gap_cells, r.dropped_tokens, r.filled_cells);
+	return 0;
+}
+
+/* ---- gen ------------------------------------------------------------- */
+
+static void usage_gen(FILE *f)
+{
+	fprintf(f,
+		"usage: strata trace gen [options] -o OUT\n\n"
+		"Write a seeded synthetic trace.\n"
+		"  -o, --output FILE      .jsonl: text twin, else binary\n"
+		"      --model SPEC       shape from a preset (e.g. kimi-k3.1:layers=8), or:\n"
+		"      --layers N --experts N --top-k N   (default 8 x 64, top-4)\n"
+		"      --seed N           (default 1)\n"
+		"      --requests N       streams (default 4)\n"
+		"      --prompt N         prefill tokens per request (default 64; 0: decode only)\n"
+		"      --gen N            decode tokens per request (default 256)\n"
+		"      --jitter X         lengths vary by +-X (0..1, default 0)\n"
+		"      --alpha X          Zipf skew of per-layer popularity (default 1.0; 0 uniform)\n"
+		"      --reuse P          chance an expert repeats from the recent window (default 0.3)\n"
+		"      --window N         tokens of the same request looked back (default 8)\n"
+		"      --corr P           cross-layer correlation strength (default 0.5)\n"
+		"      --interleave       decode tokens of requests round-robin (server batching)\n"
+		"      --no-weights       omit gate weights\n"
+		"      --pred-depth N     synthetic lookahead predictions for the next N layers (default 0)\n"
+		"      --pred-topn N      experts predicted per later layer (default top_k)\n"
+		"      --pred-accuracy P  chance a predicted slot is right (default 0.8)\n"
+		"      --format F         auto | binary | jsonl\n");
+}
+
+static int cmd_gen(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "output", required_argument, 0, 'o' }, { "model", required_argument, 0, 'M' },
+		{ "layers", required_argument, 0, 'L' }, { "experts", required_argument, 0, 'E' },
+		{ "top-k", required_argument, 0, 'K' },  { "seed", required_argument, 0, 's' },
+		{ "requests", required_argument, 0, 'r' }, { "prompt", required_argument, 0, 'P' },
+		{ "gen", required_argument, 0, 'G' },    { "jitter", required_argument, 0, 'j' },
+		{ "alpha", required_argument, 0, 'a' },  { "reuse", required_argument, 0, 'u' },
+		{ "window", required_argument, 0, 'W' }, { "corr", required_argument, 0, 'c' },
+		{ "interleave", no_argument, 0, 'I' },   { "no-weights", no_argument, 0, 'N' },
+		{ "pred-depth", required_argument, 0, 'd' }, { "pred-topn", required_argument, 0, 'n' },
+		{ "pred-accuracy", required_argument, 0, 'A' }, { "format", required_argument, 0, 'f' },
+		{ "help", no_argument, 0, 'h' },         { 0, 0, 0, 0 },
+	};
+	struct strata_trace_gen_config c;
+	strata_trace_gen_defaults(&c);
+	struct strata_model_spec spec;
+	struct strata_error err = { 0 };
+	const char *out = NULL;
+	int fmt = STRATA_TRACE_FMT_AUTO, ch, topn_set = 0;
+	uint64_t v;
+	char model_name[256] = "";
+	while ((ch = getopt_long(argc, argv, "o:h", opts, NULL)) != -1) {
+		int bad = 0;
+		switch (ch) {
+		case 'o': out = optarg; break;
+		case 'M':
+			if (strata_model_spec_parse(optarg, &spec, &err))
+				return strata_cli_fail("trace gen", &err);
+			c.n_moe_layers = spec.n_moe_layers;
+			c.n_experts = spec.n_experts;
+			c.top_k = spec.top_k;
+			snprintf(model_name, sizeof(model_name), "%s", spec.name);
+			c.model = model_name;
+			break;
+		case 'L': bad = parse_u64("gen", "layers", optarg, &v); c.n_moe_layers = (uint32_t)v; break;
+		case 'E': bad = parse_u64("gen", "experts", optarg, &v); c.n_experts = (uint32_t)v; break;
+		case 'K': bad = parse_u64("gen", "top-k", optarg, &v); c.top_k = (uint32_t)v; break;
+		case 's': bad = parse_u64("gen", "seed", optarg, &c.seed); break;
+		case 'r': bad = parse_u64("gen", "requests", optarg, &v); c.requests = (uint32_t)v; break;
+		case 'P': bad = parse_u64("gen", "prompt", optarg, &v); c.prompt_len = (uint32_t)v; break;
+		case 'G': bad = parse_u64("gen", "gen", optarg, &v); c.gen_len = (uint32_t)v; break;
+		case 'j': bad = parse_dbl("gen", "jitter", optarg, &c.len_jitter); break;
+		case 'a': bad = parse_dbl("gen", "alpha", optarg, &c.zipf_alpha); break;
+		case 'u': bad = parse_dbl("gen", "reuse", optarg, &c.reuse_prob); break;
+		case 'W': bad = parse_u64("gen", "window", optarg, &v); c.reuse_window = (uint32_t)v; break;
+		case 'c': bad = parse_dbl("gen", "corr", optarg, &c.layer_corr); break;
+		case 'I': c.interleave = true; break;
+		case 'N': c.weights = false; break;
+		case 'd': bad = parse_u64("gen", "pred-depth", optarg, &v); c.pred_depth = (uint32_t)v; break;
+		case 'n': bad = parse_u64("gen", "pred-topn", optarg, &v); c.pred_topn = (uint32_t)v; topn_set = 1; break;
+		case 'A': bad = parse_dbl("gen", "pred-accuracy", optarg, &c.pred_accuracy); break;
+		case 'f': bad = parse_format("gen", optarg, &fmt); break;
+		case 'h': usage_gen(stdout); return 0;
+		default: usage_gen(stderr); return 2;
+		}
+		if (bad)
+			return 2;
+	}
+	if (!out || optind < argc) {
+		fprintf(stderr, "strata trace gen: need -o OUT (and no positional arguments)\n");
+		usage_gen(stderr);
+		return 2;
+	}
+	if (c.pred_depth && !topn_set)
+		c.pred_topn = c.top_k;
+	if (strata_trace_gen(&c, out, fmt, &err))
+		return strata_cli_fail("trace gen", &err);
+	return 0;
+}
+
+/* ---- stats ----------------------------------------------------------- */
+
+static void usage_stats(FILE *f)
+{
+	fprintf(f,
+		"usage: strata trace stats [--json FILE|-] TRACE\n\n"
+		"Per-layer popularity skew (top-10%% share, entropy, Gini), reuse distance (tokens since the same\n"
+		"expert of the same layer was last used), cross-layer correlation of the top-1 expert (mutual\n"
+		"information, most-frequent-follower accuracy) and recorded prediction precision.\n"
+		"  --json FILE   write JSON (FILE '-' = stdout instead of the table)\n");
+}
+
+static void write_stats_json(FILE *f, const struct strata_trace *t, const struct strata_trace_stats *s)
+{
+	const struct strata_trace_info *in = strata_trace_info(t);
+	fprintf(f, "{\n  \"trace\": \"%s\",\n  \"layers\": %u, \"experts\": %u, \"top_k\": %u,\n", strata_trace_path(t),
+		in->n_moe_layers, in->n_experts, in->top_k);
+	fprintf(f, "  \"tokens\": %" PRIu64 ", \"requests\": %u, \"prefill\": %" PRIu64 ", \"decode\": %" PRIu64
+		   ", \"experts_used\": %u,\n", in->n_tokens, in->n_requests, in->n_prefill, in->n_decode, in->n_used);
+	fprintf(f, "  \"mean_top10_share\": %.6f, \"mean_entropy_bits\": %.6f, \"mean_gini\": %.6f,\n",
+		s->mean_top10_share, s->mean_entropy, s->mean_gini);
+	fprintf(f, "  \"mean_next_top1_predictability\": %.6f, \"mean_next_mi_bits\": %.6f,\n", s->mean_corr_next_top1,
+		s->mean_mi_next);
+	fprintf(f, "  \"reuse\": {\"first_uses\": %" PRIu64 ", \"reuses\": %" PRIu64
+		   ", \"p50\": %.0f, \"p90\": %.0f, \"p99\": %.0f, \"hist_le_pow2\": [", s->first_uses, s->reuses,
+		s->reuse_p50, s->reuse_p90, s->reuse_p99);
+	for (int b = 0; b < 16; b++)
+		fprintf(f, "%s%" PRIu64, b ? ", " : "", s->reuse_hist[b]);
+	fprintf(f, "]},\n");
+	if (s->pred_precision >= 0)
+		fprintf(f, "  \"pred_precision\": %.6f,\n", s->pred_precision);
+	else
+		fprintf(f, "  \"pred_precision\": null,\n");
+	fprintf(f, "  \"per_layer\": [\n");
+	for (uint32_t l = 0; l < s->n_layers; l++) {
+		const struct strata_trace_layer_stats *ls = &s->layer[l];
+		fprintf(f, "    {\"layer\": %u, \"used\": %u, \"top10_share\": %.6f, \"entropy_bits\": %.6f, "
+			   "\"gini\": %.6f, \"next_top1_predictability\": %.6f, \"next_mi_bits\": %.6f}%s\n",
+			l, ls->used, ls->top10_share, ls->entropy, ls->gini, ls->corr_next_top1, ls->mi_next,
+			l + 1 < s->n_layers ? "," : "");
+	}
+	fprintf(f, "  ]\n}\n");
+}
+
+static int cmd_stats(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "json", required_argument, 0, 'j' }, { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
+	};
+	const char *json = NULL;
+	int ch;
+	while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (ch) {
+		case 'j': json = optarg; break;
+		case 'h': usage_stats(stdout); return 0;
+		default: usage_stats(stderr); return 2;
+		}
+	}
+	if (optind + 1 != argc) {
+		usage_stats(stderr);
+		return 2;
+	}
+	struct strata_error err = { 0 };
+	struct strata_trace *t;
+	if (strata_trace_open(argv[optind], &t, &err))
+		return strata_cli_fail("trace stats", &err);
+	struct strata_trace_stats s;
+	if (strata_trace_stats_compute(t, &s, &err)) {
+		strata_trace_close(t);
+		return strata_cli_fail("trace stats", &err);
+	}
+	int rc = 0;
+	if (json) {
+		FILE *f = strcmp(json, "-") ? fopen(json, "w") : stdout;
+		if (!f) {
+			perror(json);
+			rc = 1;
+		} else {
+			write_stats_json(f, t, &s);
+			if (f != stdout && fclose(f)) {
+				perror(json);
+				rc = 1;
+			}
+		}
+	}
+	if (!json || strcmp(json, "-")) {
+		const struct strata_trace_info *in = strata_trace_info(t);
+		double Hmax = in->n_experts > 1 ? log2((double)in->n_experts) : 0;
+		printf("%s: %" PRIu64 " tokens (%" PRIu64 " prefill, %" PRIu64 " decode), %u requests, %u MoE layers x %u "
+		       "experts, top-%u, %u/%u experts used\n", argv[optind], in->n_tokens, in->n_prefill, in->n_decode,
+		       in->n_requests, in->n_moe_layers, in->n_experts, in->top_k, in->n_used,
+		       in->n_moe_layers * in->n_experts);
+		printf("%5s %6s %9s %8s %6s %10s %8s\n", "layer", "used", "top10%", "entropy", "gini", "next-top1", "MI");
+		for (uint32_t l = 0; l < s.n_layers; l++) {
+			const struct strata_trace_layer_stats *ls = &s.layer[l];
+			printf("%5u %6u %8.1f%% %8.3f %6.3f", l, ls->used, 100 * ls->top10_share, ls->entropy, ls->gini);
+			if (ls->corr_next_top1 >= 0)
+				printf(" %9.1f%% %8.3f\n", 100 * ls->corr_next_top1, ls->mi_next);
+			else
+				printf(" %10s %8s\n", "-", "-");
+		}
+		printf("%5s %6s %8.1f%% %8.3f %6.3f", "mean", "", 100 * s.mean_top10_share, s.mean_entropy, s.mean_gini);
+		if (s.mean_corr_next_top1 >= 0)
+			printf(" %9.1f%% %8.3f\n", 100 * s.mean_corr_next_top1, s.mean_mi_next);
+		else
+			printf("\n");
+		printf("entropy of a uniform layer: %.3f bits\n", Hmax);
+		printf("reuse distance (tokens since the same layer's expert was used): p50 %.0f, p90 %.0f, p99 %.0f; "
+		       "%" PRIu64 " reuses, %" PRIu64 " first uses\n", s.reuse_p50, s.reuse_p90, s.reuse_p99, s.reuses,
+		       s.first_uses);
+		printf("  <=1 %" PRIu64 "  2 %" PRIu64 "  3-4 %" PRIu64 "  5-8 %" PRIu64 "  9-16 %" PRIu64 "  17-32 %" PRIu64
+		       "  33-64 %" PRIu64 "  65-128 %" PRIu64 "  >128 %" PRIu64 "\n", s.reuse_hist[0], s.reuse_hist[1],
+		       s.reuse_hist[2], s.reuse_hist[3], s.reuse_hist[4], s.reuse_hist[5], s.reuse_hist[6], s.reuse_hist[7],
+		       s.reuse_hist[8] + s.reuse_hist[9] + s.reuse_hist[10] + s.reuse_hist[11] + s.reuse_hist[12] +
+			       s.reuse_hist[13] + s.reuse_hist[14] + s.reuse_hist[15]);
+		if (s.pred_precision >= 0)
+			printf("recorded predictions: %.1f%% of predicted slots were routed\n", 100 * s.pred_precision);
+	}
+	strata_trace_stats_free(&s);
+	strata_trace_close(t);
+	return rc;
+}
+
+/* ---- convert / head -------------------------------------------------- */
+
+static int cmd_convert(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "format", required_argument, 0, 'f' }, { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
+	};
+	int fmt = STRATA_TRACE_FMT_AUTO, ch;
+	while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (ch) {
+		case 'f': if (parse_format("convert", optarg, &fmt)) return 2; break;
+		case 'h':
+			printf("usage: strata trace convert [--format auto|binary|jsonl] IN OUT\n"
+			       "Copy a trace between the binary form and the JSONL twin (by OUT's name: .jsonl -> text).\n");
+			return 0;
+		default: return 2;
+		}
+	}
+	if (optind + 2 != argc) {
+		fprintf(stderr, "usage: strata trace convert [--format F] IN OUT\n");
+		return 2;
+	}
+	struct strata_error err = { 0 };
+	struct strata_trace *t;
+	if (strata_trace_open(argv[optind], &t, &err))
+		return strata_cli_fail("trace convert", &err);
+	int rc = strata_trace_convert(t, argv[optind + 1], fmt, &err);
+	strata_trace_close(t);
+	return rc ? strata_cli_fail("trace convert", &err) : 0;
+}
+
+static int cmd_head(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "n", required_argument, 0, 'n' }, { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
+	};
+	uint64_t n = 5;
+	int ch;
+	while ((ch = getopt_long(argc, argv, "n:h", opts, NULL)) != -1) {
+		switch (ch) {
+		case 'n': if (parse_u64("head", "n", optarg, &n)) return 2; break;
+		case 'h':
+			printf("usage: strata trace head [-n N] TRACE\nPrint the header and the first N records (default 5).\n");
+			return 0;
+		default: return 2;
+		}
+	}
+	if (optind + 1 != argc) {
+		fprintf(stderr, "usage: strata trace head [-n N] TRACE\n");
+		return 2;
+	}
+	struct strata_error err = { 0 };
+	struct strata_trace *t;
+	if (strata_trace_open(argv[optind], &t, &err))
+		return strata_cli_fail("trace head", &err);
+	const struct strata_trace_info *in = strata_trace_info(t);
+	printf("trace %s\n  model \"%s\": %u MoE layers, %u experts, top-%u\n  tokens %" PRIu64 " (prefill %" PRIu64
+	       ", decode %" PRIu64 "), requests %u, max position %u, experts used %u\n  weights %s, predictions %s"
+	       " (depth %u, topn %u), record %u bytes, xxh64 %016" PRIx64 "\n",
+	       argv[optind], in->model, in->n_moe_layers, in->n_experts, in->top_k, in->n_tokens, in->n_prefill,
+	       in->n_decode, in->n_requests, in->max_pos, in->n_used,
+	       !(in->flags & STRATA_TRACE_F_WEIGHTS) ? "no" : (in->flags & STRATA_TRACE_F_WEIGHTS_F32) ? "f32" : "f16",
+	       (in->flags & STRATA_TRACE_F_PRED) ? "yes" : "no", in->pred_depth, in->pred_topn, in->record_bytes,
+	       in->xxh64);
+	float w[STRATA_TRACE_MAX_TOPK];
+	for (uint64_t i = 0; i < n && i < in->n_tokens; i++) {
+		printf("  [%" PRIu64 "] req %u %s pos %u:", i, strata_trace_req(t, i),
+		       strata_trace_phase_name(strata_trace_phase(t, i)), strata_trace_pos(t, i));
+		for (uint32_t l = 0; l < in->n_moe_layers && l < 8; l++) {
+			const uint16_t *e = strata_trace_experts(t, i, l);
+			strata_trace_weights(t, i, l, w);
+			printf(" L%u[", l);
+			for (uint32_t j = 0; j < in->top_k && j < 8; j++) {
+				if (in->flags & STRATA_TRACE_F_WEIGHTS)
+					printf(j ? " %u:%.2f" : "%u:%.2f", e[j], (double)w[j]);
+				else
+					printf(j ? " %u" : "%u", e[j]);
+			}
+			printf("%s]", in->top_k > 8 ? " ..." : "");
+		}
+		printf("%s\n", in->n_moe_layers > 8 ? " ..." : "");
+	}
+	strata_trace_close(t);
+	return 0;
+}
 
 int strata_cmd_trace(int argc, char **argv)
 {
-	(void)argc;
-	(void)argv;
-	fprintf(stderr, "strata trace: not implemented in this build\n");
+	if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+		usage_main(argc < 2 ? stderr : stdout);
+		return argc < 2 ? 2 : 0;
+	}
+	const char *sub = argv[1];
+	optind = 1;
+	if (!strcmp(sub, "import"))
+		return cmd_import(argc - 1, argv + 1);
+	if (!strcmp(sub, "gen"))
+		return cmd_gen(argc - 1, argv + 1);
+	if (!strcmp(sub, "stats"))
+		return cmd_stats(argc - 1, argv + 1);
+	if (!strcmp(sub, "convert"))
+		return cmd_convert(argc - 1, argv + 1);
+	if (!strcmp(sub, "head"))
+		return cmd_head(argc - 1, argv + 1);
+	fprintf(stderr, "strata trace: unknown subcommand '%s'\n", sub);
+	usage_main(stderr);
 	return 2;
 }

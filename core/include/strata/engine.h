@@ -58,6 +58,12 @@ struct strata_engine_config {
 	bool verify;               /* check extent checksums on every NVMe read */
 	const struct strata_future *future; /* for Belady / oracle; may be NULL */
 	struct strata_cost_model cost; /* virtual mode */
+	uint32_t scratch_slots;    /* streaming slots in the run tier (0: top_k) */
+	uint32_t copy_streams;     /* RAM -> VRAM copy streams (0: 2) */
+	uint64_t bounce_bytes;     /* staged NVMe -> VRAM bounce buffer size (0: 4 MiB) */
+	/* Instead of a spec: an ops struct of the caller's (default options), as
+	 * in the policy harness; lets a test drive a deliberately broken policy. */
+	const void *place_ops, *evict_ops, *prefetch_ops;
 };
 void strata_engine_config_defaults(struct strata_engine_config *c);
 
@@ -72,12 +78,44 @@ struct strata_engine_stats {
 	double compute_ns;                 /* reported by the driver */
 	double clock_ns;                   /* wall or virtual time of the run */
 	uint64_t bookkeeping_ns;           /* engine's own time outside movers */
+	/* added by h-engine */
+	uint64_t prefetch_dropped;         /* no room in the target tier */
+	uint64_t streamed;                 /* accesses served through a scratch slot */
+	uint64_t admit_fallback;           /* of those: admit asked for VRAM, but with every unpinned
+					    * expert evicted no hole was large enough (the pinned experts
+					    * fragment the tier, or its budget is 0) */
+	uint64_t preloaded[2];             /* experts placed at open, per tier */
+	uint64_t preload_bytes;
+	uint64_t scratch_bytes;            /* run-tier memory outside the budget, for streaming */
+	uint64_t used[2];                  /* bytes resident now, per tier (<= budget) */
 };
 
 struct strata_engine;
 
+/*
+ * Open over a shard store: the tier table, formats and extents come from it.
+ * Checks: VRAM budget 0 (stream everything) or at least top_k experts of the
+ * largest size (else STRATA_EBUDGET with the numbers); policies load from the
+ * specs (errors name the policy); real mode allocates the tiers (VRAM arena
+ * on the GPU or the host stand-in, the RAM tier pinned on the GPU's NUMA
+ * node), opens the movers and preloads: every expert whose placement
+ * initial_tier is VRAM, in id order while the VRAM budget allows, then those
+ * for RAM (and VRAM ones that did not fit) while the RAM budget allows.  In
+ * virtual mode preload costs virtual time, so clock_ns after open is the cold
+ * start.  The store must outlive the engine.
+ */
 int strata_engine_open(struct strata_store *store, const struct strata_engine_config *cfg,
 		       struct strata_engine **out, struct strata_error *err);
+
+/* A model without shard files, for virtual mode only (strata sim of a model
+ * too large to pack): sizes come from strata_expert_layout of each format. */
+struct strata_engine_model {
+	const struct strata_model_spec *spec;
+	const uint8_t *tier_table;   /* per eid; NULL: every expert cold */
+	const uint8_t *fmt_table;    /* per eid enum strata_fmt; NULL: the format of its tier */
+};
+int strata_engine_open_model(const struct strata_engine_model *m, const struct strata_engine_config *cfg,
+			     struct strata_engine **out, struct strata_error *err);
 void strata_engine_close(struct strata_engine *e);
 
 /* Before moe layer `layer` of token `token`: run the prefetch policy with the
@@ -85,12 +123,36 @@ void strata_engine_close(struct strata_engine *e);
 int strata_engine_begin_layer(struct strata_engine *e, uint64_t token, uint32_t layer,
 			      const struct strata_hint *hints, uint32_t n_hints,
 			      struct strata_error *err);
+/* The same when the router already ran: the layer's experts are pinned
+ * before prefetching (so prefetch cannot evict them) and handed to the
+ * prefetch policy (ctx->experts), exactly as the policy harness does; the
+ * following acquire must ask for the same experts.  Prefer this one. */
+int strata_engine_begin_step(struct strata_engine *e, uint64_t token, uint32_t layer,
+			     const uint32_t *experts, uint32_t n, const struct strata_hint *hints,
+			     uint32_t n_hints, struct strata_error *err);
 /* Make experts (layer-local ids) resident where they run, pin them, and fill
- * ptrs[i] with their extents (device pointers on a GPU, host otherwise).
- * Blocks (or advances the virtual clock) until all are in place. */
+ * ptrs[i] with their extents (device pointers on a GPU, host otherwise; NULL
+ * in virtual mode).  Blocks (or advances the virtual clock) until all are in
+ * place.  Per expert, in order, with now = the access clock:
+ *   in VRAM: hits[VRAM], evict(vram) on_access, place on_access(VRAM);
+ *   in RAM: hits[RAM], evict(ram) on_access, place admit(RAM) + on_access;
+ *   else: hits[NVME], place admit(NVME) + on_access; with the RAM bit the
+ *     expert is kept in RAM (room allowing), NVMe -> RAM then RAM -> VRAM;
+ *     without, NVMe -> VRAM staged.
+ *   Then with admit's VRAM bit it is kept in VRAM (room is made by the
+ *   vram evict policy: on_insert, on_access), without it streams through a
+ *   scratch slot (outside the budget), freed at release.  When the policy
+ *   runs out of victims before a hole is large enough, it streams too
+ *   (admit_fallback).
+ * An expert whose prefetch is still in flight counts as a hit in the tier it
+ * is going to (decisions never depend on timing), plus prefetch_late.
+ * Errors: STRATA_EBUDGET (more experts to stream than scratch slots), STRATA_EPOLICY
+ * (a victim that is pinned, not resident or out of range, naming the
+ * policy), STRATA_EIO/ECORRUPT (a read failed, naming the shard). */
 int strata_engine_acquire(struct strata_engine *e, uint32_t layer, const uint32_t *experts,
 			  uint32_t n, const void **ptrs, struct strata_error *err);
-/* Unpin after the computation; tells placement/prefetch what was routed. */
+/* Unpin after the computation, free scratch slots; tells prefetch (on_route)
+ * what was routed. */
 int strata_engine_release(struct strata_engine *e, uint64_t token, uint32_t layer,
 			  const uint32_t *experts, uint32_t n, struct strata_error *err);
 /* Virtual mode: charge compute time for a layer; real mode: record it. */

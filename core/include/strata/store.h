@@ -125,12 +125,107 @@ int strata_store_writer_open(const struct strata_store_writer_config *cfg,
 /* data: the packed expert payload, exactly strata_expert_layout().payload bytes. */
 int strata_store_writer_add_expert(struct strata_store_writer *w, uint32_t layer, uint32_t e,
 				   const void *data, size_t bytes, struct strata_error *err);
+/* Same, from a buffer the writer may write whole: data 4 KiB aligned and
+ * buf_bytes >= the padded extent (strata_expert_layout().bytes); the writer
+ * zeroes the padding after the payload and writes the extent with O_DIRECT
+ * (no page-cache copy) where the filesystem allows, else like add_expert. */
+int strata_store_writer_add_expert_aligned(struct strata_store_writer *w, uint32_t layer, uint32_t e,
+					   void *data, size_t buf_bytes, struct strata_error *err);
 int strata_store_writer_add_tensor(struct strata_store_writer *w, const char *name,
 				   const void *data, size_t bytes, struct strata_error *err);
 /* Write headers, fsync, rename .tmp files into place.  Fails if anything
- * planned was never added. */
+ * planned was never added.  add_expert/add_tensor may be called from several
+ * threads at once for different experts/tensors (each does its own pwrite at
+ * a planned offset); finish and abort must not race with them.  finish does
+ * not free the writer: end with strata_store_writer_free (or _abort). */
 int strata_store_writer_finish(struct strata_store_writer *w, struct strata_error *err);
 /* Abandon: remove every .tmp file.  Safe after a failed finish. */
 void strata_store_writer_abort(struct strata_store_writer *w);
+/* Shards the plan has (known from open on). */
+uint32_t strata_store_writer_shard_count(const struct strata_store_writer *w);
+/* Free a writer; same as abort (removes .tmp files unless finish succeeded). */
+void strata_store_writer_free(struct strata_store_writer *w);
+
+/* ---- low level: one shard header -------------------------------------- */
+
+/*
+ * On-disk header of one shard (all integers little-endian, fixed-size
+ * records, reserved bytes written as zero and ignored on read):
+ *
+ *   fixed part   STRATA_SHARD_FIXED_BYTES: magic, version, sizes, shard
+ *                index/count, store id, checksum algorithm, counts and the
+ *                offsets of the sections below
+ *   spec         STRATA_SHARD_SPEC_BYTES: the model spec
+ *   tier table   one byte per routed expert of the whole model, padded to 8
+ *   fmt table    one byte per routed expert, padded to 8
+ *   experts      STRATA_SHARD_EXPERT_REC bytes per expert stored in this shard
+ *   tensors      STRATA_SHARD_TENSOR_REC bytes per tensor stored in this shard
+ *   checksum     XXH3_64bits of every header byte before it
+ *
+ * Data starts at the next 4 KiB boundary; every extent (expert or tensor)
+ * starts on a 4 KiB boundary and its length is padded to 4 KiB, so the file
+ * size is a multiple of 4 KiB.  The store id is random per write: shards of
+ * two different writes never open together.  Extent checksums are
+ * XXH3_64bits of the payload (the "xxh64" fields hold that 64-bit hash).
+ */
+#define STRATA_SHARD_MAGIC "STRATASH"
+#define STRATA_SHARD_FIXED_BYTES 256u
+#define STRATA_SHARD_SPEC_BYTES 128u
+#define STRATA_SHARD_EXPERT_REC 48u
+#define STRATA_SHARD_TENSOR_REC 176u
+#define STRATA_SHARD_CSUM_XXH3 1u
+
+struct strata_shard_expert {
+	uint32_t layer, expert;
+	struct strata_extent ext; /* ext.shard is the header's shard index */
+};
+
+struct strata_shard_header {
+	uint32_t version;
+	uint64_t header_size;     /* bytes including the trailing checksum */
+	uint64_t data_off;        /* first extent byte, 4 KiB aligned */
+	uint64_t file_size;       /* the shard file's exact size */
+	uint32_t shard_index, shard_count;
+	uint64_t store_id;
+	uint64_t created_unix;
+	uint32_t n_tensors_total; /* tensors in the whole store */
+	struct strata_model_spec spec;
+	uint32_t n_total_experts; /* strata_model_total_experts(&spec) */
+	uint8_t *tier_table;      /* n_total_experts bytes */
+	uint8_t *fmt_table;       /* n_total_experts bytes */
+	uint32_t n_experts;       /* entries in this shard */
+	struct strata_shard_expert *experts;
+	uint32_t n_tensors;
+	struct strata_tensor_info *tensors;
+};
+
+enum {
+	/* Skip the header checksum (fuzzing reaches the field checks this way;
+	 * never use it to open real files). */
+	STRATA_PARSE_NO_CHECKSUM = 1u << 0,
+};
+
+/*
+ * Parse and validate one shard header held in buf[0, len).  file_size is the
+ * shard's real size (extents must lie inside it and it must equal the size the
+ * header records; 0 skips those two checks).  name is used in error messages.
+ * Every field is checked (magic, version, sizes and offsets inside the header,
+ * spec, tables, expert ids, formats and sizes against the spec, extents
+ * 4 KiB aligned, inside the data area and not overlapping, tensor names and
+ * shapes); a bad header gives STRATA_ECORRUPT or STRATA_EVERSION.  If len is
+ * shorter than the header says, STRATA_ECORRUPT says how many bytes it needs.
+ * On success *out is allocated; free it with strata_store_header_free.
+ */
+int strata_store_parse_header(const void *buf, size_t len, uint64_t file_size, const char *name,
+			      unsigned flags, struct strata_shard_header **out, struct strata_error *err);
+void strata_store_header_free(struct strata_shard_header *h);
+/* Header size a shard with these counts needs (tests, tools). */
+uint64_t strata_store_header_bytes(uint32_t n_total_experts, uint32_t n_experts, uint32_t n_tensors);
+
+/*
+ * Test hook: when > 0, the writer's data writes fail with ENOSPC once this
+ * many bytes have been written (simulates a full disk without root).
+ */
+extern uint64_t strata_store_fail_after_bytes;
 
 #endif

@@ -1,0 +1,984 @@
+/*
+ * The expert cache engine (see include/strata/engine.h).
+ *
+ * Bookkeeping is per expert id and per cached tier (VRAM = 0, RAM = 1): a
+ * resident flag and arena offset, a pin count, a "prefetched and not yet
+ * used" flag, and the job moving bytes in, if any.  Every decision (hits,
+ * admissions, victims, prefetches) is taken on this state alone, never on
+ * whether a move has finished, so virtual and real runs of the same policies
+ * decide the same and count the same; only stall/late figures depend on time.
+ *
+ * A job is one move into a tier.  A RAM -> VRAM job whose source is itself
+ * still arriving (NVMe -> RAM in flight) waits as the child of that job and is
+ * queued by its completion callback.  Before a slot is freed (eviction,
+ * scratch release) the engine waits for the jobs that write it or read from it.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "quant.h"
+#include "strata/engine.h"
+#include "strata/gpu.h"
+#include "strata/mover.h"
+#include "strata/tier.h"
+#include "strata/util.h"
+
+#define V STRATA_TIER_VRAM
+#define R STRATA_TIER_RAM
+#define NO_OFF UINT64_MAX
+
+struct job {
+	struct strata_move mv;
+	struct strata_engine *e;
+	struct strata_mover *m;
+	struct job *parent, *child; /* child: queued when this one completes */
+	struct job *next_free;
+	uint32_t eid;
+	int tier, src_tier;         /* destination; source (RAM or NVMe) */
+	int queued, done;
+};
+
+struct strata_engine {
+	struct strata_engine_config cfg;
+	struct strata_store *store;
+	struct strata_model_spec spec;
+	struct strata_policy_env env;
+	uint32_t n_ids;
+	uint8_t *tier_table;
+	uint64_t *bytes;                 /* extent bytes per eid */
+	const struct strata_extent **ext;/* per eid, NULL without a store */
+	uint64_t max_bytes;
+	struct strata_policy *place, *evict[2], *prefetch;
+	struct strata_tier_mem tier[2], scratch;
+	/* per tier, per eid */
+	uint8_t *resident[2], *pinned[2], *prefetched[2];
+	uint64_t *off[2];
+	struct job **inbound[2];
+	struct strata_residency res[2];
+	/* streaming: a scratch slot per eid in use */
+	uint64_t *scratch_off;
+	struct job **scratch_job;
+	/* step pinned by begin_step */
+	uint32_t *step_eids, n_step, max_step;
+	int step_layer;
+	/* movers */
+	bool virt, on_gpu;
+	struct strata_mover *nvme, *h2d, *staged;
+	struct strata_vlink vl_nvme, vl_pcie;
+	struct job *free_jobs;
+	struct job **job_blocks;
+	uint32_t n_blocks;
+	struct strata_error io_err;
+	int io_failed;
+	/* prefetch requests */
+	struct strata_prefetch_req *reqs;
+	uint32_t max_reqs;
+	/* clocks */
+	uint64_t now;                    /* logical access clock */
+	double vclock;                   /* virtual ns */
+	uint64_t t_open;
+	struct strata_engine_stats st;
+	char name[3 * STRATA_POLICY_NAME_MAX + 32];
+};
+
+void strata_engine_config_defaults(struct strata_engine_config *c)
+{
+	memset(c, 0, sizeof(*c));
+	c->mode = STRATA_ENGINE_REAL;
+	c->budget[V] = 8ull << 30;
+	c->budget[R] = 32ull << 30;
+	c->place = "static";
+	c->evict = "lru";
+	c->prefetch = "none";
+	c->seed = 1;
+	c->use_gpu = -1;
+	c->nvme_mover = STRATA_NVME_URING;
+	c->queue_depth = 32;
+	c->numa_node = -1;
+	/* a PCIe 4 NVMe and a PCIe 5 x16 link; `strata calibrate` measures real ones */
+	c->cost = (struct strata_cost_model){ .nvme_gbps = 6.0, .nvme_lat_us = 80, .pcie_gbps = 50.0,
+					      .pcie_lat_us = 10, .hbm_gbps = 4000, .kernel_us_per_mb = 0.5,
+					      .kernel_fixed_us = 5, .nvme_queue_depth = 32 };
+}
+
+static const char *tname(int t) { return t == V ? "vram" : t == R ? "ram" : "nvme"; }
+
+/* ---- jobs ----------------------------------------------------------------- */
+
+static struct job *job_get(struct strata_engine *e)
+{
+	if (!e->free_jobs) {
+		enum { N = 256 };
+		struct job **nb = realloc(e->job_blocks, sizeof(*nb) * (e->n_blocks + 1));
+		struct job *blk = calloc(N, sizeof(*blk));
+		if (!nb || !blk) {
+			free(blk);
+			if (nb)
+				e->job_blocks = nb;
+			return NULL;
+		}
+		e->job_blocks = nb;
+		e->job_blocks[e->n_blocks++] = blk;
+		for (int i = 0; i < N; i++) {
+			blk[i].next_free = e->free_jobs;
+			e->free_jobs = &blk[i];
+		}
+	}
+	struct job *j = e->free_jobs;
+	e->free_jobs = j->next_free;
+	memset(j, 0, sizeof(*j));
+	j->e = e;
+	return j;
+}
+
+static void job_put(struct strata_engine *e, struct job *j)
+{
+	j->next_free = e->free_jobs;
+	e->free_jobs = j;
+}
+
+static void io_fail(struct strata_engine *e, const struct strata_error *err)
+{
+	if (!e->io_failed) {
+		e->io_err = *err;
+		e->io_failed = 1;
+	}
+}
+
+static int job_queue(struct job *j);
+
+static void job_done(struct strata_move *mv)
+{
+	struct job *j = (struct job *)mv;
+	struct strata_engine *e = j->e;
+	j->done = 1;
+	if (mv->status == STRATA_MOVE_FAILED) {
+		struct strata_error err;
+		strata_move_error(mv, &err);
+		io_fail(e, &err);
+	} else if (e->cfg.verify && e->ext && !e->virt && mv->dst && j->src_tier == STRATA_TIER_NVME &&
+		   (j->tier == R || !e->on_gpu)) {
+		struct strata_error err;
+		if (strata_store_verify_extent(e->store, e->ext[j->eid], mv->dst, &err))
+			io_fail(e, &err);
+	}
+	if (j->child) {
+		struct job *c = j->child;
+		j->child = NULL;
+		c->parent = NULL;
+		c->mv.not_before_ns = mv->done_ns;
+		job_queue(c);
+	}
+}
+
+static int job_queue(struct job *j)
+{
+	struct strata_error err;
+	j->queued = 1;
+	if (strata_mover_queue(j->m, &j->mv, &err)) {
+		j->done = 1;
+		io_fail(j->e, &err);
+		return STRATA_EIO;
+	}
+	return STRATA_OK;
+}
+
+/* Block (or advance the virtual clock) until j has completed. */
+static void job_wait(struct strata_engine *e, struct job *j)
+{
+	while (!j->done) {
+		struct strata_error err;
+		if (j->parent) {
+			job_wait(e, j->parent);
+			continue;
+		}
+		if (strata_mover_submit(j->m, &err) == 0 && strata_mover_reap(j->m, 1, &err) < 0)
+			io_fail(e, &err);
+		if (!j->done && !j->m->outstanding) {
+			/* cannot happen; never spin */
+			STRATA_ERR(&err, STRATA_EIO, "engine: a move was lost by mover %s", j->m->ops->name);
+			io_fail(e, &err);
+			j->done = 1;
+		}
+	}
+}
+
+static void *slot_ptr(struct strata_engine *e, int tier, uint64_t off)
+{
+	return strata_tier_ptr(&e->tier[tier], off);
+}
+
+/* Start moving eid into (tier, off) from src_tier. */
+static int issue(struct strata_engine *e, uint32_t eid, int tier, void *dst, int src_tier, struct job **slot)
+{
+	struct job *j = job_get(e);
+	if (!j)
+		return STRATA_ENOMEM;
+	uint64_t b = e->bytes[eid];
+	j->eid = eid;
+	j->tier = tier;
+	j->src_tier = src_tier;
+	j->mv.bytes = b;
+	j->mv.dst = dst;
+	j->mv.on_done = job_done;
+	j->mv.fd = -1;
+	if (src_tier == STRATA_TIER_NVME) {
+		const struct strata_extent *x = e->ext && !e->virt ? e->ext[eid] : NULL;
+		if (x) {
+			struct strata_error err;
+			int fd = strata_store_shard_fd(e->store, x->shard, e->cfg.nvme_mover != STRATA_NVME_MMAP, &err);
+			if (fd < 0) {
+				job_put(e, j);
+				io_fail(e, &err);
+				return err.code ? err.code : STRATA_EIO;
+			}
+			j->mv.fd = fd;
+			j->mv.path = strata_store_shard_path(e->store, x->shard);
+			j->mv.offset = x->offset;
+		}
+		j->m = tier == R ? e->nvme : e->staged;
+		if (tier == R)
+			e->st.bytes_nvme_ram += b;
+		else
+			e->st.bytes_nvme_vram += b;
+	} else {
+		j->m = e->h2d;
+		j->mv.src = slot_ptr(e, R, e->off[R][eid]);
+		e->st.bytes_ram_vram += b;
+	}
+	*slot = j;
+	struct job *src = src_tier == R ? e->inbound[R][eid] : NULL;
+	if (src && !src->done) {
+		j->parent = src;
+		src->child = j;
+		return STRATA_OK;
+	}
+	return job_queue(j);
+}
+
+/* Wait for every job that writes (tier, eid) or reads from it. */
+static void quiesce(struct strata_engine *e, int tier, uint32_t eid)
+{
+	struct job *j = e->inbound[tier][eid];
+	if (j)
+		job_wait(e, j);
+	/* a copy out of this RAM slot, into VRAM or a scratch slot, must finish
+	 * before the slot is reused (the source of a streamed expert is not
+	 * pinned in RAM: decisions never wait on time) */
+	if (tier == R && (j = e->inbound[V][eid]) && j->src_tier == R)
+		job_wait(e, j);
+	if (tier == R && (j = e->scratch_job[eid]) && j->src_tier == R)
+		job_wait(e, j);
+}
+
+static void retire(struct strata_engine *e, struct job **slot)
+{
+	struct job *j = *slot;
+	if (j && j->done && !j->child) {
+		job_put(e, j);
+		*slot = NULL;
+	}
+}
+
+/* ---- residency ------------------------------------------------------------- */
+
+static int policy_failed(struct strata_engine *e, struct strata_error *err)
+{
+	struct strata_policy *p[4] = { e->place, e->evict[V], e->evict[R], e->prefetch };
+	for (int i = 0; i < 4; i++) {
+		const struct strata_error *pe = strata_policy_error(p[i]);
+		if (pe) {
+			if (err)
+				*err = *pe;
+			return pe->code;
+		}
+	}
+	return STRATA_OK;
+}
+
+static void drop(struct strata_engine *e, int t, uint32_t eid)
+{
+	quiesce(e, t, eid);
+	retire(e, &e->inbound[t][eid]);
+	if (e->inbound[V][eid] && t == R)
+		retire(e, &e->inbound[V][eid]);
+	strata_tier_release(&e->tier[t], e->off[t][eid], e->bytes[eid]);
+	e->off[t][eid] = NO_OFF;
+	e->resident[t][eid] = 0;
+	e->res[t].n_resident--;
+	e->st.used[t] = strata_tier_used(&e->tier[t]);
+}
+
+/* Reserve room for eid in tier t, evicting in the policy's order.
+ * STRATA_EBUDGET (err untouched) when the policy has nothing left to give. */
+static int make_room(struct strata_engine *e, int t, uint32_t eid, uint64_t *off, struct strata_error *err)
+{
+	struct strata_policy *ev = e->evict[t];
+	const struct strata_evict_ops *ops = strata_evict_ops_of(ev);
+	if (e->bytes[eid] > e->tier[t].budget)
+		return STRATA_EBUDGET;
+	while (strata_tier_reserve(&e->tier[t], e->bytes[eid], off) != STRATA_OK) {
+		int64_t v = ops->victim(ev, e->now, &e->res[t]);
+		int rc = policy_failed(e, err);
+		if (rc)
+			return rc;
+		if (v == STRATA_NO_EXPERT)
+			return STRATA_EBUDGET;
+		if (v < 0 || v >= e->n_ids || !e->resident[t][v] || e->pinned[t][v])
+			return STRATA_ERR(err, STRATA_EPOLICY, "evict %s (%s tier): chose expert %lld, which is %s",
+					  ev->name, tname(t), (long long)v,
+					  v < 0 || v >= e->n_ids ? "out of range"
+					  : !e->resident[t][v] ? "not resident in the tier"
+					  : "pinned by the running layer");
+		ops->on_remove(ev, (uint32_t)v);
+		drop(e, t, (uint32_t)v);
+		e->st.evictions[t]++;
+		if (e->prefetched[t][v]) {
+			e->prefetched[t][v] = 0;
+			e->st.prefetch_wasted++;
+		}
+	}
+	e->st.used[t] = strata_tier_used(&e->tier[t]);
+	return STRATA_OK;
+}
+
+static void mark_resident(struct strata_engine *e, int t, uint32_t eid, uint64_t off)
+{
+	e->off[t][eid] = off;
+	e->resident[t][eid] = 1;
+	e->res[t].n_resident++;
+}
+
+/* ---- open ------------------------------------------------------------------ */
+
+static int create_policies(struct strata_engine *e, struct strata_error *err)
+{
+	const struct strata_engine_config *c = &e->cfg;
+	const char *spec[3] = { c->place ? c->place : "static", c->evict ? c->evict : "lru",
+				c->prefetch ? c->prefetch : "none" };
+	const void *ops[3] = { c->place_ops, c->evict_ops, c->prefetch_ops };
+	struct strata_policy **dst[4] = { &e->place, &e->evict[V], &e->evict[R], &e->prefetch };
+	const int role[4] = { STRATA_ROLE_PLACE, STRATA_ROLE_EVICT, STRATA_ROLE_EVICT, STRATA_ROLE_PREFETCH };
+	const int tier[4] = { -1, V, R, -1 };
+	int rc = STRATA_OK;
+	for (int i = 0; i < 4 && !rc; i++) {
+		int r = role[i];
+		rc = ops[r] ? strata_policy_create_ops(r, ops[r], NULL, &e->env, tier[i], dst[i], err)
+			    : strata_policy_create(r, spec[r], &e->env, tier[i], dst[i], err);
+	}
+	if (!rc)
+		snprintf(e->name, sizeof(e->name), "place=%s,evict=%s,prefetch=%s", e->place->name,
+			 e->evict[V]->name, e->prefetch->name);
+	return rc;
+}
+
+static int open_movers(struct strata_engine *e, struct strata_error *err)
+{
+	const struct strata_engine_config *c = &e->cfg;
+	uint32_t qd = c->queue_depth ? c->queue_depth : 32;
+	int rc;
+	if (e->virt) {
+		const struct strata_cost_model *k = &c->cost;
+		strata_vlink_init(&e->vl_nvme, k->nvme_gbps, k->nvme_lat_us, k->nvme_queue_depth ? k->nvme_queue_depth : qd);
+		strata_vlink_init(&e->vl_pcie, k->pcie_gbps, k->pcie_lat_us, c->copy_streams ? c->copy_streams : 2);
+		struct strata_mover_config mc = { .queue_depth = qd, .clock_ns = &e->vclock };
+		mc.links[0] = &e->vl_nvme;
+		if ((rc = strata_mover_open(&strata_mover_virtual, &mc, &e->nvme, err)))
+			return rc;
+		mc.links[0] = &e->vl_pcie;
+		if ((rc = strata_mover_open(&strata_mover_virtual, &mc, &e->h2d, err)))
+			return rc;
+		mc.links[0] = &e->vl_nvme;
+		mc.links[1] = &e->vl_pcie;
+		return strata_mover_open(&strata_mover_virtual, &mc, &e->staged, err);
+	}
+	const struct strata_mover_ops *nv = c->nvme_mover == STRATA_NVME_MMAP ? &strata_mover_mmap
+					   : c->nvme_mover == STRATA_NVME_PREAD ? &strata_mover_pread
+					   : &strata_mover_uring;
+	struct strata_mover_config mc = { .queue_depth = qd, .n_streams = c->copy_streams };
+	if ((rc = strata_mover_open(nv, &mc, &e->nvme, err)))
+		return rc;
+	if ((rc = strata_mover_open(e->on_gpu ? &strata_mover_cuda : &strata_mover_host, &mc, &e->h2d, err)))
+		return rc;
+	struct strata_mover_config sc = { .queue_depth = qd, .stage_read = e->nvme, .stage_copy = e->h2d,
+					  .bounce_bytes = c->bounce_bytes, .n_bounce = 4,
+					  .bounce_register = e->on_gpu };
+	return strata_mover_open(&strata_mover_staged, &sc, &e->staged, err);
+}
+
+static int open_tiers(struct strata_engine *e, struct strata_error *err)
+{
+	const struct strata_engine_config *c = &e->cfg;
+	int back_v = e->virt ? STRATA_BACK_VIRTUAL : e->on_gpu ? STRATA_BACK_DEVICE : STRATA_BACK_HOST;
+	int back_r = e->virt ? STRATA_BACK_VIRTUAL : STRATA_BACK_PINNED;
+	struct strata_tier_config tv = { .kind = V, .backing = back_v, .budget = c->budget[V], .numa_node = -1,
+					 .gpu_device = e->on_gpu ? 0 : -1 };
+	struct strata_tier_config tr = { .kind = R, .backing = back_r, .budget = c->budget[R],
+					 .numa_node = c->numa_node, .gpu_device = e->on_gpu ? 0 : -1,
+					 .register_gpu = e->on_gpu };
+	uint32_t slots = c->scratch_slots ? c->scratch_slots : e->spec.top_k;
+	struct strata_tier_config ts = tv;
+	ts.budget = (uint64_t)slots * e->max_bytes;
+	int rc = strata_tier_init(&e->tier[V], &tv, err);
+	if (!rc)
+		rc = strata_tier_init(&e->tier[R], &tr, err);
+	if (!rc)
+		rc = strata_tier_init(&e->scratch, &ts, err);
+	e->st.scratch_bytes = ts.budget;
+	return rc;
+}
+
+/* Preload: VRAM candidates in id order while they fit, then RAM candidates
+ * (VRAM ones that did not fit first, they are the hotter) while they fit. */
+static int preload(struct strata_engine *e, struct strata_error *err)
+{
+	const struct strata_place_ops *po = strata_place_ops_of(e->place);
+	uint8_t *want = malloc(e->n_ids + 1);
+	if (!want)
+		return STRATA_ERR(err, STRATA_ENOMEM, "engine: out of memory");
+	for (uint32_t i = 0; i < e->n_ids; i++) {
+		int t = po->initial_tier(e->place, i);
+		want[i] = (uint8_t)(t == V || t == R ? t : STRATA_TIER_NVME);
+	}
+	int rc = policy_failed(e, err);
+	struct strata_progress pg;
+	strata_progress_start(&pg, "preload", e->tier[V].budget + e->tier[R].budget, "B");
+	for (int pass = 0; pass < 3 && !rc; pass++) {
+		int t = pass == 0 ? V : R;
+		for (uint32_t i = 0; i < e->n_ids && !rc; i++) {
+			if (pass == 0 ? want[i] != V : pass == 1 ? !(want[i] == V && !e->resident[V][i]) : want[i] != R)
+				continue;
+			uint64_t off;
+			if (e->bytes[i] > e->tier[t].budget - strata_tier_used(&e->tier[t]) ||
+			    strata_tier_reserve(&e->tier[t], e->bytes[i], &off))
+				continue;
+			mark_resident(e, t, i, off);
+			strata_evict_ops_of(e->evict[t])->on_insert(e->evict[t], i, 0);
+			e->st.preloaded[t]++;
+			e->st.preload_bytes += e->bytes[i];
+			rc = issue(e, i, t, slot_ptr(e, t, off), STRATA_TIER_NVME, &e->inbound[t][i]);
+			strata_progress_update(&pg, e->st.preload_bytes);
+			if (strata_interrupted)
+				rc = STRATA_ERR(err, STRATA_EINTR, "engine: preload interrupted");
+		}
+	}
+	free(want);
+	if (!rc) {
+		struct strata_error e2;
+		if (strata_mover_drain(e->nvme, &e2) < 0 || strata_mover_drain(e->staged, &e2) < 0)
+			io_fail(e, &e2);
+	}
+	strata_progress_finish(&pg);
+	if (!rc && e->io_failed) {
+		*err = e->io_err;
+		strata_error_prefix(err, "engine: preload");
+		rc = err->code ? err->code : STRATA_EIO;
+	}
+	for (int t = 0; t < 2; t++) {
+		e->st.used[t] = strata_tier_used(&e->tier[t]);
+		for (uint32_t i = 0; i < e->n_ids; i++)
+			retire(e, &e->inbound[t][i]);
+	}
+	return rc ? rc : policy_failed(e, err);
+}
+
+static int engine_open(struct strata_store *store, const struct strata_model_spec *spec, const uint8_t *tiers,
+		       const uint8_t *fmts, const struct strata_engine_config *cfg, struct strata_engine **out,
+		       struct strata_error *err)
+{
+	char a[32], b[32], c[32];
+	*out = NULL;
+	struct strata_engine *e = calloc(1, sizeof(*e));
+	if (!e)
+		return STRATA_ERR(err, STRATA_ENOMEM, "engine: out of memory");
+	int rc = STRATA_OK;
+	e->t_open = strata_now_ns();
+	e->cfg = *cfg;
+	e->store = store;
+	e->spec = *spec;
+	e->virt = cfg->mode == STRATA_ENGINE_VIRTUAL;
+	e->n_ids = strata_model_total_experts(spec);
+	e->step_layer = -1;
+	uint32_t n = e->n_ids;
+	e->tier_table = malloc(n + 1);
+	e->bytes = calloc(n + 1, sizeof(uint64_t));
+	e->scratch_off = malloc(sizeof(uint64_t) * (n + 1));
+	e->scratch_job = calloc(n + 1, sizeof(*e->scratch_job));
+	e->max_step = spec->n_experts;
+	e->step_eids = malloc(sizeof(uint32_t) * (e->max_step + 1));
+	e->max_reqs = n < 4096 ? n + 1 : 4096;
+	e->reqs = malloc(sizeof(*e->reqs) * e->max_reqs);
+	bool ok = e->tier_table && e->bytes && e->scratch_off && e->scratch_job && e->step_eids && e->reqs;
+	for (int t = 0; t < 2 && ok; t++) {
+		e->resident[t] = calloc(n + 1, 1);
+		e->pinned[t] = calloc(n + 1, 1);
+		e->prefetched[t] = calloc(n + 1, 1);
+		e->off[t] = malloc(sizeof(uint64_t) * (n + 1));
+		e->inbound[t] = calloc(n + 1, sizeof(struct job *));
+		ok = e->resident[t] && e->pinned[t] && e->prefetched[t] && e->off[t] && e->inbound[t];
+		e->res[t].pinned = e->pinned[t];
+		e->res[t].resident = e->resident[t];
+	}
+	if (store && ok && !(e->ext = calloc(n + 1, sizeof(*e->ext))))
+		ok = false;
+	if (!ok) {
+		rc = STRATA_ERR(err, STRATA_ENOMEM, "engine: out of memory (%u experts)", n);
+		goto fail;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		e->off[0][i] = e->off[1][i] = e->scratch_off[i] = NO_OFF;
+		e->tier_table[i] = tiers ? tiers[i] : STRATA_TIER_NVME;
+		if (store) {
+			e->ext[i] = strata_store_expert(store, i / spec->n_experts, i % spec->n_experts);
+			e->bytes[i] = e->ext[i]->bytes;
+		} else {
+			int fmt = fmts ? fmts[i] : STRATA_FMT_HOT + (e->tier_table[i] < 3 ? e->tier_table[i] : 2);
+			struct strata_expert_layout L;
+			if (strata_expert_layout(fmt, spec->hidden, spec->inter, &L)) {
+				rc = STRATA_ERR(err, STRATA_EINVAL, "engine: expert %u: bad format %d", i, fmt);
+				goto fail;
+			}
+			e->bytes[i] = L.bytes;
+		}
+		if (e->bytes[i] > e->max_bytes)
+			e->max_bytes = e->bytes[i];
+	}
+	uint64_t need = (uint64_t)spec->top_k * e->max_bytes;
+	if (cfg->budget[V] && cfg->budget[V] < need) {
+		rc = STRATA_ERR(err, STRATA_EBUDGET,
+				"engine: VRAM budget %s (%llu bytes) cannot hold one layer's top-%u experts: %llu bytes"
+				" (%u x %s, the largest extent); use 0 to stream every expert, or at least %s",
+				strata_fmt_bytes(cfg->budget[V], a, sizeof(a)), (unsigned long long)cfg->budget[V],
+				spec->top_k, (unsigned long long)need, spec->top_k,
+				strata_fmt_bytes(e->max_bytes, b, sizeof(b)), strata_fmt_bytes(need, c, sizeof(c)));
+		goto fail;
+	}
+	if (!e->virt) {
+		int ng = strata_gpu_count();
+		if (cfg->use_gpu == 1 && ng <= 0) {
+			rc = STRATA_ERR(err, STRATA_EUNSUPPORTED, "engine: a GPU was required and none is usable");
+			goto fail;
+		}
+		if (cfg->use_gpu != 0 && ng > 0) {
+			if ((rc = strata_gpu_init(0, err)))
+				goto fail;
+			e->on_gpu = true;
+		}
+	}
+	e->env.spec = &e->spec;
+	e->env.n_ids = n;
+	e->env.tier_table = e->tier_table;
+	e->env.expert_bytes = e->bytes;
+	e->env.budget[V] = cfg->budget[V];
+	e->env.budget[R] = cfg->budget[R];
+	e->env.budget[STRATA_TIER_NVME] = UINT64_MAX;
+	e->env.seed = cfg->seed;
+	e->env.future = cfg->future;
+	if ((rc = create_policies(e, err)) || (rc = open_tiers(e, err)) || (rc = open_movers(e, err)))
+		goto fail;
+	if ((rc = preload(e, err)))
+		goto fail;
+	*out = e;
+	return STRATA_OK;
+fail:
+	strata_engine_close(e);
+	return rc;
+}
+
+int strata_engine_open(struct strata_store *store, const struct strata_engine_config *cfg,
+		       struct strata_engine **out, struct strata_error *err)
+{
+	if (!store)
+		return STRATA_ERR(err, STRATA_EINVAL, "engine: no store");
+	return engine_open(store, strata_store_spec(store), strata_store_tier_table(store),
+			   strata_store_fmt_table(store), cfg, out, err);
+}
+
+int strata_engine_open_model(const struct strata_engine_model *m, const struct strata_engine_config *cfg,
+			     struct strata_engine **out, struct strata_error *err)
+{
+	*out = NULL;
+	if (cfg->mode != STRATA_ENGINE_VIRTUAL)
+		return STRATA_ERR(err, STRATA_EINVAL, "engine: a model without shard files runs in virtual mode only");
+	int rc = strata_model_spec_validate(m->spec, err);
+	return rc ? rc : engine_open(NULL, m->spec, m->tier_table, m->fmt_table, cfg, out, err);
+}
+
+void strata_engine_close(struct strata_engine *e)
+{
+	if (!e)
+		return;
+	struct strata_mover *ms[3] = { e->staged, e->h2d, e->nvme };
+	for (int i = 0; i < 3; i++)
+		if (ms[i]) {
+			struct strata_error err;
+			strata_mover_drain(ms[i], &err);
+		}
+	for (int i = 0; i < 3; i++)
+		strata_mover_close(ms[i]);
+	strata_vlink_free(&e->vl_nvme);
+	strata_vlink_free(&e->vl_pcie);
+	strata_tier_free(&e->tier[V]);
+	strata_tier_free(&e->tier[R]);
+	strata_tier_free(&e->scratch);
+	strata_policy_destroy(e->place);
+	strata_policy_destroy(e->evict[V]);
+	strata_policy_destroy(e->evict[R]);
+	strata_policy_destroy(e->prefetch);
+	for (int t = 0; t < 2; t++) {
+		free(e->resident[t]);
+		free(e->pinned[t]);
+		free(e->prefetched[t]);
+		free(e->off[t]);
+		free(e->inbound[t]);
+	}
+	for (uint32_t i = 0; i < e->n_blocks; i++)
+		free(e->job_blocks[i]);
+	free(e->job_blocks);
+	free(e->tier_table);
+	free(e->bytes);
+	free(e->ext);
+	free(e->scratch_off);
+	free(e->scratch_job);
+	free(e->step_eids);
+	free(e->reqs);
+	free(e);
+}
+
+/* ---- the run --------------------------------------------------------------- */
+
+static double clock_now(const struct strata_engine *e)
+{
+	return e->virt ? e->vclock : (double)(strata_now_ns() - e->t_open);
+}
+
+static int check_io(struct strata_engine *e, struct strata_error *err)
+{
+	if (!e->io_failed)
+		return STRATA_OK;
+	if (err)
+		*err = e->io_err;
+	return e->io_err.code ? e->io_err.code : STRATA_EIO;
+}
+
+/* Collect finished moves without blocking, so completions chain on. */
+static void poll_movers(struct strata_engine *e)
+{
+	struct strata_mover *ms[3] = { e->nvme, e->staged, e->h2d };
+	for (int i = 0; i < 3; i++) {
+		struct strata_error err;
+		if (ms[i]->outstanding && (strata_mover_submit(ms[i], &err) || strata_mover_reap(ms[i], 0, &err) < 0))
+			io_fail(e, &err);
+	}
+}
+
+static int check_ids(struct strata_engine *e, uint32_t layer, const uint32_t *x, uint32_t n, struct strata_error *err)
+{
+	if (layer >= e->spec.n_moe_layers)
+		return STRATA_ERR(err, STRATA_EINVAL, "engine: layer %u >= %u MoE layers", layer, e->spec.n_moe_layers);
+	for (uint32_t i = 0; i < n; i++)
+		if (x[i] >= e->spec.n_experts)
+			return STRATA_ERR(err, STRATA_EINVAL, "engine: expert %u >= %u experts per layer", x[i],
+					  e->spec.n_experts);
+	return STRATA_OK;
+}
+
+static int prefetch(struct strata_engine *e, uint64_t token, uint32_t layer, const uint32_t *experts, uint32_t n,
+		    const struct strata_hint *hints, uint32_t n_hints, struct strata_error *err)
+{
+	struct strata_policy *pf = e->prefetch;
+	struct strata_layer_ctx ctx = { .token = token, .layer = layer, .now = e->now, .hints = hints,
+					.n_hints = hints ? n_hints : 0, .experts = experts, .n_experts = n };
+	uint32_t nr = strata_prefetch_ops_of(pf)->on_layer(pf, &ctx, e->reqs, e->max_reqs);
+	int rc = policy_failed(e, err);
+	if (rc)
+		return rc;
+	if (nr > e->max_reqs)
+		return STRATA_ERR(err, STRATA_EPOLICY, "prefetch %s: returned %u requests, room for %u", pf->name, nr,
+				  e->max_reqs);
+	for (uint32_t i = 0; i < nr; i++) {
+		uint32_t eid = e->reqs[i].eid, t = e->reqs[i].tier;
+		if (eid >= e->n_ids || (t != V && t != R))
+			return STRATA_ERR(err, STRATA_EPOLICY, "prefetch %s: asked for expert %u of %u into tier %u",
+					  pf->name, eid, e->n_ids, t);
+		if (e->resident[V][eid] || e->resident[t][eid]) {
+			e->st.prefetch_redundant++;
+			continue;
+		}
+		uint64_t off;
+		rc = make_room(e, (int)t, eid, &off, err);
+		if (rc == STRATA_EBUDGET) {
+			e->st.prefetch_dropped++;
+			continue;
+		}
+		if (rc)
+			return rc;
+		mark_resident(e, (int)t, eid, off);
+		strata_evict_ops_of(e->evict[t])->on_insert(e->evict[t], eid, e->now);
+		e->prefetched[t][eid] = 1;
+		e->st.prefetch_issued++;
+		int src = t == V && e->resident[R][eid] ? R : STRATA_TIER_NVME;
+		if ((rc = issue(e, eid, (int)t, slot_ptr(e, (int)t, off), src, &e->inbound[t][eid])))
+			return check_io(e, err) ? check_io(e, err) : STRATA_ERR(err, rc, "engine: out of memory");
+	}
+	return STRATA_OK;
+}
+
+static void unpin_step(struct strata_engine *e)
+{
+	for (uint32_t i = 0; i < e->n_step; i++)
+		e->pinned[V][e->step_eids[i]]--;
+	e->n_step = 0;
+	e->step_layer = -1;
+}
+
+int strata_engine_begin_step(struct strata_engine *e, uint64_t token, uint32_t layer, const uint32_t *experts,
+			     uint32_t n, const struct strata_hint *hints, uint32_t n_hints, struct strata_error *err)
+{
+	uint64_t t0 = strata_now_ns();
+	double s0 = e->st.stall_ns;
+	int rc = check_ids(e, layer, experts, n, err);
+	if (rc)
+		return rc;
+	if (e->n_step)
+		unpin_step(e); /* a step that never acquired */
+	if (n > e->max_step)
+		return STRATA_ERR(err, STRATA_EINVAL, "engine: %u experts in one step (at most %u)", n, e->max_step);
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t eid = strata_eid(&e->spec, layer, experts[i]);
+		e->step_eids[e->n_step++] = eid;
+		e->pinned[V][eid]++;
+	}
+	e->step_layer = n ? (int)layer : -1;
+	poll_movers(e);
+	rc = prefetch(e, token, layer, n ? experts : NULL, n, hints, n_hints, err);
+	if (!rc) {
+		struct strata_mover *ms[3] = { e->nvme, e->staged, e->h2d };
+		for (int i = 0; i < 3 && !rc; i++)
+			if (strata_mover_submit(ms[i], err))
+				rc = STRATA_EIO;
+	}
+	if (!rc)
+		rc = check_io(e, err);
+	if (rc)
+		unpin_step(e);
+	e->st.clock_ns = clock_now(e);
+	e->st.bookkeeping_ns += strata_now_ns() - t0 - (e->virt ? 0 : (uint64_t)(e->st.stall_ns - s0));
+	return rc;
+}
+
+int strata_engine_begin_layer(struct strata_engine *e, uint64_t token, uint32_t layer,
+			      const struct strata_hint *hints, uint32_t n_hints, struct strata_error *err)
+{
+	return strata_engine_begin_step(e, token, layer, NULL, 0, hints, n_hints, err);
+}
+
+/* One expert of an acquire: decide, reserve, issue.  *wait gets the job the
+ * expert's VRAM copy depends on (NULL if already complete). */
+static int acquire_one(struct strata_engine *e, uint32_t eid, uint64_t now, uint64_t *vram_off, int *scratch,
+		       struct strata_error *err)
+{
+	struct strata_policy *pl = e->place;
+	const struct strata_place_ops *po = strata_place_ops_of(pl);
+	int rc;
+	*scratch = 0;
+	e->st.accesses++;
+	if (e->resident[V][eid]) {
+		e->st.hits[V]++;
+		if (e->prefetched[V][eid]) {
+			e->prefetched[V][eid] = 0;
+			e->st.prefetch_used++;
+			if (e->inbound[V][eid] && !e->inbound[V][eid]->done)
+				e->st.prefetch_late++;
+		}
+		strata_evict_ops_of(e->evict[V])->on_access(e->evict[V], eid, now);
+		po->on_access(pl, eid, V, now);
+		*vram_off = e->off[V][eid];
+		return STRATA_OK;
+	}
+	int from = e->resident[R][eid] ? R : STRATA_TIER_NVME;
+	e->st.hits[from]++;
+	if (from == R) {
+		if (e->prefetched[R][eid]) {
+			e->prefetched[R][eid] = 0;
+			e->st.prefetch_used++;
+			if (e->inbound[R][eid] && !e->inbound[R][eid]->done)
+				e->st.prefetch_late++;
+		}
+		strata_evict_ops_of(e->evict[R])->on_access(e->evict[R], eid, now);
+	}
+	uint32_t mask = po->admit(pl, eid, from, now);
+	po->on_access(pl, eid, from, now);
+	if ((rc = policy_failed(e, err)))
+		return rc;
+	int src = from;
+	if (from == STRATA_TIER_NVME && (mask & (1u << R)) && e->tier[R].budget) {
+		uint64_t off;
+		rc = make_room(e, R, eid, &off, err);
+		if (rc == STRATA_OK) {
+			mark_resident(e, R, eid, off);
+			strata_evict_ops_of(e->evict[R])->on_insert(e->evict[R], eid, now);
+			strata_evict_ops_of(e->evict[R])->on_access(e->evict[R], eid, now);
+			if ((rc = issue(e, eid, R, slot_ptr(e, R, off), STRATA_TIER_NVME, &e->inbound[R][eid])))
+				return rc;
+			src = R;
+		} else if (rc != STRATA_EBUDGET) {
+			return rc;
+		}
+	}
+	struct job **slot;
+	void *dst;
+	bool keep = false;
+	uint64_t off;
+	if (mask & (1u << V)) {
+		rc = make_room(e, V, eid, &off, err);
+		if (rc == STRATA_OK)
+			keep = true;
+		else if (rc == STRATA_EBUDGET)
+			e->st.admit_fallback++; /* pins fragment the tier (or budget 0): stream it */
+		else
+			return rc;
+	}
+	if (keep) {
+		mark_resident(e, V, eid, off);
+		strata_evict_ops_of(e->evict[V])->on_insert(e->evict[V], eid, now);
+		strata_evict_ops_of(e->evict[V])->on_access(e->evict[V], eid, now);
+		*vram_off = off;
+		slot = &e->inbound[V][eid];
+		dst = slot_ptr(e, V, off);
+	} else {
+		if (strata_tier_reserve(&e->scratch, e->bytes[eid], &off)) {
+			char a[32];
+			return STRATA_ERR(err, STRATA_EBUDGET,
+					  "engine: no free scratch slot for streamed expert %u/%u: %u slots of %s"
+					  " (raise scratch_slots to the experts of one step)",
+					  eid / e->spec.n_experts, eid % e->spec.n_experts,
+					  e->cfg.scratch_slots ? e->cfg.scratch_slots : e->spec.top_k,
+					  strata_fmt_bytes(e->max_bytes, a, sizeof(a)));
+		}
+		e->scratch_off[eid] = off;
+		e->st.streamed++;
+		*scratch = 1;
+		*vram_off = off;
+		slot = &e->scratch_job[eid];
+		dst = strata_tier_ptr(&e->scratch, off);
+	}
+	rc = issue(e, eid, V, dst, src, slot);
+	return rc ? rc : STRATA_OK;
+}
+
+int strata_engine_acquire(struct strata_engine *e, uint32_t layer, const uint32_t *experts, uint32_t n,
+			  const void **ptrs, struct strata_error *err)
+{
+	uint64_t t0 = strata_now_ns();
+	int rc = check_ids(e, layer, experts, n, err);
+	if (rc)
+		return rc;
+	bool stepped = e->step_layer == (int)layer && e->n_step == n;
+	if (!stepped) {
+		if (e->n_step)
+			unpin_step(e);
+		if (n > e->max_step)
+			return STRATA_ERR(err, STRATA_EINVAL, "engine: %u experts in one step (at most %u)", n,
+					  e->max_step);
+		for (uint32_t i = 0; i < n; i++) {
+			uint32_t eid = strata_eid(&e->spec, layer, experts[i]);
+			e->step_eids[e->n_step++] = eid;
+			e->pinned[V][eid]++;
+		}
+	}
+	e->step_layer = -2; /* acquired: release unpins */
+	for (uint32_t i = 0; i < n && !rc; i++) {
+		uint32_t eid = strata_eid(&e->spec, layer, experts[i]);
+		uint64_t off;
+		int scratch;
+		rc = acquire_one(e, eid, e->now++, &off, &scratch, err);
+		if (!rc && ptrs)
+			ptrs[i] = scratch ? strata_tier_ptr(&e->scratch, off) : slot_ptr(e, V, off);
+	}
+	if (rc) {
+		if (rc == STRATA_ENOMEM && !err->msg[0])
+			STRATA_ERR(err, rc, "engine: out of memory");
+		int io = check_io(e, NULL);
+		if (io && rc != STRATA_EPOLICY && rc != STRATA_EBUDGET)
+			rc = check_io(e, err);
+		e->st.clock_ns = clock_now(e);
+		return rc;
+	}
+	/* submit everything, then wait for this layer's experts */
+	struct strata_mover *ms[3] = { e->nvme, e->staged, e->h2d };
+	for (int i = 0; i < 3; i++)
+		if (strata_mover_submit(ms[i], err))
+			return STRATA_EIO;
+	uint64_t w0 = strata_now_ns();
+	double c0 = clock_now(e);
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t eid = strata_eid(&e->spec, layer, experts[i]);
+		struct job *j = e->scratch_off[eid] != NO_OFF ? e->scratch_job[eid] : e->inbound[V][eid];
+		if (j)
+			job_wait(e, j);
+		retire(e, &e->inbound[V][eid]);
+	}
+	double stall = clock_now(e) - c0;
+	e->st.stall_ns += stall;
+	uint64_t waited = strata_now_ns() - w0;
+	e->st.clock_ns = clock_now(e);
+	e->st.bookkeeping_ns += strata_now_ns() - t0 - (e->virt ? 0 : waited);
+	if ((rc = check_io(e, err)))
+		return rc;
+	return policy_failed(e, err);
+}
+
+int strata_engine_release(struct strata_engine *e, uint64_t token, uint32_t layer, const uint32_t *experts,
+			  uint32_t n, struct strata_error *err)
+{
+	uint64_t t0 = strata_now_ns();
+	int rc = check_ids(e, layer, experts, n, err);
+	if (rc)
+		return rc;
+	unpin_step(e);
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t eid = strata_eid(&e->spec, layer, experts[i]);
+		if (e->scratch_off[eid] != NO_OFF) {
+			struct job *j = e->scratch_job[eid];
+			if (j) {
+				job_wait(e, j);
+				retire(e, &e->scratch_job[eid]);
+			}
+			strata_tier_release(&e->scratch, e->scratch_off[eid], e->bytes[eid]);
+			e->scratch_off[eid] = NO_OFF;
+		}
+	}
+	strata_prefetch_ops_of(e->prefetch)->on_route(e->prefetch, token, layer, experts, n);
+	poll_movers(e);
+	e->st.clock_ns = clock_now(e);
+	e->st.bookkeeping_ns += strata_now_ns() - t0;
+	if ((rc = check_io(e, err)))
+		return rc;
+	return policy_failed(e, err);
+}
+
+void strata_engine_add_compute(struct strata_engine *e, double ns)
+{
+	if (ns <= 0)
+		return;
+	e->st.compute_ns += ns;
+	if (e->virt)
+		e->vclock += ns;
+	e->st.clock_ns = clock_now(e);
+}
+
+const struct strata_engine_stats *strata_engine_stats(const struct strata_engine *e)
+{
+	struct strata_engine *m = (struct strata_engine *)e;
+	m->st.clock_ns = clock_now(e);
+	m->st.io_ns = e->virt ? e->vl_nvme.busy_ns : e->nvme ? e->nvme->busy_ns : 0;
+	m->st.used[V] = strata_tier_used(&e->tier[V]);
+	m->st.used[R] = strata_tier_used(&e->tier[R]);
+	return &e->st;
+}
+
+const char *strata_engine_name(const struct strata_engine *e) { return e->name; }
+bool strata_engine_on_gpu(const struct strata_engine *e) { return e->on_gpu; }

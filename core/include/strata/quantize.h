@@ -1,0 +1,164 @@
+/*
+ * `strata quantize` as a library: map a Hugging Face safetensors MoE model
+ * onto a Strata model spec, quantize every routed expert to its tier's format
+ * and write Strata shards; everything else is stored BF16 (1-D tensors F32).
+ *
+ * Naming schemes (tensor name -> routed expert matrix):
+ *   mixtral      model.layers.{L}.block_sparse_moe.experts.{E}.{w1,w3,w2}.weight
+ *   deepseek-v3  model.layers.{L}.mlp.experts.{E}.{gate,up,down}_proj.weight
+ *                (shared experts model.layers.{L}.mlp.shared_experts.* and the
+ *                first_k_dense layers' model.layers.{L}.mlp.* are non-routed)
+ *   qwen3-moe    model.layers.{L}.mlp.experts.{E}.{gate,up,down}_proj.weight
+ * w1/gate_proj is the gate [inter x hidden], w3/up_proj the up [inter x
+ * hidden], w2/down_proj the down [hidden x inter] matrix.  "auto" picks the
+ * scheme whose expert pattern matches; deepseek-v3 when shared experts or
+ * e_score_correction_bias tensors are present, else qwen3-moe.
+ *
+ * The spec is inferred from the tensors: MoE layers are the layers holding
+ * experts (they must be contiguous), experts per layer and matrix sizes from
+ * the shapes, every expert checked for all three matrices, shape and a float
+ * dtype; top_k from config.json's num_experts_per_tok next to the model, else
+ * --top-k, else the scheme's default (clamped to the experts found).  Layers
+ * at or past config.json's num_hidden_layers (DeepSeek-V3's multi-token-
+ * prediction layer) are skipped and counted.
+ *
+ * Memory is bounded: each worker thread holds one matrix as float (the
+ * largest of gate/up/down: inter x hidden x 4 bytes) plus one packed expert;
+ * non-routed tensors are converted one at a time (the largest one as BF16
+ * is held whole, as strata_store_writer_add_tensor takes it in one piece).
+ */
+#ifndef STRATA_QUANTIZE_H
+#define STRATA_QUANTIZE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "strata/error.h"
+#include "strata/model.h"
+#include "strata/safetensors.h"
+#include "strata/store.h"
+
+enum strata_matrix {
+	STRATA_MAT_GATE = 0,
+	STRATA_MAT_UP = 1,
+	STRATA_MAT_DOWN = 2,
+	STRATA_MAT_COUNT = 3,
+};
+const char *strata_matrix_name(int m); /* "gate", "up", "down" */
+
+struct strata_naming {
+	const char *name;
+	const char *about;
+	const char *experts_infix;            /* after "model.layers.{L}." */
+	const char *matrix[STRATA_MAT_COUNT]; /* gate, up, down names before ".weight" */
+	const char *shared_infix;             /* shared experts, or NULL */
+	uint32_t default_top_k;
+};
+/* NULL-terminated by name == NULL. */
+extern const struct strata_naming strata_namings[];
+const struct strata_naming *strata_naming_find(const char *name);
+/* true if tensor is "model.layers.{L}.<infix>{E}.<matrix>.weight" of this scheme. */
+bool strata_naming_match(const struct strata_naming *n, const char *tensor, uint32_t *layer, uint32_t *expert,
+			 int *matrix);
+/* Tensor name of (layer, expert, matrix) in this scheme. */
+void strata_naming_format(const struct strata_naming *n, uint32_t layer, uint32_t expert, int matrix, char *buf,
+			  size_t len);
+
+/* A safetensors model mapped onto a spec. */
+struct strata_qz_model {
+	struct strata_st *st;
+	const struct strata_naming *naming;
+	struct strata_model_spec spec;
+	const struct strata_st_tensor **experts;   /* [eid * 3 + matrix] */
+	const struct strata_st_tensor **nonrouted; /* stored as-is (BF16/F32) */
+	uint32_t n_nonrouted;
+	uint32_t n_skipped;                        /* tensors of layers past num_hidden_layers */
+	char path[1024];
+};
+
+struct strata_qz_open_options {
+	const char *naming; /* NULL or "auto" */
+	uint32_t top_k;     /* 0: config.json, else the scheme's default */
+	const char *name;   /* spec name; NULL: the input's base name */
+};
+
+int strata_qz_model_open(const char *path, const struct strata_qz_open_options *opt, struct strata_qz_model **out,
+			 struct strata_error *err);
+void strata_qz_model_close(struct strata_qz_model *m);
+
+/*
+ * Importance matrix: mean x^2 per input column of each routed matrix, which
+ * weights the quantization error (strata_quantize_matrix's imatrix).  Files:
+ *   safetensors, F32 (or any float) 1-D tensors named
+ *     layers.{L}.{gate,up,down}               one per MoE layer, all its experts
+ *     layers.{L}.experts.{E}.{gate,up,down}   optional per-expert override
+ *   (L: the model's layer number as in "model.layers.{L}"; gate and up have
+ *   hidden entries, down has inter);
+ *   or JSON {"layers": {"L": {"gate": [...], "up": [...], "down": [...]}, ...}}.
+ * Values must be finite and >= 0.  Layers or matrices absent get NULL
+ * (unweighted).  Entries for unknown layers/matrices or of the wrong length
+ * are errors naming the file and entry.
+ */
+struct strata_imatrix;
+int strata_imatrix_load(const char *path, const struct strata_model_spec *s, struct strata_imatrix **out,
+			struct strata_error *err);
+/* Fill out (hidden or inter floats) for (moe_layer, expert, matrix); *found =
+ * false (out untouched) if the file has none.  Thread-safe. */
+int strata_imatrix_get(struct strata_imatrix *im, uint32_t moe_layer, uint32_t expert, int matrix, float *out,
+		       bool *found, struct strata_error *err);
+uint32_t strata_imatrix_count(const struct strata_imatrix *im); /* matrices (layer-level + per-expert) held */
+void strata_imatrix_free(struct strata_imatrix *im);
+
+struct strata_quantize_config {
+	const char *out;            /* output directory (shards) */
+	const uint8_t *tiers;       /* per expert id, enum strata_tier (required) */
+	struct strata_imatrix *imatrix; /* or NULL */
+	uint32_t threads;           /* 0: 1 */
+	uint64_t shard_bytes;       /* 0: the store's default */
+	bool progress;              /* progress bar on stderr */
+};
+
+struct strata_quantize_tier_stats {
+	uint64_t experts;
+	uint64_t matrices;
+	double cos_sum, cos_min;    /* per-matrix cosine */
+	double rmse_sum;            /* per-matrix relative RMSE */
+	uint64_t params;
+	uint64_t payload;           /* packed bytes */
+	uint64_t bytes;             /* extent bytes (4 KiB padded) */
+	int fmt;
+	double bpw;                 /* format bits per weight */
+};
+
+struct strata_quantize_report {
+	struct strata_model_spec spec;
+	char naming[32];
+	struct strata_quantize_tier_stats tier[STRATA_TIER_COUNT];
+	uint64_t tensors, tensor_params, tensor_bytes; /* non-routed, as stored */
+	uint64_t in_bytes;          /* input tensor bytes read */
+	uint64_t bf16_bytes;        /* the whole model at BF16 (routed + non-routed) */
+	uint64_t routed_bf16_bytes;
+	uint64_t out_bytes;         /* expert extents + tensors */
+	uint64_t buffer_bytes;      /* working buffers held (the memory bound) */
+	uint32_t imatrix_used;      /* matrices quantized with an importance matrix */
+	uint32_t skipped;
+	double seconds;
+};
+
+/* Quantize m into cfg->out.  On any failure every partial shard is removed
+ * (strata_store_writer_abort) and the error names the tensor or file. */
+int strata_quantize_run(struct strata_qz_model *m, const struct strata_quantize_config *cfg,
+			struct strata_quantize_report *rep, struct strata_error *err);
+
+/*
+ * Write a small Hugging Face-style test model into dir: config.json,
+ * model.safetensors (n_files 1) or model-0000i-of-0000n.safetensors plus
+ * model.safetensors.index.json, with the given scheme's names, spec shape
+ * (dense layers before first_moe_layer, shared experts if n_shared), a vocab
+ * of 64, tensors in dtype (STRATA_ST_BF16/F16/F32), weights N(0, 0.02) from
+ * seed with a few heavy-tailed outliers.
+ */
+int strata_qz_make_test_model(const char *dir, const char *naming, const struct strata_model_spec *s, int dtype,
+			      uint32_t n_files, uint64_t seed, struct strata_error *err);
+
+#endif

@@ -1,0 +1,112 @@
+/*
+ * Trace replay: drive the engine from a routing trace and a shard set.
+ *
+ * The trace is cut into steps (strata/trace.h: one decode token, or a chunk
+ * of a request's prefill).  Per step and MoE layer the driver
+ *   1. hands the engine the recorded lookahead predictions of the step's
+ *      tokens as hints (strata_engine_begin_layer),
+ *   2. acquires the step's distinct routed experts (strata_engine_acquire),
+ *   3. runs the expert computation on them: the CPU reference
+ *      (strata_moe_layer_ref), the GPU kernels (strata_moe_layer_gpu, when
+ *      the engine runs on a GPU), or none; activations are synthetic but
+ *      deterministic (seeded), weights are the trace's gate weights,
+ *   4. releases them (strata_engine_release), which tells the policies what
+ *      was routed.
+ * `strata sim` is the same loop with the engine in virtual mode: no bytes
+ * move and compute is charged from the cost model, so the same policies run
+ * at millions of expert accesses per second.
+ *
+ * Same trace + same config + same seed gives the same counters (hits, bytes,
+ * evictions, prefetch outcomes); times are measured (real) or modelled
+ * (virtual).
+ */
+#ifndef STRATA_REPLAY_H
+#define STRATA_REPLAY_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "strata/engine.h"
+#include "strata/error.h"
+
+enum strata_compute {
+	STRATA_COMPUTE_NONE = 0,  /* acquire/release only (sim: modelled kernel time) */
+	STRATA_COMPUTE_REF = 1,   /* CPU reference on host extents */
+	STRATA_COMPUTE_GPU = 2,   /* CUDA kernels on device extents */
+	STRATA_COMPUTE_AUTO = 3,  /* gpu when the engine is on a GPU and kernels exist, else ref */
+};
+const char *strata_compute_name(int c);
+
+/* Everything `strata calibrate` measures: the engine's link/kernel costs plus
+ * how kernel time grows with the tokens routed to an expert (prefill). */
+struct strata_cost_file {
+	struct strata_cost_model cost;
+	double kernel_us_per_mb_token;  /* extra per MB for each token beyond the first */
+	char machine[128];              /* where it was measured */
+	char source[64];                /* "measured", "defaults" */
+};
+void strata_cost_file_defaults(struct strata_cost_file *c);
+int strata_cost_file_load(const char *path, struct strata_cost_file *c, struct strata_error *err);
+int strata_cost_file_save(const char *path, const struct strata_cost_file *c, struct strata_error *err);
+void strata_cost_file_print(const struct strata_cost_file *c, FILE *f);
+
+/* strata calibrate (core/calibrate.c): NVMe latency/bandwidth on the model's
+ * shards (O_DIRECT, io_uring), RAM->VRAM and HBM bandwidth when a GPU is
+ * usable, kernel time per packed MB on real extents (GPU kernels or the CPU
+ * reference).  Fields not measured keep strata_cost_file_defaults. */
+struct strata_calibrate_config {
+	const char *model_dir;
+	uint64_t read_bytes;     /* NVMe bytes read for bandwidth (default 1 GiB) */
+	uint32_t queue_depth;    /* io_uring depth (default 32) */
+	int compute;             /* enum strata_compute: kernels timed (none: skip) */
+	int use_gpu;             /* -1 auto, 0 never, 1 require */
+};
+void strata_calibrate_config_defaults(struct strata_calibrate_config *c);
+int strata_calibrate(const struct strata_calibrate_config *c, struct strata_cost_file *out, FILE *log,
+		     struct strata_error *err);
+
+struct strata_replay_config {
+	const char *model_dir;
+	const char *trace_path;
+	struct strata_engine_config engine;  /* mode, budgets, policy specs, seed, mover, ... */
+	int compute;                          /* enum strata_compute */
+	uint64_t max_tokens;                  /* 0: whole trace */
+	uint32_t prefill_chunk;               /* tokens per prefill step; 0: a request's whole prompt */
+	bool hints;                           /* pass recorded predictions (default true) */
+	bool future;                          /* give policies the trace's future (Belady, oracle) */
+	bool progress;
+	double kernel_us_per_mb_token;        /* virtual mode, see strata_cost_file */
+};
+void strata_replay_config_defaults(struct strata_replay_config *c);
+
+struct strata_replay_result {
+	char name[STRATA_POLICY_NAME_MAX + 64]; /* canonical engine config name */
+	char trace[256], model[STRATA_NAME_MAX];
+	int mode, compute;
+	uint64_t seed, budget[2];
+	uint64_t tokens, prefill_tokens, decode_tokens, steps, requests;
+	struct strata_engine_stats stats;      /* the engine's counters at the end */
+	double hit_rate[3];                    /* share of accesses served from VRAM, RAM, NVMe */
+	double prefetch_accuracy;              /* used / issued */
+	double prefetch_coverage;              /* used / (used + accesses not served from VRAM) */
+	double prefetch_waste;                 /* wasted / issued */
+	double prefill_tok_s, decode_tok_s;
+	double ttft_ms;                        /* mean over requests: first step start -> first token */
+	double lat_p50_ms, lat_p99_ms;         /* per decode token */
+	double cold_start_ms;                  /* engine open (initial placement I/O) */
+	double run_s;                          /* wall (real) or virtual seconds of the replay loop */
+	double wall_s;                         /* host wall time of the whole call */
+	double accesses_per_s;                 /* expert accesses per host wall second */
+};
+
+int strata_replay_run(const struct strata_replay_config *cfg, struct strata_replay_result *res,
+		      struct strata_error *err);
+
+void strata_replay_print(const struct strata_replay_result *r, FILE *f);
+int strata_replay_write_json(const struct strata_replay_result *r, const char *path, struct strata_error *err);
+/* One header line + one row; append = add a row to an existing file (no header). */
+int strata_replay_write_csv(const struct strata_replay_result *r, const char *path, bool append,
+			    struct strata_error *err);
+
+#endif

@@ -1,0 +1,106 @@
+/*
+ * Memory tiers: byte budgets over arenas, and the extent allocator inside them.
+ *
+ * A cached tier (VRAM or pinned RAM) is one arena of exactly `budget` bytes,
+ * allocated once at open, in which experts take whole extents.  Nothing is
+ * ever placed past the budget: the allocator works on offsets inside
+ * [0, budget), so the byte count resident in a tier can never exceed it.
+ *
+ * Backings:
+ *   DEVICE   one strata_gpu_malloc'd block (a real GPU)
+ *   HOST     an aligned host block standing in for VRAM (CI, no GPU)
+ *   PINNED   host memory on a NUMA node (libnuma), page-locked: registered
+ *            with CUDA when a GPU is in use, mlock'ed otherwise
+ *   VIRTUAL  no memory at all: only offsets are handed out (strata sim), so
+ *            allocation decisions are identical to a real run's
+ *
+ * The allocator is address-ordered best fit with coalescing: experts come in a
+ * handful of extent sizes (one per format), so best fit reuses a hole of the
+ * size just freed and keeps fragmentation low (tests/test_tier.c measures it).
+ * When a request does not fit although enough bytes are free, the caller (the
+ * engine) evicts more, in its eviction policy's order, until it fits.
+ */
+#ifndef STRATA_TIER_H
+#define STRATA_TIER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "strata/error.h"
+
+#define STRATA_TIER_ALIGN 4096u /* every extent and offset is a multiple */
+
+struct strata_span {
+	uint64_t off, len;
+};
+
+/* First/best-fit free list over [0, size). */
+struct strata_arena {
+	uint64_t size;            /* bytes managed */
+	uint64_t used;            /* bytes handed out */
+	struct strata_span *free; /* sorted by offset, coalesced */
+	uint32_t n_free, cap_free;
+};
+
+int strata_arena_init(struct strata_arena *a, uint64_t size, struct strata_error *err);
+void strata_arena_free(struct strata_arena *a);
+/* Reserve bytes (rounded up to STRATA_TIER_ALIGN).  Returns STRATA_OK and the
+ * offset, or STRATA_EBUDGET without touching err when no hole is large enough
+ * (the hot path: the engine evicts and retries), or STRATA_ENOMEM. */
+int strata_arena_reserve(struct strata_arena *a, uint64_t bytes, uint64_t *off);
+/* Give back a span from strata_arena_reserve (same bytes). */
+void strata_arena_release(struct strata_arena *a, uint64_t off, uint64_t bytes);
+/* Largest hole, for error messages and fragmentation checks. */
+uint64_t strata_arena_largest_free(const struct strata_arena *a);
+/* Internal consistency (sorted, coalesced, sums to size - used): 0 if fine. */
+int strata_arena_check(const struct strata_arena *a);
+
+enum strata_tier_backing {
+	STRATA_BACK_VIRTUAL = 0,
+	STRATA_BACK_HOST = 1,
+	STRATA_BACK_DEVICE = 2,
+	STRATA_BACK_PINNED = 3,
+};
+
+struct strata_tier_config {
+	int kind;            /* enum strata_tier: STRATA_TIER_VRAM or STRATA_TIER_RAM */
+	int backing;         /* enum strata_tier_backing */
+	uint64_t budget;     /* bytes; rounded down to STRATA_TIER_ALIGN */
+	int numa_node;       /* PINNED: -1 = the GPU's node (or no binding), else forced */
+	int gpu_device;      /* the GPU whose node is looked up; -1 none */
+	bool register_gpu;   /* PINNED: cudaHostRegister the arena (a GPU is in use) */
+};
+
+struct strata_tier_mem {
+	int kind, backing;
+	uint64_t budget;
+	uint8_t *base;            /* NULL for VIRTUAL or budget 0 */
+	struct strata_arena arena;
+	int numa_node;            /* node the arena was bound to, -1 none */
+	const char *numa_how;     /* "forced", "hwloc", "sysfs", "none" */
+	bool locked, registered;
+	char desc[192];           /* one line for logs: "ram: 8.00 GiB pinned, NUMA node 0 (hwloc), mlock" */
+};
+
+int strata_tier_init(struct strata_tier_mem *t, const struct strata_tier_config *c, struct strata_error *err);
+void strata_tier_free(struct strata_tier_mem *t);
+static inline int strata_tier_reserve(struct strata_tier_mem *t, uint64_t bytes, uint64_t *off)
+{
+	return strata_arena_reserve(&t->arena, bytes, off);
+}
+static inline void strata_tier_release(struct strata_tier_mem *t, uint64_t off, uint64_t bytes)
+{
+	strata_arena_release(&t->arena, off, bytes);
+}
+/* Address of an offset (NULL for a VIRTUAL tier). */
+static inline void *strata_tier_ptr(const struct strata_tier_mem *t, uint64_t off)
+{
+	return t->base ? t->base + off : 0;
+}
+static inline uint64_t strata_tier_used(const struct strata_tier_mem *t) { return t->arena.used; }
+
+/* NUMA node of a GPU: hwloc (PCI bus id -> closest node), then sysfs; -1 if
+ * unknown or single-node.  *how names the method. */
+int strata_numa_node_of_gpu(int device, const char **how);
+
+#endif

@@ -1,0 +1,159 @@
+/* virtual: moves no bytes.  A move is scheduled on submit across the links in
+ * its config (one for NVMe -> RAM or RAM -> VRAM, two in a row for a staged
+ * NVMe -> VRAM move) by the cost model of struct strata_vlink:
+ *   - at most queue_depth moves are in flight on a link; a move waits for a
+ *     slot (the earliest to free),
+ *   - each pays the link latency (overlapped between moves in flight), then
+ *     its transfer, bytes / bandwidth, serialized on the link,
+ * and completes at a virtual time.  reap() hands back moves whose time has
+ * come on the caller's clock, and when it must block, advances the clock to
+ * the next completion: that is how waiting costs time in `strata sim`.
+ * Everything is deterministic: the same moves in the same order give the same
+ * times. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+
+#include "mover_int.h"
+
+struct virt_priv {
+	struct strata_moveq queued;
+	struct strata_move **heap; /* in flight, min-heap on done_ns */
+	uint32_t n, cap;
+};
+
+static int virt_init(struct strata_mover *m, struct strata_error *err)
+{
+	if (!m->cfg.clock_ns || !m->cfg.links[0] || !m->cfg.links[0]->queue_depth ||
+	    (m->cfg.links[1] && !m->cfg.links[1]->queue_depth))
+		return STRATA_ERR(err, STRATA_EINVAL, "needs a clock and at least one link");
+	return STRATA_OK;
+}
+
+static void virt_free(struct strata_mover *m)
+{
+	free(((struct virt_priv *)m->priv)->heap);
+}
+
+static int virt_queue(struct strata_mover *m, struct strata_move *mv)
+{
+	strata_moveq_push(&((struct virt_priv *)m->priv)->queued, mv);
+	return 0;
+}
+
+static bool before(const struct strata_move *a, const struct strata_move *b)
+{
+	/* ties by submit order keep reaping deterministic */
+	return a->done_ns < b->done_ns || (a->done_ns == b->done_ns && a->priv[0] < b->priv[0]);
+}
+
+static void heap_push(struct virt_priv *p, struct strata_move *mv)
+{
+	uint32_t i = p->n++;
+	p->heap[i] = mv;
+	while (i && before(p->heap[i], p->heap[(i - 1) / 2])) {
+		struct strata_move *t = p->heap[i];
+		p->heap[i] = p->heap[(i - 1) / 2];
+		p->heap[(i - 1) / 2] = t;
+		i = (i - 1) / 2;
+	}
+}
+
+static struct strata_move *heap_pop(struct virt_priv *p)
+{
+	struct strata_move *top = p->heap[0];
+	p->heap[0] = p->heap[--p->n];
+	uint32_t i = 0;
+	for (;;) {
+		uint32_t l = 2 * i + 1, r = l + 1, s = i;
+		if (l < p->n && before(p->heap[l], p->heap[s]))
+			s = l;
+		if (r < p->n && before(p->heap[r], p->heap[s]))
+			s = r;
+		if (s == i)
+			break;
+		struct strata_move *t = p->heap[i];
+		p->heap[i] = p->heap[s];
+		p->heap[s] = t;
+		i = s;
+	}
+	return top;
+}
+
+static double schedule(struct strata_vlink *l, double start, uint64_t bytes)
+{
+	uint32_t slot = 0;
+	for (uint32_t i = 1; i < l->queue_depth; i++)
+		if (l->slot_free[i] < l->slot_free[slot])
+			slot = i;
+	if (l->slot_free[slot] > start)
+		start = l->slot_free[slot];
+	double xfer = start + l->lat_us * 1e3;
+	if (l->busy_until > xfer)
+		xfer = l->busy_until;
+	double t = (double)bytes / l->gbps;
+	l->busy_until = xfer + t;
+	l->busy_ns += t;
+	l->slot_free[slot] = l->busy_until;
+	return l->busy_until;
+}
+
+static uint64_t seq;
+
+static int virt_submit(struct strata_mover *m)
+{
+	struct virt_priv *p = m->priv;
+	struct strata_move *mv;
+	int n = 0;
+	while ((mv = strata_moveq_pop(&p->queued))) {
+		if (p->n == p->cap) {
+			uint32_t cap = p->cap ? p->cap * 2 : 64;
+			struct strata_move **h = realloc(p->heap, sizeof(*h) * cap);
+			if (!h) {
+				strata_moveq_push(&p->queued, mv); /* keep it; report */
+				return -ENOMEM;
+			}
+			p->heap = h;
+			p->cap = cap;
+		}
+		double t = *m->cfg.clock_ns;
+		if ((double)mv->not_before_ns > t)
+			t = (double)mv->not_before_ns;
+		mv->submit_ns = (uint64_t)llround(t);
+		for (int k = 0; k < 2 && m->cfg.links[k]; k++)
+			t = schedule(m->cfg.links[k], t, mv->bytes);
+		mv->done_ns = (uint64_t)llround(t);
+		mv->priv[0] = seq++;
+		mv->status = STRATA_MOVE_INFLIGHT;
+		heap_push(p, mv);
+		n++;
+	}
+	return n;
+}
+
+static int virt_reap(struct strata_mover *m, uint32_t min, struct strata_move **out, uint32_t max)
+{
+	struct virt_priv *p = m->priv;
+	uint32_t n = 0;
+	while (n < max && p->n) {
+		struct strata_move *top = p->heap[0];
+		if ((double)top->done_ns > *m->cfg.clock_ns) {
+			if (n >= min)
+				break;
+			*m->cfg.clock_ns = (double)top->done_ns; /* waiting costs time */
+		}
+		heap_pop(p);
+		top->done_bytes = top->bytes;
+		top->res = 0;
+		top->status = STRATA_MOVE_DONE;
+		out[n++] = top;
+	}
+	return (int)n;
+}
+
+const struct strata_mover_ops strata_mover_virtual = {
+	.name = "virtual", .version = STRATA_MOVER_ABI, .caps = STRATA_MOVER_C_VIRTUAL | STRATA_MOVER_C_ASYNC,
+	.help = "moves nothing; advances a virtual clock by latency + bytes / bandwidth per link",
+	.priv_size = sizeof(struct virt_priv),
+	.init = virt_init, .free = virt_free, .queue = virt_queue, .submit = virt_submit, .reap = virt_reap,
+};

@@ -1,0 +1,955 @@
+/*
+ * Safetensors MoE model -> Strata shards: naming schemes, spec inference,
+ * the parallel quantize loop, and a small test-model writer.  See
+ * include/strata/quantize.h.
+ *
+ * The quantize loop hands out expert ids from one atomic counter to N worker
+ * threads; each worker reads one matrix at a time (pread, converted to float),
+ * quantizes it into its own packed-expert buffer and, holding the job lock,
+ * appends the expert to the shard writer and folds its statistics into the
+ * report.  The writer is only ever called under that lock.  The first error
+ * wins and stops every worker; the writer is then aborted so no shard that
+ * looks valid is left behind.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "quant.h"
+#include "strata/json.h"
+#include "strata/quantize.h"
+#include "strata/util.h"
+
+const char *strata_matrix_name(int m)
+{
+	static const char *const n[] = { "gate", "up", "down" };
+	return m >= 0 && m < STRATA_MAT_COUNT ? n[m] : "?";
+}
+
+const struct strata_naming strata_namings[] = {
+	{ .name = "mixtral", .about = "model.layers.{L}.block_sparse_moe.experts.{E}.{w1,w3,w2}.weight",
+	  .experts_infix = "block_sparse_moe.experts.", .matrix = { "w1", "w3", "w2" }, .default_top_k = 2 },
+	{ .name = "deepseek-v3", .about = "model.layers.{L}.mlp.experts.{E}.{gate,up,down}_proj.weight, shared experts",
+	  .experts_infix = "mlp.experts.", .matrix = { "gate_proj", "up_proj", "down_proj" },
+	  .shared_infix = "mlp.shared_experts.", .default_top_k = 8 },
+	{ .name = "qwen3-moe", .about = "model.layers.{L}.mlp.experts.{E}.{gate,up,down}_proj.weight",
+	  .experts_infix = "mlp.experts.", .matrix = { "gate_proj", "up_proj", "down_proj" }, .default_top_k = 8 },
+	{ .name = NULL },
+};
+
+const struct strata_naming *strata_naming_find(const char *name)
+{
+	for (const struct strata_naming *n = strata_namings; n->name; n++)
+		if (!strcmp(n->name, name))
+			return n;
+	return NULL;
+}
+
+static bool parse_index(const char **p, uint32_t *out)
+{
+	const char *s = *p;
+	if (*s < '0' || *s > '9' || (s[0] == '0' && s[1] >= '0' && s[1] <= '9'))
+		return false;
+	uint64_t v = 0;
+	while (*s >= '0' && *s <= '9') {
+		v = v * 10 + (uint64_t)(*s - '0');
+		if (v > 1000000)
+			return false;
+		s++;
+	}
+	*out = (uint32_t)v;
+	*p = s;
+	return true;
+}
+
+/* "model.layers.{L}." prefix: the layer number and what follows, or NULL. */
+static const char *layer_prefix(const char *t, uint32_t *layer)
+{
+	static const char pre[] = "model.layers.";
+	if (strncmp(t, pre, sizeof(pre) - 1))
+		return NULL;
+	const char *p = t + sizeof(pre) - 1;
+	if (!parse_index(&p, layer) || *p != '.')
+		return NULL;
+	return p + 1;
+}
+
+bool strata_naming_match(const struct strata_naming *n, const char *tensor, uint32_t *layer, uint32_t *expert,
+			 int *matrix)
+{
+	const char *p = layer_prefix(tensor, layer);
+	size_t il = strlen(n->experts_infix);
+	if (!p || strncmp(p, n->experts_infix, il))
+		return false;
+	p += il;
+	if (!parse_index(&p, expert) || *p++ != '.')
+		return false;
+	for (int m = 0; m < STRATA_MAT_COUNT; m++) {
+		size_t ml = strlen(n->matrix[m]);
+		if (!strncmp(p, n->matrix[m], ml) && !strcmp(p + ml, ".weight")) {
+			*matrix = m;
+			return true;
+		}
+	}
+	return false;
+}
+
+void strata_naming_format(const struct strata_naming *n, uint32_t layer, uint32_t expert, int matrix, char *buf,
+			  size_t len)
+{
+	snprintf(buf, len, "model.layers.%u.%s%u.%s.weight", layer, n->experts_infix, expert, n->matrix[matrix]);
+}
+
+static int detect_naming(struct strata_st *st, const struct strata_naming **out, struct strata_error *err)
+{
+	const struct strata_naming *mix = strata_naming_find("mixtral"), *ds = strata_naming_find("deepseek-v3");
+	uint32_t n_mix = 0, n_mlp = 0, deepseek_hint = 0;
+	for (uint32_t i = 0; i < strata_st_tensor_count(st); i++) {
+		const char *name = strata_st_tensor_at(st, i)->name;
+		uint32_t l, e;
+		int m;
+		n_mix += strata_naming_match(mix, name, &l, &e, &m);
+		n_mlp += strata_naming_match(ds, name, &l, &e, &m);
+		deepseek_hint += strstr(name, ".mlp.shared_experts.") || strstr(name, "e_score_correction_bias");
+	}
+	if (n_mix && n_mlp)
+		return STRATA_ERR(err, STRATA_EINVAL,
+				  "%s: tensors match both the mixtral and the mlp.experts naming: pick one with --naming",
+				  strata_st_file_path(st, 0));
+	if (n_mix)
+		*out = mix;
+	else if (n_mlp)
+		*out = deepseek_hint ? ds : strata_naming_find("qwen3-moe");
+	else
+		return STRATA_ERR(err, STRATA_ENOTFOUND,
+				  "%s: no routed-expert tensors of any known naming (mixtral: %s; deepseek-v3 / qwen3-moe: %s)",
+				  strata_st_file_path(st, 0), mix->about, ds->about);
+	return STRATA_OK;
+}
+
+/* config.json next to the model, if any: a few integers. */
+struct hf_config {
+	int64_t top_k, n_hidden_layers, n_shared;
+};
+
+static void cfg_int(const struct strata_json *root, const char *key, int64_t *out)
+{
+	const struct strata_json *v = strata_json_get(root, key);
+	if (v && v->type == STRATA_JSON_NUMBER && v->is_int && v->i >= 0)
+		*out = v->i;
+}
+
+static int read_hf_config(const char *model_path, struct hf_config *c, struct strata_error *err)
+{
+	c->top_k = c->n_hidden_layers = c->n_shared = -1;
+	char dir[PATH_MAX], path[PATH_MAX + 16];
+	struct stat sb;
+	snprintf(dir, sizeof(dir), "%s", model_path);
+	if (stat(dir, &sb) || !S_ISDIR(sb.st_mode)) {
+		char *slash = strrchr(dir, '/');
+		if (slash)
+			*slash = '\0';
+		else
+			strcpy(dir, ".");
+	}
+	snprintf(path, sizeof(path), "%s/config.json", dir);
+	if (stat(path, &sb))
+		return STRATA_OK;
+	struct strata_json_doc *doc;
+	int rc = strata_json_parse_file(path, 16u << 20, &doc, err);
+	if (rc)
+		return rc;
+	const struct strata_json *root = strata_json_root(doc);
+	cfg_int(root, "num_experts_per_tok", &c->top_k);
+	cfg_int(root, "num_hidden_layers", &c->n_hidden_layers);
+	cfg_int(root, "n_shared_experts", &c->n_shared);
+	strata_json_free(doc);
+	return STRATA_OK;
+}
+
+void strata_qz_model_close(struct strata_qz_model *m)
+{
+	if (!m)
+		return;
+	strata_st_close(m->st);
+	free(m->experts);
+	free(m->nonrouted);
+	free(m);
+}
+
+static const char *base_name(const char *path, char *buf, size_t len)
+{
+	snprintf(buf, len, "%s", path);
+	size_t l = strlen(buf);
+	while (l > 1 && buf[l - 1] == '/')
+		buf[--l] = '\0';
+	char *s = strrchr(buf, '/');
+	const char *b = s ? s + 1 : buf;
+	memmove(buf, b, strlen(b) + 1);
+	char *dot = strstr(buf, ".safetensors");
+	if (dot)
+		*dot = '\0';
+	return buf;
+}
+
+int strata_qz_model_open(const char *path, const struct strata_qz_open_options *opt, struct strata_qz_model **out,
+			 struct strata_error *err)
+{
+	*out = NULL;
+	struct strata_qz_open_options none = { 0 };
+	if (!opt)
+		opt = &none;
+	struct strata_qz_model *m = calloc(1, sizeof(*m));
+	if (!m)
+		return STRATA_ERR(err, STRATA_ENOMEM, "out of memory");
+	snprintf(m->path, sizeof(m->path), "%s", path);
+	uint32_t *layer_of = NULL, *expert_of = NULL;
+	int8_t *mat_of = NULL;
+	int rc = strata_st_open(path, &m->st, err);
+	if (rc)
+		goto fail;
+	struct strata_st *st = m->st;
+	const char *where = path;
+	struct hf_config hc;
+	if ((rc = read_hf_config(path, &hc, err)))
+		goto fail;
+	if (!opt->naming || !strcmp(opt->naming, "auto")) {
+		if ((rc = detect_naming(st, &m->naming, err)))
+			goto fail;
+	} else if (!(m->naming = strata_naming_find(opt->naming))) {
+		rc = STRATA_ERR(err, STRATA_EINVAL, "unknown naming '%s' (mixtral, deepseek-v3, qwen3-moe, auto)", opt->naming);
+		goto fail;
+	}
+	const struct strata_naming *nm = m->naming;
+	uint32_t n = strata_st_tensor_count(st);
+	layer_of = malloc(n * sizeof(*layer_of));
+	expert_of = malloc(n * sizeof(*expert_of));
+	mat_of = malloc(n);
+	if (!layer_of || !expert_of || !mat_of) {
+		rc = STRATA_ERR(err, STRATA_ENOMEM, "out of memory");
+		goto fail;
+	}
+	/* pass 1: classify; find the MoE layer range and expert count */
+	uint32_t lo = UINT32_MAX, hi = 0, max_e = 0, max_layer = 0, n_exp = 0;
+	bool any_layer = false;
+	for (uint32_t i = 0; i < n; i++) {
+		const struct strata_st_tensor *t = strata_st_tensor_at(st, i);
+		uint32_t l, e;
+		int mat;
+		mat_of[i] = -1;
+		if (layer_prefix(t->name, &l)) {
+			if (hc.n_hidden_layers >= 0 && l >= (uint64_t)hc.n_hidden_layers) {
+				mat_of[i] = -2; /* skipped (MTP) */
+				m->n_skipped++;
+				continue;
+			}
+			any_layer = true;
+			if (l > max_layer)
+				max_layer = l;
+		}
+		if (strata_naming_match(nm, t->name, &l, &e, &mat)) {
+			mat_of[i] = (int8_t)mat;
+			layer_of[i] = l;
+			expert_of[i] = e;
+			lo = l < lo ? l : lo;
+			hi = l > hi ? l : hi;
+			max_e = e > max_e ? e : max_e;
+			n_exp++;
+		} else if (layer_prefix(t->name, &l) && strstr(t->name, nm->experts_infix)) {
+			rc = STRATA_ERR(err, STRATA_ECORRUPT,
+					"%s: tensor '%s' is under the %s experts but is not one of %s/%s/%s.weight", where,
+					t->name, nm->name, nm->matrix[0], nm->matrix[1], nm->matrix[2]);
+			goto fail;
+		}
+	}
+	if (!n_exp) {
+		rc = STRATA_ERR(err, STRATA_ENOTFOUND, "%s: no tensor matches the %s naming (%s)", where, nm->name, nm->about);
+		goto fail;
+	}
+	struct strata_model_spec *s = &m->spec;
+	memset(s, 0, sizeof(*s));
+	char bn[PATH_MAX];
+	snprintf(s->name, sizeof(s->name), "%s", opt->name ? opt->name : base_name(path, bn, sizeof(bn)));
+	s->first_moe_layer = lo;
+	s->n_moe_layers = hi - lo + 1;
+	s->n_experts = max_e + 1;
+	s->n_layers = (any_layer ? max_layer : hi) + 1;
+	if (s->n_moe_layers > 65535 || s->n_experts > 65535) {
+		rc = STRATA_ERR(err, STRATA_EINVAL, "%s: %u MoE layers x %u experts is too many", where, s->n_moe_layers,
+				s->n_experts);
+		goto fail;
+	}
+	uint64_t total = (uint64_t)s->n_moe_layers * s->n_experts;
+	m->experts = calloc(total * STRATA_MAT_COUNT, sizeof(*m->experts));
+	m->nonrouted = calloc(n, sizeof(*m->nonrouted));
+	if (!m->experts || !m->nonrouted) {
+		rc = STRATA_ERR(err, STRATA_ENOMEM, "out of memory");
+		goto fail;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		const struct strata_st_tensor *t = strata_st_tensor_at(st, i);
+		if (mat_of[i] == -2)
+			continue;
+		if (mat_of[i] < 0) {
+			m->nonrouted[m->n_nonrouted++] = t;
+			s->nonrouted_params += t->numel;
+			continue;
+		}
+		m->experts[((uint64_t)(layer_of[i] - lo) * s->n_experts + expert_of[i]) * STRATA_MAT_COUNT + mat_of[i]] = t;
+	}
+	/* every expert present with 3 matrices of one shape and a float dtype */
+	const struct strata_st_tensor *g0 = NULL;
+	for (uint64_t k = 0; k < total * STRATA_MAT_COUNT && !g0; k += STRATA_MAT_COUNT)
+		g0 = m->experts[k];
+	if (!g0 || g0->ndim != 2) {
+		rc = STRATA_ERR(err, STRATA_ESHAPE, "%s: tensor '%s' is %u-D, a 2-D [inter, hidden] matrix expected",
+				strata_st_file_path(st, g0 ? g0->file : 0), g0 ? g0->name : "?", g0 ? g0->ndim : 0);
+		goto fail;
+	}
+	/* the first expert's first present matrix fixes the sizes */
+	{
+		int gm = 0;
+		for (uint64_t k = 0; k < total * STRATA_MAT_COUNT; k++)
+			if (m->experts[k] == g0) {
+				gm = (int)(k % STRATA_MAT_COUNT);
+				break;
+			}
+		uint64_t r = g0->shape[0], c = g0->shape[1];
+		if (gm == STRATA_MAT_DOWN) {
+			s->hidden = (uint32_t)r;
+			s->inter = (uint32_t)c;
+		} else {
+			s->inter = (uint32_t)r;
+			s->hidden = (uint32_t)c;
+		}
+		if (r > UINT32_MAX || c > UINT32_MAX || !r || !c) {
+			rc = STRATA_ERR(err, STRATA_ESHAPE, "%s: tensor '%s': bad matrix size", where, g0->name);
+			goto fail;
+		}
+	}
+	for (uint32_t l = 0; l < s->n_moe_layers; l++)
+		for (uint32_t e = 0; e < s->n_experts; e++)
+			for (int mat = 0; mat < STRATA_MAT_COUNT; mat++) {
+				const struct strata_st_tensor *t =
+					m->experts[((uint64_t)l * s->n_experts + e) * STRATA_MAT_COUNT + mat];
+				char want[160];
+				strata_naming_format(nm, l + lo, e, mat, want, sizeof(want));
+				if (!t) {
+					rc = STRATA_ERR(err, STRATA_ENOTFOUND,
+							"%s: missing tensor '%s' (layers %u..%u hold routed experts 0..%u)", where,
+							want, lo, hi, max_e);
+					goto fail;
+				}
+				uint64_t r = mat == STRATA_MAT_DOWN ? s->hidden : s->inter;
+				uint64_t c = mat == STRATA_MAT_DOWN ? s->inter : s->hidden;
+				if (t->ndim != 2 || t->shape[0] != r || t->shape[1] != c) {
+					char got[96] = "";
+					size_t o = 0;
+					for (uint32_t d = 0; d < t->ndim && o < sizeof(got) - 24; d++)
+						o += (size_t)snprintf(got + o, sizeof(got) - o, "%s%" PRIu64, d ? ", " : "",
+								      t->shape[d]);
+					rc = STRATA_ERR(err, STRATA_ESHAPE,
+							"%s: tensor '%s' has shape [%s], expected [%" PRIu64 ", %" PRIu64
+							"] (hidden %u, inter %u from '%s')",
+							strata_st_file_path(st, t->file), t->name, got, r, c, s->hidden, s->inter,
+							g0->name);
+					goto fail;
+				}
+				if (!strata_st_dtype_is_float(t->dtype)) {
+					rc = STRATA_ERR(err, STRATA_EUNSUPPORTED,
+							"%s: tensor '%s' has dtype %s; routed experts must be BF16, F16 or F32",
+							strata_st_file_path(st, t->file), t->name, strata_st_dtype_name(t->dtype));
+					goto fail;
+				}
+			}
+	for (uint32_t i = 0; i < m->n_nonrouted; i++) {
+		const struct strata_st_tensor *t = m->nonrouted[i];
+		if (!strata_st_dtype_is_float(t->dtype)) {
+			rc = STRATA_ERR(err, STRATA_EUNSUPPORTED,
+					"%s: tensor '%s' has dtype %s; non-routed tensors must be BF16, F16, F32 or F64%s",
+					strata_st_file_path(st, t->file), t->name, strata_st_dtype_name(t->dtype),
+					t->dtype == STRATA_ST_F8_E4M3 ? " (an FP8 checkpoint: convert it to BF16 first)" : "");
+			goto fail;
+		}
+		if (strlen(t->name) >= STRATA_TENSOR_NAME_MAX || t->ndim > 4) {
+			rc = STRATA_ERR(err, STRATA_EUNSUPPORTED, "%s: tensor '%s': name over %d bytes or more than 4 dimensions",
+					strata_st_file_path(st, t->file), t->name, STRATA_TENSOR_NAME_MAX - 1);
+			goto fail;
+		}
+	}
+	/* shared experts (DeepSeek): counted in nonrouted_params, sized for the spec */
+	if (nm->shared_infix) {
+		char sname[160];
+		snprintf(sname, sizeof(sname), "model.layers.%u.%sgate_proj.weight", lo, nm->shared_infix);
+		const struct strata_st_tensor *t = strata_st_find(st, sname);
+		if (t && t->ndim == 2) {
+			s->n_shared = hc.n_shared > 0 ? (uint32_t)hc.n_shared : 1;
+			s->shared_inter = (uint32_t)(t->shape[0] / s->n_shared);
+		}
+	}
+	s->top_k = opt->top_k ? opt->top_k : hc.top_k > 0 ? (uint32_t)hc.top_k : nm->default_top_k;
+	if (s->top_k > s->n_experts)
+		s->top_k = s->n_experts;
+	if ((rc = strata_model_spec_validate(s, err))) {
+		strata_error_prefix(err, "%s: ", where);
+		goto fail;
+	}
+	free(layer_of);
+	free(expert_of);
+	free(mat_of);
+	*out = m;
+	return STRATA_OK;
+fail:
+	free(layer_of);
+	free(expert_of);
+	free(mat_of);
+	strata_qz_model_close(m);
+	return rc;
+}
+
+/* ---- the quantize loop -------------------------------------------------- */
+
+struct qz_job {
+	struct strata_qz_model *m;
+	const struct strata_quantize_config *cfg;
+	struct strata_store_writer *w;
+	struct strata_quantize_report *rep;
+	pthread_mutex_t lock;
+	uint64_t next;        /* next expert id (atomic) */
+	uint64_t total;
+	volatile int failed;
+	struct strata_error err;
+	struct strata_progress prog;
+	uint64_t done_bytes;
+	size_t mat_floats, packed_bytes, imx_floats;
+};
+
+static int fail_job(struct qz_job *j, const struct strata_error *e)
+{
+	pthread_mutex_lock(&j->lock);
+	if (!j->failed) {
+		j->failed = 1;
+		j->err = *e;
+	}
+	pthread_mutex_unlock(&j->lock);
+	return e->code;
+}
+
+static void describe_nonfinite(const float *w, uint64_t n, uint64_t cols, char *buf, size_t len)
+{
+	for (uint64_t i = 0; i < n; i++)
+		if (!isfinite(w[i])) {
+			snprintf(buf, len, "%s at [%" PRIu64 ", %" PRIu64 "]", isnan(w[i]) ? "NaN" : "Inf", i / cols, i % cols);
+			return;
+		}
+	snprintf(buf, len, "a non-finite value");
+}
+
+static void *qz_worker(void *arg)
+{
+	struct qz_job *j = arg;
+	struct strata_qz_model *m = j->m;
+	const struct strata_model_spec *s = &m->spec;
+	struct strata_error e = { 0 };
+	float *w = malloc(j->mat_floats * sizeof(float));
+	float *imx = malloc(j->imx_floats * sizeof(float));
+	uint8_t *packed = strata_aligned_alloc(STRATA_EXTENT_ALIGN, j->packed_bytes);
+	if (!w || !imx || !packed) {
+		STRATA_ERR(&e, STRATA_ENOMEM, "out of memory for quantize buffers (%zu bytes)",
+			   j->mat_floats * sizeof(float) + j->packed_bytes);
+		fail_job(j, &e);
+		goto out;
+	}
+	for (;;) {
+		uint64_t eid = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED);
+		if (eid >= j->total || j->failed)
+			break;
+		if (strata_interrupted) {
+			STRATA_ERR(&e, STRATA_EINTR, "interrupted");
+			fail_job(j, &e);
+			break;
+		}
+		uint32_t layer = (uint32_t)(eid / s->n_experts), ex = (uint32_t)(eid % s->n_experts);
+		int tier = j->cfg->tiers[eid];
+		int fmt = STRATA_FMT_HOT + tier;
+		struct strata_expert_layout lay;
+		if (strata_expert_layout(fmt, s->hidden, s->inter, &lay)) {
+			STRATA_ERR(&e, STRATA_EINVAL, "no layout for format %d", fmt);
+			fail_job(j, &e);
+			break;
+		}
+		memset(packed, 0, lay.bytes);
+		struct strata_quantize_tier_stats local = { 0 };
+		local.cos_min = 2;
+		uint64_t in_bytes = 0;
+		uint32_t imx_used = 0;
+		const struct strata_matrix_layout *ml[3] = { &lay.gate, &lay.up, &lay.down };
+		const uint64_t off[3] = { lay.gate_off, lay.up_off, lay.down_off };
+		int rc = 0;
+		for (int mat = 0; mat < STRATA_MAT_COUNT && !rc; mat++) {
+			const struct strata_st_tensor *t = m->experts[eid * STRATA_MAT_COUNT + mat];
+			uint32_t rows = ml[mat]->rows, cols = ml[mat]->cols;
+			if ((rc = strata_st_read_f32(m->st, t, 0, (uint64_t)rows * cols, w, &e)))
+				break;
+			in_bytes += t->bytes;
+			bool have = false;
+			if (j->cfg->imatrix &&
+			    (rc = strata_imatrix_get(j->cfg->imatrix, layer, ex, mat, imx, &have, &e)))
+				break;
+			imx_used += have;
+			struct strata_quant_stats qs = { 0 };
+			int q = strata_quantize_matrix(fmt, w, rows, cols, have ? imx : NULL, packed + off[mat],
+						       ml[mat]->bytes, &qs);
+			if (q == -1) {
+				char what[96];
+				describe_nonfinite(w, (uint64_t)rows * cols, cols, what, sizeof(what));
+				rc = STRATA_ERR(&e, STRATA_ECORRUPT, "%s: tensor '%s': %s: weights must be finite",
+						strata_st_file_path(m->st, t->file), t->name, what);
+			} else if (q) {
+				rc = STRATA_ERR(&e, STRATA_EUNSUPPORTED,
+						"tensor '%s': quantizing a %ux%u matrix to format %s failed (%d)", t->name, rows,
+						cols, strata_fmt_traits(fmt) ? strata_fmt_traits(fmt)->name : "?", q);
+			} else {
+				local.matrices++;
+				local.cos_sum += qs.cosine;
+				local.rmse_sum += qs.rel_rmse;
+				if (qs.cosine < local.cos_min)
+					local.cos_min = qs.cosine;
+			}
+		}
+		if (rc) {
+			fail_job(j, &e);
+			break;
+		}
+		pthread_mutex_lock(&j->lock);
+		if (!j->failed)
+			rc = strata_store_writer_add_expert(j->w, layer, ex, packed, lay.payload, &e);
+		if (!j->failed && !rc) {
+			struct strata_quantize_tier_stats *ts = &j->rep->tier[tier];
+			ts->experts++;
+			ts->matrices += local.matrices;
+			ts->cos_sum += local.cos_sum;
+			ts->rmse_sum += local.rmse_sum;
+			if (local.cos_min < ts->cos_min)
+				ts->cos_min = local.cos_min;
+			ts->params += strata_model_expert_params(s);
+			ts->payload += lay.payload;
+			ts->bytes += lay.bytes;
+			j->rep->imatrix_used += imx_used;
+			j->rep->in_bytes += in_bytes;
+			j->done_bytes += in_bytes;
+			strata_progress_update(&j->prog, j->done_bytes);
+		}
+		pthread_mutex_unlock(&j->lock);
+		if (rc) {
+			fail_job(j, &e);
+			break;
+		}
+	}
+out:
+	free(w);
+	free(imx);
+	free(packed);
+	return NULL;
+}
+
+static int add_tensors(struct qz_job *j, struct strata_error *err)
+{
+	struct strata_qz_model *m = j->m;
+	enum { CHUNK = 1 << 20 };
+	float *chunk = malloc(CHUNK * sizeof(float));
+	if (!chunk)
+		return STRATA_ERR(err, STRATA_ENOMEM, "out of memory");
+	int rc = 0;
+	for (uint32_t i = 0; i < m->n_nonrouted && !rc; i++) {
+		if (strata_interrupted) {
+			rc = STRATA_ERR(err, STRATA_EINTR, "interrupted");
+			break;
+		}
+		const struct strata_st_tensor *t = m->nonrouted[i];
+		int f32 = t->ndim <= 1;
+		size_t bytes = (size_t)t->numel * (f32 ? 4 : 2);
+		void *buf = malloc(bytes ? bytes : 1);
+		if (!buf) {
+			rc = STRATA_ERR(err, STRATA_ENOMEM, "out of memory for tensor '%s' (%zu bytes)", t->name, bytes);
+			break;
+		}
+		for (uint64_t done = 0; done < t->numel && !rc;) {
+			uint64_t n = t->numel - done < CHUNK ? t->numel - done : CHUNK;
+			float *dst = f32 ? (float *)buf + done : chunk;
+			if ((rc = strata_st_read_f32(m->st, t, done, n, dst, err)))
+				break;
+			for (uint64_t k = 0; k < n; k++) {
+				if (!isfinite(dst[k])) {
+					uint64_t cols = t->ndim >= 2 ? t->shape[t->ndim - 1] : (t->numel ? t->numel : 1);
+					char what[96];
+					describe_nonfinite(dst + k, 1, 1, what, sizeof(what));
+					rc = STRATA_ERR(err, STRATA_ECORRUPT,
+							"%s: tensor '%s': %s at element %" PRIu64 " (row %" PRIu64
+							"): weights must be finite",
+							strata_st_file_path(m->st, t->file), t->name, isnan(dst[k]) ? "NaN" : "Inf",
+							done + k, (done + k) / cols);
+					break;
+				}
+				if (!f32)
+					((uint16_t *)buf)[done + k] = strata_f32_to_bf16(dst[k]);
+			}
+			done += n;
+		}
+		if (!rc)
+			rc = strata_store_writer_add_tensor(j->w, t->name, buf, bytes, err);
+		free(buf);
+		if (!rc) {
+			j->rep->tensors++;
+			j->rep->tensor_params += t->numel;
+			j->rep->tensor_bytes += bytes;
+			j->rep->in_bytes += t->bytes;
+			j->done_bytes += t->bytes;
+			strata_progress_update(&j->prog, j->done_bytes);
+		}
+	}
+	free(chunk);
+	return rc;
+}
+
+int strata_quantize_run(struct strata_qz_model *m, const struct strata_quantize_config *cfg,
+			struct strata_quantize_report *rep, struct strata_error *err)
+{
+	const struct strata_model_spec *s = &m->spec;
+	uint64_t t0 = strata_now_ns();
+	memset(rep, 0, sizeof(*rep));
+	rep->spec = *s;
+	snprintf(rep->naming, sizeof(rep->naming), "%s", m->naming->name);
+	rep->skipped = m->n_skipped;
+	uint64_t total = strata_model_total_experts(s);
+	if (!cfg->tiers)
+		return STRATA_ERR(err, STRATA_EINVAL, "quantize: no tier table");
+	for (uint64_t i = 0; i < total; i++)
+		if (cfg->tiers[i] >= STRATA_TIER_COUNT)
+			return STRATA_ERR(err, STRATA_EINVAL, "quantize: tier %u for expert %" PRIu64, cfg->tiers[i], i);
+	size_t packed = 0;
+	for (int t = 0; t < STRATA_TIER_COUNT; t++) {
+		struct strata_expert_layout lay;
+		const struct strata_fmt_traits *tr = strata_fmt_traits(STRATA_FMT_HOT + t);
+		if (strata_expert_layout(STRATA_FMT_HOT + t, s->hidden, s->inter, &lay) || !tr)
+			return STRATA_ERR(err, STRATA_EINVAL, "quantize: no layout for tier %d", t);
+		if (lay.bytes > packed)
+			packed = lay.bytes;
+		rep->tier[t].fmt = STRATA_FMT_HOT + t;
+		rep->tier[t].bpw = tr->bpw;
+		rep->tier[t].cos_min = 2;
+	}
+	struct strata_tensor_info *ti = calloc(m->n_nonrouted ? m->n_nonrouted : 1, sizeof(*ti));
+	if (!ti)
+		return STRATA_ERR(err, STRATA_ENOMEM, "out of memory");
+	uint64_t in_total = 0;
+	for (uint32_t i = 0; i < m->n_nonrouted; i++) {
+		const struct strata_st_tensor *t = m->nonrouted[i];
+		snprintf(ti[i].name, sizeof(ti[i].name), "%s", t->name);
+		ti[i].fmt = t->ndim <= 1 ? STRATA_FMT_F32 : STRATA_FMT_BF16;
+		ti[i].ndim = t->ndim;
+		for (uint32_t d = 0; d < t->ndim; d++)
+			ti[i].shape[d] = t->shape[d];
+		in_total += t->bytes;
+	}
+	for (uint64_t k = 0; k < total * STRATA_MAT_COUNT; k++)
+		in_total += m->experts[k]->bytes;
+	struct strata_store_writer_config wc = {
+		.dir = cfg->out, .spec = *s, .tier_table = cfg->tiers, .fmt_table = NULL,
+		.shard_bytes = cfg->shard_bytes, .n_tensors = m->n_nonrouted, .tensors = ti,
+	};
+	struct qz_job j = { .m = m, .cfg = cfg, .rep = rep, .total = total };
+	pthread_mutex_init(&j.lock, NULL);
+	int rc = strata_store_writer_open(&wc, &j.w, err);
+	free(ti);
+	if (rc) {
+		pthread_mutex_destroy(&j.lock);
+		return rc;
+	}
+	j.mat_floats = (size_t)s->hidden * s->inter;
+	j.imx_floats = s->hidden > s->inter ? s->hidden : s->inter;
+	j.packed_bytes = packed;
+	uint32_t nt = cfg->threads ? cfg->threads : 1;
+	if (nt > total)
+		nt = (uint32_t)total;
+	rep->buffer_bytes = (uint64_t)nt * (j.mat_floats * 4 + j.imx_floats * 4 + packed);
+	strata_progress_start(&j.prog, "quantize", in_total, "B");
+	if (!cfg->progress)
+		j.prog.enabled = 0;
+	pthread_t *th = calloc(nt, sizeof(*th));
+	if (!th) {
+		strata_store_writer_abort(j.w);
+		pthread_mutex_destroy(&j.lock);
+		return STRATA_ERR(err, STRATA_ENOMEM, "out of memory");
+	}
+	uint32_t started = 0;
+	for (uint32_t i = 1; i < nt; i++) {
+		if (pthread_create(&th[i], NULL, qz_worker, &j))
+			break;
+		started = i;
+	}
+	qz_worker(&j);
+	for (uint32_t i = 1; i <= started; i++)
+		pthread_join(th[i], NULL);
+	free(th);
+	if (j.failed) {
+		*err = j.err;
+		rc = j.err.code ? j.err.code : STRATA_EIO;
+	}
+	if (!rc)
+		rc = add_tensors(&j, err);
+	if (!rc) {
+		/* a successful finish frees the writer; a failed one leaves it for abort */
+		rc = strata_store_writer_finish(j.w, err);
+		if (rc)
+			strata_store_writer_abort(j.w);
+	} else {
+		strata_store_writer_abort(j.w);
+	}
+	strata_progress_finish(&j.prog);
+	pthread_mutex_destroy(&j.lock);
+	if (rc)
+		return rc;
+	for (int t = 0; t < STRATA_TIER_COUNT; t++) {
+		if (!rep->tier[t].matrices)
+			rep->tier[t].cos_min = 0;
+		rep->out_bytes += rep->tier[t].bytes;
+	}
+	rep->out_bytes += rep->tensor_bytes;
+	rep->routed_bf16_bytes = total * strata_model_expert_params(s) * 2;
+	rep->bf16_bytes = rep->routed_bf16_bytes + s->nonrouted_params * 2;
+	rep->seconds = (double)(strata_now_ns() - t0) / 1e9;
+	return STRATA_OK;
+}
+
+/* ---- test models -------------------------------------------------------- */
+
+struct rng {
+	uint64_t s;
+	int have;
+	double spare;
+};
+
+static uint64_t splitmix(struct rng *r)
+{
+	uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static double gauss(struct rng *r)
+{
+	if (r->have) {
+		r->have = 0;
+		return r->spare;
+	}
+	double u = ((double)(splitmix(r) >> 11) + 0.5) / 9007199254740992.0;
+	double v = ((double)(splitmix(r) >> 11) + 0.5) / 9007199254740992.0;
+	double rad = sqrt(-2 * log(u));
+	r->spare = rad * sin(2 * M_PI * v);
+	r->have = 1;
+	return rad * cos(2 * M_PI * v);
+}
+
+struct tm_tensor {
+	char name[160];
+	uint32_t ndim;
+	uint64_t shape[2];
+	int norm; /* 1-D norm weight: ones */
+};
+
+static int tm_add(struct tm_tensor **v, uint32_t *n, uint32_t *cap, const char *name, uint32_t ndim, uint64_t r,
+		  uint64_t c)
+{
+	if (*n == *cap) {
+		*cap = *cap ? *cap * 2 : 64;
+		struct tm_tensor *nv = realloc(*v, *cap * sizeof(**v));
+		if (!nv)
+			return -1;
+		*v = nv;
+	}
+	struct tm_tensor *t = &(*v)[(*n)++];
+	memset(t, 0, sizeof(*t));
+	snprintf(t->name, sizeof(t->name), "%s", name);
+	t->ndim = ndim;
+	t->shape[0] = r;
+	t->shape[1] = c;
+	t->norm = ndim == 1;
+	return 0;
+}
+
+int strata_qz_make_test_model(const char *dir, const char *naming, const struct strata_model_spec *s, int dtype,
+			      uint32_t n_files, uint64_t seed, struct strata_error *err)
+{
+	const struct strata_naming *nm = strata_naming_find(naming ? naming : "mixtral");
+	if (!nm)
+		return STRATA_ERR(err, STRATA_EINVAL, "unknown naming '%s'", naming);
+	if (dtype != STRATA_ST_BF16 && dtype != STRATA_ST_F16 && dtype != STRATA_ST_F32)
+		return STRATA_ERR(err, STRATA_EINVAL, "test model dtype must be BF16, F16 or F32");
+	int rc = strata_model_spec_validate(s, err);
+	if (rc)
+		return rc;
+	if (!n_files)
+		n_files = 1;
+	if (mkdir(dir, 0755) && errno != EEXIST)
+		return STRATA_ERRNO(err, STRATA_EIO, "%s: mkdir", dir);
+	struct tm_tensor *v = NULL;
+	uint32_t n = 0, cap = 0;
+	const uint64_t vocab = 64, h = s->hidden;
+	char name[200];
+	int bad = tm_add(&v, &n, &cap, "model.embed_tokens.weight", 2, vocab, h);
+	for (uint32_t l = 0; l < s->n_layers && !bad; l++) {
+		static const char *const attn[] = { "q_proj", "k_proj", "v_proj", "o_proj" };
+		snprintf(name, sizeof(name), "model.layers.%u.input_layernorm.weight", l);
+		bad |= tm_add(&v, &n, &cap, name, 1, h, 0);
+		for (int a = 0; a < 4; a++) {
+			snprintf(name, sizeof(name), "model.layers.%u.self_attn.%s.weight", l, attn[a]);
+			bad |= tm_add(&v, &n, &cap, name, 2, h, h);
+		}
+		snprintf(name, sizeof(name), "model.layers.%u.post_attention_layernorm.weight", l);
+		bad |= tm_add(&v, &n, &cap, name, 1, h, 0);
+		int moe = l >= s->first_moe_layer && l < s->first_moe_layer + s->n_moe_layers;
+		if (!moe) {
+			static const char *const mlp[] = { "gate_proj", "up_proj", "down_proj" };
+			for (int k = 0; k < 3; k++) {
+				snprintf(name, sizeof(name), "model.layers.%u.mlp.%s.weight", l, mlp[k]);
+				bad |= tm_add(&v, &n, &cap, name, 2, k == 2 ? h : s->inter, k == 2 ? s->inter : h);
+			}
+			continue;
+		}
+		snprintf(name, sizeof(name), "model.layers.%u.%s.weight", l,
+			 !strcmp(nm->name, "mixtral") ? "block_sparse_moe.gate" : "mlp.gate");
+		bad |= tm_add(&v, &n, &cap, name, 2, s->n_experts, h);
+		for (uint32_t e = 0; e < s->n_experts; e++)
+			for (int k = 0; k < STRATA_MAT_COUNT; k++) {
+				strata_naming_format(nm, l, e, k, name, sizeof(name));
+				bad |= tm_add(&v, &n, &cap, name, 2, k == STRATA_MAT_DOWN ? h : s->inter,
+					      k == STRATA_MAT_DOWN ? s->inter : h);
+			}
+		if (nm->shared_infix && s->n_shared) {
+			uint64_t si = (uint64_t)s->n_shared * (s->shared_inter ? s->shared_inter : s->inter);
+			static const char *const mlp[] = { "gate_proj", "up_proj", "down_proj" };
+			for (int k = 0; k < 3; k++) {
+				snprintf(name, sizeof(name), "model.layers.%u.%s%s.weight", l, nm->shared_infix, mlp[k]);
+				bad |= tm_add(&v, &n, &cap, name, 2, k == 2 ? h : si, k == 2 ? si : h);
+			}
+			snprintf(name, sizeof(name), "model.layers.%u.mlp.gate.e_score_correction_bias", l);
+			bad |= tm_add(&v, &n, &cap, name, 1, s->n_experts, 0);
+		}
+	}
+	bad |= tm_add(&v, &n, &cap, "model.norm.weight", 1, h, 0);
+	bad |= tm_add(&v, &n, &cap, "lm_head.weight", 2, vocab, h);
+	if (bad) {
+		free(v);
+		return STRATA_ERR(err, STRATA_ENOMEM, "out of memory");
+	}
+	if (n_files > n)
+		n_files = n;
+	struct rng r = { .s = seed ^ 0x5eedull };
+	float *buf = NULL;
+	size_t buf_cap = 0;
+	char path[PATH_MAX];
+	FILE *idx = NULL;
+	char idx_path[PATH_MAX], idx_tmp[PATH_MAX + 8];
+	if (n_files > 1) {
+		snprintf(idx_path, sizeof(idx_path), "%s/model.safetensors.index.json", dir);
+		snprintf(idx_tmp, sizeof(idx_tmp), "%s.tmp", idx_path);
+		idx = fopen(idx_tmp, "w");
+		if (!idx) {
+			free(v);
+			return STRATA_ERRNO(err, STRATA_EIO, "%s: cannot create", idx_tmp);
+		}
+		fprintf(idx, "{\n  \"metadata\": {\"total_size\": 0},\n  \"weight_map\": {");
+	}
+	for (uint32_t f = 0; f < n_files && !rc; f++) {
+		uint32_t a = (uint32_t)((uint64_t)n * f / n_files), b = (uint32_t)((uint64_t)n * (f + 1) / n_files);
+		char fname[128];
+		if (n_files > 1)
+			snprintf(fname, sizeof(fname), "model-%05u-of-%05u.safetensors", f + 1, n_files);
+		else
+			snprintf(fname, sizeof(fname), "model.safetensors");
+		snprintf(path, sizeof(path), "%s/%s", dir, fname);
+		struct strata_st_writer *w;
+		if ((rc = strata_st_writer_open(path, &w, err)))
+			break;
+		rc = strata_st_writer_metadata(w, "format", "pt", err);
+		for (uint32_t i = a; i < b && !rc; i++) {
+			uint64_t shape[2] = { v[i].shape[0], v[i].shape[1] };
+			rc = strata_st_writer_declare(w, v[i].name, v[i].norm ? STRATA_ST_F32 : dtype, v[i].ndim, shape, err);
+			if (idx)
+				fprintf(idx, "%s\n    \"%s\": \"%s\"", i ? "," : "", v[i].name, fname);
+		}
+		for (uint32_t i = a; i < b && !rc; i++) {
+			uint64_t rows = v[i].ndim == 1 ? 1 : v[i].shape[0], cols = v[i].ndim == 1 ? v[i].shape[0] : v[i].shape[1];
+			if (cols > buf_cap) {
+				float *nb = realloc(buf, cols * sizeof(float));
+				if (!nb) {
+					rc = STRATA_ERR(err, STRATA_ENOMEM, "out of memory");
+					break;
+				}
+				buf = nb;
+				buf_cap = cols;
+			}
+			for (uint64_t row = 0; row < rows && !rc; row++) {
+				for (uint64_t c = 0; c < cols; c++) {
+					if (v[i].norm) {
+						buf[c] = 1.0f + 0.01f * (float)gauss(&r);
+						continue;
+					}
+					double x = 0.02 * gauss(&r);
+					/* a few heavy-tailed outliers, as real checkpoints have */
+					if ((splitmix(&r) & 1023) == 0)
+						x *= 10;
+					buf[c] = (float)x;
+				}
+				rc = strata_st_writer_write_f32(w, buf, cols, err);
+			}
+		}
+		if (!rc)
+			rc = strata_st_writer_finish(w, err);
+		else
+			strata_st_writer_abort(w);
+	}
+	free(buf);
+	if (idx) {
+		fprintf(idx, "\n  }\n}\n");
+		if (fclose(idx) && !rc)
+			rc = STRATA_ERRNO(err, STRATA_EIO, "%s: write", idx_tmp);
+		if (!rc && rename(idx_tmp, idx_path))
+			rc = STRATA_ERRNO(err, STRATA_EIO, "%s: rename", idx_tmp);
+		if (rc)
+			unlink(idx_tmp);
+	}
+	if (!rc) {
+		snprintf(path, sizeof(path), "%s/config.json", dir);
+		FILE *c = fopen(path, "w");
+		if (!c) {
+			rc = STRATA_ERRNO(err, STRATA_EIO, "%s: cannot create", path);
+		} else {
+			int ds = !strcmp(nm->name, "deepseek-v3");
+			fprintf(c,
+				"{\n  \"model_type\": \"%s\",\n  \"num_hidden_layers\": %u,\n  \"hidden_size\": %u,\n"
+				"  \"%s\": %u,\n  \"%s\": %u,\n  \"num_experts_per_tok\": %u",
+				!strcmp(nm->name, "mixtral") ? "mixtral" : ds ? "deepseek_v3" : "qwen3_moe", s->n_layers,
+				s->hidden, !strcmp(nm->name, "mixtral") ? "intermediate_size" : "moe_intermediate_size",
+				s->inter, !strcmp(nm->name, "mixtral") ? "num_local_experts" : ds ? "n_routed_experts" : "num_experts",
+				s->n_experts, s->top_k);
+			if (ds)
+				fprintf(c, ",\n  \"first_k_dense_replace\": %u,\n  \"n_shared_experts\": %u", s->first_moe_layer,
+					s->n_shared);
+			fprintf(c, "\n}\n");
+			if (fclose(c))
+				rc = STRATA_ERRNO(err, STRATA_EIO, "%s: write", path);
+		}
+	}
+	free(v);
+	return rc;
+}

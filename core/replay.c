@@ -1,0 +1,690 @@
+/*
+ * Trace replay on the engine (strata replay, strata sim): see strata/replay.h.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "moe.h"
+#include "quant.h"
+#include <sys/stat.h>
+#include "strata/synth.h"
+#include "strata/gpu.h"
+#include "strata/json.h"
+#include "strata/replay.h"
+#include "strata/trace.h"
+#include "strata/util.h"
+
+const char *strata_compute_name(int c)
+{
+	switch (c) {
+	case STRATA_COMPUTE_NONE: return "none";
+	case STRATA_COMPUTE_REF: return "ref";
+	case STRATA_COMPUTE_GPU: return "gpu";
+	default: return "auto";
+	}
+}
+
+/* ---- replay ----------------------------------------------------------- */
+
+void strata_replay_config_defaults(struct strata_replay_config *c)
+{
+	memset(c, 0, sizeof(*c));
+	strata_engine_config_defaults(&c->engine);
+	c->compute = STRATA_COMPUTE_AUTO;
+	c->hints = true;
+	c->future = true;
+	c->kernel_us_per_mb_token = 0.02;
+}
+
+/* request id -> dense index */
+struct reqmap {
+	uint32_t *keys, *vals, cap, n;
+};
+
+static int reqmap_get(struct reqmap *m, uint32_t req, uint32_t *out)
+{
+	if ((m->n + 1) * 2 > m->cap) {
+		uint32_t cap = m->cap ? m->cap * 2 : 64;
+		uint32_t *k = malloc(cap * 4), *v = malloc(cap * 4);
+		if (!k || !v) {
+			free(k);
+			free(v);
+			return -1;
+		}
+		memset(k, 0xff, cap * 4);
+		for (uint32_t i = 0; i < m->cap; i++)
+			if (m->keys[i] != UINT32_MAX) {
+				uint32_t h = (m->keys[i] * 2654435761u) & (cap - 1);
+				while (k[h] != UINT32_MAX)
+					h = (h + 1) & (cap - 1);
+				k[h] = m->keys[i];
+				v[h] = m->vals[i];
+			}
+		free(m->keys);
+		free(m->vals);
+		m->keys = k;
+		m->vals = v;
+		m->cap = cap;
+	}
+	uint32_t h = (req * 2654435761u) & (m->cap - 1);
+	while (m->keys[h] != UINT32_MAX) {
+		if (m->keys[h] == req) {
+			*out = m->vals[h];
+			return 0;
+		}
+		h = (h + 1) & (m->cap - 1);
+	}
+	m->keys[h] = req; /* UINT32_MAX as a request id maps every time to a fresh slot: harmless */
+	m->vals[h] = m->n;
+	*out = m->n++;
+	return 0;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+static double pctl(double *v, uint64_t n, double q)
+{
+	if (!n)
+		return 0;
+	uint64_t i = (uint64_t)ceil(q * (double)n);
+	if (i)
+		i--;
+	if (i >= n)
+		i = n - 1;
+	return v[i];
+}
+
+static uint64_t splitmix(uint64_t *x)
+{
+	uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+	return z ^ (z >> 31);
+}
+
+struct run {
+	const struct strata_replay_config *cfg;
+	struct strata_store *store;
+	struct strata_trace *trace;
+	struct strata_trace_plan plan;
+	struct strata_future future;
+	int have_future;
+	struct strata_engine *eng;
+	int compute;
+	int virt;
+	uint32_t L, E, k, hidden, inter;
+	/* per step scratch */
+	uint32_t *experts, *idx_of, *stamp, stamp_cur, *tok_per_expert;
+	const void **ptrs;
+	uint8_t *fmts;
+	uint32_t *a_exp, *a_tok;
+	float *a_w, *wbuf;
+	struct strata_hint *hints;
+	uint32_t max_hints;
+	float *x, *y;        /* host activations */
+	void *dx, *dy;       /* device activations */
+	uint64_t max_step_tokens;
+	struct strata_model_spec spec;
+	const uint8_t *fmt_table;
+	uint8_t *own_fmt, *own_tier;  /* spec-only model (virtual mode) */
+	double *payload_mb;  /* per eid */
+};
+
+static double clock_now(struct run *r)
+{
+	if (r->virt)
+		return strata_engine_stats(r->eng)->clock_ns;
+	return (double)strata_now_ns();
+}
+
+static void run_free(struct run *r)
+{
+	if (r->eng)
+		strata_engine_close(r->eng);
+	if (r->have_future)
+		strata_trace_future_free(&r->future);
+	strata_trace_plan_free(&r->plan);
+	if (r->trace)
+		strata_trace_close(r->trace);
+	if (r->store)
+		strata_store_close(r->store);
+	if (r->dx)
+		strata_gpu_free(r->dx);
+	if (r->dy)
+		strata_gpu_free(r->dy);
+	free(r->experts);
+	free(r->idx_of);
+	free(r->stamp);
+	free(r->tok_per_expert);
+	free(r->ptrs);
+	free(r->fmts);
+	free(r->a_exp);
+	free(r->a_tok);
+	free(r->a_w);
+	free(r->wbuf);
+	free(r->hints);
+	free(r->x);
+	free(r->y);
+	free(r->payload_mb);
+	free(r->own_fmt);
+	free(r->own_tier);
+}
+
+/* One layer of one step. */
+static int run_layer(struct run *r, uint64_t step, uint32_t l, struct strata_error *err)
+{
+	const struct strata_trace_plan *p = &r->plan;
+	uint64_t first = p->step_first[step], last = p->step_first[step + 1];
+	uint32_t ntok = (uint32_t)(last - first);
+	uint64_t a0 = p->off[step * p->n_layers + l], a1 = p->off[step * p->n_layers + l + 1];
+	uint32_t n = (uint32_t)(a1 - a0);
+	int rc;
+	/* 1. hints: the recorded predictions of the step's tokens */
+	uint32_t nh = 0;
+	if (r->cfg->hints)
+		for (uint64_t i = first; i < last && nh < r->max_hints; i++)
+			nh += strata_trace_hints(r->trace, i, l, r->hints + nh, r->max_hints - nh);
+	for (uint32_t j = 0; j < n; j++)
+		r->experts[j] = p->ids[a0 + j];
+	if ((rc = strata_engine_begin_step(r->eng, step, l, r->experts, n, r->hints, nh, err)))
+		return rc;
+	/* 2. acquire */
+	if ((rc = strata_engine_acquire(r->eng, l, r->experts, n, r->ptrs, err)))
+		return rc;
+	/* 3. compute */
+	if (r->compute != STRATA_COMPUTE_NONE || r->virt) {
+		if (++r->stamp_cur == 0) {
+			memset(r->stamp, 0, r->E * sizeof(uint32_t));
+			r->stamp_cur = 1;
+		}
+		for (uint32_t j = 0; j < n; j++) {
+			r->stamp[r->experts[j]] = r->stamp_cur;
+			r->idx_of[r->experts[j]] = j;
+			r->fmts[j] = r->fmt_table[strata_eid(&r->spec, l, r->experts[j])];
+			r->tok_per_expert[j] = 0;
+		}
+		uint32_t na = 0;
+		int has_w = strata_trace_info(r->trace)->flags & STRATA_TRACE_F_WEIGHTS;
+		for (uint64_t i = first; i < last; i++) {
+			const uint16_t *e = strata_trace_experts(r->trace, i, l);
+			strata_trace_weights(r->trace, i, l, r->wbuf);
+			for (uint32_t j = 0; j < r->k; j++) {
+				uint32_t li = r->idx_of[e[j]];
+				r->a_exp[na] = li;
+				r->a_tok[na] = (uint32_t)(i - first);
+				r->a_w[na] = has_w ? r->wbuf[j] : 1.0f / (float)r->k;
+				r->tok_per_expert[li]++;
+				na++;
+			}
+		}
+		if (r->virt) {
+			const struct strata_cost_model *cm = &r->cfg->engine.cost;
+			double us = cm->kernel_fixed_us;
+			for (uint32_t j = 0; j < n; j++) {
+				double mb = r->payload_mb[strata_eid(&r->spec, l, r->experts[j])];
+				double extra = r->tok_per_expert[j] > 1 ? (double)(r->tok_per_expert[j] - 1) : 0;
+				us += mb * (cm->kernel_us_per_mb + extra * r->cfg->kernel_us_per_mb_token);
+			}
+			strata_engine_add_compute(r->eng, us * 1e3);
+		} else {
+			struct strata_moe_call c = {
+				.hidden = r->hidden, .inter = r->inter, .n_tokens = ntok,
+				.n_experts = n, .extents = r->ptrs, .fmts = r->fmts, .n_assign = na,
+				.assign_expert = r->a_exp, .assign_token = r->a_tok, .assign_weight = r->a_w,
+			};
+			uint64_t t0 = strata_now_ns();
+			if (r->compute == STRATA_COMPUTE_GPU) {
+				c.x = r->dx;
+				c.y = r->dy;
+				rc = strata_moe_layer_gpu(&c, err);
+				if (!rc)
+					rc = strata_gpu_sync(err);
+			} else {
+				c.x = r->x;
+				c.y = r->y;
+				memset(r->y, 0, (size_t)ntok * r->hidden * sizeof(float));
+				rc = strata_moe_layer_ref(&c, err);
+			}
+			if (rc) {
+				strata_error_prefix(err, "step %" PRIu64 " layer %u", step, l);
+				return rc;
+			}
+			strata_engine_add_compute(r->eng, (double)(strata_now_ns() - t0));
+		}
+	}
+	/* 4. release */
+	return strata_engine_release(r->eng, step, l, r->experts, n, err);
+}
+
+int strata_replay_run(const struct strata_replay_config *cfg, struct strata_replay_result *res,
+		      struct strata_error *err)
+{
+	uint64_t wall0 = strata_now_ns();
+	memset(res, 0, sizeof(*res));
+	struct run r = { .cfg = cfg };
+	struct reqmap rm = { 0 };
+	double *lat = NULL, *req_first = NULL, *req_ttft = NULL;
+	uint8_t *req_prefill = NULL;
+	int rc;
+	struct stat mst;
+	int spec_only = stat(cfg->model_dir, &mst) != 0 && cfg->engine.mode == STRATA_ENGINE_VIRTUAL;
+	if (spec_only) {
+		/* sim of a model given by its shape only ("kimi-k3.1:layers=8"): formats and
+		 * tiers as strata synth would write them, sizes from the format layouts */
+		if ((rc = strata_model_spec_parse(cfg->model_dir, &r.spec, err))) {
+			strata_error_prefix(err, "%s: neither a shard directory nor a model spec", cfg->model_dir);
+			goto out;
+		}
+	} else {
+		if ((rc = strata_store_open(cfg->model_dir, &r.store, err)))
+			goto out;
+		r.spec = *strata_store_spec(r.store);
+	}
+	if ((rc = strata_trace_open(cfg->trace_path, &r.trace, err)))
+		goto out;
+	const struct strata_model_spec *spec = &r.spec;
+	if ((rc = strata_trace_check_model(r.trace, spec, err)))
+		goto out;
+	const struct strata_trace_info *ti = strata_trace_info(r.trace);
+	r.L = ti->n_moe_layers;
+	r.E = ti->n_experts;
+	r.k = ti->top_k;
+	r.hidden = spec->hidden;
+	r.inter = spec->inter;
+	r.virt = cfg->engine.mode == STRATA_ENGINE_VIRTUAL;
+	if ((rc = strata_trace_plan_build(r.trace, cfg->prefill_chunk, cfg->max_tokens, &r.plan, err)))
+		goto out;
+	struct strata_engine_config ec = cfg->engine;
+	if (cfg->future) {
+		if ((rc = strata_trace_future_init(&r.future, &r.plan, r.E, err)))
+			goto out;
+		r.have_future = 1;
+		ec.future = &r.future;
+	}
+	/* streamed experts need a scratch slot each: a prefill step acquires up to
+	 * experts-per-layer of them at once */
+	uint64_t max_acq = 0;
+	for (uint64_t i = 0; i < r.plan.n_steps * r.L; i++)
+		if (r.plan.off[i + 1] - r.plan.off[i] > max_acq)
+			max_acq = r.plan.off[i + 1] - r.plan.off[i];
+	if (ec.scratch_slots < max_acq)
+		ec.scratch_slots = (uint32_t)max_acq;
+	/* scratch */
+	for (uint64_t s = 0; s < r.plan.n_steps; s++)
+		if (r.plan.step_first[s + 1] - r.plan.step_first[s] > r.max_step_tokens)
+			r.max_step_tokens = r.plan.step_first[s + 1] - r.plan.step_first[s];
+	size_t maxa = (size_t)(r.max_step_tokens ? r.max_step_tokens : 1) * r.k;
+	size_t maxe = maxa < r.E ? maxa : r.E;
+	r.max_hints = ti->pred_depth * ti->pred_topn * (uint32_t)(r.max_step_tokens < 64 ? r.max_step_tokens : 64) + 1;
+	r.experts = malloc(maxe * sizeof(uint32_t));
+	r.idx_of = calloc(r.E, sizeof(uint32_t));
+	r.stamp = calloc(r.E, sizeof(uint32_t));
+	r.tok_per_expert = calloc(maxe, sizeof(uint32_t));
+	r.ptrs = calloc(maxe, sizeof(void *));
+	r.fmts = calloc(maxe, 1);
+	r.a_exp = malloc(maxa * sizeof(uint32_t));
+	r.a_tok = malloc(maxa * sizeof(uint32_t));
+	r.a_w = malloc(maxa * sizeof(float));
+	r.wbuf = malloc((r.k + 1) * sizeof(float));
+	r.hints = malloc(r.max_hints * sizeof(struct strata_hint));
+	r.payload_mb = malloc((size_t)r.L * r.E * sizeof(double));
+	lat = malloc((r.plan.n_steps + 1) * sizeof(double));
+	if (!r.experts || !r.idx_of || !r.stamp || !r.tok_per_expert || !r.ptrs || !r.fmts || !r.a_exp || !r.a_tok ||
+	    !r.a_w || !r.wbuf || !r.hints || !r.payload_mb || !lat) {
+		rc = STRATA_ERR(err, STRATA_ENOMEM, "replay: out of memory");
+		goto out;
+	}
+	if (spec_only) {
+		size_t ne = (size_t)r.L * r.E;
+		r.own_fmt = malloc(ne);
+		r.own_tier = malloc(ne);
+		if (!r.own_fmt || !r.own_tier) {
+			rc = STRATA_ERR(err, STRATA_ENOMEM, "replay: out of memory");
+			goto out;
+		}
+		double frac[STRATA_TIER_COUNT] = { 0.15, 0.30, 0.55 };
+		strata_synth_tier_table(spec, frac, cfg->engine.seed, r.own_tier, NULL);
+		struct strata_expert_layout lay[3];
+		for (int t = 0; t < 3; t++)
+			if (strata_expert_layout(STRATA_FMT_HOT + t, spec->hidden, spec->inter, &lay[t])) {
+				rc = STRATA_ERR(err, STRATA_EINVAL, "%s: no expert layout for this shape", cfg->model_dir);
+				goto out;
+			}
+		for (size_t i = 0; i < ne; i++) {
+			r.own_fmt[i] = (uint8_t)(STRATA_FMT_HOT + r.own_tier[i]);
+			r.payload_mb[i] = (double)lay[r.own_tier[i]].payload / 1e6;
+		}
+		r.fmt_table = r.own_fmt;
+	} else {
+		r.fmt_table = strata_store_fmt_table(r.store);
+		for (uint32_t l = 0; l < r.L; l++)
+			for (uint32_t e = 0; e < r.E; e++)
+				r.payload_mb[(size_t)l * r.E + e] = (double)strata_store_expert(r.store, l, e)->payload / 1e6;
+	}
+	/* engine */
+	double open0 = (double)strata_now_ns();
+	if (spec_only) {
+		struct strata_engine_model em = { .spec = spec, .tier_table = r.own_tier, .fmt_table = r.own_fmt };
+		rc = strata_engine_open_model(&em, &ec, &r.eng, err);
+	} else {
+		rc = strata_engine_open(r.store, &ec, &r.eng, err);
+	}
+	if (rc)
+		goto out;
+	res->cold_start_ms = r.virt ? strata_engine_stats(r.eng)->clock_ns / 1e6
+				    : ((double)strata_now_ns() - open0) / 1e6;
+	/* compute backend */
+	r.compute = cfg->compute;
+	if (r.virt) {
+		r.compute = STRATA_COMPUTE_NONE;
+	} else {
+		int on_gpu = strata_engine_on_gpu(r.eng);
+		if (r.compute == STRATA_COMPUTE_AUTO)
+			r.compute = on_gpu ? STRATA_COMPUTE_GPU : STRATA_COMPUTE_REF;
+		if (r.compute == STRATA_COMPUTE_GPU && !on_gpu) {
+			rc = STRATA_ERR(err, STRATA_EUNSUPPORTED,
+					"--compute gpu needs the engine on a GPU (this run uses the host stand-in)");
+			goto out;
+		}
+		if (r.compute == STRATA_COMPUTE_REF && on_gpu) {
+			rc = STRATA_ERR(err, STRATA_EUNSUPPORTED,
+					"--compute ref needs host extents, but the engine runs on the GPU "
+					"(use --compute gpu or --gpu 0)");
+			goto out;
+		}
+		if (r.compute != STRATA_COMPUTE_NONE) {
+			size_t nx = (size_t)(r.max_step_tokens ? r.max_step_tokens : 1) * r.hidden;
+			r.x = malloc(nx * sizeof(float));
+			r.y = malloc(nx * sizeof(float));
+			if (!r.x || !r.y) {
+				rc = STRATA_ERR(err, STRATA_ENOMEM, "replay: out of memory (activations)");
+				goto out;
+			}
+			uint64_t sx = cfg->engine.seed ^ 0x5eed5eedull;
+			for (size_t i = 0; i < nx; i++)
+				r.x[i] = (float)((double)(splitmix(&sx) >> 11) * 0x1.0p-53 * 2.0 - 1.0);
+			if (r.compute == STRATA_COMPUTE_GPU) {
+				if ((rc = strata_gpu_malloc(&r.dx, nx * sizeof(float), err)) ||
+				    (rc = strata_gpu_malloc(&r.dy, nx * sizeof(float), err)) ||
+				    (rc = strata_gpu_memcpy_h2d_async(r.dx, r.x, nx * sizeof(float), NULL, err)) ||
+				    (rc = strata_gpu_memset(r.dy, 0, nx * sizeof(float), err)) || (rc = strata_gpu_sync(err)))
+					goto out;
+			}
+		}
+	}
+	/* the loop */
+	struct strata_progress prog;
+	if (cfg->progress)
+		strata_progress_start(&prog, r.virt ? "sim" : "replay", r.plan.n_steps, "steps");
+	uint64_t n_lat = 0;
+	double t_prefill = 0, t_decode = 0;
+	double run0 = clock_now(&r);
+	uint32_t cap_req = 0;
+	for (uint64_t s = 0; s < r.plan.n_steps; s++) {
+		if (strata_interrupted) {
+			rc = STRATA_ERR(err, STRATA_EINTR, "interrupted at step %" PRIu64 " of %" PRIu64, s, r.plan.n_steps);
+			goto out;
+		}
+		uint64_t first = r.plan.step_first[s];
+		int prefill = strata_trace_phase(r.trace, first) == STRATA_PHASE_PREFILL;
+		uint32_t ri;
+		if (reqmap_get(&rm, strata_trace_req(r.trace, first), &ri)) {
+			rc = STRATA_ERR(err, STRATA_ENOMEM, "replay: out of memory");
+			goto out;
+		}
+		if (ri >= cap_req) {
+			uint32_t nc = cap_req ? cap_req * 2 : 64;
+			double *a = realloc(req_first, nc * sizeof(double)), *b = a ? realloc(req_ttft, nc * sizeof(double)) : NULL;
+			if (a)
+				req_first = a;
+			if (b)
+				req_ttft = b;
+			uint8_t *c = b ? realloc(req_prefill, nc) : NULL;
+			if (!c) {
+				rc = STRATA_ERR(err, STRATA_ENOMEM, "replay: out of memory");
+				goto out;
+			}
+			req_prefill = c;
+			for (uint32_t i = cap_req; i < nc; i++) {
+				req_first[i] = -1;
+				req_ttft[i] = -1;
+				req_prefill[i] = 0;
+			}
+			cap_req = nc;
+		}
+		double t0 = clock_now(&r);
+		for (uint32_t l = 0; l < r.L; l++)
+			if ((rc = run_layer(&r, s, l, err)))
+				goto out;
+		double t1 = clock_now(&r), dt = t1 - t0;
+		if (req_first[ri] < 0)
+			req_first[ri] = t0;
+		if (prefill) {
+			t_prefill += dt;
+			req_prefill[ri] = 1;
+			req_ttft[ri] = t1 - req_first[ri]; /* the last prefill chunk yields the first token */
+		} else {
+			t_decode += dt;
+			lat[n_lat++] = dt;
+			if (!req_prefill[ri] && req_ttft[ri] < 0)
+				req_ttft[ri] = t1 - req_first[ri];
+			req_prefill[ri] = 2; /* decoding: later prefill steps no longer move TTFT */
+		}
+		if (cfg->progress)
+			strata_progress_update(&prog, s + 1);
+	}
+	if (cfg->progress)
+		strata_progress_finish(&prog);
+	/* results */
+	const struct strata_engine_stats *st = strata_engine_stats(r.eng);
+	res->stats = *st;
+	snprintf(res->name, sizeof(res->name), "%s", strata_engine_name(r.eng));
+	snprintf(res->trace, sizeof(res->trace), "%s", cfg->trace_path);
+	snprintf(res->model, sizeof(res->model), "%s", spec->name);
+	res->mode = cfg->engine.mode;
+	res->compute = r.virt ? STRATA_COMPUTE_NONE : r.compute;
+	res->seed = cfg->engine.seed;
+	res->budget[0] = cfg->engine.budget[0];
+	res->budget[1] = cfg->engine.budget[1];
+	res->steps = r.plan.n_steps;
+	res->tokens = r.plan.step_first[r.plan.n_steps];
+	for (uint64_t s = 0; s < r.plan.n_steps; s++) {
+		uint64_t nt = r.plan.step_first[s + 1] - r.plan.step_first[s];
+		if (strata_trace_phase(r.trace, r.plan.step_first[s]) == STRATA_PHASE_PREFILL)
+			res->prefill_tokens += nt;
+		else
+			res->decode_tokens += nt;
+	}
+	res->requests = rm.n;
+	uint64_t acc = st->accesses ? st->accesses : 1;
+	for (int i = 0; i < 3; i++)
+		res->hit_rate[i] = (double)st->hits[i] / (double)acc;
+	uint64_t not_vram = st->accesses - st->hits[0];
+	res->prefetch_accuracy = st->prefetch_issued ? (double)st->prefetch_used / (double)st->prefetch_issued : 0;
+	res->prefetch_coverage = st->prefetch_used + not_vram
+					 ? (double)st->prefetch_used / (double)(st->prefetch_used + not_vram) : 0;
+	res->prefetch_waste = st->prefetch_issued ? (double)st->prefetch_wasted / (double)st->prefetch_issued : 0;
+	res->prefill_tok_s = t_prefill > 0 ? (double)res->prefill_tokens / (t_prefill / 1e9) : 0;
+	res->decode_tok_s = t_decode > 0 ? (double)res->decode_tokens / (t_decode / 1e9) : 0;
+	double ttft_sum = 0;
+	uint32_t ttft_n = 0;
+	for (uint32_t i = 0; i < rm.n; i++)
+		if (req_ttft[i] >= 0) {
+			ttft_sum += req_ttft[i];
+			ttft_n++;
+		}
+	res->ttft_ms = ttft_n ? ttft_sum / ttft_n / 1e6 : 0;
+	qsort(lat, n_lat, sizeof(double), cmp_double);
+	res->lat_p50_ms = pctl(lat, n_lat, 0.50) / 1e6;
+	res->lat_p99_ms = pctl(lat, n_lat, 0.99) / 1e6;
+	res->run_s = (clock_now(&r) - run0) / 1e9;
+	rc = STRATA_OK;
+out:
+	res->wall_s = (double)(strata_now_ns() - wall0) / 1e9;
+	if (!rc && res->wall_s > 0)
+		res->accesses_per_s = (double)res->stats.accesses / res->wall_s;
+	run_free(&r);
+	free(rm.keys);
+	free(rm.vals);
+	free(lat);
+	free(req_first);
+	free(req_ttft);
+	free(req_prefill);
+	return rc;
+}
+
+/* ---- output ----------------------------------------------------------- */
+
+#define FIELDS(X)                                                                       \
+	X("tokens", "%" PRIu64, r->tokens)                                              \
+	X("prefill_tokens", "%" PRIu64, r->prefill_tokens)                              \
+	X("decode_tokens", "%" PRIu64, r->decode_tokens)                                \
+	X("steps", "%" PRIu64, r->steps)                                                \
+	X("requests", "%" PRIu64, r->requests)                                          \
+	X("accesses", "%" PRIu64, s->accesses)                                          \
+	X("hits_vram", "%" PRIu64, s->hits[0])                                          \
+	X("hits_ram", "%" PRIu64, s->hits[1])                                           \
+	X("hits_nvme", "%" PRIu64, s->hits[2])                                          \
+	X("hit_rate_vram", "%.6f", r->hit_rate[0])                                      \
+	X("hit_rate_ram", "%.6f", r->hit_rate[1])                                       \
+	X("hit_rate_nvme", "%.6f", r->hit_rate[2])                                      \
+	X("bytes_nvme_ram", "%" PRIu64, s->bytes_nvme_ram)                              \
+	X("bytes_ram_vram", "%" PRIu64, s->bytes_ram_vram)                              \
+	X("bytes_nvme_vram", "%" PRIu64, s->bytes_nvme_vram)                            \
+	X("evictions_vram", "%" PRIu64, s->evictions[0])                                \
+	X("evictions_ram", "%" PRIu64, s->evictions[1])                                 \
+	X("prefetch_issued", "%" PRIu64, s->prefetch_issued)                            \
+	X("prefetch_used", "%" PRIu64, s->prefetch_used)                                \
+	X("prefetch_wasted", "%" PRIu64, s->prefetch_wasted)                            \
+	X("prefetch_redundant", "%" PRIu64, s->prefetch_redundant)                      \
+	X("prefetch_late", "%" PRIu64, s->prefetch_late)                                \
+	X("prefetch_accuracy", "%.6f", r->prefetch_accuracy)                            \
+	X("prefetch_coverage", "%.6f", r->prefetch_coverage)                            \
+	X("prefetch_waste", "%.6f", r->prefetch_waste)                                  \
+	X("stall_ms", "%.3f", s->stall_ns / 1e6)                                        \
+	X("io_ms", "%.3f", s->io_ns / 1e6)                                              \
+	X("compute_ms", "%.3f", s->compute_ns / 1e6)                                    \
+	X("clock_ms", "%.3f", s->clock_ns / 1e6)                                        \
+	X("bookkeeping_ms", "%.3f", (double)s->bookkeeping_ns / 1e6)                    \
+	X("prefill_tok_s", "%.3f", r->prefill_tok_s)                                    \
+	X("decode_tok_s", "%.3f", r->decode_tok_s)                                      \
+	X("ttft_ms", "%.3f", r->ttft_ms)                                                \
+	X("lat_p50_ms", "%.4f", r->lat_p50_ms)                                          \
+	X("lat_p99_ms", "%.4f", r->lat_p99_ms)                                          \
+	X("cold_start_ms", "%.3f", r->cold_start_ms)                                    \
+	X("run_s", "%.6f", r->run_s)                                                    \
+	X("wall_s", "%.6f", r->wall_s)                                                  \
+	X("accesses_per_s", "%.0f", r->accesses_per_s)
+
+static void csv_str(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (; *s; s++) {
+		if (*s == '"')
+			fputc('"', f);
+		fputc(*s, f);
+	}
+	fputc('"', f);
+}
+
+static void json_str(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (; *s; s++)
+		if (*s == '"' || *s == '\\')
+			fprintf(f, "\\%c", *s);
+		else if ((unsigned char)*s >= 0x20)
+			fputc(*s, f);
+	fputc('"', f);
+}
+
+int strata_replay_write_json(const struct strata_replay_result *r, const char *path, struct strata_error *err)
+{
+	const struct strata_engine_stats *s = &r->stats;
+	FILE *f = strcmp(path, "-") ? fopen(path, "w") : stdout;
+	if (!f)
+		return STRATA_ERRNO(err, STRATA_EIO, "%s: cannot create", path);
+	fprintf(f, "{\n  \"config\": ");
+	json_str(f, r->name);
+	fprintf(f, ",\n  \"mode\": \"%s\",\n  \"compute\": \"%s\",\n  \"trace\": ",
+		r->mode == STRATA_ENGINE_VIRTUAL ? "virtual" : "real", strata_compute_name(r->compute));
+	json_str(f, r->trace);
+	fprintf(f, ",\n  \"model\": ");
+	json_str(f, r->model);
+	fprintf(f, ",\n  \"seed\": %" PRIu64 ",\n  \"vram_bytes\": %" PRIu64 ",\n  \"ram_bytes\": %" PRIu64, r->seed,
+		r->budget[0], r->budget[1]);
+#define JX(k, fmt, v) fprintf(f, ",\n  \"" k "\": " fmt, v);
+	FIELDS(JX)
+#undef JX
+	fprintf(f, "\n}\n");
+	int bad = ferror(f);
+	if (f != stdout && fclose(f))
+		bad = 1;
+	return bad ? STRATA_ERRNO(err, STRATA_EIO, "%s: write failed", path) : STRATA_OK;
+}
+
+int strata_replay_write_csv(const struct strata_replay_result *r, const char *path, bool append,
+			    struct strata_error *err)
+{
+	const struct strata_engine_stats *s = &r->stats;
+	FILE *f = strcmp(path, "-") ? fopen(path, append ? "a" : "w") : stdout;
+	if (!f)
+		return STRATA_ERRNO(err, STRATA_EIO, "%s: cannot create", path);
+	if (!append || ftell(f) == 0) {
+		fprintf(f, "config,mode,compute,trace,model,seed,vram_bytes,ram_bytes");
+#define HX(k, fmt, v) fputs("," k, f);
+		FIELDS(HX)
+#undef HX
+		fputc('\n', f);
+	}
+	csv_str(f, r->name);
+	fprintf(f, ",%s,%s,", r->mode == STRATA_ENGINE_VIRTUAL ? "virtual" : "real", strata_compute_name(r->compute));
+	csv_str(f, r->trace);
+	fputc(',', f);
+	csv_str(f, r->model);
+	fprintf(f, ",%" PRIu64 ",%" PRIu64 ",%" PRIu64, r->seed, r->budget[0], r->budget[1]);
+#define CX(k, fmt, v) fprintf(f, "," fmt, v);
+	FIELDS(CX)
+#undef CX
+	fputc('\n', f);
+	int bad = ferror(f);
+	if (f != stdout && fclose(f))
+		bad = 1;
+	return bad ? STRATA_ERRNO(err, STRATA_EIO, "%s: write failed", path) : STRATA_OK;
+}
+
+void strata_replay_print(const struct strata_replay_result *r, FILE *f)
+{
+	const struct strata_engine_stats *s = &r->stats;
+	char a[32], b[32], c[32];
+	fprintf(f, "%s  (%s, compute %s, seed %" PRIu64 ")\n", r->name,
+		r->mode == STRATA_ENGINE_VIRTUAL ? "simulated" : "real", strata_compute_name(r->compute), r->seed);
+	fprintf(f, "  trace     %s: %" PRIu64 " tokens (%" PRIu64 " prefill, %" PRIu64 " decode), %" PRIu64
+		   " steps, %" PRIu64 " requests\n", r->trace, r->tokens, r->prefill_tokens, r->decode_tokens, r->steps,
+		r->requests);
+	fprintf(f, "  accesses  %" PRIu64 ": vram %.2f%%  ram %.2f%%  nvme %.2f%%\n", s->accesses,
+		100 * r->hit_rate[0], 100 * r->hit_rate[1], 100 * r->hit_rate[2]);
+	fprintf(f, "  bytes     nvme->ram %s  ram->vram %s  nvme->vram %s\n",
+		strata_fmt_bytes(s->bytes_nvme_ram, a, sizeof(a)), strata_fmt_bytes(s->bytes_ram_vram, b, sizeof(b)),
+		strata_fmt_bytes(s->bytes_nvme_vram, c, sizeof(c)));
+	fprintf(f, "  evictions vram %" PRIu64 "  ram %" PRIu64 "\n", s->evictions[0], s->evictions[1]);
+	fprintf(f, "  prefetch  issued %" PRIu64 "  used %" PRIu64 "  wasted %" PRIu64 "  redundant %" PRIu64
+		   "  late %" PRIu64 "  accuracy %.1f%%  coverage %.1f%%  waste %.1f%%\n",
+		s->prefetch_issued, s->prefetch_used, s->prefetch_wasted, s->prefetch_redundant, s->prefetch_late,
+		100 * r->prefetch_accuracy, 100 * r->prefetch_coverage, 100 * r->prefetch_waste);
+	fprintf(f, "  time      stall %.3f ms  io %.3f ms  compute %.3f ms  run %.3f s  cold start %.3f ms\n",
+		s->stall_ns / 1e6, s->io_ns / 1e6, s->compute_ns / 1e6, r->run_s, r->cold_start_ms);
+	fprintf(f, "  speed     prefill %.1f tok/s  decode %.2f tok/s  TTFT %.3f ms  per-token p50 %.3f ms  p99 %.3f ms\n",
+		r->prefill_tok_s, r->decode_tok_s, r->ttft_ms, r->lat_p50_ms, r->lat_p99_ms);
+	fprintf(f, "  host      %.3f s wall, %.0f expert accesses/s\n", r->wall_s, r->accesses_per_s);
+}

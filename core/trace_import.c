@@ -1,0 +1,1127 @@
+/*
+ * `strata trace import`: routing logs as people record them -> a trace.
+ *
+ * Inputs are JSONL (one object per row) or CSV/TSV with a header row.  A row
+ * is either one (token, layer) with a flat expert list, or one token with a
+ * list of expert lists (one per layer).  Columns are found by a mapping
+ * ("token=token_idx,layer=layer,experts=experts,weights=gating_probs,
+ * request=problem_id") or by well-known names.  CSV rows are turned into a
+ * JSON object (list cells "[1,2]", "1 2", "1;2", "1|2") so one code path
+ * reads both.
+ *
+ * Rows are gathered as cells (request, token, layer), sorted, and written
+ * request by request, token by token.  A (token, layer) with no row is a gap:
+ * GAPS_DROP removes every token that lacks a row in some layer (for logs whose
+ * token index restarts contiguously after a lost row, as in the Mixtral
+ * vLLM logs, this cuts each request to the rows every layer has), GAPS_FILL
+ * repeats the same layer's routing of the previous token, GAPS_ERROR fails.
+ * Each (request, layer) with gaps gets one warning naming how many rows are
+ * missing.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "strata/trace.h"
+#include "strata/json.h"
+#include "trace_int.h"
+
+enum { R_REQ, R_TOK, R_LAYER, R_EXPERTS, R_WEIGHTS, R_PHASE, R_POS, R_PRED, R_PRED_W, R_COUNT };
+
+static const char *const role_names[R_COUNT] = {
+	"request", "token", "layer", "experts", "weights", "phase", "pos", "pred", "pred_w",
+};
+
+static const char *const candidates[R_COUNT][16] = {
+	[R_REQ] = { "req", "request", "request_id", "req_id", "problem_id", "prompt_id", "sample_id", "seq_id",
+		    "sequence_id", "conversation_id", "task_id", "example_id", "doc_id", NULL },
+	[R_TOK] = { "token_idx", "token_index", "token", "tok", "step", "decode_step", "token_pos", "t", NULL },
+	[R_LAYER] = { "layer", "layer_idx", "layer_id", "moe_layer", "layer_index", NULL },
+	[R_EXPERTS] = { "experts", "expert_ids", "selected_experts", "topk_ids", "topk_idx", "topk_indices",
+			"expert_indices", "expert_idx", "routed_experts", "layers", "ids", NULL },
+	[R_WEIGHTS] = { "weights", "gating_probs", "gate_probs", "topk_weights", "routing_weights",
+			"gate_weights", "probs", "scores", "expert_weights", NULL },
+	[R_PHASE] = { "phase", "stage", "is_prefill", NULL },
+	[R_POS] = { "pos", "position", "position_id", "abs_pos", NULL },
+	[R_PRED] = { "pred", "predictions", "lookahead", NULL },
+	[R_PRED_W] = { "pred_w", "pred_weights", "pred_scores", NULL },
+};
+
+struct cell {
+	uint32_t req, tok, layer, pos;
+	uint8_t phase, has_pos;
+	uint64_t line;
+	uint64_t data; /* index of this cell's k ids / weights */
+	uint64_t pdata; /* index of D*N pred ids, UINT64_MAX if none */
+};
+
+struct request {
+	char *name;
+	uint32_t file;
+	uint32_t next_tok;      /* per-token rows without a token column */
+	uint32_t *layer_next;   /* per-layer rows without a token column */
+	uint32_t n_layer_next;
+};
+
+struct imp {
+	const struct strata_trace_import_config *c;
+	struct strata_trace_import_result *res;
+	struct strata_error *err;
+	const char *file;       /* current input */
+	uint32_t file_idx;
+	char col[R_COUNT][96];  /* resolved column per role; "" none */
+	int disabled[R_COUNT];
+	char map_col[R_COUNT][96];
+	int resolved;
+	int per_token;          /* rows carry all layers */
+	uint32_t k, D, N;       /* top_k, pred depth/topn (0 until known) */
+	int have_w, have_pred;
+	uint32_t min_layer, max_layer;
+	int max_id;
+	struct cell *cells;
+	size_t n_cells, cap_cells;
+	uint16_t *ids;
+	float *w;
+	size_t n_data, cap_data;
+	uint16_t *pids;
+	float *pw;
+	size_t n_pdata, cap_pdata;
+	struct request *reqs;
+	uint32_t n_reqs, cap_reqs;
+	uint32_t *rhash;        /* open addressing: req index + 1 */
+	uint32_t rhash_cap;
+	uint64_t warnings;
+	int hdr_experts;        /* experts from a strata_trace header line */
+	size_t w_cap;
+	int any_resolved;
+};
+
+#define IERR(code, ...) STRATA_ERR(im->err, code, __VA_ARGS__)
+
+static void warnf(struct imp *im, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void warnf(struct imp *im, const char *fmt, ...)
+{
+	uint64_t max = im->c->max_warnings ? im->c->max_warnings : 20;
+	im->warnings++;
+	FILE *f = im->c->warn ? im->c->warn : stderr;
+	if (im->warnings > max) {
+		if (im->warnings == max + 1)
+			fprintf(f, "warning: more gaps; further warnings suppressed (see the summary)\n");
+		return;
+	}
+	va_list ap;
+	va_start(ap, fmt);
+	fputs("warning: ", f);
+	vfprintf(f, fmt, ap);
+	fputc('\n', f);
+	va_end(ap);
+}
+
+static int parse_map(struct imp *im, const char *map)
+{
+	if (!map || !*map)
+		return 0;
+	char *dup = strdup(map), *save = NULL;
+	if (!dup)
+		return IERR(STRATA_ENOMEM, "out of memory");
+	for (char *kv = strtok_r(dup, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
+		char *eq = strchr(kv, '=');
+		if (!eq) {
+			int rc = IERR(STRATA_EINVAL, "--map: '%s' is not role=column (roles: request, token, layer, "
+				      "experts, weights, phase, pos, pred, pred_w)", kv);
+			free(dup);
+			return rc;
+		}
+		*eq = 0;
+		int r = -1;
+		for (int i = 0; i < R_COUNT; i++)
+			if (!strcmp(kv, role_names[i]) || (i == R_REQ && !strcmp(kv, "req")) ||
+			    (i == R_TOK && !strcmp(kv, "tok")))
+				r = i;
+		if (r < 0) {
+			int rc = IERR(STRATA_EINVAL, "--map: unknown role '%s' (roles: request, token, layer, experts, "
+				      "weights, phase, pos, pred, pred_w)", kv);
+			free(dup);
+			return rc;
+		}
+		if (!strcmp(eq + 1, "-") || !strcmp(eq + 1, "none"))
+			im->disabled[r] = 1;
+		else
+			snprintf(im->map_col[r], sizeof(im->map_col[r]), "%s", eq + 1);
+	}
+	free(dup);
+	return 0;
+}
+
+/* First row of a file: resolve each role to a column. */
+static int resolve(struct imp *im, const struct strata_json *root, uint64_t line)
+{
+	for (int r = 0; r < R_COUNT; r++) {
+		im->col[r][0] = 0;
+		if (im->disabled[r])
+			continue;
+		if (im->map_col[r][0]) {
+			if (!strata_json_get(root, im->map_col[r]))
+				return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": no column '%s' (mapped to %s)", im->file, line,
+					    im->map_col[r], role_names[r]);
+			memcpy(im->col[r], im->map_col[r], sizeof(im->col[r]));
+			continue;
+		}
+		for (int i = 0; candidates[r][i]; i++) {
+			const struct strata_json *n = strata_json_get(root, candidates[r][i]);
+			if (!n)
+				continue;
+			/* "layers" is the expert column only when it holds lists */
+			if (r == R_EXPERTS && !strcmp(candidates[r][i], "layers") && n->type != STRATA_JSON_ARRAY)
+				continue;
+			if (r == R_LAYER && n->type == STRATA_JSON_ARRAY)
+				continue;
+			snprintf(im->col[r], sizeof(im->col[r]), "%s", candidates[r][i]);
+			break;
+		}
+	}
+	if (!im->col[R_EXPERTS][0]) {
+		char keys[512] = "";
+		for (const struct strata_json *c = jchild(root); c; c = jnext(root, c))
+			snprintf(keys + strlen(keys), sizeof(keys) - strlen(keys), "%s%s", keys[0] ? ", " : "", c->key);
+		return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": no expert column found among [%s]; name it with "
+			    "--map experts=COLUMN", im->file, line, keys);
+	}
+	const struct strata_json *e = strata_json_get(root, im->col[R_EXPERTS]);
+	const struct strata_json *e0 = e && e->type == STRATA_JSON_ARRAY ? jchild(e) : NULL;
+	int nested = e0 && e0->type == STRATA_JSON_ARRAY;
+	if (im->any_resolved && nested != im->per_token)
+		return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": rows are per %s here but per %s in earlier inputs",
+			    im->file, line, nested ? "token" : "(token, layer)", im->per_token ? "token" : "(token, layer)");
+	im->per_token = nested;
+	im->any_resolved = 1;
+	if (!nested && !im->col[R_LAYER][0])
+		return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": rows hold one expert list but no layer column was found; "
+			    "name it with --map layer=COLUMN (or give one list per layer)", im->file, line);
+	im->resolved = 1;
+	return 0;
+}
+
+static int get_uint(struct imp *im, const struct strata_json *n, uint64_t line, const char *what, uint64_t max,
+		    uint64_t *out)
+{
+	double v;
+	if (n->type == STRATA_JSON_NUMBER && n->num == floor(n->num)) {
+		v = n->num;
+	} else if (n->type == STRATA_JSON_STRING) {
+		char *end;
+		errno = 0;
+		v = strtod(n->str, &end);
+		if (end == n->str || *end || v != floor(v))
+			return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": %s '%s' is not an integer", im->file, line, what, n->str);
+	} else {
+		return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": %s is not an integer", im->file, line, what);
+	}
+	if (v < 0 || v > (double)max)
+		return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": %s %.0f out of range (0..%" PRIu64 ")", im->file, line,
+			    what, v, max);
+	*out = (uint64_t)v;
+	return 0;
+}
+
+static uint32_t intern_req(struct imp *im, const char *key)
+{
+	if (im->n_reqs * 2 >= im->rhash_cap) {
+		uint32_t cap = im->rhash_cap ? im->rhash_cap * 2 : 256;
+		uint32_t *h = calloc(cap, 4);
+		if (!h)
+			return UINT32_MAX;
+		for (uint32_t i = 0; i < im->n_reqs; i++) {
+			uint32_t at = (uint32_t)XXH64(im->reqs[i].name, strlen(im->reqs[i].name), im->reqs[i].file) & (cap - 1);
+			while (h[at])
+				at = (at + 1) & (cap - 1);
+			h[at] = i + 1;
+		}
+		free(im->rhash);
+		im->rhash = h;
+		im->rhash_cap = cap;
+	}
+	uint32_t at = (uint32_t)XXH64(key, strlen(key), im->file_idx) & (im->rhash_cap - 1);
+	while (im->rhash[at]) {
+		struct request *r = &im->reqs[im->rhash[at] - 1];
+		if (r->file == im->file_idx && !strcmp(r->name, key))
+			return im->rhash[at] - 1;
+		at = (at + 1) & (im->rhash_cap - 1);
+	}
+	if (im->n_reqs == im->cap_reqs) {
+		uint32_t cap = im->cap_reqs ? im->cap_reqs * 2 : 64;
+		struct request *n = realloc(im->reqs, cap * sizeof(*n));
+		if (!n)
+			return UINT32_MAX;
+		im->reqs = n;
+		im->cap_reqs = cap;
+	}
+	struct request *r = &im->reqs[im->n_reqs];
+	memset(r, 0, sizeof(*r));
+	r->name = strdup(key);
+	r->file = im->file_idx;
+	if (!r->name)
+		return UINT32_MAX;
+	im->rhash[at] = im->n_reqs + 1;
+	return im->n_reqs++;
+}
+
+static int grow(void **p, size_t *cap, size_t need, size_t elem)
+{
+	if (need <= *cap)
+		return 0;
+	size_t n = *cap ? *cap : 1024;
+	while (n < need)
+		n *= 2;
+	void *q = realloc(*p, n * elem);
+	if (!q)
+		return -1;
+	*p = q;
+	*cap = n;
+	return 0;
+}
+
+/* Expert ids of one (token, layer) list -> im->ids at data. */
+static int take_list(struct imp *im, const struct strata_json *lst, uint64_t line,
+		     uint32_t layer_shown, uint64_t data)
+{
+	if (lst->type != STRATA_JSON_ARRAY)
+		return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": layer %u: experts are not a list", im->file, line, layer_shown);
+	if (!im->k) {
+		if (!lst->len || lst->len > STRATA_TRACE_MAX_TOPK)
+			return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": %u experts per layer (1..%d supported)", im->file,
+				    line, lst->len, STRATA_TRACE_MAX_TOPK);
+		im->k = lst->len;
+	}
+	if (lst->len != im->k)
+		return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": layer %u: %u experts, earlier rows had %u", im->file, line,
+			    layer_shown, lst->len, im->k);
+	uint32_t j = 0;
+	for (const struct strata_json *e = jchild(lst); e; e = jnext(lst, e), j++) {
+		if (e->type != STRATA_JSON_NUMBER || e->num != floor(e->num) || e->num < 0 || e->num >= STRATA_TRACE_NO_EXPERT)
+			return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": layer %u: bad expert id (not an integer in 0..65534)",
+				    im->file, line, layer_shown);
+		uint16_t v = (uint16_t)e->num;
+		for (uint32_t m = 0; m < j; m++)
+			if (im->ids[data + m] == v)
+				return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": layer %u: expert %u listed twice", im->file,
+					    line, layer_shown, v);
+		if (im->c->n_experts && v >= im->c->n_experts)
+			return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": layer %u: expert id %u out of range (%u experts)",
+				    im->file, line, layer_shown, v, im->c->n_experts);
+		if ((int)v > im->max_id)
+			im->max_id = v;
+		im->ids[data + j] = v;
+	}
+	return 0;
+}
+
+static int take_weights(struct imp *im, const struct strata_json *lst, uint64_t line,
+			uint32_t layer_shown, uint64_t data)
+{
+	if (lst->type != STRATA_JSON_ARRAY || lst->len != im->k)
+		return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": layer %u: weights must be a list of %u numbers", im->file,
+			    line, layer_shown, im->k);
+	uint32_t j = 0;
+	for (const struct strata_json *e = jchild(lst); e; e = jnext(lst, e), j++) {
+		if (e->type != STRATA_JSON_NUMBER)
+			return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": layer %u: weight is not a number", im->file, line,
+				    layer_shown);
+		im->w[data + j] = (float)e->num;
+	}
+	return 0;
+}
+
+/* pred of one layer: [depth][n] ids (+ scores) -> pids at pd */
+static int take_pred(struct imp *im, const struct strata_json *p, const struct strata_json *pw,
+		     uint64_t line, uint32_t layer_shown, uint64_t pd)
+{
+	if (p->type != STRATA_JSON_ARRAY)
+		return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": layer %u: pred is not a list of lists", im->file, line,
+			    layer_shown);
+	if (!im->D) {
+		const struct strata_json *p0 = jchild(p);
+		if (!p->len || !p0 || p0->type != STRATA_JSON_ARRAY || !p0->len || p->len > STRATA_TRACE_MAX_DEPTH ||
+		    p0->len > STRATA_TRACE_MAX_TOPN)
+			return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": layer %u: pred must be [depth][n] expert ids "
+				    "(depth <= %d, n <= %d)", im->file, line, layer_shown, STRATA_TRACE_MAX_DEPTH,
+				    STRATA_TRACE_MAX_TOPN);
+		im->D = p->len;
+		im->N = p0->len;
+	}
+	for (size_t j = 0; j < (size_t)im->D * im->N; j++) {
+		im->pids[pd + j] = STRATA_TRACE_NO_EXPERT;
+		im->pw[pd + j] = 0;
+	}
+	if (p->len > im->D)
+		return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": layer %u: pred depth %u > %u", im->file, line, layer_shown,
+			    p->len, im->D);
+	const struct strata_json *wd = pw && pw->type == STRATA_JSON_ARRAY ? jchild(pw) : NULL;
+	uint32_t di = 0;
+	for (const struct strata_json *dn = jchild(p); dn; dn = jnext(p, dn), di++) {
+		if (dn->type != STRATA_JSON_ARRAY || dn->len > im->N)
+			return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": layer %u: pred depth %u: at most %u ids", im->file,
+				    line, layer_shown, di + 1, im->N);
+		const struct strata_json *we = wd && wd->type == STRATA_JSON_ARRAY ? jchild(wd) : NULL;
+		uint32_t j = 0;
+		for (const struct strata_json *e = jchild(dn); e; e = jnext(dn, e), j++) {
+			if (e->type != STRATA_JSON_NUMBER || e->num != floor(e->num) || e->num < 0 || e->num >= STRATA_TRACE_NO_EXPERT)
+				return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": layer %u: bad predicted expert id", im->file,
+					    line, layer_shown);
+			im->pids[pd + (size_t)di * im->N + j] = (uint16_t)e->num;
+			if ((int)e->num > im->max_id)
+				im->max_id = (int)e->num;
+			if (we) {
+				im->pw[pd + (size_t)di * im->N + j] = we->type == STRATA_JSON_NUMBER ? (float)we->num : 0;
+				we = jnext(wd, we);
+			}
+		}
+		if (wd)
+			wd = jnext(pw, wd);
+	}
+	return 0;
+}
+
+static int add_cell(struct imp *im, uint32_t req, uint32_t tok, uint32_t layer, const struct strata_json *pos,
+		    int phase, uint64_t line, struct cell **out)
+{
+	if (grow((void **)&im->cells, &im->cap_cells, im->n_cells + 1, sizeof(struct cell)))
+		return IERR(STRATA_ENOMEM, "out of memory");
+	size_t kk = im->k ? im->k : STRATA_TRACE_MAX_TOPK;
+	if (grow((void **)&im->ids, &im->cap_data, im->n_data + kk, 2))
+		return IERR(STRATA_ENOMEM, "out of memory");
+	if (im->w_cap != im->cap_data) { /* weights follow ids' capacity */
+		float *nw = realloc(im->w, im->cap_data * sizeof(float));
+		if (!nw)
+			return IERR(STRATA_ENOMEM, "out of memory");
+		im->w = nw;
+		im->w_cap = im->cap_data;
+	}
+	struct cell *c = &im->cells[im->n_cells++];
+	memset(c, 0, sizeof(*c));
+	c->req = req;
+	c->tok = tok;
+	c->layer = layer;
+	c->phase = (uint8_t)phase;
+	c->line = line;
+	c->data = im->n_data;
+	c->pdata = UINT64_MAX;
+	if (pos) {
+		uint64_t v;
+		int rc = get_uint(im, pos, line, "position", UINT32_MAX, &v);
+		if (rc)
+			return rc;
+		c->pos = (uint32_t)v;
+		c->has_pos = 1;
+	}
+	if (layer < im->min_layer)
+		im->min_layer = layer;
+	if (layer > im->max_layer)
+		im->max_layer = layer;
+	*out = c;
+	return 0;
+}
+
+static int reserve_pred(struct imp *im, struct cell *c)
+{
+	size_t dn = (size_t)STRATA_TRACE_MAX_DEPTH * STRATA_TRACE_MAX_TOPN;
+	if (im->D)
+		dn = (size_t)im->D * im->N;
+	size_t cap = im->cap_pdata;
+	if (grow((void **)&im->pids, &im->cap_pdata, im->n_pdata + dn, 2))
+		return IERR(STRATA_ENOMEM, "out of memory");
+	if (im->cap_pdata != cap) {
+		float *n = realloc(im->pw, im->cap_pdata * sizeof(float));
+		if (!n)
+			return IERR(STRATA_ENOMEM, "out of memory");
+		im->pw = n;
+	}
+	c->pdata = im->n_pdata;
+	return 0;
+}
+
+static int phase_of(struct imp *im, const struct strata_json *n, uint64_t line, int *out)
+{
+	*out = im->c->default_phase;
+	if (!n || n->type == STRATA_JSON_NULL)
+		return 0;
+	if (n->type == STRATA_JSON_BOOL) {
+		*out = n->boolean ? STRATA_PHASE_PREFILL : STRATA_PHASE_DECODE; /* is_prefill */
+		return 0;
+	}
+	if (n->type == STRATA_JSON_STRING) {
+		if (!strcasecmp(n->str, "prefill") || !strcasecmp(n->str, "p") || !strcasecmp(n->str, "prompt") ||
+		    !strcasecmp(n->str, "true"))
+			*out = STRATA_PHASE_PREFILL;
+		else if (!strcasecmp(n->str, "decode") || !strcasecmp(n->str, "d") || !strcasecmp(n->str, "gen") ||
+			 !strcasecmp(n->str, "generate") || !strcasecmp(n->str, "false"))
+			*out = STRATA_PHASE_DECODE;
+		else
+			return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": phase '%s' (expected prefill or decode)", im->file,
+				    line, n->str);
+		return 0;
+	}
+	if (n->type == STRATA_JSON_NUMBER && (n->num == 0 || n->num == 1)) {
+		/* is_prefill-style 0/1 when the column is named so; else 0 = prefill */
+		int is_flag = !strcmp(im->col[R_PHASE], "is_prefill");
+		*out = is_flag ? (n->num == 1 ? STRATA_PHASE_PREFILL : STRATA_PHASE_DECODE) : (int)n->num;
+		return 0;
+	}
+	return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": bad phase value", im->file, line);
+}
+
+static int import_row(struct imp *im, const struct strata_json *root, uint64_t line)
+{
+	if (root->type != STRATA_JSON_OBJECT)
+		return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": expected a JSON object", im->file, line);
+	const struct strata_json *hv = strata_json_get(root, "strata_trace");
+	if (hv) { /* a twin's header line: take the expert count */
+		const struct strata_json *e = strata_json_get(root, "experts");
+		if (e && e->type == STRATA_JSON_NUMBER && e->num > im->hdr_experts)
+			im->hdr_experts = (int)e->num;
+		return 0;
+	}
+	const struct strata_json *n[R_COUNT];
+	for (int r = 0; r < R_COUNT; r++)
+		n[r] = im->col[r][0] ? strata_json_get(root, im->col[r]) : NULL;
+	if (!n[R_EXPERTS])
+		return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": no '%s' column in this row", im->file, line, im->col[R_EXPERTS]);
+	/* request key as text */
+	char key[64] = "0";
+	if (n[R_REQ]) {
+		if (n[R_REQ]->type == STRATA_JSON_STRING)
+			snprintf(key, sizeof(key), "%s", n[R_REQ]->str);
+		else if (n[R_REQ]->type == STRATA_JSON_NUMBER)
+			snprintf(key, sizeof(key), "%.17g", n[R_REQ]->num);
+		else
+			return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": request id must be a number or a string", im->file, line);
+	}
+	uint32_t req = intern_req(im, key);
+	if (req == UINT32_MAX)
+		return IERR(STRATA_ENOMEM, "out of memory");
+	struct request *rq = &im->reqs[req];
+	int phase;
+	int rc = phase_of(im, n[R_PHASE], line, &phase);
+	if (rc)
+		return rc;
+	if (n[R_WEIGHTS] && n[R_WEIGHTS]->type != STRATA_JSON_NULL)
+		im->have_w = 1;
+	const struct strata_json *pred = n[R_PRED] && n[R_PRED]->type == STRATA_JSON_ARRAY ? n[R_PRED] : NULL;
+	if (pred)
+		im->have_pred = 1;
+	if (!im->per_token) {
+		uint64_t layer, tok;
+		if (!n[R_LAYER])
+			return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": no '%s' (layer) in this row", im->file, line, im->col[R_LAYER]);
+		if ((rc = get_uint(im, n[R_LAYER], line, "layer", 65535, &layer)))
+			return rc;
+		if (n[R_TOK]) {
+			if ((rc = get_uint(im, n[R_TOK], line, "token index", UINT32_MAX - 1, &tok)))
+				return rc;
+		} else {
+			if (layer >= rq->n_layer_next) {
+				uint32_t nl = (uint32_t)layer + 1;
+				uint32_t *p = realloc(rq->layer_next, nl * sizeof(uint32_t));
+				if (!p)
+					return IERR(STRATA_ENOMEM, "out of memory");
+				memset(p + rq->n_layer_next, 0, (nl - rq->n_layer_next) * sizeof(uint32_t));
+				rq->layer_next = p;
+				rq->n_layer_next = nl;
+			}
+			tok = rq->layer_next[layer]++;
+		}
+		struct cell *c;
+		if ((rc = add_cell(im, req, (uint32_t)tok, (uint32_t)layer, n[R_POS], phase, line, &c)))
+			return rc;
+		if ((rc = take_list(im, n[R_EXPERTS], line, (uint32_t)layer, c->data)))
+			return rc;
+		memset(im->w + c->data, 0, im->k * sizeof(float));
+		if (n[R_WEIGHTS] && n[R_WEIGHTS]->type != STRATA_JSON_NULL &&
+		    (rc = take_weights(im, n[R_WEIGHTS], line, (uint32_t)layer, c->data)))
+			return rc;
+		im->n_data += im->k;
+		if (pred) {
+			if ((rc = reserve_pred(im, c)) || (rc = take_pred(im, pred, n[R_PRED_W], line, (uint32_t)layer, c->pdata)))
+				return rc;
+			im->n_pdata += (size_t)im->D * im->N;
+		}
+		return 0;
+	}
+	/* one row per token: lists per layer */
+	uint64_t tok;
+	if (n[R_TOK]) {
+		if ((rc = get_uint(im, n[R_TOK], line, "token index", UINT32_MAX - 1, &tok)))
+			return rc;
+	} else {
+		tok = rq->next_tok++;
+	}
+	const struct strata_json *lists = n[R_EXPERTS];
+	if (lists->type != STRATA_JSON_ARRAY)
+		return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": experts are not a list of lists", im->file, line);
+	const struct strata_json *wl = n[R_WEIGHTS] && n[R_WEIGHTS]->type == STRATA_JSON_ARRAY ? jchild(n[R_WEIGHTS]) : NULL;
+	const struct strata_json *pl = pred ? jchild(pred) : NULL;
+	const struct strata_json *pwl = n[R_PRED_W] && n[R_PRED_W]->type == STRATA_JSON_ARRAY ? jchild(n[R_PRED_W]) : NULL;
+	if (n[R_WEIGHTS] && n[R_WEIGHTS]->type == STRATA_JSON_ARRAY && n[R_WEIGHTS]->len != lists->len)
+		return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": %u weight lists for %u layers", im->file, line,
+			    n[R_WEIGHTS]->len, lists->len);
+	if (pred && pred->len != lists->len)
+		return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": %u pred lists for %u layers", im->file, line, pred->len, lists->len);
+	uint32_t layer = 0;
+	for (const struct strata_json *l = jchild(lists); l; l = jnext(lists, l), layer++) {
+		struct cell *c;
+		if ((rc = add_cell(im, req, (uint32_t)tok, layer, n[R_POS], phase, line, &c)))
+			return rc;
+		if ((rc = take_list(im, l, line, layer, c->data)))
+			return rc;
+		memset(im->w + c->data, 0, im->k * sizeof(float));
+		if (wl) {
+			if ((rc = take_weights(im, wl, line, layer, c->data)))
+				return rc;
+			wl = jnext(n[R_WEIGHTS], wl);
+		}
+		im->n_data += im->k;
+		if (pl) {
+			if ((rc = reserve_pred(im, c)) || (rc = take_pred(im, pl, pwl, line, layer, c->pdata)))
+				return rc;
+			im->n_pdata += (size_t)im->D * im->N;
+			pl = jnext(pred, pl);
+			if (pwl)
+				pwl = jnext(n[R_PRED_W], pwl);
+		}
+	}
+	return 0;
+}
+
+/* ---- CSV -> JSON object text ------------------------------------------ */
+
+struct sbuf {
+	char *p;
+	size_t used, cap;
+};
+
+static int sb_put(struct sbuf *b, const char *s, size_t n)
+{
+	if (b->used + n + 2 > b->cap) {
+		size_t cap = b->cap ? b->cap * 2 : 1024;
+		while (cap < b->used + n + 2)
+			cap *= 2;
+		char *q = realloc(b->p, cap);
+		if (!q)
+			return -1;
+		b->p = q;
+		b->cap = cap;
+	}
+	memcpy(b->p + b->used, s, n);
+	b->used += n;
+	b->p[b->used] = 0;
+	return 0;
+}
+
+/* Split one CSV record into fields (in place, quotes removed). */
+static int csv_split(char *line, char sep, char ***fields, size_t *nf, size_t *cap)
+{
+	size_t n = 0;
+	char *s = line, *out;
+	for (;;) {
+		if (n == *cap) {
+			size_t c = *cap ? *cap * 2 : 16;
+			char **f = realloc(*fields, c * sizeof(char *));
+			if (!f)
+				return -1;
+			*fields = f;
+			*cap = c;
+		}
+		out = s;
+		(*fields)[n++] = out;
+		if (*s == '"') {
+			s++;
+			for (;;) {
+				if (!*s)
+					return -2; /* unterminated quote */
+				if (*s == '"' && s[1] == '"') {
+					*out++ = '"';
+					s += 2;
+				} else if (*s == '"') {
+					s++;
+					break;
+				} else {
+					*out++ = *s++;
+				}
+			}
+			while (*s && *s != sep)
+				s++;
+		} else {
+			while (*s && *s != sep)
+				*out++ = *s++;
+		}
+		char end = *s;
+		*out = 0;
+		if (!end)
+			break;
+		s++;
+	}
+	*nf = n;
+	return 0;
+}
+
+static int is_number(const char *s)
+{
+	if (!*s)
+		return 0;
+	char *end;
+	strtod(s, &end);
+	return !*end;
+}
+
+static int json_escape(struct sbuf *b, const char *s)
+{
+	if (sb_put(b, "\"", 1))
+		return -1;
+	for (; *s; s++) {
+		char tmp[8];
+		if (*s == '"' || *s == '\\') {
+			tmp[0] = '\\';
+			tmp[1] = *s;
+			if (sb_put(b, tmp, 2))
+				return -1;
+		} else if ((unsigned char)*s < 0x20) {
+			snprintf(tmp, sizeof(tmp), "\\u%04x", (unsigned char)*s);
+			if (sb_put(b, tmp, 6))
+				return -1;
+		} else if (sb_put(b, s, 1)) {
+			return -1;
+		}
+	}
+	return sb_put(b, "\"", 1);
+}
+
+/* A cell: number, JSON list, "1 2 3" / "1;2" / "1|2" lists, else a string. */
+static int csv_value(struct sbuf *b, const char *v)
+{
+	while (*v == ' ')
+		v++;
+	if (*v == '[' || *v == '{')
+		return sb_put(b, v, strlen(v));
+	if (is_number(v))
+		return sb_put(b, v, strlen(v));
+	if (!*v)
+		return sb_put(b, "null", 4);
+	/* list of numbers separated by space ; | */
+	int list = 1, seen = 0;
+	for (const char *p = v; *p; p++)
+		if (!strchr("0123456789.eE+- ;|", *p))
+			list = 0;
+		else if (*p == ' ' || *p == ';' || *p == '|')
+			seen = 1;
+	if (list && seen) {
+		if (sb_put(b, "[", 1))
+			return -1;
+		const char *p = v;
+		int first = 1;
+		while (*p) {
+			while (*p == ' ' || *p == ';' || *p == '|')
+				p++;
+			if (!*p)
+				break;
+			const char *q = p;
+			while (*q && *q != ' ' && *q != ';' && *q != '|')
+				q++;
+			if ((!first && sb_put(b, ",", 1)) || sb_put(b, p, (size_t)(q - p)))
+				return -1;
+			first = 0;
+			p = q;
+		}
+		return sb_put(b, "]", 1);
+	}
+	if (!strcasecmp(v, "true") || !strcasecmp(v, "false"))
+		return sb_put(b, strcasecmp(v, "true") ? "false" : "true", strcasecmp(v, "true") ? 5 : 4);
+	return json_escape(b, v);
+}
+
+static int ends_with(const char *s, const char *suf)
+{
+	size_t a = strlen(s), b = strlen(suf);
+	return a >= b && !strcasecmp(s + a - b, suf);
+}
+
+static int import_file(struct imp *im, const char *path)
+{
+	FILE *f = strcmp(path, "-") ? fopen(path, "r") : stdin;
+	if (!f)
+		return strata_error_set(im->err, errno == ENOENT ? STRATA_ENOTFOUND : STRATA_EIO, errno, __FILE__,
+					__LINE__, "%s: cannot open", path);
+	im->file = path;
+	im->resolved = 0;
+	int csv = -1; /* decided on the first non-empty line */
+	char sep = ',';
+	char *line = NULL, **hdr = NULL, **fields = NULL, *hdr_line = NULL;
+	size_t cap = 0, nh = 0, hcap = 0, nf = 0, fcap = 0;
+	struct sbuf sb = { 0 };
+	struct strata_json_doc *doc = NULL;
+	char what[PATH_MAX + 32];
+	uint64_t lineno = 0;
+	ssize_t len;
+	int rc = 0;
+	while ((len = getline(&line, &cap, f)) >= 0) {
+		lineno++;
+		while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
+			line[--len] = 0;
+		char *s = line;
+		while (*s == ' ' || *s == '\t' || *s == '\xef' || *s == '\xbb' || *s == '\xbf')
+			s++;
+		if (!*s || *s == '#')
+			continue;
+		if (csv < 0) {
+			csv = *s != '{';
+			if (csv) {
+				sep = (ends_with(path, ".tsv") || strchr(s, '\t')) ? '\t' : ',';
+				hdr_line = strdup(s);
+				if (!hdr_line) {
+					rc = IERR(STRATA_ENOMEM, "out of memory");
+					break;
+				}
+				int r = csv_split(hdr_line, sep, &hdr, &nh, &hcap);
+				if (r) {
+					rc = IERR(STRATA_EINVAL, "%s:%" PRIu64 ": bad CSV header", path, lineno);
+					break;
+				}
+				for (size_t i = 0; i < nh; i++) {
+					char *h = hdr[i];
+					while (*h == ' ')
+						h++;
+					hdr[i] = h;
+				}
+				continue;
+			}
+		}
+		char *text = s;
+		size_t tlen = strlen(s);
+		if (csv) {
+			int r = csv_split(s, sep, &fields, &nf, &fcap);
+			if (r == -1) {
+				rc = IERR(STRATA_ENOMEM, "out of memory");
+				break;
+			}
+			if (r == -2) {
+				rc = IERR(STRATA_EINVAL, "%s:%" PRIu64 ": unterminated quote", path, lineno);
+				break;
+			}
+			if (nf != nh) {
+				rc = IERR(STRATA_EINVAL, "%s:%" PRIu64 ": %zu fields, the header has %zu", path, lineno, nf, nh);
+				break;
+			}
+			sb.used = 0;
+			int bad = sb_put(&sb, "{", 1);
+			for (size_t i = 0; i < nf && !bad; i++)
+				bad = (i && sb_put(&sb, ",", 1)) || json_escape(&sb, hdr[i]) || sb_put(&sb, ":", 1) ||
+				      csv_value(&sb, fields[i]);
+			if (bad || sb_put(&sb, "}", 1)) {
+				rc = IERR(STRATA_ENOMEM, "out of memory");
+				break;
+			}
+			text = sb.p;
+			tlen = sb.used;
+		}
+		strata_json_free(doc);
+		doc = NULL;
+		snprintf(what, sizeof(what), "%s:%" PRIu64, path, lineno);
+		if (strata_json_parse(text, tlen, what, &doc, im->err)) {
+			im->err->code = STRATA_EINVAL;
+			rc = STRATA_EINVAL;
+			break;
+		}
+		const struct strata_json *root = strata_json_root(doc);
+		if (root->type == STRATA_JSON_OBJECT && strata_json_get(root, "strata_trace")) {
+			if ((rc = import_row(im, root, lineno)))
+				break;
+			continue;
+		}
+		if (!im->resolved && (rc = resolve(im, root, lineno)))
+			break;
+		if ((rc = import_row(im, root, lineno)))
+			break;
+		im->res->rows++;
+	}
+	if (!rc && ferror(f))
+		rc = STRATA_ERRNO(im->err, STRATA_EIO, "%s: read error", path);
+	if (f != stdin)
+		fclose(f);
+	free(line);
+	free(hdr);
+	free(hdr_line);
+	free(fields);
+	free(sb.p);
+	strata_json_free(doc);
+	return rc;
+}
+
+/* ---- assemble and write ----------------------------------------------- */
+
+static int cmp_cell(const void *a, const void *b)
+{
+	const struct cell *x = a, *y = b;
+	if (x->req != y->req)
+		return x->req < y->req ? -1 : 1;
+	if (x->tok != y->tok)
+		return x->tok < y->tok ? -1 : 1;
+	if (x->layer != y->layer)
+		return x->layer < y->layer ? -1 : 1;
+	return x->line < y->line ? -1 : x->line > y->line;
+}
+
+static const char *req_name(struct imp *im, uint32_t r, char *buf, size_t len)
+{
+	if (im->c->n_inputs > 1) {
+		const char *f = im->c->inputs[im->reqs[r].file], *slash = strrchr(f, '/');
+		snprintf(buf, len, "%s:%s", slash ? slash + 1 : f, im->reqs[r].name);
+	} else
+		snprintf(buf, len, "%s", im->reqs[r].name);
+	return buf;
+}
+
+static int assemble(struct imp *im)
+{
+	const struct strata_trace_import_config *c = im->c;
+	if (!im->n_cells)
+		return IERR(STRATA_EINVAL, "%s: no routing rows found", c->n_inputs ? c->inputs[0] : "input");
+	uint32_t base = c->layer_base == UINT32_MAX ? im->min_layer : c->layer_base;
+	if (im->min_layer < base)
+		return IERR(STRATA_EINVAL, "layer %u below the layer base %u", im->min_layer, base);
+	uint32_t L = im->max_layer - base + 1, k = im->k;
+	uint32_t E = c->n_experts ? c->n_experts : (uint32_t)im->max_id + 1;
+	if (!c->n_experts && im->hdr_experts > (int)E)
+		E = (uint32_t)im->hdr_experts;
+	if (c->model && !c->n_experts)
+		E = c->model->n_experts;
+	if (E < k)
+		E = k;
+	if (c->model) {
+		if (L != c->model->n_moe_layers || (uint32_t)im->max_id >= c->model->n_experts || k > c->model->top_k)
+			return IERR(STRATA_ESHAPE, "input shape (%u MoE layers, expert ids up to %d, top-%u) does not fit "
+				    "model %s (%u MoE layers, %u experts, top-%u)", L, im->max_id, k, c->model->name,
+				    c->model->n_moe_layers, c->model->n_experts, c->model->top_k);
+	}
+	if ((uint32_t)im->max_id >= E)
+		return IERR(STRATA_EINVAL, "expert id %d out of range (--experts %u)", im->max_id, E);
+	if (base)
+		warnf(im, "layers are numbered from %u: stored as 0..%u (--layer-base)", base, L - 1);
+	/* sort unless already in order */
+	int sorted = 1;
+	for (size_t i = 1; i < im->n_cells && sorted; i++)
+		if (cmp_cell(&im->cells[i - 1], &im->cells[i]) > 0)
+			sorted = 0;
+	if (!sorted)
+		qsort(im->cells, im->n_cells, sizeof(struct cell), cmp_cell);
+	/* which layers appear at all */
+	uint8_t *seen = calloc(L, 1);
+	if (!seen)
+		return IERR(STRATA_ENOMEM, "out of memory");
+	for (size_t i = 0; i < im->n_cells; i++)
+		seen[im->cells[i].layer - base] = 1;
+	for (uint32_t l = 0; l < L; l++)
+		if (!seen[l]) {
+			free(seen);
+			return IERR(STRATA_EINVAL, "no rows at all for layer %u (layers seen: %u..%u)", l + base, base,
+				    im->max_layer);
+		}
+	free(seen);
+
+	uint32_t flags = 0;
+	if (im->have_w)
+		flags |= STRATA_TRACE_F_WEIGHTS | (c->weights_f32 ? STRATA_TRACE_F_WEIGHTS_F32 : 0);
+	if (im->have_pred)
+		flags |= STRATA_TRACE_F_PRED;
+	struct strata_trace_writer_config wc = {
+		.path = c->output, .format = c->format, .n_moe_layers = L, .n_experts = E, .top_k = k, .flags = flags,
+		.pred_depth = im->D, .pred_topn = im->N, .model = c->model ? c->model->name : NULL,
+	};
+	struct strata_trace_writer *w = NULL;
+	int rc = strata_trace_writer_open(&wc, &w, im->err);
+	if (rc)
+		return rc;
+	size_t DN = (size_t)im->D * im->N;
+	uint16_t *tids = malloc((size_t)L * k * 2), *tp = malloc((DN * L + 1) * 2);
+	float *tw = malloc((size_t)L * k * 4), *tpw = malloc((DN * L + 1) * 4);
+	size_t *grid = NULL;
+	size_t grid_cap = 0;
+	if (!tids || !tp || !tw || !tpw) {
+		rc = IERR(STRATA_ENOMEM, "out of memory");
+		goto out;
+	}
+	for (size_t a = 0; a < im->n_cells;) {
+		uint32_t r = im->cells[a].req;
+		size_t b = a;
+		uint32_t ntok = 0;
+		while (b < im->n_cells && im->cells[b].req == r) {
+			if (im->cells[b].tok + 1 > ntok)
+				ntok = im->cells[b].tok + 1;
+			b++;
+		}
+		im->res->requests++;
+		/* grid[tok][layer] = cell index + 1, 0 missing */
+		size_t need = (size_t)ntok * L;
+		if (need > grid_cap) {
+			free(grid);
+			grid = malloc(need * sizeof(size_t));
+			grid_cap = need;
+			if (!grid) {
+				grid_cap = 0;
+				rc = IERR(STRATA_ENOMEM, "out of memory");
+				goto out;
+			}
+		}
+		memset(grid, 0, need * sizeof(size_t));
+		char nb[256];
+		for (size_t i = a; i < b; i++) {
+			struct cell *cl = &im->cells[i];
+			size_t at = (size_t)cl->tok * L + (cl->layer - base);
+			if (grid[at]) {
+				struct cell *o = &im->cells[grid[at] - 1];
+				rc = IERR(STRATA_EINVAL, "%s:%" PRIu64 ": request %s token %u layer %u appears twice (also line "
+					  "%" PRIu64 ")", c->inputs[im->reqs[r].file], cl->line, req_name(im, r, nb, sizeof(nb)),
+					  cl->tok, cl->layer, o->line);
+				goto out;
+			}
+			grid[at] = i + 1;
+		}
+		/* gaps per layer */
+		uint32_t complete = 0;
+		for (uint32_t t = 0; t < ntok; t++) {
+			uint32_t l = 0;
+			while (l < L && grid[(size_t)t * L + l])
+				l++;
+			complete += l == L;
+		}
+		for (uint32_t l = 0; l < L; l++) {
+			uint32_t miss = 0, first = UINT32_MAX;
+			for (uint32_t t = 0; t < ntok; t++)
+				if (!grid[(size_t)t * L + l]) {
+					miss++;
+					if (first == UINT32_MAX)
+						first = t;
+				}
+			if (!miss)
+				continue;
+			im->res->gap_cells += miss;
+			if (c->gaps == STRATA_GAPS_ERROR) {
+				rc = IERR(STRATA_EINVAL, "%s: request %s layer %u: %u of %u rows missing (first missing token "
+					  "%u); use --gaps drop or --gaps fill", c->inputs[im->reqs[r].file],
+					  req_name(im, r, nb, sizeof(nb)), l + base, miss, ntok, first);
+				goto out;
+			}
+			warnf(im, "%s: request %s layer %u: %u of %u rows missing (first missing token %u): %s",
+			      c->inputs[im->reqs[r].file], req_name(im, r, nb, sizeof(nb)), l + base, miss, ntok, first,
+			      c->gaps == STRATA_GAPS_DROP ? "tokens without every layer are dropped"
+							  : "filled with the previous token's routing");
+		}
+		/* emit */
+		uint32_t out_tok = 0;
+		for (uint32_t t = 0; t < ntok; t++) {
+			size_t *row = grid + (size_t)t * L;
+			int full = 1;
+			for (uint32_t l = 0; l < L; l++)
+				full &= row[l] != 0;
+			if (!full && c->gaps == STRATA_GAPS_DROP) {
+				im->res->dropped_tokens++;
+				continue;
+			}
+			struct cell *first = NULL;
+			for (uint32_t l = 0; l < L && !first; l++)
+				if (row[l])
+					first = &im->cells[row[l] - 1];
+			if (!first) { /* no layer at all for this token index */
+				im->res->dropped_tokens++;
+				continue;
+			}
+			for (uint32_t l = 0; l < L; l++) {
+				size_t ci = row[l];
+				if (!ci) {
+					/* fill: nearest earlier token with this layer, else the next one */
+					for (uint32_t u = t; u-- > 0 && !ci;)
+						ci = grid[(size_t)u * L + l];
+					for (uint32_t u = t + 1; u < ntok && !ci; u++)
+						ci = grid[(size_t)u * L + l];
+					im->res->filled_cells++;
+				}
+				struct cell *cl = &im->cells[ci - 1];
+				memcpy(tids + (size_t)l * k, im->ids + cl->data, k * 2);
+				memcpy(tw + (size_t)l * k, im->w + cl->data, k * 4);
+				for (size_t j = 0; j < DN; j++) {
+					tp[l * DN + j] = cl->pdata == UINT64_MAX ? STRATA_TRACE_NO_EXPERT : im->pids[cl->pdata + j];
+					tpw[l * DN + j] = cl->pdata == UINT64_MAX ? 0 : im->pw[cl->pdata + j];
+				}
+			}
+			struct strata_trace_token tk = {
+				.req = im->res->requests - 1, .pos = first->has_pos ? first->pos : out_tok,
+				.phase = first->phase, .experts = tids, .weights = im->have_w ? tw : NULL,
+				.pred = im->have_pred ? tp : NULL, .pred_w = im->have_pred ? tpw : NULL,
+			};
+			if ((rc = strata_trace_writer_add(w, &tk, im->err))) {
+				strata_error_prefix(im->err, "%s:%" PRIu64 ": ", c->inputs[im->reqs[r].file], first->line);
+				goto out;
+			}
+			out_tok++;
+			im->res->tokens++;
+		}
+		a = b;
+	}
+	if (!im->res->tokens) {
+		rc = IERR(STRATA_EINVAL, "no complete tokens to write (every token lacks some layer; try --gaps fill)");
+		goto out;
+	}
+	rc = strata_trace_writer_finish(w, im->err);
+	w = NULL;
+out:
+	if (w)
+		strata_trace_writer_abort(w);
+	free(grid);
+	free(tids);
+	free(tp);
+	free(tw);
+	free(tpw);
+	return rc;
+}
+
+void strata_trace_import_defaults(struct strata_trace_import_config *c)
+{
+	memset(c, 0, sizeof(*c));
+	c->default_phase = STRATA_PHASE_DECODE;
+	c->gaps = STRATA_GAPS_DROP;
+	c->layer_base = UINT32_MAX; /* auto: the smallest layer number seen */
+}
+
+int strata_trace_import(const struct strata_trace_import_config *c, struct strata_trace_import_result *res,
+			struct strata_error *err)
+{
+	struct strata_trace_import_result dummy;
+	if (!res)
+		res = &dummy;
+	memset(res, 0, sizeof(*res));
+	if (!c->n_inputs || !c->output)
+		return STRATA_ERR(err, STRATA_EINVAL, "import: need inputs and an output");
+	struct imp im = { .c = c, .res = res, .err = err, .min_layer = UINT32_MAX, .max_id = -1 };
+	int rc = parse_map(&im, c->map);
+	for (uint32_t i = 0; !rc && i < c->n_inputs; i++) {
+		im.file_idx = i;
+		rc = import_file(&im, c->inputs[i]);
+	}
+	if (!rc)
+		rc = assemble(&im);
+	for (uint32_t i = 0; i < im.n_reqs; i++) {
+		free(im.reqs[i].name);
+		free(im.reqs[i].layer_next);
+	}
+	free(im.reqs);
+	free(im.rhash);
+	free(im.cells);
+	free(im.ids);
+	free(im.w);
+	free(im.pids);
+	free(im.pw);
+	return rc;
+}

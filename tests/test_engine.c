@@ -1,0 +1,581 @@
+/* The engine: same decisions as the policy harness (one tier), virtual and
+ * real runs count the same, budgets hold under random workloads, pinned
+ * experts are never evicted, bad policies and budgets fail with named errors,
+ * the bytes handed out are the store's, an I/O error names the shard. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "strata/engine.h"
+#include "strata/gpu.h"
+#include "strata/policy_harness.h"
+#include "strata/store.h"
+#include "strata/synth.h"
+#include "strata/util.h"
+#include "testutil.h"
+
+static char *dir_u, *dir_t; /* uniform (bf16) and tiered (mixed sizes) models */
+static struct strata_store *st_u, *st_t;
+
+static int write_model(const char *spec, int format, const char *dir, struct strata_store **out)
+{
+	struct strata_error err = { 0 };
+	struct strata_synth_config c = { .seed = 5, .format = format, .codes = STRATA_SYNTH_CODES_RANDOM };
+	if (strata_model_spec_parse(spec, &c.spec, &err) || strata_synth_write(&c, dir, NULL, NULL, &err) ||
+	    strata_store_open(dir, out, &err)) {
+		fprintf(stderr, "setup: %s\n", err.msg);
+		return -1;
+	}
+	return 0;
+}
+
+static int setup(void **state)
+{
+	setenv("STRATA_PROGRESS", "0", 1);
+	dir_u = test_mkdtemp();
+	dir_t = test_mkdtemp();
+	if (write_model("custom:layers=4,experts=16,top_k=4,hidden=256,inter=128", STRATA_SYNTH_BF16, dir_u, &st_u))
+		return -1;
+	return write_model("custom:layers=4,experts=32,top_k=4,hidden=512,inter=512", STRATA_SYNTH_TIERED, dir_t,
+			   &st_t);
+}
+
+static int teardown(void **state)
+{
+	strata_store_close(st_u);
+	strata_store_close(st_t);
+	test_rmdir(dir_u);
+	test_rmdir(dir_t);
+	free(dir_u);
+	free(dir_t);
+	return 0;
+}
+
+static uint64_t ebytes(struct strata_store *s) { return strata_store_expert(s, 0, 0)->bytes; }
+
+/* Drive the engine over a harness trace, like replay does. */
+static int drive(struct strata_engine *e, const struct strata_harness_trace *t, struct strata_store *s,
+		 int check_data, struct strata_error *err)
+{
+	const struct strata_model_spec *sp = strata_store_spec(s);
+	const void *ptrs[64];
+	uint8_t *buf = check_data ? strata_aligned_alloc(4096, 4 << 20) : NULL;
+	for (uint32_t i = 0; i < t->n_steps; i++) {
+		const struct strata_harness_step *x = &t->steps[i];
+		int rc = strata_engine_begin_step(e, x->token, x->layer, x->experts, x->n, x->hints, x->n_hints, err);
+		if (!rc)
+			rc = strata_engine_acquire(e, x->layer, x->experts, x->n, ptrs, err);
+		if (rc) {
+			free(buf);
+			return rc;
+		}
+		if (check_data) {
+			for (uint32_t j = 0; j < x->n; j++) {
+				const struct strata_extent *ex = strata_store_expert(s, x->layer, x->experts[j]);
+				assert_int_equal(strata_store_read_extent(s, ex, buf, false, false, err), 0);
+				assert_non_null(ptrs[j]);
+				if (memcmp(ptrs[j], buf, ex->payload))
+					fail_msg("step %u: expert %u/%u (%llu bytes) differs from the store; hits %llu/%llu/%llu",
+						 i, x->layer, x->experts[j], (unsigned long long)ex->bytes,
+						 (unsigned long long)strata_engine_stats(e)->hits[0],
+						 (unsigned long long)strata_engine_stats(e)->hits[1],
+						 (unsigned long long)strata_engine_stats(e)->hits[2]);
+			}
+		}
+		if ((rc = strata_engine_release(e, x->token, x->layer, x->experts, x->n, err))) {
+			free(buf);
+			return rc;
+		}
+		(void)sp;
+	}
+	free(buf);
+	return STRATA_OK;
+}
+
+struct combo {
+	const char *place, *evict, *prefetch;
+};
+
+static const struct combo combos[] = {
+	{ "cache", "lru", "none" },
+	{ "cache", "lfu", "lookahead" },
+	{ "cache", "belady", "none" },
+	{ "cache", "lru", "oracle" },
+	{ "static", "lru", "none" },
+	{ "static:promote=vram", "lfu-decay", "history" },
+	{ "cache", "random", "lookahead:depth=2" },
+};
+
+/* With the RAM tier off, the engine is the harness's one-tier cache: every
+ * counter must agree exactly, in virtual and in real (host) mode. */
+static void test_matches_harness(void **state)
+{
+	struct strata_error err = { 0 };
+	const struct strata_model_spec *sp = strata_store_spec(st_u);
+	struct strata_harness_trace *t;
+	assert_int_equal(strata_harness_trace_gen(sp, 40, 3, &t, &err), 0);
+	uint64_t eb = ebytes(st_u);
+	for (size_t c = 0; c < sizeof(combos) / sizeof(combos[0]); c++) {
+		struct strata_harness_config hc;
+		strata_harness_config_defaults(&hc);
+		hc.budget = 12 * eb;
+		hc.expert_bytes = eb;
+		hc.tier_table = strata_store_tier_table(st_u);
+		hc.place = combos[c].place;
+		hc.evict = combos[c].evict;
+		hc.prefetch = combos[c].prefetch;
+		hc.seed = 9;
+		struct strata_harness_counters k;
+		assert_int_equal(strata_harness_run(t, &hc, &k, &err), 0);
+		for (int mode = 0; mode < 2; mode++) {
+			struct strata_engine_config ec;
+			strata_engine_config_defaults(&ec);
+			ec.mode = mode;
+			ec.budget[0] = 12 * eb;
+			ec.budget[1] = 0;
+			ec.use_gpu = 0;
+			ec.place = hc.place;
+			ec.evict = hc.evict;
+			ec.prefetch = hc.prefetch;
+			ec.seed = 9;
+			ec.future = strata_harness_trace_future(t);
+			struct strata_engine *e;
+			assert_int_equal(strata_engine_open(st_u, &ec, &e, &err), 0);
+			if (drive(e, t, st_u, mode == STRATA_ENGINE_REAL, &err))
+				fail_msg("%s: %s", strata_engine_name(e), err.msg);
+			const struct strata_engine_stats *s = strata_engine_stats(e);
+			print_message("%-55s %s hits %llu/%llu evictions %llu prefetch %llu used %llu\n",
+				      strata_engine_name(e), mode ? "virtual" : "real   ",
+				      (unsigned long long)s->hits[0], (unsigned long long)s->accesses,
+				      (unsigned long long)s->evictions[0], (unsigned long long)s->prefetch_issued,
+				      (unsigned long long)s->prefetch_used);
+			assert_true(s->accesses == k.accesses);
+			assert_true(s->hits[0] == k.hits);
+			assert_true(s->hits[1] == 0 && s->hits[2] == k.misses);
+			assert_true(s->evictions[0] == k.evictions);
+			assert_true(s->streamed == k.bypasses);
+			assert_true(s->preloaded[0] == k.preloaded);
+			assert_true(s->prefetch_issued == k.prefetch_issued);
+			assert_true(s->prefetch_used == k.prefetch_used);
+			assert_true(s->prefetch_wasted == k.prefetch_wasted);
+			assert_true(s->prefetch_redundant == k.prefetch_redundant);
+			assert_true(s->prefetch_dropped == k.prefetch_dropped);
+			strata_engine_close(e);
+		}
+	}
+	strata_harness_trace_free(t);
+}
+
+/* Two tiers, mixed extent sizes, random budgets and policies: the same
+ * decisions in virtual and real mode, budgets never exceeded, the bytes
+ * handed out are the store's, and a virtual rerun is bit-identical. */
+static void test_virtual_equals_real_random(void **state)
+{
+	struct strata_error err = { 0 };
+	const struct strata_model_spec *sp = strata_store_spec(st_t);
+	struct strata_harness_trace *t;
+	assert_int_equal(strata_harness_trace_gen(sp, 24, 11, &t, &err), 0);
+	uint64_t maxb = 0;
+	for (uint32_t i = 0; i < strata_model_total_experts(sp); i++) {
+		uint64_t b = strata_store_expert(st_t, i / sp->n_experts, i % sp->n_experts)->bytes;
+		maxb = b > maxb ? b : maxb;
+	}
+	const char *places[] = { "static", "static:promote=all", "cache", "static:promote=ram" };
+	const char *evicts[] = { "lru", "lfu", "belady", "fifo" };
+	const char *pfs[] = { "none", "lookahead", "lookahead:tier=ram", "history" };
+	const int movers[] = { STRATA_NVME_URING, STRATA_NVME_PREAD, STRATA_NVME_MMAP };
+	uint64_t seed = 77;
+	for (int round = 0; round < 8; round++) {
+		seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+		struct strata_engine_config ec;
+		strata_engine_config_defaults(&ec);
+		ec.use_gpu = 0;
+		ec.budget[0] = maxb * (4 + (seed >> 40) % 20);
+		ec.budget[1] = maxb * ((seed >> 20) % 30);
+		ec.place = places[(seed >> 12) % 4];
+		ec.evict = evicts[(seed >> 16) % 4];
+		ec.prefetch = pfs[(seed >> 24) % 4];
+		ec.nvme_mover = movers[round % 3];
+		ec.future = strata_harness_trace_future(t);
+		ec.verify = round % 2;
+		struct strata_engine_stats s[3];
+		for (int run = 0; run < 3; run++) {
+			ec.mode = run == 0 ? STRATA_ENGINE_REAL : STRATA_ENGINE_VIRTUAL;
+			struct strata_engine *e;
+			assert_int_equal(strata_engine_open(st_t, &ec, &e, &err), 0);
+			if (getenv("DBG"))
+				print_message("round %d run %d: %s mover %d budgets %llu %llu\n", round, run,
+					      strata_engine_name(e), ec.nvme_mover, (unsigned long long)ec.budget[0],
+					      (unsigned long long)ec.budget[1]);
+			if (drive(e, t, st_t, run == 0, &err))
+				fail_msg("%s: %s", strata_engine_name(e), err.msg);
+			if (getenv("DBG"))
+				print_message("round %d run %d: %s mover %d budgets %llu %llu\n", round, run,
+					      strata_engine_name(e), ec.nvme_mover, (unsigned long long)ec.budget[0],
+					      (unsigned long long)ec.budget[1]);
+			s[run] = *strata_engine_stats(e);
+			assert_true(s[run].used[0] <= ec.budget[0] && s[run].used[1] <= ec.budget[1]);
+			if (run == 0)
+				print_message("%-60s vram %4llu ram %4llu nvme %4llu ev %llu/%llu pf %llu/%llu\n",
+					      strata_engine_name(e), (unsigned long long)s[0].hits[0],
+					      (unsigned long long)s[0].hits[1], (unsigned long long)s[0].hits[2],
+					      (unsigned long long)s[0].evictions[0], (unsigned long long)s[0].evictions[1],
+					      (unsigned long long)s[0].prefetch_issued,
+					      (unsigned long long)s[0].prefetch_used);
+			strata_engine_close(e);
+		}
+		for (int run = 1; run < 3; run++) {
+			assert_memory_equal(s[0].hits, s[run].hits, sizeof(s[0].hits));
+			assert_memory_equal(s[0].evictions, s[run].evictions, sizeof(s[0].evictions));
+			assert_true(s[0].bytes_nvme_ram == s[run].bytes_nvme_ram);
+			assert_true(s[0].bytes_ram_vram == s[run].bytes_ram_vram);
+			assert_true(s[0].bytes_nvme_vram == s[run].bytes_nvme_vram);
+			assert_true(s[0].prefetch_issued == s[run].prefetch_issued);
+			assert_true(s[0].prefetch_used == s[run].prefetch_used);
+			assert_true(s[0].prefetch_wasted == s[run].prefetch_wasted);
+			assert_true(s[0].streamed == s[run].streamed);
+		}
+		/* determinism of the virtual clock itself */
+		assert_true(s[1].clock_ns == s[2].clock_ns && s[1].stall_ns == s[2].stall_ns);
+	}
+	strata_harness_trace_free(t);
+}
+
+/* Budgets are checked after every acquire, with pins held. */
+static void test_budget_never_exceeded(void **state)
+{
+	struct strata_error err = { 0 };
+	const struct strata_model_spec *sp = strata_store_spec(st_t);
+	uint64_t maxb = 0;
+	for (uint32_t i = 0; i < strata_model_total_experts(sp); i++) {
+		uint64_t b = strata_store_expert(st_t, i / sp->n_experts, i % sp->n_experts)->bytes;
+		maxb = b > maxb ? b : maxb;
+	}
+	struct strata_engine_config ec;
+	strata_engine_config_defaults(&ec);
+	ec.use_gpu = 0;
+	ec.mode = STRATA_ENGINE_VIRTUAL;
+	ec.budget[0] = maxb * 5 + 4096 * 3;
+	ec.budget[1] = maxb * 7 + 4096;
+	ec.place = "cache";
+	ec.prefetch = "lookahead:tier=ram";
+	struct strata_engine *e;
+	assert_int_equal(strata_engine_open(st_t, &ec, &e, &err), 0);
+	uint64_t s = 3;
+	for (int step = 0; step < 3000; step++) {
+		uint32_t ex[4], layer = (uint32_t)(step % sp->n_moe_layers);
+		for (int j = 0; j < 4; j++) {
+			int dup;
+			do {
+				s = s * 6364136223846793005ull + 1442695040888963407ull;
+				ex[j] = (uint32_t)((s >> 33) % (j % 2 ? 6 : sp->n_experts));
+				dup = 0;
+				for (int k = 0; k < j; k++)
+					dup |= ex[k] == ex[j];
+			} while (dup);
+		}
+		struct strata_hint h[2] = { { (layer + 1) % sp->n_moe_layers, ex[0], 1 }, { layer, ex[1], 1 } };
+		assert_int_equal(strata_engine_begin_step(e, (uint64_t)step, layer, ex, 4, h, 2, &err), 0);
+		assert_int_equal(strata_engine_acquire(e, layer, ex, 4, NULL, &err), 0);
+		const struct strata_engine_stats *st = strata_engine_stats(e);
+		assert_true(st->used[0] <= ec.budget[0]);
+		assert_true(st->used[1] <= ec.budget[1]);
+		assert_int_equal(strata_engine_release(e, (uint64_t)step, layer, ex, 4, &err), 0);
+	}
+	const struct strata_engine_stats *st = strata_engine_stats(e);
+	print_message("evictions %llu/%llu, streamed for fragmentation %llu of %llu accesses\n",
+		      (unsigned long long)st->evictions[0], (unsigned long long)st->evictions[1],
+		      (unsigned long long)st->admit_fallback, (unsigned long long)st->accesses);
+	assert_true(st->evictions[0] > 100 && st->evictions[1] > 100);
+	assert_true(st->admit_fallback * 20 < st->accesses);
+	strata_engine_close(e);
+}
+
+/* ---- deliberately broken policies ---------------------------------------- */
+
+struct bad_priv {
+	uint8_t mode; /* 0: victim = a pinned expert; 1: a non-resident one */
+};
+static int64_t bad_victim(struct strata_policy *p, uint64_t now, const struct strata_residency *r)
+{
+	for (uint32_t i = 0; i < p->env->n_ids; i++)
+		if (((struct bad_priv *)p->priv)->mode == 0 ? r->pinned[i] && r->resident[i] : !r->resident[i])
+			return i;
+	return STRATA_NO_EXPERT;
+}
+static int bad_init_pinned(struct strata_policy *p, struct strata_error *e)
+{
+	((struct bad_priv *)p->priv)->mode = 0;
+	return 0;
+}
+static int bad_init_absent(struct strata_policy *p, struct strata_error *e)
+{
+	((struct bad_priv *)p->priv)->mode = 1;
+	return 0;
+}
+static void nop_insert(struct strata_policy *p, uint32_t eid, uint64_t now) {}
+static void nop_remove(struct strata_policy *p, uint32_t eid) {}
+static const struct strata_evict_ops evict_pinned = {
+	.name = "evict-pinned", .version = STRATA_POLICY_ABI, .priv_size = sizeof(struct bad_priv),
+	.init = bad_init_pinned, .on_insert = nop_insert, .on_access = nop_insert, .on_remove = nop_remove,
+	.victim = bad_victim,
+};
+static const struct strata_evict_ops evict_absent = {
+	.name = "evict-absent", .version = STRATA_POLICY_ABI, .priv_size = sizeof(struct bad_priv),
+	.init = bad_init_absent, .on_insert = nop_insert, .on_access = nop_insert, .on_remove = nop_remove,
+	.victim = bad_victim,
+};
+
+static void test_bad_policy_epolicy(void **state)
+{
+	const struct strata_evict_ops *bad[2] = { &evict_pinned, &evict_absent };
+	const char *why[2] = { "pinned", "not resident" };
+	uint64_t eb = ebytes(st_u);
+	for (int b = 0; b < 2; b++) {
+		for (int mode = 0; mode < 2; mode++) {
+			struct strata_error err = { 0 };
+			struct strata_engine_config ec;
+			strata_engine_config_defaults(&ec);
+			ec.mode = mode;
+			ec.use_gpu = 0;
+			ec.budget[0] = 5 * eb;
+			ec.budget[1] = 0;
+			ec.place = "cache";
+			ec.evict_ops = bad[b];
+			struct strata_engine *e;
+			assert_int_equal(strata_engine_open(st_u, &ec, &e, &err), 0);
+			int rc = STRATA_OK;
+			for (uint32_t step = 0; step < 8 && !rc; step++) {
+				uint32_t ex[4] = { step % 16, (step + 5) % 16, (step + 9) % 16, (step + 13) % 16 };
+				rc = strata_engine_acquire(e, 0, ex, 4, NULL, &err);
+				if (!rc)
+					rc = strata_engine_release(e, step, 0, ex, 4, &err);
+			}
+			assert_int_equal(rc, STRATA_EPOLICY);
+			assert_non_null(strstr(err.msg, bad[b]->name));
+			assert_non_null(strstr(err.msg, why[b]));
+			print_message("%s\n", err.msg);
+			strata_engine_close(e);
+		}
+	}
+}
+
+static void test_ebudget(void **state)
+{
+	struct strata_error err = { 0 };
+	uint64_t eb = ebytes(st_u);
+	struct strata_engine_config ec;
+	strata_engine_config_defaults(&ec);
+	ec.use_gpu = 0;
+	ec.budget[0] = 3 * eb; /* top_k = 4 */
+	ec.budget[1] = 0;
+	struct strata_engine *e;
+	assert_int_equal(strata_engine_open(st_u, &ec, &e, &err), STRATA_EBUDGET);
+	assert_null(e);
+	assert_non_null(strstr(err.msg, "top-4"));
+	char num[32];
+	snprintf(num, sizeof(num), "%llu", (unsigned long long)(4 * eb));
+	assert_non_null(strstr(err.msg, num));
+	print_message("%s\n", err.msg);
+
+	/* streaming more experts than scratch slots: EBUDGET naming them */
+	ec.budget[0] = 0;
+	ec.place = "static";
+	assert_int_equal(strata_engine_open(st_u, &ec, &e, &err), 0);
+	uint32_t ex[6] = { 0, 1, 2, 3, 4, 5 };
+	assert_int_equal(strata_engine_acquire(e, 1, ex, 6, NULL, &err), STRATA_EBUDGET);
+	assert_non_null(strstr(err.msg, "scratch"));
+	strata_engine_close(e);
+
+	/* budget 0 with a caching placement: no room, every miss streams */
+	ec.place = "cache";
+	assert_int_equal(strata_engine_open(st_u, &ec, &e, &err), 0);
+	assert_int_equal(strata_engine_acquire(e, 1, ex, 4, NULL, &err), 0);
+	assert_true(strata_engine_stats(e)->admit_fallback == 4 && strata_engine_stats(e)->streamed == 4);
+	assert_int_equal(strata_engine_release(e, 0, 1, ex, 4, &err), 0);
+	strata_engine_close(e);
+
+	/* unknown policy: named */
+	ec.evict = "lruu";
+	assert_int_equal(strata_engine_open(st_u, &ec, &e, &err), STRATA_ENOTFOUND);
+	assert_non_null(strstr(err.msg, "lruu"));
+}
+
+/* Pinned experts stay: a tiny VRAM tier, every step evicts, never a pinned one
+ * (the built-ins are checked by the engine on every victim). */
+static void test_pins_survive(void **state)
+{
+	struct strata_error err = { 0 };
+	uint64_t eb = ebytes(st_u);
+	struct strata_engine_config ec;
+	strata_engine_config_defaults(&ec);
+	ec.use_gpu = 0;
+	ec.budget[0] = 4 * eb;
+	ec.budget[1] = 8 * eb;
+	ec.place = "cache";
+	ec.prefetch = "lookahead";
+	struct strata_engine *e;
+	assert_int_equal(strata_engine_open(st_u, &ec, &e, &err), 0);
+	const void *ptrs[4];
+	uint8_t *buf = strata_aligned_alloc(4096, eb);
+	for (uint32_t step = 0; step < 40; step++) {
+		uint32_t L = step % 4, ex[4] = { step % 16, (step * 3 + 1) % 16, (step * 7 + 2) % 16, (step * 5 + 3) % 16 };
+		for (int a = 0; a < 4; a++)
+			for (int b = 0; b < a; b++)
+				if (ex[a] == ex[b])
+					ex[a] = (ex[a] + 1 + (uint32_t)b) % 16;
+		int dup = 0;
+		for (int a = 0; a < 4; a++)
+			for (int b = 0; b < a; b++)
+				dup |= ex[a] == ex[b];
+		if (dup)
+			continue;
+		/* hints for this very layer ask to prefetch other experts: with 4
+		 * slots all pinned, they must be dropped, not evict a pin */
+		struct strata_hint h[4];
+		for (int j = 0; j < 4; j++)
+			h[j] = (struct strata_hint){ L, (ex[j] + 8) % 16, 1 };
+		assert_int_equal(strata_engine_begin_step(e, step, L, ex, 4, h, 4, &err), 0);
+		assert_int_equal(strata_engine_acquire(e, L, ex, 4, ptrs, &err), 0);
+		for (int j = 0; j < 4; j++) {
+			const struct strata_extent *x = strata_store_expert(st_u, L, ex[j]);
+			assert_int_equal(strata_store_read_extent(st_u, x, buf, false, false, &err), 0);
+			assert_memory_equal(ptrs[j], buf, x->payload);
+		}
+		assert_int_equal(strata_engine_release(e, step, L, ex, 4, &err), 0);
+	}
+	free(buf);
+	strata_engine_close(e);
+}
+
+/* A shard truncated under a running engine: the read fails with the file. */
+static void test_io_error_names_shard(void **state)
+{
+	struct strata_error err = { 0 };
+	char *dir = test_mkdtemp();
+	struct strata_store *s;
+	assert_int_equal(write_model("custom:layers=2,experts=8,top_k=2,hidden=256,inter=128", STRATA_SYNTH_BF16, dir,
+				     &s), 0);
+	const int movers[] = { STRATA_NVME_URING, STRATA_NVME_PREAD, STRATA_NVME_MMAP };
+	for (int m = 0; m < 3; m++) {
+		struct strata_engine_config ec;
+		strata_engine_config_defaults(&ec);
+		ec.use_gpu = 0;
+		ec.budget[0] = 0;
+		ec.budget[1] = 0;
+		ec.nvme_mover = movers[m];
+		struct strata_engine *e;
+		assert_int_equal(strata_engine_open(s, &ec, &e, &err), 0);
+		uint32_t ex[2] = { 6, 7 };
+		const void *p[2];
+		if (m == 0) {
+			const struct strata_extent *x = strata_store_expert(s, 1, 6);
+			assert_int_equal(truncate(strata_store_shard_path(s, x->shard), (off_t)x->offset), 0);
+		}
+		int rc = strata_engine_acquire(e, 1, ex, 2, p, &err);
+		assert_int_equal(rc, STRATA_EIO);
+		assert_non_null(strstr(err.msg, "shard-"));
+		assert_non_null(strstr(err.msg, "truncated"));
+		print_message("%s\n", err.msg);
+		strata_engine_close(e);
+	}
+	strata_store_close(s);
+	test_rmdir(dir);
+	free(dir);
+}
+
+/* strata sim of a model that was never packed: the Kimi-shaped preset. */
+static void test_open_model_virtual(void **state)
+{
+	struct strata_error err = { 0 };
+	struct strata_model_spec sp;
+	assert_int_equal(strata_model_spec_parse("kimi-k3.1:layers=4", &sp, &err), 0);
+	uint32_t n = strata_model_total_experts(&sp);
+	uint8_t *tiers = malloc(n);
+	double frac[3] = { 0.15, 0.30, 0.55 };
+	strata_synth_tier_table(&sp, frac, 1, tiers, NULL);
+	struct strata_engine_model m = { .spec = &sp, .tier_table = tiers };
+	struct strata_engine_config ec;
+	strata_engine_config_defaults(&ec);
+	struct strata_engine *e;
+	assert_int_equal(strata_engine_open_model(&m, &ec, &e, &err), STRATA_EINVAL); /* real mode refused */
+	ec.mode = STRATA_ENGINE_VIRTUAL;
+	ec.budget[0] = 4ull << 30;
+	ec.budget[1] = 8ull << 30;
+	assert_int_equal(strata_engine_open_model(&m, &ec, &e, &err), 0);
+	const struct strata_engine_stats *s = strata_engine_stats(e);
+	assert_true(s->preloaded[0] > 0 && s->clock_ns > 0); /* cold start costs virtual time */
+	double t0 = s->clock_ns;
+	for (uint32_t step = 0; step < 64; step++) {
+		uint32_t ex[8];
+		for (uint32_t j = 0; j < 8 && j < sp.top_k; j++)
+			ex[j] = (step * 37 + j * 101) % sp.n_experts;
+		uint32_t k = sp.top_k < 8 ? sp.top_k : 8;
+		assert_int_equal(strata_engine_acquire(e, step % 4, ex, k, NULL, &err), 0);
+		strata_engine_add_compute(e, 100e3);
+		assert_int_equal(strata_engine_release(e, step, step % 4, ex, k, &err), 0);
+	}
+	s = strata_engine_stats(e);
+	assert_true(s->clock_ns >= t0 + 64 * 100e3);
+	assert_true(s->stall_ns > 0);
+	print_message("%s: cold start %.1f ms, run %.1f ms, stall %.1f ms\n", strata_engine_name(e), t0 / 1e6,
+		      (s->clock_ns - t0) / 1e6, s->stall_ns / 1e6);
+	strata_engine_close(e);
+	free(tiers);
+}
+
+static void test_gpu_engine(void **state)
+{
+	if (!test_have_gpu("gpu_engine"))
+		return;
+	struct strata_error err = { 0 };
+	uint64_t eb = ebytes(st_u);
+	struct strata_engine_config ec;
+	strata_engine_config_defaults(&ec);
+	ec.use_gpu = 1;
+	ec.budget[0] = 6 * eb;
+	ec.budget[1] = 6 * eb;
+	ec.place = "static:promote=all";
+	struct strata_engine *e;
+	assert_int_equal(strata_engine_open(st_u, &ec, &e, &err), 0);
+	assert_true(strata_engine_on_gpu(e));
+	uint8_t *buf = strata_aligned_alloc(4096, eb), *back = strata_aligned_alloc(4096, eb);
+	strata_gpu_stream *s;
+	assert_int_equal(strata_gpu_stream_create(&s, &err), 0);
+	for (uint32_t step = 0; step < 24; step++) {
+		uint32_t ex[4] = { step % 16, (step + 3) % 16, (step + 7) % 16, (step + 11) % 16 };
+		const void *p[4];
+		assert_int_equal(strata_engine_acquire(e, step % 4, ex, 4, p, &err), 0);
+		for (int j = 0; j < 4; j++) {
+			const struct strata_extent *x = strata_store_expert(st_u, step % 4, ex[j]);
+			strata_store_read_extent(st_u, x, buf, false, false, &err);
+			assert_int_equal(strata_gpu_memcpy_d2h_async(back, p[j], x->payload, s, &err), 0);
+			assert_int_equal(strata_gpu_stream_sync(s, &err), 0);
+			assert_memory_equal(back, buf, x->payload);
+		}
+		assert_int_equal(strata_engine_release(e, step, step % 4, ex, 4, &err), 0);
+	}
+	const struct strata_engine_stats *st = strata_engine_stats(e);
+	assert_true(st->hits[1] > 0 && st->bytes_ram_vram > 0);
+	strata_gpu_stream_destroy(s);
+	free(buf);
+	free(back);
+	strata_engine_close(e);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_matches_harness),
+		cmocka_unit_test(test_virtual_equals_real_random),
+		cmocka_unit_test(test_budget_never_exceeded),
+		cmocka_unit_test(test_bad_policy_epolicy),
+		cmocka_unit_test(test_ebudget),
+		cmocka_unit_test(test_pins_survive),
+		cmocka_unit_test(test_io_error_names_shard),
+		cmocka_unit_test(test_open_model_virtual),
+		cmocka_unit_test(test_gpu_engine),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}

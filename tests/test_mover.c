@@ -1,0 +1,351 @@
+/* Movers: every file mover reads the same bytes as a plain pread; O_DIRECT
+ * alignment is enforced; a truncated file fails with an error naming it; the
+ * staged mover pipelines through bounce buffers; the generic layer retries
+ * EAGAIN/EINTR; the virtual mover's clock follows its cost model. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "strata/gpu.h"
+#include "strata/mover.h"
+#include "strata/tier.h"
+#include "strata/util.h"
+#include "testutil.h"
+
+#define NEXT 24
+static char *dir;
+static char path[512];
+static uint64_t ext_off[NEXT], ext_len[NEXT], file_len;
+static uint8_t *ref; /* file contents */
+
+static int setup(void **state)
+{
+	dir = test_mkdtemp();
+	snprintf(path, sizeof(path), "%s/shard-00000.strata", dir);
+	uint64_t off = 0;
+	for (int i = 0; i < NEXT; i++) {
+		ext_off[i] = off;
+		ext_len[i] = (uint64_t)(1 + (i * 7) % 13) * 4096 * (i % 5 == 0 ? 16 : 1);
+		off += ext_len[i];
+	}
+	file_len = off;
+	ref = malloc(file_len);
+	uint64_t s = 7;
+	for (uint64_t i = 0; i < file_len; i++) {
+		s = s * 6364136223846793005ull + 1442695040888963407ull;
+		ref[i] = (uint8_t)(s >> 56);
+	}
+	FILE *f = fopen(path, "wb");
+	if (!f || fwrite(ref, 1, file_len, f) != file_len)
+		return -1;
+	fclose(f);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	free(ref);
+	test_rmdir(dir);
+	free(dir);
+	return 0;
+}
+
+static int open_fd(int direct)
+{
+	int fd = open(path, O_RDONLY | (direct ? O_DIRECT : 0));
+	if (fd < 0 && direct) /* tmpfs has no O_DIRECT: the aligned path still runs */
+		fd = open(path, O_RDONLY);
+	return fd;
+}
+
+static void read_all(const char *name, int direct, uint32_t qd)
+{
+	struct strata_error err = { 0 };
+	struct strata_mover *m;
+	struct strata_mover_config cfg = { .queue_depth = qd };
+	assert_int_equal(strata_mover_open(strata_mover_find(name), &cfg, &m, &err), 0);
+	int fd = open_fd(direct);
+	assert_true(fd >= 0);
+	struct strata_move mv[NEXT];
+	uint8_t *buf[NEXT];
+	for (int i = 0; i < NEXT; i++) {
+		buf[i] = strata_aligned_alloc(4096, ext_len[i]);
+		memset(&mv[i], 0, sizeof(mv[i]));
+		mv[i] = (struct strata_move){ .fd = fd, .path = path, .offset = ext_off[i], .dst = buf[i],
+					      .bytes = ext_len[i] };
+		assert_int_equal(strata_mover_queue(m, &mv[i], &err), 0);
+	}
+	assert_int_equal(strata_mover_drain(m, &err), 0);
+	for (int i = 0; i < NEXT; i++) {
+		assert_int_equal(mv[i].status, STRATA_MOVE_DONE);
+		assert_true(mv[i].done_bytes == ext_len[i]);
+		assert_memory_equal(buf[i], ref + ext_off[i], ext_len[i]);
+		free(buf[i]);
+	}
+	assert_true(m->moves == NEXT && m->failed == 0);
+	strata_mover_close(m);
+	close(fd);
+}
+
+static void test_file_movers_same_bytes(void **state)
+{
+	read_all("uring", 1, 4);  /* more moves than the queue: queue() reaps */
+	read_all("uring", 1, 64);
+	read_all("pread", 1, 8);
+	read_all("pread", 0, 8);
+	read_all("mmap", 0, 8);
+}
+
+static void test_direct_alignment(void **state)
+{
+	struct strata_error err = { 0 };
+	struct strata_mover *m;
+	assert_int_equal(strata_mover_open(&strata_mover_uring, NULL, &m, &err), 0);
+	int fd = open_fd(1);
+	uint8_t *buf = strata_aligned_alloc(4096, 3 * 4096);
+	struct strata_move mv = { .fd = fd, .path = path, .offset = 0, .dst = buf + 512, .bytes = 4096 };
+	assert_int_equal(strata_mover_queue(m, &mv, &err), STRATA_EINVAL);
+	assert_non_null(strstr(err.msg, path));
+	mv = (struct strata_move){ .fd = fd, .path = path, .offset = 100, .dst = buf, .bytes = 4096 };
+	assert_int_equal(strata_mover_queue(m, &mv, &err), STRATA_EINVAL);
+	mv = (struct strata_move){ .fd = fd, .path = path, .offset = 4096, .dst = buf, .bytes = 4096 };
+	assert_int_equal(strata_mover_run(m, &mv, &err), 0);
+	assert_memory_equal(buf, ref + 4096, 4096);
+	strata_mover_close(m);
+	free(buf);
+	close(fd);
+}
+
+/* A read past EOF (a truncated shard) fails with the file named, for every
+ * file mover, and a short read at the end is reported as such. */
+static void test_truncated_file(void **state)
+{
+	const char *names[] = { "uring", "pread", "mmap" };
+	for (int k = 0; k < 3; k++) {
+		struct strata_error err = { 0 };
+		struct strata_mover *m;
+		assert_int_equal(strata_mover_open(strata_mover_find(names[k]), NULL, &m, &err), 0);
+		int fd = open_fd(k < 2);
+		uint8_t *buf = strata_aligned_alloc(4096, 8 * 4096);
+		/* straddles EOF: 2 pages exist, 6 do not */
+		struct strata_move mv = { .fd = fd, .path = path, .offset = file_len - 2 * 4096, .dst = buf,
+					  .bytes = 8 * 4096 };
+		assert_int_equal(strata_mover_run(m, &mv, &err), STRATA_EIO);
+		assert_int_equal(mv.status, STRATA_MOVE_FAILED);
+		assert_non_null(strstr(err.msg, path));
+		assert_non_null(strstr(err.msg, "truncated"));
+		assert_true(mv.done_bytes == 2 * 4096);
+		print_message("%s: %s\n", names[k], err.msg);
+		/* wholly past EOF */
+		mv = (struct strata_move){ .fd = fd, .path = path, .offset = file_len + 4096 * 10, .dst = buf,
+					   .bytes = 4096 };
+		assert_int_equal(strata_mover_run(m, &mv, &err), STRATA_EIO);
+		assert_non_null(strstr(err.msg, "short read, 0 of 4096"));
+		/* a bad fd: EBADF, named */
+		mv = (struct strata_move){ .fd = 9999, .path = path, .offset = 0, .dst = buf, .bytes = 4096 };
+		assert_true(strata_mover_run(m, &mv, &err) < 0);
+		assert_non_null(strstr(err.msg, path));
+		free(buf);
+		close(fd);
+		strata_mover_close(m);
+	}
+}
+
+static void test_staged_host(void **state)
+{
+	const char *readers[] = { "uring", "pread" };
+	for (int k = 0; k < 2; k++) {
+		struct strata_error err = { 0 };
+		struct strata_mover *rd, *cp, *st;
+		assert_int_equal(strata_mover_open(strata_mover_find(readers[k]), NULL, &rd, &err), 0);
+		assert_int_equal(strata_mover_open(&strata_mover_host, NULL, &cp, &err), 0);
+		struct strata_mover_config sc = { .stage_read = rd, .stage_copy = cp, .bounce_bytes = 3 * 4096,
+						  .n_bounce = 3 };
+		assert_int_equal(strata_mover_open(&strata_mover_staged, &sc, &st, &err), 0);
+		int fd = open_fd(1);
+		struct strata_move mv[NEXT];
+		uint8_t *dst[NEXT];
+		for (int i = 0; i < NEXT; i++) {
+			dst[i] = malloc(ext_len[i]);
+			mv[i] = (struct strata_move){ .fd = fd, .path = path, .offset = ext_off[i], .dst = dst[i],
+						      .bytes = ext_len[i] };
+			assert_int_equal(strata_mover_queue(st, &mv[i], &err), 0);
+		}
+		assert_int_equal(strata_mover_drain(st, &err), 0);
+		for (int i = 0; i < NEXT; i++) {
+			assert_int_equal(mv[i].status, STRATA_MOVE_DONE);
+			assert_memory_equal(dst[i], ref + ext_off[i], ext_len[i]);
+			free(dst[i]);
+		}
+		/* a failing chunk fails the parent, with the file named */
+		uint8_t *d = malloc(16 * 4096);
+		struct strata_move bad = { .fd = fd, .path = path, .offset = file_len - 4 * 4096, .dst = d,
+					   .bytes = 16 * 4096 };
+		assert_int_equal(strata_mover_run(st, &bad, &err), STRATA_EIO);
+		assert_non_null(strstr(err.msg, path));
+		free(d);
+		strata_mover_close(st);
+		strata_mover_close(rd);
+		strata_mover_close(cp);
+		close(fd);
+	}
+}
+
+/* A mover whose submit and reap report EINTR/EAGAIN a few times before
+ * working: the generic layer retries, the caller never sees them. */
+static int flaky_left;
+static struct strata_move *flaky_q;
+static int fl_init(struct strata_mover *m, struct strata_error *e) { return 0; }
+static int fl_queue(struct strata_mover *m, struct strata_move *mv) { flaky_q = mv; return 0; }
+static int fl_submit(struct strata_mover *m)
+{
+	if (flaky_left-- > 0)
+		return flaky_left % 2 ? -EINTR : -EAGAIN;
+	return 1;
+}
+static int fl_reap(struct strata_mover *m, uint32_t min, struct strata_move **out, uint32_t max)
+{
+	if (flaky_left-- > 0)
+		return -EINTR;
+	if (!flaky_q)
+		return 0;
+	flaky_q->status = STRATA_MOVE_DONE;
+	out[0] = flaky_q;
+	flaky_q = NULL;
+	return 1;
+}
+static const struct strata_mover_ops flaky = {
+	.name = "flaky", .version = STRATA_MOVER_ABI, .init = fl_init, .queue = fl_queue,
+	.submit = fl_submit, .reap = fl_reap,
+};
+
+static void test_retry_and_loader(void **state)
+{
+	struct strata_error err = { 0 };
+	struct strata_mover *m;
+	assert_int_equal(strata_mover_open(&flaky, NULL, &m, &err), 0);
+	struct strata_move mv = { .fd = -1, .bytes = 1 };
+	flaky_left = 5;
+	assert_int_equal(strata_mover_run(m, &mv, &err), 0);
+	assert_int_equal(mv.status, STRATA_MOVE_DONE);
+	strata_mover_close(m);
+
+	struct strata_mover_ops bad = flaky;
+	bad.version = 99;
+	assert_int_equal(strata_mover_open(&bad, NULL, &m, &err), STRATA_EVERSION);
+	bad = flaky;
+	bad.reap = NULL;
+	assert_int_equal(strata_mover_open(&bad, NULL, &m, &err), STRATA_EINVAL);
+	assert_non_null(strstr(err.msg, "flaky"));
+	assert_null(strata_mover_find("nope"));
+	for (unsigned i = 0; strata_mover_at(i); i++)
+		assert_ptr_equal(strata_mover_find(strata_mover_at(i)->name), strata_mover_at(i));
+}
+
+static void test_virtual_cost(void **state)
+{
+	double clock = 0;
+	struct strata_vlink nvme, pcie;
+	strata_vlink_init(&nvme, 2.0, 100, 4); /* 2 GB/s = 2 bytes/ns, 100 us */
+	strata_vlink_init(&pcie, 50.0, 10, 2);
+	struct strata_error err = { 0 };
+	struct strata_mover *v, *st;
+	struct strata_mover_config c = { .clock_ns = &clock, .links = { &nvme } };
+	assert_int_equal(strata_mover_open(&strata_mover_virtual, &c, &v, &err), 0);
+	/* one move: latency + bytes/bandwidth */
+	struct strata_move a = { .fd = -1, .bytes = 2000000 };
+	assert_int_equal(strata_mover_run(v, &a, &err), 0);
+	assert_true(clock == 100000 + 1000000);
+	/* four at once: latencies overlap, transfers serialize */
+	struct strata_move b[4];
+	for (int i = 0; i < 4; i++) {
+		b[i] = (struct strata_move){ .fd = -1, .bytes = 2000000 };
+		strata_mover_queue(v, &b[i], &err);
+	}
+	strata_mover_drain(v, &err);
+	assert_true(clock == 1100000 + 100000 + 4 * 1000000.0);
+	/* reap(0) never advances time; a move in the future stays in flight */
+	struct strata_move c1 = { .fd = -1, .bytes = 2 };
+	strata_mover_queue(v, &c1, &err);
+	strata_mover_submit(v, &err);
+	assert_int_equal(strata_mover_reap(v, 0, &err), 0);
+	assert_int_equal(c1.status, STRATA_MOVE_INFLIGHT);
+	clock += 1e9;
+	assert_int_equal(strata_mover_reap(v, 0, &err), 1);
+	/* a dependency: cannot start before not_before */
+	struct strata_move d = { .fd = -1, .bytes = 0, .not_before_ns = (uint64_t)clock + 5000 };
+	strata_mover_run(v, &d, &err);
+	assert_true(d.done_ns == d.not_before_ns + 100000);
+	/* two links in a row (staged): both costs */
+	struct strata_mover_config c2 = { .clock_ns = &clock, .links = { &nvme, &pcie } };
+	assert_int_equal(strata_mover_open(&strata_mover_virtual, &c2, &st, &err), 0);
+	double t0 = clock;
+	struct strata_move s = { .fd = -1, .bytes = 1000000 };
+	strata_mover_run(st, &s, &err);
+	assert_true(clock == t0 + 100000 + 500000 + 10000 + 20000);
+	strata_mover_close(v);
+	strata_mover_close(st);
+	strata_vlink_free(&nvme);
+	strata_vlink_free(&pcie);
+}
+
+static void test_cuda_roundtrip(void **state)
+{
+	if (!test_have_gpu("cuda_roundtrip"))
+		return;
+	struct strata_error err = { 0 };
+	assert_int_equal(strata_gpu_init(0, &err), 0);
+	struct strata_mover *m, *rd, *st;
+	assert_int_equal(strata_mover_open(&strata_mover_cuda, NULL, &m, &err), 0);
+	uint64_t n = ext_len[0];
+	uint8_t *host = strata_aligned_alloc(4096, n), *back = strata_aligned_alloc(4096, n);
+	memcpy(host, ref, n);
+	assert_int_equal(strata_gpu_host_register(host, n, &err), 0);
+	void *dev;
+	assert_int_equal(strata_gpu_malloc(&dev, n, &err), 0);
+	struct strata_move mv = { .fd = -1, .src = host, .dst = dev, .bytes = n };
+	assert_int_equal(strata_mover_run(m, &mv, &err), 0);
+	strata_gpu_stream *s;
+	strata_gpu_stream_create(&s, &err);
+	strata_gpu_memcpy_d2h_async(back, dev, n, s, &err);
+	strata_gpu_stream_sync(s, &err);
+	assert_memory_equal(back, ref, n);
+	/* staged uring -> cuda */
+	assert_int_equal(strata_mover_open(&strata_mover_uring, NULL, &rd, &err), 0);
+	struct strata_mover_config sc = { .stage_read = rd, .stage_copy = m, .bounce_bytes = 8192,
+					  .bounce_register = true };
+	assert_int_equal(strata_mover_open(&strata_mover_staged, &sc, &st, &err), 0);
+	int fd = open_fd(1);
+	struct strata_move sm = { .fd = fd, .path = path, .offset = ext_off[5], .dst = dev, .bytes = ext_len[5] };
+	assert_true(ext_len[5] <= n);
+	assert_int_equal(strata_mover_run(st, &sm, &err), 0);
+	strata_gpu_memcpy_d2h_async(back, dev, ext_len[5], s, &err);
+	strata_gpu_stream_sync(s, &err);
+	assert_memory_equal(back, ref + ext_off[5], ext_len[5]);
+	strata_mover_close(st);
+	strata_mover_close(rd);
+	strata_mover_close(m);
+	strata_gpu_stream_destroy(s);
+	strata_gpu_free(dev);
+	strata_gpu_host_unregister(host);
+	free(host);
+	free(back);
+	close(fd);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_file_movers_same_bytes),
+		cmocka_unit_test(test_direct_alignment),
+		cmocka_unit_test(test_truncated_file),
+		cmocka_unit_test(test_staged_host),
+		cmocka_unit_test(test_retry_and_loader),
+		cmocka_unit_test(test_virtual_cost),
+		cmocka_unit_test(test_cuda_roundtrip),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}

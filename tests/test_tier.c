@@ -1,0 +1,180 @@
+/* Tiers: the extent allocator (budgets, coalescing, fragmentation under a
+ * mixed-size cache workload) and the tier backings. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "strata/tier.h"
+#include "strata/store.h"
+#include "testutil.h"
+
+#define K4 4096ull
+
+static void test_arena_basic(void **state)
+{
+	struct strata_arena a;
+	uint64_t o[8];
+	assert_int_equal(strata_arena_init(&a, 10 * K4 + 100, NULL), 0);
+	assert_true(a.size == 10 * K4); /* rounded down: never past the budget */
+	assert_int_equal(strata_arena_reserve(&a, 3 * K4, &o[0]), 0);
+	assert_int_equal(strata_arena_reserve(&a, 1, &o[1]), 0); /* rounds to 4 KiB */
+	assert_int_equal(strata_arena_reserve(&a, 6 * K4, &o[2]), 0);
+	assert_true(a.used == 10 * K4);
+	assert_int_equal(strata_arena_reserve(&a, 1, &o[3]), STRATA_EBUDGET);
+	assert_int_equal(strata_arena_check(&a), 0);
+	strata_arena_release(&a, o[1], 1);
+	assert_int_equal(strata_arena_check(&a), 0);
+	assert_int_equal(strata_arena_reserve(&a, 2 * K4, &o[3]), STRATA_EBUDGET); /* 1 page free */
+	strata_arena_release(&a, o[0], 3 * K4);  /* coalesces with the freed page */
+	assert_int_equal(a.n_free, 1);
+	assert_true(strata_arena_largest_free(&a) == 4 * K4);
+	strata_arena_release(&a, o[2], 6 * K4);
+	assert_int_equal(a.n_free, 1);
+	assert_true(a.used == 0 && a.free[0].len == 10 * K4);
+	assert_int_equal(strata_arena_check(&a), 0);
+	strata_arena_free(&a);
+
+	/* budget 0: nothing fits, nothing breaks */
+	assert_int_equal(strata_arena_init(&a, 0, NULL), 0);
+	assert_int_equal(strata_arena_reserve(&a, K4, &o[0]), STRATA_EBUDGET);
+	strata_arena_free(&a);
+}
+
+static void test_arena_best_fit(void **state)
+{
+	struct strata_arena a;
+	uint64_t o[6], x;
+	strata_arena_init(&a, 20 * K4, NULL);
+	for (int i = 0; i < 5; i++)
+		strata_arena_reserve(&a, 4 * K4, &o[i]);
+	strata_arena_release(&a, o[1], 4 * K4); /* hole of 4 */
+	strata_arena_release(&a, o[3], 4 * K4); /* hole of 4 */
+	strata_arena_release(&a, o[4], 4 * K4); /* coalesced with hole 3: 8 */
+	assert_int_equal(strata_arena_reserve(&a, 4 * K4, &x), 0);
+	assert_true(x == o[1]); /* exact fit preferred over the larger hole */
+	assert_int_equal(strata_arena_reserve(&a, 8 * K4, &x), 0);
+	assert_true(x == o[3]);
+	assert_int_equal(strata_arena_check(&a), 0);
+	strata_arena_free(&a);
+}
+
+/* A cache of experts of three extent sizes (the Kimi-shaped hot/warm/cold
+ * ratio 90:82:46) under random accesses, evicting random residents until a
+ * miss fits.  Fragmentation shows as bytes free but unusable when a request
+ * fails, and as more than one eviction per miss; best fit must keep both
+ * small, and the budget is never exceeded. */
+static void test_arena_fragmentation(void **state)
+{
+	enum { N = 600 };
+	uint64_t size[N], off[N];
+	uint8_t in[N] = { 0 };
+	uint32_t res[N], n_res = 0;
+	const uint64_t sz[3] = { 90 * 8 * K4, 82 * 8 * K4, 46 * 8 * K4 };
+	for (int i = 0; i < N; i++)
+		size[i] = sz[i % 3];
+	struct strata_arena a;
+	uint64_t budget = 150 * sz[1];
+	strata_arena_init(&a, budget, NULL);
+	uint64_t seed = 42, fails = 0, misses = 0, frag_sum = 0, frag_n = 0;
+	for (int step = 0; step < 20000; step++) {
+		seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+		uint32_t e = (uint32_t)((seed >> 33) % N);
+		if (in[e])
+			continue;
+		int first = 1;
+		misses++;
+		while (strata_arena_reserve(&a, size[e], &off[e]) != STRATA_OK) {
+			uint64_t free_b = a.size - a.used;
+			if (first && misses > 1000) { /* steady state */
+				frag_sum += free_b * 1000 / a.size;
+				frag_n++;
+			}
+			first = 0;
+			fails++;
+			seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+			uint32_t k = (uint32_t)((seed >> 33) % n_res), v = res[k];
+			res[k] = res[--n_res];
+			in[v] = 0;
+			strata_arena_release(&a, off[v], size[v]);
+		}
+		in[e] = 1;
+		res[n_res++] = e;
+		assert_true(a.used <= budget);
+	}
+	assert_int_equal(strata_arena_check(&a), 0);
+	double per_miss = (double)fails / (double)misses;
+	double mean_free = frag_n ? (double)frag_sum / frag_n / 10.0 : 0;
+	print_message("fragmentation: %.2f evictions per miss; free but unusable when a fit failed: "
+		      "%.1f%% of the tier\n", per_miss, mean_free);
+	assert_true(per_miss < 1.6);
+	assert_true(mean_free < 12.0);
+	strata_arena_free(&a);
+}
+
+static void test_tier_backings(void **state)
+{
+	struct strata_tier_mem t;
+	struct strata_error err = { 0 };
+	struct strata_tier_config c = { .kind = STRATA_TIER_VRAM, .backing = STRATA_BACK_HOST,
+					.budget = 1 << 20, .numa_node = -1, .gpu_device = -1 };
+	assert_int_equal(strata_tier_init(&t, &c, &err), 0);
+	assert_non_null(t.base);
+	assert_true(((uintptr_t)t.base % STRATA_TIER_ALIGN) == 0);
+	uint64_t off;
+	assert_int_equal(strata_tier_reserve(&t, 256 << 10, &off), 0);
+	memset(strata_tier_ptr(&t, off), 0xab, 256 << 10);
+	assert_true(strata_tier_used(&t) == 256 << 10);
+	strata_tier_free(&t);
+
+	c.kind = STRATA_TIER_RAM;
+	c.backing = STRATA_BACK_PINNED;
+	assert_int_equal(strata_tier_init(&t, &c, &err), 0);
+	assert_non_null(t.base);
+	assert_non_null(strstr(t.desc, "pinned"));
+	print_message("%s\n", t.desc);
+	memset(t.base, 1, 1 << 20);
+	strata_tier_free(&t);
+
+	c.numa_node = 0; /* forced: node 0 always exists */
+	assert_int_equal(strata_tier_init(&t, &c, &err), 0);
+	print_message("%s\n", t.desc);
+	strata_tier_free(&t);
+
+	c.numa_node = 999;
+	assert_int_equal(strata_tier_init(&t, &c, &err), STRATA_EINVAL);
+	assert_non_null(strstr(err.msg, "NUMA node 999"));
+
+	c.backing = STRATA_BACK_VIRTUAL;
+	c.budget = 1ull << 50; /* a petabyte costs nothing virtually */
+	assert_int_equal(strata_tier_init(&t, &c, &err), 0);
+	assert_null(t.base);
+	assert_int_equal(strata_tier_reserve(&t, 1ull << 40, &off), 0);
+	assert_null(strata_tier_ptr(&t, off));
+	strata_tier_free(&t);
+
+	c.backing = STRATA_BACK_HOST;
+	c.kind = STRATA_TIER_VRAM;
+	c.budget = 1ull << 60;
+	assert_int_equal(strata_tier_init(&t, &c, &err), STRATA_ENOMEM);
+	assert_non_null(strstr(err.msg, "vram tier"));
+}
+
+static void test_numa_of_gpu(void **state)
+{
+	const char *how;
+	int node = strata_numa_node_of_gpu(0, &how);
+	print_message("GPU 0 NUMA node: %d (%s)\n", node, how);
+	if (!test_have_gpu("numa_of_gpu"))
+		assert_int_equal(node, -1);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_arena_basic),
+		cmocka_unit_test(test_arena_best_fit),
+		cmocka_unit_test(test_arena_fragmentation),
+		cmocka_unit_test(test_tier_backings),
+		cmocka_unit_test(test_numa_of_gpu),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
