@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "strata/experiment.h"
 #include "testutil.h"
@@ -201,12 +202,74 @@ static void test_helpers(void **state)
 		fail_msg("%s", err.msg);
 }
 
+/* Export the sweep as job lines, run them as a cluster would, merge the
+ * parts, and the script resumes from the merged CSV without running. */
+static void test_export_one_merge(void **state)
+{
+	struct strata_error err = { 0 };
+	char sub[PATH_MAX], jobs[PATH_MAX], out[PATH_MAX + 32], cmd[3 * PATH_MAX];
+	snprintf(sub, sizeof(sub), "%s/cluster", dir);
+	mkdir(sub, 0777);
+	snprintf(jobs, sizeof(jobs), "%s/jobs.txt", sub);
+	char path[PATH_MAX];
+	snprintf(path, sizeof(path), "%s/run.lua", sub);
+	FILE *f = fopen(path, "w");
+	fputs(sweep_lua, f);
+	fclose(f);
+	setenv("STRATA_EXE", test_bin("strata"), 1);
+	struct strata_experiment_opts o = { .script = path, .jobs = 1, .export_jobs = jobs };
+	/* the script asserts on finished rows: in export mode they are pending,
+	 * so run it with a guard */
+	f = fopen(path, "w");
+	fprintf(f, "local real_sweep = strata.sweep\n"
+		   "strata.sweep = function(t) local r = real_sweep(t)\n"
+		   "  if r[1].status == 'pending' then error('exported') end return r end\n%s", sweep_lua);
+	fclose(f);
+	int rc = strata_experiment_main(&o, &err);
+	assert_int_equal(rc, STRATA_ESCRIPT);
+	assert_non_null(strstr(err.msg, "exported"));
+	unsetenv("STRATA_EXE");
+	char *list = slurp(jobs);
+	assert_non_null(list);
+	assert_int_equal(count_lines(list, "\n"), 3);
+	assert_non_null(strstr(list, " run --one 'mode=sim;"));
+	free(list);
+	char outbuf[4096];
+	snprintf(cmd, sizeof(cmd), "bash '%s'", jobs);
+	assert_int_equal(test_run(outbuf, sizeof(outbuf), "%s", cmd), 0);
+	snprintf(out, sizeof(out), "%s/out/rows.csv", sub);
+	snprintf(cmd, sizeof(cmd), "'%s' run --merge '%s' '%s'/out/rows.csv.parts/*.csv", test_bin("strata"), out, sub);
+	assert_int_equal(test_run(outbuf, sizeof(outbuf), "%s", cmd), 0);
+	assert_non_null(strstr(outbuf, "merged 3 rows"));
+	char *merged = slurp(out);
+	assert_int_equal(count_lines(merged, "\n"), 4);
+	assert_int_equal(count_lines(merged, ",ok,"), 2);
+	/* the script now finds the two ok rows and retries only the failed one */
+	o.export_jobs = NULL;
+	rc = strata_experiment_main(&o, &err);
+	if (rc)
+		fail_msg("%s", err.msg);
+	char *after = slurp(out);
+	char *ok1 = strstr(merged, "\n") + 1;
+	char line[8192];
+	snprintf(line, sizeof(line), "%.*s", (int)(strchr(ok1, '\n') - ok1 + 1), ok1);
+	if (strstr(line, ",ok,"))
+		assert_non_null(strstr(after, line));
+	free(after);
+	free(merged);
+	/* a malformed run_id is refused */
+	snprintf(cmd, sizeof(cmd), "'%s' run --one 'mode=sim;bogus' --out '%s/x.csv'", test_bin("strata"), sub);
+	assert_int_equal(test_run(outbuf, sizeof(outbuf), "%s", cmd), 1);
+	assert_non_null(strstr(outbuf, "not key=value"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_sweep_rows_errors_resume),
 		cmocka_unit_test(test_script_errors),
 		cmocka_unit_test(test_helpers),
+		cmocka_unit_test(test_export_one_merge),
 	};
 	return cmocka_run_group_tests_name("experiment", tests, setup, teardown);
 }

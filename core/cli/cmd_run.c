@@ -11,7 +11,9 @@
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: strata run [options] SCRIPT.lua [key=value ...]\n\n"
+		"usage: strata run [options] SCRIPT.lua [key=value ...]\n"
+		"       strata run --one RUN_ID --out ROW.csv\n"
+		"       strata run --merge OUT.csv PART.csv ...\n\n"
 		"Run an experiment script: Lua with the engine as a library (strata.run, strata.sweep,\n"
 		"strata.trace_gen, strata.product, strata.markdown, strata.read_csv/write_csv).  Sweeps run\n"
 		"each configuration in a worker process, append one CSV row per run (canonical config,\n"
@@ -20,6 +22,11 @@ static void usage(FILE *f)
 		"strata.args.key.  See experiments/README.md.\n\n"
 		"  -j, --jobs N     worker processes per sweep (default: the machine's cores)\n"
 		"      --fresh      ignore existing results (run every configuration again)\n"
+		"      --export-jobs FILE\n"
+		"                   sweeps append one shell line per configuration still to run to FILE\n"
+		"                   instead of running it (GNU parallel, Slurm arrays); then --merge\n"
+		"      --one RUN_ID run one configuration given by its run_id, write a one-row CSV (--out)\n"
+		"      --merge OUT  merge row CSVs (the remaining arguments) into OUT, one row per run_id\n"
 		"  -h, --help       this text\n");
 }
 
@@ -27,9 +34,12 @@ int strata_cmd_run(int argc, char **argv)
 {
 	static const struct option opts[] = {
 		{ "jobs", required_argument, 0, 'j' }, { "fresh", no_argument, 0, 'F' },
+		{ "export-jobs", required_argument, 0, 'E' }, { "one", required_argument, 0, 'O' },
+		{ "out", required_argument, 0, 'o' }, { "merge", required_argument, 0, 'M' },
 		{ "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	struct strata_experiment_opts o = { 0 };
+	const char *one = NULL, *out = NULL, *merge = NULL;
 	int ch;
 	optind = 1;
 	/* '+': stop at the script name; what follows belongs to the script. */
@@ -46,9 +56,29 @@ int strata_cmd_run(int argc, char **argv)
 			break;
 		}
 		case 'F': o.fresh = 1; break;
+		case 'E': o.export_jobs = optarg; break;
+		case 'O': one = optarg; break;
+		case 'o': out = optarg; break;
+		case 'M': merge = optarg; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
+	}
+	struct strata_error err = { 0 };
+	if (one) {
+		if (!out || optind < argc) {
+			fprintf(stderr, "strata run: --one needs --out ROW.csv and nothing else\n");
+			return 2;
+		}
+		strata_install_sigint();
+		if (strata_experiment_run_csv(one, out, &err))
+			return strata_cli_fail("run", &err);
+		return 0;
+	}
+	if (merge) {
+		if (strata_experiment_merge(merge, argv + optind, argc - optind, &err))
+			return strata_cli_fail("run", &err);
+		return 0;
 	}
 	if (optind >= argc) {
 		fprintf(stderr, "strata run: need a script\n");
@@ -59,7 +89,6 @@ int strata_cmd_run(int argc, char **argv)
 	o.argc = argc - optind - 1;
 	o.argv = argv + optind + 1;
 	strata_install_sigint();
-	struct strata_error err = { 0 };
 	int rc = strata_experiment_main(&o, &err);
 	if (rc == STRATA_EINTR) {
 		fprintf(stderr, "strata run: %s\n", err.msg);

@@ -177,6 +177,24 @@ int strata_experiment_run_one(const struct strata_experiment_config *x, struct s
 
 static const char *const fixed_cols[] = { "run_id", "status", "error" };
 static const char *const head_cols[] = { "config", "mode", "trace", "model", "seed", "vram_bytes", "ram_bytes" };
+#define NAME_OF(k, t, v) k,
+static const char *const result_cols[] = { RESULT_COLS(NAME_OF) NULL };
+#undef NAME_OF
+
+/* 1 if name is one of the columns every row has (not a tag). */
+static int is_known_col(const char *name)
+{
+	for (size_t i = 0; i < 3; i++)
+		if (!strcmp(name, fixed_cols[i]))
+			return 1;
+	for (size_t i = 0; i < sizeof(head_cols) / sizeof(head_cols[0]); i++)
+		if (!strcmp(name, head_cols[i]))
+			return 1;
+	for (size_t i = 0; result_cols[i]; i++)
+		if (!strcmp(name, result_cols[i]))
+			return 1;
+	return 0;
+}
 
 /* A finished run: the result, or the error. */
 struct outcome {
@@ -597,7 +615,64 @@ static int l_run(lua_State *L)
 struct exp_global {
 	uint32_t jobs;
 	int fresh;
+	const char *export_jobs; /* write job lines instead of running */
+	size_t exported;
 };
+
+/* Shell-quote s into f ('...' with ' as '\''). */
+static void shell_quote(FILE *f, const char *s)
+{
+	fputc('\'', f);
+	for (; *s; s++) {
+		if (*s == '\'')
+			fputs("'\\''", f);
+		else
+			fputc(*s, f);
+	}
+	fputc('\'', f);
+}
+
+/* One line per pending configuration: a self-contained `strata run --one`
+ * writing a one-row CSV under OUT.parts/, to merge with `strata run --merge`. */
+static int export_jobs(struct exp_global *g, const struct strata_experiment_config *cfg,
+		       const struct outcome *oc, size_t n, const char *out, struct strata_error *err)
+{
+	/* The strata binary the job lines call: this one, unless $STRATA_EXE
+	 * names another (a cluster's install path; the test suite). */
+	char self[4096];
+	const char *exe = getenv("STRATA_EXE");
+	ssize_t sl = exe && *exe ? -1 : readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (exe && *exe)
+		snprintf(self, sizeof(self), "%s", exe);
+	else if (sl <= 0)
+		snprintf(self, sizeof(self), "strata");
+	else
+		self[sl] = '\0';
+	FILE *f = fopen(g->export_jobs, "a");
+	if (!f)
+		return STRATA_ERRNO(err, STRATA_EIO, "%s: cannot append", g->export_jobs);
+	for (size_t i = 0; i < n; i++) {
+		if (oc[i].done)
+			continue;
+		/* FNV-1a of the run_id names the part file: stable across exports. */
+		uint64_t h = 1469598103934665603ull;
+		for (const char *p = cfg[i].run_id; *p; p++)
+			h = (h ^ (uint8_t)*p) * 1099511628211ull;
+		char part[4200];
+		snprintf(part, sizeof(part), "%s.parts/%016llx.csv", out ? out : "results.csv", (unsigned long long)h);
+		shell_quote(f, self);
+		fputs(" run --one ", f);
+		shell_quote(f, cfg[i].run_id);
+		fputs(" --out ", f);
+		shell_quote(f, part);
+		fputc('\n', f);
+		g->exported++;
+	}
+	int bad = ferror(f);
+	if (fclose(f) || bad)
+		return STRATA_ERRNO(err, STRATA_EIO, "%s: write failed", g->export_jobs);
+	return STRATA_OK;
+}
 
 static struct exp_global *global_of(lua_State *L)
 {
@@ -924,6 +999,42 @@ static int l_sweep(lua_State *L)
 		fprintf(stderr, "strata run: %s: %zu of %zu rows already in %s, %zu to run\n", what, n - pending, n,
 			out, pending);
 
+	if (g->export_jobs) {
+		if (csv)
+			fclose(csv);
+		rc = export_jobs(g, cfg, oc, n, out, &err);
+		if (rc) {
+			kept_free(&kept);
+			free(header);
+			return luaL_error(L, "%s", err.msg);
+		}
+		/* Rows: the finished ones, and "pending" for the exported. */
+		lua_createtable(L, (int)n, 0);
+		for (size_t i = 0; i < n; i++) {
+			if (oc[i].resumed) {
+				push_kept_row(L, header, kept_find(&kept, cfg[i].run_id));
+			} else {
+				lua_createtable(L, 0, 4);
+				lua_pushstring(L, cfg[i].run_id);
+				lua_setfield(L, -2, "run_id");
+				lua_pushstring(L, "pending");
+				lua_setfield(L, -2, "status");
+				for (uint32_t t = 0; t < cfg[i].n_tags; t++) {
+					if (!lua_stringtonumber(L, cfg[i].tag_value[t]))
+						lua_pushstring(L, cfg[i].tag_value[t]);
+					lua_setfield(L, -2, cfg[i].tag_name[t]);
+				}
+				char name[1200];
+				given_name(&cfg[i], name, sizeof(name));
+				lua_pushstring(L, name);
+				lua_setfield(L, -2, "config");
+			}
+			lua_rawseti(L, -2, (lua_Integer)i + 1);
+		}
+		kept_free(&kept);
+		free(header);
+		return 1;
+	}
 	/* The pool. */
 	struct worker *ws = calloc(jobs, sizeof(*ws));
 	struct pollfd *pf = calloc(jobs, sizeof(*pf));
@@ -1188,6 +1299,11 @@ int strata_experiment_main(const struct strata_experiment_opts *o, struct strata
 	lc.profile = STRATA_LUA_EXPERIMENT;
 	lc.max_instructions = 0; /* the heavy work is in C; a script may loop long */
 	lc.max_memory = 0;
+	if (o->export_jobs) { /* a fresh job list per export */
+		FILE *jf = fopen(o->export_jobs, "w");
+		if (!jf || fclose(jf))
+			return STRATA_ERRNO(err, STRATA_EIO, "%s: cannot create", o->export_jobs);
+	}
 	struct strata_lua *s;
 	int rc = strata_lua_open(&lc, &s, err);
 	if (rc)
@@ -1196,6 +1312,8 @@ int strata_experiment_main(const struct strata_experiment_opts *o, struct strata
 	struct exp_global *g = lua_newuserdatauv(L, sizeof(*g), 0);
 	g->jobs = o->jobs;
 	g->fresh = o->fresh;
+	g->export_jobs = o->export_jobs;
+	g->exported = 0;
 	int gidx = lua_gettop(L);
 	lua_getglobal(L, "strata");
 	static const luaL_Reg fns[] = {
@@ -1242,6 +1360,263 @@ int strata_experiment_main(const struct strata_experiment_opts *o, struct strata
 		rc = strata_lua_call(s, 0, 0, "main chunk", err);
 	if (rc && strata_interrupted)
 		rc = STRATA_ERR(err, STRATA_EINTR, "%s: interrupted; run again to resume", o->script);
+	if (!rc && o->export_jobs)
+		fprintf(stderr, "strata run: wrote %zu job lines to %s\n", g->exported, o->export_jobs);
 	strata_lua_close(s);
+	return rc;
+}
+
+/* ---- sweeps beyond one machine: one run by run_id, and merging parts ---- */
+
+int strata_experiment_config_parse_id(const char *id, struct strata_experiment_config *c,
+				      struct strata_error *err)
+{
+	strata_experiment_config_defaults(c);
+	char *buf = strdup(id);
+	if (!buf)
+		return STRATA_ERR(err, STRATA_ENOMEM, "run_id: out of memory");
+	int rc = STRATA_OK;
+	for (char *save = NULL, *seg = strtok_r(buf, ";", &save); seg && !rc; seg = strtok_r(NULL, ";", &save)) {
+		char *eq = strchr(seg, '=');
+		if (!eq) {
+			rc = STRATA_ERR(err, STRATA_EINVAL, "run_id: '%s' is not key=value", seg);
+			break;
+		}
+		*eq = '\0';
+		const char *k = seg, *v = eq + 1;
+		char *end = NULL;
+#define STR(name, field)                                                   \
+	else if (!strcmp(k, name)) {                                       \
+		if (strlen(v) >= sizeof(c->field))                         \
+			rc = STRATA_ERR(err, STRATA_EINVAL, "run_id: %s too long", name); \
+		else                                                       \
+			snprintf(c->field, sizeof(c->field), "%s", v);      \
+	}
+#define NUM(name, field)                                                   \
+	else if (!strcmp(k, name)) {                                       \
+		c->field = (__typeof__(c->field))strtoull(v, &end, 10);    \
+		if (!*v || *end)                                           \
+			rc = STRATA_ERR(err, STRATA_EINVAL, "run_id: %s=%s", name, v); \
+	}
+		if (!strcmp(k, "mode"))
+			c->virt = !strcmp(v, "sim");
+		STR("model", model)
+		STR("trace", trace)
+		STR("cost", cost)
+		STR("place", place)
+		STR("evict", evict)
+		STR("prefetch", prefetch)
+		STR("compute", compute)
+		STR("mover", mover)
+		NUM("vram", vram)
+		NUM("ram", ram)
+		NUM("seed", seed)
+		NUM("max_tokens", max_tokens)
+		NUM("prefill_chunk", prefill_chunk)
+		else if (!strcmp(k, "hints")) c->hints = atoi(v) != 0;
+		else if (!strcmp(k, "future")) c->future = atoi(v) != 0;
+		else if (!strcmp(k, "gpu")) c->gpu = atoi(v);
+		else {
+			if (c->n_tags == STRATA_EXP_TAGS || strlen(k) >= sizeof(c->tag_name[0]) ||
+			    strlen(v) >= sizeof(c->tag_value[0]))
+				rc = STRATA_ERR(err, STRATA_EINVAL, "run_id: tag '%s' too long or too many tags", k);
+			else {
+				snprintf(c->tag_name[c->n_tags], sizeof(c->tag_name[0]), "%s", k);
+				snprintf(c->tag_value[c->n_tags], sizeof(c->tag_value[0]), "%s", v);
+				c->n_tags++;
+			}
+		}
+#undef STR
+#undef NUM
+	}
+	free(buf);
+	if (rc)
+		return rc;
+	strata_experiment_config_id(c);
+	if (strcmp(c->run_id, id))
+		return STRATA_ERR(err, STRATA_EINVAL, "run_id is not canonical (written by another version?): %s", id);
+	return STRATA_OK;
+}
+
+int strata_experiment_run_csv(const char *run_id, const char *out, struct strata_error *err)
+{
+	struct strata_experiment_config *c = malloc(sizeof(*c));
+	struct outcome *o = calloc(1, sizeof(*o));
+	int rc = c && o ? STRATA_OK : STRATA_ERR(err, STRATA_ENOMEM, "out of memory");
+	if (!rc)
+		rc = strata_experiment_config_parse_id(run_id, c, err);
+	if (!rc) {
+		o->rc = strata_experiment_run_one(c, &o->res, &o->err);
+		if (o->rc == STRATA_EINTR)
+			rc = STRATA_ERR(err, STRATA_EINTR, "interrupted");
+	}
+	if (!rc) {
+		char tmp[4200];
+		snprintf(tmp, sizeof(tmp), "%s.tmp", out);
+		make_parents(out);
+		FILE *f = fopen(tmp, "w");
+		if (!f) {
+			rc = STRATA_ERRNO(err, STRATA_EIO, "%s: cannot create", tmp);
+		} else {
+			write_header(f, c, c->tag_name, c->n_tags);
+			write_row(f, c, o, c->tag_name, c->n_tags);
+			int bad = ferror(f);
+			if (fclose(f) || bad || rename(tmp, out)) {
+				unlink(tmp);
+				rc = STRATA_ERRNO(err, STRATA_EIO, "%s: write failed", out);
+			}
+		}
+		if (!rc && o->rc)
+			fprintf(stderr, "strata run: the run failed (its row says why): %s\n", o->err.msg);
+	}
+	free(c);
+	free(o);
+	return rc;
+}
+
+/* Merge CSVs of rows (parts, and out itself if it exists) into out: the
+ * union of their tag columns, one row per run_id (an ok row wins over an
+ * error row). */
+int strata_experiment_merge(const char *out, char *const *parts, int n_parts, struct strata_error *err)
+{
+	enum { MAXC = 512 };
+	int n_files = n_parts + 1, rc = STRATA_OK;
+	const char **files = calloc((size_t)n_files, sizeof(*files));
+	char(*tags)[48] = calloc(MAXC, 48);
+	if (!files || !tags) {
+		free(files);
+		free(tags);
+		return STRATA_ERR(err, STRATA_ENOMEM, "merge: out of memory");
+	}
+	int nf = 0;
+	if (access(out, R_OK) == 0)
+		files[nf++] = out;
+	for (int i = 0; i < n_parts; i++)
+		files[nf++] = parts[i];
+	/* pass 1: tag columns */
+	uint32_t n_tags = 0;
+	for (int i = 0; i < nf && !rc; i++) {
+		FILE *f = fopen(files[i], "r");
+		if (!f) {
+			rc = STRATA_ERRNO(err, STRATA_EIO, "%s: cannot open", files[i]);
+			break;
+		}
+		char *head = read_line(f), *names[MAXC];
+		fclose(f);
+		int nn = head ? csv_split(head, names, MAXC) : 0;
+		if (nn < 3 || strcmp(names[0], "run_id") || strcmp(names[1], "status"))
+			rc = STRATA_ERR(err, STRATA_ECORRUPT, "%s: not a results CSV of strata run", files[i]);
+		for (int k = 0; k < nn && !rc; k++) {
+			if (is_known_col(names[k]))
+				continue;
+			uint32_t j = 0;
+			while (j < n_tags && strcmp(tags[j], names[k]))
+				j++;
+			if (j == n_tags && n_tags < MAXC)
+				snprintf(tags[n_tags++], 48, "%s", names[k]);
+		}
+		free(head);
+	}
+	qsort(tags, n_tags, 48, tag_cmp);
+	char *header = NULL, *body = NULL;
+	size_t hlen = 0, blen = 0;
+	FILE *hf = open_memstream(&header, &hlen);
+	if (hf) {
+		write_header(hf, NULL, tags, n_tags);
+		fclose(hf);
+	}
+	/* output column names */
+	char *hcopy = header ? strdup(header) : NULL, *outcols[MAXC];
+	int n_out = hcopy ? csv_split(hcopy, outcols, MAXC) : 0;
+	/* pass 2: rows, keyed by run_id */
+	struct kept rows = { 0 };
+	char **status = NULL;
+	for (int i = 0; i < nf && !rc && hcopy; i++) {
+		FILE *f = fopen(files[i], "r");
+		if (!f) {
+			rc = STRATA_ERRNO(err, STRATA_EIO, "%s: cannot open", files[i]);
+			break;
+		}
+		char *head = read_line(f), *names[MAXC], *line;
+		int nn = csv_split(head, names, MAXC);
+		while ((line = read_line(f))) {
+			char *vals[MAXC];
+			int nv = csv_split(line, vals, MAXC);
+			if (nv < 2 || !vals[0][0]) {
+				free(line);
+				continue;
+			}
+			FILE *bf = open_memstream(&body, &blen);
+			for (int c = 0; c < n_out && bf; c++) {
+				const char *v = "";
+				for (int k = 0; k < nn && k < nv; k++)
+					if (!strcmp(names[k], outcols[c]))
+						v = vals[k];
+				if (c)
+					fputc(',', bf);
+				if (*v)
+					csv_field(bf, v);
+			}
+			if (bf) {
+				fputc('\n', bf);
+				fclose(bf);
+			}
+			int ok = !strcmp(vals[1], "ok");
+			size_t at = rows.n;
+			for (size_t r = 0; r < rows.n; r++)
+				if (!strcmp(rows.ids[r], vals[0]))
+					at = r;
+			if (at < rows.n) {
+				if (ok || strcmp(status[at], "ok")) { /* ok wins; else the later */
+					free(rows.lines[at]);
+					rows.lines[at] = body;
+					free(status[at]);
+					status[at] = strdup(vals[1]);
+					body = NULL;
+				}
+			} else {
+				if (rows.n == rows.cap) {
+					rows.cap = rows.cap ? 2 * rows.cap : 64;
+					rows.ids = realloc(rows.ids, rows.cap * sizeof(char *));
+					rows.lines = realloc(rows.lines, rows.cap * sizeof(char *));
+					status = realloc(status, rows.cap * sizeof(char *));
+					if (!rows.ids || !rows.lines || !status) {
+						free(line);
+						fclose(f);
+						free(head);
+						free(header);
+						free(hcopy);
+						free(files);
+						free(tags);
+						return STRATA_ERR(err, STRATA_ENOMEM, "merge: out of memory");
+					}
+				}
+				rows.ids[rows.n] = strdup(vals[0]);
+				rows.lines[rows.n] = body;
+				status[rows.n] = strdup(vals[1]);
+				rows.n++;
+				body = NULL;
+			}
+			free(body);
+			body = NULL;
+			free(line);
+		}
+		free(head);
+		fclose(f);
+	}
+	if (!rc && header) {
+		make_parents(out);
+		rc = rewrite_results(out, header, &rows, err);
+	}
+	if (!rc)
+		fprintf(stderr, "strata run: merged %zu rows from %d files into %s\n", rows.n, nf, out);
+	for (size_t r = 0; r < rows.n; r++)
+		free(status[r]);
+	free(status);
+	kept_free(&rows);
+	free(header);
+	free(hcopy);
+	free(files);
+	free(tags);
 	return rc;
 }

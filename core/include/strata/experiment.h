@@ -62,12 +62,30 @@ void strata_experiment_config_id(struct strata_experiment_config *c);
 int strata_experiment_run_one(const struct strata_experiment_config *c, struct strata_replay_result *res,
 			      struct strata_error *err);
 
+/* Sweeps beyond one machine.  `strata run --export-jobs FILE run.lua`
+ * makes every sweep append one shell line per configuration not yet in its
+ * CSV instead of running it (the sweep returns rows with status "pending"):
+ *   /path/to/strata run --one 'RUN_ID' --out 'OUT.parts/HASH.csv'
+ * GNU parallel (`parallel < FILE`) or a Slurm array (line $SLURM_ARRAY_TASK_ID)
+ * runs them anywhere the paths resolve; `strata run --merge OUT.csv
+ * OUT.parts/HASH.csv ...` merges the rows, and running the script again resumes
+ * from the merged CSV (builds its tables, runs what is still missing). */
+/* Parse a run_id back into a configuration (it must be canonical). */
+int strata_experiment_config_parse_id(const char *id, struct strata_experiment_config *c,
+				      struct strata_error *err);
+/* Run the configuration of run_id, write a one-row CSV (a failed run is an
+ * error row, and still STRATA_OK). */
+int strata_experiment_run_csv(const char *run_id, const char *out, struct strata_error *err);
+/* Merge row CSVs (and out itself, if it exists) into out. */
+int strata_experiment_merge(const char *out, char *const *parts, int n_parts, struct strata_error *err);
+
 struct strata_experiment_opts {
 	const char *script;
 	int argc;          /* script arguments: "k=v" -> strata.args.k; all -> strata.args[i] */
 	char **argv;
 	uint32_t jobs;     /* worker processes per sweep; 0: the machine's cores */
 	int fresh;         /* 1: ignore existing results (no resume) */
+	const char *export_jobs; /* write job lines to this file instead of running */
 };
 
 /* Run an experiment script.  STRATA_ESCRIPT for a script error (message
