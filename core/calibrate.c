@@ -84,9 +84,10 @@ int strata_cost_file_load(const char *path, struct strata_cost_file *c, struct s
 			if (!strcmp(m->key, cost_keys[k].key)) {
 				known = 1;
 				if (m->type != STRATA_JSON_NUMBER || m->num < 0 || !isfinite(m->num)) {
+					rc = STRATA_ERR(err, STRATA_EINVAL, "%s: \"%s\" must be a non-negative number",
+							path, m->key);
 					strata_json_free(doc);
-					return STRATA_ERR(err, STRATA_EINVAL, "%s: \"%s\" must be a non-negative number",
-							  path, m->key);
+					return rc;
 				}
 				*(double *)((char *)c + cost_keys[k].off) = m->num;
 			}
@@ -106,7 +107,7 @@ int strata_cost_file_load(const char *path, struct strata_cost_file *c, struct s
 		}
 		if (!known && strcmp(m->key, "strata_cost") && strcmp(m->key, "notes") && strcmp(m->key, "measured")) {
 			rc = STRATA_ERR(err, STRATA_EINVAL, "%s: unknown key \"%s\"", path, m->key);
-			strata_json_free(doc);
+			strata_json_free(doc); /* after the message: m->key lives in doc */
 			return rc;
 		}
 	}

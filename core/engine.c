@@ -403,7 +403,7 @@ static int open_movers(struct strata_engine *e, struct strata_error *err)
 	if ((rc = strata_mover_open(e->on_gpu ? &strata_mover_cuda : &strata_mover_host, &mc, &e->h2d, err)))
 		return rc;
 	struct strata_mover_config sc = { .queue_depth = qd, .stage_read = e->nvme, .stage_copy = e->h2d,
-					  .bounce_bytes = c->bounce_bytes, .n_bounce = 4,
+					  .bounce_bytes = c->bounce_bytes, .n_bounce = 8,
 					  .bounce_register = e->on_gpu };
 	return strata_mover_open(&strata_mover_staged, &sc, &e->staged, err);
 }
@@ -450,7 +450,7 @@ static int preload(struct strata_engine *e, struct strata_error *err)
 		for (uint32_t i = 0; i < e->n_ids && !rc; i++) {
 			if (pass == 0 ? want[i] != V : pass == 1 ? !(want[i] == V && !e->resident[V][i]) : want[i] != R)
 				continue;
-			uint64_t off;
+			uint64_t off = 0;
 			if (e->bytes[i] > e->tier[t].budget - strata_tier_used(&e->tier[t]) ||
 			    strata_tier_reserve(&e->tier[t], e->bytes[i], &off))
 				continue;
@@ -707,7 +707,7 @@ static int prefetch(struct strata_engine *e, uint64_t token, uint32_t layer, con
 			e->st.prefetch_redundant++;
 			continue;
 		}
-		uint64_t off;
+		uint64_t off = 0;
 		rc = make_room(e, (int)t, eid, &off, err);
 		if (rc == STRATA_EBUDGET) {
 			e->st.prefetch_dropped++;
@@ -815,7 +815,7 @@ static int acquire_one(struct strata_engine *e, uint32_t eid, uint64_t now, uint
 		return rc;
 	int src = from;
 	if (from == STRATA_TIER_NVME && (mask & (1u << R)) && e->tier[R].budget) {
-		uint64_t off;
+		uint64_t off = 0;
 		rc = make_room(e, R, eid, &off, err);
 		if (rc == STRATA_OK) {
 			mark_resident(e, R, eid, off);
@@ -831,7 +831,7 @@ static int acquire_one(struct strata_engine *e, uint32_t eid, uint64_t now, uint
 	struct job **slot;
 	void *dst;
 	bool keep = false;
-	uint64_t off;
+	uint64_t off = 0;
 	if (mask & (1u << V)) {
 		rc = make_room(e, V, eid, &off, err);
 		if (rc == STRATA_OK)
@@ -892,7 +892,7 @@ int strata_engine_acquire(struct strata_engine *e, uint32_t layer, const uint32_
 	e->step_layer = -2; /* acquired: release unpins */
 	for (uint32_t i = 0; i < n && !rc; i++) {
 		uint32_t eid = strata_eid(&e->spec, layer, experts[i]);
-		uint64_t off;
+		uint64_t off = 0;
 		int scratch;
 		rc = acquire_one(e, eid, e->now++, &off, &scratch, err);
 		if (!rc && ptrs)

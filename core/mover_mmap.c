@@ -81,7 +81,7 @@ static int mmap_submit(struct strata_mover *m)
 	struct strata_move *mv;
 	int n = 0;
 	while ((mv = strata_moveq_pop(&p->q.queued))) {
-		struct map *mp;
+		struct map *mp = NULL;
 		mv->submit_ns = strata_now_ns();
 		int res = map_of(p, mv->fd, &mp);
 		if (!res) {

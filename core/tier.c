@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "strata/gpu.h"
 #include "strata/store.h"
@@ -199,6 +200,17 @@ int strata_tier_init(struct strata_tier_mem *t, const struct strata_tier_config 
 	if (rc)
 		return rc;
 	size_t n = (size_t)t->budget;
+	if (n && (c->backing == STRATA_BACK_HOST || c->backing == STRATA_BACK_PINNED)) {
+		/* refuse up front what cannot be resident, with the numbers */
+		uint64_t phys = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
+		if (phys && t->budget > phys) {
+			char m[32];
+			strata_arena_free(&t->arena);
+			return STRATA_ERR(err, STRATA_ENOMEM, "%s tier: budget %s exceeds this machine's memory (%s)",
+					  tname, strata_fmt_bytes(t->budget, sz, sizeof(sz)),
+					  strata_fmt_bytes(phys, m, sizeof(m)));
+		}
+	}
 	if (n && c->backing == STRATA_BACK_HOST) {
 		void *p = NULL;
 		if (posix_memalign(&p, STRATA_TIER_ALIGN, n))

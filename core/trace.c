@@ -1221,12 +1221,16 @@ oom:
 	return STRATA_ERR(err, STRATA_ENOMEM, "%s: out of memory building the replay plan", t->path);
 }
 
+struct fcur {
+	uint32_t cur, end; /* [cur, end) of this eid's positions not yet passed */
+};
+
 struct future_priv {
 	const struct strata_trace_plan *plan;
 	uint32_t n_experts, n_ids;
 	uint64_t *start;   /* [n_ids + 1] into pos */
 	uint32_t *pos;     /* access clock values per eid, ascending */
-	uint64_t *cursor;  /* [n_ids]: first index with pos > last asked now */
+	struct fcur *c;    /* [n_ids]; one cache line for the common forward case */
 };
 
 static uint64_t future_next_use(const struct strata_future *f, uint32_t eid, uint64_t now)
@@ -1234,24 +1238,25 @@ static uint64_t future_next_use(const struct strata_future *f, uint32_t eid, uin
 	struct future_priv *fp = f->priv;
 	if (eid >= fp->n_ids)
 		return STRATA_NEVER;
-	uint64_t lo = fp->start[eid], hi = fp->start[eid + 1], c = fp->cursor[eid];
-	if (c > lo && fp->pos[c - 1] > now) {
+	struct fcur *c = &fp->c[eid];
+	uint32_t i = c->cur;
+	if (i > fp->start[eid] && fp->pos[i - 1] > now) {
 		/* clock went back: binary search for the first pos > now */
-		uint64_t a = lo, b = hi;
+		uint32_t a = (uint32_t)fp->start[eid], b = c->end;
 		while (a < b) {
-			uint64_t m = a + (b - a) / 2;
+			uint32_t m = a + (b - a) / 2;
 			if (fp->pos[m] <= now)
 				a = m + 1;
 			else
 				b = m;
 		}
-		c = a;
+		i = a;
 	} else {
-		while (c < hi && fp->pos[c] <= now)
-			c++;
+		while (i < c->end && fp->pos[i] <= now)
+			i++;
 	}
-	fp->cursor[eid] = c;
-	return c < hi ? fp->pos[c] : STRATA_NEVER;
+	c->cur = i;
+	return i < c->end ? fp->pos[i] : STRATA_NEVER;
 }
 
 static uint32_t future_routed(const struct strata_future *f, uint64_t token, uint32_t layer, uint32_t *out,
@@ -1282,11 +1287,11 @@ int strata_trace_future_init(struct strata_future *f, const struct strata_trace_
 	fp->n_experts = n_experts;
 	fp->n_ids = p->n_layers * n_experts;
 	fp->start = calloc(fp->n_ids + 1, sizeof(uint64_t));
-	fp->cursor = calloc(fp->n_ids, sizeof(uint64_t));
+	fp->c = calloc(fp->n_ids, sizeof(struct fcur));
 	fp->pos = malloc((p->n_accesses + 1) * sizeof(uint32_t));
-	if (!fp->start || !fp->cursor || !fp->pos) {
+	if (!fp->start || !fp->c || !fp->pos) {
 		free(fp->start);
-		free(fp->cursor);
+		free(fp->c);
 		free(fp->pos);
 		free(fp);
 		return STRATA_ERR(err, STRATA_ENOMEM, "future: out of memory");
@@ -1299,15 +1304,17 @@ int strata_trace_future_init(struct strata_future *f, const struct strata_trace_
 	for (uint32_t i = 0; i < fp->n_ids; i++)
 		fp->start[i + 1] += fp->start[i];
 	for (uint32_t i = 0; i < fp->n_ids; i++)
-		fp->cursor[i] = fp->start[i];
+		fp->c[i].cur = (uint32_t)fp->start[i];
 	for (uint64_t st = 0; st < p->n_steps; st++)
 		for (uint32_t l = 0; l < L; l++)
 			for (uint64_t a = p->off[st * L + l]; a < p->off[st * L + l + 1]; a++) {
 				uint32_t eid = l * n_experts + p->ids[a];
-				fp->pos[fp->cursor[eid]++] = (uint32_t)a;
+				fp->pos[fp->c[eid].cur++] = (uint32_t)a;
 			}
-	for (uint32_t i = 0; i < fp->n_ids; i++)
-		fp->cursor[i] = fp->start[i];
+	for (uint32_t i = 0; i < fp->n_ids; i++) {
+		fp->c[i].cur = (uint32_t)fp->start[i];
+		fp->c[i].end = (uint32_t)fp->start[i + 1];
+	}
 	f->next_use = future_next_use;
 	f->routed = future_routed;
 	f->n_tokens = p->n_steps;
@@ -1321,7 +1328,7 @@ void strata_trace_future_free(struct strata_future *f)
 	if (fp) {
 		free(fp->start);
 		free(fp->pos);
-		free(fp->cursor);
+		free(fp->c);
 		free(fp);
 	}
 	memset(f, 0, sizeof(*f));

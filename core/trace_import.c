@@ -99,6 +99,11 @@ struct imp {
 	int hdr_experts;        /* experts from a strata_trace header line */
 	size_t w_cap;
 	int any_resolved;
+	/* experts/weights spread over numbered columns (expert_0, expert_1, ...) */
+	char gather[R_COUNT][96];     /* printf pattern with one %u, "" if none */
+	uint32_t gather_first[R_COUNT];
+	struct strata_json gather_items[2][STRATA_TRACE_MAX_TOPK];
+	struct strata_json gather_node[2];
 };
 
 #define IERR(code, ...) STRATA_ERR(im->err, code, __VA_ARGS__)
@@ -158,6 +163,53 @@ static int parse_map(struct imp *im, const char *map)
 	return 0;
 }
 
+static const char *const gather_prefixes[R_COUNT][10] = {
+	[R_EXPERTS] = { "expert", "experts", "expert_id", "expert_idx", "topk_id", "topk_ids", "topk_idx", "e", NULL },
+	[R_WEIGHTS] = { "weight", "weights", "gate_weight", "topk_weight", "topk_weights", "prob", "score", "w", NULL },
+};
+
+/* Find numbered columns prefix[_]N (N from 0 or 1) in root; sets im->gather[r]. */
+static int find_gather(struct imp *im, const struct strata_json *root, int r, const char *prefix)
+{
+	static const char *const seps[] = { "_", "", "-", "." };
+	for (size_t si = 0; si < sizeof(seps) / sizeof(seps[0]); si++)
+		for (uint32_t first = 0; first < 2; first++) {
+			char pat[96], name[128];
+			snprintf(pat, sizeof(pat), "%s%s%%u", prefix, seps[si]);
+			snprintf(name, sizeof(name), pat, first);
+			if (strata_json_get(root, name)) {
+				memcpy(im->gather[r], pat, sizeof(pat));
+				im->gather_first[r] = first;
+				return 1;
+			}
+		}
+	return 0;
+}
+
+/* The numbered columns of role r in this row as one array node (NULL if none). */
+static const struct strata_json *gathered(struct imp *im, const struct strata_json *root, int r)
+{
+	int slot = r == R_EXPERTS ? 0 : 1;
+	struct strata_json *items = im->gather_items[slot];
+	uint32_t n = 0;
+	for (; n < STRATA_TRACE_MAX_TOPK; n++) {
+		char name[128];
+		snprintf(name, sizeof(name), im->gather[r], im->gather_first[r] + n);
+		const struct strata_json *v = strata_json_get(root, name);
+		if (!v || v->type == STRATA_JSON_NULL)
+			break;
+		items[n] = *v;
+	}
+	if (!n)
+		return NULL;
+	struct strata_json *node = &im->gather_node[slot];
+	memset(node, 0, sizeof(*node));
+	node->type = STRATA_JSON_ARRAY;
+	node->len = n;
+	node->items = items;
+	return node;
+}
+
 /* First row of a file: resolve each role to a column. */
 static int resolve(struct imp *im, const struct strata_json *root, uint64_t line)
 {
@@ -165,6 +217,20 @@ static int resolve(struct imp *im, const struct strata_json *root, uint64_t line
 		im->col[r][0] = 0;
 		if (im->disabled[r])
 			continue;
+		im->gather[r][0] = 0;
+		size_t ml = strlen(im->map_col[r]);
+		if (ml > 1 && im->map_col[r][ml - 1] == '*' && (r == R_EXPERTS || r == R_WEIGHTS)) {
+			char prefix[96];
+			memcpy(prefix, im->map_col[r], ml - 1);
+			prefix[ml - 1] = 0;
+			size_t pl = strlen(prefix);
+			/* "expert_*": the separator is part of the prefix */
+			if (find_gather(im, root, r, prefix) || (pl && strchr("_-.", prefix[pl - 1]) &&
+								 (prefix[pl - 1] = 0, find_gather(im, root, r, prefix))))
+				continue;
+			return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": no numbered columns '%s' (mapped to %s)", im->file,
+				    line, im->map_col[r], role_names[r]);
+		}
 		if (im->map_col[r][0]) {
 			if (!strata_json_get(root, im->map_col[r]))
 				return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": no column '%s' (mapped to %s)", im->file, line,
@@ -184,6 +250,23 @@ static int resolve(struct imp *im, const struct strata_json *root, uint64_t line
 			snprintf(im->col[r], sizeof(im->col[r]), "%s", candidates[r][i]);
 			break;
 		}
+	}
+	for (int r = R_EXPERTS; r <= R_WEIGHTS; r++)
+		if (!im->col[r][0] && !im->gather[r][0] && !im->disabled[r] && !im->map_col[r][0])
+			for (int i = 0; gather_prefixes[r][i] && !find_gather(im, root, r, gather_prefixes[r][i]); i++)
+				;
+	if (!im->col[R_EXPERTS][0] && im->gather[R_EXPERTS][0]) {
+		if (!im->any_resolved)
+			im->per_token = 0;
+		else if (im->per_token)
+			return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": rows are per (token, layer) here but per token in "
+				    "earlier inputs", im->file, line);
+		im->any_resolved = 1;
+		if (!im->col[R_LAYER][0])
+			return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": numbered expert columns but no layer column; name it "
+				    "with --map layer=COLUMN", im->file, line);
+		im->resolved = 1;
+		return 0;
 	}
 	if (!im->col[R_EXPERTS][0]) {
 		char keys[512] = "";
@@ -488,9 +571,10 @@ static int import_row(struct imp *im, const struct strata_json *root, uint64_t l
 	}
 	const struct strata_json *n[R_COUNT];
 	for (int r = 0; r < R_COUNT; r++)
-		n[r] = im->col[r][0] ? strata_json_get(root, im->col[r]) : NULL;
+		n[r] = im->col[r][0] ? strata_json_get(root, im->col[r]) : im->gather[r][0] ? gathered(im, root, r) : NULL;
 	if (!n[R_EXPERTS])
-		return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": no '%s' column in this row", im->file, line, im->col[R_EXPERTS]);
+		return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": no '%s' column in this row", im->file, line,
+			    im->col[R_EXPERTS][0] ? im->col[R_EXPERTS] : im->gather[R_EXPERTS]);
 	/* request key as text */
 	char key[64] = "0";
 	if (n[R_REQ]) {

@@ -542,6 +542,32 @@ static void test_import_csv_and_per_token(void **state)
 	assert_int_equal(strata_trace_import(&c, &r, &err), STRATA_EINVAL);
 	assert_non_null(strstr(err.msg, "bad.csv:3"));
 
+	/* experts and weights in numbered columns, found by name or mapped with a '*' */
+	f = fopen(tpath("num.csv"), "w");
+	fputs("req,tok,layer,expert_0,expert_1,weight_0,weight_1\n0,0,0,3,1,0.6,0.4\n0,0,1,2,0,0.7,0.3\n"
+	      "0,1,0,1,2,0.5,0.5\n0,1,1,0,3,0.9,0.1\n", f);
+	fclose(f);
+	in[0] = tpath("num.csv");
+	c.output = tpath("num.strace");
+	assert_int_equal(strata_trace_import(&c, &r, &err), STRATA_OK);
+	assert_int_equal(r.tokens, 2);
+	assert_int_equal(strata_trace_open(tpath("num.strace"), &t, &err), STRATA_OK);
+	assert_int_equal(strata_trace_experts(t, 1, 1)[1], 3);
+	strata_trace_weights(t, 1, 1, w);
+	assert_true(fabsf(w[0] - 0.9f) < 1e-3f);
+	strata_trace_close(t);
+	f = fopen(tpath("num2.csv"), "w");
+	fputs("layer,e1,e2,p1,p2\n0,3,1,0.6,0.4\n1,2,0,0.7,0.3\n", f);
+	fclose(f);
+	in[0] = tpath("num2.csv");
+	c.map = "experts=e*,weights=p*";
+	assert_int_equal(strata_trace_import(&c, &r, &err), STRATA_OK);
+	assert_int_equal(r.tokens, 1);
+	c.map = "experts=x_*";
+	assert_int_equal(strata_trace_import(&c, &r, &err), STRATA_EINVAL);
+	assert_non_null(strstr(err.msg, "no numbered columns 'x_*'"));
+	c.map = NULL;
+
 	/* one row per token, custom names, mapped; a string request id */
 	f = fopen(tpath("pt.jsonl"), "w");
 	fputs("{\"conv\":\"x\",\"sel\":[[0,1],[2,3],[1,0]],\"w\":[[0.5,0.5],[0.9,0.1],[0.6,0.4]],\"is_prefill\":true}\n"

@@ -97,7 +97,9 @@ struct strata_replay_result {
 	double cold_start_ms;                  /* engine open (initial placement I/O) */
 	double run_s;                          /* wall (real) or virtual seconds of the replay loop */
 	double wall_s;                         /* host wall time of the whole call */
-	double accesses_per_s;                 /* expert accesses per host wall second */
+	double accesses_per_s;                 /* expert accesses per host wall second (whole call) */
+	double loop_s;                         /* host wall time of the step loop alone */
+	double loop_accesses_per_s;            /* expert accesses per host second of the loop */
 };
 
 int strata_replay_run(const struct strata_replay_config *cfg, struct strata_replay_result *res,
