@@ -447,8 +447,10 @@ static void test_lookahead_script(void **state)
 	const char *path = write_script("ret.lua",
 		"local saved, routed = nil, ''\n"
 		"return {\n"
-		"  on_layer = function(token, layer, now, hints, out)\n"
+		"  on_layer = function(token, layer, now, hints, out, experts)\n"
 		"    saved = hints\n"
+		"    assert(#experts == (layer == 1 and 2 or 0), #experts)\n"
+		"    if layer == 1 then assert(experts[1] == 6 and experts[2] == 7 and experts[3] == nil) end\n"
 		"    assert(tostring(out):find('strata.requests'))\n"
 		"    return { 1, { 2, 'ram' }, { 3, strata.TIER_VRAM } }\n"
 		"  end,\n"
@@ -466,8 +468,13 @@ static void test_lookahead_script(void **state)
 	assert_int_equal(ops->on_layer(&p, &ctx, out, 8), 3);
 	assert_int_equal(out[1].eid, 2);
 	assert_int_equal(out[1].tier, STRATA_TIER_RAM);
-	uint32_t ex[] = { 4, 2 };
+	uint32_t ex[] = { 4, 2 }, cur[] = { 6, 7 };
 	ops->on_route(&p, 9, 0, ex, 2);
+	ctx.layer = 1;
+	ctx.experts = cur;
+	ctx.n_experts = 2;
+	assert_int_equal(ops->on_layer(&p, &ctx, out, 8), 3);
+	assert_null(strata_policy_error(&p));
 	assert_null(strata_policy_error(&p));
 	destroy(&p);
 }

@@ -79,6 +79,7 @@ struct lua_policy {
 	uint32_t req_max, req_n;
 	const uint32_t *experts;
 	uint32_t n_experts;
+	int exp_valid;              /* the experts userdata may be read */
 	struct strata_option *opts; /* the script's declared options */
 	char *optbuf;
 	unsigned n_opts;
@@ -254,8 +255,8 @@ static int req_room(lua_State *L)
 static int exp_index(lua_State *L)
 {
 	struct lua_policy *lp = check_ud(L, 1, MT_EXPERTS);
-	if (!lp->experts)
-		return luaL_error(L, "routed experts used outside the on_route hook");
+	if (!lp->exp_valid)
+		return luaL_error(L, "routed experts used outside on_layer/on_route");
 	if (!lua_isinteger(L, 2)) {
 		lua_pushnil(L);
 		return 1;
@@ -271,8 +272,8 @@ static int exp_index(lua_State *L)
 static int exp_len(lua_State *L)
 {
 	struct lua_policy *lp = check_ud(L, 1, MT_EXPERTS);
-	if (!lp->experts)
-		return luaL_error(L, "routed experts used outside the on_route hook");
+	if (!lp->exp_valid)
+		return luaL_error(L, "routed experts used outside on_layer/on_route");
 	lua_pushinteger(L, lp->n_experts);
 	return 1;
 }
@@ -588,12 +589,18 @@ static uint32_t lua_prefetch_on_layer(struct strata_policy *p, const struct stra
 	lua_pushinteger(L, (lua_Integer)ctx->now);
 	lua_rawgeti(L, LUA_REGISTRYINDEX, lp->ref_hints);
 	lua_rawgeti(L, LUA_REGISTRYINDEX, lp->ref_req);
+	lua_rawgeti(L, LUA_REGISTRYINDEX, lp->ref_exp);
 	lp->ctx = ctx;
 	lp->req = out;
 	lp->req_max = max;
 	lp->req_n = 0;
-	int rc = run(lp, H_ON_LAYER, 5, 1);
+	lp->experts = ctx->experts;
+	lp->n_experts = ctx->experts ? ctx->n_experts : 0;
+	lp->exp_valid = 1;
+	int rc = run(lp, H_ON_LAYER, 6, 1);
 	lp->ctx = NULL;
+	lp->exp_valid = 0;
+	lp->experts = NULL;
 	if (!rc) {
 		if (lua_istable(L, -1))
 			take_returned_requests(lp);
@@ -617,7 +624,9 @@ static void lua_prefetch_on_route(struct strata_policy *p, uint64_t token, uint3
 	lua_rawgeti(L, LUA_REGISTRYINDEX, lp->ref_exp);
 	lp->experts = experts;
 	lp->n_experts = n;
+	lp->exp_valid = 1;
 	run(lp, H_ON_ROUTE, 3, 0);
+	lp->exp_valid = 0;
 	lp->experts = NULL;
 }
 
