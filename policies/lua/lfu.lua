@@ -21,12 +21,19 @@ local function less(a, b)
 	return a < b
 end
 
+-- up/down compare inline (no call per comparison): this is the hot path.
 local function up(i)
 	local e = heap[i]
+	local ce, le = cnt[e], last[e]
 	while i > 1 do
 		local p = i // 2
 		local pe = heap[p]
-		if not less(e, pe) then break end
+		local cp = cnt[pe]
+		if cp < ce then break end
+		if cp == ce then
+			local lp = last[pe]
+			if lp < le or (lp == le and pe < e) then break end
+		end
 		heap[i] = pe; pos[pe] = i
 		i = p
 	end
@@ -35,13 +42,22 @@ end
 
 local function down(i)
 	local e = heap[i]
+	local ce, le = cnt[e], last[e]
 	while true do
 		local c = 2 * i
 		if c > n then break end
-		if c < n and less(heap[c + 1], heap[c]) then c = c + 1 end
-		local ce = heap[c]
-		if not less(ce, e) then break end
-		heap[i] = ce; pos[ce] = i
+		local x = heap[c]
+		local cx, lx = cnt[x], last[x]
+		if c < n then
+			local y = heap[c + 1]
+			local cy, ly = cnt[y], last[y]
+			if cy < cx or (cy == cx and (ly < lx or (ly == lx and y < x))) then
+				c, x, cx, lx = c + 1, y, cy, ly
+			end
+		end
+		-- stop unless the child is smaller than e
+		if cx > ce or (cx == ce and (lx > le or (lx == le and x > e))) then break end
+		heap[i] = x; pos[x] = i
 		i = c
 	end
 	heap[i] = e; pos[e] = i
