@@ -913,7 +913,10 @@ static int l_sweep(lua_State *L)
 	lua_getfield(L, 1, "out");
 	const char *out = lua_tostring(L, -1);
 	lua_getfield(L, 1, "jobs");
-	uint32_t jobs = lua_isnil(L, -1) ? g->jobs : (uint32_t)luaL_checkinteger(L, -1);
+	lua_Integer jv = lua_isnil(L, -1) ? (lua_Integer)g->jobs : luaL_checkinteger(L, -1);
+	if (jv < 0 || jv > 1024)
+		return luaL_error(L, "sweep: jobs must be 1..1024");
+	uint32_t jobs = (uint32_t)jv;
 	lua_getfield(L, 1, "resume");
 	int resume = lua_isnil(L, -1) ? !g->fresh : lua_toboolean(L, -1) && !g->fresh;
 	lua_getfield(L, 1, "name");
@@ -922,6 +925,8 @@ static int l_sweep(lua_State *L)
 		long c = sysconf(_SC_NPROCESSORS_ONLN);
 		jobs = c > 0 ? (uint32_t)c : 1;
 	}
+	if (jobs > 1024)
+		return luaL_error(L, "sweep: jobs must be 1..1024");
 
 	/* Configurations and outcomes live in userdata: a Lua error frees them. */
 	struct strata_experiment_config *cfg = lua_newuserdatauv(L, (n ? n : 1) * sizeof(*cfg), 0);
