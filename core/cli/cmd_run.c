@@ -1,12 +1,100 @@
-/* strata run: not yet implemented (placeholder until its issue lands). */
+/* strata run: run a Lua experiment script (include/strata/experiment.h). */
+#include <getopt.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "cli.h"
+#include "strata/experiment.h"
+#include "strata/util.h"
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: strata run [options] SCRIPT.lua [key=value ...]\n"
+		"       strata run --one RUN_ID --out ROW.csv\n"
+		"       strata run --merge OUT.csv PART.csv ...\n\n"
+		"Run an experiment script: Lua with the engine as a library (strata.run, strata.sweep,\n"
+		"strata.trace_gen, strata.product, strata.markdown, strata.read_csv/write_csv).  Sweeps run\n"
+		"each configuration in a worker process, append one CSV row per run (canonical config,\n"
+		"seed, every counter; a failing configuration gets an error row), and resume: rows already\n"
+		"in the CSV with status ok are not run again.  Arguments key=value reach the script as\n"
+		"strata.args.key.  See experiments/README.md.\n\n"
+		"  -j, --jobs N     worker processes per sweep (default: the machine's cores)\n"
+		"      --fresh      ignore existing results (run every configuration again)\n"
+		"      --export-jobs FILE\n"
+		"                   sweeps append one shell line per configuration still to run to FILE\n"
+		"                   instead of running it (GNU parallel, Slurm arrays); then --merge\n"
+		"      --one RUN_ID run one configuration given by its run_id, write a one-row CSV (--out)\n"
+		"      --merge OUT  merge row CSVs (the remaining arguments) into OUT, one row per run_id\n"
+		"  -h, --help       this text\n");
+}
 
 int strata_cmd_run(int argc, char **argv)
 {
-	(void)argc;
-	(void)argv;
-	fprintf(stderr, "strata run: not implemented in this build\n");
-	return 2;
+	static const struct option opts[] = {
+		{ "jobs", required_argument, 0, 'j' }, { "fresh", no_argument, 0, 'F' },
+		{ "export-jobs", required_argument, 0, 'E' }, { "one", required_argument, 0, 'O' },
+		{ "out", required_argument, 0, 'o' }, { "merge", required_argument, 0, 'M' },
+		{ "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
+	};
+	struct strata_experiment_opts o = { 0 };
+	const char *one = NULL, *out = NULL, *merge = NULL;
+	int ch;
+	optind = 1;
+	/* '+': stop at the script name; what follows belongs to the script. */
+	while ((ch = getopt_long(argc, argv, "+j:h", opts, NULL)) != -1) {
+		switch (ch) {
+		case 'j': {
+			char *end = NULL;
+			long v = strtol(optarg, &end, 10);
+			if (!*optarg || *end || v < 1 || v > 1024) {
+				fprintf(stderr, "strata run: --jobs: '%s' (1..1024)\n", optarg);
+				return 2;
+			}
+			o.jobs = (uint32_t)v;
+			break;
+		}
+		case 'F': o.fresh = 1; break;
+		case 'E': o.export_jobs = optarg; break;
+		case 'O': one = optarg; break;
+		case 'o': out = optarg; break;
+		case 'M': merge = optarg; break;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	struct strata_error err = { 0 };
+	if (one) {
+		if (!out || optind < argc) {
+			fprintf(stderr, "strata run: --one needs --out ROW.csv and nothing else\n");
+			return 2;
+		}
+		strata_install_sigint();
+		if (strata_experiment_run_csv(one, out, &err))
+			return strata_cli_fail("run", &err);
+		return 0;
+	}
+	if (merge) {
+		if (strata_experiment_merge(merge, argv + optind, argc - optind, &err))
+			return strata_cli_fail("run", &err);
+		return 0;
+	}
+	if (optind >= argc) {
+		fprintf(stderr, "strata run: need a script\n");
+		usage(stderr);
+		return 2;
+	}
+	o.script = argv[optind];
+	o.argc = argc - optind - 1;
+	o.argv = argv + optind + 1;
+	strata_install_sigint();
+	int rc = strata_experiment_main(&o, &err);
+	if (rc == STRATA_EINTR) {
+		fprintf(stderr, "strata run: %s\n", err.msg);
+		return 130;
+	}
+	if (rc)
+		return strata_cli_fail("run", &err);
+	return 0;
 }

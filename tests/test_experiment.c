@@ -1,0 +1,275 @@
+/* Experiment scripts: strata.run/sweep over forked workers, CSV rows, error
+ * rows, resume, script errors, helpers. */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "strata/experiment.h"
+#include "testutil.h"
+
+static char *dir;
+
+static int setup(void **state)
+{
+	dir = test_mkdtemp();
+	setenv("STRATA_PROGRESS", "0", 1);
+	return dir ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+	test_rmdir(dir);
+	free(dir);
+	return 0;
+}
+
+static const char *script(const char *name, const char *body)
+{
+	static char path[PATH_MAX];
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fputs(body, f);
+	fclose(f);
+	return path;
+}
+
+static int run(const char *path, int jobs, int fresh, struct strata_error *err)
+{
+	struct strata_experiment_opts o = { .script = path, .jobs = (uint32_t)jobs, .fresh = fresh };
+	return strata_experiment_main(&o, err);
+}
+
+static char *slurp(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return NULL;
+	static char buf[1 << 16];
+	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	buf[n] = 0;
+	fclose(f);
+	return strdup(buf);
+}
+
+static int count_lines(const char *s, const char *needle)
+{
+	int n = 0;
+	for (const char *p = s; (p = strstr(p, needle)); p += strlen(needle))
+		n++;
+	return n;
+}
+
+/* The shared sweep: three configurations, one of which fails. */
+static const char sweep_lua[] =
+	"local d = strata.script_dir\n"
+	"local model = 'custom:layers=2,experts=8,top_k=2,hidden=256,inter=128'\n"
+	"local trace = strata.trace_gen{ path = d .. '/t.strace', model = model, seed = 3, requests = 2,\n"
+	"  prompt = 4, gen = 24, pred_depth = 1, reuse_file = true }\n"
+	"local configs = strata.product({ evict = { 'lru', 'no-such-policy', 'fifo' } },\n"
+	"  { mode = 'sim', model = model, trace = trace, vram = 400000, ram = 800000, place = 'cache' })\n"
+	"for _, c in ipairs(configs) do c.tags = { label = 'x' .. c.evict } end\n"
+	"local rows = strata.sweep{ configs = configs, out = d .. '/out/rows.csv', jobs = tonumber(strata.args.jobs) }\n"
+	"assert(#rows == 3)\n"
+	"local ok, bad = 0, 0\n"
+	"for _, r in ipairs(rows) do\n"
+	"  if r.status == 'ok' then\n"
+	"    ok = ok + 1\n"
+	"    assert(r.accesses > 0 and r.hits_vram + r.hits_ram + r.hits_nvme == r.accesses, r.run_id)\n"
+	"    assert(r.config:find('evict=' .. r.label:sub(2), 1, true), r.config)\n"
+	"  else\n"
+	"    bad = bad + 1\n"
+	"    assert(r.error:find('no-such-policy', 1, true), r.error)\n"
+	"  end\n"
+	"end\n"
+	"assert(ok == 2 and bad == 1)\n"
+	"-- rows come back in configuration order\n"
+	"assert(rows[1].label == 'xlru' and rows[2].label == 'xno-such-policy' and rows[3].label == 'xfifo')\n"
+	"local back = strata.read_csv(d .. '/out/rows.csv')\n"
+	"assert(#back == 3)\n"
+	"strata.write_file(d .. '/table.md', strata.markdown(rows, { 'label', 'status', 'hit_rate_vram' }))\n";
+
+static void test_sweep_rows_errors_resume(void **state)
+{
+	struct strata_error err = { 0 };
+	const char *path = script("sweep.lua", sweep_lua);
+	char csv[PATH_MAX];
+	snprintf(csv, sizeof(csv), "%s/out/rows.csv", dir);
+	int rc = run(path, 2, 0, &err);
+	if (rc)
+		fail_msg("%s", err.msg);
+	char *first = slurp(csv);
+	assert_non_null(first);
+	/* header + 3 rows; the failing configuration has its own row */
+	assert_int_equal(count_lines(first, "\n"), 4);
+	const char *head = "run_id,status,error,label,config,mode,trace,model,seed,vram_bytes,ram_bytes,tokens,";
+	assert_true(!strncmp(first, head, strlen(head)));
+	assert_int_equal(count_lines(first, ",ok,"), 2);
+	assert_int_equal(count_lines(first, ",error,\""), 1);
+	assert_non_null(strstr(first, "no-such-policy"));
+	char md[PATH_MAX];
+	snprintf(md, sizeof(md), "%s/table.md", dir);
+	char *table = slurp(md);
+	assert_non_null(table);
+	assert_non_null(strstr(table, "| label | status | hit_rate_vram |\n|---|---|---|\n| xlru | ok | "));
+	free(table);
+
+	/* Resume: ok rows are kept byte for byte (a rerun would change wall_s),
+	 * the failed one is retried and fails again. */
+	rc = run(path, 1, 0, &err);
+	if (rc)
+		fail_msg("%s", err.msg);
+	char *second = slurp(csv);
+	assert_int_equal(count_lines(second, "\n"), 4);
+	char *nl = first;
+	for (int i = 0; i < 3; i++) {
+		char *end = strchr(nl, '\n');
+		if (strstr(nl, ",ok,") && strstr(nl, ",ok,") < end) {
+			char line[8192];
+			snprintf(line, sizeof(line), "%.*s", (int)(end - nl + 1), nl);
+			assert_non_null(strstr(second, line));
+		}
+		nl = end + 1;
+	}
+	assert_int_equal(count_lines(second, ",error,\""), 1);
+	free(second);
+
+	/* --fresh runs everything again */
+	rc = run(path, 2, 1, &err);
+	assert_int_equal(rc, 0);
+	second = slurp(csv);
+	assert_int_equal(count_lines(second, "\n"), 4);
+	free(second);
+	free(first);
+}
+
+static void test_script_errors(void **state)
+{
+	struct strata_error err = { 0 };
+	const char *path = script("typo.lua",
+		"local x = 1\n"
+		"strata.run{ mode = 'sim', model = 'custom:layers=1,experts=4,top_k=1', trace = 't', evcit = 'lru' }\n");
+	assert_int_equal(run(path, 1, 0, &err), STRATA_ESCRIPT);
+	assert_non_null(strstr(err.msg, "typo.lua:2: config: unknown key 'evcit'"));
+
+	path = script("syntax.lua", "local x = \n");
+	assert_int_equal(run(path, 1, 0, &err), STRATA_ESCRIPT);
+	assert_non_null(strstr(err.msg, "syntax.lua:2:"));
+
+	/* a run whose trace is missing: an error row from strata.run, not a script error */
+	path = script("missing.lua",
+		"local r = strata.run{ mode = 'sim', model = 'custom:layers=1,experts=4,top_k=1,hidden=64,inter=32',\n"
+		"  trace = '/nonexistent/t.strace' }\n"
+		"assert(r.status == 'error' and r.error:find('/nonexistent/t.strace', 1, true), r.error)\n"
+		"assert(strata.args.k == 'v' and strata.args[1] == 'k=v')\n");
+	char *argv[] = { "k=v" };
+	struct strata_experiment_opts o = { .script = path, .jobs = 1, .argc = 1, .argv = argv };
+	int rc = strata_experiment_main(&o, &err);
+	if (rc)
+		fail_msg("%s", err.msg);
+
+	/* results written by another sweep are not silently mixed */
+	char csv[PATH_MAX];
+	snprintf(csv, sizeof(csv), "%s/other.csv", dir);
+	FILE *f = fopen(csv, "w");
+	fputs("a,b,c\n1,2,3\n", f);
+	fclose(f);
+	path = script("mixed.lua",
+		"strata.sweep{ out = strata.script_dir .. '/other.csv', configs = { { mode = 'sim',\n"
+		"  model = 'custom:layers=1,experts=4,top_k=1,hidden=64,inter=32', trace = 'x' } } }\n");
+	assert_int_equal(run(path, 1, 0, &err), STRATA_ESCRIPT);
+	assert_non_null(strstr(err.msg, "other.csv: its columns differ"));
+}
+
+static void test_helpers(void **state)
+{
+	struct strata_error err = { 0 };
+	const char *path = script("helpers.lua",
+		"local p = strata.product({ b = { 1, 2 }, a = { 'x', 'y', 'z' } }, { fixed = true })\n"
+		"assert(#p == 6 and p[1].a == 'x' and p[1].b == 1 and p[2].b == 2 and p[6].a == 'z' and p[6].fixed)\n"
+		"local md = strata.markdown({ { n = 1, v = 0.123456 }, { n = 2, v = 'a|b' } }, { 'n', 'v' })\n"
+		"assert(md == '| n | v |\\n|---|---|\\n| 1 | 0.1235 |\\n| 2 | a\\\\|b |\\n', md)\n"
+		"local f = strata.script_dir .. '/h.csv'\n"
+		"strata.write_csv(f, { { a = 1, b = 'x,y' }, { a = 2.5 } }, { 'a', 'b' })\n"
+		"local r = strata.read_csv(f)\n"
+		"assert(#r == 2 and r[1].a == 1 and r[1].b == 'x,y' and r[2].a == 2.5 and r[2].b == nil)\n"
+		"assert(strata.cpus() >= 1 and strata.jobs >= 1)\n"
+		"assert(io and io.open and os.getenv and not os.execute and not io.popen)\n");
+	int rc = run(path, 1, 0, &err);
+	if (rc)
+		fail_msg("%s", err.msg);
+}
+
+/* Export the sweep as job lines, run them as a cluster would, merge the
+ * parts, and the script resumes from the merged CSV without running. */
+static void test_export_one_merge(void **state)
+{
+	struct strata_error err = { 0 };
+	char sub[PATH_MAX], jobs[PATH_MAX], out[PATH_MAX + 32], cmd[3 * PATH_MAX];
+	snprintf(sub, sizeof(sub), "%s/cluster", dir);
+	mkdir(sub, 0777);
+	snprintf(jobs, sizeof(jobs), "%s/jobs.txt", sub);
+	char path[PATH_MAX];
+	snprintf(path, sizeof(path), "%s/run.lua", sub);
+	FILE *f = fopen(path, "w");
+	fputs(sweep_lua, f);
+	fclose(f);
+	setenv("STRATA_EXE", test_bin("strata"), 1);
+	struct strata_experiment_opts o = { .script = path, .jobs = 1, .export_jobs = jobs };
+	/* the script asserts on finished rows: in export mode they are pending,
+	 * so run it with a guard */
+	f = fopen(path, "w");
+	fprintf(f, "local real_sweep = strata.sweep\n"
+		   "strata.sweep = function(t) local r = real_sweep(t)\n"
+		   "  if r[1].status == 'pending' then error('exported') end return r end\n%s", sweep_lua);
+	fclose(f);
+	int rc = strata_experiment_main(&o, &err);
+	assert_int_equal(rc, STRATA_ESCRIPT);
+	assert_non_null(strstr(err.msg, "exported"));
+	unsetenv("STRATA_EXE");
+	char *list = slurp(jobs);
+	assert_non_null(list);
+	assert_int_equal(count_lines(list, "\n"), 3);
+	assert_non_null(strstr(list, " run --one 'mode=sim;"));
+	free(list);
+	char outbuf[4096];
+	snprintf(cmd, sizeof(cmd), "bash '%s'", jobs);
+	assert_int_equal(test_run(outbuf, sizeof(outbuf), "%s", cmd), 0);
+	snprintf(out, sizeof(out), "%s/out/rows.csv", sub);
+	snprintf(cmd, sizeof(cmd), "'%s' run --merge '%s' '%s'/out/rows.csv.parts/*.csv", test_bin("strata"), out, sub);
+	assert_int_equal(test_run(outbuf, sizeof(outbuf), "%s", cmd), 0);
+	assert_non_null(strstr(outbuf, "merged 3 rows"));
+	char *merged = slurp(out);
+	assert_int_equal(count_lines(merged, "\n"), 4);
+	assert_int_equal(count_lines(merged, ",ok,"), 2);
+	/* the script now finds the two ok rows and retries only the failed one */
+	o.export_jobs = NULL;
+	rc = strata_experiment_main(&o, &err);
+	if (rc)
+		fail_msg("%s", err.msg);
+	char *after = slurp(out);
+	char *ok1 = strstr(merged, "\n") + 1;
+	char line[8192];
+	snprintf(line, sizeof(line), "%.*s", (int)(strchr(ok1, '\n') - ok1 + 1), ok1);
+	if (strstr(line, ",ok,"))
+		assert_non_null(strstr(after, line));
+	free(after);
+	free(merged);
+	/* a malformed run_id is refused */
+	snprintf(cmd, sizeof(cmd), "'%s' run --one 'mode=sim;bogus' --out '%s/x.csv'", test_bin("strata"), sub);
+	assert_int_equal(test_run(outbuf, sizeof(outbuf), "%s", cmd), 1);
+	assert_non_null(strstr(outbuf, "not key=value"));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_sweep_rows_errors_resume),
+		cmocka_unit_test(test_script_errors),
+		cmocka_unit_test(test_helpers),
+		cmocka_unit_test(test_export_one_merge),
+	};
+	return cmocka_run_group_tests_name("experiment", tests, setup, teardown);
+}
