@@ -1,10 +1,786 @@
-// Fused dequant MoE kernels: placeholder until the CUDA kernels issue lands.
+// Fused dequant MoE layer on the GPU (moe.h contract; design in kernels.h).
+//
+// One persistent kernel per launch.  Work is a list of tasks: first every
+// gate|up task (one expert slot, RG rows of gate and the same RG rows of up,
+// one token tile), then every down task (RD rows of down, one token tile).
+// CTA b runs tasks b, b+G, b+2G, ... in order; each task is cut into K chunks
+// ("stages") whose packed rows are copied into shared memory by a 4-deep
+// cp.async pipeline that runs across task boundaries.  Why this order is
+// deadlock-free: a down task spins until its slot's gate|up tasks are done,
+// and every CTA finishes all of its gate|up tasks before its first down task;
+// all CTAs are resident (grid <= SMs, one CTA per SM).
+//
+// Inside a stage, warp w takes 32-weight units u = w, w+8, ... of the chunk;
+// lane (g = lane/4, t = lane%4) decodes weights 8t..8t+7 of the unit for rows
+// g and g+8 of every 16-row tile and feeds them to mma.sync m16n8k16 in the
+// order that makes its A fragment hold consecutive weights (the k order inside
+// one mma is free as long as A and B agree).  Partial sums of the 8 warps meet
+// in shared memory (atomicAdd) at the end of a task.
+#include <cuda_runtime.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 extern "C" {
+#include "kernels.h"
 #include "moe.h"
+#include "quant.h"
 }
+#include "kfmt.cuh"
+
+#define CU_TRY(err, call)                                                                          \
+	do {                                                                                       \
+		cudaError_t e_ = (call);                                                           \
+		if (e_ != cudaSuccess)                                                             \
+			return strata_error_set((err), STRATA_EGPU, 0, __FILE__, __LINE__, "%s: %s", \
+						#call, cudaGetErrorString(e_));                    \
+	} while (0)
+
+namespace {
+
+constexpr int NWARPS = 8, NTHREADS = 32 * NWARPS, NSTAGE = 4;
+constexpr uint32_t STAGE_BYTES = 48 * 1024;
+
+struct FmtTab {
+	uint64_t off[3];       // gate, up, down matrix offsets in the extent
+	uint64_t soff[2];      // scales region offset inside a gate/up matrix, inside down
+	uint64_t rowc[2];      // code bytes of one row (gate/up, down)
+	uint64_t rows_[2];     // scale bytes of one row
+	uint32_t pc[2];        // padded cols (gate/up: hidden, down: inter)
+	uint32_t kc[2];        // weights per K chunk
+	uint32_t pitch[2];     // shared-memory bytes per stage row
+	uint32_t cpitch[2];    // of which codes
+	uint32_t cb, sb;       // code / scale bytes per 256 weights
+	uint32_t ok;
+};
+
+struct Slot {
+	const uint8_t *ext;
+	uint32_t a0, ntok;     // assignments [a0, a0 + ntok) of this launch
+	uint32_t h_off;        // float offset of this slot's h rows (ntok x inter)
+	uint32_t task0, dtask0;
+	uint32_t fmt;
+};
+
+struct MoeParams {
+	const float *x;
+	float *y, *h;
+	unsigned *sync;        // [0] CTAs done, [1 + s] gate|up tasks done of slot s
+	uint32_t hidden, inter, n_slots, n_gu_tasks, n_tasks, vec;
+	FmtTab tab[STRATA_FMT_COUNT];
+	Slot slot[STRATA_MOE_MAX_SLOTS];
+	uint32_t tok[STRATA_MOE_MAX_ASSIGN];
+	float w[STRATA_MOE_MAX_ASSIGN];
+};
+
+__device__ __forceinline__ void cp_async16(uint32_t smem, const void *gmem)
+{
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem), "l"(gmem));
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+__device__ __forceinline__ void mma_bf16(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+					 uint32_t b0, uint32_t b1)
+{
+	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+		     "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+		     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+		     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t ld_acquire(const unsigned *p)
+{
+	uint32_t v;
+	asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+	return v;
+}
+
+template <int NT, int MT> struct Geo {
+	static constexpr int TN = 8 * NT;  // tokens per tile
+	static constexpr int RG = 8 * MT;  // rows of gate (and of up) per gate|up task
+	static constexpr int RD = 16 * MT; // rows of down per down task
+	static constexpr int ROWS = 16 * MT;
+};
+
+struct Task {
+	uint32_t t, kc;        // task index, chunk index
+	uint32_t slot, down, rt, tt, nkc, fmt;
+};
+
+template <int NT, int MT> __device__ __forceinline__ void task_info(const MoeParams &p, Task &k)
+{
+	using G = Geo<NT, MT>;
+	uint32_t t = k.t;
+	k.down = t >= p.n_gu_tasks;
+	int lo = 0, hi = (int)p.n_slots - 1;
+	while (lo < hi) {
+		int mid = (lo + hi + 1) >> 1;
+		uint32_t base = k.down ? p.slot[mid].dtask0 : p.slot[mid].task0;
+		if (base <= t)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	const Slot &s = p.slot[lo];
+	k.slot = lo;
+	k.fmt = s.fmt;
+	uint32_t local = t - (k.down ? s.dtask0 : s.task0);
+	uint32_t nrt = k.down ? (p.hidden + G::RD - 1) / G::RD : (p.inter + G::RG - 1) / G::RG;
+	k.tt = local / nrt;
+	k.rt = local % nrt;
+	const FmtTab &f = p.tab[k.fmt];
+	k.nkc = (f.pc[k.down] + f.kc[k.down] - 1) / f.kc[k.down];
+}
+
+// Global source of stage row i (codes and scales), or false if the row is past the matrix.
+template <int NT, int MT>
+__device__ __forceinline__ bool row_src(const MoeParams &p, const Task &k, int i, const uint8_t *&c,
+					const uint8_t *&s, uint32_t &cn, uint32_t &sn)
+{
+	using G = Geo<NT, MT>;
+	const FmtTab &f = p.tab[k.fmt];
+	uint32_t m, r, rows;
+	if (k.down) {
+		m = 2, r = k.rt * G::RD + i, rows = p.hidden;
+	} else {
+		m = i < G::RG ? 0 : 1, r = k.rt * G::RG + (i % G::RG), rows = p.inter;
+	}
+	if (r >= rows)
+		return false;
+	uint32_t d = k.down;
+	uint32_t k0 = k.kc * f.kc[d], k1 = min(k0 + f.kc[d], f.pc[d]);
+	const uint8_t *mat = p.slot[k.slot].ext + f.off[m];
+	c = mat + r * f.rowc[d] + (uint64_t)k0 * f.cb / 256;
+	cn = (uint32_t)((uint64_t)(k1 - k0) * f.cb / 256);
+	s = mat + f.soff[d] + r * f.rows_[d] + (uint64_t)(k0 / 256) * f.sb;
+	sn = f.sb ? (k1 - k0 + 255) / 256 * f.sb : 0;
+	return true;
+}
+
+template <int NT, int MT> __device__ void issue_stage(const MoeParams &p, const Task &k, uint32_t buf)
+{
+	using G = Geo<NT, MT>;
+	const FmtTab &f = p.tab[k.fmt];
+	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	uint32_t pitch = f.pitch[k.down];
+	for (int i = warp; i < G::ROWS; i += NWARPS) {
+		const uint8_t *c, *s;
+		uint32_t cn, sn;
+		if (!row_src<NT, MT>(p, k, i, c, s, cn, sn))
+			continue;
+		uint32_t row = buf + i * pitch;
+		const uint8_t *c0 = (const uint8_t *)((uintptr_t)c & ~(uintptr_t)15);
+		uint32_t nc = (uint32_t)(((uintptr_t)c + cn + 15 - (uintptr_t)c0) >> 4);
+		for (uint32_t j = lane; j < nc; j += 32)
+			cp_async16(row + 16 * j, c0 + 16 * j);
+		if (sn) {
+			const uint8_t *s0 = (const uint8_t *)((uintptr_t)s & ~(uintptr_t)15);
+			uint32_t ns = (uint32_t)(((uintptr_t)s + sn + 15 - (uintptr_t)s0) >> 4);
+			for (uint32_t j = lane; j < ns; j += 32)
+				cp_async16(row + f.cpitch[k.down] + 16 * j, s0 + 16 * j);
+		}
+	}
+}
+
+// Eight consecutive activations (k..k+7) of one row as 4 bf16 pairs; zeros past cols.
+template <bool CG>
+__device__ __forceinline__ void load_b8(const float *row, uint32_t k, uint32_t cols, bool vec, uint32_t b[4])
+{
+	float v[8];
+	if (vec && k + 8 <= cols) {
+		float4 a, c;
+		if (CG) {
+			a = __ldcg(reinterpret_cast<const float4 *>(row + k));
+			c = __ldcg(reinterpret_cast<const float4 *>(row + k + 4));
+		} else {
+			a = __ldg(reinterpret_cast<const float4 *>(row + k));
+			c = __ldg(reinterpret_cast<const float4 *>(row + k + 4));
+		}
+		v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = c.x, v[5] = c.y, v[6] = c.z, v[7] = c.w;
+	} else {
+#pragma unroll
+		for (int i = 0; i < 8; i++)
+			v[i] = k + i < cols ? (CG ? __ldcg(row + k + i) : __ldg(row + k + i)) : 0.0f;
+	}
+#pragma unroll
+	for (int i = 0; i < 4; i++)
+		b[i] = pack_bf16x2(v[2 * i], v[2 * i + 1]);
+}
+
+template <class F, int NT, int MT>
+__device__ __forceinline__ void compute_stage(const MoeParams &p, const Task &k, const uint8_t *sbuf,
+					      float (&acc)[MT][NT][4])
+{
+	using G = Geo<NT, MT>;
+	const FmtTab &f = p.tab[k.fmt];
+	const Slot &s = p.slot[k.slot];
+	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+	const uint32_t d = k.down, k0 = k.kc * f.kc[d], k1 = min(k0 + f.kc[d], f.pc[d]);
+	const uint32_t cols = d ? p.inter : p.hidden;
+	const uint32_t nunits = (k1 - k0) / 32;
+	const uint32_t pitch = f.pitch[d];
+
+	// Shared-memory codes/scales of this lane's rows (g and g+8 of every tile).
+	const uint8_t *rc[MT][2], *rs[MT][2];
+#pragma unroll
+	for (int m = 0; m < MT; m++)
+#pragma unroll
+		for (int h = 0; h < 2; h++) {
+			int i = m * 16 + g + 8 * h;
+			const uint8_t *c, *sc;
+			uint32_t cn, sn;
+			uintptr_t co = 0, so = 0;
+			if (row_src<NT, MT>(p, k, i, c, sc, cn, sn))
+				co = (uintptr_t)c & 15, so = (uintptr_t)sc & 15;
+			rc[m][h] = sbuf + i * pitch + co;
+			rs[m][h] = sbuf + i * pitch + f.cpitch[d] + so;
+		}
+	// Activation rows of this lane's tokens (g, g+8, ...) of the tile.
+	const float *xr[NT];
+	bool have[NT];
+#pragma unroll
+	for (int n = 0; n < NT; n++) {
+		uint32_t tl = k.tt * G::TN + n * 8 + g;
+		have[n] = tl < s.ntok;
+		if (!have[n])
+			tl = 0;
+		xr[n] = d ? p.h + s.h_off + (uint64_t)tl * p.inter
+			  : p.x + (uint64_t)p.tok[s.a0 + tl] * p.hidden;
+	}
+	for (uint32_t u = warp; u < nunits; u += NWARPS) {
+		uint32_t b[NT][4];
+		const uint32_t kk = k0 + u * 32 + 8 * t;
+#pragma unroll
+		for (int n = 0; n < NT; n++) {
+			if (have[n]) {
+				if (d)
+					load_b8<true>(xr[n], kk, cols, p.vec, b[n]);
+				else
+					load_b8<false>(xr[n], kk, cols, p.vec, b[n]);
+			} else {
+				b[n][0] = b[n][1] = b[n][2] = b[n][3] = 0;
+			}
+		}
+		const uint32_t bl = u >> 3, j = (u & 7) * 4 + t;
+#pragma unroll
+		for (int m = 0; m < MT; m++) {
+			uint32_t a[2][4];
+			F::decode8(rc[m][0] + bl * F::CODE_BYTES, rs[m][0] + bl * F::SCALE_BYTES, j, a[0]);
+			F::decode8(rc[m][1] + bl * F::CODE_BYTES, rs[m][1] + bl * F::SCALE_BYTES, j, a[1]);
+#pragma unroll
+			for (int n = 0; n < NT; n++) {
+				mma_bf16(acc[m][n], a[0][0], a[1][0], a[0][1], a[1][1], b[n][0], b[n][1]);
+				mma_bf16(acc[m][n], a[0][2], a[1][2], a[0][3], a[1][3], b[n][2], b[n][3]);
+			}
+		}
+	}
+}
+
+template <int NT, int MT>
+__global__ void __launch_bounds__(NTHREADS, 1) moe_kernel(const __grid_constant__ MoeParams p)
+{
+	using G = Geo<NT, MT>;
+	extern __shared__ __align__(128) uint8_t smem[];
+	float *red = reinterpret_cast<float *>(smem + NSTAGE * STAGE_BYTES);
+	const uint32_t sbase = (uint32_t)__cvta_generic_to_shared(smem);
+	const int tid = threadIdx.x;
+	for (int i = tid; i < G::ROWS * G::TN; i += NTHREADS)
+		red[i] = 0.0f;
+
+	Task ld, cp;
+	ld.t = blockIdx.x, ld.kc = 0;
+	if (ld.t < p.n_tasks)
+		task_info<NT, MT>(p, ld);
+	cp = ld;
+	// Prologue: NSTAGE-1 stages in flight.
+	for (int s = 0; s < NSTAGE - 1; s++) {
+		if (ld.t < p.n_tasks) {
+			issue_stage<NT, MT>(p, ld, sbase + s * STAGE_BYTES);
+			if (++ld.kc == ld.nkc) {
+				ld.t += gridDim.x, ld.kc = 0;
+				if (ld.t < p.n_tasks)
+					task_info<NT, MT>(p, ld);
+			}
+		}
+		cp_commit();
+	}
+	float acc[MT][NT][4];
+	for (uint32_t it = 0; cp.t < p.n_tasks; it++) {
+		cp_wait<NSTAGE - 2>();
+		__syncthreads();
+		if (ld.t < p.n_tasks) {
+			issue_stage<NT, MT>(p, ld, sbase + ((it + NSTAGE - 1) % NSTAGE) * STAGE_BYTES);
+			if (++ld.kc == ld.nkc) {
+				ld.t += gridDim.x, ld.kc = 0;
+				if (ld.t < p.n_tasks)
+					task_info<NT, MT>(p, ld);
+			}
+		}
+		cp_commit();
+		if (cp.kc == 0) {
+#pragma unroll
+			for (int m = 0; m < MT; m++)
+#pragma unroll
+				for (int n = 0; n < NT; n++)
+					acc[m][n][0] = acc[m][n][1] = acc[m][n][2] = acc[m][n][3] = 0.0f;
+			if (cp.down) {
+				// Wait for this slot's h (all its gate|up tasks).
+				const Slot &s = p.slot[cp.slot];
+				uint32_t nrt = (p.inter + G::RG - 1) / G::RG, ntt = (s.ntok + G::TN - 1) / G::TN;
+				if (tid == 0)
+					while (ld_acquire(p.sync + 1 + cp.slot) < nrt * ntt)
+						__nanosleep(64);
+				__syncthreads();
+			}
+		}
+		const uint8_t *sbuf = smem + (it % NSTAGE) * STAGE_BYTES;
+		STRATA_FMT_SWITCH(cp.fmt, (compute_stage<F, NT, MT>(p, cp, sbuf, acc)));
+
+		if (++cp.kc == cp.nkc) {
+			// Epilogue: reduce the warps' partial sums, then write h or accumulate y.
+			const int lane = tid & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+			for (int m = 0; m < MT; m++)
+#pragma unroll
+				for (int n = 0; n < NT; n++) {
+					float *r0 = red + (m * 16 + g) * G::TN + n * 8 + 2 * t;
+					float *r1 = r0 + 8 * G::TN;
+					atomicAdd(r0, acc[m][n][0]);
+					atomicAdd(r0 + 1, acc[m][n][1]);
+					atomicAdd(r1, acc[m][n][2]);
+					atomicAdd(r1 + 1, acc[m][n][3]);
+				}
+			__syncthreads();
+			const Slot &s = p.slot[cp.slot];
+			if (!cp.down) {
+				for (int i = tid; i < G::RG * G::TN; i += NTHREADS) {
+					uint32_t r = i / G::TN, n = i % G::TN;
+					uint32_t row = cp.rt * G::RG + r, tl = cp.tt * G::TN + n;
+					float gv = red[i], uv = red[i + G::RG * G::TN];
+					red[i] = 0.0f;
+					red[i + G::RG * G::TN] = 0.0f;
+					if (row < p.inter && tl < s.ntok)
+						p.h[s.h_off + (uint64_t)tl * p.inter + row] = gv / (1.0f + expf(-gv)) * uv;
+				}
+				__threadfence();
+				__syncthreads();
+				if (tid == 0)
+					atomicAdd(p.sync + 1 + cp.slot, 1u);
+			} else {
+				for (int i = tid; i < G::RD * G::TN; i += NTHREADS) {
+					uint32_t r = i / G::TN, n = i % G::TN;
+					uint32_t row = cp.rt * G::RD + r, tl = cp.tt * G::TN + n;
+					float v = red[i];
+					red[i] = 0.0f;
+					if (row < p.hidden && tl < s.ntok)
+						atomicAdd(p.y + (uint64_t)p.tok[s.a0 + tl] * p.hidden + row,
+							  p.w[s.a0 + tl] * v);
+				}
+			}
+			cp.t += gridDim.x, cp.kc = 0;
+			if (cp.t < p.n_tasks)
+				task_info<NT, MT>(p, cp);
+		}
+	}
+	cp_wait<0>();
+	// The last CTA out resets the counters for the next launch.
+	__syncthreads();
+	if (tid == 0) {
+		__threadfence();
+		unsigned prev = atomicAdd(p.sync, 1u);
+		if (prev == gridDim.x - 1) {
+			for (uint32_t s = 0; s < p.n_slots; s++)
+				p.sync[1 + s] = 0;
+			p.sync[0] = 0;
+			__threadfence();
+		}
+	}
+}
+
+template <class F>
+__global__ void dequant_kernel(const uint8_t *m, uint32_t rows, uint32_t cols, uint32_t pc, uint64_t soff,
+			       uint64_t rowc, uint64_t rows_, float *out)
+{
+	uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; // 8-weight chunk index
+	uint32_t per_row = pc / 8;
+	if (i >= (uint64_t)rows * per_row)
+		return;
+	uint32_t r = (uint32_t)(i / per_row), c8 = (uint32_t)(i % per_row);
+	uint32_t b = c8 / 32, j = c8 % 32;
+	float v[8];
+	F::decode8f(m + r * rowc + (uint64_t)b * F::CODE_BYTES, m + soff + r * rows_ + (uint64_t)b * F::SCALE_BYTES,
+		    j, v);
+	for (int q = 0; q < 8; q++)
+		if (c8 * 8 + q < cols)
+			out[(uint64_t)r * cols + c8 * 8 + q] = v[q];
+}
+
+__global__ void read_kernel(const uint4 *p, size_t n, uint32_t *sink)
+{
+	uint32_t acc = 0;
+	size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
+	for (; i + 3 * stride < n; i += 4 * stride) {
+		uint4 a = __ldcs(p + i), b = __ldcs(p + i + stride), c = __ldcs(p + i + 2 * stride),
+		      d = __ldcs(p + i + 3 * stride);
+		acc ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ c.x ^ c.y ^ c.z ^ c.w ^ d.x ^ d.y ^ d.z ^ d.w;
+	}
+	for (; i < n; i += stride) {
+		uint4 a = __ldcs(p + i);
+		acc ^= a.x ^ a.y ^ a.z ^ a.w;
+	}
+	if (acc == 0x9e3779b9u)
+		*sink = acc;
+}
+
+__device__ __forceinline__ float hash_uniform(uint64_t seed, uint64_t i)
+{
+	uint64_t z = seed + 0x9e3779b97f4a7c15ull * (i + 1);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	z ^= z >> 31;
+	return (float)(z >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f;
+}
+
+__global__ void fill_f32_kernel(float *p, size_t n, uint64_t seed, float scale)
+{
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+		p[i] = isnan(scale) ? __int_as_float(0x7fc00000) : scale * hash_uniform(seed, i);
+}
+
+__global__ void fill_bf16_kernel(uint16_t *p, size_t n, uint64_t seed, float scale)
+{
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+		__nv_bfloat16 v = __float2bfloat16_rn(isnan(scale) ? __int_as_float(0x7fc00000)
+								   : scale * hash_uniform(seed, i));
+		p[i] = *reinterpret_cast<uint16_t *>(&v);
+	}
+}
+
+// ---- host side ----
+
+struct Ctx {
+	pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+	float *h = nullptr;
+	size_t h_cap = 0; // floats
+	unsigned *sync = nullptr;
+	int sms = 0;
+	int poison = 0;
+	bool attr_set[3] = { false, false, false };
+};
+Ctx g_ctx;
+
+bool gpu_fmt_ok(int fmt)
+{
+	if (fmt == STRATA_FMT_BF16 || fmt == STRATA_FMT_F32)
+		return true;
+	return STRATA_GPU_HAVE_TIERS && fmt >= STRATA_FMT_HOT && fmt <= STRATA_FMT_COLD;
+}
+
+// Fill one format's table entry; 0 or an error.
+int fill_tab(int fmt, uint32_t hidden, uint32_t inter, int rows_per_stage, FmtTab *t, struct strata_error *err)
+{
+	const struct strata_fmt_traits *tr = strata_fmt_traits(fmt);
+	struct strata_expert_layout E;
+	memset(t, 0, sizeof(*t));
+	if (!tr || !gpu_fmt_ok(fmt))
+		return STRATA_ERR(err, STRATA_EUNSUPPORTED, "GPU kernels: format %d (%s) has no GPU decoder", fmt,
+				  tr ? tr->name : "?");
+	if (tr->block == 1 && (hidden % 32 || inter % 32))
+		return STRATA_ERR(err, STRATA_EUNSUPPORTED,
+				  "GPU kernels: %s experts need hidden and inter multiples of 32 (got %u, %u)",
+				  tr->name, hidden, inter);
+	if (strata_expert_layout(fmt, hidden, inter, &E))
+		return STRATA_ERR(err, STRATA_EINVAL, "GPU kernels: bad expert shape %u x %u", hidden, inter);
+	t->cb = tr->code_bytes * (256 / tr->block);
+	t->sb = tr->scale_bytes * (256 / tr->block);
+	t->off[0] = E.gate_off, t->off[1] = E.up_off, t->off[2] = E.down_off;
+	const struct strata_matrix_layout *L[2] = { &E.gate, &E.down };
+	for (int d = 0; d < 2; d++) {
+		t->pc[d] = L[d]->padded_cols;
+		t->soff[d] = L[d]->scales_off;
+		t->rowc[d] = (uint64_t)t->pc[d] * t->cb / 256;
+		t->rows_[d] = (uint64_t)(t->pc[d] + 255) / 256 * t->sb;
+		// Largest chunk (a multiple of 256 weights, or the whole row) whose stage fits.
+		uint32_t best = 0, bp = 0, bc = 0;
+		for (uint32_t kc = 256;; kc += 256) {
+			uint32_t k = kc < t->pc[d] ? kc : t->pc[d];
+			uint32_t cp = ((uint32_t)((uint64_t)k * t->cb / 256) + 15) / 16 * 16 + 16;
+			uint32_t sp = t->sb ? ((k + 255) / 256 * t->sb + 15) / 16 * 16 + 16 : 0;
+			uint32_t pitch = cp + sp;
+			pitch = (pitch + 63) / 128 * 128 + 64; // == 64 mod 128: conflict-free 16-byte rows
+			if ((uint64_t)pitch * rows_per_stage > STAGE_BYTES)
+				break;
+			best = k, bp = pitch, bc = cp;
+			if (k == t->pc[d])
+				break;
+		}
+		if (!best)
+			return STRATA_ERR(err, STRATA_EUNSUPPORTED, "GPU kernels: %s rows too wide for a stage",
+					  tr->name);
+		t->kc[d] = best, t->pitch[d] = bp, t->cpitch[d] = bc;
+	}
+	t->ok = 1;
+	return STRATA_OK;
+}
+
+int ctx_init(struct strata_error *err)
+{
+	if (!g_ctx.sync) {
+		int dev;
+		CU_TRY(err, cudaGetDevice(&dev));
+		CU_TRY(err, cudaDeviceGetAttribute(&g_ctx.sms, cudaDevAttrMultiProcessorCount, dev));
+		CU_TRY(err, cudaMalloc(&g_ctx.sync, (STRATA_MOE_MAX_SLOTS + 1) * sizeof(unsigned)));
+		CU_TRY(err, cudaMemset(g_ctx.sync, 0, (STRATA_MOE_MAX_SLOTS + 1) * sizeof(unsigned)));
+	}
+	return STRATA_OK;
+}
+
+template <int NT, int MT>
+int launch(MoeParams *p, cudaStream_t st, int variant, struct strata_error *err)
+{
+	using G = Geo<NT, MT>;
+	size_t smem = NSTAGE * STAGE_BYTES + G::ROWS * G::TN * sizeof(float);
+	if (!g_ctx.attr_set[variant]) {
+		CU_TRY(err, cudaFuncSetAttribute(moe_kernel<NT, MT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+						 (int)smem));
+		g_ctx.attr_set[variant] = true;
+	}
+	// Task list: every slot's gate|up tasks, then every slot's down tasks.
+	uint32_t nrt_gu = (p->inter + G::RG - 1) / G::RG, nrt_dn = (p->hidden + G::RD - 1) / G::RD, t = 0;
+	for (uint32_t s = 0; s < p->n_slots; s++) {
+		p->slot[s].task0 = t;
+		t += nrt_gu * ((p->slot[s].ntok + G::TN - 1) / G::TN);
+	}
+	p->n_gu_tasks = t;
+	for (uint32_t s = 0; s < p->n_slots; s++) {
+		p->slot[s].dtask0 = t;
+		t += nrt_dn * ((p->slot[s].ntok + G::TN - 1) / G::TN);
+	}
+	p->n_tasks = t;
+	uint32_t grid = t < (uint32_t)g_ctx.sms ? t : (uint32_t)g_ctx.sms;
+	moe_kernel<NT, MT><<<grid, NTHREADS, smem, st>>>(*p);
+	CU_TRY(err, cudaGetLastError());
+	return STRATA_OK;
+}
+
+int run_launch(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_error *err)
+{
+	uint32_t hfl = 0;
+	for (uint32_t s = 0; s < p->n_slots; s++)
+		hfl += p->slot[s].ntok * p->inter;
+	if (hfl > g_ctx.h_cap) {
+		if (g_ctx.h) {
+			CU_TRY(err, cudaStreamSynchronize(st));
+			cudaFree(g_ctx.h);
+			g_ctx.h = nullptr, g_ctx.h_cap = 0;
+		}
+		size_t cap = hfl < (1u << 20) ? (1u << 20) : hfl;
+		CU_TRY(err, cudaMalloc(&g_ctx.h, cap * sizeof(float)));
+		g_ctx.h_cap = cap;
+	}
+	p->h = g_ctx.h;
+	p->sync = g_ctx.sync;
+	if (g_ctx.poison)
+		CU_TRY(err, cudaMemsetAsync(g_ctx.h, 0xff, (size_t)hfl * sizeof(float), st));
+	if (maxtok <= 8)
+		return launch<1, 4>(p, st, 0, err);
+	if (maxtok <= 16)
+		return launch<2, 4>(p, st, 1, err);
+	return launch<8, 2>(p, st, 2, err);
+}
+
+int moe_layer(const struct strata_moe_call *c, struct strata_error *err)
+{
+	if (!c->n_assign || !c->n_tokens)
+		return STRATA_OK;
+	if (!c->x || !c->y || !c->extents || !c->fmts || !c->assign_expert || !c->assign_token || !c->assign_weight)
+		return STRATA_ERR(err, STRATA_EINVAL, "strata_moe_layer_gpu: NULL pointer in the call");
+	if (!c->hidden || !c->inter)
+		return STRATA_ERR(err, STRATA_EINVAL, "strata_moe_layer_gpu: empty shape");
+	int rc = ctx_init(err);
+	if (rc)
+		return rc;
+	cudaStream_t st = (cudaStream_t)c->stream;
+	// Per-format tables for the formats present (rows per stage: 64 for the 8/16-token kernels,
+	// 32 for the 64-token one).
+	uint32_t maxtok_all = 0;
+	uint32_t *count = (uint32_t *)calloc(c->n_experts + 1, sizeof(uint32_t));
+	uint32_t *order = (uint32_t *)malloc((size_t)c->n_assign * sizeof(uint32_t));
+	MoeParams *p = (MoeParams *)calloc(1, sizeof(MoeParams));
+	if (!count || !order || !p) {
+		free(count), free(order), free(p);
+		return STRATA_ERR(err, STRATA_ENOMEM, "strata_moe_layer_gpu: out of memory");
+	}
+	for (uint32_t a = 0; a < c->n_assign; a++) {
+		if (c->assign_expert[a] >= c->n_experts || c->assign_token[a] >= c->n_tokens) {
+			rc = STRATA_ERR(err, STRATA_EINVAL,
+					"strata_moe_layer_gpu: assignment %u (expert %u, token %u) out of range", a,
+					c->assign_expert[a], c->assign_token[a]);
+			goto out;
+		}
+		count[c->assign_expert[a] + 1]++;
+	}
+	for (uint32_t e = 0; e < c->n_experts; e++) {
+		if (count[e + 1] > maxtok_all)
+			maxtok_all = count[e + 1];
+		if (count[e + 1] && ((uintptr_t)c->extents[e] & 15)) {
+			rc = STRATA_ERR(err, STRATA_EINVAL, "strata_moe_layer_gpu: extent %u not 16-byte aligned", e);
+			goto out;
+		}
+		count[e + 1] += count[e];
+	}
+	{
+		// Counting sort of the assignments by expert (stable).
+		uint32_t *pos = (uint32_t *)malloc((c->n_experts + 1) * sizeof(uint32_t));
+		if (!pos) {
+			rc = STRATA_ERR(err, STRATA_ENOMEM, "strata_moe_layer_gpu: out of memory");
+			goto out;
+		}
+		memcpy(pos, count, (c->n_experts + 1) * sizeof(uint32_t));
+		for (uint32_t a = 0; a < c->n_assign; a++)
+			order[pos[c->assign_expert[a]]++] = a;
+		free(pos);
+	}
+	{
+		int rows = maxtok_all <= 16 ? 64 : 32;
+		bool seen[STRATA_FMT_COUNT] = { false };
+		for (uint32_t e = 0; e < c->n_experts; e++) {
+			if (count[e + 1] == count[e])
+				continue;
+			int f = c->fmts[e];
+			if (f >= STRATA_FMT_COUNT) {
+				rc = STRATA_ERR(err, STRATA_EINVAL, "strata_moe_layer_gpu: expert %u: bad format %d", e, f);
+				goto out;
+			}
+			if (!seen[f]) {
+				if ((rc = fill_tab(f, c->hidden, c->inter, rows, &p->tab[f], err)))
+					goto out;
+				seen[f] = true;
+			}
+		}
+	}
+	p->x = c->x, p->y = c->y;
+	p->hidden = c->hidden, p->inter = c->inter;
+	p->vec = (c->hidden % 4 == 0 && c->inter % 4 == 0 && ((uintptr_t)c->x & 15) == 0);
+	{
+		// The kernel variant (token tile) is fixed for the whole call: the stage
+		// geometry in p->tab was sized for its rows per stage.
+		uint32_t ns = 0, na = 0, hoff = 0;
+		for (uint32_t e = 0; e < c->n_experts && !rc; e++) {
+			for (uint32_t a = count[e]; a < count[e + 1];) {
+				uint32_t take = count[e + 1] - a;
+				if (take > STRATA_MOE_MAX_ASSIGN)
+					take = STRATA_MOE_MAX_ASSIGN;
+				if (ns == STRATA_MOE_MAX_SLOTS || na + take > STRATA_MOE_MAX_ASSIGN) {
+					p->n_slots = ns;
+					if ((rc = run_launch(p, maxtok_all, st, err)))
+						break;
+					ns = na = hoff = 0;
+				}
+				Slot &s = p->slot[ns++];
+				s.ext = (const uint8_t *)c->extents[e];
+				s.fmt = c->fmts[e];
+				s.a0 = na, s.ntok = take, s.h_off = hoff;
+				for (uint32_t q = 0; q < take; q++) {
+					uint32_t src = order[a + q];
+					p->tok[na + q] = c->assign_token[src];
+					p->w[na + q] = c->assign_weight[src];
+				}
+				na += take, hoff += take * c->inter, a += take;
+			}
+		}
+		if (!rc && ns) {
+			p->n_slots = ns;
+			rc = run_launch(p, maxtok_all, st, err);
+		}
+	}
+out:
+	free(count), free(order), free(p);
+	return rc;
+}
+
+} // namespace
 
 extern "C" int strata_moe_layer_gpu(const struct strata_moe_call *c, struct strata_error *err)
 {
-	(void)c;
-	return STRATA_ERR(err, STRATA_EUNSUPPORTED, "fused MoE kernels not built yet");
+	if (strata_gpu_count() <= 0)
+		return STRATA_ERR(err, STRATA_EUNSUPPORTED, "strata_moe_layer_gpu: no GPU");
+	pthread_mutex_lock(&g_ctx.mu);
+	int rc = moe_layer(c, err);
+	pthread_mutex_unlock(&g_ctx.mu);
+	return rc;
+}
+
+extern "C" int strata_gpu_moe_check(int fmt, uint32_t hidden, uint32_t inter, struct strata_error *err)
+{
+	FmtTab t;
+	return fill_tab(fmt, hidden, inter, 64, &t, err);
+}
+
+extern "C" void strata_gpu_moe_set_poison(int on) { g_ctx.poison = on; }
+
+extern "C" int strata_gpu_dequantize(int fmt, const void *d_packed, uint32_t rows, uint32_t cols, float *d_out,
+				     strata_gpu_stream *stream, struct strata_error *err)
+{
+	const struct strata_fmt_traits *tr = strata_fmt_traits(fmt);
+	struct strata_matrix_layout L;
+	if (!tr || !gpu_fmt_ok(fmt))
+		return STRATA_ERR(err, STRATA_EUNSUPPORTED, "strata_gpu_dequantize: format %d has no GPU decoder", fmt);
+	if (strata_matrix_layout(fmt, rows, cols, &L))
+		return STRATA_ERR(err, STRATA_EINVAL, "strata_gpu_dequantize: bad shape %u x %u", rows, cols);
+	if (tr->block == 1 && cols % 8)
+		return STRATA_ERR(err, STRATA_EUNSUPPORTED, "strata_gpu_dequantize: %s needs cols %% 8 == 0", tr->name);
+	uint32_t cb = tr->code_bytes * (256 / tr->block), sb = tr->scale_bytes * (256 / tr->block);
+	uint64_t rowc = (uint64_t)L.padded_cols * cb / 256, rows_ = (uint64_t)(L.padded_cols + 255) / 256 * sb;
+	uint32_t pc8 = (L.padded_cols + 7) / 8 * 8;
+	uint64_t n = (uint64_t)rows * (pc8 / 8);
+	unsigned blocks = (unsigned)((n + 255) / 256);
+	cudaStream_t st = (cudaStream_t)stream;
+	const uint8_t *m = (const uint8_t *)d_packed;
+	bool ok = false;
+	STRATA_FMT_SWITCH(fmt, (dequant_kernel<F><<<blocks, 256, 0, st>>>(m, rows, cols, pc8, L.scales_off, rowc,
+									 rows_, d_out),
+				ok = true));
+	if (!ok)
+		return STRATA_ERR(err, STRATA_EUNSUPPORTED, "strata_gpu_dequantize: format %d", fmt);
+	CU_TRY(err, cudaGetLastError());
+	return STRATA_OK;
+}
+
+extern "C" int strata_gpu_read_bytes(const void *d_buf, size_t bytes, uint32_t *d_sink, strata_gpu_stream *stream,
+				     struct strata_error *err)
+{
+	int rc = ctx_init(err);
+	if (rc)
+		return rc;
+	read_kernel<<<g_ctx.sms * 4, 512, 0, (cudaStream_t)stream>>>((const uint4 *)d_buf, bytes / 16, d_sink);
+	CU_TRY(err, cudaGetLastError());
+	return STRATA_OK;
+}
+
+extern "C" int strata_gpu_fill_f32(float *d_buf, size_t n, uint64_t seed, float scale, strata_gpu_stream *stream,
+				   struct strata_error *err)
+{
+	fill_f32_kernel<<<1024, 256, 0, (cudaStream_t)stream>>>(d_buf, n, seed, scale);
+	CU_TRY(err, cudaGetLastError());
+	return STRATA_OK;
+}
+
+extern "C" int strata_gpu_fill_bf16(uint16_t *d_buf, size_t n, uint64_t seed, float scale,
+				    strata_gpu_stream *stream, struct strata_error *err)
+{
+	fill_bf16_kernel<<<1024, 256, 0, (cudaStream_t)stream>>>(d_buf, n, seed, scale);
+	CU_TRY(err, cudaGetLastError());
+	return STRATA_OK;
+}
+
+extern "C" int strata_gpu_sm_count(void)
+{
+	if (strata_gpu_count() <= 0)
+		return 0;
+	struct strata_error e;
+	return ctx_init(&e) ? 0 : g_ctx.sms;
 }
