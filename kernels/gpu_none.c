@@ -50,3 +50,7 @@ int strata_gpu_fill_f32(float *d_buf, size_t n, uint64_t seed, float scale, stra
 int strata_gpu_fill_bf16(uint16_t *d_buf, size_t n, uint64_t seed, float scale, strata_gpu_stream *stream,
 			 struct strata_error *err) { return NOGPU(err); }
 int strata_gpu_sm_count(void) { return 0; }
+int strata_gpu_graph_begin(strata_gpu_stream *stream, struct strata_error *err) { return NOGPU(err); }
+int strata_gpu_graph_end(strata_gpu_stream *stream, strata_gpu_graph **graph, struct strata_error *err) { *graph = NULL; return NOGPU(err); }
+int strata_gpu_graph_launch(strata_gpu_graph *graph, strata_gpu_stream *stream, struct strata_error *err) { return NOGPU(err); }
+void strata_gpu_graph_free(strata_gpu_graph *graph) { (void)graph; }

@@ -5,8 +5,11 @@
 //             or global memory, with the same alignment mod 16 as in the file)
 //   decode8f(codes, scales, j, out)  weights 8j..8j+7 of the block as f32,
 //             bit-exact with the format's reference dequantize_row
-//   decode8(codes, scales, j, out)   the same 8 weights as 4 packed bf16 pairs
-//             (out[0] = w0 | w1 << 16, ...) for the tensor cores
+//   decode8(codes, scales, j, tab, out)  the same 8 weights as 4 packed bf16
+//             pairs (out[0] = w0 | w1 << 16, ...) for the tensor cores; when
+//             SCALED, without the block scale, which scale(scales) returns and
+//             the kernel applies to the block's partial sum (tab: the format's
+//             lookup table in shared memory, if it has one)
 // For the passthrough formats a "block" is 256 consecutive weights of the row
 // (a row's last block may be partial; kernels never ask for weights past cols).
 #pragma once
@@ -24,9 +27,9 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi)
 }
 
 struct FmtBF16 {
-	static constexpr int FMT = STRATA_FMT_BF16;
+	static constexpr bool SCALED = false;
 	static constexpr uint32_t CODE_BYTES = 512, SCALE_BYTES = 0;
-	__device__ __forceinline__ static void decode8(const uint8_t *c, const uint8_t *, int j, uint32_t o[4])
+	__device__ __forceinline__ static void decode8(const uint8_t *c, const uint8_t *, int j, const uint16_t *, uint32_t o[4])
 	{
 		uint4 v = *reinterpret_cast<const uint4 *>(c + 16 * j);
 		o[0] = v.x, o[1] = v.y, o[2] = v.z, o[3] = v.w;
@@ -40,9 +43,9 @@ struct FmtBF16 {
 };
 
 struct FmtF32 {
-	static constexpr int FMT = STRATA_FMT_F32;
+	static constexpr bool SCALED = false;
 	static constexpr uint32_t CODE_BYTES = 1024, SCALE_BYTES = 0;
-	__device__ __forceinline__ static void decode8(const uint8_t *c, const uint8_t *, int j, uint32_t o[4])
+	__device__ __forceinline__ static void decode8(const uint8_t *c, const uint8_t *, int j, const uint16_t *, uint32_t o[4])
 	{
 		const float4 *p = reinterpret_cast<const float4 *>(c + 32 * j);
 		float4 a = p[0], b = p[1];

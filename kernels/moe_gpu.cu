@@ -68,7 +68,7 @@ struct MoeParams {
 	const float *x;
 	float *y, *h;
 	unsigned *sync;        // [0] CTAs done, [1 + s] gate|up tasks done of slot s
-	uint32_t hidden, inter, n_slots, n_gu_tasks, n_tasks, vec;
+	uint32_t hidden, inter, n_slots, n_gu_tasks, n_tasks, vec, tiers;
 	FmtTab tab[STRATA_FMT_COUNT];
 	Slot slot[STRATA_MOE_MAX_SLOTS];
 	uint32_t tok[STRATA_MOE_MAX_ASSIGN];
@@ -212,7 +212,7 @@ __device__ __forceinline__ void load_b8(const float *row, uint32_t k, uint32_t c
 
 template <class F, int NT, int MT>
 __device__ __forceinline__ void compute_stage(const MoeParams &p, const Task &k, const uint8_t *sbuf,
-					      float (&acc)[MT][NT][4])
+					      const uint16_t *tab, float (&acc)[MT][NT][4])
 {
 	using G = Geo<NT, MT>;
 	const FmtTab &f = p.tab[k.fmt];
@@ -268,12 +268,29 @@ __device__ __forceinline__ void compute_stage(const MoeParams &p, const Task &k,
 #pragma unroll
 		for (int m = 0; m < MT; m++) {
 			uint32_t a[2][4];
-			F::decode8(rc[m][0] + bl * F::CODE_BYTES, rs[m][0] + bl * F::SCALE_BYTES, j, a[0]);
-			F::decode8(rc[m][1] + bl * F::CODE_BYTES, rs[m][1] + bl * F::SCALE_BYTES, j, a[1]);
+			F::decode8(rc[m][0] + bl * F::CODE_BYTES, rs[m][0] + bl * F::SCALE_BYTES, j, tab, a[0]);
+			F::decode8(rc[m][1] + bl * F::CODE_BYTES, rs[m][1] + bl * F::SCALE_BYTES, j, tab, a[1]);
+			if constexpr (F::SCALED) {
+				// One block per unit: the block scales of rows g and g+8 apply
+				// to this unit's partial sums.
+				float s0 = F::scale(rs[m][0] + bl * F::SCALE_BYTES);
+				float s1 = F::scale(rs[m][1] + bl * F::SCALE_BYTES);
 #pragma unroll
-			for (int n = 0; n < NT; n++) {
-				mma_bf16(acc[m][n], a[0][0], a[1][0], a[0][1], a[1][1], b[n][0], b[n][1]);
-				mma_bf16(acc[m][n], a[0][2], a[1][2], a[0][3], a[1][3], b[n][2], b[n][3]);
+				for (int n = 0; n < NT; n++) {
+					float c[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
+					mma_bf16(c, a[0][0], a[1][0], a[0][1], a[1][1], b[n][0], b[n][1]);
+					mma_bf16(c, a[0][2], a[1][2], a[0][3], a[1][3], b[n][2], b[n][3]);
+					acc[m][n][0] = fmaf(s0, c[0], acc[m][n][0]);
+					acc[m][n][1] = fmaf(s0, c[1], acc[m][n][1]);
+					acc[m][n][2] = fmaf(s1, c[2], acc[m][n][2]);
+					acc[m][n][3] = fmaf(s1, c[3], acc[m][n][3]);
+				}
+			} else {
+#pragma unroll
+				for (int n = 0; n < NT; n++) {
+					mma_bf16(acc[m][n], a[0][0], a[1][0], a[0][1], a[1][1], b[n][0], b[n][1]);
+					mma_bf16(acc[m][n], a[0][2], a[1][2], a[0][3], a[1][3], b[n][2], b[n][3]);
+				}
 			}
 		}
 	}
@@ -285,10 +302,16 @@ __global__ void __launch_bounds__(NTHREADS, 1) moe_kernel(const __grid_constant_
 	using G = Geo<NT, MT>;
 	extern __shared__ __align__(128) uint8_t smem[];
 	float *red = reinterpret_cast<float *>(smem + NSTAGE * STAGE_BYTES);
+	uint16_t *tab = reinterpret_cast<uint16_t *>(red + G::ROWS * G::TN);
 	const uint32_t sbase = (uint32_t)__cvta_generic_to_shared(smem);
 	const int tid = threadIdx.x;
 	for (int i = tid; i < G::ROWS * G::TN; i += NTHREADS)
 		red[i] = 0.0f;
+	if (p.tiers)
+		for (int i = tid; i < STRATA_TCQ_TABLE_SIZE; i += NTHREADS) {
+			__nv_bfloat16 v = __float2bfloat16_rn(g_tcq[i]);
+			tab[i] = *reinterpret_cast<uint16_t *>(&v);
+		}
 
 	Task ld, cp;
 	ld.t = blockIdx.x, ld.kc = 0;
@@ -337,7 +360,7 @@ __global__ void __launch_bounds__(NTHREADS, 1) moe_kernel(const __grid_constant_
 			}
 		}
 		const uint8_t *sbuf = smem + (it % NSTAGE) * STAGE_BYTES;
-		STRATA_FMT_SWITCH(cp.fmt, (compute_stage<F, NT, MT>(p, cp, sbuf, acc)));
+		STRATA_FMT_SWITCH(cp.fmt, (compute_stage<F, NT, MT>(p, cp, sbuf, tab, acc)));
 
 		if (++cp.kc == cp.nkc) {
 			// Epilogue: reduce the warps' partial sums, then write h or accumulate y.
@@ -534,6 +557,7 @@ int ctx_init(struct strata_error *err)
 		CU_TRY(err, cudaDeviceGetAttribute(&g_ctx.sms, cudaDevAttrMultiProcessorCount, dev));
 		CU_TRY(err, cudaMalloc(&g_ctx.sync, (STRATA_MOE_MAX_SLOTS + 1) * sizeof(unsigned)));
 		CU_TRY(err, cudaMemset(g_ctx.sync, 0, (STRATA_MOE_MAX_SLOTS + 1) * sizeof(unsigned)));
+		CU_TRY(err, cudaMemcpyToSymbol(g_tcq, strata_tcq_table, sizeof(strata_tcq_table)));
 	}
 	return STRATA_OK;
 }
@@ -542,7 +566,7 @@ template <int NT, int MT>
 int launch(MoeParams *p, cudaStream_t st, int variant, struct strata_error *err)
 {
 	using G = Geo<NT, MT>;
-	size_t smem = NSTAGE * STAGE_BYTES + G::ROWS * G::TN * sizeof(float);
+	size_t smem = NSTAGE * STAGE_BYTES + G::ROWS * G::TN * sizeof(float) + STRATA_TCQ_TABLE_SIZE * 2;
 	if (!g_ctx.attr_set[variant]) {
 		CU_TRY(err, cudaFuncSetAttribute(moe_kernel<NT, MT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
 						 (int)smem));
@@ -659,6 +683,7 @@ int moe_layer(const struct strata_moe_call *c, struct strata_error *err)
 				if ((rc = fill_tab(f, c->hidden, c->inter, rows, &p->tab[f], err)))
 					goto out;
 				seen[f] = true;
+				p->tiers |= f >= STRATA_FMT_HOT;
 			}
 		}
 	}
@@ -733,6 +758,9 @@ extern "C" int strata_gpu_dequantize(int fmt, const void *d_packed, uint32_t row
 		return STRATA_ERR(err, STRATA_EINVAL, "strata_gpu_dequantize: bad shape %u x %u", rows, cols);
 	if (tr->block == 1 && cols % 8)
 		return STRATA_ERR(err, STRATA_EUNSUPPORTED, "strata_gpu_dequantize: %s needs cols %% 8 == 0", tr->name);
+	int rc = ctx_init(err);
+	if (rc)
+		return rc;
 	uint32_t cb = tr->code_bytes * (256 / tr->block), sb = tr->scale_bytes * (256 / tr->block);
 	uint64_t rowc = (uint64_t)L.padded_cols * cb / 256, rows_ = (uint64_t)(L.padded_cols + 255) / 256 * sb;
 	uint32_t pc8 = (L.padded_cols + 7) / 8 * 8;
@@ -783,4 +811,48 @@ extern "C" int strata_gpu_sm_count(void)
 		return 0;
 	struct strata_error e;
 	return ctx_init(&e) ? 0 : g_ctx.sms;
+}
+
+struct strata_gpu_graph {
+	cudaGraph_t g;
+	cudaGraphExec_t x;
+};
+
+extern "C" int strata_gpu_graph_begin(strata_gpu_stream *stream, struct strata_error *err)
+{
+	CU_TRY(err, cudaStreamBeginCapture((cudaStream_t)stream, cudaStreamCaptureModeThreadLocal));
+	return STRATA_OK;
+}
+
+extern "C" int strata_gpu_graph_end(strata_gpu_stream *stream, strata_gpu_graph **graph, struct strata_error *err)
+{
+	*graph = (strata_gpu_graph *)calloc(1, sizeof(**graph));
+	if (!*graph)
+		return STRATA_ERR(err, STRATA_ENOMEM, "strata_gpu_graph_end: out of memory");
+	cudaError_t e = cudaStreamEndCapture((cudaStream_t)stream, &(*graph)->g);
+	if (e == cudaSuccess)
+		e = cudaGraphInstantiate(&(*graph)->x, (*graph)->g, 0);
+	if (e != cudaSuccess) {
+		strata_gpu_graph_free(*graph);
+		*graph = NULL;
+		return STRATA_ERR(err, STRATA_EGPU, "graph capture: %s", cudaGetErrorString(e));
+	}
+	return STRATA_OK;
+}
+
+extern "C" int strata_gpu_graph_launch(strata_gpu_graph *graph, strata_gpu_stream *stream, struct strata_error *err)
+{
+	CU_TRY(err, cudaGraphLaunch(graph->x, (cudaStream_t)stream));
+	return STRATA_OK;
+}
+
+extern "C" void strata_gpu_graph_free(strata_gpu_graph *graph)
+{
+	if (!graph)
+		return;
+	if (graph->x)
+		cudaGraphExecDestroy(graph->x);
+	if (graph->g)
+		cudaGraphDestroy(graph->g);
+	free(graph);
 }
