@@ -29,7 +29,7 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi)
 struct FmtBF16 {
 	static constexpr bool SCALED = false;
 	static constexpr uint32_t CODE_BYTES = 512, SCALE_BYTES = 0;
-	__device__ __forceinline__ static void decode8(const uint8_t *c, const uint8_t *, int j, const uint16_t *, uint32_t o[4])
+	__device__ __forceinline__ static void decode8(const uint8_t *c, const uint8_t *, int j, const uint8_t *, uint32_t o[4])
 	{
 		uint4 v = *reinterpret_cast<const uint4 *>(c + 16 * j);
 		o[0] = v.x, o[1] = v.y, o[2] = v.z, o[3] = v.w;
@@ -45,7 +45,7 @@ struct FmtBF16 {
 struct FmtF32 {
 	static constexpr bool SCALED = false;
 	static constexpr uint32_t CODE_BYTES = 1024, SCALE_BYTES = 0;
-	__device__ __forceinline__ static void decode8(const uint8_t *c, const uint8_t *, int j, const uint16_t *, uint32_t o[4])
+	__device__ __forceinline__ static void decode8(const uint8_t *c, const uint8_t *, int j, const uint8_t *, uint32_t o[4])
 	{
 		const float4 *p = reinterpret_cast<const float4 *>(c + 32 * j);
 		float4 a = p[0], b = p[1];

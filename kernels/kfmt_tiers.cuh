@@ -15,6 +15,12 @@
 #include "quant_tiers.h"
 
 #define STRATA_GPU_HAVE_TIERS 1
+// The mma path keeps TAB_COPIES copies of the table in shared memory, one
+// 32-bit word per entry, interleaved so that copy c sits in banks c, c+4, ...:
+// lane (g, t) reads copy t, so its 8 lanes spread random lookups over 8 banks
+// instead of 32 lanes over 32 (fewer bank conflicts on the hot loop's one
+// random access per weight).
+#define STRATA_TAB_COPIES 4
 
 // The codebook as float, copied from quant_tables.h at context start.
 __device__ float g_tcq[STRATA_TCQ_TABLE_SIZE];
@@ -43,16 +49,19 @@ template <int FMT> struct FmtTier {
 	{
 		return __uint_as_float((uint32_t)*reinterpret_cast<const uint16_t *>(s) << 16);
 	}
-	__device__ __forceinline__ static void decode8(const uint8_t *c, const uint8_t *, int j, const uint16_t *tab,
+	// tab: this lane's view of the replicated table (see TAB_COPIES): entry w of
+	// copy c is the 32-bit word 4w + c, holding bf16(table[w]) in its low half.
+	__device__ __forceinline__ static uint32_t look(const uint8_t *tab, uint32_t x, uint32_t r)
+	{
+		return *reinterpret_cast<const uint32_t *>(tab + (((x >> r) & STRATA_TCQ_MASK) << 4));
+	}
+	__device__ __forceinline__ static void decode8(const uint8_t *c, const uint8_t *, int j, const uint8_t *tab,
 						       uint32_t o[4])
 	{
 		uint32_t x = bits(c, j);
 #pragma unroll
-		for (int k = 0; k < 4; k++) {
-			uint32_t lo = tab[(x >> rel(2 * k)) & STRATA_TCQ_MASK];
-			uint32_t hi = tab[(x >> rel(2 * k + 1)) & STRATA_TCQ_MASK];
-			o[k] = lo | hi << 16;
-		}
+		for (int k = 0; k < 4; k++)
+			o[k] = __byte_perm(look(tab, x, rel(2 * k)), look(tab, x, rel(2 * k + 1)), 0x5410);
 	}
 	__device__ __forceinline__ static void decode8f(const uint8_t *c, const uint8_t *s, int j, float o[8])
 	{

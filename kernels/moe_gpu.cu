@@ -41,7 +41,8 @@ extern "C" {
 namespace {
 
 constexpr int NWARPS = 8, NTHREADS = 32 * NWARPS, NSTAGE = 4;
-constexpr uint32_t STAGE_BYTES = 48 * 1024;
+constexpr uint32_t STAGE_BYTES = 36 * 1024;
+constexpr uint32_t TAB_BYTES = STRATA_TCQ_TABLE_SIZE * 4 * STRATA_TAB_COPIES;
 
 struct FmtTab {
 	uint64_t off[3];       // gate, up, down matrix offsets in the extent
@@ -212,7 +213,7 @@ __device__ __forceinline__ void load_b8(const float *row, uint32_t k, uint32_t c
 
 template <class F, int NT, int MT>
 __device__ __forceinline__ void compute_stage(const MoeParams &p, const Task &k, const uint8_t *sbuf,
-					      const uint16_t *tab, float (&acc)[MT][NT][4])
+					      const uint8_t *tab, float (&acc)[MT][NT][4])
 {
 	using G = Geo<NT, MT>;
 	const FmtTab &f = p.tab[k.fmt];
@@ -302,16 +303,17 @@ __global__ void __launch_bounds__(NTHREADS, 1) moe_kernel(const __grid_constant_
 	using G = Geo<NT, MT>;
 	extern __shared__ __align__(128) uint8_t smem[];
 	float *red = reinterpret_cast<float *>(smem + NSTAGE * STAGE_BYTES);
-	uint16_t *tab = reinterpret_cast<uint16_t *>(red + G::ROWS * G::TN);
+	uint32_t *tab = reinterpret_cast<uint32_t *>(red + G::ROWS * G::TN);
 	const uint32_t sbase = (uint32_t)__cvta_generic_to_shared(smem);
 	const int tid = threadIdx.x;
 	for (int i = tid; i < G::ROWS * G::TN; i += NTHREADS)
 		red[i] = 0.0f;
 	if (p.tiers)
-		for (int i = tid; i < STRATA_TCQ_TABLE_SIZE; i += NTHREADS) {
-			__nv_bfloat16 v = __float2bfloat16_rn(g_tcq[i]);
+		for (int i = tid; i < STRATA_TCQ_TABLE_SIZE * STRATA_TAB_COPIES; i += NTHREADS) {
+			__nv_bfloat16 v = __float2bfloat16_rn(g_tcq[i / STRATA_TAB_COPIES]);
 			tab[i] = *reinterpret_cast<uint16_t *>(&v);
 		}
+	const uint8_t *ltab = reinterpret_cast<const uint8_t *>(tab) + 4 * (tid & 3);
 
 	Task ld, cp;
 	ld.t = blockIdx.x, ld.kc = 0;
@@ -360,7 +362,7 @@ __global__ void __launch_bounds__(NTHREADS, 1) moe_kernel(const __grid_constant_
 			}
 		}
 		const uint8_t *sbuf = smem + (it % NSTAGE) * STAGE_BYTES;
-		STRATA_FMT_SWITCH(cp.fmt, (compute_stage<F, NT, MT>(p, cp, sbuf, tab, acc)));
+		STRATA_FMT_SWITCH(cp.fmt, (compute_stage<F, NT, MT>(p, cp, sbuf, ltab, acc)));
 
 		if (++cp.kc == cp.nkc) {
 			// Epilogue: reduce the warps' partial sums, then write h or accumulate y.
@@ -566,7 +568,7 @@ template <int NT, int MT>
 int launch(MoeParams *p, cudaStream_t st, int variant, struct strata_error *err)
 {
 	using G = Geo<NT, MT>;
-	size_t smem = NSTAGE * STAGE_BYTES + G::ROWS * G::TN * sizeof(float) + STRATA_TCQ_TABLE_SIZE * 2;
+	size_t smem = NSTAGE * STAGE_BYTES + G::ROWS * G::TN * sizeof(float) + TAB_BYTES;
 	if (!g_ctx.attr_set[variant]) {
 		CU_TRY(err, cudaFuncSetAttribute(moe_kernel<NT, MT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
 						 (int)smem));
