@@ -40,7 +40,7 @@ extern "C" {
 
 namespace {
 
-constexpr int NWARPS = 8, NTHREADS = 32 * NWARPS, NSTAGE = 4;
+constexpr int NWARPS = 8, NTHREADS = 32 * NWARPS, NSTAGE = 3;
 constexpr uint32_t STAGE_BYTES = 36 * 1024;
 constexpr uint32_t TAB_BYTES = STRATA_TCQ_TABLE_SIZE * 4 * STRATA_TAB_COPIES;
 
@@ -186,29 +186,28 @@ template <int NT, int MT> __device__ void issue_stage(const MoeParams &p, const 
 	}
 }
 
-// Eight consecutive activations (k..k+7) of one row as 4 bf16 pairs; zeros past cols.
-template <bool CG>
-__device__ __forceinline__ void load_b8(const float *row, uint32_t k, uint32_t cols, bool vec, uint32_t b[4])
+// Eight consecutive activations (k..k+7) of one row; zeros past cols.  x rows
+// go through the read-only path; h rows are written earlier in this launch by
+// other CTAs, so they are read with ld.ca: safe because a slot's h lines are
+// first touched on this SM after its gate|up tasks completed (slots start on
+// 128-byte boundaries), and L1 is invalidated between launches.
+template <bool H> __device__ __forceinline__ float4 ld4(const float *p)
 {
-	float v[8];
+	return H ? __ldca(reinterpret_cast<const float4 *>(p)) : __ldg(reinterpret_cast<const float4 *>(p));
+}
+template <bool H> __device__ __forceinline__ float ld1(const float *p) { return H ? __ldca(p) : __ldg(p); }
+
+template <bool H>
+__device__ __forceinline__ void load_x8(const float *row, uint32_t k, uint32_t cols, bool vec, float v[8])
+{
 	if (vec && k + 8 <= cols) {
-		float4 a, c;
-		if (CG) {
-			a = __ldcg(reinterpret_cast<const float4 *>(row + k));
-			c = __ldcg(reinterpret_cast<const float4 *>(row + k + 4));
-		} else {
-			a = __ldg(reinterpret_cast<const float4 *>(row + k));
-			c = __ldg(reinterpret_cast<const float4 *>(row + k + 4));
-		}
+		float4 a = ld4<H>(row + k), c = ld4<H>(row + k + 4);
 		v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = c.x, v[5] = c.y, v[6] = c.z, v[7] = c.w;
 	} else {
 #pragma unroll
 		for (int i = 0; i < 8; i++)
-			v[i] = k + i < cols ? (CG ? __ldcg(row + k + i) : __ldg(row + k + i)) : 0.0f;
+			v[i] = k + i < cols ? ld1<H>(row + k + i) : 0.0f;
 	}
-#pragma unroll
-	for (int i = 0; i < 4; i++)
-		b[i] = pack_bf16x2(v[2 * i], v[2 * i + 1]);
 }
 
 template <class F, int NT, int MT>
@@ -251,20 +250,39 @@ __device__ __forceinline__ void compute_stage(const MoeParams &p, const Task &k,
 		xr[n] = d ? p.h + s.h_off + (uint64_t)tl * p.inter
 			  : p.x + (uint64_t)p.tok[s.a0 + tl] * p.hidden;
 	}
-	for (uint32_t u = warp; u < nunits; u += NWARPS) {
-		uint32_t b[NT][4];
-		const uint32_t kk = k0 + u * 32 + 8 * t;
+	// Activations of unit u+8 are loaded while unit u is decoded and multiplied
+	// (for the 8/16-token tiles; the 64-token tile has no registers to spare).
+	constexpr bool PF = NT <= 2;
+	float cur[NT][8];
+	auto load = [&](uint32_t uu) {
+		const uint32_t kk = k0 + uu * 32 + 8 * t;
 #pragma unroll
 		for (int n = 0; n < NT; n++) {
 			if (have[n]) {
 				if (d)
-					load_b8<true>(xr[n], kk, cols, p.vec, b[n]);
+					load_x8<true>(xr[n], kk, cols, p.vec, cur[n]);
 				else
-					load_b8<false>(xr[n], kk, cols, p.vec, b[n]);
+					load_x8<false>(xr[n], kk, cols, p.vec, cur[n]);
 			} else {
-				b[n][0] = b[n][1] = b[n][2] = b[n][3] = 0;
+#pragma unroll
+				for (int i = 0; i < 8; i++)
+					cur[n][i] = 0.0f;
 			}
 		}
+	};
+	if (PF && warp < nunits)
+		load(warp);
+	for (uint32_t u = warp; u < nunits; u += NWARPS) {
+		uint32_t b[NT][4];
+		if (!PF)
+			load(u);
+#pragma unroll
+		for (int n = 0; n < NT; n++)
+#pragma unroll
+			for (int i = 0; i < 4; i++)
+				b[n][i] = pack_bf16x2(cur[n][2 * i], cur[n][2 * i + 1]);
+		if (PF && u + NWARPS < nunits)
+			load(u + NWARPS);
 		const uint32_t bl = u >> 3, j = (u & 7) * 4 + t;
 #pragma unroll
 		for (int m = 0; m < MT; m++) {
@@ -309,6 +327,7 @@ __global__ void __launch_bounds__(NTHREADS, 1) moe_kernel(const __grid_constant_
 	for (int i = tid; i < G::ROWS * G::TN; i += NTHREADS)
 		red[i] = 0.0f;
 	if (p.tiers)
+#pragma unroll 16
 		for (int i = tid; i < STRATA_TCQ_TABLE_SIZE * STRATA_TAB_COPIES; i += NTHREADS) {
 			__nv_bfloat16 v = __float2bfloat16_rn(g_tcq[i / STRATA_TAB_COPIES]);
 			tab[i] = *reinterpret_cast<uint16_t *>(&v);
@@ -366,40 +385,67 @@ __global__ void __launch_bounds__(NTHREADS, 1) moe_kernel(const __grid_constant_
 
 		if (++cp.kc == cp.nkc) {
 			// Epilogue: reduce the warps' partial sums, then write h or accumulate y.
+			// For the 8/16-token tiles each warp writes its partials into the stage
+			// buffer just consumed (free until the next issue, after the next loop-top
+			// barrier) and the sum over warps is a fixed-order loop; the 64-token
+			// tile's partials do not fit there and meet in `red` through atomics.
 			const int lane = tid & 31, g = lane >> 2, t = lane & 3;
+			constexpr int RT = G::ROWS * G::TN;
+			constexpr bool PARTS = NWARPS * RT * 4 <= (int)STAGE_BYTES;
+			float *part = reinterpret_cast<float *>(smem + (it % NSTAGE) * STAGE_BYTES);
+			if constexpr (PARTS)
+				__syncthreads(); // every warp is done reading the stage
 #pragma unroll
 			for (int m = 0; m < MT; m++)
 #pragma unroll
 				for (int n = 0; n < NT; n++) {
-					float *r0 = red + (m * 16 + g) * G::TN + n * 8 + 2 * t;
-					float *r1 = r0 + 8 * G::TN;
-					atomicAdd(r0, acc[m][n][0]);
-					atomicAdd(r0 + 1, acc[m][n][1]);
-					atomicAdd(r1, acc[m][n][2]);
-					atomicAdd(r1 + 1, acc[m][n][3]);
+					int o0 = (m * 16 + g) * G::TN + n * 8 + 2 * t, o1 = o0 + 8 * G::TN;
+					if constexpr (PARTS) {
+						float *w = part + (tid >> 5) * RT;
+						*reinterpret_cast<float2 *>(w + o0) = make_float2(acc[m][n][0], acc[m][n][1]);
+						*reinterpret_cast<float2 *>(w + o1) = make_float2(acc[m][n][2], acc[m][n][3]);
+					} else {
+						atomicAdd(red + o0, acc[m][n][0]);
+						atomicAdd(red + o0 + 1, acc[m][n][1]);
+						atomicAdd(red + o1, acc[m][n][2]);
+						atomicAdd(red + o1 + 1, acc[m][n][3]);
+					}
 				}
 			__syncthreads();
+			auto get = [&](int i) -> float {
+				if constexpr (PARTS) {
+					float v = 0.0f;
+#pragma unroll
+					for (int w = 0; w < NWARPS; w++)
+						v += part[w * RT + i];
+					return v;
+				} else {
+					float v = red[i];
+					red[i] = 0.0f;
+					return v;
+				}
+			};
 			const Slot &s = p.slot[cp.slot];
 			if (!cp.down) {
 				for (int i = tid; i < G::RG * G::TN; i += NTHREADS) {
 					uint32_t r = i / G::TN, n = i % G::TN;
 					uint32_t row = cp.rt * G::RG + r, tl = cp.tt * G::TN + n;
-					float gv = red[i], uv = red[i + G::RG * G::TN];
-					red[i] = 0.0f;
-					red[i + G::RG * G::TN] = 0.0f;
+					float gv = get(i), uv = get(i + G::RG * G::TN);
 					if (row < p.inter && tl < s.ntok)
 						p.h[s.h_off + (uint64_t)tl * p.inter + row] = gv / (1.0f + expf(-gv)) * uv;
 				}
-				__threadfence();
+				// Release: the barrier orders every thread's h stores before
+				// thread 0's fence and counter increment.
 				__syncthreads();
-				if (tid == 0)
+				if (tid == 0) {
+					__threadfence();
 					atomicAdd(p.sync + 1 + cp.slot, 1u);
+				}
 			} else {
 				for (int i = tid; i < G::RD * G::TN; i += NTHREADS) {
 					uint32_t r = i / G::TN, n = i % G::TN;
 					uint32_t row = cp.rt * G::RD + r, tl = cp.tt * G::TN + n;
-					float v = red[i];
-					red[i] = 0.0f;
+					float v = get(i);
 					if (row < p.hidden && tl < s.ntok)
 						atomicAdd(p.y + (uint64_t)p.tok[s.a0 + tl] * p.hidden + row,
 							  p.w[s.a0 + tl] * v);
@@ -595,8 +641,10 @@ int launch(MoeParams *p, cudaStream_t st, int variant, struct strata_error *err)
 int run_launch(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_error *err)
 {
 	uint32_t hfl = 0;
-	for (uint32_t s = 0; s < p->n_slots; s++)
-		hfl += p->slot[s].ntok * p->inter;
+	for (uint32_t s = 0; s < p->n_slots; s++) {
+		p->slot[s].h_off = hfl;
+		hfl += (p->slot[s].ntok * p->inter + 31) / 32 * 32; // 128-byte aligned slots
+	}
 	if (hfl > g_ctx.h_cap) {
 		if (g_ctx.h) {
 			CU_TRY(err, cudaStreamSynchronize(st));
@@ -695,7 +743,7 @@ int moe_layer(const struct strata_moe_call *c, struct strata_error *err)
 	{
 		// The kernel variant (token tile) is fixed for the whole call: the stage
 		// geometry in p->tab was sized for its rows per stage.
-		uint32_t ns = 0, na = 0, hoff = 0;
+		uint32_t ns = 0, na = 0;
 		for (uint32_t e = 0; e < c->n_experts && !rc; e++) {
 			for (uint32_t a = count[e]; a < count[e + 1];) {
 				uint32_t take = count[e + 1] - a;
@@ -705,18 +753,18 @@ int moe_layer(const struct strata_moe_call *c, struct strata_error *err)
 					p->n_slots = ns;
 					if ((rc = run_launch(p, maxtok_all, st, err)))
 						break;
-					ns = na = hoff = 0;
+					ns = na = 0;
 				}
 				Slot &s = p->slot[ns++];
 				s.ext = (const uint8_t *)c->extents[e];
 				s.fmt = c->fmts[e];
-				s.a0 = na, s.ntok = take, s.h_off = hoff;
+				s.a0 = na, s.ntok = take;
 				for (uint32_t q = 0; q < take; q++) {
 					uint32_t src = order[a + q];
 					p->tok[na + q] = c->assign_token[src];
 					p->w[na + q] = c->assign_weight[src];
 				}
-				na += take, hoff += take * c->inter, a += take;
+				na += take, a += take;
 			}
 		}
 		if (!rc && ns) {

@@ -20,3 +20,11 @@ if [ "${SANITIZE:-1}" = 1 ]; then
 fi
 echo "== bench"
 ./build/release/bench/bench_kernels --csv "$out/bench_kernels.csv" ${BENCH_ARGS:-} 2>&1 | tee "$out/bench.log"
+if [ "${PROFILE:-0}" = 1 ]; then
+	echo "== ncu (one kimi hot T=1 layer)"
+	timeout 240 ncu --clock-control none --kernel-name regex:moe_kernel --launch-skip 3 --launch-count 1 \
+		--section SpeedOfLight --section WarpStateStats --section SourceCounters --section Occupancy \
+		--section MemoryWorkloadAnalysis ./build/release/bench/bench_kernels --profile >"$out/ncu.txt" 2>&1
+	echo "ncu exit $?"
+	grep -E "Duration|Memory Throughput|DRAM Throughput|Compute \(SM\)|Stall|stall|Warp Cycles|Issued Ipc|Achieved Occupancy" "$out/ncu.txt" | head -40
+fi

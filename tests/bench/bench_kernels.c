@@ -425,8 +425,10 @@ int main(int argc, char **argv)
 			}
 		} else if (!strcmp(argv[i], "--quick"))
 			quick = 1;
+		else if (!strcmp(argv[i], "--profile"))
+			quick = 2;
 		else {
-			printf("usage: bench_kernels [--reps N] [--csv FILE] [--quick]\n"
+			printf("usage: bench_kernels [--reps N] [--csv FILE] [--quick] [--profile]\n"
 			       "Fused dequant MoE kernels vs streaming-read and cuBLAS ceilings (needs a GPU).\n");
 			return strcmp(argv[i], "--help") && strcmp(argv[i], "-h") ? 2 : 0;
 		}
@@ -442,11 +444,19 @@ int main(int argc, char **argv)
 	printf("bench_kernels on %s, %d SMs\n", strata_gpu_name(), strata_gpu_sm_count());
 	if (g_csv)
 		fprintf(g_csv, "kind,shape,fmt,tokens,ms,ratio,gbs,tflops,tok_s\n");
-	measure_ceilings();
 	const struct shape shapes[] = {
 		{ "kimi", 7168, 1536, 16, 896, 16 },
 		{ "qwen", 2048, 768, 8, 128, 8 },
 	};
+	if (quick == 2) {
+		/* for a profiler: a few kimi hot decode layers, T=1 and T=16 */
+		const uint32_t t1[] = { 1, 16 };
+		g_read_gbs = 1;
+		g_reps = 3;
+		bench_decode(&shapes[0], STRATA_FMT_HOT, t1, 2);
+		return 0;
+	}
+	measure_ceilings();
 	const int fmts[] = { STRATA_FMT_HOT, STRATA_FMT_WARM, STRATA_FMT_COLD, STRATA_FMT_BF16 };
 	const uint32_t dec_tokens[] = { 1, 4, 16 };
 	for (int s = 0; s < 2; s++)
