@@ -5,7 +5,8 @@
 //             or global memory, with the same alignment mod 16 as in the file)
 //   decode8f(codes, scales, j, out)  weights 8j..8j+7 of the block as f32,
 //             bit-exact with the format's reference dequantize_row
-//   decode8(codes, scales, j, tab, out)  the same 8 weights as 4 packed bf16
+//   decode8(codes, scales, j, tab, out)  (32-bit shared-memory addresses)
+//             the same 8 weights as 4 packed bf16
 //             pairs (out[0] = w0 | w1 << 16, ...) for the tensor cores; when
 //             SCALED, without the block scale, which scale(scales) returns and
 //             the kernel applies to the block's partial sum (tab: the format's
@@ -20,6 +21,27 @@ extern "C" {
 #include "quant.h"
 }
 
+// Shared-memory loads at 32-bit shared addresses (keeps the hot loop's address
+// arithmetic 32-bit; volatile so they stay between the pipeline's barriers).
+__device__ __forceinline__ uint32_t lds32(uint32_t a)
+{
+	uint32_t v;
+	asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(a));
+	return v;
+}
+__device__ __forceinline__ uint32_t lds16(uint32_t a)
+{
+	unsigned short v;
+	asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(v) : "r"(a));
+	return v;
+}
+__device__ __forceinline__ uint4 lds128(uint32_t a)
+{
+	uint4 v;
+	asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
+	return v;
+}
+
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi)
 {
 	__nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
@@ -29,9 +51,9 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi)
 struct FmtBF16 {
 	static constexpr bool SCALED = false;
 	static constexpr uint32_t CODE_BYTES = 512, SCALE_BYTES = 0;
-	__device__ __forceinline__ static void decode8(const uint8_t *c, const uint8_t *, int j, const uint8_t *, uint32_t o[4])
+	__device__ __forceinline__ static void decode8(uint32_t c, uint32_t, int j, uint32_t, uint32_t o[4])
 	{
-		uint4 v = *reinterpret_cast<const uint4 *>(c + 16 * j);
+		uint4 v = lds128(c + 16 * j);
 		o[0] = v.x, o[1] = v.y, o[2] = v.z, o[3] = v.w;
 	}
 	__device__ __forceinline__ static void decode8f(const uint8_t *c, const uint8_t *, int j, float o[8])
@@ -45,12 +67,13 @@ struct FmtBF16 {
 struct FmtF32 {
 	static constexpr bool SCALED = false;
 	static constexpr uint32_t CODE_BYTES = 1024, SCALE_BYTES = 0;
-	__device__ __forceinline__ static void decode8(const uint8_t *c, const uint8_t *, int j, const uint8_t *, uint32_t o[4])
+	__device__ __forceinline__ static void decode8(uint32_t c, uint32_t, int j, uint32_t, uint32_t o[4])
 	{
-		const float4 *p = reinterpret_cast<const float4 *>(c + 32 * j);
-		float4 a = p[0], b = p[1];
-		o[0] = pack_bf16x2(a.x, a.y), o[1] = pack_bf16x2(a.z, a.w);
-		o[2] = pack_bf16x2(b.x, b.y), o[3] = pack_bf16x2(b.z, b.w);
+		uint4 a = lds128(c + 32 * j), b = lds128(c + 32 * j + 16);
+		o[0] = pack_bf16x2(__uint_as_float(a.x), __uint_as_float(a.y));
+		o[1] = pack_bf16x2(__uint_as_float(a.z), __uint_as_float(a.w));
+		o[2] = pack_bf16x2(__uint_as_float(b.x), __uint_as_float(b.y));
+		o[3] = pack_bf16x2(__uint_as_float(b.z), __uint_as_float(b.w));
 	}
 	__device__ __forceinline__ static void decode8f(const uint8_t *c, const uint8_t *, int j, float o[8])
 	{

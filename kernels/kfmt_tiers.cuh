@@ -45,20 +45,26 @@ template <int FMT> struct FmtTier {
 		uint32_t p = BITS8 * j, q = p >> 5, q1 = q + 1 == NW ? 0 : q + 1;
 		return __funnelshift_r(w[q], w[q1], p & 31);
 	}
+	__device__ __forceinline__ static uint32_t bits_s(uint32_t c, int j)
+	{
+		uint32_t p = BITS8 * j, q = p >> 5, q1 = q + 1 == NW ? 0 : q + 1;
+		return __funnelshift_r(lds32(c + 4 * q), lds32(c + 4 * q1), p & 31);
+	}
 	__device__ __forceinline__ static float scale(const uint8_t *s)
 	{
 		return __uint_as_float((uint32_t)*reinterpret_cast<const uint16_t *>(s) << 16);
 	}
-	// tab: this lane's view of the replicated table (see TAB_COPIES): entry w of
-	// copy c is the 32-bit word 4w + c, holding bf16(table[w]) in its low half.
-	__device__ __forceinline__ static uint32_t look(const uint8_t *tab, uint32_t x, uint32_t r)
+	__device__ __forceinline__ static float scale(uint32_t s) { return __uint_as_float(lds16(s) << 16); }
+	// tab: shared address of this lane's view of the replicated table (see
+	// TAB_COPIES): entry w of copy c is the 32-bit word 4w + c, holding
+	// bf16(table[w]) in its low half.
+	__device__ __forceinline__ static uint32_t look(uint32_t tab, uint32_t x, uint32_t r)
 	{
-		return *reinterpret_cast<const uint32_t *>(tab + (((x >> r) & STRATA_TCQ_MASK) << 4));
+		return lds32(tab + (((x >> r) & STRATA_TCQ_MASK) << 4));
 	}
-	__device__ __forceinline__ static void decode8(const uint8_t *c, const uint8_t *, int j, const uint8_t *tab,
-						       uint32_t o[4])
+	__device__ __forceinline__ static void decode8(uint32_t c, uint32_t, int j, uint32_t tab, uint32_t o[4])
 	{
-		uint32_t x = bits(c, j);
+		uint32_t x = bits_s(c, j);
 #pragma unroll
 		for (int k = 0; k < 4; k++)
 			o[k] = __byte_perm(look(tab, x, rel(2 * k)), look(tab, x, rel(2 * k + 1)), 0x5410);

@@ -161,7 +161,7 @@ __device__ __forceinline__ bool row_src(const MoeParams &p, const Task &k, int i
 	return true;
 }
 
-template <int NT, int MT> __device__ void issue_stage(const MoeParams &p, const Task &k, uint32_t buf)
+template <int NT, int MT> __device__ void issue_stage(const MoeParams &p, const Task &k, uint32_t buf, uint8_t *roff)
 {
 	using G = Geo<NT, MT>;
 	const FmtTab &f = p.tab[k.fmt];
@@ -170,8 +170,15 @@ template <int NT, int MT> __device__ void issue_stage(const MoeParams &p, const 
 	for (int i = warp; i < G::ROWS; i += NWARPS) {
 		const uint8_t *c, *s;
 		uint32_t cn, sn;
-		if (!row_src<NT, MT>(p, k, i, c, s, cn, sn))
+		if (!row_src<NT, MT>(p, k, i, c, s, cn, sn)) {
+			if (lane == 0)
+				roff[2 * i] = roff[2 * i + 1] = 0;
 			continue;
+		}
+		if (lane == 0) {
+			roff[2 * i] = (uint8_t)((uintptr_t)c & 15);
+			roff[2 * i + 1] = (uint8_t)((uintptr_t)s & 15);
+		}
 		uint32_t row = buf + i * pitch;
 		const uint8_t *c0 = (const uint8_t *)((uintptr_t)c & ~(uintptr_t)15);
 		uint32_t nc = (uint32_t)(((uintptr_t)c + cn + 15 - (uintptr_t)c0) >> 4);
@@ -211,8 +218,8 @@ __device__ __forceinline__ void load_x8(const float *row, uint32_t k, uint32_t c
 }
 
 template <class F, int NT, int MT>
-__device__ __forceinline__ void compute_stage(const MoeParams &p, const Task &k, const uint8_t *sbuf,
-					      const uint8_t *tab, float (&acc)[MT][NT][4])
+__device__ __forceinline__ void compute_stage(const MoeParams &p, const Task &k, uint32_t sbuf,
+					      const uint8_t *roff, uint32_t tab, float (&acc)[MT][NT][4])
 {
 	using G = Geo<NT, MT>;
 	const FmtTab &f = p.tab[k.fmt];
@@ -223,20 +230,16 @@ __device__ __forceinline__ void compute_stage(const MoeParams &p, const Task &k,
 	const uint32_t nunits = (k1 - k0) / 32;
 	const uint32_t pitch = f.pitch[d];
 
-	// Shared-memory codes/scales of this lane's rows (g and g+8 of every tile).
-	const uint8_t *rc[MT][2], *rs[MT][2];
+	// Shared addresses of this lane's rows (g and g+8 of every tile); the issuing
+	// warp recorded each row's misalignment in roff.
+	uint32_t rc[MT][2], rs[MT][2];
 #pragma unroll
 	for (int m = 0; m < MT; m++)
 #pragma unroll
 		for (int h = 0; h < 2; h++) {
 			int i = m * 16 + g + 8 * h;
-			const uint8_t *c, *sc;
-			uint32_t cn, sn;
-			uintptr_t co = 0, so = 0;
-			if (row_src<NT, MT>(p, k, i, c, sc, cn, sn))
-				co = (uintptr_t)c & 15, so = (uintptr_t)sc & 15;
-			rc[m][h] = sbuf + i * pitch + co;
-			rs[m][h] = sbuf + i * pitch + f.cpitch[d] + so;
+			rc[m][h] = sbuf + i * pitch + roff[2 * i];
+			rs[m][h] = sbuf + i * pitch + f.cpitch[d] + roff[2 * i + 1];
 		}
 	// Activation rows of this lane's tokens (g, g+8, ...) of the tile.
 	const float *xr[NT];
@@ -332,7 +335,9 @@ __global__ void __launch_bounds__(NTHREADS, 1) moe_kernel(const __grid_constant_
 			__nv_bfloat16 v = __float2bfloat16_rn(g_tcq[i / STRATA_TAB_COPIES]);
 			tab[i] = *reinterpret_cast<uint16_t *>(&v);
 		}
-	const uint8_t *ltab = reinterpret_cast<const uint8_t *>(tab) + 4 * (tid & 3);
+	const uint32_t ltab = (uint32_t)__cvta_generic_to_shared(tab) + 4 * (tid & 3);
+	// Per stage buffer and row: misalignment (mod 16) of the row's codes and scales.
+	uint8_t *roffs = reinterpret_cast<uint8_t *>(tab) + TAB_BYTES;
 
 	Task ld, cp;
 	ld.t = blockIdx.x, ld.kc = 0;
@@ -342,7 +347,7 @@ __global__ void __launch_bounds__(NTHREADS, 1) moe_kernel(const __grid_constant_
 	// Prologue: NSTAGE-1 stages in flight.
 	for (int s = 0; s < NSTAGE - 1; s++) {
 		if (ld.t < p.n_tasks) {
-			issue_stage<NT, MT>(p, ld, sbase + s * STAGE_BYTES);
+			issue_stage<NT, MT>(p, ld, sbase + s * STAGE_BYTES, roffs + s * 2 * G::ROWS);
 			if (++ld.kc == ld.nkc) {
 				ld.t += gridDim.x, ld.kc = 0;
 				if (ld.t < p.n_tasks)
@@ -356,7 +361,8 @@ __global__ void __launch_bounds__(NTHREADS, 1) moe_kernel(const __grid_constant_
 		cp_wait<NSTAGE - 2>();
 		__syncthreads();
 		if (ld.t < p.n_tasks) {
-			issue_stage<NT, MT>(p, ld, sbase + ((it + NSTAGE - 1) % NSTAGE) * STAGE_BYTES);
+			issue_stage<NT, MT>(p, ld, sbase + ((it + NSTAGE - 1) % NSTAGE) * STAGE_BYTES,
+					    roffs + ((it + NSTAGE - 1) % NSTAGE) * 2 * G::ROWS);
 			if (++ld.kc == ld.nkc) {
 				ld.t += gridDim.x, ld.kc = 0;
 				if (ld.t < p.n_tasks)
@@ -380,8 +386,9 @@ __global__ void __launch_bounds__(NTHREADS, 1) moe_kernel(const __grid_constant_
 				__syncthreads();
 			}
 		}
-		const uint8_t *sbuf = smem + (it % NSTAGE) * STAGE_BYTES;
-		STRATA_FMT_SWITCH(cp.fmt, (compute_stage<F, NT, MT>(p, cp, sbuf, ltab, acc)));
+		const uint32_t sbuf = sbase + (it % NSTAGE) * STAGE_BYTES;
+		const uint8_t *roff = roffs + (it % NSTAGE) * 2 * G::ROWS;
+		STRATA_FMT_SWITCH(cp.fmt, (compute_stage<F, NT, MT>(p, cp, sbuf, roff, ltab, acc)));
 
 		if (++cp.kc == cp.nkc) {
 			// Epilogue: reduce the warps' partial sums, then write h or accumulate y.
@@ -581,7 +588,11 @@ int fill_tab(int fmt, uint32_t hidden, uint32_t inter, int rows_per_stage, FmtTa
 			uint32_t cp = ((uint32_t)((uint64_t)k * t->cb / 256) + 15) / 16 * 16 + 16;
 			uint32_t sp = t->sb ? ((k + 255) / 256 * t->sb + 15) / 16 * 16 + 16 : 0;
 			uint32_t pitch = cp + sp;
-			pitch = (pitch + 63) / 128 * 128 + 64; // == 64 mod 128: conflict-free 16-byte rows
+			// Row pitch mod 128 bytes: 64 for the passthrough formats (a quarter warp's
+			// 16-byte loads from rows g, g+1 hit disjoint banks), 16 for the tier formats
+			// (32-bit code-word loads of rows 0..7 land 4 banks apart).
+			uint32_t want = tr->block == 1 ? 64 : 16;
+			pitch = (pitch + 127 - want) / 128 * 128 + want;
 			if ((uint64_t)pitch * rows_per_stage > STAGE_BYTES)
 				break;
 			best = k, bp = pitch, bc = cp;
@@ -614,7 +625,7 @@ template <int NT, int MT>
 int launch(MoeParams *p, cudaStream_t st, int variant, struct strata_error *err)
 {
 	using G = Geo<NT, MT>;
-	size_t smem = NSTAGE * STAGE_BYTES + G::ROWS * G::TN * sizeof(float) + TAB_BYTES;
+	size_t smem = NSTAGE * STAGE_BYTES + G::ROWS * G::TN * sizeof(float) + TAB_BYTES + NSTAGE * 2 * G::ROWS;
 	if (!g_ctx.attr_set[variant]) {
 		CU_TRY(err, cudaFuncSetAttribute(moe_kernel<NT, MT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
 						 (int)smem));

@@ -26,5 +26,9 @@ if [ "${PROFILE:-0}" = 1 ]; then
 		--section SpeedOfLight --section WarpStateStats --section SourceCounters --section Occupancy \
 		--section MemoryWorkloadAnalysis ./build/release/bench/bench_kernels --profile >"$out/ncu.txt" 2>&1
 	echo "ncu exit $?"
+	timeout 200 ncu --clock-control none --kernel-name regex:moe_kernel --launch-skip 3 --launch-count 1 \
+		--section SourceCounters --section WarpStateStats --import-source no --page source --print-source sass \
+		--csv ./build/release/bench/bench_kernels --profile >"$out/ncu_sass.csv" 2>&1
+	echo "ncu sass exit $?"
 	grep -E "Duration|Memory Throughput|DRAM Throughput|Compute \(SM\)|Stall|stall|Warp Cycles|Issued Ipc|Achieved Occupancy" "$out/ncu.txt" | head -40
 fi
