@@ -54,3 +54,5 @@ int strata_gpu_graph_begin(strata_gpu_stream *stream, struct strata_error *err) 
 int strata_gpu_graph_end(strata_gpu_stream *stream, strata_gpu_graph **graph, struct strata_error *err) { *graph = NULL; return NOGPU(err); }
 int strata_gpu_graph_launch(strata_gpu_graph *graph, strata_gpu_stream *stream, struct strata_error *err) { return NOGPU(err); }
 void strata_gpu_graph_free(strata_gpu_graph *graph) { (void)graph; }
+int strata_gpu_fill_random(void *d_buf, size_t bytes, uint64_t seed, strata_gpu_stream *stream,
+			   struct strata_error *err) { return NOGPU(err); }

@@ -95,6 +95,9 @@ int strata_gpu_fill_f32(float *d_buf, size_t n, uint64_t seed, float scale, stra
 			struct strata_error *err);
 int strata_gpu_fill_bf16(uint16_t *d_buf, size_t n, uint64_t seed, float scale, strata_gpu_stream *stream,
 			 struct strata_error *err);
+/* Fill bytes (a multiple of 4) with uniformly random bits (tier code streams). */
+int strata_gpu_fill_random(void *d_buf, size_t bytes, uint64_t seed, strata_gpu_stream *stream,
+			   struct strata_error *err);
 /* Number of multiprocessors of the current device (0 without one). */
 int strata_gpu_sm_count(void);
 /* Capture everything enqueued on `stream` (not the default stream) between

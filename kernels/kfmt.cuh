@@ -5,7 +5,8 @@
 //             or global memory, with the same alignment mod 16 as in the file)
 //   decode8f(codes, scales, j, out)  weights 8j..8j+7 of the block as f32,
 //             bit-exact with the format's reference dequantize_row
-//   decode8(codes, scales, j, tab, out)  (32-bit shared-memory addresses)
+//   decode8(codes, scales, j, t4, out)  (byte offsets into g_smem; t4 = 4 x the
+//             lane's index in its quad, selecting its copy of a lookup table)
 //             the same 8 weights as 4 packed bf16
 //             pairs (out[0] = w0 | w1 << 16, ...) for the tensor cores; when
 //             SCALED, without the block scale, which scale(scales) returns and
@@ -21,26 +22,14 @@ extern "C" {
 #include "quant.h"
 }
 
-// Shared-memory loads at 32-bit shared addresses (keeps the hot loop's address
-// arithmetic 32-bit; volatile so they stay between the pipeline's barriers).
-__device__ __forceinline__ uint32_t lds32(uint32_t a)
-{
-	uint32_t v;
-	asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(a));
-	return v;
-}
-__device__ __forceinline__ uint32_t lds16(uint32_t a)
-{
-	unsigned short v;
-	asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(v) : "r"(a));
-	return v;
-}
-__device__ __forceinline__ uint4 lds128(uint32_t a)
-{
-	uint4 v;
-	asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
-	return v;
-}
+// The kernels' dynamic shared memory.  The fused kernel lays it out as
+// [codebook copies | stage buffers | ...]; the mma-path decoders address it
+// with 32-bit byte offsets from its start (compiler-visible loads, so address
+// arithmetic stays 32-bit and constant offsets fold into the instruction).
+extern __shared__ __align__(128) uint8_t g_smem[];
+__device__ __forceinline__ uint32_t lds32(uint32_t o) { return *reinterpret_cast<const uint32_t *>(g_smem + o); }
+__device__ __forceinline__ uint32_t lds16(uint32_t o) { return *reinterpret_cast<const uint16_t *>(g_smem + o); }
+__device__ __forceinline__ uint4 lds128(uint32_t o) { return *reinterpret_cast<const uint4 *>(g_smem + o); }
 
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi)
 {

@@ -17,9 +17,8 @@
 #define STRATA_GPU_HAVE_TIERS 1
 // The mma path keeps TAB_COPIES copies of the table in shared memory, one
 // 32-bit word per entry, interleaved so that copy c sits in banks c, c+4, ...:
-// lane (g, t) reads copy t, so its 8 lanes spread random lookups over 8 banks
-// instead of 32 lanes over 32 (fewer bank conflicts on the hot loop's one
-// random access per weight).
+// lane (g, t) reads copy t, so 8 lanes spread random lookups over 8 banks
+// (fewer bank conflicts on the hot loop's one random access per weight).
 #define STRATA_TAB_COPIES 4
 
 // The codebook as float, copied from quant_tables.h at context start.
@@ -55,19 +54,23 @@ template <int FMT> struct FmtTier {
 		return __uint_as_float((uint32_t)*reinterpret_cast<const uint16_t *>(s) << 16);
 	}
 	__device__ __forceinline__ static float scale(uint32_t s) { return __uint_as_float(lds16(s) << 16); }
-	// tab: shared address of this lane's view of the replicated table (see
-	// TAB_COPIES): entry w of copy c is the 32-bit word 4w + c, holding
-	// bf16(table[w]) in its low half.
-	__device__ __forceinline__ static uint32_t look(uint32_t tab, uint32_t x, uint32_t r)
+	// The mma path keeps STRATA_TAB_COPIES copies of the codebook at the start of
+	// g_smem: entry w of copy c is the 32-bit word 4w + c (bf16(table[w]) in its
+	// low half); lane t of a quad reads copy t (t4 = 4t).  Offset of entry
+	// (x >> R) & 0xfff in copy t: ((x >> (R - 4)) & 0xfff0) | t4, one shift and one
+	// LOP3 per lookup.
+	template <uint32_t R> __device__ __forceinline__ static uint32_t look(uint32_t x, uint32_t t4)
 	{
-		return lds32(tab + (((x >> r) & STRATA_TCQ_MASK) << 4));
+		uint32_t v = R >= 4 ? x >> (R - 4) : x << (4 - R);
+		return lds32((v & 0xfff0u) | t4);
 	}
-	__device__ __forceinline__ static void decode8(uint32_t c, uint32_t, int j, uint32_t tab, uint32_t o[4])
+	__device__ __forceinline__ static void decode8(uint32_t c, uint32_t, int j, uint32_t t4, uint32_t o[4])
 	{
 		uint32_t x = bits_s(c, j);
-#pragma unroll
-		for (int k = 0; k < 4; k++)
-			o[k] = __byte_perm(look(tab, x, rel(2 * k)), look(tab, x, rel(2 * k + 1)), 0x5410);
+		o[0] = __byte_perm(look<rel(0)>(x, t4), look<rel(1)>(x, t4), 0x5410);
+		o[1] = __byte_perm(look<rel(2)>(x, t4), look<rel(3)>(x, t4), 0x5410);
+		o[2] = __byte_perm(look<rel(4)>(x, t4), look<rel(5)>(x, t4), 0x5410);
+		o[3] = __byte_perm(look<rel(6)>(x, t4), look<rel(7)>(x, t4), 0x5410);
 	}
 	__device__ __forceinline__ static void decode8f(const uint8_t *c, const uint8_t *s, int j, float o[8])
 	{

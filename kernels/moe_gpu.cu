@@ -76,11 +76,41 @@ struct MoeParams {
 	float w[STRATA_MOE_MAX_ASSIGN];
 };
 
-__device__ __forceinline__ void cp_async16(uint32_t smem, const void *gmem)
+[[maybe_unused]] __device__ __forceinline__ void cp_async16(uint32_t smem, const void *gmem)
 {
 	asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem), "l"(gmem));
 }
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+// Stage copies: STRATA_BULK=1 uses the Hopper bulk copy engine (cp.async.bulk,
+// one instruction per row and region, completion counted in bytes on one
+// mbarrier per stage buffer); 0 uses 16-byte cp.async from every lane.
+#ifndef STRATA_BULK
+#define STRATA_BULK 1
+#endif
+[[maybe_unused]] __device__ __forceinline__ void bulk_copy(uint32_t dst, const void *src, uint32_t bytes, uint32_t mbar)
+{
+	asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+		     ::"r"(dst), "l"(src), "r"(bytes), "r"(mbar) : "memory");
+}
+__device__ __forceinline__ void mbar_init(uint32_t mbar, uint32_t count)
+{
+	asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(mbar), "r"(count) : "memory");
+}
+[[maybe_unused]] __device__ __forceinline__ void mbar_expect_arrive(uint32_t mbar, uint32_t bytes)
+{
+	asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(mbar), "r"(bytes) : "memory");
+}
+[[maybe_unused]] __device__ __forceinline__ void mbar_wait(uint32_t mbar, uint32_t parity)
+{
+	uint32_t ok;
+	do {
+		asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+			     "selp.u32 %0, 1, 0, p;\n\t}\n"
+			     : "=r"(ok) : "r"(mbar), "r"(parity) : "memory");
+	} while (!ok);
+}
+[[maybe_unused]] __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
 __device__ __forceinline__ void mma_bf16(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
@@ -136,45 +166,67 @@ template <int NT, int MT> __device__ __forceinline__ void task_info(const MoePar
 	k.nkc = (f.pc[k.down] + f.kc[k.down] - 1) / f.kc[k.down];
 }
 
-// Global source of stage row i (codes and scales), or false if the row is past the matrix.
 template <int NT, int MT>
-__device__ __forceinline__ bool row_src(const MoeParams &p, const Task &k, int i, const uint8_t *&c,
-					const uint8_t *&s, uint32_t &cn, uint32_t &sn)
+__device__ void issue_stage(const MoeParams &p, const Task &k, uint32_t buf, uint8_t *roff, uint32_t mbar)
 {
-	using G = Geo<NT, MT>;
-	const FmtTab &f = p.tab[k.fmt];
-	uint32_t m, r, rows;
-	if (k.down) {
-		m = 2, r = k.rt * G::RD + i, rows = p.hidden;
-	} else {
-		m = i < G::RG ? 0 : 1, r = k.rt * G::RG + (i % G::RG), rows = p.inter;
-	}
-	if (r >= rows)
-		return false;
-	uint32_t d = k.down;
-	uint32_t k0 = k.kc * f.kc[d], k1 = min(k0 + f.kc[d], f.pc[d]);
-	const uint8_t *mat = p.slot[k.slot].ext + f.off[m];
-	c = mat + r * f.rowc[d] + (uint64_t)k0 * f.cb / 256;
-	cn = (uint32_t)((uint64_t)(k1 - k0) * f.cb / 256);
-	s = mat + f.soff[d] + r * f.rows_[d] + (uint64_t)(k0 / 256) * f.sb;
-	sn = f.sb ? (k1 - k0 + 255) / 256 * f.sb : 0;
-	return true;
-}
-
-template <int NT, int MT> __device__ void issue_stage(const MoeParams &p, const Task &k, uint32_t buf, uint8_t *roff)
-{
+	// Stage rows: gate|up task: RG rows of gate then the same RG rows of up;
+	// down task: RD rows of down.  Invariants hoisted out of the row loop.
 	using G = Geo<NT, MT>;
 	const FmtTab &f = p.tab[k.fmt];
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-	uint32_t pitch = f.pitch[k.down];
+	const uint32_t d = k.down, kcw = f.kc[d], k0 = k.kc * kcw, k1 = min(k0 + kcw, f.pc[d]);
+	const uint64_t rowc = f.rowc[d], rows_ = f.rows_[d];
+	const uint32_t cn = (uint32_t)((uint64_t)(k1 - k0) * f.cb / 256);
+	const uint32_t sn = f.sb ? (k1 - k0 + 255) / 256 * f.sb : 0;
+	const uint32_t pitch = f.pitch[d], cpitch = f.cpitch[d];
+	const uint8_t *ext = p.slot[k.slot].ext;
+	const uint64_t koc = (uint64_t)k0 * f.cb / 256, kos = (uint64_t)(k0 / 256) * f.sb + f.soff[d];
+	const uint8_t *m0 = ext + f.off[d ? 2 : 0], *m1 = ext + f.off[d ? 2 : 1];
+	const uint32_t nrows = d ? p.hidden : p.inter, per = d ? G::RD : G::RG, row0 = k.rt * per;
+#if STRATA_BULK
+	// Lane q of warp w copies stage row w + 8q (codes, then scales) with the bulk
+	// copy engine; lane 0 first announces the warp's bytes on the stage's mbarrier.
+	static_assert(G::ROWS / NWARPS <= 32, "rows per warp");
+	const int i = warp + NWARPS * lane;
+	uint32_t bytes = 0, nc = 0, ns = 0;
+	const uint8_t *c0 = nullptr, *s0 = nullptr;
+	if (lane < G::ROWS / NWARPS) {
+		uint32_t r = row0 + (d ? i : i % G::RG);
+		if (r < nrows) {
+			const uint8_t *mat = !d && i >= G::RG ? m1 : m0;
+			const uint8_t *c = mat + r * rowc + koc, *s = mat + r * rows_ + kos;
+			roff[2 * i] = (uint8_t)((uintptr_t)c & 15);
+			roff[2 * i + 1] = (uint8_t)((uintptr_t)s & 15);
+			c0 = (const uint8_t *)((uintptr_t)c & ~(uintptr_t)15);
+			nc = (uint32_t)(((uintptr_t)c + cn + 15 - (uintptr_t)c0) >> 4);
+			if (sn) {
+				s0 = (const uint8_t *)((uintptr_t)s & ~(uintptr_t)15);
+				ns = (uint32_t)(((uintptr_t)s + sn + 15 - (uintptr_t)s0) >> 4);
+			}
+			bytes = 16 * (nc + ns);
+		} else {
+			roff[2 * i] = roff[2 * i + 1] = 0;
+		}
+	}
+	uint32_t total = __reduce_add_sync(0xffffffffu, bytes);
+	if (lane == 0)
+		mbar_expect_arrive(mbar, total);
+	__syncwarp();
+	if (nc)
+		bulk_copy(buf + i * pitch, c0, 16 * nc, mbar);
+	if (ns)
+		bulk_copy(buf + i * pitch + cpitch, s0, 16 * ns, mbar);
+#else
+	(void)mbar;
 	for (int i = warp; i < G::ROWS; i += NWARPS) {
-		const uint8_t *c, *s;
-		uint32_t cn, sn;
-		if (!row_src<NT, MT>(p, k, i, c, s, cn, sn)) {
+		uint32_t r = row0 + (d ? i : i % G::RG);
+		if (r >= nrows) {
 			if (lane == 0)
 				roff[2 * i] = roff[2 * i + 1] = 0;
 			continue;
 		}
+		const uint8_t *mat = !d && i >= G::RG ? m1 : m0;
+		const uint8_t *c = mat + r * rowc + koc, *s = mat + r * rows_ + kos;
 		if (lane == 0) {
 			roff[2 * i] = (uint8_t)((uintptr_t)c & 15);
 			roff[2 * i + 1] = (uint8_t)((uintptr_t)s & 15);
@@ -188,9 +240,10 @@ template <int NT, int MT> __device__ void issue_stage(const MoeParams &p, const 
 			const uint8_t *s0 = (const uint8_t *)((uintptr_t)s & ~(uintptr_t)15);
 			uint32_t ns = (uint32_t)(((uintptr_t)s + sn + 15 - (uintptr_t)s0) >> 4);
 			for (uint32_t j = lane; j < ns; j += 32)
-				cp_async16(row + f.cpitch[k.down] + 16 * j, s0 + 16 * j);
+				cp_async16(row + cpitch + 16 * j, s0 + 16 * j);
 		}
 	}
+#endif
 }
 
 // Eight consecutive activations (k..k+7) of one row; zeros past cols.  x rows
@@ -219,7 +272,7 @@ __device__ __forceinline__ void load_x8(const float *row, uint32_t k, uint32_t c
 
 template <class F, int NT, int MT>
 __device__ __forceinline__ void compute_stage(const MoeParams &p, const Task &k, uint32_t sbuf,
-					      const uint8_t *roff, uint32_t tab, float (&acc)[MT][NT][4])
+					      const uint8_t *roff, uint32_t t4, float (&acc)[MT][NT][4])
 {
 	using G = Geo<NT, MT>;
 	const FmtTab &f = p.tab[k.fmt];
@@ -290,8 +343,8 @@ __device__ __forceinline__ void compute_stage(const MoeParams &p, const Task &k,
 #pragma unroll
 		for (int m = 0; m < MT; m++) {
 			uint32_t a[2][4];
-			F::decode8(rc[m][0] + bl * F::CODE_BYTES, rs[m][0] + bl * F::SCALE_BYTES, j, tab, a[0]);
-			F::decode8(rc[m][1] + bl * F::CODE_BYTES, rs[m][1] + bl * F::SCALE_BYTES, j, tab, a[1]);
+			F::decode8(rc[m][0] + bl * F::CODE_BYTES, rs[m][0] + bl * F::SCALE_BYTES, j, t4, a[0]);
+			F::decode8(rc[m][1] + bl * F::CODE_BYTES, rs[m][1] + bl * F::SCALE_BYTES, j, t4, a[1]);
 			if constexpr (F::SCALED) {
 				// One block per unit: the block scales of rows g and g+8 apply
 				// to this unit's partial sums.
@@ -322,10 +375,13 @@ template <int NT, int MT>
 __global__ void __launch_bounds__(NTHREADS, 1) moe_kernel(const __grid_constant__ MoeParams p)
 {
 	using G = Geo<NT, MT>;
-	extern __shared__ __align__(128) uint8_t smem[];
-	float *red = reinterpret_cast<float *>(smem + NSTAGE * STAGE_BYTES);
-	uint32_t *tab = reinterpret_cast<uint32_t *>(red + G::ROWS * G::TN);
-	const uint32_t sbase = (uint32_t)__cvta_generic_to_shared(smem);
+	// Dynamic shared memory: [codebook copies | NSTAGE stage buffers | red | roff].
+	// Stage buffers and the table are addressed by offsets from g_smem.
+	uint8_t *smem = g_smem;
+	uint32_t *tab = reinterpret_cast<uint32_t *>(smem);
+	float *red = reinterpret_cast<float *>(smem + TAB_BYTES + NSTAGE * STAGE_BYTES);
+	const uint32_t sbase = (uint32_t)__cvta_generic_to_shared(smem) + TAB_BYTES; // for cp.async
+	const uint32_t obase = TAB_BYTES;                                              // for lds*
 	const int tid = threadIdx.x;
 	for (int i = tid; i < G::ROWS * G::TN; i += NTHREADS)
 		red[i] = 0.0f;
@@ -335,9 +391,17 @@ __global__ void __launch_bounds__(NTHREADS, 1) moe_kernel(const __grid_constant_
 			__nv_bfloat16 v = __float2bfloat16_rn(g_tcq[i / STRATA_TAB_COPIES]);
 			tab[i] = *reinterpret_cast<uint16_t *>(&v);
 		}
-	const uint32_t ltab = (uint32_t)__cvta_generic_to_shared(tab) + 4 * (tid & 3);
+	const uint32_t t4 = 4 * (tid & 3);
 	// Per stage buffer and row: misalignment (mod 16) of the row's codes and scales.
-	uint8_t *roffs = reinterpret_cast<uint8_t *>(tab) + TAB_BYTES;
+	uint8_t *roffs = reinterpret_cast<uint8_t *>(red + G::ROWS * G::TN);
+	// One mbarrier per stage buffer (bulk copies), after roffs.
+	const uint32_t mbar0 = (uint32_t)__cvta_generic_to_shared(roffs + NSTAGE * 2 * G::ROWS);
+	if (STRATA_BULK && tid == 0) {
+		for (int b = 0; b < NSTAGE; b++)
+			mbar_init(mbar0 + 8 * b, NWARPS);
+		asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+	}
+	__syncthreads();
 
 	Task ld, cp;
 	ld.t = blockIdx.x, ld.kc = 0;
@@ -347,7 +411,7 @@ __global__ void __launch_bounds__(NTHREADS, 1) moe_kernel(const __grid_constant_
 	// Prologue: NSTAGE-1 stages in flight.
 	for (int s = 0; s < NSTAGE - 1; s++) {
 		if (ld.t < p.n_tasks) {
-			issue_stage<NT, MT>(p, ld, sbase + s * STAGE_BYTES, roffs + s * 2 * G::ROWS);
+			issue_stage<NT, MT>(p, ld, sbase + s * STAGE_BYTES, roffs + s * 2 * G::ROWS, mbar0 + 8 * s);
 			if (++ld.kc == ld.nkc) {
 				ld.t += gridDim.x, ld.kc = 0;
 				if (ld.t < p.n_tasks)
@@ -358,11 +422,17 @@ __global__ void __launch_bounds__(NTHREADS, 1) moe_kernel(const __grid_constant_
 	}
 	float acc[MT][NT][4];
 	for (uint32_t it = 0; cp.t < p.n_tasks; it++) {
+#if STRATA_BULK
+		mbar_wait(mbar0 + 8 * (it % NSTAGE), (it / NSTAGE) & 1);
+		fence_proxy_async(); // this thread's reads of the buffer refilled below precede the copy engine's writes
+#else
 		cp_wait<NSTAGE - 2>();
+#endif
 		__syncthreads();
 		if (ld.t < p.n_tasks) {
 			issue_stage<NT, MT>(p, ld, sbase + ((it + NSTAGE - 1) % NSTAGE) * STAGE_BYTES,
-					    roffs + ((it + NSTAGE - 1) % NSTAGE) * 2 * G::ROWS);
+					    roffs + ((it + NSTAGE - 1) % NSTAGE) * 2 * G::ROWS,
+					    mbar0 + 8 * ((it + NSTAGE - 1) % NSTAGE));
 			if (++ld.kc == ld.nkc) {
 				ld.t += gridDim.x, ld.kc = 0;
 				if (ld.t < p.n_tasks)
@@ -386,9 +456,9 @@ __global__ void __launch_bounds__(NTHREADS, 1) moe_kernel(const __grid_constant_
 				__syncthreads();
 			}
 		}
-		const uint32_t sbuf = sbase + (it % NSTAGE) * STAGE_BYTES;
+		const uint32_t sbuf = obase + (it % NSTAGE) * STAGE_BYTES;
 		const uint8_t *roff = roffs + (it % NSTAGE) * 2 * G::ROWS;
-		STRATA_FMT_SWITCH(cp.fmt, (compute_stage<F, NT, MT>(p, cp, sbuf, roff, ltab, acc)));
+		STRATA_FMT_SWITCH(cp.fmt, (compute_stage<F, NT, MT>(p, cp, sbuf, roff, t4, acc)));
 
 		if (++cp.kc == cp.nkc) {
 			// Epilogue: reduce the warps' partial sums, then write h or accumulate y.
@@ -399,7 +469,7 @@ __global__ void __launch_bounds__(NTHREADS, 1) moe_kernel(const __grid_constant_
 			const int lane = tid & 31, g = lane >> 2, t = lane & 3;
 			constexpr int RT = G::ROWS * G::TN;
 			constexpr bool PARTS = NWARPS * RT * 4 <= (int)STAGE_BYTES;
-			float *part = reinterpret_cast<float *>(smem + (it % NSTAGE) * STAGE_BYTES);
+			float *part = reinterpret_cast<float *>(smem + obase + (it % NSTAGE) * STAGE_BYTES);
 			if constexpr (PARTS)
 				__syncthreads(); // every warp is done reading the stage
 #pragma unroll
@@ -537,6 +607,16 @@ __global__ void fill_bf16_kernel(uint16_t *p, size_t n, uint64_t seed, float sca
 	}
 }
 
+__global__ void fill_random_kernel(uint32_t *p, size_t n, uint64_t seed)
+{
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+		uint64_t z = seed + 0x9e3779b97f4a7c15ull * (i + 1);
+		z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+		z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+		p[i] = (uint32_t)(z ^ (z >> 31));
+	}
+}
+
 // ---- host side ----
 
 struct Ctx {
@@ -625,7 +705,7 @@ template <int NT, int MT>
 int launch(MoeParams *p, cudaStream_t st, int variant, struct strata_error *err)
 {
 	using G = Geo<NT, MT>;
-	size_t smem = NSTAGE * STAGE_BYTES + G::ROWS * G::TN * sizeof(float) + TAB_BYTES + NSTAGE * 2 * G::ROWS;
+	size_t smem = NSTAGE * STAGE_BYTES + G::ROWS * G::TN * sizeof(float) + TAB_BYTES + NSTAGE * 2 * G::ROWS + 8 * NSTAGE;
 	if (!g_ctx.attr_set[variant]) {
 		CU_TRY(err, cudaFuncSetAttribute(moe_kernel<NT, MT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
 						 (int)smem));
@@ -916,4 +996,12 @@ extern "C" void strata_gpu_graph_free(strata_gpu_graph *graph)
 	if (graph->g)
 		cudaGraphDestroy(graph->g);
 	free(graph);
+}
+
+extern "C" int strata_gpu_fill_random(void *d_buf, size_t bytes, uint64_t seed, strata_gpu_stream *stream,
+				      struct strata_error *err)
+{
+	fill_random_kernel<<<1024, 256, 0, (cudaStream_t)stream>>>((uint32_t *)d_buf, bytes / 4, seed);
+	CU_TRY(err, cudaGetLastError());
+	return STRATA_OK;
 }

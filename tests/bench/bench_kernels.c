@@ -145,10 +145,13 @@ struct shape {
 /* Fill n experts of fmt at base (stride E.bytes) with random valid data. */
 static void fill_experts(int fmt, const struct strata_expert_layout *E, uint8_t *base, uint32_t n, uint64_t seed)
 {
-	/* random bf16 values everywhere: valid bf16 weights, random code streams for the tiers */
-	CHECK(strata_gpu_fill_bf16((uint16_t *)base, (size_t)n * E->bytes / 2, seed, 0.05f, g_st, &g_err));
-	if (fmt < STRATA_FMT_HOT)
+	/* bf16: random values; tiers: uniformly random code streams (what a trellis
+	 * encoder's output looks like to the decoder) and random bf16 block scales */
+	if (fmt < STRATA_FMT_HOT) {
+		CHECK(strata_gpu_fill_bf16((uint16_t *)base, (size_t)n * E->bytes / 2, seed, 0.05f, g_st, &g_err));
 		return;
+	}
+	CHECK(strata_gpu_fill_random(base, (size_t)n * E->bytes, seed, g_st, &g_err));
 	const struct strata_matrix_layout *m[3] = { &E->gate, &E->up, &E->down };
 	const uint64_t off[3] = { E->gate_off, E->up_off, E->down_off };
 	for (uint32_t e = 0; e < n; e++)
