@@ -40,7 +40,7 @@ extern "C" {
 
 namespace {
 
-constexpr int NWARPS = 8, NTHREADS = 32 * NWARPS, NSTAGE = 3;
+constexpr int NSTAGE = 3;
 constexpr uint32_t STAGE_BYTES = 36 * 1024;
 constexpr uint32_t TAB_BYTES = STRATA_TCQ_TABLE_SIZE * 4 * STRATA_TAB_COPIES;
 
@@ -129,7 +129,7 @@ __device__ __forceinline__ uint32_t ld_acquire(const unsigned *p)
 	return v;
 }
 
-template <int NT, int MT> struct Geo {
+template <int NT, int MT, int NW = 8> struct Geo {
 	static constexpr int TN = 8 * NT;  // tokens per tile
 	static constexpr int RG = 8 * MT;  // rows of gate (and of up) per gate|up task
 	static constexpr int RD = 16 * MT; // rows of down per down task
@@ -141,9 +141,9 @@ struct Task {
 	uint32_t slot, down, rt, tt, nkc, fmt;
 };
 
-template <int NT, int MT> __device__ __forceinline__ void task_info(const MoeParams &p, Task &k)
+template <int NT, int MT, int NW> __device__ __forceinline__ void task_info(const MoeParams &p, Task &k)
 {
-	using G = Geo<NT, MT>;
+	using G = Geo<NT, MT, NW>;
 	uint32_t t = k.t;
 	k.down = t >= p.n_gu_tasks;
 	int lo = 0, hi = (int)p.n_slots - 1;
@@ -166,12 +166,12 @@ template <int NT, int MT> __device__ __forceinline__ void task_info(const MoePar
 	k.nkc = (f.pc[k.down] + f.kc[k.down] - 1) / f.kc[k.down];
 }
 
-template <int NT, int MT>
+template <int NT, int MT, int NW>
 __device__ void issue_stage(const MoeParams &p, const Task &k, uint32_t buf, uint8_t *roff, uint32_t mbar)
 {
 	// Stage rows: gate|up task: RG rows of gate then the same RG rows of up;
 	// down task: RD rows of down.  Invariants hoisted out of the row loop.
-	using G = Geo<NT, MT>;
+	using G = Geo<NT, MT, NW>;
 	const FmtTab &f = p.tab[k.fmt];
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	const uint32_t d = k.down, kcw = f.kc[d], k0 = k.kc * kcw, k1 = min(k0 + kcw, f.pc[d]);
@@ -186,11 +186,11 @@ __device__ void issue_stage(const MoeParams &p, const Task &k, uint32_t buf, uin
 #if STRATA_BULK
 	// Lane q of warp w copies stage row w + 8q (codes, then scales) with the bulk
 	// copy engine; lane 0 first announces the warp's bytes on the stage's mbarrier.
-	static_assert(G::ROWS / NWARPS <= 32, "rows per warp");
-	const int i = warp + NWARPS * lane;
+	static_assert(G::ROWS / NW <= 32 && G::ROWS % NW == 0, "rows per warp");
+	const int i = warp + NW * lane;
 	uint32_t bytes = 0, nc = 0, ns = 0;
 	const uint8_t *c0 = nullptr, *s0 = nullptr;
-	if (lane < G::ROWS / NWARPS) {
+	if (lane < G::ROWS / NW) {
 		uint32_t r = row0 + (d ? i : i % G::RG);
 		if (r < nrows) {
 			const uint8_t *mat = !d && i >= G::RG ? m1 : m0;
@@ -218,7 +218,7 @@ __device__ void issue_stage(const MoeParams &p, const Task &k, uint32_t buf, uin
 		bulk_copy(buf + i * pitch + cpitch, s0, 16 * ns, mbar);
 #else
 	(void)mbar;
-	for (int i = warp; i < G::ROWS; i += NWARPS) {
+	for (int i = warp; i < G::ROWS; i += NW) {
 		uint32_t r = row0 + (d ? i : i % G::RG);
 		if (r >= nrows) {
 			if (lane == 0)
@@ -270,11 +270,11 @@ __device__ __forceinline__ void load_x8(const float *row, uint32_t k, uint32_t c
 	}
 }
 
-template <class F, int NT, int MT>
+template <class F, int NT, int MT, int NW>
 __device__ __forceinline__ void compute_stage(const MoeParams &p, const Task &k, uint32_t sbuf,
 					      const uint8_t *roff, uint32_t t4, float (&acc)[MT][NT][4])
 {
-	using G = Geo<NT, MT>;
+	using G = Geo<NT, MT, NW>;
 	const FmtTab &f = p.tab[k.fmt];
 	const Slot &s = p.slot[k.slot];
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -328,7 +328,7 @@ __device__ __forceinline__ void compute_stage(const MoeParams &p, const Task &k,
 	};
 	if (PF && warp < nunits)
 		load(warp);
-	for (uint32_t u = warp; u < nunits; u += NWARPS) {
+	for (uint32_t u = warp; u < nunits; u += NW) {
 		uint32_t b[NT][4];
 		if (!PF)
 			load(u);
@@ -337,8 +337,8 @@ __device__ __forceinline__ void compute_stage(const MoeParams &p, const Task &k,
 #pragma unroll
 			for (int i = 0; i < 4; i++)
 				b[n][i] = pack_bf16x2(cur[n][2 * i], cur[n][2 * i + 1]);
-		if (PF && u + NWARPS < nunits)
-			load(u + NWARPS);
+		if (PF && u + NW < nunits)
+			load(u + NW);
 		const uint32_t bl = u >> 3, j = (u & 7) * 4 + t;
 #pragma unroll
 		for (int m = 0; m < MT; m++) {
@@ -371,10 +371,10 @@ __device__ __forceinline__ void compute_stage(const MoeParams &p, const Task &k,
 	}
 }
 
-template <int NT, int MT>
-__global__ void __launch_bounds__(NTHREADS, 1) moe_kernel(const __grid_constant__ MoeParams p)
+template <int NT, int MT, int NW>
+__global__ void __launch_bounds__(32 * NW, 1) moe_kernel(const __grid_constant__ MoeParams p)
 {
-	using G = Geo<NT, MT>;
+	using G = Geo<NT, MT, NW>;
 	// Dynamic shared memory: [codebook copies | NSTAGE stage buffers | red | roff].
 	// Stage buffers and the table are addressed by offsets from g_smem.
 	uint8_t *smem = g_smem;
@@ -383,11 +383,11 @@ __global__ void __launch_bounds__(NTHREADS, 1) moe_kernel(const __grid_constant_
 	const uint32_t sbase = (uint32_t)__cvta_generic_to_shared(smem) + TAB_BYTES; // for cp.async
 	const uint32_t obase = TAB_BYTES;                                              // for lds*
 	const int tid = threadIdx.x;
-	for (int i = tid; i < G::ROWS * G::TN; i += NTHREADS)
+	for (int i = tid; i < G::ROWS * G::TN; i += (32 * NW))
 		red[i] = 0.0f;
 	if (p.tiers)
 #pragma unroll 16
-		for (int i = tid; i < STRATA_TCQ_TABLE_SIZE * STRATA_TAB_COPIES; i += NTHREADS) {
+		for (int i = tid; i < STRATA_TCQ_TABLE_SIZE * STRATA_TAB_COPIES; i += (32 * NW)) {
 			__nv_bfloat16 v = __float2bfloat16_rn(g_tcq[i / STRATA_TAB_COPIES]);
 			tab[i] = *reinterpret_cast<uint16_t *>(&v);
 		}
@@ -398,7 +398,7 @@ __global__ void __launch_bounds__(NTHREADS, 1) moe_kernel(const __grid_constant_
 	const uint32_t mbar0 = (uint32_t)__cvta_generic_to_shared(roffs + NSTAGE * 2 * G::ROWS);
 	if (STRATA_BULK && tid == 0) {
 		for (int b = 0; b < NSTAGE; b++)
-			mbar_init(mbar0 + 8 * b, NWARPS);
+			mbar_init(mbar0 + 8 * b, NW);
 		asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 	}
 	__syncthreads();
@@ -406,16 +406,16 @@ __global__ void __launch_bounds__(NTHREADS, 1) moe_kernel(const __grid_constant_
 	Task ld, cp;
 	ld.t = blockIdx.x, ld.kc = 0;
 	if (ld.t < p.n_tasks)
-		task_info<NT, MT>(p, ld);
+		task_info<NT, MT, NW>(p, ld);
 	cp = ld;
 	// Prologue: NSTAGE-1 stages in flight.
 	for (int s = 0; s < NSTAGE - 1; s++) {
 		if (ld.t < p.n_tasks) {
-			issue_stage<NT, MT>(p, ld, sbase + s * STAGE_BYTES, roffs + s * 2 * G::ROWS, mbar0 + 8 * s);
+			issue_stage<NT, MT, NW>(p, ld, sbase + s * STAGE_BYTES, roffs + s * 2 * G::ROWS, mbar0 + 8 * s);
 			if (++ld.kc == ld.nkc) {
 				ld.t += gridDim.x, ld.kc = 0;
 				if (ld.t < p.n_tasks)
-					task_info<NT, MT>(p, ld);
+					task_info<NT, MT, NW>(p, ld);
 			}
 		}
 		cp_commit();
@@ -430,13 +430,13 @@ __global__ void __launch_bounds__(NTHREADS, 1) moe_kernel(const __grid_constant_
 #endif
 		__syncthreads();
 		if (ld.t < p.n_tasks) {
-			issue_stage<NT, MT>(p, ld, sbase + ((it + NSTAGE - 1) % NSTAGE) * STAGE_BYTES,
+			issue_stage<NT, MT, NW>(p, ld, sbase + ((it + NSTAGE - 1) % NSTAGE) * STAGE_BYTES,
 					    roffs + ((it + NSTAGE - 1) % NSTAGE) * 2 * G::ROWS,
 					    mbar0 + 8 * ((it + NSTAGE - 1) % NSTAGE));
 			if (++ld.kc == ld.nkc) {
 				ld.t += gridDim.x, ld.kc = 0;
 				if (ld.t < p.n_tasks)
-					task_info<NT, MT>(p, ld);
+					task_info<NT, MT, NW>(p, ld);
 			}
 		}
 		cp_commit();
@@ -458,7 +458,7 @@ __global__ void __launch_bounds__(NTHREADS, 1) moe_kernel(const __grid_constant_
 		}
 		const uint32_t sbuf = obase + (it % NSTAGE) * STAGE_BYTES;
 		const uint8_t *roff = roffs + (it % NSTAGE) * 2 * G::ROWS;
-		STRATA_FMT_SWITCH(cp.fmt, (compute_stage<F, NT, MT>(p, cp, sbuf, roff, t4, acc)));
+		STRATA_FMT_SWITCH(cp.fmt, (compute_stage<F, NT, MT, NW>(p, cp, sbuf, roff, t4, acc)));
 
 		if (++cp.kc == cp.nkc) {
 			// Epilogue: reduce the warps' partial sums, then write h or accumulate y.
@@ -468,7 +468,7 @@ __global__ void __launch_bounds__(NTHREADS, 1) moe_kernel(const __grid_constant_
 			// tile's partials do not fit there and meet in `red` through atomics.
 			const int lane = tid & 31, g = lane >> 2, t = lane & 3;
 			constexpr int RT = G::ROWS * G::TN;
-			constexpr bool PARTS = NWARPS * RT * 4 <= (int)STAGE_BYTES;
+			constexpr bool PARTS = NW * RT * 4 <= (int)STAGE_BYTES;
 			float *part = reinterpret_cast<float *>(smem + obase + (it % NSTAGE) * STAGE_BYTES);
 			if constexpr (PARTS)
 				__syncthreads(); // every warp is done reading the stage
@@ -493,7 +493,7 @@ __global__ void __launch_bounds__(NTHREADS, 1) moe_kernel(const __grid_constant_
 				if constexpr (PARTS) {
 					float v = 0.0f;
 #pragma unroll
-					for (int w = 0; w < NWARPS; w++)
+					for (int w = 0; w < NW; w++)
 						v += part[w * RT + i];
 					return v;
 				} else {
@@ -504,7 +504,7 @@ __global__ void __launch_bounds__(NTHREADS, 1) moe_kernel(const __grid_constant_
 			};
 			const Slot &s = p.slot[cp.slot];
 			if (!cp.down) {
-				for (int i = tid; i < G::RG * G::TN; i += NTHREADS) {
+				for (int i = tid; i < G::RG * G::TN; i += (32 * NW)) {
 					uint32_t r = i / G::TN, n = i % G::TN;
 					uint32_t row = cp.rt * G::RG + r, tl = cp.tt * G::TN + n;
 					float gv = get(i), uv = get(i + G::RG * G::TN);
@@ -519,7 +519,7 @@ __global__ void __launch_bounds__(NTHREADS, 1) moe_kernel(const __grid_constant_
 					atomicAdd(p.sync + 1 + cp.slot, 1u);
 				}
 			} else {
-				for (int i = tid; i < G::RD * G::TN; i += NTHREADS) {
+				for (int i = tid; i < G::RD * G::TN; i += (32 * NW)) {
 					uint32_t r = i / G::TN, n = i % G::TN;
 					uint32_t row = cp.rt * G::RD + r, tl = cp.tt * G::TN + n;
 					float v = get(i);
@@ -530,7 +530,7 @@ __global__ void __launch_bounds__(NTHREADS, 1) moe_kernel(const __grid_constant_
 			}
 			cp.t += gridDim.x, cp.kc = 0;
 			if (cp.t < p.n_tasks)
-				task_info<NT, MT>(p, cp);
+				task_info<NT, MT, NW>(p, cp);
 		}
 	}
 	cp_wait<0>();
@@ -701,13 +701,13 @@ int ctx_init(struct strata_error *err)
 	return STRATA_OK;
 }
 
-template <int NT, int MT>
+template <int NT, int MT, int NW>
 int launch(MoeParams *p, cudaStream_t st, int variant, struct strata_error *err)
 {
-	using G = Geo<NT, MT>;
+	using G = Geo<NT, MT, NW>;
 	size_t smem = NSTAGE * STAGE_BYTES + G::ROWS * G::TN * sizeof(float) + TAB_BYTES + NSTAGE * 2 * G::ROWS + 8 * NSTAGE;
 	if (!g_ctx.attr_set[variant]) {
-		CU_TRY(err, cudaFuncSetAttribute(moe_kernel<NT, MT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+		CU_TRY(err, cudaFuncSetAttribute(moe_kernel<NT, MT, NW>, cudaFuncAttributeMaxDynamicSharedMemorySize,
 						 (int)smem));
 		g_ctx.attr_set[variant] = true;
 	}
@@ -724,7 +724,7 @@ int launch(MoeParams *p, cudaStream_t st, int variant, struct strata_error *err)
 	}
 	p->n_tasks = t;
 	uint32_t grid = t < (uint32_t)g_ctx.sms ? t : (uint32_t)g_ctx.sms;
-	moe_kernel<NT, MT><<<grid, NTHREADS, smem, st>>>(*p);
+	moe_kernel<NT, MT, NW><<<grid, (32 * NW), smem, st>>>(*p);
 	CU_TRY(err, cudaGetLastError());
 	return STRATA_OK;
 }
@@ -750,11 +750,13 @@ int run_launch(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_err
 	p->sync = g_ctx.sync;
 	if (g_ctx.poison)
 		CU_TRY(err, cudaMemsetAsync(g_ctx.h, 0xff, (size_t)hfl * sizeof(float), st));
+	// 8- and 16-token tiles: 16 warps on 32-row stages (latency hiding for the
+	// decode chain); 64-token tiles (prefill): 8 warps on 32-row stages.
 	if (maxtok <= 8)
-		return launch<1, 4>(p, st, 0, err);
+		return launch<1, 2, 16>(p, st, 0, err);
 	if (maxtok <= 16)
-		return launch<2, 4>(p, st, 1, err);
-	return launch<8, 2>(p, st, 2, err);
+		return launch<2, 2, 16>(p, st, 1, err);
+	return launch<8, 2, 8>(p, st, 2, err);
 }
 
 int moe_layer(const struct strata_moe_call *c, struct strata_error *err)
@@ -810,7 +812,7 @@ int moe_layer(const struct strata_moe_call *c, struct strata_error *err)
 		free(pos);
 	}
 	{
-		int rows = maxtok_all <= 16 ? 64 : 32;
+		int rows = 32; // rows per stage of every kernel variant (16 x MT)
 		bool seen[STRATA_FMT_COUNT] = { false };
 		for (uint32_t e = 0; e < c->n_experts; e++) {
 			if (count[e + 1] == count[e])
@@ -883,7 +885,7 @@ extern "C" int strata_moe_layer_gpu(const struct strata_moe_call *c, struct stra
 extern "C" int strata_gpu_moe_check(int fmt, uint32_t hidden, uint32_t inter, struct strata_error *err)
 {
 	FmtTab t;
-	return fill_tab(fmt, hidden, inter, 64, &t, err);
+	return fill_tab(fmt, hidden, inter, 32, &t, err);
 }
 
 extern "C" void strata_gpu_moe_set_poison(int on) { g_ctx.poison = on; }
