@@ -18,14 +18,17 @@
  * launch parameters, so no host/device synchronisation happens.  The
  * (expert, token) pairs are cut into launches of at most STRATA_MOE_MAX_SLOTS
  * expert slots and STRATA_MOE_MAX_ASSIGN assignments; each launch is one
- * persistent kernel (one CTA per SM) that streams every active expert's packed
- * gate|up rows, then its down rows, through a 4-stage cp.async pipeline in
- * shared memory, dequantizes in registers and multiplies on tensor cores
- * (mma.sync m16n8k16, bf16 operands, f32 accumulation).  Token tiles are 8,
- * 16 or 64 wide, chosen from the largest expert's token count, so the same
- * kernel serves decode (1..16 tokens) and prefill (hundreds of tokens per
- * expert).  A down tile waits (spin on a per-expert counter) for that expert's
- * gate|up tiles; the weights are prefetched meanwhile.
+ * persistent kernel (one CTA of 8 warps per SM) that streams every active
+ * expert's packed gate|up rows, then its down rows, through a 3-stage shared
+ * memory pipeline fed by the bulk copy engine (cp.async.bulk, one mbarrier per
+ * stage), dequantizes in registers and multiplies on tensor cores (mma.sync
+ * m16n8k16, bf16 operands, f32 accumulation).  Token tiles are 8, 16 or 64
+ * wide, chosen from the largest expert's token count, so the same kernel serves
+ * decode (1..16 tokens) and prefill (hundreds of tokens per expert).  A down
+ * tile waits (spin on a per-expert counter) for that expert's gate|up tiles;
+ * its weights are prefetched meanwhile.  Tier formats look their 12-bit
+ * trellis windows up in 4 interleaved copies of the codebook in shared memory
+ * (kernels/kfmt_tiers.cuh); that lookup, one per weight, bounds their speed.
  *
  * Accuracy: weights and activations enter the tensor cores as bf16, so the
  * result matches the f32/f64 CPU reference to a relative error of about 1e-3

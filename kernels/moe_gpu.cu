@@ -4,8 +4,9 @@
 // gate|up task (one expert slot, RG rows of gate and the same RG rows of up,
 // one token tile), then every down task (RD rows of down, one token tile).
 // CTA b runs tasks b, b+G, b+2G, ... in order; each task is cut into K chunks
-// ("stages") whose packed rows are copied into shared memory by a 4-deep
-// cp.async pipeline that runs across task boundaries.  Why this order is
+// ("stages") whose packed rows are copied into shared memory by a 3-deep
+// pipeline (bulk copy engine, one mbarrier per buffer; or 16-byte cp.async
+// with STRATA_BULK=0) that runs across task boundaries.  Why this order is
 // deadlock-free: a down task spins until its slot's gate|up tasks are done,
 // and every CTA finishes all of its gate|up tasks before its first down task;
 // all CTAs are resident (grid <= SMs, one CTA per SM).
@@ -14,8 +15,9 @@
 // lane (g = lane/4, t = lane%4) decodes weights 8t..8t+7 of the unit for rows
 // g and g+8 of every 16-row tile and feeds them to mma.sync m16n8k16 in the
 // order that makes its A fragment hold consecutive weights (the k order inside
-// one mma is free as long as A and B agree).  Partial sums of the 8 warps meet
-// in shared memory (atomicAdd) at the end of a task.
+// one mma is free as long as A and B agree).  Partial sums of the warps meet
+// in shared memory at the end of a task (per-warp slots summed in a fixed
+// order; atomics for the 64-token tile, whose slots would not fit).
 #include <cuda_runtime.h>
 #include <math.h>
 #include <pthread.h>
@@ -750,12 +752,15 @@ int run_launch(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_err
 	p->sync = g_ctx.sync;
 	if (g_ctx.poison)
 		CU_TRY(err, cudaMemsetAsync(g_ctx.h, 0xff, (size_t)hfl * sizeof(float), st));
-	// 8- and 16-token tiles: 16 warps on 32-row stages (latency hiding for the
-	// decode chain); 64-token tiles (prefill): 8 warps on 32-row stages.
+	// 8- and 16-token tiles: 8 warps on 64-row stages; 64-token tiles (prefill):
+	// 8 warps on 32-row stages.  (16 warps on 32-row stages, <1, 2, 16> and
+	// <2, 2, 16>, compile to 96/128 registers and measured 2-7% slower on the H200:
+	// the decode loop is bound by shared-memory wavefronts, not by latency;
+	// experiments/kernels/README.md.)
 	if (maxtok <= 8)
-		return launch<1, 2, 16>(p, st, 0, err);
+		return launch<1, 4, 8>(p, st, 0, err);
 	if (maxtok <= 16)
-		return launch<2, 2, 16>(p, st, 1, err);
+		return launch<2, 4, 8>(p, st, 1, err);
 	return launch<8, 2, 8>(p, st, 2, err);
 }
 
@@ -812,7 +817,7 @@ int moe_layer(const struct strata_moe_call *c, struct strata_error *err)
 		free(pos);
 	}
 	{
-		int rows = 32; // rows per stage of every kernel variant (16 x MT)
+		int rows = maxtok_all <= 16 ? 64 : 32; // rows per stage (16 x MT) of the variant run_launch picks
 		bool seen[STRATA_FMT_COUNT] = { false };
 		for (uint32_t e = 0; e < c->n_experts; e++) {
 			if (count[e + 1] == count[e])
@@ -885,7 +890,7 @@ extern "C" int strata_moe_layer_gpu(const struct strata_moe_call *c, struct stra
 extern "C" int strata_gpu_moe_check(int fmt, uint32_t hidden, uint32_t inter, struct strata_error *err)
 {
 	FmtTab t;
-	return fill_tab(fmt, hidden, inter, 32, &t, err);
+	return fill_tab(fmt, hidden, inter, 64, &t, err);
 }
 
 extern "C" void strata_gpu_moe_set_poison(int on) { g_ctx.poison = on; }
