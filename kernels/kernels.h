@@ -22,7 +22,7 @@
  * expert's packed gate|up rows, then its down rows, through a 3-stage shared
  * memory pipeline fed by the bulk copy engine (cp.async.bulk, one mbarrier per
  * stage), dequantizes in registers and multiplies on tensor cores (mma.sync
- * m16n8k16, bf16 operands, f32 accumulation).  Token tiles are 8, 16 or 64
+ * m16n8k16, bf16 operands, f32 accumulation).  Token tiles are 8, 16 or 32
  * wide, chosen from the largest expert's token count, so the same kernel serves
  * decode (1..16 tokens) and prefill (hundreds of tokens per expert).  A down
  * tile waits (spin on a per-expert counter) for that expert's gate|up tiles;

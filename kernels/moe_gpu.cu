@@ -17,7 +17,7 @@
 // order that makes its A fragment hold consecutive weights (the k order inside
 // one mma is free as long as A and B agree).  Partial sums of the warps meet
 // in shared memory at the end of a task (per-warp slots summed in a fixed
-// order; atomics for the 64-token tile, whose slots would not fit).
+// order; atomics for the 32-token tile, whose slots would not fit).
 #include <cuda_runtime.h>
 #include <math.h>
 #include <pthread.h>
@@ -308,9 +308,8 @@ __device__ __forceinline__ void compute_stage(const MoeParams &p, const Task &k,
 		xr[n] = d ? p.h + s.h_off + (uint64_t)tl * p.inter
 			  : p.x + (uint64_t)p.tok[s.a0 + tl] * p.hidden;
 	}
-	// Activations of unit u+8 are loaded while unit u is decoded and multiplied
-	// (for the 8/16-token tiles; the 64-token tile has no registers to spare).
-	constexpr bool PF = NT <= 2;
+	// Activations of unit u+NW are loaded while unit u is decoded and multiplied.
+	constexpr bool PF = NT <= 4;
 	float cur[NT][8];
 	auto load = [&](uint32_t uu) {
 		const uint32_t kk = k0 + uu * 32 + 8 * t;
@@ -466,7 +465,7 @@ __global__ void __launch_bounds__(32 * NW, 1) moe_kernel(const __grid_constant__
 			// Epilogue: reduce the warps' partial sums, then write h or accumulate y.
 			// For the 8/16-token tiles each warp writes its partials into the stage
 			// buffer just consumed (free until the next issue, after the next loop-top
-			// barrier) and the sum over warps is a fixed-order loop; the 64-token
+			// barrier) and the sum over warps is a fixed-order loop; the 32-token
 			// tile's partials do not fit there and meet in `red` through atomics.
 			const int lane = tid & 31, g = lane >> 2, t = lane & 3;
 			constexpr int RT = G::ROWS * G::TN;
@@ -752,16 +751,17 @@ int run_launch(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_err
 	p->sync = g_ctx.sync;
 	if (g_ctx.poison)
 		CU_TRY(err, cudaMemsetAsync(g_ctx.h, 0xff, (size_t)hfl * sizeof(float), st));
-	// 8- and 16-token tiles: 8 warps on 64-row stages; 64-token tiles (prefill):
-	// 8 warps on 32-row stages.  (16 warps on 32-row stages, <1, 2, 16> and
-	// <2, 2, 16>, compile to 96/128 registers and measured 2-7% slower on the H200:
-	// the decode loop is bound by shared-memory wavefronts, not by latency;
-	// experiments/kernels/README.md.)
+	// 8 warps on 64-row stages; token tiles of 8, 16 or (prefill) 32 tokens.
+	// (16 warps on 32-row stages, <1, 2, 16> and <2, 2, 16>, compile to 96/128
+	// registers and measured 2-7% slower on the H200: the decode loop is bound by
+	// shared-memory wavefronts, not by latency; experiments/kernels/README.md.
+	// The earlier 64-token tile <8, 2, 8> re-read 64 tokens of activations per 32
+	// rows without prefetch.)
 	if (maxtok <= 8)
 		return launch<1, 4, 8>(p, st, 0, err);
 	if (maxtok <= 16)
 		return launch<2, 4, 8>(p, st, 1, err);
-	return launch<8, 2, 8>(p, st, 2, err);
+	return launch<4, 4, 8>(p, st, 2, err);
 }
 
 int moe_layer(const struct strata_moe_call *c, struct strata_error *err)
@@ -776,8 +776,7 @@ int moe_layer(const struct strata_moe_call *c, struct strata_error *err)
 	if (rc)
 		return rc;
 	cudaStream_t st = (cudaStream_t)c->stream;
-	// Per-format tables for the formats present (rows per stage: 64 for the 8/16-token kernels,
-	// 32 for the 64-token one).
+	// Per-format tables for the formats present (64 rows per stage in every variant).
 	uint32_t maxtok_all = 0;
 	uint32_t *count = (uint32_t *)calloc(c->n_experts + 1, sizeof(uint32_t));
 	uint32_t *order = (uint32_t *)malloc((size_t)c->n_assign * sizeof(uint32_t));
@@ -817,7 +816,7 @@ int moe_layer(const struct strata_moe_call *c, struct strata_error *err)
 		free(pos);
 	}
 	{
-		int rows = maxtok_all <= 16 ? 64 : 32; // rows per stage (16 x MT) of the variant run_launch picks
+		int rows = 64; // rows per stage (16 x MT) of every variant run_launch picks
 		bool seen[STRATA_FMT_COUNT] = { false };
 		for (uint32_t e = 0; e < c->n_experts; e++) {
 			if (count[e + 1] == count[e])

@@ -281,7 +281,7 @@ static const struct moe_case moe_cases[] = {
 	{ "decode-8-odd", STRATA_FMT_BF16, 544, 96, 8, 3, 2 },
 	/* 16-token tiles */
 	{ "decode-16", STRATA_FMT_BF16, 768, 320, 16, 4, 3 },
-	/* prefill: 64-token tiles, experts with >64 tokens */
+	/* prefill: 32-token tiles, experts with many tiles */
 	{ "prefill-150", STRATA_FMT_BF16, 512, 256, 150, 4, 2 },
 	/* many slots: > STRATA_MOE_MAX_SLOTS experts, several launches */
 	{ "slots-300", STRATA_FMT_BF16, 256, 64, 40, 300, 8 },
