@@ -31,3 +31,28 @@ int strata_gpu_sync(struct strata_error *err) { return NOGPU(err); }
 
 #include "moe.h"
 int strata_moe_layer_gpu(const struct strata_moe_call *c, struct strata_error *err) { return NOGPU(err); }
+
+#include "kernels.h"
+int strata_gpu_dequantize(int fmt, const void *d_packed, uint32_t rows, uint32_t cols, float *d_out,
+			  strata_gpu_stream *stream, struct strata_error *err) { return NOGPU(err); }
+int strata_gpu_moe_check(int fmt, uint32_t hidden, uint32_t inter, struct strata_error *err) { return NOGPU(err); }
+void strata_gpu_moe_set_poison(int on) { (void)on; }
+int strata_gpu_linear_bf16(const uint16_t *d_w, uint32_t rows, uint32_t cols, const float *d_x, uint32_t n,
+			   float *d_y, float alpha, float beta, strata_gpu_stream *stream, struct strata_error *err) { return NOGPU(err); }
+int strata_gpu_expert_bf16(const void *d_extent, uint32_t hidden, uint32_t inter, const float *d_x, uint32_t n,
+			   float weight, float *d_y, strata_gpu_stream *stream, struct strata_error *err) { return NOGPU(err); }
+int strata_gpu_gemm_bf16(const uint16_t *d_a, uint32_t rows, uint32_t cols, const uint16_t *d_b, uint32_t n,
+			 float *d_c, strata_gpu_stream *stream, struct strata_error *err) { return NOGPU(err); }
+int strata_gpu_read_bytes(const void *d_buf, size_t bytes, uint32_t *d_sink, strata_gpu_stream *stream,
+			  struct strata_error *err) { return NOGPU(err); }
+int strata_gpu_fill_f32(float *d_buf, size_t n, uint64_t seed, float scale, strata_gpu_stream *stream,
+			struct strata_error *err) { return NOGPU(err); }
+int strata_gpu_fill_bf16(uint16_t *d_buf, size_t n, uint64_t seed, float scale, strata_gpu_stream *stream,
+			 struct strata_error *err) { return NOGPU(err); }
+int strata_gpu_sm_count(void) { return 0; }
+int strata_gpu_graph_begin(strata_gpu_stream *stream, struct strata_error *err) { return NOGPU(err); }
+int strata_gpu_graph_end(strata_gpu_stream *stream, strata_gpu_graph **graph, struct strata_error *err) { *graph = NULL; return NOGPU(err); }
+int strata_gpu_graph_launch(strata_gpu_graph *graph, strata_gpu_stream *stream, struct strata_error *err) { return NOGPU(err); }
+void strata_gpu_graph_free(strata_gpu_graph *graph) { (void)graph; }
+int strata_gpu_fill_random(void *d_buf, size_t bytes, uint64_t seed, strata_gpu_stream *stream,
+			   struct strata_error *err) { return NOGPU(err); }

@@ -34,6 +34,9 @@ struct strata_moe_call {
 	const float *assign_weight;    /* [n_assign] router weight */
 	void *stream;                  /* strata_gpu_stream* for the GPU path, NULL = default */
 };
+/* GPU path: x, y and extents[e] are device pointers (extents 16-byte
+ * aligned); the arrays extents[], fmts[] and assign_*[] themselves are host
+ * memory (copied into the launch, no synchronisation).  See kernels/kernels.h. */
 
 int strata_moe_layer_ref(const struct strata_moe_call *c, struct strata_error *err);
 /* STRATA_EUNSUPPORTED on a build or machine without a GPU. */

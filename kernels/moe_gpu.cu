@@ -1,10 +1,1013 @@
-// Fused dequant MoE kernels: placeholder until the CUDA kernels issue lands.
+// Fused dequant MoE layer on the GPU (moe.h contract; design in kernels.h).
+//
+// One persistent kernel per launch.  Work is a list of tasks: first every
+// gate|up task (one expert slot, RG rows of gate and the same RG rows of up,
+// one token tile), then every down task (RD rows of down, one token tile).
+// CTA b runs tasks b, b+G, b+2G, ... in order; each task is cut into K chunks
+// ("stages") whose packed rows are copied into shared memory by a 3-deep
+// pipeline (bulk copy engine, one mbarrier per buffer; or 16-byte cp.async
+// with STRATA_BULK=0) that runs across task boundaries.  Why this order is
+// deadlock-free: a down task spins until its slot's gate|up tasks are done,
+// and every CTA finishes all of its gate|up tasks before its first down task;
+// all CTAs are resident (grid <= SMs, one CTA per SM).
+//
+// Inside a stage, warp w takes 32-weight units u = w, w+8, ... of the chunk;
+// lane (g = lane/4, t = lane%4) decodes weights 8t..8t+7 of the unit for rows
+// g and g+8 of every 16-row tile and feeds them to mma.sync m16n8k16 in the
+// order that makes its A fragment hold consecutive weights (the k order inside
+// one mma is free as long as A and B agree).  Partial sums of the warps meet
+// in shared memory at the end of a task (per-warp slots summed in a fixed
+// order; atomics for the 32-token tile, whose slots would not fit).
+#include <cuda_runtime.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 extern "C" {
+#include "kernels.h"
 #include "moe.h"
+#include "quant.h"
 }
+#include "kfmt.cuh"
+
+#define CU_TRY(err, call)                                                                          \
+	do {                                                                                       \
+		cudaError_t e_ = (call);                                                           \
+		if (e_ != cudaSuccess)                                                             \
+			return strata_error_set((err), STRATA_EGPU, 0, __FILE__, __LINE__, "%s: %s", \
+						#call, cudaGetErrorString(e_));                    \
+	} while (0)
+
+namespace {
+
+constexpr int NSTAGE = 3;
+constexpr uint32_t STAGE_BYTES = 36 * 1024;
+constexpr uint32_t TAB_BYTES = STRATA_TCQ_TABLE_SIZE * 4 * STRATA_TAB_COPIES;
+
+struct FmtTab {
+	uint64_t off[3];       // gate, up, down matrix offsets in the extent
+	uint64_t soff[2];      // scales region offset inside a gate/up matrix, inside down
+	uint64_t rowc[2];      // code bytes of one row (gate/up, down)
+	uint64_t rows_[2];     // scale bytes of one row
+	uint32_t pc[2];        // padded cols (gate/up: hidden, down: inter)
+	uint32_t kc[2];        // weights per K chunk
+	uint32_t pitch[2];     // shared-memory bytes per stage row
+	uint32_t cpitch[2];    // of which codes
+	uint32_t cb, sb;       // code / scale bytes per 256 weights
+	uint32_t ok;
+};
+
+struct Slot {
+	const uint8_t *ext;
+	uint32_t a0, ntok;     // assignments [a0, a0 + ntok) of this launch
+	uint32_t h_off;        // float offset of this slot's h rows (ntok x inter)
+	uint32_t task0, dtask0;
+	uint32_t fmt;
+};
+
+struct MoeParams {
+	const float *x;
+	float *y, *h;
+	unsigned *sync;        // [0] CTAs done, [1 + s] gate|up tasks done of slot s
+	uint32_t hidden, inter, n_slots, n_gu_tasks, n_tasks, vec, tiers;
+	FmtTab tab[STRATA_FMT_COUNT];
+	Slot slot[STRATA_MOE_MAX_SLOTS];
+	uint32_t tok[STRATA_MOE_MAX_ASSIGN];
+	float w[STRATA_MOE_MAX_ASSIGN];
+};
+
+[[maybe_unused]] __device__ __forceinline__ void cp_async16(uint32_t smem, const void *gmem)
+{
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem), "l"(gmem));
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+// Stage copies: STRATA_BULK=1 uses the Hopper bulk copy engine (cp.async.bulk,
+// one instruction per row and region, completion counted in bytes on one
+// mbarrier per stage buffer); 0 uses 16-byte cp.async from every lane.
+#ifndef STRATA_BULK
+#define STRATA_BULK 1
+#endif
+[[maybe_unused]] __device__ __forceinline__ void bulk_copy(uint32_t dst, const void *src, uint32_t bytes, uint32_t mbar)
+{
+	asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+		     ::"r"(dst), "l"(src), "r"(bytes), "r"(mbar) : "memory");
+}
+__device__ __forceinline__ void mbar_init(uint32_t mbar, uint32_t count)
+{
+	asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(mbar), "r"(count) : "memory");
+}
+[[maybe_unused]] __device__ __forceinline__ void mbar_expect_arrive(uint32_t mbar, uint32_t bytes)
+{
+	asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(mbar), "r"(bytes) : "memory");
+}
+[[maybe_unused]] __device__ __forceinline__ void mbar_wait(uint32_t mbar, uint32_t parity)
+{
+	uint32_t ok;
+	do {
+		asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+			     "selp.u32 %0, 1, 0, p;\n\t}\n"
+			     : "=r"(ok) : "r"(mbar), "r"(parity) : "memory");
+	} while (!ok);
+}
+[[maybe_unused]] __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+__device__ __forceinline__ void mma_bf16(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+					 uint32_t b0, uint32_t b1)
+{
+	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+		     "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+		     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+		     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t ld_acquire(const unsigned *p)
+{
+	uint32_t v;
+	asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+	return v;
+}
+
+template <int NT, int MT, int NW = 8> struct Geo {
+	static constexpr int TN = 8 * NT;  // tokens per tile
+	static constexpr int RG = 8 * MT;  // rows of gate (and of up) per gate|up task
+	static constexpr int RD = 16 * MT; // rows of down per down task
+	static constexpr int ROWS = 16 * MT;
+};
+
+struct Task {
+	uint32_t t, kc;        // task index, chunk index
+	uint32_t slot, down, rt, tt, nkc, fmt;
+};
+
+template <int NT, int MT, int NW> __device__ __forceinline__ void task_info(const MoeParams &p, Task &k)
+{
+	using G = Geo<NT, MT, NW>;
+	uint32_t t = k.t;
+	k.down = t >= p.n_gu_tasks;
+	int lo = 0, hi = (int)p.n_slots - 1;
+	while (lo < hi) {
+		int mid = (lo + hi + 1) >> 1;
+		uint32_t base = k.down ? p.slot[mid].dtask0 : p.slot[mid].task0;
+		if (base <= t)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	const Slot &s = p.slot[lo];
+	k.slot = lo;
+	k.fmt = s.fmt;
+	uint32_t local = t - (k.down ? s.dtask0 : s.task0);
+	uint32_t nrt = k.down ? (p.hidden + G::RD - 1) / G::RD : (p.inter + G::RG - 1) / G::RG;
+	k.tt = local / nrt;
+	k.rt = local % nrt;
+	const FmtTab &f = p.tab[k.fmt];
+	k.nkc = (f.pc[k.down] + f.kc[k.down] - 1) / f.kc[k.down];
+}
+
+template <int NT, int MT, int NW>
+__device__ void issue_stage(const MoeParams &p, const Task &k, uint32_t buf, uint8_t *roff, uint32_t mbar)
+{
+	// Stage rows: gate|up task: RG rows of gate then the same RG rows of up;
+	// down task: RD rows of down.  Invariants hoisted out of the row loop.
+	using G = Geo<NT, MT, NW>;
+	const FmtTab &f = p.tab[k.fmt];
+	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	const uint32_t d = k.down, kcw = f.kc[d], k0 = k.kc * kcw, k1 = min(k0 + kcw, f.pc[d]);
+	const uint64_t rowc = f.rowc[d], rows_ = f.rows_[d];
+	const uint32_t cn = (uint32_t)((uint64_t)(k1 - k0) * f.cb / 256);
+	const uint32_t sn = f.sb ? (k1 - k0 + 255) / 256 * f.sb : 0;
+	const uint32_t pitch = f.pitch[d], cpitch = f.cpitch[d];
+	const uint8_t *ext = p.slot[k.slot].ext;
+	const uint64_t koc = (uint64_t)k0 * f.cb / 256, kos = (uint64_t)(k0 / 256) * f.sb + f.soff[d];
+	const uint8_t *m0 = ext + f.off[d ? 2 : 0], *m1 = ext + f.off[d ? 2 : 1];
+	const uint32_t nrows = d ? p.hidden : p.inter, per = d ? G::RD : G::RG, row0 = k.rt * per;
+#if STRATA_BULK
+	// Lane q of warp w copies stage row w + 8q (codes, then scales) with the bulk
+	// copy engine; lane 0 first announces the warp's bytes on the stage's mbarrier.
+	static_assert(G::ROWS / NW <= 32 && G::ROWS % NW == 0, "rows per warp");
+	const int i = warp + NW * lane;
+	uint32_t bytes = 0, nc = 0, ns = 0;
+	const uint8_t *c0 = nullptr, *s0 = nullptr;
+	if (lane < G::ROWS / NW) {
+		uint32_t r = row0 + (d ? i : i % G::RG);
+		if (r < nrows) {
+			const uint8_t *mat = !d && i >= G::RG ? m1 : m0;
+			const uint8_t *c = mat + r * rowc + koc, *s = mat + r * rows_ + kos;
+			roff[2 * i] = (uint8_t)((uintptr_t)c & 15);
+			roff[2 * i + 1] = (uint8_t)((uintptr_t)s & 15);
+			c0 = (const uint8_t *)((uintptr_t)c & ~(uintptr_t)15);
+			nc = (uint32_t)(((uintptr_t)c + cn + 15 - (uintptr_t)c0) >> 4);
+			if (sn) {
+				s0 = (const uint8_t *)((uintptr_t)s & ~(uintptr_t)15);
+				ns = (uint32_t)(((uintptr_t)s + sn + 15 - (uintptr_t)s0) >> 4);
+			}
+			bytes = 16 * (nc + ns);
+		} else {
+			roff[2 * i] = roff[2 * i + 1] = 0;
+		}
+	}
+	uint32_t total = __reduce_add_sync(0xffffffffu, bytes);
+	if (lane == 0)
+		mbar_expect_arrive(mbar, total);
+	__syncwarp();
+	if (nc)
+		bulk_copy(buf + i * pitch, c0, 16 * nc, mbar);
+	if (ns)
+		bulk_copy(buf + i * pitch + cpitch, s0, 16 * ns, mbar);
+#else
+	(void)mbar;
+	for (int i = warp; i < G::ROWS; i += NW) {
+		uint32_t r = row0 + (d ? i : i % G::RG);
+		if (r >= nrows) {
+			if (lane == 0)
+				roff[2 * i] = roff[2 * i + 1] = 0;
+			continue;
+		}
+		const uint8_t *mat = !d && i >= G::RG ? m1 : m0;
+		const uint8_t *c = mat + r * rowc + koc, *s = mat + r * rows_ + kos;
+		if (lane == 0) {
+			roff[2 * i] = (uint8_t)((uintptr_t)c & 15);
+			roff[2 * i + 1] = (uint8_t)((uintptr_t)s & 15);
+		}
+		uint32_t row = buf + i * pitch;
+		const uint8_t *c0 = (const uint8_t *)((uintptr_t)c & ~(uintptr_t)15);
+		uint32_t nc = (uint32_t)(((uintptr_t)c + cn + 15 - (uintptr_t)c0) >> 4);
+		for (uint32_t j = lane; j < nc; j += 32)
+			cp_async16(row + 16 * j, c0 + 16 * j);
+		if (sn) {
+			const uint8_t *s0 = (const uint8_t *)((uintptr_t)s & ~(uintptr_t)15);
+			uint32_t ns = (uint32_t)(((uintptr_t)s + sn + 15 - (uintptr_t)s0) >> 4);
+			for (uint32_t j = lane; j < ns; j += 32)
+				cp_async16(row + cpitch + 16 * j, s0 + 16 * j);
+		}
+	}
+#endif
+}
+
+// Eight consecutive activations (k..k+7) of one row; zeros past cols.  x rows
+// go through the read-only path; h rows are written earlier in this launch by
+// other CTAs, so they are read with ld.ca: safe because a slot's h lines are
+// first touched on this SM after its gate|up tasks completed (slots start on
+// 128-byte boundaries), and L1 is invalidated between launches.
+template <bool H> __device__ __forceinline__ float4 ld4(const float *p)
+{
+	return H ? __ldca(reinterpret_cast<const float4 *>(p)) : __ldg(reinterpret_cast<const float4 *>(p));
+}
+template <bool H> __device__ __forceinline__ float ld1(const float *p) { return H ? __ldca(p) : __ldg(p); }
+
+template <bool H>
+__device__ __forceinline__ void load_x8(const float *row, uint32_t k, uint32_t cols, bool vec, float v[8])
+{
+	if (vec && k + 8 <= cols) {
+		float4 a = ld4<H>(row + k), c = ld4<H>(row + k + 4);
+		v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = c.x, v[5] = c.y, v[6] = c.z, v[7] = c.w;
+	} else {
+#pragma unroll
+		for (int i = 0; i < 8; i++)
+			v[i] = k + i < cols ? ld1<H>(row + k + i) : 0.0f;
+	}
+}
+
+template <class F, int NT, int MT, int NW>
+__device__ __forceinline__ void compute_stage(const MoeParams &p, const Task &k, uint32_t sbuf,
+					      const uint8_t *roff, uint32_t t4, float (&acc)[MT][NT][4])
+{
+	using G = Geo<NT, MT, NW>;
+	const FmtTab &f = p.tab[k.fmt];
+	const Slot &s = p.slot[k.slot];
+	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+	const uint32_t d = k.down, k0 = k.kc * f.kc[d], k1 = min(k0 + f.kc[d], f.pc[d]);
+	const uint32_t cols = d ? p.inter : p.hidden;
+	const uint32_t nunits = (k1 - k0) / 32;
+	const uint32_t pitch = f.pitch[d];
+
+	// Shared addresses of this lane's rows (g and g+8 of every tile); the issuing
+	// warp recorded each row's misalignment in roff.
+	uint32_t rc[MT][2], rs[MT][2];
+#pragma unroll
+	for (int m = 0; m < MT; m++)
+#pragma unroll
+		for (int h = 0; h < 2; h++) {
+			int i = m * 16 + g + 8 * h;
+			rc[m][h] = sbuf + i * pitch + roff[2 * i];
+			rs[m][h] = sbuf + i * pitch + f.cpitch[d] + roff[2 * i + 1];
+		}
+	// Activation rows of this lane's tokens (g, g+8, ...) of the tile.
+	const float *xr[NT];
+	bool have[NT];
+#pragma unroll
+	for (int n = 0; n < NT; n++) {
+		uint32_t tl = k.tt * G::TN + n * 8 + g;
+		have[n] = tl < s.ntok;
+		if (!have[n])
+			tl = 0;
+		xr[n] = d ? p.h + s.h_off + (uint64_t)tl * p.inter
+			  : p.x + (uint64_t)p.tok[s.a0 + tl] * p.hidden;
+	}
+	// Activations of unit u+NW are loaded while unit u is decoded and multiplied.
+	constexpr bool PF = NT <= 4;
+	float cur[NT][8];
+	auto load = [&](uint32_t uu) {
+		const uint32_t kk = k0 + uu * 32 + 8 * t;
+#pragma unroll
+		for (int n = 0; n < NT; n++) {
+			if (have[n]) {
+				if (d)
+					load_x8<true>(xr[n], kk, cols, p.vec, cur[n]);
+				else
+					load_x8<false>(xr[n], kk, cols, p.vec, cur[n]);
+			} else {
+#pragma unroll
+				for (int i = 0; i < 8; i++)
+					cur[n][i] = 0.0f;
+			}
+		}
+	};
+	if (PF && warp < nunits)
+		load(warp);
+	for (uint32_t u = warp; u < nunits; u += NW) {
+		uint32_t b[NT][4];
+		if (!PF)
+			load(u);
+#pragma unroll
+		for (int n = 0; n < NT; n++)
+#pragma unroll
+			for (int i = 0; i < 4; i++)
+				b[n][i] = pack_bf16x2(cur[n][2 * i], cur[n][2 * i + 1]);
+		if (PF && u + NW < nunits)
+			load(u + NW);
+		const uint32_t bl = u >> 3, j = (u & 7) * 4 + t;
+#pragma unroll
+		for (int m = 0; m < MT; m++) {
+			uint32_t a[2][4];
+			F::decode8(rc[m][0] + bl * F::CODE_BYTES, rs[m][0] + bl * F::SCALE_BYTES, j, t4, a[0]);
+			F::decode8(rc[m][1] + bl * F::CODE_BYTES, rs[m][1] + bl * F::SCALE_BYTES, j, t4, a[1]);
+			if constexpr (F::SCALED) {
+				// One block per unit: the block scales of rows g and g+8 apply
+				// to this unit's partial sums.
+				float s0 = F::scale(rs[m][0] + bl * F::SCALE_BYTES);
+				float s1 = F::scale(rs[m][1] + bl * F::SCALE_BYTES);
+#pragma unroll
+				for (int n = 0; n < NT; n++) {
+					float c[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
+					mma_bf16(c, a[0][0], a[1][0], a[0][1], a[1][1], b[n][0], b[n][1]);
+					mma_bf16(c, a[0][2], a[1][2], a[0][3], a[1][3], b[n][2], b[n][3]);
+					acc[m][n][0] = fmaf(s0, c[0], acc[m][n][0]);
+					acc[m][n][1] = fmaf(s0, c[1], acc[m][n][1]);
+					acc[m][n][2] = fmaf(s1, c[2], acc[m][n][2]);
+					acc[m][n][3] = fmaf(s1, c[3], acc[m][n][3]);
+				}
+			} else {
+#pragma unroll
+				for (int n = 0; n < NT; n++) {
+					mma_bf16(acc[m][n], a[0][0], a[1][0], a[0][1], a[1][1], b[n][0], b[n][1]);
+					mma_bf16(acc[m][n], a[0][2], a[1][2], a[0][3], a[1][3], b[n][2], b[n][3]);
+				}
+			}
+		}
+	}
+}
+
+template <int NT, int MT, int NW>
+__global__ void __launch_bounds__(32 * NW, 1) moe_kernel(const __grid_constant__ MoeParams p)
+{
+	using G = Geo<NT, MT, NW>;
+	// Dynamic shared memory: [codebook copies | NSTAGE stage buffers | red | roff].
+	// Stage buffers and the table are addressed by offsets from g_smem.
+	uint8_t *smem = g_smem;
+	uint32_t *tab = reinterpret_cast<uint32_t *>(smem);
+	float *red = reinterpret_cast<float *>(smem + TAB_BYTES + NSTAGE * STAGE_BYTES);
+	const uint32_t sbase = (uint32_t)__cvta_generic_to_shared(smem) + TAB_BYTES; // for cp.async
+	const uint32_t obase = TAB_BYTES;                                              // for lds*
+	const int tid = threadIdx.x;
+	for (int i = tid; i < G::ROWS * G::TN; i += (32 * NW))
+		red[i] = 0.0f;
+	if (p.tiers)
+#pragma unroll 16
+		for (int i = tid; i < STRATA_TCQ_TABLE_SIZE * STRATA_TAB_COPIES; i += (32 * NW)) {
+			__nv_bfloat16 v = __float2bfloat16_rn(g_tcq[i / STRATA_TAB_COPIES]);
+			tab[i] = *reinterpret_cast<uint16_t *>(&v);
+		}
+	const uint32_t t4 = 4 * (tid & 3);
+	// Per stage buffer and row: misalignment (mod 16) of the row's codes and scales.
+	uint8_t *roffs = reinterpret_cast<uint8_t *>(red + G::ROWS * G::TN);
+	// One mbarrier per stage buffer (bulk copies), after roffs.
+	const uint32_t mbar0 = (uint32_t)__cvta_generic_to_shared(roffs + NSTAGE * 2 * G::ROWS);
+	if (STRATA_BULK && tid == 0) {
+		for (int b = 0; b < NSTAGE; b++)
+			mbar_init(mbar0 + 8 * b, NW);
+		asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+	}
+	__syncthreads();
+
+	Task ld, cp;
+	ld.t = blockIdx.x, ld.kc = 0;
+	if (ld.t < p.n_tasks)
+		task_info<NT, MT, NW>(p, ld);
+	cp = ld;
+	// Prologue: NSTAGE-1 stages in flight.
+	for (int s = 0; s < NSTAGE - 1; s++) {
+		if (ld.t < p.n_tasks) {
+			issue_stage<NT, MT, NW>(p, ld, sbase + s * STAGE_BYTES, roffs + s * 2 * G::ROWS, mbar0 + 8 * s);
+			if (++ld.kc == ld.nkc) {
+				ld.t += gridDim.x, ld.kc = 0;
+				if (ld.t < p.n_tasks)
+					task_info<NT, MT, NW>(p, ld);
+			}
+		}
+		cp_commit();
+	}
+	float acc[MT][NT][4];
+	for (uint32_t it = 0; cp.t < p.n_tasks; it++) {
+#if STRATA_BULK
+		mbar_wait(mbar0 + 8 * (it % NSTAGE), (it / NSTAGE) & 1);
+		fence_proxy_async(); // this thread's reads of the buffer refilled below precede the copy engine's writes
+#else
+		cp_wait<NSTAGE - 2>();
+#endif
+		__syncthreads();
+		if (ld.t < p.n_tasks) {
+			issue_stage<NT, MT, NW>(p, ld, sbase + ((it + NSTAGE - 1) % NSTAGE) * STAGE_BYTES,
+					    roffs + ((it + NSTAGE - 1) % NSTAGE) * 2 * G::ROWS,
+					    mbar0 + 8 * ((it + NSTAGE - 1) % NSTAGE));
+			if (++ld.kc == ld.nkc) {
+				ld.t += gridDim.x, ld.kc = 0;
+				if (ld.t < p.n_tasks)
+					task_info<NT, MT, NW>(p, ld);
+			}
+		}
+		cp_commit();
+		if (cp.kc == 0) {
+#pragma unroll
+			for (int m = 0; m < MT; m++)
+#pragma unroll
+				for (int n = 0; n < NT; n++)
+					acc[m][n][0] = acc[m][n][1] = acc[m][n][2] = acc[m][n][3] = 0.0f;
+			if (cp.down) {
+				// Wait for this slot's h (all its gate|up tasks).
+				const Slot &s = p.slot[cp.slot];
+				uint32_t nrt = (p.inter + G::RG - 1) / G::RG, ntt = (s.ntok + G::TN - 1) / G::TN;
+				if (tid == 0)
+					while (ld_acquire(p.sync + 1 + cp.slot) < nrt * ntt)
+						__nanosleep(64);
+				__syncthreads();
+			}
+		}
+		const uint32_t sbuf = obase + (it % NSTAGE) * STAGE_BYTES;
+		const uint8_t *roff = roffs + (it % NSTAGE) * 2 * G::ROWS;
+		STRATA_FMT_SWITCH(cp.fmt, (compute_stage<F, NT, MT, NW>(p, cp, sbuf, roff, t4, acc)));
+
+		if (++cp.kc == cp.nkc) {
+			// Epilogue: reduce the warps' partial sums, then write h or accumulate y.
+			// For the 8/16-token tiles each warp writes its partials into the stage
+			// buffer just consumed (free until the next issue, after the next loop-top
+			// barrier) and the sum over warps is a fixed-order loop; the 32-token
+			// tile's partials do not fit there and meet in `red` through atomics.
+			const int lane = tid & 31, g = lane >> 2, t = lane & 3;
+			constexpr int RT = G::ROWS * G::TN;
+			constexpr bool PARTS = NW * RT * 4 <= (int)STAGE_BYTES;
+			float *part = reinterpret_cast<float *>(smem + obase + (it % NSTAGE) * STAGE_BYTES);
+			if constexpr (PARTS)
+				__syncthreads(); // every warp is done reading the stage
+#pragma unroll
+			for (int m = 0; m < MT; m++)
+#pragma unroll
+				for (int n = 0; n < NT; n++) {
+					int o0 = (m * 16 + g) * G::TN + n * 8 + 2 * t, o1 = o0 + 8 * G::TN;
+					if constexpr (PARTS) {
+						float *w = part + (tid >> 5) * RT;
+						*reinterpret_cast<float2 *>(w + o0) = make_float2(acc[m][n][0], acc[m][n][1]);
+						*reinterpret_cast<float2 *>(w + o1) = make_float2(acc[m][n][2], acc[m][n][3]);
+					} else {
+						atomicAdd(red + o0, acc[m][n][0]);
+						atomicAdd(red + o0 + 1, acc[m][n][1]);
+						atomicAdd(red + o1, acc[m][n][2]);
+						atomicAdd(red + o1 + 1, acc[m][n][3]);
+					}
+				}
+			__syncthreads();
+			auto get = [&](int i) -> float {
+				if constexpr (PARTS) {
+					float v = 0.0f;
+#pragma unroll
+					for (int w = 0; w < NW; w++)
+						v += part[w * RT + i];
+					return v;
+				} else {
+					float v = red[i];
+					red[i] = 0.0f;
+					return v;
+				}
+			};
+			const Slot &s = p.slot[cp.slot];
+			if (!cp.down) {
+				for (int i = tid; i < G::RG * G::TN; i += (32 * NW)) {
+					uint32_t r = i / G::TN, n = i % G::TN;
+					uint32_t row = cp.rt * G::RG + r, tl = cp.tt * G::TN + n;
+					float gv = get(i), uv = get(i + G::RG * G::TN);
+					if (row < p.inter && tl < s.ntok)
+						p.h[s.h_off + (uint64_t)tl * p.inter + row] = gv / (1.0f + expf(-gv)) * uv;
+				}
+				// Release: the barrier orders every thread's h stores before
+				// thread 0's fence and counter increment.
+				__syncthreads();
+				if (tid == 0) {
+					__threadfence();
+					atomicAdd(p.sync + 1 + cp.slot, 1u);
+				}
+			} else {
+				for (int i = tid; i < G::RD * G::TN; i += (32 * NW)) {
+					uint32_t r = i / G::TN, n = i % G::TN;
+					uint32_t row = cp.rt * G::RD + r, tl = cp.tt * G::TN + n;
+					float v = get(i);
+					if (row < p.hidden && tl < s.ntok)
+						atomicAdd(p.y + (uint64_t)p.tok[s.a0 + tl] * p.hidden + row,
+							  p.w[s.a0 + tl] * v);
+				}
+			}
+			cp.t += gridDim.x, cp.kc = 0;
+			if (cp.t < p.n_tasks)
+				task_info<NT, MT, NW>(p, cp);
+		}
+	}
+	cp_wait<0>();
+	// The last CTA out resets the counters for the next launch.
+	__syncthreads();
+	if (tid == 0) {
+		__threadfence();
+		unsigned prev = atomicAdd(p.sync, 1u);
+		if (prev == gridDim.x - 1) {
+			for (uint32_t s = 0; s < p.n_slots; s++)
+				p.sync[1 + s] = 0;
+			p.sync[0] = 0;
+			__threadfence();
+		}
+	}
+}
+
+template <class F>
+__global__ void dequant_kernel(const uint8_t *m, uint32_t rows, uint32_t cols, uint32_t pc, uint64_t soff,
+			       uint64_t rowc, uint64_t rows_, float *out)
+{
+	uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; // 8-weight chunk index
+	uint32_t per_row = pc / 8;
+	if (i >= (uint64_t)rows * per_row)
+		return;
+	uint32_t r = (uint32_t)(i / per_row), c8 = (uint32_t)(i % per_row);
+	uint32_t b = c8 / 32, j = c8 % 32;
+	float v[8];
+	F::decode8f(m + r * rowc + (uint64_t)b * F::CODE_BYTES, m + soff + r * rows_ + (uint64_t)b * F::SCALE_BYTES,
+		    j, v);
+	for (int q = 0; q < 8; q++)
+		if (c8 * 8 + q < cols)
+			out[(uint64_t)r * cols + c8 * 8 + q] = v[q];
+}
+
+__global__ void read_kernel(const uint4 *p, size_t n, uint32_t *sink)
+{
+	uint32_t acc = 0;
+	size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
+	for (; i + 3 * stride < n; i += 4 * stride) {
+		uint4 a = __ldcs(p + i), b = __ldcs(p + i + stride), c = __ldcs(p + i + 2 * stride),
+		      d = __ldcs(p + i + 3 * stride);
+		acc ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ c.x ^ c.y ^ c.z ^ c.w ^ d.x ^ d.y ^ d.z ^ d.w;
+	}
+	for (; i < n; i += stride) {
+		uint4 a = __ldcs(p + i);
+		acc ^= a.x ^ a.y ^ a.z ^ a.w;
+	}
+	if (acc == 0x9e3779b9u)
+		*sink = acc;
+}
+
+__device__ __forceinline__ float hash_uniform(uint64_t seed, uint64_t i)
+{
+	uint64_t z = seed + 0x9e3779b97f4a7c15ull * (i + 1);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	z ^= z >> 31;
+	return (float)(z >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f;
+}
+
+__global__ void fill_f32_kernel(float *p, size_t n, uint64_t seed, float scale)
+{
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+		p[i] = isnan(scale) ? __int_as_float(0x7fc00000) : scale * hash_uniform(seed, i);
+}
+
+__global__ void fill_bf16_kernel(uint16_t *p, size_t n, uint64_t seed, float scale)
+{
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+		__nv_bfloat16 v = __float2bfloat16_rn(isnan(scale) ? __int_as_float(0x7fc00000)
+								   : scale * hash_uniform(seed, i));
+		p[i] = *reinterpret_cast<uint16_t *>(&v);
+	}
+}
+
+__global__ void fill_random_kernel(uint32_t *p, size_t n, uint64_t seed)
+{
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+		uint64_t z = seed + 0x9e3779b97f4a7c15ull * (i + 1);
+		z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+		z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+		p[i] = (uint32_t)(z ^ (z >> 31));
+	}
+}
+
+// ---- host side ----
+
+struct Ctx {
+	pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+	float *h = nullptr;
+	size_t h_cap = 0; // floats
+	unsigned *sync = nullptr;
+	int sms = 0;
+	int poison = 0;
+	bool attr_set[3] = { false, false, false };
+};
+Ctx g_ctx;
+
+bool gpu_fmt_ok(int fmt)
+{
+	if (fmt == STRATA_FMT_BF16 || fmt == STRATA_FMT_F32)
+		return true;
+	return STRATA_GPU_HAVE_TIERS && fmt >= STRATA_FMT_HOT && fmt <= STRATA_FMT_COLD;
+}
+
+// Fill one format's table entry; 0 or an error.
+int fill_tab(int fmt, uint32_t hidden, uint32_t inter, int rows_per_stage, FmtTab *t, struct strata_error *err)
+{
+	const struct strata_fmt_traits *tr = strata_fmt_traits(fmt);
+	struct strata_expert_layout E;
+	memset(t, 0, sizeof(*t));
+	if (!tr || !gpu_fmt_ok(fmt))
+		return STRATA_ERR(err, STRATA_EUNSUPPORTED, "GPU kernels: format %d (%s) has no GPU decoder", fmt,
+				  tr ? tr->name : "?");
+	if (tr->block == 1 && (hidden % 32 || inter % 32))
+		return STRATA_ERR(err, STRATA_EUNSUPPORTED,
+				  "GPU kernels: %s experts need hidden and inter multiples of 32 (got %u, %u)",
+				  tr->name, hidden, inter);
+	if (strata_expert_layout(fmt, hidden, inter, &E))
+		return STRATA_ERR(err, STRATA_EINVAL, "GPU kernels: bad expert shape %u x %u", hidden, inter);
+	t->cb = tr->code_bytes * (256 / tr->block);
+	t->sb = tr->scale_bytes * (256 / tr->block);
+	t->off[0] = E.gate_off, t->off[1] = E.up_off, t->off[2] = E.down_off;
+	const struct strata_matrix_layout *L[2] = { &E.gate, &E.down };
+	for (int d = 0; d < 2; d++) {
+		t->pc[d] = L[d]->padded_cols;
+		t->soff[d] = L[d]->scales_off;
+		t->rowc[d] = (uint64_t)t->pc[d] * t->cb / 256;
+		t->rows_[d] = (uint64_t)(t->pc[d] + 255) / 256 * t->sb;
+		// Largest chunk (a multiple of 256 weights, or the whole row) whose stage fits.
+		uint32_t best = 0, bp = 0, bc = 0;
+		for (uint32_t kc = 256;; kc += 256) {
+			uint32_t k = kc < t->pc[d] ? kc : t->pc[d];
+			uint32_t cp = ((uint32_t)((uint64_t)k * t->cb / 256) + 15) / 16 * 16 + 16;
+			uint32_t sp = t->sb ? ((k + 255) / 256 * t->sb + 15) / 16 * 16 + 16 : 0;
+			uint32_t pitch = cp + sp;
+			// Row pitch mod 128 bytes: 64 for the passthrough formats (a quarter warp's
+			// 16-byte loads from rows g, g+1 hit disjoint banks), 16 for the tier formats
+			// (32-bit code-word loads of rows 0..7 land 4 banks apart).
+			uint32_t want = tr->block == 1 ? 64 : 16;
+			pitch = (pitch + 127 - want) / 128 * 128 + want;
+			if ((uint64_t)pitch * rows_per_stage > STAGE_BYTES)
+				break;
+			best = k, bp = pitch, bc = cp;
+			if (k == t->pc[d])
+				break;
+		}
+		if (!best)
+			return STRATA_ERR(err, STRATA_EUNSUPPORTED, "GPU kernels: %s rows too wide for a stage",
+					  tr->name);
+		t->kc[d] = best, t->pitch[d] = bp, t->cpitch[d] = bc;
+	}
+	t->ok = 1;
+	return STRATA_OK;
+}
+
+int ctx_init(struct strata_error *err)
+{
+	if (!g_ctx.sync) {
+		int dev;
+		CU_TRY(err, cudaGetDevice(&dev));
+		CU_TRY(err, cudaDeviceGetAttribute(&g_ctx.sms, cudaDevAttrMultiProcessorCount, dev));
+		CU_TRY(err, cudaMalloc(&g_ctx.sync, (STRATA_MOE_MAX_SLOTS + 1) * sizeof(unsigned)));
+		CU_TRY(err, cudaMemset(g_ctx.sync, 0, (STRATA_MOE_MAX_SLOTS + 1) * sizeof(unsigned)));
+		CU_TRY(err, cudaMemcpyToSymbol(g_tcq, strata_tcq_table, sizeof(strata_tcq_table)));
+	}
+	return STRATA_OK;
+}
+
+template <int NT, int MT, int NW>
+int launch(MoeParams *p, cudaStream_t st, int variant, struct strata_error *err)
+{
+	using G = Geo<NT, MT, NW>;
+	size_t smem = NSTAGE * STAGE_BYTES + G::ROWS * G::TN * sizeof(float) + TAB_BYTES + NSTAGE * 2 * G::ROWS + 8 * NSTAGE;
+	if (!g_ctx.attr_set[variant]) {
+		CU_TRY(err, cudaFuncSetAttribute(moe_kernel<NT, MT, NW>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+						 (int)smem));
+		g_ctx.attr_set[variant] = true;
+	}
+	// Task list: every slot's gate|up tasks, then every slot's down tasks.
+	uint32_t nrt_gu = (p->inter + G::RG - 1) / G::RG, nrt_dn = (p->hidden + G::RD - 1) / G::RD, t = 0;
+	for (uint32_t s = 0; s < p->n_slots; s++) {
+		p->slot[s].task0 = t;
+		t += nrt_gu * ((p->slot[s].ntok + G::TN - 1) / G::TN);
+	}
+	p->n_gu_tasks = t;
+	for (uint32_t s = 0; s < p->n_slots; s++) {
+		p->slot[s].dtask0 = t;
+		t += nrt_dn * ((p->slot[s].ntok + G::TN - 1) / G::TN);
+	}
+	p->n_tasks = t;
+	uint32_t grid = t < (uint32_t)g_ctx.sms ? t : (uint32_t)g_ctx.sms;
+	moe_kernel<NT, MT, NW><<<grid, (32 * NW), smem, st>>>(*p);
+	CU_TRY(err, cudaGetLastError());
+	return STRATA_OK;
+}
+
+int run_launch(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_error *err)
+{
+	uint32_t hfl = 0;
+	for (uint32_t s = 0; s < p->n_slots; s++) {
+		p->slot[s].h_off = hfl;
+		hfl += (p->slot[s].ntok * p->inter + 31) / 32 * 32; // 128-byte aligned slots
+	}
+	if (hfl > g_ctx.h_cap) {
+		if (g_ctx.h) {
+			CU_TRY(err, cudaStreamSynchronize(st));
+			cudaFree(g_ctx.h);
+			g_ctx.h = nullptr, g_ctx.h_cap = 0;
+		}
+		size_t cap = hfl < (1u << 20) ? (1u << 20) : hfl;
+		CU_TRY(err, cudaMalloc(&g_ctx.h, cap * sizeof(float)));
+		g_ctx.h_cap = cap;
+	}
+	p->h = g_ctx.h;
+	p->sync = g_ctx.sync;
+	if (g_ctx.poison)
+		CU_TRY(err, cudaMemsetAsync(g_ctx.h, 0xff, (size_t)hfl * sizeof(float), st));
+	// 8 warps on 64-row stages; token tiles of 8, 16 or (prefill) 32 tokens.
+	// (16 warps on 32-row stages, <1, 2, 16> and <2, 2, 16>, compile to 96/128
+	// registers and measured 2-7% slower on the H200: the decode loop is bound by
+	// shared-memory wavefronts, not by latency; experiments/kernels/README.md.
+	// The earlier 64-token tile <8, 2, 8> re-read 64 tokens of activations per 32
+	// rows without prefetch.)
+	if (maxtok <= 8)
+		return launch<1, 4, 8>(p, st, 0, err);
+	if (maxtok <= 16)
+		return launch<2, 4, 8>(p, st, 1, err);
+	return launch<4, 4, 8>(p, st, 2, err);
+}
+
+int moe_layer(const struct strata_moe_call *c, struct strata_error *err)
+{
+	if (!c->n_assign || !c->n_tokens)
+		return STRATA_OK;
+	if (!c->x || !c->y || !c->extents || !c->fmts || !c->assign_expert || !c->assign_token || !c->assign_weight)
+		return STRATA_ERR(err, STRATA_EINVAL, "strata_moe_layer_gpu: NULL pointer in the call");
+	if (!c->hidden || !c->inter)
+		return STRATA_ERR(err, STRATA_EINVAL, "strata_moe_layer_gpu: empty shape");
+	int rc = ctx_init(err);
+	if (rc)
+		return rc;
+	cudaStream_t st = (cudaStream_t)c->stream;
+	// Per-format tables for the formats present (64 rows per stage in every variant).
+	uint32_t maxtok_all = 0;
+	uint32_t *count = (uint32_t *)calloc(c->n_experts + 1, sizeof(uint32_t));
+	uint32_t *order = (uint32_t *)malloc((size_t)c->n_assign * sizeof(uint32_t));
+	MoeParams *p = (MoeParams *)calloc(1, sizeof(MoeParams));
+	if (!count || !order || !p) {
+		free(count), free(order), free(p);
+		return STRATA_ERR(err, STRATA_ENOMEM, "strata_moe_layer_gpu: out of memory");
+	}
+	for (uint32_t a = 0; a < c->n_assign; a++) {
+		if (c->assign_expert[a] >= c->n_experts || c->assign_token[a] >= c->n_tokens) {
+			rc = STRATA_ERR(err, STRATA_EINVAL,
+					"strata_moe_layer_gpu: assignment %u (expert %u, token %u) out of range", a,
+					c->assign_expert[a], c->assign_token[a]);
+			goto out;
+		}
+		count[c->assign_expert[a] + 1]++;
+	}
+	for (uint32_t e = 0; e < c->n_experts; e++) {
+		if (count[e + 1] > maxtok_all)
+			maxtok_all = count[e + 1];
+		if (count[e + 1] && ((uintptr_t)c->extents[e] & 15)) {
+			rc = STRATA_ERR(err, STRATA_EINVAL, "strata_moe_layer_gpu: extent %u not 16-byte aligned", e);
+			goto out;
+		}
+		count[e + 1] += count[e];
+	}
+	{
+		// Counting sort of the assignments by expert (stable).
+		uint32_t *pos = (uint32_t *)malloc((c->n_experts + 1) * sizeof(uint32_t));
+		if (!pos) {
+			rc = STRATA_ERR(err, STRATA_ENOMEM, "strata_moe_layer_gpu: out of memory");
+			goto out;
+		}
+		memcpy(pos, count, (c->n_experts + 1) * sizeof(uint32_t));
+		for (uint32_t a = 0; a < c->n_assign; a++)
+			order[pos[c->assign_expert[a]]++] = a;
+		free(pos);
+	}
+	{
+		int rows = 64; // rows per stage (16 x MT) of every variant run_launch picks
+		bool seen[STRATA_FMT_COUNT] = { false };
+		for (uint32_t e = 0; e < c->n_experts; e++) {
+			if (count[e + 1] == count[e])
+				continue;
+			int f = c->fmts[e];
+			if (f >= STRATA_FMT_COUNT) {
+				rc = STRATA_ERR(err, STRATA_EINVAL, "strata_moe_layer_gpu: expert %u: bad format %d", e, f);
+				goto out;
+			}
+			if (!seen[f]) {
+				if ((rc = fill_tab(f, c->hidden, c->inter, rows, &p->tab[f], err)))
+					goto out;
+				seen[f] = true;
+				p->tiers |= f >= STRATA_FMT_HOT;
+			}
+		}
+	}
+	p->x = c->x, p->y = c->y;
+	p->hidden = c->hidden, p->inter = c->inter;
+	p->vec = (c->hidden % 4 == 0 && c->inter % 4 == 0 && ((uintptr_t)c->x & 15) == 0);
+	{
+		// The kernel variant (token tile) is fixed for the whole call: the stage
+		// geometry in p->tab was sized for its rows per stage.
+		uint32_t ns = 0, na = 0;
+		for (uint32_t e = 0; e < c->n_experts && !rc; e++) {
+			for (uint32_t a = count[e]; a < count[e + 1];) {
+				uint32_t take = count[e + 1] - a;
+				if (take > STRATA_MOE_MAX_ASSIGN)
+					take = STRATA_MOE_MAX_ASSIGN;
+				if (ns == STRATA_MOE_MAX_SLOTS || na + take > STRATA_MOE_MAX_ASSIGN) {
+					p->n_slots = ns;
+					if ((rc = run_launch(p, maxtok_all, st, err)))
+						break;
+					ns = na = 0;
+				}
+				Slot &s = p->slot[ns++];
+				s.ext = (const uint8_t *)c->extents[e];
+				s.fmt = c->fmts[e];
+				s.a0 = na, s.ntok = take;
+				for (uint32_t q = 0; q < take; q++) {
+					uint32_t src = order[a + q];
+					p->tok[na + q] = c->assign_token[src];
+					p->w[na + q] = c->assign_weight[src];
+				}
+				na += take, a += take;
+			}
+		}
+		if (!rc && ns) {
+			p->n_slots = ns;
+			rc = run_launch(p, maxtok_all, st, err);
+		}
+	}
+out:
+	free(count), free(order), free(p);
+	return rc;
+}
+
+} // namespace
 
 extern "C" int strata_moe_layer_gpu(const struct strata_moe_call *c, struct strata_error *err)
 {
-	(void)c;
-	return STRATA_ERR(err, STRATA_EUNSUPPORTED, "fused MoE kernels not built yet");
+	if (strata_gpu_count() <= 0)
+		return STRATA_ERR(err, STRATA_EUNSUPPORTED, "strata_moe_layer_gpu: no GPU");
+	pthread_mutex_lock(&g_ctx.mu);
+	int rc = moe_layer(c, err);
+	pthread_mutex_unlock(&g_ctx.mu);
+	return rc;
+}
+
+extern "C" int strata_gpu_moe_check(int fmt, uint32_t hidden, uint32_t inter, struct strata_error *err)
+{
+	FmtTab t;
+	return fill_tab(fmt, hidden, inter, 64, &t, err);
+}
+
+extern "C" void strata_gpu_moe_set_poison(int on) { g_ctx.poison = on; }
+
+extern "C" int strata_gpu_dequantize(int fmt, const void *d_packed, uint32_t rows, uint32_t cols, float *d_out,
+				     strata_gpu_stream *stream, struct strata_error *err)
+{
+	const struct strata_fmt_traits *tr = strata_fmt_traits(fmt);
+	struct strata_matrix_layout L;
+	if (!tr || !gpu_fmt_ok(fmt))
+		return STRATA_ERR(err, STRATA_EUNSUPPORTED, "strata_gpu_dequantize: format %d has no GPU decoder", fmt);
+	if (strata_matrix_layout(fmt, rows, cols, &L))
+		return STRATA_ERR(err, STRATA_EINVAL, "strata_gpu_dequantize: bad shape %u x %u", rows, cols);
+	if (tr->block == 1 && cols % 8)
+		return STRATA_ERR(err, STRATA_EUNSUPPORTED, "strata_gpu_dequantize: %s needs cols %% 8 == 0", tr->name);
+	int rc = ctx_init(err);
+	if (rc)
+		return rc;
+	uint32_t cb = tr->code_bytes * (256 / tr->block), sb = tr->scale_bytes * (256 / tr->block);
+	uint64_t rowc = (uint64_t)L.padded_cols * cb / 256, rows_ = (uint64_t)(L.padded_cols + 255) / 256 * sb;
+	uint32_t pc8 = (L.padded_cols + 7) / 8 * 8;
+	uint64_t n = (uint64_t)rows * (pc8 / 8);
+	unsigned blocks = (unsigned)((n + 255) / 256);
+	cudaStream_t st = (cudaStream_t)stream;
+	const uint8_t *m = (const uint8_t *)d_packed;
+	bool ok = false;
+	STRATA_FMT_SWITCH(fmt, (dequant_kernel<F><<<blocks, 256, 0, st>>>(m, rows, cols, pc8, L.scales_off, rowc,
+									 rows_, d_out),
+				ok = true));
+	if (!ok)
+		return STRATA_ERR(err, STRATA_EUNSUPPORTED, "strata_gpu_dequantize: format %d", fmt);
+	CU_TRY(err, cudaGetLastError());
+	return STRATA_OK;
+}
+
+extern "C" int strata_gpu_read_bytes(const void *d_buf, size_t bytes, uint32_t *d_sink, strata_gpu_stream *stream,
+				     struct strata_error *err)
+{
+	int rc = ctx_init(err);
+	if (rc)
+		return rc;
+	read_kernel<<<g_ctx.sms * 4, 512, 0, (cudaStream_t)stream>>>((const uint4 *)d_buf, bytes / 16, d_sink);
+	CU_TRY(err, cudaGetLastError());
+	return STRATA_OK;
+}
+
+extern "C" int strata_gpu_fill_f32(float *d_buf, size_t n, uint64_t seed, float scale, strata_gpu_stream *stream,
+				   struct strata_error *err)
+{
+	fill_f32_kernel<<<1024, 256, 0, (cudaStream_t)stream>>>(d_buf, n, seed, scale);
+	CU_TRY(err, cudaGetLastError());
+	return STRATA_OK;
+}
+
+extern "C" int strata_gpu_fill_bf16(uint16_t *d_buf, size_t n, uint64_t seed, float scale,
+				    strata_gpu_stream *stream, struct strata_error *err)
+{
+	fill_bf16_kernel<<<1024, 256, 0, (cudaStream_t)stream>>>(d_buf, n, seed, scale);
+	CU_TRY(err, cudaGetLastError());
+	return STRATA_OK;
+}
+
+extern "C" int strata_gpu_sm_count(void)
+{
+	if (strata_gpu_count() <= 0)
+		return 0;
+	struct strata_error e;
+	return ctx_init(&e) ? 0 : g_ctx.sms;
+}
+
+struct strata_gpu_graph {
+	cudaGraph_t g;
+	cudaGraphExec_t x;
+};
+
+extern "C" int strata_gpu_graph_begin(strata_gpu_stream *stream, struct strata_error *err)
+{
+	CU_TRY(err, cudaStreamBeginCapture((cudaStream_t)stream, cudaStreamCaptureModeThreadLocal));
+	return STRATA_OK;
+}
+
+extern "C" int strata_gpu_graph_end(strata_gpu_stream *stream, strata_gpu_graph **graph, struct strata_error *err)
+{
+	*graph = (strata_gpu_graph *)calloc(1, sizeof(**graph));
+	if (!*graph)
+		return STRATA_ERR(err, STRATA_ENOMEM, "strata_gpu_graph_end: out of memory");
+	cudaError_t e = cudaStreamEndCapture((cudaStream_t)stream, &(*graph)->g);
+	if (e == cudaSuccess)
+		e = cudaGraphInstantiate(&(*graph)->x, (*graph)->g, 0);
+	if (e != cudaSuccess) {
+		strata_gpu_graph_free(*graph);
+		*graph = NULL;
+		return STRATA_ERR(err, STRATA_EGPU, "graph capture: %s", cudaGetErrorString(e));
+	}
+	return STRATA_OK;
+}
+
+extern "C" int strata_gpu_graph_launch(strata_gpu_graph *graph, strata_gpu_stream *stream, struct strata_error *err)
+{
+	CU_TRY(err, cudaGraphLaunch(graph->x, (cudaStream_t)stream));
+	return STRATA_OK;
+}
+
+extern "C" void strata_gpu_graph_free(strata_gpu_graph *graph)
+{
+	if (!graph)
+		return;
+	if (graph->x)
+		cudaGraphExecDestroy(graph->x);
+	if (graph->g)
+		cudaGraphDestroy(graph->g);
+	free(graph);
+}
+
+extern "C" int strata_gpu_fill_random(void *d_buf, size_t bytes, uint64_t seed, strata_gpu_stream *stream,
+				      struct strata_error *err)
+{
+	fill_random_kernel<<<1024, 256, 0, (cudaStream_t)stream>>>((uint32_t *)d_buf, bytes / 4, seed);
+	CU_TRY(err, cudaGetLastError());
+	return STRATA_OK;
 }

@@ -1,0 +1,118 @@
+/*
+ * GPU kernels beyond the MoE-layer contract of moe.h: the pieces the tests,
+ * the benchmark and the engine call one at a time.  Plain C; implemented in
+ * the kernels/ .cu files when the build has CUDA and by kernels/gpu_none.c otherwise
+ * (every function then fails with STRATA_EUNSUPPORTED).
+ *
+ * Pointers named d_* are device pointers; everything else is host memory.
+ * `stream` is a strata_gpu_stream* (NULL = the legacy default stream).
+ *
+ * Threading: the GPU layer keeps one context per process (scratch buffers,
+ * cuBLAS handle).  Calls may come from any thread but are serialised by a
+ * mutex; kernels enqueued on different streams share the MoE scratch, so the
+ * MoE entry points must be driven from one stream at a time.
+ *
+ * How strata_moe_layer_gpu (moe.h) runs: x, y and every extents[e] are device
+ * pointers (extents 16-byte aligned; cudaMalloc'd buffers are); the call
+ * struct itself, fmts[] and assign_*[] are host arrays, copied into the
+ * launch parameters, so no host/device synchronisation happens.  The
+ * (expert, token) pairs are cut into launches of at most STRATA_MOE_MAX_SLOTS
+ * expert slots and STRATA_MOE_MAX_ASSIGN assignments; each launch is one
+ * persistent kernel (one CTA of 8 warps per SM) that streams every active
+ * expert's packed gate|up rows, then its down rows, through a 3-stage shared
+ * memory pipeline fed by the bulk copy engine (cp.async.bulk, one mbarrier per
+ * stage), dequantizes in registers and multiplies on tensor cores (mma.sync
+ * m16n8k16, bf16 operands, f32 accumulation).  Token tiles are 8, 16 or 32
+ * wide, chosen from the largest expert's token count, so the same kernel serves
+ * decode (1..16 tokens) and prefill (hundreds of tokens per expert).  A down
+ * tile waits (spin on a per-expert counter) for that expert's gate|up tiles;
+ * its weights are prefetched meanwhile.  Tier formats look their 12-bit
+ * trellis windows up in 4 interleaved copies of the codebook in shared memory
+ * (kernels/kfmt_tiers.cuh); that lookup, one per weight, bounds their speed.
+ *
+ * Accuracy: weights and activations enter the tensor cores as bf16, so the
+ * result matches the f32/f64 CPU reference to a relative error of about 1e-3
+ * (tests/test_kernels.c states the bound per format).
+ */
+#ifndef STRATA_KERNELS_H
+#define STRATA_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "strata/error.h"
+#include "strata/gpu.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define STRATA_MOE_MAX_SLOTS 256u
+#define STRATA_MOE_MAX_ASSIGN 1024u
+
+/*
+ * Dequantize a packed matrix (quant.h layout, format fmt, rows x cols) on the
+ * GPU into d_out (rows x cols floats, padding dropped) with the same decoders
+ * the fused kernels use.  Bit-exact against strata_dequantize_matrix().
+ */
+int strata_gpu_dequantize(int fmt, const void *d_packed, uint32_t rows, uint32_t cols,
+			  float *d_out, strata_gpu_stream *stream, struct strata_error *err);
+
+/* Whether the fused kernels handle fmt at this shape (0), or why not (<0, err set):
+ * passthrough formats (f32, bf16) need cols multiples of 32. */
+int strata_gpu_moe_check(int fmt, uint32_t hidden, uint32_t inter, struct strata_error *err);
+
+/* Test hook: fill the internal h scratch (silu(gate)*up) with NaN before every
+ * MoE call, so a tile that is read before it is written shows up as NaN. */
+void strata_gpu_moe_set_poison(int on);
+
+/*
+ * BF16 paths through cuBLAS (cublasGemmEx, f32 accumulation), for shared
+ * experts and non-routed layers whose weights stay BF16.
+ *   strata_gpu_linear_bf16:  d_y[n x rows] = alpha * d_x[n x cols] W^T + beta * d_y
+ *     W: rows x cols row-major bf16 (STRATA_FMT_BF16 codes region); d_x f32
+ *     (converted to bf16 in a scratch buffer).
+ *   strata_gpu_expert_bf16:  d_y[n x hidden] += weight * down(silu(gate x) * up x)
+ *     for an STRATA_FMT_BF16 expert extent (quant.h layout).
+ * strata_gpu_gemm_bf16 is the raw product on bf16 operands already on the
+ * device (d_c[n x rows] f32 = d_b[n x cols] d_a^T), used as the benchmark's
+ * cuBLAS baseline.
+ */
+int strata_gpu_linear_bf16(const uint16_t *d_w, uint32_t rows, uint32_t cols, const float *d_x,
+			   uint32_t n, float *d_y, float alpha, float beta, strata_gpu_stream *stream,
+			   struct strata_error *err);
+int strata_gpu_expert_bf16(const void *d_extent, uint32_t hidden, uint32_t inter, const float *d_x,
+			   uint32_t n, float weight, float *d_y, strata_gpu_stream *stream,
+			   struct strata_error *err);
+int strata_gpu_gemm_bf16(const uint16_t *d_a, uint32_t rows, uint32_t cols, const uint16_t *d_b,
+			 uint32_t n, float *d_c, strata_gpu_stream *stream, struct strata_error *err);
+
+/* Benchmark helpers. */
+/* Read every byte of d_buf once (16-byte loads, one CTA per SM x 4, result
+ * folded into *d_sink): the streaming-read ceiling. */
+int strata_gpu_read_bytes(const void *d_buf, size_t bytes, uint32_t *d_sink, strata_gpu_stream *stream,
+			  struct strata_error *err);
+/* Fill d_buf with n pseudo-random floats in [-scale, scale) (seeded), or f32
+ * NaN when scale is NAN; n bf16 values the same way. */
+int strata_gpu_fill_f32(float *d_buf, size_t n, uint64_t seed, float scale, strata_gpu_stream *stream,
+			struct strata_error *err);
+int strata_gpu_fill_bf16(uint16_t *d_buf, size_t n, uint64_t seed, float scale, strata_gpu_stream *stream,
+			 struct strata_error *err);
+/* Fill bytes (a multiple of 4) with uniformly random bits (tier code streams). */
+int strata_gpu_fill_random(void *d_buf, size_t bytes, uint64_t seed, strata_gpu_stream *stream,
+			   struct strata_error *err);
+/* Number of multiprocessors of the current device (0 without one). */
+int strata_gpu_sm_count(void);
+/* Capture everything enqueued on `stream` (not the default stream) between
+ * begin and end into a CUDA graph, replay it, free it: the benchmark times
+ * graph replays so host-side launch cost does not hide short kernels. */
+typedef struct strata_gpu_graph strata_gpu_graph;
+int strata_gpu_graph_begin(strata_gpu_stream *stream, struct strata_error *err);
+int strata_gpu_graph_end(strata_gpu_stream *stream, strata_gpu_graph **graph, struct strata_error *err);
+int strata_gpu_graph_launch(strata_gpu_graph *graph, strata_gpu_stream *stream, struct strata_error *err);
+void strata_gpu_graph_free(strata_gpu_graph *graph);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,480 @@
+/*
+ * Benchmark of the fused dequant MoE kernels on one GPU, every figure as a
+ * ratio to a ceiling measured in the same run:
+ *   ceiling   streaming read (read-only kernel, 16-byte loads) and a
+ *             device-to-device copy, over buffers >> L2
+ *   decode    one MoE layer's active experts (Kimi-shaped 16 x 7168x1536,
+ *             Qwen3-30B-A3B-shaped 8 x 2048x768) at 1, 4, 16 tokens routed to
+ *             all of them, per format: GB/s of packed expert bytes / read ceiling
+ *   prefill   256 tokens per expert: fused kernel TFLOP/s vs cuBLAS BF16
+ *             (3 GEMMs per expert on BF16 weights) on the same shapes
+ *   layer     a full MoE layer with random top-k routing over all the model's
+ *             experts (15/30/55 hot/warm/cold tiering): layer-tokens per second
+ * Layers are rotated so every timed call streams its weights from HBM; calls
+ * are captured into a CUDA graph and replayed, timed with events after a
+ * warm-up, median of the repetitions.
+ *
+ *   bench_kernels [--reps N] [--csv FILE] [--quick]
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels.h"
+#include "moe.h"
+#include "quant.h"
+#include "strata/gpu.h"
+
+static int g_reps = 15;
+static FILE *g_csv;
+static strata_gpu_stream *g_st;
+static struct strata_error g_err;
+
+#define CHECK(call)                                                                          \
+	do {                                                                                 \
+		if ((call) != STRATA_OK) {                                                   \
+			fprintf(stderr, "bench_kernels: %s: %s\n", #call, g_err.msg);        \
+			exit(1);                                                             \
+		}                                                                            \
+	} while (0)
+
+static uint64_t g_rng = 0x243f6a8885a308d3ull;
+static uint64_t rnd(void)
+{
+	g_rng ^= g_rng << 13;
+	g_rng ^= g_rng >> 7;
+	g_rng ^= g_rng << 17;
+	return g_rng;
+}
+
+static int cmp_f(const void *a, const void *b)
+{
+	float x = *(const float *)a, y = *(const float *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* Median ms of one replay of `graph`, divided by `per` (calls in the graph). */
+static double time_graph(strata_gpu_graph *graph, int per)
+{
+	strata_gpu_event *a, *b;
+	float ms[64];
+	int reps = g_reps < 64 ? g_reps : 64;
+	CHECK(strata_gpu_event_create(&a, &g_err));
+	CHECK(strata_gpu_event_create(&b, &g_err));
+	for (int i = 0; i < 2; i++)
+		CHECK(strata_gpu_graph_launch(graph, g_st, &g_err));
+	for (int r = 0; r < reps; r++) {
+		CHECK(strata_gpu_event_record(a, g_st, &g_err));
+		CHECK(strata_gpu_graph_launch(graph, g_st, &g_err));
+		CHECK(strata_gpu_event_record(b, g_st, &g_err));
+		CHECK(strata_gpu_event_sync(b, &g_err));
+		CHECK(strata_gpu_event_elapsed_ms(a, b, &ms[r], &g_err));
+	}
+	qsort(ms, reps, sizeof(float), cmp_f);
+	strata_gpu_event_destroy(a);
+	strata_gpu_event_destroy(b);
+	return ms[reps / 2] / per;
+}
+
+/* ---- ceilings ---- */
+
+static double g_read_gbs, g_copy_gbs, g_blas_tflops;
+
+static void measure_ceilings(void)
+{
+	size_t bytes = (size_t)2 << 30;
+	void *buf, *dst;
+	uint32_t *sink;
+	CHECK(strata_gpu_malloc(&buf, bytes, &g_err));
+	CHECK(strata_gpu_malloc(&dst, bytes, &g_err));
+	CHECK(strata_gpu_malloc((void **)&sink, 64, &g_err));
+	CHECK(strata_gpu_fill_bf16(buf, bytes / 2, 1, 1.0f, g_st, &g_err));
+	strata_gpu_graph *g;
+	CHECK(strata_gpu_graph_begin(g_st, &g_err));
+	for (int i = 0; i < 4; i++)
+		CHECK(strata_gpu_read_bytes(buf, bytes, sink, g_st, &g_err));
+	CHECK(strata_gpu_graph_end(g_st, &g, &g_err));
+	double ms = time_graph(g, 4);
+	strata_gpu_graph_free(g);
+	g_read_gbs = bytes / ms / 1e6;
+	CHECK(strata_gpu_graph_begin(g_st, &g_err));
+	for (int i = 0; i < 4; i++)
+		CHECK(strata_gpu_memcpy_d2d_async(dst, buf, bytes, g_st, &g_err));
+	CHECK(strata_gpu_graph_end(g_st, &g, &g_err));
+	ms = time_graph(g, 4);
+	strata_gpu_graph_free(g);
+	g_copy_gbs = 2.0 * bytes / ms / 1e6;
+	strata_gpu_free(buf);
+	strata_gpu_free(dst);
+	strata_gpu_free(sink);
+
+	/* bf16 matrix ceiling: one large cuBLAS GEMM on random data */
+	uint32_t n = 8192;
+	uint16_t *A, *B;
+	float *C;
+	CHECK(strata_gpu_malloc((void **)&A, (size_t)n * n * 2, &g_err));
+	CHECK(strata_gpu_malloc((void **)&B, (size_t)n * n * 2, &g_err));
+	CHECK(strata_gpu_malloc((void **)&C, (size_t)n * n * 4, &g_err));
+	CHECK(strata_gpu_fill_bf16(A, (size_t)n * n, 2, 1.0f, g_st, &g_err));
+	CHECK(strata_gpu_fill_bf16(B, (size_t)n * n, 3, 1.0f, g_st, &g_err));
+	CHECK(strata_gpu_gemm_bf16(A, n, n, B, n, C, g_st, &g_err)); /* handle + workspace before capture */
+	CHECK(strata_gpu_graph_begin(g_st, &g_err));
+	CHECK(strata_gpu_gemm_bf16(A, n, n, B, n, C, g_st, &g_err));
+	CHECK(strata_gpu_graph_end(g_st, &g, &g_err));
+	ms = time_graph(g, 1);
+	strata_gpu_graph_free(g);
+	g_blas_tflops = 2.0 * n * n * (double)n / ms / 1e9;
+	strata_gpu_free(A);
+	strata_gpu_free(B);
+	strata_gpu_free(C);
+	printf("ceiling: read %.0f GB/s, d2d copy %.0f GB/s (read+write), cuBLAS bf16 8192^3 %.0f TFLOP/s\n",
+	       g_read_gbs, g_copy_gbs, g_blas_tflops);
+	if (g_csv)
+		fprintf(g_csv, "ceiling,read,,,,,%.1f,,\nceiling,copy,,,,,%.1f,,\nceiling,cublas_bf16,,,,,,%.1f,\n",
+			g_read_gbs, g_copy_gbs, g_blas_tflops);
+}
+
+/* ---- expert weights on the device ---- */
+
+struct shape {
+	const char *name;
+	uint32_t hidden, inter, active, total, top_k;
+};
+
+/* Fill n experts of fmt at base (stride E.bytes) with random valid data. */
+static void fill_experts(int fmt, const struct strata_expert_layout *E, uint8_t *base, uint32_t n, uint64_t seed)
+{
+	/* bf16: random values; tiers: uniformly random code streams (what a trellis
+	 * encoder's output looks like to the decoder) and random bf16 block scales */
+	if (fmt < STRATA_FMT_HOT) {
+		CHECK(strata_gpu_fill_bf16((uint16_t *)base, (size_t)n * E->bytes / 2, seed, 0.05f, g_st, &g_err));
+		return;
+	}
+	CHECK(strata_gpu_fill_random(base, (size_t)n * E->bytes, seed, g_st, &g_err));
+	const struct strata_matrix_layout *m[3] = { &E->gate, &E->up, &E->down };
+	const uint64_t off[3] = { E->gate_off, E->up_off, E->down_off };
+	for (uint32_t e = 0; e < n; e++)
+		for (int i = 0; i < 3; i++) {
+			float s = 1.0f / sqrtf((float)m[i]->cols);
+			CHECK(strata_gpu_fill_bf16((uint16_t *)(base + (uint64_t)e * E->bytes + off[i] + m[i]->scales_off),
+						   m[i]->scales_bytes / 2, seed + 7 * e + i, s, g_st, &g_err));
+		}
+}
+
+static uint64_t packed_bytes(const struct strata_expert_layout *E)
+{
+	return E->gate.bytes + E->up.bytes + E->down.bytes;
+}
+
+/* ---- decode: T tokens all routed to the same active experts ---- */
+
+static void bench_decode(const struct shape *sh, int fmt, const uint32_t *tokens, int ntok)
+{
+	struct strata_expert_layout E;
+	strata_expert_layout(fmt, sh->hidden, sh->inter, &E);
+	uint64_t layer = (uint64_t)sh->active * E.bytes;
+	uint32_t nl = (uint32_t)((1536ull << 20) / layer + 1);
+	if (nl < 2)
+		nl = 2;
+	uint8_t *w;
+	CHECK(strata_gpu_malloc((void **)&w, nl * layer, &g_err));
+	fill_experts(fmt, &E, w, nl * sh->active, 11 + fmt);
+	uint32_t maxT = 16;
+	float *x, *y;
+	CHECK(strata_gpu_malloc((void **)&x, (size_t)maxT * sh->hidden * 4, &g_err));
+	CHECK(strata_gpu_malloc((void **)&y, (size_t)maxT * sh->hidden * 4, &g_err));
+	CHECK(strata_gpu_fill_f32(x, (size_t)maxT * sh->hidden, 5, 1.0f, g_st, &g_err));
+	CHECK(strata_gpu_fill_f32(y, (size_t)maxT * sh->hidden, 6, 1.0f, g_st, &g_err));
+	const void **ext = malloc(sh->active * sizeof(void *));
+	uint8_t *fmts = malloc(sh->active);
+	uint32_t *ae = malloc(maxT * sh->active * 4), *at = malloc(maxT * sh->active * 4);
+	float *aw = malloc(maxT * sh->active * 4);
+	for (int ti = 0; ti < ntok; ti++) {
+		uint32_t T = tokens[ti];
+		uint32_t na = 0;
+		for (uint32_t t = 0; t < T; t++)
+			for (uint32_t e = 0; e < sh->active; e++)
+				ae[na] = e, at[na] = t, aw[na++] = 1.0f / sh->active;
+		for (uint32_t e = 0; e < sh->active; e++)
+			fmts[e] = (uint8_t)fmt;
+		struct strata_moe_call c = { .hidden = sh->hidden, .inter = sh->inter, .n_tokens = T, .x = x, .y = y,
+					     .n_experts = sh->active, .extents = (const void *const *)ext,
+					     .fmts = fmts, .n_assign = na, .assign_expert = ae, .assign_token = at,
+					     .assign_weight = aw, .stream = g_st };
+		/* warm-up outside the capture (scratch allocation, attributes) */
+		for (uint32_t e = 0; e < sh->active; e++)
+			ext[e] = w + (uint64_t)e * E.bytes;
+		CHECK(strata_moe_layer_gpu(&c, &g_err));
+		CHECK(strata_gpu_stream_sync(g_st, &g_err));
+		strata_gpu_graph *g;
+		CHECK(strata_gpu_graph_begin(g_st, &g_err));
+		for (uint32_t l = 0; l < nl; l++) {
+			for (uint32_t e = 0; e < sh->active; e++)
+				ext[e] = w + (uint64_t)(l * sh->active + e) * E.bytes;
+			CHECK(strata_moe_layer_gpu(&c, &g_err));
+		}
+		CHECK(strata_gpu_graph_end(g_st, &g, &g_err));
+		double ms = time_graph(g, nl);
+		strata_gpu_graph_free(g);
+		double bytes = (double)sh->active * packed_bytes(&E);
+		double gbs = bytes / ms / 1e6;
+		double tflops = 2.0 * 3 * sh->hidden * (double)sh->inter * sh->active * T / ms / 1e9;
+		printf("decode  %-5s %-5s T=%-3u %8.1f us  %7.0f GB/s  %5.1f%% of read  %6.1f TFLOP/s  %9.0f layer-tok/s\n",
+		       sh->name, strata_fmt_traits(fmt)->name, T, ms * 1e3, gbs, 100 * gbs / g_read_gbs, tflops,
+		       T / ms * 1e3);
+		if (g_csv)
+			fprintf(g_csv, "decode,%s,%s,%u,%.3f,%.4f,%.1f,%.2f,%.0f\n", sh->name, strata_fmt_traits(fmt)->name,
+				T, ms * 1e3, gbs / g_read_gbs, gbs, tflops, T / ms * 1e3);
+	}
+	free(ext), free(fmts), free(ae), free(at), free(aw);
+	strata_gpu_free(w);
+	strata_gpu_free(x);
+	strata_gpu_free(y);
+}
+
+/* ---- prefill: T tokens per expert, fused kernel vs cuBLAS BF16 ---- */
+
+static void bench_prefill(const struct shape *sh, int fmt, uint32_t T)
+{
+	struct strata_expert_layout E, B;
+	strata_expert_layout(fmt, sh->hidden, sh->inter, &E);
+	strata_expert_layout(STRATA_FMT_BF16, sh->hidden, sh->inter, &B);
+	uint32_t ne = sh->active;
+	uint8_t *w, *wb;
+	CHECK(strata_gpu_malloc((void **)&w, ne * E.bytes, &g_err));
+	CHECK(strata_gpu_malloc((void **)&wb, ne * B.bytes, &g_err));
+	fill_experts(fmt, &E, w, ne, 21);
+	fill_experts(STRATA_FMT_BF16, &B, wb, ne, 22);
+	float *x, *y, *g, *u, *d;
+	uint16_t *xb, *hb;
+	CHECK(strata_gpu_malloc((void **)&x, (size_t)T * sh->hidden * 4, &g_err));
+	CHECK(strata_gpu_malloc((void **)&y, (size_t)T * sh->hidden * 4, &g_err));
+	CHECK(strata_gpu_malloc((void **)&xb, (size_t)T * sh->hidden * 2, &g_err));
+	CHECK(strata_gpu_malloc((void **)&hb, (size_t)T * sh->inter * 2, &g_err));
+	CHECK(strata_gpu_malloc((void **)&g, (size_t)T * sh->inter * 4, &g_err));
+	CHECK(strata_gpu_malloc((void **)&u, (size_t)T * sh->inter * 4, &g_err));
+	CHECK(strata_gpu_malloc((void **)&d, (size_t)T * sh->hidden * 4, &g_err));
+	CHECK(strata_gpu_fill_f32(x, (size_t)T * sh->hidden, 5, 1.0f, g_st, &g_err));
+	CHECK(strata_gpu_fill_f32(y, (size_t)T * sh->hidden, 6, 1.0f, g_st, &g_err));
+	CHECK(strata_gpu_fill_bf16(xb, (size_t)T * sh->hidden, 7, 1.0f, g_st, &g_err));
+	CHECK(strata_gpu_fill_bf16(hb, (size_t)T * sh->inter, 8, 1.0f, g_st, &g_err));
+	const void **ext = malloc(ne * sizeof(void *));
+	uint8_t *fmts = malloc(ne);
+	uint32_t na = T * ne, *ae = malloc(na * 4), *at = malloc(na * 4);
+	float *aw = malloc(na * 4);
+	for (uint32_t e = 0; e < ne; e++) {
+		ext[e] = w + (uint64_t)e * E.bytes, fmts[e] = (uint8_t)fmt;
+		for (uint32_t t = 0; t < T; t++)
+			ae[e * T + t] = e, at[e * T + t] = t, aw[e * T + t] = 1.0f / ne;
+	}
+	struct strata_moe_call c = { .hidden = sh->hidden, .inter = sh->inter, .n_tokens = T, .x = x, .y = y,
+				     .n_experts = ne, .extents = (const void *const *)ext, .fmts = fmts,
+				     .n_assign = na, .assign_expert = ae, .assign_token = at, .assign_weight = aw,
+				     .stream = g_st };
+	CHECK(strata_moe_layer_gpu(&c, &g_err));
+	CHECK(strata_gpu_stream_sync(g_st, &g_err));
+	strata_gpu_graph *gr;
+	CHECK(strata_gpu_graph_begin(g_st, &g_err));
+	CHECK(strata_moe_layer_gpu(&c, &g_err));
+	CHECK(strata_gpu_graph_end(g_st, &gr, &g_err));
+	double ms_f = time_graph(gr, 1);
+	strata_gpu_graph_free(gr);
+	/* cuBLAS: gate, up, down GEMMs of every expert on bf16 operands (the SwiGLU and the
+	 * activation casts are left out: this is the matrix work alone) */
+	CHECK(strata_gpu_gemm_bf16((const uint16_t *)wb, sh->inter, sh->hidden, xb, T, g, g_st, &g_err));
+	CHECK(strata_gpu_graph_begin(g_st, &g_err));
+	for (uint32_t e = 0; e < ne; e++) {
+		const uint8_t *eb = wb + (uint64_t)e * B.bytes;
+		CHECK(strata_gpu_gemm_bf16((const uint16_t *)(eb + B.gate_off), sh->inter, sh->hidden, xb, T, g, g_st,
+					   &g_err));
+		CHECK(strata_gpu_gemm_bf16((const uint16_t *)(eb + B.up_off), sh->inter, sh->hidden, xb, T, u, g_st,
+					   &g_err));
+		CHECK(strata_gpu_gemm_bf16((const uint16_t *)(eb + B.down_off), sh->hidden, sh->inter, hb, T, d, g_st,
+					   &g_err));
+	}
+	CHECK(strata_gpu_graph_end(g_st, &gr, &g_err));
+	double ms_b = time_graph(gr, 1);
+	strata_gpu_graph_free(gr);
+	double flop = 2.0 * 3 * sh->hidden * (double)sh->inter * ne * T;
+	printf("prefill %-5s %-5s T=%-3u fused %8.1f us %6.1f TFLOP/s | cuBLAS bf16 %8.1f us %6.1f TFLOP/s | "
+	       "fused/cuBLAS speed %.2f\n",
+	       sh->name, strata_fmt_traits(fmt)->name, T, ms_f * 1e3, flop / ms_f / 1e9, ms_b * 1e3, flop / ms_b / 1e9,
+	       ms_b / ms_f);
+	if (g_csv)
+		fprintf(g_csv, "prefill,%s,%s,%u,%.3f,%.4f,,%.2f,%.2f\n", sh->name, strata_fmt_traits(fmt)->name, T,
+			ms_f * 1e3, ms_b / ms_f, flop / ms_f / 1e9, flop / ms_b / 1e9);
+	free(ext), free(fmts), free(ae), free(at), free(aw);
+	strata_gpu_free(w), strata_gpu_free(wb), strata_gpu_free(x), strata_gpu_free(y), strata_gpu_free(xb);
+	strata_gpu_free(hb), strata_gpu_free(g), strata_gpu_free(u), strata_gpu_free(d);
+}
+
+/* ---- full layer: random top-k routing over all experts, 15/30/55 tiering ---- */
+
+static void bench_layer(const struct shape *sh, const uint32_t *tokens, int ntok)
+{
+	uint32_t n = sh->total;
+	struct strata_expert_layout L[3];
+	uint64_t *off = malloc(n * 8), tot = 0;
+	uint8_t *fmts = malloc(n);
+	for (int f = 0; f < 3; f++)
+		strata_expert_layout(STRATA_FMT_HOT + f, sh->hidden, sh->inter, &L[f]);
+	for (uint32_t e = 0; e < n; e++) {
+		fmts[e] = (uint8_t)(e < n * 15 / 100 ? STRATA_FMT_HOT : e < n * 45 / 100 ? STRATA_FMT_WARM
+											 : STRATA_FMT_COLD);
+		off[e] = tot;
+		tot += L[fmts[e] - STRATA_FMT_HOT].bytes;
+	}
+	uint8_t *w;
+	CHECK(strata_gpu_malloc((void **)&w, tot, &g_err));
+	for (uint32_t e = 0; e < n; e++)
+		fill_experts(fmts[e], &L[fmts[e] - STRATA_FMT_HOT], w + off[e], 1, 100 + e);
+	uint32_t maxT = 0;
+	for (int i = 0; i < ntok; i++)
+		maxT = tokens[i] > maxT ? tokens[i] : maxT;
+	float *x, *y;
+	CHECK(strata_gpu_malloc((void **)&x, (size_t)maxT * sh->hidden * 4, &g_err));
+	CHECK(strata_gpu_malloc((void **)&y, (size_t)maxT * sh->hidden * 4, &g_err));
+	CHECK(strata_gpu_fill_f32(x, (size_t)maxT * sh->hidden, 5, 1.0f, g_st, &g_err));
+	CHECK(strata_gpu_fill_f32(y, (size_t)maxT * sh->hidden, 6, 1.0f, g_st, &g_err));
+	const void **ext = malloc(n * sizeof(void *));
+	uint8_t *afmt = malloc(n);
+	uint32_t *slot = malloc(n * 4), *ae = malloc((size_t)maxT * sh->top_k * 4),
+		 *at = malloc((size_t)maxT * sh->top_k * 4);
+	float *aw = malloc((size_t)maxT * sh->top_k * 4);
+	for (int ti = 0; ti < ntok; ti++) {
+		uint32_t T = tokens[ti];
+		/* 8 different routings, captured back to back */
+		const int NR = 8;
+		struct strata_moe_call c[8];
+		uint32_t *bufs[8][3];
+		float *wb[8];
+		double bytes = 0;
+		for (int r = 0; r < NR; r++) {
+			uint32_t na = 0, ne = 0;
+			for (uint32_t e = 0; e < n; e++)
+				slot[e] = UINT32_MAX;
+			bufs[r][0] = malloc((size_t)T * sh->top_k * 4);
+			bufs[r][1] = malloc((size_t)T * sh->top_k * 4);
+			wb[r] = malloc((size_t)T * sh->top_k * 4);
+			const void **ex = malloc(n * sizeof(void *));
+			uint8_t *fm = malloc(n);
+			for (uint32_t t = 0; t < T; t++)
+				for (uint32_t k = 0; k < sh->top_k; k++) {
+					uint32_t e;
+					int dup;
+					do {
+						e = (uint32_t)(rnd() % n);
+						dup = 0;
+						for (uint32_t q = 0; q < k; q++)
+							dup |= ae[t * sh->top_k + q] == e;
+					} while (dup);
+					ae[t * sh->top_k + k] = e;
+					if (slot[e] == UINT32_MAX) {
+						slot[e] = ne;
+						ex[ne] = w + off[e];
+						fm[ne] = fmts[e];
+						bytes += packed_bytes(&L[fmts[e] - STRATA_FMT_HOT]) / (double)NR;
+						ne++;
+					}
+				}
+			for (uint32_t a = 0; a < T * sh->top_k; a++) {
+				bufs[r][0][a] = slot[ae[a]];
+				bufs[r][1][a] = a / sh->top_k;
+				wb[r][a] = 1.0f / sh->top_k;
+				na++;
+			}
+			c[r] = (struct strata_moe_call){ .hidden = sh->hidden, .inter = sh->inter, .n_tokens = T,
+							 .x = x, .y = y, .n_experts = ne,
+							 .extents = (const void *const *)ex, .fmts = fm, .n_assign = na,
+							 .assign_expert = bufs[r][0], .assign_token = bufs[r][1],
+							 .assign_weight = wb[r], .stream = g_st };
+			CHECK(strata_moe_layer_gpu(&c[r], &g_err));
+		}
+		CHECK(strata_gpu_stream_sync(g_st, &g_err));
+		strata_gpu_graph *g;
+		CHECK(strata_gpu_graph_begin(g_st, &g_err));
+		for (int r = 0; r < NR; r++)
+			CHECK(strata_moe_layer_gpu(&c[r], &g_err));
+		CHECK(strata_gpu_graph_end(g_st, &g, &g_err));
+		double ms = time_graph(g, NR);
+		strata_gpu_graph_free(g);
+		double gbs = bytes / ms / 1e6;
+		printf("layer   %-5s tier  T=%-4u %8.1f us  %9.0f layer-tok/s  %7.0f GB/s of packed experts  %5.1f%% of read\n",
+		       sh->name, T, ms * 1e3, T / ms * 1e3, gbs, 100 * gbs / g_read_gbs);
+		if (g_csv)
+			fprintf(g_csv, "layer,%s,15/30/55,%u,%.3f,%.4f,%.1f,,%.0f\n", sh->name, T, ms * 1e3,
+				gbs / g_read_gbs, gbs, T / ms * 1e3);
+		for (int r = 0; r < NR; r++) {
+			free(bufs[r][0]), free(bufs[r][1]), free(wb[r]);
+			free((void *)c[r].extents), free((void *)c[r].fmts);
+		}
+	}
+	free(off), free(fmts), free(ext), free(afmt), free(slot), free(ae), free(at), free(aw);
+	strata_gpu_free(w), strata_gpu_free(x), strata_gpu_free(y);
+}
+
+int main(int argc, char **argv)
+{
+	int quick = 0;
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--reps") && i + 1 < argc)
+			g_reps = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--csv") && i + 1 < argc) {
+			g_csv = fopen(argv[++i], "w");
+			if (!g_csv) {
+				perror(argv[i]);
+				return 1;
+			}
+		} else if (!strcmp(argv[i], "--quick"))
+			quick = 1;
+		else if (!strcmp(argv[i], "--profile"))
+			quick = 2;
+		else {
+			printf("usage: bench_kernels [--reps N] [--csv FILE] [--quick] [--profile]\n"
+			       "Fused dequant MoE kernels vs streaming-read and cuBLAS ceilings (needs a GPU).\n");
+			return strcmp(argv[i], "--help") && strcmp(argv[i], "-h") ? 2 : 0;
+		}
+	}
+	if (g_reps < 3)
+		g_reps = 3;
+	if (strata_gpu_count() <= 0) {
+		printf("bench_kernels: no GPU, nothing to measure\n");
+		return 0;
+	}
+	CHECK(strata_gpu_init(0, &g_err));
+	CHECK(strata_gpu_stream_create(&g_st, &g_err));
+	printf("bench_kernels on %s, %d SMs\n", strata_gpu_name(), strata_gpu_sm_count());
+	if (g_csv)
+		fprintf(g_csv, "kind,shape,fmt,tokens,ms,ratio,gbs,tflops,tok_s\n");
+	const struct shape shapes[] = {
+		{ "kimi", 7168, 1536, 16, 896, 16 },
+		{ "qwen", 2048, 768, 8, 128, 8 },
+	};
+	if (quick == 2) {
+		/* for a profiler: a few kimi hot decode layers, T=1 and T=16 */
+		const uint32_t t1[] = { 1, 16 };
+		g_read_gbs = 1;
+		g_reps = 3;
+		bench_decode(&shapes[0], STRATA_FMT_HOT, t1, 2);
+		return 0;
+	}
+	measure_ceilings();
+	const int fmts[] = { STRATA_FMT_HOT, STRATA_FMT_WARM, STRATA_FMT_COLD, STRATA_FMT_BF16 };
+	const uint32_t dec_tokens[] = { 1, 4, 16 };
+	for (int s = 0; s < 2; s++)
+		for (int f = 0; f < (quick ? 1 : 4); f++)
+			bench_decode(&shapes[s], fmts[f], dec_tokens, 3);
+	for (int s = 0; s < 2; s++) {
+		bench_prefill(&shapes[s], STRATA_FMT_HOT, 256);
+		if (!quick)
+			bench_prefill(&shapes[s], STRATA_FMT_BF16, 256);
+	}
+	const uint32_t layer_tokens[] = { 1, 16, 64, 256 };
+	for (int s = 0; s < 2; s++)
+		bench_layer(&shapes[s], layer_tokens, quick ? 2 : 4);
+	if (g_csv)
+		fclose(g_csv);
+	strata_gpu_stream_destroy(g_st);
+	return 0;
+}

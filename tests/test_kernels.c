@@ -1,0 +1,436 @@
+/*
+ * GPU kernels against the CPU reference (kernels/kernels.h, kernels/moe.h).
+ * Fresh random inputs every run (the seed is printed), outputs poisoned with
+ * NaN before every kernel, errors measured as ||gpu - ref|| / ||ref|| with a
+ * bound per format.  Skips with a message on a machine without a GPU.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kernels.h"
+#include "moe.h"
+#include "quant.h"
+#include "strata/gpu.h"
+#include "testutil.h"
+
+static uint64_t g_seed;
+
+static uint64_t rnd_u64(void)
+{
+	g_seed ^= g_seed << 13;
+	g_seed ^= g_seed >> 7;
+	g_seed ^= g_seed << 17;
+	return g_seed;
+}
+static float rnd_f(void) { return (float)((rnd_u64() >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f; }
+/* Gaussian-ish (sum of 4 uniforms), with a few larger outliers like real weights. */
+static float rnd_w(void)
+{
+	float v = (rnd_f() + rnd_f() + rnd_f() + rnd_f()) * 0.5f;
+	return (rnd_u64() & 255) == 0 ? v * 6.0f : v;
+}
+
+static void *dmalloc(size_t n)
+{
+	void *d = NULL;
+	struct strata_error err = { 0 };
+	assert_int_equal(strata_gpu_malloc(&d, n, &err), STRATA_OK);
+	return d;
+}
+static void h2d(void *d, const void *h, size_t n)
+{
+	struct strata_error err = { 0 };
+	assert_int_equal(strata_gpu_memcpy_h2d_async(d, h, n, NULL, &err), STRATA_OK);
+	assert_int_equal(strata_gpu_sync(&err), STRATA_OK);
+}
+static void d2h(void *h, const void *d, size_t n)
+{
+	struct strata_error err = { 0 };
+	assert_int_equal(strata_gpu_memcpy_d2h_async(h, d, n, NULL, &err), STRATA_OK);
+	assert_int_equal(strata_gpu_sync(&err), STRATA_OK);
+}
+static void poison(void *d, size_t n)
+{
+	struct strata_error err = { 0 };
+	assert_int_equal(strata_gpu_memset(d, 0xff, n, &err), STRATA_OK); /* 0xffffffff is a NaN */
+}
+
+static int gpu_fmt_ok(int fmt)
+{
+	struct strata_error err = { 0 };
+	return strata_gpu_moe_check(fmt, 1024, 512, &err) == STRATA_OK;
+}
+
+/* A packed rows x cols matrix of fmt with random weights of RMS about `rms`.
+ * Tier formats get random code streams and random bf16 block scales: every
+ * stream is a valid encoding, and the reference Viterbi encoder is far too
+ * slow for test-sized matrices. */
+static void random_matrix(int fmt, uint32_t rows, uint32_t cols, float rms, uint8_t *dst)
+{
+	struct strata_matrix_layout L;
+	assert_int_equal(strata_matrix_layout(fmt, rows, cols, &L), 0);
+	memset(dst, 0, L.bytes);
+	if (fmt >= STRATA_FMT_HOT) {
+		for (uint64_t i = 0; i < L.codes_bytes; i++)
+			dst[L.codes_off + i] = (uint8_t)rnd_u64();
+		uint16_t *sc = (uint16_t *)(dst + L.scales_off);
+		for (uint64_t i = 0; i < L.scales_bytes / 2; i++)
+			sc[i] = strata_f32_to_bf16(rms * (0.5f + fabsf(rnd_f())));
+		return;
+	}
+	float *w = malloc((size_t)rows * cols * sizeof(float));
+	assert_non_null(w);
+	for (size_t j = 0; j < (size_t)rows * cols; j++)
+		w[j] = rnd_w() * rms;
+	assert_int_equal(strata_quantize_matrix(fmt, w, rows, cols, NULL, dst, L.bytes, NULL), 0);
+	free(w);
+}
+
+/* Host extent of fmt with random weights (scale ~ 1/sqrt(cols)). */
+static uint8_t *make_expert(int fmt, uint32_t hidden, uint32_t inter, struct strata_expert_layout *E)
+{
+	assert_int_equal(strata_expert_layout(fmt, hidden, inter, E), 0);
+	uint8_t *ext = calloc(1, E->bytes);
+	assert_non_null(ext);
+	random_matrix(fmt, inter, hidden, 1.0f / sqrtf((float)hidden), ext + E->gate_off);
+	random_matrix(fmt, inter, hidden, 1.0f / sqrtf((float)hidden), ext + E->up_off);
+	random_matrix(fmt, hidden, inter, 1.0f / sqrtf((float)inter), ext + E->down_off);
+	return ext;
+}
+
+static double rel_err(const float *a, const float *ref, const float *base, size_t n, int *nonfinite)
+{
+	double num = 0, den = 0;
+	*nonfinite = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (!isfinite(a[i]))
+			(*nonfinite)++;
+		double d = (double)a[i] - ref[i], r = (double)ref[i] - (base ? base[i] : 0.0f);
+		num += d * d;
+		den += r * r;
+	}
+	return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* ---- dequantization: bit-exact against the reference ---- */
+
+static void test_dequant_exact(void **state)
+{
+	if (!test_have_gpu("test_dequant_exact"))
+		return;
+	const int fmts[] = { STRATA_FMT_F32, STRATA_FMT_BF16, STRATA_FMT_HOT, STRATA_FMT_WARM, STRATA_FMT_COLD };
+	const uint32_t shapes[][2] = { { 48, 1024 }, { 33, 800 }, { 3, 512 } };
+	for (size_t f = 0; f < sizeof(fmts) / sizeof(fmts[0]); f++) {
+		const struct strata_fmt_traits *tr = strata_fmt_traits(fmts[f]);
+		if (!gpu_fmt_ok(fmts[f]) || !tr->quantize_row) {
+			fprintf(stderr, "note: test_dequant_exact[%s] not run: no GPU decoder or reference yet\n", tr->name);
+			continue;
+		}
+		for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+			uint32_t rows = shapes[s][0], cols = shapes[s][1];
+			struct strata_matrix_layout L;
+			assert_int_equal(strata_matrix_layout(fmts[f], rows, cols, &L), 0);
+			size_t n = (size_t)rows * cols;
+			float *ref = malloc(n * 4), *got = malloc(n * 4);
+			uint8_t *pk = malloc(L.bytes);
+			if (s == 2 && fmts[f] >= STRATA_FMT_HOT) {
+				/* one small matrix through the real encoder too */
+				float *w = malloc(n * sizeof(float));
+				for (size_t i = 0; i < n; i++)
+					w[i] = rnd_w() * 0.05f;
+				assert_int_equal(strata_quantize_matrix(fmts[f], w, rows, cols, NULL, pk, L.bytes, NULL), 0);
+				free(w);
+			} else {
+				random_matrix(fmts[f], rows, cols, 0.05f, pk);
+			}
+			assert_int_equal(strata_dequantize_matrix(fmts[f], pk, rows, cols, ref), 0);
+			void *dp = dmalloc(L.bytes);
+			float *dout = dmalloc(n * 4);
+			h2d(dp, pk, L.bytes);
+			poison(dout, n * 4);
+			struct strata_error err = { 0 };
+			assert_int_equal(strata_gpu_dequantize(fmts[f], dp, rows, cols, dout, NULL, &err), STRATA_OK);
+			d2h(got, dout, n * 4);
+			size_t bad = 0;
+			for (size_t i = 0; i < n; i++)
+				if (memcmp(&got[i], &ref[i], 4))
+					bad++;
+			if (bad)
+				fprintf(stderr, "dequant %s %ux%u: %zu of %zu values differ (first ref %g got %g)\n",
+					tr->name, rows, cols, bad, n, ref[0], got[0]);
+			assert_int_equal(bad, 0);
+			strata_gpu_free(dp);
+			strata_gpu_free(dout);
+			free(ref), free(got), free(pk);
+		}
+	}
+}
+
+/* ---- the fused MoE layer ---- */
+
+struct moe_case {
+	const char *name;
+	int fmt;            /* -1: mix bf16 / f32 / tiers across experts */
+	uint32_t hidden, inter, n_tokens, n_experts, top_k;
+};
+
+/* Relative error bound per format: bf16 operands on the tensor cores, f32 sums. */
+static double bound_for(int fmt) { return fmt == STRATA_FMT_F32 ? 1.5e-2 : 1e-2; }
+
+static void run_moe_case(const struct moe_case *mc)
+{
+	struct strata_error err = { 0 };
+	uint32_t H = mc->hidden, I = mc->inter, T = mc->n_tokens, NE = mc->n_experts;
+	int mix[] = { STRATA_FMT_BF16, STRATA_FMT_F32, STRATA_FMT_HOT, STRATA_FMT_WARM, STRATA_FMT_COLD };
+	uint8_t *fmts = malloc(NE);
+	uint32_t nf = 0;
+	int usable[5];
+	for (int i = 0; i < 5; i++)
+		if (gpu_fmt_ok(mix[i]) && strata_fmt_traits(mix[i])->quantize_row &&
+		    strata_gpu_moe_check(mix[i], H, I, &err) == STRATA_OK)
+			usable[nf++] = mix[i];
+	if (mc->fmt >= 0 && (!gpu_fmt_ok(mc->fmt) || !strata_fmt_traits(mc->fmt)->quantize_row)) {
+		fprintf(stderr, "note: moe[%s] not run: format %s has no GPU decoder or reference yet\n", mc->name,
+			strata_fmt_traits(mc->fmt)->name);
+		free(fmts);
+		return;
+	}
+	uint8_t **hext = malloc(NE * sizeof(*hext));
+	void **dext = malloc(NE * sizeof(*dext));
+	double bound = 0;
+	for (uint32_t e = 0; e < NE; e++) {
+		fmts[e] = (uint8_t)(mc->fmt >= 0 ? mc->fmt : usable[e % nf]);
+		double b = bound_for(fmts[e]);
+		bound = b > bound ? b : bound;
+		struct strata_expert_layout E;
+		hext[e] = make_expert(fmts[e], H, I, &E);
+		dext[e] = dmalloc(E.bytes);
+		h2d(dext[e], hext[e], E.bytes);
+	}
+	/* routing: every token picks top_k distinct experts */
+	uint32_t NA = T * mc->top_k;
+	uint32_t *ae = malloc(NA * 4), *at = malloc(NA * 4);
+	float *aw = malloc(NA * 4);
+	for (uint32_t t = 0; t < T; t++)
+		for (uint32_t k = 0; k < mc->top_k; k++) {
+			uint32_t e;
+			int dup;
+			do {
+				e = (uint32_t)(rnd_u64() % NE);
+				dup = 0;
+				for (uint32_t q = 0; q < k; q++)
+					dup |= ae[t * mc->top_k + q] == e;
+			} while (dup);
+			ae[t * mc->top_k + k] = e;
+			at[t * mc->top_k + k] = t;
+			aw[t * mc->top_k + k] = 0.1f + 0.9f * fabsf(rnd_f());
+		}
+	size_t nx = (size_t)T * H;
+	float *x = malloc(nx * 4), *y0 = malloc(nx * 4), *yref = malloc(nx * 4), *yg = malloc(nx * 4);
+	for (size_t i = 0; i < nx; i++)
+		x[i] = rnd_w(), y0[i] = rnd_f();
+	memcpy(yref, y0, nx * 4);
+	struct strata_moe_call c = {
+		.hidden = H, .inter = I, .n_tokens = T, .x = x, .y = yref, .n_experts = NE,
+		.extents = (const void *const *)hext, .fmts = fmts, .n_assign = NA, .assign_expert = ae,
+		.assign_token = at, .assign_weight = aw,
+	};
+	assert_int_equal(strata_moe_layer_ref(&c, &err), STRATA_OK);
+	float *dx = dmalloc(nx * 4), *dy = dmalloc(nx * 4);
+	h2d(dx, x, nx * 4);
+	h2d(dy, y0, nx * 4);
+	c.x = dx, c.y = dy, c.extents = (const void *const *)dext;
+	strata_gpu_moe_set_poison(1);
+	int rc = strata_moe_layer_gpu(&c, &err);
+	if (rc)
+		fprintf(stderr, "moe[%s]: %s\n", mc->name, err.msg);
+	assert_int_equal(rc, STRATA_OK);
+	assert_int_equal(strata_gpu_sync(&err), STRATA_OK);
+	d2h(yg, dy, nx * 4);
+	int nonfinite;
+	double re = rel_err(yg, yref, y0, nx, &nonfinite);
+	printf("moe[%s] fmt=%s H=%u I=%u T=%u E=%u k=%u: rel err %.3g (bound %.3g)\n", mc->name,
+	       mc->fmt >= 0 ? strata_fmt_traits(mc->fmt)->name : "mixed", H, I, T, NE, mc->top_k, re, bound);
+	assert_int_equal(nonfinite, 0);
+	assert_true(re < bound);
+	/* Second run on the same inputs: the per-expert counters were reset by the kernel. */
+	h2d(dy, y0, nx * 4);
+	assert_int_equal(strata_moe_layer_gpu(&c, &err), STRATA_OK);
+	d2h(yg, dy, nx * 4);
+	double re2 = rel_err(yg, yref, y0, nx, &nonfinite);
+	assert_int_equal(nonfinite, 0);
+	assert_true(re2 < bound);
+	strata_gpu_moe_set_poison(0);
+	for (uint32_t e = 0; e < NE; e++) {
+		strata_gpu_free(dext[e]);
+		free(hext[e]);
+	}
+	strata_gpu_free(dx);
+	strata_gpu_free(dy);
+	free(hext), free(dext), free(fmts), free(ae), free(at), free(aw), free(x), free(y0), free(yref), free(yg);
+}
+
+static const struct moe_case moe_cases[] = {
+	/* decode: 8-token tiles */
+	{ "decode-1", STRATA_FMT_BF16, 1024, 512, 1, 6, 4 },
+	{ "decode-4-f32", STRATA_FMT_F32, 512, 256, 4, 5, 3 },
+	{ "decode-8-odd", STRATA_FMT_BF16, 544, 96, 8, 3, 2 },
+	/* 16-token tiles */
+	{ "decode-16", STRATA_FMT_BF16, 768, 320, 16, 4, 3 },
+	/* prefill: 32-token tiles, experts with many tiles */
+	{ "prefill-150", STRATA_FMT_BF16, 512, 256, 150, 4, 2 },
+	/* many slots: > STRATA_MOE_MAX_SLOTS experts, several launches */
+	{ "slots-300", STRATA_FMT_BF16, 256, 64, 40, 300, 8 },
+	/* many assignments: > STRATA_MOE_MAX_ASSIGN, expert split across launches */
+	{ "assign-1300", STRATA_FMT_BF16, 256, 96, 1300, 3, 1 },
+	/* the tier formats (skip until their GPU decoders exist) */
+	{ "hot-1", STRATA_FMT_HOT, 1024, 512, 1, 4, 4 },
+	{ "warm-4", STRATA_FMT_WARM, 768, 384, 4, 4, 2 },
+	{ "cold-16", STRATA_FMT_COLD, 1280, 256, 16, 3, 2 },
+	{ "hot-prefill", STRATA_FMT_HOT, 512, 256, 100, 2, 2 },
+	{ "tier-padded", STRATA_FMT_WARM, 640, 320, 3, 3, 2 },
+	/* several formats in one launch */
+	{ "mixed-5", -1, 1024, 256, 5, 10, 4 },
+};
+
+static void test_moe_layer(void **state)
+{
+	if (!test_have_gpu("test_moe_layer"))
+		return;
+	for (size_t i = 0; i < sizeof(moe_cases) / sizeof(moe_cases[0]); i++)
+		run_moe_case(&moe_cases[i]);
+}
+
+/* ---- cuBLAS BF16 paths ---- */
+
+static void test_bf16_cublas(void **state)
+{
+	if (!test_have_gpu("test_bf16_cublas"))
+		return;
+	struct strata_error err = { 0 };
+	const uint32_t R = 384, C = 512, N = 7;
+	uint16_t *w = malloc((size_t)R * C * 2);
+	float *x = malloc((size_t)N * C * 4), *y = malloc((size_t)N * R * 4), *ref = malloc((size_t)N * R * 4);
+	for (size_t i = 0; i < (size_t)R * C; i++)
+		w[i] = strata_f32_to_bf16(rnd_w() * 0.05f);
+	for (size_t i = 0; i < (size_t)N * C; i++)
+		x[i] = rnd_w();
+	for (uint32_t n = 0; n < N; n++)
+		for (uint32_t r = 0; r < R; r++) {
+			double a = 0;
+			for (uint32_t k = 0; k < C; k++)
+				a += (double)strata_bf16_to_f32(w[(size_t)r * C + k]) * x[(size_t)n * C + k];
+			ref[(size_t)n * R + r] = (float)(0.5 * a);
+		}
+	uint16_t *dw = dmalloc((size_t)R * C * 2);
+	float *dx = dmalloc((size_t)N * C * 4), *dy = dmalloc((size_t)N * R * 4);
+	h2d(dw, w, (size_t)R * C * 2);
+	h2d(dx, x, (size_t)N * C * 4);
+	poison(dy, (size_t)N * R * 4);
+	/* beta = 0 must overwrite the NaN poison */
+	assert_int_equal(strata_gpu_linear_bf16(dw, R, C, dx, N, dy, 0.5f, 0.0f, NULL, &err), STRATA_OK);
+	d2h(y, dy, (size_t)N * R * 4);
+	int nonfinite;
+	double re = rel_err(y, ref, NULL, (size_t)N * R, &nonfinite);
+	printf("linear_bf16 %ux%u n=%u: rel err %.3g\n", R, C, N, re);
+	assert_int_equal(nonfinite, 0);
+	assert_true(re < 1e-2);
+
+	/* shared expert through cuBLAS against the reference SwiGLU */
+	const uint32_t H = 512, I = 256;
+	struct strata_expert_layout E;
+	uint8_t *ext = make_expert(STRATA_FMT_BF16, H, I, &E);
+	float *x2 = malloc((size_t)N * H * 4), *y0 = malloc((size_t)N * H * 4), *yr = malloc((size_t)N * H * 4),
+	      *yg = malloc((size_t)N * H * 4), *wts = malloc(N * 4);
+	for (size_t i = 0; i < (size_t)N * H; i++)
+		x2[i] = rnd_w(), y0[i] = rnd_f();
+	for (uint32_t n = 0; n < N; n++)
+		wts[n] = 0.75f;
+	memcpy(yr, y0, (size_t)N * H * 4);
+	assert_int_equal(strata_expert_forward_ref(STRATA_FMT_BF16, ext, H, I, x2, N, wts, yr), 0);
+	void *dext = dmalloc(E.bytes);
+	float *dx2 = dmalloc((size_t)N * H * 4), *dy2 = dmalloc((size_t)N * H * 4);
+	h2d(dext, ext, E.bytes);
+	h2d(dx2, x2, (size_t)N * H * 4);
+	h2d(dy2, y0, (size_t)N * H * 4);
+	assert_int_equal(strata_gpu_expert_bf16(dext, H, I, dx2, N, 0.75f, dy2, NULL, &err), STRATA_OK);
+	d2h(yg, dy2, (size_t)N * H * 4);
+	re = rel_err(yg, yr, y0, (size_t)N * H, &nonfinite);
+	printf("expert_bf16 H=%u I=%u n=%u: rel err %.3g\n", H, I, N, re);
+	assert_int_equal(nonfinite, 0);
+	assert_true(re < 1e-2);
+	strata_gpu_free(dw), strata_gpu_free(dx), strata_gpu_free(dy);
+	strata_gpu_free(dext), strata_gpu_free(dx2), strata_gpu_free(dy2);
+	free(w), free(x), free(y), free(ref), free(ext), free(x2), free(y0), free(yr), free(yg), free(wts);
+}
+
+/* ---- bad calls fail cleanly ---- */
+
+static void test_moe_errors(void **state)
+{
+	struct strata_error err = { 0 };
+	/* shape checks need no GPU on a CUDA build; on a build without CUDA every call is unsupported */
+	int rc = strata_gpu_moe_check(STRATA_FMT_BF16, 100, 64, &err);
+	assert_true(rc == STRATA_EUNSUPPORTED);
+	if (!test_have_gpu("test_moe_errors"))
+		return;
+	assert_int_equal(strata_gpu_moe_check(STRATA_FMT_BF16, 1024, 512, &err), STRATA_OK);
+	assert_int_equal(strata_gpu_moe_check(STRATA_FMT_COUNT + 3, 1024, 512, &err), STRATA_EUNSUPPORTED);
+	float *dx = dmalloc(4096), *dy = dmalloc(4096);
+	uint8_t *dext = dmalloc(1 << 20);
+	const void *ext[1] = { dext };
+	uint8_t fmt = 9;
+	uint32_t ae = 0, at = 0;
+	float aw = 1;
+	struct strata_moe_call c = { .hidden = 256, .inter = 64, .n_tokens = 1, .x = dx, .y = dy, .n_experts = 1,
+				     .extents = ext, .fmts = &fmt, .n_assign = 1, .assign_expert = &ae,
+				     .assign_token = &at, .assign_weight = &aw };
+	assert_int_equal(strata_moe_layer_gpu(&c, &err), STRATA_EINVAL);
+	assert_non_null(strstr(err.msg, "format"));
+	fmt = STRATA_FMT_BF16;
+	at = 5; /* token out of range */
+	assert_int_equal(strata_moe_layer_gpu(&c, &err), STRATA_EINVAL);
+	at = 0;
+	ae = 1; /* expert out of range */
+	assert_int_equal(strata_moe_layer_gpu(&c, &err), STRATA_EINVAL);
+	ae = 0;
+	ext[0] = dext + 8; /* misaligned extent */
+	assert_int_equal(strata_moe_layer_gpu(&c, &err), STRATA_EINVAL);
+	ext[0] = dext;
+	c.hidden = 100; /* passthrough needs multiples of 32 */
+	assert_int_equal(strata_moe_layer_gpu(&c, &err), STRATA_EUNSUPPORTED);
+	c.hidden = 256;
+	assert_int_equal(strata_moe_layer_gpu(&c, &err), STRATA_OK);
+	assert_int_equal(strata_gpu_sync(&err), STRATA_OK);
+	strata_gpu_free(dx), strata_gpu_free(dy), strata_gpu_free(dext);
+}
+
+static int setup(void **state)
+{
+	const char *s = getenv("STRATA_TEST_SEED");
+	g_seed = s ? strtoull(s, NULL, 0) : ((uint64_t)time(NULL) << 20) ^ (uint64_t)getpid() ^ 0x9e3779b97f4a7c15ull;
+	if (!g_seed)
+		g_seed = 1;
+	printf("test_kernels: seed %llu (STRATA_TEST_SEED to repeat)\n", (unsigned long long)g_seed);
+	struct strata_error err = { 0 };
+	if (strata_gpu_count() > 0 && strata_gpu_init(0, &err)) {
+		fprintf(stderr, "strata_gpu_init: %s\n", err.msg);
+		return -1;
+	}
+	return 0;
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_dequant_exact),
+		cmocka_unit_test(test_moe_layer),
+		cmocka_unit_test(test_bf16_cublas),
+		cmocka_unit_test(test_moe_errors),
+	};
+	return cmocka_run_group_tests(tests, setup, NULL);
+}
