@@ -133,22 +133,12 @@ void strata_cost_file_print(const struct strata_cost_file *c, FILE *f)
 
 int strata_cost_file_save(const char *path, const struct strata_cost_file *c, struct strata_error *err)
 {
-	char tmp[4096];
-	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-	FILE *f = fopen(tmp, "w");
-	if (!f)
-		return STRATA_ERRNO(err, STRATA_EIO, "%s: cannot create", tmp);
-	strata_cost_file_print(c, f);
-	int bad = ferror(f);
-	if (fclose(f) || bad) {
-		unlink(tmp);
-		return STRATA_ERRNO(err, STRATA_EIO, "%s: write failed", tmp);
-	}
-	if (rename(tmp, path)) {
-		unlink(tmp);
-		return STRATA_ERRNO(err, STRATA_EIO, "%s: rename", path);
-	}
-	return STRATA_OK;
+	struct strata_outfile o;
+	int rc = strata_outfile_open(&o, path, 0, err);
+	if (rc)
+		return rc;
+	strata_cost_file_print(c, o.f);
+	return strata_outfile_commit(&o, err);
 }
 
 static int cmp_d(const void *a, const void *b)

@@ -555,49 +555,6 @@ out:
 
 /* ---- output ----------------------------------------------------------- */
 
-#define FIELDS(X)                                                                       \
-	X("tokens", "%" PRIu64, r->tokens)                                              \
-	X("prefill_tokens", "%" PRIu64, r->prefill_tokens)                              \
-	X("decode_tokens", "%" PRIu64, r->decode_tokens)                                \
-	X("steps", "%" PRIu64, r->steps)                                                \
-	X("requests", "%" PRIu64, r->requests)                                          \
-	X("accesses", "%" PRIu64, s->accesses)                                          \
-	X("hits_vram", "%" PRIu64, s->hits[0])                                          \
-	X("hits_ram", "%" PRIu64, s->hits[1])                                           \
-	X("hits_nvme", "%" PRIu64, s->hits[2])                                          \
-	X("hit_rate_vram", "%.6f", r->hit_rate[0])                                      \
-	X("hit_rate_ram", "%.6f", r->hit_rate[1])                                       \
-	X("hit_rate_nvme", "%.6f", r->hit_rate[2])                                      \
-	X("bytes_nvme_ram", "%" PRIu64, s->bytes_nvme_ram)                              \
-	X("bytes_ram_vram", "%" PRIu64, s->bytes_ram_vram)                              \
-	X("bytes_nvme_vram", "%" PRIu64, s->bytes_nvme_vram)                            \
-	X("evictions_vram", "%" PRIu64, s->evictions[0])                                \
-	X("evictions_ram", "%" PRIu64, s->evictions[1])                                 \
-	X("prefetch_issued", "%" PRIu64, s->prefetch_issued)                            \
-	X("prefetch_used", "%" PRIu64, s->prefetch_used)                                \
-	X("prefetch_wasted", "%" PRIu64, s->prefetch_wasted)                            \
-	X("prefetch_redundant", "%" PRIu64, s->prefetch_redundant)                      \
-	X("prefetch_late", "%" PRIu64, s->prefetch_late)                                \
-	X("prefetch_accuracy", "%.6f", r->prefetch_accuracy)                            \
-	X("prefetch_coverage", "%.6f", r->prefetch_coverage)                            \
-	X("prefetch_waste", "%.6f", r->prefetch_waste)                                  \
-	X("stall_ms", "%.3f", s->stall_ns / 1e6)                                        \
-	X("io_ms", "%.3f", s->io_ns / 1e6)                                              \
-	X("compute_ms", "%.3f", s->compute_ns / 1e6)                                    \
-	X("clock_ms", "%.3f", s->clock_ns / 1e6)                                        \
-	X("bookkeeping_ms", "%.3f", (double)s->bookkeeping_ns / 1e6)                    \
-	X("prefill_tok_s", "%.3f", r->prefill_tok_s)                                    \
-	X("decode_tok_s", "%.3f", r->decode_tok_s)                                      \
-	X("ttft_ms", "%.3f", r->ttft_ms)                                                \
-	X("lat_p50_ms", "%.4f", r->lat_p50_ms)                                          \
-	X("lat_p99_ms", "%.4f", r->lat_p99_ms)                                          \
-	X("cold_start_ms", "%.3f", r->cold_start_ms)                                    \
-	X("run_s", "%.6f", r->run_s)                                                    \
-	X("wall_s", "%.6f", r->wall_s)                                                  \
-	X("accesses_per_s", "%.0f", r->accesses_per_s)                                  \
-	X("loop_s", "%.6f", r->loop_s)                                                  \
-	X("loop_accesses_per_s", "%.0f", r->loop_accesses_per_s)
-
 static void csv_str(FILE *f, const char *s)
 {
 	fputc('"', f);
@@ -623,9 +580,11 @@ static void json_str(FILE *f, const char *s)
 int strata_replay_write_json(const struct strata_replay_result *r, const char *path, struct strata_error *err)
 {
 	const struct strata_engine_stats *s = &r->stats;
-	FILE *f = strcmp(path, "-") ? fopen(path, "w") : stdout;
-	if (!f)
-		return STRATA_ERRNO(err, STRATA_EIO, "%s: cannot create", path);
+	struct strata_outfile o;
+	int rc = strata_outfile_open(&o, path, 0, err);
+	if (rc)
+		return rc;
+	FILE *f = o.f;
 	fprintf(f, "{\n  \"config\": ");
 	json_str(f, r->name);
 	fprintf(f, ",\n  \"mode\": \"%s\",\n  \"compute\": \"%s\",\n  \"trace\": ",
@@ -635,27 +594,26 @@ int strata_replay_write_json(const struct strata_replay_result *r, const char *p
 	json_str(f, r->model);
 	fprintf(f, ",\n  \"seed\": %" PRIu64 ",\n  \"vram_bytes\": %" PRIu64 ",\n  \"ram_bytes\": %" PRIu64, r->seed,
 		r->budget[0], r->budget[1]);
-#define JX(k, fmt, v) fprintf(f, ",\n  \"" k "\": " fmt, v);
-	FIELDS(JX)
+#define JX(k, t, fmt, v) fprintf(f, ",\n  \"" k "\": " fmt, v);
+	STRATA_REPLAY_COLUMNS(JX)
 #undef JX
 	fprintf(f, "\n}\n");
-	int bad = ferror(f);
-	if (f != stdout && fclose(f))
-		bad = 1;
-	return bad ? STRATA_ERRNO(err, STRATA_EIO, "%s: write failed", path) : STRATA_OK;
+	return strata_outfile_commit(&o, err);
 }
 
 int strata_replay_write_csv(const struct strata_replay_result *r, const char *path, bool append,
 			    struct strata_error *err)
 {
 	const struct strata_engine_stats *s = &r->stats;
-	FILE *f = strcmp(path, "-") ? fopen(path, append ? "a" : "w") : stdout;
-	if (!f)
-		return STRATA_ERRNO(err, STRATA_EIO, "%s: cannot create", path);
-	if (!append || ftell(f) == 0) {
+	struct strata_outfile o;
+	int rc = strata_outfile_open(&o, path, append, err);
+	if (rc)
+		return rc;
+	FILE *f = o.f;
+	if (!o.append || o.existing == 0) {
 		fprintf(f, "config,mode,compute,trace,model,seed,vram_bytes,ram_bytes");
-#define HX(k, fmt, v) fputs("," k, f);
-		FIELDS(HX)
+#define HX(k, t, fmt, v) fputs("," k, f);
+		STRATA_REPLAY_COLUMNS(HX)
 #undef HX
 		fputc('\n', f);
 	}
@@ -665,14 +623,11 @@ int strata_replay_write_csv(const struct strata_replay_result *r, const char *pa
 	fputc(',', f);
 	csv_str(f, r->model);
 	fprintf(f, ",%" PRIu64 ",%" PRIu64 ",%" PRIu64, r->seed, r->budget[0], r->budget[1]);
-#define CX(k, fmt, v) fprintf(f, "," fmt, v);
-	FIELDS(CX)
+#define CX(k, t, fmt, v) fprintf(f, "," fmt, v);
+	STRATA_REPLAY_COLUMNS(CX)
 #undef CX
 	fputc('\n', f);
-	int bad = ferror(f);
-	if (f != stdout && fclose(f))
-		bad = 1;
-	return bad ? STRATA_ERRNO(err, STRATA_EIO, "%s: write failed", path) : STRATA_OK;
+	return strata_outfile_commit(&o, err);
 }
 
 void strata_replay_print(const struct strata_replay_result *r, FILE *f)

@@ -1,10 +1,14 @@
 /* Shared helpers: see include/strata/util.h. */
 #include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -137,4 +141,110 @@ void strata_install_sigint(void)
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = on_sigint;
 	sigaction(SIGINT, &sa, NULL);
+}
+
+/* ---- results files: whole or not at all ---- */
+
+int strata_outfile_open(struct strata_outfile *o, const char *path, int append, struct strata_error *err)
+{
+	memset(o, 0, sizeof(*o));
+	o->path = path;
+	o->append = append && strcmp(path, "-");
+	o->fd = -1;
+	if (o->append) {
+		/* Lock now: the caller decides on a header from `existing`. */
+		o->fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+		if (o->fd < 0)
+			return STRATA_ERRNO(err, STRATA_EIO, "%s: cannot create", path);
+		struct stat st;
+		if (flock(o->fd, LOCK_EX) || fstat(o->fd, &st)) {
+			int rc = STRATA_ERRNO(err, STRATA_EIO, "%s: cannot lock", path);
+			close(o->fd);
+			return rc;
+		}
+		o->existing = (uint64_t)st.st_size;
+	}
+	o->f = open_memstream(&o->buf, &o->len);
+	if (!o->f) {
+		if (o->fd >= 0)
+			close(o->fd);
+		return STRATA_ERR(err, STRATA_ENOMEM, "%s: out of memory", path);
+	}
+	return STRATA_OK;
+}
+
+void strata_outfile_abort(struct strata_outfile *o)
+{
+	if (o->f)
+		fclose(o->f);
+	if (o->fd >= 0)
+		close(o->fd);
+	free(o->buf);
+	memset(o, 0, sizeof(*o));
+	o->fd = -1;
+}
+
+static int write_all(int fd, const char *p, size_t n)
+{
+	while (n) {
+		ssize_t w = write(fd, p, n);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0) {
+			if (w == 0)
+				errno = ENOSPC;
+			return -1;
+		}
+		p += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+int strata_outfile_commit(struct strata_outfile *o, struct strata_error *err)
+{
+	const char *path = o->path;
+	int rc = STRATA_OK;
+	if (fclose(o->f)) {
+		o->f = NULL;
+		rc = STRATA_ERR(err, STRATA_ENOMEM, "%s: out of memory", path);
+		strata_outfile_abort(o);
+		return rc;
+	}
+	o->f = NULL;
+	if (!strcmp(path, "-")) {
+		if (fwrite(o->buf, 1, o->len, stdout) != o->len || fflush(stdout))
+			rc = STRATA_ERRNO(err, STRATA_EIO, "stdout: write failed");
+	} else if (o->append) {
+		if (write_all(o->fd, o->buf, o->len)) {
+			rc = STRATA_ERRNO(err, STRATA_EIO, "%s: write failed", path);
+			if (ftruncate(o->fd, (off_t)o->existing))
+				rc = STRATA_ERRNO(err, STRATA_EIO, "%s: write failed, and cutting the half row off failed",
+						  path);
+		}
+	} else {
+		size_t n = strlen(path) + 32;
+		char *tmp = malloc(n);
+		if (!tmp) {
+			rc = STRATA_ERR(err, STRATA_ENOMEM, "%s: out of memory", path);
+		} else {
+			snprintf(tmp, n, "%s.tmp.%ld", path, (long)getpid());
+			int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+			if (fd < 0) {
+				rc = STRATA_ERRNO(err, STRATA_EIO, "%s: cannot create", path);
+			} else {
+				if (write_all(fd, o->buf, o->len) || fdatasync(fd))
+					rc = STRATA_ERRNO(err, STRATA_EIO, "%s: write failed", path);
+				if (close(fd) && !rc)
+					rc = STRATA_ERRNO(err, STRATA_EIO, "%s: write failed", path);
+				if (!rc && rename(tmp, path))
+					rc = STRATA_ERRNO(err, STRATA_EIO, "%s: cannot replace", path);
+				if (rc)
+					unlink(tmp);
+			}
+			free(tmp);
+		}
+	}
+	strata_outfile_abort(o);
+	return rc;
 }

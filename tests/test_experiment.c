@@ -104,7 +104,7 @@ static void test_sweep_rows_errors_resume(void **state)
 	assert_non_null(first);
 	/* header + 3 rows; the failing configuration has its own row */
 	assert_int_equal(count_lines(first, "\n"), 4);
-	const char *head = "run_id,status,error,label,config,mode,trace,model,seed,vram_bytes,ram_bytes,tokens,";
+	const char *head = "run_id,status,error,label,config,mode,compute,trace,model,seed,vram_bytes,ram_bytes,tokens,";
 	assert_true(!strncmp(first, head, strlen(head)));
 	assert_int_equal(count_lines(first, ",ok,"), 2);
 	assert_int_equal(count_lines(first, ",error,\""), 1);

@@ -133,51 +133,12 @@ int strata_experiment_run_one(const struct strata_experiment_config *x, struct s
 
 /* ---- columns ---- */
 
-/* The result columns, named as `strata replay --csv` names them. */
-#define RESULT_COLS(X)                                                                  \
-	X("tokens", U, r->tokens)                                                       \
-	X("prefill_tokens", U, r->prefill_tokens)                                       \
-	X("decode_tokens", U, r->decode_tokens)                                         \
-	X("steps", U, r->steps)                                                         \
-	X("requests", U, r->requests)                                                   \
-	X("accesses", U, s->accesses)                                                   \
-	X("hits_vram", U, s->hits[0])                                                   \
-	X("hits_ram", U, s->hits[1])                                                    \
-	X("hits_nvme", U, s->hits[2])                                                   \
-	X("hit_rate_vram", D, r->hit_rate[0])                                           \
-	X("hit_rate_ram", D, r->hit_rate[1])                                            \
-	X("hit_rate_nvme", D, r->hit_rate[2])                                           \
-	X("bytes_nvme_ram", U, s->bytes_nvme_ram)                                       \
-	X("bytes_ram_vram", U, s->bytes_ram_vram)                                       \
-	X("bytes_nvme_vram", U, s->bytes_nvme_vram)                                     \
-	X("evictions_vram", U, s->evictions[0])                                         \
-	X("evictions_ram", U, s->evictions[1])                                          \
-	X("prefetch_issued", U, s->prefetch_issued)                                     \
-	X("prefetch_used", U, s->prefetch_used)                                         \
-	X("prefetch_wasted", U, s->prefetch_wasted)                                     \
-	X("prefetch_redundant", U, s->prefetch_redundant)                               \
-	X("prefetch_late", U, s->prefetch_late)                                         \
-	X("prefetch_accuracy", D, r->prefetch_accuracy)                                 \
-	X("prefetch_coverage", D, r->prefetch_coverage)                                 \
-	X("prefetch_waste", D, r->prefetch_waste)                                       \
-	X("stall_ms", D, s->stall_ns / 1e6)                                             \
-	X("io_ms", D, s->io_ns / 1e6)                                                   \
-	X("compute_ms", D, s->compute_ns / 1e6)                                         \
-	X("clock_ms", D, s->clock_ns / 1e6)                                             \
-	X("bookkeeping_ms", D, (double)s->bookkeeping_ns / 1e6)                         \
-	X("prefill_tok_s", D, r->prefill_tok_s)                                         \
-	X("decode_tok_s", D, r->decode_tok_s)                                           \
-	X("ttft_ms", D, r->ttft_ms)                                                     \
-	X("lat_p50_ms", D, r->lat_p50_ms)                                               \
-	X("lat_p99_ms", D, r->lat_p99_ms)                                               \
-	X("cold_start_ms", D, r->cold_start_ms)                                         \
-	X("run_s", D, r->run_s)                                                         \
-	X("wall_s", D, r->wall_s)                                                       \
-	X("accesses_per_s", D, r->accesses_per_s)
+/* The result columns: `strata replay --csv`'s (strata/replay.h). */
+#define RESULT_COLS(X) STRATA_REPLAY_COLUMNS(X)
 
 static const char *const fixed_cols[] = { "run_id", "status", "error" };
-static const char *const head_cols[] = { "config", "mode", "trace", "model", "seed", "vram_bytes", "ram_bytes" };
-#define NAME_OF(k, t, v) k,
+static const char *const head_cols[] = { "config", "mode", "compute", "trace", "model", "seed", "vram_bytes", "ram_bytes" };
+#define NAME_OF(k, t, fmt, v) k,
 static const char *const result_cols[] = { RESULT_COLS(NAME_OF) NULL };
 #undef NAME_OF
 
@@ -233,7 +194,7 @@ static void write_header(FILE *f, const struct strata_experiment_config *tags_of
 		fprintf(f, ",%s", tagcols[i]);
 	for (size_t i = 0; i < sizeof(head_cols) / sizeof(head_cols[0]); i++)
 		fprintf(f, ",%s", head_cols[i]);
-#define HX(k, t, v) fputs("," k, f);
+#define HX(k, t, fmt, v) fputs("," k, f);
 	RESULT_COLS(HX)
 #undef HX
 	fputc('\n', f);
@@ -273,19 +234,21 @@ static void write_row(FILE *f, const struct strata_experiment_config *c, const s
 	fputc(',', f);
 	csv_field(f, o->rc ? name : r->name);
 	fprintf(f, ",%s,", c->virt ? "sim" : "replay");
+	csv_field(f, o->rc ? (c->compute[0] ? c->compute : "") : strata_compute_name(r->compute));
+	fputc(',', f);
 	csv_field(f, c->trace);
 	fputc(',', f);
 	csv_field(f, o->rc ? c->model : r->model);
 	if (o->rc) {
 		fprintf(f, ",%" PRIu64 ",%" PRIu64 ",%" PRIu64, c->seed, c->vram, c->ram);
-#define EX(k, t, v) fputc(',', f);
+#define EX(k, t, fmt, v) fputc(',', f);
 		RESULT_COLS(EX)
 #undef EX
 	} else {
 		fprintf(f, ",%" PRIu64 ",%" PRIu64 ",%" PRIu64, r->seed, r->budget[0], r->budget[1]);
 #define U_FMT(v) fprintf(f, ",%" PRIu64, (uint64_t)(v))
 #define D_FMT(v) fprintf(f, ",%.9g", (double)(v))
-#define RX(k, t, v) t##_FMT(v);
+#define RX(k, t, fmt, v) t##_FMT(v);
 		RESULT_COLS(RX)
 #undef RX
 #undef U_FMT
@@ -314,6 +277,8 @@ static void push_row(lua_State *L, const struct strata_experiment_config *c, con
 	}
 	lua_pushstring(L, c->virt ? "sim" : "replay");
 	lua_setfield(L, -2, "mode");
+	lua_pushstring(L, o->rc ? c->compute : strata_compute_name(o->res.compute));
+	lua_setfield(L, -2, "compute");
 	lua_pushstring(L, c->trace);
 	lua_setfield(L, -2, "trace");
 	if (o->rc) {
@@ -345,7 +310,7 @@ static void push_row(lua_State *L, const struct strata_experiment_config *c, con
 	lua_setfield(L, -2, "ram_bytes");
 #define U_PUSH(v) lua_pushinteger(L, (lua_Integer)(v))
 #define D_PUSH(v) lua_pushnumber(L, (double)(v))
-#define LX(k, t, v) t##_PUSH(v), lua_setfield(L, -2, k);
+#define LX(k, t, fmt, v) t##_PUSH(v), lua_setfield(L, -2, k);
 	RESULT_COLS(LX)
 #undef LX
 #undef U_PUSH

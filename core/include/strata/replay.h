@@ -25,6 +25,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <inttypes.h>
 #include <stdio.h>
 
 #include "strata/engine.h"
@@ -101,6 +102,54 @@ struct strata_replay_result {
 	double loop_s;                         /* host wall time of the step loop alone */
 	double loop_accesses_per_s;            /* expert accesses per host second of the loop */
 };
+
+/* The result columns of `strata replay/sim --csv` and --json, and of the rows of
+ * `strata run` sweeps, in order (after config, mode, compute, trace, model, seed,
+ * vram_bytes, ram_bytes): X(name, kind, printf format, value), kind U (uint64_t)
+ * or D (double), value an expression of `r` (const struct strata_replay_result *)
+ * and `s` (&r->stats).  One list, so every writer names the same columns. */
+#define STRATA_REPLAY_COLUMNS(X) \
+	X("tokens", U, "%" PRIu64, r->tokens) \
+	X("prefill_tokens", U, "%" PRIu64, r->prefill_tokens) \
+	X("decode_tokens", U, "%" PRIu64, r->decode_tokens) \
+	X("steps", U, "%" PRIu64, r->steps) \
+	X("requests", U, "%" PRIu64, r->requests) \
+	X("accesses", U, "%" PRIu64, s->accesses) \
+	X("hits_vram", U, "%" PRIu64, s->hits[0]) \
+	X("hits_ram", U, "%" PRIu64, s->hits[1]) \
+	X("hits_nvme", U, "%" PRIu64, s->hits[2]) \
+	X("hit_rate_vram", D, "%.6f", r->hit_rate[0]) \
+	X("hit_rate_ram", D, "%.6f", r->hit_rate[1]) \
+	X("hit_rate_nvme", D, "%.6f", r->hit_rate[2]) \
+	X("bytes_nvme_ram", U, "%" PRIu64, s->bytes_nvme_ram) \
+	X("bytes_ram_vram", U, "%" PRIu64, s->bytes_ram_vram) \
+	X("bytes_nvme_vram", U, "%" PRIu64, s->bytes_nvme_vram) \
+	X("evictions_vram", U, "%" PRIu64, s->evictions[0]) \
+	X("evictions_ram", U, "%" PRIu64, s->evictions[1]) \
+	X("prefetch_issued", U, "%" PRIu64, s->prefetch_issued) \
+	X("prefetch_used", U, "%" PRIu64, s->prefetch_used) \
+	X("prefetch_wasted", U, "%" PRIu64, s->prefetch_wasted) \
+	X("prefetch_redundant", U, "%" PRIu64, s->prefetch_redundant) \
+	X("prefetch_late", U, "%" PRIu64, s->prefetch_late) \
+	X("prefetch_accuracy", D, "%.6f", r->prefetch_accuracy) \
+	X("prefetch_coverage", D, "%.6f", r->prefetch_coverage) \
+	X("prefetch_waste", D, "%.6f", r->prefetch_waste) \
+	X("stall_ms", D, "%.3f", s->stall_ns / 1e6) \
+	X("io_ms", D, "%.3f", s->io_ns / 1e6) \
+	X("compute_ms", D, "%.3f", s->compute_ns / 1e6) \
+	X("clock_ms", D, "%.3f", s->clock_ns / 1e6) \
+	X("bookkeeping_ms", D, "%.3f", (double)s->bookkeeping_ns / 1e6) \
+	X("prefill_tok_s", D, "%.3f", r->prefill_tok_s) \
+	X("decode_tok_s", D, "%.3f", r->decode_tok_s) \
+	X("ttft_ms", D, "%.3f", r->ttft_ms) \
+	X("lat_p50_ms", D, "%.4f", r->lat_p50_ms) \
+	X("lat_p99_ms", D, "%.4f", r->lat_p99_ms) \
+	X("cold_start_ms", D, "%.3f", r->cold_start_ms) \
+	X("run_s", D, "%.6f", r->run_s) \
+	X("wall_s", D, "%.6f", r->wall_s) \
+	X("accesses_per_s", D, "%.0f", r->accesses_per_s) \
+	X("loop_s", D, "%.6f", r->loop_s) \
+	X("loop_accesses_per_s", D, "%.0f", r->loop_accesses_per_s)
 
 int strata_replay_run(const struct strata_replay_config *cfg, struct strata_replay_result *res,
 		      struct strata_error *err);

@@ -32,6 +32,30 @@ void strata_progress_start(struct strata_progress *p, const char *what, uint64_t
 void strata_progress_update(struct strata_progress *p, uint64_t done);
 void strata_progress_finish(struct strata_progress *p);
 
+/* A results file written whole or not at all ("nothing already written is
+ * lost").  strata_outfile_open gives a stream `f` that buffers in memory;
+ * strata_outfile_commit writes it out:
+ *   - path "-": to stdout;
+ *   - append: to path itself (created if missing) in one write under an
+ *     exclusive flock(2), taken at open so `existing` (the file's size then)
+ *     tells the caller whether to write a header; a failed write is cut back
+ *     off, so earlier rows stay intact and no half row remains;
+ *   - else: to a temp file beside path, synced, then renamed over it; on any
+ *     failure the temp file is removed and path is left as it was.
+ * Either call releases everything; strata_outfile_abort drops the buffer
+ * without writing.  Errors name path and the cause. */
+struct strata_outfile {
+	FILE *f;
+	char *buf;
+	size_t len;
+	const char *path;
+	int append, fd;
+	uint64_t existing;
+};
+int strata_outfile_open(struct strata_outfile *o, const char *path, int append, struct strata_error *err);
+int strata_outfile_commit(struct strata_outfile *o, struct strata_error *err);
+void strata_outfile_abort(struct strata_outfile *o);
+
 /* Set by SIGINT handlers installed with strata_install_sigint(); long loops
  * check it and stop cleanly with STRATA_EINTR. */
 extern volatile int strata_interrupted;
