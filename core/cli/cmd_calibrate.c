@@ -86,6 +86,7 @@ int strata_cmd_calibrate(int argc, char **argv)
 		}
 	}
 	if (!c.model_dir || optind < argc) {
+		fprintf(stderr, "strata calibrate: need --model DIR%s\n", optind < argc ? " (and no positional arguments)" : "");
 		usage(stderr);
 		return 2;
 	}

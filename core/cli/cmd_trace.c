@@ -8,6 +8,7 @@
 
 #include "cli.h"
 #include "strata/trace.h"
+#include "strata/util.h"
 
 static void usage_main(FILE *f)
 {
@@ -36,7 +37,7 @@ static int parse_dbl(const char *cmd, const char *opt, const char *v, double *ou
 {
 	char *end;
 	double x = strtod(v, &end);
-	if (!*v || *end) {
+	if (!*v || *end || !isfinite(x)) {
 		fprintf(stderr, "strata trace %s: --%s: '%s' is not a number\n", cmd, opt, v);
 		return -1;
 	}
@@ -352,17 +353,13 @@ static int cmd_stats(int argc, char **argv)
 	}
 	int rc = 0;
 	if (json) {
-		FILE *f = strcmp(json, "-") ? fopen(json, "w") : stdout;
-		if (!f) {
-			perror(json);
-			rc = 1;
-		} else {
-			write_stats_json(f, t, &s);
-			if (f != stdout && fclose(f)) {
-				perror(json);
-				rc = 1;
-			}
+		struct strata_outfile o;
+		if (!(rc = strata_outfile_open(&o, json, 0, &err))) {
+			write_stats_json(o.f, t, &s);
+			rc = strata_outfile_commit(&o, &err);
 		}
+		if (rc)
+			rc = strata_cli_fail("trace stats", &err);
 	}
 	if (!json || strcmp(json, "-")) {
 		const struct strata_trace_info *in = strata_trace_info(t);

@@ -1,0 +1,474 @@
+/* The `strata` program from the outside: every command and subcommand has
+ * --help (exit 0, on stdout), rejects unknown options and bad values (exit 2),
+ * and fails cleanly (exit 1, a message naming the file and the cause, no
+ * crash) on missing files, corrupt or truncated shards and traces, traces of
+ * the wrong shape, expert ids out of range, failing or runaway Lua policies,
+ * budgets too small and unwritable outputs.  Also: results are valid JSON and
+ * one-header CSV with the same columns across replay, sim and run, and a
+ * write that fails half way leaves the file it replaces or appends to as it
+ * was.  Table-driven: "@S" in a command is the strata binary, "@D" the
+ * suite's temp dir (a tiny model, traces and scripts made once). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "strata/json.h"
+#include "testutil.h"
+
+static char *dir;
+static char out[65536];
+
+/* Expand @S and @D in fmt into buf. */
+static void expand(char *buf, size_t len, const char *fmt)
+{
+	size_t n = 0;
+	for (const char *p = fmt; *p && n + 1 < len; p++) {
+		const char *sub = NULL;
+		if (p[0] == '@' && p[1] == 'S')
+			sub = test_bin("strata");
+		else if (p[0] == '@' && p[1] == 'D')
+			sub = dir;
+		if (sub) {
+			n += (size_t)snprintf(buf + n, len - n, "%s", sub);
+			p++;
+		} else {
+			buf[n++] = *p;
+		}
+	}
+	buf[n < len ? n : len - 1] = '\0';
+}
+
+static int sh(const char *fmt)
+{
+	char cmd[8192];
+	expand(cmd, sizeof(cmd), fmt);
+	return test_run(out, sizeof(out), "%s", cmd);
+}
+
+static void write_file(const char *name, const char *text)
+{
+	char p[4096];
+	snprintf(p, sizeof(p), "%s/%s", dir, name);
+	FILE *f = fopen(p, "w");
+	assert_non_null(f);
+	fputs(text, f);
+	assert_int_equal(fclose(f), 0);
+}
+
+static char *read_file(const char *name, size_t *len)
+{
+	char p[4096];
+	snprintf(p, sizeof(p), "%s/%s", dir, name);
+	FILE *f = fopen(p, "rb");
+	if (!f)
+		return NULL;
+	char *b = malloc(1 << 20);
+	size_t n = fread(b, 1, (1 << 20) - 1, f);
+	b[n] = '\0';
+	fclose(f);
+	if (len)
+		*len = n;
+	return b;
+}
+
+#define R "--vram 1M --ram 4M --gpu 0 --compute ref -q"
+
+static int setup(void **state)
+{
+	dir = test_mkdtemp();
+	if (!dir)
+		return -1;
+	setenv("STRATA_PROGRESS", "0", 1);
+	const char *steps[] = {
+		"@S synth --preset tiny --out @D/m --format tiered --codes random",
+		"@S trace gen --layers 2 --experts 8 --top-k 2 --requests 1 --prompt 4 --gen 8 -o @D/t.strace",
+		"@S trace gen --layers 3 --experts 8 --top-k 2 --requests 1 --prompt 4 --gen 8 -o @D/t3.strace",
+		"@S trace convert @D/t.strace @D/t.jsonl",
+		/* corrupt copies: a flipped header byte, a half shard, a cut trace */
+		"cp -r @D/m @D/mflip && printf '\\132' | dd of=@D/mflip/shard-00000.strata bs=1 seek=40 conv=notrunc",
+		"cp -r @D/m @D/mcut && truncate -s 100000 @D/mcut/shard-00000.strata",
+		"cp -r @D/m @D/mdata && printf '\\132' | dd of=@D/mdata/shard-00000.strata bs=1 seek=4100 conv=notrunc",
+		"cp @D/t.strace @D/tcut.strace && truncate -s -7 @D/tcut.strace",
+		"sed '2s/\"layers\":\\[\\[[0-9]*,/\"layers\":[[99,/' @D/t.jsonl > @D/t99.jsonl",
+		"touch @D/afile",
+		NULL,
+	};
+	for (int i = 0; steps[i]; i++)
+		if (sh(steps[i]) != 0) {
+			fprintf(stderr, "setup step failed: %s\n%s\n", steps[i], out);
+			return -1;
+		}
+	write_file("err.lua", "return { on_insert = function(e, n) end, on_access = function(e, n) error('boom') end,\n"
+			      "  on_remove = function(e) end, victim = function(n) return nil end }\n");
+	write_file("loop.lua", "return { on_insert = function(e, n) while true do end end, on_access = function(e, n) end,\n"
+			       "  on_remove = function(e) end, victim = function(n) return nil end }\n");
+	write_file("badvic.lua", "return { on_insert = function(e, n) end, on_access = function(e, n) end,\n"
+				 "  on_remove = function(e) end, victim = function(n) return 12345 end }\n");
+	write_file("syntax.lua", "return { on_insert = function(\n");
+	write_file("rerr.lua", "error('script fails')\n");
+	write_file("rsyn.lua", "x = = 1\n");
+	write_file("badcost.json", "{\"nvme\": ");
+	*state = NULL;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	test_rmdir(dir);
+	free(dir);
+	return 0;
+}
+
+/* ---- --help and unknown options -------------------------------------- */
+
+static const char *const commands[] = {
+	"synth", "inspect", "quantize", "trace", "trace import", "trace gen", "trace stats", "trace convert",
+	"trace head", "replay", "sim", "calibrate", "run", "policies",
+};
+
+static void test_help(void **state)
+{
+	char cmd[256];
+	assert_int_equal(sh("(@S --help 2>/dev/null)"), 0);
+	assert_non_null(strstr(out, "usage:"));
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
+		/* stdout only: help goes to stdout, exit 0 */
+		snprintf(cmd, sizeof(cmd), "(@S %s --help 2>/dev/null)", commands[i]);
+		int rc = sh(cmd);
+		if (rc != 0 || !strstr(out, "usage: strata"))
+			fail_msg("strata %s --help: exit %d, stdout:\n%s", commands[i], rc, out);
+		snprintf(cmd, sizeof(cmd), "(@S %s -h 2>/dev/null)", commands[i]);
+		if (sh(cmd) != 0 || !strstr(out, "usage: strata"))
+			fail_msg("strata %s -h: exit %d", commands[i], rc);
+	}
+}
+
+static void test_unknown_option(void **state)
+{
+	char cmd[256];
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
+		snprintf(cmd, sizeof(cmd), "@S %s --no-such-option", commands[i]);
+		int rc = sh(cmd);
+		if (rc != 2 || !strstr(out, "--no-such-option"))
+			fail_msg("strata %s --no-such-option: exit %d (want 2, naming the option):\n%s", commands[i], rc,
+				 out);
+	}
+	assert_int_equal(sh("@S no-such-command"), 2);
+	assert_non_null(strstr(out, "unknown command 'no-such-command'"));
+	assert_int_equal(sh("@S trace no-such-sub"), 2);
+	assert_non_null(strstr(out, "unknown subcommand 'no-such-sub'"));
+	assert_int_equal(sh("@S"), 2);
+	assert_int_equal(sh("@S trace"), 2);
+}
+
+/* ---- the table --------------------------------------------------------- */
+
+struct cli_case {
+	const char *cmd;
+	int rc;
+	const char *want[3]; /* substrings of stdout+stderr */
+};
+
+static const struct cli_case cases[] = {
+	/* missing required arguments and bad values: usage errors */
+	{ "@S synth --out @D/x", 2, { "--preset and --out are required" } },
+	{ "@S synth --preset tiny --out @D/x --seed abc", 2, { "bad value 'abc'" } },
+	{ "@S synth --preset tiny --out @D/x --threads 0", 2, { "bad value '0'" } },
+	{ "@S synth --preset tiny --out @D/x --shard-size 0", 2, { "--shard-size" } },
+	{ "@S synth --preset tiny --out @D/x --dist cauchy", 2, { "cauchy" } },
+	{ "@S synth --preset tiny --out @D/x --seed", 2, { "seed" } },
+	{ "@S inspect", 2, { "give one model directory" } },
+	{ "@S quantize", 2, { "--in and --out are required" } },
+	{ "@S replay --model @D/m", 2, { "need --model DIR and --trace FILE" } },
+	{ "@S replay --model @D/m --trace @D/t.strace --vram lots", 2, { "--vram", "lots" } },
+	{ "@S replay --model @D/m --trace @D/t.strace --seed -1", 2, { "'-1'" } },
+	{ "@S replay --model @D/m --trace @D/t.strace --compute quantum", 2, { "quantum" } },
+	{ "@S replay --model @D/m --trace @D/t.strace --mover carrier-pigeon", 2, { "carrier-pigeon" } },
+	{ "@S replay --model @D/m --trace @D/t.strace --gpu 7", 2, { "--gpu" } },
+	{ "@S replay --model @D/m --trace @D/t.strace --seed", 2, { "seed" } },
+	{ "@S replay --model @D/m --trace @D/t.strace extra", 2, { "positional" } },
+	{ "@S sim --trace @D/t.strace", 2, { "need --model DIR and --trace FILE" } },
+	{ "@S calibrate", 2, { "--model" } },
+	{ "@S calibrate --model @D/m --queue-depth 0", 2, { "--queue-depth" } },
+	{ "@S calibrate --model @D/m --compute fast", 2, { "fast" } },
+	{ "@S run", 2, { "need a script" } },
+	{ "@S run -j 0 x.lua", 2, { "--jobs" } },
+	{ "@S run --one abc", 2, { "--out" } },
+	{ "@S policies --role", 2, { "--role" } },
+	{ "@S policies --role cook", 2, { "cook" } },
+	{ "@S trace import @D/t.jsonl", 2, { "need -o OUT" } },
+	{ "@S trace import -o @D/x.strace --gaps maybe @D/t.jsonl", 2, { "maybe" } },
+	{ "@S trace gen", 2, { "need -o OUT" } },
+	{ "@S trace gen -o @D/x.strace --seed x1", 2, { "x1" } },
+	{ "@S trace gen -o @D/x.strace --alpha nan", 2, { "nan" } },
+	{ "@S trace gen -o @D/x.strace --reuse inf", 2, { "inf" } },
+	{ "@S trace gen -o @D/x.strace --format xml", 2, { "xml" } },
+	{ "@S trace stats", 2, { "usage" } },
+	{ "@S trace convert @D/t.strace", 2, { "usage" } },
+	{ "@S trace head -n many @D/t.strace", 2, { "many" } },
+	{ "@S trace head", 2, { "usage" } },
+	/* values the library refuses */
+	{ "@S synth --preset no-such-model --out @D/x", 1, { "unknown model preset 'no-such-model'" } },
+	{ "@S synth --preset tiny:layers=0 --out @D/x", 1, { "must all be > 0" } },
+	{ "@S trace gen -o @D/x.strace --layers 2 --experts 8 --top-k 9", 1, { "bad shape" } },
+	{ "@S trace gen -o @D/x.strace --jitter 5", 1, { "jitter" } },
+	/* missing files */
+	{ "@S inspect @D/nosuch", 1, { "nosuch", "No such file" } },
+	{ "@S inspect @D/afile", 1, { "afile", "Not a directory" } },
+	{ "@S replay --model @D/nosuch --trace @D/t.strace " R, 1, { "nosuch", "No such file" } },
+	{ "@S replay --model @D/m --trace @D/nosuch.strace " R, 1, { "nosuch.strace", "No such file" } },
+	{ "@S sim --model @D/m --trace @D/t.strace --cost @D/nosuch.json -q", 1, { "nosuch.json", "No such file" } },
+	{ "@S sim --model @D/m --trace @D/t.strace --cost @D/badcost.json -q", 1, { "badcost.json", "bad JSON" } },
+	{ "@S calibrate --model @D/nosuch --compute none --gpu 0", 1, { "nosuch" } },
+	{ "@S trace stats @D/nosuch.strace", 1, { "nosuch.strace", "No such file" } },
+	{ "@S trace head @D/nosuch.strace", 1, { "nosuch.strace", "No such file" } },
+	{ "@S trace convert @D/nosuch.strace @D/x.jsonl", 1, { "nosuch.strace", "No such file" } },
+	{ "@S trace import -o @D/x.strace @D/nosuch.jsonl", 1, { "nosuch.jsonl", "No such file" } },
+	{ "@S trace import -o @D/x.strace @D/afile", 1, { "afile", "no routing rows" } },
+	{ "@S run @D/nosuch.lua", 1, { "nosuch.lua", "No such file" } },
+	{ "@S quantize --in @D/nosuch --out @D/q", 1, { "nosuch" } },
+	/* corrupt and truncated shards */
+	{ "@S inspect @D/mflip", 1, { "mflip/shard-00000.strata", "checksum" } },
+	{ "@S replay --model @D/mflip --trace @D/t.strace " R, 1, { "mflip/shard-00000.strata", "corrupt" } },
+	{ "@S sim --model @D/mflip --trace @D/t.strace -q", 1, { "mflip/shard-00000.strata", "corrupt" } },
+	{ "@S inspect @D/mcut", 1, { "mcut/shard-00000.strata", "truncated" } },
+	{ "@S replay --model @D/mcut --trace @D/t.strace " R, 1, { "mcut/shard-00000.strata", "truncated" } },
+	{ "@S inspect @D/mdata --verify", 1, { "mdata/shard-00000.strata", "checksum mismatch" } },
+	/* traces: truncated, wrong shape, expert ids out of range */
+	{ "@S trace head @D/tcut.strace", 1, { "tcut.strace", "truncated" } },
+	{ "@S trace stats @D/tcut.strace", 1, { "tcut.strace", "truncated" } },
+	{ "@S replay --model @D/m --trace @D/tcut.strace " R, 1, { "tcut.strace", "truncated" } },
+	{ "@S replay --model @D/m --trace @D/t3.strace " R, 1, { "t3.strace", "does not match" } },
+	{ "@S sim --model @D/m --trace @D/t3.strace -q", 1, { "t3.strace", "does not match" } },
+	{ "@S replay --model @D/m --trace @D/t99.jsonl " R, 1, { "t99.jsonl:2", "expert id 99 out of range" } },
+	{ "@S trace convert @D/t99.jsonl @D/x.strace", 1, { "t99.jsonl:2", "out of range" } },
+	/* policies: unknown, bad options, Lua scripts that fail */
+	{ "@S replay --model @D/m --trace @D/t.strace " R " --evict no-such", 1, { "no-such" } },
+	{ "@S replay --model @D/m --trace @D/t.strace " R " --evict lru:bogus=1", 1, { "unknown option 'bogus'" } },
+	{ "@S replay --model @D/m --trace @D/t.strace " R " --prefetch lookahead:depth=abc", 1, { "depth=abc" } },
+	{ "@S replay --model @D/m --trace @D/t.strace " R " --evict @D/nosuch.lua", 1, { "nosuch.lua" } },
+	{ "@S replay --model @D/m --trace @D/t.strace " R " --evict @D/syntax.lua", 1, { "syntax.lua:" } },
+	{ "@S replay --model @D/m --trace @D/t.strace " R " --place cache --vram 300K --ram 600K --evict @D/err.lua", 1,
+	  { "err.lua:1: boom", "on_access" } },
+	{ "STRATA_LUA_INSTRUCTIONS=100000 @S replay --model @D/m --trace @D/t.strace " R
+	  " --place cache --vram 300K --ram 600K --evict @D/loop.lua",
+	  1, { "loop.lua", "instruction limit exceeded" } },
+	{ "@S replay --model @D/m --trace @D/t.strace " R " --place cache --vram 300K --ram 600K --evict @D/badvic.lua", 1,
+	  { "badvic.lua", "out of range" } },
+	{ "@S sim --model @D/m --trace @D/t.strace -q --place cache --vram 300K --ram 600K --evict @D/err.lua", 1,
+	  { "err.lua:1: boom" } },
+	{ "@S run @D/rerr.lua", 1, { "rerr.lua:1: script fails" } },
+	{ "@S run @D/rsyn.lua", 1, { "rsyn.lua:1:" } },
+	/* budgets too small */
+	{ "@S replay --model @D/m --trace @D/t.strace --vram 1 --ram 1M -q --gpu 0", 1, { "VRAM budget", "cannot hold" } },
+	{ "@S sim --model @D/m --trace @D/t.strace --vram 1 --ram 1M -q", 1, { "cannot hold" } },
+	/* unwritable outputs */
+	{ "@S replay --model @D/m --trace @D/t.strace " R " --csv /proc/x/r.csv", 1, { "/proc/x/r.csv" } },
+	{ "@S replay --model @D/m --trace @D/t.strace " R " --json @D/afile/r.json", 1, { "afile/r.json", "Not a directory" } },
+	{ "@S sim --model @D/m --trace @D/t.strace -q --csv @D/afile/r.csv --append", 1, { "afile/r.csv", "Not a directory" } },
+	{ "@S trace gen -o @D/afile/t.strace", 1, { "afile/t.strace", "Not a directory" } },
+	{ "@S trace convert @D/t.strace @D/afile/t.jsonl", 1, { "afile/t.jsonl", "Not a directory" } },
+	{ "@S trace import -o /proc/x/t.strace @D/t.jsonl", 1, { "/proc/x/t.strace" } },
+	{ "@S trace stats @D/t.strace --json @D/afile/s.json", 1, { "strata trace stats", "afile/s.json", "Not a directory" } },
+	{ "@S synth --preset tiny --out @D/afile/m", 1, { "afile/m", "Not a directory" } },
+	{ "@S synth --preset tiny --out /proc/m", 1, { "/proc/m" } },
+	{ "@S calibrate --model @D/m --bytes 1M --compute none --gpu 0 -o @D/afile/c.json", 1,
+	  { "afile/c.json", "Not a directory" } },
+	{ "@S run --merge @D/afile/x.csv", 1, { "afile/x.csv" } },
+};
+
+static void test_cases(void **state)
+{
+	int failed = 0;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		const struct cli_case *c = &cases[i];
+		int rc = sh(c->cmd);
+		int ok = rc == c->rc;
+		for (int k = 0; k < 3 && ok && c->want[k]; k++)
+			ok = strstr(out, c->want[k]) != NULL;
+		/* never a crash, a sanitizer report or an abort */
+		if (strstr(out, "Sanitizer") || strstr(out, "Assertion") || strstr(out, "core dumped"))
+			ok = 0;
+		if (!ok) {
+			fprintf(stderr, "FAIL case %zu: %s\n  exit %d (want %d), want '%s' '%s' '%s'; output:\n%s\n", i, c->cmd,
+				rc, c->rc, c->want[0] ? c->want[0] : "", c->want[1] ? c->want[1] : "",
+				c->want[2] ? c->want[2] : "", out);
+			failed++;
+		}
+	}
+	assert_int_equal(failed, 0);
+}
+
+/* ---- results: JSON a notebook can read, one-header CSV, same columns ---- */
+
+static void assert_json_file(const char *name)
+{
+	char p[4096];
+	snprintf(p, sizeof(p), "%s/%s", dir, name);
+	struct strata_json_doc *d = NULL;
+	struct strata_error err = { 0 };
+	if (strata_json_parse_file(p, 0, &d, &err))
+		fail_msg("%s: %s", name, err.msg);
+	strata_json_free(d);
+}
+
+static void assert_json_stdout(const char *cmd, const char *name)
+{
+	char redirected[4096];
+	snprintf(redirected, sizeof(redirected), "(%s 2>/dev/null > @D/%s)", cmd, name);
+	if (sh(redirected) != 0)
+		fail_msg("%s failed:\n%s", cmd, out);
+	assert_json_file(name);
+}
+
+/* The first line of a file (without the newline). */
+static char *header_of(const char *name)
+{
+	char *b = read_file(name, NULL);
+	assert_non_null(b);
+	char *nl = strchr(b, '\n');
+	if (nl)
+		*nl = '\0';
+	return b;
+}
+
+static int count_lines(const char *s)
+{
+	int n = 0;
+	for (; *s; s++)
+		n += *s == '\n';
+	return n;
+}
+
+static void test_results_formats(void **state)
+{
+	assert_int_equal(sh("@S replay --model @D/m --trace @D/t.strace " R " --json @D/r.json --csv @D/r.csv"), 0);
+	assert_json_file("r.json");
+	assert_int_equal(sh("@S sim --model @D/m --trace @D/t.strace -q --json @D/s.json --csv @D/s.csv"), 0);
+	assert_json_file("s.json");
+	assert_int_equal(sh("@S sim --model @D/m --trace @D/t.strace -q --csv @D/s.csv --append --seed 2"), 0);
+	assert_int_equal(sh("@S sim --model @D/m --trace @D/t.strace -q --csv @D/s.csv --append --seed 3"), 0);
+	assert_json_stdout("@S sim --model @D/m --trace @D/t.strace -q --json -", "s2.json");
+	assert_json_stdout("@S trace stats @D/t.strace --json -", "ts.json");
+	assert_int_equal(sh("@S trace stats @D/t.strace --json @D/ts2.json"), 0);
+	assert_json_file("ts2.json");
+	assert_json_stdout("@S inspect @D/m --json", "i.json");
+	assert_json_stdout("@S inspect --preset qwen3-30b-a3b --json", "ip.json");
+	assert_json_stdout("@S policies --json", "p.json");
+	assert_json_stdout("@S synth --list-presets --json", "presets.json");
+	assert_json_stdout("@S synth --preset tiny --out @D/m2 --json", "synth.json");
+	assert_int_equal(sh("@S calibrate --model @D/m --bytes 1M --compute none --gpu 0 -o @D/cost.json"), 0);
+	assert_json_file("cost.json");
+	assert_int_equal(sh("@S sim --model @D/m --trace @D/t.strace -q --cost @D/cost.json"), 0);
+
+	/* CSV: one header line; replay and sim share their columns */
+	char *rh = header_of("r.csv"), *sh_ = header_of("s.csv");
+	assert_string_equal(rh, sh_);
+	char *s = read_file("s.csv", NULL);
+	assert_int_equal(count_lines(s), 4);
+	assert_null(strstr(strchr(s, '\n') + 1, "config,mode"));
+	free(s);
+
+	/* strata run's sweep rows: run_id,status,error, then replay's columns */
+	char script[8192];
+	snprintf(script, sizeof(script),
+		 "strata.sweep{ configs = { {model='tiny', trace='%s/t.strace', vram='300K', ram='600K', place='cache'},\n"
+		 "  {model='tiny', trace='%s/t.strace', evict='no-such'} }, out = '%s/sweep.csv', jobs = 1 }\n",
+		 dir, dir, dir);
+	write_file("sweep.lua", script);
+	assert_int_equal(sh("@S run @D/sweep.lua"), 0);
+	char *wh = header_of("sweep.csv");
+	assert_non_null(strstr(wh, "run_id,status,error,"));
+	size_t lw = strlen(wh), lr = strlen(rh);
+	assert_true(lw > lr);
+	assert_string_equal(wh + lw - lr, rh);
+	s = read_file("sweep.csv", NULL);
+	assert_int_equal(count_lines(s), 3);
+	free(s);
+	free(wh);
+	free(rh);
+	free(sh_);
+}
+
+/* ---- nothing already written is lost ----------------------------------- */
+
+/* Run cmd with writes limited to the first KiB blocks of a file (SIGXFSZ
+ * ignored: write() fails with EFBIG), as a full disk would. */
+#define FSIZE(kib, cmd) "(trap '' XFSZ; ulimit -f " #kib "; " cmd ")"
+
+static void test_no_half_files(void **state)
+{
+	size_t n0, n1;
+	/* --json over an existing file: a failing write leaves it as it was */
+	write_file("keep.json", "{\"prior\": true}\n");
+	assert_int_equal(sh(FSIZE(1, "@S sim --model @D/m --trace @D/t.strace -q --json @D/keep.json")), 1);
+	char *k = read_file("keep.json", NULL);
+	assert_string_equal(k, "{\"prior\": true}\n");
+	free(k);
+	assert_int_equal(sh("ls @D | grep -c keep.json"), 0);
+	assert_string_equal(out, "1\n"); /* no temp file left behind */
+
+	/* --csv --append: a failing append leaves every earlier row intact.
+	 * Rows are added until the next one would cross a KiB boundary, which
+	 * is then the file size limit. */
+	const char *cmd = "@S sim --model @D/m --trace @D/t.strace -q --csv @D/keep.csv --append";
+	assert_int_equal(sh(cmd), 0);
+	size_t row = 0;
+	for (int i = 0; i < 16; i++) {
+		char *b = read_file("keep.csv", &n0);
+		free(b);
+		if (row && (n0 + 1023) / 1024 * 1024 < n0 + row - 8)
+			break;
+		assert_int_equal(sh(cmd), 0);
+		b = read_file("keep.csv", &n1);
+		free(b);
+		row = n1 - n0;
+	}
+	char *before = read_file("keep.csv", &n0);
+	assert_true(count_lines(before) >= 3);
+	char lim[9000], cmdx[8192];
+	expand(cmdx, sizeof(cmdx), cmd);
+	snprintf(lim, sizeof(lim), "(trap '' XFSZ; ulimit -f %zu; %s)", (n0 + 1023) / 1024, cmdx);
+	assert_int_equal(test_run(out, sizeof(out), "%s", lim), 1);
+	assert_non_null(strstr(out, "keep.csv"));
+	char *after = read_file("keep.csv", &n1);
+	assert_int_equal(n1, n0);
+	assert_memory_equal(before, after, n0);
+	free(before);
+	free(after);
+
+	/* --csv without --append replaces the file whole or not at all */
+	snprintf(lim, sizeof(lim), "(trap '' XFSZ; ulimit -f 1; %s)", "@S sim --model @D/m --trace @D/t.strace -q --csv @D/keep.csv");
+	assert_int_equal(sh(lim), 1);
+	after = read_file("keep.csv", &n1);
+	assert_int_equal(n1, n0);
+	free(after);
+
+	/* trace stats --json, trace gen/convert, calibrate -o: the same */
+	write_file("keep2.json", "[1]\n");
+	assert_int_equal(sh(FSIZE(1, "@S trace stats @D/t.strace --json @D/keep2.json")), 1);
+	k = read_file("keep2.json", NULL);
+	assert_string_equal(k, "[1]\n");
+	free(k);
+	write_file("keep.jsonl", "prior\n");
+	assert_int_equal(sh(FSIZE(1, "@S trace convert @D/t.strace @D/keep.jsonl")), 1);
+	k = read_file("keep.jsonl", NULL);
+	assert_string_equal(k, "prior\n");
+	free(k);
+	assert_int_equal(sh("ls -a @D | grep -c tmp"), 1);
+	assert_string_equal(out, "0\n");
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_help),
+		cmocka_unit_test(test_unknown_option),
+		cmocka_unit_test(test_cases),
+		cmocka_unit_test(test_results_formats),
+		cmocka_unit_test(test_no_half_files),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
