@@ -119,13 +119,11 @@ int strata_cost_file_load(const char *path, struct strata_cost_file *c, struct s
 
 void strata_cost_file_print(const struct strata_cost_file *c, FILE *f)
 {
-	fprintf(f, "{\n  \"strata_cost\": 1,\n  \"source\": \"%s\",\n  \"machine\": \"", c->source);
-	for (const char *p = c->machine; *p; p++)
-		if (*p == '"' || *p == '\\')
-			fprintf(f, "\\%c", *p);
-		else if ((unsigned char)*p >= 0x20)
-			fputc(*p, f);
-	fprintf(f, "\",\n");
+	fprintf(f, "{\n  \"strata_cost\": 1,\n  \"source\": ");
+	strata_json_write_str(f, c->source);
+	fprintf(f, ",\n  \"machine\": ");
+	strata_json_write_str(f, c->machine);
+	fprintf(f, ",\n");
 	for (size_t k = 0; k < sizeof(cost_keys) / sizeof(cost_keys[0]); k++)
 		fprintf(f, "  \"%s\": %.6g,\n", cost_keys[k].key, *(const double *)((const char *)c + cost_keys[k].off));
 	fprintf(f, "  \"nvme_queue_depth\": %u\n}\n", c->cost.nvme_queue_depth);

@@ -551,3 +551,17 @@ const char *strata_json_type_name(int type)
 	static const char *const names[] = { "null", "bool", "number", "string", "array", "object" };
 	return type >= 0 && type <= STRATA_JSON_OBJECT ? names[type] : "?";
 }
+
+void strata_json_write_str(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (const unsigned char *p = (const unsigned char *)s; p && *p; p++) {
+		if (*p == '"' || *p == '\\')
+			fprintf(f, "\\%c", *p);
+		else if (*p < 0x20)
+			fprintf(f, "\\u%04x", *p);
+		else
+			fputc(*p, f);
+	}
+	fputc('"', f);
+}

@@ -9,6 +9,7 @@
 
 #include "strata/policy_harness.h"
 #include "strata/store.h"
+#include "strata/util.h"
 
 /* ---- traces ---- */
 
@@ -204,20 +205,12 @@ int strata_harness_trace_build(const struct strata_model_spec *spec,
 	return STRATA_OK;
 }
 
-static uint64_t mix64(uint64_t *s)
-{
-	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
 static void shuffle(uint32_t *a, uint32_t n, uint64_t *rng)
 {
 	for (uint32_t i = 0; i < n; i++)
 		a[i] = i;
 	for (uint32_t i = n; i > 1; i--) {
-		uint32_t j = (uint32_t)(mix64(rng) % i);
+		uint32_t j = (uint32_t)(strata_splitmix64(rng) % i);
 		uint32_t x = a[i - 1];
 		a[i - 1] = a[j];
 		a[j] = x;
@@ -263,11 +256,11 @@ int strata_harness_trace_gen(const struct strata_model_spec *spec, uint64_t n_to
 			const uint32_t *prev_tok = tok ? cur - (size_t)L * K : NULL;
 			const uint32_t *prev_layer = l ? cur - K : NULL;
 			for (uint32_t j = 0; j < K; j++) {
-				uint32_t e = E, u = (uint32_t)(mix64(&rng) % 100);
+				uint32_t e = E, u = (uint32_t)(strata_splitmix64(&rng) % 100);
 				if (u < 40 && prev_tok)
-					e = prev_tok[mix64(&rng) % K];
+					e = prev_tok[strata_splitmix64(&rng) % K];
 				else if (u < 65 && prev_layer)
-					e = follow[(size_t)l * E + prev_layer[mix64(&rng) % K]];
+					e = follow[(size_t)l * E + prev_layer[strata_splitmix64(&rng) % K]];
 				for (int tries = 0; e >= E || taken[e]; tries++) {
 					if (tries >= 8) { /* the least popular free one */
 						for (uint32_t r = E; r-- > 0;)
@@ -277,7 +270,7 @@ int strata_harness_trace_gen(const struct strata_model_spec *spec, uint64_t n_to
 							}
 						break;
 					}
-					uint64_t x = mix64(&rng) % total;
+					uint64_t x = strata_splitmix64(&rng) % total;
 					uint32_t r = 0;
 					while (cum[r] <= x)
 						r++;
@@ -304,11 +297,11 @@ int strata_harness_trace_gen(const struct strata_model_spec *spec, uint64_t n_to
 				const uint32_t *truth = ex + ((size_t)tok * L + l + d) * K;
 				for (uint32_t j = 0; j < K; j++) {
 					uint32_t e = truth[j];
-					if (mix64(&rng) % 4 == 0)
-						e = (uint32_t)(mix64(&rng) % E);
+					if (strata_splitmix64(&rng) % 4 == 0)
+						e = (uint32_t)(strata_splitmix64(&rng) % E);
 					h[st->n_hints].layer = l + d;
 					h[st->n_hints].expert = e;
-					h[st->n_hints].score = (float)(mix64(&rng) % 1000) / 1000.0f;
+					h[st->n_hints].score = (float)(strata_splitmix64(&rng) % 1000) / 1000.0f;
 					st->n_hints++;
 				}
 			}

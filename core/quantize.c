@@ -905,22 +905,14 @@ struct rng {
 	double spare;
 };
 
-static uint64_t splitmix(struct rng *r)
-{
-	uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
 static double gauss(struct rng *r)
 {
 	if (r->have) {
 		r->have = 0;
 		return r->spare;
 	}
-	double u = ((double)(splitmix(r) >> 11) + 0.5) / 9007199254740992.0;
-	double v = ((double)(splitmix(r) >> 11) + 0.5) / 9007199254740992.0;
+	double u = ((double)(strata_splitmix64(&r->s) >> 11) + 0.5) / 9007199254740992.0;
+	double v = ((double)(strata_splitmix64(&r->s) >> 11) + 0.5) / 9007199254740992.0;
 	double rad = sqrt(-2 * log(u));
 	r->spare = rad * sin(2 * M_PI * v);
 	r->have = 1;
@@ -1074,7 +1066,7 @@ int strata_qz_make_test_model(const char *dir, const char *naming, const struct 
 					}
 					double x = 0.02 * gauss(&r);
 					/* a few heavy-tailed outliers, as real checkpoints have */
-					if ((splitmix(&r) & 1023) == 0)
+					if ((strata_splitmix64(&r.s) & 1023) == 0)
 						x *= 10;
 					buf[c] = (float)x;
 				}

@@ -566,17 +566,6 @@ static void csv_str(FILE *f, const char *s)
 	fputc('"', f);
 }
 
-static void json_str(FILE *f, const char *s)
-{
-	fputc('"', f);
-	for (; *s; s++)
-		if (*s == '"' || *s == '\\')
-			fprintf(f, "\\%c", *s);
-		else if ((unsigned char)*s >= 0x20)
-			fputc(*s, f);
-	fputc('"', f);
-}
-
 int strata_replay_write_json(const struct strata_replay_result *r, const char *path, struct strata_error *err)
 {
 	const struct strata_engine_stats *s = &r->stats;
@@ -586,12 +575,12 @@ int strata_replay_write_json(const struct strata_replay_result *r, const char *p
 		return rc;
 	FILE *f = o.f;
 	fprintf(f, "{\n  \"config\": ");
-	json_str(f, r->name);
+	strata_json_write_str(f, r->name);
 	fprintf(f, ",\n  \"mode\": \"%s\",\n  \"compute\": \"%s\",\n  \"trace\": ",
 		r->mode == STRATA_ENGINE_VIRTUAL ? "virtual" : "real", strata_compute_name(r->compute));
-	json_str(f, r->trace);
+	strata_json_write_str(f, r->trace);
 	fprintf(f, ",\n  \"model\": ");
-	json_str(f, r->model);
+	strata_json_write_str(f, r->model);
 	fprintf(f, ",\n  \"seed\": %" PRIu64 ",\n  \"vram_bytes\": %" PRIu64 ",\n  \"ram_bytes\": %" PRIu64, r->seed,
 		r->budget[0], r->budget[1]);
 #define JX(k, t, fmt, v) fprintf(f, ",\n  \"" k "\": " fmt, v);

@@ -984,21 +984,6 @@ int strata_st_writer_declare(struct strata_st_writer *w, const char *name, int d
 	return STRATA_OK;
 }
 
-/* Append s to b as a JSON string. */
-static void json_str(FILE *b, const char *s)
-{
-	fputc('"', b);
-	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-		if (*p == '"' || *p == '\\')
-			fprintf(b, "\\%c", *p);
-		else if (*p < 0x20)
-			fprintf(b, "\\u%04x", *p);
-		else
-			fputc(*p, b);
-	}
-	fputc('"', b);
-}
-
 static int write_all(struct strata_st_writer *w, const void *data, size_t bytes, struct strata_error *err)
 {
 	const unsigned char *p = data;
@@ -1031,9 +1016,9 @@ static int write_header(struct strata_st_writer *w, struct strata_error *err)
 		for (uint32_t i = 0; i < w->n_meta; i++) {
 			if (i)
 				fputc(',', b);
-			json_str(b, w->meta[i].key);
+			strata_json_write_str(b, w->meta[i].key);
 			fputc(':', b);
-			json_str(b, w->meta[i].value);
+			strata_json_write_str(b, w->meta[i].value);
 		}
 		fputc('}', b);
 		first = 0;
@@ -1044,7 +1029,7 @@ static int write_header(struct strata_st_writer *w, struct strata_error *err)
 		if (!first)
 			fputc(',', b);
 		first = 0;
-		json_str(b, t->name);
+		strata_json_write_str(b, t->name);
 		fprintf(b, ":{\"dtype\":\"%s\",\"shape\":[", strata_st_dtype_name(t->dtype));
 		for (uint32_t d = 0; d < t->ndim; d++)
 			fprintf(b, "%s%llu", d ? "," : "", (unsigned long long)t->shape[d]);

@@ -876,13 +876,8 @@ static void jsonl_header(struct strata_trace_writer *w)
 	fprintf(w->f, "{\"strata_trace\":%d,\"layers\":%u,\"experts\":%u,\"top_k\":%u", STRATA_TRACE_VERSION,
 		in->n_moe_layers, in->n_experts, in->top_k);
 	if (in->model[0]) {
-		fputs(",\"model\":\"", w->f);
-		for (const char *c = in->model; *c; c++)
-			if (*c == '"' || *c == '\\')
-				fprintf(w->f, "\\%c", *c);
-			else if ((unsigned char)*c >= 0x20)
-				fputc(*c, w->f);
-		fputc('"', w->f);
+		fputs(",\"model\":", w->f);
+		strata_json_write_str(w->f, in->model);
 	}
 	if (in->flags & STRATA_TRACE_F_WEIGHTS)
 		fprintf(w->f, ",\"weights\":\"%s\"", (in->flags & STRATA_TRACE_F_WEIGHTS_F32) ? "f32" : "f16");

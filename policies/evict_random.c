@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "strata/policy.h"
+#include "strata/util.h"
 
 struct rnd {
 	int64_t seed;       /* option */
@@ -21,14 +22,6 @@ static const struct strata_option random_options[] = {
 	  .help = "mixed with the run's seed (vary it to sample other random runs)" },
 	{ .name = NULL },
 };
-
-static uint64_t splitmix64(uint64_t *s)
-{
-	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
 
 static int random_init(struct strata_policy *p, struct strata_error *err)
 {
@@ -81,7 +74,7 @@ static int64_t random_victim(struct strata_policy *p, uint64_t now, const struct
 	struct rnd *r = p->priv;
 	if (!r->n)
 		return STRATA_NO_EXPERT;
-	uint32_t start = (uint32_t)(splitmix64(&r->state) % r->n);
+	uint32_t start = (uint32_t)(strata_splitmix64(&r->state) % r->n);
 	/* pins are few: walk from the random start to the first unpinned one */
 	for (uint32_t k = 0; k < r->n; k++) {
 		uint32_t e = r->set[(start + k) % r->n];

@@ -11,6 +11,7 @@
 
 #include "strata/policy.h"
 #include "strata/store.h"
+#include "strata/util.h"
 
 struct oracle {
 	int64_t depth, seed;
@@ -33,14 +34,6 @@ static const struct strata_option oracle_options[] = {
 	  .help = "mixed with the run's seed for the wrong guesses" },
 	{ .name = NULL },
 };
-
-static uint64_t splitmix64(uint64_t *s)
-{
-	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
 
 static int oracle_init(struct strata_policy *p, struct strata_error *err)
 {
@@ -86,10 +79,10 @@ static uint32_t oracle_on_layer(struct strata_policy *p, const struct strata_lay
 			if (e >= E)
 				continue;
 			/* draw for every expert, so accuracy=1 and <1 stay in step */
-			double u = (double)(splitmix64(&o->state) >> 11) * 0x1.0p-53;
+			double u = (double)(strata_splitmix64(&o->state) >> 11) * 0x1.0p-53;
 			if (u >= o->accuracy && n < E) {
 				/* a uniformly chosen expert outside the true set */
-				uint32_t k = (uint32_t)(splitmix64(&o->state) % (E - n));
+				uint32_t k = (uint32_t)(strata_splitmix64(&o->state) % (E - n));
 				for (uint32_t c = 0; c < E; c++)
 					if (!o->mark[c] && k-- == 0) {
 						e = c;

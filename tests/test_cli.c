@@ -359,6 +359,12 @@ static void test_results_formats(void **state)
 	assert_json_stdout("@S policies --json", "p.json");
 	assert_json_stdout("@S synth --list-presets --json", "presets.json");
 	assert_json_stdout("@S synth --preset tiny --out @D/m2 --json", "synth.json");
+	/* paths with quotes and backslashes are escaped, not pasted */
+	assert_int_equal(sh("cp @D/t.strace '@D/q\"uo\\te.strace'"), 0);
+	assert_json_stdout("@S trace stats '@D/q\"uo\\te.strace' --json -", "tsq.json");
+	assert_json_stdout("@S sim --model @D/m --trace '@D/q\"uo\\te.strace' -q --json -", "simq.json");
+	assert_json_stdout("@S synth --preset tiny --out '@D/m\"q' --json", "synthq.json");
+	assert_json_stdout("@S inspect '@D/m\"q' --json", "iq.json");
 	assert_int_equal(sh("@S calibrate --model @D/m --bytes 1M --compute none --gpu 0 -o @D/cost.json"), 0);
 	assert_json_file("cost.json");
 	assert_int_equal(sh("@S sim --model @D/m --trace @D/t.strace -q --cost @D/cost.json"), 0);

@@ -14,6 +14,7 @@
 #include "strata/store.h"
 #include "strata/synth.h"
 #include "strata/util.h"
+#include "strata/json.h"
 
 static void usage(FILE *f)
 {
@@ -99,9 +100,12 @@ static void print_card(const struct card *c, int json)
 		       ",\"nonrouted_bf16_bytes\":%.0f",
 		       n_total, tp, tb, (double)tb / 1e9, (double)tb / (1u << 30), tpar,
 		       tpar ? (double)tp * 8 / (double)tpar : 0, bf16_bytes, reduction, s->nonrouted_params, nr_bytes);
-		if (c->have_store)
-			printf(",\"dir\":\"%s\",\"shards\":%u,\"tensors_stored\":%u,\"tensor_bytes_stored\":%" PRIu64
-			       ",\"file_bytes\":%" PRIu64, c->dir, c->shards, c->tensors, c->tensor_bytes, c->file_bytes);
+		if (c->have_store) {
+			printf(",\"dir\":");
+			strata_json_write_str(stdout, c->dir);
+			printf(",\"shards\":%u,\"tensors_stored\":%u,\"tensor_bytes_stored\":%" PRIu64
+			       ",\"file_bytes\":%" PRIu64, c->shards, c->tensors, c->tensor_bytes, c->file_bytes);
+		}
 		printf("}\n");
 		return;
 	}

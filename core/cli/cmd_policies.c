@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "strata/json.h"
 #include "strata/policy.h"
 
 static void usage(FILE *out)
@@ -25,21 +26,6 @@ static void usage(FILE *out)
 		"  --help     this text\n");
 }
 
-static void json_str(FILE *out, const char *s)
-{
-	fputc('"', out);
-	for (; s && *s; s++) {
-		unsigned char c = (unsigned char)*s;
-		if (c == '"' || c == '\\')
-			fprintf(out, "\\%c", c);
-		else if (c < 0x20)
-			fprintf(out, "\\u%04x", c);
-		else
-			fputc(c, out);
-	}
-	fputc('"', out);
-}
-
 static void print_json(FILE *out, int only)
 {
 	fprintf(out, "{");
@@ -54,26 +40,26 @@ static void print_json(FILE *out, int only)
 			if (!h)
 				break;
 			fprintf(out, "%s\n    {\"name\": ", i ? "," : "");
-			json_str(out, h->name);
+			strata_json_write_str(out, h->name);
 			fprintf(out, ", \"default\": %s, \"needs_future\": %s, \"help\": ",
 				i == 0 ? "true" : "false",
 				h->flags & STRATA_POLICY_F_NEEDS_FUTURE ? "true" : "false");
-			json_str(out, h->help);
+			strata_json_write_str(out, h->help);
 			fprintf(out, ", \"options\": [");
 			int k = 0;
 			for (const struct strata_option *o = h->options; o && o->name; o++, k++) {
 				fprintf(out, "%s\n      {\"name\": ", k ? "," : "");
-				json_str(out, o->name);
+				strata_json_write_str(out, o->name);
 				fprintf(out, ", \"type\": \"%s\", \"default\": ", strata_option_type_name(o->type));
-				json_str(out, o->def);
+				strata_json_write_str(out, o->def);
 				if (!(o->min == 0 && o->max == 0))
 					fprintf(out, ", \"min\": %.17g, \"max\": %.17g", o->min, o->max);
 				if (o->choices) {
 					fprintf(out, ", \"choices\": ");
-					json_str(out, o->choices);
+					strata_json_write_str(out, o->choices);
 				}
 				fprintf(out, ", \"help\": ");
-				json_str(out, o->help);
+				strata_json_write_str(out, o->help);
 				fprintf(out, "}");
 			}
 			fprintf(out, "%s]}", k ? "\n    " : "");

@@ -10,6 +10,7 @@
 #include "quant.h"
 #include "strata/synth.h"
 #include "strata/util.h"
+#include "strata/json.h"
 
 static void usage(FILE *f)
 {
@@ -222,10 +223,12 @@ bad_value:
 	strata_model_spec_format(&cfg.spec, spec, sizeof(spec));
 	double mbps = res.seconds > 0 ? (double)res.bytes / res.seconds / 1e6 : 0;
 	if (json) {
-		printf("{\"dir\":\"%s\",\"model\":\"%s\",\"spec\":\"%s\",\"seed\":%" PRIu64 ",\"format\":\"%s\","
+		printf("{\"dir\":");
+		strata_json_write_str(stdout, out);
+		printf(",\"model\":\"%s\",\"spec\":\"%s\",\"seed\":%" PRIu64 ",\"format\":\"%s\","
 		       "\"experts\":%u,\"tensors\":%u,\"shards\":%u,\"bytes\":%" PRIu64 ",\"expert_bytes\":%" PRIu64
 		       ",\"tensor_bytes\":%" PRIu64 ",\"seconds\":%.4f,\"mb_per_s\":%.1f}\n",
-		       out, cfg.spec.name, spec, cfg.seed, cfg.format == STRATA_SYNTH_TIERED ? "tiered" : "bf16",
+		       cfg.spec.name, spec, cfg.seed, cfg.format == STRATA_SYNTH_TIERED ? "tiered" : "bf16",
 		       strata_model_total_experts(&cfg.spec), strata_synth_tensors(&cfg.spec, NULL, 0), res.shards,
 		       res.bytes, res.expert_bytes, res.tensor_bytes, res.seconds, mbps);
 	} else {

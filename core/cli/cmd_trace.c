@@ -9,6 +9,7 @@
 #include "cli.h"
 #include "strata/trace.h"
 #include "strata/util.h"
+#include "strata/json.h"
 
 static void usage_main(FILE *f)
 {
@@ -295,8 +296,9 @@ static void usage_stats(FILE *f)
 static void write_stats_json(FILE *f, const struct strata_trace *t, const struct strata_trace_stats *s)
 {
 	const struct strata_trace_info *in = strata_trace_info(t);
-	fprintf(f, "{\n  \"trace\": \"%s\",\n  \"layers\": %u, \"experts\": %u, \"top_k\": %u,\n", strata_trace_path(t),
-		in->n_moe_layers, in->n_experts, in->top_k);
+	fprintf(f, "{\n  \"trace\": ");
+	strata_json_write_str(f, strata_trace_path(t));
+	fprintf(f, ",\n  \"layers\": %u, \"experts\": %u, \"top_k\": %u,\n", in->n_moe_layers, in->n_experts, in->top_k);
 	fprintf(f, "  \"tokens\": %" PRIu64 ", \"requests\": %u, \"prefill\": %" PRIu64 ", \"decode\": %" PRIu64
 		   ", \"experts_used\": %u,\n", in->n_tokens, in->n_requests, in->n_prefill, in->n_decode, in->n_used);
 	fprintf(f, "  \"mean_top10_share\": %.6f, \"mean_entropy_bits\": %.6f, \"mean_gini\": %.6f,\n",

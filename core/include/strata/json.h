@@ -21,6 +21,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "strata/error.h"
 
@@ -68,5 +69,9 @@ const struct strata_json *strata_json_get(const struct strata_json *v, const cha
 /* Array element / object member i, or NULL if out of range or not a container. */
 const struct strata_json *strata_json_at(const struct strata_json *v, uint32_t i);
 const char *strata_json_type_name(int type);
+
+/* Write s to f as a JSON string literal: '"' and '\\' escaped, control bytes
+ * as \u00XX (the one string writer of every JSON Strata writes). */
+void strata_json_write_str(FILE *f, const char *s);
 
 #endif

@@ -16,6 +16,16 @@ int strata_parse_size(const char *s, uint64_t *out, struct strata_error *err);
 /* "1.23 GiB" into buf. */
 const char *strata_fmt_bytes(uint64_t bytes, char *buf, size_t len);
 
+/* SplitMix64 (Steele, Lea, Flood 2014): advance *state, return the next value.
+ * The small seeded generator of policies, the harness and test models. */
+static inline uint64_t strata_splitmix64(uint64_t *state)
+{
+	uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
 /* 4 KiB-aligned, zeroed allocation (for O_DIRECT); free with free(). */
 void *strata_aligned_alloc(size_t align, size_t bytes);
 
