@@ -777,7 +777,10 @@ static int load_existing(const char *path, const char *header, struct kept *k, s
 	}
 	char *line;
 	while (!rc && head && (line = read_line(f))) {
-		char *copy = strdup(line), *fields[3];
+		/* A last line without its newline is a row torn by a crash: its
+		 * counters may be cut short, so run that configuration again. */
+		size_t len = strlen(line);
+		char *copy = len && line[len - 1] == '\n' ? strdup(line) : NULL, *fields[3];
 		int n = copy ? csv_split(copy, fields, 3) : 0;
 		if (n >= 2 && !strcmp(fields[1], "ok") && !kept_find(k, fields[0])) {
 			if (k->n == k->cap) {
