@@ -1090,10 +1090,9 @@ int strata_qz_make_test_model(const char *dir, const char *naming, const struct 
 	}
 	if (!rc) {
 		snprintf(path, sizeof(path), "%s/config.json", dir);
-		FILE *c = fopen(path, "w");
-		if (!c) {
-			rc = STRATA_ERRNO(err, STRATA_EIO, "%s: cannot create", path);
-		} else {
+		struct strata_outfile o;
+		if (!(rc = strata_outfile_open(&o, path, 0, err))) {
+			FILE *c = o.f;
 			int ds = !strcmp(nm->name, "deepseek-v3");
 			fprintf(c,
 				"{\n  \"model_type\": \"%s\",\n  \"num_hidden_layers\": %u,\n  \"hidden_size\": %u,\n"
@@ -1106,8 +1105,7 @@ int strata_qz_make_test_model(const char *dir, const char *naming, const struct 
 				fprintf(c, ",\n  \"first_k_dense_replace\": %u,\n  \"n_shared_experts\": %u", s->first_moe_layer,
 					s->n_shared);
 			fprintf(c, "\n}\n");
-			if (fclose(c))
-				rc = STRATA_ERRNO(err, STRATA_EIO, "%s: write", path);
+			rc = strata_outfile_commit(&o, err);
 		}
 	}
 	free(v);

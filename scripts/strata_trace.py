@@ -193,10 +193,18 @@ def load(path):
 
 
 def main(argv):
-    if len(argv) != 2:
-        print("usage: strata_trace.py TRACE", file=sys.stderr)
+    usage = "usage: strata_trace.py TRACE   (print the header and the first tokens)"
+    if len(argv) == 2 and argv[1] in ("-h", "--help"):
+        print(usage)
+        return 0
+    if len(argv) != 2 or argv[1].startswith("-"):
+        print(usage, file=sys.stderr)
         return 2
-    t = load(argv[1])
+    try:
+        t = load(argv[1])
+    except (OSError, ValueError) as e:
+        print("strata_trace.py: %s" % e, file=sys.stderr)
+        return 1
     print(json.dumps(t.info))
     for i in range(min(3, len(t))):
         print(i, t.req(i), t.phase(i), t.pos(i), [t.experts(i, l) for l in range(t.info["n_moe_layers"])][:4])
