@@ -16,6 +16,12 @@ int strata_cmd_calibrate(int argc, char **argv);
 int strata_cmd_run(int argc, char **argv);
 int strata_cmd_policies(int argc, char **argv);
 
+/* The option getopt_long last returned, as "--name" (li: its longindex, set
+ * to -1 before the call; c: the short option when li < 0), for messages:
+ * argv[optind - 1] is the value, not the option, in "--opt value". */
+struct option;
+const char *strata_cli_optname(const struct option *opts, int li, int c);
+
 /* Print "strata <cmd>: <message>" for err and return 1. */
 int strata_cli_fail(const char *cmd, const struct strata_error *err);
 

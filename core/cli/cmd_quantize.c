@@ -238,7 +238,8 @@ int strata_cmd_quantize(int argc, char **argv)
 	int c;
 	optind = 1;
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+	int li = -1;
+	for (; (c = getopt_long(argc, argv, "h", opts, &li)) != -1; li = -1) {
 		char *end = NULL;
 		switch (c) {
 		case 'h': usage(stdout); return 0;
@@ -255,8 +256,10 @@ int strata_cmd_quantize(int argc, char **argv)
 		case O_IMATRIX: imx_path = optarg; break;
 		case O_THREADS: threads = (unsigned)strtoul(optarg, &end, 10); break;
 		case O_SHARD:
-			if (strata_parse_size(optarg, &shard_bytes, &err))
-				return strata_cli_fail("quantize", &err);
+			if (strata_parse_size(optarg, &shard_bytes, &err)) {
+				fprintf(stderr, "strata quantize: --shard-size: %s\n", err.msg);
+				return 2;
+			}
 			break;
 		case O_JSON: json = 1; break;
 		case O_NOPROG: progress = 0; break;
@@ -270,8 +273,8 @@ int strata_cmd_quantize(int argc, char **argv)
 			fprintf(stderr, "strata quantize: unknown or incomplete option '%s' (see --help)\n", argv[optind - 1]);
 			return 2;
 		}
-		if (end && (*end || end == optarg)) {
-			fprintf(stderr, "strata quantize: bad number '%s' for %s\n", optarg, argv[optind - 1]);
+		if (end && (*end || end == optarg || optarg[0] == '-')) {
+			fprintf(stderr, "strata quantize: bad number '%s' for %s\n", optarg, strata_cli_optname(opts, li, c));
 			return 2;
 		}
 	}

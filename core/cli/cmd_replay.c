@@ -80,7 +80,8 @@ int strata_cli_replay_main(int argc, char **argv, int virt)
 	int quiet = 0, append = 0, ch, progress = -1;
 	uint64_t nvme_qd = 0;
 	optind = 1;
-	while ((ch = getopt_long(argc, argv, "qh", opts, NULL)) != -1) {
+	int li = -1;
+	for (; (ch = getopt_long(argc, argv, "qh", opts, &li)) != -1; li = -1) {
 		char *end = NULL;
 		uint64_t v = 0;
 		switch (ch) {
@@ -105,7 +106,17 @@ int strata_cli_replay_main(int argc, char **argv, int virt)
 		case O_NVMEQD:
 			v = strtoull(optarg, &end, 10);
 			if (!*optarg || *end || optarg[0] == '-') {
-				fprintf(stderr, "strata %s: '%s' is not a non-negative integer\n", cmd, optarg);
+				fprintf(stderr, "strata %s: %s: '%s' is not a non-negative integer\n", cmd,
+					strata_cli_optname(opts, li, ch), optarg);
+				return 2;
+			}
+			if ((ch == O_QD || ch == O_NVMEQD) && v > 4096) {
+				fprintf(stderr, "strata %s: %s: '%s' (0..4096; 0: the default)\n", cmd,
+					strata_cli_optname(opts, li, ch), optarg);
+				return 2;
+			}
+			if (ch == O_CHUNK && v > UINT32_MAX) {
+				fprintf(stderr, "strata %s: --prefill-chunk: '%s' is too large\n", cmd, optarg);
 				return 2;
 			}
 			if (ch == O_SEED)

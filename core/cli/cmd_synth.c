@@ -106,7 +106,8 @@ int strata_cmd_synth(int argc, char **argv)
 	char *end;
 	optind = 1;
 	opterr = 0;
-	for (int c; (c = getopt_long(argc, argv, "h", opts, NULL)) != -1;) {
+	int li = -1;
+	for (int c; (c = getopt_long(argc, argv, "h", opts, &li)) != -1; li = -1) {
 		switch (c) {
 		case O_PRESET: preset = optarg; break;
 		case O_OUT: out = optarg; break;
@@ -185,7 +186,7 @@ int strata_cmd_synth(int argc, char **argv)
 		}
 		continue;
 bad_value:
-		fprintf(stderr, "strata synth: bad value '%s' for %s\n", optarg, argv[optind - 1]);
+		fprintf(stderr, "strata synth: bad value '%s' for %s\n", optarg, strata_cli_optname(opts, li, c));
 		return 2;
 	}
 	if (list) {

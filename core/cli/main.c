@@ -1,4 +1,5 @@
 /* `strata`: dispatch to a subcommand. */
+#include <getopt.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -25,6 +26,16 @@ static void usage(FILE *out)
 	fprintf(out, "usage: strata <command> [options]   (strata <command> --help)\n\ncommands:\n");
 	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
 		fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].help);
+}
+
+const char *strata_cli_optname(const struct option *opts, int li, int c)
+{
+	static char buf[80];
+	if (li >= 0)
+		snprintf(buf, sizeof(buf), "--%s", opts[li].name);
+	else
+		snprintf(buf, sizeof(buf), "-%c", c);
+	return buf;
 }
 
 int strata_cli_fail(const char *cmd, const struct strata_error *err)
