@@ -21,6 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "quant.h"
 #include "strata/json.h"
 #include "strata/safetensors.h"
 
@@ -784,14 +785,6 @@ static void f8_tables(void)
 	}
 }
 
-static float bf16_to_f32(uint16_t h)
-{
-	uint32_t u = (uint32_t)h << 16;
-	float f;
-	memcpy(&f, &u, 4);
-	return f;
-}
-
 int strata_st_read_f32(struct strata_st *st, const struct strata_st_tensor *t, uint64_t first, uint64_t count,
 		       float *out, struct strata_error *err)
 {
@@ -887,7 +880,7 @@ int strata_st_read_f32(struct strata_st *st, const struct strata_st_tensor *t, u
 	for (; i < count; i++) {
 		uint16_t h;
 		memcpy(&h, raw + 2 * i, 2);
-		out[i] = t->dtype == STRATA_ST_BF16 ? bf16_to_f32(h) : strata_f16_to_f32(h);
+		out[i] = t->dtype == STRATA_ST_BF16 ? strata_bf16_to_f32(h) : strata_f16_to_f32(h);
 	}
 	return STRATA_OK;
 }

@@ -811,27 +811,17 @@ static int load_existing(const char *path, const char *header, struct kept *k, s
 	return rc;
 }
 
-/* Rewrite path as header + kept lines (atomic: tmp + rename). */
+/* Rewrite path as header + kept lines (whole or not at all). */
 static int rewrite_results(const char *path, const char *header, const struct kept *k, struct strata_error *err)
 {
-	char tmp[4200];
-	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-	FILE *f = fopen(tmp, "w");
-	if (!f)
-		return STRATA_ERRNO(err, STRATA_EIO, "%s: cannot create", tmp);
-	fputs(header, f);
+	struct strata_outfile o;
+	int rc = strata_outfile_open(&o, path, 0, err);
+	if (rc)
+		return rc;
+	fputs(header, o.f);
 	for (size_t i = 0; i < k->n; i++)
-		fputs(k->lines[i], f);
-	int bad = ferror(f);
-	if (fclose(f) || bad) {
-		unlink(tmp);
-		return STRATA_ERRNO(err, STRATA_EIO, "%s: write failed", tmp);
-	}
-	if (rename(tmp, path)) {
-		unlink(tmp);
-		return STRATA_ERRNO(err, STRATA_EIO, "%s: cannot replace", path);
-	}
-	return STRATA_OK;
+		fputs(k->lines[i], o.f);
+	return strata_outfile_commit(&o, err);
 }
 
 /* Make the folders above path. */
@@ -1424,20 +1414,12 @@ int strata_experiment_run_csv(const char *run_id, const char *out, struct strata
 			rc = STRATA_ERR(err, STRATA_EINTR, "interrupted");
 	}
 	if (!rc) {
-		char tmp[4200];
-		snprintf(tmp, sizeof(tmp), "%s.tmp", out);
 		make_parents(out);
-		FILE *f = fopen(tmp, "w");
-		if (!f) {
-			rc = STRATA_ERRNO(err, STRATA_EIO, "%s: cannot create", tmp);
-		} else {
-			write_header(f, c, c->tag_name, c->n_tags);
-			write_row(f, c, o, c->tag_name, c->n_tags);
-			int bad = ferror(f);
-			if (fclose(f) || bad || rename(tmp, out)) {
-				unlink(tmp);
-				rc = STRATA_ERRNO(err, STRATA_EIO, "%s: write failed", out);
-			}
+		struct strata_outfile of;
+		if (!(rc = strata_outfile_open(&of, out, 0, err))) {
+			write_header(of.f, c, c->tag_name, c->n_tags);
+			write_row(of.f, c, o, c->tag_name, c->n_tags);
+			rc = strata_outfile_commit(&of, err);
 		}
 		if (!rc && o->rc)
 			fprintf(stderr, "strata run: the run failed (its row says why): %s\n", o->err.msg);
