@@ -454,6 +454,22 @@ static void test_results_formats(void **state)
 	free(again);
 	free(torn);
 	free(s);
+	/* a configuration the script no longer runs: its row moves aside */
+	snprintf(script, sizeof(script),
+		 "strata.sweep{ configs = { {model='tiny', trace='%s/t.strace', evict='no-such'} },\n"
+		 "  out = '%s/sweep.csv', jobs = 1 }\n", dir, dir);
+	write_file("sweep.lua", script);
+	assert_int_equal(sh("@S run @D/sweep.lua"), 0);
+	assert_non_null(strstr(out, "moved to"));
+	s = read_file("sweep.csv.dropped.csv", NULL);
+	assert_non_null(s);
+	assert_int_equal(count_lines(s), 2);
+	assert_non_null(strstr(s, ",ok,"));
+	free(s);
+	s = read_file("sweep.csv", NULL);
+	assert_int_equal(count_lines(s), 2);
+	assert_null(strstr(s, ",ok,"));
+	free(s);
 	free(wh);
 	free(rh);
 	free(sh_);

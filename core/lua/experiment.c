@@ -926,8 +926,12 @@ static int l_sweep(lua_State *L)
 		if (resume)
 			rc = load_existing(out, header, &kept, &err);
 		/* Keep only rows of this sweep's configurations: rows of
-		 * configurations a script no longer runs would mislead a reader. */
-		size_t w = 0;
+		 * configurations a script no longer runs would mislead a reader.
+		 * They are moved to OUT.dropped.csv, not lost. */
+		size_t w = 0, n_dropped = 0;
+		struct strata_outfile dr = { .fd = -1 };
+		char drop_path[4200];
+		snprintf(drop_path, sizeof(drop_path), "%s.dropped.csv", out);
 		for (size_t i = 0; i < kept.n; i++) {
 			int mine = 0;
 			for (size_t j = 0; j < n && !mine; j++)
@@ -935,12 +939,24 @@ static int l_sweep(lua_State *L)
 			if (mine) {
 				kept.ids[w] = kept.ids[i];
 				kept.lines[w++] = kept.lines[i];
-			} else {
-				free(kept.ids[i]);
-				free(kept.lines[i]);
+				continue;
 			}
+			if (!rc && !n_dropped++ && !(rc = strata_outfile_open(&dr, drop_path, 1, &err)) && !dr.existing)
+				fputs(header, dr.f);
+			if (!rc)
+				fputs(kept.lines[i], dr.f);
+			free(kept.ids[i]);
+			free(kept.lines[i]);
 		}
 		kept.n = w;
+		if (!rc && n_dropped) {
+			rc = strata_outfile_commit(&dr, &err);
+			if (!rc)
+				fprintf(stderr, "strata run: %zu row%s of configurations this sweep no longer runs moved to %s\n",
+					n_dropped, n_dropped == 1 ? "" : "s", drop_path);
+		} else if (dr.f) {
+			strata_outfile_abort(&dr);
+		}
 		if (!rc)
 			rc = rewrite_results(out, header, &kept, &err);
 		if (!rc && !(csv = fopen(out, "a")))
