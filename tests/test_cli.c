@@ -385,7 +385,10 @@ static void test_results_formats(void **state)
 	assert_json_file("s.json");
 	assert_int_equal(sh("@S sim --model @D/m --trace @D/t.strace -q --csv @D/s.csv --append --seed 2"), 0);
 	assert_int_equal(sh("@S sim --model @D/m --trace @D/t.strace -q --csv @D/s.csv --append --seed 3"), 0);
-	assert_json_stdout("@S sim --model @D/m --trace @D/t.strace -q --json -", "s2.json");
+	assert_json_stdout("@S sim --model @D/m --trace @D/t.strace --json -", "s2.json"); /* no table mixed in */
+	assert_int_equal(sh("(@S sim --model @D/m --trace @D/t.strace --csv - 2>/dev/null)"), 0);
+	assert_int_equal(count_lines(out), 2);
+	assert_int_equal(sh("@S sim --model @D/m --trace @D/t.strace --csv - --json -"), 2);
 	assert_json_stdout("@S trace stats @D/t.strace --json -", "ts.json");
 	assert_int_equal(sh("@S trace stats @D/t.strace --json @D/ts2.json"), 0);
 	assert_json_file("ts2.json");

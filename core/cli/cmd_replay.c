@@ -29,8 +29,8 @@ static void usage(FILE *f, int virt)
 		"  --no-hints           do not pass the trace's recorded predictions\n"
 		"  --no-future          do not give policies the trace's future (Belady/oracle refuse)\n"
 		"%s"
-		"  --json FILE          results as JSON ('-' stdout)\n"
-		"  --csv FILE           results as one CSV row with a header ('-' stdout)\n"
+		"  --json FILE          results as JSON ('-' stdout, then no table)\n"
+		"  --csv FILE           results as one CSV row with a header ('-' stdout, then no table)\n"
 		"  --append             --csv: add a row to an existing file\n"
 		"  -q, --quiet          no table\n",
 		cmd,
@@ -198,6 +198,13 @@ int strata_cli_replay_main(int argc, char **argv, int virt)
 		c.engine.cost = cf.cost;
 		c.kernel_us_per_mb_token = cf.kernel_us_per_mb_token;
 		c.compute = STRATA_COMPUTE_NONE;
+	}
+	if ((json && !strcmp(json, "-")) || (csv && !strcmp(csv, "-"))) {
+		if (json && csv && !strcmp(json, "-") && !strcmp(csv, "-")) {
+			fprintf(stderr, "strata %s: --json - and --csv - would mix on stdout; send one to a file\n", cmd);
+			return 2;
+		}
+		quiet = 1; /* stdout carries the results alone */
 	}
 	if (progress < 0) {
 		const char *e = getenv("STRATA_PROGRESS");
