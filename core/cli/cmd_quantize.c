@@ -284,6 +284,10 @@ int strata_cmd_quantize(int argc, char **argv)
 	}
 	if (make)
 		return make_test_model(make, spec_text, naming, dtype_s, files, seed);
+	if (spec_text || strcmp(dtype_s, "bf16") || files != 1) {
+		fprintf(stderr, "strata quantize: --spec, --dtype and --files go with --make-test-model\n");
+		return 2;
+	}
 	if (!in || (!out && !plan)) {
 		fprintf(stderr, "strata quantize: --in and --out are required (see --help)\n");
 		return 2;
