@@ -200,6 +200,8 @@ static const struct cli_case cases[] = {
 	{ "@S replay --model @D/m --trace @D/t.strace --prefill-chunk 9999999999", 2, { "--prefill-chunk" } },
 	{ "@S replay --model @D/m --trace @D/t.strace extra", 2, { "positional" } },
 	{ "@S sim --trace @D/t.strace", 2, { "need --model DIR and --trace FILE" } },
+	{ "@S sim --model @D/m --trace @D/t.strace --csv @D/t.strace", 2, { "is the trace itself" } },
+	{ "@S replay --model @D/m --trace @D/t.strace --json @D/./t.strace", 2, { "is the trace itself" } },
 	{ "@S calibrate", 2, { "--model" } },
 	{ "@S calibrate --model @D/m --queue-depth 0", 2, { "--queue-depth" } },
 	{ "@S calibrate --model @D/m --compute fast", 2, { "fast" } },

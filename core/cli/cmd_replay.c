@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 #include "cmd_replay.h"
@@ -49,6 +50,14 @@ static void usage(FILE *f, int virt)
 		       "  --gpu G              auto (default) | 0 (host stand-in) | 1 (require a GPU)\n"
 		       "  --verify             check extent checksums on every NVMe read\n"
 		       "  --progress           force a progress line (else only on a terminal)\n");
+}
+
+/* 1 if output path a names the existing file b (a typo like --csv run.strace). */
+static int same_file(const char *a, const char *b)
+{
+	struct stat sa, sb;
+	return a && b && strcmp(a, "-") && !stat(a, &sa) && !stat(b, &sb) && sa.st_dev == sb.st_dev &&
+	       sa.st_ino == sb.st_ino;
 }
 
 int strata_cli_replay_main(int argc, char **argv, int virt)
@@ -198,6 +207,11 @@ int strata_cli_replay_main(int argc, char **argv, int virt)
 		c.engine.cost = cf.cost;
 		c.kernel_us_per_mb_token = cf.kernel_us_per_mb_token;
 		c.compute = STRATA_COMPUTE_NONE;
+	}
+	if (same_file(json, c.trace_path) || same_file(csv, c.trace_path)) {
+		fprintf(stderr, "strata %s: --%s %s is the trace itself: results would replace it\n", cmd,
+			same_file(json, c.trace_path) ? "json" : "csv", same_file(json, c.trace_path) ? json : csv);
+		return 2;
 	}
 	if ((json && !strcmp(json, "-")) || (csv && !strcmp(csv, "-"))) {
 		if (json && csv && !strcmp(json, "-") && !strcmp(csv, "-")) {
