@@ -22,6 +22,14 @@ int strata_cmd_policies(int argc, char **argv);
 struct option;
 const char *strata_cli_optname(const struct option *opts, int li, int c);
 
+/* Index of v in names (NULL-terminated), or -1 after printing
+ * "strata <cmd>: <opt>: 'v' (a, b, c)": a usage error, exit 2. */
+int strata_cli_choice(const char *cmd, const char *opt, const char *v, const char *const *names);
+/* Choices indexed by their enum values (strata/replay.h, strata/engine.h). */
+extern const char *const strata_cli_compute_names[]; /* none ref gpu auto: STRATA_COMPUTE_* */
+extern const char *const strata_cli_mover_names[];   /* uring mmap pread: STRATA_NVME_* */
+extern const char *const strata_cli_gpu_names[];     /* 0 1 auto: use_gpu 0, 1, -1 (index 2) */
+
 /* Print "strata <cmd>: <message>" for err and return 1. */
 int strata_cli_fail(const char *cmd, const struct strata_error *err);
 

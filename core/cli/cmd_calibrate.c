@@ -58,28 +58,14 @@ int strata_cmd_calibrate(int argc, char **argv)
 			}
 			break;
 		case O_COMPUTE:
-			if (!strcmp(optarg, "auto"))
-				c.compute = STRATA_COMPUTE_AUTO;
-			else if (!strcmp(optarg, "gpu"))
-				c.compute = STRATA_COMPUTE_GPU;
-			else if (!strcmp(optarg, "ref"))
-				c.compute = STRATA_COMPUTE_REF;
-			else if (!strcmp(optarg, "none"))
-				c.compute = STRATA_COMPUTE_NONE;
-			else {
-				fprintf(stderr, "strata calibrate: --compute: '%s' (auto, gpu, ref, none)\n", optarg);
+			if ((c.compute = strata_cli_choice("calibrate", "--compute", optarg, strata_cli_compute_names)) < 0)
 				return 2;
-			}
 			break;
 		case O_GPU:
-			if (!strcmp(optarg, "auto"))
-				c.use_gpu = -1;
-			else if (!strcmp(optarg, "0") || !strcmp(optarg, "1"))
-				c.use_gpu = optarg[0] - '0';
-			else {
-				fprintf(stderr, "strata calibrate: --gpu: '%s' (auto, 0, 1)\n", optarg);
+			if ((c.use_gpu = strata_cli_choice("calibrate", "--gpu", optarg, strata_cli_gpu_names)) < 0)
 				return 2;
-			}
+			if (c.use_gpu == 2)
+				c.use_gpu = -1;
 			break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;

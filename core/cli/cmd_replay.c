@@ -52,6 +52,10 @@ static void usage(FILE *f, int virt)
 		       "  --progress           force a progress line (else only on a terminal)\n");
 }
 
+_Static_assert(STRATA_COMPUTE_NONE == 0 && STRATA_COMPUTE_REF == 1 && STRATA_COMPUTE_GPU == 2 &&
+		       STRATA_COMPUTE_AUTO == 3 && STRATA_NVME_URING == 0 && STRATA_NVME_MMAP == 1 && STRATA_NVME_PREAD == 2,
+	       "strata_cli_compute_names / strata_cli_mover_names are indexed by these values");
+
 /* 1 if output path a names the existing file b (a typo like --csv run.strace). */
 static int same_file(const char *a, const char *b)
 {
@@ -142,40 +146,18 @@ int strata_cli_replay_main(int argc, char **argv, int virt)
 		case O_NOHINTS: c.hints = false; break;
 		case O_NOFUT: c.future = false; break;
 		case O_COMPUTE:
-			if (!strcmp(optarg, "ref"))
-				c.compute = STRATA_COMPUTE_REF;
-			else if (!strcmp(optarg, "gpu"))
-				c.compute = STRATA_COMPUTE_GPU;
-			else if (!strcmp(optarg, "none"))
-				c.compute = STRATA_COMPUTE_NONE;
-			else if (!strcmp(optarg, "auto"))
-				c.compute = STRATA_COMPUTE_AUTO;
-			else {
-				fprintf(stderr, "strata %s: --compute: '%s' (ref, gpu, none, auto)\n", cmd, optarg);
+			if ((c.compute = strata_cli_choice(cmd, "--compute", optarg, strata_cli_compute_names)) < 0)
 				return 2;
-			}
 			break;
 		case O_MOVER:
-			if (!strcmp(optarg, "uring"))
-				c.engine.nvme_mover = STRATA_NVME_URING;
-			else if (!strcmp(optarg, "mmap"))
-				c.engine.nvme_mover = STRATA_NVME_MMAP;
-			else if (!strcmp(optarg, "pread"))
-				c.engine.nvme_mover = STRATA_NVME_PREAD;
-			else {
-				fprintf(stderr, "strata %s: --mover: '%s' (uring, mmap, pread)\n", cmd, optarg);
+			if ((c.engine.nvme_mover = strata_cli_choice(cmd, "--mover", optarg, strata_cli_mover_names)) < 0)
 				return 2;
-			}
 			break;
 		case O_GPU:
-			if (!strcmp(optarg, "auto"))
-				c.engine.use_gpu = -1;
-			else if (!strcmp(optarg, "0") || !strcmp(optarg, "1"))
-				c.engine.use_gpu = optarg[0] - '0';
-			else {
-				fprintf(stderr, "strata %s: --gpu: '%s' (auto, 0, 1)\n", cmd, optarg);
+			if ((c.engine.use_gpu = strata_cli_choice(cmd, "--gpu", optarg, strata_cli_gpu_names)) < 0)
 				return 2;
-			}
+			if (c.engine.use_gpu == 2)
+				c.engine.use_gpu = -1;
 			break;
 		case O_VERIFY: c.engine.verify = true; break;
 		case O_JSON: json = optarg; break;

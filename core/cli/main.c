@@ -38,6 +38,22 @@ const char *strata_cli_optname(const struct option *opts, int li, int c)
 	return buf;
 }
 
+const char *const strata_cli_compute_names[] = { "none", "ref", "gpu", "auto", NULL };
+const char *const strata_cli_mover_names[] = { "uring", "mmap", "pread", NULL };
+const char *const strata_cli_gpu_names[] = { "0", "1", "auto", NULL };
+
+int strata_cli_choice(const char *cmd, const char *opt, const char *v, const char *const *names)
+{
+	for (int i = 0; names[i]; i++)
+		if (!strcmp(v, names[i]))
+			return i;
+	fprintf(stderr, "strata %s: %s: '%s' (", cmd, opt, v);
+	for (int i = 0; names[i]; i++)
+		fprintf(stderr, "%s%s", i ? ", " : "", names[i]);
+	fprintf(stderr, ")\n");
+	return -1;
+}
+
 int strata_cli_fail(const char *cmd, const struct strata_error *err)
 {
 	fprintf(stderr, "strata %s: %s\n", cmd, err && err->msg[0] ? err->msg : "failed");
