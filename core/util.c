@@ -223,6 +223,21 @@ int strata_outfile_commit(struct strata_outfile *o, struct strata_error *err)
 						  path);
 		}
 	} else {
+		/* A device or pipe (/dev/stdout, a FIFO) is written in place; a
+		 * symlink is followed, so the rename replaces its target. */
+		struct stat st;
+		char *real = NULL;
+		if (!stat(path, &st) && !S_ISREG(st.st_mode)) {
+			int fd = open(path, O_WRONLY | O_CLOEXEC);
+			if (fd < 0 || write_all(fd, o->buf, o->len))
+				rc = STRATA_ERRNO(err, STRATA_EIO, "%s: write failed", path);
+			if (fd >= 0)
+				close(fd);
+			strata_outfile_abort(o);
+			return rc;
+		}
+		if (!lstat(path, &st) && S_ISLNK(st.st_mode) && (real = realpath(path, NULL)))
+			path = real;
 		size_t n = strlen(path) + 32;
 		char *tmp = malloc(n);
 		if (!tmp) {
@@ -244,6 +259,7 @@ int strata_outfile_commit(struct strata_outfile *o, struct strata_error *err)
 			}
 			free(tmp);
 		}
+		free(real);
 	}
 	strata_outfile_abort(o);
 	return rc;

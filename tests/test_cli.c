@@ -392,6 +392,11 @@ static void test_results_formats(void **state)
 	assert_int_equal(sh("(@S sim --model @D/m --trace @D/t.strace --csv - 2>/dev/null)"), 0);
 	assert_int_equal(count_lines(out), 2);
 	assert_int_equal(sh("@S sim --model @D/m --trace @D/t.strace --csv - --json -"), 2);
+	/* a device is written in place (not replaced by a rename), a symlink's target is replaced */
+	assert_json_stdout("@S sim --model @D/m --trace @D/t.strace -q --json /dev/stdout", "s3.json");
+	assert_int_equal(sh("ln -s s3.json @D/link.json && @S sim --model @D/m --trace @D/t.strace -q --json @D/link.json "
+			    "--seed 5 && test -L @D/link.json && grep -c '\"seed\": 5' @D/s3.json"), 0);
+	assert_string_equal(out, "1\n");
 	assert_json_stdout("@S trace stats @D/t.strace --json -", "ts.json");
 	assert_int_equal(sh("@S trace stats @D/t.strace --json @D/ts2.json"), 0);
 	assert_json_file("ts2.json");
