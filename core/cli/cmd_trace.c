@@ -494,6 +494,9 @@ int strata_cmd_trace(int argc, char **argv)
 		return argc < 2 ? 2 : 0;
 	}
 	const char *sub = argv[1];
+	char name[64]; /* "strata trace import" in getopt's messages */
+	snprintf(name, sizeof(name), "strata trace %s", sub);
+	argv[1] = name;
 	optind = 1;
 	if (!strcmp(sub, "import"))
 		return cmd_import(argc - 1, argv + 1);

@@ -67,8 +67,14 @@ int main(int argc, char **argv)
 		return argc < 2 ? 2 : 0;
 	}
 	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
-		if (!strcmp(argv[1], commands[i].name))
+		if (!strcmp(argv[1], commands[i].name)) {
+			/* getopt's own messages ("option requires an argument")
+			 * start with argv[0]: make it "strata <command>". */
+			char name[64];
+			snprintf(name, sizeof(name), "strata %s", commands[i].name);
+			argv[1] = name;
 			return commands[i].fn(argc - 1, argv + 1);
+		}
 	fprintf(stderr, "strata: unknown command '%s'\n", argv[1]);
 	usage(stderr);
 	return 2;
