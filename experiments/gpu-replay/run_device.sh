@@ -6,7 +6,8 @@
 #  1. build (release, CUDA), GPU test suites (kernels, engine, movers, tiers, replay)
 #  2. sim vs real replay, 4 policies, Qwen3-30B-A3B shape (8 MoE layers), GPU kernels
 #  3. Kimi-K3.1 shape scaled to the machine's disk (KIMI, default 8 MoE layers x 224
-#     experts, ~15 GB of shards, 15/30/55 tiers ranked by the trace's popularity):
+#     experts, ~15 GB of shards, 15/30/55 tiers ranked by the trace's popularity,
+#     decode-only trace (KPROMPT=0) so every byte counted belongs to a decode token):
 #     the released policy (static tiers + lookahead) and others, GPU kernels, with the
 #     bound set by bytes over each link (calibrated bandwidths)
 #  4. strata synth write throughput against dd on the same disk (issue 2's figure)
@@ -46,7 +47,7 @@ KIMI=${KIMI:-kimi-k3.1:layers=8,experts=224}
 step "kimi replay ($KIMI)"
 K=$W/kimi
 mkdir -p "$K"
-$S trace gen -o "$K/trace.strace" --model "$KIMI" --requests 2 --prompt 16 --gen ${KTOKENS:-48} \
+$S trace gen -o "$K/trace.strace" --model "$KIMI" --requests 2 --prompt ${KPROMPT:-0} --gen ${KTOKENS:-48} \
 	--alpha ${ALPHA:-1.0} --pred-depth 2 --pred-accuracy 0.85 --seed 7 >"$out/kimi_gen.log" 2>&1
 /usr/bin/time -v $S synth --preset "$KIMI" --out "$K/model" --format tiered --codes random \
 	--popularity "$K/trace.strace" --threads 16 --force --json >"$out/kimi_synth.json" 2>"$out/kimi_synth.log"
@@ -89,3 +90,5 @@ timeout 120 python3 scripts/test_record_hf.py --strata $S >"$out/record_hf.log" 
 echo "exit $?"; tail -4 "$out/record_hf.log"
 fi
 rm -rf "$W"
+# the tool returns at most 8 files: everything also goes back as one archive
+tar -czf /tmp/gpu-replay.tgz -C "$out" . && mv /tmp/gpu-replay.tgz "$out/all.tgz"

@@ -8,8 +8,9 @@ Per decode token, link time = bytes over the link / its bandwidth:
   NVMe (nvme->ram + nvme->vram bytes at nvme_gbps), PCIe (ram->vram +
   nvme->vram bytes at pcie_gbps), HBM (packed bytes of the routed experts read
   by the kernels at hbm_gbps).  The bound assumes perfect overlap of the links:
-  tok/s <= 1 / max(link times); "serial" adds them.  Prefill and decode are
-  both in the replay; bytes are averaged over all tokens (prefill is short).
+  tok/s <= 1 / max(link times); "serial" adds them.  The replay counts bytes
+  for the whole run, so the bound is only a decode bound on a decode-only trace
+  (run_device.sh's default, KPROMPT=0).
 """
 import csv
 import json
