@@ -1,8 +1,14 @@
 /*
- * Tiers and their extent allocator (see include/strata/tier.h).  The arena is
- * a sorted array of free spans: allocation is best fit (exact fit first),
- * release coalesces with both neighbours.  Spans are few (one per hole), so a
- * linear scan is cheaper than a tree here.
+ * Tiers and their extent allocator (see include/strata/tier.h).
+ *
+ * The arena keeps its holes in two treaps sharing one node pool: tree 0
+ * ordered by offset (neighbours for coalescing), tree 1 by (len, off) (best
+ * fit: the first node not below (bytes, 0)).  A treap's shape depends on its
+ * random priorities, but every answer depends only on the key order, so the
+ * allocator's decisions are those of a linear best-fit scan over the holes in
+ * address order (smallest sufficient hole, lowest offset among equals).
+ * A cache simulation holds thousands of holes and reserves after every
+ * eviction, which is why this is not a sorted array any more.
  */
 #include <errno.h>
 #include <hwloc.h>
@@ -20,121 +26,342 @@
 
 static uint64_t align_up(uint64_t v) { return (v + STRATA_TIER_ALIGN - 1) / STRATA_TIER_ALIGN * STRATA_TIER_ALIGN; }
 
+#define BY_OFF 0
+#define BY_LEN 1
+
+/* a < b in tree t */
+static inline bool key_less(const struct strata_arena_node *n, int t, uint32_t a, uint32_t b)
+{
+	if (t == BY_LEN && n[a].len != n[b].len)
+		return n[a].len < n[b].len;
+	return n[a].off < n[b].off;
+}
+
+/* Split tree r of t into keys below node x's (*l) and the rest (*g). */
+static void tsplit(struct strata_arena_node *n, int t, uint32_t r, uint32_t x, uint32_t *l, uint32_t *g)
+{
+	while (r) {
+		if (key_less(n, t, r, x)) {
+			*l = r;
+			l = &n[r].kid[t][1];
+			r = *l;
+		} else {
+			*g = r;
+			g = &n[r].kid[t][0];
+			r = *g;
+		}
+	}
+	*l = *g = 0;
+}
+
+/* Join a and b of t, every key of a below every key of b. */
+static uint32_t tmerge(struct strata_arena_node *n, int t, uint32_t a, uint32_t b)
+{
+	uint32_t root, *link = &root;
+	while (a && b) {
+		if (n[a].prio > n[b].prio) {
+			*link = a;
+			link = &n[a].kid[t][1];
+			a = *link;
+		} else {
+			*link = b;
+			link = &n[b].kid[t][0];
+			b = *link;
+		}
+	}
+	*link = a ? a : b;
+	return root;
+}
+
+static void tinsert(struct strata_arena *a, int t, uint32_t x)
+{
+	struct strata_arena_node *n = a->node;
+	uint32_t *link = &a->root[t];
+	while (*link && n[*link].prio >= n[x].prio)
+		link = &n[*link].kid[t][key_less(n, t, x, *link) ? 0 : 1];
+	tsplit(n, t, *link, x, &n[x].kid[t][0], &n[x].kid[t][1]);
+	*link = x;
+}
+
+static void tremove(struct strata_arena *a, int t, uint32_t x)
+{
+	struct strata_arena_node *n = a->node;
+	uint32_t *link = &a->root[t];
+	while (*link && *link != x)
+		link = &n[*link].kid[t][key_less(n, t, x, *link) ? 0 : 1];
+	if (!*link)
+		return; /* not in the tree: a caller's bug, strata_arena_check finds it */
+	*link = tmerge(n, t, n[x].kid[t][0], n[x].kid[t][1]);
+	n[x].kid[t][0] = n[x].kid[t][1] = 0;
+}
+
+static uint64_t rightmost_len(const struct strata_arena *a)
+{
+	uint32_t r = a->root[BY_LEN];
+	if (!r)
+		return 0;
+	while (a->node[r].kid[BY_LEN][1])
+		r = a->node[r].kid[BY_LEN][1];
+	return a->node[r].len;
+}
+
+/* A fresh node (0 when the pool cannot grow). */
+static uint32_t node_get(struct strata_arena *a)
+{
+	uint32_t x = a->free_node;
+	if (x) {
+		a->free_node = a->node[x].kid[0][0];
+	} else {
+		if (a->next_node == a->cap_node) {
+			uint32_t cap = a->cap_node * 2;
+			struct strata_arena_node *m = realloc(a->node, sizeof(*m) * cap);
+			if (!m)
+				return 0;
+			a->node = m;
+			a->cap_node = cap;
+		}
+		x = a->next_node++;
+	}
+	/* xorshift32: priorities only shape the trees, never the answers */
+	uint32_t s = a->seed;
+	s ^= s << 13;
+	s ^= s >> 17;
+	s ^= s << 5;
+	a->seed = s;
+	memset(&a->node[x], 0, sizeof(a->node[x]));
+	a->node[x].prio = s;
+	return x;
+}
+
+static void node_put(struct strata_arena *a, uint32_t x)
+{
+	a->node[x].kid[0][0] = a->free_node;
+	a->free_node = x;
+}
+
 int strata_arena_init(struct strata_arena *a, uint64_t size, struct strata_error *err)
 {
 	memset(a, 0, sizeof(*a));
 	a->size = size / STRATA_TIER_ALIGN * STRATA_TIER_ALIGN;
-	a->cap_free = 16;
-	a->free = malloc(sizeof(*a->free) * a->cap_free);
-	if (!a->free)
+	a->cap_node = 16;
+	a->next_node = 1;
+	a->seed = 2463534242u;
+	a->node = calloc(a->cap_node, sizeof(*a->node));
+	if (!a->node)
 		return STRATA_ERR(err, STRATA_ENOMEM, "arena: out of memory");
 	if (a->size) {
-		a->free[0] = (struct strata_span){ 0, a->size };
+		uint32_t x = node_get(a);
+		a->node[x].off = 0;
+		a->node[x].len = a->size;
+		tinsert(a, BY_OFF, x);
+		tinsert(a, BY_LEN, x);
 		a->n_free = 1;
+		a->largest = a->size;
 	}
 	return STRATA_OK;
 }
 
 void strata_arena_free(struct strata_arena *a)
 {
-	free(a->free);
+	free(a->node);
 	memset(a, 0, sizeof(*a));
 }
 
 int strata_arena_reserve(struct strata_arena *a, uint64_t bytes, uint64_t *off)
 {
 	bytes = align_up(bytes ? bytes : 1);
-	if (bytes > a->size - a->used)
+	if (bytes > a->largest)
 		return STRATA_EBUDGET;
-	uint32_t best = UINT32_MAX;
-	uint64_t best_len = UINT64_MAX;
-	for (uint32_t i = 0; i < a->n_free; i++) {
-		uint64_t len = a->free[i].len;
-		if (len >= bytes && len < best_len) {
-			best = i;
-			best_len = len;
-			if (len == bytes)
-				break;
+	/* best fit: the first hole not below (bytes, offset 0) */
+	struct strata_arena_node *n = a->node;
+	uint32_t r = a->root[BY_LEN], best = 0;
+	while (r) {
+		if (n[r].len >= bytes) {
+			best = r;
+			r = n[r].kid[BY_LEN][0];
+		} else {
+			r = n[r].kid[BY_LEN][1];
 		}
 	}
-	if (best == UINT32_MAX)
-		return STRATA_EBUDGET;
-	struct strata_span *s = &a->free[best];
-	*off = s->off;
-	s->off += bytes;
-	s->len -= bytes;
-	if (!s->len) {
-		memmove(s, s + 1, sizeof(*s) * (a->n_free - best - 1));
+	if (!best)
+		return STRATA_EBUDGET; /* not reached: largest >= bytes */
+	bool was_largest = n[best].len == a->largest;
+	*off = n[best].off;
+	tremove(a, BY_LEN, best);
+	if (n[best].len == bytes) {
+		tremove(a, BY_OFF, best);
+		node_put(a, best);
 		a->n_free--;
+	} else {
+		/* the tail stays between the same neighbours: tree 0 keeps its order */
+		n[best].off += bytes;
+		n[best].len -= bytes;
+		tinsert(a, BY_LEN, best);
 	}
 	a->used += bytes;
+	if (was_largest)
+		a->largest = rightmost_len(a);
 	return STRATA_OK;
 }
 
 void strata_arena_release(struct strata_arena *a, uint64_t off, uint64_t bytes)
 {
 	bytes = align_up(bytes ? bytes : 1);
-	/* first span after off (binary search: holes can number in the thousands) */
-	uint32_t lo = 0, hi = a->n_free;
-	while (lo < hi) {
-		uint32_t mid = (lo + hi) / 2;
-		if (a->free[mid].off < off)
-			lo = mid + 1;
-		else
-			hi = mid;
+	struct strata_arena_node *n = a->node;
+	/* the holes either side of off */
+	uint32_t r = a->root[BY_OFF], prev = 0, next = 0;
+	while (r) {
+		if (n[r].off < off) {
+			prev = r;
+			r = n[r].kid[BY_OFF][1];
+		} else {
+			next = r;
+			r = n[r].kid[BY_OFF][0];
+		}
 	}
-	uint32_t i = lo;
-	bool merge_prev = i > 0 && a->free[i - 1].off + a->free[i - 1].len == off;
-	bool merge_next = i < a->n_free && off + bytes == a->free[i].off;
+	bool merge_prev = prev && n[prev].off + n[prev].len == off;
+	bool merge_next = next && off + bytes == n[next].off;
+	uint32_t x;
 	a->used -= bytes;
 	if (merge_prev && merge_next) {
-		a->free[i - 1].len += bytes + a->free[i].len;
-		memmove(&a->free[i], &a->free[i + 1], sizeof(*a->free) * (a->n_free - i - 1));
+		tremove(a, BY_LEN, prev);
+		tremove(a, BY_LEN, next);
+		tremove(a, BY_OFF, next);
+		n[prev].len += bytes + n[next].len;
+		node_put(a, next);
 		a->n_free--;
+		x = prev;
 	} else if (merge_prev) {
-		a->free[i - 1].len += bytes;
+		tremove(a, BY_LEN, prev);
+		n[prev].len += bytes;
+		x = prev;
 	} else if (merge_next) {
-		a->free[i].off = off;
-		a->free[i].len += bytes;
+		tremove(a, BY_LEN, next);
+		n[next].off = off; /* still between the same neighbours */
+		n[next].len += bytes;
+		x = next;
 	} else {
-		if (a->n_free == a->cap_free) {
-			/* Cannot fail the caller here; grow generously and keep going.
-			 * At worst (malloc failure) the span leaks from the arena,
-			 * which shrinks capacity but never breaks the budget. */
-			uint32_t cap = a->cap_free * 2;
-			struct strata_span *n = realloc(a->free, sizeof(*n) * cap);
-			if (!n)
-				return;
-			a->free = n;
-			a->cap_free = cap;
-		}
-		memmove(&a->free[i + 1], &a->free[i], sizeof(*a->free) * (a->n_free - i));
-		a->free[i] = (struct strata_span){ off, bytes };
+		/* Cannot fail the caller here.  At worst (the pool cannot grow)
+		 * the span leaks from the arena, which shrinks capacity but never
+		 * breaks the budget. */
+		x = node_get(a);
+		if (!x)
+			return;
+		n = a->node;
+		n[x].off = off;
+		n[x].len = bytes;
+		tinsert(a, BY_OFF, x);
 		a->n_free++;
 	}
+	tinsert(a, BY_LEN, x);
+	if (n[x].len > a->largest)
+		a->largest = n[x].len;
 }
 
 uint64_t strata_arena_largest_free(const struct strata_arena *a)
 {
-	uint64_t m = 0;
-	for (uint32_t i = 0; i < a->n_free; i++)
-		if (a->free[i].len > m)
-			m = a->free[i].len;
+	return a->largest;
+}
+
+/* In-order walk of tree t: writes node ids to out (at most n), returns the
+ * count seen; -1 when the tree breaks its order or heap property. */
+static int64_t walk(const struct strata_arena *a, int t, uint32_t *out, uint32_t n)
+{
+	const struct strata_arena_node *nd = a->node;
+	uint32_t depth = 0, cap = 64, *stack = malloc(sizeof(*stack) * cap);
+	int64_t cnt = 0;
+	uint32_t r = a->root[t], last = 0;
+	if (!stack)
+		return -1;
+	for (;;) {
+		while (r) {
+			if (r >= a->next_node || depth > a->n_free) {
+				free(stack);
+				return -1;
+			}
+			if (depth == cap) {
+				uint32_t *m = realloc(stack, sizeof(*m) * cap * 2);
+				if (!m) {
+					free(stack);
+					return -1;
+				}
+				stack = m;
+				cap *= 2;
+			}
+			stack[depth++] = r;
+			r = nd[r].kid[t][0];
+		}
+		if (!depth)
+			break;
+		r = stack[--depth];
+		for (int k = 0; k < 2; k++)
+			if (nd[r].kid[t][k] && nd[nd[r].kid[t][k]].prio > nd[r].prio) {
+				free(stack);
+				return -1;
+			}
+		if (last && !key_less(nd, t, last, r)) {
+			free(stack);
+			return -1;
+		}
+		if ((uint64_t)cnt < n)
+			out[cnt] = r;
+		cnt++;
+		last = r;
+		r = nd[r].kid[t][1];
+	}
+	free(stack);
+	return cnt;
+}
+
+uint32_t strata_arena_holes(const struct strata_arena *a, struct strata_span *out, uint32_t n)
+{
+	uint32_t *ids = malloc(sizeof(*ids) * (a->n_free + 1));
+	if (!ids)
+		return 0;
+	int64_t k = walk(a, BY_OFF, ids, a->n_free);
+	uint32_t m = k < 0 ? 0 : (uint32_t)(k < n ? k : n);
+	if (m > a->n_free)
+		m = a->n_free;
+	for (uint32_t i = 0; i < m; i++)
+		out[i] = (struct strata_span){ a->node[ids[i]].off, a->node[ids[i]].len };
+	free(ids);
 	return m;
 }
 
 int strata_arena_check(const struct strata_arena *a)
 {
-	uint64_t sum = 0;
-	for (uint32_t i = 0; i < a->n_free; i++) {
-		const struct strata_span *s = &a->free[i];
-		if (!s->len || s->off % STRATA_TIER_ALIGN || s->len % STRATA_TIER_ALIGN || s->off + s->len > a->size)
-			return -1;
-		if (i && a->free[i - 1].off + a->free[i - 1].len >= s->off)
-			return -2; /* overlapping or not coalesced */
-		sum += s->len;
+	uint32_t *ids = malloc(sizeof(*ids) * (a->n_free + 1));
+	if (!ids)
+		return -4;
+	int rc = 0;
+	int64_t k0 = walk(a, BY_OFF, ids, a->n_free);
+	if (k0 != a->n_free) {
+		rc = -4; /* a tree out of order, or counts disagree */
+		goto out;
 	}
-	return sum == a->size - a->used ? 0 : -3;
+	uint64_t sum = 0, largest = 0;
+	for (uint32_t i = 0; i < a->n_free; i++) {
+		const struct strata_arena_node *s = &a->node[ids[i]];
+		if (!s->len || s->off % STRATA_TIER_ALIGN || s->len % STRATA_TIER_ALIGN || s->off + s->len > a->size) {
+			rc = -1;
+			goto out;
+		}
+		if (i && a->node[ids[i - 1]].off + a->node[ids[i - 1]].len >= s->off) {
+			rc = -2; /* overlapping or not coalesced */
+			goto out;
+		}
+		sum += s->len;
+		if (s->len > largest)
+			largest = s->len;
+	}
+	if (walk(a, BY_LEN, ids, a->n_free) != a->n_free || largest != a->largest) {
+		rc = -4;
+		goto out;
+	}
+	rc = sum == a->size - a->used ? 0 : -3;
+out:
+	free(ids);
+	return rc;
 }
 
 /* ---- NUMA ---------------------------------------------------------------- */

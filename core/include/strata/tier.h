@@ -16,11 +16,17 @@
  *   VIRTUAL  no memory at all: only offsets are handed out (strata sim), so
  *            allocation decisions are identical to a real run's
  *
- * The allocator is address-ordered best fit with coalescing: experts come in a
- * handful of extent sizes (one per format), so best fit reuses a hole of the
+ * The allocator is best fit with coalescing: the smallest hole that holds the
+ * request, the lowest-addressed one among holes of that size.  Experts come in
+ * a handful of extent sizes (one per format), so best fit reuses a hole of the
  * size just freed and keeps fragmentation low (tests/test_tier.c measures it).
  * When a request does not fit although enough bytes are free, the caller (the
  * engine) evicts more, in its eviction policy's order, until it fits.
+ *
+ * Holes are indexed twice (two treaps over one pool of nodes): by offset, for
+ * coalescing on release, and by (length, offset), for the best fit.  Reserve,
+ * release and largest_free are O(log holes); a failing reserve (the engine's
+ * retry after each eviction) costs one comparison against the largest hole.
  */
 #ifndef STRATA_TIER_H
 #define STRATA_TIER_H
@@ -36,12 +42,25 @@ struct strata_span {
 	uint64_t off, len;
 };
 
-/* First/best-fit free list over [0, size). */
+/* A hole; node 0 of the pool is the null sentinel.  kid[0] links the tree by
+ * offset, kid[1] the tree by (len, off); a freed node chains through
+ * kid[0][0]. */
+struct strata_arena_node {
+	uint64_t off, len;
+	uint32_t kid[2][2];
+	uint32_t prio;
+};
+
+/* Best-fit allocator over [0, size). */
 struct strata_arena {
-	uint64_t size;            /* bytes managed */
-	uint64_t used;            /* bytes handed out */
-	struct strata_span *free; /* sorted by offset, coalesced */
-	uint32_t n_free, cap_free;
+	uint64_t size;                  /* bytes managed */
+	uint64_t used;                  /* bytes handed out */
+	uint64_t largest;               /* longest hole (0: none) */
+	struct strata_arena_node *node; /* pool, node[0] the sentinel */
+	uint32_t n_free;                /* holes */
+	uint32_t cap_node, next_node, free_node;
+	uint32_t root[2];               /* by offset, by (len, off) */
+	uint32_t seed;                  /* treap priorities */
 };
 
 int strata_arena_init(struct strata_arena *a, uint64_t size, struct strata_error *err);
@@ -54,7 +73,10 @@ int strata_arena_reserve(struct strata_arena *a, uint64_t bytes, uint64_t *off);
 void strata_arena_release(struct strata_arena *a, uint64_t off, uint64_t bytes);
 /* Largest hole, for error messages and fragmentation checks. */
 uint64_t strata_arena_largest_free(const struct strata_arena *a);
-/* Internal consistency (sorted, coalesced, sums to size - used): 0 if fine. */
+/* Holes in offset order, at most n; returns how many were written. */
+uint32_t strata_arena_holes(const struct strata_arena *a, struct strata_span *out, uint32_t n);
+/* Internal consistency (both trees ordered and heap-ordered, holes coalesced,
+ * summing to size - used, largest right): 0 if fine. */
 int strata_arena_check(const struct strata_arena *a);
 
 enum strata_tier_backing {
