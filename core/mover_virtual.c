@@ -80,12 +80,16 @@ static struct strata_move *heap_pop(struct virt_priv *p)
 	return top;
 }
 
+/* The slot a move takes is the one that frees first.  Every move leaves its
+ * slot at the new busy_until, which never decreases (it is at least the old
+ * busy_until plus a transfer time >= 0), so read cyclically from next_slot
+ * the slots' free times are in ascending order (they start all zero): the
+ * earliest is always next_slot, and taking slots round robin gives exactly
+ * the times of a scan for the minimum, in O(1) per move. */
 static double schedule(struct strata_vlink *l, double start, uint64_t bytes)
 {
-	uint32_t slot = 0;
-	for (uint32_t i = 1; i < l->queue_depth; i++)
-		if (l->slot_free[i] < l->slot_free[slot])
-			slot = i;
+	uint32_t slot = l->next_slot;
+	l->next_slot = slot + 1 == l->queue_depth ? 0 : slot + 1;
 	if (l->slot_free[slot] > start)
 		start = l->slot_free[slot];
 	double xfer = start + l->lat_us * 1e3;

@@ -1,14 +1,13 @@
 /*
  * Tiers and their extent allocator (see include/strata/tier.h).
  *
- * The arena keeps its holes in two treaps sharing one node pool: tree 0
- * ordered by offset (neighbours for coalescing), tree 1 by (len, off) (best
- * fit: the first node not below (bytes, 0)).  A treap's shape depends on its
- * random priorities, but every answer depends only on the key order, so the
- * allocator's decisions are those of a linear best-fit scan over the holes in
- * address order (smallest sufficient hole, lowest offset among equals).
- * A cache simulation holds thousands of holes and reserves after every
- * eviction, which is why this is not a sorted array any more.
+ * A hole is an entry in by_start (off -> len), one in by_end (off + len ->
+ * off) and an offset in the class of its length.  Best fit is the smallest
+ * length that holds the request and, among holes of that length, the lowest
+ * offset: the same choice as a linear scan over holes in address order (the
+ * allocator's first form, which tests/test_tier.c keeps as a reference).
+ * A cache simulation holds hundreds of holes and reserves after every
+ * eviction, which is why this is not a scan any more.
  */
 #include <errno.h>
 #include <hwloc.h>
@@ -26,144 +25,268 @@
 
 static uint64_t align_up(uint64_t v) { return (v + STRATA_TIER_ALIGN - 1) / STRATA_TIER_ALIGN * STRATA_TIER_ALIGN; }
 
-#define BY_OFF 0
-#define BY_LEN 1
+#define NO_KEY UINT64_MAX
 
-/* a < b in tree t */
-static inline bool key_less(const struct strata_arena_node *n, int t, uint32_t a, uint32_t b)
+/* ---- offset maps: linear probing, backward-shift deletion --------------- */
+
+static inline uint32_t map_slot(const struct strata_arena_map *m, uint64_t k)
 {
-	if (t == BY_LEN && n[a].len != n[b].len)
-		return n[a].len < n[b].len;
-	return n[a].off < n[b].off;
+	return (uint32_t)(((k / STRATA_TIER_ALIGN) * 0x9E3779B97F4A7C15ull) >> 32) & (m->cap - 1);
 }
 
-/* Split tree r of t into keys below node x's (*l) and the rest (*g). */
-static void tsplit(struct strata_arena_node *n, int t, uint32_t r, uint32_t x, uint32_t *l, uint32_t *g)
+static int map_alloc(struct strata_arena_map *m, uint32_t cap)
 {
-	while (r) {
-		if (key_less(n, t, r, x)) {
-			*l = r;
-			l = &n[r].kid[t][1];
-			r = *l;
-		} else {
-			*g = r;
-			g = &n[r].kid[t][0];
-			r = *g;
-		}
+	m->key = malloc(sizeof(*m->key) * cap);
+	m->val = malloc(sizeof(*m->val) * cap);
+	if (!m->key || !m->val) {
+		free(m->key);
+		free(m->val);
+		m->key = m->val = NULL;
+		return -1;
 	}
-	*l = *g = 0;
+	memset(m->key, 0xff, sizeof(*m->key) * cap);
+	m->cap = cap;
+	m->n = 0;
+	return 0;
 }
 
-/* Join a and b of t, every key of a below every key of b. */
-static uint32_t tmerge(struct strata_arena_node *n, int t, uint32_t a, uint32_t b)
+static void map_put_new(struct strata_arena_map *m, uint64_t k, uint64_t v)
 {
-	uint32_t root, *link = &root;
-	while (a && b) {
-		if (n[a].prio > n[b].prio) {
-			*link = a;
-			link = &n[a].kid[t][1];
-			a = *link;
-		} else {
-			*link = b;
-			link = &n[b].kid[t][0];
-			b = *link;
-		}
-	}
-	*link = a ? a : b;
-	return root;
+	uint32_t i = map_slot(m, k);
+	while (m->key[i] != NO_KEY)
+		i = (i + 1) & (m->cap - 1);
+	m->key[i] = k;
+	m->val[i] = v;
+	m->n++;
 }
 
-static void tinsert(struct strata_arena *a, int t, uint32_t x)
+/* Room for one more key (load <= 1/2); -1 when memory runs out. */
+static int map_reserve(struct strata_arena_map *m)
 {
-	struct strata_arena_node *n = a->node;
-	uint32_t *link = &a->root[t];
-	while (*link && n[*link].prio >= n[x].prio)
-		link = &n[*link].kid[t][key_less(n, t, x, *link) ? 0 : 1];
-	tsplit(n, t, *link, x, &n[x].kid[t][0], &n[x].kid[t][1]);
-	*link = x;
-}
-
-static void tremove(struct strata_arena *a, int t, uint32_t x)
-{
-	struct strata_arena_node *n = a->node;
-	uint32_t *link = &a->root[t];
-	while (*link && *link != x)
-		link = &n[*link].kid[t][key_less(n, t, x, *link) ? 0 : 1];
-	if (!*link)
-		return; /* not in the tree: a caller's bug, strata_arena_check finds it */
-	*link = tmerge(n, t, n[x].kid[t][0], n[x].kid[t][1]);
-	n[x].kid[t][0] = n[x].kid[t][1] = 0;
-}
-
-static uint64_t rightmost_len(const struct strata_arena *a)
-{
-	uint32_t r = a->root[BY_LEN];
-	if (!r)
+	if ((m->n + 1) * 2 <= m->cap)
 		return 0;
-	while (a->node[r].kid[BY_LEN][1])
-		r = a->node[r].kid[BY_LEN][1];
-	return a->node[r].len;
-}
-
-/* A fresh node (0 when the pool cannot grow). */
-static uint32_t node_get(struct strata_arena *a)
-{
-	uint32_t x = a->free_node;
-	if (x) {
-		a->free_node = a->node[x].kid[0][0];
-	} else {
-		if (a->next_node == a->cap_node) {
-			uint32_t cap = a->cap_node * 2;
-			struct strata_arena_node *m = realloc(a->node, sizeof(*m) * cap);
-			if (!m)
-				return 0;
-			a->node = m;
-			a->cap_node = cap;
-		}
-		x = a->next_node++;
+	struct strata_arena_map o = *m;
+	if (map_alloc(m, o.cap * 2)) {
+		*m = o;
+		return -1;
 	}
-	/* xorshift32: priorities only shape the trees, never the answers */
-	uint32_t s = a->seed;
-	s ^= s << 13;
-	s ^= s >> 17;
-	s ^= s << 5;
-	a->seed = s;
-	memset(&a->node[x], 0, sizeof(a->node[x]));
-	a->node[x].prio = s;
-	return x;
+	for (uint32_t i = 0; i < o.cap; i++)
+		if (o.key[i] != NO_KEY)
+			map_put_new(m, o.key[i], o.val[i]);
+	free(o.key);
+	free(o.val);
+	return 0;
 }
 
-static void node_put(struct strata_arena *a, uint32_t x)
+/* Slot of k, or UINT32_MAX. */
+static inline uint32_t map_find(const struct strata_arena_map *m, uint64_t k)
 {
-	a->node[x].kid[0][0] = a->free_node;
-	a->free_node = x;
+	uint32_t i = map_slot(m, k);
+	for (;;) {
+		uint64_t x = m->key[i];
+		if (x == k)
+			return i;
+		if (x == NO_KEY)
+			return UINT32_MAX;
+		i = (i + 1) & (m->cap - 1);
+	}
+}
+
+static void map_del_slot(struct strata_arena_map *m, uint32_t i)
+{
+	uint32_t mask = m->cap - 1, j = i;
+	for (;;) {
+		j = (j + 1) & mask;
+		if (m->key[j] == NO_KEY)
+			break;
+		uint32_t h = map_slot(m, m->key[j]);
+		/* move j back to i unless its home lies cyclically in (i, j] */
+		if (((j - h) & mask) >= ((j - i) & mask)) {
+			m->key[i] = m->key[j];
+			m->val[i] = m->val[j];
+			i = j;
+		}
+	}
+	m->key[i] = NO_KEY;
+	m->n--;
+}
+
+static void map_del(struct strata_arena_map *m, uint64_t k)
+{
+	uint32_t i = map_find(m, k);
+	if (i != UINT32_MAX)
+		map_del_slot(m, i);
+}
+
+/* ---- size classes -------------------------------------------------------- */
+
+/* Index of the first class with len >= want (n_cls if none).  Branch-free
+ * binary searches: the comparisons are unpredictable, the arrays short. */
+static inline uint32_t class_lower(const struct strata_arena *a, uint64_t want)
+{
+	const struct strata_arena_class *c = a->cls;
+	uint32_t base = 0, n = a->n_cls;
+	if (!n)
+		return 0;
+	while (n > 1) {
+		uint32_t half = n / 2;
+		base = c[base + half - 1].len < want ? base + half : base;
+		n -= half;
+	}
+	return base + (c[base].len < want);
+}
+
+/* In offsets sorted descending: the first position whose offset is <= off. */
+static inline uint32_t desc_lower(const uint64_t *o, uint32_t n, uint64_t off)
+{
+	uint32_t base = 0;
+	if (!n)
+		return 0;
+	while (n > 1) {
+		uint32_t half = n / 2;
+		base = o[base + half - 1] > off ? base + half : base;
+		n -= half;
+	}
+	return base + (o[base] > off);
+}
+
+/* Room to add a hole of length len: the class array and that class's offsets
+ * can take one more without allocating.  -1 when memory runs out. */
+static int class_reserve(struct strata_arena *a, uint64_t len)
+{
+	uint32_t c = class_lower(a, len);
+	if (c < a->n_cls && a->cls[c].len == len) {
+		struct strata_arena_class *k = &a->cls[c];
+		if (k->n < k->cap)
+			return 0;
+		uint32_t cap = k->cap * 2;
+		uint64_t *o = realloc(k->off, sizeof(*o) * cap);
+		if (!o)
+			return -1;
+		k->off = o;
+		k->cap = cap;
+		return 0;
+	}
+	if (a->n_cls == a->cap_cls) {
+		uint32_t cap = a->cap_cls ? a->cap_cls * 2 : 8;
+		struct strata_arena_class *n = realloc(a->cls, sizeof(*n) * cap);
+		if (!n)
+			return -1;
+		a->cls = n;
+		a->cap_cls = cap;
+	}
+	if (!a->n_spare) {
+		uint64_t *o = malloc(sizeof(*o) * 8);
+		if (!o)
+			return -1;
+		a->spare_off[0] = o;
+		a->spare_cap[0] = 8;
+		a->n_spare = 1;
+	}
+	return 0;
+}
+
+/* Add a hole (after class_reserve for its length). */
+static void class_add(struct strata_arena *a, uint64_t len, uint64_t off)
+{
+	uint32_t c = class_lower(a, len);
+	struct strata_arena_class *k = &a->cls[c];
+	if (c == a->n_cls || k->len != len) {
+		memmove(k + 1, k, sizeof(*k) * (a->n_cls - c));
+		a->n_cls++;
+		a->n_spare--;
+		*k = (struct strata_arena_class){ .len = len, .off = a->spare_off[a->n_spare],
+						  .cap = a->spare_cap[a->n_spare] };
+	}
+	uint32_t lo = desc_lower(k->off, k->n, off);
+	memmove(&k->off[lo + 1], &k->off[lo], sizeof(*k->off) * (k->n - lo));
+	k->off[lo] = off;
+	k->n++;
+	if (len > a->largest)
+		a->largest = len;
+}
+
+/* Drop class c once it has no holes. */
+static void class_drop_if_empty(struct strata_arena *a, uint32_t c)
+{
+	struct strata_arena_class *k = &a->cls[c];
+	if (k->n)
+		return;
+	if (a->n_spare < 8) {
+		a->spare_off[a->n_spare] = k->off;
+		a->spare_cap[a->n_spare] = k->cap;
+		a->n_spare++;
+	} else {
+		free(k->off);
+	}
+	memmove(k, k + 1, sizeof(*k) * (a->n_cls - c - 1));
+	a->n_cls--;
+	a->largest = a->n_cls ? a->cls[a->n_cls - 1].len : 0;
+}
+
+static void class_remove(struct strata_arena *a, uint64_t len, uint64_t off)
+{
+	uint32_t c = class_lower(a, len);
+	if (c == a->n_cls || a->cls[c].len != len)
+		return; /* not there: a caller's bug, strata_arena_check finds it */
+	struct strata_arena_class *k = &a->cls[c];
+	uint32_t lo = desc_lower(k->off, k->n, off);
+	if (lo == k->n || k->off[lo] != off)
+		return;
+	memmove(&k->off[lo], &k->off[lo + 1], sizeof(*k->off) * (k->n - lo - 1));
+	k->n--;
+	class_drop_if_empty(a, c);
+}
+
+/* ---- the arena ----------------------------------------------------------- */
+
+/* Room for one more hole in every index; -1 when memory runs out. */
+static int hole_reserve(struct strata_arena *a, uint64_t len)
+{
+	return map_reserve(&a->by_start) || map_reserve(&a->by_end) || class_reserve(a, len) ? -1 : 0;
+}
+
+static void hole_add(struct strata_arena *a, uint64_t off, uint64_t len)
+{
+	map_put_new(&a->by_start, off, len);
+	map_put_new(&a->by_end, off + len, off);
+	class_add(a, len, off);
+	a->n_free++;
+}
+
+static void hole_del(struct strata_arena *a, uint64_t off, uint64_t len)
+{
+	map_del(&a->by_start, off);
+	map_del(&a->by_end, off + len);
+	class_remove(a, len, off);
+	a->n_free--;
 }
 
 int strata_arena_init(struct strata_arena *a, uint64_t size, struct strata_error *err)
 {
 	memset(a, 0, sizeof(*a));
 	a->size = size / STRATA_TIER_ALIGN * STRATA_TIER_ALIGN;
-	a->cap_node = 16;
-	a->next_node = 1;
-	a->seed = 2463534242u;
-	a->node = calloc(a->cap_node, sizeof(*a->node));
-	if (!a->node)
+	if (map_alloc(&a->by_start, 64) || map_alloc(&a->by_end, 64) ||
+	    (a->size && hole_reserve(a, a->size))) {
+		strata_arena_free(a);
 		return STRATA_ERR(err, STRATA_ENOMEM, "arena: out of memory");
-	if (a->size) {
-		uint32_t x = node_get(a);
-		a->node[x].off = 0;
-		a->node[x].len = a->size;
-		tinsert(a, BY_OFF, x);
-		tinsert(a, BY_LEN, x);
-		a->n_free = 1;
-		a->largest = a->size;
 	}
+	if (a->size)
+		hole_add(a, 0, a->size);
 	return STRATA_OK;
 }
 
 void strata_arena_free(struct strata_arena *a)
 {
-	free(a->node);
+	free(a->by_start.key);
+	free(a->by_start.val);
+	free(a->by_end.key);
+	free(a->by_end.val);
+	for (uint32_t i = 0; i < a->n_cls; i++)
+		free(a->cls[i].off);
+	free(a->cls);
+	for (uint32_t i = 0; i < a->n_spare; i++)
+		free(a->spare_off[i]);
 	memset(a, 0, sizeof(*a));
 }
 
@@ -172,90 +295,53 @@ int strata_arena_reserve(struct strata_arena *a, uint64_t bytes, uint64_t *off)
 	bytes = align_up(bytes ? bytes : 1);
 	if (bytes > a->largest)
 		return STRATA_EBUDGET;
-	/* best fit: the first hole not below (bytes, offset 0) */
-	struct strata_arena_node *n = a->node;
-	uint32_t r = a->root[BY_LEN], best = 0;
-	while (r) {
-		if (n[r].len >= bytes) {
-			best = r;
-			r = n[r].kid[BY_LEN][0];
-		} else {
-			r = n[r].kid[BY_LEN][1];
-		}
-	}
-	if (!best)
-		return STRATA_EBUDGET; /* not reached: largest >= bytes */
-	bool was_largest = n[best].len == a->largest;
-	*off = n[best].off;
-	tremove(a, BY_LEN, best);
-	if (n[best].len == bytes) {
-		tremove(a, BY_OFF, best);
-		node_put(a, best);
-		a->n_free--;
-	} else {
-		/* the tail stays between the same neighbours: tree 0 keeps its order */
-		n[best].off += bytes;
-		n[best].len -= bytes;
-		tinsert(a, BY_LEN, best);
-	}
+	uint32_t c = class_lower(a, bytes); /* < n_cls: largest >= bytes */
+	struct strata_arena_class *k = &a->cls[c];
+	uint64_t len = k->len, o = k->off[k->n - 1];
+	if (len > bytes && hole_reserve(a, len - bytes))
+		return STRATA_ENOMEM;
+	/* take the lowest hole of the class: pop, no search */
+	k = &a->cls[c];
+	k->n--;
+	class_drop_if_empty(a, c);
+	map_del(&a->by_start, o);
+	map_del(&a->by_end, o + len);
+	a->n_free--;
+	if (len > bytes)
+		hole_add(a, o + bytes, len - bytes);
+	*off = o;
 	a->used += bytes;
-	if (was_largest)
-		a->largest = rightmost_len(a);
 	return STRATA_OK;
 }
 
 void strata_arena_release(struct strata_arena *a, uint64_t off, uint64_t bytes)
 {
 	bytes = align_up(bytes ? bytes : 1);
-	struct strata_arena_node *n = a->node;
-	/* the holes either side of off */
-	uint32_t r = a->root[BY_OFF], prev = 0, next = 0;
-	while (r) {
-		if (n[r].off < off) {
-			prev = r;
-			r = n[r].kid[BY_OFF][1];
-		} else {
-			next = r;
-			r = n[r].kid[BY_OFF][0];
-		}
+	uint64_t start = off, end = off + bytes;
+	uint32_t ip = map_find(&a->by_end, off), in = map_find(&a->by_start, end);
+	uint64_t plen = 0, nlen = 0;
+	if (ip != UINT32_MAX) {
+		start = a->by_end.val[ip];
+		plen = off - start;
 	}
-	bool merge_prev = prev && n[prev].off + n[prev].len == off;
-	bool merge_next = next && off + bytes == n[next].off;
-	uint32_t x;
+	if (in != UINT32_MAX) {
+		nlen = a->by_start.val[in];
+		end += nlen;
+	}
+	/* Cannot fail the caller here.  At worst (no memory for the indexes)
+	 * the span leaks from the arena, which shrinks capacity but never
+	 * breaks the budget. */
+	if (hole_reserve(a, end - start)) {
+		a->used -= bytes;
+		a->size -= bytes;
+		return;
+	}
+	if (plen)
+		hole_del(a, start, plen);
+	if (nlen)
+		hole_del(a, off + bytes, nlen);
+	hole_add(a, start, end - start);
 	a->used -= bytes;
-	if (merge_prev && merge_next) {
-		tremove(a, BY_LEN, prev);
-		tremove(a, BY_LEN, next);
-		tremove(a, BY_OFF, next);
-		n[prev].len += bytes + n[next].len;
-		node_put(a, next);
-		a->n_free--;
-		x = prev;
-	} else if (merge_prev) {
-		tremove(a, BY_LEN, prev);
-		n[prev].len += bytes;
-		x = prev;
-	} else if (merge_next) {
-		tremove(a, BY_LEN, next);
-		n[next].off = off; /* still between the same neighbours */
-		n[next].len += bytes;
-		x = next;
-	} else {
-		/* Cannot fail the caller here.  At worst (the pool cannot grow)
-		 * the span leaks from the arena, which shrinks capacity but never
-		 * breaks the budget. */
-		x = node_get(a);
-		if (!x)
-			return;
-		n = a->node;
-		n[x].off = off;
-		n[x].len = bytes;
-		tinsert(a, BY_OFF, x);
-		a->n_free++;
-	}
-	tinsert(a, BY_LEN, x);
-	if (n[x].len > a->largest)
-		a->largest = n[x].len;
 }
 
 uint64_t strata_arena_largest_free(const struct strata_arena *a)
@@ -263,104 +349,83 @@ uint64_t strata_arena_largest_free(const struct strata_arena *a)
 	return a->largest;
 }
 
-/* In-order walk of tree t: writes node ids to out (at most n), returns the
- * count seen; -1 when the tree breaks its order or heap property. */
-static int64_t walk(const struct strata_arena *a, int t, uint32_t *out, uint32_t n)
+static int span_cmp(const void *x, const void *y)
 {
-	const struct strata_arena_node *nd = a->node;
-	uint32_t depth = 0, cap = 64, *stack = malloc(sizeof(*stack) * cap);
-	int64_t cnt = 0;
-	uint32_t r = a->root[t], last = 0;
-	if (!stack)
-		return -1;
-	for (;;) {
-		while (r) {
-			if (r >= a->next_node || depth > a->n_free) {
-				free(stack);
-				return -1;
+	const struct strata_span *p = x, *q = y;
+	return p->off < q->off ? -1 : p->off > q->off;
+}
+
+/* Every hole, in offset order (malloc'd, a->n_free of them; NULL on ENOMEM
+ * or when by_start holds a different count). */
+static struct strata_span *holes_sorted(const struct strata_arena *a)
+{
+	struct strata_span *h = malloc(sizeof(*h) * (a->n_free + 1));
+	uint32_t n = 0;
+	if (!h)
+		return NULL;
+	for (uint32_t i = 0; i < a->by_start.cap; i++)
+		if (a->by_start.key[i] != NO_KEY) {
+			if (n == a->n_free) {
+				free(h);
+				return NULL;
 			}
-			if (depth == cap) {
-				uint32_t *m = realloc(stack, sizeof(*m) * cap * 2);
-				if (!m) {
-					free(stack);
-					return -1;
-				}
-				stack = m;
-				cap *= 2;
-			}
-			stack[depth++] = r;
-			r = nd[r].kid[t][0];
+			h[n++] = (struct strata_span){ a->by_start.key[i], a->by_start.val[i] };
 		}
-		if (!depth)
-			break;
-		r = stack[--depth];
-		for (int k = 0; k < 2; k++)
-			if (nd[r].kid[t][k] && nd[nd[r].kid[t][k]].prio > nd[r].prio) {
-				free(stack);
-				return -1;
-			}
-		if (last && !key_less(nd, t, last, r)) {
-			free(stack);
-			return -1;
-		}
-		if ((uint64_t)cnt < n)
-			out[cnt] = r;
-		cnt++;
-		last = r;
-		r = nd[r].kid[t][1];
+	if (n != a->n_free) {
+		free(h);
+		return NULL;
 	}
-	free(stack);
-	return cnt;
+	qsort(h, n, sizeof(*h), span_cmp);
+	return h;
 }
 
 uint32_t strata_arena_holes(const struct strata_arena *a, struct strata_span *out, uint32_t n)
 {
-	uint32_t *ids = malloc(sizeof(*ids) * (a->n_free + 1));
-	if (!ids)
+	struct strata_span *h = holes_sorted(a);
+	if (!h)
 		return 0;
-	int64_t k = walk(a, BY_OFF, ids, a->n_free);
-	uint32_t m = k < 0 ? 0 : (uint32_t)(k < n ? k : n);
-	if (m > a->n_free)
-		m = a->n_free;
-	for (uint32_t i = 0; i < m; i++)
-		out[i] = (struct strata_span){ a->node[ids[i]].off, a->node[ids[i]].len };
-	free(ids);
+	uint32_t m = a->n_free < n ? a->n_free : n;
+	memcpy(out, h, sizeof(*h) * m);
+	free(h);
 	return m;
 }
 
 int strata_arena_check(const struct strata_arena *a)
 {
-	uint32_t *ids = malloc(sizeof(*ids) * (a->n_free + 1));
-	if (!ids)
+	struct strata_span *h = holes_sorted(a);
+	if (!h)
 		return -4;
 	int rc = 0;
-	int64_t k0 = walk(a, BY_OFF, ids, a->n_free);
-	if (k0 != a->n_free) {
-		rc = -4; /* a tree out of order, or counts disagree */
-		goto out;
-	}
-	uint64_t sum = 0, largest = 0;
-	for (uint32_t i = 0; i < a->n_free; i++) {
-		const struct strata_arena_node *s = &a->node[ids[i]];
-		if (!s->len || s->off % STRATA_TIER_ALIGN || s->len % STRATA_TIER_ALIGN || s->off + s->len > a->size) {
+	uint64_t sum = 0, largest = 0, in_classes = 0;
+	for (uint32_t i = 0; i < a->n_free && !rc; i++) {
+		const struct strata_span *s = &h[i];
+		uint32_t j = map_find(&a->by_end, s->off + s->len);
+		if (!s->len || s->off % STRATA_TIER_ALIGN || s->len % STRATA_TIER_ALIGN || s->off + s->len > a->size)
 			rc = -1;
-			goto out;
-		}
-		if (i && a->node[ids[i - 1]].off + a->node[ids[i - 1]].len >= s->off) {
+		else if (i && h[i - 1].off + h[i - 1].len >= s->off)
 			rc = -2; /* overlapping or not coalesced */
-			goto out;
-		}
+		else if (j == UINT32_MAX || a->by_end.val[j] != s->off)
+			rc = -4; /* by_end disagrees */
 		sum += s->len;
 		if (s->len > largest)
 			largest = s->len;
 	}
-	if (walk(a, BY_LEN, ids, a->n_free) != a->n_free || largest != a->largest) {
-		rc = -4;
-		goto out;
+	for (uint32_t c = 0; c < a->n_cls && !rc; c++) {
+		const struct strata_arena_class *k = &a->cls[c];
+		if (!k->n || (c && a->cls[c - 1].len >= k->len))
+			rc = -4;
+		for (uint32_t i = 0; i < k->n && !rc; i++) {
+			uint32_t j = map_find(&a->by_start, k->off[i]);
+			if ((i && k->off[i - 1] <= k->off[i]) || j == UINT32_MAX || a->by_start.val[j] != k->len)
+				rc = -4; /* class out of order or not a hole of its length */
+		}
+		in_classes += k->n;
 	}
-	rc = sum == a->size - a->used ? 0 : -3;
-out:
-	free(ids);
+	if (!rc && (a->by_end.n != a->n_free || in_classes != a->n_free || largest != a->largest))
+		rc = -4;
+	if (!rc && sum != a->size - a->used)
+		rc = -3;
+	free(h);
 	return rc;
 }
 

@@ -23,10 +23,14 @@
  * When a request does not fit although enough bytes are free, the caller (the
  * engine) evicts more, in its eviction policy's order, until it fits.
  *
- * Holes are indexed twice (two treaps over one pool of nodes): by offset, for
- * coalescing on release, and by (length, offset), for the best fit.  Reserve,
- * release and largest_free are O(log holes); a failing reserve (the engine's
- * retry after each eviction) costs one comparison against the largest hole.
+ * Holes are indexed three ways: two hash maps (start offset -> length, end
+ * offset -> start) find a released extent's neighbours for coalescing in
+ * O(1), and size classes (one per distinct hole length, sorted by length,
+ * each holding its holes' offsets in descending order) give the best fit as
+ * the last offset of the first class long enough.  Experts come in a few
+ * sizes, so classes are few and each holds few holes; a failing reserve (the
+ * engine retries after each eviction) is one comparison with the longest
+ * hole.
  */
 #ifndef STRATA_TIER_H
 #define STRATA_TIER_H
@@ -42,25 +46,30 @@ struct strata_span {
 	uint64_t off, len;
 };
 
-/* A hole; node 0 of the pool is the null sentinel.  kid[0] links the tree by
- * offset, kid[1] the tree by (len, off); a freed node chains through
- * kid[0][0]. */
-struct strata_arena_node {
-	uint64_t off, len;
-	uint32_t kid[2][2];
-	uint32_t prio;
+/* Open-addressing hash map of offsets (internal to the arena). */
+struct strata_arena_map {
+	uint64_t *key, *val; /* key UINT64_MAX: empty */
+	uint32_t cap, n;     /* cap a power of two */
+};
+
+/* The holes of one length, offsets in descending order (lowest last). */
+struct strata_arena_class {
+	uint64_t len;
+	uint64_t *off;
+	uint32_t n, cap;
 };
 
 /* Best-fit allocator over [0, size). */
 struct strata_arena {
-	uint64_t size;                  /* bytes managed */
-	uint64_t used;                  /* bytes handed out */
-	uint64_t largest;               /* longest hole (0: none) */
-	struct strata_arena_node *node; /* pool, node[0] the sentinel */
-	uint32_t n_free;                /* holes */
-	uint32_t cap_node, next_node, free_node;
-	uint32_t root[2];               /* by offset, by (len, off) */
-	uint32_t seed;                  /* treap priorities */
+	uint64_t size;    /* bytes managed */
+	uint64_t used;    /* bytes handed out */
+	uint64_t largest; /* longest hole (0: none) */
+	uint32_t n_free;  /* holes */
+	struct strata_arena_map by_start, by_end;
+	struct strata_arena_class *cls; /* non-empty classes, ascending length */
+	uint32_t n_cls, cap_cls;
+	uint64_t *spare_off[8];         /* offset arrays of emptied classes, for reuse */
+	uint32_t spare_cap[8], n_spare;
 };
 
 int strata_arena_init(struct strata_arena *a, uint64_t size, struct strata_error *err);
