@@ -920,7 +920,7 @@ int strata_engine_acquire(struct strata_engine *e, uint32_t layer, const uint32_
 	for (int i = 0; i < 3; i++)
 		if (strata_mover_submit(ms[i], err))
 			return STRATA_EIO;
-	uint64_t w0 = strata_now_ns();
+	uint64_t w0 = e->virt ? 0 : strata_now_ns(); /* the wait is virtual time in a sim */
 	double c0 = clock_now(e);
 	for (uint32_t i = 0; i < n; i++) {
 		uint32_t eid = strata_eid(&e->spec, layer, experts[i]);
@@ -931,9 +931,9 @@ int strata_engine_acquire(struct strata_engine *e, uint32_t layer, const uint32_
 	}
 	double stall = clock_now(e) - c0;
 	e->st.stall_ns += stall;
-	uint64_t waited = strata_now_ns() - w0;
+	uint64_t t1 = strata_now_ns();
 	e->st.clock_ns = clock_now(e);
-	e->st.bookkeeping_ns += strata_now_ns() - t0 - (e->virt ? 0 : waited);
+	e->st.bookkeeping_ns += t1 - t0 - (e->virt ? 0 : t1 - w0);
 	if ((rc = check_io(e, err)))
 		return rc;
 	return policy_failed(e, err);

@@ -104,6 +104,14 @@ static double schedule(struct strata_vlink *l, double start, uint64_t bytes)
 
 static uint64_t seq;
 
+/* llround for t >= 0 (virtual times are), without the libm call: t - floor(t)
+ * is exact, so this rounds half away from zero exactly as llround does. */
+static inline uint64_t round_ns(double t)
+{
+	double f = floor(t);
+	return (uint64_t)f + (t - f >= 0.5);
+}
+
 static int virt_submit(struct strata_mover *m)
 {
 	struct virt_priv *p = m->priv;
@@ -123,10 +131,10 @@ static int virt_submit(struct strata_mover *m)
 		double t = *m->cfg.clock_ns;
 		if ((double)mv->not_before_ns > t)
 			t = (double)mv->not_before_ns;
-		mv->submit_ns = (uint64_t)llround(t);
+		mv->submit_ns = round_ns(t);
 		for (int k = 0; k < 2 && m->cfg.links[k]; k++)
 			t = schedule(m->cfg.links[k], t, mv->bytes);
-		mv->done_ns = (uint64_t)llround(t);
+		mv->done_ns = round_ns(t);
 		mv->priv[0] = seq++;
 		mv->status = STRATA_MOVE_INFLIGHT;
 		heap_push(p, mv);

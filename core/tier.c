@@ -120,20 +120,19 @@ static void map_del(struct strata_arena_map *m, uint64_t k)
 
 /* ---- size classes -------------------------------------------------------- */
 
-/* Index of the first class with len >= want (n_cls if none).  Branch-free
- * binary searches: the comparisons are unpredictable, the arrays short. */
-static inline uint32_t class_lower(const struct strata_arena *a, uint64_t want)
+/* First position in ascending v[0..n) with v >= want.  Branch-free: the
+ * comparisons are unpredictable, the arrays short. */
+static inline uint32_t asc_lower(const uint64_t *v, uint32_t n, uint64_t want)
 {
-	const struct strata_arena_class *c = a->cls;
-	uint32_t base = 0, n = a->n_cls;
+	uint32_t base = 0;
 	if (!n)
 		return 0;
 	while (n > 1) {
 		uint32_t half = n / 2;
-		base = c[base + half - 1].len < want ? base + half : base;
+		base = v[base + half - 1] < want ? base + half : base;
 		n -= half;
 	}
-	return base + (c[base].len < want);
+	return base + (v[base] < want);
 }
 
 /* In offsets sorted descending: the first position whose offset is <= off. */
@@ -150,115 +149,185 @@ static inline uint32_t desc_lower(const uint64_t *o, uint32_t n, uint64_t off)
 	return base + (o[base] > off);
 }
 
-/* Room to add a hole of length len: the class array and that class's offsets
- * can take one more without allocating.  -1 when memory runs out. */
-static int class_reserve(struct strata_arena *a, uint64_t len)
+static inline void mark(struct strata_arena *a, uint32_t pos, bool on)
 {
-	uint32_t c = class_lower(a, len);
-	if (c < a->n_cls && a->cls[c].len == len) {
-		struct strata_arena_class *k = &a->cls[c];
-		if (k->n < k->cap)
-			return 0;
-		uint32_t cap = k->cap * 2;
-		uint64_t *o = realloc(k->off, sizeof(*o) * cap);
-		if (!o)
-			return -1;
-		k->off = o;
-		k->cap = cap;
-		return 0;
-	}
-	if (a->n_cls == a->cap_cls) {
-		uint32_t cap = a->cap_cls ? a->cap_cls * 2 : 8;
-		struct strata_arena_class *n = realloc(a->cls, sizeof(*n) * cap);
-		if (!n)
-			return -1;
-		a->cls = n;
-		a->cap_cls = cap;
-	}
-	if (!a->n_spare) {
-		uint64_t *o = malloc(sizeof(*o) * 8);
-		if (!o)
-			return -1;
-		a->spare_off[0] = o;
-		a->spare_cap[0] = 8;
-		a->n_spare = 1;
-	}
-	return 0;
+	if (on)
+		a->nonempty[pos / 64] |= 1ull << (pos % 64);
+	else
+		a->nonempty[pos / 64] &= ~(1ull << (pos % 64));
 }
 
-/* Add a hole (after class_reserve for its length). */
-static void class_add(struct strata_arena *a, uint64_t len, uint64_t off)
+/* First position >= p in order[] of a class with holes (n_cls if none). */
+static inline uint32_t next_nonempty(const struct strata_arena *a, uint32_t p)
 {
-	uint32_t c = class_lower(a, len);
-	struct strata_arena_class *k = &a->cls[c];
-	if (c == a->n_cls || k->len != len) {
-		memmove(k + 1, k, sizeof(*k) * (a->n_cls - c));
-		a->n_cls++;
-		a->n_spare--;
-		*k = (struct strata_arena_class){ .len = len, .off = a->spare_off[a->n_spare],
-						  .cap = a->spare_cap[a->n_spare] };
+	uint32_t w = p / 64, nw = (a->n_cls + 63) / 64;
+	if (w >= nw)
+		return a->n_cls;
+	uint64_t bits = a->nonempty[w] & (~0ull << (p % 64));
+	while (!bits) {
+		if (++w == nw)
+			return a->n_cls;
+		bits = a->nonempty[w];
 	}
-	uint32_t lo = desc_lower(k->off, k->n, off);
-	memmove(&k->off[lo + 1], &k->off[lo], sizeof(*k->off) * (k->n - lo));
-	k->off[lo] = off;
-	k->n++;
-	if (len > a->largest)
-		a->largest = len;
+	return w * 64 + (uint32_t)__builtin_ctzll(bits);
 }
 
-/* Drop class c once it has no holes. */
-static void class_drop_if_empty(struct strata_arena *a, uint32_t c)
+static void recompute_largest(struct strata_arena *a)
 {
-	struct strata_arena_class *k = &a->cls[c];
-	if (k->n)
-		return;
-	if (a->n_spare < 8) {
-		a->spare_off[a->n_spare] = k->off;
-		a->spare_cap[a->n_spare] = k->cap;
-		a->n_spare++;
+	uint32_t w = (a->n_cls + 63) / 64;
+	while (w && !a->nonempty[w - 1])
+		w--;
+	a->largest = w ? a->order_len[(w - 1) * 64 + 63 - (uint32_t)__builtin_clzll(a->nonempty[w - 1])] : 0;
+}
+
+/* Positions and the bitmap from order[] (after it changed). */
+static void reindex(struct strata_arena *a)
+{
+	memset(a->nonempty, 0, sizeof(*a->nonempty) * ((a->n_cls + 63) / 64));
+	for (uint32_t p = 0; p < a->n_cls; p++) {
+		a->cls[a->order[p]].pos = p;
+		if (a->cls[a->order[p]].n)
+			mark(a, p, true);
+	}
+}
+
+/* Drop the empty classes (ids change: by_len and by_start are rewritten). */
+static void compact(struct strata_arena *a)
+{
+	uint32_t *newid = malloc(sizeof(*newid) * a->n_cls);
+	if (!newid)
+		return; /* keep them: slower, still right */
+	uint32_t n = 0;
+	for (uint32_t i = 0; i < a->n_cls; i++) {
+		if (a->cls[i].n) {
+			newid[i] = n;
+			a->cls[n++] = a->cls[i];
+		} else {
+			newid[i] = UINT32_MAX;
+			free(a->cls[i].off);
+		}
+	}
+	uint32_t m = 0;
+	for (uint32_t i = 0; i < a->n_cls; i++)
+		if (newid[a->order[i]] != UINT32_MAX) {
+			a->order_len[m] = a->order_len[i];
+			a->order[m++] = newid[a->order[i]];
+		}
+	struct strata_arena_map *L = &a->by_len, *S = &a->by_start;
+	memset(L->key, 0xff, sizeof(*L->key) * L->cap);
+	L->n = 0;
+	for (uint32_t i = 0; i < n; i++)
+		map_put_new(L, a->cls[i].len, i);
+	for (uint32_t i = 0; i < S->cap; i++)
+		if (S->key[i] != NO_KEY)
+			S->val[i] = newid[S->val[i]];
+	a->n_cls = n;
+	a->n_empty = 0;
+	reindex(a);
+	free(newid);
+}
+
+/* The class of length len, created (empty) if there is none, with room for
+ * one more hole; UINT32_MAX when memory runs out. */
+static uint32_t class_get(struct strata_arena *a, uint64_t len)
+{
+	uint32_t j = map_find(&a->by_len, len), c;
+	if (j != UINT32_MAX) {
+		c = (uint32_t)a->by_len.val[j];
 	} else {
-		free(k->off);
+		/* empty classes cost a bit each in the bitmap and on creation of
+		 * a class; drop them once they are most of the classes */
+		if (a->n_empty > 256 && a->n_empty > 2 * (a->n_cls - a->n_empty))
+			compact(a);
+		if (a->n_cls == a->cap_cls) {
+			uint32_t cap = a->cap_cls ? a->cap_cls * 2 : 16;
+			struct strata_arena_class *k = realloc(a->cls, sizeof(*k) * cap);
+			if (k)
+				a->cls = k;
+			uint32_t *o = k ? realloc(a->order, sizeof(*o) * cap) : NULL;
+			if (o)
+				a->order = o;
+			uint64_t *ol = o ? realloc(a->order_len, sizeof(*ol) * cap) : NULL;
+			if (ol)
+				a->order_len = ol;
+			uint64_t *ne = ol ? realloc(a->nonempty, sizeof(*ne) * (cap / 64 + 1)) : NULL;
+			if (!ne)
+				return UINT32_MAX;
+			a->nonempty = ne;
+			a->cap_cls = cap;
+		}
+		uint64_t *off = malloc(sizeof(*off) * 8);
+		if (!off || map_reserve(&a->by_len)) {
+			free(off);
+			return UINT32_MAX;
+		}
+		c = a->n_cls++;
+		a->cls[c] = (struct strata_arena_class){ .len = len, .off = off, .cap = 8 };
+		a->n_empty++;
+		uint32_t at = asc_lower(a->order_len, c, len);
+		memmove(&a->order[at + 1], &a->order[at], sizeof(*a->order) * (c - at));
+		memmove(&a->order_len[at + 1], &a->order_len[at], sizeof(*a->order_len) * (c - at));
+		a->order[at] = c;
+		a->order_len[at] = len;
+		map_put_new(&a->by_len, len, c);
+		reindex(a);
 	}
-	memmove(k, k + 1, sizeof(*k) * (a->n_cls - c - 1));
-	a->n_cls--;
-	a->largest = a->n_cls ? a->cls[a->n_cls - 1].len : 0;
-}
-
-static void class_remove(struct strata_arena *a, uint64_t len, uint64_t off)
-{
-	uint32_t c = class_lower(a, len);
-	if (c == a->n_cls || a->cls[c].len != len)
-		return; /* not there: a caller's bug, strata_arena_check finds it */
 	struct strata_arena_class *k = &a->cls[c];
-	uint32_t lo = desc_lower(k->off, k->n, off);
-	if (lo == k->n || k->off[lo] != off)
-		return;
-	memmove(&k->off[lo], &k->off[lo + 1], sizeof(*k->off) * (k->n - lo - 1));
-	k->n--;
-	class_drop_if_empty(a, c);
+	if (k->n == k->cap) {
+		uint64_t *o = realloc(k->off, sizeof(*o) * k->cap * 2);
+		if (!o)
+			return UINT32_MAX;
+		k->off = o;
+		k->cap *= 2;
+	}
+	return c;
 }
 
 /* ---- the arena ----------------------------------------------------------- */
 
-/* Room for one more hole in every index; -1 when memory runs out. */
-static int hole_reserve(struct strata_arena *a, uint64_t len)
+/* Room for one more hole of length len in every index: its class id, or
+ * UINT32_MAX when memory runs out. */
+static uint32_t hole_reserve(struct strata_arena *a, uint64_t len)
 {
-	return map_reserve(&a->by_start) || map_reserve(&a->by_end) || class_reserve(a, len) ? -1 : 0;
+	if (map_reserve(&a->by_start) || map_reserve(&a->by_end))
+		return UINT32_MAX;
+	return class_get(a, len);
 }
 
-static void hole_add(struct strata_arena *a, uint64_t off, uint64_t len)
+static void hole_add(struct strata_arena *a, uint64_t off, uint32_t c)
 {
-	map_put_new(&a->by_start, off, len);
-	map_put_new(&a->by_end, off + len, off);
-	class_add(a, len, off);
+	struct strata_arena_class *k = &a->cls[c];
+	map_put_new(&a->by_start, off, c);
+	map_put_new(&a->by_end, off + k->len, off);
+	uint32_t at = desc_lower(k->off, k->n, off);
+	memmove(&k->off[at + 1], &k->off[at], sizeof(*k->off) * (k->n - at));
+	k->off[at] = off;
+	if (!k->n++) {
+		a->n_empty--;
+		mark(a, k->pos, true);
+	}
+	if (k->len > a->largest)
+		a->largest = k->len;
 	a->n_free++;
 }
 
-static void hole_del(struct strata_arena *a, uint64_t off, uint64_t len)
+/* Remove the hole at off, whose by_start slot is i. */
+static void hole_del(struct strata_arena *a, uint64_t off, uint32_t i)
 {
-	map_del(&a->by_start, off);
-	map_del(&a->by_end, off + len);
-	class_remove(a, len, off);
+	uint32_t c = (uint32_t)a->by_start.val[i];
+	struct strata_arena_class *k = &a->cls[c];
+	map_del_slot(&a->by_start, i);
+	map_del(&a->by_end, off + k->len);
+	uint32_t at = desc_lower(k->off, k->n, off);
+	if (at < k->n && k->off[at] == off) {
+		memmove(&k->off[at], &k->off[at + 1], sizeof(*k->off) * (k->n - at - 1));
+		if (!--k->n) {
+			a->n_empty++;
+			mark(a, k->pos, false);
+			if (k->len == a->largest)
+				recompute_largest(a);
+		}
+	}
 	a->n_free--;
 }
 
@@ -266,27 +335,30 @@ int strata_arena_init(struct strata_arena *a, uint64_t size, struct strata_error
 {
 	memset(a, 0, sizeof(*a));
 	a->size = size / STRATA_TIER_ALIGN * STRATA_TIER_ALIGN;
-	if (map_alloc(&a->by_start, 64) || map_alloc(&a->by_end, 64) ||
-	    (a->size && hole_reserve(a, a->size))) {
+	uint32_t c = 0;
+	if (map_alloc(&a->by_start, 64) || map_alloc(&a->by_end, 64) || map_alloc(&a->by_len, 32) ||
+	    (a->size && (c = hole_reserve(a, a->size)) == UINT32_MAX)) {
 		strata_arena_free(a);
 		return STRATA_ERR(err, STRATA_ENOMEM, "arena: out of memory");
 	}
 	if (a->size)
-		hole_add(a, 0, a->size);
+		hole_add(a, 0, c);
 	return STRATA_OK;
 }
 
 void strata_arena_free(struct strata_arena *a)
 {
-	free(a->by_start.key);
-	free(a->by_start.val);
-	free(a->by_end.key);
-	free(a->by_end.val);
+	struct strata_arena_map *m[3] = { &a->by_start, &a->by_end, &a->by_len };
+	for (int i = 0; i < 3; i++) {
+		free(m[i]->key);
+		free(m[i]->val);
+	}
 	for (uint32_t i = 0; i < a->n_cls; i++)
 		free(a->cls[i].off);
 	free(a->cls);
-	for (uint32_t i = 0; i < a->n_spare; i++)
-		free(a->spare_off[i]);
+	free(a->order);
+	free(a->order_len);
+	free(a->nonempty);
 	memset(a, 0, sizeof(*a));
 }
 
@@ -295,20 +367,33 @@ int strata_arena_reserve(struct strata_arena *a, uint64_t bytes, uint64_t *off)
 	bytes = align_up(bytes ? bytes : 1);
 	if (bytes > a->largest)
 		return STRATA_EBUDGET;
-	uint32_t c = class_lower(a, bytes); /* < n_cls: largest >= bytes */
+	/* requests come in a few sizes, each usually with a class of its own */
+	uint32_t j = map_find(&a->by_len, bytes);
+	uint32_t i = next_nonempty(a, j != UINT32_MAX ? a->cls[a->by_len.val[j]].pos
+					     : asc_lower(a->order_len, a->n_cls, bytes));
+	if (i == a->n_cls)
+		return STRATA_EBUDGET; /* not reached: largest >= bytes */
+	uint32_t c = a->order[i], tail = UINT32_MAX;
+	uint64_t len = a->order_len[i];
+	if (len > bytes) {
+		if ((tail = hole_reserve(a, len - bytes)) == UINT32_MAX)
+			return STRATA_ENOMEM;
+		c = (uint32_t)a->by_len.val[map_find(&a->by_len, len)]; /* a compaction renumbers */
+	}
+	/* the lowest hole of the class is its last: no search */
 	struct strata_arena_class *k = &a->cls[c];
-	uint64_t len = k->len, o = k->off[k->n - 1];
-	if (len > bytes && hole_reserve(a, len - bytes))
-		return STRATA_ENOMEM;
-	/* take the lowest hole of the class: pop, no search */
-	k = &a->cls[c];
-	k->n--;
-	class_drop_if_empty(a, c);
+	uint64_t o = k->off[--k->n];
 	map_del(&a->by_start, o);
 	map_del(&a->by_end, o + len);
 	a->n_free--;
-	if (len > bytes)
-		hole_add(a, o + bytes, len - bytes);
+	if (!k->n) {
+		a->n_empty++;
+		mark(a, k->pos, false);
+		if (len == a->largest)
+			recompute_largest(a);
+	}
+	if (tail != UINT32_MAX)
+		hole_add(a, o + bytes, tail);
 	*off = o;
 	a->used += bytes;
 	return STRATA_OK;
@@ -319,28 +404,25 @@ void strata_arena_release(struct strata_arena *a, uint64_t off, uint64_t bytes)
 	bytes = align_up(bytes ? bytes : 1);
 	uint64_t start = off, end = off + bytes;
 	uint32_t ip = map_find(&a->by_end, off), in = map_find(&a->by_start, end);
-	uint64_t plen = 0, nlen = 0;
-	if (ip != UINT32_MAX) {
+	if (ip != UINT32_MAX)
 		start = a->by_end.val[ip];
-		plen = off - start;
-	}
-	if (in != UINT32_MAX) {
-		nlen = a->by_start.val[in];
-		end += nlen;
-	}
+	if (in != UINT32_MAX)
+		end += a->cls[a->by_start.val[in]].len;
 	/* Cannot fail the caller here.  At worst (no memory for the indexes)
 	 * the span leaks from the arena, which shrinks capacity but never
 	 * breaks the budget. */
-	if (hole_reserve(a, end - start)) {
+	uint32_t c = hole_reserve(a, end - start);
+	if (c == UINT32_MAX) {
 		a->used -= bytes;
 		a->size -= bytes;
 		return;
 	}
-	if (plen)
-		hole_del(a, start, plen);
-	if (nlen)
-		hole_del(a, off + bytes, nlen);
-	hole_add(a, start, end - start);
+	/* slots move on deletion: look each up just before */
+	if (start < off)
+		hole_del(a, start, map_find(&a->by_start, start));
+	if (end > off + bytes)
+		hole_del(a, off + bytes, map_find(&a->by_start, off + bytes));
+	hole_add(a, start, c);
 	a->used -= bytes;
 }
 
@@ -369,7 +451,7 @@ static struct strata_span *holes_sorted(const struct strata_arena *a)
 				free(h);
 				return NULL;
 			}
-			h[n++] = (struct strata_span){ a->by_start.key[i], a->by_start.val[i] };
+			h[n++] = (struct strata_span){ a->by_start.key[i], a->cls[a->by_start.val[i]].len };
 		}
 	if (n != a->n_free) {
 		free(h);
@@ -410,18 +492,26 @@ int strata_arena_check(const struct strata_arena *a)
 		if (s->len > largest)
 			largest = s->len;
 	}
-	for (uint32_t c = 0; c < a->n_cls && !rc; c++) {
+	uint32_t empty = 0;
+	for (uint32_t i = 0; i < a->n_cls && !rc; i++) {
+		uint32_t c = a->order[i];
 		const struct strata_arena_class *k = &a->cls[c];
-		if (!k->n || (c && a->cls[c - 1].len >= k->len))
-			rc = -4;
-		for (uint32_t i = 0; i < k->n && !rc; i++) {
-			uint32_t j = map_find(&a->by_start, k->off[i]);
-			if ((i && k->off[i - 1] <= k->off[i]) || j == UINT32_MAX || a->by_start.val[j] != k->len)
+		uint32_t j = map_find(&a->by_len, k->len);
+		if (c >= a->n_cls || k->len != a->order_len[i] || (i && a->order_len[i - 1] >= k->len) ||
+		    j == UINT32_MAX || a->by_len.val[j] != c)
+			rc = -4; /* classes out of order or unknown by length */
+		for (uint32_t o = 0; o < k->n && !rc; o++) {
+			uint32_t s = map_find(&a->by_start, k->off[o]);
+			if ((o && k->off[o - 1] <= k->off[o]) || s == UINT32_MAX || a->by_start.val[s] != c)
 				rc = -4; /* class out of order or not a hole of its length */
 		}
+		if (!rc && (k->pos != i || !(a->nonempty[i / 64] >> (i % 64) & 1) != !k->n))
+			rc = -4; /* position or bitmap stale */
 		in_classes += k->n;
+		empty += !k->n;
 	}
-	if (!rc && (a->by_end.n != a->n_free || in_classes != a->n_free || largest != a->largest))
+	if (!rc && (a->by_end.n != a->n_free || in_classes != a->n_free || largest != a->largest ||
+		    empty != a->n_empty || a->by_len.n != a->n_cls))
 		rc = -4;
 	if (!rc && sum != a->size - a->used)
 		rc = -3;

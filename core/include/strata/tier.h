@@ -23,14 +23,14 @@
  * When a request does not fit although enough bytes are free, the caller (the
  * engine) evicts more, in its eviction policy's order, until it fits.
  *
- * Holes are indexed three ways: two hash maps (start offset -> length, end
- * offset -> start) find a released extent's neighbours for coalescing in
- * O(1), and size classes (one per distinct hole length, sorted by length,
- * each holding its holes' offsets in descending order) give the best fit as
- * the last offset of the first class long enough.  Experts come in a few
- * sizes, so classes are few and each holds few holes; a failing reserve (the
- * engine retries after each eviction) is one comparison with the longest
- * hole.
+ * Holes are indexed three ways: two hash maps (start offset -> size class,
+ * end offset -> start) find a released extent's neighbours for coalescing in
+ * O(1), and size classes (one per distinct hole length, found by a hash map
+ * of lengths, ordered by length in a side array; each holds its holes'
+ * offsets in descending order) give the best fit as the last offset of the
+ * first non-empty class long enough.  Experts come in a few sizes, so classes
+ * are few and each holds few holes; a failing reserve (the engine retries
+ * after each eviction) is one comparison with the longest hole.
  */
 #ifndef STRATA_TIER_H
 #define STRATA_TIER_H
@@ -46,17 +46,19 @@ struct strata_span {
 	uint64_t off, len;
 };
 
-/* Open-addressing hash map of offsets (internal to the arena). */
+/* Open-addressing hash map (internal to the arena). */
 struct strata_arena_map {
 	uint64_t *key, *val; /* key UINT64_MAX: empty */
 	uint32_t cap, n;     /* cap a power of two */
 };
 
-/* The holes of one length, offsets in descending order (lowest last). */
+/* The holes of one length, offsets in descending order (lowest last).  A
+ * class stays (empty) when its last hole goes, until a compaction. */
 struct strata_arena_class {
 	uint64_t len;
 	uint64_t *off;
 	uint32_t n, cap;
+	uint32_t pos; /* index in order[] */
 };
 
 /* Best-fit allocator over [0, size). */
@@ -65,11 +67,14 @@ struct strata_arena {
 	uint64_t used;    /* bytes handed out */
 	uint64_t largest; /* longest hole (0: none) */
 	uint32_t n_free;  /* holes */
-	struct strata_arena_map by_start, by_end;
-	struct strata_arena_class *cls; /* non-empty classes, ascending length */
-	uint32_t n_cls, cap_cls;
-	uint64_t *spare_off[8];         /* offset arrays of emptied classes, for reuse */
-	uint32_t spare_cap[8], n_spare;
+	struct strata_arena_map by_start; /* hole offset -> class id */
+	struct strata_arena_map by_end;   /* hole end -> hole offset */
+	struct strata_arena_map by_len;   /* length -> class id */
+	struct strata_arena_class *cls;   /* by id */
+	uint32_t *order;                  /* class ids by ascending length */
+	uint64_t *order_len;              /* their lengths */
+	uint64_t *nonempty;               /* bit p: class order[p] has holes */
+	uint32_t n_cls, cap_cls, n_empty;
 };
 
 int strata_arena_init(struct strata_arena *a, uint64_t size, struct strata_error *err);
