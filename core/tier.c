@@ -31,20 +31,22 @@ static uint64_t align_up(uint64_t v) { return (v + STRATA_TIER_ALIGN - 1) / STRA
 
 static inline uint32_t map_slot(const struct strata_arena_map *m, uint64_t k)
 {
-	return (uint32_t)(((k / STRATA_TIER_ALIGN) * 0x9E3779B97F4A7C15ull) >> 32) & (m->cap - 1);
+	/* offsets and lengths share factors (extent sizes): mix every bit in
+	 * (murmur3's finalizer) or linear probing clusters */
+	k /= STRATA_TIER_ALIGN;
+	k ^= k >> 33;
+	k *= 0xff51afd7ed558ccdull;
+	k ^= k >> 33;
+	return (uint32_t)k & (m->cap - 1);
 }
 
 static int map_alloc(struct strata_arena_map *m, uint32_t cap)
 {
-	m->key = malloc(sizeof(*m->key) * cap);
-	m->val = malloc(sizeof(*m->val) * cap);
-	if (!m->key || !m->val) {
-		free(m->key);
-		free(m->val);
-		m->key = m->val = NULL;
+	m->slot = malloc(sizeof(*m->slot) * cap);
+	if (!m->slot)
 		return -1;
-	}
-	memset(m->key, 0xff, sizeof(*m->key) * cap);
+	for (uint32_t i = 0; i < cap; i++)
+		m->slot[i].key = NO_KEY;
 	m->cap = cap;
 	m->n = 0;
 	return 0;
@@ -53,17 +55,17 @@ static int map_alloc(struct strata_arena_map *m, uint32_t cap)
 static void map_put_new(struct strata_arena_map *m, uint64_t k, uint64_t v)
 {
 	uint32_t i = map_slot(m, k);
-	while (m->key[i] != NO_KEY)
+	while (m->slot[i].key != NO_KEY)
 		i = (i + 1) & (m->cap - 1);
-	m->key[i] = k;
-	m->val[i] = v;
+	m->slot[i].key = k;
+	m->slot[i].val = v;
 	m->n++;
 }
 
-/* Room for one more key (load <= 1/2); -1 when memory runs out. */
+/* Room for one more key (load <= 1/4: short probe runs); -1 when memory runs out. */
 static int map_reserve(struct strata_arena_map *m)
 {
-	if ((m->n + 1) * 2 <= m->cap)
+	if ((m->n + 1) * 4 <= m->cap)
 		return 0;
 	struct strata_arena_map o = *m;
 	if (map_alloc(m, o.cap * 2)) {
@@ -71,10 +73,9 @@ static int map_reserve(struct strata_arena_map *m)
 		return -1;
 	}
 	for (uint32_t i = 0; i < o.cap; i++)
-		if (o.key[i] != NO_KEY)
-			map_put_new(m, o.key[i], o.val[i]);
-	free(o.key);
-	free(o.val);
+		if (o.slot[i].key != NO_KEY)
+			map_put_new(m, o.slot[i].key, o.slot[i].val);
+	free(o.slot);
 	return 0;
 }
 
@@ -83,7 +84,7 @@ static inline uint32_t map_find(const struct strata_arena_map *m, uint64_t k)
 {
 	uint32_t i = map_slot(m, k);
 	for (;;) {
-		uint64_t x = m->key[i];
+		uint64_t x = m->slot[i].key;
 		if (x == k)
 			return i;
 		if (x == NO_KEY)
@@ -97,17 +98,17 @@ static void map_del_slot(struct strata_arena_map *m, uint32_t i)
 	uint32_t mask = m->cap - 1, j = i;
 	for (;;) {
 		j = (j + 1) & mask;
-		if (m->key[j] == NO_KEY)
+		if (m->slot[j].key == NO_KEY)
 			break;
-		uint32_t h = map_slot(m, m->key[j]);
+		uint32_t h = map_slot(m, m->slot[j].key);
 		/* move j back to i unless its home lies cyclically in (i, j] */
 		if (((j - h) & mask) >= ((j - i) & mask)) {
-			m->key[i] = m->key[j];
-			m->val[i] = m->val[j];
+			m->slot[i].key = m->slot[j].key;
+			m->slot[i].val = m->slot[j].val;
 			i = j;
 		}
 	}
-	m->key[i] = NO_KEY;
+	m->slot[i].key = NO_KEY;
 	m->n--;
 }
 
@@ -214,13 +215,14 @@ static void compact(struct strata_arena *a)
 			a->order[m++] = newid[a->order[i]];
 		}
 	struct strata_arena_map *L = &a->by_len, *S = &a->by_start;
-	memset(L->key, 0xff, sizeof(*L->key) * L->cap);
+	for (uint32_t i = 0; i < L->cap; i++)
+		L->slot[i].key = NO_KEY;
 	L->n = 0;
 	for (uint32_t i = 0; i < n; i++)
 		map_put_new(L, a->cls[i].len, i);
 	for (uint32_t i = 0; i < S->cap; i++)
-		if (S->key[i] != NO_KEY)
-			S->val[i] = newid[S->val[i]];
+		if (S->slot[i].key != NO_KEY)
+			S->slot[i].val = newid[S->slot[i].val];
 	a->n_cls = n;
 	a->n_empty = 0;
 	reindex(a);
@@ -233,7 +235,7 @@ static uint32_t class_get(struct strata_arena *a, uint64_t len)
 {
 	uint32_t j = map_find(&a->by_len, len), c;
 	if (j != UINT32_MAX) {
-		c = (uint32_t)a->by_len.val[j];
+		c = (uint32_t)a->by_len.slot[j].val;
 	} else {
 		/* empty classes cost a bit each in the bitmap and on creation of
 		 * a class; drop them once they are most of the classes */
@@ -314,7 +316,7 @@ static void hole_add(struct strata_arena *a, uint64_t off, uint32_t c)
 /* Remove the hole at off, whose by_start slot is i. */
 static void hole_del(struct strata_arena *a, uint64_t off, uint32_t i)
 {
-	uint32_t c = (uint32_t)a->by_start.val[i];
+	uint32_t c = (uint32_t)a->by_start.slot[i].val;
 	struct strata_arena_class *k = &a->cls[c];
 	map_del_slot(&a->by_start, i);
 	map_del(&a->by_end, off + k->len);
@@ -349,10 +351,8 @@ int strata_arena_init(struct strata_arena *a, uint64_t size, struct strata_error
 void strata_arena_free(struct strata_arena *a)
 {
 	struct strata_arena_map *m[3] = { &a->by_start, &a->by_end, &a->by_len };
-	for (int i = 0; i < 3; i++) {
-		free(m[i]->key);
-		free(m[i]->val);
-	}
+	for (int i = 0; i < 3; i++)
+		free(m[i]->slot);
 	for (uint32_t i = 0; i < a->n_cls; i++)
 		free(a->cls[i].off);
 	free(a->cls);
@@ -369,7 +369,7 @@ int strata_arena_reserve(struct strata_arena *a, uint64_t bytes, uint64_t *off)
 		return STRATA_EBUDGET;
 	/* requests come in a few sizes, each usually with a class of its own */
 	uint32_t j = map_find(&a->by_len, bytes);
-	uint32_t i = next_nonempty(a, j != UINT32_MAX ? a->cls[a->by_len.val[j]].pos
+	uint32_t i = next_nonempty(a, j != UINT32_MAX ? a->cls[a->by_len.slot[j].val].pos
 					     : asc_lower(a->order_len, a->n_cls, bytes));
 	if (i == a->n_cls)
 		return STRATA_EBUDGET; /* not reached: largest >= bytes */
@@ -378,7 +378,7 @@ int strata_arena_reserve(struct strata_arena *a, uint64_t bytes, uint64_t *off)
 	if (len > bytes) {
 		if ((tail = hole_reserve(a, len - bytes)) == UINT32_MAX)
 			return STRATA_ENOMEM;
-		c = (uint32_t)a->by_len.val[map_find(&a->by_len, len)]; /* a compaction renumbers */
+		c = (uint32_t)a->by_len.slot[map_find(&a->by_len, len)].val; /* a compaction renumbers */
 	}
 	/* the lowest hole of the class is its last: no search */
 	struct strata_arena_class *k = &a->cls[c];
@@ -405,9 +405,9 @@ void strata_arena_release(struct strata_arena *a, uint64_t off, uint64_t bytes)
 	uint64_t start = off, end = off + bytes;
 	uint32_t ip = map_find(&a->by_end, off), in = map_find(&a->by_start, end);
 	if (ip != UINT32_MAX)
-		start = a->by_end.val[ip];
+		start = a->by_end.slot[ip].val;
 	if (in != UINT32_MAX)
-		end += a->cls[a->by_start.val[in]].len;
+		end += a->cls[a->by_start.slot[in].val].len;
 	/* Cannot fail the caller here.  At worst (no memory for the indexes)
 	 * the span leaks from the arena, which shrinks capacity but never
 	 * breaks the budget. */
@@ -446,12 +446,12 @@ static struct strata_span *holes_sorted(const struct strata_arena *a)
 	if (!h)
 		return NULL;
 	for (uint32_t i = 0; i < a->by_start.cap; i++)
-		if (a->by_start.key[i] != NO_KEY) {
+		if (a->by_start.slot[i].key != NO_KEY) {
 			if (n == a->n_free) {
 				free(h);
 				return NULL;
 			}
-			h[n++] = (struct strata_span){ a->by_start.key[i], a->cls[a->by_start.val[i]].len };
+			h[n++] = (struct strata_span){ a->by_start.slot[i].key, a->cls[a->by_start.slot[i].val].len };
 		}
 	if (n != a->n_free) {
 		free(h);
@@ -486,7 +486,7 @@ int strata_arena_check(const struct strata_arena *a)
 			rc = -1;
 		else if (i && h[i - 1].off + h[i - 1].len >= s->off)
 			rc = -2; /* overlapping or not coalesced */
-		else if (j == UINT32_MAX || a->by_end.val[j] != s->off)
+		else if (j == UINT32_MAX || a->by_end.slot[j].val != s->off)
 			rc = -4; /* by_end disagrees */
 		sum += s->len;
 		if (s->len > largest)
@@ -498,11 +498,11 @@ int strata_arena_check(const struct strata_arena *a)
 		const struct strata_arena_class *k = &a->cls[c];
 		uint32_t j = map_find(&a->by_len, k->len);
 		if (c >= a->n_cls || k->len != a->order_len[i] || (i && a->order_len[i - 1] >= k->len) ||
-		    j == UINT32_MAX || a->by_len.val[j] != c)
+		    j == UINT32_MAX || a->by_len.slot[j].val != c)
 			rc = -4; /* classes out of order or unknown by length */
 		for (uint32_t o = 0; o < k->n && !rc; o++) {
 			uint32_t s = map_find(&a->by_start, k->off[o]);
-			if ((o && k->off[o - 1] <= k->off[o]) || s == UINT32_MAX || a->by_start.val[s] != c)
+			if ((o && k->off[o - 1] <= k->off[o]) || s == UINT32_MAX || a->by_start.slot[s].val != c)
 				rc = -4; /* class out of order or not a hole of its length */
 		}
 		if (!rc && (k->pos != i || !(a->nonempty[i / 64] >> (i % 64) & 1) != !k->n))

@@ -47,9 +47,13 @@ struct strata_span {
 };
 
 /* Open-addressing hash map (internal to the arena). */
+struct strata_arena_kv {
+	uint64_t key, val; /* key UINT64_MAX: empty */
+};
+
 struct strata_arena_map {
-	uint64_t *key, *val; /* key UINT64_MAX: empty */
-	uint32_t cap, n;     /* cap a power of two */
+	struct strata_arena_kv *slot;
+	uint32_t cap, n; /* cap a power of two */
 };
 
 /* The holes of one length, offsets in descending order (lowest last).  A
