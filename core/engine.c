@@ -327,7 +327,12 @@ static int make_room(struct strata_engine *e, int t, uint32_t eid, uint64_t *off
 	const struct strata_evict_ops *ops = strata_evict_ops_of(ev);
 	if (e->bytes[eid] > e->tier[t].budget)
 		return STRATA_EBUDGET;
-	while (strata_tier_reserve(&e->tier[t], e->bytes[eid], off) != STRATA_OK) {
+	int got;
+	/* a failing reserve is O(1) (one comparison with the longest hole), so
+	 * trying again after each eviction costs nothing */
+	while ((got = strata_tier_reserve(&e->tier[t], e->bytes[eid], off)) != STRATA_OK) {
+		if (got == STRATA_ENOMEM)
+			return STRATA_ERR(err, STRATA_ENOMEM, "engine: out of memory (%s tier's hole index)", tname(t));
 		int64_t v = ops->victim(ev, e->now, &e->res[t]);
 		int rc = policy_failed(e, err);
 		if (rc)
