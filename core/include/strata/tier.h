@@ -85,9 +85,12 @@ int strata_arena_init(struct strata_arena *a, uint64_t size, struct strata_error
 void strata_arena_free(struct strata_arena *a);
 /* Reserve bytes (rounded up to STRATA_TIER_ALIGN).  Returns STRATA_OK and the
  * offset, or STRATA_EBUDGET without touching err when no hole is large enough
- * (the hot path: the engine evicts and retries), or STRATA_ENOMEM. */
+ * (the hot path: the engine evicts and retries; O(1)), or STRATA_ENOMEM (err
+ * untouched too) when the hole index cannot grow. */
 int strata_arena_reserve(struct strata_arena *a, uint64_t bytes, uint64_t *off);
-/* Give back a span from strata_arena_reserve (same bytes). */
+/* Give back a span from strata_arena_reserve (same bytes).  Cannot fail: if
+ * the hole index cannot grow, the span is dropped from the arena (size
+ * shrinks by it), which costs capacity but never breaks the budget. */
 void strata_arena_release(struct strata_arena *a, uint64_t off, uint64_t bytes);
 /* Largest hole, for error messages and fragmentation checks. */
 uint64_t strata_arena_largest_free(const struct strata_arena *a);
