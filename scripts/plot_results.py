@@ -3,8 +3,8 @@
 
     plot_results.py results.csv --x vram_mib --y hit_rate_vram,decode_tok_s --hue evict \\
         --out plot.png [--svg] [--table table.md] [--cols evict,vram_mib,hit_rate_vram]
-        [--filter ram_mib=256] [--logx] [--logy] [--ref-hue belady] [--kind line|bar]
-        [--hline decode_tok_s=10.8:published] [--xlabel ...] [--ylabel a,b] [--title ...]
+        [--filter ram_mib=256] [--logx] [--logy decode_tok_s] [--ref-hue belady] [--kind line|bar]
+        [--hline decode_tok_s=10.8:published] [--label split] [--xlabel ...] [--ylabel a,b] [--title ...]
 
 One panel per --y column; one line (or bar group) per distinct --hue value.
 --kind bar treats x as categories, in the CSV's row order.  --hline COL=VALUE[:LABEL]
@@ -47,12 +47,13 @@ def main(argv=None):
     ap.add_argument('--cols', help='columns of the markdown table (default: hue,x,y)')
     ap.add_argument('--kind', choices=['line', 'bar'], default='line')
     ap.add_argument('--logx', action='store_true')
-    ap.add_argument('--logy', action='store_true')
+    ap.add_argument('--logy', default='', help='columns (comma-separated) whose panel gets a log y axis')
     ap.add_argument('--xlabel')
     ap.add_argument('--ylabel', help='labels of the panels, comma-separated (default: the columns)')
     ap.add_argument('--title', default='')
     ap.add_argument('--ref-hue', action='append', default=[], help='hue value drawn dashed (e.g. belady, a bound)')
     ap.add_argument('--hline', action='append', default=[], help='COL=VALUE[:LABEL], a reference line on COL\'s panel')
+    ap.add_argument('--label', help='line plots: annotate each point with this column')
     ap.add_argument('--dpi', type=int, default=100)
     args = ap.parse_args(argv)
 
@@ -97,7 +98,7 @@ def main(argv=None):
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(ys), figsize=(4.8 * len(ys), 3.6), squeeze=False)
+    fig, axes = plt.subplots(1, len(ys), figsize=(max(6.4, 4.8 * len(ys)), 3.6), squeeze=False)
     groups = {}
     order = []
     for r in ok:
@@ -123,11 +124,14 @@ def main(argv=None):
                 ax.bar(xs, hs, width, label=str(name) if args.hue else None,
                        hatch='//' if dashed else None)
             else:
-                pts = sorted((num(r[args.x]), num(r[y])) for r in rs
+                pts = sorted((num(r[args.x]), num(r[y]), r.get(args.label, '') if args.label else '') for r in rs
                              if num(r[args.x]) is not None and num(r[y]) is not None)
                 if pts:
                     ax.plot([p[0] for p in pts], [p[1] for p in pts], '--' if dashed else '-', marker='o', ms=3,
                             label=str(name) if args.hue else None)
+                    for px, py, lab in pts:
+                        if lab:
+                            ax.annotate(lab, (px, py), textcoords='offset points', xytext=(3, -9), fontsize=6)
         for col, val, label in hlines:
             if col == y:
                 ax.axhline(val, color='k', ls=':', lw=1)
@@ -141,7 +145,11 @@ def main(argv=None):
         ax.set_ylabel(ylab)
         if args.logx and args.kind == 'line':
             ax.set_xscale('log', base=2)
-        if args.logy:
+            xv = sorted({num(r[args.x]) for r in ok if num(r[args.x]) is not None})
+            ax.set_xticks(xv)
+            ax.set_xticklabels([f'{v:g}' for v in xv], fontsize=7)
+            ax.minorticks_off()
+        if y in args.logy.split(','):
             ax.set_yscale('log')
         ax.grid(alpha=0.3)
         if args.hue:
