@@ -140,8 +140,9 @@ def main(argv=None):
                                 va='bottom')
         if args.kind == 'bar':
             ax.set_xticks(range(len(xcats)))
-            ax.set_xticklabels(xcats, fontsize=7, rotation=30 if max(len(c) for c in xcats) > 6 else 0)
-        ax.set_xlabel(args.xlabel or args.x)
+            long = max(len(c) for c in xcats) > 6
+            ax.set_xticklabels(xcats, fontsize=7, rotation=30 if long else 0, ha='right' if long else 'center')
+        ax.set_xlabel(args.x if args.xlabel is None else args.xlabel)
         ax.set_ylabel(ylab)
         if args.logx and args.kind == 'line':
             ax.set_xscale('log', base=2)
