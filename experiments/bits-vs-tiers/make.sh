@@ -8,7 +8,8 @@
 # PYTHON (for combine.py, default python3); and experiments/common.sh's.
 source "$(dirname "$0")/../common.sh"
 here=experiments/bits-vs-tiers
-res=$here/results
+figs=${STUDY_OUT:-$here}   # plots; results/ under it
+res=$figs/results
 mkdir -p "$res"
 bq=${BENCH_QUANT:-$(dirname "$(dirname "$STRATA")")/bench/bench_quant}
 [ -x "$bq" ] || { echo "no $bq: scons -Q -j2 mode=release (or set BENCH_QUANT)" >&2; exit 2; }
@@ -32,12 +33,12 @@ for s in ${splits//,/ }; do
 done
 mv $res/sizes.jsonl.tmp $res/sizes.jsonl
 # 3. speed per split
-"$STRATA" run $here/run.lua splits="$splits" "$@" > /dev/null
+"$STRATA" run $here/run.lua out=$res splits="$splits" "$@" > /dev/null
 # 4. join, tables, plots
 "${PYTHON:-python3}" $here/combine.py $res
 plot $res/quality.csv --x full_gb --xlabel "Qwen3-30B-A3B routed experts (GB)" --y cosine \
 	--ylabel "model cosine (mean over experts)" --hue weighting --label split \
-	--title "Size against quality per hot/warm/cold split (cosines: the quantizer on Gaussian 768x2048 matrices)" --out $here/size-quality.png
+	--title "Size against quality per hot/warm/cold split (cosines: the quantizer on Gaussian 768x2048 matrices)" --out $figs/size-quality.png
 plot $res/speed.csv --kind bar --x split --xlabel "hot/warm/cold split (% of experts)" --hue policy \
 	--y decode_tok_s,fast_hit_pct --ylabel "decode tok/s (virtual clock),VRAM+RAM hits (%)" --logy decode_tok_s \
-	--title "Scaled Qwen3-30B-A3B (8x64), VRAM 256 MiB, RAM 512 MiB" --out $here/speed.png
+	--title "Scaled Qwen3-30B-A3B (8x64), VRAM 256 MiB, RAM 512 MiB" --out $figs/speed.png

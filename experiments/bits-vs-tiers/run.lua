@@ -17,7 +17,7 @@
 --   cache   place=static:promote=all, evict=lru (misses are kept).
 -- Results: results/bits-vs-tiers.csv (resumable) and results/sim.csv.
 local dir = strata.script_dir
-local results = dir .. "/results"
+local results = strata.args.out or (dir .. "/results")
 local a = strata.args
 local model = a.model or "qwen3-30b-a3b:layers=8,experts=64"
 local trace = a.trace or strata.trace_gen{

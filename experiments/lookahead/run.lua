@@ -3,7 +3,9 @@
 -- clock (strata sim, default cost model).
 --
 --   strata run experiments/lookahead/run.lua [tokens=128] [model=SPEC]
---       [trace=PATH] [vram=256M] [ram=512M] [name=lookahead]
+--       [trace=PATH] [vram=256M] [ram=512M] [name=lookahead] [out=DIR]
+--       [mode=replay compute=gpu gpu=auto spec=SPEC] [cost=FILE]   (see gpu.sh;
+--       model= a shard directory, spec= its shape for the generated traces)
 --
 -- Without trace=: a scaled Qwen3-30B-A3B and one synthetic trace per
 -- accuracy whose recorded predictions (3 layers ahead) are right with that
@@ -14,7 +16,7 @@
 -- Depth 0 is prefetch=none.  Results: results/NAME.csv (one row per run,
 -- resumable), results/NAME-plot.csv and results/NAME.md.
 local dir = strata.script_dir
-local results = dir .. "/results"
+local results = strata.args.out or (dir .. "/results")
 local a = strata.args
 local name = a.name or "lookahead"
 local model = a.model or "qwen3-30b-a3b:layers=8,experts=64"
@@ -31,7 +33,7 @@ for _, acc in ipairs(accuracies) do
 		-- the routing: see the README).
 		trace = strata.trace_gen{
 			path = string.format("%s/trace-acc%03d.strace", results, math.floor(acc * 100 + 0.5)),
-			model = model, seed = 11, requests = 4, prompt = 32, gen = tokens,
+			model = a.spec or model, seed = 11, requests = 4, prompt = 32, gen = tokens,
 			pred_depth = 3, pred_accuracy = acc,
 		}
 	end
@@ -41,7 +43,8 @@ for _, acc in ipairs(accuracies) do
 			pf = a.trace and string.format("oracle:depth=%d:accuracy=%g", d, acc) or ("lookahead:depth=" .. d)
 		end
 		configs[#configs + 1] = {
-			mode = "sim", model = model, trace = trace, vram = a.vram or "256M", ram = a.ram or "512M",
+			mode = a.mode or "sim", model = model, trace = trace, vram = a.vram or "256M", ram = a.ram or "512M",
+			cost = a.cost, compute = a.compute, gpu = a.gpu and a.gpu ~= "auto" and tonumber(a.gpu) or nil,
 			place = "static:promote=vram", evict = "lru", prefetch = pf,
 			tags = { depth = d, accuracy = acc },
 		}

@@ -7,7 +7,8 @@
 # Usage: experiments/released-config/make.sh [key=value ... for run.lua]
 source "$(dirname "$0")/../common.sh"
 here=experiments/released-config
-res=$here/results
+figs=${STUDY_OUT:-$here}   # plots; results/ under it
+res=$figs/results
 mkdir -p "$res"
 py=${PYTHON:-python3}
 gini() { "$STRATA" trace stats --json - "$1" | "$py" -c 'import json,sys; print(json.load(sys.stdin)["mean_gini"])'; }
@@ -37,14 +38,14 @@ alpha=${alpha:-0.6}
 sizes=$("$STRATA" inspect --preset kimi-k3.1:layers=8 --tiers 0.15,0.30,0.55 --json |
 	"$py" -c 'import json,sys; t=json.load(sys.stdin)["tiers"]; print(t[0]["payload_bytes"], t[1]["payload_bytes"])')
 read -r hot warm <<< "$sizes"
-"$STRATA" run $here/run.lua hot_bytes=$hot warm_bytes=$warm alpha=$alpha "$@"
+"$STRATA" run $here/run.lua out=$res hot_bytes=$hot warm_bytes=$warm alpha=$alpha "$@"
 
 plot $res/released-plot.csv --filter budgets=release --filter alpha=$alpha --kind bar --x label --xlabel "" \
 	--y effective_hit_pct,full_depth_tok_s --ylabel "effective hit rate: VRAM+RAM (%),decode tok/s at 92 layers" \
 	--hline effective_hit_pct=97.9:published --hline full_depth_tok_s=10.8:published \
 	--title "Kimi-K3.1 scaled to 8 MoE layers, 15/30/55, place=static + lookahead, Zipf alpha $alpha" \
-	--out $here/released.png
+	--out $figs/released.png
 plot $res/released-plot.csv --filter part=skew --x alpha --xlabel "Zipf alpha of the routing (prefetch depth 2, h200-ours)" \
 	--y effective_hit_pct,full_depth_tok_s --ylabel "effective hit rate: VRAM+RAM (%),decode tok/s at 92 layers" \
 	--hline effective_hit_pct=97.9:published --hline full_depth_tok_s=10.8:published \
-	--title "What routing skew the published figures need" --out $here/skew.png
+	--title "What routing skew the published figures need" --out $figs/skew.png

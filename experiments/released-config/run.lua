@@ -17,7 +17,7 @@
 -- assumed, PCIe 5, our kernels).  Results: results/released.csv (resumable),
 -- results/released-plot.csv, results/released.md.
 local dir = strata.script_dir
-local results = dir .. "/results"
+local results = strata.args.out or (dir .. "/results")
 local a = strata.args
 local model = a.model or "kimi-k3.1:layers=8"
 local layers_scale = tonumber(a.layers_scale or (8 / 92)) -- scaled MoE layers / full

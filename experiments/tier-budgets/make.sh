@@ -4,26 +4,27 @@
 # (env: see experiments/common.sh; extra key=value arguments go to run.lua).
 source "$(dirname "$0")/../common.sh"
 here=experiments/tier-budgets
-res=$here/results
+figs=${STUDY_OUT:-$here}   # plots; results/ under it
+res=$figs/results
 mkdir -p "$res"
 
-"$STRATA" run $here/run.lua "$@"
+"$STRATA" run $here/run.lua out=$res "$@"
 plot $res/tier-budgets-plot.csv --filter ram=256M --x vram_mib --logx --xlabel "VRAM budget (MiB), RAM 256 MiB" \
 	--y hit_vram_pct,decode_tok_s --ylabel "VRAM hit rate (%),decode tok/s (virtual clock)" --logy decode_tok_s \
-	--hue policy --ref-hue belady --title "Qwen3-30B-A3B scaled (8x64), synthetic trace" --out $here/vram.png
+	--hue policy --ref-hue belady --title "Qwen3-30B-A3B scaled (8x64), synthetic trace" --out $figs/vram.png
 plot $res/tier-budgets-plot.csv --filter vram=128M --x ram_mib --logx --xlabel "RAM budget (MiB), VRAM 128 MiB" \
 	--y hit_fast_pct,decode_tok_s --ylabel "VRAM+RAM hit rate (%),decode tok/s (virtual clock)" --logy decode_tok_s \
-	--hue policy --ref-hue belady --title "Qwen3-30B-A3B scaled (8x64), synthetic trace" --out $here/ram.png
+	--hue policy --ref-hue belady --title "Qwen3-30B-A3B scaled (8x64), synthetic trace" --out $figs/ram.png
 
 # Mixtral-8x7B-Instruct routing (vLLM logs, 654 decode tokens), model spec mixtral-8x7b
 # (32 layers x 8 experts, ~40 MB per expert at the tier mix, 10.3 GB in all).
 if mixtral_trace $res/mixtral.strace; then
-	"$STRATA" run $here/run.lua name=mixtral model=mixtral-8x7b trace=$res/mixtral.strace \
+	"$STRATA" run $here/run.lua out=$res name=mixtral model=mixtral-8x7b trace=$res/mixtral.strace \
 		vram=2G,4G,6G,8G ram=2G,4G,8G
 	plot $res/mixtral-plot.csv --filter ram=4G --x vram_mib --xlabel "VRAM budget (MiB), RAM 4 GiB" \
 		--y hit_vram_pct,decode_tok_s --ylabel "VRAM hit rate (%),decode tok/s (virtual clock)" --logy decode_tok_s \
-		--hue policy --ref-hue belady --title "Mixtral-8x7B-Instruct routing (vLLM logs)" --out $here/mixtral-vram.png
+		--hue policy --ref-hue belady --title "Mixtral-8x7B-Instruct routing (vLLM logs)" --out $figs/mixtral-vram.png
 	plot $res/mixtral-plot.csv --filter vram=4G --x ram_mib --logx --xlabel "RAM budget (MiB), VRAM 4 GiB" \
 		--y hit_fast_pct,decode_tok_s --ylabel "VRAM+RAM hit rate (%),decode tok/s (virtual clock)" --logy decode_tok_s \
-		--hue policy --ref-hue belady --title "Mixtral-8x7B-Instruct routing (vLLM logs)" --out $here/mixtral-ram.png
+		--hue policy --ref-hue belady --title "Mixtral-8x7B-Instruct routing (vLLM logs)" --out $figs/mixtral-ram.png
 fi

@@ -12,7 +12,7 @@
 -- against the VRAM budget at the middle RAM budget, and against the RAM
 -- budget at the second VRAM budget).  make.sh runs this and draws the plots.
 local dir = strata.script_dir
-local results = dir .. "/results"
+local results = strata.args.out or (dir .. "/results")
 local a = strata.args
 local name = a.name or "tier-budgets"
 local model = a.model or "qwen3-30b-a3b:layers=8,experts=64"
