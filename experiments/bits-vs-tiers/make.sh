@@ -33,7 +33,7 @@ for s in ${splits//,/ }; do
 done
 mv $res/sizes.jsonl.tmp $res/sizes.jsonl
 # 3. speed per split
-"$STRATA" run $here/run.lua out=$res splits="$splits" "$@" > /dev/null
+"$STRATA" run $here/run.lua out=$res splits="$splits" "$@" > /dev/null || rc=$?
 # 4. join, tables, plots
 "${PYTHON:-python3}" $here/combine.py $res
 plot $res/quality.csv --x full_gb --xlabel "Qwen3-30B-A3B routed experts (GB)" --y cosine \
@@ -42,3 +42,4 @@ plot $res/quality.csv --x full_gb --xlabel "Qwen3-30B-A3B routed experts (GB)" -
 plot $res/speed.csv --kind bar --x split --xlabel "hot/warm/cold split (% of experts)" --hue policy \
 	--y decode_tok_s,fast_hit_pct --ylabel "decode tok/s (virtual clock),VRAM+RAM hits (%)" --logy decode_tok_s \
 	--title "Scaled Qwen3-30B-A3B (8x64), VRAM 256 MiB, RAM 512 MiB" --out $figs/speed.png
+exit ${rc:-0}   # strata run failed (a script error; a failing configuration only gets an error row)

@@ -38,7 +38,7 @@ alpha=${alpha:-0.6}
 sizes=$("$STRATA" inspect --preset kimi-k3.1:layers=8 --tiers 0.15,0.30,0.55 --json |
 	"$py" -c 'import json,sys; t=json.load(sys.stdin)["tiers"]; print(t[0]["payload_bytes"], t[1]["payload_bytes"])')
 read -r hot warm <<< "$sizes"
-"$STRATA" run $here/run.lua out=$res hot_bytes=$hot warm_bytes=$warm alpha=$alpha "$@"
+"$STRATA" run $here/run.lua out=$res hot_bytes=$hot warm_bytes=$warm alpha=$alpha "$@" || rc=$?
 
 plot $res/released-plot.csv --filter budgets=release --filter alpha=$alpha --kind bar --x label --xlabel "" \
 	--y effective_hit_pct,full_depth_tok_s --ylabel "effective hit rate: VRAM+RAM (%),decode tok/s at 92 layers" \
@@ -49,3 +49,4 @@ plot $res/released-plot.csv --filter part=skew --x alpha --xlabel "Zipf alpha of
 	--y effective_hit_pct,full_depth_tok_s --ylabel "effective hit rate: VRAM+RAM (%),decode tok/s at 92 layers" \
 	--hline effective_hit_pct=97.9:published --hline full_depth_tok_s=10.8:published \
 	--title "What routing skew the published figures need" --out $figs/skew.png
+exit ${rc:-0}   # strata run failed (a script error; a failing configuration only gets an error row)

@@ -8,11 +8,12 @@ figs=${STUDY_OUT:-$here}   # plots; results/ under it
 res=$figs/results
 mkdir -p "$res"
 
-"$STRATA" run $here/run.lua out=$res "$@"
-plot $res/tier-budgets-plot.csv --filter ram=256M --x vram_mib --logx --xlabel "VRAM budget (MiB), RAM 256 MiB" \
+"$STRATA" run $here/run.lua out=$res "$@" || rc=$?
+read -r vmid rmid < $res/tier-budgets-slices.txt
+plot $res/tier-budgets-plot.csv --filter vram_slice=1 --x vram_mib --logx --xlabel "VRAM budget (MiB), RAM $rmid" \
 	--y hit_vram_pct,decode_tok_s --ylabel "VRAM hit rate (%),decode tok/s (virtual clock)" --logy decode_tok_s \
 	--hue policy --ref-hue belady --title "Qwen3-30B-A3B scaled (8x64), synthetic trace" --out $figs/vram.png
-plot $res/tier-budgets-plot.csv --filter vram=128M --x ram_mib --logx --xlabel "RAM budget (MiB), VRAM 128 MiB" \
+plot $res/tier-budgets-plot.csv --filter ram_slice=1 --x ram_mib --logx --xlabel "RAM budget (MiB), VRAM $vmid" \
 	--y hit_fast_pct,decode_tok_s --ylabel "VRAM+RAM hit rate (%),decode tok/s (virtual clock)" --logy decode_tok_s \
 	--hue policy --ref-hue belady --title "Qwen3-30B-A3B scaled (8x64), synthetic trace" --out $figs/ram.png
 
@@ -20,11 +21,12 @@ plot $res/tier-budgets-plot.csv --filter vram=128M --x ram_mib --logx --xlabel "
 # (32 layers x 8 experts, ~40 MB per expert at the tier mix, 10.3 GB in all).
 if mixtral_trace $res/mixtral.strace; then
 	"$STRATA" run $here/run.lua out=$res name=mixtral model=mixtral-8x7b trace=$res/mixtral.strace \
-		vram=2G,4G,6G,8G ram=2G,4G,8G
-	plot $res/mixtral-plot.csv --filter ram=4G --x vram_mib --xlabel "VRAM budget (MiB), RAM 4 GiB" \
+		vram=2G,4G,6G,8G ram=2G,4G,8G || rc=$?
+	plot $res/mixtral-plot.csv --filter vram_slice=1 --x vram_mib --xlabel "VRAM budget (MiB), RAM 4G" \
 		--y hit_vram_pct,decode_tok_s --ylabel "VRAM hit rate (%),decode tok/s (virtual clock)" --logy decode_tok_s \
 		--hue policy --ref-hue belady --title "Mixtral-8x7B-Instruct routing (vLLM logs)" --out $figs/mixtral-vram.png
-	plot $res/mixtral-plot.csv --filter vram=4G --x ram_mib --logx --xlabel "RAM budget (MiB), VRAM 4 GiB" \
+	plot $res/mixtral-plot.csv --filter ram_slice=1 --x ram_mib --logx --xlabel "RAM budget (MiB), VRAM 4G" \
 		--y hit_fast_pct,decode_tok_s --ylabel "VRAM+RAM hit rate (%),decode tok/s (virtual clock)" --logy decode_tok_s \
 		--hue policy --ref-hue belady --title "Mixtral-8x7B-Instruct routing (vLLM logs)" --out $figs/mixtral-ram.png
 fi
+exit ${rc:-0}   # strata run failed (a script error; a failing configuration only gets an error row)

@@ -9,8 +9,8 @@
 -- Every (policy, vram, ram) combination runs.  Results: results/NAME.csv (one
 -- row per run; resumable), results/NAME-plot.csv (the columns the plots use),
 -- results/NAME-vram.md and results/NAME-ram.md (tables: hit rate and tok/s
--- against the VRAM budget at the middle RAM budget, and against the RAM
--- budget at the second VRAM budget).  make.sh runs this and draws the plots.
+-- against the VRAM budget at the second RAM budget, and against the RAM
+-- budget at the second VRAM budget; results/NAME-slices.txt names them).  make.sh runs this and draws the plots.
 local dir = strata.script_dir
 local results = strata.args.out or (dir .. "/results")
 local a = strata.args
@@ -39,6 +39,11 @@ for _, c in ipairs(configs) do c.tags = { vram_budget = c.vram, ram_budget = c.r
 
 local rows = strata.sweep{ name = name, configs = configs, out = results .. "/" .. name .. ".csv" }
 
+-- The slices tabled and plotted: against VRAM at the second RAM budget,
+-- against RAM at the second VRAM budget (or the only one).
+local ram_mid = rams[math.min(#rams, 2)]
+local vram_mid = vrams[math.min(#vrams, 2)]
+strata.write_file(results .. "/" .. name .. "-slices.txt", vram_mid .. " " .. ram_mid .. "\n")
 local short = { ["policies/lua/lru.lua"] = "lru.lua" }
 local plot, failed = {}, 0
 for _, r in ipairs(rows) do
@@ -50,6 +55,7 @@ for _, r in ipairs(rows) do
 			hit_vram_pct = 100 * r.hit_rate_vram,
 			hit_fast_pct = 100 * (r.hit_rate_vram + r.hit_rate_ram),
 			decode_tok_s = r.decode_tok_s, stall_ms = r.stall_ms,
+			vram_slice = r.ram_budget == ram_mid and 1 or 0, ram_slice = r.vram_budget == vram_mid and 1 or 0,
 		}
 	else
 		failed = failed + 1
@@ -57,7 +63,8 @@ for _, r in ipairs(rows) do
 	end
 end
 strata.write_csv(results .. "/" .. name .. "-plot.csv", plot,
-	{ "policy", "vram", "ram", "vram_mib", "ram_mib", "hit_vram_pct", "hit_fast_pct", "decode_tok_s", "stall_ms" })
+	{ "policy", "vram", "ram", "vram_mib", "ram_mib", "hit_vram_pct", "hit_fast_pct", "decode_tok_s", "stall_ms",
+	"vram_slice", "ram_slice" })
 
 -- Tables: one line per policy; a slice of the grid along each axis.
 local function slice(fixed_key, fixed, axis_key, axis, metric, mlabel)
@@ -76,8 +83,6 @@ local function slice(fixed_key, fixed, axis_key, axis, metric, mlabel)
 	for _, k in ipairs(order) do t[#t + 1] = by[k] end
 	return strata.markdown(t, cols)
 end
-local ram_mid = rams[math.min(#rams, 2)]
-local vram_mid = vrams[math.min(#vrams, 2)]
 local md_v = slice("ram", ram_mid, "vram", vrams, "hit_vram_pct", "vram")
 local md_r = slice("vram", vram_mid, "ram", rams, "hit_fast_pct", "fast")
 strata.write_file(results .. "/" .. name .. "-vram.md", md_v)
