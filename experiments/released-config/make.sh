@@ -45,7 +45,7 @@ plot $res/released-plot.csv --filter budgets=release --filter alpha=$alpha --kin
 	--hline effective_hit_pct=97.9:published --hline full_depth_tok_s=10.8:published \
 	--title "Kimi-K3.1 scaled to 8 MoE layers, 15/30/55, place=static + lookahead, Zipf alpha $alpha" \
 	--out $figs/released.png
-plot $res/released-plot.csv --filter part=skew --x alpha --xlabel "Zipf alpha of the routing (prefetch depth 2, h200-ours)" \
+plot $res/released-plot.csv --filter part=skew --x alpha --xlabel "Zipf alpha of the routing (lookahead depth 2)" --hue cost \
 	--y effective_hit_pct,full_depth_tok_s --ylabel "effective hit rate: VRAM+RAM (%),decode tok/s at 92 layers" \
 	--hline effective_hit_pct=97.9:published --hline full_depth_tok_s=10.8:published \
 	--title "What routing skew the published figures need" --out $figs/skew.png

@@ -106,8 +106,10 @@ end
 -- 4. routing skew: what it takes to reach the published hit rate
 for al in string.gmatch(a.alphas or "0.8,1.0,1.2,1.5,2.0", "[^,]+") do
 	local e, p = traces(tonumber(al))
-	add({ part = "skew", cost = "h200-ours", depth = 2, alpha = tonumber(al), budgets = "release", profile = "separate" },
-		{ trace = e, tier_trace = p, prefetch = "lookahead:depth=2" })
+	for _, cn in ipairs({ "h200-ours", "release-like" }) do
+		add({ part = "skew", cost = cn, depth = 2, alpha = tonumber(al), budgets = "release", profile = "separate" },
+			{ trace = e, tier_trace = p, prefetch = "lookahead:depth=2" })
+	end
 end
 
 local rows = strata.sweep{ name = "released", configs = configs, out = results .. "/released.csv" }
