@@ -18,7 +18,7 @@ plot $res/tier-budgets-plot.csv --filter ram_slice=1 --x ram_mib --logx --xlabel
 	--hue policy --ref-hue belady --title "Qwen3-30B-A3B scaled (8x64), synthetic trace" --out $figs/ram.png
 
 # Mixtral-8x7B-Instruct routing (vLLM logs, 654 decode tokens), model spec mixtral-8x7b
-# (32 layers x 8 experts, ~40 MB per expert at the tier mix, 10.3 GB in all).
+# (32 layers x 8 experts, ~45 MB per expert at the tier mix, 11.45 GB in all).
 if mixtral_trace $res/mixtral.strace; then
 	"$STRATA" run $here/run.lua out=$res name=mixtral model=mixtral-8x7b trace=$res/mixtral.strace \
 		vram=2G,4G,6G,8G ram=2G,4G,8G || rc=$?
