@@ -206,6 +206,20 @@ static void test_study_smoke(void **state)
 		assert_true(file_size(png) > 10000 && file_size(png) < 200000);
 		snprintf(png, sizeof(png), "%s/tb/ram.png", dir);
 		assert_true(file_size(png) > 10000 && file_size(png) < 200000);
+		/* the plotter's bad input: a missing column, nothing to plot, a missing file */
+		rc = test_run(out, sizeof(out), "%s/scripts/plot.sh %s/tb/results/tier-budgets-plot.csv --x nosuch "
+			      "--y decode_tok_s --out %s/x.png", root, dir, dir);
+		assert_int_equal(rc, 1);
+		assert_non_null(strstr(out, "no column 'nosuch'"));
+		rc = test_run(out, sizeof(out), "%s/scripts/plot.sh %s/tb/results/tier-budgets-plot.csv --x vram_mib "
+			      "--y decode_tok_s --filter policy=nosuch --out %s/x.png", root, dir, dir);
+		assert_int_equal(rc, 1);
+		assert_non_null(strstr(out, "no ok rows to plot"));
+		rc = test_run(out, sizeof(out), "%s/scripts/plot.sh %s/none.csv --x a --y b --out %s/x.png", root, dir, dir);
+		assert_int_equal(rc, 1);
+		assert_non_null(strstr(out, "none.csv"));
+		snprintf(png, sizeof(png), "%s/x.png", dir);
+		assert_int_equal(file_size(png), -1);
 	}
 	/* again: resumes (the failed rows are retried, nothing else runs) */
 	rc = test_run(out, sizeof(out), "%s", cmd);
