@@ -150,6 +150,10 @@ def main(argv=None):
             ax.set_xticks(xv)
             ax.set_xticklabels([f'{v:g}' for v in xv], fontsize=7)
             ax.minorticks_off()
+        elif args.kind == 'line':
+            xv = sorted({num(r[args.x]) for r in ok if num(r[args.x]) is not None})
+            if len(xv) <= 12 and all(v == int(v) for v in xv):
+                ax.set_xticks(xv)
         if y in args.logy.split(','):
             ax.set_yscale('log')
         ax.grid(alpha=0.3)
