@@ -11,7 +11,7 @@
 -- make.sh computes hot_bytes/warm_bytes (strata inspect) and alpha (the Zipf
 -- skew that reproduces the Mixtral traces' measured Gini) and passes them.
 -- Cost models (written to results/cost-*.json): "default" (strata's built-in:
--- 6 GB/s NVMe, 50 GB/s PCIe, 0.5 us/MB kernels), "h200-ours" (the GPU machine
+-- 6 GB/s NVMe, 50 GB/s PCIe, 0.5 us/MB kernels), "h200-measured" (the GPU machine
 -- as measured: 1.4 GB/s disk, 54 GB/s pinned RAM->VRAM, 2.5 us per packed MB
 -- for our hot/warm kernels at T=1), "release-like" (a fast NVMe, 12 GB/s
 -- assumed, PCIe 5, our kernels).  Results: results/released.csv (resumable),
@@ -27,16 +27,24 @@ local alpha = tonumber(a.alpha or 0.6)
 local accuracy = tonumber(a.accuracy or 0.9)
 local tokens = tonumber(a.tokens or 128)
 
+-- The GPU machine as `strata calibrate` measured it on Kimi-shaped shards
+-- (experiments/gpu-replay/run1/cost_kimi.json: NVMe 1.59 GB/s, PCIe 55.1 GB/s,
+-- kernels 3.28 us/MB + 45 us per layer); "release-like" keeps those kernels
+-- and links but puts a fast NVMe (12 GB/s, assumed) and a 96 GB GDDR7 card's
+-- memory bandwidth (1.79 TB/s, assumed) in.
+local measured = a.measured_cost or "experiments/gpu-replay/run1/cost_kimi.json"
 local costs = {
 	["default"] = false,
-	["h200-ours"] = { nvme_gbps = 1.4, nvme_lat_us = 100, pcie_gbps = 54, pcie_lat_us = 10, hbm_gbps = 4538,
-		kernel_us_per_mb = 2.5, kernel_fixed_us = 8, kernel_us_per_mb_token = 0.02, nvme_queue_depth = 32 },
-	["release-like"] = { nvme_gbps = 12, nvme_lat_us = 60, pcie_gbps = 54, pcie_lat_us = 10, hbm_gbps = 1790,
-		kernel_us_per_mb = 2.5, kernel_fixed_us = 8, kernel_us_per_mb_token = 0.02, nvme_queue_depth = 32 },
+	["h200-measured"] = measured,
+	["release-like"] = { nvme_gbps = 12, nvme_lat_us = 41.45, pcie_gbps = 55.0961, pcie_lat_us = 8.301,
+		hbm_gbps = 1790, kernel_us_per_mb = 3.27507, kernel_fixed_us = 45.3401,
+		kernel_us_per_mb_token = 0.0619408, nvme_queue_depth = 32 },
 }
 local cost_path = {}
 for name, c in pairs(costs) do
-	if c then
+	if type(c) == "string" then
+		cost_path[name] = c
+	elseif c then
 		local keys = {}
 		for k in pairs(c) do keys[#keys + 1] = k end
 		table.sort(keys)
@@ -82,31 +90,31 @@ end
 local eval, prof = traces(alpha)
 local prefetches = { { 0, "none" }, { 1, "lookahead:depth=1" }, { 2, "lookahead:depth=2" } }
 -- 1. the release's budgets, every cost model, prefetch depth 0..2
-for _, cn in ipairs({ "default", "h200-ours", "release-like" }) do
+for _, cn in ipairs({ "default", "h200-measured", "release-like" }) do
 	for _, p in ipairs(prefetches) do
 		add({ part = "release", cost = cn, depth = p[1], alpha = alpha, budgets = "release", profile = "separate" },
 			{ trace = eval, tier_trace = prof, prefetch = p[2] })
 	end
 end
 -- 1b. a perfect predictor (the trace's own future) as the bound of lookahead
-for _, cn in ipairs({ "h200-ours", "release-like" }) do
+for _, cn in ipairs({ "h200-measured", "release-like" }) do
 	add({ part = "oracle", cost = cn, depth = 2, alpha = alpha, budgets = "release", profile = "separate" },
 		{ trace = eval, tier_trace = prof, prefetch = "oracle:depth=2" })
 end
 -- 2. tiering ranked on the evaluated trace itself (in-sample: the best a profile can do)
 for _, p in ipairs(prefetches) do
-	add({ part = "in-sample", cost = "h200-ours", depth = p[1], alpha = alpha, budgets = "release", profile = "same" },
+	add({ part = "in-sample", cost = "h200-measured", depth = p[1], alpha = alpha, budgets = "release", profile = "same" },
 		{ trace = eval, tier_trace = eval, prefetch = p[2] })
 end
 -- 3. VRAM as the GPUs give it, scaled with the layers: their 96 GB, an H200's 141 GB
 for _, g in ipairs({ { "96GB-gpu", 96e9 }, { "141GB-h200", 141e9 } }) do
-	add({ part = "gpu", cost = "h200-ours", depth = 2, alpha = alpha, budgets = g[1], profile = "separate" },
+	add({ part = "gpu", cost = "h200-measured", depth = 2, alpha = alpha, budgets = g[1], profile = "separate" },
 		{ trace = eval, tier_trace = prof, prefetch = "lookahead:depth=2", vram = gib(g[2] * layers_scale) })
 end
 -- 4. routing skew: what it takes to reach the published hit rate
 for al in string.gmatch(a.alphas or "0.8,1.0,1.2,1.5,2.0", "[^,]+") do
 	local e, p = traces(tonumber(al))
-	for _, cn in ipairs({ "h200-ours", "release-like" }) do
+	for _, cn in ipairs({ "h200-measured", "release-like" }) do
 		add({ part = "skew", cost = cn, depth = 2, alpha = tonumber(al), budgets = "release", profile = "separate" },
 			{ trace = e, tier_trace = p, prefetch = "lookahead:depth=2" })
 	end
