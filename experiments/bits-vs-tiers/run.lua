@@ -1,11 +1,12 @@
 -- Study 3 (CI-sized), the simulation half: decode speed of a scaled
 -- Qwen3-30B-A3B as the hot/warm/cold split moves, at fixed VRAM and RAM
--- budgets, on the engine's virtual clock (strata sim, default cost model).
+-- budgets, on the engine's virtual clock (strata sim, the GPU machine's
+-- calibrated cost model).
 -- make.sh adds the model sizes (strata inspect) and the per-tier cosines
 -- (bench_quant) and joins everything (combine.py).
 --
 --   strata run experiments/bits-vs-tiers/run.lua [tokens=128] [vram=256M] [ram=512M]
---       [splits=0/0/100,5/20/75,...]
+--       [splits=0/0/100,5/20/75,...] [cost=FILE|default]
 --
 -- Per split (hot/warm/cold percent of each layer's experts; experts ranked
 -- by their use in the trace itself: the most used go hot), three runs:
@@ -24,6 +25,19 @@ local trace = a.trace or strata.trace_gen{
 	path = results .. "/trace.strace", model = model, seed = 7,
 	requests = 4, prompt = 32, gen = tonumber(a.tokens or 128),
 }
+-- The cost model: strata calibrate on the GPU machine with Qwen3-30B-A3B-shaped
+-- shards (experiments/gpu-replay/run1/cost_qwen.json) when present, else
+-- strata's built-in defaults; cost=FILE or cost=default to choose.
+local cost = a.cost or "experiments/gpu-replay/run1/cost_qwen.json"
+if cost == "default" then
+	cost = nil
+else
+	local f = io.open(cost, "r")
+	if f then f:close() else
+		io.stderr:write(cost .. ": not found, using the default cost model\n")
+		cost = nil
+	end
+end
 local splits = {}
 for s in string.gmatch(a.splits or "0/0/100,5/20/75,15/30/55,30/40/30,50/30/20,0/100/0,100/0/0", "[^,]+") do
 	splits[#splits + 1] = s
@@ -38,7 +52,7 @@ for _, s in ipairs(splits) do
 	for _, v in ipairs(variants) do
 		configs[#configs + 1] = {
 			mode = "sim", model = model, trace = trace, tiers = s:gsub("/", ","), tier_trace = trace,
-			place = v[2].place, vram = v[2].vram, ram = v[2].ram, evict = "lru", seed = 1,
+			place = v[2].place, vram = v[2].vram, ram = v[2].ram, evict = "lru", seed = 1, cost = cost,
 			tags = { split = s, variant = v[1] },
 		}
 	end
