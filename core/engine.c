@@ -327,7 +327,12 @@ static int make_room(struct strata_engine *e, int t, uint32_t eid, uint64_t *off
 	const struct strata_evict_ops *ops = strata_evict_ops_of(ev);
 	if (e->bytes[eid] > e->tier[t].budget)
 		return STRATA_EBUDGET;
-	while (strata_tier_reserve(&e->tier[t], e->bytes[eid], off) != STRATA_OK) {
+	int got;
+	/* a failing reserve is O(1) (one comparison with the longest hole), so
+	 * trying again after each eviction costs nothing */
+	while ((got = strata_tier_reserve(&e->tier[t], e->bytes[eid], off)) != STRATA_OK) {
+		if (got == STRATA_ENOMEM)
+			return STRATA_ERR(err, STRATA_ENOMEM, "engine: out of memory (%s tier's hole index)", tname(t));
 		int64_t v = ops->victim(ev, e->now, &e->res[t]);
 		int rc = policy_failed(e, err);
 		if (rc)
@@ -920,7 +925,7 @@ int strata_engine_acquire(struct strata_engine *e, uint32_t layer, const uint32_
 	for (int i = 0; i < 3; i++)
 		if (strata_mover_submit(ms[i], err))
 			return STRATA_EIO;
-	uint64_t w0 = strata_now_ns();
+	uint64_t w0 = e->virt ? 0 : strata_now_ns(); /* the wait is virtual time in a sim */
 	double c0 = clock_now(e);
 	for (uint32_t i = 0; i < n; i++) {
 		uint32_t eid = strata_eid(&e->spec, layer, experts[i]);
@@ -931,9 +936,9 @@ int strata_engine_acquire(struct strata_engine *e, uint32_t layer, const uint32_
 	}
 	double stall = clock_now(e) - c0;
 	e->st.stall_ns += stall;
-	uint64_t waited = strata_now_ns() - w0;
+	uint64_t t1 = strata_now_ns();
 	e->st.clock_ns = clock_now(e);
-	e->st.bookkeeping_ns += strata_now_ns() - t0 - (e->virt ? 0 : waited);
+	e->st.bookkeeping_ns += t1 - t0 - (e->virt ? 0 : t1 - w0);
 	if ((rc = check_io(e, err)))
 		return rc;
 	return policy_failed(e, err);

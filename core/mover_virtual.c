@@ -80,12 +80,16 @@ static struct strata_move *heap_pop(struct virt_priv *p)
 	return top;
 }
 
+/* The slot a move takes is the one that frees first.  Every move leaves its
+ * slot at the new busy_until, which never decreases (it is at least the old
+ * busy_until plus a transfer time >= 0), so read cyclically from next_slot
+ * the slots' free times are in ascending order (they start all zero): the
+ * earliest is always next_slot, and taking slots round robin gives exactly
+ * the times of a scan for the minimum, in O(1) per move. */
 static double schedule(struct strata_vlink *l, double start, uint64_t bytes)
 {
-	uint32_t slot = 0;
-	for (uint32_t i = 1; i < l->queue_depth; i++)
-		if (l->slot_free[i] < l->slot_free[slot])
-			slot = i;
+	uint32_t slot = l->next_slot;
+	l->next_slot = slot + 1 == l->queue_depth ? 0 : slot + 1;
 	if (l->slot_free[slot] > start)
 		start = l->slot_free[slot];
 	double xfer = start + l->lat_us * 1e3;
@@ -99,6 +103,14 @@ static double schedule(struct strata_vlink *l, double start, uint64_t bytes)
 }
 
 static uint64_t seq;
+
+/* llround for t >= 0 (virtual times are), without the libm call: t - floor(t)
+ * is exact, so this rounds half away from zero exactly as llround does. */
+static inline uint64_t round_ns(double t)
+{
+	double f = floor(t);
+	return (uint64_t)f + (t - f >= 0.5);
+}
 
 static int virt_submit(struct strata_mover *m)
 {
@@ -119,10 +131,10 @@ static int virt_submit(struct strata_mover *m)
 		double t = *m->cfg.clock_ns;
 		if ((double)mv->not_before_ns > t)
 			t = (double)mv->not_before_ns;
-		mv->submit_ns = (uint64_t)llround(t);
+		mv->submit_ns = round_ns(t);
 		for (int k = 0; k < 2 && m->cfg.links[k]; k++)
 			t = schedule(m->cfg.links[k], t, mv->bytes);
-		mv->done_ns = (uint64_t)llround(t);
+		mv->done_ns = round_ns(t);
 		mv->priv[0] = seq++;
 		mv->status = STRATA_MOVE_INFLIGHT;
 		heap_push(p, mv);

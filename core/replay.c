@@ -17,6 +17,7 @@
 #include "strata/gpu.h"
 #include "strata/json.h"
 #include "strata/replay.h"
+#include "strata/tiering.h"
 #include "strata/trace.h"
 #include "strata/util.h"
 
@@ -290,6 +291,11 @@ int strata_replay_run(const struct strata_replay_config *cfg, struct strata_repl
 			goto out;
 		}
 	} else {
+		if (cfg->tiers || cfg->tier_trace) {
+			rc = STRATA_ERR(err, STRATA_EINVAL, "%s: tiers/tier_trace apply to a model spec only "
+					"(a shard directory has its own tier table)", cfg->model_dir);
+			goto out;
+		}
 		if ((rc = strata_store_open(cfg->model_dir, &r.store, err)))
 			goto out;
 		r.spec = *strata_store_spec(r.store);
@@ -356,8 +362,32 @@ int strata_replay_run(const struct strata_replay_config *cfg, struct strata_repl
 			rc = STRATA_ERR(err, STRATA_ENOMEM, "replay: out of memory");
 			goto out;
 		}
-		double frac[STRATA_TIER_COUNT] = { 0.15, 0.30, 0.55 };
-		strata_synth_tier_table(spec, frac, cfg->engine.seed, r.own_tier, NULL);
+		if (cfg->tiers || cfg->tier_trace) {
+			struct strata_tier_split split = STRATA_TIER_SPLIT_DEFAULT;
+			struct strata_popularity pop = { 0 };
+			if (cfg->tiers && (rc = strata_tier_split_parse(cfg->tiers, &split, err)))
+				goto out;
+			if (cfg->tier_trace && ((rc = strata_popularity_from_trace(cfg->tier_trace, &pop, err)) ||
+						(rc = strata_popularity_check(&pop, spec, err)))) {
+				strata_error_prefix(err, "tier trace");
+				strata_popularity_free(&pop);
+				goto out;
+			}
+			if (!cfg->tier_trace) {
+				/* ranks as strata synth would draw them, counts from its Zipf weights */
+				double frac[STRATA_TIER_COUNT] = { 0.15, 0.30, 0.55 };
+				if ((rc = strata_popularity_init(&pop, spec->n_moe_layers, spec->n_experts, err)))
+					goto out;
+				strata_synth_tier_table(spec, frac, cfg->engine.seed, r.own_tier, pop.count);
+			}
+			rc = strata_tier_assign_split(spec, &pop, &split, r.own_tier, err);
+			strata_popularity_free(&pop);
+			if (rc)
+				goto out;
+		} else {
+			double frac[STRATA_TIER_COUNT] = { 0.15, 0.30, 0.55 };
+			strata_synth_tier_table(spec, frac, cfg->engine.seed, r.own_tier, NULL);
+		}
 		struct strata_expert_layout lay[3];
 		for (int t = 0; t < 3; t++)
 			if (strata_expert_layout(STRATA_FMT_HOT + t, spec->hidden, spec->inter, &lay[t])) {

@@ -15,6 +15,7 @@
 
 #include "quant.h"
 #include "strata/synth.h"
+#include "strata/tiering.h"
 
 #define NBINS 65536u
 #define POOL_ROWS 4u
@@ -429,6 +430,30 @@ void strata_synth_tier_table(const struct strata_model_spec *spec, const double 
 	free(perm);
 }
 
+/* Tiers ranked by a measured popularity (trace or counts file) with the
+ * configured split, through the same rule `strata quantize` uses. */
+static int synth_tiers_from_popularity(const struct strata_synth_config *c, uint8_t *tiers,
+				       struct strata_error *err)
+{
+	struct strata_popularity pop = { 0 };
+	const char *dot = strrchr(c->popularity, '.');
+	int is_trace = dot && (!strcmp(dot, ".strace") || !strcmp(dot, ".jsonl"));
+	int rc = is_trace ? strata_popularity_from_trace(c->popularity, &pop, err)
+			  : strata_popularity_load(c->popularity, &pop, err);
+	if (!rc)
+		rc = strata_popularity_check(&pop, &c->spec, err);
+	if (!rc) {
+		struct strata_tier_split split;
+		for (int t = 0; t < STRATA_TIER_COUNT; t++)
+			split.pct[t] = 100.0 * c->tier_frac[t];
+		rc = strata_tier_assign_split(&c->spec, &pop, &split, tiers, err);
+	}
+	if (rc)
+		strata_error_prefix(err, "synth --popularity %s", c->popularity);
+	strata_popularity_free(&pop);
+	return rc;
+}
+
 int strata_synth_parse_tiers(const char *text, double frac[STRATA_TIER_COUNT], struct strata_error *err)
 {
 	char *end;
@@ -758,7 +783,12 @@ int strata_synth_write(const struct strata_synth_config *cfg, const char *dir, s
 		rc = STRATA_ERR(err, STRATA_ENOMEM, "synth: out of memory");
 		goto out;
 	}
-	strata_synth_tier_table(s, c->tier_frac, c->seed, tiers, NULL);
+	if (c->popularity) {
+		if ((rc = synth_tiers_from_popularity(c, tiers, err)))
+			goto out;
+	} else {
+		strata_synth_tier_table(s, c->tier_frac, c->seed, tiers, NULL);
+	}
 	for (uint32_t i = 0; i < n_total; i++)
 		fmts[i] = c->format == STRATA_SYNTH_TIERED ? (uint8_t)(STRATA_FMT_HOT + tiers[i]) : STRATA_FMT_BF16;
 	/* Fail before writing anything when a tier format cannot be produced. */

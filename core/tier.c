@@ -1,8 +1,13 @@
 /*
- * Tiers and their extent allocator (see include/strata/tier.h).  The arena is
- * a sorted array of free spans: allocation is best fit (exact fit first),
- * release coalesces with both neighbours.  Spans are few (one per hole), so a
- * linear scan is cheaper than a tree here.
+ * Tiers and their extent allocator (see include/strata/tier.h).
+ *
+ * A hole is an entry in by_start (off -> len), one in by_end (off + len ->
+ * off) and an offset in the class of its length.  Best fit is the smallest
+ * length that holds the request and, among holes of that length, the lowest
+ * offset: the same choice as a linear scan over holes in address order (the
+ * allocator's first form, which tests/test_tier.c keeps as a reference).
+ * A cache simulation holds hundreds of holes and reserves after every
+ * eviction, which is why this is not a scan any more.
  */
 #include <errno.h>
 #include <hwloc.h>
@@ -20,53 +25,376 @@
 
 static uint64_t align_up(uint64_t v) { return (v + STRATA_TIER_ALIGN - 1) / STRATA_TIER_ALIGN * STRATA_TIER_ALIGN; }
 
+#define NO_KEY UINT64_MAX
+
+/* ---- offset maps: linear probing, backward-shift deletion --------------- */
+
+static inline uint32_t map_slot(const struct strata_arena_map *m, uint64_t k)
+{
+	/* offsets and lengths share factors (extent sizes): mix every bit in
+	 * (murmur3's finalizer) or linear probing clusters */
+	k /= STRATA_TIER_ALIGN;
+	k ^= k >> 33;
+	k *= 0xff51afd7ed558ccdull;
+	k ^= k >> 33;
+	return (uint32_t)k & (m->cap - 1);
+}
+
+static int map_alloc(struct strata_arena_map *m, uint32_t cap)
+{
+	m->slot = malloc(sizeof(*m->slot) * cap);
+	if (!m->slot)
+		return -1;
+	for (uint32_t i = 0; i < cap; i++)
+		m->slot[i].key = NO_KEY;
+	m->cap = cap;
+	m->n = 0;
+	return 0;
+}
+
+static void map_put_new(struct strata_arena_map *m, uint64_t k, uint64_t v)
+{
+	uint32_t i = map_slot(m, k);
+	while (m->slot[i].key != NO_KEY)
+		i = (i + 1) & (m->cap - 1);
+	m->slot[i].key = k;
+	m->slot[i].val = v;
+	m->n++;
+}
+
+/* Room for one more key (load <= 1/4: short probe runs); -1 when memory runs out. */
+static int map_reserve(struct strata_arena_map *m)
+{
+	if ((m->n + 1) * 4 <= m->cap)
+		return 0;
+	struct strata_arena_map o = *m;
+	if (map_alloc(m, o.cap * 2)) {
+		*m = o;
+		return -1;
+	}
+	for (uint32_t i = 0; i < o.cap; i++)
+		if (o.slot[i].key != NO_KEY)
+			map_put_new(m, o.slot[i].key, o.slot[i].val);
+	free(o.slot);
+	return 0;
+}
+
+/* Slot of k, or UINT32_MAX. */
+static inline uint32_t map_find(const struct strata_arena_map *m, uint64_t k)
+{
+	uint32_t i = map_slot(m, k);
+	for (;;) {
+		uint64_t x = m->slot[i].key;
+		if (x == k)
+			return i;
+		if (x == NO_KEY)
+			return UINT32_MAX;
+		i = (i + 1) & (m->cap - 1);
+	}
+}
+
+static void map_del_slot(struct strata_arena_map *m, uint32_t i)
+{
+	uint32_t mask = m->cap - 1, j = i;
+	for (;;) {
+		j = (j + 1) & mask;
+		if (m->slot[j].key == NO_KEY)
+			break;
+		uint32_t h = map_slot(m, m->slot[j].key);
+		/* move j back to i unless its home lies cyclically in (i, j] */
+		if (((j - h) & mask) >= ((j - i) & mask)) {
+			m->slot[i].key = m->slot[j].key;
+			m->slot[i].val = m->slot[j].val;
+			i = j;
+		}
+	}
+	m->slot[i].key = NO_KEY;
+	m->n--;
+}
+
+static void map_del(struct strata_arena_map *m, uint64_t k)
+{
+	uint32_t i = map_find(m, k);
+	if (i != UINT32_MAX)
+		map_del_slot(m, i);
+}
+
+/* ---- size classes -------------------------------------------------------- */
+
+/* First position in ascending v[0..n) with v >= want.  Branch-free: the
+ * comparisons are unpredictable, the arrays short. */
+static inline uint32_t asc_lower(const uint64_t *v, uint32_t n, uint64_t want)
+{
+	uint32_t base = 0;
+	if (!n)
+		return 0;
+	while (n > 1) {
+		uint32_t half = n / 2;
+		base = v[base + half - 1] < want ? base + half : base;
+		n -= half;
+	}
+	return base + (v[base] < want);
+}
+
+/* In offsets sorted descending: the first position whose offset is <= off. */
+static inline uint32_t desc_lower(const uint64_t *o, uint32_t n, uint64_t off)
+{
+	uint32_t base = 0;
+	if (!n)
+		return 0;
+	while (n > 1) {
+		uint32_t half = n / 2;
+		base = o[base + half - 1] > off ? base + half : base;
+		n -= half;
+	}
+	return base + (o[base] > off);
+}
+
+static inline void mark(struct strata_arena *a, uint32_t pos, bool on)
+{
+	if (on)
+		a->nonempty[pos / 64] |= 1ull << (pos % 64);
+	else
+		a->nonempty[pos / 64] &= ~(1ull << (pos % 64));
+}
+
+/* First position >= p in order[] of a class with holes (n_cls if none). */
+static inline uint32_t next_nonempty(const struct strata_arena *a, uint32_t p)
+{
+	uint32_t w = p / 64, nw = (a->n_cls + 63) / 64;
+	if (w >= nw)
+		return a->n_cls;
+	uint64_t bits = a->nonempty[w] & (~0ull << (p % 64));
+	while (!bits) {
+		if (++w == nw)
+			return a->n_cls;
+		bits = a->nonempty[w];
+	}
+	return w * 64 + (uint32_t)__builtin_ctzll(bits);
+}
+
+static void recompute_largest(struct strata_arena *a)
+{
+	uint32_t w = (a->n_cls + 63) / 64;
+	while (w && !a->nonempty[w - 1])
+		w--;
+	a->largest = w ? a->order_len[(w - 1) * 64 + 63 - (uint32_t)__builtin_clzll(a->nonempty[w - 1])] : 0;
+}
+
+/* Positions and the bitmap from order[] (after it changed). */
+static void reindex(struct strata_arena *a)
+{
+	memset(a->nonempty, 0, sizeof(*a->nonempty) * ((a->n_cls + 63) / 64));
+	for (uint32_t p = 0; p < a->n_cls; p++) {
+		a->cls[a->order[p]].pos = p;
+		if (a->cls[a->order[p]].n)
+			mark(a, p, true);
+	}
+}
+
+/* Drop the empty classes (ids change: by_len and by_start are rewritten). */
+static void compact(struct strata_arena *a)
+{
+	uint32_t *newid = malloc(sizeof(*newid) * a->n_cls);
+	if (!newid)
+		return; /* keep them: slower, still right */
+	uint32_t n = 0;
+	for (uint32_t i = 0; i < a->n_cls; i++) {
+		if (a->cls[i].n) {
+			newid[i] = n;
+			a->cls[n++] = a->cls[i];
+		} else {
+			newid[i] = UINT32_MAX;
+			free(a->cls[i].off);
+		}
+	}
+	uint32_t m = 0;
+	for (uint32_t i = 0; i < a->n_cls; i++)
+		if (newid[a->order[i]] != UINT32_MAX) {
+			a->order_len[m] = a->order_len[i];
+			a->order[m++] = newid[a->order[i]];
+		}
+	struct strata_arena_map *L = &a->by_len, *S = &a->by_start;
+	for (uint32_t i = 0; i < L->cap; i++)
+		L->slot[i].key = NO_KEY;
+	L->n = 0;
+	for (uint32_t i = 0; i < n; i++)
+		map_put_new(L, a->cls[i].len, i);
+	for (uint32_t i = 0; i < S->cap; i++)
+		if (S->slot[i].key != NO_KEY)
+			S->slot[i].val = newid[S->slot[i].val];
+	a->n_cls = n;
+	a->n_empty = 0;
+	reindex(a);
+	free(newid);
+}
+
+/* The class of length len, created (empty) if there is none, with room for
+ * one more hole; UINT32_MAX when memory runs out. */
+static uint32_t class_get(struct strata_arena *a, uint64_t len)
+{
+	uint32_t j = map_find(&a->by_len, len), c;
+	if (j != UINT32_MAX) {
+		c = (uint32_t)a->by_len.slot[j].val;
+	} else {
+		/* empty classes cost a bit each in the bitmap and on creation of
+		 * a class; drop them once they are most of the classes */
+		if (a->n_empty > 256 && a->n_empty > 2 * (a->n_cls - a->n_empty))
+			compact(a);
+		if (a->n_cls == a->cap_cls) {
+			uint32_t cap = a->cap_cls ? a->cap_cls * 2 : 16;
+			struct strata_arena_class *k = realloc(a->cls, sizeof(*k) * cap);
+			if (k)
+				a->cls = k;
+			uint32_t *o = k ? realloc(a->order, sizeof(*o) * cap) : NULL;
+			if (o)
+				a->order = o;
+			uint64_t *ol = o ? realloc(a->order_len, sizeof(*ol) * cap) : NULL;
+			if (ol)
+				a->order_len = ol;
+			uint64_t *ne = ol ? realloc(a->nonempty, sizeof(*ne) * (cap / 64 + 1)) : NULL;
+			if (!ne)
+				return UINT32_MAX;
+			a->nonempty = ne;
+			a->cap_cls = cap;
+		}
+		uint64_t *off = malloc(sizeof(*off) * 8);
+		if (!off || map_reserve(&a->by_len)) {
+			free(off);
+			return UINT32_MAX;
+		}
+		c = a->n_cls++;
+		a->cls[c] = (struct strata_arena_class){ .len = len, .off = off, .cap = 8 };
+		a->n_empty++;
+		uint32_t at = asc_lower(a->order_len, c, len);
+		memmove(&a->order[at + 1], &a->order[at], sizeof(*a->order) * (c - at));
+		memmove(&a->order_len[at + 1], &a->order_len[at], sizeof(*a->order_len) * (c - at));
+		a->order[at] = c;
+		a->order_len[at] = len;
+		map_put_new(&a->by_len, len, c);
+		reindex(a);
+	}
+	struct strata_arena_class *k = &a->cls[c];
+	if (k->n == k->cap) {
+		uint64_t *o = realloc(k->off, sizeof(*o) * k->cap * 2);
+		if (!o)
+			return UINT32_MAX;
+		k->off = o;
+		k->cap *= 2;
+	}
+	return c;
+}
+
+/* ---- the arena ----------------------------------------------------------- */
+
+/* Room for one more hole of length len in every index: its class id, or
+ * UINT32_MAX when memory runs out. */
+static uint32_t hole_reserve(struct strata_arena *a, uint64_t len)
+{
+	if (map_reserve(&a->by_start) || map_reserve(&a->by_end))
+		return UINT32_MAX;
+	return class_get(a, len);
+}
+
+static void hole_add(struct strata_arena *a, uint64_t off, uint32_t c)
+{
+	struct strata_arena_class *k = &a->cls[c];
+	map_put_new(&a->by_start, off, c);
+	map_put_new(&a->by_end, off + k->len, off);
+	uint32_t at = desc_lower(k->off, k->n, off);
+	memmove(&k->off[at + 1], &k->off[at], sizeof(*k->off) * (k->n - at));
+	k->off[at] = off;
+	if (!k->n++) {
+		a->n_empty--;
+		mark(a, k->pos, true);
+	}
+	if (k->len > a->largest)
+		a->largest = k->len;
+	a->n_free++;
+}
+
+/* Remove the hole at off, whose by_start slot is i. */
+static void hole_del(struct strata_arena *a, uint64_t off, uint32_t i)
+{
+	uint32_t c = (uint32_t)a->by_start.slot[i].val;
+	struct strata_arena_class *k = &a->cls[c];
+	map_del_slot(&a->by_start, i);
+	map_del(&a->by_end, off + k->len);
+	uint32_t at = desc_lower(k->off, k->n, off);
+	if (at < k->n && k->off[at] == off) {
+		memmove(&k->off[at], &k->off[at + 1], sizeof(*k->off) * (k->n - at - 1));
+		if (!--k->n) {
+			a->n_empty++;
+			mark(a, k->pos, false);
+			if (k->len == a->largest)
+				recompute_largest(a);
+		}
+	}
+	a->n_free--;
+}
+
 int strata_arena_init(struct strata_arena *a, uint64_t size, struct strata_error *err)
 {
 	memset(a, 0, sizeof(*a));
 	a->size = size / STRATA_TIER_ALIGN * STRATA_TIER_ALIGN;
-	a->cap_free = 16;
-	a->free = malloc(sizeof(*a->free) * a->cap_free);
-	if (!a->free)
+	uint32_t c = 0;
+	if (map_alloc(&a->by_start, 64) || map_alloc(&a->by_end, 64) || map_alloc(&a->by_len, 32) ||
+	    (a->size && (c = hole_reserve(a, a->size)) == UINT32_MAX)) {
+		strata_arena_free(a);
 		return STRATA_ERR(err, STRATA_ENOMEM, "arena: out of memory");
-	if (a->size) {
-		a->free[0] = (struct strata_span){ 0, a->size };
-		a->n_free = 1;
 	}
+	if (a->size)
+		hole_add(a, 0, c);
 	return STRATA_OK;
 }
 
 void strata_arena_free(struct strata_arena *a)
 {
-	free(a->free);
+	struct strata_arena_map *m[3] = { &a->by_start, &a->by_end, &a->by_len };
+	for (int i = 0; i < 3; i++)
+		free(m[i]->slot);
+	for (uint32_t i = 0; i < a->n_cls; i++)
+		free(a->cls[i].off);
+	free(a->cls);
+	free(a->order);
+	free(a->order_len);
+	free(a->nonempty);
 	memset(a, 0, sizeof(*a));
 }
 
 int strata_arena_reserve(struct strata_arena *a, uint64_t bytes, uint64_t *off)
 {
 	bytes = align_up(bytes ? bytes : 1);
-	if (bytes > a->size - a->used)
+	if (bytes > a->largest)
 		return STRATA_EBUDGET;
-	uint32_t best = UINT32_MAX;
-	uint64_t best_len = UINT64_MAX;
-	for (uint32_t i = 0; i < a->n_free; i++) {
-		uint64_t len = a->free[i].len;
-		if (len >= bytes && len < best_len) {
-			best = i;
-			best_len = len;
-			if (len == bytes)
-				break;
-		}
+	/* requests come in a few sizes, each usually with a class of its own */
+	uint32_t j = map_find(&a->by_len, bytes);
+	uint32_t i = next_nonempty(a, j != UINT32_MAX ? a->cls[a->by_len.slot[j].val].pos
+					     : asc_lower(a->order_len, a->n_cls, bytes));
+	if (i == a->n_cls)
+		return STRATA_EBUDGET; /* not reached: largest >= bytes */
+	uint32_t c = a->order[i], tail = UINT32_MAX;
+	uint64_t len = a->order_len[i];
+	if (len > bytes) {
+		if ((tail = hole_reserve(a, len - bytes)) == UINT32_MAX)
+			return STRATA_ENOMEM;
+		c = (uint32_t)a->by_len.slot[map_find(&a->by_len, len)].val; /* a compaction renumbers */
 	}
-	if (best == UINT32_MAX)
-		return STRATA_EBUDGET;
-	struct strata_span *s = &a->free[best];
-	*off = s->off;
-	s->off += bytes;
-	s->len -= bytes;
-	if (!s->len) {
-		memmove(s, s + 1, sizeof(*s) * (a->n_free - best - 1));
-		a->n_free--;
+	/* the lowest hole of the class is its last: no search */
+	struct strata_arena_class *k = &a->cls[c];
+	uint64_t o = k->off[--k->n];
+	map_del(&a->by_start, o);
+	map_del(&a->by_end, o + len);
+	a->n_free--;
+	if (!k->n) {
+		a->n_empty++;
+		mark(a, k->pos, false);
+		if (len == a->largest)
+			recompute_largest(a);
 	}
+	if (tail != UINT32_MAX)
+		hole_add(a, o + bytes, tail);
+	*off = o;
 	a->used += bytes;
 	return STRATA_OK;
 }
@@ -74,67 +402,121 @@ int strata_arena_reserve(struct strata_arena *a, uint64_t bytes, uint64_t *off)
 void strata_arena_release(struct strata_arena *a, uint64_t off, uint64_t bytes)
 {
 	bytes = align_up(bytes ? bytes : 1);
-	/* first span after off (binary search: holes can number in the thousands) */
-	uint32_t lo = 0, hi = a->n_free;
-	while (lo < hi) {
-		uint32_t mid = (lo + hi) / 2;
-		if (a->free[mid].off < off)
-			lo = mid + 1;
-		else
-			hi = mid;
+	uint64_t start = off, end = off + bytes;
+	uint32_t ip = map_find(&a->by_end, off), in = map_find(&a->by_start, end);
+	if (ip != UINT32_MAX)
+		start = a->by_end.slot[ip].val;
+	if (in != UINT32_MAX)
+		end += a->cls[a->by_start.slot[in].val].len;
+	/* Cannot fail the caller here.  At worst (no memory for the indexes)
+	 * the span leaks from the arena, which shrinks capacity but never
+	 * breaks the budget. */
+	uint32_t c = hole_reserve(a, end - start);
+	if (c == UINT32_MAX) {
+		a->used -= bytes;
+		a->size -= bytes;
+		return;
 	}
-	uint32_t i = lo;
-	bool merge_prev = i > 0 && a->free[i - 1].off + a->free[i - 1].len == off;
-	bool merge_next = i < a->n_free && off + bytes == a->free[i].off;
+	/* slots move on deletion: look each up just before */
+	if (start < off)
+		hole_del(a, start, map_find(&a->by_start, start));
+	if (end > off + bytes)
+		hole_del(a, off + bytes, map_find(&a->by_start, off + bytes));
+	hole_add(a, start, c);
 	a->used -= bytes;
-	if (merge_prev && merge_next) {
-		a->free[i - 1].len += bytes + a->free[i].len;
-		memmove(&a->free[i], &a->free[i + 1], sizeof(*a->free) * (a->n_free - i - 1));
-		a->n_free--;
-	} else if (merge_prev) {
-		a->free[i - 1].len += bytes;
-	} else if (merge_next) {
-		a->free[i].off = off;
-		a->free[i].len += bytes;
-	} else {
-		if (a->n_free == a->cap_free) {
-			/* Cannot fail the caller here; grow generously and keep going.
-			 * At worst (malloc failure) the span leaks from the arena,
-			 * which shrinks capacity but never breaks the budget. */
-			uint32_t cap = a->cap_free * 2;
-			struct strata_span *n = realloc(a->free, sizeof(*n) * cap);
-			if (!n)
-				return;
-			a->free = n;
-			a->cap_free = cap;
-		}
-		memmove(&a->free[i + 1], &a->free[i], sizeof(*a->free) * (a->n_free - i));
-		a->free[i] = (struct strata_span){ off, bytes };
-		a->n_free++;
-	}
 }
 
 uint64_t strata_arena_largest_free(const struct strata_arena *a)
 {
-	uint64_t m = 0;
-	for (uint32_t i = 0; i < a->n_free; i++)
-		if (a->free[i].len > m)
-			m = a->free[i].len;
+	return a->largest;
+}
+
+static int span_cmp(const void *x, const void *y)
+{
+	const struct strata_span *p = x, *q = y;
+	return p->off < q->off ? -1 : p->off > q->off;
+}
+
+/* Every hole, in offset order (malloc'd, a->n_free of them; NULL on ENOMEM
+ * or when by_start holds a different count). */
+static struct strata_span *holes_sorted(const struct strata_arena *a)
+{
+	struct strata_span *h = malloc(sizeof(*h) * (a->n_free + 1));
+	uint32_t n = 0;
+	if (!h)
+		return NULL;
+	for (uint32_t i = 0; i < a->by_start.cap; i++)
+		if (a->by_start.slot[i].key != NO_KEY) {
+			if (n == a->n_free) {
+				free(h);
+				return NULL;
+			}
+			h[n++] = (struct strata_span){ a->by_start.slot[i].key, a->cls[a->by_start.slot[i].val].len };
+		}
+	if (n != a->n_free) {
+		free(h);
+		return NULL;
+	}
+	qsort(h, n, sizeof(*h), span_cmp);
+	return h;
+}
+
+uint32_t strata_arena_holes(const struct strata_arena *a, struct strata_span *out, uint32_t n)
+{
+	struct strata_span *h = holes_sorted(a);
+	if (!h)
+		return 0;
+	uint32_t m = a->n_free < n ? a->n_free : n;
+	memcpy(out, h, sizeof(*h) * m);
+	free(h);
 	return m;
 }
 
 int strata_arena_check(const struct strata_arena *a)
 {
-	uint64_t sum = 0;
-	for (uint32_t i = 0; i < a->n_free; i++) {
-		const struct strata_span *s = &a->free[i];
+	struct strata_span *h = holes_sorted(a);
+	if (!h)
+		return -4;
+	int rc = 0;
+	uint64_t sum = 0, largest = 0, in_classes = 0;
+	for (uint32_t i = 0; i < a->n_free && !rc; i++) {
+		const struct strata_span *s = &h[i];
+		uint32_t j = map_find(&a->by_end, s->off + s->len);
 		if (!s->len || s->off % STRATA_TIER_ALIGN || s->len % STRATA_TIER_ALIGN || s->off + s->len > a->size)
-			return -1;
-		if (i && a->free[i - 1].off + a->free[i - 1].len >= s->off)
-			return -2; /* overlapping or not coalesced */
+			rc = -1;
+		else if (i && h[i - 1].off + h[i - 1].len >= s->off)
+			rc = -2; /* overlapping or not coalesced */
+		else if (j == UINT32_MAX || a->by_end.slot[j].val != s->off)
+			rc = -4; /* by_end disagrees */
 		sum += s->len;
+		if (s->len > largest)
+			largest = s->len;
 	}
-	return sum == a->size - a->used ? 0 : -3;
+	uint32_t empty = 0;
+	for (uint32_t i = 0; i < a->n_cls && !rc; i++) {
+		uint32_t c = a->order[i];
+		const struct strata_arena_class *k = &a->cls[c];
+		uint32_t j = map_find(&a->by_len, k->len);
+		if (c >= a->n_cls || k->len != a->order_len[i] || (i && a->order_len[i - 1] >= k->len) ||
+		    j == UINT32_MAX || a->by_len.slot[j].val != c)
+			rc = -4; /* classes out of order or unknown by length */
+		for (uint32_t o = 0; o < k->n && !rc; o++) {
+			uint32_t s = map_find(&a->by_start, k->off[o]);
+			if ((o && k->off[o - 1] <= k->off[o]) || s == UINT32_MAX || a->by_start.slot[s].val != c)
+				rc = -4; /* class out of order or not a hole of its length */
+		}
+		if (!rc && (k->pos != i || !(a->nonempty[i / 64] >> (i % 64) & 1) != !k->n))
+			rc = -4; /* position or bitmap stale */
+		in_classes += k->n;
+		empty += !k->n;
+	}
+	if (!rc && (a->by_end.n != a->n_free || in_classes != a->n_free || largest != a->largest ||
+		    empty != a->n_empty || a->by_len.n != a->n_cls))
+		rc = -4;
+	if (!rc && sum != a->size - a->used)
+		rc = -3;
+	free(h);
+	return rc;
 }
 
 /* ---- NUMA ---------------------------------------------------------------- */

@@ -91,7 +91,7 @@ static int64_t belady_victim(struct strata_policy *p, uint64_t now, const struct
 	struct belady *b = p->priv;
 	/* refresh keys whose use has passed unseen */
 	while (b->near.n) {
-		uint32_t e = b->near.heap[0];
+		uint32_t e = eheap_top(&b->near);
 		if (b->near.k1[e] >= now || b->near.k1[e] == STRATA_NEVER)
 			break;
 		set_next(b, e, next_from(b, e, now));

@@ -29,7 +29,10 @@ static void test_arena_basic(void **state)
 	assert_true(strata_arena_largest_free(&a) == 4 * K4);
 	strata_arena_release(&a, o[2], 6 * K4);
 	assert_int_equal(a.n_free, 1);
-	assert_true(a.used == 0 && a.free[0].len == 10 * K4);
+	struct strata_span h[2];
+	assert_int_equal(strata_arena_holes(&a, h, 2), 1);
+	assert_true(a.used == 0 && h[0].off == 0 && h[0].len == 10 * K4);
+	assert_true(strata_arena_largest_free(&a) == 10 * K4);
 	assert_int_equal(strata_arena_check(&a), 0);
 	strata_arena_free(&a);
 
@@ -110,6 +113,140 @@ static void test_arena_fragmentation(void **state)
 	strata_arena_free(&a);
 }
 
+/* The allocator against a reference: a linear best-fit scan over a sorted
+ * array of holes (the allocator's first form, whose decisions the engine's
+ * golden counters were recorded with).  Same offsets for every request,
+ * same holes after every step, under random sizes and random releases. */
+struct ref_arena {
+	struct strata_span s[4096];
+	uint32_t n;
+	uint64_t used, size;
+};
+
+static int ref_reserve(struct ref_arena *r, uint64_t bytes, uint64_t *off)
+{
+	bytes = (bytes + K4 - 1) / K4 * K4;
+	uint32_t best = UINT32_MAX;
+	uint64_t best_len = UINT64_MAX;
+	for (uint32_t i = 0; i < r->n; i++)
+		if (r->s[i].len >= bytes && r->s[i].len < best_len) {
+			best = i;
+			best_len = r->s[i].len;
+		}
+	if (best == UINT32_MAX)
+		return STRATA_EBUDGET;
+	*off = r->s[best].off;
+	r->s[best].off += bytes;
+	r->s[best].len -= bytes;
+	if (!r->s[best].len) {
+		memmove(&r->s[best], &r->s[best + 1], sizeof(r->s[0]) * (r->n - best - 1));
+		r->n--;
+	}
+	r->used += bytes;
+	return STRATA_OK;
+}
+
+static void ref_release(struct ref_arena *r, uint64_t off, uint64_t bytes)
+{
+	bytes = (bytes + K4 - 1) / K4 * K4;
+	uint32_t i = 0;
+	while (i < r->n && r->s[i].off < off)
+		i++;
+	bool mp = i > 0 && r->s[i - 1].off + r->s[i - 1].len == off;
+	bool mn = i < r->n && off + bytes == r->s[i].off;
+	r->used -= bytes;
+	if (mp && mn) {
+		r->s[i - 1].len += bytes + r->s[i].len;
+		memmove(&r->s[i], &r->s[i + 1], sizeof(r->s[0]) * (r->n - i - 1));
+		r->n--;
+	} else if (mp) {
+		r->s[i - 1].len += bytes;
+	} else if (mn) {
+		r->s[i].off = off;
+		r->s[i].len += bytes;
+	} else {
+		memmove(&r->s[i + 1], &r->s[i], sizeof(r->s[0]) * (r->n - i));
+		r->s[i] = (struct strata_span){ off, bytes };
+		r->n++;
+	}
+}
+
+static void test_arena_matches_linear_best_fit(void **state)
+{
+	enum { N = 3000 };
+	static struct ref_arena ref;
+	static struct strata_span holes[4096];
+	static uint64_t size[N], off[N], roff[N];
+	static uint8_t in[N];
+	static uint32_t res[N];
+	const uint64_t sz[4] = { 90 * 2 * K4, 82 * 2 * K4, 46 * 2 * K4, K4 };
+	for (int round = 0; round < 2; round++) {
+		uint64_t seed = 7 + (uint64_t)round;
+		for (int i = 0; i < N; i++) {
+			seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+			/* round 0: the engine's case, a few sizes; round 1: any size */
+			size[i] = round == 0 ? sz[i % 4] : 1 + (seed >> 33) % (200 * K4);
+		}
+		memset(in, 0, sizeof(in));
+		uint32_t n_res = 0;
+		struct strata_arena a;
+		uint64_t budget = 700 * 82 * 2 * K4 + 3 * K4;
+		assert_int_equal(strata_arena_init(&a, budget, NULL), 0);
+		memset(&ref, 0, sizeof(ref));
+		ref.size = a.size;
+		ref.s[0] = (struct strata_span){ 0, a.size };
+		ref.n = 1;
+		uint64_t evictions = 0;
+		for (int step = 0; step < 60000; step++) {
+			seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+			uint32_t e = (uint32_t)((seed >> 33) % N);
+			if (in[e]) {
+				if (seed & 1) /* sometimes free one outright */
+					continue;
+				for (uint32_t k = 0; k < n_res; k++)
+					if (res[k] == e) {
+						res[k] = res[--n_res];
+						break;
+					}
+				in[e] = 0;
+				strata_arena_release(&a, off[e], size[e]);
+				ref_release(&ref, roff[e], size[e]);
+				continue;
+			}
+			for (;;) {
+				int rc = strata_arena_reserve(&a, size[e], &off[e]);
+				int rr = ref_reserve(&ref, size[e], &roff[e]);
+				assert_int_equal(rc, rr);
+				if (rc == STRATA_OK) {
+					assert_true(off[e] == roff[e]);
+					break;
+				}
+				assert_true(strata_arena_largest_free(&a) < (size[e] + K4 - 1) / K4 * K4);
+				seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+				uint32_t k = (uint32_t)((seed >> 33) % n_res), v = res[k];
+				res[k] = res[--n_res];
+				in[v] = 0;
+				strata_arena_release(&a, off[v], size[v]);
+				ref_release(&ref, roff[v], size[v]);
+				evictions++;
+			}
+			in[e] = 1;
+			res[n_res++] = e;
+			if (step % 997 == 0) {
+				assert_int_equal(strata_arena_check(&a), 0);
+				assert_int_equal(a.n_free, ref.n);
+				assert_int_equal(strata_arena_holes(&a, holes, 4096), ref.n);
+				for (uint32_t i = 0; i < ref.n; i++)
+					assert_true(holes[i].off == ref.s[i].off && holes[i].len == ref.s[i].len);
+			}
+		}
+		assert_true(a.used == ref.used);
+		assert_int_equal(strata_arena_check(&a), 0);
+		assert_true(evictions > 1000);
+		strata_arena_free(&a);
+	}
+}
+
 static void test_tier_backings(void **state)
 {
 	struct strata_tier_mem t;
@@ -178,6 +315,7 @@ int main(void)
 		cmocka_unit_test(test_arena_basic),
 		cmocka_unit_test(test_arena_best_fit),
 		cmocka_unit_test(test_arena_fragmentation),
+		cmocka_unit_test(test_arena_matches_linear_best_fit),
 		cmocka_unit_test(test_tier_backings),
 		cmocka_unit_test(test_numa_of_gpu),
 	};

@@ -44,6 +44,10 @@ static void usage(FILE *f, int virt)
 		       "                       tiers and formats as strata synth would write them" : "",
 		virt ? "  --cost FILE          cost model JSON from strata calibrate (default: built-in defaults)\n"
 		       "  --nvme-qd N          override the cost model's NVMe queue depth\n"
+		       "  --tiers H,W,C        model spec only: hot/warm/cold percent of each layer's experts\n"
+		       "                       (default 15,30,55)\n"
+		       "  --tier-trace FILE    model spec only: rank experts by their use in this trace (the\n"
+		       "                       most used go hot, as strata quantize --trace does)\n"
 		     : "  --compute C          ref (CPU reference) | gpu (CUDA kernels) | none | auto (default)\n"
 		       "  --mover M            NVMe mover: uring (default) | mmap | pread\n"
 		       "  --queue-depth N      io_uring depth / copies in flight\n"
@@ -69,7 +73,7 @@ int strata_cli_replay_main(int argc, char **argv, int virt)
 	const char *cmd = virt ? "sim" : "replay";
 	enum { O_MODEL = 256, O_TRACE, O_VRAM, O_RAM, O_PLACE, O_EVICT, O_PREFETCH, O_SEED, O_MAXTOK, O_CHUNK,
 	       O_NOHINTS, O_NOFUT, O_COMPUTE, O_MOVER, O_QD, O_GPU, O_VERIFY, O_JSON, O_CSV, O_APPEND, O_COST,
-	       O_NVMEQD, O_PROGRESS };
+	       O_NVMEQD, O_PROGRESS, O_TIERS, O_TIER_TRACE };
 	static const struct option opts[] = {
 		{ "model", required_argument, 0, O_MODEL }, { "trace", required_argument, 0, O_TRACE },
 		{ "vram", required_argument, 0, O_VRAM }, { "ram", required_argument, 0, O_RAM },
@@ -82,7 +86,8 @@ int strata_cli_replay_main(int argc, char **argv, int virt)
 		{ "verify", no_argument, 0, O_VERIFY }, { "json", required_argument, 0, O_JSON },
 		{ "csv", required_argument, 0, O_CSV }, { "append", no_argument, 0, O_APPEND },
 		{ "cost", required_argument, 0, O_COST }, { "nvme-qd", required_argument, 0, O_NVMEQD },
-		{ "progress", no_argument, 0, O_PROGRESS },
+		{ "progress", no_argument, 0, O_PROGRESS }, { "tiers", required_argument, 0, O_TIERS },
+		{ "tier-trace", required_argument, 0, O_TIER_TRACE },
 		{ "quiet", no_argument, 0, 'q' }, { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	struct strata_replay_config c;
@@ -165,6 +170,8 @@ int strata_cli_replay_main(int argc, char **argv, int virt)
 		case O_APPEND: append = 1; break;
 		case O_COST: cost = optarg; break;
 		case O_PROGRESS: progress = 1; break;
+		case O_TIERS: c.tiers = optarg; break;
+		case O_TIER_TRACE: c.tier_trace = optarg; break;
 		case 'q': quiet = 1; break;
 		case 'h': usage(stdout, virt); return 0;
 		default: usage(stderr, virt); return 2;

@@ -37,6 +37,8 @@ static void usage(FILE *f)
 		"                       whose experts compute nothing meaningful)\n"
 		"  --tiers H,W,C        hot/warm/cold share of each layer's experts, assigned by a\n"
 		"                       seeded Zipf-like popularity (default 0.15,0.30,0.55)\n"
+		"  --popularity FILE    rank experts by a routing trace (.strace/.jsonl) or a\n"
+		"                       counts file (JSON/CSV) instead, with the --tiers split\n"
 		"  --shard-size SIZE    target shard size (default 4G)\n"
 		"  --threads N          generator/writer threads (default 2)\n"
 		"  --force              replace a model already in DIR\n"
@@ -88,13 +90,14 @@ static int has_model(const char *dir)
 int strata_cmd_synth(int argc, char **argv)
 {
 	enum { O_SEED = 256, O_DIST, O_DOF, O_OFRAC, O_OSCALE, O_FORMAT, O_CODES, O_TIERS, O_SHARD, O_THREADS,
-	       O_FORCE, O_LIST, O_JSON, O_PRESET, O_OUT };
+	       O_FORCE, O_LIST, O_JSON, O_PRESET, O_OUT, O_POP };
 	static const struct option opts[] = {
 		{ "preset", required_argument, 0, O_PRESET }, { "out", required_argument, 0, O_OUT },
 		{ "seed", required_argument, 0, O_SEED }, { "dist", required_argument, 0, O_DIST },
 		{ "dof", required_argument, 0, O_DOF }, { "outlier-frac", required_argument, 0, O_OFRAC },
 		{ "outlier-scale", required_argument, 0, O_OSCALE }, { "format", required_argument, 0, O_FORMAT },
 		{ "codes", required_argument, 0, O_CODES }, { "tiers", required_argument, 0, O_TIERS },
+		{ "popularity", required_argument, 0, O_POP },
 		{ "shard-size", required_argument, 0, O_SHARD }, { "threads", required_argument, 0, O_THREADS },
 		{ "force", no_argument, 0, O_FORCE }, { "list-presets", no_argument, 0, O_LIST },
 		{ "json", no_argument, 0, O_JSON }, { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
@@ -164,6 +167,7 @@ int strata_cmd_synth(int argc, char **argv)
 				return 2;
 			}
 			break;
+		case O_POP: cfg.popularity = optarg; break;
 		case O_SHARD:
 			if (strata_parse_size(optarg, &cfg.shard_bytes, &err) || !cfg.shard_bytes) {
 				fprintf(stderr, "strata synth: --shard-size: %s\n", err.msg[0] ? err.msg : "must be > 0");

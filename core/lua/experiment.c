@@ -62,6 +62,10 @@ void strata_experiment_config_id(struct strata_experiment_config *c)
 		ADD(";future=0");
 	if (c->cost[0])
 		ADD(";cost=%s", c->cost);
+	if (c->tiers[0])
+		ADD(";tiers=%s", c->tiers);
+	if (c->tier_trace[0])
+		ADD(";tier_trace=%s", c->tier_trace);
 	if (!c->virt)
 		ADD(";compute=%s;mover=%s;gpu=%d", c->compute, c->mover, c->gpu);
 	for (uint32_t i = 0; i < c->n_tags; i++)
@@ -95,6 +99,8 @@ int strata_experiment_run_one(const struct strata_experiment_config *x, struct s
 	c.hints = x->hints;
 	c.future = x->future;
 	c.progress = false;
+	c.tiers = x->tiers[0] ? x->tiers : NULL;
+	c.tier_trace = x->tier_trace[0] ? x->tier_trace : NULL;
 	if (x->virt) {
 		struct strata_cost_file cf;
 		if (x->cost[0]) {
@@ -489,6 +495,10 @@ static void read_config(lua_State *L, int idx, struct strata_experiment_config *
 			have_trace = 1;
 		} else if (!strcmp(k, "cost")) {
 			copy_str(L, -1, k, c->cost, sizeof(c->cost));
+		} else if (!strcmp(k, "tiers")) {
+			copy_str(L, -1, k, c->tiers, sizeof(c->tiers));
+		} else if (!strcmp(k, "tier_trace")) {
+			copy_str(L, -1, k, c->tier_trace, sizeof(c->tier_trace));
 		} else if (!strcmp(k, "place")) {
 			copy_str(L, -1, k, c->place, sizeof(c->place));
 		} else if (!strcmp(k, "evict")) {
@@ -540,7 +550,8 @@ static void read_config(lua_State *L, int idx, struct strata_experiment_config *
 			}
 		} else {
 			luaL_error(L, "config: unknown key '%s' (mode, model, trace, vram, ram, place, evict, prefetch, "
-				      "seed, max_tokens, prefill_chunk, hints, future, compute, cost, mover, gpu, tags)",
+				      "seed, max_tokens, prefill_chunk, hints, future, compute, cost, tiers, tier_trace, mover, gpu, "
+				      "tags)",
 				   k);
 		}
 		lua_pop(L, 1);
@@ -1382,6 +1393,8 @@ int strata_experiment_config_parse_id(const char *id, struct strata_experiment_c
 		STR("model", model)
 		STR("trace", trace)
 		STR("cost", cost)
+		STR("tiers", tiers)
+		STR("tier_trace", tier_trace)
 		STR("place", place)
 		STR("evict", evict)
 		STR("prefetch", prefetch)

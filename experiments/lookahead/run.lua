@@ -1,57 +1,82 @@
 -- Study 2 (CI-sized): lookahead prefetch depth 0..3 against predictor
 -- accuracy 50..100%: stall time and decode tok/s on the engine's virtual
--- clock (strata sim), a scaled Qwen3-30B-A3B and synthetic traces whose
--- recorded predictions are right with the given probability.
+-- clock (strata sim, default cost model).
 --
 --   strata run experiments/lookahead/run.lua [tokens=128] [model=SPEC]
+--       [trace=PATH] [vram=256M] [ram=512M] [name=lookahead] [out=DIR]
+--       [mode=replay compute=gpu gpu=auto spec=SPEC] [cost=FILE]   (see gpu.sh;
+--       model= a shard directory, spec= its shape for the generated traces)
 --
--- Results: results/lookahead.csv (one row per run, resumable) and
--- results/table.md.
+-- Without trace=: a scaled Qwen3-30B-A3B and one synthetic trace per
+-- accuracy whose recorded predictions (3 layers ahead) are right with that
+-- probability; the prefetcher is lookahead:depth=d over those predictions.
+-- With trace= (e.g. the Mixtral logs, which carry no predictions): the
+-- oracle prefetcher, oracle:depth=d:accuracy=p (the trace's true routing,
+-- each predicted expert right with probability p, else a random wrong one).
+-- Depth 0 is prefetch=none.  Results: results/NAME.csv (one row per run,
+-- resumable), results/NAME-plot.csv and results/NAME.md.
 local dir = strata.script_dir
-local results = dir .. "/results"
-local model = strata.args.model or "qwen3-30b-a3b:layers=8,experts=64"
-local tokens = tonumber(strata.args.tokens or 128)
+local results = strata.args.out or (dir .. "/results")
+local a = strata.args
+local name = a.name or "lookahead"
+local model = a.model or "qwen3-30b-a3b:layers=8,experts=64"
+local tokens = tonumber(a.tokens or 128)
 local accuracies = { 0.5, 0.75, 0.9, 1.0 }
 local depths = { 0, 1, 2, 3 }
 
 local configs = {}
 for _, acc in ipairs(accuracies) do
-	-- One trace per accuracy: the same routing (same seed), only the
-	-- recorded predictions differ.
-	local trace = strata.trace_gen{
-		path = string.format("%s/trace-acc%03d.strace", results, math.floor(acc * 100 + 0.5)),
-		model = model, seed = 11, requests = 4, prompt = 32, gen = tokens,
-		pred_depth = 3, pred_accuracy = acc,
-	}
+	local trace = a.trace
+	if not trace then
+		-- One trace per accuracy: the same seed; the predictions differ
+		-- (and, since they come from the same random stream, a little of
+		-- the routing: see the README).
+		trace = strata.trace_gen{
+			path = string.format("%s/trace-acc%03d.strace", results, math.floor(acc * 100 + 0.5)),
+			model = a.spec or model, seed = 11, requests = 4, prompt = 32, gen = tokens,
+			pred_depth = 3, pred_accuracy = acc,
+		}
+	end
 	for _, d in ipairs(depths) do
+		local pf = "none"
+		if d > 0 then
+			pf = a.trace and string.format("oracle:depth=%d:accuracy=%g", d, acc) or ("lookahead:depth=" .. d)
+		end
 		configs[#configs + 1] = {
-			mode = "sim", model = model, trace = trace, vram = "256M", ram = "512M",
-			place = "static:promote=vram", evict = "lru",
-			prefetch = d == 0 and "none" or ("lookahead:depth=" .. d),
+			mode = a.mode or "sim", model = model, trace = trace, vram = a.vram or "256M", ram = a.ram or "512M",
+			cost = a.cost, compute = a.compute, gpu = a.gpu and a.gpu ~= "auto" and tonumber(a.gpu) or nil,
+			place = "static:promote=vram", evict = "lru", prefetch = pf,
 			tags = { depth = d, accuracy = acc },
 		}
 	end
 end
 
-local rows = strata.sweep{ name = "lookahead", configs = configs, out = results .. "/lookahead.csv" }
+local rows = strata.sweep{ name = name, configs = configs, out = results .. "/" .. name .. ".csv" }
 
-local t = {}
+local t, plot = {}, {}
 for _, r in ipairs(rows) do
 	if r.status == "ok" then
+		local acc = string.format("%d%%", math.floor(r.accuracy * 100 + 0.5))
 		t[#t + 1] = {
-			accuracy = string.format("%d%%", math.floor(r.accuracy * 100 + 0.5)),
-			depth = r.depth,
+			accuracy = acc, depth = r.depth,
 			["vram hit"] = string.format("%.1f%%", 100 * r.hit_rate_vram),
 			["stall ms"] = string.format("%.1f", r.stall_ms),
-			["decode tok/s"] = string.format("%.1f", r.decode_tok_s),
+			["decode tok/s"] = string.format("%.2f", r.decode_tok_s),
 			["prefetch accuracy"] = string.format("%.1f%%", 100 * r.prefetch_accuracy),
 			["wasted"] = r.prefetch_wasted,
+		}
+		plot[#plot + 1] = {
+			accuracy = acc, depth = r.depth, hit_vram_pct = 100 * r.hit_rate_vram,
+			stall_ms_per_token = r.stall_ms / r.tokens, stall_ms = r.stall_ms,
+			decode_tok_s = r.decode_tok_s, prefetch_wasted = r.prefetch_wasted,
 		}
 	else
 		t[#t + 1] = { accuracy = tostring(r.accuracy), depth = r.depth, ["vram hit"] = "error: " .. tostring(r.error) }
 	end
 end
+strata.write_csv(results .. "/" .. name .. "-plot.csv", plot,
+	{ "accuracy", "depth", "hit_vram_pct", "stall_ms_per_token", "stall_ms", "decode_tok_s", "prefetch_wasted" })
 local md = strata.markdown(t, { "accuracy", "depth", "vram hit", "stall ms", "decode tok/s",
 	"prefetch accuracy", "wasted" })
-strata.write_file(results .. "/table.md", md)
+strata.write_file(results .. "/" .. name .. ".md", md)
 io.write(md)

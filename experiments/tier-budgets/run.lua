@@ -1,50 +1,92 @@
--- Study 1 (CI-sized): hit rate and decode tok/s as the VRAM budget varies,
--- for each eviction policy (C built-ins and the Lua LRU), against the Belady
--- bound, on the engine's virtual clock (strata sim) over a synthetic trace of
--- a scaled Qwen3-30B-A3B.
+-- Study 1 (CI-sized): hit rate and decode tok/s as the VRAM and RAM budgets
+-- vary, for each eviction policy (C built-ins and the Lua LRU), against the
+-- Belady bound, on the engine's virtual clock (strata sim, default cost
+-- model) over a synthetic trace of a scaled Qwen3-30B-A3B.
 --
---   strata run experiments/tier-budgets/run.lua [tokens=256] [model=SPEC] [trace=PATH]
+--   strata run experiments/tier-budgets/run.lua [tokens=128] [model=SPEC] [trace=PATH]
+--       [vram=64M,128M,256M,512M] [ram=128M,256M,512M,1G] [name=tier-budgets]
 --
--- Results: results/tier-budgets.csv (one row per run; resumable), and
--- results/table.md (hit rate per policy and budget).
+-- Every (policy, vram, ram) combination runs.  Results: results/NAME.csv (one
+-- row per run; resumable), results/NAME-plot.csv (the columns the plots use),
+-- results/NAME-vram.md and results/NAME-ram.md (tables: hit rate and tok/s
+-- against the VRAM budget at the second RAM budget, and against the RAM
+-- budget at the second VRAM budget; results/NAME-slices.txt names them).  make.sh runs this and draws the plots.
 local dir = strata.script_dir
-local results = dir .. "/results"
-local model = strata.args.model or "qwen3-30b-a3b:layers=8,experts=64"
-local trace = strata.args.trace or strata.trace_gen{
+local results = strata.args.out or (dir .. "/results")
+local a = strata.args
+local name = a.name or "tier-budgets"
+local model = a.model or "qwen3-30b-a3b:layers=8,experts=64"
+local trace = a.trace or strata.trace_gen{
 	path = results .. "/trace.strace", model = model, seed = 7,
-	requests = 4, prompt = 32, gen = tonumber(strata.args.tokens or 64),
+	requests = 4, prompt = 32, gen = tonumber(a.tokens or 128),
 	pred_depth = 2, pred_accuracy = 0.8,
 }
 
--- One expert of this model is about 1.6 MB at the tier mix; 512 experts in all.
-local budgets = { "64M", "128M", "256M", "512M" }
-local policies = { "lru", "fifo", "lfu", "lfu-decay", "belady", "policies/lua/lru.lua" }
+local function list(s, default)
+	local t = {}
+	for v in string.gmatch(s or default, "[^,]+") do t[#t + 1] = v end
+	return t
+end
+-- One expert of the default model is about 1.6 MB at the tier mix; 512 experts in all (~830 MB).
+local vrams = list(a.vram, "64M,128M,256M,512M")
+local rams = list(a.ram, "128M,256M,512M,1G")
+local policies = list(a.policies, "lru,fifo,lfu,lfu-decay,belady,policies/lua/lru.lua")
 
-local configs = strata.product({ evict = policies, vram = budgets }, {
-	mode = "sim", model = model, trace = trace, ram = "256M", place = "cache", seed = 1,
+local configs = strata.product({ evict = policies, vram = vrams, ram = rams }, {
+	mode = "sim", model = model, trace = trace, place = "cache", seed = 1,
 })
-for _, c in ipairs(configs) do c.tags = { budget = c.vram } end
+for _, c in ipairs(configs) do c.tags = { vram_budget = c.vram, ram_budget = c.ram } end
 
-local rows = strata.sweep{ name = "tier-budgets", configs = configs, out = results .. "/tier-budgets.csv" }
+local rows = strata.sweep{ name = name, configs = configs, out = results .. "/" .. name .. ".csv" }
 
--- Table: one line per policy, hit rate (VRAM) per budget, and decode tok/s.
-local by = {}
-local order = {}
+-- The slices tabled and plotted: against VRAM at the second RAM budget,
+-- against RAM at the second VRAM budget (or the only one).
+local ram_mid = rams[math.min(#rams, 2)]
+local vram_mid = vrams[math.min(#vrams, 2)]
+strata.write_file(results .. "/" .. name .. "-slices.txt", vram_mid .. " " .. ram_mid .. "\n")
+local short = { ["policies/lua/lru.lua"] = "lru.lua" }
+local plot, failed = {}, 0
 for _, r in ipairs(rows) do
-	local key = r.config or "?"
-	if not by[key] then by[key] = { policy = key }; order[#order + 1] = key end
 	if r.status == "ok" then
-		by[key]["vram " .. r.budget] = string.format("%.1f%%", 100 * r.hit_rate_vram)
-		by[key]["tok/s " .. r.budget] = string.format("%.1f", r.decode_tok_s)
+		plot[#plot + 1] = {
+			policy = short[r.evict_spec or ""] or (r.config or ""):match("evict=([^,]+)"),
+			vram = r.vram_budget, ram = r.ram_budget,
+			vram_mib = r.vram_bytes / 1048576, ram_mib = r.ram_bytes / 1048576,
+			hit_vram_pct = 100 * r.hit_rate_vram,
+			hit_fast_pct = 100 * (r.hit_rate_vram + r.hit_rate_ram),
+			decode_tok_s = r.decode_tok_s, stall_ms = r.stall_ms,
+			vram_slice = r.ram_budget == ram_mid and 1 or 0, ram_slice = r.vram_budget == vram_mid and 1 or 0,
+		}
 	else
-		by[key]["vram " .. r.budget] = "error"
+		failed = failed + 1
+		io.stderr:write(string.format("%s: %s\n", r.run_id, tostring(r.error)))
 	end
 end
-local cols = { "policy" }
-for _, b in ipairs(budgets) do cols[#cols + 1] = "vram " .. b end
-for _, b in ipairs(budgets) do cols[#cols + 1] = "tok/s " .. b end
-local t = {}
-for _, k in ipairs(order) do t[#t + 1] = by[k] end
-local md = strata.markdown(t, cols)
-strata.write_file(results .. "/table.md", md)
-io.write(md)
+strata.write_csv(results .. "/" .. name .. "-plot.csv", plot,
+	{ "policy", "vram", "ram", "vram_mib", "ram_mib", "hit_vram_pct", "hit_fast_pct", "decode_tok_s", "stall_ms",
+	"vram_slice", "ram_slice" })
+
+-- Tables: one line per policy; a slice of the grid along each axis.
+local function slice(fixed_key, fixed, axis_key, axis, metric, mlabel)
+	local by, order = {}, {}
+	for _, p in ipairs(plot) do
+		if p[fixed_key] == fixed then
+			if not by[p.policy] then by[p.policy] = { policy = p.policy }; order[#order + 1] = p.policy end
+			by[p.policy][mlabel .. " " .. p[axis_key]] = string.format("%.1f%%", p[metric])
+			by[p.policy]["tok/s " .. p[axis_key]] = string.format("%.1f", p.decode_tok_s)
+		end
+	end
+	local cols = { "policy" }
+	for _, v in ipairs(axis) do cols[#cols + 1] = mlabel .. " " .. v end
+	for _, v in ipairs(axis) do cols[#cols + 1] = "tok/s " .. v end
+	local t = {}
+	for _, k in ipairs(order) do t[#t + 1] = by[k] end
+	return strata.markdown(t, cols)
+end
+local md_v = slice("ram", ram_mid, "vram", vrams, "hit_vram_pct", "vram")
+local md_r = slice("vram", vram_mid, "ram", rams, "hit_fast_pct", "fast")
+strata.write_file(results .. "/" .. name .. "-vram.md", md_v)
+strata.write_file(results .. "/" .. name .. "-ram.md", md_r)
+io.write(string.format("VRAM hit rate and decode tok/s against the VRAM budget (RAM %s):\n\n", ram_mid), md_v)
+io.write(string.format("\nVRAM+RAM hit rate and decode tok/s against the RAM budget (VRAM %s):\n\n", vram_mid), md_r)
+if failed > 0 then io.write(string.format("\n%d configurations failed (see the CSV)\n", failed)) end

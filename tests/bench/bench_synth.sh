@@ -28,6 +28,7 @@ export STRATA_PROGRESS=0
 field() { sed -n "s/.*\"$1\":\([0-9.]*\).*/\1/p"; }
 
 echo "# $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg), $(df --output=fstype "$base" | tail -1) at $base"
+calc() { awk "BEGIN { printf \"%.6f\", $1 }"; }  # no bc on the GPU machine
 echo "what,bytes,seconds,mb_per_s"
 TIMEFORMAT='%U %S'
 { time "$strata" synth --preset "$preset" --out "$work/model" --json "${extra[@]}" >"$work/json"; } 2>"$work/time"
@@ -39,7 +40,7 @@ echo "synth,$bytes,$secs,$synth_mbps"
 cpu=$(tail -1 "$work/time" | awk '{print $1 + $2}')
 threads=2
 for ((i = 0; i < ${#extra[@]}; i++)); do [ "${extra[$i]}" = --threads ] && threads=${extra[$((i + 1))]}; done
-printf 'cpu_ceiling,%s,%.4f,%.1f\n' "$bytes" "$cpu" "$(echo "$bytes / $cpu * $threads / 1000000" | bc -l)"
+printf 'cpu_ceiling,%s,%.4f,%.1f\n' "$bytes" "$cpu" "$(calc "$bytes / $cpu * $threads / 1000000")"
 rm -rf "$work/model"
 sync
 
@@ -47,12 +48,12 @@ count=$(( (bytes + 4194303) / 4194304 ))
 start=$(date +%s.%N)
 dd if=/dev/zero of="$work/dd.bin" bs=4M count=$count oflag=direct conv=fsync status=none
 end=$(date +%s.%N)
-dd_secs=$(echo "$end - $start" | bc -l)
+dd_secs=$(calc "$end - $start")
 dd_bytes=$((count * 4194304))
-dd_mbps=$(echo "$dd_bytes / $dd_secs / 1000000" | bc -l)
+dd_mbps=$(calc "$dd_bytes / $dd_secs / 1000000")
 printf 'dd_direct,%d,%.4f,%.1f\n' "$dd_bytes" "$dd_secs" "$dd_mbps"
 rm -f "$work/dd.bin"
 
-printf 'ratio synth/dd: %.3f   (cpu_ceiling / dd: %.3f)' "$(echo "$synth_mbps / $dd_mbps" | bc -l)" \
-	"$(echo "$bytes / $cpu * $threads / 1000000 / $dd_mbps" | bc -l)"
+printf 'ratio synth/dd: %.3f   (cpu_ceiling / dd: %.3f)' "$(calc "$synth_mbps / $dd_mbps")" \
+	"$(calc "$bytes / $cpu * $threads / 1000000 / $dd_mbps")"
 printf '\n'

@@ -91,6 +91,7 @@ struct strata_vlink {
 	double busy_until;       /* transfer serialization (virtual ns) */
 	double *slot_free;       /* queue_depth entries: when each slot frees */
 	double busy_ns;          /* total transfer time charged */
+	uint32_t next_slot;      /* the slot that frees first (see mover_virtual.c) */
 };
 
 struct strata_mover_config {

@@ -77,6 +77,11 @@ struct strata_synth_config {
 	int format;           /* enum strata_synth_format */
 	int codes;            /* enum strata_synth_codes (tiered only) */
 	double tier_frac[STRATA_TIER_COUNT]; /* hot, warm, cold shares of each layer; all 0: 0.15/0.30/0.55 */
+	/* Rank experts by this popularity instead of the seeded Zipf-like order:
+	 * a routing trace (.strace / .jsonl) or a counts file (JSON / CSV, see
+	 * strata/tiering.h), so the tiers match the traffic a replay will see.
+	 * NULL: seeded order. */
+	const char *popularity;
 	uint64_t shard_bytes; /* 0: 4 GiB */
 	int threads;          /* generator/writer threads; 0: 2 */
 };

@@ -16,11 +16,21 @@
  *   VIRTUAL  no memory at all: only offsets are handed out (strata sim), so
  *            allocation decisions are identical to a real run's
  *
- * The allocator is address-ordered best fit with coalescing: experts come in a
- * handful of extent sizes (one per format), so best fit reuses a hole of the
+ * The allocator is best fit with coalescing: the smallest hole that holds the
+ * request, the lowest-addressed one among holes of that size.  Experts come in
+ * a handful of extent sizes (one per format), so best fit reuses a hole of the
  * size just freed and keeps fragmentation low (tests/test_tier.c measures it).
  * When a request does not fit although enough bytes are free, the caller (the
  * engine) evicts more, in its eviction policy's order, until it fits.
+ *
+ * Holes are indexed three ways: two hash maps (start offset -> size class,
+ * end offset -> start) find a released extent's neighbours for coalescing in
+ * O(1), and size classes (one per distinct hole length, found by a hash map
+ * of lengths, ordered by length in a side array; each holds its holes'
+ * offsets in descending order) give the best fit as the last offset of the
+ * first non-empty class long enough.  Experts come in a few sizes, so classes
+ * are few and each holds few holes; a failing reserve (the engine retries
+ * after each eviction) is one comparison with the longest hole.
  */
 #ifndef STRATA_TIER_H
 #define STRATA_TIER_H
@@ -36,25 +46,58 @@ struct strata_span {
 	uint64_t off, len;
 };
 
-/* First/best-fit free list over [0, size). */
+/* Open-addressing hash map (internal to the arena). */
+struct strata_arena_kv {
+	uint64_t key, val; /* key UINT64_MAX: empty */
+};
+
+struct strata_arena_map {
+	struct strata_arena_kv *slot;
+	uint32_t cap, n; /* cap a power of two */
+};
+
+/* The holes of one length, offsets in descending order (lowest last).  A
+ * class stays (empty) when its last hole goes, until a compaction. */
+struct strata_arena_class {
+	uint64_t len;
+	uint64_t *off;
+	uint32_t n, cap;
+	uint32_t pos; /* index in order[] */
+};
+
+/* Best-fit allocator over [0, size). */
 struct strata_arena {
-	uint64_t size;            /* bytes managed */
-	uint64_t used;            /* bytes handed out */
-	struct strata_span *free; /* sorted by offset, coalesced */
-	uint32_t n_free, cap_free;
+	uint64_t size;    /* bytes managed */
+	uint64_t used;    /* bytes handed out */
+	uint64_t largest; /* longest hole (0: none) */
+	uint32_t n_free;  /* holes */
+	struct strata_arena_map by_start; /* hole offset -> class id */
+	struct strata_arena_map by_end;   /* hole end -> hole offset */
+	struct strata_arena_map by_len;   /* length -> class id */
+	struct strata_arena_class *cls;   /* by id */
+	uint32_t *order;                  /* class ids by ascending length */
+	uint64_t *order_len;              /* their lengths */
+	uint64_t *nonempty;               /* bit p: class order[p] has holes */
+	uint32_t n_cls, cap_cls, n_empty;
 };
 
 int strata_arena_init(struct strata_arena *a, uint64_t size, struct strata_error *err);
 void strata_arena_free(struct strata_arena *a);
 /* Reserve bytes (rounded up to STRATA_TIER_ALIGN).  Returns STRATA_OK and the
  * offset, or STRATA_EBUDGET without touching err when no hole is large enough
- * (the hot path: the engine evicts and retries), or STRATA_ENOMEM. */
+ * (the hot path: the engine evicts and retries; O(1)), or STRATA_ENOMEM (err
+ * untouched too) when the hole index cannot grow. */
 int strata_arena_reserve(struct strata_arena *a, uint64_t bytes, uint64_t *off);
-/* Give back a span from strata_arena_reserve (same bytes). */
+/* Give back a span from strata_arena_reserve (same bytes).  Cannot fail: if
+ * the hole index cannot grow, the span is dropped from the arena (size
+ * shrinks by it), which costs capacity but never breaks the budget. */
 void strata_arena_release(struct strata_arena *a, uint64_t off, uint64_t bytes);
 /* Largest hole, for error messages and fragmentation checks. */
 uint64_t strata_arena_largest_free(const struct strata_arena *a);
-/* Internal consistency (sorted, coalesced, sums to size - used): 0 if fine. */
+/* Holes in offset order, at most n; returns how many were written. */
+uint32_t strata_arena_holes(const struct strata_arena *a, struct strata_span *out, uint32_t n);
+/* Internal consistency (both trees ordered and heap-ordered, holes coalesced,
+ * summing to size - used, largest right): 0 if fine. */
 int strata_arena_check(const struct strata_arena *a);
 
 enum strata_tier_backing {

@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""Join study 3's pieces: per-tier cosines (bench_quant CSV), model sizes
+(strata inspect --json, one JSON per line, tagged with split and model), and
+the simulation rows (results/sim.csv from run.lua).  Writes summary.csv and
+the markdown tables.  No dependencies beyond the standard library.
+
+    combine.py RESULTS_DIR
+"""
+import csv
+import json
+import sys
+
+
+def main(res):
+    cos = {}
+    with open(f'{res}/cosine.csv', newline='') as f:
+        for r in csv.DictReader(f):
+            cos.setdefault(r['fmt'], {})[r['dist']] = float(r['cosine'])
+    dists = sorted({d for v in cos.values() for d in v})
+    sizes = {}
+    with open(f'{res}/sizes.jsonl') as f:
+        for line in f:
+            j = json.loads(line)
+            sizes[(j['split'], j['which'])] = j['card']
+    sim = {}
+    splits = []
+    with open(f'{res}/sim.csv', newline='') as f:
+        for r in csv.DictReader(f):
+            sim[(r['split'], r['variant'])] = r
+            if r['split'] not in splits:
+                splits.append(r['split'])
+
+    fmts = ['hot', 'warm', 'cold']
+    rows = []
+    for s in splits:
+        pct = [float(x) / 100 for x in s.split('/')]
+        sh = sim[(s, 'shares')]
+        acc = [float(sh['hit_vram']), float(sh['hit_ram']), float(sh['hit_nvme'])]
+        full, scaled = sizes[(s, 'full')], sizes[(s, 'scaled')]
+        row = {
+            'split': s,
+            'bpw': full['total']['bpw'],
+            'full_gb': full['total']['gb'],
+            'scaled_mb': scaled['total']['gb'] * 1000,
+            'reduction_vs_bf16': full['reduction_vs_bf16'],
+            'access_hot': acc[0], 'access_warm': acc[1], 'access_cold': acc[2],
+        }
+        for d in dists:
+            row[f'cos_param_{d}'] = sum(p * cos[t][d] for p, t in zip(pct, fmts))
+            row[f'cos_access_{d}'] = sum(a * cos[t][d] for a, t in zip(acc, fmts))
+        for v in ('static', 'cache'):
+            row[f'tok_s_{v}'] = float(sim[(s, v)]['decode_tok_s'])
+            row[f'fast_hit_{v}'] = float(sim[(s, v)]['hit_vram']) + float(sim[(s, v)]['hit_ram'])
+        rows.append(row)
+    cols = list(rows[0].keys())
+    with open(f'{res}/summary.csv', 'w', newline='') as f:
+        w = csv.DictWriter(f, cols)
+        w.writeheader()
+        w.writerows(rows)
+    # long form for the speed plot
+    with open(f'{res}/speed.csv', 'w', newline='') as f:
+        w = csv.writer(f)
+        w.writerow(['split', 'policy', 'decode_tok_s', 'fast_hit_pct'])
+        for r in rows:
+            for v in ('static', 'cache'):
+                w.writerow([r['split'], v, r[f'tok_s_{v}'], 100 * r[f'fast_hit_{v}']])
+
+    g = 'gauss' if 'gauss' in dists else dists[0]
+    with open(f'{res}/quality.csv', 'w', newline='') as f:
+        w = csv.writer(f)
+        w.writerow(['split', 'full_gb', 'bpw', 'weighting', 'cosine'])
+        for r in rows:
+            for k, lab in (('param', 'by parameters'), ('access', 'by expert accesses')):
+                w.writerow([r['split'], r['full_gb'], r['bpw'], lab, r[f'cos_{k}_{g}']])
+    with open(f'{res}/cosine.md', 'w') as f:
+        f.write('| format | bpw | ' + ' | '.join(f'cosine {d}' for d in dists) + ' |\n|---|---|' + '---|' * len(dists) + '\n')
+        bpw = {'hot': 2.8125, 'warm': 2.5625, 'cold': 1.4375}
+        for t in fmts:
+            f.write(f'| {t} | {bpw[t]} | ' + ' | '.join(f'{cos[t][d]:.4f}' for d in dists) + ' |\n')
+    with open(f'{res}/summary.md', 'w') as f:
+        f.write('| split h/w/c % | bpw | Qwen3-30B-A3B GB | vs BF16 | scaled MB | accesses h/w/c % | '
+                f'cosine, by params ({g}) | cosine, by accesses ({g}) | tok/s static | tok/s cache |\n')
+        f.write('|---|---|---|---|---|---|---|---|---|---|\n')
+        for r in rows:
+            f.write(f"| {r['split']} | {r['bpw']:.4f} | {r['full_gb']:.2f} | {r['reduction_vs_bf16']:.2f}x | "
+                    f"{r['scaled_mb']:.0f} | {100*r['access_hot']:.1f}/{100*r['access_warm']:.1f}/{100*r['access_cold']:.1f} | "
+                    f"{r[f'cos_param_{g}']:.4f} | {r[f'cos_access_{g}']:.4f} | {r['tok_s_static']:.1f} | "
+                    f"{r['tok_s_cache']:.1f} |\n")
+    print(open(f'{res}/cosine.md').read())
+    print(open(f'{res}/summary.md').read())
+
+
+if __name__ == '__main__':
+    if len(sys.argv) != 2:
+        print(__doc__, file=sys.stderr)
+        sys.exit(2)
+    main(sys.argv[1])

@@ -1,0 +1,73 @@
+-- Study 3 (CI-sized), the simulation half: decode speed of a scaled
+-- Qwen3-30B-A3B as the hot/warm/cold split moves, at fixed VRAM and RAM
+-- budgets, on the engine's virtual clock (strata sim, the GPU machine's
+-- calibrated cost model).
+-- make.sh adds the model sizes (strata inspect) and the per-tier cosines
+-- (bench_quant) and joins everything (combine.py).
+--
+--   strata run experiments/bits-vs-tiers/run.lua [tokens=128] [vram=256M] [ram=512M]
+--       [splits=0/0/100,5/20/75,...] [cost=FILE|default]
+--
+-- Per split (hot/warm/cold percent of each layer's experts; experts ranked
+-- by their use in the trace itself: the most used go hot), three runs:
+--   shares  place=static with budgets that hold every tier at home: its hit
+--           rates per tier are the share of expert accesses each tier's
+--           format serves (what the access-weighted cosine uses);
+--   static  place=static (the released runtime: tiers stay at home, spilling
+--           down when a tier outgrows its budget; misses stream);
+--   cache   place=static:promote=all, evict=lru (misses are kept).
+-- Results: results/bits-vs-tiers.csv (resumable) and results/sim.csv.
+local dir = strata.script_dir
+local results = strata.args.out or (dir .. "/results")
+local a = strata.args
+local model = a.model or "qwen3-30b-a3b:layers=8,experts=64"
+local trace = a.trace or strata.trace_gen{
+	path = results .. "/trace.strace", model = model, seed = 7,
+	requests = 4, prompt = 32, gen = tonumber(a.tokens or 128),
+}
+-- The cost model: strata calibrate on the GPU machine with Qwen3-30B-A3B-shaped
+-- shards (experiments/gpu-replay/run1/cost_qwen.json) when present, else
+-- strata's built-in defaults; cost=FILE or cost=default to choose.
+local cost = a.cost or "experiments/gpu-replay/run1/cost_qwen.json"
+if cost == "default" then
+	cost = nil
+else
+	local f = io.open(cost, "r")
+	if f then f:close() else
+		io.stderr:write(cost .. ": not found, using the default cost model\n")
+		cost = nil
+	end
+end
+local splits = {}
+for s in string.gmatch(a.splits or "0/0/100,5/20/75,15/30/55,30/40/30,50/30/20,0/100/0,100/0/0", "[^,]+") do
+	splits[#splits + 1] = s
+end
+local variants = {
+	{ "shares", { place = "static", vram = "1T", ram = "1T" } },
+	{ "static", { place = "static", vram = a.vram or "256M", ram = a.ram or "512M" } },
+	{ "cache", { place = "static:promote=all", vram = a.vram or "256M", ram = a.ram or "512M" } },
+}
+local configs = {}
+for _, s in ipairs(splits) do
+	for _, v in ipairs(variants) do
+		configs[#configs + 1] = {
+			mode = "sim", model = model, trace = trace, tiers = s:gsub("/", ","), tier_trace = trace,
+			place = v[2].place, vram = v[2].vram, ram = v[2].ram, evict = "lru", seed = 1, cost = cost,
+			tags = { split = s, variant = v[1] },
+		}
+	end
+end
+local rows = strata.sweep{ name = "bits-vs-tiers", configs = configs, out = results .. "/bits-vs-tiers.csv" }
+local out = {}
+for _, r in ipairs(rows) do
+	if r.status ~= "ok" then error(r.run_id .. ": " .. tostring(r.error)) end
+	out[#out + 1] = {
+		split = r.split, variant = r.variant, vram = r.vram_bytes, ram = r.ram_bytes,
+		hit_vram = r.hit_rate_vram, hit_ram = r.hit_rate_ram, hit_nvme = r.hit_rate_nvme,
+		decode_tok_s = r.decode_tok_s, stall_ms = r.stall_ms, cold_start_ms = r.cold_start_ms,
+	}
+end
+strata.write_csv(results .. "/sim.csv", out, { "split", "variant", "vram", "ram", "hit_vram", "hit_ram",
+	"hit_nvme", "decode_tok_s", "stall_ms", "cold_start_ms" })
+io.write(strata.markdown(out, { "split", "variant", "hit_vram", "hit_ram", "hit_nvme", "decode_tok_s" },
+	{ hit_vram = "%.3f", hit_ram = "%.3f", hit_nvme = "%.3f", decode_tok_s = "%.1f" }))

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# One GPU-machine call for the replay figures (issues 5 and 6) and the GPU
+# test suites.  From the repo root on the device machine:
+#   source .device/setup.sh && bash experiments/gpu-replay/run_device.sh
+# Logs and CSV/JSON land in $OUT (or ./out/gpu-replay).  Steps:
+#  1. build (release, CUDA), GPU test suites (kernels, engine, movers, tiers, replay)
+#  2. sim vs real replay, 4 policies, Qwen3-30B-A3B shape (8 MoE layers), GPU kernels
+#  3. Kimi-K3.1 shape scaled to the machine's disk (KIMI, default 8 MoE layers x 224
+#     experts, ~15 GB of shards, 15/30/55 tiers ranked by the trace's popularity,
+#     decode-only trace (KPROMPT=0) so every byte counted belongs to a decode token):
+#     the released policy (static tiers + lookahead) and others, GPU kernels, with the
+#     bound set by bytes over each link (calibrated bandwidths)
+#  4. strata synth write throughput against dd on the same disk (issue 2's figure)
+#  5. the Hugging Face router recorder on tiny random models (torch + transformers)
+set -u
+out=${OUT:-out/gpu-replay}
+mkdir -p "$out"
+B=build/release
+S=$B/bin/strata
+W=${WORK:-/tmp/strata-gpu}
+mkdir -p "$W"
+step() { echo; echo "== $* ($(date +%T))"; }
+want() { case " ${STEPS:-build tests simrep kimi synth hf} " in *" $1 "*) return 0;; esac; return 1; }
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv >"$out/gpu.txt" 2>&1
+want build && { step build
+scons -Q -j16 mode=release >"$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }; }
+
+want tests && step GPU test suites
+want tests && for t in test_kernels test_engine test_mover test_tier test_replay test_synth_popularity; do
+	timeout 180 $B/tests/$t >"$out/$t.log" 2>&1
+	echo "$t exit $? : $(grep -E '^\[  (PASSED|FAILED)  \]' "$out/$t.log" | tr '\n' ' ') $(grep -c '^SKIP' "$out/$t.log") skipped"
+done
+
+if want simrep; then
+step sim vs replay, qwen3-30b-a3b:layers=8, GPU kernels
+COMPUTE=${COMPUTE:-gpu} VRAM=${VRAM:-384M} RAM=${RAM:-768M} TOKENS=${TOKENS:-96} REQUESTS=2 timeout 240 \
+	bash experiments/sim/sim_vs_replay.sh $B qwen3-30b-a3b:layers=8 "$W/simrep" >"$out/sim_vs_replay.log" 2>&1
+echo "exit $?"; tail -6 "$out/sim_vs_replay.log"
+cp "$W/simrep/compare.csv" "$out/sim_compare.csv" 2>/dev/null
+cp "$W/simrep/replay.csv" "$out/sim_replay.csv" 2>/dev/null
+cp "$W/simrep/sim.csv" "$out/sim_sim.csv" 2>/dev/null
+cp "$W/simrep/cost.json" "$out/cost_qwen.json" 2>/dev/null
+fi
+
+if want kimi; then
+KIMI=${KIMI:-kimi-k3.1:layers=8,experts=224}
+step "kimi replay ($KIMI)"
+K=$W/kimi
+mkdir -p "$K"
+$S trace gen -o "$K/trace.strace" --model "$KIMI" --requests 2 --prompt ${KPROMPT:-0} --gen ${KTOKENS:-48} \
+	--alpha ${ALPHA:-1.0} --pred-depth 2 --pred-accuracy 0.85 --seed 7 >"$out/kimi_gen.log" 2>&1
+/usr/bin/time -v $S synth --preset "$KIMI" --out "$K/model" --format tiered --codes random \
+	--popularity "$K/trace.strace" --threads 16 --force --json >"$out/kimi_synth.json" 2>"$out/kimi_synth.log"
+echo "synth exit $?"; grep -E "Elapsed|Maximum resident" "$out/kimi_synth.log"
+$S inspect "$K/model" --json >"$out/kimi_inspect.json"
+$S inspect "$K/model" | tail -8
+$S calibrate --model "$K/model" --bytes 4G -o "$out/cost_kimi.json" >"$out/kimi_calibrate.log" 2>&1
+echo "calibrate exit $?"
+read -r HOT WARM < <(python3 -c "import json;d=json.load(open('$out/kimi_inspect.json'));t=d['tiers'];print(t[0]['extent_bytes'],t[1]['extent_bytes'])")
+VR=$((HOT + 512*1024*1024)); RM=$((WARM + 512*1024*1024))
+echo "budgets: vram $VR (hot set + 512 MiB), ram $RM (warm set + 512 MiB)"
+rm -f "$out/kimi_replay.csv" "$out/kimi_sim.csv"
+KPOL=(
+	"--place static --evict lru --prefetch lookahead:depth=2"
+	"--place static --evict lru --prefetch none"
+	"--place cache --evict lru --prefetch none"
+	"--place cache --evict belady --prefetch oracle"
+)
+for p in "${KPOL[@]}"; do
+	# shellcheck disable=SC2086
+	timeout 150 $S replay -q --model "$K/model" --trace "$K/trace.strace" --vram $VR --ram $RM $p \
+		--compute ${COMPUTE:-gpu} --csv "$out/kimi_replay.csv" --append 2>>"$out/kimi_replay.err"
+	echo "replay [$p] exit $?"
+	# shellcheck disable=SC2086
+	$S sim -q --model "$K/model" --trace "$K/trace.strace" --vram $VR --ram $RM $p \
+		--cost "$out/cost_kimi.json" --csv "$out/kimi_sim.csv" --append 2>>"$out/kimi_replay.err"
+done
+python3 experiments/gpu-replay/summarize.py "$out" | tee "$out/summary.txt"
+fi
+
+if want synth; then
+step synth throughput vs dd
+timeout 120 bash tests/bench/bench_synth.sh $B qwen3-30b-a3b:layers=4 /tmp -- --threads 8 >"$out/bench_synth.log" 2>&1
+echo "exit $?"; tail -5 "$out/bench_synth.log"
+fi
+
+if want hf; then
+step HF recorder
+timeout 120 python3 scripts/test_record_hf.py --strata $S >"$out/record_hf.log" 2>&1
+echo "exit $?"; tail -4 "$out/record_hf.log"
+fi
+rm -rf "$W"
+# the tool returns at most 8 files: everything also goes back as one archive
+tar -czf /tmp/gpu-replay.tgz -C "$out" . && mv /tmp/gpu-replay.tgz "$out/all.tgz"

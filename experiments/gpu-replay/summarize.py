@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""Summarize the Kimi replay rows: decode tok/s against the bound set by the
+bytes each decode token moved over each link, at the calibrated bandwidths.
+
+    summarize.py OUT   (reads OUT/kimi_replay.csv, OUT/kimi_sim.csv, OUT/cost_kimi.json)
+
+Per decode token, link time = bytes over the link / its bandwidth:
+  NVMe (nvme->ram + nvme->vram bytes at nvme_gbps), PCIe (ram->vram +
+  nvme->vram bytes at pcie_gbps), HBM (packed bytes of the routed experts read
+  by the kernels at hbm_gbps).  The bound assumes perfect overlap of the links:
+  tok/s <= 1 / max(link times); "serial" adds them.  The replay counts bytes
+  for the whole run, so the bound is only a decode bound on a decode-only trace
+  (run_device.sh's default, KPROMPT=0), after taking out the preload's bytes
+  (static placement preloads the hot set into VRAM and the warm set into RAM).
+"""
+import csv
+import json
+import os
+import sys
+
+
+def main():
+    out = sys.argv[1]
+    cost = json.load(open(os.path.join(out, 'cost_kimi.json')))
+    insp = json.load(open(os.path.join(out, 'kimi_inspect.json')))
+    # mean packed bytes of one routed expert access, weighted by tier share of experts
+    tiers = insp['tiers']
+    nexp = sum(t['experts'] for t in tiers)
+    mean_expert = sum(t['payload_bytes'] for t in tiers) / max(nexp, 1)
+    rows = list(csv.DictReader(open(os.path.join(out, 'kimi_replay.csv'))))
+    sims = {r['config']: r for r in csv.DictReader(open(os.path.join(out, 'kimi_sim.csv')))} \
+        if os.path.exists(os.path.join(out, 'kimi_sim.csv')) else {}
+    nv, pc, hb = cost['nvme_gbps'] * 1e9, cost['pcie_gbps'] * 1e9, cost.get('hbm_gbps', 4000) * 1e9
+    print(f"links: nvme {cost['nvme_gbps']:.2f} GB/s, pcie {cost['pcie_gbps']:.2f} GB/s, hbm {cost.get('hbm_gbps', 0):.0f} GB/s")
+    hdr = ('config', 'hit vram', 'hit ram', 'hit nvme', 'eff. hit', 'decode tok/s', 'bound tok/s',
+           'ratio', 'serial bound', 'sim tok/s', 'sim/real')
+    print('| ' + ' | '.join(hdr) + ' |')
+    print('|' + '---|' * len(hdr))
+    res = []
+    hot_b, warm_b = tiers[0]['extent_bytes'], tiers[1]['extent_bytes']
+    for r in rows:
+        tok = float(r['decode_tokens'])
+        acc = float(r['accesses'])
+        # bytes the preload moved before the first token (cold start) are not decode
+        # traffic: static placement preloads the hot set NVMe->VRAM and the warm set
+        # NVMe->RAM (both fit the budgets here); cache placement starts empty.
+        if 'preload_nvme_vram' in r:
+            pre_v, pre_r = float(r['preload_nvme_vram']), float(r['preload_nvme_ram'])
+        elif r['config'].startswith('place=static'):
+            pre_v, pre_r = hot_b, warm_b
+        else:
+            pre_v = pre_r = 0.0
+        nvme_vram = float(r['bytes_nvme_vram']) - pre_v
+        nvme_ram = float(r['bytes_nvme_ram']) - pre_r
+        t_nvme = (nvme_ram + nvme_vram) / nv / tok
+        t_pcie = (float(r['bytes_ram_vram']) + nvme_vram) / pc / tok
+        t_hbm = acc * mean_expert / hb / tok
+        bound = 1 / max(t_nvme, t_pcie, t_hbm)
+        serial = 1 / (t_nvme + t_pcie + t_hbm)
+        dec = float(r['decode_tok_s'])
+        eff = float(r['hit_rate_vram']) + float(r['hit_rate_ram'])
+        s = sims.get(r['config'])
+        sd = float(s['decode_tok_s']) if s else float('nan')
+        cells = (r['config'], f"{float(r['hit_rate_vram']):.3f}", f"{float(r['hit_rate_ram']):.3f}",
+                 f"{float(r['hit_rate_nvme']):.3f}", f"{eff:.3f}", f"{dec:.2f}", f"{bound:.2f}",
+                 f"{dec / bound:.2f}", f"{serial:.2f}", f"{sd:.2f}", f"{sd / dec:.2f}" if dec else '')
+        print('| ' + ' | '.join(cells) + ' |')
+        res.append(dict(zip(hdr, cells)))
+    with open(os.path.join(out, 'kimi_summary.csv'), 'w', newline='') as f:
+        w = csv.DictWriter(f, fieldnames=list(hdr))
+        w.writeheader()
+        w.writerows(res)
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Study 2 on the GPU machine: the same sweep replayed on the real engine
+# (NVMe -> pinned RAM -> VRAM movers, CUDA kernels) on a synthetic scaled
+# Qwen3-30B-A3B written as packed tiered shards, next to strata sim with a
+# cost model calibrated on that machine.  Its tier table is the one a
+# spec-only sim draws (strata synth --seed 1 = the run seed), so the rows
+# compare like for like.  For the lead (device time is scarce: ~3-4 min):
+#   rsync -a --delete --exclude build --exclude .git /work/wt/studies/ /work/main/.wt-studies/
+#   run(carry=[".device", ".wt-studies"], command="source .device/setup.sh && cd .wt-studies &&
+#       scons -Q -j16 mode=release && bash experiments/lookahead/gpu.sh")
+# Writes $OUT/lookahead-gpu/ (CSV rows of both modes, the cost model, a table).
+set -eu
+out=${OUT:-/tmp}/lookahead-gpu
+mkdir -p "$out"
+S=build/release/bin/strata
+model=/tmp/strata-qwen-8x64
+spec=qwen3-30b-a3b:layers=8,experts=64
+[ -d $model ] || $S synth --preset $spec --format tiered --codes random \
+	--seed 1 --out $model --threads 8
+$S calibrate --model $model -o "$out/cost.json"
+# sim with the measured cost model, then replay with the GPU kernels
+$S run experiments/lookahead/run.lua out="$out" name=sim model=$model spec=$spec cost="$out/cost.json" > "$out/sim.md"
+$S run -j 1 experiments/lookahead/run.lua out="$out" name=replay model=$model spec=$spec mode=replay compute=gpu gpu=1 \
+	> "$out/replay.md"
+cat "$out/sim.md" "$out/replay.md"

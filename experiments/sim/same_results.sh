@@ -1,0 +1,25 @@
+#!/bin/bash
+# experiments/sim/same_results.sh NEW_STRATA BASE_STRATA
+# Same `strata sim` results (every counter and virtual time; wall-clock fields dropped)
+# from two builds, over 24 configurations: a check that a speed change changed no decision.
+N=$1; B=$2; D=${TMPDIR:-/tmp}/strata-same-results; mkdir -p $D
+[ -f $D/q.strace ] || $B trace gen --model qwen3-30b-a3b --requests 4 --prompt 32 --gen 128 --interleave --pred-depth 2 --alpha 0.8 -o $D/q.strace >/dev/null
+[ -f $D/s.strace ] || $B trace gen --model qwen3-30b-a3b:layers=4,experts=32,top_k=4 --requests 2 --prompt 16 --gen 200 --pred-depth 2 -o $D/s.strace >/dev/null
+fail=0
+run() { # model trace args...
+  m=$1; t=$2; shift 2
+  $N sim -q --model $m --trace $t "$@" --json $D/n.json >/dev/null
+  $B sim -q --model $m --trace $t "$@" --json $D/b.json >/dev/null
+  f='del(.. | .wall_s?, .loop_s?, .accesses_per_s?, .loop_accesses_per_s?, .bookkeeping_ms?, .open_ms?, .open_s?)'
+  if diff <(jq -S "$f" $D/n.json) <(jq -S "$f" $D/b.json) >$D/diff.txt; then echo "same: $m $*"; else echo "DIFF: $m $*"; head -20 $D/diff.txt; fail=1; fi
+}
+for ev in lru lfu belady lfu-decay random; do
+  for pf in none lookahead history oracle; do
+    run qwen3-30b-a3b $D/q.strace --place cache --vram 1400M --ram 2800M --evict $ev --prefetch $pf
+  done
+done
+run qwen3-30b-a3b $D/q.strace --place static --vram 1G --ram 3G --evict lru --prefetch lookahead
+run qwen3-30b-a3b $D/q.strace --place static:promote=all --vram 1G --ram 2G --evict lfu --prefetch lookahead:depth=2
+run qwen3-30b-a3b:layers=4,experts=32,top_k=4 $D/s.strace --place cache --vram 40M --ram 60M --evict lru --prefetch lookahead
+run qwen3-30b-a3b:layers=4,experts=32,top_k=4 $D/s.strace --place cache --vram 40M --ram 0 --evict belady --prefetch oracle
+exit $fail

@@ -1,0 +1,266 @@
+/* Studies (experiments/): the spec-only sim's tier split and ranking trace
+ * (strata_replay_config.tiers / tier_trace, experiment keys tiers and
+ * tier_trace), a CI-sized smoke run of a study script with its plots, and
+ * the export/run/merge round trip of experiments/tier-budgets/cluster.sh. */
+#include <limits.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "strata/experiment.h"
+#include "strata/replay.h"
+#include "strata/trace.h"
+#include "testutil.h"
+
+static char dir[PATH_MAX], root[PATH_MAX], trace[PATH_MAX + 32];
+
+static int setup(void **state)
+{
+	char *d = test_mkdtemp();
+	if (!d)
+		return -1;
+	snprintf(dir, sizeof(dir), "%s", d);
+	free(d);
+	/* the checkout: build/<mode>/bin/strata -> ../../.. */
+	char bin[PATH_MAX];
+	snprintf(bin, sizeof(bin), "%s", test_bin("strata"));
+	char *r = realpath(bin, NULL);
+	if (!r)
+		return -1;
+	snprintf(root, sizeof(root), "%s/../../..", dirname(r));
+	free(r);
+	r = realpath(root, NULL);
+	snprintf(root, sizeof(root), "%s", r);
+	free(r);
+	struct strata_trace_gen_config g;
+	strata_trace_gen_defaults(&g);
+	g.n_moe_layers = 2;
+	g.n_experts = 8;
+	g.top_k = 2;
+	g.requests = 2;
+	g.prompt_len = 4;
+	g.gen_len = 60;
+	g.zipf_alpha = 1.2;
+	snprintf(trace, sizeof(trace), "%s/tiny.strace", dir);
+	struct strata_error err = { 0 };
+	return strata_trace_gen(&g, trace, STRATA_TRACE_FMT_AUTO, &err) ? -1 : 0;
+}
+
+static int teardown(void **state)
+{
+	test_rmdir(dir);
+	return 0;
+}
+
+static void sim_cfg(struct strata_replay_config *c)
+{
+	strata_replay_config_defaults(c);
+	c->model_dir = "tiny";
+	c->trace_path = trace;
+	c->engine.mode = STRATA_ENGINE_VIRTUAL;
+	c->engine.budget[0] = 1ull << 30;
+	c->engine.budget[1] = 1ull << 30;
+	c->engine.place = "static";
+	c->compute = STRATA_COMPUTE_NONE;
+	c->progress = false;
+}
+
+static void test_spec_tiers(void **state)
+{
+	struct strata_error err = { 0 };
+	struct strata_replay_config c;
+	struct strata_replay_result r0, r;
+	/* the default split, given or not, is synth's table */
+	sim_cfg(&c);
+	assert_int_equal(strata_replay_run(&c, &r0, &err), STRATA_OK);
+	c.tiers = "15,30,55";
+	assert_int_equal(strata_replay_run(&c, &r, &err), STRATA_OK);
+	assert_int_equal(r.stats.accesses, r0.stats.accesses);
+	assert_true(r.hit_rate[0] == r0.hit_rate[0] && r.hit_rate[2] == r0.hit_rate[2]);
+	/* all hot / all cold: static placement serves every access from VRAM / NVMe */
+	c.tiers = "100,0,0";
+	assert_int_equal(strata_replay_run(&c, &r, &err), STRATA_OK);
+	assert_true(r.hit_rate[0] == 1.0);
+	c.tiers = "0,0,100";
+	assert_int_equal(strata_replay_run(&c, &r, &err), STRATA_OK);
+	assert_true(r.hit_rate[2] == 1.0);
+	/* ranked by the trace itself: the most used half of each layer serves at
+	 * least half of the accesses, and more than synth's unrelated order */
+	c.tiers = "50,0,50";
+	assert_int_equal(strata_replay_run(&c, &r0, &err), STRATA_OK);
+	c.tier_trace = trace;
+	assert_int_equal(strata_replay_run(&c, &r, &err), STRATA_OK);
+	assert_true(r.hit_rate[0] >= 0.5);
+	assert_true(r.hit_rate[0] > r0.hit_rate[0]);
+	assert_true(r.hit_rate[1] == 0.0);
+	/* errors: a bad split, a missing or mis-shaped ranking trace, shards */
+	c.tiers = "50,50";
+	assert_int_equal(strata_replay_run(&c, &r, &err), STRATA_EINVAL);
+	assert_non_null(strstr(err.msg, "50,50"));
+	c.tiers = NULL;
+	c.tier_trace = "/nonexistent/t.strace";
+	assert_int_not_equal(strata_replay_run(&c, &r, &err), STRATA_OK);
+	assert_non_null(strstr(err.msg, "tier trace"));
+	assert_non_null(strstr(err.msg, "/nonexistent/t.strace"));
+	char other[PATH_MAX + 32];
+	snprintf(other, sizeof(other), "%s/other.strace", dir);
+	struct strata_trace_gen_config g;
+	strata_trace_gen_defaults(&g);
+	g.n_moe_layers = 2;
+	g.n_experts = 16;
+	g.top_k = 2;
+	g.requests = 1;
+	g.gen_len = 4;
+	assert_int_equal(strata_trace_gen(&g, other, STRATA_TRACE_FMT_AUTO, &err), STRATA_OK);
+	c.tier_trace = other;
+	assert_int_equal(strata_replay_run(&c, &r, &err), STRATA_ESHAPE);
+	assert_non_null(strstr(err.msg, "tier trace"));
+	char out[4096];
+	assert_int_equal(test_run(out, sizeof(out), "%s synth --preset tiny --out %s/model --format tiered --codes random",
+				  test_bin("strata"), dir), 0);
+	char model[PATH_MAX + 16];
+	snprintf(model, sizeof(model), "%s/model", dir);
+	sim_cfg(&c);
+	c.model_dir = model;
+	c.tiers = "15,30,55";
+	assert_int_equal(strata_replay_run(&c, &r, &err), STRATA_EINVAL);
+	assert_non_null(strstr(err.msg, "model spec only"));
+	/* the CLI */
+	assert_int_equal(test_run(out, sizeof(out), "%s sim -q --model tiny --trace %s --tiers 100,0,0 --tier-trace %s "
+				  "--vram 1G --ram 1G --json -", test_bin("strata"), trace, trace), 0);
+	assert_non_null(strstr(out, "\"hit_rate_vram\": 1"));
+	assert_int_equal(test_run(out, sizeof(out), "%s sim -q --model tiny --trace %s --tiers 1,2,3", test_bin("strata"),
+				  trace), 1);
+	assert_non_null(strstr(out, "1,2,3"));
+}
+
+static void test_experiment_keys(void **state)
+{
+	/* tiers and tier_trace are part of the run_id and survive --one's parse */
+	struct strata_experiment_config c, d;
+	struct strata_error err = { 0 };
+	strata_experiment_config_defaults(&c);
+	snprintf(c.model, sizeof(c.model), "tiny");
+	snprintf(c.trace, sizeof(c.trace), "%s", trace);
+	snprintf(c.tiers, sizeof(c.tiers), "50,0,50");
+	snprintf(c.tier_trace, sizeof(c.tier_trace), "%s", trace);
+	strata_experiment_config_id(&c);
+	assert_non_null(strstr(c.run_id, ";tiers=50,0,50;tier_trace="));
+	assert_int_equal(strata_experiment_config_parse_id(c.run_id, &d, &err), STRATA_OK);
+	assert_string_equal(d.tiers, "50,0,50");
+	assert_string_equal(d.tier_trace, trace);
+	struct strata_replay_result r;
+	assert_int_equal(strata_experiment_run_one(&d, &r, &err), STRATA_OK);
+	assert_true(r.hit_rate[1] == 0.0);
+	/* a script: the keys reach the run; an unknown key still fails */
+	char path[PATH_MAX + 32], out[8192];
+	snprintf(path, sizeof(path), "%s/k.lua", dir);
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fprintf(f, "local r = strata.run{ model = 'tiny', trace = '%s', tiers = '0,0,100', tier_trace = '%s',\n"
+		   "  vram = '1G', ram = '1G' }\n"
+		   "assert(r.status == 'ok' and r.hit_rate_nvme == 1, tostring(r.error))\n"
+		   "strata.run{ model = 'tiny', trace = '%s', tier = '0,0,100' }\n", trace, trace, trace);
+	fclose(f);
+	assert_int_equal(test_run(out, sizeof(out), "%s run %s", test_bin("strata"), path), 1);
+	assert_non_null(strstr(out, "k.lua:4"));
+	assert_non_null(strstr(out, "unknown key 'tier'"));
+}
+
+static long file_size(const char *path)
+{
+	struct stat st;
+	return stat(path, &st) ? -1 : (long)st.st_size;
+}
+
+static void test_study_smoke(void **state)
+{
+	/* experiments/tier-budgets/make.sh, CI-sized: 3 policies (one unknown:
+	 * its rows fail, the sweep goes on) x 2 VRAM x 1 RAM budgets, outputs in
+	 * a temp dir, the Mixtral part off; plots when matplotlib is there */
+	static char out[1 << 16];
+	char cmd[4 * PATH_MAX], res[PATH_MAX + 64];
+	int plots = test_run(out, sizeof(out), "%s/scripts/plot.sh --check", root) == 0;
+	if (!plots)
+		printf("SKIP study plots: no Python with matplotlib (scripts/plot.sh --check)\n");
+	snprintf(cmd, sizeof(cmd),
+		 "cd %s && STRATA=%s STUDY_OUT=%s/tb STRATA_TRACES= NO_PLOTS=%d experiments/tier-budgets/make.sh "
+		 "tokens=16 policies=lru,belady,nosuch vram=64M,256M ram=256M",
+		 root, test_bin("strata"), dir, !plots);
+	int rc = test_run(out, sizeof(out), "%s", cmd);
+	if (rc) /* the unknown policy's rows fail; the sweep, tables and plots go on */
+		fail_msg("make.sh: exit %d: %s", rc, out);
+	assert_non_null(strstr(out, "VRAM hit rate and decode tok/s"));
+	assert_non_null(strstr(out, "| belady |"));
+	assert_non_null(strstr(out, "2 configurations failed"));
+	assert_non_null(strstr(out, "Mixtral traces not found"));
+	snprintf(res, sizeof(res), "%s/tb/results/tier-budgets.csv", dir);
+	assert_int_equal(test_run(out, sizeof(out), "grep -c '\",ok,' %s; grep -c '\",error,' %s", res, res), 0);
+	assert_string_equal(out, "4\n2\n");
+	if (plots) {
+		char png[PATH_MAX + 32];
+		snprintf(png, sizeof(png), "%s/tb/vram.png", dir);
+		assert_true(file_size(png) > 10000 && file_size(png) < 200000);
+		snprintf(png, sizeof(png), "%s/tb/ram.png", dir);
+		assert_true(file_size(png) > 10000 && file_size(png) < 200000);
+		/* the plotter's bad input: a missing column, nothing to plot, a missing file */
+		rc = test_run(out, sizeof(out), "%s/scripts/plot.sh %s/tb/results/tier-budgets-plot.csv --x nosuch "
+			      "--y decode_tok_s --out %s/x.png", root, dir, dir);
+		assert_int_equal(rc, 1);
+		assert_non_null(strstr(out, "no column 'nosuch'"));
+		rc = test_run(out, sizeof(out), "%s/scripts/plot.sh %s/tb/results/tier-budgets-plot.csv --x vram_mib "
+			      "--y decode_tok_s --filter policy=nosuch --out %s/x.png", root, dir, dir);
+		assert_int_equal(rc, 1);
+		assert_non_null(strstr(out, "no ok rows to plot"));
+		rc = test_run(out, sizeof(out), "%s/scripts/plot.sh %s/none.csv --x a --y b --out %s/x.png", root, dir, dir);
+		assert_int_equal(rc, 1);
+		assert_non_null(strstr(out, "none.csv"));
+		snprintf(png, sizeof(png), "%s/x.png", dir);
+		assert_int_equal(file_size(png), -1);
+	}
+	/* again: resumes (the failed rows are retried, nothing else runs) */
+	rc = test_run(out, sizeof(out), "%s", cmd);
+	assert_int_equal(rc, 0);
+	assert_non_null(strstr(out, "4 of 6 rows already in"));
+	/* and with the known policies only, a clean run */
+	snprintf(cmd, sizeof(cmd),
+		 "cd %s && STRATA=%s STUDY_OUT=%s/tb2 STRATA_TRACES= NO_PLOTS=1 experiments/tier-budgets/make.sh "
+		 "tokens=8 policies=lru vram=64M ram=256M", root, test_bin("strata"), dir);
+	assert_int_equal(test_run(out, sizeof(out), "%s", cmd), 0);
+}
+
+static void test_cluster_roundtrip(void **state)
+{
+	/* export -> the Slurm array template, one task at a time -> merge ->
+	 * resume; merged rows equal a local run's in every counter */
+	char out[16384];
+	int rc = test_run(out, sizeof(out), "cd %s && STRATA=%s RUNNER=slurm experiments/tier-budgets/cluster.sh %s/cl",
+			  root, test_bin("strata"), dir);
+	if (rc)
+		fail_msg("cluster.sh failed (%d): %s", rc, out);
+	assert_non_null(strstr(out, "identical to the local run in every counter"));
+	assert_non_null(strstr(out, "cluster round trip: ok"));
+	/* the template refuses to run outside an array task, and a line past the end */
+	rc = test_run(out, sizeof(out), "cd %s && env -u SLURM_ARRAY_TASK_ID scripts/slurm-array.sh %s/cl/jobs.txt", root,
+		      dir);
+	assert_int_equal(rc, 1);
+	assert_non_null(strstr(out, "SLURM_ARRAY_TASK_ID"));
+	rc = test_run(out, sizeof(out), "cd %s && SLURM_ARRAY_TASK_ID=999 scripts/slurm-array.sh %s/cl/jobs.txt", root,
+		      dir);
+	assert_int_equal(rc, 2);
+	assert_non_null(strstr(out, "no line 999"));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_spec_tiers),
+		cmocka_unit_test(test_experiment_keys),
+		cmocka_unit_test(test_study_smoke),
+		cmocka_unit_test(test_cluster_roundtrip),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
