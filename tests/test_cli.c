@@ -226,6 +226,10 @@ static const struct cli_case cases[] = {
 	{ "@S synth --preset tiny:layers=0 --out @D/x", 1, { "must all be > 0" } },
 	{ "@S trace gen -o @D/x.strace --layers 2 --experts 8 --top-k 9", 1, { "bad shape" } },
 	{ "@S trace gen -o @D/x.strace --jitter 5", 1, { "jitter" } },
+	{ "@S sim --model tiny --trace @D/t.strace -q --tiers 50,50,50", 1, { "sum to 150" } },
+	{ "@S sim --model @D/m --trace @D/t.strace -q --tiers 15,30,55", 1, { "model spec only" } },
+	{ "@S sim --model tiny --trace @D/t.strace -q --tier-trace @D/t3.strace", 1, { "t3.strace", "3 MoE layers" } },
+	{ "@S synth --preset tiny --out @D/x --popularity @D/nosuch.json", 1, { "nosuch.json", "No such file" } },
 	/* missing files */
 	{ "@S inspect @D/nosuch", 1, { "nosuch", "No such file" } },
 	{ "@S inspect @D/afile", 1, { "afile", "Not a directory" } },
