@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "quant.h"
 #include "strata/engine.h"
@@ -87,8 +88,16 @@ void strata_engine_config_defaults(struct strata_engine_config *c)
 {
 	memset(c, 0, sizeof(*c));
 	c->mode = STRATA_ENGINE_REAL;
+	/* 8 GiB of VRAM and 32 GiB of pinned RAM, but never more than a quarter
+	 * (RAM) or an eighth (VRAM stand-in) of this machine's memory: the arenas
+	 * are allocated whole at open, and a default must run where it is given */
+	uint64_t phys = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
 	c->budget[V] = 8ull << 30;
 	c->budget[R] = 32ull << 30;
+	if (phys && c->budget[R] > phys / 4)
+		c->budget[R] = phys / 4 / STRATA_EXTENT_ALIGN * STRATA_EXTENT_ALIGN;
+	if (phys && strata_gpu_count() == 0 && c->budget[V] > phys / 8)
+		c->budget[V] = phys / 8 / STRATA_EXTENT_ALIGN * STRATA_EXTENT_ALIGN;
 	c->place = "static";
 	c->evict = "lru";
 	c->prefetch = "none";
