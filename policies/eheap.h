@@ -140,28 +140,36 @@ static inline void eheap_remove(struct eheap *h, uint32_t e)
 	eheap_down(h, (uint32_t)h->pos[moved.e]);
 }
 
-/* Smallest element not rejected by skip(ctx, eid), or -1.  Rejected top
- * elements are taken out and put back afterwards: cheap while few are
- * rejected (pins cover one layer's experts at most). */
+/* Smallest element not rejected by skip(ctx, eid), or -1.  The heap is
+ * searched without changing it: a node that is not rejected is the smallest
+ * of its subtree, so only the children of rejected nodes are visited (pins
+ * cover one layer's experts at most), and a subtree whose root is not below
+ * the best found so far is skipped.  The order is total (ties by eid), so
+ * the answer is the one a remove-and-put-back search gives.  aside: room
+ * for aside_max >= n heap indices, the search's stack. */
 static inline int64_t eheap_min_where(struct eheap *h, int (*skip)(const void *ctx, uint32_t e),
 				      const void *ctx, uint32_t *aside, uint32_t aside_max)
 {
-	uint32_t n_aside = 0;
-	int64_t found = -1;
-	while (h->n) {
-		uint32_t e = eheap_top(h);
-		if (!skip(ctx, e)) {
-			found = e;
-			break;
+	if (!h->n || !aside_max)
+		return -1;
+	uint32_t sp = 0, best = UINT32_MAX;
+	aside[sp++] = 0;
+	while (sp) {
+		uint32_t i = aside[--sp];
+		if (best != UINT32_MAX && !eheap_node_less(&h->heap[i], &h->heap[best]))
+			continue;
+		if (!skip(ctx, h->heap[i].e)) {
+			best = i;
+			continue;
 		}
-		if (n_aside == aside_max)
-			break;
-		aside[n_aside++] = e;
-		eheap_remove(h, e);
+		uint32_t c = 2 * i + 1;
+		/* each node is pushed once at most: sp stays below n <= aside_max */
+		if (c < h->n)
+			aside[sp++] = c;
+		if (c + 1 < h->n)
+			aside[sp++] = c + 1;
 	}
-	for (uint32_t i = 0; i < n_aside; i++)
-		eheap_put(h, aside[i], h->k1[aside[i]], h->k2[aside[i]]);
-	return found;
+	return best == UINT32_MAX ? -1 : (int64_t)h->heap[best].e;
 }
 
 #endif
