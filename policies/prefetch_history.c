@@ -222,7 +222,7 @@ static int better(float a, uint32_t ea, float b, uint32_t eb)
 	return a > b || (a == b && ea < eb);
 }
 
-static void bump(struct history *h, uint32_t e, float v, uint32_t *nt)
+static inline __attribute__((always_inline)) void bump(struct history *h, uint32_t e, float v, uint32_t *nt)
 {
 	if (!h->seen[e]) {
 		h->seen[e] = 1;
