@@ -20,7 +20,6 @@ struct eheap_node {
 struct eheap {
 	struct eheap_node *heap; /* heap order */
 	int32_t *pos;            /* per eid: index in heap, -1 if absent */
-	uint64_t *k1, *k2;       /* per eid: its keys (also while absent) */
 	uint32_t n, n_ids;
 };
 
@@ -31,9 +30,7 @@ static inline int eheap_init(struct eheap *h, uint32_t n_ids)
 	h->n_ids = n_ids;
 	h->heap = malloc(n * sizeof(*h->heap));
 	h->pos = malloc(n * sizeof(*h->pos));
-	h->k1 = calloc(n, sizeof(*h->k1));
-	h->k2 = calloc(n, sizeof(*h->k2));
-	if (!h->heap || !h->pos || !h->k1 || !h->k2)
+	if (!h->heap || !h->pos)
 		return -1;
 	for (uint32_t i = 0; i < n_ids; i++)
 		h->pos[i] = -1;
@@ -44,11 +41,8 @@ static inline void eheap_free(struct eheap *h)
 {
 	free(h->heap);
 	free(h->pos);
-	free(h->k1);
-	free(h->k2);
 	h->heap = NULL;
 	h->pos = NULL;
-	h->k1 = h->k2 = NULL;
 }
 
 static inline int eheap_node_less(const struct eheap_node *a, const struct eheap_node *b)
@@ -112,17 +106,19 @@ static inline void eheap_put(struct eheap *h, uint32_t e, uint64_t k1, uint64_t 
 {
 	if (e >= h->n_ids)
 		return;
-	h->k1[e] = k1;
-	h->k2[e] = k2;
 	struct eheap_node x = { k1, k2, e };
 	if (h->pos[e] < 0) {
 		eheap_set(h, h->n++, &x);
 		eheap_up(h, h->n - 1);
 	} else {
+		/* a smaller key can only go up, a larger one only down */
 		uint32_t i = (uint32_t)h->pos[e];
+		int up = eheap_node_less(&x, &h->heap[i]);
 		eheap_set(h, i, &x);
-		eheap_up(h, i);
-		eheap_down(h, (uint32_t)h->pos[e]);
+		if (up)
+			eheap_up(h, i);
+		else
+			eheap_down(h, i);
 	}
 }
 
@@ -135,9 +131,12 @@ static inline void eheap_remove(struct eheap *h, uint32_t e)
 	if (--h->n == i)
 		return;
 	struct eheap_node moved = h->heap[h->n];
+	int up = eheap_node_less(&moved, &h->heap[i]);
 	eheap_set(h, i, &moved);
-	eheap_up(h, i);
-	eheap_down(h, (uint32_t)h->pos[moved.e]);
+	if (up)
+		eheap_up(h, i);
+	else
+		eheap_down(h, i);
 }
 
 /* Smallest element not rejected by skip(ctx, eid), or -1.  The heap is
