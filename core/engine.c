@@ -301,7 +301,7 @@ static void retire(struct strata_engine *e, struct job **slot)
 
 /* ---- residency ------------------------------------------------------------- */
 
-static int policy_failed(struct strata_engine *e, struct strata_error *err)
+static int policy_failed_slow(struct strata_engine *e, struct strata_error *err)
 {
 	struct strata_policy *p[4] = { e->place, e->evict[V], e->evict[R], e->prefetch };
 	for (int i = 0; i < 4; i++) {
@@ -313,6 +313,15 @@ static int policy_failed(struct strata_engine *e, struct strata_error *err)
 		}
 	}
 	return STRATA_OK;
+}
+
+/* Called after every call into a policy: the common case (no error) reads
+ * four codes, without building a list. */
+static inline int policy_failed(struct strata_engine *e, struct strata_error *err)
+{
+	if (!(e->place->error.code | e->evict[V]->error.code | e->evict[R]->error.code | e->prefetch->error.code))
+		return STRATA_OK;
+	return policy_failed_slow(e, err);
 }
 
 static void drop(struct strata_engine *e, int t, uint32_t eid)

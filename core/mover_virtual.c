@@ -16,9 +16,16 @@
 
 #include "mover_int.h"
 
+/* A heap slot carries its keys: a sift compares within the array instead of
+ * loading two fields of each move it meets. */
+struct vslot {
+	uint64_t done_ns, seq;
+	struct strata_move *mv;
+};
+
 struct virt_priv {
 	struct strata_moveq queued;
-	struct strata_move **heap; /* in flight, min-heap on done_ns */
+	struct vslot *heap; /* in flight, min-heap on (done_ns, submit order) */
 	uint32_t n, cap;
 };
 
@@ -41,42 +48,41 @@ static int virt_queue(struct strata_mover *m, struct strata_move *mv)
 	return 0;
 }
 
-static bool before(const struct strata_move *a, const struct strata_move *b)
+static inline bool before(const struct vslot *a, const struct vslot *b)
 {
 	/* ties by submit order keep reaping deterministic */
-	return a->done_ns < b->done_ns || (a->done_ns == b->done_ns && a->priv[0] < b->priv[0]);
+	return a->done_ns < b->done_ns || (a->done_ns == b->done_ns && a->seq < b->seq);
 }
 
 static void heap_push(struct virt_priv *p, struct strata_move *mv)
 {
+	struct vslot x = { mv->done_ns, mv->priv[0], mv };
 	uint32_t i = p->n++;
-	p->heap[i] = mv;
-	while (i && before(p->heap[i], p->heap[(i - 1) / 2])) {
-		struct strata_move *t = p->heap[i];
+	while (i && before(&x, &p->heap[(i - 1) / 2])) {
 		p->heap[i] = p->heap[(i - 1) / 2];
-		p->heap[(i - 1) / 2] = t;
 		i = (i - 1) / 2;
 	}
+	p->heap[i] = x;
 }
 
 static struct strata_move *heap_pop(struct virt_priv *p)
 {
-	struct strata_move *top = p->heap[0];
-	p->heap[0] = p->heap[--p->n];
+	struct strata_move *top = p->heap[0].mv;
+	struct vslot x = p->heap[--p->n];
 	uint32_t i = 0;
 	for (;;) {
-		uint32_t l = 2 * i + 1, r = l + 1, s = i;
-		if (l < p->n && before(p->heap[l], p->heap[s]))
-			s = l;
-		if (r < p->n && before(p->heap[r], p->heap[s]))
-			s = r;
-		if (s == i)
+		uint32_t l = 2 * i + 1, r = l + 1, s = l;
+		if (l >= p->n)
 			break;
-		struct strata_move *t = p->heap[i];
+		if (r < p->n && before(&p->heap[r], &p->heap[l]))
+			s = r;
+		if (!before(&p->heap[s], &x))
+			break;
 		p->heap[i] = p->heap[s];
-		p->heap[s] = t;
 		i = s;
 	}
+	if (p->n)
+		p->heap[i] = x;
 	return top;
 }
 
@@ -120,7 +126,7 @@ static int virt_submit(struct strata_mover *m)
 	while ((mv = strata_moveq_pop(&p->queued))) {
 		if (p->n == p->cap) {
 			uint32_t cap = p->cap ? p->cap * 2 : 64;
-			struct strata_move **h = realloc(p->heap, sizeof(*h) * cap);
+			struct vslot *h = realloc(p->heap, sizeof(*h) * cap);
 			if (!h) {
 				strata_moveq_push(&p->queued, mv); /* keep it; report */
 				return -ENOMEM;
@@ -148,8 +154,8 @@ static int virt_reap(struct strata_mover *m, uint32_t min, struct strata_move **
 	struct virt_priv *p = m->priv;
 	uint32_t n = 0;
 	while (n < max && p->n) {
-		struct strata_move *top = p->heap[0];
-		if ((double)top->done_ns > *m->cfg.clock_ns) {
+		struct strata_move *top = p->heap[0].mv;
+		if ((double)p->heap[0].done_ns > *m->cfg.clock_ns) {
 			if (n >= min)
 				break;
 			*m->cfg.clock_ns = (double)top->done_ns; /* waiting costs time */

@@ -62,11 +62,8 @@ static void map_put_new(struct strata_arena_map *m, uint64_t k, uint64_t v)
 	m->n++;
 }
 
-/* Room for one more key (load <= 1/4: short probe runs); -1 when memory runs out. */
-static int map_reserve(struct strata_arena_map *m)
+static int map_grow(struct strata_arena_map *m)
 {
-	if ((m->n + 1) * 4 <= m->cap)
-		return 0;
 	struct strata_arena_map o = *m;
 	if (map_alloc(m, o.cap * 2)) {
 		*m = o;
@@ -77,6 +74,12 @@ static int map_reserve(struct strata_arena_map *m)
 			map_put_new(m, o.slot[i].key, o.slot[i].val);
 	free(o.slot);
 	return 0;
+}
+
+/* Room for one more key (load <= 1/4: short probe runs); -1 when memory runs out. */
+static inline int map_reserve(struct strata_arena_map *m)
+{
+	return (m->n + 1) * 4 <= m->cap ? 0 : map_grow(m);
 }
 
 /* Slot of k, or UINT32_MAX. */
@@ -120,6 +123,28 @@ static void map_del(struct strata_arena_map *m, uint64_t k)
 }
 
 /* ---- size classes -------------------------------------------------------- */
+
+/* Open a gap at v[at] (v has n entries, room for n + 1) / close the one at
+ * v[at].  Most classes hold a few holes: a short loop beats a memmove call. */
+static inline void u64_insert_gap(uint64_t *v, uint32_t n, uint32_t at)
+{
+	if (n - at > 16) {
+		memmove(&v[at + 1], &v[at], sizeof(*v) * (n - at));
+		return;
+	}
+	for (uint32_t i = n; i > at; i--)
+		v[i] = v[i - 1];
+}
+
+static inline void u64_close_gap(uint64_t *v, uint32_t n, uint32_t at)
+{
+	if (n - at > 17) {
+		memmove(&v[at], &v[at + 1], sizeof(*v) * (n - at - 1));
+		return;
+	}
+	for (uint32_t i = at; i + 1 < n; i++)
+		v[i] = v[i + 1];
+}
 
 /* First position in ascending v[0..n) with v >= want.  Branch-free: the
  * comparisons are unpredictable, the arrays short. */
@@ -296,13 +321,12 @@ static uint32_t hole_reserve(struct strata_arena *a, uint64_t len)
 	return class_get(a, len);
 }
 
-static void hole_add(struct strata_arena *a, uint64_t off, uint32_t c)
+/* Put the hole at off into class c (the maps are the caller's). */
+static inline void class_insert(struct strata_arena *a, uint32_t c, uint64_t off)
 {
 	struct strata_arena_class *k = &a->cls[c];
-	map_put_new(&a->by_start, off, c);
-	map_put_new(&a->by_end, off + k->len, off);
 	uint32_t at = desc_lower(k->off, k->n, off);
-	memmove(&k->off[at + 1], &k->off[at], sizeof(*k->off) * (k->n - at));
+	u64_insert_gap(k->off, k->n, at);
 	k->off[at] = off;
 	if (!k->n++) {
 		a->n_empty--;
@@ -310,19 +334,15 @@ static void hole_add(struct strata_arena *a, uint64_t off, uint32_t c)
 	}
 	if (k->len > a->largest)
 		a->largest = k->len;
-	a->n_free++;
 }
 
-/* Remove the hole at off, whose by_start slot is i. */
-static void hole_del(struct strata_arena *a, uint64_t off, uint32_t i)
+/* Take the hole at off out of class c (the maps are the caller's). */
+static inline void class_remove(struct strata_arena *a, uint32_t c, uint64_t off)
 {
-	uint32_t c = (uint32_t)a->by_start.slot[i].val;
 	struct strata_arena_class *k = &a->cls[c];
-	map_del_slot(&a->by_start, i);
-	map_del(&a->by_end, off + k->len);
 	uint32_t at = desc_lower(k->off, k->n, off);
 	if (at < k->n && k->off[at] == off) {
-		memmove(&k->off[at], &k->off[at + 1], sizeof(*k->off) * (k->n - at - 1));
+		u64_close_gap(k->off, k->n, at);
 		if (!--k->n) {
 			a->n_empty++;
 			mark(a, k->pos, false);
@@ -330,7 +350,14 @@ static void hole_del(struct strata_arena *a, uint64_t off, uint32_t i)
 				recompute_largest(a);
 		}
 	}
-	a->n_free--;
+}
+
+static void hole_add(struct strata_arena *a, uint64_t off, uint32_t c)
+{
+	map_put_new(&a->by_start, off, c);
+	map_put_new(&a->by_end, off + a->cls[c].len, off);
+	class_insert(a, c, off);
+	a->n_free++;
 }
 
 int strata_arena_init(struct strata_arena *a, uint64_t size, struct strata_error *err)
@@ -376,7 +403,7 @@ int strata_arena_reserve(struct strata_arena *a, uint64_t bytes, uint64_t *off)
 	uint32_t c = a->order[i], tail = UINT32_MAX;
 	uint64_t len = a->order_len[i];
 	if (len > bytes) {
-		if ((tail = hole_reserve(a, len - bytes)) == UINT32_MAX)
+		if (map_reserve(&a->by_start) || (tail = class_get(a, len - bytes)) == UINT32_MAX)
 			return STRATA_ENOMEM;
 		c = (uint32_t)a->by_len.slot[map_find(&a->by_len, len)].val; /* a compaction renumbers */
 	}
@@ -384,16 +411,21 @@ int strata_arena_reserve(struct strata_arena *a, uint64_t bytes, uint64_t *off)
 	struct strata_arena_class *k = &a->cls[c];
 	uint64_t o = k->off[--k->n];
 	map_del(&a->by_start, o);
-	map_del(&a->by_end, o + len);
-	a->n_free--;
 	if (!k->n) {
 		a->n_empty++;
 		mark(a, k->pos, false);
 		if (len == a->largest)
 			recompute_largest(a);
 	}
-	if (tail != UINT32_MAX)
-		hole_add(a, o + bytes, tail);
+	if (tail != UINT32_MAX) {
+		/* the tail keeps the hole's end: rewrite that entry in place */
+		a->by_end.slot[map_find(&a->by_end, o + len)].val = o + bytes;
+		map_put_new(&a->by_start, o + bytes, tail);
+		class_insert(a, tail, o + bytes);
+	} else {
+		map_del(&a->by_end, o + len);
+		a->n_free--;
+	}
 	*off = o;
 	a->used += bytes;
 	return STRATA_OK;
@@ -403,26 +435,49 @@ void strata_arena_release(struct strata_arena *a, uint64_t off, uint64_t bytes)
 {
 	bytes = align_up(bytes ? bytes : 1);
 	uint64_t start = off, end = off + bytes;
+	/* Cannot fail the caller here.  At worst (no memory for the indexes)
+	 * the span leaks from the arena, which shrinks capacity but never
+	 * breaks the budget. */
+	if (map_reserve(&a->by_start) || map_reserve(&a->by_end)) {
+		a->used -= bytes;
+		a->size -= bytes;
+		return;
+	}
 	uint32_t ip = map_find(&a->by_end, off), in = map_find(&a->by_start, end);
 	if (ip != UINT32_MAX)
 		start = a->by_end.slot[ip].val;
 	if (in != UINT32_MAX)
 		end += a->cls[a->by_start.slot[in].val].len;
-	/* Cannot fail the caller here.  At worst (no memory for the indexes)
-	 * the span leaks from the arena, which shrinks capacity but never
-	 * breaks the budget. */
-	uint32_t c = hole_reserve(a, end - start);
+	/* a compaction (in class_get) renumbers classes but moves no map slot */
+	uint32_t c = class_get(a, end - start);
 	if (c == UINT32_MAX) {
 		a->used -= bytes;
 		a->size -= bytes;
 		return;
 	}
-	/* slots move on deletion: look each up just before */
-	if (start < off)
-		hole_del(a, start, map_find(&a->by_start, start));
-	if (end > off + bytes)
-		hole_del(a, off + bytes, map_find(&a->by_start, off + bytes));
-	hole_add(a, start, c);
+	/* the merged hole starts at start (prev's entry, if any, is reused) and
+	 * ends at end (next's end entry, if any, is reused) */
+	if (ip != UINT32_MAX) {
+		map_del_slot(&a->by_end, ip); /* prev ended at off */
+		a->n_free--;
+	}
+	if (in != UINT32_MAX) {
+		class_remove(a, (uint32_t)a->by_start.slot[in].val, off + bytes);
+		map_del_slot(&a->by_start, in);
+		a->by_end.slot[map_find(&a->by_end, end)].val = start;
+		a->n_free--;
+	} else {
+		map_put_new(&a->by_end, end, start);
+	}
+	if (start < off) {
+		uint32_t is = map_find(&a->by_start, start); /* slots move on deletion */
+		class_remove(a, (uint32_t)a->by_start.slot[is].val, start);
+		a->by_start.slot[is].val = c;
+	} else {
+		map_put_new(&a->by_start, start, c);
+	}
+	class_insert(a, c, start);
+	a->n_free++;
 	a->used -= bytes;
 }
 

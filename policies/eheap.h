@@ -20,7 +20,6 @@ struct eheap_node {
 struct eheap {
 	struct eheap_node *heap; /* heap order */
 	int32_t *pos;            /* per eid: index in heap, -1 if absent */
-	uint64_t *k1, *k2;       /* per eid: its keys (also while absent) */
 	uint32_t n, n_ids;
 };
 
@@ -31,9 +30,7 @@ static inline int eheap_init(struct eheap *h, uint32_t n_ids)
 	h->n_ids = n_ids;
 	h->heap = malloc(n * sizeof(*h->heap));
 	h->pos = malloc(n * sizeof(*h->pos));
-	h->k1 = calloc(n, sizeof(*h->k1));
-	h->k2 = calloc(n, sizeof(*h->k2));
-	if (!h->heap || !h->pos || !h->k1 || !h->k2)
+	if (!h->heap || !h->pos)
 		return -1;
 	for (uint32_t i = 0; i < n_ids; i++)
 		h->pos[i] = -1;
@@ -44,11 +41,8 @@ static inline void eheap_free(struct eheap *h)
 {
 	free(h->heap);
 	free(h->pos);
-	free(h->k1);
-	free(h->k2);
 	h->heap = NULL;
 	h->pos = NULL;
-	h->k1 = h->k2 = NULL;
 }
 
 static inline int eheap_node_less(const struct eheap_node *a, const struct eheap_node *b)
@@ -112,17 +106,19 @@ static inline void eheap_put(struct eheap *h, uint32_t e, uint64_t k1, uint64_t 
 {
 	if (e >= h->n_ids)
 		return;
-	h->k1[e] = k1;
-	h->k2[e] = k2;
 	struct eheap_node x = { k1, k2, e };
 	if (h->pos[e] < 0) {
 		eheap_set(h, h->n++, &x);
 		eheap_up(h, h->n - 1);
 	} else {
+		/* a smaller key can only go up, a larger one only down */
 		uint32_t i = (uint32_t)h->pos[e];
+		int up = eheap_node_less(&x, &h->heap[i]);
 		eheap_set(h, i, &x);
-		eheap_up(h, i);
-		eheap_down(h, (uint32_t)h->pos[e]);
+		if (up)
+			eheap_up(h, i);
+		else
+			eheap_down(h, i);
 	}
 }
 
@@ -135,33 +131,44 @@ static inline void eheap_remove(struct eheap *h, uint32_t e)
 	if (--h->n == i)
 		return;
 	struct eheap_node moved = h->heap[h->n];
+	int up = eheap_node_less(&moved, &h->heap[i]);
 	eheap_set(h, i, &moved);
-	eheap_up(h, i);
-	eheap_down(h, (uint32_t)h->pos[moved.e]);
+	if (up)
+		eheap_up(h, i);
+	else
+		eheap_down(h, i);
 }
 
-/* Smallest element not rejected by skip(ctx, eid), or -1.  Rejected top
- * elements are taken out and put back afterwards: cheap while few are
- * rejected (pins cover one layer's experts at most). */
+/* Smallest element not rejected by skip(ctx, eid), or -1.  The heap is
+ * searched without changing it: a node that is not rejected is the smallest
+ * of its subtree, so only the children of rejected nodes are visited (pins
+ * cover one layer's experts at most), and a subtree whose root is not below
+ * the best found so far is skipped.  The order is total (ties by eid), so
+ * the answer is the one a remove-and-put-back search gives.  aside: room
+ * for aside_max >= n heap indices, the search's stack. */
 static inline int64_t eheap_min_where(struct eheap *h, int (*skip)(const void *ctx, uint32_t e),
 				      const void *ctx, uint32_t *aside, uint32_t aside_max)
 {
-	uint32_t n_aside = 0;
-	int64_t found = -1;
-	while (h->n) {
-		uint32_t e = eheap_top(h);
-		if (!skip(ctx, e)) {
-			found = e;
-			break;
+	if (!h->n || !aside_max)
+		return -1;
+	uint32_t sp = 0, best = UINT32_MAX;
+	aside[sp++] = 0;
+	while (sp) {
+		uint32_t i = aside[--sp];
+		if (best != UINT32_MAX && !eheap_node_less(&h->heap[i], &h->heap[best]))
+			continue;
+		if (!skip(ctx, h->heap[i].e)) {
+			best = i;
+			continue;
 		}
-		if (n_aside == aside_max)
-			break;
-		aside[n_aside++] = e;
-		eheap_remove(h, e);
+		uint32_t c = 2 * i + 1;
+		/* each node is pushed once at most: sp stays below n <= aside_max */
+		if (c < h->n)
+			aside[sp++] = c;
+		if (c + 1 < h->n)
+			aside[sp++] = c + 1;
 	}
-	for (uint32_t i = 0; i < n_aside; i++)
-		eheap_put(h, aside[i], h->k1[aside[i]], h->k2[aside[i]]);
-	return found;
+	return best == UINT32_MAX ? -1 : (int64_t)h->heap[best].e;
 }
 
 #endif

@@ -92,7 +92,8 @@ static int64_t belady_victim(struct strata_policy *p, uint64_t now, const struct
 	/* refresh keys whose use has passed unseen */
 	while (b->near.n) {
 		uint32_t e = eheap_top(&b->near);
-		if (b->near.k1[e] >= now || b->near.k1[e] == STRATA_NEVER)
+		uint64_t next = b->near.heap[0].k1;
+		if (next >= now || next == STRATA_NEVER)
 			break;
 		set_next(b, e, next_from(b, e, now));
 	}

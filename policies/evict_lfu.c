@@ -1,7 +1,15 @@
 /*
- * LFU and LFU with exponential decay.  An indexed min-heap keyed by
- * (frequency score, last access) gives the victim in O(1) and each access in
- * O(log n).
+ * LFU and LFU with exponential decay.  The victim is the resident expert of
+ * least (frequency score, last access, eid), pinned ones skipped.
+ *
+ * lfu keeps one list per count, each in (last access, eid) order, and a
+ * bitmap of the counts that have members: an access moves an expert from
+ * the list of count c to the tail of the list of c + 1 (its last access is
+ * the newest), O(1); the victim is the head of the lowest non-empty list.
+ * (A heap did the same in O(log n), sifting an expert down past every
+ * expert of its old count on each access.)  lfu-decay's scores are doubles:
+ * an indexed min-heap keyed by (score, last access) gives its victim in O(1)
+ * and each access in O(log n).
  *
  * lfu: the score is the number of accesses while resident (history=1 keeps
  * counts across evictions, "perfect LFU" over what this tier saw).
@@ -27,7 +35,18 @@ struct lfu {
 	double *logv;         /* lfu-decay: log2 V per eid, -INFINITY for none */
 	double h_clock;       /* half-life in clock units */
 	int decay;
+	/* lfu: per eid its last access (the list order) and list links; per
+	 * count a list (head, tail) and a bit "has members" */
+	uint64_t *last;
+	uint32_t *prev, *next;
+	uint8_t *in;
+	uint32_t *head, *tail;
+	uint64_t *bits;
+	uint64_t n_cnt;       /* counts with a list (a multiple of 64) */
+	uint64_t lo;          /* no count below lo has members */
 };
+
+#define NONE UINT32_MAX
 
 static const struct strata_option lfu_options[] = {
 	{ .name = "history", .type = STRATA_OPT_BOOL, .offset = offsetof(struct lfu, history),
@@ -49,12 +68,9 @@ static int common_init(struct strata_policy *p, int decay, struct strata_error *
 	struct lfu *l = p->priv;
 	uint32_t n = p->env->n_ids;
 	l->decay = decay;
-	if (eheap_init(&l->h, n))
-		goto oom;
-	l->aside = malloc(sizeof(uint32_t) * (n ? n : 1));
-	if (!l->aside)
-		goto oom;
 	if (decay) {
+		if (eheap_init(&l->h, n) || !(l->aside = malloc(sizeof(uint32_t) * (n ? n : 1))))
+			goto oom;
 		l->logv = malloc(sizeof(double) * (n ? n : 1));
 		if (!l->logv)
 			goto oom;
@@ -65,7 +81,12 @@ static int common_init(struct strata_policy *p, int decay, struct strata_error *
 		l->h_clock = l->half_life * (per_token > 0 ? per_token : 1.0);
 	} else {
 		l->count = calloc(n ? n : 1, sizeof(uint64_t));
-		if (!l->count)
+		l->last = calloc(n ? n : 1, sizeof(uint64_t));
+		l->prev = malloc(sizeof(uint32_t) * (n ? n : 1));
+		l->next = malloc(sizeof(uint32_t) * (n ? n : 1));
+		l->in = calloc(n ? n : 1, 1);
+		l->h.n_ids = n;
+		if (!l->count || !l->last || !l->prev || !l->next || !l->in)
 			goto oom;
 	}
 	return STRATA_OK;
@@ -90,6 +111,13 @@ static void lfu_free(struct strata_policy *p)
 	free(l->aside);
 	free(l->count);
 	free(l->logv);
+	free(l->last);
+	free(l->prev);
+	free(l->next);
+	free(l->in);
+	free(l->head);
+	free(l->tail);
+	free(l->bits);
 }
 
 /* Non-negative doubles order like their bit patterns; 0 means "no count". */
@@ -105,6 +133,97 @@ static uint64_t decay_key(double logv)
 	return k + 1;
 }
 
+/* ---- lfu: lists by count ---------------------------------------------- */
+
+/* Lists up to count c; -1 (and the policy's error set) when memory runs out. */
+static int grow(struct strata_policy *p, struct lfu *l, uint64_t c)
+{
+	if (c < l->n_cnt)
+		return 0;
+	uint64_t cap = l->n_cnt ? l->n_cnt : 64;
+	while (cap <= c)
+		cap *= 2;
+	uint32_t *h = realloc(l->head, sizeof(*h) * cap);
+	if (h)
+		l->head = h;
+	uint32_t *t = h ? realloc(l->tail, sizeof(*t) * cap) : NULL;
+	if (t)
+		l->tail = t;
+	uint64_t *b = t ? realloc(l->bits, sizeof(*b) * (cap / 64)) : NULL;
+	if (!b) {
+		if (!p->error.code)
+			STRATA_ERR(&p->error, STRATA_ENOMEM, "evict lfu: out of memory (count %llu)",
+				   (unsigned long long)c);
+		return -1;
+	}
+	l->bits = b;
+	for (uint64_t i = l->n_cnt; i < cap; i++)
+		l->head[i] = l->tail[i] = NONE;
+	memset(&l->bits[l->n_cnt / 64], 0, sizeof(*b) * ((cap - l->n_cnt) / 64));
+	l->n_cnt = cap;
+	return 0;
+}
+
+/* Put eid in the list of its count, in (last, eid) order: at the tail but
+ * for ties of last (several prefetches, or the preload, in one clock tick). */
+static void list_add(struct strata_policy *p, struct lfu *l, uint32_t eid, uint64_t last)
+{
+	uint64_t c = l->count[eid];
+	if (grow(p, l, c))
+		return;
+	uint32_t t = l->tail[c];
+	while (t != NONE && (l->last[t] > last || (l->last[t] == last && t > eid)))
+		t = l->prev[t];
+	uint32_t n = t == NONE ? l->head[c] : l->next[t];
+	l->prev[eid] = t;
+	l->next[eid] = n;
+	if (t == NONE)
+		l->head[c] = eid;
+	else
+		l->next[t] = eid;
+	if (n == NONE)
+		l->tail[c] = eid;
+	else
+		l->prev[n] = eid;
+	l->last[eid] = last;
+	l->in[eid] = 1;
+	l->bits[c / 64] |= 1ull << (c % 64);
+	if (c < l->lo)
+		l->lo = c;
+}
+
+/* Take eid out of the list of count c (its count when it was put there). */
+static void list_del(struct lfu *l, uint32_t eid, uint64_t c)
+{
+	uint32_t a = l->prev[eid], b = l->next[eid];
+	if (a == NONE)
+		l->head[c] = b;
+	else
+		l->next[a] = b;
+	if (b == NONE)
+		l->tail[c] = a;
+	else
+		l->prev[b] = a;
+	l->in[eid] = 0;
+	if (l->head[c] == NONE)
+		l->bits[c / 64] &= ~(1ull << (c % 64));
+}
+
+/* The lowest count >= c with members, or UINT64_MAX. */
+static uint64_t next_count(const struct lfu *l, uint64_t c)
+{
+	uint64_t w = c / 64, nw = l->n_cnt / 64;
+	if (w >= nw)
+		return UINT64_MAX;
+	uint64_t bits = l->bits[w] & (~0ull << (c % 64));
+	while (!bits) {
+		if (++w == nw)
+			return UINT64_MAX;
+		bits = l->bits[w];
+	}
+	return w * 64 + (uint64_t)__builtin_ctzll(bits);
+}
+
 static void lfu_on_insert(struct strata_policy *p, uint32_t eid, uint64_t now)
 {
 	struct lfu *l = p->priv;
@@ -115,9 +234,11 @@ static void lfu_on_insert(struct strata_policy *p, uint32_t eid, uint64_t now)
 			l->logv[eid] = -INFINITY;
 		eheap_put(&l->h, eid, decay_key(l->logv[eid]), now);
 	} else {
+		if (l->in[eid])
+			list_del(l, eid, l->count[eid]);
 		if (!l->history)
 			l->count[eid] = 0;
-		eheap_put(&l->h, eid, l->count[eid], now);
+		list_add(p, l, eid, now);
 	}
 }
 
@@ -133,16 +254,22 @@ static void lfu_on_access(struct strata_policy *p, uint32_t eid, uint64_t now)
 		if (eheap_has(&l->h, eid))
 			eheap_put(&l->h, eid, decay_key(v), now);
 	} else {
-		l->count[eid]++;
-		if (eheap_has(&l->h, eid))
-			eheap_put(&l->h, eid, l->count[eid], now);
+		if (l->in[eid]) {
+			list_del(l, eid, l->count[eid]++);
+			list_add(p, l, eid, now);
+		} else {
+			l->count[eid]++;
+		}
 	}
 }
 
 static void lfu_on_remove(struct strata_policy *p, uint32_t eid)
 {
 	struct lfu *l = p->priv;
-	eheap_remove(&l->h, eid);
+	if (l->decay)
+		eheap_remove(&l->h, eid);
+	else if (eid < l->h.n_ids && l->in[eid])
+		list_del(l, eid, l->count[eid]);
 }
 
 static int skip_pinned(const void *ctx, uint32_t e)
@@ -154,7 +281,17 @@ static int skip_pinned(const void *ctx, uint32_t e)
 static int64_t lfu_victim(struct strata_policy *p, uint64_t now, const struct strata_residency *r)
 {
 	struct lfu *l = p->priv;
-	return eheap_min_where(&l->h, skip_pinned, r, l->aside, l->h.n_ids);
+	if (l->decay)
+		return eheap_min_where(&l->h, skip_pinned, r, l->aside, l->h.n_ids);
+	uint64_t c = next_count(l, l->lo);
+	if (c != UINT64_MAX)
+		l->lo = c; /* nothing below c has members */
+	for (; c != UINT64_MAX; c = next_count(l, c + 1)) {
+		for (uint32_t e = l->head[c]; e != NONE; e = l->next[e])
+			if (!skip_pinned(r, e))
+				return e;
+	}
+	return STRATA_NO_EXPERT;
 }
 
 const struct strata_evict_ops strata_evict_lfu = {

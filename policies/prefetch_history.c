@@ -222,14 +222,23 @@ static int better(float a, uint32_t ea, float b, uint32_t eb)
 	return a > b || (a == b && ea < eb);
 }
 
-static void bump(struct history *h, uint32_t e, float v, uint32_t *nt)
+/* Scores live in the caller's locals: a uint8_t store (seen) may alias
+ * anything, so fields read through h would be reloaded after every one. */
+struct scoring {
+	float *score;
+	uint8_t *seen;
+	uint32_t *touched;
+	uint32_t nt;
+};
+
+static inline __attribute__((always_inline)) void bump(struct scoring *sc, uint32_t e, float v)
 {
-	if (!h->seen[e]) {
-		h->seen[e] = 1;
-		h->score[e] = 0;
-		h->touched[(*nt)++] = e;
+	if (!sc->seen[e]) {
+		sc->seen[e] = 1;
+		sc->score[e] = 0;
+		sc->touched[sc->nt++] = e;
 	}
-	h->score[e] += v;
+	sc->score[e] += v;
 }
 
 static uint32_t history_on_layer(struct strata_policy *p, const struct strata_layer_ctx *ctx,
@@ -239,21 +248,25 @@ static uint32_t history_on_layer(struct strata_policy *p, const struct strata_la
 	const struct strata_model_spec *s = p->env->spec;
 	uint32_t got = 0;
 	int64_t slot = slot_of(h, ctx->token);
+	const uint32_t W = (uint32_t)h->window, L = h->L, K = h->K, cap = h->cap;
+	const uint64_t *ring_tok = h->ring_tok;
+	const uint8_t *ring_n = h->ring_n;
+	const uint32_t *ring = h->ring;
 	for (uint32_t d = 1; d <= (uint32_t)h->depth && got < max; d++) {
 		uint32_t t = ctx->layer + d;
-		if (t >= h->L)
+		if (t >= L)
 			break;
-		uint32_t nt = 0;
+		struct scoring sc = { h->score, h->seen, h->touched, 0 };
 		/* window: each earlier choice of t counts 1/filled */
 		if (h->filled && h->mix < 1) {
 			float v = (float)((1 - h->mix) / h->filled);
-			for (uint32_t w = 0; w < (uint32_t)h->window; w++) {
-				if (h->ring_tok[w] == UINT64_MAX || h->ring_tok[w] == ctx->token)
+			for (uint32_t w = 0; w < W; w++) {
+				if (ring_tok[w] == UINT64_MAX || ring_tok[w] == ctx->token)
 					continue;
-				uint32_t k = h->ring_n[(size_t)w * h->L + t];
-				const uint32_t *c = h->ring + ((size_t)w * h->L + t) * h->K;
+				uint32_t k = ring_n[(size_t)w * L + t];
+				const uint32_t *c = ring + ((size_t)w * L + t) * K;
 				for (uint32_t i = 0; i < k; i++)
-					bump(h, c[i], v, &nt);
+					bump(&sc, c[i], v);
 			}
 		}
 		/* transitions from this token's layer L (or L-1) */
@@ -265,8 +278,8 @@ static uint32_t history_on_layer(struct strata_policy *p, const struct strata_la
 		} else if (slot >= 0 && ctx->layer >= 1 && d + 1 <= h->D) {
 			sl = ctx->layer - 1;
 			dist = d + 1;
-			ns = h->ring_n[(size_t)slot * h->L + sl];
-			src = h->ring + ((size_t)slot * h->L + sl) * h->K;
+			ns = ring_n[(size_t)slot * L + sl];
+			src = ring + ((size_t)slot * L + sl) * K;
 		}
 		if (ns && h->mix > 0) {
 			for (uint32_t a = 0; a < ns; a++) {
@@ -278,34 +291,36 @@ static uint32_t history_on_layer(struct strata_policy *p, const struct strata_la
 					continue;
 				/* cnt / occurrences of src = P(dst chosen | src chosen);
 				 * each occurrence of src adds K destinations */
-				float base = (float)(h->mix * h->K / h->totals[ri]);
-				for (uint32_t i = 0; i < h->cap; i++)
+				float base = (float)(h->mix * K / h->totals[ri]);
+				for (uint32_t i = 0; i < cap; i++)
 					if (r->e[i].cnt)
-						bump(h, r->e[i].dst, base * (float)r->e[i].cnt, &nt);
+						bump(&sc, r->e[i].dst, base * (float)r->e[i].cnt);
 			}
 		}
 		/* the topn best, ties by expert number: insertion into a short
 		 * sorted list, most candidates rejected at its tail */
+		const float *score = sc.score;
+		uint32_t *best = h->best, nt = sc.nt;
 		uint32_t k = 0, lim = (uint32_t)h->topn < max - got ? (uint32_t)h->topn : max - got;
 		for (uint32_t i = 0; i < nt && lim; i++) {
-			uint32_t e = h->touched[i];
-			float v = h->score[e];
-			if (k == lim && !better(v, e, h->score[h->best[k - 1]], h->best[k - 1]))
+			uint32_t e = sc.touched[i];
+			float v = score[e];
+			if (k == lim && !better(v, e, score[best[k - 1]], best[k - 1]))
 				continue;
 			uint32_t j = k < lim ? k++ : k - 1;
-			while (j > 0 && better(v, e, h->score[h->best[j - 1]], h->best[j - 1])) {
-				h->best[j] = h->best[j - 1];
+			while (j > 0 && better(v, e, score[best[j - 1]], best[j - 1])) {
+				best[j] = best[j - 1];
 				j--;
 			}
-			h->best[j] = e;
+			best[j] = e;
 		}
 		for (uint32_t i = 0; i < k; i++) {
-			out[got].eid = strata_eid(s, t, h->best[i]);
+			out[got].eid = strata_eid(s, t, best[i]);
 			out[got].tier = h->dest;
 			got++;
 		}
 		for (uint32_t i = 0; i < nt; i++)
-			h->seen[h->touched[i]] = 0;
+			sc.seen[sc.touched[i]] = 0;
 	}
 	return got;
 }
