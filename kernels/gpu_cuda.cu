@@ -9,13 +9,7 @@ extern "C" {
 #include "strata/gpu.h"
 }
 
-#define CU_TRY(err, call)                                                                   \
-	do {                                                                                \
-		cudaError_t e_ = (call);                                                    \
-		if (e_ != cudaSuccess)                                                      \
-			return strata_error_set((err), STRATA_EGPU, 0, __FILE__, __LINE__,  \
-						"%s: %s", #call, cudaGetErrorString(e_));   \
-	} while (0)
+#include "cuda_check.cuh"
 
 static char g_name[256] = "none";
 

@@ -32,13 +32,7 @@ extern "C" {
 }
 #include "kfmt.cuh"
 
-#define CU_TRY(err, call)                                                                          \
-	do {                                                                                       \
-		cudaError_t e_ = (call);                                                           \
-		if (e_ != cudaSuccess)                                                             \
-			return strata_error_set((err), STRATA_EGPU, 0, __FILE__, __LINE__, "%s: %s", \
-						#call, cudaGetErrorString(e_));                    \
-	} while (0)
+#include "cuda_check.cuh"
 
 namespace {
 
