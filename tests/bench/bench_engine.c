@@ -25,30 +25,9 @@
 #include "strata/store.h"
 #include "strata/synth.h"
 #include "strata/util.h"
+#include "bench_common.h"
 
-static uint64_t rng = 99;
-static uint32_t rnd(uint32_t n)
-{
-	rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-	return (uint32_t)((rng >> 33) % n);
-}
 
-/* skew: 0 uniform, else ~Zipf over a per-run permutation-free rank */
-static void route(const struct strata_model_spec *s, int skew, uint32_t *ex)
-{
-	for (uint32_t j = 0; j < s->top_k; j++) {
-		int dup;
-		do {
-			uint32_t e = rnd(s->n_experts);
-			if (skew)
-				e = (uint32_t)((uint64_t)e * e / s->n_experts * rnd(s->n_experts) / s->n_experts);
-			ex[j] = e;
-			dup = 0;
-			for (uint32_t k = 0; k < j; k++)
-				dup |= ex[k] == e;
-		} while (dup);
-	}
-}
 
 static int run(const char *label, struct strata_engine *e, const struct strata_model_spec *s, uint32_t steps,
 	       int skew, int hints)

@@ -28,54 +28,11 @@
 #include "strata/engine.h"
 #include "strata/policy.h"
 #include "strata/policy_harness.h"
+#include "bench_common.h"
 #include "strata/synth.h"
 
-static void nop_insert(struct strata_policy *p, uint32_t e, uint64_t n) { }
-static void nop_remove(struct strata_policy *p, uint32_t e) { }
-static int64_t nop_victim(struct strata_policy *p, uint64_t n, const struct strata_residency *r)
-{
-	return STRATA_NO_EXPERT;
-}
-static const struct strata_evict_ops nop_ops = {
-	.name = "floor", .version = STRATA_POLICY_ABI, .on_insert = nop_insert,
-	.on_access = nop_insert, .on_remove = nop_remove, .victim = nop_victim,
-};
 
-/* CPU time of this thread: the machine is shared, and a replay is one
- * thread of pure computation, so CPU time is its cost without the waits
- * other people's jobs add to wall time. */
-static uint64_t cpu_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
-/* Best of reps replays: ns per access; counters of the last. */
-static double measure(const struct strata_harness_trace *t, struct strata_harness_config *c, int reps,
-		      struct strata_harness_counters *k)
-{
-	double best = 1e30;
-	for (int r = 0; r < reps; r++) {
-		struct strata_harness *h;
-		struct strata_error err = { 0 };
-		if (strata_harness_open(t, c, &h, &err)) {
-			fprintf(stderr, "bench_lua: %s\n", err.msg);
-			exit(1);
-		}
-		uint64_t t0 = cpu_ns();
-		if (strata_harness_replay(h, &err)) {
-			fprintf(stderr, "bench_lua: %s\n", err.msg);
-			exit(1);
-		}
-		double ns = (double)(cpu_ns() - t0) / (double)t->n_accesses;
-		*k = *strata_harness_counters(h);
-		strata_harness_close(h);
-		if (ns < best)
-			best = ns;
-	}
-	return best;
-}
 
 struct pair {
 	const char *evict_c, *evict_lua;       /* NULL lua: the C spec for both */
@@ -86,28 +43,7 @@ struct pair {
 
 /* ---- part two: the engine ---- */
 
-static uint64_t rng = 99;
-static uint32_t rnd(uint32_t n)
-{
-	rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-	return (uint32_t)((rng >> 33) % n);
-}
 
-static void route(const struct strata_model_spec *s, int skew, uint32_t *ex)
-{
-	for (uint32_t j = 0; j < s->top_k; j++) {
-		int dup;
-		do {
-			uint32_t e = rnd(s->n_experts);
-			if (skew)
-				e = (uint32_t)((uint64_t)e * e / s->n_experts * rnd(s->n_experts) / s->n_experts);
-			ex[j] = e;
-			dup = 0;
-			for (uint32_t k = 0; k < j; k++)
-				dup |= ex[k] == e;
-		} while (dup);
-	}
-}
 
 static int engine_run(const char *label, const struct strata_engine_model *m, struct strata_engine_config *c,
 		      uint32_t steps, int skew, int hints)
@@ -115,7 +51,7 @@ static int engine_run(const char *label, const struct strata_engine_model *m, st
 	struct strata_error err = { 0 };
 	struct strata_engine *e;
 	const struct strata_model_spec *s = m->spec;
-	rng = 99;
+	bench_rng = 99;
 	if (strata_engine_open_model(m, c, &e, &err)) {
 		fprintf(stderr, "bench_lua: %s: %s\n", label, err.msg);
 		return 1;
@@ -242,7 +178,7 @@ int main(int argc, char **argv)
 		struct strata_harness_counters k, kc;
 		c.budget = n_ids;
 		c.evict_ops = &nop_ops;
-		double floor_ns = measure(t, &c, reps, &k);
+		double floor_ns = measure_harness("bench_lua", t, &c, reps, &k);
 		printf("%s,floor,%llu,%.1f,1.00,,%.4f\n", models[m], (unsigned long long)t->n_accesses, floor_ns,
 		       (double)k.hits / (double)k.accesses);
 		c.evict_ops = NULL;
@@ -253,10 +189,10 @@ int main(int argc, char **argv)
 				continue;
 			c.evict = p->evict_c;
 			c.prefetch = p->prefetch_c;
-			double c_ns = measure(t, &c, reps, &kc);
+			double c_ns = measure_harness("bench_lua", t, &c, reps, &kc);
 			c.evict = p->evict_lua;
 			c.prefetch = p->prefetch_lua;
-			double l_ns = measure(t, &c, reps, &k);
+			double l_ns = measure_harness("bench_lua", t, &c, reps, &k);
 			if (memcmp(&k, &kc, sizeof(k)))
 				fprintf(stderr, "bench_lua: %s: C and Lua counters differ\n", models[m]);
 			const char *pf_c = strcmp(p->prefetch_c, "none") ? p->prefetch_c : NULL;

@@ -23,50 +23,10 @@
 
 #include "strata/policy.h"
 #include "strata/policy_harness.h"
+#include "bench_common.h"
 
-static void nop_insert(struct strata_policy *p, uint32_t e, uint64_t n) { }
-static void nop_remove(struct strata_policy *p, uint32_t e) { }
-static int64_t nop_victim(struct strata_policy *p, uint64_t n, const struct strata_residency *r)
-{
-	return STRATA_NO_EXPERT;
-}
-static const struct strata_evict_ops nop_ops = {
-	.name = "floor", .version = STRATA_POLICY_ABI, .on_insert = nop_insert,
-	.on_access = nop_insert, .on_remove = nop_remove, .victim = nop_victim,
-};
 
-static uint64_t cpu_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
-/* Best of reps replays: ns per access; counters of the last. */
-static double measure(const struct strata_harness_trace *t, struct strata_harness_config *c, int reps,
-		      struct strata_harness_counters *k)
-{
-	double best = 1e30;
-	for (int r = 0; r < reps; r++) {
-		struct strata_harness *h;
-		struct strata_error err = { 0 };
-		if (strata_harness_open(t, c, &h, &err)) {
-			fprintf(stderr, "bench_policies: %s\n", err.msg);
-			exit(1);
-		}
-		uint64_t t0 = cpu_ns();
-		if (strata_harness_replay(h, &err)) {
-			fprintf(stderr, "bench_policies: %s\n", err.msg);
-			exit(1);
-		}
-		double ns = (double)(cpu_ns() - t0) / (double)t->n_accesses;
-		*k = *strata_harness_counters(h);
-		strata_harness_close(h);
-		if (ns < best)
-			best = ns;
-	}
-	return best;
-}
 
 int main(int argc, char **argv)
 {
@@ -93,7 +53,7 @@ int main(int argc, char **argv)
 		struct strata_harness_counters k;
 		c.budget = n_ids; /* everything fits: no victims */
 		c.evict_ops = &nop_ops;
-		double floor_ns = measure(t, &c, reps, &k);
+		double floor_ns = measure_harness("bench_policies", t, &c, reps, &k);
 		printf("%s,floor,%llu,%.1f,1.00,%.4f\n", models[m], (unsigned long long)t->n_accesses,
 		       floor_ns, (double)k.hits / (double)k.accesses);
 		c.evict_ops = NULL;
@@ -101,7 +61,7 @@ int main(int argc, char **argv)
 		for (size_t e = 0; e < sizeof(evicts) / sizeof(evicts[0]); e++) {
 			c.evict = evicts[e];
 			c.prefetch = "none";
-			double ns = measure(t, &c, reps, &k);
+			double ns = measure_harness("bench_policies", t, &c, reps, &k);
 			printf("%s,%s,%llu,%.1f,%.2f,%.4f\n", models[m], evicts[e],
 			       (unsigned long long)t->n_accesses, ns, ns / floor_ns,
 			       (double)k.hits / (double)k.accesses);
@@ -109,7 +69,7 @@ int main(int argc, char **argv)
 		for (size_t p = 0; p < sizeof(prefetches) / sizeof(prefetches[0]); p++) {
 			c.evict = "lru";
 			c.prefetch = prefetches[p];
-			double ns = measure(t, &c, reps, &k);
+			double ns = measure_harness("bench_policies", t, &c, reps, &k);
 			printf("%s,lru+%s,%llu,%.1f,%.2f,%.4f\n", models[m], prefetches[p],
 			       (unsigned long long)t->n_accesses, ns, ns / floor_ns,
 			       (double)k.hits / (double)k.accesses);

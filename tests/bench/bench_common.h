@@ -1,0 +1,93 @@
+/* Pieces the policy and engine benchmarks share: thread CPU time, the
+ * do-nothing eviction policy that measures the harness floor, best-of-N
+ * harness replays, and the engine benchmarks' synthetic router.  Header-only:
+ * every bench_*.c is built as one program. */
+#ifndef STRATA_BENCH_COMMON_H
+#define STRATA_BENCH_COMMON_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "strata/model.h"
+#include "strata/policy.h"
+#include "strata/policy_harness.h"
+
+static void nop_insert(struct strata_policy *p, uint32_t e, uint64_t n) { }
+static void nop_remove(struct strata_policy *p, uint32_t e) { }
+static int64_t nop_victim(struct strata_policy *p, uint64_t n, const struct strata_residency *r)
+{
+	return STRATA_NO_EXPERT;
+}
+/* The floor: the harness with a policy that does nothing. */
+static const struct strata_evict_ops nop_ops = {
+	.name = "floor", .version = STRATA_POLICY_ABI, .on_insert = nop_insert,
+	.on_access = nop_insert, .on_remove = nop_remove, .victim = nop_victim,
+};
+
+/* CPU time of this thread: the machine is shared, and a replay is one
+ * thread of pure computation, so CPU time is its cost without the waits
+ * other people's jobs add to wall time. */
+static inline uint64_t cpu_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Best of reps harness replays: ns per access; counters of the last.  A
+ * failure prints "<who>: message" and exits. */
+static inline double measure_harness(const char *who, const struct strata_harness_trace *t,
+				     struct strata_harness_config *c, int reps, struct strata_harness_counters *k)
+{
+	double best = 1e30;
+	*k = (struct strata_harness_counters){ 0 };
+	for (int r = 0; r < reps; r++) {
+		struct strata_harness *h;
+		struct strata_error err = { 0 };
+		if (strata_harness_open(t, c, &h, &err)) {
+			fprintf(stderr, "%s: %s\n", who, err.msg);
+			exit(1);
+		}
+		uint64_t t0 = cpu_ns();
+		if (strata_harness_replay(h, &err)) {
+			fprintf(stderr, "%s: %s\n", who, err.msg);
+			exit(1);
+		}
+		double ns = (double)(cpu_ns() - t0) / (double)t->n_accesses;
+		*k = *strata_harness_counters(h);
+		strata_harness_close(h);
+		if (ns < best)
+			best = ns;
+	}
+	return best;
+}
+
+/* The engine benchmarks' router: top_k distinct experts per (token, layer),
+ * uniform, or skewed towards low ids (skew != 0); a fixed LCG, so every run
+ * routes the same. */
+static uint64_t bench_rng = 99;
+static inline uint32_t rnd(uint32_t n)
+{
+	bench_rng = bench_rng * 6364136223846793005ull + 1442695040888963407ull;
+	return (uint32_t)((bench_rng >> 33) % n);
+}
+
+static inline void route(const struct strata_model_spec *s, int skew, uint32_t *ex)
+{
+	for (uint32_t j = 0; j < s->top_k; j++) {
+		int dup;
+		do {
+			uint32_t e = rnd(s->n_experts);
+			if (skew)
+				e = (uint32_t)((uint64_t)e * e / s->n_experts * rnd(s->n_experts) / s->n_experts);
+			ex[j] = e;
+			dup = 0;
+			for (uint32_t k = 0; k < j; k++)
+				dup |= ex[k] == e;
+		} while (dup);
+	}
+}
+
+#endif
