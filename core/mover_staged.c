@@ -138,6 +138,14 @@ static int pump(struct strata_mover *m)
 		struct bounce *b = &p->b[i];
 		if (b->busy)
 			continue;
+		/* A parent whose chunk failed stops issuing: chunk_finished marks all
+		 * of it issued while it may still head the queue.  Drop it here, or a
+		 * zero-length chunk would finish it a second time (pushing it twice on
+		 * the done queue, which then loops). */
+		while (p->pending.head && p->pending.head->priv[0] == p->pending.head->bytes)
+			strata_moveq_pop(&p->pending);
+		if (!p->pending.head)
+			break;
 		struct strata_move *par = p->pending.head;
 		uint64_t left = par->bytes - par->priv[0];
 		b->busy = 1;
