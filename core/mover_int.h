@@ -54,4 +54,34 @@ static inline void strata_move_finish(struct strata_move *mv, int res, uint64_t 
 	mv->done_ns = now;
 }
 
+/* The virtual mover's state (mover_virtual.c).  A heap slot carries its keys:
+ * a sift compares within the array instead of loading two fields of each move
+ * it meets. */
+struct vslot {
+	uint64_t done_ns, seq;
+	struct strata_move *mv;
+};
+
+struct virt_priv {
+	struct strata_moveq queued;
+	struct vslot *heap; /* in flight, min-heap on (done_ns, submit order) */
+	uint32_t n, cap;
+};
+
+/* For the engine's virtual mode, which calls submit and reap(0) far more
+ * often than they have work: whether a virtual mover has moves queued (submit
+ * would schedule them), and whether one in flight is due at the clock (a
+ * non-blocking reap would hand it back).  When both are false, submit and a
+ * reap with min 0 do nothing, so a caller may skip them. */
+static inline bool strata_virt_queued(const struct strata_mover *m)
+{
+	return ((const struct virt_priv *)m->priv)->queued.head != NULL;
+}
+
+static inline bool strata_virt_due(const struct strata_mover *m)
+{
+	const struct virt_priv *p = m->priv;
+	return p->n && (double)p->heap[0].done_ns <= *m->cfg.clock_ns;
+}
+
 #endif

@@ -16,19 +16,6 @@
 
 #include "mover_int.h"
 
-/* A heap slot carries its keys: a sift compares within the array instead of
- * loading two fields of each move it meets. */
-struct vslot {
-	uint64_t done_ns, seq;
-	struct strata_move *mv;
-};
-
-struct virt_priv {
-	struct strata_moveq queued;
-	struct vslot *heap; /* in flight, min-heap on (done_ns, submit order) */
-	uint32_t n, cap;
-};
-
 static int virt_init(struct strata_mover *m, struct strata_error *err)
 {
 	if (!m->cfg.clock_ns || !m->cfg.links[0] || !m->cfg.links[0]->queue_depth ||
