@@ -196,6 +196,10 @@ static int job_queue(struct job *j)
 {
 	struct strata_error err;
 	j->queued = 1;
+	if (j->e->virt) {
+		strata_virt_queue(j->m, &j->mv);
+		return STRATA_OK;
+	}
 	if (strata_mover_queue(j->m, &j->mv, &err)) {
 		j->done = 1;
 		io_fail(j->e, &err);
@@ -219,8 +223,12 @@ static void job_wait(struct strata_engine *e, struct job *j)
 				job_queue(j);
 			continue;
 		}
-		if (submit_mover(e, j->m, &err) == 0 && strata_mover_reap(j->m, 1, &err) < 0)
+		if (e->virt) {
+			if (submit_mover(e, j->m, &err) == 0)
+				strata_virt_reap(j->m, 1);
+		} else if (strata_mover_submit(j->m, &err) == 0 && strata_mover_reap(j->m, 1, &err) < 0) {
 			io_fail(e, &err);
+		}
 		if (!j->done && !j->m->outstanding) {
 			/* cannot happen; never spin */
 			STRATA_ERR(&err, STRATA_EIO, "engine: a move was lost by mover %s", j->m->ops->name);
@@ -712,7 +720,11 @@ static void poll_movers(struct strata_engine *e)
 		struct strata_error err;
 		if (!ms[i]->outstanding || (e->virt && !strata_virt_queued(ms[i]) && !strata_virt_due(ms[i])))
 			continue; /* nothing to submit or reap */
-		if (submit_mover(e, ms[i], &err) || strata_mover_reap(ms[i], 0, &err) < 0)
+		if (submit_mover(e, ms[i], &err))
+			io_fail(e, &err);
+		else if (e->virt)
+			strata_virt_reap(ms[i], 0);
+		else if (strata_mover_reap(ms[i], 0, &err) < 0)
 			io_fail(e, &err);
 	}
 }

@@ -73,15 +73,38 @@ struct virt_priv {
  * would schedule them), and whether one in flight is due at the clock (a
  * non-blocking reap would hand it back).  When both are false, submit and a
  * reap with min 0 do nothing, so a caller may skip them. */
+/* uint64_t -> double through int64_t: one instruction (the unsigned
+ * conversion is several), the same value for anything below 2^63 (virtual
+ * times in ns, byte counts). */
+static inline double strata_u2d(uint64_t x)
+{
+	return (double)(int64_t)x;
+}
+
 static inline bool strata_virt_queued(const struct strata_mover *m)
 {
 	return ((const struct virt_priv *)m->priv)->queued.head != NULL;
 }
 
+/* strata_mover_queue() for a virtual mover, inlined: the same fields set, the
+ * same queue, the same count (a virtual mover never answers -EBUSY). */
+static inline void strata_virt_queue(struct strata_mover *m, struct strata_move *mv)
+{
+	mv->status = STRATA_MOVE_QUEUED;
+	mv->reaped = false;
+	mv->res = 0;
+	mv->done_bytes = 0;
+	strata_moveq_push(&((struct virt_priv *)m->priv)->queued, mv);
+	m->outstanding++;
+}
+
+/* strata_mover_reap(m, min) for a virtual mover (mover_virtual.c). */
+int strata_virt_reap(struct strata_mover *m, uint32_t min);
+
 static inline bool strata_virt_due(const struct strata_mover *m)
 {
 	const struct virt_priv *p = m->priv;
-	return p->n && (double)p->heap[0].done_ns <= *m->cfg.clock_ns;
+	return p->n && strata_u2d(p->heap[0].done_ns) <= *m->cfg.clock_ns;
 }
 
 #endif
