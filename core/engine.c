@@ -23,6 +23,7 @@
 #include "strata/engine.h"
 #include "strata/gpu.h"
 #include "strata/mover.h"
+#include "mover_int.h"
 #include "strata/tier.h"
 #include "strata/util.h"
 
@@ -156,6 +157,15 @@ static void io_fail(struct strata_engine *e, const struct strata_error *err)
 	}
 }
 
+/* Submit m's queued moves.  In virtual mode, skip the call when the mover has
+ * none queued: its submit would do nothing (see strata_virt_queued). */
+static int submit_mover(struct strata_engine *e, struct strata_mover *m, struct strata_error *err)
+{
+	if (e->virt && !strata_virt_queued(m))
+		return STRATA_OK;
+	return strata_mover_submit(m, err);
+}
+
 static int job_queue(struct job *j);
 
 static void job_done(struct strata_move *mv)
@@ -186,6 +196,10 @@ static int job_queue(struct job *j)
 {
 	struct strata_error err;
 	j->queued = 1;
+	if (j->e->virt) {
+		strata_virt_queue(j->m, &j->mv);
+		return STRATA_OK;
+	}
 	if (strata_mover_queue(j->m, &j->mv, &err)) {
 		j->done = 1;
 		io_fail(j->e, &err);
@@ -209,8 +223,12 @@ static void job_wait(struct strata_engine *e, struct job *j)
 				job_queue(j);
 			continue;
 		}
-		if (strata_mover_submit(j->m, &err) == 0 && strata_mover_reap(j->m, 1, &err) < 0)
+		if (e->virt) {
+			if (submit_mover(e, j->m, &err) == 0)
+				strata_virt_reap(j->m, 1);
+		} else if (strata_mover_submit(j->m, &err) == 0 && strata_mover_reap(j->m, 1, &err) < 0) {
 			io_fail(e, &err);
+		}
 		if (!j->done && !j->m->outstanding) {
 			/* cannot happen; never spin */
 			STRATA_ERR(&err, STRATA_EIO, "engine: a move was lost by mover %s", j->m->ops->name);
@@ -700,7 +718,13 @@ static void poll_movers(struct strata_engine *e)
 	struct strata_mover *ms[3] = { e->nvme, e->staged, e->h2d };
 	for (int i = 0; i < 3; i++) {
 		struct strata_error err;
-		if (ms[i]->outstanding && (strata_mover_submit(ms[i], &err) || strata_mover_reap(ms[i], 0, &err) < 0))
+		if (!ms[i]->outstanding || (e->virt && !strata_virt_queued(ms[i]) && !strata_virt_due(ms[i])))
+			continue; /* nothing to submit or reap */
+		if (submit_mover(e, ms[i], &err))
+			io_fail(e, &err);
+		else if (e->virt)
+			strata_virt_reap(ms[i], 0);
+		else if (strata_mover_reap(ms[i], 0, &err) < 0)
 			io_fail(e, &err);
 	}
 }
@@ -788,7 +812,7 @@ int strata_engine_begin_step(struct strata_engine *e, uint64_t token, uint32_t l
 	if (!rc) {
 		struct strata_mover *ms[3] = { e->nvme, e->staged, e->h2d };
 		for (int i = 0; i < 3 && !rc; i++)
-			if (strata_mover_submit(ms[i], err))
+			if (submit_mover(e, ms[i], err))
 				rc = STRATA_EIO;
 	}
 	if (!rc)
@@ -941,7 +965,7 @@ int strata_engine_acquire(struct strata_engine *e, uint32_t layer, const uint32_
 	/* submit everything, then wait for this layer's experts */
 	struct strata_mover *ms[3] = { e->nvme, e->staged, e->h2d };
 	for (int i = 0; i < 3; i++)
-		if (strata_mover_submit(ms[i], err))
+		if (submit_mover(e, ms[i], err))
 			return STRATA_EIO;
 	uint64_t w0 = e->virt ? 0 : strata_now_ns(); /* the wait is virtual time in a sim */
 	double c0 = clock_now(e);

@@ -54,4 +54,57 @@ static inline void strata_move_finish(struct strata_move *mv, int res, uint64_t 
 	mv->done_ns = now;
 }
 
+/* The virtual mover's state (mover_virtual.c).  A heap slot carries its keys:
+ * a sift compares within the array instead of loading two fields of each move
+ * it meets. */
+struct vslot {
+	uint64_t done_ns, seq;
+	struct strata_move *mv;
+};
+
+struct virt_priv {
+	struct strata_moveq queued;
+	struct vslot *heap; /* in flight, min-heap on (done_ns, submit order) */
+	uint32_t n, cap;
+};
+
+/* For the engine's virtual mode, which calls submit and reap(0) far more
+ * often than they have work: whether a virtual mover has moves queued (submit
+ * would schedule them), and whether one in flight is due at the clock (a
+ * non-blocking reap would hand it back).  When both are false, submit and a
+ * reap with min 0 do nothing, so a caller may skip them. */
+/* uint64_t -> double through int64_t: one instruction (the unsigned
+ * conversion is several), the same value for anything below 2^63 (virtual
+ * times in ns, byte counts). */
+static inline double strata_u2d(uint64_t x)
+{
+	return (double)(int64_t)x;
+}
+
+static inline bool strata_virt_queued(const struct strata_mover *m)
+{
+	return ((const struct virt_priv *)m->priv)->queued.head != NULL;
+}
+
+/* strata_mover_queue() for a virtual mover, inlined: the same fields set, the
+ * same queue, the same count (a virtual mover never answers -EBUSY). */
+static inline void strata_virt_queue(struct strata_mover *m, struct strata_move *mv)
+{
+	mv->status = STRATA_MOVE_QUEUED;
+	mv->reaped = false;
+	mv->res = 0;
+	mv->done_bytes = 0;
+	strata_moveq_push(&((struct virt_priv *)m->priv)->queued, mv);
+	m->outstanding++;
+}
+
+/* strata_mover_reap(m, min) for a virtual mover (mover_virtual.c). */
+int strata_virt_reap(struct strata_mover *m, uint32_t min);
+
+static inline bool strata_virt_due(const struct strata_mover *m)
+{
+	const struct virt_priv *p = m->priv;
+	return p->n && strata_u2d(p->heap[0].done_ns) <= *m->cfg.clock_ns;
+}
+
 #endif
