@@ -13,7 +13,7 @@ for t in "$bdir"/tests/test_*; do
 	[ -x "$t" ] || continue
 	name=$(basename "$t")
 	start=$(date +%s.%N)
-	timeout 1200 "$t" >"$log" 2>&1
+	timeout 600 "$t" >"$log" 2>&1
 	rc=$?
 	secs=$(echo "$(date +%s.%N) - $start" | bc 2>/dev/null || echo "?")
 	p=$(grep -Eo '^\[  PASSED  \] [0-9]+' "$log" | awk '{s+=$NF} END {print s+0}')
