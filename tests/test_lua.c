@@ -17,19 +17,15 @@
 
 /* ---- helpers ---- */
 
-static char *tmpdir;
-
 static int setup(void **state)
 {
-	tmpdir = test_mkdtemp();
 	setenv("STRATA_LUA_INSTRUCTIONS", "2000000", 1);
-	return tmpdir ? 0 : -1;
+	return test_tmpdir_setup(state);
 }
 
 static int teardown(void **state)
 {
-	test_rmdir(tmpdir);
-	free(tmpdir);
+	test_tmpdir_teardown(state);
 	unsetenv("STRATA_LUA_INSTRUCTIONS");
 	unsetenv("STRATA_LUA_MEMORY");
 	return 0;
@@ -38,7 +34,7 @@ static int teardown(void **state)
 static const char *write_script(const char *name, const char *src)
 {
 	static char path[PATH_MAX];
-	snprintf(path, sizeof(path), "%s/%s", tmpdir, name);
+	snprintf(path, sizeof(path), "%s/%s", test_tmpdir, name);
 	FILE *f = fopen(path, "w");
 	assert_non_null(f);
 	fputs(src, f);

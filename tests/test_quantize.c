@@ -19,30 +19,6 @@
 #include "strata/util.h"
 #include "testutil.h"
 
-static char *tmpdir;
-
-static int setup(void **state)
-{
-	tmpdir = test_mkdtemp();
-	return tmpdir ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-	test_rmdir(tmpdir);
-	free(tmpdir);
-	return 0;
-}
-
-static const char *tpath(const char *name)
-{
-	static char p[8][512];
-	static int k;
-	k = (k + 1) % 8;
-	snprintf(p[k], sizeof(p[k]), "%s/%s", tmpdir, name);
-	return p[k];
-}
-
 /* files in dir (0 if it does not exist) */
 static int count_files(const char *dir)
 {
@@ -122,7 +98,7 @@ static void test_spec_inference(void **state)
 		s.n_layers = s.first_moe_layer + s.n_moe_layers;
 		char dir[64];
 		snprintf(dir, sizeof(dir), "spec%zu", i);
-		const char *d = tpath(dir);
+		const char *d = test_path(dir);
 		struct strata_error err = { 0 };
 		if (strata_qz_make_test_model(d, cases[i].naming, &s, cases[i].dtype, cases[i].files, 7, &err))
 			fail_msg("%s", err.msg);
@@ -163,18 +139,18 @@ static void test_spec_inference(void **state)
 	/* DeepSeek-V3 ships its multi-token-prediction module as one extra layer
 	 * past num_hidden_layers: skipped and counted */
 	char cfg[600];
-	snprintf(cfg, sizeof(cfg), "%s/config.json", tpath("spec1"));
+	snprintf(cfg, sizeof(cfg), "%s/config.json", test_path("spec1"));
 	FILE *f = fopen(cfg, "w");
 	fputs("{\"num_hidden_layers\": 2, \"num_experts_per_tok\": 3, \"n_shared_experts\": 1}", f);
 	fclose(f);
-	assert_int_equal(strata_qz_model_open(tpath("spec1"), NULL, &m, &err), 0);
+	assert_int_equal(strata_qz_model_open(test_path("spec1"), NULL, &m, &err), 0);
 	assert_int_equal(m->spec.n_layers, 2);
 	assert_int_equal(m->spec.first_moe_layer, 1);
 	assert_int_equal(m->spec.n_moe_layers, 1);
 	assert_true(m->n_skipped > 6 * 3);
 	strata_qz_model_close(m);
 	struct strata_qz_open_options oo = { .naming = "nope" };
-	assert_int_equal(strata_qz_model_open(tpath("spec0"), &oo, &m, &err), STRATA_EINVAL);
+	assert_int_equal(strata_qz_model_open(test_path("spec0"), &oo, &m, &err), STRATA_EINVAL);
 	assert_non_null(strstr(err.msg, "unknown naming 'nope'"));
 }
 
@@ -290,15 +266,15 @@ static double cosine(const float *a, const float *b, size_t n)
 
 static void test_quantize_end_to_end(void **state)
 {
-	const char *in = tpath("e2e-in"), *out = tpath("e2e-out");
+	const char *in = test_path("e2e-in"), *out = test_path("e2e-out");
 	write_model(in, D_NONE);
 	/* counts: expert 2 hottest, then 0, then 3, 1 -> hot 2, warm 0, cold 3 and 1 */
-	const char *counts = tpath("e2e-counts.csv");
+	const char *counts = test_path("e2e-counts.csv");
 	FILE *f = fopen(counts, "w");
 	fputs("layer,expert,count\n0,0,50\n0,1,5\n0,2,90\n0,3,20\n", f);
 	fclose(f);
 	/* an importance matrix for layer 0's gate and down */
-	const char *imx = tpath("e2e-imatrix.json");
+	const char *imx = test_path("e2e-imatrix.json");
 	f = fopen(imx, "w");
 	fputs("{\"layers\": {\"0\": {\"gate\": [", f);
 	for (int c = 0; c < H; c++)
@@ -421,7 +397,7 @@ static void test_quantize_end_to_end(void **state)
 
 	/* the text card and --help */
 	rc = test_run(outbuf, sizeof(outbuf), "%s quantize --in %s --out %s --split 0,50,50 --threads 2 --no-progress",
-		      test_bin("strata"), in, tpath("e2e-out2"));
+		      test_bin("strata"), in, test_path("e2e-out2"));
 	if (rc || !strstr(outbuf, "cos mean") || !strstr(outbuf, "smaller"))
 		fail_msg("exit %d: %s", rc, outbuf);
 	assert_int_equal(test_run(outbuf, sizeof(outbuf), "%s quantize --help", test_bin("strata")), 0);
@@ -433,7 +409,7 @@ static void expect_open_fails(enum defect d, int code, const char *needle)
 {
 	char name[32];
 	snprintf(name, sizeof(name), "bad%d", (int)d);
-	const char *in = tpath(name);
+	const char *in = test_path(name);
 	write_model(in, d);
 	struct strata_qz_model *m = NULL;
 	struct strata_error err = { 0 };
@@ -472,7 +448,7 @@ static void test_quantize_bad_weights(void **state)
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		char name[32];
 		snprintf(name, sizeof(name), "w%zu", i);
-		const char *in = tpath(name);
+		const char *in = test_path(name);
 		write_model(in, cases[i].d);
 		struct strata_qz_model *m;
 		struct strata_error err = { 0 };
@@ -493,7 +469,7 @@ static void test_quantize_bad_weights(void **state)
 
 static void test_disk_full(void **state)
 {
-	const char *in = tpath("full-in"), *out = tpath("full-out");
+	const char *in = test_path("full-in"), *out = test_path("full-out");
 	write_model(in, D_NONE);
 	struct strata_qz_model *m;
 	struct strata_error err = { 0 };
@@ -590,7 +566,7 @@ static void write_fp8_model(const char *dir, enum fp8_defect d)
 
 static void test_fp8_checkpoint(void **state)
 {
-	const char *in = tpath("fp8-in"), *out = tpath("fp8-out");
+	const char *in = test_path("fp8-in"), *out = test_path("fp8-out");
 	write_fp8_model(in, F8_OK);
 	struct strata_qz_model *m;
 	struct strata_error err = { 0 };
@@ -642,17 +618,17 @@ static void test_fp8_checkpoint(void **state)
 	strata_store_close(st);
 	strata_qz_model_close(m);
 
-	write_fp8_model(tpath("fp8-noscale"), F8_NO_SCALE);
-	assert_int_equal(strata_qz_model_open(tpath("fp8-noscale"), &oo, &m, &err), STRATA_ENOTFOUND);
+	write_fp8_model(test_path("fp8-noscale"), F8_NO_SCALE);
+	assert_int_equal(strata_qz_model_open(test_path("fp8-noscale"), &oo, &m, &err), STRATA_ENOTFOUND);
 	assert_non_null(strstr(err.msg, "FP8 tensor 'model.layers.0.mlp.experts.1.up_proj.weight' has no"));
-	write_fp8_model(tpath("fp8-badscale"), F8_BAD_SCALE);
-	assert_int_equal(strata_qz_model_open(tpath("fp8-badscale"), &oo, &m, &err), STRATA_ESHAPE);
+	write_fp8_model(test_path("fp8-badscale"), F8_BAD_SCALE);
+	assert_int_equal(strata_qz_model_open(test_path("fp8-badscale"), &oo, &m, &err), STRATA_ESHAPE);
 	assert_non_null(strstr(err.msg, "experts.0.down_proj.weight_scale_inv' must be a float [2, 1]"));
 }
 
 static void test_counts_other_shape(void **state)
 {
-	const char *in = tpath("cs-in"), *out = tpath("cs-out");
+	const char *in = test_path("cs-in"), *out = test_path("cs-out");
 	write_model(in, D_NONE);
 	char buf[4096];
 	/* 4 layers x 8 experts against a 1 x 4 model */
@@ -673,7 +649,7 @@ static void test_counts_other_shape(void **state)
 	s = m->spec;
 	strata_qz_model_close(m);
 	assert_int_equal(strata_tier_expert_bytes(&s, b, &err), 0);
-	const char *cf = tpath("cs-counts.csv");
+	const char *cf = test_path("cs-counts.csv");
 	FILE *f = fopen(cf, "w");
 	fputs("0,0,1\n0,1,9\n0,2,3\n0,3,2\n", f);
 	fclose(f);
@@ -702,7 +678,7 @@ static void test_imatrix_files(void **state)
 	s.n_layers = 3;
 	struct strata_error err = { 0 };
 	/* safetensors: layer-level entries for MoE layer 1 (model layer 2) plus a per-expert override */
-	const char *p = tpath("imx.safetensors");
+	const char *p = test_path("imx.safetensors");
 	struct strata_st_writer *w;
 	assert_int_equal(strata_st_writer_open(p, &w, &err), 0);
 	uint64_t hs[1] = { H }, is[1] = { I };
@@ -747,7 +723,7 @@ static void test_imatrix_files(void **state)
 		{ "{\"imatrix\": 1}", "no \"layers\" object", STRATA_ECORRUPT },
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-		const char *jp = tpath("imx.json");
+		const char *jp = test_path("imx.json");
 		FILE *f = fopen(jp, "w");
 		fputs(bad[i].json, f);
 		fclose(f);
@@ -756,7 +732,7 @@ static void test_imatrix_files(void **state)
 			fail_msg("case %zu: rc %d msg '%s'", i, rc, err.msg);
 	}
 	/* a negative value in a JSON array */
-	const char *jp = tpath("imx.json");
+	const char *jp = test_path("imx.json");
 	FILE *f = fopen(jp, "w");
 	fputs("{\"layers\": {\"1\": {\"down\": [1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,-1]}}}", f);
 	fclose(f);
@@ -777,5 +753,5 @@ int main(void)
 		cmocka_unit_test(test_fp8_checkpoint),
 		cmocka_unit_test(test_quantize_end_to_end),
 	};
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return cmocka_run_group_tests(tests, test_tmpdir_setup, test_tmpdir_teardown);
 }

@@ -12,28 +12,14 @@
 #include "strata/trace.h"
 #include "testutil.h"
 
-static char dir[PATH_MAX];
-
-static const char *tpath(const char *name)
-{
-	static char buf[16][PATH_MAX];
-	static int slot;
-	char *b = buf[slot++ & 15];
-	snprintf(b, PATH_MAX, "%s/%s", dir, name);
-	return b;
-}
-
 static int setup(void **state)
 {
-	char *d = test_mkdtemp();
-	if (!d)
+	if (test_tmpdir_setup(state))
 		return -1;
-	snprintf(dir, sizeof(dir), "%s", d);
-	free(d);
 	char out[4096];
 	/* a tiny tiered model and a trace of its shape */
 	if (test_run(out, sizeof(out), "%s synth --preset tiny --out %s/model --format tiered --codes random --seed 3", test_bin("strata"),
-		     dir)) {
+		     test_tmpdir)) {
 		fprintf(stderr, "synth failed: %s\n", out);
 		return -1;
 	}
@@ -49,17 +35,11 @@ static int setup(void **state)
 	g.pred_topn = 2;
 	g.interleave = true;
 	struct strata_error err = { 0 };
-	if (strata_trace_gen(&g, tpath("tiny.strace"), STRATA_TRACE_FMT_AUTO, &err))
+	if (strata_trace_gen(&g, test_path("tiny.strace"), STRATA_TRACE_FMT_AUTO, &err))
 		return -1;
 	g.n_moe_layers = 3;
-	if (strata_trace_gen(&g, tpath("wrong.strace"), STRATA_TRACE_FMT_AUTO, &err))
+	if (strata_trace_gen(&g, test_path("wrong.strace"), STRATA_TRACE_FMT_AUTO, &err))
 		return -1;
-	return 0;
-}
-
-static int teardown(void **state)
-{
-	test_rmdir(dir);
 	return 0;
 }
 
@@ -72,27 +52,27 @@ static void test_cost_file(void **state)
 	a.cost.nvme_queue_depth = 64;
 	a.kernel_us_per_mb_token = 0.125;
 	snprintf(a.machine, sizeof(a.machine), "box \"7\"");
-	assert_int_equal(strata_cost_file_save(tpath("c.json"), &a, &err), STRATA_OK);
-	assert_int_equal(strata_cost_file_load(tpath("c.json"), &b, &err), STRATA_OK);
+	assert_int_equal(strata_cost_file_save(test_path("c.json"), &a, &err), STRATA_OK);
+	assert_int_equal(strata_cost_file_load(test_path("c.json"), &b, &err), STRATA_OK);
 	assert_true(b.cost.nvme_gbps == 3.25);
 	assert_int_equal(b.cost.nvme_queue_depth, 64);
 	assert_true(b.kernel_us_per_mb_token == 0.125);
 	assert_string_equal(b.machine, "box \"7\"");
-	FILE *f = fopen(tpath("bad.json"), "w");
+	FILE *f = fopen(test_path("bad.json"), "w");
 	fputs("{\"nvme_gbps\": 2, \"pcie_gbs\": 3}", f);
 	fclose(f);
-	assert_int_equal(strata_cost_file_load(tpath("bad.json"), &b, &err), STRATA_EINVAL);
+	assert_int_equal(strata_cost_file_load(test_path("bad.json"), &b, &err), STRATA_EINVAL);
 	assert_non_null(strstr(err.msg, "pcie_gbs"));
-	f = fopen(tpath("bad.json"), "w");
+	f = fopen(test_path("bad.json"), "w");
 	fputs("{\"nvme_gbps\": -2}", f);
 	fclose(f);
-	assert_int_equal(strata_cost_file_load(tpath("bad.json"), &b, &err), STRATA_EINVAL);
-	f = fopen(tpath("bad.json"), "w");
+	assert_int_equal(strata_cost_file_load(test_path("bad.json"), &b, &err), STRATA_EINVAL);
+	f = fopen(test_path("bad.json"), "w");
 	fputs("{\"nvme_gbps\": 2", f);
 	fclose(f);
-	assert_int_not_equal(strata_cost_file_load(tpath("bad.json"), &b, &err), STRATA_OK);
+	assert_int_not_equal(strata_cost_file_load(test_path("bad.json"), &b, &err), STRATA_OK);
 	assert_non_null(strstr(err.msg, "bad.json"));
-	assert_int_not_equal(strata_cost_file_load(tpath("none.json"), &b, &err), STRATA_OK);
+	assert_int_not_equal(strata_cost_file_load(test_path("none.json"), &b, &err), STRATA_OK);
 }
 
 static void test_calibrate(void **state)
@@ -100,7 +80,7 @@ static void test_calibrate(void **state)
 	struct strata_error err = { 0 };
 	struct strata_calibrate_config c;
 	strata_calibrate_config_defaults(&c);
-	c.model_dir = tpath("model");
+	c.model_dir = test_path("model");
 	c.read_bytes = 8u << 20;
 	c.queue_depth = 8;
 	c.compute = STRATA_COMPUTE_REF;
@@ -115,9 +95,9 @@ static void test_calibrate(void **state)
 	/* CLI round trip */
 	char out[4096];
 	assert_int_equal(test_run(out, sizeof(out), "%s calibrate --model %s --bytes 4M --compute none --gpu 0 -o %s",
-				  test_bin("strata"), tpath("model"), tpath("cost.json")), 0);
-	assert_int_equal(strata_cost_file_load(tpath("cost.json"), &cf, &err), STRATA_OK);
-	assert_int_equal(test_run(out, sizeof(out), "%s calibrate --model %s/nothing", test_bin("strata"), dir), 1);
+				  test_bin("strata"), test_path("model"), test_path("cost.json")), 0);
+	assert_int_equal(strata_cost_file_load(test_path("cost.json"), &cf, &err), STRATA_OK);
+	assert_int_equal(test_run(out, sizeof(out), "%s calibrate --model %s/nothing", test_bin("strata"), test_tmpdir), 1);
 	assert_non_null(strstr(out, "nothing"));
 	assert_int_equal(test_run(out, sizeof(out), "%s calibrate --help", test_bin("strata")), 0);
 }
@@ -126,8 +106,8 @@ static void test_calibrate(void **state)
 static void replay_cfg(struct strata_replay_config *c, int virt)
 {
 	strata_replay_config_defaults(c);
-	c->model_dir = tpath("model");
-	c->trace_path = tpath("tiny.strace");
+	c->model_dir = test_path("model");
+	c->trace_path = test_path("tiny.strace");
 	c->engine.mode = virt ? STRATA_ENGINE_VIRTUAL : STRATA_ENGINE_REAL;
 	c->engine.use_gpu = 0;
 	c->engine.budget[0] = 600 << 10;
@@ -220,12 +200,12 @@ static void test_replay_errors(void **state)
 	struct strata_replay_config c;
 	struct strata_replay_result r;
 	replay_cfg(&c, 0);
-	c.trace_path = tpath("wrong.strace");
+	c.trace_path = test_path("wrong.strace");
 	assert_int_equal(strata_replay_run(&c, &r, &err), STRATA_ESHAPE);
 	assert_non_null(strstr(err.msg, "wrong.strace"));
 	assert_non_null(strstr(err.msg, "does not match"));
 	replay_cfg(&c, 0);
-	c.trace_path = tpath("missing.strace");
+	c.trace_path = test_path("missing.strace");
 	assert_int_equal(strata_replay_run(&c, &r, &err), STRATA_ENOTFOUND);
 	replay_cfg(&c, 0);
 	c.engine.evict = "nosuchpolicy";
@@ -250,16 +230,16 @@ static void test_replay_cli(void **state)
 	const char *s = test_bin("strata");
 	assert_int_equal(test_run(out, sizeof(out), "%s replay --help", s), 0);
 	assert_int_equal(test_run(out, sizeof(out), "%s sim --help", s), 0);
-	assert_int_equal(test_run(out, sizeof(out), "%s replay --model %s", s, tpath("model")), 2);
-	assert_int_equal(test_run(out, sizeof(out), "%s replay --model %s --trace %s --vram 12Q", s, tpath("model"),
-				  tpath("tiny.strace")), 2);
+	assert_int_equal(test_run(out, sizeof(out), "%s replay --model %s", s, test_path("model")), 2);
+	assert_int_equal(test_run(out, sizeof(out), "%s replay --model %s --trace %s --vram 12Q", s, test_path("model"),
+				  test_path("tiny.strace")), 2);
 	assert_int_equal(test_run(out, sizeof(out), "%s replay --model %s --trace %s --compute fast", s,
-				  tpath("model"), tpath("tiny.strace")), 2);
+				  test_path("model"), test_path("tiny.strace")), 2);
 	assert_int_equal(test_run(out, sizeof(out),
 				  "%s replay -q --gpu 0 --model %s --trace %s --vram 600K --ram 1M --max-tokens 30 "
-				  "--prefill-chunk 4 --json %s --csv %s", s, tpath("model"), tpath("tiny.strace"),
-				  tpath("r.json"), tpath("r.csv")), 0);
-	FILE *f = fopen(tpath("r.csv"), "r");
+				  "--prefill-chunk 4 --json %s --csv %s", s, test_path("model"), test_path("tiny.strace"),
+				  test_path("r.json"), test_path("r.csv")), 0);
+	FILE *f = fopen(test_path("r.csv"), "r");
 	assert_non_null(f);
 	char hdr[4096], row[4096];
 	assert_non_null(fgets(hdr, sizeof(hdr), f));
@@ -268,17 +248,17 @@ static void test_replay_cli(void **state)
 	assert_non_null(strstr(hdr, "config,mode,compute,trace,model,seed"));
 	assert_non_null(strstr(hdr, "prefetch_coverage"));
 	assert_non_null(strstr(row, "\"place=static,evict=lru,prefetch=none\",real,ref,"));
-	assert_int_equal(test_run(out, sizeof(out), "cat %s", tpath("r.json")), 0);
+	assert_int_equal(test_run(out, sizeof(out), "cat %s", test_path("r.json")), 0);
 	assert_non_null(strstr(out, "\"tokens\": 30"));
 	assert_non_null(strstr(out, "\"decode_tok_s\""));
 	/* sim with a cost file, appending a row */
 	assert_int_equal(test_run(out, sizeof(out), "%s sim -q --model %s --trace %s --vram 600K --ram 1M "
-				  "--evict belady --cost %s --csv %s --append", s, tpath("model"), tpath("tiny.strace"),
-				  tpath("c.json"), tpath("r.csv")), 0);
-	assert_int_equal(test_run(out, sizeof(out), "wc -l < %s", tpath("r.csv")), 0);
+				  "--evict belady --cost %s --csv %s --append", s, test_path("model"), test_path("tiny.strace"),
+				  test_path("c.json"), test_path("r.csv")), 0);
+	assert_int_equal(test_run(out, sizeof(out), "wc -l < %s", test_path("r.csv")), 0);
 	assert_int_equal(atoi(out), 3);
-	assert_int_equal(test_run(out, sizeof(out), "%s sim --model %s --trace %s --cost %s", s, tpath("model"),
-				  tpath("tiny.strace"), tpath("bad.json")), 1);
+	assert_int_equal(test_run(out, sizeof(out), "%s sim --model %s --trace %s --cost %s", s, test_path("model"),
+				  test_path("tiny.strace"), test_path("bad.json")), 1);
 	assert_non_null(strstr(out, "bad.json"));
 }
 
@@ -291,5 +271,5 @@ int main(void)
 		cmocka_unit_test(test_replay_errors),
 		cmocka_unit_test(test_replay_cli),
 	};
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return cmocka_run_group_tests(tests, setup, test_tmpdir_teardown);
 }

@@ -92,30 +92,6 @@ static void test_json_errors(void **state)
 
 /* ---- safetensors -------------------------------------------------------- */
 
-static char *tmpdir;
-
-static int setup(void **state)
-{
-	tmpdir = test_mkdtemp();
-	return tmpdir ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-	test_rmdir(tmpdir);
-	free(tmpdir);
-	return 0;
-}
-
-static const char *path_in(const char *name)
-{
-	static char p[4][512];
-	static int k;
-	k = (k + 1) % 4;
-	snprintf(p[k], sizeof(p[k]), "%s/%s", tmpdir, name);
-	return p[k];
-}
-
 /* A file with an 8-byte length, header text, then data_bytes of zeros. */
 static void write_raw(const char *path, const char *header, uint64_t claimed_len, size_t data_bytes)
 {
@@ -169,7 +145,7 @@ static void test_st_roundtrip(void **state)
 {
 	static const int dts[] = { STRATA_ST_BF16, STRATA_ST_F16, STRATA_ST_F32 };
 	for (size_t k = 0; k < 3; k++) {
-		const char *p = path_in("rt.safetensors");
+		const char *p = test_path("rt.safetensors");
 		struct strata_error err = { 0 };
 		struct strata_st_writer *w;
 		assert_int_equal(strata_st_writer_open(p, &w, &err), 0);
@@ -245,7 +221,7 @@ static void test_st_fp8(void **state)
 	assert_true(isinf(strata_f8e5m2_to_f32(0x7c)));
 	assert_true(strata_f8e5m2_to_f32(0xc0) == -2.0f);
 	/* through the reader: block and tail paths */
-	const char *p = path_in("f8.safetensors");
+	const char *p = test_path("f8.safetensors");
 	struct strata_error err = { 0 };
 	struct strata_st_writer *w;
 	assert_int_equal(strata_st_writer_open(p, &w, &err), 0);
@@ -272,7 +248,7 @@ static void test_st_fp8(void **state)
 
 static void test_st_writer_abort(void **state)
 {
-	const char *p = path_in("ab.safetensors");
+	const char *p = test_path("ab.safetensors");
 	struct strata_error err = { 0 };
 	struct strata_st_writer *w;
 	assert_int_equal(strata_st_writer_open(p, &w, &err), 0);
@@ -309,7 +285,7 @@ static void test_st_index(void **state)
 {
 	struct strata_error err = { 0 };
 	char dir[512];
-	snprintf(dir, sizeof(dir), "%s/idx", tmpdir);
+	snprintf(dir, sizeof(dir), "%s/idx", test_tmpdir);
 	mkdir(dir, 0755);
 	char p1[600], p2[600], ip[600];
 	snprintf(p1, sizeof(p1), "%s/model-00001-of-00002.safetensors", dir);
@@ -369,7 +345,7 @@ static void test_st_index(void **state)
 
 static void test_st_corrupt(void **state)
 {
-	const char *p = path_in("bad.safetensors");
+	const char *p = test_path("bad.safetensors");
 	const char *good = "{\"a\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,16]}}";
 
 	write_raw(p, good, 0, 16);
@@ -412,7 +388,7 @@ static void test_st_corrupt(void **state)
 	write_raw(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
 		     "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 0, 8);
 	expect_open_error(p, STRATA_ECORRUPT, "duplicate tensor 'a'");
-	expect_open_error(path_in("nope.safetensors"), STRATA_ENOTFOUND, "cannot open");
+	expect_open_error(test_path("nope.safetensors"), STRATA_ENOTFOUND, "cannot open");
 	/* reading a non-float dtype as float */
 	write_raw(p, "{\"a\":{\"dtype\":\"I32\",\"shape\":[4],\"data_offsets\":[0,16]}}", 0, 16);
 	assert_int_equal(strata_st_open(p, &st, &err), 0);
@@ -469,5 +445,5 @@ int main(void)
 		cmocka_unit_test(test_st_corrupt),
 		cmocka_unit_test(test_st_image),
 	};
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return cmocka_run_group_tests(tests, test_tmpdir_setup, test_tmpdir_teardown);
 }

@@ -8,42 +8,10 @@
 #include "strata/tiering.h"
 #include "testutil.h"
 
-static char *tmpdir;
-
-static int setup(void **state)
-{
-	tmpdir = test_mkdtemp();
-	return tmpdir ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-	test_rmdir(tmpdir);
-	free(tmpdir);
-	return 0;
-}
-
-/* tests/data/<name>, from the repository root or next to the built test. */
-static const char *data_path(const char *name)
-{
-	static char p[PATH_MAX];
-	snprintf(p, sizeof(p), "tests/data/%s", name);
-	if (!access(p, R_OK))
-		return p;
-	char self[PATH_MAX];
-	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	if (n > 0) {
-		self[n] = '\0';
-		*strrchr(self, '/') = '\0';
-		snprintf(p, sizeof(p), "%s/../../../tests/data/%s", self, name);
-	}
-	return p;
-}
-
 static const char *write_file(const char *name, const char *text)
 {
 	static char p[PATH_MAX];
-	snprintf(p, sizeof(p), "%s/%s", tmpdir, name);
+	snprintf(p, sizeof(p), "%s/%s", test_tmpdir, name);
 	FILE *f = fopen(p, "w");
 	assert_non_null(f);
 	fputs(text, f);
@@ -129,7 +97,7 @@ static void test_counts_json(void **state)
 {
 	struct strata_popularity p;
 	struct strata_error err = { 0 };
-	const char *path = data_path("mixtral-expert-counts-tiny.json");
+	const char *path = test_data_path("mixtral-expert-counts-tiny.json");
 	if (strata_popularity_load(path, &p, &err))
 		fail_msg("%s", err.msg);
 	assert_int_equal(p.n_layers, 4);
@@ -234,7 +202,7 @@ static void test_budget(void **state)
 	uint64_t up_w = b[1] - b[2], up_h = b[0] - b[1];
 	assert_true(up_h < up_w); /* else the cases below change */
 	struct strata_popularity p;
-	assert_int_equal(strata_popularity_load(data_path("mixtral-expert-counts-tiny.json"), &p, &err), 0);
+	assert_int_equal(strata_popularity_load(test_data_path("mixtral-expert-counts-tiny.json"), &p, &err), 0);
 	uint8_t tiers[32];
 
 	/* too small even all cold */
@@ -326,5 +294,5 @@ int main(void)
 		cmocka_unit_test(test_budget),
 		cmocka_unit_test(test_counts_trace),
 	};
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return cmocka_run_group_tests(tests, test_tmpdir_setup, test_tmpdir_teardown);
 }

@@ -13,54 +13,6 @@
 #include "strata/trace.h"
 #include "testutil.h"
 
-static char tmpdir_path[PATH_MAX];
-
-static const char *tpath(const char *name)
-{
-	static char buf[16][PATH_MAX];
-	static int slot;
-	char *b = buf[slot++ & 15];
-	snprintf(b, PATH_MAX, "%s/%s", tmpdir_path, name);
-	return b;
-}
-
-static const char *data_path(const char *name)
-{
-	static char path[PATH_MAX];
-	char self[PATH_MAX];
-	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	if (n > 0) {
-		self[n] = 0;
-		/* build/<mode>/tests/test_trace -> repo root */
-		for (int i = 0; i < 4; i++) {
-			char *s = strrchr(self, '/');
-			if (s)
-				*s = 0;
-		}
-		snprintf(path, sizeof(path), "%s/tests/data/%s", self, name);
-		if (access(path, R_OK) == 0)
-			return path;
-	}
-	snprintf(path, sizeof(path), "tests/data/%s", name);
-	return path;
-}
-
-static int setup(void **state)
-{
-	char *d = test_mkdtemp();
-	if (!d)
-		return -1;
-	snprintf(tmpdir_path, sizeof(tmpdir_path), "%s", d);
-	free(d);
-	return 0;
-}
-
-static int teardown(void **state)
-{
-	test_rmdir(tmpdir_path);
-	return 0;
-}
-
 static int file_exists(const char *p)
 {
 	struct stat st;
@@ -152,10 +104,10 @@ static void test_f16(void **state)
 static void test_roundtrip(void **state)
 {
 	struct strata_error err = { 0 };
-	write_small(tpath("a.strace"), STRATA_TRACE_FMT_AUTO, 20);
-	assert_false(file_exists(tpath("a.strace.tmp")));
+	write_small(test_path("a.strace"), STRATA_TRACE_FMT_AUTO, 20);
+	assert_false(file_exists(test_path("a.strace.tmp")));
 	struct strata_trace *a, *b, *c;
-	assert_int_equal(strata_trace_open(tpath("a.strace"), &a, &err), STRATA_OK);
+	assert_int_equal(strata_trace_open(test_path("a.strace"), &a, &err), STRATA_OK);
 	const struct strata_trace_info *in = strata_trace_info(a);
 	assert_int_equal(in->n_tokens, 20);
 	assert_int_equal(in->n_requests, 5);
@@ -179,19 +131,19 @@ static void test_roundtrip(void **state)
 	assert_int_equal(strata_trace_hints(a, 0, 2, h, 16), 0);
 	assert_int_equal(strata_trace_hints(a, 0, 1, h, 16), 2);
 	/* binary -> JSONL -> binary */
-	assert_int_equal(strata_trace_convert(a, tpath("a.jsonl"), STRATA_TRACE_FMT_AUTO, &err), STRATA_OK);
-	assert_int_equal(strata_trace_open(tpath("a.jsonl"), &b, &err), STRATA_OK);
+	assert_int_equal(strata_trace_convert(a, test_path("a.jsonl"), STRATA_TRACE_FMT_AUTO, &err), STRATA_OK);
+	assert_int_equal(strata_trace_open(test_path("a.jsonl"), &b, &err), STRATA_OK);
 	assert_same_trace(a, b);
-	assert_int_equal(strata_trace_convert(b, tpath("b.strace"), STRATA_TRACE_FMT_BINARY, &err), STRATA_OK);
-	assert_int_equal(strata_trace_open(tpath("b.strace"), &c, &err), STRATA_OK);
+	assert_int_equal(strata_trace_convert(b, test_path("b.strace"), STRATA_TRACE_FMT_BINARY, &err), STRATA_OK);
+	assert_int_equal(strata_trace_open(test_path("b.strace"), &c, &err), STRATA_OK);
 	assert_same_trace(a, c);
 	strata_trace_close(a);
 	strata_trace_close(b);
 	strata_trace_close(c);
 	/* JSONL written directly equals the converted one */
-	write_small(tpath("d.jsonl"), STRATA_TRACE_FMT_AUTO, 20);
-	assert_int_equal(strata_trace_open(tpath("d.jsonl"), &a, &err), STRATA_OK);
-	assert_int_equal(strata_trace_open(tpath("b.strace"), &b, &err), STRATA_OK);
+	write_small(test_path("d.jsonl"), STRATA_TRACE_FMT_AUTO, 20);
+	assert_int_equal(strata_trace_open(test_path("d.jsonl"), &a, &err), STRATA_OK);
+	assert_int_equal(strata_trace_open(test_path("b.strace"), &b, &err), STRATA_OK);
 	assert_same_trace(a, b);
 	strata_trace_close(a);
 	strata_trace_close(b);
@@ -200,14 +152,14 @@ static void test_roundtrip(void **state)
 static void test_jsonl_handwritten(void **state)
 {
 	/* no header: shape from the records */
-	FILE *f = fopen(tpath("h.jsonl"), "w");
+	FILE *f = fopen(test_path("h.jsonl"), "w");
 	fputs("{\"req\":0,\"phase\":\"prefill\",\"pos\":0,\"layers\":[[1,2],[3,0]]}\n"
 	      "\n"
 	      "{\"req\":0,\"phase\":\"decode\",\"pos\":1,\"layers\":[[5,2],[3,4]]}\n", f);
 	fclose(f);
 	struct strata_error err = { 0 };
 	struct strata_trace *t;
-	assert_int_equal(strata_trace_open(tpath("h.jsonl"), &t, &err), STRATA_OK);
+	assert_int_equal(strata_trace_open(test_path("h.jsonl"), &t, &err), STRATA_OK);
 	const struct strata_trace_info *in = strata_trace_info(t);
 	assert_int_equal(in->n_moe_layers, 2);
 	assert_int_equal(in->top_k, 2);
@@ -222,24 +174,24 @@ static void test_jsonl_handwritten(void **state)
 	strata_trace_close(t);
 
 	/* a bad line is reported with its number */
-	f = fopen(tpath("bad.jsonl"), "w");
+	f = fopen(test_path("bad.jsonl"), "w");
 	fputs("{\"strata_trace\":1,\"layers\":2,\"experts\":4,\"top_k\":2}\n"
 	      "{\"layers\":[[1,2],[3,0]]}\n"
 	      "{\"layers\":[[1,2],[3,9]]}\n", f);
 	fclose(f);
-	assert_int_equal(strata_trace_open(tpath("bad.jsonl"), &t, &err), STRATA_ECORRUPT);
+	assert_int_equal(strata_trace_open(test_path("bad.jsonl"), &t, &err), STRATA_ECORRUPT);
 	assert_non_null(strstr(err.msg, "bad.jsonl:3"));
 	assert_non_null(strstr(err.msg, "out of range"));
-	f = fopen(tpath("bad2.jsonl"), "w");
+	f = fopen(test_path("bad2.jsonl"), "w");
 	fputs("{\"layers\":[[1,2],[3,0]]}\n{\"layers\":[[1,2],[3,0]\n", f);
 	fclose(f);
-	assert_int_equal(strata_trace_open(tpath("bad2.jsonl"), &t, &err), STRATA_ECORRUPT);
+	assert_int_equal(strata_trace_open(test_path("bad2.jsonl"), &t, &err), STRATA_ECORRUPT);
 	assert_non_null(strstr(err.msg, "bad2.jsonl:2"));
 	/* duplicate expert within a layer */
-	f = fopen(tpath("dup.jsonl"), "w");
+	f = fopen(test_path("dup.jsonl"), "w");
 	fputs("{\"layers\":[[1,1],[3,0]]}\n", f);
 	fclose(f);
-	assert_int_equal(strata_trace_open(tpath("dup.jsonl"), &t, &err), STRATA_ECORRUPT);
+	assert_int_equal(strata_trace_open(test_path("dup.jsonl"), &t, &err), STRATA_ECORRUPT);
 	assert_non_null(strstr(err.msg, "twice"));
 }
 
@@ -262,67 +214,67 @@ static void test_corrupt(void **state)
 {
 	struct strata_error err = { 0 };
 	struct strata_trace *t = NULL;
-	write_small(tpath("c.strace"), STRATA_TRACE_FMT_BINARY, 8);
+	write_small(test_path("c.strace"), STRATA_TRACE_FMT_BINARY, 8);
 	struct stat st;
-	assert_int_equal(stat(tpath("c.strace"), &st), 0);
+	assert_int_equal(stat(test_path("c.strace"), &st), 0);
 	uint32_t rec = (uint32_t)((st.st_size - STRATA_TRACE_HEADER_BYTES) / 8);
 
 	/* missing file */
-	assert_int_equal(strata_trace_open(tpath("none.strace"), &t, &err), STRATA_ENOTFOUND);
+	assert_int_equal(strata_trace_open(test_path("none.strace"), &t, &err), STRATA_ENOTFOUND);
 	assert_non_null(strstr(err.msg, "none.strace"));
 
 	/* bad magic */
-	copy_file(tpath("c.strace"), tpath("m.strace"));
-	patch(tpath("m.strace"), 0, "STRATAXX", 8);
-	assert_int_equal(strata_trace_open(tpath("m.strace"), &t, &err), STRATA_ECORRUPT);
+	copy_file(test_path("c.strace"), test_path("m.strace"));
+	patch(test_path("m.strace"), 0, "STRATAXX", 8);
+	assert_int_equal(strata_trace_open(test_path("m.strace"), &t, &err), STRATA_ECORRUPT);
 	assert_non_null(strstr(err.msg, "magic"));
 
 	/* version */
-	copy_file(tpath("c.strace"), tpath("v.strace"));
+	copy_file(test_path("c.strace"), test_path("v.strace"));
 	uint32_t v = 99;
-	patch(tpath("v.strace"), 8, &v, 4);
-	assert_int_equal(strata_trace_open(tpath("v.strace"), &t, &err), STRATA_EVERSION);
+	patch(test_path("v.strace"), 8, &v, 4);
+	assert_int_equal(strata_trace_open(test_path("v.strace"), &t, &err), STRATA_EVERSION);
 	assert_non_null(strstr(err.msg, "version 99"));
 
 	/* header checksum */
-	copy_file(tpath("c.strace"), tpath("h.strace"));
+	copy_file(test_path("c.strace"), test_path("h.strace"));
 	uint32_t layers = 4;
-	patch(tpath("h.strace"), 16, &layers, 4);
-	assert_int_equal(strata_trace_open(tpath("h.strace"), &t, &err), STRATA_ECORRUPT);
+	patch(test_path("h.strace"), 16, &layers, 4);
+	assert_int_equal(strata_trace_open(test_path("h.strace"), &t, &err), STRATA_ECORRUPT);
 	assert_non_null(strstr(err.msg, "header checksum"));
 
 	/* truncated: half a record missing */
-	copy_file(tpath("c.strace"), tpath("t.strace"));
-	assert_int_equal(truncate(tpath("t.strace"), st.st_size - rec / 2), 0);
-	assert_int_equal(strata_trace_open(tpath("t.strace"), &t, &err), STRATA_ECORRUPT);
+	copy_file(test_path("c.strace"), test_path("t.strace"));
+	assert_int_equal(truncate(test_path("t.strace"), st.st_size - rec / 2), 0);
+	assert_int_equal(strata_trace_open(test_path("t.strace"), &t, &err), STRATA_ECORRUPT);
 	assert_non_null(strstr(err.msg, "truncated"));
 	assert_non_null(strstr(err.msg, "7 whole records"));
 	/* truncated into the header */
-	assert_int_equal(truncate(tpath("t.strace"), 100), 0);
-	assert_int_equal(strata_trace_open(tpath("t.strace"), &t, &err), STRATA_ECORRUPT);
+	assert_int_equal(truncate(test_path("t.strace"), 100), 0);
+	assert_int_equal(strata_trace_open(test_path("t.strace"), &t, &err), STRATA_ECORRUPT);
 	assert_non_null(strstr(err.msg, "truncated header"));
 
 	/* expert id out of range: record 3, layer 1, slot 0 */
-	copy_file(tpath("c.strace"), tpath("r.strace"));
+	copy_file(test_path("c.strace"), test_path("r.strace"));
 	uint16_t bad = 200;
-	patch(tpath("r.strace"), STRATA_TRACE_HEADER_BYTES + 3 * rec + 12 + 1 * 2 * 2, &bad, 2);
-	assert_int_equal(strata_trace_open(tpath("r.strace"), &t, &err), STRATA_ECORRUPT);
+	patch(test_path("r.strace"), STRATA_TRACE_HEADER_BYTES + 3 * rec + 12 + 1 * 2 * 2, &bad, 2);
+	assert_int_equal(strata_trace_open(test_path("r.strace"), &t, &err), STRATA_ECORRUPT);
 	assert_non_null(strstr(err.msg, "record 3"));
 	assert_non_null(strstr(err.msg, "layer 1"));
 	assert_non_null(strstr(err.msg, "expert id 200 out of range"));
 
 	/* a flipped weight byte: the record checksum catches it */
-	copy_file(tpath("c.strace"), tpath("w.strace"));
+	copy_file(test_path("c.strace"), test_path("w.strace"));
 	uint8_t x = 0x55;
-	patch(tpath("w.strace"), STRATA_TRACE_HEADER_BYTES + 2 * rec + 12 + 12 + 1, &x, 1);
-	assert_int_equal(strata_trace_open(tpath("w.strace"), &t, &err), STRATA_ECORRUPT);
+	patch(test_path("w.strace"), STRATA_TRACE_HEADER_BYTES + 2 * rec + 12 + 12 + 1, &x, 1);
+	assert_int_equal(strata_trace_open(test_path("w.strace"), &t, &err), STRATA_ECORRUPT);
 	assert_non_null(strstr(err.msg, "checksum"));
 
 	/* a text file that is not a trace */
-	FILE *f = fopen(tpath("x.jsonl"), "w");
+	FILE *f = fopen(test_path("x.jsonl"), "w");
 	fputs("hello\n", f);
 	fclose(f);
-	assert_int_equal(strata_trace_open(tpath("x.jsonl"), &t, &err), STRATA_ECORRUPT);
+	assert_int_equal(strata_trace_open(test_path("x.jsonl"), &t, &err), STRATA_ECORRUPT);
 	assert_non_null(strstr(err.msg, "x.jsonl:1"));
 	assert_null(t);
 }
@@ -331,7 +283,7 @@ static void test_writer_errors(void **state)
 {
 	struct strata_error err = { 0 };
 	struct strata_trace_writer_config c = {
-		.path = tpath("we.strace"), .n_moe_layers = 2, .n_experts = 4, .top_k = 2,
+		.path = test_path("we.strace"), .n_moe_layers = 2, .n_experts = 4, .top_k = 2,
 	};
 	struct strata_trace_writer *w;
 	assert_int_equal(strata_trace_writer_open(&c, &w, &err), STRATA_OK);
@@ -341,8 +293,8 @@ static void test_writer_errors(void **state)
 	assert_non_null(strstr(err.msg, "layer 1"));
 	assert_non_null(strstr(err.msg, "expert id 7"));
 	strata_trace_writer_abort(w);
-	assert_false(file_exists(tpath("we.strace")));
-	assert_false(file_exists(tpath("we.strace.tmp")));
+	assert_false(file_exists(test_path("we.strace")));
+	assert_false(file_exists(test_path("we.strace.tmp")));
 	/* bad shape */
 	c.top_k = 5;
 	assert_int_equal(strata_trace_writer_open(&c, &w, &err), STRATA_EINVAL);
@@ -372,12 +324,12 @@ static char *read_all(FILE *f)
 static void test_import_mixtral_layout(void **state)
 {
 	struct strata_error err = { 0 };
-	const char *in[] = { data_path("trace_mixtral_gap.jsonl") };
+	const char *in[] = { test_data_path("trace_mixtral_gap.jsonl") };
 	struct strata_trace_import_config c;
 	strata_trace_import_defaults(&c);
 	c.inputs = in;
 	c.n_inputs = 1;
-	c.output = tpath("mx.strace");
+	c.output = test_path("mx.strace");
 	c.warn = warn_file();
 	struct strata_trace_import_result r;
 	/* drop (default): problem 0 loses its last token, problem 1 is whole */
@@ -391,7 +343,7 @@ static void test_import_mixtral_layout(void **state)
 	assert_non_null(strstr(warn, "request 0 layer 2: 1 of 6 rows missing"));
 	fclose(c.warn);
 	struct strata_trace *t;
-	assert_int_equal(strata_trace_open(tpath("mx.strace"), &t, &err), STRATA_OK);
+	assert_int_equal(strata_trace_open(test_path("mx.strace"), &t, &err), STRATA_OK);
 	const struct strata_trace_info *ti = strata_trace_info(t);
 	assert_int_equal(ti->n_moe_layers, 4);
 	assert_int_equal(ti->top_k, 2);
@@ -411,28 +363,28 @@ static void test_import_mixtral_layout(void **state)
 	/* fill: every token kept, the missing cell repeats token 4's layer 2 */
 	c.gaps = STRATA_GAPS_FILL;
 	c.warn = warn_file();
-	c.output = tpath("mxf.jsonl");
+	c.output = test_path("mxf.jsonl");
 	assert_int_equal(strata_trace_import(&c, &r, &err), STRATA_OK);
 	fclose(c.warn);
 	assert_int_equal(r.tokens, 10);
 	assert_int_equal(r.filled_cells, 1);
-	assert_int_equal(strata_trace_open(tpath("mxf.jsonl"), &t, &err), STRATA_OK);
+	assert_int_equal(strata_trace_open(test_path("mxf.jsonl"), &t, &err), STRATA_OK);
 	assert_memory_equal(strata_trace_experts(t, 5, 2), strata_trace_experts(t, 4, 2), 4);
 	strata_trace_close(t);
 
 	/* fill at token 0 takes the next token's routing */
-	FILE *g = fopen(tpath("gap0.jsonl"), "w");
+	FILE *g = fopen(test_path("gap0.jsonl"), "w");
 	fputs("{\"layer\":0,\"token_idx\":0,\"experts\":[1,2]}\n{\"layer\":0,\"token_idx\":1,\"experts\":[3,4]}\n"
 	      "{\"layer\":1,\"token_idx\":1,\"experts\":[5,6]}\n", g);
 	fclose(g);
-	const char *in0[] = { tpath("gap0.jsonl") };
+	const char *in0[] = { test_path("gap0.jsonl") };
 	c.inputs = in0;
-	c.output = tpath("gap0.strace");
+	c.output = test_path("gap0.strace");
 	c.warn = warn_file();
 	assert_int_equal(strata_trace_import(&c, &r, &err), STRATA_OK);
 	fclose(c.warn);
 	assert_int_equal(r.filled_cells, 1);
-	assert_int_equal(strata_trace_open(tpath("gap0.strace"), &t, &err), STRATA_OK);
+	assert_int_equal(strata_trace_open(test_path("gap0.strace"), &t, &err), STRATA_OK);
 	assert_int_equal(strata_trace_experts(t, 0, 1)[0], 5);
 	assert_int_equal(strata_trace_experts(t, 0, 0)[0], 1);
 	strata_trace_close(t);
@@ -440,22 +392,22 @@ static void test_import_mixtral_layout(void **state)
 
 	/* error */
 	c.gaps = STRATA_GAPS_ERROR;
-	c.output = tpath("mxe.strace");
+	c.output = test_path("mxe.strace");
 	assert_int_equal(strata_trace_import(&c, &r, &err), STRATA_EINVAL);
 	assert_non_null(strstr(err.msg, "request 0 layer 2"));
-	assert_false(file_exists(tpath("mxe.strace")));
-	assert_false(file_exists(tpath("mxe.strace.tmp")));
+	assert_false(file_exists(test_path("mxe.strace")));
+	assert_false(file_exists(test_path("mxe.strace.tmp")));
 
 	/* explicit mapping gives the same trace as auto-detection */
 	c.gaps = STRATA_GAPS_DROP;
 	c.map = "token=token_idx,layer=layer,experts=experts,weights=gating_probs,request=problem_id";
-	c.output = tpath("mx2.strace");
+	c.output = test_path("mx2.strace");
 	c.warn = warn_file();
 	assert_int_equal(strata_trace_import(&c, &r, &err), STRATA_OK);
 	fclose(c.warn);
 	struct strata_trace *a, *b;
-	assert_int_equal(strata_trace_open(tpath("mx.strace"), &a, &err), STRATA_OK);
-	assert_int_equal(strata_trace_open(tpath("mx2.strace"), &b, &err), STRATA_OK);
+	assert_int_equal(strata_trace_open(test_path("mx.strace"), &a, &err), STRATA_OK);
+	assert_int_equal(strata_trace_open(test_path("mx2.strace"), &b, &err), STRATA_OK);
 	assert_same_trace(a, b);
 	strata_trace_close(a);
 	strata_trace_close(b);
@@ -479,67 +431,67 @@ static void test_import_mixtral_layout(void **state)
 static void test_import_bad_lines(void **state)
 {
 	struct strata_error err = { 0 };
-	FILE *f = fopen(tpath("bl.jsonl"), "w");
+	FILE *f = fopen(test_path("bl.jsonl"), "w");
 	fputs("{\"problem_id\":0,\"layer\":0,\"token_idx\":0,\"experts\":[1,2]}\n"
 	      "{\"problem_id\":0,\"layer\":1,\"token_idx\":0,\"experts\":[1,2]}\n"
 	      "{\"problem_id\":0,\"layer\":0,\"token_idx\":1,\"experts\":[1,\"x\"]}\n", f);
 	fclose(f);
-	const char *in[] = { tpath("bl.jsonl") };
+	const char *in[] = { test_path("bl.jsonl") };
 	struct strata_trace_import_config c;
 	strata_trace_import_defaults(&c);
 	c.inputs = in;
 	c.n_inputs = 1;
-	c.output = tpath("bl.strace");
+	c.output = test_path("bl.strace");
 	assert_int_equal(strata_trace_import(&c, NULL, &err), STRATA_EINVAL);
 	assert_non_null(strstr(err.msg, "bl.jsonl:3"));
-	f = fopen(tpath("bl.jsonl"), "w");
+	f = fopen(test_path("bl.jsonl"), "w");
 	fputs("{\"problem_id\":0,\"layer\":0,\"token_idx\":0,\"experts\":[1,2]}\n"
 	      "{\"problem_id\":0,\"layer\":0,\"token_idx\":0,\"experts\":[3,2]}\n", f);
 	fclose(f);
 	assert_int_equal(strata_trace_import(&c, NULL, &err), STRATA_EINVAL);
 	assert_non_null(strstr(err.msg, "bl.jsonl:2"));
 	assert_non_null(strstr(err.msg, "appears twice (also line 1)"));
-	f = fopen(tpath("bl.jsonl"), "w");
+	f = fopen(test_path("bl.jsonl"), "w");
 	fputs("{\"problem_id\":0,\"layer\":0,\"experts\":[1,2]}\n"
 	      "{\"problem_id\":0,\"layer\":0,\"experts\":[1,2,3]}\n", f);
 	fclose(f);
 	assert_int_equal(strata_trace_import(&c, NULL, &err), STRATA_EINVAL);
 	assert_non_null(strstr(err.msg, "bl.jsonl:2"));
-	f = fopen(tpath("bl.jsonl"), "w");
+	f = fopen(test_path("bl.jsonl"), "w");
 	fputs("{\"problem_id\":0,\"layer\":0,\"experts\":[1,2]}\n{\"problem_id\":0,\"layer\":0,\"experts\":[1,2]\n", f);
 	fclose(f);
 	assert_int_equal(strata_trace_import(&c, NULL, &err), STRATA_EINVAL);
 	assert_non_null(strstr(err.msg, "bl.jsonl:2: bad JSON"));
-	f = fopen(tpath("bl.jsonl"), "w");
+	f = fopen(test_path("bl.jsonl"), "w");
 	fputs("{\"a\":1,\"b\":[1,2]}\n", f);
 	fclose(f);
 	assert_int_equal(strata_trace_import(&c, NULL, &err), STRATA_EINVAL);
 	assert_non_null(strstr(err.msg, "no expert column"));
 	/* layer numbers with a hole */
-	f = fopen(tpath("bl.jsonl"), "w");
+	f = fopen(test_path("bl.jsonl"), "w");
 	fputs("{\"layer\":0,\"experts\":[1,2]}\n{\"layer\":2,\"experts\":[1,2]}\n", f);
 	fclose(f);
 	assert_int_equal(strata_trace_import(&c, NULL, &err), STRATA_EINVAL);
 	assert_non_null(strstr(err.msg, "no rows at all for layer 1"));
-	assert_false(file_exists(tpath("bl.strace")));
+	assert_false(file_exists(test_path("bl.strace")));
 }
 
 static void test_import_csv_and_per_token(void **state)
 {
 	struct strata_error err = { 0 };
-	const char *in[] = { data_path("trace_rows.csv") };
+	const char *in[] = { test_data_path("trace_rows.csv") };
 	struct strata_trace_import_config c;
 	strata_trace_import_defaults(&c);
 	c.inputs = in;
 	c.n_inputs = 1;
-	c.output = tpath("csv.strace");
+	c.output = test_path("csv.strace");
 	struct strata_trace_import_result r;
 	assert_int_equal(strata_trace_import(&c, &r, &err), STRATA_OK);
 	assert_int_equal(r.rows, 12);
 	assert_int_equal(r.tokens, 6);
 	assert_int_equal(r.requests, 2);
 	struct strata_trace *t;
-	assert_int_equal(strata_trace_open(tpath("csv.strace"), &t, &err), STRATA_OK);
+	assert_int_equal(strata_trace_open(test_path("csv.strace"), &t, &err), STRATA_OK);
 	const struct strata_trace_info *ti = strata_trace_info(t);
 	assert_int_equal(ti->n_moe_layers, 2);
 	assert_int_equal(ti->n_prefill, 2);
@@ -553,31 +505,31 @@ static void test_import_csv_and_per_token(void **state)
 	strata_trace_close(t);
 
 	/* CSV with an error on line 3 */
-	FILE *f = fopen(tpath("bad.csv"), "w");
+	FILE *f = fopen(test_path("bad.csv"), "w");
 	fputs("layer,experts\n0,1 2\n0,1 2,3\n", f);
 	fclose(f);
-	in[0] = tpath("bad.csv");
+	in[0] = test_path("bad.csv");
 	assert_int_equal(strata_trace_import(&c, &r, &err), STRATA_EINVAL);
 	assert_non_null(strstr(err.msg, "bad.csv:3"));
 
 	/* experts and weights in numbered columns, found by name or mapped with a '*' */
-	f = fopen(tpath("num.csv"), "w");
+	f = fopen(test_path("num.csv"), "w");
 	fputs("req,tok,layer,expert_0,expert_1,weight_0,weight_1\n0,0,0,3,1,0.6,0.4\n0,0,1,2,0,0.7,0.3\n"
 	      "0,1,0,1,2,0.5,0.5\n0,1,1,0,3,0.9,0.1\n", f);
 	fclose(f);
-	in[0] = tpath("num.csv");
-	c.output = tpath("num.strace");
+	in[0] = test_path("num.csv");
+	c.output = test_path("num.strace");
 	assert_int_equal(strata_trace_import(&c, &r, &err), STRATA_OK);
 	assert_int_equal(r.tokens, 2);
-	assert_int_equal(strata_trace_open(tpath("num.strace"), &t, &err), STRATA_OK);
+	assert_int_equal(strata_trace_open(test_path("num.strace"), &t, &err), STRATA_OK);
 	assert_int_equal(strata_trace_experts(t, 1, 1)[1], 3);
 	strata_trace_weights(t, 1, 1, w);
 	assert_true(fabsf(w[0] - 0.9f) < 1e-3f);
 	strata_trace_close(t);
-	f = fopen(tpath("num2.csv"), "w");
+	f = fopen(test_path("num2.csv"), "w");
 	fputs("layer,e1,e2,p1,p2\n0,3,1,0.6,0.4\n1,2,0,0.7,0.3\n", f);
 	fclose(f);
-	in[0] = tpath("num2.csv");
+	in[0] = test_path("num2.csv");
 	c.map = "experts=e*,weights=p*";
 	assert_int_equal(strata_trace_import(&c, &r, &err), STRATA_OK);
 	assert_int_equal(r.tokens, 1);
@@ -587,19 +539,19 @@ static void test_import_csv_and_per_token(void **state)
 	c.map = NULL;
 
 	/* one row per token, custom names, mapped; a string request id */
-	f = fopen(tpath("pt.jsonl"), "w");
+	f = fopen(test_path("pt.jsonl"), "w");
 	fputs("{\"conv\":\"x\",\"sel\":[[0,1],[2,3],[1,0]],\"w\":[[0.5,0.5],[0.9,0.1],[0.6,0.4]],\"is_prefill\":true}\n"
 	      "{\"conv\":\"x\",\"sel\":[[2,1],[2,0],[1,3]],\"w\":[[0.5,0.5],[0.9,0.1],[0.6,0.4]],\"is_prefill\":false}\n"
 	      "{\"conv\":\"y\",\"sel\":[[3,1],[2,3],[0,2]],\"w\":[[0.5,0.5],[0.9,0.1],[0.6,0.4]],\"is_prefill\":false}\n", f);
 	fclose(f);
-	in[0] = tpath("pt.jsonl");
+	in[0] = test_path("pt.jsonl");
 	c.map = "request=conv,experts=sel,weights=w";
 	c.n_experts = 16;
-	c.output = tpath("pt.strace");
+	c.output = test_path("pt.strace");
 	assert_int_equal(strata_trace_import(&c, &r, &err), STRATA_OK);
 	assert_int_equal(r.tokens, 3);
 	assert_int_equal(r.requests, 2);
-	assert_int_equal(strata_trace_open(tpath("pt.strace"), &t, &err), STRATA_OK);
+	assert_int_equal(strata_trace_open(test_path("pt.strace"), &t, &err), STRATA_OK);
 	ti = strata_trace_info(t);
 	assert_int_equal(ti->n_experts, 16);
 	assert_int_equal(ti->n_moe_layers, 3);
@@ -610,18 +562,18 @@ static void test_import_csv_and_per_token(void **state)
 	strata_trace_close(t);
 
 	/* --order input keeps the interleaving of a server log */
-	f = fopen(tpath("il.jsonl"), "w");
+	f = fopen(test_path("il.jsonl"), "w");
 	fputs("{\"req\":\"a\",\"experts\":[[0,1]]}\n{\"req\":\"b\",\"experts\":[[2,3]]}\n"
 	      "{\"req\":\"a\",\"experts\":[[4,5]]}\n{\"req\":\"b\",\"experts\":[[6,7]]}\n", f);
 	fclose(f);
-	in[0] = tpath("il.jsonl");
+	in[0] = test_path("il.jsonl");
 	c.map = NULL;
 	c.n_experts = 0;
-	c.output = tpath("il.strace");
+	c.output = test_path("il.strace");
 	for (int order = 0; order < 2; order++) {
 		c.order_input = order;
 		assert_int_equal(strata_trace_import(&c, &r, &err), STRATA_OK);
-		assert_int_equal(strata_trace_open(tpath("il.strace"), &t, &err), STRATA_OK);
+		assert_int_equal(strata_trace_open(test_path("il.strace"), &t, &err), STRATA_OK);
 		static const uint16_t by_req[] = { 0, 4, 2, 6 }, by_input[] = { 0, 2, 4, 6 };
 		for (uint64_t i = 0; i < 4; i++)
 			assert_int_equal(strata_trace_experts(t, i, 0)[0], order ? by_input[i] : by_req[i]);
@@ -631,15 +583,15 @@ static void test_import_csv_and_per_token(void **state)
 	c.order_input = false;
 
 	/* the JSONL twin imports as itself */
-	write_small(tpath("tw.jsonl"), STRATA_TRACE_FMT_AUTO, 12);
-	in[0] = tpath("tw.jsonl");
+	write_small(test_path("tw.jsonl"), STRATA_TRACE_FMT_AUTO, 12);
+	in[0] = test_path("tw.jsonl");
 	c.map = NULL;
 	c.n_experts = 0;
-	c.output = tpath("tw.strace");
+	c.output = test_path("tw.strace");
 	assert_int_equal(strata_trace_import(&c, &r, &err), STRATA_OK);
 	struct strata_trace *a, *b;
-	assert_int_equal(strata_trace_open(tpath("tw.jsonl"), &a, &err), STRATA_OK);
-	assert_int_equal(strata_trace_open(tpath("tw.strace"), &b, &err), STRATA_OK);
+	assert_int_equal(strata_trace_open(test_path("tw.jsonl"), &a, &err), STRATA_OK);
+	assert_int_equal(strata_trace_open(test_path("tw.strace"), &b, &err), STRATA_OK);
 	assert_int_equal(strata_trace_info(b)->n_tokens, 12);
 	assert_int_equal(strata_trace_info(b)->pred_depth, 2);
 	for (uint64_t i = 0; i < 12; i++)
@@ -668,9 +620,9 @@ static struct strata_trace_gen_config gen_cfg(void)
 static void gen_stats(const struct strata_trace_gen_config *g, const char *name, struct strata_trace_stats *s)
 {
 	struct strata_error err = { 0 };
-	assert_int_equal(strata_trace_gen(g, tpath(name), STRATA_TRACE_FMT_AUTO, &err), STRATA_OK);
+	assert_int_equal(strata_trace_gen(g, test_path(name), STRATA_TRACE_FMT_AUTO, &err), STRATA_OK);
 	struct strata_trace *t;
-	assert_int_equal(strata_trace_open(tpath(name), &t, &err), STRATA_OK);
+	assert_int_equal(strata_trace_open(test_path(name), &t, &err), STRATA_OK);
 	assert_int_equal(strata_trace_stats_compute(t, s, &err), STRATA_OK);
 	strata_trace_close(t);
 }
@@ -683,14 +635,14 @@ static void test_gen(void **state)
 	g.pred_topn = 2;
 	g.interleave = true;
 	g.len_jitter = 0.2;
-	assert_int_equal(strata_trace_gen(&g, tpath("g1.strace"), STRATA_TRACE_FMT_AUTO, &err), STRATA_OK);
-	assert_int_equal(strata_trace_gen(&g, tpath("g2.strace"), STRATA_TRACE_FMT_AUTO, &err), STRATA_OK);
+	assert_int_equal(strata_trace_gen(&g, test_path("g1.strace"), STRATA_TRACE_FMT_AUTO, &err), STRATA_OK);
+	assert_int_equal(strata_trace_gen(&g, test_path("g2.strace"), STRATA_TRACE_FMT_AUTO, &err), STRATA_OK);
 	g.seed = 2;
-	assert_int_equal(strata_trace_gen(&g, tpath("g3.strace"), STRATA_TRACE_FMT_AUTO, &err), STRATA_OK);
+	assert_int_equal(strata_trace_gen(&g, test_path("g3.strace"), STRATA_TRACE_FMT_AUTO, &err), STRATA_OK);
 	struct strata_trace *a, *b, *c;
-	assert_int_equal(strata_trace_open(tpath("g1.strace"), &a, &err), STRATA_OK);
-	assert_int_equal(strata_trace_open(tpath("g2.strace"), &b, &err), STRATA_OK);
-	assert_int_equal(strata_trace_open(tpath("g3.strace"), &c, &err), STRATA_OK);
+	assert_int_equal(strata_trace_open(test_path("g1.strace"), &a, &err), STRATA_OK);
+	assert_int_equal(strata_trace_open(test_path("g2.strace"), &b, &err), STRATA_OK);
+	assert_int_equal(strata_trace_open(test_path("g3.strace"), &c, &err), STRATA_OK);
 	assert_true(strata_trace_info(a)->xxh64 == strata_trace_info(b)->xxh64);
 	assert_true(strata_trace_info(a)->xxh64 != strata_trace_info(c)->xxh64);
 	const struct strata_trace_info *in = strata_trace_info(a);
@@ -745,8 +697,8 @@ static void test_gen(void **state)
 
 	/* bad knobs */
 	g.reuse_prob = 1.5;
-	assert_int_equal(strata_trace_gen(&g, tpath("bad.strace"), STRATA_TRACE_FMT_AUTO, &err), STRATA_EINVAL);
-	assert_false(file_exists(tpath("bad.strace")));
+	assert_int_equal(strata_trace_gen(&g, test_path("bad.strace"), STRATA_TRACE_FMT_AUTO, &err), STRATA_EINVAL);
+	assert_false(file_exists(test_path("bad.strace")));
 }
 
 static void test_plan_future(void **state)
@@ -756,9 +708,9 @@ static void test_plan_future(void **state)
 	g.prompt_len = 10;
 	g.gen_len = 30;
 	g.interleave = true;
-	assert_int_equal(strata_trace_gen(&g, tpath("f.strace"), STRATA_TRACE_FMT_AUTO, &err), STRATA_OK);
+	assert_int_equal(strata_trace_gen(&g, test_path("f.strace"), STRATA_TRACE_FMT_AUTO, &err), STRATA_OK);
 	struct strata_trace *t;
-	assert_int_equal(strata_trace_open(tpath("f.strace"), &t, &err), STRATA_OK);
+	assert_int_equal(strata_trace_open(test_path("f.strace"), &t, &err), STRATA_OK);
 	const struct strata_trace_info *in = strata_trace_info(t);
 	for (uint32_t chunk = 0; chunk <= 4; chunk += 4) {
 		struct strata_trace_plan p;
@@ -839,19 +791,19 @@ static void test_cli(void **state)
 	assert_int_equal(test_run(out, sizeof(out), "%s trace gen --bogus", s), 2);
 	assert_int_equal(test_run(out, sizeof(out), "%s trace frobnicate", s), 2);
 	assert_int_equal(test_run(out, sizeof(out), "%s trace gen -o %s --model tiny --gen 20 --requests 2 --seed 3",
-				  s, tpath("cli.strace")), 0);
-	assert_int_equal(test_run(out, sizeof(out), "%s trace stats --json - %s", s, tpath("cli.strace")), 0);
+				  s, test_path("cli.strace")), 0);
+	assert_int_equal(test_run(out, sizeof(out), "%s trace stats --json - %s", s, test_path("cli.strace")), 0);
 	assert_non_null(strstr(out, "\"mean_gini\""));
-	assert_int_equal(test_run(out, sizeof(out), "%s trace stats %s", s, tpath("cli.strace")), 0);
+	assert_int_equal(test_run(out, sizeof(out), "%s trace stats %s", s, test_path("cli.strace")), 0);
 	assert_non_null(strstr(out, "reuse distance"));
-	assert_int_equal(test_run(out, sizeof(out), "%s trace convert %s %s", s, tpath("cli.strace"),
-				  tpath("cli.jsonl")), 0);
-	assert_int_equal(test_run(out, sizeof(out), "%s trace head -n 2 %s", s, tpath("cli.jsonl")), 0);
+	assert_int_equal(test_run(out, sizeof(out), "%s trace convert %s %s", s, test_path("cli.strace"),
+				  test_path("cli.jsonl")), 0);
+	assert_int_equal(test_run(out, sizeof(out), "%s trace head -n 2 %s", s, test_path("cli.jsonl")), 0);
 	assert_non_null(strstr(out, "tokens 168"));
-	assert_int_equal(test_run(out, sizeof(out), "%s trace import -o %s %s", s, tpath("cli_mx.strace"),
-				  data_path("trace_mixtral_gap.jsonl")), 0);
+	assert_int_equal(test_run(out, sizeof(out), "%s trace import -o %s %s", s, test_path("cli_mx.strace"),
+				  test_data_path("trace_mixtral_gap.jsonl")), 0);
 	assert_non_null(strstr(out, "1 of 6 rows missing"));
-	assert_int_equal(test_run(out, sizeof(out), "%s trace stats %s", s, tpath("nothing.strace")), 1);
+	assert_int_equal(test_run(out, sizeof(out), "%s trace stats %s", s, test_path("nothing.strace")), 1);
 	assert_non_null(strstr(out, "nothing.strace"));
 	/* the shared Mixtral logs, when this checkout has them */
 	const char *mx = "/work/shared/traces/mixtral-8x7b-instruct";
@@ -862,7 +814,7 @@ static void test_cli(void **state)
 		return;
 	}
 	assert_int_equal(test_run(out, sizeof(out), "%s trace import -o %s %s/gsm8k_2_routing.jsonl "
-				  "%s/humaneval_1_routing.jsonl %s/humaneval_2_routing.jsonl", s, tpath("mix.strace"), mx,
+				  "%s/humaneval_1_routing.jsonl %s/humaneval_2_routing.jsonl", s, test_path("mix.strace"), mx,
 				  mx, mx), 0);
 	assert_non_null(strstr(out, "654 tokens in 5 requests"));
 }
@@ -872,7 +824,7 @@ static void test_cli(void **state)
 static int repo_root(char *root, size_t len)
 {
 	char out[256];
-	snprintf(root, len, "%s", data_path("trace_tiny.strace"));
+	snprintf(root, len, "%s", test_data_path("trace_tiny.strace"));
 	char *cut = strstr(root, "/tests/data/");
 	if (!cut || test_run(out, sizeof(out), "python3 -c pass") != 0)
 		return -1;
@@ -933,5 +885,5 @@ int main(void)
 		cmocka_unit_test(test_python_reader),
 		cmocka_unit_test(test_record_hf),
 	};
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return cmocka_run_group_tests(tests, test_tmpdir_setup, test_tmpdir_teardown);
 }

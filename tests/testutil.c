@@ -31,6 +31,52 @@ void test_rmdir(const char *dir)
 		fprintf(stderr, "warning: could not remove %s\n", dir);
 }
 
+char *test_tmpdir;
+
+int test_tmpdir_setup(void **state)
+{
+	test_tmpdir = test_mkdtemp();
+	return test_tmpdir ? 0 : -1;
+}
+
+int test_tmpdir_teardown(void **state)
+{
+	test_rmdir(test_tmpdir);
+	free(test_tmpdir);
+	test_tmpdir = NULL;
+	return 0;
+}
+
+const char *test_path(const char *name)
+{
+	static char buf[16][PATH_MAX];
+	static unsigned slot;
+	char *b = buf[slot++ & 15];
+	snprintf(b, PATH_MAX, "%s/%s", test_tmpdir, name);
+	return b;
+}
+
+const char *test_data_path(const char *name)
+{
+	static char path[PATH_MAX];
+	char self[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n > 0) {
+		self[n] = '\0';
+		/* build/<mode>/tests/test_x -> the repository root */
+		for (int i = 0; i < 4; i++) {
+			char *s = strrchr(self, '/');
+			if (s)
+				*s = '\0';
+		}
+		snprintf(path, sizeof(path), "%s/tests/data/%s", self, name);
+		if (!access(path, R_OK))
+			return path;
+	}
+	snprintf(path, sizeof(path), "tests/data/%s", name);
+	return path;
+}
+
 int test_have_gpu(const char *test)
 {
 	if (strata_gpu_count() > 0)
