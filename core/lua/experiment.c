@@ -18,6 +18,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -470,6 +471,25 @@ static int tag_cmp(const void *a, const void *b)
 	return strcmp((const char *)a, (const char *)b);
 }
 
+/* The configuration keys that are plain strings, copied as they are. */
+#define STRING_KEY(name) { #name, offsetof(struct strata_experiment_config, name), \
+			   sizeof(((struct strata_experiment_config *)0)->name) }
+static const struct string_key {
+	const char *name;
+	size_t offset, size;
+} string_keys[] = {
+	STRING_KEY(model), STRING_KEY(trace), STRING_KEY(cost), STRING_KEY(tiers), STRING_KEY(tier_trace),
+	STRING_KEY(place), STRING_KEY(evict), STRING_KEY(prefetch), STRING_KEY(compute), STRING_KEY(mover),
+};
+
+static const struct string_key *string_field(const char *k)
+{
+	for (size_t i = 0; i < sizeof(string_keys) / sizeof(string_keys[0]); i++)
+		if (!strcmp(k, string_keys[i].name))
+			return &string_keys[i];
+	return NULL;
+}
+
 /* Read the configuration table at idx into c (raises on a bad one). */
 static void read_config(lua_State *L, int idx, struct strata_experiment_config *c)
 {
@@ -477,6 +497,7 @@ static void read_config(lua_State *L, int idx, struct strata_experiment_config *
 	luaL_checktype(L, idx, LUA_TTABLE);
 	strata_experiment_config_defaults(c);
 	int have_model = 0, have_trace = 0;
+	const struct string_key *sf;
 	lua_pushnil(L);
 	while (lua_next(L, idx)) {
 		if (lua_type(L, -2) != LUA_TSTRING)
@@ -487,28 +508,10 @@ static void read_config(lua_State *L, int idx, struct strata_experiment_config *
 			if (!m || (strcmp(m, "sim") && strcmp(m, "replay")))
 				luaL_error(L, "config key 'mode': \"sim\" or \"replay\"");
 			c->virt = !strcmp(m, "sim");
-		} else if (!strcmp(k, "model")) {
-			copy_str(L, -1, k, c->model, sizeof(c->model));
-			have_model = 1;
-		} else if (!strcmp(k, "trace")) {
-			copy_str(L, -1, k, c->trace, sizeof(c->trace));
-			have_trace = 1;
-		} else if (!strcmp(k, "cost")) {
-			copy_str(L, -1, k, c->cost, sizeof(c->cost));
-		} else if (!strcmp(k, "tiers")) {
-			copy_str(L, -1, k, c->tiers, sizeof(c->tiers));
-		} else if (!strcmp(k, "tier_trace")) {
-			copy_str(L, -1, k, c->tier_trace, sizeof(c->tier_trace));
-		} else if (!strcmp(k, "place")) {
-			copy_str(L, -1, k, c->place, sizeof(c->place));
-		} else if (!strcmp(k, "evict")) {
-			copy_str(L, -1, k, c->evict, sizeof(c->evict));
-		} else if (!strcmp(k, "prefetch")) {
-			copy_str(L, -1, k, c->prefetch, sizeof(c->prefetch));
-		} else if (!strcmp(k, "compute")) {
-			copy_str(L, -1, k, c->compute, sizeof(c->compute));
-		} else if (!strcmp(k, "mover")) {
-			copy_str(L, -1, k, c->mover, sizeof(c->mover));
+		} else if ((sf = string_field(k))) {
+			copy_str(L, -1, k, (char *)c + sf->offset, sf->size);
+			have_model |= !strcmp(k, "model");
+			have_trace |= !strcmp(k, "trace");
 		} else if (!strcmp(k, "vram")) {
 			c->vram = get_size(L, -1, k);
 		} else if (!strcmp(k, "ram")) {
