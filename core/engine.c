@@ -446,7 +446,7 @@ static int open_movers(struct strata_engine *e, struct strata_error *err)
 	const struct strata_mover_ops *nv = c->nvme_mover == STRATA_NVME_MMAP ? &strata_mover_mmap
 					   : c->nvme_mover == STRATA_NVME_PREAD ? &strata_mover_pread
 					   : &strata_mover_uring;
-	struct strata_mover_config mc = { .queue_depth = qd, .n_streams = c->copy_streams };
+	struct strata_mover_config mc = { .queue_depth = qd, .n_streams = c->copy_streams, .copy = c->copy };
 	if ((rc = strata_mover_open(nv, &mc, &e->nvme, err)))
 		return rc;
 	if ((rc = strata_mover_open(e->on_gpu ? &strata_mover_cuda : &strata_mover_host, &mc, &e->h2d, err)))

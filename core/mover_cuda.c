@@ -1,21 +1,41 @@
-/* cuda: RAM -> VRAM with cudaMemcpyAsync (strata_gpu_memcpy_h2d_async) on a
- * few copy streams, round robin, one event per move from a pool of
- * queue_depth events.  Sources should be pinned (the RAM tier's arena and the
- * staged mover's bounce buffers are), or the copy is synchronous and slow. */
+/* cuda: RAM -> VRAM on a few copy streams, round robin.  A submit issues the
+ * moves it holds as one batch (cfg.copy, STRATA_COPY_*):
+ *   each:  one cudaMemcpyAsync and one event per move (finest completion);
+ *   batch: one cudaMemcpyBatchAsync for all of them and one event after it
+ *          (the copy engine's per-call setup is paid once per batch);
+ *   sm:    one copy kernel reading the pinned extents over PCIe.
+ * Every move of a batch shares the batch's event, so they complete together.
+ * Sources should be pinned (the RAM tier's arena and the staged mover's
+ * bounce buffers are), or the copy is synchronous and slow; copy=sm needs
+ * them registered and falls back to batch where the device cannot read
+ * registered host memory at its host address. */
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "mover_int.h"
 #include "strata/gpu.h"
 #include "strata/util.h"
 
+const char *const strata_copy_names[] = { "auto", "each", "batch", "sm", NULL };
+
 struct cuda_priv {
 	strata_gpu_stream **streams;
-	uint32_t n_streams, next_stream;
-	strata_gpu_event **events;   /* queue_depth */
-	struct strata_move **slot;   /* move using events[i], NULL if free */
+	uint32_t n_streams, next_stream, copy;
+	strata_gpu_event **events;   /* queue_depth: at most one batch per move in flight */
+	uint32_t *ev_refs;           /* moves waiting on events[i] */
+	int8_t *ev_state;            /* per reap sweep: -1 unknown, else the query's answer */
+	struct strata_move **slot;   /* queue_depth moves in flight, NULL if free */
+	uint32_t *slot_ev;           /* the event slot[i] waits on */
+	uint64_t *slot_seq;          /* batch number: the oldest is waited on first */
+	uint64_t seq;
 	uint32_t used;
 	struct strata_moveq queued, failed;
+	/* one batch being issued */
+	void **dst;
+	const void **src;
+	size_t *bytes;
+	struct strata_move **batch;
 };
 
 static void cuda_free(struct strata_mover *m)
@@ -26,19 +46,41 @@ static void cuda_free(struct strata_mover *m)
 	for (uint32_t i = 0; p->streams && i < p->n_streams; i++)
 		strata_gpu_stream_destroy(p->streams[i]);
 	free(p->events);
+	free(p->ev_refs);
+	free(p->ev_state);
 	free(p->streams);
 	free(p->slot);
+	free(p->slot_ev);
+	free(p->slot_seq);
+	free(p->dst);
+	free(p->src);
+	free(p->bytes);
+	free(p->batch);
 }
 
 static int cuda_init(struct strata_mover *m, struct strata_error *err)
 {
 	struct cuda_priv *p = m->priv;
 	uint32_t qd = m->cfg.queue_depth;
+	if (m->cfg.copy > STRATA_COPY_SM)
+		return STRATA_ERR(err, STRATA_EINVAL, "mover cuda: unknown copy mode %u", m->cfg.copy);
+	p->copy = m->cfg.copy == STRATA_COPY_AUTO ? STRATA_COPY_BATCH : m->cfg.copy;
+	if (p->copy == STRATA_COPY_SM && !strata_gpu_copy_sm_available())
+		p->copy = STRATA_COPY_BATCH;
 	p->n_streams = m->cfg.n_streams ? m->cfg.n_streams : 2;
 	p->streams = calloc(p->n_streams, sizeof(*p->streams));
 	p->events = calloc(qd, sizeof(*p->events));
+	p->ev_refs = calloc(qd, sizeof(*p->ev_refs));
+	p->ev_state = calloc(qd, sizeof(*p->ev_state));
 	p->slot = calloc(qd, sizeof(*p->slot));
-	if (!p->streams || !p->events || !p->slot) {
+	p->slot_ev = calloc(qd, sizeof(*p->slot_ev));
+	p->slot_seq = calloc(qd, sizeof(*p->slot_seq));
+	p->dst = calloc(qd, sizeof(*p->dst));
+	p->src = calloc(qd, sizeof(*p->src));
+	p->bytes = calloc(qd, sizeof(*p->bytes));
+	p->batch = calloc(qd, sizeof(*p->batch));
+	if (!p->streams || !p->events || !p->ev_refs || !p->ev_state || !p->slot || !p->slot_ev || !p->slot_seq ||
+	    !p->dst || !p->src || !p->bytes || !p->batch) {
 		cuda_free(m);
 		return STRATA_ERR(err, STRATA_ENOMEM, "out of memory");
 	}
@@ -63,29 +105,69 @@ static int cuda_queue(struct strata_mover *m, struct strata_move *mv)
 	return 0;
 }
 
+/* Issue batch[0..n) on stream s, then record event ev after it. */
+static int issue(struct cuda_priv *p, uint32_t n, strata_gpu_stream *s, uint32_t ev, uint32_t blocks)
+{
+	int rc = STRATA_OK;
+	if (p->copy == STRATA_COPY_SM) {
+		for (uint32_t i = 0; !rc && i < n; i += STRATA_GPU_COPY_MAX) {
+			uint32_t k = n - i < STRATA_GPU_COPY_MAX ? n - i : STRATA_GPU_COPY_MAX;
+			rc = strata_gpu_copy_h2d_sm_async(p->dst + i, p->src + i, p->bytes + i, k, blocks, s, NULL);
+		}
+	} else if (p->copy == STRATA_COPY_BATCH) {
+		rc = strata_gpu_memcpy_h2d_batch_async(p->dst, p->src, p->bytes, n, s, NULL);
+	} else {
+		for (uint32_t i = 0; !rc && i < n; i++)
+			rc = strata_gpu_memcpy_h2d_async(p->dst[i], p->src[i], p->bytes[i], s, NULL);
+	}
+	return rc ? rc : strata_gpu_event_record(p->events[ev], s, NULL);
+}
+
 static int cuda_submit(struct strata_mover *m)
 {
 	struct cuda_priv *p = m->priv;
-	struct strata_move *mv;
-	int n = 0;
-	while ((mv = strata_moveq_pop(&p->queued))) {
-		uint32_t i = 0;
-		while (p->slot[i])
-			i++; /* a free slot exists: queue() bounds used + queued */
+	uint32_t qd = m->cfg.queue_depth, done = 0;
+	while (p->queued.head) {
+		/* copy=each: a batch of one move; else every queued move */
+		uint32_t n = 0, ev = 0, slot = 0;
+		do {
+			struct strata_move *mv = strata_moveq_pop(&p->queued);
+			p->batch[n] = mv;
+			p->dst[n] = mv->dst;
+			p->src[n] = mv->src;
+			p->bytes[n] = mv->bytes;
+			n++;
+		} while (p->queued.head && p->copy != STRATA_COPY_EACH);
+		/* a free event exists: each busy event holds >= 1 of the used moves,
+		 * and queue() keeps used + queued <= queue_depth */
+		while (p->ev_refs[ev])
+			ev++;
 		strata_gpu_stream *s = p->streams[p->next_stream++ % p->n_streams];
-		mv->submit_ns = strata_now_ns();
-		if (strata_gpu_memcpy_h2d_async(mv->dst, mv->src, mv->bytes, s, NULL) ||
-		    strata_gpu_event_record(p->events[i], s, NULL)) {
-			strata_move_finish(mv, -EIO, strata_now_ns());
-			strata_moveq_push(&p->failed, mv);
+		uint64_t now = strata_now_ns();
+		for (uint32_t i = 0; i < n; i++)
+			p->batch[i]->submit_ns = now;
+		if (issue(p, n, s, ev, m->cfg.copy_blocks)) {
+			for (uint32_t i = 0; i < n; i++) {
+				strata_move_finish(p->batch[i], -EIO, strata_now_ns());
+				strata_moveq_push(&p->failed, p->batch[i]);
+			}
 			continue;
 		}
-		mv->status = STRATA_MOVE_INFLIGHT;
-		p->slot[i] = mv;
-		p->used++;
-		n++;
+		p->seq++;
+		for (uint32_t i = 0; i < n; i++) {
+			while (p->slot[slot])
+				slot++; /* used + n <= queue_depth */
+			p->batch[i]->status = STRATA_MOVE_INFLIGHT;
+			p->slot[slot] = p->batch[i];
+			p->slot_ev[slot] = ev;
+			p->slot_seq[slot] = p->seq;
+		}
+		p->ev_refs[ev] = n;
+		p->used += n;
+		done += n;
 	}
-	return n;
+	(void)qd;
+	return (int)done;
 }
 
 static int cuda_reap(struct strata_mover *m, uint32_t min, struct strata_move **out, uint32_t max)
@@ -96,13 +178,17 @@ static int cuda_reap(struct strata_mover *m, uint32_t min, struct strata_move **
 		out[n++] = strata_moveq_pop(&p->failed);
 	for (;;) {
 		uint32_t oldest = UINT32_MAX;
+		memset(p->ev_state, -1, qd);
 		for (uint32_t i = 0; i < qd && n < max; i++) {
 			struct strata_move *mv = p->slot[i];
 			if (!mv)
 				continue;
-			int q = strata_gpu_event_query(p->events[i], NULL);
+			uint32_t ev = p->slot_ev[i];
+			if (p->ev_state[ev] < 0)
+				p->ev_state[ev] = (int8_t)strata_gpu_event_query(p->events[ev], NULL);
+			int q = p->ev_state[ev];
 			if (q == 0) {
-				if (oldest == UINT32_MAX || mv->submit_ns < p->slot[oldest]->submit_ns)
+				if (oldest == UINT32_MAX || p->slot_seq[i] < p->slot_seq[oldest])
 					oldest = i;
 				continue;
 			}
@@ -110,20 +196,22 @@ static int cuda_reap(struct strata_mover *m, uint32_t min, struct strata_move **
 			if (q == 1)
 				mv->done_bytes = mv->bytes;
 			p->slot[i] = NULL;
+			p->ev_refs[ev]--;
 			p->used--;
 			out[n++] = mv;
 		}
 		if (n >= min || oldest == UINT32_MAX || n >= max)
 			return (int)n;
-		/* block on the oldest copy, then sweep again */
-		strata_gpu_event_sync(p->events[oldest], NULL);
+		/* block on the oldest batch, then sweep again */
+		strata_gpu_event_sync(p->events[p->slot_ev[oldest]], NULL);
 	}
 }
 
 const struct strata_mover_ops strata_mover_cuda = {
 	.name = "cuda", .version = STRATA_MOVER_ABI,
 	.caps = STRATA_MOVER_C_DEVICE_DST | STRATA_MOVER_C_ASYNC | STRATA_MOVER_C_NEEDS_GPU,
-	.help = "RAM -> VRAM with cudaMemcpyAsync on copy streams and events",
+	.help = "RAM -> VRAM on copy streams and events: cudaMemcpyBatchAsync per submit (copy=batch, the "
+		"default), cudaMemcpyAsync per move (copy=each) or a copy kernel (copy=sm)",
 	.priv_size = sizeof(struct cuda_priv),
 	.init = cuda_init, .free = cuda_free, .queue = cuda_queue, .submit = cuda_submit, .reap = cuda_reap,
 };

@@ -28,6 +28,11 @@ int strata_gpu_memcpy_h2d_async(void *d, const void *s, size_t n, strata_gpu_str
 int strata_gpu_memcpy_d2h_async(void *d, const void *s, size_t n, strata_gpu_stream *st, struct strata_error *err) { return NOGPU(err); }
 int strata_gpu_memcpy_d2d_async(void *d, const void *s, size_t n, strata_gpu_stream *st, struct strata_error *err) { return NOGPU(err); }
 int strata_gpu_sync(struct strata_error *err) { return NOGPU(err); }
+int strata_gpu_memcpy_h2d_batch_async(void *const *d, const void *const *s, const size_t *n, uint32_t k,
+				      strata_gpu_stream *st, struct strata_error *err) { return NOGPU(err); }
+int strata_gpu_copy_sm_available(void) { return 0; }
+int strata_gpu_copy_h2d_sm_async(void *const *d, const void *const *s, const size_t *n, uint32_t k, uint32_t blocks,
+				 strata_gpu_stream *st, struct strata_error *err) { return NOGPU(err); }
 
 #include "moe.h"
 int strata_moe_layer_gpu(const struct strata_moe_call *c, struct strata_error *err) { return NOGPU(err); }

@@ -378,6 +378,57 @@ static void test_cuda_roundtrip(void **state)
 	close(fd);
 }
 
+/* Every RAM -> VRAM issue mode moves the same bytes: 80 moves in one submit
+ * (more than one sm launch holds), odd lengths and offsets (the sm kernel's
+ * byte head and tail), then a second round queued while nothing is in flight. */
+static void test_cuda_copy_modes(void **state)
+{
+	if (!test_have_gpu("cuda_copy_modes"))
+		return;
+	enum { N = 80, STRIDE = 3 * 4096 };
+	struct strata_error err = { 0 };
+	assert_int_equal(strata_gpu_init(0, &err), 0);
+	uint64_t n = (uint64_t)N * STRIDE;
+	uint8_t *host = strata_aligned_alloc(4096, n), *back = malloc(n);
+	for (uint64_t i = 0; i < n; i++)
+		host[i] = (uint8_t)(strata_splitmix64(&(uint64_t){ i }) >> 7);
+	assert_int_equal(strata_gpu_host_register(host, n, &err), 0);
+	void *dev;
+	assert_int_equal(strata_gpu_malloc(&dev, n, &err), 0);
+	for (uint32_t copy = STRATA_COPY_AUTO; copy <= STRATA_COPY_SM; copy++) {
+		struct strata_mover *m;
+		struct strata_mover_config mc = { .queue_depth = N, .n_streams = 2, .copy = copy };
+		assert_int_equal(strata_mover_open(&strata_mover_cuda, &mc, &m, &err), 0);
+		assert_int_equal(strata_gpu_memset(dev, 0, n, &err), 0);
+		struct strata_move mv[N];
+		for (int round = 0; round < 2; round++) {
+			for (uint32_t i = 0; i < N; i++) {
+				/* round 0: aligned extents of 1..2 pages; round 1: odd lengths at
+				 * odd offsets, the same misalignment on both sides */
+				uint64_t off = (uint64_t)i * STRIDE + (round ? i % 16 : 0);
+				uint64_t len = round ? 4096 + 17 * i + 1 : 4096 * (1 + i % 2);
+				mv[i] = (struct strata_move){ .fd = -1, .src = host + off, .dst = (uint8_t *)dev + off,
+							      .bytes = len };
+				assert_int_equal(strata_mover_queue(m, &mv[i], &err), 0);
+			}
+			assert_int_equal(strata_mover_drain(m, &err), 0);
+			assert_int_equal(strata_gpu_memcpy_d2h_async(back, dev, n, NULL, &err), 0);
+			assert_int_equal(strata_gpu_sync(&err), 0);
+			for (uint32_t i = 0; i < N; i++) {
+				assert_true(mv[i].reaped && mv[i].status == STRATA_MOVE_DONE);
+				assert_int_equal(mv[i].done_bytes, mv[i].bytes);
+				uint64_t off = (uint64_t)((uint8_t *)mv[i].src - host);
+				assert_memory_equal(back + off, host + off, mv[i].bytes);
+			}
+		}
+		strata_mover_close(m);
+	}
+	strata_gpu_free(dev);
+	strata_gpu_host_unregister(host);
+	free(host);
+	free(back);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -389,6 +440,7 @@ int main(void)
 		cmocka_unit_test(test_retry_and_loader),
 		cmocka_unit_test(test_virtual_cost),
 		cmocka_unit_test(test_cuda_roundtrip),
+		cmocka_unit_test(test_cuda_copy_modes),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -8,6 +8,7 @@
 
 #include "cli.h"
 #include "cmd_replay.h"
+#include "strata/mover.h"
 #include "strata/replay.h"
 #include "strata/util.h"
 
@@ -51,6 +52,9 @@ static void usage(FILE *f, int virt)
 		     : "  --compute C          ref (CPU reference) | gpu (CUDA kernels) | none | auto (default)\n"
 		       "  --mover M            NVMe mover: uring (default) | mmap | pread\n"
 		       "  --queue-depth N      io_uring depth / copies in flight\n"
+		       "  --copy MODE          RAM -> VRAM: batch (default: one cudaMemcpyBatchAsync per\n"
+		       "                       submit) | each (a cudaMemcpyAsync per expert) | sm (a copy\n"
+		       "                       kernel reading pinned RAM)\n"
 		       "  --gpu G              auto (default) | 0 (host stand-in) | 1 (require a GPU)\n"
 		       "  --verify             check extent checksums on every NVMe read\n"
 		       "  --progress           force a progress line (else only on a terminal)\n");
@@ -73,7 +77,7 @@ int strata_cli_replay_main(int argc, char **argv, int virt)
 	const char *cmd = virt ? "sim" : "replay";
 	enum { O_MODEL = 256, O_TRACE, O_VRAM, O_RAM, O_PLACE, O_EVICT, O_PREFETCH, O_SEED, O_MAXTOK, O_CHUNK,
 	       O_NOHINTS, O_NOFUT, O_COMPUTE, O_MOVER, O_QD, O_GPU, O_VERIFY, O_JSON, O_CSV, O_APPEND, O_COST,
-	       O_NVMEQD, O_PROGRESS, O_TIERS, O_TIER_TRACE };
+	       O_NVMEQD, O_PROGRESS, O_TIERS, O_TIER_TRACE, O_COPY };
 	static const struct option opts[] = {
 		{ "model", required_argument, 0, O_MODEL }, { "trace", required_argument, 0, O_TRACE },
 		{ "vram", required_argument, 0, O_VRAM }, { "ram", required_argument, 0, O_RAM },
@@ -87,7 +91,7 @@ int strata_cli_replay_main(int argc, char **argv, int virt)
 		{ "csv", required_argument, 0, O_CSV }, { "append", no_argument, 0, O_APPEND },
 		{ "cost", required_argument, 0, O_COST }, { "nvme-qd", required_argument, 0, O_NVMEQD },
 		{ "progress", no_argument, 0, O_PROGRESS }, { "tiers", required_argument, 0, O_TIERS },
-		{ "tier-trace", required_argument, 0, O_TIER_TRACE },
+		{ "tier-trace", required_argument, 0, O_TIER_TRACE }, { "copy", required_argument, 0, O_COPY },
 		{ "quiet", no_argument, 0, 'q' }, { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	struct strata_replay_config c;
@@ -164,6 +168,13 @@ int strata_cli_replay_main(int argc, char **argv, int virt)
 			if (c.engine.use_gpu == 2)
 				c.engine.use_gpu = -1;
 			break;
+		case O_COPY: {
+			int cm = strata_cli_choice(cmd, "--copy", optarg, strata_copy_names);
+			if (cm < 0)
+				return 2;
+			c.engine.copy = (uint32_t)cm;
+			break;
+		}
 		case O_VERIFY: c.engine.verify = true; break;
 		case O_JSON: json = optarg; break;
 		case O_CSV: csv = optarg; break;

@@ -325,31 +325,37 @@ int main(int argc, char **argv)
 			       (unsigned long long)bs, same, peak, same / peak);
 			fprintf(stderr, "%-22s %9llu B  raw cudaMemcpyAsync back-to-back %.2f GB/s (%.2f of peak)\n",
 				cs[c].name, (unsigned long long)bs, same, same / peak);
-			for (uint32_t streams = 1; streams <= 2; streams++) {
+			for (uint32_t v = 0; v < 6; v++) {
+				/* copy modes x 1 or 2 streams; two batches of B moves in flight,
+				 * each batch requeued (one submit) as it completes */
+				enum { B = 8 };
+				uint32_t copy = STRATA_COPY_EACH + v / 2, streams = 1 + v % 2;
 				struct strata_mover *m;
-				struct strata_mover_config mc = { .queue_depth = 8, .n_streams = streams };
+				struct strata_mover_config mc = { .queue_depth = 2 * B, .n_streams = streams, .copy = copy };
+				if (copy == STRATA_COPY_SM && !strata_gpu_copy_sm_available())
+					continue;
 				if (strata_mover_open(&strata_mover_cuda, &mc, &m, &err)) {
 					fprintf(stderr, "cuda mover: %s\n", err.msg);
 					return 1;
 				}
-				/* keep the queue full: requeue each move as it completes */
-				struct strata_move mv[8];
+				struct strata_move mv[2 * B];
 				uint64_t k = 0, bytes = 0, t0 = strata_now_ns();
 				uint64_t end = t0 + (uint64_t)(seconds * 1e9);
-				for (int i = 0; i < 8; i++, k++) {
+				for (int i = 0; i < 2 * B; i++, k++) {
 					uint64_t off = (k % nslots) * bs;
 					mv[i] = (struct strata_move){ .fd = -1, .src = host + off, .dst = (uint8_t *)dev + off,
 								      .bytes = bs };
 					strata_mover_queue(m, &mv[i], &err);
+					if (i % B == B - 1)
+						strata_mover_submit(m, &err);
 				}
-				strata_mover_submit(m, &err);
 				while (m->outstanding) {
 					if (strata_mover_reap(m, 1, &err) < 0) {
 						fprintf(stderr, "cuda mover: %s\n", err.msg);
 						return 1;
 					}
 					int more = strata_now_ns() < end;
-					for (int i = 0; i < 8; i++) {
+					for (int i = 0; i < 2 * B; i++) {
 						if (!mv[i].reaped)
 							continue;
 						bytes += mv[i].done_bytes;
@@ -364,13 +370,25 @@ int main(int argc, char **argv)
 					strata_mover_submit(m, &err);
 				}
 				double g = (double)bytes / ((double)(strata_now_ns() - t0) / 1e9) / 1e9;
-				printf("ram_vram_s%u,%s,%llu,8,%.3f,pinned_cudaMemcpy_256MiB,%.3f,%.3f\n", streams, cs[c].name,
-				       (unsigned long long)bs, g, peak, g / peak);
-				printf("ram_vram_s%u,%s,%llu,8,%.3f,pinned_cudaMemcpy_same_size,%.3f,%.3f\n", streams, cs[c].name,
-				       (unsigned long long)bs, g, same, g / same);
-				fprintf(stderr, "%-22s %9llu B  cuda mover (%u stream%s) %.2f GB/s  peak %.2f  ratio %.2f  (same-size ceiling %.2f: %.2f)\n",
-					cs[c].name, (unsigned long long)bs, streams, streams > 1 ? "s" : "", g, peak, g / peak,
-					same, g / same);
+				/* the data arrived: the last extent copied, read back */
+				uint64_t off = ((k - 1) % nslots) * bs;
+				uint8_t *chk = malloc(bs);
+				int bad = !chk || strata_gpu_memcpy_d2h_async(chk, (uint8_t *)dev + off, bs, NULL, &err) ||
+					  strata_gpu_sync(&err) || memcmp(chk, host + off, bs);
+				free(chk);
+				if (bad) {
+					fprintf(stderr, "cuda mover copy=%s: data differs after the copy\n", strata_copy_names[copy]);
+					return 1;
+				}
+				printf("ram_vram_%s_s%u,%s,%llu,%u,%.3f,pinned_cudaMemcpy_256MiB,%.3f,%.3f\n",
+				       strata_copy_names[copy], streams, cs[c].name, (unsigned long long)bs, 2 * B, g, peak,
+				       g / peak);
+				printf("ram_vram_%s_s%u,%s,%llu,%u,%.3f,pinned_cudaMemcpy_same_size,%.3f,%.3f\n",
+				       strata_copy_names[copy], streams, cs[c].name, (unsigned long long)bs, 2 * B, g, same,
+				       g / same);
+				fprintf(stderr, "%-22s %9llu B  cuda mover copy=%-5s %u stream%s %.2f GB/s  peak %.2f  ratio %.2f  (same-size ceiling %.2f: %.2f)\n",
+					cs[c].name, (unsigned long long)bs, strata_copy_names[copy], streams,
+					streams > 1 ? "s" : " ", g, peak, g / peak, same, g / same);
 				strata_mover_close(m);
 			}
 		}

@@ -62,6 +62,7 @@ struct strata_engine_config {
 	struct strata_cost_model cost; /* virtual mode */
 	uint32_t scratch_slots;    /* streaming slots in the run tier (0: top_k) */
 	uint32_t copy_streams;     /* RAM -> VRAM copy streams (0: 2) */
+	uint32_t copy;             /* RAM -> VRAM issue mode, STRATA_COPY_* (0: batch) */
 	uint64_t bounce_bytes;     /* staged NVMe -> VRAM bounce buffer size (0: 4 MiB) */
 	/* Instead of a spec: an ops struct of the caller's (default options), as
 	 * in the policy harness; lets a test drive a deliberately broken policy. */

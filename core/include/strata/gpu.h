@@ -54,4 +54,17 @@ int strata_gpu_memcpy_d2d_async(void *dst, const void *src, size_t bytes, strata
 				struct strata_error *err);
 int strata_gpu_sync(struct strata_error *err); /* whole device */
 
+/* Many host -> device copies at once (kernels/gpu_copy.cu).  batch: one
+ * cudaMemcpyBatchAsync, stream-ordered (a loop of cudaMemcpyAsync where the
+ * driver has no batch API).  sm: one kernel that reads the registered host
+ * extents over PCIe, at most STRATA_GPU_COPY_MAX per call and `blocks` thread
+ * blocks in all (0: 64); only where strata_gpu_copy_sm_available() says the
+ * device can use registered host pointers as they are. */
+#define STRATA_GPU_COPY_MAX 64
+int strata_gpu_memcpy_h2d_batch_async(void *const *dst, const void *const *src, const size_t *bytes, uint32_t n,
+				      strata_gpu_stream *s, struct strata_error *err);
+int strata_gpu_copy_sm_available(void);
+int strata_gpu_copy_h2d_sm_async(void *const *dst, const void *const *src, const size_t *bytes, uint32_t n,
+				 uint32_t blocks, strata_gpu_stream *s, struct strata_error *err);
+
 #endif

@@ -97,6 +97,8 @@ struct strata_vlink {
 struct strata_mover_config {
 	uint32_t queue_depth;    /* moves in flight (io_uring SQ size, copy events); 0: 32 */
 	uint32_t n_streams;      /* cuda: copy streams; 0: 2 */
+	uint32_t copy;           /* cuda: STRATA_COPY_* (how a submit's moves reach the GPU) */
+	uint32_t copy_blocks;    /* cuda, copy=sm: thread blocks per launch; 0: 64 */
 	/* staged: the two stages and the bounce buffers between them */
 	struct strata_mover *stage_read, *stage_copy;
 	uint64_t bounce_bytes;   /* per bounce buffer; 0: 4 MiB */
@@ -106,6 +108,15 @@ struct strata_mover_config {
 	double *clock_ns;
 	struct strata_vlink *links[2];
 };
+
+/* The cuda mover's ways to issue the moves one submit holds (mover_cuda.c). */
+enum {
+	STRATA_COPY_AUTO = 0, /* batch */
+	STRATA_COPY_EACH,     /* one cudaMemcpyAsync and one event per move */
+	STRATA_COPY_BATCH,    /* one cudaMemcpyBatchAsync and one event per submit */
+	STRATA_COPY_SM,       /* one copy kernel per submit (SMs read pinned RAM over PCIe) */
+};
+extern const char *const strata_copy_names[]; /* "auto" "each" "batch" "sm", NULL */
 
 struct strata_mover_ops {
 	const char *name;
