@@ -126,7 +126,7 @@ static int issue(struct cuda_priv *p, uint32_t n, strata_gpu_stream *s, uint32_t
 static int cuda_submit(struct strata_mover *m)
 {
 	struct cuda_priv *p = m->priv;
-	uint32_t qd = m->cfg.queue_depth, done = 0;
+	uint32_t done = 0;
 	while (p->queued.head) {
 		/* copy=each: a batch of one move; else every queued move */
 		uint32_t n = 0, ev = 0, slot = 0;
@@ -166,7 +166,6 @@ static int cuda_submit(struct strata_mover *m)
 		p->used += n;
 		done += n;
 	}
-	(void)qd;
 	return (int)done;
 }
 
