@@ -342,7 +342,7 @@ static void tcq_block(struct tcq *q, const float *x, const float *h, uint8_t *co
 	float xs[QK];
 	for (uint32_t i = 0; i < QK; i++)
 		xs[i] = (float)(x[i] * inv);
-	float sc = start_factor(q->fmt);
+	float sc = start_factor(q->fmt) / STRATA_TCQ_TABLE_RMS;
 	for (uint32_t s = 0; s < NS; s++)
 		q->sT[s] = sc * strata_tcq_table[s];
 
