@@ -36,9 +36,14 @@ extern "C" {
 
 namespace {
 
-constexpr int NSTAGE = 3;
+// 5 stages of 36 KB: 4 in flight (144 KB per SM) keep HBM busy at its
+// loaded latency (~2 us x 34 GB/s per SM); the computed codebook of the tier
+// formats needs no shared memory.
+#ifndef STRATA_NSTAGE
+#define STRATA_NSTAGE 5
+#endif
+constexpr int NSTAGE = STRATA_NSTAGE;
 constexpr uint32_t STAGE_BYTES = 36 * 1024;
-constexpr uint32_t TAB_BYTES = STRATA_TCQ_TABLE_SIZE * 4 * STRATA_TAB_COPIES;
 
 struct FmtTab {
 	uint64_t off[3];       // gate, up, down matrix offsets in the extent
@@ -109,13 +114,21 @@ __device__ __forceinline__ void mbar_init(uint32_t mbar, uint32_t count)
 [[maybe_unused]] __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
+// m16n8k16 MMA, f32 accumulation, bf16 operands or (F16) fp16 operands.
+template <bool F16>
 __device__ __forceinline__ void mma_bf16(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
 					 uint32_t b0, uint32_t b1)
 {
-	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
-		     "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-		     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-		     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+	if constexpr (F16)
+		asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+			     "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+			     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+			     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+	else
+		asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+			     "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+			     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+			     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 __device__ __forceinline__ uint32_t ld_acquire(const unsigned *p)
@@ -331,7 +344,8 @@ __device__ __forceinline__ void compute_stage(const MoeParams &p, const Task &k,
 		for (int n = 0; n < NT; n++)
 #pragma unroll
 			for (int i = 0; i < 4; i++)
-				b[n][i] = pack_bf16x2(cur[n][2 * i], cur[n][2 * i + 1]);
+				b[n][i] = F::F16 ? pack_f16x2(cur[n][2 * i], cur[n][2 * i + 1])
+						 : pack_bf16x2(cur[n][2 * i], cur[n][2 * i + 1]);
 		if (PF && u + NW < nunits)
 			load(u + NW);
 		const uint32_t bl = u >> 3, j = (u & 7) * 4 + t;
@@ -348,8 +362,8 @@ __device__ __forceinline__ void compute_stage(const MoeParams &p, const Task &k,
 #pragma unroll
 				for (int n = 0; n < NT; n++) {
 					float c[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
-					mma_bf16(c, a[0][0], a[1][0], a[0][1], a[1][1], b[n][0], b[n][1]);
-					mma_bf16(c, a[0][2], a[1][2], a[0][3], a[1][3], b[n][2], b[n][3]);
+					mma_bf16<F::F16>(c, a[0][0], a[1][0], a[0][1], a[1][1], b[n][0], b[n][1]);
+					mma_bf16<F::F16>(c, a[0][2], a[1][2], a[0][3], a[1][3], b[n][2], b[n][3]);
 					acc[m][n][0] = fmaf(s0, c[0], acc[m][n][0]);
 					acc[m][n][1] = fmaf(s0, c[1], acc[m][n][1]);
 					acc[m][n][2] = fmaf(s1, c[2], acc[m][n][2]);
@@ -358,8 +372,8 @@ __device__ __forceinline__ void compute_stage(const MoeParams &p, const Task &k,
 			} else {
 #pragma unroll
 				for (int n = 0; n < NT; n++) {
-					mma_bf16(acc[m][n], a[0][0], a[1][0], a[0][1], a[1][1], b[n][0], b[n][1]);
-					mma_bf16(acc[m][n], a[0][2], a[1][2], a[0][3], a[1][3], b[n][2], b[n][3]);
+					mma_bf16<F::F16>(acc[m][n], a[0][0], a[1][0], a[0][1], a[1][1], b[n][0], b[n][1]);
+					mma_bf16<F::F16>(acc[m][n], a[0][2], a[1][2], a[0][3], a[1][3], b[n][2], b[n][3]);
 				}
 			}
 		}
@@ -370,22 +384,15 @@ template <int NT, int MT, int NW>
 __global__ void __launch_bounds__(32 * NW, 1) moe_kernel(const __grid_constant__ MoeParams p)
 {
 	using G = Geo<NT, MT, NW>;
-	// Dynamic shared memory: [codebook copies | NSTAGE stage buffers | red | roff].
-	// Stage buffers and the table are addressed by offsets from g_smem.
+	// Dynamic shared memory: [NSTAGE stage buffers | red | roff | mbarriers].
+	// Stage buffers are addressed by offsets from g_smem.
 	uint8_t *smem = g_smem;
-	uint32_t *tab = reinterpret_cast<uint32_t *>(smem);
-	float *red = reinterpret_cast<float *>(smem + TAB_BYTES + NSTAGE * STAGE_BYTES);
-	const uint32_t sbase = (uint32_t)__cvta_generic_to_shared(smem) + TAB_BYTES; // for cp.async
-	const uint32_t obase = TAB_BYTES;                                              // for lds*
+	float *red = reinterpret_cast<float *>(smem + NSTAGE * STAGE_BYTES);
+	const uint32_t sbase = (uint32_t)__cvta_generic_to_shared(smem); // for the copies
+	const uint32_t obase = 0;                                         // for lds*
 	const int tid = threadIdx.x;
 	for (int i = tid; i < G::ROWS * G::TN; i += (32 * NW))
 		red[i] = 0.0f;
-	if (p.tiers)
-#pragma unroll 16
-		for (int i = tid; i < STRATA_TCQ_TABLE_SIZE * STRATA_TAB_COPIES; i += (32 * NW)) {
-			__nv_bfloat16 v = __float2bfloat16_rn(g_tcq[i / STRATA_TAB_COPIES]);
-			tab[i] = *reinterpret_cast<uint16_t *>(&v);
-		}
 	const uint32_t t4 = 4 * (tid & 3);
 	// Per stage buffer and row: misalignment (mod 16) of the row's codes and scales.
 	uint8_t *roffs = reinterpret_cast<uint8_t *>(red + G::ROWS * G::TN);
@@ -691,7 +698,6 @@ int ctx_init(struct strata_error *err)
 		CU_TRY(err, cudaDeviceGetAttribute(&g_ctx.sms, cudaDevAttrMultiProcessorCount, dev));
 		CU_TRY(err, cudaMalloc(&g_ctx.sync, (STRATA_MOE_MAX_SLOTS + 1) * sizeof(unsigned)));
 		CU_TRY(err, cudaMemset(g_ctx.sync, 0, (STRATA_MOE_MAX_SLOTS + 1) * sizeof(unsigned)));
-		CU_TRY(err, cudaMemcpyToSymbol(g_tcq, strata_tcq_table, sizeof(strata_tcq_table)));
 	}
 	return STRATA_OK;
 }
@@ -700,7 +706,7 @@ template <int NT, int MT, int NW>
 int launch(MoeParams *p, cudaStream_t st, int variant, struct strata_error *err)
 {
 	using G = Geo<NT, MT, NW>;
-	size_t smem = NSTAGE * STAGE_BYTES + G::ROWS * G::TN * sizeof(float) + TAB_BYTES + NSTAGE * 2 * G::ROWS + 8 * NSTAGE;
+	size_t smem = NSTAGE * STAGE_BYTES + G::ROWS * G::TN * sizeof(float) + NSTAGE * 2 * G::ROWS + 8 * NSTAGE;
 	if (!g_ctx.attr_set[variant]) {
 		CU_TRY(err, cudaFuncSetAttribute(moe_kernel<NT, MT, NW>, cudaFuncAttributeMaxDynamicSharedMemorySize,
 						 (int)smem));
