@@ -83,12 +83,9 @@ struct MoeParams {
 }
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 
-// Stage copies: STRATA_BULK=1 uses the Hopper bulk copy engine (cp.async.bulk,
+// Stage copies: BULK uses the Hopper bulk copy engine (cp.async.bulk,
 // one instruction per row and region, completion counted in bytes on one
 // mbarrier per stage buffer); 0 uses 16-byte cp.async from every lane.
-#ifndef STRATA_BULK
-#define STRATA_BULK 1
-#endif
 [[maybe_unused]] __device__ __forceinline__ void bulk_copy(uint32_t dst, const void *src, uint32_t bytes, uint32_t mbar)
 {
 	asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
@@ -175,7 +172,7 @@ template <int NT, int MT, int NW> __device__ __forceinline__ void task_info(cons
 	k.nkc = (f.pc[k.down] + f.kc[k.down] - 1) / f.kc[k.down];
 }
 
-template <int NT, int MT, int NW>
+template <int NT, int MT, int NW, bool BULK>
 __device__ void issue_stage(const MoeParams &p, const Task &k, uint32_t buf, uint8_t *roff, uint32_t mbar)
 {
 	// Stage rows: gate|up task: RG rows of gate then the same RG rows of up;
@@ -192,7 +189,7 @@ __device__ void issue_stage(const MoeParams &p, const Task &k, uint32_t buf, uin
 	const uint64_t koc = (uint64_t)k0 * f.cb / 256, kos = (uint64_t)(k0 / 256) * f.sb + f.soff[d];
 	const uint8_t *m0 = ext + f.off[d ? 2 : 0], *m1 = ext + f.off[d ? 2 : 1];
 	const uint32_t nrows = d ? p.hidden : p.inter, per = d ? G::RD : G::RG, row0 = k.rt * per;
-#if STRATA_BULK
+	if constexpr (BULK) {
 	// Lane q of warp w copies stage row w + 8q (codes, then scales) with the bulk
 	// copy engine; lane 0 first announces the warp's bytes on the stage's mbarrier.
 	static_assert(G::ROWS / NW <= 32 && G::ROWS % NW == 0, "rows per warp");
@@ -225,7 +222,7 @@ __device__ void issue_stage(const MoeParams &p, const Task &k, uint32_t buf, uin
 		bulk_copy(buf + i * pitch, c0, 16 * nc, mbar);
 	if (ns)
 		bulk_copy(buf + i * pitch + cpitch, s0, 16 * ns, mbar);
-#else
+	} else {
 	(void)mbar;
 	for (int i = warp; i < G::ROWS; i += NW) {
 		uint32_t r = row0 + (d ? i : i % G::RG);
@@ -252,7 +249,7 @@ __device__ void issue_stage(const MoeParams &p, const Task &k, uint32_t buf, uin
 				cp_async16(row + cpitch + 16 * j, s0 + 16 * j);
 		}
 	}
-#endif
+	}
 }
 
 // Eight consecutive activations (k..k+7) of one row; zeros past cols.  x rows
@@ -380,7 +377,7 @@ __device__ __forceinline__ void compute_stage(const MoeParams &p, const Task &k,
 	}
 }
 
-template <int NT, int MT, int NW>
+template <int NT, int MT, int NW, bool BULK>
 __global__ void __launch_bounds__(32 * NW, 1) moe_kernel(const __grid_constant__ MoeParams p)
 {
 	using G = Geo<NT, MT, NW>;
@@ -398,7 +395,7 @@ __global__ void __launch_bounds__(32 * NW, 1) moe_kernel(const __grid_constant__
 	uint8_t *roffs = reinterpret_cast<uint8_t *>(red + G::ROWS * G::TN);
 	// One mbarrier per stage buffer (bulk copies), after roffs.
 	const uint32_t mbar0 = (uint32_t)__cvta_generic_to_shared(roffs + NSTAGE * 2 * G::ROWS);
-	if (STRATA_BULK && tid == 0) {
+	if (BULK && tid == 0) {
 		for (int b = 0; b < NSTAGE; b++)
 			mbar_init(mbar0 + 8 * b, NW);
 		asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -413,7 +410,7 @@ __global__ void __launch_bounds__(32 * NW, 1) moe_kernel(const __grid_constant__
 	// Prologue: NSTAGE-1 stages in flight.
 	for (int s = 0; s < NSTAGE - 1; s++) {
 		if (ld.t < p.n_tasks) {
-			issue_stage<NT, MT, NW>(p, ld, sbase + s * STAGE_BYTES, roffs + s * 2 * G::ROWS, mbar0 + 8 * s);
+			issue_stage<NT, MT, NW, BULK>(p, ld, sbase + s * STAGE_BYTES, roffs + s * 2 * G::ROWS, mbar0 + 8 * s);
 			if (++ld.kc == ld.nkc) {
 				ld.t += gridDim.x, ld.kc = 0;
 				if (ld.t < p.n_tasks)
@@ -424,15 +421,15 @@ __global__ void __launch_bounds__(32 * NW, 1) moe_kernel(const __grid_constant__
 	}
 	float acc[MT][NT][4];
 	for (uint32_t it = 0; cp.t < p.n_tasks; it++) {
-#if STRATA_BULK
-		mbar_wait(mbar0 + 8 * (it % NSTAGE), (it / NSTAGE) & 1);
-		fence_proxy_async(); // this thread's reads of the buffer refilled below precede the copy engine's writes
-#else
-		cp_wait<NSTAGE - 2>();
-#endif
+		if constexpr (BULK) {
+			mbar_wait(mbar0 + 8 * (it % NSTAGE), (it / NSTAGE) & 1);
+			fence_proxy_async(); // this thread's reads of the buffer refilled below precede the copy engine's writes
+		} else {
+			cp_wait<NSTAGE - 2>();
+		}
 		__syncthreads();
 		if (ld.t < p.n_tasks) {
-			issue_stage<NT, MT, NW>(p, ld, sbase + ((it + NSTAGE - 1) % NSTAGE) * STAGE_BYTES,
+			issue_stage<NT, MT, NW, BULK>(p, ld, sbase + ((it + NSTAGE - 1) % NSTAGE) * STAGE_BYTES,
 					    roffs + ((it + NSTAGE - 1) % NSTAGE) * 2 * G::ROWS,
 					    mbar0 + 8 * ((it + NSTAGE - 1) % NSTAGE));
 			if (++ld.kc == ld.nkc) {
@@ -628,7 +625,9 @@ struct Ctx {
 	unsigned *sync = nullptr;
 	int sms = 0;
 	int poison = 0;
-	bool attr_set[3] = { false, false, false };
+	int warps = 0; // warps per CTA for decode tiles (STRATA_MOE_WARPS: 8 or 16)
+	int bulk = -1;  // stage copies: 1 bulk copy engine, 0 cp.async (STRATA_MOE_COPY=bulk|async)
+	bool attr_set[12] = {};
 };
 Ctx g_ctx;
 
@@ -702,13 +701,13 @@ int ctx_init(struct strata_error *err)
 	return STRATA_OK;
 }
 
-template <int NT, int MT, int NW>
+template <int NT, int MT, int NW, bool BULK>
 int launch(MoeParams *p, cudaStream_t st, int variant, struct strata_error *err)
 {
 	using G = Geo<NT, MT, NW>;
 	size_t smem = NSTAGE * STAGE_BYTES + G::ROWS * G::TN * sizeof(float) + NSTAGE * 2 * G::ROWS + 8 * NSTAGE;
 	if (!g_ctx.attr_set[variant]) {
-		CU_TRY(err, cudaFuncSetAttribute(moe_kernel<NT, MT, NW>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+		CU_TRY(err, cudaFuncSetAttribute(moe_kernel<NT, MT, NW, BULK>, cudaFuncAttributeMaxDynamicSharedMemorySize,
 						 (int)smem));
 		g_ctx.attr_set[variant] = true;
 	}
@@ -725,7 +724,7 @@ int launch(MoeParams *p, cudaStream_t st, int variant, struct strata_error *err)
 	}
 	p->n_tasks = t;
 	uint32_t grid = t < (uint32_t)g_ctx.sms ? t : (uint32_t)g_ctx.sms;
-	moe_kernel<NT, MT, NW><<<grid, (32 * NW), smem, st>>>(*p);
+	moe_kernel<NT, MT, NW, BULK><<<grid, (32 * NW), smem, st>>>(*p);
 	CU_TRY(err, cudaGetLastError());
 	return STRATA_OK;
 }
@@ -757,11 +756,25 @@ int run_launch(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_err
 	// shared-memory wavefronts, not by latency; experiments/kernels/README.md.
 	// The earlier 64-token tile <8, 2, 8> re-read 64 tokens of activations per 32
 	// rows without prefetch.)
+	if (!g_ctx.warps) {
+		const char *e = getenv("STRATA_MOE_WARPS");
+		g_ctx.warps = e && atoi(e) == 8 ? 8 : 16;
+		e = getenv("STRATA_MOE_COPY");
+		g_ctx.bulk = e && !strcmp(e, "async") ? 0 : 1;
+	}
+	const bool w16 = g_ctx.warps == 16;
+	if (g_ctx.bulk) {
+		if (maxtok <= 8)
+			return w16 ? launch<1, 4, 16, true>(p, st, 3, err) : launch<1, 4, 8, true>(p, st, 0, err);
+		if (maxtok <= 16)
+			return w16 ? launch<2, 4, 16, true>(p, st, 4, err) : launch<2, 4, 8, true>(p, st, 1, err);
+		return launch<4, 4, 8, true>(p, st, 2, err);
+	}
 	if (maxtok <= 8)
-		return launch<1, 4, 8>(p, st, 0, err);
+		return w16 ? launch<1, 4, 16, false>(p, st, 9, err) : launch<1, 4, 8, false>(p, st, 6, err);
 	if (maxtok <= 16)
-		return launch<2, 4, 8>(p, st, 1, err);
-	return launch<4, 4, 8>(p, st, 2, err);
+		return w16 ? launch<2, 4, 16, false>(p, st, 10, err) : launch<2, 4, 8, false>(p, st, 7, err);
+	return launch<4, 4, 8, false>(p, st, 8, err);
 }
 
 int moe_layer(const struct strata_moe_call *c, struct strata_error *err)
