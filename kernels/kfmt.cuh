@@ -43,7 +43,7 @@ __device__ __forceinline__ uint32_t pack_f16x2(float lo, float hi)
 }
 
 struct FmtBF16 {
-	static constexpr bool SCALED = false, F16 = false;
+	static constexpr bool SCALED = false, F16 = false, DIRECT = true;
 	static constexpr uint32_t CODE_BYTES = 512, SCALE_BYTES = 0;
 	__device__ __forceinline__ static void decode8(uint32_t c, uint32_t, int j, uint32_t, uint32_t o[4])
 	{
@@ -59,7 +59,7 @@ struct FmtBF16 {
 };
 
 struct FmtF32 {
-	static constexpr bool SCALED = false, F16 = false;
+	static constexpr bool SCALED = false, F16 = false, DIRECT = false;
 	static constexpr uint32_t CODE_BYTES = 1024, SCALE_BYTES = 0;
 	__device__ __forceinline__ static void decode8(uint32_t c, uint32_t, int j, uint32_t, uint32_t o[4])
 	{

@@ -50,7 +50,7 @@ __device__ __forceinline__ uint32_t tcq_pair(uint32_t h0, uint32_t h1)
 
 template <int FMT> struct FmtTier {
 	static constexpr bool SCALED = true;
-	static constexpr bool F16 = true;
+	static constexpr bool F16 = true, DIRECT = false;
 	static constexpr uint32_t CODE_BYTES = FMT == STRATA_FMT_HOT ? STRATA_HOT_CODE_BYTES
 					     : FMT == STRATA_FMT_WARM ? STRATA_WARM_CODE_BYTES
 								      : STRATA_COLD_CODE_BYTES;

@@ -36,14 +36,16 @@ extern "C" {
 
 namespace {
 
-// 5 stages of 36 KB: 4 in flight (144 KB per SM) keep HBM busy at its
-// loaded latency (~2 us x 34 GB/s per SM); the computed codebook of the tier
-// formats needs no shared memory.
+// 3 stages of 60 KB (2 in flight, 120 KB per SM).  The tier formats are bound
+// by instruction issue (the computed codebook), not by bytes in flight, so the
+// stages are made long (e.g. 9 hot blocks x 64 rows) to spread the per-stage
+// cost (barrier, copy issue, task bookkeeping) over more weights; bf16 does
+// not use them (compute_direct).  The codebook needs no shared memory.
 #ifndef STRATA_NSTAGE
-#define STRATA_NSTAGE 5
+#define STRATA_NSTAGE 3
 #endif
 constexpr int NSTAGE = STRATA_NSTAGE;
-constexpr uint32_t STAGE_BYTES = 36 * 1024;
+constexpr uint32_t STAGE_BYTES = 60 * 1024;
 
 struct FmtTab {
 	uint64_t off[3];       // gate, up, down matrix offsets in the extent
@@ -55,6 +57,7 @@ struct FmtTab {
 	uint32_t pitch[2];     // shared-memory bytes per stage row
 	uint32_t cpitch[2];    // of which codes
 	uint32_t cb, sb;       // code / scale bytes per 256 weights
+	uint32_t direct;       // weights loaded straight into registers (no stage copies)
 	uint32_t ok;
 };
 
@@ -196,7 +199,7 @@ __device__ void issue_stage(const MoeParams &p, const Task &k, uint32_t buf, uin
 	const int i = warp + NW * lane;
 	uint32_t bytes = 0, nc = 0, ns = 0;
 	const uint8_t *c0 = nullptr, *s0 = nullptr;
-	if (lane < G::ROWS / NW) {
+	if (lane < G::ROWS / NW && !f.direct) {
 		uint32_t r = row0 + (d ? i : i % G::RG);
 		if (r < nrows) {
 			const uint8_t *mat = !d && i >= G::RG ? m1 : m0;
@@ -226,7 +229,7 @@ __device__ void issue_stage(const MoeParams &p, const Task &k, uint32_t buf, uin
 	(void)mbar;
 	for (int i = warp; i < G::ROWS; i += NW) {
 		uint32_t r = row0 + (d ? i : i % G::RG);
-		if (r >= nrows) {
+		if (r >= nrows || f.direct) {
 			if (lane == 0)
 				roff[2 * i] = roff[2 * i + 1] = 0;
 			continue;
@@ -346,16 +349,17 @@ __device__ __forceinline__ void compute_stage(const MoeParams &p, const Task &k,
 		if (PF && u + NW < nunits)
 			load(u + NW);
 		const uint32_t bl = u >> 3, j = (u & 7) * 4 + t;
+		const uint32_t cbo = bl * F::CODE_BYTES, sbo = bl * F::SCALE_BYTES;
 #pragma unroll
 		for (int m = 0; m < MT; m++) {
 			uint32_t a[2][4];
-			F::decode8(rc[m][0] + bl * F::CODE_BYTES, rs[m][0] + bl * F::SCALE_BYTES, j, t4, a[0]);
-			F::decode8(rc[m][1] + bl * F::CODE_BYTES, rs[m][1] + bl * F::SCALE_BYTES, j, t4, a[1]);
+			F::decode8(rc[m][0] + cbo, rs[m][0] + sbo, j, t4, a[0]);
+			F::decode8(rc[m][1] + cbo, rs[m][1] + sbo, j, t4, a[1]);
 			if constexpr (F::SCALED) {
 				// One block per unit: the block scales of rows g and g+8 apply
 				// to this unit's partial sums.
-				float s0 = F::scale(rs[m][0] + bl * F::SCALE_BYTES);
-				float s1 = F::scale(rs[m][1] + bl * F::SCALE_BYTES);
+				float s0 = F::scale(rs[m][0] + sbo);
+				float s1 = F::scale(rs[m][1] + sbo);
 #pragma unroll
 				for (int n = 0; n < NT; n++) {
 					float c[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
@@ -375,6 +379,132 @@ __device__ __forceinline__ void compute_stage(const MoeParams &p, const Task &k,
 			}
 		}
 	}
+}
+
+// Passthrough formats with DIRECT (bf16): no stage copies; a task is one
+// stage spanning the whole row, and every lane loads its A fragments (16 bytes
+// of rows g and g+8 of each 16-row tile per 32-weight unit) straight from
+// global memory into registers, one unit ahead of the MMAs.  No per-stage
+// copies, barriers or shared-memory round trips: the loop is LDG + HMMA.
+#ifndef STRATA_DIRECT_SETS
+#define STRATA_DIRECT_SETS 1
+#endif
+template <class F, int NT, int MT, int NW>
+__device__ __forceinline__ void compute_direct(const MoeParams &p, const Task &k, float (&acc)[MT][NT][4])
+{
+	using G = Geo<NT, MT, NW>;
+	const FmtTab &f = p.tab[k.fmt];
+	const Slot &s = p.slot[k.slot];
+	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+	const uint32_t d = k.down, k0 = k.kc * f.kc[d], k1 = min(k0 + f.kc[d], f.pc[d]);
+	const uint32_t cols = d ? p.inter : p.hidden;
+	const uint32_t nunits = (k1 - k0) / 32;
+	const uint32_t nrows = d ? p.hidden : p.inter, per = d ? G::RD : G::RG, row0 = k.rt * per;
+	const uint8_t *m0 = s.ext + f.off[d ? 2 : 0], *m1 = s.ext + f.off[d ? 2 : 1];
+	// This lane's rows: stage row i = 16m + g + 8h is gate/down row row0 + i, or
+	// for i >= RG of a gate|up task up row row0 + i - RG.  Base pointers at row
+	// row0 + g, this lane's 8-weight column of unit 0; rows past the matrix are
+	// not read (zero weights; the epilogue drops their sums anyway).
+	const uint32_t rowc = (uint32_t)f.rowc[d];
+	const uint64_t col = (uint64_t)k0 * f.cb / 256 + 16 * t;
+	const uint8_t *bg = m0 + (uint64_t)(row0 + g) * rowc + col;
+	const uint8_t *bu = d ? bg : m1 + (uint64_t)(row0 + g) * rowc + col;
+	uint32_t valid = 0;
+#pragma unroll
+	for (int m = 0; m < MT; m++)
+#pragma unroll
+		for (int h = 0; h < 2; h++) {
+			int i = m * 16 + g + 8 * h;
+			valid |= (uint32_t)(row0 + (d ? i : i % G::RG) < nrows) << (2 * m + h);
+		}
+	auto rowp = [&](int m, int h) -> const uint4 * {
+		int i = m * 16 + 8 * h; // stage row minus g
+		const uint8_t *b = !d && i >= G::RG ? bu : bg;
+		return reinterpret_cast<const uint4 *>(b + (uint32_t)(d ? i : i % G::RG) * rowc);
+	};
+	const float *xr[NT];
+	bool have[NT];
+#pragma unroll
+	for (int n = 0; n < NT; n++) {
+		uint32_t tl = k.tt * G::TN + n * 8 + g;
+		have[n] = tl < s.ntok;
+		if (!have[n])
+			tl = 0;
+		xr[n] = d ? p.h + s.h_off + (uint64_t)tl * p.inter : p.x + (uint64_t)p.tok[s.a0 + tl] * p.hidden;
+	}
+	static_assert(F::CODE_BYTES == 512 && !F::SCALED, "direct path: bf16 (16 bytes per 8 weights)");
+	uint4 wa[MT][2], wb[MT][2];
+	float xa[NT][8], xb[NT][8];
+	auto ldw = [&](uint4 (&w)[MT][2], float (&x)[NT][8], uint32_t uu) {
+#pragma unroll
+		for (int m = 0; m < MT; m++)
+#pragma unroll
+			for (int h = 0; h < 2; h++)
+				w[m][h] = valid >> (2 * m + h) & 1 ? __ldg(rowp(m, h) + 4 * uu) : make_uint4(0, 0, 0, 0);
+		const uint32_t kk = k0 + uu * 32 + 8 * t;
+#pragma unroll
+		for (int n = 0; n < NT; n++) {
+			if (have[n]) {
+				if (d)
+					load_x8<true>(xr[n], kk, cols, p.vec, x[n]);
+				else
+					load_x8<false>(xr[n], kk, cols, p.vec, x[n]);
+			} else {
+#pragma unroll
+				for (int i = 0; i < 8; i++)
+					x[n][i] = 0.0f;
+			}
+		}
+	};
+	auto mma_unit = [&](const uint4 (&w)[MT][2], const float (&x)[NT][8]) {
+		uint32_t b[NT][4];
+#pragma unroll
+		for (int n = 0; n < NT; n++)
+#pragma unroll
+			for (int i = 0; i < 4; i++)
+				b[n][i] = pack_bf16x2(x[n][2 * i], x[n][2 * i + 1]);
+#pragma unroll
+		for (int m = 0; m < MT; m++)
+#pragma unroll
+			for (int n = 0; n < NT; n++) {
+				mma_bf16<false>(acc[m][n], w[m][0].x, w[m][1].x, w[m][0].y, w[m][1].y, b[n][0], b[n][1]);
+				mma_bf16<false>(acc[m][n], w[m][0].z, w[m][1].z, w[m][0].w, w[m][1].w, b[n][2], b[n][3]);
+			}
+	};
+#if STRATA_DIRECT_SETS == 2
+	uint32_t u = warp;
+	if (u < nunits)
+		ldw(wa, xa, u);
+	for (; u < nunits; u += 2 * NW) {
+		if (u + NW < nunits)
+			ldw(wb, xb, u + NW);
+		mma_unit(wa, xa);
+		if (u + NW >= nunits)
+			break;
+		if (u + 2 * NW < nunits)
+			ldw(wa, xa, u + 2 * NW);
+		mma_unit(wb, xb);
+	}
+#else
+	(void)wb, (void)xb;
+	for (uint32_t u = warp; u < nunits; u += NW) {
+		ldw(wa, xa, u);
+		mma_unit(wa, xa);
+	}
+#endif
+}
+
+template <class F, int NT, int MT, int NW>
+__device__ __forceinline__ void compute_any(const MoeParams &p, const Task &k, uint32_t sbuf, const uint8_t *roff,
+					    uint32_t t4, float (&acc)[MT][NT][4])
+{
+	if constexpr (F::DIRECT) {
+		if (p.tab[k.fmt].direct) {
+			compute_direct<F, NT, MT, NW>(p, k, acc);
+			return;
+		}
+	}
+	compute_stage<F, NT, MT, NW>(p, k, sbuf, roff, t4, acc);
 }
 
 template <int NT, int MT, int NW, bool BULK>
@@ -457,7 +587,7 @@ __global__ void __launch_bounds__(32 * NW, 1) moe_kernel(const __grid_constant__
 		}
 		const uint32_t sbuf = obase + (it % NSTAGE) * STAGE_BYTES;
 		const uint8_t *roff = roffs + (it % NSTAGE) * 2 * G::ROWS;
-		STRATA_FMT_SWITCH(cp.fmt, (compute_stage<F, NT, MT, NW>(p, cp, sbuf, roff, t4, acc)));
+		STRATA_FMT_SWITCH(cp.fmt, (compute_any<F, NT, MT, NW>(p, cp, sbuf, roff, t4, acc)));
 
 		if (++cp.kc == cp.nkc) {
 			// Epilogue: reduce the warps' partial sums, then write h or accumulate y.
@@ -625,8 +755,9 @@ struct Ctx {
 	unsigned *sync = nullptr;
 	int sms = 0;
 	int poison = 0;
-	int warps = 0; // warps per CTA for decode tiles (STRATA_MOE_WARPS: 8 or 16)
+	int warps = 0; // warps per CTA for decode tiles (STRATA_MOE_WARPS: 8 or 16; -1 per tile)
 	int bulk = -1;  // stage copies: 1 bulk copy engine, 0 cp.async (STRATA_MOE_COPY=bulk|async)
+	int direct = 1; // bf16 weights straight to registers (STRATA_MOE_DIRECT=0: staged like the others)
 	bool attr_set[12] = {};
 };
 Ctx g_ctx;
@@ -656,12 +787,18 @@ int fill_tab(int fmt, uint32_t hidden, uint32_t inter, int rows_per_stage, FmtTa
 	t->cb = tr->code_bytes * (256 / tr->block);
 	t->sb = tr->scale_bytes * (256 / tr->block);
 	t->off[0] = E.gate_off, t->off[1] = E.up_off, t->off[2] = E.down_off;
+	t->direct = fmt == STRATA_FMT_BF16 && g_ctx.direct;
 	const struct strata_matrix_layout *L[2] = { &E.gate, &E.down };
 	for (int d = 0; d < 2; d++) {
 		t->pc[d] = L[d]->padded_cols;
 		t->soff[d] = L[d]->scales_off;
 		t->rowc[d] = (uint64_t)t->pc[d] * t->cb / 256;
 		t->rows_[d] = (uint64_t)(t->pc[d] + 255) / 256 * t->sb;
+		if (t->direct) {
+			// Straight to registers: one stage per task, the whole row.
+			t->kc[d] = t->pc[d], t->pitch[d] = 0, t->cpitch[d] = 0;
+			continue;
+		}
 		// Largest chunk (a multiple of 256 weights, or the whole row) whose stage fits.
 		uint32_t best = 0, bp = 0, bc = 0;
 		for (uint32_t kc = 256;; kc += 256) {
@@ -691,6 +828,15 @@ int fill_tab(int fmt, uint32_t hidden, uint32_t inter, int rows_per_stage, FmtTa
 
 int ctx_init(struct strata_error *err)
 {
+	if (!g_ctx.warps) {
+		// Kernel variants for experiments (experiments/kernels/README.md).
+		const char *e = getenv("STRATA_MOE_WARPS");
+		g_ctx.warps = e && atoi(e) == 8 ? 8 : e && atoi(e) == 16 ? 16 : -1; // -1: per tile
+		e = getenv("STRATA_MOE_COPY");
+		g_ctx.bulk = e && !strcmp(e, "async") ? 0 : 1;
+		e = getenv("STRATA_MOE_DIRECT");
+		g_ctx.direct = !(e && !strcmp(e, "0"));
+	}
 	if (!g_ctx.sync) {
 		int dev;
 		CU_TRY(err, cudaGetDevice(&dev));
@@ -756,13 +902,10 @@ int run_launch(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_err
 	// shared-memory wavefronts, not by latency; experiments/kernels/README.md.
 	// The earlier 64-token tile <8, 2, 8> re-read 64 tokens of activations per 32
 	// rows without prefetch.)
-	if (!g_ctx.warps) {
-		const char *e = getenv("STRATA_MOE_WARPS");
-		g_ctx.warps = e && atoi(e) == 8 ? 8 : 16;
-		e = getenv("STRATA_MOE_COPY");
-		g_ctx.bulk = e && !strcmp(e, "async") ? 0 : 1;
-	}
-	const bool w16 = g_ctx.warps == 16;
+	// Warps per CTA: 16 for 8-token tiles (more loads in flight for bf16), 8 for
+	// 16-token tiles (16 warps would cap them at 128 registers and their
+	// partial sums would not fit a stage).
+	const bool w16 = g_ctx.warps == 16 || (g_ctx.warps < 0 && maxtok <= 8);
 	if (g_ctx.bulk) {
 		if (maxtok <= 8)
 			return w16 ? launch<1, 4, 16, true>(p, st, 3, err) : launch<1, 4, 8, true>(p, st, 0, err);
