@@ -73,7 +73,7 @@ struct MoeParams {
 	const float *x;
 	float *y, *h;
 	unsigned *sync;        // [0] CTAs done, [1 + s] gate|up tasks done of slot s
-	uint32_t hidden, inter, n_slots, n_gu_tasks, n_tasks, vec, tiers;
+	uint32_t hidden, inter, n_slots, n_gu_tasks, n_tasks, vec, tiers, l2pf;
 	FmtTab tab[STRATA_FMT_COUNT];
 	Slot slot[STRATA_MOE_MAX_SLOTS];
 	uint32_t tok[STRATA_MOE_MAX_ASSIGN];
@@ -389,6 +389,7 @@ __device__ __forceinline__ void compute_stage(const MoeParams &p, const Task &k,
 #ifndef STRATA_DIRECT_SETS
 #define STRATA_DIRECT_SETS 1
 #endif
+constexpr uint32_t PF_DIST = 3;
 template <class F, int NT, int MT, int NW>
 __device__ __forceinline__ void compute_direct(const MoeParams &p, const Task &k, float (&acc)[MT][NT][4])
 {
@@ -487,8 +488,20 @@ __device__ __forceinline__ void compute_direct(const MoeParams &p, const Task &k
 	}
 #else
 	(void)wb, (void)xb;
+	// One unit per warp in registers (16 warps: 64 KB per SM in flight); the
+	// rows of the unit PF_DIST steps ahead are prefetched into L2 (one lane per
+	// row and 64-byte piece), so the loads of later units hit L2.
+	const bool pf = p.l2pf && t == 0;
 	for (uint32_t u = warp; u < nunits; u += NW) {
 		ldw(wa, xa, u);
+		const uint32_t up = u + PF_DIST * NW;
+		if (pf && up < nunits)
+#pragma unroll
+			for (int m = 0; m < MT; m++)
+#pragma unroll
+				for (int h = 0; h < 2; h++)
+					if (valid >> (2 * m + h) & 1)
+						asm volatile("prefetch.global.L2 [%0];" ::"l"(rowp(m, h) + 4 * up));
 		mma_unit(wa, xa);
 	}
 #endif
@@ -758,6 +771,7 @@ struct Ctx {
 	int warps = 0; // warps per CTA for decode tiles (STRATA_MOE_WARPS: 8 or 16; -1 per tile)
 	int bulk = -1;  // stage copies: 1 bulk copy engine, 0 cp.async (STRATA_MOE_COPY=bulk|async)
 	int direct = 1; // bf16 weights straight to registers (STRATA_MOE_DIRECT=0: staged like the others)
+	int l2pf = 1;   // direct path prefetches into L2 ahead (STRATA_MOE_L2PF=0: off)
 	bool attr_set[12] = {};
 };
 Ctx g_ctx;
@@ -836,6 +850,8 @@ int ctx_init(struct strata_error *err)
 		g_ctx.bulk = e && !strcmp(e, "async") ? 0 : 1;
 		e = getenv("STRATA_MOE_DIRECT");
 		g_ctx.direct = !(e && !strcmp(e, "0"));
+		e = getenv("STRATA_MOE_L2PF");
+		g_ctx.l2pf = !(e && !strcmp(e, "0"));
 	}
 	if (!g_ctx.sync) {
 		int dev;
@@ -992,6 +1008,7 @@ int moe_layer(const struct strata_moe_call *c, struct strata_error *err)
 	}
 	p->x = c->x, p->y = c->y;
 	p->hidden = c->hidden, p->inter = c->inter;
+	p->l2pf = g_ctx.l2pf;
 	p->vec = (c->hidden % 4 == 0 && c->inter % 4 == 0 && ((uintptr_t)c->x & 15) == 0);
 	{
 		// The kernel variant (token tile) is fixed for the whole call: the stage
