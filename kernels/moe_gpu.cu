@@ -17,7 +17,9 @@
 // order that makes its A fragment hold consecutive weights (the k order inside
 // one mma is free as long as A and B agree).  Partial sums of the warps meet
 // in shared memory at the end of a task (per-warp slots summed in a fixed
-// order; atomics for the 32-token tile, whose slots would not fit).
+// order; atomics when the slots would not fit a stage).  bf16 experts take
+// no stage copies: a bf16 task is one "stage" of whole rows whose A fragments
+// every lane loads straight from global memory (compute_direct).
 #include <cuda_runtime.h>
 #include <math.h>
 #include <pthread.h>
@@ -488,9 +490,9 @@ __device__ __forceinline__ void compute_direct(const MoeParams &p, const Task &k
 	}
 #else
 	(void)wb, (void)xb;
-	// One unit per warp in registers (16 warps: 64 KB per SM in flight); the
-	// rows of the unit PF_DIST steps ahead are prefetched into L2 (one lane per
-	// row and 64-byte piece), so the loads of later units hit L2.
+	// One unit per warp in registers (16 warps: 64 KB per SM in flight).  With
+	// l2pf the rows of the unit PF_DIST steps ahead are prefetched into L2 (one
+	// lane per row and 64-byte piece); measured 3% slower, so off by default.
 	const bool pf = p.l2pf && t == 0;
 	for (uint32_t u = warp; u < nunits; u += NW) {
 		ldw(wa, xa, u);
@@ -771,7 +773,7 @@ struct Ctx {
 	int warps = 0; // warps per CTA for decode tiles (STRATA_MOE_WARPS: 8 or 16; -1 per tile)
 	int bulk = -1;  // stage copies: 1 bulk copy engine, 0 cp.async (STRATA_MOE_COPY=bulk|async)
 	int direct = 1; // bf16 weights straight to registers (STRATA_MOE_DIRECT=0: staged like the others)
-	int l2pf = 1;   // direct path prefetches into L2 ahead (STRATA_MOE_L2PF=0: off)
+	int l2pf = 0;   // direct path prefetches into L2 ahead (STRATA_MOE_L2PF=1: on; measured 3% slower)
 	bool attr_set[12] = {};
 };
 Ctx g_ctx;
@@ -851,7 +853,7 @@ int ctx_init(struct strata_error *err)
 		e = getenv("STRATA_MOE_DIRECT");
 		g_ctx.direct = !(e && !strcmp(e, "0"));
 		e = getenv("STRATA_MOE_L2PF");
-		g_ctx.l2pf = !(e && !strcmp(e, "0"));
+		g_ctx.l2pf = e && !strcmp(e, "1");
 	}
 	if (!g_ctx.sync) {
 		int dev;
