@@ -124,7 +124,8 @@ static double f16_bits(uint32_t h)
 /* Table = the computed codebook of FORMATS.md, evaluated here independently
  * (double arithmetic, one fp16 rounding per operation): 1MAD hash, byte sum,
  * centring, tail stretch.  Bulk ~ zero-mean with the RMS the header states,
- * about 1% tail states beyond the 2.6-sigma threshold, the largest ~30x the RMS. */
+ * a few tail states (~0.6%) beyond the 2.6-sigma threshold, the largest ~30x
+ * the RMS. */
 static void test_table(void **state)
 {
 	const double c1 = f16_bits(STRATA_TCQ_C1), c0 = f16_bits(STRATA_TCQ_C0), t = f16_bits(STRATA_TCQ_T);
@@ -259,7 +260,7 @@ static void test_roundtrip_gauss(void **state)
 	}
 }
 
-/* 0.2% outliers at 20x: coded well (tail entries); the hot > warm > cold
+/* 0.2% outliers at 20x: coded well (tail states); the hot > warm > cold
  * order holds. Scale invariance: x1e-3 and x1e3 inputs code alike. */
 static void test_roundtrip_other(void **state)
 {
@@ -276,7 +277,7 @@ static void test_roundtrip_other(void **state)
 		free(quantize(tiers[f], w, rows, cols, NULL, &st, &rc));
 		assert_int_equal(rc, 0);
 		print_message("outliers %s cosine %.5f\n", strata_fmt_traits(tiers[f])->name, st.cosine);
-		/* the table's tail entries code the outliers at the Gaussian scale */
+		/* the codebook's tail states code the outliers at the Gaussian scale */
 		assert_true(st.cosine > (f == 0 ? 0.985 : f == 1 ? 0.98 : 0.94));
 		assert_true(st.cosine < prev);
 		prev = st.cosine;
