@@ -160,8 +160,10 @@ int strata_store_parse_header(const void *buf, size_t len, uint64_t file_size, c
 		return STRATA_ERR(err, STRATA_ECORRUPT, "%s: not a Strata shard (bad magic)", name);
 	uint32_t version = get32(p + H_VERSION);
 	if (version != STRATA_STORE_VERSION)
-		return STRATA_ERR(err, STRATA_EVERSION, "%s: shard format version %u, this build reads version %u",
-				  name, version, STRATA_STORE_VERSION);
+		return STRATA_ERR(err, STRATA_EVERSION, "%s: shard format version %u, this build reads version %u%s",
+				  name, version, STRATA_STORE_VERSION,
+				  version == 1 ? " (version 1 tier codes use the old table codebook: re-quantize "
+						 "with `strata quantize`)" : "");
 	if (len < STRATA_SHARD_FIXED_BYTES)
 		return STRATA_ERR(err, STRATA_ECORRUPT, "%s: truncated header (%zu bytes, need at least %u)",
 				  name, len, STRATA_SHARD_FIXED_BYTES);

@@ -18,21 +18,28 @@
  * launch parameters, so no host/device synchronisation happens.  The
  * (expert, token) pairs are cut into launches of at most STRATA_MOE_MAX_SLOTS
  * expert slots and STRATA_MOE_MAX_ASSIGN assignments; each launch is one
- * persistent kernel (one CTA of 8 warps per SM) that streams every active
- * expert's packed gate|up rows, then its down rows, through a 3-stage shared
- * memory pipeline fed by the bulk copy engine (cp.async.bulk, one mbarrier per
- * stage), dequantizes in registers and multiplies on tensor cores (mma.sync
- * m16n8k16, bf16 operands, f32 accumulation).  Token tiles are 8, 16 or 32
- * wide, chosen from the largest expert's token count, so the same kernel serves
- * decode (1..16 tokens) and prefill (hundreds of tokens per expert).  A down
- * tile waits (spin on a per-expert counter) for that expert's gate|up tiles;
- * its weights are prefetched meanwhile.  Tier formats look their 12-bit
- * trellis windows up in 4 interleaved copies of the codebook in shared memory
- * (kernels/kfmt_tiers.cuh); that lookup, one per weight, bounds their speed.
+ * persistent kernel (one CTA per SM: 16 warps for token tiles of 8, 8 warps
+ * otherwise) that walks every active expert's gate|up rows, then its down
+ * rows, in tasks of 64 rows x one token tile, and multiplies on tensor cores
+ * (mma.sync m16n8k16, f32 accumulation).  Tier-format rows go through a
+ * 3-stage shared-memory pipeline (3 x 60 KB) fed by the bulk copy engine
+ * (cp.async.bulk, one mbarrier per stage; STRATA_MOE_COPY=async: 16-byte
+ * cp.async) and are decoded in registers: the computed codebook of
+ * FORMATS.md (IMAD, IDP4A, PRMT, three HFMA2 per weight pair, no table) gives
+ * exact fp16 weights for fp16 MMAs, the block scale is applied to each
+ * 32-weight partial sum.  bf16 rows skip shared memory: every lane loads its
+ * A fragments with 16-byte loads straight into registers (compute_direct).
+ * Token tiles are 8, 16 or 32 wide, chosen from the largest expert's token
+ * count, so the same kernel serves decode (1..16 tokens) and prefill
+ * (hundreds of tokens per expert).  A down task waits (spin on a per-expert
+ * counter) for that expert's gate|up tasks.  Decode speed of the tier formats
+ * is bound by instruction issue (~11 instructions per weight, ncu), see
+ * experiments/kernels/README.md.
  *
- * Accuracy: weights and activations enter the tensor cores as bf16, so the
- * result matches the f32/f64 CPU reference to a relative error of about 1e-3
- * (tests/test_kernels.c states the bound per format).
+ * Accuracy: bf16/f32 experts enter the tensor cores as bf16 (relative error
+ * ~3e-3 against the CPU reference); tier experts as exact fp16 weights times
+ * fp16 activations (~4e-4; activations beyond the fp16 range, |x| > 65504,
+ * overflow); tests/test_kernels.c states the bound per format.
  */
 #ifndef STRATA_KERNELS_H
 #define STRATA_KERNELS_H

@@ -5,17 +5,17 @@
 //             or global memory, with the same alignment mod 16 as in the file)
 //   decode8f(codes, scales, j, out)  weights 8j..8j+7 of the block as f32,
 //             bit-exact with the format's reference dequantize_row
-//   decode8(codes, scales, j, t4, out)  (byte offsets into g_smem; t4 = 4 x the
-//             lane's index in its quad, selecting its copy of a lookup table)
-//             the same 8 weights as 4 packed bf16
-//             pairs (out[0] = w0 | w1 << 16, ...) for the tensor cores; when
+//   decode8(codes, scales, j, t4, out)  (byte offsets into g_smem; t4 unused)
+//             the same 8 weights as 4 packed pairs (out[0] = w0 | w1 << 16, ...)
+//             for the tensor cores: bf16 pairs, or fp16 pairs when F16 (the
+//             kernel then feeds fp16 MMAs with fp16 activations); when
 //             SCALED, without the block scale, which scale(scales) returns and
-//             the kernel applies to the block's partial sum (tab: the format's
-//             lookup table in shared memory, if it has one)
+//             the kernel applies to the block's partial sum
 // For the passthrough formats a "block" is 256 consecutive weights of the row
 // (a row's last block may be partial; kernels never ask for weights past cols).
 #pragma once
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <stdint.h>
 
 extern "C" {
@@ -23,7 +23,7 @@ extern "C" {
 }
 
 // The kernels' dynamic shared memory.  The fused kernel lays it out as
-// [codebook copies | stage buffers | ...]; the mma-path decoders address it
+// [stage buffers | ...]; the mma-path decoders address it
 // with 32-bit byte offsets from its start (compiler-visible loads, so address
 // arithmetic stays 32-bit and constant offsets fold into the instruction).
 extern __shared__ __align__(128) uint8_t g_smem[];
@@ -36,9 +36,14 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi)
 	__nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
 	return *reinterpret_cast<uint32_t *>(&v);
 }
+__device__ __forceinline__ uint32_t pack_f16x2(float lo, float hi)
+{
+	__half2 v = __floats2half2_rn(lo, hi);
+	return *reinterpret_cast<uint32_t *>(&v);
+}
 
 struct FmtBF16 {
-	static constexpr bool SCALED = false;
+	static constexpr bool SCALED = false, F16 = false, DIRECT = true;
 	static constexpr uint32_t CODE_BYTES = 512, SCALE_BYTES = 0;
 	__device__ __forceinline__ static void decode8(uint32_t c, uint32_t, int j, uint32_t, uint32_t o[4])
 	{
@@ -54,7 +59,7 @@ struct FmtBF16 {
 };
 
 struct FmtF32 {
-	static constexpr bool SCALED = false;
+	static constexpr bool SCALED = false, F16 = false, DIRECT = false;
 	static constexpr uint32_t CODE_BYTES = 1024, SCALE_BYTES = 0;
 	__device__ __forceinline__ static void decode8(uint32_t c, uint32_t, int j, uint32_t, uint32_t o[4])
 	{

@@ -1,31 +1,56 @@
-// Device decoders of the three tier formats (kernels/FORMATS.md): a circular
-// bit stream per 256-weight block, weight i = scale * table[12-bit window at
-// strata_tier_bitpos(fmt, i)], one bf16 scale per block.
+// Device decoders of the three tier formats (kernels/FORMATS.md, format
+// version 2): a circular bit stream per 256-weight block, weight
+// i = scale * f(12-bit window at strata_tier_bitpos(fmt, i)), one bf16 scale
+// per block.  f is the computed codebook, evaluated in registers here (no
+// table, no per-weight memory access):
+//   h = w * A + B                          IMAD
+//   b = bytesum(h) + 0x6400                IDP4A: fp16 bits of 1024 + bytesum
+//   (two weights packed into one half2)    PRMT
+//   u = b * C1 + C0                        HFMA2
+//   r = relu(u * u - T)                    HFMA2.RELU
+//   f = r * u + u                          HFMA2
+// each fp16 step rounded as IEEE binary16 (FORMATS.md), so f equals
+// strata_tcq_table[w] (quant_tables.h, generated from the same definition)
+// bit for bit; tests/test_kernels.c checks that through decode8f.
 //
 // A lane decodes weights 8j..8j+7 of a block: their windows lie in the 32 bits
 // starting at bitpos(8j), i.e. in two consecutive (circular) 32-bit words, so
-// one funnel shift and then a shift+mask and one table lookup per weight.
-//   decode8f: f32 weights, scale * table (float), bit-exact with the reference
-//             (the table holds fp16 values, the scale is bf16: the product is exact)
-//   decode8 : the unscaled table values as bf16 pairs from a bf16 copy of the
-//             table in shared memory; the kernels apply the block scale to the
-//             tensor-core partial sum of the block (SCALED = true).
+// one funnel shift and then a shift+mask per weight.
+//   decode8f: f32 weights, scale * f (bit-exact with the reference: f is an
+//             fp16 value, the scale a bf16, the product exact in f32)
+//   decode8 : the unscaled values as fp16 pairs for fp16 tensor-core MMAs
+//             (F16 = true); the kernels apply the block scale to the
+//             partial sum of the block (SCALED = true).
 #pragma once
+#include <cuda_fp16.h>
+
 #include "quant_tables.h"
 #include "quant_tiers.h"
 
 #define STRATA_GPU_HAVE_TIERS 1
-// The mma path keeps TAB_COPIES copies of the table in shared memory, one
-// 32-bit word per entry, interleaved so that copy c sits in banks c, c+4, ...:
-// lane (g, t) reads copy t, so 8 lanes spread random lookups over 8 banks
-// (fewer bank conflicts on the hot loop's one random access per weight).
-#define STRATA_TAB_COPIES 4
 
-// The codebook as float, copied from quant_tables.h at context start.
-__device__ float g_tcq[STRATA_TCQ_TABLE_SIZE];
+__device__ __forceinline__ uint32_t tcq_h16(uint32_t w)
+{
+	return __dp4a(w * STRATA_TCQ_HASH_A + STRATA_TCQ_HASH_B, 0x01010101u, 0x6400u);
+}
+
+// f of two windows' hashes (tcq_h16), as a half2 bit pattern (w0 low).
+__device__ __forceinline__ uint32_t tcq_pair(uint32_t h0, uint32_t h1)
+{
+	const __half2 c1 = __halves2half2(__ushort_as_half(STRATA_TCQ_C1), __ushort_as_half(STRATA_TCQ_C1));
+	const __half2 c0 = __halves2half2(__ushort_as_half(STRATA_TCQ_C0), __ushort_as_half(STRATA_TCQ_C0));
+	const __half2 nt = __halves2half2(__ushort_as_half(STRATA_TCQ_T | 0x8000u),
+					  __ushort_as_half(STRATA_TCQ_T | 0x8000u));
+	uint32_t b = __byte_perm(h0, h1, 0x5410);
+	__half2 u = __hfma2(*reinterpret_cast<__half2 *>(&b), c1, c0);
+	__half2 r = __hfma2_relu(u, u, nt);
+	__half2 v = __hfma2(r, u, u);
+	return *reinterpret_cast<uint32_t *>(&v);
+}
 
 template <int FMT> struct FmtTier {
 	static constexpr bool SCALED = true;
+	static constexpr bool F16 = true, DIRECT = false;
 	static constexpr uint32_t CODE_BYTES = FMT == STRATA_FMT_HOT ? STRATA_HOT_CODE_BYTES
 					     : FMT == STRATA_FMT_WARM ? STRATA_WARM_CODE_BYTES
 								      : STRATA_COLD_CODE_BYTES;
@@ -54,31 +79,32 @@ template <int FMT> struct FmtTier {
 		return __uint_as_float((uint32_t)*reinterpret_cast<const uint16_t *>(s) << 16);
 	}
 	__device__ __forceinline__ static float scale(uint32_t s) { return __uint_as_float(lds16(s) << 16); }
-	// The mma path keeps STRATA_TAB_COPIES copies of the codebook at the start of
-	// g_smem: entry w of copy c is the 32-bit word 4w + c (bf16(table[w]) in its
-	// low half); lane t of a quad reads copy t (t4 = 4t).  Offset of entry
-	// (x >> R) & 0xfff in copy t: ((x >> (R - 4)) & 0xfff0) | t4, one shift and one
-	// LOP3 per lookup.
-	template <uint32_t R> __device__ __forceinline__ static uint32_t look(uint32_t x, uint32_t t4)
+	template <int I> __device__ __forceinline__ static uint32_t h(uint32_t x)
 	{
-		uint32_t v = R >= 4 ? x >> (R - 4) : x << (4 - R);
-		return lds32((v & 0xfff0u) | t4);
+		return tcq_h16((x >> rel(I)) & STRATA_TCQ_MASK);
 	}
-	__device__ __forceinline__ static void decode8(uint32_t c, uint32_t, int j, uint32_t t4, uint32_t o[4])
+	__device__ __forceinline__ static void decode8x(uint32_t x, uint32_t o[4])
 	{
-		uint32_t x = bits_s(c, j);
-		o[0] = __byte_perm(look<rel(0)>(x, t4), look<rel(1)>(x, t4), 0x5410);
-		o[1] = __byte_perm(look<rel(2)>(x, t4), look<rel(3)>(x, t4), 0x5410);
-		o[2] = __byte_perm(look<rel(4)>(x, t4), look<rel(5)>(x, t4), 0x5410);
-		o[3] = __byte_perm(look<rel(6)>(x, t4), look<rel(7)>(x, t4), 0x5410);
+		o[0] = tcq_pair(h<0>(x), h<1>(x));
+		o[1] = tcq_pair(h<2>(x), h<3>(x));
+		o[2] = tcq_pair(h<4>(x), h<5>(x));
+		o[3] = tcq_pair(h<6>(x), h<7>(x));
+	}
+	__device__ __forceinline__ static void decode8(uint32_t c, uint32_t, int j, uint32_t, uint32_t o[4])
+	{
+		decode8x(bits_s(c, j), o);
 	}
 	__device__ __forceinline__ static void decode8f(const uint8_t *c, const uint8_t *s, int j, float o[8])
 	{
-		uint32_t x = bits(c, j);
+		uint32_t v[4];
+		decode8x(bits(c, j), v);
 		float sc = scale(s);
 #pragma unroll
-		for (int i = 0; i < 8; i++)
-			o[i] = sc * g_tcq[(x >> rel(i)) & STRATA_TCQ_MASK];
+		for (int i = 0; i < 4; i++) {
+			__half2 hv = *reinterpret_cast<__half2 *>(&v[i]);
+			o[2 * i] = sc * __low2float(hv);
+			o[2 * i + 1] = sc * __high2float(hv);
+		}
 	}
 };
 using FmtHot = FmtTier<STRATA_FMT_HOT>;

@@ -17,7 +17,9 @@
 // order that makes its A fragment hold consecutive weights (the k order inside
 // one mma is free as long as A and B agree).  Partial sums of the warps meet
 // in shared memory at the end of a task (per-warp slots summed in a fixed
-// order; atomics for the 32-token tile, whose slots would not fit).
+// order; atomics when the slots would not fit a stage).  bf16 experts take
+// no stage copies: a bf16 task is one "stage" of whole rows whose A fragments
+// every lane loads straight from global memory (compute_direct).
 #include <cuda_runtime.h>
 #include <math.h>
 #include <pthread.h>
@@ -36,9 +38,16 @@ extern "C" {
 
 namespace {
 
-constexpr int NSTAGE = 3;
-constexpr uint32_t STAGE_BYTES = 36 * 1024;
-constexpr uint32_t TAB_BYTES = STRATA_TCQ_TABLE_SIZE * 4 * STRATA_TAB_COPIES;
+// 3 stages of 60 KB (2 in flight, 120 KB per SM).  The tier formats are bound
+// by instruction issue (the computed codebook), not by bytes in flight, so the
+// stages are made long (e.g. 9 hot blocks x 64 rows) to spread the per-stage
+// cost (barrier, copy issue, task bookkeeping) over more weights; bf16 does
+// not use them (compute_direct).  The codebook needs no shared memory.
+#ifndef STRATA_NSTAGE
+#define STRATA_NSTAGE 3
+#endif
+constexpr int NSTAGE = STRATA_NSTAGE;
+constexpr uint32_t STAGE_BYTES = 60 * 1024;
 
 struct FmtTab {
 	uint64_t off[3];       // gate, up, down matrix offsets in the extent
@@ -50,6 +59,7 @@ struct FmtTab {
 	uint32_t pitch[2];     // shared-memory bytes per stage row
 	uint32_t cpitch[2];    // of which codes
 	uint32_t cb, sb;       // code / scale bytes per 256 weights
+	uint32_t direct;       // weights loaded straight into registers (no stage copies)
 	uint32_t ok;
 };
 
@@ -65,7 +75,7 @@ struct MoeParams {
 	const float *x;
 	float *y, *h;
 	unsigned *sync;        // [0] CTAs done, [1 + s] gate|up tasks done of slot s
-	uint32_t hidden, inter, n_slots, n_gu_tasks, n_tasks, vec, tiers;
+	uint32_t hidden, inter, n_slots, n_gu_tasks, n_tasks, vec, tiers, l2pf;
 	FmtTab tab[STRATA_FMT_COUNT];
 	Slot slot[STRATA_MOE_MAX_SLOTS];
 	uint32_t tok[STRATA_MOE_MAX_ASSIGN];
@@ -78,12 +88,9 @@ struct MoeParams {
 }
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 
-// Stage copies: STRATA_BULK=1 uses the Hopper bulk copy engine (cp.async.bulk,
+// Stage copies: BULK uses the Hopper bulk copy engine (cp.async.bulk,
 // one instruction per row and region, completion counted in bytes on one
 // mbarrier per stage buffer); 0 uses 16-byte cp.async from every lane.
-#ifndef STRATA_BULK
-#define STRATA_BULK 1
-#endif
 [[maybe_unused]] __device__ __forceinline__ void bulk_copy(uint32_t dst, const void *src, uint32_t bytes, uint32_t mbar)
 {
 	asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
@@ -109,13 +116,21 @@ __device__ __forceinline__ void mbar_init(uint32_t mbar, uint32_t count)
 [[maybe_unused]] __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
+// m16n8k16 MMA, f32 accumulation, bf16 operands or (F16) fp16 operands.
+template <bool F16>
 __device__ __forceinline__ void mma_bf16(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
 					 uint32_t b0, uint32_t b1)
 {
-	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
-		     "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-		     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-		     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+	if constexpr (F16)
+		asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+			     "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+			     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+			     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+	else
+		asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+			     "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+			     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+			     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 __device__ __forceinline__ uint32_t ld_acquire(const unsigned *p)
@@ -162,7 +177,7 @@ template <int NT, int MT, int NW> __device__ __forceinline__ void task_info(cons
 	k.nkc = (f.pc[k.down] + f.kc[k.down] - 1) / f.kc[k.down];
 }
 
-template <int NT, int MT, int NW>
+template <int NT, int MT, int NW, bool BULK>
 __device__ void issue_stage(const MoeParams &p, const Task &k, uint32_t buf, uint8_t *roff, uint32_t mbar)
 {
 	// Stage rows: gate|up task: RG rows of gate then the same RG rows of up;
@@ -179,14 +194,14 @@ __device__ void issue_stage(const MoeParams &p, const Task &k, uint32_t buf, uin
 	const uint64_t koc = (uint64_t)k0 * f.cb / 256, kos = (uint64_t)(k0 / 256) * f.sb + f.soff[d];
 	const uint8_t *m0 = ext + f.off[d ? 2 : 0], *m1 = ext + f.off[d ? 2 : 1];
 	const uint32_t nrows = d ? p.hidden : p.inter, per = d ? G::RD : G::RG, row0 = k.rt * per;
-#if STRATA_BULK
+	if constexpr (BULK) {
 	// Lane q of warp w copies stage row w + 8q (codes, then scales) with the bulk
 	// copy engine; lane 0 first announces the warp's bytes on the stage's mbarrier.
 	static_assert(G::ROWS / NW <= 32 && G::ROWS % NW == 0, "rows per warp");
 	const int i = warp + NW * lane;
 	uint32_t bytes = 0, nc = 0, ns = 0;
 	const uint8_t *c0 = nullptr, *s0 = nullptr;
-	if (lane < G::ROWS / NW) {
+	if (lane < G::ROWS / NW && !f.direct) {
 		uint32_t r = row0 + (d ? i : i % G::RG);
 		if (r < nrows) {
 			const uint8_t *mat = !d && i >= G::RG ? m1 : m0;
@@ -212,11 +227,11 @@ __device__ void issue_stage(const MoeParams &p, const Task &k, uint32_t buf, uin
 		bulk_copy(buf + i * pitch, c0, 16 * nc, mbar);
 	if (ns)
 		bulk_copy(buf + i * pitch + cpitch, s0, 16 * ns, mbar);
-#else
+	} else {
 	(void)mbar;
 	for (int i = warp; i < G::ROWS; i += NW) {
 		uint32_t r = row0 + (d ? i : i % G::RG);
-		if (r >= nrows) {
+		if (r >= nrows || f.direct) {
 			if (lane == 0)
 				roff[2 * i] = roff[2 * i + 1] = 0;
 			continue;
@@ -239,7 +254,7 @@ __device__ void issue_stage(const MoeParams &p, const Task &k, uint32_t buf, uin
 				cp_async16(row + cpitch + 16 * j, s0 + 16 * j);
 		}
 	}
-#endif
+	}
 }
 
 // Eight consecutive activations (k..k+7) of one row; zeros past cols.  x rows
@@ -331,25 +346,27 @@ __device__ __forceinline__ void compute_stage(const MoeParams &p, const Task &k,
 		for (int n = 0; n < NT; n++)
 #pragma unroll
 			for (int i = 0; i < 4; i++)
-				b[n][i] = pack_bf16x2(cur[n][2 * i], cur[n][2 * i + 1]);
+				b[n][i] = F::F16 ? pack_f16x2(cur[n][2 * i], cur[n][2 * i + 1])
+						 : pack_bf16x2(cur[n][2 * i], cur[n][2 * i + 1]);
 		if (PF && u + NW < nunits)
 			load(u + NW);
 		const uint32_t bl = u >> 3, j = (u & 7) * 4 + t;
+		const uint32_t cbo = bl * F::CODE_BYTES, sbo = bl * F::SCALE_BYTES;
 #pragma unroll
 		for (int m = 0; m < MT; m++) {
 			uint32_t a[2][4];
-			F::decode8(rc[m][0] + bl * F::CODE_BYTES, rs[m][0] + bl * F::SCALE_BYTES, j, t4, a[0]);
-			F::decode8(rc[m][1] + bl * F::CODE_BYTES, rs[m][1] + bl * F::SCALE_BYTES, j, t4, a[1]);
+			F::decode8(rc[m][0] + cbo, rs[m][0] + sbo, j, t4, a[0]);
+			F::decode8(rc[m][1] + cbo, rs[m][1] + sbo, j, t4, a[1]);
 			if constexpr (F::SCALED) {
 				// One block per unit: the block scales of rows g and g+8 apply
 				// to this unit's partial sums.
-				float s0 = F::scale(rs[m][0] + bl * F::SCALE_BYTES);
-				float s1 = F::scale(rs[m][1] + bl * F::SCALE_BYTES);
+				float s0 = F::scale(rs[m][0] + sbo);
+				float s1 = F::scale(rs[m][1] + sbo);
 #pragma unroll
 				for (int n = 0; n < NT; n++) {
 					float c[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
-					mma_bf16(c, a[0][0], a[1][0], a[0][1], a[1][1], b[n][0], b[n][1]);
-					mma_bf16(c, a[0][2], a[1][2], a[0][3], a[1][3], b[n][2], b[n][3]);
+					mma_bf16<F::F16>(c, a[0][0], a[1][0], a[0][1], a[1][1], b[n][0], b[n][1]);
+					mma_bf16<F::F16>(c, a[0][2], a[1][2], a[0][3], a[1][3], b[n][2], b[n][3]);
 					acc[m][n][0] = fmaf(s0, c[0], acc[m][n][0]);
 					acc[m][n][1] = fmaf(s0, c[1], acc[m][n][1]);
 					acc[m][n][2] = fmaf(s1, c[2], acc[m][n][2]);
@@ -358,40 +375,172 @@ __device__ __forceinline__ void compute_stage(const MoeParams &p, const Task &k,
 			} else {
 #pragma unroll
 				for (int n = 0; n < NT; n++) {
-					mma_bf16(acc[m][n], a[0][0], a[1][0], a[0][1], a[1][1], b[n][0], b[n][1]);
-					mma_bf16(acc[m][n], a[0][2], a[1][2], a[0][3], a[1][3], b[n][2], b[n][3]);
+					mma_bf16<F::F16>(acc[m][n], a[0][0], a[1][0], a[0][1], a[1][1], b[n][0], b[n][1]);
+					mma_bf16<F::F16>(acc[m][n], a[0][2], a[1][2], a[0][3], a[1][3], b[n][2], b[n][3]);
 				}
 			}
 		}
 	}
 }
 
-template <int NT, int MT, int NW>
+// Passthrough formats with DIRECT (bf16): no stage copies; a task is one
+// stage spanning the whole row, and every lane loads its A fragments (16 bytes
+// of rows g and g+8 of each 16-row tile per 32-weight unit) straight from
+// global memory into registers, one unit ahead of the MMAs.  No per-stage
+// copies, barriers or shared-memory round trips: the loop is LDG + HMMA.
+#ifndef STRATA_DIRECT_SETS
+#define STRATA_DIRECT_SETS 1
+#endif
+constexpr uint32_t PF_DIST = 3;
+template <class F, int NT, int MT, int NW>
+__device__ __forceinline__ void compute_direct(const MoeParams &p, const Task &k, float (&acc)[MT][NT][4])
+{
+	using G = Geo<NT, MT, NW>;
+	const FmtTab &f = p.tab[k.fmt];
+	const Slot &s = p.slot[k.slot];
+	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+	const uint32_t d = k.down, k0 = k.kc * f.kc[d], k1 = min(k0 + f.kc[d], f.pc[d]);
+	const uint32_t cols = d ? p.inter : p.hidden;
+	const uint32_t nunits = (k1 - k0) / 32;
+	const uint32_t nrows = d ? p.hidden : p.inter, per = d ? G::RD : G::RG, row0 = k.rt * per;
+	const uint8_t *m0 = s.ext + f.off[d ? 2 : 0], *m1 = s.ext + f.off[d ? 2 : 1];
+	// This lane's rows: stage row i = 16m + g + 8h is gate/down row row0 + i, or
+	// for i >= RG of a gate|up task up row row0 + i - RG.  Base pointers at row
+	// row0 + g, this lane's 8-weight column of unit 0; rows past the matrix are
+	// not read (zero weights; the epilogue drops their sums anyway).
+	const uint32_t rowc = (uint32_t)f.rowc[d];
+	const uint64_t col = (uint64_t)k0 * f.cb / 256 + 16 * t;
+	const uint8_t *bg = m0 + (uint64_t)(row0 + g) * rowc + col;
+	const uint8_t *bu = d ? bg : m1 + (uint64_t)(row0 + g) * rowc + col;
+	uint32_t valid = 0;
+#pragma unroll
+	for (int m = 0; m < MT; m++)
+#pragma unroll
+		for (int h = 0; h < 2; h++) {
+			int i = m * 16 + g + 8 * h;
+			valid |= (uint32_t)(row0 + (d ? i : i % G::RG) < nrows) << (2 * m + h);
+		}
+	auto rowp = [&](int m, int h) -> const uint4 * {
+		int i = m * 16 + 8 * h; // stage row minus g
+		const uint8_t *b = !d && i >= G::RG ? bu : bg;
+		return reinterpret_cast<const uint4 *>(b + (uint32_t)(d ? i : i % G::RG) * rowc);
+	};
+	const float *xr[NT];
+	bool have[NT];
+#pragma unroll
+	for (int n = 0; n < NT; n++) {
+		uint32_t tl = k.tt * G::TN + n * 8 + g;
+		have[n] = tl < s.ntok;
+		if (!have[n])
+			tl = 0;
+		xr[n] = d ? p.h + s.h_off + (uint64_t)tl * p.inter : p.x + (uint64_t)p.tok[s.a0 + tl] * p.hidden;
+	}
+	static_assert(F::CODE_BYTES == 512 && !F::SCALED, "direct path: bf16 (16 bytes per 8 weights)");
+	uint4 wa[MT][2], wb[MT][2];
+	float xa[NT][8], xb[NT][8];
+	auto ldw = [&](uint4 (&w)[MT][2], float (&x)[NT][8], uint32_t uu) {
+#pragma unroll
+		for (int m = 0; m < MT; m++)
+#pragma unroll
+			for (int h = 0; h < 2; h++)
+				w[m][h] = valid >> (2 * m + h) & 1 ? __ldg(rowp(m, h) + 4 * uu) : make_uint4(0, 0, 0, 0);
+		const uint32_t kk = k0 + uu * 32 + 8 * t;
+#pragma unroll
+		for (int n = 0; n < NT; n++) {
+			if (have[n]) {
+				if (d)
+					load_x8<true>(xr[n], kk, cols, p.vec, x[n]);
+				else
+					load_x8<false>(xr[n], kk, cols, p.vec, x[n]);
+			} else {
+#pragma unroll
+				for (int i = 0; i < 8; i++)
+					x[n][i] = 0.0f;
+			}
+		}
+	};
+	auto mma_unit = [&](const uint4 (&w)[MT][2], const float (&x)[NT][8]) {
+		uint32_t b[NT][4];
+#pragma unroll
+		for (int n = 0; n < NT; n++)
+#pragma unroll
+			for (int i = 0; i < 4; i++)
+				b[n][i] = pack_bf16x2(x[n][2 * i], x[n][2 * i + 1]);
+#pragma unroll
+		for (int m = 0; m < MT; m++)
+#pragma unroll
+			for (int n = 0; n < NT; n++) {
+				mma_bf16<false>(acc[m][n], w[m][0].x, w[m][1].x, w[m][0].y, w[m][1].y, b[n][0], b[n][1]);
+				mma_bf16<false>(acc[m][n], w[m][0].z, w[m][1].z, w[m][0].w, w[m][1].w, b[n][2], b[n][3]);
+			}
+	};
+#if STRATA_DIRECT_SETS == 2
+	uint32_t u = warp;
+	if (u < nunits)
+		ldw(wa, xa, u);
+	for (; u < nunits; u += 2 * NW) {
+		if (u + NW < nunits)
+			ldw(wb, xb, u + NW);
+		mma_unit(wa, xa);
+		if (u + NW >= nunits)
+			break;
+		if (u + 2 * NW < nunits)
+			ldw(wa, xa, u + 2 * NW);
+		mma_unit(wb, xb);
+	}
+#else
+	(void)wb, (void)xb;
+	// One unit per warp in registers (16 warps: 64 KB per SM in flight).  With
+	// l2pf the rows of the unit PF_DIST steps ahead are prefetched into L2 (one
+	// lane per row and 64-byte piece); measured 3% slower, so off by default.
+	const bool pf = p.l2pf && t == 0;
+	for (uint32_t u = warp; u < nunits; u += NW) {
+		ldw(wa, xa, u);
+		const uint32_t up = u + PF_DIST * NW;
+		if (pf && up < nunits)
+#pragma unroll
+			for (int m = 0; m < MT; m++)
+#pragma unroll
+				for (int h = 0; h < 2; h++)
+					if (valid >> (2 * m + h) & 1)
+						asm volatile("prefetch.global.L2 [%0];" ::"l"(rowp(m, h) + 4 * up));
+		mma_unit(wa, xa);
+	}
+#endif
+}
+
+template <class F, int NT, int MT, int NW>
+__device__ __forceinline__ void compute_any(const MoeParams &p, const Task &k, uint32_t sbuf, const uint8_t *roff,
+					    uint32_t t4, float (&acc)[MT][NT][4])
+{
+	if constexpr (F::DIRECT) {
+		if (p.tab[k.fmt].direct) {
+			compute_direct<F, NT, MT, NW>(p, k, acc);
+			return;
+		}
+	}
+	compute_stage<F, NT, MT, NW>(p, k, sbuf, roff, t4, acc);
+}
+
+template <int NT, int MT, int NW, bool BULK>
 __global__ void __launch_bounds__(32 * NW, 1) moe_kernel(const __grid_constant__ MoeParams p)
 {
 	using G = Geo<NT, MT, NW>;
-	// Dynamic shared memory: [codebook copies | NSTAGE stage buffers | red | roff].
-	// Stage buffers and the table are addressed by offsets from g_smem.
+	// Dynamic shared memory: [NSTAGE stage buffers | red | roff | mbarriers].
+	// Stage buffers are addressed by offsets from g_smem.
 	uint8_t *smem = g_smem;
-	uint32_t *tab = reinterpret_cast<uint32_t *>(smem);
-	float *red = reinterpret_cast<float *>(smem + TAB_BYTES + NSTAGE * STAGE_BYTES);
-	const uint32_t sbase = (uint32_t)__cvta_generic_to_shared(smem) + TAB_BYTES; // for cp.async
-	const uint32_t obase = TAB_BYTES;                                              // for lds*
+	float *red = reinterpret_cast<float *>(smem + NSTAGE * STAGE_BYTES);
+	const uint32_t sbase = (uint32_t)__cvta_generic_to_shared(smem); // for the copies
+	const uint32_t obase = 0;                                         // for lds*
 	const int tid = threadIdx.x;
 	for (int i = tid; i < G::ROWS * G::TN; i += (32 * NW))
 		red[i] = 0.0f;
-	if (p.tiers)
-#pragma unroll 16
-		for (int i = tid; i < STRATA_TCQ_TABLE_SIZE * STRATA_TAB_COPIES; i += (32 * NW)) {
-			__nv_bfloat16 v = __float2bfloat16_rn(g_tcq[i / STRATA_TAB_COPIES]);
-			tab[i] = *reinterpret_cast<uint16_t *>(&v);
-		}
 	const uint32_t t4 = 4 * (tid & 3);
 	// Per stage buffer and row: misalignment (mod 16) of the row's codes and scales.
 	uint8_t *roffs = reinterpret_cast<uint8_t *>(red + G::ROWS * G::TN);
 	// One mbarrier per stage buffer (bulk copies), after roffs.
 	const uint32_t mbar0 = (uint32_t)__cvta_generic_to_shared(roffs + NSTAGE * 2 * G::ROWS);
-	if (STRATA_BULK && tid == 0) {
+	if (BULK && tid == 0) {
 		for (int b = 0; b < NSTAGE; b++)
 			mbar_init(mbar0 + 8 * b, NW);
 		asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -406,7 +555,7 @@ __global__ void __launch_bounds__(32 * NW, 1) moe_kernel(const __grid_constant__
 	// Prologue: NSTAGE-1 stages in flight.
 	for (int s = 0; s < NSTAGE - 1; s++) {
 		if (ld.t < p.n_tasks) {
-			issue_stage<NT, MT, NW>(p, ld, sbase + s * STAGE_BYTES, roffs + s * 2 * G::ROWS, mbar0 + 8 * s);
+			issue_stage<NT, MT, NW, BULK>(p, ld, sbase + s * STAGE_BYTES, roffs + s * 2 * G::ROWS, mbar0 + 8 * s);
 			if (++ld.kc == ld.nkc) {
 				ld.t += gridDim.x, ld.kc = 0;
 				if (ld.t < p.n_tasks)
@@ -417,15 +566,15 @@ __global__ void __launch_bounds__(32 * NW, 1) moe_kernel(const __grid_constant__
 	}
 	float acc[MT][NT][4];
 	for (uint32_t it = 0; cp.t < p.n_tasks; it++) {
-#if STRATA_BULK
-		mbar_wait(mbar0 + 8 * (it % NSTAGE), (it / NSTAGE) & 1);
-		fence_proxy_async(); // this thread's reads of the buffer refilled below precede the copy engine's writes
-#else
-		cp_wait<NSTAGE - 2>();
-#endif
+		if constexpr (BULK) {
+			mbar_wait(mbar0 + 8 * (it % NSTAGE), (it / NSTAGE) & 1);
+			fence_proxy_async(); // this thread's reads of the buffer refilled below precede the copy engine's writes
+		} else {
+			cp_wait<NSTAGE - 2>();
+		}
 		__syncthreads();
 		if (ld.t < p.n_tasks) {
-			issue_stage<NT, MT, NW>(p, ld, sbase + ((it + NSTAGE - 1) % NSTAGE) * STAGE_BYTES,
+			issue_stage<NT, MT, NW, BULK>(p, ld, sbase + ((it + NSTAGE - 1) % NSTAGE) * STAGE_BYTES,
 					    roffs + ((it + NSTAGE - 1) % NSTAGE) * 2 * G::ROWS,
 					    mbar0 + 8 * ((it + NSTAGE - 1) % NSTAGE));
 			if (++ld.kc == ld.nkc) {
@@ -453,7 +602,7 @@ __global__ void __launch_bounds__(32 * NW, 1) moe_kernel(const __grid_constant__
 		}
 		const uint32_t sbuf = obase + (it % NSTAGE) * STAGE_BYTES;
 		const uint8_t *roff = roffs + (it % NSTAGE) * 2 * G::ROWS;
-		STRATA_FMT_SWITCH(cp.fmt, (compute_stage<F, NT, MT, NW>(p, cp, sbuf, roff, t4, acc)));
+		STRATA_FMT_SWITCH(cp.fmt, (compute_any<F, NT, MT, NW>(p, cp, sbuf, roff, t4, acc)));
 
 		if (++cp.kc == cp.nkc) {
 			// Epilogue: reduce the warps' partial sums, then write h or accumulate y.
@@ -621,7 +770,11 @@ struct Ctx {
 	unsigned *sync = nullptr;
 	int sms = 0;
 	int poison = 0;
-	bool attr_set[3] = { false, false, false };
+	int warps = 0; // warps per CTA for decode tiles (STRATA_MOE_WARPS: 8 or 16; -1 per tile)
+	int bulk = -1;  // stage copies: 1 bulk copy engine, 0 cp.async (STRATA_MOE_COPY=bulk|async)
+	int direct = 1; // bf16 weights straight to registers (STRATA_MOE_DIRECT=0: staged like the others)
+	int l2pf = 0;   // direct path prefetches into L2 ahead (STRATA_MOE_L2PF=1: on; measured 3% slower)
+	bool attr_set[12] = {};
 };
 Ctx g_ctx;
 
@@ -650,12 +803,18 @@ int fill_tab(int fmt, uint32_t hidden, uint32_t inter, int rows_per_stage, FmtTa
 	t->cb = tr->code_bytes * (256 / tr->block);
 	t->sb = tr->scale_bytes * (256 / tr->block);
 	t->off[0] = E.gate_off, t->off[1] = E.up_off, t->off[2] = E.down_off;
+	t->direct = fmt == STRATA_FMT_BF16 && g_ctx.direct;
 	const struct strata_matrix_layout *L[2] = { &E.gate, &E.down };
 	for (int d = 0; d < 2; d++) {
 		t->pc[d] = L[d]->padded_cols;
 		t->soff[d] = L[d]->scales_off;
 		t->rowc[d] = (uint64_t)t->pc[d] * t->cb / 256;
 		t->rows_[d] = (uint64_t)(t->pc[d] + 255) / 256 * t->sb;
+		if (t->direct) {
+			// Straight to registers: one stage per task, the whole row.
+			t->kc[d] = t->pc[d], t->pitch[d] = 0, t->cpitch[d] = 0;
+			continue;
+		}
 		// Largest chunk (a multiple of 256 weights, or the whole row) whose stage fits.
 		uint32_t best = 0, bp = 0, bc = 0;
 		for (uint32_t kc = 256;; kc += 256) {
@@ -685,24 +844,34 @@ int fill_tab(int fmt, uint32_t hidden, uint32_t inter, int rows_per_stage, FmtTa
 
 int ctx_init(struct strata_error *err)
 {
+	if (!g_ctx.warps) {
+		// Kernel variants for experiments (experiments/kernels/README.md).
+		const char *e = getenv("STRATA_MOE_WARPS");
+		g_ctx.warps = e && atoi(e) == 8 ? 8 : e && atoi(e) == 16 ? 16 : -1; // -1: per tile
+		e = getenv("STRATA_MOE_COPY");
+		g_ctx.bulk = e && !strcmp(e, "async") ? 0 : 1;
+		e = getenv("STRATA_MOE_DIRECT");
+		g_ctx.direct = !(e && !strcmp(e, "0"));
+		e = getenv("STRATA_MOE_L2PF");
+		g_ctx.l2pf = e && !strcmp(e, "1");
+	}
 	if (!g_ctx.sync) {
 		int dev;
 		CU_TRY(err, cudaGetDevice(&dev));
 		CU_TRY(err, cudaDeviceGetAttribute(&g_ctx.sms, cudaDevAttrMultiProcessorCount, dev));
 		CU_TRY(err, cudaMalloc(&g_ctx.sync, (STRATA_MOE_MAX_SLOTS + 1) * sizeof(unsigned)));
 		CU_TRY(err, cudaMemset(g_ctx.sync, 0, (STRATA_MOE_MAX_SLOTS + 1) * sizeof(unsigned)));
-		CU_TRY(err, cudaMemcpyToSymbol(g_tcq, strata_tcq_table, sizeof(strata_tcq_table)));
 	}
 	return STRATA_OK;
 }
 
-template <int NT, int MT, int NW>
+template <int NT, int MT, int NW, bool BULK>
 int launch(MoeParams *p, cudaStream_t st, int variant, struct strata_error *err)
 {
 	using G = Geo<NT, MT, NW>;
-	size_t smem = NSTAGE * STAGE_BYTES + G::ROWS * G::TN * sizeof(float) + TAB_BYTES + NSTAGE * 2 * G::ROWS + 8 * NSTAGE;
+	size_t smem = NSTAGE * STAGE_BYTES + G::ROWS * G::TN * sizeof(float) + NSTAGE * 2 * G::ROWS + 8 * NSTAGE;
 	if (!g_ctx.attr_set[variant]) {
-		CU_TRY(err, cudaFuncSetAttribute(moe_kernel<NT, MT, NW>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+		CU_TRY(err, cudaFuncSetAttribute(moe_kernel<NT, MT, NW, BULK>, cudaFuncAttributeMaxDynamicSharedMemorySize,
 						 (int)smem));
 		g_ctx.attr_set[variant] = true;
 	}
@@ -719,7 +888,7 @@ int launch(MoeParams *p, cudaStream_t st, int variant, struct strata_error *err)
 	}
 	p->n_tasks = t;
 	uint32_t grid = t < (uint32_t)g_ctx.sms ? t : (uint32_t)g_ctx.sms;
-	moe_kernel<NT, MT, NW><<<grid, (32 * NW), smem, st>>>(*p);
+	moe_kernel<NT, MT, NW, BULK><<<grid, (32 * NW), smem, st>>>(*p);
 	CU_TRY(err, cudaGetLastError());
 	return STRATA_OK;
 }
@@ -751,11 +920,22 @@ int run_launch(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_err
 	// shared-memory wavefronts, not by latency; experiments/kernels/README.md.
 	// The earlier 64-token tile <8, 2, 8> re-read 64 tokens of activations per 32
 	// rows without prefetch.)
+	// Warps per CTA: 16 for 8-token tiles (more loads in flight for bf16), 8 for
+	// 16-token tiles (16 warps would cap them at 128 registers and their
+	// partial sums would not fit a stage).
+	const bool w16 = g_ctx.warps == 16 || (g_ctx.warps < 0 && maxtok <= 8);
+	if (g_ctx.bulk) {
+		if (maxtok <= 8)
+			return w16 ? launch<1, 4, 16, true>(p, st, 3, err) : launch<1, 4, 8, true>(p, st, 0, err);
+		if (maxtok <= 16)
+			return w16 ? launch<2, 4, 16, true>(p, st, 4, err) : launch<2, 4, 8, true>(p, st, 1, err);
+		return launch<4, 4, 8, true>(p, st, 2, err);
+	}
 	if (maxtok <= 8)
-		return launch<1, 4, 8>(p, st, 0, err);
+		return w16 ? launch<1, 4, 16, false>(p, st, 9, err) : launch<1, 4, 8, false>(p, st, 6, err);
 	if (maxtok <= 16)
-		return launch<2, 4, 8>(p, st, 1, err);
-	return launch<4, 4, 8>(p, st, 2, err);
+		return w16 ? launch<2, 4, 16, false>(p, st, 10, err) : launch<2, 4, 8, false>(p, st, 7, err);
+	return launch<4, 4, 8, false>(p, st, 8, err);
 }
 
 int moe_layer(const struct strata_moe_call *c, struct strata_error *err)
@@ -830,6 +1010,7 @@ int moe_layer(const struct strata_moe_call *c, struct strata_error *err)
 	}
 	p->x = c->x, p->y = c->y;
 	p->hidden = c->hidden, p->inter = c->inter;
+	p->l2pf = g_ctx.l2pf;
 	p->vec = (c->hidden % 4 == 0 && c->inter % 4 == 0 && ((uintptr_t)c->x & 15) == 0);
 	{
 		// The kernel variant (token tile) is fixed for the whole call: the stage

@@ -7,8 +7,9 @@
  * consecutive weights overlap, so the encoder picks the whole bit stream at
  * once with a Viterbi search over the 4096 window states, minimizing the
  * importance-weighted squared error.  Per block:
- *   1. start scale: the weighted RMS without the two largest |x| (the table's
- *      tail entries code outliers on their own), times a per-format factor;
+ *   1. start scale: the weighted RMS without the two largest |x| (the
+ *      codebook's stretched tail states code outliers on their own), times a
+ *      per-format factor over the table's bulk RMS;
  *   2. tail-biting: a Viterbi over the weights around the wrap point (32 or,
  *      for cold, 64 each side) with a free start picks the window of weight 0,
  *      then the full Viterbi (weights 255..0) starts and ends in that state,
@@ -307,7 +308,7 @@ static int tb_half(int fmt)
 static void tcq_block(struct tcq *q, const float *x, const float *h, uint8_t *codes, uint16_t *scale)
 {
 	/* Start scale: weighted RMS without the two largest |x|, which the
-	 * table's tail entries code on their own. */
+	 * codebook's stretched tail states code on their own. */
 	uint32_t a = 0, b = 1;
 	if (fabsf(x[b]) > fabsf(x[a]))
 		a = 1, b = 0;
@@ -342,7 +343,7 @@ static void tcq_block(struct tcq *q, const float *x, const float *h, uint8_t *co
 	float xs[QK];
 	for (uint32_t i = 0; i < QK; i++)
 		xs[i] = (float)(x[i] * inv);
-	float sc = start_factor(q->fmt);
+	float sc = start_factor(q->fmt) / STRATA_TCQ_TABLE_RMS;
 	for (uint32_t s = 0; s < NS; s++)
 		q->sT[s] = sc * strata_tcq_table[s];
 

@@ -1,6 +1,7 @@
 /*
  * The three tier formats (hot, warm, cold): tail-biting bitshift-trellis codes
- * over a 4096-entry Gaussian codebook, one bf16 scale per 256-weight block.
+ * over a 4096-state computed Gaussian codebook (format version 2), one bf16
+ * scale per 256-weight block.
  * kernels/FORMATS.md is the normative description; this header is its C/CUDA
  * form and is plain C99/C++ (CUDA may include it; the inline helpers are
  * __host__ __device__ under nvcc).

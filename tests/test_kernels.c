@@ -178,8 +178,14 @@ struct moe_case {
 	uint32_t hidden, inter, n_tokens, n_experts, top_k;
 };
 
-/* Relative error bound per format: bf16 operands on the tensor cores, f32 sums. */
-static double bound_for(int fmt) { return fmt == STRATA_FMT_F32 ? 1.5e-2 : 1e-2; }
+/* Relative error bound per format, f32 sums: bf16 operands on the tensor cores
+ * for bf16/f32 experts (measured ~3e-3); the tier formats multiply their exact
+ * fp16 codebook values with fp16 activations (measured ~4e-4), so a wrong
+ * codebook value on the MMA path shows up against a tighter bound. */
+static double bound_for(int fmt)
+{
+	return fmt == STRATA_FMT_F32 ? 1.5e-2 : fmt >= STRATA_FMT_HOT ? 3e-3 : 1e-2;
+}
 
 static void run_moe_case(const struct moe_case *mc)
 {

@@ -242,6 +242,10 @@ static void test_wrong_version(void **state)
 	uint8_t v[4] = { 9, 0, 0, 0 };
 	patch(path_in(dir, "shard-00000.strata"), 8, v, 4);
 	expect_open_error(dir, STRATA_EVERSION, "shard-00000.strata", "version 9");
+	/* version 1: tier codes of the old table codebook (kernels/FORMATS.md) */
+	v[0] = 1;
+	patch(path_in(dir, "shard-00000.strata"), 8, v, 4);
+	expect_open_error(dir, STRATA_EVERSION, "shard-00000.strata", "re-quantize");
 	test_rmdir(dir);
 	free(dir);
 }

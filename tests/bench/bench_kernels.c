@@ -14,7 +14,12 @@
  * are captured into a CUDA graph and replayed, timed with events after a
  * warm-up, median of the repetitions.
  *
- *   bench_kernels [--reps N] [--csv FILE] [--quick]
+ *   bench_kernels [--reps N] [--csv FILE] [--quick] [--decode] [--profile [FMT]]
+ *
+ * --decode: ceilings and the decode table only; --profile [FMT]: a few Kimi
+ * decode layers of format FMT (default hot) at T=1 and 16, for a profiler.
+ * The kernel variant can be forced for experiments with STRATA_MOE_WARPS=8|16
+ * and STRATA_MOE_COPY=bulk|async (kernels/moe_gpu.cu).
  */
 #include <math.h>
 #include <stdio.h>
@@ -416,7 +421,7 @@ static void bench_layer(const struct shape *sh, const uint32_t *tokens, int ntok
 
 int main(int argc, char **argv)
 {
-	int quick = 0;
+	int quick = 0, decode_only = 0, prof_fmt = STRATA_FMT_HOT;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--reps") && i + 1 < argc)
 			g_reps = atoi(argv[++i]);
@@ -428,10 +433,19 @@ int main(int argc, char **argv)
 			}
 		} else if (!strcmp(argv[i], "--quick"))
 			quick = 1;
-		else if (!strcmp(argv[i], "--profile"))
+		else if (!strcmp(argv[i], "--decode"))
+			decode_only = 1;
+		else if (!strcmp(argv[i], "--profile")) {
 			quick = 2;
-		else {
-			printf("usage: bench_kernels [--reps N] [--csv FILE] [--quick] [--profile]\n"
+			if (i + 1 < argc && argv[i + 1][0] != '-') {
+				prof_fmt = strata_fmt_from_name(argv[++i]);
+				if (prof_fmt < 0) {
+					fprintf(stderr, "bench_kernels: --profile: unknown format %s\n", argv[i]);
+					return 2;
+				}
+			}
+		} else {
+			printf("usage: bench_kernels [--reps N] [--csv FILE] [--quick] [--decode] [--profile [FMT]]\n"
 			       "Fused dequant MoE kernels vs streaming-read and cuBLAS ceilings (needs a GPU).\n");
 			return strcmp(argv[i], "--help") && strcmp(argv[i], "-h") ? 2 : 0;
 		}
@@ -456,7 +470,7 @@ int main(int argc, char **argv)
 		const uint32_t t1[] = { 1, 16 };
 		g_read_gbs = 1;
 		g_reps = 3;
-		bench_decode(&shapes[0], STRATA_FMT_HOT, t1, 2);
+		bench_decode(&shapes[0], prof_fmt, t1, 2);
 		return 0;
 	}
 	measure_ceilings();
@@ -465,6 +479,12 @@ int main(int argc, char **argv)
 	for (int s = 0; s < 2; s++)
 		for (int f = 0; f < (quick ? 1 : 4); f++)
 			bench_decode(&shapes[s], fmts[f], dec_tokens, 3);
+	if (decode_only) {
+		if (g_csv)
+			fclose(g_csv);
+		strata_gpu_stream_destroy(g_st);
+		return 0;
+	}
 	for (int s = 0; s < 2; s++) {
 		bench_prefill(&shapes[s], STRATA_FMT_HOT, 256);
 		if (!quick)

@@ -28,7 +28,9 @@
 #include "strata/error.h"
 #include "strata/model.h"
 
-#define STRATA_STORE_VERSION 1
+/* 2: tier-format codebook computed (kernels/FORMATS.md, format version 2);
+ * shards of version 1 decode to different weights and are refused. */
+#define STRATA_STORE_VERSION 2
 #define STRATA_TENSOR_NAME_MAX 96
 
 enum strata_tier {
