@@ -23,14 +23,16 @@
  * When a request does not fit although enough bytes are free, the caller (the
  * engine) evicts more, in its eviction policy's order, until it fits.
  *
- * Holes are indexed three ways: two hash maps (start offset -> size class,
- * end offset -> start) find a released extent's neighbours for coalescing in
- * O(1), and size classes (one per distinct hole length, found by a hash map
- * of lengths, ordered by length in a side array; each holds its holes'
- * offsets in descending order) give the best fit as the last offset of the
- * first non-empty class long enough.  Experts come in a few sizes, so classes
- * are few and each holds few holes; a failing reserve (the engine retries
- * after each eviction) is one comparison with the longest hole.
+ * The arena is a doubly linked list of blocks in address order, each a hole
+ * or a reserved extent.  A release finds its block through a hash map of
+ * reserved offsets and its neighbours through the list (coalescing is O(1)).
+ * Holes sit in size classes (one per distinct hole length, found by a hash
+ * map of lengths, ordered by length in a side array with a bitmap of the
+ * non-empty ones; each holds its holes in descending offset order), so the
+ * best fit is the last hole of the first non-empty class long enough.
+ * Experts come in a few sizes, so classes are few and each holds few holes;
+ * a failing reserve (the engine retries after each eviction) is one
+ * comparison with the longest hole.
  */
 #ifndef STRATA_TIER_H
 #define STRATA_TIER_H
@@ -56,23 +58,33 @@ struct strata_arena_map {
 	uint32_t cap, n; /* cap a power of two */
 };
 
-/* The holes of one length, offsets in descending order (lowest last).  A
- * class stays (empty) when its last hole goes, until a compaction. */
+/* The holes of one length, as block ids in descending offset order (lowest
+ * last).  A class stays (empty) when its last hole goes, until a compaction. */
 struct strata_arena_class {
 	uint64_t len;
-	uint64_t *off;
+	uint32_t *blk;
 	uint32_t n, cap;
 	uint32_t pos; /* index in order[] */
+};
+
+/* A block of the arena: a hole (cls: its class id) or reserved (cls:
+ * UINT32_MAX); prev/next in address order (UINT32_MAX: none). */
+struct strata_arena_blk {
+	uint64_t off, len;
+	uint32_t prev, next;
+	uint32_t cls;
 };
 
 /* Best-fit allocator over [0, size). */
 struct strata_arena {
 	uint64_t size;    /* bytes managed */
+	uint64_t total;   /* bytes the blocks cover (size plus spans lost to ENOMEM) */
 	uint64_t used;    /* bytes handed out */
 	uint64_t largest; /* longest hole (0: none) */
 	uint32_t n_free;  /* holes */
-	struct strata_arena_map by_start; /* hole offset -> class id */
-	struct strata_arena_map by_end;   /* hole end -> hole offset */
+	struct strata_arena_blk *blk;     /* block pool */
+	uint32_t n_blk, cap_blk, free_blk, head; /* head: the block at offset 0 */
+	struct strata_arena_map by_used;  /* reserved offset -> block id */
 	struct strata_arena_map by_len;   /* length -> class id */
 	struct strata_arena_class *cls;   /* by id */
 	uint32_t *order;                  /* class ids by ascending length */
@@ -96,8 +108,9 @@ void strata_arena_release(struct strata_arena *a, uint64_t off, uint64_t bytes);
 uint64_t strata_arena_largest_free(const struct strata_arena *a);
 /* Holes in offset order, at most n; returns how many were written. */
 uint32_t strata_arena_holes(const struct strata_arena *a, struct strata_span *out, uint32_t n);
-/* Internal consistency (both trees ordered and heap-ordered, holes coalesced,
- * summing to size - used, largest right): 0 if fine. */
+/* Internal consistency (blocks back to back in address order, holes
+ * coalesced and in their classes, summing to size - used, largest right):
+ * 0 if fine. */
 int strata_arena_check(const struct strata_arena *a);
 
 enum strata_tier_backing {
