@@ -1038,6 +1038,11 @@ const struct strata_engine_stats *strata_engine_stats(const struct strata_engine
 const char *strata_engine_name(const struct strata_engine *e) { return e->name; }
 bool strata_engine_on_gpu(const struct strata_engine *e) { return e->on_gpu; }
 
+bool strata_engine_reads_hints(const struct strata_engine *e)
+{
+	return !(strata_prefetch_ops_of(e->prefetch)->flags & STRATA_POLICY_F_NO_HINTS);
+}
+
 const char *strata_engine_tier_desc(const struct strata_engine *e, int tier)
 {
 	return tier == V || tier == R ? e->tier[tier].desc : "nvme: shard files";

@@ -132,6 +132,7 @@ struct run {
 	float *a_w, *wbuf;
 	struct strata_hint *hints;
 	uint32_t max_hints;
+	bool hints_used;     /* cfg->hints, and the prefetch policy reads them */
 	float *x, *y;        /* host activations */
 	void *dx, *dy;       /* device activations */
 	uint64_t max_step_tokens;
@@ -192,7 +193,7 @@ static int run_layer(struct run *r, uint64_t step, uint32_t l, struct strata_err
 	int rc;
 	/* 1. hints: the recorded predictions of the step's tokens */
 	uint32_t nh = 0;
-	if (r->cfg->hints)
+	if (r->hints_used)
 		for (uint64_t i = first; i < last && nh < r->max_hints; i++)
 			nh += strata_trace_hints(r->trace, i, l, r->hints + nh, r->max_hints - nh);
 	for (uint32_t j = 0; j < n; j++)
@@ -216,7 +217,13 @@ static int run_layer(struct run *r, uint64_t step, uint32_t l, struct strata_err
 		}
 		uint32_t na = 0;
 		int has_w = strata_trace_info(r->trace)->flags & STRATA_TRACE_F_WEIGHTS;
-		for (uint64_t i = first; i < last; i++) {
+		/* the cost model needs tokens per expert only: no weights, no assignment list */
+		for (uint64_t i = first; i < last && r->virt; i++) {
+			const uint16_t *e = strata_trace_experts(r->trace, i, l);
+			for (uint32_t j = 0; j < r->k; j++)
+				r->tok_per_expert[r->idx_of[e[j]]]++;
+		}
+		for (uint64_t i = first; i < last && !r->virt; i++) {
 			const uint16_t *e = strata_trace_experts(r->trace, i, l);
 			strata_trace_weights(r->trace, i, l, r->wbuf);
 			for (uint32_t j = 0; j < r->k; j++) {
@@ -415,6 +422,7 @@ int strata_replay_run(const struct strata_replay_config *cfg, struct strata_repl
 	}
 	if (rc)
 		goto out;
+	r.hints_used = cfg->hints && strata_engine_reads_hints(r.eng);
 	res->cold_start_ms = r.virt ? strata_engine_stats(r.eng)->clock_ns / 1e6
 				    : ((double)strata_now_ns() - open0) / 1e6;
 	/* compute backend */

@@ -164,6 +164,9 @@ const struct strata_engine_stats *strata_engine_stats(const struct strata_engine
 /* Canonical config name: "place=static,evict=lru,prefetch=lookahead-depth=2". */
 const char *strata_engine_name(const struct strata_engine *e);
 bool strata_engine_on_gpu(const struct strata_engine *e);
+/* Whether the prefetch policy reads the hints passed to begin_step (false
+ * when it declares STRATA_POLICY_F_NO_HINTS): a driver may skip them. */
+bool strata_engine_reads_hints(const struct strata_engine *e);
 /* One line per tier for logs: "vram: 8.00 GiB device", "ram: 32.00 GiB
  * pinned, NUMA node 0 (hwloc), cuda-registered" (the NUMA node used). */
 const char *strata_engine_tier_desc(const struct strata_engine *e, int tier);
