@@ -179,6 +179,17 @@ static inline void mark(struct strata_arena *a, uint32_t pos, bool on)
 		a->nonempty[pos / 64] &= ~(1ull << (pos % 64));
 }
 
+/* The class of length len, or UINT32_MAX: a table for short lengths (holes
+ * and extents are mostly short), the map for the rest. */
+static inline uint32_t cls_find(const struct strata_arena *a, uint64_t len)
+{
+	uint64_t u = len / STRATA_TIER_ALIGN;
+	if (u < a->n_small)
+		return a->small[u] - 1;
+	uint32_t j = map_find(&a->by_len, len);
+	return j == UINT32_MAX ? UINT32_MAX : (uint32_t)a->by_len.slot[j].val;
+}
+
 /* First position >= p in order[] of a class with holes (n_cls if none). */
 static inline uint32_t next_nonempty(const struct strata_arena *a, uint32_t p)
 {
@@ -240,8 +251,12 @@ static void compact(struct strata_arena *a)
 	for (uint32_t i = 0; i < L->cap; i++)
 		L->slot[i].key = NO_KEY;
 	L->n = 0;
-	for (uint32_t i = 0; i < n; i++)
+	memset(a->small, 0, sizeof(*a->small) * a->n_small);
+	for (uint32_t i = 0; i < n; i++) {
 		map_put_new(L, a->cls[i].len, i);
+		if (a->cls[i].len / STRATA_TIER_ALIGN < a->n_small)
+			a->small[a->cls[i].len / STRATA_TIER_ALIGN] = i + 1;
+	}
 	for (uint32_t i = 0; i < n; i++)
 		for (uint32_t j = 0; j < a->cls[i].n; j++)
 			a->blk[a->cls[i].blk[j]].cls = i;
@@ -251,64 +266,76 @@ static void compact(struct strata_arena *a)
 	free(newid);
 }
 
+/* A new, empty class of length len (the caller checked there is none). */
+static uint32_t class_new(struct strata_arena *a, uint64_t len)
+{
+	uint32_t c;
+	/* empty classes cost a bit each in the bitmap and on creation of
+	 * a class; drop them once they are most of the classes */
+	if (a->n_empty > 256 && a->n_empty > 2 * (a->n_cls - a->n_empty))
+		compact(a);
+	if (a->n_cls == a->cap_cls) {
+		uint32_t cap = a->cap_cls ? a->cap_cls * 2 : 16;
+		struct strata_arena_class *k = realloc(a->cls, sizeof(*k) * cap);
+		if (k)
+			a->cls = k;
+		uint32_t *o = k ? realloc(a->order, sizeof(*o) * cap) : NULL;
+		if (o)
+			a->order = o;
+		uint64_t *ol = o ? realloc(a->order_len, sizeof(*ol) * cap) : NULL;
+		if (ol)
+			a->order_len = ol;
+		uint64_t *ne = ol ? realloc(a->nonempty, sizeof(*ne) * (cap / 64 + 1)) : NULL;
+		if (!ne)
+			return UINT32_MAX;
+		a->nonempty = ne;
+		a->cap_cls = cap;
+	}
+	uint32_t *ids = malloc(sizeof(*ids) * 8);
+	if (!ids || map_reserve(&a->by_len)) {
+		free(ids);
+		return UINT32_MAX;
+	}
+	c = a->n_cls++;
+	a->cls[c] = (struct strata_arena_class){ .len = len, .blk = ids, .cap = 8 };
+	a->n_empty++;
+	uint32_t at = asc_lower(a->order_len, c, len);
+	memmove(&a->order[at + 1], &a->order[at], sizeof(*a->order) * (c - at));
+	memmove(&a->order_len[at + 1], &a->order_len[at], sizeof(*a->order_len) * (c - at));
+	a->order[at] = c;
+	a->order_len[at] = len;
+	map_put_new(&a->by_len, len, c);
+	if (len / STRATA_TIER_ALIGN < a->n_small)
+		a->small[len / STRATA_TIER_ALIGN] = c + 1;
+	reindex(a);
+	return c;
+}
+
+static __attribute__((noinline)) int class_grow(struct strata_arena_class *k)
+{
+	uint32_t *o = realloc(k->blk, sizeof(*o) * k->cap * 2);
+	if (!o)
+		return -1;
+	k->blk = o;
+	k->cap *= 2;
+	return 0;
+}
+
 /* The class of length len, created (empty) if there is none, with room for
  * one more hole; UINT32_MAX when memory runs out. */
-static uint32_t class_get(struct strata_arena *a, uint64_t len)
+static inline uint32_t class_get(struct strata_arena *a, uint64_t len)
 {
-	uint32_t j = map_find(&a->by_len, len), c;
-	if (j != UINT32_MAX) {
-		c = (uint32_t)a->by_len.slot[j].val;
-	} else {
-		/* empty classes cost a bit each in the bitmap and on creation of
-		 * a class; drop them once they are most of the classes */
-		if (a->n_empty > 256 && a->n_empty > 2 * (a->n_cls - a->n_empty))
-			compact(a);
-		if (a->n_cls == a->cap_cls) {
-			uint32_t cap = a->cap_cls ? a->cap_cls * 2 : 16;
-			struct strata_arena_class *k = realloc(a->cls, sizeof(*k) * cap);
-			if (k)
-				a->cls = k;
-			uint32_t *o = k ? realloc(a->order, sizeof(*o) * cap) : NULL;
-			if (o)
-				a->order = o;
-			uint64_t *ol = o ? realloc(a->order_len, sizeof(*ol) * cap) : NULL;
-			if (ol)
-				a->order_len = ol;
-			uint64_t *ne = ol ? realloc(a->nonempty, sizeof(*ne) * (cap / 64 + 1)) : NULL;
-			if (!ne)
-				return UINT32_MAX;
-			a->nonempty = ne;
-			a->cap_cls = cap;
-		}
-		uint32_t *ids = malloc(sizeof(*ids) * 8);
-		if (!ids || map_reserve(&a->by_len)) {
-			free(ids);
-			return UINT32_MAX;
-		}
-		c = a->n_cls++;
-		a->cls[c] = (struct strata_arena_class){ .len = len, .blk = ids, .cap = 8 };
-		a->n_empty++;
-		uint32_t at = asc_lower(a->order_len, c, len);
-		memmove(&a->order[at + 1], &a->order[at], sizeof(*a->order) * (c - at));
-		memmove(&a->order_len[at + 1], &a->order_len[at], sizeof(*a->order_len) * (c - at));
-		a->order[at] = c;
-		a->order_len[at] = len;
-		map_put_new(&a->by_len, len, c);
-		reindex(a);
-	}
+	uint32_t c = cls_find(a, len);
+	if (c == UINT32_MAX && (c = class_new(a, len)) == UINT32_MAX)
+		return UINT32_MAX;
 	struct strata_arena_class *k = &a->cls[c];
-	if (k->n == k->cap) {
-		uint32_t *o = realloc(k->blk, sizeof(*o) * k->cap * 2);
-		if (!o)
-			return UINT32_MAX;
-		k->blk = o;
-		k->cap *= 2;
-	}
+	if (k->n == k->cap && class_grow(k))
+		return UINT32_MAX;
 	return c;
 }
 
 /* Put hole b into class c. */
-static inline void class_insert(struct strata_arena *a, uint32_t c, uint32_t b)
+static inline __attribute__((always_inline)) void class_insert(struct strata_arena *a, uint32_t c, uint32_t b)
 {
 	struct strata_arena_class *k = &a->cls[c];
 	uint32_t at = desc_lower(a->blk, k->blk, k->n, a->blk[b].off);
@@ -324,7 +351,7 @@ static inline void class_insert(struct strata_arena *a, uint32_t c, uint32_t b)
 }
 
 /* Take hole b out of its class. */
-static inline void class_remove(struct strata_arena *a, uint32_t b)
+static inline __attribute__((always_inline)) void class_remove(struct strata_arena *a, uint32_t b)
 {
 	struct strata_arena_class *k = &a->cls[a->blk[b].cls];
 	uint32_t at = desc_lower(a->blk, k->blk, k->n, a->blk[b].off);
@@ -397,7 +424,9 @@ int strata_arena_init(struct strata_arena *a, uint64_t size, struct strata_error
 	a->size = a->total = size / STRATA_TIER_ALIGN * STRATA_TIER_ALIGN;
 	a->head = a->free_blk = NO_BLK;
 	uint32_t c = 0;
-	if (map_alloc(&a->by_used, 64) || map_alloc(&a->by_len, 32) || blk_reserve(a) ||
+	a->n_small = a->size / STRATA_TIER_ALIGN < 8192 ? (uint32_t)(a->size / STRATA_TIER_ALIGN) + 1 : 8192;
+	if (!(a->small = calloc(a->n_small, sizeof(*a->small))) || map_alloc(&a->by_used, 64) ||
+	    map_alloc(&a->by_len, 32) || blk_reserve(a) ||
 	    (a->size && (c = class_get(a, a->size)) == UINT32_MAX)) {
 		strata_arena_free(a);
 		return STRATA_ERR(err, STRATA_ENOMEM, "arena: out of memory");
@@ -416,6 +445,7 @@ void strata_arena_free(struct strata_arena *a)
 {
 	free(a->by_used.slot);
 	free(a->by_len.slot);
+	free(a->small);
 	for (uint32_t i = 0; i < a->n_cls; i++)
 		free(a->cls[i].blk);
 	free(a->cls);
@@ -432,9 +462,8 @@ int strata_arena_reserve(struct strata_arena *a, uint64_t bytes, uint64_t *off)
 	if (bytes > a->largest)
 		return STRATA_EBUDGET;
 	/* requests come in a few sizes, each usually with a class of its own */
-	uint32_t j = map_find(&a->by_len, bytes);
-	uint32_t i = next_nonempty(a, j != UINT32_MAX ? a->cls[a->by_len.slot[j].val].pos
-					     : asc_lower(a->order_len, a->n_cls, bytes));
+	uint32_t j = cls_find(a, bytes);
+	uint32_t i = next_nonempty(a, j != UINT32_MAX ? a->cls[j].pos : asc_lower(a->order_len, a->n_cls, bytes));
 	if (i == a->n_cls)
 		return STRATA_EBUDGET; /* not reached: largest >= bytes */
 	uint32_t c = a->order[i], tail = UINT32_MAX;
@@ -444,7 +473,7 @@ int strata_arena_reserve(struct strata_arena *a, uint64_t bytes, uint64_t *off)
 	if (len > bytes) {
 		if (blk_reserve(a) || (tail = class_get(a, len - bytes)) == UINT32_MAX)
 			return STRATA_ENOMEM;
-		c = (uint32_t)a->by_len.slot[map_find(&a->by_len, len)].val; /* a compaction renumbers */
+		c = cls_find(a, len); /* a compaction renumbers */
 	}
 	/* the lowest hole of the class is its last: no search */
 	struct strata_arena_class *k = &a->cls[c];
@@ -565,7 +594,7 @@ int strata_arena_check(const struct strata_arena *a)
 		const struct strata_arena_class *k = &a->cls[c];
 		uint32_t j = map_find(&a->by_len, k->len);
 		if (c >= a->n_cls || k->len != a->order_len[i] || (i && a->order_len[i - 1] >= k->len) ||
-		    j == UINT32_MAX || a->by_len.slot[j].val != c)
+		    j == UINT32_MAX || a->by_len.slot[j].val != c || cls_find(a, k->len) != c)
 			rc = -4; /* classes out of order or unknown by length */
 		for (uint32_t o = 0; o < k->n && !rc; o++)
 			if ((o && a->blk[k->blk[o - 1]].off <= a->blk[k->blk[o]].off) || a->blk[k->blk[o]].cls != c)

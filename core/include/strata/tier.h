@@ -86,6 +86,7 @@ struct strata_arena {
 	uint32_t n_blk, cap_blk, free_blk, head; /* head: the block at offset 0 */
 	struct strata_arena_map by_used;  /* reserved offset -> block id */
 	struct strata_arena_map by_len;   /* length -> class id */
+	uint32_t *small, n_small;         /* length / STRATA_TIER_ALIGN -> class id + 1, short lengths */
 	struct strata_arena_class *cls;   /* by id */
 	uint32_t *order;                  /* class ids by ascending length */
 	uint64_t *order_len;              /* their lengths */
