@@ -57,6 +57,7 @@ struct strata_engine {
 	/* per tier, per eid */
 	uint8_t *resident[2], *pinned[2], *prefetched[2];
 	uint64_t *off[2];
+	uint32_t *hnd[2];                /* the arena's handle of a resident extent */
 	struct job **inbound[2];
 	struct strata_residency res[2];
 	/* streaming: a scratch slot per eid in use */
@@ -360,14 +361,15 @@ static void drop(struct strata_engine *e, int t, uint32_t eid)
 	retire(e, &e->inbound[t][eid]);
 	if (e->inbound[V][eid] && t == R)
 		retire(e, &e->inbound[V][eid]);
-	strata_tier_release(&e->tier[t], e->off[t][eid], e->bytes[eid]);
+	strata_tier_release_h(&e->tier[t], e->hnd[t][eid]);
 	e->off[t][eid] = NO_OFF;
 	e->resident[t][eid] = 0;
 	e->res[t].n_resident--;
 	e->st.used[t] = strata_tier_used(&e->tier[t]);
 }
 
-/* Reserve room for eid in tier t, evicting in the policy's order.
+/* Reserve room for eid in tier t, evicting in the policy's order (the
+ * arena's handle goes to hnd[t][eid]: mark_resident follows).
  * STRATA_EBUDGET (err untouched) when the policy has nothing left to give. */
 static int make_room(struct strata_engine *e, int t, uint32_t eid, uint64_t *off, struct strata_error *err)
 {
@@ -378,7 +380,7 @@ static int make_room(struct strata_engine *e, int t, uint32_t eid, uint64_t *off
 	int got;
 	/* a failing reserve is O(1) (one comparison with the longest hole), so
 	 * trying again after each eviction costs nothing */
-	while ((got = strata_tier_reserve(&e->tier[t], e->bytes[eid], off)) != STRATA_OK) {
+	while ((got = strata_tier_reserve_h(&e->tier[t], e->bytes[eid], off, &e->hnd[t][eid])) != STRATA_OK) {
 		if (got == STRATA_ENOMEM)
 			return STRATA_ERR(err, STRATA_ENOMEM, "engine: out of memory (%s tier's hole index)", tname(t));
 		int64_t v = ops->victim(ev, e->now, &e->res[t]);
@@ -513,7 +515,7 @@ static int preload(struct strata_engine *e, struct strata_error *err)
 				continue;
 			uint64_t off = 0;
 			if (e->bytes[i] > e->tier[t].budget - strata_tier_used(&e->tier[t]) ||
-			    strata_tier_reserve(&e->tier[t], e->bytes[i], &off))
+			    strata_tier_reserve_h(&e->tier[t], e->bytes[i], &off, &e->hnd[t][i]))
 				continue;
 			mark_resident(e, t, i, off);
 			strata_evict_ops_of(e->evict[t])->on_insert(e->evict[t], i, 0);
@@ -577,8 +579,9 @@ static int engine_open(struct strata_store *store, const struct strata_model_spe
 		e->pinned[t] = calloc(n + 1, 1);
 		e->prefetched[t] = calloc(n + 1, 1);
 		e->off[t] = malloc(sizeof(uint64_t) * (n + 1));
+		e->hnd[t] = calloc(n + 1, sizeof(uint32_t));
 		e->inbound[t] = calloc(n + 1, sizeof(struct job *));
-		ok = e->resident[t] && e->pinned[t] && e->prefetched[t] && e->off[t] && e->inbound[t];
+		ok = e->resident[t] && e->pinned[t] && e->prefetched[t] && e->off[t] && e->hnd[t] && e->inbound[t];
 		e->res[t].pinned = e->pinned[t];
 		e->res[t].resident = e->resident[t];
 	}
@@ -693,6 +696,7 @@ void strata_engine_close(struct strata_engine *e)
 		free(e->pinned[t]);
 		free(e->prefetched[t]);
 		free(e->off[t]);
+		free(e->hnd[t]);
 		free(e->inbound[t]);
 	}
 	for (uint32_t i = 0; i < e->n_blocks; i++)

@@ -456,7 +456,10 @@ void strata_arena_free(struct strata_arena *a)
 	memset(a, 0, sizeof(*a));
 }
 
-int strata_arena_reserve(struct strata_arena *a, uint64_t bytes, uint64_t *off)
+/* index: record the block under its offset (strata_arena_release finds it
+ * there); a reserve with a handle does not. */
+static inline __attribute__((always_inline)) int reserve(struct strata_arena *a, uint64_t bytes, uint64_t *off,
+							 uint32_t *h, bool index)
 {
 	bytes = align_up(bytes ? bytes : 1);
 	if (bytes > a->largest)
@@ -468,7 +471,7 @@ int strata_arena_reserve(struct strata_arena *a, uint64_t bytes, uint64_t *off)
 		return STRATA_EBUDGET; /* not reached: largest >= bytes */
 	uint32_t c = a->order[i], tail = UINT32_MAX;
 	uint64_t len = a->order_len[i];
-	if (map_reserve(&a->by_used))
+	if (index && map_reserve(&a->by_used))
 		return STRATA_ENOMEM;
 	if (len > bytes) {
 		if (blk_reserve(a) || (tail = class_get(a, len - bytes)) == UINT32_MAX)
@@ -500,24 +503,33 @@ int strata_arena_reserve(struct strata_arena *a, uint64_t bytes, uint64_t *off)
 	} else {
 		a->n_free--;
 	}
-	map_put_new(&a->by_used, o, b);
+	if (index)
+		map_put_new(&a->by_used, o, b);
+	else
+		*h = b;
 	*off = o;
 	a->used += bytes;
 	return STRATA_OK;
 }
 
-void strata_arena_release(struct strata_arena *a, uint64_t off, uint64_t bytes)
+int strata_arena_reserve(struct strata_arena *a, uint64_t bytes, uint64_t *off)
 {
-	bytes = align_up(bytes ? bytes : 1);
-	uint32_t s = map_find(&a->by_used, off);
-	if (s == UINT32_MAX)
-		return; /* not reserved: nothing to give back */
-	uint32_t b = (uint32_t)a->by_used.slot[s].val;
+	return reserve(a, bytes, off, NULL, true);
+}
+
+int strata_arena_reserve_h(struct strata_arena *a, uint64_t bytes, uint64_t *off, uint32_t *h)
+{
+	return reserve(a, bytes, off, h, false);
+}
+
+/* Give back reserved block b. */
+static inline __attribute__((always_inline)) void release(struct strata_arena *a, uint32_t b)
+{
 	struct strata_arena_blk *x = &a->blk[b];
+	uint64_t off = x->off, bytes = x->len;
 	uint32_t p = x->prev, n = x->next;
 	bool pf = p != NO_BLK && a->blk[p].cls != IN_USE, nf = n != NO_BLK && a->blk[n].cls != IN_USE;
-	uint64_t start = pf ? a->blk[p].off : off, end = off + x->len + (nf ? a->blk[n].len : 0);
-	map_del_slot(&a->by_used, s);
+	uint64_t start = pf ? a->blk[p].off : off, end = off + bytes + (nf ? a->blk[n].len : 0);
 	/* Cannot fail the caller here.  At worst (no memory for the class
 	 * index) the span leaks from the arena, which shrinks capacity but
 	 * never breaks the budget.  A compaction (in class_get) renumbers the
@@ -544,6 +556,21 @@ void strata_arena_release(struct strata_arena *a, uint64_t off, uint64_t bytes)
 	class_insert(a, c, b);
 	a->n_free++;
 	a->used -= bytes;
+}
+
+void strata_arena_release(struct strata_arena *a, uint64_t off, uint64_t bytes)
+{
+	uint32_t s = map_find(&a->by_used, off);
+	if (s == UINT32_MAX)
+		return; /* not reserved: nothing to give back */
+	uint32_t b = (uint32_t)a->by_used.slot[s].val;
+	map_del_slot(&a->by_used, s);
+	release(a, b);
+}
+
+void strata_arena_release_h(struct strata_arena *a, uint32_t h)
+{
+	release(a, h);
 }
 
 uint64_t strata_arena_largest_free(const struct strata_arena *a)

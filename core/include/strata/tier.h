@@ -105,6 +105,13 @@ int strata_arena_reserve(struct strata_arena *a, uint64_t bytes, uint64_t *off);
  * the hole index cannot grow, the span is dropped from the arena (size
  * shrinks by it), which costs capacity but never breaks the budget. */
 void strata_arena_release(struct strata_arena *a, uint64_t off, uint64_t bytes);
+/* The same with a handle instead of an index entry: *h names the span for
+ * strata_arena_release_h, which gives it back without looking up its offset
+ * (a caller that keeps per-extent state anyway, like the engine, saves a
+ * hash map of every reserved span).  A span reserved with a handle must be
+ * released with it, and the handle is dead afterwards. */
+int strata_arena_reserve_h(struct strata_arena *a, uint64_t bytes, uint64_t *off, uint32_t *h);
+void strata_arena_release_h(struct strata_arena *a, uint32_t h);
 /* Largest hole, for error messages and fragmentation checks. */
 uint64_t strata_arena_largest_free(const struct strata_arena *a);
 /* Holes in offset order, at most n; returns how many were written. */
@@ -151,6 +158,14 @@ static inline int strata_tier_reserve(struct strata_tier_mem *t, uint64_t bytes,
 static inline void strata_tier_release(struct strata_tier_mem *t, uint64_t off, uint64_t bytes)
 {
 	strata_arena_release(&t->arena, off, bytes);
+}
+static inline int strata_tier_reserve_h(struct strata_tier_mem *t, uint64_t bytes, uint64_t *off, uint32_t *h)
+{
+	return strata_arena_reserve_h(&t->arena, bytes, off, h);
+}
+static inline void strata_tier_release_h(struct strata_tier_mem *t, uint32_t h)
+{
+	strata_arena_release_h(&t->arena, h);
 }
 /* Address of an offset (NULL for a VIRTUAL tier). */
 static inline void *strata_tier_ptr(const struct strata_tier_mem *t, uint64_t off)
