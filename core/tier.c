@@ -121,7 +121,7 @@ static void map_del_slot(struct strata_arena_map *m, uint32_t i)
 
 /* Open a gap at v[at] (v has n entries, room for n + 1) / close the one at
  * v[at].  Most classes hold a few holes: a short loop beats a memmove call. */
-static inline void u32_insert_gap(uint32_t *v, uint32_t n, uint32_t at)
+static inline void hole_insert_gap(struct strata_arena_hole *v, uint32_t n, uint32_t at)
 {
 	if (n - at > 16) {
 		memmove(&v[at + 1], &v[at], sizeof(*v) * (n - at));
@@ -131,7 +131,7 @@ static inline void u32_insert_gap(uint32_t *v, uint32_t n, uint32_t at)
 		v[i] = v[i - 1];
 }
 
-static inline void u32_close_gap(uint32_t *v, uint32_t n, uint32_t at)
+static inline void hole_close_gap(struct strata_arena_hole *v, uint32_t n, uint32_t at)
 {
 	if (n - at > 17) {
 		memmove(&v[at], &v[at + 1], sizeof(*v) * (n - at - 1));
@@ -156,19 +156,19 @@ static inline uint32_t asc_lower(const uint64_t *v, uint32_t n, uint64_t want)
 	return base + (v[base] < want);
 }
 
-/* In block ids sorted by descending offset: the first position whose block's
- * offset is <= off. */
-static inline uint32_t desc_lower(const struct strata_arena_blk *b, const uint32_t *o, uint32_t n, uint64_t off)
+/* In holes sorted by descending offset: the first position whose offset is
+ * <= off. */
+static inline uint32_t desc_lower(const struct strata_arena_hole *o, uint32_t n, uint64_t off)
 {
 	uint32_t base = 0;
 	if (!n)
 		return 0;
 	while (n > 1) {
 		uint32_t half = n / 2;
-		base = b[o[base + half - 1]].off > off ? base + half : base;
+		base = o[base + half - 1].off > off ? base + half : base;
 		n -= half;
 	}
-	return base + (b[o[base]].off > off);
+	return base + (o[base].off > off);
 }
 
 static inline void mark(struct strata_arena *a, uint32_t pos, bool on)
@@ -238,7 +238,7 @@ static void compact(struct strata_arena *a)
 			a->cls[n++] = a->cls[i];
 		} else {
 			newid[i] = UINT32_MAX;
-			free(a->cls[i].blk);
+			free(a->cls[i].h);
 		}
 	}
 	uint32_t m = 0;
@@ -259,7 +259,7 @@ static void compact(struct strata_arena *a)
 	}
 	for (uint32_t i = 0; i < n; i++)
 		for (uint32_t j = 0; j < a->cls[i].n; j++)
-			a->blk[a->cls[i].blk[j]].cls = i;
+			a->blk[a->cls[i].h[j].blk].cls = i;
 	a->n_cls = n;
 	a->n_empty = 0;
 	reindex(a);
@@ -291,13 +291,13 @@ static uint32_t class_new(struct strata_arena *a, uint64_t len)
 		a->nonempty = ne;
 		a->cap_cls = cap;
 	}
-	uint32_t *ids = malloc(sizeof(*ids) * 8);
+	struct strata_arena_hole *ids = malloc(sizeof(*ids) * 8);
 	if (!ids || map_reserve(&a->by_len)) {
 		free(ids);
 		return UINT32_MAX;
 	}
 	c = a->n_cls++;
-	a->cls[c] = (struct strata_arena_class){ .len = len, .blk = ids, .cap = 8 };
+	a->cls[c] = (struct strata_arena_class){ .len = len, .h = ids, .cap = 8 };
 	a->n_empty++;
 	uint32_t at = asc_lower(a->order_len, c, len);
 	memmove(&a->order[at + 1], &a->order[at], sizeof(*a->order) * (c - at));
@@ -313,10 +313,10 @@ static uint32_t class_new(struct strata_arena *a, uint64_t len)
 
 static __attribute__((noinline)) int class_grow(struct strata_arena_class *k)
 {
-	uint32_t *o = realloc(k->blk, sizeof(*o) * k->cap * 2);
+	struct strata_arena_hole *o = realloc(k->h, sizeof(*o) * k->cap * 2);
 	if (!o)
 		return -1;
-	k->blk = o;
+	k->h = o;
 	k->cap *= 2;
 	return 0;
 }
@@ -338,9 +338,10 @@ static inline uint32_t class_get(struct strata_arena *a, uint64_t len)
 static inline __attribute__((always_inline)) void class_insert(struct strata_arena *a, uint32_t c, uint32_t b)
 {
 	struct strata_arena_class *k = &a->cls[c];
-	uint32_t at = desc_lower(a->blk, k->blk, k->n, a->blk[b].off);
-	u32_insert_gap(k->blk, k->n, at);
-	k->blk[at] = b;
+	uint64_t off = a->blk[b].off;
+	uint32_t at = desc_lower(k->h, k->n, off);
+	hole_insert_gap(k->h, k->n, at);
+	k->h[at] = (struct strata_arena_hole){ off, b };
 	a->blk[b].cls = c;
 	if (!k->n++) {
 		a->n_empty--;
@@ -354,9 +355,9 @@ static inline __attribute__((always_inline)) void class_insert(struct strata_are
 static inline __attribute__((always_inline)) void class_remove(struct strata_arena *a, uint32_t b)
 {
 	struct strata_arena_class *k = &a->cls[a->blk[b].cls];
-	uint32_t at = desc_lower(a->blk, k->blk, k->n, a->blk[b].off);
-	if (at < k->n && k->blk[at] == b) {
-		u32_close_gap(k->blk, k->n, at);
+	uint32_t at = desc_lower(k->h, k->n, a->blk[b].off);
+	if (at < k->n && k->h[at].blk == b) {
+		hole_close_gap(k->h, k->n, at);
 		if (!--k->n) {
 			a->n_empty++;
 			mark(a, k->pos, false);
@@ -447,7 +448,7 @@ void strata_arena_free(struct strata_arena *a)
 	free(a->by_len.slot);
 	free(a->small);
 	for (uint32_t i = 0; i < a->n_cls; i++)
-		free(a->cls[i].blk);
+		free(a->cls[i].h);
 	free(a->cls);
 	free(a->order);
 	free(a->order_len);
@@ -480,7 +481,7 @@ static inline __attribute__((always_inline)) int reserve(struct strata_arena *a,
 	}
 	/* the lowest hole of the class is its last: no search */
 	struct strata_arena_class *k = &a->cls[c];
-	uint32_t b = k->blk[--k->n];
+	uint32_t b = k->h[--k->n].blk;
 	if (!k->n) {
 		a->n_empty++;
 		mark(a, k->pos, false);
@@ -624,7 +625,8 @@ int strata_arena_check(const struct strata_arena *a)
 		    j == UINT32_MAX || a->by_len.slot[j].val != c || cls_find(a, k->len) != c)
 			rc = -4; /* classes out of order or unknown by length */
 		for (uint32_t o = 0; o < k->n && !rc; o++)
-			if ((o && a->blk[k->blk[o - 1]].off <= a->blk[k->blk[o]].off) || a->blk[k->blk[o]].cls != c)
+			if ((o && k->h[o - 1].off <= k->h[o].off) || a->blk[k->h[o].blk].cls != c ||
+			    a->blk[k->h[o].blk].off != k->h[o].off)
 				rc = -4; /* class out of order or not a hole of its length */
 		if (!rc && (k->pos != i || !(a->nonempty[i / 64] >> (i % 64) & 1) != !k->n))
 			rc = -4; /* position or bitmap stale */

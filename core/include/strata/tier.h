@@ -58,11 +58,17 @@ struct strata_arena_map {
 	uint32_t cap, n; /* cap a power of two */
 };
 
-/* The holes of one length, as block ids in descending offset order (lowest
- * last).  A class stays (empty) when its last hole goes, until a compaction. */
+/* A hole in its class: offset and block id. */
+struct strata_arena_hole {
+	uint64_t off;
+	uint32_t blk;
+};
+
+/* The holes of one length, in descending offset order (lowest last).  A
+ * class stays (empty) when its last hole goes, until a compaction. */
 struct strata_arena_class {
 	uint64_t len;
-	uint32_t *blk;
+	struct strata_arena_hole *h;
 	uint32_t n, cap;
 	uint32_t pos; /* index in order[] */
 };
