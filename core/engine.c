@@ -37,6 +37,7 @@ struct job {
 	struct strata_mover *m;
 	struct job *parent, *child; /* child: queued when this one completes */
 	struct job *next_free;
+	struct job **slot;          /* where the engine keeps it (inbound, scratch_job) */
 	uint32_t eid;
 	int tier, src_tier;         /* destination; source (RAM or NVMe) */
 	int queued, done;
@@ -203,6 +204,15 @@ static void job_done(struct strata_move *mv)
 		c->mv.not_before_ns = mv->done_ns;
 		job_queue(c);
 	}
+	/* A virtual job is retired as it completes: a completed job in a slot
+	 * and an empty slot mean the same everywhere (waits return at once, it
+	 * is no one's parent, it is not late), and the pool stays small and
+	 * warm instead of holding a job per RAM-resident expert.  Nothing takes
+	 * a job from the pool before the waiter reading j->done returns. */
+	if (e->virt && *j->slot == j) {
+		*j->slot = NULL;
+		job_put(e, j);
+	}
 }
 
 static int job_queue(struct job *j)
@@ -295,6 +305,7 @@ static int issue(struct strata_engine *e, uint32_t eid, int tier, void *dst, int
 		e->st.bytes_ram_vram += b;
 	}
 	*slot = j;
+	j->slot = slot;
 	struct job *src = src_tier == R ? e->inbound[R][eid] : NULL;
 	if (src && !src->done && src->child)
 		job_wait(e, src); /* one dependent per job: a second one waits here */
