@@ -43,6 +43,14 @@ struct job {
 	int queued, done;
 };
 
+/* An expert's state in a cached tier. */
+struct tslot {
+	uint64_t off;         /* arena offset, NO_OFF when not resident */
+	struct job *inbound;  /* the move writing it, if any */
+	uint32_t hnd;         /* the arena's handle of the extent */
+	uint8_t prefetched;   /* prefetched and not yet used */
+};
+
 struct strata_engine {
 	struct strata_engine_config cfg;
 	struct strata_store *store;
@@ -55,11 +63,10 @@ struct strata_engine {
 	uint64_t max_bytes;
 	struct strata_policy *place, *evict[2], *prefetch;
 	struct strata_tier_mem tier[2], scratch;
-	/* per tier, per eid */
-	uint8_t *resident[2], *pinned[2], *prefetched[2];
-	uint64_t *off[2];
-	uint32_t *hnd[2];                /* the arena's handle of a resident extent */
-	struct job **inbound[2];
+	/* per tier, per eid: the flags policies see (struct strata_residency),
+	 * and the rest together, so a miss or an eviction touches one line */
+	uint8_t *resident[2], *pinned[2];
+	struct tslot *ts[2];
 	struct strata_residency res[2];
 	/* streaming: a scratch slot per eid in use */
 	uint64_t *scratch_off;
@@ -301,12 +308,12 @@ static int issue(struct strata_engine *e, uint32_t eid, int tier, void *dst, int
 			e->st.bytes_nvme_vram += b;
 	} else {
 		j->m = e->h2d;
-		j->mv.src = slot_ptr(e, R, e->off[R][eid]);
+		j->mv.src = slot_ptr(e, R, e->ts[R][eid].off);
 		e->st.bytes_ram_vram += b;
 	}
 	*slot = j;
 	j->slot = slot;
-	struct job *src = src_tier == R ? e->inbound[R][eid] : NULL;
+	struct job *src = src_tier == R ? e->ts[R][eid].inbound : NULL;
 	if (src && !src->done && src->child)
 		job_wait(e, src); /* one dependent per job: a second one waits here */
 	if (src && !src->done) {
@@ -320,13 +327,13 @@ static int issue(struct strata_engine *e, uint32_t eid, int tier, void *dst, int
 /* Wait for every job that writes (tier, eid) or reads from it. */
 static void quiesce(struct strata_engine *e, int tier, uint32_t eid)
 {
-	struct job *j = e->inbound[tier][eid];
+	struct job *j = e->ts[tier][eid].inbound;
 	if (j)
 		job_wait(e, j);
 	/* a copy out of this RAM slot, into VRAM or a scratch slot, must finish
 	 * before the slot is reused (the source of a streamed expert is not
 	 * pinned in RAM: decisions never wait on time) */
-	if (tier == R && (j = e->inbound[V][eid]) && j->src_tier == R)
+	if (tier == R && (j = e->ts[V][eid].inbound) && j->src_tier == R)
 		job_wait(e, j);
 	if (tier == R && (j = e->scratch_job[eid]) && j->src_tier == R)
 		job_wait(e, j);
@@ -369,18 +376,18 @@ static inline int policy_failed(struct strata_engine *e, struct strata_error *er
 static void drop(struct strata_engine *e, int t, uint32_t eid)
 {
 	quiesce(e, t, eid);
-	retire(e, &e->inbound[t][eid]);
-	if (e->inbound[V][eid] && t == R)
-		retire(e, &e->inbound[V][eid]);
-	strata_tier_release_h(&e->tier[t], e->hnd[t][eid]);
-	e->off[t][eid] = NO_OFF;
+	retire(e, &e->ts[t][eid].inbound);
+	if (e->ts[V][eid].inbound && t == R)
+		retire(e, &e->ts[V][eid].inbound);
+	strata_tier_release_h(&e->tier[t], e->ts[t][eid].hnd);
+	e->ts[t][eid].off = NO_OFF;
 	e->resident[t][eid] = 0;
 	e->res[t].n_resident--;
 	e->st.used[t] = strata_tier_used(&e->tier[t]);
 }
 
 /* Reserve room for eid in tier t, evicting in the policy's order (the
- * arena's handle goes to hnd[t][eid]: mark_resident follows).
+ * arena's handle goes to ts[t][eid].hnd: mark_resident follows).
  * STRATA_EBUDGET (err untouched) when the policy has nothing left to give. */
 static int make_room(struct strata_engine *e, int t, uint32_t eid, uint64_t *off, struct strata_error *err)
 {
@@ -391,7 +398,7 @@ static int make_room(struct strata_engine *e, int t, uint32_t eid, uint64_t *off
 	int got;
 	/* a failing reserve is O(1) (one comparison with the longest hole), so
 	 * trying again after each eviction costs nothing */
-	while ((got = strata_tier_reserve_h(&e->tier[t], e->bytes[eid], off, &e->hnd[t][eid])) != STRATA_OK) {
+	while ((got = strata_tier_reserve_h(&e->tier[t], e->bytes[eid], off, &e->ts[t][eid].hnd)) != STRATA_OK) {
 		if (got == STRATA_ENOMEM)
 			return STRATA_ERR(err, STRATA_ENOMEM, "engine: out of memory (%s tier's hole index)", tname(t));
 		int64_t v = ops->victim(ev, e->now, &e->res[t]);
@@ -409,8 +416,8 @@ static int make_room(struct strata_engine *e, int t, uint32_t eid, uint64_t *off
 		ops->on_remove(ev, (uint32_t)v);
 		drop(e, t, (uint32_t)v);
 		e->st.evictions[t]++;
-		if (e->prefetched[t][v]) {
-			e->prefetched[t][v] = 0;
+		if (e->ts[t][v].prefetched) {
+			e->ts[t][v].prefetched = 0;
 			e->st.prefetch_wasted++;
 		}
 	}
@@ -420,7 +427,7 @@ static int make_room(struct strata_engine *e, int t, uint32_t eid, uint64_t *off
 
 static void mark_resident(struct strata_engine *e, int t, uint32_t eid, uint64_t off)
 {
-	e->off[t][eid] = off;
+	e->ts[t][eid].off = off;
 	e->resident[t][eid] = 1;
 	e->res[t].n_resident++;
 }
@@ -526,13 +533,13 @@ static int preload(struct strata_engine *e, struct strata_error *err)
 				continue;
 			uint64_t off = 0;
 			if (e->bytes[i] > e->tier[t].budget - strata_tier_used(&e->tier[t]) ||
-			    strata_tier_reserve_h(&e->tier[t], e->bytes[i], &off, &e->hnd[t][i]))
+			    strata_tier_reserve_h(&e->tier[t], e->bytes[i], &off, &e->ts[t][i].hnd))
 				continue;
 			mark_resident(e, t, i, off);
 			strata_evict_ops_of(e->evict[t])->on_insert(e->evict[t], i, 0);
 			e->st.preloaded[t]++;
 			e->st.preload_bytes += e->bytes[i];
-			rc = issue(e, i, t, slot_ptr(e, t, off), STRATA_TIER_NVME, &e->inbound[t][i]);
+			rc = issue(e, i, t, slot_ptr(e, t, off), STRATA_TIER_NVME, &e->ts[t][i].inbound);
 			strata_progress_update(&pg, e->st.preload_bytes);
 			if (strata_interrupted)
 				rc = STRATA_ERR(err, STRATA_EINTR, "engine: preload interrupted");
@@ -553,7 +560,7 @@ static int preload(struct strata_engine *e, struct strata_error *err)
 	for (int t = 0; t < 2; t++) {
 		e->st.used[t] = strata_tier_used(&e->tier[t]);
 		for (uint32_t i = 0; i < e->n_ids; i++)
-			retire(e, &e->inbound[t][i]);
+			retire(e, &e->ts[t][i].inbound);
 	}
 	return rc ? rc : policy_failed(e, err);
 }
@@ -588,11 +595,8 @@ static int engine_open(struct strata_store *store, const struct strata_model_spe
 	for (int t = 0; t < 2 && ok; t++) {
 		e->resident[t] = calloc(n + 1, 1);
 		e->pinned[t] = calloc(n + 1, 1);
-		e->prefetched[t] = calloc(n + 1, 1);
-		e->off[t] = malloc(sizeof(uint64_t) * (n + 1));
-		e->hnd[t] = calloc(n + 1, sizeof(uint32_t));
-		e->inbound[t] = calloc(n + 1, sizeof(struct job *));
-		ok = e->resident[t] && e->pinned[t] && e->prefetched[t] && e->off[t] && e->hnd[t] && e->inbound[t];
+		e->ts[t] = calloc(n + 1, sizeof(struct tslot));
+		ok = e->resident[t] && e->pinned[t] && e->ts[t];
 		e->res[t].pinned = e->pinned[t];
 		e->res[t].resident = e->resident[t];
 	}
@@ -603,7 +607,7 @@ static int engine_open(struct strata_store *store, const struct strata_model_spe
 		goto fail;
 	}
 	for (uint32_t i = 0; i < n; i++) {
-		e->off[0][i] = e->off[1][i] = e->scratch_off[i] = NO_OFF;
+		e->ts[0][i].off = e->ts[1][i].off = e->scratch_off[i] = NO_OFF;
 		e->tier_table[i] = tiers ? tiers[i] : STRATA_TIER_NVME;
 		if (store) {
 			e->ext[i] = strata_store_expert(store, i / spec->n_experts, i % spec->n_experts);
@@ -705,10 +709,7 @@ void strata_engine_close(struct strata_engine *e)
 	for (int t = 0; t < 2; t++) {
 		free(e->resident[t]);
 		free(e->pinned[t]);
-		free(e->prefetched[t]);
-		free(e->off[t]);
-		free(e->hnd[t]);
-		free(e->inbound[t]);
+		free(e->ts[t]);
 	}
 	for (uint32_t i = 0; i < e->n_blocks; i++)
 		free(e->job_blocks[i]);
@@ -799,10 +800,10 @@ static int prefetch(struct strata_engine *e, uint64_t token, uint32_t layer, con
 			return rc;
 		mark_resident(e, (int)t, eid, off);
 		strata_evict_ops_of(e->evict[t])->on_insert(e->evict[t], eid, e->now);
-		e->prefetched[t][eid] = 1;
+		e->ts[t][eid].prefetched = 1;
 		e->st.prefetch_issued++;
 		int src = t == V && e->resident[R][eid] ? R : STRATA_TIER_NVME;
-		if ((rc = issue(e, eid, (int)t, slot_ptr(e, (int)t, off), src, &e->inbound[t][eid])))
+		if ((rc = issue(e, eid, (int)t, slot_ptr(e, (int)t, off), src, &e->ts[t][eid].inbound)))
 			return check_io(e, err) ? check_io(e, err) : STRATA_ERR(err, rc, "engine: out of memory");
 	}
 	return STRATA_OK;
@@ -869,24 +870,24 @@ static int acquire_one(struct strata_engine *e, uint32_t eid, uint64_t now, uint
 	e->st.accesses++;
 	if (e->resident[V][eid]) {
 		e->st.hits[V]++;
-		if (e->prefetched[V][eid]) {
-			e->prefetched[V][eid] = 0;
+		if (e->ts[V][eid].prefetched) {
+			e->ts[V][eid].prefetched = 0;
 			e->st.prefetch_used++;
-			if (e->inbound[V][eid] && !e->inbound[V][eid]->done)
+			if (e->ts[V][eid].inbound && !e->ts[V][eid].inbound->done)
 				e->st.prefetch_late++;
 		}
 		strata_evict_ops_of(e->evict[V])->on_access(e->evict[V], eid, now);
 		po->on_access(pl, eid, V, now);
-		*vram_off = e->off[V][eid];
+		*vram_off = e->ts[V][eid].off;
 		return STRATA_OK;
 	}
 	int from = e->resident[R][eid] ? R : STRATA_TIER_NVME;
 	e->st.hits[from]++;
 	if (from == R) {
-		if (e->prefetched[R][eid]) {
-			e->prefetched[R][eid] = 0;
+		if (e->ts[R][eid].prefetched) {
+			e->ts[R][eid].prefetched = 0;
 			e->st.prefetch_used++;
-			if (e->inbound[R][eid] && !e->inbound[R][eid]->done)
+			if (e->ts[R][eid].inbound && !e->ts[R][eid].inbound->done)
 				e->st.prefetch_late++;
 		}
 		strata_evict_ops_of(e->evict[R])->on_access(e->evict[R], eid, now);
@@ -903,7 +904,7 @@ static int acquire_one(struct strata_engine *e, uint32_t eid, uint64_t now, uint
 			mark_resident(e, R, eid, off);
 			strata_evict_ops_of(e->evict[R])->on_insert(e->evict[R], eid, now);
 			strata_evict_ops_of(e->evict[R])->on_access(e->evict[R], eid, now);
-			if ((rc = issue(e, eid, R, slot_ptr(e, R, off), STRATA_TIER_NVME, &e->inbound[R][eid])))
+			if ((rc = issue(e, eid, R, slot_ptr(e, R, off), STRATA_TIER_NVME, &e->ts[R][eid].inbound)))
 				return rc;
 			src = R;
 		} else if (rc != STRATA_EBUDGET) {
@@ -928,7 +929,7 @@ static int acquire_one(struct strata_engine *e, uint32_t eid, uint64_t now, uint
 		strata_evict_ops_of(e->evict[V])->on_insert(e->evict[V], eid, now);
 		strata_evict_ops_of(e->evict[V])->on_access(e->evict[V], eid, now);
 		*vram_off = off;
-		slot = &e->inbound[V][eid];
+		slot = &e->ts[V][eid].inbound;
 		dst = slot_ptr(e, V, off);
 	} else {
 		if (strata_tier_reserve(&e->scratch, e->bytes[eid], &off)) {
@@ -998,10 +999,10 @@ int strata_engine_acquire(struct strata_engine *e, uint32_t layer, const uint32_
 	double c0 = clock_now(e);
 	for (uint32_t i = 0; i < n; i++) {
 		uint32_t eid = strata_eid(&e->spec, layer, experts[i]);
-		struct job *j = e->scratch_off[eid] != NO_OFF ? e->scratch_job[eid] : e->inbound[V][eid];
+		struct job *j = e->scratch_off[eid] != NO_OFF ? e->scratch_job[eid] : e->ts[V][eid].inbound;
 		if (j)
 			job_wait(e, j);
-		retire(e, &e->inbound[V][eid]);
+		retire(e, &e->ts[V][eid].inbound);
 	}
 	double stall = clock_now(e) - c0;
 	e->st.stall_ns += stall;
