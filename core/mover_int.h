@@ -54,18 +54,11 @@ static inline void strata_move_finish(struct strata_move *mv, int res, uint64_t 
 	mv->done_ns = now;
 }
 
-/* The virtual mover's state (mover_virtual.c).  A heap slot carries its keys:
- * a sift compares within the array instead of loading two fields of each move
- * it meets. */
-struct vslot {
-	uint64_t done_ns, seq;
-	struct strata_move *mv;
-};
-
+/* The virtual mover's state (mover_virtual.c).  Moves in flight complete in
+ * the order they were submitted (see there), so they wait in a FIFO. */
 struct virt_priv {
 	struct strata_moveq queued;
-	struct vslot *heap; /* in flight, min-heap on (done_ns, submit order) */
-	uint32_t n, cap;
+	struct strata_moveq inflight; /* by (done_ns, submit order) = submit order */
 };
 
 /* For the engine's virtual mode, which calls submit and reap(0) far more
@@ -104,7 +97,7 @@ int strata_virt_reap(struct strata_mover *m, uint32_t min);
 static inline bool strata_virt_due(const struct strata_mover *m)
 {
 	const struct virt_priv *p = m->priv;
-	return p->n && strata_u2d(p->heap[0].done_ns) <= *m->cfg.clock_ns;
+	return p->inflight.head && strata_u2d(p->inflight.head->done_ns) <= *m->cfg.clock_ns;
 }
 
 #endif
