@@ -119,28 +119,6 @@ static void map_del_slot(struct strata_arena_map *m, uint32_t i)
 
 /* ---- size classes -------------------------------------------------------- */
 
-/* Open a gap at v[at] (v has n entries, room for n + 1) / close the one at
- * v[at].  Most classes hold a few holes: a short loop beats a memmove call. */
-static inline void hole_insert_gap(struct strata_arena_hole *v, uint32_t n, uint32_t at)
-{
-	if (n - at > 16) {
-		memmove(&v[at + 1], &v[at], sizeof(*v) * (n - at));
-		return;
-	}
-	for (uint32_t i = n; i > at; i--)
-		v[i] = v[i - 1];
-}
-
-static inline void hole_close_gap(struct strata_arena_hole *v, uint32_t n, uint32_t at)
-{
-	if (n - at > 17) {
-		memmove(&v[at], &v[at + 1], sizeof(*v) * (n - at - 1));
-		return;
-	}
-	for (uint32_t i = at; i + 1 < n; i++)
-		v[i] = v[i + 1];
-}
-
 /* First position in ascending v[0..n) with v >= want.  Branch-free: the
  * comparisons are unpredictable, the arrays short. */
 static inline uint32_t asc_lower(const uint64_t *v, uint32_t n, uint64_t want)
@@ -154,21 +132,6 @@ static inline uint32_t asc_lower(const uint64_t *v, uint32_t n, uint64_t want)
 		n -= half;
 	}
 	return base + (v[base] < want);
-}
-
-/* In holes sorted by descending offset: the first position whose offset is
- * <= off. */
-static inline uint32_t desc_lower(const struct strata_arena_hole *o, uint32_t n, uint64_t off)
-{
-	uint32_t base = 0;
-	if (!n)
-		return 0;
-	while (n > 1) {
-		uint32_t half = n / 2;
-		base = o[base + half - 1].off > off ? base + half : base;
-		n -= half;
-	}
-	return base + (o[base].off > off);
 }
 
 static inline void mark(struct strata_arena *a, uint32_t pos, bool on)
@@ -334,15 +297,13 @@ static inline uint32_t class_get(struct strata_arena *a, uint64_t len)
 	return c;
 }
 
-/* Put hole b into class c. */
+/* Put hole b into class c (at its end: a class is not kept in order). */
 static inline __attribute__((always_inline)) void class_insert(struct strata_arena *a, uint32_t c, uint32_t b)
 {
 	struct strata_arena_class *k = &a->cls[c];
-	uint64_t off = a->blk[b].off;
-	uint32_t at = desc_lower(k->h, k->n, off);
-	hole_insert_gap(k->h, k->n, at);
-	k->h[at] = (struct strata_arena_hole){ off, b };
+	k->h[k->n] = (struct strata_arena_hole){ a->blk[b].off, b };
 	a->blk[b].cls = c;
+	a->blk[b].pos = k->n;
 	if (!k->n++) {
 		a->n_empty--;
 		mark(a, k->pos, true);
@@ -351,20 +312,42 @@ static inline __attribute__((always_inline)) void class_insert(struct strata_are
 		a->largest = k->len;
 }
 
+/* Take the hole at position i out of class k (the last one takes its place). */
+static inline __attribute__((always_inline)) void class_take(struct strata_arena *a, struct strata_arena_class *k,
+							      uint32_t i)
+{
+	if (i != --k->n) {
+		k->h[i] = k->h[k->n];
+		a->blk[k->h[i].blk].pos = i;
+	}
+	if (!k->n) {
+		a->n_empty++;
+		mark(a, k->pos, false);
+		if (k->len == a->largest)
+			recompute_largest(a);
+	}
+}
+
 /* Take hole b out of its class. */
 static inline __attribute__((always_inline)) void class_remove(struct strata_arena *a, uint32_t b)
 {
-	struct strata_arena_class *k = &a->cls[a->blk[b].cls];
-	uint32_t at = desc_lower(k->h, k->n, a->blk[b].off);
-	if (at < k->n && k->h[at].blk == b) {
-		hole_close_gap(k->h, k->n, at);
-		if (!--k->n) {
-			a->n_empty++;
-			mark(a, k->pos, false);
-			if (k->len == a->largest)
-				recompute_largest(a);
-		}
+	class_take(a, &a->cls[a->blk[b].cls], a->blk[b].pos);
+}
+
+/* Position of the lowest-addressed hole of a non-empty class: a scan without
+ * branches on the data (a class holds a few holes; keeping it sorted cost a
+ * search and a shift, with their mispredicted loop exits, on every insert
+ * and remove). */
+static inline uint32_t class_lowest(const struct strata_arena_class *k)
+{
+	uint32_t best = 0;
+	uint64_t bo = k->h[0].off;
+	for (uint32_t i = 1; i < k->n; i++) {
+		bool lt = k->h[i].off < bo;
+		best = lt ? i : best;
+		bo = lt ? k->h[i].off : bo;
 	}
+	return best;
 }
 
 /* ---- blocks -------------------------------------------------------------- */
@@ -479,15 +462,10 @@ static inline __attribute__((always_inline)) int reserve(struct strata_arena *a,
 			return STRATA_ENOMEM;
 		c = cls_find(a, len); /* a compaction renumbers */
 	}
-	/* the lowest hole of the class is its last: no search */
+	/* the lowest-addressed hole of the class */
 	struct strata_arena_class *k = &a->cls[c];
-	uint32_t b = k->h[--k->n].blk;
-	if (!k->n) {
-		a->n_empty++;
-		mark(a, k->pos, false);
-		if (len == a->largest)
-			recompute_largest(a);
-	}
+	uint32_t at = class_lowest(k), b = k->h[at].blk;
+	class_take(a, k, at);
 	struct strata_arena_blk *x = &a->blk[b];
 	uint64_t o = x->off;
 	x->cls = IN_USE;
@@ -625,9 +603,9 @@ int strata_arena_check(const struct strata_arena *a)
 		    j == UINT32_MAX || a->by_len.slot[j].val != c || cls_find(a, k->len) != c)
 			rc = -4; /* classes out of order or unknown by length */
 		for (uint32_t o = 0; o < k->n && !rc; o++)
-			if ((o && k->h[o - 1].off <= k->h[o].off) || a->blk[k->h[o].blk].cls != c ||
+			if (a->blk[k->h[o].blk].cls != c || a->blk[k->h[o].blk].pos != o ||
 			    a->blk[k->h[o].blk].off != k->h[o].off)
-				rc = -4; /* class out of order or not a hole of its length */
+				rc = -4; /* not a hole of its length, or its position stale */
 		if (!rc && (k->pos != i || !(a->nonempty[i / 64] >> (i % 64) & 1) != !k->n))
 			rc = -4; /* position or bitmap stale */
 		in_classes += k->n;

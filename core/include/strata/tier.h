@@ -26,10 +26,11 @@
  * The arena is a doubly linked list of blocks in address order, each a hole
  * or a reserved extent.  A release finds its block through a hash map of
  * reserved offsets and its neighbours through the list (coalescing is O(1)).
- * Holes sit in size classes (one per distinct hole length, found by a hash
- * map of lengths, ordered by length in a side array with a bitmap of the
- * non-empty ones; each holds its holes in descending offset order), so the
- * best fit is the last hole of the first non-empty class long enough.
+ * Holes sit in size classes (one per distinct hole length, found by a table
+ * of short lengths or a hash map, ordered by length in a side array with a
+ * bitmap of the non-empty ones; each holds its holes unordered, with each
+ * hole's position kept in its block), so the best fit is the lowest-addressed
+ * hole of the first non-empty class long enough.
  * Experts come in a few sizes, so classes are few and each holds few holes;
  * a failing reserve (the engine retries after each eviction) is one
  * comparison with the longest hole.
@@ -64,8 +65,9 @@ struct strata_arena_hole {
 	uint32_t blk;
 };
 
-/* The holes of one length, in descending offset order (lowest last).  A
- * class stays (empty) when its last hole goes, until a compaction. */
+/* The holes of one length, in no order (a reserve scans for the lowest
+ * offset).  A class stays (empty) when its last hole goes, until a
+ * compaction. */
 struct strata_arena_class {
 	uint64_t len;
 	struct strata_arena_hole *h;
@@ -73,12 +75,12 @@ struct strata_arena_class {
 	uint32_t pos; /* index in order[] */
 };
 
-/* A block of the arena: a hole (cls: its class id) or reserved (cls:
- * UINT32_MAX); prev/next in address order (UINT32_MAX: none). */
+/* A block of the arena: a hole (cls: its class id, pos: its index there) or
+ * reserved (cls: UINT32_MAX); prev/next in address order (UINT32_MAX: none). */
 struct strata_arena_blk {
 	uint64_t off, len;
 	uint32_t prev, next;
-	uint32_t cls;
+	uint32_t cls, pos;
 };
 
 /* Best-fit allocator over [0, size). */
