@@ -39,6 +39,7 @@ struct belady {
 	uint8_t *in;         /* per eid: resident (tracked) */
 	uint32_t *chain;     /* per eid: next eid at the same position */
 	uint64_t *never;     /* bit per eid: resident, never used again */
+	uint64_t *never_sum; /* bit per non-zero word of never */
 	/* by position */
 	uint64_t cap;        /* positions covered, a multiple of 64^3 */
 	uint64_t *l0, *l1, *l2; /* occupied positions; a bit per non-zero word below */
@@ -57,7 +58,8 @@ static int belady_init(struct strata_policy *p, struct strata_error *err)
 	b->in = calloc(n, 1);
 	b->chain = malloc(sizeof(*b->chain) * n);
 	b->never = calloc((n + 63) / 64, sizeof(*b->never));
-	if (!b->key || !b->in || !b->chain || !b->never)
+	b->never_sum = calloc((n + 4095) / 4096, sizeof(*b->never_sum));
+	if (!b->key || !b->in || !b->chain || !b->never || !b->never_sum)
 		return STRATA_ERR(err, STRATA_ENOMEM, "evict belady: out of memory");
 	return STRATA_OK;
 }
@@ -69,6 +71,7 @@ static void belady_free(struct strata_policy *p)
 	free(b->in);
 	free(b->chain);
 	free(b->never);
+	free(b->never_sum);
 	free(b->l0);
 	free(b->l1);
 	free(b->l2);
@@ -161,7 +164,8 @@ static void drop_key(struct belady *b, uint32_t e)
 {
 	uint64_t k = b->key[e];
 	if (k == STRATA_NEVER) {
-		b->never[e / 64] &= ~(1ull << (e % 64));
+		if (!(b->never[e / 64] &= ~(1ull << (e % 64))))
+			b->never_sum[e / 4096] &= ~(1ull << (e / 64 % 64));
 		return;
 	}
 	uint32_t *pp = &b->at[k];
@@ -187,6 +191,7 @@ static void set_next(struct strata_policy *p, uint32_t e, uint64_t next)
 		b->scan = next; /* set in the past (a driver's order): the next victim looks here too */
 	if (next == STRATA_NEVER) {
 		b->never[e / 64] |= 1ull << (e % 64);
+		b->never_sum[e / 4096] |= 1ull << (e / 64 % 64);
 	} else if (!(b->l0[next / 64] >> (next % 64) & 1)) {
 		b->at[next] = e;
 		b->chain[e] = NO_EID;
@@ -261,11 +266,14 @@ static int64_t belady_victim(struct strata_policy *p, uint64_t now, const struct
 	if (now > b->scan)
 		b->scan = now;
 	/* never used again: the smallest unpinned eid */
-	for (uint32_t w = 0; w < (b->n_ids + 63) / 64; w++)
-		for (uint64_t x = b->never[w]; x; x &= x - 1) {
-			uint32_t e = w * 64 + (uint32_t)__builtin_ctzll(x);
-			if (!pinned(r, e))
-				return e;
+	for (uint32_t s = 0; s < (b->n_ids + 4095) / 4096; s++)
+		for (uint64_t y = b->never_sum[s]; y; y &= y - 1) {
+			uint32_t w = s * 64 + (uint32_t)__builtin_ctzll(y);
+			for (uint64_t x = b->never[w]; x; x &= x - 1) {
+				uint32_t e = w * 64 + (uint32_t)__builtin_ctzll(x);
+				if (!pinned(r, e))
+					return e;
+			}
 		}
 	/* the farthest next use, unpinned; at one position the smallest eid */
 	for (uint64_t t = last_below(b, b->cap); t != UINT64_MAX; t = last_below(b, t)) {
