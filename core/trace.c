@@ -1235,6 +1235,7 @@ oom:
 
 struct fcur {
 	uint32_t cur, end; /* [cur, end) of this eid's positions not yet passed */
+	uint32_t first;    /* start[eid], here so that a lookup reads one line */
 };
 
 struct future_priv {
@@ -1252,9 +1253,9 @@ static uint64_t future_next_use(const struct strata_future *f, uint32_t eid, uin
 		return STRATA_NEVER;
 	struct fcur *c = &fp->c[eid];
 	uint32_t i = c->cur;
-	if (i > fp->start[eid] && fp->pos[i - 1] > now) {
+	if (i > c->first && fp->pos[i - 1] > now) {
 		/* clock went back: binary search for the first pos > now */
-		uint32_t a = (uint32_t)fp->start[eid], b = c->end;
+		uint32_t a = c->first, b = c->end;
 		while (a < b) {
 			uint32_t m = a + (b - a) / 2;
 			if (fp->pos[m] <= now)
@@ -1324,7 +1325,7 @@ int strata_trace_future_init(struct strata_future *f, const struct strata_trace_
 				fp->pos[fp->c[eid].cur++] = (uint32_t)a;
 			}
 	for (uint32_t i = 0; i < fp->n_ids; i++) {
-		fp->c[i].cur = (uint32_t)fp->start[i];
+		fp->c[i].cur = fp->c[i].first = (uint32_t)fp->start[i];
 		fp->c[i].end = (uint32_t)fp->start[i + 1];
 	}
 	f->next_use = future_next_use;

@@ -32,12 +32,16 @@
 #define NO_EID UINT32_MAX
 #define MAX_POS (1ull << 32) /* positions indexed; a larger clock is an error */
 
+struct bnode {
+	uint64_t key;        /* next use, valid while in */
+	uint32_t chain;      /* next eid at the same position */
+	uint32_t in;         /* resident (tracked) */
+};
+
 struct belady {
 	const struct strata_future *f;
 	uint32_t n_ids;
-	uint64_t *key;       /* per eid: next use, valid while in[e] */
-	uint8_t *in;         /* per eid: resident (tracked) */
-	uint32_t *chain;     /* per eid: next eid at the same position */
+	struct bnode *node;  /* per eid */
 	uint64_t *never;     /* bit per eid: resident, never used again */
 	uint64_t *never_sum; /* bit per non-zero word of never */
 	/* by position */
@@ -54,12 +58,10 @@ static int belady_init(struct strata_policy *p, struct strata_error *err)
 	uint32_t n = p->env->n_ids ? p->env->n_ids : 1;
 	b->f = p->env->future;
 	b->n_ids = p->env->n_ids;
-	b->key = malloc(sizeof(*b->key) * n);
-	b->in = calloc(n, 1);
-	b->chain = malloc(sizeof(*b->chain) * n);
+	b->node = calloc(n, sizeof(*b->node));
 	b->never = calloc((n + 63) / 64, sizeof(*b->never));
 	b->never_sum = calloc((n + 4095) / 4096, sizeof(*b->never_sum));
-	if (!b->key || !b->in || !b->chain || !b->never || !b->never_sum)
+	if (!b->node || !b->never || !b->never_sum)
 		return STRATA_ERR(err, STRATA_ENOMEM, "evict belady: out of memory");
 	return STRATA_OK;
 }
@@ -67,9 +69,7 @@ static int belady_init(struct strata_policy *p, struct strata_error *err)
 static void belady_free(struct strata_policy *p)
 {
 	struct belady *b = p->priv;
-	free(b->key);
-	free(b->in);
-	free(b->chain);
+	free(b->node);
 	free(b->never);
 	free(b->never_sum);
 	free(b->l0);
@@ -162,7 +162,7 @@ static uint64_t last_below(const struct belady *b, uint64_t below)
 
 static void drop_key(struct belady *b, uint32_t e)
 {
-	uint64_t k = b->key[e];
+	uint64_t k = b->node[e].key;
 	if (k == STRATA_NEVER) {
 		if (!(b->never[e / 64] &= ~(1ull << (e % 64))))
 			b->never_sum[e / 4096] &= ~(1ull << (e / 64 % 64));
@@ -170,8 +170,8 @@ static void drop_key(struct belady *b, uint32_t e)
 	}
 	uint32_t *pp = &b->at[k];
 	while (*pp != e)
-		pp = &b->chain[*pp];
-	*pp = b->chain[e];
+		pp = &b->node[*pp].chain;
+	*pp = b->node[e].chain;
 	if (b->at[k] == NO_EID)
 		bit_clear(b, k);
 }
@@ -179,14 +179,14 @@ static void drop_key(struct belady *b, uint32_t e)
 static void set_next(struct strata_policy *p, uint32_t e, uint64_t next)
 {
 	struct belady *b = p->priv;
-	if (b->in[e])
+	if (b->node[e].in)
 		drop_key(b, e);
 	if (next != STRATA_NEVER && !cover(p, next)) {
-		b->in[e] = 0; /* failed: the run stops at the engine's next check */
+		b->node[e].in = 0; /* failed: the run stops at the engine's next check */
 		return;
 	}
-	b->in[e] = 1;
-	b->key[e] = next;
+	b->node[e].in = 1;
+	b->node[e].key = next;
 	if (next < b->scan)
 		b->scan = next; /* set in the past (a driver's order): the next victim looks here too */
 	if (next == STRATA_NEVER) {
@@ -194,10 +194,10 @@ static void set_next(struct strata_policy *p, uint32_t e, uint64_t next)
 		b->never_sum[e / 4096] |= 1ull << (e / 64 % 64);
 	} else if (!(b->l0[next / 64] >> (next % 64) & 1)) {
 		b->at[next] = e;
-		b->chain[e] = NO_EID;
+		b->node[e].chain = NO_EID;
 		bit_set(b, next);
 	} else {
-		b->chain[e] = b->at[next];
+		b->node[e].chain = b->at[next];
 		b->at[next] = e;
 	}
 }
@@ -223,16 +223,16 @@ static void belady_on_insert(struct strata_policy *p, uint32_t eid, uint64_t now
 static void belady_on_access(struct strata_policy *p, uint32_t eid, uint64_t now)
 {
 	struct belady *b = p->priv;
-	if (eid < b->n_ids && b->in[eid])
+	if (eid < b->n_ids && b->node[eid].in)
 		set_next(p, eid, b->f->next_use(b->f, eid, now));
 }
 
 static void belady_on_remove(struct strata_policy *p, uint32_t eid)
 {
 	struct belady *b = p->priv;
-	if (eid < b->n_ids && b->in[eid]) {
+	if (eid < b->n_ids && b->node[eid].in) {
 		drop_key(b, eid);
-		b->in[eid] = 0;
+		b->node[eid].in = 0;
 	}
 }
 
@@ -278,7 +278,7 @@ static int64_t belady_victim(struct strata_policy *p, uint64_t now, const struct
 	/* the farthest next use, unpinned; at one position the smallest eid */
 	for (uint64_t t = last_below(b, b->cap); t != UINT64_MAX; t = last_below(b, t)) {
 		uint32_t best = NO_EID;
-		for (uint32_t e = b->at[t]; e != NO_EID; e = b->chain[e])
+		for (uint32_t e = b->at[t]; e != NO_EID; e = b->node[e].chain)
 			if (!pinned(r, e) && e < best)
 				best = e;
 		if (best != NO_EID)
