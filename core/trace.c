@@ -1254,16 +1254,20 @@ static uint64_t future_next_use(const struct strata_future *f, uint32_t eid, uin
 	struct fcur *c = &fp->c[eid];
 	uint32_t i = c->cur;
 	if (i > c->first && fp->pos[i - 1] > now) {
-		/* clock went back: binary search for the first pos > now */
-		uint32_t a = c->first, b = c->end;
-		while (a < b) {
-			uint32_t m = a + (b - a) / 2;
-			if (fp->pos[m] <= now)
-				a = m + 1;
-			else
-				b = m;
+		if (i - 1 == c->first || fp->pos[i - 2] <= now) {
+			i--; /* back by one use: the engine asks for now - 1 after now (an insert) */
+		} else {
+			/* clock went back: binary search for the first pos > now */
+			uint32_t a = c->first, b = c->end;
+			while (a < b) {
+				uint32_t m = a + (b - a) / 2;
+				if (fp->pos[m] <= now)
+					a = m + 1;
+				else
+					b = m;
+			}
+			i = a;
 		}
-		i = a;
 	} else {
 		while (i < c->end && fp->pos[i] <= now)
 			i++;
