@@ -37,7 +37,7 @@ struct job {
 	struct strata_mover *m;
 	struct job *parent, *child; /* child: queued when this one completes */
 	struct job *next_free;
-	struct job **slot;          /* where the engine keeps it (inbound, scratch_job) */
+	struct job **slot;          /* where the engine keeps it (an inbound or scratch_job) */
 	uint32_t eid;
 	int tier, src_tier;         /* destination; source (RAM or NVMe) */
 	int queued, done;
@@ -51,6 +51,15 @@ struct tslot {
 	uint8_t prefetched;   /* prefetched and not yet used */
 };
 
+/* An expert's state: per cached tier, and its scratch slot when streamed
+ * (NO_OFF: none).  One cache line, so a miss or an eviction touches one. */
+struct eslot {
+	struct tslot t[2];
+	uint64_t scratch_off;
+	struct job *scratch_job;
+};
+_Static_assert(sizeof(struct eslot) == 64, "an expert's state fills one cache line");
+
 struct strata_engine {
 	struct strata_engine_config cfg;
 	struct strata_store *store;
@@ -63,14 +72,11 @@ struct strata_engine {
 	uint64_t max_bytes;
 	struct strata_policy *place, *evict[2], *prefetch;
 	struct strata_tier_mem tier[2], scratch;
-	/* per tier, per eid: the flags policies see (struct strata_residency),
-	 * and the rest together, so a miss or an eviction touches one line */
+	/* per tier, per eid: the flags policies see (struct strata_residency);
+	 * the rest of an expert's state in one 64-byte record */
 	uint8_t *resident[2], *pinned[2];
-	struct tslot *ts[2];
+	struct eslot *es;
 	struct strata_residency res[2];
-	/* streaming: a scratch slot per eid in use */
-	uint64_t *scratch_off;
-	struct job **scratch_job;
 	/* step pinned by begin_step */
 	uint32_t *step_eids, n_step, max_step;
 	int step_layer;
@@ -308,12 +314,12 @@ static int issue(struct strata_engine *e, uint32_t eid, int tier, void *dst, int
 			e->st.bytes_nvme_vram += b;
 	} else {
 		j->m = e->h2d;
-		j->mv.src = slot_ptr(e, R, e->ts[R][eid].off);
+		j->mv.src = slot_ptr(e, R, e->es[eid].t[R].off);
 		e->st.bytes_ram_vram += b;
 	}
 	*slot = j;
 	j->slot = slot;
-	struct job *src = src_tier == R ? e->ts[R][eid].inbound : NULL;
+	struct job *src = src_tier == R ? e->es[eid].t[R].inbound : NULL;
 	if (src && !src->done && src->child)
 		job_wait(e, src); /* one dependent per job: a second one waits here */
 	if (src && !src->done) {
@@ -327,15 +333,15 @@ static int issue(struct strata_engine *e, uint32_t eid, int tier, void *dst, int
 /* Wait for every job that writes (tier, eid) or reads from it. */
 static void quiesce(struct strata_engine *e, int tier, uint32_t eid)
 {
-	struct job *j = e->ts[tier][eid].inbound;
+	struct job *j = e->es[eid].t[tier].inbound;
 	if (j)
 		job_wait(e, j);
 	/* a copy out of this RAM slot, into VRAM or a scratch slot, must finish
 	 * before the slot is reused (the source of a streamed expert is not
 	 * pinned in RAM: decisions never wait on time) */
-	if (tier == R && (j = e->ts[V][eid].inbound) && j->src_tier == R)
+	if (tier == R && (j = e->es[eid].t[V].inbound) && j->src_tier == R)
 		job_wait(e, j);
-	if (tier == R && (j = e->scratch_job[eid]) && j->src_tier == R)
+	if (tier == R && (j = e->es[eid].scratch_job) && j->src_tier == R)
 		job_wait(e, j);
 }
 
@@ -376,18 +382,18 @@ static inline int policy_failed(struct strata_engine *e, struct strata_error *er
 static void drop(struct strata_engine *e, int t, uint32_t eid)
 {
 	quiesce(e, t, eid);
-	retire(e, &e->ts[t][eid].inbound);
-	if (e->ts[V][eid].inbound && t == R)
-		retire(e, &e->ts[V][eid].inbound);
-	strata_tier_release_h(&e->tier[t], e->ts[t][eid].hnd);
-	e->ts[t][eid].off = NO_OFF;
+	retire(e, &e->es[eid].t[t].inbound);
+	if (e->es[eid].t[V].inbound && t == R)
+		retire(e, &e->es[eid].t[V].inbound);
+	strata_tier_release_h(&e->tier[t], e->es[eid].t[t].hnd);
+	e->es[eid].t[t].off = NO_OFF;
 	e->resident[t][eid] = 0;
 	e->res[t].n_resident--;
 	e->st.used[t] = strata_tier_used(&e->tier[t]);
 }
 
 /* Reserve room for eid in tier t, evicting in the policy's order (the
- * arena's handle goes to ts[t][eid].hnd: mark_resident follows).
+ * arena's handle goes to es[eid].t[t].hnd: mark_resident follows).
  * STRATA_EBUDGET (err untouched) when the policy has nothing left to give. */
 static int make_room(struct strata_engine *e, int t, uint32_t eid, uint64_t *off, struct strata_error *err)
 {
@@ -398,7 +404,7 @@ static int make_room(struct strata_engine *e, int t, uint32_t eid, uint64_t *off
 	int got;
 	/* a failing reserve is O(1) (one comparison with the longest hole), so
 	 * trying again after each eviction costs nothing */
-	while ((got = strata_tier_reserve_h(&e->tier[t], e->bytes[eid], off, &e->ts[t][eid].hnd)) != STRATA_OK) {
+	while ((got = strata_tier_reserve_h(&e->tier[t], e->bytes[eid], off, &e->es[eid].t[t].hnd)) != STRATA_OK) {
 		if (got == STRATA_ENOMEM)
 			return STRATA_ERR(err, STRATA_ENOMEM, "engine: out of memory (%s tier's hole index)", tname(t));
 		int64_t v = ops->victim(ev, e->now, &e->res[t]);
@@ -416,8 +422,8 @@ static int make_room(struct strata_engine *e, int t, uint32_t eid, uint64_t *off
 		ops->on_remove(ev, (uint32_t)v);
 		drop(e, t, (uint32_t)v);
 		e->st.evictions[t]++;
-		if (e->ts[t][v].prefetched) {
-			e->ts[t][v].prefetched = 0;
+		if (e->es[v].t[t].prefetched) {
+			e->es[v].t[t].prefetched = 0;
 			e->st.prefetch_wasted++;
 		}
 	}
@@ -427,7 +433,7 @@ static int make_room(struct strata_engine *e, int t, uint32_t eid, uint64_t *off
 
 static void mark_resident(struct strata_engine *e, int t, uint32_t eid, uint64_t off)
 {
-	e->ts[t][eid].off = off;
+	e->es[eid].t[t].off = off;
 	e->resident[t][eid] = 1;
 	e->res[t].n_resident++;
 }
@@ -533,13 +539,13 @@ static int preload(struct strata_engine *e, struct strata_error *err)
 				continue;
 			uint64_t off = 0;
 			if (e->bytes[i] > e->tier[t].budget - strata_tier_used(&e->tier[t]) ||
-			    strata_tier_reserve_h(&e->tier[t], e->bytes[i], &off, &e->ts[t][i].hnd))
+			    strata_tier_reserve_h(&e->tier[t], e->bytes[i], &off, &e->es[i].t[t].hnd))
 				continue;
 			mark_resident(e, t, i, off);
 			strata_evict_ops_of(e->evict[t])->on_insert(e->evict[t], i, 0);
 			e->st.preloaded[t]++;
 			e->st.preload_bytes += e->bytes[i];
-			rc = issue(e, i, t, slot_ptr(e, t, off), STRATA_TIER_NVME, &e->ts[t][i].inbound);
+			rc = issue(e, i, t, slot_ptr(e, t, off), STRATA_TIER_NVME, &e->es[i].t[t].inbound);
 			strata_progress_update(&pg, e->st.preload_bytes);
 			if (strata_interrupted)
 				rc = STRATA_ERR(err, STRATA_EINTR, "engine: preload interrupted");
@@ -560,7 +566,7 @@ static int preload(struct strata_engine *e, struct strata_error *err)
 	for (int t = 0; t < 2; t++) {
 		e->st.used[t] = strata_tier_used(&e->tier[t]);
 		for (uint32_t i = 0; i < e->n_ids; i++)
-			retire(e, &e->ts[t][i].inbound);
+			retire(e, &e->es[i].t[t].inbound);
 	}
 	return rc ? rc : policy_failed(e, err);
 }
@@ -585,18 +591,18 @@ static int engine_open(struct strata_store *store, const struct strata_model_spe
 	uint32_t n = e->n_ids;
 	e->tier_table = malloc(n + 1);
 	e->bytes = calloc(n + 1, sizeof(uint64_t));
-	e->scratch_off = malloc(sizeof(uint64_t) * (n + 1));
-	e->scratch_job = calloc(n + 1, sizeof(*e->scratch_job));
+	e->es = aligned_alloc(64, sizeof(*e->es) * (n + 1));
+	if (e->es)
+		memset(e->es, 0, sizeof(*e->es) * (n + 1));
 	e->max_step = spec->n_experts;
 	e->step_eids = malloc(sizeof(uint32_t) * (e->max_step + 1));
 	e->max_reqs = n < 4096 ? n + 1 : 4096;
 	e->reqs = malloc(sizeof(*e->reqs) * e->max_reqs);
-	bool ok = e->tier_table && e->bytes && e->scratch_off && e->scratch_job && e->step_eids && e->reqs;
+	bool ok = e->tier_table && e->bytes && e->es && e->step_eids && e->reqs;
 	for (int t = 0; t < 2 && ok; t++) {
 		e->resident[t] = calloc(n + 1, 1);
 		e->pinned[t] = calloc(n + 1, 1);
-		e->ts[t] = calloc(n + 1, sizeof(struct tslot));
-		ok = e->resident[t] && e->pinned[t] && e->ts[t];
+		ok = e->resident[t] && e->pinned[t];
 		e->res[t].pinned = e->pinned[t];
 		e->res[t].resident = e->resident[t];
 	}
@@ -607,7 +613,7 @@ static int engine_open(struct strata_store *store, const struct strata_model_spe
 		goto fail;
 	}
 	for (uint32_t i = 0; i < n; i++) {
-		e->ts[0][i].off = e->ts[1][i].off = e->scratch_off[i] = NO_OFF;
+		e->es[i].t[0].off = e->es[i].t[1].off = e->es[i].scratch_off = NO_OFF;
 		e->tier_table[i] = tiers ? tiers[i] : STRATA_TIER_NVME;
 		if (store) {
 			e->ext[i] = strata_store_expert(store, i / spec->n_experts, i % spec->n_experts);
@@ -709,7 +715,6 @@ void strata_engine_close(struct strata_engine *e)
 	for (int t = 0; t < 2; t++) {
 		free(e->resident[t]);
 		free(e->pinned[t]);
-		free(e->ts[t]);
 	}
 	for (uint32_t i = 0; i < e->n_blocks; i++)
 		free(e->job_blocks[i]);
@@ -717,8 +722,7 @@ void strata_engine_close(struct strata_engine *e)
 	free(e->tier_table);
 	free(e->bytes);
 	free(e->ext);
-	free(e->scratch_off);
-	free(e->scratch_job);
+	free(e->es);
 	free(e->step_eids);
 	free(e->reqs);
 	free(e);
@@ -800,10 +804,10 @@ static int prefetch(struct strata_engine *e, uint64_t token, uint32_t layer, con
 			return rc;
 		mark_resident(e, (int)t, eid, off);
 		strata_evict_ops_of(e->evict[t])->on_insert(e->evict[t], eid, e->now);
-		e->ts[t][eid].prefetched = 1;
+		e->es[eid].t[t].prefetched = 1;
 		e->st.prefetch_issued++;
 		int src = t == V && e->resident[R][eid] ? R : STRATA_TIER_NVME;
-		if ((rc = issue(e, eid, (int)t, slot_ptr(e, (int)t, off), src, &e->ts[t][eid].inbound)))
+		if ((rc = issue(e, eid, (int)t, slot_ptr(e, (int)t, off), src, &e->es[eid].t[t].inbound)))
 			return check_io(e, err) ? check_io(e, err) : STRATA_ERR(err, rc, "engine: out of memory");
 	}
 	return STRATA_OK;
@@ -870,24 +874,24 @@ static int acquire_one(struct strata_engine *e, uint32_t eid, uint64_t now, uint
 	e->st.accesses++;
 	if (e->resident[V][eid]) {
 		e->st.hits[V]++;
-		if (e->ts[V][eid].prefetched) {
-			e->ts[V][eid].prefetched = 0;
+		if (e->es[eid].t[V].prefetched) {
+			e->es[eid].t[V].prefetched = 0;
 			e->st.prefetch_used++;
-			if (e->ts[V][eid].inbound && !e->ts[V][eid].inbound->done)
+			if (e->es[eid].t[V].inbound && !e->es[eid].t[V].inbound->done)
 				e->st.prefetch_late++;
 		}
 		strata_evict_ops_of(e->evict[V])->on_access(e->evict[V], eid, now);
 		po->on_access(pl, eid, V, now);
-		*vram_off = e->ts[V][eid].off;
+		*vram_off = e->es[eid].t[V].off;
 		return STRATA_OK;
 	}
 	int from = e->resident[R][eid] ? R : STRATA_TIER_NVME;
 	e->st.hits[from]++;
 	if (from == R) {
-		if (e->ts[R][eid].prefetched) {
-			e->ts[R][eid].prefetched = 0;
+		if (e->es[eid].t[R].prefetched) {
+			e->es[eid].t[R].prefetched = 0;
 			e->st.prefetch_used++;
-			if (e->ts[R][eid].inbound && !e->ts[R][eid].inbound->done)
+			if (e->es[eid].t[R].inbound && !e->es[eid].t[R].inbound->done)
 				e->st.prefetch_late++;
 		}
 		strata_evict_ops_of(e->evict[R])->on_access(e->evict[R], eid, now);
@@ -904,7 +908,7 @@ static int acquire_one(struct strata_engine *e, uint32_t eid, uint64_t now, uint
 			mark_resident(e, R, eid, off);
 			strata_evict_ops_of(e->evict[R])->on_insert(e->evict[R], eid, now);
 			strata_evict_ops_of(e->evict[R])->on_access(e->evict[R], eid, now);
-			if ((rc = issue(e, eid, R, slot_ptr(e, R, off), STRATA_TIER_NVME, &e->ts[R][eid].inbound)))
+			if ((rc = issue(e, eid, R, slot_ptr(e, R, off), STRATA_TIER_NVME, &e->es[eid].t[R].inbound)))
 				return rc;
 			src = R;
 		} else if (rc != STRATA_EBUDGET) {
@@ -929,7 +933,7 @@ static int acquire_one(struct strata_engine *e, uint32_t eid, uint64_t now, uint
 		strata_evict_ops_of(e->evict[V])->on_insert(e->evict[V], eid, now);
 		strata_evict_ops_of(e->evict[V])->on_access(e->evict[V], eid, now);
 		*vram_off = off;
-		slot = &e->ts[V][eid].inbound;
+		slot = &e->es[eid].t[V].inbound;
 		dst = slot_ptr(e, V, off);
 	} else {
 		if (strata_tier_reserve(&e->scratch, e->bytes[eid], &off)) {
@@ -941,11 +945,11 @@ static int acquire_one(struct strata_engine *e, uint32_t eid, uint64_t now, uint
 					  e->cfg.scratch_slots ? e->cfg.scratch_slots : e->spec.top_k,
 					  strata_fmt_bytes(e->max_bytes, a, sizeof(a)));
 		}
-		e->scratch_off[eid] = off;
+		e->es[eid].scratch_off = off;
 		e->st.streamed++;
 		*scratch = 1;
 		*vram_off = off;
-		slot = &e->scratch_job[eid];
+		slot = &e->es[eid].scratch_job;
 		dst = strata_tier_ptr(&e->scratch, off);
 	}
 	rc = issue(e, eid, V, dst, src, slot);
@@ -999,10 +1003,10 @@ int strata_engine_acquire(struct strata_engine *e, uint32_t layer, const uint32_
 	double c0 = clock_now(e);
 	for (uint32_t i = 0; i < n; i++) {
 		uint32_t eid = strata_eid(&e->spec, layer, experts[i]);
-		struct job *j = e->scratch_off[eid] != NO_OFF ? e->scratch_job[eid] : e->ts[V][eid].inbound;
+		struct job *j = e->es[eid].scratch_off != NO_OFF ? e->es[eid].scratch_job : e->es[eid].t[V].inbound;
 		if (j)
 			job_wait(e, j);
-		retire(e, &e->ts[V][eid].inbound);
+		retire(e, &e->es[eid].t[V].inbound);
 	}
 	double stall = clock_now(e) - c0;
 	e->st.stall_ns += stall;
@@ -1024,14 +1028,14 @@ int strata_engine_release(struct strata_engine *e, uint64_t token, uint32_t laye
 	unpin_step(e);
 	for (uint32_t i = 0; i < n; i++) {
 		uint32_t eid = strata_eid(&e->spec, layer, experts[i]);
-		if (e->scratch_off[eid] != NO_OFF) {
-			struct job *j = e->scratch_job[eid];
+		if (e->es[eid].scratch_off != NO_OFF) {
+			struct job *j = e->es[eid].scratch_job;
 			if (j) {
 				job_wait(e, j);
-				retire(e, &e->scratch_job[eid]);
+				retire(e, &e->es[eid].scratch_job);
 			}
-			strata_tier_release(&e->scratch, e->scratch_off[eid], e->bytes[eid]);
-			e->scratch_off[eid] = NO_OFF;
+			strata_tier_release(&e->scratch, e->es[eid].scratch_off, e->bytes[eid]);
+			e->es[eid].scratch_off = NO_OFF;
 		}
 	}
 	strata_prefetch_ops_of(e->prefetch)->on_route(e->prefetch, token, layer, experts, n);
