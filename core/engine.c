@@ -188,8 +188,11 @@ static void io_fail(struct strata_engine *e, const struct strata_error *err)
  * none queued: its submit would do nothing (see strata_virt_queued). */
 static int submit_mover(struct strata_engine *e, struct strata_mover *m, struct strata_error *err)
 {
-	if (e->virt && !strata_virt_queued(m))
+	if (e->virt) {
+		if (strata_virt_queued(m))
+			strata_virt_submit(m); /* cannot fail */
 		return STRATA_OK;
+	}
 	return strata_mover_submit(m, err);
 }
 

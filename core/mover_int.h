@@ -91,8 +91,10 @@ static inline void strata_virt_queue(struct strata_mover *m, struct strata_move 
 	m->outstanding++;
 }
 
-/* strata_mover_reap(m, min) for a virtual mover (mover_virtual.c). */
+/* strata_mover_reap(m, min) and strata_mover_submit(m) for a virtual mover
+ * (mover_virtual.c). */
 int strata_virt_reap(struct strata_mover *m, uint32_t min);
+void strata_virt_submit(struct strata_mover *m);
 
 static inline bool strata_virt_due(const struct strata_mover *m)
 {

@@ -118,35 +118,54 @@ static int virt_reap(struct strata_mover *m, uint32_t min, struct strata_move **
 	return reap_batch(m, min, out, max);
 }
 
-/* strata_mover_reap() for a virtual mover, with virt_reap inlined: the same
- * batches of at most 64, the same counts, the same callbacks in the same
- * order.  A virtual move never fails, so there is no error to report. */
+/* strata_mover_reap() for a virtual mover, in one loop: the same moves in
+ * the same order, the same counts, the same clock.  The generic layer reaps
+ * in batches of at most 64 and stops after a batch once min moves are in;
+ * that boundary is kept (a 64th move ends the call if min is reached).  Each
+ * callback runs as its move is reaped instead of after its batch: a callback
+ * (the engine's job_done) touches only other movers and the engine, never
+ * this mover's counts or moves in flight, so the order between them does
+ * not show.  A virtual move never fails: no error to report. */
 int strata_virt_reap(struct strata_mover *m, uint32_t min)
 {
-	struct strata_move *done[64];
-	int total = 0;
+	struct virt_priv *p = m->priv;
+	struct strata_move *mv;
+	uint32_t total = 0, batch = 0;
 	if (min > m->outstanding)
 		min = m->outstanding;
-	for (;;) {
-		int r = reap_batch(m, min, done, 64);
-		for (int i = 0; i < r; i++) {
-			struct strata_move *mv = done[i];
-			mv->reaped = true;
-			m->outstanding--;
-			m->moves++;
-			m->bytes += mv->bytes;
-			if (mv->done_ns > mv->submit_ns)
-				m->busy_ns += strata_u2d(mv->done_ns - mv->submit_ns);
+	while ((mv = p->inflight.head)) {
+		if (batch == 64) {
+			if (total >= min)
+				break;
+			batch = 0;
 		}
-		for (int i = 0; i < r; i++)
-			if (done[i]->on_done)
-				done[i]->on_done(done[i]);
-		total += r;
-		if ((uint32_t)total >= min || r == 0)
-			break;
-		min -= (uint32_t)r;
+		if (strata_u2d(mv->done_ns) > *m->cfg.clock_ns) {
+			if (total >= min)
+				break;
+			*m->cfg.clock_ns = strata_u2d(mv->done_ns); /* waiting costs time */
+		}
+		strata_moveq_pop(&p->inflight);
+		mv->done_bytes = mv->bytes;
+		mv->res = 0;
+		mv->status = STRATA_MOVE_DONE;
+		mv->reaped = true;
+		m->outstanding--;
+		m->moves++;
+		m->bytes += mv->bytes;
+		if (mv->done_ns > mv->submit_ns)
+			m->busy_ns += strata_u2d(mv->done_ns - mv->submit_ns);
+		total++;
+		batch++;
+		if (mv->on_done)
+			mv->on_done(mv);
 	}
-	return total;
+	return (int)total;
+}
+
+/* strata_mover_submit() for a virtual mover: its submit cannot fail. */
+void strata_virt_submit(struct strata_mover *m)
+{
+	virt_submit(m);
 }
 
 const struct strata_mover_ops strata_mover_virtual = {

@@ -169,6 +169,9 @@ static inline void strata_tier_release(struct strata_tier_mem *t, uint64_t off, 
 }
 static inline int strata_tier_reserve_h(struct strata_tier_mem *t, uint64_t bytes, uint64_t *off, uint32_t *h)
 {
+	/* the engine's retry loop mostly fails here: answer without a call */
+	if (((bytes ? bytes : 1) + STRATA_TIER_ALIGN - 1) / STRATA_TIER_ALIGN * STRATA_TIER_ALIGN > t->arena.largest)
+		return STRATA_EBUDGET;
 	return strata_arena_reserve_h(&t->arena, bytes, off, h);
 }
 static inline void strata_tier_release_h(struct strata_tier_mem *t, uint32_t h)
