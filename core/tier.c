@@ -304,6 +304,7 @@ static inline __attribute__((always_inline)) void class_insert(struct strata_are
 	k->h[k->n] = (struct strata_arena_hole){ a->blk[b].off, b };
 	a->blk[b].cls = c;
 	a->blk[b].pos = k->n;
+	a->is_hole[b / 64] |= 1ull << (b % 64);
 	if (!k->n++) {
 		a->n_empty--;
 		mark(a, k->pos, true);
@@ -365,6 +366,11 @@ static inline int blk_reserve(struct strata_arena *a)
 	if (!b)
 		return -1;
 	a->blk = b;
+	uint64_t *h = realloc(a->is_hole, sizeof(*h) * (cap / 64));
+	if (!h)
+		return -1;
+	memset(h + a->cap_blk / 64, 0, sizeof(*h) * ((cap - a->cap_blk) / 64));
+	a->is_hole = h;
 	a->cap_blk = cap;
 	return 0;
 }
@@ -383,6 +389,7 @@ static inline uint32_t blk_new(struct strata_arena *a)
 static inline void blk_put(struct strata_arena *a, uint32_t i)
 {
 	a->blk[i].cls = IN_USE;
+	a->is_hole[i / 64] &= ~(1ull << (i % 64));
 	a->blk[i].next = a->free_blk;
 	a->free_blk = i;
 }
@@ -437,6 +444,7 @@ void strata_arena_free(struct strata_arena *a)
 	free(a->order_len);
 	free(a->nonempty);
 	free(a->blk);
+	free(a->is_hole);
 	memset(a, 0, sizeof(*a));
 }
 
@@ -469,6 +477,7 @@ static inline __attribute__((always_inline)) int reserve(struct strata_arena *a,
 	struct strata_arena_blk *x = &a->blk[b];
 	uint64_t o = x->off;
 	x->cls = IN_USE;
+	a->is_hole[b / 64] &= ~(1ull << (b % 64));
 	if (tail != UINT32_MAX) {
 		/* the rest stays a hole, right after the reserved block */
 		uint32_t t = blk_new(a);
@@ -507,7 +516,10 @@ static inline __attribute__((always_inline)) void release(struct strata_arena *a
 	struct strata_arena_blk *x = &a->blk[b];
 	uint64_t off = x->off, bytes = x->len;
 	uint32_t p = x->prev, n = x->next;
-	bool pf = p != NO_BLK && a->blk[p].cls != IN_USE, nf = n != NO_BLK && a->blk[n].cls != IN_USE;
+	/* the neighbours' state from the bitmap: a reserved neighbour's block
+	 * (the common case) is not read */
+	bool pf = p != NO_BLK && (a->is_hole[p / 64] >> (p % 64) & 1);
+	bool nf = n != NO_BLK && (a->is_hole[n / 64] >> (n % 64) & 1);
 	uint64_t start = pf ? a->blk[p].off : off, end = off + bytes + (nf ? a->blk[n].len : 0);
 	/* Cannot fail the caller here.  At worst (no memory for the class
 	 * index) the span leaks from the arena, which shrinks capacity but
@@ -579,7 +591,7 @@ int strata_arena_check(const struct strata_arena *a)
 			rc = -1; /* list broken, or blocks not back to back */
 		else if (f && prev_free)
 			rc = -2; /* not coalesced */
-		else if (f && (b->cls >= a->n_cls || a->cls[b->cls].len != b->len))
+		else if (f != (a->is_hole[i / 64] >> (i % 64) & 1) || (f && (b->cls >= a->n_cls || a->cls[b->cls].len != b->len)))
 			rc = -4; /* in the wrong class */
 		if (f) {
 			holes++;

@@ -91,6 +91,7 @@ struct strata_arena {
 	uint64_t largest; /* longest hole (0: none) */
 	uint32_t n_free;  /* holes */
 	struct strata_arena_blk *blk;     /* block pool */
+	uint64_t *is_hole;                /* bit per block id: a hole (a release reads its neighbours' here) */
 	uint32_t n_blk, cap_blk, free_blk, head; /* head: the block at offset 0 */
 	struct strata_arena_map by_used;  /* reserved offset -> block id */
 	struct strata_arena_map by_len;   /* length -> class id */
