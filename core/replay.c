@@ -182,6 +182,25 @@ static void run_free(struct run *r)
 	free(r->own_tier);
 }
 
+/* Whether a policy may read env->future: a built-in only if it declares it
+ * needs it; a script, a plugin or caller-given ops may read it at will.  The
+ * future (an index of every access by expert) is built only when some
+ * policy may read it. */
+static bool may_read_future(int role, const char *spec, const void *ops, const char *def)
+{
+	if (ops)
+		return true;
+	char name[STRATA_POLICY_NAME_MAX];
+	const char *s = spec ? spec : def;
+	size_t n = strcspn(s, ":");
+	if (n >= sizeof(name))
+		return true;
+	memcpy(name, s, n);
+	name[n] = 0;
+	const struct strata_evict_ops *h = strata_policy_builtin(role, name); /* the common head */
+	return !h || (h->flags & STRATA_POLICY_F_NEEDS_FUTURE);
+}
+
 /* One layer of one step. */
 static int run_layer(struct run *r, uint64_t step, uint32_t l, struct strata_error *err)
 {
@@ -322,7 +341,9 @@ int strata_replay_run(const struct strata_replay_config *cfg, struct strata_repl
 	if ((rc = strata_trace_plan_build(r.trace, cfg->prefill_chunk, cfg->max_tokens, &r.plan, err)))
 		goto out;
 	struct strata_engine_config ec = cfg->engine;
-	if (cfg->future) {
+	if (cfg->future && (may_read_future(STRATA_ROLE_PLACE, ec.place, ec.place_ops, "static") ||
+			    may_read_future(STRATA_ROLE_EVICT, ec.evict, ec.evict_ops, "lru") ||
+			    may_read_future(STRATA_ROLE_PREFETCH, ec.prefetch, ec.prefetch_ops, "none"))) {
 		if ((rc = strata_trace_future_init(&r.future, &r.plan, r.E, err)))
 			goto out;
 		r.have_future = 1;
