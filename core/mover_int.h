@@ -13,10 +13,10 @@ struct strata_moveq {
 static inline void strata_moveq_push(struct strata_moveq *q, struct strata_move *mv)
 {
 	mv->next = NULL;
-	if (q->tail)
-		q->tail->next = mv;
-	else
-		q->head = mv;
+	/* the link to write chosen without a branch: a virtual mover's queues
+	 * empty and fill in no pattern a predictor learns */
+	struct strata_move **link = q->tail ? &q->tail->next : &q->head;
+	*link = mv;
 	q->tail = mv;
 	q->n++;
 }
@@ -26,8 +26,7 @@ static inline struct strata_move *strata_moveq_pop(struct strata_moveq *q)
 	struct strata_move *mv = q->head;
 	if (mv) {
 		q->head = mv->next;
-		if (!q->head)
-			q->tail = NULL;
+		q->tail = q->head ? q->tail : NULL;
 		q->n--;
 		mv->next = NULL;
 	}

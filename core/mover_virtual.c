@@ -46,8 +46,8 @@ static int virt_queue(struct strata_mover *m, struct strata_move *mv)
  * the times of a scan for the minimum, in O(1) per move. */
 static double schedule(struct strata_vlink *l, double start, uint64_t bytes)
 {
-	uint32_t slot = l->next_slot;
-	l->next_slot = slot + 1 == l->queue_depth ? 0 : slot + 1;
+	uint32_t slot = l->next_slot, nx = slot + 1;
+	l->next_slot = nx & -(uint32_t)(nx < l->queue_depth); /* slot + 1, or 0 past the end */
 	if (l->slot_free[slot] > start)
 		start = l->slot_free[slot];
 	double xfer = start + l->lat_us * 1e3;

@@ -466,9 +466,11 @@ static inline __attribute__((always_inline)) int reserve(struct strata_arena *a,
 	if (index && map_reserve(&a->by_used))
 		return STRATA_ENOMEM;
 	if (len > bytes) {
+		uint32_t n_cls = a->n_cls;
 		if (blk_reserve(a) || (tail = class_get(a, len - bytes)) == UINT32_MAX)
 			return STRATA_ENOMEM;
-		c = cls_find(a, len); /* a compaction renumbers */
+		if (a->n_cls < n_cls)
+			c = cls_find(a, len); /* a compaction renumbered */
 	}
 	/* the lowest-addressed hole of the class */
 	struct strata_arena_class *k = &a->cls[c];
