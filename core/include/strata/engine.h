@@ -63,6 +63,12 @@ struct strata_engine_config {
 	uint32_t scratch_slots;    /* streaming slots in the run tier (0: top_k) */
 	uint32_t copy_streams;     /* RAM -> VRAM copy streams (0: 2) */
 	uint64_t bounce_bytes;     /* staged NVMe -> VRAM bounce buffer size (0: 4 MiB) */
+	/* Virtual mode only: do not time each begin_step/acquire/release on the
+	 * wall clock (bookkeeping_ns stays 0).  strata sim sets it and reports
+	 * its loop's wall time as bookkeeping instead: in a sim the engine is
+	 * nearly all of that loop, and the six clock reads per layer were ~7 %
+	 * of it. */
+	bool no_wall_bookkeeping;
 	/* Instead of a spec: an ops struct of the caller's (default options), as
 	 * in the policy harness; lets a test drive a deliberately broken policy. */
 	const void *place_ops, *evict_ops, *prefetch_ops;
