@@ -736,7 +736,7 @@ void strata_engine_close(struct strata_engine *e)
 /* ---- the run --------------------------------------------------------------- */
 
 /* The wall clock for bookkeeping_ns; 0 when the driver asked for none (a
- * sim: six reads per layer were ~7 % of its time). */
+ * sim: six reads per layer were ~10 % of its time). */
 static inline uint64_t wall_ns(const struct strata_engine *e)
 {
 	return e->no_wall ? 0 : strata_now_ns();

@@ -1,8 +1,9 @@
 /*
  * An indexed binary min-heap over expert ids with a two-part key (k1, k2),
  * ties broken by the smaller eid, so every order is total and runs are
- * deterministic.  Shared by lfu, lfu-decay and belady: O(log n) insert,
- * update and remove, O(1) top.  Internal to policies/.
+ * deterministic.  Used by lfu-decay (lfu keeps lists by count, belady a
+ * bitmap of positions): O(log n) insert, update and remove, O(1) top.
+ * Internal to policies/.
  */
 #ifndef STRATA_POLICIES_EHEAP_H
 #define STRATA_POLICIES_EHEAP_H

@@ -66,7 +66,7 @@ struct strata_engine_config {
 	/* Virtual mode only: do not time each begin_step/acquire/release on the
 	 * wall clock (bookkeeping_ns stays 0).  strata sim sets it and reports
 	 * its loop's wall time as bookkeeping instead: in a sim the engine is
-	 * nearly all of that loop, and the six clock reads per layer were ~7 %
+	 * nearly all of that loop, and the six clock reads per layer were ~10 %
 	 * of it. */
 	bool no_wall_bookkeeping;
 	/* Instead of a spec: an ops struct of the caller's (default options), as
