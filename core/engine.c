@@ -37,10 +37,28 @@ struct job {
 	struct strata_mover *m;
 	struct job *parent, *child; /* child: queued when this one completes */
 	struct job *next_free;
+	struct job **slot;          /* where the engine keeps it (an inbound or scratch_job) */
 	uint32_t eid;
 	int tier, src_tier;         /* destination; source (RAM or NVMe) */
 	int queued, done;
 };
+
+/* An expert's state in a cached tier. */
+struct tslot {
+	uint64_t off;         /* arena offset, NO_OFF when not resident */
+	struct job *inbound;  /* the move writing it, if any */
+	uint32_t hnd;         /* the arena's handle of the extent */
+	uint8_t prefetched;   /* prefetched and not yet used */
+};
+
+/* An expert's state: per cached tier, and its scratch slot when streamed
+ * (NO_OFF: none).  One cache line, so a miss or an eviction touches one. */
+struct eslot {
+	struct tslot t[2];
+	uint64_t scratch_off;
+	struct job *scratch_job;
+};
+_Static_assert(sizeof(struct eslot) == 64, "an expert's state fills one cache line");
 
 struct strata_engine {
 	struct strata_engine_config cfg;
@@ -54,19 +72,17 @@ struct strata_engine {
 	uint64_t max_bytes;
 	struct strata_policy *place, *evict[2], *prefetch;
 	struct strata_tier_mem tier[2], scratch;
-	/* per tier, per eid */
-	uint8_t *resident[2], *pinned[2], *prefetched[2];
-	uint64_t *off[2];
-	struct job **inbound[2];
+	/* per tier, per eid: the flags policies see (struct strata_residency);
+	 * the rest of an expert's state in one 64-byte record */
+	uint8_t *resident[2], *pinned[2];
+	struct eslot *es;
 	struct strata_residency res[2];
-	/* streaming: a scratch slot per eid in use */
-	uint64_t *scratch_off;
-	struct job **scratch_job;
 	/* step pinned by begin_step */
 	uint32_t *step_eids, n_step, max_step;
 	int step_layer;
 	/* movers */
 	bool virt, on_gpu;
+	bool no_wall;                    /* virtual and cfg.no_wall_bookkeeping */
 	struct strata_mover *nvme, *h2d, *staged;
 	struct strata_vlink vl_nvme, vl_pcie;
 	struct job *free_jobs;
@@ -138,7 +154,19 @@ static struct job *job_get(struct strata_engine *e)
 	}
 	struct job *j = e->free_jobs;
 	e->free_jobs = j->next_free;
-	memset(j, 0, sizeof(*j));
+	if (e->virt) {
+		/* what a virtual move reads before it is set (issue sets the rest;
+		 * queue, submit and reap the mover's fields): not all ~200 bytes */
+		j->parent = j->child = NULL;
+		j->queued = j->done = 0;
+		j->mv.src = NULL;
+		j->mv.path = NULL;
+		j->mv.offset = 0;
+		j->mv.not_before_ns = 0;
+		j->mv.user = NULL;
+	} else {
+		memset(j, 0, sizeof(*j));
+	}
 	j->e = e;
 	return j;
 }
@@ -161,8 +189,11 @@ static void io_fail(struct strata_engine *e, const struct strata_error *err)
  * none queued: its submit would do nothing (see strata_virt_queued). */
 static int submit_mover(struct strata_engine *e, struct strata_mover *m, struct strata_error *err)
 {
-	if (e->virt && !strata_virt_queued(m))
+	if (e->virt) {
+		if (strata_virt_queued(m))
+			strata_virt_submit(m); /* cannot fail */
 		return STRATA_OK;
+	}
 	return strata_mover_submit(m, err);
 }
 
@@ -189,6 +220,15 @@ static void job_done(struct strata_move *mv)
 		c->parent = NULL;
 		c->mv.not_before_ns = mv->done_ns;
 		job_queue(c);
+	}
+	/* A virtual job is retired as it completes: a completed job in a slot
+	 * and an empty slot mean the same everywhere (waits return at once, it
+	 * is no one's parent, it is not late), and the pool stays small and
+	 * warm instead of holding a job per RAM-resident expert.  Nothing takes
+	 * a job from the pool before the waiter reading j->done returns. */
+	if (e->virt && *j->slot == j) {
+		*j->slot = NULL;
+		job_put(e, j);
 	}
 }
 
@@ -278,11 +318,12 @@ static int issue(struct strata_engine *e, uint32_t eid, int tier, void *dst, int
 			e->st.bytes_nvme_vram += b;
 	} else {
 		j->m = e->h2d;
-		j->mv.src = slot_ptr(e, R, e->off[R][eid]);
+		j->mv.src = slot_ptr(e, R, e->es[eid].t[R].off);
 		e->st.bytes_ram_vram += b;
 	}
 	*slot = j;
-	struct job *src = src_tier == R ? e->inbound[R][eid] : NULL;
+	j->slot = slot;
+	struct job *src = src_tier == R ? e->es[eid].t[R].inbound : NULL;
 	if (src && !src->done && src->child)
 		job_wait(e, src); /* one dependent per job: a second one waits here */
 	if (src && !src->done) {
@@ -296,15 +337,15 @@ static int issue(struct strata_engine *e, uint32_t eid, int tier, void *dst, int
 /* Wait for every job that writes (tier, eid) or reads from it. */
 static void quiesce(struct strata_engine *e, int tier, uint32_t eid)
 {
-	struct job *j = e->inbound[tier][eid];
+	struct job *j = e->es[eid].t[tier].inbound;
 	if (j)
 		job_wait(e, j);
 	/* a copy out of this RAM slot, into VRAM or a scratch slot, must finish
 	 * before the slot is reused (the source of a streamed expert is not
 	 * pinned in RAM: decisions never wait on time) */
-	if (tier == R && (j = e->inbound[V][eid]) && j->src_tier == R)
+	if (tier == R && (j = e->es[eid].t[V].inbound) && j->src_tier == R)
 		job_wait(e, j);
-	if (tier == R && (j = e->scratch_job[eid]) && j->src_tier == R)
+	if (tier == R && (j = e->es[eid].scratch_job) && j->src_tier == R)
 		job_wait(e, j);
 }
 
@@ -345,17 +386,18 @@ static inline int policy_failed(struct strata_engine *e, struct strata_error *er
 static void drop(struct strata_engine *e, int t, uint32_t eid)
 {
 	quiesce(e, t, eid);
-	retire(e, &e->inbound[t][eid]);
-	if (e->inbound[V][eid] && t == R)
-		retire(e, &e->inbound[V][eid]);
-	strata_tier_release(&e->tier[t], e->off[t][eid], e->bytes[eid]);
-	e->off[t][eid] = NO_OFF;
+	retire(e, &e->es[eid].t[t].inbound);
+	if (e->es[eid].t[V].inbound && t == R)
+		retire(e, &e->es[eid].t[V].inbound);
+	strata_tier_release_h(&e->tier[t], e->es[eid].t[t].hnd);
+	e->es[eid].t[t].off = NO_OFF;
 	e->resident[t][eid] = 0;
 	e->res[t].n_resident--;
 	e->st.used[t] = strata_tier_used(&e->tier[t]);
 }
 
-/* Reserve room for eid in tier t, evicting in the policy's order.
+/* Reserve room for eid in tier t, evicting in the policy's order (the
+ * arena's handle goes to es[eid].t[t].hnd: mark_resident follows).
  * STRATA_EBUDGET (err untouched) when the policy has nothing left to give. */
 static int make_room(struct strata_engine *e, int t, uint32_t eid, uint64_t *off, struct strata_error *err)
 {
@@ -366,7 +408,7 @@ static int make_room(struct strata_engine *e, int t, uint32_t eid, uint64_t *off
 	int got;
 	/* a failing reserve is O(1) (one comparison with the longest hole), so
 	 * trying again after each eviction costs nothing */
-	while ((got = strata_tier_reserve(&e->tier[t], e->bytes[eid], off)) != STRATA_OK) {
+	while ((got = strata_tier_reserve_h(&e->tier[t], e->bytes[eid], off, &e->es[eid].t[t].hnd)) != STRATA_OK) {
 		if (got == STRATA_ENOMEM)
 			return STRATA_ERR(err, STRATA_ENOMEM, "engine: out of memory (%s tier's hole index)", tname(t));
 		int64_t v = ops->victim(ev, e->now, &e->res[t]);
@@ -384,8 +426,8 @@ static int make_room(struct strata_engine *e, int t, uint32_t eid, uint64_t *off
 		ops->on_remove(ev, (uint32_t)v);
 		drop(e, t, (uint32_t)v);
 		e->st.evictions[t]++;
-		if (e->prefetched[t][v]) {
-			e->prefetched[t][v] = 0;
+		if (e->es[v].t[t].prefetched) {
+			e->es[v].t[t].prefetched = 0;
 			e->st.prefetch_wasted++;
 		}
 	}
@@ -395,7 +437,7 @@ static int make_room(struct strata_engine *e, int t, uint32_t eid, uint64_t *off
 
 static void mark_resident(struct strata_engine *e, int t, uint32_t eid, uint64_t off)
 {
-	e->off[t][eid] = off;
+	e->es[eid].t[t].off = off;
 	e->resident[t][eid] = 1;
 	e->res[t].n_resident++;
 }
@@ -501,13 +543,13 @@ static int preload(struct strata_engine *e, struct strata_error *err)
 				continue;
 			uint64_t off = 0;
 			if (e->bytes[i] > e->tier[t].budget - strata_tier_used(&e->tier[t]) ||
-			    strata_tier_reserve(&e->tier[t], e->bytes[i], &off))
+			    strata_tier_reserve_h(&e->tier[t], e->bytes[i], &off, &e->es[i].t[t].hnd))
 				continue;
 			mark_resident(e, t, i, off);
 			strata_evict_ops_of(e->evict[t])->on_insert(e->evict[t], i, 0);
 			e->st.preloaded[t]++;
 			e->st.preload_bytes += e->bytes[i];
-			rc = issue(e, i, t, slot_ptr(e, t, off), STRATA_TIER_NVME, &e->inbound[t][i]);
+			rc = issue(e, i, t, slot_ptr(e, t, off), STRATA_TIER_NVME, &e->es[i].t[t].inbound);
 			strata_progress_update(&pg, e->st.preload_bytes);
 			if (strata_interrupted)
 				rc = STRATA_ERR(err, STRATA_EINTR, "engine: preload interrupted");
@@ -528,7 +570,7 @@ static int preload(struct strata_engine *e, struct strata_error *err)
 	for (int t = 0; t < 2; t++) {
 		e->st.used[t] = strata_tier_used(&e->tier[t]);
 		for (uint32_t i = 0; i < e->n_ids; i++)
-			retire(e, &e->inbound[t][i]);
+			retire(e, &e->es[i].t[t].inbound);
 	}
 	return rc ? rc : policy_failed(e, err);
 }
@@ -548,25 +590,24 @@ static int engine_open(struct strata_store *store, const struct strata_model_spe
 	e->store = store;
 	e->spec = *spec;
 	e->virt = cfg->mode == STRATA_ENGINE_VIRTUAL;
+	e->no_wall = e->virt && cfg->no_wall_bookkeeping;
 	e->n_ids = strata_model_total_experts(spec);
 	e->step_layer = -1;
 	uint32_t n = e->n_ids;
 	e->tier_table = malloc(n + 1);
 	e->bytes = calloc(n + 1, sizeof(uint64_t));
-	e->scratch_off = malloc(sizeof(uint64_t) * (n + 1));
-	e->scratch_job = calloc(n + 1, sizeof(*e->scratch_job));
+	e->es = aligned_alloc(64, sizeof(*e->es) * (n + 1));
+	if (e->es)
+		memset(e->es, 0, sizeof(*e->es) * (n + 1));
 	e->max_step = spec->n_experts;
 	e->step_eids = malloc(sizeof(uint32_t) * (e->max_step + 1));
 	e->max_reqs = n < 4096 ? n + 1 : 4096;
 	e->reqs = malloc(sizeof(*e->reqs) * e->max_reqs);
-	bool ok = e->tier_table && e->bytes && e->scratch_off && e->scratch_job && e->step_eids && e->reqs;
+	bool ok = e->tier_table && e->bytes && e->es && e->step_eids && e->reqs;
 	for (int t = 0; t < 2 && ok; t++) {
 		e->resident[t] = calloc(n + 1, 1);
 		e->pinned[t] = calloc(n + 1, 1);
-		e->prefetched[t] = calloc(n + 1, 1);
-		e->off[t] = malloc(sizeof(uint64_t) * (n + 1));
-		e->inbound[t] = calloc(n + 1, sizeof(struct job *));
-		ok = e->resident[t] && e->pinned[t] && e->prefetched[t] && e->off[t] && e->inbound[t];
+		ok = e->resident[t] && e->pinned[t];
 		e->res[t].pinned = e->pinned[t];
 		e->res[t].resident = e->resident[t];
 	}
@@ -577,7 +618,7 @@ static int engine_open(struct strata_store *store, const struct strata_model_spe
 		goto fail;
 	}
 	for (uint32_t i = 0; i < n; i++) {
-		e->off[0][i] = e->off[1][i] = e->scratch_off[i] = NO_OFF;
+		e->es[i].t[0].off = e->es[i].t[1].off = e->es[i].scratch_off = NO_OFF;
 		e->tier_table[i] = tiers ? tiers[i] : STRATA_TIER_NVME;
 		if (store) {
 			e->ext[i] = strata_store_expert(store, i / spec->n_experts, i % spec->n_experts);
@@ -679,9 +720,6 @@ void strata_engine_close(struct strata_engine *e)
 	for (int t = 0; t < 2; t++) {
 		free(e->resident[t]);
 		free(e->pinned[t]);
-		free(e->prefetched[t]);
-		free(e->off[t]);
-		free(e->inbound[t]);
 	}
 	for (uint32_t i = 0; i < e->n_blocks; i++)
 		free(e->job_blocks[i]);
@@ -689,14 +727,20 @@ void strata_engine_close(struct strata_engine *e)
 	free(e->tier_table);
 	free(e->bytes);
 	free(e->ext);
-	free(e->scratch_off);
-	free(e->scratch_job);
+	free(e->es);
 	free(e->step_eids);
 	free(e->reqs);
 	free(e);
 }
 
 /* ---- the run --------------------------------------------------------------- */
+
+/* The wall clock for bookkeeping_ns; 0 when the driver asked for none (a
+ * sim: six reads per layer were ~10 % of its time). */
+static inline uint64_t wall_ns(const struct strata_engine *e)
+{
+	return e->no_wall ? 0 : strata_now_ns();
+}
 
 static double clock_now(const struct strata_engine *e)
 {
@@ -772,10 +816,10 @@ static int prefetch(struct strata_engine *e, uint64_t token, uint32_t layer, con
 			return rc;
 		mark_resident(e, (int)t, eid, off);
 		strata_evict_ops_of(e->evict[t])->on_insert(e->evict[t], eid, e->now);
-		e->prefetched[t][eid] = 1;
+		e->es[eid].t[t].prefetched = 1;
 		e->st.prefetch_issued++;
 		int src = t == V && e->resident[R][eid] ? R : STRATA_TIER_NVME;
-		if ((rc = issue(e, eid, (int)t, slot_ptr(e, (int)t, off), src, &e->inbound[t][eid])))
+		if ((rc = issue(e, eid, (int)t, slot_ptr(e, (int)t, off), src, &e->es[eid].t[t].inbound)))
 			return check_io(e, err) ? check_io(e, err) : STRATA_ERR(err, rc, "engine: out of memory");
 	}
 	return STRATA_OK;
@@ -792,7 +836,7 @@ static void unpin_step(struct strata_engine *e)
 int strata_engine_begin_step(struct strata_engine *e, uint64_t token, uint32_t layer, const uint32_t *experts,
 			     uint32_t n, const struct strata_hint *hints, uint32_t n_hints, struct strata_error *err)
 {
-	uint64_t t0 = strata_now_ns();
+	uint64_t t0 = wall_ns(e);
 	double s0 = e->st.stall_ns;
 	int rc = check_ids(e, layer, experts, n, err);
 	if (rc)
@@ -820,7 +864,7 @@ int strata_engine_begin_step(struct strata_engine *e, uint64_t token, uint32_t l
 	if (rc)
 		unpin_step(e);
 	e->st.clock_ns = clock_now(e);
-	e->st.bookkeeping_ns += strata_now_ns() - t0 - (e->virt ? 0 : (uint64_t)(e->st.stall_ns - s0));
+	e->st.bookkeeping_ns += wall_ns(e) - t0 - (e->virt ? 0 : (uint64_t)(e->st.stall_ns - s0));
 	return rc;
 }
 
@@ -842,24 +886,24 @@ static int acquire_one(struct strata_engine *e, uint32_t eid, uint64_t now, uint
 	e->st.accesses++;
 	if (e->resident[V][eid]) {
 		e->st.hits[V]++;
-		if (e->prefetched[V][eid]) {
-			e->prefetched[V][eid] = 0;
+		if (e->es[eid].t[V].prefetched) {
+			e->es[eid].t[V].prefetched = 0;
 			e->st.prefetch_used++;
-			if (e->inbound[V][eid] && !e->inbound[V][eid]->done)
+			if (e->es[eid].t[V].inbound && !e->es[eid].t[V].inbound->done)
 				e->st.prefetch_late++;
 		}
 		strata_evict_ops_of(e->evict[V])->on_access(e->evict[V], eid, now);
 		po->on_access(pl, eid, V, now);
-		*vram_off = e->off[V][eid];
+		*vram_off = e->es[eid].t[V].off;
 		return STRATA_OK;
 	}
 	int from = e->resident[R][eid] ? R : STRATA_TIER_NVME;
 	e->st.hits[from]++;
 	if (from == R) {
-		if (e->prefetched[R][eid]) {
-			e->prefetched[R][eid] = 0;
+		if (e->es[eid].t[R].prefetched) {
+			e->es[eid].t[R].prefetched = 0;
 			e->st.prefetch_used++;
-			if (e->inbound[R][eid] && !e->inbound[R][eid]->done)
+			if (e->es[eid].t[R].inbound && !e->es[eid].t[R].inbound->done)
 				e->st.prefetch_late++;
 		}
 		strata_evict_ops_of(e->evict[R])->on_access(e->evict[R], eid, now);
@@ -876,7 +920,7 @@ static int acquire_one(struct strata_engine *e, uint32_t eid, uint64_t now, uint
 			mark_resident(e, R, eid, off);
 			strata_evict_ops_of(e->evict[R])->on_insert(e->evict[R], eid, now);
 			strata_evict_ops_of(e->evict[R])->on_access(e->evict[R], eid, now);
-			if ((rc = issue(e, eid, R, slot_ptr(e, R, off), STRATA_TIER_NVME, &e->inbound[R][eid])))
+			if ((rc = issue(e, eid, R, slot_ptr(e, R, off), STRATA_TIER_NVME, &e->es[eid].t[R].inbound)))
 				return rc;
 			src = R;
 		} else if (rc != STRATA_EBUDGET) {
@@ -901,7 +945,7 @@ static int acquire_one(struct strata_engine *e, uint32_t eid, uint64_t now, uint
 		strata_evict_ops_of(e->evict[V])->on_insert(e->evict[V], eid, now);
 		strata_evict_ops_of(e->evict[V])->on_access(e->evict[V], eid, now);
 		*vram_off = off;
-		slot = &e->inbound[V][eid];
+		slot = &e->es[eid].t[V].inbound;
 		dst = slot_ptr(e, V, off);
 	} else {
 		if (strata_tier_reserve(&e->scratch, e->bytes[eid], &off)) {
@@ -913,11 +957,11 @@ static int acquire_one(struct strata_engine *e, uint32_t eid, uint64_t now, uint
 					  e->cfg.scratch_slots ? e->cfg.scratch_slots : e->spec.top_k,
 					  strata_fmt_bytes(e->max_bytes, a, sizeof(a)));
 		}
-		e->scratch_off[eid] = off;
+		e->es[eid].scratch_off = off;
 		e->st.streamed++;
 		*scratch = 1;
 		*vram_off = off;
-		slot = &e->scratch_job[eid];
+		slot = &e->es[eid].scratch_job;
 		dst = strata_tier_ptr(&e->scratch, off);
 	}
 	rc = issue(e, eid, V, dst, src, slot);
@@ -927,7 +971,7 @@ static int acquire_one(struct strata_engine *e, uint32_t eid, uint64_t now, uint
 int strata_engine_acquire(struct strata_engine *e, uint32_t layer, const uint32_t *experts, uint32_t n,
 			  const void **ptrs, struct strata_error *err)
 {
-	uint64_t t0 = strata_now_ns();
+	uint64_t t0 = wall_ns(e);
 	int rc = check_ids(e, layer, experts, n, err);
 	if (rc)
 		return rc;
@@ -971,14 +1015,14 @@ int strata_engine_acquire(struct strata_engine *e, uint32_t layer, const uint32_
 	double c0 = clock_now(e);
 	for (uint32_t i = 0; i < n; i++) {
 		uint32_t eid = strata_eid(&e->spec, layer, experts[i]);
-		struct job *j = e->scratch_off[eid] != NO_OFF ? e->scratch_job[eid] : e->inbound[V][eid];
+		struct job *j = e->es[eid].scratch_off != NO_OFF ? e->es[eid].scratch_job : e->es[eid].t[V].inbound;
 		if (j)
 			job_wait(e, j);
-		retire(e, &e->inbound[V][eid]);
+		retire(e, &e->es[eid].t[V].inbound);
 	}
 	double stall = clock_now(e) - c0;
 	e->st.stall_ns += stall;
-	uint64_t t1 = strata_now_ns();
+	uint64_t t1 = wall_ns(e);
 	e->st.clock_ns = clock_now(e);
 	e->st.bookkeeping_ns += t1 - t0 - (e->virt ? 0 : t1 - w0);
 	if ((rc = check_io(e, err)))
@@ -989,27 +1033,27 @@ int strata_engine_acquire(struct strata_engine *e, uint32_t layer, const uint32_
 int strata_engine_release(struct strata_engine *e, uint64_t token, uint32_t layer, const uint32_t *experts,
 			  uint32_t n, struct strata_error *err)
 {
-	uint64_t t0 = strata_now_ns();
+	uint64_t t0 = wall_ns(e);
 	int rc = check_ids(e, layer, experts, n, err);
 	if (rc)
 		return rc;
 	unpin_step(e);
 	for (uint32_t i = 0; i < n; i++) {
 		uint32_t eid = strata_eid(&e->spec, layer, experts[i]);
-		if (e->scratch_off[eid] != NO_OFF) {
-			struct job *j = e->scratch_job[eid];
+		if (e->es[eid].scratch_off != NO_OFF) {
+			struct job *j = e->es[eid].scratch_job;
 			if (j) {
 				job_wait(e, j);
-				retire(e, &e->scratch_job[eid]);
+				retire(e, &e->es[eid].scratch_job);
 			}
-			strata_tier_release(&e->scratch, e->scratch_off[eid], e->bytes[eid]);
-			e->scratch_off[eid] = NO_OFF;
+			strata_tier_release(&e->scratch, e->es[eid].scratch_off, e->bytes[eid]);
+			e->es[eid].scratch_off = NO_OFF;
 		}
 	}
 	strata_prefetch_ops_of(e->prefetch)->on_route(e->prefetch, token, layer, experts, n);
 	poll_movers(e);
 	e->st.clock_ns = clock_now(e);
-	e->st.bookkeeping_ns += strata_now_ns() - t0;
+	e->st.bookkeeping_ns += wall_ns(e) - t0;
 	if ((rc = check_io(e, err)))
 		return rc;
 	return policy_failed(e, err);
@@ -1037,6 +1081,11 @@ const struct strata_engine_stats *strata_engine_stats(const struct strata_engine
 
 const char *strata_engine_name(const struct strata_engine *e) { return e->name; }
 bool strata_engine_on_gpu(const struct strata_engine *e) { return e->on_gpu; }
+
+bool strata_engine_reads_hints(const struct strata_engine *e)
+{
+	return !(strata_prefetch_ops_of(e->prefetch)->flags & STRATA_POLICY_F_NO_HINTS);
+}
 
 const char *strata_engine_tier_desc(const struct strata_engine *e, int tier)
 {

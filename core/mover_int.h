@@ -13,10 +13,10 @@ struct strata_moveq {
 static inline void strata_moveq_push(struct strata_moveq *q, struct strata_move *mv)
 {
 	mv->next = NULL;
-	if (q->tail)
-		q->tail->next = mv;
-	else
-		q->head = mv;
+	/* the link to write chosen without a branch: a virtual mover's queues
+	 * empty and fill in no pattern a predictor learns */
+	struct strata_move **link = q->tail ? &q->tail->next : &q->head;
+	*link = mv;
 	q->tail = mv;
 	q->n++;
 }
@@ -26,8 +26,7 @@ static inline struct strata_move *strata_moveq_pop(struct strata_moveq *q)
 	struct strata_move *mv = q->head;
 	if (mv) {
 		q->head = mv->next;
-		if (!q->head)
-			q->tail = NULL;
+		q->tail = q->head ? q->tail : NULL;
 		q->n--;
 		mv->next = NULL;
 	}
@@ -54,18 +53,11 @@ static inline void strata_move_finish(struct strata_move *mv, int res, uint64_t 
 	mv->done_ns = now;
 }
 
-/* The virtual mover's state (mover_virtual.c).  A heap slot carries its keys:
- * a sift compares within the array instead of loading two fields of each move
- * it meets. */
-struct vslot {
-	uint64_t done_ns, seq;
-	struct strata_move *mv;
-};
-
+/* The virtual mover's state (mover_virtual.c).  Moves in flight complete in
+ * the order they were submitted (see there), so they wait in a FIFO. */
 struct virt_priv {
 	struct strata_moveq queued;
-	struct vslot *heap; /* in flight, min-heap on (done_ns, submit order) */
-	uint32_t n, cap;
+	struct strata_moveq inflight; /* by (done_ns, submit order) = submit order */
 };
 
 /* For the engine's virtual mode, which calls submit and reap(0) far more
@@ -98,13 +90,15 @@ static inline void strata_virt_queue(struct strata_mover *m, struct strata_move 
 	m->outstanding++;
 }
 
-/* strata_mover_reap(m, min) for a virtual mover (mover_virtual.c). */
+/* strata_mover_reap(m, min) and strata_mover_submit(m) for a virtual mover
+ * (mover_virtual.c). */
 int strata_virt_reap(struct strata_mover *m, uint32_t min);
+void strata_virt_submit(struct strata_mover *m);
 
 static inline bool strata_virt_due(const struct strata_mover *m)
 {
 	const struct virt_priv *p = m->priv;
-	return p->n && strata_u2d(p->heap[0].done_ns) <= *m->cfg.clock_ns;
+	return p->inflight.head && strata_u2d(p->inflight.head->done_ns) <= *m->cfg.clock_ns;
 }
 
 #endif

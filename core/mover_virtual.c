@@ -9,7 +9,15 @@
  * come on the caller's clock, and when it must block, advances the clock to
  * the next completion: that is how waiting costs time in `strata sim`.
  * Everything is deterministic: the same moves in the same order give the same
- * times. */
+ * times.
+ *
+ * Completion order.  A move's done time is the busy_until of the last link it
+ * crosses, just after its transfer was added there, and a mover's last link
+ * is always the same (its config).  busy_until never decreases, so a mover's
+ * moves are done in submit order: done times non-decreasing, ties broken by
+ * submit order.  The moves in flight are therefore a FIFO, already sorted the
+ * way a heap on (done time, submit order) would hand them out. */
+#include <assert.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -24,53 +32,10 @@ static int virt_init(struct strata_mover *m, struct strata_error *err)
 	return STRATA_OK;
 }
 
-static void virt_free(struct strata_mover *m)
-{
-	free(((struct virt_priv *)m->priv)->heap);
-}
-
 static int virt_queue(struct strata_mover *m, struct strata_move *mv)
 {
 	strata_moveq_push(&((struct virt_priv *)m->priv)->queued, mv);
 	return 0;
-}
-
-static inline bool before(const struct vslot *a, const struct vslot *b)
-{
-	/* ties by submit order keep reaping deterministic */
-	return a->done_ns < b->done_ns || (a->done_ns == b->done_ns && a->seq < b->seq);
-}
-
-static void heap_push(struct virt_priv *p, struct strata_move *mv)
-{
-	struct vslot x = { mv->done_ns, mv->priv[0], mv };
-	uint32_t i = p->n++;
-	while (i && before(&x, &p->heap[(i - 1) / 2])) {
-		p->heap[i] = p->heap[(i - 1) / 2];
-		i = (i - 1) / 2;
-	}
-	p->heap[i] = x;
-}
-
-static struct strata_move *heap_pop(struct virt_priv *p)
-{
-	struct strata_move *top = p->heap[0].mv;
-	struct vslot x = p->heap[--p->n];
-	uint32_t i = 0;
-	for (;;) {
-		uint32_t l = 2 * i + 1, r = l + 1, s = l;
-		if (l >= p->n)
-			break;
-		if (r < p->n && before(&p->heap[r], &p->heap[l]))
-			s = r;
-		if (!before(&p->heap[s], &x))
-			break;
-		p->heap[i] = p->heap[s];
-		i = s;
-	}
-	if (p->n)
-		p->heap[i] = x;
-	return top;
 }
 
 /* The slot a move takes is the one that frees first.  Every move leaves its
@@ -81,8 +46,8 @@ static struct strata_move *heap_pop(struct virt_priv *p)
  * the times of a scan for the minimum, in O(1) per move. */
 static double schedule(struct strata_vlink *l, double start, uint64_t bytes)
 {
-	uint32_t slot = l->next_slot;
-	l->next_slot = slot + 1 == l->queue_depth ? 0 : slot + 1;
+	uint32_t slot = l->next_slot, nx = slot + 1;
+	l->next_slot = nx & -(uint32_t)(nx < l->queue_depth); /* slot + 1, or 0 past the end */
 	if (l->slot_free[slot] > start)
 		start = l->slot_free[slot];
 	double xfer = start + l->lat_us * 1e3;
@@ -94,8 +59,6 @@ static double schedule(struct strata_vlink *l, double start, uint64_t bytes)
 	l->slot_free[slot] = l->busy_until;
 	return l->busy_until;
 }
-
-static uint64_t seq;
 
 /* llround for t >= 0 (virtual times are), without the libm call: t - floor(t)
  * is exact, so this rounds half away from zero exactly as llround does.  The
@@ -113,16 +76,6 @@ static int virt_submit(struct strata_mover *m)
 	struct strata_move *mv;
 	int n = 0;
 	while ((mv = strata_moveq_pop(&p->queued))) {
-		if (p->n == p->cap) {
-			uint32_t cap = p->cap ? p->cap * 2 : 64;
-			struct vslot *h = realloc(p->heap, sizeof(*h) * cap);
-			if (!h) {
-				strata_moveq_push(&p->queued, mv); /* keep it; report */
-				return -ENOMEM;
-			}
-			p->heap = h;
-			p->cap = cap;
-		}
 		double t = *m->cfg.clock_ns;
 		if (strata_u2d(mv->not_before_ns) > t)
 			t = strata_u2d(mv->not_before_ns);
@@ -130,9 +83,9 @@ static int virt_submit(struct strata_mover *m)
 		for (int k = 0; k < 2 && m->cfg.links[k]; k++)
 			t = schedule(m->cfg.links[k], t, mv->bytes);
 		mv->done_ns = round_ns(t);
-		mv->priv[0] = seq++;
 		mv->status = STRATA_MOVE_INFLIGHT;
-		heap_push(p, mv);
+		assert(!p->inflight.tail || p->inflight.tail->done_ns <= mv->done_ns); /* see the top */
+		strata_moveq_push(&p->inflight, mv);
 		n++;
 	}
 	return n;
@@ -144,14 +97,14 @@ static inline __attribute__((always_inline)) int reap_batch(struct strata_mover 
 {
 	struct virt_priv *p = m->priv;
 	uint32_t n = 0;
-	while (n < max && p->n) {
-		struct strata_move *top = p->heap[0].mv;
-		if (strata_u2d(p->heap[0].done_ns) > *m->cfg.clock_ns) {
+	struct strata_move *top;
+	while (n < max && (top = p->inflight.head)) {
+		if (strata_u2d(top->done_ns) > *m->cfg.clock_ns) {
 			if (n >= min)
 				break;
 			*m->cfg.clock_ns = strata_u2d(top->done_ns); /* waiting costs time */
 		}
-		heap_pop(p);
+		strata_moveq_pop(&p->inflight);
 		top->done_bytes = top->bytes;
 		top->res = 0;
 		top->status = STRATA_MOVE_DONE;
@@ -165,40 +118,59 @@ static int virt_reap(struct strata_mover *m, uint32_t min, struct strata_move **
 	return reap_batch(m, min, out, max);
 }
 
-/* strata_mover_reap() for a virtual mover, with virt_reap inlined: the same
- * batches of at most 64, the same counts, the same callbacks in the same
- * order.  A virtual move never fails, so there is no error to report. */
+/* strata_mover_reap() for a virtual mover, in one loop: the same moves in
+ * the same order, the same counts, the same clock.  The generic layer reaps
+ * in batches of at most 64 and stops after a batch once min moves are in;
+ * that boundary is kept (a 64th move ends the call if min is reached).  Each
+ * callback runs as its move is reaped instead of after its batch: a callback
+ * (the engine's job_done) touches only other movers and the engine, never
+ * this mover's counts or moves in flight, so the order between them does
+ * not show.  A virtual move never fails: no error to report. */
 int strata_virt_reap(struct strata_mover *m, uint32_t min)
 {
-	struct strata_move *done[64];
-	int total = 0;
+	struct virt_priv *p = m->priv;
+	struct strata_move *mv;
+	uint32_t total = 0, batch = 0;
 	if (min > m->outstanding)
 		min = m->outstanding;
-	for (;;) {
-		int r = reap_batch(m, min, done, 64);
-		for (int i = 0; i < r; i++) {
-			struct strata_move *mv = done[i];
-			mv->reaped = true;
-			m->outstanding--;
-			m->moves++;
-			m->bytes += mv->bytes;
-			if (mv->done_ns > mv->submit_ns)
-				m->busy_ns += strata_u2d(mv->done_ns - mv->submit_ns);
+	while ((mv = p->inflight.head)) {
+		if (batch == 64) {
+			if (total >= min)
+				break;
+			batch = 0;
 		}
-		for (int i = 0; i < r; i++)
-			if (done[i]->on_done)
-				done[i]->on_done(done[i]);
-		total += r;
-		if ((uint32_t)total >= min || r == 0)
-			break;
-		min -= (uint32_t)r;
+		if (strata_u2d(mv->done_ns) > *m->cfg.clock_ns) {
+			if (total >= min)
+				break;
+			*m->cfg.clock_ns = strata_u2d(mv->done_ns); /* waiting costs time */
+		}
+		strata_moveq_pop(&p->inflight);
+		mv->done_bytes = mv->bytes;
+		mv->res = 0;
+		mv->status = STRATA_MOVE_DONE;
+		mv->reaped = true;
+		m->outstanding--;
+		m->moves++;
+		m->bytes += mv->bytes;
+		if (mv->done_ns > mv->submit_ns)
+			m->busy_ns += strata_u2d(mv->done_ns - mv->submit_ns);
+		total++;
+		batch++;
+		if (mv->on_done)
+			mv->on_done(mv);
 	}
-	return total;
+	return (int)total;
+}
+
+/* strata_mover_submit() for a virtual mover: its submit cannot fail. */
+void strata_virt_submit(struct strata_mover *m)
+{
+	virt_submit(m);
 }
 
 const struct strata_mover_ops strata_mover_virtual = {
 	.name = "virtual", .version = STRATA_MOVER_ABI, .caps = STRATA_MOVER_C_VIRTUAL | STRATA_MOVER_C_ASYNC,
 	.help = "moves nothing; advances a virtual clock by latency + bytes / bandwidth per link",
 	.priv_size = sizeof(struct virt_priv),
-	.init = virt_init, .free = virt_free, .queue = virt_queue, .submit = virt_submit, .reap = virt_reap,
+	.init = virt_init, .queue = virt_queue, .submit = virt_submit, .reap = virt_reap,
 };

@@ -132,6 +132,7 @@ struct run {
 	float *a_w, *wbuf;
 	struct strata_hint *hints;
 	uint32_t max_hints;
+	bool hints_used;     /* cfg->hints, and the prefetch policy reads them */
 	float *x, *y;        /* host activations */
 	void *dx, *dy;       /* device activations */
 	uint64_t max_step_tokens;
@@ -181,6 +182,25 @@ static void run_free(struct run *r)
 	free(r->own_tier);
 }
 
+/* Whether a policy may read env->future: a built-in only if it declares it
+ * needs it; a script, a plugin or caller-given ops may read it at will.  The
+ * future (an index of every access by expert) is built only when some
+ * policy may read it. */
+static bool may_read_future(int role, const char *spec, const void *ops, const char *def)
+{
+	if (ops)
+		return true;
+	char name[STRATA_POLICY_NAME_MAX];
+	const char *s = spec ? spec : def;
+	size_t n = strcspn(s, ":");
+	if (n >= sizeof(name))
+		return true;
+	memcpy(name, s, n);
+	name[n] = 0;
+	const struct strata_evict_ops *h = strata_policy_builtin(role, name); /* the common head */
+	return !h || (h->flags & STRATA_POLICY_F_NEEDS_FUTURE);
+}
+
 /* One layer of one step. */
 static int run_layer(struct run *r, uint64_t step, uint32_t l, struct strata_error *err)
 {
@@ -192,7 +212,7 @@ static int run_layer(struct run *r, uint64_t step, uint32_t l, struct strata_err
 	int rc;
 	/* 1. hints: the recorded predictions of the step's tokens */
 	uint32_t nh = 0;
-	if (r->cfg->hints)
+	if (r->hints_used)
 		for (uint64_t i = first; i < last && nh < r->max_hints; i++)
 			nh += strata_trace_hints(r->trace, i, l, r->hints + nh, r->max_hints - nh);
 	for (uint32_t j = 0; j < n; j++)
@@ -216,7 +236,13 @@ static int run_layer(struct run *r, uint64_t step, uint32_t l, struct strata_err
 		}
 		uint32_t na = 0;
 		int has_w = strata_trace_info(r->trace)->flags & STRATA_TRACE_F_WEIGHTS;
-		for (uint64_t i = first; i < last; i++) {
+		/* the cost model needs tokens per expert only: no weights, no assignment list */
+		for (uint64_t i = first; i < last && r->virt; i++) {
+			const uint16_t *e = strata_trace_experts(r->trace, i, l);
+			for (uint32_t j = 0; j < r->k; j++)
+				r->tok_per_expert[r->idx_of[e[j]]]++;
+		}
+		for (uint64_t i = first; i < last && !r->virt; i++) {
 			const uint16_t *e = strata_trace_experts(r->trace, i, l);
 			strata_trace_weights(r->trace, i, l, r->wbuf);
 			for (uint32_t j = 0; j < r->k; j++) {
@@ -315,7 +341,10 @@ int strata_replay_run(const struct strata_replay_config *cfg, struct strata_repl
 	if ((rc = strata_trace_plan_build(r.trace, cfg->prefill_chunk, cfg->max_tokens, &r.plan, err)))
 		goto out;
 	struct strata_engine_config ec = cfg->engine;
-	if (cfg->future) {
+	ec.no_wall_bookkeeping = r.virt; /* the loop's wall time stands in (below) */
+	if (cfg->future && (may_read_future(STRATA_ROLE_PLACE, ec.place, ec.place_ops, "static") ||
+			    may_read_future(STRATA_ROLE_EVICT, ec.evict, ec.evict_ops, "lru") ||
+			    may_read_future(STRATA_ROLE_PREFETCH, ec.prefetch, ec.prefetch_ops, "none"))) {
 		if ((rc = strata_trace_future_init(&r.future, &r.plan, r.E, err)))
 			goto out;
 		r.have_future = 1;
@@ -415,6 +444,7 @@ int strata_replay_run(const struct strata_replay_config *cfg, struct strata_repl
 	}
 	if (rc)
 		goto out;
+	r.hints_used = cfg->hints && strata_engine_reads_hints(r.eng);
 	res->cold_start_ms = r.virt ? strata_engine_stats(r.eng)->clock_ns / 1e6
 				    : ((double)strata_now_ns() - open0) / 1e6;
 	/* compute backend */
@@ -526,6 +556,8 @@ int strata_replay_run(const struct strata_replay_config *cfg, struct strata_repl
 	/* results */
 	const struct strata_engine_stats *st = strata_engine_stats(r.eng);
 	res->stats = *st;
+	if (r.virt) /* the engine kept no wall clock: the whole loop is its bookkeeping */
+		res->stats.bookkeeping_ns = (uint64_t)(res->loop_s * 1e9);
 	snprintf(res->name, sizeof(res->name), "%s", strata_engine_name(r.eng));
 	snprintf(res->trace, sizeof(res->trace), "%s", cfg->trace_path);
 	snprintf(res->model, sizeof(res->model), "%s", spec->name);

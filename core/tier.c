@@ -1,13 +1,15 @@
 /*
  * Tiers and their extent allocator (see include/strata/tier.h).
  *
- * A hole is an entry in by_start (off -> len), one in by_end (off + len ->
- * off) and an offset in the class of its length.  Best fit is the smallest
- * length that holds the request and, among holes of that length, the lowest
- * offset: the same choice as a linear scan over holes in address order (the
- * allocator's first form, which tests/test_tier.c keeps as a reference).
- * A cache simulation holds hundreds of holes and reserves after every
- * eviction, which is why this is not a scan any more.
+ * The arena is a list of blocks in address order, each a hole or a reserved
+ * extent; a hole is also in the class of its length.  Best fit is the
+ * smallest length that holds the request and, among holes of that length,
+ * the lowest offset: the same choice as a linear scan over holes in address
+ * order (the allocator's first form, which tests/test_tier.c keeps as a
+ * reference).  A release finds its block through a hash map of reserved
+ * offsets and its neighbours through the list, so coalescing costs no
+ * search.  A cache simulation holds hundreds of holes and reserves after
+ * every eviction, which is why this is not a scan any more.
  */
 #include <errno.h>
 #include <hwloc.h>
@@ -115,36 +117,7 @@ static void map_del_slot(struct strata_arena_map *m, uint32_t i)
 	m->n--;
 }
 
-static void map_del(struct strata_arena_map *m, uint64_t k)
-{
-	uint32_t i = map_find(m, k);
-	if (i != UINT32_MAX)
-		map_del_slot(m, i);
-}
-
 /* ---- size classes -------------------------------------------------------- */
-
-/* Open a gap at v[at] (v has n entries, room for n + 1) / close the one at
- * v[at].  Most classes hold a few holes: a short loop beats a memmove call. */
-static inline void u64_insert_gap(uint64_t *v, uint32_t n, uint32_t at)
-{
-	if (n - at > 16) {
-		memmove(&v[at + 1], &v[at], sizeof(*v) * (n - at));
-		return;
-	}
-	for (uint32_t i = n; i > at; i--)
-		v[i] = v[i - 1];
-}
-
-static inline void u64_close_gap(uint64_t *v, uint32_t n, uint32_t at)
-{
-	if (n - at > 17) {
-		memmove(&v[at], &v[at + 1], sizeof(*v) * (n - at - 1));
-		return;
-	}
-	for (uint32_t i = at; i + 1 < n; i++)
-		v[i] = v[i + 1];
-}
 
 /* First position in ascending v[0..n) with v >= want.  Branch-free: the
  * comparisons are unpredictable, the arrays short. */
@@ -161,26 +134,23 @@ static inline uint32_t asc_lower(const uint64_t *v, uint32_t n, uint64_t want)
 	return base + (v[base] < want);
 }
 
-/* In offsets sorted descending: the first position whose offset is <= off. */
-static inline uint32_t desc_lower(const uint64_t *o, uint32_t n, uint64_t off)
-{
-	uint32_t base = 0;
-	if (!n)
-		return 0;
-	while (n > 1) {
-		uint32_t half = n / 2;
-		base = o[base + half - 1] > off ? base + half : base;
-		n -= half;
-	}
-	return base + (o[base] > off);
-}
-
 static inline void mark(struct strata_arena *a, uint32_t pos, bool on)
 {
 	if (on)
 		a->nonempty[pos / 64] |= 1ull << (pos % 64);
 	else
 		a->nonempty[pos / 64] &= ~(1ull << (pos % 64));
+}
+
+/* The class of length len, or UINT32_MAX: a table for short lengths (holes
+ * and extents are mostly short), the map for the rest. */
+static inline uint32_t cls_find(const struct strata_arena *a, uint64_t len)
+{
+	uint64_t u = len / STRATA_TIER_ALIGN;
+	if (u < a->n_small)
+		return a->small[u] - 1;
+	uint32_t j = map_find(&a->by_len, len);
+	return j == UINT32_MAX ? UINT32_MAX : (uint32_t)a->by_len.slot[j].val;
 }
 
 /* First position >= p in order[] of a class with holes (n_cls if none). */
@@ -217,7 +187,8 @@ static void reindex(struct strata_arena *a)
 	}
 }
 
-/* Drop the empty classes (ids change: by_len and by_start are rewritten). */
+/* Drop the empty classes (ids change: by_len and the holes' class ids are
+ * rewritten). */
 static void compact(struct strata_arena *a)
 {
 	uint32_t *newid = malloc(sizeof(*newid) * a->n_cls);
@@ -230,7 +201,7 @@ static void compact(struct strata_arena *a)
 			a->cls[n++] = a->cls[i];
 		} else {
 			newid[i] = UINT32_MAX;
-			free(a->cls[i].off);
+			free(a->cls[i].h);
 		}
 	}
 	uint32_t m = 0;
@@ -239,95 +210,101 @@ static void compact(struct strata_arena *a)
 			a->order_len[m] = a->order_len[i];
 			a->order[m++] = newid[a->order[i]];
 		}
-	struct strata_arena_map *L = &a->by_len, *S = &a->by_start;
+	struct strata_arena_map *L = &a->by_len;
 	for (uint32_t i = 0; i < L->cap; i++)
 		L->slot[i].key = NO_KEY;
 	L->n = 0;
-	for (uint32_t i = 0; i < n; i++)
+	memset(a->small, 0, sizeof(*a->small) * a->n_small);
+	for (uint32_t i = 0; i < n; i++) {
 		map_put_new(L, a->cls[i].len, i);
-	for (uint32_t i = 0; i < S->cap; i++)
-		if (S->slot[i].key != NO_KEY)
-			S->slot[i].val = newid[S->slot[i].val];
+		if (a->cls[i].len / STRATA_TIER_ALIGN < a->n_small)
+			a->small[a->cls[i].len / STRATA_TIER_ALIGN] = i + 1;
+	}
+	for (uint32_t i = 0; i < n; i++)
+		for (uint32_t j = 0; j < a->cls[i].n; j++)
+			a->blk[a->cls[i].h[j].blk].cls = i;
 	a->n_cls = n;
 	a->n_empty = 0;
 	reindex(a);
 	free(newid);
 }
 
-/* The class of length len, created (empty) if there is none, with room for
- * one more hole; UINT32_MAX when memory runs out. */
-static uint32_t class_get(struct strata_arena *a, uint64_t len)
+/* A new, empty class of length len (the caller checked there is none). */
+static uint32_t class_new(struct strata_arena *a, uint64_t len)
 {
-	uint32_t j = map_find(&a->by_len, len), c;
-	if (j != UINT32_MAX) {
-		c = (uint32_t)a->by_len.slot[j].val;
-	} else {
-		/* empty classes cost a bit each in the bitmap and on creation of
-		 * a class; drop them once they are most of the classes */
-		if (a->n_empty > 256 && a->n_empty > 2 * (a->n_cls - a->n_empty))
-			compact(a);
-		if (a->n_cls == a->cap_cls) {
-			uint32_t cap = a->cap_cls ? a->cap_cls * 2 : 16;
-			struct strata_arena_class *k = realloc(a->cls, sizeof(*k) * cap);
-			if (k)
-				a->cls = k;
-			uint32_t *o = k ? realloc(a->order, sizeof(*o) * cap) : NULL;
-			if (o)
-				a->order = o;
-			uint64_t *ol = o ? realloc(a->order_len, sizeof(*ol) * cap) : NULL;
-			if (ol)
-				a->order_len = ol;
-			uint64_t *ne = ol ? realloc(a->nonempty, sizeof(*ne) * (cap / 64 + 1)) : NULL;
-			if (!ne)
-				return UINT32_MAX;
-			a->nonempty = ne;
-			a->cap_cls = cap;
-		}
-		uint64_t *off = malloc(sizeof(*off) * 8);
-		if (!off || map_reserve(&a->by_len)) {
-			free(off);
+	uint32_t c;
+	/* empty classes cost a bit each in the bitmap and on creation of
+	 * a class; drop them once they are most of the classes */
+	if (a->n_empty > 256 && a->n_empty > 2 * (a->n_cls - a->n_empty))
+		compact(a);
+	if (a->n_cls == a->cap_cls) {
+		uint32_t cap = a->cap_cls ? a->cap_cls * 2 : 16;
+		struct strata_arena_class *k = realloc(a->cls, sizeof(*k) * cap);
+		if (k)
+			a->cls = k;
+		uint32_t *o = k ? realloc(a->order, sizeof(*o) * cap) : NULL;
+		if (o)
+			a->order = o;
+		uint64_t *ol = o ? realloc(a->order_len, sizeof(*ol) * cap) : NULL;
+		if (ol)
+			a->order_len = ol;
+		uint64_t *ne = ol ? realloc(a->nonempty, sizeof(*ne) * (cap / 64 + 1)) : NULL;
+		if (!ne)
 			return UINT32_MAX;
-		}
-		c = a->n_cls++;
-		a->cls[c] = (struct strata_arena_class){ .len = len, .off = off, .cap = 8 };
-		a->n_empty++;
-		uint32_t at = asc_lower(a->order_len, c, len);
-		memmove(&a->order[at + 1], &a->order[at], sizeof(*a->order) * (c - at));
-		memmove(&a->order_len[at + 1], &a->order_len[at], sizeof(*a->order_len) * (c - at));
-		a->order[at] = c;
-		a->order_len[at] = len;
-		map_put_new(&a->by_len, len, c);
-		reindex(a);
+		a->nonempty = ne;
+		a->cap_cls = cap;
 	}
-	struct strata_arena_class *k = &a->cls[c];
-	if (k->n == k->cap) {
-		uint64_t *o = realloc(k->off, sizeof(*o) * k->cap * 2);
-		if (!o)
-			return UINT32_MAX;
-		k->off = o;
-		k->cap *= 2;
+	struct strata_arena_hole *ids = malloc(sizeof(*ids) * 8);
+	if (!ids || map_reserve(&a->by_len)) {
+		free(ids);
+		return UINT32_MAX;
 	}
+	c = a->n_cls++;
+	a->cls[c] = (struct strata_arena_class){ .len = len, .h = ids, .cap = 8 };
+	a->n_empty++;
+	uint32_t at = asc_lower(a->order_len, c, len);
+	memmove(&a->order[at + 1], &a->order[at], sizeof(*a->order) * (c - at));
+	memmove(&a->order_len[at + 1], &a->order_len[at], sizeof(*a->order_len) * (c - at));
+	a->order[at] = c;
+	a->order_len[at] = len;
+	map_put_new(&a->by_len, len, c);
+	if (len / STRATA_TIER_ALIGN < a->n_small)
+		a->small[len / STRATA_TIER_ALIGN] = c + 1;
+	reindex(a);
 	return c;
 }
 
-/* ---- the arena ----------------------------------------------------------- */
-
-/* Room for one more hole of length len in every index: its class id, or
- * UINT32_MAX when memory runs out. */
-static uint32_t hole_reserve(struct strata_arena *a, uint64_t len)
+static __attribute__((noinline)) int class_grow(struct strata_arena_class *k)
 {
-	if (map_reserve(&a->by_start) || map_reserve(&a->by_end))
-		return UINT32_MAX;
-	return class_get(a, len);
+	struct strata_arena_hole *o = realloc(k->h, sizeof(*o) * k->cap * 2);
+	if (!o)
+		return -1;
+	k->h = o;
+	k->cap *= 2;
+	return 0;
 }
 
-/* Put the hole at off into class c (the maps are the caller's). */
-static inline void class_insert(struct strata_arena *a, uint32_t c, uint64_t off)
+/* The class of length len, created (empty) if there is none, with room for
+ * one more hole; UINT32_MAX when memory runs out. */
+static inline uint32_t class_get(struct strata_arena *a, uint64_t len)
+{
+	uint32_t c = cls_find(a, len);
+	if (c == UINT32_MAX && (c = class_new(a, len)) == UINT32_MAX)
+		return UINT32_MAX;
+	struct strata_arena_class *k = &a->cls[c];
+	if (k->n == k->cap && class_grow(k))
+		return UINT32_MAX;
+	return c;
+}
+
+/* Put hole b into class c (at its end: a class is not kept in order). */
+static inline __attribute__((always_inline)) void class_insert(struct strata_arena *a, uint32_t c, uint32_t b)
 {
 	struct strata_arena_class *k = &a->cls[c];
-	uint32_t at = desc_lower(k->off, k->n, off);
-	u64_insert_gap(k->off, k->n, at);
-	k->off[at] = off;
+	k->h[k->n] = (struct strata_arena_hole){ a->blk[b].off, b };
+	a->blk[b].cls = c;
+	a->blk[b].pos = k->n;
+	a->is_hole[b / 64] |= 1ull << (b % 64);
 	if (!k->n++) {
 		a->n_empty--;
 		mark(a, k->pos, true);
@@ -336,149 +313,257 @@ static inline void class_insert(struct strata_arena *a, uint32_t c, uint64_t off
 		a->largest = k->len;
 }
 
-/* Take the hole at off out of class c (the maps are the caller's). */
-static inline void class_remove(struct strata_arena *a, uint32_t c, uint64_t off)
+/* Take the hole at position i out of class k (the last one takes its place). */
+static inline __attribute__((always_inline)) void class_take(struct strata_arena *a, struct strata_arena_class *k,
+							      uint32_t i)
 {
-	struct strata_arena_class *k = &a->cls[c];
-	uint32_t at = desc_lower(k->off, k->n, off);
-	if (at < k->n && k->off[at] == off) {
-		u64_close_gap(k->off, k->n, at);
-		if (!--k->n) {
-			a->n_empty++;
-			mark(a, k->pos, false);
-			if (k->len == a->largest)
-				recompute_largest(a);
-		}
+	if (i != --k->n) {
+		k->h[i] = k->h[k->n];
+		a->blk[k->h[i].blk].pos = i;
+	}
+	if (!k->n) {
+		a->n_empty++;
+		mark(a, k->pos, false);
+		if (k->len == a->largest)
+			recompute_largest(a);
 	}
 }
 
-static void hole_add(struct strata_arena *a, uint64_t off, uint32_t c)
+/* Take hole b out of its class. */
+static inline __attribute__((always_inline)) void class_remove(struct strata_arena *a, uint32_t b)
 {
-	map_put_new(&a->by_start, off, c);
-	map_put_new(&a->by_end, off + a->cls[c].len, off);
-	class_insert(a, c, off);
-	a->n_free++;
+	class_take(a, &a->cls[a->blk[b].cls], a->blk[b].pos);
 }
+
+/* Position of the lowest-addressed hole of a non-empty class: a scan without
+ * branches on the data (a class holds a few holes; keeping it sorted cost a
+ * search and a shift, with their mispredicted loop exits, on every insert
+ * and remove). */
+static inline uint32_t class_lowest(const struct strata_arena_class *k)
+{
+	uint32_t best = 0;
+	uint64_t bo = k->h[0].off;
+	for (uint32_t i = 1; i < k->n; i++) {
+		bool lt = k->h[i].off < bo;
+		best = lt ? i : best;
+		bo = lt ? k->h[i].off : bo;
+	}
+	return best;
+}
+
+/* ---- blocks -------------------------------------------------------------- */
+
+#define NO_BLK UINT32_MAX
+#define IN_USE UINT32_MAX /* blk.cls of a reserved block */
+
+/* Room for one more block (an id from the pool); -1 when memory runs out. */
+static inline int blk_reserve(struct strata_arena *a)
+{
+	if (a->free_blk != NO_BLK || a->n_blk < a->cap_blk)
+		return 0;
+	uint32_t cap = a->cap_blk ? a->cap_blk * 2 : 64;
+	struct strata_arena_blk *b = realloc(a->blk, sizeof(*b) * cap);
+	if (!b)
+		return -1;
+	a->blk = b;
+	uint64_t *h = realloc(a->is_hole, sizeof(*h) * (cap / 64));
+	if (!h)
+		return -1;
+	memset(h + a->cap_blk / 64, 0, sizeof(*h) * ((cap - a->cap_blk) / 64));
+	a->is_hole = h;
+	a->cap_blk = cap;
+	return 0;
+}
+
+/* A block id (after blk_reserve). */
+static inline uint32_t blk_new(struct strata_arena *a)
+{
+	uint32_t i = a->free_blk;
+	if (i != NO_BLK)
+		a->free_blk = a->blk[i].next;
+	else
+		i = a->n_blk++;
+	return i;
+}
+
+static inline void blk_put(struct strata_arena *a, uint32_t i)
+{
+	a->blk[i].cls = IN_USE;
+	a->is_hole[i / 64] &= ~(1ull << (i % 64));
+	a->blk[i].next = a->free_blk;
+	a->free_blk = i;
+}
+
+/* Take block i out of the address list (it is merged into a neighbour). */
+static inline void blk_unlink(struct strata_arena *a, uint32_t i)
+{
+	struct strata_arena_blk *b = &a->blk[i];
+	if (b->prev != NO_BLK)
+		a->blk[b->prev].next = b->next;
+	else
+		a->head = b->next;
+	if (b->next != NO_BLK)
+		a->blk[b->next].prev = b->prev;
+	blk_put(a, i);
+}
+
+/* ---- the arena ----------------------------------------------------------- */
 
 int strata_arena_init(struct strata_arena *a, uint64_t size, struct strata_error *err)
 {
 	memset(a, 0, sizeof(*a));
-	a->size = size / STRATA_TIER_ALIGN * STRATA_TIER_ALIGN;
+	a->size = a->total = size / STRATA_TIER_ALIGN * STRATA_TIER_ALIGN;
+	a->head = a->free_blk = NO_BLK;
 	uint32_t c = 0;
-	if (map_alloc(&a->by_start, 64) || map_alloc(&a->by_end, 64) || map_alloc(&a->by_len, 32) ||
-	    (a->size && (c = hole_reserve(a, a->size)) == UINT32_MAX)) {
+	a->n_small = a->size / STRATA_TIER_ALIGN < 8192 ? (uint32_t)(a->size / STRATA_TIER_ALIGN) + 1 : 8192;
+	if (!(a->small = calloc(a->n_small, sizeof(*a->small))) || map_alloc(&a->by_used, 64) ||
+	    map_alloc(&a->by_len, 32) || blk_reserve(a) ||
+	    (a->size && (c = class_get(a, a->size)) == UINT32_MAX)) {
 		strata_arena_free(a);
 		return STRATA_ERR(err, STRATA_ENOMEM, "arena: out of memory");
 	}
-	if (a->size)
-		hole_add(a, 0, c);
+	if (a->size) {
+		uint32_t b = blk_new(a);
+		a->blk[b] = (struct strata_arena_blk){ .off = 0, .len = a->size, .prev = NO_BLK, .next = NO_BLK };
+		a->head = b;
+		class_insert(a, c, b);
+		a->n_free = 1;
+	}
 	return STRATA_OK;
 }
 
 void strata_arena_free(struct strata_arena *a)
 {
-	struct strata_arena_map *m[3] = { &a->by_start, &a->by_end, &a->by_len };
-	for (int i = 0; i < 3; i++)
-		free(m[i]->slot);
+	free(a->by_used.slot);
+	free(a->by_len.slot);
+	free(a->small);
 	for (uint32_t i = 0; i < a->n_cls; i++)
-		free(a->cls[i].off);
+		free(a->cls[i].h);
 	free(a->cls);
 	free(a->order);
 	free(a->order_len);
 	free(a->nonempty);
+	free(a->blk);
+	free(a->is_hole);
 	memset(a, 0, sizeof(*a));
 }
 
-int strata_arena_reserve(struct strata_arena *a, uint64_t bytes, uint64_t *off)
+/* index: record the block under its offset (strata_arena_release finds it
+ * there); a reserve with a handle does not. */
+static inline __attribute__((always_inline)) int reserve(struct strata_arena *a, uint64_t bytes, uint64_t *off,
+							 uint32_t *h, bool index)
 {
 	bytes = align_up(bytes ? bytes : 1);
 	if (bytes > a->largest)
 		return STRATA_EBUDGET;
 	/* requests come in a few sizes, each usually with a class of its own */
-	uint32_t j = map_find(&a->by_len, bytes);
-	uint32_t i = next_nonempty(a, j != UINT32_MAX ? a->cls[a->by_len.slot[j].val].pos
-					     : asc_lower(a->order_len, a->n_cls, bytes));
+	uint32_t j = cls_find(a, bytes);
+	uint32_t i = next_nonempty(a, j != UINT32_MAX ? a->cls[j].pos : asc_lower(a->order_len, a->n_cls, bytes));
 	if (i == a->n_cls)
 		return STRATA_EBUDGET; /* not reached: largest >= bytes */
 	uint32_t c = a->order[i], tail = UINT32_MAX;
 	uint64_t len = a->order_len[i];
+	if (index && map_reserve(&a->by_used))
+		return STRATA_ENOMEM;
 	if (len > bytes) {
-		if (map_reserve(&a->by_start) || (tail = class_get(a, len - bytes)) == UINT32_MAX)
+		uint32_t n_cls = a->n_cls;
+		if (blk_reserve(a) || (tail = class_get(a, len - bytes)) == UINT32_MAX)
 			return STRATA_ENOMEM;
-		c = (uint32_t)a->by_len.slot[map_find(&a->by_len, len)].val; /* a compaction renumbers */
+		if (a->n_cls < n_cls)
+			c = cls_find(a, len); /* a compaction renumbered */
 	}
-	/* the lowest hole of the class is its last: no search */
+	/* the lowest-addressed hole of the class */
 	struct strata_arena_class *k = &a->cls[c];
-	uint64_t o = k->off[--k->n];
-	map_del(&a->by_start, o);
-	if (!k->n) {
-		a->n_empty++;
-		mark(a, k->pos, false);
-		if (len == a->largest)
-			recompute_largest(a);
-	}
+	uint32_t at = class_lowest(k), b = k->h[at].blk;
+	class_take(a, k, at);
+	struct strata_arena_blk *x = &a->blk[b];
+	uint64_t o = x->off;
+	x->cls = IN_USE;
+	a->is_hole[b / 64] &= ~(1ull << (b % 64));
 	if (tail != UINT32_MAX) {
-		/* the tail keeps the hole's end: rewrite that entry in place */
-		a->by_end.slot[map_find(&a->by_end, o + len)].val = o + bytes;
-		map_put_new(&a->by_start, o + bytes, tail);
-		class_insert(a, tail, o + bytes);
+		/* the rest stays a hole, right after the reserved block */
+		uint32_t t = blk_new(a);
+		x = &a->blk[b]; /* blk_new never moves blk (reserved above); for clarity */
+		a->blk[t] = (struct strata_arena_blk){ .off = o + bytes, .len = len - bytes, .prev = b, .next = x->next };
+		if (x->next != NO_BLK)
+			a->blk[x->next].prev = t;
+		x->next = t;
+		x->len = bytes;
+		class_insert(a, tail, t);
 	} else {
-		map_del(&a->by_end, o + len);
 		a->n_free--;
 	}
+	if (index)
+		map_put_new(&a->by_used, o, b);
+	else
+		*h = b;
 	*off = o;
 	a->used += bytes;
 	return STRATA_OK;
 }
 
-void strata_arena_release(struct strata_arena *a, uint64_t off, uint64_t bytes)
+int strata_arena_reserve(struct strata_arena *a, uint64_t bytes, uint64_t *off)
 {
-	bytes = align_up(bytes ? bytes : 1);
-	uint64_t start = off, end = off + bytes;
-	/* Cannot fail the caller here.  At worst (no memory for the indexes)
-	 * the span leaks from the arena, which shrinks capacity but never
-	 * breaks the budget. */
-	if (map_reserve(&a->by_start) || map_reserve(&a->by_end)) {
-		a->used -= bytes;
-		a->size -= bytes;
-		return;
-	}
-	uint32_t ip = map_find(&a->by_end, off), in = map_find(&a->by_start, end);
-	if (ip != UINT32_MAX)
-		start = a->by_end.slot[ip].val;
-	if (in != UINT32_MAX)
-		end += a->cls[a->by_start.slot[in].val].len;
-	/* a compaction (in class_get) renumbers classes but moves no map slot */
+	return reserve(a, bytes, off, NULL, true);
+}
+
+int strata_arena_reserve_h(struct strata_arena *a, uint64_t bytes, uint64_t *off, uint32_t *h)
+{
+	return reserve(a, bytes, off, h, false);
+}
+
+/* Give back reserved block b. */
+static inline __attribute__((always_inline)) void release(struct strata_arena *a, uint32_t b)
+{
+	struct strata_arena_blk *x = &a->blk[b];
+	uint64_t off = x->off, bytes = x->len;
+	uint32_t p = x->prev, n = x->next;
+	/* the neighbours' state from the bitmap: a reserved neighbour's block
+	 * (the common case) is not read */
+	bool pf = p != NO_BLK && (a->is_hole[p / 64] >> (p % 64) & 1);
+	bool nf = n != NO_BLK && (a->is_hole[n / 64] >> (n % 64) & 1);
+	uint64_t start = pf ? a->blk[p].off : off, end = off + bytes + (nf ? a->blk[n].len : 0);
+	/* Cannot fail the caller here.  At worst (no memory for the class
+	 * index) the span leaks from the arena, which shrinks capacity but
+	 * never breaks the budget.  A compaction (in class_get) renumbers the
+	 * classes of the neighbours, which it rewrites. */
 	uint32_t c = class_get(a, end - start);
 	if (c == UINT32_MAX) {
 		a->used -= bytes;
 		a->size -= bytes;
 		return;
 	}
-	/* the merged hole starts at start (prev's entry, if any, is reused) and
-	 * ends at end (next's end entry, if any, is reused) */
-	if (ip != UINT32_MAX) {
-		map_del_slot(&a->by_end, ip); /* prev ended at off */
+	if (nf) {
+		class_remove(a, n);
+		x->len += a->blk[n].len;
+		blk_unlink(a, n);
 		a->n_free--;
 	}
-	if (in != UINT32_MAX) {
-		class_remove(a, (uint32_t)a->by_start.slot[in].val, off + bytes);
-		map_del_slot(&a->by_start, in);
-		a->by_end.slot[map_find(&a->by_end, end)].val = start;
+	if (pf) {
+		class_remove(a, p);
+		a->blk[p].len += x->len;
+		blk_unlink(a, b);
+		b = p;
 		a->n_free--;
-	} else {
-		map_put_new(&a->by_end, end, start);
 	}
-	if (start < off) {
-		uint32_t is = map_find(&a->by_start, start); /* slots move on deletion */
-		class_remove(a, (uint32_t)a->by_start.slot[is].val, start);
-		a->by_start.slot[is].val = c;
-	} else {
-		map_put_new(&a->by_start, start, c);
-	}
-	class_insert(a, c, start);
+	class_insert(a, c, b);
 	a->n_free++;
 	a->used -= bytes;
+}
+
+void strata_arena_release(struct strata_arena *a, uint64_t off, uint64_t bytes)
+{
+	uint32_t s = map_find(&a->by_used, off);
+	if (s == UINT32_MAX)
+		return; /* not reserved: nothing to give back */
+	uint32_t b = (uint32_t)a->by_used.slot[s].val;
+	map_del_slot(&a->by_used, s);
+	release(a, b);
+}
+
+void strata_arena_release_h(struct strata_arena *a, uint32_t h)
+{
+	release(a, h);
 }
 
 uint64_t strata_arena_largest_free(const struct strata_arena *a)
@@ -486,91 +571,65 @@ uint64_t strata_arena_largest_free(const struct strata_arena *a)
 	return a->largest;
 }
 
-static int span_cmp(const void *x, const void *y)
-{
-	const struct strata_span *p = x, *q = y;
-	return p->off < q->off ? -1 : p->off > q->off;
-}
-
-/* Every hole, in offset order (malloc'd, a->n_free of them; NULL on ENOMEM
- * or when by_start holds a different count). */
-static struct strata_span *holes_sorted(const struct strata_arena *a)
-{
-	struct strata_span *h = malloc(sizeof(*h) * (a->n_free + 1));
-	uint32_t n = 0;
-	if (!h)
-		return NULL;
-	for (uint32_t i = 0; i < a->by_start.cap; i++)
-		if (a->by_start.slot[i].key != NO_KEY) {
-			if (n == a->n_free) {
-				free(h);
-				return NULL;
-			}
-			h[n++] = (struct strata_span){ a->by_start.slot[i].key, a->cls[a->by_start.slot[i].val].len };
-		}
-	if (n != a->n_free) {
-		free(h);
-		return NULL;
-	}
-	qsort(h, n, sizeof(*h), span_cmp);
-	return h;
-}
-
 uint32_t strata_arena_holes(const struct strata_arena *a, struct strata_span *out, uint32_t n)
 {
-	struct strata_span *h = holes_sorted(a);
-	if (!h)
-		return 0;
-	uint32_t m = a->n_free < n ? a->n_free : n;
-	memcpy(out, h, sizeof(*h) * m);
-	free(h);
+	uint32_t m = 0;
+	for (uint32_t i = a->head; i != NO_BLK && m < n; i = a->blk[i].next)
+		if (a->blk[i].cls != IN_USE)
+			out[m++] = (struct strata_span){ a->blk[i].off, a->blk[i].len };
 	return m;
 }
 
 int strata_arena_check(const struct strata_arena *a)
 {
-	struct strata_span *h = holes_sorted(a);
-	if (!h)
-		return -4;
 	int rc = 0;
-	uint64_t sum = 0, largest = 0, in_classes = 0;
-	for (uint32_t i = 0; i < a->n_free && !rc; i++) {
-		const struct strata_span *s = &h[i];
-		uint32_t j = map_find(&a->by_end, s->off + s->len);
-		if (!s->len || s->off % STRATA_TIER_ALIGN || s->len % STRATA_TIER_ALIGN || s->off + s->len > a->size)
-			rc = -1;
-		else if (i && h[i - 1].off + h[i - 1].len >= s->off)
-			rc = -2; /* overlapping or not coalesced */
-		else if (j == UINT32_MAX || a->by_end.slot[j].val != s->off)
-			rc = -4; /* by_end disagrees */
-		sum += s->len;
-		if (s->len > largest)
-			largest = s->len;
+	uint64_t sum = 0, largest = 0, in_classes = 0, at = 0;
+	uint32_t holes = 0, used = 0, prev = NO_BLK, steps = 0;
+	bool prev_free = false;
+	for (uint32_t i = a->head; i != NO_BLK && !rc; prev = i, i = a->blk[i].next) {
+		const struct strata_arena_blk *b = &a->blk[i];
+		bool f = b->cls != IN_USE;
+		if (++steps > a->n_blk || b->prev != prev || b->off != at || !b->len || b->len % STRATA_TIER_ALIGN)
+			rc = -1; /* list broken, or blocks not back to back */
+		else if (f && prev_free)
+			rc = -2; /* not coalesced */
+		else if (f != (a->is_hole[i / 64] >> (i % 64) & 1) || (f && (b->cls >= a->n_cls || a->cls[b->cls].len != b->len)))
+			rc = -4; /* in the wrong class */
+		if (f) {
+			holes++;
+			sum += b->len;
+			if (b->len > largest)
+				largest = b->len;
+		} else {
+			used++;
+		}
+		prev_free = f;
+		at += b->len;
 	}
+	if (!rc && at != a->total)
+		rc = -1;
 	uint32_t empty = 0;
 	for (uint32_t i = 0; i < a->n_cls && !rc; i++) {
 		uint32_t c = a->order[i];
 		const struct strata_arena_class *k = &a->cls[c];
 		uint32_t j = map_find(&a->by_len, k->len);
 		if (c >= a->n_cls || k->len != a->order_len[i] || (i && a->order_len[i - 1] >= k->len) ||
-		    j == UINT32_MAX || a->by_len.slot[j].val != c)
+		    j == UINT32_MAX || a->by_len.slot[j].val != c || cls_find(a, k->len) != c)
 			rc = -4; /* classes out of order or unknown by length */
-		for (uint32_t o = 0; o < k->n && !rc; o++) {
-			uint32_t s = map_find(&a->by_start, k->off[o]);
-			if ((o && k->off[o - 1] <= k->off[o]) || s == UINT32_MAX || a->by_start.slot[s].val != c)
-				rc = -4; /* class out of order or not a hole of its length */
-		}
+		for (uint32_t o = 0; o < k->n && !rc; o++)
+			if (a->blk[k->h[o].blk].cls != c || a->blk[k->h[o].blk].pos != o ||
+			    a->blk[k->h[o].blk].off != k->h[o].off)
+				rc = -4; /* not a hole of its length, or its position stale */
 		if (!rc && (k->pos != i || !(a->nonempty[i / 64] >> (i % 64) & 1) != !k->n))
 			rc = -4; /* position or bitmap stale */
 		in_classes += k->n;
 		empty += !k->n;
 	}
-	if (!rc && (a->by_end.n != a->n_free || in_classes != a->n_free || largest != a->largest ||
-		    empty != a->n_empty || a->by_len.n != a->n_cls))
+	if (!rc && (holes != a->n_free || in_classes != a->n_free || largest != a->largest || empty != a->n_empty ||
+		    a->by_len.n != a->n_cls || a->by_used.n > used))
 		rc = -4;
 	if (!rc && sum != a->size - a->used)
 		rc = -3;
-	free(h);
 	return rc;
 }
 

@@ -245,37 +245,54 @@ static int validate_records(const struct strata_trace *t, struct strata_error *e
 {
 	const struct strata_trace_info *in = &t->info;
 	uint32_t L = in->n_moe_layers, k = in->top_k, E = in->n_experts;
-	for (uint64_t i = 0; i < in->n_tokens; i++) {
+	/* seen[e] == stamp: e already listed in this (record, layer); a stamp per
+	 * list instead of comparing each id with the ones before it */
+	uint32_t *seen = calloc(E ? E : 1, sizeof(*seen)), stamp = 0;
+	int rc = STRATA_OK;
+	if (!seen)
+		return STRATA_ERR(err, STRATA_ENOMEM, "%s: out of memory", t->path);
+	for (uint64_t i = 0; i < in->n_tokens && !rc; i++) {
 		const uint8_t *r = rec_at(t, i);
-		if (r[8] > STRATA_PHASE_DECODE)
-			return STRATA_ERR(err, STRATA_ECORRUPT, "%s: record %" PRIu64 ": bad phase %u",
-					  t->path, i, r[8]);
-		for (uint32_t l = 0; l < L; l++) {
+		if (r[8] > STRATA_PHASE_DECODE) {
+			rc = STRATA_ERR(err, STRATA_ECORRUPT, "%s: record %" PRIu64 ": bad phase %u", t->path, i, r[8]);
+			break;
+		}
+		for (uint32_t l = 0; l < L && !rc; l++) {
 			const uint16_t *e = strata_trace_experts(t, i, l);
+			if (++stamp == 0) {
+				memset(seen, 0, sizeof(*seen) * E);
+				stamp = 1;
+			}
 			for (uint32_t j = 0; j < k; j++) {
-				if (e[j] >= E)
-					return STRATA_ERR(err, STRATA_ECORRUPT,
-							  "%s: record %" PRIu64 " (request %u, position %u) layer %u: "
-							  "expert id %u out of range (model has %u experts)",
-							  t->path, i, rd32(r), rd32(r + 4), l, e[j], E);
-				for (uint32_t m = 0; m < j; m++)
-					if (e[m] == e[j])
-						return STRATA_ERR(err, STRATA_ECORRUPT,
-								  "%s: record %" PRIu64 " layer %u: expert %u listed twice",
-								  t->path, i, l, e[j]);
+				if (e[j] >= E) {
+					rc = STRATA_ERR(err, STRATA_ECORRUPT,
+							"%s: record %" PRIu64 " (request %u, position %u) layer %u: "
+							"expert id %u out of range (model has %u experts)",
+							t->path, i, rd32(r), rd32(r + 4), l, e[j], E);
+					break;
+				}
+				if (seen[e[j]] == stamp) {
+					rc = STRATA_ERR(err, STRATA_ECORRUPT, "%s: record %" PRIu64 " layer %u: expert %u listed twice",
+							t->path, i, l, e[j]);
+					break;
+				}
+				seen[e[j]] = stamp;
 			}
 		}
-		if (t->lay.ldn) {
+		if (!rc && t->lay.ldn) {
 			const uint16_t *p = (const uint16_t *)(const void *)(r + t->lay.p_off);
 			for (uint32_t j = 0; j < t->lay.ldn; j++)
-				if (p[j] != STRATA_TRACE_NO_EXPERT && p[j] >= E)
-					return STRATA_ERR(err, STRATA_ECORRUPT,
-							  "%s: record %" PRIu64 " layer %u: predicted expert id %u out "
-							  "of range (model has %u experts)",
-							  t->path, i, j / (in->pred_depth * in->pred_topn), p[j], E);
+				if (p[j] != STRATA_TRACE_NO_EXPERT && p[j] >= E) {
+					rc = STRATA_ERR(err, STRATA_ECORRUPT,
+							"%s: record %" PRIu64 " layer %u: predicted expert id %u out "
+							"of range (model has %u experts)",
+							t->path, i, j / (in->pred_depth * in->pred_topn), p[j], E);
+					break;
+				}
 		}
 	}
-	return STRATA_OK;
+	free(seen);
+	return rc;
 }
 
 /* Recount statistics from the records (JSONL reader; the writer does the same incrementally). */
@@ -1218,6 +1235,7 @@ oom:
 
 struct fcur {
 	uint32_t cur, end; /* [cur, end) of this eid's positions not yet passed */
+	uint32_t first;    /* start[eid], here so that a lookup reads one line */
 };
 
 struct future_priv {
@@ -1235,17 +1253,21 @@ static uint64_t future_next_use(const struct strata_future *f, uint32_t eid, uin
 		return STRATA_NEVER;
 	struct fcur *c = &fp->c[eid];
 	uint32_t i = c->cur;
-	if (i > fp->start[eid] && fp->pos[i - 1] > now) {
-		/* clock went back: binary search for the first pos > now */
-		uint32_t a = (uint32_t)fp->start[eid], b = c->end;
-		while (a < b) {
-			uint32_t m = a + (b - a) / 2;
-			if (fp->pos[m] <= now)
-				a = m + 1;
-			else
-				b = m;
+	if (i > c->first && fp->pos[i - 1] > now) {
+		if (i - 1 == c->first || fp->pos[i - 2] <= now) {
+			i--; /* back by one use: the engine asks for now - 1 after now (an insert) */
+		} else {
+			/* clock went back: binary search for the first pos > now */
+			uint32_t a = c->first, b = c->end;
+			while (a < b) {
+				uint32_t m = a + (b - a) / 2;
+				if (fp->pos[m] <= now)
+					a = m + 1;
+				else
+					b = m;
+			}
+			i = a;
 		}
-		i = a;
 	} else {
 		while (i < c->end && fp->pos[i] <= now)
 			i++;
@@ -1307,7 +1329,7 @@ int strata_trace_future_init(struct strata_future *f, const struct strata_trace_
 				fp->pos[fp->c[eid].cur++] = (uint32_t)a;
 			}
 	for (uint32_t i = 0; i < fp->n_ids; i++) {
-		fp->c[i].cur = (uint32_t)fp->start[i];
+		fp->c[i].cur = fp->c[i].first = (uint32_t)fp->start[i];
 		fp->c[i].end = (uint32_t)fp->start[i + 1];
 	}
 	f->next_use = future_next_use;

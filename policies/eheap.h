@@ -1,8 +1,9 @@
 /*
  * An indexed binary min-heap over expert ids with a two-part key (k1, k2),
  * ties broken by the smaller eid, so every order is total and runs are
- * deterministic.  Shared by lfu, lfu-decay and belady: O(log n) insert,
- * update and remove, O(1) top.  Internal to policies/.
+ * deterministic.  Used by lfu-decay (lfu keeps lists by count, belady a
+ * bitmap of positions): O(log n) insert, update and remove, O(1) top.
+ * Internal to policies/.
  */
 #ifndef STRATA_POLICIES_EHEAP_H
 #define STRATA_POLICIES_EHEAP_H
@@ -73,21 +74,33 @@ static inline void eheap_up(struct eheap *h, uint32_t i)
 	eheap_set(h, i, &x);
 }
 
-static inline void eheap_down(struct eheap *h, uint32_t i)
+/* Put x at position i, whose old element was not larger, moving it down:
+ * the hole goes to a leaf along the smaller children (one comparison per
+ * level), then x climbs back from there (a few levels: an element that goes
+ * down, a decay score just raised or the heap's last one, mostly belongs
+ * near the bottom).  Floyd's order of work; half the comparisons of a sift
+ * that compares x at every level.  Only the order's minimum is ever read, so
+ * the heap's shape decides nothing. */
+static inline void eheap_down_from_leaf(struct eheap *h, uint32_t i, const struct eheap_node *x)
 {
-	struct eheap_node x = h->heap[i];
+	uint32_t top = i;
 	for (;;) {
 		uint32_t c = 2 * i + 1;
 		if (c >= h->n)
 			break;
 		if (c + 1 < h->n && eheap_node_less(&h->heap[c + 1], &h->heap[c]))
 			c++;
-		if (!eheap_node_less(&h->heap[c], &x))
-			break;
 		eheap_set(h, i, &h->heap[c]);
 		i = c;
 	}
-	eheap_set(h, i, &x);
+	while (i > top) {
+		uint32_t parent = (i - 1) / 2;
+		if (!eheap_node_less(x, &h->heap[parent]))
+			break;
+		eheap_set(h, i, &h->heap[parent]);
+		i = parent;
+	}
+	eheap_set(h, i, x);
 }
 
 /* The eid on top (h->n > 0). */
@@ -113,12 +126,12 @@ static inline void eheap_put(struct eheap *h, uint32_t e, uint64_t k1, uint64_t 
 	} else {
 		/* a smaller key can only go up, a larger one only down */
 		uint32_t i = (uint32_t)h->pos[e];
-		int up = eheap_node_less(&x, &h->heap[i]);
-		eheap_set(h, i, &x);
-		if (up)
+		if (eheap_node_less(&x, &h->heap[i])) {
+			eheap_set(h, i, &x);
 			eheap_up(h, i);
-		else
-			eheap_down(h, i);
+		} else {
+			eheap_down_from_leaf(h, i, &x);
+		}
 	}
 }
 
@@ -131,12 +144,12 @@ static inline void eheap_remove(struct eheap *h, uint32_t e)
 	if (--h->n == i)
 		return;
 	struct eheap_node moved = h->heap[h->n];
-	int up = eheap_node_less(&moved, &h->heap[i]);
-	eheap_set(h, i, &moved);
-	if (up)
+	if (eheap_node_less(&moved, &h->heap[i])) {
+		eheap_set(h, i, &moved);
 		eheap_up(h, i);
-	else
-		eheap_down(h, i);
+	} else {
+		eheap_down_from_leaf(h, i, &moved);
+	}
 }
 
 /* Smallest element not rejected by skip(ctx, eid), or -1.  The heap is

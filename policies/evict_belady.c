@@ -5,31 +5,63 @@
  * For experts of one size with demand fetching it minimises misses: the upper
  * bound every ablation is measured against.
  *
- * A max-heap (as a min-heap on NEVER - next_use) holds each resident expert's
- * next use, recomputed on every access.  If a driver ever fails to report an
- * access, a key falls into the past and would keep that expert forever; a
- * second min-heap on next use finds such stale keys at victim time and
- * refreshes them, so the answer stays right at O(log n) per step.
+ * Each resident expert's key is its next use, recomputed on every access.
+ * Keys are clock values (access positions), so they are indexed by position:
+ * a bitmap of occupied positions with two summary levels above it (a bit per
+ * word below), and the expert(s) at each position (experts of one position
+ * chain; a trace gives each position one expert, so chains are one long).
+ * Experts never used again sit in a bitmap over eids.  The victim is the
+ * smallest unpinned eid never used again, else the expert at the highest
+ * occupied position (ties, which a trace never makes, to the smaller eid),
+ * unpinned: a find-last-set over the levels.  An update is two bit flips.
+ * The order is exactly (next use descending, eid ascending), the order a
+ * heap on those keys gives.
+ *
+ * If a driver fails to report an access (the engine's RAM tier does not hear
+ * of VRAM hits), a key falls into the past and would keep that expert
+ * forever.  Keys are never set below the clock, so every occupied position
+ * below `now` is such a stale key: victim() scans the positions the clock
+ * passed since its last call and refreshes them first.
  */
+#include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 
-#include "eheap.h"
 #include "strata/policy.h"
 
+#define NO_EID UINT32_MAX
+#define MAX_POS (1ull << 32) /* positions indexed; a larger clock is an error */
+
+struct bnode {
+	uint64_t key;        /* next use, valid while in */
+	uint32_t chain;      /* next eid at the same position */
+	uint32_t in;         /* resident (tracked) */
+};
+
 struct belady {
-	struct eheap far;   /* min on STRATA_NEVER - next: top = farthest */
-	struct eheap near;  /* min on next: finds stale keys */
-	uint32_t *aside;
 	const struct strata_future *f;
+	uint32_t n_ids;
+	struct bnode *node;  /* per eid */
+	uint64_t *never;     /* bit per eid: resident, never used again */
+	uint64_t *never_sum; /* bit per non-zero word of never */
+	/* by position */
+	uint64_t cap;        /* positions covered, a multiple of 64^3 */
+	uint64_t *l0, *l1, *l2; /* occupied positions; a bit per non-zero word below */
+	uint32_t *at;        /* per position: first eid there */
+	uint64_t scan;       /* no key lies below this position */
+	bool failed;
 };
 
 static int belady_init(struct strata_policy *p, struct strata_error *err)
 {
 	struct belady *b = p->priv;
-	uint32_t n = p->env->n_ids;
+	uint32_t n = p->env->n_ids ? p->env->n_ids : 1;
 	b->f = p->env->future;
-	if (eheap_init(&b->far, n) || eheap_init(&b->near, n) ||
-	    !(b->aside = malloc(sizeof(uint32_t) * (n ? n : 1))))
+	b->n_ids = p->env->n_ids;
+	b->node = calloc(n, sizeof(*b->node));
+	b->never = calloc((n + 63) / 64, sizeof(*b->never));
+	b->never_sum = calloc((n + 4095) / 4096, sizeof(*b->never_sum));
+	if (!b->node || !b->never || !b->never_sum)
 		return STRATA_ERR(err, STRATA_ENOMEM, "evict belady: out of memory");
 	return STRATA_OK;
 }
@@ -37,15 +69,137 @@ static int belady_init(struct strata_policy *p, struct strata_error *err)
 static void belady_free(struct strata_policy *p)
 {
 	struct belady *b = p->priv;
-	eheap_free(&b->far);
-	eheap_free(&b->near);
-	free(b->aside);
+	free(b->node);
+	free(b->never);
+	free(b->never_sum);
+	free(b->l0);
+	free(b->l1);
+	free(b->l2);
+	free(b->at);
 }
 
-static void set_next(struct belady *b, uint32_t eid, uint64_t next)
+/* Room for position t; false (and the instance's error set) if there is none. */
+static bool cover(struct strata_policy *p, uint64_t t)
 {
-	eheap_put(&b->far, eid, STRATA_NEVER - next, 0);
-	eheap_put(&b->near, eid, next, 0);
+	struct belady *b = p->priv;
+	if (t < b->cap)
+		return true;
+	if (b->failed)
+		return false;
+	uint64_t cap = b->cap ? b->cap : 1ull << 18;
+	while (cap <= t && cap < MAX_POS)
+		cap *= 2;
+	if (t >= cap) {
+		b->failed = true;
+		STRATA_ERR(&p->error, STRATA_EINVAL, "evict belady: clock value %llu beyond the %llu positions indexed",
+			   (unsigned long long)t, (unsigned long long)MAX_POS);
+		return false;
+	}
+	uint64_t *l0 = realloc(b->l0, cap / 8), *l1 = l0 ? realloc(b->l1, cap / 512) : NULL;
+	if (l0)
+		b->l0 = l0;
+	if (l1)
+		b->l1 = l1;
+	uint64_t *l2 = l1 ? realloc(b->l2, cap / 32768) : NULL;
+	if (l2)
+		b->l2 = l2;
+	uint32_t *at = l2 ? realloc(b->at, sizeof(*at) * cap) : NULL;
+	if (!at) {
+		b->failed = true;
+		STRATA_ERR(&p->error, STRATA_ENOMEM, "evict belady: out of memory (%llu positions)",
+			   (unsigned long long)cap);
+		return false;
+	}
+	b->at = at;
+	memset(b->l0 + b->cap / 64, 0, (cap - b->cap) / 8);
+	memset(b->l1 + b->cap / 4096, 0, (cap - b->cap) / 512);
+	memset(b->l2 + b->cap / 262144, 0, (cap - b->cap) / 32768);
+	b->cap = cap;
+	return true;
+}
+
+static inline void bit_set(struct belady *b, uint64_t t)
+{
+	b->l0[t / 64] |= 1ull << (t % 64);
+	b->l1[t / 4096] |= 1ull << (t / 64 % 64);
+	b->l2[t / 262144] |= 1ull << (t / 4096 % 64);
+}
+
+static inline void bit_clear(struct belady *b, uint64_t t)
+{
+	if ((b->l0[t / 64] &= ~(1ull << (t % 64))))
+		return;
+	if ((b->l1[t / 4096] &= ~(1ull << (t / 64 % 64))))
+		return;
+	b->l2[t / 262144] &= ~(1ull << (t / 4096 % 64));
+}
+
+static inline uint32_t msb(uint64_t x) { return 63 - (uint32_t)__builtin_clzll(x); }
+
+/* Highest occupied position below `below`, or UINT64_MAX. */
+static uint64_t last_below(const struct belady *b, uint64_t below)
+{
+	if (!below)
+		return UINT64_MAX;
+	uint64_t t = below - 1, w0 = t / 64, w1 = w0 / 64, w2 = w1 / 64;
+	uint64_t x = b->l0[w0] & (~0ull >> (63 - t % 64));
+	if (x)
+		return w0 * 64 + msb(x);
+	x = b->l1[w1] & ((1ull << (w0 % 64)) - 1);
+	if (!x) {
+		x = b->l2[w2] & ((1ull << (w1 % 64)) - 1);
+		while (!x) {
+			if (!w2--)
+				return UINT64_MAX;
+			x = b->l2[w2];
+		}
+		w1 = w2 * 64 + msb(x);
+		x = b->l1[w1];
+	}
+	w0 = w1 * 64 + msb(x);
+	return w0 * 64 + msb(b->l0[w0]);
+}
+
+static void drop_key(struct belady *b, uint32_t e)
+{
+	uint64_t k = b->node[e].key;
+	if (k == STRATA_NEVER) {
+		if (!(b->never[e / 64] &= ~(1ull << (e % 64))))
+			b->never_sum[e / 4096] &= ~(1ull << (e / 64 % 64));
+		return;
+	}
+	uint32_t *pp = &b->at[k];
+	while (*pp != e)
+		pp = &b->node[*pp].chain;
+	*pp = b->node[e].chain;
+	if (b->at[k] == NO_EID)
+		bit_clear(b, k);
+}
+
+static void set_next(struct strata_policy *p, uint32_t e, uint64_t next)
+{
+	struct belady *b = p->priv;
+	if (b->node[e].in)
+		drop_key(b, e);
+	if (next != STRATA_NEVER && !cover(p, next)) {
+		b->node[e].in = 0; /* failed: the run stops at the engine's next check */
+		return;
+	}
+	b->node[e].in = 1;
+	b->node[e].key = next;
+	if (next < b->scan)
+		b->scan = next; /* set in the past (a driver's order): the next victim looks here too */
+	if (next == STRATA_NEVER) {
+		b->never[e / 64] |= 1ull << (e % 64);
+		b->never_sum[e / 4096] |= 1ull << (e / 64 % 64);
+	} else if (!(b->l0[next / 64] >> (next % 64) & 1)) {
+		b->at[next] = e;
+		b->node[e].chain = NO_EID;
+		bit_set(b, next);
+	} else {
+		b->node[e].chain = b->at[next];
+		b->at[next] = e;
+	}
 }
 
 /* First use at or after now. */
@@ -62,42 +216,75 @@ static uint64_t next_from(const struct belady *b, uint32_t eid, uint64_t now)
 static void belady_on_insert(struct strata_policy *p, uint32_t eid, uint64_t now)
 {
 	struct belady *b = p->priv;
-	if (eid < b->far.n_ids)
-		set_next(b, eid, next_from(b, eid, now));
+	if (eid < b->n_ids)
+		set_next(p, eid, next_from(b, eid, now));
 }
 
 static void belady_on_access(struct strata_policy *p, uint32_t eid, uint64_t now)
 {
 	struct belady *b = p->priv;
-	if (eid < b->far.n_ids && eheap_has(&b->far, eid))
-		set_next(b, eid, b->f->next_use(b->f, eid, now));
+	if (eid < b->n_ids && b->node[eid].in)
+		set_next(p, eid, b->f->next_use(b->f, eid, now));
 }
 
 static void belady_on_remove(struct strata_policy *p, uint32_t eid)
 {
 	struct belady *b = p->priv;
-	eheap_remove(&b->far, eid);
-	eheap_remove(&b->near, eid);
+	if (eid < b->n_ids && b->node[eid].in) {
+		drop_key(b, eid);
+		b->node[eid].in = 0;
+	}
 }
 
-static int skip_pinned(const void *ctx, uint32_t e)
+static inline bool pinned(const struct strata_residency *r, uint32_t e)
 {
-	const struct strata_residency *r = ctx;
 	return r && r->pinned && r->pinned[e];
 }
 
 static int64_t belady_victim(struct strata_policy *p, uint64_t now, const struct strata_residency *r)
 {
 	struct belady *b = p->priv;
-	/* refresh keys whose use has passed unseen */
-	while (b->near.n) {
-		uint32_t e = eheap_top(&b->near);
-		uint64_t next = b->near.heap[0].k1;
-		if (next >= now || next == STRATA_NEVER)
-			break;
-		set_next(b, e, next_from(b, e, now));
+	/* refresh keys whose use has passed unseen: every occupied position in
+	 * [scan, now), lowest first (the order does not matter: each refresh
+	 * depends on its expert alone, and the victim on the keys alone) */
+	uint64_t end = now < b->cap ? now : b->cap;
+	for (uint64_t w = b->scan / 64; b->scan < end && w <= (end - 1) / 64; w++) {
+		uint64_t x = b->l0[w];
+		if (w == b->scan / 64)
+			x &= ~0ull << (b->scan % 64);
+		if ((w + 1) * 64 > end)
+			x &= ~0ull >> (63 - (end - 1) % 64);
+		while (x) {
+			uint64_t t = w * 64 + (uint64_t)__builtin_ctzll(x);
+			x &= x - 1;
+			while (b->l0[t / 64] >> (t % 64) & 1) {
+				uint32_t e = b->at[t];
+				set_next(p, e, next_from(b, e, now)); /* moves it to >= now */
+			}
+		}
 	}
-	return eheap_min_where(&b->far, skip_pinned, r, b->aside, b->far.n_ids);
+	if (now > b->scan)
+		b->scan = now;
+	/* never used again: the smallest unpinned eid */
+	for (uint32_t s = 0; s < (b->n_ids + 4095) / 4096; s++)
+		for (uint64_t y = b->never_sum[s]; y; y &= y - 1) {
+			uint32_t w = s * 64 + (uint32_t)__builtin_ctzll(y);
+			for (uint64_t x = b->never[w]; x; x &= x - 1) {
+				uint32_t e = w * 64 + (uint32_t)__builtin_ctzll(x);
+				if (!pinned(r, e))
+					return e;
+			}
+		}
+	/* the farthest next use, unpinned; at one position the smallest eid */
+	for (uint64_t t = last_below(b, b->cap); t != UINT64_MAX; t = last_below(b, t)) {
+		uint32_t best = NO_EID;
+		for (uint32_t e = b->at[t]; e != NO_EID; e = b->node[e].chain)
+			if (!pinned(r, e) && e < best)
+				best = e;
+		if (best != NO_EID)
+			return best;
+	}
+	return STRATA_NO_EXPERT;
 }
 
 const struct strata_evict_ops strata_evict_belady = {

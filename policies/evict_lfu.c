@@ -21,28 +21,40 @@
  * one key and comparisons never need a sweep over the resident set.
  */
 #include <math.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "eheap.h"
 #include "strata/policy.h"
+
+struct lfnode {
+	uint64_t count, last;
+	uint32_t prev, next;
+	uint32_t in;
+};
 
 struct lfu {
 	int history;          /* option (lfu) */
 	double half_life;     /* option (lfu-decay), tokens */
 	struct eheap h;
 	uint32_t *aside;
-	uint64_t *count;      /* lfu: counts; */
 	double *logv;         /* lfu-decay: log2 V per eid, -INFINITY for none */
 	double h_clock;       /* half-life in clock units */
 	int decay;
-	/* lfu: per eid its last access (the list order) and list links; per
-	 * count a list (head, tail) and a bit "has members" */
-	uint64_t *last;
-	uint32_t *prev, *next;
-	uint8_t *in;
+	/* lfu: per eid its count, last access (the list order), list links and
+	 * membership in one record; per count a list (head, tail) and a bit
+	 * "has members" */
+	struct lfnode *nd;
 	uint32_t *head, *tail;
 	uint64_t *bits;
 	uint64_t n_cnt;       /* counts with a list (a multiple of 64) */
+	/* An insert not applied yet (NONE: none).  A driver inserts and then
+	 * accesses at once (the engine's demand fetch): applied together, the
+	 * expert goes straight to its place instead of to count 0 (lfu) or the
+	 * heap's root (lfu-decay, key 0) and back.  Any other call applies it
+	 * first, so every answer is the one the two steps give. */
+	uint32_t pend;
+	uint64_t pend_now;
 	uint64_t lo;          /* no count below lo has members */
 };
 
@@ -68,6 +80,7 @@ static int common_init(struct strata_policy *p, int decay, struct strata_error *
 	struct lfu *l = p->priv;
 	uint32_t n = p->env->n_ids;
 	l->decay = decay;
+	l->pend = NONE;
 	if (decay) {
 		if (eheap_init(&l->h, n) || !(l->aside = malloc(sizeof(uint32_t) * (n ? n : 1))))
 			goto oom;
@@ -80,13 +93,9 @@ static int common_init(struct strata_policy *p, int decay, struct strata_error *
 		double per_token = s ? (double)s->n_moe_layers * s->top_k : 1.0;
 		l->h_clock = l->half_life * (per_token > 0 ? per_token : 1.0);
 	} else {
-		l->count = calloc(n ? n : 1, sizeof(uint64_t));
-		l->last = calloc(n ? n : 1, sizeof(uint64_t));
-		l->prev = malloc(sizeof(uint32_t) * (n ? n : 1));
-		l->next = malloc(sizeof(uint32_t) * (n ? n : 1));
-		l->in = calloc(n ? n : 1, 1);
+		l->nd = calloc(n ? n : 1, sizeof(*l->nd));
 		l->h.n_ids = n;
-		if (!l->count || !l->last || !l->prev || !l->next || !l->in)
+		if (!l->nd)
 			goto oom;
 	}
 	return STRATA_OK;
@@ -109,12 +118,8 @@ static void lfu_free(struct strata_policy *p)
 	struct lfu *l = p->priv;
 	eheap_free(&l->h);
 	free(l->aside);
-	free(l->count);
 	free(l->logv);
-	free(l->last);
-	free(l->prev);
-	free(l->next);
-	free(l->in);
+	free(l->nd);
 	free(l->head);
 	free(l->tail);
 	free(l->bits);
@@ -168,25 +173,25 @@ static int grow(struct strata_policy *p, struct lfu *l, uint64_t c)
  * for ties of last (several prefetches, or the preload, in one clock tick). */
 static void list_add(struct strata_policy *p, struct lfu *l, uint32_t eid, uint64_t last)
 {
-	uint64_t c = l->count[eid];
+	uint64_t c = l->nd[eid].count;
 	if (grow(p, l, c))
 		return;
 	uint32_t t = l->tail[c];
-	while (t != NONE && (l->last[t] > last || (l->last[t] == last && t > eid)))
-		t = l->prev[t];
-	uint32_t n = t == NONE ? l->head[c] : l->next[t];
-	l->prev[eid] = t;
-	l->next[eid] = n;
+	while (t != NONE && (l->nd[t].last > last || (l->nd[t].last == last && t > eid)))
+		t = l->nd[t].prev;
+	uint32_t n = t == NONE ? l->head[c] : l->nd[t].next;
+	l->nd[eid].prev = t;
+	l->nd[eid].next = n;
 	if (t == NONE)
 		l->head[c] = eid;
 	else
-		l->next[t] = eid;
+		l->nd[t].next = eid;
 	if (n == NONE)
 		l->tail[c] = eid;
 	else
-		l->prev[n] = eid;
-	l->last[eid] = last;
-	l->in[eid] = 1;
+		l->nd[n].prev = eid;
+	l->nd[eid].last = last;
+	l->nd[eid].in = 1;
 	l->bits[c / 64] |= 1ull << (c % 64);
 	if (c < l->lo)
 		l->lo = c;
@@ -195,16 +200,16 @@ static void list_add(struct strata_policy *p, struct lfu *l, uint32_t eid, uint6
 /* Take eid out of the list of count c (its count when it was put there). */
 static void list_del(struct lfu *l, uint32_t eid, uint64_t c)
 {
-	uint32_t a = l->prev[eid], b = l->next[eid];
+	uint32_t a = l->nd[eid].prev, b = l->nd[eid].next;
 	if (a == NONE)
 		l->head[c] = b;
 	else
-		l->next[a] = b;
+		l->nd[a].next = b;
 	if (b == NONE)
 		l->tail[c] = a;
 	else
-		l->prev[b] = a;
-	l->in[eid] = 0;
+		l->nd[b].prev = a;
+	l->nd[eid].in = 0;
 	if (l->head[c] == NONE)
 		l->bits[c / 64] &= ~(1ull << (c % 64));
 }
@@ -224,22 +229,36 @@ static uint64_t next_count(const struct lfu *l, uint64_t c)
 	return w * 64 + (uint64_t)__builtin_ctzll(bits);
 }
 
+/* Apply a pending insert. */
+static void flush(struct strata_policy *p, struct lfu *l)
+{
+	uint32_t e = l->pend;
+	if (e == NONE)
+		return;
+	l->pend = NONE;
+	if (l->decay)
+		eheap_put(&l->h, e, decay_key(l->logv[e]), l->pend_now);
+	else
+		list_add(p, l, e, l->pend_now);
+}
+
 static void lfu_on_insert(struct strata_policy *p, uint32_t eid, uint64_t now)
 {
 	struct lfu *l = p->priv;
 	if (eid >= l->h.n_ids)
 		return;
+	flush(p, l);
 	if (l->decay) {
 		if (!l->history)
 			l->logv[eid] = -INFINITY;
-		eheap_put(&l->h, eid, decay_key(l->logv[eid]), now);
 	} else {
-		if (l->in[eid])
-			list_del(l, eid, l->count[eid]);
+		if (l->nd[eid].in)
+			list_del(l, eid, l->nd[eid].count);
 		if (!l->history)
-			l->count[eid] = 0;
-		list_add(p, l, eid, now);
+			l->nd[eid].count = 0;
 	}
+	l->pend = eid;
+	l->pend_now = now;
 }
 
 static void lfu_on_access(struct strata_policy *p, uint32_t eid, uint64_t now)
@@ -247,18 +266,26 @@ static void lfu_on_access(struct strata_policy *p, uint32_t eid, uint64_t now)
 	struct lfu *l = p->priv;
 	if (eid >= l->h.n_ids)
 		return;
+	bool pending = l->pend == eid; /* inserted just before: in the tier */
+	if (pending)
+		l->pend = NONE;
+	else
+		flush(p, l);
 	if (l->decay) {
 		double x = (double)now / l->h_clock, v = l->logv[eid];
 		v = v == -INFINITY ? x : fmax(v, x) + log2(1.0 + exp2(-fabs(v - x)));
 		l->logv[eid] = v;
-		if (eheap_has(&l->h, eid))
+		if (pending || eheap_has(&l->h, eid))
 			eheap_put(&l->h, eid, decay_key(v), now);
+	} else if (pending) {
+		l->nd[eid].count++;
+		list_add(p, l, eid, now);
 	} else {
-		if (l->in[eid]) {
-			list_del(l, eid, l->count[eid]++);
+		if (l->nd[eid].in) {
+			list_del(l, eid, l->nd[eid].count++);
 			list_add(p, l, eid, now);
 		} else {
-			l->count[eid]++;
+			l->nd[eid].count++;
 		}
 	}
 }
@@ -266,10 +293,11 @@ static void lfu_on_access(struct strata_policy *p, uint32_t eid, uint64_t now)
 static void lfu_on_remove(struct strata_policy *p, uint32_t eid)
 {
 	struct lfu *l = p->priv;
+	flush(p, l);
 	if (l->decay)
 		eheap_remove(&l->h, eid);
-	else if (eid < l->h.n_ids && l->in[eid])
-		list_del(l, eid, l->count[eid]);
+	else if (eid < l->h.n_ids && l->nd[eid].in)
+		list_del(l, eid, l->nd[eid].count);
 }
 
 static int skip_pinned(const void *ctx, uint32_t e)
@@ -281,13 +309,14 @@ static int skip_pinned(const void *ctx, uint32_t e)
 static int64_t lfu_victim(struct strata_policy *p, uint64_t now, const struct strata_residency *r)
 {
 	struct lfu *l = p->priv;
+	flush(p, l);
 	if (l->decay)
 		return eheap_min_where(&l->h, skip_pinned, r, l->aside, l->h.n_ids);
 	uint64_t c = next_count(l, l->lo);
 	if (c != UINT64_MAX)
 		l->lo = c; /* nothing below c has members */
 	for (; c != UINT64_MAX; c = next_count(l, c + 1)) {
-		for (uint32_t e = l->head[c]; e != NONE; e = l->next[e])
+		for (uint32_t e = l->head[c]; e != NONE; e = l->nd[e].next)
 			if (!skip_pinned(r, e))
 				return e;
 	}

@@ -8,10 +8,17 @@
 
 #include "strata/policy.h"
 
+/* One node per eid, both links together (an unlink touches one line, not
+ * three arrays).  prev -2: not on the list; -1 ends it. */
+struct lnode {
+	int32_t prev, next;
+};
+
+#define OFF_LIST (-2)
+
 struct lru {
-	int32_t *prev, *next; /* per eid; -1 ends */
+	struct lnode *n;      /* per eid */
 	int32_t head, tail;
-	uint8_t *in;          /* per eid: on the list */
 	uint32_t n_ids;
 	int move_on_access;   /* 1 for LRU, 0 for FIFO */
 };
@@ -20,11 +27,11 @@ static int list_init(struct strata_policy *p, int move, struct strata_error *err
 {
 	struct lru *l = p->priv;
 	l->n_ids = p->env->n_ids;
-	l->prev = malloc(sizeof(int32_t) * (l->n_ids ? l->n_ids : 1));
-	l->next = malloc(sizeof(int32_t) * (l->n_ids ? l->n_ids : 1));
-	l->in = calloc(l->n_ids ? l->n_ids : 1, 1);
-	if (!l->prev || !l->next || !l->in)
+	l->n = malloc(sizeof(*l->n) * (l->n_ids ? l->n_ids : 1));
+	if (!l->n)
 		return STRATA_ERR(err, STRATA_ENOMEM, "evict %s: out of memory", move ? "lru" : "fifo");
+	for (uint32_t i = 0; i < l->n_ids; i++)
+		l->n[i].prev = OFF_LIST;
 	l->head = l->tail = -1;
 	l->move_on_access = move;
 	return STRATA_OK;
@@ -43,35 +50,32 @@ static int fifo_init(struct strata_policy *p, struct strata_error *err)
 static void lru_free(struct strata_policy *p)
 {
 	struct lru *l = p->priv;
-	free(l->prev);
-	free(l->next);
-	free(l->in);
+	free(l->n);
 }
 
 static void unlink_eid(struct lru *l, uint32_t e)
 {
-	int32_t pv = l->prev[e], nx = l->next[e];
+	int32_t pv = l->n[e].prev, nx = l->n[e].next;
 	if (pv >= 0)
-		l->next[pv] = nx;
+		l->n[pv].next = nx;
 	else
 		l->head = nx;
 	if (nx >= 0)
-		l->prev[nx] = pv;
+		l->n[nx].prev = pv;
 	else
 		l->tail = pv;
-	l->in[e] = 0;
+	l->n[e].prev = OFF_LIST;
 }
 
 static void push_head(struct lru *l, uint32_t e)
 {
-	l->prev[e] = -1;
-	l->next[e] = l->head;
+	l->n[e].prev = -1;
+	l->n[e].next = l->head;
 	if (l->head >= 0)
-		l->prev[l->head] = (int32_t)e;
+		l->n[l->head].prev = (int32_t)e;
 	else
 		l->tail = (int32_t)e;
 	l->head = (int32_t)e;
-	l->in[e] = 1;
 }
 
 static void lru_on_insert(struct strata_policy *p, uint32_t eid, uint64_t now)
@@ -79,7 +83,7 @@ static void lru_on_insert(struct strata_policy *p, uint32_t eid, uint64_t now)
 	struct lru *l = p->priv;
 	if (eid >= l->n_ids)
 		return;
-	if (l->in[eid])
+	if (l->n[eid].prev != OFF_LIST)
 		unlink_eid(l, eid);
 	push_head(l, eid);
 }
@@ -89,7 +93,7 @@ static void lru_on_access(struct strata_policy *p, uint32_t eid, uint64_t now)
 	struct lru *l = p->priv;
 	if (eid >= l->n_ids || !l->move_on_access)
 		return;
-	if (l->in[eid])
+	if (l->n[eid].prev != OFF_LIST)
 		unlink_eid(l, eid);
 	push_head(l, eid);
 }
@@ -97,14 +101,14 @@ static void lru_on_access(struct strata_policy *p, uint32_t eid, uint64_t now)
 static void lru_on_remove(struct strata_policy *p, uint32_t eid)
 {
 	struct lru *l = p->priv;
-	if (eid < l->n_ids && l->in[eid])
+	if (eid < l->n_ids && l->n[eid].prev != OFF_LIST)
 		unlink_eid(l, eid);
 }
 
 static int64_t lru_victim(struct strata_policy *p, uint64_t now, const struct strata_residency *r)
 {
 	struct lru *l = p->priv;
-	for (int32_t e = l->tail; e >= 0; e = l->prev[e])
+	for (int32_t e = l->tail; e >= 0; e = l->n[e].prev)
 		if (!(r && r->pinned && r->pinned[e]))
 			return e;
 	return STRATA_NO_EXPERT;

@@ -326,7 +326,7 @@ static uint32_t history_on_layer(struct strata_policy *p, const struct strata_la
 }
 
 const struct strata_prefetch_ops strata_prefetch_history = {
-	.name = "history", .version = STRATA_POLICY_ABI,
+	.name = "history", .version = STRATA_POLICY_ABI, .flags = STRATA_POLICY_F_NO_HINTS,
 	.help = "predict from the last tokens' choices and a cross-layer transition table",
 	.priv_size = sizeof(struct history), .options = history_options,
 	.init = history_init, .free = history_free, .on_layer = history_on_layer,

@@ -47,14 +47,37 @@ static void lookahead_free(struct strata_policy *p)
 	free(l->buf);
 }
 
-static int by_layer_score(const void *a, const void *b)
+static inline int hint_cmp(const struct strata_hint *x, const struct strata_hint *y)
 {
-	const struct strata_hint *x = a, *y = b;
 	if (x->layer != y->layer)
 		return x->layer < y->layer ? -1 : 1;
 	if (x->score != y->score)
 		return x->score > y->score ? -1 : 1;
 	return x->expert < y->expert ? -1 : x->expert > y->expert;
+}
+
+static int by_layer_score(const void *a, const void *b)
+{
+	return hint_cmp(a, b);
+}
+
+/* The order is total on what is kept (NaN scores fail the min_score test),
+ * and hints equal under it are equal in every field: any sort gives the same
+ * array.  A decode step passes a handful of hints: insertion sort, inline
+ * comparisons, no qsort call. */
+static void sort_hints(struct strata_hint *v, uint32_t n)
+{
+	if (n > 32) {
+		qsort(v, n, sizeof(*v), by_layer_score);
+		return;
+	}
+	for (uint32_t i = 1; i < n; i++) {
+		struct strata_hint x = v[i];
+		uint32_t j = i;
+		for (; j && hint_cmp(&x, &v[j - 1]) < 0; j--)
+			v[j] = v[j - 1];
+		v[j] = x;
+	}
 }
 
 static uint32_t lookahead_on_layer(struct strata_policy *p, const struct strata_layer_ctx *ctx,
@@ -78,7 +101,7 @@ static uint32_t lookahead_on_layer(struct strata_policy *p, const struct strata_
 		    h->layer < s->n_moe_layers && h->expert < s->n_experts && h->score >= l->min_score)
 			l->buf[n++] = *h;
 	}
-	qsort(l->buf, n, sizeof(*l->buf), by_layer_score);
+	sort_hints(l->buf, n);
 	uint32_t got = 0, run = 0;
 	for (uint32_t i = 0; i < n && got < max; i++) {
 		run = i && l->buf[i].layer == l->buf[i - 1].layer ? run + 1 : 0;

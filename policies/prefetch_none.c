@@ -8,7 +8,7 @@ static uint32_t none_on_layer(struct strata_policy *p, const struct strata_layer
 }
 
 const struct strata_prefetch_ops strata_prefetch_none = {
-	.name = "none", .version = STRATA_POLICY_ABI,
+	.name = "none", .version = STRATA_POLICY_ABI, .flags = STRATA_POLICY_F_NO_HINTS,
 	.help = "no prefetch: experts move only on demand",
 	.on_layer = none_on_layer,
 };

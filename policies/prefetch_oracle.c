@@ -101,7 +101,7 @@ static uint32_t oracle_on_layer(struct strata_policy *p, const struct strata_lay
 }
 
 const struct strata_prefetch_ops strata_prefetch_oracle = {
-	.name = "oracle", .version = STRATA_POLICY_ABI, .flags = STRATA_POLICY_F_NEEDS_FUTURE,
+	.name = "oracle", .version = STRATA_POLICY_ABI, .flags = STRATA_POLICY_F_NEEDS_FUTURE | STRATA_POLICY_F_NO_HINTS,
 	.help = "prefetch the true future routing of the next depth layers, right with p=accuracy",
 	.priv_size = sizeof(struct oracle), .options = oracle_options,
 	.init = oracle_init, .free = oracle_free, .on_layer = oracle_on_layer,

@@ -584,6 +584,86 @@ static void test_belady_decisions(void **state)
 	strata_harness_trace_free(t);
 }
 
+/* A synthetic future for test_belady_random: each eid's uses at sorted
+ * positions, two eids sometimes at one position (a trace never does that; the
+ * policy must still break the tie by eid), positions past the policy's first
+ * index block. */
+struct synth_future {
+	uint64_t pos[64][40];
+	uint32_t n[64];
+};
+
+static uint64_t synth_next_use(const struct strata_future *f, uint32_t eid, uint64_t now)
+{
+	const struct synth_future *sf = f->priv;
+	if (eid >= 64)
+		return STRATA_NEVER;
+	for (uint32_t i = 0; i < sf->n[eid]; i++)
+		if (sf->pos[eid][i] > now)
+			return sf->pos[eid][i];
+	return STRATA_NEVER;
+}
+
+static uint64_t lcg(uint64_t *x)
+{
+	*x = *x * 6364136223846793005ull + 1442695040888963407ull;
+	return *x >> 33;
+}
+
+/* Belady against a literal model (every resident key refreshed when stale,
+ * the largest next use wins, ties to the smaller eid), driven directly with
+ * random inserts, reported and unreported accesses, removals and pins. */
+static void test_belady_random(void **state)
+{
+	static struct synth_future sf;
+	uint64_t seed = 42;
+	for (uint32_t e = 0; e < 64; e++) {
+		uint64_t t = lcg(&seed) % 50;
+		sf.n[e] = e % 9 == 0 ? 0 : (uint32_t)(lcg(&seed) % 40); /* some never used */
+		for (uint32_t i = 0; i < sf.n[e]; i++) {
+			t += 1 + lcg(&seed) % (e % 5 == 0 ? 40000 : 300); /* some far beyond 2^18 */
+			sf.pos[e][i] = t;
+		}
+	}
+	struct strata_future f = { .next_use = synth_next_use, .n_tokens = 1, .priv = &sf };
+	struct direct d;
+	direct_init(&d, &f);
+	struct strata_policy *p = mk(&d, STRATA_ROLE_EVICT, "belady");
+	uint64_t key[64] = { 0 };
+	int checked = 0;
+	for (uint64_t now = 0; now < 20000; now += lcg(&seed) % 3) {
+		uint32_t e = (uint32_t)(lcg(&seed) % 64), op = (uint32_t)(lcg(&seed) % 10);
+		if (op < 3 && !d.resident[e]) {
+			ins(&d, p, e, now);
+			key[e] = synth_next_use(&f, e, now ? now - 1 : 0);
+		} else if (op < 6 && d.resident[e]) {
+			acc(p, e, now);
+			key[e] = synth_next_use(&f, e, now);
+		} else if (op < 7 && d.resident[e]) {
+			rem(&d, p, e);
+		} else if (op < 8) {
+			d.pinned[e] ^= 1;
+		} else {
+			/* a victim query; positions the clock passed without an
+			 * on_access are accesses the policy never heard of (stale keys) */
+			int64_t best = -1;
+			for (uint32_t c = 0; c < 64; c++) {
+				if (!d.resident[c])
+					continue;
+				if (key[c] < now)
+					key[c] = synth_next_use(&f, c, now ? now - 1 : 0);
+				if (!d.pinned[c] && (best < 0 || key[c] > key[best]))
+					best = c;
+			}
+			assert_int_equal(vic(&d, p, now), best < 0 ? STRATA_NO_EXPERT : best);
+			checked++;
+		}
+	}
+	assert_true(checked > 1000);
+	assert_null(strata_policy_error(p));
+	strata_policy_destroy(p);
+}
+
 static void test_prefetch_decisions(void **state)
 {
 	const struct strata_future *f = strata_harness_trace_future(trace);
@@ -841,6 +921,7 @@ int main(void)
 		cmocka_unit_test(test_textbook_sequence),
 		cmocka_unit_test(test_evict_decisions),
 		cmocka_unit_test(test_belady_decisions),
+		cmocka_unit_test(test_belady_random),
 		cmocka_unit_test(test_prefetch_decisions),
 		cmocka_unit_test(test_harness_errors),
 		cmocka_unit_test(test_static_placement),

@@ -171,12 +171,22 @@ static void ref_release(struct ref_arena *r, uint64_t off, uint64_t bytes)
 	}
 }
 
+static void arena_give_back(struct strata_arena *a, uint32_t e, const uint64_t *off, const uint64_t *size,
+			    const uint32_t *hnd)
+{
+	if (e % 2)
+		strata_arena_release_h(a, hnd[e]);
+	else
+		strata_arena_release(a, off[e], size[e]);
+}
+
 static void test_arena_matches_linear_best_fit(void **state)
 {
 	enum { N = 3000 };
 	static struct ref_arena ref;
 	static struct strata_span holes[4096];
 	static uint64_t size[N], off[N], roff[N];
+	static uint32_t hnd[N];
 	static uint8_t in[N];
 	static uint32_t res[N];
 	const uint64_t sz[4] = { 90 * 2 * K4, 82 * 2 * K4, 46 * 2 * K4, K4 };
@@ -209,12 +219,14 @@ static void test_arena_matches_linear_best_fit(void **state)
 						break;
 					}
 				in[e] = 0;
-				strata_arena_release(&a, off[e], size[e]);
+				arena_give_back(&a, e, off, size, hnd);
 				ref_release(&ref, roff[e], size[e]);
 				continue;
 			}
 			for (;;) {
-				int rc = strata_arena_reserve(&a, size[e], &off[e]);
+				/* odd experts by handle (as the engine does), even ones by offset */
+				int rc = e % 2 ? strata_arena_reserve_h(&a, size[e], &off[e], &hnd[e])
+					       : strata_arena_reserve(&a, size[e], &off[e]);
 				int rr = ref_reserve(&ref, size[e], &roff[e]);
 				assert_int_equal(rc, rr);
 				if (rc == STRATA_OK) {
@@ -226,7 +238,7 @@ static void test_arena_matches_linear_best_fit(void **state)
 				uint32_t k = (uint32_t)((seed >> 33) % n_res), v = res[k];
 				res[k] = res[--n_res];
 				in[v] = 0;
-				strata_arena_release(&a, off[v], size[v]);
+				arena_give_back(&a, v, off, size, hnd);
 				ref_release(&ref, roff[v], size[v]);
 				evictions++;
 			}

@@ -766,6 +766,19 @@ static void test_plan_future(void **state)
 				}
 			assert_true(f.next_use(&f, eid, now) == want);
 		}
+		/* the engine's pattern: at each access, now - 1 (an insert) after now */
+		for (uint64_t now = 1; now < p.n_accesses; now++) {
+			uint32_t eid = seq[now];
+			for (int back = 0; back < 2; back++) {
+				uint64_t q = now - (uint64_t)back, want = STRATA_NEVER;
+				for (uint64_t j = q + 1; j < p.n_accesses; j++)
+					if (seq[j] == eid) {
+						want = j;
+						break;
+					}
+				assert_true(f.next_use(&f, eid, q) == want);
+			}
+		}
 		assert_true(f.next_use(&f, n_ids + 5, 0) == STRATA_NEVER);
 		free(seq);
 		strata_trace_future_free(&f);

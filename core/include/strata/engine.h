@@ -64,6 +64,12 @@ struct strata_engine_config {
 	uint32_t copy_streams;     /* RAM -> VRAM copy streams (0: 2) */
 	uint32_t copy;             /* RAM -> VRAM issue mode, STRATA_COPY_* (0: batch) */
 	uint64_t bounce_bytes;     /* staged NVMe -> VRAM bounce buffer size (0: 4 MiB) */
+	/* Virtual mode only: do not time each begin_step/acquire/release on the
+	 * wall clock (bookkeeping_ns stays 0).  strata sim sets it and reports
+	 * its loop's wall time as bookkeeping instead: in a sim the engine is
+	 * nearly all of that loop, and the six clock reads per layer were ~10 %
+	 * of it. */
+	bool no_wall_bookkeeping;
 	/* Instead of a spec: an ops struct of the caller's (default options), as
 	 * in the policy harness; lets a test drive a deliberately broken policy. */
 	const void *place_ops, *evict_ops, *prefetch_ops;
@@ -165,6 +171,9 @@ const struct strata_engine_stats *strata_engine_stats(const struct strata_engine
 /* Canonical config name: "place=static,evict=lru,prefetch=lookahead-depth=2". */
 const char *strata_engine_name(const struct strata_engine *e);
 bool strata_engine_on_gpu(const struct strata_engine *e);
+/* Whether the prefetch policy reads the hints passed to begin_step (false
+ * when it declares STRATA_POLICY_F_NO_HINTS): a driver may skip them. */
+bool strata_engine_reads_hints(const struct strata_engine *e);
 /* One line per tier for logs: "vram: 8.00 GiB device", "ram: 32.00 GiB
  * pinned, NUMA node 0 (hwloc), cuda-registered" (the NUMA node used). */
 const char *strata_engine_tier_desc(const struct strata_engine *e, int tier);

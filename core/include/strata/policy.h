@@ -117,6 +117,9 @@ static inline const struct strata_error *strata_policy_error(const struct strata
 
 enum {
 	STRATA_POLICY_F_NEEDS_FUTURE = 1u << 0, /* refuses to run without env->future */
+	/* prefetch: on_layer never reads ctx->hints, so a driver may pass none
+	 * (the replay then skips decoding a trace's predictions) */
+	STRATA_POLICY_F_NO_HINTS = 1u << 1,
 };
 
 /*

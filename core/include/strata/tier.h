@@ -23,14 +23,17 @@
  * When a request does not fit although enough bytes are free, the caller (the
  * engine) evicts more, in its eviction policy's order, until it fits.
  *
- * Holes are indexed three ways: two hash maps (start offset -> size class,
- * end offset -> start) find a released extent's neighbours for coalescing in
- * O(1), and size classes (one per distinct hole length, found by a hash map
- * of lengths, ordered by length in a side array; each holds its holes'
- * offsets in descending order) give the best fit as the last offset of the
- * first non-empty class long enough.  Experts come in a few sizes, so classes
- * are few and each holds few holes; a failing reserve (the engine retries
- * after each eviction) is one comparison with the longest hole.
+ * The arena is a doubly linked list of blocks in address order, each a hole
+ * or a reserved extent.  A release finds its block through a hash map of
+ * reserved offsets and its neighbours through the list (coalescing is O(1)).
+ * Holes sit in size classes (one per distinct hole length, found by a table
+ * of short lengths or a hash map, ordered by length in a side array with a
+ * bitmap of the non-empty ones; each holds its holes unordered, with each
+ * hole's position kept in its block), so the best fit is the lowest-addressed
+ * hole of the first non-empty class long enough.
+ * Experts come in a few sizes, so classes are few and each holds few holes;
+ * a failing reserve (the engine retries after each eviction) is one
+ * comparison with the longest hole.
  */
 #ifndef STRATA_TIER_H
 #define STRATA_TIER_H
@@ -56,24 +59,43 @@ struct strata_arena_map {
 	uint32_t cap, n; /* cap a power of two */
 };
 
-/* The holes of one length, offsets in descending order (lowest last).  A
- * class stays (empty) when its last hole goes, until a compaction. */
+/* A hole in its class: offset and block id. */
+struct strata_arena_hole {
+	uint64_t off;
+	uint32_t blk;
+};
+
+/* The holes of one length, in no order (a reserve scans for the lowest
+ * offset).  A class stays (empty) when its last hole goes, until a
+ * compaction. */
 struct strata_arena_class {
 	uint64_t len;
-	uint64_t *off;
+	struct strata_arena_hole *h;
 	uint32_t n, cap;
 	uint32_t pos; /* index in order[] */
+};
+
+/* A block of the arena: a hole (cls: its class id, pos: its index there) or
+ * reserved (cls: UINT32_MAX); prev/next in address order (UINT32_MAX: none). */
+struct strata_arena_blk {
+	uint64_t off, len;
+	uint32_t prev, next;
+	uint32_t cls, pos;
 };
 
 /* Best-fit allocator over [0, size). */
 struct strata_arena {
 	uint64_t size;    /* bytes managed */
+	uint64_t total;   /* bytes the blocks cover (size plus spans lost to ENOMEM) */
 	uint64_t used;    /* bytes handed out */
 	uint64_t largest; /* longest hole (0: none) */
 	uint32_t n_free;  /* holes */
-	struct strata_arena_map by_start; /* hole offset -> class id */
-	struct strata_arena_map by_end;   /* hole end -> hole offset */
+	struct strata_arena_blk *blk;     /* block pool */
+	uint64_t *is_hole;                /* bit per block id: a hole (a release reads its neighbours' here) */
+	uint32_t n_blk, cap_blk, free_blk, head; /* head: the block at offset 0 */
+	struct strata_arena_map by_used;  /* reserved offset -> block id */
 	struct strata_arena_map by_len;   /* length -> class id */
+	uint32_t *small, n_small;         /* length / STRATA_TIER_ALIGN -> class id + 1, short lengths */
 	struct strata_arena_class *cls;   /* by id */
 	uint32_t *order;                  /* class ids by ascending length */
 	uint64_t *order_len;              /* their lengths */
@@ -92,12 +114,20 @@ int strata_arena_reserve(struct strata_arena *a, uint64_t bytes, uint64_t *off);
  * the hole index cannot grow, the span is dropped from the arena (size
  * shrinks by it), which costs capacity but never breaks the budget. */
 void strata_arena_release(struct strata_arena *a, uint64_t off, uint64_t bytes);
+/* The same with a handle instead of an index entry: *h names the span for
+ * strata_arena_release_h, which gives it back without looking up its offset
+ * (a caller that keeps per-extent state anyway, like the engine, saves a
+ * hash map of every reserved span).  A span reserved with a handle must be
+ * released with it, and the handle is dead afterwards. */
+int strata_arena_reserve_h(struct strata_arena *a, uint64_t bytes, uint64_t *off, uint32_t *h);
+void strata_arena_release_h(struct strata_arena *a, uint32_t h);
 /* Largest hole, for error messages and fragmentation checks. */
 uint64_t strata_arena_largest_free(const struct strata_arena *a);
 /* Holes in offset order, at most n; returns how many were written. */
 uint32_t strata_arena_holes(const struct strata_arena *a, struct strata_span *out, uint32_t n);
-/* Internal consistency (both trees ordered and heap-ordered, holes coalesced,
- * summing to size - used, largest right): 0 if fine. */
+/* Internal consistency (blocks back to back in address order, holes
+ * coalesced and in their classes, summing to size - used, largest right):
+ * 0 if fine. */
 int strata_arena_check(const struct strata_arena *a);
 
 enum strata_tier_backing {
@@ -137,6 +167,17 @@ static inline int strata_tier_reserve(struct strata_tier_mem *t, uint64_t bytes,
 static inline void strata_tier_release(struct strata_tier_mem *t, uint64_t off, uint64_t bytes)
 {
 	strata_arena_release(&t->arena, off, bytes);
+}
+static inline int strata_tier_reserve_h(struct strata_tier_mem *t, uint64_t bytes, uint64_t *off, uint32_t *h)
+{
+	/* the engine's retry loop mostly fails here: answer without a call */
+	if (((bytes ? bytes : 1) + STRATA_TIER_ALIGN - 1) / STRATA_TIER_ALIGN * STRATA_TIER_ALIGN > t->arena.largest)
+		return STRATA_EBUDGET;
+	return strata_arena_reserve_h(&t->arena, bytes, off, h);
+}
+static inline void strata_tier_release_h(struct strata_tier_mem *t, uint32_t h)
+{
+	strata_arena_release_h(&t->arena, h);
 }
 /* Address of an offset (NULL for a VIRTUAL tier). */
 static inline void *strata_tier_ptr(const struct strata_tier_mem *t, uint64_t off)
