@@ -545,7 +545,9 @@ static void test_io_error_names_shard(void **state)
 }
 
 /* A payload byte flipped on disk: with verify, the read fails ECORRUPT
- * naming the shard; without, the engine hands the bytes out as they are. */
+ * naming the shard; without, the engine hands the bytes out as they are.
+ * Through RAM and staged straight into VRAM, on the host stand-in and (where
+ * there is one) on the GPU, where a staged read is copied back to be checked. */
 static void test_verify_checksums(void **state)
 {
 	struct strata_error err = { 0 };
@@ -561,11 +563,13 @@ static void test_verify_checksums(void **state)
 	fseek(f, (long)(x->offset + 100), SEEK_SET);
 	fputc(c ^ 0x5a, f);
 	fclose(f);
+	int gpus = test_have_gpu("verify_checksums on the GPU") ? 2 : 1;
+	for (int gpu = 0; gpu < gpus; gpu++)
 	for (int verify = 0; verify < 2; verify++) {
 		for (int ram = 0; ram < 2; ram++) {
 			struct strata_engine_config ec;
 			strata_engine_config_defaults(&ec);
-			ec.use_gpu = 0;
+			ec.use_gpu = gpu;
 			ec.budget[0] = 0;
 			ec.budget[1] = ram ? 4 * x->bytes : 0; /* via RAM, or staged NVMe -> VRAM */
 			ec.place = ram ? "static:promote=ram" : "static";
@@ -582,7 +586,15 @@ static void test_verify_checksums(void **state)
 				print_message("%s\n", err.msg);
 			} else {
 				assert_int_equal(rc, 0);
-				assert_int_equal(((const uint8_t *)p[1])[100], c ^ 0x5a);
+				uint8_t b;
+				if (gpu) {
+					assert_int_equal(strata_gpu_memcpy_d2h_async(&b, (const uint8_t *)p[1] + 100, 1,
+										     NULL, &err), 0);
+					assert_int_equal(strata_gpu_sync(&err), 0);
+				} else {
+					b = ((const uint8_t *)p[1])[100];
+				}
+				assert_int_equal(b, c ^ 0x5a);
 				assert_int_equal(strata_engine_release(e, 0, 1, ex, 2, &err), 0);
 			}
 			strata_engine_close(e);

@@ -55,9 +55,10 @@ struct strata_engine_config {
 	int nvme_mover;            /* enum strata_nvme_mover */
 	uint32_t queue_depth;      /* io_uring depth / copy streams in flight */
 	int numa_node;             /* -1: the GPU's node (hwloc), else forced */
-	bool verify;               /* check extent checksums on every NVMe read that lands in
-				    * host memory (RAM tier, host stand-in); STRATA_ECORRUPT naming
-				    * the shard.  Staged reads straight into VRAM are not checked. */
+	bool verify;               /* check extent checksums on every NVMe read: STRATA_ECORRUPT
+				    * naming the shard.  Reads that land in host memory (RAM tier,
+				    * host stand-in) are checked in place; staged reads straight
+				    * into VRAM are copied back and checked (a copy and a wait each). */
 	const struct strata_future *future; /* for Belady / oracle; may be NULL */
 	struct strata_cost_model cost; /* virtual mode */
 	uint32_t scratch_slots;    /* streaming slots in the run tier (0: top_k) */
