@@ -73,6 +73,12 @@ int strata_gpu_moe_check(int fmt, uint32_t hidden, uint32_t inter, struct strata
  * MoE call, so a tile that is read before it is written shows up as NaN. */
 void strata_gpu_moe_set_poison(int on);
 
+/* Experiment/test hook: experts with at least n tokens (bf16 or a tier
+ * format) take the tiled prefill path; 0 restores the default (64, or
+ * STRATA_MOE_PREFILL_MIN; STRATA_MOE_PREFILL=0 turns it off), UINT32_MAX
+ * sends every expert through the persistent kernel. */
+void strata_gpu_moe_set_prefill_min(uint32_t n);
+
 /*
  * BF16 paths through cuBLAS (cublasGemmEx, f32 accumulation), for shared
  * experts and non-routed layers whose weights stay BF16.
