@@ -173,13 +173,13 @@ __device__ __forceinline__ void tile(const PParams &p, const PSlot &s, uint32_t 
 			cp16z(sb + swz(n, ci), src, v ? 16 : 0);
 		}
 	};
-	// Tier: decode this thread's part r (row tid/8 + 32r, weights 8ci..8ci+7)
-	// of K step ks (ring slot `slot`) into the fp16 tile db, and the row's block
-	// scale into sc[db].
-	auto decode = [&](uint32_t ks, uint32_t slot, uint32_t db, int r) {
+	// Tier: decode K step ks (ring slot `slot`) into the fp16 tile db, and the
+	// rows' block scales into sc[db].
+	auto decode = [&](uint32_t ks, uint32_t slot, uint32_t db) {
 		if constexpr (TIER) {
 			const uint32_t sa = slot * STAGE, b = ks >> 2, j = 8 * (ks & 3) + ci;
-			{
+#pragma unroll
+			for (int r = 0; r < 4; r++) {
 				const uint32_t i = (tid >> 3) + 32 * r;
 				const uint32_t rr = DOWN ? row0 + i : row0 + (i & 63);
 				const uint8_t *mat = !DOWN && i >= 64 ? m1 : m0;
@@ -197,7 +197,7 @@ __device__ __forceinline__ void tile(const PParams &p, const PSlot &s, uint32_t 
 				}
 			}
 		} else {
-			(void)ks, (void)slot, (void)db, (void)r;
+			(void)ks, (void)slot, (void)db;
 		}
 	};
 
@@ -216,10 +216,7 @@ __device__ __forceinline__ void tile(const PParams &p, const PSlot &s, uint32_t 
 	// gate rows, m 2,3 the same up rows).
 	auto arow = [&](int m) -> uint32_t { return (uint32_t)((m >> 1) * 64 + wm * 32 + (m & 1) * 16); };
 
-	// One K step of MMAs; `between(kk)` runs after the MMAs of k16 slice kk are
-	// issued (the tier decode of the next step, a quarter per slice, so the
-	// ALU work overlaps the tensor cores within the warp).
-	auto mma_step = [&](uint32_t abuf, uint32_t bbuf, auto &&between) {
+	auto mma_step = [&](uint32_t abuf, uint32_t bbuf) {
 #pragma unroll
 		for (int kk = 0; kk < BK / 16; kk++) {
 			uint32_t a[4][4], b[4][2];
@@ -243,7 +240,6 @@ __device__ __forceinline__ void tile(const PParams &p, const PSlot &s, uint32_t 
 					else
 						mma_bf16<F::F16>(acc[m][n], a[m][0], a[m][1], a[m][2], a[m][3], b[n][0], b[n][1]);
 				}
-			between(kk);
 		}
 	};
 
@@ -257,9 +253,7 @@ __device__ __forceinline__ void tile(const PParams &p, const PSlot &s, uint32_t 
 	if constexpr (TIER) {
 		wait<NS - 2>();
 		__syncthreads();
-#pragma unroll
-		for (int r = 0; r < 4; r++)
-			decode(0, 0, 0, r);
+		decode(0, 0, 0);
 	}
 	for (uint32_t ks = 0; ks < nk; ks++) {
 		// Groups committed: NS-1 + ks; step ks+1 complete leaves NS-3 pending.
@@ -268,13 +262,11 @@ __device__ __forceinline__ void tile(const PParams &p, const PSlot &s, uint32_t 
 		if (ks + NS - 1 < nk)
 			issue(ks + NS - 1, (ks + NS - 1) % NS);
 		commit();
+		if (TIER && ks + 1 < nk)
+			decode(ks + 1, (ks + 1) % NS, (ks + 1) & 1);
 		const uint32_t slot = ks % NS;
 		const uint32_t abuf = TIER ? sbase + DEC_OFF + (ks & 1) * A_BYTES : sbase + slot * STAGE;
-		const bool dec = TIER && ks + 1 < nk;
-		mma_step(abuf, sbase + slot * STAGE + ASRC_BYTES, [&](int r) {
-			if (dec)
-				decode(ks + 1, (ks + 1) % NS, (ks + 1) & 1, r);
-		});
+		mma_step(abuf, sbase + slot * STAGE + ASRC_BYTES);
 		if constexpr (TIER) {
 			if ((ks & 3) == 3) {
 				const float *sc = reinterpret_cast<const float *>(g_smem + SC_OFF) + (ks & 1) * BM;
