@@ -781,6 +781,7 @@ struct Ctx {
 	// (STRATA_MOE_PREFILL_MIN, default 64; STRATA_MOE_PREFILL=0: off).
 	uint32_t pf_min = 0;
 	uint32_t pf_force = 0; // strata_gpu_moe_set_prefill_min (0: pf_min)
+	int pf_warps = 8;      // warps per prefill CTA (STRATA_MOE_PF_WARPS=8|16)
 	bool pf_attr = false;
 	uint16_t *pf_xs = nullptr, *pf_hs = nullptr;
 	uint32_t *pf_tok = nullptr;
@@ -867,6 +868,8 @@ int ctx_init(struct strata_error *err)
 		g_ctx.l2pf = e && !strcmp(e, "1");
 		e = getenv("STRATA_MOE_PREFILL_MIN");
 		g_ctx.pf_min = e && atoi(e) > 0 ? (uint32_t)atoi(e) : 64;
+		e = getenv("STRATA_MOE_PF_WARPS");
+		g_ctx.pf_warps = e && atoi(e) == 16 ? 16 : 8;
 		e = getenv("STRATA_MOE_PREFILL");
 		if (e && !strcmp(e, "0"))
 			g_ctx.pf_min = UINT32_MAX;
@@ -985,8 +988,10 @@ int run_prefill(const struct strata_moe_call *c, const uint32_t *count, const ui
 		g_ctx.pf_cap_a = nb, g_ctx.pf_cap_x = nx, g_ctx.pf_cap_h = nh;
 	}
 	if (!g_ctx.pf_attr) {
-		CU_TRY(err, cudaFuncSetAttribute(pf_gemm<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SMEM));
-		CU_TRY(err, cudaFuncSetAttribute(pf_gemm<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SMEM));
+		CU_TRY(err, cudaFuncSetAttribute(pf_gemm<false, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SMEM));
+		CU_TRY(err, cudaFuncSetAttribute(pf_gemm<true, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SMEM));
+		CU_TRY(err, cudaFuncSetAttribute(pf_gemm<false, 16>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SMEM));
+		CU_TRY(err, cudaFuncSetAttribute(pf_gemm<true, 16>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SMEM));
 		g_ctx.pf_attr = true;
 	}
 	if (g_ctx.poison) {
@@ -1056,10 +1061,17 @@ int run_prefill(const struct strata_moe_call *c, const uint32_t *count, const ui
 				tiles += (down ? nrt_dn : nrt_gu) * ((P->slot[q].ntok + BN - 1) / BN);
 			}
 			P->n_tiles = tiles;
-			if (down)
-				pf_gemm<true><<<tiles, NTHR, SMEM, st>>>(*P);
-			else
-				pf_gemm<false><<<tiles, NTHR, SMEM, st>>>(*P);
+			if (g_ctx.pf_warps == 16) {
+				if (down)
+					pf_gemm<true, 16><<<tiles, 512, SMEM, st>>>(*P);
+				else
+					pf_gemm<false, 16><<<tiles, 512, SMEM, st>>>(*P);
+			} else {
+				if (down)
+					pf_gemm<true, 8><<<tiles, 256, SMEM, st>>>(*P);
+				else
+					pf_gemm<false, 8><<<tiles, 256, SMEM, st>>>(*P);
+			}
 			cudaError_t ce = cudaGetLastError();
 			if (ce != cudaSuccess)
 				rc = STRATA_ERR(err, STRATA_EGPU, "strata_moe_layer_gpu: prefill launch: %s",

@@ -28,7 +28,7 @@
 // decode path does per 32-weight unit).
 namespace pf {
 
-constexpr int BM = 128, BN = 128, BK = 64, NS = 4, NTHR = 256;
+constexpr int BM = 128, BN = 128, BK = 64, NS = 4;
 constexpr uint32_t A_BYTES = BM * BK * 2;               // bf16 A stage / decoded fp16 tile
 constexpr uint32_t RAW_PITCH = 144;                     // tier raw row: codes (<= 96 B) | scale chunk at 96
 constexpr uint32_t RAW_SCALE = 96;
@@ -117,13 +117,15 @@ __global__ void __launch_bounds__(256) pf_prep(const __grid_constant__ PrepParam
 
 // One CTA tile: rows row0.. of an expert (gate|up: 64 gate + the same 64 up
 // rows; down: 128 down rows) x tokens tok0..tok0+127 of the slot.
-template <class F, bool DOWN>
+// NW warps: 8 (warp tile 64 rows x 32 tokens) or 16 (32 rows x 32 tokens).
+template <class F, bool DOWN, int NW>
 __device__ __forceinline__ void tile(const PParams &p, const PSlot &s, uint32_t rt, uint32_t tt)
 {
 	constexpr bool TIER = F::SCALED;
+	constexpr int WM = NW / 4, MT = 8 / WM, HM = MT / 2, RPT = BM * 8 / (32 * NW), RSTEP = 32 * NW / 8;
 	const FmtTab &f = p.tab[s.fmt];
 	const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-	const int wm = warp & 1, wn = warp >> 1;
+	const int wm = warp % WM, wn = warp / WM;
 	const uint32_t d = DOWN;
 	const uint32_t nrows = DOWN ? p.hidden : p.inter, cols = DOWN ? p.inter : p.hidden;
 	const uint32_t K = TIER ? f.pc[d] : cols, nk = (K + BK - 1) / BK;
@@ -136,12 +138,12 @@ __device__ __forceinline__ void tile(const PParams &p, const PSlot &s, uint32_t 
 	const uint32_t ci = tid & 7;
 
 	// Copies of K step ks into ring slot `slot`: thread tid handles chunk tid%8 of
-	// rows (and tokens) tid/8 + 32r.
+	// rows (and tokens) tid/8 + RSTEP*r.
 	auto issue = [&](uint32_t ks, uint32_t slot) {
 		const uint32_t sa = sbase + slot * STAGE, sb = sa + ASRC_BYTES;
 #pragma unroll
-		for (int r = 0; r < 4; r++) {
-			const uint32_t i = (tid >> 3) + 32 * r;
+		for (int r = 0; r < RPT; r++) {
+			const uint32_t i = (tid >> 3) + RSTEP * r;
 			const uint32_t rr = DOWN ? row0 + i : row0 + (i & 63);
 			const uint8_t *mat = !DOWN && i >= 64 ? m1 : m0;
 			const bool ok = rr < nrows;
@@ -166,8 +168,8 @@ __device__ __forceinline__ void tile(const PParams &p, const PSlot &s, uint32_t 
 			}
 		}
 #pragma unroll
-		for (int r = 0; r < 4; r++) {
-			const uint32_t n = (tid >> 3) + 32 * r, tl = tok0 + n;
+		for (int r = 0; r < RPT; r++) {
+			const uint32_t n = (tid >> 3) + RSTEP * r, tl = tok0 + n;
 			const bool v = tl < s.ntok;
 			const uint16_t *src = act + (uint64_t)(s.a0 + (v ? tl : 0)) * ld + ks * BK + 8 * ci;
 			cp16z(sb + swz(n, ci), src, v ? 16 : 0);
@@ -179,8 +181,8 @@ __device__ __forceinline__ void tile(const PParams &p, const PSlot &s, uint32_t 
 		if constexpr (TIER) {
 			const uint32_t sa = slot * STAGE, b = ks >> 2, j = 8 * (ks & 3) + ci;
 #pragma unroll
-			for (int r = 0; r < 4; r++) {
-				const uint32_t i = (tid >> 3) + 32 * r;
+			for (int r = 0; r < RPT; r++) {
+				const uint32_t i = (tid >> 3) + RSTEP * r;
 				const uint32_t rr = DOWN ? row0 + i : row0 + (i & 63);
 				const uint8_t *mat = !DOWN && i >= 64 ? m1 : m0;
 				const uint32_t roff =
@@ -201,9 +203,9 @@ __device__ __forceinline__ void tile(const PParams &p, const PSlot &s, uint32_t 
 		}
 	};
 
-	float acc[4][4][4], tmp[TIER ? 4 : 1][4][4];
+	float acc[MT][4][4], tmp[TIER ? MT : 1][4][4];
 #pragma unroll
-	for (int m = 0; m < 4; m++)
+	for (int m = 0; m < MT; m++)
 #pragma unroll
 		for (int n = 0; n < 4; n++)
 #pragma unroll
@@ -212,16 +214,16 @@ __device__ __forceinline__ void tile(const PParams &p, const PSlot &s, uint32_t 
 				if constexpr (TIER)
 					tmp[m][n][e] = 0.0f;
 			}
-	// A rows of this warp's m tile m: (m>>1)*64 + wm*32 + (m&1)*16 (gate|up: m 0,1
-	// gate rows, m 2,3 the same up rows).
-	auto arow = [&](int m) -> uint32_t { return (uint32_t)((m >> 1) * 64 + wm * 32 + (m & 1) * 16); };
+	// A rows of this warp's m tile m (gate|up: m < HM gate rows, m >= HM the
+	// same up rows).
+	auto arow = [&](int m) -> uint32_t { return (uint32_t)((m / HM) * 64 + wm * 16 * HM + (m % HM) * 16); };
 
 	auto mma_step = [&](uint32_t abuf, uint32_t bbuf) {
 #pragma unroll
 		for (int kk = 0; kk < BK / 16; kk++) {
-			uint32_t a[4][4], b[4][2];
+			uint32_t a[MT][4], b[4][2];
 #pragma unroll
-			for (int m = 0; m < 4; m++) {
+			for (int m = 0; m < MT; m++) {
 				const uint32_t row = arow(m) + (lane & 7) + ((lane >> 3) & 1) * 8;
 				ldsm4(abuf + swz(row, 2 * kk + (lane >> 4)), a[m][0], a[m][1], a[m][2], a[m][3]);
 			}
@@ -232,7 +234,7 @@ __device__ __forceinline__ void tile(const PParams &p, const PSlot &s, uint32_t 
 				      b[2 * np + 1][1]);
 			}
 #pragma unroll
-			for (int m = 0; m < 4; m++)
+			for (int m = 0; m < MT; m++)
 #pragma unroll
 				for (int n = 0; n < 4; n++) {
 					if constexpr (TIER)
@@ -271,7 +273,7 @@ __device__ __forceinline__ void tile(const PParams &p, const PSlot &s, uint32_t 
 			if ((ks & 3) == 3) {
 				const float *sc = reinterpret_cast<const float *>(g_smem + SC_OFF) + (ks & 1) * BM;
 #pragma unroll
-				for (int m = 0; m < 4; m++) {
+				for (int m = 0; m < MT; m++) {
 					const float s0 = sc[arow(m) + g], s1 = sc[arow(m) + g + 8];
 #pragma unroll
 					for (int n = 0; n < 4; n++) {
@@ -291,15 +293,15 @@ __device__ __forceinline__ void tile(const PParams &p, const PSlot &s, uint32_t 
 	// wn*32 + n*8 + 2t + (e & 1) of the tile.
 	if constexpr (!DOWN) {
 #pragma unroll
-		for (int m = 0; m < 2; m++)
+		for (int m = 0; m < HM; m++)
 #pragma unroll
 			for (int n = 0; n < 4; n++)
 #pragma unroll
 				for (int e = 0; e < 4; e++) {
-					const uint32_t row = row0 + wm * 32 + m * 16 + g + 8 * (e >> 1);
+					const uint32_t row = row0 + arow(m) + g + 8 * (e >> 1);
 					const uint32_t tl = tok0 + wn * 32 + n * 8 + 2 * t + (e & 1);
 					if (row < p.inter && tl < s.ntok) {
-						const float gv = acc[m][n][e], uv = acc[m + 2][n][e];
+						const float gv = acc[m][n][e], uv = acc[m + HM][n][e];
 						const float hv = gv / (1.0f + expf(-gv)) * uv;
 						__half hh = __float2half_rn(hv);
 						__nv_bfloat16 hb = __float2bfloat16_rn(hv);
@@ -320,7 +322,7 @@ __device__ __forceinline__ void tile(const PParams &p, const PSlot &s, uint32_t 
 				const float wt = p.w[a];
 				float *yr = p.y + (uint64_t)p.tok[a] * p.hidden;
 #pragma unroll
-				for (int m = 0; m < 4; m++)
+				for (int m = 0; m < MT; m++)
 #pragma unroll
 					for (int h = 0; h < 2; h++) {
 						const uint32_t row = row0 + arow(m) + g + 8 * h;
@@ -331,7 +333,7 @@ __device__ __forceinline__ void tile(const PParams &p, const PSlot &s, uint32_t 
 	}
 }
 
-template <bool DOWN> __global__ void __launch_bounds__(NTHR, 1) pf_gemm(const __grid_constant__ PParams p)
+template <bool DOWN, int NW> __global__ void __launch_bounds__(32 * NW, 1) pf_gemm(const __grid_constant__ PParams p)
 {
 	const uint32_t b = blockIdx.x;
 	int lo = 0, hi = (int)p.n_slots - 1;
@@ -346,10 +348,10 @@ template <bool DOWN> __global__ void __launch_bounds__(NTHR, 1) pf_gemm(const __
 	const uint32_t ntt = (s.ntok + BN - 1) / BN, local = b - s.tile0;
 	const uint32_t tt = local % ntt, rt = local / ntt; // neighbours share the rows (L2)
 	switch (s.fmt) {
-	case STRATA_FMT_BF16: tile<FmtBF16, DOWN>(p, s, rt, tt); break;
-	case STRATA_FMT_HOT: tile<FmtHot, DOWN>(p, s, rt, tt); break;
-	case STRATA_FMT_WARM: tile<FmtWarm, DOWN>(p, s, rt, tt); break;
-	case STRATA_FMT_COLD: tile<FmtCold, DOWN>(p, s, rt, tt); break;
+	case STRATA_FMT_BF16: tile<FmtBF16, DOWN, NW>(p, s, rt, tt); break;
+	case STRATA_FMT_HOT: tile<FmtHot, DOWN, NW>(p, s, rt, tt); break;
+	case STRATA_FMT_WARM: tile<FmtWarm, DOWN, NW>(p, s, rt, tt); break;
+	case STRATA_FMT_COLD: tile<FmtCold, DOWN, NW>(p, s, rt, tt); break;
 	default: break;
 	}
 }
