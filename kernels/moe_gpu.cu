@@ -782,7 +782,8 @@ struct Ctx {
 	uint32_t pf_min = 0;
 	uint32_t pf_force = 0; // strata_gpu_moe_set_prefill_min (0: pf_min)
 	int pf_warps = 8;      // warps per prefill CTA (STRATA_MOE_PF_WARPS=8|16)
-	bool pf_attr = false;
+	uint32_t pf_attr = 0;  // prefill kernels whose shared-memory attribute is set (bits)
+	int pf_tile = 0;       // 0: by token count; 128 or 256 (STRATA_MOE_PF_TILE): always that token tile
 	uint16_t *pf_xs = nullptr, *pf_hs = nullptr;
 	uint32_t *pf_tok = nullptr;
 	float *pf_w = nullptr;
@@ -868,6 +869,8 @@ int ctx_init(struct strata_error *err)
 		g_ctx.l2pf = e && !strcmp(e, "1");
 		e = getenv("STRATA_MOE_PREFILL_MIN");
 		g_ctx.pf_min = e && atoi(e) > 0 ? (uint32_t)atoi(e) : 64;
+		e = getenv("STRATA_MOE_PF_TILE");
+		g_ctx.pf_tile = e && atoi(e) == 128 ? 128 : e && atoi(e) == 256 ? 256 : 0;
 		e = getenv("STRATA_MOE_PF_WARPS");
 		g_ctx.pf_warps = e && atoi(e) == 16 ? 16 : 8;
 		e = getenv("STRATA_MOE_PREFILL");
@@ -959,6 +962,38 @@ int run_launch(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_err
 
 bool pf_fmt(int fmt) { return fmt == STRATA_FMT_BF16 || (fmt >= STRATA_FMT_HOT && fmt <= STRATA_FMT_COLD); }
 
+// gate|up then down launches of the prefill path for the slots in P.
+template <class C> int pf_launch(pf::PParams *P, cudaStream_t st, struct strata_error *err)
+{
+	using namespace pf;
+	constexpr uint32_t bit = 1u << ((C::BN == 256 ? 2 : 0) + (C::NW == 16 ? 1 : 0));
+	if (!(g_ctx.pf_attr & bit)) {
+		CU_TRY(err, cudaFuncSetAttribute(pf_gemm<false, C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+						 (int)C::SMEM));
+		CU_TRY(err, cudaFuncSetAttribute(pf_gemm<true, C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+						 (int)C::SMEM));
+		g_ctx.pf_attr |= bit;
+	}
+	const uint32_t nrt_gu = (P->inter + C::BM / 2 - 1) / (C::BM / 2), nrt_dn = (P->hidden + C::BM - 1) / C::BM;
+	for (int down = 0; down < 2; down++) {
+		uint32_t tiles = 0;
+		for (uint32_t q = 0; q < P->n_slots; q++) {
+			P->slot[q].tile0 = tiles;
+			tiles += (down ? nrt_dn : nrt_gu) * ((P->slot[q].ntok + C::BN - 1) / C::BN);
+		}
+		P->n_tiles = tiles;
+		if (down)
+			pf_gemm<true, C><<<tiles, C::NTHR, C::SMEM, st>>>(*P);
+		else
+			pf_gemm<false, C><<<tiles, C::NTHR, C::SMEM, st>>>(*P);
+		cudaError_t ce = cudaGetLastError();
+		if (ce != cudaSuccess)
+			return STRATA_ERR(err, STRATA_EGPU, "strata_moe_layer_gpu: prefill launch: %s",
+					  cudaGetErrorString(ce));
+	}
+	return STRATA_OK;
+}
+
 // The tiled prefill path for the experts marked in big[] (moe_prefill.cuh):
 // assignments of those experts in `order` (sorted by expert, count[] the
 // prefix sums), tables of their formats in tab.
@@ -986,13 +1021,6 @@ int run_prefill(const struct strata_moe_call *c, const uint32_t *count, const ui
 		CU_TRY(err, cudaMalloc(&g_ctx.pf_tok, (size_t)nb * 4));
 		CU_TRY(err, cudaMalloc(&g_ctx.pf_w, (size_t)nb * 4));
 		g_ctx.pf_cap_a = nb, g_ctx.pf_cap_x = nx, g_ctx.pf_cap_h = nh;
-	}
-	if (!g_ctx.pf_attr) {
-		CU_TRY(err, cudaFuncSetAttribute(pf_gemm<false, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SMEM));
-		CU_TRY(err, cudaFuncSetAttribute(pf_gemm<true, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SMEM));
-		CU_TRY(err, cudaFuncSetAttribute(pf_gemm<false, 16>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SMEM));
-		CU_TRY(err, cudaFuncSetAttribute(pf_gemm<true, 16>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SMEM));
-		g_ctx.pf_attr = true;
 	}
 	if (g_ctx.poison) {
 		CU_TRY(err, cudaMemsetAsync(g_ctx.pf_xs, 0xff, nx * 2, st));
@@ -1034,48 +1062,35 @@ int run_prefill(const struct strata_moe_call *c, const uint32_t *count, const ui
 	}
 	if (!rc)
 		rc = flush();
-	// Grouped GEMMs: gate|up then down, up to MAX_SLOTS experts per launch.
+	// Grouped GEMMs: gate|up then down, up to MAX_SLOTS experts per launch;
+	// experts with >= 192 tokens (pf_tile 0) take the 64 x 256 tile (decode
+	// amortised over 256 tokens), the others 128 x 128.
 	P->xs = g_ctx.pf_xs, P->hs = g_ctx.pf_hs, P->tok = g_ctx.pf_tok, P->w = g_ctx.pf_w, P->y = c->y;
 	P->hidden = c->hidden, P->inter = c->inter, P->ldx = ldx, P->ldh = ldh;
 	memcpy(P->tab, tab, sizeof(P->tab));
-	const uint32_t nrt_gu = (c->inter + BM / 2 - 1) / (BM / 2), nrt_dn = (c->hidden + BM - 1) / BM;
-	a = 0;
-	for (uint32_t e = 0; e < c->n_experts && !rc;) {
-		uint32_t ns = 0;
-		for (; e < c->n_experts && ns < MAX_SLOTS; e++) {
-			if (!big[e])
-				continue;
-			PSlot &s = P->slot[ns++];
-			s.ext = (const uint8_t *)c->extents[e];
-			s.fmt = c->fmts[e];
-			s.a0 = a, s.ntok = count[e + 1] - count[e];
-			a += s.ntok;
-		}
-		if (!ns)
-			break;
-		P->n_slots = ns;
-		for (int down = 0; down < 2 && !rc; down++) {
-			uint32_t tiles = 0;
-			for (uint32_t q = 0; q < ns; q++) {
-				P->slot[q].tile0 = tiles;
-				tiles += (down ? nrt_dn : nrt_gu) * ((P->slot[q].ntok + BN - 1) / BN);
+	for (int wide = 0; wide < 2 && !rc; wide++) {
+		a = 0;
+		for (uint32_t e = 0; e < c->n_experts && !rc;) {
+			uint32_t ns = 0;
+			for (; e < c->n_experts && ns < MAX_SLOTS; e++) {
+				if (!big[e])
+					continue;
+				uint32_t nt = count[e + 1] - count[e];
+				bool w = g_ctx.pf_tile == 256 || (g_ctx.pf_tile == 0 && nt >= 192);
+				if (w == (bool)wide) {
+					PSlot &s = P->slot[ns++];
+					s.ext = (const uint8_t *)c->extents[e];
+					s.fmt = c->fmts[e];
+					s.a0 = a, s.ntok = nt;
+				}
+				a += nt;
 			}
-			P->n_tiles = tiles;
-			if (g_ctx.pf_warps == 16) {
-				if (down)
-					pf_gemm<true, 16><<<tiles, 512, SMEM, st>>>(*P);
-				else
-					pf_gemm<false, 16><<<tiles, 512, SMEM, st>>>(*P);
-			} else {
-				if (down)
-					pf_gemm<true, 8><<<tiles, 256, SMEM, st>>>(*P);
-				else
-					pf_gemm<false, 8><<<tiles, 256, SMEM, st>>>(*P);
-			}
-			cudaError_t ce = cudaGetLastError();
-			if (ce != cudaSuccess)
-				rc = STRATA_ERR(err, STRATA_EGPU, "strata_moe_layer_gpu: prefill launch: %s",
-						cudaGetErrorString(ce));
+			if (!ns)
+				break;
+			P->n_slots = ns;
+			rc = wide ? pf_launch<CfgWide>(P, st, err)
+			   : g_ctx.pf_warps == 16 ? pf_launch<Cfg128w16>(P, st, err)
+						  : pf_launch<Cfg128>(P, st, err);
 		}
 	}
 	free(pp), free(P);

@@ -28,16 +28,29 @@
 // decode path does per 32-weight unit).
 namespace pf {
 
-constexpr int BM = 128, BN = 128, BK = 64, NS = 4;
-constexpr uint32_t A_BYTES = BM * BK * 2;               // bf16 A stage / decoded fp16 tile
-constexpr uint32_t RAW_PITCH = 144;                     // tier raw row: codes (<= 96 B) | scale chunk at 96
+constexpr int BK = 64, NS = 4;
+constexpr uint32_t RAW_PITCH = 144; // tier raw row: codes (<= 96 B) | scale chunk at 96
 constexpr uint32_t RAW_SCALE = 96;
-constexpr uint32_t ASRC_BYTES = BM * RAW_PITCH > A_BYTES ? BM * RAW_PITCH : A_BYTES;
-constexpr uint32_t B_BYTES = BN * BK * 2;
-constexpr uint32_t STAGE = ASRC_BYTES + B_BYTES;
-constexpr uint32_t DEC_OFF = NS * STAGE;
-constexpr uint32_t SC_OFF = DEC_OFF + 2 * A_BYTES;
-constexpr uint32_t SMEM = SC_OFF + 2 * BM * 4;
+// CTA tile: BM weight rows (gate|up: BM/2 gate + the same BM/2 up rows) x BN
+// tokens, NW warps; a warp takes 32 tokens and 16*MT rows.
+template <int BM_, int BN_, int NW_> struct Cfg {
+	static constexpr int BM = BM_, BN = BN_, NW = NW_, NTHR = 32 * NW;
+	static constexpr int WN = BN / 32, WM = NW / WN, MT = BM / (16 * WM), HM = MT / 2;
+	static constexpr int RSTEP = NTHR / 8, RPTA = BM / RSTEP, RPTB = BN / RSTEP;
+	static constexpr uint32_t A_BYTES = BM * BK * 2; // bf16 A stage / decoded fp16 tile
+	static constexpr uint32_t ASRC = BM * RAW_PITCH > A_BYTES ? BM * RAW_PITCH : A_BYTES;
+	static constexpr uint32_t B_BYTES = BN * BK * 2;
+	static constexpr uint32_t STAGE = ASRC + B_BYTES;
+	static constexpr uint32_t DEC_OFF = NS * STAGE;
+	static constexpr uint32_t SC_OFF = DEC_OFF + 2 * A_BYTES;
+	static constexpr uint32_t SMEM = SC_OFF + 2 * BM * 4;
+	static_assert(WM * WN == NW && MT * 16 * WM == BM && HM >= 1 && RPTA * RSTEP == BM && RPTB * RSTEP == BN,
+		      "prefill tile geometry");
+	static_assert(SMEM <= 227 * 1024, "prefill shared memory");
+};
+using Cfg128 = Cfg<128, 128, 8>;   // default
+using Cfg128w16 = Cfg<128, 128, 16>; // STRATA_MOE_PF_WARPS=16
+using CfgWide = Cfg<64, 256, 8>;   // >= 192 tokens per expert: decode amortised over 256 tokens
 constexpr uint32_t MAX_SLOTS = 128;
 constexpr uint32_t PREP_MAX = 2048;
 
@@ -115,14 +128,15 @@ __global__ void __launch_bounds__(256) pf_prep(const __grid_constant__ PrepParam
 		p.tok_d[a] = p.tok[i], p.w_d[a] = p.w[i];
 }
 
-// One CTA tile: rows row0.. of an expert (gate|up: 64 gate + the same 64 up
-// rows; down: 128 down rows) x tokens tok0..tok0+127 of the slot.
-// NW warps: 8 (warp tile 64 rows x 32 tokens) or 16 (32 rows x 32 tokens).
-template <class F, bool DOWN, int NW>
+// One CTA tile: rows row0.. of an expert (gate|up: BM/2 gate + the same BM/2
+// up rows; down: BM down rows) x tokens tok0..tok0+BN-1 of the slot.
+template <class F, bool DOWN, class C>
 __device__ __forceinline__ void tile(const PParams &p, const PSlot &s, uint32_t rt, uint32_t tt)
 {
 	constexpr bool TIER = F::SCALED;
-	constexpr int WM = NW / 4, MT = 8 / WM, HM = MT / 2, RPT = BM * 8 / (32 * NW), RSTEP = 32 * NW / 8;
+	constexpr int BM = C::BM, BN = C::BN, WM = C::WM, MT = C::MT, HM = C::HM, RSTEP = C::RSTEP;
+	constexpr uint32_t STAGE = C::STAGE, ASRC_BYTES = C::ASRC, A_BYTES = C::A_BYTES, DEC_OFF = C::DEC_OFF,
+			   SC_OFF = C::SC_OFF;
 	const FmtTab &f = p.tab[s.fmt];
 	const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
 	const int wm = warp % WM, wn = warp / WM;
@@ -142,10 +156,10 @@ __device__ __forceinline__ void tile(const PParams &p, const PSlot &s, uint32_t 
 	auto issue = [&](uint32_t ks, uint32_t slot) {
 		const uint32_t sa = sbase + slot * STAGE, sb = sa + ASRC_BYTES;
 #pragma unroll
-		for (int r = 0; r < RPT; r++) {
+		for (int r = 0; r < C::RPTA; r++) {
 			const uint32_t i = (tid >> 3) + RSTEP * r;
-			const uint32_t rr = DOWN ? row0 + i : row0 + (i & 63);
-			const uint8_t *mat = !DOWN && i >= 64 ? m1 : m0;
+			const uint32_t rr = DOWN ? row0 + i : row0 + i % (BM / 2);
+			const uint8_t *mat = !DOWN && i >= BM / 2 ? m1 : m0;
 			const bool ok = rr < nrows;
 			if constexpr (TIER) {
 				const uint32_t b = ks >> 2;
@@ -168,7 +182,7 @@ __device__ __forceinline__ void tile(const PParams &p, const PSlot &s, uint32_t 
 			}
 		}
 #pragma unroll
-		for (int r = 0; r < RPT; r++) {
+		for (int r = 0; r < C::RPTB; r++) {
 			const uint32_t n = (tid >> 3) + RSTEP * r, tl = tok0 + n;
 			const bool v = tl < s.ntok;
 			const uint16_t *src = act + (uint64_t)(s.a0 + (v ? tl : 0)) * ld + ks * BK + 8 * ci;
@@ -181,10 +195,10 @@ __device__ __forceinline__ void tile(const PParams &p, const PSlot &s, uint32_t 
 		if constexpr (TIER) {
 			const uint32_t sa = slot * STAGE, b = ks >> 2, j = 8 * (ks & 3) + ci;
 #pragma unroll
-			for (int r = 0; r < RPT; r++) {
+			for (int r = 0; r < C::RPTA; r++) {
 				const uint32_t i = (tid >> 3) + RSTEP * r;
-				const uint32_t rr = DOWN ? row0 + i : row0 + (i & 63);
-				const uint8_t *mat = !DOWN && i >= 64 ? m1 : m0;
+				const uint32_t rr = DOWN ? row0 + i : row0 + i % (BM / 2);
+				const uint8_t *mat = !DOWN && i >= BM / 2 ? m1 : m0;
 				const uint32_t roff =
 					(uint32_t)((uintptr_t)(mat + (uint64_t)rr * rowc + (uint64_t)b * F::CODE_BYTES) & 15);
 				uint32_t o[4];
@@ -216,7 +230,7 @@ __device__ __forceinline__ void tile(const PParams &p, const PSlot &s, uint32_t 
 			}
 	// A rows of this warp's m tile m (gate|up: m < HM gate rows, m >= HM the
 	// same up rows).
-	auto arow = [&](int m) -> uint32_t { return (uint32_t)((m / HM) * 64 + wm * 16 * HM + (m % HM) * 16); };
+	auto arow = [&](int m) -> uint32_t { return (uint32_t)((m / HM) * (BM / 2) + wm * 16 * HM + (m % HM) * 16); };
 
 	auto mma_step = [&](uint32_t abuf, uint32_t bbuf) {
 #pragma unroll
@@ -333,7 +347,7 @@ __device__ __forceinline__ void tile(const PParams &p, const PSlot &s, uint32_t 
 	}
 }
 
-template <bool DOWN, int NW> __global__ void __launch_bounds__(32 * NW, 1) pf_gemm(const __grid_constant__ PParams p)
+template <bool DOWN, class C> __global__ void __launch_bounds__(C::NTHR, 1) pf_gemm(const __grid_constant__ PParams p)
 {
 	const uint32_t b = blockIdx.x;
 	int lo = 0, hi = (int)p.n_slots - 1;
@@ -345,13 +359,13 @@ template <bool DOWN, int NW> __global__ void __launch_bounds__(32 * NW, 1) pf_ge
 			hi = mid - 1;
 	}
 	const PSlot &s = p.slot[lo];
-	const uint32_t ntt = (s.ntok + BN - 1) / BN, local = b - s.tile0;
+	const uint32_t ntt = (s.ntok + C::BN - 1) / C::BN, local = b - s.tile0;
 	const uint32_t tt = local % ntt, rt = local / ntt; // neighbours share the rows (L2)
 	switch (s.fmt) {
-	case STRATA_FMT_BF16: tile<FmtBF16, DOWN, NW>(p, s, rt, tt); break;
-	case STRATA_FMT_HOT: tile<FmtHot, DOWN, NW>(p, s, rt, tt); break;
-	case STRATA_FMT_WARM: tile<FmtWarm, DOWN, NW>(p, s, rt, tt); break;
-	case STRATA_FMT_COLD: tile<FmtCold, DOWN, NW>(p, s, rt, tt); break;
+	case STRATA_FMT_BF16: tile<FmtBF16, DOWN, C>(p, s, rt, tt); break;
+	case STRATA_FMT_HOT: tile<FmtHot, DOWN, C>(p, s, rt, tt); break;
+	case STRATA_FMT_WARM: tile<FmtWarm, DOWN, C>(p, s, rt, tt); break;
+	case STRATA_FMT_COLD: tile<FmtCold, DOWN, C>(p, s, rt, tt); break;
 	default: break;
 	}
 }

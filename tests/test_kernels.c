@@ -316,6 +316,13 @@ static const struct moe_case moe_cases[] = {
 	{ "pf-bf16-300", STRATA_FMT_BF16, 512, 384, 300, 3, 2 },
 	{ "pf-mixed", -1, 1024, 256, 200, 5, 3 },
 	{ "pf-some-small", STRATA_FMT_HOT, 512, 256, 120, 4, 2 },
+	/* >= 192 tokens per expert: the 64-row x 256-token tile (partial token,
+	 * row and K tiles; a mixed call has experts on both tiles) */
+	{ "pfw-hot", STRATA_FMT_HOT, 1024, 512, 400, 2, 2 },
+	{ "pfw-warm-padded", STRATA_FMT_WARM, 672, 336, 300, 2, 2 },
+	{ "pfw-cold", STRATA_FMT_COLD, 768, 1280, 260, 1, 1 },
+	{ "pfw-bf16-odd", STRATA_FMT_BF16, 544, 96, 300, 2, 2 },
+	{ "pfw-mixed", -1, 1024, 256, 400, 5, 3 },
 };
 
 static void test_moe_layer(void **state)

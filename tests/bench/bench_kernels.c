@@ -14,13 +14,15 @@
  * are captured into a CUDA graph and replayed, timed with events after a
  * warm-up, median of the repetitions.
  *
- *   bench_kernels [--reps N] [--csv FILE] [--quick] [--decode] [--no-decode] [--profile [FMT]]
+ *   bench_kernels [--reps N] [--csv FILE] [--quick] [--decode] [--no-decode] [--no-layer]
+ *                 [--profile [FMT]]
  *
- * --decode: ceilings and the decode table only; --no-decode: everything but
- * the decode table; --profile [FMT]: a few Kimi
+ * --decode: ceilings and the decode table only; --no-decode / --no-layer:
+ * without the decode / full-layer table; --profile [FMT]: a few Kimi
  * decode layers of format FMT (default hot) at T=1 and 16, for a profiler.
  * The kernel variant can be forced for experiments with STRATA_MOE_WARPS=8|16
- * and STRATA_MOE_COPY=bulk|async (kernels/moe_gpu.cu).
+ * and STRATA_MOE_COPY=bulk|async (kernels/moe_gpu.cu); the prefill path's with
+ * STRATA_MOE_PF_TILE=128|256, STRATA_MOE_PF_WARPS=8|16, STRATA_MOE_PREFILL=0.
  */
 #include <math.h>
 #include <stdio.h>
@@ -435,7 +437,7 @@ static void bench_layer(const struct shape *sh, const uint32_t *tokens, int ntok
 
 int main(int argc, char **argv)
 {
-	int quick = 0, decode_only = 0, no_decode = 0, prof_fmt = STRATA_FMT_HOT;
+	int quick = 0, decode_only = 0, no_decode = 0, no_layer = 0, prof_fmt = STRATA_FMT_HOT;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--reps") && i + 1 < argc)
 			g_reps = atoi(argv[++i]);
@@ -451,6 +453,8 @@ int main(int argc, char **argv)
 			decode_only = 1;
 		else if (!strcmp(argv[i], "--no-decode"))
 			no_decode = 1;
+		else if (!strcmp(argv[i], "--no-layer"))
+			no_layer = 1;
 		else if (!strcmp(argv[i], "--profile")) {
 			quick = 2;
 			if (i + 1 < argc && argv[i + 1][0] != '-') {
@@ -461,7 +465,8 @@ int main(int argc, char **argv)
 				}
 			}
 		} else {
-			printf("usage: bench_kernels [--reps N] [--csv FILE] [--quick] [--decode] [--no-decode] [--profile [FMT]]\n"
+			printf("usage: bench_kernels [--reps N] [--csv FILE] [--quick] [--decode] [--no-decode] [--no-layer]\n"
+			       "                     [--profile [FMT]]\n"
 			       "Fused dequant MoE kernels vs streaming-read and cuBLAS ceilings (needs a GPU).\n");
 			return strcmp(argv[i], "--help") && strcmp(argv[i], "-h") ? 2 : 0;
 		}
@@ -510,7 +515,7 @@ int main(int argc, char **argv)
 		}
 	}
 	const uint32_t layer_tokens[] = { 1, 16, 64, 256 };
-	for (int s = 0; s < 2; s++)
+	for (int s = 0; s < 2 && !no_layer; s++)
 		bench_layer(&shapes[s], layer_tokens, quick ? 2 : 4);
 	if (g_csv)
 		fclose(g_csv);
