@@ -29,9 +29,15 @@
  * exact fp16 weights for fp16 MMAs, the block scale is applied to each
  * 32-weight partial sum.  bf16 rows skip shared memory: every lane loads its
  * A fragments with 16-byte loads straight into registers (compute_direct).
- * Token tiles are 8, 16 or 32 wide, chosen from the largest expert's token
- * count, so the same kernel serves decode (1..16 tokens) and prefill
- * (hundreds of tokens per expert).  A down task waits (spin on a per-expert
+ * Token tiles are 8, 16 or 32 wide, chosen from the largest token count of
+ * the experts it runs (decode, 1..16 tokens, and up to 63).  Experts with
+ * >= 64 tokens in bf16 or a tier format take the tiled prefill path instead
+ * (kernels/moe_prefill.cuh): activations gathered into 16-bit rows, then a
+ * grouped gate|up GEMM (SwiGLU in the epilogue, h stored 16-bit) and a grouped
+ * down GEMM (router weights, atomics into y), CTA tiles of 128 rows x 128
+ * tokens (64 x 256 from 192 tokens), cp.async ring, tier blocks decoded once
+ * per CTA into fp16 shared-memory tiles, ldmatrix + mma.sync.  A down task
+ * of the persistent kernel waits (spin on a per-expert
  * counter) for that expert's gate|up tasks.  Decode speed of the tier formats
  * is bound by instruction issue (~11 instructions per weight, ncu), see
  * experiments/kernels/README.md.

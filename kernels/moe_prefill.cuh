@@ -9,23 +9,28 @@
 //               stride ldx = hidden rounded up to 256, zero padded), zeroes
 //               the padding columns of its h row, and stores the assignment's
 //               token and router weight in device arrays;
-//   pf_gemm<0>  gate|up: one CTA per (expert, 64 rows, 128 tokens) computes
-//               64 gate rows and the same 64 up rows (a 128-row A tile) times
-//               the 128-token activation tile, then h = silu(gate) * up,
+//   pf_gemm<0>  gate|up: one CTA per (expert, row tile, token tile) computes
+//               BM/2 gate rows and the same BM/2 up rows (a BM-row A tile)
+//               times the BN-token activation tile, then h = silu(gate) * up,
 //               stored as 16-bit (the MMA type of the expert) in hs;
-//   pf_gemm<1>  down: one CTA per (expert, 128 rows, 128 tokens), epilogue
+//   pf_gemm<1>  down: one CTA per (expert, BM rows, BN tokens), epilogue
 //               y[tok] += w * acc with atomics (as the persistent kernel).
-// Main loop of a CTA (8 warps, warp tile 64 rows x 32 tokens, mma.sync
-// m16n8k16 with f32 accumulation): K steps of 64 weights; a 4-deep cp.async
-// ring stages per step the activation tile (128 tokens x 64, 16-bit, swizzled
-// rows, straight into the ldmatrix layout) and the weight source: bf16 rows
-// straight into the ldmatrix layout, tier rows as the packed block (codes +
-// scale chunk, re-staged per quarter block).  Tier blocks are decoded ONCE
-// per CTA and step into a double-buffered fp16 tile (exact codebook values)
-// by all 256 threads, one step ahead of the MMAs, so each decoded weight
-// feeds 128 tokens.  Tier MMAs accumulate one 256-weight block into
-// temporaries, then the block scale of each row is applied (exact, as the
-// decode path does per 32-weight unit).
+// Tiles (Cfg): 128 rows x 128 tokens with 8 warps (warp tile 64 rows x 32
+// tokens) for experts with < 192 tokens, 64 x 256 with 8 warps (64 x 32) from
+// 192 tokens: the tier decode is the limit, and the wide tile decodes half as
+// many weights per MMA (experiments/kernels/README.md); 128 x 128 with 16
+// warps (32 x 32) on request (STRATA_MOE_PF_WARPS=16).
+// Main loop of a CTA (mma.sync m16n8k16, f32 accumulation): K steps of 64
+// weights; a 4-deep cp.async ring (zero-fill past rows, tokens and K) stages
+// per step the activation tile (16-bit, swizzled rows, straight into the
+// ldmatrix layout) and the weight source: bf16 rows straight into the
+// ldmatrix layout, tier rows as the packed block (codes + scale chunk,
+// re-staged per quarter block).  Tier blocks are decoded ONCE per CTA and
+// step into a double-buffered fp16 tile (exact codebook values) by all
+// threads, one step ahead of the MMAs, so each decoded weight feeds BN
+// tokens.  Tier MMAs accumulate one 256-weight block into temporaries, then
+// the block scale of each row is applied (exact, as the decode path does per
+// 32-weight unit).
 namespace pf {
 
 constexpr int BK = 64, NS = 4;
