@@ -29,9 +29,15 @@
  * exact fp16 weights for fp16 MMAs, the block scale is applied to each
  * 32-weight partial sum.  bf16 rows skip shared memory: every lane loads its
  * A fragments with 16-byte loads straight into registers (compute_direct).
- * Token tiles are 8, 16 or 32 wide, chosen from the largest expert's token
- * count, so the same kernel serves decode (1..16 tokens) and prefill
- * (hundreds of tokens per expert).  A down task waits (spin on a per-expert
+ * Token tiles are 8, 16 or 32 wide, chosen from the largest token count of
+ * the experts it runs (decode, 1..16 tokens, and up to 63).  Experts with
+ * >= 64 tokens in bf16 or a tier format take the tiled prefill path instead
+ * (kernels/moe_prefill.cuh): activations gathered into 16-bit rows, then a
+ * grouped gate|up GEMM (SwiGLU in the epilogue, h stored 16-bit) and a grouped
+ * down GEMM (router weights, atomics into y), CTA tiles of 128 rows x 128
+ * tokens (64 x 256 from 192 tokens), cp.async ring, tier blocks decoded once
+ * per CTA into fp16 shared-memory tiles, ldmatrix + mma.sync.  A down task
+ * of the persistent kernel waits (spin on a per-expert
  * counter) for that expert's gate|up tasks.  Decode speed of the tier formats
  * is bound by instruction issue (~11 instructions per weight, ncu), see
  * experiments/kernels/README.md.
@@ -72,6 +78,12 @@ int strata_gpu_moe_check(int fmt, uint32_t hidden, uint32_t inter, struct strata
 /* Test hook: fill the internal h scratch (silu(gate)*up) with NaN before every
  * MoE call, so a tile that is read before it is written shows up as NaN. */
 void strata_gpu_moe_set_poison(int on);
+
+/* Experiment/test hook: experts with at least n tokens (bf16 or a tier
+ * format) take the tiled prefill path; 0 restores the default (64, or
+ * STRATA_MOE_PREFILL_MIN; STRATA_MOE_PREFILL=0 turns it off), UINT32_MAX
+ * sends every expert through the persistent kernel. */
+void strata_gpu_moe_set_prefill_min(uint32_t n);
 
 /*
  * BF16 paths through cuBLAS (cublasGemmEx, f32 accumulation), for shared

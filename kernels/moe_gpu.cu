@@ -692,6 +692,8 @@ __global__ void __launch_bounds__(32 * NW, 1) moe_kernel(const __grid_constant__
 	}
 }
 
+#include "moe_prefill.cuh"
+
 template <class F>
 __global__ void dequant_kernel(const uint8_t *m, uint32_t rows, uint32_t cols, uint32_t pc, uint64_t soff,
 			       uint64_t rowc, uint64_t rows_, float *out)
@@ -775,6 +777,17 @@ struct Ctx {
 	int direct = 1; // bf16 weights straight to registers (STRATA_MOE_DIRECT=0: staged like the others)
 	int l2pf = 0;   // direct path prefetches into L2 ahead (STRATA_MOE_L2PF=1: on; measured 3% slower)
 	bool attr_set[12] = {};
+	// Tiled prefill path (moe_prefill.cuh): experts with >= pf_min tokens
+	// (STRATA_MOE_PREFILL_MIN, default 64; STRATA_MOE_PREFILL=0: off).
+	uint32_t pf_min = 0;
+	uint32_t pf_force = 0; // strata_gpu_moe_set_prefill_min (0: pf_min)
+	int pf_warps = 8;      // warps per prefill CTA (STRATA_MOE_PF_WARPS=8|16)
+	uint32_t pf_attr = 0;  // prefill kernels whose shared-memory attribute is set (bits)
+	int pf_tile = 0;       // 0: by token count; 128 or 256 (STRATA_MOE_PF_TILE): always that token tile
+	uint16_t *pf_xs = nullptr, *pf_hs = nullptr;
+	uint32_t *pf_tok = nullptr;
+	float *pf_w = nullptr;
+	size_t pf_cap_a = 0, pf_cap_x = 0, pf_cap_h = 0; // assignments, xs / hs elements
 };
 Ctx g_ctx;
 
@@ -854,6 +867,15 @@ int ctx_init(struct strata_error *err)
 		g_ctx.direct = !(e && !strcmp(e, "0"));
 		e = getenv("STRATA_MOE_L2PF");
 		g_ctx.l2pf = e && !strcmp(e, "1");
+		e = getenv("STRATA_MOE_PREFILL_MIN");
+		g_ctx.pf_min = e && atoi(e) > 0 ? (uint32_t)atoi(e) : 64;
+		e = getenv("STRATA_MOE_PF_TILE");
+		g_ctx.pf_tile = e && atoi(e) == 128 ? 128 : e && atoi(e) == 256 ? 256 : 0;
+		e = getenv("STRATA_MOE_PF_WARPS");
+		g_ctx.pf_warps = e && atoi(e) == 16 ? 16 : 8;
+		e = getenv("STRATA_MOE_PREFILL");
+		if (e && !strcmp(e, "0"))
+			g_ctx.pf_min = UINT32_MAX;
 	}
 	if (!g_ctx.sync) {
 		int dev;
@@ -938,6 +960,143 @@ int run_launch(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_err
 	return launch<4, 4, 8, false>(p, st, 8, err);
 }
 
+bool pf_fmt(int fmt) { return fmt == STRATA_FMT_BF16 || (fmt >= STRATA_FMT_HOT && fmt <= STRATA_FMT_COLD); }
+
+// gate|up then down launches of the prefill path for the slots in P.
+template <class C> int pf_launch(pf::PParams *P, cudaStream_t st, struct strata_error *err)
+{
+	using namespace pf;
+	constexpr uint32_t bit = 1u << ((C::BN == 256 ? 2 : 0) + (C::NW == 16 ? 1 : 0));
+	if (!(g_ctx.pf_attr & bit)) {
+		CU_TRY(err, cudaFuncSetAttribute(pf_gemm<false, C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+						 (int)C::SMEM));
+		CU_TRY(err, cudaFuncSetAttribute(pf_gemm<true, C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+						 (int)C::SMEM));
+		g_ctx.pf_attr |= bit;
+	}
+	const uint32_t nrt_gu = (P->inter + C::BM / 2 - 1) / (C::BM / 2), nrt_dn = (P->hidden + C::BM - 1) / C::BM;
+	for (int down = 0; down < 2; down++) {
+		uint32_t tiles = 0;
+		for (uint32_t q = 0; q < P->n_slots; q++) {
+			P->slot[q].tile0 = tiles;
+			tiles += (down ? nrt_dn : nrt_gu) * ((P->slot[q].ntok + C::BN - 1) / C::BN);
+		}
+		P->n_tiles = tiles;
+		if (down)
+			pf_gemm<true, C><<<tiles, C::NTHR, C::SMEM, st>>>(*P);
+		else
+			pf_gemm<false, C><<<tiles, C::NTHR, C::SMEM, st>>>(*P);
+		cudaError_t ce = cudaGetLastError();
+		if (ce != cudaSuccess)
+			return STRATA_ERR(err, STRATA_EGPU, "strata_moe_layer_gpu: prefill launch: %s",
+					  cudaGetErrorString(ce));
+	}
+	return STRATA_OK;
+}
+
+// The tiled prefill path for the experts marked in big[] (moe_prefill.cuh):
+// assignments of those experts in `order` (sorted by expert, count[] the
+// prefix sums), tables of their formats in tab.
+int run_prefill(const struct strata_moe_call *c, const uint32_t *count, const uint32_t *order, const bool *big,
+		const FmtTab *tab, cudaStream_t st, struct strata_error *err)
+{
+	using namespace pf;
+	uint32_t nb = 0;
+	for (uint32_t e = 0; e < c->n_experts; e++)
+		if (big[e])
+			nb += count[e + 1] - count[e];
+	if (!nb)
+		return STRATA_OK;
+	const uint32_t ldx = (c->hidden + 255) / 256 * 256, ldh = (c->inter + 255) / 256 * 256;
+	const size_t nx = (size_t)nb * ldx, nh = (size_t)nb * ldh;
+	if (nb > g_ctx.pf_cap_a || nx > g_ctx.pf_cap_x || nh > g_ctx.pf_cap_h) {
+		if (g_ctx.pf_xs) {
+			CU_TRY(err, cudaStreamSynchronize(st));
+			cudaFree(g_ctx.pf_xs), cudaFree(g_ctx.pf_hs), cudaFree(g_ctx.pf_tok), cudaFree(g_ctx.pf_w);
+			g_ctx.pf_xs = g_ctx.pf_hs = nullptr, g_ctx.pf_tok = nullptr, g_ctx.pf_w = nullptr;
+			g_ctx.pf_cap_a = g_ctx.pf_cap_x = g_ctx.pf_cap_h = 0;
+		}
+		CU_TRY(err, cudaMalloc(&g_ctx.pf_xs, nx * 2));
+		CU_TRY(err, cudaMalloc(&g_ctx.pf_hs, nh * 2));
+		CU_TRY(err, cudaMalloc(&g_ctx.pf_tok, (size_t)nb * 4));
+		CU_TRY(err, cudaMalloc(&g_ctx.pf_w, (size_t)nb * 4));
+		g_ctx.pf_cap_a = nb, g_ctx.pf_cap_x = nx, g_ctx.pf_cap_h = nh;
+	}
+	if (g_ctx.poison) {
+		CU_TRY(err, cudaMemsetAsync(g_ctx.pf_xs, 0xff, nx * 2, st));
+		CU_TRY(err, cudaMemsetAsync(g_ctx.pf_hs, 0xff, nh * 2, st));
+	}
+	PrepParams *pp = (PrepParams *)calloc(1, sizeof(PrepParams));
+	PParams *P = (PParams *)calloc(1, sizeof(PParams));
+	int rc = STRATA_OK;
+	if (!pp || !P) {
+		free(pp), free(P);
+		return STRATA_ERR(err, STRATA_ENOMEM, "strata_moe_layer_gpu: out of memory");
+	}
+	// Gather: activation rows, token and router weight of every big assignment.
+	pp->x = c->x, pp->xs = g_ctx.pf_xs, pp->hs = g_ctx.pf_hs, pp->tok_d = g_ctx.pf_tok, pp->w_d = g_ctx.pf_w;
+	pp->hidden = c->hidden, pp->inter = c->inter, pp->ldx = ldx, pp->ldh = ldh;
+	pp->vec = c->hidden % 4 == 0 && ((uintptr_t)c->x & 15) == 0;
+	uint32_t a = 0, n = 0;
+	auto flush = [&]() -> int {
+		if (!n)
+			return STRATA_OK;
+		pp->a0 = a - n;
+		pf_prep<<<n, 256, 0, st>>>(*pp);
+		n = 0;
+		CU_TRY(err, cudaGetLastError());
+		return STRATA_OK;
+	};
+	for (uint32_t e = 0; e < c->n_experts && !rc; e++) {
+		if (!big[e])
+			continue;
+		for (uint32_t q = count[e]; q < count[e + 1] && !rc; q++) {
+			uint32_t src = order[q];
+			pp->tok[n] = c->assign_token[src];
+			pp->w[n] = c->assign_weight[src];
+			pp->f16[n] = c->fmts[e] != STRATA_FMT_BF16;
+			n++, a++;
+			if (n == PREP_MAX)
+				rc = flush();
+		}
+	}
+	if (!rc)
+		rc = flush();
+	// Grouped GEMMs: gate|up then down, up to MAX_SLOTS experts per launch;
+	// experts with >= 192 tokens (pf_tile 0) take the 64 x 256 tile (decode
+	// amortised over 256 tokens), the others 128 x 128.
+	P->xs = g_ctx.pf_xs, P->hs = g_ctx.pf_hs, P->tok = g_ctx.pf_tok, P->w = g_ctx.pf_w, P->y = c->y;
+	P->hidden = c->hidden, P->inter = c->inter, P->ldx = ldx, P->ldh = ldh;
+	memcpy(P->tab, tab, sizeof(P->tab));
+	for (int wide = 0; wide < 2 && !rc; wide++) {
+		a = 0;
+		for (uint32_t e = 0; e < c->n_experts && !rc;) {
+			uint32_t ns = 0;
+			for (; e < c->n_experts && ns < MAX_SLOTS; e++) {
+				if (!big[e])
+					continue;
+				uint32_t nt = count[e + 1] - count[e];
+				bool w = g_ctx.pf_tile == 256 || (g_ctx.pf_tile == 0 && nt >= 192);
+				if (w == (bool)wide) {
+					PSlot &s = P->slot[ns++];
+					s.ext = (const uint8_t *)c->extents[e];
+					s.fmt = c->fmts[e];
+					s.a0 = a, s.ntok = nt;
+				}
+				a += nt;
+			}
+			if (!ns)
+				break;
+			P->n_slots = ns;
+			rc = wide ? pf_launch<CfgWide>(P, st, err)
+			   : g_ctx.pf_warps == 16 ? pf_launch<Cfg128w16>(P, st, err)
+						  : pf_launch<Cfg128>(P, st, err);
+		}
+	}
+	free(pp), free(P);
+	return rc;
+}
+
 int moe_layer(const struct strata_moe_call *c, struct strata_error *err)
 {
 	if (!c->n_assign || !c->n_tokens)
@@ -955,6 +1114,8 @@ int moe_layer(const struct strata_moe_call *c, struct strata_error *err)
 	uint32_t *count = (uint32_t *)calloc(c->n_experts + 1, sizeof(uint32_t));
 	uint32_t *order = (uint32_t *)malloc((size_t)c->n_assign * sizeof(uint32_t));
 	MoeParams *p = (MoeParams *)calloc(1, sizeof(MoeParams));
+	bool *big = nullptr;
+	uint32_t pf_min;
 	if (!count || !order || !p) {
 		free(count), free(order), free(p);
 		return STRATA_ERR(err, STRATA_ENOMEM, "strata_moe_layer_gpu: out of memory");
@@ -1008,6 +1169,21 @@ int moe_layer(const struct strata_moe_call *c, struct strata_error *err)
 			}
 		}
 	}
+	// Experts with many tokens in bf16 or a tier format take the tiled prefill
+	// path; the rest (and every call when all counts are small) this kernel.
+	big = (bool *)calloc(c->n_experts + 1, sizeof(bool));
+	if (!big) {
+		rc = STRATA_ERR(err, STRATA_ENOMEM, "strata_moe_layer_gpu: out of memory");
+		goto out;
+	}
+	maxtok_all = 0;
+	pf_min = g_ctx.pf_force ? g_ctx.pf_force : g_ctx.pf_min;
+	for (uint32_t e = 0; e < c->n_experts; e++) {
+		uint32_t n = count[e + 1] - count[e];
+		big[e] = n && n >= pf_min && pf_fmt(c->fmts[e]);
+		if (!big[e] && n > maxtok_all)
+			maxtok_all = n;
+	}
 	p->x = c->x, p->y = c->y;
 	p->hidden = c->hidden, p->inter = c->inter;
 	p->l2pf = g_ctx.l2pf;
@@ -1017,6 +1193,8 @@ int moe_layer(const struct strata_moe_call *c, struct strata_error *err)
 		// geometry in p->tab was sized for its rows per stage.
 		uint32_t ns = 0, na = 0;
 		for (uint32_t e = 0; e < c->n_experts && !rc; e++) {
+			if (big[e])
+				continue;
 			for (uint32_t a = count[e]; a < count[e + 1];) {
 				uint32_t take = count[e + 1] - a;
 				if (take > STRATA_MOE_MAX_ASSIGN)
@@ -1044,8 +1222,10 @@ int moe_layer(const struct strata_moe_call *c, struct strata_error *err)
 			rc = run_launch(p, maxtok_all, st, err);
 		}
 	}
+	if (!rc)
+		rc = run_prefill(c, count, order, big, p->tab, st, err);
 out:
-	free(count), free(order), free(p);
+	free(count), free(order), free(p), free(big);
 	return rc;
 }
 
@@ -1068,6 +1248,13 @@ extern "C" int strata_gpu_moe_check(int fmt, uint32_t hidden, uint32_t inter, st
 }
 
 extern "C" void strata_gpu_moe_set_poison(int on) { g_ctx.poison = on; }
+
+extern "C" void strata_gpu_moe_set_prefill_min(uint32_t n)
+{
+	pthread_mutex_lock(&g_ctx.mu);
+	g_ctx.pf_force = n;
+	pthread_mutex_unlock(&g_ctx.mu);
+}
 
 extern "C" int strata_gpu_dequantize(int fmt, const void *d_packed, uint32_t rows, uint32_t cols, float *d_out,
 				     strata_gpu_stream *stream, struct strata_error *err)

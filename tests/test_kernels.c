@@ -287,8 +287,11 @@ static const struct moe_case moe_cases[] = {
 	{ "decode-8-odd", STRATA_FMT_BF16, 544, 96, 8, 3, 2 },
 	/* 16-token tiles */
 	{ "decode-16", STRATA_FMT_BF16, 768, 320, 16, 4, 3 },
-	/* prefill: 32-token tiles, experts with many tiles */
+	/* prefill (>= 64 tokens per expert: the tiled prefill path) */
 	{ "prefill-150", STRATA_FMT_BF16, 512, 256, 150, 4, 2 },
+	/* 32-token tiles of the persistent kernel (17..63 tokens per expert) */
+	{ "tile32-40", STRATA_FMT_BF16, 512, 256, 40, 2, 2 },
+	{ "tile32-hot", STRATA_FMT_HOT, 512, 256, 50, 2, 2 },
 	/* many slots: > STRATA_MOE_MAX_SLOTS experts, several launches */
 	{ "slots-300", STRATA_FMT_BF16, 256, 64, 40, 300, 8 },
 	/* many assignments: > STRATA_MOE_MAX_ASSIGN, expert split across launches */
@@ -301,6 +304,25 @@ static const struct moe_case moe_cases[] = {
 	{ "tier-padded", STRATA_FMT_WARM, 640, 320, 3, 3, 2 },
 	/* several formats in one launch */
 	{ "mixed-5", -1, 1024, 256, 5, 10, 4 },
+	/* tiled prefill path (>= 64 tokens for an expert; moe_prefill.cuh): every
+	 * format it takes, partial token tiles (128 tokens), partial row tiles,
+	 * padded tier rows, bf16 K not a multiple of the 64-weight K step, and
+	 * calls where some experts take the prefill path and others (f32, or
+	 * fewer tokens) the persistent kernel */
+	{ "pf-hot", STRATA_FMT_HOT, 1024, 512, 200, 3, 2 },
+	{ "pf-warm-padded", STRATA_FMT_WARM, 640, 320, 150, 2, 2 },
+	{ "pf-cold", STRATA_FMT_COLD, 768, 1280, 160, 2, 1 },
+	{ "pf-bf16-odd", STRATA_FMT_BF16, 544, 96, 140, 2, 2 },
+	{ "pf-bf16-300", STRATA_FMT_BF16, 512, 384, 300, 3, 2 },
+	{ "pf-mixed", -1, 1024, 256, 200, 5, 3 },
+	{ "pf-some-small", STRATA_FMT_HOT, 512, 256, 120, 4, 2 },
+	/* >= 192 tokens per expert: the 64-row x 256-token tile (partial token,
+	 * row and K tiles; a mixed call has experts on both tiles) */
+	{ "pfw-hot", STRATA_FMT_HOT, 1024, 512, 400, 2, 2 },
+	{ "pfw-warm-padded", STRATA_FMT_WARM, 672, 336, 300, 2, 2 },
+	{ "pfw-cold", STRATA_FMT_COLD, 768, 1280, 260, 1, 1 },
+	{ "pfw-bf16-odd", STRATA_FMT_BF16, 544, 96, 300, 2, 2 },
+	{ "pfw-mixed", -1, 1024, 256, 400, 5, 3 },
 };
 
 static void test_moe_layer(void **state)

@@ -6,7 +6,7 @@
  *   decode    one MoE layer's active experts (Kimi-shaped 16 x 7168x1536,
  *             Qwen3-30B-A3B-shaped 8 x 2048x768) at 1, 4, 16 tokens routed to
  *             all of them, per format: GB/s of packed expert bytes / read ceiling
- *   prefill   256 tokens per expert: fused kernel TFLOP/s vs cuBLAS BF16
+ *   prefill   256 (and 64) tokens per expert: fused kernel TFLOP/s vs cuBLAS BF16
  *             (3 GEMMs per expert on BF16 weights) on the same shapes
  *   layer     a full MoE layer with random top-k routing over all the model's
  *             experts (15/30/55 hot/warm/cold tiering): layer-tokens per second
@@ -14,12 +14,15 @@
  * are captured into a CUDA graph and replayed, timed with events after a
  * warm-up, median of the repetitions.
  *
- *   bench_kernels [--reps N] [--csv FILE] [--quick] [--decode] [--profile [FMT]]
+ *   bench_kernels [--reps N] [--csv FILE] [--quick] [--decode] [--no-decode] [--no-layer]
+ *                 [--profile [FMT]]
  *
- * --decode: ceilings and the decode table only; --profile [FMT]: a few Kimi
+ * --decode: ceilings and the decode table only; --no-decode / --no-layer:
+ * without the decode / full-layer table; --profile [FMT]: a few Kimi
  * decode layers of format FMT (default hot) at T=1 and 16, for a profiler.
  * The kernel variant can be forced for experiments with STRATA_MOE_WARPS=8|16
- * and STRATA_MOE_COPY=bulk|async (kernels/moe_gpu.cu).
+ * and STRATA_MOE_COPY=bulk|async (kernels/moe_gpu.cu); the prefill path's with
+ * STRATA_MOE_PF_TILE=128|256, STRATA_MOE_PF_WARPS=8|16, STRATA_MOE_PREFILL=0.
  */
 #include <math.h>
 #include <stdio.h>
@@ -285,6 +288,16 @@ static void bench_prefill(const struct shape *sh, int fmt, uint32_t T)
 	CHECK(strata_gpu_graph_end(g_st, &gr, &g_err));
 	double ms_f = time_graph(gr, 1);
 	strata_gpu_graph_free(gr);
+	/* the same call through the persistent (decode) kernel only, for the same-run comparison */
+	strata_gpu_moe_set_prefill_min(UINT32_MAX);
+	CHECK(strata_moe_layer_gpu(&c, &g_err));
+	CHECK(strata_gpu_stream_sync(g_st, &g_err));
+	CHECK(strata_gpu_graph_begin(g_st, &g_err));
+	CHECK(strata_moe_layer_gpu(&c, &g_err));
+	CHECK(strata_gpu_graph_end(g_st, &gr, &g_err));
+	double ms_o = time_graph(gr, 1);
+	strata_gpu_graph_free(gr);
+	strata_gpu_moe_set_prefill_min(0);
 	/* cuBLAS: gate, up, down GEMMs of every expert on bf16 operands (the SwiGLU and the
 	 * activation casts are left out: this is the matrix work alone) */
 	CHECK(strata_gpu_gemm_bf16((const uint16_t *)wb, sh->inter, sh->hidden, xb, T, g, g_st, &g_err));
@@ -302,13 +315,16 @@ static void bench_prefill(const struct shape *sh, int fmt, uint32_t T)
 	double ms_b = time_graph(gr, 1);
 	strata_gpu_graph_free(gr);
 	double flop = 2.0 * 3 * sh->hidden * (double)sh->inter * ne * T;
-	printf("prefill %-5s %-5s T=%-3u fused %8.1f us %6.1f TFLOP/s | cuBLAS bf16 %8.1f us %6.1f TFLOP/s | "
-	       "fused/cuBLAS speed %.2f\n",
-	       sh->name, strata_fmt_traits(fmt)->name, T, ms_f * 1e3, flop / ms_f / 1e9, ms_b * 1e3, flop / ms_b / 1e9,
-	       ms_b / ms_f);
-	if (g_csv)
+	printf("prefill %-5s %-5s T=%-3u fused %8.1f us %6.1f TFLOP/s | persistent kernel %8.1f us %6.1f TFLOP/s | "
+	       "cuBLAS bf16 %8.1f us %6.1f TFLOP/s | fused/cuBLAS speed %.3f (persistent %.3f)\n",
+	       sh->name, strata_fmt_traits(fmt)->name, T, ms_f * 1e3, flop / ms_f / 1e9, ms_o * 1e3, flop / ms_o / 1e9,
+	       ms_b * 1e3, flop / ms_b / 1e9, ms_b / ms_f, ms_b / ms_o);
+	if (g_csv) {
 		fprintf(g_csv, "prefill,%s,%s,%u,%.3f,%.4f,,%.2f,%.2f\n", sh->name, strata_fmt_traits(fmt)->name, T,
 			ms_f * 1e3, ms_b / ms_f, flop / ms_f / 1e9, flop / ms_b / 1e9);
+		fprintf(g_csv, "prefill_persistent,%s,%s,%u,%.3f,%.4f,,%.2f,%.2f\n", sh->name,
+			strata_fmt_traits(fmt)->name, T, ms_o * 1e3, ms_b / ms_o, flop / ms_o / 1e9, flop / ms_b / 1e9);
+	}
 	free(ext), free(fmts), free(ae), free(at), free(aw);
 	strata_gpu_free(w), strata_gpu_free(wb), strata_gpu_free(x), strata_gpu_free(y), strata_gpu_free(xb);
 	strata_gpu_free(hb), strata_gpu_free(g), strata_gpu_free(u), strata_gpu_free(d);
@@ -421,7 +437,7 @@ static void bench_layer(const struct shape *sh, const uint32_t *tokens, int ntok
 
 int main(int argc, char **argv)
 {
-	int quick = 0, decode_only = 0, prof_fmt = STRATA_FMT_HOT;
+	int quick = 0, decode_only = 0, no_decode = 0, no_layer = 0, prof_fmt = STRATA_FMT_HOT;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--reps") && i + 1 < argc)
 			g_reps = atoi(argv[++i]);
@@ -435,6 +451,10 @@ int main(int argc, char **argv)
 			quick = 1;
 		else if (!strcmp(argv[i], "--decode"))
 			decode_only = 1;
+		else if (!strcmp(argv[i], "--no-decode"))
+			no_decode = 1;
+		else if (!strcmp(argv[i], "--no-layer"))
+			no_layer = 1;
 		else if (!strcmp(argv[i], "--profile")) {
 			quick = 2;
 			if (i + 1 < argc && argv[i + 1][0] != '-') {
@@ -445,7 +465,8 @@ int main(int argc, char **argv)
 				}
 			}
 		} else {
-			printf("usage: bench_kernels [--reps N] [--csv FILE] [--quick] [--decode] [--profile [FMT]]\n"
+			printf("usage: bench_kernels [--reps N] [--csv FILE] [--quick] [--decode] [--no-decode] [--no-layer]\n"
+			       "                     [--profile [FMT]]\n"
 			       "Fused dequant MoE kernels vs streaming-read and cuBLAS ceilings (needs a GPU).\n");
 			return strcmp(argv[i], "--help") && strcmp(argv[i], "-h") ? 2 : 0;
 		}
@@ -476,7 +497,7 @@ int main(int argc, char **argv)
 	measure_ceilings();
 	const int fmts[] = { STRATA_FMT_HOT, STRATA_FMT_WARM, STRATA_FMT_COLD, STRATA_FMT_BF16 };
 	const uint32_t dec_tokens[] = { 1, 4, 16 };
-	for (int s = 0; s < 2; s++)
+	for (int s = 0; s < 2 && !no_decode; s++)
 		for (int f = 0; f < (quick ? 1 : 4); f++)
 			bench_decode(&shapes[s], fmts[f], dec_tokens, 3);
 	if (decode_only) {
@@ -486,12 +507,15 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	for (int s = 0; s < 2; s++) {
-		bench_prefill(&shapes[s], STRATA_FMT_HOT, 256);
-		if (!quick)
-			bench_prefill(&shapes[s], STRATA_FMT_BF16, 256);
+		for (int f = 0; f < (quick ? 1 : 4); f++)
+			bench_prefill(&shapes[s], fmts[f], 256);
+		if (!quick) {
+			bench_prefill(&shapes[s], STRATA_FMT_HOT, 64);
+			bench_prefill(&shapes[s], STRATA_FMT_BF16, 64);
+		}
 	}
 	const uint32_t layer_tokens[] = { 1, 16, 64, 256 };
-	for (int s = 0; s < 2; s++)
+	for (int s = 0; s < 2 && !no_layer; s++)
 		bench_layer(&shapes[s], layer_tokens, quick ? 2 : 4);
 	if (g_csv)
 		fclose(g_csv);

@@ -1,0 +1,378 @@
+// Tiled prefill path of the fused MoE layer (included by moe_gpu.cu inside
+// its anonymous namespace, after FmtTab and the PTX helpers).
+//
+// Used for experts with many tokens (>= STRATA_MOE_PREFILL_MIN, 64 by
+// default) in bf16 or a tier format; the persistent kernel keeps decode and
+// small token counts.  Three launches per group of experts:
+//   pf_prep     gathers each assignment's activation row x[tok] into a 16-bit
+//               buffer xs (fp16 for tier experts, bf16 for bf16 experts; row
+//               stride ldx = hidden rounded up to 256, zero padded), zeroes
+//               the padding columns of its h row, and stores the assignment's
+//               token and router weight in device arrays;
+//   pf_gemm<0>  gate|up: one CTA per (expert, row tile, token tile) computes
+//               BM/2 gate rows and the same BM/2 up rows (a BM-row A tile)
+//               times the BN-token activation tile, then h = silu(gate) * up,
+//               stored as 16-bit (the MMA type of the expert) in hs;
+//   pf_gemm<1>  down: one CTA per (expert, BM rows, BN tokens), epilogue
+//               y[tok] += w * acc with atomics (as the persistent kernel).
+// Tiles (Cfg): 128 rows x 128 tokens with 8 warps (warp tile 64 rows x 32
+// tokens) for experts with < 192 tokens, 64 x 256 with 8 warps (64 x 32) from
+// 192 tokens: the tier decode is the limit, and the wide tile decodes half as
+// many weights per MMA (experiments/kernels/README.md); 128 x 128 with 16
+// warps (32 x 32) on request (STRATA_MOE_PF_WARPS=16).
+// Main loop of a CTA (mma.sync m16n8k16, f32 accumulation): K steps of 64
+// weights; a 4-deep cp.async ring (zero-fill past rows, tokens and K) stages
+// per step the activation tile (16-bit, swizzled rows, straight into the
+// ldmatrix layout) and the weight source: bf16 rows straight into the
+// ldmatrix layout, tier rows as the packed block (codes + scale chunk,
+// re-staged per quarter block).  Tier blocks are decoded ONCE per CTA and
+// step into a double-buffered fp16 tile (exact codebook values) by all
+// threads, one step ahead of the MMAs, so each decoded weight feeds BN
+// tokens.  Tier MMAs accumulate one 256-weight block into temporaries, then
+// the block scale of each row is applied (exact, as the decode path does per
+// 32-weight unit).
+namespace pf {
+
+constexpr int BK = 64, NS = 4;
+constexpr uint32_t RAW_PITCH = 144; // tier raw row: codes (<= 96 B) | scale chunk at 96
+constexpr uint32_t RAW_SCALE = 96;
+// CTA tile: BM weight rows (gate|up: BM/2 gate + the same BM/2 up rows) x BN
+// tokens, NW warps; a warp takes 32 tokens and 16*MT rows.
+template <int BM_, int BN_, int NW_> struct Cfg {
+	static constexpr int BM = BM_, BN = BN_, NW = NW_, NTHR = 32 * NW;
+	static constexpr int WN = BN / 32, WM = NW / WN, MT = BM / (16 * WM), HM = MT / 2;
+	static constexpr int RSTEP = NTHR / 8, RPTA = BM / RSTEP, RPTB = BN / RSTEP;
+	static constexpr uint32_t A_BYTES = BM * BK * 2; // bf16 A stage / decoded fp16 tile
+	static constexpr uint32_t ASRC = BM * RAW_PITCH > A_BYTES ? BM * RAW_PITCH : A_BYTES;
+	static constexpr uint32_t B_BYTES = BN * BK * 2;
+	static constexpr uint32_t STAGE = ASRC + B_BYTES;
+	static constexpr uint32_t DEC_OFF = NS * STAGE;
+	static constexpr uint32_t SC_OFF = DEC_OFF + 2 * A_BYTES;
+	static constexpr uint32_t SMEM = SC_OFF + 2 * BM * 4;
+	static_assert(WM * WN == NW && MT * 16 * WM == BM && HM >= 1 && RPTA * RSTEP == BM && RPTB * RSTEP == BN,
+		      "prefill tile geometry");
+	static_assert(SMEM <= 227 * 1024, "prefill shared memory");
+};
+using Cfg128 = Cfg<128, 128, 8>;   // default
+using Cfg128w16 = Cfg<128, 128, 16>; // STRATA_MOE_PF_WARPS=16
+using CfgWide = Cfg<64, 256, 8>;   // >= 192 tokens per expert: decode amortised over 256 tokens
+constexpr uint32_t MAX_SLOTS = 128;
+constexpr uint32_t PREP_MAX = 2048;
+
+struct PSlot {
+	const uint8_t *ext;
+	uint32_t a0, ntok, fmt, tile0;
+};
+
+struct PParams {
+	const uint16_t *xs; // [assignments][ldx]
+	uint16_t *hs;       // [assignments][ldh]
+	const uint32_t *tok;
+	const float *w;
+	float *y;
+	uint32_t hidden, inter, ldx, ldh, n_slots, n_tiles;
+	FmtTab tab[STRATA_FMT_COUNT];
+	PSlot slot[MAX_SLOTS];
+};
+
+struct PrepParams {
+	const float *x;
+	uint16_t *xs, *hs;
+	uint32_t *tok_d;
+	float *w_d;
+	uint32_t hidden, inter, ldx, ldh, a0, vec;
+	uint32_t tok[PREP_MAX];
+	float w[PREP_MAX];
+	uint8_t f16[PREP_MAX];
+};
+
+__device__ __forceinline__ void cp16z(uint32_t dst, const void *src, uint32_t n)
+{
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n) : "memory");
+}
+__device__ __forceinline__ void commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+__device__ __forceinline__ void ldsm4(uint32_t addr, uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3)
+{
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+		     : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+		     : "r"(addr)
+		     : "memory");
+}
+// Byte offset of 16-byte chunk c of row i in a swizzled [rows][64] 16-bit tile.
+__device__ __forceinline__ uint32_t swz(uint32_t i, uint32_t c) { return i * 128 + ((c ^ (i & 7)) << 4); }
+
+__global__ void __launch_bounds__(256) pf_prep(const __grid_constant__ PrepParams p)
+{
+	const uint32_t i = blockIdx.x, a = p.a0 + i;
+	const float *xr = p.x + (uint64_t)p.tok[i] * p.hidden;
+	uint16_t *dst = p.xs + (uint64_t)a * p.ldx;
+	const bool f16 = p.f16[i];
+	for (uint32_t c = threadIdx.x * 8; c < p.ldx; c += blockDim.x * 8) {
+		float v[8];
+		if (p.vec && c + 8 <= p.hidden) {
+			float4 u = __ldg(reinterpret_cast<const float4 *>(xr + c));
+			float4 w = __ldg(reinterpret_cast<const float4 *>(xr + c + 4));
+			v[0] = u.x, v[1] = u.y, v[2] = u.z, v[3] = u.w, v[4] = w.x, v[5] = w.y, v[6] = w.z, v[7] = w.w;
+		} else {
+#pragma unroll
+			for (int q = 0; q < 8; q++)
+				v[q] = c + q < p.hidden ? __ldg(xr + c + q) : 0.0f;
+		}
+		uint4 o;
+		o.x = f16 ? pack_f16x2(v[0], v[1]) : pack_bf16x2(v[0], v[1]);
+		o.y = f16 ? pack_f16x2(v[2], v[3]) : pack_bf16x2(v[2], v[3]);
+		o.z = f16 ? pack_f16x2(v[4], v[5]) : pack_bf16x2(v[4], v[5]);
+		o.w = f16 ? pack_f16x2(v[6], v[7]) : pack_bf16x2(v[6], v[7]);
+		*reinterpret_cast<uint4 *>(dst + c) = o;
+	}
+	uint16_t *hr = p.hs + (uint64_t)a * p.ldh;
+	for (uint32_t c = p.inter + threadIdx.x; c < p.ldh; c += blockDim.x)
+		hr[c] = 0;
+	if (threadIdx.x == 0)
+		p.tok_d[a] = p.tok[i], p.w_d[a] = p.w[i];
+}
+
+// One CTA tile: rows row0.. of an expert (gate|up: BM/2 gate + the same BM/2
+// up rows; down: BM down rows) x tokens tok0..tok0+BN-1 of the slot.
+template <class F, bool DOWN, class C>
+__device__ __forceinline__ void tile(const PParams &p, const PSlot &s, uint32_t rt, uint32_t tt)
+{
+	constexpr bool TIER = F::SCALED;
+	constexpr int BM = C::BM, BN = C::BN, WM = C::WM, MT = C::MT, HM = C::HM, RSTEP = C::RSTEP;
+	constexpr uint32_t STAGE = C::STAGE, ASRC_BYTES = C::ASRC, A_BYTES = C::A_BYTES, DEC_OFF = C::DEC_OFF,
+			   SC_OFF = C::SC_OFF;
+	const FmtTab &f = p.tab[s.fmt];
+	const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+	const int wm = warp % WM, wn = warp / WM;
+	const uint32_t d = DOWN;
+	const uint32_t nrows = DOWN ? p.hidden : p.inter, cols = DOWN ? p.inter : p.hidden;
+	const uint32_t K = TIER ? f.pc[d] : cols, nk = (K + BK - 1) / BK;
+	const uint8_t *m0 = s.ext + f.off[DOWN ? 2 : 0], *m1 = s.ext + f.off[DOWN ? 2 : 1];
+	const uint64_t rowc = f.rowc[d], rows_ = f.rows_[d], soff = f.soff[d];
+	const uint32_t row0 = DOWN ? rt * BM : rt * (BM / 2), tok0 = tt * BN;
+	const uint16_t *act = DOWN ? p.hs : p.xs;
+	const uint32_t ld = DOWN ? p.ldh : p.ldx;
+	const uint32_t sbase = (uint32_t)__cvta_generic_to_shared(g_smem);
+	const uint32_t ci = tid & 7;
+
+	// Copies of K step ks into ring slot `slot`: thread tid handles chunk tid%8 of
+	// rows (and tokens) tid/8 + RSTEP*r.
+	auto issue = [&](uint32_t ks, uint32_t slot) {
+		const uint32_t sa = sbase + slot * STAGE, sb = sa + ASRC_BYTES;
+#pragma unroll
+		for (int r = 0; r < C::RPTA; r++) {
+			const uint32_t i = (tid >> 3) + RSTEP * r;
+			const uint32_t rr = DOWN ? row0 + i : row0 + i % (BM / 2);
+			const uint8_t *mat = !DOWN && i >= BM / 2 ? m1 : m0;
+			const bool ok = rr < nrows;
+			if constexpr (TIER) {
+				const uint32_t b = ks >> 2;
+				if (ci < 6) {
+					const uint8_t *c = mat + (uint64_t)rr * rowc + (uint64_t)b * F::CODE_BYTES;
+					const uint8_t *c0 = (const uint8_t *)((uintptr_t)c & ~(uintptr_t)15);
+					const uint32_t nc = (uint32_t)((uintptr_t)c - (uintptr_t)c0 + F::CODE_BYTES + 15) >> 4;
+					if (ci < nc)
+						cp16z(sa + i * RAW_PITCH + 16 * ci, ok ? c0 + 16 * ci : m0, ok ? 16 : 0);
+				} else if (ci == 6) {
+					const uint8_t *sp = mat + soff + (uint64_t)rr * rows_ + (uint64_t)b * F::SCALE_BYTES;
+					const uint8_t *s0 = (const uint8_t *)((uintptr_t)sp & ~(uintptr_t)15);
+					cp16z(sa + i * RAW_PITCH + RAW_SCALE, ok ? s0 : m0, ok ? 16 : 0);
+				}
+			} else {
+				const uint32_t k = ks * BK + 8 * ci;
+				const bool v = ok && k < cols;
+				const uint8_t *src = mat + (uint64_t)rr * rowc + (uint64_t)k * 2;
+				cp16z(sa + swz(i, ci), v ? src : m0, v ? 16 : 0);
+			}
+		}
+#pragma unroll
+		for (int r = 0; r < C::RPTB; r++) {
+			const uint32_t n = (tid >> 3) + RSTEP * r, tl = tok0 + n;
+			const bool v = tl < s.ntok;
+			const uint16_t *src = act + (uint64_t)(s.a0 + (v ? tl : 0)) * ld + ks * BK + 8 * ci;
+			cp16z(sb + swz(n, ci), src, v ? 16 : 0);
+		}
+	};
+	// Tier: decode K step ks (ring slot `slot`) into the fp16 tile db, and the
+	// rows' block scales into sc[db].
+	auto decode = [&](uint32_t ks, uint32_t slot, uint32_t db) {
+		if constexpr (TIER) {
+			const uint32_t sa = slot * STAGE, b = ks >> 2, j = 8 * (ks & 3) + ci;
+#pragma unroll
+			for (int r = 0; r < C::RPTA; r++) {
+				const uint32_t i = (tid >> 3) + RSTEP * r;
+				const uint32_t rr = DOWN ? row0 + i : row0 + i % (BM / 2);
+				const uint8_t *mat = !DOWN && i >= BM / 2 ? m1 : m0;
+				const uint32_t roff =
+					(uint32_t)((uintptr_t)(mat + (uint64_t)rr * rowc + (uint64_t)b * F::CODE_BYTES) & 15);
+				uint32_t o[4];
+				F::decode8(sa + i * RAW_PITCH + roff, 0, (int)j, 0, o);
+				*reinterpret_cast<uint4 *>(g_smem + DEC_OFF + db * A_BYTES + swz(i, ci)) =
+					make_uint4(o[0], o[1], o[2], o[3]);
+				if (ci == 0) {
+					const uint32_t so = (uint32_t)((uintptr_t)(mat + soff + (uint64_t)rr * rows_ +
+										   (uint64_t)b * F::SCALE_BYTES) & 15);
+					reinterpret_cast<float *>(g_smem + SC_OFF)[db * BM + i] =
+						F::scale(sa + i * RAW_PITCH + RAW_SCALE + so);
+				}
+			}
+		} else {
+			(void)ks, (void)slot, (void)db;
+		}
+	};
+
+	float acc[MT][4][4], tmp[TIER ? MT : 1][4][4];
+#pragma unroll
+	for (int m = 0; m < MT; m++)
+#pragma unroll
+		for (int n = 0; n < 4; n++)
+#pragma unroll
+			for (int e = 0; e < 4; e++) {
+				acc[m][n][e] = 0.0f;
+				if constexpr (TIER)
+					tmp[m][n][e] = 0.0f;
+			}
+	// A rows of this warp's m tile m (gate|up: m < HM gate rows, m >= HM the
+	// same up rows).
+	auto arow = [&](int m) -> uint32_t { return (uint32_t)((m / HM) * (BM / 2) + wm * 16 * HM + (m % HM) * 16); };
+
+	auto mma_step = [&](uint32_t abuf, uint32_t bbuf) {
+#pragma unroll
+		for (int kk = 0; kk < BK / 16; kk++) {
+			uint32_t a[MT][4], b[4][2];
+#pragma unroll
+			for (int m = 0; m < MT; m++) {
+				const uint32_t row = arow(m) + (lane & 7) + ((lane >> 3) & 1) * 8;
+				ldsm4(abuf + swz(row, 2 * kk + (lane >> 4)), a[m][0], a[m][1], a[m][2], a[m][3]);
+			}
+#pragma unroll
+			for (int np = 0; np < 2; np++) {
+				const uint32_t n = wn * 32 + np * 16 + (lane & 7) + (lane >> 4) * 8;
+				ldsm4(bbuf + swz(n, 2 * kk + ((lane >> 3) & 1)), b[2 * np][0], b[2 * np][1], b[2 * np + 1][0],
+				      b[2 * np + 1][1]);
+			}
+#pragma unroll
+			for (int m = 0; m < MT; m++)
+#pragma unroll
+				for (int n = 0; n < 4; n++) {
+					if constexpr (TIER)
+						mma_bf16<true>(tmp[m][n], a[m][0], a[m][1], a[m][2], a[m][3], b[n][0], b[n][1]);
+					else
+						mma_bf16<F::F16>(acc[m][n], a[m][0], a[m][1], a[m][2], a[m][3], b[n][0], b[n][1]);
+				}
+		}
+	};
+
+	// Prologue: steps 0 .. NS-2 in flight; decode step 0.
+#pragma unroll
+	for (int st = 0; st < NS - 1; st++) {
+		if ((uint32_t)st < nk)
+			issue(st, st);
+		commit();
+	}
+	if constexpr (TIER) {
+		wait<NS - 2>();
+		__syncthreads();
+		decode(0, 0, 0);
+	}
+	for (uint32_t ks = 0; ks < nk; ks++) {
+		// Groups committed: NS-1 + ks; step ks+1 complete leaves NS-3 pending.
+		wait<NS - 3>();
+		__syncthreads();
+		if (ks + NS - 1 < nk)
+			issue(ks + NS - 1, (ks + NS - 1) % NS);
+		commit();
+		if (TIER && ks + 1 < nk)
+			decode(ks + 1, (ks + 1) % NS, (ks + 1) & 1);
+		const uint32_t slot = ks % NS;
+		const uint32_t abuf = TIER ? sbase + DEC_OFF + (ks & 1) * A_BYTES : sbase + slot * STAGE;
+		mma_step(abuf, sbase + slot * STAGE + ASRC_BYTES);
+		if constexpr (TIER) {
+			if ((ks & 3) == 3) {
+				const float *sc = reinterpret_cast<const float *>(g_smem + SC_OFF) + (ks & 1) * BM;
+#pragma unroll
+				for (int m = 0; m < MT; m++) {
+					const float s0 = sc[arow(m) + g], s1 = sc[arow(m) + g + 8];
+#pragma unroll
+					for (int n = 0; n < 4; n++) {
+						acc[m][n][0] = fmaf(s0, tmp[m][n][0], acc[m][n][0]);
+						acc[m][n][1] = fmaf(s0, tmp[m][n][1], acc[m][n][1]);
+						acc[m][n][2] = fmaf(s1, tmp[m][n][2], acc[m][n][2]);
+						acc[m][n][3] = fmaf(s1, tmp[m][n][3], acc[m][n][3]);
+						tmp[m][n][0] = tmp[m][n][1] = tmp[m][n][2] = tmp[m][n][3] = 0.0f;
+					}
+				}
+			}
+		}
+	}
+	wait<0>();
+
+	// Epilogue.  Accumulator (m, n, e): A row arow(m) + g + 8 (e >> 1), token
+	// wn*32 + n*8 + 2t + (e & 1) of the tile.
+	if constexpr (!DOWN) {
+#pragma unroll
+		for (int m = 0; m < HM; m++)
+#pragma unroll
+			for (int n = 0; n < 4; n++)
+#pragma unroll
+				for (int e = 0; e < 4; e++) {
+					const uint32_t row = row0 + arow(m) + g + 8 * (e >> 1);
+					const uint32_t tl = tok0 + wn * 32 + n * 8 + 2 * t + (e & 1);
+					if (row < p.inter && tl < s.ntok) {
+						const float gv = acc[m][n][e], uv = acc[m + HM][n][e];
+						const float hv = gv / (1.0f + expf(-gv)) * uv;
+						__half hh = __float2half_rn(hv);
+						__nv_bfloat16 hb = __float2bfloat16_rn(hv);
+						p.hs[(uint64_t)(s.a0 + tl) * p.ldh + row] =
+							F::F16 ? *reinterpret_cast<uint16_t *>(&hh)
+							       : *reinterpret_cast<uint16_t *>(&hb);
+					}
+				}
+	} else {
+#pragma unroll
+		for (int n = 0; n < 4; n++)
+#pragma unroll
+			for (int e1 = 0; e1 < 2; e1++) {
+				const uint32_t tl = tok0 + wn * 32 + n * 8 + 2 * t + e1;
+				if (tl >= s.ntok)
+					continue;
+				const uint32_t a = s.a0 + tl;
+				const float wt = p.w[a];
+				float *yr = p.y + (uint64_t)p.tok[a] * p.hidden;
+#pragma unroll
+				for (int m = 0; m < MT; m++)
+#pragma unroll
+					for (int h = 0; h < 2; h++) {
+						const uint32_t row = row0 + arow(m) + g + 8 * h;
+						if (row < p.hidden)
+							atomicAdd(yr + row, wt * acc[m][n][2 * h + e1]);
+					}
+			}
+	}
+}
+
+template <bool DOWN, class C> __global__ void __launch_bounds__(C::NTHR, 1) pf_gemm(const __grid_constant__ PParams p)
+{
+	const uint32_t b = blockIdx.x;
+	int lo = 0, hi = (int)p.n_slots - 1;
+	while (lo < hi) {
+		int mid = (lo + hi + 1) >> 1;
+		if (p.slot[mid].tile0 <= b)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	const PSlot &s = p.slot[lo];
+	const uint32_t ntt = (s.ntok + C::BN - 1) / C::BN, local = b - s.tile0;
+	const uint32_t tt = local % ntt, rt = local / ntt; // neighbours share the rows (L2)
+	switch (s.fmt) {
+	case STRATA_FMT_BF16: tile<FmtBF16, DOWN, C>(p, s, rt, tt); break;
+	case STRATA_FMT_HOT: tile<FmtHot, DOWN, C>(p, s, rt, tt); break;
+	case STRATA_FMT_WARM: tile<FmtWarm, DOWN, C>(p, s, rt, tt); break;
+	case STRATA_FMT_COLD: tile<FmtCold, DOWN, C>(p, s, rt, tt); break;
+	default: break;
+	}
+}
+
+} // namespace pf
