@@ -281,6 +281,42 @@ __device__ __forceinline__ void load_x8(const float *row, uint32_t k, uint32_t c
 	}
 }
 
+// Activation rows of this lane's tokens (g, g+8, ...) of task k's token tile:
+// x rows for gate|up, h rows for down; have[n] is false past the slot's tokens.
+template <int NT, int TN>
+__device__ __forceinline__ void act_rows(const MoeParams &p, const Task &k, const Slot &s, int g, const float *(&xr)[NT],
+					 bool (&have)[NT])
+{
+#pragma unroll
+	for (int n = 0; n < NT; n++) {
+		uint32_t tl = k.tt * TN + n * 8 + g;
+		have[n] = tl < s.ntok;
+		if (!have[n])
+			tl = 0;
+		xr[n] = k.down ? p.h + s.h_off + (uint64_t)tl * p.inter : p.x + (uint64_t)p.tok[s.a0 + tl] * p.hidden;
+	}
+}
+
+// Eight activations at column kk of every row act_rows found (zeros past the tile).
+template <int NT>
+__device__ __forceinline__ void act_load(const MoeParams &p, bool d, const float *const (&xr)[NT],
+					 const bool (&have)[NT], uint32_t kk, uint32_t cols, float (&x)[NT][8])
+{
+#pragma unroll
+	for (int n = 0; n < NT; n++) {
+		if (have[n]) {
+			if (d)
+				load_x8<true>(xr[n], kk, cols, p.vec, x[n]);
+			else
+				load_x8<false>(xr[n], kk, cols, p.vec, x[n]);
+		} else {
+#pragma unroll
+			for (int i = 0; i < 8; i++)
+				x[n][i] = 0.0f;
+		}
+	}
+}
+
 template <class F, int NT, int MT, int NW>
 __device__ __forceinline__ void compute_stage(const MoeParams &p, const Task &k, uint32_t sbuf,
 					      const uint8_t *roff, uint32_t t4, float (&acc)[MT][NT][4])
@@ -308,34 +344,11 @@ __device__ __forceinline__ void compute_stage(const MoeParams &p, const Task &k,
 	// Activation rows of this lane's tokens (g, g+8, ...) of the tile.
 	const float *xr[NT];
 	bool have[NT];
-#pragma unroll
-	for (int n = 0; n < NT; n++) {
-		uint32_t tl = k.tt * G::TN + n * 8 + g;
-		have[n] = tl < s.ntok;
-		if (!have[n])
-			tl = 0;
-		xr[n] = d ? p.h + s.h_off + (uint64_t)tl * p.inter
-			  : p.x + (uint64_t)p.tok[s.a0 + tl] * p.hidden;
-	}
+	act_rows<NT, G::TN>(p, k, s, g, xr, have);
 	// Activations of unit u+NW are loaded while unit u is decoded and multiplied.
 	constexpr bool PF = NT <= 4;
 	float cur[NT][8];
-	auto load = [&](uint32_t uu) {
-		const uint32_t kk = k0 + uu * 32 + 8 * t;
-#pragma unroll
-		for (int n = 0; n < NT; n++) {
-			if (have[n]) {
-				if (d)
-					load_x8<true>(xr[n], kk, cols, p.vec, cur[n]);
-				else
-					load_x8<false>(xr[n], kk, cols, p.vec, cur[n]);
-			} else {
-#pragma unroll
-				for (int i = 0; i < 8; i++)
-					cur[n][i] = 0.0f;
-			}
-		}
-	};
+	auto load = [&](uint32_t uu) { act_load<NT>(p, d, xr, have, k0 + uu * 32 + 8 * t, cols, cur); };
 	if (PF && warp < nunits)
 		load(warp);
 	for (uint32_t u = warp; u < nunits; u += NW) {
@@ -427,14 +440,7 @@ __device__ __forceinline__ void compute_direct(const MoeParams &p, const Task &k
 	};
 	const float *xr[NT];
 	bool have[NT];
-#pragma unroll
-	for (int n = 0; n < NT; n++) {
-		uint32_t tl = k.tt * G::TN + n * 8 + g;
-		have[n] = tl < s.ntok;
-		if (!have[n])
-			tl = 0;
-		xr[n] = d ? p.h + s.h_off + (uint64_t)tl * p.inter : p.x + (uint64_t)p.tok[s.a0 + tl] * p.hidden;
-	}
+	act_rows<NT, G::TN>(p, k, s, g, xr, have);
 	static_assert(F::CODE_BYTES == 512 && !F::SCALED, "direct path: bf16 (16 bytes per 8 weights)");
 	uint4 wa[MT][2], wb[MT][2];
 	float xa[NT][8], xb[NT][8];
@@ -444,20 +450,7 @@ __device__ __forceinline__ void compute_direct(const MoeParams &p, const Task &k
 #pragma unroll
 			for (int h = 0; h < 2; h++)
 				w[m][h] = valid >> (2 * m + h) & 1 ? __ldg(rowp(m, h) + 4 * uu) : make_uint4(0, 0, 0, 0);
-		const uint32_t kk = k0 + uu * 32 + 8 * t;
-#pragma unroll
-		for (int n = 0; n < NT; n++) {
-			if (have[n]) {
-				if (d)
-					load_x8<true>(xr[n], kk, cols, p.vec, x[n]);
-				else
-					load_x8<false>(xr[n], kk, cols, p.vec, x[n]);
-			} else {
-#pragma unroll
-				for (int i = 0; i < 8; i++)
-					x[n][i] = 0.0f;
-			}
-		}
+		act_load<NT>(p, d, xr, have, k0 + uu * 32 + 8 * t, cols, x);
 	};
 	auto mma_unit = [&](const uint4 (&w)[MT][2], const float (&x)[NT][8]) {
 		uint32_t b[NT][4];
