@@ -19,7 +19,7 @@
 // tokens) for experts with < 192 tokens, 64 x 256 with 8 warps (64 x 32) from
 // 192 tokens: the tier decode is the limit, and the wide tile decodes half as
 // many weights per MMA (experiments/kernels/README.md); 128 x 128 with 16
-// warps (32 x 32) on request (STRATA_MOE_PF_WARPS=16).
+// warps (32 x 32): the default for tier experts (STRATA_MOE_PF_WARPS=8|16 forces one).
 // Main loop of a CTA (mma.sync m16n8k16, f32 accumulation): K steps of 64
 // weights; a 4-deep cp.async ring (zero-fill past rows, tokens and K) stages
 // per step the activation tile (16-bit, swizzled rows, straight into the
@@ -54,7 +54,7 @@ template <int BM_, int BN_, int NW_> struct Cfg {
 	static_assert(SMEM <= 227 * 1024, "prefill shared memory");
 };
 using Cfg128 = Cfg<128, 128, 8>;   // default
-using Cfg128w16 = Cfg<128, 128, 16>; // STRATA_MOE_PF_WARPS=16
+using Cfg128w16 = Cfg<128, 128, 16>; // tier experts < 192 tokens (STRATA_MOE_PF_WARPS)
 using CfgWide = Cfg<64, 256, 8>;   // >= 192 tokens per expert: decode amortised over 256 tokens
 constexpr uint32_t MAX_SLOTS = 128;
 constexpr uint32_t PREP_MAX = 2048;
