@@ -35,7 +35,7 @@
  * (kernels/moe_prefill.cuh): activations gathered into 16-bit rows, then a
  * grouped gate|up GEMM (SwiGLU in the epilogue, h stored 16-bit) and a grouped
  * down GEMM (router weights, atomics into y), CTA tiles of 128 rows x 128
- * tokens (64 x 256 from 192 tokens), cp.async ring, tier blocks decoded once
+ * tokens (16 warps for tier experts, 8 for bf16; 64 x 256 from 192 tokens), cp.async ring, tier blocks decoded once
  * per CTA into fp16 shared-memory tiles, ldmatrix + mma.sync.  A down task
  * of the persistent kernel waits (spin on a per-expert
  * counter) for that expert's gate|up tasks.  Decode speed of the tier formats
