@@ -263,6 +263,46 @@ static void test_export_one_merge(void **state)
 	assert_non_null(strstr(outbuf, "not key=value"));
 }
 
+/* The RAM -> VRAM copy mode of a replay configuration: in the run id only
+ * when set (older ids stay valid), parsed back, run, and a bad one refused
+ * naming the choices. */
+static void test_copy_key(void **state)
+{
+	struct strata_error err = { 0 };
+	char mdir[PATH_MAX], trace[PATH_MAX], cmd[3 * PATH_MAX], outbuf[4096];
+	const char *spec = "custom:layers=2,experts=8,top_k=2,hidden=256,inter=128";
+	snprintf(mdir, sizeof(mdir), "%s/copy-model", dir);
+	snprintf(trace, sizeof(trace), "%s/copy.strace", dir);
+	snprintf(cmd, sizeof(cmd), "'%s' synth --preset %s --out '%s' --format tiered --codes random", test_bin("strata"),
+		 spec, mdir);
+	assert_int_equal(test_run(outbuf, sizeof(outbuf), "%s", cmd), 0);
+	snprintf(cmd, sizeof(cmd), "'%s' trace gen -o '%s' --model %s --requests 1 --prompt 4 --gen 8 --seed 2",
+		 test_bin("strata"), trace, spec);
+	assert_int_equal(test_run(outbuf, sizeof(outbuf), "%s", cmd), 0);
+	struct strata_experiment_config c, back;
+	strata_experiment_config_defaults(&c);
+	c.virt = 0;
+	snprintf(c.model, sizeof(c.model), "%s", mdir);
+	snprintf(c.trace, sizeof(c.trace), "%s", trace);
+	snprintf(c.compute, sizeof(c.compute), "ref");
+	c.vram = 200000, c.ram = 400000;
+	strata_experiment_config_id(&c);
+	assert_null(strstr(c.run_id, "copy="));
+	snprintf(c.copy, sizeof(c.copy), "each");
+	strata_experiment_config_id(&c);
+	assert_non_null(strstr(c.run_id, ";copy=each"));
+	assert_int_equal(strata_experiment_config_parse_id(c.run_id, &back, &err), 0);
+	assert_string_equal(back.copy, "each");
+	struct strata_replay_result res;
+	int rc = strata_experiment_run_one(&back, &res, &err);
+	if (rc)
+		fail_msg("%s", err.msg);
+	assert_true(res.stats.accesses > 0);
+	snprintf(back.copy, sizeof(back.copy), "bogus");
+	assert_int_equal(strata_experiment_run_one(&back, &res, &err), STRATA_EINVAL);
+	assert_non_null(strstr(err.msg, "copy 'bogus' (auto, each, batch, sm)"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -270,6 +310,7 @@ int main(void)
 		cmocka_unit_test(test_script_errors),
 		cmocka_unit_test(test_helpers),
 		cmocka_unit_test(test_export_one_merge),
+		cmocka_unit_test(test_copy_key),
 	};
 	return cmocka_run_group_tests_name("experiment", tests, setup, teardown);
 }

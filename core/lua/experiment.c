@@ -28,6 +28,7 @@
 #include <lua.h>
 
 #include "strata/experiment.h"
+#include "strata/mover.h"
 #include "strata/lua.h"
 #include "strata/trace.h"
 #include "strata/util.h"
@@ -69,6 +70,8 @@ void strata_experiment_config_id(struct strata_experiment_config *c)
 		ADD(";tier_trace=%s", c->tier_trace);
 	if (!c->virt)
 		ADD(";compute=%s;mover=%s;gpu=%d", c->compute, c->mover, c->gpu);
+	if (!c->virt && c->copy[0]) /* only when set: older run ids stay valid */
+		ADD(";copy=%s", c->copy);
 	for (uint32_t i = 0; i < c->n_tags; i++)
 		ADD(";%s=%s", c->tag_name[i], c->tag_value[i]);
 #undef ADD
@@ -132,6 +135,13 @@ int strata_experiment_run_one(const struct strata_experiment_config *x, struct s
 			c.engine.nvme_mover = STRATA_NVME_PREAD;
 		else
 			return STRATA_ERR(err, STRATA_EINVAL, "mover '%s' (uring, mmap, pread)", x->mover);
+		int cm = x->copy[0] ? -1 : STRATA_COPY_AUTO;
+		for (int i = 0; cm < 0 && strata_copy_names[i]; i++)
+			if (!strcmp(x->copy, strata_copy_names[i]))
+				cm = i;
+		if (cm < 0)
+			return STRATA_ERR(err, STRATA_EINVAL, "copy '%s' (auto, each, batch, sm)", x->copy);
+		c.engine.copy = (uint32_t)cm;
 		c.engine.use_gpu = x->gpu;
 	}
 	memset(res, 0, sizeof(*res));
@@ -480,6 +490,7 @@ static const struct string_key {
 } string_keys[] = {
 	STRING_KEY(model), STRING_KEY(trace), STRING_KEY(cost), STRING_KEY(tiers), STRING_KEY(tier_trace),
 	STRING_KEY(place), STRING_KEY(evict), STRING_KEY(prefetch), STRING_KEY(compute), STRING_KEY(mover),
+	STRING_KEY(copy),
 };
 
 static const struct string_key *string_field(const char *k)
@@ -553,7 +564,7 @@ static void read_config(lua_State *L, int idx, struct strata_experiment_config *
 			}
 		} else {
 			luaL_error(L, "config: unknown key '%s' (mode, model, trace, vram, ram, place, evict, prefetch, "
-				      "seed, max_tokens, prefill_chunk, hints, future, compute, cost, tiers, tier_trace, mover, gpu, "
+				      "seed, max_tokens, prefill_chunk, hints, future, compute, cost, tiers, tier_trace, mover, copy, gpu, "
 				      "tags)",
 				   k);
 		}
@@ -1403,6 +1414,7 @@ int strata_experiment_config_parse_id(const char *id, struct strata_experiment_c
 		STR("prefetch", prefetch)
 		STR("compute", compute)
 		STR("mover", mover)
+		STR("copy", copy)
 		NUM("vram", vram)
 		NUM("ram", ram)
 		NUM("seed", seed)
