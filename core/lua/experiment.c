@@ -79,6 +79,19 @@ void strata_experiment_config_id(struct strata_experiment_config *c)
 		c->run_id[cap - 1] = '\0';
 }
 
+_Static_assert(STRATA_COMPUTE_NONE == 0 && STRATA_COMPUTE_REF == 1 && STRATA_COMPUTE_GPU == 2 &&
+		       STRATA_COMPUTE_AUTO == 3 && STRATA_NVME_URING == 0 && STRATA_NVME_MMAP == 1 && STRATA_NVME_PREAD == 2,
+	       "run_one's compute and mover names are indexed by these values");
+
+/* Index of v in the NULL-terminated names, -1 if absent. */
+static int name_index(const char *const *names, const char *v)
+{
+	for (int i = 0; names[i]; i++)
+		if (!strcmp(v, names[i]))
+			return i;
+	return -1;
+}
+
 int strata_experiment_run_one(const struct strata_experiment_config *x, struct strata_replay_result *res,
 			      struct strata_error *err)
 {
@@ -118,29 +131,18 @@ int strata_experiment_run_one(const struct strata_experiment_config *x, struct s
 		c.kernel_us_per_mb_token = cf.kernel_us_per_mb_token;
 		c.compute = STRATA_COMPUTE_NONE;
 	} else {
-		static const char *const cn[] = { "none", "ref", "gpu", "auto" };
-		int found = 0;
-		for (int i = 0; i < 4; i++)
-			if (!strcmp(x->compute, cn[i])) {
-				c.compute = i;
-				found = 1;
-			}
-		if (!found)
+		static const char *const cn[] = { "none", "ref", "gpu", "auto", NULL };
+		static const char *const mn[] = { "uring", "mmap", "pread", NULL };
+		int ci = name_index(cn, x->compute), mi = name_index(mn, x->mover);
+		int cm = x->copy[0] ? name_index(strata_copy_names, x->copy) : STRATA_COPY_AUTO;
+		if (ci < 0)
 			return STRATA_ERR(err, STRATA_EINVAL, "compute '%s' (none, ref, gpu, auto)", x->compute);
-		if (!strcmp(x->mover, "uring"))
-			c.engine.nvme_mover = STRATA_NVME_URING;
-		else if (!strcmp(x->mover, "mmap"))
-			c.engine.nvme_mover = STRATA_NVME_MMAP;
-		else if (!strcmp(x->mover, "pread"))
-			c.engine.nvme_mover = STRATA_NVME_PREAD;
-		else
+		if (mi < 0)
 			return STRATA_ERR(err, STRATA_EINVAL, "mover '%s' (uring, mmap, pread)", x->mover);
-		int cm = x->copy[0] ? -1 : STRATA_COPY_AUTO;
-		for (int i = 0; cm < 0 && strata_copy_names[i]; i++)
-			if (!strcmp(x->copy, strata_copy_names[i]))
-				cm = i;
 		if (cm < 0)
 			return STRATA_ERR(err, STRATA_EINVAL, "copy '%s' (auto, each, batch, sm)", x->copy);
+		c.compute = ci;
+		c.engine.nvme_mover = mi;
 		c.engine.copy = (uint32_t)cm;
 		c.engine.use_gpu = x->gpu;
 	}
