@@ -301,6 +301,14 @@ static void test_copy_key(void **state)
 	snprintf(back.copy, sizeof(back.copy), "bogus");
 	assert_int_equal(strata_experiment_run_one(&back, &res, &err), STRATA_EINVAL);
 	assert_non_null(strstr(err.msg, "copy 'bogus' (auto, each, batch, sm)"));
+	snprintf(back.copy, sizeof(back.copy), "sm");
+	snprintf(back.mover, sizeof(back.mover), "aio");
+	assert_int_equal(strata_experiment_run_one(&back, &res, &err), STRATA_EINVAL);
+	assert_non_null(strstr(err.msg, "mover 'aio' (uring, mmap, pread)"));
+	snprintf(back.mover, sizeof(back.mover), "pread");
+	snprintf(back.compute, sizeof(back.compute), "tpu");
+	assert_int_equal(strata_experiment_run_one(&back, &res, &err), STRATA_EINVAL);
+	assert_non_null(strstr(err.msg, "compute 'tpu' (none, ref, gpu, auto)"));
 }
 
 int main(void)
