@@ -76,6 +76,7 @@ struct MoeParams {
 	float *y, *h;
 	unsigned *sync;        // [0] CTAs done, [1 + s] gate|up tasks done of slot s
 	uint32_t hidden, inter, n_slots, n_gu_tasks, n_tasks, vec, tiers, l2pf;
+	uint32_t dstage;       // warp-streaming decode kernel: bytes per stage (moe_decode.cuh)
 	FmtTab tab[STRATA_FMT_COUNT];
 	Slot slot[STRATA_MOE_MAX_SLOTS];
 	uint32_t tok[STRATA_MOE_MAX_ASSIGN];
@@ -686,6 +687,7 @@ __global__ void __launch_bounds__(32 * NW, 1) moe_kernel(const __grid_constant__
 }
 
 #include "moe_prefill.cuh"
+#include "moe_decode.cuh"
 
 template <class F>
 __global__ void dequant_kernel(const uint8_t *m, uint32_t rows, uint32_t cols, uint32_t pc, uint64_t soff,
@@ -770,6 +772,12 @@ struct Ctx {
 	int direct = 1; // bf16 weights straight to registers (STRATA_MOE_DIRECT=0: staged like the others)
 	int l2pf = 0;   // direct path prefetches into L2 ahead (STRATA_MOE_L2PF=1: on; measured 3% slower)
 	bool attr_set[12] = {};
+	// Warp-streaming decode kernel (moe_decode.cuh) for launches of <= 8 tokens
+	// per expert: 0 off (STRATA_MOE_DEC=0), else warps x stages (STRATA_MOE_DEC=
+	// 8x4|8x5|12x3|12x4|16x3; -1: per formats).
+	int dec_nw = -1, dec_ns = 0;
+	int dec_force = 0, dec_fnw = 0, dec_fns = 0; // strata_gpu_moe_set_decode (nw < 0: env/default)
+	uint32_t dec_attr = 0;
 	// Tiled prefill path (moe_prefill.cuh): experts with >= pf_min tokens
 	// (STRATA_MOE_PREFILL_MIN, default 64; STRATA_MOE_PREFILL=0: off).
 	uint32_t pf_min = 0;
@@ -869,13 +877,19 @@ int ctx_init(struct strata_error *err)
 		e = getenv("STRATA_MOE_PREFILL");
 		if (e && !strcmp(e, "0"))
 			g_ctx.pf_min = UINT32_MAX;
+		e = getenv("STRATA_MOE_DEC");
+		if (e && !strcmp(e, "0"))
+			g_ctx.dec_nw = 0;
+		else if (e && sscanf(e, "%dx%d", &g_ctx.dec_nw, &g_ctx.dec_ns) != 2)
+			g_ctx.dec_nw = -1;
 	}
 	if (!g_ctx.sync) {
 		int dev;
 		CU_TRY(err, cudaGetDevice(&dev));
 		CU_TRY(err, cudaDeviceGetAttribute(&g_ctx.sms, cudaDevAttrMultiProcessorCount, dev));
-		CU_TRY(err, cudaMalloc(&g_ctx.sync, (STRATA_MOE_MAX_SLOTS + 1) * sizeof(unsigned)));
-		CU_TRY(err, cudaMemset(g_ctx.sync, 0, (STRATA_MOE_MAX_SLOTS + 1) * sizeof(unsigned)));
+		// [0] CTAs (warps) done, [1 + s] per slot, [dec::FETCH] task counter.
+		CU_TRY(err, cudaMalloc(&g_ctx.sync, (STRATA_MOE_MAX_SLOTS + 2) * sizeof(unsigned)));
+		CU_TRY(err, cudaMemset(g_ctx.sync, 0, (STRATA_MOE_MAX_SLOTS + 2) * sizeof(unsigned)));
 	}
 	return STRATA_OK;
 }
@@ -908,6 +922,66 @@ int launch(MoeParams *p, cudaStream_t st, int variant, struct strata_error *err)
 	return STRATA_OK;
 }
 
+// The warp-streaming decode kernel <NW warps, NS stages> (moe_decode.cuh).
+template <int NW, int NS> int dec_launch(MoeParams *p, cudaStream_t st, int bit, struct strata_error *err)
+{
+	using G = dec::DGeo<NW, NS>;
+	size_t smem = G::smem(p->dstage);
+	// The shared-memory attribute is set once per variant, to the most a CTA may have.
+	if (!(g_ctx.dec_attr & (1u << bit))) {
+		CU_TRY(err, cudaFuncSetAttribute(dec::dec_kernel<NW, NS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+						 (int)dec::SMEM_MAX));
+		g_ctx.dec_attr |= 1u << bit;
+	}
+	uint32_t nrt_gu = (p->inter + dec::ROWS / 2 - 1) / (dec::ROWS / 2);
+	uint32_t nrt_dn = (p->hidden + dec::ROWS - 1) / dec::ROWS, t = 0;
+	for (uint32_t s = 0; s < p->n_slots; s++) {
+		p->slot[s].task0 = t;
+		t += nrt_gu * ((p->slot[s].ntok + dec::TN - 1) / dec::TN);
+	}
+	p->n_gu_tasks = t;
+	for (uint32_t s = 0; s < p->n_slots; s++) {
+		p->slot[s].dtask0 = t;
+		t += nrt_dn * ((p->slot[s].ntok + dec::TN - 1) / dec::TN);
+	}
+	p->n_tasks = t;
+	uint32_t grid = (t + NW - 1) / NW < (uint32_t)g_ctx.sms ? (t + NW - 1) / NW : (uint32_t)g_ctx.sms;
+	dec::dec_kernel<NW, NS><<<grid, 32 * NW, smem, st>>>(*p);
+	CU_TRY(err, cudaGetLastError());
+	return STRATA_OK;
+}
+
+// Decode launches (<= 8 tokens per expert, no f32 expert): the warp-streaming
+// kernel; 1 when it ran, 0 when the persistent kernel should run instead.
+int run_dec(MoeParams *p, cudaStream_t st, struct strata_error *err, int *rc)
+{
+	bool bf16 = false;
+	for (uint32_t s = 0; s < p->n_slots; s++) {
+		if (p->slot[s].fmt == STRATA_FMT_F32)
+			return 0;
+		bf16 |= p->slot[s].fmt == STRATA_FMT_BF16;
+	}
+	p->dstage = 32 * (bf16 ? dec::BF16_PITCH : dec::TIER_PITCH);
+	// Asked-for variant (STRATA_MOE_DEC) if its stages fit, else 12 warps x 4
+	// stages (3 with bf16 rows, whose stages are larger).
+	int nw = g_ctx.dec_nw, ns = g_ctx.dec_ns;
+	if (g_ctx.dec_force && g_ctx.dec_fnw >= 0)
+		nw = g_ctx.dec_fnw, ns = g_ctx.dec_fns;
+	if (nw < 0 || ns < 2 || (size_t)nw * (ns * (p->dstage + 2 * dec::ROWS) + 4 * dec::QLEN) > dec::SMEM_MAX)
+		nw = 12, ns = bf16 ? 3 : 4;
+	if (nw == 8 && ns == 4)
+		*rc = dec_launch<8, 4>(p, st, 0, err);
+	else if (nw == 8 && ns == 5)
+		*rc = dec_launch<8, 5>(p, st, 1, err);
+	else if (nw == 12 && ns == 4)
+		*rc = dec_launch<12, 4>(p, st, 2, err);
+	else if (nw == 16 && ns == 3)
+		*rc = dec_launch<16, 3>(p, st, 3, err);
+	else
+		*rc = dec_launch<12, 3>(p, st, 4, err);
+	return 1;
+}
+
 int run_launch(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_error *err)
 {
 	uint32_t hfl = 0;
@@ -929,6 +1003,10 @@ int run_launch(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_err
 	p->sync = g_ctx.sync;
 	if (g_ctx.poison)
 		CU_TRY(err, cudaMemsetAsync(g_ctx.h, 0xff, (size_t)hfl * sizeof(float), st));
+	int rc = 0;
+	const int dec_nw = g_ctx.dec_force && g_ctx.dec_fnw >= 0 ? g_ctx.dec_fnw : g_ctx.dec_nw;
+	if (maxtok <= 8 && dec_nw && run_dec(p, st, err, &rc))
+		return rc;
 	// 8 warps on 64-row stages; token tiles of 8, 16 or (prefill) 32 tokens.
 	// (16 warps on 32-row stages, <1, 2, 16> and <2, 2, 16>, compile to 96/128
 	// registers and measured 2-7% slower on the H200: the decode loop is bound by
@@ -1251,6 +1329,13 @@ extern "C" void strata_gpu_moe_set_prefill_min(uint32_t n)
 {
 	pthread_mutex_lock(&g_ctx.mu);
 	g_ctx.pf_force = n;
+	pthread_mutex_unlock(&g_ctx.mu);
+}
+
+extern "C" void strata_gpu_moe_set_decode(int nw, int ns)
+{
+	pthread_mutex_lock(&g_ctx.mu);
+	g_ctx.dec_force = 1, g_ctx.dec_fnw = nw, g_ctx.dec_fns = ns;
 	pthread_mutex_unlock(&g_ctx.mu);
 }
 

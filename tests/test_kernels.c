@@ -174,9 +174,13 @@ static void test_dequant_exact(void **state)
 
 struct moe_case {
 	const char *name;
-	int fmt;            /* -1: mix bf16 / f32 / tiers across experts */
+	int fmt;            /* -1: mix bf16 / f32 / tiers across experts; -2: the same without f32 */
 	uint32_t hidden, inter, n_tokens, n_experts, top_k;
 };
+
+/* When set, every 61st activation is replaced by +-g_outlier (beyond the fp16
+ * range: the tier experts' fp16 activations must not overflow). */
+static float g_outlier;
 
 /* Relative error bound per format, f32 sums: bf16 operands on the tensor cores
  * for bf16/f32 experts (measured ~3e-3); the tier formats multiply their exact
@@ -196,7 +200,7 @@ static void run_moe_case(const struct moe_case *mc)
 	uint32_t nf = 0;
 	int usable[5];
 	for (int i = 0; i < 5; i++)
-		if (gpu_fmt_ok(mix[i]) && strata_fmt_traits(mix[i])->quantize_row &&
+		if ((mc->fmt != -2 || mix[i] != STRATA_FMT_F32) && gpu_fmt_ok(mix[i]) && strata_fmt_traits(mix[i])->quantize_row &&
 		    strata_gpu_moe_check(mix[i], H, I, &err) == STRATA_OK)
 			usable[nf++] = mix[i];
 	if (mc->fmt >= 0 && (!gpu_fmt_ok(mc->fmt) || !strata_fmt_traits(mc->fmt)->quantize_row)) {
@@ -239,6 +243,9 @@ static void run_moe_case(const struct moe_case *mc)
 	float *x = malloc(nx * 4), *y0 = malloc(nx * 4), *yref = malloc(nx * 4), *yg = malloc(nx * 4);
 	for (size_t i = 0; i < nx; i++)
 		x[i] = rnd_w(), y0[i] = rnd_f();
+	if (g_outlier != 0.0f)
+		for (size_t i = 17; i < nx; i += 61)
+			x[i] = i & 64 ? g_outlier : -g_outlier;
 	memcpy(yref, y0, nx * 4);
 	struct strata_moe_call c = {
 		.hidden = H, .inter = I, .n_tokens = T, .x = x, .y = yref, .n_experts = NE,
@@ -304,6 +311,13 @@ static const struct moe_case moe_cases[] = {
 	{ "tier-padded", STRATA_FMT_WARM, 640, 320, 3, 3, 2 },
 	/* several formats in one launch */
 	{ "mixed-5", -1, 1024, 256, 5, 10, 4 },
+	/* warp-streaming decode kernel (<= 8 tokens per expert, no f32 expert;
+	 * fmt -2: bf16 and tier formats mixed): partial 16-row gate|up and 32-row
+	 * down tasks, padded tier rows, bf16 rows ending in half a 64-weight chunk */
+	{ "dec-mixed-8", -2, 1024, 320, 8, 12, 4 },
+	{ "dec-hot-rows", STRATA_FMT_HOT, 520, 200, 2, 3, 2 },
+	{ "dec-cold-7", STRATA_FMT_COLD, 2048, 768, 7, 8, 2 },
+	{ "dec-bf16-odd", STRATA_FMT_BF16, 544, 96, 6, 5, 3 },
 	/* tiled prefill path (>= 64 tokens for an expert; moe_prefill.cuh): every
 	 * format it takes, partial token tiles (128 tokens), partial row tiles,
 	 * padded tier rows, bf16 K not a multiple of the 64-weight K step, and
@@ -331,6 +345,49 @@ static void test_moe_layer(void **state)
 		return;
 	for (size_t i = 0; i < sizeof(moe_cases) / sizeof(moe_cases[0]); i++)
 		run_moe_case(&moe_cases[i]);
+}
+
+/* Activations beyond the fp16 range (|x| up to 3e5, also 1e5 for many
+ * tokens): outputs stay finite and within the format's bound on the decode
+ * paths (the tier blocks recompute with power-of-two scaled activations). */
+static void test_moe_outliers(void **state)
+{
+	if (!test_have_gpu("test_moe_outliers"))
+		return;
+	static const struct moe_case cases[] = {
+		{ "big-hot-1", STRATA_FMT_HOT, 1024, 512, 1, 4, 4 },
+		{ "big-warm-4", STRATA_FMT_WARM, 768, 384, 4, 4, 2 },
+		{ "big-mixed-8", -2, 1024, 320, 8, 12, 4 },
+		{ "big-cold-rows", STRATA_FMT_COLD, 520, 200, 3, 3, 2 },
+	};
+	const float big[] = { 3e5f, 1e5f };
+	for (size_t b = 0; b < 2; b++) {
+		g_outlier = big[b];
+		for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++)
+			run_moe_case(&cases[c]);
+	}
+	g_outlier = 0.0f;
+}
+
+/* Every variant of the warp-streaming decode kernel (warps x stages), and the
+ * persistent kernel forced for decode (0), on the decode cases. */
+static void test_moe_decode_variants(void **state)
+{
+	if (!test_have_gpu("test_moe_decode_variants"))
+		return;
+	static const int v[][2] = { { 0, 0 }, { 8, 4 }, { 8, 5 }, { 12, 3 }, { 12, 4 }, { 16, 3 } };
+	static const struct moe_case cases[] = {
+		{ "var-hot", STRATA_FMT_HOT, 1024, 512, 1, 6, 4 },
+		{ "var-mixed", -2, 768, 288, 8, 9, 3 },
+		{ "var-bf16", STRATA_FMT_BF16, 544, 96, 3, 4, 2 },
+	};
+	for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
+		printf("decode variant %dx%d\n", v[i][0], v[i][1]);
+		strata_gpu_moe_set_decode(v[i][0], v[i][1]);
+		for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++)
+			run_moe_case(&cases[c]);
+	}
+	strata_gpu_moe_set_decode(-1, 0);
 }
 
 /* ---- cuBLAS BF16 paths ---- */
@@ -457,6 +514,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_dequant_exact),
 		cmocka_unit_test(test_moe_layer),
+		cmocka_unit_test(test_moe_decode_variants),
+		cmocka_unit_test(test_moe_outliers),
 		cmocka_unit_test(test_bf16_cublas),
 		cmocka_unit_test(test_moe_errors),
 	};

@@ -1,0 +1,399 @@
+// Warp-streaming decode kernel of the fused MoE layer (included by moe_gpu.cu
+// inside its anonymous namespace, after the persistent kernel's helpers).
+//
+// Used when every expert of a launch has at most 8 tokens (decode) and is
+// bf16 or a tier format.  Each warp is its own pipeline: it takes a task (32
+// weight rows x one tile of 8 tokens x the whole row length) from a global
+// counter, streams the task's rows chunk by chunk into a private ring of NS
+// shared-memory stages with 16-byte cp.async (lane l copies row l), and
+// multiplies on tensor cores as the persistent kernel does (mma.sync
+// m16n8k16, f32 accumulation).  No CTA-wide barrier, no per-stage task
+// bookkeeping shared between warps; a warp fetches its next task while its
+// last stages are still in flight.
+//   gate|up task: gate rows r0..r0+15 (tile 0) and up rows r0..r0+15
+//                 (tile 1), so h = silu(gate) * up is formed in registers;
+//   down task:    32 down rows, after the slot's gate|up tasks are done
+//                 (spin on the slot's counter, as the persistent kernel).
+// Chunks: one 256-weight block per stage for the tier formats (8 units of 32
+// weights; the block scale is applied once per block to the block's MMA sums),
+// 64 weights for bf16 (2 units).  Stage row layout (pitch 144 / 192 bytes,
+// so the rows of a quarter warp's loads fall in different banks): the tier
+// block's code bytes from their 16-byte aligned start (<= 7 chunks), then at
+// byte 112 the 16-byte chunk holding the block scale; bf16: the 128 bytes.
+// The misalignments (mod 16) of a stage row's codes and scale are written by
+// the copying lane into a per-stage byte table.
+//
+// Activations beyond the fp16 range: tier blocks multiply fp16 activations,
+// so |x| > 65504 would become inf.  A block whose MMA sums are not finite is
+// recomputed with every token's activations scaled by a power of two (per
+// token and unit, exact) and the sums scaled back (block_redo below); normal
+// data never takes that path (one finiteness test per block).
+namespace dec {
+
+constexpr int ROWS = 32;                   // weight rows per task (two 16-row MMA tiles)
+constexpr int TN = 8;                      // tokens per task
+constexpr uint32_t TIER_PITCH = 144, BF16_PITCH = 192, TIER_SCALE_AT = 112;
+constexpr uint32_t FETCH = 1 + STRATA_MOE_MAX_SLOTS; // p.sync index of the task counter
+constexpr int QLEN = 8;                    // per-warp queue of fetched task ids
+constexpr size_t SMEM_MAX = 227 * 1024;    // dynamic shared memory a CTA may have (sm_90)
+
+template <int NW, int NS> struct DGeo {
+	static constexpr uint32_t ROFF = 2 * ROWS;     // misalignment bytes per stage
+	static constexpr uint32_t QBYTES = 4 * QLEN;
+	// Per warp: NS stages (runtime stride) | NS x ROFF | queue.
+	static uint32_t smem(uint32_t stage) { return NW * (NS * (stage + ROFF) + QBYTES); }
+};
+
+struct DTask {
+	uint32_t t, kc, nkc;   // task id (>= n_tasks: none), chunk, chunks
+	uint32_t slot, down, rt, tt, fmt;
+};
+
+__device__ __forceinline__ uint32_t fmt_chunk(uint32_t fmt) { return fmt == STRATA_FMT_BF16 ? 64u : 256u; }
+
+__device__ __forceinline__ void dtask_info(const MoeParams &p, DTask &k)
+{
+	uint32_t t = k.t;
+	k.down = t >= p.n_gu_tasks;
+	int lo = 0, hi = (int)p.n_slots - 1;
+	while (lo < hi) {
+		int mid = (lo + hi + 1) >> 1;
+		uint32_t base = k.down ? p.slot[mid].dtask0 : p.slot[mid].task0;
+		if (base <= t)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	const Slot &s = p.slot[lo];
+	k.slot = lo;
+	k.fmt = s.fmt;
+	uint32_t local = t - (k.down ? s.dtask0 : s.task0);
+	uint32_t nrt = k.down ? (p.hidden + ROWS - 1) / ROWS : (p.inter + ROWS / 2 - 1) / (ROWS / 2);
+	k.tt = local / nrt;
+	k.rt = local % nrt;
+	k.kc = 0;
+	k.nkc = (p.tab[k.fmt].pc[k.down] + fmt_chunk(k.fmt) - 1) / fmt_chunk(k.fmt);
+}
+
+// Stage row i of task k: its matrix row (or -1 past the matrix) and matrix base.
+__device__ __forceinline__ int stage_row(const MoeParams &p, const DTask &k, int i, const uint8_t *&mat)
+{
+	const FmtTab &f = p.tab[k.fmt];
+	const uint8_t *ext = p.slot[k.slot].ext;
+	uint32_t r;
+	if (k.down) {
+		mat = ext + f.off[2];
+		r = k.rt * ROWS + i;
+		return r < p.hidden ? (int)r : -1;
+	}
+	mat = ext + f.off[i < ROWS / 2 ? 0 : 1];
+	r = k.rt * (ROWS / 2) + (i & (ROWS / 2 - 1));
+	return r < p.inter ? (int)r : -1;
+}
+
+// Lane l copies stage row l of chunk k.kc into the stage at shared address buf.
+__device__ __forceinline__ void issue(const MoeParams &p, const DTask &k, uint32_t buf, uint8_t *roff)
+{
+	const int lane = threadIdx.x & 31;
+	const FmtTab &f = p.tab[k.fmt];
+	const uint8_t *mat;
+	int r = stage_row(p, k, lane, mat);
+	if (r < 0)
+		return;
+	const uint32_t d = k.down;
+	if (k.fmt == STRATA_FMT_BF16) {
+		// 64 weights = 128 bytes, 16-byte aligned (cols % 32 == 0, rows 64-byte
+		// multiples); a last chunk past cols copies only what exists.
+		const uint32_t k0 = k.kc * 64, cols = d ? p.inter : p.hidden;
+		const uint32_t n = (cols - k0 >= 64 ? 64 : cols - k0) / 8;
+		const uint8_t *src = mat + (uint64_t)r * f.rowc[d] + 2 * k0;
+		const uint32_t dst = buf + lane * BF16_PITCH;
+		for (uint32_t j = 0; j < n; j++)
+			cp_async16(dst + 16 * j, src + 16 * j);
+		return;
+	}
+	const uint32_t cb = f.cb, nb = f.pc[d] / 256;
+	const uint8_t *c = mat + (uint64_t)r * f.rowc[d] + (uint64_t)k.kc * cb;
+	const uint8_t *s = mat + f.soff[d] + ((uint64_t)r * nb + k.kc) * 2;
+	const uint8_t *c0 = (const uint8_t *)((uintptr_t)c & ~(uintptr_t)15);
+	const uint8_t *s0 = (const uint8_t *)((uintptr_t)s & ~(uintptr_t)15);
+	const uint32_t nc = (uint32_t)(((uintptr_t)c + cb + 15 - (uintptr_t)c0) >> 4);
+	const uint32_t dst = buf + lane * TIER_PITCH;
+	roff[2 * lane] = (uint8_t)((uintptr_t)c & 15);
+	roff[2 * lane + 1] = (uint8_t)((uintptr_t)s & 15);
+	for (uint32_t j = 0; j < nc; j++)
+		cp_async16(dst + 16 * j, c0 + 16 * j);
+	cp_async16(dst + TIER_SCALE_AT, s0);
+}
+
+// Pack 8 activations of one token into the MMA B fragment (fp16 or bf16).
+template <bool F16> __device__ __forceinline__ void pack_b(const float (&x)[8], uint32_t (&b)[4], float mul = 1.0f)
+{
+#pragma unroll
+	for (int i = 0; i < 4; i++)
+		b[i] = F16 ? pack_f16x2(x[2 * i] * mul, x[2 * i + 1] * mul) : pack_bf16x2(x[2 * i], x[2 * i + 1]);
+}
+
+// MMAs of one 32-weight unit: stage rows g, g+8 of tiles 0 and 1 times this
+// lane's packed activations, into c[2][4].
+template <class F>
+__device__ __forceinline__ void unit_mma(const uint32_t (&rc)[2][2], uint32_t j, const uint32_t (&b)[4],
+					 float (&c)[2][4])
+{
+#pragma unroll
+	for (int m = 0; m < 2; m++) {
+		uint32_t a[2][4];
+		F::decode8(rc[m][0], 0, j, 0, a[0]);
+		F::decode8(rc[m][1], 0, j, 0, a[1]);
+		mma_bf16<F::F16>(c[m], a[0][0], a[1][0], a[0][1], a[1][1], b[0], b[1]);
+		mma_bf16<F::F16>(c[m], a[0][2], a[1][2], a[0][3], a[1][3], b[2], b[3]);
+	}
+}
+
+// Slow path of a tier block whose sums were not finite: per unit, every
+// token's activations are scaled by 2^-e (e >= 0 from the token's largest
+// magnitude among the unit's 32 columns, so the fp16 values stay below 2^14)
+// and that unit's sums scaled back by 2^e.
+template <class F>
+__device__ __forceinline__ void block_redo(const MoeParams &p, bool d, const float *const (&xr)[1],
+					const bool (&have)[1], uint32_t k0, uint32_t cols,
+					const uint32_t (&rc)[2][2], float (&blk)[2][4])
+{
+	const int lane = threadIdx.x & 31, t = lane & 3;
+#pragma unroll
+	for (int m = 0; m < 2; m++)
+		blk[m][0] = blk[m][1] = blk[m][2] = blk[m][3] = 0.0f;
+	for (uint32_t u = 0; u < 8; u++) {
+		float x[1][8];
+		act_load<1>(p, d, xr, have, k0 + u * 32 + 8 * t, cols, x);
+		float mx = 0.0f;
+#pragma unroll
+		for (int i = 0; i < 8; i++)
+			mx = fmaxf(mx, fabsf(x[0][i]));
+		mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+		mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+		int e = mx >= 16384.0f && mx <= 3.0e38f ? ilogbf(mx) - 13 : 0;
+		uint32_t b[4];
+		pack_b<true>(x[0], b, ldexpf(1.0f, -e));
+		float c[2][4] = {};
+		unit_mma<F>(rc, 4 * u + t, b, c);
+		// c[.][0], c[.][2]: token 2t; c[.][1], c[.][3]: token 2t+1 (lane 4 * token).
+		float s0 = ldexpf(1.0f, __shfl_sync(0xffffffffu, e, 8 * t));
+		float s1 = ldexpf(1.0f, __shfl_sync(0xffffffffu, e, 8 * t + 4));
+#pragma unroll
+		for (int m = 0; m < 2; m++) {
+			blk[m][0] += s0 * c[m][0], blk[m][1] += s1 * c[m][1];
+			blk[m][2] += s0 * c[m][2], blk[m][3] += s1 * c[m][3];
+		}
+	}
+}
+
+// One stage of task k (at shared offset sbuf, misalignments roff): acc += its product.
+template <class F>
+__device__ __forceinline__ void compute(const MoeParams &p, const DTask &k, uint32_t sbuf, const uint8_t *roff,
+					float (&acc)[2][4])
+{
+	const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+	const uint32_t d = k.down, cols = d ? p.inter : p.hidden;
+	const Slot &s = p.slot[k.slot];
+	const float *xr[1];
+	bool have[1];
+	{
+		Task kk;
+		kk.tt = k.tt, kk.down = d;
+		act_rows<1, TN>(p, kk, s, g, xr, have);
+	}
+	if constexpr (F::SCALED) {
+		const uint32_t k0 = k.kc * 256;
+		uint32_t rc[2][2], rs[2][2];
+#pragma unroll
+		for (int m = 0; m < 2; m++)
+#pragma unroll
+			for (int h = 0; h < 2; h++) {
+				int i = 16 * m + 8 * h + g;
+				rc[m][h] = sbuf + i * TIER_PITCH + roff[2 * i];
+				rs[m][h] = sbuf + i * TIER_PITCH + TIER_SCALE_AT + roff[2 * i + 1];
+			}
+		float blk[2][4] = {};
+		float cur[1][8], nxt[1][8];
+		act_load<1>(p, d, xr, have, k0 + 8 * t, cols, cur);
+#pragma unroll 2
+		for (uint32_t u = 0; u < 8; u++) {
+			uint32_t b[4];
+			pack_b<true>(cur[0], b);
+			if (u < 7)
+				act_load<1>(p, d, xr, have, k0 + (u + 1) * 32 + 8 * t, cols, nxt);
+			unit_mma<F>(rc, 4 * u + t, b, blk);
+#pragma unroll
+			for (int i = 0; i < 8; i++)
+				cur[0][i] = nxt[0][i];
+		}
+		bool bad = false;
+#pragma unroll
+		for (int m = 0; m < 2; m++)
+#pragma unroll
+			for (int i = 0; i < 4; i++)
+				bad |= !isfinite(blk[m][i]);
+		if (__any_sync(0xffffffffu, bad))
+			block_redo<F>(p, d, xr, have, k0, cols, rc, blk);
+#pragma unroll
+		for (int m = 0; m < 2; m++) {
+			float s0 = F::scale(rs[m][0]), s1 = F::scale(rs[m][1]);
+			acc[m][0] = fmaf(s0, blk[m][0], acc[m][0]);
+			acc[m][1] = fmaf(s0, blk[m][1], acc[m][1]);
+			acc[m][2] = fmaf(s1, blk[m][2], acc[m][2]);
+			acc[m][3] = fmaf(s1, blk[m][3], acc[m][3]);
+		}
+	} else {
+		// bf16: 2 units per stage, straight into acc.
+		const uint32_t k0 = k.kc * 64;
+		uint32_t rc[2][2];
+#pragma unroll
+		for (int m = 0; m < 2; m++)
+#pragma unroll
+			for (int h = 0; h < 2; h++)
+				rc[m][h] = sbuf + (16 * m + 8 * h + g) * BF16_PITCH;
+		const uint32_t nu = cols - k0 >= 64 ? 2 : 1;
+		float x[2][1][8];
+		act_load<1>(p, d, xr, have, k0 + 8 * t, cols, x[0]);
+		if (nu > 1)
+			act_load<1>(p, d, xr, have, k0 + 32 + 8 * t, cols, x[1]);
+#pragma unroll
+		for (uint32_t u = 0; u < 2; u++) {
+			if (u < nu) {
+				uint32_t b[4];
+				pack_b<false>(x[u][0], b);
+				unit_mma<F>(rc, 4 * u + t, b, acc);
+			}
+		}
+	}
+}
+
+template <int NW, int NS>
+__global__ void __launch_bounds__(32 * NW, 1) dec_kernel(const __grid_constant__ MoeParams p)
+{
+	using G = DGeo<NW, NS>;
+	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+	const uint32_t stage = p.dstage;
+	// This warp's shared memory: stages, misalignment tables, task queue.
+	const uint32_t wbase = warp * (NS * (stage + G::ROFF) + G::QBYTES);
+	const uint32_t sb0 = (uint32_t)__cvta_generic_to_shared(g_smem) + wbase; // for cp.async
+	uint8_t *roffs = g_smem + wbase + NS * stage;
+	uint32_t *queue = reinterpret_cast<uint32_t *>(roffs + NS * G::ROFF);
+
+	auto fetch = [&]() -> uint32_t {
+		uint32_t v = 0;
+		if (lane == 0)
+			v = atomicAdd(p.sync + FETCH, 1u);
+		return __shfl_sync(0xffffffffu, v, 0);
+	};
+	DTask ld, cp;
+	uint32_t lseq = 0, cseq = 0;
+	ld.t = fetch();
+	if (ld.t < p.n_tasks)
+		dtask_info(p, ld);
+	queue[0] = ld.t; // every lane writes the same value
+	lseq = 1;
+	auto advance_ld = [&]() {
+		if (++ld.kc == ld.nkc) {
+			ld.t = fetch();
+			if (lane == 0)
+				queue[lseq % QLEN] = ld.t;
+			lseq++;
+			if (ld.t < p.n_tasks)
+				dtask_info(p, ld);
+		}
+	};
+	for (int s = 0; s < NS - 1; s++) {
+		if (ld.t < p.n_tasks) {
+			issue(p, ld, sb0 + s * stage, roffs + s * G::ROFF);
+			advance_ld();
+		}
+		cp_commit();
+	}
+	__syncwarp();
+	cp.t = queue[0];
+	cseq = 1;
+	if (cp.t < p.n_tasks)
+		dtask_info(p, cp);
+	float acc[2][4];
+	for (uint32_t it = 0; cp.t < p.n_tasks; it++) {
+		cp_wait<NS - 2>();
+		__syncwarp(); // every lane's copies of stage it are visible; stage it-1 is consumed
+		if (ld.t < p.n_tasks) {
+			uint32_t sl = (it + NS - 1) % NS;
+			issue(p, ld, sb0 + sl * stage, roffs + sl * G::ROFF);
+			advance_ld();
+		}
+		cp_commit();
+		if (cp.kc == 0) {
+#pragma unroll
+			for (int m = 0; m < 2; m++)
+				acc[m][0] = acc[m][1] = acc[m][2] = acc[m][3] = 0.0f;
+			if (cp.down) {
+				const Slot &s = p.slot[cp.slot];
+				uint32_t need = (p.inter + ROWS / 2 - 1) / (ROWS / 2) * ((s.ntok + TN - 1) / TN);
+				if (lane == 0)
+					while (ld_acquire(p.sync + 1 + cp.slot) < need)
+						__nanosleep(64);
+				__syncwarp();
+			}
+		}
+		const uint32_t sl = it % NS;
+		const uint32_t sbuf = wbase + sl * stage;
+		switch (cp.fmt) {
+		case STRATA_FMT_BF16: compute<FmtBF16>(p, cp, sbuf, roffs + sl * G::ROFF, acc); break;
+		STRATA_TIER_CASES((compute<F>(p, cp, sbuf, roffs + sl * G::ROFF, acc)))
+		default: break;
+		}
+		if (++cp.kc == cp.nkc) {
+			const Slot &s = p.slot[cp.slot];
+			// c[.][0], c[.][1]: row g, tokens 2t, 2t+1; c[.][2], c[.][3]: row g+8.
+			if (!cp.down) {
+#pragma unroll
+				for (int i = 0; i < 4; i++) {
+					uint32_t row = cp.rt * (ROWS / 2) + g + 8 * (i >> 1), tl = cp.tt * TN + 2 * t + (i & 1);
+					float gv = acc[0][i], uv = acc[1][i];
+					if (row < p.inter && tl < s.ntok)
+						p.h[s.h_off + (uint64_t)tl * p.inter + row] = gv / (1.0f + expf(-gv)) * uv;
+				}
+				__threadfence();
+				__syncwarp();
+				if (lane == 0)
+					atomicAdd(p.sync + 1 + cp.slot, 1u);
+			} else {
+#pragma unroll
+				for (int m = 0; m < 2; m++)
+#pragma unroll
+					for (int i = 0; i < 4; i++) {
+						uint32_t row = cp.rt * ROWS + 16 * m + g + 8 * (i >> 1);
+						uint32_t tl = cp.tt * TN + 2 * t + (i & 1);
+						if (row < p.hidden && tl < s.ntok)
+							atomicAdd(p.y + (uint64_t)p.tok[s.a0 + tl] * p.hidden + row,
+								  p.w[s.a0 + tl] * acc[m][i]);
+					}
+			}
+			__syncwarp();
+			cp.t = queue[cseq % QLEN];
+			cseq++;
+			if (cp.t < p.n_tasks)
+				dtask_info(p, cp);
+		}
+	}
+	cp_wait<0>();
+	// The last warp out resets the counters for the next launch.
+	__syncwarp();
+	if (lane == 0) {
+		__threadfence();
+		unsigned prev = atomicAdd(p.sync, 1u);
+		if (prev == gridDim.x * NW - 1) {
+			for (uint32_t s = 0; s < p.n_slots; s++)
+				p.sync[1 + s] = 0;
+			p.sync[FETCH] = 0;
+			p.sync[0] = 0;
+			__threadfence();
+		}
+	}
+}
+
+} // namespace dec
