@@ -166,20 +166,14 @@ __device__ __forceinline__ void block_redo(const MoeParams &p, bool d, const flo
 	for (uint32_t u = 0; u < 8; u++) {
 		float x[1][8];
 		act_load<1>(p, d, xr, have, k0 + u * 32 + 8 * t, cols, x);
-		float mx = 0.0f;
-#pragma unroll
-		for (int i = 0; i < 8; i++)
-			mx = fmaxf(mx, fabsf(x[0][i]));
-		mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-		mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-		int e = mx >= 16384.0f && mx <= 3.0e38f ? ilogbf(mx) - 13 : 0;
+		int e = unit_exp(x[0]);
 		uint32_t b[4];
 		pack_b<true>(x[0], b, ldexpf(1.0f, -e));
 		float c[2][4] = {};
 		unit_mma<F>(rc, 4 * u + t, b, c);
-		// c[.][0], c[.][2]: token 2t; c[.][1], c[.][3]: token 2t+1 (lane 4 * token).
-		float s0 = ldexpf(1.0f, __shfl_sync(0xffffffffu, e, 8 * t));
-		float s1 = ldexpf(1.0f, __shfl_sync(0xffffffffu, e, 8 * t + 4));
+		float cm[2];
+		col_mul(e, t, cm);
+		const float s0 = cm[0], s1 = cm[1];
 #pragma unroll
 		for (int m = 0; m < 2; m++) {
 			blk[m][0] += s0 * c[m][0], blk[m][1] += s1 * c[m][1];

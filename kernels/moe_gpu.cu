@@ -24,6 +24,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <type_traits>
 #include <stdlib.h>
 #include <string.h>
 
@@ -318,6 +319,27 @@ __device__ __forceinline__ void act_load(const MoeParams &p, bool d, const float
 	}
 }
 
+// Overflow guard of the fp16 activations (tier experts): the power of two
+// e >= 0 that brings this lane's token's largest magnitude among a unit's 32
+// columns (8 per lane, the 4 lanes of a token together) below 2^14, and the
+// factors 2^e of the two output columns (tokens 2t, 2t+1 of the MMA tile,
+// whose activations lanes 8t and 8t+4 hold) this lane's sums are scaled by.
+__device__ __forceinline__ int unit_exp(const float (&x)[8])
+{
+	float mx = 0.0f;
+#pragma unroll
+	for (int i = 0; i < 8; i++)
+		mx = fmaxf(mx, fabsf(x[i]));
+	mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+	mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+	return mx >= 16384.0f && mx <= 3.0e38f ? ilogbf(mx) - 13 : 0;
+}
+__device__ __forceinline__ void col_mul(int e, int t, float (&m)[2])
+{
+	m[0] = ldexpf(1.0f, __shfl_sync(0xffffffffu, e, 8 * t));
+	m[1] = ldexpf(1.0f, __shfl_sync(0xffffffffu, e, 8 * t + 4));
+}
+
 template <class F, int NT, int MT, int NW>
 __device__ __forceinline__ void compute_stage(const MoeParams &p, const Task &k, uint32_t sbuf,
 					      const uint8_t *roff, uint32_t t4, float (&acc)[MT][NT][4])
@@ -356,44 +378,77 @@ __device__ __forceinline__ void compute_stage(const MoeParams &p, const Task &k,
 		uint32_t b[NT][4];
 		if (!PF)
 			load(u);
+		// Tier experts multiply fp16 activations: a unit with |x| > 65504 (rare)
+		// is packed with every token scaled by 2^-e and its sums scaled back.
+		bool big = false;
+		if constexpr (F::F16) {
+			float mx = 0.0f;
 #pragma unroll
-		for (int n = 0; n < NT; n++)
+			for (int n = 0; n < NT; n++)
 #pragma unroll
-			for (int i = 0; i < 4; i++)
-				b[n][i] = F::F16 ? pack_f16x2(cur[n][2 * i], cur[n][2 * i + 1])
-						 : pack_bf16x2(cur[n][2 * i], cur[n][2 * i + 1]);
+				for (int i = 0; i < 8; i++)
+					mx = fmaxf(mx, fabsf(cur[n][i]));
+			big = __any_sync(0xffffffffu, mx > 65504.0f);
+		}
+		float colmul[NT][2];
+		if (big) {
+#pragma unroll
+			for (int n = 0; n < NT; n++) {
+				int e = unit_exp(cur[n]);
+				float m = ldexpf(1.0f, -e);
+#pragma unroll
+				for (int i = 0; i < 4; i++)
+					b[n][i] = pack_f16x2(cur[n][2 * i] * m, cur[n][2 * i + 1] * m);
+				col_mul(e, t, colmul[n]);
+			}
+		} else {
+#pragma unroll
+			for (int n = 0; n < NT; n++)
+#pragma unroll
+				for (int i = 0; i < 4; i++)
+					b[n][i] = F::F16 ? pack_f16x2(cur[n][2 * i], cur[n][2 * i + 1])
+							 : pack_bf16x2(cur[n][2 * i], cur[n][2 * i + 1]);
+		}
 		if (PF && u + NW < nunits)
 			load(u + NW);
 		const uint32_t bl = u >> 3, j = (u & 7) * 4 + t;
 		const uint32_t cbo = bl * F::CODE_BYTES, sbo = bl * F::SCALE_BYTES;
+		auto unit = [&](auto scaled) {
+			[[maybe_unused]] constexpr bool SC = decltype(scaled)::value;
 #pragma unroll
-		for (int m = 0; m < MT; m++) {
-			uint32_t a[2][4];
-			F::decode8(rc[m][0] + cbo, rs[m][0] + sbo, j, t4, a[0]);
-			F::decode8(rc[m][1] + cbo, rs[m][1] + sbo, j, t4, a[1]);
-			if constexpr (F::SCALED) {
-				// One block per unit: the block scales of rows g and g+8 apply
-				// to this unit's partial sums.
-				float s0 = F::scale(rs[m][0] + sbo);
-				float s1 = F::scale(rs[m][1] + sbo);
+			for (int m = 0; m < MT; m++) {
+				uint32_t a[2][4];
+				F::decode8(rc[m][0] + cbo, rs[m][0] + sbo, j, t4, a[0]);
+				F::decode8(rc[m][1] + cbo, rs[m][1] + sbo, j, t4, a[1]);
+				if constexpr (F::SCALED) {
+					// One block per unit: the block scales of rows g and g+8 apply
+					// to this unit's partial sums.
+					float s0 = F::scale(rs[m][0] + sbo);
+					float s1 = F::scale(rs[m][1] + sbo);
 #pragma unroll
-				for (int n = 0; n < NT; n++) {
-					float c[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
-					mma_bf16<F::F16>(c, a[0][0], a[1][0], a[0][1], a[1][1], b[n][0], b[n][1]);
-					mma_bf16<F::F16>(c, a[0][2], a[1][2], a[0][3], a[1][3], b[n][2], b[n][3]);
-					acc[m][n][0] = fmaf(s0, c[0], acc[m][n][0]);
-					acc[m][n][1] = fmaf(s0, c[1], acc[m][n][1]);
-					acc[m][n][2] = fmaf(s1, c[2], acc[m][n][2]);
-					acc[m][n][3] = fmaf(s1, c[3], acc[m][n][3]);
-				}
-			} else {
+					for (int n = 0; n < NT; n++) {
+						float c[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
+						mma_bf16<F::F16>(c, a[0][0], a[1][0], a[0][1], a[1][1], b[n][0], b[n][1]);
+						mma_bf16<F::F16>(c, a[0][2], a[1][2], a[0][3], a[1][3], b[n][2], b[n][3]);
+						float m0 = SC ? colmul[n][0] : 1.0f, m1 = SC ? colmul[n][1] : 1.0f;
+						acc[m][n][0] = fmaf(SC ? s0 * m0 : s0, c[0], acc[m][n][0]);
+						acc[m][n][1] = fmaf(SC ? s0 * m1 : s0, c[1], acc[m][n][1]);
+						acc[m][n][2] = fmaf(SC ? s1 * m0 : s1, c[2], acc[m][n][2]);
+						acc[m][n][3] = fmaf(SC ? s1 * m1 : s1, c[3], acc[m][n][3]);
+					}
+				} else {
 #pragma unroll
-				for (int n = 0; n < NT; n++) {
-					mma_bf16<F::F16>(acc[m][n], a[0][0], a[1][0], a[0][1], a[1][1], b[n][0], b[n][1]);
-					mma_bf16<F::F16>(acc[m][n], a[0][2], a[1][2], a[0][3], a[1][3], b[n][2], b[n][3]);
+					for (int n = 0; n < NT; n++) {
+						mma_bf16<F::F16>(acc[m][n], a[0][0], a[1][0], a[0][1], a[1][1], b[n][0], b[n][1]);
+						mma_bf16<F::F16>(acc[m][n], a[0][2], a[1][2], a[0][3], a[1][3], b[n][2], b[n][3]);
+					}
 				}
 			}
-		}
+		};
+		if (F::SCALED && big)
+			unit(std::true_type{});
+		else
+			unit(std::false_type{});
 	}
 }
 

@@ -347,9 +347,10 @@ static void test_moe_layer(void **state)
 		run_moe_case(&moe_cases[i]);
 }
 
-/* Activations beyond the fp16 range (|x| up to 3e5, also 1e5 for many
- * tokens): outputs stay finite and within the format's bound on the decode
- * paths (the tier blocks recompute with power-of-two scaled activations). */
+/* Activations beyond the fp16 range (every 61st is +-3e5, then +-1e5):
+ * outputs stay finite and within the format's bound on the decode paths (the
+ * warp-streaming kernel recomputes such a tier block, the persistent kernel
+ * such a unit, with power-of-two scaled activations). */
 static void test_moe_outliers(void **state)
 {
 	if (!test_have_gpu("test_moe_outliers"))
@@ -359,13 +360,21 @@ static void test_moe_outliers(void **state)
 		{ "big-warm-4", STRATA_FMT_WARM, 768, 384, 4, 4, 2 },
 		{ "big-mixed-8", -2, 1024, 320, 8, 12, 4 },
 		{ "big-cold-rows", STRATA_FMT_COLD, 520, 200, 3, 3, 2 },
+		/* 9..63 tokens per expert: the persistent kernel's 16- and 32-token tiles */
+		{ "big-hot-12", STRATA_FMT_HOT, 1024, 512, 12, 2, 2 },
+		{ "big-warm-40", STRATA_FMT_WARM, 768, 384, 40, 2, 1 },
 	};
 	const float big[] = { 3e5f, 1e5f };
-	for (size_t b = 0; b < 2; b++) {
-		g_outlier = big[b];
-		for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++)
-			run_moe_case(&cases[c]);
+	for (int dec = 0; dec < 2; dec++) {
+		/* the decode cases on the warp-streaming kernel, then on the persistent one */
+		strata_gpu_moe_set_decode(dec ? 0 : -1, 0);
+		for (size_t b = 0; b < 2; b++) {
+			g_outlier = big[b];
+			for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++)
+				run_moe_case(&cases[c]);
+		}
 	}
+	strata_gpu_moe_set_decode(-1, 0);
 	g_outlier = 0.0f;
 }
 
