@@ -1,8 +1,11 @@
 // Warp-streaming decode kernel of the fused MoE layer (included by moe_gpu.cu
 // inside its anonymous namespace, after the persistent kernel's helpers).
 //
-// Used when every expert of a launch has at most 8 tokens (decode) and is
-// bf16 or a tier format.  Each warp is its own pipeline: it takes a task (32
+// Used when every expert of a launch has at most 8 tokens (decode) and is in a
+// tier format, and the launch has enough tasks to keep every warp busy
+// (run_dec in moe_gpu.cu); bf16 experts keep the persistent kernel's direct
+// path (registers straight from global memory: 0.72 of the read ceiling at the
+// Kimi shape, against 0.47 through this kernel's 64-weight stages, measured).  Each warp is its own pipeline: it takes a task (32
 // weight rows x one tile of 8 tokens x the whole row length) from a global
 // counter, streams the task's rows chunk by chunk into a private ring of NS
 // shared-memory stages with 16-byte cp.async (lane l copies row l), and
@@ -14,12 +17,11 @@
 //                 (tile 1), so h = silu(gate) * up is formed in registers;
 //   down task:    32 down rows, after the slot's gate|up tasks are done
 //                 (spin on the slot's counter, as the persistent kernel).
-// Chunks: one 256-weight block per stage for the tier formats (8 units of 32
-// weights; the block scale is applied once per block to the block's MMA sums),
-// 64 weights for bf16 (2 units).  Stage row layout (pitch 144 / 192 bytes,
-// so the rows of a quarter warp's loads fall in different banks): the tier
-// block's code bytes from their 16-byte aligned start (<= 7 chunks), then at
-// byte 112 the 16-byte chunk holding the block scale; bf16: the 128 bytes.
+// Chunks: one 256-weight block per stage (8 units of 32 weights; the block
+// scale is applied once per block to the block's MMA sums).  Stage row layout
+// (pitch 144 bytes = 16 mod 128, so the code-word loads of rows g = 0..7 land
+// 4 banks apart): the block's code bytes from their 16-byte aligned start
+// (<= 7 chunks), then at byte 112 the 16-byte chunk holding the block scale.
 // The misalignments (mod 16) of a stage row's codes and scale are written by
 // the copying lane into a per-stage byte table.
 //
@@ -32,24 +34,25 @@ namespace dec {
 
 constexpr int ROWS = 32;                   // weight rows per task (two 16-row MMA tiles)
 constexpr int TN = 8;                      // tokens per task
-constexpr uint32_t TIER_PITCH = 144, BF16_PITCH = 192, TIER_SCALE_AT = 112;
+constexpr uint32_t TIER_PITCH = 144, TIER_SCALE_AT = 112;
+constexpr uint32_t STAGE = ROWS * TIER_PITCH;
 constexpr uint32_t FETCH = 1 + STRATA_MOE_MAX_SLOTS; // p.sync index of the task counter
 constexpr int QLEN = 8;                    // per-warp queue of fetched task ids
-constexpr size_t SMEM_MAX = 227 * 1024;    // dynamic shared memory a CTA may have (sm_90)
+constexpr uint32_t SMEM_MAX = 227 * 1024;    // dynamic shared memory a CTA may have (sm_90)
 
 template <int NW, int NS> struct DGeo {
 	static constexpr uint32_t ROFF = 2 * ROWS;     // misalignment bytes per stage
 	static constexpr uint32_t QBYTES = 4 * QLEN;
-	// Per warp: NS stages (runtime stride) | NS x ROFF | queue.
-	static uint32_t smem(uint32_t stage) { return NW * (NS * (stage + ROFF) + QBYTES); }
+	// Per warp: NS stages | NS x ROFF | queue.
+	static constexpr uint32_t WARP = NS * (STAGE + ROFF) + QBYTES;
+	static constexpr uint32_t SMEM = NW * WARP;
+	static_assert(SMEM <= SMEM_MAX, "decode kernel shared memory");
 };
 
 struct DTask {
 	uint32_t t, kc, nkc;   // task id (>= n_tasks: none), chunk, chunks
 	uint32_t slot, down, rt, tt, fmt;
 };
-
-__device__ __forceinline__ uint32_t fmt_chunk(uint32_t fmt) { return fmt == STRATA_FMT_BF16 ? 64u : 256u; }
 
 __device__ __forceinline__ void dtask_info(const MoeParams &p, DTask &k)
 {
@@ -72,7 +75,7 @@ __device__ __forceinline__ void dtask_info(const MoeParams &p, DTask &k)
 	k.tt = local / nrt;
 	k.rt = local % nrt;
 	k.kc = 0;
-	k.nkc = (p.tab[k.fmt].pc[k.down] + fmt_chunk(k.fmt) - 1) / fmt_chunk(k.fmt);
+	k.nkc = p.tab[k.fmt].pc[k.down] / 256;
 }
 
 // Stage row i of task k: its matrix row (or -1 past the matrix) and matrix base.
@@ -98,20 +101,13 @@ __device__ __forceinline__ void issue(const MoeParams &p, const DTask &k, uint32
 	const FmtTab &f = p.tab[k.fmt];
 	const uint8_t *mat;
 	int r = stage_row(p, k, lane, mat);
-	if (r < 0)
-		return;
-	const uint32_t d = k.down;
-	if (k.fmt == STRATA_FMT_BF16) {
-		// 64 weights = 128 bytes, 16-byte aligned (cols % 32 == 0, rows 64-byte
-		// multiples); a last chunk past cols copies only what exists.
-		const uint32_t k0 = k.kc * 64, cols = d ? p.inter : p.hidden;
-		const uint32_t n = (cols - k0 >= 64 ? 64 : cols - k0) / 8;
-		const uint8_t *src = mat + (uint64_t)r * f.rowc[d] + 2 * k0;
-		const uint32_t dst = buf + lane * BF16_PITCH;
-		for (uint32_t j = 0; j < n; j++)
-			cp_async16(dst + 16 * j, src + 16 * j);
+	if (r < 0) {
+		// Past the matrix: nothing to copy; the row's (unused) sums must still
+		// decode from in-bounds, aligned shared addresses.
+		roff[2 * lane] = roff[2 * lane + 1] = 0;
 		return;
 	}
+	const uint32_t d = k.down;
 	const uint32_t cb = f.cb, nb = f.pc[d] / 256;
 	const uint8_t *c = mat + (uint64_t)r * f.rowc[d] + (uint64_t)k.kc * cb;
 	const uint8_t *s = mat + f.soff[d] + ((uint64_t)r * nb + k.kc) * 2;
@@ -126,12 +122,12 @@ __device__ __forceinline__ void issue(const MoeParams &p, const DTask &k, uint32
 	cp_async16(dst + TIER_SCALE_AT, s0);
 }
 
-// Pack 8 activations of one token into the MMA B fragment (fp16 or bf16).
-template <bool F16> __device__ __forceinline__ void pack_b(const float (&x)[8], uint32_t (&b)[4], float mul = 1.0f)
+// Pack 8 activations of one token, times mul, into the fp16 MMA B fragment.
+__device__ __forceinline__ void pack_b(const float (&x)[8], uint32_t (&b)[4], float mul = 1.0f)
 {
 #pragma unroll
 	for (int i = 0; i < 4; i++)
-		b[i] = F16 ? pack_f16x2(x[2 * i] * mul, x[2 * i + 1] * mul) : pack_bf16x2(x[2 * i], x[2 * i + 1]);
+		b[i] = pack_f16x2(x[2 * i] * mul, x[2 * i + 1] * mul);
 }
 
 // MMAs of one 32-weight unit: stage rows g, g+8 of tiles 0 and 1 times this
@@ -168,7 +164,7 @@ __device__ __forceinline__ void block_redo(const MoeParams &p, bool d, const flo
 		act_load<1>(p, d, xr, have, k0 + u * 32 + 8 * t, cols, x);
 		int e = unit_exp(x[0]);
 		uint32_t b[4];
-		pack_b<true>(x[0], b, ldexpf(1.0f, -e));
+		pack_b(x[0], b, ldexpf(1.0f, -e));
 		float c[2][4] = {};
 		unit_mma<F>(rc, 4 * u + t, b, c);
 		float cm[2];
@@ -197,69 +193,45 @@ __device__ __forceinline__ void compute(const MoeParams &p, const DTask &k, uint
 		kk.tt = k.tt, kk.down = d;
 		act_rows<1, TN>(p, kk, s, g, xr, have);
 	}
-	if constexpr (F::SCALED) {
-		const uint32_t k0 = k.kc * 256;
-		uint32_t rc[2][2], rs[2][2];
+	const uint32_t k0 = k.kc * 256;
+	uint32_t rc[2][2], rs[2][2];
 #pragma unroll
-		for (int m = 0; m < 2; m++)
+	for (int m = 0; m < 2; m++)
 #pragma unroll
-			for (int h = 0; h < 2; h++) {
-				int i = 16 * m + 8 * h + g;
-				rc[m][h] = sbuf + i * TIER_PITCH + roff[2 * i];
-				rs[m][h] = sbuf + i * TIER_PITCH + TIER_SCALE_AT + roff[2 * i + 1];
-			}
-		float blk[2][4] = {};
-		float cur[1][8], nxt[1][8];
-		act_load<1>(p, d, xr, have, k0 + 8 * t, cols, cur);
+		for (int h = 0; h < 2; h++) {
+			int i = 16 * m + 8 * h + g;
+			rc[m][h] = sbuf + i * TIER_PITCH + roff[2 * i];
+			rs[m][h] = sbuf + i * TIER_PITCH + TIER_SCALE_AT + roff[2 * i + 1];
+		}
+	float blk[2][4] = {};
+	float cur[1][8], nxt[1][8];
+	act_load<1>(p, d, xr, have, k0 + 8 * t, cols, cur);
 #pragma unroll 2
-		for (uint32_t u = 0; u < 8; u++) {
-			uint32_t b[4];
-			pack_b<true>(cur[0], b);
-			if (u < 7)
-				act_load<1>(p, d, xr, have, k0 + (u + 1) * 32 + 8 * t, cols, nxt);
-			unit_mma<F>(rc, 4 * u + t, b, blk);
+	for (uint32_t u = 0; u < 8; u++) {
+		uint32_t b[4];
+		pack_b(cur[0], b);
+		if (u < 7)
+			act_load<1>(p, d, xr, have, k0 + (u + 1) * 32 + 8 * t, cols, nxt);
+		unit_mma<F>(rc, 4 * u + t, b, blk);
 #pragma unroll
-			for (int i = 0; i < 8; i++)
-				cur[0][i] = nxt[0][i];
-		}
-		bool bad = false;
+		for (int i = 0; i < 8; i++)
+			cur[0][i] = nxt[0][i];
+	}
+	bool bad = false;
 #pragma unroll
-		for (int m = 0; m < 2; m++)
+	for (int m = 0; m < 2; m++)
 #pragma unroll
-			for (int i = 0; i < 4; i++)
-				bad |= !isfinite(blk[m][i]);
-		if (__any_sync(0xffffffffu, bad))
-			block_redo<F>(p, d, xr, have, k0, cols, rc, blk);
+		for (int i = 0; i < 4; i++)
+			bad |= !isfinite(blk[m][i]);
+	if (__any_sync(0xffffffffu, bad))
+		block_redo<F>(p, d, xr, have, k0, cols, rc, blk);
 #pragma unroll
-		for (int m = 0; m < 2; m++) {
-			float s0 = F::scale(rs[m][0]), s1 = F::scale(rs[m][1]);
-			acc[m][0] = fmaf(s0, blk[m][0], acc[m][0]);
-			acc[m][1] = fmaf(s0, blk[m][1], acc[m][1]);
-			acc[m][2] = fmaf(s1, blk[m][2], acc[m][2]);
-			acc[m][3] = fmaf(s1, blk[m][3], acc[m][3]);
-		}
-	} else {
-		// bf16: 2 units per stage, straight into acc.
-		const uint32_t k0 = k.kc * 64;
-		uint32_t rc[2][2];
-#pragma unroll
-		for (int m = 0; m < 2; m++)
-#pragma unroll
-			for (int h = 0; h < 2; h++)
-				rc[m][h] = sbuf + (16 * m + 8 * h + g) * BF16_PITCH;
-		const uint32_t nu = cols - k0 >= 64 ? 2 : 1;
-		float x[2][1][8];
-		act_load<1>(p, d, xr, have, k0 + 8 * t, cols, x[0]);
-		if (nu > 1)
-			act_load<1>(p, d, xr, have, k0 + 32 + 8 * t, cols, x[1]);
-#pragma unroll
-		for (uint32_t u = 0; u < 2; u++) {
-			if (u < nu) {
-				uint32_t b[4];
-				pack_b<false>(x[u][0], b);
-				unit_mma<F>(rc, 4 * u + t, b, acc);
-			}
-		}
+	for (int m = 0; m < 2; m++) {
+		float s0 = F::scale(rs[m][0]), s1 = F::scale(rs[m][1]);
+		acc[m][0] = fmaf(s0, blk[m][0], acc[m][0]);
+		acc[m][1] = fmaf(s0, blk[m][1], acc[m][1]);
+		acc[m][2] = fmaf(s1, blk[m][2], acc[m][2]);
+		acc[m][3] = fmaf(s1, blk[m][3], acc[m][3]);
 	}
 }
 
@@ -268,7 +240,7 @@ __global__ void __launch_bounds__(32 * NW, 1) dec_kernel(const __grid_constant__
 {
 	using G = DGeo<NW, NS>;
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-	const uint32_t stage = p.dstage;
+	constexpr uint32_t stage = STAGE;
 	// This warp's shared memory: stages, misalignment tables, task queue.
 	const uint32_t wbase = warp * (NS * (stage + G::ROFF) + G::QBYTES);
 	const uint32_t sb0 = (uint32_t)__cvta_generic_to_shared(g_smem) + wbase; // for cp.async
@@ -336,7 +308,6 @@ __global__ void __launch_bounds__(32 * NW, 1) dec_kernel(const __grid_constant__
 		const uint32_t sl = it % NS;
 		const uint32_t sbuf = wbase + sl * stage;
 		switch (cp.fmt) {
-		case STRATA_FMT_BF16: compute<FmtBF16>(p, cp, sbuf, roffs + sl * G::ROFF, acc); break;
 		STRATA_TIER_CASES((compute<F>(p, cp, sbuf, roffs + sl * G::ROFF, acc)))
 		default: break;
 		}

@@ -77,7 +77,6 @@ struct MoeParams {
 	float *y, *h;
 	unsigned *sync;        // [0] CTAs done, [1 + s] gate|up tasks done of slot s
 	uint32_t hidden, inter, n_slots, n_gu_tasks, n_tasks, vec, tiers, l2pf;
-	uint32_t dstage;       // warp-streaming decode kernel: bytes per stage (moe_decode.cuh)
 	FmtTab tab[STRATA_FMT_COUNT];
 	Slot slot[STRATA_MOE_MAX_SLOTS];
 	uint32_t tok[STRATA_MOE_MAX_ASSIGN];
@@ -829,7 +828,7 @@ struct Ctx {
 	bool attr_set[12] = {};
 	// Warp-streaming decode kernel (moe_decode.cuh) for launches of <= 8 tokens
 	// per expert: 0 off (STRATA_MOE_DEC=0), else warps x stages (STRATA_MOE_DEC=
-	// 8x4|8x5|12x3|12x4|16x3; -1: per formats).
+	// 8x4|8x5|12x3|12x4|16x3; -1: the default, 12 x 4).
 	int dec_nw = -1, dec_ns = 0;
 	int dec_force = 0, dec_fnw = 0, dec_fns = 0; // strata_gpu_moe_set_decode (nw < 0: env/default)
 	uint32_t dec_attr = 0;
@@ -977,17 +976,41 @@ int launch(MoeParams *p, cudaStream_t st, int variant, struct strata_error *err)
 	return STRATA_OK;
 }
 
-// The warp-streaming decode kernel <NW warps, NS stages> (moe_decode.cuh).
+// The warp-streaming decode kernel <NW warps, NS stages> (moe_decode.cuh),
+// tasks already laid out by run_dec.
 template <int NW, int NS> int dec_launch(MoeParams *p, cudaStream_t st, int bit, struct strata_error *err)
 {
 	using G = dec::DGeo<NW, NS>;
-	size_t smem = G::smem(p->dstage);
-	// The shared-memory attribute is set once per variant, to the most a CTA may have.
 	if (!(g_ctx.dec_attr & (1u << bit))) {
 		CU_TRY(err, cudaFuncSetAttribute(dec::dec_kernel<NW, NS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-						 (int)dec::SMEM_MAX));
+						 (int)G::SMEM));
 		g_ctx.dec_attr |= 1u << bit;
 	}
+	uint32_t grid = (p->n_tasks + NW - 1) / NW;
+	if (grid > (uint32_t)g_ctx.sms)
+		grid = (uint32_t)g_ctx.sms;
+	dec::dec_kernel<NW, NS><<<grid, 32 * NW, G::SMEM, st>>>(*p);
+	CU_TRY(err, cudaGetLastError());
+	return STRATA_OK;
+}
+
+// Decode launches (<= 8 tokens per expert): the warp-streaming kernel when
+// every expert is in a tier format and there are at least two tasks per warp
+// (a task is one warp's: fewer, e.g. Qwen3-30B-A3B's 8 experts, leave warps
+// idle and the persistent kernel, which splits a task's row over 16 warps, is
+// faster: 33 vs 70 us per layer, measured).  1 when it ran (*rc its result),
+// 0 when the persistent kernel should run instead.
+int run_dec(MoeParams *p, cudaStream_t st, struct strata_error *err, int *rc)
+{
+	for (uint32_t s = 0; s < p->n_slots; s++)
+		if (p->slot[s].fmt < STRATA_FMT_HOT || p->slot[s].fmt > STRATA_FMT_COLD)
+			return 0;
+	int nw = g_ctx.dec_nw, ns = g_ctx.dec_ns;
+	bool forced = g_ctx.dec_force && g_ctx.dec_fnw >= 0;
+	if (forced)
+		nw = g_ctx.dec_fnw, ns = g_ctx.dec_fns;
+	if (nw < 0)
+		nw = 12, ns = 4;
 	uint32_t nrt_gu = (p->inter + dec::ROWS / 2 - 1) / (dec::ROWS / 2);
 	uint32_t nrt_dn = (p->hidden + dec::ROWS - 1) / dec::ROWS, t = 0;
 	for (uint32_t s = 0; s < p->n_slots; s++) {
@@ -1000,40 +1023,18 @@ template <int NW, int NS> int dec_launch(MoeParams *p, cudaStream_t st, int bit,
 		t += nrt_dn * ((p->slot[s].ntok + dec::TN - 1) / dec::TN);
 	}
 	p->n_tasks = t;
-	uint32_t grid = (t + NW - 1) / NW < (uint32_t)g_ctx.sms ? (t + NW - 1) / NW : (uint32_t)g_ctx.sms;
-	dec::dec_kernel<NW, NS><<<grid, 32 * NW, smem, st>>>(*p);
-	CU_TRY(err, cudaGetLastError());
-	return STRATA_OK;
-}
-
-// Decode launches (<= 8 tokens per expert, no f32 expert): the warp-streaming
-// kernel; 1 when it ran, 0 when the persistent kernel should run instead.
-int run_dec(MoeParams *p, cudaStream_t st, struct strata_error *err, int *rc)
-{
-	bool bf16 = false;
-	for (uint32_t s = 0; s < p->n_slots; s++) {
-		if (p->slot[s].fmt == STRATA_FMT_F32)
-			return 0;
-		bf16 |= p->slot[s].fmt == STRATA_FMT_BF16;
-	}
-	p->dstage = 32 * (bf16 ? dec::BF16_PITCH : dec::TIER_PITCH);
-	// Asked-for variant (STRATA_MOE_DEC) if its stages fit, else 12 warps x 4
-	// stages (3 with bf16 rows, whose stages are larger).
-	int nw = g_ctx.dec_nw, ns = g_ctx.dec_ns;
-	if (g_ctx.dec_force && g_ctx.dec_fnw >= 0)
-		nw = g_ctx.dec_fnw, ns = g_ctx.dec_fns;
-	if (nw < 0 || ns < 2 || (size_t)nw * (ns * (p->dstage + 2 * dec::ROWS) + 4 * dec::QLEN) > dec::SMEM_MAX)
-		nw = 12, ns = bf16 ? 3 : 4;
+	if (!forced && t < 2u * (uint32_t)nw * (uint32_t)g_ctx.sms)
+		return 0;
 	if (nw == 8 && ns == 4)
 		*rc = dec_launch<8, 4>(p, st, 0, err);
 	else if (nw == 8 && ns == 5)
 		*rc = dec_launch<8, 5>(p, st, 1, err);
-	else if (nw == 12 && ns == 4)
-		*rc = dec_launch<12, 4>(p, st, 2, err);
+	else if (nw == 12 && ns == 3)
+		*rc = dec_launch<12, 3>(p, st, 2, err);
 	else if (nw == 16 && ns == 3)
 		*rc = dec_launch<16, 3>(p, st, 3, err);
 	else
-		*rc = dec_launch<12, 3>(p, st, 4, err);
+		*rc = dec_launch<12, 4>(p, st, 4, err);
 	return 1;
 }
 

@@ -174,7 +174,8 @@ static void test_dequant_exact(void **state)
 
 struct moe_case {
 	const char *name;
-	int fmt;            /* -1: mix bf16 / f32 / tiers across experts; -2: the same without f32 */
+	int fmt;            /* -1: mix bf16 / f32 / tiers across experts; -2: the same without
+			     * f32; -3: the tier formats only */
 	uint32_t hidden, inter, n_tokens, n_experts, top_k;
 };
 
@@ -200,7 +201,8 @@ static void run_moe_case(const struct moe_case *mc)
 	uint32_t nf = 0;
 	int usable[5];
 	for (int i = 0; i < 5; i++)
-		if ((mc->fmt != -2 || mix[i] != STRATA_FMT_F32) && gpu_fmt_ok(mix[i]) && strata_fmt_traits(mix[i])->quantize_row &&
+		if ((mc->fmt != -2 || mix[i] != STRATA_FMT_F32) && (mc->fmt != -3 || mix[i] >= STRATA_FMT_HOT) &&
+		    gpu_fmt_ok(mix[i]) && strata_fmt_traits(mix[i])->quantize_row &&
 		    strata_gpu_moe_check(mix[i], H, I, &err) == STRATA_OK)
 			usable[nf++] = mix[i];
 	if (mc->fmt >= 0 && (!gpu_fmt_ok(mc->fmt) || !strata_fmt_traits(mc->fmt)->quantize_row)) {
@@ -358,6 +360,7 @@ static void test_moe_outliers(void **state)
 	static const struct moe_case cases[] = {
 		{ "big-hot-1", STRATA_FMT_HOT, 1024, 512, 1, 4, 4 },
 		{ "big-warm-4", STRATA_FMT_WARM, 768, 384, 4, 4, 2 },
+		{ "big-tiers-8", -3, 1024, 320, 8, 12, 4 },
 		{ "big-mixed-8", -2, 1024, 320, 8, 12, 4 },
 		{ "big-cold-rows", STRATA_FMT_COLD, 520, 200, 3, 3, 2 },
 		/* 9..63 tokens per expert: the persistent kernel's 16- and 32-token tiles */
@@ -367,7 +370,7 @@ static void test_moe_outliers(void **state)
 	const float big[] = { 3e5f, 1e5f };
 	for (int dec = 0; dec < 2; dec++) {
 		/* the decode cases on the warp-streaming kernel, then on the persistent one */
-		strata_gpu_moe_set_decode(dec ? 0 : -1, 0);
+		strata_gpu_moe_set_decode(dec ? 0 : 12, 4);
 		for (size_t b = 0; b < 2; b++) {
 			g_outlier = big[b];
 			for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++)
@@ -378,8 +381,10 @@ static void test_moe_outliers(void **state)
 	g_outlier = 0.0f;
 }
 
-/* Every variant of the warp-streaming decode kernel (warps x stages), and the
- * persistent kernel forced for decode (0), on the decode cases. */
+/* Every variant of the warp-streaming decode kernel (warps x stages; forced,
+ * so also on shapes too small for it to pay), and the persistent kernel
+ * forced for decode (0), on tier-only decode cases: partial 16-row gate|up
+ * and 32-row down tasks, padded rows, several token tiles. */
 static void test_moe_decode_variants(void **state)
 {
 	if (!test_have_gpu("test_moe_decode_variants"))
@@ -387,8 +392,11 @@ static void test_moe_decode_variants(void **state)
 	static const int v[][2] = { { 0, 0 }, { 8, 4 }, { 8, 5 }, { 12, 3 }, { 12, 4 }, { 16, 3 } };
 	static const struct moe_case cases[] = {
 		{ "var-hot", STRATA_FMT_HOT, 1024, 512, 1, 6, 4 },
+		{ "var-tiers", -3, 768, 288, 8, 9, 3 },
+		{ "var-cold-rows", STRATA_FMT_COLD, 520, 200, 3, 3, 2 },
+		{ "var-warm-7", STRATA_FMT_WARM, 2048, 768, 7, 8, 2 },
+		/* bf16 in the launch: the persistent kernel whatever the variant */
 		{ "var-mixed", -2, 768, 288, 8, 9, 3 },
-		{ "var-bf16", STRATA_FMT_BF16, 544, 96, 3, 4, 2 },
 	};
 	for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
 		printf("decode variant %dx%d\n", v[i][0], v[i][1]);
