@@ -77,6 +77,7 @@ struct MoeParams {
 	float *y, *h;
 	unsigned *sync;        // [0] CTAs done, [1 + s] gate|up tasks done of slot s
 	uint32_t hidden, inter, n_slots, n_gu_tasks, n_tasks, vec, tiers, l2pf;
+	uint32_t noguard;      // skip the fp16 overflow test (STRATA_MOE_GUARD=0, to measure its cost)
 	FmtTab tab[STRATA_FMT_COUNT];
 	Slot slot[STRATA_MOE_MAX_SLOTS];
 	uint32_t tok[STRATA_MOE_MAX_ASSIGN];
@@ -380,7 +381,7 @@ __device__ __forceinline__ void compute_stage(const MoeParams &p, const Task &k,
 		// Tier experts multiply fp16 activations: a unit with |x| > 65504 (rare)
 		// is packed with every token scaled by 2^-e and its sums scaled back.
 		bool big = false;
-		if constexpr (F::F16) {
+		if (F::F16 && !p.noguard) {
 			float mx = 0.0f;
 #pragma unroll
 			for (int n = 0; n < NT; n++)
@@ -825,6 +826,7 @@ struct Ctx {
 	int bulk = -1;  // stage copies: 1 bulk copy engine, 0 cp.async (STRATA_MOE_COPY=bulk|async)
 	int direct = 1; // bf16 weights straight to registers (STRATA_MOE_DIRECT=0: staged like the others)
 	int l2pf = 0;   // direct path prefetches into L2 ahead (STRATA_MOE_L2PF=1: on; measured 3% slower)
+	int noguard = 0; // STRATA_MOE_GUARD=0: persistent kernel without the fp16 overflow test (measurement only)
 	bool attr_set[12] = {};
 	// Warp-streaming decode kernel (moe_decode.cuh) for launches of <= 8 tokens
 	// per expert: 0 off (STRATA_MOE_DEC=0), else warps x stages (STRATA_MOE_DEC=
@@ -931,6 +933,8 @@ int ctx_init(struct strata_error *err)
 		e = getenv("STRATA_MOE_PREFILL");
 		if (e && !strcmp(e, "0"))
 			g_ctx.pf_min = UINT32_MAX;
+		e = getenv("STRATA_MOE_GUARD");
+		g_ctx.noguard = e && !strcmp(e, "0");
 		e = getenv("STRATA_MOE_DEC");
 		if (e && !strcmp(e, "0"))
 			g_ctx.dec_nw = 0;
@@ -1319,6 +1323,7 @@ int moe_layer(const struct strata_moe_call *c, struct strata_error *err)
 	p->x = c->x, p->y = c->y;
 	p->hidden = c->hidden, p->inter = c->inter;
 	p->l2pf = g_ctx.l2pf;
+	p->noguard = g_ctx.noguard;
 	p->vec = (c->hidden % 4 == 0 && c->inter % 4 == 0 && ((uintptr_t)c->x & 15) == 0);
 	{
 		// The kernel variant (token tile) is fixed for the whole call: the stage
