@@ -88,7 +88,7 @@ void strata_gpu_moe_set_prefill_min(uint32_t n);
 /* Experiment/test hook: launches whose experts all have <= 8 tokens and are
  * all in tier formats take the warp-streaming decode kernel
  * (kernels/moe_decode.cuh) with nw warps x ns stages (8x4, 8x5, 12x3, 12x4,
- * 16x3), also when they have too few tasks for it to pay; nw = 0 sends them
+ * 16x3; 12 x -4: 12x4 with a stage's 8 units unrolled), also when they have too few tasks for it to pay; nw = 0 sends them
  * through the persistent kernel; nw < 0 restores the default (STRATA_MOE_DEC,
  * else 12 x 4 when the launch has at least two tasks per warp). */
 void strata_gpu_moe_set_decode(int nw, int ns);

@@ -179,7 +179,7 @@ __device__ __forceinline__ void block_redo(const MoeParams &p, bool d, const flo
 }
 
 // One stage of task k (at shared offset sbuf, misalignments roff): acc += its product.
-template <class F>
+template <class F, bool UNROLL>
 __device__ __forceinline__ void compute(const MoeParams &p, const DTask &k, uint32_t sbuf, const uint8_t *roff,
 					float (&acc)[2][4])
 {
@@ -206,8 +206,7 @@ __device__ __forceinline__ void compute(const MoeParams &p, const DTask &k, uint
 	float blk[2][4] = {};
 	float cur[1][8], nxt[1][8];
 	act_load<1>(p, d, xr, have, k0 + 8 * t, cols, cur);
-#pragma unroll 2
-	for (uint32_t u = 0; u < 8; u++) {
+	auto step = [&](uint32_t u) {
 		uint32_t b[4];
 		pack_b(cur[0], b);
 		if (u < 7)
@@ -216,6 +215,17 @@ __device__ __forceinline__ void compute(const MoeParams &p, const DTask &k, uint
 #pragma unroll
 		for (int i = 0; i < 8; i++)
 			cur[0][i] = nxt[0][i];
+	};
+	// UNROLL: all 8 units in one straight line (more registers, more overlap
+	// between one unit's decode and the previous unit's MMAs).
+	if constexpr (UNROLL) {
+#pragma unroll
+		for (uint32_t u = 0; u < 8; u++)
+			step(u);
+	} else {
+#pragma unroll 2
+		for (uint32_t u = 0; u < 8; u++)
+			step(u);
 	}
 	bool bad = false;
 #pragma unroll
@@ -235,7 +245,7 @@ __device__ __forceinline__ void compute(const MoeParams &p, const DTask &k, uint
 	}
 }
 
-template <int NW, int NS>
+template <int NW, int NS, bool UNROLL>
 __global__ void __launch_bounds__(32 * NW, 1) dec_kernel(const __grid_constant__ MoeParams p)
 {
 	using G = DGeo<NW, NS>;
@@ -308,7 +318,7 @@ __global__ void __launch_bounds__(32 * NW, 1) dec_kernel(const __grid_constant__
 		const uint32_t sl = it % NS;
 		const uint32_t sbuf = wbase + sl * stage;
 		switch (cp.fmt) {
-		STRATA_TIER_CASES((compute<F>(p, cp, sbuf, roffs + sl * G::ROFF, acc)))
+		STRATA_TIER_CASES((compute<F, UNROLL>(p, cp, sbuf, roffs + sl * G::ROFF, acc)))
 		default: break;
 		}
 		if (++cp.kc == cp.nkc) {

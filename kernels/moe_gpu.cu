@@ -830,8 +830,8 @@ struct Ctx {
 	bool attr_set[12] = {};
 	// Warp-streaming decode kernel (moe_decode.cuh) for launches of <= 8 tokens
 	// per expert: 0 off (STRATA_MOE_DEC=0), else warps x stages (STRATA_MOE_DEC=
-	// 8x4|8x5|12x3|12x4|16x3; -1: the default, 12 x 4).
-	int dec_nw = -1, dec_ns = 0;
+	// 8x4|8x5|12x3|12x4|16x3, 12x4u unrolled; -1: the default, 12 x 4).
+	int dec_nw = -1, dec_ns = 0, dec_unroll = 0; // STRATA_MOE_DEC=12x4u: units fully unrolled
 	int dec_force = 0, dec_fnw = 0, dec_fns = 0; // strata_gpu_moe_set_decode (nw < 0: env/default)
 	uint32_t dec_attr = 0;
 	// Tiled prefill path (moe_prefill.cuh): experts with >= pf_min tokens
@@ -940,6 +940,7 @@ int ctx_init(struct strata_error *err)
 			g_ctx.dec_nw = 0;
 		else if (e && sscanf(e, "%dx%d", &g_ctx.dec_nw, &g_ctx.dec_ns) != 2)
 			g_ctx.dec_nw = -1;
+		g_ctx.dec_unroll = e && !strcmp(e, "12x4u");
 	}
 	if (!g_ctx.sync) {
 		int dev;
@@ -982,18 +983,18 @@ int launch(MoeParams *p, cudaStream_t st, int variant, struct strata_error *err)
 
 // The warp-streaming decode kernel <NW warps, NS stages> (moe_decode.cuh),
 // tasks already laid out by run_dec.
-template <int NW, int NS> int dec_launch(MoeParams *p, cudaStream_t st, int bit, struct strata_error *err)
+template <int NW, int NS, bool UNROLL = false> int dec_launch(MoeParams *p, cudaStream_t st, int bit, struct strata_error *err)
 {
 	using G = dec::DGeo<NW, NS>;
 	if (!(g_ctx.dec_attr & (1u << bit))) {
-		CU_TRY(err, cudaFuncSetAttribute(dec::dec_kernel<NW, NS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+		CU_TRY(err, cudaFuncSetAttribute(dec::dec_kernel<NW, NS, UNROLL>, cudaFuncAttributeMaxDynamicSharedMemorySize,
 						 (int)G::SMEM));
 		g_ctx.dec_attr |= 1u << bit;
 	}
 	uint32_t grid = (p->n_tasks + NW - 1) / NW;
 	if (grid > (uint32_t)g_ctx.sms)
 		grid = (uint32_t)g_ctx.sms;
-	dec::dec_kernel<NW, NS><<<grid, 32 * NW, G::SMEM, st>>>(*p);
+	dec::dec_kernel<NW, NS, UNROLL><<<grid, 32 * NW, G::SMEM, st>>>(*p);
 	CU_TRY(err, cudaGetLastError());
 	return STRATA_OK;
 }
@@ -1029,7 +1030,9 @@ int run_dec(MoeParams *p, cudaStream_t st, struct strata_error *err, int *rc)
 	p->n_tasks = t;
 	if (!forced && t < 2u * (uint32_t)nw * (uint32_t)g_ctx.sms)
 		return 0;
-	if (nw == 8 && ns == 4)
+	if (forced ? nw == 12 && ns == -4 : g_ctx.dec_unroll)
+		*rc = dec_launch<12, 4, true>(p, st, 5, err);
+	else if (nw == 8 && ns == 4)
 		*rc = dec_launch<8, 4>(p, st, 0, err);
 	else if (nw == 8 && ns == 5)
 		*rc = dec_launch<8, 5>(p, st, 1, err);

@@ -389,7 +389,7 @@ static void test_moe_decode_variants(void **state)
 {
 	if (!test_have_gpu("test_moe_decode_variants"))
 		return;
-	static const int v[][2] = { { 0, 0 }, { 8, 4 }, { 8, 5 }, { 12, 3 }, { 12, 4 }, { 16, 3 } };
+	static const int v[][2] = { { 0, 0 }, { 8, 4 }, { 8, 5 }, { 12, 3 }, { 12, 4 }, { 12, -4 }, { 16, 3 } };
 	static const struct moe_case cases[] = {
 		{ "var-hot", STRATA_FMT_HOT, 1024, 512, 1, 6, 4 },
 		{ "var-tiers", -3, 768, 288, 8, 9, 3 },

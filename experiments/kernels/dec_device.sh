@@ -5,7 +5,7 @@
 # stages), optional ncu of one Kimi T=1 layer.  Logs and CSVs go to
 # $OUT/dec.tar.gz; the ratio lines are printed.
 #   source .device/setup.sh && bash experiments/kernels/dec_device.sh
-# VARIANTS (default "0 0-noguard 12x4 12x3 16x3"), SANITIZE=1, PROFILE_FMTS ("" = none),
+# VARIANTS (default "0 0-noguard 12x4 12x4u 12x3 16x3"), SANITIZE=1, PROFILE_FMTS ("" = none),
 # TESTS=0 skips test_kernels.
 set -u
 out=${OUT:-out}
@@ -29,7 +29,7 @@ if [ "${SANITIZE:-0}" = 1 ]; then
 	echo "memcheck exit $? $(grep -E 'ERROR SUMMARY' "$d/memcheck.log")"
 fi
 # A variant "0-noguard" is the persistent kernel without its fp16 overflow test.
-for v in ${VARIANTS:-0 0-noguard 12x4 12x3 16x3}; do
+for v in ${VARIANTS:-0 0-noguard 12x4 12x4u 12x3 16x3}; do
 	STRATA_MOE_GUARD=$([ "$v" = 0-noguard ] && echo 0 || echo 1) STRATA_MOE_DEC=${v%-noguard} ./build/release/bench/bench_kernels --decode --csv "$d/decode_$v.csv" >"$d/bench_$v.log" 2>&1
 	echo "== decode $v (exit $?)"
 	grep -E "ceiling|T=1 |T=4 |T=8 " "$d/bench_$v.log" | sed 's/  */ /g'
