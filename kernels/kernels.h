@@ -30,22 +30,40 @@
  * 32-weight partial sum.  bf16 rows skip shared memory: every lane loads its
  * A fragments with 16-byte loads straight into registers (compute_direct).
  * Token tiles are 8, 16 or 32 wide, chosen from the largest token count of
- * the experts it runs (decode, 1..16 tokens, and up to 63).  Experts with
- * >= 64 tokens in bf16 or a tier format take the tiled prefill path instead
- * (kernels/moe_prefill.cuh): activations gathered into 16-bit rows, then a
+ * the experts it runs (decode, 1..16 tokens; 32 for f32 experts or with the
+ * prefill path off).  Experts with >= 17 tokens in bf16 or a tier format take
+ * the tiled prefill path instead (kernels/moe_prefill.cuh; from 17 it beats
+ * the 32-token tiles of this kernel by 1.3 - 7x on the H200, see
+ * experiments/kernels/README.md): activations gathered into 16-bit rows, then a
  * grouped gate|up GEMM (SwiGLU in the epilogue, h stored 16-bit) and a grouped
- * down GEMM (router weights, atomics into y), CTA tiles of 128 rows x 128
- * tokens (16 warps for tier experts, 8 for bf16; 64 x 256 from 192 tokens), cp.async ring, tier blocks decoded once
+ * down GEMM (router weights, atomics into y), CTA tiles of 64 rows x 64 tokens
+ * (4 warps, two CTAs per SM) up to 64 tokens, 128 rows x 128 tokens (16 warps
+ * for tier experts, 8 for bf16) up to 191, 64 x 256 from 192 tokens; cp.async
+ * ring, tier blocks decoded once
  * per CTA into fp16 shared-memory tiles, ldmatrix + mma.sync.  A down task
  * of the persistent kernel waits (spin on a per-expert
- * counter) for that expert's gate|up tasks.  Decode speed of the tier formats
- * is bound by instruction issue (~11 instructions per weight, ncu), see
- * experiments/kernels/README.md.
+ * counter) for that expert's gate|up tasks.  Launches whose experts all have
+ * <= 8 tokens, all in tier formats, with at least two tasks per warp (e.g. the
+ * Kimi shape at batch 1) take the warp-streaming decode kernel instead
+ * (kernels/moe_decode.cuh: one warp per task of 32 rows, its own cp.async
+ * ring, tasks from a global counter, the block scale once per 256 weights).
+ * Decode speed of the tier formats is bound by instruction issue (~9-11
+ * instructions per weight, ncu), see experiments/kernels/README.md.
  *
  * Accuracy: bf16/f32 experts enter the tensor cores as bf16 (relative error
  * ~3e-3 against the CPU reference); tier experts as exact fp16 weights times
- * fp16 activations (~4e-4; activations beyond the fp16 range, |x| > 65504,
- * overflow); tests/test_kernels.c states the bound per format.
+ * fp16 activations (~4e-4); tests/test_kernels.c states the bound per format.
+ * fp16 range of tier experts: on the prefill path an activation row whose
+ * max |x| reaches 2^15 is stored times 2^-e (smallest such power of two; e = 0,
+ * unchanged, for ordinary rows) and gate, up are multiplied back by 2^e
+ * before SiLU; h = silu(gate) * up gets a power of two of its own per token
+ * and 32-column segment (stored times 2^-e, folded back into the down
+ * GEMM's f32 sums), so activations up to the f32 range stay finite and exact
+ * to fp16 rounding.  On the decode paths (x and h are f32 there, converted to
+ * fp16 per 32-weight unit): the persistent kernel tests each unit's
+ * activations and packs a unit with |x| > 65504 with each token scaled by 2^-e
+ * (its sums scaled back); the warp-streaming kernel tests each 256-weight
+ * block's sums and recomputes a block that is not finite the same way.
  */
 #ifndef STRATA_KERNELS_H
 #define STRATA_KERNELS_H
@@ -80,7 +98,7 @@ int strata_gpu_moe_check(int fmt, uint32_t hidden, uint32_t inter, struct strata
 void strata_gpu_moe_set_poison(int on);
 
 /* Experiment/test hook: experts with at least n tokens (bf16 or a tier
- * format) take the tiled prefill path; 0 restores the default (64, or
+ * format) take the tiled prefill path; 0 restores the default (17, or
  * STRATA_MOE_PREFILL_MIN; STRATA_MOE_PREFILL=0 turns it off), UINT32_MAX
  * sends every expert through the persistent kernel. */
 void strata_gpu_moe_set_prefill_min(uint32_t n);

@@ -835,15 +835,19 @@ struct Ctx {
 	int dec_force = 0, dec_fnw = 0, dec_fns = 0; // strata_gpu_moe_set_decode (nw < 0: env/default)
 	uint32_t dec_attr = 0;
 	// Tiled prefill path (moe_prefill.cuh): experts with >= pf_min tokens
-	// (STRATA_MOE_PREFILL_MIN, default 64; STRATA_MOE_PREFILL=0: off).
+	// (STRATA_MOE_PREFILL_MIN, default 17; STRATA_MOE_PREFILL=0: off).  17: the
+	// persistent kernel's 32-token tiles (17 .. 63 tokens) measured 1.3 - 7x
+	// slower than the 64 x 64 prefill tile, its 16-token tiles 2x faster for
+	// tier experts (bf16: 1.25x slower); experiments/kernels/README.md.
 	uint32_t pf_min = 0;
 	uint32_t pf_force = 0; // strata_gpu_moe_set_prefill_min (0: pf_min)
 	int pf_warps = 0;      // warps per 128 x 128 prefill CTA (STRATA_MOE_PF_WARPS=8|16; 0: per format)
 	uint32_t pf_attr = 0;  // prefill kernels whose shared-memory attribute is set (bits)
-	int pf_tile = 0;       // 0: by token count; 128 or 256 (STRATA_MOE_PF_TILE): always that token tile
+	int pf_tile = 0;       // 0: by token count; 64, 128 or 256 (STRATA_MOE_PF_TILE): always that token tile
 	uint16_t *pf_xs = nullptr, *pf_hs = nullptr;
 	uint32_t *pf_tok = nullptr;
-	float *pf_w = nullptr;
+	float *pf_w = nullptr, *pf_xsc = nullptr;
+	uint8_t *pf_hexp = nullptr, *pf_hbig = nullptr;
 	size_t pf_cap_a = 0, pf_cap_x = 0, pf_cap_h = 0; // assignments, xs / hs elements
 };
 Ctx g_ctx;
@@ -925,9 +929,9 @@ int ctx_init(struct strata_error *err)
 		e = getenv("STRATA_MOE_L2PF");
 		g_ctx.l2pf = e && !strcmp(e, "1");
 		e = getenv("STRATA_MOE_PREFILL_MIN");
-		g_ctx.pf_min = e && atoi(e) > 0 ? (uint32_t)atoi(e) : 64;
+		g_ctx.pf_min = e && atoi(e) > 0 ? (uint32_t)atoi(e) : 17;
 		e = getenv("STRATA_MOE_PF_TILE");
-		g_ctx.pf_tile = e && atoi(e) == 128 ? 128 : e && atoi(e) == 256 ? 256 : 0;
+		g_ctx.pf_tile = e && (atoi(e) == 64 || atoi(e) == 128 || atoi(e) == 256) ? atoi(e) : 0;
 		e = getenv("STRATA_MOE_PF_WARPS");
 		g_ctx.pf_warps = e && atoi(e) == 16 ? 16 : e && atoi(e) == 8 ? 8 : 0;
 		e = getenv("STRATA_MOE_PREFILL");
@@ -1095,12 +1099,17 @@ int run_launch(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_err
 }
 
 bool pf_fmt(int fmt) { return fmt == STRATA_FMT_BF16 || (fmt >= STRATA_FMT_HOT && fmt <= STRATA_FMT_COLD); }
+// Experts with at most this many tokens (and >= the prefill threshold) take the
+// 64 x 64 prefill tile (pf_tile 0): one token tile, and 1.1x (tier) - 1.4x
+// (bf16) faster than 128 x 128 at 16 - 64 tokens; at 96 (two token tiles)
+// 128 x 128 is 1.2x (bf16) - 1.8x (hot) faster.
+constexpr uint32_t PF_SMALL_MAX = 64;
 
 // gate|up then down launches of the prefill path for the slots in P.
 template <class C> int pf_launch(pf::PParams *P, cudaStream_t st, struct strata_error *err)
 {
 	using namespace pf;
-	constexpr uint32_t bit = 1u << ((C::BN == 256 ? 2 : 0) + (C::NW == 16 ? 1 : 0));
+	constexpr uint32_t bit = C::BN == 256 ? 4 : C::BN == 64 ? 8 : C::NW == 16 ? 2 : 1;
 	if (!(g_ctx.pf_attr & bit)) {
 		CU_TRY(err, cudaFuncSetAttribute(pf_gemm<false, C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
 						 (int)C::SMEM));
@@ -1143,22 +1152,31 @@ int run_prefill(const struct strata_moe_call *c, const uint32_t *count, const ui
 		return STRATA_OK;
 	const uint32_t ldx = (c->hidden + 255) / 256 * 256, ldh = (c->inter + 255) / 256 * 256;
 	const size_t nx = (size_t)nb * ldx, nh = (size_t)nb * ldh;
+	// h exponents: one byte per assignment and 32-column segment (nh / 32 bytes).
 	if (nb > g_ctx.pf_cap_a || nx > g_ctx.pf_cap_x || nh > g_ctx.pf_cap_h) {
 		if (g_ctx.pf_xs) {
 			CU_TRY(err, cudaStreamSynchronize(st));
 			cudaFree(g_ctx.pf_xs), cudaFree(g_ctx.pf_hs), cudaFree(g_ctx.pf_tok), cudaFree(g_ctx.pf_w);
-			g_ctx.pf_xs = g_ctx.pf_hs = nullptr, g_ctx.pf_tok = nullptr, g_ctx.pf_w = nullptr;
+			cudaFree(g_ctx.pf_xsc), cudaFree(g_ctx.pf_hexp), cudaFree(g_ctx.pf_hbig);
+			g_ctx.pf_xs = g_ctx.pf_hs = nullptr, g_ctx.pf_tok = nullptr, g_ctx.pf_w = g_ctx.pf_xsc = nullptr;
+			g_ctx.pf_hexp = g_ctx.pf_hbig = nullptr;
 			g_ctx.pf_cap_a = g_ctx.pf_cap_x = g_ctx.pf_cap_h = 0;
 		}
 		CU_TRY(err, cudaMalloc(&g_ctx.pf_xs, nx * 2));
 		CU_TRY(err, cudaMalloc(&g_ctx.pf_hs, nh * 2));
 		CU_TRY(err, cudaMalloc(&g_ctx.pf_tok, (size_t)nb * 4));
 		CU_TRY(err, cudaMalloc(&g_ctx.pf_w, (size_t)nb * 4));
+		CU_TRY(err, cudaMalloc(&g_ctx.pf_xsc, (size_t)nb * 4));
+		CU_TRY(err, cudaMalloc(&g_ctx.pf_hexp, nh / SEG));
+		CU_TRY(err, cudaMalloc(&g_ctx.pf_hbig, nb));
 		g_ctx.pf_cap_a = nb, g_ctx.pf_cap_x = nx, g_ctx.pf_cap_h = nh;
 	}
 	if (g_ctx.poison) {
 		CU_TRY(err, cudaMemsetAsync(g_ctx.pf_xs, 0xff, nx * 2, st));
 		CU_TRY(err, cudaMemsetAsync(g_ctx.pf_hs, 0xff, nh * 2, st));
+		CU_TRY(err, cudaMemsetAsync(g_ctx.pf_xsc, 0xff, (size_t)nb * 4, st));
+		CU_TRY(err, cudaMemsetAsync(g_ctx.pf_hexp, 0xff, nh / SEG, st));
+		CU_TRY(err, cudaMemsetAsync(g_ctx.pf_hbig, 0xff, nb, st));
 	}
 	PrepParams *pp = (PrepParams *)calloc(1, sizeof(PrepParams));
 	PParams *P = (PParams *)calloc(1, sizeof(PParams));
@@ -1169,7 +1187,8 @@ int run_prefill(const struct strata_moe_call *c, const uint32_t *count, const ui
 	}
 	// Gather: activation rows, token and router weight of every big assignment.
 	pp->x = c->x, pp->xs = g_ctx.pf_xs, pp->hs = g_ctx.pf_hs, pp->tok_d = g_ctx.pf_tok, pp->w_d = g_ctx.pf_w;
-	pp->hidden = c->hidden, pp->inter = c->inter, pp->ldx = ldx, pp->ldh = ldh;
+	pp->xsc = g_ctx.pf_xsc, pp->hexp = g_ctx.pf_hexp, pp->hbig = g_ctx.pf_hbig;
+	pp->hidden = c->hidden, pp->inter = c->inter, pp->ldx = ldx, pp->ldh = ldh, pp->nseg = ldh / SEG;
 	pp->vec = c->hidden % 4 == 0 && ((uintptr_t)c->x & 15) == 0;
 	uint32_t a = 0, n = 0;
 	auto flush = [&]() -> int {
@@ -1198,15 +1217,18 @@ int run_prefill(const struct strata_moe_call *c, const uint32_t *count, const ui
 		rc = flush();
 	// Grouped GEMMs: gate|up then down, up to MAX_SLOTS experts per launch;
 	// experts with >= 192 tokens (pf_tile 0) take the 64 x 256 tile (decode
-	// amortised over 256 tokens), the others 128 x 128.
+	// amortised over 256 tokens), up to PF_SMALL_MAX tokens 64 x 64, the others
+	// 128 x 128.
 	P->xs = g_ctx.pf_xs, P->hs = g_ctx.pf_hs, P->tok = g_ctx.pf_tok, P->w = g_ctx.pf_w, P->y = c->y;
-	P->hidden = c->hidden, P->inter = c->inter, P->ldx = ldx, P->ldh = ldh;
+	P->xsc = g_ctx.pf_xsc, P->hexp = g_ctx.pf_hexp, P->hbig = g_ctx.pf_hbig;
+	P->hidden = c->hidden, P->inter = c->inter, P->ldx = ldx, P->ldh = ldh, P->nseg = ldh / SEG;
 	memcpy(P->tab, tab, sizeof(P->tab));
-	// Three groups, one launch each (per MAX_SLOTS experts): 64 x 256 tiles, then
-	// 128 x 128 tiles with 8 warps, then with 16 warps (warp tile 32 x 32).  By
-	// default the 128 x 128 tier experts take 16 warps (more warps share their
-	// decode: 0.60 vs 0.47 of cuBLAS at Kimi 64 tokens), bf16 ones 8 (0.74 vs 0.66).
-	for (int grp = 0; grp < 3 && !rc; grp++) {
+	// Four groups, one launch each (per MAX_SLOTS experts): 64 x 256 tiles, then
+	// 128 x 128 tiles with 8 warps, then with 16 warps (warp tile 32 x 32), then
+	// 64 x 64.  By default the 128 x 128 tier experts take 16 warps (more warps
+	// share their decode: 0.60 vs 0.47 of cuBLAS at Kimi 64 tokens), bf16 ones 8
+	// (0.74 vs 0.66).
+	for (int grp = 0; grp < 4 && !rc; grp++) {
 		a = 0;
 		for (uint32_t e = 0; e < c->n_experts && !rc;) {
 			uint32_t ns = 0;
@@ -1215,8 +1237,9 @@ int run_prefill(const struct strata_moe_call *c, const uint32_t *count, const ui
 					continue;
 				uint32_t nt = count[e + 1] - count[e];
 				bool wide = g_ctx.pf_tile == 256 || (g_ctx.pf_tile == 0 && nt >= 192);
+				bool small = g_ctx.pf_tile == 64 || (g_ctx.pf_tile == 0 && nt <= PF_SMALL_MAX);
 				bool w16 = g_ctx.pf_warps ? g_ctx.pf_warps == 16 : c->fmts[e] != STRATA_FMT_BF16;
-				if ((wide ? 0 : w16 ? 2 : 1) == grp) {
+				if ((wide ? 0 : small ? 3 : w16 ? 2 : 1) == grp) {
 					PSlot &s = P->slot[ns++];
 					s.ext = (const uint8_t *)c->extents[e];
 					s.fmt = c->fmts[e];
@@ -1228,6 +1251,7 @@ int run_prefill(const struct strata_moe_call *c, const uint32_t *count, const ui
 				break;
 			P->n_slots = ns;
 			rc = grp == 0 ? pf_launch<CfgWide>(P, st, err)
+			   : grp == 3 ? pf_launch<CfgSmall>(P, st, err)
 			   : grp == 2 ? pf_launch<Cfg128w16>(P, st, err)
 				      : pf_launch<Cfg128>(P, st, err);
 		}

@@ -1,9 +1,9 @@
 // Tiled prefill path of the fused MoE layer (included by moe_gpu.cu inside
 // its anonymous namespace, after FmtTab and the PTX helpers).
 //
-// Used for experts with many tokens (>= STRATA_MOE_PREFILL_MIN, 64 by
-// default) in bf16 or a tier format; the persistent kernel keeps decode and
-// small token counts.  Three launches per group of experts:
+// Used for experts with many tokens (>= STRATA_MOE_PREFILL_MIN, 17 by
+// default) in bf16 or a tier format; the persistent kernel keeps decode
+// (<= 16 tokens per expert).  Three launches per group of experts:
 //   pf_prep     gathers each assignment's activation row x[tok] into a 16-bit
 //               buffer xs (fp16 for tier experts, bf16 for bf16 experts; row
 //               stride ldx = hidden rounded up to 256, zero padded), zeroes
@@ -15,11 +15,25 @@
 //               stored as 16-bit (the MMA type of the expert) in hs;
 //   pf_gemm<1>  down: one CTA per (expert, BM rows, BN tokens), epilogue
 //               y[tok] += w * acc with atomics (as the persistent kernel).
+// fp16 range guard (tier experts; bf16 has the range of f32): pf_prep scales
+// an activation row whose max |x| reaches 2^15 by 2^-e (the smallest e that
+// brings it below 2^15; e = 0 for ordinary rows, whose path is unchanged) and
+// stores 2^e per assignment (xsc); the gate|up epilogue multiplies gate and up
+// by it before SiLU.  The same epilogue gives each (token, 32-column segment
+// of h) its own exponent: the smallest that brings the segment's max |h| in
+// the CTA tile below 2^15 (a tile covers whole segments: BM/2 a multiple of
+// 32), stores h * 2^-e, the exponent in hexp and, when non-zero, a flag per
+// assignment (hbig).  A down CTA none of whose tokens is flagged runs the
+// ordinary loop; otherwise it folds the MMA sums every 32 columns with
+// block scale * 2^e of the token (exact powers of two; operands stay below
+// 2^15, sums are f32).
 // Tiles (Cfg): 128 rows x 128 tokens with 8 warps (warp tile 64 rows x 32
-// tokens) for experts with < 192 tokens, 64 x 256 with 8 warps (64 x 32) from
+// tokens) for experts with 65 .. 191 tokens, 64 x 256 with 8 warps (64 x 32) from
 // 192 tokens: the tier decode is the limit, and the wide tile decodes half as
 // many weights per MMA (experiments/kernels/README.md); 128 x 128 with 16
-// warps (32 x 32): the default for tier experts (STRATA_MOE_PF_WARPS=8|16 forces one).
+// warps (32 x 32): the default for tier experts (STRATA_MOE_PF_WARPS=8|16 forces one);
+// 64 x 64 with 4 warps (32 x 32, two CTAs per SM) up to 64 tokens (one token
+// tile: each weight decoded once, a quarter of the MMAs of 128 x 128).
 // Main loop of a CTA (mma.sync m16n8k16, f32 accumulation): K steps of 64
 // weights; a 4-deep cp.async ring (zero-fill past rows, tokens and K) stages
 // per step the activation tile (16-bit, swizzled rows, straight into the
@@ -48,14 +62,19 @@ template <int BM_, int BN_, int NW_> struct Cfg {
 	static constexpr uint32_t STAGE = ASRC + B_BYTES;
 	static constexpr uint32_t DEC_OFF = NS * STAGE;
 	static constexpr uint32_t SC_OFF = DEC_OFF + 2 * A_BYTES;
-	static constexpr uint32_t SMEM = SC_OFF + 2 * BM * 4;
+	static constexpr uint32_t EX_OFF = SC_OFF + 2 * BM * 4; // [BN] h exponents of the gate|up tile
+	static constexpr uint32_t SMEM = EX_OFF + BN * 4;
+	static constexpr int MINB = 2 * (SMEM + 1024) <= 228 * 1024 ? 2 : 1; // CTAs per SM
 	static_assert(WM * WN == NW && MT * 16 * WM == BM && HM >= 1 && RPTA * RSTEP == BM && RPTB * RSTEP == BN,
 		      "prefill tile geometry");
+	static_assert(BM % 64 == 0, "a gate|up tile covers whole 32-column h segments");
 	static_assert(SMEM <= 227 * 1024, "prefill shared memory");
 };
 using Cfg128 = Cfg<128, 128, 8>;   // default
 using Cfg128w16 = Cfg<128, 128, 16>; // tier experts < 192 tokens (STRATA_MOE_PF_WARPS)
 using CfgWide = Cfg<64, 256, 8>;   // >= 192 tokens per expert: decode amortised over 256 tokens
+using CfgSmall = Cfg<64, 64, 4>;   // <= 64 tokens per expert (two CTAs per SM)
+constexpr uint32_t SEG = 32;       // h columns per exponent (fp16 range guard)
 constexpr uint32_t MAX_SLOTS = 128;
 constexpr uint32_t PREP_MAX = 2048;
 
@@ -69,8 +88,11 @@ struct PParams {
 	uint16_t *hs;       // [assignments][ldh]
 	const uint32_t *tok;
 	const float *w;
+	const float *xsc; // [assignments] 2^e: the activation row was stored times 2^-e
+	uint8_t *hexp;    // [assignments][nseg] e of each 32-column h segment (h stored times 2^-e)
+	uint8_t *hbig;    // [assignments] some segment has e > 0
 	float *y;
-	uint32_t hidden, inter, ldx, ldh, n_slots, n_tiles;
+	uint32_t hidden, inter, ldx, ldh, nseg, n_slots, n_tiles;
 	FmtTab tab[STRATA_FMT_COUNT];
 	PSlot slot[MAX_SLOTS];
 };
@@ -79,8 +101,9 @@ struct PrepParams {
 	const float *x;
 	uint16_t *xs, *hs;
 	uint32_t *tok_d;
-	float *w_d;
-	uint32_t hidden, inter, ldx, ldh, a0, vec;
+	float *w_d, *xsc;
+	uint8_t *hexp, *hbig;
+	uint32_t hidden, inter, ldx, ldh, nseg, a0, vec;
 	uint32_t tok[PREP_MAX];
 	float w[PREP_MAX];
 	uint8_t f16[PREP_MAX];
@@ -102,12 +125,44 @@ __device__ __forceinline__ void ldsm4(uint32_t addr, uint32_t &r0, uint32_t &r1,
 // Byte offset of 16-byte chunk c of row i in a swizzled [rows][64] 16-bit tile.
 __device__ __forceinline__ uint32_t swz(uint32_t i, uint32_t c) { return i * 128 + ((c ^ (i & 7)) << 4); }
 
+// fp16 range guard: the smallest e >= 0 with m * 2^-e < 2^15 (m = a max |value|
+// >= 0); 0 for NaN and inf (they stay what they are).  At most 114 (f32 range).
+__device__ __forceinline__ uint32_t range_exp(float m)
+{
+	if (!(m >= 32768.0f) || isinf(m))
+		return 0;
+	int k;
+	frexpf(m, &k); // m < 2^k
+	return (uint32_t)(k - 15);
+}
+__device__ __forceinline__ float exp2i(int e) { return __int_as_float((127 + e) << 23); } // 2^e, |e| <= 126
+
+// One CTA (256 threads) per assignment.
 __global__ void __launch_bounds__(256) pf_prep(const __grid_constant__ PrepParams p)
 {
+	__shared__ float red[8];
 	const uint32_t i = blockIdx.x, a = p.a0 + i;
 	const float *xr = p.x + (uint64_t)p.tok[i] * p.hidden;
 	uint16_t *dst = p.xs + (uint64_t)a * p.ldx;
 	const bool f16 = p.f16[i];
+	// fp16 rows: scale 2^-e keeps the row inside the fp16 range (e = 0, factor
+	// 1: ordinary rows convert exactly as without the guard).
+	uint32_t e = 0;
+	if (f16) {
+		float m = 0.0f;
+		for (uint32_t c = threadIdx.x; c < p.hidden; c += blockDim.x)
+			m = fmaxf(m, fabsf(__ldg(xr + c)));
+#pragma unroll
+		for (int o = 16; o; o >>= 1)
+			m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+		if ((threadIdx.x & 31) == 0)
+			red[threadIdx.x >> 5] = m;
+		__syncthreads();
+		for (uint32_t q = 0; q < blockDim.x / 32; q++)
+			m = fmaxf(m, red[q]);
+		e = range_exp(m);
+	}
+	const float xs = exp2i(-(int)e);
 	for (uint32_t c = threadIdx.x * 8; c < p.ldx; c += blockDim.x * 8) {
 		float v[8];
 		if (p.vec && c + 8 <= p.hidden) {
@@ -119,6 +174,10 @@ __global__ void __launch_bounds__(256) pf_prep(const __grid_constant__ PrepParam
 			for (int q = 0; q < 8; q++)
 				v[q] = c + q < p.hidden ? __ldg(xr + c + q) : 0.0f;
 		}
+		if (f16)
+#pragma unroll
+			for (int q = 0; q < 8; q++)
+				v[q] *= xs;
 		uint4 o;
 		o.x = f16 ? pack_f16x2(v[0], v[1]) : pack_bf16x2(v[0], v[1]);
 		o.y = f16 ? pack_f16x2(v[2], v[3]) : pack_bf16x2(v[2], v[3]);
@@ -129,13 +188,17 @@ __global__ void __launch_bounds__(256) pf_prep(const __grid_constant__ PrepParam
 	uint16_t *hr = p.hs + (uint64_t)a * p.ldh;
 	for (uint32_t c = p.inter + threadIdx.x; c < p.ldh; c += blockDim.x)
 		hr[c] = 0;
+	for (uint32_t c = threadIdx.x; c < p.nseg; c += blockDim.x)
+		p.hexp[(uint64_t)a * p.nseg + c] = 0;
 	if (threadIdx.x == 0)
-		p.tok_d[a] = p.tok[i], p.w_d[a] = p.w[i];
+		p.tok_d[a] = p.tok[i], p.w_d[a] = p.w[i], p.xsc[a] = exp2i((int)e), p.hbig[a] = 0;
 }
 
 // One CTA tile: rows row0.. of an expert (gate|up: BM/2 gate + the same BM/2
 // up rows; down: BM down rows) x tokens tok0..tok0+BN-1 of the slot.
-template <class F, bool DOWN, class C>
+// SEGS (tier down tiles with a flagged token): MMA sums folded every 32
+// columns with block scale x 2^hexp of the token.
+template <class F, bool DOWN, class C, bool SEGS>
 __device__ __forceinline__ void tile(const PParams &p, const PSlot &s, uint32_t rt, uint32_t tt)
 {
 	constexpr bool TIER = F::SCALED;
@@ -237,7 +300,39 @@ __device__ __forceinline__ void tile(const PParams &p, const PSlot &s, uint32_t 
 	// same up rows).
 	auto arow = [&](int m) -> uint32_t { return (uint32_t)((m / HM) * (BM / 2) + wm * 16 * HM + (m % HM) * 16); };
 
-	auto mma_step = [&](uint32_t abuf, uint32_t bbuf) {
+	if constexpr (TIER && !DOWN) {
+		for (int n = tid; n < BN; n += C::NTHR)
+			reinterpret_cast<int *>(g_smem + C::EX_OFF)[n] = 0; // ordered by the main loop's barriers
+	}
+	// SEGS: fold tmp into acc for h segment sg of K step ks (block scale of the
+	// row times 2^e of the token).
+	auto fold_seg = [&](uint32_t ks, uint32_t sg) {
+		if constexpr (SEGS) {
+			const float *sc = reinterpret_cast<const float *>(g_smem + SC_OFF) + (ks & 1) * BM;
+#pragma unroll
+			for (int n = 0; n < 4; n++) {
+				float f[2];
+#pragma unroll
+				for (int e1 = 0; e1 < 2; e1++) {
+					const uint32_t tl = tok0 + wn * 32 + n * 8 + 2 * t + e1;
+					f[e1] = tl < s.ntok ? exp2i(p.hexp[(uint64_t)(s.a0 + tl) * p.nseg + sg]) : 0.0f;
+				}
+#pragma unroll
+				for (int m = 0; m < MT; m++) {
+					const float s0 = sc[arow(m) + g], s1 = sc[arow(m) + g + 8];
+					acc[m][n][0] = fmaf(s0 * f[0], tmp[m][n][0], acc[m][n][0]);
+					acc[m][n][1] = fmaf(s0 * f[1], tmp[m][n][1], acc[m][n][1]);
+					acc[m][n][2] = fmaf(s1 * f[0], tmp[m][n][2], acc[m][n][2]);
+					acc[m][n][3] = fmaf(s1 * f[1], tmp[m][n][3], acc[m][n][3]);
+					tmp[m][n][0] = tmp[m][n][1] = tmp[m][n][2] = tmp[m][n][3] = 0.0f;
+				}
+			}
+		} else {
+			(void)ks, (void)sg;
+		}
+	};
+
+	auto mma_step = [&](uint32_t abuf, uint32_t bbuf, uint32_t ks) {
 #pragma unroll
 		for (int kk = 0; kk < BK / 16; kk++) {
 			uint32_t a[MT][4], b[4][2];
@@ -261,6 +356,8 @@ __device__ __forceinline__ void tile(const PParams &p, const PSlot &s, uint32_t 
 					else
 						mma_bf16<F::F16>(acc[m][n], a[m][0], a[m][1], a[m][2], a[m][3], b[n][0], b[n][1]);
 				}
+			if (SEGS && (kk & 1))
+				fold_seg(ks, ks * (BK / SEG) + kk / 2);
 		}
 	};
 
@@ -287,8 +384,8 @@ __device__ __forceinline__ void tile(const PParams &p, const PSlot &s, uint32_t 
 			decode(ks + 1, (ks + 1) % NS, (ks + 1) & 1);
 		const uint32_t slot = ks % NS;
 		const uint32_t abuf = TIER ? sbase + DEC_OFF + (ks & 1) * A_BYTES : sbase + slot * STAGE;
-		mma_step(abuf, sbase + slot * STAGE + ASRC_BYTES);
-		if constexpr (TIER) {
+		mma_step(abuf, sbase + slot * STAGE + ASRC_BYTES, ks);
+		if constexpr (TIER && !SEGS) {
 			if ((ks & 3) == 3) {
 				const float *sc = reinterpret_cast<const float *>(g_smem + SC_OFF) + (ks & 1) * BM;
 #pragma unroll
@@ -310,7 +407,7 @@ __device__ __forceinline__ void tile(const PParams &p, const PSlot &s, uint32_t 
 
 	// Epilogue.  Accumulator (m, n, e): A row arow(m) + g + 8 (e >> 1), token
 	// wn*32 + n*8 + 2t + (e & 1) of the tile.
-	if constexpr (!DOWN) {
+	if constexpr (!DOWN && !TIER) {
 #pragma unroll
 		for (int m = 0; m < HM; m++)
 #pragma unroll
@@ -322,13 +419,72 @@ __device__ __forceinline__ void tile(const PParams &p, const PSlot &s, uint32_t 
 					if (row < p.inter && tl < s.ntok) {
 						const float gv = acc[m][n][e], uv = acc[m + HM][n][e];
 						const float hv = gv / (1.0f + expf(-gv)) * uv;
-						__half hh = __float2half_rn(hv);
 						__nv_bfloat16 hb = __float2bfloat16_rn(hv);
-						p.hs[(uint64_t)(s.a0 + tl) * p.ldh + row] =
-							F::F16 ? *reinterpret_cast<uint16_t *>(&hh)
-							       : *reinterpret_cast<uint16_t *>(&hb);
+						p.hs[(uint64_t)(s.a0 + tl) * p.ldh + row] = *reinterpret_cast<uint16_t *>(&hb);
 					}
 				}
+	} else if constexpr (!DOWN) {
+		// Tier: gate and up times 2^e of the activation row, h into acc[0..HM),
+		// per token the exponent that keeps the tile's h segments inside fp16.
+		int *ex = reinterpret_cast<int *>(g_smem + C::EX_OFF);
+		float xf[4][2], mx[4][2];
+#pragma unroll
+		for (int n = 0; n < 4; n++)
+#pragma unroll
+			for (int e1 = 0; e1 < 2; e1++) {
+				const uint32_t tl = tok0 + wn * 32 + n * 8 + 2 * t + e1;
+				xf[n][e1] = tl < s.ntok ? p.xsc[s.a0 + tl] : 1.0f;
+				mx[n][e1] = 0.0f;
+			}
+#pragma unroll
+		for (int m = 0; m < HM; m++)
+#pragma unroll
+			for (int n = 0; n < 4; n++)
+#pragma unroll
+				for (int e = 0; e < 4; e++) {
+					const uint32_t row = row0 + arow(m) + g + 8 * (e >> 1);
+					const float gv = acc[m][n][e] * xf[n][e & 1], uv = acc[m + HM][n][e] * xf[n][e & 1];
+					const float hv = row < p.inter ? gv / (1.0f + expf(-gv)) * uv : 0.0f;
+					acc[m][n][e] = hv;
+					mx[n][e & 1] = fmaxf(mx[n][e & 1], fabsf(hv));
+				}
+#pragma unroll
+		for (int n = 0; n < 4; n++)
+#pragma unroll
+			for (int e1 = 0; e1 < 2; e1++) {
+				const uint32_t ev = range_exp(mx[n][e1]);
+				if (ev)
+					atomicMax(ex + wn * 32 + n * 8 + 2 * t + e1, (int)ev);
+			}
+		__syncthreads();
+#pragma unroll
+		for (int n = 0; n < 4; n++)
+#pragma unroll
+			for (int e1 = 0; e1 < 2; e1++)
+				xf[n][e1] = exp2i(-ex[wn * 32 + n * 8 + 2 * t + e1]);
+#pragma unroll
+		for (int m = 0; m < HM; m++)
+#pragma unroll
+			for (int n = 0; n < 4; n++)
+#pragma unroll
+				for (int e = 0; e < 4; e++) {
+					const uint32_t row = row0 + arow(m) + g + 8 * (e >> 1);
+					const uint32_t tl = tok0 + wn * 32 + n * 8 + 2 * t + (e & 1);
+					if (row < p.inter && tl < s.ntok) {
+						__half hh = __float2half_rn(acc[m][n][e] * xf[n][e & 1]);
+						p.hs[(uint64_t)(s.a0 + tl) * p.ldh + row] = *reinterpret_cast<uint16_t *>(&hh);
+					}
+				}
+		// The tile's segments of h (BM/2 columns from row0) for every token.
+		for (uint32_t i = tid; i < BN * (BM / 2 / SEG); i += C::NTHR) {
+			const uint32_t n = i % BN, sg = i / BN, tl = tok0 + n;
+			if (tl < s.ntok && row0 + sg * SEG < p.inter) {
+				const int ev = ex[n];
+				p.hexp[(uint64_t)(s.a0 + tl) * p.nseg + row0 / SEG + sg] = (uint8_t)ev;
+				if (ev)
+					p.hbig[s.a0 + tl] = 1;
+			}
+		}
 	} else {
 #pragma unroll
 		for (int n = 0; n < 4; n++)
@@ -352,7 +508,33 @@ __device__ __forceinline__ void tile(const PParams &p, const PSlot &s, uint32_t 
 	}
 }
 
-template <bool DOWN, class C> __global__ void __launch_bounds__(C::NTHR, 1) pf_gemm(const __grid_constant__ PParams p)
+// The folding loop as a call of its own: its register allocation (more live
+// values than the ordinary loop) stays out of the ordinary path.
+template <class F, class C>
+__device__ __noinline__ void tile_segs(const PParams &p, const PSlot &s, uint32_t rt, uint32_t tt)
+{
+	tile<F, true, C, true>(p, s, rt, tt);
+}
+
+// Tier down tile: the ordinary loop, or (a token of the tile has an h segment
+// scaled by 2^-e, e > 0) the loop folding per segment.
+template <class F, bool DOWN, class C>
+__device__ __forceinline__ void tile_sel(const PParams &p, const PSlot &s, uint32_t rt, uint32_t tt)
+{
+	if constexpr (DOWN && F::SCALED) {
+		int big = 0;
+		for (uint32_t n = threadIdx.x; n < C::BN; n += C::NTHR)
+			if (tt * C::BN + n < s.ntok)
+				big |= p.hbig[s.a0 + tt * C::BN + n];
+		if (__syncthreads_or(big)) {
+			tile_segs<F, C>(p, s, rt, tt);
+			return;
+		}
+	}
+	tile<F, DOWN, C, false>(p, s, rt, tt);
+}
+
+template <bool DOWN, class C> __global__ void __launch_bounds__(C::NTHR, C::MINB) pf_gemm(const __grid_constant__ PParams p)
 {
 	const uint32_t b = blockIdx.x;
 	int lo = 0, hi = (int)p.n_slots - 1;
@@ -367,10 +549,10 @@ template <bool DOWN, class C> __global__ void __launch_bounds__(C::NTHR, 1) pf_g
 	const uint32_t ntt = (s.ntok + C::BN - 1) / C::BN, local = b - s.tile0;
 	const uint32_t tt = local % ntt, rt = local / ntt; // neighbours share the rows (L2)
 	switch (s.fmt) {
-	case STRATA_FMT_BF16: tile<FmtBF16, DOWN, C>(p, s, rt, tt); break;
-	case STRATA_FMT_HOT: tile<FmtHot, DOWN, C>(p, s, rt, tt); break;
-	case STRATA_FMT_WARM: tile<FmtWarm, DOWN, C>(p, s, rt, tt); break;
-	case STRATA_FMT_COLD: tile<FmtCold, DOWN, C>(p, s, rt, tt); break;
+	case STRATA_FMT_BF16: tile_sel<FmtBF16, DOWN, C>(p, s, rt, tt); break;
+	case STRATA_FMT_HOT: tile_sel<FmtHot, DOWN, C>(p, s, rt, tt); break;
+	case STRATA_FMT_WARM: tile_sel<FmtWarm, DOWN, C>(p, s, rt, tt); break;
+	case STRATA_FMT_COLD: tile_sel<FmtCold, DOWN, C>(p, s, rt, tt); break;
 	default: break;
 	}
 }

@@ -177,11 +177,8 @@ struct moe_case {
 	int fmt;            /* -1: mix bf16 / f32 / tiers across experts; -2: the same without
 			     * f32; -3: the tier formats only */
 	uint32_t hidden, inter, n_tokens, n_experts, top_k;
+	uint32_t pf_min;    /* strata_gpu_moe_set_prefill_min() for the case (0: default) */
 };
-
-/* When set, every 61st activation is replaced by +-g_outlier (beyond the fp16
- * range: the tier experts' fp16 activations must not overflow). */
-static float g_outlier;
 
 /* Relative error bound per format, f32 sums: bf16 operands on the tensor cores
  * for bf16/f32 experts (measured ~3e-3); the tier formats multiply their exact
@@ -192,7 +189,30 @@ static double bound_for(int fmt)
 	return fmt == STRATA_FMT_F32 ? 1.5e-2 : fmt >= STRATA_FMT_HOT ? 3e-3 : 1e-2;
 }
 
-static void run_moe_case(const struct moe_case *mc)
+/* Tokens of the range-guard cases (outliers != 0): t % 4 == 1 has 1-3
+ * activations of magnitude 1e5 .. 1e6 (beyond fp16), t % 4 == 2 the whole row
+ * times 2000 (inside fp16, but gate * up beyond it), the others are ordinary. */
+static int big_token(uint32_t t) { return t % 4 == 1 || t % 4 == 2; }
+
+/* ||a - ref|| / ||ref - base|| over the rows of tokens with big_token(t) == big. */
+static double rel_err_rows(const float *a, const float *ref, const float *base, uint32_t T, uint32_t H, int big)
+{
+	double num = 0, den = 0;
+	for (uint32_t t = 0; t < T; t++) {
+		if (big_token(t) != big)
+			continue;
+		for (size_t i = (size_t)t * H; i < (size_t)(t + 1) * H; i++) {
+			double d = (double)a[i] - ref[i], r = (double)ref[i] - base[i];
+			num += d * d;
+			den += r * r;
+		}
+	}
+	return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* One MoE case against the reference.  outliers: activations as big_token()
+ * says; pf_min: strata_gpu_moe_set_prefill_min() for the call (0: default). */
+static void run_moe_case_ex(const struct moe_case *mc, int outliers, uint32_t pf_min)
 {
 	struct strata_error err = { 0 };
 	uint32_t H = mc->hidden, I = mc->inter, T = mc->n_tokens, NE = mc->n_experts;
@@ -245,9 +265,16 @@ static void run_moe_case(const struct moe_case *mc)
 	float *x = malloc(nx * 4), *y0 = malloc(nx * 4), *yref = malloc(nx * 4), *yg = malloc(nx * 4);
 	for (size_t i = 0; i < nx; i++)
 		x[i] = rnd_w(), y0[i] = rnd_f();
-	if (g_outlier != 0.0f)
-		for (size_t i = 17; i < nx; i += 61)
-			x[i] = i & 64 ? g_outlier : -g_outlier;
+	for (uint32_t t = 0; outliers && t < T; t++) {
+		if (t % 4 == 1) {
+			for (uint32_t q = 0; q <= t % 3; q++) /* the first one in the row's last 8 columns */
+				x[(size_t)t * H + (q ? rnd_u64() % H : H - 1 - (t / 4) % 8)] =
+					(rnd_f() < 0 ? -1e5f : 1e5f) * powf(10.0f, fabsf(rnd_f()));
+		} else if (t % 4 == 2) {
+			for (uint32_t i = 0; i < H; i++)
+				x[(size_t)t * H + i] *= 2000.0f;
+		}
+	}
 	memcpy(yref, y0, nx * 4);
 	struct strata_moe_call c = {
 		.hidden = H, .inter = I, .n_tokens = T, .x = x, .y = yref, .n_experts = NE,
@@ -260,6 +287,7 @@ static void run_moe_case(const struct moe_case *mc)
 	h2d(dy, y0, nx * 4);
 	c.x = dx, c.y = dy, c.extents = (const void *const *)dext;
 	strata_gpu_moe_set_poison(1);
+	strata_gpu_moe_set_prefill_min(pf_min);
 	int rc = strata_moe_layer_gpu(&c, &err);
 	if (rc)
 		fprintf(stderr, "moe[%s]: %s\n", mc->name, err.msg);
@@ -272,6 +300,13 @@ static void run_moe_case(const struct moe_case *mc)
 	       mc->fmt >= 0 ? strata_fmt_traits(mc->fmt)->name : "mixed", H, I, T, NE, mc->top_k, re, bound);
 	assert_int_equal(nonfinite, 0);
 	assert_true(re < bound);
+	if (outliers) {
+		/* each class on its own: the big rows must not hide the ordinary ones */
+		double rb = rel_err_rows(yg, yref, y0, T, H, 1), ro = rel_err_rows(yg, yref, y0, T, H, 0);
+		printf("moe[%s]: rel err big tokens %.3g, ordinary tokens %.3g\n", mc->name, rb, ro);
+		assert_true(rb < bound);
+		assert_true(ro < bound);
+	}
 	/* Second run on the same inputs: the per-expert counters were reset by the kernel. */
 	h2d(dy, y0, nx * 4);
 	assert_int_equal(strata_moe_layer_gpu(&c, &err), STRATA_OK);
@@ -279,6 +314,7 @@ static void run_moe_case(const struct moe_case *mc)
 	double re2 = rel_err(yg, yref, y0, nx, &nonfinite);
 	assert_int_equal(nonfinite, 0);
 	assert_true(re2 < bound);
+	strata_gpu_moe_set_prefill_min(0);
 	strata_gpu_moe_set_poison(0);
 	for (uint32_t e = 0; e < NE; e++) {
 		strata_gpu_free(dext[e]);
@@ -289,56 +325,75 @@ static void run_moe_case(const struct moe_case *mc)
 	free(hext), free(dext), free(fmts), free(ae), free(at), free(aw), free(x), free(y0), free(yref), free(yg);
 }
 
+static void run_moe_case(const struct moe_case *mc) { run_moe_case_ex(mc, 0, mc->pf_min); }
+
 static const struct moe_case moe_cases[] = {
 	/* decode: 8-token tiles */
-	{ "decode-1", STRATA_FMT_BF16, 1024, 512, 1, 6, 4 },
-	{ "decode-4-f32", STRATA_FMT_F32, 512, 256, 4, 5, 3 },
-	{ "decode-8-odd", STRATA_FMT_BF16, 544, 96, 8, 3, 2 },
+	{ "decode-1", STRATA_FMT_BF16, 1024, 512, 1, 6, 4, 0 },
+	{ "decode-4-f32", STRATA_FMT_F32, 512, 256, 4, 5, 3, 0 },
+	{ "decode-8-odd", STRATA_FMT_BF16, 544, 96, 8, 3, 2, 0 },
 	/* 16-token tiles */
-	{ "decode-16", STRATA_FMT_BF16, 768, 320, 16, 4, 3 },
-	/* prefill (>= 64 tokens per expert: the tiled prefill path) */
-	{ "prefill-150", STRATA_FMT_BF16, 512, 256, 150, 4, 2 },
-	/* 32-token tiles of the persistent kernel (17..63 tokens per expert) */
-	{ "tile32-40", STRATA_FMT_BF16, 512, 256, 40, 2, 2 },
-	{ "tile32-hot", STRATA_FMT_HOT, 512, 256, 50, 2, 2 },
+	{ "decode-16", STRATA_FMT_BF16, 768, 320, 16, 4, 3, 0 },
+	/* prefill (>= 17 tokens per expert: the tiled prefill path) */
+	{ "prefill-150", STRATA_FMT_BF16, 512, 256, 150, 4, 2, 0 },
+	/* 32-token tiles of the persistent kernel (17..63 tokens per expert; the
+	 * prefill path held off) */
+	{ "tile32-40", STRATA_FMT_BF16, 512, 256, 40, 2, 2, UINT32_MAX },
+	{ "tile32-hot", STRATA_FMT_HOT, 512, 256, 50, 2, 2, UINT32_MAX },
 	/* many slots: > STRATA_MOE_MAX_SLOTS experts, several launches */
-	{ "slots-300", STRATA_FMT_BF16, 256, 64, 40, 300, 8 },
+	{ "slots-300", STRATA_FMT_BF16, 256, 64, 40, 300, 8, 0 },
 	/* many assignments: > STRATA_MOE_MAX_ASSIGN, expert split across launches */
-	{ "assign-1300", STRATA_FMT_BF16, 256, 96, 1300, 3, 1 },
+	{ "assign-1300", STRATA_FMT_BF16, 256, 96, 1300, 3, 1, UINT32_MAX },
 	/* the tier formats (skip until their GPU decoders exist) */
-	{ "hot-1", STRATA_FMT_HOT, 1024, 512, 1, 4, 4 },
-	{ "warm-4", STRATA_FMT_WARM, 768, 384, 4, 4, 2 },
-	{ "cold-16", STRATA_FMT_COLD, 1280, 256, 16, 3, 2 },
-	{ "hot-prefill", STRATA_FMT_HOT, 512, 256, 100, 2, 2 },
-	{ "tier-padded", STRATA_FMT_WARM, 640, 320, 3, 3, 2 },
+	{ "hot-1", STRATA_FMT_HOT, 1024, 512, 1, 4, 4, 0 },
+	{ "warm-4", STRATA_FMT_WARM, 768, 384, 4, 4, 2, 0 },
+	{ "cold-16", STRATA_FMT_COLD, 1280, 256, 16, 3, 2, 0 },
+	{ "hot-prefill", STRATA_FMT_HOT, 512, 256, 100, 2, 2, 0 },
+	{ "tier-padded", STRATA_FMT_WARM, 640, 320, 3, 3, 2, 0 },
 	/* several formats in one launch */
-	{ "mixed-5", -1, 1024, 256, 5, 10, 4 },
-	/* warp-streaming decode kernel (<= 8 tokens per expert, no f32 expert;
-	 * fmt -2: bf16 and tier formats mixed): partial 16-row gate|up and 32-row
-	 * down tasks, padded tier rows, bf16 rows ending in half a 64-weight chunk */
-	{ "dec-mixed-8", -2, 1024, 320, 8, 12, 4 },
-	{ "dec-hot-rows", STRATA_FMT_HOT, 520, 200, 2, 3, 2 },
-	{ "dec-cold-7", STRATA_FMT_COLD, 2048, 768, 7, 8, 2 },
-	{ "dec-bf16-odd", STRATA_FMT_BF16, 544, 96, 6, 5, 3 },
-	/* tiled prefill path (>= 64 tokens for an expert; moe_prefill.cuh): every
-	 * format it takes, partial token tiles (128 tokens), partial row tiles,
-	 * padded tier rows, bf16 K not a multiple of the 64-weight K step, and
-	 * calls where some experts take the prefill path and others (f32, or
-	 * fewer tokens) the persistent kernel */
-	{ "pf-hot", STRATA_FMT_HOT, 1024, 512, 200, 3, 2 },
-	{ "pf-warm-padded", STRATA_FMT_WARM, 640, 320, 150, 2, 2 },
-	{ "pf-cold", STRATA_FMT_COLD, 768, 1280, 160, 2, 1 },
-	{ "pf-bf16-odd", STRATA_FMT_BF16, 544, 96, 140, 2, 2 },
-	{ "pf-bf16-300", STRATA_FMT_BF16, 512, 384, 300, 3, 2 },
-	{ "pf-mixed", -1, 1024, 256, 200, 5, 3 },
-	{ "pf-some-small", STRATA_FMT_HOT, 512, 256, 120, 4, 2 },
+	{ "mixed-5", -1, 1024, 256, 5, 10, 4, 0 },
+	/* warp-streaming decode kernel (<= 8 tokens per expert; fmt -2: bf16 and
+	 * tier formats mixed, which the persistent kernel takes): partial 16-row
+	 * gate|up and 32-row down tasks, padded tier rows, bf16 rows ending in
+	 * half a 64-weight chunk */
+	{ "dec-mixed-8", -2, 1024, 320, 8, 12, 4, 0 },
+	{ "dec-hot-rows", STRATA_FMT_HOT, 520, 200, 2, 3, 2, 0 },
+	{ "dec-cold-7", STRATA_FMT_COLD, 2048, 768, 7, 8, 2, 0 },
+	{ "dec-bf16-odd", STRATA_FMT_BF16, 544, 96, 6, 5, 3, 0 },
+	/* tiled prefill path (moe_prefill.cuh), 128 x 128 tiles (65 .. 191 tokens
+	 * for an expert): every format it takes, partial token tiles (128
+	 * tokens), partial row tiles, padded tier rows, bf16 K not a multiple of
+	 * the 64-weight K step, calls where some experts take the prefill path
+	 * and others (f32) the persistent kernel, or experts on both the 64 x 64
+	 * and the 128 x 128 tiles */
+	{ "pf-hot", STRATA_FMT_HOT, 1024, 512, 200, 3, 2, 0 },
+	{ "pf-warm-padded", STRATA_FMT_WARM, 640, 320, 150, 2, 2, 0 },
+	{ "pf-cold", STRATA_FMT_COLD, 768, 1280, 160, 2, 1, 0 },
+	{ "pf-bf16-odd", STRATA_FMT_BF16, 544, 96, 140, 2, 2, 0 },
+	{ "pf-bf16-300", STRATA_FMT_BF16, 512, 384, 300, 3, 2, 0 },
+	{ "pf-mixed", -1, 1024, 256, 200, 5, 3, 0 },
+	{ "pf-some-small", STRATA_FMT_HOT, 512, 256, 120, 4, 2, 0 },
 	/* >= 192 tokens per expert: the 64-row x 256-token tile (partial token,
 	 * row and K tiles; a mixed call has experts on both tiles) */
-	{ "pfw-hot", STRATA_FMT_HOT, 1024, 512, 400, 2, 2 },
-	{ "pfw-warm-padded", STRATA_FMT_WARM, 672, 336, 300, 2, 2 },
-	{ "pfw-cold", STRATA_FMT_COLD, 768, 1280, 260, 1, 1 },
-	{ "pfw-bf16-odd", STRATA_FMT_BF16, 544, 96, 300, 2, 2 },
-	{ "pfw-mixed", -1, 1024, 256, 400, 5, 3 },
+	{ "pfw-hot", STRATA_FMT_HOT, 1024, 512, 400, 2, 2, 0 },
+	{ "pfw-warm-padded", STRATA_FMT_WARM, 672, 336, 300, 2, 2, 0 },
+	{ "pfw-cold", STRATA_FMT_COLD, 768, 1280, 260, 1, 1, 0 },
+	{ "pfw-bf16-odd", STRATA_FMT_BF16, 544, 96, 300, 2, 2, 0 },
+	{ "pfw-mixed", -1, 1024, 256, 400, 5, 3, 0 },
+	/* <= 64 tokens per expert on the prefill path: the 64-row x 64-token tile
+	 * (prefill path forced; partial token, row and K tiles; a mixed call with
+	 * f32 experts on the persistent kernel) */
+	{ "pfs-hot", STRATA_FMT_HOT, 1024, 512, 40, 2, 2, 1 },
+	{ "pfs-warm-padded", STRATA_FMT_WARM, 640, 320, 24, 2, 2, 1 },
+	{ "pfs-cold", STRATA_FMT_COLD, 768, 1280, 63, 2, 1, 1 },
+	{ "pfs-bf16-odd", STRATA_FMT_BF16, 544, 96, 63, 2, 2, 1 },
+	{ "pfs-mixed", -1, 1024, 256, 50, 5, 3, 1 },
+	/* default threshold: 17 .. 64 tokens take the 64 x 64 tile, <= 16 the
+	 * persistent kernel (pfs-some-small: about 16 per expert, both in one
+	 * call); hidden 8448: more than 4 8-float chunks per pf_prep thread */
+	{ "pfs-default", STRATA_FMT_HOT, 768, 384, 48, 2, 2, 0 },
+	{ "pfs-some-small", STRATA_FMT_COLD, 512, 256, 40, 5, 2, 0 },
+	{ "pfs-bf16-wide-row", STRATA_FMT_BF16, 8448, 64, 40, 1, 1, 0 },
 };
 
 static void test_moe_layer(void **state)
@@ -349,36 +404,32 @@ static void test_moe_layer(void **state)
 		run_moe_case(&moe_cases[i]);
 }
 
-/* Activations beyond the fp16 range (every 61st is +-3e5, then +-1e5):
- * outputs stay finite and within the format's bound on the decode paths (the
- * warp-streaming kernel recomputes such a tier block, the persistent kernel
- * such a unit, with power-of-two scaled activations). */
+/* fp16 range guard on the decode paths (activations as big_token(): beyond
+ * the fp16 range, or rows x 2000; T >= 2 so that tokens 1 and 2 are big):
+ * outputs stay finite and within the format's bound for big and ordinary
+ * tokens (the warp-streaming kernel recomputes such a tier block, the
+ * persistent kernel such a unit, with power-of-two scaled activations). */
 static void test_moe_outliers(void **state)
 {
 	if (!test_have_gpu("test_moe_outliers"))
 		return;
 	static const struct moe_case cases[] = {
-		{ "big-hot-1", STRATA_FMT_HOT, 1024, 512, 1, 4, 4 },
-		{ "big-warm-4", STRATA_FMT_WARM, 768, 384, 4, 4, 2 },
-		{ "big-tiers-8", -3, 1024, 320, 8, 12, 4 },
-		{ "big-mixed-8", -2, 1024, 320, 8, 12, 4 },
-		{ "big-cold-rows", STRATA_FMT_COLD, 520, 200, 3, 3, 2 },
+		{ "big-hot-2", STRATA_FMT_HOT, 1024, 512, 2, 2, 2, 0 },
+		{ "big-warm-4", STRATA_FMT_WARM, 768, 384, 4, 4, 2, 0 },
+		{ "big-tiers-8", -3, 1024, 320, 8, 12, 4, 0 },
+		{ "big-mixed-8", -2, 1024, 320, 8, 12, 4, 0 },
+		{ "big-cold-rows", STRATA_FMT_COLD, 520, 200, 3, 3, 2, 0 },
 		/* 9..63 tokens per expert: the persistent kernel's 16- and 32-token tiles */
-		{ "big-hot-12", STRATA_FMT_HOT, 1024, 512, 12, 2, 2 },
-		{ "big-warm-40", STRATA_FMT_WARM, 768, 384, 40, 2, 1 },
+		{ "big-hot-12", STRATA_FMT_HOT, 1024, 512, 12, 2, 2, UINT32_MAX },
+		{ "big-warm-40", STRATA_FMT_WARM, 768, 384, 40, 2, 1, UINT32_MAX },
 	};
-	const float big[] = { 3e5f, 1e5f };
 	for (int dec = 0; dec < 2; dec++) {
 		/* the decode cases on the warp-streaming kernel, then on the persistent one */
 		strata_gpu_moe_set_decode(dec ? 0 : 12, 4);
-		for (size_t b = 0; b < 2; b++) {
-			g_outlier = big[b];
-			for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++)
-				run_moe_case(&cases[c]);
-		}
+		for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++)
+			run_moe_case_ex(&cases[c], 1, cases[c].pf_min);
 	}
 	strata_gpu_moe_set_decode(-1, 0);
-	g_outlier = 0.0f;
 }
 
 /* Every variant of the warp-streaming decode kernel (warps x stages; forced,
@@ -391,12 +442,12 @@ static void test_moe_decode_variants(void **state)
 		return;
 	static const int v[][2] = { { 0, 0 }, { 8, 4 }, { 8, 5 }, { 12, 3 }, { 12, 4 }, { 12, -4 }, { 16, 3 } };
 	static const struct moe_case cases[] = {
-		{ "var-hot", STRATA_FMT_HOT, 1024, 512, 1, 6, 4 },
-		{ "var-tiers", -3, 768, 288, 8, 9, 3 },
-		{ "var-cold-rows", STRATA_FMT_COLD, 520, 200, 3, 3, 2 },
-		{ "var-warm-7", STRATA_FMT_WARM, 2048, 768, 7, 8, 2 },
+		{ "var-hot", STRATA_FMT_HOT, 1024, 512, 1, 6, 4, 0 },
+		{ "var-tiers", -3, 768, 288, 8, 9, 3, 0 },
+		{ "var-cold-rows", STRATA_FMT_COLD, 520, 200, 3, 3, 2, 0 },
+		{ "var-warm-7", STRATA_FMT_WARM, 2048, 768, 7, 8, 2, 0 },
 		/* bf16 in the launch: the persistent kernel whatever the variant */
-		{ "var-mixed", -2, 768, 288, 8, 9, 3 },
+		{ "var-mixed", -2, 768, 288, 8, 9, 3, 0 },
 	};
 	for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
 		printf("decode variant %dx%d\n", v[i][0], v[i][1]);
@@ -405,6 +456,35 @@ static void test_moe_decode_variants(void **state)
 			run_moe_case(&cases[c]);
 	}
 	strata_gpu_moe_set_decode(-1, 0);
+}
+
+/* fp16 range guard: activations beyond the fp16 range (and rows whose
+ * gate * up is) through a tier expert layer with T tokens per expert (two
+ * experts, top-2: every token goes to both); pf_min as in run_moe_case_ex
+ * (1: the tiled prefill path whatever T; UINT32_MAX: the persistent kernel). */
+static void run_range_case(int fmt, uint32_t hidden, uint32_t inter, uint32_t T, uint32_t pf_min)
+{
+	char name[64];
+	snprintf(name, sizeof(name), "range-%s-%u%s", strata_fmt_traits(fmt)->name, T,
+		 pf_min == UINT32_MAX ? "-persistent" : "");
+	const struct moe_case mc = { name, fmt, hidden, inter, T, 2, 2, pf_min };
+	run_moe_case_ex(&mc, 1, pf_min);
+}
+
+static void test_moe_range(void **state)
+{
+	if (!test_have_gpu("test_moe_range"))
+		return;
+	/* tiled prefill path: 128 x 128 tiles (16 warps), 64 x 256 (>= 192
+	 * tokens), 64 x 64 (<= 64 tokens); padded tier rows (inter 320, 336) */
+	run_range_case(STRATA_FMT_HOT, 1024, 512, 160, 0);
+	run_range_case(STRATA_FMT_WARM, 640, 320, 200, 0);
+	run_range_case(STRATA_FMT_COLD, 672, 336, 100, 0);
+	run_range_case(STRATA_FMT_HOT, 768, 384, 40, 1);
+	run_range_case(STRATA_FMT_COLD, 512, 256, 63, 1);
+	run_range_case(STRATA_FMT_WARM, 8448, 128, 64, 0); /* hidden 8448: > 4 chunks per pf_prep thread */
+	run_range_case(STRATA_FMT_BF16, 512, 256, 100, 0); /* bf16 has the range: no guard needed */
+	/* the decode paths: test_moe_outliers */
 }
 
 /* ---- cuBLAS BF16 paths ---- */
@@ -533,6 +613,7 @@ int main(void)
 		cmocka_unit_test(test_moe_layer),
 		cmocka_unit_test(test_moe_decode_variants),
 		cmocka_unit_test(test_moe_outliers),
+		cmocka_unit_test(test_moe_range),
 		cmocka_unit_test(test_bf16_cublas),
 		cmocka_unit_test(test_moe_errors),
 	};

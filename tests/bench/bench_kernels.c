@@ -6,8 +6,9 @@
  *   decode    one MoE layer's active experts (Kimi-shaped 16 x 7168x1536,
  *             Qwen3-30B-A3B-shaped 8 x 2048x768) at 1, 4, 16 tokens routed to
  *             all of them, per format: GB/s of packed expert bytes / read ceiling
- *   prefill   256 (and 64) tokens per expert: fused kernel TFLOP/s vs cuBLAS BF16
- *             (3 GEMMs per expert on BF16 weights) on the same shapes
+ *   prefill   256 (and 64) tokens per expert: the tiled prefill path (forced,
+ *             whatever the threshold) and the persistent kernel, TFLOP/s vs cuBLAS
+ *             BF16 (3 GEMMs per expert on BF16 weights) on the same shapes
  *   layer     a full MoE layer with random top-k routing over all the model's
  *             experts (15/30/55 hot/warm/cold tiering): layer-tokens per second
  * Layers are rotated so every timed call streams its weights from HBM; calls
@@ -15,14 +16,16 @@
  * warm-up, median of the repetitions.
  *
  *   bench_kernels [--reps N] [--csv FILE] [--quick] [--decode] [--no-decode] [--no-layer]
- *                 [--profile [FMT]]
+ *                 [--pf-tokens T1,T2,...] [--profile [FMT]]
  *
  * --decode: ceilings and the decode table only; --no-decode / --no-layer:
- * without the decode / full-layer table; --profile [FMT]: a few Kimi
+ * without the decode / full-layer table; --pf-tokens: the prefill table at
+ * these tokens per expert, hot and bf16 (instead of 256 for every format and
+ * 64 for hot and bf16); --profile [FMT]: a few Kimi
  * decode layers of format FMT (default hot) at T=1 and 16, for a profiler.
  * The kernel variant can be forced for experiments with STRATA_MOE_WARPS=8|16
  * and STRATA_MOE_COPY=bulk|async (kernels/moe_gpu.cu); the prefill path's with
- * STRATA_MOE_PF_TILE=128|256, STRATA_MOE_PF_WARPS=8|16, STRATA_MOE_PREFILL=0.
+ * STRATA_MOE_PF_TILE=64|128|256, STRATA_MOE_PF_WARPS=8|16.
  */
 #include <math.h>
 #include <stdio.h>
@@ -280,6 +283,7 @@ static void bench_prefill(const struct shape *sh, int fmt, uint32_t T)
 				     .n_experts = ne, .extents = (const void *const *)ext, .fmts = fmts,
 				     .n_assign = na, .assign_expert = ae, .assign_token = at, .assign_weight = aw,
 				     .stream = g_st };
+	strata_gpu_moe_set_prefill_min(1); /* the tiled prefill path, whatever the threshold */
 	CHECK(strata_moe_layer_gpu(&c, &g_err));
 	CHECK(strata_gpu_stream_sync(g_st, &g_err));
 	strata_gpu_graph *gr;
@@ -316,9 +320,9 @@ static void bench_prefill(const struct shape *sh, int fmt, uint32_t T)
 	strata_gpu_graph_free(gr);
 	double flop = 2.0 * 3 * sh->hidden * (double)sh->inter * ne * T;
 	printf("prefill %-5s %-5s T=%-3u fused %8.1f us %6.1f TFLOP/s | persistent kernel %8.1f us %6.1f TFLOP/s | "
-	       "cuBLAS bf16 %8.1f us %6.1f TFLOP/s | fused/cuBLAS speed %.3f (persistent %.3f)\n",
+	       "cuBLAS bf16 %8.1f us %6.1f TFLOP/s | fused/cuBLAS speed %.3f (persistent %.3f) | fused/persistent %.3f\n",
 	       sh->name, strata_fmt_traits(fmt)->name, T, ms_f * 1e3, flop / ms_f / 1e9, ms_o * 1e3, flop / ms_o / 1e9,
-	       ms_b * 1e3, flop / ms_b / 1e9, ms_b / ms_f, ms_b / ms_o);
+	       ms_b * 1e3, flop / ms_b / 1e9, ms_b / ms_f, ms_b / ms_o, ms_o / ms_f);
 	if (g_csv) {
 		fprintf(g_csv, "prefill,%s,%s,%u,%.3f,%.4f,,%.2f,%.2f\n", sh->name, strata_fmt_traits(fmt)->name, T,
 			ms_f * 1e3, ms_b / ms_f, flop / ms_f / 1e9, flop / ms_b / 1e9);
@@ -438,6 +442,8 @@ static void bench_layer(const struct shape *sh, const uint32_t *tokens, int ntok
 int main(int argc, char **argv)
 {
 	int quick = 0, decode_only = 0, no_decode = 0, no_layer = 0, prof_fmt = STRATA_FMT_HOT;
+	uint32_t pf_tokens[32];
+	int n_pf = 0;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--reps") && i + 1 < argc)
 			g_reps = atoi(argv[++i]);
@@ -455,7 +461,17 @@ int main(int argc, char **argv)
 			no_decode = 1;
 		else if (!strcmp(argv[i], "--no-layer"))
 			no_layer = 1;
-		else if (!strcmp(argv[i], "--profile")) {
+		else if (!strcmp(argv[i], "--pf-tokens") && i + 1 < argc) {
+			char *p = argv[++i], *end;
+			for (n_pf = 0; *p && n_pf < 32; p = *end ? end + 1 : end) {
+				unsigned long v = strtoul(p, &end, 10);
+				if (end == p || v == 0 || v > 4096 || (*end && *end != ',')) {
+					fprintf(stderr, "bench_kernels: --pf-tokens: want a list like 16,32,64 (1..4096)\n");
+					return 2;
+				}
+				pf_tokens[n_pf++] = (uint32_t)v;
+			}
+		} else if (!strcmp(argv[i], "--profile")) {
 			quick = 2;
 			if (i + 1 < argc && argv[i + 1][0] != '-') {
 				prof_fmt = strata_fmt_from_name(argv[++i]);
@@ -466,7 +482,7 @@ int main(int argc, char **argv)
 			}
 		} else {
 			printf("usage: bench_kernels [--reps N] [--csv FILE] [--quick] [--decode] [--no-decode] [--no-layer]\n"
-			       "                     [--profile [FMT]]\n"
+			       "                     [--pf-tokens T1,T2,...] [--profile [FMT]]\n"
 			       "Fused dequant MoE kernels vs streaming-read and cuBLAS ceilings (needs a GPU).\n");
 			return strcmp(argv[i], "--help") && strcmp(argv[i], "-h") ? 2 : 0;
 		}
@@ -506,7 +522,11 @@ int main(int argc, char **argv)
 		strata_gpu_stream_destroy(g_st);
 		return 0;
 	}
-	for (int s = 0; s < 2; s++) {
+	for (int s = 0; s < 2 && n_pf; s++)
+		for (int f = 0; f < 2; f++)
+			for (int i = 0; i < n_pf; i++)
+				bench_prefill(&shapes[s], f ? STRATA_FMT_BF16 : STRATA_FMT_HOT, pf_tokens[i]);
+	for (int s = 0; s < 2 && !n_pf; s++) {
 		for (int f = 0; f < (quick ? 1 : 4); f++)
 			bench_prefill(&shapes[s], fmts[f], 256);
 		if (!quick) {
