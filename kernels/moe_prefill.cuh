@@ -137,7 +137,10 @@ __device__ __forceinline__ uint32_t range_exp(float m)
 }
 __device__ __forceinline__ float exp2i(int e) { return __int_as_float((127 + e) << 23); } // 2^e, |e| <= 126
 
-// One CTA (256 threads) per assignment.
+// One CTA (256 threads) per assignment.  The row is read once: thread j holds
+// 8-float chunks j, j + 256, .. (PREP_CH of them, hidden <= 8192) in registers
+// while the row max is found; chunks beyond are read again.
+constexpr int PREP_CH = 4;
 __global__ void __launch_bounds__(256) pf_prep(const __grid_constant__ PrepParams p)
 {
 	__shared__ float red[8];
@@ -145,13 +148,43 @@ __global__ void __launch_bounds__(256) pf_prep(const __grid_constant__ PrepParam
 	const float *xr = p.x + (uint64_t)p.tok[i] * p.hidden;
 	uint16_t *dst = p.xs + (uint64_t)a * p.ldx;
 	const bool f16 = p.f16[i];
+	const uint32_t step = blockDim.x * 8;
+	auto load8 = [&](uint32_t c, float *v) {
+		if (p.vec && c + 8 <= p.hidden) {
+			float4 u = __ldg(reinterpret_cast<const float4 *>(xr + c));
+			float4 w = __ldg(reinterpret_cast<const float4 *>(xr + c + 4));
+			v[0] = u.x, v[1] = u.y, v[2] = u.z, v[3] = u.w, v[4] = w.x, v[5] = w.y, v[6] = w.z, v[7] = w.w;
+		} else {
+#pragma unroll
+			for (int q = 0; q < 8; q++)
+				v[q] = c + q < p.hidden ? __ldg(xr + c + q) : 0.0f;
+		}
+	};
+	float v[PREP_CH][8], m = 0.0f;
+#pragma unroll
+	for (int k = 0; k < PREP_CH; k++) {
+		const uint32_t c = threadIdx.x * 8 + k * step;
+		if (c < p.ldx)
+			load8(c, v[k]);
+		else
+#pragma unroll
+			for (int q = 0; q < 8; q++)
+				v[k][q] = 0.0f;
+#pragma unroll
+		for (int q = 0; q < 8; q++)
+			m = fmaxf(m, fabsf(v[k][q]));
+	}
+	for (uint32_t c = threadIdx.x * 8 + PREP_CH * step; f16 && c < p.ldx; c += step) {
+		float w[8];
+		load8(c, w);
+#pragma unroll
+		for (int q = 0; q < 8; q++)
+			m = fmaxf(m, fabsf(w[q]));
+	}
 	// fp16 rows: scale 2^-e keeps the row inside the fp16 range (e = 0, factor
 	// 1: ordinary rows convert exactly as without the guard).
 	uint32_t e = 0;
 	if (f16) {
-		float m = 0.0f;
-		for (uint32_t c = threadIdx.x; c < p.hidden; c += blockDim.x)
-			m = fmaxf(m, fabsf(__ldg(xr + c)));
 #pragma unroll
 		for (int o = 16; o; o >>= 1)
 			m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
@@ -163,27 +196,28 @@ __global__ void __launch_bounds__(256) pf_prep(const __grid_constant__ PrepParam
 		e = range_exp(m);
 	}
 	const float xs = exp2i(-(int)e);
-	for (uint32_t c = threadIdx.x * 8; c < p.ldx; c += blockDim.x * 8) {
-		float v[8];
-		if (p.vec && c + 8 <= p.hidden) {
-			float4 u = __ldg(reinterpret_cast<const float4 *>(xr + c));
-			float4 w = __ldg(reinterpret_cast<const float4 *>(xr + c + 4));
-			v[0] = u.x, v[1] = u.y, v[2] = u.z, v[3] = u.w, v[4] = w.x, v[5] = w.y, v[6] = w.z, v[7] = w.w;
-		} else {
-#pragma unroll
-			for (int q = 0; q < 8; q++)
-				v[q] = c + q < p.hidden ? __ldg(xr + c + q) : 0.0f;
-		}
+	auto store8 = [&](uint32_t c, float *w) {
 		if (f16)
 #pragma unroll
 			for (int q = 0; q < 8; q++)
-				v[q] *= xs;
+				w[q] *= xs;
 		uint4 o;
-		o.x = f16 ? pack_f16x2(v[0], v[1]) : pack_bf16x2(v[0], v[1]);
-		o.y = f16 ? pack_f16x2(v[2], v[3]) : pack_bf16x2(v[2], v[3]);
-		o.z = f16 ? pack_f16x2(v[4], v[5]) : pack_bf16x2(v[4], v[5]);
-		o.w = f16 ? pack_f16x2(v[6], v[7]) : pack_bf16x2(v[6], v[7]);
+		o.x = f16 ? pack_f16x2(w[0], w[1]) : pack_bf16x2(w[0], w[1]);
+		o.y = f16 ? pack_f16x2(w[2], w[3]) : pack_bf16x2(w[2], w[3]);
+		o.z = f16 ? pack_f16x2(w[4], w[5]) : pack_bf16x2(w[4], w[5]);
+		o.w = f16 ? pack_f16x2(w[6], w[7]) : pack_bf16x2(w[6], w[7]);
 		*reinterpret_cast<uint4 *>(dst + c) = o;
+	};
+#pragma unroll
+	for (int k = 0; k < PREP_CH; k++) {
+		const uint32_t c = threadIdx.x * 8 + k * step;
+		if (c < p.ldx)
+			store8(c, v[k]);
+	}
+	for (uint32_t c = threadIdx.x * 8 + PREP_CH * step; c < p.ldx; c += step) {
+		float w[8];
+		load8(c, w);
+		store8(c, w);
 	}
 	uint16_t *hr = p.hs + (uint64_t)a * p.ldh;
 	for (uint32_t c = p.inter + threadIdx.x; c < p.ldh; c += blockDim.x)
