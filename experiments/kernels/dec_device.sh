@@ -6,7 +6,7 @@
 # $OUT/dec.tar.gz; the ratio lines are printed.
 #   source .device/setup.sh && bash experiments/kernels/dec_device.sh
 # VARIANTS (default "0 0-noguard 12x4 12x4u 12x3 16x3"), SANITIZE=1, PROFILE_FMTS ("" = none),
-# TESTS=0 skips test_kernels.
+# TESTS=0 skips test_kernels; PREFILL=0 skips the prefill + layer tables (bench_kernels --no-decode).
 set -u
 out=${OUT:-out}
 d=$(mktemp -d)
@@ -34,6 +34,11 @@ for v in ${VARIANTS:-0 0-noguard 12x4 12x4u 12x3 16x3}; do
 	echo "== decode $v (exit $?)"
 	grep -E "ceiling|T=1 |T=4 |T=8 " "$d/bench_$v.log" | sed 's/  */ /g'
 done
+if [ "${PREFILL:-1}" = 1 ]; then
+	./build/release/bench/bench_kernels --no-decode --csv "$d/prefill_layer.csv" >"$d/bench_prefill.log" 2>&1
+	echo "== prefill + layer, defaults (exit $?)"
+	grep -E "ceiling|prefill|layer" "$d/bench_prefill.log" | sed 's/  */ /g' | head -40
+fi
 for f in ${PROFILE_FMTS:-}; do
 	timeout 200 ncu --clock-control none --kernel-name regex:dec_kernel --launch-skip 3 --launch-count 1 \
 		--section SpeedOfLight --section WarpStateStats --section Occupancy --section InstructionStats \
