@@ -56,24 +56,9 @@ struct DTask {
 
 __device__ __forceinline__ void dtask_info(const MoeParams &p, DTask &k)
 {
-	uint32_t t = k.t;
-	k.down = t >= p.n_gu_tasks;
-	int lo = 0, hi = (int)p.n_slots - 1;
-	while (lo < hi) {
-		int mid = (lo + hi + 1) >> 1;
-		uint32_t base = k.down ? p.slot[mid].dtask0 : p.slot[mid].task0;
-		if (base <= t)
-			lo = mid;
-		else
-			hi = mid - 1;
-	}
-	const Slot &s = p.slot[lo];
-	k.slot = lo;
-	k.fmt = s.fmt;
-	uint32_t local = t - (k.down ? s.dtask0 : s.task0);
-	uint32_t nrt = k.down ? (p.hidden + ROWS - 1) / ROWS : (p.inter + ROWS / 2 - 1) / (ROWS / 2);
-	k.tt = local / nrt;
-	k.rt = local % nrt;
+	Task q;
+	task_find(p, k.t, ROWS / 2, ROWS, q);
+	k.down = q.down, k.slot = q.slot, k.fmt = q.fmt, k.tt = q.tt, k.rt = q.rt;
 	k.kc = 0;
 	k.nkc = p.tab[k.fmt].pc[k.down] / 256;
 }

@@ -154,10 +154,11 @@ struct Task {
 	uint32_t slot, down, rt, tt, nkc, fmt;
 };
 
-template <int NT, int MT, int NW> __device__ __forceinline__ void task_info(const MoeParams &p, Task &k)
+// Task t of a launch (every slot's gate|up tasks, then every slot's down
+// tasks; rg / rd rows per gate|up / down task): its slot, format, row tile rt
+// and token tile tt; both decode kernels number their tasks this way.
+__device__ __forceinline__ void task_find(const MoeParams &p, uint32_t t, uint32_t rg, uint32_t rd, Task &k)
 {
-	using G = Geo<NT, MT, NW>;
-	uint32_t t = k.t;
 	k.down = t >= p.n_gu_tasks;
 	int lo = 0, hi = (int)p.n_slots - 1;
 	while (lo < hi) {
@@ -172,9 +173,15 @@ template <int NT, int MT, int NW> __device__ __forceinline__ void task_info(cons
 	k.slot = lo;
 	k.fmt = s.fmt;
 	uint32_t local = t - (k.down ? s.dtask0 : s.task0);
-	uint32_t nrt = k.down ? (p.hidden + G::RD - 1) / G::RD : (p.inter + G::RG - 1) / G::RG;
+	uint32_t nrt = k.down ? (p.hidden + rd - 1) / rd : (p.inter + rg - 1) / rg;
 	k.tt = local / nrt;
 	k.rt = local % nrt;
+}
+
+template <int NT, int MT, int NW> __device__ __forceinline__ void task_info(const MoeParams &p, Task &k)
+{
+	using G = Geo<NT, MT, NW>;
+	task_find(p, k.t, G::RG, G::RD, k);
 	const FmtTab &f = p.tab[k.fmt];
 	k.nkc = (f.pc[k.down] + f.kc[k.down] - 1) / f.kc[k.down];
 }
@@ -319,6 +326,29 @@ __device__ __forceinline__ void act_load(const MoeParams &p, bool d, const float
 	}
 }
 
+// Where a decode path starts on chunk k.kc of task k: this lane's warp, its
+// group g (rows g, g+8 of each 16-row tile; token column g of the tile) and
+// thread t in the group, the chunk's first column k0 and 32-weight units, the
+// row length cols of the activations, and the activation rows of this lane's
+// tokens (act_rows).
+template <int NT> struct Chunk {
+	int warp, g, t;
+	uint32_t d, k0, cols, nunits;
+	const float *xr[NT];
+	bool have[NT];
+};
+template <int NT, int TN> __device__ __forceinline__ Chunk<NT> chunk_of(const MoeParams &p, const Task &k)
+{
+	Chunk<NT> c;
+	const FmtTab &f = p.tab[k.fmt];
+	c.warp = threadIdx.x >> 5, c.g = (threadIdx.x & 31) >> 2, c.t = threadIdx.x & 3;
+	c.d = k.down, c.k0 = k.kc * f.kc[c.d];
+	c.cols = c.d ? p.inter : p.hidden;
+	c.nunits = (min(c.k0 + f.kc[c.d], f.pc[c.d]) - c.k0) / 32;
+	act_rows<NT, TN>(p, k, p.slot[k.slot], c.g, c.xr, c.have);
+	return c;
+}
+
 // Overflow guard of the fp16 activations (tier experts): the power of two
 // e >= 0 that brings this lane's token's largest magnitude among a unit's 32
 // columns (8 per lane, the 4 lanes of a token together) below 2^14, and the
@@ -346,11 +376,9 @@ __device__ __forceinline__ void compute_stage(const MoeParams &p, const Task &k,
 {
 	using G = Geo<NT, MT, NW>;
 	const FmtTab &f = p.tab[k.fmt];
-	const Slot &s = p.slot[k.slot];
-	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-	const uint32_t d = k.down, k0 = k.kc * f.kc[d], k1 = min(k0 + f.kc[d], f.pc[d]);
-	const uint32_t cols = d ? p.inter : p.hidden;
-	const uint32_t nunits = (k1 - k0) / 32;
+	const Chunk<NT> c = chunk_of<NT, G::TN>(p, k);
+	const int warp = c.warp, g = c.g, t = c.t;
+	const uint32_t d = c.d, k0 = c.k0, cols = c.cols, nunits = c.nunits;
 	const uint32_t pitch = f.pitch[d];
 
 	// Shared addresses of this lane's rows (g and g+8 of every tile); the issuing
@@ -364,10 +392,8 @@ __device__ __forceinline__ void compute_stage(const MoeParams &p, const Task &k,
 			rc[m][h] = sbuf + i * pitch + roff[2 * i];
 			rs[m][h] = sbuf + i * pitch + f.cpitch[d] + roff[2 * i + 1];
 		}
-	// Activation rows of this lane's tokens (g, g+8, ...) of the tile.
-	const float *xr[NT];
-	bool have[NT];
-	act_rows<NT, G::TN>(p, k, s, g, xr, have);
+	const float *const(&xr)[NT] = c.xr;
+	const bool(&have)[NT] = c.have;
 	// Activations of unit u+NW are loaded while unit u is decoded and multiplied.
 	constexpr bool PF = NT <= 4;
 	float cur[NT][8];
@@ -467,10 +493,9 @@ __device__ __forceinline__ void compute_direct(const MoeParams &p, const Task &k
 	using G = Geo<NT, MT, NW>;
 	const FmtTab &f = p.tab[k.fmt];
 	const Slot &s = p.slot[k.slot];
-	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-	const uint32_t d = k.down, k0 = k.kc * f.kc[d], k1 = min(k0 + f.kc[d], f.pc[d]);
-	const uint32_t cols = d ? p.inter : p.hidden;
-	const uint32_t nunits = (k1 - k0) / 32;
+	const Chunk<NT> c = chunk_of<NT, G::TN>(p, k);
+	const int warp = c.warp, g = c.g, t = c.t;
+	const uint32_t d = c.d, k0 = c.k0, cols = c.cols, nunits = c.nunits;
 	const uint32_t nrows = d ? p.hidden : p.inter, per = d ? G::RD : G::RG, row0 = k.rt * per;
 	const uint8_t *m0 = s.ext + f.off[d ? 2 : 0], *m1 = s.ext + f.off[d ? 2 : 1];
 	// This lane's rows: stage row i = 16m + g + 8h is gate/down row row0 + i, or
@@ -494,9 +519,8 @@ __device__ __forceinline__ void compute_direct(const MoeParams &p, const Task &k
 		const uint8_t *b = !d && i >= G::RG ? bu : bg;
 		return reinterpret_cast<const uint4 *>(b + (uint32_t)(d ? i : i % G::RG) * rowc);
 	};
-	const float *xr[NT];
-	bool have[NT];
-	act_rows<NT, G::TN>(p, k, s, g, xr, have);
+	const float *const(&xr)[NT] = c.xr;
+	const bool(&have)[NT] = c.have;
 	static_assert(F::CODE_BYTES == 512 && !F::SCALED, "direct path: bf16 (16 bytes per 8 weights)");
 	uint4 wa[MT][2], wb[MT][2];
 	float xa[NT][8], xb[NT][8];
@@ -957,6 +981,25 @@ int ctx_init(struct strata_error *err)
 	return STRATA_OK;
 }
 
+// Task list of a launch: every slot's gate|up tasks (rg rows x tn tokens),
+// then every slot's down tasks (rd rows); sets task0 / dtask0, n_gu_tasks and
+// n_tasks (returned).
+uint32_t layout_tasks(MoeParams *p, uint32_t rg, uint32_t rd, uint32_t tn)
+{
+	uint32_t nrt_gu = (p->inter + rg - 1) / rg, nrt_dn = (p->hidden + rd - 1) / rd, t = 0;
+	for (uint32_t s = 0; s < p->n_slots; s++) {
+		p->slot[s].task0 = t;
+		t += nrt_gu * ((p->slot[s].ntok + tn - 1) / tn);
+	}
+	p->n_gu_tasks = t;
+	for (uint32_t s = 0; s < p->n_slots; s++) {
+		p->slot[s].dtask0 = t;
+		t += nrt_dn * ((p->slot[s].ntok + tn - 1) / tn);
+	}
+	p->n_tasks = t;
+	return t;
+}
+
 template <int NT, int MT, int NW, bool BULK>
 int launch(MoeParams *p, cudaStream_t st, int variant, struct strata_error *err)
 {
@@ -967,18 +1010,7 @@ int launch(MoeParams *p, cudaStream_t st, int variant, struct strata_error *err)
 						 (int)smem));
 		g_ctx.attr_set[variant] = true;
 	}
-	// Task list: every slot's gate|up tasks, then every slot's down tasks.
-	uint32_t nrt_gu = (p->inter + G::RG - 1) / G::RG, nrt_dn = (p->hidden + G::RD - 1) / G::RD, t = 0;
-	for (uint32_t s = 0; s < p->n_slots; s++) {
-		p->slot[s].task0 = t;
-		t += nrt_gu * ((p->slot[s].ntok + G::TN - 1) / G::TN);
-	}
-	p->n_gu_tasks = t;
-	for (uint32_t s = 0; s < p->n_slots; s++) {
-		p->slot[s].dtask0 = t;
-		t += nrt_dn * ((p->slot[s].ntok + G::TN - 1) / G::TN);
-	}
-	p->n_tasks = t;
+	uint32_t t = layout_tasks(p, G::RG, G::RD, G::TN);
 	uint32_t grid = t < (uint32_t)g_ctx.sms ? t : (uint32_t)g_ctx.sms;
 	moe_kernel<NT, MT, NW, BULK><<<grid, (32 * NW), smem, st>>>(*p);
 	CU_TRY(err, cudaGetLastError());
@@ -1020,18 +1052,7 @@ int run_dec(MoeParams *p, cudaStream_t st, struct strata_error *err, int *rc)
 		nw = g_ctx.dec_fnw, ns = g_ctx.dec_fns;
 	if (nw < 0)
 		nw = 12, ns = 4;
-	uint32_t nrt_gu = (p->inter + dec::ROWS / 2 - 1) / (dec::ROWS / 2);
-	uint32_t nrt_dn = (p->hidden + dec::ROWS - 1) / dec::ROWS, t = 0;
-	for (uint32_t s = 0; s < p->n_slots; s++) {
-		p->slot[s].task0 = t;
-		t += nrt_gu * ((p->slot[s].ntok + dec::TN - 1) / dec::TN);
-	}
-	p->n_gu_tasks = t;
-	for (uint32_t s = 0; s < p->n_slots; s++) {
-		p->slot[s].dtask0 = t;
-		t += nrt_dn * ((p->slot[s].ntok + dec::TN - 1) / dec::TN);
-	}
-	p->n_tasks = t;
+	uint32_t t = layout_tasks(p, dec::ROWS / 2, dec::ROWS, dec::TN);
 	if (!forced && t < 2u * (uint32_t)nw * (uint32_t)g_ctx.sms)
 		return 0;
 	if (forced ? nw == 12 && ns == -4 : g_ctx.dec_unroll)
