@@ -440,75 +440,62 @@ __device__ __forceinline__ void tile(const PParams &p, const PSlot &s, uint32_t 
 	wait<0>();
 
 	// Epilogue.  Accumulator (m, n, e): A row arow(m) + g + 8 (e >> 1), token
-	// wn*32 + n*8 + 2t + (e & 1) of the tile.
-	if constexpr (!DOWN && !TIER) {
+	// column wn*32 + n*8 + 2t + (e & 1) of the tile.  each_gu visits the gate
+	// half (m < HM; its up row is m + HM), each_col this lane's token columns.
+	auto each_gu = [&](auto &&fn) {
 #pragma unroll
 		for (int m = 0; m < HM; m++)
 #pragma unroll
 			for (int n = 0; n < 4; n++)
 #pragma unroll
-				for (int e = 0; e < 4; e++) {
-					const uint32_t row = row0 + arow(m) + g + 8 * (e >> 1);
-					const uint32_t tl = tok0 + wn * 32 + n * 8 + 2 * t + (e & 1);
-					if (row < p.inter && tl < s.ntok) {
-						const float gv = acc[m][n][e], uv = acc[m + HM][n][e];
-						const float hv = gv / (1.0f + expf(-gv)) * uv;
-						__nv_bfloat16 hb = __float2bfloat16_rn(hv);
-						p.hs[(uint64_t)(s.a0 + tl) * p.ldh + row] = *reinterpret_cast<uint16_t *>(&hb);
-					}
-				}
+				for (int e = 0; e < 4; e++)
+					fn(m, n, e, row0 + arow(m) + g + 8 * (e >> 1), tok0 + wn * 32 + n * 8 + 2 * t + (e & 1));
+	};
+	auto each_col = [&](auto &&fn) {
+#pragma unroll
+		for (int n = 0; n < 4; n++)
+#pragma unroll
+			for (int e1 = 0; e1 < 2; e1++)
+				fn(n, e1, (uint32_t)(wn * 32 + n * 8 + 2 * t + e1));
+	};
+	if constexpr (!DOWN && !TIER) {
+		each_gu([&](int m, int n, int e, uint32_t row, uint32_t tl) {
+			if (row < p.inter && tl < s.ntok) {
+				const float gv = acc[m][n][e], uv = acc[m + HM][n][e];
+				const float hv = gv / (1.0f + expf(-gv)) * uv;
+				__nv_bfloat16 hb = __float2bfloat16_rn(hv);
+				p.hs[(uint64_t)(s.a0 + tl) * p.ldh + row] = *reinterpret_cast<uint16_t *>(&hb);
+			}
+		});
 	} else if constexpr (!DOWN) {
 		// Tier: gate and up times 2^e of the activation row, h into acc[0..HM),
 		// per token the exponent that keeps the tile's h segments inside fp16.
 		int *ex = reinterpret_cast<int *>(g_smem + C::EX_OFF);
 		float xf[4][2], mx[4][2];
-#pragma unroll
-		for (int n = 0; n < 4; n++)
-#pragma unroll
-			for (int e1 = 0; e1 < 2; e1++) {
-				const uint32_t tl = tok0 + wn * 32 + n * 8 + 2 * t + e1;
-				xf[n][e1] = tl < s.ntok ? p.xsc[s.a0 + tl] : 1.0f;
-				mx[n][e1] = 0.0f;
-			}
-#pragma unroll
-		for (int m = 0; m < HM; m++)
-#pragma unroll
-			for (int n = 0; n < 4; n++)
-#pragma unroll
-				for (int e = 0; e < 4; e++) {
-					const uint32_t row = row0 + arow(m) + g + 8 * (e >> 1);
-					const float gv = acc[m][n][e] * xf[n][e & 1], uv = acc[m + HM][n][e] * xf[n][e & 1];
-					const float hv = row < p.inter ? gv / (1.0f + expf(-gv)) * uv : 0.0f;
-					acc[m][n][e] = hv;
-					mx[n][e & 1] = fmaxf(mx[n][e & 1], fabsf(hv));
-				}
-#pragma unroll
-		for (int n = 0; n < 4; n++)
-#pragma unroll
-			for (int e1 = 0; e1 < 2; e1++) {
-				const uint32_t ev = range_exp(mx[n][e1]);
-				if (ev)
-					atomicMax(ex + wn * 32 + n * 8 + 2 * t + e1, (int)ev);
-			}
+		each_col([&](int n, int e1, uint32_t col) {
+			const uint32_t tl = tok0 + col;
+			xf[n][e1] = tl < s.ntok ? p.xsc[s.a0 + tl] : 1.0f;
+			mx[n][e1] = 0.0f;
+		});
+		each_gu([&](int m, int n, int e, uint32_t row, uint32_t) {
+			const float gv = acc[m][n][e] * xf[n][e & 1], uv = acc[m + HM][n][e] * xf[n][e & 1];
+			const float hv = row < p.inter ? gv / (1.0f + expf(-gv)) * uv : 0.0f;
+			acc[m][n][e] = hv;
+			mx[n][e & 1] = fmaxf(mx[n][e & 1], fabsf(hv));
+		});
+		each_col([&](int n, int e1, uint32_t col) {
+			const uint32_t ev = range_exp(mx[n][e1]);
+			if (ev)
+				atomicMax(ex + col, (int)ev);
+		});
 		__syncthreads();
-#pragma unroll
-		for (int n = 0; n < 4; n++)
-#pragma unroll
-			for (int e1 = 0; e1 < 2; e1++)
-				xf[n][e1] = exp2i(-ex[wn * 32 + n * 8 + 2 * t + e1]);
-#pragma unroll
-		for (int m = 0; m < HM; m++)
-#pragma unroll
-			for (int n = 0; n < 4; n++)
-#pragma unroll
-				for (int e = 0; e < 4; e++) {
-					const uint32_t row = row0 + arow(m) + g + 8 * (e >> 1);
-					const uint32_t tl = tok0 + wn * 32 + n * 8 + 2 * t + (e & 1);
-					if (row < p.inter && tl < s.ntok) {
-						__half hh = __float2half_rn(acc[m][n][e] * xf[n][e & 1]);
-						p.hs[(uint64_t)(s.a0 + tl) * p.ldh + row] = *reinterpret_cast<uint16_t *>(&hh);
-					}
-				}
+		each_col([&](int n, int e1, uint32_t col) { xf[n][e1] = exp2i(-ex[col]); });
+		each_gu([&](int m, int n, int e, uint32_t row, uint32_t tl) {
+			if (row < p.inter && tl < s.ntok) {
+				__half hh = __float2half_rn(acc[m][n][e] * xf[n][e & 1]);
+				p.hs[(uint64_t)(s.a0 + tl) * p.ldh + row] = *reinterpret_cast<uint16_t *>(&hh);
+			}
+		});
 		// The tile's segments of h (BM/2 columns from row0) for every token.
 		for (uint32_t i = tid; i < BN * (BM / 2 / SEG); i += C::NTHR) {
 			const uint32_t n = i % BN, sg = i / BN, tl = tok0 + n;
@@ -520,25 +507,22 @@ __device__ __forceinline__ void tile(const PParams &p, const PSlot &s, uint32_t 
 			}
 		}
 	} else {
+		each_col([&](int n, int e1, uint32_t col) {
+			const uint32_t tl = tok0 + col;
+			if (tl >= s.ntok)
+				return;
+			const uint32_t a = s.a0 + tl;
+			const float wt = p.w[a];
+			float *yr = p.y + (uint64_t)p.tok[a] * p.hidden;
 #pragma unroll
-		for (int n = 0; n < 4; n++)
+			for (int m = 0; m < MT; m++)
 #pragma unroll
-			for (int e1 = 0; e1 < 2; e1++) {
-				const uint32_t tl = tok0 + wn * 32 + n * 8 + 2 * t + e1;
-				if (tl >= s.ntok)
-					continue;
-				const uint32_t a = s.a0 + tl;
-				const float wt = p.w[a];
-				float *yr = p.y + (uint64_t)p.tok[a] * p.hidden;
-#pragma unroll
-				for (int m = 0; m < MT; m++)
-#pragma unroll
-					for (int h = 0; h < 2; h++) {
-						const uint32_t row = row0 + arow(m) + g + 8 * h;
-						if (row < p.hidden)
-							atomicAdd(yr + row, wt * acc[m][n][2 * h + e1]);
-					}
-			}
+				for (int h = 0; h < 2; h++) {
+					const uint32_t row = row0 + arow(m) + g + 8 * h;
+					if (row < p.hidden)
+						atomicAdd(yr + row, wt * acc[m][n][2 * h + e1]);
+				}
+		});
 	}
 }
 
