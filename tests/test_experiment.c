@@ -284,7 +284,9 @@ static void test_copy_key(void **state)
 	c.virt = 0;
 	snprintf(c.model, sizeof(c.model), "%s", mdir);
 	snprintf(c.trace, sizeof(c.trace), "%s", trace);
-	snprintf(c.compute, sizeof(c.compute), "ref");
+	/* auto: the GPU kernels where a GPU is (the engine's VRAM tier is then
+	 * device memory, which --compute ref cannot read), else the reference */
+	snprintf(c.compute, sizeof(c.compute), "auto");
 	c.vram = 200000, c.ram = 400000;
 	strata_experiment_config_id(&c);
 	assert_null(strstr(c.run_id, "copy="));
