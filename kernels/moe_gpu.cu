@@ -486,7 +486,6 @@ __device__ __forceinline__ void compute_stage(const MoeParams &p, const Task &k,
 #ifndef STRATA_DIRECT_SETS
 #define STRATA_DIRECT_SETS 1
 #endif
-constexpr uint32_t PF_DIST = 3;
 template <class F, int NT, int MT, int NW>
 __device__ __forceinline__ void compute_direct(const MoeParams &p, const Task &k, float (&acc)[MT][NT][4])
 {
@@ -566,6 +565,7 @@ __device__ __forceinline__ void compute_direct(const MoeParams &p, const Task &k
 	// One unit per warp in registers (16 warps: 64 KB per SM in flight).  With
 	// l2pf the rows of the unit PF_DIST steps ahead are prefetched into L2 (one
 	// lane per row and 64-byte piece); measured 3% slower, so off by default.
+	constexpr uint32_t PF_DIST = 3;
 	const bool pf = p.l2pf && t == 0;
 	for (uint32_t u = warp; u < nunits; u += NW) {
 		ldw(wa, xa, u);

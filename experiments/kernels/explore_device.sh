@@ -5,7 +5,7 @@
 #  (b) bf16 direct path with two units per warp in registers
 #      (STRATA_DIRECT_SETS=2, a second build) at 8 and 16 warps against the
 #      default build.
-#   source .device/setup.sh && bash experiments/kernels/explore_device.sh
+#   source .device/setup.sh && bash experiments/kernels/explore_device.sh   (NCU=0: skip (a))
 set -u
 out=${OUT:-out}
 d=$(mktemp -d)
@@ -20,9 +20,10 @@ wait
 for w in 16 8; do
 	for b in . /tmp/sets2; do
 		STRATA_MOE_WARPS=$w $b/build/release/bench/bench_kernels --decode >"$d/bench_${w}_$(basename $b).log" 2>&1
-		echo "== warps $w build $b: $(grep -E 'bf16 T=1 ' "$d/bench_${w}_$(basename $b).log" | sed 's/  */ /g' | tr '\n' ';')"
+		echo "== warps $w build $b: $(grep -E 'bf16 +T=(1|4) ' "$d/bench_${w}_$(basename $b).log" | sed 's/  */ /g' | tr '\n' ';')"
 	done
 done
+[ "${NCU:-1}" = 1 ] || exit 0
 timeout 200 ncu --clock-control none --kernel-name regex:dec_kernel --launch-skip 3 --launch-count 1 \
 	--metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,smsp__inst_executed.sum,sm__cycles_elapsed.avg,smsp__issue_active.avg.pct_of_peak_sustained_active \
 	./build/release/bench/bench_kernels --profile hot >"$d/ncu_stalls.txt" 2>&1
