@@ -49,22 +49,17 @@ template <int NW, int NS> struct DGeo {
 	static_assert(SMEM <= SMEM_MAX, "decode kernel shared memory");
 };
 
-struct DTask {
-	uint32_t t, kc, nkc;   // task id (>= n_tasks: none), chunk, chunks
-	uint32_t slot, down, rt, tt, fmt;
-};
-
-__device__ __forceinline__ void dtask_info(const MoeParams &p, DTask &k)
+// Task k.t of this kernel (Task of the persistent kernel: slot, format, row
+// tile rt, token tile tt), from its first chunk; a chunk is one 256-weight block.
+__device__ __forceinline__ void dtask_info(const MoeParams &p, Task &k)
 {
-	Task q;
-	task_find(p, k.t, ROWS / 2, ROWS, q);
-	k.down = q.down, k.slot = q.slot, k.fmt = q.fmt, k.tt = q.tt, k.rt = q.rt;
+	task_find(p, k.t, ROWS / 2, ROWS, k);
 	k.kc = 0;
 	k.nkc = p.tab[k.fmt].pc[k.down] / 256;
 }
 
 // Stage row i of task k: its matrix row (or -1 past the matrix) and matrix base.
-__device__ __forceinline__ int stage_row(const MoeParams &p, const DTask &k, int i, const uint8_t *&mat)
+__device__ __forceinline__ int stage_row(const MoeParams &p, const Task &k, int i, const uint8_t *&mat)
 {
 	const FmtTab &f = p.tab[k.fmt];
 	const uint8_t *ext = p.slot[k.slot].ext;
@@ -80,7 +75,7 @@ __device__ __forceinline__ int stage_row(const MoeParams &p, const DTask &k, int
 }
 
 // Lane l copies stage row l of chunk k.kc into the stage at shared address buf.
-__device__ __forceinline__ void issue(const MoeParams &p, const DTask &k, uint32_t buf, uint8_t *roff)
+__device__ __forceinline__ void issue(const MoeParams &p, const Task &k, uint32_t buf, uint8_t *roff)
 {
 	const int lane = threadIdx.x & 31;
 	const FmtTab &f = p.tab[k.fmt];
@@ -165,7 +160,7 @@ __device__ __forceinline__ void block_redo(const MoeParams &p, bool d, const flo
 
 // One stage of task k (at shared offset sbuf, misalignments roff): acc += its product.
 template <class F, bool UNROLL>
-__device__ __forceinline__ void compute(const MoeParams &p, const DTask &k, uint32_t sbuf, const uint8_t *roff,
+__device__ __forceinline__ void compute(const MoeParams &p, const Task &k, uint32_t sbuf, const uint8_t *roff,
 					float (&acc)[2][4])
 {
 	const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -173,11 +168,7 @@ __device__ __forceinline__ void compute(const MoeParams &p, const DTask &k, uint
 	const Slot &s = p.slot[k.slot];
 	const float *xr[1];
 	bool have[1];
-	{
-		Task kk;
-		kk.tt = k.tt, kk.down = d;
-		act_rows<1, TN>(p, kk, s, g, xr, have);
-	}
+	act_rows<1, TN>(p, k, s, g, xr, have);
 	const uint32_t k0 = k.kc * 256;
 	uint32_t rc[2][2], rs[2][2];
 #pragma unroll
@@ -248,7 +239,7 @@ __global__ void __launch_bounds__(32 * NW, 1) dec_kernel(const __grid_constant__
 			v = atomicAdd(p.sync + FETCH, 1u);
 		return __shfl_sync(0xffffffffu, v, 0);
 	};
-	DTask ld, cp;
+	Task ld, cp;
 	uint32_t lseq = 0, cseq = 0;
 	ld.t = fetch();
 	if (ld.t < p.n_tasks)
