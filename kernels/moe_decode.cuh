@@ -104,14 +104,6 @@ __device__ __forceinline__ void issue(const MoeParams &p, const Task &k, uint32_
 	cp_async16(dst + TIER_SCALE_AT, s0);
 }
 
-// Pack 8 activations of one token, times mul, into the fp16 MMA B fragment.
-__device__ __forceinline__ void pack_b(const float (&x)[8], uint32_t (&b)[4], float mul = 1.0f)
-{
-#pragma unroll
-	for (int i = 0; i < 4; i++)
-		b[i] = pack_f16x2(x[2 * i] * mul, x[2 * i + 1] * mul);
-}
-
 // MMAs of one 32-weight unit: stage rows g, g+8 of tiles 0 and 1 times this
 // lane's packed activations, into c[2][4].
 template <class F>

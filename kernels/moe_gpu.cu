@@ -364,6 +364,13 @@ __device__ __forceinline__ int unit_exp(const float (&x)[8])
 	mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
 	return mx >= 16384.0f && mx <= 3.0e38f ? ilogbf(mx) - 13 : 0;
 }
+// 8 activations of one token, times mul, as the fp16 MMA B fragment.
+__device__ __forceinline__ void pack_b(const float (&x)[8], uint32_t (&b)[4], float mul = 1.0f)
+{
+#pragma unroll
+	for (int i = 0; i < 4; i++)
+		b[i] = pack_f16x2(x[2 * i] * mul, x[2 * i + 1] * mul);
+}
 __device__ __forceinline__ void col_mul(int e, int t, float (&m)[2])
 {
 	m[0] = ldexpf(1.0f, __shfl_sync(0xffffffffu, e, 8 * t));
@@ -421,10 +428,7 @@ __device__ __forceinline__ void compute_stage(const MoeParams &p, const Task &k,
 #pragma unroll
 			for (int n = 0; n < NT; n++) {
 				int e = unit_exp(cur[n]);
-				float m = ldexpf(1.0f, -e);
-#pragma unroll
-				for (int i = 0; i < 4; i++)
-					b[n][i] = pack_f16x2(cur[n][2 * i] * m, cur[n][2 * i + 1] * m);
+				pack_b(cur[n], b[n], ldexpf(1.0f, -e));
 				col_mul(e, t, colmul[n]);
 			}
 		} else {
@@ -855,8 +859,10 @@ struct Ctx {
 	// Warp-streaming decode kernel (moe_decode.cuh) for launches of <= 8 tokens
 	// per expert: 0 off (STRATA_MOE_DEC=0), else warps x stages (STRATA_MOE_DEC=
 	// 8x4|8x5|12x3|12x4|16x3, 12x4u unrolled; -1: the default, 12 x 4).
-	int dec_nw = -1, dec_ns = 0, dec_unroll = 0; // STRATA_MOE_DEC=12x4u: units fully unrolled
-	int dec_force = 0, dec_fnw = 0, dec_fns = 0; // strata_gpu_moe_set_decode (nw < 0: env/default)
+	// The stage count is negative for 12x4u (units fully unrolled), as in
+	// strata_gpu_moe_set_decode's 12 x -4.
+	int dec_nw = -1, dec_ns = 0;
+	int dec_fnw = -1, dec_fns = 0; // strata_gpu_moe_set_decode (nw < 0: not forced)
 	uint32_t dec_attr = 0;
 	// Tiled prefill path (moe_prefill.cuh): experts with >= pf_min tokens
 	// (STRATA_MOE_PREFILL_MIN, default 17; STRATA_MOE_PREFILL=0: off).  17: the
@@ -968,7 +974,8 @@ int ctx_init(struct strata_error *err)
 			g_ctx.dec_nw = 0;
 		else if (e && sscanf(e, "%dx%d", &g_ctx.dec_nw, &g_ctx.dec_ns) != 2)
 			g_ctx.dec_nw = -1;
-		g_ctx.dec_unroll = e && !strcmp(e, "12x4u");
+		else if (e && !strcmp(e, "12x4u"))
+			g_ctx.dec_ns = -4;
 	}
 	if (!g_ctx.sync) {
 		int dev;
@@ -1046,16 +1053,16 @@ int run_dec(MoeParams *p, cudaStream_t st, struct strata_error *err, int *rc)
 	for (uint32_t s = 0; s < p->n_slots; s++)
 		if (p->slot[s].fmt < STRATA_FMT_HOT || p->slot[s].fmt > STRATA_FMT_COLD)
 			return 0;
-	int nw = g_ctx.dec_nw, ns = g_ctx.dec_ns;
-	bool forced = g_ctx.dec_force && g_ctx.dec_fnw >= 0;
-	if (forced)
-		nw = g_ctx.dec_fnw, ns = g_ctx.dec_fns;
+	const bool forced = g_ctx.dec_fnw >= 0;
+	int nw = forced ? g_ctx.dec_fnw : g_ctx.dec_nw, ns = forced ? g_ctx.dec_fns : g_ctx.dec_ns;
+	if (!nw)
+		return 0;
 	if (nw < 0)
 		nw = 12, ns = 4;
 	uint32_t t = layout_tasks(p, dec::ROWS / 2, dec::ROWS, dec::TN);
 	if (!forced && t < 2u * (uint32_t)nw * (uint32_t)g_ctx.sms)
 		return 0;
-	if (forced ? nw == 12 && ns == -4 : g_ctx.dec_unroll)
+	if (nw == 12 && ns == -4)
 		*rc = dec_launch<12, 4, true>(p, st, 5, err);
 	else if (nw == 8 && ns == 4)
 		*rc = dec_launch<8, 4>(p, st, 0, err);
@@ -1092,8 +1099,7 @@ int run_launch(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_err
 	if (g_ctx.poison)
 		CU_TRY(err, cudaMemsetAsync(g_ctx.h, 0xff, (size_t)hfl * sizeof(float), st));
 	int rc = 0;
-	const int dec_nw = g_ctx.dec_force && g_ctx.dec_fnw >= 0 ? g_ctx.dec_fnw : g_ctx.dec_nw;
-	if (maxtok <= 8 && dec_nw && run_dec(p, st, err, &rc))
+	if (maxtok <= 8 && run_dec(p, st, err, &rc))
 		return rc;
 	// 8 warps on 64-row stages; token tiles of 8, 16 or (prefill) 32 tokens.
 	// (16 warps on 32-row stages, <1, 2, 16> and <2, 2, 16>, compile to 96/128
@@ -1444,7 +1450,7 @@ extern "C" void strata_gpu_moe_set_prefill_min(uint32_t n)
 extern "C" void strata_gpu_moe_set_decode(int nw, int ns)
 {
 	pthread_mutex_lock(&g_ctx.mu);
-	g_ctx.dec_force = 1, g_ctx.dec_fnw = nw, g_ctx.dec_fns = ns;
+	g_ctx.dec_fnw = nw, g_ctx.dec_fns = ns;
 	pthread_mutex_unlock(&g_ctx.mu);
 }
 
