@@ -72,7 +72,7 @@ template <int FMT> struct FmtTier {
 	__device__ __forceinline__ static uint32_t bits_s(uint32_t c, int j)
 	{
 		uint32_t p = BITS8 * j, q = p >> 5, q1 = q + 1 == NW ? 0 : q + 1;
-		return __funnelshift_r(lds32(c + 4 * q), lds32(c + 4 * q1), p & 31);
+		return __funnelshift_r(lds32(c + 4 * q), lds32(c + 4 * q1), p); // the shift takes p & 31
 	}
 	__device__ __forceinline__ static float scale(const uint8_t *s)
 	{

@@ -52,12 +52,66 @@ template <int NW, int NS> struct DGeo {
 };
 
 // Task k.t of this kernel (Task of the persistent kernel: slot, format, row
-// tile rt, token tile tt), from its first chunk; a chunk is one 256-weight block.
+// tile rt, token tile tt, split-K part), from its first chunk; a chunk is one
+// 256-weight block, a part p.kbg (gate|up) or p.kbd (down) of them.
 __device__ __forceinline__ void dtask_info(const MoeParams &p, Task &k)
 {
-	task_find(p, k.t, ROWS / 2, ROWS, k);
-	k.kc = 0;
-	k.nkc = p.tab[k.fmt].pc[k.down] / 256;
+	task_find(p, k.t, ROWS / 2, ROWS, k, p.sgu, p.sdn);
+	const uint32_t nb = p.tab[k.fmt].pc[k.down] / 256, kb = k.down ? p.kbd : p.kbg;
+	k.kc0 = k.kc = k.part * kb;
+	k.nkc = min(k.kc0 + kb, nb);
+}
+
+// End of a gate|up task: h = silu(gate) * up of its rows x tokens
+// (c[0][i] gate, c[1][i] up: rows g, g+8, tokens 2t, 2t+1), then the slot's
+// count of finished gate|up tasks.  Split-K: every part adds its partial sums
+// to gus; the part that completes the count reads them back, writes h, puts
+// gus and the count back to zero for the next launch and counts the task.
+__device__ __forceinline__ void gu_finish(const MoeParams &p, const Task &k, const float (&c)[2][4])
+{
+	const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+	const Slot &s = p.slot[k.slot];
+	float gv[4], uv[4];
+	bool last = true;
+	if (p.sgu > 1) {
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			uint32_t row = k.rt * (ROWS / 2) + g + 8 * (i >> 1), tl = k.tt * TN + 2 * t + (i & 1);
+			if (row < p.inter && tl < s.ntok) {
+				float *gu = p.gus + 2 * ((uint64_t)s.h_off + (uint64_t)tl * p.inter) + row;
+				atomicAdd(gu, c[0][i]);
+				atomicAdd(gu + p.inter, c[1][i]);
+			}
+		}
+		__threadfence();
+		__syncwarp();
+		uint32_t done = 0;
+		if (lane == 0)
+			done = atomicAdd(p.gucnt + k.t / p.sgu, 1u);
+		last = __shfl_sync(0xffffffffu, done, 0) == p.sgu - 1;
+		if (!last)
+			return;
+		__threadfence();
+	}
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		uint32_t row = k.rt * (ROWS / 2) + g + 8 * (i >> 1), tl = k.tt * TN + 2 * t + (i & 1);
+		gv[i] = c[0][i], uv[i] = c[1][i];
+		if (row < p.inter && tl < s.ntok) {
+			if (p.sgu > 1) {
+				float *gu = p.gus + 2 * ((uint64_t)s.h_off + (uint64_t)tl * p.inter) + row;
+				gv[i] = __ldcg(gu), uv[i] = __ldcg(gu + p.inter);
+				gu[0] = gu[p.inter] = 0.0f;
+			}
+			p.h[s.h_off + (uint64_t)tl * p.inter + row] = gv[i] / (1.0f + expf(-gv[i])) * uv[i];
+		}
+	}
+	if (p.sgu > 1 && lane == 0)
+		p.gucnt[k.t / p.sgu] = 0;
+	__threadfence();
+	__syncwarp();
+	if (lane == 0)
+		atomicAdd(p.sync + 1 + k.slot, 1u);
 }
 
 // Stage row i of task k: its matrix row (or -1 past the matrix) and matrix base.
@@ -76,32 +130,50 @@ __device__ __forceinline__ int stage_row(const MoeParams &p, const Task &k, int 
 	return r < p.inter ? (int)r : -1;
 }
 
-// Lane l copies stage row l of chunk k.kc into the stage at shared address buf.
-__device__ __forceinline__ void issue(const MoeParams &p, const Task &k, uint32_t buf, uint8_t *roff)
+// This lane's stage row of task k: the codes and the scale of its first
+// chunk k.kc, or nullptr past the matrix (set when a task is fetched).
+struct LaneRow {
+	const uint8_t *c, *s;
+	uint32_t cb;           // code bytes per chunk
+};
+__device__ __forceinline__ LaneRow lane_row(const MoeParams &p, const Task &k)
 {
-	const int lane = threadIdx.x & 31;
 	const FmtTab &f = p.tab[k.fmt];
 	const uint8_t *mat;
-	int r = stage_row(p, k, lane, mat);
-	if (r < 0) {
+	LaneRow l = { nullptr, nullptr, f.cb };
+	int r = stage_row(p, k, threadIdx.x & 31, mat);
+	if (r >= 0) {
+		const uint32_t d = k.down, nb = f.pc[d] / 256;
+		l.c = mat + (uint64_t)r * f.rowc[d] + (uint64_t)k.kc * f.cb;
+		l.s = mat + f.soff[d] + ((uint64_t)r * nb + k.kc) * 2;
+	}
+	return l;
+}
+
+// Lane l copies stage row l of the chunk at l.c / l.s into the stage at shared
+// address buf, and advances l to the next chunk.
+__device__ __forceinline__ void issue(LaneRow &l, uint32_t buf, uint8_t *roff)
+{
+	const int lane = threadIdx.x & 31;
+	if (!l.c) {
 		// Past the matrix: nothing to copy; the row's (unused) sums must still
 		// decode from in-bounds, aligned shared addresses.
 		roff[2 * lane] = roff[2 * lane + 1] = 0;
 		return;
 	}
-	const uint32_t d = k.down;
-	const uint32_t cb = f.cb, nb = f.pc[d] / 256;
-	const uint8_t *c = mat + (uint64_t)r * f.rowc[d] + (uint64_t)k.kc * cb;
-	const uint8_t *s = mat + f.soff[d] + ((uint64_t)r * nb + k.kc) * 2;
-	const uint8_t *c0 = (const uint8_t *)((uintptr_t)c & ~(uintptr_t)15);
-	const uint8_t *s0 = (const uint8_t *)((uintptr_t)s & ~(uintptr_t)15);
-	const uint32_t nc = (uint32_t)(((uintptr_t)c + cb + 15 - (uintptr_t)c0) >> 4);
+	const uint8_t *c0 = (const uint8_t *)((uintptr_t)l.c & ~(uintptr_t)15);
+	const uint8_t *s0 = (const uint8_t *)((uintptr_t)l.s & ~(uintptr_t)15);
+	const uint32_t nc = (uint32_t)(((uintptr_t)l.c & 15) + l.cb + 15) >> 4;
 	const uint32_t dst = buf + lane * TIER_PITCH;
-	roff[2 * lane] = (uint8_t)((uintptr_t)c & 15);
-	roff[2 * lane + 1] = (uint8_t)((uintptr_t)s & 15);
-	for (uint32_t j = 0; j < nc; j++)
-		cp_async16(dst + 16 * j, c0 + 16 * j);
+	roff[2 * lane] = (uint8_t)((uintptr_t)l.c & 15);
+	roff[2 * lane + 1] = (uint8_t)((uintptr_t)l.s & 15);
+	// nc <= 7: at most 88 code bytes from a misalignment of at most 15
+#pragma unroll
+	for (uint32_t j = 0; j < 7; j++)
+		if (j < nc)
+			cp_async16(dst + 16 * j, c0 + 16 * j);
 	cp_async16(dst + TIER_SCALE_AT, s0);
+	l.c += l.cb, l.s += 2;
 }
 
 // MMAs of one 32-weight unit: stage rows g, g+8 of tiles 0 and 1 times this
@@ -175,12 +247,27 @@ __device__ __forceinline__ void compute(const MoeParams &p, const Task &k, uint3
 		}
 	float blk[2][4] = {};
 	float cur[1][8], nxt[1][8];
-	act_load<1>(p, d, xr, have, k0 + 8 * t, cols, cur);
+	// A whole block inside the row (every block of the usual shapes): two
+	// 16-byte loads per unit, no bounds tests.  A lane without a token reads the
+	// tile's first token row (act_rows), whose sums are never stored.
+	const bool full = p.vec && k0 + 256 <= cols;
+	const float *xb = xr[0] + k0 + 8 * t;
+	auto load = [&](uint32_t u, float (&v)[1][8]) {
+		if (full) {
+			float4 a = __ldca(reinterpret_cast<const float4 *>(xb + 32 * u));
+			float4 c = __ldca(reinterpret_cast<const float4 *>(xb + 32 * u + 4));
+			v[0][0] = a.x, v[0][1] = a.y, v[0][2] = a.z, v[0][3] = a.w;
+			v[0][4] = c.x, v[0][5] = c.y, v[0][6] = c.z, v[0][7] = c.w;
+		} else {
+			act_load<1>(p, d, xr, have, k0 + u * 32 + 8 * t, cols, v);
+		}
+	};
+	load(0, cur);
 	auto step = [&](uint32_t u) {
 		uint32_t b[4];
 		pack_b(cur[0], b);
 		if (u < 7)
-			act_load<1>(p, d, xr, have, k0 + (u + 1) * 32 + 8 * t, cols, nxt);
+			load(u + 1, nxt);
 		unit_mma<F>(rc, 4 * u + t, b, blk);
 #pragma unroll
 		for (int i = 0; i < 8; i++)
@@ -234,10 +321,13 @@ __global__ void __launch_bounds__(32 * NW, 1) dec_kernel(const __grid_constant__
 		return __shfl_sync(0xffffffffu, v, 0);
 	};
 	Task ld, cp;
+	LaneRow lr = {};
 	uint32_t lseq = 0, cseq = 0;
 	ld.t = fetch();
-	if (ld.t < p.n_tasks)
+	if (ld.t < p.n_tasks) {
 		dtask_info(p, ld);
+		lr = lane_row(p, ld);
+	}
 	queue[0] = ld.t; // every lane writes the same value
 	lseq = 1;
 	auto advance_ld = [&]() {
@@ -246,13 +336,15 @@ __global__ void __launch_bounds__(32 * NW, 1) dec_kernel(const __grid_constant__
 			if (lane == 0)
 				queue[lseq % QLEN] = ld.t;
 			lseq++;
-			if (ld.t < p.n_tasks)
+			if (ld.t < p.n_tasks) {
 				dtask_info(p, ld);
+				lr = lane_row(p, ld);
+			}
 		}
 	};
 	for (int s = 0; s < NS - 1; s++) {
 		if (ld.t < p.n_tasks) {
-			issue(p, ld, sb0 + s * stage, roffs + s * G::ROFF);
+			issue(lr, sb0 + s * stage, roffs + s * G::ROFF);
 			advance_ld();
 		}
 		cp_commit();
@@ -268,11 +360,11 @@ __global__ void __launch_bounds__(32 * NW, 1) dec_kernel(const __grid_constant__
 		__syncwarp(); // every lane's copies of stage it are visible; stage it-1 is consumed
 		if (ld.t < p.n_tasks) {
 			uint32_t sl = (it + NS - 1) % NS;
-			issue(p, ld, sb0 + sl * stage, roffs + sl * G::ROFF);
+			issue(lr, sb0 + sl * stage, roffs + sl * G::ROFF);
 			advance_ld();
 		}
 		cp_commit();
-		if (cp.kc == 0) {
+		if (cp.kc == cp.kc0) {
 #pragma unroll
 			for (int m = 0; m < 2; m++)
 				acc[m][0] = acc[m][1] = acc[m][2] = acc[m][3] = 0.0f;
@@ -295,17 +387,7 @@ __global__ void __launch_bounds__(32 * NW, 1) dec_kernel(const __grid_constant__
 			const Slot &s = p.slot[cp.slot];
 			// c[.][0], c[.][1]: row g, tokens 2t, 2t+1; c[.][2], c[.][3]: row g+8.
 			if (!cp.down) {
-#pragma unroll
-				for (int i = 0; i < 4; i++) {
-					uint32_t row = cp.rt * (ROWS / 2) + g + 8 * (i >> 1), tl = cp.tt * TN + 2 * t + (i & 1);
-					float gv = acc[0][i], uv = acc[1][i];
-					if (row < p.inter && tl < s.ntok)
-						p.h[s.h_off + (uint64_t)tl * p.inter + row] = gv / (1.0f + expf(-gv)) * uv;
-				}
-				__threadfence();
-				__syncwarp();
-				if (lane == 0)
-					atomicAdd(p.sync + 1 + cp.slot, 1u);
+				gu_finish(p, cp, acc);
 			} else {
 #pragma unroll
 				for (int m = 0; m < 2; m++)

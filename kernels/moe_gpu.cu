@@ -78,6 +78,14 @@ struct MoeParams {
 	unsigned *sync;        // [0] CTAs done, [1 + s] gate|up tasks done of slot s
 	uint32_t hidden, inter, n_slots, n_gu_tasks, n_tasks, vec, tiers, l2pf;
 	uint32_t noguard;      // skip the fp16 overflow test (STRATA_MOE_GUARD=0, to measure its cost)
+	// Split-K of the warp-streaming decode kernel (moe_decode.cuh; 1 and 1 in
+	// the persistent kernel): a gate|up row is cut into sgu parts of kbg blocks,
+	// a down row into sdn parts of kbd blocks.  Partial gate|up sums meet in gus
+	// (2 x inter floats per assignment, at 2 x h_off; zero between launches),
+	// counted per unsplit gate|up task in gucnt (zero between launches).
+	uint32_t sgu, sdn, kbg, kbd;
+	float *gus;
+	unsigned *gucnt;
 	FmtTab tab[STRATA_FMT_COUNT];
 	Slot slot[STRATA_MOE_MAX_SLOTS];
 	uint32_t tok[STRATA_MOE_MAX_ASSIGN];
@@ -152,12 +160,15 @@ template <int NT, int MT, int NW = 8> struct Geo {
 struct Task {
 	uint32_t t, kc;        // task index, chunk index
 	uint32_t slot, down, rt, tt, nkc, fmt;
+	uint32_t part, kc0;    // split-K part (decode kernel) and its first chunk
 };
 
 // Task t of a launch (every slot's gate|up tasks, then every slot's down
-// tasks; rg / rd rows per gate|up / down task): its slot, format, row tile rt
-// and token tile tt; both decode kernels number their tasks this way.
-__device__ __forceinline__ void task_find(const MoeParams &p, uint32_t t, uint32_t rg, uint32_t rd, Task &k)
+// tasks; rg / rd rows per gate|up / down task, each cut into sg / sd split-K
+// parts, the part index innermost): its slot, format, row tile rt, token tile
+// tt and part; both decode kernels number their tasks this way.
+__device__ __forceinline__ void task_find(const MoeParams &p, uint32_t t, uint32_t rg, uint32_t rd, Task &k,
+					  uint32_t sg = 1, uint32_t sd = 1)
 {
 	k.down = t >= p.n_gu_tasks;
 	int lo = 0, hi = (int)p.n_slots - 1;
@@ -173,7 +184,10 @@ __device__ __forceinline__ void task_find(const MoeParams &p, uint32_t t, uint32
 	k.slot = lo;
 	k.fmt = s.fmt;
 	uint32_t local = t - (k.down ? s.dtask0 : s.task0);
+	const uint32_t sp = k.down ? sd : sg;
 	uint32_t nrt = k.down ? (p.hidden + rd - 1) / rd : (p.inter + rg - 1) / rg;
+	k.part = local % sp;
+	local /= sp;
 	k.tt = local / nrt;
 	k.rt = local % nrt;
 }
@@ -864,6 +878,13 @@ struct Ctx {
 	int dec_nw = -1, dec_ns = 0;
 	int dec_fnw = -1, dec_fns = 0; // strata_gpu_moe_set_decode (nw < 0: not forced)
 	uint32_t dec_attr = 0;
+	// Its split-K parts per row: 0 = as many as give every warp two tasks
+	// (STRATA_MOE_SPLIT=n or strata_gpu_moe_set_split(n): n parts at most).
+	uint32_t dec_split = 0, dec_fsplit = 0;
+	float *gus = nullptr;          // partial gate|up sums (MoeParams::gus)
+	size_t gus_cap = 0;            // floats
+	unsigned *gucnt = nullptr;     // parts done per unsplit gate|up task
+	size_t gucnt_cap = 0;
 	// Tiled prefill path (moe_prefill.cuh): experts with >= pf_min tokens
 	// (STRATA_MOE_PREFILL_MIN, default 17; STRATA_MOE_PREFILL=0: off).  17: the
 	// persistent kernel's 32-token tiles (17 .. 63 tokens) measured 1.3 - 7x
@@ -976,6 +997,8 @@ int ctx_init(struct strata_error *err)
 			g_ctx.dec_nw = -1;
 		else if (e && !strcmp(e, "12x4u"))
 			g_ctx.dec_ns = -4;
+		e = getenv("STRATA_MOE_SPLIT");
+		g_ctx.dec_split = e && atoi(e) > 0 ? (uint32_t)atoi(e) : 0;
 	}
 	if (!g_ctx.sync) {
 		int dev;
@@ -988,12 +1011,12 @@ int ctx_init(struct strata_error *err)
 	return STRATA_OK;
 }
 
-// Task list of a launch: every slot's gate|up tasks (rg rows x tn tokens),
-// then every slot's down tasks (rd rows); sets task0 / dtask0, n_gu_tasks and
-// n_tasks (returned).
-uint32_t layout_tasks(MoeParams *p, uint32_t rg, uint32_t rd, uint32_t tn)
+// Task list of a launch: every slot's gate|up tasks (rg rows x tn tokens,
+// sg split-K parts each), then every slot's down tasks (rd rows, sd parts);
+// sets task0 / dtask0, n_gu_tasks and n_tasks (returned).
+uint32_t layout_tasks(MoeParams *p, uint32_t rg, uint32_t rd, uint32_t tn, uint32_t sg = 1, uint32_t sd = 1)
 {
-	uint32_t nrt_gu = (p->inter + rg - 1) / rg, nrt_dn = (p->hidden + rd - 1) / rd, t = 0;
+	uint32_t nrt_gu = (p->inter + rg - 1) / rg * sg, nrt_dn = (p->hidden + rd - 1) / rd * sd, t = 0;
 	for (uint32_t s = 0; s < p->n_slots; s++) {
 		p->slot[s].task0 = t;
 		t += nrt_gu * ((p->slot[s].ntok + tn - 1) / tn);
@@ -1042,12 +1065,32 @@ template <int NW, int NS, bool UNROLL = false> int dec_launch(MoeParams *p, cuda
 	return STRATA_OK;
 }
 
+// Grow a zero-filled device array to n elements of T (kept zero between
+// launches by the kernel that uses it).
+template <class T> int grow_zeroed(T **buf, size_t *cap, size_t n, cudaStream_t st, struct strata_error *err)
+{
+	if (n <= *cap)
+		return STRATA_OK;
+	if (*buf) {
+		CU_TRY(err, cudaStreamSynchronize(st));
+		cudaFree(*buf);
+		*buf = nullptr, *cap = 0;
+	}
+	size_t c = n < (1u << 16) ? (1u << 16) : n;
+	CU_TRY(err, cudaMalloc(buf, c * sizeof(T)));
+	CU_TRY(err, cudaMemsetAsync(*buf, 0, c * sizeof(T), st));
+	*cap = c;
+	return STRATA_OK;
+}
+
 // Decode launches (<= 8 tokens per expert): the warp-streaming kernel when
-// every expert is in a tier format and there are at least two tasks per warp
-// (a task is one warp's: fewer, e.g. Qwen3-30B-A3B's 8 experts, leave warps
-// idle and the persistent kernel, which splits a task's row over 16 warps, is
-// faster: 33 vs 70 us per layer, measured).  1 when it ran (*rc its result),
-// 0 when the persistent kernel should run instead.
+// every expert is in a tier format.  A task is one warp's, so a launch with
+// few tasks (Qwen3-30B-A3B's 8 experts: 896 tasks for 1584 warps) cuts its
+// rows into split-K parts until every warp has two tasks (at most one part
+// per 256-weight block); if that still leaves warps idle, the persistent
+// kernel (which splits a task's row over 16 warps) runs instead.  1 when the
+// warp-streaming kernel ran (*rc its result), 0 when the persistent kernel
+// should run.
 int run_dec(MoeParams *p, cudaStream_t st, struct strata_error *err, int *rc)
 {
 	for (uint32_t s = 0; s < p->n_slots; s++)
@@ -1059,9 +1102,26 @@ int run_dec(MoeParams *p, cudaStream_t st, struct strata_error *err, int *rc)
 		return 0;
 	if (nw < 0)
 		nw = 12, ns = 4;
+	const uint32_t warps = (uint32_t)nw * (uint32_t)g_ctx.sms;
+	const uint32_t nbg = (p->hidden + 255) / 256, nbd = (p->inter + 255) / 256;
 	uint32_t t = layout_tasks(p, dec::ROWS / 2, dec::ROWS, dec::TN);
-	if (!forced && t < 2u * (uint32_t)nw * (uint32_t)g_ctx.sms)
+	uint32_t split = g_ctx.dec_fsplit ? g_ctx.dec_fsplit : g_ctx.dec_split;
+	if (!split)
+		split = t >= 2 * warps ? 1 : (2 * warps + t - 1) / t;
+	p->kbg = (nbg + (split < nbg ? split : nbg) - 1) / (split < nbg ? split : nbg);
+	p->kbd = (nbd + (split < nbd ? split : nbd) - 1) / (split < nbd ? split : nbd);
+	p->sgu = (nbg + p->kbg - 1) / p->kbg, p->sdn = (nbd + p->kbd - 1) / p->kbd;
+	t = layout_tasks(p, dec::ROWS / 2, dec::ROWS, dec::TN, p->sgu, p->sdn);
+	if (!forced && t < warps)
 		return 0;
+	if (p->sgu > 1) {
+		const Slot &l = p->slot[p->n_slots - 1];
+		size_t need = 2 * ((size_t)l.h_off + (size_t)l.ntok * p->inter);
+		if ((*rc = grow_zeroed(&g_ctx.gus, &g_ctx.gus_cap, need, st, err)) ||
+		    (*rc = grow_zeroed(&g_ctx.gucnt, &g_ctx.gucnt_cap, p->n_gu_tasks / p->sgu, st, err)))
+			return 1;
+	}
+	p->gus = g_ctx.gus, p->gucnt = g_ctx.gucnt;
 	if (nw == 12 && ns == -4)
 		*rc = dec_launch<12, 4, true>(p, st, 5, err);
 	else if (nw == 8 && ns == 4)
@@ -1451,6 +1511,13 @@ extern "C" void strata_gpu_moe_set_decode(int nw, int ns)
 {
 	pthread_mutex_lock(&g_ctx.mu);
 	g_ctx.dec_fnw = nw, g_ctx.dec_fns = ns;
+	pthread_mutex_unlock(&g_ctx.mu);
+}
+
+extern "C" void strata_gpu_moe_set_split(uint32_t parts)
+{
+	pthread_mutex_lock(&g_ctx.mu);
+	g_ctx.dec_fsplit = parts;
 	pthread_mutex_unlock(&g_ctx.mu);
 }
 

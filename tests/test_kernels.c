@@ -435,7 +435,9 @@ static void test_moe_outliers(void **state)
 /* Every variant of the warp-streaming decode kernel (warps x stages; forced,
  * so also on shapes too small for it to pay), and the persistent kernel
  * forced for decode (0), on tier-only decode cases: partial 16-row gate|up
- * and 32-row down tasks, padded rows, several token tiles. */
+ * and 32-row down tasks, padded rows, several token tiles.  Each variant runs
+ * with the default split-K (these small launches: one part per block), with
+ * no split and with at most 3 parts (unequal parts: 8 blocks as 3 + 3 + 2). */
 static void test_moe_decode_variants(void **state)
 {
 	if (!test_have_gpu("test_moe_decode_variants"))
@@ -449,13 +451,17 @@ static void test_moe_decode_variants(void **state)
 		/* bf16 in the launch: the persistent kernel whatever the variant */
 		{ "var-mixed", -2, 768, 288, 8, 9, 3, 0 },
 	};
-	for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
-		printf("decode variant %dx%d\n", v[i][0], v[i][1]);
-		strata_gpu_moe_set_decode(v[i][0], v[i][1]);
-		for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++)
-			run_moe_case(&cases[c]);
-	}
+	static const uint32_t split[] = { 0, 1, 3 };
+	for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++)
+		for (size_t j = 0; j < (v[i][0] ? 3u : 1u); j++) {
+			printf("decode variant %dx%d, split %u\n", v[i][0], v[i][1], split[j]);
+			strata_gpu_moe_set_decode(v[i][0], v[i][1]);
+			strata_gpu_moe_set_split(split[j]);
+			for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++)
+				run_moe_case(&cases[c]);
+		}
 	strata_gpu_moe_set_decode(-1, 0);
+	strata_gpu_moe_set_split(0);
 }
 
 /* fp16 range guard: activations beyond the fp16 range (and rows whose

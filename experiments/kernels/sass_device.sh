@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Instruction anatomy of the decode kernels: the SASS of every dec_kernel
+# instance (cuobjdump) and ncu's executed-instruction mix per opcode on one
+# Kimi T=1 layer per format in PROFILE_FMTS (default "hot cold").
+# Files go to $OUT/sass.tar.gz.
+#   source .device/setup.sh && bash experiments/kernels/sass_device.sh
+set -u
+out=${OUT:-out}
+d=$(mktemp -d)
+mkdir -p "$out"
+trap 'tar -czf "$out/sass.tar.gz" -C "$d" .' EXIT
+scons -Q -j16 mode=release build/release/bench/bench_kernels >"$d/build.log" 2>&1 || { tail -30 "$d/build.log"; exit 1; }
+obj=$(find build/release -name 'moe_gpu*.o' | head -1)
+cuobjdump -sass "$obj" >"$d/moe_gpu.sass" 2>&1
+echo "sass: $(wc -l <"$d/moe_gpu.sass") lines from $obj"
+for f in ${PROFILE_FMTS:-hot cold}; do
+	timeout 200 ncu --clock-control none --kernel-name regex:dec_kernel --launch-skip 3 --launch-count 1 \
+		--section InstructionStats --section WarpStateStats --section SpeedOfLight --print-details all \
+		--metrics smsp__inst_executed.sum,smsp__issue_active.avg.pct_of_peak_sustained_active,sass__inst_executed_per_opcode \
+		./build/release/bench/bench_kernels --profile $f >"$d/ncu_$f.txt" 2>&1
+	echo "== ncu $f exit $?"
+	grep -E "Duration|inst_executed.sum|issue_active" "$d/ncu_$f.txt" | sed 's/  */ /g'
+done
