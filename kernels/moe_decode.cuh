@@ -35,7 +35,7 @@
 namespace dec {
 
 constexpr int ROWS = 32;                   // weight rows per task (two 16-row MMA tiles)
-constexpr int TN = 8;                      // tokens per task
+constexpr int TN = 8;                      // tokens per MMA tile; a task has NT tiles (1 or 2)
 constexpr uint32_t TIER_PITCH = 144, TIER_SCALE_AT = 112;
 constexpr uint32_t STAGE = ROWS * TIER_PITCH;
 constexpr uint32_t FETCH = 1 + STRATA_MOE_MAX_SLOTS; // p.sync index of the task counter
@@ -62,50 +62,53 @@ __device__ __forceinline__ void dtask_info(const MoeParams &p, Task &k)
 	k.nkc = min(k.kc0 + kb, nb);
 }
 
-// End of a gate|up task: h = silu(gate) * up of its rows x tokens
-// (c[0][i] gate, c[1][i] up: rows g, g+8, tokens 2t, 2t+1), then the slot's
-// count of finished gate|up tasks.  Split-K: every part adds its partial sums
-// to gus; the part that completes the count reads them back, writes h, puts
-// gus and the count back to zero for the next launch and counts the task.
-__device__ __forceinline__ void gu_finish(const MoeParams &p, const Task &k, const float (&c)[2][4])
+// End of a gate|up task: h = silu(gate) * up of its rows x tokens (c[n][0][i]
+// gate, c[n][1][i] up: rows g, g+8, tokens 8n + 2t, 8n + 2t + 1 of the task's
+// tile), then the slot's count of finished gate|up tasks.  Split-K: every part
+// adds its partial sums to gus; the part that completes the count reads them
+// back, writes h, puts gus and the count back to zero for the next launch and
+// counts the task.
+template <int NT> __device__ __forceinline__ void gu_finish(const MoeParams &p, const Task &k, const float (&c)[NT][2][4])
 {
 	const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 	const Slot &s = p.slot[k.slot];
-	float gv[4], uv[4];
-	bool last = true;
+	auto at = [&](int n, int i, uint32_t &row, uint32_t &tl) {
+		row = k.rt * (ROWS / 2) + g + 8 * (i >> 1), tl = k.tt * TN * NT + 8 * n + 2 * t + (i & 1);
+		return row < p.inter && tl < s.ntok;
+	};
+	uint32_t row, tl;
 	if (p.sgu > 1) {
 #pragma unroll
-		for (int i = 0; i < 4; i++) {
-			uint32_t row = k.rt * (ROWS / 2) + g + 8 * (i >> 1), tl = k.tt * TN + 2 * t + (i & 1);
-			if (row < p.inter && tl < s.ntok) {
-				float *gu = p.gus + 2 * ((uint64_t)s.h_off + (uint64_t)tl * p.inter) + row;
-				atomicAdd(gu, c[0][i]);
-				atomicAdd(gu + p.inter, c[1][i]);
-			}
-		}
+		for (int n = 0; n < NT; n++)
+#pragma unroll
+			for (int i = 0; i < 4; i++)
+				if (at(n, i, row, tl)) {
+					float *gu = p.gus + 2 * ((uint64_t)s.h_off + (uint64_t)tl * p.inter) + row;
+					atomicAdd(gu, c[n][0][i]);
+					atomicAdd(gu + p.inter, c[n][1][i]);
+				}
 		__threadfence();
 		__syncwarp();
 		uint32_t done = 0;
 		if (lane == 0)
 			done = atomicAdd(p.gucnt + k.t / p.sgu, 1u);
-		last = __shfl_sync(0xffffffffu, done, 0) == p.sgu - 1;
-		if (!last)
+		if (__shfl_sync(0xffffffffu, done, 0) != p.sgu - 1)
 			return;
 		__threadfence();
 	}
 #pragma unroll
-	for (int i = 0; i < 4; i++) {
-		uint32_t row = k.rt * (ROWS / 2) + g + 8 * (i >> 1), tl = k.tt * TN + 2 * t + (i & 1);
-		gv[i] = c[0][i], uv[i] = c[1][i];
-		if (row < p.inter && tl < s.ntok) {
-			if (p.sgu > 1) {
-				float *gu = p.gus + 2 * ((uint64_t)s.h_off + (uint64_t)tl * p.inter) + row;
-				gv[i] = __ldcg(gu), uv[i] = __ldcg(gu + p.inter);
-				gu[0] = gu[p.inter] = 0.0f;
+	for (int n = 0; n < NT; n++)
+#pragma unroll
+		for (int i = 0; i < 4; i++)
+			if (at(n, i, row, tl)) {
+				float gv = c[n][0][i], uv = c[n][1][i];
+				if (p.sgu > 1) {
+					float *gu = p.gus + 2 * ((uint64_t)s.h_off + (uint64_t)tl * p.inter) + row;
+					gv = __ldcg(gu), uv = __ldcg(gu + p.inter);
+					gu[0] = gu[p.inter] = 0.0f;
+				}
+				p.h[s.h_off + (uint64_t)tl * p.inter + row] = gv / (1.0f + expf(-gv)) * uv;
 			}
-			p.h[s.h_off + (uint64_t)tl * p.inter + row] = gv[i] / (1.0f + expf(-gv[i])) * uv[i];
-		}
-	}
 	if (p.sgu > 1 && lane == 0)
 		p.gucnt[k.t / p.sgu] = 0;
 	__threadfence();
@@ -176,19 +179,23 @@ __device__ __forceinline__ void issue(LaneRow &l, uint32_t buf, uint8_t *roff)
 	l.c += l.cb, l.s += 2;
 }
 
-// MMAs of one 32-weight unit: stage rows g, g+8 of tiles 0 and 1 times this
-// lane's packed activations, into c[2][4].
-template <class F>
-__device__ __forceinline__ void unit_mma(const uint32_t (&rc)[2][2], uint32_t j, const uint32_t (&b)[4],
-					 float (&c)[2][4])
+// MMAs of one 32-weight unit: stage rows g, g+8 of tiles 0 and 1 (decoded
+// once) times this lane's packed activations of each 8-token tile n, into
+// c[n][2][4].
+template <class F, int NT>
+__device__ __forceinline__ void unit_mma(const uint32_t (&rc)[2][2], uint32_t j, const uint32_t (&b)[NT][4],
+					 float (&c)[NT][2][4])
 {
 #pragma unroll
 	for (int m = 0; m < 2; m++) {
 		uint32_t a[2][4];
 		F::decode8(rc[m][0], 0, j, 0, a[0]);
 		F::decode8(rc[m][1], 0, j, 0, a[1]);
-		mma_bf16<F::F16>(c[m], a[0][0], a[1][0], a[0][1], a[1][1], b[0], b[1]);
-		mma_bf16<F::F16>(c[m], a[0][2], a[1][2], a[0][3], a[1][3], b[2], b[3]);
+#pragma unroll
+		for (int n = 0; n < NT; n++) {
+			mma_bf16<F::F16>(c[n][m], a[0][0], a[1][0], a[0][1], a[1][1], b[n][0], b[n][1]);
+			mma_bf16<F::F16>(c[n][m], a[0][2], a[1][2], a[0][3], a[1][3], b[n][2], b[n][3]);
+		}
 	}
 }
 
@@ -196,45 +203,51 @@ __device__ __forceinline__ void unit_mma(const uint32_t (&rc)[2][2], uint32_t j,
 // token's activations are scaled by 2^-e (e >= 0 from the token's largest
 // magnitude among the unit's 32 columns, so the fp16 values stay below 2^14)
 // and that unit's sums scaled back by 2^e.
-template <class F>
-__device__ __forceinline__ void block_redo(const MoeParams &p, bool d, const float *const (&xr)[1],
-					const bool (&have)[1], uint32_t k0, uint32_t cols,
-					const uint32_t (&rc)[2][2], float (&blk)[2][4])
+template <class F, int NT>
+__device__ __forceinline__ void block_redo(const MoeParams &p, bool d, const float *const (&xr)[NT],
+					const bool (&have)[NT], uint32_t k0, uint32_t cols,
+					const uint32_t (&rc)[2][2], float (&blk)[NT][2][4])
 {
 	const int lane = threadIdx.x & 31, t = lane & 3;
-#pragma unroll
-	for (int m = 0; m < 2; m++)
-		blk[m][0] = blk[m][1] = blk[m][2] = blk[m][3] = 0.0f;
 	for (uint32_t u = 0; u < 8; u++) {
-		float x[1][8];
-		act_load<1>(p, d, xr, have, k0 + u * 32 + 8 * t, cols, x);
-		int e = unit_exp(x[0]);
-		uint32_t b[4];
-		pack_b(x[0], b, ldexpf(1.0f, -e));
-		float c[2][4] = {};
-		unit_mma<F>(rc, 4 * u + t, b, c);
-		float cm[2];
-		col_mul(e, t, cm);
-		const float s0 = cm[0], s1 = cm[1];
+		float x[NT][8];
+		act_load<NT>(p, d, xr, have, k0 + u * 32 + 8 * t, cols, x);
+		int e[NT];
+		uint32_t b[NT][4];
+		float c[NT][2][4] = {};
 #pragma unroll
-		for (int m = 0; m < 2; m++) {
-			blk[m][0] += s0 * c[m][0], blk[m][1] += s1 * c[m][1];
-			blk[m][2] += s0 * c[m][2], blk[m][3] += s1 * c[m][3];
+		for (int n = 0; n < NT; n++) {
+			e[n] = unit_exp(x[n]);
+			pack_b(x[n], b[n], ldexpf(1.0f, -e[n]));
+		}
+		unit_mma<F, NT>(rc, 4 * u + t, b, c);
+#pragma unroll
+		for (int n = 0; n < NT; n++) {
+			float cm[2];
+			col_mul(e[n], t, cm);
+#pragma unroll
+			for (int m = 0; m < 2; m++) {
+				if (u == 0)
+					blk[n][m][0] = blk[n][m][1] = blk[n][m][2] = blk[n][m][3] = 0.0f;
+				blk[n][m][0] += cm[0] * c[n][m][0], blk[n][m][1] += cm[1] * c[n][m][1];
+				blk[n][m][2] += cm[0] * c[n][m][2], blk[n][m][3] += cm[1] * c[n][m][3];
+			}
 		}
 	}
 }
 
-// One stage of task k (at shared offset sbuf, misalignments roff): acc += its product.
-template <class F, bool UNROLL>
+// One stage of task k (at shared offset sbuf, misalignments roff): acc += its
+// product, for the task's NT tiles of 8 tokens.
+template <class F, bool UNROLL, int NT>
 __device__ __forceinline__ void compute(const MoeParams &p, const Task &k, uint32_t sbuf, const uint8_t *roff,
-					float (&acc)[2][4])
+					float (&acc)[NT][2][4])
 {
 	const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 	const uint32_t d = k.down, cols = d ? p.inter : p.hidden;
 	const Slot &s = p.slot[k.slot];
-	const float *xr[1];
-	bool have[1];
-	act_rows<1, TN>(p, k, s, g, xr, have);
+	const float *xr[NT];
+	bool have[NT];
+	act_rows<NT, TN * NT>(p, k, s, g, xr, have);
 	const uint32_t k0 = k.kc * 256;
 	uint32_t rc[2][2], rs[2][2];
 #pragma unroll
@@ -245,33 +258,41 @@ __device__ __forceinline__ void compute(const MoeParams &p, const Task &k, uint3
 			rc[m][h] = sbuf + i * TIER_PITCH + roff[2 * i];
 			rs[m][h] = sbuf + i * TIER_PITCH + TIER_SCALE_AT + roff[2 * i + 1];
 		}
-	float blk[2][4] = {};
-	float cur[1][8], nxt[1][8];
+	float blk[NT][2][4] = {};
+	float cur[NT][8], nxt[NT][8];
 	// A whole block inside the row (every block of the usual shapes): two
-	// 16-byte loads per unit, no bounds tests.  A lane without a token reads the
-	// tile's first token row (act_rows), whose sums are never stored.
+	// 16-byte loads per unit and token tile, no bounds tests.  A lane without a
+	// token reads the tile's first token row (act_rows), whose sums are never
+	// stored.
 	const bool full = p.vec && k0 + 256 <= cols;
-	const float *xb = xr[0] + k0 + 8 * t;
-	auto load = [&](uint32_t u, float (&v)[1][8]) {
+	auto load = [&](uint32_t u, float (&v)[NT][8]) {
 		if (full) {
-			float4 a = __ldca(reinterpret_cast<const float4 *>(xb + 32 * u));
-			float4 c = __ldca(reinterpret_cast<const float4 *>(xb + 32 * u + 4));
-			v[0][0] = a.x, v[0][1] = a.y, v[0][2] = a.z, v[0][3] = a.w;
-			v[0][4] = c.x, v[0][5] = c.y, v[0][6] = c.z, v[0][7] = c.w;
+#pragma unroll
+			for (int n = 0; n < NT; n++) {
+				const float *xb = xr[n] + k0 + 8 * t + 32 * u;
+				float4 a = __ldca(reinterpret_cast<const float4 *>(xb));
+				float4 c = __ldca(reinterpret_cast<const float4 *>(xb + 4));
+				v[n][0] = a.x, v[n][1] = a.y, v[n][2] = a.z, v[n][3] = a.w;
+				v[n][4] = c.x, v[n][5] = c.y, v[n][6] = c.z, v[n][7] = c.w;
+			}
 		} else {
-			act_load<1>(p, d, xr, have, k0 + u * 32 + 8 * t, cols, v);
+			act_load<NT>(p, d, xr, have, k0 + u * 32 + 8 * t, cols, v);
 		}
 	};
 	load(0, cur);
 	auto step = [&](uint32_t u) {
-		uint32_t b[4];
-		pack_b(cur[0], b);
+		uint32_t b[NT][4];
+#pragma unroll
+		for (int n = 0; n < NT; n++)
+			pack_b(cur[n], b[n]);
 		if (u < 7)
 			load(u + 1, nxt);
-		unit_mma<F>(rc, 4 * u + t, b, blk);
+		unit_mma<F, NT>(rc, 4 * u + t, b, blk);
 #pragma unroll
-		for (int i = 0; i < 8; i++)
-			cur[0][i] = nxt[0][i];
+		for (int n = 0; n < NT; n++)
+#pragma unroll
+			for (int i = 0; i < 8; i++)
+				cur[n][i] = nxt[n][i];
 	};
 	// UNROLL: all 8 units in one straight line (more registers, more overlap
 	// between one unit's decode and the previous unit's MMAs).
@@ -286,23 +307,28 @@ __device__ __forceinline__ void compute(const MoeParams &p, const Task &k, uint3
 	}
 	bool bad = false;
 #pragma unroll
-	for (int m = 0; m < 2; m++)
+	for (int n = 0; n < NT; n++)
 #pragma unroll
-		for (int i = 0; i < 4; i++)
-			bad |= !isfinite(blk[m][i]);
+		for (int m = 0; m < 2; m++)
+#pragma unroll
+			for (int i = 0; i < 4; i++)
+				bad |= !isfinite(blk[n][m][i]);
 	if (__any_sync(0xffffffffu, bad))
-		block_redo<F>(p, d, xr, have, k0, cols, rc, blk);
+		block_redo<F, NT>(p, d, xr, have, k0, cols, rc, blk);
 #pragma unroll
 	for (int m = 0; m < 2; m++) {
 		float s0 = F::scale(rs[m][0]), s1 = F::scale(rs[m][1]);
-		acc[m][0] = fmaf(s0, blk[m][0], acc[m][0]);
-		acc[m][1] = fmaf(s0, blk[m][1], acc[m][1]);
-		acc[m][2] = fmaf(s1, blk[m][2], acc[m][2]);
-		acc[m][3] = fmaf(s1, blk[m][3], acc[m][3]);
+#pragma unroll
+		for (int n = 0; n < NT; n++) {
+			acc[n][m][0] = fmaf(s0, blk[n][m][0], acc[n][m][0]);
+			acc[n][m][1] = fmaf(s0, blk[n][m][1], acc[n][m][1]);
+			acc[n][m][2] = fmaf(s1, blk[n][m][2], acc[n][m][2]);
+			acc[n][m][3] = fmaf(s1, blk[n][m][3], acc[n][m][3]);
+		}
 	}
 }
 
-template <int NW, int NS, bool UNROLL>
+template <int NW, int NS, bool UNROLL, int NT>
 __global__ void __launch_bounds__(32 * NW, 1) dec_kernel(const __grid_constant__ MoeParams p)
 {
 	using G = DGeo<NW, NS>;
@@ -354,7 +380,7 @@ __global__ void __launch_bounds__(32 * NW, 1) dec_kernel(const __grid_constant__
 	cseq = 1;
 	if (cp.t < p.n_tasks)
 		dtask_info(p, cp);
-	float acc[2][4];
+	float acc[NT][2][4];
 	for (uint32_t it = 0; cp.t < p.n_tasks; it++) {
 		cp_wait<NS - 2>();
 		__syncwarp(); // every lane's copies of stage it are visible; stage it-1 is consumed
@@ -366,11 +392,13 @@ __global__ void __launch_bounds__(32 * NW, 1) dec_kernel(const __grid_constant__
 		cp_commit();
 		if (cp.kc == cp.kc0) {
 #pragma unroll
-			for (int m = 0; m < 2; m++)
-				acc[m][0] = acc[m][1] = acc[m][2] = acc[m][3] = 0.0f;
+			for (int n = 0; n < NT; n++)
+#pragma unroll
+				for (int m = 0; m < 2; m++)
+					acc[n][m][0] = acc[n][m][1] = acc[n][m][2] = acc[n][m][3] = 0.0f;
 			if (cp.down) {
 				const Slot &s = p.slot[cp.slot];
-				uint32_t need = (p.inter + ROWS / 2 - 1) / (ROWS / 2) * ((s.ntok + TN - 1) / TN);
+				uint32_t need = (p.inter + ROWS / 2 - 1) / (ROWS / 2) * ((s.ntok + TN * NT - 1) / (TN * NT));
 				if (lane == 0)
 					while (ld_acquire(p.sync + 1 + cp.slot) < need)
 						__nanosleep(64);
@@ -380,25 +408,27 @@ __global__ void __launch_bounds__(32 * NW, 1) dec_kernel(const __grid_constant__
 		const uint32_t sl = it % NS;
 		const uint32_t sbuf = wbase + sl * stage;
 		switch (cp.fmt) {
-		STRATA_TIER_CASES((compute<F, UNROLL>(p, cp, sbuf, roffs + sl * G::ROFF, acc)))
+		STRATA_TIER_CASES((compute<F, UNROLL, NT>(p, cp, sbuf, roffs + sl * G::ROFF, acc)))
 		default: break;
 		}
 		if (++cp.kc == cp.nkc) {
 			const Slot &s = p.slot[cp.slot];
 			// c[.][0], c[.][1]: row g, tokens 2t, 2t+1; c[.][2], c[.][3]: row g+8.
 			if (!cp.down) {
-				gu_finish(p, cp, acc);
+				gu_finish<NT>(p, cp, acc);
 			} else {
 #pragma unroll
-				for (int m = 0; m < 2; m++)
+				for (int n = 0; n < NT; n++)
 #pragma unroll
-					for (int i = 0; i < 4; i++) {
-						uint32_t row = cp.rt * ROWS + 16 * m + g + 8 * (i >> 1);
-						uint32_t tl = cp.tt * TN + 2 * t + (i & 1);
-						if (row < p.hidden && tl < s.ntok)
-							atomicAdd(p.y + (uint64_t)p.tok[s.a0 + tl] * p.hidden + row,
-								  p.w[s.a0 + tl] * acc[m][i]);
-					}
+					for (int m = 0; m < 2; m++)
+#pragma unroll
+						for (int i = 0; i < 4; i++) {
+							uint32_t row = cp.rt * ROWS + 16 * m + g + 8 * (i >> 1);
+							uint32_t tl = cp.tt * TN * NT + 8 * n + 2 * t + (i & 1);
+							if (row < p.hidden && tl < s.ntok)
+								atomicAdd(p.y + (uint64_t)p.tok[s.a0 + tl] * p.hidden + row,
+									  p.w[s.a0 + tl] * acc[n][m][i]);
+						}
 			}
 			__syncwarp();
 			cp.t = queue[cseq % QLEN];

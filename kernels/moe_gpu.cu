@@ -881,6 +881,7 @@ struct Ctx {
 	// Its split-K parts per row: 0 = as many as give every warp two tasks
 	// (STRATA_MOE_SPLIT=n or strata_gpu_moe_set_split(n): n parts at most).
 	uint32_t dec_split = 0, dec_fsplit = 0;
+	int dec16 = 1; // two-tile tasks for 9 - 16 tokens (STRATA_MOE_DEC16=0: persistent kernel)
 	float *gus = nullptr;          // partial gate|up sums (MoeParams::gus)
 	size_t gus_cap = 0;            // floats
 	unsigned *gucnt = nullptr;     // parts done per unsplit gate|up task
@@ -997,6 +998,8 @@ int ctx_init(struct strata_error *err)
 			g_ctx.dec_nw = -1;
 		else if (e && !strcmp(e, "12x4u"))
 			g_ctx.dec_ns = -4;
+		e = getenv("STRATA_MOE_DEC16");
+		g_ctx.dec16 = !(e && !strcmp(e, "0"));
 		e = getenv("STRATA_MOE_SPLIT");
 		g_ctx.dec_split = e && atoi(e) > 0 ? (uint32_t)atoi(e) : 0;
 	}
@@ -1049,18 +1052,19 @@ int launch(MoeParams *p, cudaStream_t st, int variant, struct strata_error *err)
 
 // The warp-streaming decode kernel <NW warps, NS stages> (moe_decode.cuh),
 // tasks already laid out by run_dec.
-template <int NW, int NS, bool UNROLL = false> int dec_launch(MoeParams *p, cudaStream_t st, int bit, struct strata_error *err)
+template <int NW, int NS, bool UNROLL = false, int NT = 1>
+int dec_launch(MoeParams *p, cudaStream_t st, int bit, struct strata_error *err)
 {
 	using G = dec::DGeo<NW, NS>;
 	if (!(g_ctx.dec_attr & (1u << bit))) {
-		CU_TRY(err, cudaFuncSetAttribute(dec::dec_kernel<NW, NS, UNROLL>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-						 (int)G::SMEM));
+		CU_TRY(err, cudaFuncSetAttribute(dec::dec_kernel<NW, NS, UNROLL, NT>,
+						 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)G::SMEM));
 		g_ctx.dec_attr |= 1u << bit;
 	}
 	uint32_t grid = (p->n_tasks + NW - 1) / NW;
 	if (grid > (uint32_t)g_ctx.sms)
 		grid = (uint32_t)g_ctx.sms;
-	dec::dec_kernel<NW, NS, UNROLL><<<grid, 32 * NW, G::SMEM, st>>>(*p);
+	dec::dec_kernel<NW, NS, UNROLL, NT><<<grid, 32 * NW, G::SMEM, st>>>(*p);
 	CU_TRY(err, cudaGetLastError());
 	return STRATA_OK;
 }
@@ -1083,35 +1087,38 @@ template <class T> int grow_zeroed(T **buf, size_t *cap, size_t n, cudaStream_t 
 	return STRATA_OK;
 }
 
-// Decode launches (<= 8 tokens per expert): the warp-streaming kernel when
-// every expert is in a tier format.  A task is one warp's, so a launch with
+// Decode launches (<= 16 tokens per expert): the warp-streaming kernel when
+// every expert is in a tier format; tasks of one 8-token tile, or of two
+// (<12, 4> only; decoded once for both) when an expert has 9 - 16 tokens
+// (STRATA_MOE_DEC16=0: those stay on the persistent kernel).  A task is one warp's, so a launch with
 // few tasks (Qwen3-30B-A3B's 8 experts: 896 tasks for 1584 warps) cuts its
 // rows into split-K parts until every warp has two tasks (at most one part
 // per 256-weight block); if that still leaves warps idle, the persistent
 // kernel (which splits a task's row over 16 warps) runs instead.  1 when the
 // warp-streaming kernel ran (*rc its result), 0 when the persistent kernel
 // should run.
-int run_dec(MoeParams *p, cudaStream_t st, struct strata_error *err, int *rc)
+int run_dec(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_error *err, int *rc)
 {
 	for (uint32_t s = 0; s < p->n_slots; s++)
 		if (p->slot[s].fmt < STRATA_FMT_HOT || p->slot[s].fmt > STRATA_FMT_COLD)
 			return 0;
 	const bool forced = g_ctx.dec_fnw >= 0;
 	int nw = forced ? g_ctx.dec_fnw : g_ctx.dec_nw, ns = forced ? g_ctx.dec_fns : g_ctx.dec_ns;
-	if (!nw)
+	const int nt = maxtok <= dec::TN ? 1 : 2;
+	if (!nw || (nt == 2 && !g_ctx.dec16))
 		return 0;
-	if (nw < 0)
+	if (nw < 0 || nt == 2)
 		nw = 12, ns = 4;
 	const uint32_t warps = (uint32_t)nw * (uint32_t)g_ctx.sms;
 	const uint32_t nbg = (p->hidden + 255) / 256, nbd = (p->inter + 255) / 256;
-	uint32_t t = layout_tasks(p, dec::ROWS / 2, dec::ROWS, dec::TN);
+	uint32_t t = layout_tasks(p, dec::ROWS / 2, dec::ROWS, dec::TN * nt);
 	uint32_t split = g_ctx.dec_fsplit ? g_ctx.dec_fsplit : g_ctx.dec_split;
 	if (!split)
 		split = t >= 2 * warps ? 1 : (2 * warps + t - 1) / t;
 	p->kbg = (nbg + (split < nbg ? split : nbg) - 1) / (split < nbg ? split : nbg);
 	p->kbd = (nbd + (split < nbd ? split : nbd) - 1) / (split < nbd ? split : nbd);
 	p->sgu = (nbg + p->kbg - 1) / p->kbg, p->sdn = (nbd + p->kbd - 1) / p->kbd;
-	t = layout_tasks(p, dec::ROWS / 2, dec::ROWS, dec::TN, p->sgu, p->sdn);
+	t = layout_tasks(p, dec::ROWS / 2, dec::ROWS, dec::TN * nt, p->sgu, p->sdn);
 	if (!forced && t < warps)
 		return 0;
 	if (p->sgu > 1) {
@@ -1122,7 +1129,9 @@ int run_dec(MoeParams *p, cudaStream_t st, struct strata_error *err, int *rc)
 			return 1;
 	}
 	p->gus = g_ctx.gus, p->gucnt = g_ctx.gucnt;
-	if (nw == 12 && ns == -4)
+	if (nt == 2)
+		*rc = dec_launch<12, 4, false, 2>(p, st, 6, err);
+	else if (nw == 12 && ns == -4)
 		*rc = dec_launch<12, 4, true>(p, st, 5, err);
 	else if (nw == 8 && ns == 4)
 		*rc = dec_launch<8, 4>(p, st, 0, err);
@@ -1159,7 +1168,7 @@ int run_launch(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_err
 	if (g_ctx.poison)
 		CU_TRY(err, cudaMemsetAsync(g_ctx.h, 0xff, (size_t)hfl * sizeof(float), st));
 	int rc = 0;
-	if (maxtok <= 8 && run_dec(p, st, err, &rc))
+	if (maxtok <= 2 * dec::TN && run_dec(p, maxtok, st, err, &rc))
 		return rc;
 	// 8 warps on 64-row stages; token tiles of 8, 16 or (prefill) 32 tokens.
 	// (16 warps on 32-row stages, <1, 2, 16> and <2, 2, 16>, compile to 96/128

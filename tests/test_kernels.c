@@ -419,7 +419,8 @@ static void test_moe_outliers(void **state)
 		{ "big-tiers-8", -3, 1024, 320, 8, 12, 4, 0 },
 		{ "big-mixed-8", -2, 1024, 320, 8, 12, 4, 0 },
 		{ "big-cold-rows", STRATA_FMT_COLD, 520, 200, 3, 3, 2, 0 },
-		/* 9..63 tokens per expert: the persistent kernel's 16- and 32-token tiles */
+		/* 9..16 tokens per expert: the warp-streaming kernel's two-tile tasks,
+		 * then the persistent kernel's 16-token tiles; 17..63: its 32-token tiles */
 		{ "big-hot-12", STRATA_FMT_HOT, 1024, 512, 12, 2, 2, UINT32_MAX },
 		{ "big-warm-40", STRATA_FMT_WARM, 768, 384, 40, 2, 1, UINT32_MAX },
 	};
@@ -450,6 +451,11 @@ static void test_moe_decode_variants(void **state)
 		{ "var-warm-7", STRATA_FMT_WARM, 2048, 768, 7, 8, 2, 0 },
 		/* bf16 in the launch: the persistent kernel whatever the variant */
 		{ "var-mixed", -2, 768, 288, 8, 9, 3, 0 },
+		/* 9..16 tokens per expert: tasks of two 8-token tiles (12 x 4 whatever
+		 * the variant, but for 0) */
+		{ "var16-hot", STRATA_FMT_HOT, 1024, 512, 16, 2, 2, 0 },
+		{ "var16-tiers", -3, 768, 288, 12, 4, 3, 0 },
+		{ "var16-cold-rows", STRATA_FMT_COLD, 520, 200, 13, 3, 2, 0 },
 	};
 	static const uint32_t split[] = { 0, 1, 3 };
 	for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++)
