@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# One device call for the decode ceiling of the tier formats
+# (kernels/gpu_ceiling.cu): build, test_kernels (test_decode_ceiling checks the
+# ceiling kernel's decoded weights and MMA sums against the C reference), then
+# bench_kernels --decode (read / copy / cuBLAS ceilings, the decode ceilings,
+# the decode table with "of read" and "of bound"), then ncu of one launch of
+# the hot ceiling kernel and its SASS.  Logs and the CSV go to $OUT/ceil.tar.gz.
+#   source .device/setup.sh && bash experiments/kernels/ceil_device.sh
+# TESTS=0 skips test_kernels; NCU=0 skips the profile.
+set -u
+out=${OUT:-out}
+d=$(mktemp -d)
+mkdir -p "$out"
+trap 'tar -czf "$out/ceil.tar.gz" -C "$d" .' EXIT
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,power.draw --format=csv >"$d/gpu.txt" 2>&1
+t0=$(date +%s)
+scons -Q -j16 mode=release build/release/tests/test_kernels build/release/bench/bench_kernels >"$d/build.log" 2>&1 ||
+	{ tail -40 "$d/build.log"; exit 1; }
+echo "build $(( $(date +%s) - t0 )) s"
+if [ "${TESTS:-1}" = 1 ]; then
+	t0=$(date +%s)
+	./build/release/tests/test_kernels >"$d/test_kernels.log" 2>&1
+	echo "test_kernels exit $? in $(( $(date +%s) - t0 )) s"
+	grep -E "PASSED|FAILED|decode ceiling|differ" "$d/test_kernels.log" | head -20
+fi
+t0=$(date +%s)
+./build/release/bench/bench_kernels --decode --csv "$d/decode.csv" >"$d/bench.log" 2>&1
+echo "== bench_kernels --decode (exit $?, $(( $(date +%s) - t0 )) s)"
+grep -E "ceiling|decode" "$d/bench.log" | sed 's/  */ /g'
+nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv >>"$d/gpu.txt" 2>&1
+if [ "${NCU:-1}" = 1 ]; then
+	timeout 60 ncu --clock-control none --kernel-name regex:ceil_kernel --launch-skip 2 --launch-count 1 \
+		--section SpeedOfLight --section WarpStateStats --section Occupancy --section InstructionStats \
+		--section LaunchStats ./build/release/bench/bench_kernels --profile hot >"$d/ncu_ceil_hot.txt" 2>&1
+	echo "== ncu ceiling hot: $(grep -E 'Duration|Compute \(SM\)|Executed Ipc|Issue Slots|Executed Instructions|Block Size|Grid Size|Warp Cycles Per Issued|Stall' "$d/ncu_ceil_hot.txt" | sed 's/  */ /g' | tr '\n' ';')"
+	cuobjdump -sass build/release/kernels/gpu_ceiling.o >"$d/gpu_ceiling.sass" 2>&1
+fi
