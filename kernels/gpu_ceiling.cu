@@ -140,14 +140,15 @@ int measure(int fmt, const uint32_t *d_in, float *d_sink, double *wps, uint32_t 
 		if (per_sm[k] > fit)
 			continue;
 		unsigned grid = (unsigned)(sms * per_sm[k]);
+		int rc;
 		for (int i = 0; i < 2; i++)
-			if (launch<false>(fmt, grid, d_in, CEIL_LANES, CEIL_ITERS, d_sink, NULL, err))
-				return err->code;
+			if ((rc = launch<false>(fmt, grid, d_in, CEIL_LANES, CEIL_ITERS, d_sink, NULL, err)))
+				return rc;
 		float ms[7];
 		for (int r = 0; r < 7; r++) {
 			CU_TRY(err, cudaEventRecord(e0, 0));
-			if (launch<false>(fmt, grid, d_in, CEIL_LANES, CEIL_ITERS, d_sink, NULL, err))
-				return err->code;
+			if ((rc = launch<false>(fmt, grid, d_in, CEIL_LANES, CEIL_ITERS, d_sink, NULL, err)))
+				return rc;
 			CU_TRY(err, cudaEventRecord(e1, 0));
 			CU_TRY(err, cudaEventSynchronize(e1));
 			CU_TRY(err, cudaEventElapsedTime(&ms[r], e0, e1));
