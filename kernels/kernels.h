@@ -153,6 +153,32 @@ int strata_gpu_fill_bf16(uint16_t *d_buf, size_t n, uint64_t seed, float scale, 
 /* Fill bytes (a multiple of 4) with uniformly random bits (tier code streams). */
 int strata_gpu_fill_random(void *d_buf, size_t bytes, uint64_t seed, strata_gpu_stream *stream,
 			   struct strata_error *err);
+/*
+ * Decode ceiling of a tier format (hot, warm, cold; kernels/gpu_ceiling.cu):
+ * weights per second the device decodes with the fused kernels' decoder
+ * (FmtTier<FMT>::decode8x) into fp16 mma.sync m16n8k16 (f32 accumulation,
+ * four MMAs per lane and 32 decoded weights, as the warp-streaming decode
+ * kernel) when memory costs nothing: code words in registers, one funnel
+ * shift per 8 weights for the window.  Best of 8, 16, 32 and 48 warps per SM
+ * (*warps_per_sm, may be NULL), median of 7 timed launches after 2 warm-up
+ * launches on the legacy default stream (synchronises the device).
+ */
+int strata_gpu_decode_ceiling(int fmt, double *weights_per_s, uint32_t *warps_per_sm, struct strata_error *err);
+/* Test hook of the same kernel: one warp, `iters` iterations (1..1024) on the
+ * host array in[32 * STRATA_CEIL_LANE_WORDS]: lane l's words
+ * in[l * STRATA_CEIL_LANE_WORDS + 2r], [.. + 2r + 1] are the code words of its
+ * row r (0..3; row g + 8 * (r & 1) of 16-row tile r >> 1), [.. + 8 .. + 11] its
+ * B fragment (fp16 pairs, fixed).  At iteration it, row r decodes the 8
+ * weights of the 32-bit window at bit (l + 11 * it) % 32 of the 64-bit value
+ * words[2r] | words[2r + 1] << 32 (weight i at bit bitpos(fmt, i) - bitpos(fmt, 0)
+ * of the window, as in a block); every decoded fp16 pair (weights 2i, 2i + 1)
+ * goes to pairs[((it * 4 + r) * 4 + i) * 32 + l] and then into the MMAs
+ * (tile m: A registers rows 2m, 2m + 1 pairs 0, 1 with B words 0, 1, then
+ * pairs 2, 3 with B words 2, 3), and sink[l] is the sum of lane l's eight f32
+ * accumulators at the end.  Host arrays: pairs holds iters * 512 words. */
+#define STRATA_CEIL_LANE_WORDS 12
+int strata_gpu_decode_ceiling_trace(int fmt, uint32_t iters, const uint32_t *in, uint32_t *pairs, float *sink,
+				    struct strata_error *err);
 /* Number of multiprocessors of the current device (0 without one). */
 int strata_gpu_sm_count(void);
 /* Capture everything enqueued on `stream` (not the default stream) between

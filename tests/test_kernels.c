@@ -14,6 +14,8 @@
 #include "kernels.h"
 #include "moe.h"
 #include "quant.h"
+#include "quant_tables.h"
+#include "quant_tiers.h"
 #include "strata/gpu.h"
 #include "testutil.h"
 
@@ -562,6 +564,108 @@ static void test_bf16_cublas(void **state)
 	free(w), free(x), free(y), free(ref), free(ext), free(x2), free(y0), free(yr), free(yg), free(wts);
 }
 
+/* ---- the decode ceiling kernel decodes and multiplies real weights ---- */
+
+static float half_to_f32(uint32_t h)
+{
+	uint32_t e = (h >> 10) & 31, m = h & 1023;
+	float v = e ? ldexpf((float)(m | 1024), (int)e - 25) : ldexpf((float)m, -24);
+	return (h & 0x8000) ? -v : v;
+}
+
+/* One warp of the ceiling kernel (strata_gpu_decode_ceiling_trace) per tier
+ * format: every decoded weight must be the codebook value of its window (as
+ * in a block of the format), and each lane's sum of MMA accumulators must
+ * match the product rebuilt on the CPU from the fragment layout of
+ * mma.m16n8k16; then the timed ceiling must give a finite positive rate. */
+static void test_decode_ceiling(void **state)
+{
+	struct strata_error err = { 0 };
+	double wps = -1;
+	if (!test_have_gpu("test_decode_ceiling")) {
+		assert_int_equal(strata_gpu_decode_ceiling(STRATA_FMT_HOT, &wps, NULL, &err), STRATA_EUNSUPPORTED);
+		return;
+	}
+	assert_int_equal(strata_gpu_decode_ceiling(STRATA_FMT_BF16, &wps, NULL, &err), STRATA_EINVAL);
+	enum { LW = STRATA_CEIL_LANE_WORDS, IT = 5 };
+	for (int fmt = STRATA_FMT_HOT; fmt <= STRATA_FMT_COLD; fmt++) {
+		uint32_t in[32 * LW], *pairs = malloc(IT * 512 * 4);
+		float sink[32];
+		assert_non_null(pairs);
+		for (int l = 0; l < 32; l++)
+			for (int k = 0; k < LW; k++) {
+				uint32_t v = (uint32_t)rnd_u64();
+				/* B fragment: fp16 pairs in +-[2^-4, 2) */
+				if (k >= 8)
+					v = (v & 0x83ff83ffu) | (11u + (v >> 10) % 5) << 10 | (11u + (v >> 26) % 5) << 26;
+				in[l * LW + k] = v;
+			}
+		memset(pairs, 0xff, IT * 512 * 4);
+		assert_int_equal(strata_gpu_decode_ceiling_trace(fmt, IT, in, pairs, sink, &err), STRATA_OK);
+		size_t bad = 0;
+		double ref[32] = { 0 }, mag[32] = { 0 };
+		for (uint32_t it = 0; it < IT; it++) {
+			/* weights: w[r][lane][i] */
+			float w[4][32][8];
+			for (int l = 0; l < 32; l++)
+				for (int r = 0; r < 4; r++) {
+					uint64_t v = in[l * LW + 2 * r] | (uint64_t)in[l * LW + 2 * r + 1] << 32;
+					uint32_t x = (uint32_t)(v >> ((l + 11 * it) & 31));
+					for (int i = 0; i < 8; i++) {
+						uint32_t rel = strata_tier_bitpos(fmt, i) - strata_tier_bitpos(fmt, 0);
+						float want = strata_tcq_table[(x >> rel) & STRATA_TCQ_MASK];
+						uint32_t p = pairs[((it * 4 + r) * 4 + i / 2) * 32 + l];
+						w[r][l][i] = half_to_f32(p >> (16 * (i & 1)) & 0xffff);
+						if (w[r][l][i] != want && bad++ < 5)
+							fprintf(stderr, "decode ceiling %s: it %u lane %d row %d weight %d: %g, want %g\n",
+								strata_fmt_traits(fmt)->name, it, l, r, i, w[r][l][i], want);
+					}
+				}
+			/* the MMAs: tile m, k-step h; A[row][k], B[k][col] from the fragments */
+			for (int m = 0; m < 2; m++)
+				for (int h = 0; h < 2; h++) {
+					float A[16][16], B[16][8];
+					for (int l = 0; l < 32; l++) {
+						int g = l >> 2, t = l & 3;
+						for (int j = 0; j < 2; j++) {
+							/* pair 2h + j holds k = 2t + 8j, 2t + 8j + 1 */
+							for (int e = 0; e < 2; e++) {
+								A[g][2 * t + 8 * j + e] = w[2 * m][l][2 * (2 * h + j) + e];
+								A[g + 8][2 * t + 8 * j + e] = w[2 * m + 1][l][2 * (2 * h + j) + e];
+								uint32_t bw = in[l * LW + 8 + 2 * h + j];
+								B[2 * t + 8 * j + e][g] = half_to_f32(bw >> (16 * e) & 0xffff);
+							}
+						}
+					}
+					for (int l = 0; l < 32; l++) {
+						int g = l >> 2, t = l & 3;
+						for (int q = 0; q < 4; q++) {
+							int row = g + 8 * (q >> 1), col = 2 * t + (q & 1);
+							for (int k = 0; k < 16; k++) {
+								double pr = (double)A[row][k] * B[k][col];
+								ref[l] += pr;
+								mag[l] += fabs(pr);
+							}
+						}
+					}
+				}
+		}
+		assert_int_equal(bad, 0);
+		for (int l = 0; l < 32; l++) {
+			if (!(fabs(sink[l] - ref[l]) <= 1e-4 * mag[l] + 1e-6))
+				fprintf(stderr, "decode ceiling %s: lane %d sum %.9g, want %.9g (|terms| %.3g)\n",
+					strata_fmt_traits(fmt)->name, l, sink[l], ref[l], mag[l]);
+			assert_true(fabs(sink[l] - ref[l]) <= 1e-4 * mag[l] + 1e-6);
+		}
+		free(pairs);
+		uint32_t wpsm = 0;
+		assert_int_equal(strata_gpu_decode_ceiling(fmt, &wps, &wpsm, &err), STRATA_OK);
+		printf("decode ceiling %s: %.3g weights/s (%u warps per SM)\n", strata_fmt_traits(fmt)->name, wps, wpsm);
+		assert_true(isfinite(wps) && wps > 0 && wpsm >= 8);
+	}
+	assert_int_equal(strata_gpu_decode_ceiling_trace(STRATA_FMT_BF16, 1, NULL, NULL, NULL, &err), STRATA_EINVAL);
+}
+
 /* ---- bad calls fail cleanly ---- */
 
 static void test_moe_errors(void **state)
@@ -628,6 +732,7 @@ int main(void)
 		cmocka_unit_test(test_moe_range),
 		cmocka_unit_test(test_bf16_cublas),
 		cmocka_unit_test(test_moe_errors),
+		cmocka_unit_test(test_decode_ceiling),
 	};
 	return cmocka_run_group_tests(tests, setup, NULL);
 }

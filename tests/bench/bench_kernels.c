@@ -2,10 +2,15 @@
  * Benchmark of the fused dequant MoE kernels on one GPU, every figure as a
  * ratio to a ceiling measured in the same run:
  *   ceiling   streaming read (read-only kernel, 16-byte loads) and a
- *             device-to-device copy, over buffers >> L2
+ *             device-to-device copy, over buffers >> L2; per tier format the
+ *             decode ceiling (strata_gpu_decode_ceiling: the format's decoder
+ *             into the tensor cores with memory out of the way), as weights/s
+ *             and as GB/s of packed bytes (bpw / 8 bytes per weight)
  *   decode    one MoE layer's active experts (Kimi-shaped 16 x 7168x1536,
  *             Qwen3-30B-A3B-shaped 8 x 2048x768) at 1, 4, 16 tokens routed to
- *             all of them, per format: GB/s of packed expert bytes / read ceiling
+ *             all of them, per format: GB/s of packed expert bytes / read
+ *             ceiling ("of read"), and for the tier formats also / min(read
+ *             ceiling, the format's decode ceiling) ("of bound")
  *   prefill   256 (and 64) tokens per expert: the tiled prefill path (forced,
  *             whatever the threshold) and the persistent kernel, TFLOP/s vs cuBLAS
  *             BF16 (3 GEMMs per expert on BF16 weights) on the same shapes
@@ -14,6 +19,10 @@
  * Layers are rotated so every timed call streams its weights from HBM; calls
  * are captured into a CUDA graph and replayed, timed with events after a
  * warm-up, median of the repetitions.
+ * CSV columns: kind,shape,fmt,tokens,ms,ratio,gbs,tflops,tok_s,bound; the
+ * decode-ceiling rows are ceiling,decode_FMT,FMT with ratio = of read, gbs =
+ * packed GB/s, tflops = the MMA rate (16 flop per weight: 8 tokens); bound =
+ * the decode rows' ratio to min(read, decode ceiling).
  *
  *   bench_kernels [--reps N] [--csv FILE] [--quick] [--decode] [--no-decode] [--no-layer]
  *                 [--pf-tokens T1,T2,...] [--profile [FMT]]
@@ -22,7 +31,8 @@
  * without the decode / full-layer table; --pf-tokens: the prefill table at
  * these tokens per expert, hot and bf16 (instead of 256 for every format and
  * 64 for hot and bf16); --profile [FMT]: a few Kimi
- * decode layers of format FMT (default hot) at T=1 and 16, for a profiler.
+ * decode layers of format FMT (default hot) at T=1 and 16, then FMT's decode
+ * ceiling kernel (tier formats), for a profiler.
  * The kernel variant can be forced for experiments with STRATA_MOE_WARPS=8|16
  * and STRATA_MOE_COPY=bulk|async (kernels/moe_gpu.cu); the prefill path's with
  * STRATA_MOE_PF_TILE=64|128|256, STRATA_MOE_PF_WARPS=8|16.
@@ -91,6 +101,14 @@ static double time_graph(strata_gpu_graph *graph, int per)
 /* ---- ceilings ---- */
 
 static double g_read_gbs, g_copy_gbs, g_blas_tflops;
+static double g_dec_gbs[STRATA_FMT_COUNT]; /* decode ceiling, packed GB/s (0: not measured) */
+
+/* Packed GB/s a decode row is bound by: min(read, decode ceiling of fmt); 0 if none. */
+static double bound_gbs(int fmt)
+{
+	double d = fmt >= 0 && fmt < STRATA_FMT_COUNT ? g_dec_gbs[fmt] : 0;
+	return d > 0 ? (d < g_read_gbs ? d : g_read_gbs) : 0;
+}
 
 static void measure_ceilings(void)
 {
@@ -142,8 +160,22 @@ static void measure_ceilings(void)
 	printf("ceiling: read %.0f GB/s, d2d copy %.0f GB/s (read+write), cuBLAS bf16 8192^3 %.0f TFLOP/s\n",
 	       g_read_gbs, g_copy_gbs, g_blas_tflops);
 	if (g_csv)
-		fprintf(g_csv, "ceiling,read,,,,,%.1f,,\nceiling,copy,,,,,%.1f,,\nceiling,cublas_bf16,,,,,,%.1f,\n",
+		fprintf(g_csv, "ceiling,read,,,,,%.1f,,,\nceiling,copy,,,,,%.1f,,,\nceiling,cublas_bf16,,,,,,%.1f,,\n",
 			g_read_gbs, g_copy_gbs, g_blas_tflops);
+
+	/* decode ceilings of the tier formats */
+	for (int fmt = STRATA_FMT_HOT; fmt <= STRATA_FMT_COLD; fmt++) {
+		const struct strata_fmt_traits *tr = strata_fmt_traits(fmt);
+		double wps;
+		uint32_t wpsm;
+		CHECK(strata_gpu_decode_ceiling(fmt, &wps, &wpsm, &g_err));
+		g_dec_gbs[fmt] = wps * tr->bpw / 8 / 1e9;
+		printf("ceiling: decode %-4s %.2f Tweights/s = %.0f GB/s packed (%.3f of read), %u warps/SM\n", tr->name,
+		       wps / 1e12, g_dec_gbs[fmt], g_dec_gbs[fmt] / g_read_gbs, wpsm);
+		if (g_csv)
+			fprintf(g_csv, "ceiling,decode_%s,%s,,,%.4f,%.1f,%.2f,,\n", tr->name, tr->name,
+				g_dec_gbs[fmt] / g_read_gbs, g_dec_gbs[fmt], 16 * wps / 1e12);
+	}
 }
 
 /* ---- expert weights on the device ---- */
@@ -231,12 +263,19 @@ static void bench_decode(const struct shape *sh, int fmt, const uint32_t *tokens
 		double bytes = (double)sh->active * packed_bytes(&E);
 		double gbs = bytes / ms / 1e6;
 		double tflops = 2.0 * 3 * sh->hidden * (double)sh->inter * sh->active * T / ms / 1e9;
-		printf("decode  %-5s %-5s T=%-3u %8.1f us  %7.0f GB/s  %5.1f%% of read  %6.1f TFLOP/s  %9.0f layer-tok/s\n",
+		double bnd = bound_gbs(fmt);
+		char of_bound[32] = "", bound_csv[16] = "";
+		if (bnd > 0) {
+			snprintf(of_bound, sizeof(of_bound), "  %5.3f of bound", gbs / bnd);
+			snprintf(bound_csv, sizeof(bound_csv), "%.4f", gbs / bnd);
+		}
+		printf("decode  %-5s %-5s T=%-3u %8.1f us  %7.0f GB/s  %5.1f%% of read  %6.1f TFLOP/s  %9.0f layer-tok/s%s\n",
 		       sh->name, strata_fmt_traits(fmt)->name, T, ms * 1e3, gbs, 100 * gbs / g_read_gbs, tflops,
-		       T / ms * 1e3);
+		       T / ms * 1e3, of_bound);
 		if (g_csv)
-			fprintf(g_csv, "decode,%s,%s,%u,%.3f,%.4f,%.1f,%.2f,%.0f\n", sh->name, strata_fmt_traits(fmt)->name,
-				T, ms * 1e3, gbs / g_read_gbs, gbs, tflops, T / ms * 1e3);
+			fprintf(g_csv, "decode,%s,%s,%u,%.3f,%.4f,%.1f,%.2f,%.0f,%s\n", sh->name,
+				strata_fmt_traits(fmt)->name, T, ms * 1e3, gbs / g_read_gbs, gbs, tflops, T / ms * 1e3,
+				bound_csv);
 	}
 	free(ext), free(fmts), free(ae), free(at), free(aw);
 	strata_gpu_free(w);
@@ -324,9 +363,9 @@ static void bench_prefill(const struct shape *sh, int fmt, uint32_t T)
 	       sh->name, strata_fmt_traits(fmt)->name, T, ms_f * 1e3, flop / ms_f / 1e9, ms_o * 1e3, flop / ms_o / 1e9,
 	       ms_b * 1e3, flop / ms_b / 1e9, ms_b / ms_f, ms_b / ms_o, ms_o / ms_f);
 	if (g_csv) {
-		fprintf(g_csv, "prefill,%s,%s,%u,%.3f,%.4f,,%.2f,%.2f\n", sh->name, strata_fmt_traits(fmt)->name, T,
+		fprintf(g_csv, "prefill,%s,%s,%u,%.3f,%.4f,,%.2f,%.2f,\n", sh->name, strata_fmt_traits(fmt)->name, T,
 			ms_f * 1e3, ms_b / ms_f, flop / ms_f / 1e9, flop / ms_b / 1e9);
-		fprintf(g_csv, "prefill_persistent,%s,%s,%u,%.3f,%.4f,,%.2f,%.2f\n", sh->name,
+		fprintf(g_csv, "prefill_persistent,%s,%s,%u,%.3f,%.4f,,%.2f,%.2f,\n", sh->name,
 			strata_fmt_traits(fmt)->name, T, ms_o * 1e3, ms_b / ms_o, flop / ms_o / 1e9, flop / ms_b / 1e9);
 	}
 	free(ext), free(fmts), free(ae), free(at), free(aw);
@@ -428,7 +467,7 @@ static void bench_layer(const struct shape *sh, const uint32_t *tokens, int ntok
 		printf("layer   %-5s tier  T=%-4u %8.1f us  %9.0f layer-tok/s  %7.0f GB/s of packed experts  %5.1f%% of read\n",
 		       sh->name, T, ms * 1e3, T / ms * 1e3, gbs, 100 * gbs / g_read_gbs);
 		if (g_csv)
-			fprintf(g_csv, "layer,%s,15/30/55,%u,%.3f,%.4f,%.1f,,%.0f\n", sh->name, T, ms * 1e3,
+			fprintf(g_csv, "layer,%s,15/30/55,%u,%.3f,%.4f,%.1f,,%.0f,\n", sh->name, T, ms * 1e3,
 				gbs / g_read_gbs, gbs, T / ms * 1e3);
 		for (int r = 0; r < NR; r++) {
 			free(bufs[r][0]), free(bufs[r][1]), free(wb[r]);
@@ -497,7 +536,7 @@ int main(int argc, char **argv)
 	CHECK(strata_gpu_stream_create(&g_st, &g_err));
 	printf("bench_kernels on %s, %d SMs\n", strata_gpu_name(), strata_gpu_sm_count());
 	if (g_csv)
-		fprintf(g_csv, "kind,shape,fmt,tokens,ms,ratio,gbs,tflops,tok_s\n");
+		fprintf(g_csv, "kind,shape,fmt,tokens,ms,ratio,gbs,tflops,tok_s,bound\n");
 	const struct shape shapes[] = {
 		{ "kimi", 7168, 1536, 16, 896, 16 },
 		{ "qwen", 2048, 768, 8, 128, 8 },
@@ -508,6 +547,10 @@ int main(int argc, char **argv)
 		g_read_gbs = 1;
 		g_reps = 3;
 		bench_decode(&shapes[0], prof_fmt, t1, 2);
+		if (prof_fmt >= STRATA_FMT_HOT) {
+			double wps;
+			CHECK(strata_gpu_decode_ceiling(prof_fmt, &wps, NULL, &g_err));
+		}
 		return 0;
 	}
 	measure_ceilings();
