@@ -32,7 +32,7 @@ fi
 for v in ${VARIANTS:-0 0-noguard 12x4 12x4u 12x3 16x3}; do
 	STRATA_MOE_GUARD=$([ "$v" = 0-noguard ] && echo 0 || echo 1) STRATA_MOE_DEC=${v%-noguard} ./build/release/bench/bench_kernels --decode --csv "$d/decode_$v.csv" >"$d/bench_$v.log" 2>&1
 	echo "== decode $v (exit $?)"
-	grep -E "ceiling|T=1 |T=4 |T=8 " "$d/bench_$v.log" | sed 's/  */ /g'
+	grep -E "ceiling|T=1 |T=4 |T=8 |T=16 " "$d/bench_$v.log" | sed 's/  */ /g'
 done
 if [ "${PREFILL:-1}" = 1 ]; then
 	./build/release/bench/bench_kernels --no-decode --csv "$d/prefill_layer.csv" >"$d/bench_prefill.log" 2>&1
