@@ -103,19 +103,21 @@ void strata_gpu_moe_set_poison(int on);
  * sends every expert through the persistent kernel. */
 void strata_gpu_moe_set_prefill_min(uint32_t n);
 
-/* Experiment/test hook: launches whose experts all have <= 8 tokens and are
+/* Experiment/test hook: launches whose experts all have <= 16 tokens and are
  * all in tier formats take the warp-streaming decode kernel
  * (kernels/moe_decode.cuh) with nw warps x ns stages (8x4, 8x5, 12x3, 12x4,
- * 16x3; 12 x -4: 12x4 with a stage's 8 units unrolled), also when they have
- * too few tasks for it to pay; nw = 0 sends them through the persistent
- * kernel; nw < 0 restores the default (STRATA_MOE_DEC, else 12 x 4 when the
- * launch, split as below, has at least one task per warp). */
+ * 16x3; 12 x -4: 12x4 with a stage's 8 units unrolled; 9 - 16 tokens: 12 x 4
+ * with two 8-token tiles per task), also when they have too few tasks for it
+ * to pay; nw = 0 sends them through the persistent kernel; nw < 0 restores
+ * the default (STRATA_MOE_DEC, else 12 x 4 when the launch has at least two
+ * tasks per warp). */
 void strata_gpu_moe_set_decode(int nw, int ns);
 
 /* Experiment/test hook: the warp-streaming decode kernel cuts every gate|up
  * and down row into at most `parts` split-K parts (whole 256-weight blocks;
- * 1: no split); 0 restores the default (STRATA_MOE_SPLIT, else as many parts
- * as give every warp two tasks). */
+ * 1: no split), and then runs when the launch has at least one task per warp;
+ * 0 restores the default (STRATA_MOE_SPLIT, else no split: it measured slower
+ * than the persistent kernel on the Qwen3-30B-A3B shape). */
 void strata_gpu_moe_set_split(uint32_t parts);
 
 /*

@@ -878,8 +878,8 @@ struct Ctx {
 	int dec_nw = -1, dec_ns = 0;
 	int dec_fnw = -1, dec_fns = 0; // strata_gpu_moe_set_decode (nw < 0: not forced)
 	uint32_t dec_attr = 0;
-	// Its split-K parts per row: 0 = as many as give every warp two tasks
-	// (STRATA_MOE_SPLIT=n or strata_gpu_moe_set_split(n): n parts at most).
+	// Its split-K parts per row, at most (STRATA_MOE_SPLIT=n or
+	// strata_gpu_moe_set_split(n); 0: none, run_dec says why).
 	uint32_t dec_split = 0, dec_fsplit = 0;
 	int dec16 = 1; // two-tile tasks for 9 - 16 tokens (STRATA_MOE_DEC16=0: persistent kernel)
 	float *gus = nullptr;          // partial gate|up sums (MoeParams::gus)
@@ -1088,13 +1088,16 @@ template <class T> int grow_zeroed(T **buf, size_t *cap, size_t n, cudaStream_t 
 }
 
 // Decode launches (<= 16 tokens per expert): the warp-streaming kernel when
-// every expert is in a tier format; tasks of one 8-token tile, or of two
-// (<12, 4> only; decoded once for both) when an expert has 9 - 16 tokens
-// (STRATA_MOE_DEC16=0: those stay on the persistent kernel).  A task is one warp's, so a launch with
-// few tasks (Qwen3-30B-A3B's 8 experts: 896 tasks for 1584 warps) cuts its
-// rows into split-K parts until every warp has two tasks (at most one part
-// per 256-weight block); if that still leaves warps idle, the persistent
-// kernel (which splits a task's row over 16 warps) runs instead.  1 when the
+// every expert is in a tier format and the launch has at least two tasks per
+// warp; tasks of one 8-token tile, or of two (<12, 4> only; decoded once for
+// both) when an expert has 9 - 16 tokens (STRATA_MOE_DEC16=0: those stay on
+// the persistent kernel).  A task is one warp's: a launch with few tasks
+// (Qwen3-30B-A3B's 8 experts: 896 tasks for 1584 warps) leaves warps idle and
+// the persistent kernel, which splits a task's row over 16 warps, is faster.
+// Split-K parts (STRATA_MOE_SPLIT / strata_gpu_moe_set_split) fill the warps
+// but measured slower there (41.6 against 33.5 us per Qwen layer, hot, T=1:
+// each warp's two or three one-block tasks never fill its copy ring, and the
+// partial sums cost atomics), so they are off by default.  1 when the
 // warp-streaming kernel ran (*rc its result), 0 when the persistent kernel
 // should run.
 int run_dec(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_error *err, int *rc)
@@ -1112,9 +1115,9 @@ int run_dec(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_error 
 	const uint32_t warps = (uint32_t)nw * (uint32_t)g_ctx.sms;
 	const uint32_t nbg = (p->hidden + 255) / 256, nbd = (p->inter + 255) / 256;
 	uint32_t t = layout_tasks(p, dec::ROWS / 2, dec::ROWS, dec::TN * nt);
-	uint32_t split = g_ctx.dec_fsplit ? g_ctx.dec_fsplit : g_ctx.dec_split;
-	if (!split)
-		split = t >= 2 * warps ? 1 : (2 * warps + t - 1) / t;
+	uint32_t split = g_ctx.dec_fsplit ? g_ctx.dec_fsplit : g_ctx.dec_split ? g_ctx.dec_split : 1;
+	if (!forced && split == 1 && t < 2 * warps)
+		return 0;
 	p->kbg = (nbg + (split < nbg ? split : nbg) - 1) / (split < nbg ? split : nbg);
 	p->kbd = (nbd + (split < nbd ? split : nbd) - 1) / (split < nbd ? split : nbd);
 	p->sgu = (nbg + p->kbg - 1) / p->kbg, p->sdn = (nbd + p->kbd - 1) / p->kbd;

@@ -439,8 +439,8 @@ static void test_moe_outliers(void **state)
  * so also on shapes too small for it to pay), and the persistent kernel
  * forced for decode (0), on tier-only decode cases: partial 16-row gate|up
  * and 32-row down tasks, padded rows, several token tiles.  Each variant runs
- * with the default split-K (these small launches: one part per block), with
- * no split and with at most 3 parts (unequal parts: 8 blocks as 3 + 3 + 2). */
+ * without split-K (the default), with at most 3 parts (unequal parts: 8
+ * blocks as 3 + 3 + 2) and with one part per block. */
 static void test_moe_decode_variants(void **state)
 {
 	if (!test_have_gpu("test_moe_decode_variants"))
@@ -459,7 +459,7 @@ static void test_moe_decode_variants(void **state)
 		{ "var16-tiers", -3, 768, 288, 12, 4, 3, 0 },
 		{ "var16-cold-rows", STRATA_FMT_COLD, 520, 200, 13, 3, 2, 0 },
 	};
-	static const uint32_t split[] = { 0, 1, 3 };
+	static const uint32_t split[] = { 0, 3, 64 };
 	for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++)
 		for (size_t j = 0; j < (v[i][0] ? 3u : 1u); j++) {
 			printf("decode variant %dx%d, split %u\n", v[i][0], v[i][1], split[j]);
