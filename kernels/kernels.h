@@ -111,6 +111,16 @@ void strata_gpu_moe_set_prefill_min(uint32_t n);
  * else 12 x 4 when the launch has at least two tasks per warp). */
 void strata_gpu_moe_set_decode(int nw, int ns);
 
+/* Experiment/test hook: launches whose experts all have <= 8 tokens and are
+ * all bf16 take the bf16 decode kernel (kernels/moe_dec_bf16.cuh) with nw
+ * warps x a register ring of depth units (16x4, 12x6, 8x8) and K chunks of
+ * about kc weights (0: the default, 512 or STRATA_MOE_BF16DEC_KC); nw = 0
+ * sends them through the persistent kernel; nw < 0 restores the default
+ * (STRATA_MOE_BF16DEC: 0 off, NWxD a variant; else 16 x 4). */
+void strata_gpu_moe_set_bf16_decode(int nw, int depth, uint32_t kc);
+/* Launches of the bf16 decode kernel so far in this process (for tests). */
+uint64_t strata_gpu_moe_bf16_decode_launches(void);
+
 /*
  * BF16 paths through cuBLAS (cublasGemmEx, f32 accumulation), for shared
  * experts and non-routed layers whose weights stay BF16.
