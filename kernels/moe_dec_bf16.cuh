@@ -11,7 +11,8 @@
 // Here every warp is an independent stream:
 //   - tasks are 32 weight rows (16 gate + the same 16 up rows, or 32 down rows)
 //     x one 8-token tile x one K chunk (about KC weights, 512 by default), taken
-//     from a global counter (the next id is fetched one task ahead);
+//     from a global counter after the first (the next id is fetched one task
+//     ahead);
 //   - each lane keeps a register ring of D units (a unit: 32 weights of its
 //     rows g, g+8 of both 16-row tiles, four 16-byte loads, the A fragments of
 //     4 mma.sync m16n8k16) issued D units ahead, across task boundaries, with
@@ -32,8 +33,10 @@
 // waits for all of its slot's tiles before its first activation load (its
 // weights, which do not depend on h, are already in the ring; while waiting,
 // the warp prefetches the rest of the task's rows into L2).  Deadlock-free as
-// the other decode kernels: every gate|up task is taken before any down task
-// and is finished by the warp that took it without waiting.
+// the other decode kernels: a warp's first task is its index, the later ones
+// come in order from the counter, so every gate|up task is taken by a warp
+// that is (or, once its SM is free, will be) resident before any down task,
+// and is finished by that warp without waiting (grid <= SMs, one CTA each).
 namespace bfd {
 
 constexpr int RG = 16, RD = 32, TN = 8;    // rows per gate|up (of each) / down task, tokens per task
@@ -58,6 +61,20 @@ __device__ __forceinline__ uint4 ldw(const uint8_t *q)
 		     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
 		     : "l"(q));
 	return v;
+}
+
+// Counter updates of the gate|up -> down scheme.  Release (acq_rel) atomics
+// by lane 0 after __syncwarp (which orders the other lanes' stores before it)
+// instead of a fence by every lane.
+__device__ __forceinline__ void red_release(unsigned *q, unsigned v)
+{
+	asm volatile("red.release.gpu.global.add.u32 [%0], %1;\n" ::"l"(q), "r"(v) : "memory");
+}
+__device__ __forceinline__ unsigned atom_acq_rel(unsigned *q, unsigned v)
+{
+	unsigned r;
+	asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;\n" : "=r"(r) : "l"(q), "r"(v) : "memory");
+	return r;
 }
 
 // Task t: slot, row tile, K chunk (task_find over the layout of run_dec_bf16,
@@ -195,14 +212,15 @@ __device__ __forceinline__ void cmp_end(const MoeParams &p, const Args &a, const
 				atomicAdd(a.gu + 2 * hidx(i), c.acc[0][i]);
 				atomicAdd(a.gu + 2 * hidx(i) + 1, c.acc[1][i]);
 			}
-		__threadfence();
 		__syncwarp();
 		unsigned *ctr = a.ctr + c.k.slot * a.nrt + c.k.rt;
-		uint32_t last = lane == 0 ? atomicAdd(ctr, 1u) == a.nch[0] - 1 : 0;
+		uint32_t last = lane == 0 ? atom_acq_rel(ctr, 1u) == a.nch[0] - 1 : 0;
 		if (!__shfl_sync(0xffffffffu, last, 0))
 			return;
-		// This warp added the tile's last chunk: every other chunk's sums are in L2.
-		__threadfence();
+		// This warp added the tile's last chunk: every other chunk's sums are in
+		// L2 (their warps' releases on ctr precede lane 0's acquire, which the
+		// barrier orders before the other lanes' loads).
+		__syncwarp();
 #pragma unroll
 		for (int i = 0; i < 4; i++)
 			if (in(i)) {
@@ -215,19 +233,21 @@ __device__ __forceinline__ void cmp_end(const MoeParams &p, const Args &a, const
 			*ctr = 0;
 	}
 	// Release: this warp's h stores before the slot's counter.
-	__threadfence();
 	__syncwarp();
 	if (lane == 0)
-		atomicAdd(p.sync + 1 + c.k.slot, 1u);
+		red_release(p.sync + 1 + c.k.slot, 1u);
 }
 
 template <int NW, int D>
 __global__ void __launch_bounds__(32 * NW, 1) bf16_kernel(const __grid_constant__ MoeParams p, const __grid_constant__ Args a)
 {
 	const int lane = threadIdx.x & 31;
-	auto fetch = [&]() -> uint32_t { return lane == 0 ? atomicAdd(p.sync + FETCH, 1u) : 0u; };
+	// Warp w's first task is w (no atomic on the way to the first loads); the
+	// others come from the counter.
+	const uint32_t nwarps = gridDim.x * NW;
+	auto fetch = [&]() -> uint32_t { return lane == 0 ? nwarps + atomicAdd(p.sync + FETCH, 1u) : 0u; };
 	Iss ld;
-	ld.t = __shfl_sync(0xffffffffu, fetch(), 0);
+	ld.t = blockIdx.x * NW + (threadIdx.x >> 5);
 	if (ld.t < p.n_tasks) {
 		ld.nxt = fetch();
 		iss_setup(p, a, ld);
@@ -285,7 +305,7 @@ __global__ void __launch_bounds__(32 * NW, 1) bf16_kernel(const __grid_constant_
 	if (lane == 0) {
 		__threadfence();
 		unsigned prev = atomicAdd(p.sync, 1u);
-		if (prev == gridDim.x * NW - 1) {
+		if (prev == nwarps - 1) {
 			for (uint32_t s = 0; s < p.n_slots; s++)
 				p.sync[1 + s] = 0;
 			p.sync[FETCH] = 0;
