@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device call for the bf16 decode kernel (kernels/moe_dec_bf16.cuh):
-# test_kernels, memcheck, then the decode table of bench_kernels per variant
+# test_kernels, the decode table of bench_kernels per variant, then memcheck
 # (STRATA_MOE_BF16DEC: 0 = the persistent kernel's direct path, the old one;
 # NWxD = warps x ring depth; KC=N: STRATA_MOE_BF16DEC_KC).  Binaries: the
 # ones carried in prebuilt/ (built on the CPU machine) when they start here,
@@ -33,12 +33,6 @@ if [ "${TESTS:-1}" = 1 ]; then
 	grep -E "FAILED|Error|error:|differ|\[  (PASSED|FAILED) \]" "$d/test_kernels.log" | head -20
 	grep -E "moe\[(bf16dec|decode|dec-bf16)" "$d/test_kernels.log" | awk '{print $1, $(NF-2)}' | sort -k2 -g | tail -3
 fi
-if [ "${SANITIZE:-1}" = 1 ]; then
-	t0=$(date +%s)
-	timeout 200 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 $T >"$d/memcheck.log" 2>&1
-	echo "memcheck exit $? $(grep -E 'ERROR SUMMARY' "$d/memcheck.log") ($(( $(date +%s) - t0 )) s)"
-	grep -E "FAILED|Invalid|out of bounds" "$d/memcheck.log" | head -5
-fi
 for v in ${VARIANTS:-0 def}; do
 	kc=""
 	case $v in *@*) kc=${v#*@}; ;; esac
@@ -56,3 +50,9 @@ for v in ${VARIANTS:-0 def}; do
 		grep -E "ceiling|decode.*bf16" "$d/bench_$v.log" | sed 's/  */ /g'
 	fi
 done
+if [ "${SANITIZE:-1}" = 1 ]; then
+	t0=$(date +%s)
+	timeout ${SANITIZE_TIMEOUT:-150} compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 $T >"$d/memcheck.log" 2>&1
+	echo "memcheck exit $? $(grep -E 'ERROR SUMMARY' "$d/memcheck.log") ($(( $(date +%s) - t0 )) s)"
+	grep -E "FAILED|Invalid|out of bounds" "$d/memcheck.log" | head -5
+fi
