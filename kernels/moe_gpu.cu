@@ -873,6 +873,7 @@ struct Ctx {
 	uint32_t bfd_kc = 512;
 	int bfd_fnw = -1, bfd_fd = 0; // strata_gpu_moe_set_bf16_decode (nw < 0: not forced)
 	uint32_t bfd_fkc = 0;
+	int bfd_nohint = 0, bfd_pfall = 0; // STRATA_MOE_BF16DEC_HINT=0, STRATA_MOE_BF16DEC_PF=1 (experiments)
 	float *bfd_gu = nullptr;      // split-K gate|up sums (kept zero between launches)
 	size_t bfd_gu_cap = 0;        // floats
 	unsigned *bfd_ctr = nullptr;  // per-tile chunk counters (kept zero between launches)
@@ -998,6 +999,10 @@ int ctx_init(struct strata_error *err)
 		e = getenv("STRATA_MOE_BF16DEC_KC");
 		if (e && atoi(e) >= 32)
 			g_ctx.bfd_kc = (uint32_t)atoi(e);
+		e = getenv("STRATA_MOE_BF16DEC_HINT");
+		g_ctx.bfd_nohint = e && !strcmp(e, "0");
+		e = getenv("STRATA_MOE_BF16DEC_PF");
+		g_ctx.bfd_pfall = e && !strcmp(e, "1");
 	}
 	if (!g_ctx.sync) {
 		int dev;
@@ -1135,6 +1140,7 @@ int run_dec_bf16(MoeParams *p, uint32_t hfl, cudaStream_t st, struct strata_erro
 		a.nch[d] = (f.pc[d] + a.kc[d] - 1) / a.kc[d];
 	}
 	a.nrt = (p->inter + bfd::RG - 1) / bfd::RG;
+	a.nohint = g_ctx.bfd_nohint, a.pfall = g_ctx.bfd_pfall;
 	// Tasks: layout_tasks' order (every slot has one 8-token tile), each split
 	// into its K chunks, chunk-major (task_find's token tile is the chunk).
 	layout_tasks(p, bfd::RG, bfd::RD, bfd::TN);
