@@ -8,7 +8,8 @@
 # ratio lines are printed.
 #   source .device/setup.sh && bash experiments/kernels/bf16_device.sh
 # VARIANTS (default "0 def"; "def" = no variable set; "16x4@256" = 16x4 with
-# KC 256), SANITIZE=0 skips memcheck, TESTS=0 skips test_kernels, ALL=1 prints
+# KC 256; suffixes +pf: STRATA_MOE_BF16DEC_PF=1, +nohint: STRATA_MOE_BF16DEC_HINT=0),
+# SANITIZE=0 skips memcheck, TESTS=0 skips test_kernels, ALL=1 prints
 # every decode line (not only bf16).
 set -u
 out=${OUT:-out}
@@ -34,15 +35,16 @@ if [ "${TESTS:-1}" = 1 ]; then
 	grep -E "moe\[(bf16dec|decode|dec-bf16)" "$d/test_kernels.log" | awk '{print $1, $(NF-2)}' | sort -k2 -g | tail -3
 fi
 for v in ${VARIANTS:-0 def}; do
-	kc=""
-	case $v in *@*) kc=${v#*@}; ;; esac
-	vv=${v%@*}
+	kc="" pf="" hint=""
+	case $v in *+pf*) pf=1; ;; esac
+	case $v in *+nohint*) hint=0; ;; esac
+	vv=${v%%+*}
+	case $vv in *@*) kc=${vv#*@}; ;; esac
+	vv=${vv%@*}
+	[ "$vv" = def ] && vv=""
 	t0=$(date +%s)
-	if [ "$vv" = def ]; then
-		STRATA_MOE_BF16DEC_KC=$kc $B --decode --csv "$d/decode_$v.csv" >"$d/bench_$v.log" 2>&1
-	else
-		STRATA_MOE_BF16DEC=$vv STRATA_MOE_BF16DEC_KC=$kc $B --decode --csv "$d/decode_$v.csv" >"$d/bench_$v.log" 2>&1
-	fi
+	STRATA_MOE_BF16DEC=$vv STRATA_MOE_BF16DEC_KC=$kc STRATA_MOE_BF16DEC_PF=$pf STRATA_MOE_BF16DEC_HINT=$hint \
+		$B --decode --csv "$d/decode_$v.csv" >"$d/bench_$v.log" 2>&1
 	echo "== decode $v (exit $?, $(( $(date +%s) - t0 )) s)"
 	if [ "${ALL:-0}" = 1 ]; then
 		grep -E "ceiling|decode" "$d/bench_$v.log" | sed 's/  */ /g'
