@@ -46,7 +46,11 @@
  * <= 8 tokens, all in tier formats, with at least two tasks per warp (e.g. the
  * Kimi shape at batch 1) take the warp-streaming decode kernel instead
  * (kernels/moe_decode.cuh: one warp per task of 32 rows, its own cp.async
- * ring, tasks from a global counter, the block scale once per 256 weights).
+ * ring, tasks from a global counter, the block scale once per 256 weights);
+ * launches whose experts all have <= 8 tokens and are all bf16 take the bf16
+ * decode kernel (kernels/moe_dec_bf16.cuh: per-warp register rings of 16-byte
+ * loads, tasks of 32 rows x a K chunk, split-K sums of gate|up through a
+ * scratch; STRATA_MOE_BF16DEC=0 sends them to the persistent kernel).
  * Decode speed of the tier formats is bound by instruction issue (~9-11
  * instructions per weight, ncu), see experiments/kernels/README.md.
  *
