@@ -1126,8 +1126,9 @@ int run_dec_bf16(MoeParams *p, uint32_t hfl, cudaStream_t st, struct strata_erro
 	for (uint32_t s = 0; s < p->n_slots; s++)
 		if (p->slot[s].fmt != STRATA_FMT_BF16)
 			return 0;
-	const bool forced = g_ctx.bfd_fnw >= 0;
-	int nw = forced ? g_ctx.bfd_fnw : g_ctx.bfd_nw, dd = forced ? g_ctx.bfd_fd : g_ctx.bfd_d;
+	// Forced: the hook, or a variant named in STRATA_MOE_BF16DEC.
+	const bool hook = g_ctx.bfd_fnw >= 0, forced = hook || g_ctx.bfd_nw > 0;
+	int nw = hook ? g_ctx.bfd_fnw : g_ctx.bfd_nw, dd = hook ? g_ctx.bfd_fd : g_ctx.bfd_d;
 	const uint32_t kcw = forced && g_ctx.bfd_fkc ? g_ctx.bfd_fkc : g_ctx.bfd_kc;
 	if (!nw)
 		return 0;
@@ -1151,6 +1152,11 @@ int run_dec_bf16(MoeParams *p, uint32_t hfl, cudaStream_t st, struct strata_erro
 	}
 	p->n_gu_tasks = ngu * a.nch[0];
 	p->n_tasks = p->n_gu_tasks + (p->n_tasks - ngu) * a.nch[1];
+	// By default only launches of at least 4 tasks per warp of 16 x SMs: Kimi
+	// (32256 tasks) 0.78 vs 0.69 of read at T=1, but Qwen3-30B-A3B (2560) 0.33
+	// vs 0.46 on the persistent kernel (experiments/kernels/README.md).
+	if (!forced && p->n_tasks < 4u * 16u * (uint32_t)g_ctx.sms)
+		return 0;
 	// Split-K scratch and counters, zero at allocation and left zero by the kernel.
 	const size_t ngu_f = a.nch[0] > 1 ? 2 * (size_t)hfl : 0, nctr = (size_t)p->n_slots * a.nrt;
 	if (ngu_f > g_ctx.bfd_gu_cap || nctr > g_ctx.bfd_ctr_cap) {
