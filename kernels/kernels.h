@@ -46,7 +46,11 @@
  * <= 8 tokens, all in tier formats, with at least two tasks per warp (e.g. the
  * Kimi shape at batch 1) take the warp-streaming decode kernel instead
  * (kernels/moe_decode.cuh: one warp per task of 32 rows, its own cp.async
- * ring, tasks from a global counter, the block scale once per 256 weights).
+ * ring, tasks from a global counter, the block scale once per 256 weights);
+ * large launches whose experts all have <= 8 tokens and are all bf16 take the bf16
+ * decode kernel (kernels/moe_dec_bf16.cuh: per-warp register rings of 16-byte
+ * loads, tasks of 32 rows x a K chunk, split-K sums of gate|up through a
+ * scratch; STRATA_MOE_BF16DEC=0 sends them to the persistent kernel).
  * Decode speed of the tier formats is bound by instruction issue (~9-11
  * instructions per weight, ncu), see experiments/kernels/README.md.
  *
@@ -119,6 +123,16 @@ void strata_gpu_moe_set_decode(int nw, int ns);
  * 0 restores the default (STRATA_MOE_SPLIT, else no split: it measured slower
  * than the persistent kernel on the Qwen3-30B-A3B shape). */
 void strata_gpu_moe_set_split(uint32_t parts);
+/* Experiment/test hook: launches whose experts all have <= 8 tokens and are
+ * all bf16 take the bf16 decode kernel (kernels/moe_dec_bf16.cuh) with nw
+ * warps x a register ring of depth units (16x4, 12x6, 8x8) and K chunks of
+ * about kc weights (0: the default, 512 or STRATA_MOE_BF16DEC_KC); nw = 0
+ * sends them through the persistent kernel; nw < 0 restores the default
+ * (STRATA_MOE_BF16DEC: 0 off, NWxD that variant always; else 16 x 4 for
+ * launches of at least 4 tasks per warp, e.g. Kimi, not Qwen3-30B-A3B). */
+void strata_gpu_moe_set_bf16_decode(int nw, int depth, uint32_t kc);
+/* Launches of the bf16 decode kernel so far in this process (for tests). */
+uint64_t strata_gpu_moe_bf16_decode_launches(void);
 
 /*
  * BF16 paths through cuBLAS (cublasGemmEx, f32 accumulation), for shared

@@ -3,10 +3,10 @@
 //
 // Used when every expert of a launch has at most 8 tokens (decode) and is in a
 // tier format, and the launch has enough tasks to keep every warp busy
-// (run_dec in moe_gpu.cu).  bf16 experts keep the persistent kernel's direct
-// path: registers straight from global memory reach 0.72 of the read ceiling
-// at the Kimi shape, against 0.47 measured through 64-weight stages of this
-// design.
+// (run_dec in moe_gpu.cu).  bf16 experts have a kernel of their own
+// (moe_dec_bf16.cuh: registers straight from global memory through a ring of
+// 16-byte loads; 64-weight stages of this design measured 0.47 of the read
+// ceiling at the Kimi shape).
 //
 // Each warp is its own pipeline: it takes a task (32 weight rows x one tile of
 // 8 tokens x the whole row length) from a global counter, streams the task's

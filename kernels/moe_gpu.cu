@@ -785,6 +785,7 @@ __global__ void __launch_bounds__(32 * NW, 1) moe_kernel(const __grid_constant__
 
 #include "moe_prefill.cuh"
 #include "moe_decode.cuh"
+#include "moe_dec_bf16.cuh"
 
 template <class F>
 __global__ void dequant_kernel(const uint8_t *m, uint32_t rows, uint32_t cols, uint32_t pc, uint64_t soff,
@@ -886,6 +887,20 @@ struct Ctx {
 	size_t gus_cap = 0;            // floats
 	unsigned *gucnt = nullptr;     // parts done per unsplit gate|up task
 	size_t gucnt_cap = 0;
+	// bf16 decode kernel (moe_dec_bf16.cuh) for launches of <= 8 tokens per
+	// expert, all bf16: 0 off (STRATA_MOE_BF16DEC=0), else warps x ring depth
+	// (STRATA_MOE_BF16DEC=16x4|12x6|8x8; -1: the default); K chunk of about
+	// bfd_kc weights (STRATA_MOE_BF16DEC_KC, default 512).
+	int bfd_nw = -1, bfd_d = 0;
+	uint32_t bfd_kc = 512;
+	int bfd_fnw = -1, bfd_fd = 0; // strata_gpu_moe_set_bf16_decode (nw < 0: not forced)
+	uint32_t bfd_fkc = 0;
+	int bfd_nohint = 0, bfd_pfall = 0; // STRATA_MOE_BF16DEC_HINT=0, STRATA_MOE_BF16DEC_PF=1 (experiments)
+	float *bfd_gu = nullptr;      // split-K gate|up sums (kept zero between launches)
+	size_t bfd_gu_cap = 0;        // floats
+	unsigned *bfd_ctr = nullptr;  // per-tile chunk counters (kept zero between launches)
+	size_t bfd_ctr_cap = 0;
+	uint64_t bfd_launches = 0;    // strata_gpu_moe_bf16_decode_launches
 	// Tiled prefill path (moe_prefill.cuh): experts with >= pf_min tokens
 	// (STRATA_MOE_PREFILL_MIN, default 17; STRATA_MOE_PREFILL=0: off).  17: the
 	// persistent kernel's 32-token tiles (17 .. 63 tokens) measured 1.3 - 7x
@@ -1002,6 +1017,18 @@ int ctx_init(struct strata_error *err)
 		g_ctx.dec16 = !(e && !strcmp(e, "0"));
 		e = getenv("STRATA_MOE_SPLIT");
 		g_ctx.dec_split = e && atoi(e) > 0 ? (uint32_t)atoi(e) : 0;
+		e = getenv("STRATA_MOE_BF16DEC");
+		if (e && !strcmp(e, "0"))
+			g_ctx.bfd_nw = 0;
+		else if (!e || sscanf(e, "%dx%d", &g_ctx.bfd_nw, &g_ctx.bfd_d) != 2)
+			g_ctx.bfd_nw = -1;
+		e = getenv("STRATA_MOE_BF16DEC_KC");
+		if (e && atoi(e) >= 32)
+			g_ctx.bfd_kc = (uint32_t)atoi(e);
+		e = getenv("STRATA_MOE_BF16DEC_HINT");
+		g_ctx.bfd_nohint = e && !strcmp(e, "0");
+		e = getenv("STRATA_MOE_BF16DEC_PF");
+		g_ctx.bfd_pfall = e && !strcmp(e, "1");
 	}
 	if (!g_ctx.sync) {
 		int dev;
@@ -1149,6 +1176,82 @@ int run_dec(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_error 
 	return 1;
 }
 
+// The bf16 decode kernel <NW warps, ring depth D> (moe_dec_bf16.cuh), tasks
+// laid out by run_dec_bf16.
+template <int NW, int D> int bfd_launch(MoeParams *p, const bfd::Args &a, cudaStream_t st, struct strata_error *err)
+{
+	uint32_t grid = (p->n_tasks + NW - 1) / NW;
+	if (grid > (uint32_t)g_ctx.sms)
+		grid = (uint32_t)g_ctx.sms;
+	bfd::bf16_kernel<NW, D><<<grid, 32 * NW, 0, st>>>(*p, a);
+	CU_TRY(err, cudaGetLastError());
+	g_ctx.bfd_launches++;
+	return STRATA_OK;
+}
+
+// Decode launches (<= 8 tokens per expert) whose experts are all bf16: the
+// bf16 decode kernel, unless turned off (then the persistent kernel's direct
+// path).  hfl: floats of h in this launch.  1 when it ran (*rc its result), 0
+// when another kernel should run instead.
+int run_dec_bf16(MoeParams *p, uint32_t hfl, cudaStream_t st, struct strata_error *err, int *rc)
+{
+	for (uint32_t s = 0; s < p->n_slots; s++)
+		if (p->slot[s].fmt != STRATA_FMT_BF16)
+			return 0;
+	// Forced: the hook, or a variant named in STRATA_MOE_BF16DEC.
+	const bool hook = g_ctx.bfd_fnw >= 0, forced = hook || g_ctx.bfd_nw > 0;
+	int nw = hook ? g_ctx.bfd_fnw : g_ctx.bfd_nw, dd = hook ? g_ctx.bfd_fd : g_ctx.bfd_d;
+	const uint32_t kcw = forced && g_ctx.bfd_fkc ? g_ctx.bfd_fkc : g_ctx.bfd_kc;
+	if (!nw)
+		return 0;
+	// K chunks of about kcw weights, even across the row (multiples of 32).
+	const FmtTab &f = p->tab[STRATA_FMT_BF16];
+	bfd::Args a;
+	for (int d = 0; d < 2; d++) {
+		uint32_t n = (f.pc[d] + kcw - 1) / kcw;
+		a.kc[d] = ((f.pc[d] + n - 1) / n + 31) / 32 * 32;
+		a.nch[d] = (f.pc[d] + a.kc[d] - 1) / a.kc[d];
+	}
+	a.nrt = (p->inter + bfd::RG - 1) / bfd::RG;
+	a.nohint = g_ctx.bfd_nohint, a.pfall = g_ctx.bfd_pfall;
+	// Tasks: layout_tasks' order (every slot has one 8-token tile), each split
+	// into its K chunks, chunk-major (task_find's token tile is the chunk).
+	layout_tasks(p, bfd::RG, bfd::RD, bfd::TN);
+	const uint32_t ngu = p->n_gu_tasks;
+	for (uint32_t s = 0; s < p->n_slots; s++) {
+		p->slot[s].task0 *= a.nch[0];
+		p->slot[s].dtask0 = ngu * a.nch[0] + (p->slot[s].dtask0 - ngu) * a.nch[1];
+	}
+	p->n_gu_tasks = ngu * a.nch[0];
+	p->n_tasks = p->n_gu_tasks + (p->n_tasks - ngu) * a.nch[1];
+	// By default only launches of at least 4 tasks per warp of 16 x SMs: Kimi
+	// (32256 tasks) 0.78 vs 0.69 of read at T=1, but Qwen3-30B-A3B (2560) 0.33
+	// vs 0.46 on the persistent kernel (experiments/kernels/README.md).
+	if (!forced && p->n_tasks < 4u * 16u * (uint32_t)g_ctx.sms)
+		return 0;
+	// Split-K scratch and counters, zero at allocation and left zero by the kernel.
+	const size_t ngu_f = a.nch[0] > 1 ? 2 * (size_t)hfl : 0, nctr = (size_t)p->n_slots * a.nrt;
+	if (ngu_f > g_ctx.bfd_gu_cap || nctr > g_ctx.bfd_ctr_cap) {
+		CU_TRY(err, cudaStreamSynchronize(st));
+		cudaFree(g_ctx.bfd_gu), cudaFree(g_ctx.bfd_ctr);
+		g_ctx.bfd_gu = nullptr, g_ctx.bfd_ctr = nullptr, g_ctx.bfd_gu_cap = g_ctx.bfd_ctr_cap = 0;
+		size_t cg = ngu_f < (1u << 21) ? (1u << 21) : ngu_f, cc = nctr < 4096 ? 4096 : nctr;
+		CU_TRY(err, cudaMalloc(&g_ctx.bfd_gu, cg * sizeof(float)));
+		CU_TRY(err, cudaMalloc(&g_ctx.bfd_ctr, cc * sizeof(unsigned)));
+		CU_TRY(err, cudaMemsetAsync(g_ctx.bfd_gu, 0, cg * sizeof(float), st));
+		CU_TRY(err, cudaMemsetAsync(g_ctx.bfd_ctr, 0, cc * sizeof(unsigned), st));
+		g_ctx.bfd_gu_cap = cg, g_ctx.bfd_ctr_cap = cc;
+	}
+	a.gu = g_ctx.bfd_gu, a.ctr = g_ctx.bfd_ctr;
+	if (nw == 12 && dd == 6)
+		*rc = bfd_launch<12, 6>(p, a, st, err);
+	else if (nw == 8 && dd == 8)
+		*rc = bfd_launch<8, 8>(p, a, st, err);
+	else
+		*rc = bfd_launch<16, 4>(p, a, st, err);
+	return 1;
+}
+
 int run_launch(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_error *err)
 {
 	uint32_t hfl = 0;
@@ -1171,6 +1274,8 @@ int run_launch(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_err
 	if (g_ctx.poison)
 		CU_TRY(err, cudaMemsetAsync(g_ctx.h, 0xff, (size_t)hfl * sizeof(float), st));
 	int rc = 0;
+	if (maxtok <= 8 && run_dec_bf16(p, hfl, st, err, &rc))
+		return rc;
 	if (maxtok <= 2 * dec::TN && run_dec(p, maxtok, st, err, &rc))
 		return rc;
 	// 8 warps on 64-row stages; token tiles of 8, 16 or (prefill) 32 tokens.
@@ -1531,6 +1636,21 @@ extern "C" void strata_gpu_moe_set_split(uint32_t parts)
 	pthread_mutex_lock(&g_ctx.mu);
 	g_ctx.dec_fsplit = parts;
 	pthread_mutex_unlock(&g_ctx.mu);
+}
+
+extern "C" void strata_gpu_moe_set_bf16_decode(int nw, int depth, uint32_t kc)
+{
+	pthread_mutex_lock(&g_ctx.mu);
+	g_ctx.bfd_fnw = nw, g_ctx.bfd_fd = depth, g_ctx.bfd_fkc = kc;
+	pthread_mutex_unlock(&g_ctx.mu);
+}
+
+extern "C" uint64_t strata_gpu_moe_bf16_decode_launches(void)
+{
+	pthread_mutex_lock(&g_ctx.mu);
+	uint64_t n = g_ctx.bfd_launches;
+	pthread_mutex_unlock(&g_ctx.mu);
+	return n;
 }
 
 extern "C" int strata_gpu_dequantize(int fmt, const void *d_packed, uint32_t rows, uint32_t cols, float *d_out,

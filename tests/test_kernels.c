@@ -472,6 +472,43 @@ static void test_moe_decode_variants(void **state)
 	strata_gpu_moe_set_split(0);
 }
 
+/* The bf16 decode kernel (moe_dec_bf16.cuh: launches of <= 8 tokens per
+ * expert, all bf16) in every compiled variant (warps x ring depth) and with
+ * K chunks of 32 weights (one unit per task: the ring spans many tasks, 32
+ * split-K chunks per gate|up row), 64, the default and one chunk per row (h
+ * formed in registers), against the persistent kernel (0); tokens shared
+ * between experts, tasks shorter than the ring, uneven last chunks (hidden
+ * 4160), down tasks that wait for their slot's h.  The second run of each
+ * case checks that the split-K scratch and counters were left zero. */
+static void test_moe_bf16_decode(void **state)
+{
+	if (!test_have_gpu("test_moe_bf16_decode"))
+		return;
+	static const struct {
+		int nw, depth;
+		uint32_t kc;
+	} v[] = { { 0, 0, 0 }, { 16, 4, 0 }, { 12, 6, 64 }, { 8, 8, 32 }, { 16, 4, 1u << 20 }, { 12, 6, 0 },
+		  { 8, 8, 0 } };
+	static const struct moe_case cases[] = {
+		{ "bf16dec-1", STRATA_FMT_BF16, 1024, 512, 1, 6, 4, 0 },
+		{ "bf16dec-4", STRATA_FMT_BF16, 768, 320, 4, 5, 3, 0 },
+		{ "bf16dec-8-odd", STRATA_FMT_BF16, 544, 96, 8, 3, 2, 0 },
+		{ "bf16dec-7-shared", STRATA_FMT_BF16, 2048, 768, 7, 20, 6, 0 },
+		{ "bf16dec-wide", STRATA_FMT_BF16, 4160, 160, 2, 3, 2, 0 },
+	};
+	for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
+		printf("bf16 decode variant %dx%d kc %u\n", v[i].nw, v[i].depth, v[i].kc);
+		strata_gpu_moe_set_bf16_decode(v[i].nw, v[i].depth, v[i].kc);
+		uint64_t n0 = strata_gpu_moe_bf16_decode_launches();
+		for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++)
+			run_moe_case(&cases[c]);
+		/* two calls per case, one launch each; none on the persistent kernel */
+		uint64_t n = strata_gpu_moe_bf16_decode_launches() - n0;
+		assert_int_equal(n, v[i].nw ? 2 * sizeof(cases) / sizeof(cases[0]) : 0);
+	}
+	strata_gpu_moe_set_bf16_decode(-1, 0, 0);
+}
+
 /* fp16 range guard: activations beyond the fp16 range (and rows whose
  * gate * up is) through a tier expert layer with T tokens per expert (two
  * experts, top-2: every token goes to both); pf_min as in run_moe_case_ex
@@ -728,6 +765,7 @@ int main(void)
 		cmocka_unit_test(test_dequant_exact),
 		cmocka_unit_test(test_moe_layer),
 		cmocka_unit_test(test_moe_decode_variants),
+		cmocka_unit_test(test_moe_bf16_decode),
 		cmocka_unit_test(test_moe_outliers),
 		cmocka_unit_test(test_moe_range),
 		cmocka_unit_test(test_bf16_cublas),

@@ -7,7 +7,7 @@
  *             into the tensor cores with memory out of the way), as weights/s
  *             and as GB/s of packed bytes (bpw / 8 bytes per weight)
  *   decode    one MoE layer's active experts (Kimi-shaped 16 x 7168x1536,
- *             Qwen3-30B-A3B-shaped 8 x 2048x768) at 1, 4, 16 tokens routed to
+ *             Qwen3-30B-A3B-shaped 8 x 2048x768) at 1, 4, 8, 16 tokens routed to
  *             all of them, per format: GB/s of packed expert bytes / read
  *             ceiling ("of read"), and for the tier formats also / min(read
  *             ceiling, the format's decode ceiling) ("of bound")
@@ -555,10 +555,10 @@ int main(int argc, char **argv)
 	}
 	measure_ceilings();
 	const int fmts[] = { STRATA_FMT_HOT, STRATA_FMT_WARM, STRATA_FMT_COLD, STRATA_FMT_BF16 };
-	const uint32_t dec_tokens[] = { 1, 4, 16 };
+	const uint32_t dec_tokens[] = { 1, 4, 8, 16 };
 	for (int s = 0; s < 2 && !no_decode; s++)
 		for (int f = 0; f < (quick ? 1 : 4); f++)
-			bench_decode(&shapes[s], fmts[f], dec_tokens, 3);
+			bench_decode(&shapes[s], fmts[f], dec_tokens, 4);
 	if (decode_only) {
 		if (g_csv)
 			fclose(g_csv);

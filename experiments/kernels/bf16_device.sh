@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# One device call for the bf16 decode kernel (kernels/moe_dec_bf16.cuh):
+# test_kernels, the decode table of bench_kernels per variant, then memcheck
+# (STRATA_MOE_BF16DEC: 0 = the persistent kernel's direct path, the old one;
+# NWxD = warps x ring depth; KC=N: STRATA_MOE_BF16DEC_KC).  Binaries: the
+# ones carried in prebuilt/ (built on the CPU machine) when they start here,
+# else a build (scons -j16).  Logs and CSVs go to $OUT/bf16.tar.gz; the bf16
+# ratio lines are printed.
+#   source .device/setup.sh && bash experiments/kernels/bf16_device.sh
+# VARIANTS (default "0 def"; "def" = no variable set; "16x4@256" = 16x4 with
+# KC 256; suffixes +pf: STRATA_MOE_BF16DEC_PF=1, +nohint: STRATA_MOE_BF16DEC_HINT=0),
+# SANITIZE=0 skips memcheck, TESTS=0 skips test_kernels, ALL=1 prints
+# every decode line (not only bf16).
+set -u
+out=${OUT:-out}
+d=$(mktemp -d)
+mkdir -p "$out"
+trap 'tar -czf "$out/bf16.tar.gz" -C "$d" .' EXIT
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv >"$d/gpu.txt" 2>&1
+T=./build/release/tests/test_kernels B=./build/release/bench/bench_kernels
+if [ -x prebuilt/test_kernels ] && prebuilt/bench_kernels --help >/dev/null 2>&1; then
+	T=prebuilt/test_kernels B=prebuilt/bench_kernels
+	echo "binaries: prebuilt"
+else
+	t0=$(date +%s)
+	scons -Q -j16 mode=release build/release/tests/test_kernels build/release/bench/bench_kernels >"$d/build.log" 2>&1 ||
+		{ tail -40 "$d/build.log"; exit 1; }
+	echo "build $(( $(date +%s) - t0 )) s"
+fi
+if [ "${TESTS:-1}" = 1 ]; then
+	t0=$(date +%s)
+	$T >"$d/test_kernels.log" 2>&1
+	echo "test_kernels exit $? ($(grep -c 'rel err' "$d/test_kernels.log") checks, $(( $(date +%s) - t0 )) s)"
+	grep -E "FAILED|Error|error:|differ|\[  (PASSED|FAILED) \]" "$d/test_kernels.log" | head -20
+	grep -E "moe\[(bf16dec|decode|dec-bf16)" "$d/test_kernels.log" | awk '{print $1, $(NF-2)}' | sort -k2 -g | tail -3
+fi
+for v in ${VARIANTS:-0 def}; do
+	kc="" pf="" hint=""
+	case $v in *+pf*) pf=1; ;; esac
+	case $v in *+nohint*) hint=0; ;; esac
+	vv=${v%%+*}
+	case $vv in *@*) kc=${vv#*@}; ;; esac
+	vv=${vv%@*}
+	[ "$vv" = def ] && vv=""
+	t0=$(date +%s)
+	STRATA_MOE_BF16DEC=$vv STRATA_MOE_BF16DEC_KC=$kc STRATA_MOE_BF16DEC_PF=$pf STRATA_MOE_BF16DEC_HINT=$hint \
+		$B --decode --csv "$d/decode_$v.csv" >"$d/bench_$v.log" 2>&1
+	echo "== decode $v (exit $?, $(( $(date +%s) - t0 )) s)"
+	if [ "${ALL:-0}" = 1 ]; then
+		grep -E "ceiling|decode" "$d/bench_$v.log" | sed 's/  */ /g'
+	else
+		grep -E "ceiling|decode.*bf16" "$d/bench_$v.log" | sed 's/  */ /g'
+	fi
+done
+if [ "${SANITIZE:-1}" = 1 ]; then
+	t0=$(date +%s)
+	timeout ${SANITIZE_TIMEOUT:-150} compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 $T >"$d/memcheck.log" 2>&1
+	echo "memcheck exit $? $(grep -E 'ERROR SUMMARY' "$d/memcheck.log") ($(( $(date +%s) - t0 )) s)"
+	grep -E "FAILED|Invalid|out of bounds" "$d/memcheck.log" | head -5
+fi
