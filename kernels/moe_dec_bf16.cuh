@@ -324,19 +324,7 @@ __global__ void __launch_bounds__(32 * NW, 1) bf16_kernel(const __grid_constant_
 	}
 	if (c.k.t != NONE)
 		cmp_end(p, a, c);
-	// The last warp out resets the counters for the next launch.
-	__syncwarp();
-	if (lane == 0) {
-		__threadfence();
-		unsigned prev = atomicAdd(p.sync, 1u);
-		if (prev == nwarps - 1) {
-			for (uint32_t s = 0; s < p.n_slots; s++)
-				p.sync[1 + s] = 0;
-			p.sync[FETCH] = 0;
-			p.sync[0] = 0;
-			__threadfence();
-		}
-	}
+	dec::last_out_reset(p, nwarps);
 }
 
 } // namespace bfd

@@ -51,6 +51,24 @@ template <int NW, int NS> struct DGeo {
 	static_assert(SMEM <= SMEM_MAX, "decode kernel shared memory");
 };
 
+// End of a warp-streaming kernel (this one, bfd::bfd_kernel): the last of its
+// nwarps warps out resets the launch's counters for the next launch.
+__device__ __forceinline__ void last_out_reset(const MoeParams &p, uint32_t nwarps)
+{
+	__syncwarp();
+	if ((threadIdx.x & 31) == 0) {
+		__threadfence();
+		unsigned prev = atomicAdd(p.sync, 1u);
+		if (prev == nwarps - 1) {
+			for (uint32_t s = 0; s < p.n_slots; s++)
+				p.sync[1 + s] = 0;
+			p.sync[FETCH] = 0;
+			p.sync[0] = 0;
+			__threadfence();
+		}
+	}
+}
+
 // Task k.t of this kernel (Task of the persistent kernel: slot, format, row
 // tile rt, token tile tt, split-K part), from its first chunk; a chunk is one
 // 256-weight block, a part p.kbg (gate|up) or p.kbd (down) of them.
@@ -438,19 +456,7 @@ __global__ void __launch_bounds__(32 * NW, 1) dec_kernel(const __grid_constant__
 		}
 	}
 	cp_wait<0>();
-	// The last warp out resets the counters for the next launch.
-	__syncwarp();
-	if (lane == 0) {
-		__threadfence();
-		unsigned prev = atomicAdd(p.sync, 1u);
-		if (prev == gridDim.x * NW - 1) {
-			for (uint32_t s = 0; s < p.n_slots; s++)
-				p.sync[1 + s] = 0;
-			p.sync[FETCH] = 0;
-			p.sync[0] = 0;
-			__threadfence();
-		}
-	}
+	last_out_reset(p, gridDim.x * NW);
 }
 
 } // namespace dec
