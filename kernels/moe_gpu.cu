@@ -883,9 +883,9 @@ struct Ctx {
 	// strata_gpu_moe_set_split(n); 0: none, run_dec says why).
 	uint32_t dec_split = 0, dec_fsplit = 0;
 	int dec16 = 1; // two-tile tasks for 9 - 16 tokens (STRATA_MOE_DEC16=0: persistent kernel)
-	float *gus = nullptr;          // partial gate|up sums (MoeParams::gus)
+	float *gus = nullptr;          // partial gate|up sums (MoeParams::gus; also the bf16 kernel's)
 	size_t gus_cap = 0;            // floats
-	unsigned *gucnt = nullptr;     // parts done per unsplit gate|up task
+	unsigned *gucnt = nullptr;     // parts done per unsplit gate|up task (bf16 kernel: per row tile)
 	size_t gucnt_cap = 0;
 	// bf16 decode kernel (moe_dec_bf16.cuh) for launches of <= 8 tokens per
 	// expert, all bf16: 0 off (STRATA_MOE_BF16DEC=0), else warps x ring depth
@@ -896,10 +896,7 @@ struct Ctx {
 	int bfd_fnw = -1, bfd_fd = 0; // strata_gpu_moe_set_bf16_decode (nw < 0: not forced)
 	uint32_t bfd_fkc = 0;
 	int bfd_nohint = 0, bfd_pfall = 0; // STRATA_MOE_BF16DEC_HINT=0, STRATA_MOE_BF16DEC_PF=1 (experiments)
-	float *bfd_gu = nullptr;      // split-K gate|up sums (kept zero between launches)
-	size_t bfd_gu_cap = 0;        // floats
-	unsigned *bfd_ctr = nullptr;  // per-tile chunk counters (kept zero between launches)
-	size_t bfd_ctr_cap = 0;
+	// (split-K scratch: gus / gucnt above, shared with the tier decode kernel)
 	uint64_t bfd_launches = 0;    // strata_gpu_moe_bf16_decode_launches
 	// Tiled prefill path (moe_prefill.cuh): experts with >= pf_min tokens
 	// (STRATA_MOE_PREFILL_MIN, default 17; STRATA_MOE_PREFILL=0: off).  17: the
@@ -1229,20 +1226,14 @@ int run_dec_bf16(MoeParams *p, uint32_t hfl, cudaStream_t st, struct strata_erro
 	// vs 0.46 on the persistent kernel (experiments/kernels/README.md).
 	if (!forced && p->n_tasks < 4u * 16u * (uint32_t)g_ctx.sms)
 		return 0;
-	// Split-K scratch and counters, zero at allocation and left zero by the kernel.
+	// Split-K scratch and counters, zero at allocation and left zero by the
+	// kernel: the ones of the tier decode kernel's split-K (launches run in
+	// stream order, and each leaves them zero).
 	const size_t ngu_f = a.nch[0] > 1 ? 2 * (size_t)hfl : 0, nctr = (size_t)p->n_slots * a.nrt;
-	if (ngu_f > g_ctx.bfd_gu_cap || nctr > g_ctx.bfd_ctr_cap) {
-		CU_TRY(err, cudaStreamSynchronize(st));
-		cudaFree(g_ctx.bfd_gu), cudaFree(g_ctx.bfd_ctr);
-		g_ctx.bfd_gu = nullptr, g_ctx.bfd_ctr = nullptr, g_ctx.bfd_gu_cap = g_ctx.bfd_ctr_cap = 0;
-		size_t cg = ngu_f < (1u << 21) ? (1u << 21) : ngu_f, cc = nctr < 4096 ? 4096 : nctr;
-		CU_TRY(err, cudaMalloc(&g_ctx.bfd_gu, cg * sizeof(float)));
-		CU_TRY(err, cudaMalloc(&g_ctx.bfd_ctr, cc * sizeof(unsigned)));
-		CU_TRY(err, cudaMemsetAsync(g_ctx.bfd_gu, 0, cg * sizeof(float), st));
-		CU_TRY(err, cudaMemsetAsync(g_ctx.bfd_ctr, 0, cc * sizeof(unsigned), st));
-		g_ctx.bfd_gu_cap = cg, g_ctx.bfd_ctr_cap = cc;
-	}
-	a.gu = g_ctx.bfd_gu, a.ctr = g_ctx.bfd_ctr;
+	if ((*rc = grow_zeroed(&g_ctx.gus, &g_ctx.gus_cap, ngu_f, st, err)) ||
+	    (*rc = grow_zeroed(&g_ctx.gucnt, &g_ctx.gucnt_cap, nctr, st, err)))
+		return 1;
+	a.gu = g_ctx.gus, a.ctr = g_ctx.gucnt;
 	if (nw == 12 && dd == 6)
 		*rc = bfd_launch<12, 6>(p, a, st, err);
 	else if (nw == 8 && dd == 8)
