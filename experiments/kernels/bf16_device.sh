@@ -12,20 +12,14 @@
 # SANITIZE=0 skips memcheck, TESTS=0 skips test_kernels, ALL=1 prints
 # every decode line (not only bf16).
 set -u
-out=${OUT:-out}
-d=$(mktemp -d)
-mkdir -p "$out"
-trap 'tar -czf "$out/bf16.tar.gz" -C "$d" .' EXIT
-nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv >"$d/gpu.txt" 2>&1
+source "$(dirname "$0")/device_common.sh"
+dev_begin bf16
 T=./build/release/tests/test_kernels B=./build/release/bench/bench_kernels
 if [ -x prebuilt/test_kernels ] && prebuilt/bench_kernels --help >/dev/null 2>&1; then
 	T=prebuilt/test_kernels B=prebuilt/bench_kernels
 	echo "binaries: prebuilt"
 else
-	t0=$(date +%s)
-	scons -Q -j16 mode=release build/release/tests/test_kernels build/release/bench/bench_kernels >"$d/build.log" 2>&1 ||
-		{ tail -40 "$d/build.log"; exit 1; }
-	echo "build $(( $(date +%s) - t0 )) s"
+	dev_build build/release/tests/test_kernels build/release/bench/bench_kernels
 fi
 if [ "${TESTS:-1}" = 1 ]; then
 	t0=$(date +%s)

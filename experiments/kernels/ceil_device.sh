@@ -9,15 +9,9 @@
 #   source .device/setup.sh && bash experiments/kernels/ceil_device.sh
 # TESTS=0 skips test_kernels, BENCH=0 the benchmark, NCU=0 the profiles.
 set -u
-out=${OUT:-out}
-d=$(mktemp -d)
-mkdir -p "$out"
-trap 'tar -czf "$out/ceil.tar.gz" -C "$d" .' EXIT
-nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,power.draw --format=csv >"$d/gpu.txt" 2>&1
-t0=$(date +%s)
-scons -Q -j16 mode=release build/release/tests/test_kernels build/release/bench/bench_kernels >"$d/build.log" 2>&1 ||
-	{ tail -40 "$d/build.log"; exit 1; }
-echo "build $(( $(date +%s) - t0 )) s"
+source "$(dirname "$0")/device_common.sh"
+dev_begin ceil
+dev_build build/release/tests/test_kernels build/release/bench/bench_kernels
 if [ "${TESTS:-1}" = 1 ]; then
 	t0=$(date +%s)
 	./build/release/tests/test_kernels >"$d/test_kernels.log" 2>&1

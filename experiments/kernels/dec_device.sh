@@ -8,15 +8,9 @@
 # VARIANTS (default "0 0-noguard 12x4 12x4u 12x3 16x3"), SANITIZE=1, PROFILE_FMTS ("" = none),
 # TESTS=0 skips test_kernels; PREFILL=0 skips the prefill + layer tables (bench_kernels --no-decode).
 set -u
-out=${OUT:-out}
-d=$(mktemp -d)
-mkdir -p "$out"
-trap 'tar -czf "$out/dec.tar.gz" -C "$d" .' EXIT
-nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv >"$d/gpu.txt" 2>&1
-t0=$(date +%s)
-scons -Q -j16 mode=release build/release/tests/test_kernels build/release/bench/bench_kernels >"$d/build.log" 2>&1 ||
-	{ tail -40 "$d/build.log"; exit 1; }
-echo "build $(( $(date +%s) - t0 )) s"
+source "$(dirname "$0")/device_common.sh"
+dev_begin dec
+dev_build build/release/tests/test_kernels build/release/bench/bench_kernels
 if [ "${TESTS:-1}" = 1 ]; then
 	./build/release/tests/test_kernels >"$d/test_kernels.log" 2>&1
 	echo "test_kernels exit $? ($(grep -c 'rel err' "$d/test_kernels.log") checks)"

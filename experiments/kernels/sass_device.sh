@@ -6,11 +6,9 @@
 # (hot), i.e. where the instructions per weight go.  Files: $OUT/sass.tar.gz.
 #   source .device/setup.sh && bash experiments/kernels/sass_device.sh
 set -u
-out=${OUT:-out}
-d=$(mktemp -d)
-mkdir -p "$out"
-trap 'tar -czf "$out/sass.tar.gz" -C "$d" .' EXIT
-scons -Q -j16 mode=release build/release/bench/bench_kernels >"$d/build.log" 2>&1 || { tail -30 "$d/build.log"; exit 1; }
+source "$(dirname "$0")/device_common.sh"
+dev_begin sass
+dev_build build/release/bench/bench_kernels
 obj=$(find build/release -name 'moe_gpu*.o' | head -1)
 cuobjdump -sass "$obj" >"$d/moe_gpu.sass" 2>&1
 echo "sass: $(wc -l <"$d/moe_gpu.sass") lines from $obj"
