@@ -90,18 +90,23 @@ template <int NT> __device__ __forceinline__ void gu_finish(const MoeParams &p, 
 {
 	const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 	const Slot &s = p.slot[k.slot];
-	auto at = [&](int n, int i, uint32_t &row, uint32_t &tl) {
+	// (n, i): this lane's row and token, their h index and their gate sum in
+	// gus (the up sum p.inter floats on); false outside the matrix or the slot.
+	uint32_t row, tl;
+	uint64_t hi;
+	float *gu;
+	auto at = [&](int n, int i) {
 		row = k.rt * (ROWS / 2) + g + 8 * (i >> 1), tl = k.tt * TN * NT + 8 * n + 2 * t + (i & 1);
+		hi = (uint64_t)tl * p.inter + row;
+		gu = p.gus + 2 * ((uint64_t)s.h_off + (uint64_t)tl * p.inter) + row;
 		return row < p.inter && tl < s.ntok;
 	};
-	uint32_t row, tl;
 	if (p.sgu > 1) {
 #pragma unroll
 		for (int n = 0; n < NT; n++)
 #pragma unroll
 			for (int i = 0; i < 4; i++)
-				if (at(n, i, row, tl)) {
-					float *gu = p.gus + 2 * ((uint64_t)s.h_off + (uint64_t)tl * p.inter) + row;
+				if (at(n, i)) {
 					atomicAdd(gu, c[n][0][i]);
 					atomicAdd(gu + p.inter, c[n][1][i]);
 				}
@@ -118,14 +123,13 @@ template <int NT> __device__ __forceinline__ void gu_finish(const MoeParams &p, 
 	for (int n = 0; n < NT; n++)
 #pragma unroll
 		for (int i = 0; i < 4; i++)
-			if (at(n, i, row, tl)) {
+			if (at(n, i)) {
 				float gv = c[n][0][i], uv = c[n][1][i];
 				if (p.sgu > 1) {
-					float *gu = p.gus + 2 * ((uint64_t)s.h_off + (uint64_t)tl * p.inter) + row;
 					gv = __ldcg(gu), uv = __ldcg(gu + p.inter);
 					gu[0] = gu[p.inter] = 0.0f;
 				}
-				p.h[s.h_off + (uint64_t)tl * p.inter + row] = gv / (1.0f + expf(-gv)) * uv;
+				p.h[s.h_off + hi] = gv / (1.0f + expf(-gv)) * uv;
 			}
 	if (p.sgu > 1 && lane == 0)
 		p.gucnt[k.t / p.sgu] = 0;

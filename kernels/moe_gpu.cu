@@ -1121,10 +1121,11 @@ template <class T> int grow_zeroed(T **buf, size_t *cap, size_t n, cudaStream_t 
 // Split-K parts (STRATA_MOE_SPLIT / strata_gpu_moe_set_split) fill the warps
 // but measured slower there (41.6 against 33.5 us per Qwen layer, hot, T=1:
 // each warp's two or three one-block tasks never fill its copy ring, and the
-// partial sums cost atomics), so they are off by default.  1 when the
+// partial sums cost atomics), so they are off by default.  hfl: floats of h in
+// this launch (the split-K scratch holds two per h element).  1 when the
 // warp-streaming kernel ran (*rc its result), 0 when the persistent kernel
 // should run.
-int run_dec(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_error *err, int *rc)
+int run_dec(MoeParams *p, uint32_t maxtok, uint32_t hfl, cudaStream_t st, struct strata_error *err, int *rc)
 {
 	for (uint32_t s = 0; s < p->n_slots; s++)
 		if (p->slot[s].fmt < STRATA_FMT_HOT || p->slot[s].fmt > STRATA_FMT_COLD)
@@ -1142,16 +1143,18 @@ int run_dec(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_error 
 	uint32_t split = g_ctx.dec_fsplit ? g_ctx.dec_fsplit : g_ctx.dec_split ? g_ctx.dec_split : 1;
 	if (!forced && split == 1 && t < 2 * warps)
 		return 0;
-	p->kbg = (nbg + (split < nbg ? split : nbg) - 1) / (split < nbg ? split : nbg);
-	p->kbd = (nbd + (split < nbd ? split : nbd) - 1) / (split < nbd ? split : nbd);
-	p->sgu = (nbg + p->kbg - 1) / p->kbg, p->sdn = (nbd + p->kbd - 1) / p->kbd;
+	// A row of nb blocks in at most `split` parts of kb blocks: s parts.
+	auto cut = [split](uint32_t nb, uint32_t &kb, uint32_t &s) {
+		uint32_t n = split < nb ? split : nb;
+		kb = (nb + n - 1) / n, s = (nb + kb - 1) / kb;
+	};
+	cut(nbg, p->kbg, p->sgu);
+	cut(nbd, p->kbd, p->sdn);
 	t = layout_tasks(p, dec::ROWS / 2, dec::ROWS, dec::TN * nt, p->sgu, p->sdn);
 	if (!forced && t < warps)
 		return 0;
 	if (p->sgu > 1) {
-		const Slot &l = p->slot[p->n_slots - 1];
-		size_t need = 2 * ((size_t)l.h_off + (size_t)l.ntok * p->inter);
-		if ((*rc = grow_zeroed(&g_ctx.gus, &g_ctx.gus_cap, need, st, err)) ||
+		if ((*rc = grow_zeroed(&g_ctx.gus, &g_ctx.gus_cap, 2 * (size_t)hfl, st, err)) ||
 		    (*rc = grow_zeroed(&g_ctx.gucnt, &g_ctx.gucnt_cap, p->n_gu_tasks / p->sgu, st, err)))
 			return 1;
 	}
@@ -1267,7 +1270,7 @@ int run_launch(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_err
 	int rc = 0;
 	if (maxtok <= 8 && run_dec_bf16(p, hfl, st, err, &rc))
 		return rc;
-	if (maxtok <= 2 * dec::TN && run_dec(p, maxtok, st, err, &rc))
+	if (maxtok <= 2 * dec::TN && run_dec(p, maxtok, hfl, st, err, &rc))
 		return rc;
 	// 8 warps on 64-row stages; token tiles of 8, 16 or (prefill) 32 tokens.
 	// (16 warps on 32-row stages, <1, 2, 16> and <2, 2, 16>, compile to 96/128
