@@ -46,6 +46,7 @@ void strata_gpu_moe_set_prefill_min(uint32_t n) { (void)n; }
 void strata_gpu_moe_set_decode(int nw, int ns) { (void)nw, (void)ns; }
 void strata_gpu_moe_set_split(uint32_t parts) { (void)parts; }
 void strata_gpu_moe_set_bf16_decode(int nw, int depth, uint32_t kc) { (void)nw, (void)depth, (void)kc; }
+uint64_t strata_gpu_moe_decode_split_launches(void) { return 0; }
 uint64_t strata_gpu_moe_bf16_decode_launches(void) { return 0; }
 int strata_gpu_linear_bf16(const uint16_t *d_w, uint32_t rows, uint32_t cols, const float *d_x, uint32_t n,
 			   float *d_y, float alpha, float beta, strata_gpu_stream *stream, struct strata_error *err) { return NOGPU(err); }

@@ -17,7 +17,9 @@
  * struct itself, fmts[] and assign_*[] are host arrays, copied into the
  * launch parameters, so no host/device synchronisation happens.  The
  * (expert, token) pairs are cut into launches of at most STRATA_MOE_MAX_SLOTS
- * expert slots and STRATA_MOE_MAX_ASSIGN assignments; each launch is one
+ * expert slots and STRATA_MOE_MAX_ASSIGN assignments, the slots in format
+ * order (warps that fetch tasks together run one decoder; 1.1 - 1.5x on mixed
+ * tier layers); each launch is one
  * persistent kernel (one CTA per SM: 16 warps for token tiles of 8, 8 warps
  * otherwise) that walks every active expert's gate|up rows, then its down
  * rows, in tasks of 64 rows x one token tile, and multiplies on tensor cores
@@ -46,13 +48,16 @@
  * <= 8 tokens, all in tier formats, with at least two tasks per warp (e.g. the
  * Kimi shape at batch 1) take the warp-streaming decode kernel instead
  * (kernels/moe_decode.cuh: one warp per task of 32 rows, its own cp.async
- * ring, tasks from a global counter, the block scale once per 256 weights);
+ * ring, tasks from a global counter, the block scale once per 256 weights;
+ * launches of 2 - 4 tasks per warp and <= 4 tokens per expert cut each row
+ * into 3 split-K parts, so the gate|up tasks end evenly);
  * large launches whose experts all have <= 8 tokens and are all bf16 take the bf16
  * decode kernel (kernels/moe_dec_bf16.cuh: per-warp register rings of 16-byte
  * loads, tasks of 32 rows x a K chunk, split-K sums of gate|up through a
  * scratch; STRATA_MOE_BF16DEC=0 sends them to the persistent kernel).
- * Decode speed of the tier formats is bound by instruction issue (~9-11
- * instructions per weight, ncu), see experiments/kernels/README.md.
+ * Decode speed of the tier formats is bound by instruction issue (8.8
+ * instructions per weight in the decode kernel, ~6 of them the decode itself;
+ * ncu), see experiments/kernels/README.md.
  *
  * Accuracy: bf16/f32 experts enter the tensor cores as bf16 (relative error
  * ~3e-3 against the CPU reference); tier experts as exact fp16 weights times
@@ -120,9 +125,17 @@ void strata_gpu_moe_set_decode(int nw, int ns);
 /* Experiment/test hook: the warp-streaming decode kernel cuts every gate|up
  * and down row into at most `parts` split-K parts (whole 256-weight blocks;
  * 1: no split), and then runs when the launch has at least one task per warp;
- * 0 restores the default (STRATA_MOE_SPLIT, else no split: it measured slower
- * than the persistent kernel on the Qwen3-30B-A3B shape). */
+ * 0 restores the default (STRATA_MOE_SPLIT, else 3 parts for launches of one
+ * 8-token tile, at most 4 tokens per expert and two to four unsplit tasks per
+ * warp, e.g. Kimi at batch 1, and no split otherwise: more tokens pay more
+ * partial-sum atomics, launches of many tasks per warp balance without, and on
+ * the Qwen3-30B-A3B shape the split kernel measured slower than the persistent
+ * one).  With the decode-variant hook forced
+ * (strata_gpu_moe_set_decode), 0 means no split. */
 void strata_gpu_moe_set_split(uint32_t parts);
+/* Launches of the warp-streaming decode kernel with split-K parts so far in
+ * this process (for tests). */
+uint64_t strata_gpu_moe_decode_split_launches(void);
 /* Experiment/test hook: launches whose experts all have <= 8 tokens and are
  * all bf16 take the bf16 decode kernel (kernels/moe_dec_bf16.cuh) with nw
  * warps x a register ring of depth units (16x4, 12x6, 8x8) and K chunks of

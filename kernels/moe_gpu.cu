@@ -870,6 +870,7 @@ struct Ctx {
 	int direct = 1; // bf16 weights straight to registers (STRATA_MOE_DIRECT=0: staged like the others)
 	int l2pf = 0;   // direct path prefetches into L2 ahead (STRATA_MOE_L2PF=1: on; measured 3% slower)
 	int noguard = 0; // STRATA_MOE_GUARD=0: persistent kernel without the fp16 overflow test (measurement only)
+	int fmt_order = 1; // slots grouped by format (STRATA_MOE_FMT_ORDER=0: in expert order; measurement only)
 	bool attr_set[12] = {};
 	// Warp-streaming decode kernel (moe_decode.cuh) for launches of <= 8 tokens
 	// per expert: 0 off (STRATA_MOE_DEC=0), else warps x stages (STRATA_MOE_DEC=
@@ -880,8 +881,9 @@ struct Ctx {
 	int dec_fnw = -1, dec_fns = 0; // strata_gpu_moe_set_decode (nw < 0: not forced)
 	uint32_t dec_attr = 0;
 	// Its split-K parts per row, at most (STRATA_MOE_SPLIT=n or
-	// strata_gpu_moe_set_split(n); 0: none, run_dec says why).
+	// strata_gpu_moe_set_split(n); 1: none; 0: the default, run_dec says which).
 	uint32_t dec_split = 0, dec_fsplit = 0;
+	uint64_t dec_split_launches = 0; // strata_gpu_moe_decode_split_launches
 	int dec16 = 1; // two-tile tasks for 9 - 16 tokens (STRATA_MOE_DEC16=0: persistent kernel)
 	float *gus = nullptr;          // partial gate|up sums (MoeParams::gus; also the bf16 kernel's)
 	size_t gus_cap = 0;            // floats
@@ -1003,6 +1005,8 @@ int ctx_init(struct strata_error *err)
 			g_ctx.pf_min = UINT32_MAX;
 		e = getenv("STRATA_MOE_GUARD");
 		g_ctx.noguard = e && !strcmp(e, "0");
+		e = getenv("STRATA_MOE_FMT_ORDER");
+		g_ctx.fmt_order = !(e && !strcmp(e, "0"));
 		e = getenv("STRATA_MOE_DEC");
 		if (e && !strcmp(e, "0"))
 			g_ctx.dec_nw = 0;
@@ -1121,10 +1125,19 @@ template <class T> int grow_zeroed(T **buf, size_t *cap, size_t n, cudaStream_t 
 // Split-K parts (STRATA_MOE_SPLIT / strata_gpu_moe_set_split) fill the warps
 // but measured slower there (41.6 against 33.5 us per Qwen layer, hot, T=1:
 // each warp's two or three one-block tasks never fill its copy ring, and the
-// partial sums cost atomics), so they are off by default.  hfl: floats of h in
-// this launch (the split-K scratch holds two per h element).  1 when the
-// warp-streaming kernel ran (*rc its result), 0 when the persistent kernel
-// should run.
+// partial sums cost atomics), so such launches stay on the persistent kernel.
+// By default a launch of one 8-token tile, at most SPLIT_MAXTOK tokens per
+// expert and two to four unsplit tasks per warp is cut into SPLIT_AUTO parts:
+// at the Kimi shape the down tasks spin less at the gate|up -> down boundary,
+// where whole-row gate|up tasks (28 blocks) end unevenly (hot T=1 239.8 against
+// 263.2 us).  The partial sums' atomics grow with the tokens (T=8 measured 2%
+// slower, T=16 12%), and launches with many tasks per warp balance without
+// (full layers at T=16: Kimi 4%, Qwen 16% slower split; experiments/kernels/
+// README.md, "Split-K and format-ordered slots").
+// hfl: floats of h in this launch (the split-K scratch holds two per h
+// element).  1 when the warp-streaming kernel ran (*rc its result), 0 when
+// the persistent kernel should run.
+constexpr uint32_t SPLIT_AUTO = 3, SPLIT_MAXTOK = 4;
 int run_dec(MoeParams *p, uint32_t maxtok, uint32_t hfl, cudaStream_t st, struct strata_error *err, int *rc)
 {
 	for (uint32_t s = 0; s < p->n_slots; s++)
@@ -1140,7 +1153,9 @@ int run_dec(MoeParams *p, uint32_t maxtok, uint32_t hfl, cudaStream_t st, struct
 	const uint32_t warps = (uint32_t)nw * (uint32_t)g_ctx.sms;
 	const uint32_t nbg = (p->hidden + 255) / 256, nbd = (p->inter + 255) / 256;
 	uint32_t t = layout_tasks(p, dec::ROWS / 2, dec::ROWS, dec::TN * nt);
-	uint32_t split = g_ctx.dec_fsplit ? g_ctx.dec_fsplit : g_ctx.dec_split ? g_ctx.dec_split : 1;
+	uint32_t split = g_ctx.dec_fsplit ? g_ctx.dec_fsplit : g_ctx.dec_split;
+	if (!split)
+		split = !forced && nt == 1 && maxtok <= SPLIT_MAXTOK && t >= 2 * warps && t < 4 * warps ? SPLIT_AUTO : 1;
 	if (!forced && split == 1 && t < 2 * warps)
 		return 0;
 	// A row of nb blocks in at most `split` parts of kb blocks: s parts.
@@ -1159,6 +1174,8 @@ int run_dec(MoeParams *p, uint32_t maxtok, uint32_t hfl, cudaStream_t st, struct
 			return 1;
 	}
 	p->gus = g_ctx.gus, p->gucnt = g_ctx.gucnt;
+	if (p->sgu > 1 || p->sdn > 1)
+		g_ctx.dec_split_launches++;
 	if (nt == 2)
 		*rc = dec_launch<12, 4, false, 2>(p, st, 6, err);
 	else if (nw == 12 && ns == -4)
@@ -1476,7 +1493,7 @@ int moe_layer(const struct strata_moe_call *c, struct strata_error *err)
 	uint32_t *order = (uint32_t *)malloc((size_t)c->n_assign * sizeof(uint32_t));
 	MoeParams *p = (MoeParams *)calloc(1, sizeof(MoeParams));
 	bool *big = nullptr;
-	uint32_t pf_min;
+	uint32_t *eord = nullptr, pf_min;
 	if (!count || !order || !p) {
 		free(count), free(order), free(p);
 		return STRATA_ERR(err, STRATA_ENOMEM, "strata_moe_layer_gpu: out of memory");
@@ -1533,7 +1550,8 @@ int moe_layer(const struct strata_moe_call *c, struct strata_error *err)
 	// Experts with many tokens in bf16 or a tier format take the tiled prefill
 	// path; the rest (and every call when all counts are small) this kernel.
 	big = (bool *)calloc(c->n_experts + 1, sizeof(bool));
-	if (!big) {
+	eord = (uint32_t *)malloc((c->n_experts + 1) * sizeof(uint32_t));
+	if (!big || !eord) {
 		rc = STRATA_ERR(err, STRATA_ENOMEM, "strata_moe_layer_gpu: out of memory");
 		goto out;
 	}
@@ -1551,10 +1569,19 @@ int moe_layer(const struct strata_moe_call *c, struct strata_error *err)
 	p->noguard = g_ctx.noguard;
 	p->vec = (c->hidden % 4 == 0 && c->inter % 4 == 0 && ((uintptr_t)c->x & 15) == 0);
 	{
+		// Slots in format order (STRATA_MOE_FMT_ORDER=0: expert order): tasks
+		// are numbered slot by slot, so warps that fetch tasks at about the same
+		// time run the same decoder.
+		uint32_t ne = 0;
+		for (int f = 0; f < STRATA_FMT_COUNT; f++)
+			for (uint32_t e = 0; e < c->n_experts; e++)
+				if (g_ctx.fmt_order ? c->fmts[e] == f : f == 0)
+					eord[ne++] = e;
 		// The kernel variant (token tile) is fixed for the whole call: the stage
 		// geometry in p->tab was sized for its rows per stage.
 		uint32_t ns = 0, na = 0;
-		for (uint32_t e = 0; e < c->n_experts && !rc; e++) {
+		for (uint32_t i = 0; i < c->n_experts && !rc; i++) {
+			const uint32_t e = eord[i];
 			if (big[e])
 				continue;
 			for (uint32_t a = count[e]; a < count[e + 1];) {
@@ -1587,7 +1614,7 @@ int moe_layer(const struct strata_moe_call *c, struct strata_error *err)
 	if (!rc)
 		rc = run_prefill(c, count, order, big, p->tab, st, err);
 out:
-	free(count), free(order), free(p), free(big);
+	free(count), free(order), free(p), free(big), free(eord);
 	return rc;
 }
 
@@ -1637,6 +1664,14 @@ extern "C" void strata_gpu_moe_set_bf16_decode(int nw, int depth, uint32_t kc)
 	pthread_mutex_lock(&g_ctx.mu);
 	g_ctx.bfd_fnw = nw, g_ctx.bfd_fd = depth, g_ctx.bfd_fkc = kc;
 	pthread_mutex_unlock(&g_ctx.mu);
+}
+
+extern "C" uint64_t strata_gpu_moe_decode_split_launches(void)
+{
+	pthread_mutex_lock(&g_ctx.mu);
+	uint64_t n = g_ctx.dec_split_launches;
+	pthread_mutex_unlock(&g_ctx.mu);
+	return n;
 }
 
 extern "C" uint64_t strata_gpu_moe_bf16_decode_launches(void)

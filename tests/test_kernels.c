@@ -472,6 +472,36 @@ static void test_moe_decode_variants(void **state)
 	strata_gpu_moe_set_split(0);
 }
 
+/* The default split-K choice of the warp-streaming decode kernel: tier experts
+ * with at most 4 tokens each, in a launch of two to four unsplit tasks per
+ * warp (12 warps per SM; 2048 x 1024 experts make 64 gate|up + 64 down tasks),
+ * are cut into parts; the same launch with 6 tokens per expert is not. */
+static void test_moe_decode_autosplit(void **state)
+{
+	(void)state;
+	if (!test_have_gpu("test_moe_decode_autosplit"))
+		return;
+	if (getenv("STRATA_MOE_SPLIT") || getenv("STRATA_MOE_DEC")) {
+		printf("SKIP test_moe_decode_autosplit: STRATA_MOE_SPLIT / STRATA_MOE_DEC set\n");
+		return;
+	}
+	uint32_t ne = (2 * 12 * (uint32_t)strata_gpu_sm_count() + 127) / 128 + 1;
+	if (ne > STRATA_MOE_MAX_SLOTS)
+		ne = STRATA_MOE_MAX_SLOTS;
+	/* every token to every expert */
+	const struct moe_case split = { "autosplit-2", -3, 2048, 1024, 2, ne, ne, 0 };
+	const struct moe_case whole = { "autosplit-6", -3, 2048, 1024, 6, ne, ne, 0 };
+	uint64_t n0 = strata_gpu_moe_decode_split_launches();
+	run_moe_case(&split);
+	uint64_t n1 = strata_gpu_moe_decode_split_launches();
+	run_moe_case(&whole);
+	uint64_t n2 = strata_gpu_moe_decode_split_launches();
+	printf("autosplit: %u experts, split launches %llu at 2 tokens, %llu at 6\n", ne,
+	       (unsigned long long)(n1 - n0), (unsigned long long)(n2 - n1));
+	assert_int_equal(n1 - n0, 2); /* two calls, one launch each */
+	assert_int_equal(n2 - n1, 0);
+}
+
 /* The bf16 decode kernel (moe_dec_bf16.cuh: launches of <= 8 tokens per
  * expert, all bf16) in every compiled variant (warps x ring depth) and with
  * K chunks of 32 weights (one unit per task: the ring spans many tasks, 32
@@ -765,6 +795,7 @@ int main(void)
 		cmocka_unit_test(test_dequant_exact),
 		cmocka_unit_test(test_moe_layer),
 		cmocka_unit_test(test_moe_decode_variants),
+		cmocka_unit_test(test_moe_decode_autosplit),
 		cmocka_unit_test(test_moe_bf16_decode),
 		cmocka_unit_test(test_moe_outliers),
 		cmocka_unit_test(test_moe_range),

@@ -25,14 +25,15 @@
  * the decode rows' ratio to min(read, decode ceiling).
  *
  *   bench_kernels [--reps N] [--csv FILE] [--quick] [--decode] [--no-decode] [--no-layer]
- *                 [--pf-tokens T1,T2,...] [--profile [FMT]]
+ *                 [--pf-tokens T1,T2,...] [--shape kimi|qwen] [--profile [FMT]]
  *
  * --decode: ceilings and the decode table only; --no-decode / --no-layer:
  * without the decode / full-layer table; --pf-tokens: the prefill table at
  * these tokens per expert, hot and bf16 (instead of 256 for every format and
- * 64 for hot and bf16); --profile [FMT]: a few Kimi
- * decode layers of format FMT (default hot) at T=1 and 16, then FMT's decode
- * ceiling kernel (tier formats), for a profiler.
+ * 64 for hot and bf16); --shape: the decode, prefill and layer tables of
+ * that shape alone; --profile [FMT]: a few decode layers (Kimi, or --shape's)
+ * of format FMT (default hot) at T=1 and 16, then FMT's decode ceiling kernel
+ * (tier formats), for a profiler.
  * The kernel variant can be forced for experiments with STRATA_MOE_WARPS=8|16
  * and STRATA_MOE_COPY=bulk|async (kernels/moe_gpu.cu); the prefill path's with
  * STRATA_MOE_PF_TILE=64|128|256, STRATA_MOE_PF_WARPS=8|16.
@@ -480,7 +481,7 @@ static void bench_layer(const struct shape *sh, const uint32_t *tokens, int ntok
 
 int main(int argc, char **argv)
 {
-	int quick = 0, decode_only = 0, no_decode = 0, no_layer = 0, prof_fmt = STRATA_FMT_HOT;
+	int quick = 0, decode_only = 0, no_decode = 0, no_layer = 0, prof_fmt = STRATA_FMT_HOT, s0 = 0, s1 = 2;
 	uint32_t pf_tokens[32];
 	int n_pf = 0;
 	for (int i = 1; i < argc; i++) {
@@ -510,6 +511,13 @@ int main(int argc, char **argv)
 				}
 				pf_tokens[n_pf++] = (uint32_t)v;
 			}
+		} else if (!strcmp(argv[i], "--shape") && i + 1 < argc) {
+			i++;
+			if (strcmp(argv[i], "kimi") && strcmp(argv[i], "qwen")) {
+				fprintf(stderr, "bench_kernels: --shape: want kimi or qwen, not %s\n", argv[i]);
+				return 2;
+			}
+			s0 = !strcmp(argv[i], "qwen"), s1 = s0 + 1;
 		} else if (!strcmp(argv[i], "--profile")) {
 			quick = 2;
 			if (i + 1 < argc && argv[i + 1][0] != '-') {
@@ -521,7 +529,7 @@ int main(int argc, char **argv)
 			}
 		} else {
 			printf("usage: bench_kernels [--reps N] [--csv FILE] [--quick] [--decode] [--no-decode] [--no-layer]\n"
-			       "                     [--pf-tokens T1,T2,...] [--profile [FMT]]\n"
+			       "                     [--pf-tokens T1,T2,...] [--shape kimi|qwen] [--profile [FMT]]\n"
 			       "Fused dequant MoE kernels vs streaming-read and cuBLAS ceilings (needs a GPU).\n");
 			return strcmp(argv[i], "--help") && strcmp(argv[i], "-h") ? 2 : 0;
 		}
@@ -542,11 +550,11 @@ int main(int argc, char **argv)
 		{ "qwen", 2048, 768, 8, 128, 8 },
 	};
 	if (quick == 2) {
-		/* for a profiler: a few kimi hot decode layers, T=1 and T=16 */
+		/* for a profiler: a few decode layers (kimi unless --shape), T=1 and T=16 */
 		const uint32_t t1[] = { 1, 16 };
 		g_read_gbs = 1;
 		g_reps = 3;
-		bench_decode(&shapes[0], prof_fmt, t1, 2);
+		bench_decode(&shapes[s0], prof_fmt, t1, 2);
 		if (prof_fmt >= STRATA_FMT_HOT) {
 			double wps;
 			CHECK(strata_gpu_decode_ceiling(prof_fmt, &wps, NULL, &g_err));
@@ -556,7 +564,7 @@ int main(int argc, char **argv)
 	measure_ceilings();
 	const int fmts[] = { STRATA_FMT_HOT, STRATA_FMT_WARM, STRATA_FMT_COLD, STRATA_FMT_BF16 };
 	const uint32_t dec_tokens[] = { 1, 4, 8, 16 };
-	for (int s = 0; s < 2 && !no_decode; s++)
+	for (int s = s0; s < s1 && !no_decode; s++)
 		for (int f = 0; f < (quick ? 1 : 4); f++)
 			bench_decode(&shapes[s], fmts[f], dec_tokens, 4);
 	if (decode_only) {
@@ -565,11 +573,11 @@ int main(int argc, char **argv)
 		strata_gpu_stream_destroy(g_st);
 		return 0;
 	}
-	for (int s = 0; s < 2 && n_pf; s++)
+	for (int s = s0; s < s1 && n_pf; s++)
 		for (int f = 0; f < 2; f++)
 			for (int i = 0; i < n_pf; i++)
 				bench_prefill(&shapes[s], f ? STRATA_FMT_BF16 : STRATA_FMT_HOT, pf_tokens[i]);
-	for (int s = 0; s < 2 && !n_pf; s++) {
+	for (int s = s0; s < s1 && !n_pf; s++) {
 		for (int f = 0; f < (quick ? 1 : 4); f++)
 			bench_prefill(&shapes[s], fmts[f], 256);
 		if (!quick) {
@@ -578,7 +586,7 @@ int main(int argc, char **argv)
 		}
 	}
 	const uint32_t layer_tokens[] = { 1, 16, 64, 256 };
-	for (int s = 0; s < 2 && !no_layer; s++)
+	for (int s = s0; s < s1 && !no_layer; s++)
 		bench_layer(&shapes[s], layer_tokens, quick ? 2 : 4);
 	if (g_csv)
 		fclose(g_csv);
