@@ -1571,7 +1571,9 @@ int moe_layer(const struct strata_moe_call *c, struct strata_error *err)
 	{
 		// Slots in format order (STRATA_MOE_FMT_ORDER=0: expert order): tasks
 		// are numbered slot by slot, so warps that fetch tasks at about the same
-		// time run the same decoder.
+		// time run the same decoder.  (Experts with tokens have a valid format,
+		// checked above; one without tokens and without a valid format is left
+		// out, as it has no slot anyway.)
 		uint32_t ne = 0;
 		for (int f = 0; f < STRATA_FMT_COUNT; f++)
 			for (uint32_t e = 0; e < c->n_experts; e++)
@@ -1580,7 +1582,7 @@ int moe_layer(const struct strata_moe_call *c, struct strata_error *err)
 		// The kernel variant (token tile) is fixed for the whole call: the stage
 		// geometry in p->tab was sized for its rows per stage.
 		uint32_t ns = 0, na = 0;
-		for (uint32_t i = 0; i < c->n_experts && !rc; i++) {
+		for (uint32_t i = 0; i < ne && !rc; i++) {
 			const uint32_t e = eord[i];
 			if (big[e])
 				continue;
