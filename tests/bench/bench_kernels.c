@@ -36,7 +36,9 @@
  * (tier formats), for a profiler.
  * The kernel variant can be forced for experiments with STRATA_MOE_WARPS=8|16
  * and STRATA_MOE_COPY=bulk|async (kernels/moe_gpu.cu); the prefill path's with
- * STRATA_MOE_PF_TILE=64|128|256, STRATA_MOE_PF_WARPS=8|16.
+ * STRATA_MOE_PF_TILE=64|128|256, STRATA_MOE_PF_WARPS=8|16; the decode kernel's
+ * with STRATA_MOE_DEC=0|NWxNS, STRATA_MOE_SPLIT=n (1: no split-K) and
+ * STRATA_MOE_FMT_ORDER=0 (slots in expert order, not grouped by format).
  */
 #include <math.h>
 #include <stdio.h>
