@@ -88,7 +88,6 @@ struct strata_engine_stats {
 	double compute_ns;                 /* reported by the driver */
 	double clock_ns;                   /* wall or virtual time of the run */
 	uint64_t bookkeeping_ns;           /* engine's own time outside movers */
-	/* added by h-engine */
 	uint64_t prefetch_dropped;         /* no room in the target tier */
 	uint64_t streamed;                 /* accesses served through a scratch slot */
 	uint64_t admit_fallback;           /* of those: admit asked for VRAM, but with every unpinned
