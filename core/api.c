@@ -71,7 +71,12 @@ struct strata_api_recorder {
 
 API uint32_t strata_api_version(void) { return STRATA_API_VERSION; }
 API const char *strata_api_last_error(void) { return tl_err.msg; }
-API const char *strata_api_status_name(int32_t status) { return strata_status_name(status); }
+API const char *strata_api_status_name(int32_t status)
+{
+	static const char *const names[] = { "OK", "EINVAL", "EIO", "ENOMEM", "ECORRUPT", "EVERSION", "ENOSPC", "EBUDGET",
+					     "EPOLICY", "ESCRIPT", "ENOTFOUND", "EUNSUPPORTED", "EGPU", "ESHAPE", "EINTR" };
+	return status <= 0 && -status < (int32_t)(sizeof(names) / sizeof(names[0])) ? names[-status] : "?";
+}
 API int32_t strata_api_gpu_count(void) { return strata_gpu_count(); }
 
 /* ---- store ------------------------------------------------------------------------------ */
