@@ -32,7 +32,7 @@ Stable API (kept across changes; new things are added, not renamed):
 Five lines that put Strata under a model (tests/python/test_readme.py runs them):
 
     import strata
-    backend = strata.StrataBackend("q/", vram="2G", ram="4G", prefetch="lookahead:depth=2")
+    backend = strata.StrataBackend("q/", vram="1G", ram="2G", prefetch="lookahead:depth=2")
     model = strata.load("hf-model/", backend)
     print(model.generate([1, 2, 3], max_new_tokens=16))
     print(backend.stats()["hits_vram"])

@@ -82,13 +82,16 @@ class StrataBackend:
     def __init__(self, shards: str, vram="8G", ram="32G", place: str = "static", evict: str = "lru",
                  prefetch: str = "none", gpu: str = "auto", max_tokens: int = 512, options: str = "",
                  pred_depth: Optional[int] = None):
-        from .core import Engine, Store
+        from .core import Engine, Store, gpu_count
+        if gpu == "auto":  # where PyTorch computes: the GPU when both it and libstrata see one
+            gpu = "1" if torch.cuda.is_available() and gpu_count() > 0 else "0"
         self.store = Store(shards)
         self.engine = Engine(self.store, vram, ram, place, evict, prefetch, gpu, max_tokens, options)
         self.max_tokens = max_tokens
         if pred_depth is None:
             pred_depth = 2 if prefetch.startswith("lookahead") else 0
         self.pred_depth = pred_depth
+        self.device = "cuda" if self.engine.on_gpu else "cpu"
 
     def attach(self, model) -> None:
         s, c = self.store.shape, model.cfg

@@ -506,9 +506,14 @@ class MoEModel(torch.nn.Module):
         return {"tokens": n, "nll": nll / n, "ppl": math.exp(nll / n)}
 
 
-def load(path: str, backend=None, device: str = "cpu", dtype=None, ignore_rope_scaling: bool = False) -> MoEModel:
-    """Load a Hugging Face checkpoint directory with a backend (default: the torch reference)."""
+def load(path: str, backend=None, device: Optional[str] = None, dtype=None,
+         ignore_rope_scaling: bool = False) -> MoEModel:
+    """Load a Hugging Face checkpoint directory with a backend (default: the torch reference).
+    device: default the backend's (a StrataBackend's engine) or cuda when PyTorch has a GPU;
+    dtype: default bf16 on cuda, float32 on cpu."""
     from .backends import TorchBackend
+    if device is None:
+        device = getattr(backend, "device", None) or ("cuda" if torch.cuda.is_available() else "cpu")
     ckpt = Checkpoint(path)
     cfg = Config.from_hf(ckpt.config, path + "/config.json", ignore_rope_scaling)
     if dtype is None:
