@@ -146,7 +146,9 @@ int32_t strata_api_engine_release(strata_api_engine *e, uint64_t token, uint32_t
  * ids (int32, -1 = no expert) and weights (float32): host arrays of n_tokens x top_k.
  * stream: the caller's cudaStream_t as an integer (0: the legacy default stream); the
  * kernels are enqueued on it and the call returns without waiting for them; ignored on the
- * host path.  hints as for acquire.  Errors name the layer (EINVAL for an id out of range,
+ * host path.  While some expert is not resident in VRAM, the next call's acquire first waits
+ * for these kernels (the engine may then overwrite memory they read); once every expert is
+ * resident (preloaded, or promoted by the placement policy) calls never wait.  hints as for acquire.  Errors name the layer (EINVAL for an id out of range,
  * ESHAPE for top_k larger than the model's or n_tokens over max_tokens).
  */
 int32_t strata_api_moe_forward(strata_api_engine *e, uint64_t token, uint32_t moe_layer, uint32_t n_tokens,

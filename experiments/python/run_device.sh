@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The Python-path figures and the GPU tests of the C ABI and the Python package, in one call on
+# the GPU machine (about 5 minutes on an H200).  From the repository root:
+#   bash experiments/python/run_device.sh
+# (on the lent device machine: `source .device/setup.sh &&` first, for liburing, Lua, cmocka
+# and SCons).  Logs, results.json and cost.json land in $OUT (default out/python).
+#  1. build (release, CUDA): libstrata.so, the CLI, test_api, bench_api
+#  2. GPU tests: test_api (C ABI), tests/python (CPU vs GPU per format, the model on the GPU,
+#     transformers parity on every family's tiny checkpoint where transformers is installed)
+#  3. experiments/python/bench.py: Python vs C per layer call, Strata vs batched BF16 decode,
+#     three tiers vs the link bound
+set -u
+out=${OUT:-out/python}
+mkdir -p "$out"
+B=build/release
+step() { echo; echo "== $* ($(date +%T))"; }
+want() { case " ${STEPS:-build tests bench} " in *" $1 "*) return 0;; esac; return 1; }
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv >"$out/gpu.txt" 2>&1
+PY=${STRATA_PYTHON:-python3}
+want build && { step build
+targets="$B/lib $B/bin/strata $B/tests/test_api $B/bench/bench_api"
+# shellcheck disable=SC2086
+scons -Q -j16 mode=release $targets >"$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }; }
+
+if want tests; then
+step GPU tests
+timeout 120 $B/tests/test_api >"$out/test_api.log" 2>&1
+echo "test_api exit $? : $(grep -E '^\[  (PASSED|FAILED)  \]' "$out/test_api.log" | tr '\n' ' ') $(grep -c '^SKIP' "$out/test_api.log") skipped"
+STRATA_LIB=$B/lib/libstrata.so STRATA_BIN=$B/bin/strata timeout 240 "$PY" -m pytest -q -rs -s -p no:cacheprovider \
+	tests/python -k "gpu or transformers or strata_layer or errors" >"$out/test_python.log" 2>&1
+echo "python tests exit $?: $(tail -1 "$out/test_python.log")"
+grep -E "^transformers|^SKIP|FAILED|Error" "$out/test_python.log" | head -20
+fi
+
+if want bench; then
+step benchmark
+STRATA_LIB=$B/lib/libstrata.so timeout ${BENCH_TIMEOUT:-200} "$PY" experiments/python/bench.py --strata $B/bin/strata \
+	--bench-api $B/bench/bench_api --work "${WORK:-/tmp/strata-py}" --out "$out" 2>&1 | tee "$out/bench.log"
+echo "bench exit ${PIPESTATUS[0]}"
+fi
+rm -rf "${WORK:-/tmp/strata-py}"
