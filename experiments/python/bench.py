@@ -90,7 +90,8 @@ def overhead(a, res):
     rows = []
     for name, spec in (("qwen3-30b-a3b", QWEN + ":layers=1"), ("kimi-k3.1 (64 experts)", KIMI)):
         d = synth(a, spec, os.path.join(a.work, name.split()[0] + "-1layer"))
-        with strata.Store(d) as s, strata.Engine(s, "2G", "1G", gpu=GPU, max_tokens=64) as eng:
+        with strata.Store(d) as s, strata.Engine(s, "8G", "1G", place="static:promote=all", gpu=GPU, max_tokens=64) as eng:
+            touch_all(eng)
             for T in (1, 16):
                 cs, ps = [], []
                 for rep in range(a.reps):

@@ -1,7 +1,8 @@
 /*
  * One MoE layer call through the C ABI (strata_api_moe_forward), back to back: the C side of
  * the Python-path overhead figure (experiments/python/bench.py makes the same calls through the
- * Python package and divides).  Every expert resident in VRAM (the budget holds the store), x
+ * Python package and divides).  Every expert resident in VRAM (place=static:promote=all, a budget
+ * that holds the store, and the warm-up calls use every expert), x
  * and y on the device, the ids of call i, token t, slot j are (i * 3k + t * k + j) mod E with
  * weights 1/k (bench.py uses the same), `iters` calls after `warmup`, one device sync at the
  * end.  Prints one JSON line: {"shards", "tokens", "iters", "us_per_call", "on_gpu"}.
@@ -28,7 +29,7 @@ int main(int argc, char **argv)
 	strata_api_store *s;
 	strata_api_engine *e;
 	if (strata_api_store_open(argv[1], &s) ||
-	    strata_api_engine_open(s, vram, 1ull << 30, "static", "lru", "none", "max_tokens=64", &e)) {
+	    strata_api_engine_open(s, vram, 1ull << 30, "static:promote=all", "lru", "none", "max_tokens=64", &e)) {
 		fprintf(stderr, "bench_api: %s\n", strata_api_last_error());
 		return 1;
 	}
