@@ -317,7 +317,7 @@ def test_gpu_agrees_with_cpu(qwen, bf16_store):
     ids = torch.randint(0, 512, (1, 12), generator=torch.Generator().manual_seed(3))
     mc.reset(1, 16)
     mg.reset(1, 16)
-    assert rel(mg.forward(ids).cpu(), mc.forward(ids)) < 2e-3
+    assert rel(mg.forward(ids).cpu(), mc.forward(ids)) < 5e-3
 
 
 def test_gpu_transformers_agree(work):
