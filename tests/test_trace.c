@@ -792,6 +792,79 @@ static void test_plan_future(void **state)
 	strata_trace_close(t);
 }
 
+/* strata trace export: libCacheSim's oracleGeneral (next access as traceConv
+ * writes it: the 1-based index of the next request, -1 none) and csv. */
+static void test_export(void **state)
+{
+	struct strata_error err = { 0 };
+	struct strata_trace_gen_config g = gen_cfg();
+	g.prompt_len = 3;
+	g.gen_len = 20;
+	assert_int_equal(strata_trace_gen(&g, test_path("x.strace"), STRATA_TRACE_FMT_AUTO, &err), STRATA_OK);
+	struct strata_trace *t;
+	assert_int_equal(strata_trace_open(test_path("x.strace"), &t, &err), STRATA_OK);
+	const struct strata_trace_info *in = strata_trace_info(t);
+	uint64_t n = in->n_tokens * in->n_moe_layers * in->top_k;
+	uint64_t *id = malloc(n * sizeof(uint64_t)), a = 0;
+	uint32_t *tm = malloc(n * sizeof(uint32_t));
+	for (uint64_t i = 0; i < in->n_tokens; i++)
+		for (uint32_t l = 0; l < in->n_moe_layers; l++)
+			for (uint32_t j = 0; j < in->top_k; j++) {
+				tm[a] = (uint32_t)i;
+				id[a++] = (uint64_t)l * in->n_experts + strata_trace_experts(t, i, l)[j];
+			}
+	assert_int_equal(strata_trace_export(t, test_path("x.oracleGeneral.bin"), STRATA_EXPORT_ORACLE_GENERAL, 7,
+					     &err), STRATA_OK);
+	FILE *f = fopen(test_path("x.oracleGeneral.bin"), "rb");
+	assert_non_null(f);
+	uint8_t r[24];
+	uint64_t got = 0;
+	while (fread(r, 1, 24, f) == 24) {
+		uint32_t time, size;
+		uint64_t obj;
+		int64_t next;
+		memcpy(&time, r, 4);
+		memcpy(&obj, r + 4, 8);
+		memcpy(&size, r + 12, 4);
+		memcpy(&next, r + 16, 8);
+		assert_true(got < n);
+		assert_int_equal(time, tm[got]);
+		assert_int_equal(obj, id[got]);
+		assert_int_equal(size, 7);
+		int64_t want = -1;
+		for (uint64_t j = got + 1; j < n; j++)
+			if (id[j] == obj) {
+				want = (int64_t)j + 1;
+				break;
+			}
+		assert_int_equal(next, want);
+		got++;
+	}
+	fclose(f);
+	assert_int_equal(got, n);
+	assert_int_equal(strata_trace_export(t, test_path("x.csv"), STRATA_EXPORT_CSV, 1, &err), STRATA_OK);
+	f = fopen(test_path("x.csv"), "r");
+	assert_non_null(f);
+	char line[128];
+	assert_non_null(fgets(line, sizeof(line), f));
+	assert_string_equal(line, "time,obj_id,obj_size\n");
+	for (got = 0; fgets(line, sizeof(line), f); got++) {
+		unsigned long long tt, o, sz;
+		assert_int_equal(sscanf(line, "%llu,%llu,%llu", &tt, &o, &sz), 3);
+		assert_int_equal(tt, tm[got]);
+		assert_int_equal(o, id[got]);
+		assert_int_equal(sz, 1);
+	}
+	fclose(f);
+	assert_int_equal(got, n);
+	/* a directory that does not exist: an error naming the file, nothing left */
+	assert_int_not_equal(strata_trace_export(t, "/nonexistent-dir/x.csv", STRATA_EXPORT_CSV, 1, &err), STRATA_OK);
+	assert_non_null(strstr(err.msg, "/nonexistent-dir/x.csv"));
+	free(id);
+	free(tm);
+	strata_trace_close(t);
+}
+
 static void test_cli(void **state)
 {
 	char out[8192];
@@ -894,6 +967,7 @@ int main(void)
 		cmocka_unit_test(test_import_csv_and_per_token),
 		cmocka_unit_test(test_gen),
 		cmocka_unit_test(test_plan_future),
+		cmocka_unit_test(test_export),
 		cmocka_unit_test(test_cli),
 		cmocka_unit_test(test_python_reader),
 		cmocka_unit_test(test_record_hf),

@@ -164,6 +164,18 @@ void strata_trace_writer_abort(struct strata_trace_writer *w);
 int strata_trace_convert(const struct strata_trace *t, const char *path, int format,
 			 struct strata_error *err);
 
+/* libCacheSim's trace formats (strata trace export). */
+enum strata_trace_export_format {
+	STRATA_EXPORT_ORACLE_GENERAL = 1, /* binary, 24-byte records with the next access */
+	STRATA_EXPORT_CSV = 2,            /* "time,obj_id,obj_size" */
+};
+/* Write t as one request per (token, layer, routed expert), object id
+ * layer * n_experts + expert, time the token index, every object obj_size
+ * bytes (see core/trace_export.c for the record layouts); PATH.tmp then
+ * rename. */
+int strata_trace_export(const struct strata_trace *t, const char *path, int format, uint32_t obj_size,
+			struct strata_error *err);
+
 /* ---- the future of a replay ------------------------------------------- */
 
 /*
