@@ -461,19 +461,128 @@ static void test_import_bad_lines(void **state)
 	fputs("{\"problem_id\":0,\"layer\":0,\"experts\":[1,2]}\n{\"problem_id\":0,\"layer\":0,\"experts\":[1,2]\n", f);
 	fclose(f);
 	assert_int_equal(strata_trace_import(&c, NULL, &err), STRATA_EINVAL);
-	assert_non_null(strstr(err.msg, "bl.jsonl:2: bad JSON"));
+	assert_non_null(strstr(err.msg, "bl.jsonl:2:1: bad JSON: unterminated object"));
 	f = fopen(test_path("bl.jsonl"), "w");
 	fputs("{\"a\":1,\"b\":[1,2]}\n", f);
 	fclose(f);
 	assert_int_equal(strata_trace_import(&c, NULL, &err), STRATA_EINVAL);
 	assert_non_null(strstr(err.msg, "no expert column"));
-	/* layer numbers with a hole */
+	/* a layer base above the smallest layer seen */
 	f = fopen(test_path("bl.jsonl"), "w");
-	fputs("{\"layer\":0,\"experts\":[1,2]}\n{\"layer\":2,\"experts\":[1,2]}\n", f);
+	fputs("{\"layer\":1,\"experts\":[1,2]}\n{\"layer\":2,\"experts\":[1,2]}\n", f);
+	fclose(f);
+	c.layer_base = 0;
+	assert_int_equal(strata_trace_import(&c, NULL, &err), STRATA_EINVAL);
+	assert_non_null(strstr(err.msg, "no rows at all for layer 0"));
+	assert_false(file_exists(test_path("bl.strace")));
+	/* the column of a bad value, JSONL and CSV */
+	strata_trace_import_defaults(&c);
+	c.inputs = in;
+	c.n_inputs = 1;
+	c.output = test_path("bl.strace");
+	f = fopen(test_path("bl.jsonl"), "w");
+	fputs("{\"layer\":0,\"experts\":[1,2]}\n  {\"layer\":0,\"experts\":[1,-2]}\n", f);
 	fclose(f);
 	assert_int_equal(strata_trace_import(&c, NULL, &err), STRATA_EINVAL);
-	assert_non_null(strstr(err.msg, "no rows at all for layer 1"));
+	assert_non_null(strstr(err.msg, "bl.jsonl:2:27: layer 0: bad expert id"));
+	in[0] = test_path("bl.csv");
+	f = fopen(test_path("bl.csv"), "w");
+	fputs("layer,note,experts\n0,ok,\"[1,2]\"\n1,fine,\"[1,x]\"\n", f);
+	fclose(f);
+	assert_int_equal(strata_trace_import(&c, NULL, &err), STRATA_EINVAL);
+	assert_non_null(strstr(err.msg, "bl.csv:3:8 (column 'experts')"));
+	f = fopen(test_path("bl.csv"), "w");
+	fputs("layer,experts\n0,\"[1,2]\"\n1,\"[1,2]\",3\n", f);
+	fclose(f);
+	assert_int_equal(strata_trace_import(&c, NULL, &err), STRATA_EINVAL);
+	assert_non_null(strstr(err.msg, "bl.csv:3:11: 3 fields, the header has 2"));
 	assert_false(file_exists(test_path("bl.strace")));
+}
+
+/* The generic importer takes, as is: one JSON document of steps mapping
+ * layer ids to null (dense) or per-token expert lists; CSV/TSV whose free-text
+ * columns look like JSON or numbers; headers with spaces and capitals;
+ * sparse MoE layer ids (compacted, the map kept); --map COLUMN=-. */
+static void test_import_generic_shapes(void **state)
+{
+	struct strata_error err = { 0 };
+	struct strata_trace_import_config c;
+	struct strata_trace_import_result r;
+	const char *in[1];
+	strata_trace_import_defaults(&c);
+	c.inputs = in;
+	c.n_inputs = 1;
+	c.output = test_path("gs.strace");
+	/* one document: a prompt step of 2 tokens, then 2 decode steps; layers 1 and 3 routed */
+	in[0] = test_path("gs.json");
+	FILE *f = fopen(in[0], "w");
+	fputs("[\n {\"0\": null, \"1\": [[3, 5], [1, 2]], \"2\": null, \"3\": [[0, 7], [7, 6]]},\n"
+	      " {\"0\": null, \"1\": [[3, 4]], \"2\": null, \"3\": [[2, 1]]},\n"
+	      " {\"0\": null, \"1\": [[5, 3]], \"2\": null, \"3\": [[6, 0]]}\n]\n", f);
+	fclose(f);
+	assert_int_equal(strata_trace_import(&c, &r, &err), STRATA_OK);
+	assert_int_equal(r.tokens, 4);
+	assert_int_equal(r.n_layer_ids, 2);
+	assert_int_equal(r.layer_ids[0], 1);
+	assert_int_equal(r.layer_ids[1], 3);
+	struct strata_trace *t;
+	assert_int_equal(strata_trace_open(c.output, &t, &err), STRATA_OK);
+	const struct strata_trace_info *ti = strata_trace_info(t);
+	assert_int_equal(ti->n_moe_layers, 2);
+	assert_int_equal(ti->top_k, 2);
+	assert_int_equal(ti->n_prefill, 2);
+	assert_int_equal(strata_trace_experts(t, 1, 0)[0], 1);
+	assert_int_equal(strata_trace_experts(t, 1, 1)[1], 6);
+	assert_int_equal(strata_trace_experts(t, 3, 1)[0], 6);
+	strata_trace_close(t);
+	/* the layers of a step disagree on the token count: file:line:column */
+	f = fopen(in[0], "w");
+	fputs("[\n {\"1\": [[3, 5], [1, 2]],\n  \"3\": [[0, 7]]}\n]\n", f);
+	fclose(f);
+	assert_int_equal(strata_trace_import(&c, &r, &err), STRATA_EINVAL);
+	assert_non_null(strstr(err.msg, "gs.json:3:8: layer 3 lists 1 tokens"));
+	f = fopen(in[0], "w");
+	fputs("[\n {\"1\": [[3, 5]]},\n {\"1\": [[3 5]]}\n]\n", f);
+	fclose(f);
+	assert_int_equal(strata_trace_import(&c, &r, &err), STRATA_EINVAL);
+	assert_non_null(strstr(err.msg, "gs.json:3:12: bad JSON: "));
+
+	/* CSV: free text that looks like JSON or numbers, headers with spaces and
+	 * capitals, odd MoE layers only, a column ignored with --map */
+	in[0] = test_path("gs.csv");
+	f = fopen(in[0], "w");
+	fputs("Request ID,Token Index,Layer ID,Activated Expert IDs,Note,Score,Junk\n"
+	      "r1,0,1,\"[4, 2]\",{,1.,NaN\n"
+	      "r1,0,3,\"[0, 1]\",\"[1,\",NaN,1.\n"
+	      "r1,1,1,\"[2, 3]\",plain text,-,{\"a\":\n"
+	      "r1,1,3,\"[1, 5]\",\"a \"\"quoted\"\" note\",2,[\n", f);
+	fclose(f);
+	c.map = "Junk=-";
+	assert_int_equal(strata_trace_import(&c, &r, &err), STRATA_OK);
+	assert_int_equal(r.tokens, 2);
+	assert_int_equal(r.requests, 1);
+	assert_int_equal(r.n_layer_ids, 2);
+	assert_int_equal(r.layer_ids[1], 3);
+	assert_int_equal(strata_trace_open(c.output, &t, &err), STRATA_OK);
+	assert_int_equal(strata_trace_info(t)->n_moe_layers, 2);
+	assert_int_equal(strata_trace_experts(t, 1, 1)[1], 5);
+	strata_trace_close(t);
+	/* TSV and a column named by --map with spaces and capitals */
+	in[0] = test_path("gs.tsv");
+	f = fopen(in[0], "w");
+	fputs("Layer\tTOP K IDS\tExtra\n0\t1 2\t[\n1\t3;4\t1.\n0\t2|1\t{}\n1\t4 3\tx\n", f);
+	fclose(f);
+	c.map = "experts=top k ids";
+	assert_int_equal(strata_trace_import(&c, &r, &err), STRATA_OK);
+	assert_int_equal(r.tokens, 2);
+	assert_int_equal(r.n_layer_ids, 0);
+	/* --map COLUMN=-: a column that would be read is ignored instead */
+	c.map = "TOP K IDS=-";
+	assert_int_equal(strata_trace_import(&c, &r, &err), STRATA_EINVAL);
+	assert_non_null(strstr(err.msg, "no expert column"));
+	c.map = "nonsense=3";
+	assert_int_equal(strata_trace_import(&c, &r, &err), STRATA_EINVAL);
+	assert_non_null(strstr(err.msg, "unknown role 'nonsense'"));
 }
 
 static void test_import_csv_and_per_token(void **state)
@@ -965,6 +1074,7 @@ int main(void)
 		cmocka_unit_test(test_import_mixtral_layout),
 		cmocka_unit_test(test_import_bad_lines),
 		cmocka_unit_test(test_import_csv_and_per_token),
+		cmocka_unit_test(test_import_generic_shapes),
 		cmocka_unit_test(test_gen),
 		cmocka_unit_test(test_plan_future),
 		cmocka_unit_test(test_export),

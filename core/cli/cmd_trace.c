@@ -68,13 +68,16 @@ static void usage_import(FILE *f)
 {
 	fprintf(f,
 		"usage: strata trace import [options] -o OUT INPUT...\n\n"
-		"Read routing logs and write a trace.  INPUT: .jsonl (one object per row) or .csv/.tsv with a header\n"
-		"row ('-' reads JSONL from stdin).  A row is one (token, layer) with a flat expert list, or one token\n"
-		"with one expert list per layer.  Columns are found by well-known names or --map.\n\n"
+		"Read routing logs and write a trace.  INPUT: .jsonl (one object per row), one JSON document (a list\n"
+		"of rows, or of steps mapping a layer id to null or to per-token expert lists), or .csv/.tsv with a\n"
+		"header row ('-' reads stdin).  A row is one (token, layer) with a flat expert list, or one token\n"
+		"with one expert list per layer.  Columns are found by well-known names or --map.  Sparse MoE\n"
+		"layer ids are stored as 0..n-1 and the map printed.  Errors name file:line:column.\n\n"
 		"  -o, --output FILE     trace to write (.jsonl: the text twin, else binary)\n"
 		"      --format F        auto | binary | jsonl\n"
 		"      --map LIST        role=column,...  roles: request token layer experts weights phase pos pred\n"
-		"                        pred_w; column '-' ignores a role; 'expert_*' gathers numbered columns;\n"
+		"                        pred_w; role=- ignores a role, COLUMN=- a column; 'expert_*' gathers\n"
+		"                        numbered columns; names match ignoring case, spaces and punctuation;\n"
 		"                        e.g. token=token_idx,layer=layer,experts=experts,weights=gating_probs,\n"
 		"                        request=problem_id\n"
 		"      --experts N       experts per layer (default: model's, else largest id + 1)\n"
@@ -180,6 +183,13 @@ static int cmd_import(int argc, char **argv)
 		printf("%s: %" PRIu64 " rows -> %" PRIu64 " tokens in %" PRIu64 " requests; %" PRIu64
 		       " missing (token, layer) rows: %" PRIu64 " tokens dropped, %" PRIu64 " cells filled\n",
 		       c.output, r.rows, r.tokens, r.requests, r.gap_cells, r.dropped_tokens, r.filled_cells);
+	if (r.n_layer_ids) { /* always: the map is how the trace's layers read */
+		printf("%s: sparse MoE layer ids stored as layers 0..%u; layer map (trace layer -> input layer):",
+		       c.output, r.n_layer_ids - 1);
+		for (uint32_t i = 0; i < r.n_layer_ids; i++)
+			printf(" %u:%u", i, r.layer_ids[i]);
+		printf("\n");
+	}
 	return 0;
 }
 

@@ -56,6 +56,7 @@
 #define STRATA_TRACE_MAX_TOPK 64
 #define STRATA_TRACE_MAX_DEPTH 8
 #define STRATA_TRACE_MAX_TOPN 64
+#define STRATA_TRACE_IMPORT_MAX_LAYERS 1024
 
 enum strata_trace_phase {
 	STRATA_PHASE_PREFILL = 0,
@@ -289,6 +290,11 @@ struct strata_trace_import_result {
 	uint64_t rows, tokens, requests;
 	uint64_t gap_cells;            /* (token, layer) cells missing in the input */
 	uint64_t dropped_tokens, filled_cells;
+	/* Sparse MoE layer ids (e.g. only odd layers: dense layers between) are
+	 * stored as layers 0..n-1 in id order: trace layer i is input layer
+	 * layer_ids[i].  0 when the ids were contiguous (then --layer-base). */
+	uint32_t n_layer_ids;
+	uint16_t layer_ids[STRATA_TRACE_IMPORT_MAX_LAYERS];
 };
 void strata_trace_import_defaults(struct strata_trace_import_config *c);
 int strata_trace_import(const struct strata_trace_import_config *c, struct strata_trace_import_result *res,
