@@ -39,7 +39,7 @@ static const char *const role_names[R_COUNT] = {
 };
 
 static const char *const candidates[R_COUNT][16] = {
-	[R_REQ] = { "req", "request", "request_id", "req_id", "problem_id", "prompt_id", "sample_id", "seq_id",
+	[R_REQ] = { "req", "request", "request_id", "req_id", "rid", "problem_id", "prompt_id", "sample_id", "seq_id",
 		    "sequence_id", "conversation_id", "task_id", "example_id", "doc_id", NULL },
 	[R_TOK] = { "token_idx", "token_index", "token", "tok", "step", "decode_step", "token_pos", "t", NULL },
 	[R_LAYER] = { "layer", "layer_idx", "layer_id", "moe_layer", "layer_index", NULL },
@@ -393,10 +393,14 @@ static int resolve(struct imp *im, const struct strata_json *root, uint64_t line
 	}
 	const struct strata_json *e = strata_json_get(root, im->col[R_EXPERTS]);
 	const struct strata_json *e0 = e && e->type == STRATA_JSON_ARRAY ? jchild(e) : NULL;
-	int nested = e0 && e0->type == STRATA_JSON_ARRAY;
+	const struct strata_json *e00 = e0 && e0->type == STRATA_JSON_ARRAY ? jchild(e0) : NULL;
+	/* 0: a (token, layer) row; 1: a token, lists per layer; 2: a request,
+	 * [token][layer][k] (vLLM's and SGLang's returned routed experts) */
+	int nested = !e0 || e0->type != STRATA_JSON_ARRAY ? 0 : e00 && e00->type == STRATA_JSON_ARRAY ? 2 : 1;
+	static const char *const row_kind[] = { "(token, layer)", "token", "request ([token][layer][k])" };
 	if (im->any_resolved && nested != im->per_token)
 		return IERR(STRATA_EINVAL, "%s: rows are per %s here but per %s in earlier inputs",
-			    at(im, NULL), nested ? "token" : "(token, layer)", im->per_token ? "token" : "(token, layer)");
+			    at(im, NULL), row_kind[nested], row_kind[im->per_token]);
 	im->per_token = nested;
 	im->any_resolved = 1;
 	if (!nested && !im->col[R_LAYER][0])
@@ -674,6 +678,69 @@ static int phase_of(struct imp *im, const struct strata_json *n, uint64_t line, 
 	return IERR(STRATA_EINVAL, "%s: bad phase value", at(im, n));
 }
 
+static const char *const prompt_len_names[] = { "num_prompt_tokens", "prompt_len", "prompt_length",
+						 "n_prompt_tokens", "prompt_tokens", "prompt_token_ids", NULL };
+
+/* A request's routed experts as vLLM (RequestOutput routed_experts) and
+ * SGLang (return_routed_experts) give them: [token][layer][k] over the prompt
+ * and the generated tokens.  The first prompt-length tokens (a field named
+ * in prompt_len_names: a count or the prompt's token ids) are prefill.  A
+ * layer whose ids are all zero for every token is a dense layer's
+ * placeholder and is left out (the MoE layers are then compacted). */
+static int import_request_row(struct imp *im, const struct strata_json *root, const struct strata_json *toks,
+			      struct request *rq, uint32_t req, int phase, uint64_t line)
+{
+	uint64_t prompt = 0;
+	for (int i = 0; prompt_len_names[i]; i++) {
+		const struct strata_json *pl = find_key(im, root, prompt_len_names[i]);
+		if (pl && pl->type == STRATA_JSON_ARRAY) {
+			prompt = pl->len;
+			break;
+		}
+		if (pl) {
+			int rc = get_uint(im, pl, line, "prompt length", UINT32_MAX, &prompt);
+			if (rc)
+				return rc;
+			break;
+		}
+	}
+	const struct strata_json *t0 = jchild(toks);
+	uint32_t L = t0->len;
+	uint8_t *moe = calloc(L ? L : 1, 1);
+	if (!moe)
+		return IERR(STRATA_ENOMEM, "out of memory");
+	int rc = 0;
+	for (const struct strata_json *t = t0; t && !rc; t = jnext(toks, t)) {
+		if (t->type != STRATA_JSON_ARRAY || t->len != L) {
+			rc = IERR(STRATA_EINVAL, "%s: a token must list %u layers of expert ids", at(im, t), L);
+			break;
+		}
+		uint32_t l = 0;
+		for (const struct strata_json *x = jchild(t); x; x = jnext(t, x), l++)
+			for (const struct strata_json *e = x->type == STRATA_JSON_ARRAY ? jchild(x) : NULL; e; e = jnext(x, e))
+				if (e->type != STRATA_JSON_NUMBER || e->num != 0)
+					moe[l] = 1;
+	}
+	uint32_t ti = 0;
+	for (const struct strata_json *t = t0; t && !rc; t = jnext(toks, t), ti++) {
+		uint32_t l = 0;
+		int ph = ti < prompt ? STRATA_PHASE_PREFILL : phase;
+		for (const struct strata_json *x = jchild(t); x && !rc; x = jnext(t, x), l++) {
+			if (!moe[l])
+				continue;
+			struct cell *c;
+			if ((rc = add_cell(im, req, rq->next_tok + ti, l, NULL, ph, line, &c)) ||
+			    (rc = take_list(im, x, line, l, c->data)))
+				break;
+			memset(im->w + c->data, 0, im->k * sizeof(float));
+			im->n_data += im->k;
+		}
+	}
+	rq->next_tok += ti;
+	free(moe);
+	return rc;
+}
+
 static int import_row(struct imp *im, const struct strata_json *root, uint64_t line)
 {
 	if (root->type != STRATA_JSON_OBJECT)
@@ -752,6 +819,8 @@ static int import_row(struct imp *im, const struct strata_json *root, uint64_t l
 		}
 		return 0;
 	}
+	if (im->per_token == 2)
+		return import_request_row(im, root, n[R_EXPERTS], rq, req, phase, line);
 	/* one row per token: lists per layer */
 	uint64_t tok;
 	if (n[R_TOK]) {

@@ -585,6 +585,56 @@ static void test_import_generic_shapes(void **state)
 	assert_non_null(strstr(err.msg, "unknown role 'nonsense'"));
 }
 
+/* Routed experts as vLLM and SGLang return them: one request per row,
+ * [token][layer][k], prompt tokens prefill, dense layers' all-zero
+ * placeholders left out. */
+static void test_import_tools(void **state)
+{
+	struct strata_error err = { 0 };
+	struct strata_trace_import_config c;
+	struct strata_trace_import_result r;
+	const char *in[1] = { test_data_path("import_vllm_routed_experts.jsonl") };
+	strata_trace_import_defaults(&c);
+	c.inputs = in;
+	c.n_inputs = 1;
+	c.output = test_path("vllm.strace");
+	assert_int_equal(strata_trace_import(&c, &r, &err), STRATA_OK);
+	assert_int_equal(r.requests, 2);
+	assert_int_equal(r.tokens, 8);
+	assert_int_equal(r.n_layer_ids, 2);
+	assert_int_equal(r.layer_ids[0], 1);
+	assert_int_equal(r.layer_ids[1], 3);
+	struct strata_trace *t;
+	assert_int_equal(strata_trace_open(c.output, &t, &err), STRATA_OK);
+	const struct strata_trace_info *ti = strata_trace_info(t);
+	assert_int_equal(ti->n_moe_layers, 2);
+	assert_int_equal(ti->top_k, 2);
+	assert_int_equal(ti->n_prefill, 5);
+	assert_int_equal(ti->n_decode, 3);
+	assert_int_equal(strata_trace_phase(t, 2), STRATA_PHASE_PREFILL);
+	assert_int_equal(strata_trace_phase(t, 3), STRATA_PHASE_DECODE);
+	assert_int_equal(strata_trace_experts(t, 3, 1)[1], 2); /* request 0 token 3 layer 3: [0, 2] */
+	assert_int_equal(strata_trace_req(t, 5), 1);
+	strata_trace_close(t);
+	in[0] = test_data_path("import_sglang_routed_experts.jsonl");
+	c.output = test_path("sglang.strace");
+	assert_int_equal(strata_trace_import(&c, &r, &err), STRATA_OK);
+	assert_int_equal(r.requests, 2);
+	assert_int_equal(r.tokens, 6);
+	assert_int_equal(r.n_layer_ids, 0);
+	assert_int_equal(strata_trace_open(c.output, &t, &err), STRATA_OK);
+	assert_int_equal(strata_trace_info(t)->top_k, 3);
+	assert_int_equal(strata_trace_info(t)->n_prefill, 3);
+	strata_trace_close(t);
+	/* a token with a layer missing names where */
+	FILE *f = fopen(test_path("bad_vllm.jsonl"), "w");
+	fputs("{\"request_id\": 1, \"routed_experts\": [[[1, 2], [3, 4]], [[1, 2]]]}\n", f);
+	fclose(f);
+	in[0] = test_path("bad_vllm.jsonl");
+	assert_int_equal(strata_trace_import(&c, &r, &err), STRATA_EINVAL);
+	assert_non_null(strstr(err.msg, "bad_vllm.jsonl:1:56: a token must list 2 layers"));
+}
+
 static void test_import_csv_and_per_token(void **state)
 {
 	struct strata_error err = { 0 };
@@ -1075,6 +1125,7 @@ int main(void)
 		cmocka_unit_test(test_import_bad_lines),
 		cmocka_unit_test(test_import_csv_and_per_token),
 		cmocka_unit_test(test_import_generic_shapes),
+		cmocka_unit_test(test_import_tools),
 		cmocka_unit_test(test_gen),
 		cmocka_unit_test(test_plan_future),
 		cmocka_unit_test(test_export),
