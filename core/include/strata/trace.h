@@ -172,7 +172,7 @@ enum strata_trace_export_format {
 };
 /* Write t as one request per (token, layer, routed expert), object id
  * layer * n_experts + expert, time the token index, every object obj_size
- * bytes (see core/trace_export.c for the record layouts); PATH.tmp then
+ * bytes (see core/traces/trace_export.c for the record layouts); PATH.tmp then
  * rename. */
 int strata_trace_export(const struct strata_trace *t, const char *path, int format, uint32_t obj_size,
 			struct strata_error *err);
