@@ -33,6 +33,7 @@
 #include <xxhash.h>
 
 #include "quant.h"
+#include "strata/mover.h"
 #include "strata/store.h"
 #include "strata/util.h"
 
@@ -387,6 +388,7 @@ struct strata_store {
 	uint32_t n_total;
 	uint8_t *tiers, *fmts;
 	struct strata_extent *experts; /* by expert id */
+	uint8_t *checked;              /* by expert id: a read was checked (STRATA_VERIFY_FIRST) */
 	uint32_t n_tensors, n_tensors_total;
 	struct strata_tensor_info *tensors;
 	pthread_mutex_t fd_lock;
@@ -502,6 +504,7 @@ void strata_store_close(struct strata_store *s)
 	free(s->tiers);
 	free(s->fmts);
 	free(s->experts);
+	free(s->checked);
 	free(s->tensors);
 	free(s);
 }
@@ -572,7 +575,8 @@ int strata_store_open(const char *dir, struct strata_store **out, struct strata_
 	s->tensors = calloc(h0->n_tensors_total ? h0->n_tensors_total : 1, sizeof(*s->tensors));
 	s->tiers = malloc(s->n_total ? s->n_total : 1);
 	s->fmts = malloc(s->n_total ? s->n_total : 1);
-	if (!s->shards || !s->experts || !s->tensors || !s->tiers || !s->fmts) {
+	s->checked = calloc(s->n_total ? s->n_total : 1, 1);
+	if (!s->shards || !s->experts || !s->tensors || !s->tiers || !s->fmts || !s->checked) {
 		rc = STRATA_ERR(err, STRATA_ENOMEM, "out of memory");
 		goto fail;
 	}
@@ -748,6 +752,28 @@ int strata_store_verify_extent(const struct strata_store *s, const struct strata
 			  "%s: checksum mismatch in %s at offset %" PRIu64 " (stored %016" PRIx64 ", computed %016" PRIx64
 			  ")", ext->shard < s->n_shards ? s->shards[ext->shard].path : s->dir, what, ext->offset,
 			  ext->xxh64, got);
+}
+
+const char *strata_verify_name(int mode)
+{
+	return mode == STRATA_VERIFY_EVERY ? "every" : mode == STRATA_VERIFY_OFF ? "off" : "first";
+}
+
+bool strata_store_arm_check(struct strata_store *s, const struct strata_extent *ext, int mode,
+			    struct strata_move *mv)
+{
+	mv->check_bytes = 0;
+	if (mode == STRATA_VERIFY_OFF || !ext->payload)
+		return false;
+	if (mode == STRATA_VERIFY_FIRST && ext >= s->experts && ext < s->experts + s->n_total) {
+		uint8_t *c = &s->checked[ext - s->experts];
+		if (*c)
+			return false;
+		*c = 1; /* a failed check fails the run, so it is never read unchecked */
+	}
+	mv->check_bytes = ext->payload;
+	mv->check_xxh3 = ext->xxh64;
+	return true;
 }
 
 int strata_store_read_extent(struct strata_store *s, const struct strata_extent *ext, void *buf, bool direct,

@@ -96,6 +96,26 @@ int strata_store_read_extent(struct strata_store *s, const struct strata_extent 
 int strata_store_verify_extent(const struct strata_store *s, const struct strata_extent *ext,
 			       const void *buf, struct strata_error *err);
 
+/* How reads of expert extents from shard files are checked against their
+ * checksums (XXH3 runs at many GB/s, far above any disk, so checking is the
+ * default): FIRST checks the first read of each expert through this store
+ * handle (a later read of the same bytes, after an eviction, is not checked
+ * again), EVERY checks every read (`--verify`), OFF none (`--no-verify`;
+ * results say so).  A failed check fails the move: STRATA_ECORRUPT naming the
+ * shard and offset. */
+enum strata_verify {
+	STRATA_VERIFY_FIRST = 0,
+	STRATA_VERIFY_EVERY = 1,
+	STRATA_VERIFY_OFF = 2,
+};
+const char *strata_verify_name(int mode); /* "first", "every", "off" */
+
+struct strata_move;
+/* Arm mv's check (strata/mover.h) for a read of expert extent ext under mode;
+ * returns whether it did (FIRST marks the expert as checked). */
+bool strata_store_arm_check(struct strata_store *s, const struct strata_extent *ext, int mode,
+			    struct strata_move *mv);
+
 /* Per-tier totals, for `strata inspect` and the engine's budget checks. */
 struct strata_store_tier_summary {
 	uint64_t experts[STRATA_TIER_COUNT];
