@@ -179,7 +179,7 @@ static const struct cli_case cases[] = {
 	{ "@S synth --out @D/x", 2, { "--preset and --out are required" } },
 	{ "@S synth --preset tiny --out @D/x --seed abc", 2, { "bad value 'abc' for --seed" } },
 	{ "@S synth --preset tiny --out @D/x --seed=abc", 2, { "bad value 'abc' for --seed" } },
-	{ "@S quantize --in @D/x --out @D/q --threads -1", 2, { "bad number '-1' for --threads" } },
+	{ "@S quantize --in @D/x --out @D/q --threads -1", 2, { "--threads: '-1': not a non-negative whole number (0..1024)" } },
 	{ "@S quantize --in @D/x --out @D/q --shard-size lots", 2, { "--shard-size" } },
 	{ "@S quantize --in @D/x --out @D/q --dtype f64", 2, { "--make-test-model" } },
 	{ "@S synth --preset tiny --out @D/x --threads 0", 2, { "bad value '0'" } },

@@ -518,6 +518,8 @@ static void write_fp8_model(const char *dir, enum fp8_defect d)
 	assert_int_equal(strata_st_writer_declare(w, "model.layers.0.self_attn.q_proj.weight_scale_inv", STRATA_ST_F32, 2,
 						  qss, &err), 0);
 	assert_int_equal(strata_st_writer_declare(w, "model.norm.weight", STRATA_ST_BF16, 1, ns, &err), 0);
+	uint64_t gs[2] = { 2, H };
+	assert_int_equal(strata_st_writer_declare(w, "model.layers.0.mlp.gate.weight", STRATA_ST_BF16, 2, gs, &err), 0);
 	for (int e = 0; e < 2; e++)
 		for (int m = 0; m < 3; m++) {
 			char name[128];
@@ -542,6 +544,8 @@ static void write_fp8_model(const char *dir, enum fp8_defect d)
 	float ones[H];
 	for (int i = 0; i < H; i++)
 		ones[i] = 1.0f;
+	assert_int_equal(strata_st_writer_write_f32(w, ones, H, &err), 0);
+	assert_int_equal(strata_st_writer_write_f32(w, ones, H, &err), 0); /* router gate */
 	assert_int_equal(strata_st_writer_write_f32(w, ones, H, &err), 0);
 	for (int e = 0; e < 2; e++)
 		for (int m = 0; m < 3; m++) {
@@ -576,8 +580,8 @@ static void test_fp8_checkpoint(void **state)
 	assert_int_equal(m->spec.n_experts, 2);
 	assert_int_equal(m->spec.hidden, H);
 	assert_int_equal(m->spec.inter, I);
-	assert_int_equal(m->n_nonrouted, 2); /* q_proj and the norm; scales are consumed */
-	assert_true(m->spec.nonrouted_params == (uint64_t)H * H + H);
+	assert_int_equal(m->n_nonrouted, 3); /* q_proj, the norm, the router; scales are consumed */
+	assert_true(m->spec.nonrouted_params == (uint64_t)H * H + H + 2 * H);
 	/* dequantized rows: FP8 value x its block's scale */
 	const struct strata_st_tensor *t = strata_st_find(m->st, "model.layers.0.mlp.experts.1.down_proj.weight");
 	float v[H * I];

@@ -74,19 +74,6 @@ static void list_presets(int json)
 }
 
 /* 1 if dir holds shard files of a finished write. */
-static int has_model(const char *dir)
-{
-	DIR *d = opendir(dir);
-	if (!d)
-		return 0;
-	int found = 0;
-	for (struct dirent *de; (de = readdir(d)) && !found;)
-		found = !strncmp(de->d_name, "shard-", 6) && strlen(de->d_name) == 18 &&
-			!strcmp(de->d_name + 11, ".strata");
-	closedir(d);
-	return found;
-}
-
 int strata_cmd_synth(int argc, char **argv)
 {
 	enum { O_SEED = 256, O_DIST, O_DOF, O_OFRAC, O_OSCALE, O_FORMAT, O_CODES, O_TIERS, O_SHARD, O_THREADS,
@@ -214,11 +201,7 @@ bad_value:
 		fprintf(stderr, "strata synth: --codes=random only applies to --format=tiered\n");
 		return 2;
 	}
-	if (has_model(out) && !force) {
-		fprintf(stderr, "strata synth: %s already holds a model (shard-*.strata); use --force to replace it\n",
-			out);
-		return 1;
-	}
+	cfg.force = force;
 	strata_install_sigint();
 	struct strata_progress prog;
 	struct strata_synth_result res;

@@ -138,10 +138,16 @@ struct strata_store_writer_config {
 	uint64_t shard_bytes;       /* target shard size; 0: 4 GiB */
 	uint32_t n_tensors;         /* non-routed tensors that will be added */
 	const struct strata_tensor_info *tensors; /* their names/fmt/shape (ext ignored) */
+	bool force;                 /* replace a model already in dir (else STRATA_EEXIST) */
 };
 
 /* Plans every shard's layout up front (sizes are known from the spec and the
- * format table), so experts and tensors may be added in any order. */
+ * format table), so experts and tensors may be added in any order.  Locks dir
+ * (strata_outlock_take: a second writer gets STRATA_EBUSY naming the holder's
+ * pid) until free/abort.  A model already in dir is refused without
+ * cfg->force; with it, the new model is built beside the old one and finish
+ * swaps them in one step, so an interrupted or killed write leaves the old
+ * model usable. */
 int strata_store_writer_open(const struct strata_store_writer_config *cfg,
 			     struct strata_store_writer **out, struct strata_error *err);
 /* data: the packed expert payload, exactly strata_expert_layout().payload bytes. */
@@ -249,5 +255,9 @@ uint64_t strata_store_header_bytes(uint32_t n_total_experts, uint32_t n_experts,
  * many bytes have been written (simulates a full disk without root).
  */
 extern uint64_t strata_store_fail_after_bytes;
+/* Test hook: when > 0, the writer raises SIGKILL before its rename number N + 1
+ * (shard renames, then the swap of a replaced model): a write killed between
+ * its renames, without root or strace. */
+extern int strata_store_kill_after_renames;
 
 #endif
