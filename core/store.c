@@ -395,6 +395,7 @@ struct strata_store {
 	uint8_t *tiers, *fmts;
 	struct strata_extent *experts; /* by expert id */
 	uint8_t *checked;              /* by expert id: a read was checked (STRATA_VERIFY_FIRST) */
+	int input_slot;                /* strata_input_note of dir */
 	uint32_t n_tensors, n_tensors_total;
 	struct strata_tensor_info *tensors;
 	pthread_mutex_t fd_lock;
@@ -429,7 +430,8 @@ static long shard_file_index(const char *name)
 static int read_shard_header(const char *path, struct strata_shard_header **out, uint64_t *fsize,
 			     struct strata_error *err)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* O_NONBLOCK: a FIFO named like a shard must not block the open */
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0)
 		return STRATA_ERRNO(err, errno == ENOENT ? STRATA_ENOTFOUND : STRATA_EIO, "%s: open", path);
 	struct stat st;
@@ -438,6 +440,11 @@ static int read_shard_header(const char *path, struct strata_shard_header **out,
 	int rc;
 	if (fstat(fd, &st)) {
 		rc = STRATA_ERRNO(err, STRATA_EIO, "%s: stat", path);
+		goto out;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		rc = STRATA_ERR(err, STRATA_ECORRUPT, "%s: not a regular file (a %s), so not a shard", path,
+				S_ISDIR(st.st_mode) ? "directory" : S_ISFIFO(st.st_mode) ? "FIFO" : "device or socket");
 		goto out;
 	}
 	*fsize = (uint64_t)st.st_size;
@@ -511,6 +518,7 @@ void strata_store_close(struct strata_store *s)
 	free(s->fmts);
 	free(s->experts);
 	free(s->checked);
+	strata_input_forget(s->input_slot);
 	free(s->tensors);
 	free(s);
 }
@@ -543,6 +551,7 @@ int strata_store_open(const char *dir, struct strata_store **out, struct strata_
 	if (!s)
 		return STRATA_ERR(err, STRATA_ENOMEM, "out of memory");
 	pthread_mutex_init(&s->fd_lock, NULL);
+	s->input_slot = strata_input_note(dir);
 	s->dir = strdup(dir);
 	struct strata_shard_header *h0 = NULL, *h = NULL;
 	int rc;

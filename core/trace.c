@@ -19,6 +19,7 @@
 
 #include "strata/trace.h"
 #include "strata/json.h"
+#include "strata/util.h"
 #include "trace_int.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -112,6 +113,7 @@ struct strata_trace {
 	void *map;
 	size_t map_len;
 	uint8_t *owned;      /* JSONL: records in memory */
+	int input_slot;      /* strata_input_note */
 };
 
 static inline const uint8_t *rec_at(const struct strata_trace *t, uint64_t i)
@@ -384,8 +386,9 @@ int strata_trace_open(const char *path, struct strata_trace **out, struct strata
 		free(t);
 		return STRATA_ERR(err, STRATA_ENOMEM, "%s: out of memory", path);
 	}
+	t->input_slot = -1;
 	int rc = STRATA_OK;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0) {
 		rc = strata_error_set(err, errno == ENOENT ? STRATA_ENOTFOUND : STRATA_EIO, errno, __FILE__,
 				      __LINE__, "%s: cannot open trace", path);
@@ -397,6 +400,14 @@ int strata_trace_open(const char *path, struct strata_trace **out, struct strata
 		close(fd);
 		goto fail;
 	}
+	if (!S_ISREG(st.st_mode)) {
+		rc = STRATA_ERR(err, STRATA_EINVAL, "%s: not a regular file (a %s): a trace must be a file", path,
+				S_ISDIR(st.st_mode) ? "directory" : S_ISFIFO(st.st_mode) ? "FIFO" : "device or socket");
+		close(fd);
+		goto fail;
+	}
+	fcntl(fd, F_SETFL, 0); /* O_NONBLOCK only kept open() off a FIFO */
+	t->input_slot = strata_input_note(path);
 	char magic[8] = { 0 };
 	ssize_t got = pread(fd, magic, 8, 0);
 	if (got == 8 && !memcmp(magic, STRATA_TRACE_MAGIC, 8)) {
@@ -407,11 +418,32 @@ int strata_trace_open(const char *path, struct strata_trace **out, struct strata
 					STRATA_TRACE_HEADER_BYTES);
 			goto fail;
 		}
-		t->map = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
+		/* Read into private memory, not mmap: what was validated is what
+		 * the run uses, even if the file is replaced, rewritten or cut
+		 * short meanwhile (a shared mapping would change under the run
+		 * or fault with SIGBUS). */
+		t->map = malloc(len);
+		if (!t->map) {
+			close(fd);
+			rc = STRATA_ERR(err, STRATA_ENOMEM, "%s: no memory to hold the trace (%zu bytes)", path, len);
+			goto fail;
+		}
+		size_t done = 0;
+		while (done < len) {
+			ssize_t n = pread(fd, (uint8_t *)t->map + done, len - done, (off_t)done);
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n <= 0)
+				break;
+			done += (size_t)n;
+		}
+		int e = errno;
 		close(fd);
-		if (t->map == MAP_FAILED) {
-			t->map = NULL;
-			rc = STRATA_ERRNO(err, STRATA_EIO, "%s: mmap", path);
+		if (done < len) {
+			errno = e;
+			rc = done == 0 && e ? STRATA_ERRNO(err, STRATA_EIO, "%s: read", path)
+				: STRATA_ERR(err, STRATA_ECORRUPT, "%s: the file shrank while being read (%zu of %zu "
+					     "bytes): was it being rewritten?", path, done, len);
 			goto fail;
 		}
 		t->map_len = len;
@@ -477,14 +509,12 @@ int strata_trace_open(const char *path, struct strata_trace **out, struct strata
 			goto fail;
 		}
 		t->rec = h + STRATA_TRACE_HEADER_BYTES;
-		madvise(t->map, len, MADV_SEQUENTIAL);
 		if ((rc = validate_records(t, err)))
 			goto fail;
 		if (XXH64(t->rec, in->n_tokens * in->record_bytes, 0) != in->xxh64) {
 			rc = STRATA_ERR(err, STRATA_ECORRUPT, "%s: record checksum mismatch (corrupt records)", path);
 			goto fail;
 		}
-		madvise(t->map, len, MADV_NORMAL);
 	} else {
 		/* not the magic: JSONL unless it looks binary */
 		unsigned char probe[256];
@@ -524,9 +554,10 @@ void strata_trace_close(struct strata_trace *t)
 	if (!t)
 		return;
 	if (t->map)
-		munmap(t->map, t->map_len);
+		free(t->map);
 	free(t->owned);
 	free(t->path);
+	strata_input_forget(t->input_slot);
 	free(t);
 }
 
@@ -844,6 +875,8 @@ struct strata_trace_writer {
 	struct stats_acc acc;
 	char *line;
 	size_t line_cap;
+	struct strata_outlock lock;
+	int tmp_slot;                 /* strata_tmp_register of tmp */
 };
 
 static int ends_with(const char *s, const char *suf)
@@ -867,6 +900,8 @@ static void writer_free(struct strata_trace_writer *w)
 	if (w->xs)
 		XXH64_freeState(w->xs);
 	acc_free(&w->acc);
+	strata_tmp_unregister(w->tmp_slot);
+	strata_outlock_release(&w->lock);
 	free(w->rec);
 	free(w->line);
 	free(w->path);
@@ -910,6 +945,8 @@ int strata_trace_writer_open(const struct strata_trace_writer_config *cfg,
 	struct strata_trace_writer *w = calloc(1, sizeof(*w));
 	if (!w)
 		return STRATA_ERR(err, STRATA_ENOMEM, "%s: out of memory", cfg->path);
+	w->lock.fd = -1;
+	w->tmp_slot = -1;
 	int rc;
 	struct strata_trace_info *in = &w->info;
 	in->n_moe_layers = cfg->n_moe_layers;
@@ -941,7 +978,13 @@ int strata_trace_writer_open(const struct strata_trace_writer_config *cfg,
 		goto fail;
 	}
 	sprintf(w->tmp, "%s.tmp", cfg->path);
+	if ((rc = strata_outlock_take(&w->lock, cfg->path, err))) {
+		free(w->tmp);
+		w->tmp = NULL; /* another writer's: not ours to remove */
+		goto fail;
+	}
 	XXH64_reset(w->xs, 0);
+	w->tmp_slot = strata_tmp_register(w->tmp);
 	w->f = fopen(w->tmp, "wb");
 	if (!w->f) {
 		rc = STRATA_ERRNO(err, STRATA_EIO, "%s: cannot create", w->tmp);

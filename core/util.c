@@ -177,33 +177,36 @@ void strata_install_sigint(void)
 
 /* ---- inputs and outputs ---- */
 
-/* Files and directories this process reads: a writer refuses to replace one. */
-static struct { dev_t dev; ino_t ino; } inputs[64];
-static unsigned n_inputs;
+/* Files and directories this process has open for reading: a writer refuses
+ * to replace one.  Slots, so a handle forgets exactly what it noted. */
+#define INPUT_SLOTS 256
+static struct { dev_t dev; ino_t ino; int used; } inputs[INPUT_SLOTS];
 static pthread_mutex_t io_lock = PTHREAD_MUTEX_INITIALIZER;
 
-void strata_input_note(const char *path)
+int strata_input_note(const char *path)
 {
 	struct stat st;
 	if (!path || stat(path, &st))
-		return;
+		return -1;
+	int slot = -1;
 	pthread_mutex_lock(&io_lock);
-	unsigned i;
-	for (i = 0; i < n_inputs; i++)
-		if (inputs[i].dev == st.st_dev && inputs[i].ino == st.st_ino)
-			break;
-	if (i == n_inputs && n_inputs < sizeof(inputs) / sizeof(inputs[0])) {
-		inputs[n_inputs].dev = st.st_dev;
-		inputs[n_inputs].ino = st.st_ino;
-		n_inputs++;
-	}
+	for (int i = 0; i < INPUT_SLOTS && slot < 0; i++)
+		if (!inputs[i].used) {
+			inputs[i].dev = st.st_dev;
+			inputs[i].ino = st.st_ino;
+			inputs[i].used = 1;
+			slot = i;
+		}
 	pthread_mutex_unlock(&io_lock);
+	return slot;
 }
 
-void strata_inputs_clear(void)
+void strata_input_forget(int slot)
 {
+	if (slot < 0 || slot >= INPUT_SLOTS)
+		return;
 	pthread_mutex_lock(&io_lock);
-	n_inputs = 0;
+	inputs[slot].used = 0;
 	pthread_mutex_unlock(&io_lock);
 }
 
@@ -214,8 +217,8 @@ int strata_output_check(const char *path, struct strata_error *err)
 		return STRATA_OK;
 	int hit = 0;
 	pthread_mutex_lock(&io_lock);
-	for (unsigned i = 0; i < n_inputs; i++)
-		hit |= inputs[i].dev == st.st_dev && inputs[i].ino == st.st_ino;
+	for (int i = 0; i < INPUT_SLOTS; i++)
+		hit |= inputs[i].used && inputs[i].dev == st.st_dev && inputs[i].ino == st.st_ino;
 	pthread_mutex_unlock(&io_lock);
 	if (hit)
 		return STRATA_ERR(err, STRATA_EINVAL, "%s: refusing to write over an input of this command "
@@ -315,6 +318,9 @@ int strata_outfile_open(struct strata_outfile *o, const char *path, int append, 
 	o->path = path;
 	o->append = append && strcmp(path, "-");
 	o->fd = -1;
+	int orc = strata_output_check(path, err);
+	if (orc)
+		return orc;
 	if (o->append) {
 		/* Lock now: the caller decides on a header from `existing`. */
 		o->fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);

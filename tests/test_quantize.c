@@ -494,7 +494,7 @@ static void test_disk_full(void **state)
 
 /* A DeepSeek-V3-style FP8 checkpoint: F8_E4M3 weights with F32
  * "<name>_scale_inv" per 128 x 128 block; 1 MoE layer x 2 experts. */
-enum fp8_defect { F8_OK, F8_NO_SCALE, F8_BAD_SCALE };
+enum fp8_defect { F8_OK, F8_NO_SCALE, F8_BAD_SCALE, F8_NO_GATE };
 
 static uint8_t f8_code(uint64_t *seed)
 {
@@ -519,7 +519,9 @@ static void write_fp8_model(const char *dir, enum fp8_defect d)
 						  qss, &err), 0);
 	assert_int_equal(strata_st_writer_declare(w, "model.norm.weight", STRATA_ST_BF16, 1, ns, &err), 0);
 	uint64_t gs[2] = { 2, H };
-	assert_int_equal(strata_st_writer_declare(w, "model.layers.0.mlp.gate.weight", STRATA_ST_BF16, 2, gs, &err), 0);
+	if (d != F8_NO_GATE)
+		assert_int_equal(strata_st_writer_declare(w, "model.layers.0.mlp.gate.weight", STRATA_ST_BF16, 2, gs,
+							  &err), 0);
 	for (int e = 0; e < 2; e++)
 		for (int m = 0; m < 3; m++) {
 			char name[128];
@@ -545,8 +547,8 @@ static void write_fp8_model(const char *dir, enum fp8_defect d)
 	for (int i = 0; i < H; i++)
 		ones[i] = 1.0f;
 	assert_int_equal(strata_st_writer_write_f32(w, ones, H, &err), 0);
-	assert_int_equal(strata_st_writer_write_f32(w, ones, H, &err), 0); /* router gate */
-	assert_int_equal(strata_st_writer_write_f32(w, ones, H, &err), 0);
+	for (int r = 0; r < 2 && d != F8_NO_GATE; r++) /* router gate */
+		assert_int_equal(strata_st_writer_write_f32(w, ones, H, &err), 0);
 	for (int e = 0; e < 2; e++)
 		for (int m = 0; m < 3; m++) {
 			for (int i = 0; i < H * I; i++)
@@ -628,6 +630,10 @@ static void test_fp8_checkpoint(void **state)
 	write_fp8_model(test_path("fp8-badscale"), F8_BAD_SCALE);
 	assert_int_equal(strata_qz_model_open(test_path("fp8-badscale"), &oo, &m, &err), STRATA_ESHAPE);
 	assert_non_null(strstr(err.msg, "experts.0.down_proj.weight_scale_inv' must be a float [2, 1]"));
+	/* no router: refused, not quantized into a model nothing can route */
+	write_fp8_model(test_path("fp8-nogate"), F8_NO_GATE);
+	assert_int_equal(strata_qz_model_open(test_path("fp8-nogate"), &oo, &m, &err), STRATA_ENOTFOUND);
+	assert_non_null(strstr(err.msg, "no router gate tensor 'model.layers.0.mlp.gate.weight'"));
 }
 
 static void test_counts_other_shape(void **state)

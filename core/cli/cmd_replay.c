@@ -106,7 +106,6 @@ int strata_cli_replay_main(int argc, char **argv, int virt)
 	optind = 1;
 	int li = -1;
 	for (; (ch = getopt_long(argc, argv, "qh", opts, &li)) != -1; li = -1) {
-		char *end = NULL;
 		uint64_t v = 0;
 		switch (ch) {
 		case O_MODEL: c.model_dir = optarg; break;
@@ -128,12 +127,8 @@ int strata_cli_replay_main(int argc, char **argv, int virt)
 		case O_CHUNK:
 		case O_QD:
 		case O_NVMEQD:
-			v = strtoull(optarg, &end, 10);
-			if (!*optarg || *end || optarg[0] == '-') {
-				fprintf(stderr, "strata %s: %s: '%s' is not a non-negative integer\n", cmd,
-					strata_cli_optname(opts, li, ch), optarg);
+			if (strata_cli_u64(cmd, strata_cli_optname(opts, li, ch), optarg, 0, UINT64_MAX, 0, &v))
 				return 2;
-			}
 			if ((ch == O_QD || ch == O_NVMEQD) && v > 4096) {
 				fprintf(stderr, "strata %s: %s: '%s' (0..4096; 0: the default)\n", cmd,
 					strata_cli_optname(opts, li, ch), optarg);

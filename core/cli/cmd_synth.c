@@ -102,9 +102,8 @@ int strata_cmd_synth(int argc, char **argv)
 		case O_PRESET: preset = optarg; break;
 		case O_OUT: out = optarg; break;
 		case O_SEED:
-			cfg.seed = strtoull(optarg, &end, 0);
-			if (*end || !*optarg || optarg[0] == '-')
-				goto bad_value;
+			if (strata_cli_u64("synth", "--seed", optarg, 0, UINT64_MAX, 1, &cfg.seed))
+				return 2;
 			break;
 		case O_DIST:
 			if (!strcmp(optarg, "gaussian"))

@@ -24,14 +24,10 @@ static void usage_main(FILE *f)
 
 static int parse_u64(const char *cmd, const char *opt, const char *v, uint64_t *out)
 {
-	char *end;
-	unsigned long long x = strtoull(v, &end, 10);
-	if (!*v || *end || v[0] == '-') {
-		fprintf(stderr, "strata trace %s: --%s: '%s' is not a non-negative integer\n", cmd, opt, v);
-		return -1;
-	}
-	*out = x;
-	return 0;
+	char c[32], o[64];
+	snprintf(c, sizeof(c), "trace %s", cmd);
+	snprintf(o, sizeof(o), "--%s", opt);
+	return strata_cli_u64(c, o, v, 0, UINT64_MAX, 0, out);
 }
 
 static int parse_dbl(const char *cmd, const char *opt, const char *v, double *out)

@@ -76,9 +76,10 @@ void strata_install_sigint(void);
 int strata_tmp_register(const char *path);
 void strata_tmp_unregister(int slot);
 
-/* Inputs and outputs.  Readers note each file or directory they read
- * (strata_input_note); strata_output_check refuses, naming it, an output that
- * is one of them (same device and inode: `trace import -o g.csv g.csv`).
+/* Inputs and outputs.  Readers note each file or directory they hold open
+ * (strata_input_note returns a slot, -1 if none; strata_input_forget(slot)
+ * when closed); strata_output_check refuses, naming it, an output that is one
+ * of them (same device and inode: `trace import -o g.csv g.csv`).
  *
  * strata_outlock_take claims an output (a model directory or a file) for the
  * length of a write: an exclusive flock(2) on ".NAME.lock" beside it, which
@@ -86,8 +87,8 @@ void strata_tmp_unregister(int slot);
  * with STRATA_EBUSY saying who holds it.  It also does strata_output_check.
  * strata_outlock_release removes the lock file.  A device or pipe is not
  * locked. */
-void strata_input_note(const char *path);
-void strata_inputs_clear(void); /* forget them (a library user done with its inputs) */
+int strata_input_note(const char *path);
+void strata_input_forget(int slot);
 int strata_output_check(const char *path, struct strata_error *err);
 struct strata_outlock {
 	int fd;
