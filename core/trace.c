@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -1009,6 +1010,24 @@ fail:
 
 uint64_t strata_trace_writer_count(const struct strata_trace_writer *w) { return w->info.n_tokens; }
 
+int strata_trace_writer_reserve(struct strata_trace_writer *w, uint64_t n_tokens, struct strata_error *err)
+{
+	uint64_t per = (uint64_t)w->lay.bytes * (w->format == STRATA_TRACE_FMT_JSONL ? 4 : 1);
+	if (n_tokens > (UINT64_MAX - STRATA_TRACE_HEADER_BYTES) / (per ? per : 1))
+		return STRATA_ERR(err, STRATA_ENOSPC, "%s: %" PRIu64 " tokens is more than any disk holds", w->path,
+				  n_tokens);
+	uint64_t need = STRATA_TRACE_HEADER_BYTES + n_tokens * per;
+	struct statvfs vfs;
+	if (fstatvfs(fileno(w->f), &vfs))
+		return STRATA_OK; /* cannot tell: the writes will say */
+	uint64_t avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
+	if (avail >= need)
+		return STRATA_OK;
+	char a[32], b[32];
+	return STRATA_ERR(err, STRATA_ENOSPC, "%s: not enough space: %" PRIu64 " tokens need about %s, %s free",
+			  w->path, n_tokens, strata_fmt_bytes(need, a, sizeof(a)), strata_fmt_bytes(avail, b, sizeof(b)));
+}
+
 static void put_float(FILE *f, float v)
 {
 	if (!isfinite(v))
@@ -1022,6 +1041,9 @@ int strata_trace_writer_add(struct strata_trace_writer *w, const struct strata_t
 	const struct strata_trace_info *in = &w->info;
 	uint32_t L = in->n_moe_layers, k = in->top_k, E = in->n_experts;
 	uint64_t i = in->n_tokens;
+	if (strata_interrupted)
+		return STRATA_ERR(err, STRATA_EINTR, "%s: interrupted after %" PRIu64 " tokens (nothing written)",
+				  w->path, i);
 	if (tok->phase != STRATA_PHASE_PREFILL && tok->phase != STRATA_PHASE_DECODE)
 		return STRATA_ERR(err, STRATA_EINVAL, "%s: token %" PRIu64 ": bad phase %d", w->path, i, tok->phase);
 	for (uint32_t l = 0; l < L; l++)
@@ -1182,6 +1204,8 @@ int strata_trace_convert(const struct strata_trace *t, const char *path, int for
 	};
 	struct strata_trace_writer *w;
 	int rc = strata_trace_writer_open(&c, &w, err);
+	if (!rc && (rc = strata_trace_writer_reserve(w, in->n_tokens, err)))
+		strata_trace_writer_abort(w);
 	if (rc)
 		return rc;
 	float *scratch = malloc((strata_trace_scratch_floats(t) + 1) * sizeof(float));

@@ -314,6 +314,17 @@ static const struct cli_case cases[] = {
 	{ "@S trace import -o @D/g.jsonl @D/g.jsonl", 1, { "g.jsonl", "refusing to write over an input" } },
 	{ "@S trace convert @D/t.strace @D/t.strace", 1, { "refusing to write over an input" } },
 	{ "@S trace stats @D/t.strace --json @D/t.strace", 1, { "refusing to write over an input" } },
+	/* a test run that finds no suites fails */
+	{ "bash tests/run-tests.sh @D", 1, { "no test suites ran", "1 failed" } },
+	/* trace writers: the space is checked first, temporaries go on every signal */
+	{ "@S trace gen --gen 4000000000 --requests 1000 -o @D/big.strace", 1, { "big.strace", "not enough space" } },
+	{ "@S trace gen --gen 99999999999 -o @D/big.strace", 2, { "--gen", "out of range" } },
+	{ "exec 2>&1; @S trace gen --gen 99999999 -o @D/sigint.strace & sleep 0.5; kill -INT $!; wait $!; echo rc=$?; "
+	  "ls @D/sigint.strace* || echo CLEAN", 0, { "interrupted after", "rc=1", "CLEAN" } },
+	{ "exec 2>&1; @S trace gen --gen 99999999 -o @D/sigterm.strace & sleep 0.5; kill -TERM $!; wait $!; echo rc=$?; "
+	  "ls @D/sigterm.strace* || echo CLEAN", 0, { "interrupted after", "rc=1", "CLEAN" } },
+	{ "exec 2>&1; @S trace gen --gen 99999999 -o @D/sighup.strace & sleep 0.5; kill -HUP $!; wait $!; echo rc=$?; "
+	  "ls @D/sighup.strace* || echo CLEAN", 0, { "interrupted after", "rc=1", "CLEAN" } },
 	/* not regular files */
 	{ "@S inspect @D/mfifo", 1, { "shard-00000.strata", "not a regular file (a FIFO)" } },
 	{ "@S trace stats @D/tfifo.strace", 1, { "tfifo.strace", "FIFO" } },
