@@ -238,6 +238,23 @@ static int shape_check(const char *path, const struct strata_trace_info *in, str
 }
 
 /* Every record: phase, expert ids in range and distinct, prediction ids in range. */
+/* Why a router (gate) weight cannot be stored, or NULL: weights are finite,
+ * non-negative and, stored as f16, at most 65504 (a larger one would become
+ * inf); stored values are never clamped or zeroed. */
+#define TRACE_WEIGHT_RANGE "0..65504"
+static const char *weight_bad(float v)
+{
+	if (isnan(v))
+		return "not a number";
+	if (isinf(v))
+		return "infinite";
+	if (v < 0 || signbit(v))
+		return "negative";
+	if (v > 65504.0f)
+		return "too large for f16";
+	return NULL;
+}
+
 static int validate_records(const struct strata_trace *t, struct strata_error *err)
 {
 	const struct strata_trace_info *in = &t->info;
@@ -274,6 +291,19 @@ static int validate_records(const struct strata_trace *t, struct strata_error *e
 					break;
 				}
 				seen[e[j]] = stamp;
+			}
+		}
+		for (uint32_t l = 0; l < L && !rc && t->lay.w_size; l++) {
+			float wv[STRATA_TRACE_MAX_TOPK];
+			strata_trace_weights(t, i, l, wv);
+			for (uint32_t j = 0; j < k; j++) {
+				const char *why = weight_bad(wv[j]);
+				if (why) {
+					rc = STRATA_ERR(err, STRATA_ECORRUPT, "%s: record %" PRIu64 " layer %u: weight %g is %s "
+							"(router weights lie in " TRACE_WEIGHT_RANGE ")", t->path, i, l,
+							(double)wv[j], why);
+					break;
+				}
 			}
 		}
 		if (!rc && t->lay.ldn) {
@@ -733,6 +763,10 @@ static int open_jsonl(struct strata_trace *t, FILE *f, struct strata_error *err)
 				for (const struct strata_json *e = jchild(c); e; e = jnext(c, e), j++) {
 					if (e->type != STRATA_JSON_NUMBER)
 						JERR("%s:%" PRIu64 ": weights of layer %u: not a number", t->path, lineno, l);
+					const char *why = weight_bad((float)e->num);
+					if (why || (e->num > 0 && (float)e->num == 0))
+						JERR("%s:%" PRIu64 ": weights of layer %u: %g is %s (router weights lie in "
+						     TRACE_WEIGHT_RANGE ")", t->path, lineno, l, e->num, why ? why : "too small for f32");
 					w[l * k + j] = (float)e->num;
 				}
 			}
@@ -1022,11 +1056,11 @@ int strata_trace_writer_reserve(struct strata_trace_writer *w, uint64_t n_tokens
 			  w->path, n_tokens, strata_fmt_bytes(need, a, sizeof(a)), strata_fmt_bytes(avail, b, sizeof(b)));
 }
 
+/* %.9g: every float reads back as itself (binary -> JSONL -> binary is the
+ * identity); the writer has refused non-finite values before. */
 static void put_float(FILE *f, float v)
 {
-	if (!isfinite(v))
-		v = 0;
-	fprintf(f, "%.6g", (double)v);
+	fprintf(f, "%.9g", (double)v);
 }
 
 int strata_trace_writer_add(struct strata_trace_writer *w, const struct strata_trace_token *tok,
@@ -1053,6 +1087,18 @@ int strata_trace_writer_add(struct strata_trace_writer *w, const struct strata_t
 							  "%s: token %" PRIu64 " layer %u: expert %u listed twice",
 							  w->path, i, l, e);
 		}
+	for (uint32_t j = 0; tok->weights && w->lay.w_size && j < L * k; j++) {
+		const char *why = weight_bad(tok->weights[j]);
+		if (why)
+			return STRATA_ERR(err, STRATA_EINVAL, "%s: token %" PRIu64 " (request %u, position %u) layer %u: "
+					  "weight %g is %s (router weights lie in " TRACE_WEIGHT_RANGE ")", w->path, i,
+					  tok->req, tok->pos, j / k, (double)tok->weights[j], why);
+	}
+	for (uint32_t j = 0; tok->pred && tok->pred_w && j < w->lay.ldn; j++)
+		if (tok->pred[j] != STRATA_TRACE_NO_EXPERT &&
+		    (!isfinite(tok->pred_w[j]) || fabsf(tok->pred_w[j]) > 65504.0f))
+			return STRATA_ERR(err, STRATA_EINVAL, "%s: token %" PRIu64 ": prediction score %g is not a finite "
+					  "f16 value (-65504..65504)", w->path, i, (double)tok->pred_w[j]);
 	if (tok->pred)
 		for (uint32_t j = 0; j < w->lay.ldn; j++)
 			if (tok->pred[j] != STRATA_TRACE_NO_EXPERT && tok->pred[j] >= E)
