@@ -67,6 +67,12 @@ else
 	fi
 fi
 rm -f "$log"
+if [ $((pass + fail + skip)) -eq 0 ]; then
+	# a run that finds nothing is a failure, not a pass (a wrong BDIR, an
+	# absolute builddir that went astray, cmocka missing)
+	echo "run-tests.sh: no test suites ran under $bdir/tests (built? see scons builddir=)" >&2
+	fail=1
+fi
 [ ${#failed_suites[@]} -gt 0 ] && echo "failed suites: ${failed_suites[*]}"
 echo "tests: $pass passed, $fail failed, $skip skipped"
 [ $fail -eq 0 ]
