@@ -87,6 +87,9 @@ struct strata_experiment_opts {
 	uint32_t jobs;     /* worker processes per sweep; 0: the machine's cores */
 	int fresh;         /* 1: ignore existing results (no resume) */
 	const char *export_jobs; /* write job lines to this file instead of running */
+	/* the script's Lua limits: 0 the defaults (STRATA_LUA_EXPERIMENT_*),
+	 * UINT64_MAX none */
+	uint64_t max_instructions, max_memory;
 };
 
 /* Run an experiment script.  STRATA_ESCRIPT for a script error (message
