@@ -53,6 +53,10 @@ struct strata_experiment_config {
 	int hints, future, gpu;      /* gpu: -1 auto, 0, 1 */
 	uint32_t n_tags;
 	char tag_name[STRATA_EXP_TAGS][48], tag_value[STRATA_EXP_TAGS][160];
+	/* content keys of the trace and of a model directory (16 hex digits, ""
+	 * for a model given as a spec): rows are keyed on what the files hold,
+	 * not on their paths, and a run checks them before it starts */
+	char trace_sum[24], model_sum[24];
 	char run_id[4096];           /* canonical text of everything above */
 };
 void strata_experiment_config_defaults(struct strata_experiment_config *c);
