@@ -396,9 +396,9 @@ static void test_bad_plugins(void **state)
 			      "static void r(struct strata_policy *p, uint32_t e) {}\n"
 			      "static int64_t v(struct strata_policy *p, uint64_t n, const struct strata_residency *x)"
 			      " { return -1; }\n"
-			      "static const struct strata_evict_ops o = { .name = \"tp\", .version = 1, .init = in,"
+			      "static const struct strata_evict_ops o = { .name = \"tp\", .version = STRATA_POLICY_ABI, .init = in,"
 			      " .on_insert = a, .on_access = a, .on_remove = r, .victim = v };\n"
-			      "static const struct strata_plugin_info i = { .abi = 1, .role = 1, .ops = &o };\n"
+			      "static const struct strata_plugin_info i = { .abi = STRATA_POLICY_ABI, .role = 1, .ops = &o };\n"
 			      "const struct strata_plugin_info *strata_policy_plugin_entry(void) { return &i; }\n",
 		  "tp: init failed (returned -1) and gave no message", STRATA_EINVAL },
 	};
@@ -468,9 +468,9 @@ static void test_crashing_plugins(void **state)
 			   "static void rem(struct strata_policy *p, uint32_t e) {}\n"
 			   "static int64_t vic(struct strata_policy *p, uint64_t n, const struct strata_residency *r)"
 			   " { %s return -1; }\n"
-			   "static const struct strata_evict_ops o = { .name = \"crash\", .version = 1,"
+			   "static const struct strata_evict_ops o = { .name = \"crash\", .version = STRATA_POLICY_ABI,"
 			   " .on_insert = ins, .on_access = acc, .on_remove = rem, .victim = vic };\n"
-			   "static const struct strata_plugin_info i = { .abi = 1, .role = 1, .ops = &o };\n"
+			   "static const struct strata_plugin_info i = { .abi = STRATA_POLICY_ABI, .role = 1, .ops = &o };\n"
 			   "const struct strata_plugin_info *strata_policy_plugin_entry(void) { return &i; }\n%s",
 			cases[i].ins, cases[i].vic, cases[i].extra);
 		fclose(c);
