@@ -852,6 +852,14 @@ int strata_engine_begin_step(struct strata_engine *e, uint64_t token, uint32_t l
 		e->pinned[V][eid]++;
 	}
 	e->step_layer = n ? (int)layer : -1;
+	if (n) {
+		/* the step's token count is the replay's business: 0, unknown */
+		struct strata_step st = { .token = token, .layer = layer, .experts = experts,
+					  .n_experts = n, .now = e->now };
+		for (int t = V; t <= R; t++)
+			strata_evict_ops_of(e->evict[t])->on_step(e->evict[t], &st);
+		strata_place_ops_of(e->place)->on_step(e->place, &st);
+	}
 	poll_movers(e);
 	rc = prefetch(e, token, layer, n ? experts : NULL, n, hints, n_hints, err);
 	if (!rc) {

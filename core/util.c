@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/file.h>
@@ -82,6 +83,18 @@ void *strata_aligned_alloc(size_t align, size_t bytes)
 	if (posix_memalign(&p, align, (bytes + align - 1) / align * align))
 		return NULL;
 	memset(p, 0, bytes);
+	return p;
+}
+
+void *strata_big_alloc(size_t bytes)
+{
+	const size_t huge = 2u << 20;
+	if (bytes < 2 * huge)
+		return malloc(bytes ? bytes : 1);
+	void *p = NULL;
+	if (posix_memalign(&p, huge, (bytes + huge - 1) / huge * huge))
+		return NULL;
+	madvise(p, (bytes + huge - 1) / huge * huge, MADV_HUGEPAGE); /* advice only */
 	return p;
 }
 

@@ -1,4 +1,4 @@
-/* strata trace: import, gen, stats, convert, head. */
+/* strata trace: import, gen, stats, convert, export, head. */
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
@@ -19,6 +19,7 @@ static void usage_main(FILE *f)
 		"  gen      seeded synthetic trace (Zipf popularity, locality, cross-layer correlation)\n"
 		"  stats    popularity skew, reuse distance, cross-layer correlation (table or --json)\n"
 		"  convert  binary <-> JSONL\n"
+		"  export   libCacheSim's formats (oracleGeneral, csv): the same object stream in both simulators\n"
 		"  head     print the header and the first records\n");
 }
 
@@ -76,13 +77,16 @@ static void usage_import(FILE *f)
 {
 	fprintf(f,
 		"usage: strata trace import [options] -o OUT INPUT...\n\n"
-		"Read routing logs and write a trace.  INPUT: .jsonl (one object per row) or .csv/.tsv with a header\n"
-		"row ('-' reads JSONL from stdin).  A row is one (token, layer) with a flat expert list, or one token\n"
-		"with one expert list per layer.  Columns are found by well-known names or --map.\n\n"
+		"Read routing logs and write a trace.  INPUT: .jsonl (one object per row), one JSON document (a list\n"
+		"of rows, or of steps mapping a layer id to null or to per-token expert lists), or .csv/.tsv with a\n"
+		"header row ('-' reads stdin).  A row is one (token, layer) with a flat expert list, or one token\n"
+		"with one expert list per layer.  Columns are found by well-known names or --map.  Sparse MoE\n"
+		"layer ids are stored as 0..n-1 and the map printed.  Errors name file:line:column.\n\n"
 		"  -o, --output FILE     trace to write (.jsonl: the text twin, else binary)\n"
 		"      --format F        auto | binary | jsonl\n"
 		"      --map LIST        role=column,...  roles: request token layer experts weights phase pos pred\n"
-		"                        pred_w; column '-' ignores a role; 'expert_*' gathers numbered columns;\n"
+		"                        pred_w; role=- ignores a role, COLUMN=- a column; 'expert_*' gathers\n"
+		"                        numbered columns; names match ignoring case, spaces and punctuation;\n"
 		"                        e.g. token=token_idx,layer=layer,experts=experts,weights=gating_probs,\n"
 		"                        request=problem_id\n"
 		"      --experts N       experts per layer (default: model's, else largest id + 1)\n"
@@ -192,6 +196,13 @@ static int cmd_import(int argc, char **argv)
 		printf("%s: %" PRIu64 " rows -> %" PRIu64 " tokens in %" PRIu64 " requests; %" PRIu64
 		       " missing (token, layer) rows: %" PRIu64 " tokens dropped, %" PRIu64 " cells filled\n",
 		       c.output, r.rows, r.tokens, r.requests, r.gap_cells, r.dropped_tokens, r.filled_cells);
+	if (r.n_layer_ids) { /* always: the map is how the trace's layers read */
+		printf("%s: sparse MoE layer ids stored as layers 0..%u; layer map (trace layer -> input layer):",
+		       c.output, r.n_layer_ids - 1);
+		for (uint32_t i = 0; i < r.n_layer_ids; i++)
+			printf(" %u:%u", i, r.layer_ids[i]);
+		printf("\n");
+	}
 	return 0;
 }
 
@@ -444,6 +455,64 @@ static int cmd_convert(int argc, char **argv)
 	return rc ? strata_cli_fail("trace convert", &err) : 0;
 }
 
+static void usage_export(FILE *f)
+{
+	fprintf(f,
+		"usage: strata trace export --format oracleGeneral|csv [--obj-size N] TRACE OUT\n\n"
+		"Write the trace as libCacheSim reads it: one request per (token, layer, routed expert), object id\n"
+		"layer * n_experts + expert, time = token index, every object N bytes (default 1).\n"
+		"  oracleGeneral  binary 24-byte records with each request's next access (Belady reads it):\n"
+		"                 cachesim OUT oracleGeneral lru 96 --ignore-obj-size 1   (OUT must contain \"oracleGeneral\")\n"
+		"  csv            time,obj_id,obj_size with a header line:\n"
+		"                 cachesim OUT csv lru 96 -t \"time-col=1,obj-id-col=2,obj-size-col=3,has-header=true,obj-id-is-num=true\"\n");
+}
+
+static int cmd_export(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "format", required_argument, 0, 'f' }, { "obj-size", required_argument, 0, 's' },
+		{ "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
+	};
+	int fmt = 0, ch;
+	uint64_t size = 1;
+	while ((ch = getopt_long(argc, argv, "f:h", opts, NULL)) != -1) {
+		switch (ch) {
+		case 'f':
+			if (!strcmp(optarg, "oracleGeneral") || !strcmp(optarg, "oraclegeneral"))
+				fmt = STRATA_EXPORT_ORACLE_GENERAL;
+			else if (!strcmp(optarg, "csv"))
+				fmt = STRATA_EXPORT_CSV;
+			else {
+				fprintf(stderr, "strata trace export: --format: '%s' (oracleGeneral, csv)\n", optarg);
+				return 2;
+			}
+			break;
+		case 's':
+			if (parse_u64("export", "obj-size", optarg, &size))
+				return 2;
+			if (!size || size > UINT32_MAX) {
+				fprintf(stderr, "strata trace export: --obj-size: %s is not in 1..%u\n", optarg, UINT32_MAX);
+				return 2;
+			}
+			break;
+		case 'h': usage_export(stdout); return 0;
+		default: usage_export(stderr); return 2;
+		}
+	}
+	if (!fmt || optind + 2 != argc) {
+		fprintf(stderr, "strata trace export: %s\n", !fmt ? "--format is required" : "need TRACE and OUT");
+		usage_export(stderr);
+		return 2;
+	}
+	struct strata_error err = { 0 };
+	struct strata_trace *t;
+	if (strata_trace_open(argv[optind], &t, &err))
+		return strata_cli_fail("trace export", &err);
+	int rc = strata_trace_export(t, argv[optind + 1], fmt, (uint32_t)size, &err);
+	strata_trace_close(t);
+	return rc ? strata_cli_fail("trace export", &err) : 0;
+}
+
 static int cmd_head(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -521,6 +590,8 @@ int strata_cmd_trace(int argc, char **argv)
 		return cmd_convert(argc - 1, argv + 1);
 	if (!strcmp(sub, "head"))
 		return cmd_head(argc - 1, argv + 1);
+	if (!strcmp(sub, "export"))
+		return cmd_export(argc - 1, argv + 1);
 	fprintf(stderr, "strata trace: unknown subcommand '%s'\n", sub);
 	usage_main(stderr);
 	return 2;

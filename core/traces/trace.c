@@ -1340,9 +1340,9 @@ int strata_trace_plan_build(const struct strata_trace *t, uint32_t prefill_chunk
 	}
 	p->step_first[s] = n;
 	p->n_steps = s;
-	p->off = malloc((s * L + 1) * sizeof(uint64_t));
+	p->off = strata_big_alloc((s * L + 1) * sizeof(uint64_t));
 	size_t cap = n * (size_t)L * k + 1;
-	p->ids = malloc(cap * sizeof(uint16_t));
+	p->ids = strata_big_alloc(cap * sizeof(uint16_t));
 	uint32_t *stamp = calloc(E, sizeof(uint32_t));
 	if (!p->off || !p->ids || !stamp) {
 		free(stamp);
@@ -1380,17 +1380,31 @@ struct fcur {
 	uint32_t first;    /* start[eid], here so that a lookup reads one line */
 };
 
+/* Per access, in clock order: its expert and the clock of that expert's next
+ * access (UINT32_MAX: none).  The common question, "eid was just accessed at
+ * now: when next?", reads one entry of an array walked in order instead of
+ * the eid's own position list (a cache miss per access on large traces). */
+struct fnext {
+	uint32_t eid, next;
+};
+
 struct future_priv {
 	const struct strata_trace_plan *plan;
 	uint32_t n_experts, n_ids;
 	uint64_t *start;   /* [n_ids + 1] into pos */
 	uint32_t *pos;     /* access clock values per eid, ascending */
 	struct fcur *c;    /* [n_ids]; one cache line for the common forward case */
+	struct fnext *at;  /* [n_accesses] */
+	uint64_t n_at;
 };
 
 static uint64_t future_next_use(const struct strata_future *f, uint32_t eid, uint64_t now)
 {
 	struct future_priv *fp = f->priv;
+	if (now < fp->n_at && fp->at[now].eid == eid) /* eid's access at now */
+		return fp->at[now].next == UINT32_MAX ? STRATA_NEVER : fp->at[now].next;
+	if (now + 1 < fp->n_at && fp->at[now + 1].eid == eid) /* an insert asking from now - 1 */
+		return now + 1;
 	if (eid >= fp->n_ids)
 		return STRATA_NEVER;
 	struct fcur *c = &fp->c[eid];
@@ -1447,11 +1461,14 @@ int strata_trace_future_init(struct strata_future *f, const struct strata_trace_
 	fp->n_ids = p->n_layers * n_experts;
 	fp->start = calloc(fp->n_ids + 1, sizeof(uint64_t));
 	fp->c = calloc(fp->n_ids, sizeof(struct fcur));
-	fp->pos = malloc((p->n_accesses + 1) * sizeof(uint32_t));
-	if (!fp->start || !fp->c || !fp->pos) {
+	fp->pos = strata_big_alloc((p->n_accesses + 1) * sizeof(uint32_t));
+	fp->at = strata_big_alloc((p->n_accesses + 1) * sizeof(struct fnext));
+	fp->n_at = p->n_accesses;
+	if (!fp->start || !fp->c || !fp->pos || !fp->at) {
 		free(fp->start);
 		free(fp->c);
 		free(fp->pos);
+		free(fp->at);
 		free(fp);
 		return STRATA_ERR(err, STRATA_ENOMEM, "future: out of memory");
 	}
@@ -1474,6 +1491,19 @@ int strata_trace_future_init(struct strata_future *f, const struct strata_trace_
 		fp->c[i].cur = fp->c[i].first = (uint32_t)fp->start[i];
 		fp->c[i].end = (uint32_t)fp->start[i + 1];
 	}
+	for (uint64_t st = 0; st < p->n_steps; st++)
+		for (uint32_t l = 0; l < L; l++)
+			for (uint64_t a = p->off[st * L + l]; a < p->off[st * L + l + 1]; a++)
+				fp->at[a].eid = l * n_experts + p->ids[a];
+	for (uint32_t i = 0; i < fp->n_ids; i++)
+		fp->c[i].cur = UINT32_MAX; /* borrowed: the next access seen walking back */
+	for (uint64_t a = p->n_accesses; a-- > 0;) {
+		struct fcur *c = &fp->c[fp->at[a].eid];
+		fp->at[a].next = c->cur;
+		c->cur = (uint32_t)a;
+	}
+	for (uint32_t i = 0; i < fp->n_ids; i++)
+		fp->c[i].cur = fp->c[i].first;
 	f->next_use = future_next_use;
 	f->routed = future_routed;
 	f->n_tokens = p->n_steps;
@@ -1488,6 +1518,7 @@ void strata_trace_future_free(struct strata_future *f)
 		free(fp->start);
 		free(fp->pos);
 		free(fp->c);
+		free(fp->at);
 		free(fp);
 	}
 	memset(f, 0, sizeof(*f));

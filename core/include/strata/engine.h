@@ -89,7 +89,6 @@ struct strata_engine_stats {
 	double compute_ns;                 /* reported by the driver */
 	double clock_ns;                   /* wall or virtual time of the run */
 	uint64_t bookkeeping_ns;           /* engine's own time outside movers */
-	/* added by h-engine */
 	uint64_t prefetch_dropped;         /* no room in the target tier */
 	uint64_t streamed;                 /* accesses served through a scratch slot */
 	uint64_t admit_fallback;           /* of those: admit asked for VRAM, but with every unpinned
@@ -137,8 +136,10 @@ int strata_engine_begin_layer(struct strata_engine *e, uint64_t token, uint32_t 
 			      const struct strata_hint *hints, uint32_t n_hints,
 			      struct strata_error *err);
 /* The same when the router already ran: the layer's experts are pinned
- * before prefetching (so prefetch cannot evict them) and handed to the
- * prefetch policy (ctx->experts), exactly as the policy harness does; the
+ * before prefetching (so prefetch cannot evict them), the eviction (both
+ * tiers) and placement policies get on_step (n_tokens 0: unknown here), and
+ * the experts are handed to the prefetch policy (ctx->experts), exactly as
+ * the policy harness does; the
  * following acquire must ask for the same experts.  Prefer this one. */
 int strata_engine_begin_step(struct strata_engine *e, uint64_t token, uint32_t layer,
 			     const uint32_t *experts, uint32_t n, const struct strata_hint *hints,

@@ -138,6 +138,11 @@ static inline uint64_t strata_le_get64(const uint8_t *p)
 
 /* 4 KiB-aligned, zeroed allocation (for O_DIRECT); free with free(). */
 void *strata_aligned_alloc(size_t align, size_t bytes);
+/* An array of bytes the caller fills at once and walks (a replay plan, a
+ * trace's future): from 4 MiB on, 2 MiB-aligned and backed by transparent
+ * huge pages where the kernel offers them (one page fault per 2 MiB instead
+ * of 512); not zeroed; free with free(). */
+void *strata_big_alloc(size_t bytes);
 
 /* Progress on stderr: redrawn at most 10 times a second, only when stderr is
  * a terminal or STRATA_PROGRESS=1; silent when STRATA_PROGRESS=0. */
