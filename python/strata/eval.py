@@ -59,29 +59,72 @@ def tier_table(counts, split=SPLIT):
     return t
 
 
+class _CountingBackend:
+    """The runner's batched BF16 backend, counting each MoE layer's routed experts."""
+
+    def __init__(self, n_layers, n_experts):
+        from .backends import BatchedBackend
+        self.inner = BatchedBackend()
+        self.needs_checkpoint_experts = True
+        self.name = "bf16"
+        self.counts = np.zeros((n_layers, n_experts), dtype=np.int64)
+        self.counting = False
+
+    def attach(self, model):
+        self.inner.attach(model)
+
+    def experts(self, block, x, ids, weights, pred, step):
+        if self.counting:
+            self.counts[block.moe_idx] += np.bincount(ids.reshape(-1).cpu().numpy(),
+                                                      minlength=self.counts.shape[1])
+        return self.inner.experts(block, x, ids, weights, pred, step)
+
+
 def build_model(ckpt, device):
+    """(MoeConfig, runner) for a checked checkpoint: the runner (strata.model) with the batched
+    BF16 backend, BF16 on CUDA, float32 on the CPU."""
     import torch
-    from .moe import MoeLM
-    c, sd, cd = load_checkpoint(ckpt)
-    m = MoeLM(c)
-    m.load_hf_tensors(sd)
-    dt = torch.bfloat16 if device.type == "cuda" else torch.float32
-    m.to(device=device, dtype=dt).eval()
-    return c, sd, m
+    from .model import load
+    c, _, _ = load_checkpoint(ckpt)
+    be = _CountingBackend(c.num_hidden_layers, c.num_experts)
+    m = load(ckpt, be, str(device), torch.bfloat16 if device.type == "cuda" else torch.float32)
+    m.orig_experts = [(blk.w_gu, blk.w_down) for _, blk, _ in m.moe]
+    return c, m
+
+
+def set_experts(model, c, experts):
+    """Routed experts of every MoE layer from {HF name: tensor} (None: the checkpoint's own)."""
+    import torch
+    for li, (_, blk, _) in enumerate(model.moe):
+        if experts is None:
+            blk.w_gu, blk.w_down = model.orig_experts[li]
+            continue
+        gu, dn = [], []
+        for e in range(c.num_experts):
+            gu.append(torch.cat((experts[expert_name(li, e, "gate")], experts[expert_name(li, e, "up")]), 0))
+            dn.append(experts[expert_name(li, e, "down")])
+        blk.w_gu = torch.stack(gu).to(model.device, model.dtype)
+        blk.w_down = torch.stack(dn).to(model.device, model.dtype)
+
+
+def forward_logits(model, x):
+    """Teacher-forced logits [B, T, V] of windows x [B, T] (a fresh KV cache)."""
+    model.reset(x.shape[0], x.shape[1])
+    return model.forward(x)
 
 
 def profile_counts(model, data, seq, n_windows, batch, device):
     import torch
-    c = model.c
     w = windows(data, seq, n_windows)
-    counts = np.zeros((c.num_hidden_layers, c.num_experts), dtype=np.int64)
-    with torch.no_grad():
+    be = model.backend
+    be.counts[:] = 0
+    be.counting = True
+    try:
         for i in range(0, len(w), batch):
-            x = torch.from_numpy(w[i:i + batch, :-1].astype(np.int64)).to(device)
-            out = model(x, want=("route",))
-            for l, (idx, _) in enumerate(out["route"]):
-                counts[l] += torch.bincount(idx.reshape(-1), minlength=c.num_experts).cpu().numpy()
-    return counts, int(w.shape[0] * seq)
+            forward_logits(model, torch.from_numpy(w[i:i + batch, :-1].astype(np.int64)))
+    finally:
+        be.counting = False
+    return be.counts.copy(), int(w.shape[0] * seq)
 
 
 def run(cmd, what):
@@ -140,10 +183,10 @@ def shard_windows(data, seq, n_shards, per_shard):
 def logits_of(model, w, batch, device):
     import torch
     outs = []
-    with torch.no_grad():
-        for i in range(0, len(w), batch):
-            x = torch.from_numpy(w[i:i + batch, :-1].astype(np.int64)).to(device)
-            outs.append(model(x)["logits"].float().reshape(-1, model.c.vocab_size))
+    for i in range(0, len(w), batch):
+        x = torch.from_numpy(w[i:i + batch, :-1].astype(np.int64))
+        lg = forward_logits(model, x)
+        outs.append(lg.float().reshape(-1, lg.shape[-1]).to(device))
     return torch.cat(outs)
 
 
@@ -168,7 +211,7 @@ def evaluate(args):
     if args.threads:
         torch.set_num_threads(args.threads)
     os.makedirs(args.out, exist_ok=True)
-    c, sd, model = build_model(args.model, device)
+    c, model = build_model(args.model, device)
     if args.heldout_text:
         he = load_text(args.heldout_text)
         tr = load_text(args.profile_text) if args.profile_text else None
@@ -183,6 +226,8 @@ def evaluate(args):
         tr, he, _ = load_corpus(args.corpus, args.heldout_pct, args.max_bytes)
     if tr is None:
         raise CheckpointError("--heldout-text needs --profile-text (training text to rank experts by)")
+    with open(os.path.join(args.out, "heldout-sample.txt"), "wb") as f:  # prompts for strata.record
+        f.write(he[:65536].tobytes())
     # 1. popularity from training text
     counts, ptoks = profile_counts(model, tr, args.seq, args.profile_windows, args.batch, device)
     ccsv = os.path.join(args.out, "counts.csv")
@@ -231,8 +276,7 @@ def evaluate(args):
     refs = [logits_of(model, w, args.batch, device) for w in shards]
     rows = []
     for name, experts, tiers in configs:
-        if experts is not None:
-            model.load_hf_tensors(sd, experts)
+        set_experts(model, c, experts)
         for s, w in enumerate(shards):
             lg = refs[s] if experts is None else logits_of(model, w, args.batch, device)
             m = metrics(lg, refs[s], tgts[s])
@@ -243,7 +287,23 @@ def evaluate(args):
         log("%-22s ppl %.4f  kld %.4f  top1 %.4f  top5 %.4f" % (
             name, np.mean([r["ppl"] for r in r0]), np.mean([r["kld"] for r in r0]),
             np.mean([r["top1"] for r in r0]), np.mean([r["top5"] for r in r0])))
-    model.load_hf_tensors(sd)
+    set_experts(model, c, None)
+    if args.engine_windows:
+        # the same tiered shards through the runner's Strata backend (engine + fused kernels on a
+        # GPU, the CPU reference otherwise): the path a deployment runs, against the BF16 files
+        import torch
+        from .backends import StrataBackend
+        from .model import load
+        be = StrataBackend(os.path.join(args.out, "q-popularity"), vram="2G", ram="2G")
+        em = load(args.model, be, be.device, torch.bfloat16 if be.device == "cuda" else torch.float32)
+        w = shards[0][:args.engine_windows]
+        n = w.shape[0] * args.seq
+        m = metrics(logits_of(em, w, args.batch, device), refs[0][:n], tgts[0][:n])
+        m.update(config="popularity-15/30/55-engine", shard=0, hot_share=None)
+        rows.append(m)
+        be.close()
+        log("%-22s ppl %.4f  kld %.4f  top1 %.4f  top5 %.4f  (shard 0, %d windows, engine on the %s)" % (
+            "popularity via engine", m["ppl"], m["kld"], m["top1"], m["top5"], len(w), be.device))
     cols = ["config", "shard", "tokens", "ppl", "bits_per_byte", "kld", "top1", "top5", "hot_share"]
     with open(os.path.join(args.out, "results.csv"), "w", newline="") as f:
         wr = csv.DictWriter(f, fieldnames=cols)
@@ -251,7 +311,8 @@ def evaluate(args):
         for r in rows:
             wr.writerow({k: ("" if r[k] is None else (round(r[k], 6) if isinstance(r[k], float) else r[k]))
                          for k in cols})
-    summ = summarize(rows, [n for n, _, _ in configs])
+    summ = summarize(rows, [n for n, _, _ in configs] +
+                     (["popularity-15/30/55-engine"] if args.engine_windows else []))
     goals = check_goals(summ, rows, args.random_seeds)
     qrep = qz["popularity"]
     qs = qrep.get("seconds") or 0
@@ -323,7 +384,7 @@ def plot(summ, rows, base, title):
     except ImportError:
         log("no matplotlib: no plot")
         return
-    names = [r["config"] for r in summ if r["config"] != "bf16"]
+    names = [r["config"] for r in summ if r["config"] != "bf16" and not r["config"].endswith("-engine")]
     rnd = [n for n in names if n.startswith("random-")]
     show = [n for n in names if not n.startswith("random-")] + (["random-15/30/55"] if rnd else [])
 
@@ -385,6 +446,8 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--profile-windows", type=int, default=256)
     ap.add_argument("--random-seeds", type=int, default=3)
+    ap.add_argument("--engine-windows", type=int, default=4,
+                    help="windows of shard 0 run through the Strata backend too (0: skip)")
     ap.add_argument("--qthreads", type=int, default=0, help="strata quantize --threads (0: all CPUs)")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--threads", type=int, default=0)

@@ -1,112 +1,30 @@
-"""Hugging Face checkpoints without `transformers` or `safetensors`: read and write
-`model.safetensors` (BF16 / F16 / F32 / U8 tensors) and the Qwen3-MoE `config.json`.
-
-Every error names the file and the cause (a missing or misnamed tensor, a shape that disagrees
-with config.json, a truncated file).  Used by the trainer (strata.train), the evaluator
-(strata.eval) and the trace recorder (strata.record).
+"""The trained model's Hugging Face checkpoint: the Qwen3-MoE `config.json` and tensor names, and
+a check of every tensor against the config (a missing or misnamed tensor, a shape that disagrees
+with config.json: an error naming the file).  File I/O is strata.safetensors'.  Used by the
+trainer (strata.train) and the evaluator (strata.eval); the runner (strata.model) runs it.
 """
 import json
 import os
-import struct
 
-import numpy as np
-
-_DT = {"BF16": (2, np.uint16), "F16": (2, np.float16), "F32": (4, np.float32), "U8": (1, np.uint8),
-       "I64": (8, np.int64)}
+from ._capi import StrataError
+from .safetensors import SafetensorsFile, save_file
 
 
-class CheckpointError(ValueError):
+class CheckpointError(StrataError):
     """A checkpoint or corpus that cannot be used; the message names the file."""
 
-
-def _torch():
-    import torch
-    return torch
+    def __init__(self, message, code=-4):
+        super().__init__(message, code)
 
 
 def read_safetensors(path, names=None):
-    """{name: torch tensor} (BF16 stays bfloat16) and the __metadata__ dict.
-    names: only these tensors (None: all)."""
-    torch = _torch()
-    try:
-        size = os.path.getsize(path)
-        with open(path, "rb") as f:
-            head = f.read(8)
-            if len(head) < 8:
-                raise CheckpointError("%s: not a safetensors file (%d bytes)" % (path, size))
-            (n,) = struct.unpack("<Q", head)
-            if n > size - 8 or n > 100 << 20:
-                raise CheckpointError("%s: header length %d does not fit the file (%d bytes)" % (path, n, size))
-            try:
-                hdr = json.loads(f.read(n))
-            except ValueError as e:
-                raise CheckpointError("%s: bad safetensors header JSON: %s" % (path, e))
-            meta = hdr.pop("__metadata__", {}) or {}
-            out = {}
-            base = 8 + n
-            for name, t in hdr.items():
-                if names is not None and name not in names:
-                    continue
-                dt = t.get("dtype")
-                if dt not in _DT:
-                    raise CheckpointError("%s: tensor '%s' has unsupported dtype %s" % (path, name, dt))
-                es, npdt = _DT[dt]
-                shape = [int(x) for x in t["shape"]]
-                b, e = (int(x) for x in t["data_offsets"])
-                cnt = int(np.prod(shape)) if shape else 1
-                if e - b != cnt * es or base + e > size:
-                    raise CheckpointError("%s: tensor '%s' extent [%d, %d) disagrees with its shape %s or the "
-                                          "file size" % (path, name, b, e, shape))
-                f.seek(base + b)
-                arr = np.frombuffer(f.read(e - b), dtype=npdt).reshape(shape)
-                if dt == "BF16":
-                    ten = torch.from_numpy(arr.astype(np.int16)).view(torch.bfloat16)
-                else:
-                    ten = torch.from_numpy(arr.copy())
-                out[name] = ten
-    except OSError as e:
-        raise CheckpointError("%s: %s" % (path, e.strerror or e))
-    return out, meta
+    """{name: tensor} (views of a private mapping) and the __metadata__ dict; names: only these."""
+    sf = SafetensorsFile(path)
+    return {n: sf.get(n) for n in sf.keys() if names is None or n in names}, dict(sf.metadata)
 
 
 def write_safetensors(path, tensors, metadata=None):
-    """tensors: {name: torch tensor (bfloat16/float16/float32/uint8)}, written in name order;
-    path.tmp then rename, so a failed write leaves nothing that looks valid."""
-    torch = _torch()
-    hdr = {}
-    blobs = []
-    off = 0
-    for name in sorted(tensors):
-        t = tensors[name].detach().cpu().contiguous()
-        if t.dtype == torch.bfloat16:
-            dt, raw = "BF16", t.view(torch.int16).numpy().tobytes()
-        elif t.dtype == torch.float16:
-            dt, raw = "F16", t.numpy().tobytes()
-        elif t.dtype == torch.float32:
-            dt, raw = "F32", t.numpy().tobytes()
-        elif t.dtype == torch.uint8:
-            dt, raw = "U8", t.numpy().tobytes()
-        else:
-            raise CheckpointError("%s: tensor '%s': cannot write dtype %s" % (path, name, t.dtype))
-        hdr[name] = {"dtype": dt, "shape": list(t.shape), "data_offsets": [off, off + len(raw)]}
-        blobs.append(raw)
-        off += len(raw)
-    if metadata:
-        hdr["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
-    h = json.dumps(hdr, separators=(",", ":")).encode()
-    h += b" " * (-len(h) % 8)
-    tmp = path + ".tmp"
-    try:
-        with open(tmp, "wb") as f:
-            f.write(struct.pack("<Q", len(h)))
-            f.write(h)
-            for b in blobs:
-                f.write(b)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    save_file(tensors, path, {str(k): str(v) for k, v in (metadata or {}).items()} or None)
 
 
 # ---- Qwen3-MoE config and tensor names -----------------------------------------------------

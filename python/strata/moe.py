@@ -53,6 +53,7 @@ class Attention(nn.Module):
         q = self.q_norm(self.q_proj(x).view(B, T, c.num_attention_heads, c.head_dim)).transpose(1, 2)
         k = self.k_norm(self.k_proj(x).view(B, T, c.num_key_value_heads, c.head_dim)).transpose(1, 2)
         v = self.v_proj(x).view(B, T, c.num_key_value_heads, c.head_dim).transpose(1, 2)
+        cos, sin = cos.to(q.dtype), sin.to(q.dtype)
         q = q * cos + _rotate_half(q) * sin
         k = k * cos + _rotate_half(k) * sin
         rep = c.num_attention_heads // c.num_key_value_heads
@@ -167,8 +168,7 @@ class MoeLM(nn.Module):
         c = self.c
         x = self.embed_tokens(ids)
         B, T = ids.shape
-        dt = torch.get_autocast_gpu_dtype() if (x.is_cuda and torch.is_autocast_enabled()) else x.dtype
-        cos, sin = self.rope(T, ids.device, dt)
+        cos, sin = self.rope(T, ids.device, torch.float32)
         aux = x.new_zeros((), dtype=torch.float32)
         out = {"route": [], "resid": []}
         for l in self.layers:
