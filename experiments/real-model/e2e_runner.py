@@ -50,7 +50,7 @@ def main():
     runs = [("bf16-all-vram", None, None, None)]
     for pl in POLICIES:
         runs.append(("tiers", pl, tiers, None))
-    runs.append(("all-vram", POLICIES[1], allv, None))
+    runs.append(("all-vram", ("static:promote=all", "lru", "none"), allv, None))
     rows = []
     for budget, pol, b, _ in runs:
         if pol is None:

@@ -52,10 +52,19 @@ fi
 
 CK=$W/ckpt
 if want train; then
-	STD=$($PY -c 'import sysconfig; print(sysconfig.get_paths()["stdlib"])')
-	SITE=$($PY -c 'import site; print(site.getsitepackages()[0])')
-	step "train on $STD and $SITE"
-	$PY -m strata.train --corpus "$STD" --corpus "$SITE" --out "$CK" --preset "${PRESET:-mid}" \
+	# the standard library and every existing site-packages directory of this Python
+	mapfile -t CORPUS < <($PY -c '
+import os, site, sysconfig
+ds = [sysconfig.get_paths()["stdlib"]] + list(site.getsitepackages())
+seen = []
+for d in ds:
+    d = os.path.realpath(d)
+    if os.path.isdir(d) and not any(d == s or d.startswith(s + "/") for s in seen):
+        seen.append(d)
+for d in seen:
+    print("--corpus"); print(d)')
+	step "train on ${CORPUS[*]}"
+	$PY -m strata.train "${CORPUS[@]}" --out "$CK" --preset "${PRESET:-mid}" \
 		--time-budget "${TRAIN_S:-200}" --batch "${BATCH:-64}" --seq "$SEQ" --max-bytes "${MAX_BYTES:-200000000}" \
 		--log-every 20 --json "$R/train.json" 2>&1 | tee "$R/train.log" | grep -v '^step' ; \
 		grep '^step' "$R/train.log" | tail -3
@@ -65,7 +74,12 @@ fi
 if want build; then
 	wait "$BPID"
 	echo "build exit $(cat "$W/build.rc") (+$(( $(date +%s) - T0 ))s)"
-	[ "$(cat "$W/build.rc")" = 0 ] || tail -30 "$R/build.log"
+	if [ "$(cat "$W/build.rc")" != 0 ]; then
+		tail -30 "$R/build.log"
+		echo "CUDA build failed: building without CUDA, expert computation on the CPU reference"
+		scons -Q -j16 mode=release cuda=0 >"$R/build_nocuda.log" 2>&1 || tail -20 "$R/build_nocuda.log"
+		COMPUTE=ref
+	fi
 fi
 
 EV=$W/eval
@@ -76,6 +90,8 @@ if want eval; then
 		--title "trained byte-level MoE (8 x 64 experts, top-6), H200" 2>&1 | tee "$R/eval.log"
 	cp "$EV"/results.csv "$EV"/summary.csv "$EV"/summary.json "$EV"/goals.json "$EV"/counts.csv \
 		"$EV"/quality.pdf "$EV"/quality.png "$R/" 2>/dev/null
+	# back in $OUT at once: they return even if a later step runs past the call's limit
+	cp "$R"/quality.png "$R"/quality.pdf "$R"/summary.json "$R"/results.csv "$R"/train.json "$out/" 2>/dev/null
 fi
 
 if want hf; then
@@ -122,11 +138,21 @@ if want replay; then
 		timeout 60 $S replay -q --model "$Q" --trace "$R/trace.strace" --vram $((HOT + M)) --ram $((WARM + M)) \
 			$p --compute "$COMPUTE" --csv "$R/real_full.csv" --append 2>>"$R/replay.err"
 	done
-	for p in "${POL[@]:0:2}"; do
+	# every expert fits the VRAM budget: static tiers preloaded, everything fetched from below
+	# stays in VRAM (promote=all), or an LRU cache of all of them
+	VPOL=(
+		"--place static:promote=all --evict lru --prefetch none"
+		"--place static:promote=all --evict lru --prefetch lookahead:depth=2"
+		"--place cache --evict lru --prefetch none"
+	)
+	for p in "${VPOL[@]}"; do
 		# shellcheck disable=SC2086
 		timeout 60 $S replay -q --model "$Q" --trace "$R/trace-decode.strace" --vram $((HOT + WARM + COLD + M)) \
 			--ram $M $p --compute "$COMPUTE" --csv "$R/realvram_replay.csv" --append 2>>"$R/replay.err"
 		echo "replay all-vram [$p] exit $?"
+		# shellcheck disable=SC2086
+		$S sim -q --model "$Q" --trace "$R/trace-decode.strace" --vram $((HOT + WARM + COLD + M)) --ram $M $p \
+			--cost "$R/cost_real.json" --csv "$R/realvram_sim.csv" --append 2>>"$R/replay.err"
 		# shellcheck disable=SC2086
 		timeout 60 $S replay -q --model "$Q" --trace "$R/trace.strace" --vram $((HOT + WARM + COLD + M)) \
 			--ram $M $p --compute "$COMPUTE" --csv "$R/realvram_full.csv" --append 2>>"$R/replay.err"

@@ -340,14 +340,14 @@ def evaluate(args):
 
 def summarize(rows, names):
     out = []
-    base = np.mean([r["ppl"] for r in rows if r["config"] == "bf16"])
+    base = {r["shard"]: r["ppl"] for r in rows if r["config"] == "bf16"}
     for n in names:
         rr = [r for r in rows if r["config"] == n]
         d = {"config": n}
         for k in ("ppl", "kld", "top1", "top5"):
             v = [r[k] for r in rr]
             d[k], d[k + "_min"], d[k + "_max"] = float(np.mean(v)), float(np.min(v)), float(np.max(v))
-        d["ppl_vs_bf16"] = d["ppl"] / base - 1
+        d["ppl_vs_bf16"] = float(np.mean([r["ppl"] / base[r["shard"]] for r in rr])) - 1  # same shard
         out.append(d)
     return out
 
@@ -388,11 +388,11 @@ def plot(summ, rows, base, title):
     rnd = [n for n in names if n.startswith("random-")]
     show = [n for n in names if not n.startswith("random-")] + (["random-15/30/55"] if rnd else [])
 
+    bppl = {r["shard"]: r["ppl"] for r in rows if r["config"] == "bf16"}
+
     def stat(k, n):
-        if n == "random-15/30/55":  # all seeds and shards
-            v = [r[k] for r in rows if r["config"] in rnd]
-        else:
-            v = [r[k] for r in rows if r["config"] == n]
+        sel = [r for r in rows if (r["config"] in rnd if n == "random-15/30/55" else r["config"] == n)]
+        v = [r[k] / bppl[r["shard"]] if k == "ppl" else r[k] for r in sel]  # ppl: ratio on the same shard
         return np.mean(v), np.min(v), np.max(v)
 
     plt.rcParams.update({"font.size": 7, "axes.titlesize": 7, "axes.labelsize": 7})
@@ -405,9 +405,6 @@ def plot(summ, rows, base, title):
         m = np.array([x[0] for x in st])
         lo = np.array([x[1] for x in st])
         hi = np.array([x[2] for x in st])
-        if k == "ppl":
-            b = np.mean([r["ppl"] for r in rows if r["config"] == "bf16"])
-            m, lo, hi = m / b, lo / b, hi / b
         ax.bar(range(len(show)), m, color=colors, yerr=[m - lo, hi - m], capsize=1.5, error_kw={"lw": 0.6})
         ax.set_xticks(range(len(show)))
         ax.set_xticklabels(labels, rotation=90, fontsize=5)

@@ -223,8 +223,7 @@ def train(args):
             if device.type == "cuda":
                 torch.cuda.synchronize()
             per = (time.time() - tcal) / 10
-            steps = max(s + 1, int((args.time_budget - (time.time() - tstart)) / per) + s)
-            steps = steps // 10 * 10
+            steps = max(s + 1, (int((args.time_budget - (time.time() - tstart)) / per) + s) // 10 * 10)
             log("time budget %.0f s: %.3f s/step -> --steps %d" % (args.time_budget, per, steps))
             if steps <= warm:
                 warm = max(1, steps // 10)
