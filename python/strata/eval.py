@@ -265,6 +265,9 @@ def evaluate(args):
         % len(comp))
     configs = [("bf16", None, None), ("all-hot", sets[0], None), ("all-warm", sets[1], None),
                ("all-cold", sets[2], None), ("popularity-15/30/55", pop_set, tiers_pop)]
+    # the opposite ranking (least used experts hot): whether popularity is the axis that matters
+    tiers_inv = tier_table(-counts)
+    configs.append(("inverse-popularity-15/30/55", compose(c, sets, tiers_inv), tiers_inv))
     for s in range(1, args.random_seeds + 1):
         rng = np.random.RandomState(s)
         rc = np.stack([rng.permutation(c.num_experts) for _ in range(c.num_hidden_layers)])
@@ -274,13 +277,14 @@ def evaluate(args):
     shards = shard_windows(he, args.seq, args.shards, args.windows)
     tgts = [torch.from_numpy(w[:, 1:].astype(np.int64)).reshape(-1).to(device) for w in shards]
     refs = [logits_of(model, w, args.batch, device) for w in shards]
+    bppl = [metrics(refs[s], refs[s], tgts[s])["ppl"] for s in range(len(shards))]
     rows = []
     for name, experts, tiers in configs:
         set_experts(model, c, experts)
         for s, w in enumerate(shards):
             lg = refs[s] if experts is None else logits_of(model, w, args.batch, device)
             m = metrics(lg, refs[s], tgts[s])
-            m.update(config=name, shard=s, hot_share=None if tiers is None else float(
+            m.update(config=name, shard=s, bf16_ppl=bppl[s], hot_share=None if tiers is None else float(
                 counts[tiers == 0].sum() / counts.sum()))
             rows.append(m)
         r0 = [r for r in rows if r["config"] == name]
@@ -299,12 +303,13 @@ def evaluate(args):
         w = shards[0][:args.engine_windows]
         n = w.shape[0] * args.seq
         m = metrics(logits_of(em, w, args.batch, device), refs[0][:n], tgts[0][:n])
-        m.update(config="popularity-15/30/55-engine", shard=0, hot_share=None)
+        m.update(config="popularity-15/30/55-engine", shard=0, hot_share=None,
+                 bf16_ppl=metrics(refs[0][:n], refs[0][:n], tgts[0][:n])["ppl"])
         rows.append(m)
         be.close()
         log("%-22s ppl %.4f  kld %.4f  top1 %.4f  top5 %.4f  (shard 0, %d windows, engine on the %s)" % (
             "popularity via engine", m["ppl"], m["kld"], m["top1"], m["top5"], len(w), be.device))
-    cols = ["config", "shard", "tokens", "ppl", "bits_per_byte", "kld", "top1", "top5", "hot_share"]
+    cols = ["config", "shard", "tokens", "ppl", "bf16_ppl", "bits_per_byte", "kld", "top1", "top5", "hot_share"]
     with open(os.path.join(args.out, "results.csv"), "w", newline="") as f:
         wr = csv.DictWriter(f, fieldnames=cols)
         wr.writeheader()
@@ -340,14 +345,13 @@ def evaluate(args):
 
 def summarize(rows, names):
     out = []
-    base = {r["shard"]: r["ppl"] for r in rows if r["config"] == "bf16"}
     for n in names:
         rr = [r for r in rows if r["config"] == n]
         d = {"config": n}
         for k in ("ppl", "kld", "top1", "top5"):
             v = [r[k] for r in rr]
             d[k], d[k + "_min"], d[k + "_max"] = float(np.mean(v)), float(np.min(v)), float(np.max(v))
-        d["ppl_vs_bf16"] = float(np.mean([r["ppl"] / base[r["shard"]] for r in rr])) - 1  # same shard
+        d["ppl_vs_bf16"] = float(np.mean([r["ppl"] / r["bf16_ppl"] for r in rr])) - 1  # same tokens
         out.append(d)
     return out
 
@@ -371,6 +375,8 @@ def check_goals(summ, rows, nseeds):
         "random_top1_mean": float(np.mean([r["top1"] for r in rnd])),
         "tiered_top1": pop["top1"], "tiered_top5": pop["top5"], "tiered_ppl_vs_bf16": pop["ppl_vs_bf16"],
         "tiered_kld": pop["kld"],
+        "inverse_popularity_kld": by.get("inverse-popularity-15/30/55", {}).get("kld"),
+        "inverse_popularity_top1": by.get("inverse-popularity-15/30/55", {}).get("top1"),
         "top1_ge_0.90": bool(pop["top1"] >= 0.90), "top5_ge_0.99": bool(pop["top5"] >= 0.99),
         "ppl_within_5pct": bool(pop["ppl_vs_bf16"] <= 0.05), "shards": len(shards), "random_seeds": nseeds,
     }
@@ -388,17 +394,17 @@ def plot(summ, rows, base, title):
     rnd = [n for n in names if n.startswith("random-")]
     show = [n for n in names if not n.startswith("random-")] + (["random-15/30/55"] if rnd else [])
 
-    bppl = {r["shard"]: r["ppl"] for r in rows if r["config"] == "bf16"}
-
     def stat(k, n):
         sel = [r for r in rows if (r["config"] in rnd if n == "random-15/30/55" else r["config"] == n)]
-        v = [r[k] / bppl[r["shard"]] if k == "ppl" else r[k] for r in sel]  # ppl: ratio on the same shard
+        v = [r[k] / r["bf16_ppl"] if k == "ppl" else r[k] for r in sel]  # ppl: ratio on the same shard
         return np.mean(v), np.min(v), np.max(v)
 
     plt.rcParams.update({"font.size": 7, "axes.titlesize": 7, "axes.labelsize": 7})
     fig, axes = plt.subplots(1, 3, figsize=(3.4, 1.9))
-    labels = [n.replace("-15/30/55", "\n15/30/55").replace("all-", "all\n") for n in show]
-    colors = ["#bbbbbb" if n.startswith("all") else ("#d62728" if n.startswith("pop") else "#1f77b4") for n in show]
+    labels = [n.replace("-15/30/55", "\n15/30/55").replace("all-", "all\n").replace("inverse-popularity", "inverse")
+              for n in show]
+    colors = ["#bbbbbb" if n.startswith("all") else ("#d62728" if n.startswith("pop") else
+              ("#ff7f0e" if n.startswith("inverse") else "#1f77b4")) for n in show]
     for ax, (k, lab) in zip(axes, (("kld", "mean KLD (nats)"), ("top1", "top-1 agreement"),
                                    ("ppl", "perplexity / BF16"))):
         st = [stat(k, n) for n in show]
