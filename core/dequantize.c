@@ -25,13 +25,13 @@ int strata_dequantize_store(struct strata_store *s, const char *naming, const ch
 				  naming ? naming : "");
 	uint32_t n_exp = strata_model_total_experts(sp);
 	uint32_t H = sp->hidden, I = sp->inter;
-	struct strata_st_writer *w = NULL;
+	struct strata_safetensors_writer *w = NULL;
 	void *ext = NULL;
 	float *f = NULL;
 	uint16_t *b = NULL;
 	char *tiers = NULL;
 	uint8_t *tbuf = NULL;
-	int rc = strata_st_writer_open(out, &w, err);
+	int rc = strata_safetensors_writer_open(out, &w, err);
 	if (rc)
 		return rc;
 	uint64_t max_ext = 0, max_t = 0;
@@ -60,14 +60,14 @@ int strata_dequantize_store(struct strata_store *s, const char *naming, const ch
 	tiers[n_exp] = 0;
 	char sbuf[256];
 	strata_model_spec_format(sp, sbuf, sizeof(sbuf));
-	if ((rc = strata_st_writer_metadata(w, "format", "pt", err)) ||
-	    (rc = strata_st_writer_metadata(w, "strata.spec", sbuf, err)) ||
-	    (rc = strata_st_writer_metadata(w, "strata.tiers", tiers, err)))
+	if ((rc = strata_safetensors_writer_metadata(w, "format", "pt", err)) ||
+	    (rc = strata_safetensors_writer_metadata(w, "strata.spec", sbuf, err)) ||
+	    (rc = strata_safetensors_writer_metadata(w, "strata.tiers", tiers, err)))
 		goto fail;
 	/* declare: tensors as stored, then experts in (layer, expert, gate/up/down) order */
 	for (uint32_t i = 0; i < strata_store_tensor_count(s); i++) {
 		const struct strata_tensor_info *t = strata_store_tensor(s, i);
-		if ((rc = strata_st_writer_declare(w, t->name, t->fmt == STRATA_FMT_F32 ? STRATA_ST_F32 : STRATA_ST_BF16,
+		if ((rc = strata_safetensors_writer_declare(w, t->name, t->fmt == STRATA_FMT_F32 ? STRATA_SAFETENSORS_F32 : STRATA_SAFETENSORS_BF16,
 						   t->ndim, t->shape, err)))
 			goto fail;
 	}
@@ -77,13 +77,13 @@ int strata_dequantize_store(struct strata_store *s, const char *naming, const ch
 			for (int m = 0; m < STRATA_MAT_COUNT; m++) {
 				uint64_t shape[2] = { m == STRATA_MAT_DOWN ? H : I, m == STRATA_MAT_DOWN ? I : H };
 				strata_naming_format(nm, sp->first_moe_layer + l, e, m, name, sizeof(name));
-				if ((rc = strata_st_writer_declare(w, name, STRATA_ST_BF16, 2, shape, err)))
+				if ((rc = strata_safetensors_writer_declare(w, name, STRATA_SAFETENSORS_BF16, 2, shape, err)))
 					goto fail;
 			}
 	for (uint32_t i = 0; i < strata_store_tensor_count(s); i++) {
 		const struct strata_tensor_info *t = strata_store_tensor(s, i);
 		if ((rc = strata_store_read_extent(s, &t->ext, tbuf, false, true, err)) ||
-		    (rc = strata_st_writer_write_raw(w, tbuf, t->ext.payload, err)))
+		    (rc = strata_safetensors_writer_write_raw(w, tbuf, t->ext.payload, err)))
 			goto fail;
 	}
 	struct strata_progress pg;
@@ -110,7 +110,7 @@ int strata_dequantize_store(struct strata_store *s, const char *naming, const ch
 				}
 				for (size_t j = 0; j < (size_t)rows * cols; j++)
 					b[j] = strata_f32_to_bf16(f[j]);
-				if ((rc = strata_st_writer_write_raw(w, b, (uint64_t)rows * cols * 2, err)))
+				if ((rc = strata_safetensors_writer_write_raw(w, b, (uint64_t)rows * cols * 2, err)))
 					goto fail;
 			}
 			if (progress)
@@ -118,11 +118,11 @@ int strata_dequantize_store(struct strata_store *s, const char *naming, const ch
 		}
 	if (progress)
 		strata_progress_finish(&pg);
-	rc = strata_st_writer_finish(w, err);
+	rc = strata_safetensors_writer_finish(w, err);
 	w = NULL;
 fail:
 	if (w)
-		strata_st_writer_abort(w);
+		strata_safetensors_writer_abort(w);
 	free(ext);
 	free(tbuf);
 	free(f);
