@@ -34,8 +34,8 @@ import time
 
 import numpy as np
 
-from .hfckpt import CheckpointError, expert_name, load_checkpoint, read_safetensors
-from .train import autocast_for, load_corpus, load_text, log, windows
+from .hfckpt import CheckpointError, cli_main, expert_name, load_checkpoint, pick_device, read_safetensors
+from .train import load_corpus, load_text, log, windows
 
 SPLIT = (15, 30, 55)
 
@@ -192,7 +192,6 @@ def logits_of(model, w, batch, device):
 
 def metrics(lg, ref, tgt):
     """lg, ref: [N, V] float logits (config, BF16); tgt: [N] next bytes."""
-    import torch
     lp = lg.log_softmax(-1)
     rp = ref.log_softmax(-1)
     nll = float(-lp.gather(1, tgt[:, None]).mean())
@@ -207,7 +206,7 @@ def metrics(lg, ref, tgt):
 def evaluate(args):
     import torch
     t0 = time.time()
-    device = torch.device(args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu"))
+    device = pick_device(args.device)
     if args.threads:
         torch.set_num_threads(args.threads)
     os.makedirs(args.out, exist_ok=True)
@@ -456,12 +455,7 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--title", default="")
     args = ap.parse_args(argv)
-    try:
-        evaluate(args)
-    except CheckpointError as e:
-        print("strata.eval: %s" % e, file=sys.stderr)
-        return 2
-    return 0
+    return cli_main("strata.eval", evaluate, args)
 
 
 if __name__ == "__main__":

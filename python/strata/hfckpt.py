@@ -17,6 +17,24 @@ class CheckpointError(StrataError):
         super().__init__(message, code)
 
 
+def cli_main(prog, fn, args):
+    """Run a tool's main work; a StrataError (a bad file, corpus or checkpoint) prints
+    "prog: message" (the message names the file) and exits 2."""
+    import sys
+    try:
+        fn(args)
+    except StrataError as e:
+        print("%s: %s" % (prog, e), file=sys.stderr)
+        return 2
+    return 0
+
+
+def pick_device(name):
+    """torch.device for "auto" (cuda when PyTorch sees a GPU), "cpu", "cuda", ..."""
+    import torch
+    return torch.device(name if name != "auto" else ("cuda" if torch.cuda.is_available() else "cpu"))
+
+
 def read_safetensors(path, names=None):
     """{name: tensor} (views of a private mapping) and the __metadata__ dict; names: only these."""
     sf = SafetensorsFile(path)

@@ -22,7 +22,7 @@ import sys
 import numpy as np
 
 from ._capi import StrataError
-from .hfckpt import CheckpointError
+from .hfckpt import CheckpointError, pick_device
 from .train import load_text, log
 
 
@@ -90,7 +90,6 @@ def record(model, prompts, out_path, max_new, depth, name):
 
 
 def main(argv=None):
-    import torch
     from .eval import build_model
     ap = argparse.ArgumentParser(prog="python3 -m strata.record", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -107,8 +106,7 @@ def main(argv=None):
     ap.add_argument("-o", "--output", required=True, help="trace to write (.strace)")
     args = ap.parse_args(argv)
     try:
-        device = torch.device(args.device if args.device != "auto" else
-                              ("cuda" if torch.cuda.is_available() else "cpu"))
+        device = pick_device(args.device)
         c, model = build_model(args.model, device)
         prompts = make_prompts(load_text(args.text), args.prompts, args.prompt_bytes)
         name = args.name or os.path.basename(os.path.normpath(args.model))

@@ -23,7 +23,7 @@ import zlib
 
 import numpy as np
 
-from .hfckpt import CheckpointError, MoeConfig, save_checkpoint
+from .hfckpt import CheckpointError, MoeConfig, cli_main, pick_device, save_checkpoint
 
 PRESETS = {
     # 2 layers less than the naive probe of the issue, but 64 experts of 256 (top-6): ~0.3 B
@@ -157,7 +157,7 @@ def train(args):
     import torch
     from .moe import MoeLM
     t0 = time.time()
-    device = torch.device(args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu"))
+    device = pick_device(args.device)
     torch.manual_seed(args.seed)
     np.random.seed(args.seed)
     if args.threads:
@@ -307,12 +307,7 @@ def main(argv=None):
     ap.add_argument("--log-every", type=float, default=15, help="seconds between progress lines")
     ap.add_argument("--json", help="write the run summary here")
     args = ap.parse_args(argv)
-    try:
-        train(args)
-    except CheckpointError as e:
-        print("strata.train: %s" % e, file=sys.stderr)
-        return 2
-    return 0
+    return cli_main("strata.train", train, args)
 
 
 if __name__ == "__main__":
