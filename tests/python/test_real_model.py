@@ -16,7 +16,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(ROOT, "python"))
 
 from strata import StrataError  # noqa: E402
-from strata.hfckpt import CheckpointError, MoeConfig, load_checkpoint, save_checkpoint  # noqa: E402
+from strata.hfckpt import CheckpointError, load_checkpoint, save_checkpoint  # noqa: E402
 
 BIN = os.environ.get("STRATA_BIN") or os.path.join(ROOT, "build", "release", "bin", "strata")
 TINY = os.path.join(ROOT, "tests", "data", "moe-tiny")
