@@ -65,7 +65,7 @@ for d in seen:
     print("--corpus"); print(d)')
 	step "train on ${CORPUS[*]}"
 	$PY -m strata.train "${CORPUS[@]}" --out "$CK" --preset "${PRESET:-mid}" \
-		--time-budget "${TRAIN_S:-200}" --batch "${BATCH:-64}" --seq "$SEQ" --max-bytes "${MAX_BYTES:-200000000}" \
+		--time-budget "${TRAIN_S:-170}" --batch "${BATCH:-64}" --seq "$SEQ" --max-bytes "${MAX_BYTES:-200000000}" \
 		--log-every 20 --json "$R/train.json" 2>&1 | tee "$R/train.log" | grep -v '^step' ; \
 		grep '^step' "$R/train.log" | tail -3
 	cp "$CK/config.json" "$CK/train_log.csv" "$R/" 2>/dev/null

@@ -213,21 +213,24 @@ def train(args):
     model.train()
     s = 0
     tcal = None
+    # the speed is measured inside the warm-up, whose learning rates do not depend on the step
+    # count: --steps N repeats a --time-budget run that chose N exactly
+    cal_end = max(2, min(40, warm))
     tstart = time.time()
     last = tstart
     losses = []
     while True:
         if steps and s >= steps:
             break
-        if not steps and s == 15:  # --time-budget: steps from the speed of steps 5..14 (all in warm-up)
+        if not steps and s == cal_end:  # --time-budget: steps from the speed of steps cal_end/2..cal_end-1
             if device.type == "cuda":
                 torch.cuda.synchronize()
-            per = (time.time() - tcal) / 10
+            per = (time.time() - tcal) / (cal_end - cal_end // 2)
             steps = max(s + 1, (int((args.time_budget - (time.time() - tstart)) / per) + s) // 10 * 10)
             log("time budget %.0f s: %.3f s/step -> --steps %d" % (args.time_budget, per, steps))
             if steps <= warm:
                 warm = max(1, steps // 10)
-        if not steps and s == 5:
+        if not steps and s == cal_end // 2:
             if device.type == "cuda":
                 torch.cuda.synchronize()
             tcal = time.time()
