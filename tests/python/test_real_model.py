@@ -144,6 +144,10 @@ def test_bad_input(work, tmp_path):
     del bad["model.layers.1.mlp.experts.3.up_proj.weight"]
     with pytest.raises(CheckpointError, match="missing tensor 'model.layers.1.mlp.experts.3.up_proj.weight'"):
         save_checkpoint(str(tmp_path / "m1"), c, bad)
+    bad = dict(t)
+    bad["model.layers.1.mlp.expert.3.up_proj.weight"] = bad.pop("model.layers.1.mlp.experts.3.up_proj.weight")
+    with pytest.raises(CheckpointError, match="unexpected tensor 'model.layers.1.mlp.expert.3.up_proj.weight'"):
+        save_checkpoint(str(tmp_path / "m3"), c, bad)
     d = tmp_path / "m2"
     shutil.copytree(TINY, str(d))
     cfg = json.load(open(str(d / "config.json")))
