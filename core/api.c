@@ -40,7 +40,7 @@ struct strata_api_engine {
 	struct strata_model_spec spec;
 	const uint8_t *fmt_table;
 	int on_gpu;
-	int all_vram;                 /* every expert preloaded into VRAM: nothing ever moves */
+	uint64_t all_bytes;           /* extent bytes of every expert: resident in VRAM = nothing moves */
 	uint32_t max_tokens, slots;
 	/* the acquired set (between acquire and release) */
 	int held;
@@ -259,7 +259,6 @@ API int32_t strata_api_engine_open(strata_api_store *s, uint64_t vram_bytes, uin
 	strata_engine_config_defaults(&c);
 	c.budget[0] = vram_bytes;
 	c.budget[1] = ram_bytes;
-	c.verify = true;
 	if (place)
 		c.place = place;
 	if (evict)
@@ -305,7 +304,9 @@ API int32_t strata_api_engine_open(strata_api_store *s, uint64_t vram_bytes, uin
 		return rc;
 	}
 	e->on_gpu = strata_engine_on_gpu(e->eng);
-	e->all_vram = strata_engine_stats(e->eng)->preloaded[0] == strata_model_total_experts(&e->spec);
+	for (uint32_t l = 0; l < e->spec.n_moe_layers; l++)
+		for (uint32_t x = 0; x < E; x++)
+			e->all_bytes += strata_store_expert(s->s, l, x)->bytes;
 	if (e->on_gpu && (rc = strata_gpu_event_create(&e->done, &tl_err))) {
 		strata_api_engine_close(e);
 		return rc;
@@ -335,10 +336,17 @@ static int make_hints(strata_api_engine *e, uint32_t layer, const uint32_t *hl, 
 	return STRATA_OK;
 }
 
+/* Whether every expert is resident in VRAM (preloaded, or promoted there by the policy): then
+ * no acquire moves bytes, evicts or streams, and kernels of earlier layers need no waiting. */
+static int all_vram(const strata_api_engine *e)
+{
+	return strata_engine_stats(e->eng)->used[0] >= e->all_bytes;
+}
+
 /* Wait for the kernels of the previous layer before the engine may move bytes over them. */
 static int wait_previous(strata_api_engine *e)
 {
-	if (!e->pending || e->all_vram)
+	if (!e->pending || all_vram(e))
 		return STRATA_OK;
 	e->pending = 0;
 	return strata_gpu_event_sync(e->done, &tl_err);
@@ -490,7 +498,7 @@ API int32_t strata_api_moe_forward(strata_api_engine *e, uint64_t token, uint32_
 	if (na * 2 > (size_t)e->max_tokens * p->n_experts)
 		return STRATA_ERR(&tl_err, STRATA_ESHAPE, "moe_forward layer %u: %u assignments exceed the scratch",
 				  moe_layer, na);
-	uint32_t g = e->all_vram ? n : e->slots;
+	uint32_t g = all_vram(e) ? n : e->slots;
 	for (uint32_t g0 = 0; g0 < n; g0 += g) {
 		uint32_t g1 = g0 + g < n ? g0 + g : n;
 		if ((rc = forward_group(e, token, moe_layer, g0, g1, n_tokens, na, x, y, stream, g0 ? 0 : nh))) {

@@ -102,7 +102,9 @@ typedef struct strata_api_engine strata_api_engine;
  * defaults static, lru, none).  options: NULL or space-separated key=value:
  *   gpu=auto|0|1     engine and compute on the GPU (auto: when one is usable)
  *   seed=N           policy seed (1)
- *   verify=0|1       check extent checksums on every NVMe read (1)
+ *   verify=0|1       check extent checksums on every NVMe read (0, as `strata replay`: the
+ *                    shard headers are always checked; reads that land in VRAM are copied
+ *                    back to the host and hashed, a wait per expert)
  *   mover=uring|pread|mmap   NVMe reads (uring: io_uring + O_DIRECT)
  *   queue_depth=N, copy_streams=N, scratch_slots=N (0: the largest acquire seen fits)
  *   max_tokens=N     the most tokens one strata_api_moe_forward call takes (256)
@@ -146,7 +148,9 @@ int32_t strata_api_engine_release(strata_api_engine *e, uint64_t token, uint32_t
  * ids (int32, -1 = no expert) and weights (float32): host arrays of n_tokens x top_k.
  * stream: the caller's cudaStream_t as an integer (0: the legacy default stream); the
  * kernels are enqueued on it and the call returns without waiting for them; ignored on the
- * host path.  hints as for acquire.  Errors name the layer (EINVAL for an id out of range,
+ * host path.  While some expert is not resident in VRAM, the next call's acquire first waits
+ * for these kernels (the engine may then overwrite memory they read); once every expert is
+ * resident (preloaded, or promoted by the placement policy) calls never wait.  hints as for acquire.  Errors name the layer (EINVAL for an id out of range,
  * ESHAPE for top_k larger than the model's or n_tokens over max_tokens).
  */
 int32_t strata_api_moe_forward(strata_api_engine *e, uint64_t token, uint32_t moe_layer, uint32_t n_tokens,

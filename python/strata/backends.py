@@ -7,6 +7,7 @@ output), ids [N, k] int64 and weights [N, k] float32 from the router, pred None 
 predictions (ids [N, depth, topn] int32, scores) for later MoE layers, step a model.Step; returns
 y [N, hidden] = sum_j weights[:, j] * expert_{ids[:, j]}(x).
 """
+import re
 from typing import Optional
 
 import torch
@@ -74,7 +75,7 @@ class StrataBackend:
     prefetch policy, tier budgets) and the fused kernels (GPU) or the CPU reference.  The shard
     directory is `strata quantize` (or `strata synth`) output of the same model; its shape must
     match the checkpoint's.  Lookahead predictions computed by the model are the prefetch hints
-    (pred_depth > 0; set by the runner, default 2 with a lookahead prefetch policy)."""
+    (pred_depth > 0; default: the lookahead policy's depth, 0 with another prefetch policy)."""
 
     needs_checkpoint_experts = False
     name = "strata"
@@ -88,8 +89,9 @@ class StrataBackend:
         self.store = Store(shards)
         self.engine = Engine(self.store, vram, ram, place, evict, prefetch, gpu, max_tokens, options)
         self.max_tokens = max_tokens
-        if pred_depth is None:
-            pred_depth = 2 if prefetch.startswith("lookahead") else 0
+        if pred_depth is None:  # as deep as a lookahead policy looks (its depth option, default 1)
+            m = re.search(r"depth=(\d+)", prefetch) if prefetch.startswith("lookahead") else None
+            pred_depth = int(m.group(1)) if m else (1 if prefetch.startswith("lookahead") else 0)
         self.pred_depth = pred_depth
         self.device = "cuda" if self.engine.on_gpu else "cpu"
 

@@ -74,9 +74,14 @@ def array_ptr(obj: Any, name: str, dtype: str, shape: Sequence[int], gpu: Option
     return int(it["data"][0])
 
 
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) if torch is not None else None
+
+
 def current_stream(obj: Any) -> int:
     """PyTorch's current CUDA stream on obj's device, as the integer the C ABI takes."""
     if torch is not None and isinstance(obj, torch.Tensor) and obj.is_cuda:
+        if _raw_stream is not None:  # the same handle, without building a Stream object
+            return int(_raw_stream(obj.get_device()))
         return int(torch.cuda.current_stream(obj.device).cuda_stream)
     return 0
 
@@ -154,6 +159,7 @@ class Engine:
         check(lib().strata_api_engine_open(store.handle, parse_size(vram), parse_size(ram), cstr(place),
                                            cstr(evict), cstr(prefetch), cstr(opts.strip()), ctypes.byref(h)))
         self._h = h
+        self._fwd = lib().strata_api_moe_forward
         self.on_gpu = bool(lib().strata_api_engine_on_gpu(h))
         self.name = lib().strata_api_engine_name(h).decode()
         self.max_tokens = max_tokens
@@ -191,8 +197,9 @@ class Engine:
             hs = array_ptr(hints[2], "hint scores", "float32", (nh,), False)
         if stream is None:
             stream = current_stream(x) if gpu else 0
-        check(lib().strata_api_moe_forward(self.handle, token, moe_layer, T, k, pi, pw, px, py, stream,
-                                           hl, he, hs, nh))
+        rc = self._fwd(self.handle, token, moe_layer, T, k, pi, pw, px, py, stream, hl, he, hs, nh)
+        if rc:
+            check(rc)
 
     def stats(self) -> Dict[str, Any]:
         n = check(lib().strata_api_engine_stats(self.handle, None, 0))

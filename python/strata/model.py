@@ -506,7 +506,7 @@ class MoEModel(torch.nn.Module):
         return {"tokens": n, "nll": nll / n, "ppl": math.exp(nll / n)}
 
 
-def load(path: str, backend=None, device: Optional[str] = None, dtype=None,
+def load(path, backend=None, device: Optional[str] = None, dtype=None,
          ignore_rope_scaling: bool = False) -> MoEModel:
     """Load a Hugging Face checkpoint directory with a backend (default: the torch reference).
     device: default the backend's (a StrataBackend's engine) or cuda when PyTorch has a GPU;
@@ -514,8 +514,8 @@ def load(path: str, backend=None, device: Optional[str] = None, dtype=None,
     from .backends import TorchBackend
     if device is None:
         device = getattr(backend, "device", None) or ("cuda" if torch.cuda.is_available() else "cpu")
-    ckpt = Checkpoint(path)
-    cfg = Config.from_hf(ckpt.config, path + "/config.json", ignore_rope_scaling)
+    ckpt = Checkpoint(path) if isinstance(path, str) else path  # or an object like tiny.MemoryCheckpoint
+    cfg = Config.from_hf(ckpt.config, ckpt.path + "/config.json", ignore_rope_scaling)
     if dtype is None:
         dtype = torch.bfloat16 if str(device).startswith("cuda") else torch.float32
     return MoEModel(cfg, ckpt, backend or TorchBackend(), device, dtype)

@@ -66,7 +66,7 @@ def _common(p):
     p.add_argument("--evict", default="lru", help="eviction policy spec (default lru)")
     p.add_argument("--prefetch", default="none", help="prefetch policy spec, e.g. lookahead:depth=2")
     p.add_argument("--pred-depth", type=int, default=None,
-                   help="lookahead depth the model computes (default: 2 with a lookahead prefetch, else 0)")
+                   help="lookahead depth the model computes (default: the lookahead policy's depth, else 0)")
     p.add_argument("--pred-topn", type=int, default=None, help="experts predicted per later layer (default top_k)")
     p.add_argument("--engine-options", default="", help="more engine options: 'seed=1 verify=1 mover=uring ...'")
     p.add_argument("--max-tokens", type=int, default=512, help="tokens per engine call (longer prompts are chunked)")

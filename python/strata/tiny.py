@@ -50,7 +50,39 @@ def make_checkpoint(out: str, family: str = "qwen3_moe", seed: int = 1, dtype=to
                     config: Optional[Dict] = None, **shape) -> str:
     """Write a random checkpoint of `family` into out (created); returns out."""
     c = config or config_for(family, **shape)
-    g = torch.Generator().manual_seed(seed)
+    t = make_tensors(c, seed, dtype)
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(c, f, indent=1)
+    save_file(t, os.path.join(out, "model.safetensors"), {"format": "pt"})
+    return out
+
+
+class MemoryCheckpoint:
+    """A checkpoint held in memory (config dict + tensors), accepted by strata.load in place of
+    a directory: benchmarks build large random models on the GPU without writing them."""
+
+    def __init__(self, config: Dict, tensors: Dict[str, torch.Tensor], path: str = "(memory)"):
+        self.config, self.tensors, self.path = config, tensors, path
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.tensors
+
+    def get(self, name: str) -> torch.Tensor:
+        from ._capi import StrataError
+        if name not in self.tensors:
+            raise StrataError("%s: checkpoint has no tensor '%s'" % (self.path, name), code=-10)
+        return self.tensors[name]
+
+    def maybe(self, name: str):
+        return self.tensors.get(name)
+
+
+def make_tensors(c: Dict, seed: int = 1, dtype=torch.bfloat16, device: str = "cpu",
+                 experts: bool = True) -> Dict[str, torch.Tensor]:
+    """The random tensors of config c (experts=False leaves the routed experts out)."""
+    family = c["model_type"]
+    g = torch.Generator(device=device).manual_seed(seed)
     H, V, L = c["hidden_size"], c["vocab_size"], c["num_hidden_layers"]
     nh, kvh = c["num_attention_heads"], c.get("num_key_value_heads", c["num_attention_heads"])
     hd = c.get("head_dim", H // nh)
@@ -59,12 +91,15 @@ def make_checkpoint(out: str, family: str = "qwen3_moe", seed: int = 1, dtype=to
     t: Dict[str, torch.Tensor] = {}
 
     def w(name, rows, cols, scale=1.0):
-        t[name] = (torch.randn(rows, cols, generator=g) * (scale / cols ** 0.5)).to(dtype)
+        t[name] = (torch.randn(rows, cols, generator=g, device=device) * (scale / cols ** 0.5)).to(dtype)
 
     def ones(name, n):
-        t[name] = (1.0 + 0.1 * torch.randn(n, generator=g)).to(dtype)
+        t[name] = (1.0 + 0.1 * torch.randn(n, generator=g, device=device)).to(dtype)
 
-    t["model.embed_tokens.weight"] = torch.randn(V, H, generator=g).to(dtype)
+    def small(name, n, scale, dt=None):
+        t[name] = (scale * torch.randn(n, generator=g, device=device)).to(dt or dtype)
+
+    t["model.embed_tokens.weight"] = torch.randn(V, H, generator=g, device=device).to(dtype)
     w("lm_head.weight", V, H)
     ones("model.norm.weight", H)
     dense = c.get("first_k_dense_replace", 0)
@@ -89,7 +124,7 @@ def make_checkpoint(out: str, family: str = "qwen3_moe", seed: int = 1, dtype=to
             w(a + "o_proj.weight", H, nh * hd)
             if family == "qwen2_moe":
                 for n, d in (("q", nh * hd), ("k", kvh * hd), ("v", kvh * hd)):
-                    t[a + n + "_proj.bias"] = (0.02 * torch.randn(d, generator=g)).to(dtype)
+                    small(a + n + "_proj.bias", d, 0.02)
             if family == "qwen3_moe":
                 ones(a + "q_norm.weight", hd)
                 ones(a + "k_norm.weight", hd)
@@ -105,8 +140,8 @@ def make_checkpoint(out: str, family: str = "qwen3_moe", seed: int = 1, dtype=to
         m = p + ("block_sparse_moe." if family == "mixtral" else "mlp.")
         w(m + "gate.weight", E, H, 4.0)  # a router with some confidence
         if family == "deepseek_v3":
-            t[m + "gate.e_score_correction_bias"] = (0.01 * torch.randn(E, generator=g)).float()
-        for e in range(E):
+            small(m + "gate.e_score_correction_bias", E, 0.01, torch.float32)
+        for e in range(E if experts else 0):
             gn, un, dn = expert_names(family, i, e)
             w(gn, I, H)
             w(un, I, H)
@@ -120,11 +155,7 @@ def make_checkpoint(out: str, family: str = "qwen3_moe", seed: int = 1, dtype=to
             Is = c["n_shared_experts"] * I
             for n, r, cc in (("gate", Is, H), ("up", Is, H), ("down", H, Is)):
                 w(m + "shared_experts.%s_proj.weight" % n, r, cc)
-    os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, "config.json"), "w") as f:
-        json.dump(c, f, indent=1)
-    save_file(t, os.path.join(out, "model.safetensors"), {"format": "pt"})
-    return out
+    return t
 
 
 def main(argv=None) -> int:
