@@ -367,7 +367,7 @@ static void test_bad_plugins(void **state)
 		return;
 	}
 	char inc[PATH_MAX + 64];
-	snprintf(inc, sizeof(inc), "%s/../../../core/include", plugin_dir());
+	snprintf(inc, sizeof(inc), "%s/core/include", test_src_root());
 	char *dir = test_mkdtemp();
 	static const struct {
 		const char *name, *body, *msg;

@@ -196,6 +196,73 @@ static void test_jsonl_handwritten(void **state)
 	assert_non_null(strstr(err.msg, "twice"));
 }
 
+/* Router weights are finite, non-negative and fit f16: anything else is
+ * refused with the value and the range (writer, JSONL reader, binary reader),
+ * never stored as 0 or inf; and binary -> JSONL -> binary is the identity. */
+static void test_weights_refused_and_identity(void **state)
+{
+	struct strata_error err = { 0 };
+	struct strata_trace_writer_config c = { .path = test_path("w.strace"), .n_moe_layers = 1, .n_experts = 4,
+						.top_k = 2, .flags = STRATA_TRACE_F_WEIGHTS };
+	const float bad[] = { NAN, INFINITY, -0.25f, 1e6f };
+	const char *why[] = { "not a number", "infinite", "negative", "too large for f16" };
+	for (int b = 0; b < 4; b++) {
+		struct strata_trace_writer *w;
+		assert_int_equal(strata_trace_writer_open(&c, &w, &err), 0);
+		uint16_t ids[2] = { 0, 1 };
+		float wt[2] = { 0.5f, bad[b] };
+		struct strata_trace_token tk = { .phase = STRATA_PHASE_DECODE, .experts = ids, .weights = wt };
+		assert_int_equal(strata_trace_writer_add(w, &tk, &err), STRATA_EINVAL);
+		assert_non_null(strstr(err.msg, why[b]));
+		assert_non_null(strstr(err.msg, "0..65504"));
+		strata_trace_writer_abort(w);
+	}
+	const char *jl[] = { "-1", "1e6", "1e999" };
+	for (int b = 0; b < 3; b++) {
+		FILE *f = fopen(test_path("wb.jsonl"), "w");
+		fprintf(f, "{\"layers\":[[1,2]],\"weights\":[[0.5,%s]]}\n", jl[b]);
+		fclose(f);
+		struct strata_trace *t;
+		assert_int_equal(strata_trace_open(test_path("wb.jsonl"), &t, &err), STRATA_ECORRUPT);
+		assert_non_null(strstr(err.msg, "wb.jsonl:1"));
+		assert_non_null(strstr(err.msg, b < 2 ? "0..65504" : "out of range"));
+	}
+	/* f16 and f32 weights: binary -> JSONL -> binary keeps every bit */
+	for (int f32 = 0; f32 < 2; f32++) {
+		c.flags = STRATA_TRACE_F_WEIGHTS | (f32 ? STRATA_TRACE_F_WEIGHTS_F32 : 0);
+		struct strata_trace_writer *w;
+		assert_int_equal(strata_trace_writer_open(&c, &w, &err), 0);
+		uint64_t x = 12345;
+		for (int i = 0; i < 50; i++) {
+			uint16_t ids[2] = { (uint16_t)(i % 4), (uint16_t)((i + 1) % 4) };
+			float wt[2];
+			for (int j = 0; j < 2; j++) {
+				x = x * 6364136223846793005ull + 1442695040888963407ull;
+				wt[j] = (float)(x >> 40) / (float)(1u << 24) * 3.0f; /* 24 random bits */
+			}
+			struct strata_trace_token tk = { .req = 0, .pos = (uint32_t)i, .phase = STRATA_PHASE_DECODE,
+							 .experts = ids, .weights = wt };
+			assert_int_equal(strata_trace_writer_add(w, &tk, &err), 0);
+		}
+		assert_int_equal(strata_trace_writer_finish(w, &err), 0);
+		struct strata_trace *a, *j, *b2;
+		assert_int_equal(strata_trace_open(test_path("w.strace"), &a, &err), 0);
+		assert_int_equal(strata_trace_convert(a, test_path("w.jsonl"), STRATA_TRACE_FMT_AUTO, &err), 0);
+		assert_int_equal(strata_trace_open(test_path("w.jsonl"), &j, &err), 0);
+		assert_int_equal(strata_trace_convert(j, test_path("w2.strace"), STRATA_TRACE_FMT_AUTO, &err), 0);
+		assert_int_equal(strata_trace_open(test_path("w2.strace"), &b2, &err), 0);
+		for (uint64_t i = 0; i < 50; i++) {
+			float wa[2], wb[2];
+			strata_trace_weights(a, i, 0, wa);
+			strata_trace_weights(b2, i, 0, wb);
+			assert_memory_equal(wa, wb, sizeof(wa)); /* bit for bit */
+		}
+		strata_trace_close(a);
+		strata_trace_close(j);
+		strata_trace_close(b2);
+	}
+}
+
 static void patch(const char *path, long off, const void *bytes, size_t n)
 {
 	int fd = open(path, O_WRONLY);
@@ -278,6 +345,34 @@ static void test_corrupt(void **state)
 	assert_int_equal(strata_trace_open(test_path("x.jsonl"), &t, &err), STRATA_ECORRUPT);
 	assert_non_null(strstr(err.msg, "x.jsonl:1"));
 	assert_null(t);
+}
+
+/* A trace changed while a run holds it (rewritten in place with bad ids,
+ * then cut to 100 bytes, then replaced by another file): the open handle
+ * still reads exactly what was validated, with no SIGBUS and no bad id. */
+static void test_changed_under_reader(void **state)
+{
+	struct strata_error err = { 0 };
+	const char *p = test_path("live.strace"), *q = test_path("other.strace");
+	write_small(p, STRATA_TRACE_FMT_BINARY, 40);
+	write_small(q, STRATA_TRACE_FMT_BINARY, 7);
+	struct strata_trace *t, *ref;
+	assert_int_equal(strata_trace_open(p, &t, &err), STRATA_OK);
+	assert_int_equal(strata_trace_open(p, &ref, &err), STRATA_OK);
+	struct stat st;
+	assert_int_equal(stat(p, &st), 0);
+	FILE *f = fopen(p, "r+b");
+	assert_non_null(f);
+	fseek(f, 256, SEEK_SET);
+	for (long i = 256; i < st.st_size; i++)
+		fputc(0xff, f); /* every expert id becomes 65535 */
+	fclose(f);
+	assert_int_equal(truncate(p, 100), 0);
+	assert_same_trace(t, ref);
+	copy_file(q, p);
+	assert_same_trace(t, ref);
+	strata_trace_close(t);
+	strata_trace_close(ref);
 }
 
 static void test_writer_errors(void **state)
@@ -1149,6 +1244,8 @@ int main(void)
 		cmocka_unit_test(test_cli),
 		cmocka_unit_test(test_python_reader),
 		cmocka_unit_test(test_record_hf),
+		cmocka_unit_test(test_changed_under_reader),
+		cmocka_unit_test(test_weights_refused_and_identity),
 	};
 	return cmocka_run_group_tests(tests, test_tmpdir_setup, test_tmpdir_teardown);
 }

@@ -25,13 +25,22 @@ static void usage_main(FILE *f)
 
 static int parse_u64(const char *cmd, const char *opt, const char *v, uint64_t *out)
 {
-	char *end;
-	unsigned long long x = strtoull(v, &end, 10);
-	if (!*v || *end || v[0] == '-') {
-		fprintf(stderr, "strata trace %s: --%s: '%s' is not a non-negative integer\n", cmd, opt, v);
+	char c[32], o[64];
+	snprintf(c, sizeof(c), "trace %s", cmd);
+	snprintf(o, sizeof(o), "--%s", opt);
+	return strata_cli_u64(c, o, v, 0, UINT64_MAX, 0, out);
+}
+
+/* The same, for a 32-bit field: a larger value is refused, not cut to 32 bits. */
+static int parse_u32(const char *cmd, const char *opt, const char *v, uint32_t *out)
+{
+	char c[32], o[64];
+	uint64_t x;
+	snprintf(c, sizeof(c), "trace %s", cmd);
+	snprintf(o, sizeof(o), "--%s", opt);
+	if (strata_cli_u64(c, o, v, 0, UINT32_MAX, 0, &x))
 		return -1;
-	}
-	*out = x;
+	*out = (uint32_t)x;
 	return 0;
 }
 
@@ -150,8 +159,12 @@ static int cmd_import(int argc, char **argv)
 			}
 			break;
 		case 'b':
-			if (parse_u64("import", "layer-base", optarg, &v) || v > 65535)
+			if (parse_u64("import", "layer-base", optarg, &v))
 				return 2;
+			if (v > 65535) {
+				fprintf(stderr, "strata trace import: --layer-base: '%s': out of range (0..65535)\n", optarg);
+				return 2;
+			}
 			c.layer_base = (uint32_t)v;
 			break;
 		case 'F': c.weights_f32 = true; break;
@@ -241,7 +254,6 @@ static int cmd_gen(int argc, char **argv)
 	struct strata_error err = { 0 };
 	const char *out = NULL;
 	int fmt = STRATA_TRACE_FMT_AUTO, ch, topn_set = 0;
-	uint64_t v;
 	char model_name[256] = "";
 	while ((ch = getopt_long(argc, argv, "o:h", opts, NULL)) != -1) {
 		int bad = 0;
@@ -256,22 +268,22 @@ static int cmd_gen(int argc, char **argv)
 			snprintf(model_name, sizeof(model_name), "%s", spec.name);
 			c.model = model_name;
 			break;
-		case 'L': bad = parse_u64("gen", "layers", optarg, &v); c.n_moe_layers = (uint32_t)v; break;
-		case 'E': bad = parse_u64("gen", "experts", optarg, &v); c.n_experts = (uint32_t)v; break;
-		case 'K': bad = parse_u64("gen", "top-k", optarg, &v); c.top_k = (uint32_t)v; break;
+		case 'L': bad = parse_u32("gen", "layers", optarg, &c.n_moe_layers); break;
+		case 'E': bad = parse_u32("gen", "experts", optarg, &c.n_experts); break;
+		case 'K': bad = parse_u32("gen", "top-k", optarg, &c.top_k); break;
 		case 's': bad = parse_u64("gen", "seed", optarg, &c.seed); break;
-		case 'r': bad = parse_u64("gen", "requests", optarg, &v); c.requests = (uint32_t)v; break;
-		case 'P': bad = parse_u64("gen", "prompt", optarg, &v); c.prompt_len = (uint32_t)v; break;
-		case 'G': bad = parse_u64("gen", "gen", optarg, &v); c.gen_len = (uint32_t)v; break;
+		case 'r': bad = parse_u32("gen", "requests", optarg, &c.requests); break;
+		case 'P': bad = parse_u32("gen", "prompt", optarg, &c.prompt_len); break;
+		case 'G': bad = parse_u32("gen", "gen", optarg, &c.gen_len); break;
 		case 'j': bad = parse_dbl("gen", "jitter", optarg, &c.len_jitter); break;
 		case 'a': bad = parse_dbl("gen", "alpha", optarg, &c.zipf_alpha); break;
 		case 'u': bad = parse_dbl("gen", "reuse", optarg, &c.reuse_prob); break;
-		case 'W': bad = parse_u64("gen", "window", optarg, &v); c.reuse_window = (uint32_t)v; break;
+		case 'W': bad = parse_u32("gen", "window", optarg, &c.reuse_window); break;
 		case 'c': bad = parse_dbl("gen", "corr", optarg, &c.layer_corr); break;
 		case 'I': c.interleave = true; break;
 		case 'N': c.weights = false; break;
-		case 'd': bad = parse_u64("gen", "pred-depth", optarg, &v); c.pred_depth = (uint32_t)v; break;
-		case 'n': bad = parse_u64("gen", "pred-topn", optarg, &v); c.pred_topn = (uint32_t)v; topn_set = 1; break;
+		case 'd': bad = parse_u32("gen", "pred-depth", optarg, &c.pred_depth); break;
+		case 'n': bad = parse_u32("gen", "pred-topn", optarg, &c.pred_topn); topn_set = 1; break;
 		case 'A': bad = parse_dbl("gen", "pred-accuracy", optarg, &c.pred_accuracy); break;
 		case 'f': bad = parse_format("gen", optarg, &fmt); break;
 		case 'h': usage_gen(stdout); return 0;
@@ -563,6 +575,7 @@ int strata_cmd_trace(int argc, char **argv)
 		return argc < 2 ? 2 : 0;
 	}
 	const char *sub = argv[1];
+	strata_install_sigint(); /* writers stop on SIGINT/SIGTERM/SIGHUP and remove their temp files */
 	char name[64]; /* "strata trace import" in getopt's messages */
 	snprintf(name, sizeof(name), "strata trace %s", sub);
 	argv[1] = name;

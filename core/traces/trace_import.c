@@ -30,6 +30,7 @@
 
 #include "strata/trace.h"
 #include "strata/json.h"
+#include "strata/util.h"
 #include "trace_int.h"
 
 enum { R_REQ, R_TOK, R_LAYER, R_EXPERTS, R_WEIGHTS, R_PHASE, R_POS, R_PRED, R_PRED_W, R_COUNT };
@@ -1707,8 +1708,16 @@ int strata_trace_import(const struct strata_trace_import_config *c, struct strat
 	memset(res, 0, sizeof(*res));
 	if (!c->n_inputs || !c->output)
 		return STRATA_ERR(err, STRATA_EINVAL, "import: need inputs and an output");
+	int rc = STRATA_OK;
+	for (uint32_t i = 0; i < c->n_inputs && !rc; i++) { /* before reading: `-o g.csv g.csv` */
+		int slot = strata_input_note(c->inputs[i]);
+		rc = strata_output_check(c->output, err);
+		strata_input_forget(slot);
+	}
+	if (rc)
+		return rc;
 	struct imp im = { .c = c, .res = res, .err = err, .min_layer = UINT32_MAX, .max_id = -1 };
-	int rc = parse_map(&im, c->map);
+	rc = parse_map(&im, c->map);
 	for (uint32_t i = 0; !rc && i < c->n_inputs; i++) {
 		im.file_idx = i;
 		rc = import_file(&im, c->inputs[i]);

@@ -155,6 +155,10 @@ int strata_trace_writer_open(const struct strata_trace_writer_config *cfg,
 int strata_trace_writer_add(struct strata_trace_writer *w, const struct strata_trace_token *tok,
 			    struct strata_error *err);
 uint64_t strata_trace_writer_count(const struct strata_trace_writer *w);
+/* Before writing n_tokens records: refuse (STRATA_ENOSPC, with the sizes)
+ * when the output's filesystem has less room than they need (JSONL counted
+ * at about 4 bytes of text per binary byte), instead of filling the disk. */
+int strata_trace_writer_reserve(struct strata_trace_writer *w, uint64_t n_tokens, struct strata_error *err);
 /* Finish the header (statistics, checksum), fsync, rename into place; the
  * writer is freed whatever happens. */
 int strata_trace_writer_finish(struct strata_trace_writer *w, struct strata_error *err);
