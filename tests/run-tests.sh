@@ -7,11 +7,12 @@ bdir=${1:-build/release}
 export CMOCKA_MESSAGE_OUTPUT=stdout
 export STRATA_PROGRESS=0
 export ASAN_OPTIONS=${ASAN_OPTIONS:-protect_shadow_gap=0}
-pass=0 fail=0 skip=0 failed_suites=()
+pass=0 fail=0 skip=0 suites=0 failed_suites=()
 log=$(mktemp)
 for t in "$bdir"/tests/test_*; do
 	[ -x "$t" ] || continue
 	name=$(basename "$t")
+	suites=$((suites + 1))
 	start=$(date +%s.%N)
 	timeout 600 "$t" >"$log" 2>&1
 	rc=$?
@@ -67,6 +68,12 @@ else
 	fi
 fi
 rm -f "$log"
+if [ $suites -eq 0 ]; then
+	# a run that finds nothing is a failure, not a pass (a wrong BDIR, an
+	# absolute builddir that went astray, cmocka missing)
+	echo "run-tests.sh: no test suites ran under $bdir/tests (built? see scons builddir=)" >&2
+	fail=1
+fi
 [ ${#failed_suites[@]} -gt 0 ] && echo "failed suites: ${failed_suites[*]}"
 echo "tests: $pass passed, $fail failed, $skip skipped"
 [ $fail -eq 0 ]

@@ -92,6 +92,7 @@ struct strata_replay_result {
 	char name[STRATA_POLICY_NAME_MAX + 64]; /* canonical engine config name */
 	char trace[256], model[STRATA_NAME_MAX];
 	int mode, compute;
+	int verify;                            /* enum strata_verify of a real run */
 	uint64_t seed, budget[2];
 	uint64_t tokens, prefill_tokens, decode_tokens, steps, requests;
 	struct strata_engine_stats stats;      /* the engine's counters at the end */
@@ -156,7 +157,9 @@ struct strata_replay_result {
 	X("wall_s", D, "%.6f", r->wall_s) \
 	X("accesses_per_s", D, "%.0f", r->accesses_per_s) \
 	X("loop_s", D, "%.6f", r->loop_s) \
-	X("loop_accesses_per_s", D, "%.0f", r->loop_accesses_per_s)
+	X("loop_accesses_per_s", D, "%.0f", r->loop_accesses_per_s) \
+	X("verified_extents", U, "%" PRIu64, s->verified_extents) \
+	X("verified_bytes", U, "%" PRIu64, s->verified_bytes)
 
 int strata_replay_run(const struct strata_replay_config *cfg, struct strata_replay_result *res,
 		      struct strata_error *err);
