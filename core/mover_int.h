@@ -94,6 +94,11 @@ static inline void strata_virt_queue(struct strata_mover *m, struct strata_move 
  * (mover_virtual.c). */
 int strata_virt_reap(struct strata_mover *m, uint32_t min);
 void strata_virt_submit(struct strata_mover *m);
+/* A low-priority move (the engine's waiting prefetches): start mv where every
+ * link of m is idle, max(their busy_until, mv->not_before_ns), if that is
+ * before the clock (the link would have carried it then), and return true;
+ * else leave it and return false. */
+bool strata_virt_start_idle(struct strata_mover *m, struct strata_move *mv);
 
 static inline bool strata_virt_due(const struct strata_mover *m)
 {

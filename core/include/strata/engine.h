@@ -71,6 +71,9 @@ struct strata_engine_config {
 	 * nearly all of that loop, and the six clock reads per layer were ~10 %
 	 * of it. */
 	bool no_wall_bookkeeping;
+	/* Record every move into VRAM (expert, layer-step) for the RAM tier's
+	 * bound (strata/bound.h (d)); strata_engine_vram_loads reads them. */
+	bool record_loads;
 	/* Instead of a spec: an ops struct of the caller's (default options), as
 	 * in the policy harness; lets a test drive a deliberately broken policy. */
 	const void *place_ops, *evict_ops, *prefetch_ops;
@@ -98,6 +101,13 @@ struct strata_engine_stats {
 	uint64_t preload_bytes;
 	uint64_t scratch_bytes;            /* run-tier memory outside the budget, for streaming */
 	uint64_t used[2];                  /* bytes resident now, per tier (<= budget) */
+	/* moves, preload included: into VRAM (from RAM or NVMe, kept or streamed),
+	 * and reads from NVMe (into RAM or staged into VRAM): what strata/bound.h
+	 * bounds from below */
+	uint64_t moves_vram, moves_nvme;
+	/* prefetch scheduling (policy.h): pending requests that became demand
+	 * fetches, and pending ones whose layer ran without them */
+	uint64_t prefetch_promoted, prefetch_cancelled;
 };
 
 struct strata_engine;
@@ -169,6 +179,10 @@ int strata_engine_release(struct strata_engine *e, uint64_t token, uint32_t laye
 void strata_engine_add_compute(struct strata_engine *e, double ns);
 
 const struct strata_engine_stats *strata_engine_stats(const struct strata_engine *e);
+/* The moves into VRAM so far (cfg.record_loads): expert and layer-step (the
+ * count of releases before it) of each; valid until the next engine call. */
+void strata_engine_vram_loads(const struct strata_engine *e, const uint32_t **eid, const uint64_t **pos,
+			      uint64_t *n);
 /* Canonical config name: "place=static,evict=lru,prefetch=lookahead-depth=2". */
 const char *strata_engine_name(const struct strata_engine *e);
 bool strata_engine_on_gpu(const struct strata_engine *e);
