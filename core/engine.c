@@ -1363,3 +1363,8 @@ void strata_engine_vram_loads(const struct strata_engine *e, const uint32_t **ei
 	*pos = e->ld_pos;
 	*n = e->n_ld;
 }
+
+const uint64_t *strata_engine_expert_bytes(const struct strata_engine *e)
+{
+	return e->bytes;
+}

@@ -13,7 +13,7 @@
 	X(evict, lru)      /* default */                                         \
 	X(evict, lfu)                                                            \
 	X(evict, lfu_decay)                                                      \
-	X(evict, belady)   /* optimal, reads the future */                       \
+	X(evict, farthest)   /* farthest next use, reads the future */                       \
 	X(evict, fifo)                                                           \
 	X(evict, random)                                                         \
 	X(prefetch, none)  /* default */                                         \

@@ -80,7 +80,7 @@ static void test_roles_and_registry(void **state)
 	}
 	const char *all[][7] = {
 		{ "static", "cache", NULL },
-		{ "lru", "lfu", "lfu-decay", "belady", "fifo", "random", NULL },
+		{ "lru", "lfu", "lfu-decay", "farthest", "fifo", "random", NULL },
 		{ "none", "lookahead", "oracle", "history", NULL },
 	};
 	for (int r = 0; r < STRATA_ROLE_COUNT; r++) {
@@ -200,7 +200,7 @@ static void test_spec_options_and_names(void **state)
 		  "prefetch lookahead: unknown option 'dpth' (options: depth, topn, min_score, tier)", STRATA_EINVAL },
 		{ STRATA_ROLE_PREFETCH, "oracle:accuracy=2", "prefetch oracle: option accuracy=2: out of range", STRATA_EINVAL },
 		{ STRATA_ROLE_EVICT, "lru:x=1", "evict lru: unknown option 'x' (options: none)", STRATA_EINVAL },
-		{ STRATA_ROLE_EVICT, "lruu", "evict policy 'lruu': no such built-in (lru, lfu, lfu-decay, belady, fifo, random)",
+		{ STRATA_ROLE_EVICT, "lruu", "evict policy 'lruu': no such built-in (lru, lfu, lfu-decay, farthest, fifo, random)",
 		  STRATA_ENOTFOUND },
 		{ STRATA_ROLE_EVICT, "static", "no such built-in", STRATA_ENOTFOUND },
 		{ STRATA_ROLE_EVICT, "", "evict policy: empty spec", STRATA_EINVAL },
@@ -234,14 +234,14 @@ static void test_needs_future(void **state)
 	live.future = NULL;
 	struct strata_policy *p;
 	struct strata_error err = { 0 };
-	assert_int_equal(strata_policy_create(STRATA_ROLE_EVICT, "belady", &live, 0, &p, &err), STRATA_EINVAL);
-	assert_non_null(strstr(err.msg, "evict belady: needs the future of the run"));
+	assert_int_equal(strata_policy_create(STRATA_ROLE_EVICT, "farthest", &live, 0, &p, &err), STRATA_EINVAL);
+	assert_non_null(strstr(err.msg, "evict farthest: needs the future of the run"));
 	assert_int_equal(strata_policy_create(STRATA_ROLE_PREFETCH, "oracle", &live, -1, &p, &err), STRATA_EINVAL);
 	assert_non_null(strstr(err.msg, "prefetch oracle: needs the future"));
 	/* the others run live */
 	assert_int_equal(strata_policy_create(STRATA_ROLE_PREFETCH, "history", &live, -1, &p, &err), 0);
 	strata_policy_destroy(p);
-	assert_int_equal(strata_policy_create(STRATA_ROLE_EVICT, "belady", &f->env, 0, &p, &err), 0);
+	assert_int_equal(strata_policy_create(STRATA_ROLE_EVICT, "farthest", &f->env, 0, &p, &err), 0);
 	strata_policy_destroy(p);
 }
 

@@ -64,7 +64,7 @@ KPOL=(
 	"--place static --evict lru --prefetch lookahead:depth=2"
 	"--place static --evict lru --prefetch none"
 	"--place cache --evict lru --prefetch none"
-	"--place cache --evict belady --prefetch oracle"
+	"--place cache --evict farthest --prefetch oracle"
 )
 for p in "${KPOL[@]}"; do
 	# shellcheck disable=SC2086

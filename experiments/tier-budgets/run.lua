@@ -30,7 +30,7 @@ end
 -- One expert of the default model is about 1.6 MB at the tier mix; 512 experts in all (~830 MB).
 local vrams = list(a.vram, "64M,128M,256M,512M")
 local rams = list(a.ram, "128M,256M,512M,1G")
-local policies = list(a.policies, "lru,fifo,lfu,lfu-decay,belady,policies/lua/lru.lua")
+local policies = list(a.policies, "lru,fifo,lfu,lfu-decay,farthest,policies/lua/lru.lua")
 
 local configs = strata.product({ evict = policies, vram = vrams, ram = rams }, {
 	mode = "sim", model = model, trace = trace, place = "cache", seed = 1,

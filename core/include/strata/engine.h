@@ -179,6 +179,8 @@ int strata_engine_release(struct strata_engine *e, uint64_t token, uint32_t laye
 void strata_engine_add_compute(struct strata_engine *e, double ns);
 
 const struct strata_engine_stats *strata_engine_stats(const struct strata_engine *e);
+/* Extent bytes per eid (n_moe_layers * n_experts entries), as the engine moves them. */
+const uint64_t *strata_engine_expert_bytes(const struct strata_engine *e);
 /* The moves into VRAM so far (cfg.record_loads): expert and layer-step (the
  * count of releases before it) of each; valid until the next engine call. */
 void strata_engine_vram_loads(const struct strata_engine *e, const uint32_t **eid, const uint64_t **pos,
