@@ -609,6 +609,7 @@ int strata_harness_step(struct strata_harness *h, const struct strata_harness_st
 				h->resident[eid] = 0;
 				h->res.n_resident--;
 				h->used -= h->bytes[eid];
+				h->c.prefetch_unused_dropped++;
 			}
 		}
 	}

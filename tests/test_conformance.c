@@ -114,8 +114,8 @@ static void check_invariants(const struct golden *g, const struct strata_harness
 	assert_int_equal(k->inserts + k->bypasses, k->misses);
 	assert_true(k->prefetch_used + k->prefetch_wasted <= k->prefetch_issued);
 	/* every expert that entered either left or is still there */
-	assert_true(k->evictions <= k->inserts + k->prefetch_issued + k->preloaded);
-	assert_true((k->inserts + k->prefetch_issued + k->preloaded - k->evictions) *
+	assert_true(k->evictions + k->prefetch_unused_dropped <= k->inserts + k->prefetch_issued + k->preloaded);
+	assert_true((k->inserts + k->prefetch_issued + k->preloaded - k->evictions - k->prefetch_unused_dropped) *
 		    (g->var_sizes ? 1 : MIB) <= (uint64_t)g->budget_mib * MIB);
 	if (!g->var_sizes)
 		assert_int_equal(k->bytes_fetched, (k->misses + k->prefetch_issued) * MIB);
@@ -676,7 +676,7 @@ static void test_prefetch_decisions(void **state)
 		{ 0, 3, 1.0f }, /* not ahead: ignored */
 	};
 	struct strata_layer_ctx ctx = { .token = 0, .layer = 0, .now = 0, .hints = hints, .n_hints = 6 };
-	struct strata_policy *p = mk(&d, STRATA_ROLE_PREFETCH, "lookahead");
+	struct strata_policy *p = mk(&d, STRATA_ROLE_PREFETCH, "lookahead:adaptive=0:depth=1");
 	uint32_t n = strata_prefetch_ops_of(p)->on_layer(p, &ctx, req, 64);
 	assert_int_equal(n, 2); /* depth 1, top_k = 2 */
 	assert_int_equal(req[0].eid, strata_eid(&spec, 1, 5));
@@ -684,7 +684,7 @@ static void test_prefetch_decisions(void **state)
 	assert_int_equal(req[0].tier, STRATA_TIER_VRAM);
 	assert_int_equal(strata_prefetch_ops_of(p)->on_layer(p, &ctx, req, 1), 1);
 	strata_policy_destroy(p);
-	p = mk(&d, STRATA_ROLE_PREFETCH, "lookahead:depth=3:topn=1:min_score=0.6:tier=ram");
+	p = mk(&d, STRATA_ROLE_PREFETCH, "lookahead:adaptive=0:depth=3:topn=1:min_score=0.6:tier=ram");
 	n = strata_prefetch_ops_of(p)->on_layer(p, &ctx, req, 64);
 	assert_int_equal(n, 3);
 	assert_int_equal(req[0].eid, strata_eid(&spec, 1, 5));

@@ -172,8 +172,8 @@ static void test_spec_options_and_names(void **state)
 		int role;
 		const char *spec, *name;
 	} ok[] = {
-		{ STRATA_ROLE_PREFETCH, "lookahead:depth=2", "lookahead-depth=2" },
-		{ STRATA_ROLE_PREFETCH, "lookahead:depth=1", "lookahead" },
+		{ STRATA_ROLE_PREFETCH, "lookahead:depth=1", "lookahead-depth=1" },
+		{ STRATA_ROLE_PREFETCH, "lookahead:depth=2", "lookahead" },
 		{ STRATA_ROLE_PREFETCH, "oracle:accuracy=0.9,depth=3", "oracle-depth=3-accuracy=0.9" },
 		{ STRATA_ROLE_PREFETCH, "history:window=4:mix=0.25", "history-window=4-mix=0.25" },
 		{ STRATA_ROLE_EVICT, "lfu-decay:half_life=5000", "lfu-decay-half_life=5000" },
@@ -197,7 +197,8 @@ static void test_spec_options_and_names(void **state)
 		int code;
 	} bad[] = {
 		{ STRATA_ROLE_PREFETCH, "lookahead:dpth=2",
-		  "prefetch lookahead: unknown option 'dpth' (options: depth, topn, min_score, tier)", STRATA_EINVAL },
+		  "prefetch lookahead: unknown option 'dpth' (options: depth, topn, min_score, tier, from, stage, "
+		  "budget_pcie, budget_nvme, keep_unused, adaptive, min_accuracy, min_accuracy_nvme, warmup, window)", STRATA_EINVAL },
 		{ STRATA_ROLE_PREFETCH, "oracle:accuracy=2", "prefetch oracle: option accuracy=2: out of range", STRATA_EINVAL },
 		{ STRATA_ROLE_EVICT, "lru:x=1", "evict lru: unknown option 'x' (options: none)", STRATA_EINVAL },
 		{ STRATA_ROLE_EVICT, "lruu", "evict policy 'lruu': no such built-in (lru, lfu, lfu-decay, farthest, fifo, random)",

@@ -112,7 +112,7 @@ static void replay_cfg(struct strata_replay_config *c, int virt)
 	c->engine.use_gpu = 0;
 	c->engine.budget[0] = 600 << 10;
 	c->engine.budget[1] = 1 << 20;
-	c->engine.prefetch = "lookahead";
+	c->engine.prefetch = "lookahead:adaptive=0";
 	c->engine.seed = 5;
 	c->compute = virt ? STRATA_COMPUTE_NONE : STRATA_COMPUTE_REF;
 }
