@@ -54,6 +54,7 @@ struct tslot {
 	struct job *inbound;  /* the move writing it, if any */
 	uint32_t hnd;         /* the arena's handle of the extent */
 	uint8_t prefetched;   /* prefetched and not yet used */
+	uint8_t transient;    /* prefetched where placement would not keep it: leaves after its layer */
 };
 
 /* An expert's state: per cached tier, and its scratch slot when streamed
@@ -584,6 +585,7 @@ static void drop(struct strata_engine *e, int t, uint32_t eid)
 		retire(e, &e->es[eid].t[V].inbound);
 	strata_tier_release_h(&e->tier[t], e->es[eid].t[t].hnd);
 	e->es[eid].t[t].off = NO_OFF;
+	e->es[eid].t[t].transient = 0;
 	e->resident[t][eid] = 0;
 	e->res[t].n_resident--;
 	e->st.used[t] = strata_tier_used(&e->tier[t]);
@@ -1014,6 +1016,7 @@ static int pf_start(void *o, uint32_t eid, int t, int src, struct strata_error *
 	mark_resident(e, t, eid, off);
 	strata_evict_ops_of(e->evict[t])->on_insert(e->evict[t], eid, e->now);
 	e->es[eid].t[t].prefetched = 1;
+	e->es[eid].t[t].transient = !(strata_place_ops_of(e->place)->admit(e->place, eid, src, e->now) & (1u << t));
 	e->st.prefetch_issued++;
 	if ((rc = issue(e, eid, t, slot_ptr(e, t, off), src, &e->es[eid].t[t].inbound, true)))
 		return check_io(e, err) ? check_io(e, err) : STRATA_ERR(err, rc, "engine: out of memory");
@@ -1064,11 +1067,15 @@ static int prefetch_settle(struct strata_engine *e, uint32_t layer, struct strat
 		for (uint32_t i = 0; i < got; i++) {
 			uint32_t eid = e->pf_done[i].eid;
 			int t = e->pf_done[i].tier;
-			if (!e->resident[t][eid] || !e->es[eid].t[t].prefetched)
-				continue; /* used, or evicted (and counted) before */
-			e->es[eid].t[t].prefetched = 0;
-			e->st.prefetch_wasted++;
-			if (!e->sched.keep_unused && !e->pinned[t][eid]) {
+			struct tslot *ts = &e->es[eid].t[t];
+			if (!e->resident[t][eid])
+				continue; /* evicted (and counted) before */
+			bool unused = ts->prefetched, transient = ts->transient;
+			ts->prefetched = ts->transient = 0;
+			e->st.prefetch_wasted += unused;
+			/* unused, or used where placement would not have kept it: gone, as
+			 * if it had not come (the room is free again) */
+			if (((unused && !e->sched.keep_unused) || transient) && !e->pinned[t][eid]) {
 				strata_evict_ops_of(e->evict[t])->on_remove(e->evict[t], eid);
 				drop(e, t, eid);
 			}

@@ -330,7 +330,7 @@ struct strata_harness {
 	struct strata_policy_env env;
 	uint64_t *bytes;             /* owned per-eid sizes */
 	struct strata_policy *pol[STRATA_ROLE_COUNT];
-	uint8_t *resident, *pinned, *prefetched;
+	uint8_t *resident, *pinned, *prefetched, *transient;
 	struct strata_residency res;
 	uint64_t used, budget, clock;
 	struct strata_prefetch_req *reqs;
@@ -385,6 +385,7 @@ static int make_room(struct strata_harness *h, uint64_t need, struct strata_erro
 					  : !h->resident[v] ? "not resident" : "pinned by the running layer");
 		ops->on_remove(ev, (uint32_t)v);
 		h->resident[v] = 0;
+		h->transient[v] = 0;
 		h->res.n_resident--;
 		h->used -= h->bytes[v];
 		h->c.evictions++;
@@ -420,12 +421,13 @@ int strata_harness_open(const struct strata_harness_trace *t, const struct strat
 	h->resident = calloc(n + 1, 1);
 	h->pinned = calloc(n + 1, 1);
 	h->prefetched = calloc(n + 1, 1);
+	h->transient = calloc(n + 1, 1);
 	h->max_reqs = n < 4096 ? n + 1 : 4096;
 	h->reqs = malloc(sizeof(*h->reqs) * h->max_reqs);
 	if (strata_pfq_init(&h->pfq, 2 * h->max_reqs + 64) == STRATA_OK)
 		h->pf_done = malloc(sizeof(*h->pf_done) * h->pfq.cap);
 	h->step_eids = malloc(sizeof(uint32_t) * (t->spec.n_experts + 1));
-	if (!h->bytes || !h->resident || !h->pinned || !h->prefetched || !h->reqs || !h->pf_done || !h->step_eids) {
+	if (!h->bytes || !h->resident || !h->pinned || !h->prefetched || !h->reqs || !h->pf_done || !h->step_eids || !h->transient) {
 		rc = STRATA_ERR(err, STRATA_ENOMEM, "harness: out of memory");
 		goto fail;
 	}
@@ -493,6 +495,8 @@ static int pf_start(void *o, uint32_t eid, int t, int src, struct strata_error *
 		return rc;
 	insert(h, eid, h->clock);
 	h->prefetched[eid] = 1;
+	struct strata_policy *pl = h->pol[STRATA_ROLE_PLACE];
+	h->transient[eid] = pl && !(strata_place_ops_of(pl)->admit(pl, eid, src, h->clock) & (1u << STRATA_TIER_VRAM));
 	h->c.prefetch_issued++;
 	h->c.bytes_fetched += h->bytes[eid];
 	return STRATA_OK;
@@ -600,11 +604,12 @@ int strata_harness_step(struct strata_harness *h, const struct strata_harness_st
 	while ((got = strata_pfq_take_started(&h->pfq, s->layer, h->lstep, h->pf_done, h->pfq.cap))) {
 		for (uint32_t i = 0; i < got; i++) {
 			uint32_t eid = h->pf_done[i].eid;
-			if (!h->resident[eid] || !h->prefetched[eid])
+			if (!h->resident[eid])
 				continue;
-			h->prefetched[eid] = 0;
-			h->c.prefetch_wasted++;
-			if (!h->sched.keep_unused) {
+			int unused = h->prefetched[eid], transient = h->transient[eid];
+			h->prefetched[eid] = h->transient[eid] = 0;
+			h->c.prefetch_wasted += unused;
+			if ((unused && !h->sched.keep_unused) || transient) {
 				eo->on_remove(ev, eid);
 				h->resident[eid] = 0;
 				h->res.n_resident--;
@@ -660,6 +665,7 @@ void strata_harness_close(struct strata_harness *h)
 	free(h->resident);
 	free(h->pinned);
 	free(h->prefetched);
+	free(h->transient);
 	strata_pfq_free(&h->pfq);
 	free(h->pf_done);
 	free(h->step_eids);
