@@ -138,8 +138,37 @@ int strata_engine_open_model(const struct strata_engine_model *m, const struct s
 			     struct strata_engine **out, struct strata_error *err);
 void strata_engine_close(struct strata_engine *e);
 
+/*
+ * Prefetch scheduling (the contract prefetch policies build on; the rules are
+ * in strata/policy.h, "How the engine schedules", and core/sched.c holds
+ * the decisions the engine and the policy harness share):
+ *   - begin_step/begin_layer: the policy's requests join the pending FIFO,
+ *     each targeted at the next run of its expert's layer; pending requests
+ *     start while their source is allowed (env->sched->from) and each link
+ *     they cross has room in its budget (env->sched->budget: bytes of started
+ *     prefetches whose target has not run).  Starting = room made in the
+ *     tier (evictions), the expert marked resident (later accesses count as
+ *     hits there), the move queued at low priority.
+ *   - acquire(layer): pending requests targeted at this layer-step are
+ *     promoted (routed: the demand fetch moves it, once) or cancelled; a
+ *     started one still waiting for its link is handed over at demand
+ *     priority when it is needed.
+ *   - release(layer): the started prefetches targeted at it settle: unused
+ *     ones are wasted and, unless env->sched->keep_unused, leave the tier; a
+ *     used one that placement would not have kept (admit() asked when it
+ *     started lacked its tier, as static placement without promotion)
+ *     leaves too; the budget is freed and pending requests that now fit
+ *     start.
+ *   - links: a prefetch move is handed to its mover only while no demand
+ *     move is outstanding on its links (real), or where its links' backlog
+ *     fell below the move's own time before the clock (virtual): demand
+ *     moves never queue behind prefetches still waiting.
+ * Everything but the link timing depends on the access clock only, so sim
+ * and replay decide and count the same.
+ */
+
 /* Before moe layer `layer` of token `token`: run the prefetch policy with the
- * lookahead hints and start the moves it asks for. */
+ * lookahead hints and queue or start the moves it asks for (above). */
 int strata_engine_begin_layer(struct strata_engine *e, uint64_t token, uint32_t layer,
 			      const struct strata_hint *hints, uint32_t n_hints,
 			      struct strata_error *err);
@@ -165,14 +194,15 @@ int strata_engine_begin_step(struct strata_engine *e, uint64_t token, uint32_t l
  *   runs out of victims before a hole is large enough, it streams too
  *   (admit_fallback).
  * An expert whose prefetch is still in flight counts as a hit in the tier it
- * is going to (decisions never depend on timing), plus prefetch_late.
+ * is going to (decisions never depend on timing), plus prefetch_late; a
+ * prefetch move still waiting for its link is promoted to demand priority.
  * Errors: STRATA_EBUDGET (more experts to stream than scratch slots), STRATA_EPOLICY
  * (a victim that is pinned, not resident or out of range, naming the
  * policy), STRATA_EIO/ECORRUPT (a read failed, naming the shard). */
 int strata_engine_acquire(struct strata_engine *e, uint32_t layer, const uint32_t *experts,
 			  uint32_t n, const void **ptrs, struct strata_error *err);
-/* Unpin after the computation, free scratch slots; tells prefetch (on_route)
- * what was routed. */
+/* Unpin after the computation, free scratch slots, settle the layer's
+ * prefetches (above); tells prefetch (on_route) what was routed. */
 int strata_engine_release(struct strata_engine *e, uint64_t token, uint32_t layer,
 			  const uint32_t *experts, uint32_t n, struct strata_error *err);
 /* Virtual mode: charge compute time for a layer; real mode: record it. */

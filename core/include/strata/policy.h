@@ -213,7 +213,9 @@ struct strata_place_ops {
 	/* required: eid was needed and found only in from_tier (RAM or NVMe).
 	 * Return a bitmask of (1 << STRATA_TIER_VRAM) | (1 << STRATA_TIER_RAM):
 	 * the tiers that should keep a copy after this use.  0 = stream it
-	 * through a scratch slot and keep nothing. */
+	 * through a scratch slot and keep nothing.  Also asked when a prefetch
+	 * from from_tier starts: without the prefetch's tier in the answer, the
+	 * prefetched copy leaves once its layer has run. */
 	uint32_t (*admit)(struct strata_policy *p, uint32_t eid, int from_tier, uint64_t now);
 	/* optional: every access, with the tier it was served from. */
 	void (*on_access)(struct strata_policy *p, uint32_t eid, int served_tier, uint64_t now);
