@@ -24,8 +24,8 @@
 #include "strata/gpu.h"
 #include "strata/sched.h"
 #include "strata/mover.h"
-#include "mover_int.h"
-#include "strata/tier.h"
+#include "movers/mover_int.h"
+#include "strata/tier_mem.h"
 #include "strata/util.h"
 
 #define V STRATA_TIER_VRAM
@@ -96,10 +96,6 @@ struct strata_engine {
 	uint32_t n_blocks;
 	struct strata_error io_err;
 	int io_failed;
-	/* --verify of staged NVMe reads that land in VRAM: read back, then check */
-	uint8_t *verify_buf;
-	uint64_t verify_cap;
-	strata_gpu_stream *verify_stream;
 	/* prefetch requests and their scheduling (policy.h, core/sched.c) */
 	struct strata_prefetch_req *reqs;
 	uint32_t max_reqs;
@@ -137,9 +133,9 @@ void strata_engine_config_defaults(struct strata_engine_config *c)
 		c->budget[R] = phys / 4 / STRATA_EXTENT_ALIGN * STRATA_EXTENT_ALIGN;
 	if (phys && strata_gpu_count() == 0 && c->budget[V] > phys / 8)
 		c->budget[V] = phys / 8 / STRATA_EXTENT_ALIGN * STRATA_EXTENT_ALIGN;
-	c->place = "static";
-	c->evict = "lru";
-	c->prefetch = "none";
+	c->place = strata_policy_default(STRATA_ROLE_PLACE);
+	c->evict = strata_policy_default(STRATA_ROLE_EVICT);
+	c->prefetch = strata_policy_default(STRATA_ROLE_PREFETCH);
 	c->seed = 1;
 	c->use_gpu = -1;
 	c->nvme_mover = STRATA_NVME_URING;
@@ -210,12 +206,12 @@ static void io_fail(struct strata_engine *e, const struct strata_error *err)
 }
 
 /* Submit m's queued moves.  In virtual mode, skip the call when the mover has
- * none queued: its submit would do nothing (see strata_virt_queued). */
+ * none queued: its submit would do nothing (see strata_mover_virtual_queued). */
 static int submit_mover(struct strata_engine *e, struct strata_mover *m, struct strata_error *err)
 {
 	if (e->virt) {
-		if (strata_virt_queued(m))
-			strata_virt_submit(m); /* cannot fail */
+		if (strata_mover_virtual_queued(m))
+			strata_mover_virtual_submit(m); /* cannot fail */
 		return STRATA_OK;
 	}
 	return strata_mover_submit(m, err);
@@ -232,30 +228,6 @@ static const uint8_t mover_links[3] = {
  * a demand arriving later shares the device with at most these. */
 #define LOW_IN_MOVER 4
 
-/* A staged NVMe read went straight into VRAM: copy the extent back to host
- * memory and check it there (only under cfg.verify; it costs a device-to-host
- * copy and a wait per move). */
-static int verify_device(struct strata_engine *e, uint32_t eid, const void *dptr, uint64_t bytes,
-			 struct strata_error *err)
-{
-	if (bytes > e->verify_cap) {
-		free(e->verify_buf);
-		e->verify_cap = 0;
-		if (!(e->verify_buf = strata_aligned_alloc(4096, bytes)))
-			return STRATA_ERR(err, STRATA_ENOMEM, "engine --verify: no memory to read back %llu bytes",
-					  (unsigned long long)bytes);
-		e->verify_cap = bytes;
-	}
-	int rc = STRATA_OK;
-	if (!e->verify_stream)
-		rc = strata_gpu_stream_create(&e->verify_stream, err);
-	if (!rc)
-		rc = strata_gpu_memcpy_d2h_async(e->verify_buf, dptr, bytes, e->verify_stream, err);
-	if (!rc)
-		rc = strata_gpu_stream_sync(e->verify_stream, err);
-	return rc ? rc : strata_store_verify_extent(e->store, e->ext[eid], e->verify_buf, err);
-}
-
 static void job_done(struct strata_move *mv)
 {
 	struct job *j = (struct job *)mv;
@@ -265,11 +237,6 @@ static void job_done(struct strata_move *mv)
 		struct strata_error err;
 		strata_move_error(mv, &err);
 		io_fail(e, &err);
-	} else if (e->cfg.verify && e->ext && !e->virt && mv->dst && j->src_tier == STRATA_TIER_NVME) {
-		struct strata_error err;
-		if ((j->tier == R || !e->on_gpu) ? strata_store_verify_extent(e->store, e->ext[j->eid], mv->dst, &err)
-						 : verify_device(e, j->eid, mv->dst, mv->bytes, &err))
-			io_fail(e, &err);
 	}
 	if (j->low) {
 		e->low_out[j->mi]--;
@@ -310,7 +277,7 @@ static int hand_over(struct job *j)
 			e->demand_out[l] += mover_links[j->mi] >> l & 1;
 	}
 	if (j->e->virt) {
-		strata_virt_queue(j->m, &j->mv);
+		strata_mover_virtual_queue(j->m, &j->mv);
 		return STRATA_OK;
 	}
 	if (strata_mover_queue(j->m, &j->mv, &err)) {
@@ -376,7 +343,7 @@ static void feed_low(struct strata_engine *e)
 		struct job *j;
 		while ((j = e->low_head[i])) {
 			if (e->virt) {
-				if (!strata_virt_start_idle(e->ms[i], &j->mv))
+				if (!strata_mover_virtual_start_idle(e->ms[i], &j->mv))
 					break;
 				low_unlink(e, j);
 				j->queued = 1;
@@ -430,7 +397,7 @@ static void job_wait(struct strata_engine *e, struct job *j)
 		}
 		if (e->virt) {
 			if (submit_mover(e, j->m, &err) == 0)
-				strata_virt_reap(j->m, 1);
+				strata_mover_virtual_reap(j->m, 1);
 		} else if (strata_mover_submit(j->m, &err) == 0 && strata_mover_reap(j->m, 1, &err) < 0) {
 			io_fail(e, &err);
 		}
@@ -499,6 +466,10 @@ static int issue(struct strata_engine *e, uint32_t eid, int tier, void *dst, int
 			j->mv.fd = fd;
 			j->mv.path = strata_store_shard_path(e->store, x->shard);
 			j->mv.offset = x->offset;
+			if (strata_store_arm_check(e->store, x, e->cfg.verify, &j->mv)) {
+				e->st.verified_extents++;
+				e->st.verified_bytes += x->payload;
+			}
 		}
 		j->m = tier == R ? e->nvme : e->staged;
 		j->mi = tier == R ? 0 : 1;
@@ -642,9 +613,11 @@ static void mark_resident(struct strata_engine *e, int t, uint32_t eid, uint64_t
 static int create_policies(struct strata_engine *e, struct strata_error *err)
 {
 	const struct strata_engine_config *c = &e->cfg;
-	const char *spec[3] = { c->place ? c->place : "static", c->evict ? c->evict : "lru",
-				c->prefetch ? c->prefetch : "none" };
+	const char *spec[3] = { c->place, c->evict, c->prefetch };
 	const void *ops[3] = { c->place_ops, c->evict_ops, c->prefetch_ops };
+	for (int r = 0; r < STRATA_ROLE_COUNT; r++)
+		if (!spec[r])
+			spec[r] = strata_policy_default(r);
 	struct strata_policy **dst[4] = { &e->place, &e->evict[V], &e->evict[R], &e->prefetch };
 	const int role[4] = { STRATA_ROLE_PLACE, STRATA_ROLE_EVICT, STRATA_ROLE_EVICT, STRATA_ROLE_PREFETCH };
 	const int tier[4] = { -1, V, R, -1 };
@@ -917,8 +890,6 @@ void strata_engine_close(struct strata_engine *e)
 		strata_mover_close(ms[i]);
 	strata_vlink_free(&e->vl_nvme);
 	strata_vlink_free(&e->vl_pcie);
-	strata_gpu_stream_destroy(e->verify_stream);
-	free(e->verify_buf);
 	strata_tier_free(&e->tier[V]);
 	strata_tier_free(&e->tier[R]);
 	strata_tier_free(&e->scratch);
@@ -975,12 +946,12 @@ static void poll_movers(struct strata_engine *e)
 	struct strata_mover *ms[3] = { e->nvme, e->staged, e->h2d };
 	for (int i = 0; i < 3; i++) {
 		struct strata_error err;
-		if (!ms[i]->outstanding || (e->virt && !strata_virt_queued(ms[i]) && !strata_virt_due(ms[i])))
+		if (!ms[i]->outstanding || (e->virt && !strata_mover_virtual_queued(ms[i]) && !strata_mover_virtual_due(ms[i])))
 			continue; /* nothing to submit or reap */
 		if (submit_mover(e, ms[i], &err))
 			io_fail(e, &err);
 		else if (e->virt)
-			strata_virt_reap(ms[i], 0);
+			strata_mover_virtual_reap(ms[i], 0);
 		else if (strata_mover_reap(ms[i], 0, &err) < 0)
 			io_fail(e, &err);
 	}
@@ -1113,6 +1084,14 @@ int strata_engine_begin_step(struct strata_engine *e, uint64_t token, uint32_t l
 		e->pinned[V][eid]++;
 	}
 	e->step_layer = n ? (int)layer : -1;
+	if (n) {
+		/* the step's token count is the replay's business: 0, unknown */
+		struct strata_step st = { .token = token, .layer = layer, .experts = experts,
+					  .n_experts = n, .now = e->now };
+		for (int t = V; t <= R; t++)
+			strata_evict_ops_of(e->evict[t])->on_step(e->evict[t], &st);
+		strata_place_ops_of(e->place)->on_step(e->place, &st);
+	}
 	poll_movers(e);
 	feed_low(e);
 	rc = prefetch(e, token, layer, n ? experts : NULL, n, hints, n_hints, err);

@@ -13,7 +13,12 @@
  * (several threads may add different experts at once), and finish writes the
  * headers, fsyncs, and renames.  Nothing is renamed until every shard is
  * complete and synced, so a failure leaves only .tmp files, which abort
- * removes.
+ * removes.  The output directory is locked for the whole write (a second
+ * writer is refused, told the holder's pid).  Replacing a model (force) builds
+ * the new one in a sibling directory ".NAME.new-PID" and swaps the two in one
+ * step (renameat2 RENAME_EXCHANGE), so a write killed at any point leaves the
+ * old model whole or the new one whole; the files of the old directory that
+ * are not the model's move into the new one, then the old model is removed.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -25,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -33,6 +39,7 @@
 #include <xxhash.h>
 
 #include "quant.h"
+#include "strata/mover.h"
 #include "strata/store.h"
 #include "strata/util.h"
 
@@ -42,23 +49,6 @@
 #define MAX_SHARDS 100000u
 
 uint64_t strata_store_fail_after_bytes;
-
-const char *strata_tier_name(int tier)
-{
-	static const char *const names[STRATA_TIER_COUNT] = { "vram", "ram", "nvme" };
-	return tier >= 0 && tier < STRATA_TIER_COUNT ? names[tier] : "?";
-}
-
-/* ---- little-endian fields --------------------------------------------- */
-
-static void put16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
-static void put32(uint8_t *p, uint32_t v) { put16(p, (uint16_t)v); put16(p + 2, (uint16_t)(v >> 16)); }
-static void put64(uint8_t *p, uint64_t v) { put32(p, (uint32_t)v); put32(p + 4, (uint32_t)(v >> 32)); }
-static uint32_t get32(const uint8_t *p)
-{
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-static uint64_t get64(const uint8_t *p) { return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32; }
 
 /* Fixed part offsets. */
 enum {
@@ -100,8 +90,8 @@ static void encode_spec(uint8_t *p, const struct strata_model_spec *s)
 	const uint32_t v[9] = { s->n_layers, s->first_moe_layer, s->n_moe_layers, s->n_experts, s->top_k,
 				s->hidden, s->inter, s->n_shared, s->shared_inter };
 	for (int i = 0; i < 9; i++)
-		put32(p + 48 + 4 * i, v[i]);
-	put64(p + 88, s->nonrouted_params);
+		strata_le_put32(p + 48 + 4 * i, v[i]);
+	strata_le_put64(p + 88, s->nonrouted_params);
 }
 
 static int decode_spec(const uint8_t *p, struct strata_model_spec *s)
@@ -113,8 +103,8 @@ static int decode_spec(const uint8_t *p, struct strata_model_spec *s)
 	uint32_t *v[9] = { &s->n_layers, &s->first_moe_layer, &s->n_moe_layers, &s->n_experts, &s->top_k,
 			   &s->hidden, &s->inter, &s->n_shared, &s->shared_inter };
 	for (int i = 0; i < 9; i++)
-		*v[i] = get32(p + 48 + 4 * i);
-	s->nonrouted_params = get64(p + 88);
+		*v[i] = strata_le_get32(p + 48 + 4 * i);
+	s->nonrouted_params = strata_le_get64(p + 88);
 	return 0;
 }
 
@@ -158,7 +148,7 @@ int strata_store_parse_header(const void *buf, size_t len, uint64_t file_size, c
 		name = "shard";
 	if (len < 16 || memcmp(p + H_MAGIC, STRATA_SHARD_MAGIC, 8))
 		return STRATA_ERR(err, STRATA_ECORRUPT, "%s: not a Strata shard (bad magic)", name);
-	uint32_t version = get32(p + H_VERSION);
+	uint32_t version = strata_le_get32(p + H_VERSION);
 	if (version != STRATA_STORE_VERSION)
 		return STRATA_ERR(err, STRATA_EVERSION, "%s: shard format version %u, this build reads version %u%s",
 				  name, version, STRATA_STORE_VERSION,
@@ -167,11 +157,11 @@ int strata_store_parse_header(const void *buf, size_t len, uint64_t file_size, c
 	if (len < STRATA_SHARD_FIXED_BYTES)
 		return STRATA_ERR(err, STRATA_ECORRUPT, "%s: truncated header (%zu bytes, need at least %u)",
 				  name, len, STRATA_SHARD_FIXED_BYTES);
-	if (get32(p + H_FIXED) != STRATA_SHARD_FIXED_BYTES || get32(p + H_EXPREC) != STRATA_SHARD_EXPERT_REC ||
-	    get32(p + H_TENREC) != STRATA_SHARD_TENSOR_REC)
+	if (strata_le_get32(p + H_FIXED) != STRATA_SHARD_FIXED_BYTES || strata_le_get32(p + H_EXPREC) != STRATA_SHARD_EXPERT_REC ||
+	    strata_le_get32(p + H_TENREC) != STRATA_SHARD_TENSOR_REC)
 		return STRATA_ERR(err, STRATA_ECORRUPT, "%s: header record sizes disagree with version %u",
 				  name, version);
-	uint64_t hsize = get64(p + H_HSIZE);
+	uint64_t hsize = strata_le_get64(p + H_HSIZE);
 	if (hsize < STRATA_SHARD_FIXED_BYTES + STRATA_SHARD_SPEC_BYTES + 8 || hsize > MAX_HEADER_BYTES ||
 	    hsize % 8)
 		return STRATA_ERR(err, STRATA_ECORRUPT, "%s: bad header size %" PRIu64, name, hsize);
@@ -179,14 +169,14 @@ int strata_store_parse_header(const void *buf, size_t len, uint64_t file_size, c
 		return STRATA_ERR(err, STRATA_ECORRUPT, "%s: truncated header (%zu bytes, header size is %" PRIu64 ")",
 				  name, len, hsize);
 	if (!(flags & STRATA_PARSE_NO_CHECKSUM)) {
-		uint64_t want = get64(p + hsize - 8), got = XXH3_64bits(p, hsize - 8);
+		uint64_t want = strata_le_get64(p + hsize - 8), got = XXH3_64bits(p, hsize - 8);
 		if (want != got)
 			return STRATA_ERR(err, STRATA_ECORRUPT,
 					  "%s: header checksum mismatch (stored %016" PRIx64 ", computed %016" PRIx64
 					  "): the header is corrupt", name, want, got);
 	}
-	if (get32(p + H_CSUM) != STRATA_SHARD_CSUM_XXH3)
-		return STRATA_ERR(err, STRATA_ECORRUPT, "%s: unknown checksum algorithm %u", name, get32(p + H_CSUM));
+	if (strata_le_get32(p + H_CSUM) != STRATA_SHARD_CSUM_XXH3)
+		return STRATA_ERR(err, STRATA_ECORRUPT, "%s: unknown checksum algorithm %u", name, strata_le_get32(p + H_CSUM));
 
 	struct strata_shard_header *h = calloc(1, sizeof(*h));
 	if (!h)
@@ -196,18 +186,18 @@ int strata_store_parse_header(const void *buf, size_t len, uint64_t file_size, c
 	uint8_t *seen = NULL;
 	h->version = version;
 	h->header_size = hsize;
-	h->data_off = get64(p + H_DATA);
-	h->file_size = get64(p + H_FSIZE);
-	h->shard_index = get32(p + H_INDEX);
-	h->shard_count = get32(p + H_COUNT);
-	h->store_id = get64(p + H_STOREID);
-	h->created_unix = get64(p + H_CREATED);
-	h->n_total_experts = get32(p + H_NTOTAL);
-	h->n_experts = get32(p + H_NEXP);
-	h->n_tensors = get32(p + H_NTEN);
-	h->n_tensors_total = get32(p + H_NTENTOT);
-	uint64_t spec_off = get64(p + H_SPECOFF), tab_off = get64(p + H_TABOFF);
-	uint64_t exp_off = get64(p + H_EXPOFF), ten_off = get64(p + H_TENOFF);
+	h->data_off = strata_le_get64(p + H_DATA);
+	h->file_size = strata_le_get64(p + H_FSIZE);
+	h->shard_index = strata_le_get32(p + H_INDEX);
+	h->shard_count = strata_le_get32(p + H_COUNT);
+	h->store_id = strata_le_get64(p + H_STOREID);
+	h->created_unix = strata_le_get64(p + H_CREATED);
+	h->n_total_experts = strata_le_get32(p + H_NTOTAL);
+	h->n_experts = strata_le_get32(p + H_NEXP);
+	h->n_tensors = strata_le_get32(p + H_NTEN);
+	h->n_tensors_total = strata_le_get32(p + H_NTENTOT);
+	uint64_t spec_off = strata_le_get64(p + H_SPECOFF), tab_off = strata_le_get64(p + H_TABOFF);
+	uint64_t exp_off = strata_le_get64(p + H_EXPOFF), ten_off = strata_le_get64(p + H_TENOFF);
 
 	if (h->data_off != ALIGN_4K(hsize) || h->file_size % STRATA_EXTENT_ALIGN || h->file_size < h->data_off) {
 		STRATA_ERR(err, rc, "%s: header sizes disagree (header %" PRIu64 ", data at %" PRIu64
@@ -285,14 +275,14 @@ int strata_store_parse_header(const void *buf, size_t len, uint64_t file_size, c
 	for (uint32_t i = 0; i < h->n_experts; i++) {
 		const uint8_t *r = p + exp_off + (uint64_t)i * STRATA_SHARD_EXPERT_REC;
 		struct strata_shard_expert *x = &h->experts[i];
-		x->layer = get32(r);
-		x->expert = get32(r + 4);
+		x->layer = strata_le_get32(r);
+		x->expert = strata_le_get32(r + 4);
 		x->ext.shard = h->shard_index;
-		x->ext.fmt = get32(r + 8);
-		x->ext.offset = get64(r + 16);
-		x->ext.bytes = get64(r + 24);
-		x->ext.payload = get64(r + 32);
-		x->ext.xxh64 = get64(r + 40);
+		x->ext.fmt = strata_le_get32(r + 8);
+		x->ext.offset = strata_le_get64(r + 16);
+		x->ext.bytes = strata_le_get64(r + 24);
+		x->ext.payload = strata_le_get64(r + 32);
+		x->ext.xxh64 = strata_le_get64(r + 40);
 		if (x->layer >= sp->n_moe_layers || x->expert >= sp->n_experts) {
 			STRATA_ERR(err, rc, "%s: expert entry %u names (layer %u, expert %u) outside the model",
 				   name, i, x->layer, x->expert);
@@ -328,16 +318,16 @@ int strata_store_parse_header(const void *buf, size_t len, uint64_t file_size, c
 			goto fail;
 		}
 		memcpy(t->name, r, STRATA_TENSOR_NAME_MAX);
-		t->fmt = get32(r + 96);
-		t->ndim = get32(r + 100);
+		t->fmt = strata_le_get32(r + 96);
+		t->ndim = strata_le_get32(r + 100);
 		for (int d = 0; d < 4; d++)
-			t->shape[d] = get64(r + 104 + 8 * d);
+			t->shape[d] = strata_le_get64(r + 104 + 8 * d);
 		t->ext.shard = h->shard_index;
 		t->ext.fmt = t->fmt;
-		t->ext.offset = get64(r + 136);
-		t->ext.bytes = get64(r + 144);
-		t->ext.payload = get64(r + 152);
-		t->ext.xxh64 = get64(r + 160);
+		t->ext.offset = strata_le_get64(r + 136);
+		t->ext.bytes = strata_le_get64(r + 144);
+		t->ext.payload = strata_le_get64(r + 152);
+		t->ext.xxh64 = strata_le_get64(r + 160);
 		int ok;
 		uint64_t want = tensor_payload(t, &ok);
 		if (!ok || t->ext.payload != want || t->ext.bytes != ALIGN_4K(want)) {
@@ -387,6 +377,8 @@ struct strata_store {
 	uint32_t n_total;
 	uint8_t *tiers, *fmts;
 	struct strata_extent *experts; /* by expert id */
+	uint8_t *checked;              /* by expert id: a read was checked (STRATA_VERIFY_FIRST) */
+	int input_slot;                /* strata_input_note of dir */
 	uint32_t n_tensors, n_tensors_total;
 	struct strata_tensor_info *tensors;
 	pthread_mutex_t fd_lock;
@@ -421,7 +413,8 @@ static long shard_file_index(const char *name)
 static int read_shard_header(const char *path, struct strata_shard_header **out, uint64_t *fsize,
 			     struct strata_error *err)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* O_NONBLOCK: a FIFO named like a shard must not block the open */
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0)
 		return STRATA_ERRNO(err, errno == ENOENT ? STRATA_ENOTFOUND : STRATA_EIO, "%s: open", path);
 	struct stat st;
@@ -430,6 +423,11 @@ static int read_shard_header(const char *path, struct strata_shard_header **out,
 	int rc;
 	if (fstat(fd, &st)) {
 		rc = STRATA_ERRNO(err, STRATA_EIO, "%s: stat", path);
+		goto out;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		rc = STRATA_ERR(err, STRATA_ECORRUPT, "%s: not a regular file (a %s), so not a shard", path,
+				S_ISDIR(st.st_mode) ? "directory" : S_ISFIFO(st.st_mode) ? "FIFO" : "device or socket");
 		goto out;
 	}
 	*fsize = (uint64_t)st.st_size;
@@ -450,8 +448,8 @@ static int read_shard_header(const char *path, struct strata_shard_header **out,
 					path, n);
 		goto out;
 	}
-	uint64_t hsize = get64(fixed + H_HSIZE);
-	if (memcmp(fixed, STRATA_SHARD_MAGIC, 8) || get32(fixed + H_VERSION) != STRATA_STORE_VERSION ||
+	uint64_t hsize = strata_le_get64(fixed + H_HSIZE);
+	if (memcmp(fixed, STRATA_SHARD_MAGIC, 8) || strata_le_get32(fixed + H_VERSION) != STRATA_STORE_VERSION ||
 	    hsize < sizeof(fixed) || hsize > MAX_HEADER_BYTES) {
 		rc = strata_store_parse_header(fixed, sizeof(fixed), *fsize, path, 0, out, err);
 		goto out;
@@ -502,6 +500,8 @@ void strata_store_close(struct strata_store *s)
 	free(s->tiers);
 	free(s->fmts);
 	free(s->experts);
+	free(s->checked);
+	strata_input_forget(s->input_slot);
 	free(s->tensors);
 	free(s);
 }
@@ -534,6 +534,7 @@ int strata_store_open(const char *dir, struct strata_store **out, struct strata_
 	if (!s)
 		return STRATA_ERR(err, STRATA_ENOMEM, "out of memory");
 	pthread_mutex_init(&s->fd_lock, NULL);
+	s->input_slot = strata_input_note(dir);
 	s->dir = strdup(dir);
 	struct strata_shard_header *h0 = NULL, *h = NULL;
 	int rc;
@@ -572,7 +573,8 @@ int strata_store_open(const char *dir, struct strata_store **out, struct strata_
 	s->tensors = calloc(h0->n_tensors_total ? h0->n_tensors_total : 1, sizeof(*s->tensors));
 	s->tiers = malloc(s->n_total ? s->n_total : 1);
 	s->fmts = malloc(s->n_total ? s->n_total : 1);
-	if (!s->shards || !s->experts || !s->tensors || !s->tiers || !s->fmts) {
+	s->checked = calloc(s->n_total ? s->n_total : 1, 1);
+	if (!s->shards || !s->experts || !s->tensors || !s->tiers || !s->fmts || !s->checked) {
 		rc = STRATA_ERR(err, STRATA_ENOMEM, "out of memory");
 		goto fail;
 	}
@@ -750,6 +752,28 @@ int strata_store_verify_extent(const struct strata_store *s, const struct strata
 			  ext->xxh64, got);
 }
 
+const char *strata_verify_name(int mode)
+{
+	return mode == STRATA_VERIFY_EVERY ? "every" : mode == STRATA_VERIFY_OFF ? "off" : "first";
+}
+
+bool strata_store_arm_check(struct strata_store *s, const struct strata_extent *ext, int mode,
+			    struct strata_move *mv)
+{
+	mv->check_bytes = 0;
+	if (mode == STRATA_VERIFY_OFF || !ext->payload)
+		return false;
+	if (mode == STRATA_VERIFY_FIRST && ext >= s->experts && ext < s->experts + s->n_total) {
+		uint8_t *c = &s->checked[ext - s->experts];
+		if (*c)
+			return false;
+		*c = 1; /* a failed check fails the run, so it is never read unchecked */
+	}
+	mv->check_bytes = ext->payload;
+	mv->check_xxh3 = ext->xxh64;
+	return true;
+}
+
 int strata_store_read_extent(struct strata_store *s, const struct strata_extent *ext, void *buf, bool direct,
 			     bool verify, struct strata_error *err)
 {
@@ -806,7 +830,9 @@ struct wshard {
 };
 
 struct strata_store_writer {
-	char *dir;
+	char *dir;                          /* where the shards are written */
+	char *final;                        /* replacing a model: the directory swapped with dir */
+	struct strata_outlock lock;
 	struct strata_model_spec spec;
 	uint32_t n_total, n_tensors;
 	uint8_t *tiers, *fmts;
@@ -820,6 +846,111 @@ struct strata_store_writer {
 	atomic_uint_fast64_t written;       /* data bytes written (fault-injection hook) */
 	int finished;
 };
+
+int strata_store_kill_after_renames;
+
+/* rename(2), counted for the kill test hook (see store.h). */
+static int wrename(const char *from, const char *to)
+{
+	static int renames;
+	if (strata_store_kill_after_renames && ++renames > strata_store_kill_after_renames)
+		raise(SIGKILL);
+	return rename(from, to);
+}
+
+/* Shards of a model in dir (final files, not .tmp). */
+static uint32_t count_shards(const char *dir)
+{
+	uint32_t n = 0;
+	DIR *d = opendir(dir);
+	if (!d)
+		return 0;
+	for (struct dirent *de; (de = readdir(d));)
+		n += shard_file_index(de->d_name) >= 0;
+	closedir(d);
+	return n;
+}
+
+/* Remove dir: its shard files (final and .tmp) and the directory; anything
+ * else in it is left (then so is the directory). */
+static void remove_model_dir(const char *dir)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return;
+	for (struct dirent *de; (de = readdir(d));) {
+		if (strncmp(de->d_name, "shard-", 6))
+			continue;
+		char p[PATH_MAX];
+		snprintf(p, sizeof(p), "%s/%s", dir, de->d_name);
+		unlink(p);
+	}
+	closedir(d);
+	rmdir(dir);
+}
+
+/* "parent/.name.new-PID" for dir "parent/name". */
+static char *staging_path(const char *dir)
+{
+	size_t n = strlen(dir);
+	while (n > 1 && dir[n - 1] == '/')
+		n--;
+	const char *slash = memrchr(dir, '/', n);
+	size_t dl = slash ? (size_t)(slash - dir) + 1 : 0;
+	char *p = malloc(n + 40);
+	if (p)
+		sprintf(p, "%.*s.%.*s.new-%ld", (int)dl, dir, (int)(n - dl), dir + dl, (long)getpid());
+	return p;
+}
+
+/* Leftover staging directories of killed writes of dir (we hold its lock). */
+static void remove_stale_staging(const char *dir)
+{
+	char *mine = staging_path(dir);
+	if (!mine)
+		return;
+	char *dash = strrchr(mine, '-');
+	size_t keep = (size_t)(dash - mine) + 1; /* "parent/.name.new-" */
+	char *slash = strrchr(mine, '/');
+	char parent[PATH_MAX];
+	snprintf(parent, sizeof(parent), "%.*s", slash ? (int)(slash - mine) : 1, slash ? mine : ".");
+	const char *prefix = slash ? slash + 1 : mine;
+	size_t plen = keep - (size_t)(prefix - mine);
+	DIR *d = opendir(parent);
+	if (d) {
+		for (struct dirent *de; (de = readdir(d));)
+			if (!strncmp(de->d_name, prefix, plen)) {
+				char p[PATH_MAX];
+				snprintf(p, sizeof(p), "%s/%s", parent, de->d_name);
+				remove_model_dir(p);
+			}
+		closedir(d);
+	}
+	free(mine);
+}
+
+/* After the swap: move what the old directory held besides its model into
+ * the new one (names the new model does not use), then remove the old. */
+static void carry_over(const char *old, const char *cur)
+{
+	DIR *d = opendir(old);
+	if (d) {
+		for (struct dirent *de; (de = readdir(d));) {
+			if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") || !strncmp(de->d_name, "shard-", 6))
+				continue;
+			char a[PATH_MAX], b[PATH_MAX];
+			struct stat st;
+			snprintf(a, sizeof(a), "%s/%s", old, de->d_name);
+			snprintf(b, sizeof(b), "%s/%s", cur, de->d_name);
+			if (lstat(b, &st))
+				rename(a, b);
+			else if (!S_ISDIR(st.st_mode))
+				unlink(a); /* the new model wrote its own */
+		}
+		closedir(d);
+	}
+	remove_model_dir(old);
+}
 
 static int mkdir_p(const char *dir, struct strata_error *err)
 {
@@ -892,7 +1023,11 @@ static void writer_free(struct strata_store_writer *w)
 		free(w->shards[i].tmp);
 	}
 	free(w->shards);
+	if (w->final && !w->finished)
+		remove_model_dir(w->dir);
+	strata_outlock_release(&w->lock);
 	free(w->dir);
+	free(w->final);
 	free(w->tiers);
 	free(w->fmts);
 	free(w->experts);
@@ -941,6 +1076,7 @@ int strata_store_writer_open(const struct strata_store_writer_config *cfg, struc
 	struct strata_store_writer *w = calloc(1, sizeof(*w));
 	if (!w)
 		return STRATA_ERR(err, STRATA_ENOMEM, "out of memory");
+	w->lock.fd = -1;
 	w->spec = cfg->spec;
 	w->n_total = strata_model_total_experts(&cfg->spec);
 	w->n_tensors = cfg->n_tensors;
@@ -1051,8 +1187,30 @@ int strata_store_writer_open(const struct strata_store_writer_config *cfg, struc
 	w->store_id = random_id();
 
 	rc = mkdir_p(w->dir, err);
+	if (!rc)
+		rc = strata_outlock_take(&w->lock, w->dir, err);
 	if (rc)
 		goto fail;
+	uint32_t had = count_shards(w->dir);
+	if (had && !cfg->force) {
+		rc = STRATA_ERR(err, STRATA_EEXIST, "%s already holds a model (%u shard%s); use --force to replace it",
+				w->dir, had, had == 1 ? "" : "s");
+		goto fail;
+	}
+	remove_stale_staging(w->dir);
+	if (had) {
+		/* build the new model beside the old one; finish swaps them */
+		w->final = w->dir;
+		if (!(w->dir = staging_path(w->final))) {
+			rc = STRATA_ERR(err, STRATA_ENOMEM, "out of memory");
+			goto fail;
+		}
+		if (mkdir(w->dir, 0755)) {
+			rc = STRATA_ERRNO(err, STRATA_EIO, "%s: mkdir (to build the new model beside %s)", w->dir,
+					  w->final);
+			goto fail;
+		}
+	}
 	/* Refuse up front a write that cannot fit, rather than fill the disk
 	 * shard by shard (others may be writing to it too). */
 	uint64_t need = 0;
@@ -1176,26 +1334,26 @@ static void encode_header(const struct strata_store_writer *w, uint32_t s, uint8
 	uint64_t ten_off = exp_off + (uint64_t)sh->n_experts * STRATA_SHARD_EXPERT_REC;
 	memset(p, 0, sh->header_size);
 	memcpy(p + H_MAGIC, STRATA_SHARD_MAGIC, 8);
-	put32(p + H_VERSION, STRATA_STORE_VERSION);
-	put32(p + H_FIXED, STRATA_SHARD_FIXED_BYTES);
-	put64(p + H_HSIZE, sh->header_size);
-	put64(p + H_DATA, sh->data_off);
-	put64(p + H_FSIZE, sh->file_size);
-	put32(p + H_INDEX, s);
-	put32(p + H_COUNT, w->n_shards);
-	put64(p + H_STOREID, w->store_id);
-	put32(p + H_CSUM, STRATA_SHARD_CSUM_XXH3);
-	put32(p + H_NTOTAL, w->n_total);
-	put32(p + H_NEXP, sh->n_experts);
-	put32(p + H_NTEN, sh->n_tensors);
-	put32(p + H_NTENTOT, w->n_tensors);
-	put64(p + H_SPECOFF, spec_off);
-	put64(p + H_TABOFF, tab_off);
-	put64(p + H_EXPOFF, exp_off);
-	put64(p + H_TENOFF, ten_off);
-	put32(p + H_EXPREC, STRATA_SHARD_EXPERT_REC);
-	put32(p + H_TENREC, STRATA_SHARD_TENSOR_REC);
-	put64(p + H_CREATED, (uint64_t)time(NULL));
+	strata_le_put32(p + H_VERSION, STRATA_STORE_VERSION);
+	strata_le_put32(p + H_FIXED, STRATA_SHARD_FIXED_BYTES);
+	strata_le_put64(p + H_HSIZE, sh->header_size);
+	strata_le_put64(p + H_DATA, sh->data_off);
+	strata_le_put64(p + H_FSIZE, sh->file_size);
+	strata_le_put32(p + H_INDEX, s);
+	strata_le_put32(p + H_COUNT, w->n_shards);
+	strata_le_put64(p + H_STOREID, w->store_id);
+	strata_le_put32(p + H_CSUM, STRATA_SHARD_CSUM_XXH3);
+	strata_le_put32(p + H_NTOTAL, w->n_total);
+	strata_le_put32(p + H_NEXP, sh->n_experts);
+	strata_le_put32(p + H_NTEN, sh->n_tensors);
+	strata_le_put32(p + H_NTENTOT, w->n_tensors);
+	strata_le_put64(p + H_SPECOFF, spec_off);
+	strata_le_put64(p + H_TABOFF, tab_off);
+	strata_le_put64(p + H_EXPOFF, exp_off);
+	strata_le_put64(p + H_TENOFF, ten_off);
+	strata_le_put32(p + H_EXPREC, STRATA_SHARD_EXPERT_REC);
+	strata_le_put32(p + H_TENREC, STRATA_SHARD_TENSOR_REC);
+	strata_le_put64(p + H_CREATED, (uint64_t)time(NULL));
 	encode_spec(p + spec_off, &w->spec);
 	memcpy(p + tab_off, w->tiers, w->n_total);
 	memcpy(p + tab_off + tab_len, w->fmts, w->n_total);
@@ -1204,29 +1362,29 @@ static void encode_header(const struct strata_store_writer *w, uint32_t s, uint8
 		uint32_t it = w->order[k];
 		if (it < w->n_total) {
 			const struct strata_extent *x = &w->experts[it];
-			put32(er, it / w->spec.n_experts);
-			put32(er + 4, it % w->spec.n_experts);
-			put32(er + 8, x->fmt);
-			put64(er + 16, x->offset);
-			put64(er + 24, x->bytes);
-			put64(er + 32, x->payload);
-			put64(er + 40, x->xxh64);
+			strata_le_put32(er, it / w->spec.n_experts);
+			strata_le_put32(er + 4, it % w->spec.n_experts);
+			strata_le_put32(er + 8, x->fmt);
+			strata_le_put64(er + 16, x->offset);
+			strata_le_put64(er + 24, x->bytes);
+			strata_le_put64(er + 32, x->payload);
+			strata_le_put64(er + 40, x->xxh64);
 			er += STRATA_SHARD_EXPERT_REC;
 		} else {
 			const struct strata_tensor_info *t = &w->tensors[it - w->n_total];
 			memcpy(tr, t->name, strnlen(t->name, STRATA_TENSOR_NAME_MAX - 1));
-			put32(tr + 96, t->fmt);
-			put32(tr + 100, t->ndim);
+			strata_le_put32(tr + 96, t->fmt);
+			strata_le_put32(tr + 100, t->ndim);
 			for (int d = 0; d < 4; d++)
-				put64(tr + 104 + 8 * d, t->shape[d]);
-			put64(tr + 136, t->ext.offset);
-			put64(tr + 144, t->ext.bytes);
-			put64(tr + 152, t->ext.payload);
-			put64(tr + 160, t->ext.xxh64);
+				strata_le_put64(tr + 104 + 8 * d, t->shape[d]);
+			strata_le_put64(tr + 136, t->ext.offset);
+			strata_le_put64(tr + 144, t->ext.bytes);
+			strata_le_put64(tr + 152, t->ext.payload);
+			strata_le_put64(tr + 160, t->ext.xxh64);
 			tr += STRATA_SHARD_TENSOR_REC;
 		}
 	}
-	put64(p + sh->header_size - 8, XXH3_64bits(p, sh->header_size - 8));
+	strata_le_put64(p + sh->header_size - 8, XXH3_64bits(p, sh->header_size - 8));
 }
 
 int strata_store_writer_finish(struct strata_store_writer *w, struct strata_error *err)
@@ -1264,7 +1422,7 @@ int strata_store_writer_finish(struct strata_store_writer *w, struct strata_erro
 	/* Every shard is complete and synced: now make them visible. */
 	for (uint32_t s = 0; s < w->n_shards; s++) {
 		struct wshard *sh = &w->shards[s];
-		if (rename(sh->tmp, sh->path)) {
+		if (wrename(sh->tmp, sh->path)) {
 			rc = STRATA_ERRNO(err, STRATA_EIO, "%s: rename to %s", sh->tmp, base_name(sh->path));
 			for (uint32_t k = 0; k < s; k++) /* leave no half-renamed store behind */
 				unlink(w->shards[k].path);
@@ -1296,6 +1454,29 @@ int strata_store_writer_finish(struct strata_store_writer *w, struct strata_erro
 	if (dfd >= 0) {
 		fsync(dfd);
 		close(dfd);
+	}
+	if (w->final) {
+		/* one step: the old model is whole until here, the new one after */
+		if (strata_store_kill_after_renames && strata_store_kill_after_renames <= (int)w->n_shards)
+			raise(SIGKILL);
+		if (renameat2(AT_FDCWD, w->dir, AT_FDCWD, w->final, RENAME_EXCHANGE)) {
+			int e = errno;
+			w->finished = 0;
+			errno = e;
+			return STRATA_ERRNO(err, STRATA_EIO, "%s: cannot swap in the new model built in %s", w->final,
+					    w->dir);
+		}
+		carry_over(w->dir, w->final);
+		char *parent = strdup(w->final);
+		char *sl = parent ? strrchr(parent, '/') : NULL;
+		if (sl && sl != parent) {
+			*sl = 0;
+			if ((dfd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) >= 0) {
+				fsync(dfd);
+				close(dfd);
+			}
+		}
+		free(parent);
 	}
 	return STRATA_OK;
 }

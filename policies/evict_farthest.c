@@ -68,7 +68,7 @@ struct farthest {
 	bool failed;
 };
 
-static int belady_init(struct strata_policy *p, struct strata_error *err)
+static int farthest_init(struct strata_policy *p, struct strata_error *err)
 {
 	struct farthest *b = p->priv;
 	uint32_t n = p->env->n_ids ? p->env->n_ids : 1;
@@ -82,7 +82,7 @@ static int belady_init(struct strata_policy *p, struct strata_error *err)
 	return STRATA_OK;
 }
 
-static void belady_free(struct strata_policy *p)
+static void farthest_free(struct strata_policy *p)
 {
 	struct farthest *b = p->priv;
 	free(b->node);
@@ -229,21 +229,21 @@ static uint64_t next_from(const struct farthest *b, uint32_t eid, uint64_t now)
 	return b->f->next_use(b->f, eid, now - 1);
 }
 
-static void belady_on_insert(struct strata_policy *p, uint32_t eid, uint64_t now)
+static void farthest_on_insert(struct strata_policy *p, uint32_t eid, uint64_t now)
 {
 	struct farthest *b = p->priv;
 	if (eid < b->n_ids)
 		set_next(p, eid, next_from(b, eid, now));
 }
 
-static void belady_on_access(struct strata_policy *p, uint32_t eid, uint64_t now)
+static void farthest_on_access(struct strata_policy *p, uint32_t eid, uint64_t now)
 {
 	struct farthest *b = p->priv;
 	if (eid < b->n_ids && b->node[eid].in)
 		set_next(p, eid, b->f->next_use(b->f, eid, now));
 }
 
-static void belady_on_remove(struct strata_policy *p, uint32_t eid)
+static void farthest_on_remove(struct strata_policy *p, uint32_t eid)
 {
 	struct farthest *b = p->priv;
 	if (eid < b->n_ids && b->node[eid].in) {
@@ -257,7 +257,7 @@ static inline bool pinned(const struct strata_residency *r, uint32_t e)
 	return r && r->pinned && r->pinned[e];
 }
 
-static int64_t belady_victim(struct strata_policy *p, uint64_t now, const struct strata_residency *r)
+static int64_t farthest_victim(struct strata_policy *p, uint64_t now, const struct strata_residency *r)
 {
 	struct farthest *b = p->priv;
 	/* refresh keys whose use has passed unseen: every occupied position in
@@ -307,6 +307,6 @@ const struct strata_evict_ops strata_evict_farthest = {
 	.name = "farthest", .version = STRATA_POLICY_ABI, .flags = STRATA_POLICY_F_NEEDS_FUTURE,
 	.help = "evict the expert used farthest in the future (needs the trace's future; a heuristic, not a bound)",
 	.priv_size = sizeof(struct farthest),
-	.init = belady_init, .free = belady_free, .on_insert = belady_on_insert,
-	.on_access = belady_on_access, .on_remove = belady_on_remove, .victim = belady_victim,
+	.init = farthest_init, .free = farthest_free, .on_insert = farthest_on_insert,
+	.on_access = farthest_on_access, .on_remove = farthest_on_remove, .victim = farthest_victim,
 };

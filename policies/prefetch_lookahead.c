@@ -28,7 +28,7 @@
 #include <string.h>
 
 #include "strata/policy.h"
-#include "strata/store.h"
+#include "strata/types.h"
 #include "strata/util.h"
 
 #define MAX_D 8        /* distances tracked for adaptation (deeper ones share the last) */

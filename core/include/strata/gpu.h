@@ -17,7 +17,7 @@
 typedef struct strata_gpu_stream strata_gpu_stream;
 typedef struct strata_gpu_event strata_gpu_event;
 
-int strata_gpu_count(void);                 /* usable devices, 0 if none */
+int strata_gpu_count(void);                 /* usable devices, 0 if none (or STRATA_NO_GPU is set) */
 int strata_gpu_init(int device, struct strata_error *err); /* select + create context */
 const char *strata_gpu_name(void);          /* "NVIDIA H200" or "none" */
 /* NUMA node closest to the device (hwloc/sysfs via its PCI bus id), -1 if unknown. */
@@ -53,6 +53,17 @@ int strata_gpu_memcpy_d2h_async(void *dst, const void *src, size_t bytes, strata
 int strata_gpu_memcpy_d2d_async(void *dst, const void *src, size_t bytes, strata_gpu_stream *s,
 				struct strata_error *err);
 int strata_gpu_sync(struct strata_error *err); /* whole device */
+
+/* Number of multiprocessors of the current device (0 without one). */
+int strata_gpu_sm_count(void);
+/* Capture everything enqueued on `stream` (not the default stream) between
+ * begin and end into a CUDA graph, replay it, free it (kernel benchmarks time
+ * graph replays so host-side launch cost does not hide short kernels). */
+typedef struct strata_gpu_graph strata_gpu_graph;
+int strata_gpu_graph_begin(strata_gpu_stream *stream, struct strata_error *err);
+int strata_gpu_graph_end(strata_gpu_stream *stream, strata_gpu_graph **graph, struct strata_error *err);
+int strata_gpu_graph_launch(strata_gpu_graph *graph, strata_gpu_stream *stream, struct strata_error *err);
+void strata_gpu_graph_free(strata_gpu_graph *graph);
 
 /* Many host -> device copies at once (kernels/gpu_copy.cu).  batch: one
  * cudaMemcpyBatchAsync, stream-ordered (a loop of cudaMemcpyAsync where the

@@ -80,7 +80,7 @@ struct strata_replay_config {
 	double kernel_us_per_mb_token;        /* virtual mode, see strata_cost_file */
 	/* Spec-only models (sim of a model spec, no shards): the hot/warm/cold
 	 * split in percent ("15,30,55", the default) and a routing trace whose
-	 * per-(layer, expert) counts rank the experts (strata/tiering.h: the
+	 * per-(layer, expert) counts rank the experts (strata/tier_assign.h: the
 	 * most used go hot).  NULL: the default split, experts ranked by
 	 * strata synth's seeded order.  Refused with a shard directory. */
 	const char *tiers;
@@ -92,6 +92,7 @@ struct strata_replay_result {
 	char name[STRATA_POLICY_NAME_MAX + 64]; /* canonical engine config name */
 	char trace[256], model[STRATA_NAME_MAX];
 	int mode, compute;
+	int verify;                            /* enum strata_verify of a real run */
 	uint64_t seed, budget[2];
 	uint64_t tokens, prefill_tokens, decode_tokens, steps, requests;
 	struct strata_engine_stats stats;      /* the engine's counters at the end */
@@ -171,6 +172,8 @@ struct strata_replay_result {
 	X("accesses_per_s", D, "%.0f", r->accesses_per_s) \
 	X("loop_s", D, "%.6f", r->loop_s) \
 	X("loop_accesses_per_s", D, "%.0f", r->loop_accesses_per_s) \
+	X("verified_extents", U, "%" PRIu64, s->verified_extents) \
+	X("verified_bytes", U, "%" PRIu64, s->verified_bytes) \
 	X("bound_moves_vram", U, "%" PRIu64, r->bound_moves_vram) \
 	X("bound_bytes_vram", U, "%" PRIu64, r->bound_bytes_vram) \
 	X("bound_moves_nvme", U, "%" PRIu64, r->bound_moves_nvme) \
