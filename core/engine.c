@@ -1095,6 +1095,8 @@ int strata_engine_begin_step(struct strata_engine *e, uint64_t token, uint32_t l
 	poll_movers(e);
 	feed_low(e);
 	rc = prefetch(e, token, layer, n ? experts : NULL, n, hints, n_hints, err);
+	if (!rc)
+		feed_low(e); /* links without demand take the new prefetches now */
 	if (!rc) {
 		struct strata_mover *ms[3] = { e->nvme, e->staged, e->h2d };
 		for (int i = 0; i < 3 && !rc; i++)

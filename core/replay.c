@@ -678,7 +678,9 @@ static int compute_bounds(struct run *r, struct strata_replay_result *res, struc
 		uint64_t slack = s0 ? biggest : 0; /* a transfer under way as the segment starts */
 		pcie = pcie > slack ? pcie - slack : 0;
 		nvme = nvme > slack ? nvme - slack : 0;
-		double t = cus * 1e3, tp = (double)pcie / cm->pcie_gbps, tn = (double)nvme / cm->nvme_gbps;
+		/* a replay without the expert computation has none to wait for */
+		double t = r->virt || r->compute != STRATA_COMPUTE_NONE ? cus * 1e3 : 0;
+		double tp = (double)pcie / cm->pcie_gbps, tn = (double)nvme / cm->nvme_gbps;
 		t = t > tp ? t : tp;
 		t_ns += t > tn ? t : tn;
 	}
