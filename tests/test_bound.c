@@ -108,6 +108,30 @@ static void test_min_and_pfoo_against_brute_force(void **state)
 	}
 }
 
+/* A synthetic trace in the suite's folder: seed 3, requests interleaved,
+ * predictions pred_depth layers ahead (80% right). */
+static void gen_trace(char *path, size_t len, const char *name, uint32_t layers, uint32_t experts, uint32_t k,
+		      uint32_t prompt, uint32_t gen, uint32_t pred_depth)
+{
+	struct strata_trace_gen_config g;
+	struct strata_error err = { 0 };
+	snprintf(path, len, "%s/%s", test_tmpdir, name);
+	strata_trace_gen_defaults(&g);
+	g.n_moe_layers = layers;
+	g.n_experts = experts;
+	g.top_k = k;
+	g.requests = prompt ? 3 : 2;
+	g.prompt_len = prompt;
+	g.gen_len = gen;
+	g.seed = 3;
+	g.pred_depth = pred_depth;
+	g.pred_topn = pred_depth ? k : 0;
+	g.pred_accuracy = 0.8;
+	g.interleave = prompt > 0;
+	if (strata_trace_gen(&g, path, STRATA_TRACE_FMT_AUTO, &err))
+		fail_msg("%s: %s", path, err.msg);
+}
+
 static void write_file(const char *path, const char *text)
 {
 	FILE *f = fopen(path, "w");
@@ -169,18 +193,8 @@ static void test_counterexample_pinning(void **state)
 static void test_ram_tier_optimum(void **state)
 {
 	char path[512];
-	snprintf(path, sizeof(path), "%s/mx.strace", test_tmpdir);
-	struct strata_trace_gen_config g;
-	struct strata_error err = { 0 };
-	strata_trace_gen_defaults(&g);
-	g.n_moe_layers = 32;
-	g.n_experts = 8;
-	g.top_k = 2;
-	g.requests = 2;
-	g.prompt_len = 0;
-	g.gen_len = 64;
-	g.seed = 3;
-	assert_int_equal(strata_trace_gen(&g, path, STRATA_TRACE_FMT_AUTO, &err), 0);
+	/* Mixtral's shape, decode only */
+	gen_trace(path, sizeof(path), "mx.strace", 32, 8, 2, 0, 64, 0);
 	struct strata_replay_result f, l;
 	sim("mixtral-8x7b", path, NULL, 4ull << 30, 2ull << 30, "cache", "farthest", "none", &f);
 	sim("mixtral-8x7b", path, NULL, 4ull << 30, 2ull << 30, "cache", "lru", "none", &l);
@@ -200,21 +214,8 @@ static void test_ram_tier_optimum(void **state)
 static void test_no_policy_beats_the_bounds(void **state)
 {
 	char path[512];
-	snprintf(path, sizeof(path), "%s/q.strace", test_tmpdir);
-	struct strata_trace_gen_config g;
-	struct strata_error err = { 0 };
-	strata_trace_gen_defaults(&g);
-	g.n_moe_layers = 4;
-	g.n_experts = 32;
-	g.top_k = 4;
-	g.requests = 3;
-	g.prompt_len = 8;
-	g.gen_len = 48;
-	g.pred_depth = 2;
-	g.pred_topn = 4;
-	g.pred_accuracy = 0.8;
-	g.interleave = true;
-	assert_int_equal(strata_trace_gen(&g, path, STRATA_TRACE_FMT_AUTO, &err), 0);
+	/* prefill and decode interleaved: many decode segments, each with its warm start */
+	gen_trace(path, sizeof(path), "q.strace", 4, 32, 4, 8, 48, 2);
 	const char *places[] = { "cache", "static", "static:promote=all", "static:promote=vram", "cache:keep=vram" };
 	const char *evicts[] = { "lru", "lfu", "farthest", "fifo", "lfu-decay", "random" };
 	const char *pfs[] = { "none", "lookahead", "lookahead:adaptive=0:depth=2", "oracle:depth=2",
