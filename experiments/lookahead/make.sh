@@ -11,14 +11,16 @@ mkdir -p "$res"
 "$STRATA" run $here/run.lua out=$res "$@" || rc=$?
 plot $res/lookahead-plot.csv --x depth --xlabel "lookahead depth (layers; 0: no prefetch)" \
 	--y stall_ms_per_token,decode_tok_s --ylabel "stall per token (ms),decode tok/s (virtual clock)" \
-	--hue accuracy --title "Qwen3-30B-A3B scaled (8x64), VRAM 256 MiB, RAM 512 MiB, recorded predictions" \
+	--hue accuracy --ref-hue "bound 50%" --ref-hue "bound 75%" --ref-hue "bound 90%" --ref-hue "bound 100%" --logy decode_tok_s \
+	--title "Qwen3-30B-A3B scaled (8x64), VRAM 256 MiB, RAM 512 MiB, recorded predictions (dashed: bounds)" \
 	--out $figs/lookahead.png
 
 if mixtral_trace $res/mixtral.strace; then
 	"$STRATA" run $here/run.lua out=$res name=mixtral model=mixtral-8x7b trace=$res/mixtral.strace vram=4G ram=4G || rc=$?
 	plot $res/mixtral-plot.csv --x depth --xlabel "oracle prefetch depth (layers; 0: no prefetch)" \
 		--y stall_ms_per_token,decode_tok_s --ylabel "stall per token (ms),decode tok/s (virtual clock)" \
-		--hue accuracy --title "Mixtral-8x7B-Instruct routing, VRAM 4 GiB, RAM 4 GiB, oracle predictor" \
+		--hue accuracy --ref-hue "bound 50%" --ref-hue "bound 75%" --ref-hue "bound 90%" --ref-hue "bound 100%" --logy decode_tok_s \
+		--title "Mixtral-8x7B-Instruct routing, VRAM 4 GiB, RAM 4 GiB, oracle predictor (dashed: bounds)" \
 		--out $figs/mixtral.png
 fi
 # The trained model's own routing (experiments/real-model), the oracle predictor at each
