@@ -369,6 +369,10 @@ def check_goals(summ, rows, nseeds):
     rnd = [r for r in summ if r["config"].startswith("random-")]
     return {
         "popularity_beats_random": bool(all(x["pop_beats_all_random"] for x in per)),
+        "popularity_beats_random_kld": "%d of %d" % (sum(x["kld_pop"] < k for x in per for k in x["kld_random"]),
+                                                    sum(len(x["kld_random"]) for x in per)),
+        "popularity_beats_random_top1": "%d of %d" % (sum(x["top1_pop"] > k for x in per for k in x["top1_random"]),
+                                                     sum(len(x["top1_random"]) for x in per)),
         "per_shard": per,
         "random_kld_mean": float(np.mean([r["kld"] for r in rnd])),
         "random_top1_mean": float(np.mean([r["top1"] for r in rnd])),
