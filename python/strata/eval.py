@@ -369,6 +369,10 @@ def check_goals(summ, rows, nseeds):
     rnd = [r for r in summ if r["config"].startswith("random-")]
     return {
         "popularity_beats_random": bool(all(x["pop_beats_all_random"] for x in per)),
+        "popularity_beats_random_kld": "%d of %d" % (sum(x["kld_pop"] < k for x in per for k in x["kld_random"]),
+                                                    sum(len(x["kld_random"]) for x in per)),
+        "popularity_beats_random_top1": "%d of %d" % (sum(x["top1_pop"] > k for x in per for k in x["top1_random"]),
+                                                     sum(len(x["top1_random"]) for x in per)),
         "per_shard": per,
         "random_kld_mean": float(np.mean([r["kld"] for r in rnd])),
         "random_top1_mean": float(np.mean([r["top1"] for r in rnd])),
@@ -399,9 +403,9 @@ def plot(summ, rows, base, title):
         return np.mean(v), np.min(v), np.max(v)
 
     plt.rcParams.update({"font.size": 7, "axes.titlesize": 7, "axes.labelsize": 7})
-    fig, axes = plt.subplots(1, 3, figsize=(3.4, 1.9))
-    labels = [n.replace("-15/30/55", "\n15/30/55").replace("all-", "all\n").replace("inverse-popularity", "inverse")
-              for n in show]
+    fig, axes = plt.subplots(1, 3, figsize=(3.4, 2.0))
+    labels = [n.replace("-15/30/55", "").replace("-", " ").replace("inverse popularity", "inverse")
+              .replace("popularity", "popular") for n in show]
     colors = ["#bbbbbb" if n.startswith("all") else ("#d62728" if n.startswith("pop") else
               ("#ff7f0e" if n.startswith("inverse") else "#1f77b4")) for n in show]
     for ax, (k, lab) in zip(axes, (("kld", "mean KLD (nats)"), ("top1", "top-1 agreement"),
@@ -423,8 +427,8 @@ def plot(summ, rows, base, title):
             ax.set_ylim(1.0, max(1.06, float(hi.max()) * 1.01))
             ax.axhline(1.05, color="k", lw=0.5, ls="--")
         ax.tick_params(labelsize=5)
-    if title:
-        fig.suptitle(title, fontsize=6)
+    fig.suptitle((title + "\n" if title else "") + "15/30/55 tiers ranked as named; whiskers: min-max over shards",
+                 fontsize=5.5)
     fig.tight_layout(pad=0.3)
     fig.savefig(base + ".pdf")
     fig.savefig(base + ".png", dpi=200)
