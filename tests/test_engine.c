@@ -583,6 +583,8 @@ static void test_verify_checksums(void **state)
 	int c = fgetc(f);
 	fseek(f, (long)(x->offset + x->payload - 7), SEEK_SET);
 	fputc(c ^ 0x5a, f);
+	fflush(f);
+	fsync(fileno(f)); /* on disk before the O_DIRECT reads below (some filesystems skip dirty pages) */
 	fclose(f);
 	strata_store_close(s);
 	int gpus = test_have_gpu("verify_checksums on the GPU") ? 2 : 1;
