@@ -2,7 +2,9 @@
 """Summarize the Kimi replay rows: decode tok/s against the bound set by the
 bytes each decode token moved over each link, at the calibrated bandwidths.
 
-    summarize.py OUT   (reads OUT/kimi_replay.csv, OUT/kimi_sim.csv, OUT/cost_kimi.json)
+    summarize.py OUT [PREFIX]   (reads OUT/PREFIX_replay.csv, OUT/PREFIX_sim.csv, OUT/cost_PREFIX.json,
+                                 OUT/PREFIX_inspect.json; writes OUT/PREFIX_summary.csv; PREFIX
+                                 defaults to kimi; experiments/real-model uses it too)
 
 Per decode token, link time = bytes over the link / its bandwidth:
   NVMe (nvme->ram + nvme->vram bytes at nvme_gbps), PCIe (ram->vram +
@@ -21,15 +23,16 @@ import sys
 
 def main():
     out = sys.argv[1]
-    cost = json.load(open(os.path.join(out, 'cost_kimi.json')))
-    insp = json.load(open(os.path.join(out, 'kimi_inspect.json')))
+    pre = sys.argv[2] if len(sys.argv) > 2 else 'kimi'
+    cost = json.load(open(os.path.join(out, 'cost_%s.json' % pre)))
+    insp = json.load(open(os.path.join(out, '%s_inspect.json' % pre)))
     # mean packed bytes of one routed expert access, weighted by tier share of experts
     tiers = insp['tiers']
     nexp = sum(t['experts'] for t in tiers)
     mean_expert = sum(t['payload_bytes'] for t in tiers) / max(nexp, 1)
-    rows = list(csv.DictReader(open(os.path.join(out, 'kimi_replay.csv'))))
-    sims = {r['config']: r for r in csv.DictReader(open(os.path.join(out, 'kimi_sim.csv')))} \
-        if os.path.exists(os.path.join(out, 'kimi_sim.csv')) else {}
+    rows = list(csv.DictReader(open(os.path.join(out, '%s_replay.csv' % pre))))
+    sims = {r['config']: r for r in csv.DictReader(open(os.path.join(out, '%s_sim.csv' % pre)))} \
+        if os.path.exists(os.path.join(out, '%s_sim.csv' % pre)) else {}
     nv, pc, hb = cost['nvme_gbps'] * 1e9, cost['pcie_gbps'] * 1e9, cost.get('hbm_gbps', 4000) * 1e9
     print(f"links: nvme {cost['nvme_gbps']:.2f} GB/s, pcie {cost['pcie_gbps']:.2f} GB/s, hbm {cost.get('hbm_gbps', 0):.0f} GB/s")
     hdr = ('config', 'hit vram', 'hit ram', 'hit nvme', 'eff. hit', 'decode tok/s', 'bound tok/s',
@@ -85,7 +88,7 @@ def main():
         f = float(best['of time bound'])
         print(f"best policy {best['config']}: {float(best['decode tok/s']):.2f} tok/s = {f:.3f} of the time bound "
               f"{float(best['time bound tok/s']):.2f} ({'met' if f >= 0.8 else 'NOT met'}: >= 0.8)")
-    with open(os.path.join(out, 'kimi_summary.csv'), 'w', newline='') as f:
+    with open(os.path.join(out, '%s_summary.csv' % pre), 'w', newline='') as f:
         w = csv.DictWriter(f, fieldnames=list(hdr))
         w.writeheader()
         w.writerows(res)

@@ -23,4 +23,12 @@ if mixtral_trace $res/mixtral.strace; then
 		--title "Mixtral-8x7B-Instruct routing, VRAM 4 GiB, RAM 4 GiB, oracle predictor (dashed: bounds)" \
 		--out $figs/mixtral.png
 fi
+# The trained model's own routing (experiments/real-model), the oracle predictor at each
+# accuracy; its recorded lookahead predicts 68/56/45% at depths 1/2/3 (experiments/real-model).
+"$STRATA" run $here/run.lua out=$res name=real model=custom:layers=8,experts=64,top_k=6,hidden=512,inter=256 \
+	trace=experiments/real-model/run1/trace-decode.strace vram=16M ram=24M || rc=$?
+plot $res/real-plot.csv --x depth --xlabel "oracle prefetch depth (layers; 0: no prefetch)" \
+	--y stall_ms_per_token,decode_tok_s --ylabel "stall per token (ms),decode tok/s (virtual clock)" \
+	--hue accuracy --title "trained byte-level MoE (8x64, top-6), VRAM 16 MiB, RAM 24 MiB, oracle predictor" \
+	--out $figs/real.png
 exit ${rc:-0}   # strata run failed (a script error; a failing configuration only gets an error row)
