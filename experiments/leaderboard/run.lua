@@ -30,7 +30,7 @@ local entries = {
 	{ "moe-infinity evict", "cache", "moe-infinity", "none" },
 	{ "least-stale", "cache", "least-stale", "none" },
 	{ "lru+lookahead", "cache", "lru", "lookahead:depth=2" }, { "lru+history", "cache", "lru", "history" },
-	{ "belady", "cache", "belady", "none" }, { "belady+oracle", "cache", "belady", "oracle:depth=2" },
+	{ "farthest", "cache", "farthest", "none" }, { "farthest+oracle", "cache", "farthest", "oracle:depth=2" },
 }
 
 local function split(s, sep)

@@ -190,14 +190,17 @@ static int peer_section(const char *cachesim, uint64_t want_accesses, int reps, 
 	       spec.n_moe_layers * spec.n_experts, reps);
 	printf("policy,accesses,strata_cpu_s,cachesim_cpu_s,ratio_cachesim_over_strata,strata_miss_ratio,"
 	       "cachesim_miss_ratio\n");
-	static const char *const algos[] = { "lru", "lfu", "fifo", "belady" };
+	/* strata's farthest-next-use is libCacheSim's belady (one tier, demand, equal sizes) */
+	static const char *const algos[] = { "lru", "lfu", "fifo", "farthest" };
+	static const char *const peer[] = { "lru", "lfu", "fifo", "belady" };
 	for (size_t a = 0; a < sizeof(algos) / sizeof(algos[0]); a++) {
-		char evict[32];
+		char evict[32], pevict[32];
 		snprintf(evict, sizeof(evict), "%s", algos[a]);
+		snprintf(pevict, sizeof(pevict), "%s", peer[a]);
 		char *sargv[] = { strata, "sim", "-q", "--model", "deepseek-v2-lite", "--tiers", "0,0,100", "--trace",
 				  trace, "--vram", vram, "--ram", "0", "--place", "cache", "--evict", evict, "--json",
 				  json, NULL };
-		char *cargv[] = { (char *)cachesim, og, "oracleGeneral", evict, slots_s, "--ignore-obj-size", "1",
+		char *cargv[] = { (char *)cachesim, og, "oracleGeneral", pevict, slots_s, "--ignore-obj-size", "1",
 				  "--num-thread", "1", NULL };
 		double best_s = 0, best_c = 0, miss_s = -1, miss_c = -1;
 		for (int r = 0; r < reps; r++) {

@@ -75,7 +75,7 @@ struct strata_replay_config {
 	uint64_t max_tokens;                  /* 0: whole trace */
 	uint32_t prefill_chunk;               /* tokens per prefill step; 0: a request's whole prompt */
 	bool hints;                           /* pass recorded predictions (default true) */
-	bool future;                          /* give policies the trace's future (Belady, oracle) */
+	bool future;                          /* give policies the trace's future (farthest, oracle) */
 	bool progress;
 	double kernel_us_per_mb_token;        /* virtual mode, see strata_cost_file */
 	/* Spec-only models (sim of a model spec, no shards): the hot/warm/cold
