@@ -239,16 +239,16 @@ int strata_output_check(const char *path, struct strata_error *err)
 	return STRATA_OK;
 }
 
-static char *lock_path_of(const char *path)
+char *strata_sibling_path(const char *path, const char *tag)
 {
 	size_t n = strlen(path);
 	while (n > 1 && path[n - 1] == '/')
 		n--;
 	const char *slash = memrchr(path, '/', n);
 	size_t dl = slash ? (size_t)(slash - path) + 1 : 0;
-	char *p = malloc(n + 16);
+	char *p = malloc(n + strlen(tag) + 4);
 	if (p)
-		sprintf(p, "%.*s.%.*s.lock", (int)dl, path, (int)(n - dl), path + dl);
+		sprintf(p, "%.*s.%.*s.%s", (int)dl, path, (int)(n - dl), path + dl, tag);
 	return p;
 }
 
@@ -264,7 +264,7 @@ int strata_outlock_take(struct strata_outlock *l, const char *path, struct strat
 	int rc = strata_output_check(path, err);
 	if (rc)
 		return rc;
-	char *lp = lock_path_of(path);
+	char *lp = strata_sibling_path(path, "lock");
 	if (!lp)
 		return STRATA_ERR(err, STRATA_ENOMEM, "%s: out of memory", path);
 	for (int tries = 0; tries < 100; tries++) {

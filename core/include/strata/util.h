@@ -210,6 +210,8 @@ struct strata_outlock {
 	char *path;
 };
 int strata_outlock_take(struct strata_outlock *l, const char *path, struct strata_error *err);
+/* "dir/.name.TAG" beside "dir/name" (malloc'd): lock files, staging directories. */
+char *strata_sibling_path(const char *path, const char *tag);
 void strata_outlock_release(struct strata_outlock *l);
 
 #endif
