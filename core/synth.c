@@ -456,20 +456,11 @@ static int synth_tiers_from_popularity(const struct strata_synth_config *c, uint
 
 int strata_synth_parse_tiers(const char *text, double frac[STRATA_TIER_COUNT], struct strata_error *err)
 {
-	char *end;
-	const char *p = text;
-	double sum = 0;
-	for (int i = 0; i < STRATA_TIER_COUNT; i++) {
-		frac[i] = strtod(p, &end);
-		if (end == p || !(frac[i] >= 0 && frac[i] <= 1) || (i < 2 ? *end != ',' : *end != '\0'))
-			return STRATA_ERR(err, STRATA_EINVAL, "bad tier fractions '%s' (want HOT,WARM,COLD, e.g. "
-					  "0.15,0.30,0.55)", text);
-		sum += frac[i];
-		p = end + 1;
-	}
-	if (fabs(sum - 1.0) > 1e-3)
-		return STRATA_ERR(err, STRATA_EINVAL, "tier fractions '%s' sum to %g, not 1", text, sum);
-	return STRATA_OK;
+	struct strata_tier_split sp;
+	int rc = strata_tier_split_parse(text, &sp, err);
+	for (int i = 0; !rc && i < STRATA_TIER_COUNT; i++)
+		frac[i] = sp.pct[i] / 100.0;
+	return rc;
 }
 
 /* ---- non-routed tensors ----------------------------------------------- */

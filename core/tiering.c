@@ -235,27 +235,33 @@ int strata_popularity_check(const struct strata_popularity *p, const struct stra
 
 int strata_tier_split_parse(const char *text, struct strata_tier_split *out, struct strata_error *err)
 {
+	static const char want[] = "want hot,warm,cold as percentages summing to 100 (15,30,55) or fractions "
+				   "summing to 1 (0.15,0.30,0.55)";
 	const char *s = text;
 	double sum = 0;
 	for (int i = 0; i < STRATA_TIER_COUNT; i++) {
 		char *end;
 		double v = strtod(s, &end);
 		if (end == s || !isfinite(v) || v < 0)
-			return STRATA_ERR(err, STRATA_EINVAL, "bad split '%s': want three percentages, e.g. 15,30,55", text);
+			return STRATA_ERR(err, STRATA_EINVAL, "bad split '%s': %s", text, want);
 		out->pct[i] = v;
 		sum += v;
 		s = end;
 		if (i < STRATA_TIER_COUNT - 1) {
 			if (*s != ',')
-				return STRATA_ERR(err, STRATA_EINVAL, "bad split '%s': want three percentages, e.g. 15,30,55",
-						  text);
+				return STRATA_ERR(err, STRATA_EINVAL, "bad split '%s': %s", text, want);
 			s++;
 		}
 	}
 	if (*s)
-		return STRATA_ERR(err, STRATA_EINVAL, "bad split '%s': want three percentages, e.g. 15,30,55", text);
-	if (fabs(sum - 100.0) > 0.01)
-		return STRATA_ERR(err, STRATA_EINVAL, "bad split '%s': percentages sum to %g, not 100", text, sum);
+		return STRATA_ERR(err, STRATA_EINVAL, "bad split '%s': %s", text, want);
+	/* The two forms cannot be confused: a split sums to 1 or to 100, never both. */
+	if (fabs(sum - 1.0) <= 1e-4) {
+		for (int i = 0; i < STRATA_TIER_COUNT; i++)
+			out->pct[i] *= 100.0;
+	} else if (fabs(sum - 100.0) > 0.01) {
+		return STRATA_ERR(err, STRATA_EINVAL, "bad split '%s': sums to %g; %s", text, sum, want);
+	}
 	return STRATA_OK;
 }
 

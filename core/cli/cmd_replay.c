@@ -45,8 +45,8 @@ static void usage(FILE *f, int virt)
 		       "                       tiers and formats as strata synth would write them" : "",
 		virt ? "  --cost FILE          cost model JSON from strata calibrate (default: built-in defaults)\n"
 		       "  --nvme-qd N          override the cost model's NVMe queue depth\n"
-		       "  --tiers H,W,C        model spec only: hot/warm/cold percent of each layer's experts\n"
-		       "                       (default 15,30,55)\n"
+		       "  --tiers H,W,C        model spec only: hot/warm/cold share of each layer's experts,\n"
+		       "                       percent (default 15,30,55) or fractions (0.15,0.30,0.55)\n"
 		       "  --tier-trace FILE    model spec only: rank experts by their use in this trace (the\n"
 		       "                       most used go hot, as strata quantize --trace does)\n"
 		     : "  --compute C          ref (CPU reference) | gpu (CUDA kernels) | none | auto (default)\n"

@@ -119,7 +119,7 @@ void strata_synth_tier_table(const struct strata_model_spec *spec, const double 
 /* Experts per tier of one layer under that rule. */
 void strata_synth_tier_counts(uint32_t n_experts, const double frac[STRATA_TIER_COUNT],
 			      uint32_t out[STRATA_TIER_COUNT]);
-/* Parse "H,W,C" fractions (summing to 1 within 1e-6). */
+/* strata_tier_split_parse (strata/tiering.h: "15,30,55" or "0.15,0.30,0.55") as fractions. */
 int strata_synth_parse_tiers(const char *text, double frac[STRATA_TIER_COUNT], struct strata_error *err);
 
 /* The representative non-routed tensors of a spec: with out == NULL returns

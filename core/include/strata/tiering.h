@@ -56,7 +56,10 @@ struct strata_tier_split {
 };
 #define STRATA_TIER_SPLIT_DEFAULT { { 15.0, 30.0, 55.0 } }
 
-/* "15,30,55" -> split; three non-negative numbers summing to 100 (+-0.01). */
+/* The one --tiers syntax (synth, inspect, sim, quantize, sweeps): three
+ * non-negative numbers hot,warm,cold, either percentages summing to 100
+ * (+-0.01: "15,30,55") or fractions summing to 1 (+-1e-4: "0.15,0.30,0.55");
+ * the sum tells them apart.  out holds percentages. */
 int strata_tier_split_parse(const char *text, struct strata_tier_split *out, struct strata_error *err);
 /* Experts per tier for a layer of n experts (see the rounding rule above). */
 void strata_tier_split_counts(uint32_t n, const struct strata_tier_split *split, uint32_t counts[STRATA_TIER_COUNT]);
