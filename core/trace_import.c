@@ -111,11 +111,11 @@ struct imp {
 static void warnf(struct imp *im, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void warnf(struct imp *im, const char *fmt, ...)
 {
-	uint64_t max = im->c->max_warnings ? im->c->max_warnings : 20;
+	uint64_t max = im->c->max_warnings;
 	im->warnings++;
 	FILE *f = im->c->warn ? im->c->warn : stderr;
 	if (im->warnings > max) {
-		if (im->warnings == max + 1)
+		if (max && im->warnings == max + 1)
 			fprintf(f, "warning: more gaps; further warnings suppressed (see the summary)\n");
 		return;
 	}
@@ -1226,6 +1226,7 @@ void strata_trace_import_defaults(struct strata_trace_import_config *c)
 	c->default_phase = STRATA_PHASE_DECODE;
 	c->gaps = STRATA_GAPS_DROP;
 	c->layer_base = UINT32_MAX; /* auto: the smallest layer number seen */
+	c->max_warnings = 20;
 }
 
 int strata_trace_import(const struct strata_trace_import_config *c, struct strata_trace_import_result *res,

@@ -157,7 +157,24 @@ static void test_unknown_option(void **state)
 		if (rc != 2 || !strstr(out, "--no-such-option"))
 			fail_msg("strata %s --no-such-option: exit %d (want 2, naming the option):\n%s", commands[i], rc,
 				 out);
+		/* a short pointer to --help, not the whole help text */
+		if (strstr(out, "usage:") || !strstr(out, "--help"))
+			fail_msg("strata %s --no-such-option printed the help or no pointer to it:\n%s", commands[i], out);
 	}
+	/* a misspelt option or command gets "did you mean" */
+	static const char *const typos[][2] = {
+		{ "@S sim --evcit lru", "did you mean --evict?" },
+		{ "@S synth --presett tiny", "did you mean --preset?" },
+		{ "@S inspect --jsn", "did you mean --json?" },
+		{ "@S trace import --max-warnigs 0", "did you mean --max-warnings?" },
+		{ "@S policies --jsn", "did you mean --json?" },
+		{ "@S simm", "did you mean 'sim'?" },
+	};
+	for (size_t i = 0; i < sizeof(typos) / sizeof(typos[0]); i++)
+		if (sh(typos[i][0]) != 2 || !strstr(out, typos[i][1]))
+			fail_msg("%s: want exit 2 and \"%s\":\n%s", typos[i][0], typos[i][1], out);
+	assert_int_equal(sh("@S --version"), 0);
+	assert_non_null(strstr(out, "strata 0."));
 	assert_int_equal(sh("@S no-such-command"), 2);
 	assert_non_null(strstr(out, "unknown command 'no-such-command'"));
 	assert_int_equal(sh("@S trace no-such-sub"), 2);
@@ -226,7 +243,7 @@ static const struct cli_case cases[] = {
 	{ "@S synth --preset tiny:layers=0 --out @D/x", 1, { "must all be > 0" } },
 	{ "@S trace gen -o @D/x.strace --layers 2 --experts 8 --top-k 9", 1, { "bad shape" } },
 	{ "@S trace gen -o @D/x.strace --jitter 5", 1, { "jitter" } },
-	{ "@S sim --model tiny --trace @D/t.strace -q --tiers 50,50,50", 1, { "sum to 150" } },
+	{ "@S sim --model tiny --trace @D/t.strace -q --tiers 50,50,50", 1, { "sums to 150" } },
 	{ "@S sim --model @D/m --trace @D/t.strace -q --tiers 15,30,55", 1, { "model spec only" } },
 	{ "@S sim --model tiny --trace @D/t.strace -q --tier-trace @D/t3.strace", 1, { "t3.strace", "3 MoE layers" } },
 	{ "@S synth --preset tiny --out @D/x --popularity @D/nosuch.json", 1, { "nosuch.json", "No such file" } },

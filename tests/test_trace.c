@@ -342,6 +342,14 @@ static void test_import_mixtral_layout(void **state)
 	char *warn = read_all(c.warn);
 	assert_non_null(strstr(warn, "request 0 layer 2: 1 of 6 rows missing"));
 	fclose(c.warn);
+	/* --max-warnings 0 (and -q) print none; the result still counts the gap */
+	c.max_warnings = 0;
+	c.warn = warn_file();
+	assert_int_equal(strata_trace_import(&c, &r, &err), STRATA_OK);
+	assert_int_equal(r.gap_cells, 1);
+	assert_string_equal(read_all(c.warn), "");
+	fclose(c.warn);
+	c.max_warnings = 20;
 	struct strata_trace *t;
 	assert_int_equal(strata_trace_open(test_path("mx.strace"), &t, &err), STRATA_OK);
 	const struct strata_trace_info *ti = strata_trace_info(t);

@@ -68,7 +68,7 @@ int strata_cmd_calibrate(int argc, char **argv)
 				c.use_gpu = -1;
 			break;
 		case 'h': usage(stdout); return 0;
-		default: usage(stderr); return 2;
+		default: return strata_cli_bad_option("calibrate", opts, argc, argv);
 		}
 	}
 	if (!c.model_dir || optind < argc) {

@@ -33,7 +33,8 @@ static void usage(FILE *f)
 		"                  layer's experts split by --tiers H,W,C (percent, default\n"
 		"                  15,30,55, or fractions 0.15,0.30,0.55)\n"
 		"  --format F      with --preset: tiered (default; each tier in its format) or bf16\n"
-		"  --json          print the card as JSON\n");
+		"  --json          print the card as JSON\n"
+		STRATA_CLI_NO_PROGRESS_HELP("   "));
 }
 
 struct card {
@@ -243,12 +244,12 @@ static int verify_store(struct strata_store *st, int direct, uint64_t *bytes_rea
 
 int strata_cmd_inspect(int argc, char **argv)
 {
-	enum { O_JSON = 256, O_VERIFY, O_PRESET, O_TIERS, O_FORMAT, O_BUFFERED };
+	enum { O_JSON = 256, O_VERIFY, O_PRESET, O_TIERS, O_FORMAT, O_BUFFERED, O_NOPROG };
 	static const struct option opts[] = {
 		{ "json", no_argument, 0, O_JSON }, { "verify", no_argument, 0, O_VERIFY },
 		{ "buffered", no_argument, 0, O_BUFFERED }, { "preset", required_argument, 0, O_PRESET },
 		{ "tiers", required_argument, 0, O_TIERS }, { "format", required_argument, 0, O_FORMAT },
-		{ "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
+		{ "no-progress", no_argument, 0, O_NOPROG }, { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	int json = 0, verify = 0, tiered = 1, buffered = 0;
 	const char *preset = NULL;
@@ -278,11 +279,9 @@ int strata_cmd_inspect(int argc, char **argv)
 				return 2;
 			}
 			break;
+		case O_NOPROG: strata_cli_no_progress(); break;
 		case 'h': usage(stdout); return 0;
-		default:
-			fprintf(stderr, "strata inspect: unknown or incomplete option '%s'\n", argv[optind - 1]);
-			usage(stderr);
-			return 2;
+		default: return strata_cli_bad_option("inspect", opts, argc, argv);
 		}
 	}
 	struct card c;

@@ -58,7 +58,7 @@ static void usage(FILE *f)
 		"  --json              print the card as JSON\n"
 		"  --plan              print the card's sizes from the tiering alone: no quantization,\n"
 		"                      nothing written (--out optional; cosines shown as -)\n"
-		"  --no-progress       no progress bar (it shows on a terminal or with STRATA_PROGRESS=1)\n"
+		STRATA_CLI_NO_PROGRESS_HELP("       ")
 		"test models\n"
 		"  --make-test-model DIR  write a small random model in Hugging Face layout\n"
 		"  --spec SPEC         its shape: a preset or custom:layers=..,experts=..,hidden=..,inter=..\n"
@@ -265,16 +265,14 @@ int strata_cmd_quantize(int argc, char **argv)
 			}
 			break;
 		case O_JSON: json = 1; break;
-		case O_NOPROG: progress = 0; break;
+		case O_NOPROG: progress = 0; strata_cli_no_progress(); break;
 		case O_PLAN: plan = 1; break;
 		case O_MAKE: make = optarg; break;
 		case O_SPEC: spec_text = optarg; break;
 		case O_DTYPE: dtype_s = optarg; break;
 		case O_FILES: files = (unsigned)strtoul(optarg, &end, 10); break;
 		case O_SEED: seed = strtoull(optarg, &end, 10); break;
-		default:
-			fprintf(stderr, "strata quantize: unknown or incomplete option '%s' (see --help)\n", argv[optind - 1]);
-			return 2;
+		default: return strata_cli_bad_option("quantize", opts, argc, argv);
 		}
 		if (end && (*end || end == optarg || optarg[0] == '-')) {
 			fprintf(stderr, "strata quantize: bad number '%s' for %s\n", optarg, strata_cli_optname(opts, li, c));
