@@ -826,6 +826,26 @@ static void test_cli(void **state)
 	assert_non_null(strstr(out, "1 of 6 rows missing"));
 	assert_int_equal(test_run(out, sizeof(out), "%s trace stats %s", s, test_path("nothing.strace")), 1);
 	assert_non_null(strstr(out, "nothing.strace"));
+	/* the bundled real traces (traces/README.md): the studies' Mixtral trace
+	 * and the tour's raw slice, which imports to 12 whole tokens */
+	char bundled[PATH_MAX];
+	snprintf(bundled, sizeof(bundled), "%s", test_data_path("trace_tiny.strace"));
+	char *cut = strstr(bundled, "/tests/data/");
+	assert_non_null(cut);
+	snprintf(cut, sizeof(bundled) - (size_t)(cut - bundled), "/traces/mixtral-8x7b-instruct/");
+	struct strata_error err = { 0 };
+	struct strata_trace *bt;
+	char p1[PATH_MAX + 64];
+	snprintf(p1, sizeof(p1), "%smixtral-8x7b-instruct.strace", bundled);
+	if (strata_trace_open(p1, &bt, &err))
+		fail_msg("%s", err.msg);
+	const struct strata_trace_info *bi = strata_trace_info(bt);
+	assert_true(bi->n_tokens == 654 && bi->n_requests == 5 && bi->n_moe_layers == 32 && bi->n_experts == 8 &&
+		    bi->top_k == 2);
+	strata_trace_close(bt);
+	assert_int_equal(test_run(out, sizeof(out), "%s trace import -o %s %sgsm8k_2_routing-head.jsonl", s,
+				  test_path("head.strace"), bundled), 0);
+	assert_non_null(strstr(out, "384 rows -> 12 tokens in 1 requests"));
 	/* the shared Mixtral logs, when this checkout has them */
 	const char *mx = "/work/shared/traces/mixtral-8x7b-instruct";
 	char probe[PATH_MAX];
