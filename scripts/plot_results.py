@@ -96,7 +96,7 @@ def load(args):
         rows = [r for r in rows if r.get(k) == v or (num(r.get(k)) is not None and num(v) is not None
                                                      and num(r.get(k)) == num(v))]
     for r in rows:
-        r['_x'] = '\n'.join(r[c] for c in xs)
+        r['_x'] = '\n'.join(sp.stack_label(r[c]) for c in xs) if len(xs) > 1 else r[xs[0]]
     return rows
 
 
@@ -163,6 +163,8 @@ def main(argv=None):
     spread_note = f' (mean of {nseeds} seeds, band: min-max)' if reps > 1 else ''
 
     for ax, y, ylab in zip(axes, ys, ylabels):
+        drawn = []   # (name, points) of this panel's lines, to spot a series hidden under another
+        labels = {}  # --label: (text, x) -> (y, colour)
         for gi, name in enumerate(order):
             is_bound = name in args.ref_hue
             lab = (f'{name} (bound)' if is_bound else str(name)) if args.hue else None
@@ -184,14 +186,27 @@ def main(argv=None):
                 continue
             px = [p[0] for p in pts]
             st = sp.series_style(gi, name, is_bound)
+            under = next((n for n, q in drawn if sp.same_points(q, pts)), None)
+            if under is not None and not is_bound:   # it would hide exactly under `under`: draw it hollow
+                st = sp.series_style(gi, f'{name}.lua', False)
+                st['color'] = sp.series_style(gi, name)['color']
+            drawn.append((name, pts))
             ax.plot(px, [p[1][0] for p in pts], label=lab, **st)
             if reps > 1:
                 ax.fill_between(px, [p[1][1] for p in pts], [p[1][2] for p in pts], color=st['color'], alpha=0.15,
                                 lw=0, zorder=1)
-            for i, (qx, q, text) in enumerate(pts):
-                if text:  # alternate above and below so neighbouring labels do not collide
-                    ax.annotate(text, (qx, q[0]), textcoords='offset points', xytext=(4, 5 if i % 2 else -9),
-                                fontsize=6, color=st['color'])
+            for qx, q, text in pts:
+                if text:  # one label per (text, x): the lowest point, drawn after every series
+                    key = (text, qx)
+                    if key not in labels or q[0] < labels[key][0]:
+                        labels[key] = (q[0], st['color'])
+        prev = None
+        for i, ((text, qx), (qy, color)) in enumerate(sorted(labels.items(), key=lambda kv: kv[0][1])):
+            # below-right; a label close to the previous one goes below-left instead
+            near = prev is not None and abs(qx - prev) < 0.04 * (max(k[1] for k in labels) - min(k[1] for k in labels) or 1)
+            ax.annotate(text, (qx, qy), textcoords='offset points', xytext=(-4 if near else 4, -10),
+                        ha='right' if near else 'left', fontsize=6, color='0.25')
+            prev = qx
         if y in bounds:
             col, blab = bounds[y]
             bpts = {}
@@ -210,13 +225,15 @@ def main(argv=None):
             if col == y:
                 ax.axhline(val, color='k', ls=':', lw=1)
                 if label:
-                    ax.annotate(f'{label} {val:g}', (0.01, val), xycoords=('axes fraction', 'data'), fontsize=6,
+                    ax.annotate(f'{label} {val:g}', (0.03, val), xycoords=('axes fraction', 'data'), fontsize=6,
                                 va='bottom')
         if args.kind == 'bar':
             ax.set_xticks(range(len(xcats)))
             longest = max(max(len(s) for s in c.split('\n')) for c in xcats)
-            rot = 30 if longest * len(xcats) > (45 if len(ys) > 1 else 40) else 0
-            ax.set_xticklabels(xcats, rotation=rot, ha='right' if rot else 'center')
+            multi = any('\n' in c for c in xcats)   # --x a,b: stacked labels, kept level
+            rot = 30 if not multi and longest * len(xcats) > (70 if len(ys) > 1 else 40) else 0
+            ax.set_xticklabels(xcats, rotation=rot, ha='right' if rot else 'center',
+                               fontsize=6 if multi and longest * len(xcats) > 40 else None)
             ax.grid(axis='x', visible=False)
         ax.set_xlabel(sp.wrap(args.x if args.xlabel is None else args.xlabel, 2))
         ax.set_ylabel(ylab)

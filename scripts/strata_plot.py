@@ -70,6 +70,21 @@ def series_style(i, name, bound=False):
     return st
 
 
+def same_points(a, b):
+    """Two series of (x, (mean, ...), ...) points that coincide (one would hide the other)."""
+    return len(a) == len(b) and all(p[0] == q[0] and abs(p[1][0] - q[1][0]) <= 1e-9 * max(1.0, abs(p[1][0]))
+                                    for p, q in zip(a, b))
+
+
+def stack_label(text, width=9):
+    """A category label part for stacked tick labels: long hyphenated words
+    split over two lines ('h200-measured' -> 'h200-\nmeasured')."""
+    if len(text) <= width or '-' not in text:
+        return text
+    head, _, tail = text.partition('-')
+    return f'{head}-\n{tail}'
+
+
 def bar_style(i, name, bound=False):
     hatches = ['', '//', '\\\\', 'xx', '..', '--', '++', 'oo']
     if bound:
