@@ -145,14 +145,6 @@ static int cmp_d(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-static uint64_t mix(uint64_t *x)
-{
-	uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
-	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-	return z ^ (z >> 31);
-}
-
 void strata_calibrate_config_defaults(struct strata_calibrate_config *c)
 {
 	memset(c, 0, sizeof(*c));
@@ -179,7 +171,7 @@ static int measure_nvme(struct strata_store *s, const struct strata_calibrate_co
 		}
 	uint64_t seed = 42;
 	for (uint32_t i = n - 1; i > 0; i--) { /* shuffle: no sequential readahead help */
-		uint32_t j = (uint32_t)(mix(&seed) % (i + 1));
+		uint32_t j = (uint32_t)(strata_splitmix64(&seed) % (i + 1));
 		const struct strata_extent *t = ext[i];
 		ext[i] = ext[j];
 		ext[j] = t;

@@ -23,8 +23,8 @@
 #include "strata/engine.h"
 #include "strata/gpu.h"
 #include "strata/mover.h"
-#include "mover_int.h"
-#include "strata/tier.h"
+#include "movers/mover_int.h"
+#include "strata/tier_mem.h"
 #include "strata/util.h"
 
 #define V STRATA_TIER_VRAM
@@ -119,9 +119,9 @@ void strata_engine_config_defaults(struct strata_engine_config *c)
 		c->budget[R] = phys / 4 / STRATA_EXTENT_ALIGN * STRATA_EXTENT_ALIGN;
 	if (phys && strata_gpu_count() == 0 && c->budget[V] > phys / 8)
 		c->budget[V] = phys / 8 / STRATA_EXTENT_ALIGN * STRATA_EXTENT_ALIGN;
-	c->place = "static";
-	c->evict = "lru";
-	c->prefetch = "none";
+	c->place = strata_policy_default(STRATA_ROLE_PLACE);
+	c->evict = strata_policy_default(STRATA_ROLE_EVICT);
+	c->prefetch = strata_policy_default(STRATA_ROLE_PREFETCH);
 	c->seed = 1;
 	c->use_gpu = -1;
 	c->nvme_mover = STRATA_NVME_URING;
@@ -190,12 +190,12 @@ static void io_fail(struct strata_engine *e, const struct strata_error *err)
 }
 
 /* Submit m's queued moves.  In virtual mode, skip the call when the mover has
- * none queued: its submit would do nothing (see strata_virt_queued). */
+ * none queued: its submit would do nothing (see strata_mover_virtual_queued). */
 static int submit_mover(struct strata_engine *e, struct strata_mover *m, struct strata_error *err)
 {
 	if (e->virt) {
-		if (strata_virt_queued(m))
-			strata_virt_submit(m); /* cannot fail */
+		if (strata_mover_virtual_queued(m))
+			strata_mover_virtual_submit(m); /* cannot fail */
 		return STRATA_OK;
 	}
 	return strata_mover_submit(m, err);
@@ -265,7 +265,7 @@ static int job_queue(struct job *j)
 	struct strata_error err;
 	j->queued = 1;
 	if (j->e->virt) {
-		strata_virt_queue(j->m, &j->mv);
+		strata_mover_virtual_queue(j->m, &j->mv);
 		return STRATA_OK;
 	}
 	if (strata_mover_queue(j->m, &j->mv, &err)) {
@@ -293,7 +293,7 @@ static void job_wait(struct strata_engine *e, struct job *j)
 		}
 		if (e->virt) {
 			if (submit_mover(e, j->m, &err) == 0)
-				strata_virt_reap(j->m, 1);
+				strata_mover_virtual_reap(j->m, 1);
 		} else if (strata_mover_submit(j->m, &err) == 0 && strata_mover_reap(j->m, 1, &err) < 0) {
 			io_fail(e, &err);
 		}
@@ -475,9 +475,11 @@ static void mark_resident(struct strata_engine *e, int t, uint32_t eid, uint64_t
 static int create_policies(struct strata_engine *e, struct strata_error *err)
 {
 	const struct strata_engine_config *c = &e->cfg;
-	const char *spec[3] = { c->place ? c->place : "static", c->evict ? c->evict : "lru",
-				c->prefetch ? c->prefetch : "none" };
+	const char *spec[3] = { c->place, c->evict, c->prefetch };
 	const void *ops[3] = { c->place_ops, c->evict_ops, c->prefetch_ops };
+	for (int r = 0; r < STRATA_ROLE_COUNT; r++)
+		if (!spec[r])
+			spec[r] = strata_policy_default(r);
 	struct strata_policy **dst[4] = { &e->place, &e->evict[V], &e->evict[R], &e->prefetch };
 	const int role[4] = { STRATA_ROLE_PLACE, STRATA_ROLE_EVICT, STRATA_ROLE_EVICT, STRATA_ROLE_PREFETCH };
 	const int tier[4] = { -1, V, R, -1 };
@@ -792,12 +794,12 @@ static void poll_movers(struct strata_engine *e)
 	struct strata_mover *ms[3] = { e->nvme, e->staged, e->h2d };
 	for (int i = 0; i < 3; i++) {
 		struct strata_error err;
-		if (!ms[i]->outstanding || (e->virt && !strata_virt_queued(ms[i]) && !strata_virt_due(ms[i])))
+		if (!ms[i]->outstanding || (e->virt && !strata_mover_virtual_queued(ms[i]) && !strata_mover_virtual_due(ms[i])))
 			continue; /* nothing to submit or reap */
 		if (submit_mover(e, ms[i], &err))
 			io_fail(e, &err);
 		else if (e->virt)
-			strata_virt_reap(ms[i], 0);
+			strata_mover_virtual_reap(ms[i], 0);
 		else if (strata_mover_reap(ms[i], 0, &err) < 0)
 			io_fail(e, &err);
 	}

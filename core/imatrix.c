@@ -1,6 +1,6 @@
 /*
  * Importance matrices (mean x^2 per input column) for `strata quantize`:
- * safetensors or JSON files, see include/strata/quantize.h.  Safetensors
+ * safetensors or JSON files, see include/strata/imatrix.h.  Safetensors
  * entries stay on disk and are read on demand (pread: thread-safe), after
  * one streaming pass at load that checks every value; JSON entries are held
  * in memory (such files are small: per layer, not per expert).
@@ -12,14 +12,17 @@
 #include <string.h>
 
 #include "strata/json.h"
-#include "strata/quantize.h"
+#include "strata/imatrix.h"
+#include "strata/safetensors.h"
+#include "strata/types.h"
+#include "strata/util.h"
 
 struct strata_imatrix {
 	struct strata_model_spec spec;
 	char path[1024];
-	struct strata_st *st;                     /* safetensors file, or NULL */
-	const struct strata_st_tensor **layer_t;  /* [moe_layer * 3 + m] */
-	const struct strata_st_tensor **expert_t; /* [eid * 3 + m] */
+	struct strata_safetensors *st;                     /* safetensors file, or NULL */
+	const struct strata_safetensors_tensor **layer_t;  /* [moe_layer * 3 + m] */
+	const struct strata_safetensors_tensor **expert_t; /* [eid * 3 + m] */
 	float **layer_v;                          /* JSON: [moe_layer * 3 + m] */
 	uint32_t count;
 };
@@ -71,7 +74,7 @@ static int check_values(const char *path, const char *what, const float *v, uint
 static int load_st(struct strata_imatrix *im, struct strata_error *err)
 {
 	const struct strata_model_spec *s = &im->spec;
-	int rc = strata_st_open(im->path, &im->st, err);
+	int rc = strata_safetensors_open(im->path, &im->st, err);
 	if (rc)
 		return rc;
 	uint64_t total = strata_model_total_experts(s);
@@ -82,8 +85,8 @@ static int load_st(struct strata_imatrix *im, struct strata_error *err)
 		free(buf);
 		return STRATA_ERR(err, STRATA_ENOMEM, "out of memory");
 	}
-	for (uint32_t i = 0; i < strata_st_tensor_count(im->st) && !rc; i++) {
-		const struct strata_st_tensor *t = strata_st_tensor_at(im->st, i);
+	for (uint32_t i = 0; i < strata_safetensors_tensor_count(im->st) && !rc; i++) {
+		const struct strata_safetensors_tensor *t = strata_safetensors_tensor_at(im->st, i);
 		const char *p = t->name;
 		uint64_t L, E = UINT64_MAX;
 		int m = -1;
@@ -114,14 +117,14 @@ static int load_st(struct strata_imatrix *im, struct strata_error *err)
 					s->n_experts);
 			break;
 		}
-		if (t->ndim != 1 || t->shape[0] != mat_len(s, m) || !strata_st_dtype_is_float(t->dtype)) {
+		if (t->ndim != 1 || t->shape[0] != mat_len(s, m) || !strata_safetensors_dtype_is_float(t->dtype)) {
 			rc = STRATA_ERR(err, STRATA_ESHAPE, "%s: tensor '%s': want a float vector of %u entries (%s input size)",
 					im->path, t->name, mat_len(s, m), m == STRATA_MAT_DOWN ? "inter" : "hidden");
 			break;
 		}
 		for (uint64_t done = 0; done < t->numel && !rc; done += 65536) {
 			uint64_t n = t->numel - done < 65536 ? t->numel - done : 65536;
-			rc = strata_st_read_f32(im->st, t, done, n, buf, err);
+			rc = strata_safetensors_read_f32(im->st, t, done, n, buf, err);
 			if (!rc)
 				rc = check_values(im->path, t->name, buf, n, done, err);
 		}
@@ -254,12 +257,12 @@ int strata_imatrix_get(struct strata_imatrix *im, uint32_t layer, uint32_t exper
 		}
 		return STRATA_OK;
 	}
-	const struct strata_st_tensor *t = im->expert_t[((uint64_t)layer * s->n_experts + expert) * STRATA_MAT_COUNT + m];
+	const struct strata_safetensors_tensor *t = im->expert_t[((uint64_t)layer * s->n_experts + expert) * STRATA_MAT_COUNT + m];
 	if (!t)
 		t = im->layer_t[layer * STRATA_MAT_COUNT + m];
 	if (!t)
 		return STRATA_OK;
-	int rc = strata_st_read_f32(im->st, t, 0, t->numel, out, err);
+	int rc = strata_safetensors_read_f32(im->st, t, 0, t->numel, out, err);
 	if (!rc)
 		*found = true;
 	return rc;
@@ -280,6 +283,6 @@ void strata_imatrix_free(struct strata_imatrix *im)
 	free(im->layer_v);
 	free(im->layer_t);
 	free(im->expert_t);
-	strata_st_close(im->st);
+	strata_safetensors_close(im->st);
 	free(im);
 }

@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "strata/policy.h"
-#include "strata/store.h"
+#include "strata/types.h"
 
 enum loader_kind { LOADER_BUILTIN = 0, LOADER_PLUGIN = 1, LOADER_LUA = 2 };
 

@@ -1,7 +1,6 @@
 /*
- * Safetensors MoE model -> Strata shards: naming schemes, spec inference,
- * the parallel quantize loop, and a small test-model writer.  See
- * include/strata/quantize.h.
+ * Safetensors MoE model -> Strata shards: naming schemes, spec inference and
+ * the parallel quantize loop.  See include/strata/quantize.h.
  *
  * The quantize loop hands out expert ids from one atomic counter to N worker
  * threads; each worker reads one matrix at a time (pread, converted to float),
@@ -26,12 +25,6 @@
 #include "strata/json.h"
 #include "strata/quantize.h"
 #include "strata/util.h"
-
-const char *strata_matrix_name(int m)
-{
-	static const char *const n[] = { "gate", "up", "down" };
-	return m >= 0 && m < STRATA_MAT_COUNT ? n[m] : "?";
-}
 
 const struct strata_naming strata_namings[] = {
 	{ .name = "mixtral", .about = "model.layers.{L}.block_sparse_moe.experts.{E}.{w1,w3,w2}.weight",
@@ -107,12 +100,12 @@ void strata_naming_format(const struct strata_naming *n, uint32_t layer, uint32_
 	snprintf(buf, len, "model.layers.%u.%s%u.%s.weight", layer, n->experts_infix, expert, n->matrix[matrix]);
 }
 
-static int detect_naming(struct strata_st *st, const struct strata_naming **out, struct strata_error *err)
+static int detect_naming(struct strata_safetensors *st, const struct strata_naming **out, struct strata_error *err)
 {
 	const struct strata_naming *mix = strata_naming_find("mixtral"), *ds = strata_naming_find("deepseek-v3");
 	uint32_t n_mix = 0, n_mlp = 0, deepseek_hint = 0;
-	for (uint32_t i = 0; i < strata_st_tensor_count(st); i++) {
-		const char *name = strata_st_tensor_at(st, i)->name;
+	for (uint32_t i = 0; i < strata_safetensors_tensor_count(st); i++) {
+		const char *name = strata_safetensors_tensor_at(st, i)->name;
 		uint32_t l, e;
 		int m;
 		n_mix += strata_naming_match(mix, name, &l, &e, &m);
@@ -122,7 +115,7 @@ static int detect_naming(struct strata_st *st, const struct strata_naming **out,
 	if (n_mix && n_mlp)
 		return STRATA_ERR(err, STRATA_EINVAL,
 				  "%s: tensors match both the mixtral and the mlp.experts naming: pick one with --naming",
-				  strata_st_file_path(st, 0));
+				  strata_safetensors_file_path(st, 0));
 	if (n_mix)
 		*out = mix;
 	else if (n_mlp)
@@ -130,7 +123,7 @@ static int detect_naming(struct strata_st *st, const struct strata_naming **out,
 	else
 		return STRATA_ERR(err, STRATA_ENOTFOUND,
 				  "%s: no routed-expert tensors of any known naming (mixtral: %s; deepseek-v3 / qwen3-moe: %s)",
-				  strata_st_file_path(st, 0), mix->about, ds->about);
+				  strata_safetensors_file_path(st, 0), mix->about, ds->about);
 	return STRATA_OK;
 }
 
@@ -181,11 +174,11 @@ static int read_hf_config(const char *model_path, struct hf_config *c, struct st
 	return STRATA_OK;
 }
 
-void strata_qz_model_close(struct strata_qz_model *m)
+void strata_quantize_model_close(struct strata_quantize_model *m)
 {
 	if (!m)
 		return;
-	strata_st_close(m->st);
+	strata_safetensors_close(m->st);
 	free(m->experts);
 	free(m->nonrouted);
 	free(m);
@@ -208,11 +201,11 @@ static const char *base_name(const char *path, char *buf, size_t len)
 
 static bool is_fp8(int dtype)
 {
-	return dtype == STRATA_ST_F8_E4M3 || dtype == STRATA_ST_F8_E5M2;
+	return dtype == STRATA_SAFETENSORS_F8_E4M3 || dtype == STRATA_SAFETENSORS_F8_E5M2;
 }
 
 /* "X_scale_inv" where X exists: DeepSeek-V3's per-block FP8 dequant scales */
-static bool is_scale_of_other(struct strata_st *st, const char *name)
+static bool is_scale_of_other(struct strata_safetensors *st, const char *name)
 {
 	static const char suf[] = "_scale_inv";
 	size_t n = strlen(name);
@@ -221,22 +214,22 @@ static bool is_scale_of_other(struct strata_st *st, const char *name)
 	char base[512];
 	memcpy(base, name, n - (sizeof(suf) - 1));
 	base[n - (sizeof(suf) - 1)] = '\0';
-	return strata_st_find(st, base) != NULL;
+	return strata_safetensors_find(st, base) != NULL;
 }
 
-static const struct strata_st_tensor *scale_of(const struct strata_qz_model *m, const struct strata_st_tensor *t)
+static const struct strata_safetensors_tensor *scale_of(const struct strata_quantize_model *m, const struct strata_safetensors_tensor *t)
 {
 	char name[512];
 	snprintf(name, sizeof(name), "%s_scale_inv", t->name);
-	return strata_st_find(m->st, name);
+	return strata_safetensors_find(m->st, name);
 }
 
-static int check_fp8_scale(const struct strata_qz_model *m, const struct strata_st_tensor *t, struct strata_error *err)
+static int check_fp8_scale(const struct strata_quantize_model *m, const struct strata_safetensors_tensor *t, struct strata_error *err)
 {
 	if (!is_fp8(t->dtype))
 		return STRATA_OK;
-	const char *f = strata_st_file_path(m->st, t->file);
-	const struct strata_st_tensor *sc = scale_of(m, t);
+	const char *f = strata_safetensors_file_path(m->st, t->file);
+	const struct strata_safetensors_tensor *sc = scale_of(m, t);
 	if (t->ndim != 2)
 		return STRATA_ERR(err, STRATA_EUNSUPPORTED, "%s: FP8 tensor '%s' is %u-D; only 2-D FP8 weights are read", f,
 				  t->name, t->ndim);
@@ -245,17 +238,17 @@ static int check_fp8_scale(const struct strata_qz_model *m, const struct strata_
 				  t->name);
 	uint64_t r = (t->shape[0] + m->fp8_block[0] - 1) / m->fp8_block[0];
 	uint64_t c = (t->shape[1] + m->fp8_block[1] - 1) / m->fp8_block[1];
-	if (sc->ndim != 2 || sc->shape[0] != r || sc->shape[1] != c || !strata_st_dtype_is_float(sc->dtype) ||
+	if (sc->ndim != 2 || sc->shape[0] != r || sc->shape[1] != c || !strata_safetensors_dtype_is_float(sc->dtype) ||
 	    is_fp8(sc->dtype))
 		return STRATA_ERR(err, STRATA_ESHAPE,
 				  "%s: '%s' must be a float [%" PRIu64 ", %" PRIu64 "] (blocks of %u x %u over [%" PRIu64 ", %" PRIu64
 				  "])",
-				  strata_st_file_path(m->st, sc->file), sc->name, r, c, m->fp8_block[0], m->fp8_block[1],
+				  strata_safetensors_file_path(m->st, sc->file), sc->name, r, c, m->fp8_block[0], m->fp8_block[1],
 				  t->shape[0], t->shape[1]);
 	return STRATA_OK;
 }
 
-int strata_qz_read_rows(struct strata_qz_model *m, const struct strata_st_tensor *t, uint64_t row0, uint64_t nrows,
+int strata_quantize_read_rows(struct strata_quantize_model *m, const struct strata_safetensors_tensor *t, uint64_t row0, uint64_t nrows,
 			float *out, struct strata_error *err)
 {
 	uint64_t cols = t->ndim >= 2 ? t->shape[t->ndim - 1] : t->numel;
@@ -263,10 +256,10 @@ int strata_qz_read_rows(struct strata_qz_model *m, const struct strata_st_tensor
 	if (row0 > rows || nrows > rows - row0)
 		return STRATA_ERR(err, STRATA_EINVAL, "tensor '%s': rows [%" PRIu64 ", +%" PRIu64 ") out of range", t->name,
 				  row0, nrows);
-	int rc = strata_st_read_f32(m->st, t, row0 * cols, nrows * cols, out, err);
+	int rc = strata_safetensors_read_f32(m->st, t, row0 * cols, nrows * cols, out, err);
 	if (rc || !is_fp8(t->dtype))
 		return rc;
-	const struct strata_st_tensor *sc = scale_of(m, t);
+	const struct strata_safetensors_tensor *sc = scale_of(m, t);
 	if (!sc)
 		return STRATA_ERR(err, STRATA_ENOTFOUND, "FP8 tensor '%s' has no block scales", t->name);
 	uint64_t scols = sc->shape[1];
@@ -277,7 +270,7 @@ int strata_qz_read_rows(struct strata_qz_model *m, const struct strata_st_tensor
 	for (uint64_t r = 0; r < nrows && !rc; r++) {
 		uint64_t br = (row0 + r) / m->fp8_block[0];
 		if (br != have) {
-			if ((rc = strata_st_read_f32(m->st, sc, br * scols, scols, srow, err)))
+			if ((rc = strata_safetensors_read_f32(m->st, sc, br * scols, scols, srow, err)))
 				break;
 			have = br;
 		}
@@ -289,23 +282,23 @@ int strata_qz_read_rows(struct strata_qz_model *m, const struct strata_st_tensor
 	return rc;
 }
 
-int strata_qz_model_open(const char *path, const struct strata_qz_open_options *opt, struct strata_qz_model **out,
+int strata_quantize_model_open(const char *path, const struct strata_quantize_open_options *opt, struct strata_quantize_model **out,
 			 struct strata_error *err)
 {
 	*out = NULL;
-	struct strata_qz_open_options none = { 0 };
+	struct strata_quantize_open_options none = { 0 };
 	if (!opt)
 		opt = &none;
-	struct strata_qz_model *m = calloc(1, sizeof(*m));
+	struct strata_quantize_model *m = calloc(1, sizeof(*m));
 	if (!m)
 		return STRATA_ERR(err, STRATA_ENOMEM, "out of memory");
 	snprintf(m->path, sizeof(m->path), "%s", path);
 	uint32_t *layer_of = NULL, *expert_of = NULL;
 	int8_t *mat_of = NULL;
-	int rc = strata_st_open(path, &m->st, err);
+	int rc = strata_safetensors_open(path, &m->st, err);
 	if (rc)
 		goto fail;
-	struct strata_st *st = m->st;
+	struct strata_safetensors *st = m->st;
 	const char *where = path;
 	struct hf_config hc;
 	if ((rc = read_hf_config(path, &hc, err)))
@@ -318,7 +311,7 @@ int strata_qz_model_open(const char *path, const struct strata_qz_open_options *
 		goto fail;
 	}
 	const struct strata_naming *nm = m->naming;
-	uint32_t n = strata_st_tensor_count(st);
+	uint32_t n = strata_safetensors_tensor_count(st);
 	layer_of = malloc(n * sizeof(*layer_of));
 	expert_of = malloc(n * sizeof(*expert_of));
 	mat_of = malloc(n);
@@ -330,7 +323,7 @@ int strata_qz_model_open(const char *path, const struct strata_qz_open_options *
 	uint32_t lo = UINT32_MAX, hi = 0, max_e = 0, max_layer = 0, n_exp = 0;
 	bool any_layer = false;
 	for (uint32_t i = 0; i < n; i++) {
-		const struct strata_st_tensor *t = strata_st_tensor_at(st, i);
+		const struct strata_safetensors_tensor *t = strata_safetensors_tensor_at(st, i);
 		uint32_t l, e;
 		int mat;
 		mat_of[i] = -1;
@@ -388,7 +381,7 @@ int strata_qz_model_open(const char *path, const struct strata_qz_open_options *
 		goto fail;
 	}
 	for (uint32_t i = 0; i < n; i++) {
-		const struct strata_st_tensor *t = strata_st_tensor_at(st, i);
+		const struct strata_safetensors_tensor *t = strata_safetensors_tensor_at(st, i);
 		if (mat_of[i] <= -2)
 			continue;
 		if (mat_of[i] < 0) {
@@ -399,12 +392,12 @@ int strata_qz_model_open(const char *path, const struct strata_qz_open_options *
 		m->experts[((uint64_t)(layer_of[i] - lo) * s->n_experts + expert_of[i]) * STRATA_MAT_COUNT + mat_of[i]] = t;
 	}
 	/* every expert present with 3 matrices of one shape and a float dtype */
-	const struct strata_st_tensor *g0 = NULL;
+	const struct strata_safetensors_tensor *g0 = NULL;
 	for (uint64_t k = 0; k < total * STRATA_MAT_COUNT && !g0; k += STRATA_MAT_COUNT)
 		g0 = m->experts[k];
 	if (!g0 || g0->ndim != 2) {
 		rc = STRATA_ERR(err, STRATA_ESHAPE, "%s: tensor '%s' is %u-D, a 2-D [inter, hidden] matrix expected",
-				strata_st_file_path(st, g0 ? g0->file : 0), g0 ? g0->name : "?", g0 ? g0->ndim : 0);
+				strata_safetensors_file_path(st, g0 ? g0->file : 0), g0 ? g0->name : "?", g0 ? g0->ndim : 0);
 		goto fail;
 	}
 	/* the first expert's first present matrix fixes the sizes */
@@ -431,7 +424,7 @@ int strata_qz_model_open(const char *path, const struct strata_qz_open_options *
 	for (uint32_t l = 0; l < s->n_moe_layers; l++)
 		for (uint32_t e = 0; e < s->n_experts; e++)
 			for (int mat = 0; mat < STRATA_MAT_COUNT; mat++) {
-				const struct strata_st_tensor *t =
+				const struct strata_safetensors_tensor *t =
 					m->experts[((uint64_t)l * s->n_experts + e) * STRATA_MAT_COUNT + mat];
 				char want[160];
 				strata_naming_format(nm, l + lo, e, mat, want, sizeof(want));
@@ -452,36 +445,36 @@ int strata_qz_model_open(const char *path, const struct strata_qz_open_options *
 					rc = STRATA_ERR(err, STRATA_ESHAPE,
 							"%s: tensor '%s' has shape [%s], expected [%" PRIu64 ", %" PRIu64
 							"] (hidden %u, inter %u from '%s')",
-							strata_st_file_path(st, t->file), t->name, got, r, c, s->hidden, s->inter,
+							strata_safetensors_file_path(st, t->file), t->name, got, r, c, s->hidden, s->inter,
 							g0->name);
 					goto fail;
 				}
-				if (!strata_st_dtype_is_float(t->dtype)) {
+				if (!strata_safetensors_dtype_is_float(t->dtype)) {
 					rc = STRATA_ERR(err, STRATA_EUNSUPPORTED,
 							"%s: tensor '%s' has dtype %s; routed experts must be BF16, F16 or F32",
-							strata_st_file_path(st, t->file), t->name, strata_st_dtype_name(t->dtype));
+							strata_safetensors_file_path(st, t->file), t->name, strata_safetensors_dtype_name(t->dtype));
 					goto fail;
 				}
 			}
 	for (uint32_t i = 0; i < m->n_nonrouted; i++) {
-		const struct strata_st_tensor *t = m->nonrouted[i];
-		if (!strata_st_dtype_is_float(t->dtype)) {
+		const struct strata_safetensors_tensor *t = m->nonrouted[i];
+		if (!strata_safetensors_dtype_is_float(t->dtype)) {
 			rc = STRATA_ERR(err, STRATA_EUNSUPPORTED,
 					"%s: tensor '%s' has dtype %s; non-routed tensors must be BF16, F16, F32 or F64%s",
-					strata_st_file_path(st, t->file), t->name, strata_st_dtype_name(t->dtype),
-					t->dtype == STRATA_ST_F8_E4M3 ? " (an FP8 checkpoint: convert it to BF16 first)" : "");
+					strata_safetensors_file_path(st, t->file), t->name, strata_safetensors_dtype_name(t->dtype),
+					t->dtype == STRATA_SAFETENSORS_F8_E4M3 ? " (an FP8 checkpoint: convert it to BF16 first)" : "");
 			goto fail;
 		}
 		if (strlen(t->name) >= STRATA_TENSOR_NAME_MAX || t->ndim > 4) {
 			rc = STRATA_ERR(err, STRATA_EUNSUPPORTED, "%s: tensor '%s': name over %d bytes or more than 4 dimensions",
-					strata_st_file_path(st, t->file), t->name, STRATA_TENSOR_NAME_MAX - 1);
+					strata_safetensors_file_path(st, t->file), t->name, STRATA_TENSOR_NAME_MAX - 1);
 			goto fail;
 		}
 	}
 	m->fp8_block[0] = hc.fp8_block[0];
 	m->fp8_block[1] = hc.fp8_block[1];
 	for (uint64_t k = 0; k < total * STRATA_MAT_COUNT + m->n_nonrouted; k++) {
-		const struct strata_st_tensor *t =
+		const struct strata_safetensors_tensor *t =
 			k < total * STRATA_MAT_COUNT ? m->experts[k] : m->nonrouted[k - total * STRATA_MAT_COUNT];
 		if ((rc = check_fp8_scale(m, t, err)))
 			goto fail;
@@ -490,7 +483,7 @@ int strata_qz_model_open(const char *path, const struct strata_qz_open_options *
 	if (nm->shared_infix) {
 		char sname[160];
 		snprintf(sname, sizeof(sname), "model.layers.%u.%sgate_proj.weight", lo, nm->shared_infix);
-		const struct strata_st_tensor *t = strata_st_find(st, sname);
+		const struct strata_safetensors_tensor *t = strata_safetensors_find(st, sname);
 		if (t && t->ndim == 2) {
 			s->n_shared = hc.n_shared > 0 ? (uint32_t)hc.n_shared : 1;
 			s->shared_inter = (uint32_t)(t->shape[0] / s->n_shared);
@@ -512,14 +505,14 @@ fail:
 	free(layer_of);
 	free(expert_of);
 	free(mat_of);
-	strata_qz_model_close(m);
+	strata_quantize_model_close(m);
 	return rc;
 }
 
 /* ---- the quantize loop -------------------------------------------------- */
 
 struct qz_job {
-	struct strata_qz_model *m;
+	struct strata_quantize_model *m;
 	const struct strata_quantize_config *cfg;
 	struct strata_store_writer *w;
 	struct strata_quantize_report *rep;
@@ -557,7 +550,7 @@ static void describe_nonfinite(const float *w, uint64_t n, uint64_t cols, char *
 static void *qz_worker(void *arg)
 {
 	struct qz_job *j = arg;
-	struct strata_qz_model *m = j->m;
+	struct strata_quantize_model *m = j->m;
 	const struct strata_model_spec *s = &m->spec;
 	struct strata_error e = { 0 };
 	float *w = malloc(j->mat_floats * sizeof(float));
@@ -596,14 +589,14 @@ static void *qz_worker(void *arg)
 		const uint64_t off[3] = { lay.gate_off, lay.up_off, lay.down_off };
 		int rc = 0;
 		for (int mat = 0; mat < STRATA_MAT_COUNT && !rc; mat++) {
-			const struct strata_st_tensor *t = m->experts[eid * STRATA_MAT_COUNT + mat];
+			const struct strata_safetensors_tensor *t = m->experts[eid * STRATA_MAT_COUNT + mat];
 			if (strata_interrupted || j->failed) {
 				/* big experts take a while each: stop between matrices */
 				rc = STRATA_ERR(&e, strata_interrupted ? STRATA_EINTR : STRATA_EIO, "interrupted");
 				break;
 			}
 			uint32_t rows = ml[mat]->rows, cols = ml[mat]->cols;
-			if ((rc = strata_qz_read_rows(m, t, 0, rows, w, &e)))
+			if ((rc = strata_quantize_read_rows(m, t, 0, rows, w, &e)))
 				break;
 			in_bytes += t->bytes;
 			bool have = false;
@@ -618,7 +611,7 @@ static void *qz_worker(void *arg)
 				char what[96];
 				describe_nonfinite(w, (uint64_t)rows * cols, cols, what, sizeof(what));
 				rc = STRATA_ERR(&e, STRATA_ECORRUPT, "%s: tensor '%s': %s: weights must be finite",
-						strata_st_file_path(m->st, t->file), t->name, what);
+						strata_safetensors_file_path(m->st, t->file), t->name, what);
 			} else if (q) {
 				rc = STRATA_ERR(&e, STRATA_EUNSUPPORTED,
 						"tensor '%s': quantizing a %ux%u matrix to format %s failed (%d)", t->name, rows,
@@ -672,7 +665,7 @@ out:
 
 static int add_tensors(struct qz_job *j, struct strata_error *err)
 {
-	struct strata_qz_model *m = j->m;
+	struct strata_quantize_model *m = j->m;
 	enum { CHUNK = 1 << 20 };
 	float *chunk = NULL;
 	size_t chunk_cap = 0;
@@ -682,7 +675,7 @@ static int add_tensors(struct qz_job *j, struct strata_error *err)
 			rc = STRATA_ERR(err, STRATA_EINTR, "interrupted");
 			break;
 		}
-		const struct strata_st_tensor *t = m->nonrouted[i];
+		const struct strata_safetensors_tensor *t = m->nonrouted[i];
 		int f32 = t->ndim <= 1;
 		size_t bytes = (size_t)t->numel * (f32 ? 4 : 2);
 		uint64_t cols = t->ndim >= 2 ? t->shape[t->ndim - 1] : t->numel;
@@ -707,14 +700,14 @@ static int add_tensors(struct qz_job *j, struct strata_error *err)
 			uint64_t nr = rows - r0 < per ? rows - r0 : per;
 			uint64_t done = r0 * cols, n = nr * cols;
 			float *dst = f32 ? (float *)buf + done : chunk;
-			if ((rc = strata_qz_read_rows(m, t, r0, nr, dst, err)))
+			if ((rc = strata_quantize_read_rows(m, t, r0, nr, dst, err)))
 				break;
 			for (uint64_t k = 0; k < n; k++) {
 				if (!isfinite(dst[k])) {
 					rc = STRATA_ERR(err, STRATA_ECORRUPT,
 							"%s: tensor '%s': %s at element %" PRIu64 " (row %" PRIu64
 							"): weights must be finite",
-							strata_st_file_path(m->st, t->file), t->name, isnan(dst[k]) ? "NaN" : "Inf",
+							strata_safetensors_file_path(m->st, t->file), t->name, isnan(dst[k]) ? "NaN" : "Inf",
 							done + k, (done + k) / cols);
 					break;
 				}
@@ -739,7 +732,7 @@ static int add_tensors(struct qz_job *j, struct strata_error *err)
 	return rc;
 }
 
-int strata_quantize_run(struct strata_qz_model *m, const struct strata_quantize_config *cfg,
+int strata_quantize_run(struct strata_quantize_model *m, const struct strata_quantize_config *cfg,
 			struct strata_quantize_report *rep, struct strata_error *err)
 {
 	const struct strata_model_spec *s = &m->spec;
@@ -771,7 +764,7 @@ int strata_quantize_run(struct strata_qz_model *m, const struct strata_quantize_
 		return STRATA_ERR(err, STRATA_ENOMEM, "out of memory");
 	uint64_t in_total = 0;
 	for (uint32_t i = 0; i < m->n_nonrouted; i++) {
-		const struct strata_st_tensor *t = m->nonrouted[i];
+		const struct strata_safetensors_tensor *t = m->nonrouted[i];
 		snprintf(ti[i].name, sizeof(ti[i].name), "%s", t->name);
 		ti[i].fmt = t->ndim <= 1 ? STRATA_FMT_F32 : STRATA_FMT_BF16;
 		ti[i].ndim = t->ndim;
@@ -855,7 +848,7 @@ int strata_quantize_run(struct strata_qz_model *m, const struct strata_quantize_
 	return STRATA_OK;
 }
 
-int strata_quantize_plan(struct strata_qz_model *m, const uint8_t *tiers, struct strata_quantize_report *rep,
+int strata_quantize_plan(struct strata_quantize_model *m, const uint8_t *tiers, struct strata_quantize_report *rep,
 			 struct strata_error *err)
 {
 	const struct strata_model_spec *s = &m->spec;
@@ -885,7 +878,7 @@ int strata_quantize_plan(struct strata_qz_model *m, const uint8_t *tiers, struct
 	for (uint64_t k = 0; k < total * STRATA_MAT_COUNT; k++)
 		rep->in_bytes += m->experts[k]->bytes;
 	for (uint32_t i = 0; i < m->n_nonrouted; i++) {
-		const struct strata_st_tensor *t = m->nonrouted[i];
+		const struct strata_safetensors_tensor *t = m->nonrouted[i];
 		rep->tensors++;
 		rep->tensor_params += t->numel;
 		rep->tensor_bytes += t->numel * (t->ndim <= 1 ? 4 : 2);
@@ -895,219 +888,4 @@ int strata_quantize_plan(struct strata_qz_model *m, const uint8_t *tiers, struct
 	rep->routed_bf16_bytes = total * strata_model_expert_params(s) * 2;
 	rep->bf16_bytes = rep->routed_bf16_bytes + s->nonrouted_params * 2;
 	return STRATA_OK;
-}
-
-/* ---- test models -------------------------------------------------------- */
-
-struct rng {
-	uint64_t s;
-	int have;
-	double spare;
-};
-
-static double gauss(struct rng *r)
-{
-	if (r->have) {
-		r->have = 0;
-		return r->spare;
-	}
-	double u = ((double)(strata_splitmix64(&r->s) >> 11) + 0.5) / 9007199254740992.0;
-	double v = ((double)(strata_splitmix64(&r->s) >> 11) + 0.5) / 9007199254740992.0;
-	double rad = sqrt(-2 * log(u));
-	r->spare = rad * sin(2 * M_PI * v);
-	r->have = 1;
-	return rad * cos(2 * M_PI * v);
-}
-
-struct tm_tensor {
-	char name[160];
-	uint32_t ndim;
-	uint64_t shape[2];
-	int norm; /* 1-D norm weight: ones */
-};
-
-static int tm_add(struct tm_tensor **v, uint32_t *n, uint32_t *cap, const char *name, uint32_t ndim, uint64_t r,
-		  uint64_t c)
-{
-	if (*n == *cap) {
-		*cap = *cap ? *cap * 2 : 64;
-		struct tm_tensor *nv = realloc(*v, *cap * sizeof(**v));
-		if (!nv)
-			return -1;
-		*v = nv;
-	}
-	struct tm_tensor *t = &(*v)[(*n)++];
-	memset(t, 0, sizeof(*t));
-	snprintf(t->name, sizeof(t->name), "%s", name);
-	t->ndim = ndim;
-	t->shape[0] = r;
-	t->shape[1] = c;
-	t->norm = ndim == 1;
-	return 0;
-}
-
-int strata_qz_make_test_model(const char *dir, const char *naming, const struct strata_model_spec *s, int dtype,
-			      uint32_t n_files, uint64_t seed, struct strata_error *err)
-{
-	const struct strata_naming *nm = strata_naming_find(naming ? naming : "mixtral");
-	if (!nm)
-		return STRATA_ERR(err, STRATA_EINVAL, "unknown naming '%s'", naming);
-	if (dtype != STRATA_ST_BF16 && dtype != STRATA_ST_F16 && dtype != STRATA_ST_F32)
-		return STRATA_ERR(err, STRATA_EINVAL, "test model dtype must be BF16, F16 or F32");
-	int rc = strata_model_spec_validate(s, err);
-	if (rc)
-		return rc;
-	if (!n_files)
-		n_files = 1;
-	if (mkdir(dir, 0755) && errno != EEXIST)
-		return STRATA_ERRNO(err, STRATA_EIO, "%s: mkdir", dir);
-	struct tm_tensor *v = NULL;
-	uint32_t n = 0, cap = 0;
-	const uint64_t vocab = 64, h = s->hidden;
-	char name[200];
-	int bad = tm_add(&v, &n, &cap, "model.embed_tokens.weight", 2, vocab, h);
-	for (uint32_t l = 0; l < s->n_layers && !bad; l++) {
-		static const char *const attn[] = { "q_proj", "k_proj", "v_proj", "o_proj" };
-		snprintf(name, sizeof(name), "model.layers.%u.input_layernorm.weight", l);
-		bad |= tm_add(&v, &n, &cap, name, 1, h, 0);
-		for (int a = 0; a < 4; a++) {
-			snprintf(name, sizeof(name), "model.layers.%u.self_attn.%s.weight", l, attn[a]);
-			bad |= tm_add(&v, &n, &cap, name, 2, h, h);
-		}
-		snprintf(name, sizeof(name), "model.layers.%u.post_attention_layernorm.weight", l);
-		bad |= tm_add(&v, &n, &cap, name, 1, h, 0);
-		int moe = l >= s->first_moe_layer && l < s->first_moe_layer + s->n_moe_layers;
-		if (!moe) {
-			static const char *const mlp[] = { "gate_proj", "up_proj", "down_proj" };
-			for (int k = 0; k < 3; k++) {
-				snprintf(name, sizeof(name), "model.layers.%u.mlp.%s.weight", l, mlp[k]);
-				bad |= tm_add(&v, &n, &cap, name, 2, k == 2 ? h : s->inter, k == 2 ? s->inter : h);
-			}
-			continue;
-		}
-		snprintf(name, sizeof(name), "model.layers.%u.%s.weight", l,
-			 !strcmp(nm->name, "mixtral") ? "block_sparse_moe.gate" : "mlp.gate");
-		bad |= tm_add(&v, &n, &cap, name, 2, s->n_experts, h);
-		for (uint32_t e = 0; e < s->n_experts; e++)
-			for (int k = 0; k < STRATA_MAT_COUNT; k++) {
-				strata_naming_format(nm, l, e, k, name, sizeof(name));
-				bad |= tm_add(&v, &n, &cap, name, 2, k == STRATA_MAT_DOWN ? h : s->inter,
-					      k == STRATA_MAT_DOWN ? s->inter : h);
-			}
-		if (nm->shared_infix && s->n_shared) {
-			uint64_t si = (uint64_t)s->n_shared * (s->shared_inter ? s->shared_inter : s->inter);
-			static const char *const mlp[] = { "gate_proj", "up_proj", "down_proj" };
-			for (int k = 0; k < 3; k++) {
-				snprintf(name, sizeof(name), "model.layers.%u.%s%s.weight", l, nm->shared_infix, mlp[k]);
-				bad |= tm_add(&v, &n, &cap, name, 2, k == 2 ? h : si, k == 2 ? si : h);
-			}
-			snprintf(name, sizeof(name), "model.layers.%u.mlp.gate.e_score_correction_bias", l);
-			bad |= tm_add(&v, &n, &cap, name, 1, s->n_experts, 0);
-		}
-	}
-	bad |= tm_add(&v, &n, &cap, "model.norm.weight", 1, h, 0);
-	bad |= tm_add(&v, &n, &cap, "lm_head.weight", 2, vocab, h);
-	if (bad) {
-		free(v);
-		return STRATA_ERR(err, STRATA_ENOMEM, "out of memory");
-	}
-	if (n_files > n)
-		n_files = n;
-	struct rng r = { .s = seed ^ 0x5eedull };
-	float *buf = NULL;
-	size_t buf_cap = 0;
-	char path[PATH_MAX];
-	FILE *idx = NULL;
-	char idx_path[PATH_MAX], idx_tmp[PATH_MAX + 8];
-	if (n_files > 1) {
-		snprintf(idx_path, sizeof(idx_path), "%s/model.safetensors.index.json", dir);
-		snprintf(idx_tmp, sizeof(idx_tmp), "%s.tmp", idx_path);
-		idx = fopen(idx_tmp, "w");
-		if (!idx) {
-			free(v);
-			return STRATA_ERRNO(err, STRATA_EIO, "%s: cannot create", idx_tmp);
-		}
-		fprintf(idx, "{\n  \"metadata\": {\"total_size\": 0},\n  \"weight_map\": {");
-	}
-	for (uint32_t f = 0; f < n_files && !rc; f++) {
-		uint32_t a = (uint32_t)((uint64_t)n * f / n_files), b = (uint32_t)((uint64_t)n * (f + 1) / n_files);
-		char fname[128];
-		if (n_files > 1)
-			snprintf(fname, sizeof(fname), "model-%05u-of-%05u.safetensors", f + 1, n_files);
-		else
-			snprintf(fname, sizeof(fname), "model.safetensors");
-		snprintf(path, sizeof(path), "%s/%s", dir, fname);
-		struct strata_st_writer *w;
-		if ((rc = strata_st_writer_open(path, &w, err)))
-			break;
-		rc = strata_st_writer_metadata(w, "format", "pt", err);
-		for (uint32_t i = a; i < b && !rc; i++) {
-			uint64_t shape[2] = { v[i].shape[0], v[i].shape[1] };
-			rc = strata_st_writer_declare(w, v[i].name, v[i].norm ? STRATA_ST_F32 : dtype, v[i].ndim, shape, err);
-			if (idx)
-				fprintf(idx, "%s\n    \"%s\": \"%s\"", i ? "," : "", v[i].name, fname);
-		}
-		for (uint32_t i = a; i < b && !rc; i++) {
-			uint64_t rows = v[i].ndim == 1 ? 1 : v[i].shape[0], cols = v[i].ndim == 1 ? v[i].shape[0] : v[i].shape[1];
-			if (cols > buf_cap) {
-				float *nb = realloc(buf, cols * sizeof(float));
-				if (!nb) {
-					rc = STRATA_ERR(err, STRATA_ENOMEM, "out of memory");
-					break;
-				}
-				buf = nb;
-				buf_cap = cols;
-			}
-			for (uint64_t row = 0; row < rows && !rc; row++) {
-				for (uint64_t c = 0; c < cols; c++) {
-					if (v[i].norm) {
-						buf[c] = 1.0f + 0.01f * (float)gauss(&r);
-						continue;
-					}
-					double x = 0.02 * gauss(&r);
-					/* a few heavy-tailed outliers, as real checkpoints have */
-					if ((strata_splitmix64(&r.s) & 1023) == 0)
-						x *= 10;
-					buf[c] = (float)x;
-				}
-				rc = strata_st_writer_write_f32(w, buf, cols, err);
-			}
-		}
-		if (!rc)
-			rc = strata_st_writer_finish(w, err);
-		else
-			strata_st_writer_abort(w);
-	}
-	free(buf);
-	if (idx) {
-		fprintf(idx, "\n  }\n}\n");
-		if (fclose(idx) && !rc)
-			rc = STRATA_ERRNO(err, STRATA_EIO, "%s: write", idx_tmp);
-		if (!rc && rename(idx_tmp, idx_path))
-			rc = STRATA_ERRNO(err, STRATA_EIO, "%s: rename", idx_tmp);
-		if (rc)
-			unlink(idx_tmp);
-	}
-	if (!rc) {
-		snprintf(path, sizeof(path), "%s/config.json", dir);
-		struct strata_outfile o;
-		if (!(rc = strata_outfile_open(&o, path, 0, err))) {
-			FILE *c = o.f;
-			int ds = !strcmp(nm->name, "deepseek-v3");
-			fprintf(c,
-				"{\n  \"model_type\": \"%s\",\n  \"num_hidden_layers\": %u,\n  \"hidden_size\": %u,\n"
-				"  \"%s\": %u,\n  \"%s\": %u,\n  \"num_experts_per_tok\": %u",
-				!strcmp(nm->name, "mixtral") ? "mixtral" : ds ? "deepseek_v3" : "qwen3_moe", s->n_layers,
-				s->hidden, !strcmp(nm->name, "mixtral") ? "intermediate_size" : "moe_intermediate_size",
-				s->inter, !strcmp(nm->name, "mixtral") ? "num_local_experts" : ds ? "n_routed_experts" : "num_experts",
-				s->n_experts, s->top_k);
-			if (ds)
-				fprintf(c, ",\n  \"first_k_dense_replace\": %u,\n  \"n_shared_experts\": %u", s->first_moe_layer,
-					s->n_shared);
-			fprintf(c, "\n}\n");
-			rc = strata_outfile_commit(&o, err);
-		}
-	}
-	free(v);
-	return rc;
 }

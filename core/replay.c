@@ -8,16 +8,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "moe.h"
 #include "quant.h"
-#include <sys/stat.h>
-#include "strata/synth.h"
 #include "strata/gpu.h"
 #include "strata/json.h"
 #include "strata/replay.h"
-#include "strata/tiering.h"
+#include "strata/tier_assign.h"
 #include "strata/trace.h"
 #include "strata/util.h"
 
@@ -105,14 +104,6 @@ static double pctl(double *v, uint64_t n, double q)
 	return v[i];
 }
 
-static uint64_t splitmix(uint64_t *x)
-{
-	uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
-	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-	return z ^ (z >> 31);
-}
-
 struct run {
 	const struct strata_replay_config *cfg;
 	struct strata_store *store;
@@ -140,6 +131,14 @@ struct run {
 	const uint8_t *fmt_table;
 	uint8_t *own_fmt, *own_tier;  /* spec-only model (virtual mode) */
 	double *payload_mb;  /* per eid */
+	int spec_only;       /* a model spec, no shard directory (virtual mode) */
+	/* per request and per decode step, for TTFT and latency percentiles */
+	struct reqmap rm;
+	double *lat, *req_first, *req_ttft;
+	uint8_t *req_prefill;
+	uint32_t cap_req;
+	uint64_t n_lat;
+	double t_prefill, t_decode;
 };
 
 static double clock_now(struct run *r)
@@ -180,18 +179,24 @@ static void run_free(struct run *r)
 	free(r->payload_mb);
 	free(r->own_fmt);
 	free(r->own_tier);
+	free(r->rm.keys);
+	free(r->rm.vals);
+	free(r->lat);
+	free(r->req_first);
+	free(r->req_ttft);
+	free(r->req_prefill);
 }
 
 /* Whether a policy may read env->future: a built-in only if it declares it
  * needs it; a script, a plugin or caller-given ops may read it at will.  The
  * future (an index of every access by expert) is built only when some
  * policy may read it. */
-static bool may_read_future(int role, const char *spec, const void *ops, const char *def)
+static bool may_read_future(int role, const char *spec, const void *ops)
 {
 	if (ops)
 		return true;
 	char name[STRATA_POLICY_NAME_MAX];
-	const char *s = spec ? spec : def;
+	const char *s = spec ? spec : strata_policy_default(role);
 	size_t n = strcspn(s, ":");
 	if (n >= sizeof(name))
 		return true;
@@ -297,255 +302,252 @@ static int run_layer(struct run *r, uint64_t step, uint32_t l, struct strata_err
 	return strata_engine_release(r->eng, step, l, r->experts, n, err);
 }
 
-int strata_replay_run(const struct strata_replay_config *cfg, struct strata_replay_result *res,
-		      struct strata_error *err)
+/* The model (a shard directory, or a spec for a sim), the trace, its plan. */
+static int open_inputs(struct run *r, struct strata_error *err)
 {
-	uint64_t wall0 = strata_now_ns();
-	memset(res, 0, sizeof(*res));
-	struct run r = { .cfg = cfg };
-	struct reqmap rm = { 0 };
-	double *lat = NULL, *req_first = NULL, *req_ttft = NULL;
-	uint8_t *req_prefill = NULL;
+	const struct strata_replay_config *cfg = r->cfg;
 	int rc;
 	struct stat mst;
-	int spec_only = stat(cfg->model_dir, &mst) != 0 && cfg->engine.mode == STRATA_ENGINE_VIRTUAL;
-	if (spec_only) {
+	r->spec_only = stat(cfg->model_dir, &mst) != 0 && cfg->engine.mode == STRATA_ENGINE_VIRTUAL;
+	if (r->spec_only) {
 		/* sim of a model given by its shape only ("kimi-k3.1:layers=8"): formats and
 		 * tiers as strata synth would write them, sizes from the format layouts */
-		if ((rc = strata_model_spec_parse(cfg->model_dir, &r.spec, err))) {
+		if ((rc = strata_model_spec_parse(cfg->model_dir, &r->spec, err))) {
 			strata_error_prefix(err, "%s: neither a shard directory nor a model spec", cfg->model_dir);
-			goto out;
+			return rc;
 		}
 	} else {
-		if (cfg->tiers || cfg->tier_trace) {
-			rc = STRATA_ERR(err, STRATA_EINVAL, "%s: tiers/tier_trace apply to a model spec only "
-					"(a shard directory has its own tier table)", cfg->model_dir);
-			goto out;
-		}
-		if ((rc = strata_store_open(cfg->model_dir, &r.store, err)))
-			goto out;
-		r.spec = *strata_store_spec(r.store);
+		if (cfg->tiers || cfg->tier_trace)
+			return STRATA_ERR(err, STRATA_EINVAL, "%s: tiers/tier_trace apply to a model spec only "
+					  "(a shard directory has its own tier table)", cfg->model_dir);
+		if ((rc = strata_store_open(cfg->model_dir, &r->store, err)))
+			return rc;
+		r->spec = *strata_store_spec(r->store);
 	}
-	if ((rc = strata_trace_open(cfg->trace_path, &r.trace, err)))
-		goto out;
-	const struct strata_model_spec *spec = &r.spec;
-	if ((rc = strata_trace_check_model(r.trace, spec, err)))
-		goto out;
-	const struct strata_trace_info *ti = strata_trace_info(r.trace);
-	r.L = ti->n_moe_layers;
-	r.E = ti->n_experts;
-	r.k = ti->top_k;
-	r.hidden = spec->hidden;
-	r.inter = spec->inter;
-	r.virt = cfg->engine.mode == STRATA_ENGINE_VIRTUAL;
-	if ((rc = strata_trace_plan_build(r.trace, cfg->prefill_chunk, cfg->max_tokens, &r.plan, err)))
-		goto out;
-	struct strata_engine_config ec = cfg->engine;
-	ec.no_wall_bookkeeping = r.virt; /* the loop's wall time stands in (below) */
-	if (cfg->future && (may_read_future(STRATA_ROLE_PLACE, ec.place, ec.place_ops, "static") ||
-			    may_read_future(STRATA_ROLE_EVICT, ec.evict, ec.evict_ops, "lru") ||
-			    may_read_future(STRATA_ROLE_PREFETCH, ec.prefetch, ec.prefetch_ops, "none"))) {
-		if ((rc = strata_trace_future_init(&r.future, &r.plan, r.E, err)))
-			goto out;
-		r.have_future = 1;
-		ec.future = &r.future;
-	}
+	if ((rc = strata_trace_open(cfg->trace_path, &r->trace, err)) ||
+	    (rc = strata_trace_check_model(r->trace, &r->spec, err)))
+		return rc;
+	const struct strata_trace_info *ti = strata_trace_info(r->trace);
+	r->L = ti->n_moe_layers;
+	r->E = ti->n_experts;
+	r->k = ti->top_k;
+	r->hidden = r->spec.hidden;
+	r->inter = r->spec.inter;
+	r->virt = cfg->engine.mode == STRATA_ENGINE_VIRTUAL;
+	return strata_trace_plan_build(r->trace, cfg->prefill_chunk, cfg->max_tokens, &r->plan, err);
+}
+
+/* The future (an index of every access by expert), built only when some
+ * policy may read it. */
+static int build_future(struct run *r, struct strata_engine_config *ec, struct strata_error *err)
+{
+	if (!r->cfg->future || !(may_read_future(STRATA_ROLE_PLACE, ec->place, ec->place_ops) ||
+				 may_read_future(STRATA_ROLE_EVICT, ec->evict, ec->evict_ops) ||
+				 may_read_future(STRATA_ROLE_PREFETCH, ec->prefetch, ec->prefetch_ops)))
+		return STRATA_OK;
+	int rc = strata_trace_future_init(&r->future, &r->plan, r->E, err);
+	if (rc)
+		return rc;
+	r->have_future = 1;
+	ec->future = &r->future;
+	return STRATA_OK;
+}
+
+/* Per-step scratch, sized from the plan's largest step. */
+static int size_scratch(struct run *r, struct strata_engine_config *ec, struct strata_error *err)
+{
 	/* streamed experts need a scratch slot each: a prefill step acquires up to
 	 * experts-per-layer of them at once */
 	uint64_t max_acq = 0;
-	for (uint64_t i = 0; i < r.plan.n_steps * r.L; i++)
-		if (r.plan.off[i + 1] - r.plan.off[i] > max_acq)
-			max_acq = r.plan.off[i + 1] - r.plan.off[i];
-	if (ec.scratch_slots < max_acq)
-		ec.scratch_slots = (uint32_t)max_acq;
-	/* scratch */
-	for (uint64_t s = 0; s < r.plan.n_steps; s++)
-		if (r.plan.step_first[s + 1] - r.plan.step_first[s] > r.max_step_tokens)
-			r.max_step_tokens = r.plan.step_first[s + 1] - r.plan.step_first[s];
-	size_t maxa = (size_t)(r.max_step_tokens ? r.max_step_tokens : 1) * r.k;
-	size_t maxe = maxa < r.E ? maxa : r.E;
-	r.max_hints = ti->pred_depth * ti->pred_topn * (uint32_t)(r.max_step_tokens < 64 ? r.max_step_tokens : 64) + 1;
-	r.experts = malloc(maxe * sizeof(uint32_t));
-	r.idx_of = calloc(r.E, sizeof(uint32_t));
-	r.stamp = calloc(r.E, sizeof(uint32_t));
-	r.tok_per_expert = calloc(maxe, sizeof(uint32_t));
-	r.ptrs = calloc(maxe, sizeof(void *));
-	r.fmts = calloc(maxe, 1);
-	r.a_exp = malloc(maxa * sizeof(uint32_t));
-	r.a_tok = malloc(maxa * sizeof(uint32_t));
-	r.a_w = malloc(maxa * sizeof(float));
-	r.wbuf = malloc((r.k + 1) * sizeof(float));
-	r.hints = malloc(r.max_hints * sizeof(struct strata_hint));
-	r.payload_mb = malloc((size_t)r.L * r.E * sizeof(double));
-	lat = malloc((r.plan.n_steps + 1) * sizeof(double));
-	if (!r.experts || !r.idx_of || !r.stamp || !r.tok_per_expert || !r.ptrs || !r.fmts || !r.a_exp || !r.a_tok ||
-	    !r.a_w || !r.wbuf || !r.hints || !r.payload_mb || !lat) {
-		rc = STRATA_ERR(err, STRATA_ENOMEM, "replay: out of memory");
-		goto out;
+	for (uint64_t i = 0; i < r->plan.n_steps * r->L; i++)
+		if (r->plan.off[i + 1] - r->plan.off[i] > max_acq)
+			max_acq = r->plan.off[i + 1] - r->plan.off[i];
+	if (ec->scratch_slots < max_acq)
+		ec->scratch_slots = (uint32_t)max_acq;
+	for (uint64_t s = 0; s < r->plan.n_steps; s++)
+		if (r->plan.step_first[s + 1] - r->plan.step_first[s] > r->max_step_tokens)
+			r->max_step_tokens = r->plan.step_first[s + 1] - r->plan.step_first[s];
+	const struct strata_trace_info *ti = strata_trace_info(r->trace);
+	size_t maxa = (size_t)(r->max_step_tokens ? r->max_step_tokens : 1) * r->k;
+	size_t maxe = maxa < r->E ? maxa : r->E;
+	r->max_hints = ti->pred_depth * ti->pred_topn * (uint32_t)(r->max_step_tokens < 64 ? r->max_step_tokens : 64) + 1;
+	r->experts = malloc(maxe * sizeof(uint32_t));
+	r->idx_of = calloc(r->E, sizeof(uint32_t));
+	r->stamp = calloc(r->E, sizeof(uint32_t));
+	r->tok_per_expert = calloc(maxe, sizeof(uint32_t));
+	r->ptrs = calloc(maxe, sizeof(void *));
+	r->fmts = calloc(maxe, 1);
+	r->a_exp = malloc(maxa * sizeof(uint32_t));
+	r->a_tok = malloc(maxa * sizeof(uint32_t));
+	r->a_w = malloc(maxa * sizeof(float));
+	r->wbuf = malloc((r->k + 1) * sizeof(float));
+	r->hints = malloc(r->max_hints * sizeof(struct strata_hint));
+	r->payload_mb = malloc((size_t)r->L * r->E * sizeof(double));
+	r->lat = malloc((r->plan.n_steps + 1) * sizeof(double));
+	if (!r->experts || !r->idx_of || !r->stamp || !r->tok_per_expert || !r->ptrs || !r->fmts || !r->a_exp ||
+	    !r->a_tok || !r->a_w || !r->wbuf || !r->hints || !r->payload_mb || !r->lat)
+		return STRATA_ERR(err, STRATA_ENOMEM, "replay: out of memory");
+	return STRATA_OK;
+}
+
+/* Each expert's format and payload size: the store's, or for a spec the
+ * tiers strata synth would write (strata_tier_assign_spec). */
+static int expert_formats(struct run *r, struct strata_error *err)
+{
+	if (!r->spec_only) {
+		r->fmt_table = strata_store_fmt_table(r->store);
+		for (uint32_t l = 0; l < r->L; l++)
+			for (uint32_t e = 0; e < r->E; e++)
+				r->payload_mb[(size_t)l * r->E + e] =
+					(double)strata_store_expert(r->store, l, e)->payload / 1e6;
+		return STRATA_OK;
 	}
-	if (spec_only) {
-		size_t ne = (size_t)r.L * r.E;
-		r.own_fmt = malloc(ne);
-		r.own_tier = malloc(ne);
-		if (!r.own_fmt || !r.own_tier) {
-			rc = STRATA_ERR(err, STRATA_ENOMEM, "replay: out of memory");
-			goto out;
-		}
-		if (cfg->tiers || cfg->tier_trace) {
-			struct strata_tier_split split = STRATA_TIER_SPLIT_DEFAULT;
-			struct strata_popularity pop = { 0 };
-			if (cfg->tiers && (rc = strata_tier_split_parse(cfg->tiers, &split, err)))
-				goto out;
-			if (cfg->tier_trace && ((rc = strata_popularity_from_trace(cfg->tier_trace, &pop, err)) ||
-						(rc = strata_popularity_check(&pop, spec, err)))) {
-				strata_error_prefix(err, "tier trace");
-				strata_popularity_free(&pop);
-				goto out;
-			}
-			if (!cfg->tier_trace) {
-				/* ranks as strata synth would draw them, counts from its Zipf weights */
-				double frac[STRATA_TIER_COUNT] = { 0.15, 0.30, 0.55 };
-				if ((rc = strata_popularity_init(&pop, spec->n_moe_layers, spec->n_experts, err)))
-					goto out;
-				strata_synth_tier_table(spec, frac, cfg->engine.seed, r.own_tier, pop.count);
-			}
-			rc = strata_tier_assign_split(spec, &pop, &split, r.own_tier, err);
-			strata_popularity_free(&pop);
-			if (rc)
-				goto out;
-		} else {
-			double frac[STRATA_TIER_COUNT] = { 0.15, 0.30, 0.55 };
-			strata_synth_tier_table(spec, frac, cfg->engine.seed, r.own_tier, NULL);
-		}
-		struct strata_expert_layout lay[3];
-		for (int t = 0; t < 3; t++)
-			if (strata_expert_layout(STRATA_FMT_HOT + t, spec->hidden, spec->inter, &lay[t])) {
-				rc = STRATA_ERR(err, STRATA_EINVAL, "%s: no expert layout for this shape", cfg->model_dir);
-				goto out;
-			}
-		for (size_t i = 0; i < ne; i++) {
-			r.own_fmt[i] = (uint8_t)(STRATA_FMT_HOT + r.own_tier[i]);
-			r.payload_mb[i] = (double)lay[r.own_tier[i]].payload / 1e6;
-		}
-		r.fmt_table = r.own_fmt;
-	} else {
-		r.fmt_table = strata_store_fmt_table(r.store);
-		for (uint32_t l = 0; l < r.L; l++)
-			for (uint32_t e = 0; e < r.E; e++)
-				r.payload_mb[(size_t)l * r.E + e] = (double)strata_store_expert(r.store, l, e)->payload / 1e6;
+	const struct strata_model_spec *spec = &r->spec;
+	size_t ne = (size_t)r->L * r->E;
+	r->own_fmt = malloc(ne);
+	r->own_tier = malloc(ne);
+	if (!r->own_fmt || !r->own_tier)
+		return STRATA_ERR(err, STRATA_ENOMEM, "replay: out of memory");
+	int rc = strata_tier_assign_spec(spec, r->cfg->tiers, r->cfg->tier_trace, r->cfg->engine.seed, r->own_tier,
+					 err);
+	if (rc)
+		return rc;
+	struct strata_expert_layout lay[3];
+	for (int t = 0; t < 3; t++)
+		if (strata_expert_layout(STRATA_FMT_HOT + t, spec->hidden, spec->inter, &lay[t]))
+			return STRATA_ERR(err, STRATA_EINVAL, "%s: no expert layout for this shape", r->cfg->model_dir);
+	for (size_t i = 0; i < ne; i++) {
+		r->own_fmt[i] = (uint8_t)(STRATA_FMT_HOT + r->own_tier[i]);
+		r->payload_mb[i] = (double)lay[r->own_tier[i]].payload / 1e6;
 	}
-	/* engine */
+	r->fmt_table = r->own_fmt;
+	return STRATA_OK;
+}
+
+static int open_engine(struct run *r, const struct strata_engine_config *ec, struct strata_replay_result *res,
+		       struct strata_error *err)
+{
 	double open0 = (double)strata_now_ns();
-	if (spec_only) {
-		struct strata_engine_model em = { .spec = spec, .tier_table = r.own_tier, .fmt_table = r.own_fmt };
-		rc = strata_engine_open_model(&em, &ec, &r.eng, err);
+	int rc;
+	if (r->spec_only) {
+		struct strata_engine_model em = { .spec = &r->spec, .tier_table = r->own_tier, .fmt_table = r->own_fmt };
+		rc = strata_engine_open_model(&em, ec, &r->eng, err);
 	} else {
-		rc = strata_engine_open(r.store, &ec, &r.eng, err);
+		rc = strata_engine_open(r->store, ec, &r->eng, err);
 	}
 	if (rc)
-		goto out;
-	r.hints_used = cfg->hints && strata_engine_reads_hints(r.eng);
-	res->cold_start_ms = r.virt ? strata_engine_stats(r.eng)->clock_ns / 1e6
-				    : ((double)strata_now_ns() - open0) / 1e6;
-	/* compute backend */
-	r.compute = cfg->compute;
-	if (r.virt) {
-		r.compute = STRATA_COMPUTE_NONE;
-	} else {
-		int on_gpu = strata_engine_on_gpu(r.eng);
-		if (r.compute == STRATA_COMPUTE_AUTO)
-			r.compute = on_gpu ? STRATA_COMPUTE_GPU : STRATA_COMPUTE_REF;
-		if (r.compute == STRATA_COMPUTE_GPU && !on_gpu) {
-			rc = STRATA_ERR(err, STRATA_EUNSUPPORTED,
-					"--compute gpu needs the engine on a GPU (this run uses the host stand-in)");
-			goto out;
-		}
-		if (r.compute == STRATA_COMPUTE_REF && on_gpu) {
-			rc = STRATA_ERR(err, STRATA_EUNSUPPORTED,
-					"--compute ref needs host extents, but the engine runs on the GPU "
-					"(use --compute gpu or --gpu 0)");
-			goto out;
-		}
-		if (r.compute != STRATA_COMPUTE_NONE) {
-			size_t nx = (size_t)(r.max_step_tokens ? r.max_step_tokens : 1) * r.hidden;
-			r.x = malloc(nx * sizeof(float));
-			r.y = malloc(nx * sizeof(float));
-			if (!r.x || !r.y) {
-				rc = STRATA_ERR(err, STRATA_ENOMEM, "replay: out of memory (activations)");
-				goto out;
-			}
-			uint64_t sx = cfg->engine.seed ^ 0x5eed5eedull;
-			for (size_t i = 0; i < nx; i++)
-				r.x[i] = (float)((double)(splitmix(&sx) >> 11) * 0x1.0p-53 * 2.0 - 1.0);
-			if (r.compute == STRATA_COMPUTE_GPU) {
-				if ((rc = strata_gpu_malloc(&r.dx, nx * sizeof(float), err)) ||
-				    (rc = strata_gpu_malloc(&r.dy, nx * sizeof(float), err)) ||
-				    (rc = strata_gpu_memcpy_h2d_async(r.dx, r.x, nx * sizeof(float), NULL, err)) ||
-				    (rc = strata_gpu_memset(r.dy, 0, nx * sizeof(float), err)) || (rc = strata_gpu_sync(err)))
-					goto out;
-			}
-		}
+		return rc;
+	r->hints_used = r->cfg->hints && strata_engine_reads_hints(r->eng);
+	res->cold_start_ms = r->virt ? strata_engine_stats(r->eng)->clock_ns / 1e6
+				     : ((double)strata_now_ns() - open0) / 1e6;
+	return STRATA_OK;
+}
+
+/* The compute backend (none in virtual mode) and its activations. */
+static int open_compute(struct run *r, struct strata_error *err)
+{
+	const struct strata_replay_config *cfg = r->cfg;
+	int rc;
+	r->compute = cfg->compute;
+	if (r->virt) {
+		r->compute = STRATA_COMPUTE_NONE;
+		return STRATA_OK;
 	}
-	/* the loop */
+	int on_gpu = strata_engine_on_gpu(r->eng);
+	if (r->compute == STRATA_COMPUTE_AUTO)
+		r->compute = on_gpu ? STRATA_COMPUTE_GPU : STRATA_COMPUTE_REF;
+	if (r->compute == STRATA_COMPUTE_GPU && !on_gpu)
+		return STRATA_ERR(err, STRATA_EUNSUPPORTED,
+				  "--compute gpu needs the engine on a GPU (this run uses the host stand-in)");
+	if (r->compute == STRATA_COMPUTE_REF && on_gpu)
+		return STRATA_ERR(err, STRATA_EUNSUPPORTED,
+				  "--compute ref needs host extents, but the engine runs on the GPU "
+				  "(use --compute gpu or --gpu 0)");
+	if (r->compute == STRATA_COMPUTE_NONE)
+		return STRATA_OK;
+	size_t nx = (size_t)(r->max_step_tokens ? r->max_step_tokens : 1) * r->hidden;
+	r->x = malloc(nx * sizeof(float));
+	r->y = malloc(nx * sizeof(float));
+	if (!r->x || !r->y)
+		return STRATA_ERR(err, STRATA_ENOMEM, "replay: out of memory (activations)");
+	uint64_t sx = cfg->engine.seed ^ 0x5eed5eedull;
+	for (size_t i = 0; i < nx; i++)
+		r->x[i] = (float)(strata_unit53(strata_splitmix64(&sx)) * 2.0 - 1.0);
+	if (r->compute == STRATA_COMPUTE_GPU) {
+		if ((rc = strata_gpu_malloc(&r->dx, nx * sizeof(float), err)) ||
+		    (rc = strata_gpu_malloc(&r->dy, nx * sizeof(float), err)) ||
+		    (rc = strata_gpu_memcpy_h2d_async(r->dx, r->x, nx * sizeof(float), NULL, err)) ||
+		    (rc = strata_gpu_memset(r->dy, 0, nx * sizeof(float), err)) || (rc = strata_gpu_sync(err)))
+			return rc;
+	}
+	return STRATA_OK;
+}
+
+/* The dense index of the request of step s's first token, growing the
+ * per-request arrays as requests appear. */
+static int request_of(struct run *r, uint64_t first, uint32_t *ri, struct strata_error *err)
+{
+	if (reqmap_get(&r->rm, strata_trace_req(r->trace, first), ri))
+		return STRATA_ERR(err, STRATA_ENOMEM, "replay: out of memory");
+	if (*ri < r->cap_req)
+		return STRATA_OK;
+	uint32_t nc = r->cap_req ? r->cap_req * 2 : 64;
+	double *a = realloc(r->req_first, nc * sizeof(double)), *b = a ? realloc(r->req_ttft, nc * sizeof(double)) : NULL;
+	if (a)
+		r->req_first = a;
+	if (b)
+		r->req_ttft = b;
+	uint8_t *c = b ? realloc(r->req_prefill, nc) : NULL;
+	if (!c)
+		return STRATA_ERR(err, STRATA_ENOMEM, "replay: out of memory");
+	r->req_prefill = c;
+	for (uint32_t i = r->cap_req; i < nc; i++) {
+		r->req_first[i] = -1;
+		r->req_ttft[i] = -1;
+		r->req_prefill[i] = 0;
+	}
+	r->cap_req = nc;
+	return STRATA_OK;
+}
+
+/* Every step of the plan through the engine, timing prefill, decode and
+ * each request's first token. */
+static int run_loop(struct run *r, struct strata_replay_result *res, struct strata_error *err)
+{
+	const struct strata_replay_config *cfg = r->cfg;
+	int rc = STRATA_OK;
 	struct strata_progress prog;
 	if (cfg->progress)
-		strata_progress_start(&prog, r.virt ? "sim" : "replay", r.plan.n_steps, "steps");
-	uint64_t n_lat = 0;
-	double t_prefill = 0, t_decode = 0;
-	double run0 = clock_now(&r);
+		strata_progress_start(&prog, r->virt ? "sim" : "replay", r->plan.n_steps, "steps");
 	uint64_t loop0 = strata_now_ns();
-	uint32_t cap_req = 0;
-	for (uint64_t s = 0; s < r.plan.n_steps; s++) {
-		if (strata_interrupted) {
-			rc = STRATA_ERR(err, STRATA_EINTR, "interrupted at step %" PRIu64 " of %" PRIu64, s, r.plan.n_steps);
-			goto out;
-		}
-		uint64_t first = r.plan.step_first[s];
-		int prefill = strata_trace_phase(r.trace, first) == STRATA_PHASE_PREFILL;
-		uint32_t ri;
-		if (reqmap_get(&rm, strata_trace_req(r.trace, first), &ri)) {
-			rc = STRATA_ERR(err, STRATA_ENOMEM, "replay: out of memory");
-			goto out;
-		}
-		if (ri >= cap_req) {
-			uint32_t nc = cap_req ? cap_req * 2 : 64;
-			double *a = realloc(req_first, nc * sizeof(double)), *b = a ? realloc(req_ttft, nc * sizeof(double)) : NULL;
-			if (a)
-				req_first = a;
-			if (b)
-				req_ttft = b;
-			uint8_t *c = b ? realloc(req_prefill, nc) : NULL;
-			if (!c) {
-				rc = STRATA_ERR(err, STRATA_ENOMEM, "replay: out of memory");
-				goto out;
-			}
-			req_prefill = c;
-			for (uint32_t i = cap_req; i < nc; i++) {
-				req_first[i] = -1;
-				req_ttft[i] = -1;
-				req_prefill[i] = 0;
-			}
-			cap_req = nc;
-		}
-		double t0 = clock_now(&r);
-		for (uint32_t l = 0; l < r.L; l++)
-			if ((rc = run_layer(&r, s, l, err)))
-				goto out;
-		double t1 = clock_now(&r), dt = t1 - t0;
-		if (req_first[ri] < 0)
-			req_first[ri] = t0;
+	for (uint64_t s = 0; s < r->plan.n_steps; s++) {
+		if (strata_interrupted)
+			return STRATA_ERR(err, STRATA_EINTR, "interrupted at step %" PRIu64 " of %" PRIu64, s,
+					  r->plan.n_steps);
+		uint64_t first = r->plan.step_first[s];
+		int prefill = strata_trace_phase(r->trace, first) == STRATA_PHASE_PREFILL;
+		uint32_t ri = 0;
+		if ((rc = request_of(r, first, &ri, err)))
+			return rc;
+		double t0 = clock_now(r);
+		for (uint32_t l = 0; l < r->L; l++)
+			if ((rc = run_layer(r, s, l, err)))
+				return rc;
+		double t1 = clock_now(r), dt = t1 - t0;
+		if (r->req_first[ri] < 0)
+			r->req_first[ri] = t0;
 		if (prefill) {
-			t_prefill += dt;
-			if (req_prefill[ri] != 2) { /* the last prefill chunk before decoding yields the first token */
-				req_prefill[ri] = 1;
-				req_ttft[ri] = t1 - req_first[ri];
+			r->t_prefill += dt;
+			if (r->req_prefill[ri] != 2) { /* the last prefill chunk before decoding yields the first token */
+				r->req_prefill[ri] = 1;
+				r->req_ttft[ri] = t1 - r->req_first[ri];
 			}
 		} else {
-			t_decode += dt;
-			lat[n_lat++] = dt;
-			if (!req_prefill[ri] && req_ttft[ri] < 0)
-				req_ttft[ri] = t1 - req_first[ri];
-			req_prefill[ri] = 2; /* decoding: later prefill steps no longer move TTFT */
+			r->t_decode += dt;
+			r->lat[r->n_lat++] = dt;
+			if (!r->req_prefill[ri] && r->req_ttft[ri] < 0)
+				r->req_ttft[ri] = t1 - r->req_first[ri];
+			r->req_prefill[ri] = 2; /* decoding: later prefill steps no longer move TTFT */
 		}
 		if (cfg->progress)
 			strata_progress_update(&prog, s + 1);
@@ -553,29 +555,35 @@ int strata_replay_run(const struct strata_replay_config *cfg, struct strata_repl
 	res->loop_s = (double)(strata_now_ns() - loop0) / 1e9;
 	if (cfg->progress)
 		strata_progress_finish(&prog);
-	/* results */
-	const struct strata_engine_stats *st = strata_engine_stats(r.eng);
+	return STRATA_OK;
+}
+
+/* The result record from the engine's counters and the loop's timings. */
+static void compute_metrics(struct run *r, struct strata_replay_result *res)
+{
+	const struct strata_replay_config *cfg = r->cfg;
+	const struct strata_engine_stats *st = strata_engine_stats(r->eng);
 	res->stats = *st;
-	if (r.virt) /* the engine kept no wall clock: the whole loop is its bookkeeping */
+	if (r->virt) /* the engine kept no wall clock: the whole loop is its bookkeeping */
 		res->stats.bookkeeping_ns = (uint64_t)(res->loop_s * 1e9);
-	snprintf(res->name, sizeof(res->name), "%s", strata_engine_name(r.eng));
+	snprintf(res->name, sizeof(res->name), "%s", strata_engine_name(r->eng));
 	snprintf(res->trace, sizeof(res->trace), "%s", cfg->trace_path);
-	snprintf(res->model, sizeof(res->model), "%s", spec->name);
+	snprintf(res->model, sizeof(res->model), "%s", r->spec.name);
 	res->mode = cfg->engine.mode;
-	res->compute = r.virt ? STRATA_COMPUTE_NONE : r.compute;
+	res->compute = r->virt ? STRATA_COMPUTE_NONE : r->compute;
 	res->seed = cfg->engine.seed;
 	res->budget[0] = cfg->engine.budget[0];
 	res->budget[1] = cfg->engine.budget[1];
-	res->steps = r.plan.n_steps;
-	res->tokens = r.plan.step_first[r.plan.n_steps];
-	for (uint64_t s = 0; s < r.plan.n_steps; s++) {
-		uint64_t nt = r.plan.step_first[s + 1] - r.plan.step_first[s];
-		if (strata_trace_phase(r.trace, r.plan.step_first[s]) == STRATA_PHASE_PREFILL)
+	res->steps = r->plan.n_steps;
+	res->tokens = r->plan.step_first[r->plan.n_steps];
+	for (uint64_t s = 0; s < r->plan.n_steps; s++) {
+		uint64_t nt = r->plan.step_first[s + 1] - r->plan.step_first[s];
+		if (strata_trace_phase(r->trace, r->plan.step_first[s]) == STRATA_PHASE_PREFILL)
 			res->prefill_tokens += nt;
 		else
 			res->decode_tokens += nt;
 	}
-	res->requests = rm.n;
+	res->requests = r->rm.n;
 	uint64_t acc = st->accesses ? st->accesses : 1;
 	for (int i = 0; i < 3; i++)
 		res->hit_rate[i] = (double)st->hits[i] / (double)acc;
@@ -584,34 +592,55 @@ int strata_replay_run(const struct strata_replay_config *cfg, struct strata_repl
 	res->prefetch_coverage = st->prefetch_used + not_vram
 					 ? (double)st->prefetch_used / (double)(st->prefetch_used + not_vram) : 0;
 	res->prefetch_waste = st->prefetch_issued ? (double)st->prefetch_wasted / (double)st->prefetch_issued : 0;
-	res->prefill_tok_s = t_prefill > 0 ? (double)res->prefill_tokens / (t_prefill / 1e9) : 0;
-	res->decode_tok_s = t_decode > 0 ? (double)res->decode_tokens / (t_decode / 1e9) : 0;
+	res->prefill_tok_s = r->t_prefill > 0 ? (double)res->prefill_tokens / (r->t_prefill / 1e9) : 0;
+	res->decode_tok_s = r->t_decode > 0 ? (double)res->decode_tokens / (r->t_decode / 1e9) : 0;
 	double ttft_sum = 0;
 	uint32_t ttft_n = 0;
-	for (uint32_t i = 0; i < rm.n; i++)
-		if (req_ttft[i] >= 0) {
-			ttft_sum += req_ttft[i];
+	for (uint32_t i = 0; i < r->rm.n; i++)
+		if (r->req_ttft[i] >= 0) {
+			ttft_sum += r->req_ttft[i];
 			ttft_n++;
 		}
 	res->ttft_ms = ttft_n ? ttft_sum / ttft_n / 1e6 : 0;
-	qsort(lat, n_lat, sizeof(double), cmp_double);
-	res->lat_p50_ms = pctl(lat, n_lat, 0.50) / 1e6;
-	res->lat_p99_ms = pctl(lat, n_lat, 0.99) / 1e6;
-	res->run_s = (clock_now(&r) - run0) / 1e9;
-	rc = STRATA_OK;
-out:
+	qsort(r->lat, r->n_lat, sizeof(double), cmp_double);
+	res->lat_p50_ms = pctl(r->lat, r->n_lat, 0.50) / 1e6;
+	res->lat_p99_ms = pctl(r->lat, r->n_lat, 0.99) / 1e6;
+}
+
+int strata_replay_run(const struct strata_replay_config *cfg, struct strata_replay_result *res,
+		      struct strata_error *err)
+{
+	uint64_t wall0 = strata_now_ns();
+	memset(res, 0, sizeof(*res));
+	struct run r = { .cfg = cfg };
+	struct strata_engine_config ec = cfg->engine;
+	int rc = open_inputs(&r, err);
+	ec.no_wall_bookkeeping = r.virt; /* the loop's wall time stands in (compute_metrics) */
+	if (!rc)
+		rc = build_future(&r, &ec, err);
+	if (!rc)
+		rc = size_scratch(&r, &ec, err);
+	if (!rc)
+		rc = expert_formats(&r, err);
+	if (!rc)
+		rc = open_engine(&r, &ec, res, err);
+	if (!rc)
+		rc = open_compute(&r, err);
+	double run0 = 0;
+	if (!rc) {
+		run0 = clock_now(&r);
+		rc = run_loop(&r, res, err);
+	}
+	if (!rc) {
+		compute_metrics(&r, res);
+		res->run_s = (clock_now(&r) - run0) / 1e9;
+	}
 	res->wall_s = (double)(strata_now_ns() - wall0) / 1e9;
 	if (!rc && res->wall_s > 0)
 		res->accesses_per_s = (double)res->stats.accesses / res->wall_s;
 	if (!rc && res->loop_s > 0)
 		res->loop_accesses_per_s = (double)res->stats.accesses / res->loop_s;
 	run_free(&r);
-	free(rm.keys);
-	free(rm.vals);
-	free(lat);
-	free(req_first);
-	free(req_ttft);
-	free(req_prefill);
 	return rc;
 }
 

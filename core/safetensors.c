@@ -24,6 +24,7 @@
 #include "quant.h"
 #include "strata/json.h"
 #include "strata/safetensors.h"
+#include "strata/util.h"
 
 #if defined(__F16C__) || defined(__AVX2__)
 #include <immintrin.h>
@@ -34,39 +35,39 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors I/O assum
 static const struct {
 	const char *name;
 	uint32_t size;
-} dtypes[STRATA_ST_DTYPE_COUNT] = {
-	[STRATA_ST_BOOL] = { "BOOL", 1 },       [STRATA_ST_U8] = { "U8", 1 },
-	[STRATA_ST_I8] = { "I8", 1 },           [STRATA_ST_F8_E4M3] = { "F8_E4M3", 1 },
-	[STRATA_ST_F8_E5M2] = { "F8_E5M2", 1 }, [STRATA_ST_I16] = { "I16", 2 },
-	[STRATA_ST_U16] = { "U16", 2 },         [STRATA_ST_F16] = { "F16", 2 },
-	[STRATA_ST_BF16] = { "BF16", 2 },       [STRATA_ST_I32] = { "I32", 4 },
-	[STRATA_ST_U32] = { "U32", 4 },         [STRATA_ST_F32] = { "F32", 4 },
-	[STRATA_ST_F64] = { "F64", 8 },         [STRATA_ST_I64] = { "I64", 8 },
-	[STRATA_ST_U64] = { "U64", 8 },
+} dtypes[STRATA_SAFETENSORS_DTYPE_COUNT] = {
+	[STRATA_SAFETENSORS_BOOL] = { "BOOL", 1 },       [STRATA_SAFETENSORS_U8] = { "U8", 1 },
+	[STRATA_SAFETENSORS_I8] = { "I8", 1 },           [STRATA_SAFETENSORS_F8_E4M3] = { "F8_E4M3", 1 },
+	[STRATA_SAFETENSORS_F8_E5M2] = { "F8_E5M2", 1 }, [STRATA_SAFETENSORS_I16] = { "I16", 2 },
+	[STRATA_SAFETENSORS_U16] = { "U16", 2 },         [STRATA_SAFETENSORS_F16] = { "F16", 2 },
+	[STRATA_SAFETENSORS_BF16] = { "BF16", 2 },       [STRATA_SAFETENSORS_I32] = { "I32", 4 },
+	[STRATA_SAFETENSORS_U32] = { "U32", 4 },         [STRATA_SAFETENSORS_F32] = { "F32", 4 },
+	[STRATA_SAFETENSORS_F64] = { "F64", 8 },         [STRATA_SAFETENSORS_I64] = { "I64", 8 },
+	[STRATA_SAFETENSORS_U64] = { "U64", 8 },
 };
 
-const char *strata_st_dtype_name(int dtype)
+const char *strata_safetensors_dtype_name(int dtype)
 {
-	return dtype >= 0 && dtype < STRATA_ST_DTYPE_COUNT ? dtypes[dtype].name : "?";
+	return dtype >= 0 && dtype < STRATA_SAFETENSORS_DTYPE_COUNT ? dtypes[dtype].name : "?";
 }
 
-int strata_st_dtype_from_name(const char *name)
+int strata_safetensors_dtype_from_name(const char *name)
 {
-	for (int i = 0; i < STRATA_ST_DTYPE_COUNT; i++)
+	for (int i = 0; i < STRATA_SAFETENSORS_DTYPE_COUNT; i++)
 		if (!strcmp(dtypes[i].name, name))
 			return i;
 	return -1;
 }
 
-uint32_t strata_st_dtype_size(int dtype)
+uint32_t strata_safetensors_dtype_size(int dtype)
 {
-	return dtype >= 0 && dtype < STRATA_ST_DTYPE_COUNT ? dtypes[dtype].size : 0;
+	return dtype >= 0 && dtype < STRATA_SAFETENSORS_DTYPE_COUNT ? dtypes[dtype].size : 0;
 }
 
-bool strata_st_dtype_is_float(int dtype)
+bool strata_safetensors_dtype_is_float(int dtype)
 {
-	return dtype == STRATA_ST_F16 || dtype == STRATA_ST_BF16 || dtype == STRATA_ST_F32 || dtype == STRATA_ST_F64 ||
-	       dtype == STRATA_ST_F8_E4M3 || dtype == STRATA_ST_F8_E5M2;
+	return dtype == STRATA_SAFETENSORS_F16 || dtype == STRATA_SAFETENSORS_BF16 || dtype == STRATA_SAFETENSORS_F32 || dtype == STRATA_SAFETENSORS_F64 ||
+	       dtype == STRATA_SAFETENSORS_F8_E4M3 || dtype == STRATA_SAFETENSORS_F8_E5M2;
 }
 
 float strata_f8e4m3_to_f32(uint8_t b)
@@ -88,53 +89,6 @@ float strata_f8e5m2_to_f32(uint8_t b)
 	return strata_f16_to_f32((uint16_t)(b << 8)); /* E5M2 is the top byte of an IEEE half */
 }
 
-float strata_f16_to_f32(uint16_t h)
-{
-	/* exponent rebias with the denormal case done by one float subtraction
-	 * (F. Giesen's half_to_float_fast): branches only on Inf/NaN and zero/denormal */
-	union { uint32_t u; float f; } o, magic = { .u = 113u << 23 };
-	const uint32_t shifted_exp = 0x7c00u << 13;
-	o.u = (uint32_t)(h & 0x7fff) << 13;
-	uint32_t exp = shifted_exp & o.u;
-	o.u += (127u - 15u) << 23;
-	if (exp == shifted_exp) {
-		o.u += (128u - 16u) << 23;
-	} else if (exp == 0) {
-		o.u += 1u << 23;
-		o.f -= magic.f;
-	}
-	o.u |= (uint32_t)(h & 0x8000) << 16;
-	return o.f;
-}
-
-uint16_t strata_f32_to_f16(float f)
-{
-	uint32_t u;
-	memcpy(&u, &f, 4);
-	uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
-	uint32_t a = u & 0x7fffffffu;
-	if (a > 0x7f800000u)
-		return sign | 0x7e00; /* NaN */
-	if (a >= 0x477ff000u)
-		return sign | 0x7c00; /* overflow to inf (includes inf) */
-	if (a < 0x38800000u) {
-		/* subnormal or zero: round a / 2^-24 to nearest even */
-		if (a < 0x33000000u)
-			return sign;
-		uint32_t e = a >> 23, m = (a & 0x7fffff) | 0x800000;
-		uint32_t shift = 126 - e; /* 14..24 */
-		uint32_t r = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
-		if (rem > half || (rem == half && (r & 1)))
-			r++;
-		return sign | (uint16_t)r;
-	}
-	uint32_t r = ((a >> 13) - (112u << 10));
-	uint32_t rem = a & 0x1fff;
-	if (rem > 0x1000 || (rem == 0x1000 && (r & 1)))
-		r++;
-	return sign | (uint16_t)r;
-}
-
 /* ---- reader ------------------------------------------------------------- */
 
 struct st_file {
@@ -148,10 +102,10 @@ struct st_meta {
 	char *key, *value;
 };
 
-struct strata_st {
+struct strata_safetensors {
 	struct st_file *files;
 	uint32_t n_files;
-	struct strata_st_tensor *t;
+	struct strata_safetensors_tensor *t;
 	uint32_t n, cap;
 	struct st_meta *meta;
 	uint32_t n_meta;
@@ -178,7 +132,7 @@ static int st_pread(int fd, void *buf, uint64_t bytes, uint64_t off, const char 
 	return STRATA_OK;
 }
 
-static int add_meta(struct strata_st *st, const char *key, const char *value, const char *path,
+static int add_meta(struct strata_safetensors *st, const char *key, const char *value, const char *path,
 		    struct strata_error *err)
 {
 	struct st_meta *m = realloc(st->meta, (st->n_meta + 1) * sizeof(*m));
@@ -196,7 +150,7 @@ static int add_meta(struct strata_st *st, const char *key, const char *value, co
 	return STRATA_OK;
 }
 
-static int parse_metadata(struct strata_st *st, const struct strata_json *m, const char *path,
+static int parse_metadata(struct strata_safetensors *st, const struct strata_json *m, const char *path,
 			  const char *what, struct strata_error *err)
 {
 	if (m->type != STRATA_JSON_OBJECT)
@@ -226,7 +180,7 @@ static int get_u64(const struct strata_json *v, uint64_t *out)
 	return 0;
 }
 
-static int parse_tensor(struct strata_st *st, uint32_t file, const struct strata_json *v, uint64_t data_bytes,
+static int parse_tensor(struct strata_safetensors *st, uint32_t file, const struct strata_json *v, uint64_t data_bytes,
 			const char *path, struct strata_error *err)
 {
 	const char *name = v->key;
@@ -246,18 +200,18 @@ static int parse_tensor(struct strata_st *st, uint32_t file, const struct strata
 	const struct strata_json *off = strata_json_get(v, "data_offsets");
 	if (!dt || dt->type != STRATA_JSON_STRING)
 		return STRATA_ERR(err, STRATA_ECORRUPT, "%s: tensor '%s': missing or non-string dtype", path, name);
-	int dtype = strata_st_dtype_from_name(dt->str);
+	int dtype = strata_safetensors_dtype_from_name(dt->str);
 	if (dtype < 0)
 		return STRATA_ERR(err, STRATA_ECORRUPT, "%s: tensor '%s': bad dtype '%.32s'", path, name, dt->str);
 	if (!sh || sh->type != STRATA_JSON_ARRAY)
 		return STRATA_ERR(err, STRATA_ECORRUPT, "%s: tensor '%s': missing or non-array shape", path, name);
-	if (sh->len > STRATA_ST_MAX_DIMS)
+	if (sh->len > STRATA_SAFETENSORS_MAX_DIMS)
 		return STRATA_ERR(err, STRATA_ECORRUPT, "%s: tensor '%s': %u dimensions (at most %d)", path, name,
-				  sh->len, STRATA_ST_MAX_DIMS);
+				  sh->len, STRATA_SAFETENSORS_MAX_DIMS);
 	if (!off || off->type != STRATA_JSON_ARRAY || off->len != 2)
 		return STRATA_ERR(err, STRATA_ECORRUPT, "%s: tensor '%s': data_offsets must be [begin, end]", path,
 				  name);
-	struct strata_st_tensor t = { .dtype = dtype, .ndim = sh->len, .file = file };
+	struct strata_safetensors_tensor t = { .dtype = dtype, .ndim = sh->len, .file = file };
 	uint64_t numel = 1;
 	for (uint32_t d = 0; d < sh->len; d++) {
 		if (get_u64(&sh->items[d], &t.shape[d]))
@@ -274,7 +228,7 @@ static int parse_tensor(struct strata_st *st, uint32_t file, const struct strata
 	if (b > e)
 		return STRATA_ERR(err, STRATA_ECORRUPT, "%s: tensor '%s': data_offsets [%llu, %llu) run backwards", path,
 				  name, (unsigned long long)b, (unsigned long long)e);
-	uint32_t es = strata_st_dtype_size(dtype);
+	uint32_t es = strata_safetensors_dtype_size(dtype);
 	if (numel > UINT64_MAX / es)
 		return STRATA_ERR(err, STRATA_ECORRUPT, "%s: tensor '%s': size overflows", path, name);
 	if (e - b != numel * es)
@@ -291,7 +245,7 @@ static int parse_tensor(struct strata_st *st, uint32_t file, const struct strata
 	t.offset = st->files[file].data_start + b;
 	if (st->n == st->cap) {
 		uint32_t ncap = st->cap ? st->cap * 2 : 64;
-		struct strata_st_tensor *nt = realloc(st->t, ncap * sizeof(*nt));
+		struct strata_safetensors_tensor *nt = realloc(st->t, ncap * sizeof(*nt));
 		if (!nt)
 			return STRATA_ERR(err, STRATA_ENOMEM, "%s: out of memory", path);
 		st->t = nt;
@@ -306,15 +260,15 @@ static int parse_tensor(struct strata_st *st, uint32_t file, const struct strata
 
 static int cmp_by_offset(const void *a, const void *b)
 {
-	const struct strata_st_tensor *x = *(const struct strata_st_tensor *const *)a;
-	const struct strata_st_tensor *y = *(const struct strata_st_tensor *const *)b;
+	const struct strata_safetensors_tensor *x = *(const struct strata_safetensors_tensor *const *)a;
+	const struct strata_safetensors_tensor *y = *(const struct strata_safetensors_tensor *const *)b;
 	if (x->offset != y->offset)
 		return x->offset < y->offset ? -1 : 1;
 	return x->bytes < y->bytes ? -1 : x->bytes > y->bytes;
 }
 
 /* Parse the JSON header of file `file`; its tensors are appended to st->t. */
-static int parse_header(struct strata_st *st, uint32_t file, const char *json, size_t jlen, struct strata_error *err)
+static int parse_header(struct strata_safetensors *st, uint32_t file, const char *json, size_t jlen, struct strata_error *err)
 {
 	struct st_file *f = &st->files[file];
 	uint64_t data_bytes = f->size - f->data_start;
@@ -349,7 +303,7 @@ static int parse_header(struct strata_st *st, uint32_t file, const char *json, s
 	/* overlap check within this file */
 	uint32_t n = st->n - first;
 	if (n > 1) {
-		const struct strata_st_tensor **v = malloc(n * sizeof(*v));
+		const struct strata_safetensors_tensor **v = malloc(n * sizeof(*v));
 		if (!v) {
 			rc = STRATA_ERR(err, STRATA_ENOMEM, "%s: out of memory", f->path);
 			goto out;
@@ -357,7 +311,7 @@ static int parse_header(struct strata_st *st, uint32_t file, const char *json, s
 		for (uint32_t i = 0; i < n; i++)
 			v[i] = &st->t[first + i];
 		qsort(v, n, sizeof(*v), cmp_by_offset);
-		const struct strata_st_tensor *prev = NULL;
+		const struct strata_safetensors_tensor *prev = NULL;
 		for (uint32_t i = 0; i < n && !rc; i++) {
 			if (!v[i]->bytes)
 				continue;
@@ -380,7 +334,7 @@ out:
 	return rc;
 }
 
-static int add_file(struct strata_st *st, const char *path, struct strata_error *err)
+static int add_file(struct strata_safetensors *st, const char *path, struct strata_error *err)
 {
 	struct st_file *nf = realloc(st->files, (st->n_files + 1) * sizeof(*nf));
 	if (!nf)
@@ -402,12 +356,10 @@ static int check_prefix(struct st_file *f, const unsigned char *le8, uint64_t *h
 	if (f->size < 8)
 		return STRATA_ERR(err, STRATA_ECORRUPT, "%s: truncated: %llu bytes, too short for a safetensors header",
 				  f->path, (unsigned long long)f->size);
-	uint64_t n = 0;
-	for (int i = 7; i >= 0; i--)
-		n = (n << 8) | le8[i];
-	if (n > STRATA_ST_MAX_HEADER)
+	uint64_t n = strata_le_get64(le8);
+	if (n > STRATA_SAFETENSORS_MAX_HEADER)
 		return STRATA_ERR(err, STRATA_ECORRUPT, "%s: header length %llu exceeds the %u-byte limit (not a safetensors file?)",
-				  f->path, (unsigned long long)n, STRATA_ST_MAX_HEADER);
+				  f->path, (unsigned long long)n, STRATA_SAFETENSORS_MAX_HEADER);
 	if (n > f->size - 8)
 		return STRATA_ERR(err, STRATA_ECORRUPT, "%s: truncated: header claims %llu bytes, file holds %llu after the prefix",
 				  f->path, (unsigned long long)n, (unsigned long long)(f->size - 8));
@@ -419,7 +371,7 @@ static int check_prefix(struct st_file *f, const unsigned char *le8, uint64_t *h
 	return STRATA_OK;
 }
 
-static int open_file(struct strata_st *st, const char *path, struct strata_error *err)
+static int open_file(struct strata_safetensors *st, const char *path, struct strata_error *err)
 {
 	int rc = add_file(st, path, err);
 	if (rc)
@@ -455,10 +407,10 @@ static int open_file(struct strata_st *st, const char *path, struct strata_error
 
 static int cmp_by_name(const void *a, const void *b)
 {
-	return strcmp(((const struct strata_st_tensor *)a)->name, ((const struct strata_st_tensor *)b)->name);
+	return strcmp(((const struct strata_safetensors_tensor *)a)->name, ((const struct strata_safetensors_tensor *)b)->name);
 }
 
-static int finish_index(struct strata_st *st, struct strata_error *err)
+static int finish_index(struct strata_safetensors *st, struct strata_error *err)
 {
 	if (st->n > 1)
 		qsort(st->t, st->n, sizeof(*st->t), cmp_by_name);
@@ -485,7 +437,7 @@ static int cmp_str(const void *a, const void *b)
 	return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-static int open_index(struct strata_st *st, const char *index_path, struct strata_error *err)
+static int open_index(struct strata_safetensors *st, const char *index_path, struct strata_error *err)
 {
 	struct strata_json_doc *doc;
 	int rc = strata_json_parse_file(index_path, 0, &doc, err);
@@ -571,7 +523,7 @@ static int open_index(struct strata_st *st, const char *index_path, struct strat
 		goto out;
 	/* every listed tensor must exist (in its file: checked above) */
 	for (uint32_t i = 0; i < wm->len; i++)
-		if (!strata_st_find(st, ent[i].name)) {
+		if (!strata_safetensors_find(st, ent[i].name)) {
 			rc = STRATA_ERR(err, STRATA_ECORRUPT, "%s: tensor '%s' is listed in weight_map but missing from %s",
 					index_path, ent[i].name, ent[i].file);
 			goto out;
@@ -590,7 +542,7 @@ static int ends_with(const char *s, const char *suffix)
 	return a >= b && !strcmp(s + a - b, suffix);
 }
 
-static int open_dir(struct strata_st *st, const char *dir, struct strata_error *err)
+static int open_dir(struct strata_safetensors *st, const char *dir, struct strata_error *err)
 {
 	char path[PATH_MAX];
 	struct stat sb;
@@ -639,10 +591,10 @@ static int open_dir(struct strata_st *st, const char *dir, struct strata_error *
 	return rc;
 }
 
-int strata_st_open(const char *path, struct strata_st **out, struct strata_error *err)
+int strata_safetensors_open(const char *path, struct strata_safetensors **out, struct strata_error *err)
 {
 	*out = NULL;
-	struct strata_st *st = calloc(1, sizeof(*st));
+	struct strata_safetensors *st = calloc(1, sizeof(*st));
 	if (!st)
 		return STRATA_ERR(err, STRATA_ENOMEM, "out of memory");
 	struct stat sb;
@@ -657,18 +609,18 @@ int strata_st_open(const char *path, struct strata_st **out, struct strata_error
 	else if (!(rc = open_file(st, path, err)))
 		rc = finish_index(st, err);
 	if (rc) {
-		strata_st_close(st);
+		strata_safetensors_close(st);
 		return rc;
 	}
 	*out = st;
 	return STRATA_OK;
 }
 
-int strata_st_open_image(const void *data, size_t len, const char *what, struct strata_st **out,
+int strata_safetensors_open_image(const void *data, size_t len, const char *what, struct strata_safetensors **out,
 			 struct strata_error *err)
 {
 	*out = NULL;
-	struct strata_st *st = calloc(1, sizeof(*st));
+	struct strata_safetensors *st = calloc(1, sizeof(*st));
 	if (!st)
 		return STRATA_ERR(err, STRATA_ENOMEM, "out of memory");
 	st->image = data;
@@ -686,14 +638,14 @@ int strata_st_open_image(const void *data, size_t len, const char *what, struct 
 			rc = finish_index(st, err);
 	}
 	if (rc) {
-		strata_st_close(st);
+		strata_safetensors_close(st);
 		return rc;
 	}
 	*out = st;
 	return STRATA_OK;
 }
 
-void strata_st_close(struct strata_st *st)
+void strata_safetensors_close(struct strata_safetensors *st)
 {
 	if (!st)
 		return;
@@ -714,33 +666,33 @@ void strata_st_close(struct strata_st *st)
 	free(st);
 }
 
-uint32_t strata_st_file_count(const struct strata_st *st)
+uint32_t strata_safetensors_file_count(const struct strata_safetensors *st)
 {
 	return st->n_files;
 }
 
-const char *strata_st_file_path(const struct strata_st *st, uint32_t file)
+const char *strata_safetensors_file_path(const struct strata_safetensors *st, uint32_t file)
 {
 	return file < st->n_files ? st->files[file].path : NULL;
 }
 
-uint32_t strata_st_tensor_count(const struct strata_st *st)
+uint32_t strata_safetensors_tensor_count(const struct strata_safetensors *st)
 {
 	return st->n;
 }
 
-const struct strata_st_tensor *strata_st_tensor_at(const struct strata_st *st, uint32_t i)
+const struct strata_safetensors_tensor *strata_safetensors_tensor_at(const struct strata_safetensors *st, uint32_t i)
 {
 	return i < st->n ? &st->t[i] : NULL;
 }
 
-const struct strata_st_tensor *strata_st_find(const struct strata_st *st, const char *name)
+const struct strata_safetensors_tensor *strata_safetensors_find(const struct strata_safetensors *st, const char *name)
 {
-	struct strata_st_tensor key = { .name = name };
+	struct strata_safetensors_tensor key = { .name = name };
 	return st->n ? bsearch(&key, st->t, st->n, sizeof(*st->t), cmp_by_name) : NULL;
 }
 
-const char *strata_st_metadata(const struct strata_st *st, const char *key)
+const char *strata_safetensors_metadata(const struct strata_safetensors *st, const char *key)
 {
 	for (uint32_t i = 0; i < st->n_meta; i++)
 		if (!strcmp(st->meta[i].key, key))
@@ -748,7 +700,7 @@ const char *strata_st_metadata(const struct strata_st *st, const char *key)
 	return NULL;
 }
 
-uint64_t strata_st_total_params(const struct strata_st *st)
+uint64_t strata_safetensors_total_params(const struct strata_safetensors *st)
 {
 	uint64_t s = 0;
 	for (uint32_t i = 0; i < st->n; i++)
@@ -756,7 +708,7 @@ uint64_t strata_st_total_params(const struct strata_st *st)
 	return s;
 }
 
-int strata_st_read_raw(struct strata_st *st, const struct strata_st_tensor *t, uint64_t off, uint64_t bytes,
+int strata_safetensors_read_raw(struct strata_safetensors *st, const struct strata_safetensors_tensor *t, uint64_t off, uint64_t bytes,
 		       void *buf, struct strata_error *err)
 {
 	if (t->file >= st->n_files)
@@ -785,22 +737,22 @@ static void f8_tables(void)
 	}
 }
 
-int strata_st_read_f32(struct strata_st *st, const struct strata_st_tensor *t, uint64_t first, uint64_t count,
+int strata_safetensors_read_f32(struct strata_safetensors *st, const struct strata_safetensors_tensor *t, uint64_t first, uint64_t count,
 		       float *out, struct strata_error *err)
 {
-	if (!strata_st_dtype_is_float(t->dtype))
+	if (!strata_safetensors_dtype_is_float(t->dtype))
 		return STRATA_ERR(err, STRATA_EUNSUPPORTED, "%s: tensor '%s': dtype %s is not a float type",
-				  strata_st_file_path(st, t->file), t->name, strata_st_dtype_name(t->dtype));
+				  strata_safetensors_file_path(st, t->file), t->name, strata_safetensors_dtype_name(t->dtype));
 	if (first > t->numel || count > t->numel - first)
 		return STRATA_ERR(err, STRATA_EINVAL, "tensor '%s': elements [%llu, +%llu) out of range", t->name,
 				  (unsigned long long)first, (unsigned long long)count);
-	uint32_t es = strata_st_dtype_size(t->dtype);
-	if (t->dtype == STRATA_ST_F64) {
+	uint32_t es = strata_safetensors_dtype_size(t->dtype);
+	if (t->dtype == STRATA_SAFETENSORS_F64) {
 		/* 8 bytes in, 4 out: convert through a bounded bounce buffer */
 		double buf[4096];
 		for (uint64_t done = 0; done < count;) {
 			uint64_t n = count - done < 4096 ? count - done : 4096;
-			int rc = strata_st_read_raw(st, t, (first + done) * 8, n * 8, buf, err);
+			int rc = strata_safetensors_read_raw(st, t, (first + done) * 8, n * 8, buf, err);
 			if (rc)
 				return rc;
 			for (uint64_t i = 0; i < n; i++)
@@ -814,12 +766,12 @@ int strata_st_read_f32(struct strata_st *st, const struct strata_st_tensor *t, u
 		 * i's outputs (4i .. 4i+63) end before the next block's inputs
 		 * (3n + i + 16) whenever i + 16 <= n */
 		unsigned char *raw8 = (unsigned char *)out + count * 3;
-		int rc = strata_st_read_raw(st, t, first, count, raw8, err);
+		int rc = strata_safetensors_read_raw(st, t, first, count, raw8, err);
 		if (rc)
 			return rc;
 		static pthread_once_t once = PTHREAD_ONCE_INIT;
 		pthread_once(&once, f8_tables);
-		const float *tab = lut_f8[t->dtype == STRATA_ST_F8_E5M2];
+		const float *tab = lut_f8[t->dtype == STRATA_SAFETENSORS_F8_E5M2];
 		uint64_t i = 0;
 		for (; i + 16 <= count; i += 16) {
 			uint8_t b[16];
@@ -834,14 +786,14 @@ int strata_st_read_f32(struct strata_st *st, const struct strata_st_tensor *t, u
 		return STRATA_OK;
 	}
 	unsigned char *raw = (unsigned char *)out + (es == 2 ? count * 2 : 0);
-	int rc = strata_st_read_raw(st, t, first * es, count * es, raw, err);
+	int rc = strata_safetensors_read_raw(st, t, first * es, count * es, raw, err);
 	if (rc || es == 4)
 		return rc;
 	/* widen in blocks of 16: a block's inputs are copied out before its
 	 * outputs are stored, and block i's outputs (bytes 4i .. 4i+63) end
 	 * before the next block's inputs begin (2n + 2i + 32) whenever i + 16 <= n */
 	uint64_t i = 0;
-	if (t->dtype == STRATA_ST_BF16) {
+	if (t->dtype == STRATA_SAFETENSORS_BF16) {
 #ifdef __AVX2__
 		for (; i + 16 <= count; i += 16) {
 			__m128i a = _mm_loadu_si128((const __m128i *)(raw + 2 * i));
@@ -880,7 +832,7 @@ int strata_st_read_f32(struct strata_st *st, const struct strata_st_tensor *t, u
 	for (; i < count; i++) {
 		uint16_t h;
 		memcpy(&h, raw + 2 * i, 2);
-		out[i] = t->dtype == STRATA_ST_BF16 ? strata_bf16_to_f32(h) : strata_f16_to_f32(h);
+		out[i] = t->dtype == STRATA_SAFETENSORS_BF16 ? strata_bf16_to_f32(h) : strata_f16_to_f32(h);
 	}
 	return STRATA_OK;
 }
@@ -891,11 +843,11 @@ struct st_wtensor {
 	char *name;
 	int dtype;
 	uint32_t ndim;
-	uint64_t shape[STRATA_ST_MAX_DIMS];
+	uint64_t shape[STRATA_SAFETENSORS_MAX_DIMS];
 	uint64_t bytes;
 };
 
-struct strata_st_writer {
+struct strata_safetensors_writer {
 	char *path, *tmp;
 	int fd;
 	struct st_wtensor *t;
@@ -909,31 +861,31 @@ struct strata_st_writer {
 	int failed;
 };
 
-int strata_st_writer_open(const char *path, struct strata_st_writer **out, struct strata_error *err)
+int strata_safetensors_writer_open(const char *path, struct strata_safetensors_writer **out, struct strata_error *err)
 {
 	*out = NULL;
-	struct strata_st_writer *w = calloc(1, sizeof(*w));
+	struct strata_safetensors_writer *w = calloc(1, sizeof(*w));
 	if (!w)
 		return STRATA_ERR(err, STRATA_ENOMEM, "%s: out of memory", path);
 	w->fd = -1;
 	w->path = strdup(path);
 	w->tmp = malloc(strlen(path) + 5);
 	if (!w->path || !w->tmp) {
-		strata_st_writer_abort(w);
+		strata_safetensors_writer_abort(w);
 		return STRATA_ERR(err, STRATA_ENOMEM, "%s: out of memory", path);
 	}
 	sprintf(w->tmp, "%s.tmp", path);
 	w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (w->fd < 0) {
 		int rc = STRATA_ERRNO(err, STRATA_EIO, "%s: cannot create", w->tmp);
-		strata_st_writer_abort(w);
+		strata_safetensors_writer_abort(w);
 		return rc;
 	}
 	*out = w;
 	return STRATA_OK;
 }
 
-int strata_st_writer_metadata(struct strata_st_writer *w, const char *key, const char *value,
+int strata_safetensors_writer_metadata(struct strata_safetensors_writer *w, const char *key, const char *value,
 			      struct strata_error *err)
 {
 	if (w->started)
@@ -950,12 +902,12 @@ int strata_st_writer_metadata(struct strata_st_writer *w, const char *key, const
 	return STRATA_OK;
 }
 
-int strata_st_writer_declare(struct strata_st_writer *w, const char *name, int dtype, uint32_t ndim,
+int strata_safetensors_writer_declare(struct strata_safetensors_writer *w, const char *name, int dtype, uint32_t ndim,
 			     const uint64_t *shape, struct strata_error *err)
 {
 	if (w->started)
 		return STRATA_ERR(err, STRATA_EINVAL, "%s: tensor '%s' declared after data", w->path, name);
-	if (!strata_st_dtype_size(dtype) || ndim > STRATA_ST_MAX_DIMS)
+	if (!strata_safetensors_dtype_size(dtype) || ndim > STRATA_SAFETENSORS_MAX_DIMS)
 		return STRATA_ERR(err, STRATA_EINVAL, "%s: tensor '%s': bad dtype or rank", w->path, name);
 	struct st_wtensor *t = realloc(w->t, (w->n + 1) * sizeof(*t));
 	if (!t)
@@ -968,7 +920,7 @@ int strata_st_writer_declare(struct strata_st_writer *w, const char *name, int d
 		return STRATA_ERR(err, STRATA_ENOMEM, "%s: out of memory", w->path);
 	x->dtype = dtype;
 	x->ndim = ndim;
-	x->bytes = strata_st_dtype_size(dtype);
+	x->bytes = strata_safetensors_dtype_size(dtype);
 	for (uint32_t d = 0; d < ndim; d++) {
 		x->shape[d] = shape[d];
 		x->bytes *= shape[d];
@@ -977,7 +929,7 @@ int strata_st_writer_declare(struct strata_st_writer *w, const char *name, int d
 	return STRATA_OK;
 }
 
-static int write_all(struct strata_st_writer *w, const void *data, size_t bytes, struct strata_error *err)
+static int write_all(struct strata_safetensors_writer *w, const void *data, size_t bytes, struct strata_error *err)
 {
 	const unsigned char *p = data;
 	while (bytes) {
@@ -995,7 +947,7 @@ static int write_all(struct strata_st_writer *w, const void *data, size_t bytes,
 	return STRATA_OK;
 }
 
-static int write_header(struct strata_st_writer *w, struct strata_error *err)
+static int write_header(struct strata_safetensors_writer *w, struct strata_error *err)
 {
 	char *buf = NULL;
 	size_t len = 0;
@@ -1023,7 +975,7 @@ static int write_header(struct strata_st_writer *w, struct strata_error *err)
 			fputc(',', b);
 		first = 0;
 		strata_json_write_str(b, t->name);
-		fprintf(b, ":{\"dtype\":\"%s\",\"shape\":[", strata_st_dtype_name(t->dtype));
+		fprintf(b, ":{\"dtype\":\"%s\",\"shape\":[", strata_safetensors_dtype_name(t->dtype));
 		for (uint32_t d = 0; d < t->ndim; d++)
 			fprintf(b, "%s%llu", d ? "," : "", (unsigned long long)t->shape[d]);
 		fprintf(b, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)off,
@@ -1040,9 +992,8 @@ static int write_header(struct strata_st_writer *w, struct strata_error *err)
 		free(buf);
 		return STRATA_ERR(err, STRATA_ENOMEM, "%s: out of memory", w->path);
 	}
-	unsigned char le8[8];
-	for (int i = 0; i < 8; i++)
-		le8[i] = (unsigned char)((uint64_t)len >> (8 * i));
+	uint8_t le8[8];
+	strata_le_put64(le8, (uint64_t)len);
 	int rc = write_all(w, le8, 8, err);
 	if (!rc)
 		rc = write_all(w, buf, len, err);
@@ -1052,7 +1003,7 @@ static int write_header(struct strata_st_writer *w, struct strata_error *err)
 }
 
 /* Advance past finished (and zero-size) tensors. */
-static void skip_done(struct strata_st_writer *w)
+static void skip_done(struct strata_safetensors_writer *w)
 {
 	while (w->cur < w->n && w->cur_done == w->t[w->cur].bytes) {
 		w->cur++;
@@ -1060,7 +1011,7 @@ static void skip_done(struct strata_st_writer *w)
 	}
 }
 
-int strata_st_writer_write_raw(struct strata_st_writer *w, const void *data, uint64_t bytes,
+int strata_safetensors_writer_write_raw(struct strata_safetensors_writer *w, const void *data, uint64_t bytes,
 			       struct strata_error *err)
 {
 	int rc;
@@ -1085,7 +1036,7 @@ int strata_st_writer_write_raw(struct strata_st_writer *w, const void *data, uin
 	return STRATA_OK;
 }
 
-int strata_st_writer_write_f32(struct strata_st_writer *w, const float *data, uint64_t count,
+int strata_safetensors_writer_write_f32(struct strata_safetensors_writer *w, const float *data, uint64_t count,
 			       struct strata_error *err)
 {
 	skip_done(w);
@@ -1099,12 +1050,12 @@ int strata_st_writer_write_f32(struct strata_st_writer *w, const float *data, ui
 		if (w->cur >= w->n)
 			return STRATA_ERR(err, STRATA_EINVAL, "%s: more data written than declared", w->path);
 		dt = w->t[w->cur].dtype;
-		if (dt != STRATA_ST_F32 && dt != STRATA_ST_BF16 && dt != STRATA_ST_F16)
+		if (dt != STRATA_SAFETENSORS_F32 && dt != STRATA_SAFETENSORS_BF16 && dt != STRATA_SAFETENSORS_F16)
 			return STRATA_ERR(err, STRATA_EINVAL, "%s: tensor '%s' is %s: write it raw", w->path,
-					  w->t[w->cur].name, strata_st_dtype_name(dt));
-		uint64_t room = (w->t[w->cur].bytes - w->cur_done) / strata_st_dtype_size(dt);
+					  w->t[w->cur].name, strata_safetensors_dtype_name(dt));
+		uint64_t room = (w->t[w->cur].bytes - w->cur_done) / strata_safetensors_dtype_size(dt);
 		uint64_t n = count - done;
-		if (dt != STRATA_ST_F32 && n > 4096)
+		if (dt != STRATA_SAFETENSORS_F32 && n > 4096)
 			n = 4096;
 		if (n > room)
 			n = room;
@@ -1112,12 +1063,12 @@ int strata_st_writer_write_f32(struct strata_st_writer *w, const float *data, ui
 			return STRATA_ERR(err, STRATA_EINVAL, "%s: tensor '%s': partial element written raw", w->path,
 					  w->t[w->cur].name);
 		int rc;
-		if (dt == STRATA_ST_F32) {
-			rc = strata_st_writer_write_raw(w, data + done, n * 4, err);
+		if (dt == STRATA_SAFETENSORS_F32) {
+			rc = strata_safetensors_writer_write_raw(w, data + done, n * 4, err);
 		} else {
 			for (uint64_t i = 0; i < n; i++) {
 				float f = data[done + i];
-				if (dt == STRATA_ST_BF16) {
+				if (dt == STRATA_SAFETENSORS_BF16) {
 					uint32_t u;
 					memcpy(&u, &f, 4);
 					buf[i] = (u & 0x7fffffffu) > 0x7f800000u
@@ -1127,7 +1078,7 @@ int strata_st_writer_write_f32(struct strata_st_writer *w, const float *data, ui
 					buf[i] = strata_f32_to_f16(f);
 				}
 			}
-			rc = strata_st_writer_write_raw(w, buf, n * 2, err);
+			rc = strata_safetensors_writer_write_raw(w, buf, n * 2, err);
 		}
 		if (rc)
 			return rc;
@@ -1136,7 +1087,7 @@ int strata_st_writer_write_f32(struct strata_st_writer *w, const float *data, ui
 	return STRATA_OK;
 }
 
-int strata_st_writer_finish(struct strata_st_writer *w, struct strata_error *err)
+int strata_safetensors_writer_finish(struct strata_safetensors_writer *w, struct strata_error *err)
 {
 	int rc = STRATA_OK;
 	if (!w->started)
@@ -1155,16 +1106,16 @@ int strata_st_writer_finish(struct strata_st_writer *w, struct strata_error *err
 	if (!rc && rename(w->tmp, w->path))
 		rc = STRATA_ERRNO(err, STRATA_EIO, "%s: rename to %s", w->tmp, w->path);
 	if (rc) {
-		strata_st_writer_abort(w);
+		strata_safetensors_writer_abort(w);
 		return rc;
 	}
 	free(w->tmp);
 	w->tmp = NULL;
-	strata_st_writer_abort(w); /* frees the rest; no tmp left to remove */
+	strata_safetensors_writer_abort(w); /* frees the rest; no tmp left to remove */
 	return STRATA_OK;
 }
 
-void strata_st_writer_abort(struct strata_st_writer *w)
+void strata_safetensors_writer_abort(struct strata_safetensors_writer *w)
 {
 	if (!w)
 		return;

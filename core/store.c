@@ -43,23 +43,6 @@
 
 uint64_t strata_store_fail_after_bytes;
 
-const char *strata_tier_name(int tier)
-{
-	static const char *const names[STRATA_TIER_COUNT] = { "vram", "ram", "nvme" };
-	return tier >= 0 && tier < STRATA_TIER_COUNT ? names[tier] : "?";
-}
-
-/* ---- little-endian fields --------------------------------------------- */
-
-static void put16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
-static void put32(uint8_t *p, uint32_t v) { put16(p, (uint16_t)v); put16(p + 2, (uint16_t)(v >> 16)); }
-static void put64(uint8_t *p, uint64_t v) { put32(p, (uint32_t)v); put32(p + 4, (uint32_t)(v >> 32)); }
-static uint32_t get32(const uint8_t *p)
-{
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-static uint64_t get64(const uint8_t *p) { return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32; }
-
 /* Fixed part offsets. */
 enum {
 	H_MAGIC = 0, H_VERSION = 8, H_FIXED = 12, H_HSIZE = 16, H_DATA = 24, H_FSIZE = 32,
@@ -100,8 +83,8 @@ static void encode_spec(uint8_t *p, const struct strata_model_spec *s)
 	const uint32_t v[9] = { s->n_layers, s->first_moe_layer, s->n_moe_layers, s->n_experts, s->top_k,
 				s->hidden, s->inter, s->n_shared, s->shared_inter };
 	for (int i = 0; i < 9; i++)
-		put32(p + 48 + 4 * i, v[i]);
-	put64(p + 88, s->nonrouted_params);
+		strata_le_put32(p + 48 + 4 * i, v[i]);
+	strata_le_put64(p + 88, s->nonrouted_params);
 }
 
 static int decode_spec(const uint8_t *p, struct strata_model_spec *s)
@@ -113,8 +96,8 @@ static int decode_spec(const uint8_t *p, struct strata_model_spec *s)
 	uint32_t *v[9] = { &s->n_layers, &s->first_moe_layer, &s->n_moe_layers, &s->n_experts, &s->top_k,
 			   &s->hidden, &s->inter, &s->n_shared, &s->shared_inter };
 	for (int i = 0; i < 9; i++)
-		*v[i] = get32(p + 48 + 4 * i);
-	s->nonrouted_params = get64(p + 88);
+		*v[i] = strata_le_get32(p + 48 + 4 * i);
+	s->nonrouted_params = strata_le_get64(p + 88);
 	return 0;
 }
 
@@ -158,7 +141,7 @@ int strata_store_parse_header(const void *buf, size_t len, uint64_t file_size, c
 		name = "shard";
 	if (len < 16 || memcmp(p + H_MAGIC, STRATA_SHARD_MAGIC, 8))
 		return STRATA_ERR(err, STRATA_ECORRUPT, "%s: not a Strata shard (bad magic)", name);
-	uint32_t version = get32(p + H_VERSION);
+	uint32_t version = strata_le_get32(p + H_VERSION);
 	if (version != STRATA_STORE_VERSION)
 		return STRATA_ERR(err, STRATA_EVERSION, "%s: shard format version %u, this build reads version %u%s",
 				  name, version, STRATA_STORE_VERSION,
@@ -167,11 +150,11 @@ int strata_store_parse_header(const void *buf, size_t len, uint64_t file_size, c
 	if (len < STRATA_SHARD_FIXED_BYTES)
 		return STRATA_ERR(err, STRATA_ECORRUPT, "%s: truncated header (%zu bytes, need at least %u)",
 				  name, len, STRATA_SHARD_FIXED_BYTES);
-	if (get32(p + H_FIXED) != STRATA_SHARD_FIXED_BYTES || get32(p + H_EXPREC) != STRATA_SHARD_EXPERT_REC ||
-	    get32(p + H_TENREC) != STRATA_SHARD_TENSOR_REC)
+	if (strata_le_get32(p + H_FIXED) != STRATA_SHARD_FIXED_BYTES || strata_le_get32(p + H_EXPREC) != STRATA_SHARD_EXPERT_REC ||
+	    strata_le_get32(p + H_TENREC) != STRATA_SHARD_TENSOR_REC)
 		return STRATA_ERR(err, STRATA_ECORRUPT, "%s: header record sizes disagree with version %u",
 				  name, version);
-	uint64_t hsize = get64(p + H_HSIZE);
+	uint64_t hsize = strata_le_get64(p + H_HSIZE);
 	if (hsize < STRATA_SHARD_FIXED_BYTES + STRATA_SHARD_SPEC_BYTES + 8 || hsize > MAX_HEADER_BYTES ||
 	    hsize % 8)
 		return STRATA_ERR(err, STRATA_ECORRUPT, "%s: bad header size %" PRIu64, name, hsize);
@@ -179,14 +162,14 @@ int strata_store_parse_header(const void *buf, size_t len, uint64_t file_size, c
 		return STRATA_ERR(err, STRATA_ECORRUPT, "%s: truncated header (%zu bytes, header size is %" PRIu64 ")",
 				  name, len, hsize);
 	if (!(flags & STRATA_PARSE_NO_CHECKSUM)) {
-		uint64_t want = get64(p + hsize - 8), got = XXH3_64bits(p, hsize - 8);
+		uint64_t want = strata_le_get64(p + hsize - 8), got = XXH3_64bits(p, hsize - 8);
 		if (want != got)
 			return STRATA_ERR(err, STRATA_ECORRUPT,
 					  "%s: header checksum mismatch (stored %016" PRIx64 ", computed %016" PRIx64
 					  "): the header is corrupt", name, want, got);
 	}
-	if (get32(p + H_CSUM) != STRATA_SHARD_CSUM_XXH3)
-		return STRATA_ERR(err, STRATA_ECORRUPT, "%s: unknown checksum algorithm %u", name, get32(p + H_CSUM));
+	if (strata_le_get32(p + H_CSUM) != STRATA_SHARD_CSUM_XXH3)
+		return STRATA_ERR(err, STRATA_ECORRUPT, "%s: unknown checksum algorithm %u", name, strata_le_get32(p + H_CSUM));
 
 	struct strata_shard_header *h = calloc(1, sizeof(*h));
 	if (!h)
@@ -196,18 +179,18 @@ int strata_store_parse_header(const void *buf, size_t len, uint64_t file_size, c
 	uint8_t *seen = NULL;
 	h->version = version;
 	h->header_size = hsize;
-	h->data_off = get64(p + H_DATA);
-	h->file_size = get64(p + H_FSIZE);
-	h->shard_index = get32(p + H_INDEX);
-	h->shard_count = get32(p + H_COUNT);
-	h->store_id = get64(p + H_STOREID);
-	h->created_unix = get64(p + H_CREATED);
-	h->n_total_experts = get32(p + H_NTOTAL);
-	h->n_experts = get32(p + H_NEXP);
-	h->n_tensors = get32(p + H_NTEN);
-	h->n_tensors_total = get32(p + H_NTENTOT);
-	uint64_t spec_off = get64(p + H_SPECOFF), tab_off = get64(p + H_TABOFF);
-	uint64_t exp_off = get64(p + H_EXPOFF), ten_off = get64(p + H_TENOFF);
+	h->data_off = strata_le_get64(p + H_DATA);
+	h->file_size = strata_le_get64(p + H_FSIZE);
+	h->shard_index = strata_le_get32(p + H_INDEX);
+	h->shard_count = strata_le_get32(p + H_COUNT);
+	h->store_id = strata_le_get64(p + H_STOREID);
+	h->created_unix = strata_le_get64(p + H_CREATED);
+	h->n_total_experts = strata_le_get32(p + H_NTOTAL);
+	h->n_experts = strata_le_get32(p + H_NEXP);
+	h->n_tensors = strata_le_get32(p + H_NTEN);
+	h->n_tensors_total = strata_le_get32(p + H_NTENTOT);
+	uint64_t spec_off = strata_le_get64(p + H_SPECOFF), tab_off = strata_le_get64(p + H_TABOFF);
+	uint64_t exp_off = strata_le_get64(p + H_EXPOFF), ten_off = strata_le_get64(p + H_TENOFF);
 
 	if (h->data_off != ALIGN_4K(hsize) || h->file_size % STRATA_EXTENT_ALIGN || h->file_size < h->data_off) {
 		STRATA_ERR(err, rc, "%s: header sizes disagree (header %" PRIu64 ", data at %" PRIu64
@@ -285,14 +268,14 @@ int strata_store_parse_header(const void *buf, size_t len, uint64_t file_size, c
 	for (uint32_t i = 0; i < h->n_experts; i++) {
 		const uint8_t *r = p + exp_off + (uint64_t)i * STRATA_SHARD_EXPERT_REC;
 		struct strata_shard_expert *x = &h->experts[i];
-		x->layer = get32(r);
-		x->expert = get32(r + 4);
+		x->layer = strata_le_get32(r);
+		x->expert = strata_le_get32(r + 4);
 		x->ext.shard = h->shard_index;
-		x->ext.fmt = get32(r + 8);
-		x->ext.offset = get64(r + 16);
-		x->ext.bytes = get64(r + 24);
-		x->ext.payload = get64(r + 32);
-		x->ext.xxh64 = get64(r + 40);
+		x->ext.fmt = strata_le_get32(r + 8);
+		x->ext.offset = strata_le_get64(r + 16);
+		x->ext.bytes = strata_le_get64(r + 24);
+		x->ext.payload = strata_le_get64(r + 32);
+		x->ext.xxh64 = strata_le_get64(r + 40);
 		if (x->layer >= sp->n_moe_layers || x->expert >= sp->n_experts) {
 			STRATA_ERR(err, rc, "%s: expert entry %u names (layer %u, expert %u) outside the model",
 				   name, i, x->layer, x->expert);
@@ -328,16 +311,16 @@ int strata_store_parse_header(const void *buf, size_t len, uint64_t file_size, c
 			goto fail;
 		}
 		memcpy(t->name, r, STRATA_TENSOR_NAME_MAX);
-		t->fmt = get32(r + 96);
-		t->ndim = get32(r + 100);
+		t->fmt = strata_le_get32(r + 96);
+		t->ndim = strata_le_get32(r + 100);
 		for (int d = 0; d < 4; d++)
-			t->shape[d] = get64(r + 104 + 8 * d);
+			t->shape[d] = strata_le_get64(r + 104 + 8 * d);
 		t->ext.shard = h->shard_index;
 		t->ext.fmt = t->fmt;
-		t->ext.offset = get64(r + 136);
-		t->ext.bytes = get64(r + 144);
-		t->ext.payload = get64(r + 152);
-		t->ext.xxh64 = get64(r + 160);
+		t->ext.offset = strata_le_get64(r + 136);
+		t->ext.bytes = strata_le_get64(r + 144);
+		t->ext.payload = strata_le_get64(r + 152);
+		t->ext.xxh64 = strata_le_get64(r + 160);
 		int ok;
 		uint64_t want = tensor_payload(t, &ok);
 		if (!ok || t->ext.payload != want || t->ext.bytes != ALIGN_4K(want)) {
@@ -450,8 +433,8 @@ static int read_shard_header(const char *path, struct strata_shard_header **out,
 					path, n);
 		goto out;
 	}
-	uint64_t hsize = get64(fixed + H_HSIZE);
-	if (memcmp(fixed, STRATA_SHARD_MAGIC, 8) || get32(fixed + H_VERSION) != STRATA_STORE_VERSION ||
+	uint64_t hsize = strata_le_get64(fixed + H_HSIZE);
+	if (memcmp(fixed, STRATA_SHARD_MAGIC, 8) || strata_le_get32(fixed + H_VERSION) != STRATA_STORE_VERSION ||
 	    hsize < sizeof(fixed) || hsize > MAX_HEADER_BYTES) {
 		rc = strata_store_parse_header(fixed, sizeof(fixed), *fsize, path, 0, out, err);
 		goto out;
@@ -1176,26 +1159,26 @@ static void encode_header(const struct strata_store_writer *w, uint32_t s, uint8
 	uint64_t ten_off = exp_off + (uint64_t)sh->n_experts * STRATA_SHARD_EXPERT_REC;
 	memset(p, 0, sh->header_size);
 	memcpy(p + H_MAGIC, STRATA_SHARD_MAGIC, 8);
-	put32(p + H_VERSION, STRATA_STORE_VERSION);
-	put32(p + H_FIXED, STRATA_SHARD_FIXED_BYTES);
-	put64(p + H_HSIZE, sh->header_size);
-	put64(p + H_DATA, sh->data_off);
-	put64(p + H_FSIZE, sh->file_size);
-	put32(p + H_INDEX, s);
-	put32(p + H_COUNT, w->n_shards);
-	put64(p + H_STOREID, w->store_id);
-	put32(p + H_CSUM, STRATA_SHARD_CSUM_XXH3);
-	put32(p + H_NTOTAL, w->n_total);
-	put32(p + H_NEXP, sh->n_experts);
-	put32(p + H_NTEN, sh->n_tensors);
-	put32(p + H_NTENTOT, w->n_tensors);
-	put64(p + H_SPECOFF, spec_off);
-	put64(p + H_TABOFF, tab_off);
-	put64(p + H_EXPOFF, exp_off);
-	put64(p + H_TENOFF, ten_off);
-	put32(p + H_EXPREC, STRATA_SHARD_EXPERT_REC);
-	put32(p + H_TENREC, STRATA_SHARD_TENSOR_REC);
-	put64(p + H_CREATED, (uint64_t)time(NULL));
+	strata_le_put32(p + H_VERSION, STRATA_STORE_VERSION);
+	strata_le_put32(p + H_FIXED, STRATA_SHARD_FIXED_BYTES);
+	strata_le_put64(p + H_HSIZE, sh->header_size);
+	strata_le_put64(p + H_DATA, sh->data_off);
+	strata_le_put64(p + H_FSIZE, sh->file_size);
+	strata_le_put32(p + H_INDEX, s);
+	strata_le_put32(p + H_COUNT, w->n_shards);
+	strata_le_put64(p + H_STOREID, w->store_id);
+	strata_le_put32(p + H_CSUM, STRATA_SHARD_CSUM_XXH3);
+	strata_le_put32(p + H_NTOTAL, w->n_total);
+	strata_le_put32(p + H_NEXP, sh->n_experts);
+	strata_le_put32(p + H_NTEN, sh->n_tensors);
+	strata_le_put32(p + H_NTENTOT, w->n_tensors);
+	strata_le_put64(p + H_SPECOFF, spec_off);
+	strata_le_put64(p + H_TABOFF, tab_off);
+	strata_le_put64(p + H_EXPOFF, exp_off);
+	strata_le_put64(p + H_TENOFF, ten_off);
+	strata_le_put32(p + H_EXPREC, STRATA_SHARD_EXPERT_REC);
+	strata_le_put32(p + H_TENREC, STRATA_SHARD_TENSOR_REC);
+	strata_le_put64(p + H_CREATED, (uint64_t)time(NULL));
 	encode_spec(p + spec_off, &w->spec);
 	memcpy(p + tab_off, w->tiers, w->n_total);
 	memcpy(p + tab_off + tab_len, w->fmts, w->n_total);
@@ -1204,29 +1187,29 @@ static void encode_header(const struct strata_store_writer *w, uint32_t s, uint8
 		uint32_t it = w->order[k];
 		if (it < w->n_total) {
 			const struct strata_extent *x = &w->experts[it];
-			put32(er, it / w->spec.n_experts);
-			put32(er + 4, it % w->spec.n_experts);
-			put32(er + 8, x->fmt);
-			put64(er + 16, x->offset);
-			put64(er + 24, x->bytes);
-			put64(er + 32, x->payload);
-			put64(er + 40, x->xxh64);
+			strata_le_put32(er, it / w->spec.n_experts);
+			strata_le_put32(er + 4, it % w->spec.n_experts);
+			strata_le_put32(er + 8, x->fmt);
+			strata_le_put64(er + 16, x->offset);
+			strata_le_put64(er + 24, x->bytes);
+			strata_le_put64(er + 32, x->payload);
+			strata_le_put64(er + 40, x->xxh64);
 			er += STRATA_SHARD_EXPERT_REC;
 		} else {
 			const struct strata_tensor_info *t = &w->tensors[it - w->n_total];
 			memcpy(tr, t->name, strnlen(t->name, STRATA_TENSOR_NAME_MAX - 1));
-			put32(tr + 96, t->fmt);
-			put32(tr + 100, t->ndim);
+			strata_le_put32(tr + 96, t->fmt);
+			strata_le_put32(tr + 100, t->ndim);
 			for (int d = 0; d < 4; d++)
-				put64(tr + 104 + 8 * d, t->shape[d]);
-			put64(tr + 136, t->ext.offset);
-			put64(tr + 144, t->ext.bytes);
-			put64(tr + 152, t->ext.payload);
-			put64(tr + 160, t->ext.xxh64);
+				strata_le_put64(tr + 104 + 8 * d, t->shape[d]);
+			strata_le_put64(tr + 136, t->ext.offset);
+			strata_le_put64(tr + 144, t->ext.bytes);
+			strata_le_put64(tr + 152, t->ext.payload);
+			strata_le_put64(tr + 160, t->ext.xxh64);
 			tr += STRATA_SHARD_TENSOR_REC;
 		}
 	}
-	put64(p + sh->header_size - 8, XXH3_64bits(p, sh->header_size - 8));
+	strata_le_put64(p + sh->header_size - 8, XXH3_64bits(p, sh->header_size - 8));
 }
 
 int strata_store_writer_finish(struct strata_store_writer *w, struct strata_error *err)

@@ -15,54 +15,16 @@
 
 #include "quant.h"
 #include "strata/synth.h"
-#include "strata/tiering.h"
+#include "strata/tier_assign.h"
+#include "strata/util.h"
 
 #define NBINS 65536u
 #define POOL_ROWS 4u
 #define POOL_COLS 4096u
 #define POOL_BLOCKS (POOL_ROWS * POOL_COLS / STRATA_QK) /* 64: six random bits pick a block */
 
-/* Stream kinds, mixed into each stream's seed. */
-enum { K_EXPERT = 1, K_OUTLIER = 2, K_TIER = 3, K_TENSOR = 4, K_POOL = 5 };
-
-struct rng {
-	uint64_t s[4];
-};
-
-static uint64_t mix64(uint64_t z)
-{
-	z += 0x9e3779b97f4a7c15ull;
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-static void rng_seed(struct rng *r, uint64_t seed, uint64_t kind, uint64_t a, uint64_t b, uint64_t c)
-{
-	uint64_t k = mix64(mix64(mix64(mix64(seed ^ mix64(kind)) ^ a) ^ b) ^ c);
-	for (int i = 0; i < 4; i++)
-		r->s[i] = k = mix64(k);
-}
-
-static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-/* xoshiro256++ (Blackman & Vigna): every output bit is good, so one output
- * gives four 16-bit table indices. */
-static inline uint64_t rng_next(struct rng *r)
-{
-	uint64_t *s = r->s;
-	uint64_t res = rotl(s[0] + s[3], 23) + s[0], t = s[1] << 17;
-	s[2] ^= s[0];
-	s[3] ^= s[1];
-	s[1] ^= s[2];
-	s[0] ^= s[3];
-	s[2] ^= t;
-	s[3] = rotl(s[3], 45);
-	return res;
-}
-
 /* Uniform in (0, 1]. */
-static inline double rng_open01(struct rng *r) { return ((rng_next(r) >> 11) + 1) * 0x1.0p-53; }
+static inline double rng_open01(struct strata_xoshiro *r) { return ((strata_xoshiro256pp(r) >> 11) + 1) * 0x1.0p-53; }
 
 struct pool {
 	int ok;
@@ -128,7 +90,7 @@ static int build_table(struct strata_synth *g)
 }
 
 /* A sample beyond the edge (positive), unit variance. */
-static double tail_sample(const struct strata_synth *g, struct rng *r)
+static double tail_sample(const struct strata_synth *g, struct strata_xoshiro *r)
 {
 	double a = g->edge;
 	if (g->cfg.dist == STRATA_SYNTH_GAUSSIAN) {
@@ -144,7 +106,7 @@ static double tail_sample(const struct strata_synth *g, struct rng *r)
 static inline int is_tail(uint32_t i) { return ((i + 1) & 0xffffu) <= 1; } /* bin 0 or 65535 */
 
 /* Value of bin i: the table, or a fresh tail sample for the extreme bins. */
-static inline float bin_value(const struct strata_synth *g, struct rng *r, uint32_t i)
+static inline float bin_value(const struct strata_synth *g, struct strata_xoshiro *r, uint32_t i)
 {
 	if (!is_tail(i))
 		return g->tab[i];
@@ -152,10 +114,10 @@ static inline float bin_value(const struct strata_synth *g, struct rng *r, uint3
 }
 
 /* n unit-variance samples; each 64-bit draw gives four (16 bits each). */
-static void gen_row(const struct strata_synth *g, struct rng *r, float *row, uint32_t n)
+static void gen_row(const struct strata_synth *g, struct strata_xoshiro *r, float *row, uint32_t n)
 {
 	for (uint32_t i = 0; i < n; i += 4) {
-		uint64_t x = rng_next(r);
+		uint64_t x = strata_xoshiro256pp(r);
 		for (uint32_t k = 0; k < 4 && i + k < n; k++)
 			row[i + k] = bin_value(g, r, (uint32_t)(x >> (48 - 16 * k)) & 0xffffu);
 	}
@@ -174,12 +136,12 @@ static void col_scales(const struct strata_synth *g, uint32_t layer, uint32_t co
 	uint32_t n = (uint32_t)floor(frac * cols + 0.5);
 	if (n < 1)
 		n = 1;
-	struct rng r;
-	rng_seed(&r, g->cfg.seed, K_OUTLIER, layer, cols, 0);
+	struct strata_xoshiro r;
+	strata_xoshiro_seed_stream(&r, g->cfg.seed, STRATA_STREAM_OUTLIER, layer, cols, 0);
 	/* partial Fisher-Yates over column ids, without an index array: pick n
 	 * distinct columns by rejection (n is a small fraction of cols) */
 	for (uint32_t k = 0; k < n;) {
-		uint32_t c = (uint32_t)(((rng_next(&r) >> 32) * cols) >> 32);
+		uint32_t c = (uint32_t)(((strata_xoshiro256pp(&r) >> 32) * cols) >> 32);
 		if (sc[c] != base)
 			continue;
 		sc[c] = base * (float)g->cfg.outlier_scale;
@@ -194,7 +156,7 @@ static void matrix_shape(const struct strata_model_spec *s, int which, uint32_t 
 }
 
 /* Generate a rows x cols matrix from stream r into either f32 or bf16 rows. */
-static void gen_matrix(const struct strata_synth *g, struct rng *r, const float *sc, uint32_t rows, uint32_t cols,
+static void gen_matrix(const struct strata_synth *g, struct strata_xoshiro *r, const float *sc, uint32_t rows, uint32_t cols,
 		       float *f32, uint16_t *bf16, float *row)
 {
 	for (uint32_t i = 0; i < rows; i++) {
@@ -212,30 +174,24 @@ static void gen_matrix(const struct strata_synth *g, struct rng *r, const float 
 
 /* The BF16 fast path: one table load per weight, no float pass.  Gives the
  * same bits as gen_matrix (same stream, same float products rounded once). */
-static void gen_matrix_bf16(const struct strata_synth *g, struct rng *r, const float *sc, const uint16_t *tbl,
+static void gen_matrix_bf16(const struct strata_synth *g, struct strata_xoshiro *r, const float *sc, const uint16_t *tbl,
 			    const uint8_t *isout, uint32_t rows, uint32_t cols, uint16_t *out)
 {
 	/* the stream lives in registers; it goes back to *r around the (rare)
 	 * tail samples, which draw from the same stream */
-	uint64_t s0 = r->s[0], s1 = r->s[1], s2 = r->s[2], s3 = r->s[3];
+	struct strata_xoshiro st = *r;
 	for (uint32_t i = 0; i < rows; i++) {
 		uint16_t *o = out + (uint64_t)i * cols;
 		for (uint32_t c = 0; c < cols; c += 4) {
-			uint64_t x = rotl(s0 + s3, 23) + s0, t = s1 << 17;
-			s2 ^= s0;
-			s3 ^= s1;
-			s1 ^= s2;
-			s0 ^= s3;
-			s2 ^= t;
-			s3 = rotl(s3, 45);
+			uint64_t x = strata_xoshiro256pp(&st);
 			uint32_t q[4] = { (uint32_t)(x >> 48), (uint32_t)(x >> 32) & 0xffffu,
 					  (uint32_t)(x >> 16) & 0xffffu, (uint32_t)x & 0xffffu };
 			if (__builtin_expect(is_tail(q[0]) | is_tail(q[1]) | is_tail(q[2]) | is_tail(q[3]) ||
 					     c + 4 > cols, 0)) {
-				r->s[0] = s0, r->s[1] = s1, r->s[2] = s2, r->s[3] = s3;
+				*r = st;
 				for (uint32_t k = 0; k < 4 && c + k < cols; k++)
 					o[c + k] = strata_f32_to_bf16(bin_value(g, r, q[k]) * sc[c + k]);
-				s0 = r->s[0], s1 = r->s[1], s2 = r->s[2], s3 = r->s[3];
+				st = *r;
 				continue;
 			}
 			o[c] = tbl[(uint32_t)isout[c] << 16 | q[0]];
@@ -244,7 +200,7 @@ static void gen_matrix_bf16(const struct strata_synth *g, struct rng *r, const f
 			o[c + 3] = tbl[(uint32_t)isout[c + 3] << 16 | q[3]];
 		}
 	}
-	r->s[0] = s0, r->s[1] = s1, r->s[2] = s2, r->s[3] = s3;
+	*r = st;
 }
 
 static void build_bf16_tables(struct strata_synth *g)
@@ -272,8 +228,8 @@ int strata_synth_matrix(const struct strata_synth *g, uint32_t layer, uint32_t e
 	if (!sc)
 		return STRATA_ENOMEM;
 	col_scales(g, layer, cols, sc);
-	struct rng r;
-	rng_seed(&r, g->cfg.seed, K_EXPERT, layer, e, (uint64_t)which);
+	struct strata_xoshiro r;
+	strata_xoshiro_seed_stream(&r, g->cfg.seed, STRATA_STREAM_EXPERT, layer, e, (uint64_t)which);
 	gen_matrix(g, &r, sc, rows, cols, out, NULL, NULL);
 	free(sc);
 	return STRATA_OK;
@@ -286,7 +242,7 @@ static void zero_gaps(uint8_t *m, const struct strata_matrix_layout *L, uint64_t
 	memset(m + L->scales_off + L->scales_bytes, 0, next - (L->scales_off + L->scales_bytes));
 }
 
-static void fill_random_blocks(const struct pool *p, struct rng *r, const struct strata_matrix_layout *L,
+static void fill_random_blocks(const struct pool *p, struct strata_xoshiro *r, const struct strata_matrix_layout *L,
 			       uint8_t *m)
 {
 	uint64_t nblocks = (uint64_t)L->rows * (L->padded_cols / STRATA_QK);
@@ -294,7 +250,7 @@ static void fill_random_blocks(const struct pool *p, struct rng *r, const struct
 	uint64_t bits = 0;
 	for (uint64_t b = 0; b < nblocks; b++) {
 		if (b % 10 == 0)
-			bits = rng_next(r);
+			bits = strata_xoshiro256pp(r);
 		uint32_t k = (uint32_t)(bits & (POOL_BLOCKS - 1));
 		bits >>= 6;
 		memcpy(codes + b * p->code_bytes, p->codes + (uint64_t)k * p->code_bytes, p->code_bytes);
@@ -337,8 +293,8 @@ int strata_synth_expert(const struct strata_synth *g, uint32_t layer, uint32_t e
 		uint32_t rows, cols;
 		matrix_shape(s, w, &rows, &cols);
 		uint8_t *m = (uint8_t *)dst + off[w];
-		struct rng r;
-		rng_seed(&r, g->cfg.seed, K_EXPERT, layer, e, (uint64_t)w);
+		struct strata_xoshiro r;
+		strata_xoshiro_seed_stream(&r, g->cfg.seed, STRATA_STREAM_EXPERT, layer, e, (uint64_t)w);
 		if (quant && g->cfg.codes == STRATA_SYNTH_CODES_RANDOM) {
 			if (!g->pool[fmt].ok) {
 				rc = STRATA_ERR(err, STRATA_EUNSUPPORTED, "synth: format %s has no quantizer in this build",
@@ -382,54 +338,6 @@ out:
 
 /* ---- tiers ------------------------------------------------------------ */
 
-static const double default_frac[STRATA_TIER_COUNT] = { 0.15, 0.30, 0.55 };
-
-void strata_synth_tier_counts(uint32_t n_experts, const double frac[STRATA_TIER_COUNT],
-			      uint32_t out[STRATA_TIER_COUNT])
-{
-	if (!frac || frac[0] + frac[1] + frac[2] <= 0)
-		frac = default_frac;
-	double h = floor(n_experts * frac[0] + 0.5), hw = floor(n_experts * (frac[0] + frac[1]) + 0.5);
-	if (hw > n_experts)
-		hw = n_experts;
-	if (h > hw)
-		h = hw;
-	out[0] = (uint32_t)h;
-	out[1] = (uint32_t)(hw - h);
-	out[2] = n_experts - (uint32_t)hw;
-}
-
-void strata_synth_tier_table(const struct strata_model_spec *spec, const double frac[STRATA_TIER_COUNT],
-			     uint64_t seed, uint8_t *tiers, double *pop)
-{
-	uint32_t E = spec->n_experts, cnt[STRATA_TIER_COUNT];
-	strata_synth_tier_counts(E, frac, cnt);
-	uint32_t *perm = malloc(E * sizeof(*perm));
-	double hsum = 0;
-	for (uint32_t k = 0; k < E; k++)
-		hsum += 1.0 / (k + 1);
-	for (uint32_t l = 0; l < spec->n_moe_layers; l++) {
-		struct rng r;
-		rng_seed(&r, seed, K_TIER, l, 0, 0);
-		for (uint32_t k = 0; k < E; k++) {
-			uint32_t j = (uint32_t)(((rng_next(&r) >> 32) * (k + 1)) >> 32); /* inside-out Fisher-Yates */
-			if (perm) {
-				perm[k] = perm[j];
-				perm[j] = k;
-			}
-		}
-		for (uint32_t rank = 0; rank < E; rank++) {
-			uint32_t e = perm ? perm[rank] : rank;
-			uint32_t eid = strata_eid(spec, l, e);
-			tiers[eid] = rank < cnt[0] ? STRATA_TIER_VRAM : rank < cnt[0] + cnt[1] ? STRATA_TIER_RAM
-											  : STRATA_TIER_NVME;
-			if (pop)
-				pop[eid] = 1.0 / (rank + 1) / hsum;
-		}
-	}
-	free(perm);
-}
-
 /* Tiers ranked by a measured popularity (trace or counts file) with the
  * configured split, through the same rule `strata quantize` uses. */
 static int synth_tiers_from_popularity(const struct strata_synth_config *c, uint8_t *tiers,
@@ -451,15 +359,6 @@ static int synth_tiers_from_popularity(const struct strata_synth_config *c, uint
 	if (rc)
 		strata_error_prefix(err, "synth --popularity %s", c->popularity);
 	strata_popularity_free(&pop);
-	return rc;
-}
-
-int strata_synth_parse_tiers(const char *text, double frac[STRATA_TIER_COUNT], struct strata_error *err)
-{
-	struct strata_tier_split sp;
-	int rc = strata_tier_split_parse(text, &sp, err);
-	for (int i = 0; !rc && i < STRATA_TIER_COUNT; i++)
-		frac[i] = sp.pct[i] / 100.0;
 	return rc;
 }
 
@@ -525,8 +424,8 @@ int strata_synth_tensor(const struct strata_synth *g, const struct strata_tensor
 	    bytes != rows * cols * esz || cols > UINT32_MAX)
 		return STRATA_ERR(err, STRATA_EINVAL, "synth: tensor '%s': unsupported shape or %zu bytes", t->name,
 				  bytes);
-	struct rng r;
-	rng_seed(&r, g->cfg.seed, K_TENSOR, name_hash(t->name), 0, 0);
+	struct strata_xoshiro r;
+	strata_xoshiro_seed_stream(&r, g->cfg.seed, STRATA_STREAM_TENSOR, name_hash(t->name), 0, 0);
 	if (t->ndim == 1) { /* norm weights: around 1 */
 		float *row = malloc(rows * sizeof(float));
 		if (!row)
@@ -581,8 +480,8 @@ static int build_pool(struct strata_synth *g, int fmt)
 	p->scales = malloc((size_t)POOL_BLOCKS * t->scale_bytes + 1);
 	int rc = -1;
 	if (w && sc && q && p->codes && p->scales) {
-		struct rng r;
-		rng_seed(&r, g->cfg.seed, K_POOL, (uint64_t)fmt, 0, 0);
+		struct strata_xoshiro r;
+		strata_xoshiro_seed_stream(&r, g->cfg.seed, STRATA_STREAM_POOL, (uint64_t)fmt, 0, 0);
 		for (uint32_t c = 0; c < POOL_COLS; c++)
 			sc[c] = 1.0f / 64.0f;
 		gen_matrix(g, &r, sc, POOL_ROWS, POOL_COLS, w, NULL, NULL);
@@ -626,7 +525,7 @@ int strata_synth_init(const struct strata_synth_config *cfg, struct strata_synth
 		return STRATA_ERR(err, STRATA_EINVAL, "synth: unknown codes mode %d", c.codes);
 	double sum = c.tier_frac[0] + c.tier_frac[1] + c.tier_frac[2];
 	if (sum <= 0)
-		memcpy(c.tier_frac, default_frac, sizeof(c.tier_frac));
+		memcpy(c.tier_frac, strata_tier_frac_default, sizeof(c.tier_frac));
 	else if (fabs(sum - 1) > 1e-3 || c.tier_frac[0] < 0 || c.tier_frac[1] < 0 || c.tier_frac[2] < 0)
 		return STRATA_ERR(err, STRATA_EINVAL, "synth: tier fractions must be >= 0 and sum to 1");
 	if (c.threads <= 0)
@@ -778,7 +677,7 @@ int strata_synth_write(const struct strata_synth_config *cfg, const char *dir, s
 		if ((rc = synth_tiers_from_popularity(c, tiers, err)))
 			goto out;
 	} else {
-		strata_synth_tier_table(s, c->tier_frac, c->seed, tiers, NULL);
+		strata_tier_assign_seeded(s, c->tier_frac, c->seed, tiers, NULL);
 	}
 	for (uint32_t i = 0; i < n_total; i++)
 		fmts[i] = c->format == STRATA_SYNTH_TIERED ? (uint8_t)(STRATA_FMT_HOT + tiers[i]) : STRATA_FMT_BF16;

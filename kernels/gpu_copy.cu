@@ -1,4 +1,4 @@
-// Batched host -> device copies for the cuda mover (core/mover_cuda.c).
+// Batched host -> device copies for the cuda mover (core/movers/mover_cuda.c).
 //
 // A single cudaMemcpyAsync costs the copy engine a few microseconds of setup
 // that no later copy overlaps; at a Qwen3-30B-A3B expert (0.8-1.7 MB, 15-30 us

@@ -164,3 +164,58 @@ extern "C" int strata_gpu_sync(struct strata_error *err)
 	CU_TRY(err, cudaDeviceSynchronize());
 	return STRATA_OK;
 }
+
+// ---- SM count and CUDA graphs ------------------------------------------------
+
+extern "C" int strata_gpu_sm_count(void)
+{
+	int dev, sms = 0;
+	if (strata_gpu_count() <= 0 || cudaGetDevice(&dev) != cudaSuccess ||
+	    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+		return 0;
+	return sms;
+}
+
+struct strata_gpu_graph {
+	cudaGraph_t g;
+	cudaGraphExec_t x;
+};
+
+extern "C" int strata_gpu_graph_begin(strata_gpu_stream *stream, struct strata_error *err)
+{
+	CU_TRY(err, cudaStreamBeginCapture((cudaStream_t)stream, cudaStreamCaptureModeThreadLocal));
+	return STRATA_OK;
+}
+
+extern "C" int strata_gpu_graph_end(strata_gpu_stream *stream, strata_gpu_graph **graph, struct strata_error *err)
+{
+	*graph = (strata_gpu_graph *)calloc(1, sizeof(**graph));
+	if (!*graph)
+		return STRATA_ERR(err, STRATA_ENOMEM, "strata_gpu_graph_end: out of memory");
+	cudaError_t e = cudaStreamEndCapture((cudaStream_t)stream, &(*graph)->g);
+	if (e == cudaSuccess)
+		e = cudaGraphInstantiate(&(*graph)->x, (*graph)->g, 0);
+	if (e != cudaSuccess) {
+		strata_gpu_graph_free(*graph);
+		*graph = NULL;
+		return STRATA_ERR(err, STRATA_EGPU, "graph capture: %s", cudaGetErrorString(e));
+	}
+	return STRATA_OK;
+}
+
+extern "C" int strata_gpu_graph_launch(strata_gpu_graph *graph, strata_gpu_stream *stream, struct strata_error *err)
+{
+	CU_TRY(err, cudaGraphLaunch(graph->x, (cudaStream_t)stream));
+	return STRATA_OK;
+}
+
+extern "C" void strata_gpu_graph_free(strata_gpu_graph *graph)
+{
+	if (!graph)
+		return;
+	if (graph->x)
+		cudaGraphExecDestroy(graph->x);
+	if (graph->g)
+		cudaGraphDestroy(graph->g);
+	free(graph);
+}

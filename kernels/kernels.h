@@ -208,16 +208,6 @@ int strata_gpu_decode_ceiling(int fmt, double *weights_per_s, uint32_t *warps_pe
 #define STRATA_CEIL_LANE_WORDS 12
 int strata_gpu_decode_ceiling_trace(int fmt, uint32_t iters, const uint32_t *in, uint32_t *pairs, float *sink,
 				    struct strata_error *err);
-/* Number of multiprocessors of the current device (0 without one). */
-int strata_gpu_sm_count(void);
-/* Capture everything enqueued on `stream` (not the default stream) between
- * begin and end into a CUDA graph, replay it, free it: the benchmark times
- * graph replays so host-side launch cost does not hide short kernels. */
-typedef struct strata_gpu_graph strata_gpu_graph;
-int strata_gpu_graph_begin(strata_gpu_stream *stream, struct strata_error *err);
-int strata_gpu_graph_end(strata_gpu_stream *stream, strata_gpu_graph **graph, struct strata_error *err);
-int strata_gpu_graph_launch(strata_gpu_graph *graph, strata_gpu_stream *stream, struct strata_error *err);
-void strata_gpu_graph_free(strata_gpu_graph *graph);
 
 #ifdef __cplusplus
 }

@@ -1742,58 +1742,6 @@ extern "C" int strata_gpu_fill_bf16(uint16_t *d_buf, size_t n, uint64_t seed, fl
 	return STRATA_OK;
 }
 
-extern "C" int strata_gpu_sm_count(void)
-{
-	if (strata_gpu_count() <= 0)
-		return 0;
-	struct strata_error e;
-	return ctx_init(&e) ? 0 : g_ctx.sms;
-}
-
-struct strata_gpu_graph {
-	cudaGraph_t g;
-	cudaGraphExec_t x;
-};
-
-extern "C" int strata_gpu_graph_begin(strata_gpu_stream *stream, struct strata_error *err)
-{
-	CU_TRY(err, cudaStreamBeginCapture((cudaStream_t)stream, cudaStreamCaptureModeThreadLocal));
-	return STRATA_OK;
-}
-
-extern "C" int strata_gpu_graph_end(strata_gpu_stream *stream, strata_gpu_graph **graph, struct strata_error *err)
-{
-	*graph = (strata_gpu_graph *)calloc(1, sizeof(**graph));
-	if (!*graph)
-		return STRATA_ERR(err, STRATA_ENOMEM, "strata_gpu_graph_end: out of memory");
-	cudaError_t e = cudaStreamEndCapture((cudaStream_t)stream, &(*graph)->g);
-	if (e == cudaSuccess)
-		e = cudaGraphInstantiate(&(*graph)->x, (*graph)->g, 0);
-	if (e != cudaSuccess) {
-		strata_gpu_graph_free(*graph);
-		*graph = NULL;
-		return STRATA_ERR(err, STRATA_EGPU, "graph capture: %s", cudaGetErrorString(e));
-	}
-	return STRATA_OK;
-}
-
-extern "C" int strata_gpu_graph_launch(strata_gpu_graph *graph, strata_gpu_stream *stream, struct strata_error *err)
-{
-	CU_TRY(err, cudaGraphLaunch(graph->x, (cudaStream_t)stream));
-	return STRATA_OK;
-}
-
-extern "C" void strata_gpu_graph_free(strata_gpu_graph *graph)
-{
-	if (!graph)
-		return;
-	if (graph->x)
-		cudaGraphExecDestroy(graph->x);
-	if (graph->g)
-		cudaGraphDestroy(graph->g);
-	free(graph);
-}
-
 extern "C" int strata_gpu_fill_random(void *d_buf, size_t bytes, uint64_t seed, strata_gpu_stream *stream,
 				      struct strata_error *err)
 {

@@ -126,6 +126,9 @@ static inline float strata_bf16_to_f32(uint16_t h)
 	v.u = (uint32_t)h << 16;
 	return v.f;
 }
+/* IEEE half <-> f32, round to nearest even (quant_core.c). */
+float strata_f16_to_f32(uint16_t h);
+uint16_t strata_f32_to_f16(float f);
 
 /*
  * CPU reference of one routed expert (SwiGLU): for each of n tokens,

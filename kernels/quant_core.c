@@ -266,3 +266,52 @@ out:
 	free(d);
 	return rc;
 }
+
+/* ---- IEEE half <-> float ------------------------------------------------ */
+
+float strata_f16_to_f32(uint16_t h)
+{
+	/* exponent rebias with the denormal case done by one float subtraction
+	 * (F. Giesen's half_to_float_fast): branches only on Inf/NaN and zero/denormal */
+	union { uint32_t u; float f; } o, magic = { .u = 113u << 23 };
+	const uint32_t shifted_exp = 0x7c00u << 13;
+	o.u = (uint32_t)(h & 0x7fff) << 13;
+	uint32_t exp = shifted_exp & o.u;
+	o.u += (127u - 15u) << 23;
+	if (exp == shifted_exp) {
+		o.u += (128u - 16u) << 23;
+	} else if (exp == 0) {
+		o.u += 1u << 23;
+		o.f -= magic.f;
+	}
+	o.u |= (uint32_t)(h & 0x8000) << 16;
+	return o.f;
+}
+
+uint16_t strata_f32_to_f16(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
+	uint32_t a = u & 0x7fffffffu;
+	if (a > 0x7f800000u)
+		return sign | 0x7e00; /* NaN */
+	if (a >= 0x477ff000u)
+		return sign | 0x7c00; /* overflow to inf (includes inf) */
+	if (a < 0x38800000u) {
+		/* subnormal or zero: round a / 2^-24 to nearest even */
+		if (a < 0x33000000u)
+			return sign;
+		uint32_t e = a >> 23, m = (a & 0x7fffff) | 0x800000;
+		uint32_t shift = 126 - e; /* 14..24 */
+		uint32_t r = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+		if (rem > half || (rem == half && (r & 1)))
+			r++;
+		return sign | (uint16_t)r;
+	}
+	uint32_t r = ((a >> 13) - (112u << 10));
+	uint32_t rem = a & 0x1fff;
+	if (rem > 0x1000 || (rem == 0x1000 && (r & 1)))
+		r++;
+	return sign | (uint16_t)r;
+}

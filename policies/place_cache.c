@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "strata/policy.h"
-#include "strata/store.h"
+#include "strata/types.h"
 
 struct place_cache {
 	char keep[STRATA_OPT_STR_MAX];

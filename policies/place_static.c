@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "strata/policy.h"
-#include "strata/store.h"
+#include "strata/types.h"
 
 struct place_static {
 	char promote[STRATA_OPT_STR_MAX];

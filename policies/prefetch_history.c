@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "strata/policy.h"
-#include "strata/store.h"
+#include "strata/types.h"
 
 struct trow {
 	struct { uint16_t dst, cnt; } e[1]; /* [cap]; cnt 0 = empty */

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "strata/policy.h"
-#include "strata/store.h"
+#include "strata/types.h"
 
 struct lookahead {
 	int64_t depth, topn;

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "strata/policy.h"
-#include "strata/store.h"
+#include "strata/types.h"
 #include "strata/util.h"
 
 struct oracle {

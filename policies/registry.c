@@ -54,3 +54,9 @@ const void *strata_policy_builtin(int role, const char *name)
 	}
 	return NULL;
 }
+
+const char *strata_policy_default(int role)
+{
+	const struct strata_evict_ops *h = strata_policy_builtin_at(role, 0); /* common head */
+	return h ? h->name : NULL;
+}

@@ -9,9 +9,10 @@
 
 #include "strata/engine.h"
 #include "strata/gpu.h"
-#include "strata/policy_harness.h"
+#include "strata/harness.h"
 #include "strata/store.h"
 #include "strata/synth.h"
+#include "strata/tier_assign.h"
 #include "strata/util.h"
 #include "testutil.h"
 
@@ -614,7 +615,7 @@ static void test_open_model_virtual(void **state)
 	uint32_t n = strata_model_total_experts(&sp);
 	uint8_t *tiers = malloc(n);
 	double frac[3] = { 0.15, 0.30, 0.55 };
-	strata_synth_tier_table(&sp, frac, 1, tiers, NULL);
+	strata_tier_assign_seeded(&sp, frac, 1, tiers, NULL);
 	struct strata_engine_model m = { .spec = &sp, .tier_table = tiers };
 	struct strata_engine_config ec;
 	strata_engine_config_defaults(&ec);

@@ -11,7 +11,7 @@
 
 #include "strata/lua.h"
 #include "strata/policy.h"
-#include "strata/policy_harness.h"
+#include "strata/harness.h"
 #include "strata/store.h"
 #include "testutil.h"
 

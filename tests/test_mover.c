@@ -13,7 +13,7 @@
 #include "strata/mover.h"
 #include "strata/store.h"
 #include "strata/synth.h"
-#include "strata/tier.h"
+#include "strata/tier_mem.h"
 #include "strata/util.h"
 #include "testutil.h"
 

@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "strata/policy.h"
-#include "strata/policy_harness.h"
+#include "strata/harness.h"
 #include "strata/store.h"
 #include "testutil.h"
 

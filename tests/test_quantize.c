@@ -13,9 +13,10 @@
 #include "quant.h"
 #include "strata/json.h"
 #include "strata/quantize.h"
+#include "strata/test_model.h"
 #include "strata/safetensors.h"
 #include "strata/store.h"
-#include "strata/tiering.h"
+#include "strata/tier_assign.h"
 #include "strata/util.h"
 #include "testutil.h"
 
@@ -87,10 +88,10 @@ static void test_spec_inference(void **state)
 		uint32_t files;
 		int dtype;
 	} cases[] = {
-		{ "mixtral", "custom:layers=2,experts=4,top_k=2,hidden=256,inter=16", 1, STRATA_ST_BF16 },
+		{ "mixtral", "custom:layers=2,experts=4,top_k=2,hidden=256,inter=16", 1, STRATA_SAFETENSORS_BF16 },
 		{ "deepseek-v3", "custom:layers=2,first_moe=1,experts=6,top_k=3,hidden=256,inter=32,shared=1,shared_inter=32", 3,
-		  STRATA_ST_F16 },
-		{ "qwen3-moe", "custom:layers=3,experts=5,top_k=4,hidden=256,inter=16", 2, STRATA_ST_F32 },
+		  STRATA_SAFETENSORS_F16 },
+		{ "qwen3-moe", "custom:layers=3,experts=5,top_k=4,hidden=256,inter=16", 2, STRATA_SAFETENSORS_F32 },
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		struct strata_model_spec s;
@@ -100,11 +101,11 @@ static void test_spec_inference(void **state)
 		snprintf(dir, sizeof(dir), "spec%zu", i);
 		const char *d = test_path(dir);
 		struct strata_error err = { 0 };
-		if (strata_qz_make_test_model(d, cases[i].naming, &s, cases[i].dtype, cases[i].files, 7, &err))
+		if (strata_test_model_write(d, cases[i].naming, &s, cases[i].dtype, cases[i].files, 7, &err))
 			fail_msg("%s", err.msg);
-		struct strata_qz_model *m;
-		struct strata_qz_open_options oo = { .naming = "auto" };
-		if (strata_qz_model_open(d, &oo, &m, &err))
+		struct strata_quantize_model *m;
+		struct strata_quantize_open_options oo = { .naming = "auto" };
+		if (strata_quantize_model_open(d, &oo, &m, &err))
 			fail_msg("%s: %s", cases[i].naming, err.msg);
 		assert_string_equal(m->naming->name, cases[i].naming);
 		assert_int_equal(m->spec.n_layers, s.n_layers);
@@ -117,24 +118,24 @@ static void test_spec_inference(void **state)
 		assert_int_equal(m->spec.n_shared, s.n_shared);
 		assert_int_equal(m->spec.shared_inter, s.n_shared ? s.shared_inter : 0);
 		assert_string_equal(m->spec.name, dir);
-		assert_int_equal(strata_st_file_count(m->st), cases[i].files);
+		assert_int_equal(strata_safetensors_file_count(m->st), cases[i].files);
 		/* every tensor is an expert matrix or non-routed; params add up */
 		uint64_t routed = strata_model_total_experts(&s) * strata_model_expert_params(&s);
-		assert_true(m->spec.nonrouted_params + routed == strata_st_total_params(m->st));
-		assert_int_equal(m->n_nonrouted + strata_model_total_experts(&s) * 3, strata_st_tensor_count(m->st));
-		strata_qz_model_close(m);
+		assert_true(m->spec.nonrouted_params + routed == strata_safetensors_total_params(m->st));
+		assert_int_equal(m->n_nonrouted + strata_model_total_experts(&s) * 3, strata_safetensors_tensor_count(m->st));
+		strata_quantize_model_close(m);
 		/* the wrong explicit naming finds nothing */
 		oo.naming = !strcmp(cases[i].naming, "mixtral") ? "qwen3-moe" : "mixtral";
-		assert_int_equal(strata_qz_model_open(d, &oo, &m, &err), STRATA_ENOTFOUND);
+		assert_int_equal(strata_quantize_model_open(d, &oo, &m, &err), STRATA_ENOTFOUND);
 		assert_non_null(strstr(err.msg, "no tensor matches"));
 		/* --top-k overrides config.json */
 		oo.naming = cases[i].naming;
 		oo.top_k = 1;
-		assert_int_equal(strata_qz_model_open(d, &oo, &m, &err), 0);
+		assert_int_equal(strata_quantize_model_open(d, &oo, &m, &err), 0);
 		assert_int_equal(m->spec.top_k, 1);
-		strata_qz_model_close(m);
+		strata_quantize_model_close(m);
 	}
-	struct strata_qz_model *m;
+	struct strata_quantize_model *m;
 	struct strata_error err = { 0 };
 	/* DeepSeek-V3 ships its multi-token-prediction module as one extra layer
 	 * past num_hidden_layers: skipped and counted */
@@ -143,14 +144,14 @@ static void test_spec_inference(void **state)
 	FILE *f = fopen(cfg, "w");
 	fputs("{\"num_hidden_layers\": 2, \"num_experts_per_tok\": 3, \"n_shared_experts\": 1}", f);
 	fclose(f);
-	assert_int_equal(strata_qz_model_open(test_path("spec1"), NULL, &m, &err), 0);
+	assert_int_equal(strata_quantize_model_open(test_path("spec1"), NULL, &m, &err), 0);
 	assert_int_equal(m->spec.n_layers, 2);
 	assert_int_equal(m->spec.first_moe_layer, 1);
 	assert_int_equal(m->spec.n_moe_layers, 1);
 	assert_true(m->n_skipped > 6 * 3);
-	strata_qz_model_close(m);
-	struct strata_qz_open_options oo = { .naming = "nope" };
-	assert_int_equal(strata_qz_model_open(test_path("spec0"), &oo, &m, &err), STRATA_EINVAL);
+	strata_quantize_model_close(m);
+	struct strata_quantize_open_options oo = { .naming = "nope" };
+	assert_int_equal(strata_quantize_model_open(test_path("spec0"), &oo, &m, &err), STRATA_EINVAL);
 	assert_non_null(strstr(err.msg, "unknown naming 'nope'"));
 }
 
@@ -166,13 +167,13 @@ static void write_model(const char *dir, enum defect d)
 	mkdir(dir, 0755);
 	char path[600];
 	snprintf(path, sizeof(path), "%s/model.safetensors", dir);
-	struct strata_st_writer *w;
+	struct strata_safetensors_writer *w;
 	struct strata_error err = { 0 };
-	assert_int_equal(strata_st_writer_open(path, &w, &err), 0);
+	assert_int_equal(strata_safetensors_writer_open(path, &w, &err), 0);
 	uint64_t emb[2] = { 32, H }, norm[1] = { H }, gate[2] = { NE, H };
-	assert_int_equal(strata_st_writer_declare(w, "model.embed_tokens.weight", STRATA_ST_BF16, 2, emb, &err), 0);
-	assert_int_equal(strata_st_writer_declare(w, "model.norm.weight", STRATA_ST_BF16, 1, norm, &err), 0);
-	assert_int_equal(strata_st_writer_declare(w, "model.layers.0.block_sparse_moe.gate.weight", STRATA_ST_BF16, 2,
+	assert_int_equal(strata_safetensors_writer_declare(w, "model.embed_tokens.weight", STRATA_SAFETENSORS_BF16, 2, emb, &err), 0);
+	assert_int_equal(strata_safetensors_writer_declare(w, "model.norm.weight", STRATA_SAFETENSORS_BF16, 1, norm, &err), 0);
+	assert_int_equal(strata_safetensors_writer_declare(w, "model.layers.0.block_sparse_moe.gate.weight", STRATA_SAFETENSORS_BF16, 2,
 						  gate, &err), 0);
 	static const char *mats[3] = { "w1", "w3", "w2" };
 	int n_decl = 3;
@@ -185,14 +186,14 @@ static void write_model(const char *dir, enum defect d)
 			uint64_t shape[2] = { m == 2 ? H : I, m == 2 ? I : H };
 			if (d == D_SHAPE && e == 2 && m == 1)
 				shape[1] = H + 1, shape[0] = I;
-			int dt = d == D_DTYPE && e == 1 && m == 2 ? STRATA_ST_I16 : STRATA_ST_BF16;
-			assert_int_equal(strata_st_writer_declare(w, name, dt, 2, shape, &err), 0);
+			int dt = d == D_DTYPE && e == 1 && m == 2 ? STRATA_SAFETENSORS_I16 : STRATA_SAFETENSORS_BF16;
+			assert_int_equal(strata_safetensors_writer_declare(w, name, dt, 2, shape, &err), 0);
 			n_decl++;
 		}
 	if (d == D_EXTRA) {
 		uint64_t b[1] = { I };
-		assert_int_equal(strata_st_writer_declare(w, "model.layers.0.block_sparse_moe.experts.0.w1.bias",
-							  STRATA_ST_BF16, 1, b, &err), 0);
+		assert_int_equal(strata_safetensors_writer_declare(w, "model.layers.0.block_sparse_moe.experts.0.w1.bias",
+							  STRATA_SAFETENSORS_BF16, 1, b, &err), 0);
 	}
 	/* data: write_f32 spans tensors; non-float ones take raw zeros */
 	uint64_t seed = 12345;
@@ -205,13 +206,13 @@ static void write_model(const char *dir, enum defect d)
 		}
 		if (d == D_INF_NONROUTED && r == 5)
 			row[7] = INFINITY;
-		assert_int_equal(strata_st_writer_write_f32(w, row, H, &err), 0);
+		assert_int_equal(strata_safetensors_writer_write_f32(w, row, H, &err), 0);
 	}
 	for (int c = 0; c < H; c++)
 		row[c] = 1.0f;
-	assert_int_equal(strata_st_writer_write_f32(w, row, H, &err), 0);
+	assert_int_equal(strata_safetensors_writer_write_f32(w, row, H, &err), 0);
 	for (int r = 0; r < NE; r++)
-		assert_int_equal(strata_st_writer_write_f32(w, row, H, &err), 0);
+		assert_int_equal(strata_safetensors_writer_write_f32(w, row, H, &err), 0);
 	for (int e = 0; e < NE; e++)
 		for (int m = 0; m < 3; m++) {
 			if (d == D_MISSING && e == 3 && m == 0)
@@ -221,7 +222,7 @@ static void write_model(const char *dir, enum defect d)
 				cols = H + 1;
 			if (d == D_DTYPE && e == 1 && m == 2) {
 				static const uint16_t z[H * I];
-				assert_int_equal(strata_st_writer_write_raw(w, z, sizeof(z), &err), 0);
+				assert_int_equal(strata_safetensors_writer_write_raw(w, z, sizeof(z), &err), 0);
 				continue;
 			}
 			for (uint64_t r = 0; r < rows; r++) {
@@ -236,15 +237,15 @@ static void write_model(const char *dir, enum defect d)
 				}
 				if (d == D_NAN && e == 0 && m == 0 && r == 3)
 					row[9] = NAN;
-				assert_int_equal(strata_st_writer_write_f32(w, row, cols, &err), 0);
+				assert_int_equal(strata_safetensors_writer_write_f32(w, row, cols, &err), 0);
 			}
 		}
 	if (d == D_EXTRA) {
 		for (int c = 0; c < I; c++)
 			row[c] = 0;
-		assert_int_equal(strata_st_writer_write_f32(w, row, I, &err), 0);
+		assert_int_equal(strata_safetensors_writer_write_f32(w, row, I, &err), 0);
 	}
-	if (strata_st_writer_finish(w, &err))
+	if (strata_safetensors_writer_finish(w, &err))
 		fail_msg("%s", err.msg);
 	/* config.json: top-2 */
 	snprintf(path, sizeof(path), "%s/config.json", dir);
@@ -374,21 +375,21 @@ static void test_quantize_end_to_end(void **state)
 	for (int e = 0; e < NE; e++)
 		assert_int_equal(strata_store_fmt_table(st)[e], STRATA_FMT_HOT + want_tier[e]);
 	/* expert 2's extent dequantizes close to the source weights */
-	struct strata_st *src;
-	assert_int_equal(strata_st_open(in, &src, &err), 0);
+	struct strata_safetensors *src;
+	assert_int_equal(strata_safetensors_open(in, &src, &err), 0);
 	const struct strata_extent *x = strata_store_expert(st, 0, 2);
 	void *buf = strata_aligned_alloc(4096, x->bytes);
 	assert_int_equal(strata_store_read_extent(st, x, buf, false, true, &err), 0);
 	struct strata_expert_layout lay;
 	assert_int_equal(strata_expert_layout(STRATA_FMT_HOT, H, I, &lay), 0);
 	float orig[H * I], deq[H * I];
-	assert_int_equal(strata_st_read_f32(src, strata_st_find(src, "model.layers.0.block_sparse_moe.experts.2.w2.weight"),
+	assert_int_equal(strata_safetensors_read_f32(src, strata_safetensors_find(src, "model.layers.0.block_sparse_moe.experts.2.w2.weight"),
 					    0, H * I, orig, &err), 0);
 	assert_int_equal(strata_dequantize_matrix(STRATA_FMT_HOT, (uint8_t *)buf + lay.down_off, H, I, deq), 0);
 	double c = cosine(orig, deq, H * I);
 	if (c < 0.9)
 		fail_msg("expert 2 down: cosine %g", c);
-	assert_int_equal(strata_st_read_f32(src, strata_st_find(src, "model.layers.0.block_sparse_moe.experts.2.w1.weight"),
+	assert_int_equal(strata_safetensors_read_f32(src, strata_safetensors_find(src, "model.layers.0.block_sparse_moe.experts.2.w1.weight"),
 					    0, H * I, orig, &err), 0);
 	assert_int_equal(strata_dequantize_matrix(STRATA_FMT_HOT, (uint8_t *)buf + lay.gate_off, I, H, deq), 0);
 	assert_true(cosine(orig, deq, H * I) > 0.9);
@@ -402,7 +403,7 @@ static void test_quantize_end_to_end(void **state)
 	buf = strata_aligned_alloc(4096, ti->ext.bytes);
 	assert_int_equal(strata_store_read_extent(st, &ti->ext, buf, false, true, &err), 0);
 	float *emb = malloc(32 * H * sizeof(float));
-	assert_int_equal(strata_st_read_f32(src, strata_st_find(src, "model.embed_tokens.weight"), 0, 32 * H, emb, &err), 0);
+	assert_int_equal(strata_safetensors_read_f32(src, strata_safetensors_find(src, "model.embed_tokens.weight"), 0, 32 * H, emb, &err), 0);
 	for (int i = 0; i < 32 * H; i++)
 		if (strata_bf16_to_f32(((uint16_t *)buf)[i]) != emb[i])
 			fail_msg("embed[%d]", i);
@@ -413,7 +414,7 @@ static void test_quantize_end_to_end(void **state)
 	assert_int_equal(ti->fmt, STRATA_FMT_F32);
 	assert_non_null(strata_store_find_tensor(st, "model.layers.0.block_sparse_moe.gate.weight"));
 	assert_int_equal(strata_store_tensor_count(st), 3);
-	strata_st_close(src);
+	strata_safetensors_close(src);
 	strata_store_close(st);
 
 	/* the text card and --help */
@@ -432,9 +433,9 @@ static void expect_open_fails(enum defect d, int code, const char *needle)
 	snprintf(name, sizeof(name), "bad%d", (int)d);
 	const char *in = test_path(name);
 	write_model(in, d);
-	struct strata_qz_model *m = NULL;
+	struct strata_quantize_model *m = NULL;
 	struct strata_error err = { 0 };
-	int rc = strata_qz_model_open(in, NULL, &m, &err);
+	int rc = strata_quantize_model_open(in, NULL, &m, &err);
 	if (rc != code || !strstr(err.msg, needle))
 		fail_msg("defect %d: rc %d msg '%s' (want '%s')", (int)d, rc, err.msg, needle);
 	assert_null(m);
@@ -471,9 +472,9 @@ static void test_quantize_bad_weights(void **state)
 		snprintf(name, sizeof(name), "w%zu", i);
 		const char *in = test_path(name);
 		write_model(in, cases[i].d);
-		struct strata_qz_model *m;
+		struct strata_quantize_model *m;
 		struct strata_error err = { 0 };
-		assert_int_equal(strata_qz_model_open(in, NULL, &m, &err), 0);
+		assert_int_equal(strata_quantize_model_open(in, NULL, &m, &err), 0);
 		uint8_t tiers[NE] = { 0, 1, 2, 2 };
 		char out[600];
 		snprintf(out, sizeof(out), "%s-out", in);
@@ -484,7 +485,7 @@ static void test_quantize_bad_weights(void **state)
 			fail_msg("case %zu: rc %d msg '%s'", i, rc, err.msg);
 		/* no shard, finished or temporary, is left */
 		assert_int_equal(count_files(out), 0);
-		strata_qz_model_close(m);
+		strata_quantize_model_close(m);
 	}
 }
 
@@ -492,9 +493,9 @@ static void test_disk_full(void **state)
 {
 	const char *in = test_path("full-in"), *out = test_path("full-out");
 	write_model(in, D_NONE);
-	struct strata_qz_model *m;
+	struct strata_quantize_model *m;
 	struct strata_error err = { 0 };
-	assert_int_equal(strata_qz_model_open(in, NULL, &m, &err), 0);
+	assert_int_equal(strata_quantize_model_open(in, NULL, &m, &err), 0);
 	uint8_t tiers[NE] = { 0, 1, 2, 2 };
 	struct strata_quantize_config qc = { .out = out, .tiers = tiers, .threads = 2 };
 	struct strata_quantize_report rep;
@@ -510,7 +511,7 @@ static void test_disk_full(void **state)
 	strata_interrupted = 0;
 	assert_int_equal(rc, STRATA_EINTR);
 	assert_int_equal(count_files(out), 0);
-	strata_qz_model_close(m);
+	strata_quantize_model_close(m);
 }
 
 /* A DeepSeek-V3-style FP8 checkpoint: F8_E4M3 weights with F32
@@ -529,54 +530,54 @@ static void write_fp8_model(const char *dir, enum fp8_defect d)
 	mkdir(dir, 0755);
 	char path[600];
 	snprintf(path, sizeof(path), "%s/model.safetensors", dir);
-	struct strata_st_writer *w;
+	struct strata_safetensors_writer *w;
 	struct strata_error err = { 0 };
-	assert_int_equal(strata_st_writer_open(path, &w, &err), 0);
+	assert_int_equal(strata_safetensors_writer_open(path, &w, &err), 0);
 	static const char *mats[3] = { "gate_proj", "up_proj", "down_proj" };
 	uint64_t qs[2] = { H, H }, qss[2] = { 2, 2 }, ns[1] = { H };
-	assert_int_equal(strata_st_writer_declare(w, "model.layers.0.self_attn.q_proj.weight", STRATA_ST_F8_E4M3, 2, qs,
+	assert_int_equal(strata_safetensors_writer_declare(w, "model.layers.0.self_attn.q_proj.weight", STRATA_SAFETENSORS_F8_E4M3, 2, qs,
 						  &err), 0);
-	assert_int_equal(strata_st_writer_declare(w, "model.layers.0.self_attn.q_proj.weight_scale_inv", STRATA_ST_F32, 2,
+	assert_int_equal(strata_safetensors_writer_declare(w, "model.layers.0.self_attn.q_proj.weight_scale_inv", STRATA_SAFETENSORS_F32, 2,
 						  qss, &err), 0);
-	assert_int_equal(strata_st_writer_declare(w, "model.norm.weight", STRATA_ST_BF16, 1, ns, &err), 0);
+	assert_int_equal(strata_safetensors_writer_declare(w, "model.norm.weight", STRATA_SAFETENSORS_BF16, 1, ns, &err), 0);
 	for (int e = 0; e < 2; e++)
 		for (int m = 0; m < 3; m++) {
 			char name[128];
 			snprintf(name, sizeof(name), "model.layers.0.mlp.experts.%d.%s.weight", e, mats[m]);
 			uint64_t shape[2] = { m == 2 ? H : I, m == 2 ? I : H };
-			assert_int_equal(strata_st_writer_declare(w, name, STRATA_ST_F8_E4M3, 2, shape, &err), 0);
+			assert_int_equal(strata_safetensors_writer_declare(w, name, STRATA_SAFETENSORS_F8_E4M3, 2, shape, &err), 0);
 			if (d == F8_NO_SCALE && e == 1 && m == 1)
 				continue;
 			strcat(name, "_scale_inv");
 			uint64_t sshape[2] = { (shape[0] + 127) / 128, (shape[1] + 127) / 128 };
 			if (d == F8_BAD_SCALE && e == 0 && m == 2)
 				sshape[1] = 2;
-			assert_int_equal(strata_st_writer_declare(w, name, STRATA_ST_F32, 2, sshape, &err), 0);
+			assert_int_equal(strata_safetensors_writer_declare(w, name, STRATA_SAFETENSORS_F32, 2, sshape, &err), 0);
 		}
 	uint64_t seed = 99;
 	static uint8_t b[H * H];
 	for (int i = 0; i < H * H; i++)
 		b[i] = f8_code(&seed);
-	assert_int_equal(strata_st_writer_write_raw(w, b, H * H, &err), 0);
+	assert_int_equal(strata_safetensors_writer_write_raw(w, b, H * H, &err), 0);
 	float sc[4] = { 0.01f, 0.02f, 0.03f, 0.04f };
-	assert_int_equal(strata_st_writer_write_f32(w, sc, 4, &err), 0);
+	assert_int_equal(strata_safetensors_writer_write_f32(w, sc, 4, &err), 0);
 	float ones[H];
 	for (int i = 0; i < H; i++)
 		ones[i] = 1.0f;
-	assert_int_equal(strata_st_writer_write_f32(w, ones, H, &err), 0);
+	assert_int_equal(strata_safetensors_writer_write_f32(w, ones, H, &err), 0);
 	for (int e = 0; e < 2; e++)
 		for (int m = 0; m < 3; m++) {
 			for (int i = 0; i < H * I; i++)
 				b[i] = f8_code(&seed);
-			assert_int_equal(strata_st_writer_write_raw(w, b, H * I, &err), 0);
+			assert_int_equal(strata_safetensors_writer_write_raw(w, b, H * I, &err), 0);
 			if (d == F8_NO_SCALE && e == 1 && m == 1)
 				continue;
 			/* gate/up [16, 256]: 1 x 2 blocks; down [256, 16]: 2 x 1 (bad: 2 x 2) */
 			int n = d == F8_BAD_SCALE && e == 0 && m == 2 ? 4 : 2;
 			float s2[4] = { 0.005f * (float)(e + 1), 0.007f, 0.011f, 0.013f };
-			assert_int_equal(strata_st_writer_write_f32(w, s2, (uint64_t)n, &err), 0);
+			assert_int_equal(strata_safetensors_writer_write_f32(w, s2, (uint64_t)n, &err), 0);
 		}
-	if (strata_st_writer_finish(w, &err))
+	if (strata_safetensors_writer_finish(w, &err))
 		fail_msg("%s", err.msg);
 	snprintf(path, sizeof(path), "%s/config.json", dir);
 	FILE *f = fopen(path, "w");
@@ -589,10 +590,10 @@ static void test_fp8_checkpoint(void **state)
 {
 	const char *in = test_path("fp8-in"), *out = test_path("fp8-out");
 	write_fp8_model(in, F8_OK);
-	struct strata_qz_model *m;
+	struct strata_quantize_model *m;
 	struct strata_error err = { 0 };
-	struct strata_qz_open_options oo = { .naming = "deepseek-v3" };
-	if (strata_qz_model_open(in, &oo, &m, &err))
+	struct strata_quantize_open_options oo = { .naming = "deepseek-v3" };
+	if (strata_quantize_model_open(in, &oo, &m, &err))
 		fail_msg("%s", err.msg);
 	assert_int_equal(m->spec.n_experts, 2);
 	assert_int_equal(m->spec.hidden, H);
@@ -600,11 +601,11 @@ static void test_fp8_checkpoint(void **state)
 	assert_int_equal(m->n_nonrouted, 2); /* q_proj and the norm; scales are consumed */
 	assert_true(m->spec.nonrouted_params == (uint64_t)H * H + H);
 	/* dequantized rows: FP8 value x its block's scale */
-	const struct strata_st_tensor *t = strata_st_find(m->st, "model.layers.0.mlp.experts.1.down_proj.weight");
+	const struct strata_safetensors_tensor *t = strata_safetensors_find(m->st, "model.layers.0.mlp.experts.1.down_proj.weight");
 	float v[H * I];
-	assert_int_equal(strata_qz_read_rows(m, t, 120, 20, v, &err), 0);
+	assert_int_equal(strata_quantize_read_rows(m, t, 120, 20, v, &err), 0);
 	uint8_t raw[20 * I];
-	assert_int_equal(strata_st_read_raw(m->st, t, 120 * I, 20 * I, raw, &err), 0);
+	assert_int_equal(strata_safetensors_read_raw(m->st, t, 120 * I, 20 * I, raw, &err), 0);
 	for (int r = 0; r < 20; r++)
 		for (int c = 0; c < I; c++) {
 			float scale = 120 + r < 128 ? 0.010f : 0.007f; /* rows 0..127: block 0, then block 1 */
@@ -628,7 +629,7 @@ static void test_fp8_checkpoint(void **state)
 	uint16_t *buf = strata_aligned_alloc(4096, ti->ext.bytes);
 	assert_int_equal(strata_store_read_extent(st, &ti->ext, buf, false, true, &err), 0);
 	float *q = malloc(H * H * sizeof(float));
-	assert_int_equal(strata_qz_read_rows(m, strata_st_find(m->st, "model.layers.0.self_attn.q_proj.weight"), 0, H, q,
+	assert_int_equal(strata_quantize_read_rows(m, strata_safetensors_find(m->st, "model.layers.0.self_attn.q_proj.weight"), 0, H, q,
 					     &err), 0);
 	for (int i = 0; i < H * H; i++)
 		if (strata_bf16_to_f32(buf[i]) != strata_bf16_to_f32(strata_f32_to_bf16(q[i])))
@@ -637,13 +638,13 @@ static void test_fp8_checkpoint(void **state)
 	free(q);
 	free(buf);
 	strata_store_close(st);
-	strata_qz_model_close(m);
+	strata_quantize_model_close(m);
 
 	write_fp8_model(test_path("fp8-noscale"), F8_NO_SCALE);
-	assert_int_equal(strata_qz_model_open(test_path("fp8-noscale"), &oo, &m, &err), STRATA_ENOTFOUND);
+	assert_int_equal(strata_quantize_model_open(test_path("fp8-noscale"), &oo, &m, &err), STRATA_ENOTFOUND);
 	assert_non_null(strstr(err.msg, "FP8 tensor 'model.layers.0.mlp.experts.1.up_proj.weight' has no"));
 	write_fp8_model(test_path("fp8-badscale"), F8_BAD_SCALE);
-	assert_int_equal(strata_qz_model_open(test_path("fp8-badscale"), &oo, &m, &err), STRATA_ESHAPE);
+	assert_int_equal(strata_quantize_model_open(test_path("fp8-badscale"), &oo, &m, &err), STRATA_ESHAPE);
 	assert_non_null(strstr(err.msg, "experts.0.down_proj.weight_scale_inv' must be a float [2, 1]"));
 }
 
@@ -664,11 +665,11 @@ static void test_counts_other_shape(void **state)
 	 * room for exactly one cold -> warm upgrade goes to the most popular */
 	uint64_t b[3];
 	struct strata_model_spec s;
-	struct strata_qz_model *m;
+	struct strata_quantize_model *m;
 	struct strata_error err = { 0 };
-	assert_int_equal(strata_qz_model_open(in, NULL, &m, &err), 0);
+	assert_int_equal(strata_quantize_model_open(in, NULL, &m, &err), 0);
 	s = m->spec;
-	strata_qz_model_close(m);
+	strata_quantize_model_close(m);
 	assert_int_equal(strata_tier_expert_bytes(&s, b, &err), 0);
 	const char *cf = test_path("cs-counts.csv");
 	FILE *f = fopen(cf, "w");
@@ -700,21 +701,21 @@ static void test_imatrix_files(void **state)
 	struct strata_error err = { 0 };
 	/* safetensors: layer-level entries for MoE layer 1 (model layer 2) plus a per-expert override */
 	const char *p = test_path("imx.safetensors");
-	struct strata_st_writer *w;
-	assert_int_equal(strata_st_writer_open(p, &w, &err), 0);
+	struct strata_safetensors_writer *w;
+	assert_int_equal(strata_safetensors_writer_open(p, &w, &err), 0);
 	uint64_t hs[1] = { H }, is[1] = { I };
-	assert_int_equal(strata_st_writer_declare(w, "layers.2.gate", STRATA_ST_F32, 1, hs, &err), 0);
-	assert_int_equal(strata_st_writer_declare(w, "layers.2.down", STRATA_ST_F32, 1, is, &err), 0);
-	assert_int_equal(strata_st_writer_declare(w, "layers.2.experts.3.gate", STRATA_ST_F32, 1, hs, &err), 0);
+	assert_int_equal(strata_safetensors_writer_declare(w, "layers.2.gate", STRATA_SAFETENSORS_F32, 1, hs, &err), 0);
+	assert_int_equal(strata_safetensors_writer_declare(w, "layers.2.down", STRATA_SAFETENSORS_F32, 1, is, &err), 0);
+	assert_int_equal(strata_safetensors_writer_declare(w, "layers.2.experts.3.gate", STRATA_SAFETENSORS_F32, 1, hs, &err), 0);
 	float v[H];
 	for (int i = 0; i < H; i++)
 		v[i] = 2.0f;
-	assert_int_equal(strata_st_writer_write_f32(w, v, H, &err), 0);
-	assert_int_equal(strata_st_writer_write_f32(w, v, I, &err), 0);
+	assert_int_equal(strata_safetensors_writer_write_f32(w, v, H, &err), 0);
+	assert_int_equal(strata_safetensors_writer_write_f32(w, v, I, &err), 0);
 	for (int i = 0; i < H; i++)
 		v[i] = 5.0f;
-	assert_int_equal(strata_st_writer_write_f32(w, v, H, &err), 0);
-	assert_int_equal(strata_st_writer_finish(w, &err), 0);
+	assert_int_equal(strata_safetensors_writer_write_f32(w, v, H, &err), 0);
+	assert_int_equal(strata_safetensors_writer_finish(w, &err), 0);
 	struct strata_imatrix *im;
 	if (strata_imatrix_load(p, &s, &im, &err))
 		fail_msg("%s", err.msg);

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "quant.h"
 #include "strata/json.h"
 #include "strata/safetensors.h"
 #include "testutil.h"
@@ -110,9 +111,9 @@ static void write_raw(const char *path, const char *header, uint64_t claimed_len
 
 static void expect_open_error(const char *path, int code, const char *needle)
 {
-	struct strata_st *st = NULL;
+	struct strata_safetensors *st = NULL;
 	struct strata_error err = { 0 };
-	int rc = strata_st_open(path, &st, &err);
+	int rc = strata_safetensors_open(path, &st, &err);
 	if (rc != code || !strstr(err.msg, needle) || !strstr(err.msg, path))
 		fail_msg("%s: rc %d (want %d) msg '%s' (want '%s')", path, rc, code, err.msg, needle);
 	assert_null(st);
@@ -120,54 +121,54 @@ static void expect_open_error(const char *path, int code, const char *needle)
 
 static void write_model_file(const char *path, int dtype_a, uint64_t rows, uint64_t cols, float base)
 {
-	struct strata_st_writer *w;
+	struct strata_safetensors_writer *w;
 	struct strata_error err = { 0 };
-	assert_int_equal(strata_st_writer_open(path, &w, &err), 0);
+	assert_int_equal(strata_safetensors_writer_open(path, &w, &err), 0);
 	uint64_t shape[2] = { rows, cols }, one[1] = { cols };
 	char name[64];
 	snprintf(name, sizeof(name), "t%g.a", base);
-	assert_int_equal(strata_st_writer_declare(w, name, dtype_a, 2, shape, &err), 0);
+	assert_int_equal(strata_safetensors_writer_declare(w, name, dtype_a, 2, shape, &err), 0);
 	snprintf(name, sizeof(name), "t%g.norm", base);
-	assert_int_equal(strata_st_writer_declare(w, name, STRATA_ST_F32, 1, one, &err), 0);
-	assert_int_equal(strata_st_writer_metadata(w, "format", "pt", &err), 0);
+	assert_int_equal(strata_safetensors_writer_declare(w, name, STRATA_SAFETENSORS_F32, 1, one, &err), 0);
+	assert_int_equal(strata_safetensors_writer_metadata(w, "format", "pt", &err), 0);
 	float *v = malloc(rows * cols * sizeof(float));
 	for (uint64_t i = 0; i < rows * cols; i++)
 		v[i] = base + 0.25f * (float)((int)(i % 37) - 18);
 	/* written in two uneven pieces, spanning into the next tensor */
-	assert_int_equal(strata_st_writer_write_f32(w, v, 5, &err), 0);
-	assert_int_equal(strata_st_writer_write_f32(w, v + 5, rows * cols - 5, &err), 0);
-	assert_int_equal(strata_st_writer_write_f32(w, v, cols, &err), 0);
-	assert_int_equal(strata_st_writer_finish(w, &err), 0);
+	assert_int_equal(strata_safetensors_writer_write_f32(w, v, 5, &err), 0);
+	assert_int_equal(strata_safetensors_writer_write_f32(w, v + 5, rows * cols - 5, &err), 0);
+	assert_int_equal(strata_safetensors_writer_write_f32(w, v, cols, &err), 0);
+	assert_int_equal(strata_safetensors_writer_finish(w, &err), 0);
 	free(v);
 }
 
 static void test_st_roundtrip(void **state)
 {
-	static const int dts[] = { STRATA_ST_BF16, STRATA_ST_F16, STRATA_ST_F32 };
+	static const int dts[] = { STRATA_SAFETENSORS_BF16, STRATA_SAFETENSORS_F16, STRATA_SAFETENSORS_F32 };
 	for (size_t k = 0; k < 3; k++) {
 		const char *p = test_path("rt.safetensors");
 		struct strata_error err = { 0 };
-		struct strata_st_writer *w;
-		assert_int_equal(strata_st_writer_open(p, &w, &err), 0);
-		assert_int_equal(strata_st_writer_metadata(w, "format", "pt", &err), 0);
+		struct strata_safetensors_writer *w;
+		assert_int_equal(strata_safetensors_writer_open(p, &w, &err), 0);
+		assert_int_equal(strata_safetensors_writer_metadata(w, "format", "pt", &err), 0);
 		uint64_t shape[2] = { 6, 100 }, one[1] = { 7 };
-		assert_int_equal(strata_st_writer_declare(w, "w", dts[k], 2, shape, &err), 0);
-		assert_int_equal(strata_st_writer_declare(w, "n\"q", STRATA_ST_F32, 1, one, &err), 0);
+		assert_int_equal(strata_safetensors_writer_declare(w, "w", dts[k], 2, shape, &err), 0);
+		assert_int_equal(strata_safetensors_writer_declare(w, "n\"q", STRATA_SAFETENSORS_F32, 1, one, &err), 0);
 		float v[600], nv[7];
 		for (int i = 0; i < 600; i++)
 			v[i] = 0.125f * (float)(i % 53 - 26);
 		v[7] = 6.1035156e-05f * 0.5f; /* an F16 subnormal */
 		for (int i = 0; i < 7; i++)
 			nv[i] = 1.0f / (float)(i + 1);
-		assert_int_equal(strata_st_writer_write_f32(w, v, 600, &err), 0);
-		assert_int_equal(strata_st_writer_write_f32(w, nv, 7, &err), 0);
-		assert_int_equal(strata_st_writer_finish(w, &err), 0);
+		assert_int_equal(strata_safetensors_writer_write_f32(w, v, 600, &err), 0);
+		assert_int_equal(strata_safetensors_writer_write_f32(w, nv, 7, &err), 0);
+		assert_int_equal(strata_safetensors_writer_finish(w, &err), 0);
 
-		struct strata_st *st;
-		assert_int_equal(strata_st_open(p, &st, &err), 0);
-		assert_int_equal(strata_st_tensor_count(st), 2);
-		assert_string_equal(strata_st_metadata(st, "format"), "pt");
-		const struct strata_st_tensor *t = strata_st_find(st, "w");
+		struct strata_safetensors *st;
+		assert_int_equal(strata_safetensors_open(p, &st, &err), 0);
+		assert_int_equal(strata_safetensors_tensor_count(st), 2);
+		assert_string_equal(strata_safetensors_metadata(st, "format"), "pt");
+		const struct strata_safetensors_tensor *t = strata_safetensors_find(st, "w");
 		assert_non_null(t);
 		assert_int_equal(t->dtype, dts[k]);
 		assert_int_equal(t->ndim, 2);
@@ -175,20 +176,20 @@ static void test_st_roundtrip(void **state)
 		assert_int_equal(t->shape[1], 100);
 		assert_int_equal(t->numel, 600);
 		float back[600];
-		assert_int_equal(strata_st_read_f32(st, t, 0, 600, back, &err), 0);
+		assert_int_equal(strata_safetensors_read_f32(st, t, 0, 600, back, &err), 0);
 		for (int i = 0; i < 600; i++)
 			if (back[i] != v[i])
 				fail_msg("dtype %d: element %d: %g != %g", dts[k], i, back[i], v[i]);
 		/* a partial range: row 3 */
-		assert_int_equal(strata_st_read_f32(st, t, 300, 100, back, &err), 0);
+		assert_int_equal(strata_safetensors_read_f32(st, t, 300, 100, back, &err), 0);
 		assert_true(back[0] == v[300] && back[99] == v[399]);
-		assert_int_equal(strata_st_read_f32(st, t, 550, 51, back, &err), STRATA_EINVAL);
-		const struct strata_st_tensor *n = strata_st_find(st, "n\"q");
+		assert_int_equal(strata_safetensors_read_f32(st, t, 550, 51, back, &err), STRATA_EINVAL);
+		const struct strata_safetensors_tensor *n = strata_safetensors_find(st, "n\"q");
 		assert_non_null(n);
-		assert_int_equal(strata_st_read_f32(st, n, 0, 7, back, &err), 0);
+		assert_int_equal(strata_safetensors_read_f32(st, n, 0, 7, back, &err), 0);
 		assert_true(back[2] == nv[2]);
-		assert_int_equal(strata_st_total_params(st), 607);
-		strata_st_close(st);
+		assert_int_equal(strata_safetensors_total_params(st), 607);
+		strata_safetensors_close(st);
 	}
 	/* rounding: bf16 and f16 of non-representable values */
 	assert_true(strata_f16_to_f32(strata_f32_to_f16(1.0f + 1.0f / 4096)) == 1.0f);
@@ -223,41 +224,41 @@ static void test_st_fp8(void **state)
 	/* through the reader: block and tail paths */
 	const char *p = test_path("f8.safetensors");
 	struct strata_error err = { 0 };
-	struct strata_st_writer *w;
-	assert_int_equal(strata_st_writer_open(p, &w, &err), 0);
+	struct strata_safetensors_writer *w;
+	assert_int_equal(strata_safetensors_writer_open(p, &w, &err), 0);
 	uint64_t shape[2] = { 3, 13 };
-	assert_int_equal(strata_st_writer_declare(w, "a", STRATA_ST_F8_E4M3, 2, shape, &err), 0);
-	assert_int_equal(strata_st_writer_declare(w, "b", STRATA_ST_F8_E5M2, 2, shape, &err), 0);
+	assert_int_equal(strata_safetensors_writer_declare(w, "a", STRATA_SAFETENSORS_F8_E4M3, 2, shape, &err), 0);
+	assert_int_equal(strata_safetensors_writer_declare(w, "b", STRATA_SAFETENSORS_F8_E5M2, 2, shape, &err), 0);
 	uint8_t raw[39];
 	for (int i = 0; i < 39; i++)
 		raw[i] = ((i * 7 + 3) & 0x7f) == 0x7f ? 0 : (uint8_t)(i * 7 + 3); /* no E4M3 NaN codes */
-	assert_int_equal(strata_st_writer_write_raw(w, raw, 39, &err), 0);
-	assert_int_equal(strata_st_writer_write_raw(w, raw, 39, &err), 0);
-	assert_int_equal(strata_st_writer_finish(w, &err), 0);
-	struct strata_st *st;
-	assert_int_equal(strata_st_open(p, &st, &err), 0);
+	assert_int_equal(strata_safetensors_writer_write_raw(w, raw, 39, &err), 0);
+	assert_int_equal(strata_safetensors_writer_write_raw(w, raw, 39, &err), 0);
+	assert_int_equal(strata_safetensors_writer_finish(w, &err), 0);
+	struct strata_safetensors *st;
+	assert_int_equal(strata_safetensors_open(p, &st, &err), 0);
 	float v[39];
-	assert_int_equal(strata_st_read_f32(st, strata_st_find(st, "a"), 0, 39, v, &err), 0);
+	assert_int_equal(strata_safetensors_read_f32(st, strata_safetensors_find(st, "a"), 0, 39, v, &err), 0);
 	for (int i = 0; i < 39; i++)
 		assert_true(v[i] == strata_f8e4m3_to_f32(raw[i]));
-	assert_int_equal(strata_st_read_f32(st, strata_st_find(st, "b"), 5, 20, v, &err), 0);
+	assert_int_equal(strata_safetensors_read_f32(st, strata_safetensors_find(st, "b"), 5, 20, v, &err), 0);
 	for (int i = 0; i < 20; i++)
 		assert_true(v[i] == strata_f8e5m2_to_f32(raw[5 + i]) || (isnan(v[i]) && isnan(strata_f8e5m2_to_f32(raw[5 + i]))));
-	strata_st_close(st);
+	strata_safetensors_close(st);
 }
 
 static void test_st_writer_abort(void **state)
 {
 	const char *p = test_path("ab.safetensors");
 	struct strata_error err = { 0 };
-	struct strata_st_writer *w;
-	assert_int_equal(strata_st_writer_open(p, &w, &err), 0);
+	struct strata_safetensors_writer *w;
+	assert_int_equal(strata_safetensors_writer_open(p, &w, &err), 0);
 	uint64_t shape[1] = { 4 };
-	assert_int_equal(strata_st_writer_declare(w, "x", STRATA_ST_F32, 1, shape, &err), 0);
+	assert_int_equal(strata_safetensors_writer_declare(w, "x", STRATA_SAFETENSORS_F32, 1, shape, &err), 0);
 	float v[3] = { 1, 2, 3 };
-	assert_int_equal(strata_st_writer_write_f32(w, v, 3, &err), 0);
+	assert_int_equal(strata_safetensors_writer_write_f32(w, v, 3, &err), 0);
 	/* finish with data missing fails and leaves nothing */
-	assert_int_equal(strata_st_writer_finish(w, &err), STRATA_EINVAL);
+	assert_int_equal(strata_safetensors_writer_finish(w, &err), STRATA_EINVAL);
 	assert_non_null(strstr(err.msg, "not fully written"));
 	struct stat sb;
 	assert_int_not_equal(stat(p, &sb), 0);
@@ -265,11 +266,11 @@ static void test_st_writer_abort(void **state)
 	snprintf(tmp, sizeof(tmp), "%s.tmp", p);
 	assert_int_not_equal(stat(tmp, &sb), 0);
 	/* too much data */
-	assert_int_equal(strata_st_writer_open(p, &w, &err), 0);
-	assert_int_equal(strata_st_writer_declare(w, "x", STRATA_ST_F32, 1, shape, &err), 0);
+	assert_int_equal(strata_safetensors_writer_open(p, &w, &err), 0);
+	assert_int_equal(strata_safetensors_writer_declare(w, "x", STRATA_SAFETENSORS_F32, 1, shape, &err), 0);
 	float v5[5] = { 0 };
-	assert_int_equal(strata_st_writer_write_f32(w, v5, 5, &err), STRATA_EINVAL);
-	strata_st_writer_abort(w);
+	assert_int_equal(strata_safetensors_writer_write_f32(w, v5, 5, &err), STRATA_EINVAL);
+	strata_safetensors_writer_abort(w);
 	assert_int_not_equal(stat(tmp, &sb), 0);
 }
 
@@ -291,27 +292,27 @@ static void test_st_index(void **state)
 	snprintf(p1, sizeof(p1), "%s/model-00001-of-00002.safetensors", dir);
 	snprintf(p2, sizeof(p2), "%s/model-00002-of-00002.safetensors", dir);
 	snprintf(ip, sizeof(ip), "%s/model.safetensors.index.json", dir);
-	write_model_file(p1, STRATA_ST_BF16, 4, 64, 1);
-	write_model_file(p2, STRATA_ST_F16, 3, 32, 2);
+	write_model_file(p1, STRATA_SAFETENSORS_BF16, 4, 64, 1);
+	write_model_file(p2, STRATA_SAFETENSORS_F16, 3, 32, 2);
 	write_index(ip, "{\"metadata\": {\"total_size\": 1234}, \"weight_map\": {"
 			"\"t1.a\": \"model-00001-of-00002.safetensors\", \"t1.norm\": \"model-00001-of-00002.safetensors\","
 			"\"t2.a\": \"model-00002-of-00002.safetensors\", \"t2.norm\": \"model-00002-of-00002.safetensors\"}}");
-	struct strata_st *st;
-	assert_int_equal(strata_st_open(dir, &st, &err), 0);
-	assert_int_equal(strata_st_file_count(st), 2);
-	assert_int_equal(strata_st_tensor_count(st), 4);
-	const struct strata_st_tensor *a = strata_st_find(st, "t2.a");
+	struct strata_safetensors *st;
+	assert_int_equal(strata_safetensors_open(dir, &st, &err), 0);
+	assert_int_equal(strata_safetensors_file_count(st), 2);
+	assert_int_equal(strata_safetensors_tensor_count(st), 4);
+	const struct strata_safetensors_tensor *a = strata_safetensors_find(st, "t2.a");
 	assert_non_null(a);
-	assert_int_equal(a->dtype, STRATA_ST_F16);
-	assert_string_equal(strata_st_file_path(st, a->file), p2);
+	assert_int_equal(a->dtype, STRATA_SAFETENSORS_F16);
+	assert_string_equal(strata_safetensors_file_path(st, a->file), p2);
 	float v[96];
-	assert_int_equal(strata_st_read_f32(st, a, 0, 96, v, &err), 0);
+	assert_int_equal(strata_safetensors_read_f32(st, a, 0, 96, v, &err), 0);
 	assert_true(v[0] == 2.0f + 0.25f * -18);
-	assert_string_equal(strata_st_tensor_at(st, 0)->name, "t1.a");
-	strata_st_close(st);
+	assert_string_equal(strata_safetensors_tensor_at(st, 0)->name, "t1.a");
+	strata_safetensors_close(st);
 	/* the index file itself also opens */
-	assert_int_equal(strata_st_open(ip, &st, &err), 0);
-	strata_st_close(st);
+	assert_int_equal(strata_safetensors_open(ip, &st, &err), 0);
+	strata_safetensors_close(st);
 
 	/* tensor listed under the wrong file */
 	write_index(ip, "{\"weight_map\": {\"t1.a\": \"model-00002-of-00002.safetensors\", "
@@ -334,12 +335,12 @@ static void test_st_index(void **state)
 	expect_open_error(dir, STRATA_ECORRUPT, "bad JSON at byte 23");
 	/* no index: every *.safetensors in the directory, duplicates rejected */
 	unlink(ip);
-	assert_int_equal(strata_st_open(dir, &st, &err), 0);
-	assert_int_equal(strata_st_tensor_count(st), 4);
-	strata_st_close(st);
+	assert_int_equal(strata_safetensors_open(dir, &st, &err), 0);
+	assert_int_equal(strata_safetensors_tensor_count(st), 4);
+	strata_safetensors_close(st);
 	char p3[600];
 	snprintf(p3, sizeof(p3), "%s/zz.safetensors", dir);
-	write_model_file(p3, STRATA_ST_F32, 2, 8, 1);
+	write_model_file(p3, STRATA_SAFETENSORS_F32, 2, 8, 1);
 	expect_open_error(dir, STRATA_ECORRUPT, "duplicate tensor 't1.a'");
 }
 
@@ -349,10 +350,10 @@ static void test_st_corrupt(void **state)
 	const char *good = "{\"a\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,16]}}";
 
 	write_raw(p, good, 0, 16);
-	struct strata_st *st;
+	struct strata_safetensors *st;
 	struct strata_error err = { 0 };
-	assert_int_equal(strata_st_open(p, &st, &err), 0);
-	strata_st_close(st);
+	assert_int_equal(strata_safetensors_open(p, &st, &err), 0);
+	strata_safetensors_close(st);
 
 	FILE *f = fopen(p, "wb");
 	fwrite("abc", 1, 3, f);
@@ -391,18 +392,18 @@ static void test_st_corrupt(void **state)
 	expect_open_error(test_path("nope.safetensors"), STRATA_ENOTFOUND, "cannot open");
 	/* reading a non-float dtype as float */
 	write_raw(p, "{\"a\":{\"dtype\":\"I32\",\"shape\":[4],\"data_offsets\":[0,16]}}", 0, 16);
-	assert_int_equal(strata_st_open(p, &st, &err), 0);
+	assert_int_equal(strata_safetensors_open(p, &st, &err), 0);
 	float v[4];
-	assert_int_equal(strata_st_read_f32(st, strata_st_find(st, "a"), 0, 4, v, &err), STRATA_EUNSUPPORTED);
+	assert_int_equal(strata_safetensors_read_f32(st, strata_safetensors_find(st, "a"), 0, 4, v, &err), STRATA_EUNSUPPORTED);
 	assert_non_null(strstr(err.msg, "dtype I32 is not a float type"));
-	strata_st_close(st);
+	strata_safetensors_close(st);
 	/* a file truncated after open: reads fail cleanly */
 	write_raw(p, good, 0, 16);
-	assert_int_equal(strata_st_open(p, &st, &err), 0);
+	assert_int_equal(strata_safetensors_open(p, &st, &err), 0);
 	assert_int_equal(truncate(p, 20), 0);
-	assert_int_equal(strata_st_read_f32(st, strata_st_find(st, "a"), 0, 4, v, &err), STRATA_ECORRUPT);
+	assert_int_equal(strata_safetensors_read_f32(st, strata_safetensors_find(st, "a"), 0, 4, v, &err), STRATA_ECORRUPT);
 	assert_non_null(strstr(err.msg, "truncated"));
-	strata_st_close(st);
+	strata_safetensors_close(st);
 }
 
 static void test_st_image(void **state)
@@ -415,22 +416,22 @@ static void test_st_image(void **state)
 	memcpy(img + 8, hdr, n);
 	img[8 + n + 1] = 0x3f;
 	img[8 + n + 0] = 0x80; /* bf16 1.0 = 0x3f80 */
-	struct strata_st *st;
+	struct strata_safetensors *st;
 	struct strata_error err = { 0 };
-	assert_int_equal(strata_st_open_image(img, 8 + n + 4, "img", &st, &err), 0);
+	assert_int_equal(strata_safetensors_open_image(img, 8 + n + 4, "img", &st, &err), 0);
 	float v[2];
-	assert_int_equal(strata_st_read_f32(st, strata_st_find(st, "a"), 0, 2, v, &err), 0);
+	assert_int_equal(strata_safetensors_read_f32(st, strata_safetensors_find(st, "a"), 0, 2, v, &err), 0);
 	assert_true(v[0] == 1.0f);
-	strata_st_close(st);
-	assert_int_equal(strata_st_open_image(img, 8 + n + 3, "img", &st, &err), STRATA_ECORRUPT);
+	strata_safetensors_close(st);
+	assert_int_equal(strata_safetensors_open_image(img, 8 + n + 3, "img", &st, &err), STRATA_ECORRUPT);
 	/* regression (found by fuzz_safetensors): a header with no tensors */
 	const unsigned char empty[10] = { 2, 0, 0, 0, 0, 0, 0, 0, '{', '}' };
-	assert_int_equal(strata_st_open_image(empty, sizeof(empty), "empty", &st, &err), 0);
-	assert_int_equal(strata_st_tensor_count(st), 0);
-	assert_null(strata_st_find(st, "a"));
-	assert_null(strata_st_tensor_at(st, 0));
-	strata_st_close(st);
-	assert_int_equal(strata_st_open_image(img, 5, "img", &st, &err), STRATA_ECORRUPT);
+	assert_int_equal(strata_safetensors_open_image(empty, sizeof(empty), "empty", &st, &err), 0);
+	assert_int_equal(strata_safetensors_tensor_count(st), 0);
+	assert_null(strata_safetensors_find(st, "a"));
+	assert_null(strata_safetensors_tensor_at(st, 0));
+	strata_safetensors_close(st);
+	assert_int_equal(strata_safetensors_open_image(img, 5, "img", &st, &err), STRATA_ECORRUPT);
 }
 
 int main(void)

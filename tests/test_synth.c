@@ -9,6 +9,7 @@
 #include "quant.h"
 #include "strata/store.h"
 #include "strata/synth.h"
+#include "strata/tier_assign.h"
 #include "strata/util.h"
 #include "testutil.h"
 
@@ -185,24 +186,24 @@ static void test_outlier_columns(void **state)
 static void test_tier_table(void **state)
 {
 	uint32_t cnt[3];
-	strata_synth_tier_counts(896, NULL, cnt);
+	strata_tier_frac_counts(896, NULL, cnt);
 	assert_int_equal(cnt[0], 134);
 	assert_int_equal(cnt[1], 269);
 	assert_int_equal(cnt[2], 493);
-	strata_synth_tier_counts(10, NULL, cnt);
+	strata_tier_frac_counts(10, NULL, cnt);
 	assert_int_equal(cnt[0], 2); /* 1.5 rounds up */
 	assert_int_equal(cnt[1], 3);
 	assert_int_equal(cnt[2], 5);
 	double f[3];
 	struct strata_error err = { 0 };
-	assert_int_equal(strata_synth_parse_tiers("0.5,0.25,0.25", f, &err), 0);
-	strata_synth_tier_counts(8, f, cnt);
+	assert_int_equal(strata_tier_frac_parse("0.5,0.25,0.25", f, &err), 0);
+	strata_tier_frac_counts(8, f, cnt);
 	assert_true(cnt[0] == 4 && cnt[1] == 2 && cnt[2] == 2);
-	assert_int_equal(strata_synth_parse_tiers("0.5,0.25", f, &err), STRATA_EINVAL);
-	assert_int_equal(strata_synth_parse_tiers("0.5,0.25,0.5", f, &err), STRATA_EINVAL);
-	assert_int_equal(strata_synth_parse_tiers("a,b,c", f, &err), STRATA_EINVAL);
+	assert_int_equal(strata_tier_frac_parse("0.5,0.25", f, &err), STRATA_EINVAL);
+	assert_int_equal(strata_tier_frac_parse("0.5,0.25,0.5", f, &err), STRATA_EINVAL);
+	assert_int_equal(strata_tier_frac_parse("a,b,c", f, &err), STRATA_EINVAL);
 	/* percentages, as every --tiers takes them */
-	assert_int_equal(strata_synth_parse_tiers("50,25,25", f, &err), 0);
+	assert_int_equal(strata_tier_frac_parse("50,25,25", f, &err), 0);
 	assert_true(f[0] == 0.5 && f[1] == 0.25 && f[2] == 0.25);
 
 	struct strata_model_spec s;
@@ -210,10 +211,10 @@ static void test_tier_table(void **state)
 	uint32_t n = strata_model_total_experts(&s);
 	uint8_t *t1 = malloc(n), *t2 = malloc(n);
 	double *pop = malloc(n * sizeof(double));
-	strata_synth_tier_table(&s, NULL, 7, t1, pop);
-	strata_synth_tier_table(&s, NULL, 7, t2, NULL);
+	strata_tier_assign_seeded(&s, NULL, 7, t1, pop);
+	strata_tier_assign_seeded(&s, NULL, 7, t2, NULL);
 	assert_memory_equal(t1, t2, n);
-	strata_synth_tier_counts(s.n_experts, NULL, cnt);
+	strata_tier_frac_counts(s.n_experts, NULL, cnt);
 	for (uint32_t l = 0; l < s.n_moe_layers; l++) {
 		uint32_t c[3] = { 0 };
 		double ps = 0, hot_min = 1, cold_max = 0;
@@ -230,7 +231,7 @@ static void test_tier_table(void **state)
 		assert_true(fabs(ps - 1) < 1e-9);
 		assert_true(hot_min > cold_max); /* hot experts are the popular ones */
 	}
-	strata_synth_tier_table(&s, NULL, 8, t2, NULL);
+	strata_tier_assign_seeded(&s, NULL, 8, t2, NULL);
 	assert_memory_not_equal(t1, t2, n);
 	free(t1);
 	free(t2);

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "strata/tier.h"
+#include "strata/tier_mem.h"
 #include "strata/store.h"
 #include "testutil.h"
 

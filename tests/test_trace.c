@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "quant.h"
 #include "strata/trace.h"
 #include "testutil.h"
 

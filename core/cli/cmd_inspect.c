@@ -13,6 +13,7 @@
 #include "quant.h"
 #include "strata/store.h"
 #include "strata/synth.h"
+#include "strata/tier_assign.h"
 #include "strata/util.h"
 #include "strata/json.h"
 
@@ -175,7 +176,7 @@ static void card_from_spec(const struct strata_model_spec *s, const double frac[
 	memset(c, 0, sizeof(*c));
 	c->spec = *s;
 	uint32_t cnt[STRATA_TIER_COUNT];
-	strata_synth_tier_counts(s->n_experts, frac, cnt);
+	strata_tier_frac_counts(s->n_experts, frac, cnt);
 	for (int t = 0; t < STRATA_TIER_COUNT; t++) {
 		int f = tiered ? STRATA_FMT_HOT + t : STRATA_FMT_BF16;
 		struct strata_expert_layout L;
@@ -264,7 +265,7 @@ int strata_cmd_inspect(int argc, char **argv)
 		case O_BUFFERED: buffered = 1; break;
 		case O_PRESET: preset = optarg; break;
 		case O_TIERS:
-			if (strata_synth_parse_tiers(optarg, frac, &err)) {
+			if (strata_tier_frac_parse(optarg, frac, &err)) {
 				fprintf(stderr, "strata inspect: %s\n", err.msg);
 				return 2;
 			}

@@ -2,7 +2,7 @@
  * strata quantize: a Hugging Face safetensors MoE model -> tiered Strata
  * shards, with a model-card summary (text or JSON).  Also writes small test
  * models (--make-test-model) for demos and tests.  The work is in
- * core/quantize.c, core/tiering.c and core/imatrix.c.
+ * core/quantize.c, core/tier_assign.c and core/imatrix.c.
  */
 #include <getopt.h>
 #include <inttypes.h>
@@ -14,7 +14,8 @@
 #include "cli.h"
 #include "quant.h"
 #include "strata/quantize.h"
-#include "strata/tiering.h"
+#include "strata/test_model.h"
+#include "strata/tier_assign.h"
 #include "strata/util.h"
 
 static void usage(FILE *f)
@@ -196,13 +197,13 @@ static int make_test_model(const char *dir, const char *spec_text, const char *n
 	}
 	if (strata_model_spec_parse(spec_text, &s, &err))
 		return strata_cli_fail("quantize", &err);
-	int dtype = !strcmp(dtype_s, "bf16") ? STRATA_ST_BF16 : !strcmp(dtype_s, "f16") ? STRATA_ST_F16 :
-		    !strcmp(dtype_s, "f32") ? STRATA_ST_F32 : -1;
+	int dtype = !strcmp(dtype_s, "bf16") ? STRATA_SAFETENSORS_BF16 : !strcmp(dtype_s, "f16") ? STRATA_SAFETENSORS_F16 :
+		    !strcmp(dtype_s, "f32") ? STRATA_SAFETENSORS_F32 : -1;
 	if (dtype < 0) {
 		fprintf(stderr, "strata quantize: --dtype must be bf16, f16 or f32\n");
 		return 2;
 	}
-	if (strata_qz_make_test_model(dir, naming && strcmp(naming, "auto") ? naming : "mixtral", &s, dtype, files, seed,
+	if (strata_test_model_write(dir, naming && strcmp(naming, "auto") ? naming : "mixtral", &s, dtype, files, seed,
 				      &err))
 		return strata_cli_fail("quantize", &err);
 	printf("wrote a %s-named test model (%s) to %s\n", naming && strcmp(naming, "auto") ? naming : "mixtral",
@@ -316,12 +317,12 @@ int strata_cmd_quantize(int argc, char **argv)
 		threads = n > 0 ? (unsigned)n : 1;
 	}
 
-	struct strata_qz_open_options oo = { .naming = naming, .top_k = top_k, .name = name };
-	struct strata_qz_model *m = NULL;
+	struct strata_quantize_open_options oo = { .naming = naming, .top_k = top_k, .name = name };
+	struct strata_quantize_model *m = NULL;
 	struct strata_popularity pop = { 0 }, *popp = NULL;
 	struct strata_imatrix *imx = NULL;
 	uint8_t *tiers = NULL;
-	int rc = strata_qz_model_open(in, &oo, &m, &err);
+	int rc = strata_quantize_model_open(in, &oo, &m, &err);
 	if (!rc && (counts || trace)) {
 		rc = counts ? strata_popularity_load(counts, &pop, &err) : strata_popularity_from_trace(trace, &pop, &err);
 		if (!rc)
@@ -365,6 +366,6 @@ int strata_cmd_quantize(int argc, char **argv)
 	free(tiers);
 	strata_imatrix_free(imx);
 	strata_popularity_free(&pop);
-	strata_qz_model_close(m);
+	strata_quantize_model_close(m);
 	return rc ? strata_cli_fail("quantize", &err) : 0;
 }

@@ -9,6 +9,7 @@
 #include "cli.h"
 #include "quant.h"
 #include "strata/synth.h"
+#include "strata/tier_assign.h"
 #include "strata/util.h"
 #include "strata/json.h"
 
@@ -165,7 +166,7 @@ int strata_cmd_synth(int argc, char **argv)
 				goto bad_value;
 			break;
 		case O_TIERS:
-			if (strata_synth_parse_tiers(optarg, cfg.tier_frac, &err)) {
+			if (strata_tier_frac_parse(optarg, cfg.tier_frac, &err)) {
 				fprintf(stderr, "strata synth: %s\n", err.msg);
 				return 2;
 			}

@@ -35,7 +35,7 @@
 #include "strata/lua.h"
 #include "strata/option.h"
 #include "strata/policy.h"
-#include "strata/store.h"
+#include "strata/types.h"
 
 #define MT_RESIDENCY "strata.residency"
 #define MT_HINTS "strata.hints"

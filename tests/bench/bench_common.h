@@ -12,7 +12,7 @@
 
 #include "strata/model.h"
 #include "strata/policy.h"
-#include "strata/policy_harness.h"
+#include "strata/harness.h"
 
 static void nop_insert(struct strata_policy *p, uint32_t e, uint64_t n) { }
 static void nop_remove(struct strata_policy *p, uint32_t e) { }

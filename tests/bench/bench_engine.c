@@ -24,6 +24,7 @@
 #include "strata/engine.h"
 #include "strata/store.h"
 #include "strata/synth.h"
+#include "strata/tier_assign.h"
 #include "strata/util.h"
 #include "bench_common.h"
 
@@ -98,7 +99,7 @@ int main(int argc, char **argv)
 	uint32_t n = strata_model_total_experts(&s);
 	uint8_t *hot = calloc(n, 1), *tiers = malloc(n);
 	double frac[3] = { 0.15, 0.30, 0.55 };
-	strata_synth_tier_table(&s, frac, 1, tiers, NULL);
+	strata_tier_assign_seeded(&s, frac, 1, tiers, NULL);
 	struct strata_engine_model all_hot = { .spec = &s, .tier_table = hot };
 	struct strata_engine_model tiered = { .spec = &s, .tier_table = tiers };
 	struct strata_expert_layout L;

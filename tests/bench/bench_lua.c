@@ -27,9 +27,10 @@
 #include "quant.h"
 #include "strata/engine.h"
 #include "strata/policy.h"
-#include "strata/policy_harness.h"
+#include "strata/harness.h"
 #include "bench_common.h"
 #include "strata/synth.h"
+#include "strata/tier_assign.h"
 
 
 
@@ -106,7 +107,7 @@ static int engine_part(uint32_t steps, const char *dir)
 	uint32_t n = strata_model_total_experts(&s);
 	uint8_t *tiers = malloc(n);
 	double frac[3] = { 0.15, 0.30, 0.55 };
-	strata_synth_tier_table(&s, frac, 1, tiers, NULL);
+	strata_tier_assign_seeded(&s, frac, 1, tiers, NULL);
 	struct strata_engine_model tiered = { .spec = &s, .tier_table = tiers };
 	struct strata_engine_model cold = { .spec = &s, .tier_table = NULL };
 	struct strata_expert_layout L;

@@ -22,7 +22,7 @@
 #include <time.h>
 
 #include "strata/policy.h"
-#include "strata/policy_harness.h"
+#include "strata/harness.h"
 #include "bench_common.h"
 
 

@@ -27,7 +27,8 @@
 
 #include "quant.h"
 #include "strata/quantize.h"
-#include "strata/tiering.h"
+#include "strata/test_model.h"
+#include "strata/tier_assign.h"
 #include "strata/util.h"
 
 static double cpu_s(void)
@@ -60,10 +61,10 @@ int main(int argc, char **argv)
 	struct strata_model_spec spec;
 	if (strata_model_spec_parse(spec_text, &spec, &err))
 		die(&err);
-	if (mkdir(dir, 0755) || strata_qz_make_test_model(in, "mixtral", &spec, STRATA_ST_BF16, 1, 1, &err))
+	if (mkdir(dir, 0755) || strata_test_model_write(in, "mixtral", &spec, STRATA_SAFETENSORS_BF16, 1, 1, &err))
 		die(&err);
-	struct strata_qz_model *m;
-	if (strata_qz_model_open(in, NULL, &m, &err))
+	struct strata_quantize_model *m;
+	if (strata_quantize_model_open(in, NULL, &m, &err))
 		die(&err);
 	uint64_t total = strata_model_total_experts(&m->spec);
 	uint8_t *tiers = malloc(total);
@@ -81,9 +82,9 @@ int main(int argc, char **argv)
 	double enc_s = 0, enc_cpu = 0;
 	for (uint64_t eid = 0; eid < total; eid++)
 		for (int k = 0; k < STRATA_MAT_COUNT; k++) {
-			const struct strata_st_tensor *t = m->experts[eid * STRATA_MAT_COUNT + k];
+			const struct strata_safetensors_tensor *t = m->experts[eid * STRATA_MAT_COUNT + k];
 			uint32_t rows = (uint32_t)t->shape[0], cols = (uint32_t)t->shape[1];
-			if (strata_qz_read_rows(m, t, 0, rows, w, &err))
+			if (strata_quantize_read_rows(m, t, 0, rows, w, &err))
 				die(&err);
 			struct strata_quant_stats qs;
 			uint64_t t0 = strata_now_ns();
@@ -120,7 +121,7 @@ int main(int argc, char **argv)
 		printf("%7u  %27.3f  %17.3f  %28.3f  %21.3f  %13.3f\n", n, enc_rate / 1e6, (double)params / s / 1e6,
 		       (double)params / s / (n * enc_rate), (double)params / c / 1e6, (double)params / c / enc_cpu_rate);
 	}
-	strata_qz_model_close(m);
+	strata_quantize_model_close(m);
 	free(tiers);
 	free(w);
 	free(dst);

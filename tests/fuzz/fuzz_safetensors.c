@@ -1,6 +1,6 @@
 /*
  * libFuzzer target: the safetensors header parser and reader
- * (strata_st_open_image) and the JSON reader under it.  Each input is taken
+ * (strata_safetensors_open_image) and the JSON reader under it.  Each input is taken
  * as a whole .safetensors file image: 8-byte length, JSON header, data.  If
  * it opens, every float tensor is read back (bounded), so the offsets the
  * parser accepted are exercised; the bytes after the length prefix are also
@@ -21,18 +21,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct strata_error err = { 0 };
-	struct strata_st *st = NULL;
-	if (!strata_st_open_image(data, size, "fuzz", &st, &err)) {
+	struct strata_safetensors *st = NULL;
+	if (!strata_safetensors_open_image(data, size, "fuzz", &st, &err)) {
 		float buf[4096];
-		for (uint32_t i = 0; i < strata_st_tensor_count(st); i++) {
-			const struct strata_st_tensor *t = strata_st_tensor_at(st, i);
+		for (uint32_t i = 0; i < strata_safetensors_tensor_count(st); i++) {
+			const struct strata_safetensors_tensor *t = strata_safetensors_tensor_at(st, i);
 			uint64_t n = t->numel < 4096 ? t->numel : 4096;
-			if (strata_st_dtype_is_float(t->dtype))
-				strata_st_read_f32(st, t, t->numel - n, n, buf, &err);
-			strata_st_find(st, t->name);
+			if (strata_safetensors_dtype_is_float(t->dtype))
+				strata_safetensors_read_f32(st, t, t->numel - n, n, buf, &err);
+			strata_safetensors_find(st, t->name);
 		}
-		strata_st_metadata(st, "format");
-		strata_st_close(st);
+		strata_safetensors_metadata(st, "format");
+		strata_safetensors_close(st);
 	}
 	struct strata_json_doc *doc = NULL;
 	if (size > 8 && !strata_json_parse((const char *)data + 8, size - 8, "fuzz", &doc, &err))

@@ -54,6 +54,17 @@ int strata_gpu_memcpy_d2d_async(void *dst, const void *src, size_t bytes, strata
 				struct strata_error *err);
 int strata_gpu_sync(struct strata_error *err); /* whole device */
 
+/* Number of multiprocessors of the current device (0 without one). */
+int strata_gpu_sm_count(void);
+/* Capture everything enqueued on `stream` (not the default stream) between
+ * begin and end into a CUDA graph, replay it, free it (kernel benchmarks time
+ * graph replays so host-side launch cost does not hide short kernels). */
+typedef struct strata_gpu_graph strata_gpu_graph;
+int strata_gpu_graph_begin(strata_gpu_stream *stream, struct strata_error *err);
+int strata_gpu_graph_end(strata_gpu_stream *stream, strata_gpu_graph **graph, struct strata_error *err);
+int strata_gpu_graph_launch(strata_gpu_graph *graph, strata_gpu_stream *stream, struct strata_error *err);
+void strata_gpu_graph_free(strata_gpu_graph *graph);
+
 /* Many host -> device copies at once (kernels/gpu_copy.cu).  batch: one
  * cudaMemcpyBatchAsync, stream-ordered (a loop of cudaMemcpyAsync where the
  * driver has no batch API).  sm: one kernel that reads the registered host

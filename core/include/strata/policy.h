@@ -221,6 +221,9 @@ typedef const struct strata_plugin_info *(*strata_plugin_entry_fn)(void);
 const void *strata_policy_builtin(int role, const char *name);
 /* Iterate built-ins of a role: i = 0, 1, ... until NULL. */
 const void *strata_policy_builtin_at(int role, unsigned i);
+/* The role's default policy: the name of its first built-in ("static",
+ * "lru", "none"), used wherever a spec is left out. */
+const char *strata_policy_default(int role);
 
 /*
  * Create an instance from a spec "NAME[:k=v[:k=v]]" for role, in tier (evict

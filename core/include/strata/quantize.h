@@ -39,17 +39,11 @@
 #include <stdint.h>
 
 #include "strata/error.h"
+#include "strata/imatrix.h"
 #include "strata/model.h"
 #include "strata/safetensors.h"
 #include "strata/store.h"
-
-enum strata_matrix {
-	STRATA_MAT_GATE = 0,
-	STRATA_MAT_UP = 1,
-	STRATA_MAT_DOWN = 2,
-	STRATA_MAT_COUNT = 3,
-};
-const char *strata_matrix_name(int m); /* "gate", "up", "down" */
+#include "strata/types.h"
 
 struct strata_naming {
 	const char *name;
@@ -70,54 +64,31 @@ void strata_naming_format(const struct strata_naming *n, uint32_t layer, uint32_
 			  size_t len);
 
 /* A safetensors model mapped onto a spec. */
-struct strata_qz_model {
-	struct strata_st *st;
+struct strata_quantize_model {
+	struct strata_safetensors *st;
 	const struct strata_naming *naming;
 	struct strata_model_spec spec;
-	const struct strata_st_tensor **experts;   /* [eid * 3 + matrix] */
-	const struct strata_st_tensor **nonrouted; /* stored as-is (BF16/F32) */
+	const struct strata_safetensors_tensor **experts;   /* [eid * 3 + matrix] */
+	const struct strata_safetensors_tensor **nonrouted; /* stored as-is (BF16/F32) */
 	uint32_t n_nonrouted;
 	uint32_t n_skipped;                        /* tensors of layers past num_hidden_layers */
 	uint32_t fp8_block[2];                     /* FP8 scale blocks (rows, cols), default 128 x 128 */
 	char path[1024];
 };
 
-struct strata_qz_open_options {
+struct strata_quantize_open_options {
 	const char *naming; /* NULL or "auto" */
 	uint32_t top_k;     /* 0: config.json, else the scheme's default */
 	const char *name;   /* spec name; NULL: the input's base name */
 };
 
-int strata_qz_model_open(const char *path, const struct strata_qz_open_options *opt, struct strata_qz_model **out,
+int strata_quantize_model_open(const char *path, const struct strata_quantize_open_options *opt, struct strata_quantize_model **out,
 			 struct strata_error *err);
-void strata_qz_model_close(struct strata_qz_model *m);
+void strata_quantize_model_close(struct strata_quantize_model *m);
 /* Rows [row0, row0 + nrows) of a tensor of m (1-D: one row) as float; FP8
  * weights come out multiplied by their block scales.  Thread-safe. */
-int strata_qz_read_rows(struct strata_qz_model *m, const struct strata_st_tensor *t, uint64_t row0, uint64_t nrows,
+int strata_quantize_read_rows(struct strata_quantize_model *m, const struct strata_safetensors_tensor *t, uint64_t row0, uint64_t nrows,
 			float *out, struct strata_error *err);
-
-/*
- * Importance matrix: mean x^2 per input column of each routed matrix, which
- * weights the quantization error (strata_quantize_matrix's imatrix).  Files:
- *   safetensors, F32 (or any float) 1-D tensors named
- *     layers.{L}.{gate,up,down}               one per MoE layer, all its experts
- *     layers.{L}.experts.{E}.{gate,up,down}   optional per-expert override
- *   (L: the model's layer number as in "model.layers.{L}"; gate and up have
- *   hidden entries, down has inter);
- *   or JSON {"layers": {"L": {"gate": [...], "up": [...], "down": [...]}, ...}}.
- * Values must be finite and >= 0.  Layers or matrices absent get NULL
- * (unweighted).  Entries for unknown layers/matrices or of the wrong length
- * are errors naming the file and entry.
- */
-struct strata_imatrix;
-int strata_imatrix_load(const char *path, const struct strata_model_spec *s, struct strata_imatrix **out,
-			struct strata_error *err);
-/* Fill out (hidden or inter floats) for (moe_layer, expert, matrix); *found =
- * false (out untouched) if the file has none.  Thread-safe. */
-int strata_imatrix_get(struct strata_imatrix *im, uint32_t moe_layer, uint32_t expert, int matrix, float *out,
-		       bool *found, struct strata_error *err);
-uint32_t strata_imatrix_count(const struct strata_imatrix *im); /* matrices (layer-level + per-expert) held */
-void strata_imatrix_free(struct strata_imatrix *im);
 
 struct strata_quantize_config {
 	const char *out;            /* output directory (shards) */
@@ -157,24 +128,13 @@ struct strata_quantize_report {
 
 /* Quantize m into cfg->out.  On any failure every partial shard is removed
  * (strata_store_writer_abort) and the error names the tensor or file. */
-int strata_quantize_run(struct strata_qz_model *m, const struct strata_quantize_config *cfg,
+int strata_quantize_run(struct strata_quantize_model *m, const struct strata_quantize_config *cfg,
 			struct strata_quantize_report *rep, struct strata_error *err);
 
 /* Fill rep as strata_quantize_run would, from the tier table and the
  * formats' layouts alone (no quantization, nothing written; cosines 0):
  * the sizes of a run before spending hours on it. */
-int strata_quantize_plan(struct strata_qz_model *m, const uint8_t *tiers, struct strata_quantize_report *rep,
+int strata_quantize_plan(struct strata_quantize_model *m, const uint8_t *tiers, struct strata_quantize_report *rep,
 			 struct strata_error *err);
-
-/*
- * Write a small Hugging Face-style test model into dir: config.json,
- * model.safetensors (n_files 1) or model-0000i-of-0000n.safetensors plus
- * model.safetensors.index.json, with the given scheme's names, spec shape
- * (dense layers before first_moe_layer, shared experts if n_shared), a vocab
- * of 64, tensors in dtype (STRATA_ST_BF16/F16/F32), weights N(0, 0.02) from
- * seed with a few heavy-tailed outliers.
- */
-int strata_qz_make_test_model(const char *dir, const char *naming, const struct strata_model_spec *s, int dtype,
-			      uint32_t n_files, uint64_t seed, struct strata_error *err);
 
 #endif

@@ -80,7 +80,7 @@ struct strata_replay_config {
 	double kernel_us_per_mb_token;        /* virtual mode, see strata_cost_file */
 	/* Spec-only models (sim of a model spec, no shards): the hot/warm/cold
 	 * split in percent ("15,30,55", the default) and a routing trace whose
-	 * per-(layer, expert) counts rank the experts (strata/tiering.h: the
+	 * per-(layer, expert) counts rank the experts (strata/tier_assign.h: the
 	 * most used go hot).  NULL: the default split, experts ranked by
 	 * strata synth's seeded order.  Refused with a shard directory. */
 	const char *tiers;

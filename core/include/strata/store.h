@@ -27,19 +27,12 @@
 
 #include "strata/error.h"
 #include "strata/model.h"
+#include "strata/types.h"
 
 /* 2: tier-format codebook computed (kernels/FORMATS.md, format version 2);
  * shards of version 1 decode to different weights and are refused. */
 #define STRATA_STORE_VERSION 2
 #define STRATA_TENSOR_NAME_MAX 96
-
-enum strata_tier {
-	STRATA_TIER_VRAM = 0, /* hot: GPU memory */
-	STRATA_TIER_RAM = 1,  /* warm: pinned host memory */
-	STRATA_TIER_NVME = 2, /* cold: shard files */
-	STRATA_TIER_COUNT = 3,
-};
-const char *strata_tier_name(int tier); /* "vram", "ram", "nvme" */
 
 /* Where one routed expert or tensor lives. */
 struct strata_extent {

@@ -79,7 +79,7 @@ struct strata_synth_config {
 	double tier_frac[STRATA_TIER_COUNT]; /* hot, warm, cold shares of each layer; all 0: 0.15/0.30/0.55 */
 	/* Rank experts by this popularity instead of the seeded Zipf-like order:
 	 * a routing trace (.strace / .jsonl) or a counts file (JSON / CSV, see
-	 * strata/tiering.h), so the tiers match the traffic a replay will see.
+	 * strata/tier_assign.h), so the tiers match the traffic a replay will see.
 	 * NULL: seeded order. */
 	const char *popularity;
 	uint64_t shard_bytes; /* 0: 4 GiB */
@@ -105,22 +105,6 @@ int strata_synth_matrix(const struct strata_synth *g, uint32_t layer, uint32_t e
  * allocated per call when NULL). */
 int strata_synth_expert(const struct strata_synth *g, uint32_t layer, uint32_t e, int fmt, void *dst,
 			size_t dst_bytes, float *scratch, struct strata_error *err);
-
-/*
- * Tier table: in each MoE layer, experts get a random popularity rank (a
- * Zipf-like popularity with exponent 1 over the ranks, seeded per layer) and
- * the most popular round(E * hot) are hot, the next round(E * (hot + warm)) -
- * round(E * hot) warm, the rest cold (round = nearest, halves up).  Writes
- * one byte per expert id.  pop, if not NULL, receives each expert's
- * normalized popularity (sums to 1 per layer).
- */
-void strata_synth_tier_table(const struct strata_model_spec *spec, const double frac[STRATA_TIER_COUNT],
-			     uint64_t seed, uint8_t *tiers, double *pop);
-/* Experts per tier of one layer under that rule. */
-void strata_synth_tier_counts(uint32_t n_experts, const double frac[STRATA_TIER_COUNT],
-			      uint32_t out[STRATA_TIER_COUNT]);
-/* strata_tier_split_parse (strata/tiering.h: "15,30,55" or "0.15,0.30,0.55") as fractions. */
-int strata_synth_parse_tiers(const char *text, double frac[STRATA_TIER_COUNT], struct strata_error *err);
 
 /* The representative non-routed tensors of a spec: with out == NULL returns
  * how many there are; else fills up to max entries and returns the count. */

@@ -283,9 +283,5 @@ void strata_trace_import_defaults(struct strata_trace_import_config *c);
 int strata_trace_import(const struct strata_trace_import_config *c, struct strata_trace_import_result *res,
 			struct strata_error *err);
 
-/* f16 helpers (IEEE half, round to nearest even); defined in core/safetensors.c,
- * also declared in strata/safetensors.h. */
-uint16_t strata_f32_to_f16(float f);
-float strata_f16_to_f32(uint16_t h);
 
 #endif

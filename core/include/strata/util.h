@@ -16,14 +16,124 @@ int strata_parse_size(const char *s, uint64_t *out, struct strata_error *err);
 /* "1.23 GiB" into buf. */
 const char *strata_fmt_bytes(uint64_t bytes, char *buf, size_t len);
 
-/* SplitMix64 (Steele, Lea, Flood 2014): advance *state, return the next value.
- * The small seeded generator of policies, the harness and test models. */
+/*
+ * The random number generators, one family.  Every sequence is part of a
+ * golden result (synthetic weights, generated traces, policy choices), so
+ * none of these may change.
+ *
+ * SplitMix64 (Steele, Lea, Flood 2014): advance *state, return the next value.
+ * The small seeded generator of policies, the harness, replay's activations
+ * and test models. */
 static inline uint64_t strata_splitmix64(uint64_t *state)
 {
 	uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
 	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
 	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
 	return z ^ (z >> 31);
+}
+
+/* SplitMix64's output function as a hash of x (the value splitmix64 returns
+ * from state x): derives independent seeds from a seed and stream keys. */
+static inline uint64_t strata_mix64(uint64_t x)
+{
+	return strata_splitmix64(&x);
+}
+
+/* xoshiro256 (Blackman & Vigna 2018): 256 bits of state, two scramblers.
+ * strata_xoshiro_seed fills the state with four SplitMix64 outputs. */
+struct strata_xoshiro {
+	uint64_t s[4];
+};
+
+static inline uint64_t strata_rotl64(uint64_t x, int k)
+{
+	return (x << k) | (x >> (64 - k));
+}
+
+static inline void strata_xoshiro_seed(struct strata_xoshiro *r, uint64_t seed)
+{
+	for (int i = 0; i < 4; i++)
+		r->s[i] = strata_splitmix64(&seed);
+}
+
+/* Independent streams of one seed, keyed by a stream kind and up to three
+ * integers (layer, expert, matrix, ...): synthetic weights and tier tables
+ * draw from these, so a stream never depends on another's use. */
+enum strata_stream {
+	STRATA_STREAM_EXPERT = 1,
+	STRATA_STREAM_OUTLIER = 2,
+	STRATA_STREAM_TIER = 3,
+	STRATA_STREAM_TENSOR = 4,
+	STRATA_STREAM_POOL = 5,
+};
+static inline void strata_xoshiro_seed_stream(struct strata_xoshiro *r, uint64_t seed, uint64_t kind, uint64_t a,
+					      uint64_t b, uint64_t c)
+{
+	uint64_t k = strata_mix64(seed ^ strata_mix64(kind));
+	k = strata_mix64(strata_mix64(strata_mix64(k ^ a) ^ b) ^ c);
+	for (int i = 0; i < 4; i++)
+		r->s[i] = k = strata_mix64(k);
+}
+
+static inline void strata_xoshiro_step(uint64_t *s)
+{
+	uint64_t t = s[1] << 17;
+	s[2] ^= s[0];
+	s[3] ^= s[1];
+	s[1] ^= s[2];
+	s[0] ^= s[3];
+	s[2] ^= t;
+	s[3] = strata_rotl64(s[3], 45);
+}
+
+/* xoshiro256++: every output bit is good (synthetic weights take four 16-bit
+ * table indices from one output). */
+static inline uint64_t strata_xoshiro256pp(struct strata_xoshiro *r)
+{
+	uint64_t res = strata_rotl64(r->s[0] + r->s[3], 23) + r->s[0];
+	strata_xoshiro_step(r->s);
+	return res;
+}
+
+/* xoshiro256**: the generator of strata trace gen. */
+static inline uint64_t strata_xoshiro256ss(struct strata_xoshiro *r)
+{
+	uint64_t res = strata_rotl64(r->s[1] * 5, 7) * 9;
+	strata_xoshiro_step(r->s);
+	return res;
+}
+
+/* A 64-bit output as a double in [0, 1) (its top 53 bits). */
+static inline double strata_unit53(uint64_t x)
+{
+	return (double)(x >> 11) * 0x1.0p-53;
+}
+
+/* Little-endian fields of the on-disk formats (shard headers, traces,
+ * safetensors' length prefix), byte by byte: right on any host, one move on
+ * a little-endian one. */
+static inline void strata_le_put16(uint8_t *p, uint16_t v)
+{
+	p[0] = (uint8_t)v;
+	p[1] = (uint8_t)(v >> 8);
+}
+static inline void strata_le_put32(uint8_t *p, uint32_t v)
+{
+	strata_le_put16(p, (uint16_t)v);
+	strata_le_put16(p + 2, (uint16_t)(v >> 16));
+}
+static inline void strata_le_put64(uint8_t *p, uint64_t v)
+{
+	strata_le_put32(p, (uint32_t)v);
+	strata_le_put32(p + 4, (uint32_t)(v >> 32));
+}
+static inline uint32_t strata_le_get32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static inline uint64_t strata_le_get64(const uint8_t *p)
+{
+	return (uint64_t)strata_le_get32(p) | (uint64_t)strata_le_get32(p + 4) << 32;
 }
 
 /* "Did you mean": the name in names[0..n) closest to word[0..len) when it is

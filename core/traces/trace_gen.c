@@ -21,41 +21,10 @@
 #include <string.h>
 
 #include "strata/trace.h"
+#include "strata/util.h"
 
-struct rng {
-	uint64_t s[4];
-};
-
-static uint64_t splitmix(uint64_t *x)
-{
-	uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
-	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-	return z ^ (z >> 31);
-}
-
-static void rng_seed(struct rng *r, uint64_t seed)
-{
-	for (int i = 0; i < 4; i++)
-		r->s[i] = splitmix(&seed);
-}
-
-static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-static uint64_t rng_next(struct rng *r)
-{
-	uint64_t *s = r->s, res = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-	s[2] ^= s[0];
-	s[3] ^= s[1];
-	s[1] ^= s[2];
-	s[0] ^= s[3];
-	s[2] ^= t;
-	s[3] = rotl(s[3], 45);
-	return res;
-}
-
-static double rng_unit(struct rng *r) { return (double)(rng_next(r) >> 11) * 0x1.0p-53; }
-static uint32_t rng_below(struct rng *r, uint32_t n) { return (uint32_t)(rng_unit(r) * n) % n; }
+static double rng_unit(struct strata_xoshiro *r) { return strata_unit53(strata_xoshiro256ss(r)); }
+static uint32_t rng_below(struct strata_xoshiro *r, uint32_t n) { return (uint32_t)(rng_unit(r) * n) % n; }
 
 void strata_trace_gen_defaults(struct strata_trace_gen_config *c)
 {
@@ -77,7 +46,7 @@ void strata_trace_gen_defaults(struct strata_trace_gen_config *c)
 
 struct gen {
 	const struct strata_trace_gen_config *c;
-	struct rng rng;
+	struct strata_xoshiro rng;
 	uint32_t L, E, k;
 	uint32_t *perm;    /* [L][E] rank -> expert */
 	double *cdf;       /* [E] Zipf CDF over ranks */
@@ -228,7 +197,7 @@ int strata_trace_gen(const struct strata_trace_gen_config *c, const char *path, 
 				  STRATA_TRACE_MAX_DEPTH, STRATA_TRACE_MAX_TOPN);
 	struct gen g = { .c = c, .L = c->n_moe_layers, .E = c->n_experts, .k = c->top_k };
 	g.W = c->reuse_window ? c->reuse_window : 1;
-	rng_seed(&g.rng, c->seed);
+	strata_xoshiro_seed(&g.rng, c->seed);
 	size_t LE = (size_t)g.L * g.E;
 	g.perm = malloc(LE * sizeof(uint32_t));
 	g.cmap = malloc(LE * sizeof(uint32_t));

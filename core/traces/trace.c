@@ -17,15 +17,15 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "quant.h"
 #include "strata/trace.h"
 #include "strata/json.h"
+#include "strata/util.h"
 #include "trace_int.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "strata traces are little-endian; this build assumes a little-endian host"
 #endif
-
-/* f16 conversions: strata_f32_to_f16 / strata_f16_to_f32 live in safetensors.c. */
 
 const char *strata_trace_phase_name(int phase)
 {
@@ -72,34 +72,29 @@ enum {
 	H_CHECK = 248,
 };
 
-static inline uint32_t rd32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
-static inline uint64_t rd64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
-static inline void wr32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
-static inline void wr64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
-
 static void header_encode(const struct strata_trace_info *in, uint8_t *h)
 {
 	memset(h, 0, STRATA_TRACE_HEADER_BYTES);
 	memcpy(h + H_MAGIC, STRATA_TRACE_MAGIC, 8);
-	wr32(h + H_VERSION, STRATA_TRACE_VERSION);
-	wr32(h + H_HBYTES, STRATA_TRACE_HEADER_BYTES);
-	wr32(h + H_LAYERS, in->n_moe_layers);
-	wr32(h + H_EXPERTS, in->n_experts);
-	wr32(h + H_TOPK, in->top_k);
-	wr32(h + H_FLAGS, in->flags);
-	wr32(h + H_DEPTH, in->pred_depth);
-	wr32(h + H_TOPN, in->pred_topn);
-	wr32(h + H_RECBYTES, in->record_bytes);
-	wr32(h + H_NREQ, in->n_requests);
-	wr64(h + H_NTOK, in->n_tokens);
-	wr64(h + H_NPRE, in->n_prefill);
-	wr64(h + H_NDEC, in->n_decode);
-	wr32(h + H_MAXPOS, in->max_pos);
-	wr32(h + H_NUSED, in->n_used);
-	wr64(h + H_XXH, in->xxh64);
+	strata_le_put32(h + H_VERSION, STRATA_TRACE_VERSION);
+	strata_le_put32(h + H_HBYTES, STRATA_TRACE_HEADER_BYTES);
+	strata_le_put32(h + H_LAYERS, in->n_moe_layers);
+	strata_le_put32(h + H_EXPERTS, in->n_experts);
+	strata_le_put32(h + H_TOPK, in->top_k);
+	strata_le_put32(h + H_FLAGS, in->flags);
+	strata_le_put32(h + H_DEPTH, in->pred_depth);
+	strata_le_put32(h + H_TOPN, in->pred_topn);
+	strata_le_put32(h + H_RECBYTES, in->record_bytes);
+	strata_le_put32(h + H_NREQ, in->n_requests);
+	strata_le_put64(h + H_NTOK, in->n_tokens);
+	strata_le_put64(h + H_NPRE, in->n_prefill);
+	strata_le_put64(h + H_NDEC, in->n_decode);
+	strata_le_put32(h + H_MAXPOS, in->max_pos);
+	strata_le_put32(h + H_NUSED, in->n_used);
+	strata_le_put64(h + H_XXH, in->xxh64);
 	memcpy(h + H_MODEL, in->model, STRATA_NAME_MAX);
 	h[H_MODEL + STRATA_NAME_MAX - 1] = 0;
-	wr64(h + H_CHECK, XXH64(h, H_CHECK, 0));
+	strata_le_put64(h + H_CHECK, XXH64(h, H_CHECK, 0));
 }
 
 /* ---- reader ---------------------------------------------------------- */
@@ -121,8 +116,8 @@ static inline const uint8_t *rec_at(const struct strata_trace *t, uint64_t i)
 
 const struct strata_trace_info *strata_trace_info(const struct strata_trace *t) { return &t->info; }
 const char *strata_trace_path(const struct strata_trace *t) { return t->path; }
-uint32_t strata_trace_req(const struct strata_trace *t, uint64_t i) { return rd32(rec_at(t, i)); }
-uint32_t strata_trace_pos(const struct strata_trace *t, uint64_t i) { return rd32(rec_at(t, i) + 4); }
+uint32_t strata_trace_req(const struct strata_trace *t, uint64_t i) { return strata_le_get32(rec_at(t, i)); }
+uint32_t strata_trace_pos(const struct strata_trace *t, uint64_t i) { return strata_le_get32(rec_at(t, i) + 4); }
 int strata_trace_phase(const struct strata_trace *t, uint64_t i) { return rec_at(t, i)[8]; }
 
 const uint16_t *strata_trace_experts(const struct strata_trace *t, uint64_t i, uint32_t layer)
@@ -181,8 +176,8 @@ void strata_trace_read_one(const struct strata_trace *t, uint64_t i, struct stra
 			   float *scratch)
 {
 	const uint8_t *r = rec_at(t, i);
-	tok->req = rd32(r);
-	tok->pos = rd32(r + 4);
+	tok->req = strata_le_get32(r);
+	tok->pos = strata_le_get32(r + 4);
 	tok->phase = r[8];
 	tok->experts = (const uint16_t *)(const void *)(r + t->lay.exp_off);
 	tok->weights = NULL;
@@ -268,7 +263,7 @@ static int validate_records(const struct strata_trace *t, struct strata_error *e
 					rc = STRATA_ERR(err, STRATA_ECORRUPT,
 							"%s: record %" PRIu64 " (request %u, position %u) layer %u: "
 							"expert id %u out of range (model has %u experts)",
-							t->path, i, rd32(r), rd32(r + 4), l, e[j], E);
+							t->path, i, strata_le_get32(r), strata_le_get32(r + 4), l, e[j], E);
 					break;
 				}
 				if (seen[e[j]] == stamp) {
@@ -416,36 +411,36 @@ int strata_trace_open(const char *path, struct strata_trace **out, struct strata
 		}
 		t->map_len = len;
 		const uint8_t *h = t->map;
-		uint32_t ver = rd32(h + H_VERSION);
+		uint32_t ver = strata_le_get32(h + H_VERSION);
 		if (ver != STRATA_TRACE_VERSION) {
 			rc = STRATA_ERR(err, STRATA_EVERSION, "%s: trace format version %u (this build reads %d)",
 					path, ver, STRATA_TRACE_VERSION);
 			goto fail;
 		}
-		if (rd64(h + H_CHECK) != XXH64(h, H_CHECK, 0)) {
+		if (strata_le_get64(h + H_CHECK) != XXH64(h, H_CHECK, 0)) {
 			rc = STRATA_ERR(err, STRATA_ECORRUPT, "%s: header checksum mismatch (corrupt header)", path);
 			goto fail;
 		}
-		if (rd32(h + H_HBYTES) != STRATA_TRACE_HEADER_BYTES) {
+		if (strata_le_get32(h + H_HBYTES) != STRATA_TRACE_HEADER_BYTES) {
 			rc = STRATA_ERR(err, STRATA_ECORRUPT, "%s: header size %u (expected %d)", path,
-					rd32(h + H_HBYTES), STRATA_TRACE_HEADER_BYTES);
+					strata_le_get32(h + H_HBYTES), STRATA_TRACE_HEADER_BYTES);
 			goto fail;
 		}
 		struct strata_trace_info *in = &t->info;
-		in->n_moe_layers = rd32(h + H_LAYERS);
-		in->n_experts = rd32(h + H_EXPERTS);
-		in->top_k = rd32(h + H_TOPK);
-		in->flags = rd32(h + H_FLAGS);
-		in->pred_depth = rd32(h + H_DEPTH);
-		in->pred_topn = rd32(h + H_TOPN);
-		in->record_bytes = rd32(h + H_RECBYTES);
-		in->n_requests = rd32(h + H_NREQ);
-		in->n_tokens = rd64(h + H_NTOK);
-		in->n_prefill = rd64(h + H_NPRE);
-		in->n_decode = rd64(h + H_NDEC);
-		in->max_pos = rd32(h + H_MAXPOS);
-		in->n_used = rd32(h + H_NUSED);
-		in->xxh64 = rd64(h + H_XXH);
+		in->n_moe_layers = strata_le_get32(h + H_LAYERS);
+		in->n_experts = strata_le_get32(h + H_EXPERTS);
+		in->top_k = strata_le_get32(h + H_TOPK);
+		in->flags = strata_le_get32(h + H_FLAGS);
+		in->pred_depth = strata_le_get32(h + H_DEPTH);
+		in->pred_topn = strata_le_get32(h + H_TOPN);
+		in->record_bytes = strata_le_get32(h + H_RECBYTES);
+		in->n_requests = strata_le_get32(h + H_NREQ);
+		in->n_tokens = strata_le_get64(h + H_NTOK);
+		in->n_prefill = strata_le_get64(h + H_NPRE);
+		in->n_decode = strata_le_get64(h + H_NDEC);
+		in->max_pos = strata_le_get32(h + H_MAXPOS);
+		in->n_used = strata_le_get32(h + H_NUSED);
+		in->xxh64 = strata_le_get64(h + H_XXH);
 		memcpy(in->model, h + H_MODEL, STRATA_NAME_MAX);
 		in->model[STRATA_NAME_MAX - 1] = 0;
 		if ((rc = shape_check(path, in, err)))
@@ -771,8 +766,8 @@ static int open_jsonl(struct strata_trace *t, FILE *f, struct strata_error *err)
 		}
 		uint8_t *r = t->owned + nrec * t->lay.bytes;
 		memset(r, 0, t->lay.bytes);
-		wr32(r, rq ? (uint32_t)rq->num : 0);
-		wr32(r + 4, ps ? (uint32_t)ps->num : (uint32_t)nrec);
+		strata_le_put32(r, rq ? (uint32_t)rq->num : 0);
+		strata_le_put32(r + 4, ps ? (uint32_t)ps->num : (uint32_t)nrec);
 		r[8] = (uint8_t)phase;
 		memcpy(r + t->lay.exp_off, ids, t->lay.lk * 2);
 		for (uint32_t j = 0; j < t->lay.lk && t->lay.w_size; j++) {
@@ -809,7 +804,7 @@ static int open_jsonl(struct strata_trace *t, FILE *f, struct strata_error *err)
 		JERR("%s: out of memory", t->path);
 	for (uint64_t i = 0; i < nrec; i++) {
 		const uint8_t *r = rec_at(t, i);
-		if (acc_token(&acc, rd32(r), rd32(r + 4), r[8], (const uint16_t *)(const void *)(r + t->lay.exp_off),
+		if (acc_token(&acc, strata_le_get32(r), strata_le_get32(r + 4), r[8], (const uint16_t *)(const void *)(r + t->lay.exp_off),
 			      in->top_k))
 			JERR("%s: out of memory", t->path);
 	}
@@ -1005,8 +1000,8 @@ int strata_trace_writer_add(struct strata_trace_writer *w, const struct strata_t
 	if (w->format == STRATA_TRACE_FMT_BINARY) {
 		uint8_t *r = w->rec;
 		memset(r, 0, w->lay.bytes);
-		wr32(r, tok->req);
-		wr32(r + 4, tok->pos);
+		strata_le_put32(r, tok->req);
+		strata_le_put32(r + 4, tok->pos);
 		r[8] = (uint8_t)tok->phase;
 		memcpy(r + w->lay.exp_off, tok->experts, w->lay.lk * 2);
 		for (uint32_t j = 0; j < w->lay.lk && w->lay.w_size; j++) {

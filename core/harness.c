@@ -1,5 +1,5 @@
 /*
- * The policy harness (see include/strata/policy_harness.h): seeded traces
+ * The policy harness (see include/strata/harness.h): seeded traces
  * with their future, and a single-tier cache driver that replays them
  * through policies and counts what happened.  Kept small and literal: it is
  * the reference the engine's policy calls are compared with.
@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "strata/policy_harness.h"
+#include "strata/harness.h"
 #include "strata/store.h"
 #include "strata/util.h"
 
@@ -342,7 +342,7 @@ void strata_harness_config_defaults(struct strata_harness_config *c)
 	memset(c, 0, sizeof(*c));
 	c->expert_bytes = 1u << 20;
 	c->budget = 16ull << 20;
-	c->evict = "lru";
+	c->evict = strata_policy_default(STRATA_ROLE_EVICT);
 	c->seed = 1;
 }
 
@@ -433,8 +433,11 @@ int strata_harness_open(const struct strata_harness_trace *t, const struct strat
 	h->env.future = c->hide_future ? NULL : &t->future;
 	h->res.pinned = h->pinned;
 	h->res.resident = h->resident;
-	const char *spec[STRATA_ROLE_COUNT] = { c->place, c->evict ? c->evict : "lru",
-						c->prefetch ? c->prefetch : "none" };
+	/* placement stays NULL when not given: the harness then asks none */
+	const char *spec[STRATA_ROLE_COUNT] = { c->place, c->evict, c->prefetch };
+	for (int r = STRATA_ROLE_EVICT; r < STRATA_ROLE_COUNT; r++)
+		if (!spec[r])
+			spec[r] = strata_policy_default(r);
 	const void *ops[STRATA_ROLE_COUNT] = { c->place_ops, c->evict_ops, c->prefetch_ops };
 	for (int r = 0; r < STRATA_ROLE_COUNT && !rc; r++) {
 		int tier = r == STRATA_ROLE_EVICT ? STRATA_TIER_VRAM : -1;

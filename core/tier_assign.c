@@ -1,5 +1,5 @@
 /*
- * Expert popularity tables and tier assignment: see include/strata/tiering.h.
+ * Expert popularity tables and tier assignment: see include/strata/tier_assign.h.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -10,7 +10,7 @@
 
 #include "quant.h"
 #include "strata/json.h"
-#include "strata/tiering.h"
+#include "strata/tier_assign.h"
 #include "strata/trace.h"
 #include "strata/util.h"
 
@@ -433,4 +433,94 @@ int strata_tier_assign_budget(const struct strata_model_spec *s, const struct st
 		tiers[strata_eid(s, v[r].layer, v[r].expert)] = r < n_hot ? STRATA_TIER_VRAM : STRATA_TIER_RAM;
 	free(v);
 	return STRATA_OK;
+}
+
+/* ---- fractions and seeded tables (synthetic models, spec-only sims) ------- */
+
+const double strata_tier_frac_default[STRATA_TIER_COUNT] = { STRATA_TIER_DEFAULT_HOT / 100.0,
+							     STRATA_TIER_DEFAULT_WARM / 100.0,
+							     STRATA_TIER_DEFAULT_COLD / 100.0 };
+
+void strata_tier_frac_counts(uint32_t n_experts, const double frac[STRATA_TIER_COUNT],
+			     uint32_t out[STRATA_TIER_COUNT])
+{
+	if (!frac || frac[0] + frac[1] + frac[2] <= 0)
+		frac = strata_tier_frac_default;
+	double h = floor(n_experts * frac[0] + 0.5), hw = floor(n_experts * (frac[0] + frac[1]) + 0.5);
+	if (hw > n_experts)
+		hw = n_experts;
+	if (h > hw)
+		h = hw;
+	out[0] = (uint32_t)h;
+	out[1] = (uint32_t)(hw - h);
+	out[2] = n_experts - (uint32_t)hw;
+}
+
+void strata_tier_assign_seeded(const struct strata_model_spec *spec, const double frac[STRATA_TIER_COUNT],
+			       uint64_t seed, uint8_t *tiers, double *pop)
+{
+	uint32_t E = spec->n_experts, cnt[STRATA_TIER_COUNT];
+	strata_tier_frac_counts(E, frac, cnt);
+	uint32_t *perm = malloc(E * sizeof(*perm));
+	double hsum = 0;
+	for (uint32_t k = 0; k < E; k++)
+		hsum += 1.0 / (k + 1);
+	for (uint32_t l = 0; l < spec->n_moe_layers; l++) {
+		struct strata_xoshiro r;
+		strata_xoshiro_seed_stream(&r, seed, STRATA_STREAM_TIER, l, 0, 0);
+		for (uint32_t k = 0; k < E; k++) {
+			uint32_t j = (uint32_t)(((strata_xoshiro256pp(&r) >> 32) * (k + 1)) >> 32); /* inside-out Fisher-Yates */
+			if (perm) {
+				perm[k] = perm[j];
+				perm[j] = k;
+			}
+		}
+		for (uint32_t rank = 0; rank < E; rank++) {
+			uint32_t e = perm ? perm[rank] : rank;
+			uint32_t eid = strata_eid(spec, l, e);
+			tiers[eid] = rank < cnt[0] ? STRATA_TIER_VRAM : rank < cnt[0] + cnt[1] ? STRATA_TIER_RAM
+											  : STRATA_TIER_NVME;
+			if (pop)
+				pop[eid] = 1.0 / (rank + 1) / hsum;
+		}
+	}
+	free(perm);
+}
+
+int strata_tier_frac_parse(const char *text, double frac[STRATA_TIER_COUNT], struct strata_error *err)
+{
+	struct strata_tier_split sp;
+	int rc = strata_tier_split_parse(text, &sp, err);
+	for (int i = 0; !rc && i < STRATA_TIER_COUNT; i++)
+		frac[i] = sp.pct[i] / 100.0;
+	return rc;
+}
+
+int strata_tier_assign_spec(const struct strata_model_spec *spec, const char *split_text, const char *tier_trace,
+			    uint64_t seed, uint8_t *tiers, struct strata_error *err)
+{
+	if (!split_text && !tier_trace) {
+		strata_tier_assign_seeded(spec, NULL, seed, tiers, NULL);
+		return STRATA_OK;
+	}
+	struct strata_tier_split split = STRATA_TIER_SPLIT_DEFAULT;
+	struct strata_popularity pop = { 0 };
+	int rc;
+	if (split_text && (rc = strata_tier_split_parse(split_text, &split, err)))
+		return rc;
+	if (tier_trace && ((rc = strata_popularity_from_trace(tier_trace, &pop, err)) ||
+			   (rc = strata_popularity_check(&pop, spec, err)))) {
+		strata_error_prefix(err, "tier trace");
+		strata_popularity_free(&pop);
+		return rc;
+	}
+	if (!tier_trace) {
+		/* ranks as strata synth would draw them, counts from its Zipf weights */
+		if ((rc = strata_popularity_init(&pop, spec->n_moe_layers, spec->n_experts, err)))
+			return rc;
+		strata_tier_assign_seeded(spec, NULL, seed, tiers, pop.count);
+	}
+	rc = strata_tier_assign_split(spec, &pop, &split, tiers, err);
+	strata_popularity_free(&pop);
+	return rc;
 }

@@ -91,7 +91,7 @@ static int virt_submit(struct strata_mover *m)
 	return n;
 }
 
-/* inlined into both the ops entry and strata_virt_reap */
+/* inlined into both the ops entry and strata_mover_virtual_reap */
 static inline __attribute__((always_inline)) int reap_batch(struct strata_mover *m, uint32_t min,
 							     struct strata_move **out, uint32_t max)
 {
@@ -126,7 +126,7 @@ static int virt_reap(struct strata_mover *m, uint32_t min, struct strata_move **
  * (the engine's job_done) touches only other movers and the engine, never
  * this mover's counts or moves in flight, so the order between them does
  * not show.  A virtual move never fails: no error to report. */
-int strata_virt_reap(struct strata_mover *m, uint32_t min)
+int strata_mover_virtual_reap(struct strata_mover *m, uint32_t min)
 {
 	struct virt_priv *p = m->priv;
 	struct strata_move *mv;
@@ -163,7 +163,7 @@ int strata_virt_reap(struct strata_mover *m, uint32_t min)
 }
 
 /* strata_mover_submit() for a virtual mover: its submit cannot fail. */
-void strata_virt_submit(struct strata_mover *m)
+void strata_mover_virtual_submit(struct strata_mover *m)
 {
 	virt_submit(m);
 }

@@ -73,14 +73,14 @@ static inline double strata_u2d(uint64_t x)
 	return (double)(int64_t)x;
 }
 
-static inline bool strata_virt_queued(const struct strata_mover *m)
+static inline bool strata_mover_virtual_queued(const struct strata_mover *m)
 {
 	return ((const struct virt_priv *)m->priv)->queued.head != NULL;
 }
 
 /* strata_mover_queue() for a virtual mover, inlined: the same fields set, the
  * same queue, the same count (a virtual mover never answers -EBUSY). */
-static inline void strata_virt_queue(struct strata_mover *m, struct strata_move *mv)
+static inline void strata_mover_virtual_queue(struct strata_mover *m, struct strata_move *mv)
 {
 	mv->status = STRATA_MOVE_QUEUED;
 	mv->reaped = false;
@@ -92,10 +92,10 @@ static inline void strata_virt_queue(struct strata_mover *m, struct strata_move 
 
 /* strata_mover_reap(m, min) and strata_mover_submit(m) for a virtual mover
  * (mover_virtual.c). */
-int strata_virt_reap(struct strata_mover *m, uint32_t min);
-void strata_virt_submit(struct strata_mover *m);
+int strata_mover_virtual_reap(struct strata_mover *m, uint32_t min);
+void strata_mover_virtual_submit(struct strata_mover *m);
 
-static inline bool strata_virt_due(const struct strata_mover *m)
+static inline bool strata_mover_virtual_due(const struct strata_mover *m)
 {
 	const struct virt_priv *p = m->priv;
 	return p->inflight.head && strata_u2d(p->inflight.head->done_ns) <= *m->cfg.clock_ns;

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "strata/tiering.h"
+#include "strata/tier_assign.h"
 #include "testutil.h"
 
 static const char *write_file(const char *name, const char *text)

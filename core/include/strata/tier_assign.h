@@ -20,14 +20,14 @@
  * its share.  With a byte budget (routed-expert extents only, 4 KiB padded,
  * non-routed tensors excluded) see strata_tier_assign_budget.
  */
-#ifndef STRATA_TIERING_H
-#define STRATA_TIERING_H
+#ifndef STRATA_TIER_ASSIGN_H
+#define STRATA_TIER_ASSIGN_H
 
 #include <stdint.h>
 
 #include "strata/error.h"
 #include "strata/model.h"
-#include "strata/store.h"
+#include "strata/types.h"
 
 struct strata_popularity {
 	uint32_t n_layers;  /* MoE layers */
@@ -54,7 +54,14 @@ int strata_popularity_check(const struct strata_popularity *p, const struct stra
 struct strata_tier_split {
 	double pct[STRATA_TIER_COUNT];
 };
-#define STRATA_TIER_SPLIT_DEFAULT { { 15.0, 30.0, 55.0 } }
+/* The default split, percent of each layer's experts (hot, warm, cold): the
+ * released runtime's 15/30/55, written here once. */
+#define STRATA_TIER_DEFAULT_HOT 15
+#define STRATA_TIER_DEFAULT_WARM 30
+#define STRATA_TIER_DEFAULT_COLD 55
+#define STRATA_TIER_SPLIT_DEFAULT { { STRATA_TIER_DEFAULT_HOT, STRATA_TIER_DEFAULT_WARM, STRATA_TIER_DEFAULT_COLD } }
+/* The same as fractions (0.15, 0.30, 0.55). */
+extern const double strata_tier_frac_default[STRATA_TIER_COUNT];
 
 /* The one --tiers syntax (synth, inspect, sim, quantize, sweeps): three
  * non-negative numbers hot,warm,cold, either percentages summing to 100
@@ -97,5 +104,34 @@ int strata_tier_assign_budget(const struct strata_model_spec *s, const struct st
 /* Extent bytes of one expert in each tier format (hot, warm, cold). */
 int strata_tier_expert_bytes(const struct strata_model_spec *s, uint64_t bytes[STRATA_TIER_COUNT],
 			     struct strata_error *err);
+
+/*
+ * Seeded tier table (the tiers of a synthetic model, strata synth without
+ * --popularity): in each MoE layer, experts get a random popularity rank (a
+ * Zipf-like popularity with exponent 1 over the ranks, seeded per layer) and
+ * the most popular round(E * hot) are hot, the next round(E * (hot + warm)) -
+ * round(E * hot) warm, the rest cold (round = nearest, halves up).  frac:
+ * shares of each tier; NULL or all 0: strata_tier_frac_default.  Writes
+ * one byte per expert id.  pop, if not NULL, receives each expert's
+ * normalized popularity (sums to 1 per layer).
+ */
+void strata_tier_assign_seeded(const struct strata_model_spec *spec, const double frac[STRATA_TIER_COUNT],
+			       uint64_t seed, uint8_t *tiers, double *pop);
+/* Experts per tier of one layer under that rule. */
+void strata_tier_frac_counts(uint32_t n_experts, const double frac[STRATA_TIER_COUNT],
+			     uint32_t out[STRATA_TIER_COUNT]);
+/* strata_tier_split_parse ("15,30,55" or "0.15,0.30,0.55") as fractions. */
+int strata_tier_frac_parse(const char *text, double frac[STRATA_TIER_COUNT], struct strata_error *err);
+
+/*
+ * Tiers of a model given by its spec only (a sim of "kimi-k3.1:layers=8",
+ * which has no shard header to read them from), as strata synth would write
+ * them: with neither split nor tier_trace, the seeded table at the default
+ * fractions; else ranked by tier_trace's counts (or, without one, the seeded
+ * table's Zipf weights) and split by split ("H,W,C" percent; NULL: the
+ * default).  tiers: one byte per expert id.
+ */
+int strata_tier_assign_spec(const struct strata_model_spec *spec, const char *split, const char *tier_trace,
+			    uint64_t seed, uint8_t *tiers, struct strata_error *err);
 
 #endif

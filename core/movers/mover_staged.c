@@ -15,7 +15,7 @@
 
 #include "mover_int.h"
 #include "strata/gpu.h"
-#include "strata/tier.h"
+#include "strata/tier_mem.h"
 #include "strata/util.h"
 
 struct bounce {

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "strata/mover.h"
-#include "strata/tier.h"
+#include "strata/tier_mem.h"
 #include "strata/util.h"
 
 struct uring_priv {

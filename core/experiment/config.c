@@ -1,0 +1,202 @@
+/*
+ * Experiment configurations and their run ids (see strata/experiment.h): a
+ * run id names every setting that changes a result, so a sweep resumes by
+ * run id and `strata run --one RUN_ID` repeats one run anywhere.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "strata/experiment.h"
+#include "strata/mover.h"
+#include "strata/trace.h"
+#include "strata/util.h"
+
+void strata_experiment_config_defaults(struct strata_experiment_config *c)
+{
+	memset(c, 0, sizeof(*c));
+	c->virt = 1;
+	c->seed = 1;
+	c->hints = 1;
+	c->future = 1;
+	c->gpu = -1;
+	snprintf(c->compute, sizeof(c->compute), "auto");
+	snprintf(c->mover, sizeof(c->mover), "uring");
+}
+
+void strata_experiment_config_id(struct strata_experiment_config *c)
+{
+	size_t n = 0, cap = sizeof(c->run_id);
+#define ADD(...) (n += (size_t)snprintf(c->run_id + n, n < cap ? cap - n : 0, __VA_ARGS__))
+	ADD("mode=%s;model=%s;trace=%s;vram=%" PRIu64 ";ram=%" PRIu64 ";place=%s;evict=%s;prefetch=%s;seed=%" PRIu64,
+	    c->virt ? "sim" : "replay", c->model, c->trace, c->vram, c->ram, c->place, c->evict, c->prefetch,
+	    c->seed);
+	if (c->max_tokens)
+		ADD(";max_tokens=%" PRIu64, c->max_tokens);
+	if (c->prefill_chunk)
+		ADD(";prefill_chunk=%u", c->prefill_chunk);
+	if (!c->hints)
+		ADD(";hints=0");
+	if (!c->future)
+		ADD(";future=0");
+	if (c->cost[0])
+		ADD(";cost=%s", c->cost);
+	if (c->tiers[0])
+		ADD(";tiers=%s", c->tiers);
+	if (c->tier_trace[0])
+		ADD(";tier_trace=%s", c->tier_trace);
+	if (!c->virt)
+		ADD(";compute=%s;mover=%s;gpu=%d", c->compute, c->mover, c->gpu);
+	if (!c->virt && c->copy[0]) /* only when set: older run ids stay valid */
+		ADD(";copy=%s", c->copy);
+	for (uint32_t i = 0; i < c->n_tags; i++)
+		ADD(";%s=%s", c->tag_name[i], c->tag_value[i]);
+#undef ADD
+	if (n >= cap)
+		c->run_id[cap - 1] = '\0';
+}
+
+_Static_assert(STRATA_COMPUTE_NONE == 0 && STRATA_COMPUTE_REF == 1 && STRATA_COMPUTE_GPU == 2 &&
+		       STRATA_COMPUTE_AUTO == 3 && STRATA_NVME_URING == 0 && STRATA_NVME_MMAP == 1 && STRATA_NVME_PREAD == 2,
+	       "run_one's compute and mover names are indexed by these values");
+
+/* Index of v in the NULL-terminated names, -1 if absent. */
+static int name_index(const char *const *names, const char *v)
+{
+	for (int i = 0; names[i]; i++)
+		if (!strcmp(v, names[i]))
+			return i;
+	return -1;
+}
+
+int strata_experiment_run_one(const struct strata_experiment_config *x, struct strata_replay_result *res,
+			      struct strata_error *err)
+{
+	struct strata_replay_config c;
+	strata_replay_config_defaults(&c);
+	c.model_dir = x->model;
+	c.trace_path = x->trace;
+	c.engine.mode = x->virt ? STRATA_ENGINE_VIRTUAL : STRATA_ENGINE_REAL;
+	if (x->vram)
+		c.engine.budget[0] = x->vram;
+	if (x->ram)
+		c.engine.budget[1] = x->ram;
+	if (x->place[0])
+		c.engine.place = x->place;
+	if (x->evict[0])
+		c.engine.evict = x->evict;
+	if (x->prefetch[0])
+		c.engine.prefetch = x->prefetch;
+	c.engine.seed = x->seed;
+	c.max_tokens = x->max_tokens;
+	c.prefill_chunk = x->prefill_chunk;
+	c.hints = x->hints;
+	c.future = x->future;
+	c.progress = false;
+	c.tiers = x->tiers[0] ? x->tiers : NULL;
+	c.tier_trace = x->tier_trace[0] ? x->tier_trace : NULL;
+	if (x->virt) {
+		struct strata_cost_file cf;
+		if (x->cost[0]) {
+			int rc = strata_cost_file_load(x->cost, &cf, err);
+			if (rc)
+				return rc;
+		} else {
+			strata_cost_file_defaults(&cf);
+		}
+		c.engine.cost = cf.cost;
+		c.kernel_us_per_mb_token = cf.kernel_us_per_mb_token;
+		c.compute = STRATA_COMPUTE_NONE;
+	} else {
+		static const char *const cn[] = { "none", "ref", "gpu", "auto", NULL };
+		static const char *const mn[] = { "uring", "mmap", "pread", NULL };
+		int ci = name_index(cn, x->compute), mi = name_index(mn, x->mover);
+		int cm = x->copy[0] ? name_index(strata_copy_names, x->copy) : STRATA_COPY_AUTO;
+		if (ci < 0)
+			return STRATA_ERR(err, STRATA_EINVAL, "compute '%s' (none, ref, gpu, auto)", x->compute);
+		if (mi < 0)
+			return STRATA_ERR(err, STRATA_EINVAL, "mover '%s' (uring, mmap, pread)", x->mover);
+		if (cm < 0)
+			return STRATA_ERR(err, STRATA_EINVAL, "copy '%s' (auto, each, batch, sm)", x->copy);
+		c.compute = ci;
+		c.engine.nvme_mover = mi;
+		c.engine.copy = (uint32_t)cm;
+		c.engine.use_gpu = x->gpu;
+	}
+	memset(res, 0, sizeof(*res));
+	return strata_replay_run(&c, res, err);
+}
+
+int strata_experiment_config_parse_id(const char *id, struct strata_experiment_config *c,
+				      struct strata_error *err)
+{
+	strata_experiment_config_defaults(c);
+	char *buf = strdup(id);
+	if (!buf)
+		return STRATA_ERR(err, STRATA_ENOMEM, "run_id: out of memory");
+	int rc = STRATA_OK;
+	for (char *save = NULL, *seg = strtok_r(buf, ";", &save); seg && !rc; seg = strtok_r(NULL, ";", &save)) {
+		char *eq = strchr(seg, '=');
+		if (!eq) {
+			rc = STRATA_ERR(err, STRATA_EINVAL, "run_id: '%s' is not key=value", seg);
+			break;
+		}
+		*eq = '\0';
+		const char *k = seg, *v = eq + 1;
+		char *end = NULL;
+#define STR(name, field)                                                   \
+	else if (!strcmp(k, name)) {                                       \
+		if (strlen(v) >= sizeof(c->field))                         \
+			rc = STRATA_ERR(err, STRATA_EINVAL, "run_id: %s too long", name); \
+		else                                                       \
+			snprintf(c->field, sizeof(c->field), "%s", v);      \
+	}
+#define NUM(name, field)                                                   \
+	else if (!strcmp(k, name)) {                                       \
+		c->field = (__typeof__(c->field))strtoull(v, &end, 10);    \
+		if (!*v || *end)                                           \
+			rc = STRATA_ERR(err, STRATA_EINVAL, "run_id: %s=%s", name, v); \
+	}
+		if (!strcmp(k, "mode"))
+			c->virt = !strcmp(v, "sim");
+		STR("model", model)
+		STR("trace", trace)
+		STR("cost", cost)
+		STR("tiers", tiers)
+		STR("tier_trace", tier_trace)
+		STR("place", place)
+		STR("evict", evict)
+		STR("prefetch", prefetch)
+		STR("compute", compute)
+		STR("mover", mover)
+		STR("copy", copy)
+		NUM("vram", vram)
+		NUM("ram", ram)
+		NUM("seed", seed)
+		NUM("max_tokens", max_tokens)
+		NUM("prefill_chunk", prefill_chunk)
+		else if (!strcmp(k, "hints")) c->hints = atoi(v) != 0;
+		else if (!strcmp(k, "future")) c->future = atoi(v) != 0;
+		else if (!strcmp(k, "gpu")) c->gpu = atoi(v);
+		else {
+			if (c->n_tags == STRATA_EXP_TAGS || strlen(k) >= sizeof(c->tag_name[0]) ||
+			    strlen(v) >= sizeof(c->tag_value[0]))
+				rc = STRATA_ERR(err, STRATA_EINVAL, "run_id: tag '%s' too long or too many tags", k);
+			else {
+				snprintf(c->tag_name[c->n_tags], sizeof(c->tag_name[0]), "%s", k);
+				snprintf(c->tag_value[c->n_tags], sizeof(c->tag_value[0]), "%s", v);
+				c->n_tags++;
+			}
+		}
+#undef STR
+#undef NUM
+	}
+	free(buf);
+	if (rc)
+		return rc;
+	strata_experiment_config_id(c);
+	if (strcmp(c->run_id, id))
+		return STRATA_ERR(err, STRATA_EINVAL, "run_id is not canonical (written by another version?): %s", id);
+	return STRATA_OK;
+}

@@ -1,0 +1,94 @@
+/*
+ * Inside the experiment runner (core/experiment/, core/lua/experiment.c):
+ * the results CSV (csv.c), the fork pool (pool.c) and job export (jobs.c).
+ * Not a contract: the public API is strata/experiment.h.
+ */
+#ifndef STRATA_EXP_INT_H
+#define STRATA_EXP_INT_H
+
+#include <stdio.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "strata/experiment.h"
+#include "strata/replay.h"
+
+/* The result columns: `strata replay --csv`'s (strata/replay.h). */
+#define RESULT_COLS(X) STRATA_REPLAY_COLUMNS(X)
+
+/* A finished run: the result, or the error. */
+struct strata_exp_outcome {
+	int done;                 /* 1 once finished (ok or error) */
+	int resumed;              /* taken from an existing CSV */
+	int rc;
+	struct strata_error err;
+	struct strata_replay_result res;
+};
+
+/* ---- the results CSV (csv.c) ---- */
+
+/* One field, quoted when it holds a comma, quote or newline (newlines
+ * become " | "). */
+void strata_exp_csv_field(FILE *f, const char *s);
+/* Split line into fields in place; returns the count (at most max). */
+int strata_exp_csv_split(char *line, char **fields, int max);
+/* One line with its newline (getline), NULL at EOF; free() it. */
+char *strata_exp_csv_read_line(FILE *f);
+/* The header: run_id,status,error, the tag columns, the result columns. */
+void strata_exp_csv_header(FILE *f, const struct strata_experiment_config *tags_of, char tagcols[][48],
+			   uint32_t n_tagcols);
+/* One row for outcome o of configuration c. */
+void strata_exp_csv_row(FILE *f, const struct strata_experiment_config *c, const struct strata_exp_outcome *o,
+			char tagcols[][48], uint32_t n_tagcols);
+/* The policies as given, for the config column of a failed run. */
+void strata_exp_csv_given_name(const struct strata_experiment_config *c, char *buf, size_t len);
+/* 1 if name is a column every row has (not a tag). */
+int strata_exp_csv_known_col(const char *name);
+/* 1 if name is run_id, status or error (no tag may take it). */
+int strata_exp_csv_reserved(const char *name);
+/* qsort comparator of 48-byte tag names. */
+int strata_exp_csv_tag_cmp(const void *a, const void *b);
+
+/* Existing results: header must match; keep "ok" lines (raw) by run_id. */
+struct strata_exp_kept {
+	char **ids, **lines;
+	size_t n, cap;
+};
+void strata_exp_csv_kept_free(struct strata_exp_kept *k);
+const char *strata_exp_csv_kept_find(const struct strata_exp_kept *k, const char *id);
+/* Rows of an existing results file whose header is header (else an error
+ * naming the file); a torn last line is dropped. */
+int strata_exp_csv_load(const char *path, const char *header, struct strata_exp_kept *k, struct strata_error *err);
+/* Rewrite path as header + kept lines (whole or not at all). */
+int strata_exp_csv_rewrite(const char *path, const char *header, const struct strata_exp_kept *k,
+			   struct strata_error *err);
+/* Make the folders above path. */
+void strata_exp_csv_make_parents(const char *path);
+
+/* ---- the fork pool (pool.c) ---- */
+
+/* What a pool run did. */
+struct strata_exp_pool_stats {
+	size_t finished, failed;
+	int spawn_errno; /* a worker could not be started: errno */
+};
+/*
+ * Run every configuration not yet done (oc[i].done == 0) in up to jobs
+ * forked workers; each finished run (ok or failed, not interrupted) lands in
+ * oc[i] and, when csv is not NULL, as a row appended there at once.  Stops
+ * starting runs on strata_interrupted or when a fork fails.  pending: runs to
+ * do (for the progress line named what).
+ */
+void strata_exp_pool_run(const struct strata_experiment_config *cfg, struct strata_exp_outcome *oc, size_t n,
+			 uint32_t jobs, FILE *csv, char tagcols[][48], uint32_t n_tagcols, const char *what,
+			 size_t pending, struct strata_exp_pool_stats *st);
+
+/* ---- job export (jobs.c) ---- */
+
+/* Append to jobs_path one line per pending configuration: a self-contained
+ * `strata run --one RUN_ID --out OUT.parts/HASH.csv`; *exported counts them. */
+int strata_exp_jobs_export(const char *jobs_path, const struct strata_experiment_config *cfg,
+			   const struct strata_exp_outcome *oc, size_t n, const char *out, size_t *exported,
+			   struct strata_error *err);
+
+#endif
