@@ -229,14 +229,28 @@ int strata_cli_replay_main(int argc, char **argv, int virt)
 	c.progress = progress && !quiet;
 	strata_install_sigint();
 	struct strata_replay_result r;
-	if (strata_replay_run(&c, &r, &err))
+	int rc = strata_replay_run(&c, &r, &err);
+	if (rc && !(rc == STRATA_EINTR && r.partial))
 		return strata_cli_fail(cmd, &err);
+	struct strata_error run_err = err;
+	/* interrupted: what finished is still written, marked partial */
 	if (!quiet)
 		strata_replay_print(&r, stdout);
+	for (const char *w = r.warning; *w;) {
+		const char *nl = strchr(w, '\n');
+		int l = nl ? (int)(nl - w) : (int)strlen(w);
+		fprintf(stderr, "strata %s: warning: %.*s\n", cmd, l, w);
+		w += l + (nl != NULL);
+	}
 	if (json && strata_replay_write_json(&r, json, &err))
 		return strata_cli_fail(cmd, &err);
 	if (csv && strata_replay_write_csv(&r, csv, append, &err))
 		return strata_cli_fail(cmd, &err);
+	if (rc) {
+		fprintf(stderr, "strata %s: %s: the %" PRIu64 " steps that finished are %s, marked partial\n", cmd,
+			run_err.msg, r.steps, json || csv ? "written" : "shown");
+		return 130;
+	}
 	return 0;
 }
 

@@ -108,6 +108,17 @@ struct strata_replay_result {
 	double accesses_per_s;                 /* expert accesses per host wall second (whole call) */
 	double loop_s;                         /* host wall time of the step loop alone */
 	double loop_accesses_per_s;            /* expert accesses per host second of the loop */
+	/* Interrupted (SIGINT): strata_replay_run returns STRATA_EINTR with every
+	 * field above computed over the steps that finished, and partial set;
+	 * writers mark the row ("partial": 1). */
+	bool partial;
+	/* Real replay whose VRAM tier is host memory (no usable GPU, or --gpu 0):
+	 * tables, JSON and CSV say "host stand-in". */
+	bool vram_host;
+	/* A configuration that makes the compared axis meaningless (an eviction
+	 * policy that never ran, a hint-reading prefetch on a trace without
+	 * predictions), one sentence per line; "" when none. */
+	char warning[640];
 };
 
 /* The result columns of `strata replay/sim --csv` and --json, and of the rows of
@@ -156,12 +167,17 @@ struct strata_replay_result {
 	X("wall_s", D, "%.6f", r->wall_s) \
 	X("accesses_per_s", D, "%.0f", r->accesses_per_s) \
 	X("loop_s", D, "%.6f", r->loop_s) \
-	X("loop_accesses_per_s", D, "%.0f", r->loop_accesses_per_s)
+	X("loop_accesses_per_s", D, "%.0f", r->loop_accesses_per_s) \
+	X("partial", U, "%" PRIu64, (uint64_t)r->partial) \
+	X("vram_host_stand_in", U, "%" PRIu64, (uint64_t)r->vram_host)
 
 int strata_replay_run(const struct strata_replay_config *cfg, struct strata_replay_result *res,
 		      struct strata_error *err);
 
 void strata_replay_print(const struct strata_replay_result *r, FILE *f);
+/* The VRAM tier in words: "device", "host stand-in" (real replay without a
+ * GPU) or "modelled" (sim); the JSON's "vram_tier". */
+const char *strata_replay_vram_desc(const struct strata_replay_result *r);
 int strata_replay_write_json(const struct strata_replay_result *r, const char *path, struct strata_error *err);
 /* One header line + one row; append = add a row to an existing file (no header). */
 int strata_replay_write_csv(const struct strata_replay_result *r, const char *path, bool append,
