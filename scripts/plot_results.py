@@ -8,7 +8,7 @@
         [--seed seed] [--label split] [--xlabel ...] [--ylabel a,b] [--title ...]
 
 One panel per --y column; one line (or bar group) per distinct --hue value.
-The figure is written as PNG (300 dpi) and PDF beside it, sized for a paper
+The figure is written as PNG (200 dpi) and PDF beside it, sized for a paper
 (one column for one panel, the page width for more; scripts/strata_plot.py is
 the style).  --kind bar treats x as categories in the CSV's row order; --x
 a,b joins several columns into one category label (one per line).
@@ -72,7 +72,7 @@ def parse_args(argv):
                     help='Y=COL[:LABEL]: column COL is the bound of panel Y (default: bound_<Y> when present)')
     ap.add_argument('--seed', default=None, help='column telling repeated runs apart (default: seed, if present)')
     ap.add_argument('--label', help='line plots: annotate each point with this column')
-    ap.add_argument('--dpi', type=int, default=300)
+    ap.add_argument('--dpi', type=int, default=200)
     return ap.parse_args(argv)
 
 

@@ -6,7 +6,7 @@ What it fixes, so a paper can print the figures as they are:
   - size: a single panel is one column wide (3.4 in), two or more panels
     span the page (7.0 in); fonts 8 pt, legends 7 pt, one shared legend above
     the panels, never over the data;
-  - files: `save(fig, 'x.png')` writes x.png (300 dpi) and x.pdf (vector);
+  - files: `save(fig, "x.png")` writes x.png (200 dpi) and x.pdf (vector, for the paper);
   - series: each gets its own colour, marker and line style; a series whose
     name ends in `.lua` (the Lua twin of a C policy, whose line lies exactly
     on the C one) gets a hollow, larger marker and a dotted line so both show;
@@ -164,7 +164,7 @@ def wrap(text, panels):
     return '\n'.join(textwrap.wrap(text, width)) if text else text
 
 
-def save(fig, out, dpi=300):
+def save(fig, out, dpi=200):
     """Write out (PNG at dpi) and the PDF beside it; returns the paths."""
     base = out.rsplit('.', 1)[0] if out.lower().endswith(('.png', '.pdf', '.svg')) else out
     paths = [base + '.png', base + '.pdf']
