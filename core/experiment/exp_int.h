@@ -70,6 +70,8 @@ void strata_exp_csv_make_parents(const char *path);
 /* What a pool run did. */
 struct strata_exp_pool_stats {
 	size_t finished, failed;
+	size_t warned;           /* ok runs with a warning (strata_replay_result.warning) */
+	char warning[640];       /* the first such warning */
 	int spawn_errno; /* a worker could not be started: errno */
 };
 /*

@@ -18,8 +18,17 @@
 --   cache   place=static:promote=all, evict=lru (misses are kept).
 -- Results: results/bits-vs-tiers.csv (resumable) and results/sim.csv.
 local dir = strata.script_dir
-local results = strata.args.out or (dir .. "/results")
-local a = strata.args
+local a = strata.arguments{
+	out = "results folder (default: results/ beside this script)",
+	model = "model spec (default qwen3-30b-a3b:layers=8,experts=64)",
+	trace = "routing trace (default: a synthetic one for the model)",
+	tokens = "decode tokens per request of the synthetic trace (default 128)",
+	vram = "VRAM budget (default 256M)",
+	ram = "RAM budget (default 512M)",
+	splits = "hot/warm/cold splits, comma-separated (default 0/0/100,5/20/75,...)",
+	cost = "cost model JSON, or default",
+}
+local results = a.out or (dir .. "/results")
 local model = a.model or "qwen3-30b-a3b:layers=8,experts=64"
 local trace = a.trace or strata.trace_gen{
 	path = results .. "/trace.strace", model = model, seed = 7,
