@@ -160,7 +160,8 @@ def main(argv=None):
     if reps > 1 and not seed_col:
         print(f'{args.csv}: up to {reps} rows share a (hue, x) point and there is no seed column: plotting '
               f'their mean and min-max range', file=sys.stderr)
-    spread_note = f' (mean of {nseeds} seeds, band: min-max)' if reps > 1 else ''
+    spread_note = (f' (mean of {nseeds} seeds, {"bars" if args.kind == "bar" else "band"}: min-max)'
+                   if reps > 1 else '')
 
     for ax, y, ylab in zip(axes, ys, ylabels):
         drawn = []   # (name, points) of this panel's lines, to spot a series hidden under another
@@ -177,7 +178,7 @@ def main(argv=None):
                 width = 0.8 / max(1, len(order))
                 bx = [xcats.index(p[0]) - 0.4 + width * (gi + 0.5) for p in pts]
                 means = [p[1][0] for p in pts]
-                err = [[p[1][0] - p[1][1] for p in pts], [p[1][2] - p[1][0] for p in pts]]
+                err = [[max(0.0, p[1][0] - p[1][1]) for p in pts], [max(0.0, p[1][2] - p[1][0]) for p in pts]]
                 ax.bar(bx, means, width, label=lab, yerr=err if reps > 1 else None, capsize=2,
                        **sp.bar_style(gi, name, is_bound))
                 continue
@@ -231,7 +232,7 @@ def main(argv=None):
             ax.set_xticks(range(len(xcats)))
             longest = max(max(len(s) for s in c.split('\n')) for c in xcats)
             multi = any('\n' in c for c in xcats)   # --x a,b: stacked labels, kept level
-            rot = 30 if not multi and longest * len(xcats) > (70 if len(ys) > 1 else 40) else 0
+            rot = 30 if not multi and longest * len(xcats) > (45 if len(ys) > 1 else 40) else 0
             ax.set_xticklabels(xcats, rotation=rot, ha='right' if rot else 'center',
                                fontsize=6 if multi and longest * len(xcats) > 40 else None)
             ax.grid(axis='x', visible=False)
