@@ -90,10 +90,6 @@ struct strata_engine {
 	uint32_t n_blocks;
 	struct strata_error io_err;
 	int io_failed;
-	/* --verify of staged NVMe reads that land in VRAM: read back, then check */
-	uint8_t *verify_buf;
-	uint64_t verify_cap;
-	strata_gpu_stream *verify_stream;
 	/* prefetch requests */
 	struct strata_prefetch_req *reqs;
 	uint32_t max_reqs;
@@ -203,30 +199,6 @@ static int submit_mover(struct strata_engine *e, struct strata_mover *m, struct 
 
 static int job_queue(struct job *j);
 
-/* A staged NVMe read went straight into VRAM: copy the extent back to host
- * memory and check it there (only under cfg.verify; it costs a device-to-host
- * copy and a wait per move). */
-static int verify_device(struct strata_engine *e, uint32_t eid, const void *dptr, uint64_t bytes,
-			 struct strata_error *err)
-{
-	if (bytes > e->verify_cap) {
-		free(e->verify_buf);
-		e->verify_cap = 0;
-		if (!(e->verify_buf = strata_aligned_alloc(4096, bytes)))
-			return STRATA_ERR(err, STRATA_ENOMEM, "engine --verify: no memory to read back %llu bytes",
-					  (unsigned long long)bytes);
-		e->verify_cap = bytes;
-	}
-	int rc = STRATA_OK;
-	if (!e->verify_stream)
-		rc = strata_gpu_stream_create(&e->verify_stream, err);
-	if (!rc)
-		rc = strata_gpu_memcpy_d2h_async(e->verify_buf, dptr, bytes, e->verify_stream, err);
-	if (!rc)
-		rc = strata_gpu_stream_sync(e->verify_stream, err);
-	return rc ? rc : strata_store_verify_extent(e->store, e->ext[eid], e->verify_buf, err);
-}
-
 static void job_done(struct strata_move *mv)
 {
 	struct job *j = (struct job *)mv;
@@ -236,11 +208,6 @@ static void job_done(struct strata_move *mv)
 		struct strata_error err;
 		strata_move_error(mv, &err);
 		io_fail(e, &err);
-	} else if (e->cfg.verify && e->ext && !e->virt && mv->dst && j->src_tier == STRATA_TIER_NVME) {
-		struct strata_error err;
-		if ((j->tier == R || !e->on_gpu) ? strata_store_verify_extent(e->store, e->ext[j->eid], mv->dst, &err)
-						 : verify_device(e, j->eid, mv->dst, mv->bytes, &err))
-			io_fail(e, &err);
 	}
 	if (j->child) {
 		struct job *c = j->child;
@@ -338,6 +305,10 @@ static int issue(struct strata_engine *e, uint32_t eid, int tier, void *dst, int
 			j->mv.fd = fd;
 			j->mv.path = strata_store_shard_path(e->store, x->shard);
 			j->mv.offset = x->offset;
+			if (strata_store_arm_check(e->store, x, e->cfg.verify, &j->mv)) {
+				e->st.verified_extents++;
+				e->st.verified_bytes += x->payload;
+			}
 		}
 		j->m = tier == R ? e->nvme : e->staged;
 		if (tier == R)
@@ -740,8 +711,6 @@ void strata_engine_close(struct strata_engine *e)
 		strata_mover_close(ms[i]);
 	strata_vlink_free(&e->vl_nvme);
 	strata_vlink_free(&e->vl_pcie);
-	strata_gpu_stream_destroy(e->verify_stream);
-	free(e->verify_buf);
 	strata_tier_free(&e->tier[V]);
 	strata_tier_free(&e->tier[R]);
 	strata_tier_free(&e->scratch);
@@ -883,6 +852,14 @@ int strata_engine_begin_step(struct strata_engine *e, uint64_t token, uint32_t l
 		e->pinned[V][eid]++;
 	}
 	e->step_layer = n ? (int)layer : -1;
+	if (n) {
+		/* the step's token count is the replay's business: 0, unknown */
+		struct strata_step st = { .token = token, .layer = layer, .experts = experts,
+					  .n_experts = n, .now = e->now };
+		for (int t = V; t <= R; t++)
+			strata_evict_ops_of(e->evict[t])->on_step(e->evict[t], &st);
+		strata_place_ops_of(e->place)->on_step(e->place, &st);
+	}
 	poll_movers(e);
 	rc = prefetch(e, token, layer, n ? experts : NULL, n, hints, n_hints, err);
 	if (!rc) {

@@ -67,6 +67,8 @@ const char *strata_status_name(int code)
 	case STRATA_EGPU: return "GPU error";
 	case STRATA_ESHAPE: return "shape mismatch";
 	case STRATA_EINTR: return "interrupted";
+	case STRATA_EBUSY: return "busy";
+	case STRATA_EEXIST: return "exists";
 	}
 	return "unknown error";
 }

@@ -485,6 +485,11 @@ int strata_harness_step(struct strata_harness *h, const struct strata_harness_st
 		h->pinned[strata_eid(spec, s->layer, s->experts[i])] = 1;
 	}
 
+	struct strata_step step = { .token = s->token, .layer = s->layer, .n_tokens = 1,
+				    .experts = s->experts, .n_experts = s->n, .now = h->clock };
+	eo->on_step(ev, &step);
+	if (pl)
+		strata_place_ops_of(pl)->on_step(pl, &step);
 	struct strata_layer_ctx ctx = { .token = s->token, .layer = s->layer, .now = h->clock,
 					.hints = s->hints, .n_hints = s->hints ? s->n_hints : 0,
 					.experts = s->experts, .n_experts = s->n };

@@ -80,6 +80,12 @@ static void def_on_route(struct strata_policy *p, uint64_t token, uint32_t layer
 	(void)n;
 }
 
+static void def_on_step(struct strata_policy *p, const struct strata_step *s)
+{
+	(void)p;
+	(void)s;
+}
+
 /* ---- checks ---- */
 
 static int name_ok(const char *n)
@@ -150,6 +156,8 @@ static void install_ops(struct policy_impl *pi, int role, const void *ops)
 	switch (role) {
 	case STRATA_ROLE_EVICT:
 		pi->ops.evict = *(const struct strata_evict_ops *)ops;
+		if (!pi->ops.evict.on_step)
+			pi->ops.evict.on_step = def_on_step;
 		break;
 	case STRATA_ROLE_PLACE:
 		pi->ops.place = *(const struct strata_place_ops *)ops;
@@ -157,6 +165,8 @@ static void install_ops(struct policy_impl *pi, int role, const void *ops)
 			pi->ops.place.initial_tier = def_initial_tier;
 		if (!pi->ops.place.on_access)
 			pi->ops.place.on_access = def_place_access;
+		if (!pi->ops.place.on_step)
+			pi->ops.place.on_step = def_on_step;
 		break;
 	case STRATA_ROLE_PREFETCH:
 		pi->ops.prefetch = *(const struct strata_prefetch_ops *)ops;

@@ -133,11 +133,15 @@ struct hf_config {
 	uint32_t fp8_block[2]; /* quantization_config.weight_block_size, default 128 x 128 */
 };
 
+/* A non-negative integer key: its value, left alone when absent, -2 when
+ * present but not a non-negative integer (the caller names it). */
 static void cfg_int(const struct strata_json *root, const char *key, int64_t *out)
 {
 	const struct strata_json *v = strata_json_get(root, key);
 	if (v && v->type == STRATA_JSON_NUMBER && v->is_int && v->i >= 0)
 		*out = v->i;
+	else if (v && v->type != STRATA_JSON_NULL)
+		*out = -2;
 }
 
 static int read_hf_config(const char *model_path, struct hf_config *c, struct strata_error *err)
@@ -489,9 +493,39 @@ int strata_quantize_model_open(const char *path, const struct strata_quantize_op
 			s->shared_inter = (uint32_t)(t->shape[0] / s->n_shared);
 		}
 	}
+	/* experts per token: --top-k, else config.json, else the naming's
+	 * default; a value outside 1..experts is refused, never clamped */
+	if (!opt->top_k && (hc.top_k == -2 || hc.top_k == 0 || hc.top_k > (int64_t)s->n_experts)) {
+		rc = STRATA_ERR(err, STRATA_EINVAL, "%s: config.json: num_experts_per_tok is %s%lld, not a whole "
+				"number in 1..%u (the experts per layer); --top-k overrides it", where,
+				hc.top_k == -2 ? "not a non-negative integer: " : "",
+				(long long)(hc.top_k == -2 ? 0 : hc.top_k), s->n_experts);
+		goto fail;
+	}
 	s->top_k = opt->top_k ? opt->top_k : hc.top_k > 0 ? (uint32_t)hc.top_k : nm->default_top_k;
-	if (s->top_k > s->n_experts)
-		s->top_k = s->n_experts;
+	if (s->top_k > s->n_experts) {
+		rc = STRATA_ERR(err, STRATA_EINVAL, "%s: %s %u is out of range: 1..%u (the experts per layer)", where,
+				opt->top_k ? "--top-k" : "the naming's default top-k", s->top_k, s->n_experts);
+		goto fail;
+	}
+	/* every MoE layer needs its router: "model.layers.{L}.<infix without experts.>gate.weight" */
+	for (uint32_t l = s->first_moe_layer; l < s->first_moe_layer + s->n_moe_layers; l++) {
+		char gname[200];
+		size_t il = strlen(nm->experts_infix) - strlen("experts.");
+		snprintf(gname, sizeof(gname), "model.layers.%u.%.*sgate.weight", l, (int)il, nm->experts_infix);
+		const struct strata_safetensors_tensor *g = strata_safetensors_find(st, gname);
+		if (!g) {
+			rc = STRATA_ERR(err, STRATA_ENOTFOUND, "%s: MoE layer %u has experts but no router gate tensor "
+					"'%s' (an incomplete checkpoint?)", where, l, gname);
+			goto fail;
+		}
+		if (g->ndim != 2 || g->shape[0] != s->n_experts || g->shape[1] != s->hidden) {
+			rc = STRATA_ERR(err, STRATA_ESHAPE, "%s: router gate '%s' has shape [%llu, %llu], expected "
+					"[%u, %u] (experts x hidden)", where, gname, (unsigned long long)g->shape[0],
+					g->ndim > 1 ? (unsigned long long)g->shape[1] : 0ull, s->n_experts, s->hidden);
+			goto fail;
+		}
+	}
 	if ((rc = strata_model_spec_validate(s, err))) {
 		strata_error_prefix(err, "%s: ", where);
 		goto fail;
@@ -776,7 +810,7 @@ int strata_quantize_run(struct strata_quantize_model *m, const struct strata_qua
 		in_total += m->experts[k]->bytes;
 	struct strata_store_writer_config wc = {
 		.dir = cfg->out, .spec = *s, .tier_table = cfg->tiers, .fmt_table = NULL,
-		.shard_bytes = cfg->shard_bytes, .n_tensors = m->n_nonrouted, .tensors = ti,
+		.shard_bytes = cfg->shard_bytes, .n_tensors = m->n_nonrouted, .tensors = ti, .force = cfg->force,
 	};
 	struct qz_job j = { .m = m, .cfg = cfg, .rep = rep, .total = total };
 	pthread_mutex_init(&j.lock, NULL);

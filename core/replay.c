@@ -585,6 +585,7 @@ static void compute_metrics(struct run *r, struct strata_replay_result *res)
 	snprintf(res->model, sizeof(res->model), "%s", r->spec.name);
 	res->mode = cfg->engine.mode;
 	res->compute = r->virt ? STRATA_COMPUTE_NONE : r->compute;
+	res->verify = r->virt ? STRATA_VERIFY_OFF : cfg->engine.verify;
 	res->seed = cfg->engine.seed;
 	res->budget[0] = cfg->engine.budget[0];
 	res->budget[1] = cfg->engine.budget[1];
@@ -714,9 +715,9 @@ int strata_replay_write_json(const struct strata_replay_result *r, const char *p
 	FILE *f = o.f;
 	fprintf(f, "{\n  \"config\": ");
 	strata_json_write_str(f, r->name);
-	fprintf(f, ",\n  \"mode\": \"%s\",\n  \"compute\": \"%s\",\n  \"vram_tier\": \"%s\",\n  \"trace\": ",
+	fprintf(f, ",\n  \"mode\": \"%s\",\n  \"compute\": \"%s\",\n  \"vram_tier\": \"%s\",\n  \"verify\": \"%s\",\n  \"trace\": ",
 		r->mode == STRATA_ENGINE_VIRTUAL ? "virtual" : "real", strata_compute_name(r->compute),
-		strata_replay_vram_desc(r));
+		strata_replay_vram_desc(r), strata_verify_name(r->verify));
 	strata_json_write_str(f, r->trace);
 	fprintf(f, ",\n  \"model\": ");
 	strata_json_write_str(f, r->model);
@@ -778,8 +779,12 @@ void strata_replay_print(const struct strata_replay_result *r, FILE *f)
 {
 	const struct strata_engine_stats *s = &r->stats;
 	char a[32], b[32], c[32];
-	fprintf(f, "%s  (%s, compute %s, seed %" PRIu64 "%s)%s\n", r->name,
+	fprintf(f, "%s  (%s, compute %s, seed %" PRIu64 "%s%s%s)%s\n", r->name,
 		r->mode == STRATA_ENGINE_VIRTUAL ? "simulated" : "real", strata_compute_name(r->compute), r->seed,
+		r->mode == STRATA_ENGINE_VIRTUAL ? "" : ", checksums ",
+		r->mode == STRATA_ENGINE_VIRTUAL ? "" : r->verify == STRATA_VERIFY_OFF ? "NOT checked (--no-verify)"
+						       : r->verify == STRATA_VERIFY_EVERY ? "checked on every read"
+											 : "checked on first read",
 		r->vram_host ? ", no GPU: the VRAM tier is a host stand-in" : "",
 		r->partial ? "  PARTIAL: interrupted, the steps that finished" : "");
 	fprintf(f, "  trace     %s: %" PRIu64 " tokens (%" PRIu64 " prefill, %" PRIu64 " decode), %" PRIu64

@@ -96,6 +96,7 @@ struct st_file {
 	int fd;         /* -1 for an in-memory image */
 	uint64_t size;
 	uint64_t data_start;
+	int input_slot; /* strata_input_note */
 };
 
 struct st_meta {
@@ -110,6 +111,7 @@ struct strata_safetensors {
 	struct st_meta *meta;
 	uint32_t n_meta;
 	const unsigned char *image; /* open_image: no reads */
+	int dir_slot;               /* strata_input_note of a model directory */
 };
 
 static int st_pread(int fd, void *buf, uint64_t bytes, uint64_t off, const char *path, struct strata_error *err)
@@ -343,6 +345,7 @@ static int add_file(struct strata_safetensors *st, const char *path, struct stra
 	struct st_file *f = &nf[st->n_files];
 	memset(f, 0, sizeof(*f));
 	f->fd = -1;
+	f->input_slot = -1;
 	f->path = strdup(path);
 	if (!f->path)
 		return STRATA_ERR(err, STRATA_ENOMEM, "%s: out of memory", path);
@@ -378,10 +381,11 @@ static int open_file(struct strata_safetensors *st, const char *path, struct str
 		return rc;
 	uint32_t idx = st->n_files - 1;
 	struct st_file *f = &st->files[idx];
-	f->fd = open(path, O_RDONLY | O_CLOEXEC);
+	f->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO must not block the open */
 	if (f->fd < 0)
 		return strata_error_set(err, errno == ENOENT ? STRATA_ENOTFOUND : STRATA_EIO, errno, __FILE__,
 					__LINE__, "%s: cannot open", path);
+	f->input_slot = strata_input_note(path);
 	struct stat sb;
 	if (fstat(f->fd, &sb))
 		return STRATA_ERRNO(err, STRATA_EIO, "%s: stat", path);
@@ -597,12 +601,13 @@ int strata_safetensors_open(const char *path, struct strata_safetensors **out, s
 	struct strata_safetensors *st = calloc(1, sizeof(*st));
 	if (!st)
 		return STRATA_ERR(err, STRATA_ENOMEM, "out of memory");
+	st->dir_slot = -1;
 	struct stat sb;
 	int rc;
 	if (stat(path, &sb))
 		rc = strata_error_set(err, errno == ENOENT ? STRATA_ENOTFOUND : STRATA_EIO, errno, __FILE__, __LINE__,
 				      "%s: cannot open", path);
-	else if (S_ISDIR(sb.st_mode))
+	else if (S_ISDIR(sb.st_mode) && ((st->dir_slot = strata_input_note(path)), 1))
 		rc = open_dir(st, path, err);
 	else if (ends_with(path, ".json"))
 		rc = open_index(st, path, err);
@@ -623,6 +628,7 @@ int strata_safetensors_open_image(const void *data, size_t len, const char *what
 	struct strata_safetensors *st = calloc(1, sizeof(*st));
 	if (!st)
 		return STRATA_ERR(err, STRATA_ENOMEM, "out of memory");
+	st->dir_slot = -1;
 	st->image = data;
 	int rc = add_file(st, what ? what : "image", err);
 	if (!rc) {
@@ -652,6 +658,7 @@ void strata_safetensors_close(struct strata_safetensors *st)
 	for (uint32_t i = 0; i < st->n_files; i++) {
 		if (st->files[i].fd >= 0)
 			close(st->files[i].fd);
+		strata_input_forget(st->files[i].input_slot);
 		free(st->files[i].path);
 	}
 	for (uint32_t i = 0; i < st->n; i++)
@@ -660,6 +667,7 @@ void strata_safetensors_close(struct strata_safetensors *st)
 		free(st->meta[i].key);
 		free(st->meta[i].value);
 	}
+	strata_input_forget(st->dir_slot);
 	free(st->files);
 	free(st->t);
 	free(st->meta);
@@ -859,6 +867,8 @@ struct strata_safetensors_writer {
 	uint64_t cur_done;  /* its bytes written */
 	uint64_t pos;       /* file position */
 	int failed;
+	struct strata_outlock lock;
+	int tmp_slot;
 };
 
 int strata_safetensors_writer_open(const char *path, struct strata_safetensors_writer **out, struct strata_error *err)
@@ -868,6 +878,8 @@ int strata_safetensors_writer_open(const char *path, struct strata_safetensors_w
 	if (!w)
 		return STRATA_ERR(err, STRATA_ENOMEM, "%s: out of memory", path);
 	w->fd = -1;
+	w->lock.fd = -1;
+	w->tmp_slot = -1;
 	w->path = strdup(path);
 	w->tmp = malloc(strlen(path) + 5);
 	if (!w->path || !w->tmp) {
@@ -875,6 +887,15 @@ int strata_safetensors_writer_open(const char *path, struct strata_safetensors_w
 		return STRATA_ERR(err, STRATA_ENOMEM, "%s: out of memory", path);
 	}
 	sprintf(w->tmp, "%s.tmp", path);
+	w->tmp_slot = -1;
+	int lrc = strata_outlock_take(&w->lock, path, err);
+	if (lrc) {
+		free(w->tmp);
+		w->tmp = NULL; /* the holder's, not ours */
+		strata_safetensors_writer_abort(w);
+		return lrc;
+	}
+	w->tmp_slot = strata_tmp_register(w->tmp);
 	w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (w->fd < 0) {
 		int rc = STRATA_ERRNO(err, STRATA_EIO, "%s: cannot create", w->tmp);
@@ -1123,6 +1144,8 @@ void strata_safetensors_writer_abort(struct strata_safetensors_writer *w)
 		close(w->fd);
 	if (w->tmp)
 		unlink(w->tmp);
+	strata_tmp_unregister(w->tmp_slot);
+	strata_outlock_release(&w->lock);
 	for (uint32_t i = 0; i < w->n; i++)
 		free(w->t[i].name);
 	for (uint32_t i = 0; i < w->n_meta; i++) {

@@ -13,7 +13,12 @@
  * (several threads may add different experts at once), and finish writes the
  * headers, fsyncs, and renames.  Nothing is renamed until every shard is
  * complete and synced, so a failure leaves only .tmp files, which abort
- * removes.
+ * removes.  The output directory is locked for the whole write (a second
+ * writer is refused, told the holder's pid).  Replacing a model (force) builds
+ * the new one in a sibling directory ".NAME.new-PID" and swaps the two in one
+ * step (renameat2 RENAME_EXCHANGE), so a write killed at any point leaves the
+ * old model whole or the new one whole; the files of the old directory that
+ * are not the model's move into the new one, then the old model is removed.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -25,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -33,6 +39,7 @@
 #include <xxhash.h>
 
 #include "quant.h"
+#include "strata/mover.h"
 #include "strata/store.h"
 #include "strata/util.h"
 
@@ -370,6 +377,8 @@ struct strata_store {
 	uint32_t n_total;
 	uint8_t *tiers, *fmts;
 	struct strata_extent *experts; /* by expert id */
+	uint8_t *checked;              /* by expert id: a read was checked (STRATA_VERIFY_FIRST) */
+	int input_slot;                /* strata_input_note of dir */
 	uint32_t n_tensors, n_tensors_total;
 	struct strata_tensor_info *tensors;
 	pthread_mutex_t fd_lock;
@@ -404,7 +413,8 @@ static long shard_file_index(const char *name)
 static int read_shard_header(const char *path, struct strata_shard_header **out, uint64_t *fsize,
 			     struct strata_error *err)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* O_NONBLOCK: a FIFO named like a shard must not block the open */
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0)
 		return STRATA_ERRNO(err, errno == ENOENT ? STRATA_ENOTFOUND : STRATA_EIO, "%s: open", path);
 	struct stat st;
@@ -413,6 +423,11 @@ static int read_shard_header(const char *path, struct strata_shard_header **out,
 	int rc;
 	if (fstat(fd, &st)) {
 		rc = STRATA_ERRNO(err, STRATA_EIO, "%s: stat", path);
+		goto out;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		rc = STRATA_ERR(err, STRATA_ECORRUPT, "%s: not a regular file (a %s), so not a shard", path,
+				S_ISDIR(st.st_mode) ? "directory" : S_ISFIFO(st.st_mode) ? "FIFO" : "device or socket");
 		goto out;
 	}
 	*fsize = (uint64_t)st.st_size;
@@ -485,6 +500,8 @@ void strata_store_close(struct strata_store *s)
 	free(s->tiers);
 	free(s->fmts);
 	free(s->experts);
+	free(s->checked);
+	strata_input_forget(s->input_slot);
 	free(s->tensors);
 	free(s);
 }
@@ -517,6 +534,7 @@ int strata_store_open(const char *dir, struct strata_store **out, struct strata_
 	if (!s)
 		return STRATA_ERR(err, STRATA_ENOMEM, "out of memory");
 	pthread_mutex_init(&s->fd_lock, NULL);
+	s->input_slot = strata_input_note(dir);
 	s->dir = strdup(dir);
 	struct strata_shard_header *h0 = NULL, *h = NULL;
 	int rc;
@@ -555,7 +573,8 @@ int strata_store_open(const char *dir, struct strata_store **out, struct strata_
 	s->tensors = calloc(h0->n_tensors_total ? h0->n_tensors_total : 1, sizeof(*s->tensors));
 	s->tiers = malloc(s->n_total ? s->n_total : 1);
 	s->fmts = malloc(s->n_total ? s->n_total : 1);
-	if (!s->shards || !s->experts || !s->tensors || !s->tiers || !s->fmts) {
+	s->checked = calloc(s->n_total ? s->n_total : 1, 1);
+	if (!s->shards || !s->experts || !s->tensors || !s->tiers || !s->fmts || !s->checked) {
 		rc = STRATA_ERR(err, STRATA_ENOMEM, "out of memory");
 		goto fail;
 	}
@@ -733,6 +752,28 @@ int strata_store_verify_extent(const struct strata_store *s, const struct strata
 			  ext->xxh64, got);
 }
 
+const char *strata_verify_name(int mode)
+{
+	return mode == STRATA_VERIFY_EVERY ? "every" : mode == STRATA_VERIFY_OFF ? "off" : "first";
+}
+
+bool strata_store_arm_check(struct strata_store *s, const struct strata_extent *ext, int mode,
+			    struct strata_move *mv)
+{
+	mv->check_bytes = 0;
+	if (mode == STRATA_VERIFY_OFF || !ext->payload)
+		return false;
+	if (mode == STRATA_VERIFY_FIRST && ext >= s->experts && ext < s->experts + s->n_total) {
+		uint8_t *c = &s->checked[ext - s->experts];
+		if (*c)
+			return false;
+		*c = 1; /* a failed check fails the run, so it is never read unchecked */
+	}
+	mv->check_bytes = ext->payload;
+	mv->check_xxh3 = ext->xxh64;
+	return true;
+}
+
 int strata_store_read_extent(struct strata_store *s, const struct strata_extent *ext, void *buf, bool direct,
 			     bool verify, struct strata_error *err)
 {
@@ -789,7 +830,9 @@ struct wshard {
 };
 
 struct strata_store_writer {
-	char *dir;
+	char *dir;                          /* where the shards are written */
+	char *final;                        /* replacing a model: the directory swapped with dir */
+	struct strata_outlock lock;
 	struct strata_model_spec spec;
 	uint32_t n_total, n_tensors;
 	uint8_t *tiers, *fmts;
@@ -803,6 +846,111 @@ struct strata_store_writer {
 	atomic_uint_fast64_t written;       /* data bytes written (fault-injection hook) */
 	int finished;
 };
+
+int strata_store_kill_after_renames;
+
+/* rename(2), counted for the kill test hook (see store.h). */
+static int wrename(const char *from, const char *to)
+{
+	static int renames;
+	if (strata_store_kill_after_renames && ++renames > strata_store_kill_after_renames)
+		raise(SIGKILL);
+	return rename(from, to);
+}
+
+/* Shards of a model in dir (final files, not .tmp). */
+static uint32_t count_shards(const char *dir)
+{
+	uint32_t n = 0;
+	DIR *d = opendir(dir);
+	if (!d)
+		return 0;
+	for (struct dirent *de; (de = readdir(d));)
+		n += shard_file_index(de->d_name) >= 0;
+	closedir(d);
+	return n;
+}
+
+/* Remove dir: its shard files (final and .tmp) and the directory; anything
+ * else in it is left (then so is the directory). */
+static void remove_model_dir(const char *dir)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return;
+	for (struct dirent *de; (de = readdir(d));) {
+		if (strncmp(de->d_name, "shard-", 6))
+			continue;
+		char p[PATH_MAX];
+		snprintf(p, sizeof(p), "%s/%s", dir, de->d_name);
+		unlink(p);
+	}
+	closedir(d);
+	rmdir(dir);
+}
+
+/* "parent/.name.new-PID" for dir "parent/name". */
+static char *staging_path(const char *dir)
+{
+	size_t n = strlen(dir);
+	while (n > 1 && dir[n - 1] == '/')
+		n--;
+	const char *slash = memrchr(dir, '/', n);
+	size_t dl = slash ? (size_t)(slash - dir) + 1 : 0;
+	char *p = malloc(n + 40);
+	if (p)
+		sprintf(p, "%.*s.%.*s.new-%ld", (int)dl, dir, (int)(n - dl), dir + dl, (long)getpid());
+	return p;
+}
+
+/* Leftover staging directories of killed writes of dir (we hold its lock). */
+static void remove_stale_staging(const char *dir)
+{
+	char *mine = staging_path(dir);
+	if (!mine)
+		return;
+	char *dash = strrchr(mine, '-');
+	size_t keep = (size_t)(dash - mine) + 1; /* "parent/.name.new-" */
+	char *slash = strrchr(mine, '/');
+	char parent[PATH_MAX];
+	snprintf(parent, sizeof(parent), "%.*s", slash ? (int)(slash - mine) : 1, slash ? mine : ".");
+	const char *prefix = slash ? slash + 1 : mine;
+	size_t plen = keep - (size_t)(prefix - mine);
+	DIR *d = opendir(parent);
+	if (d) {
+		for (struct dirent *de; (de = readdir(d));)
+			if (!strncmp(de->d_name, prefix, plen)) {
+				char p[PATH_MAX];
+				snprintf(p, sizeof(p), "%s/%s", parent, de->d_name);
+				remove_model_dir(p);
+			}
+		closedir(d);
+	}
+	free(mine);
+}
+
+/* After the swap: move what the old directory held besides its model into
+ * the new one (names the new model does not use), then remove the old. */
+static void carry_over(const char *old, const char *cur)
+{
+	DIR *d = opendir(old);
+	if (d) {
+		for (struct dirent *de; (de = readdir(d));) {
+			if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") || !strncmp(de->d_name, "shard-", 6))
+				continue;
+			char a[PATH_MAX], b[PATH_MAX];
+			struct stat st;
+			snprintf(a, sizeof(a), "%s/%s", old, de->d_name);
+			snprintf(b, sizeof(b), "%s/%s", cur, de->d_name);
+			if (lstat(b, &st))
+				rename(a, b);
+			else if (!S_ISDIR(st.st_mode))
+				unlink(a); /* the new model wrote its own */
+		}
+		closedir(d);
+	}
+	remove_model_dir(old);
+}
 
 static int mkdir_p(const char *dir, struct strata_error *err)
 {
@@ -875,7 +1023,11 @@ static void writer_free(struct strata_store_writer *w)
 		free(w->shards[i].tmp);
 	}
 	free(w->shards);
+	if (w->final && !w->finished)
+		remove_model_dir(w->dir);
+	strata_outlock_release(&w->lock);
 	free(w->dir);
+	free(w->final);
 	free(w->tiers);
 	free(w->fmts);
 	free(w->experts);
@@ -924,6 +1076,7 @@ int strata_store_writer_open(const struct strata_store_writer_config *cfg, struc
 	struct strata_store_writer *w = calloc(1, sizeof(*w));
 	if (!w)
 		return STRATA_ERR(err, STRATA_ENOMEM, "out of memory");
+	w->lock.fd = -1;
 	w->spec = cfg->spec;
 	w->n_total = strata_model_total_experts(&cfg->spec);
 	w->n_tensors = cfg->n_tensors;
@@ -1034,8 +1187,30 @@ int strata_store_writer_open(const struct strata_store_writer_config *cfg, struc
 	w->store_id = random_id();
 
 	rc = mkdir_p(w->dir, err);
+	if (!rc)
+		rc = strata_outlock_take(&w->lock, w->dir, err);
 	if (rc)
 		goto fail;
+	uint32_t had = count_shards(w->dir);
+	if (had && !cfg->force) {
+		rc = STRATA_ERR(err, STRATA_EEXIST, "%s already holds a model (%u shard%s); use --force to replace it",
+				w->dir, had, had == 1 ? "" : "s");
+		goto fail;
+	}
+	remove_stale_staging(w->dir);
+	if (had) {
+		/* build the new model beside the old one; finish swaps them */
+		w->final = w->dir;
+		if (!(w->dir = staging_path(w->final))) {
+			rc = STRATA_ERR(err, STRATA_ENOMEM, "out of memory");
+			goto fail;
+		}
+		if (mkdir(w->dir, 0755)) {
+			rc = STRATA_ERRNO(err, STRATA_EIO, "%s: mkdir (to build the new model beside %s)", w->dir,
+					  w->final);
+			goto fail;
+		}
+	}
 	/* Refuse up front a write that cannot fit, rather than fill the disk
 	 * shard by shard (others may be writing to it too). */
 	uint64_t need = 0;
@@ -1247,7 +1422,7 @@ int strata_store_writer_finish(struct strata_store_writer *w, struct strata_erro
 	/* Every shard is complete and synced: now make them visible. */
 	for (uint32_t s = 0; s < w->n_shards; s++) {
 		struct wshard *sh = &w->shards[s];
-		if (rename(sh->tmp, sh->path)) {
+		if (wrename(sh->tmp, sh->path)) {
 			rc = STRATA_ERRNO(err, STRATA_EIO, "%s: rename to %s", sh->tmp, base_name(sh->path));
 			for (uint32_t k = 0; k < s; k++) /* leave no half-renamed store behind */
 				unlink(w->shards[k].path);
@@ -1279,6 +1454,29 @@ int strata_store_writer_finish(struct strata_store_writer *w, struct strata_erro
 	if (dfd >= 0) {
 		fsync(dfd);
 		close(dfd);
+	}
+	if (w->final) {
+		/* one step: the old model is whole until here, the new one after */
+		if (strata_store_kill_after_renames && strata_store_kill_after_renames <= (int)w->n_shards)
+			raise(SIGKILL);
+		if (renameat2(AT_FDCWD, w->dir, AT_FDCWD, w->final, RENAME_EXCHANGE)) {
+			int e = errno;
+			w->finished = 0;
+			errno = e;
+			return STRATA_ERRNO(err, STRATA_EIO, "%s: cannot swap in the new model built in %s", w->final,
+					    w->dir);
+		}
+		carry_over(w->dir, w->final);
+		char *parent = strdup(w->final);
+		char *sl = parent ? strrchr(parent, '/') : NULL;
+		if (sl && sl != parent) {
+			*sl = 0;
+			if ((dfd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) >= 0) {
+				fsync(dfd);
+				close(dfd);
+			}
+		}
+		free(parent);
 	}
 	return STRATA_OK;
 }

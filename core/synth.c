@@ -714,7 +714,7 @@ int strata_synth_write(const struct strata_synth_config *cfg, const char *dir, s
 	total = expert_bytes + tensor_bytes;
 	struct strata_store_writer_config wc = {
 		.dir = dir, .spec = *s, .tier_table = tiers, .fmt_table = fmts, .shard_bytes = c->shard_bytes,
-		.n_tensors = n_tensors, .tensors = tensors,
+		.n_tensors = n_tensors, .tensors = tensors, .force = c->force,
 	};
 	uint64_t t0 = strata_now_ns();
 	rc = strata_store_writer_open(&wc, &w, err);

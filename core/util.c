@@ -2,9 +2,13 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/file.h>
@@ -79,6 +83,18 @@ void *strata_aligned_alloc(size_t align, size_t bytes)
 	if (posix_memalign(&p, align, (bytes + align - 1) / align * align))
 		return NULL;
 	memset(p, 0, bytes);
+	return p;
+}
+
+void *strata_big_alloc(size_t bytes)
+{
+	const size_t huge = 2u << 20;
+	if (bytes < 2 * huge)
+		return malloc(bytes ? bytes : 1);
+	void *p = NULL;
+	if (posix_memalign(&p, huge, (bytes + huge - 1) / huge * huge))
+		return NULL;
+	madvise(p, (bytes + huge - 1) / huge * huge, MADV_HUGEPAGE); /* advice only */
 	return p;
 }
 
@@ -194,12 +210,39 @@ const char *strata_closest_name(const char *word, size_t len, const char *const 
 	return best && bd <= 2 && bd * 2 < (unsigned)len ? best : NULL;
 }
 
+/* Temp files a second signal removes before the process ends (the first
+ * one only sets strata_interrupted: loops stop and their abort paths clean
+ * up).  Fixed slots, so the handler touches no allocator. */
+#define TMP_SLOTS 32
+static char tmp_paths[TMP_SLOTS][PATH_MAX];
+static volatile sig_atomic_t tmp_used[TMP_SLOTS];
+
+int strata_tmp_register(const char *path)
+{
+	for (int i = 0; i < TMP_SLOTS; i++)
+		if (!tmp_used[i] && strlen(path) < PATH_MAX) {
+			snprintf(tmp_paths[i], PATH_MAX, "%s", path);
+			tmp_used[i] = 1;
+			return i;
+		}
+	return -1;
+}
+
+void strata_tmp_unregister(int slot)
+{
+	if (slot >= 0 && slot < TMP_SLOTS)
+		tmp_used[slot] = 0;
+}
+
 static void on_sigint(int sig)
 {
-	(void)sig;
-	if (strata_interrupted)
-		_exit(130);
-	strata_interrupted = 1;
+	if (strata_interrupted) {
+		for (int i = 0; i < TMP_SLOTS; i++)
+			if (tmp_used[i])
+				unlink(tmp_paths[i]);
+		_exit(128 + sig);
+	}
+	strata_interrupted = sig;
 }
 
 void strata_install_sigint(void)
@@ -208,6 +251,143 @@ void strata_install_sigint(void)
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = on_sigint;
 	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
+}
+
+/* ---- inputs and outputs ---- */
+
+/* Files and directories this process has open for reading: a writer refuses
+ * to replace one.  Slots, so a handle forgets exactly what it noted. */
+#define INPUT_SLOTS 256
+static struct { dev_t dev; ino_t ino; int used; } inputs[INPUT_SLOTS];
+static pthread_mutex_t io_lock = PTHREAD_MUTEX_INITIALIZER;
+
+int strata_input_note(const char *path)
+{
+	struct stat st;
+	if (!path || stat(path, &st))
+		return -1;
+	int slot = -1;
+	pthread_mutex_lock(&io_lock);
+	for (int i = 0; i < INPUT_SLOTS && slot < 0; i++)
+		if (!inputs[i].used) {
+			inputs[i].dev = st.st_dev;
+			inputs[i].ino = st.st_ino;
+			inputs[i].used = 1;
+			slot = i;
+		}
+	pthread_mutex_unlock(&io_lock);
+	return slot;
+}
+
+void strata_input_forget(int slot)
+{
+	if (slot < 0 || slot >= INPUT_SLOTS)
+		return;
+	pthread_mutex_lock(&io_lock);
+	inputs[slot].used = 0;
+	pthread_mutex_unlock(&io_lock);
+}
+
+int strata_output_check(const char *path, struct strata_error *err)
+{
+	struct stat st;
+	if (!path || !strcmp(path, "-") || stat(path, &st) || S_ISCHR(st.st_mode))
+		return STRATA_OK;
+	int hit = 0;
+	pthread_mutex_lock(&io_lock);
+	for (int i = 0; i < INPUT_SLOTS; i++)
+		hit |= inputs[i].used && inputs[i].dev == st.st_dev && inputs[i].ino == st.st_ino;
+	pthread_mutex_unlock(&io_lock);
+	if (hit)
+		return STRATA_ERR(err, STRATA_EINVAL, "%s: refusing to write over an input of this command "
+				  "(the same file); name another output", path);
+	return STRATA_OK;
+}
+
+static char *lock_path_of(const char *path)
+{
+	size_t n = strlen(path);
+	while (n > 1 && path[n - 1] == '/')
+		n--;
+	const char *slash = memrchr(path, '/', n);
+	size_t dl = slash ? (size_t)(slash - path) + 1 : 0;
+	char *p = malloc(n + 16);
+	if (p)
+		sprintf(p, "%.*s.%.*s.lock", (int)dl, path, (int)(n - dl), path + dl);
+	return p;
+}
+
+int strata_outlock_take(struct strata_outlock *l, const char *path, struct strata_error *err)
+{
+	l->fd = -1;
+	l->path = NULL;
+	if (!path || !strcmp(path, "-"))
+		return STRATA_OK;
+	struct stat st;
+	if (!stat(path, &st) && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode))
+		return STRATA_OK; /* a device or pipe: written in place, nothing to guard */
+	int rc = strata_output_check(path, err);
+	if (rc)
+		return rc;
+	char *lp = lock_path_of(path);
+	if (!lp)
+		return STRATA_ERR(err, STRATA_ENOMEM, "%s: out of memory", path);
+	for (int tries = 0; tries < 100; tries++) {
+		int fd = open(lp, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+		if (fd < 0) {
+			if (errno == ENOENT) /* the directory it goes in is missing: nothing to guard yet */
+				break;
+			rc = STRATA_ERRNO(err, STRATA_EIO, "%s: cannot create the lock file %s", path, lp);
+			free(lp);
+			return rc;
+		}
+		if (flock(fd, LOCK_EX | LOCK_NB)) {
+			char who[256] = "";
+			ssize_t n = pread(fd, who, sizeof(who) - 1, 0);
+			close(fd);
+			who[n > 0 ? n : 0] = 0;
+			who[strcspn(who, "\n")] = 0;
+			rc = STRATA_ERR(err, STRATA_EBUSY, "%s: another writer holds it (%s; lock %s): wait for it "
+					"to finish or name another output", path, who[0] ? who : "pid unknown", lp);
+			free(lp);
+			return rc;
+		}
+		/* the holder before us may have removed the file after we opened it */
+		struct stat a, b;
+		if (fstat(fd, &a) || stat(lp, &b) || a.st_ino != b.st_ino || a.st_dev != b.st_dev) {
+			close(fd);
+			continue;
+		}
+		char who[320], comm[64] = "";
+		FILE *c = fopen("/proc/self/comm", "r");
+		if (c) {
+			if (fgets(comm, sizeof(comm), c))
+				comm[strcspn(comm, "\n")] = 0;
+			fclose(c);
+		}
+		int wn = snprintf(who, sizeof(who), "pid %ld%s%s\n", (long)getpid(), comm[0] ? ", " : "", comm);
+		if (ftruncate(fd, 0) || pwrite(fd, who, (size_t)wn, 0) != wn) {
+			/* the lock holds without the note */
+		}
+		l->fd = fd;
+		l->path = lp;
+		return STRATA_OK;
+	}
+	free(lp);
+	return STRATA_OK;
+}
+
+void strata_outlock_release(struct strata_outlock *l)
+{
+	if (l->fd >= 0) {
+		unlink(l->path); /* before the unlock: a waiter re-checks the inode */
+		close(l->fd);
+	}
+	free(l->path);
+	l->fd = -1;
+	l->path = NULL;
 }
 
 /* ---- results files: whole or not at all ---- */
@@ -218,6 +398,9 @@ int strata_outfile_open(struct strata_outfile *o, const char *path, int append, 
 	o->path = path;
 	o->append = append && strcmp(path, "-");
 	o->fd = -1;
+	int orc = strata_output_check(path, err);
+	if (orc)
+		return orc;
 	if (o->append) {
 		/* Lock now: the caller decides on a header from `existing`. */
 		o->fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);

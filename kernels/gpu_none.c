@@ -41,11 +41,6 @@ int strata_moe_layer_gpu(const struct strata_moe_call *c, struct strata_error *e
 int strata_gpu_dequantize(int fmt, const void *d_packed, uint32_t rows, uint32_t cols, float *d_out,
 			  strata_gpu_stream *stream, struct strata_error *err) { return NOGPU(err); }
 int strata_gpu_moe_check(int fmt, uint32_t hidden, uint32_t inter, struct strata_error *err) { return NOGPU(err); }
-void strata_gpu_moe_set_poison(int on) { (void)on; }
-void strata_gpu_moe_set_prefill_min(uint32_t n) { (void)n; }
-void strata_gpu_moe_set_decode(int nw, int ns) { (void)nw, (void)ns; }
-void strata_gpu_moe_set_split(uint32_t parts) { (void)parts; }
-void strata_gpu_moe_set_bf16_decode(int nw, int depth, uint32_t kc) { (void)nw, (void)depth, (void)kc; }
 uint64_t strata_gpu_moe_decode_split_launches(void) { return 0; }
 uint64_t strata_gpu_moe_bf16_decode_launches(void) { return 0; }
 int strata_gpu_linear_bf16(const uint16_t *d_w, uint32_t rows, uint32_t cols, const float *d_x, uint32_t n,

@@ -25,8 +25,7 @@
  * rows, in tasks of 64 rows x one token tile, and multiplies on tensor cores
  * (mma.sync m16n8k16, f32 accumulation).  Tier-format rows go through a
  * 3-stage shared-memory pipeline (3 x 60 KB) fed by the bulk copy engine
- * (cp.async.bulk, one mbarrier per stage; STRATA_MOE_COPY=async: 16-byte
- * cp.async) and are decoded in registers: the computed codebook of
+ * (cp.async.bulk, one mbarrier per stage) and are decoded in registers: the computed codebook of
  * FORMATS.md (IMAD, IDP4A, PRMT, three HFMA2 per weight pair, no table) gives
  * exact fp16 weights for fp16 MMAs, the block scale is applied to each
  * 32-weight partial sum.  bf16 rows skip shared memory: every lane loads its
@@ -54,7 +53,7 @@
  * large launches whose experts all have <= 8 tokens and are all bf16 take the bf16
  * decode kernel (kernels/moe_dec_bf16.cuh: per-warp register rings of 16-byte
  * loads, tasks of 32 rows x a K chunk, split-K sums of gate|up through a
- * scratch; STRATA_MOE_BF16DEC=0 sends them to the persistent kernel).
+ * scratch; the configuration's bf16dec=off sends them to the persistent kernel).
  * Decode speed of the tier formats is bound by instruction issue (8.8
  * instructions per weight in the decode kernel, ~6 of them the decode itself;
  * ncu), see experiments/kernels/README.md.
@@ -102,48 +101,74 @@ int strata_gpu_dequantize(int fmt, const void *d_packed, uint32_t rows, uint32_t
  * passthrough formats (f32, bf16) need cols multiples of 32. */
 int strata_gpu_moe_check(int fmt, uint32_t hidden, uint32_t inter, struct strata_error *err);
 
-/* Test hook: fill the internal h scratch (silu(gate)*up) with NaN before every
- * MoE call, so a tile that is read before it is written shows up as NaN. */
-void strata_gpu_moe_set_poison(int on);
+/*
+ * The kernel configuration: which kernel a launch takes.  The defaults are
+ * the measured best (experiments/kernels/README.md); the "auto" values let
+ * the dispatch choose per launch by the rules below.  The one way to change
+ * it is strata_gpu_moe_configure (tests; `bench_kernels --kernel
+ * KEY=VALUE,...` through strata_gpu_moe_config_parse); no kernel setting is
+ * read from the environment.  The only environment variable of the GPU layer
+ * is STRATA_NO_GPU: when set (any value), strata_gpu_count() reports no GPU,
+ * so everything runs on the host stand-ins as on a machine without one.
+ *
+ *   key          field                  default  values
+ *   prefill_min  prefill_min            17       experts with >= n tokens (bf16 or a tier
+ *                                                format) take the tiled prefill path; "off"
+ *                                                (UINT32_MAX): every expert the persistent kernel
+ *   dec          dec_warps, dec_stages  auto     launches whose experts all have <= 16 tokens and
+ *                                                are all in tier formats take the warp-streaming
+ *                                                decode kernel (kernels/moe_decode.cuh): auto
+ *                                                (-1): 12 x 4 when the launch has at least two
+ *                                                tasks per warp (9 - 16 tokens: two 8-token tiles
+ *                                                per task); off (0): the persistent kernel; a
+ *                                                variant (8x4, 8x5, 12x3, 12x4, 12x4u = 12 x -4
+ *                                                with a stage's 8 units unrolled, 16x3): always it
+ *   split        split                  auto     split-K parts per gate|up and down row of that
+ *                                                kernel (whole 256-weight blocks; 1: none): auto
+ *                                                (0): 3 for launches of one 8-token tile, at most 4
+ *                                                tokens per expert and two to four unsplit tasks per
+ *                                                warp (e.g. Kimi at batch 1), none otherwise (more
+ *                                                tokens pay more partial-sum atomics; on the
+ *                                                Qwen3-30B-A3B shape it measured slower); with a
+ *                                                forced dec variant, auto means none
+ *   bf16dec      bf16_warps, bf16_depth auto     launches whose experts all have <= 8 tokens and
+ *                                                are all bf16 take the bf16 decode kernel
+ *                                                (kernels/moe_dec_bf16.cuh): auto (-1): 16 x 4 for
+ *                                                launches of at least 4 tasks per warp (Kimi, not
+ *                                                Qwen3-30B-A3B); off (0); 16x4, 12x6, 8x8: always
+ *   bf16_kc      bf16_kc                512      its K chunk, about this many weights (>= 32)
+ *   poison       poison                 0        tests: fill the h scratch with NaN before every
+ *                                                call, so a tile read before it is written shows
+ *
+ * Everything else the kernels do is fixed: 16-warp persistent CTAs for
+ * 8-token tiles and 8 warps for 16-token ones, stage copies by the bulk copy
+ * engine, bf16 weights straight into registers, the fp16 range guard, slots
+ * grouped by format, and the prefill tile by token count (the experiments
+ * that chose each are in experiments/kernels/README.md).
+ */
+struct strata_moe_config {
+	uint32_t prefill_min;
+	int dec_warps, dec_stages;
+	uint32_t split;
+	int bf16_warps, bf16_depth;
+	uint32_t bf16_kc;
+	int poison;
+};
+#define STRATA_MOE_CONFIG_DEFAULT { 17, -1, 0, 0, -1, 0, 512, 0 }
+#define STRATA_MOE_SPLIT_MAX 64u
+void strata_gpu_moe_config_defaults(struct strata_moe_config *c);
+/* STRATA_EINVAL naming the field and the allowed values. */
+int strata_gpu_moe_config_validate(const struct strata_moe_config *c, struct strata_error *err);
+/* Apply "key=value[,key=value...]" (keys above) on top of *c, then validate. */
+int strata_gpu_moe_config_parse(const char *text, struct strata_moe_config *c, struct strata_error *err);
+/* Validate and make c the configuration of every later call (tests set one
+ * and put the defaults back the same way). */
+int strata_gpu_moe_configure(const struct strata_moe_config *c, struct strata_error *err);
+void strata_gpu_moe_config_get(struct strata_moe_config *c);
 
-/* Experiment/test hook: experts with at least n tokens (bf16 or a tier
- * format) take the tiled prefill path; 0 restores the default (17, or
- * STRATA_MOE_PREFILL_MIN; STRATA_MOE_PREFILL=0 turns it off), UINT32_MAX
- * sends every expert through the persistent kernel. */
-void strata_gpu_moe_set_prefill_min(uint32_t n);
-
-/* Experiment/test hook: launches whose experts all have <= 16 tokens and are
- * all in tier formats take the warp-streaming decode kernel
- * (kernels/moe_decode.cuh) with nw warps x ns stages (8x4, 8x5, 12x3, 12x4,
- * 16x3; 12 x -4: 12x4 with a stage's 8 units unrolled; 9 - 16 tokens: 12 x 4
- * with two 8-token tiles per task), also when they have too few tasks for it
- * to pay; nw = 0 sends them through the persistent kernel; nw < 0 restores
- * the default (STRATA_MOE_DEC, else 12 x 4 when the launch has at least two
- * tasks per warp). */
-void strata_gpu_moe_set_decode(int nw, int ns);
-
-/* Experiment/test hook: the warp-streaming decode kernel cuts every gate|up
- * and down row into at most `parts` split-K parts (whole 256-weight blocks;
- * 1: no split), and then runs when the launch has at least one task per warp;
- * 0 restores the default (STRATA_MOE_SPLIT, else 3 parts for launches of one
- * 8-token tile, at most 4 tokens per expert and two to four unsplit tasks per
- * warp, e.g. Kimi at batch 1, and no split otherwise: more tokens pay more
- * partial-sum atomics, launches of many tasks per warp balance without, and on
- * the Qwen3-30B-A3B shape the split kernel measured slower than the persistent
- * one).  With the decode-variant hook forced
- * (strata_gpu_moe_set_decode), 0 means no split. */
-void strata_gpu_moe_set_split(uint32_t parts);
 /* Launches of the warp-streaming decode kernel with split-K parts so far in
  * this process (for tests). */
 uint64_t strata_gpu_moe_decode_split_launches(void);
-/* Experiment/test hook: launches whose experts all have <= 8 tokens and are
- * all bf16 take the bf16 decode kernel (kernels/moe_dec_bf16.cuh) with nw
- * warps x a register ring of depth units (16x4, 12x6, 8x8) and K chunks of
- * about kc weights (0: the default, 512 or STRATA_MOE_BF16DEC_KC); nw = 0
- * sends them through the persistent kernel; nw < 0 restores the default
- * (STRATA_MOE_BF16DEC: 0 off, NWxD that variant always; else 16 x 4 for
- * launches of at least 4 tasks per warp, e.g. Kimi, not Qwen3-30B-A3B). */
-void strata_gpu_moe_set_bf16_decode(int nw, int depth, uint32_t kc);
 /* Launches of the bf16 decode kernel so far in this process (for tests). */
 uint64_t strata_gpu_moe_bf16_decode_launches(void);
 

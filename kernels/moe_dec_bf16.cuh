@@ -49,25 +49,17 @@ struct Args {
 	uint32_t kc[2];     // weights per K chunk (gate|up, down); a multiple of 32
 	uint32_t nch[2];    // K chunks per row
 	uint32_t nrt;       // gate|up row tiles per slot
-	uint32_t nohint;    // weights without the L2 256-byte prefetch hint (STRATA_MOE_BF16DEC_HINT=0)
-	uint32_t pfall;     // a waiting first down task also prefetches the down tasks after it
-			    // that no warp started with (STRATA_MOE_BF16DEC_PF=1)
 };
 
 // 16 bytes of weights: read-only path, not kept in L1 (the activations are),
 // and the 256-byte L2 sector group around it fetched (the next 3 units of the
 // row arrive with this one).
-__device__ __forceinline__ uint4 ldw(const uint8_t *q, bool nohint)
+__device__ __forceinline__ uint4 ldw(const uint8_t *q)
 {
 	uint4 v;
-	if (nohint)
-		asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-			     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-			     : "l"(q));
-	else
-		asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-			     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-			     : "l"(q));
+	asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+		     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+		     : "l"(q));
 	return v;
 }
 
@@ -166,15 +158,9 @@ __device__ __forceinline__ void cmp_start(const MoeParams &p, const Args &a, Cmp
 		const uint32_t need = a.nrt * ((s.ntok + TN - 1) / TN);
 		uint32_t ok = lane == 0 ? ld_acquire(p.sync + 1 + c.k.slot) >= need : 0;
 		if (!__shfl_sync(0xffffffffu, ok, 0)) {
-			// Not ready: pull the rest of this task's rows into L2 while waiting;
-			// with pfall, a warp whose first task this is (t < nwarps) also the
-			// down tasks t + j (nwarps - first down task), which the warps busy
-			// with gate|up will take later.
+			// Not ready: pull the rest of this task's rows into L2 while waiting.
+			// (Prefetching the later down tasks too measured no faster.)
 			prefetch_down(p, a, t);
-			const uint32_t nwarps = gridDim.x * (blockDim.x >> 5);
-			if (a.pfall && t < nwarps)
-				for (uint32_t q = t + (nwarps - p.n_gu_tasks); q < p.n_tasks; q += nwarps - p.n_gu_tasks)
-					prefetch_down(p, a, q);
 			if (lane == 0)
 				while (ld_acquire(p.sync + 1 + c.k.slot) < need)
 					__nanosleep(128);
@@ -289,7 +275,7 @@ __global__ void __launch_bounds__(32 * NW, 1) bf16_kernel(const __grid_constant_
 		for (int m = 0; m < 2; m++)
 #pragma unroll
 			for (int h = 0; h < 2; h++)
-				w[i][m][h] = ld.valid >> (2 * m + h) & 1 ? ldw(q + (m ? ld.om : 0) + (h ? ld.oh : 0), a.nohint)
+				w[i][m][h] = ld.valid >> (2 * m + h) & 1 ? ldw(q + (m ? ld.om : 0) + (h ? ld.oh : 0))
 									 : make_uint4(0, 0, 0, 0);
 		rt[i] = ld.t, ru[i] = ld.u;
 		if (++ld.u == ld.nu) {

@@ -5,8 +5,8 @@
 // one token tile), then every down task (RD rows of down, one token tile).
 // CTA b runs tasks b, b+G, b+2G, ... in order; each task is cut into K chunks
 // ("stages") whose packed rows are copied into shared memory by a 3-deep
-// pipeline (bulk copy engine, one mbarrier per buffer; or 16-byte cp.async
-// with STRATA_BULK=0) that runs across task boundaries.  Why this order is
+// pipeline (bulk copy engine, one mbarrier per buffer) that runs across task
+// boundaries.  Why this order is
 // deadlock-free: a down task spins until its slot's gate|up tasks are done,
 // and every CTA finishes all of its gate|up tasks before its first down task;
 // all CTAs are resident (grid <= SMs, one CTA per SM).
@@ -76,8 +76,7 @@ struct MoeParams {
 	const float *x;
 	float *y, *h;
 	unsigned *sync;        // [0] CTAs done, [1 + s] gate|up tasks done of slot s
-	uint32_t hidden, inter, n_slots, n_gu_tasks, n_tasks, vec, tiers, l2pf;
-	uint32_t noguard;      // skip the fp16 overflow test (STRATA_MOE_GUARD=0, to measure its cost)
+	uint32_t hidden, inter, n_slots, n_gu_tasks, n_tasks, vec, tiers;
 	// Split-K of the warp-streaming decode kernel (moe_decode.cuh; 1 and 1 in
 	// the persistent kernel): a gate|up row is cut into sgu parts of kbg blocks,
 	// a down row into sdn parts of kbd blocks.  Partial gate|up sums meet in gus
@@ -428,7 +427,7 @@ __device__ __forceinline__ void compute_stage(const MoeParams &p, const Task &k,
 		// Tier experts multiply fp16 activations: a unit with |x| > 65504 (rare)
 		// is packed with every token scaled by 2^-e and its sums scaled back.
 		bool big = false;
-		if (F::F16 && !p.noguard) {
+		if (F::F16) {
 			float mx = 0.0f;
 #pragma unroll
 			for (int n = 0; n < NT; n++)
@@ -580,21 +579,10 @@ __device__ __forceinline__ void compute_direct(const MoeParams &p, const Task &k
 	}
 #else
 	(void)wb, (void)xb;
-	// One unit per warp in registers (16 warps: 64 KB per SM in flight).  With
-	// l2pf the rows of the unit PF_DIST steps ahead are prefetched into L2 (one
-	// lane per row and 64-byte piece); measured 3% slower, so off by default.
-	constexpr uint32_t PF_DIST = 3;
-	const bool pf = p.l2pf && t == 0;
+	// One unit per warp in registers (16 warps: 64 KB per SM in flight).
+	// (Prefetching the rows 3 units ahead into L2 measured 3% slower.)
 	for (uint32_t u = warp; u < nunits; u += NW) {
 		ldw(wa, xa, u);
-		const uint32_t up = u + PF_DIST * NW;
-		if (pf && up < nunits)
-#pragma unroll
-			for (int m = 0; m < MT; m++)
-#pragma unroll
-				for (int h = 0; h < 2; h++)
-					if (valid >> (2 * m + h) & 1)
-						asm volatile("prefetch.global.L2 [%0];" ::"l"(rowp(m, h) + 4 * up));
 		mma_unit(wa, xa);
 	}
 #endif
@@ -864,52 +852,24 @@ struct Ctx {
 	size_t h_cap = 0; // floats
 	unsigned *sync = nullptr;
 	int sms = 0;
-	int poison = 0;
-	int warps = 0; // warps per CTA for decode tiles (STRATA_MOE_WARPS: 8 or 16; -1 per tile)
-	int bulk = -1;  // stage copies: 1 bulk copy engine, 0 cp.async (STRATA_MOE_COPY=bulk|async)
-	int direct = 1; // bf16 weights straight to registers (STRATA_MOE_DIRECT=0: staged like the others)
-	int l2pf = 0;   // direct path prefetches into L2 ahead (STRATA_MOE_L2PF=1: on; measured 3% slower)
-	int noguard = 0; // STRATA_MOE_GUARD=0: persistent kernel without the fp16 overflow test (measurement only)
-	int fmt_order = 1; // slots grouped by format (STRATA_MOE_FMT_ORDER=0: in expert order; measurement only)
+	// The configuration of the call in progress (kernels.h), taken from
+	// strata_gpu_moe_config_get at its start.
+	struct strata_moe_config cfg = STRATA_MOE_CONFIG_DEFAULT;
 	bool attr_set[12] = {};
-	// Warp-streaming decode kernel (moe_decode.cuh) for launches of <= 8 tokens
-	// per expert: 0 off (STRATA_MOE_DEC=0), else warps x stages (STRATA_MOE_DEC=
-	// 8x4|8x5|12x3|12x4|16x3, 12x4u unrolled; -1: the default, 12 x 4).
-	// The stage count is negative for 12x4u (units fully unrolled), as in
-	// strata_gpu_moe_set_decode's 12 x -4.
-	int dec_nw = -1, dec_ns = 0;
-	int dec_fnw = -1, dec_fns = 0; // strata_gpu_moe_set_decode (nw < 0: not forced)
 	uint32_t dec_attr = 0;
-	// Its split-K parts per row, at most (STRATA_MOE_SPLIT=n or
-	// strata_gpu_moe_set_split(n); 1: none; 0: the default, run_dec says which).
-	uint32_t dec_split = 0, dec_fsplit = 0;
 	uint64_t dec_split_launches = 0; // strata_gpu_moe_decode_split_launches
-	int dec16 = 1; // two-tile tasks for 9 - 16 tokens (STRATA_MOE_DEC16=0: persistent kernel)
 	float *gus = nullptr;          // partial gate|up sums (MoeParams::gus; also the bf16 kernel's)
 	size_t gus_cap = 0;            // floats
 	unsigned *gucnt = nullptr;     // parts done per unsplit gate|up task (bf16 kernel: per row tile)
 	size_t gucnt_cap = 0;
-	// bf16 decode kernel (moe_dec_bf16.cuh) for launches of <= 8 tokens per
-	// expert, all bf16: 0 off (STRATA_MOE_BF16DEC=0), else warps x ring depth
-	// (STRATA_MOE_BF16DEC=16x4|12x6|8x8; -1: the default); K chunk of about
-	// bfd_kc weights (STRATA_MOE_BF16DEC_KC, default 512).
-	int bfd_nw = -1, bfd_d = 0;
-	uint32_t bfd_kc = 512;
-	int bfd_fnw = -1, bfd_fd = 0; // strata_gpu_moe_set_bf16_decode (nw < 0: not forced)
-	uint32_t bfd_fkc = 0;
-	int bfd_nohint = 0, bfd_pfall = 0; // STRATA_MOE_BF16DEC_HINT=0, STRATA_MOE_BF16DEC_PF=1 (experiments)
 	// (split-K scratch: gus / gucnt above, shared with the tier decode kernel)
 	uint64_t bfd_launches = 0;    // strata_gpu_moe_bf16_decode_launches
-	// Tiled prefill path (moe_prefill.cuh): experts with >= pf_min tokens
-	// (STRATA_MOE_PREFILL_MIN, default 17; STRATA_MOE_PREFILL=0: off).  17: the
-	// persistent kernel's 32-token tiles (17 .. 63 tokens) measured 1.3 - 7x
-	// slower than the 64 x 64 prefill tile, its 16-token tiles 2x faster for
-	// tier experts (bf16: 1.25x slower); experiments/kernels/README.md.
-	uint32_t pf_min = 0;
-	uint32_t pf_force = 0; // strata_gpu_moe_set_prefill_min (0: pf_min)
-	int pf_warps = 0;      // warps per 128 x 128 prefill CTA (STRATA_MOE_PF_WARPS=8|16; 0: per format)
+	// Tiled prefill path (moe_prefill.cuh): experts with >= cfg.prefill_min
+	// tokens.  17: the persistent kernel's 32-token tiles (17 .. 63 tokens)
+	// measured 1.3 - 7x slower than the 64 x 64 prefill tile, its 16-token tiles
+	// 2x faster for tier experts (bf16: 1.25x slower);
+	// experiments/kernels/README.md.
 	uint32_t pf_attr = 0;  // prefill kernels whose shared-memory attribute is set (bits)
-	int pf_tile = 0;       // 0: by token count; 64, 128 or 256 (STRATA_MOE_PF_TILE): always that token tile
 	uint16_t *pf_xs = nullptr, *pf_hs = nullptr;
 	uint32_t *pf_tok = nullptr;
 	float *pf_w = nullptr, *pf_xsc = nullptr;
@@ -943,7 +903,7 @@ int fill_tab(int fmt, uint32_t hidden, uint32_t inter, int rows_per_stage, FmtTa
 	t->cb = tr->code_bytes * (256 / tr->block);
 	t->sb = tr->scale_bytes * (256 / tr->block);
 	t->off[0] = E.gate_off, t->off[1] = E.up_off, t->off[2] = E.down_off;
-	t->direct = fmt == STRATA_FMT_BF16 && g_ctx.direct;
+	t->direct = fmt == STRATA_FMT_BF16;
 	const struct strata_matrix_layout *L[2] = { &E.gate, &E.down };
 	for (int d = 0; d < 2; d++) {
 		t->pc[d] = L[d]->padded_cols;
@@ -984,53 +944,6 @@ int fill_tab(int fmt, uint32_t hidden, uint32_t inter, int rows_per_stage, FmtTa
 
 int ctx_init(struct strata_error *err)
 {
-	if (!g_ctx.warps) {
-		// Kernel variants for experiments (experiments/kernels/README.md).
-		const char *e = getenv("STRATA_MOE_WARPS");
-		g_ctx.warps = e && atoi(e) == 8 ? 8 : e && atoi(e) == 16 ? 16 : -1; // -1: per tile
-		e = getenv("STRATA_MOE_COPY");
-		g_ctx.bulk = e && !strcmp(e, "async") ? 0 : 1;
-		e = getenv("STRATA_MOE_DIRECT");
-		g_ctx.direct = !(e && !strcmp(e, "0"));
-		e = getenv("STRATA_MOE_L2PF");
-		g_ctx.l2pf = e && !strcmp(e, "1");
-		e = getenv("STRATA_MOE_PREFILL_MIN");
-		g_ctx.pf_min = e && atoi(e) > 0 ? (uint32_t)atoi(e) : 17;
-		e = getenv("STRATA_MOE_PF_TILE");
-		g_ctx.pf_tile = e && (atoi(e) == 64 || atoi(e) == 128 || atoi(e) == 256) ? atoi(e) : 0;
-		e = getenv("STRATA_MOE_PF_WARPS");
-		g_ctx.pf_warps = e && atoi(e) == 16 ? 16 : e && atoi(e) == 8 ? 8 : 0;
-		e = getenv("STRATA_MOE_PREFILL");
-		if (e && !strcmp(e, "0"))
-			g_ctx.pf_min = UINT32_MAX;
-		e = getenv("STRATA_MOE_GUARD");
-		g_ctx.noguard = e && !strcmp(e, "0");
-		e = getenv("STRATA_MOE_FMT_ORDER");
-		g_ctx.fmt_order = !(e && !strcmp(e, "0"));
-		e = getenv("STRATA_MOE_DEC");
-		if (e && !strcmp(e, "0"))
-			g_ctx.dec_nw = 0;
-		else if (e && sscanf(e, "%dx%d", &g_ctx.dec_nw, &g_ctx.dec_ns) != 2)
-			g_ctx.dec_nw = -1;
-		else if (e && !strcmp(e, "12x4u"))
-			g_ctx.dec_ns = -4;
-		e = getenv("STRATA_MOE_DEC16");
-		g_ctx.dec16 = !(e && !strcmp(e, "0"));
-		e = getenv("STRATA_MOE_SPLIT");
-		g_ctx.dec_split = e && atoi(e) > 0 ? (uint32_t)atoi(e) : 0;
-		e = getenv("STRATA_MOE_BF16DEC");
-		if (e && !strcmp(e, "0"))
-			g_ctx.bfd_nw = 0;
-		else if (!e || sscanf(e, "%dx%d", &g_ctx.bfd_nw, &g_ctx.bfd_d) != 2)
-			g_ctx.bfd_nw = -1;
-		e = getenv("STRATA_MOE_BF16DEC_KC");
-		if (e && atoi(e) >= 32)
-			g_ctx.bfd_kc = (uint32_t)atoi(e);
-		e = getenv("STRATA_MOE_BF16DEC_HINT");
-		g_ctx.bfd_nohint = e && !strcmp(e, "0");
-		e = getenv("STRATA_MOE_BF16DEC_PF");
-		g_ctx.bfd_pfall = e && !strcmp(e, "1");
-	}
 	if (!g_ctx.sync) {
 		int dev;
 		CU_TRY(err, cudaGetDevice(&dev));
@@ -1118,11 +1031,10 @@ template <class T> int grow_zeroed(T **buf, size_t *cap, size_t n, cudaStream_t 
 // Decode launches (<= 16 tokens per expert): the warp-streaming kernel when
 // every expert is in a tier format and the launch has at least two tasks per
 // warp; tasks of one 8-token tile, or of two (<12, 4> only; decoded once for
-// both) when an expert has 9 - 16 tokens (STRATA_MOE_DEC16=0: those stay on
-// the persistent kernel).  A task is one warp's: a launch with few tasks
+// both) when an expert has 9 - 16 tokens.  A task is one warp's: a launch with few tasks
 // (Qwen3-30B-A3B's 8 experts: 896 tasks for 1584 warps) leaves warps idle and
 // the persistent kernel, which splits a task's row over 16 warps, is faster.
-// Split-K parts (STRATA_MOE_SPLIT / strata_gpu_moe_set_split) fill the warps
+// Split-K parts (the configuration's split) fill the warps
 // but measured slower there (41.6 against 33.5 us per Qwen layer, hot, T=1:
 // each warp's two or three one-block tasks never fill its copy ring, and the
 // partial sums cost atomics), so such launches stay on the persistent kernel.
@@ -1143,17 +1055,17 @@ int run_dec(MoeParams *p, uint32_t maxtok, uint32_t hfl, cudaStream_t st, struct
 	for (uint32_t s = 0; s < p->n_slots; s++)
 		if (p->slot[s].fmt < STRATA_FMT_HOT || p->slot[s].fmt > STRATA_FMT_COLD)
 			return 0;
-	const bool forced = g_ctx.dec_fnw >= 0;
-	int nw = forced ? g_ctx.dec_fnw : g_ctx.dec_nw, ns = forced ? g_ctx.dec_fns : g_ctx.dec_ns;
+	const bool forced = g_ctx.cfg.dec_warps >= 0;
+	int nw = g_ctx.cfg.dec_warps, ns = g_ctx.cfg.dec_stages;
 	const int nt = maxtok <= dec::TN ? 1 : 2;
-	if (!nw || (nt == 2 && !g_ctx.dec16))
+	if (!nw)
 		return 0;
 	if (nw < 0 || nt == 2)
 		nw = 12, ns = 4;
 	const uint32_t warps = (uint32_t)nw * (uint32_t)g_ctx.sms;
 	const uint32_t nbg = (p->hidden + 255) / 256, nbd = (p->inter + 255) / 256;
 	uint32_t t = layout_tasks(p, dec::ROWS / 2, dec::ROWS, dec::TN * nt);
-	uint32_t split = g_ctx.dec_fsplit ? g_ctx.dec_fsplit : g_ctx.dec_split;
+	uint32_t split = g_ctx.cfg.split;
 	if (!split)
 		split = !forced && nt == 1 && maxtok <= SPLIT_MAXTOK && t >= 2 * warps && t < 4 * warps ? SPLIT_AUTO : 1;
 	if (!forced && split == 1 && t < 2 * warps)
@@ -1215,10 +1127,10 @@ int run_dec_bf16(MoeParams *p, uint32_t hfl, cudaStream_t st, struct strata_erro
 	for (uint32_t s = 0; s < p->n_slots; s++)
 		if (p->slot[s].fmt != STRATA_FMT_BF16)
 			return 0;
-	// Forced: the hook, or a variant named in STRATA_MOE_BF16DEC.
-	const bool hook = g_ctx.bfd_fnw >= 0, forced = hook || g_ctx.bfd_nw > 0;
-	int nw = hook ? g_ctx.bfd_fnw : g_ctx.bfd_nw, dd = hook ? g_ctx.bfd_fd : g_ctx.bfd_d;
-	const uint32_t kcw = forced && g_ctx.bfd_fkc ? g_ctx.bfd_fkc : g_ctx.bfd_kc;
+	// Forced: a variant (or off) named in the configuration.
+	const bool forced = g_ctx.cfg.bf16_warps >= 0;
+	int nw = g_ctx.cfg.bf16_warps, dd = g_ctx.cfg.bf16_depth;
+	const uint32_t kcw = g_ctx.cfg.bf16_kc;
 	if (!nw)
 		return 0;
 	// K chunks of about kcw weights, even across the row (multiples of 32).
@@ -1230,7 +1142,6 @@ int run_dec_bf16(MoeParams *p, uint32_t hfl, cudaStream_t st, struct strata_erro
 		a.nch[d] = (f.pc[d] + a.kc[d] - 1) / a.kc[d];
 	}
 	a.nrt = (p->inter + bfd::RG - 1) / bfd::RG;
-	a.nohint = g_ctx.bfd_nohint, a.pfall = g_ctx.bfd_pfall;
 	// Tasks: layout_tasks' order (every slot has one 8-token tile), each split
 	// into its K chunks, chunk-major (task_find's token tile is the chunk).
 	layout_tasks(p, bfd::RG, bfd::RD, bfd::TN);
@@ -1282,7 +1193,7 @@ int run_launch(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_err
 	}
 	p->h = g_ctx.h;
 	p->sync = g_ctx.sync;
-	if (g_ctx.poison)
+	if (g_ctx.cfg.poison)
 		CU_TRY(err, cudaMemsetAsync(g_ctx.h, 0xff, (size_t)hfl * sizeof(float), st));
 	int rc = 0;
 	if (maxtok <= 8 && run_dec_bf16(p, hfl, st, err, &rc))
@@ -1298,19 +1209,11 @@ int run_launch(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_err
 	// Warps per CTA: 16 for 8-token tiles (more loads in flight for bf16), 8 for
 	// 16-token tiles (16 warps would cap them at 128 registers and their
 	// partial sums would not fit a stage).
-	const bool w16 = g_ctx.warps == 16 || (g_ctx.warps < 0 && maxtok <= 8);
-	if (g_ctx.bulk) {
-		if (maxtok <= 8)
-			return w16 ? launch<1, 4, 16, true>(p, st, 3, err) : launch<1, 4, 8, true>(p, st, 0, err);
-		if (maxtok <= 16)
-			return w16 ? launch<2, 4, 16, true>(p, st, 4, err) : launch<2, 4, 8, true>(p, st, 1, err);
-		return launch<4, 4, 8, true>(p, st, 2, err);
-	}
 	if (maxtok <= 8)
-		return w16 ? launch<1, 4, 16, false>(p, st, 9, err) : launch<1, 4, 8, false>(p, st, 6, err);
+		return launch<1, 4, 16, true>(p, st, 3, err);
 	if (maxtok <= 16)
-		return w16 ? launch<2, 4, 16, false>(p, st, 10, err) : launch<2, 4, 8, false>(p, st, 7, err);
-	return launch<4, 4, 8, false>(p, st, 8, err);
+		return launch<2, 4, 8, true>(p, st, 1, err);
+	return launch<4, 4, 8, true>(p, st, 2, err);
 }
 
 bool pf_fmt(int fmt) { return fmt == STRATA_FMT_BF16 || (fmt >= STRATA_FMT_HOT && fmt <= STRATA_FMT_COLD); }
@@ -1386,7 +1289,7 @@ int run_prefill(const struct strata_moe_call *c, const uint32_t *count, const ui
 		CU_TRY(err, cudaMalloc(&g_ctx.pf_hbig, nb));
 		g_ctx.pf_cap_a = nb, g_ctx.pf_cap_x = nx, g_ctx.pf_cap_h = nh;
 	}
-	if (g_ctx.poison) {
+	if (g_ctx.cfg.poison) {
 		CU_TRY(err, cudaMemsetAsync(g_ctx.pf_xs, 0xff, nx * 2, st));
 		CU_TRY(err, cudaMemsetAsync(g_ctx.pf_hs, 0xff, nh * 2, st));
 		CU_TRY(err, cudaMemsetAsync(g_ctx.pf_xsc, 0xff, (size_t)nb * 4, st));
@@ -1451,9 +1354,8 @@ int run_prefill(const struct strata_moe_call *c, const uint32_t *count, const ui
 				if (!big[e])
 					continue;
 				uint32_t nt = count[e + 1] - count[e];
-				bool wide = g_ctx.pf_tile == 256 || (g_ctx.pf_tile == 0 && nt >= 192);
-				bool small = g_ctx.pf_tile == 64 || (g_ctx.pf_tile == 0 && nt <= PF_SMALL_MAX);
-				bool w16 = g_ctx.pf_warps ? g_ctx.pf_warps == 16 : c->fmts[e] != STRATA_FMT_BF16;
+				bool wide = nt >= 192, small = nt <= PF_SMALL_MAX;
+				bool w16 = c->fmts[e] != STRATA_FMT_BF16;
 				if ((wide ? 0 : small ? 3 : w16 ? 2 : 1) == grp) {
 					PSlot &s = P->slot[ns++];
 					s.ext = (const uint8_t *)c->extents[e];
@@ -1556,7 +1458,7 @@ int moe_layer(const struct strata_moe_call *c, struct strata_error *err)
 		goto out;
 	}
 	maxtok_all = 0;
-	pf_min = g_ctx.pf_force ? g_ctx.pf_force : g_ctx.pf_min;
+	pf_min = g_ctx.cfg.prefill_min;
 	for (uint32_t e = 0; e < c->n_experts; e++) {
 		uint32_t n = count[e + 1] - count[e];
 		big[e] = n && n >= pf_min && pf_fmt(c->fmts[e]);
@@ -1565,11 +1467,9 @@ int moe_layer(const struct strata_moe_call *c, struct strata_error *err)
 	}
 	p->x = c->x, p->y = c->y;
 	p->hidden = c->hidden, p->inter = c->inter;
-	p->l2pf = g_ctx.l2pf;
-	p->noguard = g_ctx.noguard;
 	p->vec = (c->hidden % 4 == 0 && c->inter % 4 == 0 && ((uintptr_t)c->x & 15) == 0);
 	{
-		// Slots in format order (STRATA_MOE_FMT_ORDER=0: expert order): tasks
+		// Slots in format order: tasks
 		// are numbered slot by slot, so warps that fetch tasks at about the same
 		// time run the same decoder.  (Experts with tokens have a valid format,
 		// checked above; one without tokens and without a valid format is left
@@ -1577,7 +1477,7 @@ int moe_layer(const struct strata_moe_call *c, struct strata_error *err)
 		uint32_t ne = 0;
 		for (int f = 0; f < STRATA_FMT_COUNT; f++)
 			for (uint32_t e = 0; e < c->n_experts; e++)
-				if (g_ctx.fmt_order ? c->fmts[e] == f : f == 0)
+				if (c->fmts[e] == f)
 					eord[ne++] = e;
 		// The kernel variant (token tile) is fixed for the whole call: the stage
 		// geometry in p->tab was sized for its rows per stage.
@@ -1627,6 +1527,7 @@ extern "C" int strata_moe_layer_gpu(const struct strata_moe_call *c, struct stra
 	if (strata_gpu_count() <= 0)
 		return STRATA_ERR(err, STRATA_EUNSUPPORTED, "strata_moe_layer_gpu: no GPU");
 	pthread_mutex_lock(&g_ctx.mu);
+	strata_gpu_moe_config_get(&g_ctx.cfg);
 	int rc = moe_layer(c, err);
 	pthread_mutex_unlock(&g_ctx.mu);
 	return rc;
@@ -1636,36 +1537,6 @@ extern "C" int strata_gpu_moe_check(int fmt, uint32_t hidden, uint32_t inter, st
 {
 	FmtTab t;
 	return fill_tab(fmt, hidden, inter, 64, &t, err);
-}
-
-extern "C" void strata_gpu_moe_set_poison(int on) { g_ctx.poison = on; }
-
-extern "C" void strata_gpu_moe_set_prefill_min(uint32_t n)
-{
-	pthread_mutex_lock(&g_ctx.mu);
-	g_ctx.pf_force = n;
-	pthread_mutex_unlock(&g_ctx.mu);
-}
-
-extern "C" void strata_gpu_moe_set_decode(int nw, int ns)
-{
-	pthread_mutex_lock(&g_ctx.mu);
-	g_ctx.dec_fnw = nw, g_ctx.dec_fns = ns;
-	pthread_mutex_unlock(&g_ctx.mu);
-}
-
-extern "C" void strata_gpu_moe_set_split(uint32_t parts)
-{
-	pthread_mutex_lock(&g_ctx.mu);
-	g_ctx.dec_fsplit = parts;
-	pthread_mutex_unlock(&g_ctx.mu);
-}
-
-extern "C" void strata_gpu_moe_set_bf16_decode(int nw, int depth, uint32_t kc)
-{
-	pthread_mutex_lock(&g_ctx.mu);
-	g_ctx.bfd_fnw = nw, g_ctx.bfd_fd = depth, g_ctx.bfd_fkc = kc;
-	pthread_mutex_unlock(&g_ctx.mu);
 }
 
 extern "C" uint64_t strata_gpu_moe_decode_split_launches(void)

@@ -1,8 +1,8 @@
 // Tiled prefill path of the fused MoE layer (included by moe_gpu.cu inside
 // its anonymous namespace, after FmtTab and the PTX helpers).
 //
-// Used for experts with many tokens (>= STRATA_MOE_PREFILL_MIN, 17 by
-// default) in bf16 or a tier format; the persistent kernel keeps decode
+// Used for experts with many tokens (>= the configuration's prefill_min, 17
+// by default) in bf16 or a tier format; the persistent kernel keeps decode
 // (<= 16 tokens per expert).  Three launches per group of experts:
 //   pf_prep     gathers each assignment's activation row x[tok] into a 16-bit
 //               buffer xs (fp16 for tier experts, bf16 for bf16 experts; row
@@ -31,7 +31,7 @@
 // tokens) for experts with 65 .. 191 tokens, 64 x 256 with 8 warps (64 x 32) from
 // 192 tokens: the tier decode is the limit, and the wide tile decodes half as
 // many weights per MMA (experiments/kernels/README.md); 128 x 128 with 16
-// warps (32 x 32): the default for tier experts (STRATA_MOE_PF_WARPS=8|16 forces one);
+// warps (32 x 32) for tier experts;
 // 64 x 64 with 4 warps (32 x 32, two CTAs per SM) up to 64 tokens (one token
 // tile: each weight decoded once, a quarter of the MMAs of 128 x 128).
 // Main loop of a CTA (mma.sync m16n8k16, f32 accumulation): K steps of 64
@@ -70,8 +70,8 @@ template <int BM_, int BN_, int NW_> struct Cfg {
 	static_assert(BM % 64 == 0, "a gate|up tile covers whole 32-column h segments");
 	static_assert(SMEM <= 227 * 1024, "prefill shared memory");
 };
-using Cfg128 = Cfg<128, 128, 8>;   // default
-using Cfg128w16 = Cfg<128, 128, 16>; // tier experts < 192 tokens (STRATA_MOE_PF_WARPS)
+using Cfg128 = Cfg<128, 128, 8>;   // bf16 experts of 65 .. 191 tokens
+using Cfg128w16 = Cfg<128, 128, 16>; // tier experts of 65 .. 191 tokens
 using CfgWide = Cfg<64, 256, 8>;   // >= 192 tokens per expert: decode amortised over 256 tokens
 using CfgSmall = Cfg<64, 64, 4>;   // <= 64 tokens per expert (two CTAs per SM)
 constexpr uint32_t SEG = 32;       // h columns per exponent (fp16 range guard)

@@ -10,16 +10,22 @@
 #define STRATA_BUILTINS(X)                                                       \
 	X(place, static)   /* default: the shard header's tier table */         \
 	X(place, cache)    /* empty start, keep everything fetched */            \
+	X(place, llama)    /* llama.cpp expert cache admission */                \
 	X(evict, lru)      /* default */                                         \
 	X(evict, lfu)                                                            \
 	X(evict, lfu_decay)                                                      \
 	X(evict, belady)   /* optimal, reads the future */                       \
 	X(evict, fifo)                                                           \
 	X(evict, random)                                                         \
+	X(evict, llama)    /* llama.cpp expert cache: per-layer LRU slots */     \
+	X(evict, lfru)     /* vLLM: frequency-weighted LRU */                    \
+	X(evict, moe_infinity)                                                   \
+	X(evict, least_stale) /* SpecMD */                                       \
 	X(prefetch, none)  /* default */                                         \
 	X(prefetch, lookahead)                                                   \
 	X(prefetch, oracle)                                                      \
-	X(prefetch, history)
+	X(prefetch, history)                                                     \
+	X(prefetch, moe_infinity)
 
 enum { ROLE_place = STRATA_ROLE_PLACE, ROLE_evict = STRATA_ROLE_EVICT,
        ROLE_prefetch = STRATA_ROLE_PREFETCH };

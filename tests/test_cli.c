@@ -94,6 +94,12 @@ static int setup(void **state)
 		"cp @D/t.strace @D/tcut.strace && truncate -s -7 @D/tcut.strace",
 		"sed '2s/\"layers\":\\[\\[[0-9]*,/\"layers\":[[99,/' @D/t.jsonl > @D/t99.jsonl",
 		"touch @D/afile",
+		/* hostile inputs: a FIFO named as a shard and as a trace, a raw log
+		 * to import, a checkpoint whose config.json says top-k 0 */
+		"mkdir @D/mfifo && mkfifo @D/mfifo/shard-00000.strata && mkfifo @D/tfifo.strace",
+		"cp @D/t.jsonl @D/g.jsonl",
+		"@S quantize --make-test-model @D/hf --spec custom:layers=2,experts=8,top_k=2,hidden=256,inter=128",
+		"cp -r @D/hf @D/hfk0 && printf '{\"num_experts_per_tok\": 0}\n' > @D/hfk0/config.json",
 		NULL,
 	};
 	for (int i = 0; steps[i]; i++)
@@ -194,9 +200,9 @@ struct cli_case {
 static const struct cli_case cases[] = {
 	/* missing required arguments and bad values: usage errors */
 	{ "@S synth --out @D/x", 2, { "--preset and --out are required" } },
-	{ "@S synth --preset tiny --out @D/x --seed abc", 2, { "bad value 'abc' for --seed" } },
-	{ "@S synth --preset tiny --out @D/x --seed=abc", 2, { "bad value 'abc' for --seed" } },
-	{ "@S quantize --in @D/x --out @D/q --threads -1", 2, { "bad number '-1' for --threads" } },
+	{ "@S synth --preset tiny --out @D/x --seed abc", 2, { "--seed: 'abc': not a non-negative whole number" } },
+	{ "@S synth --preset tiny --out @D/x --seed=abc", 2, { "--seed: 'abc': not a non-negative whole number" } },
+	{ "@S quantize --in @D/x --out @D/q --threads -1", 2, { "--threads: '-1': not a non-negative whole number (0..1024)" } },
 	{ "@S quantize --in @D/x --out @D/q --shard-size lots", 2, { "--shard-size" } },
 	{ "@S quantize --in @D/x --out @D/q --dtype f64", 2, { "--make-test-model" } },
 	{ "@S synth --preset tiny --out @D/x --threads 0", 2, { "bad value '0'" } },
@@ -316,6 +322,35 @@ static const struct cli_case cases[] = {
 	{ "@S calibrate --model @D/m --bytes 1M --compute none --gpu 0 -o @D/afile/c.json", 1,
 	  { "afile/c.json", "Not a directory" } },
 	{ "@S run --merge @D/afile/x.csv", 1, { "afile/x.csv" } },
+	/* no silent clamping: out-of-range values are refused with the value and the range */
+	{ "@S quantize --in @D/hf --out @D/q0 --top-k 0", 2, { "--top-k: '0'", "out of range (1..65535)" } },
+	{ "@S quantize --in @D/hf --out @D/q0 --top-k 99", 1, { "--top-k 99 is out of range: 1..8" } },
+	{ "@S quantize --in @D/hfk0 --out @D/q0", 1, { "num_experts_per_tok is 0", "1..8" } },
+	{ "@S quantize --in @D/hf --out @D/q0 --seed 99999999999999999999999", 2, { "too large" } },
+	{ "@S synth --preset tiny --out @D/x --seed 99999999999999999999999", 2, { "--seed", "too large" } },
+	{ "@S replay --model @D/m --trace @D/t.strace --seed 99999999999999999999999", 2, { "--seed", "too large" } },
+	{ "@S trace gen --seed 99999999999999999999999 -o @D/x.strace", 2, { "--seed", "too large" } },
+	/* one --force rule for every model writer */
+	{ "@S quantize --in @D/hf --out @D/m", 1, { "already holds a model", "--force" } },
+	{ "@S synth --preset tiny --out @D/m", 1, { "already holds a model", "--force" } },
+	/* an output that is an input */
+	{ "@S trace import -o @D/g.jsonl @D/g.jsonl", 1, { "g.jsonl", "refusing to write over an input" } },
+	{ "@S trace convert @D/t.strace @D/t.strace", 1, { "refusing to write over an input" } },
+	{ "@S trace stats @D/t.strace --json @D/t.strace", 1, { "refusing to write over an input" } },
+	/* a test run that finds no suites fails */
+	{ "bash tests/run-tests.sh @D", 1, { "no test suites ran", "1 failed" } },
+	/* trace writers: the space is checked first, temporaries go on every signal */
+	{ "@S trace gen --gen 4000000000 --requests 1000 -o @D/big.strace", 1, { "big.strace", "not enough space" } },
+	{ "@S trace gen --gen 99999999999 -o @D/big.strace", 2, { "--gen", "out of range" } },
+	{ "exec 2>&1; @S trace gen --gen 99999999 -o @D/sigint.strace & sleep 0.5; kill -INT $!; wait $!; echo rc=$?; "
+	  "ls @D/sigint.strace* || echo CLEAN", 0, { "interrupted after", "rc=1", "CLEAN" } },
+	{ "exec 2>&1; @S trace gen --gen 99999999 -o @D/sigterm.strace & sleep 0.5; kill -TERM $!; wait $!; echo rc=$?; "
+	  "ls @D/sigterm.strace* || echo CLEAN", 0, { "interrupted after", "rc=1", "CLEAN" } },
+	{ "exec 2>&1; @S trace gen --gen 99999999 -o @D/sighup.strace & sleep 0.5; kill -HUP $!; wait $!; echo rc=$?; "
+	  "ls @D/sighup.strace* || echo CLEAN", 0, { "interrupted after", "rc=1", "CLEAN" } },
+	/* not regular files */
+	{ "@S inspect @D/mfifo", 1, { "shard-00000.strata", "not a regular file (a FIFO)" } },
+	{ "@S trace stats @D/tfifo.strace", 1, { "tfifo.strace", "FIFO" } },
 };
 
 /* Run cases[first..first+n) at once (the suite spends its time starting

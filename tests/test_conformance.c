@@ -540,6 +540,132 @@ static void test_evict_decisions(void **state)
 	memset(d.resident, 0, sizeof(d.resident));
 }
 
+static void step(struct strata_policy *p, uint64_t token, uint32_t layer, const uint32_t *x, uint32_t n,
+		 uint32_t n_tokens)
+{
+	struct strata_step st = { .token = token, .layer = layer, .n_tokens = n_tokens, .experts = x,
+				  .n_experts = n };
+	if (p->role == STRATA_ROLE_EVICT)
+		strata_evict_ops_of(p)->on_step(p, &st);
+	else
+		strata_place_ops_of(p)->on_step(p, &st);
+}
+
+/* The published baselines (tiny spec: 4 layers x 16 experts, top-2, so a
+ * token is 8 clock ticks and eid = layer * 16 + expert). */
+static void test_baseline_decisions(void **state)
+{
+	struct direct d;
+	direct_init(&d, NULL);
+	/* llama: misses go most-recent in id order, whatever order they came in */
+	struct strata_policy *p = mk(&d, STRATA_ROLE_EVICT, "llama:slots=2");
+	static const uint32_t s31[] = { 3, 1 }, s5[] = { 5 }, s1[] = { 1 }, s0[] = { 0 };
+	step(p, 0, 0, s31, 2, 1);
+	ins(&d, p, 3, 0), acc(p, 3, 0), ins(&d, p, 1, 1), acc(p, 1, 1);
+	step(p, 1, 0, s5, 1, 1);
+	assert_int_equal(vic(&d, p, 8), 1); /* plain LRU would say 3 */
+	/* hits go most-recent */
+	step(p, 2, 0, s1, 1, 1);
+	acc(p, 1, 16);
+	assert_int_equal(vic(&d, p, 16), 3);
+	/* a layer below its slots takes room from the oldest layer over or at them */
+	step(p, 2, 1, s0, 1, 1);
+	ins(&d, p, 16, 17), acc(p, 16, 17);
+	assert_int_equal(vic(&d, p, 18), 3);
+	/* a batch of two tokens leaves the order alone */
+	step(p, 3, 0, s31, 2, 2);
+	acc(p, 3, 24);
+	step(p, 4, 0, s5, 1, 1);
+	assert_int_equal(vic(&d, p, 32), 3);
+	rem(&d, p, 3), rem(&d, p, 1), rem(&d, p, 16);
+	strata_policy_destroy(p);
+	/* place llama: an insert cap per step; batches bypass; VRAM starts empty */
+	p = mk(&d, STRATA_ROLE_PLACE, "llama:inserts=1");
+	const struct strata_place_ops *po = strata_place_ops_of(p);
+	uint32_t both = (1u << STRATA_TIER_VRAM) | (1u << STRATA_TIER_RAM), ram = 1u << STRATA_TIER_RAM;
+	assert_int_equal(po->initial_tier(p, 0), STRATA_TIER_RAM);
+	step(p, 0, 0, s31, 2, 1);
+	assert_int_equal(po->admit(p, 3, STRATA_TIER_RAM, 0), both);
+	assert_int_equal(po->admit(p, 1, STRATA_TIER_RAM, 1), ram);
+	step(p, 1, 0, s31, 2, 0); /* unknown count: 2 experts of top-2, one token */
+	assert_int_equal(po->admit(p, 3, STRATA_TIER_RAM, 8), both);
+	step(p, 2, 0, s31, 2, 4);
+	assert_int_equal(po->admit(p, 3, STRATA_TIER_RAM, 16), ram);
+	strata_policy_destroy(p);
+
+	/* lfru: each earlier use adds weight tokens (16 ticks at weight 2) */
+	for (int w = 0; w < 2; w++) {
+		p = mk(&d, STRATA_ROLE_EVICT, w ? "lfru:weight=2" : "lfru:weight=0");
+		ins(&d, p, 0, 0), acc(p, 0, 0), acc(p, 0, 1); /* key 1 + 16 */
+		ins(&d, p, 1, 10), acc(p, 1, 10);                /* key 10 */
+		ins(&d, p, 2, 20), acc(p, 2, 20);
+		assert_int_equal(vic(&d, p, 21), w ? 1 : 0);
+		rem(&d, p, 0), rem(&d, p, 1), rem(&d, p, 2);
+		strata_policy_destroy(p);
+	}
+
+	/* least-stale: expected next use = last + EWMA gap, furthest leaves */
+	p = mk(&d, STRATA_ROLE_EVICT, "least-stale:prior=4");
+	ins(&d, p, 0, 0), acc(p, 0, 0), acc(p, 0, 4), acc(p, 0, 8); /* next 12 */
+	ins(&d, p, 1, 1), acc(p, 1, 1), acc(p, 1, 9);                /* next 17 */
+	assert_int_equal(vic(&d, p, 10), 1);
+	ins(&d, p, 2, 9), acc(p, 2, 9); /* seen once: 9 + 4 tokens = 41 */
+	assert_int_equal(vic(&d, p, 10), 2);
+	static const uint32_t s2[] = { 2 };
+	step(p, 2, 0, s2, 1, 1); /* the current step's expert stays */
+	assert_int_equal(vic(&d, p, 10), 1);
+	/* long past every expectation: the one away longest leaves */
+	step(p, 50, 1, s0, 1, 1);
+	assert_int_equal(vic(&d, p, 100), 0);
+	rem(&d, p, 0), rem(&d, p, 1), rem(&d, p, 2);
+	strata_policy_destroy(p);
+
+	/* moe-infinity: decay x row-normalised activations x frequency */
+	p = mk(&d, STRATA_ROLE_EVICT, "moe-infinity");
+	static const uint32_t s12[] = { 1, 2 };
+	step(p, 0, 0, s12, 2, 1);
+	step(p, 1, 0, s1, 1, 1);
+	step(p, 1, 1, s1, 1, 1); /* layer 1 runs: layer 0 is 3 layers ahead */
+	ins(&d, p, 1, 0), ins(&d, p, 2, 1), ins(&d, p, 17, 2);
+	/* e1: .5 x 2/3 x 2/5; e2: .5 x 1/3 x 1/5; e17: .25 x 1 x 1/5 */
+	assert_int_equal(vic(&d, p, 3), 2);
+	d.pinned[2] = 1;
+	assert_int_equal(vic(&d, p, 3), 17);
+	d.pinned[2] = 0;
+	rem(&d, p, 1), rem(&d, p, 2), rem(&d, p, 17);
+	strata_policy_destroy(p);
+	p = mk(&d, STRATA_ROLE_PREFETCH, "moe-infinity:topn=1");
+	const struct strata_prefetch_ops *pf = strata_prefetch_ops_of(p);
+	struct strata_prefetch_req req[8];
+	struct strata_layer_ctx ctx = { .token = 2, .layer = 0 };
+	assert_int_equal(pf->on_layer(p, &ctx, req, 8), 0); /* nothing learnt yet */
+	pf->on_route(p, 0, 1, s12, 2);
+	pf->on_route(p, 1, 1, s1, 1);
+	assert_int_equal(pf->on_layer(p, &ctx, req, 8), 1);
+	assert_int_equal(req[0].eid, 17);
+	ctx.layer = 3; /* nothing after the last layer */
+	assert_int_equal(pf->on_layer(p, &ctx, req, 8), 0);
+	strata_policy_destroy(p);
+	memset(d.resident, 0, sizeof(d.resident));
+}
+
+/* lfru with weight 0 is LRU, on every budget of the golden trace. */
+static void test_lfru_weight0_is_lru(void **state)
+{
+	for (uint32_t b = 3; b <= 40; b += 37 / 4) {
+		struct strata_harness_counters k[2];
+		for (int i = 0; i < 2; i++) {
+			struct strata_harness_config c;
+			strata_harness_config_defaults(&c);
+			c.budget = b * MIB;
+			c.evict = i ? "lfru:weight=0" : "lru";
+			struct strata_error err = { 0 };
+			assert_int_equal(strata_harness_run(trace, &c, &k[i], &err), 0);
+		}
+		assert_memory_equal(&k[0], &k[1], sizeof(k[0]));
+	}
+}
+
 static void test_belady_decisions(void **state)
 {
 	/* layer 0 of the tiny spec; accesses: 0:e1 1:e2 2:e3 3:e1 4:e3 5:e2 6:e4 */
@@ -920,6 +1046,8 @@ int main(void)
 		cmocka_unit_test(test_belady_is_optimal),
 		cmocka_unit_test(test_textbook_sequence),
 		cmocka_unit_test(test_evict_decisions),
+		cmocka_unit_test(test_baseline_decisions),
+		cmocka_unit_test(test_lfru_weight0_is_lru),
 		cmocka_unit_test(test_belady_decisions),
 		cmocka_unit_test(test_belady_random),
 		cmocka_unit_test(test_prefetch_decisions),

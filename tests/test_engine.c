@@ -545,10 +545,29 @@ static void test_io_error_names_shard(void **state)
 	free(dir);
 }
 
-/* A payload byte flipped on disk: with verify, the read fails ECORRUPT
- * naming the shard; without, the engine hands the bytes out as they are.
- * Through RAM and staged straight into VRAM, on the host stand-in and (where
- * there is one) on the GPU, where a staged read is copied back to be checked. */
+static int all_hot_initial(struct strata_policy *p, uint32_t eid)
+{
+	return STRATA_TIER_VRAM;
+}
+
+static uint32_t all_hot_admit(struct strata_policy *p, uint32_t eid, int from_tier, uint64_t now)
+{
+	return 1u << STRATA_TIER_VRAM;
+}
+
+/* Every expert hot, preloaded into VRAM at open. */
+static const struct strata_place_ops all_hot = {
+	.name = "all-hot", .version = STRATA_POLICY_ABI,
+	.initial_tier = all_hot_initial, .admit = all_hot_admit,
+};
+
+/* A payload byte flipped on disk: by default (each expert's first read) and
+ * with --verify (every read) the read fails ECORRUPT naming the shard; only
+ * with --no-verify does the engine hand the bytes out as they are.  Through
+ * RAM, staged straight into VRAM, and preloaded hot at open; on the host
+ * stand-in and (where there is one) on the GPU, where a staged read is hashed
+ * in its bounce buffers (bounce buffers smaller than the extent, so chunks
+ * arrive and are hashed in pieces). */
 static void test_verify_checksums(void **state)
 {
 	struct strata_error err = { 0 };
@@ -557,49 +576,79 @@ static void test_verify_checksums(void **state)
 	assert_int_equal(write_model("custom:layers=2,experts=8,top_k=2,hidden=256,inter=128", STRATA_SYNTH_BF16, dir,
 				     &s), 0);
 	const struct strata_extent *x = strata_store_expert(s, 1, 3);
+	assert_true(x->bytes > 4096);
 	FILE *f = fopen(strata_store_shard_path(s, x->shard), "r+b");
 	assert_non_null(f);
-	fseek(f, (long)(x->offset + 100), SEEK_SET);
+	fseek(f, (long)(x->offset + x->payload - 7), SEEK_SET); /* in the last bounce chunk */
 	int c = fgetc(f);
-	fseek(f, (long)(x->offset + 100), SEEK_SET);
+	fseek(f, (long)(x->offset + x->payload - 7), SEEK_SET);
 	fputc(c ^ 0x5a, f);
 	fclose(f);
+	strata_store_close(s);
 	int gpus = test_have_gpu("verify_checksums on the GPU") ? 2 : 1;
+	const int modes[] = { STRATA_VERIFY_FIRST, STRATA_VERIFY_EVERY, STRATA_VERIFY_OFF };
 	for (int gpu = 0; gpu < gpus; gpu++)
-	for (int verify = 0; verify < 2; verify++) {
-		for (int ram = 0; ram < 2; ram++) {
+	for (int mi = 0; mi < 3; mi++) {
+		int verify = modes[mi];
+		for (int how = 0; how < 3; how++) { /* via RAM, staged NVMe -> VRAM, preloaded hot */
+			assert_int_equal(strata_store_open(dir, &s, &err), 0);
 			struct strata_engine_config ec;
 			strata_engine_config_defaults(&ec);
 			ec.use_gpu = gpu;
-			ec.budget[0] = 0;
-			ec.budget[1] = ram ? 4 * x->bytes : 0; /* via RAM, or staged NVMe -> VRAM */
-			ec.place = ram ? "static:promote=ram" : "static";
+			ec.budget[0] = how == 2 ? 64 * x->bytes : 0;
+			ec.budget[1] = how == 0 ? 4 * x->bytes : 0;
+			ec.place = how == 0 ? "static:promote=ram" : "static";
+			ec.place_ops = how == 2 ? &all_hot : NULL;
+			ec.bounce_bytes = 4096;
 			ec.verify = verify;
-			struct strata_engine *e;
-			assert_int_equal(strata_engine_open(s, &ec, &e, &err), 0);
+			struct strata_engine *e = NULL;
+			int rc = strata_engine_open(s, &ec, &e, &err);
 			uint32_t ex[2] = { 2, 3 };
 			const void *p[2];
-			int rc = strata_engine_acquire(e, 1, ex, 2, p, &err);
-			if (verify) {
+			if (!rc)
+				rc = strata_engine_acquire(e, 1, ex, 2, p, &err);
+			if (verify != STRATA_VERIFY_OFF) {
 				assert_int_equal(rc, STRATA_ECORRUPT);
 				assert_non_null(strstr(err.msg, "shard-"));
 				assert_non_null(strstr(err.msg, "checksum"));
+				if (how == 2)
+					assert_null(e); /* the hot expert failed at open, in preload */
 				print_message("%s\n", err.msg);
 			} else {
 				assert_int_equal(rc, 0);
+				assert_int_equal(strata_engine_stats(e)->verified_extents, 0);
 				uint8_t b;
-				if (gpu) {
-					assert_int_equal(strata_gpu_memcpy_d2h_async(&b, (const uint8_t *)p[1] + 100, 1,
-										     NULL, &err), 0);
+				const uint8_t *q = (const uint8_t *)p[1] + x->payload - 7;
+				if (gpu && how) {
+					assert_int_equal(strata_gpu_memcpy_d2h_async(&b, q, 1, NULL, &err), 0);
 					assert_int_equal(strata_gpu_sync(&err), 0);
 				} else {
-					b = ((const uint8_t *)p[1])[100];
+					b = *q;
 				}
 				assert_int_equal(b, c ^ 0x5a);
 				assert_int_equal(strata_engine_release(e, 0, 1, ex, 2, &err), 0);
 			}
 			strata_engine_close(e);
+			strata_store_close(s);
 		}
+	}
+	/* a clean expert passes the check, and FIRST checks it once per store */
+	assert_int_equal(strata_store_open(dir, &s, &err), 0);
+	struct strata_engine_config ec;
+	strata_engine_config_defaults(&ec);
+	ec.use_gpu = 0;
+	ec.budget[0] = 0;
+	ec.budget[1] = 0;
+	ec.bounce_bytes = 4096;
+	for (int round = 0; round < 2; round++) {
+		struct strata_engine *e;
+		assert_int_equal(strata_engine_open(s, &ec, &e, &err), 0);
+		uint32_t ex[2] = { 1, 2 };
+		const void *p[2];
+		assert_int_equal(strata_engine_acquire(e, 0, ex, 2, p, &err), 0);
+		assert_int_equal(strata_engine_stats(e)->verified_extents, round ? 0 : 2);
+		assert_int_equal(strata_engine_release(e, 0, 0, ex, 2, &err), 0);
+		strata_engine_close(e);
 	}
 	strata_store_close(s);
 	test_rmdir(dir);

@@ -120,6 +120,76 @@ static double rel_err(const float *a, const float *ref, const float *base, size_
 
 /* ---- dequantization: bit-exact against the reference ---- */
 
+/* Make c (NULL: the defaults) the kernel configuration. */
+static void kernel_config(const struct strata_moe_config *c)
+{
+	struct strata_moe_config d;
+	struct strata_error err = { 0 };
+	if (!c) {
+		strata_gpu_moe_config_defaults(&d);
+		c = &d;
+	}
+	int rc = strata_gpu_moe_configure(c, &err);
+	if (rc)
+		fprintf(stderr, "kernel config: %s\n", err.msg);
+	assert_int_equal(rc, STRATA_OK);
+}
+
+/* The kernel configuration without a GPU: defaults, the text form, and
+ * clear errors for values the kernels do not have. */
+static void test_moe_config(void **state)
+{
+	(void)state;
+	struct strata_moe_config c, d;
+	struct strata_error err = { 0 };
+	strata_gpu_moe_config_defaults(&d);
+	assert_int_equal(d.prefill_min, 17);
+	assert_int_equal(d.dec_warps, -1);
+	assert_int_equal(d.split, 0);
+	assert_int_equal(d.bf16_warps, -1);
+	assert_int_equal(d.bf16_kc, 512);
+	assert_int_equal(strata_gpu_moe_config_validate(&d, &err), STRATA_OK);
+	c = d;
+	assert_int_equal(strata_gpu_moe_config_parse("dec=12x4u,split=2,bf16dec=8x8,bf16_kc=64,prefill_min=off", &c,
+						     &err),
+			 STRATA_OK);
+	assert_int_equal(c.dec_warps, 12);
+	assert_int_equal(c.dec_stages, -4);
+	assert_int_equal(c.split, 2);
+	assert_int_equal(c.bf16_warps, 8);
+	assert_int_equal(c.bf16_depth, 8);
+	assert_int_equal(c.bf16_kc, 64);
+	assert_int_equal(c.prefill_min, UINT32_MAX);
+	c = d;
+	assert_int_equal(strata_gpu_moe_config_parse("dec=off,bf16dec=auto", &c, &err), STRATA_OK);
+	assert_int_equal(c.dec_warps, 0);
+	assert_int_equal(c.bf16_warps, -1);
+	static const char *const bad[] = { "dec=9x4", "dec=12", "split=65", "split=-1", "bf16dec=16x5",
+					   "bf16_kc=16", "prefill_min=0", "prefill_min=17x", "poison=2", "warps=8",
+					   "dec" };
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		c = d;
+		memset(&err, 0, sizeof(err));
+		assert_int_equal(strata_gpu_moe_config_parse(bad[i], &c, &err), STRATA_EINVAL);
+		assert_non_null(strstr(err.msg, "kernel config"));
+	}
+	/* configure refuses a bad one and keeps the last good one */
+	c = d;
+	c.split = 1000;
+	assert_int_equal(strata_gpu_moe_configure(&c, &err), STRATA_EINVAL);
+	struct strata_moe_config now;
+	strata_gpu_moe_config_get(&now);
+	assert_int_equal(now.split, d.split);
+	c = d;
+	c.split = 3;
+	kernel_config(&c);
+	strata_gpu_moe_config_get(&now);
+	assert_int_equal(now.split, 3);
+	kernel_config(NULL);
+	strata_gpu_moe_config_get(&now);
+	assert_int_equal(now.split, 0);
+}
+
 static void test_dequant_exact(void **state)
 {
 	if (!test_have_gpu("test_dequant_exact"))
@@ -288,8 +358,13 @@ static void run_moe_case_ex(const struct moe_case *mc, int outliers, uint32_t pf
 	h2d(dx, x, nx * 4);
 	h2d(dy, y0, nx * 4);
 	c.x = dx, c.y = dy, c.extents = (const void *const *)dext;
-	strata_gpu_moe_set_poison(1);
-	strata_gpu_moe_set_prefill_min(pf_min);
+	struct strata_moe_config kc, saved;
+	strata_gpu_moe_config_get(&saved);
+	kc = saved;
+	kc.poison = 1;
+	if (pf_min)
+		kc.prefill_min = pf_min;
+	kernel_config(&kc);
 	int rc = strata_moe_layer_gpu(&c, &err);
 	if (rc)
 		fprintf(stderr, "moe[%s]: %s\n", mc->name, err.msg);
@@ -316,8 +391,7 @@ static void run_moe_case_ex(const struct moe_case *mc, int outliers, uint32_t pf
 	double re2 = rel_err(yg, yref, y0, nx, &nonfinite);
 	assert_int_equal(nonfinite, 0);
 	assert_true(re2 < bound);
-	strata_gpu_moe_set_prefill_min(0);
-	strata_gpu_moe_set_poison(0);
+	kernel_config(&saved);
 	for (uint32_t e = 0; e < NE; e++) {
 		strata_gpu_free(dext[e]);
 		free(hext[e]);
@@ -428,11 +502,14 @@ static void test_moe_outliers(void **state)
 	};
 	for (int dec = 0; dec < 2; dec++) {
 		/* the decode cases on the warp-streaming kernel, then on the persistent one */
-		strata_gpu_moe_set_decode(dec ? 0 : 12, 4);
+		struct strata_moe_config kc;
+		strata_gpu_moe_config_defaults(&kc);
+		kc.dec_warps = dec ? 0 : 12, kc.dec_stages = 4;
+		kernel_config(&kc);
 		for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++)
 			run_moe_case_ex(&cases[c], 1, cases[c].pf_min);
 	}
-	strata_gpu_moe_set_decode(-1, 0);
+	kernel_config(NULL);
 }
 
 /* Every variant of the warp-streaming decode kernel (warps x stages; forced,
@@ -463,13 +540,14 @@ static void test_moe_decode_variants(void **state)
 	for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++)
 		for (size_t j = 0; j < (v[i][0] ? 3u : 1u); j++) {
 			printf("decode variant %dx%d, split %u\n", v[i][0], v[i][1], split[j]);
-			strata_gpu_moe_set_decode(v[i][0], v[i][1]);
-			strata_gpu_moe_set_split(split[j]);
+			struct strata_moe_config kc;
+			strata_gpu_moe_config_defaults(&kc);
+			kc.dec_warps = v[i][0], kc.dec_stages = v[i][1], kc.split = split[j];
+			kernel_config(&kc);
 			for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++)
 				run_moe_case(&cases[c]);
 		}
-	strata_gpu_moe_set_decode(-1, 0);
-	strata_gpu_moe_set_split(0);
+	kernel_config(NULL);
 }
 
 /* The default split-K choice of the warp-streaming decode kernel: tier experts
@@ -481,10 +559,7 @@ static void test_moe_decode_autosplit(void **state)
 	(void)state;
 	if (!test_have_gpu("test_moe_decode_autosplit"))
 		return;
-	if (getenv("STRATA_MOE_SPLIT") || getenv("STRATA_MOE_DEC")) {
-		printf("SKIP test_moe_decode_autosplit: STRATA_MOE_SPLIT / STRATA_MOE_DEC set\n");
-		return;
-	}
+	kernel_config(NULL);
 	uint32_t ne = (2 * 12 * (uint32_t)strata_gpu_sm_count() + 127) / 128 + 1;
 	if (ne > STRATA_MOE_MAX_SLOTS)
 		ne = STRATA_MOE_MAX_SLOTS;
@@ -528,7 +603,12 @@ static void test_moe_bf16_decode(void **state)
 	};
 	for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
 		printf("bf16 decode variant %dx%d kc %u\n", v[i].nw, v[i].depth, v[i].kc);
-		strata_gpu_moe_set_bf16_decode(v[i].nw, v[i].depth, v[i].kc);
+		struct strata_moe_config kc;
+		strata_gpu_moe_config_defaults(&kc);
+		kc.bf16_warps = v[i].nw, kc.bf16_depth = v[i].depth;
+		if (v[i].kc)
+			kc.bf16_kc = v[i].kc;
+		kernel_config(&kc);
 		uint64_t n0 = strata_gpu_moe_bf16_decode_launches();
 		for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++)
 			run_moe_case(&cases[c]);
@@ -536,7 +616,7 @@ static void test_moe_bf16_decode(void **state)
 		uint64_t n = strata_gpu_moe_bf16_decode_launches() - n0;
 		assert_int_equal(n, v[i].nw ? 2 * sizeof(cases) / sizeof(cases[0]) : 0);
 	}
-	strata_gpu_moe_set_bf16_decode(-1, 0, 0);
+	kernel_config(NULL);
 }
 
 /* fp16 range guard: activations beyond the fp16 range (and rows whose
@@ -792,6 +872,7 @@ static int setup(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_moe_config),
 		cmocka_unit_test(test_dequant_exact),
 		cmocka_unit_test(test_moe_layer),
 		cmocka_unit_test(test_moe_decode_variants),

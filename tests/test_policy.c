@@ -78,10 +78,11 @@ static void test_roles_and_registry(void **state)
 		assert_non_null(h);
 		assert_string_equal(h->name, first[r]);
 	}
-	const char *all[][7] = {
-		{ "static", "cache", NULL },
-		{ "lru", "lfu", "lfu-decay", "belady", "fifo", "random", NULL },
-		{ "none", "lookahead", "oracle", "history", NULL },
+	const char *all[][11] = {
+		{ "static", "cache", "llama", NULL },
+		{ "lru", "lfu", "lfu-decay", "belady", "fifo", "random", "llama", "lfru", "moe-infinity",
+		  "least-stale", NULL },
+		{ "none", "lookahead", "oracle", "history", "moe-infinity", NULL },
 	};
 	for (int r = 0; r < STRATA_ROLE_COUNT; r++) {
 		unsigned i = 0;
@@ -208,7 +209,7 @@ static void test_spec_options_and_names(void **state)
 		  "prefetch lookahead: unknown option 'dpth' (options: depth, topn, min_score, tier); did you mean 'depth'?", STRATA_EINVAL },
 		{ STRATA_ROLE_PREFETCH, "oracle:accuracy=2", "prefetch oracle: option accuracy=2: out of range", STRATA_EINVAL },
 		{ STRATA_ROLE_EVICT, "lru:x=1", "evict lru: unknown option 'x' (options: none)", STRATA_EINVAL },
-		{ STRATA_ROLE_EVICT, "lruu", "evict policy 'lruu': no such built-in (lru, lfu, lfu-decay, belady, fifo, random)",
+		{ STRATA_ROLE_EVICT, "lruu", "evict policy 'lruu': no such built-in (lru, lfu, lfu-decay, belady, fifo, random, llama, lfru, moe-infinity, least-stale)",
 		  STRATA_ENOTFOUND },
 		{ STRATA_ROLE_EVICT, "static", "no such built-in", STRATA_ENOTFOUND },
 		{ STRATA_ROLE_EVICT, "", "evict policy: empty spec", STRATA_EINVAL },
@@ -272,7 +273,7 @@ static void test_check_ops(void **state)
 	struct strata_evict_ops bad = ev;
 	bad.version = STRATA_POLICY_ABI + 1;
 	assert_int_equal(strata_policy_check_ops(STRATA_ROLE_EVICT, &bad, "plugin x.so", &err), STRATA_EVERSION);
-	assert_non_null(strstr(err.msg, "plugin x.so mine: policy ABI version 2, this Strata supports 1"));
+	assert_non_null(strstr(err.msg, "plugin x.so mine: policy ABI version 3, this Strata supports 2"));
 	static const char *const missing[] = { "on_insert", "on_access", "on_remove", "victim" };
 	for (int i = 0; i < 4; i++) {
 		bad = ev;
@@ -374,7 +375,7 @@ static void test_bad_plugins(void **state)
 		return;
 	}
 	char inc[PATH_MAX + 64];
-	snprintf(inc, sizeof(inc), "%s/../../../core/include", plugin_dir());
+	snprintf(inc, sizeof(inc), "%s/core/include", test_src_root());
 	char *dir = test_mkdtemp();
 	static const struct {
 		const char *name, *body, *msg;
@@ -382,17 +383,17 @@ static void test_bad_plugins(void **state)
 	} cases[] = {
 		{ "abi", "static const struct strata_plugin_info i = { .abi = 99, .role = 1, .ops = 0 };\n"
 			 "const struct strata_plugin_info *strata_policy_plugin_entry(void) { return &i; }\n",
-		  "built for policy ABI 99, this Strata supports 1", STRATA_EVERSION },
+		  "built for policy ABI 99, this Strata supports 2", STRATA_EVERSION },
 		{ "null", "const struct strata_plugin_info *strata_policy_plugin_entry(void) { return 0; }\n",
 		  "strata_policy_plugin_entry returned NULL", STRATA_EINVAL },
 		{ "noentry", "int something_else(void) { return 1; }\n", "no symbol strata_policy_plugin_entry",
 		  STRATA_EINVAL },
-		{ "noops", "static const struct strata_evict_ops o = { .name = \"half\", .version = 1 };\n"
-			   "static const struct strata_plugin_info i = { .abi = 1, .role = 1, .ops = &o };\n"
+		{ "noops", "static const struct strata_evict_ops o = { .name = \"half\", .version = STRATA_POLICY_ABI };\n"
+			   "static const struct strata_plugin_info i = { .abi = STRATA_POLICY_ABI, .role = 1, .ops = &o };\n"
 			   "const struct strata_plugin_info *strata_policy_plugin_entry(void) { return &i; }\n",
 		  "missing required op on_insert", STRATA_EINVAL },
 		{ "opsabi", "static const struct strata_evict_ops o = { .name = \"old\", .version = 7 };\n"
-			    "static const struct strata_plugin_info i = { .abi = 1, .role = 1, .ops = &o };\n"
+			    "static const struct strata_plugin_info i = { .abi = STRATA_POLICY_ABI, .role = 1, .ops = &o };\n"
 			    "const struct strata_plugin_info *strata_policy_plugin_entry(void) { return &i; }\n",
 		  "old: policy ABI version 7", STRATA_EVERSION },
 	};

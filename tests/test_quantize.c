@@ -516,7 +516,7 @@ static void test_disk_full(void **state)
 
 /* A DeepSeek-V3-style FP8 checkpoint: F8_E4M3 weights with F32
  * "<name>_scale_inv" per 128 x 128 block; 1 MoE layer x 2 experts. */
-enum fp8_defect { F8_OK, F8_NO_SCALE, F8_BAD_SCALE };
+enum fp8_defect { F8_OK, F8_NO_SCALE, F8_BAD_SCALE, F8_NO_GATE };
 
 static uint8_t f8_code(uint64_t *seed)
 {
@@ -540,6 +540,10 @@ static void write_fp8_model(const char *dir, enum fp8_defect d)
 	assert_int_equal(strata_safetensors_writer_declare(w, "model.layers.0.self_attn.q_proj.weight_scale_inv", STRATA_SAFETENSORS_F32, 2,
 						  qss, &err), 0);
 	assert_int_equal(strata_safetensors_writer_declare(w, "model.norm.weight", STRATA_SAFETENSORS_BF16, 1, ns, &err), 0);
+	uint64_t gs[2] = { 2, H };
+	if (d != F8_NO_GATE)
+		assert_int_equal(strata_safetensors_writer_declare(w, "model.layers.0.mlp.gate.weight",
+								   STRATA_SAFETENSORS_BF16, 2, gs, &err), 0);
 	for (int e = 0; e < 2; e++)
 		for (int m = 0; m < 3; m++) {
 			char name[128];
@@ -565,6 +569,8 @@ static void write_fp8_model(const char *dir, enum fp8_defect d)
 	for (int i = 0; i < H; i++)
 		ones[i] = 1.0f;
 	assert_int_equal(strata_safetensors_writer_write_f32(w, ones, H, &err), 0);
+	for (int r = 0; r < 2 && d != F8_NO_GATE; r++) /* router gate */
+		assert_int_equal(strata_safetensors_writer_write_f32(w, ones, H, &err), 0);
 	for (int e = 0; e < 2; e++)
 		for (int m = 0; m < 3; m++) {
 			for (int i = 0; i < H * I; i++)
@@ -598,8 +604,8 @@ static void test_fp8_checkpoint(void **state)
 	assert_int_equal(m->spec.n_experts, 2);
 	assert_int_equal(m->spec.hidden, H);
 	assert_int_equal(m->spec.inter, I);
-	assert_int_equal(m->n_nonrouted, 2); /* q_proj and the norm; scales are consumed */
-	assert_true(m->spec.nonrouted_params == (uint64_t)H * H + H);
+	assert_int_equal(m->n_nonrouted, 3); /* q_proj, the norm, the router; scales are consumed */
+	assert_true(m->spec.nonrouted_params == (uint64_t)H * H + H + 2 * H);
 	/* dequantized rows: FP8 value x its block's scale */
 	const struct strata_safetensors_tensor *t = strata_safetensors_find(m->st, "model.layers.0.mlp.experts.1.down_proj.weight");
 	float v[H * I];
@@ -646,6 +652,10 @@ static void test_fp8_checkpoint(void **state)
 	write_fp8_model(test_path("fp8-badscale"), F8_BAD_SCALE);
 	assert_int_equal(strata_quantize_model_open(test_path("fp8-badscale"), &oo, &m, &err), STRATA_ESHAPE);
 	assert_non_null(strstr(err.msg, "experts.0.down_proj.weight_scale_inv' must be a float [2, 1]"));
+	/* no router: refused, not quantized into a model nothing can route */
+	write_fp8_model(test_path("fp8-nogate"), F8_NO_GATE);
+	assert_int_equal(strata_quantize_model_open(test_path("fp8-nogate"), &oo, &m, &err), STRATA_ENOTFOUND);
+	assert_non_null(strstr(err.msg, "no router gate tensor 'model.layers.0.mlp.gate.weight'"));
 }
 
 static void test_counts_other_shape(void **state)

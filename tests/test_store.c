@@ -8,7 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "quant.h"
@@ -53,6 +55,8 @@ static struct strata_tensor_info tinfo[NT] = {
 	{ .name = "output_norm.weight", .fmt = STRATA_FMT_F32, .ndim = 1, .shape = { 256 } },
 };
 
+static bool ws_force = true; /* write_store replaces a model already there */
+
 /* Write a store of the small spec to dir; experts added in reverse order. */
 static int write_store(const char *dir, uint64_t shard_bytes, uint32_t salt, struct strata_error *err)
 {
@@ -62,7 +66,7 @@ static int write_store(const char *dir, uint64_t shard_bytes, uint32_t salt, str
 	tables(&s, tiers, fmts);
 	struct strata_store_writer_config cfg = {
 		.dir = dir, .spec = s, .tier_table = tiers, .fmt_table = fmts, .shard_bytes = shard_bytes,
-		.n_tensors = NT, .tensors = tinfo,
+		.n_tensors = NT, .tensors = tinfo, .force = ws_force,
 	};
 	struct strata_store_writer *w;
 	int rc = strata_store_writer_open(&cfg, &w, err);
@@ -520,6 +524,107 @@ static void test_fuzz_seed_corpus(void **state)
 	assert_true(n >= 3);
 }
 
+/* Whether dir opens as a store, and its shard count. */
+static int store_opens(const char *dir, uint32_t *n_shards)
+{
+	struct strata_error err = { 0 };
+	struct strata_store *st;
+	if (strata_store_open(dir, &st, &err)) {
+		print_message("open %s: %s\n", dir, err.msg);
+		return 0;
+	}
+	*n_shards = strata_store_shard_count(st);
+	strata_store_close(st);
+	return 1;
+}
+
+/* A model in the directory is replaced only with force; the output is
+ * locked while written (the loser is told the holder's pid); an output that
+ * is an input of the process is refused. */
+static void test_writer_force_lock(void **state)
+{
+	char *dir = test_mkdtemp();
+	struct strata_error err = { 0 };
+	assert_int_equal(write_store(dir, 1 << 20, 1, &err), 0);
+	ws_force = false;
+	assert_int_equal(write_store(dir, 0, 2, &err), STRATA_EEXIST);
+	ws_force = true;
+	assert_non_null(strstr(err.msg, "already holds a model"));
+	assert_non_null(strstr(err.msg, "--force"));
+	uint32_t n = 0;
+	assert_true(store_opens(dir, &n));
+	assert_true(n > 1);
+	/* a second writer while the first holds the directory */
+	struct strata_model_spec s = small_spec();
+	struct strata_store_writer_config cfg = { .dir = dir, .spec = s, .n_tensors = 0, .force = true };
+	struct strata_store_writer *w1, *w2;
+	assert_int_equal(strata_store_writer_open(&cfg, &w1, &err), 0);
+	assert_int_equal(strata_store_writer_open(&cfg, &w2, &err), STRATA_EBUSY);
+	char pid[32];
+	snprintf(pid, sizeof(pid), "pid %ld", (long)getpid());
+	assert_non_null(strstr(err.msg, pid));
+	print_message("%s\n", err.msg);
+	strata_store_writer_abort(w1);
+	assert_int_equal(strata_store_writer_open(&cfg, &w2, &err), 0); /* free again */
+	strata_store_writer_abort(w2);
+	assert_true(store_opens(dir, &n)); /* aborted writes left the model alone */
+	/* output == input */
+	struct strata_store *st;
+	assert_int_equal(strata_store_open(dir, &st, &err), 0);
+	assert_int_equal(write_store(dir, 0, 3, &err), STRATA_EINVAL);
+	assert_non_null(strstr(err.msg, "input"));
+	strata_store_close(st);
+	assert_int_equal(write_store(dir, 0, 3, &err), 0); /* closed: no longer an input */
+	test_rmdir(dir);
+	free(dir);
+}
+
+/* --force killed between its renames (after k of them, for every k): the
+ * directory always opens, as the old model or the new one, and a file of the
+ * user's in it survives. */
+static void test_replace_killed(void **state)
+{
+	char *dir = test_mkdtemp();
+	struct strata_error err = { 0 };
+	assert_int_equal(write_store(dir, 1 << 20, 1, &err), 0);
+	uint32_t n_old = 0, n_new = 0, n;
+	assert_true(store_opens(dir, &n_old));
+	FILE *f = fopen(path_in(dir, "notes.txt"), "w");
+	fputs("mine\n", f);
+	fclose(f);
+	int saw_old = 0, saw_new = 0;
+	for (int k = 1; k < 12; k++) {
+		fflush(NULL);
+		pid_t pid = fork();
+		if (!pid) {
+			strata_store_kill_after_renames = k;
+			_exit(write_store(dir, 2 << 20, 2 + (uint32_t)k, &err) ? 1 : 0);
+		}
+		int st;
+		assert_int_equal(waitpid(pid, &st, 0), pid);
+		assert_true((WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL) || (WIFEXITED(st) && !WEXITSTATUS(st)));
+		assert_true(store_opens(dir, &n));
+		assert_true(n >= 1);
+		if (n == n_old) {
+			saw_old++;
+		} else {
+			saw_new++;
+			n_new = n;
+		}
+		assert_non_null(fopen(path_in(dir, "notes.txt"), "r"));
+		if (n != n_old) { /* put the old model back for the next k */
+			assert_int_equal(write_store(dir, 1 << 20, 1, &err), 0);
+			assert_true(store_opens(dir, &n));
+			assert_int_equal(n, n_old);
+		}
+	}
+	print_message("killed %d times with the old model left whole, %d runs completed (%u shards -> %u)\n",
+		      saw_old, saw_new, n_old, n_new);
+	assert_true(saw_old > 1 && saw_new > 0 && n_new > 1 && n_new != n_old);
+	test_rmdir(dir);
+	free(dir);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -535,6 +640,8 @@ int main(void)
 		cmocka_unit_test(test_parse_header),
 		cmocka_unit_test(test_writer_rejects),
 		cmocka_unit_test(test_fuzz_seed_corpus),
+		cmocka_unit_test(test_writer_force_lock),
+		cmocka_unit_test(test_replace_killed),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

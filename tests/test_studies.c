@@ -24,17 +24,7 @@ static int setup(void **state)
 		return -1;
 	snprintf(dir, sizeof(dir), "%s", d);
 	free(d);
-	/* the checkout: build/<mode>/bin/strata -> ../../.. */
-	char bin[PATH_MAX];
-	snprintf(bin, sizeof(bin), "%s", test_bin("strata"));
-	char *r = realpath(bin, NULL);
-	if (!r)
-		return -1;
-	snprintf(root, sizeof(root), "%s/../../..", dirname(r));
-	free(r);
-	r = realpath(root, NULL);
-	snprintf(root, sizeof(root), "%s", r);
-	free(r);
+	snprintf(root, sizeof(root), "%s", test_src_root());
 	struct strata_trace_gen_config g;
 	strata_trace_gen_defaults(&g);
 	g.n_moe_layers = 2;

@@ -355,6 +355,7 @@ static void test_tiered(void **state)
 	strata_store_close(st);
 	/* codes=random: valid blocks, same layout, throughput only */
 	c.codes = STRATA_SYNTH_CODES_RANDOM;
+	c.force = true; /* replaces the model written above */
 	assert_int_equal(strata_synth_write(&c, dir, NULL, NULL, &err), 0);
 	assert_int_equal(strata_store_open(dir, &st, &err), 0);
 	fmts = strata_store_fmt_table(st);

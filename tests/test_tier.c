@@ -1,5 +1,6 @@
 /* Tiers: the extent allocator (budgets, coalescing, fragmentation under a
  * mixed-size cache workload) and the tier backings. */
+#include <numa.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -312,13 +313,30 @@ static void test_tier_backings(void **state)
 	assert_non_null(strstr(err.msg, "vram tier"));
 }
 
+/* The NUMA node of GPU 0: -1 ("none") without a GPU; with one, either a
+ * node this host has (libnuma's view), found by hwloc or sysfs, or -1 with
+ * "none" (a single-node host, or a platform that does not say).  A device
+ * that does not exist has no node. */
 static void test_numa_of_gpu(void **state)
 {
-	const char *how;
+	const char *how = NULL;
 	int node = strata_numa_node_of_gpu(0, &how);
 	print_message("GPU 0 NUMA node: %d (%s)\n", node, how);
+	assert_non_null(how);
+	if (node < 0) {
+		assert_int_equal(node, -1);
+		assert_string_equal(how, "none");
+	} else {
+		assert_true(!strcmp(how, "hwloc") || !strcmp(how, "sysfs"));
+		assert_true(numa_available() >= 0);
+		assert_true(node <= numa_max_node());
+		assert_true(numa_bitmask_isbitset(numa_all_nodes_ptr, (unsigned)node));
+	}
 	if (!test_have_gpu("numa_of_gpu"))
 		assert_int_equal(node, -1);
+	assert_int_equal(strata_numa_node_of_gpu(4096, &how), -1);
+	assert_string_equal(how, "none");
+	assert_int_equal(strata_numa_node_of_gpu(-1, &how), -1);
 }
 
 int main(void)

@@ -196,6 +196,73 @@ static void test_jsonl_handwritten(void **state)
 	assert_non_null(strstr(err.msg, "twice"));
 }
 
+/* Router weights are finite, non-negative and fit f16: anything else is
+ * refused with the value and the range (writer, JSONL reader, binary reader),
+ * never stored as 0 or inf; and binary -> JSONL -> binary is the identity. */
+static void test_weights_refused_and_identity(void **state)
+{
+	struct strata_error err = { 0 };
+	struct strata_trace_writer_config c = { .path = test_path("w.strace"), .n_moe_layers = 1, .n_experts = 4,
+						.top_k = 2, .flags = STRATA_TRACE_F_WEIGHTS };
+	const float bad[] = { NAN, INFINITY, -0.25f, 1e6f };
+	const char *why[] = { "not a number", "infinite", "negative", "too large for f16" };
+	for (int b = 0; b < 4; b++) {
+		struct strata_trace_writer *w;
+		assert_int_equal(strata_trace_writer_open(&c, &w, &err), 0);
+		uint16_t ids[2] = { 0, 1 };
+		float wt[2] = { 0.5f, bad[b] };
+		struct strata_trace_token tk = { .phase = STRATA_PHASE_DECODE, .experts = ids, .weights = wt };
+		assert_int_equal(strata_trace_writer_add(w, &tk, &err), STRATA_EINVAL);
+		assert_non_null(strstr(err.msg, why[b]));
+		assert_non_null(strstr(err.msg, "0..65504"));
+		strata_trace_writer_abort(w);
+	}
+	const char *jl[] = { "-1", "1e6", "1e999" };
+	for (int b = 0; b < 3; b++) {
+		FILE *f = fopen(test_path("wb.jsonl"), "w");
+		fprintf(f, "{\"layers\":[[1,2]],\"weights\":[[0.5,%s]]}\n", jl[b]);
+		fclose(f);
+		struct strata_trace *t;
+		assert_int_equal(strata_trace_open(test_path("wb.jsonl"), &t, &err), STRATA_ECORRUPT);
+		assert_non_null(strstr(err.msg, "wb.jsonl:1"));
+		assert_non_null(strstr(err.msg, b < 2 ? "0..65504" : "out of range"));
+	}
+	/* f16 and f32 weights: binary -> JSONL -> binary keeps every bit */
+	for (int f32 = 0; f32 < 2; f32++) {
+		c.flags = STRATA_TRACE_F_WEIGHTS | (f32 ? STRATA_TRACE_F_WEIGHTS_F32 : 0);
+		struct strata_trace_writer *w;
+		assert_int_equal(strata_trace_writer_open(&c, &w, &err), 0);
+		uint64_t x = 12345;
+		for (int i = 0; i < 50; i++) {
+			uint16_t ids[2] = { (uint16_t)(i % 4), (uint16_t)((i + 1) % 4) };
+			float wt[2];
+			for (int j = 0; j < 2; j++) {
+				x = x * 6364136223846793005ull + 1442695040888963407ull;
+				wt[j] = (float)(x >> 40) / (float)(1u << 24) * 3.0f; /* 24 random bits */
+			}
+			struct strata_trace_token tk = { .req = 0, .pos = (uint32_t)i, .phase = STRATA_PHASE_DECODE,
+							 .experts = ids, .weights = wt };
+			assert_int_equal(strata_trace_writer_add(w, &tk, &err), 0);
+		}
+		assert_int_equal(strata_trace_writer_finish(w, &err), 0);
+		struct strata_trace *a, *j, *b2;
+		assert_int_equal(strata_trace_open(test_path("w.strace"), &a, &err), 0);
+		assert_int_equal(strata_trace_convert(a, test_path("w.jsonl"), STRATA_TRACE_FMT_AUTO, &err), 0);
+		assert_int_equal(strata_trace_open(test_path("w.jsonl"), &j, &err), 0);
+		assert_int_equal(strata_trace_convert(j, test_path("w2.strace"), STRATA_TRACE_FMT_AUTO, &err), 0);
+		assert_int_equal(strata_trace_open(test_path("w2.strace"), &b2, &err), 0);
+		for (uint64_t i = 0; i < 50; i++) {
+			float wa[2], wb[2];
+			strata_trace_weights(a, i, 0, wa);
+			strata_trace_weights(b2, i, 0, wb);
+			assert_memory_equal(wa, wb, sizeof(wa)); /* bit for bit */
+		}
+		strata_trace_close(a);
+		strata_trace_close(j);
+		strata_trace_close(b2);
+	}
+}
+
 static void patch(const char *path, long off, const void *bytes, size_t n)
 {
 	int fd = open(path, O_WRONLY);
@@ -278,6 +345,34 @@ static void test_corrupt(void **state)
 	assert_int_equal(strata_trace_open(test_path("x.jsonl"), &t, &err), STRATA_ECORRUPT);
 	assert_non_null(strstr(err.msg, "x.jsonl:1"));
 	assert_null(t);
+}
+
+/* A trace changed while a run holds it (rewritten in place with bad ids,
+ * then cut to 100 bytes, then replaced by another file): the open handle
+ * still reads exactly what was validated, with no SIGBUS and no bad id. */
+static void test_changed_under_reader(void **state)
+{
+	struct strata_error err = { 0 };
+	const char *p = test_path("live.strace"), *q = test_path("other.strace");
+	write_small(p, STRATA_TRACE_FMT_BINARY, 40);
+	write_small(q, STRATA_TRACE_FMT_BINARY, 7);
+	struct strata_trace *t, *ref;
+	assert_int_equal(strata_trace_open(p, &t, &err), STRATA_OK);
+	assert_int_equal(strata_trace_open(p, &ref, &err), STRATA_OK);
+	struct stat st;
+	assert_int_equal(stat(p, &st), 0);
+	FILE *f = fopen(p, "r+b");
+	assert_non_null(f);
+	fseek(f, 256, SEEK_SET);
+	for (long i = 256; i < st.st_size; i++)
+		fputc(0xff, f); /* every expert id becomes 65535 */
+	fclose(f);
+	assert_int_equal(truncate(p, 100), 0);
+	assert_same_trace(t, ref);
+	copy_file(q, p);
+	assert_same_trace(t, ref);
+	strata_trace_close(t);
+	strata_trace_close(ref);
 }
 
 static void test_writer_errors(void **state)
@@ -470,19 +565,178 @@ static void test_import_bad_lines(void **state)
 	fputs("{\"problem_id\":0,\"layer\":0,\"experts\":[1,2]}\n{\"problem_id\":0,\"layer\":0,\"experts\":[1,2]\n", f);
 	fclose(f);
 	assert_int_equal(strata_trace_import(&c, NULL, &err), STRATA_EINVAL);
-	assert_non_null(strstr(err.msg, "bl.jsonl:2: bad JSON"));
+	assert_non_null(strstr(err.msg, "bl.jsonl:2:1: bad JSON: unterminated object"));
 	f = fopen(test_path("bl.jsonl"), "w");
 	fputs("{\"a\":1,\"b\":[1,2]}\n", f);
 	fclose(f);
 	assert_int_equal(strata_trace_import(&c, NULL, &err), STRATA_EINVAL);
 	assert_non_null(strstr(err.msg, "no expert column"));
-	/* layer numbers with a hole */
+	/* a layer base above the smallest layer seen */
 	f = fopen(test_path("bl.jsonl"), "w");
-	fputs("{\"layer\":0,\"experts\":[1,2]}\n{\"layer\":2,\"experts\":[1,2]}\n", f);
+	fputs("{\"layer\":1,\"experts\":[1,2]}\n{\"layer\":2,\"experts\":[1,2]}\n", f);
+	fclose(f);
+	c.layer_base = 0;
+	assert_int_equal(strata_trace_import(&c, NULL, &err), STRATA_EINVAL);
+	assert_non_null(strstr(err.msg, "no rows at all for layer 0"));
+	assert_false(file_exists(test_path("bl.strace")));
+	/* the column of a bad value, JSONL and CSV */
+	strata_trace_import_defaults(&c);
+	c.inputs = in;
+	c.n_inputs = 1;
+	c.output = test_path("bl.strace");
+	f = fopen(test_path("bl.jsonl"), "w");
+	fputs("{\"layer\":0,\"experts\":[1,2]}\n  {\"layer\":0,\"experts\":[1,-2]}\n", f);
 	fclose(f);
 	assert_int_equal(strata_trace_import(&c, NULL, &err), STRATA_EINVAL);
-	assert_non_null(strstr(err.msg, "no rows at all for layer 1"));
+	assert_non_null(strstr(err.msg, "bl.jsonl:2:27: layer 0: bad expert id"));
+	in[0] = test_path("bl.csv");
+	f = fopen(test_path("bl.csv"), "w");
+	fputs("layer,note,experts\n0,ok,\"[1,2]\"\n1,fine,\"[1,x]\"\n", f);
+	fclose(f);
+	assert_int_equal(strata_trace_import(&c, NULL, &err), STRATA_EINVAL);
+	assert_non_null(strstr(err.msg, "bl.csv:3:8 (column 'experts')"));
+	f = fopen(test_path("bl.csv"), "w");
+	fputs("layer,experts\n0,\"[1,2]\"\n1,\"[1,2]\",3\n", f);
+	fclose(f);
+	assert_int_equal(strata_trace_import(&c, NULL, &err), STRATA_EINVAL);
+	assert_non_null(strstr(err.msg, "bl.csv:3:11: 3 fields, the header has 2"));
 	assert_false(file_exists(test_path("bl.strace")));
+}
+
+/* The generic importer takes, as is: one JSON document of steps mapping
+ * layer ids to null (dense) or per-token expert lists; CSV/TSV whose free-text
+ * columns look like JSON or numbers; headers with spaces and capitals;
+ * sparse MoE layer ids (compacted, the map kept); --map COLUMN=-. */
+static void test_import_generic_shapes(void **state)
+{
+	struct strata_error err = { 0 };
+	struct strata_trace_import_config c;
+	struct strata_trace_import_result r;
+	const char *in[1];
+	strata_trace_import_defaults(&c);
+	c.inputs = in;
+	c.n_inputs = 1;
+	c.output = test_path("gs.strace");
+	/* one document: a prompt step of 2 tokens, then 2 decode steps; layers 1 and 3 routed */
+	in[0] = test_path("gs.json");
+	FILE *f = fopen(in[0], "w");
+	fputs("[\n {\"0\": null, \"1\": [[3, 5], [1, 2]], \"2\": null, \"3\": [[0, 7], [7, 6]]},\n"
+	      " {\"0\": null, \"1\": [[3, 4]], \"2\": null, \"3\": [[2, 1]]},\n"
+	      " {\"0\": null, \"1\": [[5, 3]], \"2\": null, \"3\": [[6, 0]]}\n]\n", f);
+	fclose(f);
+	assert_int_equal(strata_trace_import(&c, &r, &err), STRATA_OK);
+	assert_int_equal(r.tokens, 4);
+	assert_int_equal(r.n_layer_ids, 2);
+	assert_int_equal(r.layer_ids[0], 1);
+	assert_int_equal(r.layer_ids[1], 3);
+	struct strata_trace *t;
+	assert_int_equal(strata_trace_open(c.output, &t, &err), STRATA_OK);
+	const struct strata_trace_info *ti = strata_trace_info(t);
+	assert_int_equal(ti->n_moe_layers, 2);
+	assert_int_equal(ti->top_k, 2);
+	assert_int_equal(ti->n_prefill, 2);
+	assert_int_equal(strata_trace_experts(t, 1, 0)[0], 1);
+	assert_int_equal(strata_trace_experts(t, 1, 1)[1], 6);
+	assert_int_equal(strata_trace_experts(t, 3, 1)[0], 6);
+	strata_trace_close(t);
+	/* the layers of a step disagree on the token count: file:line:column */
+	f = fopen(in[0], "w");
+	fputs("[\n {\"1\": [[3, 5], [1, 2]],\n  \"3\": [[0, 7]]}\n]\n", f);
+	fclose(f);
+	assert_int_equal(strata_trace_import(&c, &r, &err), STRATA_EINVAL);
+	assert_non_null(strstr(err.msg, "gs.json:3:8: layer 3 lists 1 tokens"));
+	f = fopen(in[0], "w");
+	fputs("[\n {\"1\": [[3, 5]]},\n {\"1\": [[3 5]]}\n]\n", f);
+	fclose(f);
+	assert_int_equal(strata_trace_import(&c, &r, &err), STRATA_EINVAL);
+	assert_non_null(strstr(err.msg, "gs.json:3:12: bad JSON: "));
+
+	/* CSV: free text that looks like JSON or numbers, headers with spaces and
+	 * capitals, odd MoE layers only, a column ignored with --map */
+	in[0] = test_path("gs.csv");
+	f = fopen(in[0], "w");
+	fputs("Request ID,Token Index,Layer ID,Activated Expert IDs,Note,Score,Junk\n"
+	      "r1,0,1,\"[4, 2]\",{,1.,NaN\n"
+	      "r1,0,3,\"[0, 1]\",\"[1,\",NaN,1.\n"
+	      "r1,1,1,\"[2, 3]\",plain text,-,{\"a\":\n"
+	      "r1,1,3,\"[1, 5]\",\"a \"\"quoted\"\" note\",2,[\n", f);
+	fclose(f);
+	c.map = "Junk=-";
+	assert_int_equal(strata_trace_import(&c, &r, &err), STRATA_OK);
+	assert_int_equal(r.tokens, 2);
+	assert_int_equal(r.requests, 1);
+	assert_int_equal(r.n_layer_ids, 2);
+	assert_int_equal(r.layer_ids[1], 3);
+	assert_int_equal(strata_trace_open(c.output, &t, &err), STRATA_OK);
+	assert_int_equal(strata_trace_info(t)->n_moe_layers, 2);
+	assert_int_equal(strata_trace_experts(t, 1, 1)[1], 5);
+	strata_trace_close(t);
+	/* TSV and a column named by --map with spaces and capitals */
+	in[0] = test_path("gs.tsv");
+	f = fopen(in[0], "w");
+	fputs("Layer\tTOP K IDS\tExtra\n0\t1 2\t[\n1\t3;4\t1.\n0\t2|1\t{}\n1\t4 3\tx\n", f);
+	fclose(f);
+	c.map = "experts=top k ids";
+	assert_int_equal(strata_trace_import(&c, &r, &err), STRATA_OK);
+	assert_int_equal(r.tokens, 2);
+	assert_int_equal(r.n_layer_ids, 0);
+	/* --map COLUMN=-: a column that would be read is ignored instead */
+	c.map = "TOP K IDS=-";
+	assert_int_equal(strata_trace_import(&c, &r, &err), STRATA_EINVAL);
+	assert_non_null(strstr(err.msg, "no expert column"));
+	c.map = "nonsense=3";
+	assert_int_equal(strata_trace_import(&c, &r, &err), STRATA_EINVAL);
+	assert_non_null(strstr(err.msg, "unknown role 'nonsense'"));
+}
+
+/* Routed experts as vLLM and SGLang return them: one request per row,
+ * [token][layer][k], prompt tokens prefill, dense layers' all-zero
+ * placeholders left out. */
+static void test_import_tools(void **state)
+{
+	struct strata_error err = { 0 };
+	struct strata_trace_import_config c;
+	struct strata_trace_import_result r;
+	const char *in[1] = { test_data_path("import_vllm_routed_experts.jsonl") };
+	strata_trace_import_defaults(&c);
+	c.inputs = in;
+	c.n_inputs = 1;
+	c.output = test_path("vllm.strace");
+	assert_int_equal(strata_trace_import(&c, &r, &err), STRATA_OK);
+	assert_int_equal(r.requests, 2);
+	assert_int_equal(r.tokens, 8);
+	assert_int_equal(r.n_layer_ids, 2);
+	assert_int_equal(r.layer_ids[0], 1);
+	assert_int_equal(r.layer_ids[1], 3);
+	struct strata_trace *t;
+	assert_int_equal(strata_trace_open(c.output, &t, &err), STRATA_OK);
+	const struct strata_trace_info *ti = strata_trace_info(t);
+	assert_int_equal(ti->n_moe_layers, 2);
+	assert_int_equal(ti->top_k, 2);
+	assert_int_equal(ti->n_prefill, 5);
+	assert_int_equal(ti->n_decode, 3);
+	assert_int_equal(strata_trace_phase(t, 2), STRATA_PHASE_PREFILL);
+	assert_int_equal(strata_trace_phase(t, 3), STRATA_PHASE_DECODE);
+	assert_int_equal(strata_trace_experts(t, 3, 1)[1], 2); /* request 0 token 3 layer 3: [0, 2] */
+	assert_int_equal(strata_trace_req(t, 5), 1);
+	strata_trace_close(t);
+	in[0] = test_data_path("import_sglang_routed_experts.jsonl");
+	c.output = test_path("sglang.strace");
+	assert_int_equal(strata_trace_import(&c, &r, &err), STRATA_OK);
+	assert_int_equal(r.requests, 2);
+	assert_int_equal(r.tokens, 6);
+	assert_int_equal(r.n_layer_ids, 0);
+	assert_int_equal(strata_trace_open(c.output, &t, &err), STRATA_OK);
+	assert_int_equal(strata_trace_info(t)->top_k, 3);
+	assert_int_equal(strata_trace_info(t)->n_prefill, 3);
+	strata_trace_close(t);
+	/* a token with a layer missing names where */
+	FILE *f = fopen(test_path("bad_vllm.jsonl"), "w");
+	fputs("{\"request_id\": 1, \"routed_experts\": [[[1, 2], [3, 4]], [[1, 2]]]}\n", f);
+	fclose(f);
+	in[0] = test_path("bad_vllm.jsonl");
+	assert_int_equal(strata_trace_import(&c, &r, &err), STRATA_EINVAL);
+	assert_non_null(strstr(err.msg, "bad_vllm.jsonl:1:56: a token must list 2 layers"));
 }
 
 static void test_import_csv_and_per_token(void **state)
@@ -801,6 +1055,79 @@ static void test_plan_future(void **state)
 	strata_trace_close(t);
 }
 
+/* strata trace export: libCacheSim's oracleGeneral (next access as traceConv
+ * writes it: the 1-based index of the next request, -1 none) and csv. */
+static void test_export(void **state)
+{
+	struct strata_error err = { 0 };
+	struct strata_trace_gen_config g = gen_cfg();
+	g.prompt_len = 3;
+	g.gen_len = 20;
+	assert_int_equal(strata_trace_gen(&g, test_path("x.strace"), STRATA_TRACE_FMT_AUTO, &err), STRATA_OK);
+	struct strata_trace *t;
+	assert_int_equal(strata_trace_open(test_path("x.strace"), &t, &err), STRATA_OK);
+	const struct strata_trace_info *in = strata_trace_info(t);
+	uint64_t n = in->n_tokens * in->n_moe_layers * in->top_k;
+	uint64_t *id = malloc(n * sizeof(uint64_t)), a = 0;
+	uint32_t *tm = malloc(n * sizeof(uint32_t));
+	for (uint64_t i = 0; i < in->n_tokens; i++)
+		for (uint32_t l = 0; l < in->n_moe_layers; l++)
+			for (uint32_t j = 0; j < in->top_k; j++) {
+				tm[a] = (uint32_t)i;
+				id[a++] = (uint64_t)l * in->n_experts + strata_trace_experts(t, i, l)[j];
+			}
+	assert_int_equal(strata_trace_export(t, test_path("x.oracleGeneral.bin"), STRATA_EXPORT_ORACLE_GENERAL, 7,
+					     &err), STRATA_OK);
+	FILE *f = fopen(test_path("x.oracleGeneral.bin"), "rb");
+	assert_non_null(f);
+	uint8_t r[24];
+	uint64_t got = 0;
+	while (fread(r, 1, 24, f) == 24) {
+		uint32_t time, size;
+		uint64_t obj;
+		int64_t next;
+		memcpy(&time, r, 4);
+		memcpy(&obj, r + 4, 8);
+		memcpy(&size, r + 12, 4);
+		memcpy(&next, r + 16, 8);
+		assert_true(got < n);
+		assert_int_equal(time, tm[got]);
+		assert_int_equal(obj, id[got]);
+		assert_int_equal(size, 7);
+		int64_t want = -1;
+		for (uint64_t j = got + 1; j < n; j++)
+			if (id[j] == obj) {
+				want = (int64_t)j + 1;
+				break;
+			}
+		assert_int_equal(next, want);
+		got++;
+	}
+	fclose(f);
+	assert_int_equal(got, n);
+	assert_int_equal(strata_trace_export(t, test_path("x.csv"), STRATA_EXPORT_CSV, 1, &err), STRATA_OK);
+	f = fopen(test_path("x.csv"), "r");
+	assert_non_null(f);
+	char line[128];
+	assert_non_null(fgets(line, sizeof(line), f));
+	assert_string_equal(line, "time,obj_id,obj_size\n");
+	for (got = 0; fgets(line, sizeof(line), f); got++) {
+		unsigned long long tt, o, sz;
+		assert_int_equal(sscanf(line, "%llu,%llu,%llu", &tt, &o, &sz), 3);
+		assert_int_equal(tt, tm[got]);
+		assert_int_equal(o, id[got]);
+		assert_int_equal(sz, 1);
+	}
+	fclose(f);
+	assert_int_equal(got, n);
+	/* a directory that does not exist: an error naming the file, nothing left */
+	assert_int_not_equal(strata_trace_export(t, "/nonexistent-dir/x.csv", STRATA_EXPORT_CSV, 1, &err), STRATA_OK);
+	assert_non_null(strstr(err.msg, "/nonexistent-dir/x.csv"));
+	free(id);
+	free(tm);
+	strata_trace_close(t);
+}
+
 static void test_cli(void **state)
 {
 	char out[8192];
@@ -921,11 +1248,16 @@ int main(void)
 		cmocka_unit_test(test_import_mixtral_layout),
 		cmocka_unit_test(test_import_bad_lines),
 		cmocka_unit_test(test_import_csv_and_per_token),
+		cmocka_unit_test(test_import_generic_shapes),
+		cmocka_unit_test(test_import_tools),
 		cmocka_unit_test(test_gen),
 		cmocka_unit_test(test_plan_future),
+		cmocka_unit_test(test_export),
 		cmocka_unit_test(test_cli),
 		cmocka_unit_test(test_python_reader),
 		cmocka_unit_test(test_record_hf),
+		cmocka_unit_test(test_changed_under_reader),
+		cmocka_unit_test(test_weights_refused_and_identity),
 	};
 	return cmocka_run_group_tests(tests, test_tmpdir_setup, test_tmpdir_teardown);
 }

@@ -56,24 +56,27 @@ const char *test_path(const char *name)
 	return b;
 }
 
+#ifndef STRATA_SRC_ROOT
+#define STRATA_SRC_ROOT "."
+#endif
+
+/* Suites use paths relative to the repository (tests/data/..., policies/lua/...):
+ * start every suite there, whatever the build directory or the caller's cwd. */
+__attribute__((constructor)) static void to_src_root(void)
+{
+	if (chdir(STRATA_SRC_ROOT))
+		fprintf(stderr, "testutil: cannot enter the source tree %s\n", STRATA_SRC_ROOT);
+}
+
+const char *test_src_root(void)
+{
+	return STRATA_SRC_ROOT;
+}
+
 const char *test_data_path(const char *name)
 {
 	static char path[PATH_MAX];
-	char self[PATH_MAX];
-	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	if (n > 0) {
-		self[n] = '\0';
-		/* build/<mode>/tests/test_x -> the repository root */
-		for (int i = 0; i < 4; i++) {
-			char *s = strrchr(self, '/');
-			if (s)
-				*s = '\0';
-		}
-		snprintf(path, sizeof(path), "%s/tests/data/%s", self, name);
-		if (!access(path, R_OK))
-			return path;
-	}
-	snprintf(path, sizeof(path), "tests/data/%s", name);
+	snprintf(path, sizeof(path), "%s/tests/data/%s", STRATA_SRC_ROOT, name);
 	return path;
 }
 

@@ -23,6 +23,8 @@ const char *test_path(const char *name);
 /* tests/data/<name>: an absolute path from the checkout the test binary was
  * built in (build/<mode>/tests/..), else relative to the current directory. */
 const char *test_data_path(const char *name);
+/* The repository's root (absolute), whatever the build directory. */
+const char *test_src_root(void);
 /* Path of a program built next to the tests ("strata" -> build/<mode>/bin/strata). */
 const char *test_bin(const char *name);
 /* Run a shell command, capture up to len bytes of stdout+stderr; returns exit status. */

@@ -4,6 +4,8 @@
 #ifndef STRATA_CLI_H
 #define STRATA_CLI_H
 
+#include <stdint.h>
+
 #include "strata/error.h"
 
 int strata_cmd_synth(int argc, char **argv);
@@ -29,6 +31,13 @@ int strata_cli_choice(const char *cmd, const char *opt, const char *v, const cha
 extern const char *const strata_cli_compute_names[]; /* none ref gpu auto: STRATA_COMPUTE_* */
 extern const char *const strata_cli_mover_names[];   /* uring mmap pread: STRATA_NVME_* */
 extern const char *const strata_cli_gpu_names[];     /* 0 1 auto: use_gpu 0, 1, -1 (index 2) */
+
+/* A whole number in [min, max] (base 10, or 0x.. where base0): 0, or -1 after
+ * printing "strata <cmd>: <opt>: 'text': ..." saying why not (not a number,
+ * too large for 64 bits, outside the range): a usage error, exit 2.  Never
+ * clamps. */
+int strata_cli_u64(const char *cmd, const char *opt, const char *text, uint64_t min, uint64_t max, int base0,
+		   uint64_t *out);
 
 /* getopt_long returned '?' (it has printed "unrecognized option" or "requires
  * an argument"): add "did you mean --x?" for a misspelt long option and a

@@ -54,6 +54,8 @@ static void usage(FILE *f)
 		"  --threads N         worker threads (default: online CPUs); each holds one matrix\n"
 		"  --shard-bytes SIZE  target shard size (default 4 GiB)\n"
 		"output\n"
+		"  --force             replace a model already in --out (built beside it, swapped in\n"
+		"                      whole at the end: the old one stays usable until then)\n"
 		"  --out DIR           shard directory (created); on any error nothing valid-looking\n"
 		"                      is left there\n"
 		"  --json              print the card as JSON\n"
@@ -215,7 +217,7 @@ int strata_cmd_quantize(int argc, char **argv)
 {
 	enum {
 		O_IN = 256, O_OUT, O_NAMING, O_TOPK, O_NAME, O_COUNTS, O_TRACE, O_SPLIT, O_BUDGET, O_BMODE, O_IMATRIX,
-		O_THREADS, O_SHARD, O_JSON, O_NOPROG, O_MAKE, O_SPEC, O_DTYPE, O_FILES, O_SEED, O_PLAN,
+		O_THREADS, O_SHARD, O_JSON, O_NOPROG, O_MAKE, O_SPEC, O_DTYPE, O_FILES, O_SEED, O_PLAN, O_FORCE,
 	};
 	static const struct option opts[] = {
 		{ "in", required_argument, 0, O_IN },          { "out", required_argument, 0, O_OUT },
@@ -230,6 +232,7 @@ int strata_cmd_quantize(int argc, char **argv)
 		{ "spec", required_argument, 0, O_SPEC },      { "dtype", required_argument, 0, O_DTYPE },
 		{ "files", required_argument, 0, O_FILES },    { "seed", required_argument, 0, O_SEED },
 		{ "plan", no_argument, 0, O_PLAN },            { "help", no_argument, 0, 'h' },
+		{ "force", no_argument, 0, O_FORCE },
 		{ 0, 0, 0, 0 },
 	};
 	const char *in = NULL, *out = NULL, *naming = "auto", *name = NULL, *counts = NULL, *trace = NULL;
@@ -237,7 +240,7 @@ int strata_cmd_quantize(int argc, char **argv)
 	const char *spec_text = NULL, *dtype_s = "bf16";
 	unsigned top_k = 0, threads = 0, files = 1;
 	uint64_t shard_bytes = 0, seed = 1, budget = 0;
-	int json = 0, progress = 1, plan = 0;
+	int json = 0, progress = 1, plan = 0, force = 0;
 	struct strata_error err = { 0 };
 	int c;
 	optind = 1;
@@ -245,12 +248,18 @@ int strata_cmd_quantize(int argc, char **argv)
 	int li = -1;
 	for (; (c = getopt_long(argc, argv, "h", opts, &li)) != -1; li = -1) {
 		char *end = NULL;
+		uint64_t v = 0;
+		const char *on = strata_cli_optname(opts, li, c);
 		switch (c) {
 		case 'h': usage(stdout); return 0;
 		case O_IN: in = optarg; break;
 		case O_OUT: out = optarg; break;
 		case O_NAMING: naming = optarg; break;
-		case O_TOPK: top_k = (unsigned)strtoul(optarg, &end, 10); break;
+		case O_TOPK:
+			if (strata_cli_u64("quantize", on, optarg, 1, 65535, 0, &v))
+				return 2;
+			top_k = (unsigned)v;
+			break;
 		case O_NAME: name = optarg; break;
 		case O_COUNTS: counts = optarg; break;
 		case O_TRACE: trace = optarg; break;
@@ -258,7 +267,11 @@ int strata_cmd_quantize(int argc, char **argv)
 		case O_BUDGET: budget_s = optarg; break;
 		case O_BMODE: bmode = optarg; break;
 		case O_IMATRIX: imx_path = optarg; break;
-		case O_THREADS: threads = (unsigned)strtoul(optarg, &end, 10); break;
+		case O_THREADS:
+			if (strata_cli_u64("quantize", on, optarg, 0, 1024, 0, &v))
+				return 2;
+			threads = (unsigned)v;
+			break;
 		case O_SHARD:
 			if (strata_parse_size(optarg, &shard_bytes, &err)) {
 				fprintf(stderr, "strata quantize: --shard-size: %s\n", err.msg);
@@ -271,8 +284,16 @@ int strata_cmd_quantize(int argc, char **argv)
 		case O_MAKE: make = optarg; break;
 		case O_SPEC: spec_text = optarg; break;
 		case O_DTYPE: dtype_s = optarg; break;
-		case O_FILES: files = (unsigned)strtoul(optarg, &end, 10); break;
-		case O_SEED: seed = strtoull(optarg, &end, 10); break;
+		case O_FILES:
+			if (strata_cli_u64("quantize", on, optarg, 1, 100000, 0, &v))
+				return 2;
+			files = (unsigned)v;
+			break;
+		case O_SEED:
+			if (strata_cli_u64("quantize", on, optarg, 0, UINT64_MAX, 0, &seed))
+				return 2;
+			break;
+		case O_FORCE: force = 1; break;
 		default: return strata_cli_bad_option("quantize", opts, argc, argv);
 		}
 		if (end && (*end || end == optarg || optarg[0] == '-')) {
@@ -357,7 +378,7 @@ int strata_cmd_quantize(int argc, char **argv)
 		strata_install_sigint();
 		struct strata_quantize_config qc = {
 			.out = out, .tiers = tiers, .imatrix = imx, .threads = threads, .shard_bytes = shard_bytes,
-			.progress = progress,
+			.progress = progress, .force = force,
 		};
 		rc = strata_quantize_run(m, &qc, &rep, &err);
 		if (!rc)

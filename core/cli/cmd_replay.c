@@ -57,7 +57,9 @@ static void usage(FILE *f, int virt)
 		       "                       submit) | each (a cudaMemcpyAsync per expert) | sm (a copy\n"
 		       "                       kernel reading pinned RAM)\n"
 		       "  --gpu G              auto (default) | 0 (host stand-in) | 1 (require a GPU)\n"
-		       "  --verify             check extent checksums on every NVMe read\n");
+		       "  --verify             check extent checksums on every NVMe read (default: on each\n"
+		       "                       expert's first read, preload included)\n"
+		       "  --no-verify          check none (the results' verify field says so)\n");
 }
 
 _Static_assert(STRATA_COMPUTE_NONE == 0 && STRATA_COMPUTE_REF == 1 && STRATA_COMPUTE_GPU == 2 &&
@@ -76,7 +78,7 @@ int strata_cli_replay_main(int argc, char **argv, int virt)
 {
 	const char *cmd = virt ? "sim" : "replay";
 	enum { O_MODEL = 256, O_TRACE, O_VRAM, O_RAM, O_PLACE, O_EVICT, O_PREFETCH, O_SEED, O_MAXTOK, O_CHUNK,
-	       O_NOHINTS, O_NOFUT, O_COMPUTE, O_MOVER, O_QD, O_GPU, O_VERIFY, O_JSON, O_CSV, O_APPEND, O_COST,
+	       O_NOHINTS, O_NOFUT, O_COMPUTE, O_MOVER, O_QD, O_GPU, O_VERIFY, O_NOVERIFY, O_JSON, O_CSV, O_APPEND, O_COST,
 	       O_NVMEQD, O_PROGRESS, O_TIERS, O_TIER_TRACE, O_COPY, O_NOPROG };
 	static const struct option opts[] = {
 		{ "model", required_argument, 0, O_MODEL }, { "trace", required_argument, 0, O_TRACE },
@@ -87,7 +89,7 @@ int strata_cli_replay_main(int argc, char **argv, int virt)
 		{ "no-hints", no_argument, 0, O_NOHINTS }, { "no-future", no_argument, 0, O_NOFUT },
 		{ "compute", required_argument, 0, O_COMPUTE }, { "mover", required_argument, 0, O_MOVER },
 		{ "queue-depth", required_argument, 0, O_QD }, { "gpu", required_argument, 0, O_GPU },
-		{ "verify", no_argument, 0, O_VERIFY }, { "json", required_argument, 0, O_JSON },
+		{ "verify", no_argument, 0, O_VERIFY }, { "no-verify", no_argument, 0, O_NOVERIFY }, { "json", required_argument, 0, O_JSON },
 		{ "csv", required_argument, 0, O_CSV }, { "append", no_argument, 0, O_APPEND },
 		{ "cost", required_argument, 0, O_COST }, { "nvme-qd", required_argument, 0, O_NVMEQD },
 		{ "progress", no_argument, 0, O_PROGRESS }, { "tiers", required_argument, 0, O_TIERS },
@@ -105,7 +107,6 @@ int strata_cli_replay_main(int argc, char **argv, int virt)
 	optind = 1;
 	int li = -1;
 	for (; (ch = getopt_long(argc, argv, "qh", opts, &li)) != -1; li = -1) {
-		char *end = NULL;
 		uint64_t v = 0;
 		switch (ch) {
 		case O_MODEL: c.model_dir = optarg; break;
@@ -127,12 +128,8 @@ int strata_cli_replay_main(int argc, char **argv, int virt)
 		case O_CHUNK:
 		case O_QD:
 		case O_NVMEQD:
-			v = strtoull(optarg, &end, 10);
-			if (!*optarg || *end || optarg[0] == '-') {
-				fprintf(stderr, "strata %s: %s: '%s' is not a non-negative integer\n", cmd,
-					strata_cli_optname(opts, li, ch), optarg);
+			if (strata_cli_u64(cmd, strata_cli_optname(opts, li, ch), optarg, 0, UINT64_MAX, 0, &v))
 				return 2;
-			}
 			if ((ch == O_QD || ch == O_NVMEQD) && v > 4096) {
 				fprintf(stderr, "strata %s: %s: '%s' (0..4096; 0: the default)\n", cmd,
 					strata_cli_optname(opts, li, ch), optarg);
@@ -176,7 +173,8 @@ int strata_cli_replay_main(int argc, char **argv, int virt)
 			c.engine.copy = (uint32_t)cm;
 			break;
 		}
-		case O_VERIFY: c.engine.verify = true; break;
+		case O_VERIFY: c.engine.verify = STRATA_VERIFY_EVERY; break;
+		case O_NOVERIFY: c.engine.verify = STRATA_VERIFY_OFF; break;
 		case O_JSON: json = optarg; break;
 		case O_CSV: csv = optarg; break;
 		case O_APPEND: append = 1; break;

@@ -77,19 +77,6 @@ static void list_presets(int json)
 }
 
 /* 1 if dir holds shard files of a finished write. */
-static int has_model(const char *dir)
-{
-	DIR *d = opendir(dir);
-	if (!d)
-		return 0;
-	int found = 0;
-	for (struct dirent *de; (de = readdir(d)) && !found;)
-		found = !strncmp(de->d_name, "shard-", 6) && strlen(de->d_name) == 18 &&
-			!strcmp(de->d_name + 11, ".strata");
-	closedir(d);
-	return found;
-}
-
 int strata_cmd_synth(int argc, char **argv)
 {
 	enum { O_SEED = 256, O_DIST, O_DOF, O_OFRAC, O_OSCALE, O_FORMAT, O_CODES, O_TIERS, O_SHARD, O_THREADS,
@@ -119,9 +106,8 @@ int strata_cmd_synth(int argc, char **argv)
 		case O_PRESET: preset = optarg; break;
 		case O_OUT: out = optarg; break;
 		case O_SEED:
-			cfg.seed = strtoull(optarg, &end, 0);
-			if (*end || !*optarg || optarg[0] == '-')
-				goto bad_value;
+			if (strata_cli_u64("synth", "--seed", optarg, 0, UINT64_MAX, 1, &cfg.seed))
+				return 2;
 			break;
 		case O_DIST:
 			if (!strcmp(optarg, "gaussian"))
@@ -216,11 +202,7 @@ bad_value:
 		fprintf(stderr, "strata synth: --codes=random only applies to --format=tiered\n");
 		return 2;
 	}
-	if (has_model(out) && !force) {
-		fprintf(stderr, "strata synth: %s already holds a model (shard-*.strata); use --force to replace it\n",
-			out);
-		return 1;
-	}
+	cfg.force = force;
 	strata_install_sigint();
 	struct strata_progress prog;
 	struct strata_synth_result res;

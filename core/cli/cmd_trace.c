@@ -1,4 +1,4 @@
-/* strata trace: import, gen, stats, convert, head. */
+/* strata trace: import, gen, stats, convert, export, head. */
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
@@ -19,18 +19,28 @@ static void usage_main(FILE *f)
 		"  gen      seeded synthetic trace (Zipf popularity, locality, cross-layer correlation)\n"
 		"  stats    popularity skew, reuse distance, cross-layer correlation (table or --json)\n"
 		"  convert  binary <-> JSONL\n"
+		"  export   libCacheSim's formats (oracleGeneral, csv): the same object stream in both simulators\n"
 		"  head     print the header and the first records\n");
 }
 
 static int parse_u64(const char *cmd, const char *opt, const char *v, uint64_t *out)
 {
-	char *end;
-	unsigned long long x = strtoull(v, &end, 10);
-	if (!*v || *end || v[0] == '-') {
-		fprintf(stderr, "strata trace %s: --%s: '%s' is not a non-negative integer\n", cmd, opt, v);
+	char c[32], o[64];
+	snprintf(c, sizeof(c), "trace %s", cmd);
+	snprintf(o, sizeof(o), "--%s", opt);
+	return strata_cli_u64(c, o, v, 0, UINT64_MAX, 0, out);
+}
+
+/* The same, for a 32-bit field: a larger value is refused, not cut to 32 bits. */
+static int parse_u32(const char *cmd, const char *opt, const char *v, uint32_t *out)
+{
+	char c[32], o[64];
+	uint64_t x;
+	snprintf(c, sizeof(c), "trace %s", cmd);
+	snprintf(o, sizeof(o), "--%s", opt);
+	if (strata_cli_u64(c, o, v, 0, UINT32_MAX, 0, &x))
 		return -1;
-	}
-	*out = x;
+	*out = (uint32_t)x;
 	return 0;
 }
 
@@ -67,13 +77,16 @@ static void usage_import(FILE *f)
 {
 	fprintf(f,
 		"usage: strata trace import [options] -o OUT INPUT...\n\n"
-		"Read routing logs and write a trace.  INPUT: .jsonl (one object per row) or .csv/.tsv with a header\n"
-		"row ('-' reads JSONL from stdin).  A row is one (token, layer) with a flat expert list, or one token\n"
-		"with one expert list per layer.  Columns are found by well-known names or --map.\n\n"
+		"Read routing logs and write a trace.  INPUT: .jsonl (one object per row), one JSON document (a list\n"
+		"of rows, or of steps mapping a layer id to null or to per-token expert lists), or .csv/.tsv with a\n"
+		"header row ('-' reads stdin).  A row is one (token, layer) with a flat expert list, or one token\n"
+		"with one expert list per layer.  Columns are found by well-known names or --map.  Sparse MoE\n"
+		"layer ids are stored as 0..n-1 and the map printed.  Errors name file:line:column.\n\n"
 		"  -o, --output FILE     trace to write (.jsonl: the text twin, else binary)\n"
 		"      --format F        auto | binary | jsonl\n"
 		"      --map LIST        role=column,...  roles: request token layer experts weights phase pos pred\n"
-		"                        pred_w; column '-' ignores a role; 'expert_*' gathers numbered columns;\n"
+		"                        pred_w; role=- ignores a role, COLUMN=- a column; 'expert_*' gathers\n"
+		"                        numbered columns; names match ignoring case, spaces and punctuation;\n"
 		"                        e.g. token=token_idx,layer=layer,experts=experts,weights=gating_probs,\n"
 		"                        request=problem_id\n"
 		"      --experts N       experts per layer (default: model's, else largest id + 1)\n"
@@ -146,8 +159,12 @@ static int cmd_import(int argc, char **argv)
 			}
 			break;
 		case 'b':
-			if (parse_u64("import", "layer-base", optarg, &v) || v > 65535)
+			if (parse_u64("import", "layer-base", optarg, &v))
 				return 2;
+			if (v > 65535) {
+				fprintf(stderr, "strata trace import: --layer-base: '%s': out of range (0..65535)\n", optarg);
+				return 2;
+			}
 			c.layer_base = (uint32_t)v;
 			break;
 		case 'F': c.weights_f32 = true; break;
@@ -181,6 +198,13 @@ static int cmd_import(int argc, char **argv)
 		printf("%s: %" PRIu64 " rows -> %" PRIu64 " tokens in %" PRIu64 " requests; %" PRIu64
 		       " missing (token, layer) rows: %" PRIu64 " tokens dropped, %" PRIu64 " cells filled\n",
 		       c.output, r.rows, r.tokens, r.requests, r.gap_cells, r.dropped_tokens, r.filled_cells);
+	if (r.n_layer_ids) { /* always: the map is how the trace's layers read */
+		printf("%s: sparse MoE layer ids stored as layers 0..%u; layer map (trace layer -> input layer):",
+		       c.output, r.n_layer_ids - 1);
+		for (uint32_t i = 0; i < r.n_layer_ids; i++)
+			printf(" %u:%u", i, r.layer_ids[i]);
+		printf("\n");
+	}
 	return 0;
 }
 
@@ -232,7 +256,6 @@ static int cmd_gen(int argc, char **argv)
 	struct strata_error err = { 0 };
 	const char *out = NULL;
 	int fmt = STRATA_TRACE_FMT_AUTO, ch, topn_set = 0;
-	uint64_t v;
 	char model_name[256] = "";
 	while ((ch = getopt_long(argc, argv, "o:h", opts, NULL)) != -1) {
 		int bad = 0;
@@ -247,22 +270,22 @@ static int cmd_gen(int argc, char **argv)
 			snprintf(model_name, sizeof(model_name), "%s", spec.name);
 			c.model = model_name;
 			break;
-		case 'L': bad = parse_u64("gen", "layers", optarg, &v); c.n_moe_layers = (uint32_t)v; break;
-		case 'E': bad = parse_u64("gen", "experts", optarg, &v); c.n_experts = (uint32_t)v; break;
-		case 'K': bad = parse_u64("gen", "top-k", optarg, &v); c.top_k = (uint32_t)v; break;
+		case 'L': bad = parse_u32("gen", "layers", optarg, &c.n_moe_layers); break;
+		case 'E': bad = parse_u32("gen", "experts", optarg, &c.n_experts); break;
+		case 'K': bad = parse_u32("gen", "top-k", optarg, &c.top_k); break;
 		case 's': bad = parse_u64("gen", "seed", optarg, &c.seed); break;
-		case 'r': bad = parse_u64("gen", "requests", optarg, &v); c.requests = (uint32_t)v; break;
-		case 'P': bad = parse_u64("gen", "prompt", optarg, &v); c.prompt_len = (uint32_t)v; break;
-		case 'G': bad = parse_u64("gen", "gen", optarg, &v); c.gen_len = (uint32_t)v; break;
+		case 'r': bad = parse_u32("gen", "requests", optarg, &c.requests); break;
+		case 'P': bad = parse_u32("gen", "prompt", optarg, &c.prompt_len); break;
+		case 'G': bad = parse_u32("gen", "gen", optarg, &c.gen_len); break;
 		case 'j': bad = parse_dbl("gen", "jitter", optarg, &c.len_jitter); break;
 		case 'a': bad = parse_dbl("gen", "alpha", optarg, &c.zipf_alpha); break;
 		case 'u': bad = parse_dbl("gen", "reuse", optarg, &c.reuse_prob); break;
-		case 'W': bad = parse_u64("gen", "window", optarg, &v); c.reuse_window = (uint32_t)v; break;
+		case 'W': bad = parse_u32("gen", "window", optarg, &c.reuse_window); break;
 		case 'c': bad = parse_dbl("gen", "corr", optarg, &c.layer_corr); break;
 		case 'I': c.interleave = true; break;
 		case 'N': c.weights = false; break;
-		case 'd': bad = parse_u64("gen", "pred-depth", optarg, &v); c.pred_depth = (uint32_t)v; break;
-		case 'n': bad = parse_u64("gen", "pred-topn", optarg, &v); c.pred_topn = (uint32_t)v; topn_set = 1; break;
+		case 'd': bad = parse_u32("gen", "pred-depth", optarg, &c.pred_depth); break;
+		case 'n': bad = parse_u32("gen", "pred-topn", optarg, &c.pred_topn); topn_set = 1; break;
 		case 'A': bad = parse_dbl("gen", "pred-accuracy", optarg, &c.pred_accuracy); break;
 		case 'f': bad = parse_format("gen", optarg, &fmt); break;
 		case 'h': usage_gen(stdout); return 0;
@@ -434,6 +457,64 @@ static int cmd_convert(int argc, char **argv)
 	return rc ? strata_cli_fail("trace convert", &err) : 0;
 }
 
+static void usage_export(FILE *f)
+{
+	fprintf(f,
+		"usage: strata trace export --format oracleGeneral|csv [--obj-size N] TRACE OUT\n\n"
+		"Write the trace as libCacheSim reads it: one request per (token, layer, routed expert), object id\n"
+		"layer * n_experts + expert, time = token index, every object N bytes (default 1).\n"
+		"  oracleGeneral  binary 24-byte records with each request's next access (Belady reads it):\n"
+		"                 cachesim OUT oracleGeneral lru 96 --ignore-obj-size 1\n"
+		"  csv            time,obj_id,obj_size with a header line:\n"
+		"                 cachesim OUT csv lru 96 -t \"time-col=1,obj-id-col=2,obj-size-col=3,has-header=true\"\n");
+}
+
+static int cmd_export(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "format", required_argument, 0, 'f' }, { "obj-size", required_argument, 0, 's' },
+		{ "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
+	};
+	int fmt = 0, ch;
+	uint64_t size = 1;
+	while ((ch = getopt_long(argc, argv, "f:h", opts, NULL)) != -1) {
+		switch (ch) {
+		case 'f':
+			if (!strcmp(optarg, "oracleGeneral") || !strcmp(optarg, "oraclegeneral"))
+				fmt = STRATA_EXPORT_ORACLE_GENERAL;
+			else if (!strcmp(optarg, "csv"))
+				fmt = STRATA_EXPORT_CSV;
+			else {
+				fprintf(stderr, "strata trace export: --format: '%s' (oracleGeneral, csv)\n", optarg);
+				return 2;
+			}
+			break;
+		case 's':
+			if (parse_u64("export", "obj-size", optarg, &size))
+				return 2;
+			if (!size || size > UINT32_MAX) {
+				fprintf(stderr, "strata trace export: --obj-size: %s is not in 1..%u\n", optarg, UINT32_MAX);
+				return 2;
+			}
+			break;
+		case 'h': usage_export(stdout); return 0;
+		default: usage_export(stderr); return 2;
+		}
+	}
+	if (!fmt || optind + 2 != argc) {
+		fprintf(stderr, "strata trace export: %s\n", !fmt ? "--format is required" : "need TRACE and OUT");
+		usage_export(stderr);
+		return 2;
+	}
+	struct strata_error err = { 0 };
+	struct strata_trace *t;
+	if (strata_trace_open(argv[optind], &t, &err))
+		return strata_cli_fail("trace export", &err);
+	int rc = strata_trace_export(t, argv[optind + 1], fmt, (uint32_t)size, &err);
+	strata_trace_close(t);
+	return rc ? strata_cli_fail("trace export", &err) : 0;
+}
+
 static int cmd_head(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -496,6 +577,7 @@ int strata_cmd_trace(int argc, char **argv)
 		return argc < 2 ? 2 : 0;
 	}
 	const char *sub = argv[1];
+	strata_install_sigint(); /* writers stop on SIGINT/SIGTERM/SIGHUP and remove their temp files */
 	char name[64]; /* "strata trace import" in getopt's messages */
 	snprintf(name, sizeof(name), "strata trace %s", sub);
 	argv[1] = name;
@@ -510,7 +592,9 @@ int strata_cmd_trace(int argc, char **argv)
 		return cmd_convert(argc - 1, argv + 1);
 	if (!strcmp(sub, "head"))
 		return cmd_head(argc - 1, argv + 1);
-	static const char *const subs[] = { "import", "gen", "stats", "convert", "head" };
+	if (!strcmp(sub, "export"))
+		return cmd_export(argc - 1, argv + 1);
+	static const char *const subs[] = { "import", "gen", "stats", "convert", "head", "export" };
 	const char *hint = strata_closest_name(sub, strlen(sub), subs, sizeof(subs) / sizeof(subs[0]));
 	fprintf(stderr, "strata trace: unknown subcommand '%s'", sub);
 	if (hint)

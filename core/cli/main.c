@@ -1,5 +1,8 @@
 /* `strata`: dispatch to a subcommand. */
+#include <ctype.h>
+#include <errno.h>
 #include <getopt.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +46,30 @@ const char *strata_cli_optname(const struct option *opts, int li, int c)
 	else
 		snprintf(buf, sizeof(buf), "-%c", c);
 	return buf;
+}
+
+int strata_cli_u64(const char *cmd, const char *opt, const char *text, uint64_t min, uint64_t max, int base0,
+		   uint64_t *out)
+{
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(text, &end, base0 ? 0 : 10);
+	const char *why = NULL;
+	if (!*text || *end || text[0] == '-' || isspace((unsigned char)text[0]))
+		why = "not a non-negative whole number";
+	else if (errno == ERANGE)
+		why = "too large (more than 64 bits)";
+	else if (v < min || v > max)
+		why = "out of range";
+	if (!why) {
+		*out = v;
+		return 0;
+	}
+	if (max == UINT64_MAX)
+		fprintf(stderr, "strata %s: %s: '%s': %s (at least %" PRIu64 ")\n", cmd, opt, text, why, min);
+	else
+		fprintf(stderr, "strata %s: %s: '%s': %s (%" PRIu64 "..%" PRIu64 ")\n", cmd, opt, text, why, min, max);
+	return -1;
 }
 
 const char *const strata_cli_compute_names[] = { "none", "ref", "gpu", "auto", NULL };

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <xxhash.h>
+
 #include "strata/gpu.h"
 #include "strata/mover.h"
 #include "strata/util.h"
@@ -82,6 +84,13 @@ int strata_move_error(const struct strata_move *mv, struct strata_error *err)
 {
 	char a[32], b[32];
 	int e = -mv->res;
+	if (e == EBADMSG && mv->check_bytes)
+		return STRATA_ERR(err, STRATA_ECORRUPT,
+				  "%s: checksum mismatch in the extent at offset %llu (%llu bytes): stored %016llx, "
+				  "read %016llx (corrupt shard; `strata inspect --verify` lists every bad extent)",
+				  mv->path ? mv->path : "(memory)", (unsigned long long)mv->offset,
+				  (unsigned long long)mv->check_bytes, (unsigned long long)mv->check_xxh3,
+				  (unsigned long long)mv->check_got);
 	if (mv->path && e == ENODATA)
 		return STRATA_ERR(err, STRATA_EIO,
 				  "%s: read at offset %llu (%llu bytes): short read, %llu of %llu bytes (truncated file?)",
@@ -126,6 +135,14 @@ int strata_mover_reap(struct strata_mover *m, uint32_t min, struct strata_error 
 		for (int i = 0; i < r; i++) {
 			struct strata_move *mv = done[i];
 			mv->reaped = true;
+			/* a device destination is checked by its mover (staged: in
+			 * the bounce buffers); host memory is checked here */
+			if (mv->check_bytes && mv->status == STRATA_MOVE_DONE &&
+			    !(m->ops->caps & STRATA_MOVER_C_DEVICE_DST) &&
+			    (mv->check_got = XXH3_64bits(mv->dst, mv->check_bytes)) != mv->check_xxh3) {
+				mv->status = STRATA_MOVE_FAILED;
+				mv->res = -EBADMSG;
+			}
 			m->outstanding--;
 			m->moves++;
 			if (mv->status == STRATA_MOVE_FAILED) {

@@ -8,10 +8,18 @@
  * A parent move keeps its progress in priv[]: priv[0] = bytes issued to
  * reads, priv[1] = bytes finished (copied, or given up after a failure).  It
  * completes when every issued chunk has finished, so the caller may reuse its
- * destination the moment it is reaped, even after a failure. */
+ * destination the moment it is reaped, even after a failure.
+ *
+ * A move with a check (mv->check_bytes) is hashed here, chunk by chunk in the
+ * bounce buffers, so a read into device memory is checked without a copy
+ * back.  XXH3 is a stream, so chunks are hashed in file order: a chunk whose
+ * copy finished before an earlier chunk's read keeps its buffer until it has
+ * been hashed.  At most n + 1 moves are being hashed at once (every one but
+ * the head of the pending queue holds a buffer). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
 #include "mover_int.h"
 #include "strata/gpu.h"
@@ -25,6 +33,13 @@ struct bounce {
 	uint64_t off, len;       /* chunk within the parent */
 	struct strata_move rd, cp;
 	int busy;
+	int read_ok, copied, hashed; /* checked moves: the chunk's progress */
+};
+
+struct hstate {
+	struct strata_move *par; /* NULL: free */
+	XXH3_state_t *st;
+	uint64_t hashed;          /* bytes of par hashed, in order */
 };
 
 struct staged_priv {
@@ -34,6 +49,7 @@ struct staged_priv {
 	struct strata_moveq pending; /* parents with chunks left to issue */
 	struct strata_moveq done;
 	int registered;
+	struct hstate *hs;        /* nb + 1 */
 };
 
 static void staged_free(struct strata_mover *m)
@@ -45,6 +61,9 @@ static void staged_free(struct strata_mover *m)
 		free(p->b[i].buf);
 	}
 	free(p->b);
+	for (uint32_t i = 0; p->hs && i <= p->nb; i++)
+		XXH3_freeState(p->hs[i].st);
+	free(p->hs);
 }
 
 static int staged_init(struct strata_mover *m, struct strata_error *err)
@@ -58,8 +77,16 @@ static int staged_init(struct strata_mover *m, struct strata_error *err)
 	p->bsz = c->bounce_bytes ? c->bounce_bytes : 4u << 20;
 	p->bsz = (p->bsz + STRATA_TIER_ALIGN - 1) / STRATA_TIER_ALIGN * STRATA_TIER_ALIGN;
 	p->b = calloc(p->nb, sizeof(*p->b));
-	if (!p->b)
+	p->hs = calloc(p->nb + 1, sizeof(*p->hs));
+	for (uint32_t i = 0; p->hs && i <= p->nb; i++)
+		if (!(p->hs[i].st = XXH3_createState())) {
+			staged_free(m);
+			return STRATA_ERR(err, STRATA_ENOMEM, "out of memory");
+		}
+	if (!p->b || !p->hs) {
+		staged_free(m);
 		return STRATA_ERR(err, STRATA_ENOMEM, "out of memory");
+	}
 	for (uint32_t i = 0; i < p->nb; i++) {
 		p->b[i].m = m;
 		if (!(p->b[i].buf = strata_aligned_alloc(STRATA_TIER_ALIGN, p->bsz))) {
@@ -83,12 +110,67 @@ static int staged_init(struct strata_mover *m, struct strata_error *err)
 	return STRATA_OK;
 }
 
+static struct hstate *hs_of(struct staged_priv *p, const struct strata_move *par)
+{
+	for (uint32_t i = 0; i <= p->nb; i++)
+		if (p->hs[i].par == par)
+			return &p->hs[i];
+	return NULL;
+}
+
+static void chunk_finished(struct bounce *b, int res);
+
+/* A checked move failed: stop hashing it and let go of the chunks that were
+ * only waiting to be hashed. */
+static void hs_drop(struct staged_priv *p, struct strata_move *par)
+{
+	struct hstate *h = hs_of(p, par);
+	if (!h)
+		return;
+	h->par = NULL;
+	for (uint32_t i = 0; i < p->nb; i++)
+		if (p->b[i].busy && p->b[i].parent == par && p->b[i].copied)
+			chunk_finished(&p->b[i], 0);
+}
+
+/* Hash par's chunks that have arrived, in file order; finish those whose copy
+ * is done; compare once the whole move is hashed. */
+static void hs_advance(struct staged_priv *p, struct strata_move *par)
+{
+	struct hstate *h;
+	while ((h = hs_of(p, par))) {
+		struct bounce *b = NULL;
+		for (uint32_t i = 0; i < p->nb && !b; i++)
+			if (p->b[i].busy && p->b[i].parent == par && p->b[i].read_ok && !p->b[i].hashed &&
+			    p->b[i].off == h->hashed)
+				b = &p->b[i];
+		if (!b)
+			return;
+		if (b->off < par->check_bytes)
+			XXH3_64bits_update(h->st, b->buf,
+					   b->len < par->check_bytes - b->off ? b->len : par->check_bytes - b->off);
+		b->hashed = 1;
+		h->hashed += b->len;
+		if (h->hashed == par->bytes) {
+			h->par = NULL;
+			par->check_got = XXH3_64bits_digest(h->st);
+			if (par->check_got != par->check_xxh3 && !par->res)
+				par->res = -EBADMSG;
+		}
+		if (b->copied)
+			chunk_finished(b, 0);
+	}
+}
+
 static void chunk_finished(struct bounce *b, int res)
 {
 	struct staged_priv *p = b->m->priv;
 	struct strata_move *par = b->parent;
 	b->busy = 0;
 	b->parent = NULL;
+	b->read_ok = b->copied = b->hashed = 0;
+	if (res && par->check_bytes)
+		hs_drop(p, par);
 	if (res && !par->res) {
 		par->res = res;
 		/* stop issuing: what was never read counts as finished */
@@ -108,6 +190,11 @@ static void chunk_finished(struct bounce *b, int res)
 static void copy_done(struct strata_move *cp)
 {
 	struct bounce *b = cp->user;
+	struct staged_priv *p = b->m->priv;
+	if (cp->status == STRATA_MOVE_DONE && !b->hashed && hs_of(p, b->parent)) {
+		b->copied = 1; /* the buffer waits for its turn to be hashed */
+		return;
+	}
 	chunk_finished(b, cp->status == STRATA_MOVE_DONE ? 0 : (cp->res ? cp->res : -EIO));
 }
 
@@ -126,8 +213,14 @@ static void read_done(struct strata_move *rd)
 	b->cp.bytes = b->len;
 	b->cp.on_done = copy_done;
 	b->cp.user = b;
-	if (strata_mover_queue(m->cfg.stage_copy, &b->cp, NULL))
+	b->read_ok = 1;
+	struct strata_move *par = b->parent;
+	if (strata_mover_queue(m->cfg.stage_copy, &b->cp, NULL)) {
 		chunk_finished(b, -EIO);
+		return;
+	}
+	if (par->check_bytes)
+		hs_advance(m->priv, par);
 }
 
 /* Hand free bounce buffers to the next chunks, then submit both stages. */
@@ -152,6 +245,13 @@ static int pump(struct strata_mover *m)
 		b->parent = par;
 		b->off = par->priv[0];
 		b->len = left < p->bsz ? left : p->bsz;
+		b->read_ok = b->copied = b->hashed = 0;
+		if (par->check_bytes && b->off == 0) {
+			struct hstate *h = hs_of(p, NULL); /* there is one (see the file head) */
+			h->par = par;
+			h->hashed = 0;
+			XXH3_64bits_reset(h->st);
+		}
 		par->priv[0] += b->len;
 		if (par->priv[0] == par->bytes)
 			strata_moveq_pop(&p->pending);

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -107,6 +108,7 @@ struct strata_trace {
 	void *map;
 	size_t map_len;
 	uint8_t *owned;      /* JSONL: records in memory */
+	int input_slot;      /* strata_input_note */
 };
 
 static inline const uint8_t *rec_at(const struct strata_trace *t, uint64_t i)
@@ -236,6 +238,23 @@ static int shape_check(const char *path, const struct strata_trace_info *in, str
 }
 
 /* Every record: phase, expert ids in range and distinct, prediction ids in range. */
+/* Why a router (gate) weight cannot be stored, or NULL: weights are finite,
+ * non-negative and, stored as f16, at most 65504 (a larger one would become
+ * inf); stored values are never clamped or zeroed. */
+#define TRACE_WEIGHT_RANGE "0..65504"
+static const char *weight_bad(float v)
+{
+	if (isnan(v))
+		return "not a number";
+	if (isinf(v))
+		return "infinite";
+	if (v < 0 || signbit(v))
+		return "negative";
+	if (v > 65504.0f)
+		return "too large for f16";
+	return NULL;
+}
+
 static int validate_records(const struct strata_trace *t, struct strata_error *err)
 {
 	const struct strata_trace_info *in = &t->info;
@@ -272,6 +291,19 @@ static int validate_records(const struct strata_trace *t, struct strata_error *e
 					break;
 				}
 				seen[e[j]] = stamp;
+			}
+		}
+		for (uint32_t l = 0; l < L && !rc && t->lay.w_size; l++) {
+			float wv[STRATA_TRACE_MAX_TOPK];
+			strata_trace_weights(t, i, l, wv);
+			for (uint32_t j = 0; j < k; j++) {
+				const char *why = weight_bad(wv[j]);
+				if (why) {
+					rc = STRATA_ERR(err, STRATA_ECORRUPT, "%s: record %" PRIu64 " layer %u: weight %g is %s "
+							"(router weights lie in " TRACE_WEIGHT_RANGE ")", t->path, i, l,
+							(double)wv[j], why);
+					break;
+				}
 			}
 		}
 		if (!rc && t->lay.ldn) {
@@ -379,8 +411,9 @@ int strata_trace_open(const char *path, struct strata_trace **out, struct strata
 		free(t);
 		return STRATA_ERR(err, STRATA_ENOMEM, "%s: out of memory", path);
 	}
+	t->input_slot = -1;
 	int rc = STRATA_OK;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0) {
 		rc = strata_error_set(err, errno == ENOENT ? STRATA_ENOTFOUND : STRATA_EIO, errno, __FILE__,
 				      __LINE__, "%s: cannot open trace", path);
@@ -392,6 +425,14 @@ int strata_trace_open(const char *path, struct strata_trace **out, struct strata
 		close(fd);
 		goto fail;
 	}
+	if (!S_ISREG(st.st_mode)) {
+		rc = STRATA_ERR(err, STRATA_EINVAL, "%s: not a regular file (a %s): a trace must be a file", path,
+				S_ISDIR(st.st_mode) ? "directory" : S_ISFIFO(st.st_mode) ? "FIFO" : "device or socket");
+		close(fd);
+		goto fail;
+	}
+	fcntl(fd, F_SETFL, 0); /* O_NONBLOCK only kept open() off a FIFO */
+	t->input_slot = strata_input_note(path);
 	char magic[8] = { 0 };
 	ssize_t got = pread(fd, magic, 8, 0);
 	if (got == 8 && !memcmp(magic, STRATA_TRACE_MAGIC, 8)) {
@@ -402,11 +443,32 @@ int strata_trace_open(const char *path, struct strata_trace **out, struct strata
 					STRATA_TRACE_HEADER_BYTES);
 			goto fail;
 		}
-		t->map = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
+		/* Read into private memory, not mmap: what was validated is what
+		 * the run uses, even if the file is replaced, rewritten or cut
+		 * short meanwhile (a shared mapping would change under the run
+		 * or fault with SIGBUS). */
+		t->map = malloc(len);
+		if (!t->map) {
+			close(fd);
+			rc = STRATA_ERR(err, STRATA_ENOMEM, "%s: no memory to hold the trace (%zu bytes)", path, len);
+			goto fail;
+		}
+		size_t done = 0;
+		while (done < len) {
+			ssize_t n = pread(fd, (uint8_t *)t->map + done, len - done, (off_t)done);
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n <= 0)
+				break;
+			done += (size_t)n;
+		}
+		int e = errno;
 		close(fd);
-		if (t->map == MAP_FAILED) {
-			t->map = NULL;
-			rc = STRATA_ERRNO(err, STRATA_EIO, "%s: mmap", path);
+		if (done < len) {
+			errno = e;
+			rc = done == 0 && e ? STRATA_ERRNO(err, STRATA_EIO, "%s: read", path)
+				: STRATA_ERR(err, STRATA_ECORRUPT, "%s: the file shrank while being read (%zu of %zu "
+					     "bytes): was it being rewritten?", path, done, len);
 			goto fail;
 		}
 		t->map_len = len;
@@ -472,14 +534,12 @@ int strata_trace_open(const char *path, struct strata_trace **out, struct strata
 			goto fail;
 		}
 		t->rec = h + STRATA_TRACE_HEADER_BYTES;
-		madvise(t->map, len, MADV_SEQUENTIAL);
 		if ((rc = validate_records(t, err)))
 			goto fail;
 		if (XXH64(t->rec, in->n_tokens * in->record_bytes, 0) != in->xxh64) {
 			rc = STRATA_ERR(err, STRATA_ECORRUPT, "%s: record checksum mismatch (corrupt records)", path);
 			goto fail;
 		}
-		madvise(t->map, len, MADV_NORMAL);
 	} else {
 		/* not the magic: JSONL unless it looks binary */
 		unsigned char probe[256];
@@ -519,9 +579,10 @@ void strata_trace_close(struct strata_trace *t)
 	if (!t)
 		return;
 	if (t->map)
-		munmap(t->map, t->map_len);
+		free(t->map);
 	free(t->owned);
 	free(t->path);
+	strata_input_forget(t->input_slot);
 	free(t);
 }
 
@@ -702,6 +763,10 @@ static int open_jsonl(struct strata_trace *t, FILE *f, struct strata_error *err)
 				for (const struct strata_json *e = jchild(c); e; e = jnext(c, e), j++) {
 					if (e->type != STRATA_JSON_NUMBER)
 						JERR("%s:%" PRIu64 ": weights of layer %u: not a number", t->path, lineno, l);
+					const char *why = weight_bad((float)e->num);
+					if (why || (e->num > 0 && (float)e->num == 0))
+						JERR("%s:%" PRIu64 ": weights of layer %u: %g is %s (router weights lie in "
+						     TRACE_WEIGHT_RANGE ")", t->path, lineno, l, e->num, why ? why : "too small for f32");
 					w[l * k + j] = (float)e->num;
 				}
 			}
@@ -839,6 +904,8 @@ struct strata_trace_writer {
 	struct stats_acc acc;
 	char *line;
 	size_t line_cap;
+	struct strata_outlock lock;
+	int tmp_slot;                 /* strata_tmp_register of tmp */
 };
 
 static int ends_with(const char *s, const char *suf)
@@ -862,6 +929,8 @@ static void writer_free(struct strata_trace_writer *w)
 	if (w->xs)
 		XXH64_freeState(w->xs);
 	acc_free(&w->acc);
+	strata_tmp_unregister(w->tmp_slot);
+	strata_outlock_release(&w->lock);
 	free(w->rec);
 	free(w->line);
 	free(w->path);
@@ -905,6 +974,8 @@ int strata_trace_writer_open(const struct strata_trace_writer_config *cfg,
 	struct strata_trace_writer *w = calloc(1, sizeof(*w));
 	if (!w)
 		return STRATA_ERR(err, STRATA_ENOMEM, "%s: out of memory", cfg->path);
+	w->lock.fd = -1;
+	w->tmp_slot = -1;
 	int rc;
 	struct strata_trace_info *in = &w->info;
 	in->n_moe_layers = cfg->n_moe_layers;
@@ -936,7 +1007,13 @@ int strata_trace_writer_open(const struct strata_trace_writer_config *cfg,
 		goto fail;
 	}
 	sprintf(w->tmp, "%s.tmp", cfg->path);
+	if ((rc = strata_outlock_take(&w->lock, cfg->path, err))) {
+		free(w->tmp);
+		w->tmp = NULL; /* another writer's: not ours to remove */
+		goto fail;
+	}
 	XXH64_reset(w->xs, 0);
+	w->tmp_slot = strata_tmp_register(w->tmp);
 	w->f = fopen(w->tmp, "wb");
 	if (!w->f) {
 		rc = STRATA_ERRNO(err, STRATA_EIO, "%s: cannot create", w->tmp);
@@ -961,11 +1038,29 @@ fail:
 
 uint64_t strata_trace_writer_count(const struct strata_trace_writer *w) { return w->info.n_tokens; }
 
+int strata_trace_writer_reserve(struct strata_trace_writer *w, uint64_t n_tokens, struct strata_error *err)
+{
+	uint64_t per = (uint64_t)w->lay.bytes * (w->format == STRATA_TRACE_FMT_JSONL ? 4 : 1);
+	if (n_tokens > (UINT64_MAX - STRATA_TRACE_HEADER_BYTES) / (per ? per : 1))
+		return STRATA_ERR(err, STRATA_ENOSPC, "%s: %" PRIu64 " tokens is more than any disk holds", w->path,
+				  n_tokens);
+	uint64_t need = STRATA_TRACE_HEADER_BYTES + n_tokens * per;
+	struct statvfs vfs;
+	if (fstatvfs(fileno(w->f), &vfs))
+		return STRATA_OK; /* cannot tell: the writes will say */
+	uint64_t avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
+	if (avail >= need)
+		return STRATA_OK;
+	char a[32], b[32];
+	return STRATA_ERR(err, STRATA_ENOSPC, "%s: not enough space: %" PRIu64 " tokens need about %s, %s free",
+			  w->path, n_tokens, strata_fmt_bytes(need, a, sizeof(a)), strata_fmt_bytes(avail, b, sizeof(b)));
+}
+
+/* %.9g: every float reads back as itself (binary -> JSONL -> binary is the
+ * identity); the writer has refused non-finite values before. */
 static void put_float(FILE *f, float v)
 {
-	if (!isfinite(v))
-		v = 0;
-	fprintf(f, "%.6g", (double)v);
+	fprintf(f, "%.9g", (double)v);
 }
 
 int strata_trace_writer_add(struct strata_trace_writer *w, const struct strata_trace_token *tok,
@@ -974,6 +1069,9 @@ int strata_trace_writer_add(struct strata_trace_writer *w, const struct strata_t
 	const struct strata_trace_info *in = &w->info;
 	uint32_t L = in->n_moe_layers, k = in->top_k, E = in->n_experts;
 	uint64_t i = in->n_tokens;
+	if (strata_interrupted)
+		return STRATA_ERR(err, STRATA_EINTR, "%s: interrupted after %" PRIu64 " tokens (nothing written)",
+				  w->path, i);
 	if (tok->phase != STRATA_PHASE_PREFILL && tok->phase != STRATA_PHASE_DECODE)
 		return STRATA_ERR(err, STRATA_EINVAL, "%s: token %" PRIu64 ": bad phase %d", w->path, i, tok->phase);
 	for (uint32_t l = 0; l < L; l++)
@@ -989,6 +1087,18 @@ int strata_trace_writer_add(struct strata_trace_writer *w, const struct strata_t
 							  "%s: token %" PRIu64 " layer %u: expert %u listed twice",
 							  w->path, i, l, e);
 		}
+	for (uint32_t j = 0; tok->weights && w->lay.w_size && j < L * k; j++) {
+		const char *why = weight_bad(tok->weights[j]);
+		if (why)
+			return STRATA_ERR(err, STRATA_EINVAL, "%s: token %" PRIu64 " (request %u, position %u) layer %u: "
+					  "weight %g is %s (router weights lie in " TRACE_WEIGHT_RANGE ")", w->path, i,
+					  tok->req, tok->pos, j / k, (double)tok->weights[j], why);
+	}
+	for (uint32_t j = 0; tok->pred && tok->pred_w && j < w->lay.ldn; j++)
+		if (tok->pred[j] != STRATA_TRACE_NO_EXPERT &&
+		    (!isfinite(tok->pred_w[j]) || fabsf(tok->pred_w[j]) > 65504.0f))
+			return STRATA_ERR(err, STRATA_EINVAL, "%s: token %" PRIu64 ": prediction score %g is not a finite "
+					  "f16 value (-65504..65504)", w->path, i, (double)tok->pred_w[j]);
 	if (tok->pred)
 		for (uint32_t j = 0; j < w->lay.ldn; j++)
 			if (tok->pred[j] != STRATA_TRACE_NO_EXPERT && tok->pred[j] >= E)
@@ -1134,6 +1244,8 @@ int strata_trace_convert(const struct strata_trace *t, const char *path, int for
 	};
 	struct strata_trace_writer *w;
 	int rc = strata_trace_writer_open(&c, &w, err);
+	if (!rc && (rc = strata_trace_writer_reserve(w, in->n_tokens, err)))
+		strata_trace_writer_abort(w);
 	if (rc)
 		return rc;
 	float *scratch = malloc((strata_trace_scratch_floats(t) + 1) * sizeof(float));
@@ -1193,9 +1305,9 @@ int strata_trace_plan_build(const struct strata_trace *t, uint32_t prefill_chunk
 	}
 	p->step_first[s] = n;
 	p->n_steps = s;
-	p->off = malloc((s * L + 1) * sizeof(uint64_t));
+	p->off = strata_big_alloc((s * L + 1) * sizeof(uint64_t));
 	size_t cap = n * (size_t)L * k + 1;
-	p->ids = malloc(cap * sizeof(uint16_t));
+	p->ids = strata_big_alloc(cap * sizeof(uint16_t));
 	uint32_t *stamp = calloc(E, sizeof(uint32_t));
 	if (!p->off || !p->ids || !stamp) {
 		free(stamp);
@@ -1233,17 +1345,31 @@ struct fcur {
 	uint32_t first;    /* start[eid], here so that a lookup reads one line */
 };
 
+/* Per access, in clock order: its expert and the clock of that expert's next
+ * access (UINT32_MAX: none).  The common question, "eid was just accessed at
+ * now: when next?", reads one entry of an array walked in order instead of
+ * the eid's own position list (a cache miss per access on large traces). */
+struct fnext {
+	uint32_t eid, next;
+};
+
 struct future_priv {
 	const struct strata_trace_plan *plan;
 	uint32_t n_experts, n_ids;
 	uint64_t *start;   /* [n_ids + 1] into pos */
 	uint32_t *pos;     /* access clock values per eid, ascending */
 	struct fcur *c;    /* [n_ids]; one cache line for the common forward case */
+	struct fnext *at;  /* [n_accesses] */
+	uint64_t n_at;
 };
 
 static uint64_t future_next_use(const struct strata_future *f, uint32_t eid, uint64_t now)
 {
 	struct future_priv *fp = f->priv;
+	if (now < fp->n_at && fp->at[now].eid == eid) /* eid's access at now */
+		return fp->at[now].next == UINT32_MAX ? STRATA_NEVER : fp->at[now].next;
+	if (now + 1 < fp->n_at && fp->at[now + 1].eid == eid) /* an insert asking from now - 1 */
+		return now + 1;
 	if (eid >= fp->n_ids)
 		return STRATA_NEVER;
 	struct fcur *c = &fp->c[eid];
@@ -1300,11 +1426,14 @@ int strata_trace_future_init(struct strata_future *f, const struct strata_trace_
 	fp->n_ids = p->n_layers * n_experts;
 	fp->start = calloc(fp->n_ids + 1, sizeof(uint64_t));
 	fp->c = calloc(fp->n_ids, sizeof(struct fcur));
-	fp->pos = malloc((p->n_accesses + 1) * sizeof(uint32_t));
-	if (!fp->start || !fp->c || !fp->pos) {
+	fp->pos = strata_big_alloc((p->n_accesses + 1) * sizeof(uint32_t));
+	fp->at = strata_big_alloc((p->n_accesses + 1) * sizeof(struct fnext));
+	fp->n_at = p->n_accesses;
+	if (!fp->start || !fp->c || !fp->pos || !fp->at) {
 		free(fp->start);
 		free(fp->c);
 		free(fp->pos);
+		free(fp->at);
 		free(fp);
 		return STRATA_ERR(err, STRATA_ENOMEM, "future: out of memory");
 	}
@@ -1327,6 +1456,19 @@ int strata_trace_future_init(struct strata_future *f, const struct strata_trace_
 		fp->c[i].cur = fp->c[i].first = (uint32_t)fp->start[i];
 		fp->c[i].end = (uint32_t)fp->start[i + 1];
 	}
+	for (uint64_t st = 0; st < p->n_steps; st++)
+		for (uint32_t l = 0; l < L; l++)
+			for (uint64_t a = p->off[st * L + l]; a < p->off[st * L + l + 1]; a++)
+				fp->at[a].eid = l * n_experts + p->ids[a];
+	for (uint32_t i = 0; i < fp->n_ids; i++)
+		fp->c[i].cur = UINT32_MAX; /* borrowed: the next access seen walking back */
+	for (uint64_t a = p->n_accesses; a-- > 0;) {
+		struct fcur *c = &fp->c[fp->at[a].eid];
+		fp->at[a].next = c->cur;
+		c->cur = (uint32_t)a;
+	}
+	for (uint32_t i = 0; i < fp->n_ids; i++)
+		fp->c[i].cur = fp->c[i].first;
 	f->next_use = future_next_use;
 	f->routed = future_routed;
 	f->n_tokens = p->n_steps;
@@ -1341,6 +1483,7 @@ void strata_trace_future_free(struct strata_future *f)
 		free(fp->start);
 		free(fp->pos);
 		free(fp->c);
+		free(fp->at);
 		free(fp);
 	}
 	memset(f, 0, sizeof(*f));

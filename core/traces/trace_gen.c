@@ -248,7 +248,10 @@ int strata_trace_gen(const struct strata_trace_gen_config *c, const char *path, 
 		.flags = (c->weights ? STRATA_TRACE_F_WEIGHTS : 0) | (c->pred_depth ? STRATA_TRACE_F_PRED : 0),
 		.pred_depth = c->pred_depth, .pred_topn = c->pred_topn, .model = c->model,
 	};
-	if ((rc = strata_trace_writer_open(&wc, &wr, err)))
+	uint64_t n_tokens = 0;
+	for (uint32_t r = 0; r < c->requests; r++)
+		n_tokens += (uint64_t)plen[r] + glen[r];
+	if ((rc = strata_trace_writer_open(&wc, &wr, err)) || (rc = strata_trace_writer_reserve(wr, n_tokens, err)))
 		goto out;
 #define EMIT(req_, phase_, pos_)                                                                         \
 	do {                                                                                             \

@@ -18,6 +18,7 @@
  * Each (request, layer) with gaps gets one warning naming how many rows are
  * missing.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <inttypes.h>
@@ -29,6 +30,7 @@
 
 #include "strata/trace.h"
 #include "strata/json.h"
+#include "strata/util.h"
 #include "trace_int.h"
 
 enum { R_REQ, R_TOK, R_LAYER, R_EXPERTS, R_WEIGHTS, R_PHASE, R_POS, R_PRED, R_PRED_W, R_COUNT };
@@ -38,12 +40,13 @@ static const char *const role_names[R_COUNT] = {
 };
 
 static const char *const candidates[R_COUNT][16] = {
-	[R_REQ] = { "req", "request", "request_id", "req_id", "problem_id", "prompt_id", "sample_id", "seq_id",
+	[R_REQ] = { "req", "request", "request_id", "req_id", "rid", "problem_id", "prompt_id", "sample_id", "seq_id",
 		    "sequence_id", "conversation_id", "task_id", "example_id", "doc_id", NULL },
 	[R_TOK] = { "token_idx", "token_index", "token", "tok", "step", "decode_step", "token_pos", "t", NULL },
 	[R_LAYER] = { "layer", "layer_idx", "layer_id", "moe_layer", "layer_index", NULL },
 	[R_EXPERTS] = { "experts", "expert_ids", "selected_experts", "topk_ids", "topk_idx", "topk_indices",
-			"expert_indices", "expert_idx", "routed_experts", "layers", "ids", NULL },
+			"expert_indices", "expert_idx", "routed_experts", "activated_expert_ids", "activated_experts",
+			"layers", "ids", NULL },
 	[R_WEIGHTS] = { "weights", "gating_probs", "gate_probs", "topk_weights", "routing_weights",
 			"gate_weights", "probs", "scores", "expert_weights", NULL },
 	[R_PHASE] = { "phase", "stage", "is_prefill", NULL },
@@ -104,9 +107,59 @@ struct imp {
 	uint32_t gather_first[R_COUNT];
 	struct strata_json gather_items[2][STRATA_TRACE_MAX_TOPK];
 	struct strata_json gather_node[2];
+	/* where the row being read came from, for errors naming file:line:column */
+	struct {
+		int kind;              /* TEXT_LINE (JSONL), TEXT_CSV, TEXT_DOC (one JSON document) */
+		const char *text;      /* what the parser read */
+		uint64_t line;         /* input line of text[0] */
+		size_t col0;           /* input column of text[0], 0-based */
+		size_t n_fields;       /* CSV: per field, where its value starts in text, */
+		size_t *json_at;       /* its 0-based column in the line, and its header */
+		size_t *csv_col;
+		char **names;
+		char buf[PATH_MAX + 256];
+	} src;
+	char **ignore;          /* --map COLUMN=-: columns read as absent */
+	size_t n_ignore;
 };
 
+enum { TEXT_LINE = 0, TEXT_CSV = 1, TEXT_DOC = 2 };
+
 #define IERR(code, ...) STRATA_ERR(im->err, code, __VA_ARGS__)
+
+/* "file:line:column" of node n of the row being read ("file:line" without a
+ * node); a CSV field also gets its header's name.  Valid until the next call. */
+static const char *at(struct imp *im, const struct strata_json *n)
+{
+	char *b = im->src.buf;
+	size_t len = sizeof(im->src.buf);
+	if (!n || !im->src.text) {
+		snprintf(b, len, "%s:%" PRIu64, im->file, im->src.line);
+		return b;
+	}
+	uint64_t line = im->src.line;
+	size_t col = im->src.col0 + n->pos;
+	if (im->src.kind == TEXT_DOC) {
+		size_t start = 0;
+		for (size_t i = 0; i < n->pos; i++)
+			if (im->src.text[i] == '\n') {
+				line++;
+				start = i + 1;
+			}
+		col = n->pos - start;
+	} else if (im->src.kind == TEXT_CSV) {
+		size_t f = 0;
+		while (f + 1 < im->src.n_fields && im->src.json_at[f + 1] <= n->pos)
+			f++;
+		if (f < im->src.n_fields) {
+			snprintf(b, len, "%s:%" PRIu64 ":%zu (column '%s')", im->file, line, im->src.csv_col[f] + 1,
+				 im->src.names[f]);
+			return b;
+		}
+	}
+	snprintf(b, len, "%s:%" PRIu64 ":%zu", im->file, line, col + 1);
+	return b;
+}
 
 static void warnf(struct imp *im, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void warnf(struct imp *im, const char *fmt, ...)
@@ -148,19 +201,82 @@ static int parse_map(struct imp *im, const char *map)
 			if (!strcmp(kv, role_names[i]) || (i == R_REQ && !strcmp(kv, "req")) ||
 			    (i == R_TOK && !strcmp(kv, "tok")))
 				r = i;
-		if (r < 0) {
+		int off = !strcmp(eq + 1, "-") || !strcmp(eq + 1, "none");
+		if (off) { /* COLUMN=-: that column is read as absent (a role's name also disables it) */
+			char **ig = realloc(im->ignore, (im->n_ignore + 1) * sizeof(char *));
+			if (!ig || !(ig[im->n_ignore] = strdup(kv))) {
+				if (ig)
+					im->ignore = ig;
+				free(dup);
+				return IERR(STRATA_ENOMEM, "out of memory");
+			}
+			im->ignore = ig;
+			im->n_ignore++;
+		}
+		if (r < 0 && !off) {
 			int rc = IERR(STRATA_EINVAL, "--map: unknown role '%s' (roles: request, token, layer, experts, "
-				      "weights, phase, pos, pred, pred_w)", kv);
+				      "weights, phase, pos, pred, pred_w; COLUMN=- ignores a column)", kv);
 			free(dup);
 			return rc;
 		}
-		if (!strcmp(eq + 1, "-") || !strcmp(eq + 1, "none"))
+		if (r < 0)
+			continue;
+		if (off)
 			im->disabled[r] = 1;
 		else
 			snprintf(im->map_col[r], sizeof(im->map_col[r]), "%s", eq + 1);
 	}
 	free(dup);
 	return 0;
+}
+
+/* A column name for matching: lowercase, every run of other characters one
+ * '_', none at the ends ("Layer ID" -> "layer_id"). */
+static void norm_key(const char *in, char *out, size_t len)
+{
+	size_t o = 0;
+	int gap = 0;
+	for (; *in && o + 2 < len; in++) {
+		unsigned char ch = (unsigned char)*in;
+		if (isalnum(ch)) {
+			if (gap && o)
+				out[o++] = '_';
+			out[o++] = (char)tolower(ch);
+			gap = 0;
+		} else {
+			gap = 1;
+		}
+	}
+	out[o] = 0;
+}
+
+static int ignored(const struct imp *im, const char *key)
+{
+	for (size_t i = 0; i < im->n_ignore; i++)
+		if (!strcmp(im->ignore[i], key))
+			return 1;
+	return 0;
+}
+
+/* The member of root named `name`, exactly or after norm_key on both sides;
+ * columns ignored with --map COLUMN=- are never found. */
+static const struct strata_json *find_key(const struct imp *im, const struct strata_json *root, const char *name)
+{
+	const struct strata_json *n = strata_json_get(root, name);
+	if (n && !ignored(im, name))
+		return n;
+	char want[128], have[128];
+	norm_key(name, want, sizeof(want));
+	if (!want[0])
+		return NULL;
+	for (const struct strata_json *c = jchild(root); c; c = jnext(root, c)) {
+		if (!c->key || ignored(im, c->key))
+			continue;
+		norm_key(c->key, have, sizeof(have));
+		if (!strcmp(have, want))
+			return c;
+	}
+	return NULL;
 }
 
 static const char *const gather_prefixes[R_COUNT][10] = {
@@ -228,18 +344,19 @@ static int resolve(struct imp *im, const struct strata_json *root, uint64_t line
 			if (find_gather(im, root, r, prefix) || (pl && strchr("_-.", prefix[pl - 1]) &&
 								 (prefix[pl - 1] = 0, find_gather(im, root, r, prefix))))
 				continue;
-			return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": no numbered columns '%s' (mapped to %s)", im->file,
-				    line, im->map_col[r], role_names[r]);
+			return IERR(STRATA_EINVAL, "%s: no numbered columns '%s' (mapped to %s)", at(im, NULL),
+				    im->map_col[r], role_names[r]);
 		}
 		if (im->map_col[r][0]) {
-			if (!strata_json_get(root, im->map_col[r]))
-				return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": no column '%s' (mapped to %s)", im->file, line,
+			const struct strata_json *n = find_key(im, root, im->map_col[r]);
+			if (!n)
+				return IERR(STRATA_EINVAL, "%s: no column '%s' (mapped to %s)", at(im, NULL),
 					    im->map_col[r], role_names[r]);
-			memcpy(im->col[r], im->map_col[r], sizeof(im->col[r]));
+			snprintf(im->col[r], sizeof(im->col[r]), "%s", n->key);
 			continue;
 		}
 		for (int i = 0; candidates[r][i]; i++) {
-			const struct strata_json *n = strata_json_get(root, candidates[r][i]);
+			const struct strata_json *n = find_key(im, root, candidates[r][i]);
 			if (!n)
 				continue;
 			/* "layers" is the expert column only when it holds lists */
@@ -247,7 +364,7 @@ static int resolve(struct imp *im, const struct strata_json *root, uint64_t line
 				continue;
 			if (r == R_LAYER && n->type == STRATA_JSON_ARRAY)
 				continue;
-			snprintf(im->col[r], sizeof(im->col[r]), "%s", candidates[r][i]);
+			snprintf(im->col[r], sizeof(im->col[r]), "%s", n->key);
 			break;
 		}
 	}
@@ -259,12 +376,12 @@ static int resolve(struct imp *im, const struct strata_json *root, uint64_t line
 		if (!im->any_resolved)
 			im->per_token = 0;
 		else if (im->per_token)
-			return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": rows are per (token, layer) here but per token in "
-				    "earlier inputs", im->file, line);
+			return IERR(STRATA_EINVAL, "%s: rows are per (token, layer) here but per token in "
+				    "earlier inputs", at(im, NULL));
 		im->any_resolved = 1;
 		if (!im->col[R_LAYER][0])
-			return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": numbered expert columns but no layer column; name it "
-				    "with --map layer=COLUMN", im->file, line);
+			return IERR(STRATA_EINVAL, "%s: numbered expert columns but no layer column; name it "
+				    "with --map layer=COLUMN", at(im, NULL));
 		im->resolved = 1;
 		return 0;
 	}
@@ -272,20 +389,24 @@ static int resolve(struct imp *im, const struct strata_json *root, uint64_t line
 		char keys[512] = "";
 		for (const struct strata_json *c = jchild(root); c; c = jnext(root, c))
 			snprintf(keys + strlen(keys), sizeof(keys) - strlen(keys), "%s%s", keys[0] ? ", " : "", c->key);
-		return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": no expert column found among [%s]; name it with "
-			    "--map experts=COLUMN", im->file, line, keys);
+		return IERR(STRATA_EINVAL, "%s: no expert column found among [%s]; name it with "
+			    "--map experts=COLUMN", at(im, NULL), keys);
 	}
 	const struct strata_json *e = strata_json_get(root, im->col[R_EXPERTS]);
 	const struct strata_json *e0 = e && e->type == STRATA_JSON_ARRAY ? jchild(e) : NULL;
-	int nested = e0 && e0->type == STRATA_JSON_ARRAY;
+	const struct strata_json *e00 = e0 && e0->type == STRATA_JSON_ARRAY ? jchild(e0) : NULL;
+	/* 0: a (token, layer) row; 1: a token, lists per layer; 2: a request,
+	 * [token][layer][k] (vLLM's and SGLang's returned routed experts) */
+	int nested = !e0 || e0->type != STRATA_JSON_ARRAY ? 0 : e00 && e00->type == STRATA_JSON_ARRAY ? 2 : 1;
+	static const char *const row_kind[] = { "(token, layer)", "token", "request ([token][layer][k])" };
 	if (im->any_resolved && nested != im->per_token)
-		return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": rows are per %s here but per %s in earlier inputs",
-			    im->file, line, nested ? "token" : "(token, layer)", im->per_token ? "token" : "(token, layer)");
+		return IERR(STRATA_EINVAL, "%s: rows are per %s here but per %s in earlier inputs",
+			    at(im, NULL), row_kind[nested], row_kind[im->per_token]);
 	im->per_token = nested;
 	im->any_resolved = 1;
 	if (!nested && !im->col[R_LAYER][0])
-		return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": rows hold one expert list but no layer column was found; "
-			    "name it with --map layer=COLUMN (or give one list per layer)", im->file, line);
+		return IERR(STRATA_EINVAL, "%s: rows hold one expert list but no layer column was found; "
+			    "name it with --map layer=COLUMN (or give one list per layer)", at(im, NULL));
 	im->resolved = 1;
 	return 0;
 }
@@ -301,12 +422,12 @@ static int get_uint(struct imp *im, const struct strata_json *n, uint64_t line, 
 		errno = 0;
 		v = strtod(n->str, &end);
 		if (end == n->str || *end || v != floor(v))
-			return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": %s '%s' is not an integer", im->file, line, what, n->str);
+			return IERR(STRATA_EINVAL, "%s: %s '%s' is not an integer", at(im, n), what, n->str);
 	} else {
-		return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": %s is not an integer", im->file, line, what);
+		return IERR(STRATA_EINVAL, "%s: %s is not an integer", at(im, n), what);
 	}
 	if (v < 0 || v > (double)max)
-		return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": %s %.0f out of range (0..%" PRIu64 ")", im->file, line,
+		return IERR(STRATA_EINVAL, "%s: %s %.0f out of range (0..%" PRIu64 ")", at(im, n),
 			    what, v, max);
 	*out = (uint64_t)v;
 	return 0;
@@ -374,29 +495,29 @@ static int take_list(struct imp *im, const struct strata_json *lst, uint64_t lin
 		     uint32_t layer_shown, uint64_t data)
 {
 	if (lst->type != STRATA_JSON_ARRAY)
-		return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": layer %u: experts are not a list", im->file, line, layer_shown);
+		return IERR(STRATA_EINVAL, "%s: layer %u: experts are not a list", at(im, lst), layer_shown);
 	if (!im->k) {
 		if (!lst->len || lst->len > STRATA_TRACE_MAX_TOPK)
-			return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": %u experts per layer (1..%d supported)", im->file,
-				    line, lst->len, STRATA_TRACE_MAX_TOPK);
+			return IERR(STRATA_EINVAL, "%s: %u experts per layer (1..%d supported)", at(im, lst),
+				    lst->len, STRATA_TRACE_MAX_TOPK);
 		im->k = lst->len;
 	}
 	if (lst->len != im->k)
-		return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": layer %u: %u experts, earlier rows had %u", im->file, line,
+		return IERR(STRATA_EINVAL, "%s: layer %u: %u experts, earlier rows had %u", at(im, lst),
 			    layer_shown, lst->len, im->k);
 	uint32_t j = 0;
 	for (const struct strata_json *e = jchild(lst); e; e = jnext(lst, e), j++) {
 		if (e->type != STRATA_JSON_NUMBER || e->num != floor(e->num) || e->num < 0 || e->num >= STRATA_TRACE_NO_EXPERT)
-			return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": layer %u: bad expert id (not an integer in 0..65534)",
-				    im->file, line, layer_shown);
+			return IERR(STRATA_EINVAL, "%s: layer %u: bad expert id (not an integer in 0..65534)",
+				    at(im, e), layer_shown);
 		uint16_t v = (uint16_t)e->num;
 		for (uint32_t m = 0; m < j; m++)
 			if (im->ids[data + m] == v)
-				return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": layer %u: expert %u listed twice", im->file,
-					    line, layer_shown, v);
+				return IERR(STRATA_EINVAL, "%s: layer %u: expert %u listed twice", at(im, e),
+					    layer_shown, v);
 		if (im->c->n_experts && v >= im->c->n_experts)
-			return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": layer %u: expert id %u out of range (%u experts)",
-				    im->file, line, layer_shown, v, im->c->n_experts);
+			return IERR(STRATA_EINVAL, "%s: layer %u: expert id %u out of range (%u experts)",
+				    at(im, e), layer_shown, v, im->c->n_experts);
 		if ((int)v > im->max_id)
 			im->max_id = v;
 		im->ids[data + j] = v;
@@ -408,12 +529,12 @@ static int take_weights(struct imp *im, const struct strata_json *lst, uint64_t 
 			uint32_t layer_shown, uint64_t data)
 {
 	if (lst->type != STRATA_JSON_ARRAY || lst->len != im->k)
-		return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": layer %u: weights must be a list of %u numbers", im->file,
-			    line, layer_shown, im->k);
+		return IERR(STRATA_EINVAL, "%s: layer %u: weights must be a list of %u numbers", at(im, lst),
+			    layer_shown, im->k);
 	uint32_t j = 0;
 	for (const struct strata_json *e = jchild(lst); e; e = jnext(lst, e), j++) {
 		if (e->type != STRATA_JSON_NUMBER)
-			return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": layer %u: weight is not a number", im->file, line,
+			return IERR(STRATA_EINVAL, "%s: layer %u: weight is not a number", at(im, e),
 				    layer_shown);
 		im->w[data + j] = (float)e->num;
 	}
@@ -425,14 +546,14 @@ static int take_pred(struct imp *im, const struct strata_json *p, const struct s
 		     uint64_t line, uint32_t layer_shown, uint64_t pd)
 {
 	if (p->type != STRATA_JSON_ARRAY)
-		return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": layer %u: pred is not a list of lists", im->file, line,
+		return IERR(STRATA_EINVAL, "%s: layer %u: pred is not a list of lists", at(im, p),
 			    layer_shown);
 	if (!im->D) {
 		const struct strata_json *p0 = jchild(p);
 		if (!p->len || !p0 || p0->type != STRATA_JSON_ARRAY || !p0->len || p->len > STRATA_TRACE_MAX_DEPTH ||
 		    p0->len > STRATA_TRACE_MAX_TOPN)
-			return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": layer %u: pred must be [depth][n] expert ids "
-				    "(depth <= %d, n <= %d)", im->file, line, layer_shown, STRATA_TRACE_MAX_DEPTH,
+			return IERR(STRATA_EINVAL, "%s: layer %u: pred must be [depth][n] expert ids "
+				    "(depth <= %d, n <= %d)", at(im, p), layer_shown, STRATA_TRACE_MAX_DEPTH,
 				    STRATA_TRACE_MAX_TOPN);
 		im->D = p->len;
 		im->N = p0->len;
@@ -442,20 +563,20 @@ static int take_pred(struct imp *im, const struct strata_json *p, const struct s
 		im->pw[pd + j] = 0;
 	}
 	if (p->len > im->D)
-		return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": layer %u: pred depth %u > %u", im->file, line, layer_shown,
+		return IERR(STRATA_EINVAL, "%s: layer %u: pred depth %u > %u", at(im, p), layer_shown,
 			    p->len, im->D);
 	const struct strata_json *wd = pw && pw->type == STRATA_JSON_ARRAY ? jchild(pw) : NULL;
 	uint32_t di = 0;
 	for (const struct strata_json *dn = jchild(p); dn; dn = jnext(p, dn), di++) {
 		if (dn->type != STRATA_JSON_ARRAY || dn->len > im->N)
-			return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": layer %u: pred depth %u: at most %u ids", im->file,
-				    line, layer_shown, di + 1, im->N);
+			return IERR(STRATA_EINVAL, "%s: layer %u: pred depth %u: at most %u ids", at(im, dn),
+				    layer_shown, di + 1, im->N);
 		const struct strata_json *we = wd && wd->type == STRATA_JSON_ARRAY ? jchild(wd) : NULL;
 		uint32_t j = 0;
 		for (const struct strata_json *e = jchild(dn); e; e = jnext(dn, e), j++) {
 			if (e->type != STRATA_JSON_NUMBER || e->num != floor(e->num) || e->num < 0 || e->num >= STRATA_TRACE_NO_EXPERT)
-				return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": layer %u: bad predicted expert id", im->file,
-					    line, layer_shown);
+				return IERR(STRATA_EINVAL, "%s: layer %u: bad predicted expert id", at(im, e),
+					    layer_shown);
 			im->pids[pd + (size_t)di * im->N + j] = (uint16_t)e->num;
 			if ((int)e->num > im->max_id)
 				im->max_id = (int)e->num;
@@ -545,8 +666,8 @@ static int phase_of(struct imp *im, const struct strata_json *n, uint64_t line, 
 			 !strcasecmp(n->str, "generate") || !strcasecmp(n->str, "false"))
 			*out = STRATA_PHASE_DECODE;
 		else
-			return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": phase '%s' (expected prefill or decode)", im->file,
-				    line, n->str);
+			return IERR(STRATA_EINVAL, "%s: phase '%s' (expected prefill or decode)", at(im, n),
+				    n->str);
 		return 0;
 	}
 	if (n->type == STRATA_JSON_NUMBER && (n->num == 0 || n->num == 1)) {
@@ -555,13 +676,76 @@ static int phase_of(struct imp *im, const struct strata_json *n, uint64_t line, 
 		*out = is_flag ? (n->num == 1 ? STRATA_PHASE_PREFILL : STRATA_PHASE_DECODE) : (int)n->num;
 		return 0;
 	}
-	return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": bad phase value", im->file, line);
+	return IERR(STRATA_EINVAL, "%s: bad phase value", at(im, n));
+}
+
+static const char *const prompt_len_names[] = { "num_prompt_tokens", "prompt_len", "prompt_length",
+						 "n_prompt_tokens", "prompt_tokens", "prompt_token_ids", NULL };
+
+/* A request's routed experts as vLLM (RequestOutput routed_experts) and
+ * SGLang (return_routed_experts) give them: [token][layer][k] over the prompt
+ * and the generated tokens.  The first prompt-length tokens (a field named
+ * in prompt_len_names: a count or the prompt's token ids) are prefill.  A
+ * layer whose ids are all zero for every token is a dense layer's
+ * placeholder and is left out (the MoE layers are then compacted). */
+static int import_request_row(struct imp *im, const struct strata_json *root, const struct strata_json *toks,
+			      struct request *rq, uint32_t req, int phase, uint64_t line)
+{
+	uint64_t prompt = 0;
+	for (int i = 0; prompt_len_names[i]; i++) {
+		const struct strata_json *pl = find_key(im, root, prompt_len_names[i]);
+		if (pl && pl->type == STRATA_JSON_ARRAY) {
+			prompt = pl->len;
+			break;
+		}
+		if (pl) {
+			int rc = get_uint(im, pl, line, "prompt length", UINT32_MAX, &prompt);
+			if (rc)
+				return rc;
+			break;
+		}
+	}
+	const struct strata_json *t0 = jchild(toks);
+	uint32_t L = t0->len;
+	uint8_t *moe = calloc(L ? L : 1, 1);
+	if (!moe)
+		return IERR(STRATA_ENOMEM, "out of memory");
+	int rc = 0;
+	for (const struct strata_json *t = t0; t && !rc; t = jnext(toks, t)) {
+		if (t->type != STRATA_JSON_ARRAY || t->len != L) {
+			rc = IERR(STRATA_EINVAL, "%s: a token must list %u layers of expert ids", at(im, t), L);
+			break;
+		}
+		uint32_t l = 0;
+		for (const struct strata_json *x = jchild(t); x; x = jnext(t, x), l++)
+			for (const struct strata_json *e = x->type == STRATA_JSON_ARRAY ? jchild(x) : NULL; e; e = jnext(x, e))
+				if (e->type != STRATA_JSON_NUMBER || e->num != 0)
+					moe[l] = 1;
+	}
+	uint32_t ti = 0;
+	for (const struct strata_json *t = t0; t && !rc; t = jnext(toks, t), ti++) {
+		uint32_t l = 0;
+		int ph = ti < prompt ? STRATA_PHASE_PREFILL : phase;
+		for (const struct strata_json *x = jchild(t); x && !rc; x = jnext(t, x), l++) {
+			if (!moe[l])
+				continue;
+			struct cell *c;
+			if ((rc = add_cell(im, req, rq->next_tok + ti, l, NULL, ph, line, &c)) ||
+			    (rc = take_list(im, x, line, l, c->data)))
+				break;
+			memset(im->w + c->data, 0, im->k * sizeof(float));
+			im->n_data += im->k;
+		}
+	}
+	rq->next_tok += ti;
+	free(moe);
+	return rc;
 }
 
 static int import_row(struct imp *im, const struct strata_json *root, uint64_t line)
 {
 	if (root->type != STRATA_JSON_OBJECT)
-		return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": expected a JSON object", im->file, line);
+		return IERR(STRATA_EINVAL, "%s: expected a JSON object", at(im, root));
 	const struct strata_json *hv = strata_json_get(root, "strata_trace");
 	if (hv) { /* a twin's header line: take the expert count */
 		const struct strata_json *e = strata_json_get(root, "experts");
@@ -573,7 +757,7 @@ static int import_row(struct imp *im, const struct strata_json *root, uint64_t l
 	for (int r = 0; r < R_COUNT; r++)
 		n[r] = im->col[r][0] ? strata_json_get(root, im->col[r]) : im->gather[r][0] ? gathered(im, root, r) : NULL;
 	if (!n[R_EXPERTS])
-		return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": no '%s' column in this row", im->file, line,
+		return IERR(STRATA_EINVAL, "%s: no '%s' column in this row", at(im, NULL),
 			    im->col[R_EXPERTS][0] ? im->col[R_EXPERTS] : im->gather[R_EXPERTS]);
 	/* request key as text */
 	char key[64] = "0";
@@ -583,7 +767,7 @@ static int import_row(struct imp *im, const struct strata_json *root, uint64_t l
 		else if (n[R_REQ]->type == STRATA_JSON_NUMBER)
 			snprintf(key, sizeof(key), "%.17g", n[R_REQ]->num);
 		else
-			return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": request id must be a number or a string", im->file, line);
+			return IERR(STRATA_EINVAL, "%s: request id must be a number or a string", at(im, n[R_REQ]));
 	}
 	uint32_t req = intern_req(im, key);
 	if (req == UINT32_MAX)
@@ -601,7 +785,7 @@ static int import_row(struct imp *im, const struct strata_json *root, uint64_t l
 	if (!im->per_token) {
 		uint64_t layer, tok;
 		if (!n[R_LAYER])
-			return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": no '%s' (layer) in this row", im->file, line, im->col[R_LAYER]);
+			return IERR(STRATA_EINVAL, "%s: no '%s' (layer) in this row", at(im, NULL), im->col[R_LAYER]);
 		if ((rc = get_uint(im, n[R_LAYER], line, "layer", 65535, &layer)))
 			return rc;
 		if (n[R_TOK]) {
@@ -636,6 +820,8 @@ static int import_row(struct imp *im, const struct strata_json *root, uint64_t l
 		}
 		return 0;
 	}
+	if (im->per_token == 2)
+		return import_request_row(im, root, n[R_EXPERTS], rq, req, phase, line);
 	/* one row per token: lists per layer */
 	uint64_t tok;
 	if (n[R_TOK]) {
@@ -646,15 +832,15 @@ static int import_row(struct imp *im, const struct strata_json *root, uint64_t l
 	}
 	const struct strata_json *lists = n[R_EXPERTS];
 	if (lists->type != STRATA_JSON_ARRAY)
-		return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": experts are not a list of lists", im->file, line);
+		return IERR(STRATA_EINVAL, "%s: experts are not a list of lists", at(im, lists));
 	const struct strata_json *wl = n[R_WEIGHTS] && n[R_WEIGHTS]->type == STRATA_JSON_ARRAY ? jchild(n[R_WEIGHTS]) : NULL;
 	const struct strata_json *pl = pred ? jchild(pred) : NULL;
 	const struct strata_json *pwl = n[R_PRED_W] && n[R_PRED_W]->type == STRATA_JSON_ARRAY ? jchild(n[R_PRED_W]) : NULL;
 	if (n[R_WEIGHTS] && n[R_WEIGHTS]->type == STRATA_JSON_ARRAY && n[R_WEIGHTS]->len != lists->len)
-		return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": %u weight lists for %u layers", im->file, line,
+		return IERR(STRATA_EINVAL, "%s: %u weight lists for %u layers", at(im, n[R_WEIGHTS]),
 			    n[R_WEIGHTS]->len, lists->len);
 	if (pred && pred->len != lists->len)
-		return IERR(STRATA_EINVAL, "%s:%" PRIu64 ": %u pred lists for %u layers", im->file, line, pred->len, lists->len);
+		return IERR(STRATA_EINVAL, "%s: %u pred lists for %u layers", at(im, pred), pred->len, lists->len);
 	uint32_t layer = 0;
 	for (const struct strata_json *l = jchild(lists); l; l = jnext(lists, l), layer++) {
 		struct cell *c;
@@ -753,13 +939,37 @@ static int csv_split(char *line, char sep, char ***fields, size_t *nf, size_t *c
 	return 0;
 }
 
-static int is_number(const char *s)
+/* A JSON number exactly (RFC 8259 grammar): "1.", "NaN", "+1", ".5" are not. */
+static int is_json_number(const char *s, size_t n)
 {
-	if (!*s)
+	size_t i = 0;
+	if (i < n && s[i] == '-')
+		i++;
+	if (i < n && s[i] == '0')
+		i++;
+	else if (i < n && s[i] >= '1' && s[i] <= '9')
+		while (i < n && isdigit((unsigned char)s[i]))
+			i++;
+	else
 		return 0;
-	char *end;
-	strtod(s, &end);
-	return !*end;
+	if (i < n && s[i] == '.') {
+		size_t d = ++i;
+		while (i < n && isdigit((unsigned char)s[i]))
+			i++;
+		if (i == d)
+			return 0;
+	}
+	if (i < n && (s[i] == 'e' || s[i] == 'E')) {
+		i++;
+		if (i < n && (s[i] == '+' || s[i] == '-'))
+			i++;
+		size_t d = i;
+		while (i < n && isdigit((unsigned char)s[i]))
+			i++;
+		if (i == d)
+			return 0;
+	}
+	return i == n;
 }
 
 static int json_escape(struct sbuf *b, const char *s)
@@ -784,53 +994,242 @@ static int json_escape(struct sbuf *b, const char *s)
 	return sb_put(b, "\"", 1);
 }
 
-/* A cell: number, JSON list, "1 2 3" / "1;2" / "1|2" lists, else a string. */
-static int csv_value(struct sbuf *b, const char *v)
+/* A cell as a JSON value: a JSON number, a valid JSON list or object, "1 2 3"
+ * / "1;2" / "1|2" lists of JSON numbers, true/false, empty as null; anything
+ * else (free text, "{", "[1,", "1.", "NaN") is a string, so a column no role
+ * reads never fails a row. */
+static int csv_value(struct sbuf *b, const char *v, struct strata_error *scratch)
 {
 	while (*v == ' ')
 		v++;
-	if (*v == '[' || *v == '{')
-		return sb_put(b, v, strlen(v));
-	if (is_number(v))
-		return sb_put(b, v, strlen(v));
-	if (!*v)
+	size_t n = strlen(v);
+	while (n && v[n - 1] == ' ')
+		n--;
+	if (!n)
 		return sb_put(b, "null", 4);
+	if (is_json_number(v, n))
+		return sb_put(b, v, n);
+	if (*v == '[' || *v == '{') {
+		struct strata_json_doc *d = NULL;
+		int ok = !strata_json_parse(v, n, "cell", &d, scratch);
+		strata_json_free(d);
+		if (ok)
+			return sb_put(b, v, n);
+	}
 	/* list of numbers separated by space ; | */
 	int list = 1, seen = 0;
-	for (const char *p = v; *p; p++)
-		if (!strchr("0123456789.eE+- ;|", *p))
-			list = 0;
-		else if (*p == ' ' || *p == ';' || *p == '|')
+	for (size_t i = 0; i < n && list; i++) {
+		if (v[i] == ' ' || v[i] == ';' || v[i] == '|') {
 			seen = 1;
+			continue;
+		}
+		size_t j = i;
+		while (j < n && v[j] != ' ' && v[j] != ';' && v[j] != '|')
+			j++;
+		list = is_json_number(v + i, j - i);
+		i = j - 1;
+	}
 	if (list && seen) {
 		if (sb_put(b, "[", 1))
 			return -1;
-		const char *p = v;
 		int first = 1;
-		while (*p) {
-			while (*p == ' ' || *p == ';' || *p == '|')
-				p++;
-			if (!*p)
+		for (size_t i = 0; i < n;) {
+			while (i < n && (v[i] == ' ' || v[i] == ';' || v[i] == '|'))
+				i++;
+			if (i == n)
 				break;
-			const char *q = p;
-			while (*q && *q != ' ' && *q != ';' && *q != '|')
-				q++;
-			if ((!first && sb_put(b, ",", 1)) || sb_put(b, p, (size_t)(q - p)))
+			size_t j = i;
+			while (j < n && v[j] != ' ' && v[j] != ';' && v[j] != '|')
+				j++;
+			if ((!first && sb_put(b, ",", 1)) || sb_put(b, v + i, j - i))
 				return -1;
 			first = 0;
-			p = q;
+			i = j;
 		}
 		return sb_put(b, "]", 1);
 	}
-	if (!strcasecmp(v, "true") || !strcasecmp(v, "false"))
-		return sb_put(b, strcasecmp(v, "true") ? "false" : "true", strcasecmp(v, "true") ? 5 : 4);
-	return json_escape(b, v);
+	if (n == 4 && !strncasecmp(v, "true", 4))
+		return sb_put(b, "true", 4);
+	if (n == 5 && !strncasecmp(v, "false", 5))
+		return sb_put(b, "false", 5);
+	char *t = strndup(v, n);
+	if (!t)
+		return -1;
+	int rc = json_escape(b, t);
+	free(t);
+	return rc;
 }
 
 static int ends_with(const char *s, const char *suf)
 {
 	size_t a = strlen(s), b = strlen(suf);
 	return a >= b && !strcasecmp(s + a - b, suf);
+}
+
+/* The parser's "WHAT: bad JSON at byte N: why" for text read from the input
+ * at im->src: rewritten as "file:line:column: bad JSON: why". */
+static int json_failed(struct imp *im, const char *text)
+{
+	const char *b = strstr(im->err->msg, "bad JSON at byte ");
+	size_t byte;
+	if (b && sscanf(b, "bad JSON at byte %zu", &byte) == 1) {
+		const char *why = strstr(b, ": ");
+		char msg[sizeof(im->err->msg)];
+		struct strata_json n = { .pos = byte };
+		const char *src = im->src.text;
+		im->src.text = text;
+		snprintf(msg, sizeof(msg), "%s: bad JSON: %s", at(im, &n), why ? why + 2 : b);
+		im->src.text = src;
+		snprintf(im->err->msg, sizeof(im->err->msg), "%s", msg);
+	}
+	im->err->code = STRATA_EINVAL;
+	return STRATA_EINVAL;
+}
+
+/* One parsed row: a twin's header line, or routing (resolving the columns on
+ * a file's first row). */
+static int take_row(struct imp *im, const struct strata_json *root, uint64_t lineno)
+{
+	int rc;
+	if (root->type == STRATA_JSON_OBJECT && strata_json_get(root, "strata_trace"))
+		return import_row(im, root, lineno);
+	if (!im->resolved && (rc = resolve(im, root, lineno)))
+		return rc;
+	if ((rc = import_row(im, root, lineno)))
+		return rc;
+	im->res->rows++;
+	return 0;
+}
+
+/* CSV header: fields trimmed of spaces (names are matched after norm_key). */
+static void trim_fields(char **f, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		char *h = f[i];
+		while (*h == ' ')
+			h++;
+		size_t l = strlen(h);
+		while (l && h[l - 1] == ' ')
+			h[--l] = 0;
+		f[i] = h;
+	}
+}
+
+/* A CSV record as a JSON object in sb, remembering where each field went
+ * (im->src) so an error names the column.  Ignored columns are left out. */
+static int csv_to_json(struct imp *im, struct sbuf *sb, char **hdr, char **fields, size_t nf, const char *line)
+{
+	if (nf > im->src.n_fields || !im->src.json_at) {
+		size_t *ja = realloc(im->src.json_at, (nf + 1) * sizeof(size_t));
+		if (ja)
+			im->src.json_at = ja;
+		size_t *cc = ja ? realloc(im->src.csv_col, (nf + 1) * sizeof(size_t)) : NULL;
+		if (!cc)
+			return IERR(STRATA_ENOMEM, "out of memory");
+		im->src.csv_col = cc;
+	}
+	im->src.names = hdr;
+	im->src.n_fields = nf;
+	struct strata_error scratch = { 0 };
+	sb->used = 0;
+	int bad = sb_put(sb, "{", 1), any = 0;
+	for (size_t i = 0; i < nf && !bad; i++) {
+		im->src.csv_col[i] = (size_t)(fields[i] - line);
+		if (ignored(im, hdr[i])) {
+			im->src.json_at[i] = sb->used;
+			continue;
+		}
+		bad = (any && sb_put(sb, ",", 1)) || json_escape(sb, hdr[i]) || sb_put(sb, ":", 1);
+		im->src.json_at[i] = sb->used;
+		bad = bad || csv_value(sb, fields[i], &scratch);
+		any = 1;
+	}
+	if (bad || sb_put(sb, "}", 1))
+		return IERR(STRATA_ENOMEM, "out of memory");
+	return 0;
+}
+
+/* A single JSON document: a list of rows (objects as in JSONL), or of steps,
+ * each an object mapping a layer id ("0", "1", ...) to null (a dense layer)
+ * or to a list over the step's tokens of expert-id lists.  A step's tokens
+ * follow the previous step's (one request); a step of several tokens is
+ * prefill, of one the default phase. */
+static int import_document(struct imp *im, const char *text, size_t len)
+{
+	struct strata_json_doc *doc = NULL;
+	im->src.kind = TEXT_DOC;
+	im->src.line = 1;
+	im->src.col0 = 0;
+	if (strata_json_parse(text, len, im->file, &doc, im->err))
+		return json_failed(im, text);
+	im->src.text = text;
+	int rc = 0;
+	const struct strata_json *root = strata_json_root(doc);
+	if (root->type != STRATA_JSON_ARRAY) {
+		rc = IERR(STRATA_EINVAL, "%s: a JSON document must be a list of steps or rows", at(im, root));
+		goto out;
+	}
+	uint64_t tok0 = 0, line = 1;
+	size_t counted = 0;
+	uint32_t req = intern_req(im, "0");
+	if (req == UINT32_MAX) {
+		rc = IERR(STRATA_ENOMEM, "out of memory");
+		goto out;
+	}
+	for (const struct strata_json *st = jchild(root); st && !rc; st = jnext(root, st)) {
+		for (; counted < st->pos; counted++) /* the step's input line, for ordering and messages */
+			line += text[counted] == '\n';
+		if (st->type != STRATA_JSON_OBJECT) {
+			rc = IERR(STRATA_EINVAL, "%s: a step must be an object", at(im, st));
+			break;
+		}
+		int layer_map = st->len > 0;
+		for (const struct strata_json *c = jchild(st); c && layer_map; c = jnext(st, c)) {
+			char *end;
+			strtoul(c->key, &end, 10);
+			layer_map = *c->key && !*end && (c->type == STRATA_JSON_NULL || c->type == STRATA_JSON_ARRAY);
+		}
+		if (!layer_map) {
+			rc = take_row(im, st, line);
+			continue;
+		}
+		uint32_t ntok = UINT32_MAX;
+		for (const struct strata_json *c = jchild(st); c && !rc; c = jnext(st, c)) {
+			if (c->type == STRATA_JSON_NULL)
+				continue; /* a dense layer: nothing routed */
+			if (ntok != UINT32_MAX && c->len != ntok)
+				rc = IERR(STRATA_EINVAL, "%s: layer %s lists %u tokens, the step's other layers %u",
+					  at(im, c), c->key, c->len, ntok);
+			ntok = c->len;
+		}
+		if (rc || ntok == UINT32_MAX)
+			continue; /* an all-dense step routes nothing */
+		int phase = ntok > 1 ? STRATA_PHASE_PREFILL : im->c->default_phase;
+		for (const struct strata_json *c = jchild(st); c && !rc; c = jnext(st, c)) {
+			if (c->type == STRATA_JSON_NULL)
+				continue;
+			unsigned long layer = strtoul(c->key, NULL, 10);
+			if (layer > 65535) {
+				rc = IERR(STRATA_EINVAL, "%s: layer id %s out of range (0..65535)", at(im, c), c->key);
+				break;
+			}
+			uint32_t t = 0;
+			for (const struct strata_json *lst = jchild(c); lst && !rc; lst = jnext(c, lst), t++) {
+				struct cell *cl;
+				if ((rc = add_cell(im, req, (uint32_t)(tok0 + t), (uint32_t)layer, NULL, phase, line, &cl)))
+					break;
+				if ((rc = take_list(im, lst, line, (uint32_t)layer, cl->data)))
+					break;
+				memset(im->w + cl->data, 0, im->k * sizeof(float));
+				im->n_data += im->k;
+			}
+		}
+		tok0 += ntok;
+		im->res->rows++;
+	}
+out:
+	strata_json_free(doc);
+	return rc;
 }
 
 static int import_file(struct imp *im, const char *path)
@@ -841,25 +1240,52 @@ static int import_file(struct imp *im, const char *path)
 					__LINE__, "%s: cannot open", path);
 	im->file = path;
 	im->resolved = 0;
+	memset(&im->src.kind, 0, sizeof(im->src.kind));
+	im->src.text = NULL;
+	im->src.line = 0;
 	int csv = -1; /* decided on the first non-empty line */
 	char sep = ',';
-	char *line = NULL, **hdr = NULL, **fields = NULL, *hdr_line = NULL;
-	size_t cap = 0, nh = 0, hcap = 0, nf = 0, fcap = 0;
+	char *line = NULL, **hdr = NULL, **fields = NULL, *hdr_line = NULL, *whole = NULL;
+	size_t cap = 0, nh = 0, hcap = 0, nf = 0, fcap = 0, wcap = 0, wlen = 0;
 	struct sbuf sb = { 0 };
 	struct strata_json_doc *doc = NULL;
 	char what[PATH_MAX + 32];
 	uint64_t lineno = 0;
 	ssize_t len;
-	int rc = 0;
+	int rc = 0, document = 0;
 	while ((len = getline(&line, &cap, f)) >= 0) {
 		lineno++;
+		if (document) { /* the rest of a single JSON document */
+			if (grow((void **)&whole, &wcap, wlen + (size_t)len + 1, 1)) {
+				rc = IERR(STRATA_ENOMEM, "out of memory");
+				break;
+			}
+			memcpy(whole + wlen, line, (size_t)len + 1);
+			wlen += (size_t)len;
+			continue;
+		}
 		while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
 			line[--len] = 0;
-		char *s = line;
-		while (*s == ' ' || *s == '\t' || *s == '\xef' || *s == '\xbb' || *s == '\xbf')
+		char *text = line;
+		if (lineno == 1 && !strncmp(text, "\xef\xbb\xbf", 3))
+			text += 3; /* a UTF-8 byte order mark */
+		char *s = text;
+		while (*s == ' ' || *s == '\t')
 			s++;
-		if (!*s || *s == '#')
+		if (!*s || (*s == '#' && csv < 0))
 			continue;
+		if (csv < 0 && *s == '[') { /* one JSON document, not one object per line */
+			document = 1;
+			wlen = strlen(text);
+			if (grow((void **)&whole, &wcap, wlen + 2, 1)) {
+				rc = IERR(STRATA_ENOMEM, "out of memory");
+				break;
+			}
+			memcpy(whole, text, wlen);
+			whole[wlen++] = '\n';
+			whole[wlen] = 0;
+			continue;
+		}
 		if (csv < 0) {
 			csv = *s != '{';
 			if (csv) {
@@ -869,76 +1295,69 @@ static int import_file(struct imp *im, const char *path)
 					rc = IERR(STRATA_ENOMEM, "out of memory");
 					break;
 				}
-				int r = csv_split(hdr_line, sep, &hdr, &nh, &hcap);
-				if (r) {
-					rc = IERR(STRATA_EINVAL, "%s:%" PRIu64 ": bad CSV header", path, lineno);
+				if (csv_split(hdr_line, sep, &hdr, &nh, &hcap)) {
+					rc = IERR(STRATA_EINVAL, "%s:%" PRIu64 ":1: bad CSV header (an unterminated quote)",
+						  path, lineno);
 					break;
 				}
-				for (size_t i = 0; i < nh; i++) {
-					char *h = hdr[i];
-					while (*h == ' ')
-						h++;
-					hdr[i] = h;
-				}
+				trim_fields(hdr, nh);
 				continue;
 			}
 		}
-		char *text = s;
-		size_t tlen = strlen(s);
+		im->src.line = lineno;
+		im->src.text = NULL;
+		size_t tlen;
 		if (csv) {
-			int r = csv_split(s, sep, &fields, &nf, &fcap);
+			if (*s == '#')
+				continue;
+			int r = csv_split(text, sep, &fields, &nf, &fcap);
 			if (r == -1) {
 				rc = IERR(STRATA_ENOMEM, "out of memory");
 				break;
 			}
 			if (r == -2) {
-				rc = IERR(STRATA_EINVAL, "%s:%" PRIu64 ": unterminated quote", path, lineno);
+				rc = IERR(STRATA_EINVAL, "%s:%" PRIu64 ":%zu: unterminated quote", path, lineno,
+					  (size_t)(fields[nf ? nf - 1 : 0] - line) + 1);
 				break;
 			}
 			if (nf != nh) {
-				rc = IERR(STRATA_EINVAL, "%s:%" PRIu64 ": %zu fields, the header has %zu", path, lineno, nf, nh);
+				rc = IERR(STRATA_EINVAL, "%s:%" PRIu64 ":%zu: %zu fields, the header has %zu", path, lineno,
+					  nf > nh ? (size_t)(fields[nh] - line) + 1 : strlen(line) + 1, nf, nh);
 				break;
 			}
-			sb.used = 0;
-			int bad = sb_put(&sb, "{", 1);
-			for (size_t i = 0; i < nf && !bad; i++)
-				bad = (i && sb_put(&sb, ",", 1)) || json_escape(&sb, hdr[i]) || sb_put(&sb, ":", 1) ||
-				      csv_value(&sb, fields[i]);
-			if (bad || sb_put(&sb, "}", 1)) {
-				rc = IERR(STRATA_ENOMEM, "out of memory");
+			if ((rc = csv_to_json(im, &sb, hdr, fields, nf, line)))
 				break;
-			}
+			im->src.kind = TEXT_CSV;
 			text = sb.p;
 			tlen = sb.used;
+		} else {
+			im->src.kind = TEXT_LINE;
+			im->src.col0 = (size_t)(text - line);
+			tlen = strlen(text);
 		}
 		strata_json_free(doc);
 		doc = NULL;
 		snprintf(what, sizeof(what), "%s:%" PRIu64, path, lineno);
 		if (strata_json_parse(text, tlen, what, &doc, im->err)) {
-			im->err->code = STRATA_EINVAL;
-			rc = STRATA_EINVAL;
+			rc = json_failed(im, text);
 			break;
 		}
-		const struct strata_json *root = strata_json_root(doc);
-		if (root->type == STRATA_JSON_OBJECT && strata_json_get(root, "strata_trace")) {
-			if ((rc = import_row(im, root, lineno)))
-				break;
-			continue;
-		}
-		if (!im->resolved && (rc = resolve(im, root, lineno)))
+		im->src.text = text;
+		if ((rc = take_row(im, strata_json_root(doc), lineno)))
 			break;
-		if ((rc = import_row(im, root, lineno)))
-			break;
-		im->res->rows++;
 	}
 	if (!rc && ferror(f))
 		rc = STRATA_ERRNO(im->err, STRATA_EIO, "%s: read error", path);
+	if (!rc && document)
+		rc = import_document(im, whole, wlen);
 	if (f != stdin)
 		fclose(f);
+	im->src.text = NULL;
 	free(line);
 	free(hdr);
 	free(hdr_line);
 	free(fields);
+	free(whole);
 	free(sb.p);
 	strata_json_free(doc);
 	return rc;
@@ -986,12 +1405,63 @@ static const char *req_name(struct imp *im, uint32_t r, char *buf, size_t len)
 	return buf;
 }
 
+/* Sparse MoE layer ids (only odd layers, dense layers between): number the
+ * layers present 0..n-1 in id order and keep the map in the result.  Returns
+ * 1 when it compacted, 0 when the ids were contiguous, or an error. */
+static int compact_layers(struct imp *im)
+{
+	uint8_t *seen = calloc((size_t)im->max_layer + 1, 1);
+	if (!seen)
+		return IERR(STRATA_ENOMEM, "out of memory");
+	for (size_t i = 0; i < im->n_cells; i++)
+		seen[im->cells[i].layer] = 1;
+	uint32_t n = 0;
+	for (uint32_t l = im->min_layer; l <= im->max_layer; l++)
+		n += seen[l];
+	int rc = 0;
+	if (n != im->max_layer - im->min_layer + 1) {
+		if (n > STRATA_TRACE_IMPORT_MAX_LAYERS) {
+			free(seen);
+			return IERR(STRATA_EINVAL, "%u distinct MoE layer ids (at most %d)", n,
+				     STRATA_TRACE_IMPORT_MAX_LAYERS);
+		}
+		uint32_t *to = malloc(((size_t)im->max_layer + 1) * sizeof(uint32_t)), j = 0;
+		if (!to) {
+			free(seen);
+			return IERR(STRATA_ENOMEM, "out of memory");
+		}
+		for (uint32_t l = im->min_layer; l <= im->max_layer; l++)
+			if (seen[l]) {
+				im->res->layer_ids[j] = (uint16_t)l;
+				to[l] = j++;
+			}
+		im->res->n_layer_ids = n;
+		for (size_t i = 0; i < im->n_cells; i++)
+			im->cells[i].layer = to[im->cells[i].layer];
+		im->min_layer = 0;
+		im->max_layer = n - 1;
+		free(to);
+		rc = 1;
+	}
+	free(seen);
+	return rc;
+}
+
+/* The input's id of trace layer l. */
+static uint32_t input_layer(const struct imp *im, uint32_t l, uint32_t base)
+{
+	return im->res->n_layer_ids ? im->res->layer_ids[l] : l + base;
+}
+
 static int assemble(struct imp *im)
 {
 	const struct strata_trace_import_config *c = im->c;
 	if (!im->n_cells)
 		return IERR(STRATA_EINVAL, "%s: no routing rows found", c->n_inputs ? c->inputs[0] : "input");
-	uint32_t base = c->layer_base == UINT32_MAX ? im->min_layer : c->layer_base;
+	int compacted = compact_layers(im);
+	if (compacted < 0)
+		return compacted;
+	uint32_t base = compacted ? 0 : c->layer_base == UINT32_MAX ? im->min_layer : c->layer_base;
 	if (im->min_layer < base)
 		return IERR(STRATA_EINVAL, "layer %u below the layer base %u", im->min_layer, base);
 	uint32_t L = im->max_layer - base + 1, k = im->k;
@@ -1115,11 +1585,12 @@ static int assemble(struct imp *im)
 			if (c->gaps == STRATA_GAPS_ERROR) {
 				rc = IERR(STRATA_EINVAL, "%s: request %s layer %u: %u of %u rows missing (first missing token "
 					  "%u); use --gaps drop or --gaps fill", c->inputs[im->reqs[r].file],
-					  req_name(im, r, nb, sizeof(nb)), l + base, miss, ntok, first);
+					  req_name(im, r, nb, sizeof(nb)), input_layer(im, l, base), miss, ntok, first);
 				goto out;
 			}
 			warnf(im, "%s: request %s layer %u: %u of %u rows missing (first missing token %u): %s",
-			      c->inputs[im->reqs[r].file], req_name(im, r, nb, sizeof(nb)), l + base, miss, ntok, first,
+			      c->inputs[im->reqs[r].file], req_name(im, r, nb, sizeof(nb)), input_layer(im, l, base), miss,
+			      ntok, first,
 			      c->gaps == STRATA_GAPS_DROP ? "tokens without every layer are dropped"
 							  : "filled with the previous token's routing");
 		}
@@ -1238,8 +1709,16 @@ int strata_trace_import(const struct strata_trace_import_config *c, struct strat
 	memset(res, 0, sizeof(*res));
 	if (!c->n_inputs || !c->output)
 		return STRATA_ERR(err, STRATA_EINVAL, "import: need inputs and an output");
+	int rc = STRATA_OK;
+	for (uint32_t i = 0; i < c->n_inputs && !rc; i++) { /* before reading: `-o g.csv g.csv` */
+		int slot = strata_input_note(c->inputs[i]);
+		rc = strata_output_check(c->output, err);
+		strata_input_forget(slot);
+	}
+	if (rc)
+		return rc;
 	struct imp im = { .c = c, .res = res, .err = err, .min_layer = UINT32_MAX, .max_id = -1 };
-	int rc = parse_map(&im, c->map);
+	rc = parse_map(&im, c->map);
 	for (uint32_t i = 0; !rc && i < c->n_inputs; i++) {
 		im.file_idx = i;
 		rc = import_file(&im, c->inputs[i]);
@@ -1252,6 +1731,11 @@ int strata_trace_import(const struct strata_trace_import_config *c, struct strat
 	}
 	free(im.reqs);
 	free(im.rhash);
+	for (size_t i = 0; i < im.n_ignore; i++)
+		free(im.ignore[i]);
+	free(im.ignore);
+	free(im.src.json_at);
+	free(im.src.csv_col);
 	free(im.cells);
 	free(im.ids);
 	free(im.w);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU-machine call for the replay figures (issues 5 and 6) and the GPU
 # test suites.  From the repo root on the device machine:
-#   source .device/setup.sh && bash experiments/gpu-replay/run_device.sh
+#   bash experiments/gpu-replay/run_device.sh
 # Logs and CSV/JSON land in $OUT (or ./out/gpu-replay).  Steps:
 #  1. build (release, CUDA), GPU test suites (kernels, engine, movers, tiers, replay)
 #  2. sim vs real replay, 4 policies, Qwen3-30B-A3B shape (8 MoE layers), GPU kernels

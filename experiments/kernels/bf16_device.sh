@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # One device call for the bf16 decode kernel (kernels/moe_dec_bf16.cuh):
 # test_kernels, the decode table of bench_kernels per variant, then memcheck
-# (STRATA_MOE_BF16DEC: 0 = the persistent kernel's direct path, the old one;
-# NWxD = warps x ring depth; KC=N: STRATA_MOE_BF16DEC_KC).  Binaries: the
+# (bench_kernels --kernel bf16dec=V: off = the persistent kernel's direct
+# path, the old one; NWxD = warps x ring depth; bf16_kc=N).  Binaries: the
 # ones carried in prebuilt/ (built on the CPU machine) when they start here,
 # else a build (scons -j16).  Logs and CSVs go to $OUT/bf16.tar.gz; the bf16
 # ratio lines are printed.
-#   source .device/setup.sh && bash experiments/kernels/bf16_device.sh
-# VARIANTS (default "0 def"; "def" = no variable set; "16x4@256" = 16x4 with
-# KC 256; suffixes +pf: STRATA_MOE_BF16DEC_PF=1, +nohint: STRATA_MOE_BF16DEC_HINT=0),
+#   bash experiments/kernels/bf16_device.sh
+# VARIANTS (default "off def"; "def" = the default configuration; "16x4@256" =
+# 16x4 with K chunks of 256 weights),
 # SANITIZE=0 skips memcheck, TESTS=0 skips test_kernels, ALL=1 prints
 # every decode line (not only bf16).
 set -u
@@ -28,17 +28,12 @@ if [ "${TESTS:-1}" = 1 ]; then
 	grep -E "FAILED|Error|error:|differ|\[  (PASSED|FAILED) \]" "$d/test_kernels.log" | head -20
 	grep -E "moe\[(bf16dec|decode|dec-bf16)" "$d/test_kernels.log" | awk '{print $1, $(NF-2)}' | sort -k2 -g | tail -3
 fi
-for v in ${VARIANTS:-0 def}; do
-	kc="" pf="" hint=""
-	case $v in *+pf*) pf=1; ;; esac
-	case $v in *+nohint*) hint=0; ;; esac
-	vv=${v%%+*}
-	case $vv in *@*) kc=${vv#*@}; ;; esac
-	vv=${vv%@*}
-	[ "$vv" = def ] && vv=""
+for v in ${VARIANTS:-off def}; do
+	vv=${v%@*} k=""
+	[ "$vv" = def ] || k="bf16dec=$vv"
+	case $v in *@*) k="${k:+$k,}bf16_kc=${v#*@}" ;; esac
 	t0=$(date +%s)
-	STRATA_MOE_BF16DEC=$vv STRATA_MOE_BF16DEC_KC=$kc STRATA_MOE_BF16DEC_PF=$pf STRATA_MOE_BF16DEC_HINT=$hint \
-		$B --decode --csv "$d/decode_$v.csv" >"$d/bench_$v.log" 2>&1
+	$B ${k:+--kernel $k} --decode --csv "$d/decode_$v.csv" >"$d/bench_$v.log" 2>&1
 	echo "== decode $v (exit $?, $(( $(date +%s) - t0 )) s)"
 	if [ "${ALL:-0}" = 1 ]; then
 		grep -E "ceiling|decode" "$d/bench_$v.log" | sed 's/  */ /g'

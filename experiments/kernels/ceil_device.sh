@@ -6,7 +6,7 @@
 # the decode table with "of read" and "of bound"), then ncu (pipe utilisation)
 # of one launch of the hot ceiling kernel at 48 warps/SM and of the fused
 # decode kernel at Kimi hot T=1, and the ceiling kernel's SASS.  Logs and the CSV go to $OUT/ceil.tar.gz.
-#   source .device/setup.sh && bash experiments/kernels/ceil_device.sh
+#   bash experiments/kernels/ceil_device.sh
 # TESTS=0 skips test_kernels, BENCH=0 the benchmark, NCU=0 the profiles.
 set -u
 source "$(dirname "$0")/device_common.sh"

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # One device call for the warp-streaming decode kernel (moe_decode.cuh): build,
 # test_kernels, optional memcheck, then the decode table of bench_kernels for
-# each variant (STRATA_MOE_DEC: 0 = the persistent kernel, NWxNS = warps x
-# stages), optional ncu of one Kimi T=1 layer.  Logs and CSVs go to
+# each variant (bench_kernels --kernel dec=V: off = the persistent kernel,
+# NWxNS = warps x stages, auto = the default rule), optional ncu of one Kimi T=1 layer.  Logs and CSVs go to
 # $OUT/dec.tar.gz; the ratio lines are printed.
-#   source .device/setup.sh && bash experiments/kernels/dec_device.sh
-# VARIANTS (default "0 0-noguard 12x4 12x4u 12x3 16x3"), SANITIZE=1, PROFILE_FMTS ("" = none),
+#   bash experiments/kernels/dec_device.sh
+# VARIANTS (default "off 12x4 12x4u 12x3 16x3"), SANITIZE=1, PROFILE_FMTS ("" = none),
 # TESTS=0 skips test_kernels; PREFILL=0 skips the prefill + layer tables (bench_kernels --no-decode).
 set -u
 source "$(dirname "$0")/device_common.sh"
@@ -22,9 +22,8 @@ if [ "${SANITIZE:-0}" = 1 ]; then
 		./build/release/tests/test_kernels >"$d/memcheck.log" 2>&1
 	echo "memcheck exit $? $(grep -E 'ERROR SUMMARY' "$d/memcheck.log")"
 fi
-# A variant "0-noguard" is the persistent kernel without its fp16 overflow test.
-for v in ${VARIANTS:-0 0-noguard 12x4 12x4u 12x3 16x3}; do
-	STRATA_MOE_GUARD=$([ "$v" = 0-noguard ] && echo 0 || echo 1) STRATA_MOE_DEC=${v%-noguard} ./build/release/bench/bench_kernels --decode --csv "$d/decode_$v.csv" >"$d/bench_$v.log" 2>&1
+for v in ${VARIANTS:-off 12x4 12x4u 12x3 16x3}; do
+	./build/release/bench/bench_kernels --kernel dec=$v --decode --csv "$d/decode_$v.csv" >"$d/bench_$v.log" 2>&1
 	echo "== decode $v (exit $?)"
 	grep -E "ceiling|T=1 |T=4 |T=8 |T=16 " "$d/bench_$v.log" | sed 's/  */ /g'
 done

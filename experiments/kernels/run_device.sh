@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: build, GPU tests, compute-sanitizer memcheck on the test
 # binary, then the benchmark.  Logs and the CSV go to $OUT (or ./out).
-#   source .device/setup.sh && cd .wt-kern2 && bash experiments/kernels/run_device.sh
+#   bash experiments/kernels/run_device.sh
 set -u
 out=${OUT:-out}
 mkdir -p "$out"

@@ -4,7 +4,7 @@
 # Kimi T=1 layer per format in PROFILE_FMTS (default "hot cold").  SRC=1 adds
 # the ncu source page: executed count of every SASS instruction of dec_kernel
 # (hot), i.e. where the instructions per weight go.  Files: $OUT/sass.tar.gz.
-#   source .device/setup.sh && bash experiments/kernels/sass_device.sh
+#   bash experiments/kernels/sass_device.sh
 set -u
 source "$(dirname "$0")/device_common.sh"
 dev_begin sass

@@ -4,10 +4,9 @@
 # Qwen3-30B-A3B written as packed tiered shards, next to strata sim with a
 # cost model calibrated on that machine.  Its tier table is the one a
 # spec-only sim draws (strata synth --seed 1 = the run seed), so the rows
-# compare like for like.  For the lead (device time is scarce: ~3-4 min):
-#   rsync -a --delete --exclude build --exclude .git /work/wt/studies/ /work/main/.wt-studies/
-#   run(carry=[".device", ".wt-studies"], command="source .device/setup.sh && cd .wt-studies &&
-#       scons -Q -j16 mode=release && bash experiments/lookahead/gpu.sh")
+# compare like for like.  On a machine with a GPU (about 3-4 min on an H200),
+# from a clone:
+#   scons -Q -j16 mode=release && bash experiments/lookahead/gpu.sh
 # Writes $OUT/lookahead-gpu/ (CSV rows of both modes, the cost model, a table).
 set -eu
 out=${OUT:-/tmp}/lookahead-gpu

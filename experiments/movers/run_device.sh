@@ -3,7 +3,7 @@
 # mover/engine/tier suites (test_mover also under compute-sanitizer), then
 # bench_movers' RAM -> VRAM part for every copy mode, then a real replay of a
 # small Qwen3-30B-A3B-shaped model with each copy mode.  From the repo root:
-#   source .device/setup.sh && bash experiments/movers/run_device.sh
+#   bash experiments/movers/run_device.sh
 # Logs and CSVs land in $OUT (or ./out/movers).
 set -u
 out=${OUT:-out/movers}

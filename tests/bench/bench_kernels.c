@@ -25,7 +25,7 @@
  * the decode rows' ratio to min(read, decode ceiling).
  *
  *   bench_kernels [--reps N] [--csv FILE] [--quick] [--decode] [--no-decode] [--no-layer]
- *                 [--pf-tokens T1,T2,...] [--shape kimi|qwen] [--profile [FMT]]
+ *                 [--pf-tokens T1,T2,...] [--shape kimi|qwen] [--profile [FMT]] [--kernel K=V,...]
  *
  * --decode: ceilings and the decode table only; --no-decode / --no-layer:
  * without the decode / full-layer table; --pf-tokens: the prefill table at
@@ -34,11 +34,9 @@
  * that shape alone; --profile [FMT]: a few decode layers (Kimi, or --shape's)
  * of format FMT (default hot) at T=1 and 16, then FMT's decode ceiling kernel
  * (tier formats), for a profiler.
- * The kernel variant can be forced for experiments with STRATA_MOE_WARPS=8|16
- * and STRATA_MOE_COPY=bulk|async (kernels/moe_gpu.cu); the prefill path's with
- * STRATA_MOE_PF_TILE=64|128|256, STRATA_MOE_PF_WARPS=8|16; the decode kernel's
- * with STRATA_MOE_DEC=0|NWxNS, STRATA_MOE_SPLIT=n (1: no split-K) and
- * STRATA_MOE_FMT_ORDER=0 (slots in expert order, not grouped by format).
+ * --kernel: the kernel configuration for every table (kernels.h: e.g.
+ * dec=off|12x4|8x4..., split=auto|N, bf16dec=off|16x4|12x6|8x8, bf16_kc=N,
+ * prefill_min=N|off); the prefill table sets prefill_min itself.
  */
 #include <math.h>
 #include <stdio.h>
@@ -325,7 +323,11 @@ static void bench_prefill(const struct shape *sh, int fmt, uint32_t T)
 				     .n_experts = ne, .extents = (const void *const *)ext, .fmts = fmts,
 				     .n_assign = na, .assign_expert = ae, .assign_token = at, .assign_weight = aw,
 				     .stream = g_st };
-	strata_gpu_moe_set_prefill_min(1); /* the tiled prefill path, whatever the threshold */
+	struct strata_moe_config kc0, kc;
+	strata_gpu_moe_config_get(&kc0);
+	kc = kc0;
+	kc.prefill_min = 1; /* the tiled prefill path, whatever the threshold */
+	CHECK(strata_gpu_moe_configure(&kc, &g_err));
 	CHECK(strata_moe_layer_gpu(&c, &g_err));
 	CHECK(strata_gpu_stream_sync(g_st, &g_err));
 	strata_gpu_graph *gr;
@@ -335,7 +337,8 @@ static void bench_prefill(const struct shape *sh, int fmt, uint32_t T)
 	double ms_f = time_graph(gr, 1);
 	strata_gpu_graph_free(gr);
 	/* the same call through the persistent (decode) kernel only, for the same-run comparison */
-	strata_gpu_moe_set_prefill_min(UINT32_MAX);
+	kc.prefill_min = UINT32_MAX;
+	CHECK(strata_gpu_moe_configure(&kc, &g_err));
 	CHECK(strata_moe_layer_gpu(&c, &g_err));
 	CHECK(strata_gpu_stream_sync(g_st, &g_err));
 	CHECK(strata_gpu_graph_begin(g_st, &g_err));
@@ -343,7 +346,7 @@ static void bench_prefill(const struct shape *sh, int fmt, uint32_t T)
 	CHECK(strata_gpu_graph_end(g_st, &gr, &g_err));
 	double ms_o = time_graph(gr, 1);
 	strata_gpu_graph_free(gr);
-	strata_gpu_moe_set_prefill_min(0);
+	CHECK(strata_gpu_moe_configure(&kc0, &g_err));
 	/* cuBLAS: gate, up, down GEMMs of every expert on bf16 operands (the SwiGLU and the
 	 * activation casts are left out: this is the matrix work alone) */
 	CHECK(strata_gpu_gemm_bf16((const uint16_t *)wb, sh->inter, sh->hidden, xb, T, g, g_st, &g_err));
@@ -520,6 +523,14 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			s0 = !strcmp(argv[i], "qwen"), s1 = s0 + 1;
+		} else if (!strcmp(argv[i], "--kernel") && i + 1 < argc) {
+			struct strata_moe_config kc;
+			strata_gpu_moe_config_defaults(&kc);
+			if (strata_gpu_moe_config_parse(argv[++i], &kc, &g_err) ||
+			    strata_gpu_moe_configure(&kc, &g_err)) {
+				fprintf(stderr, "bench_kernels: --kernel: %s\n", g_err.msg);
+				return 2;
+			}
 		} else if (!strcmp(argv[i], "--profile")) {
 			quick = 2;
 			if (i + 1 < argc && argv[i + 1][0] != '-') {
@@ -532,6 +543,7 @@ int main(int argc, char **argv)
 		} else {
 			printf("usage: bench_kernels [--reps N] [--csv FILE] [--quick] [--decode] [--no-decode] [--no-layer]\n"
 			       "                     [--pf-tokens T1,T2,...] [--shape kimi|qwen] [--profile [FMT]]\n"
+			       "                     [--kernel KEY=VALUE,...]  (dec, split, bf16dec, bf16_kc, prefill_min)\n"
 			       "Fused dequant MoE kernels vs streaming-read and cuBLAS ceilings (needs a GPU).\n");
 			return strcmp(argv[i], "--help") && strcmp(argv[i], "-h") ? 2 : 0;
 		}

@@ -55,10 +55,11 @@ struct strata_engine_config {
 	int nvme_mover;            /* enum strata_nvme_mover */
 	uint32_t queue_depth;      /* io_uring depth / copy streams in flight */
 	int numa_node;             /* -1: the GPU's node (hwloc), else forced */
-	bool verify;               /* check extent checksums on every NVMe read: STRATA_ECORRUPT
-				    * naming the shard.  Reads that land in host memory (RAM tier,
-				    * host stand-in) are checked in place; staged reads straight
-				    * into VRAM are copied back and checked (a copy and a wait each). */
+	int verify;                /* enum strata_verify (strata/store.h): which NVMe reads are
+				    * checked against the extent checksums (default: each expert's
+				    * first read, preload included); a mismatch is STRATA_ECORRUPT
+				    * naming the shard.  The movers check (strata/mover.h), so a
+				    * staged read into VRAM is hashed in its bounce buffers. */
 	const struct strata_future *future; /* for Belady / oracle; may be NULL */
 	struct strata_cost_model cost; /* virtual mode */
 	uint32_t scratch_slots;    /* streaming slots in the run tier (0: top_k) */
@@ -88,7 +89,6 @@ struct strata_engine_stats {
 	double compute_ns;                 /* reported by the driver */
 	double clock_ns;                   /* wall or virtual time of the run */
 	uint64_t bookkeeping_ns;           /* engine's own time outside movers */
-	/* added by h-engine */
 	uint64_t prefetch_dropped;         /* no room in the target tier */
 	uint64_t streamed;                 /* accesses served through a scratch slot */
 	uint64_t admit_fallback;           /* of those: admit asked for VRAM, but with every unpinned
@@ -98,6 +98,8 @@ struct strata_engine_stats {
 	uint64_t preload_bytes;
 	uint64_t scratch_bytes;            /* run-tier memory outside the budget, for streaming */
 	uint64_t used[2];                  /* bytes resident now, per tier (<= budget) */
+	uint64_t verified_extents;         /* NVMe reads checked against their checksums */
+	uint64_t verified_bytes;
 };
 
 struct strata_engine;
@@ -134,8 +136,10 @@ int strata_engine_begin_layer(struct strata_engine *e, uint64_t token, uint32_t 
 			      const struct strata_hint *hints, uint32_t n_hints,
 			      struct strata_error *err);
 /* The same when the router already ran: the layer's experts are pinned
- * before prefetching (so prefetch cannot evict them) and handed to the
- * prefetch policy (ctx->experts), exactly as the policy harness does; the
+ * before prefetching (so prefetch cannot evict them), the eviction (both
+ * tiers) and placement policies get on_step (n_tokens 0: unknown here), and
+ * the experts are handed to the prefetch policy (ctx->experts), exactly as
+ * the policy harness does; the
  * following acquire must ask for the same experts.  Prefer this one. */
 int strata_engine_begin_step(struct strata_engine *e, uint64_t token, uint32_t layer,
 			     const uint32_t *experts, uint32_t n, const struct strata_hint *hints,

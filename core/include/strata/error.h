@@ -26,6 +26,8 @@ enum strata_status {
 	STRATA_EGPU = -12,       /* a CUDA call failed */
 	STRATA_ESHAPE = -13,     /* shapes disagree (trace vs model, tensor vs spec) */
 	STRATA_EINTR = -14,      /* interrupted by the user (SIGINT) */
+	STRATA_EBUSY = -15,      /* another process is writing the same output */
+	STRATA_EEXIST = -16,     /* the output exists and replacing it needs --force */
 };
 
 struct strata_error {

@@ -17,7 +17,7 @@
 typedef struct strata_gpu_stream strata_gpu_stream;
 typedef struct strata_gpu_event strata_gpu_event;
 
-int strata_gpu_count(void);                 /* usable devices, 0 if none */
+int strata_gpu_count(void);                 /* usable devices, 0 if none (or STRATA_NO_GPU is set) */
 int strata_gpu_init(int device, struct strata_error *err); /* select + create context */
 const char *strata_gpu_name(void);          /* "NVIDIA H200" or "none" */
 /* NUMA node closest to the device (hwloc/sysfs via its PCI bus id), -1 if unknown. */

@@ -27,7 +27,9 @@
  * clock, so Belady and the oracle work unchanged.
  *
  * One step (token t, layer L, experts e_1..e_n, hints):
- *   1. the step's experts are pinned (a running layer's experts must stay);
+ *   1. the step's experts are pinned (a running layer's experts must stay),
+ *      then evict on_step and place on_step (struct strata_step: n_tokens 1,
+ *      now = clock before the step's first access);
  *   2. prefetch on_layer(ctx: token t, layer L, now = clock before the
  *      step's first access, the step's hints, experts = e_1..e_n) returns
  *      requests; for each,

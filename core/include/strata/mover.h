@@ -69,12 +69,20 @@ struct strata_move {
 	uint64_t not_before_ns;  /* virtual: the move cannot start earlier (a dependency) */
 	strata_move_done_fn on_done; /* optional completion callback */
 	void *user;              /* caller's cookie */
+	/* Optional check of a file read (C_FILE_SRC movers): when check_bytes > 0,
+	 * the first check_bytes of what landed in dst must hash (XXH3_64bits) to
+	 * check_xxh3, else the move FAILS with -EBADMSG and check_got holds the
+	 * hash computed.  Done where every mover's completions pass: the generic
+	 * reap for moves into host memory, the staged mover on its bounce buffers
+	 * for moves into device memory (no read-back). */
+	uint64_t check_bytes, check_xxh3;
 	/* out: set by the mover */
 	int status;              /* enum strata_move_status */
 	int res;                 /* 0, or -errno on failure */
 	uint64_t done_bytes;     /* progress (short reads resume from here) */
 	uint64_t submit_ns, done_ns; /* wall clock, or virtual clock for virtual movers */
 	bool reaped;             /* the generic layer has reaped it (callback ran) */
+	uint64_t check_got;      /* the hash computed, when a check failed */
 	/* private to the mover that holds it */
 	struct strata_move *next;
 	uint64_t priv[2];
@@ -173,7 +181,8 @@ int strata_mover_wait(struct strata_mover *m, struct strata_move *mv, struct str
 /* Until nothing is outstanding. */
 int strata_mover_drain(struct strata_mover *m, struct strata_error *err);
 /* The error for a FAILED move: "shard-00000.strata: read at offset 8192 (4096
- * bytes): short read, 0 of 4096 bytes (truncated file?)". */
+ * bytes): short read, 0 of 4096 bytes (truncated file?)"; a failed check is
+ * STRATA_ECORRUPT: "...: checksum mismatch in the extent at offset 8192". */
 int strata_move_error(const struct strata_move *mv, struct strata_error *err);
 
 /* Synchronous convenience: one move, start to finish. */

@@ -29,7 +29,7 @@
 #include "strata/model.h"
 #include "strata/option.h"
 
-#define STRATA_POLICY_ABI 1
+#define STRATA_POLICY_ABI 2
 #define STRATA_POLICY_NAME_MAX 160
 #define STRATA_NO_EXPERT (-1)
 #define STRATA_NEVER UINT64_MAX
@@ -69,6 +69,19 @@ struct strata_policy_env {
 	uint64_t budget[3];           /* tier budgets in bytes (nvme: UINT64_MAX) */
 	uint64_t seed;                /* the run's seed: use it for any randomness */
 	const struct strata_future *future; /* NULL when unknown */
+};
+
+/* One step: a MoE layer about to run for a batch of tokens, its router
+ * already run.  Handed to the optional on_step ops of eviction and placement
+ * after the step's experts are pinned and before anything of the step is
+ * prefetched or accessed (engine begin_step, harness step 1). */
+struct strata_step {
+	uint64_t token;          /* token (the engine: step) index */
+	uint32_t layer;          /* moe layer */
+	uint32_t n_tokens;       /* tokens in the batch; 0 when the driver does not know */
+	const uint32_t *experts; /* the distinct layer-local experts it routes */
+	uint32_t n_experts;
+	uint64_t now;            /* clock before the step's first access */
 };
 
 /* Residency view handed to victim(): which experts are pinned by a running
@@ -149,6 +162,9 @@ struct strata_evict_ops {
 	 * The engine calls on_remove for it afterwards.  Choosing a pinned or
 	 * non-resident expert is an error naming the policy. */
 	int64_t (*victim)(struct strata_policy *p, uint64_t now, const struct strata_residency *r);
+	/* optional: a step begins (see struct strata_step); default: nothing.
+	 * Lets a policy keep per-step rules (llama.cpp's per-layer slots). */
+	void (*on_step)(struct strata_policy *p, const struct strata_step *s);
 };
 
 /*
@@ -167,6 +183,9 @@ struct strata_place_ops {
 	uint32_t (*admit)(struct strata_policy *p, uint32_t eid, int from_tier, uint64_t now);
 	/* optional: every access, with the tier it was served from. */
 	void (*on_access)(struct strata_policy *p, uint32_t eid, int served_tier, uint64_t now);
+	/* optional: a step begins (struct strata_step), before its admits;
+	 * default: nothing.  Lets admission count per step (an insert cap). */
+	void (*on_step)(struct strata_policy *p, const struct strata_step *s);
 };
 
 /* A lookahead hint: an expert predicted for a later layer of the same token
@@ -237,7 +256,8 @@ const char *strata_policy_default(int role);
  *
  * The instance's p->ops points to a per-instance copy of the ops with every
  * optional op filled in (defaults: init/free/on_access/on_route do nothing,
- * initial_tier returns env->tier_table[eid], or NVMe without a table), so call
+ * initial_tier returns env->tier_table[eid], or NVMe without a table; on_step
+ * does nothing), so call
  * sites call ops without NULL tests.  destroy calls ops->free, releases priv
  * and closes a plugin's dlopen handle; NULL is a no-op.
  */

@@ -97,6 +97,7 @@ struct strata_quantize_config {
 	uint32_t threads;           /* 0: 1 */
 	uint64_t shard_bytes;       /* 0: the store's default */
 	bool progress;              /* progress bar on stderr */
+	bool force;                 /* replace a model already in out */
 };
 
 struct strata_quantize_tier_stats {

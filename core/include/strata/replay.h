@@ -92,6 +92,7 @@ struct strata_replay_result {
 	char name[STRATA_POLICY_NAME_MAX + 64]; /* canonical engine config name */
 	char trace[256], model[STRATA_NAME_MAX];
 	int mode, compute;
+	int verify;                            /* enum strata_verify of a real run */
 	uint64_t seed, budget[2];
 	uint64_t tokens, prefill_tokens, decode_tokens, steps, requests;
 	struct strata_engine_stats stats;      /* the engine's counters at the end */
@@ -168,6 +169,8 @@ struct strata_replay_result {
 	X("accesses_per_s", D, "%.0f", r->accesses_per_s) \
 	X("loop_s", D, "%.6f", r->loop_s) \
 	X("loop_accesses_per_s", D, "%.0f", r->loop_accesses_per_s) \
+	X("verified_extents", U, "%" PRIu64, s->verified_extents) \
+	X("verified_bytes", U, "%" PRIu64, s->verified_bytes) \
 	X("partial", U, "%" PRIu64, (uint64_t)r->partial) \
 	X("vram_host_stand_in", U, "%" PRIu64, (uint64_t)r->vram_host)
 

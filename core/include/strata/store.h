@@ -89,6 +89,26 @@ int strata_store_read_extent(struct strata_store *s, const struct strata_extent 
 int strata_store_verify_extent(const struct strata_store *s, const struct strata_extent *ext,
 			       const void *buf, struct strata_error *err);
 
+/* How reads of expert extents from shard files are checked against their
+ * checksums (XXH3 runs at many GB/s, far above any disk, so checking is the
+ * default): FIRST checks the first read of each expert through this store
+ * handle (a later read of the same bytes, after an eviction, is not checked
+ * again), EVERY checks every read (`--verify`), OFF none (`--no-verify`;
+ * results say so).  A failed check fails the move: STRATA_ECORRUPT naming the
+ * shard and offset. */
+enum strata_verify {
+	STRATA_VERIFY_FIRST = 0,
+	STRATA_VERIFY_EVERY = 1,
+	STRATA_VERIFY_OFF = 2,
+};
+const char *strata_verify_name(int mode); /* "first", "every", "off" */
+
+struct strata_move;
+/* Arm mv's check (strata/mover.h) for a read of expert extent ext under mode;
+ * returns whether it did (FIRST marks the expert as checked). */
+bool strata_store_arm_check(struct strata_store *s, const struct strata_extent *ext, int mode,
+			    struct strata_move *mv);
+
 /* Per-tier totals, for `strata inspect` and the engine's budget checks. */
 struct strata_store_tier_summary {
 	uint64_t experts[STRATA_TIER_COUNT];
@@ -111,10 +131,16 @@ struct strata_store_writer_config {
 	uint64_t shard_bytes;       /* target shard size; 0: 4 GiB */
 	uint32_t n_tensors;         /* non-routed tensors that will be added */
 	const struct strata_tensor_info *tensors; /* their names/fmt/shape (ext ignored) */
+	bool force;                 /* replace a model already in dir (else STRATA_EEXIST) */
 };
 
 /* Plans every shard's layout up front (sizes are known from the spec and the
- * format table), so experts and tensors may be added in any order. */
+ * format table), so experts and tensors may be added in any order.  Locks dir
+ * (strata_outlock_take: a second writer gets STRATA_EBUSY naming the holder's
+ * pid) until free/abort.  A model already in dir is refused without
+ * cfg->force; with it, the new model is built beside the old one and finish
+ * swaps them in one step, so an interrupted or killed write leaves the old
+ * model usable. */
 int strata_store_writer_open(const struct strata_store_writer_config *cfg,
 			     struct strata_store_writer **out, struct strata_error *err);
 /* data: the packed expert payload, exactly strata_expert_layout().payload bytes. */
@@ -222,5 +248,9 @@ uint64_t strata_store_header_bytes(uint32_t n_total_experts, uint32_t n_experts,
  * many bytes have been written (simulates a full disk without root).
  */
 extern uint64_t strata_store_fail_after_bytes;
+/* Test hook: when > 0, the writer raises SIGKILL before its rename number N + 1
+ * (shard renames, then the swap of a replaced model): a write killed between
+ * its renames, without root or strace. */
+extern int strata_store_kill_after_renames;
 
 #endif

@@ -84,6 +84,7 @@ struct strata_synth_config {
 	const char *popularity;
 	uint64_t shard_bytes; /* 0: 4 GiB */
 	int threads;          /* generator/writer threads; 0: 2 */
+	bool force;           /* replace a model already in the output directory */
 };
 
 struct strata_synth;

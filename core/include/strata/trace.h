@@ -56,6 +56,7 @@
 #define STRATA_TRACE_MAX_TOPK 64
 #define STRATA_TRACE_MAX_DEPTH 8
 #define STRATA_TRACE_MAX_TOPN 64
+#define STRATA_TRACE_IMPORT_MAX_LAYERS 1024
 
 enum strata_trace_phase {
 	STRATA_PHASE_PREFILL = 0,
@@ -154,6 +155,10 @@ int strata_trace_writer_open(const struct strata_trace_writer_config *cfg,
 int strata_trace_writer_add(struct strata_trace_writer *w, const struct strata_trace_token *tok,
 			    struct strata_error *err);
 uint64_t strata_trace_writer_count(const struct strata_trace_writer *w);
+/* Before writing n_tokens records: refuse (STRATA_ENOSPC, with the sizes)
+ * when the output's filesystem has less room than they need (JSONL counted
+ * at about 4 bytes of text per binary byte), instead of filling the disk. */
+int strata_trace_writer_reserve(struct strata_trace_writer *w, uint64_t n_tokens, struct strata_error *err);
 /* Finish the header (statistics, checksum), fsync, rename into place; the
  * writer is freed whatever happens. */
 int strata_trace_writer_finish(struct strata_trace_writer *w, struct strata_error *err);
@@ -163,6 +168,18 @@ void strata_trace_writer_abort(struct strata_trace_writer *w);
 /* Copy a whole trace into a new file (convert binary <-> JSONL). */
 int strata_trace_convert(const struct strata_trace *t, const char *path, int format,
 			 struct strata_error *err);
+
+/* libCacheSim's trace formats (strata trace export). */
+enum strata_trace_export_format {
+	STRATA_EXPORT_ORACLE_GENERAL = 1, /* binary, 24-byte records with the next access */
+	STRATA_EXPORT_CSV = 2,            /* "time,obj_id,obj_size" */
+};
+/* Write t as one request per (token, layer, routed expert), object id
+ * layer * n_experts + expert, time the token index, every object obj_size
+ * bytes (see core/traces/trace_export.c for the record layouts); PATH.tmp then
+ * rename. */
+int strata_trace_export(const struct strata_trace *t, const char *path, int format, uint32_t obj_size,
+			struct strata_error *err);
 
 /* ---- the future of a replay ------------------------------------------- */
 
@@ -278,6 +295,11 @@ struct strata_trace_import_result {
 	uint64_t rows, tokens, requests;
 	uint64_t gap_cells;            /* (token, layer) cells missing in the input */
 	uint64_t dropped_tokens, filled_cells;
+	/* Sparse MoE layer ids (e.g. only odd layers: dense layers between) are
+	 * stored as layers 0..n-1 in id order: trace layer i is input layer
+	 * layer_ids[i].  0 when the ids were contiguous (then --layer-base). */
+	uint32_t n_layer_ids;
+	uint16_t layer_ids[STRATA_TRACE_IMPORT_MAX_LAYERS];
 };
 void strata_trace_import_defaults(struct strata_trace_import_config *c);
 int strata_trace_import(const struct strata_trace_import_config *c, struct strata_trace_import_result *res,

@@ -142,6 +142,11 @@ const char *strata_closest_name(const char *word, size_t len, const char *const 
 
 /* 4 KiB-aligned, zeroed allocation (for O_DIRECT); free with free(). */
 void *strata_aligned_alloc(size_t align, size_t bytes);
+/* An array of bytes the caller fills at once and walks (a replay plan, a
+ * trace's future): from 4 MiB on, 2 MiB-aligned and backed by transparent
+ * huge pages where the kernel offers them (one page fault per 2 MiB instead
+ * of 512); not zeroed; free with free(). */
+void *strata_big_alloc(size_t bytes);
 
 /* The one progress helper (every long job: synth, quantize, inspect --verify,
  * preload, replay, sim, calibrate, sweeps): "what:  42.0% done / total  rate
@@ -186,9 +191,35 @@ int strata_outfile_open(struct strata_outfile *o, const char *path, int append, 
 int strata_outfile_commit(struct strata_outfile *o, struct strata_error *err);
 void strata_outfile_abort(struct strata_outfile *o);
 
-/* Set by SIGINT handlers installed with strata_install_sigint(); long loops
- * check it and stop cleanly with STRATA_EINTR. */
+/* Set (to the signal number) by the SIGINT/SIGTERM/SIGHUP handler that
+ * strata_install_sigint() installs; long loops check it and stop cleanly
+ * with STRATA_EINTR, and their abort paths remove what they wrote.  A second
+ * signal ends the process at once, after removing the temp files registered
+ * with strata_tmp_register (a slot number, or -1 when all 32 are taken). */
 extern volatile int strata_interrupted;
 void strata_install_sigint(void);
+int strata_tmp_register(const char *path);
+void strata_tmp_unregister(int slot);
+
+/* Inputs and outputs.  Readers note each file or directory they hold open
+ * (strata_input_note returns a slot, -1 if none; strata_input_forget(slot)
+ * when closed); strata_output_check refuses, naming it, an output that is one
+ * of them (same device and inode: `trace import -o g.csv g.csv`).
+ *
+ * strata_outlock_take claims an output (a model directory or a file) for the
+ * length of a write: an exclusive flock(2) on ".NAME.lock" beside it, which
+ * holds the writer's pid and command name, so a second writer fails at once
+ * with STRATA_EBUSY saying who holds it.  It also does strata_output_check.
+ * strata_outlock_release removes the lock file.  A device or pipe is not
+ * locked. */
+int strata_input_note(const char *path);
+void strata_input_forget(int slot);
+int strata_output_check(const char *path, struct strata_error *err);
+struct strata_outlock {
+	int fd;
+	char *path;
+};
+int strata_outlock_take(struct strata_outlock *l, const char *path, struct strata_error *err);
+void strata_outlock_release(struct strata_outlock *l);
 
 #endif

@@ -1,0 +1,155 @@
+/*
+ * The kernel configuration (see kernels.h): defaults, validation, the
+ * "key=value,..." text form, and the one current configuration the GPU
+ * layer reads at the start of every strata_moe_layer_gpu call.  Plain C, so
+ * a build without CUDA parses and checks the same configurations.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels.h"
+
+static pthread_mutex_t cfg_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct strata_moe_config cfg_now = STRATA_MOE_CONFIG_DEFAULT;
+
+void strata_gpu_moe_config_defaults(struct strata_moe_config *c)
+{
+	const struct strata_moe_config d = STRATA_MOE_CONFIG_DEFAULT;
+	*c = d;
+}
+
+/* The tier decode kernel's variants, warps x stages (12 x -4: 12x4 unrolled). */
+static const int dec_variants[][2] = { { 8, 4 }, { 8, 5 }, { 12, 3 }, { 12, 4 }, { 12, -4 }, { 16, 3 } };
+/* The bf16 decode kernel's, warps x ring depth. */
+static const int bf16_variants[][2] = { { 16, 4 }, { 12, 6 }, { 8, 8 } };
+
+static int is_variant(const int (*v)[2], size_t n, int a, int b)
+{
+	for (size_t i = 0; i < n; i++)
+		if (v[i][0] == a && v[i][1] == b)
+			return 1;
+	return 0;
+}
+
+int strata_gpu_moe_config_validate(const struct strata_moe_config *c, struct strata_error *err)
+{
+	if (!c->prefill_min)
+		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: prefill_min must be >= 1 (off: UINT32_MAX)");
+	if (c->dec_warps > 0 &&
+	    !is_variant(dec_variants, sizeof(dec_variants) / sizeof(dec_variants[0]), c->dec_warps, c->dec_stages))
+		return STRATA_ERR(err, STRATA_EINVAL,
+				  "kernel config: decode variant %dx%d unknown (8x4, 8x5, 12x3, 12x4, 12x4u, 16x3)",
+				  c->dec_warps, c->dec_stages);
+	if (c->dec_warps < -1)
+		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: dec_warps %d (-1 auto, 0 off, or a variant)",
+				  c->dec_warps);
+	if (c->split > STRATA_MOE_SPLIT_MAX)
+		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: split %u outside 0 (auto) .. %u", c->split,
+				  STRATA_MOE_SPLIT_MAX);
+	if (c->bf16_warps > 0 && !is_variant(bf16_variants, sizeof(bf16_variants) / sizeof(bf16_variants[0]),
+					     c->bf16_warps, c->bf16_depth))
+		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: bf16 decode variant %dx%d unknown (16x4, 12x6, 8x8)",
+				  c->bf16_warps, c->bf16_depth);
+	if (c->bf16_warps < -1)
+		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: bf16_warps %d (-1 auto, 0 off, or a variant)",
+				  c->bf16_warps);
+	if (c->bf16_kc < 32)
+		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: bf16_kc %u below 32 weights", c->bf16_kc);
+	if (c->poison != 0 && c->poison != 1)
+		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: poison must be 0 or 1");
+	return STRATA_OK;
+}
+
+/* "auto" | "off" | "NxM" (| "12x4u" when unrolled is allowed). */
+static int parse_variant(const char *key, const char *v, int allow_u, int *a, int *b, struct strata_error *err)
+{
+	if (!strcmp(v, "auto")) {
+		*a = -1, *b = 0;
+		return STRATA_OK;
+	}
+	if (!strcmp(v, "off") || !strcmp(v, "0")) {
+		*a = 0, *b = 0;
+		return STRATA_OK;
+	}
+	if (allow_u && !strcmp(v, "12x4u")) {
+		*a = 12, *b = -4;
+		return STRATA_OK;
+	}
+	char tail;
+	if (sscanf(v, "%dx%d%c", a, b, &tail) != 2 || *a <= 0 || *b <= 0)
+		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: %s=%s: want auto, off or WARPSxN", key, v);
+	return STRATA_OK;
+}
+
+static int parse_u32(const char *key, const char *v, uint32_t *out, struct strata_error *err)
+{
+	char *end;
+	errno = 0;
+	unsigned long long x = strtoull(v, &end, 10);
+	if (!*v || *end || errno || x > UINT32_MAX || *v == '-')
+		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: %s=%s: not a number", key, v);
+	*out = (uint32_t)x;
+	return STRATA_OK;
+}
+
+int strata_gpu_moe_config_parse(const char *text, struct strata_moe_config *c, struct strata_error *err)
+{
+	char buf[512];
+	if (strlen(text) >= sizeof(buf))
+		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: '%.40s...' too long", text);
+	snprintf(buf, sizeof(buf), "%s", text);
+	int rc = STRATA_OK;
+	for (char *save = NULL, *kv = strtok_r(buf, ",", &save); kv && !rc; kv = strtok_r(NULL, ",", &save)) {
+		char *v = strchr(kv, '=');
+		if (!v)
+			return STRATA_ERR(err, STRATA_EINVAL, "kernel config: '%s' is not key=value", kv);
+		*v++ = '\0';
+		if (!strcmp(kv, "prefill_min")) {
+			if (!strcmp(v, "off"))
+				c->prefill_min = UINT32_MAX;
+			else
+				rc = parse_u32(kv, v, &c->prefill_min, err);
+		} else if (!strcmp(kv, "dec")) {
+			rc = parse_variant(kv, v, 1, &c->dec_warps, &c->dec_stages, err);
+		} else if (!strcmp(kv, "split")) {
+			if (!strcmp(v, "auto"))
+				c->split = 0;
+			else
+				rc = parse_u32(kv, v, &c->split, err);
+		} else if (!strcmp(kv, "bf16dec")) {
+			rc = parse_variant(kv, v, 0, &c->bf16_warps, &c->bf16_depth, err);
+		} else if (!strcmp(kv, "bf16_kc")) {
+			rc = parse_u32(kv, v, &c->bf16_kc, err);
+		} else if (!strcmp(kv, "poison")) {
+			if (strcmp(v, "0") && strcmp(v, "1"))
+				return STRATA_ERR(err, STRATA_EINVAL, "kernel config: poison=%s: want 0 or 1", v);
+			c->poison = v[0] == '1';
+		} else {
+			return STRATA_ERR(err, STRATA_EINVAL,
+					  "kernel config: unknown key '%s' (prefill_min, dec, split, bf16dec, bf16_kc, poison)",
+					  kv);
+		}
+	}
+	return rc ? rc : strata_gpu_moe_config_validate(c, err);
+}
+
+int strata_gpu_moe_configure(const struct strata_moe_config *c, struct strata_error *err)
+{
+	int rc = strata_gpu_moe_config_validate(c, err);
+	if (rc)
+		return rc;
+	pthread_mutex_lock(&cfg_mu);
+	cfg_now = *c;
+	pthread_mutex_unlock(&cfg_mu);
+	return STRATA_OK;
+}
+
+void strata_gpu_moe_config_get(struct strata_moe_config *c)
+{
+	pthread_mutex_lock(&cfg_mu);
+	*c = cfg_now;
+	pthread_mutex_unlock(&cfg_mu);
+}

@@ -1,0 +1,137 @@
+"""MoE block backends: who computes a layer's routed experts.
+
+A backend has ``needs_checkpoint_experts`` (whether the model loads the checkpoint's expert
+tensors), ``attach(model)`` (called once the model is built), and
+``experts(block, x, ids, weights, pred, step) -> y``: x [N, hidden] (the post-attention norm
+output), ids [N, k] int64 and weights [N, k] float32 from the router, pred None or the lookahead
+predictions (ids [N, depth, topn] int32, scores) for later MoE layers, step a model.Step; returns
+y [N, hidden] = sum_j weights[:, j] * expert_{ids[:, j]}(x).
+"""
+import re
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+from ._capi import StrataError
+
+
+class TorchBackend:
+    """The reference: a token loop in float32 over the checkpoint's experts (or any weights put in
+    block.w_gu / block.w_down, e.g. the dequantized shards)."""
+
+    needs_checkpoint_experts = True
+    name = "torch"
+
+    def attach(self, model) -> None:
+        pass
+
+    def experts(self, block, x, ids, weights, pred, step):
+        I = block.w_down.shape[2]
+        y = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
+        for t in range(x.shape[0]):
+            xt = x[t].float()
+            for j in range(ids.shape[1]):
+                e = int(ids[t, j])
+                gu = block.w_gu[e].float() @ xt
+                h = F.silu(gu[:I]) * gu[I:]
+                y[t] += float(weights[t, j]) * (block.w_down[e].float() @ h)
+        return y
+
+
+class BatchedBackend:
+    """BF16 (the model dtype) experts, each active expert's tokens in one GEMM for gate|up and
+    one for down (not a token loop)."""
+
+    needs_checkpoint_experts = True
+    name = "bf16"
+
+    def attach(self, model) -> None:
+        pass
+
+    def experts(self, block, x, ids, weights, pred, step):
+        N, k = ids.shape
+        I = block.w_down.shape[2]
+        flat = ids.reshape(-1)
+        order = flat.argsort()
+        counts = torch.bincount(flat, minlength=block.w_gu.shape[0]).tolist()
+        tok = order // k
+        wts = weights.reshape(-1)[order].to(x.dtype).unsqueeze(1)
+        y = torch.zeros_like(x)
+        i = 0
+        for e, c in enumerate(counts):
+            if not c:
+                continue
+            t = tok[i:i + c]
+            gu = F.linear(x[t], block.w_gu[e])
+            h = F.silu(gu[:, :I]) * gu[:, I:]
+            y.index_add_(0, t, F.linear(h, block.w_down[e]) * wts[i:i + c])
+            i += c
+        return y
+
+
+class StrataBackend:
+    """Routed experts from tiered shards through the Strata engine (any placement / eviction /
+    prefetch policy, tier budgets) and the fused kernels (GPU) or the CPU reference.  The shard
+    directory is `strata quantize` (or `strata synth`) output of the same model; its shape must
+    match the checkpoint's.  Lookahead predictions computed by the model are the prefetch hints
+    (pred_depth > 0; default: the lookahead policy's depth, 0 with another prefetch policy)."""
+
+    needs_checkpoint_experts = False
+    name = "strata"
+
+    def __init__(self, shards: str, vram="8G", ram="32G", place: str = "static", evict: str = "lru",
+                 prefetch: str = "none", gpu: str = "auto", max_tokens: int = 512, options: str = "",
+                 pred_depth: Optional[int] = None):
+        from .core import Engine, Store, gpu_count
+        if gpu == "auto":  # where PyTorch computes: the GPU when both it and libstrata see one
+            gpu = "1" if torch.cuda.is_available() and gpu_count() > 0 else "0"
+        self.store = Store(shards)
+        self.engine = Engine(self.store, vram, ram, place, evict, prefetch, gpu, max_tokens, options)
+        self.max_tokens = max_tokens
+        if pred_depth is None:  # as deep as a lookahead policy looks (its depth option, default 1)
+            m = re.search(r"depth=(\d+)", prefetch) if prefetch.startswith("lookahead") else None
+            pred_depth = int(m.group(1)) if m else (1 if prefetch.startswith("lookahead") else 0)
+        self.pred_depth = pred_depth
+        self.device = "cuda" if self.engine.on_gpu else "cpu"
+
+    def attach(self, model) -> None:
+        s, c = self.store.shape, model.cfg
+        want = {"n_moe_layers": model.n_moe_layers, "n_experts": c.n_experts, "hidden": c.hidden,
+                "inter": c.moe_inter}
+        bad = ["%s %d (model %d)" % (k, s[k], v) for k, v in want.items() if s[k] != v]
+        if bad:
+            raise StrataError("%s: shards do not fit the model: %s" % (self.store.path, ", ".join(bad)), code=-13)
+        dev = model.device.type
+        if self.engine.on_gpu != (dev == "cuda"):
+            raise StrataError("the engine runs on the %s but the model on %s (engine option gpu=%s)" %
+                              ("GPU" if self.engine.on_gpu else "host", dev, "0" if dev == "cpu" else "1"),
+                              code=-1)
+        if self.pred_depth:
+            model.pred_depth = self.pred_depth
+
+    def experts(self, block, x, ids, weights, pred, step):
+        xf = x.float().contiguous()
+        y = torch.zeros_like(xf)
+        ih = ids.to("cpu", torch.int32).contiguous()
+        wh = weights.to("cpu", torch.float32).contiguous()
+        hints = None
+        if pred is not None:
+            pid, psc = pred
+            N, D, n = pid.shape
+            lay = (torch.arange(1, D + 1, dtype=torch.int32) + block.moe_idx).view(1, D, 1).expand(N, D, n)
+            keep = pid.reshape(-1) >= 0
+            hints = (lay.reshape(-1)[keep].contiguous(), pid.reshape(-1)[keep].contiguous(),
+                     psc.reshape(-1)[keep].contiguous())
+        for t0 in range(0, xf.shape[0], self.max_tokens):  # long prompts in chunks of max_tokens
+            t1 = min(t0 + self.max_tokens, xf.shape[0])
+            self.engine.moe_forward(step.index, block.moe_idx, xf[t0:t1], y[t0:t1], ih[t0:t1], wh[t0:t1],
+                                    hints=hints if t0 == 0 else None)
+        return y
+
+    def stats(self):
+        return self.engine.stats()
+
+    def close(self) -> None:
+        self.engine.close()
+        self.store.close()

@@ -1,0 +1,521 @@
+"""A PyTorch MoE decoder that loads Hugging Face checkpoints without `transformers`.
+
+Families (config.json's model_type): mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v2, deepseek_v3.
+Decoder layer: RMSNorm -> rotary attention with a KV cache (GQA; Qwen3's per-head and OLMoE's
+whole-projection q/k norms; Qwen2's q/k/v biases; DeepSeek's multi-head latent attention in its
+plain, decompressed form) -> RMSNorm -> dense MLP or MoE block (router with the family's rule,
+routed experts through a backend, shared experts in PyTorch).  Not implemented: YaRN / other
+rope_scaling (DeepSeek-V2/V3's long-context scaling; refused unless --ignore-rope-scaling),
+sliding windows, Qwen's decoder_sparse_step patterns are read from the checkpoint itself (a layer
+is MoE when its router weight exists).
+
+The routed experts of every MoE layer go through a backend (strata.backends): "torch" (the
+reference: a token loop in float32 over the checkpoint's experts), "bf16" (one GEMM per active
+expert over its tokens, in the model dtype) or "strata" (tiered shards through the engine and the
+fused kernels).  Lookahead predictions: when asked for (pred_depth > 0), at MoE layer l the model
+applies MoE layer l+d's post-attention norm and router to layer l's residual stream, d = 1..depth,
+and hands the top-n experts to the backend as prefetch hints and to the trace recorder.
+"""
+import math
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+import torch
+import torch.nn.functional as F
+
+from ._capi import StrataError
+from .safetensors import Checkpoint
+
+FAMILIES = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "deepseek_v2", "deepseek_v3")
+
+
+@dataclass
+class Config:
+    family: str
+    vocab: int
+    hidden: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    rope_theta: float
+    eps: float
+    n_experts: int
+    top_k: int
+    moe_inter: int
+    dense_inter: int
+    shared_inter: int = 0           # all shared experts of a layer together (0: none)
+    shared_gate: bool = False       # Qwen2-MoE: sigmoid(shared_expert_gate x) scales them
+    norm_topk: bool = False
+    scoring: str = "softmax"        # or "sigmoid" (DeepSeek-V3)
+    n_group: int = 1
+    topk_group: int = 1
+    grouped: bool = False
+    routed_scale: float = 1.0
+    qk_norm: str = ""               # "", "head" (Qwen3), "full" (OLMoE)
+    qkv_bias: bool = False
+    tie_embeddings: bool = False
+    mla: bool = False
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_nope_dim: int = 0
+    qk_rope_dim: int = 0
+    v_head_dim: int = 0
+    rope_interleave: bool = False
+    max_pos: int = 4096
+    raw: dict = field(default_factory=dict)
+
+    @staticmethod
+    def from_hf(c: dict, path: str = "config.json", ignore_rope_scaling: bool = False) -> "Config":
+        fam = c.get("model_type", "")
+        if fam not in FAMILIES:
+            raise StrataError("%s: model_type '%s' is not one of %s" % (path, fam, ", ".join(FAMILIES)), code=-11)
+        g = c.get
+        rs = g("rope_scaling")
+        if rs and not ignore_rope_scaling and (rs.get("type") or rs.get("rope_type")) not in (None, "default"):
+            raise StrataError("%s: rope_scaling %s is not implemented (pass ignore_rope_scaling to run "
+                              "without it, exact only within the original context)" % (path, rs), code=-11)
+        H = int(c["hidden_size"])
+        nh = int(c["num_attention_heads"])
+        cfg = Config(
+            family=fam, vocab=int(c["vocab_size"]), hidden=H, n_layers=int(c["num_hidden_layers"]), n_heads=nh,
+            n_kv_heads=int(g("num_key_value_heads") or nh), head_dim=int(g("head_dim") or H // nh),
+            rope_theta=float(g("rope_theta", 10000.0)), eps=float(g("rms_norm_eps", 1e-6)),
+            n_experts=int(g("num_local_experts") or g("num_experts") or g("n_routed_experts") or 0),
+            top_k=int(g("num_experts_per_tok") or 2),
+            moe_inter=int(g("moe_intermediate_size") or g("intermediate_size")),
+            dense_inter=int(g("intermediate_size") or 0),
+            tie_embeddings=bool(g("tie_word_embeddings", False)),
+            max_pos=int(g("max_position_embeddings", 4096)), raw=c)
+        if fam == "mixtral":
+            cfg.norm_topk = True
+        else:
+            cfg.norm_topk = bool(g("norm_topk_prob", False))
+        if fam == "qwen2_moe":
+            cfg.qkv_bias = True
+            cfg.shared_inter = int(g("shared_expert_intermediate_size") or 0)
+            cfg.shared_gate = cfg.shared_inter > 0
+        if fam == "qwen3_moe":
+            cfg.qk_norm = "head"
+        if fam == "olmoe":
+            cfg.qk_norm = "full"
+        if fam.startswith("deepseek"):
+            cfg.shared_inter = int(g("n_shared_experts") or 0) * cfg.moe_inter
+            cfg.scoring = g("scoring_func", "sigmoid" if fam == "deepseek_v3" else "softmax")
+            cfg.n_group = int(g("n_group") or 1)
+            cfg.topk_group = int(g("topk_group") or cfg.n_group)
+            cfg.grouped = fam == "deepseek_v3" or g("topk_method", "") in ("group_limited_greedy", "noaux_tc")
+            cfg.routed_scale = float(g("routed_scaling_factor") or 1.0)
+            if g("kv_lora_rank"):
+                cfg.mla = True
+                cfg.q_lora_rank = int(g("q_lora_rank") or 0)
+                cfg.kv_lora_rank = int(g("kv_lora_rank"))
+                cfg.qk_nope_dim = int(g("qk_nope_head_dim"))
+                cfg.qk_rope_dim = int(g("qk_rope_head_dim"))
+                cfg.v_head_dim = int(g("v_head_dim"))
+                cfg.head_dim = cfg.qk_rope_dim
+                cfg.rope_interleave = bool(g("rope_interleave", True))
+        return cfg
+
+
+def expert_names(family: str, layer: int, e: int):
+    """(gate, up, down) tensor names of routed expert e of decoder layer `layer` (the names
+    `strata quantize --naming auto` reads)."""
+    if family == "mixtral":
+        p = "model.layers.%d.block_sparse_moe.experts.%d." % (layer, e)
+        return p + "w1.weight", p + "w3.weight", p + "w2.weight"
+    p = "model.layers.%d.mlp.experts.%d." % (layer, e)
+    return p + "gate_proj.weight", p + "up_proj.weight", p + "down_proj.weight"
+
+
+def router_name(family: str, layer: int) -> str:
+    return "model.layers.%d.%s.gate.weight" % (layer, "block_sparse_moe" if family == "mixtral" else "mlp")
+
+
+class RMSNorm(torch.nn.Module):
+    def __init__(self, w: torch.Tensor, eps: float):
+        super().__init__()
+        self.weight = torch.nn.Parameter(w, requires_grad=False)
+        self.eps = eps
+
+    def forward(self, x):
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (xf * self.weight.float()).to(x.dtype)
+
+
+def _rot_half(x):
+    a, b = x.chunk(2, dim=-1)
+    return torch.cat((-b, a), dim=-1)
+
+
+class Rope:
+    def __init__(self, dim: int, theta: float, interleave: bool):
+        self.dim, self.theta, self.interleave = dim, theta, interleave
+        self.inv = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+
+    def apply(self, x, pos0: int):
+        """x [B, h, T, dim] -> rotated, positions pos0 .. pos0 + T - 1."""
+        T = x.shape[2]
+        t = torch.arange(pos0, pos0 + T, dtype=torch.float64)
+        f = torch.outer(t, self.inv)
+        emb = torch.cat((f, f), dim=-1)
+        cos = emb.cos().to(x.device, torch.float32)
+        sin = emb.sin().to(x.device, torch.float32)
+        xf = x.float()
+        if self.interleave:  # DeepSeek: pairs (0,1), (2,3), ... -> halves
+            B, h, T_, d = xf.shape
+            xf = xf.view(B, h, T_, d // 2, 2).transpose(4, 3).reshape(B, h, T_, d)
+        return (xf * cos + _rot_half(xf) * sin).to(x.dtype)
+
+
+class KVCache:
+    """Preallocated keys and values of every layer: [B, heads, max_len, dim]."""
+
+    def __init__(self, n_layers: int, batch: int, kv_heads: int, k_dim: int, v_dim: int, max_len: int,
+                 device, dtype):
+        self.k = [torch.zeros(batch, kv_heads, max_len, k_dim, device=device, dtype=dtype) for _ in range(n_layers)]
+        self.v = [torch.zeros(batch, kv_heads, max_len, v_dim, device=device, dtype=dtype) for _ in range(n_layers)]
+        self.len = 0
+        self.max_len = max_len
+
+    def put(self, layer: int, k, v, pos0: int):
+        T = k.shape[2]
+        if pos0 + T > self.max_len:
+            raise StrataError("KV cache of %d positions is full (need %d)" % (self.max_len, pos0 + T), code=-13)
+        self.k[layer][:, :, pos0:pos0 + T] = k
+        self.v[layer][:, :, pos0:pos0 + T] = v
+        return self.k[layer][:, :, :pos0 + T], self.v[layer][:, :, :pos0 + T]
+
+
+def _attend(q, k, v, pos0: int, scale: float):
+    """q [B, h, T, d], k/v [B, kvh, S, d] (S = pos0 + T), causal."""
+    h, kvh = q.shape[1], k.shape[1]
+    if h != kvh:
+        k = k.repeat_interleave(h // kvh, dim=1)
+        v = v.repeat_interleave(h // kvh, dim=1)
+    s = torch.matmul(q.float(), k.float().transpose(-1, -2)) * scale
+    T, S = q.shape[2], k.shape[2]
+    if T > 1:
+        i = torch.arange(T, device=q.device).unsqueeze(1) + pos0
+        j = torch.arange(S, device=q.device).unsqueeze(0)
+        s = s.masked_fill(j > i, float("-inf"))
+    p = torch.softmax(s, dim=-1)
+    return torch.matmul(p, v.float()).to(q.dtype)
+
+
+class Attention(torch.nn.Module):
+    def __init__(self, cfg: Config, get, prefix: str, layer: int):
+        super().__init__()
+        self.cfg, self.layer = cfg, layer
+        self.w = {}
+        P = lambda n: get(prefix + n)  # noqa: E731
+        if cfg.mla:
+            for n in ("q_a_proj", "q_b_proj", "q_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj"):
+                t = get(prefix + n + ".weight", optional=True)
+                if t is not None:
+                    self.w[n] = t
+            self.q_a_norm = RMSNorm(P("q_a_layernorm.weight"), cfg.eps) if "q_a_proj" in self.w else None
+            self.kv_a_norm = RMSNorm(P("kv_a_layernorm.weight"), cfg.eps)
+            self.rope = Rope(cfg.qk_rope_dim, cfg.rope_theta, cfg.rope_interleave)
+            self.scale = (cfg.qk_nope_dim + cfg.qk_rope_dim) ** -0.5
+            return
+        for n in ("q_proj", "k_proj", "v_proj", "o_proj"):
+            self.w[n] = P(n + ".weight")
+            if cfg.qkv_bias and n != "o_proj":
+                self.w[n + ".bias"] = P(n + ".bias")
+        self.q_norm = RMSNorm(P("q_norm.weight"), cfg.eps) if cfg.qk_norm else None
+        self.k_norm = RMSNorm(P("k_norm.weight"), cfg.eps) if cfg.qk_norm else None
+        self.rope = Rope(cfg.head_dim, cfg.rope_theta, False)
+        self.scale = cfg.head_dim ** -0.5
+
+    def _lin(self, x, n):
+        return F.linear(x, self.w[n], self.w.get(n + ".bias"))
+
+    def forward(self, x, cache: KVCache, pos0: int):
+        c = self.cfg
+        B, T, _ = x.shape
+        if c.mla:
+            return self._mla(x, cache, pos0)
+        q, k, v = self._lin(x, "q_proj"), self._lin(x, "k_proj"), self._lin(x, "v_proj")
+        if c.qk_norm == "full":
+            q, k = self.q_norm(q), self.k_norm(k)
+        q = q.view(B, T, c.n_heads, c.head_dim).transpose(1, 2)
+        k = k.view(B, T, c.n_kv_heads, c.head_dim).transpose(1, 2)
+        v = v.view(B, T, c.n_kv_heads, c.head_dim).transpose(1, 2)
+        if c.qk_norm == "head":
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = self.rope.apply(q, pos0), self.rope.apply(k, pos0)
+        K, V = cache.put(self.layer, k, v, pos0)
+        o = _attend(q, K, V, pos0, self.scale)
+        return self._lin(o.transpose(1, 2).reshape(B, T, -1), "o_proj")
+
+    def _mla(self, x, cache: KVCache, pos0: int):
+        c = self.cfg
+        B, T, _ = x.shape
+        if "q_a_proj" in self.w:
+            q = F.linear(self.q_a_norm(F.linear(x, self.w["q_a_proj"])), self.w["q_b_proj"])
+        else:
+            q = F.linear(x, self.w["q_proj"])
+        q = q.view(B, T, c.n_heads, c.qk_nope_dim + c.qk_rope_dim).transpose(1, 2)
+        q_nope, q_pe = q.split([c.qk_nope_dim, c.qk_rope_dim], dim=-1)
+        ckv = F.linear(x, self.w["kv_a_proj_with_mqa"])
+        ckv, k_pe = ckv.split([c.kv_lora_rank, c.qk_rope_dim], dim=-1)
+        k_pe = k_pe.view(B, T, 1, c.qk_rope_dim).transpose(1, 2)
+        kv = F.linear(self.kv_a_norm(ckv), self.w["kv_b_proj"])
+        kv = kv.view(B, T, c.n_heads, c.qk_nope_dim + c.v_head_dim).transpose(1, 2)
+        k_nope, v = kv.split([c.qk_nope_dim, c.v_head_dim], dim=-1)
+        q_pe, k_pe = self.rope.apply(q_pe, pos0), self.rope.apply(k_pe, pos0)
+        q = torch.cat((q_nope, q_pe), dim=-1)
+        k = torch.cat((k_nope, k_pe.expand(B, c.n_heads, T, c.qk_rope_dim)), dim=-1)
+        K, V = cache.put(self.layer, k, v.contiguous(), pos0)
+        o = _attend(q, K, V, pos0, self.scale)
+        return F.linear(o.transpose(1, 2).reshape(B, T, -1), self.w["o_proj"])
+
+
+def swiglu(x, gate, up, down):
+    return F.linear(F.silu(F.linear(x, gate)) * F.linear(x, up), down)
+
+
+class Router:
+    """The family's routing rule over one MoE layer's router weight."""
+
+    def __init__(self, cfg: Config, weight, bias=None):
+        self.cfg, self.weight, self.bias = cfg, weight, bias
+
+    def __call__(self, x, k: int):
+        """x [N, hidden] -> (ids [N, k] int64, weights [N, k] float32), descending weight."""
+        c = self.cfg
+        logits = F.linear(x.to(self.weight.dtype), self.weight).float()
+        scores = logits.sigmoid() if c.scoring == "sigmoid" else logits.softmax(dim=-1)
+        choice = scores + self.bias.float() if self.bias is not None else scores
+        E = scores.shape[-1]
+        if c.grouped and c.n_group > 1 and E % c.n_group == 0:
+            N = choice.shape[0]
+            g = choice.view(N, c.n_group, -1)
+            gs = g.topk(2, dim=-1).values.sum(-1) if self.bias is not None else g.max(dim=-1).values
+            keep = gs.topk(c.topk_group, dim=-1).indices
+            mask = torch.zeros_like(gs).scatter_(1, keep, 1.0).unsqueeze(-1).expand_as(g).reshape(N, -1)
+            choice = choice.masked_fill(mask == 0, float("-inf"))
+        k = min(k, E)
+        idx = choice.topk(k, dim=-1).indices
+        w = scores.gather(1, idx)
+        if c.norm_topk and k > 1:
+            w = w / w.sum(-1, keepdim=True).clamp_min(1e-20)
+        w = w * c.routed_scale
+        order = w.argsort(dim=-1, descending=True)
+        return idx.gather(1, order), w.gather(1, order)
+
+
+class MoEBlock(torch.nn.Module):
+    def __init__(self, cfg: Config, get, layer: int, moe_idx: int, load_experts: bool):
+        super().__init__()
+        self.cfg, self.layer, self.moe_idx = cfg, layer, moe_idx
+        fam = cfg.family
+        pre = "model.layers.%d.%s." % (layer, "block_sparse_moe" if fam == "mixtral" else "mlp")
+        self.router = Router(cfg, get(pre + "gate.weight"), get(pre + "gate.e_score_correction_bias", optional=True))
+        self.shared = None
+        if cfg.shared_inter:
+            sp = pre + ("shared_expert." if fam == "qwen2_moe" else "shared_experts.")
+            self.shared = [get(sp + n + "_proj.weight") for n in ("gate", "up", "down")]
+        self.shared_gate = get(pre + "shared_expert_gate.weight") if cfg.shared_gate else None
+        # routed experts, stacked: gate|up [E, 2I, H] and down [E, H, I] (model dtype)
+        self.w_gu = self.w_down = None
+        if load_experts:
+            gu, dn = [], []
+            for e in range(cfg.n_experts):
+                g, u, d = (get(n) for n in expert_names(fam, layer, e))
+                gu.append(torch.cat((g, u), 0))
+                dn.append(d)
+            self.w_gu, self.w_down = torch.stack(gu), torch.stack(dn)
+
+    def shared_out(self, x):
+        if self.shared is None:
+            return None
+        y = swiglu(x, *self.shared)
+        if self.shared_gate is not None:
+            y = torch.sigmoid(F.linear(x, self.shared_gate)) * y
+        return y
+
+
+class Step:
+    """What one forward pass tells the backends and the recorder."""
+
+    def __init__(self, index: int, pos0: int, decode: bool):
+        self.index, self.pos0, self.decode = index, pos0, decode
+
+
+class MoEModel(torch.nn.Module):
+    """The decoder.  forward(ids [B, T]) -> logits [B, T, vocab] with the KV cache advanced."""
+
+    def __init__(self, cfg: Config, ckpt: Checkpoint, backend, device="cpu", dtype=torch.float32):
+        super().__init__()
+        self.cfg, self.device, self.dtype = cfg, torch.device(device), dtype
+        self.backend = backend
+        load_experts = backend.needs_checkpoint_experts
+
+        def get(name, optional=False):
+            t = ckpt.maybe(name) if optional else ckpt.get(name)
+            if t is None:
+                return None
+            if t.dtype.is_floating_point:
+                t = t.to(self.device, self.dtype if t.dim() > 1 or name.endswith(".bias") else torch.float32)
+            return t
+        self.embed = get("model.embed_tokens.weight")
+        self.norm = RMSNorm(get("model.norm.weight"), cfg.eps)
+        self.lm_head = self.embed if cfg.tie_embeddings and "lm_head.weight" not in ckpt else get("lm_head.weight")
+        self.layers = []
+        self.moe = []
+        for i in range(cfg.n_layers):
+            p = "model.layers.%d." % i
+            attn = Attention(cfg, get, p + "self_attn.", i)
+            n1 = RMSNorm(get(p + "input_layernorm.weight"), cfg.eps)
+            n2 = RMSNorm(get(p + "post_attention_layernorm.weight"), cfg.eps)
+            if router_name(cfg.family, i) in ckpt:
+                mlp = MoEBlock(cfg, get, i, len(self.moe), load_experts)
+                self.moe.append((i, mlp, n2))
+            else:
+                mlp = [get(p + "mlp.%s_proj.weight" % n) for n in ("gate", "up", "down")]
+            self.layers.append((attn, n1, n2, mlp))
+        if not self.moe:
+            raise StrataError("%s: no MoE layer (no router weight such as '%s')" %
+                              (ckpt.path, router_name(cfg.family, 0)), code=-13)
+        self.cache: Optional[KVCache] = None
+        self.steps = 0
+        self.pred_depth = 0
+        self.pred_topn = cfg.top_k
+        self.recorder = None
+        self.req = 0
+        backend.attach(self)
+
+    @property
+    def n_moe_layers(self) -> int:
+        return len(self.moe)
+
+    def reset(self, batch: int = 1, max_len: int = 2048) -> None:
+        """A fresh KV cache (a new request)."""
+        c = self.cfg
+        if c.mla:
+            kd, vd, kvh = c.qk_nope_dim + c.qk_rope_dim, c.v_head_dim, c.n_heads
+        else:
+            kd = vd = c.head_dim
+            kvh = c.n_kv_heads
+        self.cache = KVCache(c.n_layers, batch, kvh, kd, vd, max_len, self.device, self.dtype)
+
+    def _predict(self, m: int, resid):
+        """Lookahead: MoE layer m+d's norm and router on layer m's residual, d = 1..depth.
+        -> (ids [N, depth, topn] int32 with -1 past the last layer, scores float32)."""
+        N = resid.shape[0]
+        D, n = self.pred_depth, self.pred_topn
+        ids = torch.full((N, D, n), -1, dtype=torch.int32)
+        sc = torch.zeros((N, D, n), dtype=torch.float32)
+        for d in range(1, D + 1):
+            if m + d >= len(self.moe):
+                break
+            _, blk, norm = self.moe[m + d]
+            i, w = blk.router(norm(resid), n)
+            ids[:, d - 1, :i.shape[1]] = i.to("cpu", torch.int32)
+            sc[:, d - 1, :w.shape[1]] = w.to("cpu", torch.float32)
+        return ids, sc
+
+    @torch.no_grad()
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        if self.cache is None:
+            self.reset(ids.shape[0])
+        B, T = ids.shape
+        pos0 = self.cache.len
+        step = Step(self.steps, pos0, decode=pos0 > 0 and T == 1)
+        x = F.embedding(ids.to(self.device), self.embed)
+        for attn, n1, n2, mlp in self.layers:
+            x = x + attn(n1(x), self.cache, pos0)
+            h = n2(x)
+            if isinstance(mlp, MoEBlock):
+                flat = h.reshape(-1, h.shape[-1])
+                sel, w = mlp.router(flat, self.cfg.top_k)
+                pred = self._predict(mlp.moe_idx, x.reshape(-1, x.shape[-1])) if self.pred_depth else None
+                y = self.backend.experts(mlp, flat, sel, w, pred, step)
+                s = mlp.shared_out(flat)
+                if s is not None:
+                    y = y + s
+                if self.recorder is not None:
+                    self.recorder.layer(mlp.moe_idx, sel.to("cpu", torch.int32).contiguous(),
+                                        w.to("cpu", torch.float32).contiguous(),
+                                        None if pred is None else pred[0], None if pred is None else pred[1])
+                x = x + y.view_as(x).to(x.dtype)
+            else:
+                x = x + swiglu(h, *mlp)
+        self.cache.len = pos0 + T
+        if self.recorder is not None:
+            if B != 1:
+                raise StrataError("trace recording takes batch 1 (one request per trace stream)", code=-13)
+            self.recorder.step(self.req, pos0, step.decode)
+        self.steps += 1
+        return F.linear(self.norm(x), self.lm_head).float()
+
+    def start_recording(self, path: str, pred_depth: int = 0, pred_topn: Optional[int] = None,
+                        model_name: str = "") -> None:
+        """Record every following step's routing (and lookahead predictions) to path."""
+        from .core import Recorder
+        if pred_depth:
+            self.pred_depth, self.pred_topn = pred_depth, pred_topn or self.cfg.top_k
+        self.recorder = Recorder(path, len(self.moe), self.cfg.n_experts, self.cfg.top_k,
+                                 self.pred_depth, self.pred_topn if self.pred_depth else 0, model_name or None)
+
+    def stop_recording(self, commit: bool = True) -> int:
+        r, self.recorder = self.recorder, None
+        n = r.count if r else 0
+        if r:
+            r.finish(commit)
+        return n
+
+    @torch.no_grad()
+    def generate(self, prompt: List[int], max_new_tokens: int, on_token=None) -> List[int]:
+        """Greedy decoding of one request: prefill, then one token per step."""
+        self.reset(1, len(prompt) + max_new_tokens + 1)
+        logits = self.forward(torch.tensor([prompt], dtype=torch.long))
+        out = []
+        for i in range(max_new_tokens):
+            nxt = int(logits[0, -1].argmax())
+            out.append(nxt)
+            if on_token:
+                on_token(i, nxt)
+            if i + 1 < max_new_tokens:
+                logits = self.forward(torch.tensor([[nxt]], dtype=torch.long))
+        self.req += 1
+        return out
+
+    @torch.no_grad()
+    def perplexity(self, tokens: List[int], ctx: int = 256, progress=None) -> dict:
+        """exp(mean NLL) of tokens, in windows of ctx tokens (each a fresh request)."""
+        nll, n = 0.0, 0
+        for w0 in range(0, max(len(tokens) - 1, 0), ctx):
+            seg = tokens[w0:w0 + ctx + 1]
+            if len(seg) < 2:
+                break
+            self.reset(1, len(seg))
+            logits = self.forward(torch.tensor([seg[:-1]], dtype=torch.long))
+            lp = torch.log_softmax(logits[0], dim=-1)
+            tgt = torch.tensor(seg[1:], dtype=torch.long, device=lp.device)
+            nll -= float(lp.gather(1, tgt.unsqueeze(1)).sum())
+            n += len(seg) - 1
+            self.req += 1
+            if progress:
+                progress(w0 + len(seg) - 1, len(tokens) - 1)
+        if not n:
+            raise StrataError("perplexity: fewer than 2 tokens", code=-1)
+        return {"tokens": n, "nll": nll / n, "ppl": math.exp(nll / n)}
+
+
+def load(path, backend=None, device: Optional[str] = None, dtype=None,
+         ignore_rope_scaling: bool = False) -> MoEModel:
+    """Load a Hugging Face checkpoint directory with a backend (default: the torch reference).
+    device: default the backend's (a StrataBackend's engine) or cuda when PyTorch has a GPU;
+    dtype: default bf16 on cuda, float32 on cpu."""
+    from .backends import TorchBackend
+    if device is None:
+        device = getattr(backend, "device", None) or ("cuda" if torch.cuda.is_available() else "cpu")
+    ckpt = Checkpoint(path) if isinstance(path, str) else path  # or an object like tiny.MemoryCheckpoint
+    cfg = Config.from_hf(ckpt.config, ckpt.path + "/config.json", ignore_rope_scaling)
+    if dtype is None:
+        dtype = torch.bfloat16 if str(device).startswith("cuda") else torch.float32
+    return MoEModel(cfg, ckpt, backend or TorchBackend(), device, dtype)

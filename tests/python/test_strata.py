@@ -1,0 +1,362 @@
+"""The Python package and the PyTorch runner (pytest; tests/run-tests.sh runs and counts them).
+
+Needs a libstrata.so ($STRATA_LIB, else the build tree's) and the strata CLI ($STRATA_BIN, else
+build/release/bin/strata).  GPU cases skip with a message where PyTorch or libstrata sees no GPU.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import torch
+
+try:
+    import pytest
+except ImportError:  # e.g. the GPU machine's Python: the shim runs them (see the end)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from minitest import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+
+import strata  # noqa: E402
+from strata import StrataError  # noqa: E402
+from strata.backends import BatchedBackend, StrataBackend, TorchBackend  # noqa: E402
+from strata.safetensors import Checkpoint, SafetensorsFile, save_file  # noqa: E402
+from strata.tiny import make_checkpoint  # noqa: E402
+
+BIN = os.environ.get("STRATA_BIN") or os.path.join(ROOT, "build", "release", "bin", "strata")
+FAMILIES = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "deepseek_v2", "deepseek_v3")
+
+
+def strata_cli(*args):
+    r = subprocess.run([BIN] + list(args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert r.returncode == 0, r.stdout
+    return r.stdout
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("strata_py"))
+
+
+@pytest.fixture(scope="module")
+def qwen(work):
+    """A tiny Qwen3-MoE checkpoint and its tiered shards (hot, warm and cold experts)."""
+    hf = make_checkpoint(os.path.join(work, "qwen"), "qwen3_moe", seed=3, layers=3, experts=8, top_k=2,
+                         hidden=256, inter=128)
+    q = os.path.join(work, "qwen_q")
+    strata_cli("quantize", "--in", hf, "--out", q, "--naming", "auto", "--split", "25,25,50")
+    return hf, q
+
+
+@pytest.fixture(scope="module")
+def bf16_store(work):
+    d = os.path.join(work, "bf16")
+    strata_cli("synth", "--preset", "tiny", "--out", d, "--format", "bf16", "--seed", "5")
+    return d
+
+
+def gpu_ok():
+    return torch.cuda.is_available() and strata.gpu_count() > 0
+
+
+def rel(a, b):
+    return float((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30))
+
+
+# ---- safetensors ------------------------------------------------------------------------------
+
+def test_safetensors_round_trip(work):
+    p = os.path.join(work, "t.safetensors")
+    t = {"a": torch.randn(3, 4).to(torch.bfloat16), "b": torch.arange(5, dtype=torch.int32),
+         "c": torch.randn(2, 2, 2), "empty": torch.zeros(0, 3)}
+    save_file(t, p)
+    f = SafetensorsFile(p)
+    assert sorted(f.keys()) == sorted(t)
+    for k, v in t.items():
+        assert f.get(k).dtype == v.dtype and torch.equal(f.get(k), v)
+
+
+def test_safetensors_bad_files(work):
+    p = os.path.join(work, "bad.safetensors")
+    with open(p, "wb") as f:
+        f.write(b"\x10\x00")
+    with pytest.raises(StrataError, match="bad.safetensors: file of 2 bytes"):
+        SafetensorsFile(p)
+    hdr = json.dumps({"x": {"dtype": "F32", "shape": [4], "data_offsets": [0, 8]}}).encode()
+    with open(p, "wb") as f:
+        f.write(len(hdr).to_bytes(8, "little") + hdr + b"\0" * 8)
+    with pytest.raises(StrataError, match="tensor 'x': shape \\[4\\] x F32 is 16 bytes"):
+        SafetensorsFile(p)
+    with pytest.raises(StrataError, match="cannot open"):
+        SafetensorsFile(os.path.join(work, "missing.safetensors"))
+
+
+# ---- the runner -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_family_backends_and_cache(work, family):
+    """Every family loads; the batched backend equals the token-loop reference; prefill + decode
+    with the KV cache gives the logits of one forward over the whole sequence."""
+    hf = make_checkpoint(os.path.join(work, family), family, seed=7, layers=3, experts=8, top_k=2,
+                         hidden=128, inter=64, vocab=256, dense_layers=1 if family.startswith("deepseek") else 0)
+    ref = strata.load(hf, TorchBackend())
+    bat = strata.load(hf, BatchedBackend())
+    ids = torch.randint(0, 256, (1, 9), generator=torch.Generator().manual_seed(1))
+    ref.reset(1, 16)
+    full = ref.forward(ids)
+    bat.reset(1, 16)
+    assert rel(bat.forward(ids), full) < 1e-5
+    ref.reset(1, 16)
+    parts = [ref.forward(ids[:, :6])] + [ref.forward(ids[:, i:i + 1]) for i in range(6, 9)]
+    assert rel(torch.cat(parts, 1), full) < 1e-4
+    assert len(ref.generate([1, 2, 3], 4)) == 4
+
+
+def dequantized_reference(model, store):
+    """The torch reference over the shards' dequantized experts."""
+    for _, blk, _ in model.moe:
+        gu, dn = [], []
+        for e in range(model.cfg.n_experts):
+            g, u, d = store.dequantize(blk.moe_idx, e)
+            gu.append(torch.cat((g, u), 0))
+            dn.append(d)
+        blk.w_gu, blk.w_down = torch.stack(gu), torch.stack(dn)
+    return model
+
+
+def test_strata_layer_equals_dequantized(qwen):
+    """Per expert format: the engine's layer output (CPU reference kernels) against the torch
+    reference over the dequantized weights.  Bound 1e-5 (float rounding; same weights)."""
+    hf, q = qwen
+    sb = StrataBackend(q, vram="1M", ram="2M", gpu="0")
+    m = strata.load(hf, sb)
+    ref = dequantized_reference(strata.load(hf, TorchBackend()), sb.store)
+    seen = set()
+    g = torch.Generator().manual_seed(2)
+    for (_, blk, _), (_, rblk, _) in zip(m.moe, ref.moe):
+        for e in range(m.cfg.n_experts):
+            fmt = sb.store.expert_format(blk.moe_idx, e)
+            seen.add(fmt)
+            x = torch.randn(3, m.cfg.hidden, generator=g)
+            ids = torch.tensor([[e, (e + 1) % 8]] * 3)
+            w = torch.tensor([[0.75, 0.25]] * 3)
+            from strata.model import Step
+            y = sb.experts(blk, x, ids, w, None, Step(e, 0, False))
+            yr = ref.backend.experts(rblk, x, ids, w, None, None)
+            assert rel(y, yr) < 1e-5, (fmt, rel(y, yr))
+    assert {"hot", "warm", "cold"} <= seen
+    # whole model: same greedy tokens as the reference over the dequantized experts
+    assert m.generate([5, 6, 7], 6) == ref.generate([5, 6, 7], 6)
+    st = sb.stats()
+    assert st["hits_nvme"] > 0 and st["accesses"] > 0  # the budgets forced the disk tier
+    sb.close()
+
+
+def test_engine_bf16_store(bf16_store):
+    """bf16 experts through Engine.moe_forward on NumPy and torch host arrays (zero copy)."""
+    import numpy as np
+    with strata.Store(bf16_store) as s, strata.Engine(s, "64M", "64M", gpu="0") as e:
+        H = s.shape["hidden"]
+        x = np.random.default_rng(1).standard_normal((2, H)).astype(np.float32)
+        y = np.zeros((2, H), np.float32)
+        ids = np.array([[1, 2], [3, -1]], np.int32)
+        w = np.array([[0.5, 0.5], [1.0, 0.0]], np.float32)
+        e.moe_forward(0, 0, x, y, ids, w)
+        ref = np.zeros((2, H))
+        for t in range(2):
+            for j in range(2):
+                if ids[t, j] < 0:
+                    continue
+                gt, ut, dt = (a.double().numpy() for a in s.dequantize(0, int(ids[t, j])))
+                a, b = gt @ x[t], ut @ x[t]
+                ref[t] += w[t, j] * (dt @ (a / (1 + np.exp(-a)) * b))
+        assert np.linalg.norm(y - ref) / np.linalg.norm(ref) < 1e-5
+        yt = torch.zeros(2, H)
+        e.moe_forward(1, 1, torch.from_numpy(x), yt, torch.from_numpy(ids), torch.from_numpy(w))
+        assert float(yt.abs().sum()) > 0
+
+
+# ---- errors -----------------------------------------------------------------------------------
+
+def test_errors(work, qwen, bf16_store):
+    hf, q = qwen
+    bad = os.path.join(work, "corrupt")
+    shutil.copytree(q, bad)
+    with open(os.path.join(bad, "shard-00000.strata"), "r+b") as f:
+        f.seek(200)
+        f.write(b"\xff\xff")
+    with pytest.raises(StrataError, match="shard-00000.strata") as ei:
+        strata.Store(bad)
+    assert ei.value.status == "ECORRUPT"
+    # budget too small
+    with strata.Store(q) as s:
+        with pytest.raises(StrataError, match="budget") as ei:
+            strata.Engine(s, vram=4096, ram="1M", gpu="0")
+        assert ei.value.status == "EBUDGET"
+        with pytest.raises(StrataError, match="unknown option"):
+            strata.Engine(s, "1M", "1M", gpu="0", options="colour=red")
+        with strata.Engine(s, "4M", "4M", gpu="0") as e:
+            H = s.shape["hidden"]
+            ids, w = torch.zeros(1, 2, dtype=torch.int32), torch.ones(1, 2)
+            with pytest.raises(StrataError, match="x: dtype <f8") as ei:  # wrong dtype
+                e.moe_forward(0, 0, torch.zeros(1, H, dtype=torch.float64), torch.zeros(1, H), ids, w)
+            assert ei.value.status == "ESHAPE"
+            with pytest.raises(StrataError, match="y: shape \\(1, 7\\)"):  # shape mismatch
+                e.moe_forward(0, 0, torch.zeros(1, H), torch.zeros(1, 7), ids, w)
+            with pytest.raises(StrataError, match="ids: dtype"):
+                e.moe_forward(0, 0, torch.zeros(1, H), torch.zeros(1, H), ids.long(), w)
+            with pytest.raises(StrataError, match="expert 99 of 8"):
+                e.moe_forward(0, 0, torch.zeros(1, H), torch.zeros(1, H), torch.tensor([[0, 99]], dtype=torch.int32), w)
+    # shards of another model under this checkpoint
+    with pytest.raises(StrataError, match="shards do not fit the model") as ei:
+        strata.load(hf, StrataBackend(bf16_store, "64M", "64M", gpu="0"))
+    assert ei.value.status == "ESHAPE"
+
+
+# ---- traces -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("backend", ["bf16", "strata"])
+def test_record_trace(work, qwen, backend):
+    hf, q = qwen
+    b = StrataBackend(q, "1M", "4M", prefetch="lookahead:depth=1", gpu="0") if backend == "strata" else BatchedBackend()
+    m = strata.load(hf, b)
+    path = os.path.join(work, "rec_%s.strace" % backend)
+    m.start_recording(path, pred_depth=2, pred_topn=3, model_name="tiny-qwen")
+    m.generate([1, 2, 3, 4], 5)
+    assert m.stop_recording() == 4 + 4  # the last token is not fed back
+    out = strata_cli("trace", "stats", path)
+    assert "8" in out
+    if backend == "strata":
+        assert b.stats()["prefetch_issued"] > 0
+        b.close()
+
+
+def test_cli(work, qwen):
+    hf, q = qwen
+    py = sys.executable
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+    for mod in ("strata.run", "strata.tiny"):
+        r = subprocess.run([py, "-m", mod, "--help"], env=env, stdout=subprocess.PIPE, text=True)
+        assert r.returncode == 0 and "usage" in r.stdout
+    tr = os.path.join(work, "cli.jsonl")
+    r = subprocess.run([py, "-m", "strata.run", "generate", "--model", hf, "--backend", "strata", "--shards", q,
+                        "--vram", "2M", "--ram", "2M", "--prompt", "hi", "--max-new-tokens", "3", "--record", tr,
+                        "--device", "cpu", "--json"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True)
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    assert len(res["tokens"]) == 3 and res["trace_tokens"] == 4 and os.path.exists(tr)
+    txt = os.path.join(work, "text.txt")
+    with open(txt, "w") as f:
+        f.write("the quick brown fox jumps over the lazy dog " * 4)
+    r = subprocess.run([py, "-m", "strata.run", "ppl", "--model", hf, "--text", txt, "--ctx", "64", "--device", "cpu",
+                        "--json"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["ppl"] > 1
+    r = subprocess.run([py, "-m", "strata.run", "generate", "--model", hf, "--backend", "strata", "--shards",
+                        os.path.join(work, "nowhere"), "--prompt", "x", "--device", "cpu"], env=env,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert r.returncode == 1 and "nowhere" in r.stderr
+
+
+def test_readme_lines(work, qwen):
+    """The README's five lines run as written (in a folder holding hf-model/ and q/)."""
+    hf, q = qwen
+    with open(os.path.join(ROOT, "README.md")) as f:
+        text = f.read()
+    start = text.index("```python\nimport strata\n")
+    code = text[start + len("```python\n"):text.index("```", start + 10)]
+    assert len([ln for ln in code.splitlines() if ln.strip()]) == 5, code
+    d = os.path.join(work, "readme")
+    os.makedirs(d, exist_ok=True)
+    for src, name in ((hf, "hf-model"), (q, "q")):
+        if not os.path.exists(os.path.join(d, name)):
+            os.symlink(src, os.path.join(d, name))
+    cwd = os.getcwd()
+    os.chdir(d)
+    try:
+        exec(compile(code, "README.md", "exec"), {})
+    finally:
+        os.chdir(cwd)
+
+
+# ---- GPU --------------------------------------------------------------------------------------
+
+def test_gpu_agrees_with_cpu(qwen, bf16_store):
+    """The fused GPU kernels on CUDA tensors (PyTorch's current stream) against the CPU reference,
+    per format: tier formats 2e-3, bf16 1e-2 (bf16 activations on the tensor cores)."""
+    if not gpu_ok():
+        print("SKIP test_gpu_agrees_with_cpu: no GPU usable by PyTorch and libstrata (runs on the device machine)")
+        pytest.skip("no GPU")
+    hf, q = qwen
+    for d, bound in ((q, 2e-3), (bf16_store, 1e-2)):
+        with strata.Store(d) as s, strata.Engine(s, "64M", "64M", gpu="0") as ec, \
+                strata.Engine(s, "64M", "64M", gpu="1") as eg:
+            assert eg.on_gpu and not ec.on_gpu
+            H, E, k = s.shape["hidden"], s.shape["n_experts"], 2
+            g = torch.Generator().manual_seed(4)
+            for T in (1, 5, 40):
+                x = torch.randn(T, H, generator=g)
+                ids = torch.stack([torch.randperm(E, generator=g)[:k] for _ in range(T)]).int()
+                w = torch.rand(T, k, generator=g)
+                yc = torch.zeros(T, H)
+                ec.moe_forward(T, 0, x, yc, ids, w)
+                st = torch.cuda.Stream()
+                with torch.cuda.stream(st):
+                    xg = x.cuda()
+                    yg = torch.zeros(T, H, device="cuda")
+                    eg.moe_forward(T, 0, xg, yg, ids, w)
+                st.synchronize()
+                assert rel(yg.cpu(), yc) < bound, (d, T, rel(yg.cpu(), yc))
+    # the model on the GPU with the strata backend equals it on the CPU, token for token
+    mc = strata.load(hf, StrataBackend(q, "64M", "64M", gpu="0"), device="cpu", dtype=torch.float32)
+    mg = strata.load(hf, StrataBackend(q, "64M", "64M", gpu="1"), device="cuda", dtype=torch.float32)
+    ids = torch.randint(0, 512, (1, 12), generator=torch.Generator().manual_seed(3))
+    mc.reset(1, 16)
+    mg.reset(1, 16)
+    assert rel(mg.forward(ids).cpu(), mc.forward(ids)) < 5e-3
+
+
+def test_gpu_transformers_agree(work):
+    """Where `transformers` is installed (the GPU machine), its logits on each family's tiny
+    checkpoint equal this runner's (float32, CPU)."""
+    try:
+        import transformers
+    except ImportError:
+        print("SKIP test_gpu_transformers_agree: no transformers package here (runs on the device machine)")
+        pytest.skip("no transformers")
+    bad = []
+    for fam in FAMILIES:
+        if fam == "deepseek_v2" and not hasattr(transformers, "DeepseekV2ForCausalLM"):
+            continue
+        hf = make_checkpoint(os.path.join(work, "tf_" + fam), fam, seed=9, layers=2, experts=8, top_k=2, hidden=128,
+                             inter=64, vocab=256, dtype=torch.float32)
+        kw = {"dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype": torch.float32}
+        try:
+            tm, info = transformers.AutoModelForCausalLM.from_pretrained(hf, output_loading_info=True, **kw)
+        except Exception as ex:  # a family this transformers version lacks
+            print("transformers lacks %s: %s" % (fam, str(ex)[:160]))
+            continue
+        if info.get("missing_keys") or info.get("mismatched_keys"):
+            print("transformers %s: weights not mapped: %s" % (fam, str(info)[:200]))
+            continue
+        tm = tm.float().eval()
+        ids = torch.randint(0, 256, (1, 7), generator=torch.Generator().manual_seed(1))
+        with torch.no_grad():
+            want = tm(ids).logits.float()
+        m = strata.load(hf, TorchBackend())
+        m.reset(1, 8)
+        r = rel(m.forward(ids), want)
+        print("transformers %s %s: rel %.2e" % (fam, transformers.__version__, r))
+        if r > 1e-3:
+            bad.append((fam, r))
+    assert not bad, bad
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import minitest
+    sys.exit(minitest.main(globals(), sys.argv[1:]))
