@@ -168,7 +168,7 @@ def main(argv=None):
         labels = {}  # --label: (text, x) -> (y, colour)
         for gi, name in enumerate(order):
             is_bound = name in args.ref_hue
-            lab = (f'{name} (bound)' if is_bound else str(name)) if args.hue else None
+            lab = (f'{name} (bound)' if is_bound and 'bound' not in str(name) else str(name)) if args.hue else None
             pts = []
             for xc, rs in groups[name].items():
                 vals = [num(r[y]) for r in rs if num(r[y]) is not None]
@@ -181,16 +181,30 @@ def main(argv=None):
                 err = [[max(0.0, p[1][0] - p[1][1]) for p in pts], [max(0.0, p[1][2] - p[1][0]) for p in pts]]
                 ax.bar(bx, means, width, label=lab, yerr=err if reps > 1 else None, capsize=2,
                        **sp.bar_style(gi, name, is_bound))
+                if y in bounds:   # each bar's own bound, a dashed cap over it
+                    col, blab = bounds[y]
+                    for x0, p in zip(bx, pts):
+                        bv = [num(r.get(col)) for r in groups[name][p[0]] if num(r.get(col)) is not None]
+                        if bv:
+                            ax.hlines(max(bv), x0 - width / 2, x0 + width / 2, colors=sp.BOUND_COLOR,
+                                      linestyles='--', lw=1.1, label=blab, zorder=6)
                 continue
             pts = sorted((num(p[0]), p[1], p[2]) for p in pts if num(p[0]) is not None)
             if not pts:
                 continue
             px = [p[0] for p in pts]
             st = sp.series_style(gi, name, is_bound)
+            # "bound X" beside a series "X" (one bound per accuracy, say): its colour, dashed
+            twin = next((i for i, o in enumerate(order) if is_bound and str(name) in (f'bound {o}', f'{o} bound')),
+                        None)
+            if twin is not None:
+                st['color'] = sp.series_style(twin, order[twin])['color']
             under = next((n for n, q in drawn if sp.same_points(q, pts)), None)
             if under is not None and not is_bound:   # it would hide exactly under `under`: draw it hollow
                 st = sp.series_style(gi, f'{name}.lua', False)
                 st['color'] = sp.series_style(gi, name)['color']
+            elif under is not None:                  # a bound on another bound: dotted, other marker
+                st.update(ls=':', marker='+', ms=8, lw=1.6)
             drawn.append((name, pts))
             ax.plot(px, [p[1][0] for p in pts], label=lab, **st)
             if reps > 1:
@@ -214,14 +228,17 @@ def main(argv=None):
             for r in ok:
                 if num(r.get(col)) is not None:
                     bpts.setdefault(r['_x'], []).append(num(r[col]))
-            if args.kind == 'bar':
-                for xc, v in bpts.items():
-                    i = xcats.index(xc)
-                    ax.hlines(max(v), i - 0.45, i + 0.45, colors=sp.BOUND_COLOR, linestyles='--', lw=1.1,
-                              label=blab, zorder=6)
-            else:
-                bp = sorted((num(xc), max(v)) for xc, v in bpts.items() if num(xc) is not None)
-                ax.plot([p[0] for p in bp], [p[1] for p in bp], label=blab, **sp.series_style(0, blab, True))
+            if args.kind != 'bar':   # bars drew theirs above
+                if all(max(v) - min(v) <= 1e-9 * max(1.0, abs(max(v))) for v in bpts.values()):
+                    bp = sorted((num(xc), max(v)) for xc, v in bpts.items() if num(xc) is not None)
+                    ax.plot([p[0] for p in bp], [p[1] for p in bp], label=blab, **sp.series_style(0, blab, True))
+                else:   # a bound per series: dashed, in the series' colour
+                    for gi, name in enumerate(order):
+                        bp = sorted((num(xc), max(num(r[col]) for r in rs)) for xc, rs in groups[name].items()
+                                    if num(xc) is not None and all(num(r.get(col)) is not None for r in rs))
+                        st = sp.series_style(0, blab, True)
+                        st['color'] = sp.series_style(gi, name)['color']
+                        ax.plot([p[0] for p in bp], [p[1] for p in bp], label=f'{blab} {name}', **st)
         for col, val, label in hlines:
             if col == y:
                 ax.axhline(val, color='k', ls=':', lw=1)

@@ -110,11 +110,14 @@ def log_ticks(ax, values, axis='x', base=2):
 def log_y_enough_ticks(ax):
     """A log y axis over data spanning less than a decade still gets 4-8
     labelled ticks (1-2-5 steps, or every integer step when that is too few)."""
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
+    from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, MaxNLocator, NullLocator
     ax.set_yscale('log')
     lo, hi = ax.get_ylim()
-    subs = (1.0, 2.0, 5.0) if hi / max(lo, 1e-300) > 20 else tuple(float(s) for s in range(1, 10))
-    ax.yaxis.set_major_locator(LogLocator(base=10, subs=subs, numticks=12))
+    if hi / max(lo, 1e-300) < 8:   # under a decade: evenly spaced round numbers
+        ax.yaxis.set_major_locator(FixedLocator([v for v in MaxNLocator(nbins=6).tick_values(lo, hi) if v > 0]))
+    else:
+        subs = (1.0, 2.0, 5.0) if hi / max(lo, 1e-300) > 20 else tuple(float(s) for s in range(1, 10))
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=subs, numticks=12))
     ax.yaxis.set_minor_locator(NullLocator())
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f'{v:g}'))
 

@@ -498,7 +498,7 @@ static int cmd_export(int argc, char **argv)
 			}
 			break;
 		case 'h': usage_export(stdout); return 0;
-		default: usage_export(stderr); return 2;
+		default: return strata_cli_bad_option("trace export", opts, argc, argv);
 		}
 	}
 	if (!fmt || optind + 2 != argc) {
