@@ -13,6 +13,7 @@
 
 #include "moe.h"
 #include "quant.h"
+#include "strata/csv.h"
 #include "strata/gpu.h"
 #include "strata/json.h"
 #include "strata/replay.h"
@@ -694,17 +695,6 @@ int strata_replay_run(const struct strata_replay_config *cfg, struct strata_repl
 
 /* ---- output ----------------------------------------------------------- */
 
-static void csv_str(FILE *f, const char *s)
-{
-	fputc('"', f);
-	for (; *s; s++) {
-		if (*s == '"')
-			fputc('"', f);
-		fputc(*s, f);
-	}
-	fputc('"', f);
-}
-
 int strata_replay_write_json(const struct strata_replay_result *r, const char *path, struct strata_error *err)
 {
 	const struct strata_engine_stats *s = &r->stats;
@@ -757,11 +747,11 @@ int strata_replay_write_csv(const struct strata_replay_result *r, const char *pa
 #undef HX
 		fputc('\n', f);
 	}
-	csv_str(f, r->name);
+	strata_csv_write_field(f, r->name);
 	fprintf(f, ",%s,%s,", r->mode == STRATA_ENGINE_VIRTUAL ? "virtual" : "real", strata_compute_name(r->compute));
-	csv_str(f, r->trace);
+	strata_csv_write_field(f, r->trace);
 	fputc(',', f);
-	csv_str(f, r->model);
+	strata_csv_write_field(f, r->model);
 	fprintf(f, ",%" PRIu64 ",%" PRIu64 ",%" PRIu64, r->seed, r->budget[0], r->budget[1]);
 #define CX(k, t, fmt, v) fprintf(f, "," fmt, v);
 	STRATA_REPLAY_COLUMNS(CX)

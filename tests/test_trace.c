@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "quant.h"
+#include "strata/csv.h"
 #include "strata/trace.h"
 #include "testutil.h"
 
@@ -739,6 +740,37 @@ static void test_import_tools(void **state)
 	assert_non_null(strstr(err.msg, "bad_vllm.jsonl:1:56: a token must list 2 layers"));
 }
 
+/* The one CSV splitter and writer (strata/csv.h): round trip of awkward fields. */
+static void test_csv_fields(void **state)
+{
+	static const char *const vals[] = { "plain", "a,b", "say \"hi\"", "", "x" };
+	char buf[256];
+	FILE *f = fmemopen(buf, sizeof(buf), "w");
+	assert_non_null(f);
+	for (size_t i = 0; i < 5; i++) {
+		if (i)
+			fputc(',', f);
+		strata_csv_write_field(f, vals[i]);
+	}
+	fputs("\r\n", f);
+	fclose(f);
+	assert_string_equal(buf, "plain,\"a,b\",\"say \"\"hi\"\"\",\"\",x\r\n");
+	char *fields[8], *bad = NULL;
+	assert_int_equal(strata_csv_split(buf, ',', fields, 8, &bad), 5);
+	for (size_t i = 0; i < 5; i++)
+		assert_string_equal(fields[i], vals[i]);
+	char two[] = "a\tb\tc";
+	assert_int_equal(strata_csv_split(two, '\t', fields, 2, NULL), 3); /* counts past max */
+	char torn[] = "ok,\"unterminated";
+	assert_int_equal(strata_csv_split(torn, ',', fields, 8, &bad), -1);
+	assert_ptr_equal(bad, torn + 3);
+	char nl[32];
+	f = fmemopen(nl, sizeof(nl), "w");
+	strata_csv_write_field(f, "two\nlines");
+	fclose(f);
+	assert_string_equal(nl, "\"two | lines\"");
+}
+
 static void test_import_csv_and_per_token(void **state)
 {
 	struct strata_error err = { 0 };
@@ -1247,6 +1279,7 @@ int main(void)
 		cmocka_unit_test(test_writer_errors),
 		cmocka_unit_test(test_import_mixtral_layout),
 		cmocka_unit_test(test_import_bad_lines),
+		cmocka_unit_test(test_csv_fields),
 		cmocka_unit_test(test_import_csv_and_per_token),
 		cmocka_unit_test(test_import_generic_shapes),
 		cmocka_unit_test(test_import_tools),

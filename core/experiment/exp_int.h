@@ -27,10 +27,8 @@ struct strata_exp_outcome {
 
 /* ---- the results CSV (csv.c) ---- */
 
-/* One field, quoted when it holds a comma, quote or newline (newlines
- * become " | "). */
-void strata_exp_csv_field(FILE *f, const char *s);
-/* Split line into fields in place; returns the count (at most max). */
+/* Fields are written with strata_csv_write_field (strata/csv.h).  Split a
+ * results line in place: at most max fields; a torn line has none. */
 int strata_exp_csv_split(char *line, char **fields, int max);
 /* One line with its newline (getline), NULL at EOF; free() it. */
 char *strata_exp_csv_read_line(FILE *f);
