@@ -116,7 +116,7 @@ def log_y_enough_ticks(ax):
     if hi / max(lo, 1e-300) < 8:   # under a decade: evenly spaced round numbers
         ax.yaxis.set_major_locator(FixedLocator([v for v in MaxNLocator(nbins=6).tick_values(lo, hi) if v > 0]))
     else:
-        subs = (1.0, 2.0, 5.0) if hi / max(lo, 1e-300) > 20 else tuple(float(s) for s in range(1, 10))
+        subs = (1.0, 2.0, 5.0) if hi / max(lo, 1e-300) > 30 else (1.0, 2.0, 3.0, 5.0, 7.0)
         ax.yaxis.set_major_locator(LogLocator(base=10, subs=subs, numticks=12))
     ax.yaxis.set_minor_locator(NullLocator())
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f'{v:g}'))
