@@ -100,22 +100,28 @@ static void stale_on_remove(struct strata_policy *p, uint32_t eid)
 	resset_del(&s->res, eid);
 }
 
+struct stale_at {
+	const struct stale *s;
+	uint64_t now;
+};
+
+/* Furthest expected next use first: the scan takes the least score. */
+static double stale_score(const void *ctx, uint32_t e)
+{
+	const struct stale_at *c = ctx;
+	return -expected_next(c->s, e, c->now);
+}
+
+static int stale_current(const void *ctx, uint32_t e)
+{
+	const struct stale_at *c = ctx;
+	return c->s->step_of[e] == c->s->step;
+}
+
 static int64_t stale_victim(struct strata_policy *p, uint64_t now, const struct strata_residency *r)
 {
-	struct stale *s = p->priv;
-	int64_t best = STRATA_NO_EXPERT;
-	double best_next = 0;
-	for (uint32_t i = 0; i < s->res.n; i++) {
-		uint32_t e = s->res.id[i];
-		if ((r && r->pinned && r->pinned[e]) || s->step_of[e] == s->step)
-			continue;
-		double next = expected_next(s, e, now);
-		if (best < 0 || next > best_next || (next == best_next && e < best)) {
-			best = e;
-			best_next = next;
-		}
-	}
-	return best;
+	struct stale_at c = { p->priv, now };
+	return resset_min(&c.s->res, r, stale_score, stale_current, &c);
 }
 
 const struct strata_evict_ops strata_evict_least_stale = {

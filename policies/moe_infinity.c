@@ -168,22 +168,16 @@ static void evict_on_remove(struct strata_policy *p, uint32_t eid)
 	resset_del(&v->res, eid);
 }
 
+static double mi_score(const void *ctx, uint32_t e)
+{
+	const struct mi_evict *v = ctx;
+	return eam_priority(&v->m, e, v->cur);
+}
+
 static int64_t evict_victim(struct strata_policy *p, uint64_t now, const struct strata_residency *r)
 {
 	struct mi_evict *v = p->priv;
-	int64_t best = STRATA_NO_EXPERT;
-	double best_s = 0;
-	for (uint32_t i = 0; i < v->res.n; i++) {
-		uint32_t e = v->res.id[i];
-		if (r && r->pinned && r->pinned[e])
-			continue;
-		double s = eam_priority(&v->m, e, v->cur);
-		if (best < 0 || s < best_s || (s == best_s && e < best)) {
-			best = e;
-			best_s = s;
-		}
-	}
-	return best;
+	return resset_min(&v->res, r, mi_score, NULL, v);
 }
 
 const struct strata_evict_ops strata_evict_moe_infinity = {

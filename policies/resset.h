@@ -9,6 +9,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "strata/policy.h"
+
 #define RESSET_NONE UINT32_MAX
 
 struct resset {
@@ -52,6 +54,28 @@ static inline void resset_del(struct resset *s, uint32_t e)
 	s->id[i] = last;
 	s->pos[last] = i;
 	s->pos[e] = RESSET_NONE;
+}
+
+/* The member of least score(ctx, eid) (ties: the smaller eid) that is not
+ * pinned in r nor rejected by skip(ctx, eid) (skip may be NULL), or
+ * STRATA_NO_EXPERT: a victim scan, O(members). */
+static inline int64_t resset_min(const struct resset *s, const struct strata_residency *r,
+				 double (*score)(const void *ctx, uint32_t e),
+				 int (*skip)(const void *ctx, uint32_t e), const void *ctx)
+{
+	int64_t best = STRATA_NO_EXPERT;
+	double best_s = 0;
+	for (uint32_t i = 0; i < s->n; i++) {
+		uint32_t e = s->id[i];
+		if ((r && r->pinned && r->pinned[e]) || (skip && skip(ctx, e)))
+			continue;
+		double x = score(ctx, e);
+		if (best < 0 || x < best_s || (x == best_s && e < best)) {
+			best = e;
+			best_s = x;
+		}
+	}
+	return best;
 }
 
 #endif

@@ -3,7 +3,7 @@
 
     plot_results.py results.csv --x vram_mib --y hit_rate_vram,decode_tok_s --hue evict \\
         --out plot.png [--table table.md] [--cols evict,vram_mib,hit_rate_vram]
-        [--filter ram_mib=256] [--logx] [--logy decode_tok_s] [--ref-hue belady] [--kind line|bar]
+        [--filter ram_mib=256] [--logx] [--logy decode_tok_s] [--ref-hue farthest] [--kind line|bar]
         [--hline decode_tok_s=10.8:published] [--bound hit_vram_pct=bound_hit_vram_pct]
         [--seed seed] [--label split] [--xlabel ...] [--ylabel a,b] [--title ...]
 

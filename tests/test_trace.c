@@ -731,6 +731,22 @@ static void test_import_tools(void **state)
 	assert_int_equal(strata_trace_info(t)->top_k, 3);
 	assert_int_equal(strata_trace_info(t)->n_prefill, 3);
 	strata_trace_close(t);
+	/* llama.cpp's expert-selection log: layer_id,expert_ids rows, batches of tokens per layer */
+	in[0] = test_data_path("import_llamacpp_expert_selection.csv");
+	c.output = test_path("llama.strace");
+	FILE *quiet = fopen("/dev/null", "w");
+	c.warn = quiet;
+	assert_int_equal(strata_trace_import(&c, &r, &err), STRATA_OK);
+	fclose(quiet);
+	c.warn = NULL;
+	assert_int_equal(r.tokens, 3);
+	assert_int_equal(strata_trace_open(c.output, &t, &err), STRATA_OK);
+	assert_int_equal(strata_trace_info(t)->n_moe_layers, 2);
+	assert_int_equal(strata_trace_info(t)->top_k, 4);
+	assert_int_equal(strata_trace_experts(t, 1, 0)[0], 32);
+	assert_int_equal(strata_trace_experts(t, 1, 1)[3], 2);
+	assert_int_equal(strata_trace_experts(t, 2, 1)[0], 60);
+	strata_trace_close(t);
 	/* a token with a layer missing names where */
 	FILE *f = fopen(test_path("bad_vllm.jsonl"), "w");
 	fputs("{\"request_id\": 1, \"routed_experts\": [[[1, 2], [3, 4]], [[1, 2]]]}\n", f);

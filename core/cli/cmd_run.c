@@ -30,6 +30,11 @@ static void usage(FILE *f)
 		"      --no-progress\n"
 		"                   no progress lines on stderr (also STRATA_PROGRESS=0); by default a\n"
 		"                   line redrawn on a terminal, else one line every 5 s with rate and ETA\n"
+		"      --max-instructions N\n"
+		"                   the script's Lua instruction budget (default 10000000000, minutes of\n"
+		"                   pure Lua; sweeps run in C and do not count; 0: no limit)\n"
+		"      --max-memory SIZE\n"
+		"                   memory the script's Lua state may hold (default 2G; 0: no limit)\n"
 		"  -h, --help       this text\n");
 }
 
@@ -39,6 +44,7 @@ int strata_cmd_run(int argc, char **argv)
 		{ "jobs", required_argument, 0, 'j' }, { "fresh", no_argument, 0, 'F' },
 		{ "export-jobs", required_argument, 0, 'E' }, { "one", required_argument, 0, 'O' },
 		{ "out", required_argument, 0, 'o' }, { "merge", required_argument, 0, 'M' },
+		{ "max-instructions", required_argument, 0, 'I' }, { "max-memory", required_argument, 0, 'm' },
 		{ "no-progress", no_argument, 0, 'P' }, { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	struct strata_experiment_opts o = { 0 };
@@ -64,6 +70,22 @@ int strata_cmd_run(int argc, char **argv)
 		case 'o': out = optarg; break;
 		case 'M': merge = optarg; break;
 		case 'P': strata_cli_no_progress(); break;
+		case 'I':
+			if (strata_cli_u64("run", "--max-instructions", optarg, 0, UINT64_MAX - 1, 0, &o.max_instructions))
+				return 2;
+			if (!o.max_instructions)
+				o.max_instructions = UINT64_MAX;
+			break;
+		case 'm': {
+			struct strata_error e = { 0 };
+			if (strcmp(optarg, "0") && strata_parse_size(optarg, &o.max_memory, &e)) {
+				fprintf(stderr, "strata run: --max-memory: %s\n", e.msg);
+				return 2;
+			}
+			if (!strcmp(optarg, "0"))
+				o.max_memory = UINT64_MAX;
+			break;
+		}
 		case 'h': usage(stdout); return 0;
 		default: return strata_cli_bad_option("run", opts, argc, argv);
 		}

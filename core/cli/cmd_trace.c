@@ -464,9 +464,9 @@ static void usage_export(FILE *f)
 		"Write the trace as libCacheSim reads it: one request per (token, layer, routed expert), object id\n"
 		"layer * n_experts + expert, time = token index, every object N bytes (default 1).\n"
 		"  oracleGeneral  binary 24-byte records with each request's next access (Belady reads it):\n"
-		"                 cachesim OUT oracleGeneral lru 96 --ignore-obj-size 1\n"
+		"                 cachesim OUT oracleGeneral lru 96 --ignore-obj-size 1   (OUT must contain \"oracleGeneral\")\n"
 		"  csv            time,obj_id,obj_size with a header line:\n"
-		"                 cachesim OUT csv lru 96 -t \"time-col=1,obj-id-col=2,obj-size-col=3,has-header=true\"\n");
+		"                 cachesim OUT csv lru 96 -t \"time-col=1,obj-id-col=2,obj-size-col=3,has-header=true,obj-id-is-num=true\"\n");
 }
 
 static int cmd_export(int argc, char **argv)
