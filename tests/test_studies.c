@@ -186,16 +186,18 @@ static void test_study_smoke(void **state)
 	assert_non_null(strstr(out, "VRAM hit rate and decode tok/s"));
 	assert_non_null(strstr(out, "| farthest |"));
 	assert_non_null(strstr(out, "2 configurations failed"));
-	assert_non_null(strstr(out, "Mixtral traces not found"));
+	assert_non_null(strstr(out, "STRATA_TRACES is empty: skipping the Mixtral part"));
 	snprintf(res, sizeof(res), "%s/tb/results/tier-budgets.csv", dir);
 	assert_int_equal(test_run(out, sizeof(out), "grep -c '\",ok,' %s; grep -c '\",error,' %s", res, res), 0);
 	assert_string_equal(out, "4\n2\n");
 	if (plots) {
 		char png[PATH_MAX + 32];
 		snprintf(png, sizeof(png), "%s/tb/vram.png", dir);
-		assert_true(file_size(png) > 10000 && file_size(png) < 200000);
+		assert_true(file_size(png) > 10000 && file_size(png) < 400000);
 		snprintf(png, sizeof(png), "%s/tb/ram.png", dir);
-		assert_true(file_size(png) > 10000 && file_size(png) < 200000);
+		assert_true(file_size(png) > 10000 && file_size(png) < 400000);
+		snprintf(png, sizeof(png), "%s/tb/ram.pdf", dir); /* the vector twin for papers */
+		assert_true(file_size(png) > 5000);
 		/* the plotter's bad input: a missing column, nothing to plot, a missing file */
 		rc = test_run(out, sizeof(out), "%s/scripts/plot.sh %s/tb/results/tier-budgets-plot.csv --x nosuch "
 			      "--y decode_tok_s --out %s/x.png", root, dir, dir);
