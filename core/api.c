@@ -259,7 +259,6 @@ API int32_t strata_api_engine_open(strata_api_store *s, uint64_t vram_bytes, uin
 	strata_engine_config_defaults(&c);
 	c.budget[0] = vram_bytes;
 	c.budget[1] = ram_bytes;
-	c.verify = true;
 	if (place)
 		c.place = place;
 	if (evict)

@@ -7,9 +7,13 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <execinfo.h>
 #include <limits.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #include "strata/policy.h"
@@ -205,6 +209,193 @@ static void list_builtins(int role, char *buf, size_t len)
 	}
 }
 
+/* ---- plugin guard ---------------------------------------------------------
+ *
+ * A plugin runs inside the process: a NULL dereference, an abort() or an
+ * exit() in it would end the run with no word about whose code it was.  The
+ * guard remembers every loaded plugin (its load address and its hooks) and,
+ * on a fatal signal or an exit() whose stack passes through a plugin, names
+ * the plugin and the hook before the process ends: the signal is re-raised
+ * (same exit status), an exit() from a plugin becomes status 70, never 0.
+ * The hook is the one whose entry is the nearest below the outermost
+ * plugin frame (the frame the core called).  Fixed slots: the handler
+ * allocates nothing. */
+#define GUARD_SLOTS 32
+#define GUARD_HOOKS 8
+struct guard {
+	const void *base; /* dli_fbase of the plugin, NULL: free slot */
+	char path[256];
+	const char *role;
+	struct { const char *name; const void *fn; } hook[GUARD_HOOKS];
+};
+static struct guard guards[GUARD_SLOTS];
+static char guard_loading[256]; /* a plugin being dlopen()ed (its constructors run) */
+static int guard_installed;
+
+static const struct guard *guard_find(const void *pc, const char **hook)
+{
+	Dl_info di;
+	if (!dladdr(pc, &di))
+		return NULL;
+	for (int i = 0; i < GUARD_SLOTS; i++) {
+		const struct guard *g = &guards[i];
+		if (!g->base || g->base != di.dli_fbase)
+			continue;
+		const void *best = NULL;
+		*hook = "a helper outside its hooks";
+		for (int h = 0; h < GUARD_HOOKS && g->hook[h].name; h++)
+			if (g->hook[h].fn && (const char *)g->hook[h].fn <= (const char *)pc &&
+			    (!best || (const char *)g->hook[h].fn > (const char *)best)) {
+				best = g->hook[h].fn;
+				*hook = g->hook[h].name;
+			}
+		return g;
+	}
+	return NULL;
+}
+
+/* "plugin P (evict) crashed with SIGSEGV in its hook 'victim'" for the
+ * outermost plugin frame on the stack; 0 when no plugin is on it. */
+static int guard_explain(const char *what, const void *fault_pc, char *buf, size_t len)
+{
+	void *pcs[64];
+	int n = backtrace(pcs, 64);
+	const struct guard *hit = NULL;
+	const char *hook = NULL;
+	for (int i = 0; i < n; i++) {
+		const char *h;
+		/* a return address may be the first byte after a call to a
+		 * noreturn function (abort): look one byte back, except at the
+		 * faulting instruction itself */
+		const char *pc = pcs[i] == fault_pc ? (const char *)pcs[i] : (const char *)pcs[i] - 1;
+		const struct guard *g = guard_find(pc, &h);
+		if (g) {
+			hit = g;
+			hook = h;
+		} else if (hit) {
+			break; /* back in the core: the last plugin frame was the hook */
+		}
+	}
+	if (hit) {
+		snprintf(buf, len, "strata: %s plugin %s %s in its hook '%s'\n", hit->role, hit->path, what, hook);
+		return 1;
+	}
+	if (guard_loading[0]) {
+		snprintf(buf, len, "strata: plugin %s %s while being loaded (in a constructor)\n", guard_loading,
+			 what);
+		return 1;
+	}
+	return 0;
+}
+
+static void guard_on_signal(int sig, siginfo_t *si, void *ctx)
+{
+	static char buf[768];
+	const void *fault_pc = NULL;
+#if defined(__x86_64__) && defined(REG_RIP)
+	fault_pc = (const void *)((ucontext_t *)ctx)->uc_mcontext.gregs[REG_RIP];
+#elif defined(__aarch64__)
+	fault_pc = (const void *)((ucontext_t *)ctx)->uc_mcontext.pc;
+#endif
+	char what[64];
+	snprintf(what, sizeof(what), "crashed with %s", sig == SIGSEGV ? "SIGSEGV (bad memory access)"
+		 : sig == SIGBUS ? "SIGBUS" : sig == SIGABRT ? "SIGABRT (abort)" : sig == SIGFPE ? "SIGFPE"
+		 : "SIGILL");
+	if (guard_explain(what, fault_pc, buf, sizeof(buf)) && write(2, buf, strlen(buf)) < 0) {
+		/* nothing more to do on the way down */
+	}
+	raise(sig); /* SA_RESETHAND: the default action, the usual exit status */
+}
+
+static void guard_on_exit(void)
+{
+	static char buf[768];
+	if (guard_explain("called exit()", NULL, buf, sizeof(buf) - 96)) {
+		buf[strlen(buf) - 1] = 0;
+		strcat(buf, ": a plugin must return an error instead; the results are incomplete\n");
+		if (write(2, buf, strlen(buf)) < 0) {
+			/* exiting anyway */
+		}
+		_exit(70);
+	}
+}
+
+/* Before each plugin load: the handlers (where no one else has installed
+ * one: ASan's stays), once the unwinder, the alternate stack and atexit. */
+static void guard_install(void)
+{
+	if (!guard_installed) {
+		guard_installed = 1;
+		void *prime[2];
+		backtrace(prime, 2); /* loads the unwinder now, not inside a handler */
+		static char alt[64 * 1024]; /* a plugin's stack overflow still gets its report */
+		stack_t ss = { .ss_sp = alt, .ss_size = sizeof(alt) };
+		sigaltstack(&ss, NULL);
+		atexit(guard_on_exit);
+	}
+	struct sigaction sa;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_sigaction = guard_on_signal;
+	sa.sa_flags = SA_SIGINFO | SA_RESETHAND | SA_ONSTACK | SA_NODEFER;
+	const int sigs[] = { SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL };
+	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++) {
+		struct sigaction old;
+		/* leave a handler someone else installed (ASan's) alone */
+		if (!sigaction(sigs[i], NULL, &old) && old.sa_handler == SIG_DFL)
+			sigaction(sigs[i], &sa, NULL);
+	}
+}
+
+static void guard_add(const void *entry, const char *path, int role, const void *ops)
+{
+	Dl_info di;
+	if (!dladdr(entry, &di))
+		return;
+	for (int i = 0; i < GUARD_SLOTS; i++) {
+		struct guard *g = &guards[i];
+		if (g->base)
+			continue;
+		memset(g, 0, sizeof(*g));
+		snprintf(g->path, sizeof(g->path), "%s", path);
+		g->role = strata_role_name(role);
+		const struct strata_evict_ops *h = ops;
+		int k = 0;
+#define HOOK(n, f) (g->hook[k].name = (n), memcpy(&g->hook[k].fn, &(f), sizeof(void *)), k++)
+		HOOK("init", h->init);
+		HOOK("free", h->free);
+		if (role == STRATA_ROLE_EVICT) {
+			HOOK("on_insert", h->on_insert);
+			HOOK("on_access", h->on_access);
+			HOOK("on_remove", h->on_remove);
+			HOOK("victim", h->victim);
+		} else if (role == STRATA_ROLE_PLACE) {
+			const struct strata_place_ops *o = ops;
+			HOOK("initial_tier", o->initial_tier);
+			HOOK("admit", o->admit);
+			HOOK("on_access", o->on_access);
+		} else {
+			const struct strata_prefetch_ops *o = ops;
+			HOOK("on_layer", o->on_layer);
+			HOOK("on_route", o->on_route);
+		}
+#undef HOOK
+		g->base = di.dli_fbase;
+		return;
+	}
+}
+
+static void guard_remove(void *handle)
+{
+	for (int i = 0; i < GUARD_SLOTS; i++) {
+		Dl_info di;
+		void *sym = dlsym(handle, STRATA_PLUGIN_ENTRY);
+		if (guards[i].base && sym && dladdr(sym, &di) && di.dli_fbase == guards[i].base) {
+			guards[i].base = NULL;
+			return;
+		}
+	}
+}
+
 /* Find NAME (or NAME.so) in $STRATA_PLUGIN_PATH; path gets the hit. */
 static int search_plugin_path(const char *name, char *path, size_t len)
 {
@@ -229,7 +420,10 @@ static int load_plugin(struct policy_impl *pi, int role, const char *path, const
 {
 	const char *rn = strata_role_name(role);
 	dlerror();
+	guard_install();
+	snprintf(guard_loading, sizeof(guard_loading), "%s", path);
 	void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	guard_loading[0] = 0;
 	if (!h)
 		return STRATA_ERR(err, STRATA_EINVAL, "%s plugin %s: cannot load: %s", rn, path,
 				  dlerror());
@@ -241,7 +435,9 @@ static int load_plugin(struct policy_impl *pi, int role, const char *path, const
 	if (!entry)
 		return STRATA_ERR(err, STRATA_EINVAL, "%s plugin %s: no symbol %s", rn, path,
 				  STRATA_PLUGIN_ENTRY);
+	snprintf(guard_loading, sizeof(guard_loading), "%s", path);
 	const struct strata_plugin_info *info = entry();
+	guard_loading[0] = 0;
 	if (!info)
 		return STRATA_ERR(err, STRATA_EINVAL, "%s plugin %s: %s returned NULL", rn, path,
 				  STRATA_PLUGIN_ENTRY);
@@ -253,6 +449,8 @@ static int load_plugin(struct policy_impl *pi, int role, const char *path, const
 		return STRATA_ERR(err, STRATA_EINVAL, "%s plugin %s: is a %s policy, not %s", rn, path,
 				  strata_role_name(info->role), rn);
 	*ops = info->ops;
+	if (info->ops)
+		guard_add(sym, path, role, info->ops);
 	return STRATA_OK;
 }
 
@@ -290,8 +488,13 @@ static int instantiate(struct policy_impl *pi, int role, const void *ops, const 
 		return rc;
 	strata_options_canonical(h->options, p->priv, h->name, p->name, sizeof(p->name));
 	pi->inited = 1; /* free runs even when init fails (priv starts zeroed) */
+	if (err)
+		strata_error_clear(err);
 	rc = pi->ops.evict.init(p, err);
 	if (rc) {
+		if (err && !err->msg[0])
+			return STRATA_ERR(err, rc < 0 && rc >= STRATA_EEXIST ? rc : STRATA_EINVAL,
+					  "%s %s: init failed (returned %d) and gave no message", who, h->name, rc);
 		if (err && !strstr(err->msg, h->name))
 			strata_error_prefix(err, "%s", owner);
 		return rc;
@@ -432,7 +635,9 @@ void strata_policy_destroy(struct strata_policy *p)
 		h->free(p);
 	if (pi->priv_owned)
 		free(p->priv);
-	if (pi->kind == LOADER_PLUGIN && p->loader)
+	if (pi->kind == LOADER_PLUGIN && p->loader) {
+		guard_remove(p->loader);
 		dlclose(p->loader);
+	}
 	free(pi);
 }

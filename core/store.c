@@ -752,6 +752,26 @@ int strata_store_verify_extent(const struct strata_store *s, const struct strata
 			  ext->xxh64, got);
 }
 
+int strata_store_content_key(const char *dir, uint64_t *key, struct strata_error *err)
+{
+	char *p = shard_path(dir, 0, "");
+	if (!p)
+		return STRATA_ERR(err, STRATA_ENOMEM, "out of memory");
+	int fd = open(p, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	uint8_t fixed[STRATA_SHARD_FIXED_BYTES];
+	int rc = STRATA_OK;
+	if (fd < 0)
+		rc = STRATA_ERRNO(err, errno == ENOENT ? STRATA_ENOTFOUND : STRATA_EIO, "%s: open", p);
+	else if (pread(fd, fixed, sizeof(fixed), 0) != (ssize_t)sizeof(fixed))
+		rc = STRATA_ERR(err, STRATA_ECORRUPT, "%s: truncated header", p);
+	else
+		*key = XXH3_64bits(fixed, sizeof(fixed));
+	if (fd >= 0)
+		close(fd);
+	free(p);
+	return rc;
+}
+
 const char *strata_verify_name(int mode)
 {
 	return mode == STRATA_VERIFY_EVERY ? "every" : mode == STRATA_VERIFY_OFF ? "off" : "first";

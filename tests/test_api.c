@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "libstrata.h"
+#include "strata/store.h"
 #include "strata/trace.h"
 #include "testutil.h"
 
@@ -81,6 +82,33 @@ static void test_corrupt(void **state)
 	strata_api_store *s = NULL;
 	assert_int_equal(strata_api_store_open(test_path("bad"), &s), STRATA_API_ECORRUPT);
 	assert_non_null(strstr(strata_api_last_error(), "shard-00000.strata"));
+}
+
+/* A corrupt expert payload (the headers intact): verify=1 names the shard when it is read. */
+static void test_corrupt_extent(void **state)
+{
+	char out[4096];
+	struct strata_store *st;
+	struct strata_error err = { 0 };
+	assert_int_equal(test_run(out, sizeof(out), "cp -r %s/tiered %s/badx", test_tmpdir, test_tmpdir), 0);
+	assert_int_equal(strata_store_open(test_path("badx"), &st, &err), 0);
+	uint64_t off = strata_store_expert(st, 1, 7)->offset + 100;
+	strata_store_close(st);
+	assert_int_equal(test_run(out, sizeof(out), "printf 'XYZ' | dd of=%s/badx/shard-00000.strata bs=1 seek=%llu "
+						   "conv=notrunc 2>/dev/null", test_tmpdir, (unsigned long long)off), 0);
+	strata_api_store *s = NULL;
+	strata_api_engine *e = NULL;
+	assert_int_equal(strata_api_store_open(test_path("badx"), &s), 0);
+	int32_t rc = strata_api_engine_open(s, 2 << 20, 2 << 20, NULL, NULL, NULL, "gpu=0 verify=1", &e);
+	if (rc == 0) {
+		float x[HID] = { 0 }, y[HID] = { 0 }, w[K] = { 1, 0 };
+		int32_t ids[K] = { 7, 6 };
+		rc = strata_api_moe_forward(e, 0, 1, 1, K, ids, w, x, y, 0, NULL, NULL, NULL, 0);
+		strata_api_engine_close(e);
+	}
+	assert_int_equal(rc, STRATA_API_ECORRUPT);
+	assert_non_null(strstr(strata_api_last_error(), "shard-00000.strata"));
+	strata_api_store_close(s);
 }
 
 /* y += sum_j w_j expert_j(x) in double over the dequantized weights */
@@ -310,7 +338,8 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_version),        cmocka_unit_test(test_store),
-		cmocka_unit_test(test_corrupt),        cmocka_unit_test(test_forward_tiered),
+		cmocka_unit_test(test_corrupt),        cmocka_unit_test(test_corrupt_extent),
+		cmocka_unit_test(test_forward_tiered),
 		cmocka_unit_test(test_forward_bf16),   cmocka_unit_test(test_acquire_release),
 		cmocka_unit_test(test_engine_errors),  cmocka_unit_test(test_recorder),
 		cmocka_unit_test(test_gpu_agrees),     cmocka_unit_test(test_outside_program),

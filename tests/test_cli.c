@@ -98,6 +98,8 @@ static int setup(void **state)
 		 * to import, a checkpoint whose config.json says top-k 0 */
 		"mkdir @D/mfifo && mkfifo @D/mfifo/shard-00000.strata && mkfifo @D/tfifo.strace",
 		"cp @D/t.jsonl @D/g.jsonl",
+		"@S trace gen --layers 2 --experts 8 --top-k 2 --requests 1 --prompt 4 --gen 400 -o @D/tlong.strace",
+		"printf '\\100\\0\\0\\0\\0\\0\\0\\0{\"a\":1}' > @D/hlen.safetensors",
 		"@S quantize --make-test-model @D/hf --spec custom:layers=2,experts=8,top_k=2,hidden=256,inter=128",
 		"cp -r @D/hf @D/hfk0 && printf '{\"num_experts_per_tok\": 0}\n' > @D/hfk0/config.json",
 		NULL,
@@ -117,6 +119,21 @@ static int setup(void **state)
 	write_file("rerr.lua", "error('script fails')\n");
 	write_file("rsyn.lua", "x = = 1\n");
 	write_file("badcost.json", "{\"nvme\": ");
+	/* a sweep whose workers stay busy for seconds (a slow policy: each access
+	 * spends ~1e7 Lua instructions, within the budget) */
+	write_file("slow.lua", "return { on_insert = function(e, n) end, on_remove = function(e) end,\n"
+			       "  on_access = function(e, n) local x = 0 for i = 1, 4000000 do x = x + i end end,\n"
+			       "  victim = function(n) return nil end }\n");
+	char sw[8192];
+	for (int k = 0; k < 2; k++) {
+		snprintf(sw, sizeof(sw),
+			 "strata.sweep{ configs = strata.product({ seed = { 1, 2 } }, { mode = 'sim', model = 'tiny',\n"
+			 "  trace = '%s/tlong.strace', vram = '300K', ram = '600K', place = 'cache', evict = '%s/slow.lua' }),\n"
+			 "  out = '%s/slow%d.csv', jobs = 2 }\n", dir, dir, dir, k);
+		char name[32];
+		snprintf(name, sizeof(name), "slowsweep%d.lua", k);
+		write_file(name, sw);
+	}
 	*state = NULL;
 	return 0;
 }
@@ -325,6 +342,19 @@ static const struct cli_case cases[] = {
 	  "ls @D/sigterm.strace* || echo CLEAN", 0, { "interrupted after", "rc=1", "CLEAN" } },
 	{ "exec 2>&1; @S trace gen --gen 99999999 -o @D/sighup.strace & sleep 0.5; kill -HUP $!; wait $!; echo rc=$?; "
 	  "ls @D/sighup.strace* || echo CLEAN", 0, { "interrupted after", "rc=1", "CLEAN" } },
+	/* a safetensors header length past the end of the file */
+	{ "@S quantize --in @D/hlen.safetensors --out @D/q0", 1, { "hlen.safetensors", "header claims 64 bytes",
+	  "file holds 7" } },
+	/* sweep workers never outlive the sweep: SIGINT to the parent alone stops
+	 * them (no row recorded for them), SIGKILL of the parent takes them down */
+#define COUNT_RUN(k) "cnt() { n=0; for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' 2>/dev/null <$f | " \
+	"grep -q '^[^ ]*/strata run [^ ]*slowsweep" k "[.]lua' && n=$((n+1)); done; echo $n; }; "
+	{ "exec 2>&1; " COUNT_RUN("0") "@S run @D/slowsweep0.lua & P=$!; sleep 1.5; echo before=$(cnt); kill -INT $P; "
+	  "wait $P; echo rc=$?; sleep 0.5; echo after=$(cnt); "
+	  "echo failedrows=$(cat @D/slow0.csv 2>/dev/null | grep -c -e crashed -e stopped)", 0,
+	  { "before=3", "rc=130", "after=0" } },
+	{ "exec 2>&1; " COUNT_RUN("1") "@S run @D/slowsweep1.lua & P=$!; sleep 1.5; echo before=$(cnt); kill -KILL $P; "
+	  "wait $P; echo rc=$?; sleep 0.5; echo after=$(cnt)", 0, { "before=3", "rc=137", "after=0" } },
 	/* not regular files */
 	{ "@S inspect @D/mfifo", 1, { "shard-00000.strata", "not a regular file (a FIFO)" } },
 	{ "@S trace stats @D/tfifo.strace", 1, { "tfifo.strace", "FIFO" } },

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include "strata/experiment.h"
+#include "strata/trace.h"
 #include "testutil.h"
 
 static char *dir;
@@ -141,6 +142,34 @@ static void test_sweep_rows_errors_resume(void **state)
 	assert_int_equal(rc, 0);
 	second = slurp(csv);
 	assert_int_equal(count_lines(second, "\n"), 4);
+	free(second);
+
+	/* Rows are keyed on the trace's content, not its path: a different
+	 * trace at the same path (the script reuses the file) is run again,
+	 * not resumed from rows of the old one. */
+	char tpath[PATH_MAX + 16];
+	snprintf(tpath, sizeof(tpath), "%s/t.strace", dir);
+	uint64_t k_old, k_new;
+	assert_int_equal(strata_trace_content_key(tpath, &k_old, &err), 0);
+	struct strata_trace_gen_config g;
+	strata_trace_gen_defaults(&g);
+	g.n_moe_layers = 2;
+	g.n_experts = 8;
+	g.top_k = 2;
+	g.requests = 1;
+	g.prompt_len = 3;
+	g.gen_len = 5;
+	assert_int_equal(strata_trace_gen(&g, tpath, STRATA_TRACE_FMT_AUTO, &err), 0);
+	assert_int_equal(strata_trace_content_key(tpath, &k_new, &err), 0);
+	assert_true(k_old != k_new);
+	rc = run(path, 2, 0, &err);
+	if (rc)
+		fail_msg("%s", err.msg);
+	second = slurp(csv);
+	char key[64];
+	snprintf(key, sizeof(key), "trace_sum=%016llx", (unsigned long long)k_new);
+	assert_int_equal(count_lines(second, key), 3);      /* every row is of the new trace */
+	assert_int_equal(count_lines(second, ",8,3,5,"), 2); /* tokens, prefill, decode of the ok rows */
 	free(second);
 	free(first);
 }

@@ -249,7 +249,7 @@ struct moe_case {
 	int fmt;            /* -1: mix bf16 / f32 / tiers across experts; -2: the same without
 			     * f32; -3: the tier formats only */
 	uint32_t hidden, inter, n_tokens, n_experts, top_k;
-	uint32_t pf_min;    /* strata_gpu_moe_set_prefill_min() for the case (0: default) */
+	uint32_t pf_min;    /* the kernel configuration's prefill_min for the case (0: default) */
 };
 
 /* Relative error bound per format, f32 sums: bf16 operands on the tensor cores
@@ -283,7 +283,7 @@ static double rel_err_rows(const float *a, const float *ref, const float *base, 
 }
 
 /* One MoE case against the reference.  outliers: activations as big_token()
- * says; pf_min: strata_gpu_moe_set_prefill_min() for the call (0: default). */
+ * says; pf_min: the kernel configuration's prefill_min for the call (0: default). */
 static void run_moe_case_ex(const struct moe_case *mc, int outliers, uint32_t pf_min)
 {
 	struct strata_error err = { 0 };

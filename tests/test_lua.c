@@ -13,6 +13,7 @@
 #include "strata/policy.h"
 #include "strata/harness.h"
 #include "strata/store.h"
+#include "strata/util.h"
 #include "testutil.h"
 
 /* ---- helpers ---- */
@@ -271,6 +272,30 @@ static void test_instruction_limit(void **state)
 	path = write_script("spintop.lua", "while true do end\n");
 	assert_int_equal(create(&f, STRATA_ROLE_EVICT, path, NULL, &p, &err), STRATA_ESCRIPT);
 	assert_non_null(strstr(err.msg, "spintop.lua: instruction limit exceeded in hook 'main chunk'"));
+
+	/* pattern matching runs in C, out of the count hook's reach: a costly
+	 * pattern is refused at once (it ran for minutes), a cheap one works,
+	 * and the method form (s:find) is bounded the same way */
+	path = write_script("pattern.lua",
+		"local ok = ('key=42'):match('^(%w+)=(%d+)$') == 'key'\n"
+		"assert(ok and select('#', ('a,b,c'):gsub(',', ';')) == 2)\n"
+		"return {\n"
+		"  on_insert = function() end, on_access = function() end, on_remove = function() end,\n"
+		"  victim = function(now)\n"
+		"    local s = ('a'):rep(40)\n"
+		"    return s:find(('a*'):rep(30) .. 'b') or -1\n"
+		"  end,\n"
+		"}\n");
+	assert_int_equal(create(&f, STRATA_ROLE_EVICT, path, NULL, &p, &err), STRATA_OK);
+	ops = strata_evict_ops_of(&p);
+	uint64_t t0 = strata_now_ns();
+	assert_int_equal(ops->victim(&p, 1, &r), STRATA_NO_EXPERT);
+	assert_true(strata_now_ns() - t0 < 2000000000ull);
+	e = strata_policy_error(&p);
+	assert_non_null(e);
+	assert_non_null(strstr(e->msg, "pattern.lua:7"));
+	assert_non_null(strstr(e->msg, "string.find: a pattern with 30 repetition items on a 40-byte string"));
+	destroy(&p);
 }
 
 static void test_memory_limit(void **state)

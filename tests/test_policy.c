@@ -2,7 +2,9 @@
  * and through $STRATA_PLUGIN_PATH, ABI and required-op checks, the future
  * requirement, defaults for optional ops. */
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
+#include <sys/wait.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -388,6 +390,17 @@ static void test_bad_plugins(void **state)
 			    "static const struct strata_plugin_info i = { .abi = STRATA_POLICY_ABI, .role = 1, .ops = &o };\n"
 			    "const struct strata_plugin_info *strata_policy_plugin_entry(void) { return &i; }\n",
 		  "old: policy ABI version 7", STRATA_EVERSION },
+		{ "initfail", "#include <stdint.h>\n"
+			      "static int in(struct strata_policy *p, struct strata_error *e) { return -1; }\n"
+			      "static void a(struct strata_policy *p, uint32_t e, uint64_t n) {}\n"
+			      "static void r(struct strata_policy *p, uint32_t e) {}\n"
+			      "static int64_t v(struct strata_policy *p, uint64_t n, const struct strata_residency *x)"
+			      " { return -1; }\n"
+			      "static const struct strata_evict_ops o = { .name = \"tp\", .version = STRATA_POLICY_ABI, .init = in,"
+			      " .on_insert = a, .on_access = a, .on_remove = r, .victim = v };\n"
+			      "static const struct strata_plugin_info i = { .abi = STRATA_POLICY_ABI, .role = 1, .ops = &o };\n"
+			      "const struct strata_plugin_info *strata_policy_plugin_entry(void) { return &i; }\n",
+		  "tp: init failed (returned -1) and gave no message", STRATA_EINVAL },
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		char src[PATH_MAX + 32], so[PATH_MAX + 32];
@@ -411,6 +424,99 @@ static void test_bad_plugins(void **state)
 		assert_non_null(strstr(err.msg, cases[i].msg));
 		assert_non_null(strstr(err.msg, so));
 		assert_null(p);
+	}
+	test_rmdir(dir);
+	free(dir);
+}
+
+/* Plugins that crash or exit: the process still ends (the same signal), but
+ * first says which plugin and which hook; exit(0) in a plugin is status 70,
+ * never success.  Each case runs in a child that loads the plugin and calls
+ * its hooks as the engine does. */
+static void test_crashing_plugins(void **state)
+{
+	struct fixture *f = *state;
+	char out[4096];
+	if (test_run(out, sizeof(out), "cc --version") != 0) {
+		fprintf(stderr, "SKIP test_crashing_plugins: no C compiler\n");
+		return;
+	}
+	char inc[PATH_MAX + 64];
+	snprintf(inc, sizeof(inc), "%s/core/include", test_src_root());
+	char *dir = test_mkdtemp();
+	static const struct {
+		const char *name, *ins, *vic, *extra, *msg;
+		int sig, status;
+	} cases[] = {
+		{ "nullvictim", "", "volatile int *z = 0; *z = 1;", "", "crashed with SIGSEGV", SIGSEGV, 0 },
+		{ "abortinsert", "abort();", "", "", "crashed with SIGABRT", SIGABRT, 0 },
+		{ "ctor", "", "", "__attribute__((constructor)) static void c(void) { volatile int *z = 0; *z = 1; }\n",
+		  "crashed with SIGSEGV (bad memory access) while being loaded (in a constructor)", SIGSEGV, 0 },
+		{ "exitinsert", "exit(0);", "", "", "called exit()", 0, 70 },
+	};
+	static const char *hooks[] = { "'victim'", "'on_insert'", "", "'on_insert'" };
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char src[PATH_MAX + 32], so[PATH_MAX + 32], log[PATH_MAX + 32];
+		snprintf(src, sizeof(src), "%s/%s.c", dir, cases[i].name);
+		snprintf(so, sizeof(so), "%s/%s.so", dir, cases[i].name);
+		snprintf(log, sizeof(log), "%s/%s.log", dir, cases[i].name);
+		FILE *c = fopen(src, "w");
+		assert_non_null(c);
+		fprintf(c, "#include <stdint.h>\n#include <stdlib.h>\n#include \"strata/policy.h\"\n"
+			   "static void ins(struct strata_policy *p, uint32_t e, uint64_t n) { %s }\n"
+			   "static void acc(struct strata_policy *p, uint32_t e, uint64_t n) {}\n"
+			   "static void rem(struct strata_policy *p, uint32_t e) {}\n"
+			   "static int64_t vic(struct strata_policy *p, uint64_t n, const struct strata_residency *r)"
+			   " { %s return -1; }\n"
+			   "static const struct strata_evict_ops o = { .name = \"crash\", .version = STRATA_POLICY_ABI,"
+			   " .on_insert = ins, .on_access = acc, .on_remove = rem, .victim = vic };\n"
+			   "static const struct strata_plugin_info i = { .abi = STRATA_POLICY_ABI, .role = 1, .ops = &o };\n"
+			   "const struct strata_plugin_info *strata_policy_plugin_entry(void) { return &i; }\n%s",
+			cases[i].ins, cases[i].vic, cases[i].extra);
+		fclose(c);
+		if (test_run(out, sizeof(out), "cc -shared -fPIC -I'%s' -o '%s' '%s'", inc, so, src)) {
+			fprintf(stderr, "compiling %s: %s\n", src, out);
+			fail();
+		}
+		fflush(NULL);
+		pid_t pid = fork();
+		if (!pid) {
+			if (!freopen(log, "w", stderr))
+				_exit(4);
+			/* the suite's own handlers (cmocka's) would catch the crash first */
+			const int sigs[] = { SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL };
+			for (int s = 0; s < 5; s++)
+				signal(sigs[s], SIG_DFL);
+			struct strata_policy *p;
+			struct strata_error err = { 0 };
+			if (strata_policy_create(STRATA_ROLE_EVICT, so, &f->env, 0, &p, &err))
+				_exit(3);
+			const struct strata_evict_ops *o = strata_evict_ops_of(p);
+			o->on_insert(p, 1, 1);
+			o->on_access(p, 1, 1);
+			uint8_t none[64] = { 0 };
+			struct strata_residency r = { .pinned = none, .resident = none };
+			o->victim(p, 2, &r);
+			exit(0); /* the core's own exit: no report */
+		}
+		int st;
+		assert_int_equal(waitpid(pid, &st, 0), pid);
+		FILE *l = fopen(log, "r");
+		size_t n = l ? fread(out, 1, sizeof(out) - 1, l) : 0;
+		out[n] = 0;
+		if (l)
+			fclose(l);
+		print_message("%s: %s", cases[i].name, out);
+		if (cases[i].sig) {
+			assert_true(WIFSIGNALED(st));
+			assert_int_equal(WTERMSIG(st), cases[i].sig);
+		} else {
+			assert_true(WIFEXITED(st));
+			assert_int_equal(WEXITSTATUS(st), cases[i].status);
+		}
+		assert_non_null(strstr(out, so));
+		assert_non_null(strstr(out, cases[i].msg));
+		assert_non_null(strstr(out, hooks[i]));
 	}
 	test_rmdir(dir);
 	free(dir);
@@ -522,6 +628,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_plugin_by_path, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_plugin_path_env, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bad_plugins, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_crashing_plugins, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_lua_spec_without_adapter, setup, teardown),
 		cmocka_unit_test(test_cli_lists_policies),
 	};

@@ -27,6 +27,11 @@ static void usage(FILE *f)
 		"                   instead of running it (GNU parallel, Slurm arrays); then --merge\n"
 		"      --one RUN_ID run one configuration given by its run_id, write a one-row CSV (--out)\n"
 		"      --merge OUT  merge row CSVs (the remaining arguments) into OUT, one row per run_id\n"
+		"      --max-instructions N\n"
+		"                   the script's Lua instruction budget (default 10000000000, minutes of\n"
+		"                   pure Lua; sweeps run in C and do not count; 0: no limit)\n"
+		"      --max-memory SIZE\n"
+		"                   memory the script's Lua state may hold (default 2G; 0: no limit)\n"
 		"  -h, --help       this text\n");
 }
 
@@ -36,6 +41,7 @@ int strata_cmd_run(int argc, char **argv)
 		{ "jobs", required_argument, 0, 'j' }, { "fresh", no_argument, 0, 'F' },
 		{ "export-jobs", required_argument, 0, 'E' }, { "one", required_argument, 0, 'O' },
 		{ "out", required_argument, 0, 'o' }, { "merge", required_argument, 0, 'M' },
+		{ "max-instructions", required_argument, 0, 'I' }, { "max-memory", required_argument, 0, 'm' },
 		{ "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	struct strata_experiment_opts o = { 0 };
@@ -60,6 +66,22 @@ int strata_cmd_run(int argc, char **argv)
 		case 'O': one = optarg; break;
 		case 'o': out = optarg; break;
 		case 'M': merge = optarg; break;
+		case 'I':
+			if (strata_cli_u64("run", "--max-instructions", optarg, 0, UINT64_MAX - 1, 0, &o.max_instructions))
+				return 2;
+			if (!o.max_instructions)
+				o.max_instructions = UINT64_MAX;
+			break;
+		case 'm': {
+			struct strata_error e = { 0 };
+			if (strcmp(optarg, "0") && strata_parse_size(optarg, &o.max_memory, &e)) {
+				fprintf(stderr, "strata run: --max-memory: %s\n", e.msg);
+				return 2;
+			}
+			if (!strcmp(optarg, "0"))
+				o.max_memory = UINT64_MAX;
+			break;
+		}
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}

@@ -7,8 +7,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "strata/experiment.h"
+#include "strata/store.h"
 #include "strata/mover.h"
 #include "strata/trace.h"
 #include "strata/util.h"
@@ -25,13 +27,62 @@ void strata_experiment_config_defaults(struct strata_experiment_config *c)
 	snprintf(c->mover, sizeof(c->mover), "uring");
 }
 
+/* Content key of a trace (is_model 0) or model directory (1) as 16 hex
+ * digits: "" for a model that is not a directory, "missing" for a file that
+ * cannot be read.  A few entries cached by (device, inode, size, mtime): a
+ * sweep keys thousands of configurations on a handful of files. */
+static void content_key(const char *path, int is_model, char out[24])
+{
+	static struct { dev_t dev; ino_t ino; off_t size; struct timespec mt; char key[24]; int used; } cache[16];
+	static unsigned next;
+	struct stat st;
+	char p[1100];
+	snprintf(p, sizeof(p), is_model ? "%s/shard-00000.strata" : "%s", path);
+	if (is_model && (stat(path, &st) || !S_ISDIR(st.st_mode))) {
+		out[0] = 0;
+		return;
+	}
+	if (stat(p, &st)) {
+		snprintf(out, 24, "missing");
+		return;
+	}
+	for (unsigned i = 0; i < 16; i++)
+		if (cache[i].used && cache[i].dev == st.st_dev && cache[i].ino == st.st_ino &&
+		    cache[i].size == st.st_size && cache[i].mt.tv_sec == st.st_mtim.tv_sec &&
+		    cache[i].mt.tv_nsec == st.st_mtim.tv_nsec) {
+			snprintf(out, 24, "%s", cache[i].key);
+			return;
+		}
+	uint64_t k = 0;
+	struct strata_error err;
+	if (is_model ? strata_store_content_key(path, &k, &err) : strata_trace_content_key(path, &k, &err)) {
+		snprintf(out, 24, "missing");
+		return;
+	}
+	snprintf(out, 24, "%016" PRIx64, k);
+	unsigned i = next++ % 16;
+	cache[i].dev = st.st_dev;
+	cache[i].ino = st.st_ino;
+	cache[i].size = st.st_size;
+	cache[i].mt = st.st_mtim;
+	snprintf(cache[i].key, sizeof(cache[i].key), "%s", out);
+	cache[i].used = 1;
+}
+
 void strata_experiment_config_id(struct strata_experiment_config *c)
 {
+	if (!c->trace_sum[0])
+		content_key(c->trace, 0, c->trace_sum);
+	if (!c->model_sum[0])
+		content_key(c->model, 1, c->model_sum);
 	size_t n = 0, cap = sizeof(c->run_id);
 #define ADD(...) (n += (size_t)snprintf(c->run_id + n, n < cap ? cap - n : 0, __VA_ARGS__))
 	ADD("mode=%s;model=%s;trace=%s;vram=%" PRIu64 ";ram=%" PRIu64 ";place=%s;evict=%s;prefetch=%s;seed=%" PRIu64,
 	    c->virt ? "sim" : "replay", c->model, c->trace, c->vram, c->ram, c->place, c->evict, c->prefetch,
 	    c->seed);
+	ADD(";trace_sum=%s", c->trace_sum);
+	if (c->model_sum[0])
+		ADD(";model_sum=%s", c->model_sum);
 	if (c->max_tokens)
 		ADD(";max_tokens=%" PRIu64, c->max_tokens);
 	if (c->prefill_chunk)
@@ -73,6 +124,17 @@ static int name_index(const char *const *names, const char *v)
 int strata_experiment_run_one(const struct strata_experiment_config *x, struct strata_replay_result *res,
 			      struct strata_error *err)
 {
+	/* the files must still hold what the run was keyed on */
+	char now[24];
+	content_key(x->trace, 0, now);
+	if (x->trace_sum[0] && strcmp(now, x->trace_sum))
+		return STRATA_ERR(err, STRATA_EINVAL, "%s: the trace changed since this run was configured (content "
+				  "key %s, now %s): run the sweep again", x->trace, x->trace_sum, now);
+	content_key(x->model, 1, now);
+	if (strcmp(now, x->model_sum))
+		return STRATA_ERR(err, STRATA_EINVAL, "%s: the model changed since this run was configured (content "
+				  "key %s, now %s): run the sweep again", x->model, x->model_sum[0] ? x->model_sum : "none",
+				  now[0] ? now : "none");
 	struct strata_replay_config c;
 	strata_replay_config_defaults(&c);
 	c.model_dir = x->model;
@@ -165,6 +227,8 @@ int strata_experiment_config_parse_id(const char *id, struct strata_experiment_c
 		STR("cost", cost)
 		STR("tiers", tiers)
 		STR("tier_trace", tier_trace)
+		STR("trace_sum", trace_sum)
+		STR("model_sum", model_sum)
 		STR("place", place)
 		STR("evict", evict)
 		STR("prefetch", prefetch)

@@ -15,6 +15,8 @@
 
 /* The result columns: `strata replay --csv`'s (strata/replay.h). */
 #define RESULT_COLS(X) STRATA_REPLAY_COLUMNS(X)
+/* Seconds an interrupted sweep gives its workers to stop before SIGKILL. */
+#define STRATA_EXP_STOP_GRACE_S 5
 
 /* A finished run: the result, or the error. */
 struct strata_exp_outcome {

@@ -6,6 +6,12 @@
  * module.  The result travels back as the plain struct through a pipe (same
  * binary on both ends).  Rows are appended as they finish, so an interrupted
  * sweep keeps every finished row.
+ *
+ * Workers never outlive the sweep: each dies with its parent (PR_SET_PDEATHSIG,
+ * so a SIGKILLed parent leaves no orphan), and when the parent is interrupted
+ * (SIGINT/SIGTERM/SIGHUP, sent to it alone or to the whole process group) it
+ * passes the signal on to its workers, then SIGKILLs any still running
+ * STRATA_EXP_STOP_GRACE_S seconds later.
  */
 #include <errno.h>
 #include <poll.h>
@@ -13,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -56,6 +63,7 @@ static int start_worker(struct worker *w, const struct strata_experiment_config 
 		return -1;
 	fflush(stdout);
 	fflush(stderr);
+	pid_t parent = getpid();
 	pid_t pid = fork();
 	if (pid < 0) {
 		close(fds[0]);
@@ -64,6 +72,8 @@ static int start_worker(struct worker *w, const struct strata_experiment_config 
 	}
 	if (pid == 0) {
 		close(fds[0]);
+		if (prctl(PR_SET_PDEATHSIG, SIGKILL) || getppid() != parent)
+			_exit(5); /* the parent is already gone */
 		struct worker_msg *m = calloc(1, sizeof(*m));
 		if (!m)
 			_exit(3);
@@ -102,6 +112,8 @@ static int pump_worker(struct worker *w, struct strata_exp_outcome *o)
 		o->rc = w->msg.rc;
 		o->err = w->msg.err;
 		o->res = w->msg.res;
+	} else if (strata_interrupted) { /* stopped by the sweep's interrupt: not a result */
+		o->rc = STRATA_ERR(&o->err, STRATA_EINTR, "worker stopped by the interrupt");
 	} else if (WIFSIGNALED(st)) {
 		o->rc = STRATA_ERR(&o->err, STRATA_EIO, "worker crashed: %s", strsignal(WTERMSIG(st)));
 	} else {
@@ -128,7 +140,21 @@ void strata_exp_pool_run(const struct strata_experiment_config *cfg, struct stra
 	strata_progress_start(&pg, what, pending, NULL);
 	size_t next = 0;
 	uint32_t running = 0;
+	uint64_t stop_ns = 0; /* when the interrupt was passed on to the workers */
 	for (;;) {
+		if (strata_interrupted && running) {
+			uint64_t now = strata_now_ns();
+			if (!stop_ns) {
+				stop_ns = now;
+				for (uint32_t s = 0; s < jobs; s++)
+					if (ws[s].pid)
+						kill(ws[s].pid, strata_interrupted);
+			} else if (now - stop_ns > STRATA_EXP_STOP_GRACE_S * 1000000000ull) {
+				for (uint32_t s = 0; s < jobs; s++)
+					if (ws[s].pid)
+						kill(ws[s].pid, SIGKILL);
+			}
+		}
 		while (!strata_interrupted && !st->spawn_errno && running < jobs) {
 			while (next < n && oc[next].done)
 				next++;
@@ -155,7 +181,7 @@ void strata_exp_pool_run(const struct strata_experiment_config *cfg, struct stra
 				pf[np].revents = 0;
 				map[np++] = s;
 			}
-		int pr = poll(pf, np, 1000);
+		int pr = poll(pf, np, strata_interrupted ? 200 : 1000);
 		if (pr < 0 && errno != EINTR)
 			break;
 		for (nfds_t i = 0; pr > 0 && i < np; i++) {

@@ -102,7 +102,9 @@ typedef struct strata_api_engine strata_api_engine;
  * defaults static, lru, none).  options: NULL or space-separated key=value:
  *   gpu=auto|0|1     engine and compute on the GPU (auto: when one is usable)
  *   seed=N           policy seed (1)
- *   verify=0|1       check extent checksums on every NVMe read (1)
+ *   verify=0|1       check extent checksums on every NVMe read (0, as `strata replay`: the
+ *                    shard headers are always checked; reads that land in VRAM are copied
+ *                    back to the host and hashed, a wait per expert)
  *   mover=uring|pread|mmap   NVMe reads (uring: io_uring + O_DIRECT)
  *   queue_depth=N, copy_streams=N, scratch_slots=N (0: the largest acquire seen fits)
  *   max_tokens=N     the most tokens one strata_api_moe_forward call takes (256)

@@ -669,8 +669,11 @@ int strata_experiment_main(const struct strata_experiment_opts *o, struct strata
 	const char *b = strrchr(o->script, '/');
 	lc.name = b ? b + 1 : o->script;
 	lc.profile = STRATA_LUA_EXPERIMENT;
-	lc.max_instructions = 0; /* the heavy work is in C; a script may loop long */
-	lc.max_memory = 0;
+	/* generous: the heavy work is in C, but a runaway script still ends */
+	lc.max_instructions = o->max_instructions == UINT64_MAX ? 0
+			    : o->max_instructions ? o->max_instructions : STRATA_LUA_EXPERIMENT_INSTRUCTIONS;
+	lc.max_memory = o->max_memory == UINT64_MAX ? 0
+		      : o->max_memory ? (size_t)o->max_memory : (size_t)STRATA_LUA_EXPERIMENT_MEMORY;
 	if (o->export_jobs) { /* a fresh job list per export */
 		FILE *jf = fopen(o->export_jobs, "w");
 		if (!jf || fclose(jf))

@@ -54,7 +54,43 @@ static const char sandbox_lua[] =
 	"  return rs(...)\n"
 	"end\n"
 	"string.dump = nil\n"
-	"dofile, loadfile = nil, nil\n";
+	"dofile, loadfile = nil, nil\n"
+	/* Pattern matching runs in C, where the count hook cannot stop it, and
+	 * backtracks: a pattern with q repetition items may take about
+	 * (n + 1)^(q + 1) steps on an n-byte subject (("a*"):rep(30) .. "b" ran for
+	 * minutes).  Refuse a call whose bound exceeds the state's limit (the
+	 * argument of this chunk); plain searches are bounded by n * m. */
+	"local STEPS = ...\n"
+	"local sfind, smatch, sgmatch, sgsub = string.find, string.match, string.gmatch, string.gsub\n"
+	"local function bound(name, s, p, plain)\n"
+	"  if (type(s) ~= 'string' and type(s) ~= 'number') or (type(p) ~= 'string' and type(p) ~= 'number') then\n"
+	"    return -- the real function raises its own error\n"
+	"  end\n"
+	"  s, p = tostring(s), tostring(p)\n"
+	"  local n = #s + 1\n"
+	"  if plain or not sfind(p, '[%^%$%*%+%?%.%(%)%[%]%%%-]') then\n"
+	"    if n * (#p + 1) > STEPS then\n"
+	"      error(string.format('%s: searching %d bytes for a %d-byte string exceeds the limit of %d steps', name, #s, #p, STEPS), 3)\n"
+	"    end\n"
+	"    return\n"
+	"  end\n"
+	"  local q = 0\n"
+	"  for _ in sgmatch(p, '[%*%+%-%?]') do q = q + 1 end\n"
+	"  for _ in sgmatch(p, '%%[bf]') do q = q + 1 end\n"
+	"  local est = 1\n"
+	"  for _ = 1, q + 1 do\n"
+	"    est = est * n\n"
+	"    if est > STEPS then\n"
+	"      error(string.format('%s: a pattern with %d repetition items on a %d-byte string may take more than %d '\n"
+	"        .. 'steps inside one C call, which the instruction limit cannot interrupt: use a simpler pattern or a '\n"
+	"        .. 'shorter string', name, q, #s, STEPS), 3)\n"
+	"    end\n"
+	"  end\n"
+	"end\n"
+	"string.find = function(s, p, init, plain) bound('string.find', s, p, plain); return sfind(s, p, init, plain) end\n"
+	"string.match = function(s, p, init) bound('string.match', s, p); return smatch(s, p, init) end\n"
+	"string.gmatch = function(s, p, init) bound('string.gmatch', s, p); return sgmatch(s, p, init) end\n"
+	"string.gsub = function(s, p, r, n) bound('string.gsub', s, p); return sgsub(s, p, r, n) end\n";
 
 /* The prelude: everything a script sees of Strata lives in `strata`. */
 static const char prelude_lua[] =
@@ -480,8 +516,11 @@ int strata_lua_open(const struct strata_lua_config *c, struct strata_lua **out,
 
 	strata_lua_set_budget(s, c->max_instructions);
 	int rc = strata_lua_load_string(s, sandbox_lua, "sandbox", err);
-	if (!rc)
-		rc = strata_lua_call(s, 0, 0, "sandbox", err);
+	if (!rc) {
+		lua_pushinteger(L, c->profile == STRATA_LUA_POLICY ? STRATA_LUA_POLICY_PATTERN_STEPS
+								    : STRATA_LUA_EXPERIMENT_PATTERN_STEPS);
+		rc = strata_lua_call(s, 1, 0, "sandbox", err);
+	}
 	if (!rc)
 		rc = strata_lua_load_string(s, prelude_lua, "prelude", err);
 	if (!rc)

@@ -1038,6 +1038,41 @@ fail:
 
 uint64_t strata_trace_writer_count(const struct strata_trace_writer *w) { return w->info.n_tokens; }
 
+int strata_trace_content_key(const char *path, uint64_t *key, struct strata_error *err)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	if (fd < 0)
+		return STRATA_ERRNO(err, errno == ENOENT ? STRATA_ENOTFOUND : STRATA_EIO, "%s: cannot open trace", path);
+	uint8_t h[STRATA_TRACE_HEADER_BYTES];
+	ssize_t n = pread(fd, h, sizeof(h), 0);
+	if (n == (ssize_t)sizeof(h) && !memcmp(h, STRATA_TRACE_MAGIC, 8)) {
+		*key = XXH64(h, sizeof(h), 0);
+		close(fd);
+		return STRATA_OK;
+	}
+	XXH64_state_t *xs = XXH64_createState();
+	static __thread uint8_t buf[1 << 16];
+	int rc = xs ? STRATA_OK : STRATA_ERR(err, STRATA_ENOMEM, "out of memory");
+	if (xs)
+		XXH64_reset(xs, 0);
+	for (off_t off = 0; !rc;) {
+		ssize_t r = pread(fd, buf, sizeof(buf), off);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			rc = STRATA_ERRNO(err, STRATA_EIO, "%s: read", path);
+		if (r <= 0)
+			break;
+		XXH64_update(xs, buf, (size_t)r);
+		off += r;
+	}
+	if (!rc)
+		*key = XXH64_digest(xs);
+	XXH64_freeState(xs);
+	close(fd);
+	return rc;
+}
+
 int strata_trace_writer_reserve(struct strata_trace_writer *w, uint64_t n_tokens, struct strata_error *err)
 {
 	uint64_t per = (uint64_t)w->lay.bytes * (w->format == STRATA_TRACE_FMT_JSONL ? 4 : 1);

@@ -102,8 +102,8 @@ def test_family_backends_and_cache(work, family):
     with the KV cache gives the logits of one forward over the whole sequence."""
     hf = make_checkpoint(os.path.join(work, family), family, seed=7, layers=3, experts=8, top_k=2,
                          hidden=128, inter=64, vocab=256, dense_layers=1 if family.startswith("deepseek") else 0)
-    ref = strata.load(hf, TorchBackend())
-    bat = strata.load(hf, BatchedBackend())
+    ref = strata.load(hf, TorchBackend(), "cpu")
+    bat = strata.load(hf, BatchedBackend(), "cpu")
     ids = torch.randint(0, 256, (1, 9), generator=torch.Generator().manual_seed(1))
     ref.reset(1, 16)
     full = ref.forward(ids)
@@ -133,7 +133,7 @@ def test_strata_layer_equals_dequantized(qwen):
     hf, q = qwen
     sb = StrataBackend(q, vram="1M", ram="2M", gpu="0")
     m = strata.load(hf, sb)
-    ref = dequantized_reference(strata.load(hf, TorchBackend()), sb.store)
+    ref = dequantized_reference(strata.load(hf, TorchBackend(), "cpu"), sb.store)
     seen = set()
     g = torch.Generator().manual_seed(2)
     for (_, blk, _), (_, rblk, _) in zip(m.moe, ref.moe):
@@ -212,7 +212,7 @@ def test_errors(work, qwen, bf16_store):
                 e.moe_forward(0, 0, torch.zeros(1, H), torch.zeros(1, H), torch.tensor([[0, 99]], dtype=torch.int32), w)
     # shards of another model under this checkpoint
     with pytest.raises(StrataError, match="shards do not fit the model") as ei:
-        strata.load(hf, StrataBackend(bf16_store, "64M", "64M", gpu="0"))
+        strata.load(hf, StrataBackend(bf16_store, "64M", "64M", gpu="0"), "cpu")
     assert ei.value.status == "ESHAPE"
 
 
@@ -222,7 +222,7 @@ def test_errors(work, qwen, bf16_store):
 def test_record_trace(work, qwen, backend):
     hf, q = qwen
     b = StrataBackend(q, "1M", "4M", prefetch="lookahead:depth=1", gpu="0") if backend == "strata" else BatchedBackend()
-    m = strata.load(hf, b)
+    m = strata.load(hf, b, "cpu")
     path = os.path.join(work, "rec_%s.strace" % backend)
     m.start_recording(path, pred_depth=2, pred_topn=3, model_name="tiny-qwen")
     m.generate([1, 2, 3, 4], 5)
@@ -347,7 +347,7 @@ def test_gpu_transformers_agree(work):
         ids = torch.randint(0, 256, (1, 7), generator=torch.Generator().manual_seed(1))
         with torch.no_grad():
             want = tm(ids).logits.float()
-        m = strata.load(hf, TorchBackend())
+        m = strata.load(hf, TorchBackend(), "cpu", torch.float32)
         m.reset(1, 8)
         r = rel(m.forward(ids), want)
         print("transformers %s %s: rel %.2e" % (fam, transformers.__version__, r))

@@ -53,6 +53,10 @@ struct strata_experiment_config {
 	int hints, future, gpu;      /* gpu: -1 auto, 0, 1 */
 	uint32_t n_tags;
 	char tag_name[STRATA_EXP_TAGS][48], tag_value[STRATA_EXP_TAGS][160];
+	/* content keys of the trace and of a model directory (16 hex digits, ""
+	 * for a model given as a spec): rows are keyed on what the files hold,
+	 * not on their paths, and a run checks them before it starts */
+	char trace_sum[24], model_sum[24];
 	char run_id[4096];           /* canonical text of everything above */
 };
 void strata_experiment_config_defaults(struct strata_experiment_config *c);
@@ -87,6 +91,9 @@ struct strata_experiment_opts {
 	uint32_t jobs;     /* worker processes per sweep; 0: the machine's cores */
 	int fresh;         /* 1: ignore existing results (no resume) */
 	const char *export_jobs; /* write job lines to this file instead of running */
+	/* the script's Lua limits: 0 the defaults (STRATA_LUA_EXPERIMENT_*),
+	 * UINT64_MAX none */
+	uint64_t max_instructions, max_memory;
 };
 
 /* Run an experiment script.  STRATA_ESCRIPT for a script error (message

@@ -32,6 +32,15 @@ struct lua_State;
 
 #define STRATA_LUA_DEFAULT_INSTRUCTIONS 20000000ull /* per call */
 #define STRATA_LUA_DEFAULT_MEMORY (256ull << 20)      /* bytes per state */
+/* string.find/match/gmatch/gsub run in C, out of the instruction count's
+ * reach: a call whose worst case ((n + 1)^(q + 1) steps for q repetition items
+ * on n bytes; n * m for a plain search) exceeds this is refused. */
+#define STRATA_LUA_POLICY_PATTERN_STEPS 10000000ll      /* about 10-50 ms */
+#define STRATA_LUA_EXPERIMENT_PATTERN_STEPS 1000000000ll
+/* Experiment scripts (strata run): generous, adjustable with --max-instructions
+ * and --max-memory; the sweeps they start run in C and count for nothing. */
+#define STRATA_LUA_EXPERIMENT_INSTRUCTIONS 10000000000ull /* the whole script: minutes of pure Lua */
+#define STRATA_LUA_EXPERIMENT_MEMORY (2ull << 30)
 
 enum strata_lua_profile {
 	STRATA_LUA_POLICY = 0,     /* the sandbox above */

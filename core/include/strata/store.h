@@ -109,6 +109,11 @@ struct strata_move;
 bool strata_store_arm_check(struct strata_store *s, const struct strata_extent *ext, int mode,
 			    struct strata_move *mv);
 
+/* A 64-bit key of a model directory's content: the hash of shard 0's fixed
+ * header, which holds the store id (random per write) and the sizes.  Sweeps
+ * key their rows on it. */
+int strata_store_content_key(const char *dir, uint64_t *key, struct strata_error *err);
+
 /* Per-tier totals, for `strata inspect` and the engine's budget checks. */
 struct strata_store_tier_summary {
 	uint64_t experts[STRATA_TIER_COUNT];

@@ -158,6 +158,10 @@ uint64_t strata_trace_writer_count(const struct strata_trace_writer *w);
 /* Before writing n_tokens records: refuse (STRATA_ENOSPC, with the sizes)
  * when the output's filesystem has less room than they need (JSONL counted
  * at about 4 bytes of text per binary byte), instead of filling the disk. */
+/* A 64-bit key of a trace file's content, cheap to take: a binary trace's
+ * header hash (the header holds the records' checksum and counts), else the
+ * hash of the whole file (JSONL).  Sweeps key their rows on it. */
+int strata_trace_content_key(const char *path, uint64_t *key, struct strata_error *err);
 int strata_trace_writer_reserve(struct strata_trace_writer *w, uint64_t n_tokens, struct strata_error *err);
 /* Finish the header (statistics, checksum), fsync, rename into place; the
  * writer is freed whatever happens. */
