@@ -22,6 +22,7 @@
 #include "quant.h"
 #include "strata/engine.h"
 #include "strata/gpu.h"
+#include "strata/sched.h"
 #include "strata/mover.h"
 #include "movers/mover_int.h"
 #include "strata/tier_mem.h"
@@ -38,9 +39,13 @@ struct job {
 	struct job *parent, *child; /* child: queued when this one completes */
 	struct job *next_free;
 	struct job **slot;          /* where the engine keeps it (an inbound or scratch_job) */
+	struct job *next_low;       /* in the engine's low-priority queue of its mover */
 	uint32_t eid;
 	int tier, src_tier;         /* destination; source (RAM or NVMe) */
 	int queued, done;
+	int mi;                     /* index of its mover in e->ms */
+	bool low;                   /* a prefetch: handed to the mover behind demand (sched.h) */
+	bool waiting;               /* low, queued by the engine, not yet handed to the mover */
 };
 
 /* An expert's state in a cached tier. */
@@ -49,6 +54,7 @@ struct tslot {
 	struct job *inbound;  /* the move writing it, if any */
 	uint32_t hnd;         /* the arena's handle of the extent */
 	uint8_t prefetched;   /* prefetched and not yet used */
+	uint8_t transient;    /* prefetched where placement would not keep it: leaves after its layer */
 };
 
 /* An expert's state: per cached tier, and its scratch slot when streamed
@@ -90,9 +96,21 @@ struct strata_engine {
 	uint32_t n_blocks;
 	struct strata_error io_err;
 	int io_failed;
-	/* prefetch requests */
+	/* prefetch requests and their scheduling (policy.h, core/sched.c) */
 	struct strata_prefetch_req *reqs;
 	uint32_t max_reqs;
+	struct strata_prefetch_sched sched;
+	struct strata_pfq pfq;
+	struct strata_pf *pf_done;
+	uint64_t lstep;                  /* layer-steps released so far (the current one's index) */
+	/* physical priority: per mover (nvme, staged, h2d), prefetch moves held
+	 * behind demand; demand moves outstanding per link; low ones in movers */
+	struct strata_mover *ms[3];
+	struct job *low_head[3], *low_tail[3];
+	uint32_t demand_out[STRATA_LINK_COUNT], low_out[3];
+	/* loads into VRAM, recorded for the RAM tier's bound (cfg.record_loads) */
+	uint32_t *ld_eid;
+	uint64_t *ld_pos, n_ld, cap_ld;
 	/* clocks */
 	uint64_t now;                    /* logical access clock */
 	double vclock;                   /* virtual ns */
@@ -158,7 +176,9 @@ static struct job *job_get(struct strata_engine *e)
 		/* what a virtual move reads before it is set (issue sets the rest;
 		 * queue, submit and reap the mover's fields): not all ~200 bytes */
 		j->parent = j->child = NULL;
+		j->next_low = NULL;
 		j->queued = j->done = 0;
+		j->low = j->waiting = false;
 		j->mv.src = NULL;
 		j->mv.path = NULL;
 		j->mv.offset = 0;
@@ -198,6 +218,15 @@ static int submit_mover(struct strata_engine *e, struct strata_mover *m, struct 
 }
 
 static int job_queue(struct job *j);
+static void feed_low(struct strata_engine *e);
+
+/* The links each mover crosses (e->ms order: nvme, staged, h2d). */
+static const uint8_t mover_links[3] = {
+	1u << STRATA_LINK_NVME, (1u << STRATA_LINK_NVME) | (1u << STRATA_LINK_PCIE), 1u << STRATA_LINK_PCIE,
+};
+/* Prefetch moves a real mover holds at once when no demand is outstanding:
+ * a demand arriving later shares the device with at most these. */
+#define LOW_IN_MOVER 4
 
 static void job_done(struct strata_move *mv)
 {
@@ -208,6 +237,12 @@ static void job_done(struct strata_move *mv)
 		struct strata_error err;
 		strata_move_error(mv, &err);
 		io_fail(e, &err);
+	}
+	if (j->low) {
+		e->low_out[j->mi]--;
+	} else {
+		for (int l = 0; l < STRATA_LINK_COUNT; l++)
+			e->demand_out[l] -= mover_links[j->mi] >> l & 1;
 	}
 	if (j->child) {
 		struct job *c = j->child;
@@ -224,13 +259,23 @@ static void job_done(struct strata_move *mv)
 	if (e->virt && *j->slot == j) {
 		*j->slot = NULL;
 		job_put(e, j);
+	} else if (!e->virt && !e->demand_out[STRATA_LINK_NVME] + !e->demand_out[STRATA_LINK_PCIE]) {
+		feed_low(e); /* a link fell idle: its prefetches may go */
 	}
 }
 
-static int job_queue(struct job *j)
+/* Hand j to its mover (demand, or a prefetch whose turn came). */
+static int hand_over(struct job *j)
 {
+	struct strata_engine *e = j->e;
 	struct strata_error err;
 	j->queued = 1;
+	if (j->low) {
+		e->low_out[j->mi]++;
+	} else {
+		for (int l = 0; l < STRATA_LINK_COUNT; l++)
+			e->demand_out[l] += mover_links[j->mi] >> l & 1;
+	}
 	if (j->e->virt) {
 		strata_mover_virtual_queue(j->m, &j->mv);
 		return STRATA_OK;
@@ -243,11 +288,103 @@ static int job_queue(struct job *j)
 	return STRATA_OK;
 }
 
+/* Demand moves go to the mover at once; a prefetch waits in its mover's
+ * low-priority queue until feed_low hands it over (policy.h, point 4). */
+static int job_queue(struct job *j)
+{
+	struct strata_engine *e = j->e;
+	if (!j->low)
+		return hand_over(j);
+	j->waiting = true;
+	j->next_low = NULL;
+	if (e->virt && (double)j->mv.not_before_ns < e->vclock)
+		j->mv.not_before_ns = (uint64_t)e->vclock; /* asked for now: no link carried it before */
+	if (e->low_tail[j->mi])
+		e->low_tail[j->mi]->next_low = j;
+	else
+		e->low_head[j->mi] = j;
+	e->low_tail[j->mi] = j;
+	return STRATA_OK;
+}
+
+static void low_unlink(struct strata_engine *e, struct job *j)
+{
+	struct job **pp = &e->low_head[j->mi], *prev = NULL;
+	while (*pp != j) {
+		prev = *pp;
+		pp = &(*pp)->next_low;
+	}
+	*pp = j->next_low;
+	if (e->low_tail[j->mi] == j)
+		e->low_tail[j->mi] = prev;
+	j->next_low = NULL;
+	j->waiting = false;
+}
+
+/* A prefetch still waiting becomes a demand: handed over now, in place. */
+static void promote(struct strata_engine *e, struct job *j)
+{
+	if (j && j->waiting) {
+		low_unlink(e, j);
+		j->low = false;
+		hand_over(j);
+	}
+}
+
+/* Hand over the waiting prefetches whose links are free of demand: a real
+ * mover gets them while no demand move is outstanding on its links; a
+ * virtual one starts each where its links fell idle before the clock (the
+ * link would have carried it then; a demand move arriving later queues
+ * behind it, as on a device).  Called where the engine runs (begin_step,
+ * acquire before its demand moves, release) and, real, as a link empties. */
+static void feed_low(struct strata_engine *e)
+{
+	for (int i = 0; i < 3; i++) {
+		struct job *j;
+		while ((j = e->low_head[i])) {
+			if (e->virt) {
+				if (!strata_mover_virtual_start_idle(e->ms[i], &j->mv))
+					break;
+				low_unlink(e, j);
+				j->queued = 1;
+				e->low_out[i]++;
+				continue;
+			}
+			bool busy = e->low_out[i] >= LOW_IN_MOVER;
+			for (int l = 0; l < STRATA_LINK_COUNT; l++)
+				busy |= (mover_links[i] >> l & 1) && e->demand_out[l];
+			if (busy)
+				break;
+			low_unlink(e, j);
+			hand_over(j);
+		}
+	}
+}
+
+/* A prefetch that never reached its mover need not move at all: drop the
+ * job (its slot is being freed).  False when it moved or must (a copy
+ * waits on it). */
+static bool cancel_waiting(struct strata_engine *e, struct job **slot)
+{
+	struct job *j = *slot;
+	if (!j || !j->waiting || j->child)
+		return false;
+	low_unlink(e, j);
+	j->done = 1;
+	*slot = NULL;
+	job_put(e, j);
+	return true;
+}
+
 /* Block (or advance the virtual clock) until j has completed. */
 static void job_wait(struct strata_engine *e, struct job *j)
 {
 	while (!j->done) {
 		struct strata_error err;
+		if (j->waiting) {
+			promote(e, j);
+			continue;
+		}
 		if (j->parent) {
 			if (!j->parent->done) {
 				job_wait(e, j->parent);
@@ -278,13 +415,37 @@ static void *slot_ptr(struct strata_engine *e, int tier, uint64_t off)
 	return strata_tier_ptr(&e->tier[tier], off);
 }
 
-/* Start moving eid into (tier, off) from src_tier. */
-static int issue(struct strata_engine *e, uint32_t eid, int tier, void *dst, int src_tier, struct job **slot)
+/* Start moving eid into (tier, off) from src_tier; low: a prefetch. */
+static int issue(struct strata_engine *e, uint32_t eid, int tier, void *dst, int src_tier, struct job **slot,
+		 bool low)
 {
 	struct job *j = job_get(e);
 	if (!j)
 		return STRATA_ENOMEM;
 	uint64_t b = e->bytes[eid];
+	j->low = low;
+	if (tier == V) {
+		e->st.moves_vram++;
+		if (e->cfg.record_loads) {
+			if (e->n_ld == e->cap_ld) {
+				uint64_t cap = e->cap_ld ? 2 * e->cap_ld : 4096;
+				uint32_t *a = realloc(e->ld_eid, cap * sizeof(*a));
+				if (a)
+					e->ld_eid = a;
+				uint64_t *p = a ? realloc(e->ld_pos, cap * sizeof(*p)) : NULL;
+				if (!p) {
+					job_put(e, j);
+					return STRATA_ENOMEM;
+				}
+				e->ld_pos = p;
+				e->cap_ld = cap;
+			}
+			e->ld_eid[e->n_ld] = eid;
+			e->ld_pos[e->n_ld++] = e->lstep;
+		}
+	}
+	if (src_tier == STRATA_TIER_NVME)
+		e->st.moves_nvme++;
 	j->eid = eid;
 	j->tier = tier;
 	j->src_tier = src_tier;
@@ -311,18 +472,22 @@ static int issue(struct strata_engine *e, uint32_t eid, int tier, void *dst, int
 			}
 		}
 		j->m = tier == R ? e->nvme : e->staged;
+		j->mi = tier == R ? 0 : 1;
 		if (tier == R)
 			e->st.bytes_nvme_ram += b;
 		else
 			e->st.bytes_nvme_vram += b;
 	} else {
 		j->m = e->h2d;
+		j->mi = 2;
 		j->mv.src = slot_ptr(e, R, e->es[eid].t[R].off);
 		e->st.bytes_ram_vram += b;
 	}
 	*slot = j;
 	j->slot = slot;
 	struct job *src = src_tier == R ? e->es[eid].t[R].inbound : NULL;
+	if (src && !low)
+		promote(e, src); /* a demand copy waits on a prefetched read: it is demand now */
 	if (src && !src->done && src->child)
 		job_wait(e, src); /* one dependent per job: a second one waits here */
 	if (src && !src->done) {
@@ -384,12 +549,14 @@ static inline int policy_failed(struct strata_engine *e, struct strata_error *er
 
 static void drop(struct strata_engine *e, int t, uint32_t eid)
 {
+	cancel_waiting(e, &e->es[eid].t[t].inbound);
 	quiesce(e, t, eid);
 	retire(e, &e->es[eid].t[t].inbound);
 	if (e->es[eid].t[V].inbound && t == R)
 		retire(e, &e->es[eid].t[V].inbound);
 	strata_tier_release_h(&e->tier[t], e->es[eid].t[t].hnd);
 	e->es[eid].t[t].off = NO_OFF;
+	e->es[eid].t[t].transient = 0;
 	e->resident[t][eid] = 0;
 	e->res[t].n_resident--;
 	e->st.used[t] = strata_tier_used(&e->tier[t]);
@@ -550,7 +717,7 @@ static int preload(struct strata_engine *e, struct strata_error *err)
 			strata_evict_ops_of(e->evict[t])->on_insert(e->evict[t], i, 0);
 			e->st.preloaded[t]++;
 			e->st.preload_bytes += e->bytes[i];
-			rc = issue(e, i, t, slot_ptr(e, t, off), STRATA_TIER_NVME, &e->es[i].t[t].inbound);
+			rc = issue(e, i, t, slot_ptr(e, t, off), STRATA_TIER_NVME, &e->es[i].t[t].inbound, false);
 			strata_progress_update(&pg, e->st.preload_bytes);
 			if (strata_interrupted)
 				rc = STRATA_ERR(err, STRATA_EINTR, "engine: preload interrupted");
@@ -667,8 +834,20 @@ static int engine_open(struct strata_store *store, const struct strata_model_spe
 	e->env.budget[STRATA_TIER_NVME] = UINT64_MAX;
 	e->env.seed = cfg->seed;
 	e->env.future = cfg->future;
+	strata_prefetch_sched_defaults(&e->sched);
+	e->sched.resident[V] = e->resident[V];
+	e->sched.resident[R] = e->resident[R];
+	e->env.sched = &e->sched;
+	if (strata_pfq_init(&e->pfq, 2 * e->max_reqs + 64) ||
+	    !(e->pf_done = malloc(sizeof(*e->pf_done) * e->pfq.cap))) {
+		rc = STRATA_ERR(err, STRATA_ENOMEM, "engine: out of memory");
+		goto fail;
+	}
 	if ((rc = create_policies(e, err)) || (rc = open_tiers(e, err)) || (rc = open_movers(e, err)))
 		goto fail;
+	e->ms[0] = e->nvme;
+	e->ms[1] = e->staged;
+	e->ms[2] = e->h2d;
 	if ((rc = preload(e, err)))
 		goto fail;
 	*out = e;
@@ -731,6 +910,10 @@ void strata_engine_close(struct strata_engine *e)
 	free(e->es);
 	free(e->step_eids);
 	free(e->reqs);
+	strata_pfq_free(&e->pfq);
+	free(e->pf_done);
+	free(e->ld_eid);
+	free(e->ld_pos);
 	free(e);
 }
 
@@ -785,6 +968,39 @@ static int check_ids(struct strata_engine *e, uint32_t layer, const uint32_t *x,
 	return STRATA_OK;
 }
 
+/* The scheduler's view of the engine (strata/sched.h). */
+static int pf_source(void *o, uint32_t eid, int t)
+{
+	struct strata_engine *e = o;
+	if (e->resident[V][eid] || e->resident[t][eid])
+		return -1;
+	return t == V && e->resident[R][eid] ? R : STRATA_TIER_NVME;
+}
+
+static int pf_start(void *o, uint32_t eid, int t, int src, struct strata_error *err)
+{
+	struct strata_engine *e = o;
+	uint64_t off = 0;
+	int rc = make_room(e, t, eid, &off, err);
+	if (rc)
+		return rc;
+	mark_resident(e, t, eid, off);
+	strata_evict_ops_of(e->evict[t])->on_insert(e->evict[t], eid, e->now);
+	e->es[eid].t[t].prefetched = 1;
+	e->es[eid].t[t].transient = !(strata_place_ops_of(e->place)->admit(e->place, eid, src, e->now) & (1u << t));
+	e->st.prefetch_issued++;
+	if ((rc = issue(e, eid, t, slot_ptr(e, t, off), src, &e->es[eid].t[t].inbound, true)))
+		return check_io(e, err) ? check_io(e, err) : STRATA_ERR(err, rc, "engine: out of memory");
+	return STRATA_OK;
+}
+
+static struct strata_pfq_owner pf_owner(struct strata_engine *e)
+{
+	return (struct strata_pfq_owner){ .o = e, .source = pf_source, .start = pf_start,
+					  .redundant = &e->st.prefetch_redundant, .dropped = &e->st.prefetch_dropped,
+					  .promoted = &e->st.prefetch_promoted, .cancelled = &e->st.prefetch_cancelled };
+}
+
 static int prefetch(struct strata_engine *e, uint64_t token, uint32_t layer, const uint32_t *experts, uint32_t n,
 		    const struct strata_hint *hints, uint32_t n_hints, struct strata_error *err)
 {
@@ -798,32 +1014,48 @@ static int prefetch(struct strata_engine *e, uint64_t token, uint32_t layer, con
 	if (nr > e->max_reqs)
 		return STRATA_ERR(err, STRATA_EPOLICY, "prefetch %s: returned %u requests, room for %u", pf->name, nr,
 				  e->max_reqs);
+	struct strata_pfq_owner w = pf_owner(e);
 	for (uint32_t i = 0; i < nr; i++) {
 		uint32_t eid = e->reqs[i].eid, t = e->reqs[i].tier;
 		if (eid >= e->n_ids || (t != V && t != R))
 			return STRATA_ERR(err, STRATA_EPOLICY, "prefetch %s: asked for expert %u of %u into tier %u",
 					  pf->name, eid, e->n_ids, t);
-		if (e->resident[V][eid] || e->resident[t][eid]) {
-			e->st.prefetch_redundant++;
-			continue;
-		}
-		uint64_t off = 0;
-		rc = make_room(e, (int)t, eid, &off, err);
-		if (rc == STRATA_EBUDGET) {
-			e->st.prefetch_dropped++;
-			continue;
-		}
-		if (rc)
+		/* one at a time, so each sees the room the ones before it took */
+		strata_pfq_add(&e->pfq, &w, eid, (int)t, eid / e->spec.n_experts, e->lstep);
+		if ((rc = strata_pfq_dispatch(&e->pfq, &e->sched, e->bytes, &w, err)))
 			return rc;
-		mark_resident(e, (int)t, eid, off);
-		strata_evict_ops_of(e->evict[t])->on_insert(e->evict[t], eid, e->now);
-		e->es[eid].t[t].prefetched = 1;
-		e->st.prefetch_issued++;
-		int src = t == V && e->resident[R][eid] ? R : STRATA_TIER_NVME;
-		if ((rc = issue(e, eid, (int)t, slot_ptr(e, (int)t, off), src, &e->es[eid].t[t].inbound)))
-			return check_io(e, err) ? check_io(e, err) : STRATA_ERR(err, rc, "engine: out of memory");
 	}
 	return STRATA_OK;
+}
+
+/* After layer-step lstep of `layer` ran: its started prefetches leave flight;
+ * the unused are wasted and, unless keep_unused, dropped from their tier;
+ * then the pending ones that now fit start. */
+static int prefetch_settle(struct strata_engine *e, uint32_t layer, struct strata_error *err)
+{
+	uint32_t got;
+	while ((got = strata_pfq_take_started(&e->pfq, layer, e->lstep, e->pf_done, e->pfq.cap))) {
+		for (uint32_t i = 0; i < got; i++) {
+			uint32_t eid = e->pf_done[i].eid;
+			int t = e->pf_done[i].tier;
+			struct tslot *ts = &e->es[eid].t[t];
+			if (!e->resident[t][eid])
+				continue; /* evicted (and counted) before */
+			bool unused = ts->prefetched, transient = ts->transient;
+			ts->prefetched = ts->transient = 0;
+			e->st.prefetch_wasted += unused;
+			/* unused, or used where placement would not have kept it: gone, as
+			 * if it had not come (the room is free again) */
+			if (((unused && !e->sched.keep_unused) || transient) && !e->pinned[t][eid]) {
+				strata_evict_ops_of(e->evict[t])->on_remove(e->evict[t], eid);
+				drop(e, t, eid);
+			}
+		}
+	}
+	if (!e->pfq.n_pend)
+		return STRATA_OK;
+	struct strata_pfq_owner w = pf_owner(e);
+	return strata_pfq_dispatch(&e->pfq, &e->sched, e->bytes, &w, err);
 }
 
 static void unpin_step(struct strata_engine *e)
@@ -861,7 +1093,10 @@ int strata_engine_begin_step(struct strata_engine *e, uint64_t token, uint32_t l
 		strata_place_ops_of(e->place)->on_step(e->place, &st);
 	}
 	poll_movers(e);
+	feed_low(e);
 	rc = prefetch(e, token, layer, n ? experts : NULL, n, hints, n_hints, err);
+	if (!rc)
+		feed_low(e); /* links without demand take the new prefetches now */
 	if (!rc) {
 		struct strata_mover *ms[3] = { e->nvme, e->staged, e->h2d };
 		for (int i = 0; i < 3 && !rc; i++)
@@ -895,6 +1130,7 @@ static int acquire_one(struct strata_engine *e, uint32_t eid, uint64_t now, uint
 	e->st.accesses++;
 	if (e->resident[V][eid]) {
 		e->st.hits[V]++;
+		promote(e, e->es[eid].t[V].inbound);
 		if (e->es[eid].t[V].prefetched) {
 			e->es[eid].t[V].prefetched = 0;
 			e->st.prefetch_used++;
@@ -929,7 +1165,7 @@ static int acquire_one(struct strata_engine *e, uint32_t eid, uint64_t now, uint
 			mark_resident(e, R, eid, off);
 			strata_evict_ops_of(e->evict[R])->on_insert(e->evict[R], eid, now);
 			strata_evict_ops_of(e->evict[R])->on_access(e->evict[R], eid, now);
-			if ((rc = issue(e, eid, R, slot_ptr(e, R, off), STRATA_TIER_NVME, &e->es[eid].t[R].inbound)))
+			if ((rc = issue(e, eid, R, slot_ptr(e, R, off), STRATA_TIER_NVME, &e->es[eid].t[R].inbound, false)))
 				return rc;
 			src = R;
 		} else if (rc != STRATA_EBUDGET) {
@@ -973,7 +1209,7 @@ static int acquire_one(struct strata_engine *e, uint32_t eid, uint64_t now, uint
 		slot = &e->es[eid].scratch_job;
 		dst = strata_tier_ptr(&e->scratch, off);
 	}
-	rc = issue(e, eid, V, dst, src, slot);
+	rc = issue(e, eid, V, dst, src, slot, false);
 	return rc ? rc : STRATA_OK;
 }
 
@@ -998,6 +1234,10 @@ int strata_engine_acquire(struct strata_engine *e, uint32_t layer, const uint32_
 		}
 	}
 	e->step_layer = -2; /* acquired: release unpins */
+	struct strata_pfq_owner w = pf_owner(e);
+	strata_pfq_resolve_pending(&e->pfq, &w, layer, e->lstep, e->step_eids, e->n_step);
+	if (e->virt)
+		feed_low(e); /* prefetches the links carried while idle go before this demand */
 	for (uint32_t i = 0; i < n && !rc; i++) {
 		uint32_t eid = strata_eid(&e->spec, layer, experts[i]);
 		uint64_t off = 0;
@@ -1059,8 +1299,12 @@ int strata_engine_release(struct strata_engine *e, uint64_t token, uint32_t laye
 			e->es[eid].scratch_off = NO_OFF;
 		}
 	}
+	if ((rc = prefetch_settle(e, layer, err)))
+		return rc;
+	e->lstep++;
 	strata_prefetch_ops_of(e->prefetch)->on_route(e->prefetch, token, layer, experts, n);
 	poll_movers(e);
+	feed_low(e);
 	e->st.clock_ns = clock_now(e);
 	e->st.bookkeeping_ns += wall_ns(e) - t0;
 	if ((rc = check_io(e, err)))
@@ -1099,4 +1343,16 @@ bool strata_engine_reads_hints(const struct strata_engine *e)
 const char *strata_engine_tier_desc(const struct strata_engine *e, int tier)
 {
 	return tier == V || tier == R ? e->tier[tier].desc : "nvme: shard files";
+}
+
+void strata_engine_vram_loads(const struct strata_engine *e, const uint32_t **eid, const uint64_t **pos, uint64_t *n)
+{
+	*eid = e->ld_eid;
+	*pos = e->ld_pos;
+	*n = e->n_ld;
+}
+
+const uint64_t *strata_engine_expert_bytes(const struct strata_engine *e)
+{
+	return e->bytes;
 }

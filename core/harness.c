@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "strata/harness.h"
+#include "strata/sched.h"
 #include "strata/store.h"
 #include "strata/util.h"
 
@@ -329,11 +330,16 @@ struct strata_harness {
 	struct strata_policy_env env;
 	uint64_t *bytes;             /* owned per-eid sizes */
 	struct strata_policy *pol[STRATA_ROLE_COUNT];
-	uint8_t *resident, *pinned, *prefetched;
+	uint8_t *resident, *pinned, *prefetched, *transient;
 	struct strata_residency res;
 	uint64_t used, budget, clock;
 	struct strata_prefetch_req *reqs;
 	uint32_t max_reqs;
+	struct strata_prefetch_sched sched;
+	struct strata_pfq pfq;             /* the engine's scheduling decisions (strata/sched.h) */
+	struct strata_pf *pf_done;
+	uint32_t *step_eids;
+	uint64_t lstep;
 	struct strata_harness_counters c;
 };
 
@@ -379,6 +385,7 @@ static int make_room(struct strata_harness *h, uint64_t need, struct strata_erro
 					  : !h->resident[v] ? "not resident" : "pinned by the running layer");
 		ops->on_remove(ev, (uint32_t)v);
 		h->resident[v] = 0;
+		h->transient[v] = 0;
 		h->res.n_resident--;
 		h->used -= h->bytes[v];
 		h->c.evictions++;
@@ -414,9 +421,13 @@ int strata_harness_open(const struct strata_harness_trace *t, const struct strat
 	h->resident = calloc(n + 1, 1);
 	h->pinned = calloc(n + 1, 1);
 	h->prefetched = calloc(n + 1, 1);
+	h->transient = calloc(n + 1, 1);
 	h->max_reqs = n < 4096 ? n + 1 : 4096;
 	h->reqs = malloc(sizeof(*h->reqs) * h->max_reqs);
-	if (!h->bytes || !h->resident || !h->pinned || !h->prefetched || !h->reqs) {
+	if (strata_pfq_init(&h->pfq, 2 * h->max_reqs + 64) == STRATA_OK)
+		h->pf_done = malloc(sizeof(*h->pf_done) * h->pfq.cap);
+	h->step_eids = malloc(sizeof(uint32_t) * (t->spec.n_experts + 1));
+	if (!h->bytes || !h->resident || !h->pinned || !h->prefetched || !h->reqs || !h->pf_done || !h->step_eids || !h->transient) {
 		rc = STRATA_ERR(err, STRATA_ENOMEM, "harness: out of memory");
 		goto fail;
 	}
@@ -431,6 +442,9 @@ int strata_harness_open(const struct strata_harness_trace *t, const struct strat
 	h->env.budget[STRATA_TIER_NVME] = UINT64_MAX;
 	h->env.seed = c->seed;
 	h->env.future = c->hide_future ? NULL : &t->future;
+	strata_prefetch_sched_defaults(&h->sched);
+	h->sched.resident[STRATA_TIER_VRAM] = h->resident;
+	h->env.sched = &h->sched;
 	h->res.pinned = h->pinned;
 	h->res.resident = h->resident;
 	/* placement stays NULL when not given: the harness then asks none */
@@ -465,6 +479,37 @@ int strata_harness_open(const struct strata_harness_trace *t, const struct strat
 fail:
 	strata_harness_close(h);
 	return rc;
+}
+
+/* The scheduler's view of the one-tier cache: every expert comes from NVMe. */
+static int pf_source(void *o, uint32_t eid, int t)
+{
+	const struct strata_harness *h = o;
+	return h->resident[eid] ? -1 : STRATA_TIER_NVME;
+}
+
+static int pf_start(void *o, uint32_t eid, int t, int src, struct strata_error *err)
+{
+	struct strata_harness *h = o;
+	if (h->bytes[eid] > h->budget)
+		return STRATA_EBUDGET;
+	int rc = make_room(h, h->bytes[eid], err);
+	if (rc)
+		return rc;
+	insert(h, eid, h->clock);
+	h->prefetched[eid] = 1;
+	struct strata_policy *pl = h->pol[STRATA_ROLE_PLACE];
+	h->transient[eid] = pl && !(strata_place_ops_of(pl)->admit(pl, eid, src, h->clock) & (1u << STRATA_TIER_VRAM));
+	h->c.prefetch_issued++;
+	h->c.bytes_fetched += h->bytes[eid];
+	return STRATA_OK;
+}
+
+static struct strata_pfq_owner pf_owner(struct strata_harness *h)
+{
+	return (struct strata_pfq_owner){ .o = h, .source = pf_source, .start = pf_start,
+					  .redundant = &h->c.prefetch_redundant, .dropped = &h->c.prefetch_dropped,
+					  .promoted = &h->c.prefetch_promoted, .cancelled = &h->c.prefetch_cancelled };
 }
 
 int strata_harness_step(struct strata_harness *h, const struct strata_harness_step *s,
@@ -502,6 +547,7 @@ int strata_harness_step(struct strata_harness *h, const struct strata_harness_st
 				pf->name, nr, h->max_reqs);
 		goto out;
 	}
+	struct strata_pfq_owner w = pf_owner(h);
 	for (uint32_t i = 0; i < nr; i++) {
 		uint32_t eid = h->reqs[i].eid;
 		if (eid >= h->env.n_ids) {
@@ -509,27 +555,14 @@ int strata_harness_step(struct strata_harness *h, const struct strata_harness_st
 					pf->name, eid, h->env.n_ids);
 			goto out;
 		}
-		if (h->resident[eid]) {
-			h->c.prefetch_redundant++;
-			continue;
-		}
-		if (h->bytes[eid] > h->budget) {
-			h->c.prefetch_dropped++;
-			continue;
-		}
-		rc = make_room(h, h->bytes[eid], err);
-		if (rc == STRATA_EBUDGET) {
-			rc = STRATA_OK;
-			h->c.prefetch_dropped++;
-			continue;
-		}
-		if (rc)
+		int t = h->reqs[i].tier == STRATA_TIER_RAM ? STRATA_TIER_RAM : STRATA_TIER_VRAM;
+		strata_pfq_add(&h->pfq, &w, eid, t, eid / spec->n_experts, h->lstep);
+		if ((rc = strata_pfq_dispatch(&h->pfq, &h->sched, h->bytes, &w, err)))
 			goto out;
-		insert(h, eid, h->clock);
-		h->prefetched[eid] = 1;
-		h->c.prefetch_issued++;
-		h->c.bytes_fetched += h->bytes[eid];
 	}
+	for (uint32_t i = 0; i < s->n; i++)
+		h->step_eids[i] = strata_eid(spec, s->layer, s->experts[i]);
+	strata_pfq_resolve_pending(&h->pfq, &w, s->layer, h->lstep, h->step_eids, s->n);
 
 	for (uint32_t i = 0; i < s->n; i++) {
 		uint32_t eid = strata_eid(spec, s->layer, s->experts[i]);
@@ -572,6 +605,30 @@ int strata_harness_step(struct strata_harness *h, const struct strata_harness_st
 		eo->on_access(ev, eid, now);
 		h->c.inserts++;
 	}
+	/* the layer ran: its started prefetches settle as in the engine */
+	uint32_t got;
+	for (uint32_t i = 0; i < s->n; i++)
+		h->pinned[strata_eid(spec, s->layer, s->experts[i])] = 0;
+	while ((got = strata_pfq_take_started(&h->pfq, s->layer, h->lstep, h->pf_done, h->pfq.cap))) {
+		for (uint32_t i = 0; i < got; i++) {
+			uint32_t eid = h->pf_done[i].eid;
+			if (!h->resident[eid])
+				continue;
+			int unused = h->prefetched[eid], transient = h->transient[eid];
+			h->prefetched[eid] = h->transient[eid] = 0;
+			h->c.prefetch_wasted += unused;
+			if ((unused && !h->sched.keep_unused) || transient) {
+				eo->on_remove(ev, eid);
+				h->resident[eid] = 0;
+				h->res.n_resident--;
+				h->used -= h->bytes[eid];
+				h->c.prefetch_unused_dropped++;
+			}
+		}
+	}
+	if (h->pfq.n_pend && (rc = strata_pfq_dispatch(&h->pfq, &h->sched, h->bytes, &w, err)))
+		goto out;
+	h->lstep++;
 	strata_prefetch_ops_of(pf)->on_route(pf, s->token, s->layer, s->experts, s->n);
 	rc = policy_failed(h, err);
 out:
@@ -616,6 +673,10 @@ void strata_harness_close(struct strata_harness *h)
 	free(h->resident);
 	free(h->pinned);
 	free(h->prefetched);
+	free(h->transient);
+	strata_pfq_free(&h->pfq);
+	free(h->pf_done);
+	free(h->step_eids);
 	free(h->reqs);
 	free(h);
 }

@@ -13,6 +13,7 @@
 
 #include "moe.h"
 #include "quant.h"
+#include "strata/bound.h"
 #include "strata/gpu.h"
 #include "strata/json.h"
 #include "strata/replay.h"
@@ -206,6 +207,41 @@ static bool may_read_future(int role, const char *spec, const void *ops)
 	return !h || (h->flags & STRATA_POLICY_F_NEEDS_FUTURE);
 }
 
+/* Index a layer-step's experts (r->experts[0..n)) for the computation and,
+ * with count, the tokens of the step routed to each (all the cost model
+ * needs: no weights, no assignment list). */
+static void index_experts(struct run *r, uint64_t first, uint64_t last, uint32_t l, uint32_t n, bool count)
+{
+	if (++r->stamp_cur == 0) {
+		memset(r->stamp, 0, r->E * sizeof(uint32_t));
+		r->stamp_cur = 1;
+	}
+	for (uint32_t j = 0; j < n; j++) {
+		r->stamp[r->experts[j]] = r->stamp_cur;
+		r->idx_of[r->experts[j]] = j;
+		r->fmts[j] = r->fmt_table[strata_eid(&r->spec, l, r->experts[j])];
+		r->tok_per_expert[j] = 0;
+	}
+	for (uint64_t i = first; i < last && count; i++) {
+		const uint16_t *e = strata_trace_experts(r->trace, i, l);
+		for (uint32_t j = 0; j < r->k; j++)
+			r->tok_per_expert[r->idx_of[e[j]]]++;
+	}
+}
+
+/* The cost model's kernel time of a layer-step (after index_experts), us. */
+static double modelled_us(const struct run *r, uint32_t l, uint32_t n)
+{
+	const struct strata_cost_model *cm = &r->cfg->engine.cost;
+	double us = cm->kernel_fixed_us;
+	for (uint32_t j = 0; j < n; j++) {
+		double mb = r->payload_mb[strata_eid(&r->spec, l, r->experts[j])];
+		double extra = r->tok_per_expert[j] > 1 ? (double)(r->tok_per_expert[j] - 1) : 0;
+		us += mb * (cm->kernel_us_per_mb + extra * r->cfg->kernel_us_per_mb_token);
+	}
+	return us;
+}
+
 /* One layer of one step. */
 static int run_layer(struct run *r, uint64_t step, uint32_t l, struct strata_error *err)
 {
@@ -229,24 +265,9 @@ static int run_layer(struct run *r, uint64_t step, uint32_t l, struct strata_err
 		return rc;
 	/* 3. compute */
 	if (r->compute != STRATA_COMPUTE_NONE || r->virt) {
-		if (++r->stamp_cur == 0) {
-			memset(r->stamp, 0, r->E * sizeof(uint32_t));
-			r->stamp_cur = 1;
-		}
-		for (uint32_t j = 0; j < n; j++) {
-			r->stamp[r->experts[j]] = r->stamp_cur;
-			r->idx_of[r->experts[j]] = j;
-			r->fmts[j] = r->fmt_table[strata_eid(&r->spec, l, r->experts[j])];
-			r->tok_per_expert[j] = 0;
-		}
+		index_experts(r, first, last, l, n, r->virt);
 		uint32_t na = 0;
 		int has_w = strata_trace_info(r->trace)->flags & STRATA_TRACE_F_WEIGHTS;
-		/* the cost model needs tokens per expert only: no weights, no assignment list */
-		for (uint64_t i = first; i < last && r->virt; i++) {
-			const uint16_t *e = strata_trace_experts(r->trace, i, l);
-			for (uint32_t j = 0; j < r->k; j++)
-				r->tok_per_expert[r->idx_of[e[j]]]++;
-		}
 		for (uint64_t i = first; i < last && !r->virt; i++) {
 			const uint16_t *e = strata_trace_experts(r->trace, i, l);
 			strata_trace_weights(r->trace, i, l, r->wbuf);
@@ -260,14 +281,7 @@ static int run_layer(struct run *r, uint64_t step, uint32_t l, struct strata_err
 			}
 		}
 		if (r->virt) {
-			const struct strata_cost_model *cm = &r->cfg->engine.cost;
-			double us = cm->kernel_fixed_us;
-			for (uint32_t j = 0; j < n; j++) {
-				double mb = r->payload_mb[strata_eid(&r->spec, l, r->experts[j])];
-				double extra = r->tok_per_expert[j] > 1 ? (double)(r->tok_per_expert[j] - 1) : 0;
-				us += mb * (cm->kernel_us_per_mb + extra * r->cfg->kernel_us_per_mb_token);
-			}
-			strata_engine_add_compute(r->eng, us * 1e3);
+			strata_engine_add_compute(r->eng, modelled_us(r, l, n) * 1e3);
 		} else {
 			struct strata_moe_call c = {
 				.hidden = r->hidden, .inter = r->inter, .n_tokens = ntok,
@@ -608,6 +622,84 @@ static void compute_metrics(struct run *r, struct strata_replay_result *res)
 	res->lat_p99_ms = pctl(r->lat, r->n_lat, 0.99) / 1e6;
 }
 
+/* The bounds of strata/bound.h for this run, and how many the run broke. */
+static int compute_bounds(struct run *r, struct strata_replay_result *res, struct strata_error *err)
+{
+	const struct strata_trace_plan *p = &r->plan;
+	const struct strata_cost_model *cm = &r->cfg->engine.cost;
+	const uint64_t *bytes = strata_engine_expert_bytes(r->eng);
+	uint64_t cap_v = r->cfg->engine.budget[0], cap_r = r->cfg->engine.budget[1], n = p->n_accesses, biggest = 0;
+	uint32_t n_ids = r->L * r->E;
+	for (uint32_t i = 0; i < n_ids; i++)
+		biggest = bytes[i] > biggest ? bytes[i] : biggest;
+	uint32_t *eid = malloc((n + 1) * sizeof(uint32_t));
+	uint64_t *pos = malloc((n + 1) * sizeof(uint64_t));
+	if (!eid || !pos) {
+		free(eid), free(pos);
+		return STRATA_ERR(err, STRATA_ENOMEM, "replay: out of memory (bounds)");
+	}
+	for (uint64_t ls = 0; ls < p->n_steps * r->L; ls++)
+		for (uint64_t a = p->off[ls]; a < p->off[ls + 1]; a++) {
+			eid[a] = (uint32_t)(ls % r->L) * r->E + p->ids[a];
+			pos[a] = ls;
+		}
+	struct strata_bound_stream all = { .eid = eid, .pos = pos, .n = n, .n_ids = n_ids, .bytes = bytes };
+	int rc = strata_bound_tier(&all, cap_v, false, &res->bound_moves_vram, &res->bound_bytes_vram, err);
+	if (!rc)
+		rc = strata_bound_tier(&all, cap_v + cap_r, false, &res->bound_moves_nvme, &res->bound_bytes_nvme, err);
+	/* (d): the RAM tier over the moves into VRAM this run made */
+	struct strata_bound_stream ld = { .n_ids = n_ids, .bytes = bytes };
+	strata_engine_vram_loads(r->eng, &ld.eid, &ld.pos, &ld.n);
+	if (!rc)
+		rc = strata_bound_tier(&ld, cap_r, false, &res->bound_ram_moves_nvme, &res->bound_ram_bytes_nvme, err);
+	/* (c): decode segments, each with a free warm start */
+	double t_ns = 0;
+	for (uint64_t s = 0; s < p->n_steps && !rc;) {
+		if (strata_trace_phase(r->trace, p->step_first[s]) != STRATA_PHASE_DECODE) {
+			s++;
+			continue;
+		}
+		uint64_t s0 = s;
+		double cus = 0;
+		for (; s < p->n_steps && strata_trace_phase(r->trace, p->step_first[s]) == STRATA_PHASE_DECODE; s++)
+			for (uint32_t l = 0; l < r->L; l++) {
+				uint64_t a0 = p->off[s * r->L + l], a1 = p->off[s * r->L + l + 1];
+				for (uint64_t a = a0; a < a1; a++)
+					r->experts[a - a0] = p->ids[a];
+				index_experts(r, p->step_first[s], p->step_first[s + 1], l, (uint32_t)(a1 - a0), true);
+				cus += modelled_us(r, l, (uint32_t)(a1 - a0));
+			}
+		uint64_t a0 = p->off[s0 * r->L], a1 = p->off[s * r->L], mv, pcie, nvme;
+		struct strata_bound_stream seg = { .eid = eid + a0, .pos = pos + a0, .n = a1 - a0, .n_ids = n_ids,
+						   .bytes = bytes };
+		if ((rc = strata_bound_tier(&seg, cap_v, true, &mv, &pcie, err)) ||
+		    (rc = strata_bound_tier(&seg, cap_v + cap_r, true, &mv, &nvme, err)))
+			break;
+		uint64_t slack = s0 ? biggest : 0; /* a transfer under way as the segment starts */
+		pcie = pcie > slack ? pcie - slack : 0;
+		nvme = nvme > slack ? nvme - slack : 0;
+		/* a replay without the expert computation has none to wait for */
+		double t = r->virt || r->compute != STRATA_COMPUTE_NONE ? cus * 1e3 : 0;
+		double tp = (double)pcie / cm->pcie_gbps, tn = (double)nvme / cm->nvme_gbps;
+		t = t > tp ? t : tp;
+		t_ns += t > tn ? t : tn;
+	}
+	free(eid), free(pos);
+	if (rc)
+		return rc;
+	const struct strata_engine_stats *st = &res->stats;
+	res->bound_decode_ms = t_ns / 1e6;
+	res->bound_tok_s = t_ns > 0 ? (double)res->decode_tokens / (t_ns / 1e9) : 0;
+	res->bound_ratio = res->bound_tok_s > 0 ? res->decode_tok_s / res->bound_tok_s : 0;
+	uint64_t into_vram = st->bytes_ram_vram + st->bytes_nvme_vram, from_nvme = st->bytes_nvme_ram + st->bytes_nvme_vram;
+	res->bound_violations = (st->moves_vram < res->bound_moves_vram) + (into_vram < res->bound_bytes_vram) +
+				(st->moves_nvme < res->bound_moves_nvme) + (from_nvme < res->bound_bytes_nvme) +
+				(st->moves_nvme < res->bound_ram_moves_nvme) + (from_nvme < res->bound_ram_bytes_nvme) +
+				/* the time bound is exact for the virtual clock only (real: calibrated bandwidths) */
+				(r->virt && res->decode_tok_s > res->bound_tok_s * (1 + 1e-9));
+	return STRATA_OK;
+}
+
 int strata_replay_run(const struct strata_replay_config *cfg, struct strata_replay_result *res,
 		      struct strata_error *err)
 {
@@ -617,6 +709,7 @@ int strata_replay_run(const struct strata_replay_config *cfg, struct strata_repl
 	struct strata_engine_config ec = cfg->engine;
 	int rc = open_inputs(&r, err);
 	ec.no_wall_bookkeeping = r.virt; /* the loop's wall time stands in (compute_metrics) */
+	ec.record_loads = true;          /* for the RAM tier's bound */
 	if (!rc)
 		rc = build_future(&r, &ec, err);
 	if (!rc)
@@ -635,6 +728,7 @@ int strata_replay_run(const struct strata_replay_config *cfg, struct strata_repl
 	if (!rc) {
 		compute_metrics(&r, res);
 		res->run_s = (clock_now(&r) - run0) / 1e9;
+		rc = compute_bounds(&r, res, err);
 	}
 	res->wall_s = (double)(strata_now_ns() - wall0) / 1e9;
 	if (!rc && res->wall_s > 0)
@@ -739,6 +833,10 @@ void strata_replay_print(const struct strata_replay_result *r, FILE *f)
 		s->stall_ns / 1e6, s->io_ns / 1e6, s->compute_ns / 1e6, r->run_s, r->cold_start_ms);
 	fprintf(f, "  speed     prefill %.1f tok/s  decode %.2f tok/s  TTFT %.3f ms  per-token p50 %.3f ms  p99 %.3f ms\n",
 		r->prefill_tok_s, r->decode_tok_s, r->ttft_ms, r->lat_p50_ms, r->lat_p99_ms);
+	fprintf(f, "  bound     decode %.2f tok/s (this run %.2f of it); moves into vram >= %" PRIu64 " (%" PRIu64
+		   " here), nvme reads >= %" PRIu64 " (%" PRIu64 "), given this run's vram moves >= %" PRIu64 "%s\n",
+		r->bound_tok_s, r->bound_ratio, r->bound_moves_vram, s->moves_vram, r->bound_moves_nvme, s->moves_nvme,
+		r->bound_ram_moves_nvme, r->bound_violations ? "  BEATEN: A BUG" : "");
 	fprintf(f, "  host      %.3f s wall, %.0f expert accesses/s (step loop %.3f s, %.0f accesses/s)\n", r->wall_s,
 		r->accesses_per_s, r->loop_s, r->loop_accesses_per_s);
 }

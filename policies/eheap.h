@@ -1,7 +1,7 @@
 /*
  * An indexed binary min-heap over expert ids with a two-part key (k1, k2),
  * ties broken by the smaller eid, so every order is total and runs are
- * deterministic.  Used by lfu-decay (lfu keeps lists by count, belady a
+ * deterministic.  Used by lfu-decay (lfu keeps lists by count, farthest a
  * bitmap of positions): O(log n) insert, update and remove, O(1) top.
  * Internal to policies/.
  */
@@ -12,7 +12,7 @@
 #include <stdlib.h>
 
 /* A heap slot carries its keys, so a sift compares within one array instead
- * of chasing three per-eid arrays (the cost of lfu and belady under churn). */
+ * of chasing three per-eid arrays (the cost of lfu and farthest under churn). */
 struct eheap_node {
 	uint64_t k1, k2;
 	uint32_t e;

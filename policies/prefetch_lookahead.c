@@ -2,26 +2,60 @@
  * Lookahead prefetch from recorded predictions: before layer L runs, take the
  * hints the driver passes for layers L+1 .. L+depth (a trace's recorded
  * router predictions, or an online predictor's), keep the topn best scored
- * per layer, and ask for them to move into `tier`.
+ * per layer at or above min_score, and ask for them to move into `tier`;
+ * with stage=D, the hints for layers L+depth+1 .. L+D are staged from NVMe
+ * into RAM only (a cheap, early read that a later RAM -> VRAM copy uses).
+ *
+ * The engine schedules the requests (policy.h): this policy sets which source
+ * tiers it may read (`from`), the bytes it may have in flight per link
+ * (`budget_pcie`, `budget_nvme`) and whether an unused prefetch is dropped
+ * when its layer has run (`keep_unused`).
+ *
+ * adaptive=1 (the default) tunes depth and threshold online from the accuracy
+ * it observes (on_route tells which predicted experts were routed): per
+ * distance d and per score band it keeps the share of predictions that came
+ * true (decayed, half-life `window` predictions), and asks only for hints
+ * whose band at their distance is right at least `min_accuracy` of the time
+ * when the expert is in RAM (a copy over PCIe) and `min_accuracy_nvme` when
+ * it must be read from NVMe (a wrong read costs the slow link a whole
+ * expert); the accuracy is the observed share less two standard errors, so
+ * a band does not pass by luck.  Until a band has seen `warmup` predictions
+ * nothing of it is asked for, so lookahead never moves an expert on a guess
+ * it has not seen come true.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "strata/policy.h"
 #include "strata/types.h"
+#include "strata/util.h"
+
+#define MAX_D 8        /* distances tracked for adaptation (deeper ones share the last) */
+#define BANDS 4        /* score bands: [0, .25) [.25, .5) [.5, .75) [.75, 1] */
+
+struct pred {          /* a prediction awaiting its layer's routing */
+	uint32_t layer, expert;
+	uint8_t d, band;
+};
 
 struct lookahead {
-	int64_t depth, topn;
-	double min_score;
-	char tier[STRATA_OPT_STR_MAX];
+	int64_t depth, topn, stage, adaptive, keep_unused, warmup;
+	double min_score, min_accuracy, min_accuracy_nvme, window;
+	char tier[STRATA_OPT_STR_MAX], from[STRATA_OPT_STR_MAX];
+	char budget_pcie[STRATA_OPT_STR_MAX], budget_nvme[STRATA_OPT_STR_MAX];
 	uint32_t dest;
 	struct strata_hint *buf;
 	uint32_t cap;
+	/* adaptation */
+	double seen[MAX_D + 1][BANDS], right[MAX_D + 1][BANDS];
+	struct pred *pending;
+	uint32_t n_pending, cap_pending;
 };
 
 static const struct strata_option lookahead_options[] = {
 	{ .name = "depth", .type = STRATA_OPT_INT, .offset = offsetof(struct lookahead, depth),
-	  .def = "1", .min = 1, .max = 1024, .help = "layers ahead to prefetch" },
+	  .def = "2", .min = 1, .max = 1024, .help = "layers ahead to prefetch into tier (adaptive: at most)" },
 	{ .name = "topn", .type = STRATA_OPT_INT, .offset = offsetof(struct lookahead, topn),
 	  .def = "0", .min = 0, .max = 65536, .help = "hints kept per layer, best score first (0: top_k)" },
 	{ .name = "min_score", .type = STRATA_OPT_DOUBLE,
@@ -29,15 +63,68 @@ static const struct strata_option lookahead_options[] = {
 	  .help = "ignore hints scored below this" },
 	{ .name = "tier", .type = STRATA_OPT_STR, .offset = offsetof(struct lookahead, tier),
 	  .def = "vram", .choices = "vram|ram", .help = "destination tier" },
+	{ .name = "from", .type = STRATA_OPT_STR, .offset = offsetof(struct lookahead, from),
+	  .def = "all", .choices = "all|ram|nvme", .help = "source tiers a prefetch into tier may read" },
+	{ .name = "stage", .type = STRATA_OPT_INT, .offset = offsetof(struct lookahead, stage),
+	  .def = "0", .min = 0, .max = 1024,
+	  .help = "stage hints for layers depth+1..stage from NVMe into RAM (0: off)" },
+	{ .name = "budget_pcie", .type = STRATA_OPT_STR, .offset = offsetof(struct lookahead, budget_pcie),
+	  .def = "none", .help = "prefetch bytes in flight into VRAM (size, or none: no limit)" },
+	{ .name = "budget_nvme", .type = STRATA_OPT_STR, .offset = offsetof(struct lookahead, budget_nvme),
+	  .def = "none", .help = "prefetch bytes in flight from NVMe (size, or none: no limit)" },
+	{ .name = "keep_unused", .type = STRATA_OPT_BOOL, .offset = offsetof(struct lookahead, keep_unused),
+	  .def = "0", .help = "keep a prefetched expert its layer did not use (0: drop it then)" },
+	{ .name = "adaptive", .type = STRATA_OPT_BOOL, .offset = offsetof(struct lookahead, adaptive),
+	  .def = "1", .help = "tune depth and threshold from the observed accuracy" },
+	{ .name = "min_accuracy", .type = STRATA_OPT_DOUBLE,
+	  .offset = offsetof(struct lookahead, min_accuracy), .def = "0.6", .min = 0, .max = 1,
+	  .help = "adaptive: accuracy a hint's band needs for a RAM -> VRAM copy" },
+	{ .name = "min_accuracy_nvme", .type = STRATA_OPT_DOUBLE,
+	  .offset = offsetof(struct lookahead, min_accuracy_nvme), .def = "0.85", .min = 0, .max = 1,
+	  .help = "adaptive: accuracy a hint's band needs for an NVMe read" },
+	{ .name = "warmup", .type = STRATA_OPT_INT, .offset = offsetof(struct lookahead, warmup),
+	  .def = "128", .min = 0, .max = 1 << 30, .help = "adaptive: predictions a band needs before it is trusted" },
+	{ .name = "window", .type = STRATA_OPT_DOUBLE, .offset = offsetof(struct lookahead, window),
+	  .def = "2000", .min = 1, .max = 1e12, .help = "adaptive: half-life of the accuracy, in predictions" },
 	{ .name = NULL },
 };
+
+static int parse_budget(const char *s, uint64_t *out, const char *what, struct strata_error *err)
+{
+	if (!strcmp(s, "none")) {
+		*out = UINT64_MAX;
+		return STRATA_OK;
+	}
+	if (strata_parse_size(s, out, err))
+		return STRATA_ERR(err, STRATA_EINVAL, "prefetch lookahead: %s=%s: a size (256M) or none", what, s);
+	return STRATA_OK;
+}
 
 static int lookahead_init(struct strata_policy *p, struct strata_error *err)
 {
 	struct lookahead *l = p->priv;
+	struct strata_prefetch_sched *s = p->env->sched;
 	l->dest = strcmp(l->tier, "ram") ? STRATA_TIER_VRAM : STRATA_TIER_RAM;
 	if (!l->topn)
 		l->topn = p->env->spec && p->env->spec->top_k ? p->env->spec->top_k : 1;
+	if (l->stage && l->stage <= l->depth)
+		return STRATA_ERR(err, STRATA_EINVAL, "prefetch lookahead: stage=%lld must exceed depth=%lld",
+				  (long long)l->stage, (long long)l->depth);
+	uint64_t bp, bn;
+	int rc = parse_budget(l->budget_pcie, &bp, "budget_pcie", err);
+	if (!rc)
+		rc = parse_budget(l->budget_nvme, &bn, "budget_nvme", err);
+	if (rc)
+		return rc;
+	if (s) {
+		s->budget[STRATA_LINK_PCIE] = bp;
+		s->budget[STRATA_LINK_NVME] = bn;
+		s->from[l->dest] = !strcmp(l->from, "ram") ? 1u << STRATA_TIER_RAM
+				 : !strcmp(l->from, "nvme") ? 1u << STRATA_TIER_NVME
+				 : (1u << STRATA_TIER_RAM) | (1u << STRATA_TIER_NVME);
+		s->from[STRATA_TIER_RAM] |= 1u << STRATA_TIER_NVME; /* staging reads NVMe */
+		s->keep_unused = l->keep_unused;
+	}
 	return STRATA_OK;
 }
 
@@ -45,6 +132,7 @@ static void lookahead_free(struct strata_policy *p)
 {
 	struct lookahead *l = p->priv;
 	free(l->buf);
+	free(l->pending);
 }
 
 static inline int hint_cmp(const struct strata_hint *x, const struct strata_hint *y)
@@ -80,11 +168,47 @@ static void sort_hints(struct strata_hint *v, uint32_t n)
 	}
 }
 
+static inline uint32_t band_of(float score)
+{
+	uint32_t b = score >= 0 ? (uint32_t)(score * BANDS) : 0;
+	return b < BANDS ? b : BANDS - 1;
+}
+
+/* The observed accuracy of a band at distance d, less two standard errors
+ * (a band does not pass a threshold by luck); 0 until warmed up. */
+static double accuracy(const struct lookahead *l, uint32_t d, uint32_t band)
+{
+	uint32_t k = d < MAX_D ? d : MAX_D;
+	double n = l->seen[k][band];
+	if (n < (double)l->warmup || n <= 0)
+		return 0;
+	double p = l->right[k][band] / n;
+	return p - 2 * sqrt(p * (1 - p) / n);
+}
+
+static void remember(struct lookahead *l, uint32_t layer, uint32_t expert, uint32_t d, uint32_t band)
+{
+	if (l->n_pending == l->cap_pending) {
+		uint32_t cap = l->cap_pending ? 2 * l->cap_pending : 256;
+		struct pred *nb = realloc(l->pending, sizeof(*nb) * cap);
+		if (!nb)
+			return; /* an unscored prediction only slows the adaptation */
+		l->pending = nb;
+		l->cap_pending = cap;
+	}
+	for (uint32_t i = 0; i < l->n_pending; i++)
+		if (l->pending[i].layer == layer && l->pending[i].expert == expert)
+			return;
+	l->pending[l->n_pending++] = (struct pred){ .layer = layer, .expert = expert,
+						    .d = (uint8_t)(d < MAX_D ? d : MAX_D), .band = (uint8_t)band };
+}
+
 static uint32_t lookahead_on_layer(struct strata_policy *p, const struct strata_layer_ctx *ctx,
 				   struct strata_prefetch_req *out, uint32_t max)
 {
 	struct lookahead *l = p->priv;
 	const struct strata_model_spec *s = p->env->spec;
+	uint32_t reach = (uint32_t)(l->stage > l->depth ? l->stage : l->depth);
 	if (!ctx->n_hints || !max)
 		return 0;
 	if (ctx->n_hints > l->cap) {
@@ -97,8 +221,8 @@ static uint32_t lookahead_on_layer(struct strata_policy *p, const struct strata_
 	uint32_t n = 0;
 	for (uint32_t i = 0; i < ctx->n_hints; i++) {
 		const struct strata_hint *h = &ctx->hints[i];
-		if (h->layer > ctx->layer && h->layer - ctx->layer <= (uint64_t)l->depth &&
-		    h->layer < s->n_moe_layers && h->expert < s->n_experts && h->score >= l->min_score)
+		if (h->layer > ctx->layer && h->layer - ctx->layer <= reach && h->layer < s->n_moe_layers &&
+		    h->expert < s->n_experts && h->score >= l->min_score)
 			l->buf[n++] = *h;
 	}
 	sort_hints(l->buf, n);
@@ -109,16 +233,51 @@ static uint32_t lookahead_on_layer(struct strata_policy *p, const struct strata_
 			continue;
 		if (i && l->buf[i].layer == l->buf[i - 1].layer && l->buf[i].expert == l->buf[i - 1].expert)
 			continue; /* duplicate hint */
-		out[got].eid = strata_eid(s, l->buf[i].layer, l->buf[i].expert);
-		out[got].tier = l->dest;
+		uint32_t d = l->buf[i].layer - ctx->layer, band = band_of(l->buf[i].score);
+		uint32_t eid = strata_eid(s, l->buf[i].layer, l->buf[i].expert);
+		uint32_t dest = d <= l->depth ? l->dest : STRATA_TIER_RAM;
+		if (l->adaptive) {
+			remember(l, l->buf[i].layer, l->buf[i].expert, d, band);
+			double acc = accuracy(l, d, band);
+			const uint8_t *in_ram = p->env->sched ? p->env->sched->resident[STRATA_TIER_RAM] : NULL;
+			bool nvme = !in_ram || !in_ram[eid];
+			if (dest == STRATA_TIER_RAM ? acc < l->min_accuracy_nvme
+			    : acc < (nvme ? l->min_accuracy_nvme : l->min_accuracy))
+				continue;
+		}
+		out[got].eid = eid;
+		out[got].tier = dest;
 		got++;
 	}
 	return got;
 }
 
+static void lookahead_on_route(struct strata_policy *p, uint64_t token, uint32_t layer, const uint32_t *experts,
+			       uint32_t n)
+{
+	struct lookahead *l = p->priv;
+	if (!l->adaptive)
+		return;
+	double keep = exp2(-1.0 / l->window);
+	for (uint32_t i = 0; i < l->n_pending;) {
+		struct pred *q = &l->pending[i];
+		if (q->layer != layer) {
+			i++;
+			continue;
+		}
+		bool hit = false;
+		for (uint32_t j = 0; j < n && !hit; j++)
+			hit = experts[j] == q->expert;
+		l->seen[q->d][q->band] = l->seen[q->d][q->band] * keep + 1;
+		l->right[q->d][q->band] = l->right[q->d][q->band] * keep + hit;
+		*q = l->pending[--l->n_pending];
+	}
+}
+
 const struct strata_prefetch_ops strata_prefetch_lookahead = {
 	.name = "lookahead", .version = STRATA_POLICY_ABI,
-	.help = "prefetch the recorded predictions (hints) for the next depth layers",
+	.help = "prefetch the recorded predictions (hints) for the next depth layers, adaptively",
 	.priv_size = sizeof(struct lookahead), .options = lookahead_options,
 	.init = lookahead_init, .free = lookahead_free, .on_layer = lookahead_on_layer,
+	.on_route = lookahead_on_route,
 };

@@ -14,7 +14,7 @@
 #include "strata/util.h"
 
 struct oracle {
-	int64_t depth, seed;
+	int64_t depth, seed, wrap;
 	double accuracy;
 	char tier[STRATA_OPT_STR_MAX];
 	uint32_t dest;
@@ -32,6 +32,8 @@ static const struct strata_option oracle_options[] = {
 	  .def = "vram", .choices = "vram|ram", .help = "destination tier" },
 	{ .name = "seed", .type = STRATA_OPT_INT, .offset = offsetof(struct oracle, seed), .def = "0",
 	  .help = "mixed with the run's seed for the wrong guesses" },
+	{ .name = "wrap", .type = STRATA_OPT_BOOL, .offset = offsetof(struct oracle, wrap), .def = "1",
+	  .help = "look past the token's last layer into the next token (0: the horizon of recorded hints)" },
 	{ .name = NULL },
 };
 
@@ -66,7 +68,7 @@ static uint32_t oracle_on_layer(struct strata_policy *p, const struct strata_lay
 		uint64_t at = ctx->layer + (uint64_t)d;
 		uint64_t tok = ctx->token + at / s->n_moe_layers;
 		uint32_t layer = (uint32_t)(at % s->n_moe_layers);
-		if (tok >= f->n_tokens)
+		if (tok >= f->n_tokens || (!o->wrap && tok != ctx->token))
 			break;
 		uint32_t n = f->routed(f, tok, layer, o->buf, E);
 		if (n > E)

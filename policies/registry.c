@@ -14,7 +14,7 @@
 	X(evict, lru)      /* default */                                         \
 	X(evict, lfu)                                                            \
 	X(evict, lfu_decay)                                                      \
-	X(evict, belady)   /* optimal, reads the future */                       \
+	X(evict, farthest)   /* farthest next use, reads the future */                       \
 	X(evict, fifo)                                                           \
 	X(evict, random)                                                         \
 	X(evict, llama)    /* llama.cpp expert cache: per-layer LRU slots */     \

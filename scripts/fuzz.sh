@@ -3,7 +3,15 @@
 # and run it for a bounded time over its committed seed corpus.
 #
 #   scripts/fuzz.sh [TARGET] [SECONDS] [extra libFuzzer flags...]
+#   scripts/fuzz.sh --driver TARGET [SECONDS]
 #   scripts/fuzz.sh list
+#
+# --driver builds the same target with gcc and ASan+UBSan against Strata's own
+# mutation driver (tests/fuzz/driver.c) instead of libFuzzer: no clang needed.
+# The test suite (test_fuzz) runs every target this way for a few seconds;
+# libFuzzer (coverage-guided) is for the longer runs by hand.  A crash or hang
+# saves the input as build/fuzz/crash-fuzz_TARGET-driver-PID; replay it with
+# build/fuzz/fuzz_TARGET-driver FILE.
 #
 # TARGET names tests/fuzz/fuzz_TARGET.c (default: store_header); SECONDS
 # defaults to 60.  A target lists the library sources and libraries it needs
@@ -22,6 +30,11 @@ if [ "${1:-}" = list ]; then
 	ls "$root"/tests/fuzz/fuzz_*.c | sed 's/.*fuzz_\(.*\)\.c/\1/'
 	exit 0
 fi
+driver=0
+if [ "${1:-}" = --driver ]; then
+	driver=1
+	shift
+fi
 target=${1:-store_header}
 secs=${2:-60}
 shift $(( $# > 2 ? 2 : $# )) || true
@@ -29,6 +42,37 @@ src=$root/tests/fuzz/fuzz_$target.c
 seeds=$root/tests/fuzz/corpus/$target
 out=$root/build/fuzz
 [ -f "$src" ] || { echo "fuzz.sh: no target $src (scripts/fuzz.sh list)" >&2; exit 2; }
+sources=$(sed -n 's/.*fuzz-sources:\(.*\)/\1/p' "$src")
+libs=$(sed -n 's/.*fuzz-libs:\(.*\)/\1/p' "$src")
+plain=$(sed -n 's/.*fuzz-plain-sources:\(.*\)/\1/p' "$src")
+if [ $driver = 1 ]; then
+	CC=${FUZZ_CC:-gcc}
+	mkdir -p "$out"
+	bin=$out/fuzz_$target-driver
+	# rebuild only when a source is newer than the binary
+	need=1
+	if [ -x "$bin" ]; then
+		need=0
+		for f in "tests/fuzz/fuzz_$target.c" tests/fuzz/driver.c $sources $plain; do
+			[ "$root/$f" -nt "$bin" ] && need=1
+		done
+		for f in "$root"/core/include/strata/*.h "$root"/tests/fuzz/*.h; do
+			[ "$f" -nt "$bin" ] && need=1
+		done
+	fi
+	if [ $need = 1 ]; then
+		echo "fuzz.sh: building $bin (gcc, ASan+UBSan, mutation driver)"
+		(cd "$root" && "$CC" -g -O1 -std=gnu11 -D_GNU_SOURCE -DSTRATA_HAVE_CUDA=0 -march=x86-64-v3 \
+			-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer \
+			-Icore/include -Ikernels -Itests/fuzz "$src" tests/fuzz/driver.c $sources $plain \
+			-o "$bin.tmp" $libs) && mv "$bin.tmp" "$bin"
+	fi
+	corp=()
+	[ -d "$out/corpus-$target" ] && corp+=("$out/corpus-$target")
+	echo "fuzz.sh: running $target for ${secs}s over $seeds (driver)"
+	ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} "$bin" -t "$secs" -o "$out" "$seeds" "${corp[@]}"
+	exit $?
+fi
 CC=${FUZZ_CC:-clang}
 command -v "$CC" >/dev/null || { echo "fuzz.sh: $CC not found (apt-get install clang)" >&2; exit 2; }
 
@@ -48,9 +92,6 @@ if ! "$CC" -fsanitize=fuzzer "$probe/p.c" -o "$probe/p" 2>/dev/null; then
 	}
 fi
 
-sources=$(sed -n 's/.*fuzz-sources:\(.*\)/\1/p' "$src")
-libs=$(sed -n 's/.*fuzz-libs:\(.*\)/\1/p' "$src")
-plain=$(sed -n 's/.*fuzz-plain-sources:\(.*\)/\1/p' "$src")
 mkdir -p "$out" "$out/corpus-$target"
 bin=$out/fuzz_$target
 objs=()
@@ -63,7 +104,7 @@ done
 echo "fuzz.sh: building $bin"
 (cd "$root" && "$CC" -g -O1 -std=gnu11 -D_GNU_SOURCE -DSTRATA_HAVE_CUDA=0 \
 	-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-	-Icore/include -Ikernels "$src" $sources "${objs[@]}" -o "$bin" $libs)
+	-Icore/include -Ikernels -Itests/fuzz "$src" $sources "${objs[@]}" -o "$bin" $libs)
 echo "fuzz.sh: running $target for ${secs}s over $seeds"
 set +e
 "$bin" -max_total_time="$secs" -print_final_stats=1 -timeout=10 -rss_limit_mb=2048 \

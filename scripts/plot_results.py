@@ -3,7 +3,7 @@
 
     plot_results.py results.csv --x vram_mib --y hit_rate_vram,decode_tok_s --hue evict \\
         --out plot.png [--svg] [--table table.md] [--cols evict,vram_mib,hit_rate_vram]
-        [--filter ram_mib=256] [--logx] [--logy decode_tok_s] [--ref-hue belady] [--kind line|bar]
+        [--filter ram_mib=256] [--logx] [--logy decode_tok_s] [--ref-hue farthest] [--kind line|bar]
         [--hline decode_tok_s=10.8:published] [--label split] [--xlabel ...] [--ylabel a,b] [--title ...]
 
 One panel per --y column; one line (or bar group) per distinct --hue value.
@@ -51,7 +51,7 @@ def main(argv=None):
     ap.add_argument('--xlabel')
     ap.add_argument('--ylabel', help='labels of the panels, comma-separated (default: the columns)')
     ap.add_argument('--title', default='')
-    ap.add_argument('--ref-hue', action='append', default=[], help='hue value drawn dashed (e.g. belady, a bound)')
+    ap.add_argument('--ref-hue', action='append', default=[], help='hue value drawn dashed (e.g. farthest, a bound)')
     ap.add_argument('--hline', action='append', default=[], help='COL=VALUE[:LABEL], a reference line on COL\'s panel')
     ap.add_argument('--label', help='line plots: annotate each point with this column')
     ap.add_argument('--dpi', type=int, default=100)

@@ -342,6 +342,10 @@ static const struct cli_case cases[] = {
 	  "ls @D/sigterm.strace* || echo CLEAN", 0, { "interrupted after", "rc=1", "CLEAN" } },
 	{ "exec 2>&1; @S trace gen --gen 99999999 -o @D/sighup.strace & sleep 0.5; kill -HUP $!; wait $!; echo rc=$?; "
 	  "ls @D/sighup.strace* || echo CLEAN", 0, { "interrupted after", "rc=1", "CLEAN" } },
+	/* found by fuzz_import: --gaps fill with a layer no token of a request has
+	 * read before the importer's cell array (ASan heap-buffer-overflow) */
+	{ "@S trace import --gaps fill -o @D/gf.strace tests/fuzz/corpus/import/gapfill-empty-layer.csv", 1,
+	  { "request b layer 0: no row in any of its 3 tokens", "nothing to copy" } },
 	/* a safetensors header length past the end of the file */
 	{ "@S quantize --in @D/hlen.safetensors --out @D/q0", 1, { "hlen.safetensors", "header claims 64 bytes",
 	  "file holds 7" } },

@@ -114,8 +114,8 @@ static void check_invariants(const struct golden *g, const struct strata_harness
 	assert_int_equal(k->inserts + k->bypasses, k->misses);
 	assert_true(k->prefetch_used + k->prefetch_wasted <= k->prefetch_issued);
 	/* every expert that entered either left or is still there */
-	assert_true(k->evictions <= k->inserts + k->prefetch_issued + k->preloaded);
-	assert_true((k->inserts + k->prefetch_issued + k->preloaded - k->evictions) *
+	assert_true(k->evictions + k->prefetch_unused_dropped <= k->inserts + k->prefetch_issued + k->preloaded);
+	assert_true((k->inserts + k->prefetch_issued + k->preloaded - k->evictions - k->prefetch_unused_dropped) *
 		    (g->var_sizes ? 1 : MIB) <= (uint64_t)g->budget_mib * MIB);
 	if (!g->var_sizes)
 		assert_int_equal(k->bytes_fetched, (k->misses + k->prefetch_issued) * MIB);
@@ -219,7 +219,7 @@ static struct flat flatten(const struct strata_harness_trace *t)
 	return f;
 }
 
-enum ref_kind { REF_LRU, REF_BELADY };
+enum ref_kind { REF_LRU, REF_FARTHEST };
 
 /* A literal model: on a miss, evict (among resident experts not in the
  * current step) the least recently touched one (LRU) or the one used
@@ -295,8 +295,8 @@ static void test_lru_and_belady_match_reference(void **state)
 		int var;
 	} cases[] = {
 		{ "lru", REF_LRU, 3, 0 },  { "lru", REF_LRU, 12, 0 },    { "lru", REF_LRU, 40, 0 },
-		{ "lru", REF_LRU, 20, 1 }, { "belady", REF_BELADY, 3, 0 }, { "belady", REF_BELADY, 12, 0 },
-		{ "belady", REF_BELADY, 40, 0 }, { "belady", REF_BELADY, 20, 1 },
+		{ "lru", REF_LRU, 20, 1 }, { "farthest", REF_FARTHEST, 3, 0 }, { "farthest", REF_FARTHEST, 12, 0 },
+		{ "farthest", REF_FARTHEST, 40, 0 }, { "farthest", REF_FARTHEST, 20, 1 },
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		struct strata_harness_config c;
@@ -375,7 +375,7 @@ static void test_belady_is_optimal(void **state)
 			strata_harness_config_defaults(&c);
 			c.expert_bytes = 100;
 			c.budget = 100ull * cap;
-			c.evict = "belady";
+			c.evict = "farthest";
 			struct strata_harness_counters k, l;
 			assert_int_equal(strata_harness_run(t, &c, &k, &err), 0);
 			c.evict = "lru";
@@ -405,7 +405,7 @@ static void test_textbook_sequence(void **state)
 	struct strata_harness_trace *t;
 	assert_int_equal(strata_harness_trace_build(&s1, steps, 12, &t, &err), 0);
 	const struct { const char *evict; uint64_t misses; } want[] = {
-		{ "belady", 7 }, { "lru", 10 }, { "fifo", 9 },
+		{ "farthest", 7 }, { "lru", 10 }, { "fifo", 9 },
 	};
 	for (int i = 0; i < 3; i++) {
 		struct strata_harness_config c;
@@ -692,7 +692,7 @@ static void test_belady_decisions(void **state)
 	direct_init(&d, f);
 	d.env.spec = &s1;
 	d.env.n_ids = 8;
-	struct strata_policy *p = mk(&d, STRATA_ROLE_EVICT, "belady");
+	struct strata_policy *p = mk(&d, STRATA_ROLE_EVICT, "farthest");
 	ins(&d, p, 1, 0), acc(p, 1, 0);
 	ins(&d, p, 2, 1), acc(p, 2, 1);
 	ins(&d, p, 3, 2), acc(p, 3, 2);
@@ -754,7 +754,7 @@ static void test_belady_random(void **state)
 	struct strata_future f = { .next_use = synth_next_use, .n_tokens = 1, .priv = &sf };
 	struct direct d;
 	direct_init(&d, &f);
-	struct strata_policy *p = mk(&d, STRATA_ROLE_EVICT, "belady");
+	struct strata_policy *p = mk(&d, STRATA_ROLE_EVICT, "farthest");
 	uint64_t key[64] = { 0 };
 	int checked = 0;
 	for (uint64_t now = 0; now < 20000; now += lcg(&seed) % 3) {
@@ -802,7 +802,7 @@ static void test_prefetch_decisions(void **state)
 		{ 0, 3, 1.0f }, /* not ahead: ignored */
 	};
 	struct strata_layer_ctx ctx = { .token = 0, .layer = 0, .now = 0, .hints = hints, .n_hints = 6 };
-	struct strata_policy *p = mk(&d, STRATA_ROLE_PREFETCH, "lookahead");
+	struct strata_policy *p = mk(&d, STRATA_ROLE_PREFETCH, "lookahead:adaptive=0:depth=1");
 	uint32_t n = strata_prefetch_ops_of(p)->on_layer(p, &ctx, req, 64);
 	assert_int_equal(n, 2); /* depth 1, top_k = 2 */
 	assert_int_equal(req[0].eid, strata_eid(&spec, 1, 5));
@@ -810,7 +810,7 @@ static void test_prefetch_decisions(void **state)
 	assert_int_equal(req[0].tier, STRATA_TIER_VRAM);
 	assert_int_equal(strata_prefetch_ops_of(p)->on_layer(p, &ctx, req, 1), 1);
 	strata_policy_destroy(p);
-	p = mk(&d, STRATA_ROLE_PREFETCH, "lookahead:depth=3:topn=1:min_score=0.6:tier=ram");
+	p = mk(&d, STRATA_ROLE_PREFETCH, "lookahead:adaptive=0:depth=3:topn=1:min_score=0.6:tier=ram");
 	n = strata_prefetch_ops_of(p)->on_layer(p, &ctx, req, 64);
 	assert_int_equal(n, 3);
 	assert_int_equal(req[0].eid, strata_eid(&spec, 1, 5));
@@ -988,10 +988,10 @@ static void test_harness_errors(void **state)
 	assert_non_null(strstr(err.msg, "(evict lru)"));
 	/* bad policy specs fail open and name the policy */
 	c.budget = 8 * c.expert_bytes;
-	c.evict = "belady";
+	c.evict = "farthest";
 	c.hide_future = 1;
 	assert_int_equal(strata_harness_run(trace, &c, &k, &err), STRATA_EINVAL);
-	assert_non_null(strstr(err.msg, "evict belady: needs the future"));
+	assert_non_null(strstr(err.msg, "evict farthest: needs the future"));
 	c.hide_future = 0;
 	c.evict = "lru";
 	c.prefetch = "lookahead:depth=0";

@@ -101,7 +101,7 @@ struct combo {
 static const struct combo combos[] = {
 	{ "cache", "lru", "none" },
 	{ "cache", "lfu", "lookahead" },
-	{ "cache", "belady", "none" },
+	{ "cache", "farthest", "none" },
 	{ "cache", "lru", "oracle" },
 	{ "static", "lru", "none" },
 	{ "static:promote=vram", "lfu-decay", "history" },
@@ -183,7 +183,7 @@ static void test_virtual_equals_real_random(void **state)
 		maxb = b > maxb ? b : maxb;
 	}
 	const char *places[] = { "static", "static:promote=all", "cache", "static:promote=ram" };
-	const char *evicts[] = { "lru", "lfu", "belady", "fifo" };
+	const char *evicts[] = { "lru", "lfu", "farthest", "fifo" };
 	const char *pfs[] = { "none", "lookahead", "lookahead:tier=ram", "history" };
 	const int movers[] = { STRATA_NVME_URING, STRATA_NVME_PREAD, STRATA_NVME_MMAP };
 	uint64_t seed = 77;

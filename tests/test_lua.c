@@ -556,8 +556,8 @@ static void test_lua_lru_matches_c(void **state)
 			assert_true(c_k.evictions > 0);
 			assert_same_counters(&c_k, &lua_k, "lru");
 			/* with prefetch inserts (and their evictions) in the mix */
-			run_harness(t, "lru", "lookahead:depth=2", budget, &c_k);
-			run_harness(t, lua_lru, "lookahead:depth=2", budget, &lua_k);
+			run_harness(t, "lru", "lookahead:adaptive=0:depth=2", budget, &c_k);
+			run_harness(t, lua_lru, "lookahead:adaptive=0:depth=2", budget, &lua_k);
 			assert_true(c_k.prefetch_issued > 0);
 			assert_same_counters(&c_k, &lua_k, "lru + lookahead");
 		}
@@ -575,7 +575,8 @@ static void test_lua_lookahead_and_lfu_match_c(void **state)
 	gen_trace(&t, 9);
 	snprintf(path, sizeof(path), "%s", repo_file("policies/lua/lookahead.lua"));
 	for (size_t i = 0; i < sizeof(opts) / sizeof(opts[0]); i++) {
-		snprintf(c_spec, sizeof(c_spec), "lookahead%s%s", *opts[i] ? ":" : "", opts[i]);
+		/* the script is the built-in without its scheduling options and adaptation */
+		snprintf(c_spec, sizeof(c_spec), "lookahead:adaptive=0:keep_unused=1:%s", *opts[i] ? opts[i] : "depth=1");
 		snprintf(lua_spec, sizeof(lua_spec), "%s%s%s", path, *opts[i] ? ":" : "", opts[i]);
 		for (uint64_t budget = 6; budget <= 30; budget += 12) {
 			run_harness(t, "lru", c_spec, budget, &c_k);

@@ -82,7 +82,7 @@ static void test_roles_and_registry(void **state)
 	}
 	const char *all[][11] = {
 		{ "static", "cache", "llama", NULL },
-		{ "lru", "lfu", "lfu-decay", "belady", "fifo", "random", "llama", "lfru", "moe-infinity",
+		{ "lru", "lfu", "lfu-decay", "farthest", "fifo", "random", "llama", "lfru", "moe-infinity",
 		  "least-stale", NULL },
 		{ "none", "lookahead", "oracle", "history", "moe-infinity", NULL },
 	};
@@ -175,8 +175,8 @@ static void test_spec_options_and_names(void **state)
 		int role;
 		const char *spec, *name;
 	} ok[] = {
-		{ STRATA_ROLE_PREFETCH, "lookahead:depth=2", "lookahead-depth=2" },
-		{ STRATA_ROLE_PREFETCH, "lookahead:depth=1", "lookahead" },
+		{ STRATA_ROLE_PREFETCH, "lookahead:depth=1", "lookahead-depth=1" },
+		{ STRATA_ROLE_PREFETCH, "lookahead:depth=2", "lookahead" },
 		{ STRATA_ROLE_PREFETCH, "oracle:accuracy=0.9,depth=3", "oracle-depth=3-accuracy=0.9" },
 		{ STRATA_ROLE_PREFETCH, "history:window=4:mix=0.25", "history-window=4-mix=0.25" },
 		{ STRATA_ROLE_EVICT, "lfu-decay:half_life=5000", "lfu-decay-half_life=5000" },
@@ -200,10 +200,11 @@ static void test_spec_options_and_names(void **state)
 		int code;
 	} bad[] = {
 		{ STRATA_ROLE_PREFETCH, "lookahead:dpth=2",
-		  "prefetch lookahead: unknown option 'dpth' (options: depth, topn, min_score, tier)", STRATA_EINVAL },
+		  "prefetch lookahead: unknown option 'dpth' (options: depth, topn, min_score, tier, from, stage, "
+		  "budget_pcie, budget_nvme, keep_unused, adaptive, min_accuracy, min_accuracy_nvme, warmup, window)", STRATA_EINVAL },
 		{ STRATA_ROLE_PREFETCH, "oracle:accuracy=2", "prefetch oracle: option accuracy=2: out of range", STRATA_EINVAL },
 		{ STRATA_ROLE_EVICT, "lru:x=1", "evict lru: unknown option 'x' (options: none)", STRATA_EINVAL },
-		{ STRATA_ROLE_EVICT, "lruu", "evict policy 'lruu': no such built-in (lru, lfu, lfu-decay, belady, fifo, random, llama, lfru, moe-infinity, least-stale)",
+		{ STRATA_ROLE_EVICT, "lruu", "evict policy 'lruu': no such built-in (lru, lfu, lfu-decay, farthest, fifo, random, llama, lfru, moe-infinity, least-stale)",
 		  STRATA_ENOTFOUND },
 		{ STRATA_ROLE_EVICT, "static", "no such built-in", STRATA_ENOTFOUND },
 		{ STRATA_ROLE_EVICT, "", "evict policy: empty spec", STRATA_EINVAL },
@@ -237,14 +238,14 @@ static void test_needs_future(void **state)
 	live.future = NULL;
 	struct strata_policy *p;
 	struct strata_error err = { 0 };
-	assert_int_equal(strata_policy_create(STRATA_ROLE_EVICT, "belady", &live, 0, &p, &err), STRATA_EINVAL);
-	assert_non_null(strstr(err.msg, "evict belady: needs the future of the run"));
+	assert_int_equal(strata_policy_create(STRATA_ROLE_EVICT, "farthest", &live, 0, &p, &err), STRATA_EINVAL);
+	assert_non_null(strstr(err.msg, "evict farthest: needs the future of the run"));
 	assert_int_equal(strata_policy_create(STRATA_ROLE_PREFETCH, "oracle", &live, -1, &p, &err), STRATA_EINVAL);
 	assert_non_null(strstr(err.msg, "prefetch oracle: needs the future"));
 	/* the others run live */
 	assert_int_equal(strata_policy_create(STRATA_ROLE_PREFETCH, "history", &live, -1, &p, &err), 0);
 	strata_policy_destroy(p);
-	assert_int_equal(strata_policy_create(STRATA_ROLE_EVICT, "belady", &f->env, 0, &p, &err), 0);
+	assert_int_equal(strata_policy_create(STRATA_ROLE_EVICT, "farthest", &f->env, 0, &p, &err), 0);
 	strata_policy_destroy(p);
 }
 

@@ -112,7 +112,7 @@ static void replay_cfg(struct strata_replay_config *c, int virt)
 	c->engine.use_gpu = 0;
 	c->engine.budget[0] = 600 << 10;
 	c->engine.budget[1] = 1 << 20;
-	c->engine.prefetch = "lookahead";
+	c->engine.prefetch = "lookahead:adaptive=0";
 	c->engine.seed = 5;
 	c->compute = virt ? STRATA_COMPUTE_NONE : STRATA_COMPUTE_REF;
 }
@@ -180,9 +180,9 @@ static void test_replay_deterministic(void **state)
 	assert_true(v.stats.clock_ns > 0);
 	/* another seed or policy is another run (the name says so) */
 	replay_cfg(&c, 1);
-	c.engine.evict = "belady";
+	c.engine.evict = "farthest";
 	assert_int_equal(strata_replay_run(&c, &b, &err), STRATA_OK);
-	assert_non_null(strstr(b.name, "belady"));
+	assert_non_null(strstr(b.name, "farthest"));
 	/* Belady never misses more than LRU on the same trace and budgets */
 	assert_true(b.stats.hits[0] >= v.stats.hits[0]);
 	c.engine.prefetch = "oracle";
@@ -191,7 +191,7 @@ static void test_replay_deterministic(void **state)
 	/* without the future, Belady refuses */
 	c.future = false;
 	assert_int_not_equal(strata_replay_run(&c, &b, &err), STRATA_OK);
-	assert_non_null(strstr(err.msg, "belady"));
+	assert_non_null(strstr(err.msg, "farthest"));
 }
 
 static void test_replay_errors(void **state)
@@ -253,7 +253,7 @@ static void test_replay_cli(void **state)
 	assert_non_null(strstr(out, "\"decode_tok_s\""));
 	/* sim with a cost file, appending a row */
 	assert_int_equal(test_run(out, sizeof(out), "%s sim -q --model %s --trace %s --vram 600K --ram 1M "
-				  "--evict belady --cost %s --csv %s --append", s, test_path("model"), test_path("tiny.strace"),
+				  "--evict farthest --cost %s --csv %s --append", s, test_path("model"), test_path("tiny.strace"),
 				  test_path("c.json"), test_path("r.csv")), 0);
 	assert_int_equal(test_run(out, sizeof(out), "wc -l < %s", test_path("r.csv")), 0);
 	assert_int_equal(atoi(out), 3);

@@ -178,13 +178,13 @@ static void test_study_smoke(void **state)
 		printf("SKIP study plots: no Python with matplotlib (scripts/plot.sh --check)\n");
 	snprintf(cmd, sizeof(cmd),
 		 "cd %s && STRATA=%s STUDY_OUT=%s/tb STRATA_TRACES= NO_PLOTS=%d experiments/tier-budgets/make.sh "
-		 "tokens=16 policies=lru,belady,nosuch vram=64M,256M ram=256M",
+		 "tokens=16 policies=lru,farthest,nosuch vram=64M,256M ram=256M",
 		 root, test_bin("strata"), dir, !plots);
 	int rc = test_run(out, sizeof(out), "%s", cmd);
 	if (rc) /* the unknown policy's rows fail; the sweep, tables and plots go on */
 		fail_msg("make.sh: exit %d: %s", rc, out);
 	assert_non_null(strstr(out, "VRAM hit rate and decode tok/s"));
-	assert_non_null(strstr(out, "| belady |"));
+	assert_non_null(strstr(out, "| farthest |"));
 	assert_non_null(strstr(out, "2 configurations failed"));
 	assert_non_null(strstr(out, "Mixtral traces not found"));
 	snprintf(res, sizeof(res), "%s/tb/results/tier-budgets.csv", dir);

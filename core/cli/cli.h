@@ -11,6 +11,7 @@
 int strata_cmd_synth(int argc, char **argv);
 int strata_cmd_inspect(int argc, char **argv);
 int strata_cmd_quantize(int argc, char **argv);
+int strata_cmd_dequantize(int argc, char **argv);
 int strata_cmd_trace(int argc, char **argv);
 int strata_cmd_replay(int argc, char **argv);
 int strata_cmd_sim(int argc, char **argv);

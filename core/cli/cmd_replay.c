@@ -49,7 +49,9 @@ static void usage(FILE *f, int virt)
 		       "                       (default 15,30,55)\n"
 		       "  --tier-trace FILE    model spec only: rank experts by their use in this trace (the\n"
 		       "                       most used go hot, as strata quantize --trace does)\n"
-		     : "  --compute C          ref (CPU reference) | gpu (CUDA kernels) | none | auto (default)\n"
+		     : "  --cost FILE          cost model (strata calibrate) for the time bound, bound_tok_s\n"
+		       "                       (default: built-in defaults)\n"
+		       "  --compute C          ref (CPU reference) | gpu (CUDA kernels) | none | auto (default)\n"
 		       "  --mover M            NVMe mover: uring (default) | mmap | pread\n"
 		       "  --queue-depth N      io_uring depth / copies in flight\n"
 		       "  --copy MODE          RAM -> VRAM: batch (default: one cudaMemcpyBatchAsync per\n"
@@ -192,7 +194,7 @@ int strata_cli_replay_main(int argc, char **argv, int virt)
 		usage(stderr, virt);
 		return 2;
 	}
-	if (virt) {
+	if (virt || cost) { /* replay: the links and kernels of the time bound (bound_tok_s) */
 		struct strata_cost_file cf;
 		if (cost) {
 			if (strata_cost_file_load(cost, &cf, &err))
@@ -204,7 +206,8 @@ int strata_cli_replay_main(int argc, char **argv, int virt)
 			cf.cost.nvme_queue_depth = (uint32_t)nvme_qd;
 		c.engine.cost = cf.cost;
 		c.kernel_us_per_mb_token = cf.kernel_us_per_mb_token;
-		c.compute = STRATA_COMPUTE_NONE;
+		if (virt)
+			c.compute = STRATA_COMPUTE_NONE;
 	}
 	if (same_file(json, c.trace_path) || same_file(csv, c.trace_path)) {
 		fprintf(stderr, "strata %s: --%s %s is the trace itself: results would replace it\n", cmd,

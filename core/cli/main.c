@@ -17,6 +17,7 @@ static const struct {
 	{ "synth", strata_cmd_synth, "write a synthetic model (shards) from a preset shape" },
 	{ "inspect", strata_cmd_inspect, "print a model's tier table and sizes like a model card" },
 	{ "quantize", strata_cmd_quantize, "quantize safetensors weights into tiered Strata shards" },
+	{ "dequantize", strata_cmd_dequantize, "write shards' experts back as BF16 safetensors (quality studies)" },
 	{ "trace", strata_cmd_trace, "routing traces: import, gen, stats, convert" },
 	{ "replay", strata_cmd_replay, "replay a routing trace on the real engine" },
 	{ "sim", strata_cmd_sim, "replay a trace on a virtual clock (calibrated cost model)" },

@@ -94,6 +94,11 @@ static inline void strata_mover_virtual_queue(struct strata_mover *m, struct str
  * (mover_virtual.c). */
 int strata_mover_virtual_reap(struct strata_mover *m, uint32_t min);
 void strata_mover_virtual_submit(struct strata_mover *m);
+/* A low-priority move (the engine's waiting prefetches): start mv where the
+ * backlog of every link of m is shorter than mv's own time on them, from
+ * mv->not_before_ns on, if that is before the clock (the link would have
+ * taken it then), and return true; else leave it and return false. */
+bool strata_mover_virtual_start_idle(struct strata_mover *m, struct strata_move *mv);
 
 static inline bool strata_mover_virtual_due(const struct strata_mover *m)
 {

@@ -162,6 +162,36 @@ int strata_mover_virtual_reap(struct strata_mover *m, uint32_t min)
 	return (int)total;
 }
 
+bool strata_mover_virtual_start_idle(struct strata_mover *m, struct strata_move *mv)
+{
+	struct virt_priv *p = m->priv;
+	/* a device queue holding one move's worth of work: the links take it once
+	 * their backlog is shorter than the move's own time on them (latencies
+	 * and transfers), so it transfers right after what is under way, and a
+	 * demand arriving later waits for that one move at most */
+	double own = 0, t = strata_u2d(mv->not_before_ns);
+	for (int k = 0; k < 2 && m->cfg.links[k]; k++)
+		own += m->cfg.links[k]->lat_us * 1e3 + strata_u2d(mv->bytes) / m->cfg.links[k]->gbps;
+	for (int k = 0; k < 2 && m->cfg.links[k]; k++)
+		if (m->cfg.links[k]->busy_until - own > t)
+			t = m->cfg.links[k]->busy_until - own;
+	if (t >= *m->cfg.clock_ns || p->queued.head)
+		return false;
+	mv->status = STRATA_MOVE_QUEUED;
+	mv->reaped = false;
+	mv->res = 0;
+	mv->done_bytes = 0;
+	m->outstanding++;
+	mv->submit_ns = round_ns(t);
+	for (int k = 0; k < 2 && m->cfg.links[k]; k++)
+		t = schedule(m->cfg.links[k], t, mv->bytes);
+	mv->done_ns = round_ns(t);
+	mv->status = STRATA_MOVE_INFLIGHT;
+	assert(!p->inflight.tail || p->inflight.tail->done_ns <= mv->done_ns);
+	strata_moveq_push(&p->inflight, mv);
+	return true;
+}
+
 /* strata_mover_submit() for a virtual mover: its submit cannot fail. */
 void strata_mover_virtual_submit(struct strata_mover *m)
 {

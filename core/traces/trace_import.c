@@ -1581,6 +1581,13 @@ static int assemble(struct imp *im)
 				}
 			if (!miss)
 				continue;
+			if (miss == ntok && c->gaps == STRATA_GAPS_FILL) {
+				/* nothing to fill from: the cell would index before the first */
+				rc = IERR(STRATA_EINVAL, "%s: request %s layer %u: no row in any of its %u tokens, so "
+					  "--gaps fill has nothing to copy; use --gaps drop or check --layer-base",
+					  c->inputs[im->reqs[r].file], req_name(im, r, nb, sizeof(nb)), l + base, ntok);
+				goto out;
+			}
 			im->res->gap_cells += miss;
 			if (c->gaps == STRATA_GAPS_ERROR) {
 				rc = IERR(STRATA_EINVAL, "%s: request %s layer %u: %u of %u rows missing (first missing token "

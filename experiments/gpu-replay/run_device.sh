@@ -8,8 +8,12 @@
 #  3. Kimi-K3.1 shape scaled to the machine's disk (KIMI, default 8 MoE layers x 224
 #     experts, ~15 GB of shards, 15/30/55 tiers ranked by the trace's popularity,
 #     decode-only trace (KPROMPT=0) so every byte counted belongs to a decode token):
-#     the released policy (static tiers + lookahead) and others, GPU kernels, with the
-#     bound set by bytes over each link (calibrated bandwidths)
+#     the released policy (static tiers + lookahead, default options), static without
+#     prefetch, lookahead with the options before issue 16 (adaptive=0:keep_unused=1),
+#     and two caching policies, GPU kernels; each row with the bounds of
+#     core/include/strata/bound.h at the calibrated links (bound_tok_s) and the bound
+#     set by the bytes that run moved.  Issue 16's figures, ~3 minutes after the build:
+#       source .device/setup.sh && STEPS="build kimi" KTOKENS=32 bash experiments/gpu-replay/run_device.sh
 #  4. strata synth write throughput against dd on the same disk (issue 2's figure)
 #  5. the Hugging Face router recorder on tiny random models (torch + transformers)
 set -u
@@ -63,13 +67,15 @@ rm -f "$out/kimi_replay.csv" "$out/kimi_sim.csv"
 KPOL=(
 	"--place static --evict lru --prefetch lookahead:depth=2"
 	"--place static --evict lru --prefetch none"
+	"--place static --evict lru --prefetch lookahead:depth=2:adaptive=0:keep_unused=1"
 	"--place cache --evict lru --prefetch none"
-	"--place cache --evict belady --prefetch oracle"
+	"--place cache --evict farthest --prefetch oracle"
 )
 for p in "${KPOL[@]}"; do
 	# shellcheck disable=SC2086
 	timeout 150 $S replay -q --model "$K/model" --trace "$K/trace.strace" --vram $VR --ram $RM $p \
-		--compute ${COMPUTE:-gpu} --csv "$out/kimi_replay.csv" --append 2>>"$out/kimi_replay.err"
+		--compute ${COMPUTE:-gpu} --cost "$out/cost_kimi.json" --csv "$out/kimi_replay.csv" --append \
+		2>>"$out/kimi_replay.err"
 	echo "replay [$p] exit $?"
 	# shellcheck disable=SC2086
 	$S sim -q --model "$K/model" --trace "$K/trace.strace" --vram $VR --ram $RM $p \

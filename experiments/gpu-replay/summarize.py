@@ -2,7 +2,9 @@
 """Summarize the Kimi replay rows: decode tok/s against the bound set by the
 bytes each decode token moved over each link, at the calibrated bandwidths.
 
-    summarize.py OUT   (reads OUT/kimi_replay.csv, OUT/kimi_sim.csv, OUT/cost_kimi.json)
+    summarize.py OUT [PREFIX]   (reads OUT/PREFIX_replay.csv, OUT/PREFIX_sim.csv, OUT/cost_PREFIX.json,
+                                 OUT/PREFIX_inspect.json; writes OUT/PREFIX_summary.csv; PREFIX
+                                 defaults to kimi; experiments/real-model uses it too)
 
 Per decode token, link time = bytes over the link / its bandwidth:
   NVMe (nvme->ram + nvme->vram bytes at nvme_gbps), PCIe (ram->vram +
@@ -21,19 +23,21 @@ import sys
 
 def main():
     out = sys.argv[1]
-    cost = json.load(open(os.path.join(out, 'cost_kimi.json')))
-    insp = json.load(open(os.path.join(out, 'kimi_inspect.json')))
+    pre = sys.argv[2] if len(sys.argv) > 2 else 'kimi'
+    cost = json.load(open(os.path.join(out, 'cost_%s.json' % pre)))
+    insp = json.load(open(os.path.join(out, '%s_inspect.json' % pre)))
     # mean packed bytes of one routed expert access, weighted by tier share of experts
     tiers = insp['tiers']
     nexp = sum(t['experts'] for t in tiers)
     mean_expert = sum(t['payload_bytes'] for t in tiers) / max(nexp, 1)
-    rows = list(csv.DictReader(open(os.path.join(out, 'kimi_replay.csv'))))
-    sims = {r['config']: r for r in csv.DictReader(open(os.path.join(out, 'kimi_sim.csv')))} \
-        if os.path.exists(os.path.join(out, 'kimi_sim.csv')) else {}
+    rows = list(csv.DictReader(open(os.path.join(out, '%s_replay.csv' % pre))))
+    sims = {r['config']: r for r in csv.DictReader(open(os.path.join(out, '%s_sim.csv' % pre)))} \
+        if os.path.exists(os.path.join(out, '%s_sim.csv' % pre)) else {}
     nv, pc, hb = cost['nvme_gbps'] * 1e9, cost['pcie_gbps'] * 1e9, cost.get('hbm_gbps', 4000) * 1e9
     print(f"links: nvme {cost['nvme_gbps']:.2f} GB/s, pcie {cost['pcie_gbps']:.2f} GB/s, hbm {cost.get('hbm_gbps', 0):.0f} GB/s")
     hdr = ('config', 'hit vram', 'hit ram', 'hit nvme', 'eff. hit', 'decode tok/s', 'bound tok/s',
-           'ratio', 'serial bound', 'sim tok/s', 'sim/real')
+           'ratio', 'serial bound', 'sim tok/s', 'sim/real', 'time bound tok/s', 'of time bound',
+           'beaten bounds')
     print('| ' + ' | '.join(hdr) + ' |')
     print('|' + '---|' * len(hdr))
     res = []
@@ -61,12 +65,30 @@ def main():
         eff = float(r['hit_rate_vram']) + float(r['hit_rate_ram'])
         s = sims.get(r['config'])
         sd = float(s['decode_tok_s']) if s else float('nan')
+        # the bound for every policy (core/include/strata/bound.h (c)), at the calibrated links
+        tb = float(r.get('bound_tok_s') or 'nan')
         cells = (r['config'], f"{float(r['hit_rate_vram']):.3f}", f"{float(r['hit_rate_ram']):.3f}",
                  f"{float(r['hit_rate_nvme']):.3f}", f"{eff:.3f}", f"{dec:.2f}", f"{bound:.2f}",
-                 f"{dec / bound:.2f}", f"{serial:.2f}", f"{sd:.2f}", f"{sd / dec:.2f}" if dec else '')
+                 f"{dec / bound:.2f}", f"{serial:.2f}", f"{sd:.2f}", f"{sd / dec:.2f}" if dec else '',
+                 f"{tb:.2f}", f"{dec / tb:.3f}" if tb == tb and tb > 0 else '', r.get('bound_violations', ''))
         print('| ' + ' | '.join(cells) + ' |')
         res.append(dict(zip(hdr, cells)))
-    with open(os.path.join(out, 'kimi_summary.csv'), 'w', newline='') as f:
+    # issue 16's goals: the released policy's lookahead at least as fast as none; the best
+    # policy at >= 0.8 of the time bound (the bound is the same for every row: same trace,
+    # budgets and cost model)
+    by = {x['config']: x for x in res}
+    la = by.get('place=static,evict=lru,prefetch=lookahead-depth=2') or by.get('place=static,evict=lru,prefetch=lookahead')
+    no = by.get('place=static,evict=lru,prefetch=none')
+    if la and no:
+        a, b = float(la['decode tok/s']), float(no['decode tok/s'])
+        print(f"static + lookahead (default options) / static + none: {a:.2f} / {b:.2f} = {a / b:.3f}"
+              f" ({'met' if a >= b else 'NOT met'}: >= 1)")
+    best = max(res, key=lambda x: float(x['decode tok/s'])) if res else None
+    if best and best['of time bound']:
+        f = float(best['of time bound'])
+        print(f"best policy {best['config']}: {float(best['decode tok/s']):.2f} tok/s = {f:.3f} of the time bound "
+              f"{float(best['time bound tok/s']):.2f} ({'met' if f >= 0.8 else 'NOT met'}: >= 0.8)")
+    with open(os.path.join(out, '%s_summary.csv' % pre), 'w', newline='') as f:
         w = csv.DictWriter(f, fieldnames=list(hdr))
         w.writeheader()
         w.writerows(res)

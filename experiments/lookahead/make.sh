@@ -11,14 +11,24 @@ mkdir -p "$res"
 "$STRATA" run $here/run.lua out=$res "$@" || rc=$?
 plot $res/lookahead-plot.csv --x depth --xlabel "lookahead depth (layers; 0: no prefetch)" \
 	--y stall_ms_per_token,decode_tok_s --ylabel "stall per token (ms),decode tok/s (virtual clock)" \
-	--hue accuracy --title "Qwen3-30B-A3B scaled (8x64), VRAM 256 MiB, RAM 512 MiB, recorded predictions" \
+	--hue accuracy --ref-hue "bound 50%" --ref-hue "bound 75%" --ref-hue "bound 90%" --ref-hue "bound 100%" --logy decode_tok_s \
+	--title "Qwen3-30B-A3B scaled (8x64), VRAM 256 MiB, RAM 512 MiB, recorded predictions (dashed: bounds)" \
 	--out $figs/lookahead.png
 
 if mixtral_trace $res/mixtral.strace; then
 	"$STRATA" run $here/run.lua out=$res name=mixtral model=mixtral-8x7b trace=$res/mixtral.strace vram=4G ram=4G || rc=$?
 	plot $res/mixtral-plot.csv --x depth --xlabel "oracle prefetch depth (layers; 0: no prefetch)" \
 		--y stall_ms_per_token,decode_tok_s --ylabel "stall per token (ms),decode tok/s (virtual clock)" \
-		--hue accuracy --title "Mixtral-8x7B-Instruct routing, VRAM 4 GiB, RAM 4 GiB, oracle predictor" \
+		--hue accuracy --ref-hue "bound 50%" --ref-hue "bound 75%" --ref-hue "bound 90%" --ref-hue "bound 100%" --logy decode_tok_s \
+		--title "Mixtral-8x7B-Instruct routing, VRAM 4 GiB, RAM 4 GiB, oracle predictor (dashed: bounds)" \
 		--out $figs/mixtral.png
 fi
+# The trained model's own routing (experiments/real-model), the oracle predictor at each
+# accuracy; its recorded lookahead predicts 68/56/45% at depths 1/2/3 (experiments/real-model).
+"$STRATA" run $here/run.lua out=$res name=real model=custom:layers=8,experts=64,top_k=6,hidden=512,inter=256 \
+	trace=experiments/real-model/run1/trace-decode.strace vram=16M ram=24M || rc=$?
+plot $res/real-plot.csv --x depth --xlabel "oracle prefetch depth (layers; 0: no prefetch)" \
+	--y stall_ms_per_token,decode_tok_s --ylabel "stall per token (ms),decode tok/s (virtual clock)" \
+	--hue accuracy --title "trained byte-level MoE (8x64, top-6), VRAM 16 MiB, RAM 24 MiB, oracle predictor" \
+	--out $figs/real.png
 exit ${rc:-0}   # strata run failed (a script error; a failing configuration only gets an error row)

@@ -14,7 +14,7 @@ run() { # model trace args...
   f='del(.. | .wall_s?, .loop_s?, .accesses_per_s?, .loop_accesses_per_s?, .bookkeeping_ms?, .open_ms?, .open_s?)'
   if diff <(jq -S "$f" $D/n.json) <(jq -S "$f" $D/b.json) >$D/diff.txt; then echo "same: $m $*"; else echo "DIFF: $m $*"; head -20 $D/diff.txt; fail=1; fi
 }
-for ev in lru lfu belady lfu-decay random; do
+for ev in lru lfu farthest lfu-decay random; do
   for pf in none lookahead history oracle; do
     run qwen3-30b-a3b $D/q.strace --place cache --vram 1400M --ram 2800M --evict $ev --prefetch $pf
   done
@@ -22,5 +22,5 @@ done
 run qwen3-30b-a3b $D/q.strace --place static --vram 1G --ram 3G --evict lru --prefetch lookahead
 run qwen3-30b-a3b $D/q.strace --place static:promote=all --vram 1G --ram 2G --evict lfu --prefetch lookahead:depth=2
 run qwen3-30b-a3b:layers=4,experts=32,top_k=4 $D/s.strace --place cache --vram 40M --ram 60M --evict lru --prefetch lookahead
-run qwen3-30b-a3b:layers=4,experts=32,top_k=4 $D/s.strace --place cache --vram 40M --ram 0 --evict belady --prefetch oracle
+run qwen3-30b-a3b:layers=4,experts=32,top_k=4 $D/s.strace --place cache --vram 40M --ram 0 --evict farthest --prefetch oracle
 exit $fail

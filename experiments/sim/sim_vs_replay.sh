@@ -32,7 +32,7 @@ POLICIES=(
 	"--place static --evict lru --prefetch none"
 	"--place static:promote=all --evict lru --prefetch lookahead:depth=2"
 	"--place cache --evict lfu --prefetch none"
-	"--place cache --evict belady --prefetch oracle"
+	"--place cache --evict farthest --prefetch oracle"
 )
 for p in "${POLICIES[@]}"; do
 	# shellcheck disable=SC2086

@@ -14,7 +14,7 @@ runner=${RUNNER:-$(command -v parallel >/dev/null 2>&1 && echo parallel || echo 
 jobs=${JOBS:-2}
 model=qwen3-30b-a3b:layers=8,experts=64
 "$STRATA" trace gen -o "$work/trace.strace" --model $model --seed 7 --requests 2 --prompt 16 --gen 32 > /dev/null
-args=(name=tb model=$model trace="$work/trace.strace" policies=lru,lfu,belady,nosuch vram=64M,256M ram=256M)
+args=(name=tb model=$model trace="$work/trace.strace" policies=lru,lfu,farthest,nosuch vram=64M,256M ram=256M)
 
 "$STRATA" run -j "$jobs" experiments/tier-budgets/run.lua out="$work/local" "${args[@]}" > /dev/null 2>&1
 rm -f "$work/jobs.txt"

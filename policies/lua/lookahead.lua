@@ -1,5 +1,7 @@
 -- Lookahead prefetch from hints, as a Lua script: the same decisions as the
--- built-in C `lookahead` (the conformance suite checks that they agree).
+-- built-in C `lookahead:adaptive=0:keep_unused=1` (the conformance suite
+-- checks that they agree; the C policy's adaptation and scheduling options
+-- are not part of the script).
 --
 --   strata replay ... --prefetch policies/lua/lookahead.lua:depth=2
 --

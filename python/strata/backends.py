@@ -89,9 +89,9 @@ class StrataBackend:
         self.store = Store(shards)
         self.engine = Engine(self.store, vram, ram, place, evict, prefetch, gpu, max_tokens, options)
         self.max_tokens = max_tokens
-        if pred_depth is None:  # as deep as a lookahead policy looks (its depth option, default 1)
+        if pred_depth is None:  # as deep as a lookahead policy looks (its depth option, default 2)
             m = re.search(r"depth=(\d+)", prefetch) if prefetch.startswith("lookahead") else None
-            pred_depth = int(m.group(1)) if m else (1 if prefetch.startswith("lookahead") else 0)
+            pred_depth = int(m.group(1)) if m else (2 if prefetch.startswith("lookahead") else 0)
         self.pred_depth = pred_depth
         self.device = "cuda" if self.engine.on_gpu else "cpu"
 

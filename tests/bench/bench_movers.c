@@ -18,6 +18,11 @@
  *   bench_movers [--file PATH] [--size 4G] [--seconds 3] [--no-nvme] [--no-gpu] [--qd N] [--reps N] [--staged-only]
  * (--reps: fio and the io_uring mover alternate N times each; means are compared)
  * (--staged-only: on the GPU machine, which has no fio, skip the NVMe -> RAM table)
+ *
+ *   bench_movers --verify [--file PATH] [--size 1G] [--seconds 3] [--reps N]
+ * The cost of checking every read against its XXH3 (what replay does on each
+ * expert's first read by default): the io_uring mover with the check vs the
+ * same mover without it, alternated --reps times; ratio = checked / unchecked.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -26,6 +31,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <xxhash.h>
 
 #include "quant.h"
 #include "strata/gpu.h"
@@ -83,6 +90,25 @@ static void drop_caches(void)
 }
 
 /* Random extent-aligned reads for `seconds`, qd in flight; GB/s. */
+/* --verify: the XXH3 of every bs-sized slot of the file, so each read can be
+ * checked as replay checks an extent; NULL: reads are not checked. */
+static uint64_t *slot_sums;
+
+static uint64_t *sum_slots(const char *path, uint64_t fsize, uint64_t bs)
+{
+	uint64_t n = fsize / bs;
+	uint64_t *s = calloc(n ? n : 1, sizeof(*s));
+	uint8_t *b = malloc(bs);
+	int fd = open(path, O_RDONLY);
+	for (uint64_t i = 0; s && b && fd >= 0 && i < n; i++)
+		if (pread(fd, b, bs, (off_t)(i * bs)) == (ssize_t)bs)
+			s[i] = XXH3_64bits(b, bs);
+	if (fd >= 0)
+		close(fd);
+	free(b);
+	return s;
+}
+
 static double run_file_mover(const struct strata_mover_ops *ops, const char *path, uint64_t fsize, uint64_t bs,
 			     uint32_t qd, double seconds, struct strata_mover *stage_copy, void *dev_arena)
 {
@@ -114,8 +140,10 @@ static double run_file_mover(const struct strata_mover_ops *ops, const char *pat
 		buf[i] = dev_arena ? (uint8_t *)dev_arena + (uint64_t)i * bs : strata_aligned_alloc(4096, bs);
 	uint64_t t0 = strata_now_ns(), end = t0 + (uint64_t)(seconds * 1e9), bytes = 0;
 	for (uint32_t i = 0; i < qd; i++) {
-		mv[i] = (struct strata_move){ .fd = fd, .path = path, .offset = (next_rand() % nslots) * bs,
-					      .dst = buf[i], .bytes = bs };
+		uint64_t slot = next_rand() % nslots;
+		mv[i] = (struct strata_move){ .fd = fd, .path = path, .offset = slot * bs, .dst = buf[i], .bytes = bs,
+					      .check_bytes = slot_sums ? bs : 0,
+					      .check_xxh3 = slot_sums ? slot_sums[slot] : 0 };
 		strata_mover_queue(use, &mv[i], &err);
 	}
 	strata_mover_submit(use, &err);
@@ -132,9 +160,11 @@ static double run_file_mover(const struct strata_mover_ops *ops, const char *pat
 				continue;
 			bytes += mv[i].done_bytes;
 			if (now < end) {
-				mv[i] = (struct strata_move){ .fd = fd, .path = path,
-							      .offset = (next_rand() % nslots) * bs, .dst = buf[i],
-							      .bytes = bs };
+				uint64_t slot = next_rand() % nslots;
+				mv[i] = (struct strata_move){ .fd = fd, .path = path, .offset = slot * bs,
+							      .dst = buf[i], .bytes = bs,
+							      .check_bytes = slot_sums ? bs : 0,
+							      .check_xxh3 = slot_sums ? slot_sums[slot] : 0 };
 				strata_mover_queue(use, &mv[i], &err);
 			} else {
 				mv[i].reaped = false; /* not again */
@@ -211,7 +241,7 @@ int main(int argc, char **argv)
 	double seconds = 3;
 	int nvme = 1, gpu = 1, nvme_ram = 1;
 	uint32_t qd = 0;
-	int reps = 1;
+	int reps = 1, verify = 0;
 	for (int i = 1; i < argc; i++) {
 		struct strata_error err;
 		if (!strcmp(argv[i], "--file") && i + 1 < argc)
@@ -230,6 +260,8 @@ int main(int argc, char **argv)
 			nvme_ram = 0;
 		else if (!strcmp(argv[i], "--no-gpu"))
 			gpu = 0;
+		else if (!strcmp(argv[i], "--verify"))
+			verify = 1;
 		else {
 			fprintf(stderr, "usage: %s [--file PATH] [--size 4G] [--seconds 3] [--qd N] [--reps N] [--no-nvme] [--no-gpu] [--staged-only]\n",
 				argv[0]);
@@ -239,6 +271,31 @@ int main(int argc, char **argv)
 	struct size_case cs[8];
 	int nc = cases(cs);
 	printf("link,case,extent_bytes,qd,mover_gbps,ceiling,ceiling_gbps,ratio\n");
+	if (verify) {
+		if (make_file(file, fsize)) {
+			fprintf(stderr, "cannot write %s: %s\n", file, strerror(errno));
+			return 1;
+		}
+		for (int c = 0; c < nc; c++) {
+			uint32_t d = depth_for(cs[c].bytes, qd);
+			uint64_t *sums = sum_slots(file, fsize, cs[c].bytes);
+			double on = 0, off = 0;
+			for (int r = 0; r < reps; r++) {
+				slot_sums = NULL;
+				off += run_file_mover(&strata_mover_uring, file, fsize, cs[c].bytes, d, seconds, NULL, NULL) / reps;
+				slot_sums = sums;
+				on += run_file_mover(&strata_mover_uring, file, fsize, cs[c].bytes, d, seconds, NULL, NULL) / reps;
+			}
+			slot_sums = NULL;
+			free(sums);
+			printf("nvme_ram_checked,%s,%llu,%u,%.3f,unchecked,%.3f,%.3f\n", cs[c].name,
+			       (unsigned long long)cs[c].bytes, d, on, off, off > 0 ? on / off : 0);
+			fprintf(stderr, "%-28s checked %.2f GB/s, unchecked %.2f GB/s: ratio %.3f\n", cs[c].name, on, off,
+				off > 0 ? on / off : 0);
+			fflush(stdout);
+		}
+		return 0;
+	}
 	if (nvme) {
 		if (make_file(file, fsize)) {
 			fprintf(stderr, "cannot write %s: %s\n", file, strerror(errno));

@@ -33,7 +33,7 @@ int main(int argc, char **argv)
 	uint64_t tokens = argc > 1 ? strtoull(argv[1], NULL, 10) : 256;
 	int reps = argc > 2 ? atoi(argv[2]) : 5;
 	static const char *models[] = { "qwen3-30b-a3b", "deepseek-v3", "kimi-k3.1" };
-	static const char *evicts[] = { "lru", "fifo", "lfu", "lfu-decay", "belady", "random" };
+	static const char *evicts[] = { "lru", "fifo", "lfu", "lfu-decay", "farthest", "random" };
 	static const char *prefetches[] = { "lookahead:depth=2", "oracle:depth=2", "history:depth=2" };
 	printf("model,policy,accesses,ns_per_access,ratio_to_floor,hit_rate\n");
 	for (size_t m = 0; m < sizeof(models) / sizeof(models[0]); m++) {

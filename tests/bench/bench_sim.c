@@ -324,8 +324,8 @@ int main(int argc, char **argv)
 	static const struct {
 		const char *evict, *prefetch;
 	} runs[] = {
-		{ "lru", "none" },   { "lfu", "none" },       { "belady", "none" },
-		{ "lru", "lookahead" }, { "lfu-decay", "history" }, { "belady", "oracle" },
+		{ "lru", "none" },   { "lfu", "none" },       { "farthest", "none" },
+		{ "lru", "lookahead" }, { "lfu-decay", "history" }, { "farthest", "oracle" },
 	};
 	printf("# bench_sim: model %s, %" PRIu64 " expert accesses, ceiling (bare loop) %.1f M accesses/s\n", model,
 	       accesses, ceil_rate / 1e6);

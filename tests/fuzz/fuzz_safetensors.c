@@ -6,8 +6,9 @@
  * parser accepted are exercised; the bytes after the length prefix are also
  * parsed as bare JSON.  Build and run with scripts/fuzz.sh safetensors [SECONDS].
  *
- * fuzz-sources: core/safetensors.c core/json.c core/error.c
- * fuzz-libs: -lm
+ * fuzz-sources: core/safetensors.c core/json.c core/error.c core/util.c kernels/quant_core.c
+ * fuzz-plain-sources: kernels/quant_tiers.c
+ * fuzz-libs: -lm -lpthread
  */
 #include <stddef.h>
 #include <stdint.h>

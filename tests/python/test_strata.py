@@ -221,7 +221,7 @@ def test_errors(work, qwen, bf16_store):
 @pytest.mark.parametrize("backend", ["bf16", "strata"])
 def test_record_trace(work, qwen, backend):
     hf, q = qwen
-    b = StrataBackend(q, "1M", "4M", prefetch="lookahead:depth=1", gpu="0") if backend == "strata" else BatchedBackend()
+    b = StrataBackend(q, "1M", "4M", prefetch="lookahead:depth=1:adaptive=0", gpu="0") if backend == "strata" else BatchedBackend()
     m = strata.load(hf, b, "cpu")
     path = os.path.join(work, "rec_%s.strace" % backend)
     m.start_recording(path, pred_depth=2, pred_topn=3, model_name="tiny-qwen")

@@ -72,6 +72,9 @@ struct strata_engine_config {
 	 * nearly all of that loop, and the six clock reads per layer were ~10 %
 	 * of it. */
 	bool no_wall_bookkeeping;
+	/* Record every move into VRAM (expert, layer-step) for the RAM tier's
+	 * bound (strata/bound.h (d)); strata_engine_vram_loads reads them. */
+	bool record_loads;
 	/* Instead of a spec: an ops struct of the caller's (default options), as
 	 * in the policy harness; lets a test drive a deliberately broken policy. */
 	const void *place_ops, *evict_ops, *prefetch_ops;
@@ -100,6 +103,13 @@ struct strata_engine_stats {
 	uint64_t used[2];                  /* bytes resident now, per tier (<= budget) */
 	uint64_t verified_extents;         /* NVMe reads checked against their checksums */
 	uint64_t verified_bytes;
+	/* moves, preload included: into VRAM (from RAM or NVMe, kept or streamed),
+	 * and reads from NVMe (into RAM or staged into VRAM): what strata/bound.h
+	 * bounds from below */
+	uint64_t moves_vram, moves_nvme;
+	/* prefetch scheduling (policy.h): pending requests that became demand
+	 * fetches, and pending ones whose layer ran without them */
+	uint64_t prefetch_promoted, prefetch_cancelled;
 };
 
 struct strata_engine;
@@ -130,8 +140,37 @@ int strata_engine_open_model(const struct strata_engine_model *m, const struct s
 			     struct strata_engine **out, struct strata_error *err);
 void strata_engine_close(struct strata_engine *e);
 
+/*
+ * Prefetch scheduling (the contract prefetch policies build on; the rules are
+ * in strata/policy.h, "How the engine schedules", and core/sched.c holds
+ * the decisions the engine and the policy harness share):
+ *   - begin_step/begin_layer: the policy's requests join the pending FIFO,
+ *     each targeted at the next run of its expert's layer; pending requests
+ *     start while their source is allowed (env->sched->from) and each link
+ *     they cross has room in its budget (env->sched->budget: bytes of started
+ *     prefetches whose target has not run).  Starting = room made in the
+ *     tier (evictions), the expert marked resident (later accesses count as
+ *     hits there), the move queued at low priority.
+ *   - acquire(layer): pending requests targeted at this layer-step are
+ *     promoted (routed: the demand fetch moves it, once) or cancelled; a
+ *     started one still waiting for its link is handed over at demand
+ *     priority when it is needed.
+ *   - release(layer): the started prefetches targeted at it settle: unused
+ *     ones are wasted and, unless env->sched->keep_unused, leave the tier; a
+ *     used one that placement would not have kept (admit() asked when it
+ *     started lacked its tier, as static placement without promotion)
+ *     leaves too; the budget is freed and pending requests that now fit
+ *     start.
+ *   - links: a prefetch move is handed to its mover only while no demand
+ *     move is outstanding on its links (real), or where its links' backlog
+ *     fell below the move's own time before the clock (virtual): demand
+ *     moves never queue behind prefetches still waiting.
+ * Everything but the link timing depends on the access clock only, so sim
+ * and replay decide and count the same.
+ */
+
 /* Before moe layer `layer` of token `token`: run the prefetch policy with the
- * lookahead hints and start the moves it asks for. */
+ * lookahead hints and queue or start the moves it asks for (above). */
 int strata_engine_begin_layer(struct strata_engine *e, uint64_t token, uint32_t layer,
 			      const struct strata_hint *hints, uint32_t n_hints,
 			      struct strata_error *err);
@@ -159,20 +198,27 @@ int strata_engine_begin_step(struct strata_engine *e, uint64_t token, uint32_t l
  *   runs out of victims before a hole is large enough, it streams too
  *   (admit_fallback).
  * An expert whose prefetch is still in flight counts as a hit in the tier it
- * is going to (decisions never depend on timing), plus prefetch_late.
+ * is going to (decisions never depend on timing), plus prefetch_late; a
+ * prefetch move still waiting for its link is promoted to demand priority.
  * Errors: STRATA_EBUDGET (more experts to stream than scratch slots), STRATA_EPOLICY
  * (a victim that is pinned, not resident or out of range, naming the
  * policy), STRATA_EIO/ECORRUPT (a read failed, naming the shard). */
 int strata_engine_acquire(struct strata_engine *e, uint32_t layer, const uint32_t *experts,
 			  uint32_t n, const void **ptrs, struct strata_error *err);
-/* Unpin after the computation, free scratch slots; tells prefetch (on_route)
- * what was routed. */
+/* Unpin after the computation, free scratch slots, settle the layer's
+ * prefetches (above); tells prefetch (on_route) what was routed. */
 int strata_engine_release(struct strata_engine *e, uint64_t token, uint32_t layer,
 			  const uint32_t *experts, uint32_t n, struct strata_error *err);
 /* Virtual mode: charge compute time for a layer; real mode: record it. */
 void strata_engine_add_compute(struct strata_engine *e, double ns);
 
 const struct strata_engine_stats *strata_engine_stats(const struct strata_engine *e);
+/* Extent bytes per eid (n_moe_layers * n_experts entries), as the engine moves them. */
+const uint64_t *strata_engine_expert_bytes(const struct strata_engine *e);
+/* The moves into VRAM so far (cfg.record_loads): expert and layer-step (the
+ * count of releases before it) of each; valid until the next engine call. */
+void strata_engine_vram_loads(const struct strata_engine *e, const uint32_t **eid, const uint64_t **pos,
+			      uint64_t *n);
 /* Canonical config name: "place=static,evict=lru,prefetch=lookahead-depth=2". */
 const char *strata_engine_name(const struct strata_engine *e);
 bool strata_engine_on_gpu(const struct strata_engine *e);

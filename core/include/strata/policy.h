@@ -59,6 +59,53 @@ struct strata_future {
 	void *priv;
 };
 
+/*
+ * How the engine schedules a prefetch policy's requests (the engine and the
+ * policy harness run the same logic, core/sched.c).  A request (struct
+ * strata_prefetch_req) is for the next run of its expert's layer: that
+ * layer-step is its target.
+ *   1. on_layer's requests join a FIFO of pending requests (one per expert;
+ *      requests for experts resident at or above the tier, or pending, are
+ *      redundant).
+ *   2. A pending request starts (room is made in its tier, it is counted
+ *      prefetch_issued and its move queued) when its source tier is allowed
+ *      (from[tier]) and every link it crosses has room in its budget: the
+ *      bytes of started prefetches whose target has not run yet.  Links: PCIe
+ *      (into VRAM: RAM -> VRAM copies, staged NVMe -> VRAM) and NVMe (every
+ *      NVMe read).  Pending requests are tried in order at begin_step and
+ *      after each release (budget freed); one that does not fit waits, later
+ *      ones on other links may pass it.
+ *   3. When the target layer runs: a pending request for an expert it routes
+ *      is promoted, the demand fetch takes its place (prefetch_promoted; never
+ *      moved twice); any other pending request for it is cancelled
+ *      (prefetch_cancelled).  A started one that was not used is wasted
+ *      (prefetch_wasted) and, unless keep_unused, leaves the tier at release
+ *      as if it had not come (the room is free again; a move not yet begun is
+ *      not made).
+ *   4. On the links, a started prefetch's move waits behind every demand move
+ *      (NVMe reads, RAM -> VRAM copies, staged reads): it is handed to the
+ *      mover only while no demand move is outstanding on its links (the
+ *      virtual link: when the link is idle), and a demand for it promotes it
+ *      in place.  This is timing; 1-3 are decisions, the same in sim and
+ *      replay (they depend on the access clock only).
+ * A prefetch policy may set these fields in init and change them in on_layer
+ * or on_route (the engine reads them at every dispatch).  Defaults
+ * (strata_prefetch_sched_defaults): no budget, every source, keep_unused.
+ */
+enum { STRATA_LINK_PCIE = 0, STRATA_LINK_NVME = 1, STRATA_LINK_COUNT = 2 };
+struct strata_prefetch_sched {
+	uint64_t budget[STRATA_LINK_COUNT]; /* bytes of started prefetches in flight per link;
+					     * UINT64_MAX: no limit, 0: none over that link */
+	uint32_t from[2];      /* per destination tier (VRAM, RAM): mask of source tiers a
+				* prefetch may read, 1 << STRATA_TIER_RAM | 1 << STRATA_TIER_NVME */
+	bool keep_unused;      /* a started prefetch unused by its target layer stays cached */
+	/* set by the engine, read-only: per tier (VRAM, RAM) the residency flags
+	 * per eid, so a policy can tell a RAM copy from an NVMe read; an entry
+	 * may be NULL (the harness has no RAM tier) */
+	const uint8_t *resident[2];
+};
+void strata_prefetch_sched_defaults(struct strata_prefetch_sched *s);
+
 /* What every policy instance may read; owned by the engine, lives as long as
  * the policy. */
 struct strata_policy_env {
@@ -69,6 +116,9 @@ struct strata_policy_env {
 	uint64_t budget[3];           /* tier budgets in bytes (nvme: UINT64_MAX) */
 	uint64_t seed;                /* the run's seed: use it for any randomness */
 	const struct strata_future *future; /* NULL when unknown */
+	/* The prefetch scheduling knobs (above): a prefetch policy may write them;
+	 * other roles read them at most.  Never NULL under the engine or harness. */
+	struct strata_prefetch_sched *sched;
 };
 
 /* One step: a MoE layer about to run for a batch of tokens, its router
@@ -179,7 +229,9 @@ struct strata_place_ops {
 	/* required: eid was needed and found only in from_tier (RAM or NVMe).
 	 * Return a bitmask of (1 << STRATA_TIER_VRAM) | (1 << STRATA_TIER_RAM):
 	 * the tiers that should keep a copy after this use.  0 = stream it
-	 * through a scratch slot and keep nothing. */
+	 * through a scratch slot and keep nothing.  Also asked when a prefetch
+	 * from from_tier starts: without the prefetch's tier in the answer, the
+	 * prefetched copy leaves once its layer has run. */
 	uint32_t (*admit)(struct strata_policy *p, uint32_t eid, int from_tier, uint64_t now);
 	/* optional: every access, with the tier it was served from. */
 	void (*on_access)(struct strata_policy *p, uint32_t eid, int served_tier, uint64_t now);

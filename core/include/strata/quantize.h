@@ -138,4 +138,17 @@ int strata_quantize_run(struct strata_quantize_model *m, const struct strata_qua
 int strata_quantize_plan(struct strata_quantize_model *m, const uint8_t *tiers, struct strata_quantize_report *rep,
 			 struct strata_error *err);
 
+/*
+ * The inverse direction, for quality studies: write every routed expert of the
+ * shards s dequantized (the CPU reference dequantizers) as BF16 under naming's
+ * tensor names (mixtral, deepseek-v3, qwen3-moe; model layer = first_moe_layer
+ * + MoE layer), and every non-routed tensor as stored, into one safetensors
+ * file out (tmp + rename: nothing valid-looking is left on failure).  Its
+ * __metadata__ holds "strata.spec" (the spec's canonical text) and
+ * "strata.tiers" (one digit per expert id: 0 hot, 1 warm, 2 cold).  Extents
+ * are checked against their checksums as they are read.
+ */
+int strata_dequantize_store(struct strata_store *s, const char *naming, const char *out, bool progress,
+			    struct strata_error *err);
+
 #endif

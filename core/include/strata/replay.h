@@ -109,6 +109,16 @@ struct strata_replay_result {
 	double accesses_per_s;                 /* expert accesses per host wall second (whole call) */
 	double loop_s;                         /* host wall time of the step loop alone */
 	double loop_accesses_per_s;            /* expert accesses per host second of the loop */
+	/* Bounds (strata/bound.h), for every policy on this trace, budgets and
+	 * cost model: the fewest moves into VRAM and bytes over PCIe (VRAM
+	 * budget), the fewest NVMe reads and bytes (both budgets), the fewest NVMe
+	 * reads and bytes given this run's moves into VRAM (RAM budget), and
+	 * the shortest decode time (and so the highest decode tok/s).
+	 * bound_ratio = decode_tok_s / bound_tok_s; bound_violations: how many
+	 * of the run's counters beat their bound (0, or a bug). */
+	uint64_t bound_moves_vram, bound_bytes_vram, bound_moves_nvme, bound_bytes_nvme;
+	uint64_t bound_ram_moves_nvme, bound_ram_bytes_nvme, bound_violations;
+	double bound_decode_ms, bound_tok_s, bound_ratio;
 };
 
 /* The result columns of `strata replay/sim --csv` and --json, and of the rows of
@@ -139,6 +149,10 @@ struct strata_replay_result {
 	X("prefetch_wasted", U, "%" PRIu64, s->prefetch_wasted) \
 	X("prefetch_redundant", U, "%" PRIu64, s->prefetch_redundant) \
 	X("prefetch_late", U, "%" PRIu64, s->prefetch_late) \
+	X("prefetch_promoted", U, "%" PRIu64, s->prefetch_promoted) \
+	X("prefetch_cancelled", U, "%" PRIu64, s->prefetch_cancelled) \
+	X("moves_vram", U, "%" PRIu64, s->moves_vram) \
+	X("moves_nvme", U, "%" PRIu64, s->moves_nvme) \
 	X("prefetch_accuracy", D, "%.6f", r->prefetch_accuracy) \
 	X("prefetch_coverage", D, "%.6f", r->prefetch_coverage) \
 	X("prefetch_waste", D, "%.6f", r->prefetch_waste) \
@@ -159,7 +173,17 @@ struct strata_replay_result {
 	X("loop_s", D, "%.6f", r->loop_s) \
 	X("loop_accesses_per_s", D, "%.0f", r->loop_accesses_per_s) \
 	X("verified_extents", U, "%" PRIu64, s->verified_extents) \
-	X("verified_bytes", U, "%" PRIu64, s->verified_bytes)
+	X("verified_bytes", U, "%" PRIu64, s->verified_bytes) \
+	X("bound_moves_vram", U, "%" PRIu64, r->bound_moves_vram) \
+	X("bound_bytes_vram", U, "%" PRIu64, r->bound_bytes_vram) \
+	X("bound_moves_nvme", U, "%" PRIu64, r->bound_moves_nvme) \
+	X("bound_bytes_nvme", U, "%" PRIu64, r->bound_bytes_nvme) \
+	X("bound_ram_moves_nvme", U, "%" PRIu64, r->bound_ram_moves_nvme) \
+	X("bound_ram_bytes_nvme", U, "%" PRIu64, r->bound_ram_bytes_nvme) \
+	X("bound_decode_ms", D, "%.3f", r->bound_decode_ms) \
+	X("bound_tok_s", D, "%.3f", r->bound_tok_s) \
+	X("bound_ratio", D, "%.4f", r->bound_ratio) \
+	X("bound_violations", U, "%" PRIu64, r->bound_violations)
 
 int strata_replay_run(const struct strata_replay_config *cfg, struct strata_replay_result *res,
 		      struct strata_error *err);

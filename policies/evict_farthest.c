@@ -1,9 +1,25 @@
 /*
- * Belady's optimal eviction (MIN): the victim is the resident expert whose
- * next use lies farthest in the future, read from env->future (trace replay
- * and simulation know it; live runs do not, so the loader refuses it there).
- * For experts of one size with demand fetching it minimises misses: the upper
- * bound every ablation is measured against.
+ * Farthest next use ("farthest"; called "belady" before issue 16): the victim
+ * is the resident, unpinned expert whose next use in the whole run lies
+ * farthest ahead, read from env->future (trace replay and simulation know it;
+ * live runs do not, so the loader refuses it there).
+ *
+ * This is Belady's rule applied per tier inside the engine, and it is NOT the
+ * offline optimum there, for three reasons (strata/bound.h gives the bounds
+ * that are):
+ *   - a layer's experts are pinned while it is fetched, so the rule cannot
+ *     evict an expert of the running layer even when that is what MIN would
+ *     do (one layer, 4 experts, top-2, 2 slots, trace [[3,2]],[[0,1]],[[1,2]]:
+ *     1 hit, MIN gets 2, tests/test_conformance.c);
+ *   - it cannot choose to stream an expert instead of keeping it (placement
+ *     decides that), which MIN with a bypass slot can;
+ *   - on the RAM tier it ranks by the next use in the whole trace, not by the
+ *     next access that will reach RAM (most are VRAM hits), so it keeps
+ *     experts RAM will never serve (0 RAM hits where LRU gets 108).
+ * With one expert per layer-step and demand fetching into one tier it is MIN
+ * (checked against a brute force in the conformance suite).  Use it as a
+ * strong heuristic that knows the future; compare every policy with the
+ * bound_* columns instead.
  *
  * Each resident expert's key is its next use, recomputed on every access.
  * Keys are clock values (access positions), so they are indexed by position:
@@ -38,7 +54,7 @@ struct bnode {
 	uint32_t in;         /* resident (tracked) */
 };
 
-struct belady {
+struct farthest {
 	const struct strata_future *f;
 	uint32_t n_ids;
 	struct bnode *node;  /* per eid */
@@ -52,9 +68,9 @@ struct belady {
 	bool failed;
 };
 
-static int belady_init(struct strata_policy *p, struct strata_error *err)
+static int farthest_init(struct strata_policy *p, struct strata_error *err)
 {
-	struct belady *b = p->priv;
+	struct farthest *b = p->priv;
 	uint32_t n = p->env->n_ids ? p->env->n_ids : 1;
 	b->f = p->env->future;
 	b->n_ids = p->env->n_ids;
@@ -62,13 +78,13 @@ static int belady_init(struct strata_policy *p, struct strata_error *err)
 	b->never = calloc((n + 63) / 64, sizeof(*b->never));
 	b->never_sum = calloc((n + 4095) / 4096, sizeof(*b->never_sum));
 	if (!b->node || !b->never || !b->never_sum)
-		return STRATA_ERR(err, STRATA_ENOMEM, "evict belady: out of memory");
+		return STRATA_ERR(err, STRATA_ENOMEM, "evict farthest: out of memory");
 	return STRATA_OK;
 }
 
-static void belady_free(struct strata_policy *p)
+static void farthest_free(struct strata_policy *p)
 {
-	struct belady *b = p->priv;
+	struct farthest *b = p->priv;
 	free(b->node);
 	free(b->never);
 	free(b->never_sum);
@@ -81,7 +97,7 @@ static void belady_free(struct strata_policy *p)
 /* Room for position t; false (and the instance's error set) if there is none. */
 static bool cover(struct strata_policy *p, uint64_t t)
 {
-	struct belady *b = p->priv;
+	struct farthest *b = p->priv;
 	if (t < b->cap)
 		return true;
 	if (b->failed)
@@ -91,7 +107,7 @@ static bool cover(struct strata_policy *p, uint64_t t)
 		cap *= 2;
 	if (t >= cap) {
 		b->failed = true;
-		STRATA_ERR(&p->error, STRATA_EINVAL, "evict belady: clock value %llu beyond the %llu positions indexed",
+		STRATA_ERR(&p->error, STRATA_EINVAL, "evict farthest: clock value %llu beyond the %llu positions indexed",
 			   (unsigned long long)t, (unsigned long long)MAX_POS);
 		return false;
 	}
@@ -106,7 +122,7 @@ static bool cover(struct strata_policy *p, uint64_t t)
 	uint32_t *at = l2 ? realloc(b->at, sizeof(*at) * cap) : NULL;
 	if (!at) {
 		b->failed = true;
-		STRATA_ERR(&p->error, STRATA_ENOMEM, "evict belady: out of memory (%llu positions)",
+		STRATA_ERR(&p->error, STRATA_ENOMEM, "evict farthest: out of memory (%llu positions)",
 			   (unsigned long long)cap);
 		return false;
 	}
@@ -118,14 +134,14 @@ static bool cover(struct strata_policy *p, uint64_t t)
 	return true;
 }
 
-static inline void bit_set(struct belady *b, uint64_t t)
+static inline void bit_set(struct farthest *b, uint64_t t)
 {
 	b->l0[t / 64] |= 1ull << (t % 64);
 	b->l1[t / 4096] |= 1ull << (t / 64 % 64);
 	b->l2[t / 262144] |= 1ull << (t / 4096 % 64);
 }
 
-static inline void bit_clear(struct belady *b, uint64_t t)
+static inline void bit_clear(struct farthest *b, uint64_t t)
 {
 	if ((b->l0[t / 64] &= ~(1ull << (t % 64))))
 		return;
@@ -137,7 +153,7 @@ static inline void bit_clear(struct belady *b, uint64_t t)
 static inline uint32_t msb(uint64_t x) { return 63 - (uint32_t)__builtin_clzll(x); }
 
 /* Highest occupied position below `below`, or UINT64_MAX. */
-static uint64_t last_below(const struct belady *b, uint64_t below)
+static uint64_t last_below(const struct farthest *b, uint64_t below)
 {
 	if (!below)
 		return UINT64_MAX;
@@ -160,7 +176,7 @@ static uint64_t last_below(const struct belady *b, uint64_t below)
 	return w0 * 64 + msb(b->l0[w0]);
 }
 
-static void drop_key(struct belady *b, uint32_t e)
+static void drop_key(struct farthest *b, uint32_t e)
 {
 	uint64_t k = b->node[e].key;
 	if (k == STRATA_NEVER) {
@@ -178,7 +194,7 @@ static void drop_key(struct belady *b, uint32_t e)
 
 static void set_next(struct strata_policy *p, uint32_t e, uint64_t next)
 {
-	struct belady *b = p->priv;
+	struct farthest *b = p->priv;
 	if (b->node[e].in)
 		drop_key(b, e);
 	if (next != STRATA_NEVER && !cover(p, next)) {
@@ -203,7 +219,7 @@ static void set_next(struct strata_policy *p, uint32_t e, uint64_t next)
 }
 
 /* First use at or after now. */
-static uint64_t next_from(const struct belady *b, uint32_t eid, uint64_t now)
+static uint64_t next_from(const struct farthest *b, uint32_t eid, uint64_t now)
 {
 	/* next_use is strictly after its argument.  At now == 0 that misses an
 	 * access at 0 itself; only a preload or prefetch inserts then, and the
@@ -213,23 +229,23 @@ static uint64_t next_from(const struct belady *b, uint32_t eid, uint64_t now)
 	return b->f->next_use(b->f, eid, now - 1);
 }
 
-static void belady_on_insert(struct strata_policy *p, uint32_t eid, uint64_t now)
+static void farthest_on_insert(struct strata_policy *p, uint32_t eid, uint64_t now)
 {
-	struct belady *b = p->priv;
+	struct farthest *b = p->priv;
 	if (eid < b->n_ids)
 		set_next(p, eid, next_from(b, eid, now));
 }
 
-static void belady_on_access(struct strata_policy *p, uint32_t eid, uint64_t now)
+static void farthest_on_access(struct strata_policy *p, uint32_t eid, uint64_t now)
 {
-	struct belady *b = p->priv;
+	struct farthest *b = p->priv;
 	if (eid < b->n_ids && b->node[eid].in)
 		set_next(p, eid, b->f->next_use(b->f, eid, now));
 }
 
-static void belady_on_remove(struct strata_policy *p, uint32_t eid)
+static void farthest_on_remove(struct strata_policy *p, uint32_t eid)
 {
-	struct belady *b = p->priv;
+	struct farthest *b = p->priv;
 	if (eid < b->n_ids && b->node[eid].in) {
 		drop_key(b, eid);
 		b->node[eid].in = 0;
@@ -241,9 +257,9 @@ static inline bool pinned(const struct strata_residency *r, uint32_t e)
 	return r && r->pinned && r->pinned[e];
 }
 
-static int64_t belady_victim(struct strata_policy *p, uint64_t now, const struct strata_residency *r)
+static int64_t farthest_victim(struct strata_policy *p, uint64_t now, const struct strata_residency *r)
 {
-	struct belady *b = p->priv;
+	struct farthest *b = p->priv;
 	/* refresh keys whose use has passed unseen: every occupied position in
 	 * [scan, now), lowest first (the order does not matter: each refresh
 	 * depends on its expert alone, and the victim on the keys alone) */
@@ -287,10 +303,10 @@ static int64_t belady_victim(struct strata_policy *p, uint64_t now, const struct
 	return STRATA_NO_EXPERT;
 }
 
-const struct strata_evict_ops strata_evict_belady = {
-	.name = "belady", .version = STRATA_POLICY_ABI, .flags = STRATA_POLICY_F_NEEDS_FUTURE,
-	.help = "optimal: evict the expert used farthest in the future (needs the trace's future)",
-	.priv_size = sizeof(struct belady),
-	.init = belady_init, .free = belady_free, .on_insert = belady_on_insert,
-	.on_access = belady_on_access, .on_remove = belady_on_remove, .victim = belady_victim,
+const struct strata_evict_ops strata_evict_farthest = {
+	.name = "farthest", .version = STRATA_POLICY_ABI, .flags = STRATA_POLICY_F_NEEDS_FUTURE,
+	.help = "evict the expert used farthest in the future (needs the trace's future; a heuristic, not a bound)",
+	.priv_size = sizeof(struct farthest),
+	.init = farthest_init, .free = farthest_free, .on_insert = farthest_on_insert,
+	.on_access = farthest_on_access, .on_remove = farthest_on_remove, .victim = farthest_victim,
 };

@@ -1,0 +1,178 @@
+"""The trained MoE pipeline on the committed tiny checkpoint (tests/data/moe-tiny, trained by
+strata.train on Python sources): quantize, dequantize, evaluate, record, replay; the trainer's
+module against the runner; determinism; bad input (pytest; tests/run-tests.sh runs them).
+"""
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+
+from strata import StrataError  # noqa: E402
+from strata.hfckpt import CheckpointError, load_checkpoint, save_checkpoint  # noqa: E402
+
+BIN = os.environ.get("STRATA_BIN") or os.path.join(ROOT, "build", "release", "bin", "strata")
+TINY = os.path.join(ROOT, "tests", "data", "moe-tiny")
+
+
+def run_py(*args):
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"), STRATA_PROGRESS="0")
+    return subprocess.run([sys.executable, "-m"] + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          universal_newlines=True, env=env, cwd=ROOT)
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("real_model"))
+
+
+@pytest.fixture(scope="module")
+def evaluated(work):
+    out = os.path.join(work, "eval")
+    r = run_py("strata.eval", "--model", TINY, "--heldout-text", os.path.join(TINY, "heldout.txt"),
+               "--profile-text", os.path.join(TINY, "train-sample.txt"), "--strata", BIN, "--out", out,
+               "--seq", "128", "--windows", "2", "--batch", "2", "--profile-windows", "8", "--engine-windows", "1")
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+def test_checkpoint_is_small_and_trained():
+    size = sum(os.path.getsize(os.path.join(TINY, f)) for f in os.listdir(TINY))
+    assert size <= 8 << 20
+    c, t, cd = load_checkpoint(TINY)
+    info = cd["strata_training"]
+    # trained: held-out bits/byte clearly below the unigram model's
+    assert info["heldout_bits_per_byte"] < info["unigram_bits_per_byte"] - 0.5
+    assert c.num_experts_per_tok >= 4 and c.num_experts >= 16
+
+
+def test_eval_table(evaluated):
+    rows = list(csv.DictReader(open(os.path.join(evaluated, "results.csv"))))
+    by = {}
+    for r in rows:
+        by.setdefault(r["config"], []).append(r)
+    assert set(by) >= {"bf16", "all-hot", "all-warm", "all-cold", "popularity-15/30/55", "random-15/30/55-s1",
+                       "random-15/30/55-s2", "random-15/30/55-s3", "popularity-15/30/55-engine"}
+    assert all(float(r["kld"]) == 0 and float(r["top1"]) == 1 for r in by["bf16"])
+    kl = {k: sum(float(r["kld"]) for r in v) / len(v) for k, v in by.items()}
+    # fewer bits, more divergence: the compared axis changes the result
+    assert 0 < kl["all-hot"] < kl["all-cold"]
+    # the engine path (Strata backend, CPU reference) runs the same tiered weights as the files
+    assert abs(kl["popularity-15/30/55-engine"] - float(by["popularity-15/30/55"][0]["kld"])) < 0.2 * kl["all-cold"]
+    g = json.load(open(os.path.join(evaluated, "goals.json")))
+    assert g["shards"] == 3 and g["random_seeds"] == 3 and len(g["per_shard"]) == 3
+    for f in ("summary.csv", "summary.json", "counts.csv", "quality.png", "quality.pdf"):
+        assert os.path.getsize(os.path.join(evaluated, f)) > 0
+
+
+def test_record_and_replay(evaluated, work):
+    tr = os.path.join(work, "t.strace")
+    r = run_py("strata.record", "--model", TINY, "--text", os.path.join(TINY, "heldout.txt"), "--prompts", "2",
+               "--prompt-bytes", "24", "--max-new-tokens", "6", "--pred-depth", "3", "--strata", BIN, "-o", tr)
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    assert res["records"] == 2 * (24 + 5)
+    for d in (1, 2, 3):
+        assert 0 < res["accuracy"]["all_depth%d" % d] <= 1
+    out = os.path.join(work, "r.csv")
+    p = subprocess.run([BIN, "replay", "-q", "--model", os.path.join(evaluated, "q-popularity"), "--trace", tr,
+                        "--vram", "1M", "--ram", "1M", "--prefetch", "lookahead:depth=2", "--compute", "ref",
+                        "--csv", out], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
+    assert p.returncode == 0, p.stdout
+    row = list(csv.DictReader(open(out)))[0]
+    assert int(row["tokens"]) == res["records"] and float(row["decode_tok_s"]) > 0
+    assert int(row["hits_nvme"]) > 0  # the budgets force the cold tier
+
+
+def test_committed_trace_reads():
+    st = os.path.join(TINY, "trace.strace")
+    p = subprocess.run([BIN, "trace", "stats", st], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       universal_newlines=True)
+    assert p.returncode == 0, p.stdout
+
+
+def test_trainer_matches_runner_and_is_deterministic(work):
+    """Two steps of strata.train on a small corpus; the same seed twice gives the same weights;
+    the runner's logits on the checkpoint equal the trainer's module's."""
+    corp = os.path.join(work, "corpus")
+    os.makedirs(corp, exist_ok=True)
+    text = open(os.path.join(TINY, "heldout.txt"), "rb").read()
+    for i in range(20):  # m03.py and m13.py are held out (crc32 of the name mod 100 < 30)
+        with open(os.path.join(corp, "m%02d.py" % i), "wb") as f:
+            f.write(text[i * 1500:(i + 1) * 1500])
+    outs = []
+    for i in range(2):
+        o = os.path.join(work, "t%d" % i)
+        r = run_py("strata.train", "--corpus", corp, "--out", o, "--preset", "tiny", "--steps", "2", "--batch", "2",
+                   "--seq", "32", "--warmup", "1", "--heldout-pct", "30", "--eval-windows", "2",
+                   "--set", "num_hidden_layers=2", "--threads", "1")
+        assert r.returncode == 0, r.stderr
+        outs.append(o)
+    _, a, _ = load_checkpoint(outs[0])
+    _, b, _ = load_checkpoint(outs[1])
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    from strata.backends import BatchedBackend
+    from strata.model import load
+    from strata.moe import MoeLM
+    c, t, _ = load_checkpoint(outs[0])
+    mine = MoeLM(c).load_hf_tensors(t).eval()
+    ids = torch.randint(0, 256, (2, 40), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        lo = mine(ids)["logits"]
+    run = load(outs[0], BatchedBackend(), "cpu", torch.float32)
+    run.reset(2, 40)
+    lr = run.forward(ids)
+    assert (lo - lr).abs().max() < 1e-3 * lo.abs().max()
+
+
+def test_bad_input(work, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "a.py").write_text("   \n")
+    r = run_py("strata.train", "--corpus", str(empty), "--out", str(tmp_path / "x"), "--steps", "1")
+    assert r.returncode == 2 and str(empty) in r.stderr and "no Python text" in r.stderr
+    c, t, _ = load_checkpoint(TINY)
+    # a missing tensor, a misnamed one, a config that disagrees with the weights
+    bad = dict(t)
+    del bad["model.layers.1.mlp.experts.3.up_proj.weight"]
+    with pytest.raises(CheckpointError, match="missing tensor 'model.layers.1.mlp.experts.3.up_proj.weight'"):
+        save_checkpoint(str(tmp_path / "m1"), c, bad)
+    bad = dict(t)
+    bad["model.layers.1.mlp.expert.3.up_proj.weight"] = bad.pop("model.layers.1.mlp.experts.3.up_proj.weight")
+    with pytest.raises(CheckpointError, match="unexpected tensor 'model.layers.1.mlp.expert.3.up_proj.weight'"):
+        save_checkpoint(str(tmp_path / "m3"), c, bad)
+    d = tmp_path / "m2"
+    shutil.copytree(TINY, str(d))
+    cfg = json.load(open(str(d / "config.json")))
+    cfg["moe_intermediate_size"] *= 2
+    json.dump(cfg, open(str(d / "config.json"), "w"))
+    with pytest.raises(StrataError, match=r"model\.safetensors: tensor '.*' has shape .* config.json says"):
+        load_checkpoint(str(d))
+    r = run_py("strata.eval", "--model", str(d), "--heldout-text", os.path.join(TINY, "heldout.txt"),
+               "--profile-text", os.path.join(TINY, "train-sample.txt"), "--strata", BIN, "--out", str(tmp_path / "e"))
+    assert r.returncode == 2 and "config.json says" in r.stderr
+    p = subprocess.run([BIN, "dequantize", "--model", str(tmp_path / "nope"), "--out", str(tmp_path / "o.st")],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
+    assert p.returncode != 0 and "nope" in p.stdout and not os.path.exists(str(tmp_path / "o.st"))
+
+
+def test_dequantize_matches_store(evaluated):
+    """strata dequantize writes each expert as the store's own dequantizer gives it (strata.core.Store)."""
+    from strata.core import Store
+    from strata.hfckpt import expert_name, read_safetensors
+    q = os.path.join(evaluated, "q-popularity")
+    t, meta = read_safetensors(q + ".safetensors")
+    assert len(meta["strata.tiers"]) == 4 * 16
+    with Store(q) as s:
+        for l, e in ((0, 0), (3, 15), (2, 7)):
+            g, u, d = s.dequantize(l, e)
+            for name, ref in (("gate", g), ("up", u), ("down", d)):
+                x = t[expert_name(l, e, name)].float()
+                assert (x - ref.to(torch.bfloat16).float()).abs().max() == 0
