@@ -235,7 +235,7 @@ static void test_leaderboard_smoke(void **state)
 	if (rc)
 		fail_msg("leaderboard: exit %d: %s", rc, out);
 	for (const char *const *p = (const char *const[]){ "| llama.cpp |", "| lfru |", "| moe-infinity |",
-							  "| least-stale |", "| belady+oracle |", NULL }; *p; p++)
+							  "| least-stale |", "| farthest+oracle |", NULL }; *p; p++)
 		assert_non_null(strstr(out, *p));
 	assert_null(strstr(out, "failed"));
 	snprintf(res, sizeof(res), "%s/lb/leaderboard.csv", dir);
