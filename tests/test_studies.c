@@ -224,6 +224,29 @@ static void test_study_smoke(void **state)
 	assert_int_equal(test_run(out, sizeof(out), "%s", cmd), 0);
 }
 
+/* experiments/leaderboard/run.lua on the tiny trace: every policy at three
+ * budgets runs (15 x 3 rows, none failed), the table names the baselines,
+ * and a second run resumes with nothing left to do. */
+static void test_leaderboard_smoke(void **state)
+{
+	static char out[1 << 16];
+	char cmd[4 * PATH_MAX], res[PATH_MAX + 64];
+	snprintf(cmd, sizeof(cmd), "cd %s && %s run experiments/leaderboard/run.lua out=%s/lb ram=4M "
+		 "'traces=tiny|tiny|%s|384K,768K,1536K'", root, test_bin("strata"), dir, trace);
+	int rc = test_run(out, sizeof(out), "%s", cmd);
+	if (rc)
+		fail_msg("leaderboard: exit %d: %s", rc, out);
+	for (const char *const *p = (const char *const[]){ "| llama.cpp |", "| lfru |", "| moe-infinity |",
+							  "| least-stale |", "| farthest+oracle |", NULL }; *p; p++)
+		assert_non_null(strstr(out, *p));
+	assert_null(strstr(out, "failed"));
+	snprintf(res, sizeof(res), "%s/lb/leaderboard.csv", dir);
+	assert_int_equal(test_run(out, sizeof(out), "grep -c '^[^,]*,ok,' %s", res), 0);
+	assert_string_equal(out, "45\n");
+	assert_int_equal(test_run(out, sizeof(out), "%s", cmd), 0);
+	assert_non_null(strstr(out, "45 of 45 rows already in"));
+}
+
 static void test_cluster_roundtrip(void **state)
 {
 	/* export -> the Slurm array template, one task at a time -> merge ->
@@ -252,6 +275,7 @@ int main(void)
 		cmocka_unit_test(test_spec_tiers),
 		cmocka_unit_test(test_experiment_keys),
 		cmocka_unit_test(test_study_smoke),
+		cmocka_unit_test(test_leaderboard_smoke),
 		cmocka_unit_test(test_cluster_roundtrip),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
