@@ -268,7 +268,7 @@ static const struct cli_case cases[] = {
 	{ "@S trace gen -o @D/x.strace --jitter 5", 1, { "jitter" } },
 	{ "@S sim --model tiny --trace @D/t.strace -q --tiers 50,50,50", 1, { "sums to 150" } },
 	/* a compared axis that cannot change the result is warned about */
-	{ "@S sim --model @D/m --trace @D/t.strace -q --evict belady", 0, { "warning", "did not affect", "place=cache" } },
+	{ "@S sim --model @D/m --trace @D/t.strace -q --evict farthest", 0, { "warning", "did not affect", "place=cache" } },
 	{ "@S sim --model @D/m --trace @D/t.strace -q --prefetch lookahead", 0, { "issued nothing", "has none" } },
 	{ "@S replay --model @D/m --trace @D/t.strace --gpu 0 --compute none --json -", 0,
 	  { "\"vram_tier\": \"host stand-in\"", "\"vram_host_stand_in\": 1", "\"partial\": 0" } },
