@@ -350,9 +350,12 @@ static const struct cli_case cases[] = {
 	{ "@S quantize --in @D/hlen.safetensors --out @D/q0", 1, { "hlen.safetensors", "header claims 64 bytes",
 	  "file holds 7" } },
 	/* sweep workers never outlive the sweep: SIGINT to the parent alone stops
-	 * them (no row recorded for them), SIGKILL of the parent takes them down */
+	 * them (no row recorded for them), SIGKILL of the parent takes them down.
+	 * cnt counts the processes running this run's script, by its path in
+	 * this run's own temporary directory (another run of the suite on the
+	 * machine has another @D; mkdtemp names are letters and digits) */
 #define COUNT_RUN(k) "cnt() { n=0; for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' 2>/dev/null <$f | " \
-	"grep -q '^[^ ]*/strata run [^ ]*slowsweep" k "[.]lua' && n=$((n+1)); done; echo $n; }; "
+	"grep -q '^[^ ]*/strata run @D/slowsweep" k "[.]lua ' && n=$((n+1)); done; echo $n; }; "
 	{ "exec 2>&1; " COUNT_RUN("0") "@S run @D/slowsweep0.lua & P=$!; sleep 1.5; echo before=$(cnt); kill -INT $P; "
 	  "wait $P; echo rc=$?; sleep 0.5; echo after=$(cnt); "
 	  "echo failedrows=$(cat @D/slow0.csv 2>/dev/null | grep -c -e crashed -e stopped)", 0,
