@@ -239,6 +239,8 @@ static int measure_nvme(struct strata_store *s, const struct strata_calibrate_co
 	uint32_t *free_slots = malloc(qd * sizeof(uint32_t)), nfree = qd;
 	for (uint32_t i = 0; i < qd; i++)
 		free_slots[i] = i;
+	struct strata_progress pg;
+	strata_progress_start(&pg, "calibrate: NVMe bandwidth", want, "B");
 	uint64_t t0 = strata_now_ns();
 	while (done < want) {
 		while (nfree && issued < want) {
@@ -280,11 +282,13 @@ static int measure_nvme(struct strata_store *s, const struct strata_calibrate_co
 		free_slots[nfree++] = (uint32_t)(d >> 40);
 		inflight--;
 		io_uring_cqe_seen(&ring, cqe);
+		strata_progress_update(&pg, done);
 		if (strata_interrupted) {
 			rc = STRATA_ERR(err, STRATA_EINTR, "calibrate: interrupted");
 			break;
 		}
 	}
+	strata_progress_finish(&pg);
 	while (inflight) { /* drain */
 		struct io_uring_cqe *cqe;
 		if (io_uring_wait_cqe(&ring, &cqe) < 0)

@@ -13,6 +13,7 @@
 #include <strings.h>
 
 #include "strata/option.h"
+#include "strata/util.h"
 
 const char *strata_option_type_name(int type)
 {
@@ -146,8 +147,13 @@ int strata_options_apply(const struct strata_option *opts, void *obj, const char
 		if (!o || !o->name) {
 			char names[512];
 			list_names(opts, names, sizeof(names));
-			rc = STRATA_ERR(err, STRATA_EINVAL, "%s: unknown option '%s' (options: %s)", owner, tok,
-					names);
+			const char *cand[64];
+			size_t n = 0;
+			for (const struct strata_option *c = opts; c && c->name && n < 64; c++)
+				cand[n++] = c->name;
+			const char *hint = strata_closest_name(tok, strlen(tok), cand, n);
+			rc = STRATA_ERR(err, STRATA_EINVAL, "%s: unknown option '%s' (options: %s)%s%s%s", owner, tok,
+					names, hint ? "; did you mean '" : "", hint ? hint : "", hint ? "'?" : "");
 			break;
 		}
 		if (!eq && o->type != STRATA_OPT_BOOL) {

@@ -502,6 +502,35 @@ static int instantiate(struct policy_impl *pi, int role, const void *ops, const 
 	return STRATA_OK;
 }
 
+/* Length of an option key ([a-z0-9_]+) followed by '=' at s, else 0. */
+static size_t key_eq(const char *s)
+{
+	size_t n = strspn(s, "abcdefghijklmnopqrstuvwxyz0123456789_");
+	return n && s[n] == '=' ? n : 0;
+}
+
+/* The canonical instance name a run reports (`lookahead-depth=2-topn=3`,
+ * strata_options_canonical) is also a spec: rewrite it to the colon form
+ * (`lookahead:depth=2:topn=3`) so a name copied from a results row runs the
+ * same policy.  The name ends at the first '-' followed by `key=` (names such
+ * as lfu-decay keep their hyphen: `decay-halflife=` is not a key).  Returns 1
+ * when buf holds the rewritten spec. */
+static int spec_from_instance_name(const char *spec, char *buf, size_t len)
+{
+	if (strchr(spec, ':') || !strchr(spec, '=') || strlen(spec) >= len)
+		return 0;
+	const char *p = spec;
+	while ((p = strchr(p, '-')) && !key_eq(p + 1))
+		p++;
+	if (!p || p == spec)
+		return 0;
+	size_t o = 0;
+	for (const char *s = spec; *s; s++)
+		buf[o++] = (*s == '-' && s >= p && key_eq(s + 1)) ? ':' : *s;
+	buf[o] = '\0';
+	return 1;
+}
+
 int strata_policy_create(int role, const char *spec, const struct strata_policy_env *env, int tier,
 			 struct strata_policy **out, struct strata_error *err)
 {
@@ -514,7 +543,9 @@ int strata_policy_create(int role, const char *spec, const struct strata_policy_
 	if (!env)
 		return STRATA_ERR(err, STRATA_EINVAL, "%s %s: no policy environment", rn, spec);
 
-	char name[PATH_MAX];
+	char name[PATH_MAX], colon_spec[PATH_MAX];
+	if (spec_from_instance_name(spec, colon_spec, sizeof(colon_spec)))
+		spec = colon_spec;
 	const char *colon = strchr(spec, ':');
 	size_t nlen = colon ? (size_t)(colon - spec) : strlen(spec);
 	if (nlen == 0 || nlen >= sizeof(name))

@@ -13,6 +13,7 @@
 
 #include "moe.h"
 #include "quant.h"
+#include "strata/csv.h"
 #include "strata/bound.h"
 #include "strata/gpu.h"
 #include "strata/json.h"
@@ -139,6 +140,7 @@ struct run {
 	uint8_t *req_prefill;
 	uint32_t cap_req;
 	uint64_t n_lat;
+	uint64_t steps_done;            /* steps run_loop finished (all, unless interrupted) */
 	double t_prefill, t_decode;
 };
 
@@ -532,12 +534,25 @@ static int run_loop(struct run *r, struct strata_replay_result *res, struct stra
 	int rc = STRATA_OK;
 	struct strata_progress prog;
 	if (cfg->progress)
-		strata_progress_start(&prog, r->virt ? "sim" : "replay", r->plan.n_steps, "steps");
+		strata_progress_start(&prog,
+				      r->virt ? "sim"
+				      : r->compute == STRATA_COMPUTE_REF && !strata_engine_on_gpu(r->eng)
+					      ? "replay (no GPU: host stand-in VRAM, CPU reference compute)"
+					      : "replay",
+				      r->plan.n_steps, "steps");
 	uint64_t loop0 = strata_now_ns();
-	for (uint64_t s = 0; s < r->plan.n_steps; s++) {
-		if (strata_interrupted)
+	r->steps_done = 0;
+	for (uint64_t s = 0; s < r->plan.n_steps; s++, r->steps_done = s) {
+		if (strata_interrupted) {
+			/* keep what finished: the caller computes the metrics over
+			 * steps_done steps and marks the result partial */
+			res->loop_s = (double)(strata_now_ns() - loop0) / 1e9;
+			if (cfg->progress)
+				strata_progress_finish(&prog);
+			res->partial = true;
 			return STRATA_ERR(err, STRATA_EINTR, "interrupted at step %" PRIu64 " of %" PRIu64, s,
 					  r->plan.n_steps);
+		}
 		uint64_t first = r->plan.step_first[s];
 		int prefill = strata_trace_phase(r->trace, first) == STRATA_PHASE_PREFILL;
 		uint32_t ri = 0;
@@ -589,9 +604,10 @@ static void compute_metrics(struct run *r, struct strata_replay_result *res)
 	res->seed = cfg->engine.seed;
 	res->budget[0] = cfg->engine.budget[0];
 	res->budget[1] = cfg->engine.budget[1];
-	res->steps = r->plan.n_steps;
-	res->tokens = r->plan.step_first[r->plan.n_steps];
-	for (uint64_t s = 0; s < r->plan.n_steps; s++) {
+	res->steps = r->steps_done;
+	res->tokens = r->plan.step_first[r->steps_done];
+	res->vram_host = !r->virt && !strata_engine_on_gpu(r->eng);
+	for (uint64_t s = 0; s < r->steps_done; s++) {
 		uint64_t nt = r->plan.step_first[s + 1] - r->plan.step_first[s];
 		if (strata_trace_phase(r->trace, r->plan.step_first[s]) == STRATA_PHASE_PREFILL)
 			res->prefill_tokens += nt;
@@ -620,6 +636,35 @@ static void compute_metrics(struct run *r, struct strata_replay_result *res)
 	qsort(r->lat, r->n_lat, sizeof(double), cmp_double);
 	res->lat_p50_ms = pctl(r->lat, r->n_lat, 0.50) / 1e6;
 	res->lat_p99_ms = pctl(r->lat, r->n_lat, 0.99) / 1e6;
+}
+
+/* Configurations whose compared axis cannot change the result: say so
+ * (res->warning), so a sweep of eviction policies under a placement that
+ * never evicts, or of lookahead on a trace without predictions, does not
+ * pass for a finding. */
+static void axis_warnings(struct run *r, struct strata_replay_result *res)
+{
+	const struct strata_replay_config *cfg = r->cfg;
+	const struct strata_engine_stats *st = &res->stats;
+	size_t o = 0, len = sizeof(res->warning);
+	res->warning[0] = '\0';
+	/* the engine default's own pointer: no eviction policy was asked for */
+	bool evict_chosen = cfg->engine.evict && cfg->engine.evict != strata_policy_default(STRATA_ROLE_EVICT);
+	if (evict_chosen && st->evictions[0] + st->evictions[1] == 0 && st->accesses)
+		o += (size_t)snprintf(res->warning + o, len - o,
+				      "no expert was evicted, so the eviction policy (%s) did not affect this run: the "
+				      "placement never evicts (place=static keeps misses out of the caches unless "
+				      "promote=ram|vram|all; compare eviction policies under place=cache) or the "
+				      "budgets hold every expert used\n", cfg->engine.evict);
+	const struct strata_trace_info *ti = strata_trace_info(r->trace);
+	if (o < len && strata_engine_reads_hints(r->eng) && st->prefetch_issued == 0 &&
+	    (!ti->pred_depth || !cfg->hints))
+		o += (size_t)snprintf(res->warning + o, len - o,
+				      "prefetch %s issued nothing: it reads the trace's recorded predictions and %s "
+				      "(strata trace gen --pred-depth N records them; prefetch=oracle or history "
+				      "need none)\n", cfg->engine.prefetch ? cfg->engine.prefetch : "",
+				      !ti->pred_depth ? "this trace has none" : "--no-hints withholds them");
+	(void)o;
 }
 
 /* The bounds of strata/bound.h for this run, and how many the run broke. */
@@ -725,32 +770,25 @@ int strata_replay_run(const struct strata_replay_config *cfg, struct strata_repl
 		run0 = clock_now(&r);
 		rc = run_loop(&r, res, err);
 	}
-	if (!rc) {
+	/* interrupted: the steps that finished still make a (partial) result */
+	bool have = !rc || (rc == STRATA_EINTR && res->partial);
+	if (have) {
 		compute_metrics(&r, res);
 		res->run_s = (clock_now(&r) - run0) / 1e9;
-		rc = compute_bounds(&r, res, err);
+		axis_warnings(&r, res);
+		if (!rc) /* the bounds are of the whole trace: none for a partial run */
+			rc = compute_bounds(&r, res, err);
 	}
 	res->wall_s = (double)(strata_now_ns() - wall0) / 1e9;
-	if (!rc && res->wall_s > 0)
+	if (have && res->wall_s > 0)
 		res->accesses_per_s = (double)res->stats.accesses / res->wall_s;
-	if (!rc && res->loop_s > 0)
+	if (have && res->loop_s > 0)
 		res->loop_accesses_per_s = (double)res->stats.accesses / res->loop_s;
 	run_free(&r);
 	return rc;
 }
 
 /* ---- output ----------------------------------------------------------- */
-
-static void csv_str(FILE *f, const char *s)
-{
-	fputc('"', f);
-	for (; *s; s++) {
-		if (*s == '"')
-			fputc('"', f);
-		fputc(*s, f);
-	}
-	fputc('"', f);
-}
 
 int strata_replay_write_json(const struct strata_replay_result *r, const char *path, struct strata_error *err)
 {
@@ -762,9 +800,9 @@ int strata_replay_write_json(const struct strata_replay_result *r, const char *p
 	FILE *f = o.f;
 	fprintf(f, "{\n  \"config\": ");
 	strata_json_write_str(f, r->name);
-	fprintf(f, ",\n  \"mode\": \"%s\",\n  \"compute\": \"%s\",\n  \"verify\": \"%s\",\n  \"trace\": ",
+	fprintf(f, ",\n  \"mode\": \"%s\",\n  \"compute\": \"%s\",\n  \"vram_tier\": \"%s\",\n  \"verify\": \"%s\",\n  \"trace\": ",
 		r->mode == STRATA_ENGINE_VIRTUAL ? "virtual" : "real", strata_compute_name(r->compute),
-		strata_verify_name(r->verify));
+		strata_replay_vram_desc(r), strata_verify_name(r->verify));
 	strata_json_write_str(f, r->trace);
 	fprintf(f, ",\n  \"model\": ");
 	strata_json_write_str(f, r->model);
@@ -773,7 +811,18 @@ int strata_replay_write_json(const struct strata_replay_result *r, const char *p
 #define JX(k, t, fmt, v) fprintf(f, ",\n  \"" k "\": " fmt, v);
 	STRATA_REPLAY_COLUMNS(JX)
 #undef JX
-	fprintf(f, "\n}\n");
+	fprintf(f, ",\n  \"warnings\": [");
+	const char *w = r->warning;
+	for (int n = 0; *w; n++) {
+		const char *nl = strchr(w, '\n');
+		size_t l = nl ? (size_t)(nl - w) : strlen(w);
+		char line[sizeof(r->warning)];
+		snprintf(line, sizeof(line), "%.*s", (int)l, w);
+		fputs(n ? ", " : "", f);
+		strata_json_write_str(f, line);
+		w += l + (nl != NULL);
+	}
+	fprintf(f, "]\n}\n");
 	return strata_outfile_commit(&o, err);
 }
 
@@ -793,11 +842,11 @@ int strata_replay_write_csv(const struct strata_replay_result *r, const char *pa
 #undef HX
 		fputc('\n', f);
 	}
-	csv_str(f, r->name);
+	strata_csv_write_field(f, r->name);
 	fprintf(f, ",%s,%s,", r->mode == STRATA_ENGINE_VIRTUAL ? "virtual" : "real", strata_compute_name(r->compute));
-	csv_str(f, r->trace);
+	strata_csv_write_field(f, r->trace);
 	fputc(',', f);
-	csv_str(f, r->model);
+	strata_csv_write_field(f, r->model);
 	fprintf(f, ",%" PRIu64 ",%" PRIu64 ",%" PRIu64, r->seed, r->budget[0], r->budget[1]);
 #define CX(k, t, fmt, v) fprintf(f, "," fmt, v);
 	STRATA_REPLAY_COLUMNS(CX)
@@ -806,21 +855,28 @@ int strata_replay_write_csv(const struct strata_replay_result *r, const char *pa
 	return strata_outfile_commit(&o, err);
 }
 
+const char *strata_replay_vram_desc(const struct strata_replay_result *r)
+{
+	return r->mode == STRATA_ENGINE_VIRTUAL ? "modelled" : r->vram_host ? "host stand-in" : "device";
+}
+
 void strata_replay_print(const struct strata_replay_result *r, FILE *f)
 {
 	const struct strata_engine_stats *s = &r->stats;
 	char a[32], b[32], c[32];
-	fprintf(f, "%s  (%s, compute %s, seed %" PRIu64 "%s%s)\n", r->name,
+	fprintf(f, "%s  (%s, compute %s, seed %" PRIu64 "%s%s%s)%s\n", r->name,
 		r->mode == STRATA_ENGINE_VIRTUAL ? "simulated" : "real", strata_compute_name(r->compute), r->seed,
 		r->mode == STRATA_ENGINE_VIRTUAL ? "" : ", checksums ",
 		r->mode == STRATA_ENGINE_VIRTUAL ? "" : r->verify == STRATA_VERIFY_OFF ? "NOT checked (--no-verify)"
 						       : r->verify == STRATA_VERIFY_EVERY ? "checked on every read"
-											 : "checked on first read");
+											 : "checked on first read",
+		r->vram_host ? ", no GPU: the VRAM tier is a host stand-in" : "",
+		r->partial ? "  PARTIAL: interrupted, the steps that finished" : "");
 	fprintf(f, "  trace     %s: %" PRIu64 " tokens (%" PRIu64 " prefill, %" PRIu64 " decode), %" PRIu64
 		   " steps, %" PRIu64 " requests\n", r->trace, r->tokens, r->prefill_tokens, r->decode_tokens, r->steps,
 		r->requests);
-	fprintf(f, "  accesses  %" PRIu64 ": vram %.2f%%  ram %.2f%%  nvme %.2f%%\n", s->accesses,
-		100 * r->hit_rate[0], 100 * r->hit_rate[1], 100 * r->hit_rate[2]);
+	fprintf(f, "  accesses  %" PRIu64 ": vram%s %.2f%%  ram %.2f%%  nvme %.2f%%\n", s->accesses,
+		r->vram_host ? " (host stand-in)" : "", 100 * r->hit_rate[0], 100 * r->hit_rate[1], 100 * r->hit_rate[2]);
 	fprintf(f, "  bytes     nvme->ram %s  ram->vram %s  nvme->vram %s\n",
 		strata_fmt_bytes(s->bytes_nvme_ram, a, sizeof(a)), strata_fmt_bytes(s->bytes_ram_vram, b, sizeof(b)),
 		strata_fmt_bytes(s->bytes_nvme_vram, c, sizeof(c)));

@@ -912,15 +912,9 @@ static void remove_model_dir(const char *dir)
 /* "parent/.name.new-PID" for dir "parent/name". */
 static char *staging_path(const char *dir)
 {
-	size_t n = strlen(dir);
-	while (n > 1 && dir[n - 1] == '/')
-		n--;
-	const char *slash = memrchr(dir, '/', n);
-	size_t dl = slash ? (size_t)(slash - dir) + 1 : 0;
-	char *p = malloc(n + 40);
-	if (p)
-		sprintf(p, "%.*s.%.*s.new-%ld", (int)dl, dir, (int)(n - dl), dir + dl, (long)getpid());
-	return p;
+	char tag[32];
+	snprintf(tag, sizeof(tag), "new-%ld", (long)getpid());
+	return strata_sibling_path(dir, tag);
 }
 
 /* Leftover staging directories of killed writes of dir (we hold its lock). */

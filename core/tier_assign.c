@@ -235,27 +235,33 @@ int strata_popularity_check(const struct strata_popularity *p, const struct stra
 
 int strata_tier_split_parse(const char *text, struct strata_tier_split *out, struct strata_error *err)
 {
+	static const char want[] = "want hot,warm,cold as percentages summing to 100 (15,30,55) or fractions "
+				   "summing to 1 (0.15,0.30,0.55)";
 	const char *s = text;
 	double sum = 0;
 	for (int i = 0; i < STRATA_TIER_COUNT; i++) {
 		char *end;
 		double v = strtod(s, &end);
 		if (end == s || !isfinite(v) || v < 0)
-			return STRATA_ERR(err, STRATA_EINVAL, "bad split '%s': want three percentages, e.g. 15,30,55", text);
+			return STRATA_ERR(err, STRATA_EINVAL, "bad split '%s': %s", text, want);
 		out->pct[i] = v;
 		sum += v;
 		s = end;
 		if (i < STRATA_TIER_COUNT - 1) {
 			if (*s != ',')
-				return STRATA_ERR(err, STRATA_EINVAL, "bad split '%s': want three percentages, e.g. 15,30,55",
-						  text);
+				return STRATA_ERR(err, STRATA_EINVAL, "bad split '%s': %s", text, want);
 			s++;
 		}
 	}
 	if (*s)
-		return STRATA_ERR(err, STRATA_EINVAL, "bad split '%s': want three percentages, e.g. 15,30,55", text);
-	if (fabs(sum - 100.0) > 0.01)
-		return STRATA_ERR(err, STRATA_EINVAL, "bad split '%s': percentages sum to %g, not 100", text, sum);
+		return STRATA_ERR(err, STRATA_EINVAL, "bad split '%s': %s", text, want);
+	/* The two forms cannot be confused: a split sums to 1 or to 100, never both. */
+	if (fabs(sum - 1.0) <= 1e-4) {
+		for (int i = 0; i < STRATA_TIER_COUNT; i++)
+			out->pct[i] *= 100.0;
+	} else if (fabs(sum - 100.0) > 0.01) {
+		return STRATA_ERR(err, STRATA_EINVAL, "bad split '%s': sums to %g; %s", text, sum, want);
+	}
 	return STRATA_OK;
 }
 
@@ -483,20 +489,11 @@ void strata_tier_assign_seeded(const struct strata_model_spec *spec, const doubl
 
 int strata_tier_frac_parse(const char *text, double frac[STRATA_TIER_COUNT], struct strata_error *err)
 {
-	char *end;
-	const char *p = text;
-	double sum = 0;
-	for (int i = 0; i < STRATA_TIER_COUNT; i++) {
-		frac[i] = strtod(p, &end);
-		if (end == p || !(frac[i] >= 0 && frac[i] <= 1) || (i < 2 ? *end != ',' : *end != '\0'))
-			return STRATA_ERR(err, STRATA_EINVAL, "bad tier fractions '%s' (want HOT,WARM,COLD, e.g. "
-					  "0.15,0.30,0.55)", text);
-		sum += frac[i];
-		p = end + 1;
-	}
-	if (fabs(sum - 1.0) > 1e-3)
-		return STRATA_ERR(err, STRATA_EINVAL, "tier fractions '%s' sum to %g, not 1", text, sum);
-	return STRATA_OK;
+	struct strata_tier_split sp;
+	int rc = strata_tier_split_parse(text, &sp, err);
+	for (int i = 0; !rc && i < STRATA_TIER_COUNT; i++)
+		frac[i] = sp.pct[i] / 100.0;
+	return rc;
 }
 
 int strata_tier_assign_spec(const struct strata_model_spec *spec, const char *split_text, const char *tier_trace,

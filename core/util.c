@@ -104,24 +104,46 @@ void strata_progress_start(struct strata_progress *p, const char *what, uint64_t
 	p->what = what;
 	p->total = total;
 	p->unit = unit;
-	p->start_ns = strata_now_ns();
+	p->start_ns = p->last_ns = strata_now_ns();
 	const char *env = getenv("STRATA_PROGRESS");
-	p->enabled = env ? atoi(env) != 0 : isatty(STDERR_FILENO);
+	p->enabled = !env || !*env || atoi(env) != 0;
+	p->tty = isatty(STDERR_FILENO);
+}
+
+/* "42s", "3m07s", "2h05m" */
+static const char *fmt_secs(double s, char *buf, size_t len)
+{
+	if (!(s >= 0) || s > 1e8)
+		snprintf(buf, len, "?");
+	else if (s < 60)
+		snprintf(buf, len, "%.0fs", s);
+	else if (s < 3600)
+		snprintf(buf, len, "%dm%02ds", (int)(s / 60), (int)s % 60);
+	else
+		snprintf(buf, len, "%dh%02dm", (int)(s / 3600), (int)(s / 60) % 60);
+	return buf;
 }
 
 static void progress_draw(struct strata_progress *p, uint64_t now, int final)
 {
 	double secs = (double)(now - p->start_ns) / 1e9;
 	double frac = p->total ? (double)p->done / (double)p->total : 0;
-	char a[32], b[32];
+	double rate = secs > 0 ? (double)p->done / secs : 0;
+	char a[32], b[32], t[32];
+	const char *lead = p->tty ? "\r" : "", *tail = final || !p->tty ? "\n" : "   ";
+	fprintf(stderr, "%s%s: %5.1f%% ", lead, p->what, 100 * frac);
 	if (p->unit && !strcmp(p->unit, "B"))
-		fprintf(stderr, "\r%s: %5.1f%% %s / %s  %.1f MB/s%s", p->what, 100 * frac,
-			strata_fmt_bytes(p->done, a, sizeof(a)), strata_fmt_bytes(p->total, b, sizeof(b)),
-			secs > 0 ? (double)p->done / secs / 1e6 : 0.0, final ? "\n" : "   ");
+		fprintf(stderr, "%s / %s  %.1f MB/s", strata_fmt_bytes(p->done, a, sizeof(a)),
+			strata_fmt_bytes(p->total, b, sizeof(b)), rate / 1e6);
 	else
-		fprintf(stderr, "\r%s: %5.1f%% %llu / %llu %s  %.1fs%s", p->what, 100 * frac,
-			(unsigned long long)p->done, (unsigned long long)p->total, p->unit ? p->unit : "",
-			secs, final ? "\n" : "   ");
+		fprintf(stderr, "%llu / %llu %s  %.1f/s", (unsigned long long)p->done, (unsigned long long)p->total,
+			p->unit ? p->unit : "", rate);
+	if (final)
+		fprintf(stderr, "  %s%s", p->done < p->total ? "stopped after " : "done in ", fmt_secs(secs, t, sizeof(t)));
+	else
+		fprintf(stderr, "  %s elapsed, ETA %s", fmt_secs(secs, a, sizeof(a)),
+			rate > 0 && p->total >= p->done ? fmt_secs((double)(p->total - p->done) / rate, t, sizeof(t)) : "?");
+	fputs(tail, stderr);
 	fflush(stderr);
 }
 
@@ -131,16 +153,61 @@ void strata_progress_update(struct strata_progress *p, uint64_t done)
 	if (!p->enabled)
 		return;
 	uint64_t now = strata_now_ns();
-	if (now - p->last_ns < 100000000ull)
+	/* A terminal line is redrawn in place; a log or a pipe gets a line every
+	 * STRATA_PROGRESS_LOG_NS, the first after one interval (short jobs stay quiet). */
+	if (now - p->last_ns < (p->tty ? 100000000ull : STRATA_PROGRESS_LOG_NS))
 		return;
 	p->last_ns = now;
+	p->drawn = 1;
 	progress_draw(p, now, 0);
 }
 
 void strata_progress_finish(struct strata_progress *p)
 {
-	if (p->enabled)
+	/* Off a terminal, a job that never printed a line stays silent. */
+	if (p->enabled && (p->tty || p->drawn))
 		progress_draw(p, strata_now_ns(), 1);
+}
+
+/* Levenshtein distance, capped at 255 (names here are short). */
+static unsigned edit_distance(const char *a, size_t la, const char *b)
+{
+	size_t lb = strlen(b);
+	if (la > 64 || lb > 64)
+		return 255;
+	unsigned row[65];
+	for (size_t j = 0; j <= lb; j++)
+		row[j] = (unsigned)j;
+	for (size_t i = 1; i <= la; i++) {
+		unsigned diag = row[0];
+		row[0] = (unsigned)i;
+		for (size_t j = 1; j <= lb; j++) {
+			unsigned up = row[j];
+			unsigned best = diag + (a[i - 1] != b[j - 1]);
+			if (up + 1 < best)
+				best = up + 1;
+			if (row[j - 1] + 1 < best)
+				best = row[j - 1] + 1;
+			row[j] = best;
+			diag = up;
+		}
+	}
+	return row[lb];
+}
+
+const char *strata_closest_name(const char *word, size_t len, const char *const *names, size_t n)
+{
+	const char *best = NULL;
+	unsigned bd = 255;
+	for (size_t i = 0; i < n; i++) {
+		unsigned d = edit_distance(word, len, names[i]);
+		if (d < bd) {
+			bd = d;
+			best = names[i];
+		}
+	}
+	/* a typo, not a different word: at most 2 edits, and fewer than half the letters */
+	return best && bd <= 2 && bd * 2 < (unsigned)len ? best : NULL;
 }
 
 /* Temp files a second signal removes before the process ends (the first
@@ -239,16 +306,16 @@ int strata_output_check(const char *path, struct strata_error *err)
 	return STRATA_OK;
 }
 
-static char *lock_path_of(const char *path)
+char *strata_sibling_path(const char *path, const char *tag)
 {
 	size_t n = strlen(path);
 	while (n > 1 && path[n - 1] == '/')
 		n--;
 	const char *slash = memrchr(path, '/', n);
 	size_t dl = slash ? (size_t)(slash - path) + 1 : 0;
-	char *p = malloc(n + 16);
+	char *p = malloc(n + strlen(tag) + 4);
 	if (p)
-		sprintf(p, "%.*s.%.*s.lock", (int)dl, path, (int)(n - dl), path + dl);
+		sprintf(p, "%.*s.%.*s.%s", (int)dl, path, (int)(n - dl), path + dl, tag);
 	return p;
 }
 
@@ -264,7 +331,7 @@ int strata_outlock_take(struct strata_outlock *l, const char *path, struct strat
 	int rc = strata_output_check(path, err);
 	if (rc)
 		return rc;
-	char *lp = lock_path_of(path);
+	char *lp = strata_sibling_path(path, "lock");
 	if (!lp)
 		return STRATA_ERR(err, STRATA_ENOMEM, "%s: out of memory", path);
 	for (int tries = 0; tries < 100; tries++) {

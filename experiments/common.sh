@@ -1,9 +1,9 @@
 # Sourced by experiments/<study>/make.sh: the strata binary, the plotter and
 # the Mixtral traces.
 #   STRATA       strata binary (default: build/release/bin/strata, else build/debug/bin/strata)
-#   STRATA_TRACES  folder with mixtral-8x7b-instruct/*_routing.jsonl (default: the first of
-#                ../shared/traces beside the checkout and /work/shared/traces that exists);
-#                set it to an empty or missing folder to skip the Mixtral parts
+#   STRATA_TRACES  folder with mixtral-8x7b-instruct/*_routing.jsonl to import (default: the
+#                bundled traces/mixtral-8x7b-instruct/mixtral-8x7b-instruct.strace, the same
+#                logs converted); set it empty to skip the Mixtral parts
 #   NO_PLOTS=1   skip the plots (tables only)
 set -eu
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -15,12 +15,6 @@ if [ -z "${STRATA:-}" ]; then
 fi
 [ -n "${STRATA:-}" ] && [ -x "$STRATA" ] || { echo "no strata binary: scons -Q -j2 mode=release (or set STRATA)" >&2; exit 2; }
 export STRATA_EXE=$STRATA
-if [ -z "${STRATA_TRACES+set}" ]; then
-	STRATA_TRACES=
-	for d in "$root/../shared/traces" /work/shared/traces; do
-		[ -d "$d/mixtral-8x7b-instruct" ] && STRATA_TRACES=$d && break
-	done
-fi
 
 # plot ARGS...: scripts/plot.sh unless NO_PLOTS=1
 plot() {
@@ -28,15 +22,29 @@ plot() {
 	"$root/scripts/plot.sh" "$@"
 }
 
-# mixtral_trace OUT: import the Mixtral-8x7B-Instruct routing logs into OUT
-# (once); returns 1 (and says so) when they are absent.
+# mixtral_trace OUT: the Mixtral-8x7B-Instruct routing trace at OUT (once):
+# imported from $STRATA_TRACES/mixtral-8x7b-instruct/*_routing.jsonl when
+# STRATA_TRACES names a folder that has them, else copied from the bundled
+# traces/mixtral-8x7b-instruct/mixtral-8x7b-instruct.strace (the same logs,
+# converted; traces/README.md).  STRATA_TRACES set but empty: returns 1 (and
+# says so), skipping the Mixtral part.
 mixtral_trace() {
 	local out=$1 src=${STRATA_TRACES:+$STRATA_TRACES/mixtral-8x7b-instruct}
-	if [ -z "$src" ] || ! ls "$src"/*_routing.jsonl >/dev/null 2>&1; then
-		echo "Mixtral traces not found (STRATA_TRACES=${STRATA_TRACES:-unset}): skipping the Mixtral part" >&2
+	local bundled=$root/traces/mixtral-8x7b-instruct/mixtral-8x7b-instruct.strace
+	if [ -n "${STRATA_TRACES+set}" ] && [ -z "$STRATA_TRACES" ]; then
+		echo "STRATA_TRACES is empty: skipping the Mixtral part" >&2
 		return 1
 	fi
 	[ -s "$out" ] && return 0
 	mkdir -p "$(dirname "$out")"
-	"$STRATA" trace import --model mixtral-8x7b -o "$out" "$src"/*_routing.jsonl 2>&1 | tail -1 >&2
+	if [ -n "$src" ] && ls "$src"/*_routing.jsonl >/dev/null 2>&1; then
+		"$STRATA" trace import --model mixtral-8x7b -q -o "$out" "$src"/*_routing.jsonl
+		echo "Mixtral trace: imported from $src" >&2
+	elif [ -s "$bundled" ]; then
+		cp "$bundled" "$out"
+		echo "Mixtral trace: the bundled ${bundled#$root/}" >&2
+	else
+		echo "Mixtral trace: none (no $bundled, STRATA_TRACES=${STRATA_TRACES:-unset}): skipping the Mixtral part" >&2
+		return 1
+	fi
 }

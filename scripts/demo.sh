@@ -19,7 +19,7 @@ echo "== strata inspect (re-reading and checksumming every extent) =="
 echo "== strata trace stats =="
 "$strata" trace stats "$trace" | head -20
 rm -f "$out/replay.csv" "$out/sim.csv"
-for policy in "--place static --evict lru --prefetch lookahead:depth=1" "--place cache --evict farthest --prefetch none"; do
+for policy in "--place static --prefetch lookahead:depth=1" "--place cache --evict farthest --prefetch none"; do
 	echo "== strata replay $policy =="
 	# shellcheck disable=SC2086
 	"$strata" replay --model "$out/model" --trace "$trace" --vram 24M --ram 24M $policy \

@@ -5,8 +5,12 @@
     t = strata_trace.load("trace.strace")
     t.info["n_tokens"], t.experts(i, layer), t.weights(i, layer), t.req(i), t.phase(i), t.pos(i)
     arr = t.expert_array()   # numpy uint16 [tokens, layers, top_k] when numpy is installed
+    df = t.to_pandas()       # one row per (token, layer, rank): token req pos phase layer rank expert weight
+    rows = t.to_records()    # the same rows as dicts, without pandas
 
-Pure Python (struct); numpy is used only by expert_array().  The binary layout is documented in
+Pure Python (struct); numpy is used only by expert_array(), pandas only by to_pandas().  A raw
+routing log (e.g. vLLM's one row per token and layer) is not a trace: import it first with
+`strata trace import -o t.strace LOG.jsonl`; load() says so.  The binary layout is documented in
 core/include/strata/trace.h and docs/traces.md.  This reader checks the magic, the version, the
 record size and the file length; it does not verify the xxh64 checksums (no xxhash dependency):
 `strata trace head FILE` does.
@@ -83,6 +87,30 @@ class Trace:
                     out.append((layer + d + 1, e, _f16(sc[d * N + j])))
         return out
 
+    RECORD_COLUMNS = ("token", "req", "pos", "phase", "layer", "rank", "expert", "weight")
+
+    def to_records(self):
+        """One dict per (token, layer, rank) routing: the long form pandas and CSV tools take."""
+        k, L = self.info["top_k"], self.info["n_moe_layers"]
+        out = []
+        for i in range(len(self)):
+            req, pos, ph = self.req(i), self.pos(i), self.phase(i)
+            for layer in range(L):
+                for rank, (e, w) in enumerate(zip(self.experts(i, layer), self.weights(i, layer))):
+                    if e != NO_EXPERT:
+                        out.append(dict(token=i, req=req, pos=pos, phase=ph, layer=layer, rank=rank, expert=e,
+                                        weight=w))
+        return out
+
+    def to_pandas(self):
+        """A pandas DataFrame of to_records() (columns RECORD_COLUMNS)."""
+        try:
+            import pandas as pd
+        except ImportError as e:
+            raise ImportError("Trace.to_pandas() needs pandas (Debian: apt-get install python3-pandas); "
+                              "to_records() gives the same rows as dicts") from e
+        return pd.DataFrame(self.to_records(), columns=list(self.RECORD_COLUMNS))
+
     def expert_array(self):
         import numpy as np
         L, k, b = self.info["n_moe_layers"], self.info["top_k"], self.info["record_bytes"]
@@ -134,9 +162,19 @@ def _load_jsonl(path):
         for n, line in enumerate(f, 1):
             if not line.strip():
                 continue
-            obj = json.loads(line)
+            try:
+                obj = json.loads(line)
+            except ValueError as e:
+                raise ValueError("%s:%d: not JSON (%s)" % (path, n, e)) from None
+            if not isinstance(obj, dict):
+                raise ValueError("%s:%d: a JSON object per line expected" % (path, n))
             if "strata_trace" in obj:
                 hdr = obj
+            elif not isinstance(obj.get("layers"), list):
+                raise ValueError("%s:%d: not a Strata trace record (no 'layers' list; has %s): a raw routing "
+                                 "log? Convert it first: strata trace import -o %s.strace %s"
+                                 % (path, n, ", ".join(sorted(obj)[:6]) or "nothing",
+                                    path.rsplit(".", 1)[0], path))
             else:
                 rows.append(obj)
     if not rows and not hdr:

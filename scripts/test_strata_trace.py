@@ -39,14 +39,39 @@ def main():
             raise AssertionError("a truncated trace loaded")
         except ValueError as e:
             assert "header promises" in str(e), e
+    # long form: one row per (token, layer, rank)
+    recs = a.to_records()
+    assert len(recs) == len(a) * ia["n_moe_layers"] * ia["top_k"], len(recs)
+    r = recs[ia["n_moe_layers"] * ia["top_k"] + 1]
+    assert (r["token"], r["layer"], r["rank"]) == (1, 0, 1) and r["expert"] == a.experts(1, 0)[1], r
+    assert set(r) == set(strata_trace.Trace.RECORD_COLUMNS)
+    # a raw routing log is refused with what to do
+    raw = os.path.join(HERE, "..", "traces", "mixtral-8x7b-instruct", "gsm8k_2_routing-head.jsonl")
+    try:
+        strata_trace.load(raw)
+        raise AssertionError("a raw routing log loaded")
+    except ValueError as e:
+        assert "raw routing log" in str(e) and "strata trace import" in str(e), e
+    try:
+        import pandas  # noqa: F401
+        df = a.to_pandas()
+        assert len(df) == len(recs) and list(df.columns) == list(strata_trace.Trace.RECORD_COLUMNS)
+        extra = "; pandas to_pandas ok"
+    except ImportError:
+        try:
+            a.to_pandas()
+            raise AssertionError("to_pandas without pandas")
+        except ImportError as e:
+            assert "python3-pandas" in str(e), e
+        extra = "; pandas not installed: to_pandas says so"
     try:
         import numpy  # noqa: F401
         arr = a.expert_array()
         assert arr.shape == (len(a), ia["n_moe_layers"], ia["top_k"])
         assert list(arr[5, 1]) == a.experts(5, 1)
-        extra = "; numpy expert_array ok"
+        extra += "; numpy expert_array ok"
     except ImportError:
-        extra = "; numpy not installed: expert_array not checked"
+        extra += "; numpy not installed: expert_array not checked"
     print("test_strata_trace: %d tokens, binary == JSONL%s" % (len(a), extra))
 
 

@@ -149,7 +149,7 @@ static int teardown(void **state)
 
 static const char *const commands[] = {
 	"synth", "inspect", "quantize", "trace", "trace import", "trace gen", "trace stats", "trace convert",
-	"trace head", "replay", "sim", "calibrate", "run", "policies",
+	"trace head", "trace export", "replay", "sim", "calibrate", "run", "policies",
 };
 
 static void test_help(void **state)
@@ -180,7 +180,24 @@ static void test_unknown_option(void **state)
 		if (rc != 2 || !strstr(out, "--no-such-option"))
 			fail_msg("strata %s --no-such-option: exit %d (want 2, naming the option):\n%s", commands[i], rc,
 				 out);
+		/* a short pointer to --help, not the whole help text */
+		if (strstr(out, "usage:") || !strstr(out, "--help"))
+			fail_msg("strata %s --no-such-option printed the help or no pointer to it:\n%s", commands[i], out);
 	}
+	/* a misspelt option or command gets "did you mean" */
+	static const char *const typos[][2] = {
+		{ "@S sim --evcit lru", "did you mean --evict?" },
+		{ "@S synth --presett tiny", "did you mean --preset?" },
+		{ "@S inspect --jsn", "did you mean --json?" },
+		{ "@S trace import --max-warnigs 0", "did you mean --max-warnings?" },
+		{ "@S policies --jsn", "did you mean --json?" },
+		{ "@S simm", "did you mean 'sim'?" },
+	};
+	for (size_t i = 0; i < sizeof(typos) / sizeof(typos[0]); i++)
+		if (sh(typos[i][0]) != 2 || !strstr(out, typos[i][1]))
+			fail_msg("%s: want exit 2 and \"%s\":\n%s", typos[i][0], typos[i][1], out);
+	assert_int_equal(sh("@S --version"), 0);
+	assert_non_null(strstr(out, "strata 0."));
 	assert_int_equal(sh("@S no-such-command"), 2);
 	assert_non_null(strstr(out, "unknown command 'no-such-command'"));
 	assert_int_equal(sh("@S trace no-such-sub"), 2);
@@ -249,7 +266,13 @@ static const struct cli_case cases[] = {
 	{ "@S synth --preset tiny:layers=0 --out @D/x", 1, { "must all be > 0" } },
 	{ "@S trace gen -o @D/x.strace --layers 2 --experts 8 --top-k 9", 1, { "bad shape" } },
 	{ "@S trace gen -o @D/x.strace --jitter 5", 1, { "jitter" } },
-	{ "@S sim --model tiny --trace @D/t.strace -q --tiers 50,50,50", 1, { "sum to 150" } },
+	{ "@S sim --model tiny --trace @D/t.strace -q --tiers 50,50,50", 1, { "sums to 150" } },
+	/* a compared axis that cannot change the result is warned about */
+	{ "@S sim --model @D/m --trace @D/t.strace -q --evict belady", 0, { "warning", "did not affect", "place=cache" } },
+	{ "@S sim --model @D/m --trace @D/t.strace -q --prefetch lookahead", 0, { "issued nothing", "has none" } },
+	{ "@S replay --model @D/m --trace @D/t.strace --gpu 0 --compute none --json -", 0,
+	  { "\"vram_tier\": \"host stand-in\"", "\"vram_host_stand_in\": 1", "\"partial\": 0" } },
+	{ "@S replay --model @D/m --trace @D/t.strace --gpu 0 --compute none", 0, { "vram (host stand-in)" } },
 	{ "@S sim --model @D/m --trace @D/t.strace -q --tiers 15,30,55", 1, { "model spec only" } },
 	{ "@S sim --model tiny --trace @D/t.strace -q --tier-trace @D/t3.strace", 1, { "t3.strace", "3 MoE layers" } },
 	{ "@S synth --preset tiny --out @D/x --popularity @D/nosuch.json", 1, { "nosuch.json", "No such file" } },
@@ -353,15 +376,19 @@ static const struct cli_case cases[] = {
 	 * them (no row recorded for them), SIGKILL of the parent takes them down.
 	 * cnt counts the processes running this run's script, by its path in
 	 * this run's own temporary directory (another run of the suite on the
-	 * machine has another @D; mkdtemp names are letters and digits) */
+	 * machine has another @D; mkdtemp names are letters and digits), as the
+	 * command's first word: the shell running this case names it too.
+ * SETTLE waits up to 10 s for the workers to go (a loaded machine schedules
+ * them late) */
+#define SETTLE "i=0; while [ $(cnt) != 0 ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; "
 #define COUNT_RUN(k) "cnt() { n=0; for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' 2>/dev/null <$f | " \
 	"grep -q '^[^ ]*/strata run @D/slowsweep" k "[.]lua ' && n=$((n+1)); done; echo $n; }; "
 	{ "exec 2>&1; " COUNT_RUN("0") "@S run @D/slowsweep0.lua & P=$!; sleep 1.5; echo before=$(cnt); kill -INT $P; "
-	  "wait $P; echo rc=$?; sleep 0.5; echo after=$(cnt); "
+	  "wait $P; echo rc=$?; " SETTLE "echo after=$(cnt); "
 	  "echo failedrows=$(cat @D/slow0.csv 2>/dev/null | grep -c -e crashed -e stopped)", 0,
 	  { "before=3", "rc=130", "after=0" } },
 	{ "exec 2>&1; " COUNT_RUN("1") "@S run @D/slowsweep1.lua & P=$!; sleep 1.5; echo before=$(cnt); kill -KILL $P; "
-	  "wait $P; echo rc=$?; sleep 0.5; echo after=$(cnt)", 0, { "before=3", "rc=137", "after=0" } },
+	  "wait $P; echo rc=$?; " SETTLE "echo after=$(cnt)", 0, { "before=3", "rc=137", "after=0" } },
 	/* not regular files */
 	{ "@S inspect @D/mfifo", 1, { "shard-00000.strata", "not a regular file (a FIFO)" } },
 	{ "@S trace stats @D/tfifo.strace", 1, { "tfifo.strace", "FIFO" } },
@@ -568,6 +595,28 @@ static void test_results_formats(void **state)
  * ignored: write() fails with EFBIG), as a full disk would. */
 #define FSIZE(kib, cmd) "(trap '' XFSZ; ulimit -f " #kib "; " cmd ")"
 
+/* Ctrl-C during a replay: the steps that finished are written, marked partial, exit 130. */
+static void test_replay_interrupted(void **state)
+{
+	assert_int_equal(sh("@S synth --preset qwen3-30b-a3b:layers=1,experts=16 --out @D/mq --format tiered "
+			    "--codes random && @S trace gen --model qwen3-30b-a3b:layers=1,experts=16 --requests 4 "
+			    "--prompt 0 --gen 256 -o @D/tq.strace"), 0);
+	/* a signal during the engine's open (a loaded machine) stops it before any
+	 * step, with nothing to write: wait longer and try again */
+	int rc = sh("( for t in 1 3 8; do rm -f @D/p.json @D/p.csv; @S replay --model @D/mq --trace @D/tq.strace "
+		    "--compute ref --gpu 0 --json @D/p.json --csv @D/p.csv -q & pid=$!; sleep $t; kill -INT $pid; "
+		    "wait $pid; r=$?; [ -s @D/p.json ] && break; done; echo rc=$r; cat @D/p.json; tail -1 @D/p.csv )");
+	assert_int_equal(rc, 0);
+	if (!strstr(out, "rc=130") || !strstr(out, "\"partial\": 1") || !strstr(out, "marked partial"))
+		fail_msg("want exit 130 and a JSON marked partial:\n%s", out);
+	/* the CSV row says so too: its last two columns are partial=1, host stand-in=1 */
+	const char *nl = strrchr(out, '\n'), *end = nl;
+	while (nl > out && nl[-1] != '\n')
+		nl--;
+	if (end - nl < 4 || strncmp(end - 4, ",1,1", 4))
+		fail_msg("CSV row not marked partial: %.*s", (int)(end - nl), nl);
+}
+
 static void test_no_half_files(void **state)
 {
 	size_t n0, n1;
@@ -639,6 +688,7 @@ int main(void)
 		cmocka_unit_test(test_cases),
 		cmocka_unit_test(test_results_formats),
 		cmocka_unit_test(test_no_half_files),
+		cmocka_unit_test(test_replay_interrupted),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

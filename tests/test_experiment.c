@@ -189,6 +189,7 @@ static void test_script_errors(void **state)
 
 	/* a run whose trace is missing: an error row from strata.run, not a script error */
 	path = script("missing.lua",
+		"strata.arguments{ k = 'a test argument' }\n"
 		"local r = strata.run{ mode = 'sim', model = 'custom:layers=1,experts=4,top_k=1,hidden=64,inter=32',\n"
 		"  trace = '/nonexistent/t.strace' }\n"
 		"assert(r.status == 'error' and r.error:find('/nonexistent/t.strace', 1, true), r.error)\n"
@@ -198,6 +199,21 @@ static void test_script_errors(void **state)
 	int rc = strata_experiment_main(&o, &err);
 	if (rc)
 		fail_msg("%s", err.msg);
+
+	/* unknown study arguments are errors, before anything runs: a typo
+	 * against the declared ones, or any key=value to a script that
+	 * declares none */
+	path = script("declared.lua", "strata.arguments{ policies = 'eviction policies' }\n"
+				      "strata.write_file(strata.script_dir .. '/ran', 'x')\n");
+	char *typo[] = { "polices=lru" };
+	struct strata_experiment_opts ot = { .script = path, .jobs = 1, .argc = 1, .argv = typo };
+	assert_int_equal(strata_experiment_main(&ot, &err), STRATA_ESCRIPT);
+	assert_non_null(strstr(err.msg, "declared.lua:1: unknown argument 'polices'"));
+	assert_non_null(strstr(err.msg, "did you mean 'policies'?"));
+	path = script("undeclared.lua", "strata.run{ mode = 'sim', model = 'x', trace = 'y' }\n");
+	ot.script = path;
+	assert_int_equal(strata_experiment_main(&ot, &err), STRATA_ESCRIPT);
+	assert_non_null(strstr(err.msg, "does not declare its arguments"));
 
 	/* results written by another sweep are not silently mixed */
 	char csv[PATH_MAX];

@@ -432,6 +432,19 @@ static void test_init_env_and_options(void **state)
 	assert_int_equal(create(&f, STRATA_ROLE_PLACE, path, "kk=1", &p, &err), STRATA_EINVAL);
 	assert_non_null(strstr(err.msg, "opts.lua"));
 	assert_non_null(strstr(err.msg, "kk"));
+
+	/* options as a global (the README's snippet read as a statement): taken */
+	path = write_script("gopts.lua", "options = { span = { default = 2, min = 1, max = 8 } }\n"
+					 "return { admit = function(eid, from, now) return 0 end }\n");
+	assert_int_equal(create(&f, STRATA_ROLE_PLACE, path, "span=4", &p, &err), STRATA_OK);
+	assert_string_equal(p.name, "gopts.lua-span=4");
+	destroy(&p);
+	/* both a global and a field: refused, not one silently ignored */
+	path = write_script("gopts2.lua", "options = { span = { default = 2 } }\n"
+					  "return { options = { depth = { default = 1 } },\n"
+					  "         admit = function(eid, from, now) return 0 end }\n");
+	assert_int_equal(create(&f, STRATA_ROLE_PLACE, path, NULL, &p, &err), STRATA_EINVAL);
+	assert_non_null(strstr(err.msg, "declared twice"));
 }
 
 static void test_lookahead_script(void **state)

@@ -192,6 +192,14 @@ static void test_spec_options_and_names(void **state)
 			fprintf(stderr, "%s: %s\n", ok[i].spec, err.msg);
 		assert_int_equal(rc, 0);
 		assert_string_equal(p->name, ok[i].name);
+		/* the instance name is a spec too: it round-trips */
+		struct strata_policy *q = NULL;
+		char name[sizeof(p->name)];
+		snprintf(name, sizeof(name), "%s", p->name);
+		if (strata_policy_create(ok[i].role, name, &f->env, 0, &q, &err))
+			fail_msg("instance name '%s' as a spec: %s", name, err.msg);
+		assert_string_equal(q->name, name);
+		strata_policy_destroy(q);
 		strata_policy_destroy(p);
 	}
 	static const struct {
@@ -201,7 +209,7 @@ static void test_spec_options_and_names(void **state)
 	} bad[] = {
 		{ STRATA_ROLE_PREFETCH, "lookahead:dpth=2",
 		  "prefetch lookahead: unknown option 'dpth' (options: depth, topn, min_score, tier, from, stage, "
-		  "budget_pcie, budget_nvme, keep_unused, adaptive, min_accuracy, min_accuracy_nvme, warmup, window)", STRATA_EINVAL },
+		  "budget_pcie, budget_nvme, keep_unused, adaptive, min_accuracy, min_accuracy_nvme, warmup, window); did you mean 'depth'?", STRATA_EINVAL },
 		{ STRATA_ROLE_PREFETCH, "oracle:accuracy=2", "prefetch oracle: option accuracy=2: out of range", STRATA_EINVAL },
 		{ STRATA_ROLE_EVICT, "lru:x=1", "evict lru: unknown option 'x' (options: none)", STRATA_EINVAL },
 		{ STRATA_ROLE_EVICT, "lruu", "evict policy 'lruu': no such built-in (lru, lfu, lfu-decay, farthest, fifo, random, llama, lfru, moe-infinity, least-stale)",

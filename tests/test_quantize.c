@@ -337,6 +337,27 @@ static void test_quantize_end_to_end(void **state)
 	assert_int_equal(strata_json_get(strata_json_get(r, "total"), "bytes")->u,
 			 strata_json_get(strata_json_get(pr, "total"), "bytes")->u);
 	strata_json_free(pdoc);
+
+	/* strata inspect of the written shards prints the same card: one bpw and
+	 * one reduction definition (strata_card_bpw / strata_card_reduction) */
+	static char insbuf[16384];
+	rc = test_run(insbuf, sizeof(insbuf), "%s inspect %s --json", test_bin("strata"), out);
+	if (rc)
+		fail_msg("exit %d: %s", rc, insbuf);
+	struct strata_json_doc *idoc;
+	if (strata_json_parse(insbuf, strlen(insbuf), "inspect --json", &idoc, &err))
+		fail_msg("%s\n%s", err.msg, insbuf);
+	const struct strata_json *ir = strata_json_root(idoc);
+	for (uint32_t t = 0; t < 3; t++) {
+		const struct strata_json *a = strata_json_at(tiers, t), *b = strata_json_at(strata_json_get(ir, "tiers"), t);
+		assert_true(fabs(strata_json_get(a, "bpw")->num - strata_json_get(b, "bpw")->num) < 1e-4);
+		assert_int_equal(strata_json_get(a, "extent_bytes")->u, strata_json_get(b, "extent_bytes")->u);
+	}
+	assert_true(fabs(strata_json_get(strata_json_get(r, "routed"), "reduction_vs_bf16")->num -
+			 strata_json_get(ir, "reduction_vs_bf16")->num) < 1e-4);
+	/* rows shorter than a block are padded: never below the format's 2.8125 */
+	assert_true(strata_json_get(strata_json_at(tiers, 0), "bpw")->num >= 2.8125 - 1e-4);
+	strata_json_free(idoc);
 	strata_json_free(doc);
 
 	/* the shards open, with the counts' tiers and each tier's format */

@@ -202,6 +202,9 @@ static void test_tier_table(void **state)
 	assert_int_equal(strata_tier_frac_parse("0.5,0.25", f, &err), STRATA_EINVAL);
 	assert_int_equal(strata_tier_frac_parse("0.5,0.25,0.5", f, &err), STRATA_EINVAL);
 	assert_int_equal(strata_tier_frac_parse("a,b,c", f, &err), STRATA_EINVAL);
+	/* percentages, as every --tiers takes them */
+	assert_int_equal(strata_tier_frac_parse("50,25,25", f, &err), 0);
+	assert_true(f[0] == 0.5 && f[1] == 0.25 && f[2] == 0.25);
 
 	struct strata_model_spec s;
 	assert_int_equal(strata_model_spec_parse("olmoe:layers=3", &s, &err), 0);

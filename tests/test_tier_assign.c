@@ -1,5 +1,6 @@
 /* Tier assignment: split math, ties, byte budgets, counts files (JSON, CSV), shape errors. */
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,7 +68,13 @@ static void test_split_parse(void **state)
 	assert_int_equal(strata_tier_split_parse("15,30,55", &sp, &err), 0);
 	assert_true(sp.pct[0] == 15 && sp.pct[1] == 30 && sp.pct[2] == 55);
 	assert_int_equal(strata_tier_split_parse("12.5,37.5,50", &sp, &err), 0);
-	static const char *bad[] = { "15,30", "10,10,10", "-5,50,55", "a,b,c", "15,30,55,0", "15;30;55", "" };
+	/* fractions: the same split, told apart by the sum */
+	assert_int_equal(strata_tier_split_parse("0.15,0.30,0.55", &sp, &err), 0);
+	assert_true(fabs(sp.pct[0] - 15) < 1e-9 && fabs(sp.pct[1] - 30) < 1e-9 && fabs(sp.pct[2] - 55) < 1e-9);
+	assert_int_equal(strata_tier_split_parse("1,0,0", &sp, &err), 0);
+	assert_true(sp.pct[0] == 100 && sp.pct[2] == 0);
+	static const char *bad[] = { "15,30", "10,10,10", "-5,50,55", "a,b,c", "15,30,55,0", "15;30;55", "",
+				     "0.5,0.25,0.5", "50,30,30" };
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		if (strata_tier_split_parse(bad[i], &sp, &err) != STRATA_EINVAL)
 			fail_msg("split '%s' accepted", bad[i]);

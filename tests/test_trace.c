@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "quant.h"
+#include "strata/csv.h"
 #include "strata/trace.h"
 #include "testutil.h"
 
@@ -438,6 +439,14 @@ static void test_import_mixtral_layout(void **state)
 	char *warn = read_all(c.warn);
 	assert_non_null(strstr(warn, "request 0 layer 2: 1 of 6 rows missing"));
 	fclose(c.warn);
+	/* --max-warnings 0 (and -q) print none; the result still counts the gap */
+	c.max_warnings = 0;
+	c.warn = warn_file();
+	assert_int_equal(strata_trace_import(&c, &r, &err), STRATA_OK);
+	assert_int_equal(r.gap_cells, 1);
+	assert_string_equal(read_all(c.warn), "");
+	fclose(c.warn);
+	c.max_warnings = 20;
 	struct strata_trace *t;
 	assert_int_equal(strata_trace_open(test_path("mx.strace"), &t, &err), STRATA_OK);
 	const struct strata_trace_info *ti = strata_trace_info(t);
@@ -745,6 +754,37 @@ static void test_import_tools(void **state)
 	in[0] = test_path("bad_vllm.jsonl");
 	assert_int_equal(strata_trace_import(&c, &r, &err), STRATA_EINVAL);
 	assert_non_null(strstr(err.msg, "bad_vllm.jsonl:1:56: a token must list 2 layers"));
+}
+
+/* The one CSV splitter and writer (strata/csv.h): round trip of awkward fields. */
+static void test_csv_fields(void **state)
+{
+	static const char *const vals[] = { "plain", "a,b", "say \"hi\"", "", "x" };
+	char buf[256];
+	FILE *f = fmemopen(buf, sizeof(buf), "w");
+	assert_non_null(f);
+	for (size_t i = 0; i < 5; i++) {
+		if (i)
+			fputc(',', f);
+		strata_csv_write_field(f, vals[i]);
+	}
+	fputs("\r\n", f);
+	fclose(f);
+	assert_string_equal(buf, "plain,\"a,b\",\"say \"\"hi\"\"\",\"\",x\r\n");
+	char *fields[8], *bad = NULL;
+	assert_int_equal(strata_csv_split(buf, ',', fields, 8, &bad), 5);
+	for (size_t i = 0; i < 5; i++)
+		assert_string_equal(fields[i], vals[i]);
+	char two[] = "a\tb\tc";
+	assert_int_equal(strata_csv_split(two, '\t', fields, 2, NULL), 3); /* counts past max */
+	char torn[] = "ok,\"unterminated";
+	assert_int_equal(strata_csv_split(torn, ',', fields, 8, &bad), -1);
+	assert_ptr_equal(bad, torn + 3);
+	char nl[32];
+	f = fmemopen(nl, sizeof(nl), "w");
+	strata_csv_write_field(f, "two\nlines");
+	fclose(f);
+	assert_string_equal(nl, "\"two | lines\"");
 }
 
 static void test_import_csv_and_per_token(void **state)
@@ -1162,6 +1202,26 @@ static void test_cli(void **state)
 	assert_non_null(strstr(out, "1 of 6 rows missing"));
 	assert_int_equal(test_run(out, sizeof(out), "%s trace stats %s", s, test_path("nothing.strace")), 1);
 	assert_non_null(strstr(out, "nothing.strace"));
+	/* the bundled real traces (traces/README.md): the studies' Mixtral trace
+	 * and the tour's raw slice, which imports to 12 whole tokens */
+	char bundled[PATH_MAX];
+	snprintf(bundled, sizeof(bundled), "%s", test_data_path("trace_tiny.strace"));
+	char *cut = strstr(bundled, "/tests/data/");
+	assert_non_null(cut);
+	snprintf(cut, sizeof(bundled) - (size_t)(cut - bundled), "/traces/mixtral-8x7b-instruct/");
+	struct strata_error err = { 0 };
+	struct strata_trace *bt;
+	char p1[PATH_MAX + 64];
+	snprintf(p1, sizeof(p1), "%smixtral-8x7b-instruct.strace", bundled);
+	if (strata_trace_open(p1, &bt, &err))
+		fail_msg("%s", err.msg);
+	const struct strata_trace_info *bi = strata_trace_info(bt);
+	assert_true(bi->n_tokens == 654 && bi->n_requests == 5 && bi->n_moe_layers == 32 && bi->n_experts == 8 &&
+		    bi->top_k == 2);
+	strata_trace_close(bt);
+	assert_int_equal(test_run(out, sizeof(out), "%s trace import -o %s %sgsm8k_2_routing-head.jsonl", s,
+				  test_path("head.strace"), bundled), 0);
+	assert_non_null(strstr(out, "384 rows -> 12 tokens in 1 requests"));
 	/* the shared Mixtral logs, when this checkout has them */
 	const char *mx = "/work/shared/traces/mixtral-8x7b-instruct";
 	char probe[PATH_MAX];
@@ -1235,6 +1295,7 @@ int main(void)
 		cmocka_unit_test(test_writer_errors),
 		cmocka_unit_test(test_import_mixtral_layout),
 		cmocka_unit_test(test_import_bad_lines),
+		cmocka_unit_test(test_csv_fields),
 		cmocka_unit_test(test_import_csv_and_per_token),
 		cmocka_unit_test(test_import_generic_shapes),
 		cmocka_unit_test(test_import_tools),

@@ -40,6 +40,18 @@ extern const char *const strata_cli_gpu_names[];     /* 0 1 auto: use_gpu 0, 1, 
 int strata_cli_u64(const char *cmd, const char *opt, const char *text, uint64_t min, uint64_t max, int base0,
 		   uint64_t *out);
 
+/* getopt_long returned '?' (it has printed "unrecognized option" or "requires
+ * an argument"): add "did you mean --x?" for a misspelt long option and a
+ * pointer to --help, and return 2 (not the whole help text). */
+int strata_cli_bad_option(const char *cmd, const struct option *opts, int argc, char **argv);
+
+/* --no-progress: sets STRATA_PROGRESS=0 (strata/util.h), which forked sweep
+ * workers inherit.  Every long command's --help has this line: */
+void strata_cli_no_progress(void);
+#define STRATA_CLI_NO_PROGRESS_HELP(pad)                                                             \
+	"  --no-progress" pad "no progress lines on stderr (also STRATA_PROGRESS=0); by default a line\n" \
+	"  " pad "             redrawn on a terminal, else one line every 5 s with rate and ETA\n"
+
 /* Print "strata <cmd>: <message>" for err and return 1. */
 int strata_cli_fail(const char *cmd, const struct strata_error *err);
 

@@ -21,7 +21,8 @@ static void usage(FILE *f)
 		"  --bytes SIZE       NVMe bytes read for bandwidth (default 1G)\n"
 		"  --queue-depth N    io_uring depth (default 32)\n"
 		"  --compute C        auto (default) | gpu | ref | none (skip kernels)\n"
-		"  --gpu G            auto (default) | 0 | 1\n");
+		"  --gpu G            auto (default) | 0 | 1\n"
+		STRATA_CLI_NO_PROGRESS_HELP("      "));
 }
 
 int strata_cmd_calibrate(int argc, char **argv)
@@ -31,7 +32,7 @@ int strata_cmd_calibrate(int argc, char **argv)
 		{ "model", required_argument, 0, O_MODEL }, { "output", required_argument, 0, 'o' },
 		{ "bytes", required_argument, 0, O_BYTES }, { "queue-depth", required_argument, 0, O_QD },
 		{ "compute", required_argument, 0, O_COMPUTE }, { "gpu", required_argument, 0, O_GPU },
-		{ "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
+		{ "no-progress", no_argument, 0, 'P' }, { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	struct strata_calibrate_config c;
 	strata_calibrate_config_defaults(&c);
@@ -67,8 +68,9 @@ int strata_cmd_calibrate(int argc, char **argv)
 			if (c.use_gpu == 2)
 				c.use_gpu = -1;
 			break;
+		case 'P': strata_cli_no_progress(); break;
 		case 'h': usage(stdout); return 0;
-		default: usage(stderr); return 2;
+		default: return strata_cli_bad_option("calibrate", opts, argc, argv);
 		}
 	}
 	if (!c.model_dir || optind < argc) {

@@ -31,9 +31,11 @@ static void usage(FILE *f)
 		"                  check its checksum; exit 1 if any is corrupt\n"
 		"  --buffered      with --verify: read through the page cache instead\n"
 		"  --preset SPEC   compute the card from a spec alone (no files), with each\n"
-		"                  layer's experts split by --tiers (default 0.15,0.30,0.55)\n"
+		"                  layer's experts split by --tiers H,W,C (percent, default\n"
+		"                  15,30,55, or fractions 0.15,0.30,0.55)\n"
 		"  --format F      with --preset: tiered (default; each tier in its format) or bf16\n"
-		"  --json          print the card as JSON\n");
+		"  --json          print the card as JSON\n"
+		STRATA_CLI_NO_PROGRESS_HELP("   "));
 }
 
 struct card {
@@ -74,10 +76,8 @@ static void print_card(const struct card *c, int json)
 		tp += c->payload[t];
 		tpar += c->params[t];
 	}
-	struct strata_expert_layout bl;
-	strata_expert_layout(STRATA_FMT_BF16, s->hidden, s->inter, &bl);
-	double bf16_bytes = (double)bl.payload * (double)n_total;
-	double reduction = tp ? bf16_bytes / (double)tp : 0;
+	double bf16_bytes = 2.0 * (double)tpar;
+	double reduction = strata_card_reduction(tpar, tb);
 	double nr_bytes = 2.0 * (double)s->nonrouted_params;
 	char spec[256];
 	strata_model_spec_format(s, spec, sizeof(spec));
@@ -88,7 +88,7 @@ static void print_card(const struct card *c, int json)
 		       s->name, spec, s->n_layers, s->first_moe_layer, s->n_moe_layers, s->n_experts, s->top_k,
 		       s->hidden, s->inter, s->n_shared, pe, n_total);
 		for (int t = 0; t < STRATA_TIER_COUNT; t++) {
-			double bpw = c->params[t] ? (double)c->payload[t] * 8 / (double)c->params[t] : 0;
+			double bpw = strata_card_bpw(c->payload[t], c->params[t]);
 			printf("%s{\"tier\":%d,\"where\":\"%s\",\"experts\":%" PRIu64 ",\"format\":\"%s\",\"bpw\":%.4f,"
 			       "\"payload_bytes\":%" PRIu64 ",\"extent_bytes\":%" PRIu64 ",\"gb\":%.3f,\"gib\":%.3f,"
 			       "\"params\":%" PRIu64 "}", t ? "," : "", t, strata_tier_name(t), c->experts[t],
@@ -100,7 +100,7 @@ static void print_card(const struct card *c, int json)
 		       "\"bf16_routed_bytes\":%.0f,\"reduction_vs_bf16\":%.4f,\"nonrouted_params\":%" PRIu64
 		       ",\"nonrouted_bf16_bytes\":%.0f",
 		       n_total, tp, tb, (double)tb / 1e9, (double)tb / (1u << 30), tpar,
-		       tpar ? (double)tp * 8 / (double)tpar : 0, bf16_bytes, reduction, s->nonrouted_params, nr_bytes);
+		       strata_card_bpw(tp, tpar), bf16_bytes, reduction, s->nonrouted_params, nr_bytes);
 		if (c->have_store) {
 			printf(",\"dir\":");
 			strata_json_write_str(stdout, c->dir);
@@ -123,7 +123,7 @@ static void print_card(const struct card *c, int json)
 	       "params");
 	static const char *names[STRATA_TIER_COUNT] = { "hot", "warm", "cold" };
 	for (int t = 0; t < STRATA_TIER_COUNT; t++) {
-		double bpw = c->params[t] ? (double)c->payload[t] * 8 / (double)c->params[t] : 0;
+		double bpw = strata_card_bpw(c->payload[t], c->params[t]);
 		human_params((double)c->params[t], a, sizeof(a));
 		printf("%-5s %-5s %8" PRIu64 "  %-6s %7.4f %10.3f %10.3f %10s\n", names[t], strata_tier_name(t),
 		       c->experts[t], fmt_label(c->fmt[t]), bpw, (double)c->bytes[t] / 1e9,
@@ -131,9 +131,9 @@ static void print_card(const struct card *c, int json)
 	}
 	human_params((double)tpar, a, sizeof(a));
 	printf("%-5s %-5s %8" PRIu64 "  %-6s %7.4f %10.3f %10.3f %10s\n", "total", "", n_total, "",
-	       tpar ? (double)tp * 8 / (double)tpar : 0, (double)tb / 1e9, (double)tb / (1u << 30), a);
-	printf("\nrouted experts: %.2f GB at BF16, %.2f GB here: %.2fx reduction\n", bf16_bytes / 1e9,
-	       (double)tp / 1e9, reduction);
+	       strata_card_bpw(tp, tpar), (double)tb / 1e9, (double)tb / (1u << 30), a);
+	printf("\nrouted experts: %.3f GB at BF16 -> %.3f GB, %.2fx smaller than BF16\n", bf16_bytes / 1e9,
+	       (double)tb / 1e9, reduction);
 	human_params((double)s->nonrouted_params, a, sizeof(a));
 	printf("non-routed: %s params (from the spec), %.2f GB at BF16, not counted above\n", a, nr_bytes / 1e9);
 	if (c->have_store) {
@@ -245,12 +245,12 @@ static int verify_store(struct strata_store *st, int direct, uint64_t *bytes_rea
 
 int strata_cmd_inspect(int argc, char **argv)
 {
-	enum { O_JSON = 256, O_VERIFY, O_PRESET, O_TIERS, O_FORMAT, O_BUFFERED };
+	enum { O_JSON = 256, O_VERIFY, O_PRESET, O_TIERS, O_FORMAT, O_BUFFERED, O_NOPROG };
 	static const struct option opts[] = {
 		{ "json", no_argument, 0, O_JSON }, { "verify", no_argument, 0, O_VERIFY },
 		{ "buffered", no_argument, 0, O_BUFFERED }, { "preset", required_argument, 0, O_PRESET },
 		{ "tiers", required_argument, 0, O_TIERS }, { "format", required_argument, 0, O_FORMAT },
-		{ "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
+		{ "no-progress", no_argument, 0, O_NOPROG }, { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	int json = 0, verify = 0, tiered = 1, buffered = 0;
 	const char *preset = NULL;
@@ -280,11 +280,9 @@ int strata_cmd_inspect(int argc, char **argv)
 				return 2;
 			}
 			break;
+		case O_NOPROG: strata_cli_no_progress(); break;
 		case 'h': usage(stdout); return 0;
-		default:
-			fprintf(stderr, "strata inspect: unknown or incomplete option '%s'\n", argv[optind - 1]);
-			usage(stderr);
-			return 2;
+		default: return strata_cli_bad_option("inspect", opts, argc, argv);
 		}
 	}
 	struct card c;

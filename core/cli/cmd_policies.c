@@ -8,6 +8,7 @@
 #include "cli.h"
 #include "strata/json.h"
 #include "strata/policy.h"
+#include "strata/util.h"
 
 static void usage(FILE *out)
 {
@@ -117,8 +118,13 @@ int strata_cmd_policies(int argc, char **argv)
 				return 2;
 			}
 		} else {
-			fprintf(stderr, "strata policies: unknown argument '%s'\n", argv[i]);
-			usage(stderr);
+			static const char *const names[] = { "help", "json", "role" };
+			const char *a = argv[i] + strspn(argv[i], "-");
+			const char *hint = strata_closest_name(a, strcspn(a, "="), names, 3);
+			fprintf(stderr, "strata policies: unknown argument '%s'", argv[i]);
+			if (hint)
+				fprintf(stderr, "; did you mean --%s?", hint);
+			fprintf(stderr, "\nstrata policies --help lists every option\n");
 			return 2;
 		}
 	}

@@ -41,8 +41,9 @@ static void usage(FILE *f)
 		"                      [[layer][expert]]} or CSV layer,expert,count (MoE-layer indexes)\n"
 		"  --trace FILE        expert popularity counted from a Strata trace (.strace/.jsonl)\n"
 		"                      (neither: every expert ties, so lower expert ids are hotter)\n"
-		"  --split H,W,C       percent of each layer's experts per tier (default 15,30,55)\n"
-		"  --budget-bytes SIZE instead of --split: fit routed-expert extents in SIZE (e.g. 40G);\n"
+		"  --tiers H,W,C       each layer's experts per tier, percent (default 15,30,55) or\n"
+		"                      fractions (0.15,0.30,0.55); --split is the same option\n"
+		"  --budget-bytes SIZE instead of --tiers: fit routed-expert extents in SIZE (e.g. 40G);\n"
 		"                      upgrade cold->warm, then warm->hot, most popular first\n"
 		"  --budget-mode M     layer (default: SIZE / MoE layers each, same counts per layer)\n"
 		"                      or global (one pool ranked by each expert's share of its layer)\n"
@@ -60,7 +61,7 @@ static void usage(FILE *f)
 		"  --json              print the card as JSON\n"
 		"  --plan              print the card's sizes from the tiering alone: no quantization,\n"
 		"                      nothing written (--out optional; cosines shown as -)\n"
-		"  --no-progress       no progress bar (it shows on a terminal or with STRATA_PROGRESS=1)\n"
+		STRATA_CLI_NO_PROGRESS_HELP("       ")
 		"test models\n"
 		"  --make-test-model DIR  write a small random model in Hugging Face layout\n"
 		"  --spec SPEC         its shape: a preset or custom:layers=..,experts=..,hidden=..,inter=..\n"
@@ -102,7 +103,7 @@ static void print_card(const struct strata_quantize_report *r, const char *in, c
 		if (r->tier[t].matrices && r->tier[t].cos_min < tmin)
 			tmin = r->tier[t].cos_min;
 	}
-	double red_routed = tb ? (double)r->routed_bf16_bytes / (double)tb : 0;
+	double red_routed = strata_card_reduction(tpar, tb);
 	double red_all = r->out_bytes ? (double)r->bf16_bytes / (double)r->out_bytes : 0;
 	static const char *names[STRATA_TIER_COUNT] = { "hot", "warm", "cold" };
 	if (json) {
@@ -122,14 +123,14 @@ static void print_card(const struct strata_quantize_report *r, const char *in, c
 			       ",\"gb\":%.4f,\"gib\":%.4f,\"matrices\":%" PRIu64 ",\"cosine_mean\":%.6f,\"cosine_min\":%.6f,"
 			       "\"rel_rmse_mean\":%.6f}",
 			       t ? "," : "", names[t], strata_tier_name(t), x->experts, strata_fmt_traits(x->fmt)->name,
-			       x->bpw, x->params, x->payload, x->bytes, (double)x->bytes / 1e9, (double)x->bytes / (1u << 30),
+			       strata_card_bpw(x->payload, x->params), x->params, x->payload, x->bytes, (double)x->bytes / 1e9, (double)x->bytes / (1u << 30),
 			       x->matrices, x->cos_sum / m, x->cos_min, x->rmse_sum / m);
 		}
 		printf("],\"routed\":{\"experts\":%" PRIu64 ",\"params\":%" PRIu64 ",\"payload_bytes\":%" PRIu64
 		       ",\"extent_bytes\":%" PRIu64 ",\"gb\":%.4f,\"gib\":%.4f,\"bpw\":%.4f,\"cosine_mean\":%.6f,"
 		       "\"cosine_min\":%.6f,\"rel_rmse_mean\":%.6f,\"bf16_bytes\":%" PRIu64 ",\"reduction_vs_bf16\":%.4f},",
 		       n_total, tpar, tp, tb, (double)tb / 1e9, (double)tb / (1u << 30),
-		       tpar ? (double)tp * 8 / (double)tpar : 0, tm ? tcos / (double)tm : 0, tm ? tmin : 0,
+		       strata_card_bpw(tp, tpar), tm ? tcos / (double)tm : 0, tm ? tmin : 0,
 		       tm ? trmse / (double)tm : 0, r->routed_bf16_bytes, red_routed);
 		printf("\"nonrouted\":{\"tensors\":%" PRIu64 ",\"params\":%" PRIu64 ",\"bytes\":%" PRIu64 "},"
 		       "\"total\":{\"bytes\":%" PRIu64 ",\"gb\":%.4f,\"gib\":%.4f,\"bf16_bytes\":%" PRIu64
@@ -154,26 +155,27 @@ static void print_card(const struct strata_quantize_report *r, const char *in, c
 		double m = x->matrices ? (double)x->matrices : 1;
 		if (x->matrices && x->experts)
 			printf("%-5s %-5s %8" PRIu64 "  %-6s %7.4f %10.3f %10.3f %9.5f %9.5f %9.5f\n", names[t],
-			       strata_tier_name(t), x->experts, strata_fmt_traits(x->fmt)->name, x->bpw,
-			       (double)x->bytes / 1e9, (double)x->bytes / (1u << 30), x->cos_sum / m, x->cos_min,
+			       strata_tier_name(t), x->experts, strata_fmt_traits(x->fmt)->name,
+			       strata_card_bpw(x->payload, x->params), (double)x->bytes / 1e9, (double)x->bytes / (1u << 30), x->cos_sum / m, x->cos_min,
 			       x->rmse_sum / m);
 		else
 			printf("%-5s %-5s %8" PRIu64 "  %-6s %7.4f %10.3f %10.3f %9s %9s %9s\n", names[t], strata_tier_name(t),
-			       x->experts, strata_fmt_traits(x->fmt)->name, x->bpw, (double)x->bytes / 1e9,
+			       x->experts, strata_fmt_traits(x->fmt)->name, strata_card_bpw(x->payload, x->params),
+			       (double)x->bytes / 1e9,
 			       (double)x->bytes / (1u << 30), "-", "-", "-");
 	}
 	if (tm)
 		printf("%-5s %-5s %8" PRIu64 "  %-6s %7.4f %10.3f %10.3f %9.5f %9.5f %9.5f\n", "total", "", n_total, "",
-		       tpar ? (double)tp * 8 / (double)tpar : 0, (double)tb / 1e9, (double)tb / (1u << 30),
+		       strata_card_bpw(tp, tpar), (double)tb / 1e9, (double)tb / (1u << 30),
 		       tcos / (double)tm, tmin, trmse / (double)tm);
 	else
 		printf("%-5s %-5s %8" PRIu64 "  %-6s %7.4f %10.3f %10.3f %9s %9s %9s\n", "total", "", n_total, "",
-		       tpar ? (double)tp * 8 / (double)tpar : 0, (double)tb / 1e9, (double)tb / (1u << 30), "-", "-", "-");
-	printf("\nrouted experts: %.3f GB at BF16 -> %.3f GB, %.2fx smaller\n", (double)r->routed_bf16_bytes / 1e9,
+		       strata_card_bpw(tp, tpar), (double)tb / 1e9, (double)tb / (1u << 30), "-", "-", "-");
+	printf("\nrouted experts: %.3f GB at BF16 -> %.3f GB, %.2fx smaller than BF16\n", (double)r->routed_bf16_bytes / 1e9,
 	       (double)tb / 1e9, red_routed);
 	printf("non-routed:     %" PRIu64 " tensors, %" PRIu64 " params, %s stored BF16 (1-D F32)\n", r->tensors,
 	       r->tensor_params, strata_fmt_bytes(r->tensor_bytes, a, sizeof(a)));
-	printf("whole model:    %.3f GB at BF16 -> %.3f GB, %.2fx smaller\n", (double)r->bf16_bytes / 1e9,
+	printf("whole model:    %.3f GB at BF16 -> %.3f GB, %.2fx smaller than BF16\n", (double)r->bf16_bytes / 1e9,
 	       (double)r->out_bytes / 1e9, red_all);
 	if (r->imatrix_used)
 		printf("imatrix:        %u of %" PRIu64 " matrices weighted\n", r->imatrix_used, tm);
@@ -222,6 +224,7 @@ int strata_cmd_quantize(int argc, char **argv)
 		{ "naming", required_argument, 0, O_NAMING },  { "top-k", required_argument, 0, O_TOPK },
 		{ "name", required_argument, 0, O_NAME },      { "counts", required_argument, 0, O_COUNTS },
 		{ "trace", required_argument, 0, O_TRACE },    { "split", required_argument, 0, O_SPLIT },
+		{ "tiers", required_argument, 0, O_SPLIT },
 		{ "budget-bytes", required_argument, 0, O_BUDGET }, { "budget-mode", required_argument, 0, O_BMODE },
 		{ "imatrix", required_argument, 0, O_IMATRIX }, { "threads", required_argument, 0, O_THREADS },
 		{ "shard-bytes", required_argument, 0, O_SHARD }, { "json", no_argument, 0, O_JSON },
@@ -276,7 +279,7 @@ int strata_cmd_quantize(int argc, char **argv)
 			}
 			break;
 		case O_JSON: json = 1; break;
-		case O_NOPROG: progress = 0; break;
+		case O_NOPROG: progress = 0; strata_cli_no_progress(); break;
 		case O_PLAN: plan = 1; break;
 		case O_MAKE: make = optarg; break;
 		case O_SPEC: spec_text = optarg; break;
@@ -291,9 +294,7 @@ int strata_cmd_quantize(int argc, char **argv)
 				return 2;
 			break;
 		case O_FORCE: force = 1; break;
-		default:
-			fprintf(stderr, "strata quantize: unknown or incomplete option '%s' (see --help)\n", argv[optind - 1]);
-			return 2;
+		default: return strata_cli_bad_option("quantize", opts, argc, argv);
 		}
 		if (end && (*end || end == optarg || optarg[0] == '-')) {
 			fprintf(stderr, "strata quantize: bad number '%s' for %s\n", optarg, strata_cli_optname(opts, li, c));
@@ -319,7 +320,7 @@ int strata_cmd_quantize(int argc, char **argv)
 		return 2;
 	}
 	if (split_s && budget_s) {
-		fprintf(stderr, "strata quantize: give --split or --budget-bytes, not both\n");
+		fprintf(stderr, "strata quantize: give --tiers or --budget-bytes, not both\n");
 		return 2;
 	}
 	int mode = !strcmp(bmode, "layer") ? STRATA_BUDGET_LAYER : !strcmp(bmode, "global") ? STRATA_BUDGET_GLOBAL : -1;

@@ -34,7 +34,8 @@ static void usage(FILE *f, int virt)
 		"  --json FILE          results as JSON ('-' stdout, then no table)\n"
 		"  --csv FILE           results as one CSV row with a header ('-' stdout, then no table)\n"
 		"  --append             --csv: add a row to an existing file\n"
-		"  -q, --quiet          no table\n",
+		"  -q, --quiet          no table\n"
+		STRATA_CLI_NO_PROGRESS_HELP("        "),
 		cmd,
 		virt ? "Replay a trace on the engine's virtual clock: the same policies and bookkeeping as replay,\n"
 		       "no bytes moved, link and kernel costs from a cost model (strata calibrate)."
@@ -45,8 +46,8 @@ static void usage(FILE *f, int virt)
 		       "                       tiers and formats as strata synth would write them" : "",
 		virt ? "  --cost FILE          cost model JSON from strata calibrate (default: built-in defaults)\n"
 		       "  --nvme-qd N          override the cost model's NVMe queue depth\n"
-		       "  --tiers H,W,C        model spec only: hot/warm/cold percent of each layer's experts\n"
-		       "                       (default 15,30,55)\n"
+		       "  --tiers H,W,C        model spec only: hot/warm/cold share of each layer's experts,\n"
+		       "                       percent (default 15,30,55) or fractions (0.15,0.30,0.55)\n"
 		       "  --tier-trace FILE    model spec only: rank experts by their use in this trace (the\n"
 		       "                       most used go hot, as strata quantize --trace does)\n"
 		     : "  --cost FILE          cost model (strata calibrate) for the time bound, bound_tok_s\n"
@@ -60,8 +61,7 @@ static void usage(FILE *f, int virt)
 		       "  --gpu G              auto (default) | 0 (host stand-in) | 1 (require a GPU)\n"
 		       "  --verify             check extent checksums on every NVMe read (default: on each\n"
 		       "                       expert's first read, preload included)\n"
-		       "  --no-verify          check none (the results' verify field says so)\n"
-		       "  --progress           force a progress line (else only on a terminal)\n");
+		       "  --no-verify          check none (the results' verify field says so)\n");
 }
 
 _Static_assert(STRATA_COMPUTE_NONE == 0 && STRATA_COMPUTE_REF == 1 && STRATA_COMPUTE_GPU == 2 &&
@@ -81,7 +81,7 @@ int strata_cli_replay_main(int argc, char **argv, int virt)
 	const char *cmd = virt ? "sim" : "replay";
 	enum { O_MODEL = 256, O_TRACE, O_VRAM, O_RAM, O_PLACE, O_EVICT, O_PREFETCH, O_SEED, O_MAXTOK, O_CHUNK,
 	       O_NOHINTS, O_NOFUT, O_COMPUTE, O_MOVER, O_QD, O_GPU, O_VERIFY, O_NOVERIFY, O_JSON, O_CSV, O_APPEND, O_COST,
-	       O_NVMEQD, O_PROGRESS, O_TIERS, O_TIER_TRACE, O_COPY };
+	       O_NVMEQD, O_PROGRESS, O_TIERS, O_TIER_TRACE, O_COPY, O_NOPROG };
 	static const struct option opts[] = {
 		{ "model", required_argument, 0, O_MODEL }, { "trace", required_argument, 0, O_TRACE },
 		{ "vram", required_argument, 0, O_VRAM }, { "ram", required_argument, 0, O_RAM },
@@ -96,6 +96,7 @@ int strata_cli_replay_main(int argc, char **argv, int virt)
 		{ "cost", required_argument, 0, O_COST }, { "nvme-qd", required_argument, 0, O_NVMEQD },
 		{ "progress", no_argument, 0, O_PROGRESS }, { "tiers", required_argument, 0, O_TIERS },
 		{ "tier-trace", required_argument, 0, O_TIER_TRACE }, { "copy", required_argument, 0, O_COPY },
+		{ "no-progress", no_argument, 0, O_NOPROG },
 		{ "quiet", no_argument, 0, 'q' }, { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	struct strata_replay_config c;
@@ -181,11 +182,12 @@ int strata_cli_replay_main(int argc, char **argv, int virt)
 		case O_APPEND: append = 1; break;
 		case O_COST: cost = optarg; break;
 		case O_PROGRESS: progress = 1; break;
+		case O_NOPROG: progress = 0; strata_cli_no_progress(); break;
 		case O_TIERS: c.tiers = optarg; break;
 		case O_TIER_TRACE: c.tier_trace = optarg; break;
 		case 'q': quiet = 1; break;
 		case 'h': usage(stdout, virt); return 0;
-		default: usage(stderr, virt); return 2;
+		default: return strata_cli_bad_option(cmd, opts, argc, argv);
 		}
 	}
 	if (optind < argc || !c.model_dir || !c.trace_path) {
@@ -228,14 +230,28 @@ int strata_cli_replay_main(int argc, char **argv, int virt)
 	c.progress = progress && !quiet;
 	strata_install_sigint();
 	struct strata_replay_result r;
-	if (strata_replay_run(&c, &r, &err))
+	int rc = strata_replay_run(&c, &r, &err);
+	if (rc && !(rc == STRATA_EINTR && r.partial))
 		return strata_cli_fail(cmd, &err);
+	struct strata_error run_err = err;
+	/* interrupted: what finished is still written, marked partial */
 	if (!quiet)
 		strata_replay_print(&r, stdout);
+	for (const char *w = r.warning; *w;) {
+		const char *nl = strchr(w, '\n');
+		int l = nl ? (int)(nl - w) : (int)strlen(w);
+		fprintf(stderr, "strata %s: warning: %.*s\n", cmd, l, w);
+		w += l + (nl != NULL);
+	}
 	if (json && strata_replay_write_json(&r, json, &err))
 		return strata_cli_fail(cmd, &err);
 	if (csv && strata_replay_write_csv(&r, csv, append, &err))
 		return strata_cli_fail(cmd, &err);
+	if (rc) {
+		fprintf(stderr, "strata %s: %s: the %" PRIu64 " steps that finished are %s, marked partial\n", cmd,
+			run_err.msg, r.steps, json || csv ? "written" : "shown");
+		return 130;
+	}
 	return 0;
 }
 

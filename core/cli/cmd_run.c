@@ -27,6 +27,9 @@ static void usage(FILE *f)
 		"                   instead of running it (GNU parallel, Slurm arrays); then --merge\n"
 		"      --one RUN_ID run one configuration given by its run_id, write a one-row CSV (--out)\n"
 		"      --merge OUT  merge row CSVs (the remaining arguments) into OUT, one row per run_id\n"
+		"      --no-progress\n"
+		"                   no progress lines on stderr (also STRATA_PROGRESS=0); by default a\n"
+		"                   line redrawn on a terminal, else one line every 5 s with rate and ETA\n"
 		"      --max-instructions N\n"
 		"                   the script's Lua instruction budget (default 10000000000, minutes of\n"
 		"                   pure Lua; sweeps run in C and do not count; 0: no limit)\n"
@@ -42,7 +45,7 @@ int strata_cmd_run(int argc, char **argv)
 		{ "export-jobs", required_argument, 0, 'E' }, { "one", required_argument, 0, 'O' },
 		{ "out", required_argument, 0, 'o' }, { "merge", required_argument, 0, 'M' },
 		{ "max-instructions", required_argument, 0, 'I' }, { "max-memory", required_argument, 0, 'm' },
-		{ "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
+		{ "no-progress", no_argument, 0, 'P' }, { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	struct strata_experiment_opts o = { 0 };
 	const char *one = NULL, *out = NULL, *merge = NULL;
@@ -66,6 +69,7 @@ int strata_cmd_run(int argc, char **argv)
 		case 'O': one = optarg; break;
 		case 'o': out = optarg; break;
 		case 'M': merge = optarg; break;
+		case 'P': strata_cli_no_progress(); break;
 		case 'I':
 			if (strata_cli_u64("run", "--max-instructions", optarg, 0, UINT64_MAX - 1, 0, &o.max_instructions))
 				return 2;
@@ -83,7 +87,7 @@ int strata_cmd_run(int argc, char **argv)
 			break;
 		}
 		case 'h': usage(stdout); return 0;
-		default: usage(stderr); return 2;
+		default: return strata_cli_bad_option("run", opts, argc, argv);
 		}
 	}
 	struct strata_error err = { 0 };

@@ -36,8 +36,9 @@ static void usage(FILE *f)
 		"  --codes C            quantize (default; run the reference quantizer) | random\n"
 		"                       (tiered only: random valid blocks, a throughput-only model\n"
 		"                       whose experts compute nothing meaningful)\n"
-		"  --tiers H,W,C        hot/warm/cold share of each layer's experts, assigned by a\n"
-		"                       seeded Zipf-like popularity (default 0.15,0.30,0.55)\n"
+		"  --tiers H,W,C        hot/warm/cold share of each layer's experts, percent (15,30,55,\n"
+		"                       the default) or fractions (0.15,0.30,0.55), assigned by a\n"
+		"                       seeded Zipf-like popularity\n"
 		"  --popularity FILE    rank experts by a routing trace (.strace/.jsonl) or a\n"
 		"                       counts file (JSON/CSV) instead, with the --tiers split\n"
 		"  --shard-size SIZE    target shard size (default 4G)\n"
@@ -45,6 +46,7 @@ static void usage(FILE *f)
 		"  --force              replace a model already in DIR\n"
 		"  --list-presets       list the model presets and exit\n"
 		"  --json               print the result as JSON\n"
+		STRATA_CLI_NO_PROGRESS_HELP("        ")
 		"  --help               this text\n");
 }
 
@@ -78,7 +80,7 @@ static void list_presets(int json)
 int strata_cmd_synth(int argc, char **argv)
 {
 	enum { O_SEED = 256, O_DIST, O_DOF, O_OFRAC, O_OSCALE, O_FORMAT, O_CODES, O_TIERS, O_SHARD, O_THREADS,
-	       O_FORCE, O_LIST, O_JSON, O_PRESET, O_OUT, O_POP };
+	       O_FORCE, O_LIST, O_JSON, O_PRESET, O_OUT, O_POP, O_NOPROG };
 	static const struct option opts[] = {
 		{ "preset", required_argument, 0, O_PRESET }, { "out", required_argument, 0, O_OUT },
 		{ "seed", required_argument, 0, O_SEED }, { "dist", required_argument, 0, O_DIST },
@@ -88,7 +90,8 @@ int strata_cmd_synth(int argc, char **argv)
 		{ "popularity", required_argument, 0, O_POP },
 		{ "shard-size", required_argument, 0, O_SHARD }, { "threads", required_argument, 0, O_THREADS },
 		{ "force", no_argument, 0, O_FORCE }, { "list-presets", no_argument, 0, O_LIST },
-		{ "json", no_argument, 0, O_JSON }, { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
+		{ "json", no_argument, 0, O_JSON }, { "no-progress", no_argument, 0, O_NOPROG },
+		{ "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	struct strata_synth_config cfg = { .seed = 1 };
 	struct strata_error err = { 0 };
@@ -169,11 +172,9 @@ int strata_cmd_synth(int argc, char **argv)
 		case O_FORCE: force = 1; break;
 		case O_LIST: list = 1; break;
 		case O_JSON: json = 1; break;
+		case O_NOPROG: strata_cli_no_progress(); break;
 		case 'h': usage(stdout); return 0;
-		default:
-			fprintf(stderr, "strata synth: unknown or incomplete option '%s'\n", argv[optind - 1]);
-			usage(stderr);
-			return 2;
+		default: return strata_cli_bad_option("synth", opts, argc, argv);
 		}
 		continue;
 bad_value:

@@ -98,8 +98,8 @@ static void usage_import(FILE *f)
 		"      --order O         request (default: request by request) | input (tokens in order of\n"
 		"                        first appearance: keeps a server log's interleaving)\n"
 		"      --weights-f32     keep gate weights as f32 (default f16)\n"
-		"      --max-warnings N  gap warnings printed (default 20)\n"
-		"  -q, --quiet           no summary line\n");
+		"      --max-warnings N  gap warnings printed (default 20; 0: none, the summary still counts them)\n"
+		"  -q, --quiet           no warnings and no summary line (errors only)\n");
 }
 
 static int cmd_import(int argc, char **argv)
@@ -179,7 +179,7 @@ static int cmd_import(int argc, char **argv)
 		case 'w': if (parse_u64("import", "max-warnings", optarg, &c.max_warnings)) return 2; break;
 		case 'q': quiet = 1; break;
 		case 'h': usage_import(stdout); return 0;
-		default: usage_import(stderr); return 2;
+		default: return strata_cli_bad_option("trace import", opts, argc, argv);
 		}
 	}
 	if (!c.output || optind >= argc) {
@@ -187,6 +187,8 @@ static int cmd_import(int argc, char **argv)
 		usage_import(stderr);
 		return 2;
 	}
+	if (quiet)
+		c.max_warnings = 0;
 	c.inputs = (const char *const *)argv + optind;
 	c.n_inputs = (uint32_t)(argc - optind);
 	struct strata_trace_import_result r;
@@ -287,7 +289,7 @@ static int cmd_gen(int argc, char **argv)
 		case 'A': bad = parse_dbl("gen", "pred-accuracy", optarg, &c.pred_accuracy); break;
 		case 'f': bad = parse_format("gen", optarg, &fmt); break;
 		case 'h': usage_gen(stdout); return 0;
-		default: usage_gen(stderr); return 2;
+		default: return strata_cli_bad_option("trace gen", opts, argc, argv);
 		}
 		if (bad)
 			return 2;
@@ -360,7 +362,7 @@ static int cmd_stats(int argc, char **argv)
 		switch (ch) {
 		case 'j': json = optarg; break;
 		case 'h': usage_stats(stdout); return 0;
-		default: usage_stats(stderr); return 2;
+		default: return strata_cli_bad_option("trace stats", opts, argc, argv);
 		}
 	}
 	if (optind + 1 != argc) {
@@ -439,7 +441,7 @@ static int cmd_convert(int argc, char **argv)
 			printf("usage: strata trace convert [--format auto|binary|jsonl] IN OUT\n"
 			       "Copy a trace between the binary form and the JSONL twin (by OUT's name: .jsonl -> text).\n");
 			return 0;
-		default: return 2;
+		default: return strata_cli_bad_option("trace convert", opts, argc, argv);
 		}
 	}
 	if (optind + 2 != argc) {
@@ -496,7 +498,7 @@ static int cmd_export(int argc, char **argv)
 			}
 			break;
 		case 'h': usage_export(stdout); return 0;
-		default: usage_export(stderr); return 2;
+		default: return strata_cli_bad_option("trace export", opts, argc, argv);
 		}
 	}
 	if (!fmt || optind + 2 != argc) {
@@ -526,7 +528,7 @@ static int cmd_head(int argc, char **argv)
 		case 'h':
 			printf("usage: strata trace head [-n N] TRACE\nPrint the header and the first N records (default 5).\n");
 			return 0;
-		default: return 2;
+		default: return strata_cli_bad_option("trace head", opts, argc, argv);
 		}
 	}
 	if (optind + 1 != argc) {
@@ -592,7 +594,11 @@ int strata_cmd_trace(int argc, char **argv)
 		return cmd_head(argc - 1, argv + 1);
 	if (!strcmp(sub, "export"))
 		return cmd_export(argc - 1, argv + 1);
-	fprintf(stderr, "strata trace: unknown subcommand '%s'\n", sub);
-	usage_main(stderr);
+	static const char *const subs[] = { "import", "gen", "stats", "convert", "head", "export" };
+	const char *hint = strata_closest_name(sub, strlen(sub), subs, sizeof(subs) / sizeof(subs[0]));
+	fprintf(stderr, "strata trace: unknown subcommand '%s'", sub);
+	if (hint)
+		fprintf(stderr, "; did you mean '%s'?", hint);
+	fprintf(stderr, "\n(strata trace --help lists the subcommands)\n");
 	return 2;
 }

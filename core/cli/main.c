@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "strata/util.h"
 
 static const struct {
 	const char *name;
@@ -26,9 +27,14 @@ static const struct {
 	{ "policies", strata_cmd_policies, "list built-in policies and their options" },
 };
 
+#ifndef STRATA_GIT
+#define STRATA_GIT "unknown"
+#endif
+#define STRATA_VERSION "0.1"
+
 static void usage(FILE *out)
 {
-	fprintf(out, "usage: strata <command> [options]   (strata <command> --help)\n\ncommands:\n");
+	fprintf(out, "usage: strata <command> [options]   (strata <command> --help; strata --version)\n\ncommands:\n");
 	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
 		fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].help);
 }
@@ -83,6 +89,33 @@ int strata_cli_choice(const char *cmd, const char *opt, const char *v, const cha
 	return -1;
 }
 
+int strata_cli_bad_option(const char *cmd, const struct option *opts, int argc, char **argv)
+{
+	const char *arg = optind >= 1 && optind <= argc ? argv[optind - 1] : NULL;
+	if (!opterr) /* the command silenced getopt's own message */
+		fprintf(stderr, "strata %s: unknown or incomplete option '%s'\n", cmd, arg ? arg : "?");
+	if (arg && arg[0] == '-' && arg[1] == '-' && arg[2]) {
+		const char *name = arg + 2;
+		size_t len = strcspn(name, "=");
+		const char *names[128];
+		size_t n = 0, known = 0;
+		for (; opts[n].name && n < 128; n++) {
+			names[n] = opts[n].name;
+			known |= strlen(names[n]) == len && !strncmp(names[n], name, len);
+		}
+		const char *hint = known ? NULL : strata_closest_name(name, len, names, n);
+		if (hint)
+			fprintf(stderr, "strata %s: did you mean --%s?\n", cmd, hint);
+	}
+	fprintf(stderr, "strata %s --help lists every option\n", cmd);
+	return 2;
+}
+
+void strata_cli_no_progress(void)
+{
+	setenv("STRATA_PROGRESS", "0", 1);
+}
+
 int strata_cli_fail(const char *cmd, const struct strata_error *err)
 {
 	fprintf(stderr, "strata %s: %s\n", cmd, err && err->msg[0] ? err->msg : "failed");
@@ -95,6 +128,10 @@ int main(int argc, char **argv)
 		usage(argc < 2 ? stderr : stdout);
 		return argc < 2 ? 2 : 0;
 	}
+	if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
+		printf("strata %s (%s)\n", STRATA_VERSION, STRATA_GIT);
+		return 0;
+	}
 	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
 		if (!strcmp(argv[1], commands[i].name)) {
 			/* getopt's own messages ("option requires an argument")
@@ -104,7 +141,13 @@ int main(int argc, char **argv)
 			argv[1] = name;
 			return commands[i].fn(argc - 1, argv + 1);
 		}
-	fprintf(stderr, "strata: unknown command '%s'\n", argv[1]);
-	usage(stderr);
+	const char *names[sizeof(commands) / sizeof(commands[0])];
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+		names[i] = commands[i].name;
+	const char *hint = strata_closest_name(argv[1], strlen(argv[1]), names, sizeof(names) / sizeof(names[0]));
+	fprintf(stderr, "strata: unknown command '%s'", argv[1]);
+	if (hint)
+		fprintf(stderr, "; did you mean '%s'?", hint);
+	fprintf(stderr, "\n(strata --help lists the commands)\n");
 	return 2;
 }

@@ -1,7 +1,7 @@
 /*
- * The results CSV of strata run (see exp_int.h): columns, rows, an RFC 4180
- * subset reader (quoted fields, "" escapes, one line per record), and the
- * rows an interrupted sweep already wrote.  pandas reads the file as is.
+ * The results CSV of strata run (see exp_int.h): columns, rows (fields
+ * through strata/csv.h, RFC 4180, one line per record), and the rows an
+ * interrupted sweep already wrote.  pandas reads the file as is.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include "exp_int.h"
+#include "strata/csv.h"
 #include "strata/util.h"
 
 static const char *const fixed_cols[] = { "run_id", "status", "error" };
@@ -34,25 +35,6 @@ int strata_exp_csv_known_col(const char *name)
 	return 0;
 }
 
-
-void strata_exp_csv_field(FILE *f, const char *s)
-{
-	int quote = strpbrk(s, ",\"\n\r") != NULL || !*s;
-	if (!quote) {
-		fputs(s, f);
-		return;
-	}
-	fputc('"', f);
-	for (; *s; s++) {
-		if (*s == '"')
-			fputc('"', f);
-		if (*s == '\n' || *s == '\r')
-			fputs(" | ", f);
-		else
-			fputc(*s, f);
-	}
-	fputc('"', f);
-}
 
 void strata_exp_csv_header(FILE *f, const struct strata_experiment_config *tags_of, char tagcols[][48],
 			 uint32_t n_tagcols)
@@ -87,13 +69,13 @@ void strata_exp_csv_given_name(const struct strata_experiment_config *c, char *b
 void strata_exp_csv_row(FILE *f, const struct strata_experiment_config *c, const struct strata_exp_outcome *o,
 		      char tagcols[][48], uint32_t n_tagcols)
 {
-	strata_exp_csv_field(f, c->run_id);
+	strata_csv_write_field(f, c->run_id);
 	fputs(o->rc ? ",error," : ",ok,", f);
 	if (o->rc)
-		strata_exp_csv_field(f, o->err.msg[0] ? o->err.msg : strata_status_name(o->rc));
+		strata_csv_write_field(f, o->err.msg[0] ? o->err.msg : strata_status_name(o->rc));
 	for (uint32_t i = 0; i < n_tagcols; i++) {
 		fputc(',', f);
-		strata_exp_csv_field(f, tag_of(c, tagcols[i]));
+		strata_csv_write_field(f, tag_of(c, tagcols[i]));
 	}
 	const struct strata_replay_result *r = &o->res;
 	const struct strata_engine_stats *s = &r->stats;
@@ -101,13 +83,13 @@ void strata_exp_csv_row(FILE *f, const struct strata_experiment_config *c, const
 	if (o->rc)
 		strata_exp_csv_given_name(c, name, sizeof(name));
 	fputc(',', f);
-	strata_exp_csv_field(f, o->rc ? name : r->name);
+	strata_csv_write_field(f, o->rc ? name : r->name);
 	fprintf(f, ",%s,", c->virt ? "sim" : "replay");
-	strata_exp_csv_field(f, o->rc ? (c->compute[0] ? c->compute : "") : strata_compute_name(r->compute));
+	strata_csv_write_field(f, o->rc ? (c->compute[0] ? c->compute : "") : strata_compute_name(r->compute));
 	fputc(',', f);
-	strata_exp_csv_field(f, c->trace);
+	strata_csv_write_field(f, c->trace);
 	fputc(',', f);
-	strata_exp_csv_field(f, o->rc ? c->model : r->model);
+	strata_csv_write_field(f, o->rc ? c->model : r->model);
 	if (o->rc) {
 		fprintf(f, ",%" PRIu64 ",%" PRIu64 ",%" PRIu64, c->seed, c->vram, c->ram);
 #define EX(k, t, fmt, v) fputc(',', f);
@@ -139,48 +121,12 @@ int strata_exp_csv_reserved(const char *name)
 	return 0;
 }
 
-/* Split line into fields in place; returns the count (at most max). */
+/* strata_csv_split for results rows: at most max fields, and a torn line (an
+ * unterminated quote, as an interrupted write leaves) has none. */
 int strata_exp_csv_split(char *line, char **fields, int max)
 {
-	int n = 0;
-	char *p = line;
-	size_t len = strlen(line);
-	while (len && (line[len - 1] == '\n' || line[len - 1] == '\r'))
-		line[--len] = '\0';
-	for (;;) {
-		if (n == max)
-			return n;
-		if (*p == '"') {
-			char *w = ++p;
-			fields[n++] = w;
-			for (;;) {
-				if (!*p)
-					break;
-				if (*p == '"' && p[1] == '"') {
-					*w++ = '"';
-					p += 2;
-				} else if (*p == '"') {
-					p++;
-					break;
-				} else {
-					*w++ = *p++;
-				}
-			}
-			*w = '\0';
-			/* p is at ',' or end */
-			if (*p == ',') {
-				p++;
-				continue;
-			}
-			return n;
-		}
-		fields[n++] = p;
-		char *comma = strchr(p, ',');
-		if (!comma)
-			return n;
-		*comma = '\0';
-		p = comma + 1;
-	}
+	int n = strata_csv_split(line, ',', fields, (size_t)max, NULL);
+	return n < 0 ? 0 : n > max ? max : n;
 }
 
 char *strata_exp_csv_read_line(FILE *f)

@@ -29,10 +29,8 @@ struct strata_exp_outcome {
 
 /* ---- the results CSV (csv.c) ---- */
 
-/* One field, quoted when it holds a comma, quote or newline (newlines
- * become " | "). */
-void strata_exp_csv_field(FILE *f, const char *s);
-/* Split line into fields in place; returns the count (at most max). */
+/* Fields are written with strata_csv_write_field (strata/csv.h).  Split a
+ * results line in place: at most max fields; a torn line has none. */
 int strata_exp_csv_split(char *line, char **fields, int max);
 /* One line with its newline (getline), NULL at EOF; free() it. */
 char *strata_exp_csv_read_line(FILE *f);
@@ -72,6 +70,8 @@ void strata_exp_csv_make_parents(const char *path);
 /* What a pool run did. */
 struct strata_exp_pool_stats {
 	size_t finished, failed;
+	size_t warned;           /* ok runs with a warning (strata_replay_result.warning) */
+	char warning[640];       /* the first such warning */
 	int spawn_errno; /* a worker could not be started: errno */
 };
 /*

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "exp_int.h"
+#include "strata/csv.h"
 #include "strata/util.h"
 
 /* Shell-quote s into f ('...' with ' as '\''). */
@@ -176,7 +177,7 @@ int strata_experiment_merge(const char *out, char *const *parts, int n_parts, st
 				if (c)
 					fputc(',', bf);
 				if (*v)
-					strata_exp_csv_field(bf, v);
+					strata_csv_write_field(bf, v);
 			}
 			if (bf) {
 				fputc('\n', bf);

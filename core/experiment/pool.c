@@ -199,6 +199,8 @@ void strata_exp_pool_run(const struct strata_experiment_config *cfg, struct stra
 			oc[idx] = o;
 			st->finished++;
 			st->failed += o.rc != 0;
+			if (!o.rc && o.res.warning[0] && !st->warned++)
+				snprintf(st->warning, sizeof(st->warning), "%s", o.res.warning);
 			if (csv) {
 				strata_exp_csv_row(csv, &cfg[idx], &oc[idx], tagcols, n_tagcols);
 				fflush(csv);
@@ -209,6 +211,14 @@ void strata_exp_pool_run(const struct strata_experiment_config *cfg, struct stra
 		}
 	}
 	strata_progress_finish(&pg);
+	/* once per sweep, not once per row: the first warning and how many had one */
+	for (const char *w = st->warning; st->warned && *w;) {
+		const char *nl = strchr(w, '\n');
+		int l = nl ? (int)(nl - w) : (int)strlen(w);
+		fprintf(stderr, "strata run: %s: warning in %zu of %zu runs, e.g.: %.*s\n", what, st->warned,
+			st->finished, l, w);
+		w += l + (nl != NULL);
+	}
 	free(ws);
 	free(pf);
 }

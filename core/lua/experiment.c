@@ -270,8 +270,57 @@ static void read_config(lua_State *L, int idx, struct strata_experiment_config *
 
 /* ---- strata.run ---- */
 
+/* key=value arguments given to a script that never declared its arguments
+ * (strata.arguments{...}) stop it before it runs anything: a typo such as
+ * polices=lru must not silently run the default sweep. */
+static void check_args_declared(lua_State *L)
+{
+	lua_getglobal(L, "strata");
+	lua_getfield(L, -1, "_declared");
+	int declared = !lua_isnil(L, -1);
+	lua_pop(L, 1);
+	lua_getfield(L, -1, "args");
+	const char *given = NULL;
+	lua_pushnil(L);
+	while (!declared && !given && lua_next(L, -2)) {
+		if (lua_type(L, -2) == LUA_TSTRING)
+			given = lua_tostring(L, -2);
+		lua_pop(L, 1);
+	}
+	if (given)
+		luaL_error(L, "argument '%s=' given, but this script does not declare its arguments: it must call "
+			      "strata.arguments{ name = \"help\", ... } first", given);
+	lua_pop(L, given ? 3 : 2);
+}
+
+/* strata._closest(word, {names}) -> the likely intended name or nil */
+static int l_closest(lua_State *L)
+{
+	size_t len;
+	const char *w = luaL_checklstring(L, 1, &len);
+	luaL_checktype(L, 2, LUA_TTABLE);
+	const char *names[256];
+	size_t n = 0;
+	for (lua_Integer i = 1; n < 256; i++, n++) {
+		lua_rawgeti(L, 2, i);
+		if (lua_type(L, -1) != LUA_TSTRING) {
+			lua_pop(L, 1);
+			break;
+		}
+		names[n] = lua_tostring(L, -1); /* kept alive by the table */
+		lua_pop(L, 1);
+	}
+	const char *best = strata_closest_name(w, len, names, n);
+	if (best)
+		lua_pushstring(L, best);
+	else
+		lua_pushnil(L);
+	return 1;
+}
+
 static int l_run(lua_State *L)
 {
+	check_args_declared(L);
 	struct strata_experiment_config *c = lua_newuserdatauv(L, sizeof(*c), 0);
 	read_config(L, 1, c);
 	struct strata_exp_outcome *o = lua_newuserdatauv(L, sizeof(*o), 0);
@@ -393,6 +442,7 @@ static int prune_kept(const char *out, const char *header, const struct strata_e
 
 static int l_sweep(lua_State *L)
 {
+	check_args_declared(L);
 	struct exp_global *g = global_of(L);
 	luaL_checktype(L, 1, LUA_TTABLE);
 	lua_getfield(L, 1, "configs");
@@ -518,6 +568,7 @@ done:
 
 static int l_trace_gen(lua_State *L)
 {
+	check_args_declared(L);
 	luaL_checktype(L, 1, LUA_TTABLE);
 	struct strata_trace_gen_config c;
 	strata_trace_gen_defaults(&c);
@@ -655,6 +706,28 @@ static const char exp_prelude_lua[] =
 	"  assert(f:close())\n"
 	"  assert(os.rename(path .. '.tmp', path))\n"
 	"end\n"
+	"-- strata.arguments{ name = 'help', ... }: declare the script's key=value\n"
+	"-- arguments and return strata.args; a given argument that is not declared\n"
+	"-- is an error (a typo must not run the default sweep).  `help=1` lists them.\n"
+	"function strata.arguments(spec)\n"
+	"  local names = {}\n"
+	"  for k in pairs(spec) do names[#names + 1] = k end\n"
+	"  table.sort(names)\n"
+	"  if strata.args.help and not spec.help then\n"
+	"    local t = {}\n"
+	"    for _, k in ipairs(names) do t[#t + 1] = string.format('  %-14s %s', k .. '=', spec[k]) end\n"
+	"    error('arguments of this script:\\n' .. table.concat(t, '\\n'), 0)\n"
+	"  end\n"
+	"  for k in pairs(strata.args) do\n"
+	"    if type(k) == 'string' and spec[k] == nil then\n"
+	"      local hint = strata._closest(k, names)\n"
+	"      error(string.format(\"unknown argument '%s' (this script takes: %s)%s\", k,\n"
+	"        table.concat(names, ', '), hint and string.format(\"; did you mean '%s'?\", hint) or ''), 2)\n"
+	"    end\n"
+	"  end\n"
+	"  strata._declared = spec\n"
+	"  return strata.args\n"
+	"end\n"
 	"-- strata.write_file(path, text)\n"
 	"function strata.write_file(path, text)\n"
 	"  local f = assert(io.open(path, 'w'))\n"
@@ -693,7 +766,7 @@ int strata_experiment_main(const struct strata_experiment_opts *o, struct strata
 	lua_getglobal(L, "strata");
 	static const luaL_Reg fns[] = {
 		{ "run", l_run }, { "sweep", l_sweep }, { "trace_gen", l_trace_gen },
-		{ "read_csv", l_read_csv }, { "cpus", l_cpus }, { NULL, NULL },
+		{ "read_csv", l_read_csv }, { "cpus", l_cpus }, { "_closest", l_closest }, { NULL, NULL },
 	};
 	lua_pushvalue(L, gidx);
 	luaL_setfuncs(L, fns, 1);

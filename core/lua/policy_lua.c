@@ -723,12 +723,25 @@ static int cmp_opt(const void *a, const void *b)
 
 /* The hooks table is at the top of the stack.  Read its `options` field:
  * either a map name -> spec or a list of specs with `name` (kept in order);
- * spec = { default = v, min = x, max = y, help = "...", type = "int"|"double"|"bool"|"string" }. */
+ * spec = { default = v, min = x, max = y, help = "...", type = "int"|"double"|"bool"|"string" }.
+ * A script may instead set a global `options = {...}` (the README's snippet
+ * reads either way): it is taken when the returned table has none, and a
+ * script that declares both is refused rather than one being ignored. */
 static int read_options(struct lua_policy *lp, struct strata_error *err)
 {
 	lua_State *L = lp->L;
 	int top = lua_gettop(L);
 	lua_getfield(L, -1, "options");
+	lua_getglobal(L, "options");
+	if (!lua_isnil(L, -1) && !lua_isnil(L, -2) && !lua_rawequal(L, -1, -2)) {
+		lua_settop(L, top);
+		return STRATA_ERR(err, STRATA_EINVAL,
+				  "%s: options declared twice, as a global and in the returned table: keep one", lp->base);
+	}
+	if (lua_isnil(L, -2))
+		lua_replace(L, -2); /* the global (or nil) */
+	else
+		lua_pop(L, 1);
 	if (lua_isnil(L, -1)) {
 		lua_settop(L, top);
 		return STRATA_OK;

@@ -28,6 +28,7 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "strata/csv.h"
 #include "strata/trace.h"
 #include "strata/json.h"
 #include "strata/util.h"
@@ -164,11 +165,11 @@ static const char *at(struct imp *im, const struct strata_json *n)
 static void warnf(struct imp *im, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void warnf(struct imp *im, const char *fmt, ...)
 {
-	uint64_t max = im->c->max_warnings ? im->c->max_warnings : 20;
+	uint64_t max = im->c->max_warnings;
 	im->warnings++;
 	FILE *f = im->c->warn ? im->c->warn : stderr;
 	if (im->warnings > max) {
-		if (im->warnings == max + 1)
+		if (max && im->warnings == max + 1)
 			fprintf(f, "warning: more gaps; further warnings suppressed (see the summary)\n");
 		return;
 	}
@@ -893,49 +894,30 @@ static int sb_put(struct sbuf *b, const char *s, size_t n)
 }
 
 /* Split one CSV record into fields (in place, quotes removed). */
+/* strata_csv_split into a growing array: 0, -1 out of memory, -2 an
+ * unterminated quote (*nf then counts up to that field). */
 static int csv_split(char *line, char sep, char ***fields, size_t *nf, size_t *cap)
 {
-	size_t n = 0;
-	char *s = line, *out;
-	for (;;) {
-		if (n == *cap) {
-			size_t c = *cap ? *cap * 2 : 16;
-			char **f = realloc(*fields, c * sizeof(char *));
-			if (!f)
-				return -1;
-			*fields = f;
-			*cap = c;
-		}
-		out = s;
-		(*fields)[n++] = out;
-		if (*s == '"') {
-			s++;
-			for (;;) {
-				if (!*s)
-					return -2; /* unterminated quote */
-				if (*s == '"' && s[1] == '"') {
-					*out++ = '"';
-					s += 2;
-				} else if (*s == '"') {
-					s++;
-					break;
-				} else {
-					*out++ = *s++;
-				}
-			}
-			while (*s && *s != sep)
-				s++;
-		} else {
-			while (*s && *s != sep)
-				*out++ = *s++;
-		}
-		char end = *s;
-		*out = 0;
-		if (!end)
-			break;
-		s++;
+	size_t need = 1;
+	for (const char *p = line; *p; p++)
+		need += *p == sep;
+	if (need > *cap) {
+		char **f = realloc(*fields, need * sizeof(char *));
+		if (!f)
+			return -1;
+		*fields = f;
+		*cap = need;
 	}
-	*nf = n;
+	char *bad = NULL;
+	int n = strata_csv_split(line, sep, *fields, *cap, &bad);
+	if (n < 0) {
+		size_t i = 0;
+		while (i < *cap && (*fields)[i] != bad)
+			i++;
+		*nf = i + 1;
+		return -2;
+	}
+	*nf = (size_t)n;
 	return 0;
 }
 
@@ -1704,6 +1686,7 @@ void strata_trace_import_defaults(struct strata_trace_import_config *c)
 	c->default_phase = STRATA_PHASE_DECODE;
 	c->gaps = STRATA_GAPS_DROP;
 	c->layer_base = UINT32_MAX; /* auto: the smallest layer number seen */
+	c->max_warnings = 20;
 }
 
 int strata_trace_import(const struct strata_trace_import_config *c, struct strata_trace_import_result *res,

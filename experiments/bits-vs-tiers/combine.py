@@ -22,13 +22,19 @@ def main(res):
         for line in f:
             j = json.loads(line)
             sizes[(j['split'], j['which'])] = j['card']
-    sim = {}
+    # one row per (split, variant, trace seed): tables use the mean over
+    # seeds, speed.csv keeps every seed (the plot draws the spread)
+    runs = {}
     splits = []
     with open(f'{res}/sim.csv', newline='') as f:
         for r in csv.DictReader(f):
-            sim[(r['split'], r['variant'])] = r
+            runs.setdefault((r['split'], r['variant']), []).append(r)
             if r['split'] not in splits:
                 splits.append(r['split'])
+    sim = {}
+    for key, rs in runs.items():
+        sim[key] = {c: sum(float(r[c]) for r in rs) / len(rs) for c in ('hit_vram', 'hit_ram', 'hit_nvme',
+                                                                          'decode_tok_s')}
 
     fmts = ['hot', 'warm', 'cold']
     rows = []
@@ -57,13 +63,15 @@ def main(res):
         w = csv.DictWriter(f, cols)
         w.writeheader()
         w.writerows(rows)
-    # long form for the speed plot
+    # long form for the speed plot, one row per trace seed
     with open(f'{res}/speed.csv', 'w', newline='') as f:
         w = csv.writer(f)
-        w.writerow(['split', 'policy', 'decode_tok_s', 'fast_hit_pct'])
-        for r in rows:
+        w.writerow(['split', 'policy', 'seed', 'decode_tok_s', 'fast_hit_pct'])
+        for s in splits:
             for v in ('static', 'cache'):
-                w.writerow([r['split'], v, r[f'tok_s_{v}'], 100 * r[f'fast_hit_{v}']])
+                for r in runs[(s, v)]:
+                    w.writerow([s, v, r.get('trace_seed', ''), float(r['decode_tok_s']),
+                                100 * (float(r['hit_vram']) + float(r['hit_ram']))])
 
     g = 'gauss' if 'gauss' in dists else dists[0]
     with open(f'{res}/quality.csv', 'w', newline='') as f:
@@ -78,6 +86,8 @@ def main(res):
         for t in fmts:
             f.write(f'| {t} | {bpw[t]} | ' + ' | '.join(f'{cos[t][d]:.4f}' for d in dists) + ' |\n')
     with open(f'{res}/summary.md', 'w') as f:
+        nseed = max(len(v) for v in runs.values())
+        f.write(f'(simulation columns: mean over {nseed} trace seed{"s" if nseed > 1 else ""})\n\n')
         f.write('| split h/w/c % | bpw | Qwen3-30B-A3B GB | vs BF16 | scaled MB | accesses h/w/c % | '
                 f'cosine, by params ({g}) | cosine, by accesses ({g}) | tok/s static | tok/s cache |\n')
         f.write('|---|---|---|---|---|---|---|---|---|---|\n')

@@ -18,13 +18,33 @@
 --   cache   place=static:promote=all, evict=lru (misses are kept).
 -- Results: results/bits-vs-tiers.csv (resumable) and results/sim.csv.
 local dir = strata.script_dir
-local results = strata.args.out or (dir .. "/results")
-local a = strata.args
-local model = a.model or "qwen3-30b-a3b:layers=8,experts=64"
-local trace = a.trace or strata.trace_gen{
-	path = results .. "/trace.strace", model = model, seed = 7,
-	requests = 4, prompt = 32, gen = tonumber(a.tokens or 128),
+local a = strata.arguments{
+	out = "results folder (default: results/ beside this script)",
+	model = "model spec (default qwen3-30b-a3b:layers=8,experts=64)",
+	trace = "routing trace (default: synthetic ones for the model, one per seed)",
+	seeds = "seeds of the synthetic traces, comma-separated (default 7,8,9: the spread in speed.png)",
+	tokens = "decode tokens per request of the synthetic trace (default 128)",
+	vram = "VRAM budget (default 256M)",
+	ram = "RAM budget (default 512M)",
+	splits = "hot/warm/cold splits, comma-separated (default 0/0/100,5/20/75,...)",
+	cost = "cost model JSON, or default",
 }
+local results = a.out or (dir .. "/results")
+local model = a.model or "qwen3-30b-a3b:layers=8,experts=64"
+-- One synthetic trace per seed (the routing is the stochastic part): every
+-- split runs on each, and the plots show the mean and the spread.
+local traces = {}
+if a.trace then
+	traces[1] = { seed = 0, path = a.trace }
+else
+	for s in string.gmatch(a.seeds or "7,8,9", "[^,]+") do
+		local seed = tonumber(s)
+		traces[#traces + 1] = { seed = seed, path = strata.trace_gen{
+			path = string.format("%s/trace-seed%d.strace", results, seed), model = model, seed = seed,
+			requests = 4, prompt = 32, gen = tonumber(a.tokens or 128),
+		} }
+	end
+end
 -- The cost model: strata calibrate on the GPU machine with Qwen3-30B-A3B-shaped
 -- shards (experiments/gpu-replay/run1/cost_qwen.json) when present, else
 -- strata's built-in defaults; cost=FILE or cost=default to choose.
@@ -48,13 +68,16 @@ local variants = {
 	{ "cache", { place = "static:promote=all", vram = a.vram or "256M", ram = a.ram or "512M" } },
 }
 local configs = {}
-for _, s in ipairs(splits) do
-	for _, v in ipairs(variants) do
-		configs[#configs + 1] = {
-			mode = "sim", model = model, trace = trace, tiers = s:gsub("/", ","), tier_trace = trace,
-			place = v[2].place, vram = v[2].vram, ram = v[2].ram, evict = "lru", seed = 1, cost = cost,
-			tags = { split = s, variant = v[1] },
-		}
+for _, tr in ipairs(traces) do
+	for _, s in ipairs(splits) do
+		for _, v in ipairs(variants) do
+			configs[#configs + 1] = {
+				mode = "sim", model = model, trace = tr.path, tiers = s:gsub("/", ","), tier_trace = tr.path,
+				place = v[2].place, vram = v[2].vram, ram = v[2].ram, seed = 1, cost = cost,
+				evict = v[1] == "cache" and "lru" or nil,
+				tags = { split = s, variant = v[1], trace_seed = tr.seed },
+			}
+		end
 	end
 end
 local rows = strata.sweep{ name = "bits-vs-tiers", configs = configs, out = results .. "/bits-vs-tiers.csv" }
@@ -62,12 +85,12 @@ local out = {}
 for _, r in ipairs(rows) do
 	if r.status ~= "ok" then error(r.run_id .. ": " .. tostring(r.error)) end
 	out[#out + 1] = {
-		split = r.split, variant = r.variant, vram = r.vram_bytes, ram = r.ram_bytes,
+		split = r.split, variant = r.variant, trace_seed = r.trace_seed, vram = r.vram_bytes, ram = r.ram_bytes,
 		hit_vram = r.hit_rate_vram, hit_ram = r.hit_rate_ram, hit_nvme = r.hit_rate_nvme,
 		decode_tok_s = r.decode_tok_s, stall_ms = r.stall_ms, cold_start_ms = r.cold_start_ms,
 	}
 end
-strata.write_csv(results .. "/sim.csv", out, { "split", "variant", "vram", "ram", "hit_vram", "hit_ram",
+strata.write_csv(results .. "/sim.csv", out, { "split", "variant", "trace_seed", "vram", "ram", "hit_vram", "hit_ram",
 	"hit_nvme", "decode_tok_s", "stall_ms", "cold_start_ms" })
-io.write(strata.markdown(out, { "split", "variant", "hit_vram", "hit_ram", "hit_nvme", "decode_tok_s" },
+io.write(strata.markdown(out, { "split", "variant", "trace_seed", "hit_vram", "hit_ram", "hit_nvme", "decode_tok_s" },
 	{ hit_vram = "%.3f", hit_ram = "%.3f", hit_nvme = "%.3f", decode_tok_s = "%.1f" }))

@@ -20,6 +20,6 @@ for t in qwen-syn olmoe-syn mixtral; do
 	grep -q "^$t," $res/leaderboard-plot.csv 2>/dev/null || continue
 	plot $res/leaderboard-plot.csv --filter trace=$t --x vram_mib --logx --xlabel "VRAM budget (MiB)" \
 		--y hit_vram_pct,decode_tok_s --ylabel "VRAM hit rate (%),decode tok/s (virtual clock)" \
-		--hue policy --ref-hue belady --title "leaderboard: $t" --out $figs/$t.png
+		--hue policy --ref-hue farthest --title "leaderboard: $t" --out $figs/$t.png
 done
 exit ${rc:-0}

@@ -30,7 +30,7 @@ local entries = {
 	{ "moe-infinity evict", "cache", "moe-infinity", "none" },
 	{ "least-stale", "cache", "least-stale", "none" },
 	{ "lru+lookahead", "cache", "lru", "lookahead:depth=2" }, { "lru+history", "cache", "lru", "history" },
-	{ "belady", "cache", "belady", "none" }, { "belady+oracle", "cache", "belady", "oracle:depth=2" },
+	{ "farthest", "cache", "farthest", "none" }, { "farthest+oracle", "cache", "farthest", "oracle:depth=2" },
 }
 
 local function split(s, sep)
@@ -78,6 +78,8 @@ for _, r in ipairs(rows) do
 			trace = r.trace_label, policy = r.policy, budget = r.budget, vram_mib = r.vram_bytes / 1048576,
 			hit_vram_pct = 100 * r.hit_rate_vram, hit_ram_pct = 100 * r.hit_rate_ram,
 			hit_nvme_pct = 100 * r.hit_rate_nvme, decode_tok_s = r.decode_tok_s,
+			bound_hit_vram_pct = 100 * (1 - r.bound_moves_vram / r.accesses), bound_tok_s = r.bound_tok_s,
+			bound_ratio = r.bound_ratio,
 		}
 	else
 		failed = failed + 1
@@ -85,7 +87,8 @@ for _, r in ipairs(rows) do
 	end
 end
 strata.write_csv(results .. "/" .. name .. "-plot.csv", plot,
-	{ "trace", "policy", "budget", "vram_mib", "hit_vram_pct", "hit_ram_pct", "hit_nvme_pct", "decode_tok_s" })
+	{ "trace", "policy", "budget", "vram_mib", "hit_vram_pct", "hit_ram_pct", "hit_nvme_pct", "decode_tok_s",
+	  "bound_hit_vram_pct", "bound_tok_s", "bound_ratio" })
 
 -- One table per trace: a line per policy, VRAM hit rate and tok/s at each budget.
 local md = {}
@@ -98,10 +101,11 @@ for _, t in ipairs(traces) do
 			by[p.policy]["vram hit " .. b] = string.format("%.1f%%", p.hit_vram_pct)
 			by[p.policy]["ram hit " .. b] = string.format("%.1f%%", p.hit_ram_pct)
 			by[p.policy]["tok/s " .. b] = string.format("%.1f", p.decode_tok_s)
+			by[p.policy]["bound_tok_s " .. b] = string.format("%.1f", p.bound_tok_s)
 		end
 	end
 	local cols = { "policy" }
-	for _, k in ipairs({ "vram hit ", "ram hit ", "tok/s " }) do
+	for _, k in ipairs({ "vram hit ", "ram hit ", "tok/s ", "bound_tok_s " }) do
 		for _, b in ipairs(t.vram) do cols[#cols + 1] = k .. b end
 	end
 	local list = {}

@@ -20,8 +20,21 @@
 -- script fails if a row beats one.  Results: results/NAME.csv (one row per
 -- run, resumable), results/NAME-plot.csv and results/NAME.md.
 local dir = strata.script_dir
-local results = strata.args.out or (dir .. "/results")
-local a = strata.args
+local a = strata.arguments{
+	out = "results folder (default: results/ beside this script)",
+	name = "results name (default lookahead)",
+	model = "model spec (default qwen3-30b-a3b:layers=8,experts=64)",
+	trace = "routing trace (default: synthetic traces with recorded predictions)",
+	tokens = "decode tokens per request of the synthetic traces (default 128)",
+	vram = "VRAM budget (default 256M)",
+	ram = "RAM budget (default 512M)",
+	mode = "sim (default) or replay",
+	compute = "replay: ref | gpu | none | auto",
+	gpu = "replay: auto | 0 | 1",
+	spec = "replay: the model spec of the shards",
+	cost = "sim: cost model JSON (strata calibrate)",
+}
+local results = a.out or (dir .. "/results")
 local name = a.name or "lookahead"
 local model = a.model or "qwen3-30b-a3b:layers=8,experts=64"
 local tokens = tonumber(a.tokens or 128)

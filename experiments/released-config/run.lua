@@ -17,8 +17,19 @@
 -- assumed, PCIe 5, our kernels).  Results: results/released.csv (resumable),
 -- results/released-plot.csv, results/released.md.
 local dir = strata.script_dir
-local results = strata.args.out or (dir .. "/results")
-local a = strata.args
+local a = strata.arguments{
+	out = "results folder (default: results/ beside this script)",
+	model = "model spec",
+	tokens = "decode tokens per request (default 128)",
+	alpha = "Zipf alpha of the routing (default 0.6)",
+	alphas = "alphas of the skew part, comma-separated",
+	accuracy = "predictor accuracy (default 0.9)",
+	hot_bytes = "packed bytes of a hot expert (make.sh: strata inspect)",
+	warm_bytes = "packed bytes of a warm expert (make.sh: strata inspect)",
+	layers_scale = "full-depth scaling of tok/s",
+	measured_cost = "cost model JSON measured on the GPU machine",
+}
+local results = a.out or (dir .. "/results")
 local model = a.model or "kimi-k3.1:layers=8"
 local layers_scale = tonumber(a.layers_scale or (8 / 92)) -- scaled MoE layers / full
 local hot = tonumber(a.hot_bytes) or error("hot_bytes=N (hot tier bytes; make.sh passes it)")

@@ -14,8 +14,17 @@
 -- against the VRAM budget at the second RAM budget, and against the RAM
 -- budget at the second VRAM budget; results/NAME-slices.txt names them).  make.sh runs this and draws the plots.
 local dir = strata.script_dir
-local results = strata.args.out or (dir .. "/results")
-local a = strata.args
+local a = strata.arguments{
+	out = "results folder (default: results/ beside this script)",
+	name = "results name: NAME.csv, NAME-plot.csv, ... (default tier-budgets)",
+	model = "model spec (default qwen3-30b-a3b:layers=8,experts=64)",
+	trace = "routing trace (default: a synthetic one for the model)",
+	tokens = "decode tokens per request of the synthetic trace (default 128)",
+	vram = "VRAM budgets, comma-separated (default 64M,128M,256M,512M)",
+	ram = "RAM budgets, comma-separated (default 128M,256M,512M,1G)",
+	policies = "eviction policies, comma-separated (default lru,fifo,lfu,lfu-decay,belady,policies/lua/lru.lua)",
+}
+local results = a.out or (dir .. "/results")
 local name = a.name or "tier-budgets"
 local model = a.model or "qwen3-30b-a3b:layers=8,experts=64"
 local trace = a.trace or strata.trace_gen{

@@ -2,8 +2,11 @@
  * An example eviction plugin: CLOCK (second chance), built as
  * build/<mode>/plugins/skeleton.so.  Copy this file to start a plugin:
  *
- *   strata run ... --evict=./build/release/plugins/skeleton.so
- *   STRATA_PLUGIN_PATH=build/release/plugins strata run ... --evict=skeleton
+ *   strata sim --model qwen3-30b-a3b:layers=8 --trace t.strace --place cache \
+ *       --evict ./build/release/plugins/skeleton.so:rounds=4
+ *   STRATA_PLUGIN_PATH=build/release/plugins strata sim ... --place cache --evict skeleton
+ *   (in a study: a configuration's evict = "skeleton" or the .so path; strata run
+ *    scripts take key=value arguments, not --evict)
  *
  * A plugin exports one symbol, strata_policy_plugin_entry, returning the ABI
  * it was built for, its role and its ops.  The loader checks the ABI and the

@@ -60,7 +60,7 @@ struct strata_engine_config {
 				    * first read, preload included); a mismatch is STRATA_ECORRUPT
 				    * naming the shard.  The movers check (strata/mover.h), so a
 				    * staged read into VRAM is hashed in its bounce buffers. */
-	const struct strata_future *future; /* for Belady / oracle; may be NULL */
+	const struct strata_future *future; /* for farthest / oracle; may be NULL */
 	struct strata_cost_model cost; /* virtual mode */
 	uint32_t scratch_slots;    /* streaming slots in the run tier (0: top_k) */
 	uint32_t copy_streams;     /* RAM -> VRAM copy streams (0: 2) */

@@ -14,6 +14,26 @@
  *
  * Duplicate object keys are kept in order; callers that need uniqueness
  * check it themselves (strata_json_get returns the first).
+ *
+ * Why not Debian's jansson or json-c (reviewed; the answer may change when
+ * the build machines do):
+ *   - reach: the GPU machine gets its build dependencies from a fixed list of
+ *     Debian packages (shared/device/fetch-debs.sh: liburing, Lua, cmocka,
+ *     SCons, numa, hwloc, xxhash) and cannot reach a registry, so a new
+ *     library there means a vendored copy or a second JSON path, which is
+ *     worse than this one file;
+ *   - strictness: this reader rejects what RFC 8259 forbids by default and
+ *     names the byte offset; json-c's default tokener accepts comments and
+ *     trailing commas (strictness is a flag), jansson keeps the last of
+ *     duplicate keys unless asked;
+ *   - hostile input: its one big user is the safetensors header, an
+ *     attacker-sized string, and it is fuzzed there (tests/fuzz/
+ *     fuzz_safetensors.c, scripts/fuzz.sh); the depth limit is explicit;
+ *   - speed and memory: a document is one arena chain (no malloc per node,
+ *     one free), which trace import (one document per JSONL line, millions
+ *     of lines) depends on.
+ * The writers (strata_json_write_str and the printf-built outputs) are
+ * likewise small and checked by the readers in the tests.
  */
 #ifndef STRATA_JSON_H
 #define STRATA_JSON_H

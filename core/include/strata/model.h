@@ -47,6 +47,24 @@ static inline uint32_t strata_model_total_experts(const struct strata_model_spec
 	return s->n_moe_layers * s->n_experts;
 }
 
+/* The model card's two size figures, defined once for `strata inspect` and
+ * `strata quantize` (docs/quantize.md, "The model card"):
+ *   bpw       = packed payload bytes * 8 / weights: the format's bits per weight,
+ *               block scales included, the 4 KiB extent padding not (hot 2.8125,
+ *               warm 2.5625, cold 1.4375 when rows are whole blocks);
+ *   reduction = the routed experts' BF16 bytes (2 per weight) / their extent
+ *               bytes (4 KiB padded: what shards and tiers hold), printed
+ *               "N.NNx smaller than BF16". */
+static inline double strata_card_bpw(uint64_t payload_bytes, uint64_t params)
+{
+	return params ? (double)payload_bytes * 8.0 / (double)params : 0.0;
+}
+
+static inline double strata_card_reduction(uint64_t params, uint64_t extent_bytes)
+{
+	return extent_bytes ? 2.0 * (double)params / (double)extent_bytes : 0.0;
+}
+
 /* Built-in presets, NULL-terminated by name == NULL. */
 struct strata_model_preset {
 	const char *name;

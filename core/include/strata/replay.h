@@ -75,7 +75,7 @@ struct strata_replay_config {
 	uint64_t max_tokens;                  /* 0: whole trace */
 	uint32_t prefill_chunk;               /* tokens per prefill step; 0: a request's whole prompt */
 	bool hints;                           /* pass recorded predictions (default true) */
-	bool future;                          /* give policies the trace's future (Belady, oracle) */
+	bool future;                          /* give policies the trace's future (farthest, oracle) */
 	bool progress;
 	double kernel_us_per_mb_token;        /* virtual mode, see strata_cost_file */
 	/* Spec-only models (sim of a model spec, no shards): the hot/warm/cold
@@ -109,6 +109,17 @@ struct strata_replay_result {
 	double accesses_per_s;                 /* expert accesses per host wall second (whole call) */
 	double loop_s;                         /* host wall time of the step loop alone */
 	double loop_accesses_per_s;            /* expert accesses per host second of the loop */
+	/* Interrupted (SIGINT): strata_replay_run returns STRATA_EINTR with every
+	 * field above computed over the steps that finished, and partial set;
+	 * writers mark the row ("partial": 1). */
+	bool partial;
+	/* Real replay whose VRAM tier is host memory (no usable GPU, or --gpu 0):
+	 * tables, JSON and CSV say "host stand-in". */
+	bool vram_host;
+	/* A configuration that makes the compared axis meaningless (an eviction
+	 * policy that never ran, a hint-reading prefetch on a trace without
+	 * predictions), one sentence per line; "" when none. */
+	char warning[640];
 	/* Bounds (strata/bound.h), for every policy on this trace, budgets and
 	 * cost model: the fewest moves into VRAM and bytes over PCIe (VRAM
 	 * budget), the fewest NVMe reads and bytes (both budgets), the fewest NVMe
@@ -183,12 +194,17 @@ struct strata_replay_result {
 	X("bound_decode_ms", D, "%.3f", r->bound_decode_ms) \
 	X("bound_tok_s", D, "%.3f", r->bound_tok_s) \
 	X("bound_ratio", D, "%.4f", r->bound_ratio) \
-	X("bound_violations", U, "%" PRIu64, r->bound_violations)
+	X("bound_violations", U, "%" PRIu64, r->bound_violations) \
+	X("partial", U, "%" PRIu64, (uint64_t)r->partial) \
+	X("vram_host_stand_in", U, "%" PRIu64, (uint64_t)r->vram_host)
 
 int strata_replay_run(const struct strata_replay_config *cfg, struct strata_replay_result *res,
 		      struct strata_error *err);
 
 void strata_replay_print(const struct strata_replay_result *r, FILE *f);
+/* The VRAM tier in words: "device", "host stand-in" (real replay without a
+ * GPU) or "modelled" (sim); the JSON's "vram_tier". */
+const char *strata_replay_vram_desc(const struct strata_replay_result *r);
 int strata_replay_write_json(const struct strata_replay_result *r, const char *path, struct strata_error *err);
 /* One header line + one row; append = add a row to an existing file (no header). */
 int strata_replay_write_csv(const struct strata_replay_result *r, const char *path, bool append,

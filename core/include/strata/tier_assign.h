@@ -63,7 +63,10 @@ struct strata_tier_split {
 /* The same as fractions (0.15, 0.30, 0.55). */
 extern const double strata_tier_frac_default[STRATA_TIER_COUNT];
 
-/* "15,30,55" -> split; three non-negative numbers summing to 100 (+-0.01). */
+/* The one --tiers syntax (synth, inspect, sim, quantize, sweeps): three
+ * non-negative numbers hot,warm,cold, either percentages summing to 100
+ * (+-0.01: "15,30,55") or fractions summing to 1 (+-1e-4: "0.15,0.30,0.55");
+ * the sum tells them apart.  out holds percentages. */
 int strata_tier_split_parse(const char *text, struct strata_tier_split *out, struct strata_error *err);
 /* Experts per tier for a layer of n experts (see the rounding rule above). */
 void strata_tier_split_counts(uint32_t n, const struct strata_tier_split *split, uint32_t counts[STRATA_TIER_COUNT]);
@@ -117,7 +120,7 @@ void strata_tier_assign_seeded(const struct strata_model_spec *spec, const doubl
 /* Experts per tier of one layer under that rule. */
 void strata_tier_frac_counts(uint32_t n_experts, const double frac[STRATA_TIER_COUNT],
 			     uint32_t out[STRATA_TIER_COUNT]);
-/* Parse "H,W,C" fractions (summing to 1 within 1e-6). */
+/* strata_tier_split_parse ("15,30,55" or "0.15,0.30,0.55") as fractions. */
 int strata_tier_frac_parse(const char *text, double frac[STRATA_TIER_COUNT], struct strata_error *err);
 
 /*

@@ -292,7 +292,8 @@ struct strata_trace_import_config {
 	bool order_input;              /* tokens in order of first appearance in the input (a server's
 					* interleaving), not request by request */
 	FILE *warn;                    /* warnings (gaps), NULL: stderr */
-	uint64_t max_warnings;         /* 0: 20 */
+	uint64_t max_warnings;         /* gap warnings printed (defaults: 20; 0: none, the
+					* result still counts the gaps) */
 };
 struct strata_trace_import_result {
 	uint64_t rows, tokens, requests;

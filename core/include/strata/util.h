@@ -136,6 +136,10 @@ static inline uint64_t strata_le_get64(const uint8_t *p)
 	return (uint64_t)strata_le_get32(p) | (uint64_t)strata_le_get32(p + 4) << 32;
 }
 
+/* "Did you mean": the name in names[0..n) closest to word[0..len) when it is
+ * a likely typo (at most 2 edits, under half the letters), else NULL. */
+const char *strata_closest_name(const char *word, size_t len, const char *const *names, size_t n);
+
 /* 4 KiB-aligned, zeroed allocation (for O_DIRECT); free with free(). */
 void *strata_aligned_alloc(size_t align, size_t bytes);
 /* An array of bytes the caller fills at once and walks (a replay plan, a
@@ -144,14 +148,20 @@ void *strata_aligned_alloc(size_t align, size_t bytes);
  * of 512); not zeroed; free with free(). */
 void *strata_big_alloc(size_t bytes);
 
-/* Progress on stderr: redrawn at most 10 times a second, only when stderr is
- * a terminal or STRATA_PROGRESS=1; silent when STRATA_PROGRESS=0. */
+/* The one progress helper (every long job: synth, quantize, inspect --verify,
+ * preload, replay, sim, calibrate, sweeps): "what:  42.0% done / total  rate
+ * 12s elapsed, ETA 17s" on stderr.  On a terminal the line is redrawn in place
+ * at most 10 times a second; otherwise (a log, a pipe, CI) a full line is
+ * printed every STRATA_PROGRESS_LOG_NS, so jobs shorter than that print
+ * nothing.  STRATA_PROGRESS=0 turns it off (the commands' --no-progress sets
+ * it, so forked sweep workers inherit it). */
+#define STRATA_PROGRESS_LOG_NS 5000000000ull
 struct strata_progress {
 	const char *what;
 	uint64_t total, done;
 	uint64_t start_ns, last_ns;
-	int enabled;
-	const char *unit;  /* "B" prints bytes and rate; else counts */
+	int enabled, tty, drawn;
+	const char *unit;  /* "B" prints bytes and MB/s; else counts of unit per second */
 };
 void strata_progress_start(struct strata_progress *p, const char *what, uint64_t total, const char *unit);
 void strata_progress_update(struct strata_progress *p, uint64_t done);
@@ -210,6 +220,8 @@ struct strata_outlock {
 	char *path;
 };
 int strata_outlock_take(struct strata_outlock *l, const char *path, struct strata_error *err);
+/* "dir/.name.TAG" beside "dir/name" (malloc'd): lock files, staging directories. */
+char *strata_sibling_path(const char *path, const char *tag);
 void strata_outlock_release(struct strata_outlock *l);
 
 #endif
