@@ -378,8 +378,8 @@ static const struct cli_case cases[] = {
 	 * this run's own temporary directory (another run of the suite on the
 	 * machine has another @D; mkdtemp names are letters and digits), as the
 	 * command's first word: the shell running this case names it too.
- * SETTLE waits up to 10 s for the workers to go (a loaded machine schedules
- * them late) */
+	 * SETTLE waits up to 10 s for the workers to go (a loaded machine schedules
+	 * them late) */
 #define SETTLE "i=0; while [ $(cnt) != 0 ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; "
 #define COUNT_RUN(k) "cnt() { n=0; for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' 2>/dev/null <$f | " \
 	"grep -q '^[^ ]*/strata run @D/slowsweep" k "[.]lua ' && n=$((n+1)); done; echo $n; }; "
