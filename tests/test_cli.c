@@ -373,13 +373,16 @@ static const struct cli_case cases[] = {
 	{ "@S quantize --in @D/hlen.safetensors --out @D/q0", 1, { "hlen.safetensors", "header claims 64 bytes",
 	  "file holds 7" } },
 	/* sweep workers never outlive the sweep: SIGINT to the parent alone stops
-	 * them (no row recorded for them), SIGKILL of the parent takes them down */
-/* (the script's path is this suite's own: other runs of the suite on the
- * machine do not count) */
-/* wait up to 10 s for the workers to go (a loaded machine schedules them late) */
+	 * them (no row recorded for them), SIGKILL of the parent takes them down.
+	 * cnt counts the processes running this run's script, by its path in
+	 * this run's own temporary directory (another run of the suite on the
+	 * machine has another @D; mkdtemp names are letters and digits), as the
+	 * command's first word: the shell running this case names it too.
+	 * SETTLE waits up to 10 s for the workers to go (a loaded machine schedules
+	 * them late) */
 #define SETTLE "i=0; while [ $(cnt) != 0 ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; "
 #define COUNT_RUN(k) "cnt() { n=0; for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' 2>/dev/null <$f | " \
-	"grep -qF 'strata run @D/slowsweep" k ".lua' && n=$((n+1)); done; echo $n; }; "
+	"grep -q '^[^ ]*/strata run @D/slowsweep" k "[.]lua ' && n=$((n+1)); done; echo $n; }; "
 	{ "exec 2>&1; " COUNT_RUN("0") "@S run @D/slowsweep0.lua & P=$!; sleep 1.5; echo before=$(cnt); kill -INT $P; "
 	  "wait $P; echo rc=$?; " SETTLE "echo after=$(cnt); "
 	  "echo failedrows=$(cat @D/slow0.csv 2>/dev/null | grep -c -e crashed -e stopped)", 0,
