@@ -73,6 +73,7 @@ struct strata_exp_pool_stats {
 	size_t warned;           /* ok runs with a warning (strata_replay_result.warning) */
 	char warning[640];       /* the first such warning */
 	int spawn_errno; /* a worker could not be started: errno */
+	int write_errno; /* the first failed write of a row to the CSV: errno */
 };
 /*
  * Run every configuration not yet done (oc[i].done == 0) in up to jobs

@@ -203,7 +203,9 @@ void strata_exp_pool_run(const struct strata_experiment_config *cfg, struct stra
 				snprintf(st->warning, sizeof(st->warning), "%s", o.res.warning);
 			if (csv) {
 				strata_exp_csv_row(csv, &cfg[idx], &oc[idx], tagcols, n_tagcols);
-				fflush(csv);
+				errno = 0;
+				if ((fflush(csv) || ferror(csv)) && !st->write_errno)
+					st->write_errno = errno ? errno : EIO;
 			}
 			if (o.rc)
 				fprintf(stderr, "strata run: %s: row %zu failed: %s\n", what, idx + 1, o.err.msg);

@@ -540,15 +540,21 @@ static int l_sweep(lua_State *L)
 		goto done;
 	}
 	strata_exp_pool_run(cfg, oc, n, jobs, csv, tagcols, n_tagcols, what, pending, &ps);
-	int close_bad = csv && (ferror(csv) | fclose(csv));
+	int close_errno = ps.write_errno;
+	if (csv) {
+		errno = 0;
+		int bad = ferror(csv) | fclose(csv);
+		if (bad && !close_errno)
+			close_errno = errno ? errno : EIO;
+	}
 	csv = NULL;
 	if (strata_interrupted)
 		snprintf(msg, sizeof(msg), "%s: interrupted after %zu of %zu runs (run again to resume)", what,
 			 ps.finished, pending);
 	else if (ps.spawn_errno)
 		snprintf(msg, sizeof(msg), "%s: cannot start a worker: %s", what, strerror(ps.spawn_errno));
-	else if (close_bad)
-		snprintf(msg, sizeof(msg), "%s: write failed", out);
+	else if (close_errno)
+		snprintf(msg, sizeof(msg), "%s: write failed: %s", out, strerror(close_errno));
 done:
 	if (csv)
 		fclose(csv);
