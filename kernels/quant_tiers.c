@@ -41,14 +41,6 @@ STRATA_STATIC_ASSERT(STRATA_TCQ_TABLE_SIZE == 1 << STRATA_TCQ_L, "table covers e
 #define FORBIDDEN 1e30f /* cost of a state the path may not use */
 #define QK STRATA_QK
 
-#if defined(__AVX2__) || defined(__AVX__)
-#define VW 8
-#else
-#define VW 4
-#endif
-typedef float vf __attribute__((vector_size(VW * 4)));
-typedef int32_t vi __attribute__((vector_size(VW * 4)));
-
 /* The step is ~all of the encoder's time and its indexing is fixed by
  * NS/k alone (checked by the tests in every build); sanitizer checks on its
  * vector loads would make the asan suites crawl. */
@@ -57,46 +49,6 @@ typedef int32_t vi __attribute__((vector_size(VW * 4)));
 #else
 #define TCQ_HOT
 #endif
-
-TCQ_HOT static inline vf vld(const float *p)
-{
-	vf v;
-	memcpy(&v, p, sizeof(v));
-	return v;
-}
-
-TCQ_HOT static inline void vst(float *p, vf v)
-{
-	memcpy(p, &v, sizeof(v));
-}
-
-/* Lane-wise minimum: b where a is not smaller. */
-TCQ_HOT static inline vf vmin(vf a, vf b)
-{
-#if VW == 8
-	return __builtin_ia32_minps256(a, b);
-#elif defined(__SSE__)
-	return __builtin_ia32_minps(a, b);
-#else
-	vi lt = (vi)(b < a);
-	return (vf)(((vi)b & lt) | ((vi)a & ~lt));
-#endif
-}
-
-TCQ_HOT static inline vf vset1(float x)
-{
-	return (vf){ 0 } + x;
-}
-
-struct tcq {
-	int fmt;
-	uint32_t nbits, nwords;
-	uint8_t k[QK];          /* bits shifted in at weight i */
-	uint32_t pos[QK];       /* first bit of weight i's window */
-	float *save;            /* per step j, best_j (see below) */
-	float *sT;              /* scale * table */
-	size_t off[QK + 1];     /* offsets of the steps' arrays in save */
-};
 
 /*
  * The search.  A state is a window; stepping to the next weight (walking
@@ -110,54 +62,73 @@ struct tcq {
  * candidate costs of the one state it follows instead of storing arg-mins.
  */
 
-/* Lanes l of best[(s0 + l) >> k]: a broadcast for k >= log2(VW), else a
- * shuffle of one load (the save array is padded for the over-read). */
-TCQ_HOT static inline vf expand(const float *best, uint32_t s0, const int k)
+/* The step, 16 lanes where the CPU has AVX-512 (picked at run time, x86-64
+ * builds with FMA contraction, as the 8-lane path has), else 8 (AVX) or 4. */
+#if defined(__AVX2__) || defined(__AVX__)
+#define VW 8
+#define TCQ_VMIN(a, b) __builtin_ia32_minps256(a, b)
+#elif defined(__SSE__)
+#define VW 4
+#define TCQ_VMIN(a, b) __builtin_ia32_minps(a, b)
+#else
+#define VW 4
+#define TCQ_VMIN(a, b) ((tcq_vf_base)(((tcq_vi_base)((b) < (a)) & (tcq_vi_base)(b)) | (~(tcq_vi_base)((b) < (a)) & (tcq_vi_base)(a))))
+#endif
+#define TCQ_W VW
+#define TCQ_SFX _base
+#define TCQ_TARGET
+#include "quant_tcq_step.h"
+#undef TCQ_W
+#undef TCQ_SFX
+#undef TCQ_TARGET
+#undef TCQ_VMIN
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__FMA__) && defined(__AVX2__)
+#define TCQ_AVX512 1
+#include <immintrin.h>
+#define TCQ_W 16
+#define TCQ_SFX _avx512
+#define TCQ_TARGET __attribute__((target("avx512f")))
+#define TCQ_VMIN(a, b) ((tcq_vf_avx512)_mm512_min_ps((__m512)(a), (__m512)(b)))
+#include "quant_tcq_step.h"
+#undef TCQ_W
+#undef TCQ_SFX
+#undef TCQ_TARGET
+#undef TCQ_VMIN
+#endif
+#define TCQ_PAD 16 /* floats past the save array that expand() may read */
+
+typedef void tcq_step_fn(int kp, int kn, const float *best, float *next, const float *sT, float x,
+			 const float *h);
+
+typedef uint32_t tcq_argmin_fn(int k, const float *best, const float *sT, float x, float h);
+
+/* STRATA_TCQ_ISA=base keeps the build's own width (benchmarks and tests
+ * compare the two; both give the same codes). */
+static void tcq_pick_step(tcq_step_fn **step, tcq_argmin_fn **argmin)
 {
-	if ((1 << k) >= VW)
-		return vset1(best[s0 >> k]);
-	vi sel;
-	for (int l = 0; l < VW; l++)
-		sel[l] = l >> k;
-	return __builtin_shuffle(vld(best + (s0 >> k)), sel);
+	*step = tcq_step_any_base;
+	*argmin = tcq_argmin_base;
+#ifdef TCQ_AVX512
+	const char *env = getenv("STRATA_TCQ_ISA");
+	if (!(env && !strcmp(env, "base")) && __builtin_cpu_supports("avx512f")) {
+		*step = tcq_step_any_avx512;
+		*argmin = tcq_argmin_avx512;
+	}
+#endif
 }
 
-/* best_next from best (step with kp bits, weight x/h) for a next step of kn bits. */
-TCQ_HOT static inline void tcq_step(const int kp, const int kn, const int weighted,
-				    const float *restrict best, float *restrict next,
-				    const float *restrict sT, float x, float h)
-{
-	const uint32_t Kn = 1u << kn, Mn = NS >> kn;
-	const vf X = vset1(x), H = vset1(h);
-	for (uint32_t m = 0; m < Mn; m += VW) {
-		vf acc = vset1(FORBIDDEN);
-		for (uint32_t t = 0; t < Kn; t++) {
-			uint32_t s0 = t * Mn + m;
-			vf e = X - vld(sT + s0);
-			vf d = weighted ? H * e * e : e * e;
-			acc = vmin(expand(best, s0, kp) + d, acc);
-		}
-		vst(next + m, acc);
-	}
-}
-
-TCQ_HOT static void tcq_step_any(int kp, int kn, const float *best, float *next, const float *sT,
-				 float x, const float *h)
-{
-#define STEP(a, b)                                                                      \
-	case a * 4 + b:                                                                 \
-		if (h)                                                                  \
-			tcq_step(a, b, 1, best, next, sT, x, *h);                       \
-		else                                                                    \
-			tcq_step(a, b, 0, best, next, sT, x, 1.0f);                     \
-		break;
-	switch (kp * 4 + kn) {
-		STEP(1, 1) STEP(1, 2) STEP(1, 3)
-		STEP(2, 1) STEP(2, 2) STEP(2, 3)
-		STEP(3, 1) STEP(3, 2) STEP(3, 3)
-	}
-#undef STEP
-}
+struct tcq {
+	int fmt;
+	uint32_t nbits, nwords;
+	uint8_t k[QK];          /* bits shifted in at weight i */
+	uint32_t pos[QK];       /* first bit of weight i's window */
+	float *save;            /* per step j, best_j (see below) */
+	float *sT;              /* scale * table */
+	size_t off[QK + 1];     /* offsets of the steps' arrays in save */
+	tcq_step_fn *step;      /* the step at this CPU's vector width */
+	tcq_argmin_fn *argmin;  /* and the end-state search */
+};
 
 /*
  * Viterbi over the weights ord[0..n-1] (ord[j+1] = ord[j] - 1 mod 256).
@@ -180,7 +151,7 @@ static void tcq_viterbi(struct tcq *q, const float *x, const float *h, const int
 	for (int j = 0; j + 1 < n; j++) {
 		int i = ord[j], kp = q->k[i], kn = q->k[ord[j + 1]];
 		q->off[j + 1] = q->off[j] + (NS >> kp);
-		tcq_step_any(kp, kn, q->save + q->off[j], q->save + q->off[j + 1], q->sT, x[i],
+		q->step(kp, kn, q->save + q->off[j], q->save + q->off[j + 1], q->sT, x[i],
 			     h ? h + i : NULL);
 	}
 	/* The last weight: full cost per state, then the end state. */
@@ -188,16 +159,8 @@ static void tcq_viterbi(struct tcq *q, const float *x, const float *h, const int
 	const float *bl = q->save + q->off[n - 1];
 	float hl = h ? h[il] : 1.0f;
 	uint32_t s = fin >= 0 ? (uint32_t)fin : 0;
-	if (fin < 0) {
-		float bc = INFINITY;
-		for (uint32_t t = 0; t < NS; t++) {
-			float e = x[il] - q->sT[t], c = bl[t >> kl] + hl * e * e;
-			if (c < bc) {
-				bc = c;
-				s = t;
-			}
-		}
-	}
+	if (fin < 0)
+		s = q->argmin(kl, bl, q->sT, x[il], hl);
 	/* Back-track: the predecessor of s is the t minimizing cost_{j-1}(t*M + m),
 	 * recomputed from the stored minima (ties may resolve differently from
 	 * the forward pass; any minimizer continues a valid best-cost path). */
@@ -221,6 +184,15 @@ static void tcq_viterbi(struct tcq *q, const float *x, const float *h, const int
 	}
 }
 
+/* Scale (relative to the trimmed weighted RMS) the search starts from,
+ * tuned with bench_quant on Gaussian blocks (+-3% costs ~0.0003 cosine; the
+ * least-squares refit after the search absorbs the rest; a second search at
+ * the refitted scale gained < 0.0002 for twice the time). */
+static float start_factor(int fmt)
+{
+	return fmt == STRATA_FMT_COLD ? 0.97f : 1.08f;
+}
+
 static int tcq_init(struct tcq *q, int fmt)
 {
 	memset(q, 0, sizeof(*q));
@@ -236,9 +208,16 @@ static int tcq_init(struct tcq *q, int fmt)
 	for (uint32_t i = 0; i < QK; i++)
 		save += NS >> q->k[i];
 	q->sT = aligned_alloc(64, NS * sizeof(float));
-	q->save = calloc(save + VW, sizeof(float)); /* + over-read pad of expand() */
+	q->save = malloc((save + TCQ_PAD) * sizeof(float)); /* every step writes its array before the next reads it */
 	if (!q->sT || !q->save)
 		return -1;
+	memset(q->save + save, 0, TCQ_PAD * sizeof(float));
+	tcq_pick_step(&q->step, &q->argmin);
+	/* The search runs on blocks normalized to unit trimmed RMS, so one
+	 * start scale serves every block. */
+	float sc = start_factor(fmt) / STRATA_TCQ_TABLE_RMS;
+	for (uint32_t s = 0; s < NS; s++)
+		q->sT[s] = sc * strata_tcq_table[s];
 	return 0;
 }
 
@@ -285,15 +264,6 @@ static uint16_t refit_scale(const float *x, const float *h, const uint32_t *win)
 		}
 	}
 	return bestb;
-}
-
-/* Scale (relative to the trimmed weighted RMS) the search starts from,
- * tuned with bench_quant on Gaussian blocks (+-3% costs ~0.0003 cosine; the
- * least-squares refit after the search absorbs the rest; a second search at
- * the refitted scale gained < 0.0002 for twice the time). */
-static float start_factor(int fmt)
-{
-	return fmt == STRATA_FMT_COLD ? 0.97f : 1.08f;
 }
 
 /* Weights each side of the wrap point in the tail-biting pre-search: cold
@@ -343,9 +313,6 @@ static void tcq_block(struct tcq *q, const float *x, const float *h, uint8_t *co
 	float xs[QK];
 	for (uint32_t i = 0; i < QK; i++)
 		xs[i] = (float)(x[i] * inv);
-	float sc = start_factor(q->fmt) / STRATA_TCQ_TABLE_RMS;
-	for (uint32_t s = 0; s < NS; s++)
-		q->sT[s] = sc * strata_tcq_table[s];
 
 	/* Tail-biting: pick weight 0's window with the wrap point mid-sequence,
 	 * then search the whole block from and back to that state. */

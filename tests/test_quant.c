@@ -506,6 +506,52 @@ static void test_imatrix_weighting(void **state)
 	free(w);
 }
 
+/* The encoder's output is pinned: a faster search must pick the very same
+ * codes and scales.  FNV-1a of whole quantized matrices, plain and
+ * imatrix-weighted, per tier format (the same with and without FMA
+ * contraction: -O2 and -O2 -march=x86-64-v3 agree). */
+static uint64_t fnv1a(const void *p, size_t n)
+{
+	const uint8_t *b = p;
+	uint64_t h = 0xcbf29ce484222325ull;
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ b[i]) * 0x100000001b3ull;
+	return h;
+}
+
+static void test_golden_codes(void **state)
+{
+	uint32_t rows = 6, cols = 768;
+	float *w = gauss_matrix(rows, cols, 77);
+	float *imx = malloc(cols * sizeof(float));
+	assert_non_null(imx);
+	for (uint32_t i = 0; i < cols; i++)
+		imx[i] = (float)(0.25 + (i * 37 % 101) / 25.0);
+	imx[3] = 0;
+	int bad = 0;
+	static const uint64_t want[3][2] = {
+		{ 0x6caf56cdd1dcf57cull, 0xcb0264484f7cfdd4ull }, /* hot: plain, imatrix */
+		{ 0xfe91cb3087921a2eull, 0x274c839dd556c29bull }, /* warm */
+		{ 0x694544f6ed53e3f9ull, 0x158290759cccab26ull }, /* cold */
+	};
+	for (int f = 0; f < 3; f++)
+		for (int use = 0; use < 2; use++) {
+			int rc;
+			struct strata_matrix_layout L;
+			assert_int_equal(strata_matrix_layout(tiers[f], rows, cols, &L), 0);
+			void *q = quantize(tiers[f], w, rows, cols, use ? imx : NULL, NULL, &rc);
+			assert_int_equal(rc, 0);
+			uint64_t h = fnv1a(q, L.bytes);
+			print_message("%s %s: 0x%016llxull\n", strata_fmt_traits(tiers[f])->name,
+				      use ? "imatrix" : "plain", (unsigned long long)h);
+			bad += h != want[f][use];
+			free(q);
+		}
+	assert_int_equal(bad, 0);
+	free(imx);
+	free(w);
+}
+
 /* The reference SwiGLU expert over a packed extent equals a float
  * computation on the dequantized matrices, and approximates the f32 expert. */
 static void test_expert_forward(void **state)
@@ -587,6 +633,7 @@ int main(void)
 		cmocka_unit_test(test_padded_rows),
 		cmocka_unit_test(test_threads),
 		cmocka_unit_test(test_imatrix_weighting),
+		cmocka_unit_test(test_golden_codes),
 		cmocka_unit_test(test_expert_forward),
 	};
 	return cmocka_run_group_tests_name("quant", tests, NULL, NULL);
