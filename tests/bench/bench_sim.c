@@ -26,7 +26,7 @@
  * (token, layer, expert), exported with `strata trace export --format
  * oracleGeneral`; one tier holding a quarter of the experts (416 of 1664),
  * every expert one size (`strata sim --tiers 0,0,100 --ram 0 --place cache`;
- * cachesim --ignore-obj-size 1).  For lru, lfu, fifo and belady each tool
+ * cachesim --ignore-obj-size 1).  For lru, lfu, fifo and farthest (cachesim: belady) each tool
  * runs as its own process, alternating (the order flips every repetition),
  * --reps times (default 3); the figure is whole-process CPU time (user +
  * system, from wait4), best of the repetitions, and the ratio is cachesim's
@@ -190,14 +190,17 @@ static int peer_section(const char *cachesim, uint64_t want_accesses, int reps, 
 	       spec.n_moe_layers * spec.n_experts, reps);
 	printf("policy,accesses,strata_cpu_s,cachesim_cpu_s,ratio_cachesim_over_strata,strata_miss_ratio,"
 	       "cachesim_miss_ratio\n");
-	static const char *const algos[] = { "lru", "lfu", "fifo", "belady" };
+	/* the same rule under each tool's name: strata calls Belady's rule "farthest" */
+	static const char *const algos[][2] = { { "lru", "lru" }, { "lfu", "lfu" }, { "fifo", "fifo" },
+						{ "farthest", "belady" } };
 	for (size_t a = 0; a < sizeof(algos) / sizeof(algos[0]); a++) {
-		char evict[32];
-		snprintf(evict, sizeof(evict), "%s", algos[a]);
+		char evict[32], cevict[32];
+		snprintf(evict, sizeof(evict), "%s", algos[a][0]);
+		snprintf(cevict, sizeof(cevict), "%s", algos[a][1]);
 		char *sargv[] = { strata, "sim", "-q", "--model", "deepseek-v2-lite", "--tiers", "0,0,100", "--trace",
 				  trace, "--vram", vram, "--ram", "0", "--place", "cache", "--evict", evict, "--json",
 				  json, NULL };
-		char *cargv[] = { (char *)cachesim, og, "oracleGeneral", evict, slots_s, "--ignore-obj-size", "1",
+		char *cargv[] = { (char *)cachesim, og, "oracleGeneral", cevict, slots_s, "--ignore-obj-size", "1",
 				  "--num-thread", "1", NULL };
 		double best_s = 0, best_c = 0, miss_s = -1, miss_c = -1;
 		for (int r = 0; r < reps; r++) {
