@@ -124,7 +124,7 @@ if want replay; then
 		"--place static --evict lru --prefetch none"
 		"--place cache --evict lru --prefetch none"
 		"--place cache --evict lfu --prefetch none"
-		"--place cache --evict belady --prefetch oracle"
+		"--place cache --evict farthest --prefetch oracle"
 	)
 	for p in "${POL[@]}"; do
 		# shellcheck disable=SC2086

@@ -36,8 +36,8 @@ REAL_SPEC=custom:layers=8,experts=64,top_k=6,hidden=512,inter=256
 	vram=4M,8M,16M,32M ram=8M,16M,32M || rc=$?
 plot $res/real-plot.csv --filter vram_slice=1 --x vram_mib --logx --xlabel "VRAM budget (MiB), RAM 16M" \
 	--y hit_vram_pct,decode_tok_s --ylabel "VRAM hit rate (%),decode tok/s (virtual clock)" --logy decode_tok_s \
-	--hue policy --ref-hue belady --title "trained byte-level MoE (8x64, top-6), its own routing" --out $figs/real-vram.png
+	--hue policy --ref-hue bound --title "trained byte-level MoE (8x64, top-6), its own routing" --out $figs/real-vram.png
 plot $res/real-plot.csv --filter ram_slice=1 --x ram_mib --logx --xlabel "RAM budget (MiB), VRAM 8M" \
 	--y hit_fast_pct,decode_tok_s --ylabel "VRAM+RAM hit rate (%),decode tok/s (virtual clock)" --logy decode_tok_s \
-	--hue policy --ref-hue belady --title "trained byte-level MoE (8x64, top-6), its own routing" --out $figs/real-ram.png
+	--hue policy --ref-hue bound --title "trained byte-level MoE (8x64, top-6), its own routing" --out $figs/real-ram.png
 exit ${rc:-0}   # strata run failed (a script error; a failing configuration only gets an error row)
