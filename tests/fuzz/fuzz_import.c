@@ -6,7 +6,7 @@
  * whole, so what the importer writes must also pass the reader.  Run with
  * scripts/fuzz.sh import [SECONDS].
  *
- * fuzz-sources: tests/fuzz/trace_common.c core/traces/trace_import.c core/traces/trace.c core/traces/trace_stats.c core/json.c core/error.c core/util.c core/model.c kernels/quant_core.c
+ * fuzz-sources: tests/fuzz/trace_common.c core/traces/trace_import.c core/traces/trace.c core/traces/trace_stats.c core/json.c core/csv.c core/error.c core/util.c core/model.c kernels/quant_core.c
  * fuzz-plain-sources: kernels/quant_tiers.c
  * fuzz-libs: -lxxhash -lm -lpthread
  */
