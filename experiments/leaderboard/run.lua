@@ -2,8 +2,8 @@
 -- baselines: llama.cpp's expert cache, LFRU, MoE-Infinity, SpecMD
 -- Least-Stale) on every trace at three VRAM budgets, on the engine's virtual
 -- clock (strata sim; the default cost model, or cost=FILE from strata
--- calibrate).  Hit rates per tier and decode tok/s; belady (and belady with
--- the oracle prefetcher) are the references no policy should beat on hits.
+-- calibrate).  Hit rates per tier and decode tok/s, with the bounds (bound_*
+-- columns) that no policy may beat.
 --
 --   strata run experiments/leaderboard/run.lua [traces=LIST] [ram=SIZE] [cost=FILE] [name=leaderboard]
 --
@@ -14,7 +14,14 @@
 -- when present.  Results: results/NAME.csv (one row per run; resumable: a
 -- rerun skips what is there), results/NAME-table.md and results/NAME-plot.csv.
 local dir = strata.script_dir
-local a = strata.args
+local a = strata.arguments{
+	out = "results folder (default: results/ beside this script)",
+	name = "results name: NAME.csv, NAME-table.md, NAME-plot.csv (default leaderboard)",
+	traces = "';'-separated label|model|trace|vram1,vram2,vram3 entries (default: two synthetic traces)",
+	ram = "RAM budget (default 256M)",
+	cost = "cost model from strata calibrate (default: the built-in one)",
+	tokens = "decode tokens per request of the synthetic traces (default 96)",
+}
 local results = a.out or (dir .. "/results")
 local name = a.name or "leaderboard"
 local ram = a.ram or "256M"

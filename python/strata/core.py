@@ -90,37 +90,25 @@ def gpu_count() -> int:
     return lib().strata_api_gpu_count()
 
 
-class Store:
-    """A shard directory (strata synth / strata quantize output), checked on open."""
+class _Handle:
+    """An owned C handle, closed once: by close(), at the end of a with block, or when collected.
+    Subclasses set _h in __init__ and name their close function in _close."""
+    _h = None
+    _close = ""
 
-    def __init__(self, path: str):
-        self.path = path
-        h = ctypes.c_void_p()
-        check(lib().strata_api_store_open(cstr(path), ctypes.byref(h)))
-        self._h = h
-        self.shape = {k: int(lib().strata_api_store_shape(h, i)) for i, k in enumerate(_capi.SHAPE_KEYS)}
+    def _closed(self) -> str:
+        return "%s is closed" % type(self).__name__.lower()
 
     @property
     def handle(self) -> ctypes.c_void_p:
         if self._h is None:
-            raise StrataError("%s: store is closed" % self.path, code=-1)
+            raise StrataError(self._closed(), code=-1)
         return self._h
-
-    def expert_format(self, moe_layer: int, expert: int) -> str:
-        return _capi.FMT_NAMES[check(lib().strata_api_store_expert_fmt(self.handle, moe_layer, expert))]
-
-    def dequantize(self, moe_layer: int, expert: int):
-        """(gate, up, down) float32 torch tensors of one expert, as the kernels compute with."""
-        H, I = self.shape["hidden"], self.shape["inter"]
-        g, u, d = torch.empty(I, H), torch.empty(I, H), torch.empty(H, I)
-        check(lib().strata_api_store_dequantize(self.handle, moe_layer, expert, g.data_ptr(), u.data_ptr(),
-                                                d.data_ptr()))
-        return g, u, d
 
     def close(self) -> None:
         if self._h is not None:
-            lib().strata_api_store_close(self._h)
-            self._h = None
+            h, self._h = self._h, None
+            getattr(lib(), self._close)(h)
 
     def __enter__(self):
         return self
@@ -135,6 +123,33 @@ class Store:
             pass
 
 
+class Store(_Handle):
+    """A shard directory (strata synth / strata quantize output), checked on open."""
+    _close = "strata_api_store_close"
+
+    def __init__(self, path: str):
+        self.path = path
+        h = ctypes.c_void_p()
+        check(lib().strata_api_store_open(cstr(path), ctypes.byref(h)))
+        self._h = h
+        self.shape = {k: int(lib().strata_api_store_shape(h, i)) for i, k in enumerate(_capi.SHAPE_KEYS)}
+
+    def _closed(self) -> str:
+        return "%s: store is closed" % self.path
+
+    def expert_format(self, moe_layer: int, expert: int) -> str:
+        return _capi.FMT_NAMES[check(lib().strata_api_store_expert_fmt(self.handle, moe_layer, expert))]
+
+    def dequantize(self, moe_layer: int, expert: int):
+        """(gate, up, down) float32 torch tensors of one expert, as the kernels compute with."""
+        H, I = self.shape["hidden"], self.shape["inter"]
+        g, u, d = torch.empty(I, H), torch.empty(I, H), torch.empty(H, I)
+        check(lib().strata_api_store_dequantize(self.handle, moe_layer, expert, g.data_ptr(), u.data_ptr(),
+                                                d.data_ptr()))
+        return g, u, d
+
+
+
 def parse_size(s) -> int:
     """'2G', '512M', '1.5T', 4096 -> bytes (binary units, as the CLI reads them)."""
     if isinstance(s, int):
@@ -147,9 +162,10 @@ def parse_size(s) -> int:
         raise StrataError("size '%s': expected bytes or a number with K, M, G or T" % s, code=-1) from None
 
 
-class Engine:
+class Engine(_Handle):
     """The expert cache engine over a Store: tier budgets and placement / eviction / prefetch
     policies (any Strata spec), and the fused MoE layer on caller-owned activations."""
+    _close = "strata_api_engine_close"
 
     def __init__(self, store: Store, vram="8G", ram="32G", place: str = "static", evict: str = "lru",
                  prefetch: str = "none", gpu: str = "auto", max_tokens: int = 256, options: str = ""):
@@ -166,11 +182,6 @@ class Engine:
         s = store.shape
         self.hidden, self.n_experts, self.n_moe_layers = s["hidden"], s["n_experts"], s["n_moe_layers"]
 
-    @property
-    def handle(self) -> ctypes.c_void_p:
-        if self._h is None:
-            raise StrataError("engine is closed", code=-1)
-        return self._h
 
     def moe_forward(self, token: int, moe_layer: int, x, y, ids, weights, stream: Optional[int] = None,
                     hints=None) -> None:
@@ -207,22 +218,6 @@ class Engine:
         lib().strata_api_engine_stats(self.handle, buf, n + 1)
         return json.loads(buf.value.decode())
 
-    def close(self) -> None:
-        if self._h is not None:
-            lib().strata_api_engine_close(self._h)
-            self._h = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
 
 
 class Recorder:
