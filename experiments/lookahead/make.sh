@@ -29,6 +29,7 @@ fi
 	trace=experiments/real-model/run1/trace-decode.strace vram=16M ram=24M || rc=$?
 plot $res/real-plot.csv --x depth --xlabel "oracle prefetch depth (layers; 0: no prefetch)" \
 	--y stall_ms_per_token,decode_tok_s --ylabel "stall per token (ms),decode tok/s (virtual clock)" \
-	--hue accuracy --title "trained byte-level MoE (8x64, top-6), VRAM 16 MiB, RAM 24 MiB, oracle predictor" \
+	--hue accuracy --ref-hue "bound 50%" --ref-hue "bound 75%" --ref-hue "bound 90%" --ref-hue "bound 100%" --logy decode_tok_s \
+	--title "trained byte-level MoE (8x64, top-6), VRAM 16 MiB, RAM 24 MiB, oracle predictor (dashed: bounds)" \
 	--out $figs/real.png
 exit ${rc:-0}   # strata run failed (a script error; a failing configuration only gets an error row)
