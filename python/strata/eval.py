@@ -68,6 +68,7 @@ class _CountingBackend:
         self.needs_checkpoint_experts = True
         self.name = "bf16"
         self.counts = np.zeros((n_layers, n_experts), dtype=np.int64)
+        self.mass = np.zeros((n_layers, n_experts), dtype=np.float64)
         self.counting = False
 
     def attach(self, model):
@@ -75,8 +76,12 @@ class _CountingBackend:
 
     def experts(self, block, x, ids, weights, pred, step):
         if self.counting:
+            import torch
             self.counts[block.moe_idx] += np.bincount(ids.reshape(-1).cpu().numpy(),
                                                       minlength=self.counts.shape[1])
+            # router probability mass: the softmax over all experts, summed over the tokens
+            p = torch.nn.functional.linear(x.to(block.router.weight.dtype), block.router.weight).float()
+            self.mass[block.moe_idx] += p.softmax(-1).sum(0).double().cpu().numpy()
         return self.inner.experts(block, x, ids, weights, pred, step)
 
 
@@ -118,13 +123,14 @@ def profile_counts(model, data, seq, n_windows, batch, device):
     w = windows(data, seq, n_windows)
     be = model.backend
     be.counts[:] = 0
+    be.mass[:] = 0
     be.counting = True
     try:
         for i in range(0, len(w), batch):
             forward_logits(model, torch.from_numpy(w[i:i + batch, :-1].astype(np.int64)))
     finally:
         be.counting = False
-    return be.counts.copy(), int(w.shape[0] * seq)
+    return be.counts.copy(), be.mass.copy(), int(w.shape[0] * seq)
 
 
 def run(cmd, what):
@@ -228,17 +234,17 @@ def evaluate(args):
     with open(os.path.join(args.out, "heldout-sample.txt"), "wb") as f:  # prompts for strata.record
         f.write(he[:65536].tobytes())
     # 1. popularity from training text
-    counts, ptoks = profile_counts(model, tr, args.seq, args.profile_windows, args.batch, device)
-    ccsv = os.path.join(args.out, "counts.csv")
-    with open(ccsv, "w") as f:
-        f.write("layer,expert,count\n")
-        for l in range(c.num_hidden_layers):
-            for e in range(c.num_experts):
-                f.write("%d,%d,%d\n" % (l, e, counts[l, e]))
+    counts, mass, ptoks = profile_counts(model, tr, args.seq, args.profile_windows, args.batch, device)
+    write_counts(os.path.join(args.out, "counts.csv"), counts, "%d")
+    write_counts(os.path.join(args.out, "mass.csv"), mass, "%.6f")
+    # the ranking the popularity shards are quantized by (strata quantize --counts takes either file)
+    rank = counts if args.rank_by == "count" else mass
+    ccsv = os.path.join(args.out, "counts.csv" if args.rank_by == "count" else "mass.csv")
     share = np.sort(counts, axis=1)[:, ::-1] / counts.sum(1, keepdims=True)
     nh = split_counts(c.num_experts)[0]
     log("profile: %d training bytes routed; the %d hottest experts of a layer take %.1f%% of its load "
-        "(uniform %.1f%%)" % (ptoks, nh, 100 * share[:, :nh].sum(1).mean(), 100.0 * nh / c.num_experts))
+        "(uniform %.1f%%); Gini of the per-layer counts %.3f" % (
+            ptoks, nh, 100 * share[:, :nh].sum(1).mean(), 100.0 * nh / c.num_experts, gini(counts)))
     # 2. quantize and dequantize
     qz = {}
     sets = []
@@ -251,7 +257,7 @@ def evaluate(args):
                         args.qthreads)
     qz["popularity"] = rep
     pop_set, meta = expert_set(c, deq)
-    tiers_pop = tier_table(counts)
+    tiers_pop = tier_table(rank)
     c_tiers = np.array([int(ch) for ch in meta.get("strata.tiers", "")], dtype=np.int64)
     if c_tiers.size != tiers_pop.size or (c_tiers.reshape(tiers_pop.shape) != tiers_pop).any():
         raise CheckpointError("%s: strata's tier table differs from the rule used for the random control" % deq)
@@ -264,14 +270,32 @@ def evaluate(args):
         % len(comp))
     configs = [("bf16", None, None), ("all-hot", sets[0], None), ("all-warm", sets[1], None),
                ("all-cold", sets[2], None), ("popularity-15/30/55", pop_set, tiers_pop)]
+    # the other popularity measure (router probability mass when ranked by top-k count, and the
+    # reverse), composed: whether the choice of measure matters
+    other = "mass" if args.rank_by == "count" else "count"
+    tiers_oth = tier_table(mass if other == "mass" else counts)
+    configs.append(("popularity-%s-15/30/55" % other, compose(c, sets, tiers_oth), tiers_oth))
     # the opposite ranking (least used experts hot): whether popularity is the axis that matters
-    tiers_inv = tier_table(-counts)
+    tiers_inv = tier_table(-rank)
     configs.append(("inverse-popularity-15/30/55", compose(c, sets, tiers_inv), tiers_inv))
     for s in range(1, args.random_seeds + 1):
         rng = np.random.RandomState(s)
         rc = np.stack([rng.permutation(c.num_experts) for _ in range(c.num_hidden_layers)])
         tr_t = tier_table(rc)
         configs.append(("random-15/30/55-s%d" % s, compose(c, sets, tr_t), tr_t))
+    # equal bytes: every tiered configuration has the same experts per tier in every layer, and
+    # so the same packed bytes (quantization is per expert, one size per format)
+    xb = [qz[n]["tiers"][t]["extent_bytes"] // max(1, qz[n]["tiers"][t]["experts"])
+          for t, n in enumerate(("hot", "warm", "cold"))]
+    cfg_bytes = {n: int(sum(xb[t] * int((tt == t).sum()) for t in range(3))) for n, _, tt in configs
+                 if tt is not None}
+    pop_bytes = sum(t["extent_bytes"] for t in rep["tiers"])
+    if set(cfg_bytes.values()) != {pop_bytes}:
+        raise CheckpointError("tiered configurations differ in bytes: %s (the popularity shards: %d)"
+                              % (cfg_bytes, pop_bytes))
+    log("every tiered configuration: %d bytes of expert extents (%.3f bpw incl. padding)"
+        % (pop_bytes, 8.0 * pop_bytes / (3 * c.num_hidden_layers * c.num_experts * c.hidden_size
+                                          * c.moe_intermediate_size)))
     # 3. evaluate
     shards = shard_windows(he, args.seq, args.shards, args.windows)
     tgts = [torch.from_numpy(w[:, 1:].astype(np.int64)).reshape(-1).to(device) for w in shards]
@@ -284,7 +308,8 @@ def evaluate(args):
             lg = refs[s] if experts is None else logits_of(model, w, args.batch, device)
             m = metrics(lg, refs[s], tgts[s])
             m.update(config=name, shard=s, bf16_ppl=bppl[s], hot_share=None if tiers is None else float(
-                counts[tiers == 0].sum() / counts.sum()))
+                counts[tiers == 0].sum() / counts.sum()), cold_share=None if tiers is None else float(
+                counts[tiers == 2].sum() / counts.sum()), expert_bytes=cfg_bytes.get(name))
             rows.append(m)
         r0 = [r for r in rows if r["config"] == name]
         log("%-22s ppl %.4f  kld %.4f  top1 %.4f  top5 %.4f" % (
@@ -302,13 +327,15 @@ def evaluate(args):
         w = shards[0][:args.engine_windows]
         n = w.shape[0] * args.seq
         m = metrics(logits_of(em, w, args.batch, device), refs[0][:n], tgts[0][:n])
-        m.update(config="popularity-15/30/55-engine", shard=0, hot_share=None,
+        m.update(config="popularity-15/30/55-engine", shard=0, hot_share=None, cold_share=None,
+                 expert_bytes=cfg_bytes["popularity-15/30/55"],
                  bf16_ppl=metrics(refs[0][:n], refs[0][:n], tgts[0][:n])["ppl"])
         rows.append(m)
         be.close()
         log("%-22s ppl %.4f  kld %.4f  top1 %.4f  top5 %.4f  (shard 0, %d windows, engine on the %s)" % (
             "popularity via engine", m["ppl"], m["kld"], m["top1"], m["top5"], len(w), be.device))
-    cols = ["config", "shard", "tokens", "ppl", "bf16_ppl", "bits_per_byte", "kld", "top1", "top5", "hot_share"]
+    cols = ["config", "shard", "tokens", "ppl", "bf16_ppl", "bits_per_byte", "kld", "top1", "top5", "hot_share",
+            "cold_share", "expert_bytes"]
     with open(os.path.join(args.out, "results.csv"), "w", newline="") as f:
         wr = csv.DictWriter(f, fieldnames=cols)
         wr.writeheader()
@@ -324,7 +351,8 @@ def evaluate(args):
     goals["quantize_threads"] = args.qthreads or os.cpu_count()
     with open(os.path.join(args.out, "summary.json"), "w") as f:
         json.dump({"summary": summ, "goals": goals, "quantize": qz, "profile_tokens": ptoks,
-                   "hot_share_of_load": float(share[:, :nh].sum(1).mean()), "model": os.path.abspath(args.model),
+                   "hot_share_of_load": float(share[:, :nh].sum(1).mean()), "gini": gini(counts),
+                   "rank_by": args.rank_by, "model": os.path.abspath(args.model),
                    "seconds": round(time.time() - t0, 1)}, f, indent=1)
     with open(os.path.join(args.out, "summary.csv"), "w", newline="") as f:
         keys = ["config"] + [k + s for k in ("ppl", "kld", "top1", "top5") for s in ("", "_min", "_max")] + \
@@ -340,6 +368,25 @@ def evaluate(args):
         % (args.out, time.time() - t0))
     print(json.dumps(goals))
     return summ, goals
+
+
+def write_counts(path, v, fmt):
+    """counts.csv / mass.csv: one row per (MoE layer, expert), the format strata quantize --counts reads."""
+    with open(path, "w") as f:
+        f.write("layer,expert,count\n")
+        for l in range(v.shape[0]):
+            for e in range(v.shape[1]):
+                f.write(("%d,%d," + fmt + "\n") % (l, e, v[l, e]))
+
+
+def gini(counts):
+    """Mean over layers of the Gini coefficient of the experts' counts (0: uniform)."""
+    g = []
+    for row in np.asarray(counts, dtype=np.float64):
+        x = np.sort(row)
+        n, s = len(x), x.sum()
+        g.append(0.0 if s == 0 else float((2 * np.arange(1, n + 1) - n - 1).dot(x) / (n * s)))
+    return float(np.mean(g))
 
 
 def summarize(rows, names):
@@ -367,7 +414,26 @@ def check_goals(summ, rows, nseeds):
                     "top1_pop": p["top1"], "top1_random": [r["top1"] for r in rs],
                     "pop_beats_all_random": bool(all(p["kld"] < r["kld"] and p["top1"] > r["top1"] for r in rs))})
     rnd = [r for r in summ if r["config"].startswith("random-")]
+
+    def wins(name):
+        """(KLD wins, top-1 wins, pairs) of configuration name against every (shard, random seed)."""
+        kw = tw = n = 0
+        for s in shards:
+            p = [r for r in rows if r["shard"] == s and r["config"] == name]
+            if not p:
+                return None
+            for r in rows:
+                if r["shard"] == s and r["config"].startswith("random-"):
+                    kw += p[0]["kld"] < r["kld"]
+                    tw += p[0]["top1"] > r["top1"]
+                    n += 1
+        return "%d of %d" % (kw, n), "%d of %d" % (tw, n)
+
+    others = {n: wins(n) for n in by if n.startswith(("popularity-", "inverse-")) and "engine" not in n
+              and n != "popularity-15/30/55"}
     return {
+        "vs_random": {n: {"kld": w[0], "top1": w[1], "kld_mean": by[n]["kld"], "top1_mean": by[n]["top1"]}
+                      for n, w in others.items() if w},
         "popularity_beats_random": bool(all(x["pop_beats_all_random"] for x in per)),
         "popularity_beats_random_kld": "%d of %d" % (sum(x["kld_pop"] < k for x in per for k in x["kld_random"]),
                                                     sum(len(x["kld_random"]) for x in per)),
@@ -406,7 +472,8 @@ def plot(summ, rows, base, title):
     fig, axes = plt.subplots(1, 3, figsize=(3.4, 2.0))
     labels = [n.replace("-15/30/55", "").replace("-", " ").replace("inverse popularity", "inverse")
               .replace("popularity", "popular") for n in show]
-    colors = ["#bbbbbb" if n.startswith("all") else ("#d62728" if n.startswith("pop") else
+    colors = ["#bbbbbb" if n.startswith("all") else ("#9467bd" if n.startswith("popularity-mass") or
+              n.startswith("popularity-count") else "#d62728" if n.startswith("pop") else
               ("#ff7f0e" if n.startswith("inverse") else "#1f77b4")) for n in show]
     for ax, (k, lab) in zip(axes, (("kld", "mean KLD (nats)"), ("top1", "top-1 agreement"),
                                    ("ppl", "perplexity / BF16"))):
@@ -452,6 +519,9 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--profile-windows", type=int, default=256)
     ap.add_argument("--random-seeds", type=int, default=3)
+    ap.add_argument("--rank-by", choices=("count", "mass"), default="count",
+                    help="popularity: top-k selections per expert (count) or the router's softmax "
+                         "probability summed over tokens (mass); the other is evaluated too")
     ap.add_argument("--engine-windows", type=int, default=4,
                     help="windows of shard 0 run through the Strata backend too (0: skip)")
     ap.add_argument("--qthreads", type=int, default=0, help="strata quantize --threads (0: all CPUs)")
