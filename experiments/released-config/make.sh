@@ -38,7 +38,19 @@ alpha=${alpha:-0.6}
 sizes=$("$STRATA" inspect --preset kimi-k3.1:layers=8 --tiers 0.15,0.30,0.55 --json |
 	"$py" -c 'import json,sys; t=json.load(sys.stdin)["tiers"]; print(t[0]["payload_bytes"], t[1]["payload_bytes"])')
 read -r hot warm <<< "$sizes"
-"$STRATA" run $here/run.lua out=$res hot_bytes=$hot warm_bytes=$warm alpha=$alpha "$@" || rc=$?
+# The trained model's own routing and lookahead predictions (experiments/real-model, decode
+# tokens of held-out prompts), tiered in-sample on the same trace: the release's recipe on a
+# real model's routing, beside the synthetic traces.
+REAL_SPEC=custom:layers=8,experts=64,top_k=6,hidden=512,inter=256
+REAL_TRACE=${REAL_TRACE:-experiments/real-model/run3/trace-decode.strace}
+[ -f "$REAL_TRACE" ] || REAL_TRACE=experiments/real-model/run2/trace-decode.strace
+real=()
+if [ -f "$REAL_TRACE" ]; then
+	read -r rhot rwarm < <("$STRATA" inspect --preset $REAL_SPEC --tiers 0.15,0.30,0.55 --json |
+		"$py" -c 'import json,sys; t=json.load(sys.stdin)["tiers"]; print(t[0]["payload_bytes"], t[1]["payload_bytes"])')
+	real=(real_trace="$REAL_TRACE" real_model=$REAL_SPEC real_hot_bytes=$rhot real_warm_bytes=$rwarm)
+fi
+"$STRATA" run $here/run.lua out=$res hot_bytes=$hot warm_bytes=$warm alpha=$alpha "${real[@]}" "$@" || rc=$?
 
 plot $res/released-plot.csv --filter budgets=release --filter alpha=$alpha --kind bar --x part,cost \
 	--xlabel "run (part, cost model)" --hue depth --hue-title "lookahead depth" \
@@ -47,6 +59,14 @@ plot $res/released-plot.csv --filter budgets=release --filter alpha=$alpha --kin
 	--bound "full_depth_tok_s=bound_full_tok_s:bound (no policy beats it)" \
 	--title "Kimi-K3.1 scaled to 8 MoE layers, 15/30/55, place=static + lookahead, Zipf alpha $alpha" \
 	--out $figs/released.png
+if [ ${#real[@]} -gt 0 ]; then
+	plot $res/released-plot.csv --filter budgets=release --filter alpha=0 --kind bar --x part,cost \
+		--xlabel "run (part, cost model)" --hue depth --hue-title "lookahead depth" \
+		--y effective_hit_pct,decode_tok_s --ylabel "VRAM+RAM hit rate (%),decode tok/s (8 layers)" \
+		--bound "decode_tok_s=bound_tok_s:bound (no policy beats it)" \
+		--title "trained byte-level MoE (8x64, top-6), its own routing and predictions, 15/30/55, place=static" \
+		--out $figs/trained.png
+fi
 plot $res/released-plot.csv --filter part=skew --x alpha --xlabel "Zipf alpha of the routing (lookahead depth 2)" --hue cost \
 	--y effective_hit_pct,full_depth_tok_s --ylabel "VRAM+RAM hit rate (%),decode tok/s at 92 layers" \
 	--hline effective_hit_pct=97.9:published --hline full_depth_tok_s=10.8:published \

@@ -7,6 +7,7 @@
 --
 --   strata run experiments/released-config/run.lua hot_bytes=N warm_bytes=N
 --       [alpha=0.6] [accuracy=0.9] [tokens=128] [alphas=0.8,1.0,1.2,1.5,2.0]
+--       [real_trace=FILE real_model=SPEC real_hot_bytes=N real_warm_bytes=N [real_tier_trace=FILE]]
 --
 -- make.sh computes hot_bytes/warm_bytes (strata inspect) and alpha (the Zipf
 -- skew that reproduces the Mixtral traces' measured Gini) and passes them.
@@ -28,6 +29,11 @@ local a = strata.arguments{
 	warm_bytes = "packed bytes of a warm expert (make.sh: strata inspect)",
 	layers_scale = "full-depth scaling of tok/s",
 	measured_cost = "cost model JSON measured on the GPU machine",
+	real_trace = "a recorded trace of a trained model (with its own lookahead predictions): the release's recipe on it",
+	real_model = "that trace's model spec",
+	real_hot_bytes = "packed bytes of that model's hot tier (make.sh: strata inspect)",
+	real_warm_bytes = "packed bytes of that model's warm tier",
+	real_tier_trace = "the trace its tiers are ranked on (default: the real trace itself, in-sample)",
 }
 local results = a.out or (dir .. "/results")
 local model = a.model or "kimi-k3.1:layers=8"
@@ -131,6 +137,28 @@ for al in string.gmatch(a.alphas or "0.8,1.0,1.2,1.5,2.0", "[^,]+") do
 	end
 end
 
+-- 5. a trained model's own routing and its own lookahead predictions (experiments/real-model):
+-- the same recipe (15/30/55 ranked by a profile, the hot set in VRAM and the warm set in RAM
+-- with 10% headroom, place=static + lookahead), its own spec and tier sizes
+if a.real_trace then
+	local rm = a.real_model or error("real_trace needs real_model=SPEC")
+	local rh = tonumber(a.real_hot_bytes) or error("real_trace needs real_hot_bytes=N")
+	local rw = tonumber(a.real_warm_bytes) or error("real_trace needs real_warm_bytes=N")
+	local rt = a.real_tier_trace or a.real_trace
+	local prof = a.real_tier_trace and "separate" or "same"
+	local rp = { { 0, "none" }, { 1, "lookahead:depth=1" }, { 2, "lookahead:depth=2" }, { 3, "lookahead:depth=3" } }
+	for _, cn in ipairs({ "h200-measured", "release-like" }) do
+		for _, p in ipairs(rp) do
+			add({ part = "trained", cost = cn, depth = p[1], alpha = 0, budgets = "release", profile = prof },
+				{ model = rm, trace = a.real_trace, tier_trace = rt, prefetch = p[2],
+					vram = gib(rh * 1.1), ram = gib(rw * 1.1) })
+		end
+		add({ part = "trained-oracle", cost = cn, depth = 2, alpha = 0, budgets = "release", profile = prof },
+			{ model = rm, trace = a.real_trace, tier_trace = rt, prefetch = "oracle:depth=2",
+				vram = gib(rh * 1.1), ram = gib(rw * 1.1) })
+	end
+end
+
 local rows = strata.sweep{ name = "released", configs = configs, out = results .. "/released.csv" }
 local t, plot, bad = {}, {}, {}
 for _, r in ipairs(rows) do
@@ -141,7 +169,9 @@ for _, r in ipairs(rows) do
 			r.run_id, r.bound_violations, r.decode_tok_s, r.bound_tok_s)
 	end
 	local eff = r.hit_rate_vram + r.hit_rate_ram
-	local full = r.decode_tok_s * layers_scale
+	-- the trained model is run at its own depth: no scaling to 92 layers
+	local scale = r.part:find("^trained") and 1 or layers_scale
+	local full = r.decode_tok_s * scale
 	t[#t + 1] = {
 		part = r.part, cost = r.cost, budgets = r.budgets, profile = r.profile,
 		alpha = string.format("%.2f", r.alpha), depth = r.depth,
@@ -152,7 +182,7 @@ for _, r in ipairs(rows) do
 		["tok/s (92 layers)"] = string.format("%.2f", full),
 		["stall ms/token"] = string.format("%.1f", r.stall_ms / r.tokens),
 		["NVMe MB/token"] = string.format("%.0f", (r.bytes_nvme_ram + r.bytes_nvme_vram) / r.tokens / 1e6),
-		["bound tok/s (92 layers)"] = string.format("%.2f", r.bound_tok_s * layers_scale),
+		["bound tok/s (92 layers)"] = string.format("%.2f", r.bound_tok_s * scale),
 		["of bound"] = string.format("%.2f", r.bound_ratio),
 	}
 	plot[#plot + 1] = {
@@ -161,7 +191,7 @@ for _, r in ipairs(rows) do
 		hit_nvme = r.hit_rate_nvme, decode_tok_s = r.decode_tok_s, full_depth_tok_s = full,
 		stall_ms_per_token = r.stall_ms / r.tokens,
 		nvme_mb_per_token = (r.bytes_nvme_ram + r.bytes_nvme_vram) / r.tokens / 1e6,
-		bound_tok_s = r.bound_tok_s, bound_full_tok_s = r.bound_tok_s * layers_scale,
+		bound_tok_s = r.bound_tok_s, bound_full_tok_s = r.bound_tok_s * scale,
 	}
 end
 strata.write_csv(results .. "/released-plot.csv", plot, { "label", "part", "cost", "budgets", "profile", "alpha", "depth",
