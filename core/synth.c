@@ -471,7 +471,7 @@ static int build_pool(struct strata_synth *g, int fmt)
 	const struct strata_fmt_traits *t = strata_fmt_traits(fmt);
 	struct strata_matrix_layout L;
 	struct pool *p = &g->pool[fmt];
-	if (!t->quantize_row || strata_matrix_layout(fmt, POOL_ROWS, POOL_COLS, &L))
+	if (!t->quantize_rows || strata_matrix_layout(fmt, POOL_ROWS, POOL_COLS, &L))
 		return 0;
 	float *w = malloc((size_t)POOL_ROWS * POOL_COLS * sizeof(float));
 	float *sc = malloc(POOL_COLS * sizeof(float));
@@ -684,7 +684,7 @@ int strata_synth_write(const struct strata_synth_config *cfg, const char *dir, s
 	/* Fail before writing anything when a tier format cannot be produced. */
 	if (c->format == STRATA_SYNTH_TIERED)
 		for (int f = STRATA_FMT_HOT; f <= STRATA_FMT_COLD; f++)
-			if (!strata_fmt_traits(f)->quantize_row) {
+			if (!strata_fmt_traits(f)->quantize_rows) {
 				rc = STRATA_ERR(err, STRATA_EUNSUPPORTED,
 						"synth: --format=tiered needs the %s tier format, which has no quantizer in "
 						"this build (use --format=bf16)", strata_fmt_traits(f)->name);

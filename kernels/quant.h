@@ -52,13 +52,16 @@ struct strata_quant_stats {
 };
 
 /*
- * Reference quantizer for one row of `cols` weights (cols a multiple of
- * STRATA_QK after padding; the caller pads).  `imatrix` (cols floats, mean x^2
- * per input column) weights the error, or is NULL.  Writes cols/256 blocks of
- * codes to `codes` and of scales to `scales`.  Returns 0, or -1 on NaN/Inf.
+ * Reference quantizer for `rows` consecutive rows of `cols` weights each (w
+ * row-major; cols a multiple of STRATA_QK after padding; the caller pads).
+ * `imatrix` (cols floats, mean x^2 per input column, the same for every row)
+ * weights the error, or is NULL.  Writes rows * cols/256 blocks of codes to
+ * `codes` and of scales to `scales`, row after row.  Returns 0, -1 on NaN/Inf,
+ * -2 out of memory.  Each row's codes are those of a call with rows = 1 (the
+ * encoder's setup is shared, not its results).
  */
-typedef int (*strata_quantize_row_fn)(const float *w, uint32_t cols, const float *imatrix,
-				      void *codes, void *scales);
+typedef int (*strata_quantize_rows_fn)(const float *w, uint32_t rows, uint32_t cols, const float *imatrix,
+				       void *codes, void *scales);
 /* Reference dequantizer for one row: the inverse layout of the above. */
 typedef void (*strata_dequantize_row_fn)(const void *codes, const void *scales, uint32_t cols,
 					 float *out);
@@ -69,7 +72,7 @@ struct strata_fmt_traits {
 	uint32_t code_bytes;   /* code bytes per block */
 	uint32_t scale_bytes;  /* scale/table bytes per block (0 for f32/bf16) */
 	double bpw;            /* (code_bytes + scale_bytes) * 8 / block */
-	strata_quantize_row_fn quantize_row;
+	strata_quantize_rows_fn quantize_rows;
 	strata_dequantize_row_fn dequantize_row;
 };
 

@@ -11,12 +11,14 @@
 #include "quant.h"
 #include "quant_tiers.h"
 
-static int f32_quantize_row(const float *w, uint32_t cols, const float *imatrix, void *codes, void *scales)
+static int f32_quantize_rows(const float *w, uint32_t rows, uint32_t cols, const float *imatrix, void *codes,
+			     void *scales)
 {
-	for (uint32_t i = 0; i < cols; i++)
+	size_t n = (size_t)rows * cols;
+	for (size_t i = 0; i < n; i++)
 		if (!isfinite(w[i]))
 			return -1;
-	memcpy(codes, w, cols * sizeof(float));
+	memcpy(codes, w, n * sizeof(float));
 	return 0;
 }
 
@@ -25,10 +27,12 @@ static void f32_dequantize_row(const void *codes, const void *scales, uint32_t c
 	memcpy(out, codes, cols * sizeof(float));
 }
 
-static int bf16_quantize_row(const float *w, uint32_t cols, const float *imatrix, void *codes, void *scales)
+static int bf16_quantize_rows(const float *w, uint32_t rows, uint32_t cols, const float *imatrix, void *codes,
+			      void *scales)
 {
 	uint16_t *o = codes;
-	for (uint32_t i = 0; i < cols; i++) {
+	size_t n = (size_t)rows * cols;
+	for (size_t i = 0; i < n; i++) {
 		if (!isfinite(w[i]))
 			return -1;
 		o[i] = strata_f32_to_bf16(w[i]);
@@ -45,11 +49,11 @@ static void bf16_dequantize_row(const void *codes, const void *scales, uint32_t 
 
 static const struct strata_fmt_traits fmt_f32 = {
 	.name = "f32", .block = 1, .code_bytes = 4, .scale_bytes = 0, .bpw = 32.0,
-	.quantize_row = f32_quantize_row, .dequantize_row = f32_dequantize_row,
+	.quantize_rows = f32_quantize_rows, .dequantize_row = f32_dequantize_row,
 };
 static const struct strata_fmt_traits fmt_bf16 = {
 	.name = "bf16", .block = 1, .code_bytes = 2, .scale_bytes = 0, .bpw = 16.0,
-	.quantize_row = bf16_quantize_row, .dequantize_row = bf16_dequantize_row,
+	.quantize_rows = bf16_quantize_rows, .dequantize_row = bf16_dequantize_row,
 };
 
 static const struct strata_fmt_traits *const fmt_table[STRATA_FMT_COUNT] = {
@@ -119,18 +123,23 @@ int strata_quantize_matrix(int fmt, const float *w, uint32_t rows, uint32_t cols
 {
 	const struct strata_fmt_traits *t = strata_fmt_traits(fmt);
 	struct strata_matrix_layout L;
-	if (!t || !t->quantize_row || strata_matrix_layout(fmt, rows, cols, &L) || dst_bytes < L.bytes)
+	if (!t || !t->quantize_rows || strata_matrix_layout(fmt, rows, cols, &L) || dst_bytes < L.bytes)
 		return -2;
 	uint32_t pc = L.padded_cols, nb = pc / t->block;
+	/* Rows go to the format in batches (one encoder setup per batch): all of
+	 * them straight from w when no padding is needed, else QROWS at a time
+	 * through a padded copy. */
+	enum { QROWS = 32 };
+	uint32_t batch = pc == cols ? rows : (rows < QROWS ? rows : QROWS);
 	float *row = NULL, *imx = NULL, *dq = NULL;
-	if (pc != cols || stats) {
-		row = calloc(pc, sizeof(float));
+	if (pc != cols)
+		row = calloc((size_t)batch * pc, sizeof(float));
+	if (stats)
 		dq = malloc(pc * sizeof(float));
-		if (!row || !dq) {
-			free(row);
-			free(dq);
-			return -2;
-		}
+	if ((pc != cols && !row) || (stats && !dq)) {
+		free(row);
+		free(dq);
+		return -2;
 	}
 	if (imatrix && pc != cols) {
 		imx = calloc(pc, sizeof(float));
@@ -145,26 +154,29 @@ int strata_quantize_matrix(int fmt, const float *w, uint32_t rows, uint32_t cols
 	uint8_t *codes = (uint8_t *)dst + L.codes_off, *scales = (uint8_t *)dst + L.scales_off;
 	double dot = 0, nw = 0, nq = 0, nd = 0;
 	int rc = 0;
-	for (uint32_t r = 0; r < rows && !rc; r++) {
-		const float *src = w + (uint64_t)r * cols;
+	for (uint32_t r0 = 0; r0 < rows && !rc; r0 += batch) {
+		uint32_t nr = rows - r0 < batch ? rows - r0 : batch;
+		const float *src = w + (uint64_t)r0 * cols;
 		if (row) {
-			memcpy(row, src, cols * sizeof(float));
+			for (uint32_t r = 0; r < nr; r++)
+				memcpy(row + (size_t)r * pc, src + (size_t)r * cols, cols * sizeof(float));
 			src = row;
 		}
-		uint8_t *c = codes + (uint64_t)r * nb * t->code_bytes;
-		uint8_t *s = scales + (uint64_t)r * nb * t->scale_bytes;
-		int qr = t->quantize_row(src, pc, imx ? imx : imatrix, c, s);
+		uint8_t *c = codes + (uint64_t)r0 * nb * t->code_bytes;
+		uint8_t *s = scales + (uint64_t)r0 * nb * t->scale_bytes;
+		int qr = t->quantize_rows(src, nr, pc, imx ? imx : imatrix, c, s);
 		if (qr) {
 			rc = qr == -2 ? -2 : -1; /* -1 NaN/Inf input, -2 no memory */
 			break;
 		}
-		if (stats) {
-			t->dequantize_row(c, s, pc, dq);
+		for (uint32_t r = 0; stats && r < nr; r++) {
+			const float *x = src + (size_t)r * pc;
+			t->dequantize_row(c + (size_t)r * nb * t->code_bytes, s + (size_t)r * nb * t->scale_bytes, pc, dq);
 			for (uint32_t i = 0; i < cols; i++) {
-				dot += (double)src[i] * dq[i];
-				nw += (double)src[i] * src[i];
+				dot += (double)x[i] * dq[i];
+				nw += (double)x[i] * x[i];
 				nq += (double)dq[i] * dq[i];
-				nd += ((double)src[i] - dq[i]) * ((double)src[i] - dq[i]);
+				nd += ((double)x[i] - dq[i]) * ((double)x[i] - dq[i]);
 			}
 		}
 	}

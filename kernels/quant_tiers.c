@@ -338,22 +338,28 @@ static void tcq_block(struct tcq *q, const float *x, const float *h, uint8_t *co
 	*scale = refit_scale(x, h, win);
 }
 
-static int tier_quantize_row(int fmt, const float *w, uint32_t cols, const float *imatrix,
-			     void *codes, void *scales)
+static int tier_quantize_rows(int fmt, const float *w, uint32_t rows, uint32_t cols, const float *imatrix,
+			      void *codes, void *scales)
 {
 	if (cols % QK)
 		return -2;
-	for (uint32_t i = 0; i < cols; i++)
-		if (!isfinite(w[i]) || (imatrix && (!isfinite(imatrix[i]) || imatrix[i] < 0)))
+	size_t n = (size_t)rows * cols;
+	for (size_t i = 0; i < n; i++)
+		if (!isfinite(w[i]))
+			return -1;
+	for (uint32_t i = 0; imatrix && i < cols; i++)
+		if (!isfinite(imatrix[i]) || imatrix[i] < 0)
 			return -1;
 	struct tcq q;
 	if (tcq_init(&q, fmt)) {
 		tcq_free(&q);
 		return -2;
 	}
-	uint32_t cb = strata_tier_code_bytes(fmt);
+	uint32_t cb = strata_tier_code_bytes(fmt), nb = cols / QK;
 	float h[QK];
-	for (uint32_t b = 0; b < cols / QK; b++) {
+	/* blocks of all rows in order; the importance of block b of a row is that of its columns */
+	for (size_t bb = 0; bb < (size_t)rows * nb; bb++) {
+		uint32_t b = (uint32_t)(bb % nb);
 		const float *hb = NULL;
 		if (imatrix) {
 			/* Importance plus a small floor so unused columns still get a
@@ -369,8 +375,8 @@ static int tier_quantize_row(int fmt, const float *w, uint32_t cols, const float
 			}
 		}
 		uint16_t sc;
-		tcq_block(&q, w + (size_t)b * QK, hb, (uint8_t *)codes + (size_t)b * cb, &sc);
-		memcpy((uint8_t *)scales + (size_t)b * STRATA_TIER_SCALE_BYTES, &sc, sizeof(sc));
+		tcq_block(&q, w + bb * QK, hb, (uint8_t *)codes + bb * cb, &sc);
+		memcpy((uint8_t *)scales + bb * STRATA_TIER_SCALE_BYTES, &sc, sizeof(sc));
 	}
 	tcq_free(&q);
 	return 0;
@@ -392,10 +398,10 @@ static void tier_dequantize_row(int fmt, const void *codes, const void *scales, 
 }
 
 #define TIER(fn, FMT)                                                                           \
-	static int fn##_quantize_row(const float *w, uint32_t cols, const float *imatrix,       \
-				     void *codes, void *scales)                                 \
+	static int fn##_quantize_rows(const float *w, uint32_t rows, uint32_t cols,            \
+				      const float *imatrix, void *codes, void *scales)          \
 	{                                                                                       \
-		return tier_quantize_row(FMT, w, cols, imatrix, codes, scales);                  \
+		return tier_quantize_rows(FMT, w, rows, cols, imatrix, codes, scales);           \
 	}                                                                                       \
 	static void fn##_dequantize_row(const void *codes, const void *scales, uint32_t cols,   \
 					float *out)                                             \
@@ -409,15 +415,15 @@ TIER(cold, STRATA_FMT_COLD)
 const struct strata_fmt_traits strata_fmt_hot = {
 	.name = "hot", .block = QK, .code_bytes = STRATA_HOT_CODE_BYTES,
 	.scale_bytes = STRATA_TIER_SCALE_BYTES, .bpw = 2.8125,
-	.quantize_row = hot_quantize_row, .dequantize_row = hot_dequantize_row,
+	.quantize_rows = hot_quantize_rows, .dequantize_row = hot_dequantize_row,
 };
 const struct strata_fmt_traits strata_fmt_warm = {
 	.name = "warm", .block = QK, .code_bytes = STRATA_WARM_CODE_BYTES,
 	.scale_bytes = STRATA_TIER_SCALE_BYTES, .bpw = 2.5625,
-	.quantize_row = warm_quantize_row, .dequantize_row = warm_dequantize_row,
+	.quantize_rows = warm_quantize_rows, .dequantize_row = warm_dequantize_row,
 };
 const struct strata_fmt_traits strata_fmt_cold = {
 	.name = "cold", .block = QK, .code_bytes = STRATA_COLD_CODE_BYTES,
 	.scale_bytes = STRATA_TIER_SCALE_BYTES, .bpw = 1.4375,
-	.quantize_row = cold_quantize_row, .dequantize_row = cold_dequantize_row,
+	.quantize_rows = cold_quantize_rows, .dequantize_row = cold_dequantize_row,
 };

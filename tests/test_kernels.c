@@ -198,7 +198,7 @@ static void test_dequant_exact(void **state)
 	const uint32_t shapes[][2] = { { 48, 1024 }, { 33, 800 }, { 3, 512 } };
 	for (size_t f = 0; f < sizeof(fmts) / sizeof(fmts[0]); f++) {
 		const struct strata_fmt_traits *tr = strata_fmt_traits(fmts[f]);
-		if (!gpu_fmt_ok(fmts[f]) || !tr->quantize_row) {
+		if (!gpu_fmt_ok(fmts[f]) || !tr->quantize_rows) {
 			fprintf(stderr, "note: test_dequant_exact[%s] not run: no GPU decoder or reference yet\n", tr->name);
 			continue;
 		}
@@ -294,10 +294,10 @@ static void run_moe_case_ex(const struct moe_case *mc, int outliers, uint32_t pf
 	int usable[5];
 	for (int i = 0; i < 5; i++)
 		if ((mc->fmt != -2 || mix[i] != STRATA_FMT_F32) && (mc->fmt != -3 || mix[i] >= STRATA_FMT_HOT) &&
-		    gpu_fmt_ok(mix[i]) && strata_fmt_traits(mix[i])->quantize_row &&
+		    gpu_fmt_ok(mix[i]) && strata_fmt_traits(mix[i])->quantize_rows &&
 		    strata_gpu_moe_check(mix[i], H, I, &err) == STRATA_OK)
 			usable[nf++] = mix[i];
-	if (mc->fmt >= 0 && (!gpu_fmt_ok(mc->fmt) || !strata_fmt_traits(mc->fmt)->quantize_row)) {
+	if (mc->fmt >= 0 && (!gpu_fmt_ok(mc->fmt) || !strata_fmt_traits(mc->fmt)->quantize_rows)) {
 		fprintf(stderr, "note: moe[%s] not run: format %s has no GPU decoder or reference yet\n", mc->name,
 			strata_fmt_traits(mc->fmt)->name);
 		free(fmts);

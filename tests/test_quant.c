@@ -80,7 +80,7 @@ static void test_sizes_on_budget(void **state)
 		assert_int_equal(t->scale_bytes, STRATA_TIER_SCALE_BYTES);
 		assert_true(t->bpw == want[f].bpw);
 		assert_true((t->code_bytes + t->scale_bytes) * 8.0 / t->block == t->bpw);
-		assert_non_null(t->quantize_row);
+		assert_non_null(t->quantize_rows);
 		assert_non_null(t->dequantize_row);
 		/* A 512 x 7168 matrix costs exactly its budget (+ region alignment). */
 		struct strata_matrix_layout L;
@@ -382,7 +382,7 @@ static void test_nonfinite_rejected(void **state)
 								L.bytes, NULL), -1);
 			/* A row function handed an unpadded length refuses it. */
 			uint8_t c[2 * 88], sc[4];
-			assert_int_equal(strata_fmt_traits(tiers[f])->quantize_row(w, 300, NULL, c, sc), -2);
+			assert_int_equal(strata_fmt_traits(tiers[f])->quantize_rows(w, 1, 300, NULL, c, sc), -2);
 			/* Too small a destination. */
 			assert_int_equal(strata_quantize_matrix(tiers[f], w, rows, cols, NULL, dst,
 								L.bytes - 16, NULL), -2);
@@ -552,6 +552,52 @@ static void test_golden_codes(void **state)
 	free(w);
 }
 
+/* A matrix goes to the format in batches of rows (one encoder setup per
+ * batch; padded rows through a copy, 32 at a time): every row's codes and
+ * scale are those of the row quantized alone, with and without importance,
+ * padded (40 rows of 300 columns: two batches) and not (6 x 512: one). */
+static void test_rows_batched(void **state)
+{
+	static const uint32_t shape[2][2] = { { 40, 300 }, { 6, 512 } };
+	for (int sh = 0; sh < 2; sh++) {
+		uint32_t rows = shape[sh][0], cols = shape[sh][1];
+		float *w = gauss_matrix(rows, cols, 91 + sh);
+		float *imx = malloc(cols * sizeof(float));
+		assert_non_null(imx);
+		for (uint32_t i = 0; i < cols; i++)
+			imx[i] = (float)(0.5 + (i * 13 % 17) / 8.0);
+		for (int f = 0; f < 3; f++)
+			for (int use = 0; use < 2; use++) {
+				const struct strata_fmt_traits *t = strata_fmt_traits(tiers[f]);
+				struct strata_matrix_layout L;
+				assert_int_equal(strata_matrix_layout(tiers[f], rows, cols, &L), 0);
+				int rc;
+				uint8_t *q = quantize(tiers[f], w, rows, cols, use ? imx : NULL, NULL, &rc);
+				assert_int_equal(rc, 0);
+				uint32_t pc = L.padded_cols, nb = pc / STRATA_QK;
+				float *row = calloc(pc, sizeof(float)), *ix = calloc(pc, sizeof(float));
+				uint8_t *c = malloc((size_t)nb * t->code_bytes), *s = malloc((size_t)nb * t->scale_bytes);
+				assert_true(row && ix && c && s);
+				memcpy(ix, imx, cols * sizeof(float));
+				for (uint32_t r = 0; r < rows; r++) {
+					memcpy(row, w + (size_t)r * cols, cols * sizeof(float));
+					assert_int_equal(t->quantize_rows(row, 1, pc, use ? ix : NULL, c, s), 0);
+					assert_memory_equal(q + L.codes_off + (size_t)r * nb * t->code_bytes, c,
+							    (size_t)nb * t->code_bytes);
+					assert_memory_equal(q + L.scales_off + (size_t)r * nb * t->scale_bytes, s,
+							    (size_t)nb * t->scale_bytes);
+				}
+				free(row);
+				free(ix);
+				free(c);
+				free(s);
+				free(q);
+			}
+		free(imx);
+		free(w);
+	}
+}
+
 /* The reference SwiGLU expert over a packed extent equals a float
  * computation on the dequantized matrices, and approximates the f32 expert. */
 static void test_expert_forward(void **state)
@@ -634,6 +680,7 @@ int main(void)
 		cmocka_unit_test(test_threads),
 		cmocka_unit_test(test_imatrix_weighting),
 		cmocka_unit_test(test_golden_codes),
+		cmocka_unit_test(test_rows_batched),
 		cmocka_unit_test(test_expert_forward),
 	};
 	return cmocka_run_group_tests_name("quant", tests, NULL, NULL);

@@ -308,8 +308,8 @@ static void test_tiered(void **state)
 	struct strata_error err = { 0 };
 	assert_int_equal(strata_model_spec_parse("custom:layers=1,experts=3,top_k=1,hidden=256,inter=64", &c.spec,
 						 &err), 0);
-	int have = strata_fmt_traits(STRATA_FMT_HOT)->quantize_row && strata_fmt_traits(STRATA_FMT_WARM)->quantize_row &&
-		   strata_fmt_traits(STRATA_FMT_COLD)->quantize_row;
+	int have = strata_fmt_traits(STRATA_FMT_HOT)->quantize_rows && strata_fmt_traits(STRATA_FMT_WARM)->quantize_rows &&
+		   strata_fmt_traits(STRATA_FMT_COLD)->quantize_rows;
 	int rc = strata_synth_write(&c, dir, NULL, NULL, &err);
 	if (!have) {
 		fprintf(stderr, "SKIP tiered: the tier formats have no quantizer in this build\n");

@@ -4,7 +4,10 @@
 # shared/device/README.md):
 #   source .device/setup.sh && bash experiments/real-model/run_device.sh
 # Results land in $OUT (or out/real-model): at most 8 files, everything also in all.tgz.
-# Steps (STEPS="build train eval hf record replay runner" picks some; each step goes on
+# Parameters (environment): TRAIN_S (training seconds, default 170), AUX (load-balancing loss
+# coefficient, default 0.01), SEEDS (random rankings, default 3), RANK_BY (count or mass),
+# PRESET, SEQ, WINDOWS, PROFILE_WINDOWS, COMPUTE, STEPS.
+# Steps (STEPS="build train eval qspeed hf record replay runner" picks some; each step goes on
 # when an earlier one failed where it can):
 #  build   scons (release, CUDA), in the background while the model trains
 #  train   python3 -m strata.train on the machine's standard library and site-packages
@@ -13,6 +16,9 @@
 #          all warm, all cold, 15/30/55 by popularity), strata dequantize, quality of every
 #          configuration and of random 15/30/55 (3 seeds) on 3 held-out shards; the
 #          popularity shards also through the runner's Strata backend
+#  qspeed  strata quantize speed: the CPU (lscpu), the encoder alone and the whole pipeline at
+#          1..all threads on mid-shaped experts (bench_quantize_pipeline), and strata quantize
+#          of the trained checkpoint (15/30/55 by popularity) at 1/2, 1/4 and all CPUs
 #  hf      transformers (Qwen3MoeForCausalLM) against the runner on the checkpoint
 #  record  routing traces of held-out prompts (prefill + greedy decode) with lookahead
 #          predictions at depths 1-3, predictor accuracy
@@ -40,7 +46,7 @@ exec > >(tee "$out/run.log") 2>&1
 SEQ=${SEQ:-512}
 COMPUTE=${COMPUTE:-gpu}
 step() { echo; echo "== $* ($(date +%T), +$(( $(date +%s) - T0 ))s)"; }
-want() { case " ${STEPS:-build train eval hf record replay runner} " in *" $1 "*) return 0;; esac; return 1; }
+want() { case " ${STEPS:-build train eval qspeed hf record replay runner} " in *" $1 "*) return 0;; esac; return 1; }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv >"$R/gpu.txt" 2>&1
 nproc >>"$R/gpu.txt"
 
@@ -65,7 +71,7 @@ for d in seen:
     print("--corpus"); print(d)')
 	step "train on ${CORPUS[*]}"
 	$PY -m strata.train "${CORPUS[@]}" --out "$CK" --preset "${PRESET:-mid}" \
-		--time-budget "${TRAIN_S:-170}" --batch "${BATCH:-64}" --seq "$SEQ" --max-bytes "${MAX_BYTES:-200000000}" \
+		--time-budget "${TRAIN_S:-170}" --aux "${AUX:-0.01}" --batch "${BATCH:-64}" --seq "$SEQ" --max-bytes "${MAX_BYTES:-200000000}" \
 		--log-every 20 --json "$R/train.json" 2>&1 | tee "$R/train.log" | grep -v '^step' ; \
 		grep '^step' "$R/train.log" | tail -3
 	cp "$CK/config.json" "$CK/train_log.csv" "$R/" 2>/dev/null
@@ -87,11 +93,35 @@ if want eval; then
 	step eval
 	timeout "${EVAL_TIMEOUT:-200}" $PY -m strata.eval --model "$CK" --strata "$S" --out "$EV" --seq "$SEQ" \
 		--windows "${WINDOWS:-24}" --batch 8 --profile-windows "${PROFILE_WINDOWS:-256}" --engine-windows 4 \
-		--title "trained byte-level MoE (8 x 64 experts, top-6), H200" 2>&1 | tee "$R/eval.log"
-	cp "$EV"/results.csv "$EV"/summary.csv "$EV"/summary.json "$EV"/goals.json "$EV"/counts.csv \
+		--random-seeds "${SEEDS:-3}" --rank-by "${RANK_BY:-count}" \
+		--title "trained byte-level MoE (8 x 64 experts, top-6, aux ${AUX:-0.01}), H200" 2>&1 | tee "$R/eval.log"
+	cp "$EV"/results.csv "$EV"/summary.csv "$EV"/summary.json "$EV"/goals.json "$EV"/counts.csv "$EV"/mass.csv \
 		"$EV"/quality.pdf "$EV"/quality.png "$R/" 2>/dev/null
 	# back in $OUT at once: they return even if a later step runs past the call's limit
 	cp "$R"/quality.png "$R"/quality.pdf "$R"/summary.json "$R"/results.csv "$R"/train.json "$out/" 2>/dev/null
+fi
+
+if want qspeed; then
+	step "quantize speed"
+	{ lscpu; nproc; } >"$R/lscpu.txt" 2>&1
+	grep -E '^(Model name|CPU\(s\)|Thread|Core|Socket|L2|L3)' "$R/lscpu.txt"
+	grep -o 'avx512f' "$R/lscpu.txt" | head -1
+	N=$(nproc)
+	# mid-shaped experts (hidden 512, inter 256), 1 layer x 2N experts: the encoder alone (one
+	# thread, matrices in memory) and the whole pipeline at 1, N/2 and N threads
+	timeout 120 $B/bench/bench_quantize_pipeline 1 $((2 * N)) 512 256 "1,$((N / 2)),$N" 2>&1 | tee "$R/qspeed_bench.txt"
+	if [ -f "$EV/counts.csv" ]; then
+		for t in $((N / 4)) $((N / 2)) $N; do
+			timeout 120 $S quantize --in "$CK" --naming auto --out "$W/qs-$t" --split 15,30,55 --counts "$EV/counts.csv" \
+				--threads $t --json --no-progress >"$R/qspeed_t$t.json" 2>>"$R/qspeed.err"
+			$PY -c "import json; d=json.load(open('$R/qspeed_t$t.json')); print('strata quantize --threads $t: %.2f s, %.1f MB/s of BF16 input' % (d['seconds'], d['input_bytes'] / d['seconds'] / 1e6))" 2>&1 | tee -a "$R/qspeed.txt"
+			# the same codes at every thread count (the shard headers differ only in their id and time)
+			$S dequantize --model "$W/qs-$t" --out "$W/qs-$t.st" --no-progress >/dev/null 2>>"$R/qspeed.err" &&
+				cmp -s "$W/qs-$t.st" "$EV/q-popularity.safetensors" &&
+				echo "  the same weights as the evaluation's shards (dequantized, bit for bit)" | tee -a "$R/qspeed.txt"
+			rm -rf "$W/qs-$t" "$W/qs-$t.st"
+		done
+	fi
 fi
 
 if want hf; then
