@@ -91,6 +91,87 @@ STRATA_STATIC_ASSERT(STRATA_TCQ_TABLE_SIZE == 1 << STRATA_TCQ_L, "table covers e
 #define TCQ_TARGET __attribute__((target("avx512f")))
 #define TCQ_VMIN(a, b) ((tcq_vf_avx512)_mm512_min_ps((__m512)(a), (__m512)(b)))
 #include "quant_tcq_step.h"
+
+/*
+ * The 16-lane step without a shuffle per state vector.  The plain step's
+ * lanes are 16 consecutive states, whose 16 >> kp distinct predecessor
+ * minima need a permute (a shuffle-port operation) per vector.  Here lane l
+ * of the vector at state s0 (16-aligned) is state s0 + pi(l),
+ * pi(l) = (l % G) << kp | l / G, G = 16 >> kp, so its predecessor minimum is
+ * best[(s0 >> kp) + l % G]: G consecutive floats repeated, a broadcast load.
+ * The scaled codebook is read from a copy permuted the same way (one per
+ * kp), and the two output vectors are put back in state order once per
+ * output (a permute per 2^kn inputs).  The same operations on the same values
+ * per state, minima exact: the same best arrays as the plain step.
+ */
+#define TCQ_PERM_TABLES 3 /* kp = 1, 2, 3 */
+
+static uint32_t tcq_lane_state(int kp, uint32_t l)
+{
+	uint32_t g = 16u >> kp;
+	return (l % g) << kp | l / g;
+}
+
+TCQ_TARGET TCQ_HOT static inline tcq_vf_avx512 tcq_bcast_avx512(const float *p, const int kp)
+{
+	if (kp == 1)
+		return (tcq_vf_avx512)_mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_loadu_pd((const double *)p)));
+	if (kp == 2)
+		return (tcq_vf_avx512)_mm512_broadcast_f32x4(_mm_loadu_ps(p));
+	double d;
+	memcpy(&d, p, sizeof(d));
+	return (tcq_vf_avx512)_mm512_castpd_ps(_mm512_set1_pd(d));
+}
+
+TCQ_TARGET TCQ_HOT static inline void tcq_step_perm(const int kp, const int kn, const int weighted,
+						    const float *restrict best, float *restrict next,
+						    const float *restrict sTp, float x, float h)
+{
+	const uint32_t Kn = 1u << kn, Mn = NS >> kn;
+	const tcq_vf_avx512 X = (tcq_vf_avx512){ 0 } + x, H = (tcq_vf_avx512){ 0 } + h;
+	__m512i inv;
+	{
+		int32_t iv[16];
+		for (uint32_t l = 0; l < 16; l++)
+			iv[tcq_lane_state(kp, l)] = (int32_t)l;
+		inv = _mm512_loadu_si512(iv);
+	}
+	for (uint32_t m = 0; m < Mn; m += 32) {
+		tcq_vf_avx512 acc0 = (tcq_vf_avx512){ 0 } + FORBIDDEN, acc1 = acc0;
+#pragma GCC unroll 8
+		for (uint32_t t = 0; t < Kn; t++) {
+			uint32_t s0 = t * Mn + m, s1 = s0 + 16;
+			tcq_vf_avx512 e0 = X - tcq_vld_avx512(sTp + s0);
+			tcq_vf_avx512 e1 = X - tcq_vld_avx512(sTp + s1);
+			tcq_vf_avx512 d0 = weighted ? H * e0 * e0 : e0 * e0;
+			tcq_vf_avx512 d1 = weighted ? H * e1 * e1 : e1 * e1;
+			acc0 = TCQ_VMIN(tcq_bcast_avx512(best + (s0 >> kp), kp) + d0, acc0);
+			acc1 = TCQ_VMIN(tcq_bcast_avx512(best + (s1 >> kp), kp) + d1, acc1);
+		}
+		_mm512_storeu_ps(next + m, _mm512_permutexvar_ps(inv, (__m512)acc0));
+		_mm512_storeu_ps(next + m + 16, _mm512_permutexvar_ps(inv, (__m512)acc1));
+	}
+}
+
+/* sTp: TCQ_PERM_TABLES permuted copies of the scaled codebook (kp = 1..3). */
+TCQ_TARGET TCQ_HOT static void tcq_step_perm_any(int kp, int kn, const float *best, float *next,
+						 const float *sTp, float x, const float *h)
+{
+	const float *tab = sTp + (size_t)(kp - 1) * NS;
+#define STEP(a, b)                                                                               \
+	case a * 4 + b:                                                                          \
+		if (h)                                                                           \
+			tcq_step_perm(a, b, 1, best, next, tab, x, *h);                          \
+		else                                                                             \
+			tcq_step_perm(a, b, 0, best, next, tab, x, 1.0f);                        \
+		break;
+	switch (kp * 4 + kn) {
+		STEP(1, 1) STEP(1, 2) STEP(1, 3)
+		STEP(2, 1) STEP(2, 2) STEP(2, 3)
+		STEP(3, 1) STEP(3, 2) STEP(3, 3)
+	}
+#undef STEP
+}
 #undef TCQ_W
 #undef TCQ_SFX
 #undef TCQ_TARGET
@@ -103,19 +184,26 @@ typedef void tcq_step_fn(int kp, int kn, const float *best, float *next, const f
 
 typedef uint32_t tcq_argmin_fn(int k, const float *best, const float *sT, float x, float h);
 
-/* STRATA_TCQ_ISA=base keeps the build's own width (benchmarks and tests
- * compare the two; both give the same codes). */
-static void tcq_pick_step(tcq_step_fn **step, tcq_argmin_fn **argmin)
+/* STRATA_TCQ_ISA=base keeps the build's own width, =avx512 the plain 16-lane
+ * step (benchmarks and tests compare them; all give the same codes).
+ * Returns whether the step reads the permuted codebook copies. */
+static int tcq_pick_step(tcq_step_fn **step, tcq_argmin_fn **argmin)
 {
 	*step = tcq_step_any_base;
 	*argmin = tcq_argmin_base;
 #ifdef TCQ_AVX512
 	const char *env = getenv("STRATA_TCQ_ISA");
 	if (!(env && !strcmp(env, "base")) && __builtin_cpu_supports("avx512f")) {
-		*step = tcq_step_any_avx512;
 		*argmin = tcq_argmin_avx512;
+		if (env && !strcmp(env, "avx512")) {
+			*step = tcq_step_any_avx512;
+			return 0;
+		}
+		*step = tcq_step_perm_any;
+		return 1;
 	}
 #endif
+	return 0;
 }
 
 struct tcq {
@@ -125,6 +213,7 @@ struct tcq {
 	uint32_t pos[QK];       /* first bit of weight i's window */
 	float *save;            /* per step j, best_j (see below) */
 	float *sT;              /* scale * table */
+	float *sTs;             /* what the step reads: sT, or its permuted copies */
 	size_t off[QK + 1];     /* offsets of the steps' arrays in save */
 	tcq_step_fn *step;      /* the step at this CPU's vector width */
 	tcq_argmin_fn *argmin;  /* and the end-state search */
@@ -151,7 +240,7 @@ static void tcq_viterbi(struct tcq *q, const float *x, const float *h, const int
 	for (int j = 0; j + 1 < n; j++) {
 		int i = ord[j], kp = q->k[i], kn = q->k[ord[j + 1]];
 		q->off[j + 1] = q->off[j] + (NS >> kp);
-		q->step(kp, kn, q->save + q->off[j], q->save + q->off[j + 1], q->sT, x[i],
+		q->step(kp, kn, q->save + q->off[j], q->save + q->off[j + 1], q->sTs, x[i],
 			     h ? h + i : NULL);
 	}
 	/* The last weight: full cost per state, then the end state. */
@@ -212,17 +301,33 @@ static int tcq_init(struct tcq *q, int fmt)
 	if (!q->sT || !q->save)
 		return -1;
 	memset(q->save + save, 0, TCQ_PAD * sizeof(float));
-	tcq_pick_step(&q->step, &q->argmin);
+	int perm = tcq_pick_step(&q->step, &q->argmin);
 	/* The search runs on blocks normalized to unit trimmed RMS, so one
 	 * start scale serves every block. */
 	float sc = start_factor(fmt) / STRATA_TCQ_TABLE_RMS;
 	for (uint32_t s = 0; s < NS; s++)
 		q->sT[s] = sc * strata_tcq_table[s];
+	q->sTs = q->sT;
+#ifdef TCQ_AVX512
+	if (perm) {
+		q->sTs = aligned_alloc(64, TCQ_PERM_TABLES * NS * sizeof(float));
+		if (!q->sTs)
+			return -1;
+		for (int kp = 1; kp <= TCQ_PERM_TABLES; kp++)
+			for (uint32_t s0 = 0; s0 < NS; s0 += 16)
+				for (uint32_t l = 0; l < 16; l++)
+					q->sTs[(kp - 1) * NS + s0 + l] = q->sT[s0 + tcq_lane_state(kp, l)];
+	}
+#else
+	(void)perm;
+#endif
 	return 0;
 }
 
 static void tcq_free(struct tcq *q)
 {
+	if (q->sTs != q->sT)
+		free(q->sTs);
 	free(q->sT);
 	free(q->save);
 }
