@@ -33,7 +33,9 @@ out=${OUT:-out/real-model}
 mkdir -p "$out"
 W=${WORK:-/tmp/strata-real}
 R=$W/res
-rm -rf "$W"
+want() { case " ${STEPS:-build train eval qspeed hf record replay runner} " in *" $1 "*) return 0;; esac; return 1; }
+# a run that trains starts afresh; one that does not (STEPS without train) reuses $W's checkpoint
+if want train; then rm -rf "$W"; fi
 mkdir -p "$R"
 B=build/release
 S=$B/bin/strata
@@ -46,7 +48,6 @@ exec > >(tee "$out/run.log") 2>&1
 SEQ=${SEQ:-512}
 COMPUTE=${COMPUTE:-gpu}
 step() { echo; echo "== $* ($(date +%T), +$(( $(date +%s) - T0 ))s)"; }
-want() { case " ${STEPS:-build train eval qspeed hf record replay runner} " in *" $1 "*) return 0;; esac; return 1; }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv >"$R/gpu.txt" 2>&1
 nproc >>"$R/gpu.txt"
 
