@@ -18,7 +18,7 @@
 #          popularity shards also through the runner's Strata backend
 #  qspeed  strata quantize speed: the CPU (lscpu), the encoder alone and the whole pipeline at
 #          1..all threads on mid-shaped experts (bench_quantize_pipeline), and strata quantize
-#          of the trained checkpoint (15/30/55 by popularity) at 1/2, 1/4 and all CPUs
+#          of the trained checkpoint (15/30/55 by popularity) at half and all CPUs
 #  hf      transformers (Qwen3MoeForCausalLM) against the runner on the checkpoint
 #  record  routing traces of held-out prompts (prefill + greedy decode) with lookahead
 #          predictions at depths 1-3, predictor accuracy
@@ -108,11 +108,11 @@ if want qspeed; then
 	grep -E '^(Model name|CPU\(s\)|Thread|Core|Socket|L2|L3)' "$R/lscpu.txt"
 	grep -o 'avx512f' "$R/lscpu.txt" | head -1
 	N=$(nproc)
-	# mid-shaped experts (hidden 512, inter 256), 1 layer x 2N experts: the encoder alone (one
+	# mid-shaped experts (hidden 512, inter 256), 1 layer x N experts: the encoder alone (one
 	# thread, matrices in memory) and the whole pipeline at 1, N/2 and N threads
-	timeout 120 $B/bench/bench_quantize_pipeline 1 $((2 * N)) 512 256 "1,$((N / 2)),$N" 2>&1 | tee "$R/qspeed_bench.txt"
+	timeout 120 $B/bench/bench_quantize_pipeline 1 $N 512 256 "1,$((N / 2)),$N" 2>&1 | tee "$R/qspeed_bench.txt"
 	if [ -f "$EV/counts.csv" ]; then
-		for t in $((N / 4)) $((N / 2)) $N; do
+		for t in $((N / 2)) $N; do
 			timeout 120 $S quantize --in "$CK" --naming auto --out "$W/qs-$t" --split 15,30,55 --counts "$EV/counts.csv" \
 				--threads $t --json --no-progress >"$R/qspeed_t$t.json" 2>>"$R/qspeed.err"
 			$PY -c "import json; d=json.load(open('$R/qspeed_t$t.json')); print('strata quantize --threads $t: %.2f s, %.1f MB/s of BF16 input' % (d['seconds'], d['input_bytes'] / d['seconds'] / 1e6))" 2>&1 | tee -a "$R/qspeed.txt"
