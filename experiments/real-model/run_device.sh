@@ -219,6 +219,9 @@ for (c, b), rs in d.items():
 " 2>&1 | tee "$R/runner_summary.txt"
 fi
 
+step summary
+[ -f "$R/summary.json" ] && $PY experiments/real-model/tables.py "$R" 2>&1 | tail -25
+cat "$R/qspeed.txt" 2>/dev/null
 step pack
 cp "$R"/quality.png "$R"/quality.pdf "$R"/summary.json "$R"/results.csv "$R"/train.json "$out/" 2>/dev/null
 tar -czf /tmp/real-model.tgz -C "$R" . && mv /tmp/real-model.tgz "$out/all.tgz"
