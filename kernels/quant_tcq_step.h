@@ -91,19 +91,7 @@ TCQ_TARGET TCQ_HOT static uint32_t TCQ_CAT(tcq_argmin, TCQ_SFX)(int k, const flo
 TCQ_TARGET TCQ_HOT static void TCQ_CAT(tcq_step_any, TCQ_SFX)(int kp, int kn, const float *best, float *next,
 								 const float *sT, float x, const float *h)
 {
-#define STEP(a, b)                                                                               \
-	case a * 4 + b:                                                                          \
-		if (h)                                                                           \
-			TCQ_CAT(tcq_step, TCQ_SFX)(a, b, 1, best, next, sT, x, *h);               \
-		else                                                                             \
-			TCQ_CAT(tcq_step, TCQ_SFX)(a, b, 0, best, next, sT, x, 1.0f);             \
-		break;
-	switch (kp * 4 + kn) {
-		STEP(1, 1) STEP(1, 2) STEP(1, 3)
-		STEP(2, 1) STEP(2, 2) STEP(2, 3)
-		STEP(3, 1) STEP(3, 2) STEP(3, 3)
-	}
-#undef STEP
+	TCQ_DISPATCH(TCQ_CAT(tcq_step, TCQ_SFX), sT);
 }
 
 #undef TCQ_VF

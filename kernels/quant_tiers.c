@@ -64,6 +64,23 @@ STRATA_STATIC_ASSERT(STRATA_TCQ_TABLE_SIZE == 1 << STRATA_TCQ_L, "table covers e
 
 /* The step, 16 lanes where the CPU has AVX-512 (picked at run time, x86-64
  * builds with FMA contraction, as the 8-lane path has), else 8 (AVX) or 4. */
+/* A step's body for run-time (kp, kn) and weighting: the call of FN's
+ * compile-time specialization (kp, kn, weighted, best, next, tab, x, h) from a
+ * function with parameters kp, kn, best, next, x and h. */
+#define TCQ_STEP_CASE(FN, tab, a, b)                                                     \
+	case a * 4 + b:                                                                  \
+		if (h)                                                                   \
+			FN(a, b, 1, best, next, tab, x, *h);                             \
+		else                                                                     \
+			FN(a, b, 0, best, next, tab, x, 1.0f);                           \
+		break;
+#define TCQ_DISPATCH(FN, tab)                                                            \
+	switch (kp * 4 + kn) {                                                           \
+		TCQ_STEP_CASE(FN, tab, 1, 1) TCQ_STEP_CASE(FN, tab, 1, 2) TCQ_STEP_CASE(FN, tab, 1, 3) \
+		TCQ_STEP_CASE(FN, tab, 2, 1) TCQ_STEP_CASE(FN, tab, 2, 2) TCQ_STEP_CASE(FN, tab, 2, 3) \
+		TCQ_STEP_CASE(FN, tab, 3, 1) TCQ_STEP_CASE(FN, tab, 3, 2) TCQ_STEP_CASE(FN, tab, 3, 3) \
+	}
+
 #if defined(__AVX2__) || defined(__AVX__)
 #define VW 8
 #define TCQ_VMIN(a, b) __builtin_ia32_minps256(a, b)
@@ -158,19 +175,7 @@ TCQ_TARGET TCQ_HOT static void tcq_step_perm_any(int kp, int kn, const float *be
 						 const float *sTp, float x, const float *h)
 {
 	const float *tab = sTp + (size_t)(kp - 1) * NS;
-#define STEP(a, b)                                                                               \
-	case a * 4 + b:                                                                          \
-		if (h)                                                                           \
-			tcq_step_perm(a, b, 1, best, next, tab, x, *h);                          \
-		else                                                                             \
-			tcq_step_perm(a, b, 0, best, next, tab, x, 1.0f);                        \
-		break;
-	switch (kp * 4 + kn) {
-		STEP(1, 1) STEP(1, 2) STEP(1, 3)
-		STEP(2, 1) STEP(2, 2) STEP(2, 3)
-		STEP(3, 1) STEP(3, 2) STEP(3, 3)
-	}
-#undef STEP
+	TCQ_DISPATCH(tcq_step_perm, tab);
 }
 #undef TCQ_W
 #undef TCQ_SFX
