@@ -96,7 +96,7 @@ if want eval; then
 		--windows "${WINDOWS:-24}" --batch 8 --profile-windows "${PROFILE_WINDOWS:-256}" --engine-windows 4 \
 		--random-seeds "${SEEDS:-3}" --rank-by "${RANK_BY:-count}" \
 		--title "trained byte-level MoE (8 x 64 experts, top-6, aux ${AUX:-0.01}), H200" 2>&1 | tee "$R/eval.log"
-	cp "$EV"/results.csv "$EV"/summary.csv "$EV"/summary.json "$EV"/goals.json "$EV"/counts.csv "$EV"/mass.csv \
+	cp "$EV"/results.csv "$EV"/summary.csv "$EV"/summary.json "$EV"/goals.json "$EV"/counts.csv "$EV"/mass.csv "$EV"/experts.csv \
 		"$EV"/quality.pdf "$EV"/quality.png "$R/" 2>/dev/null
 	# back in $OUT at once: they return even if a later step runs past the call's limit
 	cp "$R"/quality.png "$R"/quality.pdf "$R"/summary.json "$R"/results.csv "$R"/train.json "$out/" 2>/dev/null

@@ -89,6 +89,9 @@ def main(argv):
     print("Profile: the hottest 15%% of a layer's experts take %.1f%% of its top-k selections "
           "(uniform 15%%); Gini of the per-layer counts %s; ranked by %s." % (
               100 * s["hot_share_of_load"], "%.3f" % s["gini"] if "gini" in s else "?", s.get("rank_by", "count")))
+    if "spearman_use_cold_error" in s:
+        print("Per expert (experts.csv): Spearman correlation of use and the cold format's relative weight "
+              "error, mean over layers %.3f." % s["spearman_use_cold_error"])
     print()
     quality(run)
     print()

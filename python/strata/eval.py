@@ -268,6 +268,7 @@ def evaluate(args):
                               % (deq, bad[0], len(bad)))
     log("popularity-tiered shards == composition of the all-hot/warm/cold files (%d tensors, bit for bit)"
         % len(comp))
+    rho = expert_stats(c, model, sets, counts, mass, os.path.join(args.out, "experts.csv"))
     configs = [("bf16", None, None), ("all-hot", sets[0], None), ("all-warm", sets[1], None),
                ("all-cold", sets[2], None), ("popularity-15/30/55", pop_set, tiers_pop)]
     # the other popularity measure (router probability mass when ranked by top-k count, and the
@@ -352,7 +353,7 @@ def evaluate(args):
     with open(os.path.join(args.out, "summary.json"), "w") as f:
         json.dump({"summary": summ, "goals": goals, "quantize": qz, "profile_tokens": ptoks,
                    "hot_share_of_load": float(share[:, :nh].sum(1).mean()), "gini": gini(counts),
-                   "rank_by": args.rank_by, "model": os.path.abspath(args.model),
+                   "rank_by": args.rank_by, "spearman_use_cold_error": rho, "model": os.path.abspath(args.model),
                    "seconds": round(time.time() - t0, 1)}, f, indent=1)
     with open(os.path.join(args.out, "summary.csv"), "w", newline="") as f:
         keys = ["config"] + [k + s for k in ("ppl", "kld", "top1", "top5") for s in ("", "_min", "_max")] + \
@@ -368,6 +369,45 @@ def evaluate(args):
         % (args.out, time.time() - t0))
     print(json.dumps(goals))
     return summ, goals
+
+
+def expert_stats(c, model, sets, counts, mass, path):
+    """experts.csv: per (layer, expert) its use (top-k count, router mass), the RMS of its BF16
+    weights and the relative error ||W_q - W|| / ||W|| of each format; logs the mean over layers
+    of the Spearman correlation between use and the cold format's error (does a rarely used
+    expert lose more to the format?)."""
+    err = np.zeros((3,) + counts.shape)
+    rms = np.zeros(counts.shape)
+    for l in range(c.num_hidden_layers):
+        gu, dn = model.orig_experts[l]
+        I = c.moe_intermediate_size
+        for e in range(c.num_experts):
+            ref = {"gate": gu[e, :I], "up": gu[e, I:], "down": dn[e]}
+            den = sum(float(ref[m].float().pow(2).sum()) for m in ref)
+            n = sum(ref[m].numel() for m in ref)
+            rms[l, e] = math.sqrt(den / n)
+            for t in range(3):
+                num = sum(float((sets[t][expert_name(l, e, m)].to(ref[m].device).float() - ref[m].float()).pow(2).sum())
+                          for m in ref)
+                err[t, l, e] = math.sqrt(num / den) if den > 0 else 0.0
+    with open(path, "w") as f:
+        f.write("layer,expert,count,mass,weight_rms,rel_err_hot,rel_err_warm,rel_err_cold\n")
+        for l in range(c.num_hidden_layers):
+            for e in range(c.num_experts):
+                f.write("%d,%d,%d,%.6f,%.6g,%.6f,%.6f,%.6f\n" % (l, e, counts[l, e], mass[l, e], rms[l, e],
+                                                               err[0, l, e], err[1, l, e], err[2, l, e]))
+
+    def rank(v):
+        r = np.empty(len(v))
+        r[np.argsort(v, kind="stable")] = np.arange(len(v))
+        return r
+
+    rho = [float(np.corrcoef(rank(counts[l]), rank(err[2, l]))[0, 1]) for l in range(c.num_hidden_layers)]
+    rho_rms = [float(np.corrcoef(rank(counts[l]), rank(rms[l]))[0, 1]) for l in range(c.num_hidden_layers)]
+    log("experts: relative error hot %.4f warm %.4f cold %.4f (mean); Spearman(use, cold error) per layer "
+        "mean %.3f [%.3f, %.3f], Spearman(use, weight RMS) %.3f" % (
+            err[0].mean(), err[1].mean(), err[2].mean(), np.mean(rho), min(rho), max(rho), np.mean(rho_rms)))
+    return float(np.mean(rho))
 
 
 def write_counts(path, v, fmt):

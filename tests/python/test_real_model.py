@@ -68,7 +68,7 @@ def test_eval_table(evaluated):
     assert abs(kl["popularity-15/30/55-engine"] - float(by["popularity-15/30/55"][0]["kld"])) < 0.2 * kl["all-cold"]
     g = json.load(open(os.path.join(evaluated, "goals.json")))
     assert g["shards"] == 3 and g["random_seeds"] == 3 and len(g["per_shard"]) == 3
-    for f in ("summary.csv", "summary.json", "counts.csv", "quality.png", "quality.pdf"):
+    for f in ("summary.csv", "summary.json", "counts.csv", "mass.csv", "experts.csv", "quality.png", "quality.pdf"):
         assert os.path.getsize(os.path.join(evaluated, f)) > 0
 
 
