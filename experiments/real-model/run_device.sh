@@ -3,7 +3,8 @@
 # From the repo root on the device machine (the .device packages carried, see
 # shared/device/README.md):
 #   source .device/setup.sh && bash experiments/real-model/run_device.sh
-# Results land in $OUT (or out/real-model): at most 8 files, everything also in all.tgz.
+# Results land in $OUT (or out/real-model): at most 8 files (the plots, summary.json,
+# results.csv, train.json, trace-decode.strace, run.log), everything also in all.tgz.
 # Parameters (environment): TRAIN_S (training seconds, default 170), AUX (load-balancing loss
 # coefficient, default 0.01), SEEDS (random rankings, default 3), RANK_BY (count or mass),
 # PRESET, SEQ, WINDOWS, PROFILE_WINDOWS, COMPUTE, STEPS.
@@ -110,10 +111,10 @@ if want qspeed; then
 	N=$(nproc)
 	# mid-shaped experts (hidden 512, inter 256), 1 layer x N experts: the encoder alone (one
 	# thread, matrices in memory) and the whole pipeline at 1, N/2 and N threads
-	timeout 120 $B/bench/bench_quantize_pipeline 1 $N 512 256 "1,$((N / 2)),$N" 2>&1 | tee "$R/qspeed_bench.txt"
+	timeout 60 $B/bench/bench_quantize_pipeline 1 $N 512 256 "1,$((N / 2)),$N" 2>&1 | tee "$R/qspeed_bench.txt"
 	if [ -f "$EV/counts.csv" ]; then
 		for t in $((N / 2)) $N; do
-			timeout 120 $S quantize --in "$CK" --naming auto --out "$W/qs-$t" --split 15,30,55 --counts "$EV/counts.csv" \
+			timeout 60 $S quantize --in "$CK" --naming auto --out "$W/qs-$t" --split 15,30,55 --counts "$EV/counts.csv" \
 				--threads $t --json --no-progress >"$R/qspeed_t$t.json" 2>>"$R/qspeed.err"
 			$PY -c "import json; d=json.load(open('$R/qspeed_t$t.json')); print('strata quantize --threads $t: %.2f s, %.1f MB/s of BF16 input' % (d['seconds'], d['input_bytes'] / d['seconds'] / 1e6))" 2>&1 | tee -a "$R/qspeed.txt"
 			# the same codes at every thread count (the shard headers differ only in their id and time)
@@ -136,6 +137,7 @@ if want record; then
 	timeout 120 $PY -m strata.record --model "$CK" --text "$EV/heldout-sample.txt" --prompts "${PROMPTS:-8}" --prompt-bytes "${PROMPT_BYTES:-256}" \
 		--max-new-tokens "${NEW_TOKENS:-64}" --pred-depth 3 --strata "$S" -o "$R/trace.strace" --json "$R/record.json" 2>&1 | tail -4
 	$S trace stats "$R/trace.strace" >"$R/trace_stats.txt" 2>&1
+	cp "$R/trace-decode.strace" "$out/" 2>/dev/null  # back even if a later step runs past the limit
 	rm -f "$R/trace.jsonl" "$R/trace-decode.jsonl"
 fi
 
