@@ -9,7 +9,7 @@
  * NVMe read asked for VRAM lands in RAM as well: VRAM is the scarce tier, so
  * a wrong guess costs NVMe bandwidth but never evicts a VRAM expert, and the
  * copy into VRAM (a fraction of the read's time over PCIe) follows as the
- * next layer's prefetch or on demand.
+ * next layer's prefetch or on demand (from=ram: no NVMe read within depth).
  *
  * The engine schedules the requests (policy.h): this policy sets which source
  * tiers it may read (`from`), the bytes it may have in flight per link
@@ -248,7 +248,7 @@ static uint32_t lookahead_on_layer(struct strata_policy *p, const struct strata_
 		uint32_t dest = d <= l->depth ? l->dest : STRATA_TIER_RAM;
 		const uint8_t *in_ram = p->env->sched ? p->env->sched->resident[STRATA_TIER_RAM] : NULL;
 		bool nvme = !in_ram || !in_ram[eid];
-		if (l->via_ram && nvme && in_ram && p->env->budget[STRATA_TIER_RAM])
+		if (l->via_ram && nvme && in_ram && p->env->budget[STRATA_TIER_RAM] && strcmp(l->from, "ram"))
 			dest = STRATA_TIER_RAM;
 		if (l->adaptive) {
 			remember(l, l->buf[i].layer, l->buf[i].expert, d, band);
