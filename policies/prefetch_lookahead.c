@@ -6,10 +6,12 @@
  * with stage=D (default depth+1 where there is a RAM tier), the hints for
  * layers L+depth+1 .. L+D are staged from NVMe into RAM only (a cheap, early
  * read that a later RAM -> VRAM copy uses).  With via_ram (the default), an
- * NVMe read asked for VRAM lands in RAM as well: VRAM is the scarce tier, so
- * a wrong guess costs NVMe bandwidth but never evicts a VRAM expert, and the
- * copy into VRAM (a fraction of the read's time over PCIe) follows as the
- * next layer's prefetch or on demand (from=ram: no NVMe read within depth).
+ * NVMe read asked for VRAM lands in RAM instead: the engine starts a prefetch
+ * only while its links carry no demand move, and a read into RAM needs the
+ * disk alone, where one straight into VRAM also waits for every demand copy
+ * over PCIe (the disk idles meanwhile); a wrong guess takes no VRAM slot;
+ * the copy into VRAM (a fraction of the read's time) follows as the next
+ * layer's prefetch or on demand (from=ram: no NVMe read within depth).
  *
  * The engine schedules the requests (policy.h): this policy sets which source
  * tiers it may read (`from`), the bytes it may have in flight per link
