@@ -913,8 +913,8 @@ static void test_prefetch_decisions(void **state)
  * (a hint first seen two layers ahead is scored again at one layer ahead, so
  * the distance-1 band warms up while staging is on); after the warm-up, a
  * RAM-resident expert predicted one layer ahead is copied into VRAM, an
- * NVMe one lands in RAM (via_ram), one two layers ahead is staged into RAM
- * (stage defaults to depth+1); via_ram=0 reads straight into VRAM. */
+ * NVMe one lands in RAM with via_ram=1 (straight into VRAM without), one two
+ * layers ahead is staged into RAM (stage=-1: depth+1). */
 static void test_lookahead_adaptive_tiers(void **state)
 {
 	struct direct d;
@@ -931,8 +931,8 @@ static void test_lookahead_adaptive_tiers(void **state)
 	static const uint32_t route[2] = { 1, 2 };
 	struct strata_prefetch_req req[64];
 	for (int v = 0; v < 2; v++) {
-		struct strata_policy *p = mk(&d, STRATA_ROLE_PREFETCH, v ? "lookahead:depth=1:warmup=64:via_ram=0"
-									 : "lookahead:depth=1:warmup=64");
+		struct strata_policy *p = mk(&d, STRATA_ROLE_PREFETCH, v ? "lookahead:depth=1:warmup=64:stage=-1"
+									 : "lookahead:depth=1:warmup=64:stage=-1:via_ram=1");
 		uint32_t n = 0;
 		for (uint64_t tok = 0; tok < 20; tok++)
 			for (uint32_t l = 0; l < spec.n_moe_layers; l++) {
