@@ -25,7 +25,7 @@ PY=${STRATA_PYTHON:-python3}
 want build && { step build
 targets="$B/lib $B/bin/strata $B/tests/test_api $B/bench/bench_api"
 # shellcheck disable=SC2086
-scons -Q -j16 mode=release $targets >"$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }; }
+scons -Q -j16 mode=release builddir=$B $targets >"$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }; }
 
 if want tests; then
 step C ABI tests
@@ -41,7 +41,7 @@ echo "bench exit ${PIPESTATUS[0]}"
 fi
 if want tests; then
 step Python GPU tests
-sel="gpu or transformers or strata_layer or errors"
+sel="gpu or transformers or strata_layer or errors or deepseek"
 if "$PY" -c 'import pytest' 2>/dev/null; then
 	STRATA_LIB=$B/lib/libstrata.so STRATA_BIN=$B/bin/strata timeout $(left 120) "$PY" -m pytest -q -rs -s -p no:cacheprovider \
 		tests/python -k "$sel" >"$out/test_python.log" 2>&1

@@ -529,7 +529,9 @@ def test_gpu_transformers_agree(work):
             print("transformers %s lacks %s: %s" % (transformers.__version__, name, str(ex)[:200]))
             rows.append((name, "not in transformers", ""))
             continue
-        unmapped = {k: v for k, v in info.items() if k in ("missing_keys", "mismatched_keys", "unexpected_keys") and v}
+        if info.get("unexpected_keys"):
+            print("transformers %s: unused tensors %s" % (name, str(info["unexpected_keys"])[:200]))
+        unmapped = {k: v for k, v in info.items() if k in ("missing_keys", "mismatched_keys") and v}
         if unmapped:  # the two would not run the same weights: a failure, not a skip
             bad.append((name, "weights not mapped: %s" % str(unmapped)[:300]))
             rows.append((name, "weights not mapped", ""))
@@ -546,9 +548,9 @@ def test_gpu_transformers_agree(work):
         if r > 1e-3:
             bad.append((name, "max abs %.3g, rel %.3g" % (d, r)))
     print("transformers %s vs strata runner (float32 logits, 7 tokens):" % transformers.__version__)
-    print("  %-26s %-20s %s" % ("case", "max abs diff", "rel"))
+    print("transformers-agree %-26s %-20s %s" % ("case", "max abs diff", "rel"))
     for row in rows:
-        print("  %-26s %-20s %s" % row)
+        print("transformers-agree %-26s %-20s %s" % row)
     assert not bad, bad
 
 if __name__ == "__main__":
