@@ -9,7 +9,8 @@
 #  3. experiments/python/bench.py: Python vs C per layer call, Strata vs batched BF16 decode,
 #     three tiers vs the link bound
 #  4. tests/python's GPU cases (CPU vs GPU per format, the model on the GPU, transformers parity
-#     on every family's tiny checkpoint where transformers is installed)
+#     on every family's tiny checkpoint and the DeepSeek variants where transformers is
+#     installed), then scripts/test_record_hf.py (skips without transformers)
 # Steps share BUDGET seconds (default 290): each gets what is left, capped.
 set -u
 T0=$SECONDS
@@ -50,7 +51,10 @@ else	# no pytest here: the module runs itself through tests/python/minitest.py
 		>"$out/test_python.log" 2>&1
 fi
 echo "python tests exit $?: $(tail -1 "$out/test_python.log")"
-grep -E "^transformers|^SKIP|^FAILED|^PASSED|Error" "$out/test_python.log" | head -30
+grep -E "^transformers|^SKIP|^FAILED|^PASSED|Error" "$out/test_python.log" | head -40
+step record_hf.py on tiny transformers models
+timeout $(left 90) "$PY" scripts/test_record_hf.py --strata $B/bin/strata >"$out/test_record_hf.log" 2>&1
+echo "test_record_hf exit $?: $(tail -1 "$out/test_record_hf.log")"
 fi
 
 rm -rf "${WORK:-/tmp/strata-py}"
