@@ -461,12 +461,41 @@ def test_readme_lines(work, qwen):
     for src, name in ((hf, "hf-model"), (q, "q")):
         if not os.path.exists(os.path.join(d, name)):
             os.symlink(src, os.path.join(d, name))
-    cwd = os.getcwd()
-    os.chdir(d)
-    try:
-        exec(compile(code, "README.md", "exec"), {})
-    finally:
-        os.chdir(cwd)
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+    r = subprocess.run([sys.executable, "-c", code], cwd=d, env=env, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True)
+    assert r.returncode == 0, r.stdout
+    out = r.stdout.split("\n")
+    assert len(json.loads(out[0])) == 16 and int(out[1]) >= 0, r.stdout
+
+
+def test_install_with_debian_setuptools(work):
+    """python/setup.py (Debian's python3-setuptools) installs the package with the library inside
+    it (STRATA_SO); the installed copy imports and runs from another folder, without the build
+    tree, $STRATA_LIB or PYTHONPATH=python."""
+    import glob
+    src, root = os.path.join(work, "pysrc"), os.path.join(work, "root")
+    shutil.rmtree(src, ignore_errors=True)
+    shutil.rmtree(root, ignore_errors=True)
+    shutil.copytree(os.path.join(ROOT, "python"), src, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    so = strata._capi.lib()._name
+    r = subprocess.run([sys.executable, "setup.py", "-q", "install", "--root", root, "--prefix", "/p"], cwd=src,
+                       env=dict(os.environ, STRATA_SO=so), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert r.returncode == 0, r.stdout
+    pkg = glob.glob(os.path.join(root, "p", "**", "strata", "__init__.py"), recursive=True)
+    assert len(pkg) == 1, pkg
+    site = os.path.dirname(os.path.dirname(pkg[0]))
+    env = {k: v for k, v in os.environ.items() if k not in ("STRATA_LIB", "PYTHONPATH")}
+    env["PYTHONPATH"] = site
+    code = "import strata, strata._capi as c; c.lib(); print(strata.__file__); print(c._lib._name)"
+    r = subprocess.run([sys.executable, "-c", code], cwd=work, env=env, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True)
+    assert r.returncode == 0, r.stdout
+    where, lib = r.stdout.split()[:2]
+    assert where == pkg[0] and lib == os.path.join(site, "strata", "libstrata.so"), r.stdout
+    r = subprocess.run([sys.executable, "-m", "strata.run", "--help"], cwd=work, env=env, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True)
+    assert r.returncode == 0 and "usage" in r.stdout, r.stdout
 
 
 # ---- GPU --------------------------------------------------------------------------------------
