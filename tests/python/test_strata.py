@@ -103,17 +103,24 @@ def test_family_backends_and_cache(work, family):
     with the KV cache gives the logits of one forward over the whole sequence."""
     hf = make_checkpoint(os.path.join(work, family), family, seed=7, layers=3, experts=8, top_k=2,
                          hidden=128, inter=64, vocab=256, dense_layers=1 if family.startswith("deepseek") else 0)
+    ref = check_backends_and_cache(hf)
+    assert len(ref.generate([1, 2, 3], 4)) == 4
+
+
+def check_backends_and_cache(hf, n=9, prefill=6):
+    """The batched backend equals the reference; prefill + decode with the KV cache equals one
+    forward over n tokens.  Returns the reference model."""
     ref = strata.load(hf, TorchBackend(), "cpu")
     bat = strata.load(hf, BatchedBackend(), "cpu")
-    ids = torch.randint(0, 256, (1, 9), generator=torch.Generator().manual_seed(1))
+    ids = torch.randint(0, 256, (1, n), generator=torch.Generator().manual_seed(1))
     ref.reset(1, 16)
     full = ref.forward(ids)
     bat.reset(1, 16)
     assert rel(bat.forward(ids), full) < 1e-5
     ref.reset(1, 16)
-    parts = [ref.forward(ids[:, :6])] + [ref.forward(ids[:, i:i + 1]) for i in range(6, 9)]
+    parts = [ref.forward(ids[:, :prefill])] + [ref.forward(ids[:, i:i + 1]) for i in range(prefill, n)]
     assert rel(torch.cat(parts, 1), full) < 1e-4
-    assert len(ref.generate([1, 2, 3], 4)) == 4
+    return ref
 
 
 # ---- DeepSeek's rules as transformers defines them, on hand-computed cases ---------------------
@@ -288,17 +295,7 @@ def test_deepseek_variants_load(work, variant):
     dense first layer, rope halves) load and run: batched = reference, KV cache = one forward."""
     _, fam, over, layers = [v for v in deepseek_variants() if v[0] == variant][0]
     c = variant_config(fam, over, layers, experts=8, top_k=2, hidden=128, inter=64, vocab=256)
-    hf = make_checkpoint(os.path.join(work, "v_" + variant), fam, seed=9, config=c)
-    ref = strata.load(hf, TorchBackend(), "cpu")
-    bat = strata.load(hf, BatchedBackend(), "cpu")
-    ids = torch.randint(0, 256, (1, 7), generator=torch.Generator().manual_seed(1))
-    ref.reset(1, 8)
-    full = ref.forward(ids)
-    bat.reset(1, 8)
-    assert rel(bat.forward(ids), full) < 1e-5
-    ref.reset(1, 8)
-    parts = [ref.forward(ids[:, :4])] + [ref.forward(ids[:, i:i + 1]) for i in range(4, 7)]
-    assert rel(torch.cat(parts, 1), full) < 1e-4
+    check_backends_and_cache(make_checkpoint(os.path.join(work, "v_" + variant), fam, seed=9, config=c), 7, 4)
 
 
 def dequantized_reference(model, store):
