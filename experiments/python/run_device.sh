@@ -44,10 +44,10 @@ if want tests; then
 step Python GPU tests
 sel="gpu or transformers or strata_layer or errors or deepseek"
 if "$PY" -c 'import pytest' 2>/dev/null; then
-	STRATA_LIB=$B/lib/libstrata.so STRATA_BIN=$B/bin/strata timeout $(left 120) "$PY" -m pytest -q -rs -s -p no:cacheprovider \
+	STRATA_LIB=$B/lib/libstrata.so STRATA_BIN=$B/bin/strata timeout $(left 180) "$PY" -m pytest -q -rs -s -p no:cacheprovider \
 		tests/python -k "$sel" >"$out/test_python.log" 2>&1
 else	# no pytest here: the module runs itself through tests/python/minitest.py
-	STRATA_LIB=$B/lib/libstrata.so STRATA_BIN=$B/bin/strata timeout $(left 120) "$PY" tests/python/test_strata.py -k "$sel" \
+	STRATA_LIB=$B/lib/libstrata.so STRATA_BIN=$B/bin/strata timeout $(left 180) "$PY" tests/python/test_strata.py -k "$sel" \
 		>"$out/test_python.log" 2>&1
 fi
 echo "python tests exit $?: $(tail -1 "$out/test_python.log")"
