@@ -70,7 +70,7 @@ class Config:
     dense_inter: int
     shared_inter: int = 0           # all shared experts of a layer together (0: none)
     shared_gate: bool = False       # Qwen2-MoE: sigmoid(shared_expert_gate x) scales them
-    norm_topk: bool = False         # renormalise the top-k weights (not DeepSeek-V2: see Router)
+    norm_topk: bool = False         # renormalise the top-k weights (never for DeepSeek-V2: route())
     routing: str = "softmax"        # "softmax" (top-k of softmax), "deepseek_v2", "deepseek_v3"
     grouped: bool = False           # DeepSeek-V2 topk_method=group_limited_greedy (V3: always)
     n_group: int = 1
@@ -109,6 +109,11 @@ class Config:
         if rs and not ignore_rope_scaling and (rs.get("type") or rs.get("rope_type")) not in (None, "default"):
             raise bad("rope_scaling %s is not implemented (pass ignore_rope_scaling to run without it, exact "
                       "only within the original context)" % (rs,))
+        missing = [k for k in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads") if k not in c]
+        if not (g("moe_intermediate_size") or g("intermediate_size")):
+            missing.append("moe_intermediate_size or intermediate_size")
+        if missing:
+            raise bad("no %s" % ", ".join(missing))
         H = int(c["hidden_size"])
         nh = int(c["num_attention_heads"])
         top_k = g("num_experts_per_tok")
@@ -155,7 +160,8 @@ class Config:
                     raise bad("topk_method %s needs n_group and topk_group" % g("topk_method", "noaux_tc"))
                 cfg.n_group, cfg.topk_group = int(g("n_group")), int(g("topk_group"))
                 if cfg.n_group < 1 or cfg.n_experts % cfg.n_group or not 1 <= cfg.topk_group <= cfg.n_group:
-                    raise bad("n_group %d / topk_group %d do not divide %d experts"
+                    raise bad("n_group %d / topk_group %d do not fit %d experts (n_group must divide them, "
+                              "1 <= topk_group <= n_group)"
                               % (cfg.n_group, cfg.topk_group, cfg.n_experts))
                 if fam == "deepseek_v3" and cfg.n_experts // cfg.n_group < 2:
                     raise bad("n_group %d leaves groups of fewer than 2 experts (a group scores its top 2)"

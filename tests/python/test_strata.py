@@ -157,10 +157,14 @@ def variant_config(family, over, layers, **shape):
     return c
 
 
+DROP = object()
+
+
 def ds_cfg(family, **over):
     base = {"model_type": family, "vocab_size": 16, "hidden_size": 8, "num_hidden_layers": 1,
             "num_attention_heads": 1, "n_routed_experts": 4, "moe_intermediate_size": 4}
     base.update(over)
+    base = {k: v for k, v in base.items() if v is not DROP}
     return strata.model.Config.from_hf(base)
 
 
@@ -183,6 +187,10 @@ def test_deepseek_config_defaults():
         ds_cfg("deepseek_v2", num_experts_per_tok=2, topk_method="noaux_tc")
     with pytest.raises(StrataError, match="needs n_group and topk_group"):
         ds_cfg("deepseek_v2", num_experts_per_tok=2, topk_method="group_limited_greedy")
+    with pytest.raises(StrataError, match="config.json: no moe_intermediate_size or intermediate_size"):
+        ds_cfg("deepseek_v3", n_routed_experts=32, moe_intermediate_size=DROP)
+    with pytest.raises(StrataError, match="do not fit 12 experts"):
+        ds_cfg("deepseek_v3", n_routed_experts=12, n_group=5)
     with pytest.raises(StrataError, match="groups of fewer than 2"):
         ds_cfg("deepseek_v3", n_routed_experts=8)  # 8 experts in the default 8 groups
     m = strata.model.Config.from_hf({"model_type": "mixtral", "vocab_size": 8, "hidden_size": 8,
