@@ -467,6 +467,8 @@ def test_readme_lines(work, qwen):
         if not os.path.exists(os.path.join(d, name)):
             os.symlink(src, os.path.join(d, name))
     env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+    if env.get("STRATA_LIB"):  # the library under test, from another folder
+        env["STRATA_LIB"] = os.path.abspath(env["STRATA_LIB"])
     r = subprocess.run([sys.executable, "-c", code], cwd=d, env=env, stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, text=True)
     assert r.returncode == 0, r.stdout
@@ -483,7 +485,7 @@ def test_install_with_debian_setuptools(work):
     shutil.rmtree(src, ignore_errors=True)
     shutil.rmtree(root, ignore_errors=True)
     shutil.copytree(os.path.join(ROOT, "python"), src, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
-    so = strata._capi.lib()._name
+    so = os.path.abspath(strata._capi.lib()._name)
     r = subprocess.run([sys.executable, "setup.py", "-q", "install", "--root", root, "--prefix", "/p"], cwd=src,
                        env=dict(os.environ, STRATA_SO=so), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert r.returncode == 0, r.stdout
