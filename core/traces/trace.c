@@ -1279,13 +1279,9 @@ static void draw_pred(const struct strata_trace_info *in, const struct strata_tr
 	uint32_t L = in->n_moe_layers, k = in->top_k, E = in->n_experts, D = pc->depth;
 	for (uint32_t l = 0; l < L; l++)
 		for (uint32_t d = 1; d <= D; d++) {
-			uint16_t *p = pred + ((size_t)l * D + d - 1) * k;
-			float *w = pw + ((size_t)l * D + d - 1) * k;
-			for (uint32_t j = 0; j < k; j++) {
-				p[j] = STRATA_TRACE_NO_EXPERT;
-				w[j] = 0;
-			}
-			if (l + d >= L)
+			float *w;
+			uint16_t *p = pred_slots(pred, pw, L, D, k, l, d, &w);
+			if (!p)
 				continue;
 			const uint16_t *truth = ids + (size_t)(l + d) * k;
 			for (uint32_t j = 0; j < k; j++) {
