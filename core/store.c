@@ -287,9 +287,14 @@ int strata_store_parse_header(const void *buf, size_t len, uint64_t file_size, c
 		}
 	uint64_t fsz = h->file_size;
 	size_t ns = 0;
-	for (uint32_t i = 0; i < h->n_experts; i++) {
+	/* the experts, then their low-bit copies: the same records; a copy lies in
+	 * its expert's shard, in a packed format smaller than the expert's own */
+	uint8_t *seen_copy = seen + h->n_total_experts / 8 + 1;
+	for (uint32_t i = 0; i < h->n_experts + h->n_copies; i++) {
 		const uint8_t *r = p + exp_off + (uint64_t)i * STRATA_SHARD_EXPERT_REC;
-		struct strata_shard_expert *x = &h->experts[i];
+		bool copy = i >= h->n_experts;
+		const char *what = copy ? "low-bit copy of expert" : "expert";
+		struct strata_shard_expert *x = copy ? &h->copies[i - h->n_experts] : &h->experts[i];
 		x->layer = strata_le_get32(r);
 		x->expert = strata_le_get32(r + 4);
 		x->ext.shard = h->shard_index;
@@ -299,71 +304,36 @@ int strata_store_parse_header(const void *buf, size_t len, uint64_t file_size, c
 		x->ext.payload = strata_le_get64(r + 32);
 		x->ext.xxh64 = strata_le_get64(r + 40);
 		if (x->layer >= sp->n_moe_layers || x->expert >= sp->n_experts) {
-			STRATA_ERR(err, rc, "%s: expert entry %u names (layer %u, expert %u) outside the model",
-				   name, i, x->layer, x->expert);
+			STRATA_ERR(err, rc, "%s: %s entry %u names (layer %u, expert %u) outside the model", name, what,
+				   copy ? i - h->n_experts : i, x->layer, x->expert);
 			goto fail;
 		}
 		uint32_t eid = strata_eid(sp, x->layer, x->expert);
-		if (seen[eid / 8] & (1u << (eid % 8))) {
-			STRATA_ERR(err, rc, "%s: expert (layer %u, expert %u) listed twice", name, x->layer, x->expert);
+		uint8_t bit = (uint8_t)(1u << (eid % 8)), *mark = copy ? &seen_copy[eid / 8] : &seen[eid / 8];
+		if ((*mark & bit) || (copy && !(seen[eid / 8] & bit))) {
+			STRATA_ERR(err, rc, "%s: %s (layer %u, expert %u) %s", name, what, x->layer, x->expert,
+				   *mark & bit ? "listed twice" : "without its expert in this shard");
 			goto fail;
 		}
-		seen[eid / 8] |= (uint8_t)(1u << (eid % 8));
-		if (x->ext.fmt != h->fmt_table[eid] || x->ext.bytes != lay[x->ext.fmt].bytes ||
-		    x->ext.payload != lay[x->ext.fmt].payload) {
-			STRATA_ERR(err, rc, "%s: expert (layer %u, expert %u): format %u / %" PRIu64 " bytes disagree "
-				   "with the format table and the model spec", name, x->layer, x->expert, x->ext.fmt,
-				   x->ext.bytes);
+		*mark |= bit;
+		const struct strata_expert_layout *L = x->ext.fmt < STRATA_FMT_COUNT ? &lay[x->ext.fmt] : NULL;
+		if (!L || x->ext.bytes != L->bytes || x->ext.payload != L->payload ||
+		    (!copy && x->ext.fmt != h->fmt_table[eid]) ||
+		    (copy && (x->ext.fmt < STRATA_FMT_HOT || L->payload >= lay[h->fmt_table[eid]].payload))) {
+			STRATA_ERR(err, rc, "%s: %s (layer %u, expert %u): format %u / %" PRIu64 " bytes %s", name, what,
+				   x->layer, x->expert, x->ext.fmt, x->ext.bytes,
+				   copy ? "is not a packed format smaller than the expert's own"
+					: "disagree with the format table and the model spec");
 			goto fail;
 		}
 		if (x->ext.offset % STRATA_EXTENT_ALIGN || x->ext.offset < h->data_off || x->ext.offset > fsz ||
 		    x->ext.bytes > fsz - x->ext.offset) {
-			STRATA_ERR(err, rc, "%s: expert (layer %u, expert %u) extent at %" PRIu64 " (+%" PRIu64
-				   ") is misaligned or outside the data area (%" PRIu64 "..%" PRIu64 ")", name,
+			STRATA_ERR(err, rc, "%s: %s (layer %u, expert %u) extent at %" PRIu64 " (+%" PRIu64
+				   ") is misaligned or outside the data area (%" PRIu64 "..%" PRIu64 ")", name, what,
 				   x->layer, x->expert, x->ext.offset, x->ext.bytes, h->data_off, fsz);
 			goto fail;
 		}
 		spans[ns++] = (struct span){ x->ext.offset, x->ext.bytes, (int)i };
-	}
-	uint8_t *seen_copy = seen + h->n_total_experts / 8 + 1;
-	for (uint32_t i = 0; i < h->n_copies; i++) {
-		const uint8_t *r = p + exp_off + ((uint64_t)h->n_experts + i) * STRATA_SHARD_EXPERT_REC;
-		struct strata_shard_expert *x = &h->copies[i];
-		x->layer = strata_le_get32(r);
-		x->expert = strata_le_get32(r + 4);
-		x->ext.shard = h->shard_index;
-		x->ext.fmt = strata_le_get32(r + 8);
-		x->ext.offset = strata_le_get64(r + 16);
-		x->ext.bytes = strata_le_get64(r + 24);
-		x->ext.payload = strata_le_get64(r + 32);
-		x->ext.xxh64 = strata_le_get64(r + 40);
-		if (x->layer >= sp->n_moe_layers || x->expert >= sp->n_experts) {
-			STRATA_ERR(err, rc, "%s: low-bit copy entry %u names (layer %u, expert %u) outside the model",
-				   name, i, x->layer, x->expert);
-			goto fail;
-		}
-		uint32_t eid = strata_eid(sp, x->layer, x->expert);
-		if (!(seen[eid / 8] & (1u << (eid % 8))) || (seen_copy[eid / 8] & (1u << (eid % 8)))) {
-			STRATA_ERR(err, rc, "%s: low-bit copy of (layer %u, expert %u) %s", name, x->layer, x->expert,
-				   seen_copy[eid / 8] & (1u << (eid % 8)) ? "listed twice" : "without its expert in this shard");
-			goto fail;
-		}
-		seen_copy[eid / 8] |= (uint8_t)(1u << (eid % 8));
-		if (x->ext.fmt < STRATA_FMT_HOT || x->ext.fmt >= STRATA_FMT_COUNT || x->ext.bytes != lay[x->ext.fmt].bytes ||
-		    x->ext.payload != lay[x->ext.fmt].payload || x->ext.payload >= lay[h->fmt_table[eid]].payload) {
-			STRATA_ERR(err, rc, "%s: low-bit copy of (layer %u, expert %u): format %u / %" PRIu64 " bytes: "
-				   "not a packed format smaller than the expert's own (format %u)", name, x->layer,
-				   x->expert, x->ext.fmt, x->ext.bytes, h->fmt_table[eid]);
-			goto fail;
-		}
-		if (x->ext.offset % STRATA_EXTENT_ALIGN || x->ext.offset < h->data_off || x->ext.offset > fsz ||
-		    x->ext.bytes > fsz - x->ext.offset) {
-			STRATA_ERR(err, rc, "%s: low-bit copy of (layer %u, expert %u): extent at %" PRIu64 " (+%" PRIu64
-				   ") is misaligned or outside the data area (%" PRIu64 "..%" PRIu64 ")", name,
-				   x->layer, x->expert, x->ext.offset, x->ext.bytes, h->data_off, fsz);
-			goto fail;
-		}
-		spans[ns++] = (struct span){ x->ext.offset, x->ext.bytes, (int)(h->n_experts + i) };
 	}
 	for (uint32_t i = 0; i < h->n_tensors; i++) {
 		const uint8_t *r = p + ten_off + (uint64_t)i * STRATA_SHARD_TENSOR_REC;
