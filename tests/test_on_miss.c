@@ -448,6 +448,16 @@ static void test_replay_golden(void **state)
 				  test_path("t.jsonl")), 0);
 	assert_non_null(strstr(out, "substituted,substitute_bytes,substitute_bytes_saved"));
 	assert_non_null(strstr(out, "on_miss=lowbit-gate=0.3"));
+	/* a study sweeps it as a configuration key */
+	FILE *f = fopen(test_path("s.lua"), "w");
+	assert_non_null(f);
+	fprintf(f, "local rows = strata.sweep{ configs = strata.product{ mode = {\"sim\"}, model = {\"%s\"}, "
+		"trace = {\"%s\"}, vram = {\"200K\"}, place = {\"cache\"}, on_miss = {\"full\", \"lowbit:gate=0.3\"} }, "
+		"out = \"%s\" }\nfor _, r in ipairs(rows) do print(r.config, r.substituted) end\n",
+		test_path("m"), test_path("t.jsonl"), test_path("s.csv"));
+	fclose(f);
+	assert_int_equal(test_run(out, sizeof(out), "%s run %s", test_bin("strata"), test_path("s.lua")), 0);
+	assert_non_null(strstr(out, "on_miss=lowbit-gate=0.3"));
 }
 
 static void test_quantize_copies(void **state)
