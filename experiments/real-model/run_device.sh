@@ -54,7 +54,8 @@ nproc >>"$R/gpu.txt"
 
 if want build; then
 	step "build (background)"
-	( scons -Q -j"${BUILD_JOBS:-12}" mode=release >"$R/build.log" 2>&1; echo $? >"$W/build.rc" ) &
+	# -k: a test that fails to compile (another compiler's warning) does not stop the binaries
+	( scons -Q -k -j"${BUILD_JOBS:-12}" mode=release >"$R/build.log" 2>&1; echo $? >"$W/build.rc" ) &
 	BPID=$!
 fi
 
@@ -85,7 +86,7 @@ if want build; then
 	if [ "$(cat "$W/build.rc")" != 0 ]; then
 		tail -30 "$R/build.log"
 		echo "CUDA build failed: building without CUDA, expert computation on the CPU reference"
-		scons -Q -j16 mode=release cuda=0 >"$R/build_nocuda.log" 2>&1 || tail -20 "$R/build_nocuda.log"
+		scons -Q -k -j16 mode=release cuda=0 >"$R/build_nocuda.log" 2>&1 || tail -20 "$R/build_nocuda.log"
 		COMPUTE=ref
 	fi
 fi
