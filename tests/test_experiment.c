@@ -240,6 +240,10 @@ static void test_helpers(void **state)
 		"strata.write_csv(f, { { a = 1, b = 'x,y' }, { a = 2.5 } }, { 'a', 'b' })\n"
 		"local r = strata.read_csv(f)\n"
 		"assert(#r == 2 and r[1].a == 1 and r[1].b == 'x,y' and r[2].a == 2.5 and r[2].b == nil)\n"
+		"local m, lo, hi, t = strata.spread({ 2, 4, 9 }, '%.1f')\n"
+		"assert(m == 5 and lo == 2 and hi == 9 and t == '5.0 (2.0-9.0)', t)\n"
+		"assert(select(4, strata.spread({ 3.25 }, '%.2f')) == '3.25' and select(4, strata.spread({})) == '')\n"
+		"assert(select(4, strata.spread({ -1, 1 }, '%g')) == '0 (-1 to 1)')\n"
 		"assert(strata.cpus() >= 1 and strata.jobs >= 1)\n"
 		"assert(io and io.open and os.getenv and not os.execute and not io.popen)\n");
 	int rc = run(path, 1, 0, &err);
