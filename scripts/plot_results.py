@@ -252,10 +252,16 @@ def main(argv=None):
                     bp = sorted((num(xc), max(v)) for xc, v in bpts.items() if num(xc) is not None)
                     line, = ax.plot([p[0] for p in bp], [p[1] for p in bp], label=blab, **sp.series_style(0, blab, True))
                     bound_lines.append((blab, [p[1] for p in bp], line))
-                else:   # a bound per series: dashed, in the series' colour
-                    for gi, name in enumerate(order):
-                        bp = sorted((num(xc), max(num(r[col]) for r in rs)) for xc, rs in groups[name].items()
-                                    if num(xc) is not None and all(num(r.get(col)) is not None for r in rs))
+                else:   # a bound per series: dashed, in the series' colour (one black line where all agree)
+                    per = [sorted((num(xc), max(num(r[col]) for r in rs)) for xc, rs in groups[name].items()
+                                  if num(xc) is not None and all(num(r.get(col)) is not None for r in rs))
+                           for name in order]
+                    if all(sp.same_points([(x, (v,)) for x, v in p], [(x, (v,)) for x, v in per[0]]) for p in per):
+                        line, = ax.plot([p[0] for p in per[0]], [p[1] for p in per[0]], label=blab,
+                                        **sp.series_style(0, blab, True))
+                        bound_lines.append((blab, [p[1] for p in per[0]], line))
+                        per = []
+                    for gi, (name, bp) in enumerate(zip(order, per)):
                         st = sp.series_style(0, blab, True)
                         st['color'] = sp.series_style(gi, name)['color']
                         line, = ax.plot([p[0] for p in bp], [p[1] for p in bp], label=f'{blab} {name}', **st)

@@ -9,8 +9,9 @@
 --   strata run experiments/tier-budgets/run.lua [tokens=128] [model=SPEC] [trace=PATH]
 --       [vram=64M,128M,256M,512M] [ram=128M,256M,512M,1G] [name=tier-budgets] [seeds=7,8,9]
 --
--- Every (policy, vram, ram) combination runs on every trace (a given trace=
--- is one fixed trace: the policies here are deterministic, so no seeds).  Results: results/NAME.csv (one
+-- Every (policy, vram, ram) combination runs on every trace; with a given
+-- trace= (a fixed one), once per seed as the run's seed (it draws which
+-- experts of a spec-only model get which tier format, hence their sizes).  Results: results/NAME.csv (one
 -- row per run; resumable), results/NAME-plot.csv (the columns the plots use),
 -- results/NAME-vram.md and results/NAME-ram.md (tables: hit rate and tok/s
 -- against the VRAM budget at the second RAM budget, and against the RAM
@@ -22,7 +23,7 @@ local a = strata.arguments{
 	name = "results name: NAME.csv, NAME-plot.csv, ... (default tier-budgets)",
 	model = "model spec (default qwen3-30b-a3b:layers=8,experts=64)",
 	trace = "routing trace (default: synthetic ones for the model, one per seed)",
-	seeds = "seeds of the synthetic traces, comma-separated (default 7,8,9: the spread in the plots and tables)",
+	seeds = "seeds, comma-separated (default 7,8,9): of the synthetic traces, or with trace= the runs' seed",
 	tokens = "decode tokens per request of the synthetic trace (default 128)",
 	vram = "VRAM budgets, comma-separated (default 64M,128M,256M,512M)",
 	ram = "RAM budgets, comma-separated (default 128M,256M,512M,1G)",
@@ -38,10 +39,10 @@ local function list(s, default)
 	return t
 end
 local traces = {}
-if a.trace then
-	traces[1] = { path = a.trace }
-else
-	for _, s in ipairs(list(a.seeds, "7,8,9")) do
+for _, s in ipairs(list(a.seeds, "7,8,9")) do
+	if a.trace then
+		traces[#traces + 1] = { seed = tonumber(s), path = a.trace, fixed = true }
+	else
 		traces[#traces + 1] = { seed = tonumber(s), path = strata.trace_gen{
 			path = string.format("%s/trace-seed%s.strace", results, s), model = model, seed = tonumber(s),
 			requests = 4, prompt = 32, gen = tonumber(a.tokens or 128),
@@ -57,9 +58,9 @@ local policies = list(a.policies, "lru,fifo,lfu,lfu-decay,farthest,policies/lua/
 local configs = {}
 for _, tr in ipairs(traces) do
 	for _, c in ipairs(strata.product({ evict = policies, vram = vrams, ram = rams }, {
-		mode = "sim", model = model, trace = tr.path, place = "cache", seed = 1,
+		mode = "sim", model = model, trace = tr.path, place = "cache", seed = tr.fixed and tr.seed or 1,
 	})) do
-		c.tags = { vram_budget = c.vram, ram_budget = c.ram, trace_seed = tr.seed }
+		c.tags = { vram_budget = c.vram, ram_budget = c.ram, trace_seed = not tr.fixed and tr.seed or nil }
 		configs[#configs + 1] = c
 	end
 end
@@ -80,12 +81,12 @@ for _, r in ipairs(rows) do
 			bad[#bad + 1] = string.format("%s: %d counters beat their bound, decode %.3f tok/s against %.3f",
 				r.run_id, r.bound_violations, r.decode_tok_s, r.bound_tok_s)
 		end
-		local key = r.vram_budget .. "/" .. r.ram_budget .. "/" .. tostring(r.trace_seed)
+		local key = r.vram_budget .. "/" .. r.ram_budget .. "/" .. tostring(r.trace_seed or r.seed)
 		if not bounds[key] then
 			-- place=cache preloads nothing and every miss is one move: hits <= accesses - fewest moves
 			bounds[key] = true
 			plot[#plot + 1] = {
-				policy = "bound", seed = r.trace_seed, vram = r.vram_budget, ram = r.ram_budget,
+				policy = "bound", seed = r.trace_seed or r.seed, vram = r.vram_budget, ram = r.ram_budget,
 				vram_mib = r.vram_bytes / 1048576, ram_mib = r.ram_bytes / 1048576,
 				hit_vram_pct = 100 * (1 - r.bound_moves_vram / r.accesses),
 				hit_fast_pct = 100 * (1 - r.bound_moves_nvme / r.accesses),
@@ -94,7 +95,7 @@ for _, r in ipairs(rows) do
 			}
 		end
 		plot[#plot + 1] = {
-			policy = short[r.evict_spec or ""] or (r.config or ""):match("evict=([^,]+)"), seed = r.trace_seed,
+			policy = short[r.evict_spec or ""] or (r.config or ""):match("evict=([^,]+)"), seed = r.trace_seed or r.seed,
 			vram = r.vram_budget, ram = r.ram_budget,
 			vram_mib = r.vram_bytes / 1048576, ram_mib = r.ram_bytes / 1048576,
 			hit_vram_pct = 100 * r.hit_rate_vram,
