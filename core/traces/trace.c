@@ -1269,7 +1269,8 @@ fail:
 	return rc;
 }
 
-int strata_trace_convert(const struct strata_trace *t, const char *path, int format, struct strata_error *err)
+int strata_trace_convert(const struct strata_trace *t, const char *path, int format, bool progress,
+			 struct strata_error *err)
 {
 	const struct strata_trace_info *in = &t->info;
 	struct strata_trace_writer_config c = {
@@ -1288,17 +1289,23 @@ int strata_trace_convert(const struct strata_trace *t, const char *path, int for
 		strata_trace_writer_abort(w);
 		return STRATA_ERR(err, STRATA_ENOMEM, "out of memory");
 	}
-	for (uint64_t i = 0; i < in->n_tokens; i++) {
+	struct strata_progress pg;
+	if (progress)
+		strata_progress_start(&pg, "trace convert", in->n_tokens, "tokens");
+	for (uint64_t i = 0; i < in->n_tokens && !rc; i++) {
 		struct strata_trace_token tok;
 		strata_trace_read_one(t, i, &tok, scratch);
-		if ((rc = strata_trace_writer_add(w, &tok, err))) {
-			free(scratch);
+		if ((rc = strata_trace_writer_add(w, &tok, err)))
 			strata_trace_writer_abort(w);
-			return rc;
-		}
+		else if (progress)
+			strata_progress_update(&pg, i + 1);
 	}
 	free(scratch);
-	return strata_trace_writer_finish(w, err);
+	if (!rc)
+		rc = strata_trace_writer_finish(w, err);
+	if (progress)
+		strata_progress_finish(&pg);
+	return rc;
 }
 
 /* ---- plans and the future -------------------------------------------- */
