@@ -409,7 +409,7 @@ static int prune_kept(const char *out, const char *header, const struct strata_e
 	size_t w = 0, n_dropped = 0;
 	struct strata_outfile dr = { .fd = -1 };
 	char drop_path[4200];
-	snprintf(drop_path, sizeof(drop_path), "%s.dropped.csv", out);
+	strata_exp_csv_side_file(out, ".dropped.csv", header, drop_path, sizeof(drop_path));
 	for (size_t i = 0; i < kept->n; i++) {
 		int mine = 0;
 		for (size_t j = 0; j < n && !mine; j++)
