@@ -256,6 +256,9 @@ struct cli_case {
 	const char *want[3]; /* substrings of stdout+stderr */
 };
 
+/* Shell: wait (up to 60 s) until the temporary of the output F exists. */
+#define WAIT_TMP(f) "for i in $(seq 1200); do [ -e " f ".tmp ] && break; sleep 0.05; done;"
+
 static const struct cli_case cases[] = {
 	/* missing required arguments and bad values: usage errors */
 	{ "@S synth --out @D/x", 2, { "--preset and --out are required" } },
@@ -398,14 +401,16 @@ static const struct cli_case cases[] = {
 	{ "@S trace stats @D/t.strace --json @D/t.strace", 1, { "refusing to write over an input" } },
 	/* a test run that finds no suites fails */
 	{ "bash tests/run-tests.sh @D", 1, { "no test suites ran", "1 failed" } },
-	/* trace writers: the space is checked first, temporaries go on every signal */
+	/* trace writers: the space is checked first, temporaries go on every signal
+	 * (sent once the temporary exists: the handlers are in place by then, also
+	 * when a sanitizer build under load starts slowly) */
 	{ "@S trace gen --gen 4000000000 --requests 1000 -o @D/big.strace", 1, { "big.strace", "not enough space" } },
 	{ "@S trace gen --gen 99999999999 -o @D/big.strace", 2, { "--gen", "out of range" } },
-	{ "exec 2>&1; @S trace gen --gen 99999999 -o @D/sigint.strace & sleep 0.5; kill -INT $!; wait $!; echo rc=$?; "
+	{ "exec 2>&1; @S trace gen --gen 99999999 -o @D/sigint.strace & " WAIT_TMP("@D/sigint.strace") " kill -INT $!; wait $!; echo rc=$?; "
 	  "ls @D/sigint.strace* || echo CLEAN", 0, { "interrupted after", "rc=1", "CLEAN" } },
-	{ "exec 2>&1; @S trace gen --gen 99999999 -o @D/sigterm.strace & sleep 0.5; kill -TERM $!; wait $!; echo rc=$?; "
+	{ "exec 2>&1; @S trace gen --gen 99999999 -o @D/sigterm.strace & " WAIT_TMP("@D/sigterm.strace") " kill -TERM $!; wait $!; echo rc=$?; "
 	  "ls @D/sigterm.strace* || echo CLEAN", 0, { "interrupted after", "rc=1", "CLEAN" } },
-	{ "exec 2>&1; @S trace gen --gen 99999999 -o @D/sighup.strace & sleep 0.5; kill -HUP $!; wait $!; echo rc=$?; "
+	{ "exec 2>&1; @S trace gen --gen 99999999 -o @D/sighup.strace & " WAIT_TMP("@D/sighup.strace") " kill -HUP $!; wait $!; echo rc=$?; "
 	  "ls @D/sighup.strace* || echo CLEAN", 0, { "interrupted after", "rc=1", "CLEAN" } },
 	/* found by fuzz_import: --gaps fill with a layer no token of a request has
 	 * read before the importer's cell array (ASan heap-buffer-overflow) */
