@@ -171,6 +171,48 @@ static void test_help(void **state)
 	}
 }
 
+/* Progress on the long trace commands and dequantize: off a terminal a line
+ * every STRATA_PROGRESS_SECS (0 here: every update) with the rate and ETA,
+ * and a last "done in" line; --no-progress (and import's -q) silence it, and
+ * --help says so. */
+static void test_progress(void **state)
+{
+	static const char *const runs[][3] = {
+		{ "trace gen", "trace gen --layers 2 --experts 8 --top-k 2 --requests 2 --prompt 4 --gen 40 -o @D/pg.strace",
+		  "tokens" },
+		{ "trace import", "trace import -o @D/pi.strace traces/mixtral-8x7b-instruct/gsm8k_2_routing-head.jsonl",
+		  "MB/s" },
+		{ "trace export", "trace export --format csv @D/tlong.strace @D/pe.csv", "tokens" },
+		{ "trace convert", "trace convert @D/tlong.strace @D/pc.jsonl", "tokens" },
+		{ "dequantize", "dequantize --model @D/m --out @D/pd.safetensors", "experts" },
+	};
+	char cmd[1024];
+	for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
+		snprintf(cmd, sizeof(cmd), "(STRATA_PROGRESS=1 STRATA_PROGRESS_SECS=0 @S %s >/dev/null)", runs[i][1]);
+		if (sh(cmd) != 0 || !strstr(out, runs[i][0]) || !strstr(out, runs[i][2]) || !strstr(out, "elapsed, ETA ") ||
+		    !strstr(out, "100.0%") || !strstr(out, "done in "))
+			fail_msg("%s: want progress lines with rate, ETA and \"done in\" on stderr:\n%s", runs[i][1], out);
+		snprintf(cmd, sizeof(cmd), "(STRATA_PROGRESS=1 STRATA_PROGRESS_SECS=0 @S %s --no-progress >/dev/null)",
+			 runs[i][1]);
+		if (sh(cmd) != 0 || strstr(out, "ETA"))
+			fail_msg("%s --no-progress: want no progress line:\n%s", runs[i][1], out);
+		snprintf(cmd, sizeof(cmd), "@S %s --help", runs[i][0]);
+		if (sh(cmd) != 0 || !strstr(out, "--no-progress") || !strstr(out, "STRATA_PROGRESS=0"))
+			fail_msg("strata %s --help does not document --no-progress:\n%s", runs[i][0], out);
+	}
+	/* the default interval (5 s) keeps a short job quiet off a terminal */
+	assert_int_equal(sh("(STRATA_PROGRESS=1 @S trace export --format csv @D/tlong.strace @D/pe.csv >/dev/null)"), 0);
+	assert_null(strstr(out, "trace export:"));
+	/* import -q: no progress either; from a pipe the size is unknown: bytes and rate, no percentage */
+	assert_int_equal(sh("STRATA_PROGRESS=1 STRATA_PROGRESS_SECS=0 @S trace import -q -o @D/pi.strace "
+			    "traces/mixtral-8x7b-instruct/gsm8k_2_routing-head.jsonl"), 0);
+	assert_string_equal(out, "");
+	assert_int_equal(sh("cat traces/mixtral-8x7b-instruct/gsm8k_2_routing-head.jsonl | (STRATA_PROGRESS=1 "
+			    "STRATA_PROGRESS_SECS=0 @S trace import -o @D/pi2.strace - >/dev/null)"), 0);
+	if (!strstr(out, "trace import: ") || !strstr(out, "MB/s") || !strstr(out, "done in ") || strstr(out, "%"))
+		fail_msg("import from a pipe: want bytes, rate and \"done in\", no percentage:\n%s", out);
+}
+
 static void test_unknown_option(void **state)
 {
 	char cmd[256];
@@ -213,6 +255,9 @@ struct cli_case {
 	int rc;
 	const char *want[3]; /* substrings of stdout+stderr */
 };
+
+/* Shell: wait (up to 60 s) until the temporary of the output F exists. */
+#define WAIT_TMP(f) "for i in $(seq 1200); do [ -e " f ".tmp ] && break; sleep 0.05; done;"
 
 static const struct cli_case cases[] = {
 	/* missing required arguments and bad values: usage errors */
@@ -356,14 +401,16 @@ static const struct cli_case cases[] = {
 	{ "@S trace stats @D/t.strace --json @D/t.strace", 1, { "refusing to write over an input" } },
 	/* a test run that finds no suites fails */
 	{ "bash tests/run-tests.sh @D", 1, { "no test suites ran", "1 failed" } },
-	/* trace writers: the space is checked first, temporaries go on every signal */
+	/* trace writers: the space is checked first, temporaries go on every signal
+	 * (sent once the temporary exists: the handlers are in place by then, also
+	 * when a sanitizer build under load starts slowly) */
 	{ "@S trace gen --gen 4000000000 --requests 1000 -o @D/big.strace", 1, { "big.strace", "not enough space" } },
 	{ "@S trace gen --gen 99999999999 -o @D/big.strace", 2, { "--gen", "out of range" } },
-	{ "exec 2>&1; @S trace gen --gen 99999999 -o @D/sigint.strace & sleep 0.5; kill -INT $!; wait $!; echo rc=$?; "
+	{ "exec 2>&1; @S trace gen --gen 99999999 -o @D/sigint.strace & " WAIT_TMP("@D/sigint.strace") " kill -INT $!; wait $!; echo rc=$?; "
 	  "ls @D/sigint.strace* || echo CLEAN", 0, { "interrupted after", "rc=1", "CLEAN" } },
-	{ "exec 2>&1; @S trace gen --gen 99999999 -o @D/sigterm.strace & sleep 0.5; kill -TERM $!; wait $!; echo rc=$?; "
+	{ "exec 2>&1; @S trace gen --gen 99999999 -o @D/sigterm.strace & " WAIT_TMP("@D/sigterm.strace") " kill -TERM $!; wait $!; echo rc=$?; "
 	  "ls @D/sigterm.strace* || echo CLEAN", 0, { "interrupted after", "rc=1", "CLEAN" } },
-	{ "exec 2>&1; @S trace gen --gen 99999999 -o @D/sighup.strace & sleep 0.5; kill -HUP $!; wait $!; echo rc=$?; "
+	{ "exec 2>&1; @S trace gen --gen 99999999 -o @D/sighup.strace & " WAIT_TMP("@D/sighup.strace") " kill -HUP $!; wait $!; echo rc=$?; "
 	  "ls @D/sighup.strace* || echo CLEAN", 0, { "interrupted after", "rc=1", "CLEAN" } },
 	/* found by fuzz_import: --gaps fill with a layer no token of a request has
 	 * read before the importer's cell array (ASan heap-buffer-overflow) */
@@ -685,6 +732,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_help),
 		cmocka_unit_test(test_unknown_option),
+		cmocka_unit_test(test_progress),
 		cmocka_unit_test(test_cases),
 		cmocka_unit_test(test_results_formats),
 		cmocka_unit_test(test_no_half_files),

@@ -133,10 +133,10 @@ static void test_roundtrip(void **state)
 	assert_int_equal(strata_trace_hints(a, 0, 2, h, 16), 0);
 	assert_int_equal(strata_trace_hints(a, 0, 1, h, 16), 2);
 	/* binary -> JSONL -> binary */
-	assert_int_equal(strata_trace_convert(a, test_path("a.jsonl"), STRATA_TRACE_FMT_AUTO, &err), STRATA_OK);
+	assert_int_equal(strata_trace_convert(a, test_path("a.jsonl"), STRATA_TRACE_FMT_AUTO, false, &err), STRATA_OK);
 	assert_int_equal(strata_trace_open(test_path("a.jsonl"), &b, &err), STRATA_OK);
 	assert_same_trace(a, b);
-	assert_int_equal(strata_trace_convert(b, test_path("b.strace"), STRATA_TRACE_FMT_BINARY, &err), STRATA_OK);
+	assert_int_equal(strata_trace_convert(b, test_path("b.strace"), STRATA_TRACE_FMT_BINARY, false, &err), STRATA_OK);
 	assert_int_equal(strata_trace_open(test_path("b.strace"), &c, &err), STRATA_OK);
 	assert_same_trace(a, c);
 	strata_trace_close(a);
@@ -248,9 +248,9 @@ static void test_weights_refused_and_identity(void **state)
 		assert_int_equal(strata_trace_writer_finish(w, &err), 0);
 		struct strata_trace *a, *j, *b2;
 		assert_int_equal(strata_trace_open(test_path("w.strace"), &a, &err), 0);
-		assert_int_equal(strata_trace_convert(a, test_path("w.jsonl"), STRATA_TRACE_FMT_AUTO, &err), 0);
+		assert_int_equal(strata_trace_convert(a, test_path("w.jsonl"), STRATA_TRACE_FMT_AUTO, false, &err), 0);
 		assert_int_equal(strata_trace_open(test_path("w.jsonl"), &j, &err), 0);
-		assert_int_equal(strata_trace_convert(j, test_path("w2.strace"), STRATA_TRACE_FMT_AUTO, &err), 0);
+		assert_int_equal(strata_trace_convert(j, test_path("w2.strace"), STRATA_TRACE_FMT_AUTO, false, &err), 0);
 		assert_int_equal(strata_trace_open(test_path("w2.strace"), &b2, &err), 0);
 		for (uint64_t i = 0; i < 50; i++) {
 			float wa[2], wb[2];
@@ -1124,7 +1124,7 @@ static void test_export(void **state)
 				tm[a] = (uint32_t)i;
 				id[a++] = (uint64_t)l * in->n_experts + strata_trace_experts(t, i, l)[j];
 			}
-	assert_int_equal(strata_trace_export(t, test_path("x.oracleGeneral.bin"), STRATA_EXPORT_ORACLE_GENERAL, 7,
+	assert_int_equal(strata_trace_export(t, test_path("x.oracleGeneral.bin"), STRATA_EXPORT_ORACLE_GENERAL, 7, false,
 					     &err), STRATA_OK);
 	FILE *f = fopen(test_path("x.oracleGeneral.bin"), "rb");
 	assert_non_null(f);
@@ -1153,7 +1153,7 @@ static void test_export(void **state)
 	}
 	fclose(f);
 	assert_int_equal(got, n);
-	assert_int_equal(strata_trace_export(t, test_path("x.csv"), STRATA_EXPORT_CSV, 1, &err), STRATA_OK);
+	assert_int_equal(strata_trace_export(t, test_path("x.csv"), STRATA_EXPORT_CSV, 1, false, &err), STRATA_OK);
 	f = fopen(test_path("x.csv"), "r");
 	assert_non_null(f);
 	char line[128];
@@ -1169,7 +1169,7 @@ static void test_export(void **state)
 	fclose(f);
 	assert_int_equal(got, n);
 	/* a directory that does not exist: an error naming the file, nothing left */
-	assert_int_not_equal(strata_trace_export(t, "/nonexistent-dir/x.csv", STRATA_EXPORT_CSV, 1, &err), STRATA_OK);
+	assert_int_not_equal(strata_trace_export(t, "/nonexistent-dir/x.csv", STRATA_EXPORT_CSV, 1, false, &err), STRATA_OK);
 	assert_non_null(strstr(err.msg, "/nonexistent-dir/x.csv"));
 	free(id);
 	free(tm);
@@ -1307,7 +1307,7 @@ static void test_convert_predictions(void **state)
 	const double acc[] = { 1, 0, 0.7 };
 	for (int a = 0; a < 3; a++) {
 		struct strata_trace_pred_config pc = { .depth = 3, .accuracy = acc[a], .seed = 4 };
-		assert_int_equal(strata_trace_convert_pred(t, test_path("p.strace"), STRATA_TRACE_FMT_AUTO, &pc, &err), 0);
+		assert_int_equal(strata_trace_convert_pred(t, test_path("p.strace"), STRATA_TRACE_FMT_AUTO, &pc, false, &err), 0);
 		assert_int_equal(strata_trace_open(test_path("p.strace"), &p, &err), 0);
 		assert_int_equal(strata_trace_info(p)->pred_depth, 3);
 		uint64_t right = 0, total = 0;
@@ -1335,7 +1335,7 @@ static void test_convert_predictions(void **state)
 		strata_trace_close(p);
 	}
 	struct strata_trace_pred_config bad = { .depth = 0, .accuracy = 0.5 };
-	assert_int_equal(strata_trace_convert_pred(t, test_path("q.strace"), STRATA_TRACE_FMT_AUTO, &bad, &err),
+	assert_int_equal(strata_trace_convert_pred(t, test_path("q.strace"), STRATA_TRACE_FMT_AUTO, &bad, false, &err),
 			 STRATA_EINVAL);
 	assert_non_null(strstr(err.msg, "q.strace"));
 	strata_trace_close(t);

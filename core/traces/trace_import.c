@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <xxhash.h>
 
 #include "strata/csv.h"
@@ -76,6 +77,8 @@ struct imp {
 	const struct strata_trace_import_config *c;
 	struct strata_trace_import_result *res;
 	struct strata_error *err;
+	struct strata_progress *pg; /* over the bytes read, or NULL */
+	uint64_t bytes_read;
 	const char *file;       /* current input */
 	uint32_t file_idx;
 	char col[R_COUNT][96];  /* resolved column per role; "" none */
@@ -1237,6 +1240,8 @@ static int import_file(struct imp *im, const char *path)
 	int rc = 0, document = 0;
 	while ((len = getline(&line, &cap, f)) >= 0) {
 		lineno++;
+		if (im->pg)
+			strata_progress_update(im->pg, im->bytes_read += (uint64_t)len);
 		if (document) { /* the rest of a single JSON document */
 			if (grow((void **)&whole, &wcap, wlen + (size_t)len + 1, 1)) {
 				rc = IERR(STRATA_ENOMEM, "out of memory");
@@ -1707,6 +1712,18 @@ int strata_trace_import(const struct strata_trace_import_config *c, struct strat
 	if (rc)
 		return rc;
 	struct imp im = { .c = c, .res = res, .err = err, .min_layer = UINT32_MAX, .max_id = -1 };
+	struct strata_progress pg;
+	if (c->progress) { /* the inputs' bytes (stdin: unknown, no ETA) */
+		uint64_t total = 0;
+		struct stat st;
+		for (uint32_t i = 0; i < c->n_inputs && total != UINT64_MAX; i++)
+			total = strcmp(c->inputs[i], "-") && !stat(c->inputs[i], &st) && S_ISREG(st.st_mode)
+					? total + (uint64_t)st.st_size : UINT64_MAX;
+		if (total == UINT64_MAX)
+			total = 0;
+		strata_progress_start(&pg, "trace import", total, "B");
+		im.pg = &pg;
+	}
 	rc = parse_map(&im, c->map);
 	for (uint32_t i = 0; !rc && i < c->n_inputs; i++) {
 		im.file_idx = i;
@@ -1714,6 +1731,8 @@ int strata_trace_import(const struct strata_trace_import_config *c, struct strat
 	}
 	if (!rc)
 		rc = assemble(&im);
+	if (im.pg) /* the line ends before an error or the summary is printed */
+		strata_progress_finish(im.pg);
 	for (uint32_t i = 0; i < im.n_reqs; i++) {
 		free(im.reqs[i].name);
 		free(im.reqs[i].layer_next);
