@@ -1636,6 +1636,16 @@ int moe_layer_parts(const struct strata_moe_call *c, struct strata_error *err)
 			rc = STRATA_ERR(err, STRATA_EINVAL, "strata_moe_layer_gpu: bad shape %u x %u", c->hidden, c->inter);
 			goto out;
 		}
+		bool any = false;
+		for (uint32_t e = 0; e < c->n_experts; e++)
+			any |= cls[e] == 2 && cnt[e];
+		if (any && (c->hidden % 32 || c->inter % 32)) {
+			rc = STRATA_ERR(err, STRATA_EUNSUPPORTED,
+					"strata_moe_layer_gpu: q4/q3 experts with more than %u tokens (or with the decode "
+					"kernel off) run as BF16 copies, which need hidden and inter multiples of 32 "
+					"(got %u, %u)", 2 * dec::TN, c->hidden, c->inter);
+			goto out;
+		}
 		const uint32_t per = B.bytes >= SQ_BF16_SCRATCH ? 1 : (uint32_t)(SQ_BF16_SCRATCH / B.bytes);
 		cudaStream_t st = (cudaStream_t)c->stream;
 		for (uint32_t e0 = 0; e0 < c->n_experts && !rc;) {

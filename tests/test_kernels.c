@@ -684,15 +684,37 @@ static void test_moe_scalar(void **state)
 		assert_int_equal(strata_gpu_moe_config_parse(cfgs[i][0] ? cfgs[i] : "split=auto", &kc, &err), STRATA_OK);
 		kernel_config(&kc);
 		printf("scalar formats, kernel config '%s'\n", cfgs[i]);
+		const int off = kc.dec_warps == 0;
 		for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++)
-			run_moe_case(&cases[c]);
+			if (!off || (cases[c].hidden % 32 == 0 && cases[c].inter % 32 == 0)) /* BF16 copies: see below */
+				run_moe_case(&cases[c]);
 		const struct moe_case big[] = { { "big-q4-2", STRATA_FMT_Q4, 1024, 512, 2, 2, 2, 0 },
 						{ "big-q3-rows-12", STRATA_FMT_Q3, 520, 200, 12, 2, 2, 0 },
 						{ "big-q4-60", STRATA_FMT_Q4, 768, 384, 60, 2, 2, 0 } };
 		for (size_t c = 0; c < sizeof(big) / sizeof(big[0]); c++)
-			run_moe_case_ex(&big[c], 1, 0);
+			if (!off || (big[c].hidden % 32 == 0 && big[c].inter % 32 == 0))
+				run_moe_case_ex(&big[c], 1, 0);
 	}
 	kernel_config(NULL);
+	/* More than 16 tokens at a shape the BF16 copies cannot run: a clear error. */
+	struct strata_error err = { 0 };
+	struct strata_expert_layout E;
+	assert_int_equal(strata_expert_layout(STRATA_FMT_Q4, 520, 200, &E), 0);
+	uint8_t *dext = dmalloc(E.bytes);
+	float *dx = dmalloc(20 * 520 * 4), *dy = dmalloc(20 * 520 * 4);
+	assert_int_equal(strata_gpu_memset(dext, 0, E.bytes, &err), STRATA_OK);
+	const void *ext[1] = { dext };
+	uint8_t fmt = STRATA_FMT_Q4;
+	uint32_t ae[20], at[20];
+	float aw[20];
+	for (int i = 0; i < 20; i++)
+		ae[i] = 0, at[i] = (uint32_t)i, aw[i] = 1;
+	struct strata_moe_call c = { .hidden = 520, .inter = 200, .n_tokens = 20, .x = dx, .y = dy, .n_experts = 1,
+				     .extents = ext, .fmts = &fmt, .n_assign = 20, .assign_expert = ae,
+				     .assign_token = at, .assign_weight = aw };
+	assert_int_equal(strata_moe_layer_gpu(&c, &err), STRATA_EUNSUPPORTED);
+	assert_non_null(strstr(err.msg, "multiples of 32"));
+	strata_gpu_free(dext), strata_gpu_free(dx), strata_gpu_free(dy);
 }
 
 /* ---- cuBLAS BF16 paths ---- */
