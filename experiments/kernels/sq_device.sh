@@ -19,19 +19,19 @@ if ! "$B/tests/test_quant" >/dev/null 2>&1 || ! "$B/bench/bench_kernels" --help 
 	B=build/dev
 fi
 echo "== test_quant"
-timeout 60 "$B/tests/test_quant" >"$d/test_quant.log" 2>&1; echo "test_quant exit $?"
+timeout 30 "$B/tests/test_quant" >"$d/test_quant.log" 2>&1; echo "test_quant exit $?"
 grep -E "^q4|^q3|PASSED|FAILED" "$d/test_quant.log"
 echo "== test_kernels"
-timeout 150 "$B/tests/test_kernels" >"$d/test_kernels.log" 2>&1; trc=$?
+timeout 90 "$B/tests/test_kernels" >"$d/test_kernels.log" 2>&1; trc=$?
 grep -E "moe\[(q4|q3|sq|big-q)|dequant|FAILED|PASSED|differ|error" "$d/test_kernels.log" | head -40
 echo "test_kernels exit $trc"
 echo "== bench decode"
-timeout 150 "$B/bench/bench_kernels" --decode --reps 9 --formats q4,q3,hot,warm,cold \
+timeout 100 "$B/bench/bench_kernels" --decode --reps 7 --formats q4,q3,hot,warm,cold \
 	--csv "$d/decode.csv" >"$d/decode.log" 2>&1; echo "bench decode exit $?"
 echo "== bench layer (hot tier q4 vs hot), prefill q4 at 256"
-timeout 60 "$B/bench/bench_kernels" --no-decode --shape kimi --reps 5 --formats q4 --tier-formats q4,warm,cold \
+timeout 45 "$B/bench/bench_kernels" --no-decode --quick --shape kimi --reps 5 --formats q4 --tier-formats q4,warm,cold \
 	--csv "$d/layer-q4.csv" >"$d/layer-q4.log" 2>&1; echo "bench layer q4 exit $?"
-timeout 40 "$B/bench/bench_kernels" --no-decode --shape kimi --reps 5 --formats hot --pf-tokens 256 \
+timeout 30 "$B/bench/bench_kernels" --no-decode --quick --shape kimi --reps 5 --formats hot \
 	--csv "$d/layer-hot.csv" >"$d/layer-hot.log" 2>&1; echo "bench layer hot exit $?"
 cp "$d/decode.csv" "$d/decode.log" "$d/layer-q4.log" "$d/layer-hot.log" "$out/" 2>/dev/null
 echo "== summary"
