@@ -1772,10 +1772,12 @@ extern "C" int strata_gpu_dequantize(int fmt, const void *d_packed, uint32_t row
 extern "C" int strata_gpu_read_bytes(const void *d_buf, size_t bytes, uint32_t *d_sink, strata_gpu_stream *stream,
 				     struct strata_error *err)
 {
-	int rc = ctx_init(err);
-	if (rc)
-		return rc;
-	read_kernel<<<g_ctx.sms * 4, 512, 0, (cudaStream_t)stream>>>((const uint4 *)d_buf, bytes / 16, d_sink);
+	// The SM count only (no allocation): benchmarks capture this call into a
+	// graph, where cudaMalloc is not permitted.
+	int dev, sms;
+	CU_TRY(err, cudaGetDevice(&dev));
+	CU_TRY(err, cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+	read_kernel<<<sms * 4, 512, 0, (cudaStream_t)stream>>>((const uint4 *)d_buf, bytes / 16, d_sink);
 	CU_TRY(err, cudaGetLastError());
 	return STRATA_OK;
 }
