@@ -260,6 +260,29 @@ __device__ __forceinline__ void block_redo(const MoeParams &p, bool d, const flo
 	}
 }
 
+// This lane's eight activations at column kk of each token tile (a unit of
+// a stage).  full: the whole 256-weight block lies inside the row (every
+// block of the usual shapes): two 16-byte loads per token tile, no bounds
+// tests; a lane without a token reads the tile's first token row (act_rows),
+// whose sums are never stored.  Otherwise act_load's checked loads.
+template <int NT>
+__device__ __forceinline__ void unit_act(const MoeParams &p, bool d, const float *const (&xr)[NT], const bool (&have)[NT],
+					 bool full, uint32_t kk, uint32_t cols, float (&v)[NT][8])
+{
+	if (full) {
+#pragma unroll
+		for (int n = 0; n < NT; n++) {
+			const float *xb = xr[n] + kk;
+			float4 a = __ldca(reinterpret_cast<const float4 *>(xb));
+			float4 c = __ldca(reinterpret_cast<const float4 *>(xb + 4));
+			v[n][0] = a.x, v[n][1] = a.y, v[n][2] = a.z, v[n][3] = a.w;
+			v[n][4] = c.x, v[n][5] = c.y, v[n][6] = c.z, v[n][7] = c.w;
+		}
+	} else {
+		act_load<NT>(p, d, xr, have, kk, cols, v);
+	}
+}
+
 // One stage of task k (at shared offset sbuf, misalignments roff): acc += its
 // product, for the task's NT tiles of 8 tokens.
 template <class F, bool UNROLL, int NT>
@@ -284,24 +307,9 @@ __device__ __forceinline__ void compute(const MoeParams &p, const Task &k, uint3
 		}
 	float blk[NT][2][4] = {};
 	float cur[NT][8], nxt[NT][8];
-	// A whole block inside the row (every block of the usual shapes): two
-	// 16-byte loads per unit and token tile, no bounds tests.  A lane without a
-	// token reads the tile's first token row (act_rows), whose sums are never
-	// stored.
 	const bool full = p.vec && k0 + 256 <= cols;
 	auto load = [&](uint32_t u, float (&v)[NT][8]) {
-		if (full) {
-#pragma unroll
-			for (int n = 0; n < NT; n++) {
-				const float *xb = xr[n] + k0 + 8 * t + 32 * u;
-				float4 a = __ldca(reinterpret_cast<const float4 *>(xb));
-				float4 c = __ldca(reinterpret_cast<const float4 *>(xb + 4));
-				v[n][0] = a.x, v[n][1] = a.y, v[n][2] = a.z, v[n][3] = a.w;
-				v[n][4] = c.x, v[n][5] = c.y, v[n][6] = c.z, v[n][7] = c.w;
-			}
-		} else {
-			act_load<NT>(p, d, xr, have, k0 + u * 32 + 8 * t, cols, v);
-		}
+		unit_act<NT>(p, d, xr, have, full, k0 + 32 * u + 8 * t, cols, v);
 	};
 	load(0, cur);
 	auto step = [&](uint32_t u) {
@@ -413,18 +421,7 @@ __device__ __forceinline__ void compute_sq(const MoeParams &p, const Task &k, ui
 		}
 	};
 	auto load = [&](uint32_t u, float (&v)[NT][8]) {
-		if (full) {
-#pragma unroll
-			for (int n = 0; n < NT; n++) {
-				const float *xb = xr[n] + k0 + 8 * t + 32 * u;
-				float4 a = __ldca(reinterpret_cast<const float4 *>(xb));
-				float4 c = __ldca(reinterpret_cast<const float4 *>(xb + 4));
-				v[n][0] = a.x, v[n][1] = a.y, v[n][2] = a.z, v[n][3] = a.w;
-				v[n][4] = c.x, v[n][5] = c.y, v[n][6] = c.z, v[n][7] = c.w;
-			}
-		} else {
-			act_load<NT>(p, d, xr, have, k0 + u * 32 + 8 * t, cols, v);
-		}
+		unit_act<NT>(p, d, xr, have, full, k0 + 32 * u + 8 * t, cols, v);
 	};
 	auto pass = [&](bool redo, float (&sums)[NT][2][4]) {
 		float x[NT][8];

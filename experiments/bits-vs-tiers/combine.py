@@ -109,8 +109,19 @@ def main(res):
                     f"{r['scaled_mb']:.0f} | {100*r['access_hot']:.1f}/{100*r['access_warm']:.1f}/{100*r['access_cold']:.1f} | "
                     f"{r[f'cos_param_{g}']:.4f} | {r[f'cos_access_{g}']:.4f} | {r['tok_s_static']:.1f} | "
                     f"{r['tok_s_cache']:.1f} |\n")
+    # the fit variants: the whole model in VRAM, tok/s per cost model (kernel speeds)
+    fits = sorted({v for (_, _, v) in runs if v.startswith('fit ')})
+    with open(f'{res}/fit.md', 'w') as f:
+        if fits:
+            f.write('| split h/w/c % | formats h,w,c | cosine, by accesses (' + g + ') | ' +
+                    ' | '.join(f'tok/s {v[4:]}' for v in fits) + ' |\n|---|---|---|' + '---|' * len(fits) + '\n')
+            for r in rows:
+                f.write(f"| {r['split']} | {r['formats']} | {r[f'cos_access_{g}']:.4f} | " +
+                        ' | '.join(f"{float(sim[(r['split'], r['formats'], v)]['decode_tok_s']):.1f}" for v in fits) +
+                        ' |\n')
     print(open(f'{res}/cosine.md').read())
     print(open(f'{res}/summary.md').read())
+    print(open(f'{res}/fit.md').read())
 
 
 if __name__ == '__main__':

@@ -19,7 +19,12 @@
 --           format serves (what the access-weighted cosine uses);
 --   static  place=static (the released runtime: tiers stay at home, spilling
 --           down when a tier outgrows its budget; misses stream);
---   cache   place=static:promote=all, evict=lru (misses are kept).
+--   cache   place=static:promote=all, evict=lru (misses are kept);
+--   fit     the same with budgets that hold the whole model in VRAM: after
+--           the first reads every expert computes where it lives, so the
+--           kernels' speed per format decides (one run per fit_costs entry,
+--           e.g. a cost model whose kernel_speed_q4 says how much faster the
+--           q4 kernel decodes a packed byte than the trellis kernels).
 -- Results: results/bits-vs-tiers.csv (resumable) and results/sim.csv.
 local dir = strata.script_dir
 local a = strata.arguments{
@@ -33,6 +38,7 @@ local a = strata.arguments{
 	splits = "hot/warm/cold splits, comma-separated (default 0/0/100,5/20/75,...)",
 	formats = "the tiers' formats, ;-separated choices of H,W,C (default hot,warm,cold)",
 	cost = "cost model JSON, or default",
+	fit_costs = "cost models of the fit variant, ;-separated (default: cost alone)",
 }
 local results = a.out or (dir .. "/results")
 local model = a.model or "qwen3-30b-a3b:layers=8,experts=64"
@@ -76,6 +82,10 @@ local variants = {
 	{ "static", { place = "static", vram = a.vram or "256M", ram = a.ram or "512M" } },
 	{ "cache", { place = "static:promote=all", vram = a.vram or "256M", ram = a.ram or "512M" } },
 }
+local fit_costs = {}
+for c in string.gmatch(a.fit_costs or (cost or "default"), "[^;]+") do
+	fit_costs[#fit_costs + 1] = c
+end
 local configs = {}
 for _, tr in ipairs(traces) do
 	for _, s in ipairs(splits) do
@@ -86,6 +96,14 @@ for _, tr in ipairs(traces) do
 					formats = f, place = v[2].place, vram = v[2].vram, ram = v[2].ram, seed = 1, cost = cost,
 					evict = v[1] == "cache" and "lru" or nil,
 					tags = { split = s, formats = f, variant = v[1], trace_seed = tr.seed },
+				}
+			end
+			for _, fc in ipairs(fit_costs) do
+				configs[#configs + 1] = {
+					mode = "sim", model = model, trace = tr.path, tiers = s:gsub("/", ","), tier_trace = tr.path,
+					formats = f, place = "static:promote=all", evict = "lru", vram = "1T", ram = "1T", seed = 1,
+					cost = fc ~= "default" and fc or nil,
+					tags = { split = s, formats = f, variant = "fit " .. fc:match("([^/]*)%.json$"), trace_seed = tr.seed },
 				}
 			end
 		end
