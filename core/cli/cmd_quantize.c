@@ -56,6 +56,8 @@ static void usage(FILE *f)
 		"                      {\"layers\": {\"L\": {\"gate\": [...], \"up\": [...], \"down\": [...]}}}\n"
 		"  --threads N         worker threads (default: online CPUs); each holds one matrix\n"
 		"  --shard-bytes SIZE  target shard size (default 4 GiB)\n"
+		"  --lowbit-copies     beside each hot/warm expert, a cold-format copy of the same\n"
+		"                      weights (read instead on a miss under `--on-miss lowbit`)\n"
 		"output\n"
 		"  --force             replace a model already in --out (built beside it, swapped in\n"
 		"                      whole at the end: the old one stays usable until then)\n"
@@ -221,6 +223,7 @@ int strata_cmd_quantize(int argc, char **argv)
 	enum {
 		O_IN = 256, O_OUT, O_NAMING, O_TOPK, O_NAME, O_COUNTS, O_TRACE, O_SPLIT, O_BUDGET, O_BMODE, O_IMATRIX,
 		O_THREADS, O_SHARD, O_JSON, O_NOPROG, O_MAKE, O_SPEC, O_DTYPE, O_FILES, O_SEED, O_PLAN, O_FORCE, O_FMTS,
+		O_COPIES,
 	};
 	static const struct option opts[] = {
 		{ "in", required_argument, 0, O_IN },          { "out", required_argument, 0, O_OUT },
@@ -236,6 +239,7 @@ int strata_cmd_quantize(int argc, char **argv)
 		{ "files", required_argument, 0, O_FILES },    { "seed", required_argument, 0, O_SEED },
 		{ "plan", no_argument, 0, O_PLAN },            { "help", no_argument, 0, 'h' },
 		{ "force", no_argument, 0, O_FORCE },          { "formats", required_argument, 0, O_FMTS },
+		{ "lowbit-copies", no_argument, 0, O_COPIES },
 		{ 0, 0, 0, 0 },
 	};
 	const char *in = NULL, *out = NULL, *naming = "auto", *name = NULL, *counts = NULL, *trace = NULL;
@@ -243,7 +247,7 @@ int strata_cmd_quantize(int argc, char **argv)
 	const char *spec_text = NULL, *dtype_s = "bf16";
 	unsigned top_k = 0, threads = 0, files = 1;
 	uint64_t shard_bytes = 0, seed = 1, budget = 0;
-	int json = 0, progress = 1, plan = 0, force = 0;
+	int json = 0, progress = 1, plan = 0, force = 0, copies = 0;
 	uint8_t tier_fmt[STRATA_TIER_COUNT] = STRATA_TIER_FMTS_DEFAULT;
 	const char *fmts_s = NULL;
 	struct strata_error err = { 0 };
@@ -306,6 +310,7 @@ int strata_cmd_quantize(int argc, char **argv)
 			}
 			fmts_s = optarg;
 			break;
+		case O_COPIES: copies = 1; break;
 		default: return strata_cli_bad_option("quantize", opts, argc, argv);
 		}
 		if (end && (*end || end == optarg || optarg[0] == '-')) {
@@ -394,8 +399,9 @@ int strata_cmd_quantize(int argc, char **argv)
 	} else if (!rc) {
 		strata_install_sigint();
 		struct strata_quantize_config qc = {
-			.out = out, .tiers = tiers, .tier_fmt = { tier_fmt[0], tier_fmt[1], tier_fmt[2] }, .imatrix = imx, .threads = threads, .shard_bytes = shard_bytes,
-			.progress = progress, .force = force,
+			.out = out, .tiers = tiers, .tier_fmt = { tier_fmt[0], tier_fmt[1], tier_fmt[2] }, .imatrix = imx,
+			.threads = threads, .shard_bytes = shard_bytes, .progress = progress, .force = force,
+			.lowbit_copies = copies,
 		};
 		rc = strata_quantize_run(m, &qc, &rep, &err);
 		if (!rc)

@@ -99,6 +99,8 @@ void strata_experiment_config_id(struct strata_experiment_config *c)
 		ADD(";tier_trace=%s", c->tier_trace);
 	if (c->formats[0])
 		ADD(";formats=%s", c->formats);
+	if (c->on_miss[0])
+		ADD(";on_miss=%s", c->on_miss);
 	if (!c->virt)
 		ADD(";compute=%s;mover=%s;gpu=%d", c->compute, c->mover, c->gpu);
 	if (!c->virt && c->copy[0]) /* only when set: older run ids stay valid */
@@ -152,6 +154,8 @@ int strata_experiment_run_one(const struct strata_experiment_config *x, struct s
 		c.engine.evict = x->evict;
 	if (x->prefetch[0])
 		c.engine.prefetch = x->prefetch;
+	if (x->on_miss[0])
+		c.engine.on_miss = x->on_miss;
 	c.engine.seed = x->seed;
 	c.max_tokens = x->max_tokens;
 	c.prefill_chunk = x->prefill_chunk;
@@ -237,6 +241,7 @@ int strata_experiment_config_parse_id(const char *id, struct strata_experiment_c
 		STR("place", place)
 		STR("evict", evict)
 		STR("prefetch", prefetch)
+		STR("on_miss", on_miss)
 		STR("compute", compute)
 		STR("mover", mover)
 		STR("copy", copy)
