@@ -266,7 +266,9 @@ static double modelled_us(const struct run *r, uint32_t l, uint32_t n)
 		uint32_t eid = strata_eid(&r->spec, l, r->experts[j]);
 		double mb = r->fmts[j] == r->fmt_table[eid] ? r->payload_mb[eid] : r->fmt_mb[r->fmts[j]];
 		double extra = r->tok_per_expert[j] > 1 ? (double)(r->tok_per_expert[j] - 1) : 0;
-		us += mb * (cm->kernel_us_per_mb + extra * r->cfg->kernel_us_per_mb_token);
+		double speed = r->fmts[j] == STRATA_FMT_Q4 ? r->cfg->kernel_speed_q4
+			     : r->fmts[j] == STRATA_FMT_Q3 ? r->cfg->kernel_speed_q3 : 1.0;
+		us += mb * (cm->kernel_us_per_mb + extra * r->cfg->kernel_us_per_mb_token) / (speed > 0 ? speed : 1.0);
 	}
 	return us;
 }
@@ -368,8 +370,8 @@ static int open_inputs(struct run *r, struct strata_error *err)
 			return rc;
 		}
 	} else {
-		if (cfg->tiers || cfg->tier_trace)
-			return STRATA_ERR(err, STRATA_EINVAL, "%s: tiers/tier_trace apply to a model spec only "
+		if (cfg->tiers || cfg->tier_trace || cfg->formats)
+			return STRATA_ERR(err, STRATA_EINVAL, "%s: tiers/tier_trace/formats apply to a model spec only "
 					  "(a shard directory has its own tier table)", cfg->model_dir);
 		if ((rc = strata_store_open(cfg->model_dir, &r->store, err)))
 			return rc;
@@ -465,11 +467,14 @@ static int expert_formats(struct run *r, struct strata_error *err)
 	if (rc)
 		return rc;
 	struct strata_expert_layout lay[3];
+	uint8_t tf[STRATA_TIER_COUNT] = STRATA_TIER_FMTS_DEFAULT;
+	if (r->cfg->formats && (rc = strata_tier_fmts_parse(r->cfg->formats, tf, err)))
+		return rc;
 	for (int t = 0; t < 3; t++)
-		if (strata_expert_layout(STRATA_FMT_HOT + t, spec->hidden, spec->inter, &lay[t]))
+		if (strata_expert_layout(tf[t], spec->hidden, spec->inter, &lay[t]))
 			return STRATA_ERR(err, STRATA_EINVAL, "%s: no expert layout for this shape", r->cfg->model_dir);
 	for (size_t i = 0; i < ne; i++) {
-		r->own_fmt[i] = (uint8_t)(STRATA_FMT_HOT + r->own_tier[i]);
+		r->own_fmt[i] = tf[r->own_tier[i]];
 		r->payload_mb[i] = (double)lay[r->own_tier[i]].payload / 1e6;
 	}
 	r->fmt_table = r->own_fmt;

@@ -664,6 +664,45 @@ static void test_replay_interrupted(void **state)
 		fail_msg("CSV row not marked partial: %.*s", (int)(end - nl), nl);
 }
 
+/* Per-tier formats: synth and quantize write the chosen format for each tier
+ * (the shard's format table, strata inspect), inspect and sim of a spec size
+ * the tiers by it, a replay runs over a q4-hot model, and bad choices are
+ * refused with the option and the entry named. */
+static void test_tier_formats(void **state)
+{
+	assert_int_equal(sh("@S synth --preset tiny --out @D/mq4 --format tiered --formats q4,q3,cold --json"), 0);
+	if (!strstr(out, "\"formats\":\"q4,q3,cold\""))
+		fail_msg("synth --json does not name the formats:\n%s", out);
+	assert_int_equal(sh("@S inspect @D/mq4 --json"), 0);
+	if (!strstr(out, "\"format\":\"q4\"") || !strstr(out, "\"format\":\"q3\"") || !strstr(out, "\"format\":\"cold\""))
+		fail_msg("inspect of a q4,q3,cold model:\n%s", out);
+	assert_int_equal(sh("@S replay --model @D/mq4 --trace @D/t.strace " R), 0);
+	assert_int_equal(sh("@S inspect --preset qwen3-30b-a3b --formats q4,warm,cold --json"), 0);
+	if (!strstr(out, "\"format\":\"q4\",\"bpw\":4.5000"))
+		fail_msg("inspect --preset --formats:\n%s", out);
+	assert_int_equal(sh("@S sim --model qwen3-30b-a3b:layers=2,experts=8 --trace @D/t.strace --formats q4,warm,cold -q"), 0);
+	assert_int_equal(sh("@S quantize --in @D/hf --out @D/hfq4 --formats q4,q3,q3 --tiers 50,25,25 --threads 1 --json "
+			    "--no-progress"), 0);
+	if (!strstr(out, "\"format\":\"q4\"") || !strstr(out, "\"format\":\"q3\""))
+		fail_msg("quantize --formats card:\n%s", out);
+	assert_int_equal(sh("@S inspect @D/hfq4 --verify"), 0);
+	static const char *const bad[] = {
+		"@S synth --preset tiny --out @D/mx --format tiered --formats q4,warm",
+		"@S synth --preset tiny --out @D/mx --format tiered --formats bf16,warm,cold",
+		"@S synth --preset tiny --out @D/mx --format tiered --formats q5,warm,cold",
+		"@S synth --preset tiny --out @D/mx --formats q4,warm,cold",
+		"@S quantize --in @D/hf --out @D/mx --formats f32,warm,cold",
+		"@S quantize --in @D/hf --out @D/mx --formats q4,warm,cold --budget-bytes 1G",
+		"@S inspect --preset tiny --formats q4,,cold",
+		"@S sim --model @D/m --trace @D/t.strace --formats q4,warm,cold -q",
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		int rc = sh(bad[i]);
+		if (rc == 0 || (!strstr(out, "formats") && !strstr(out, "format")))
+			fail_msg("want a clear refusal from: %s\ngot rc %d:\n%s", bad[i], rc, out);
+	}
+}
+
 static void test_no_half_files(void **state)
 {
 	size_t n0, n1;
@@ -735,6 +774,7 @@ int main(void)
 		cmocka_unit_test(test_progress),
 		cmocka_unit_test(test_cases),
 		cmocka_unit_test(test_results_formats),
+		cmocka_unit_test(test_tier_formats),
 		cmocka_unit_test(test_no_half_files),
 		cmocka_unit_test(test_replay_interrupted),
 	};

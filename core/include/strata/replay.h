@@ -44,6 +44,11 @@ const char *strata_compute_name(int c);
 struct strata_cost_file {
 	struct strata_cost_model cost;
 	double kernel_us_per_mb_token;  /* extra per MB for each token beyond the first */
+	/* Kernel speed per packed byte of the fast-decode formats q4, q3 relative
+	 * to the tier formats kernel_us_per_mb was measured on (bench_kernels'
+	 * decode GB/s, same run); 1: the same.  The sim divides an expert's
+	 * per-MB kernel time by its format's speed. */
+	double kernel_speed_q4, kernel_speed_q3;
 	char machine[128];              /* where it was measured */
 	char source[64];                /* "measured", "defaults" */
 };
@@ -78,6 +83,7 @@ struct strata_replay_config {
 	bool future;                          /* give policies the trace's future (farthest, oracle) */
 	bool progress;
 	double kernel_us_per_mb_token;        /* virtual mode, see strata_cost_file */
+	double kernel_speed_q4, kernel_speed_q3; /* virtual mode, see strata_cost_file (0: 1) */
 	/* Spec-only models (sim of a model spec, no shards): the hot/warm/cold
 	 * split in percent ("15,30,55", the default) and a routing trace whose
 	 * per-(layer, expert) counts rank the experts (strata/tier_assign.h: the
@@ -85,6 +91,9 @@ struct strata_replay_config {
 	 * strata synth's seeded order.  Refused with a shard directory. */
 	const char *tiers;
 	const char *tier_trace;
+	/* Spec-only models: each tier's format, "hot,warm,cold" (the default) or
+	 * e.g. "q4,warm,cold" (strata_tier_fmts_parse). */
+	const char *formats;
 };
 void strata_replay_config_defaults(struct strata_replay_config *c);
 
