@@ -110,6 +110,20 @@ struct strata_engine_stats {
 	/* prefetch scheduling (policy.h): pending requests that became demand
 	 * fetches, and pending ones whose layer ran without them */
 	uint64_t prefetch_promoted, prefetch_cancelled;
+	/* Link use, preload included (a driver subtracts what it saw at open):
+	 * per link (STRATA_LINK_NVME, STRATA_LINK_PCIE) the time it was busy
+	 * (real: wall time with a move outstanding on its mover, staged moves
+	 * counted on both; virtual: the transfer time charged); NVMe reads as
+	 * the device saw them (a staged move is one read per bounce buffer),
+	 * their bytes, the integral of the reads outstanding over time (mean
+	 * queue depth = nvme_qd_ns / link_busy_ns[NVME]) and the most at once
+	 * (real only); waits: acquires and evictions that blocked on a move
+	 * still in flight. */
+	double link_busy_ns[2];
+	uint64_t nvme_reads, nvme_read_bytes;
+	double nvme_qd_ns;
+	uint64_t nvme_qd_max;
+	uint64_t waits;
 };
 
 struct strata_engine;

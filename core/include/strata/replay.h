@@ -130,6 +130,16 @@ struct strata_replay_result {
 	uint64_t bound_moves_vram, bound_bytes_vram, bound_moves_nvme, bound_bytes_nvme;
 	uint64_t bound_ram_moves_nvme, bound_ram_bytes_nvme, bound_violations;
 	double bound_decode_ms, bound_tok_s, bound_ratio;
+	/* Link use over the decode steps (strata/engine.h's link fields; index
+	 * STRATA_LINK_PCIE, STRATA_LINK_NVME): busy time and its share of the
+	 * decode time (real: wall time with a move outstanding, so what a link
+	 * could not be kept busy for shows; virtual: transfer time charged),
+	 * NVMe reads as the device saw them, their mean size and mean queue
+	 * depth while the disk was busy (real only), and the waits for moves
+	 * in flight. */
+	double dec_link_busy_ms[2], dec_link_util[2];
+	uint64_t dec_nvme_reads, dec_waits;
+	double dec_nvme_read_kib, dec_nvme_qd;
 };
 
 /* The result columns of `strata replay/sim --csv` and --json, and of the rows of
@@ -196,7 +206,15 @@ struct strata_replay_result {
 	X("bound_ratio", D, "%.4f", r->bound_ratio) \
 	X("bound_violations", U, "%" PRIu64, r->bound_violations) \
 	X("partial", U, "%" PRIu64, (uint64_t)r->partial) \
-	X("vram_host_stand_in", U, "%" PRIu64, (uint64_t)r->vram_host)
+	X("vram_host_stand_in", U, "%" PRIu64, (uint64_t)r->vram_host) \
+	X("decode_nvme_busy_ms", D, "%.3f", r->dec_link_busy_ms[STRATA_LINK_NVME]) \
+	X("decode_pcie_busy_ms", D, "%.3f", r->dec_link_busy_ms[STRATA_LINK_PCIE]) \
+	X("decode_nvme_util", D, "%.4f", r->dec_link_util[STRATA_LINK_NVME]) \
+	X("decode_pcie_util", D, "%.4f", r->dec_link_util[STRATA_LINK_PCIE]) \
+	X("decode_nvme_reads", U, "%" PRIu64, r->dec_nvme_reads) \
+	X("decode_nvme_read_kib", D, "%.1f", r->dec_nvme_read_kib) \
+	X("decode_nvme_qd", D, "%.2f", r->dec_nvme_qd) \
+	X("decode_waits", U, "%" PRIu64, r->dec_waits)
 
 int strata_replay_run(const struct strata_replay_config *cfg, struct strata_replay_result *res,
 		      struct strata_error *err);
