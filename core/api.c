@@ -526,7 +526,11 @@ API int32_t strata_api_moe_forward(strata_api_engine *e, uint64_t token, uint32_
 	X("preloaded_vram", "%" PRIu64, s->preloaded[0]) X("preloaded_ram", "%" PRIu64, s->preloaded[1]) \
 	X("used_vram", "%" PRIu64, s->used[0]) X("used_ram", "%" PRIu64, s->used[1]) \
 	X("stall_ms", "%.4f", s->stall_ns / 1e6) X("io_ms", "%.4f", s->io_ns / 1e6) \
-	X("compute_ms", "%.4f", s->compute_ns / 1e6) X("bookkeeping_ms", "%.4f", (double)s->bookkeeping_ns / 1e6)
+	X("compute_ms", "%.4f", s->compute_ns / 1e6) X("bookkeeping_ms", "%.4f", (double)s->bookkeeping_ns / 1e6) \
+	X("nvme_busy_ms", "%.4f", s->link_busy_ns[STRATA_LINK_NVME] / 1e6) \
+	X("pcie_busy_ms", "%.4f", s->link_busy_ns[STRATA_LINK_PCIE] / 1e6) X("nvme_reads", "%" PRIu64, s->nvme_reads) \
+	X("nvme_read_bytes", "%" PRIu64, s->nvme_read_bytes) X("nvme_qd_ms", "%.4f", s->nvme_qd_ns / 1e6) \
+	X("waits", "%" PRIu64, s->waits)
 
 API int32_t strata_api_engine_stats(const strata_api_engine *e, char *buf, uint32_t len)
 {
