@@ -234,7 +234,7 @@ static const uint8_t mover_links[3] = {
  * outstanding (at least one move): a demand arriving later shares the
  * device with at most these; on the disk about 5 ms at 1.7 GB/s, enough
  * reads in flight for the disk's queue. */
-static const uint64_t low_in_mover[3] = { 8ull << 20, 8ull << 20, 32ull << 20 };
+static const uint64_t low_in_mover[3] = { 8ull << 20, 8ull << 20, 16ull << 20 };
 
 static void job_done(struct strata_move *mv)
 {
