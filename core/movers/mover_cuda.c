@@ -209,7 +209,9 @@ static int cuda_reap(struct strata_mover *m, uint32_t min, struct strata_move **
 				p->ev_state[ev] = (int8_t)strata_gpu_event_query(p->events[ev], NULL);
 			int q = p->ev_state[ev];
 			if (q == 0) {
-				if (oldest == UINT32_MAX || p->slot_seq[i] < p->slot_seq[oldest])
+				/* the oldest demand batch, else the oldest prefetch batch */
+				if (oldest == UINT32_MAX || (!mv->low && p->slot[oldest]->low) ||
+				    (mv->low == p->slot[oldest]->low && p->slot_seq[i] < p->slot_seq[oldest]))
 					oldest = i;
 				continue;
 			}
@@ -223,7 +225,7 @@ static int cuda_reap(struct strata_mover *m, uint32_t min, struct strata_move **
 		}
 		if (n >= min || oldest == UINT32_MAX || n >= max)
 			return (int)n;
-		/* block on the oldest batch, then sweep again */
+		/* block on that batch, then sweep again */
 		strata_gpu_event_sync(p->events[p->slot_ev[oldest]], NULL);
 	}
 }
