@@ -1125,10 +1125,14 @@ int strata_engine_begin_step(struct strata_engine *e, uint64_t token, uint32_t l
 		strata_place_ops_of(e->place)->on_step(e->place, &st);
 	}
 	poll_movers(e);
-	feed_low(e);
+	/* Links without demand take the waiting prefetches now; real, only without a step to
+	 * acquire: its demand moves go first, the prefetches follow as they finish (acquire). */
+	bool feed = e->virt || !n;
+	if (feed)
+		feed_low(e);
 	rc = prefetch(e, token, layer, n ? experts : NULL, n, hints, n_hints, err);
-	if (!rc)
-		feed_low(e); /* links without demand take the new prefetches now */
+	if (!rc && feed)
+		feed_low(e);
 	if (!rc) {
 		struct strata_mover *ms[3] = { e->nvme, e->staged, e->h2d };
 		for (int i = 0; i < 3 && !rc; i++)
@@ -1303,8 +1307,10 @@ int strata_engine_acquire(struct strata_engine *e, uint32_t layer, const uint32_
 	}
 	double stall = clock_now(e) - c0;
 	e->st.stall_ns += stall;
-	if (!e->virt)
-		kick_movers(e); /* prefetches the last demand completions let go */
+	if (!e->virt) {
+		feed_low(e); /* this layer's demand is in: the prefetches go while it computes */
+		kick_movers(e);
+	}
 	uint64_t t1 = wall_ns(e);
 	e->st.clock_ns = clock_now(e);
 	e->st.bookkeeping_ns += t1 - t0 - (e->virt ? 0 : t1 - w0);

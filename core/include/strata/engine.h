@@ -176,9 +176,13 @@ void strata_engine_close(struct strata_engine *e);
  *     leaves too; the budget is freed and pending requests that now fit
  *     start.
  *   - links: a prefetch move is handed to its mover only while no demand
- *     move is outstanding on its links (real), or where its links' backlog
- *     fell below the move's own time before the clock (virtual): demand
- *     moves never queue behind prefetches still waiting.
+ *     move is outstanding on its link (real: the disk for reads, staged
+ *     ones included, PCIe for copies; and never between begin_step and
+ *     its acquire, whose demand goes first; at most a few MiB of them per
+ *     mover, submitted at once), or where its links' backlog fell below
+ *     the move's own time before the clock (virtual): demand moves never
+ *     queue behind prefetches still waiting.  In the movers, demand moves
+ *     go ahead of prefetches already handed over (strata_move.low).
  * Everything but the link timing depends on the access clock only, so sim
  * and replay decide and count the same.
  */
