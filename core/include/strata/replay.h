@@ -146,7 +146,8 @@ struct strata_replay_result {
  * `strata run` sweeps, in order (after config, mode, compute, trace, model, seed,
  * vram_bytes, ram_bytes): X(name, kind, printf format, value), kind U (uint64_t)
  * or D (double), value an expression of `r` (const struct strata_replay_result *)
- * and `s` (&r->stats).  One list, so every writer names the same columns. */
+ * and `s` (&r->stats).  One list, so every writer names the same columns; partial and
+ * vram_host_stand_in stay last. */
 #define STRATA_REPLAY_COLUMNS(X) \
 	X("tokens", U, "%" PRIu64, r->tokens) \
 	X("prefill_tokens", U, "%" PRIu64, r->prefill_tokens) \
@@ -205,8 +206,6 @@ struct strata_replay_result {
 	X("bound_tok_s", D, "%.3f", r->bound_tok_s) \
 	X("bound_ratio", D, "%.4f", r->bound_ratio) \
 	X("bound_violations", U, "%" PRIu64, r->bound_violations) \
-	X("partial", U, "%" PRIu64, (uint64_t)r->partial) \
-	X("vram_host_stand_in", U, "%" PRIu64, (uint64_t)r->vram_host) \
 	X("decode_nvme_busy_ms", D, "%.3f", r->dec_link_busy_ms[STRATA_LINK_NVME]) \
 	X("decode_pcie_busy_ms", D, "%.3f", r->dec_link_busy_ms[STRATA_LINK_PCIE]) \
 	X("decode_nvme_util", D, "%.4f", r->dec_link_util[STRATA_LINK_NVME]) \
@@ -214,7 +213,9 @@ struct strata_replay_result {
 	X("decode_nvme_reads", U, "%" PRIu64, r->dec_nvme_reads) \
 	X("decode_nvme_read_kib", D, "%.1f", r->dec_nvme_read_kib) \
 	X("decode_nvme_qd", D, "%.2f", r->dec_nvme_qd) \
-	X("decode_waits", U, "%" PRIu64, r->dec_waits)
+	X("decode_waits", U, "%" PRIu64, r->dec_waits) \
+	X("partial", U, "%" PRIu64, (uint64_t)r->partial) \
+	X("vram_host_stand_in", U, "%" PRIu64, (uint64_t)r->vram_host)
 
 int strata_replay_run(const struct strata_replay_config *cfg, struct strata_replay_result *res,
 		      struct strata_error *err);
