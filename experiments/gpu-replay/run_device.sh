@@ -96,7 +96,7 @@ for p in "${KPOL[1]}" "${KPOL[0]}"; do
 	echo "repeat [$p] exit $?"
 done
 # static + none with other read sizes for streamed experts (--bounce; default 4M) (kimi_bounce.csv)
-for bsz in ${KBOUNCE-1M 2M 8M}; do
+for bsz in ${KBOUNCE-2M 8M}; do
 	timeout 150 $S replay -q --model "$K/model" --trace "$K/trace.strace" --vram $VR --ram $RM --place static \
 		--evict lru --prefetch none --bounce $bsz --compute ${COMPUTE:-gpu} --cost "$out/cost_kimi.json" \
 		--csv "$out/kimi_bounce.csv" --append 2>>"$out/kimi_replay.err"
@@ -104,7 +104,7 @@ for bsz in ${KBOUNCE-1M 2M 8M}; do
 done
 python3 experiments/gpu-replay/summarize.py "$out" | tee "$out/summary.txt"
 for f in kimi_repeat kimi_bounce; do [ -f "$out/$f.csv" ] &&
-	python3 -c "import csv,sys;[print(sys.argv[2], r['config'], r['decode_tok_s'], 'tok/s, nvme busy', r['decode_nvme_util'], 'pcie busy', r['decode_pcie_util'], 'qd', r['decode_nvme_qd'], 'read KiB', r['decode_nvme_read_kib']) for r in csv.DictReader(open(sys.argv[1]))]" "$out/$f.csv" $f | tee -a "$out/summary.txt"; done
+	python3 -c "import csv,sys;[print(sys.argv[2], r['config'], 'bounce', sys.argv[3].split()[i] if sys.argv[2] == 'kimi_bounce' else '', r['decode_tok_s'], 'tok/s, nvme busy', r['decode_nvme_util'], 'pcie busy', r['decode_pcie_util'], 'qd', r['decode_nvme_qd'], 'read KiB', r['decode_nvme_read_kib']) for i, r in enumerate(csv.DictReader(open(sys.argv[1])))]" "$out/$f.csv" $f "${KBOUNCE-2M 8M}" | tee -a "$out/summary.txt"; done
 fi
 
 if want synth; then
