@@ -3,8 +3,15 @@
  * hints the driver passes for layers L+1 .. L+depth (a trace's recorded
  * router predictions, or an online predictor's), keep the topn best scored
  * per layer at or above min_score, and ask for them to move into `tier`;
- * with stage=D, the hints for layers L+depth+1 .. L+D are staged from NVMe
- * into RAM only (a cheap, early read that a later RAM -> VRAM copy uses).
+ * with stage=D (-1: depth+1, where there is a RAM tier), the hints for
+ * layers L+depth+1 .. L+D are staged from NVMe into RAM only (a cheap, early
+ * read that a later RAM -> VRAM copy uses).  With via_ram=1, an NVMe read
+ * asked for VRAM lands in RAM instead: the engine starts a prefetch only
+ * while its links carry no demand move, and a read into RAM needs the disk
+ * alone, where one straight into VRAM also waits for every demand copy over
+ * PCIe; the copy into VRAM follows as the next layer's prefetch or on demand
+ * (from=ram: no NVMe read within depth).  Neither is the default: both win
+ * on some routings and lose on others (experiments/lookahead/README.md).
  *
  * The engine schedules the requests (policy.h): this policy sets which source
  * tiers it may read (`from`), the bytes it may have in flight per link
@@ -40,7 +47,7 @@ struct pred {          /* a prediction awaiting its layer's routing */
 };
 
 struct lookahead {
-	int64_t depth, topn, stage, adaptive, keep_unused, warmup;
+	int64_t depth, topn, stage, adaptive, keep_unused, warmup, via_ram;
 	double min_score, min_accuracy, min_accuracy_nvme, window;
 	char tier[STRATA_OPT_STR_MAX], from[STRATA_OPT_STR_MAX];
 	char budget_pcie[STRATA_OPT_STR_MAX], budget_nvme[STRATA_OPT_STR_MAX];
@@ -66,12 +73,14 @@ static const struct strata_option lookahead_options[] = {
 	{ .name = "from", .type = STRATA_OPT_STR, .offset = offsetof(struct lookahead, from),
 	  .def = "all", .choices = "all|ram|nvme", .help = "source tiers a prefetch into tier may read" },
 	{ .name = "stage", .type = STRATA_OPT_INT, .offset = offsetof(struct lookahead, stage),
-	  .def = "0", .min = 0, .max = 1024,
-	  .help = "stage hints for layers depth+1..stage from NVMe into RAM (0: off)" },
+	  .def = "0", .min = -1, .max = 1024,
+	  .help = "stage hints for layers depth+1..stage from NVMe into RAM (0: off, -1: depth+1)" },
 	{ .name = "budget_pcie", .type = STRATA_OPT_STR, .offset = offsetof(struct lookahead, budget_pcie),
 	  .def = "none", .help = "prefetch bytes in flight into VRAM (size, or none: no limit)" },
 	{ .name = "budget_nvme", .type = STRATA_OPT_STR, .offset = offsetof(struct lookahead, budget_nvme),
 	  .def = "none", .help = "prefetch bytes in flight from NVMe (size, or none: no limit)" },
+	{ .name = "via_ram", .type = STRATA_OPT_BOOL, .offset = offsetof(struct lookahead, via_ram),
+	  .def = "0", .help = "an NVMe read for VRAM lands in RAM; the copy into VRAM follows (0: straight into VRAM)" },
 	{ .name = "keep_unused", .type = STRATA_OPT_BOOL, .offset = offsetof(struct lookahead, keep_unused),
 	  .def = "0", .help = "keep a prefetched expert its layer did not use (0: drop it then)" },
 	{ .name = "adaptive", .type = STRATA_OPT_BOOL, .offset = offsetof(struct lookahead, adaptive),
@@ -107,7 +116,9 @@ static int lookahead_init(struct strata_policy *p, struct strata_error *err)
 	l->dest = strcmp(l->tier, "ram") ? STRATA_TIER_VRAM : STRATA_TIER_RAM;
 	if (!l->topn)
 		l->topn = p->env->spec && p->env->spec->top_k ? p->env->spec->top_k : 1;
-	if (l->stage && l->stage <= l->depth)
+	if (l->stage < 0) /* one layer deeper into RAM, where there is a RAM tier */
+		l->stage = p->env->budget[STRATA_TIER_RAM] ? l->depth + 1 : 0;
+	else if (l->stage && l->stage <= l->depth)
 		return STRATA_ERR(err, STRATA_EINVAL, "prefetch lookahead: stage=%lld must exceed depth=%lld",
 				  (long long)l->stage, (long long)l->depth);
 	uint64_t bp, bn;
@@ -196,11 +207,12 @@ static void remember(struct lookahead *l, uint32_t layer, uint32_t expert, uint3
 		l->pending = nb;
 		l->cap_pending = cap;
 	}
+	uint8_t dk = (uint8_t)(d < MAX_D ? d : MAX_D);
 	for (uint32_t i = 0; i < l->n_pending; i++)
-		if (l->pending[i].layer == layer && l->pending[i].expert == expert)
+		if (l->pending[i].layer == layer && l->pending[i].expert == expert && l->pending[i].d == dk)
 			return;
 	l->pending[l->n_pending++] = (struct pred){ .layer = layer, .expert = expert,
-						    .d = (uint8_t)(d < MAX_D ? d : MAX_D), .band = (uint8_t)band };
+						    .d = dk, .band = (uint8_t)band };
 }
 
 static uint32_t lookahead_on_layer(struct strata_policy *p, const struct strata_layer_ctx *ctx,
@@ -236,11 +248,13 @@ static uint32_t lookahead_on_layer(struct strata_policy *p, const struct strata_
 		uint32_t d = l->buf[i].layer - ctx->layer, band = band_of(l->buf[i].score);
 		uint32_t eid = strata_eid(s, l->buf[i].layer, l->buf[i].expert);
 		uint32_t dest = d <= l->depth ? l->dest : STRATA_TIER_RAM;
+		const uint8_t *in_ram = p->env->sched ? p->env->sched->resident[STRATA_TIER_RAM] : NULL;
+		bool nvme = !in_ram || !in_ram[eid];
+		if (l->via_ram && nvme && in_ram && p->env->budget[STRATA_TIER_RAM] && strcmp(l->from, "ram"))
+			dest = STRATA_TIER_RAM;
 		if (l->adaptive) {
 			remember(l, l->buf[i].layer, l->buf[i].expert, d, band);
 			double acc = accuracy(l, d, band);
-			const uint8_t *in_ram = p->env->sched ? p->env->sched->resident[STRATA_TIER_RAM] : NULL;
-			bool nvme = !in_ram || !in_ram[eid];
 			if (dest == STRATA_TIER_RAM ? acc < l->min_accuracy_nvme
 			    : acc < (nvme ? l->min_accuracy_nvme : l->min_accuracy))
 				continue;

@@ -140,6 +140,10 @@ struct strata_replay_result {
 	double dec_link_busy_ms[2], dec_link_util[2];
 	uint64_t dec_nvme_reads, dec_waits;
 	double dec_nvme_read_kib, dec_nvme_qd;
+	/* (e) of strata/bound.h: the time bound from the residency this run had
+	 * as each decode segment began (>= the policy-free bound_tok_s's time:
+	 * bound_start_tok_s <= bound_tok_s) */
+	double bound_start_tok_s, bound_start_ratio;
 };
 
 /* The result columns of `strata replay/sim --csv` and --json, and of the rows of
@@ -175,6 +179,9 @@ struct strata_replay_result {
 	X("prefetch_cancelled", U, "%" PRIu64, s->prefetch_cancelled) \
 	X("moves_vram", U, "%" PRIu64, s->moves_vram) \
 	X("moves_nvme", U, "%" PRIu64, s->moves_nvme) \
+	X("substituted", U, "%" PRIu64, s->substituted) \
+	X("substitute_bytes", U, "%" PRIu64, s->substitute_bytes) \
+	X("substitute_bytes_saved", U, "%" PRIu64, s->substitute_bytes_saved) \
 	X("prefetch_accuracy", D, "%.6f", r->prefetch_accuracy) \
 	X("prefetch_coverage", D, "%.6f", r->prefetch_coverage) \
 	X("prefetch_waste", D, "%.6f", r->prefetch_waste) \
@@ -205,6 +212,8 @@ struct strata_replay_result {
 	X("bound_decode_ms", D, "%.3f", r->bound_decode_ms) \
 	X("bound_tok_s", D, "%.3f", r->bound_tok_s) \
 	X("bound_ratio", D, "%.4f", r->bound_ratio) \
+	X("bound_start_tok_s", D, "%.3f", r->bound_start_tok_s) \
+	X("bound_start_ratio", D, "%.4f", r->bound_start_ratio) \
 	X("bound_violations", U, "%" PRIu64, r->bound_violations) \
 	X("decode_nvme_busy_ms", D, "%.3f", r->dec_link_busy_ms[STRATA_LINK_NVME]) \
 	X("decode_pcie_busy_ms", D, "%.3f", r->dec_link_busy_ms[STRATA_LINK_PCIE]) \
