@@ -139,6 +139,16 @@ struct strata_replay_result {
 	uint64_t bound_moves_vram, bound_bytes_vram, bound_moves_nvme, bound_bytes_nvme;
 	uint64_t bound_ram_moves_nvme, bound_ram_bytes_nvme, bound_violations;
 	double bound_decode_ms, bound_tok_s, bound_ratio;
+	/* Link use over the decode steps (strata/engine.h's link fields; index
+	 * STRATA_LINK_PCIE, STRATA_LINK_NVME): busy time and its share of the
+	 * decode time (real: wall time with a move outstanding, so what a link
+	 * could not be kept busy for shows; virtual: transfer time charged),
+	 * NVMe reads as the device saw them, their mean size and mean queue
+	 * depth while the disk was busy (real only), and the waits for moves
+	 * in flight. */
+	double dec_link_busy_ms[2], dec_link_util[2];
+	uint64_t dec_nvme_reads, dec_waits;
+	double dec_nvme_read_kib, dec_nvme_qd;
 	/* (e) of strata/bound.h: the time bound from the residency this run had
 	 * as each decode segment began (>= the policy-free bound_tok_s's time:
 	 * bound_start_tok_s <= bound_tok_s) */
@@ -149,7 +159,8 @@ struct strata_replay_result {
  * `strata run` sweeps, in order (after config, mode, compute, trace, model, seed,
  * vram_bytes, ram_bytes): X(name, kind, printf format, value), kind U (uint64_t)
  * or D (double), value an expression of `r` (const struct strata_replay_result *)
- * and `s` (&r->stats).  One list, so every writer names the same columns. */
+ * and `s` (&r->stats).  One list, so every writer names the same columns; partial and
+ * vram_host_stand_in stay last. */
 #define STRATA_REPLAY_COLUMNS(X) \
 	X("tokens", U, "%" PRIu64, r->tokens) \
 	X("prefill_tokens", U, "%" PRIu64, r->prefill_tokens) \
@@ -213,6 +224,14 @@ struct strata_replay_result {
 	X("bound_start_tok_s", D, "%.3f", r->bound_start_tok_s) \
 	X("bound_start_ratio", D, "%.4f", r->bound_start_ratio) \
 	X("bound_violations", U, "%" PRIu64, r->bound_violations) \
+	X("decode_nvme_busy_ms", D, "%.3f", r->dec_link_busy_ms[STRATA_LINK_NVME]) \
+	X("decode_pcie_busy_ms", D, "%.3f", r->dec_link_busy_ms[STRATA_LINK_PCIE]) \
+	X("decode_nvme_util", D, "%.4f", r->dec_link_util[STRATA_LINK_NVME]) \
+	X("decode_pcie_util", D, "%.4f", r->dec_link_util[STRATA_LINK_PCIE]) \
+	X("decode_nvme_reads", U, "%" PRIu64, r->dec_nvme_reads) \
+	X("decode_nvme_read_kib", D, "%.1f", r->dec_nvme_read_kib) \
+	X("decode_nvme_qd", D, "%.2f", r->dec_nvme_qd) \
+	X("decode_waits", U, "%" PRIu64, r->dec_waits) \
 	X("partial", U, "%" PRIu64, (uint64_t)r->partial) \
 	X("vram_host_stand_in", U, "%" PRIu64, (uint64_t)r->vram_host)
 
