@@ -79,6 +79,9 @@ struct strata_engine_config {
 	 * in the policy harness; lets a test drive a deliberately broken policy. */
 	const void *place_ops, *evict_ops, *prefetch_ops;
 };
+/* The cost model a run times with when none is given (the defaults of
+ * strata_engine_config_defaults). */
+void strata_cost_model_defaults(struct strata_cost_model *c);
 void strata_engine_config_defaults(struct strata_engine_config *c);
 
 struct strata_engine_stats {
@@ -108,8 +111,9 @@ struct strata_engine_stats {
 	 * bounds from below */
 	uint64_t moves_vram, moves_nvme;
 	/* prefetch scheduling (policy.h): pending requests that became demand
-	 * fetches, and pending ones whose layer ran without them */
-	uint64_t prefetch_promoted, prefetch_cancelled;
+	 * fetches, pending ones whose layer ran without them, and pending ones
+	 * a newer prediction withdrew (early preemption) */
+	uint64_t prefetch_promoted, prefetch_cancelled, prefetch_preempted;
 };
 
 struct strata_engine;
