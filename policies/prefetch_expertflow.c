@@ -16,8 +16,9 @@
  *   accuracy(d) = the share of the predictions made d layers ahead that
  *            came true (decayed, half-life `window` predictions; it starts
  *            at 1 and moves to the observed share over `warmup` predictions);
- *   S      = S_need, shortened while accuracy(S) < min_accuracy (0: no
- *            prefetch at all while even the next layer's guesses are poor);
+ *   S      = S_need, shortened to the distances d <= S whose accuracy(d)
+ *            is at least min_accuracy (0: no prefetch at all while even the
+ *            next layer's guesses are poor);
  * and the topn best hints for layers L+1 .. L+S are asked for.  Link speeds
  * and the compute time come from the run's cost model (env->cost: `strata
  * calibrate` measures it, sim and replay time with it; the engine's defaults
@@ -37,7 +38,7 @@ struct expertflow {
 	int64_t max_depth, topn, warmup, keep_unused, preempt;
 	double min_accuracy, window, pcie_gbps, nvme_gbps, layer_us;
 	char tier[STRATA_OPT_STR_MAX];
-	uint32_t dest, horizon;
+	uint32_t dest;
 	double pcie_lat_us, nvme_lat_us, move_us; /* move_us: EWMA of one layer's transfer */
 	struct strata_hint *buf;
 	uint32_t cap;
@@ -51,7 +52,7 @@ static const struct strata_option expertflow_options[] = {
 	  .def = "0", .min = 0, .max = 65536, .help = "experts asked for per layer, best first (0: top_k)" },
 	{ .name = "min_accuracy", .type = STRATA_OPT_DOUBLE,
 	  .offset = offsetof(struct expertflow, min_accuracy), .def = "0.5", .min = 0, .max = 1,
-	  .help = "shortest-acceptable share of right guesses at the horizon's distance" },
+	  .help = "share of right guesses each distance within the horizon needs" },
 	{ .name = "warmup", .type = STRATA_OPT_INT, .offset = offsetof(struct expertflow, warmup),
 	  .def = "16", .min = 0, .max = 1 << 30, .help = "predictions a distance's accuracy is shrunk towards 1 over" },
 	{ .name = "window", .type = STRATA_OPT_DOUBLE, .offset = offsetof(struct expertflow, window),
@@ -103,7 +104,6 @@ static int expertflow_init(struct strata_policy *p, struct strata_error *err)
 				  "prefetch expertflow: link speeds and layer time must be > 0 (pcie %g GB/s,"
 				  " nvme %g GB/s, layer %g us)", f->pcie_gbps, f->nvme_gbps, f->layer_us);
 	f->move_us = -1; /* no transfer seen yet */
-	f->horizon = 1;
 	if (env->sched) {
 		env->sched->keep_unused = f->keep_unused;
 		env->sched->preempt = f->preempt;
@@ -160,10 +160,9 @@ static uint32_t expertflow_on_layer(struct strata_policy *p, const struct strata
 		t += move_us(f, p->env, strata_eid(s, f->buf[i].layer, f->buf[i].expert));
 	f->move_us = f->move_us < 0 ? t : 0.75 * f->move_us + 0.25 * t;
 	double need = ceil(f->move_us / f->layer_us);
-	uint32_t h = need < 1 ? 1 : need > (double)f->max_depth ? (uint32_t)f->max_depth : (uint32_t)need;
-	while (h > 0 && accuracy(f, h) < f->min_accuracy)
-		h--;
-	f->horizon = h;
+	uint32_t cap = need < 1 ? 1 : need > (double)f->max_depth ? (uint32_t)f->max_depth : (uint32_t)need, h = 0;
+	while (h < cap && accuracy(f, h + 1) >= f->min_accuracy)
+		h++;
 	uint32_t got = 0;
 	for (uint32_t i = 0; i < n; i++) {
 		uint32_t d = f->buf[i].layer - ctx->layer;
