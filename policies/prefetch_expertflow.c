@@ -12,7 +12,10 @@
  *            `tier` (bytes / link speed + latency; RAM -> VRAM over PCIe,
  *            otherwise an NVMe read), averaged over layers (EWMA), divided by
  *            one layer's compute time: S_need = ceil(need), at least 1, at
- *            most max_depth (the horizon that hides the transfers);
+ *            most max_depth (the horizon that hides the transfers) and at
+ *            most what mem_share of the tier's budget holds (S x topn
+ *            experts of the mean size; the memory coordination: a deeper
+ *            horizon would evict what the next layers need);
  *   accuracy(d) = the share of the predictions made d layers ahead that
  *            came true (decayed, half-life `window` predictions; it starts
  *            at 1 and moves to the observed share over `warmup` predictions);
@@ -36,9 +39,9 @@
 
 struct expertflow {
 	int64_t max_depth, topn, warmup, keep_unused, preempt;
-	double min_accuracy, window, pcie_gbps, nvme_gbps, layer_us;
+	double min_accuracy, window, pcie_gbps, nvme_gbps, layer_us, mem_share;
 	char tier[STRATA_OPT_STR_MAX];
-	uint32_t dest;
+	uint32_t dest, mem_cap; /* mem_cap: the horizon the tier's memory allows */
 	double pcie_lat_us, nvme_lat_us, move_us; /* move_us: EWMA of one layer's transfer */
 	struct strata_hint *buf;
 	uint32_t cap;
@@ -64,6 +67,9 @@ static const struct strata_option expertflow_options[] = {
 	{ .name = "layer_us", .type = STRATA_OPT_DOUBLE, .offset = offsetof(struct expertflow, layer_us),
 	  .def = "0", .min = 0, .max = 1e9,
 	  .help = "one layer's compute in us (0: the cost model's kernel time for top_k experts)" },
+	{ .name = "mem_share", .type = STRATA_OPT_DOUBLE, .offset = offsetof(struct expertflow, mem_share),
+	  .def = "0.5", .min = 0, .max = 1,
+	  .help = "share of the tier's budget the horizon's experts may take (0: no limit)" },
 	{ .name = "tier", .type = STRATA_OPT_STR, .offset = offsetof(struct expertflow, tier),
 	  .def = "vram", .choices = "vram|ram", .help = "destination tier" },
 	{ .name = "keep_unused", .type = STRATA_OPT_BOOL, .offset = offsetof(struct expertflow, keep_unused),
@@ -92,13 +98,16 @@ static int expertflow_init(struct strata_policy *p, struct strata_error *err)
 		f->nvme_gbps = cm.nvme_gbps;
 	f->pcie_lat_us = cm.pcie_lat_us;
 	f->nvme_lat_us = cm.nvme_lat_us;
-	if (f->layer_us <= 0) {
-		double mb = 0;
-		for (uint32_t i = 0; i < env->n_ids && env->expert_bytes; i++)
-			mb += (double)env->expert_bytes[i] / 1e6;
-		mb = env->n_ids ? mb / env->n_ids : 0;
+	double mb = 0;
+	for (uint32_t i = 0; i < env->n_ids && env->expert_bytes; i++)
+		mb += (double)env->expert_bytes[i] / 1e6;
+	mb = env->n_ids ? mb / env->n_ids : 0;
+	if (f->layer_us <= 0)
 		f->layer_us = cm.kernel_fixed_us + cm.kernel_us_per_mb * mb * k;
-	}
+	/* the horizon's experts (topn per layer) within mem_share of the tier */
+	double room = f->mem_share > 0 && mb > 0 && env->budget[f->dest] != UINT64_MAX
+		    ? f->mem_share * (double)env->budget[f->dest] / 1e6 / (mb * (double)f->topn) : 1e9;
+	f->mem_cap = room < 1 ? 1 : room > (double)f->max_depth ? (uint32_t)f->max_depth : (uint32_t)room;
 	if (!(f->pcie_gbps > 0 && f->nvme_gbps > 0 && f->layer_us > 0))
 		return STRATA_ERR(err, STRATA_EINVAL,
 				  "prefetch expertflow: link speeds and layer time must be > 0 (pcie %g GB/s,"
@@ -160,7 +169,7 @@ static uint32_t expertflow_on_layer(struct strata_policy *p, const struct strata
 		t += move_us(f, p->env, strata_eid(s, f->buf[i].layer, f->buf[i].expert));
 	f->move_us = f->move_us < 0 ? t : 0.75 * f->move_us + 0.25 * t;
 	double need = ceil(f->move_us / f->layer_us);
-	uint32_t cap = need < 1 ? 1 : need > (double)f->max_depth ? (uint32_t)f->max_depth : (uint32_t)need, h = 0;
+	uint32_t cap = need < 1 ? 1 : need > (double)f->mem_cap ? f->mem_cap : (uint32_t)need, h = 0;
 	while (h < cap && accuracy(f, h + 1) >= f->min_accuracy)
 		h++;
 	uint32_t got = 0;

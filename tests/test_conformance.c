@@ -1206,6 +1206,7 @@ static void test_promoe_expertflow_decisions(void **state)
 		in_ram[i] = 1;
 	}
 	sched.resident[STRATA_TIER_RAM] = in_ram;
+	d.env.budget[STRATA_TIER_VRAM] = 64 * MIB;
 	/* a layer of compute longer than any move: the next layer only */
 	p = mk(&d, STRATA_ROLE_PREFETCH, "expertflow:layer_us=1000000");
 	n = strata_prefetch_ops_of(p)->on_layer(p, &ctx, req, 64);
@@ -1227,6 +1228,15 @@ static void test_promoe_expertflow_decisions(void **state)
 	p = mk(&d, STRATA_ROLE_PREFETCH, "expertflow:layer_us=100:nvme_gbps=500:pcie_gbps=500");
 	assert_int_equal(strata_prefetch_ops_of(p)->on_layer(p, &ctx, req, 64), 4);
 	strata_policy_destroy(p);
+	/* ... within the memory: half of 4 MiB holds one layer of 2 x 1 MiB */
+	d.env.budget[STRATA_TIER_VRAM] = 4 * MIB;
+	p = mk(&d, STRATA_ROLE_PREFETCH, "expertflow:layer_us=40");
+	assert_int_equal(strata_prefetch_ops_of(p)->on_layer(p, &ctx, req, 64), 2);
+	strata_policy_destroy(p);
+	p = mk(&d, STRATA_ROLE_PREFETCH, "expertflow:layer_us=40:mem_share=0");
+	assert_int_equal(strata_prefetch_ops_of(p)->on_layer(p, &ctx, req, 64), 6);
+	strata_policy_destroy(p);
+	d.env.budget[STRATA_TIER_VRAM] = 64 * MIB;
 	/* ... and shortened to the distances whose guesses come true */
 	p = mk(&d, STRATA_ROLE_PREFETCH, "expertflow:layer_us=40");
 	static const uint32_t right1[] = { 5, 6 }, wrong[] = { 0, 1 };
@@ -1250,6 +1260,7 @@ static void test_promoe_expertflow_decisions(void **state)
 						  &err), 0);
 	d.env.sched = NULL;
 	d.env.expert_bytes = NULL;
+	d.env.budget[STRATA_TIER_VRAM] = 0;
 
 	/* two ways to ask for the next layer's predictions with no budget agree */
 	g.prefetch = "expertflow:layer_us=1000000";
