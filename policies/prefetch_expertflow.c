@@ -54,7 +54,7 @@ static const struct strata_option expertflow_options[] = {
 	{ .name = "topn", .type = STRATA_OPT_INT, .offset = offsetof(struct expertflow, topn),
 	  .def = "0", .min = 0, .max = 65536, .help = "experts asked for per layer, best first (0: top_k)" },
 	{ .name = "min_accuracy", .type = STRATA_OPT_DOUBLE,
-	  .offset = offsetof(struct expertflow, min_accuracy), .def = "0.5", .min = 0, .max = 1,
+	  .offset = offsetof(struct expertflow, min_accuracy), .def = "0.6", .min = 0, .max = 1,
 	  .help = "share of right guesses each distance within the horizon needs" },
 	{ .name = "warmup", .type = STRATA_OPT_INT, .offset = offsetof(struct expertflow, warmup),
 	  .def = "16", .min = 0, .max = 1 << 30, .help = "predictions a distance's accuracy is shrunk towards 1 over" },
