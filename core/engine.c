@@ -1074,8 +1074,9 @@ static void unpin_step(struct strata_engine *e)
 	e->step_layer = -1;
 }
 
-int strata_engine_begin_step(struct strata_engine *e, uint64_t token, uint32_t layer, const uint32_t *experts,
-			     uint32_t n, const struct strata_hint *hints, uint32_t n_hints, struct strata_error *err)
+int strata_engine_begin_step(struct strata_engine *e, uint64_t token, uint32_t layer, uint32_t n_tokens,
+			     const uint32_t *experts, uint32_t n, const struct strata_hint *hints, uint32_t n_hints,
+			     struct strata_error *err)
 {
 	uint64_t t0 = wall_ns(e);
 	double s0 = e->st.stall_ns;
@@ -1093,8 +1094,7 @@ int strata_engine_begin_step(struct strata_engine *e, uint64_t token, uint32_t l
 	}
 	e->step_layer = n ? (int)layer : -1;
 	if (n) {
-		/* the step's token count is the replay's business: 0, unknown */
-		struct strata_step st = { .token = token, .layer = layer, .experts = experts,
+		struct strata_step st = { .token = token, .layer = layer, .n_tokens = n_tokens, .experts = experts,
 					  .n_experts = n, .now = e->now };
 		for (int t = V; t <= R; t++)
 			strata_evict_ops_of(e->evict[t])->on_step(e->evict[t], &st);
@@ -1123,7 +1123,7 @@ int strata_engine_begin_step(struct strata_engine *e, uint64_t token, uint32_t l
 int strata_engine_begin_layer(struct strata_engine *e, uint64_t token, uint32_t layer,
 			      const struct strata_hint *hints, uint32_t n_hints, struct strata_error *err)
 {
-	return strata_engine_begin_step(e, token, layer, NULL, 0, hints, n_hints, err);
+	return strata_engine_begin_step(e, token, layer, 0, NULL, 0, hints, n_hints, err);
 }
 
 /* One expert of an acquire: decide, reserve, issue.  *wait gets the job the

@@ -260,7 +260,7 @@ static int run_layer(struct run *r, uint64_t step, uint32_t l, struct strata_err
 			nh += strata_trace_hints(r->trace, i, l, r->hints + nh, r->max_hints - nh);
 	for (uint32_t j = 0; j < n; j++)
 		r->experts[j] = p->ids[a0 + j];
-	if ((rc = strata_engine_begin_step(r->eng, step, l, r->experts, n, r->hints, nh, err)))
+	if ((rc = strata_engine_begin_step(r->eng, step, l, ntok, r->experts, n, r->hints, nh, err)))
 		return rc;
 	/* 2. acquire */
 	if ((rc = strata_engine_acquire(r->eng, l, r->experts, n, r->ptrs, err)))

@@ -180,11 +180,12 @@ int strata_engine_begin_layer(struct strata_engine *e, uint64_t token, uint32_t 
 			      struct strata_error *err);
 /* The same when the router already ran: the layer's experts are pinned
  * before prefetching (so prefetch cannot evict them), the eviction (both
- * tiers) and placement policies get on_step (n_tokens 0: unknown here), and
- * the experts are handed to the prefetch policy (ctx->experts), exactly as
- * the policy harness does; the
- * following acquire must ask for the same experts.  Prefer this one. */
-int strata_engine_begin_step(struct strata_engine *e, uint64_t token, uint32_t layer,
+ * tiers) and placement policies get on_step with the batch's n_tokens (0
+ * where the caller does not know it: a policy then estimates it, as
+ * llama.cpp's batch bypass does from n / top_k), and the experts are handed
+ * to the prefetch policy (ctx->experts), exactly as the policy harness does;
+ * the following acquire must ask for the same experts.  Prefer this one. */
+int strata_engine_begin_step(struct strata_engine *e, uint64_t token, uint32_t layer, uint32_t n_tokens,
 			     const uint32_t *experts, uint32_t n, const struct strata_hint *hints,
 			     uint32_t n_hints, struct strata_error *err);
 /* Make experts (layer-local ids) resident where they run, pin them, and fill
