@@ -1121,6 +1121,16 @@ static void nearest_first(bool preempt, struct fake_owner *f)
 	strata_pfq_free(&q);
 }
 
+/* How many requests a fresh prefetch instance of spec makes for ctx. */
+static uint32_t asks(struct direct *d, const char *spec_s, const struct strata_layer_ctx *ctx)
+{
+	struct strata_prefetch_req req[64];
+	struct strata_policy *p = mk(d, STRATA_ROLE_PREFETCH, spec_s);
+	uint32_t n = strata_prefetch_ops_of(p)->on_layer(p, ctx, req, 64);
+	strata_policy_destroy(p);
+	return n;
+}
+
 static void test_promoe_expertflow_decisions(void **state)
 {
 	struct direct d;
@@ -1216,26 +1226,16 @@ static void test_promoe_expertflow_decisions(void **state)
 	strata_policy_destroy(p);
 	/* default cost model (no env->cost): 2 RAM copies of 1 MiB at 50 GB/s +
 	 * 10 us = 62 us, over 40 us of compute: 2 layers ahead */
-	p = mk(&d, STRATA_ROLE_PREFETCH, "expertflow:layer_us=40");
-	assert_int_equal(strata_prefetch_ops_of(p)->on_layer(p, &ctx, req, 64), 4);
-	strata_policy_destroy(p);
+	assert_int_equal(asks(&d, "expertflow:layer_us=40", &ctx), 4);
 	/* ... the same from NVMe (6 GB/s + 80 us each: 510 us): every layer with hints */
 	memset(in_ram, 0, sizeof(in_ram));
-	p = mk(&d, STRATA_ROLE_PREFETCH, "expertflow:layer_us=40");
-	assert_int_equal(strata_prefetch_ops_of(p)->on_layer(p, &ctx, req, 64), 6);
+	assert_int_equal(asks(&d, "expertflow:layer_us=40", &ctx), 6);
 	/* ... or a faster link given as an option: 2 x (80 + 2.1) us over 100: 2 ahead */
-	strata_policy_destroy(p);
-	p = mk(&d, STRATA_ROLE_PREFETCH, "expertflow:layer_us=100:nvme_gbps=500:pcie_gbps=500");
-	assert_int_equal(strata_prefetch_ops_of(p)->on_layer(p, &ctx, req, 64), 4);
-	strata_policy_destroy(p);
+	assert_int_equal(asks(&d, "expertflow:layer_us=100:nvme_gbps=500:pcie_gbps=500", &ctx), 4);
 	/* ... within the memory: half of 4 MiB holds one layer of 2 x 1 MiB */
 	d.env.budget[STRATA_TIER_VRAM] = 4 * MIB;
-	p = mk(&d, STRATA_ROLE_PREFETCH, "expertflow:layer_us=40");
-	assert_int_equal(strata_prefetch_ops_of(p)->on_layer(p, &ctx, req, 64), 2);
-	strata_policy_destroy(p);
-	p = mk(&d, STRATA_ROLE_PREFETCH, "expertflow:layer_us=40:mem_share=0");
-	assert_int_equal(strata_prefetch_ops_of(p)->on_layer(p, &ctx, req, 64), 6);
-	strata_policy_destroy(p);
+	assert_int_equal(asks(&d, "expertflow:layer_us=40", &ctx), 2);
+	assert_int_equal(asks(&d, "expertflow:layer_us=40:mem_share=0", &ctx), 6);
 	d.env.budget[STRATA_TIER_VRAM] = 64 * MIB;
 	/* ... and shortened to the distances whose guesses come true */
 	p = mk(&d, STRATA_ROLE_PREFETCH, "expertflow:layer_us=40");
