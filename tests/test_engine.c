@@ -106,6 +106,9 @@ static const struct combo combos[] = {
 	{ "static", "lru", "none" },
 	{ "static:promote=vram", "lfu-decay", "history" },
 	{ "cache", "random", "lookahead:depth=2" },
+	{ "cache", "lru", "promoe:inflight=1" },
+	{ "cache", "lfu", "promoe:stride=3:preempt=0" },
+	{ "cache", "lru", "expertflow:layer_us=20" },
 };
 
 /* With the RAM tier off, the engine is the harness's one-tier cache: every
@@ -146,11 +149,11 @@ static void test_matches_harness(void **state)
 			if (drive(e, t, st_u, mode == STRATA_ENGINE_REAL, &err))
 				fail_msg("%s: %s", strata_engine_name(e), err.msg);
 			const struct strata_engine_stats *s = strata_engine_stats(e);
-			print_message("%-55s %s hits %llu/%llu evictions %llu prefetch %llu used %llu\n",
+			print_message("%-55s %s hits %llu/%llu evictions %llu prefetch %llu used %llu preempted %llu\n",
 				      strata_engine_name(e), mode ? "virtual" : "real   ",
 				      (unsigned long long)s->hits[0], (unsigned long long)s->accesses,
 				      (unsigned long long)s->evictions[0], (unsigned long long)s->prefetch_issued,
-				      (unsigned long long)s->prefetch_used);
+				      (unsigned long long)s->prefetch_used, (unsigned long long)s->prefetch_preempted);
 			assert_true(s->accesses == k.accesses);
 			assert_true(s->hits[0] == k.hits);
 			assert_true(s->hits[1] == 0 && s->hits[2] == k.misses);
@@ -162,6 +165,9 @@ static void test_matches_harness(void **state)
 			assert_true(s->prefetch_wasted == k.prefetch_wasted);
 			assert_true(s->prefetch_redundant == k.prefetch_redundant);
 			assert_true(s->prefetch_dropped == k.prefetch_dropped);
+			assert_true(s->prefetch_promoted == k.prefetch_promoted);
+			assert_true(s->prefetch_cancelled == k.prefetch_cancelled);
+			assert_true(s->prefetch_preempted == k.prefetch_preempted);
 			strata_engine_close(e);
 		}
 	}
