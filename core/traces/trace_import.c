@@ -1360,9 +1360,9 @@ static int import_file(struct imp *im, const char *path)
 				rc = im->moe_trace
 				   ? IERR(STRATA_EINVAL, "%s:%" PRIu64 ":%zu: %zu fields, the first line has %zu"
 					  " (llama-moe-trace rows are pos,layer and %zu expert ids)", path, lineno,
-					  nf > nh ? (size_t)(fields[nh] - line) + 1 : strlen(line) + 1, nf, nh, nh - 2)
+					  nf > nh ? (size_t)(fields[nh] - line) + 1 : (size_t)len + 1, nf, nh, nh - 2)
 				   : IERR(STRATA_EINVAL, "%s:%" PRIu64 ":%zu: %zu fields, the header has %zu", path, lineno,
-					  nf > nh ? (size_t)(fields[nh] - line) + 1 : strlen(line) + 1, nf, nh);
+					  nf > nh ? (size_t)(fields[nh] - line) + 1 : (size_t)len + 1, nf, nh);
 				break;
 			}
 			if ((rc = csv_to_json(im, &sb, hdr, fields, nf, line)))
