@@ -6,9 +6,10 @@ deepseek_v3 (and models shaped like them: a decoder layer whose `mlp` or `block_
 `gate` with a [n_experts, hidden] weight and an `experts` module).
 
 How it records: a forward pre-hook on every MoE layer's router (`gate`) captures the hidden state
-the router sees, and the routing is recomputed from the gate weight with the family's rule
-(softmax top-k, optional renormalisation; DeepSeek-V3's sigmoid + correction bias + group-limited
-top-k), so it does not depend on what a given transformers version returns from the router.  Where
+the router sees, and the routing is recomputed from the gate weight with the family's rule (the
+runner's strata.model.route: softmax top-k, optional renormalisation; DeepSeek-V2's scaled,
+group-limited top-k; DeepSeek-V3's sigmoid + correction bias + group-limited top-k), so it does
+not depend on what a given transformers version returns from the router.  Where
 the model can return its router logits (`output_router_logits`), the test checks both agree.
 
 Lookahead predictions: a pre-hook on layer l's `post_attention_layernorm` captures the residual
@@ -29,6 +30,7 @@ Usage:
 """
 import argparse
 import json
+import os
 import sys
 
 
@@ -52,62 +54,43 @@ def _moe_blocks(model):
     return out
 
 
+def routing_rule(config):
+    """The runner's description of config's routing rule (strata.model.route reads it): the family's
+    rule for the families python/strata knows, else top-k of softmax, renormalised when
+    norm_topk_prob."""
+    import types
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+    from strata.model import FAMILIES, Config
+    d = config.to_dict()
+    if d.get("model_type") in FAMILIES:
+        return Config.from_hf(d, "%s config" % d["model_type"], ignore_rope_scaling=True)
+    return types.SimpleNamespace(routing="softmax", grouped=False, n_group=1, topk_group=1, routed_scale=1.0,
+                                 norm_topk=bool(d.get("norm_topk_prob", False)), mla=False)
+
+
 class Router:
-    """The family's routing rule, applied to any hidden state and any MoE layer's gate."""
+    """The family's routing rule (strata.model.route, the runner's), applied to any hidden state and
+    any MoE layer's gate."""
 
     def __init__(self, config, blocks):
         self.config = config
         self.kind = getattr(config, "model_type", "")
         self.top_k = int(getattr(config, "num_experts_per_tok", None) or getattr(config, "moe_top_k", 2))
         self.blocks = blocks
-        w0 = blocks[0][2].gate.weight
-        self.n_experts = int(w0.shape[0])
-        if self.kind == "mixtral":
-            self.renorm = True
-        else:
-            self.renorm = bool(getattr(config, "norm_topk_prob", False))
-        self.scoring = getattr(config, "scoring_func", "sigmoid" if self.kind == "deepseek_v3" else "softmax")
-        self.n_group = int(getattr(config, "n_group", 1) or 1)
-        self.topk_group = int(getattr(config, "topk_group", self.n_group) or self.n_group)
-        self.grouped = self.kind in ("deepseek_v3",) or getattr(config, "topk_method", "") in (
-            "group_limited_greedy", "noaux_tc")
-        self.scale = float(getattr(config, "routed_scaling_factor", 1.0) or 1.0)
+        self.n_experts = int(blocks[0][2].gate.weight.shape[0])
+        self.rule = routing_rule(config)
 
     def route(self, moe_idx, x, k):
         """x: [T, hidden] -> (ids [T, k] long, weights [T, k] float), descending weight."""
         import torch
+        from strata.model import route
         gate = self.blocks[moe_idx][2].gate
         w = gate.weight
-        logits = torch.nn.functional.linear(x.to(w.dtype), w).float()
-        if self.scoring == "sigmoid":
-            scores = logits.sigmoid()
+        if self.rule.mla:  # DeepSeek's router runs in float32
+            logits = torch.nn.functional.linear(x.float(), w.float())
         else:
-            scores = logits.softmax(dim=-1)
-        choice = scores
-        bias = getattr(gate, "e_score_correction_bias", None)
-        if bias is not None:
-            choice = scores + bias.float()
-        if self.grouped and self.n_group > 1 and self.n_experts % self.n_group == 0:
-            T = choice.shape[0]
-            g = choice.view(T, self.n_group, -1)
-            if bias is not None:  # V3: a group's score is the sum of its top-2
-                gs = g.topk(2, dim=-1).values.sum(-1)
-            else:
-                gs = g.max(dim=-1).values
-            keep = gs.topk(self.topk_group, dim=-1).indices
-            mask = torch.zeros_like(gs).scatter_(1, keep, 1.0)
-            mask = mask.unsqueeze(-1).expand_as(g).reshape(T, -1)
-            choice = choice.masked_fill(mask == 0, float("-inf"))
-        k = min(k, self.n_experts)
-        idx = choice.topk(k, dim=-1).indices
-        wts = scores.gather(1, idx)
-        if self.renorm and k > 1:
-            wts = wts / wts.sum(-1, keepdim=True).clamp_min(1e-20)
-        if self.kind.startswith("deepseek"):
-            wts = wts * self.scale
-        # descending by weight, as routers report
-        order = wts.argsort(dim=-1, descending=True)
-        return idx.gather(1, order), wts.gather(1, order)
+            logits = torch.nn.functional.linear(x.to(w.dtype), w).float()
+        return route(self.rule, logits, k, getattr(gate, "e_score_correction_bias", None))
 
 
 class Recorder:

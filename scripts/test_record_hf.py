@@ -2,7 +2,7 @@
 """Test scripts/record_hf.py on tiny randomly initialised MoE models (no download).
 
 Skips with a message (exit 0) where torch or transformers is missing.  For each family the
-installed transformers knows (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, DeepSeek-V3), it records two
+installed transformers knows (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, DeepSeek-V2/V3), it records two
 prompts with lookahead predictions and checks: the header shape; one record per prompt token
 (prefill) and per generated token (decode) with the right positions; expert ids in range and
 distinct; weights descending; where the model returns its router logits, the recorded top-k equals
@@ -55,11 +55,17 @@ def families():
             num_experts=8, num_experts_per_tok=2, moe_intermediate_size=16, head_dim=8, **COMMON)))
     if hasattr(transformers, "OlmoeConfig"):
         out.append(("olmoe", lambda: transformers.OlmoeConfig(num_experts=8, num_experts_per_tok=2, **COMMON)))
+    mla = dict(COMMON, num_key_value_heads=COMMON["num_attention_heads"])  # MLA: a key per head
+    if hasattr(transformers, "DeepseekV2Config"):
+        out.append(("deepseek_v2", lambda: transformers.DeepseekV2Config(
+            n_routed_experts=8, num_experts_per_tok=2, topk_method="group_limited_greedy", n_group=2, topk_group=1,
+            routed_scaling_factor=2.0, moe_intermediate_size=16, first_k_dense_replace=1, n_shared_experts=1,
+            q_lora_rank=None, kv_lora_rank=16, qk_rope_head_dim=4, qk_nope_head_dim=4, v_head_dim=8, **mla)))
     if hasattr(transformers, "DeepseekV3Config"):
         out.append(("deepseek_v3", lambda: transformers.DeepseekV3Config(
             n_routed_experts=8, num_experts_per_tok=2, n_group=2, topk_group=1, moe_intermediate_size=16,
             first_k_dense_replace=1, n_shared_experts=1, q_lora_rank=None, kv_lora_rank=16, qk_rope_head_dim=4,
-            qk_nope_head_dim=4, v_head_dim=8, **COMMON)))
+            qk_nope_head_dim=4, v_head_dim=8, **mla)))
     return out
 
 
@@ -111,7 +117,7 @@ def check_family(name, make_config, strata):
     except Exception as e:  # this version's forward takes no output_router_logits
         print("  %s: no router logits (%s)" % (name, type(e).__name__))
         rl = None
-    if rl and name != "deepseek_v3":
+    if rl and not name.startswith("deepseek"):  # group-limited: not the top-k of the logits
         rl = [x for x in rl if x is not None]
         assert len(rl) == L, (len(rl), L)
         for m in range(L):

@@ -4,7 +4,9 @@
  1. overhead: one MoE layer call through the Python package (strata.Engine.moe_forward on
     CUDA tensors, PyTorch's current stream) vs the same call from C (tests/bench/bench_api.c),
     back-to-back calls, every expert in VRAM; Qwen3-30B-A3B and Kimi-K3.1 layer shapes
-    (`strata synth`, tier formats), T = 1 and 16.  Ratio = Python us/call / C us/call.
+    (`strata synth`, tier formats), T = 1 and 16.  Ratio = Python us/call / C us/call.  Also the
+    host-only cost of a call on each path (what a call takes to return while the device works
+    behind it) and their difference: the Python package's own per-call cost.
  2. decode: tok/s of the runner (strata.load, batch 1, greedy) with the Strata backend (every
     expert resident in VRAM, tier formats) vs the same runner with the batched BF16 backend
     (one GEMM per active expert), same non-routed weights, Qwen3-30B-A3B shape.
@@ -71,19 +73,26 @@ def log(*x):
 # ---- 1. overhead -------------------------------------------------------------------------------
 
 def py_calls(eng, T, iters, warm):
+    """(us per call over iters back-to-back calls and one sync, host us per call: what the first
+    min(iters, 64) calls took to return, as bench_api measures both)."""
     E, k, H = eng.store.shape["n_experts"], eng.store.shape["top_k"], eng.hidden
     x = torch.rand(T, H, device=DEV) - 0.5
     y = torch.zeros(T, H, device=DEV)
     w = torch.full((T, k), 1.0 / k)
     ids = [torch.tensor([[(i * 3 * k + t * k + j) % E for j in range(k)] for t in range(T)], dtype=torch.int32)
            for i in range(iters + warm)]
+    n_host = min(iters, 64)
+    t_host = None
     for i in range(iters + warm):
+        if i == warm + n_host:
+            t_host = time.perf_counter()
         if i == warm:
             sync()
             t0 = time.perf_counter()
         eng.moe_forward(i, 0, x, y, ids[i], w)
+    t_host = t_host or time.perf_counter()
     sync()
-    return (time.perf_counter() - t0) / iters * 1e6
+    return (time.perf_counter() - t0) / iters * 1e6, (t_host - t0) / n_host * 1e6
 
 
 def overhead(a, res):
@@ -93,15 +102,23 @@ def overhead(a, res):
         with strata.Store(d) as s, strata.Engine(s, "8G", "1G", place="static:promote=all", gpu=GPU, max_tokens=64) as eng:
             touch_all(eng)
             for T in (1, 16):
-                cs, ps = [], []
+                cs, ps, ch, ph = [], [], [], []
                 for rep in range(a.reps):
-                    out = sh(a.bench_api, d, str(T), str(a.iters), "30")
-                    cs.append(json.loads(out.strip().splitlines()[-1])["us_per_call"])
-                    ps.append(py_calls(eng, T, a.iters, 30))
+                    out = json.loads(sh(a.bench_api, d, str(T), str(a.iters), "30").strip().splitlines()[-1])
+                    cs.append(out["us_per_call"])
+                    ch.append(out["host_us_per_call"])
+                    p, h = py_calls(eng, T, a.iters, 30)
+                    ps.append(p)
+                    ph.append(h)
                 c, p = statistics.median(cs), statistics.median(ps)
+                hc, hp = statistics.median(ch), statistics.median(ph)
                 rows.append({"shape": name, "tokens": T, "c_us": round(c, 2), "python_us": round(p, 2),
-                             "ratio": round(p / c, 4), "c_all": cs, "python_all": [round(v, 2) for v in ps]})
-                log("overhead %-24s T=%-2d  C %8.2f us  Python %8.2f us  ratio %.3f" % (name, T, c, p, p / c))
+                             "ratio": round(p / c, 4), "c_all": cs, "python_all": [round(v, 2) for v in ps],
+                             "c_host_us": round(hc, 2), "python_host_us": round(hp, 2),
+                             "python_host_extra_us": round(hp - hc, 2), "c_host_all": ch,
+                             "python_host_all": [round(v, 2) for v in ph]})
+                log("overhead %-24s T=%-2d  C %8.2f us  Python %8.2f us  ratio %.3f | host only: C %.2f us, "
+                    "Python %.2f us (+%.2f)" % (name, T, c, p, p / c, hc, hp, hp - hc))
     res["overhead"] = rows
 
 

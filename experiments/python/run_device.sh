@@ -9,7 +9,8 @@
 #  3. experiments/python/bench.py: Python vs C per layer call, Strata vs batched BF16 decode,
 #     three tiers vs the link bound
 #  4. tests/python's GPU cases (CPU vs GPU per format, the model on the GPU, transformers parity
-#     on every family's tiny checkpoint where transformers is installed)
+#     on every family's tiny checkpoint and the DeepSeek variants where transformers is
+#     installed), then scripts/test_record_hf.py (skips without transformers)
 # Steps share BUDGET seconds (default 290): each gets what is left, capped.
 set -u
 T0=$SECONDS
@@ -25,7 +26,7 @@ PY=${STRATA_PYTHON:-python3}
 want build && { step build
 targets="$B/lib $B/bin/strata $B/tests/test_api $B/bench/bench_api"
 # shellcheck disable=SC2086
-scons -Q -j16 mode=release $targets >"$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }; }
+scons -Q -j16 mode=release builddir=$B $targets >"$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }; }
 
 if want tests; then
 step C ABI tests
@@ -41,16 +42,19 @@ echo "bench exit ${PIPESTATUS[0]}"
 fi
 if want tests; then
 step Python GPU tests
-sel="gpu or transformers or strata_layer or errors"
+sel="gpu or transformers or strata_layer or errors or deepseek"
 if "$PY" -c 'import pytest' 2>/dev/null; then
-	STRATA_LIB=$B/lib/libstrata.so STRATA_BIN=$B/bin/strata timeout $(left 120) "$PY" -m pytest -q -rs -s -p no:cacheprovider \
+	STRATA_LIB=$B/lib/libstrata.so STRATA_BIN=$B/bin/strata timeout $(left 180) "$PY" -m pytest -q -rs -s -p no:cacheprovider \
 		tests/python -k "$sel" >"$out/test_python.log" 2>&1
 else	# no pytest here: the module runs itself through tests/python/minitest.py
-	STRATA_LIB=$B/lib/libstrata.so STRATA_BIN=$B/bin/strata timeout $(left 120) "$PY" tests/python/test_strata.py -k "$sel" \
+	STRATA_LIB=$B/lib/libstrata.so STRATA_BIN=$B/bin/strata timeout $(left 180) "$PY" tests/python/test_strata.py -k "$sel" \
 		>"$out/test_python.log" 2>&1
 fi
 echo "python tests exit $?: $(tail -1 "$out/test_python.log")"
-grep -E "^transformers|^SKIP|^FAILED|^PASSED|Error" "$out/test_python.log" | head -30
+grep -E "^transformers|^SKIP|^FAILED|^PASSED|Error" "$out/test_python.log" | head -40
+step record_hf.py on tiny transformers models
+timeout $(left 90) "$PY" scripts/test_record_hf.py --strata $B/bin/strata >"$out/test_record_hf.log" 2>&1
+echo "test_record_hf exit $?: $(tail -1 "$out/test_record_hf.log")"
 fi
 
 rm -rf "${WORK:-/tmp/strata-py}"

@@ -37,7 +37,13 @@ Five lines that put Strata under a model (tests/python/test_readme.py runs them)
     print(model.generate([1, 2, 3], max_new_tokens=16))
     print(backend.stats()["hits_vram"])
 """
-from ._capi import StrataError
+try:
+    import torch  # noqa: F401
+except ImportError as _e:
+    raise ImportError("the strata package needs PyTorch, which this Python (%s) lacks: use Debian's "
+                      "/usr/bin/python3 with python3-torch (apt-get install python3-torch) or a Python that has "
+                      "torch" % __import__("sys").executable) from _e
+from ._capi import StrataError  # noqa: E402
 from .backends import BatchedBackend, StrataBackend, TorchBackend
 from .core import Engine, Recorder, Store, gpu_count, parse_size
 from .model import Config, MoEModel, load

@@ -4,7 +4,12 @@ Families (config.json's model_type): mixtral, qwen2_moe, qwen3_moe, olmoe, deeps
 Decoder layer: RMSNorm -> rotary attention with a KV cache (GQA; Qwen3's per-head and OLMoE's
 whole-projection q/k norms; Qwen2's q/k/v biases; DeepSeek's multi-head latent attention in its
 plain, decompressed form) -> RMSNorm -> dense MLP or MoE block (router with the family's rule,
-routed experts through a backend, shared experts in PyTorch).  Not implemented: YaRN / other
+routed experts through a backend, shared experts in PyTorch).  Each family means what transformers'
+modeling_<family>.py means, including the defaults of keys config.json leaves out (DEFAULTS) and
+DeepSeek's details: V2 never renormalises its top-k weights, V3 scores with sigmoid + correction
+bias over groups, q_a/kv_a norms use eps 1e-6, attention_bias / mlp_bias (route(), Attention).
+tests/python/test_strata.py pins these on hand-computed cases and, where transformers is
+installed, compares the logits of every family.  Not implemented: YaRN / other
 rope_scaling (DeepSeek-V2/V3's long-context scaling; refused unless --ignore-rope-scaling),
 sliding windows, Qwen's decoder_sparse_step patterns are read from the checkpoint itself (a layer
 is MoE when its router weight exists).
@@ -29,6 +34,25 @@ from .safetensors import Checkpoint
 FAMILIES = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "deepseek_v2", "deepseek_v3")
 
 
+# Defaults of keys a config.json may leave out: transformers' configuration classes
+# (configuration_<family>.py), so a checkpoint means what it means there.
+DEFAULTS = {
+    "mixtral": {"rms_norm_eps": 1e-5, "rope_theta": 1e6, "num_experts_per_tok": 2},
+    "qwen2_moe": {"rms_norm_eps": 1e-6, "rope_theta": 10000.0, "num_experts_per_tok": 4},
+    "qwen3_moe": {"rms_norm_eps": 1e-6, "rope_theta": 10000.0, "num_experts_per_tok": 8},
+    "olmoe": {"rms_norm_eps": 1e-5, "rope_theta": 10000.0, "num_experts_per_tok": 8},
+    "deepseek_v2": {"rms_norm_eps": 1e-6, "rope_theta": 10000.0, "num_experts_per_tok": None,
+                    "n_shared_experts": 2, "routed_scaling_factor": 1.0, "topk_method": "greedy",
+                    "n_group": None, "topk_group": None, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
+                    "qk_rope_head_dim": 64, "v_head_dim": 128},
+    "deepseek_v3": {"rms_norm_eps": 1e-6, "rope_theta": 10000.0, "num_experts_per_tok": 8,
+                    "n_shared_experts": 1, "routed_scaling_factor": 2.5, "norm_topk_prob": True,
+                    "n_group": 8, "topk_group": 4, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
+                    "qk_rope_head_dim": 64, "v_head_dim": 128, "rope_interleave": True},
+}
+MLA_NORM_EPS = 1e-6  # DeepSeek's q_a_layernorm / kv_a_layernorm: built without rms_norm_eps
+
+
 @dataclass
 class Config:
     family: str
@@ -46,14 +70,16 @@ class Config:
     dense_inter: int
     shared_inter: int = 0           # all shared experts of a layer together (0: none)
     shared_gate: bool = False       # Qwen2-MoE: sigmoid(shared_expert_gate x) scales them
-    norm_topk: bool = False
-    scoring: str = "softmax"        # or "sigmoid" (DeepSeek-V3)
+    norm_topk: bool = False         # renormalise the top-k weights (never for DeepSeek-V2: route())
+    routing: str = "softmax"        # "softmax" (top-k of softmax), "deepseek_v2", "deepseek_v3"
+    grouped: bool = False           # DeepSeek-V2 topk_method=group_limited_greedy (V3: always)
     n_group: int = 1
     topk_group: int = 1
-    grouped: bool = False
     routed_scale: float = 1.0
     qk_norm: str = ""               # "", "head" (Qwen3), "full" (OLMoE)
     qkv_bias: bool = False
+    attn_bias: bool = False         # DeepSeek attention_bias: q_a_proj, kv_a_proj_with_mqa, o_proj
+    mlp_bias: bool = False          # DeepSeek-V2 mlp_bias: dense MLPs and shared experts
     tie_embeddings: bool = False
     mla: bool = False
     q_lora_rank: int = 0
@@ -70,27 +96,41 @@ class Config:
         fam = c.get("model_type", "")
         if fam not in FAMILIES:
             raise StrataError("%s: model_type '%s' is not one of %s" % (path, fam, ", ".join(FAMILIES)), code=-11)
-        g = c.get
-        rs = g("rope_scaling")
+        dflt = DEFAULTS[fam]
+
+        def g(key, default=None):
+            v = c.get(key)
+            return v if v is not None else dflt.get(key, default)
+
+        def bad(msg):
+            return StrataError("%s: %s" % (path, msg), code=-11)
+        rp = c.get("rope_parameters") or {}  # transformers 5 keeps rope_theta / rope_type here
+        rs = c.get("rope_scaling") or (rp if rp.get("rope_type", "default") != "default" else None)
         if rs and not ignore_rope_scaling and (rs.get("type") or rs.get("rope_type")) not in (None, "default"):
-            raise StrataError("%s: rope_scaling %s is not implemented (pass ignore_rope_scaling to run "
-                              "without it, exact only within the original context)" % (path, rs), code=-11)
+            raise bad("rope_scaling %s is not implemented (pass ignore_rope_scaling to run without it, exact "
+                      "only within the original context)" % (rs,))
+        missing = [k for k in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads") if k not in c]
+        if not (g("moe_intermediate_size") or g("intermediate_size")):
+            missing.append("moe_intermediate_size or intermediate_size")
+        if missing:
+            raise bad("no %s" % ", ".join(missing))
         H = int(c["hidden_size"])
         nh = int(c["num_attention_heads"])
+        top_k = g("num_experts_per_tok")
+        if top_k is None:
+            raise bad("num_experts_per_tok is not set")
         cfg = Config(
             family=fam, vocab=int(c["vocab_size"]), hidden=H, n_layers=int(c["num_hidden_layers"]), n_heads=nh,
             n_kv_heads=int(g("num_key_value_heads") or nh), head_dim=int(g("head_dim") or H // nh),
-            rope_theta=float(g("rope_theta", 10000.0)), eps=float(g("rms_norm_eps", 1e-6)),
+            rope_theta=float(c.get("rope_theta") or rp.get("rope_theta") or dflt["rope_theta"]),
+            eps=float(g("rms_norm_eps")),
             n_experts=int(g("num_local_experts") or g("num_experts") or g("n_routed_experts") or 0),
-            top_k=int(g("num_experts_per_tok") or 2),
+            top_k=int(top_k),
             moe_inter=int(g("moe_intermediate_size") or g("intermediate_size")),
             dense_inter=int(g("intermediate_size") or 0),
             tie_embeddings=bool(g("tie_word_embeddings", False)),
             max_pos=int(g("max_position_embeddings", 4096)), raw=c)
-        if fam == "mixtral":
-            cfg.norm_topk = True
-        else:
-            cfg.norm_topk = bool(g("norm_topk_prob", False))
+        cfg.norm_topk = fam == "mixtral" or bool(g("norm_topk_prob", False))
         if fam == "qwen2_moe":
             cfg.qkv_bias = True
             cfg.shared_inter = int(g("shared_expert_intermediate_size") or 0)
@@ -100,21 +140,42 @@ class Config:
         if fam == "olmoe":
             cfg.qk_norm = "full"
         if fam.startswith("deepseek"):
+            cfg.routing = fam
             cfg.shared_inter = int(g("n_shared_experts") or 0) * cfg.moe_inter
-            cfg.scoring = g("scoring_func", "sigmoid" if fam == "deepseek_v3" else "softmax")
-            cfg.n_group = int(g("n_group") or 1)
-            cfg.topk_group = int(g("topk_group") or cfg.n_group)
-            cfg.grouped = fam == "deepseek_v3" or g("topk_method", "") in ("group_limited_greedy", "noaux_tc")
-            cfg.routed_scale = float(g("routed_scaling_factor") or 1.0)
-            if g("kv_lora_rank"):
-                cfg.mla = True
-                cfg.q_lora_rank = int(g("q_lora_rank") or 0)
-                cfg.kv_lora_rank = int(g("kv_lora_rank"))
-                cfg.qk_nope_dim = int(g("qk_nope_head_dim"))
-                cfg.qk_rope_dim = int(g("qk_rope_head_dim"))
-                cfg.v_head_dim = int(g("v_head_dim"))
-                cfg.head_dim = cfg.qk_rope_dim
-                cfg.rope_interleave = bool(g("rope_interleave", True))
+            cfg.routed_scale = float(g("routed_scaling_factor"))
+            cfg.attn_bias = bool(g("attention_bias", False))
+            cfg.mlp_bias = fam == "deepseek_v2" and bool(g("mlp_bias", False))
+            if fam == "deepseek_v2":
+                # transformers' DeepseekV2Moe: softmax, greedy or group-limited top-k, times
+                # routed_scaling_factor, never renormalised (norm_topk_prob is not read)
+                cfg.norm_topk = False
+                method = g("topk_method")
+                if method not in ("greedy", "group_limited_greedy"):
+                    raise bad("topk_method '%s': DeepSeek-V2 routes with greedy or group_limited_greedy" % method)
+                cfg.grouped = method == "group_limited_greedy"
+            else:
+                cfg.grouped = True  # noaux_tc: sigmoid + correction bias, top-2 sums per group
+            if cfg.grouped:
+                if g("n_group") is None or g("topk_group") is None:
+                    raise bad("topk_method %s needs n_group and topk_group" % g("topk_method", "noaux_tc"))
+                cfg.n_group, cfg.topk_group = int(g("n_group")), int(g("topk_group"))
+                if cfg.n_group < 1 or cfg.n_experts % cfg.n_group or not 1 <= cfg.topk_group <= cfg.n_group:
+                    raise bad("n_group %d / topk_group %d do not fit %d experts (n_group must divide them, "
+                              "1 <= topk_group <= n_group)"
+                              % (cfg.n_group, cfg.topk_group, cfg.n_experts))
+                if fam == "deepseek_v3" and cfg.n_experts // cfg.n_group < 2:
+                    raise bad("n_group %d leaves groups of fewer than 2 experts (a group scores its top 2)"
+                              % cfg.n_group)
+            cfg.mla = True
+            # absent: transformers' 1536 (a q_a/q_b pair); null: one q_proj.  The weights decide.
+            cfg.q_lora_rank = int(c["q_lora_rank"] or 0) if "q_lora_rank" in c else 1536
+            cfg.kv_lora_rank = int(g("kv_lora_rank"))
+            cfg.qk_nope_dim = int(g("qk_nope_head_dim"))
+            cfg.qk_rope_dim = int(g("qk_rope_head_dim"))
+            cfg.v_head_dim = int(g("v_head_dim"))
+            cfg.head_dim = cfg.qk_rope_dim
+            # V2 rotates (even, odd) pairs as complex numbers, always; V3 does when rope_interleave
+            cfg.rope_interleave = fam == "deepseek_v2" or bool(g("rope_interleave"))
         return cfg
 
 
@@ -215,8 +276,14 @@ class Attention(torch.nn.Module):
                 t = get(prefix + n + ".weight", optional=True)
                 if t is not None:
                     self.w[n] = t
-            self.q_a_norm = RMSNorm(P("q_a_layernorm.weight"), cfg.eps) if "q_a_proj" in self.w else None
-            self.kv_a_norm = RMSNorm(P("kv_a_layernorm.weight"), cfg.eps)
+            if "q_a_proj" not in self.w and "q_proj" not in self.w:
+                P("q_proj.weight")  # neither form of the query projection: name the one missing
+            if cfg.attn_bias:
+                for n in ("q_a_proj", "kv_a_proj_with_mqa", "o_proj"):
+                    if n in self.w or n != "q_a_proj":
+                        self.w[n + ".bias"] = P(n + ".bias")
+            self.q_a_norm = RMSNorm(P("q_a_layernorm.weight"), MLA_NORM_EPS) if "q_a_proj" in self.w else None
+            self.kv_a_norm = RMSNorm(P("kv_a_layernorm.weight"), MLA_NORM_EPS)
             self.rope = Rope(cfg.qk_rope_dim, cfg.rope_theta, cfg.rope_interleave)
             self.scale = (cfg.qk_nope_dim + cfg.qk_rope_dim) ** -0.5
             return
@@ -254,12 +321,12 @@ class Attention(torch.nn.Module):
         c = self.cfg
         B, T, _ = x.shape
         if "q_a_proj" in self.w:
-            q = F.linear(self.q_a_norm(F.linear(x, self.w["q_a_proj"])), self.w["q_b_proj"])
+            q = F.linear(self.q_a_norm(self._lin(x, "q_a_proj")), self.w["q_b_proj"])
         else:
             q = F.linear(x, self.w["q_proj"])
         q = q.view(B, T, c.n_heads, c.qk_nope_dim + c.qk_rope_dim).transpose(1, 2)
         q_nope, q_pe = q.split([c.qk_nope_dim, c.qk_rope_dim], dim=-1)
-        ckv = F.linear(x, self.w["kv_a_proj_with_mqa"])
+        ckv = self._lin(x, "kv_a_proj_with_mqa")
         ckv, k_pe = ckv.split([c.kv_lora_rank, c.qk_rope_dim], dim=-1)
         k_pe = k_pe.view(B, T, 1, c.qk_rope_dim).transpose(1, 2)
         kv = F.linear(self.kv_a_norm(ckv), self.w["kv_b_proj"])
@@ -270,41 +337,61 @@ class Attention(torch.nn.Module):
         k = torch.cat((k_nope, k_pe.expand(B, c.n_heads, T, c.qk_rope_dim)), dim=-1)
         K, V = cache.put(self.layer, k, v.contiguous(), pos0)
         o = _attend(q, K, V, pos0, self.scale)
-        return F.linear(o.transpose(1, 2).reshape(B, T, -1), self.w["o_proj"])
+        return self._lin(o.transpose(1, 2).reshape(B, T, -1), "o_proj")
 
 
-def swiglu(x, gate, up, down):
-    return F.linear(F.silu(F.linear(x, gate)) * F.linear(x, up), down)
+def swiglu(x, gate, up, down, bias=None):
+    """down(silu(gate x) * up x); bias: None or the (gate, up, down) biases."""
+    bg, bu, bd = bias or (None, None, None)
+    return F.linear(F.silu(F.linear(x, gate, bg)) * F.linear(x, up, bu), down, bd)
+
+
+def route(cfg: Config, logits, k: int, bias=None):
+    """The family's routing rule on router logits [N, E] (float32) -> (ids [N, k] int64,
+    weights [N, k] float32), descending weight.  As transformers computes it:
+      softmax    (Mixtral, Qwen2/3-MoE, OLMoE): top-k of softmax, renormalised when norm_topk
+                 (always for Mixtral);
+      deepseek_v2: softmax; greedy top-k, or group_limited_greedy (keep the topk_group groups of
+                 highest max score, others' scores set to 0); times routed_scaling_factor; never
+                 renormalised (DeepseekV2Moe does not read norm_topk_prob);
+      deepseek_v3: sigmoid; choice = score + e_score_correction_bias (0 when absent); keep the
+                 topk_group groups of highest top-2 sum of choice, others' choice set to 0; top-k
+                 of choice; weights = the chosen sigmoid scores, renormalised (sum + 1e-20) when
+                 norm_topk_prob, times routed_scaling_factor."""
+    N, E = logits.shape
+    k = min(k, E)
+    v3 = cfg.routing == "deepseek_v3"
+    scores = logits.sigmoid() if v3 else logits.softmax(dim=-1)
+    choice = scores + bias.float() if v3 and bias is not None else scores
+    if cfg.grouped and cfg.n_group > 1:
+        grp = choice.view(N, cfg.n_group, -1)
+        gs = grp.topk(2, dim=-1).values.sum(-1) if v3 else grp.max(dim=-1).values
+        keep = torch.zeros_like(gs).scatter_(1, gs.topk(cfg.topk_group, dim=-1).indices, 1.0)
+        choice = choice.masked_fill((keep.unsqueeze(-1).expand_as(grp) == 0).reshape(N, E), 0.0)
+    w, idx = choice.topk(k, dim=-1)
+    if v3 or cfg.routing == "softmax":
+        w = scores.gather(1, idx)
+    if cfg.norm_topk and k > 1:
+        w = w / (w.sum(-1, keepdim=True) + 1e-20)
+    if cfg.routing != "softmax":
+        w = w * cfg.routed_scale
+    order = w.argsort(dim=-1, descending=True)
+    return idx.gather(1, order), w.gather(1, order)
 
 
 class Router:
-    """The family's routing rule over one MoE layer's router weight."""
+    """The family's routing rule (route()) over one MoE layer's router weight."""
 
     def __init__(self, cfg: Config, weight, bias=None):
         self.cfg, self.weight, self.bias = cfg, weight, bias
 
     def __call__(self, x, k: int):
         """x [N, hidden] -> (ids [N, k] int64, weights [N, k] float32), descending weight."""
-        c = self.cfg
-        logits = F.linear(x.to(self.weight.dtype), self.weight).float()
-        scores = logits.sigmoid() if c.scoring == "sigmoid" else logits.softmax(dim=-1)
-        choice = scores + self.bias.float() if self.bias is not None else scores
-        E = scores.shape[-1]
-        if c.grouped and c.n_group > 1 and E % c.n_group == 0:
-            N = choice.shape[0]
-            g = choice.view(N, c.n_group, -1)
-            gs = g.topk(2, dim=-1).values.sum(-1) if self.bias is not None else g.max(dim=-1).values
-            keep = gs.topk(c.topk_group, dim=-1).indices
-            mask = torch.zeros_like(gs).scatter_(1, keep, 1.0).unsqueeze(-1).expand_as(g).reshape(N, -1)
-            choice = choice.masked_fill(mask == 0, float("-inf"))
-        k = min(k, E)
-        idx = choice.topk(k, dim=-1).indices
-        w = scores.gather(1, idx)
-        if c.norm_topk and k > 1:
-            w = w / w.sum(-1, keepdim=True).clamp_min(1e-20)
-        w = w * c.routed_scale
-        order = w.argsort(dim=-1, descending=True)
-        return idx.gather(1, order), w.gather(1, order)
+        if self.cfg.mla:  # DeepSeek's router runs in float32 whatever the model dtype
+            logits = F.linear(x.float(), self.weight.float())
+        else:
+            logits = F.linear(x.to(self.weight.dtype), self.weight).float()
+        return route(self.cfg, logits, k, self.bias)
 
 
 class MoEBlock(torch.nn.Module):
@@ -314,10 +401,11 @@ class MoEBlock(torch.nn.Module):
         fam = cfg.family
         pre = "model.layers.%d.%s." % (layer, "block_sparse_moe" if fam == "mixtral" else "mlp")
         self.router = Router(cfg, get(pre + "gate.weight"), get(pre + "gate.e_score_correction_bias", optional=True))
-        self.shared = None
+        self.shared = self.shared_bias = None
         if cfg.shared_inter:
             sp = pre + ("shared_expert." if fam == "qwen2_moe" else "shared_experts.")
             self.shared = [get(sp + n + "_proj.weight") for n in ("gate", "up", "down")]
+            self.shared_bias = [get(sp + n + "_proj.bias") for n in ("gate", "up", "down")] if cfg.mlp_bias else None
         self.shared_gate = get(pre + "shared_expert_gate.weight") if cfg.shared_gate else None
         # routed experts, stacked: gate|up [E, 2I, H] and down [E, H, I] (model dtype)
         self.w_gu = self.w_down = None
@@ -332,7 +420,7 @@ class MoEBlock(torch.nn.Module):
     def shared_out(self, x):
         if self.shared is None:
             return None
-        y = swiglu(x, *self.shared)
+        y = swiglu(x, *self.shared, bias=self.shared_bias)
         if self.shared_gate is not None:
             y = torch.sigmoid(F.linear(x, self.shared_gate)) * y
         return y
@@ -376,6 +464,7 @@ class MoEModel(torch.nn.Module):
                 self.moe.append((i, mlp, n2))
             else:
                 mlp = [get(p + "mlp.%s_proj.weight" % n) for n in ("gate", "up", "down")]
+                mlp.append([get(p + "mlp.%s_proj.bias" % n) for n in ("gate", "up", "down")] if cfg.mlp_bias else None)
             self.layers.append((attn, n1, n2, mlp))
         if not self.moe:
             raise StrataError("%s: no MoE layer (no router weight such as '%s')" %
@@ -443,7 +532,7 @@ class MoEModel(torch.nn.Module):
                                         None if pred is None else pred[0], None if pred is None else pred[1])
                 x = x + y.view_as(x).to(x.dtype)
             else:
-                x = x + swiglu(h, *mlp)
+                x = x + swiglu(h, *mlp[:3], bias=mlp[3])
         self.cache.len = pos0 + T
         if self.recorder is not None:
             if B != 1:

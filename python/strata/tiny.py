@@ -13,7 +13,7 @@ from typing import Dict, Optional
 
 import torch
 
-from .model import expert_names
+from .model import Config, expert_names
 from .safetensors import save_file
 
 
@@ -82,6 +82,7 @@ def make_tensors(c: Dict, seed: int = 1, dtype=torch.bfloat16, device: str = "cp
                  experts: bool = True) -> Dict[str, torch.Tensor]:
     """The random tensors of config c (experts=False leaves the routed experts out)."""
     family = c["model_type"]
+    cfg = Config.from_hf(c, ignore_rope_scaling=True)  # the family's defaults for keys c leaves out
     g = torch.Generator(device=device).manual_seed(seed)
     H, V, L = c["hidden_size"], c["vocab_size"], c["num_hidden_layers"]
     nh, kvh = c["num_attention_heads"], c.get("num_key_value_heads", c["num_attention_heads"])
@@ -108,15 +109,22 @@ def make_tensors(c: Dict, seed: int = 1, dtype=torch.bfloat16, device: str = "cp
         ones(p + "input_layernorm.weight", H)
         ones(p + "post_attention_layernorm.weight", H)
         a = p + "self_attn."
-        if family.startswith("deepseek"):
-            qd = c["qk_nope_head_dim"] + c["qk_rope_head_dim"]
-            w(a + "q_a_proj.weight", c["q_lora_rank"], H)
-            ones(a + "q_a_layernorm.weight", c["q_lora_rank"])
-            w(a + "q_b_proj.weight", nh * qd, c["q_lora_rank"])
-            w(a + "kv_a_proj_with_mqa.weight", c["kv_lora_rank"] + c["qk_rope_head_dim"], H)
-            ones(a + "kv_a_layernorm.weight", c["kv_lora_rank"])
-            w(a + "kv_b_proj.weight", nh * (c["qk_nope_head_dim"] + c["v_head_dim"]), c["kv_lora_rank"])
-            w(a + "o_proj.weight", H, nh * c["v_head_dim"])
+        if cfg.mla:
+            qd, qr, kr = cfg.qk_nope_dim + cfg.qk_rope_dim, cfg.q_lora_rank, cfg.kv_lora_rank
+            if qr:
+                w(a + "q_a_proj.weight", qr, H)
+                ones(a + "q_a_layernorm.weight", qr)
+                w(a + "q_b_proj.weight", nh * qd, qr)
+            else:
+                w(a + "q_proj.weight", nh * qd, H)
+            w(a + "kv_a_proj_with_mqa.weight", kr + cfg.qk_rope_dim, H)
+            ones(a + "kv_a_layernorm.weight", kr)
+            w(a + "kv_b_proj.weight", nh * (cfg.qk_nope_dim + cfg.v_head_dim), kr)
+            w(a + "o_proj.weight", H, nh * cfg.v_head_dim)
+            if cfg.attn_bias:
+                for n, d in (("q_a_proj", qr), ("kv_a_proj_with_mqa", kr + cfg.qk_rope_dim), ("o_proj", H)):
+                    if d:
+                        small(a + n + ".bias", d, 0.1)
         else:
             w(a + "q_proj.weight", nh * hd, H)
             w(a + "k_proj.weight", kvh * hd, H)
@@ -136,11 +144,14 @@ def make_tensors(c: Dict, seed: int = 1, dtype=torch.bfloat16, device: str = "cp
             w(p + "mlp.gate_proj.weight", Id, H)
             w(p + "mlp.up_proj.weight", Id, H)
             w(p + "mlp.down_proj.weight", H, Id)
+            if cfg.mlp_bias:
+                for n, d in (("gate", Id), ("up", Id), ("down", H)):
+                    small(p + "mlp.%s_proj.bias" % n, d, 0.1)
             continue
         m = p + ("block_sparse_moe." if family == "mixtral" else "mlp.")
         w(m + "gate.weight", E, H, 4.0)  # a router with some confidence
         if family == "deepseek_v3":
-            small(m + "gate.e_score_correction_bias", E, 0.01, torch.float32)
+            small(m + "gate.e_score_correction_bias", E, 0.3, torch.float32)  # moves the choice
         for e in range(E if experts else 0):
             gn, un, dn = expert_names(family, i, e)
             w(gn, I, H)
@@ -151,10 +162,12 @@ def make_tensors(c: Dict, seed: int = 1, dtype=torch.bfloat16, device: str = "cp
             for n, r, cc in (("gate", Is, H), ("up", Is, H), ("down", H, Is)):
                 w(m + "shared_expert.%s_proj.weight" % n, r, cc)
             w(m + "shared_expert_gate.weight", 1, H)
-        if family.startswith("deepseek"):
-            Is = c["n_shared_experts"] * I
+        if cfg.mla and cfg.shared_inter:
+            Is = cfg.shared_inter
             for n, r, cc in (("gate", Is, H), ("up", Is, H), ("down", H, Is)):
                 w(m + "shared_experts.%s_proj.weight" % n, r, cc)
+                if cfg.mlp_bias:
+                    small(m + "shared_experts.%s_proj.bias" % n, r, 0.1)
     return t
 
 

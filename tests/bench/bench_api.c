@@ -5,7 +5,10 @@
  * that holds the store, and the warm-up calls use every expert), x
  * and y on the device, the ids of call i, token t, slot j are (i * 3k + t * k + j) mod E with
  * weights 1/k (bench.py uses the same), `iters` calls after `warmup`, one device sync at the
- * end.  Prints one JSON line: {"shards", "tokens", "iters", "us_per_call", "on_gpu"}.
+ * end.  Prints one JSON line: {"shards", "tokens", "iters", "us_per_call", "host_us_per_call",
+ * "on_gpu"}: host_us_per_call is what the first min(ITERS, 64) timed calls took to return, the
+ * host's own cost per call while the device works behind it (64 calls stay far from filling the
+ * device's launch queue, which would make the host wait).
  *
  *   bench_api SHARD_DIR TOKENS [ITERS=300] [WARMUP=30] [VRAM_BYTES=8G]
  */
@@ -57,8 +60,11 @@ int main(int argc, char **argv)
 		fprintf(stderr, "bench_api: %s\n", err.msg);
 		return 1;
 	}
-	uint64_t t0 = 0;
+	uint64_t t0 = 0, t_host = 0;
+	int n_host = iters < 64 ? iters : 64;
 	for (int i = 0; i < iters + warm; i++) {
+		if (i == warm + n_host)
+			t_host = strata_now_ns();
 		if (i == warm) {
 			if (gpu && strata_gpu_sync(&err))
 				return 1;
@@ -70,11 +76,15 @@ int main(int argc, char **argv)
 			return 1;
 		}
 	}
+	if (!t_host)
+		t_host = strata_now_ns();
+	double host_us = (double)(t_host - t0) / 1e3 / n_host;
 	if (gpu && strata_gpu_sync(&err))
 		return 1;
 	double us = (double)(strata_now_ns() - t0) / 1e3 / iters;
-	printf("{\"shards\": \"%s\", \"tokens\": %u, \"iters\": %d, \"us_per_call\": %.3f, \"on_gpu\": %d}\n", argv[1], T,
-	       iters, us, gpu);
+	printf("{\"shards\": \"%s\", \"tokens\": %u, \"iters\": %d, \"us_per_call\": %.3f, \"host_us_per_call\": %.3f, "
+	       "\"on_gpu\": %d}\n",
+	       argv[1], T, iters, us, host_us, gpu);
 	if (gpu) {
 		strata_gpu_free(dx);
 		strata_gpu_free(dy);

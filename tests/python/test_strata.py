@@ -4,6 +4,7 @@ Needs a libstrata.so ($STRATA_LIB, else the build tree's) and the strata CLI ($S
 build/release/bin/strata).  GPU cases skip with a message where PyTorch or libstrata sees no GPU.
 """
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -102,17 +103,207 @@ def test_family_backends_and_cache(work, family):
     with the KV cache gives the logits of one forward over the whole sequence."""
     hf = make_checkpoint(os.path.join(work, family), family, seed=7, layers=3, experts=8, top_k=2,
                          hidden=128, inter=64, vocab=256, dense_layers=1 if family.startswith("deepseek") else 0)
+    ref = check_backends_and_cache(hf)
+    assert len(ref.generate([1, 2, 3], 4)) == 4
+
+
+def check_backends_and_cache(hf, n=9, prefill=6):
+    """The batched backend equals the reference; prefill + decode with the KV cache equals one
+    forward over n tokens.  Returns the reference model."""
     ref = strata.load(hf, TorchBackend(), "cpu")
     bat = strata.load(hf, BatchedBackend(), "cpu")
-    ids = torch.randint(0, 256, (1, 9), generator=torch.Generator().manual_seed(1))
+    ids = torch.randint(0, 256, (1, n), generator=torch.Generator().manual_seed(1))
     ref.reset(1, 16)
     full = ref.forward(ids)
     bat.reset(1, 16)
     assert rel(bat.forward(ids), full) < 1e-5
     ref.reset(1, 16)
-    parts = [ref.forward(ids[:, :6])] + [ref.forward(ids[:, i:i + 1]) for i in range(6, 9)]
+    parts = [ref.forward(ids[:, :prefill])] + [ref.forward(ids[:, i:i + 1]) for i in range(prefill, n)]
     assert rel(torch.cat(parts, 1), full) < 1e-4
-    assert len(ref.generate([1, 2, 3], 4)) == 4
+    return ref
+
+
+# ---- DeepSeek's rules as transformers defines them, on hand-computed cases ---------------------
+
+def deepseek_variants():
+    """Tiny DeepSeek configs that leave the defaults: (name, family, config overrides, layers).
+    Both V2 routings, q_lora_rank set and null, attention_bias and mlp_bias, a dense first layer,
+    rms_norm_eps far from the q_a/kv_a norms' 1e-6, V3 with keys left to their defaults and with
+    rope_interleave off."""
+    return [
+        ("deepseek_v2", "deepseek_v2", {"topk_method": "greedy", "routed_scaling_factor": 1.5,
+                                        "norm_topk_prob": True, "rms_norm_eps": 0.05}, 2),
+        ("deepseek_v2-grouped", "deepseek_v2", {"topk_method": "group_limited_greedy", "n_group": 4,
+                                                "topk_group": 2, "q_lora_rank": None, "attention_bias": True,
+                                                "mlp_bias": True, "routed_scaling_factor": 3.0,
+                                                "first_k_dense_replace": 1, "rms_norm_eps": 0.05}, 3),
+        ("deepseek_v3", "deepseek_v3", {"n_group": 4, "topk_group": 2, "attention_bias": True,
+                                        "rms_norm_eps": 0.05, "-norm_topk_prob": 1, "-routed_scaling_factor": 1,
+                                        "-n_shared_experts": 1}, 2),
+        ("deepseek_v3-rope-halves", "deepseek_v3", {"n_group": 2, "topk_group": 1, "rope_interleave": False,
+                                                    "q_lora_rank": None, "norm_topk_prob": False}, 2),
+    ]
+
+
+def variant_config(family, over, layers, **shape):
+    """tiny.config_for(family) with over applied ("-key": leave key out, to its default)."""
+    from strata.tiny import config_for
+    c = config_for(family, layers=layers, **shape)
+    for k, v in over.items():
+        if k.startswith("-"):
+            c.pop(k[1:], None)
+        else:
+            c[k] = v
+    return c
+
+
+DROP = object()
+
+
+def ds_cfg(family, **over):
+    base = {"model_type": family, "vocab_size": 16, "hidden_size": 8, "num_hidden_layers": 1,
+            "num_attention_heads": 1, "n_routed_experts": 4, "moe_intermediate_size": 4}
+    base.update(over)
+    base = {k: v for k, v in base.items() if v is not DROP}
+    return strata.model.Config.from_hf(base)
+
+
+def test_deepseek_config_defaults():
+    """Keys a config.json leaves out take transformers' defaults (configuration_deepseek_v2/v3.py,
+    configuration_mixtral.py); transformers 5's rope_parameters are read."""
+    v2 = ds_cfg("deepseek_v2", num_experts_per_tok=2, norm_topk_prob=True)
+    assert (v2.shared_inter, v2.routed_scale, v2.norm_topk, v2.grouped) == (2 * 4, 1.0, False, False)
+    assert (v2.kv_lora_rank, v2.qk_nope_dim, v2.qk_rope_dim, v2.v_head_dim, v2.head_dim) == (512, 128, 64, 128, 64)
+    assert v2.rope_interleave and v2.eps == 1e-6 and v2.mla and not v2.attn_bias
+    assert ds_cfg("deepseek_v2", num_experts_per_tok=2, rope_interleave=False).rope_interleave  # V2: always
+    v3 = ds_cfg("deepseek_v3", n_routed_experts=32)
+    assert (v3.top_k, v3.n_group, v3.topk_group, v3.norm_topk, v3.routed_scale, v3.shared_inter) == \
+        (8, 8, 4, True, 2.5, 4)
+    assert v3.grouped and v3.rope_interleave
+    assert not ds_cfg("deepseek_v3", n_routed_experts=32, rope_interleave=False).rope_interleave
+    with pytest.raises(StrataError, match="num_experts_per_tok is not set"):
+        ds_cfg("deepseek_v2")
+    with pytest.raises(StrataError, match="topk_method 'noaux_tc'"):
+        ds_cfg("deepseek_v2", num_experts_per_tok=2, topk_method="noaux_tc")
+    with pytest.raises(StrataError, match="needs n_group and topk_group"):
+        ds_cfg("deepseek_v2", num_experts_per_tok=2, topk_method="group_limited_greedy")
+    with pytest.raises(StrataError, match="config.json: no moe_intermediate_size or intermediate_size"):
+        ds_cfg("deepseek_v3", n_routed_experts=32, moe_intermediate_size=DROP)
+    with pytest.raises(StrataError, match="do not fit 12 experts"):
+        ds_cfg("deepseek_v3", n_routed_experts=12, n_group=5)
+    with pytest.raises(StrataError, match="groups of fewer than 2"):
+        ds_cfg("deepseek_v3", n_routed_experts=8)  # 8 experts in the default 8 groups
+    m = strata.model.Config.from_hf({"model_type": "mixtral", "vocab_size": 8, "hidden_size": 8,
+                                     "num_hidden_layers": 1, "num_attention_heads": 2, "num_local_experts": 4,
+                                     "intermediate_size": 8})
+    assert (m.eps, m.rope_theta, m.top_k, m.norm_topk) == (1e-5, 1e6, 2, True)
+    q = ds_cfg("deepseek_v3", n_routed_experts=32, rope_parameters={"rope_type": "default", "rope_theta": 5e4})
+    assert q.rope_theta == 5e4
+    with pytest.raises(StrataError, match="rope_scaling"):
+        ds_cfg("deepseek_v3", n_routed_experts=32, rope_parameters={"rope_type": "yarn", "factor": 40.0})
+
+
+def test_deepseek_v2_routing_by_hand():
+    """Softmax, greedy or group-limited top-k, times routed_scaling_factor, not renormalised even
+    with norm_topk_prob (transformers' DeepseekV2Moe)."""
+    from strata.model import route
+    p = torch.tensor([[0.1, 0.2, 0.3, 0.4], [0.35, 0.05, 0.32, 0.28]])
+    logits = p.log()  # softmax(logits) = p
+    greedy = ds_cfg("deepseek_v2", num_experts_per_tok=2, norm_topk_prob=True, routed_scaling_factor=2.0)
+    ids, w = route(greedy, logits, 2)
+    assert ids.tolist() == [[3, 2], [0, 2]]
+    assert torch.allclose(w, torch.tensor([[0.8, 0.6], [0.7, 0.64]]))
+    grouped = ds_cfg("deepseek_v2", num_experts_per_tok=2, routed_scaling_factor=2.0,
+                     topk_method="group_limited_greedy", n_group=2, topk_group=1)
+    ids, w = route(grouped, logits, 2)
+    # token 1: group {0,1} (max 0.35) beats {2,3} (max 0.32): expert 1 (0.05) instead of expert 2
+    assert ids.tolist() == [[3, 2], [0, 1]]
+    assert torch.allclose(w, torch.tensor([[0.8, 0.6], [0.7, 0.1]]))
+
+
+def test_deepseek_v3_routing_by_hand():
+    """Sigmoid scores; the correction bias moves the choice but not the weights; groups ranked by
+    the sum of their top 2 (biased) scores; weights renormalised and times 2.5 (the defaults)."""
+    from strata.model import route
+    s = torch.tensor([[0.9, 0.1, 0.5, 0.4, 0.2, 0.15, 0.6, 0.7]])
+    b = torch.tensor([0.0, 0.0, 0.0, 0.0, 0.5, 0.5, 0.0, -0.6])
+    cfg = ds_cfg("deepseek_v3", n_routed_experts=8, num_experts_per_tok=2, n_group=4, topk_group=2)
+    # choice = s + b = .9 .1 | .5 .4 | .7 .65 | .6 .1 -> group sums 1.0, 0.9, 1.35, 0.7: keep groups 2, 0
+    ids, w = route(cfg, (s / (1 - s)).log(), 2, b)
+    assert ids.tolist() == [[0, 4]]  # not expert 7 (score 0.7, bias -0.6) nor 6 (its group is out)
+    assert torch.allclose(w, torch.tensor([[0.9 / 1.1 * 2.5, 0.2 / 1.1 * 2.5]]))
+    ids, w = route(cfg, (s / (1 - s)).log(), 2)  # no bias: groups 0 (1.0) and 3 (1.3): experts 0, 7
+    assert ids.tolist() == [[0, 7]]
+    assert torch.allclose(w, torch.tensor([[0.9 / 1.6 * 2.5, 0.7 / 1.6 * 2.5]]))
+    mix = strata.model.Config.from_hf({"model_type": "qwen3_moe", "vocab_size": 8, "hidden_size": 8,
+                                       "num_hidden_layers": 1, "num_attention_heads": 2, "num_experts": 4,
+                                       "moe_intermediate_size": 8, "num_experts_per_tok": 2})
+    ids, w = route(mix, torch.tensor([[0.1, 0.2, 0.3, 0.4]]).log(), 2)  # Qwen3: norm_topk_prob off
+    assert ids.tolist() == [[3, 2]] and torch.allclose(w, torch.tensor([[0.4, 0.3]]))
+
+
+def test_deepseek_rope_by_hand():
+    """DeepSeek rotates (x0, x1), (x2, x3), ... as complex numbers x_2j + i x_2j+1 times
+    e^{i pos theta^(-2j/d)} (transformers' apply_rotary_emb); the runner stores the result as
+    (real parts, imaginary parts), the same permutation for q and k, so every q.k is the same.
+    rope_interleave off (V3): pairs (x_j, x_j+d/2)."""
+    from strata.model import Rope
+    x = torch.tensor([1.0, 2.0, 3.0, 4.0]).view(1, 1, 1, 4)
+    pos, theta = 3, 100.0
+    f = [pos * 1.0, pos * theta ** -0.5]
+    z = [complex(1, 2) * complex(math.cos(f[0]), math.sin(f[0])), complex(3, 4) * complex(math.cos(f[1]), math.sin(f[1]))]
+    got = Rope(4, theta, True).apply(x, pos).flatten().tolist()
+    want = [z[0].real, z[1].real, z[0].imag, z[1].imag]
+    assert max(abs(a - b) for a, b in zip(got, want)) < 1e-5, (got, want)
+    z = [complex(1, 3) * complex(math.cos(f[0]), math.sin(f[0])), complex(2, 4) * complex(math.cos(f[1]), math.sin(f[1]))]
+    got = Rope(4, theta, False).apply(x, pos).flatten().tolist()
+    want = [z[0].real, z[1].real, z[0].imag, z[1].imag]
+    assert max(abs(a - b) for a, b in zip(got, want)) < 1e-5, (got, want)
+
+
+def test_deepseek_mla_bias_and_norm_eps_by_hand():
+    """One token at position 0 (rope is the identity, attention is that token's value):
+    out = W_o v + b_o with v the value rows of kv_b_proj(rmsnorm_1e-6(W_kva x + b_kva)), whatever
+    rms_norm_eps says (DeepSeek builds q_a/kv_a norms without it), with attention_bias's biases."""
+    from strata.model import Attention, KVCache
+    g = torch.Generator().manual_seed(5)
+    H, r, nope, rope, vd = 6, 4, 2, 2, 3
+    cfg = ds_cfg("deepseek_v2", hidden_size=H, num_experts_per_tok=2, q_lora_rank=None, kv_lora_rank=r,
+                 qk_nope_head_dim=nope, qk_rope_head_dim=rope, v_head_dim=vd, attention_bias=True,
+                 rms_norm_eps=0.5)
+    t = {"q_proj.weight": torch.randn(nope + rope, H, generator=g),
+         "kv_a_proj_with_mqa.weight": 0.01 * torch.randn(r + rope, H, generator=g),
+         "kv_a_proj_with_mqa.bias": 0.01 * torch.randn(r + rope, generator=g),
+         "kv_a_layernorm.weight": torch.rand(r, generator=g) + 0.5,
+         "kv_b_proj.weight": torch.randn(nope + vd, r, generator=g),
+         "o_proj.weight": torch.randn(H, vd, generator=g), "o_proj.bias": torch.randn(H, generator=g)}
+
+    def get(name, optional=False):
+        n = name[len("L."):]
+        if n not in t and optional:
+            return None
+        return t[n]
+    att = Attention(cfg, get, "L.", 0)
+    x = torch.randn(1, 1, H, generator=g)
+    out = att(x, KVCache(1, 1, 1, nope + rope, vd, 4, "cpu", torch.float32), 0).flatten()
+    c = t["kv_a_proj_with_mqa.weight"] @ x.flatten() + t["kv_a_proj_with_mqa.bias"]
+    c = c[:r]
+    c = c / torch.sqrt((c * c).mean() + 1e-6) * t["kv_a_layernorm.weight"]
+    v = (t["kv_b_proj.weight"] @ c)[nope:]
+    want = t["o_proj.weight"] @ v + t["o_proj.bias"]
+    assert rel(out, want) < 1e-5, (out, want)
+    c5 = t["kv_a_proj_with_mqa.weight"] @ x.flatten() + t["kv_a_proj_with_mqa.bias"]
+    c5 = c5[:r] / torch.sqrt((c5[:r] ** 2).mean() + 0.5) * t["kv_a_layernorm.weight"]
+    assert rel(out, t["o_proj.weight"] @ (t["kv_b_proj.weight"] @ c5)[nope:] + t["o_proj.bias"]) > 0.1
+
+
+@pytest.mark.parametrize("variant", [v[0] for v in deepseek_variants()])
+def test_deepseek_variants_load(work, variant):
+    """The DeepSeek variants the transformers comparison uses (q_proj, biases, group routing,
+    dense first layer, rope halves) load and run: batched = reference, KV cache = one forward."""
+    _, fam, over, layers = [v for v in deepseek_variants() if v[0] == variant][0]
+    c = variant_config(fam, over, layers, experts=8, top_k=2, hidden=128, inter=64, vocab=256)
+    check_backends_and_cache(make_checkpoint(os.path.join(work, "v_" + variant), fam, seed=9, config=c), 7, 4)
 
 
 def dequantized_reference(model, store):
@@ -275,12 +466,43 @@ def test_readme_lines(work, qwen):
     for src, name in ((hf, "hf-model"), (q, "q")):
         if not os.path.exists(os.path.join(d, name)):
             os.symlink(src, os.path.join(d, name))
-    cwd = os.getcwd()
-    os.chdir(d)
-    try:
-        exec(compile(code, "README.md", "exec"), {})
-    finally:
-        os.chdir(cwd)
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+    if env.get("STRATA_LIB"):  # the library under test, from another folder
+        env["STRATA_LIB"] = os.path.abspath(env["STRATA_LIB"])
+    r = subprocess.run([sys.executable, "-c", code], cwd=d, env=env, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True)
+    assert r.returncode == 0, r.stdout
+    out = r.stdout.split("\n")
+    assert len(json.loads(out[0])) == 16 and int(out[1]) >= 0, r.stdout
+
+
+def test_install_with_debian_setuptools(work):
+    """python/setup.py (Debian's python3-setuptools) installs the package with the library inside
+    it (STRATA_SO); the installed copy imports and runs from another folder, without the build
+    tree, $STRATA_LIB or PYTHONPATH=python."""
+    import glob
+    src, root = os.path.join(work, "pysrc"), os.path.join(work, "root")
+    shutil.rmtree(src, ignore_errors=True)
+    shutil.rmtree(root, ignore_errors=True)
+    shutil.copytree(os.path.join(ROOT, "python"), src, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    so = os.path.abspath(strata._capi.lib()._name)
+    r = subprocess.run([sys.executable, "setup.py", "-q", "install", "--root", root, "--prefix", "/p"], cwd=src,
+                       env=dict(os.environ, STRATA_SO=so), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert r.returncode == 0, r.stdout
+    pkg = glob.glob(os.path.join(root, "p", "**", "strata", "__init__.py"), recursive=True)
+    assert len(pkg) == 1, pkg
+    site = os.path.dirname(os.path.dirname(pkg[0]))
+    env = {k: v for k, v in os.environ.items() if k not in ("STRATA_LIB", "PYTHONPATH")}
+    env["PYTHONPATH"] = site
+    code = "import strata, strata._capi as c; c.lib(); print(strata.__file__); print(c._lib._name)"
+    r = subprocess.run([sys.executable, "-c", code], cwd=work, env=env, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True)
+    assert r.returncode == 0, r.stdout
+    where, lib = r.stdout.split()[:2]
+    assert where == pkg[0] and lib == os.path.join(site, "strata", "libstrata.so"), r.stdout
+    r = subprocess.run([sys.executable, "-m", "strata.run", "--help"], cwd=work, env=env, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True)
+    assert r.returncode == 0 and "usage" in r.stdout, r.stdout
 
 
 # ---- GPU --------------------------------------------------------------------------------------
@@ -322,26 +544,33 @@ def test_gpu_agrees_with_cpu(qwen, bf16_store):
 
 def test_gpu_transformers_agree(work):
     """Where `transformers` is installed (the GPU machine), its logits on each family's tiny
-    checkpoint equal this runner's (float32, CPU)."""
+    checkpoint equal this runner's (float32, CPU): every family, and the DeepSeek variants of
+    deepseek_variants() (both V2 routings, q_proj and q_a/q_b, attention and MLP biases, a dense
+    layer, V3 groups with its defaults, rope halves).  Prints the max abs logit difference of each."""
     try:
         import transformers
     except ImportError:
         print("SKIP test_gpu_transformers_agree: no transformers package here (runs on the device machine)")
         pytest.skip("no transformers")
-    bad = []
-    for fam in FAMILIES:
-        if fam == "deepseek_v2" and not hasattr(transformers, "DeepseekV2ForCausalLM"):
-            continue
-        hf = make_checkpoint(os.path.join(work, "tf_" + fam), fam, seed=9, layers=2, experts=8, top_k=2, hidden=128,
-                             inter=64, vocab=256, dtype=torch.float32)
-        kw = {"dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype": torch.float32}
+    shape = dict(experts=8, top_k=2, hidden=128, inter=64, vocab=256)
+    cases = [(fam, fam, {}, 2) for fam in FAMILIES if not fam.startswith("deepseek")] + deepseek_variants()
+    bad, rows = [], []
+    kw = {"dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype": torch.float32}
+    for name, fam, over, layers in cases:
+        hf = make_checkpoint(os.path.join(work, "tf_" + name), fam, seed=9, dtype=torch.float32,
+                             config=variant_config(fam, over, layers, **shape))
         try:
             tm, info = transformers.AutoModelForCausalLM.from_pretrained(hf, output_loading_info=True, **kw)
         except Exception as ex:  # a family this transformers version lacks
-            print("transformers lacks %s: %s" % (fam, str(ex)[:160]))
+            print("transformers %s lacks %s: %s" % (transformers.__version__, name, str(ex)[:200]))
+            rows.append((name, "not in transformers", ""))
             continue
-        if info.get("missing_keys") or info.get("mismatched_keys"):
-            print("transformers %s: weights not mapped: %s" % (fam, str(info)[:200]))
+        if info.get("unexpected_keys"):
+            print("transformers %s: unused tensors %s" % (name, str(info["unexpected_keys"])[:200]))
+        unmapped = {k: v for k, v in info.items() if k in ("missing_keys", "mismatched_keys") and v}
+        if unmapped:  # the two would not run the same weights: a failure, not a skip
+            bad.append((name, "weights not mapped: %s" % str(unmapped)[:300]))
+            rows.append((name, "weights not mapped", ""))
             continue
         tm = tm.float().eval()
         ids = torch.randint(0, 256, (1, 7), generator=torch.Generator().manual_seed(1))
@@ -349,12 +578,16 @@ def test_gpu_transformers_agree(work):
             want = tm(ids).logits.float()
         m = strata.load(hf, TorchBackend(), "cpu", torch.float32)
         m.reset(1, 8)
-        r = rel(m.forward(ids), want)
-        print("transformers %s %s: rel %.2e" % (fam, transformers.__version__, r))
+        got = m.forward(ids)
+        d, r = float((got - want).abs().max()), rel(got, want)
+        rows.append((name, "%.2e" % d, "%.2e" % r))
         if r > 1e-3:
-            bad.append((fam, r))
+            bad.append((name, "max abs %.3g, rel %.3g" % (d, r)))
+    print("transformers %s vs strata runner (float32 logits, 7 tokens):" % transformers.__version__)
+    print("transformers-agree %-26s %-20s %s" % ("case", "max abs diff", "rel"))
+    for row in rows:
+        print("transformers-agree %-26s %-20s %s" % row)
     assert not bad, bad
-
 
 if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
