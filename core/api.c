@@ -53,6 +53,7 @@ struct strata_api_engine {
 	float *a_w;
 	const void **ptrs;
 	uint8_t *fmts;
+	float *gates;  /* per expert of a group: its largest gate weight (precision on miss) */
 	struct strata_hint *hints;
 	uint32_t max_hints;
 	strata_gpu_event *done;       /* after the last layer's kernels */
@@ -164,7 +165,8 @@ API int32_t strata_api_store_dequantize(strata_api_store *s, uint32_t moe_layer,
 /* ---- engine ----------------------------------------------------------------------------- */
 
 /* "key=value key=value": the engine options of libstrata.h. */
-static int parse_options(const char *opts, struct strata_engine_config *c, uint32_t *max_tokens)
+static int parse_options(const char *opts, struct strata_engine_config *c, uint32_t *max_tokens,
+			 char on_miss[STRATA_OPT_STR_MAX])
 {
 	char buf[1024];
 	if (!opts || !*opts)
@@ -197,13 +199,18 @@ static int parse_options(const char *opts, struct strata_engine_config *c, uint3
 				c->nvme_mover = STRATA_NVME_MMAP;
 			else
 				return STRATA_ERR(&tl_err, STRATA_EINVAL, "engine option mover=%s: uring, pread or mmap", v);
+		} else if (!strcmp(kv, "on_miss")) {
+			if (strlen(v) >= STRATA_OPT_STR_MAX)
+				return STRATA_ERR(&tl_err, STRATA_EINVAL, "engine option on_miss: too long");
+			strcpy(on_miss, v); /* checked by the engine at open */
+			c->on_miss = on_miss;
 		} else if (!num) {
 			return STRATA_ERR(&tl_err, STRATA_EINVAL, "engine option %s=%s: %s", kv, v,
 					  strcmp(kv, "seed") && strcmp(kv, "verify") && strcmp(kv, "queue_depth") &&
 							  strcmp(kv, "copy_streams") && strcmp(kv, "scratch_slots") &&
 							  strcmp(kv, "max_tokens")
-						  ? "unknown option (gpu, seed, verify, mover, queue_depth, copy_streams, "
-						    "scratch_slots, max_tokens)"
+						  ? "unknown option (gpu, seed, verify, mover, on_miss, queue_depth, "
+						    "copy_streams, scratch_slots, max_tokens)"
 						  : "not a number");
 		} else if (!strcmp(kv, "seed")) {
 			c->seed = n;
@@ -244,6 +251,7 @@ API void strata_api_engine_close(strata_api_engine *e)
 	free(e->a_w);
 	free(e->ptrs);
 	free(e->fmts);
+	free(e->gates);
 	free(e->hints);
 	free(e);
 }
@@ -266,7 +274,8 @@ API int32_t strata_api_engine_open(strata_api_store *s, uint64_t vram_bytes, uin
 	if (prefetch)
 		c.prefetch = prefetch;
 	uint32_t max_tokens = 256;
-	int rc = parse_options(options, &c, &max_tokens);
+	char on_miss[STRATA_OPT_STR_MAX];
+	int rc = parse_options(options, &c, &max_tokens, on_miss);
 	if (rc)
 		return rc;
 	struct strata_api_engine *e = calloc(1, sizeof(*e));
@@ -293,9 +302,10 @@ API int32_t strata_api_engine_open(strata_api_store *s, uint64_t vram_bytes, uin
 	e->a_w = malloc(na * sizeof(float));
 	e->ptrs = calloc(E, sizeof(void *));
 	e->fmts = calloc(E, 1);
+	e->gates = calloc(E, sizeof(float));
 	e->hints = malloc(e->max_hints * sizeof(struct strata_hint));
 	if (!e->held_ids || !e->idx_of || !e->stamp || !e->experts || !e->a_exp || !e->a_tok || !e->a_w || !e->ptrs ||
-	    !e->fmts || !e->hints) {
+	    !e->fmts || !e->gates || !e->hints) {
 		strata_api_engine_close(e);
 		return STRATA_ERR(&tl_err, STRATA_ENOMEM, "engine_open: out of memory");
 	}
@@ -391,7 +401,7 @@ API int32_t strata_api_engine_acquire(strata_api_engine *e, uint64_t token, uint
 		return rc;
 	if (fmts)
 		for (uint32_t i = 0; i < n; i++)
-			fmts[i] = e->fmt_table[strata_eid(&e->spec, moe_layer, experts[i])];
+			fmts[i] = (uint8_t)strata_engine_served_fmt(e->eng, moe_layer, experts[i]);
 	return STRATA_OK;
 }
 
@@ -407,7 +417,21 @@ API int32_t strata_api_engine_release(strata_api_engine *e, uint64_t token, uint
 static int forward_group(strata_api_engine *e, uint64_t token, uint32_t layer, uint32_t g0, uint32_t g1,
 			 uint32_t n_tokens, uint32_t na, const float *x, float *y, uint64_t stream, uint32_t nh)
 {
-	int rc = acquire(e, token, layer, n_tokens, e->experts + g0, g1 - g0, nh, e->ptrs);
+	int rc;
+	if (strata_engine_reads_gates(e->eng)) {
+		/* precision on miss: each expert's largest gate weight over the call's tokens */
+		float *g = e->gates;
+		for (uint32_t j = g0; j < g1; j++)
+			g[j - g0] = 0;
+		for (uint32_t i = 0; i < na; i++) {
+			uint32_t j = e->a_exp[i];
+			if (j >= g0 && j < g1 && e->a_w[i] > g[j - g0])
+				g[j - g0] = e->a_w[i];
+		}
+		if ((rc = strata_engine_set_gates(e->eng, g, g1 - g0, &tl_err)))
+			return rc;
+	}
+	rc = acquire(e, token, layer, n_tokens, e->experts + g0, g1 - g0, nh, e->ptrs);
 	if (rc)
 		return rc;
 	uint32_t *ae = e->a_exp + na, *at = e->a_tok + na;
@@ -422,8 +446,8 @@ static int forward_group(strata_api_engine *e, uint64_t token, uint32_t layer, u
 			m++;
 		}
 	}
-	for (uint32_t j = g0; j < g1; j++)
-		e->fmts[j - g0] = e->fmt_table[strata_eid(&e->spec, layer, e->experts[j])];
+	for (uint32_t j = g0; j < g1; j++) /* a copy's format where precision on miss read one */
+		e->fmts[j - g0] = (uint8_t)strata_engine_served_fmt(e->eng, layer, e->experts[j]);
 	struct strata_moe_call c = {
 		.hidden = e->spec.hidden, .inter = e->spec.inter, .n_tokens = n_tokens, .x = x, .y = y,
 		.n_experts = g1 - g0, .extents = e->ptrs, .fmts = e->fmts, .n_assign = m,
@@ -521,7 +545,9 @@ API int32_t strata_api_moe_forward(strata_api_engine *e, uint64_t token, uint32_
 	X("preloaded_vram", "%" PRIu64, s->preloaded[0]) X("preloaded_ram", "%" PRIu64, s->preloaded[1]) \
 	X("used_vram", "%" PRIu64, s->used[0]) X("used_ram", "%" PRIu64, s->used[1]) \
 	X("stall_ms", "%.4f", s->stall_ns / 1e6) X("io_ms", "%.4f", s->io_ns / 1e6) \
-	X("compute_ms", "%.4f", s->compute_ns / 1e6) X("bookkeeping_ms", "%.4f", (double)s->bookkeeping_ns / 1e6)
+	X("compute_ms", "%.4f", s->compute_ns / 1e6) X("bookkeeping_ms", "%.4f", (double)s->bookkeeping_ns / 1e6) \
+	X("substituted", "%" PRIu64, s->substituted) X("substitute_bytes", "%" PRIu64, s->substitute_bytes) \
+	X("substitute_bytes_saved", "%" PRIu64, s->substitute_bytes_saved)
 
 API int32_t strata_api_engine_stats(const strata_api_engine *e, char *buf, uint32_t len)
 {

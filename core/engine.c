@@ -14,6 +14,8 @@
  * scratch release) the engine waits for the jobs that write it or read from it.
  */
 #include <errno.h>
+#include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +26,7 @@
 #include "strata/gpu.h"
 #include "strata/sched.h"
 #include "strata/mover.h"
+#include "strata/option.h"
 #include "movers/mover_int.h"
 #include "strata/tier_mem.h"
 #include "strata/util.h"
@@ -73,6 +76,7 @@ struct strata_engine {
 	struct strata_policy_env env;
 	uint32_t n_ids;
 	uint8_t *tier_table;
+	uint8_t *fmt;                    /* format per eid */
 	uint64_t *bytes;                 /* extent bytes per eid */
 	const struct strata_extent **ext;/* per eid, NULL without a store */
 	uint64_t max_bytes;
@@ -111,12 +115,22 @@ struct strata_engine {
 	/* loads into VRAM, recorded for the RAM tier's bound (cfg.record_loads) */
 	uint32_t *ld_eid;
 	uint64_t *ld_pos, n_ld, cap_ld;
+	/* precision on miss (cfg.on_miss, engine.h) */
+	bool sub_on, sub_ram, have_gates;
+	uint32_t n_gates;
+	double sub_gate;
+	uint64_t *low_bytes;             /* per eid: its copy's extent bytes, 0: none */
+	const struct strata_extent **low_ext; /* per eid: its copy in the store (NULL without one) */
+	uint8_t *low_fmt;                /* per eid: its copy's format */
+	uint8_t *subst;                  /* per eid: acquired as its copy (until release) */
+	float *gates;                    /* per expert of the next acquire */
+	char sub_name[64];
 	/* clocks */
 	uint64_t now;                    /* logical access clock */
 	double vclock;                   /* virtual ns */
 	uint64_t t_open;
 	struct strata_engine_stats st;
-	char name[3 * STRATA_POLICY_NAME_MAX + 32];
+	char name[3 * STRATA_POLICY_NAME_MAX + 112];
 };
 
 void strata_cost_model_defaults(struct strata_cost_model *c)
@@ -422,16 +436,16 @@ static void *slot_ptr(struct strata_engine *e, int tier, uint64_t off)
 
 /* Start moving eid into (tier, off) from src_tier; low: a prefetch. */
 static int issue(struct strata_engine *e, uint32_t eid, int tier, void *dst, int src_tier, struct job **slot,
-		 bool low)
+		 bool low, bool copy)
 {
 	struct job *j = job_get(e);
 	if (!j)
 		return STRATA_ENOMEM;
-	uint64_t b = e->bytes[eid];
+	uint64_t b = copy ? e->low_bytes[eid] : e->bytes[eid];
 	j->low = low;
 	if (tier == V) {
 		e->st.moves_vram++;
-		if (e->cfg.record_loads) {
+		if (e->cfg.record_loads && !copy) { /* a copy is no load of the expert (bound (d)) */
 			if (e->n_ld == e->cap_ld) {
 				uint64_t cap = e->cap_ld ? 2 * e->cap_ld : 4096;
 				uint32_t *a = realloc(e->ld_eid, cap * sizeof(*a));
@@ -459,7 +473,7 @@ static int issue(struct strata_engine *e, uint32_t eid, int tier, void *dst, int
 	j->mv.on_done = job_done;
 	j->mv.fd = -1;
 	if (src_tier == STRATA_TIER_NVME) {
-		const struct strata_extent *x = e->ext && !e->virt ? e->ext[eid] : NULL;
+		const struct strata_extent *x = !e->ext || e->virt ? NULL : copy ? e->low_ext[eid] : e->ext[eid];
 		if (x) {
 			struct strata_error err;
 			int fd = strata_store_shard_fd(e->store, x->shard, e->cfg.nvme_mover != STRATA_NVME_MMAP, &err);
@@ -633,8 +647,8 @@ static int create_policies(struct strata_engine *e, struct strata_error *err)
 			    : strata_policy_create(r, spec[r], &e->env, tier[i], dst[i], err);
 	}
 	if (!rc)
-		snprintf(e->name, sizeof(e->name), "place=%s,evict=%s,prefetch=%s", e->place->name,
-			 e->evict[V]->name, e->prefetch->name);
+		snprintf(e->name, sizeof(e->name), "place=%s,evict=%s,prefetch=%s%s%s", e->place->name,
+			 e->evict[V]->name, e->prefetch->name, e->sub_on ? ",on_miss=" : "", e->sub_on ? e->sub_name : "");
 	return rc;
 }
 
@@ -722,7 +736,7 @@ static int preload(struct strata_engine *e, struct strata_error *err)
 			strata_evict_ops_of(e->evict[t])->on_insert(e->evict[t], i, 0);
 			e->st.preloaded[t]++;
 			e->st.preload_bytes += e->bytes[i];
-			rc = issue(e, i, t, slot_ptr(e, t, off), STRATA_TIER_NVME, &e->es[i].t[t].inbound, false);
+			rc = issue(e, i, t, slot_ptr(e, t, off), STRATA_TIER_NVME, &e->es[i].t[t].inbound, false, false);
 			strata_progress_update(&pg, e->st.preload_bytes);
 			if (strata_interrupted)
 				rc = STRATA_ERR(err, STRATA_EINTR, "engine: preload interrupted");
@@ -748,6 +762,109 @@ static int preload(struct strata_engine *e, struct strata_error *err)
 	return rc ? rc : policy_failed(e, err);
 }
 
+/* ---- precision on miss ------------------------------------------------------ */
+
+struct on_miss_opts {
+	double gate;
+	char from[STRATA_OPT_STR_MAX];
+};
+
+static const struct strata_option on_miss_options[] = {
+	{ "gate", STRATA_OPT_DOUBLE, offsetof(struct on_miss_opts, gate), "0.1", 0, 1,
+	  "read the low-bit copy when the expert's largest gate weight in the step is below this", NULL },
+	{ "from", STRATA_OPT_STR, offsetof(struct on_miss_opts, from), "nvme", 0, 0,
+	  "misses that would stall: nvme (whole expert read from NVMe) or ram (a RAM-tier hit too; "
+	  "the copy is still read from NVMe)", "nvme|ram" },
+	{ NULL, 0, 0, NULL, 0, 0, NULL, NULL },
+};
+
+const struct strata_option *strata_engine_on_miss_options(void) { return on_miss_options; }
+
+/* Parse cfg.on_miss and find each expert's copy: the store's, or for a model
+ * without shards the cold format wherever it is smaller (what --lowbit-copies
+ * writes). */
+static int open_on_miss(struct strata_engine *e, struct strata_error *err)
+{
+	const char *s = e->cfg.on_miss;
+	size_t n = s ? strcspn(s, ":") : 0;
+	if (!s || !*s || (n == 4 && !strncmp(s, "full", 4)))
+		return s && s[n] ? strata_options_apply(NULL, NULL, s + n + 1, "on_miss full", err) : STRATA_OK;
+	if (n != 6 || strncmp(s, "lowbit", 6))
+		return STRATA_ERR(err, STRATA_EINVAL, "engine: on_miss '%s': unknown (full, or "
+				  "lowbit[:gate=G,from=nvme|ram])", s);
+	struct on_miss_opts o;
+	int rc = strata_options_apply(on_miss_options, &o, s[n] ? s + n + 1 : NULL, "on_miss lowbit", err);
+	if (rc)
+		return rc;
+	e->sub_on = true;
+	e->sub_gate = o.gate;
+	e->sub_ram = !strcmp(o.from, "ram");
+	strata_options_canonical(on_miss_options, &o, "lowbit", e->sub_name, sizeof(e->sub_name));
+	uint32_t N = e->n_ids;
+	e->low_bytes = calloc(N + 1, sizeof(*e->low_bytes));
+	e->low_ext = calloc(N + 1, sizeof(*e->low_ext));
+	e->low_fmt = calloc(N + 1, 1);
+	e->subst = calloc(N + 1, 1);
+	e->gates = calloc(e->max_step + 1, sizeof(float));
+	if (!e->low_bytes || !e->low_ext || !e->low_fmt || !e->subst || !e->gates)
+		return STRATA_ERR(err, STRATA_ENOMEM, "engine: out of memory");
+	struct strata_expert_layout C;
+	if (strata_expert_layout(STRATA_FMT_COLD, e->spec.hidden, e->spec.inter, &C))
+		return STRATA_ERR(err, STRATA_EINVAL, "engine: no cold-format layout for this shape");
+	uint64_t nc = 0;
+	for (uint32_t i = 0; i < N; i++) {
+		const struct strata_extent *x =
+			e->store ? strata_store_copy(e->store, i / e->spec.n_experts, i % e->spec.n_experts) : NULL;
+		if (x) {
+			e->low_ext[i] = x;
+			e->low_bytes[i] = x->bytes;
+			e->low_fmt[i] = (uint8_t)x->fmt;
+		} else if (!e->store && C.bytes < e->bytes[i]) {
+			e->low_bytes[i] = C.bytes;
+			e->low_fmt[i] = STRATA_FMT_COLD;
+		}
+		nc += e->low_bytes[i] != 0;
+	}
+	if (!nc)
+		return STRATA_ERR(err, STRATA_EINVAL, "engine: on_miss=%s: %s holds no low-bit copies (write it with "
+				  "`strata synth|quantize --lowbit-copies`)", e->sub_name,
+				  e->store ? strata_store_dir(e->store) : "the model (every expert is in the cold format)");
+	return STRATA_OK;
+}
+
+int strata_engine_set_gates(struct strata_engine *e, const float *gates, uint32_t n, struct strata_error *err)
+{
+	e->have_gates = false;
+	if (!gates || !e->sub_on)
+		return STRATA_OK;
+	if (n > e->max_step)
+		return STRATA_ERR(err, STRATA_EINVAL, "engine: gate weights for %u experts (at most %u)", n, e->max_step);
+	memcpy(e->gates, gates, n * sizeof(float));
+	e->n_gates = n;
+	e->have_gates = true;
+	return STRATA_OK;
+}
+
+bool strata_engine_may_substitute(const struct strata_engine *e, uint32_t eid, float gate)
+{
+	return e->sub_on && eid < e->n_ids && e->low_bytes[eid] && gate < e->sub_gate;
+}
+
+int strata_engine_served_fmt(const struct strata_engine *e, uint32_t layer, uint32_t expert)
+{
+	uint32_t eid = strata_eid(&e->spec, layer, expert);
+	if (eid >= e->n_ids)
+		return -1;
+	return e->subst && e->subst[eid] ? e->low_fmt[eid] : e->fmt[eid];
+}
+
+int strata_engine_copy_fmt(const struct strata_engine *e, uint32_t eid)
+{
+	return e->sub_on && eid < e->n_ids && e->low_bytes[eid] ? e->low_fmt[eid] : -1;
+}
+
+bool strata_engine_reads_gates(const struct strata_engine *e) { return e->sub_on; }
+
 static int engine_open(struct strata_store *store, const struct strata_model_spec *spec, const uint8_t *tiers,
 		       const uint8_t *fmts, const struct strata_engine_config *cfg, struct strata_engine **out,
 		       struct strata_error *err)
@@ -768,6 +885,7 @@ static int engine_open(struct strata_store *store, const struct strata_model_spe
 	e->step_layer = -1;
 	uint32_t n = e->n_ids;
 	e->tier_table = malloc(n + 1);
+	e->fmt = malloc(n + 1);
 	e->bytes = calloc(n + 1, sizeof(uint64_t));
 	e->es = aligned_alloc(64, sizeof(*e->es) * (n + 1));
 	if (e->es)
@@ -776,7 +894,7 @@ static int engine_open(struct strata_store *store, const struct strata_model_spe
 	e->step_eids = malloc(sizeof(uint32_t) * (e->max_step + 1));
 	e->max_reqs = n < 4096 ? n + 1 : 4096;
 	e->reqs = malloc(sizeof(*e->reqs) * e->max_reqs);
-	bool ok = e->tier_table && e->bytes && e->es && e->step_eids && e->reqs;
+	bool ok = e->tier_table && e->fmt && e->bytes && e->es && e->step_eids && e->reqs;
 	for (int t = 0; t < 2 && ok; t++) {
 		e->resident[t] = calloc(n + 1, 1);
 		e->pinned[t] = calloc(n + 1, 1);
@@ -796,6 +914,7 @@ static int engine_open(struct strata_store *store, const struct strata_model_spe
 		if (store) {
 			e->ext[i] = strata_store_expert(store, i / spec->n_experts, i % spec->n_experts);
 			e->bytes[i] = e->ext[i]->bytes;
+			e->fmt[i] = (uint8_t)e->ext[i]->fmt;
 		} else {
 			int fmt = fmts ? fmts[i] : STRATA_FMT_HOT + (e->tier_table[i] < 3 ? e->tier_table[i] : 2);
 			struct strata_expert_layout L;
@@ -804,10 +923,13 @@ static int engine_open(struct strata_store *store, const struct strata_model_spe
 				goto fail;
 			}
 			e->bytes[i] = L.bytes;
+			e->fmt[i] = (uint8_t)fmt;
 		}
 		if (e->bytes[i] > e->max_bytes)
 			e->max_bytes = e->bytes[i];
 	}
+	if ((rc = open_on_miss(e, err)))
+		goto fail;
 	uint64_t need = (uint64_t)spec->top_k * e->max_bytes;
 	if (cfg->budget[V] && cfg->budget[V] < need) {
 		rc = STRATA_ERR(err, STRATA_EBUDGET,
@@ -911,6 +1033,12 @@ void strata_engine_close(struct strata_engine *e)
 		free(e->job_blocks[i]);
 	free(e->job_blocks);
 	free(e->tier_table);
+	free(e->fmt);
+	free(e->low_bytes);
+	free(e->low_ext);
+	free(e->low_fmt);
+	free(e->subst);
+	free(e->gates);
 	free(e->bytes);
 	free(e->ext);
 	free(e->es);
@@ -995,7 +1123,7 @@ static int pf_start(void *o, uint32_t eid, int t, int src, struct strata_error *
 	e->es[eid].t[t].prefetched = 1;
 	e->es[eid].t[t].transient = !(strata_place_ops_of(e->place)->admit(e->place, eid, src, e->now) & (1u << t));
 	e->st.prefetch_issued++;
-	if ((rc = issue(e, eid, t, slot_ptr(e, t, off), src, &e->es[eid].t[t].inbound, true)))
+	if ((rc = issue(e, eid, t, slot_ptr(e, t, off), src, &e->es[eid].t[t].inbound, true, false)))
 		return check_io(e, err) ? check_io(e, err) : STRATA_ERR(err, rc, "engine: out of memory");
 	return STRATA_OK;
 }
@@ -1128,8 +1256,41 @@ int strata_engine_begin_layer(struct strata_engine *e, uint64_t token, uint32_t 
 
 /* One expert of an acquire: decide, reserve, issue.  *wait gets the job the
  * expert's VRAM copy depends on (NULL if already complete). */
-static int acquire_one(struct strata_engine *e, uint32_t eid, uint64_t now, uint64_t *vram_off, int *scratch,
-		       struct strata_error *err)
+/* A streamed expert's (or copy's) room in the scratch tier. */
+static int reserve_scratch(struct strata_engine *e, uint32_t eid, uint64_t bytes, uint64_t *off,
+			   struct strata_error *err)
+{
+	if (!strata_tier_reserve(&e->scratch, bytes, off))
+		return STRATA_OK;
+	char a[32];
+	return STRATA_ERR(err, STRATA_EBUDGET,
+			  "engine: no free scratch slot for streamed expert %u/%u: %u slots of %s"
+			  " (raise scratch_slots to the experts of one step)",
+			  eid / e->spec.n_experts, eid % e->spec.n_experts,
+			  e->cfg.scratch_slots ? e->cfg.scratch_slots : e->spec.top_k,
+			  strata_fmt_bytes(e->max_bytes, a, sizeof(a)));
+}
+
+/* Precision on miss: serve eid's access by reading its low-bit copy into a
+ * scratch slot (engine.h); nothing is admitted or evicted. */
+static int substitute(struct strata_engine *e, uint32_t eid, int from, uint64_t now, uint64_t *off,
+		      struct strata_error *err)
+{
+	strata_place_ops_of(e->place)->on_access(e->place, eid, from, now);
+	int rc = policy_failed(e, err);
+	if (rc || (rc = reserve_scratch(e, eid, e->low_bytes[eid], off, err)))
+		return rc;
+	e->es[eid].scratch_off = *off;
+	e->subst[eid] = 1;
+	e->st.substituted++;
+	e->st.substitute_bytes += e->low_bytes[eid];
+	e->st.substitute_bytes_saved += e->bytes[eid] - e->low_bytes[eid];
+	return issue(e, eid, V, strata_tier_ptr(&e->scratch, *off), STRATA_TIER_NVME, &e->es[eid].scratch_job, false,
+		     true);
+}
+
+static int acquire_one(struct strata_engine *e, uint32_t eid, float gate, uint64_t now, uint64_t *vram_off,
+		       int *scratch, struct strata_error *err)
 {
 	struct strata_policy *pl = e->place;
 	const struct strata_place_ops *po = strata_place_ops_of(pl);
@@ -1152,6 +1313,10 @@ static int acquire_one(struct strata_engine *e, uint32_t eid, uint64_t now, uint
 	}
 	int from = e->resident[R][eid] ? R : STRATA_TIER_NVME;
 	e->st.hits[from]++;
+	if (e->sub_on && gate < e->sub_gate && e->low_bytes[eid] && (from == STRATA_TIER_NVME || e->sub_ram)) {
+		*scratch = 1;
+		return substitute(e, eid, from, now, vram_off, err);
+	}
 	if (from == R) {
 		if (e->es[eid].t[R].prefetched) {
 			e->es[eid].t[R].prefetched = 0;
@@ -1173,7 +1338,8 @@ static int acquire_one(struct strata_engine *e, uint32_t eid, uint64_t now, uint
 			mark_resident(e, R, eid, off);
 			strata_evict_ops_of(e->evict[R])->on_insert(e->evict[R], eid, now);
 			strata_evict_ops_of(e->evict[R])->on_access(e->evict[R], eid, now);
-			if ((rc = issue(e, eid, R, slot_ptr(e, R, off), STRATA_TIER_NVME, &e->es[eid].t[R].inbound, false)))
+			if ((rc = issue(e, eid, R, slot_ptr(e, R, off), STRATA_TIER_NVME, &e->es[eid].t[R].inbound, false,
+					false)))
 				return rc;
 			src = R;
 		} else if (rc != STRATA_EBUDGET) {
@@ -1201,15 +1367,8 @@ static int acquire_one(struct strata_engine *e, uint32_t eid, uint64_t now, uint
 		slot = &e->es[eid].t[V].inbound;
 		dst = slot_ptr(e, V, off);
 	} else {
-		if (strata_tier_reserve(&e->scratch, e->bytes[eid], &off)) {
-			char a[32];
-			return STRATA_ERR(err, STRATA_EBUDGET,
-					  "engine: no free scratch slot for streamed expert %u/%u: %u slots of %s"
-					  " (raise scratch_slots to the experts of one step)",
-					  eid / e->spec.n_experts, eid % e->spec.n_experts,
-					  e->cfg.scratch_slots ? e->cfg.scratch_slots : e->spec.top_k,
-					  strata_fmt_bytes(e->max_bytes, a, sizeof(a)));
-		}
+		if ((rc = reserve_scratch(e, eid, e->bytes[eid], &off, err)))
+			return rc;
 		e->es[eid].scratch_off = off;
 		e->st.streamed++;
 		*scratch = 1;
@@ -1217,7 +1376,7 @@ static int acquire_one(struct strata_engine *e, uint32_t eid, uint64_t now, uint
 		slot = &e->es[eid].scratch_job;
 		dst = strata_tier_ptr(&e->scratch, off);
 	}
-	rc = issue(e, eid, V, dst, src, slot, false);
+	rc = issue(e, eid, V, dst, src, slot, false, false);
 	return rc ? rc : STRATA_OK;
 }
 
@@ -1250,10 +1409,12 @@ int strata_engine_acquire(struct strata_engine *e, uint32_t layer, const uint32_
 		uint32_t eid = strata_eid(&e->spec, layer, experts[i]);
 		uint64_t off = 0;
 		int scratch;
-		rc = acquire_one(e, eid, e->now++, &off, &scratch, err);
+		rc = acquire_one(e, eid, e->have_gates && i < e->n_gates ? e->gates[i] : INFINITY, e->now++, &off,
+				 &scratch, err);
 		if (!rc && ptrs)
 			ptrs[i] = scratch ? strata_tier_ptr(&e->scratch, off) : slot_ptr(e, V, off);
 	}
+	e->have_gates = false; /* they were this acquire's */
 	if (rc) {
 		if (rc == STRATA_ENOMEM && !err->msg[0])
 			STRATA_ERR(err, rc, "engine: out of memory");
@@ -1303,8 +1464,11 @@ int strata_engine_release(struct strata_engine *e, uint64_t token, uint32_t laye
 				job_wait(e, j);
 				retire(e, &e->es[eid].scratch_job);
 			}
-			strata_tier_release(&e->scratch, e->es[eid].scratch_off, e->bytes[eid]);
+			bool copy = e->subst && e->subst[eid];
+			strata_tier_release(&e->scratch, e->es[eid].scratch_off, copy ? e->low_bytes[eid] : e->bytes[eid]);
 			e->es[eid].scratch_off = NO_OFF;
+			if (copy)
+				e->subst[eid] = 0;
 		}
 	}
 	if ((rc = prefetch_settle(e, layer, err)))

@@ -590,7 +590,8 @@ static void *qz_worker(void *arg)
 	float *w = malloc(j->mat_floats * sizeof(float));
 	float *imx = malloc(j->imx_floats * sizeof(float));
 	uint8_t *packed = strata_aligned_alloc(STRATA_EXTENT_ALIGN, j->packed_bytes);
-	if (!w || !imx || !packed) {
+	uint8_t *copy = j->cfg->lowbit_copies ? strata_aligned_alloc(STRATA_EXTENT_ALIGN, j->packed_bytes) : NULL;
+	if (!w || !imx || !packed || (j->cfg->lowbit_copies && !copy)) {
 		STRATA_ERR(&e, STRATA_ENOMEM, "out of memory for quantize buffers (%zu bytes)",
 			   j->mat_floats * sizeof(float) + j->packed_bytes);
 		fail_job(j, &e);
@@ -615,6 +616,12 @@ static void *qz_worker(void *arg)
 			break;
 		}
 		memset(packed, 0, lay.bytes);
+		/* its low-bit copy (cfg->lowbit_copies): the same matrices in the cold format */
+		struct strata_expert_layout cl;
+		bool cp = strata_store_writer_has_copy(j->w, layer, ex) &&
+			  !strata_expert_layout(STRATA_FMT_COLD, s->hidden, s->inter, &cl);
+		if (cp)
+			memset(copy, 0, cl.bytes);
 		struct strata_quantize_tier_stats local = { 0 };
 		local.cos_min = 2;
 		uint64_t in_bytes = 0;
@@ -650,7 +657,16 @@ static void *qz_worker(void *arg)
 				rc = STRATA_ERR(&e, STRATA_EUNSUPPORTED,
 						"tensor '%s': quantizing a %ux%u matrix to format %s failed (%d)", t->name, rows,
 						cols, strata_fmt_traits(fmt) ? strata_fmt_traits(fmt)->name : "?", q);
-			} else {
+			} else if (cp) {
+				const struct strata_matrix_layout *cm = mat == 0 ? &cl.gate : mat == 1 ? &cl.up : &cl.down;
+				uint64_t co = mat == 0 ? cl.gate_off : mat == 1 ? cl.up_off : cl.down_off;
+				struct strata_quant_stats cs = { 0 };
+				if (strata_quantize_matrix(STRATA_FMT_COLD, w, rows, cols, have ? imx : NULL, copy + co,
+							   cm->bytes, &cs))
+					rc = STRATA_ERR(&e, STRATA_EUNSUPPORTED, "tensor '%s': its %ux%u low-bit copy (format "
+							"%s) failed", t->name, rows, cols, strata_fmt_traits(STRATA_FMT_COLD)->name);
+			}
+			if (!rc && q == 0) {
 				local.matrices++;
 				local.cos_sum += qs.cosine;
 				local.rmse_sum += qs.rel_rmse;
@@ -667,6 +683,8 @@ static void *qz_worker(void *arg)
 		 * O_DIRECT */
 		if (!j->failed)
 			rc = strata_store_writer_add_expert_aligned(j->w, layer, ex, packed, j->packed_bytes, &e);
+		if (!j->failed && !rc && cp)
+			rc = strata_store_writer_add_copy(j->w, layer, ex, copy, cl.payload, &e);
 		pthread_mutex_lock(&j->lock);
 		if (!j->failed && !rc) {
 			struct strata_quantize_tier_stats *ts = &j->rep->tier[tier];
@@ -694,6 +712,7 @@ out:
 	free(w);
 	free(imx);
 	free(packed);
+	free(copy);
 	return NULL;
 }
 
@@ -811,6 +830,7 @@ int strata_quantize_run(struct strata_quantize_model *m, const struct strata_qua
 	struct strata_store_writer_config wc = {
 		.dir = cfg->out, .spec = *s, .tier_table = cfg->tiers, .fmt_table = NULL,
 		.shard_bytes = cfg->shard_bytes, .n_tensors = m->n_nonrouted, .tensors = ti, .force = cfg->force,
+		.lowbit_copies = cfg->lowbit_copies,
 	};
 	struct qz_job j = { .m = m, .cfg = cfg, .rep = rep, .total = total };
 	pthread_mutex_init(&j.lock, NULL);

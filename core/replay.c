@@ -123,6 +123,9 @@ struct run {
 	uint8_t *fmts;
 	uint32_t *a_exp, *a_tok;
 	float *a_w, *wbuf;
+	float *gates;        /* per expert of the step: its largest gate weight (on_miss) */
+	bool gated;          /* the engine reads gate weights and the trace has them */
+	double fmt_mb[STRATA_FMT_COUNT]; /* payload MB of an expert per format */
 	struct strata_hint *hints;
 	uint32_t max_hints;
 	bool hints_used;     /* cfg->hints, and the prefetch policy reads them */
@@ -176,6 +179,7 @@ static void run_free(struct run *r)
 	free(r->a_tok);
 	free(r->a_w);
 	free(r->wbuf);
+	free(r->gates);
 	free(r->hints);
 	free(r->x);
 	free(r->y);
@@ -231,13 +235,31 @@ static void index_experts(struct run *r, uint64_t first, uint64_t last, uint32_t
 	}
 }
 
-/* The cost model's kernel time of a layer-step (after index_experts), us. */
+/* Each expert's largest gate weight over the step's tokens routed to it
+ * (after index_experts), into r->gates: what precision on miss compares. */
+static void step_gates(struct run *r, uint64_t first, uint64_t last, uint32_t l, uint32_t n)
+{
+	for (uint32_t j = 0; j < n; j++)
+		r->gates[j] = 0;
+	for (uint64_t i = first; i < last; i++) {
+		const uint16_t *e = strata_trace_experts(r->trace, i, l);
+		strata_trace_weights(r->trace, i, l, r->wbuf);
+		for (uint32_t j = 0; j < r->k; j++) {
+			float *g = &r->gates[r->idx_of[e[j]]];
+			*g = r->wbuf[j] > *g ? r->wbuf[j] : *g;
+		}
+	}
+}
+
+/* The cost model's kernel time of a layer-step (after index_experts), us:
+ * an expert computed from its low-bit copy reads the copy's bytes. */
 static double modelled_us(const struct run *r, uint32_t l, uint32_t n)
 {
 	const struct strata_cost_model *cm = &r->cfg->engine.cost;
 	double us = cm->kernel_fixed_us;
 	for (uint32_t j = 0; j < n; j++) {
-		double mb = r->payload_mb[strata_eid(&r->spec, l, r->experts[j])];
+		uint32_t eid = strata_eid(&r->spec, l, r->experts[j]);
+		double mb = r->fmts[j] == r->fmt_table[eid] ? r->payload_mb[eid] : r->fmt_mb[r->fmts[j]];
 		double extra = r->tok_per_expert[j] > 1 ? (double)(r->tok_per_expert[j] - 1) : 0;
 		us += mb * (cm->kernel_us_per_mb + extra * r->cfg->kernel_us_per_mb_token);
 	}
@@ -260,6 +282,12 @@ static int run_layer(struct run *r, uint64_t step, uint32_t l, struct strata_err
 			nh += strata_trace_hints(r->trace, i, l, r->hints + nh, r->max_hints - nh);
 	for (uint32_t j = 0; j < n; j++)
 		r->experts[j] = p->ids[a0 + j];
+	if (r->gated) {
+		index_experts(r, first, last, l, n, false);
+		step_gates(r, first, last, l, n);
+		if ((rc = strata_engine_set_gates(r->eng, r->gates, n, err)))
+			return rc;
+	}
 	if ((rc = strata_engine_begin_step(r->eng, step, l, ntok, r->experts, n, r->hints, nh, err)))
 		return rc;
 	/* 2. acquire */
@@ -268,6 +296,8 @@ static int run_layer(struct run *r, uint64_t step, uint32_t l, struct strata_err
 	/* 3. compute */
 	if (r->compute != STRATA_COMPUTE_NONE || r->virt) {
 		index_experts(r, first, last, l, n, r->virt);
+		for (uint32_t j = 0; j < n && r->gated; j++) /* a substituted expert computes from its copy */
+			r->fmts[j] = (uint8_t)strata_engine_served_fmt(r->eng, l, r->experts[j]);
 		uint32_t na = 0;
 		int has_w = strata_trace_info(r->trace)->flags & STRATA_TRACE_F_WEIGHTS;
 		for (uint64_t i = first; i < last && !r->virt; i++) {
@@ -397,11 +427,12 @@ static int size_scratch(struct run *r, struct strata_engine_config *ec, struct s
 	r->a_tok = malloc(maxa * sizeof(uint32_t));
 	r->a_w = malloc(maxa * sizeof(float));
 	r->wbuf = malloc((r->k + 1) * sizeof(float));
+	r->gates = malloc(maxe * sizeof(float));
 	r->hints = malloc(r->max_hints * sizeof(struct strata_hint));
 	r->payload_mb = malloc((size_t)r->L * r->E * sizeof(double));
 	r->lat = malloc((r->plan.n_steps + 1) * sizeof(double));
 	if (!r->experts || !r->idx_of || !r->stamp || !r->tok_per_expert || !r->ptrs || !r->fmts || !r->a_exp ||
-	    !r->a_tok || !r->a_w || !r->wbuf || !r->hints || !r->payload_mb || !r->lat)
+	    !r->a_tok || !r->a_w || !r->wbuf || !r->gates || !r->hints || !r->payload_mb || !r->lat)
 		return STRATA_ERR(err, STRATA_ENOMEM, "replay: out of memory");
 	return STRATA_OK;
 }
@@ -454,6 +485,12 @@ static int open_engine(struct run *r, const struct strata_engine_config *ec, str
 	if (rc)
 		return rc;
 	r->hints_used = r->cfg->hints && strata_engine_reads_hints(r->eng);
+	r->gated = strata_engine_reads_gates(r->eng) &&
+		   (strata_trace_info(r->trace)->flags & STRATA_TRACE_F_WEIGHTS);
+	for (int f = 0; f < STRATA_FMT_COUNT; f++) {
+		struct strata_expert_layout lay;
+		r->fmt_mb[f] = strata_expert_layout(f, r->hidden, r->inter, &lay) ? 0 : (double)lay.payload / 1e6;
+	}
 	res->cold_start_ms = r->virt ? strata_engine_stats(r->eng)->clock_ns / 1e6
 				     : ((double)strata_now_ns() - open0) / 1e6;
 	return STRATA_OK;
@@ -664,6 +701,11 @@ static void axis_warnings(struct run *r, struct strata_replay_result *res)
 				      "(strata trace gen --pred-depth N records them; prefetch=oracle or history "
 				      "need none)\n", cfg->engine.prefetch ? cfg->engine.prefetch : "",
 				      !ti->pred_depth ? "this trace has none" : "--no-hints withholds them");
+	if (o < len && strata_engine_reads_gates(r->eng) && !r->gated)
+		o += (size_t)snprintf(res->warning + o, len - o,
+				      "on_miss %s substituted nothing: it compares gate weights and this trace has none "
+				      "(record them: strata trace gen --weights, python3 -m strata.record)\n",
+				      cfg->engine.on_miss);
 	(void)o;
 }
 
@@ -679,15 +721,35 @@ static int compute_bounds(struct run *r, struct strata_replay_result *res, struc
 		biggest = bytes[i] > biggest ? bytes[i] : biggest;
 	uint32_t *eid = malloc((n + 1) * sizeof(uint32_t));
 	uint64_t *pos = malloc((n + 1) * sizeof(uint64_t));
-	if (!eid || !pos) {
-		free(eid), free(pos);
+	uint64_t *off = malloc((p->n_steps * r->L + 1) * sizeof(uint64_t));
+	if (!eid || !pos || !off) {
+		free(eid), free(pos), free(off);
 		return STRATA_ERR(err, STRATA_ENOMEM, "replay: out of memory (bounds)");
 	}
-	for (uint64_t ls = 0; ls < p->n_steps * r->L; ls++)
-		for (uint64_t a = p->off[ls]; a < p->off[ls + 1]; a++) {
-			eid[a] = (uint32_t)(ls % r->L) * r->E + p->ids[a];
-			pos[a] = ls;
+	/* The stream every policy must move whole.  Under precision on miss an
+	 * access that may be served by its copy (low gate weight, a copy) is
+	 * left out: whatever a policy does, the accesses it serves whole are a
+	 * superset of the rest, and the optimum of a subsequence is no larger. */
+	n = 0;
+	for (uint64_t ls = 0; ls < p->n_steps * r->L; ls++) {
+		uint64_t s = ls / r->L, a0 = p->off[ls], a1 = p->off[ls + 1];
+		uint32_t l = (uint32_t)(ls % r->L);
+		off[ls] = n;
+		if (r->gated) {
+			for (uint64_t a = a0; a < a1; a++)
+				r->experts[a - a0] = p->ids[a];
+			index_experts(r, p->step_first[s], p->step_first[s + 1], l, (uint32_t)(a1 - a0), false);
+			step_gates(r, p->step_first[s], p->step_first[s + 1], l, (uint32_t)(a1 - a0));
 		}
+		for (uint64_t a = a0; a < a1; a++) {
+			uint32_t id = l * r->E + p->ids[a];
+			if (r->gated && strata_engine_may_substitute(r->eng, id, r->gates[a - a0]))
+				continue;
+			eid[n] = id;
+			pos[n++] = ls;
+		}
+	}
+	off[p->n_steps * r->L] = n;
 	struct strata_bound_stream all = { .eid = eid, .pos = pos, .n = n, .n_ids = n_ids, .bytes = bytes };
 	int rc = strata_bound_tier(&all, cap_v, false, &res->bound_moves_vram, &res->bound_bytes_vram, err);
 	if (!rc)
@@ -712,9 +774,18 @@ static int compute_bounds(struct run *r, struct strata_replay_result *res, struc
 				for (uint64_t a = a0; a < a1; a++)
 					r->experts[a - a0] = p->ids[a];
 				index_experts(r, p->step_first[s], p->step_first[s + 1], l, (uint32_t)(a1 - a0), true);
+				if (r->gated) /* an expert that may compute from its copy: the copy's cost */
+					step_gates(r, p->step_first[s], p->step_first[s + 1], l, (uint32_t)(a1 - a0));
+				for (uint64_t a = a0; a < a1 && r->gated; a++) {
+					uint32_t id = l * r->E + p->ids[a];
+					int cf = strata_engine_copy_fmt(r->eng, id);
+					if (strata_engine_may_substitute(r->eng, id, r->gates[a - a0]) &&
+					    r->fmt_mb[cf] < r->payload_mb[id])
+						r->fmts[a - a0] = (uint8_t)cf;
+				}
 				cus += modelled_us(r, l, (uint32_t)(a1 - a0));
 			}
-		uint64_t a0 = p->off[s0 * r->L], a1 = p->off[s * r->L], mv, pcie, nvme;
+		uint64_t a0 = off[s0 * r->L], a1 = off[s * r->L], mv, pcie, nvme;
 		struct strata_bound_stream seg = { .eid = eid + a0, .pos = pos + a0, .n = a1 - a0, .n_ids = n_ids,
 						   .bytes = bytes };
 		if ((rc = strata_bound_tier(&seg, cap_v, true, &mv, &pcie, err)) ||
@@ -729,17 +800,20 @@ static int compute_bounds(struct run *r, struct strata_replay_result *res, struc
 		t = t > tp ? t : tp;
 		t_ns += t > tn ? t : tn;
 	}
-	free(eid), free(pos);
+	free(eid), free(pos), free(off);
 	if (rc)
 		return rc;
 	const struct strata_engine_stats *st = &res->stats;
 	res->bound_decode_ms = t_ns / 1e6;
 	res->bound_tok_s = t_ns > 0 ? (double)res->decode_tokens / (t_ns / 1e9) : 0;
 	res->bound_ratio = res->bound_tok_s > 0 ? res->decode_tok_s / res->bound_tok_s : 0;
-	uint64_t into_vram = st->bytes_ram_vram + st->bytes_nvme_vram, from_nvme = st->bytes_nvme_ram + st->bytes_nvme_vram;
-	res->bound_violations = (st->moves_vram < res->bound_moves_vram) + (into_vram < res->bound_bytes_vram) +
-				(st->moves_nvme < res->bound_moves_nvme) + (from_nvme < res->bound_bytes_nvme) +
-				(st->moves_nvme < res->bound_ram_moves_nvme) + (from_nvme < res->bound_ram_bytes_nvme) +
+	/* the moves of whole experts: the copies (precision on miss) are not bounded */
+	uint64_t into_vram = st->bytes_ram_vram + st->bytes_nvme_vram - st->substitute_bytes;
+	uint64_t from_nvme = st->bytes_nvme_ram + st->bytes_nvme_vram - st->substitute_bytes;
+	uint64_t mv_vram = st->moves_vram - st->substituted, mv_nvme = st->moves_nvme - st->substituted;
+	res->bound_violations = (mv_vram < res->bound_moves_vram) + (into_vram < res->bound_bytes_vram) +
+				(mv_nvme < res->bound_moves_nvme) + (from_nvme < res->bound_bytes_nvme) +
+				(mv_nvme < res->bound_ram_moves_nvme) + (from_nvme < res->bound_ram_bytes_nvme) +
 				/* the time bound is exact for the virtual clock only (real: calibrated bandwidths) */
 				(r->virt && res->decode_tok_s > res->bound_tok_s * (1 + 1e-9));
 	return STRATA_OK;

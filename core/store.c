@@ -55,7 +55,7 @@ enum {
 	H_MAGIC = 0, H_VERSION = 8, H_FIXED = 12, H_HSIZE = 16, H_DATA = 24, H_FSIZE = 32,
 	H_INDEX = 40, H_COUNT = 44, H_STOREID = 48, H_CSUM = 56, H_FLAGS = 60, H_NTOTAL = 64,
 	H_NEXP = 68, H_NTEN = 72, H_NTENTOT = 76, H_SPECOFF = 80, H_TABOFF = 88, H_EXPOFF = 96,
-	H_TENOFF = 104, H_EXPREC = 112, H_TENREC = 116, H_CREATED = 120,
+	H_TENOFF = 104, H_EXPREC = 112, H_TENREC = 116, H_CREATED = 120, H_NCOPY = 128,
 };
 
 static uint64_t tensor_payload(const struct strata_tensor_info *t, int *ok)
@@ -117,6 +117,7 @@ void strata_store_header_free(struct strata_shard_header *h)
 	free(h->tier_table);
 	free(h->fmt_table);
 	free(h->experts);
+	free(h->copies);
 	free(h->tensors);
 	free(h);
 }
@@ -196,6 +197,8 @@ int strata_store_parse_header(const void *buf, size_t len, uint64_t file_size, c
 	h->n_experts = strata_le_get32(p + H_NEXP);
 	h->n_tensors = strata_le_get32(p + H_NTEN);
 	h->n_tensors_total = strata_le_get32(p + H_NTENTOT);
+	h->flags = strata_le_get32(p + H_FLAGS);
+	h->n_copies = strata_le_get32(p + H_NCOPY);
 	uint64_t spec_off = strata_le_get64(p + H_SPECOFF), tab_off = strata_le_get64(p + H_TABOFF);
 	uint64_t exp_off = strata_le_get64(p + H_EXPOFF), ten_off = strata_le_get64(p + H_TENOFF);
 
@@ -214,6 +217,17 @@ int strata_store_parse_header(const void *buf, size_t len, uint64_t file_size, c
 			   " (trailing data)", name, file_size, h->file_size);
 		goto fail;
 	}
+	if (h->flags & ~STRATA_SHARD_F_COPIES) {
+		rc = STRATA_EVERSION;
+		STRATA_ERR(err, rc, "%s: unknown feature flags 0x%x (written by a newer build)", name,
+			   h->flags & ~STRATA_SHARD_F_COPIES);
+		goto fail;
+	}
+	if ((!(h->flags & STRATA_SHARD_F_COPIES) && h->n_copies) || h->n_copies > h->n_experts) {
+		STRATA_ERR(err, rc, "%s: %u low-bit copies for %u experts%s", name, h->n_copies, h->n_experts,
+			   h->flags & STRATA_SHARD_F_COPIES ? "" : " without the copies flag");
+		goto fail;
+	}
 	if (!h->shard_count || h->shard_count > MAX_SHARDS || h->shard_index >= h->shard_count) {
 		STRATA_ERR(err, rc, "%s: bad shard index %u of %u", name, h->shard_index, h->shard_count);
 		goto fail;
@@ -224,7 +238,7 @@ int strata_store_parse_header(const void *buf, size_t len, uint64_t file_size, c
 	}
 	uint64_t tab_len = ALIGN_8((uint64_t)h->n_total_experts);
 	if (!section_ok(spec_off, STRATA_SHARD_SPEC_BYTES, hsize) || !section_ok(tab_off, 2 * tab_len, hsize) ||
-	    !section_ok(exp_off, (uint64_t)h->n_experts * STRATA_SHARD_EXPERT_REC, hsize) ||
+	    !section_ok(exp_off, ((uint64_t)h->n_experts + h->n_copies) * STRATA_SHARD_EXPERT_REC, hsize) ||
 	    !section_ok(ten_off, (uint64_t)h->n_tensors * STRATA_SHARD_TENSOR_REC, hsize)) {
 		STRATA_ERR(err, rc, "%s: a header section lies outside the header (%" PRIu64 " bytes)", name, hsize);
 		goto fail;
@@ -247,10 +261,11 @@ int strata_store_parse_header(const void *buf, size_t len, uint64_t file_size, c
 	h->tier_table = malloc(tab_len ? tab_len : 1);
 	h->fmt_table = malloc(tab_len ? tab_len : 1);
 	h->experts = calloc(h->n_experts ? h->n_experts : 1, sizeof(*h->experts));
+	h->copies = calloc(h->n_copies ? h->n_copies : 1, sizeof(*h->copies));
 	h->tensors = calloc(h->n_tensors ? h->n_tensors : 1, sizeof(*h->tensors));
-	spans = malloc(((uint64_t)h->n_experts + h->n_tensors + 1) * sizeof(*spans));
-	seen = calloc(h->n_total_experts / 8 + 1, 1);
-	if (!h->tier_table || !h->fmt_table || !h->experts || !h->tensors || !spans || !seen) {
+	spans = malloc(((uint64_t)h->n_experts + h->n_copies + h->n_tensors + 1) * sizeof(*spans));
+	seen = calloc(2 * (h->n_total_experts / 8 + 1), 1); /* experts, then copies */
+	if (!h->tier_table || !h->fmt_table || !h->experts || !h->copies || !h->tensors || !spans || !seen) {
 		rc = STRATA_ERR(err, STRATA_ENOMEM, "%s: out of memory", name);
 		goto fail;
 	}
@@ -272,9 +287,14 @@ int strata_store_parse_header(const void *buf, size_t len, uint64_t file_size, c
 		}
 	uint64_t fsz = h->file_size;
 	size_t ns = 0;
-	for (uint32_t i = 0; i < h->n_experts; i++) {
+	/* the experts, then their low-bit copies: the same records; a copy lies in
+	 * its expert's shard, in a packed format smaller than the expert's own */
+	uint8_t *seen_copy = seen + h->n_total_experts / 8 + 1;
+	for (uint32_t i = 0; i < h->n_experts + h->n_copies; i++) {
 		const uint8_t *r = p + exp_off + (uint64_t)i * STRATA_SHARD_EXPERT_REC;
-		struct strata_shard_expert *x = &h->experts[i];
+		bool copy = i >= h->n_experts;
+		const char *what = copy ? "low-bit copy of expert" : "expert";
+		struct strata_shard_expert *x = copy ? &h->copies[i - h->n_experts] : &h->experts[i];
 		x->layer = strata_le_get32(r);
 		x->expert = strata_le_get32(r + 4);
 		x->ext.shard = h->shard_index;
@@ -284,27 +304,32 @@ int strata_store_parse_header(const void *buf, size_t len, uint64_t file_size, c
 		x->ext.payload = strata_le_get64(r + 32);
 		x->ext.xxh64 = strata_le_get64(r + 40);
 		if (x->layer >= sp->n_moe_layers || x->expert >= sp->n_experts) {
-			STRATA_ERR(err, rc, "%s: expert entry %u names (layer %u, expert %u) outside the model",
-				   name, i, x->layer, x->expert);
+			STRATA_ERR(err, rc, "%s: %s entry %u names (layer %u, expert %u) outside the model", name, what,
+				   copy ? i - h->n_experts : i, x->layer, x->expert);
 			goto fail;
 		}
 		uint32_t eid = strata_eid(sp, x->layer, x->expert);
-		if (seen[eid / 8] & (1u << (eid % 8))) {
-			STRATA_ERR(err, rc, "%s: expert (layer %u, expert %u) listed twice", name, x->layer, x->expert);
+		uint8_t bit = (uint8_t)(1u << (eid % 8)), *mark = copy ? &seen_copy[eid / 8] : &seen[eid / 8];
+		if ((*mark & bit) || (copy && !(seen[eid / 8] & bit))) {
+			STRATA_ERR(err, rc, "%s: %s (layer %u, expert %u) %s", name, what, x->layer, x->expert,
+				   *mark & bit ? "listed twice" : "without its expert in this shard");
 			goto fail;
 		}
-		seen[eid / 8] |= (uint8_t)(1u << (eid % 8));
-		if (x->ext.fmt != h->fmt_table[eid] || x->ext.bytes != lay[x->ext.fmt].bytes ||
-		    x->ext.payload != lay[x->ext.fmt].payload) {
-			STRATA_ERR(err, rc, "%s: expert (layer %u, expert %u): format %u / %" PRIu64 " bytes disagree "
-				   "with the format table and the model spec", name, x->layer, x->expert, x->ext.fmt,
-				   x->ext.bytes);
+		*mark |= bit;
+		const struct strata_expert_layout *L = x->ext.fmt < STRATA_FMT_COUNT ? &lay[x->ext.fmt] : NULL;
+		if (!L || x->ext.bytes != L->bytes || x->ext.payload != L->payload ||
+		    (!copy && x->ext.fmt != h->fmt_table[eid]) ||
+		    (copy && (x->ext.fmt < STRATA_FMT_HOT || L->payload >= lay[h->fmt_table[eid]].payload))) {
+			STRATA_ERR(err, rc, "%s: %s (layer %u, expert %u): format %u / %" PRIu64 " bytes %s", name, what,
+				   x->layer, x->expert, x->ext.fmt, x->ext.bytes,
+				   copy ? "is not a packed format smaller than the expert's own"
+					: "disagree with the format table and the model spec");
 			goto fail;
 		}
 		if (x->ext.offset % STRATA_EXTENT_ALIGN || x->ext.offset < h->data_off || x->ext.offset > fsz ||
 		    x->ext.bytes > fsz - x->ext.offset) {
-			STRATA_ERR(err, rc, "%s: expert (layer %u, expert %u) extent at %" PRIu64 " (+%" PRIu64
-				   ") is misaligned or outside the data area (%" PRIu64 "..%" PRIu64 ")", name,
+			STRATA_ERR(err, rc, "%s: %s (layer %u, expert %u) extent at %" PRIu64 " (+%" PRIu64
+				   ") is misaligned or outside the data area (%" PRIu64 "..%" PRIu64 ")", name, what,
 				   x->layer, x->expert, x->ext.offset, x->ext.bytes, h->data_off, fsz);
 			goto fail;
 		}
@@ -377,7 +402,8 @@ struct strata_store {
 	uint32_t n_total;
 	uint8_t *tiers, *fmts;
 	struct strata_extent *experts; /* by expert id */
-	uint8_t *checked;              /* by expert id: a read was checked (STRATA_VERIFY_FIRST) */
+	struct strata_extent *copies;  /* by expert id: its low-bit copy (bytes 0: none) */
+	uint8_t *checked;              /* by expert id, then by copy: a read was checked (STRATA_VERIFY_FIRST) */
 	int input_slot;                /* strata_input_note of dir */
 	uint32_t n_tensors, n_tensors_total;
 	struct strata_tensor_info *tensors;
@@ -500,6 +526,7 @@ void strata_store_close(struct strata_store *s)
 	free(s->tiers);
 	free(s->fmts);
 	free(s->experts);
+	free(s->copies);
 	free(s->checked);
 	strata_input_forget(s->input_slot);
 	free(s->tensors);
@@ -573,8 +600,9 @@ int strata_store_open(const char *dir, struct strata_store **out, struct strata_
 	s->tensors = calloc(h0->n_tensors_total ? h0->n_tensors_total : 1, sizeof(*s->tensors));
 	s->tiers = malloc(s->n_total ? s->n_total : 1);
 	s->fmts = malloc(s->n_total ? s->n_total : 1);
-	s->checked = calloc(s->n_total ? s->n_total : 1, 1);
-	if (!s->shards || !s->experts || !s->tensors || !s->tiers || !s->fmts || !s->checked) {
+	s->copies = calloc(s->n_total ? s->n_total : 1, sizeof(*s->copies));
+	s->checked = calloc(s->n_total ? 2 * (size_t)s->n_total : 1, 1);
+	if (!s->shards || !s->experts || !s->copies || !s->tensors || !s->tiers || !s->fmts || !s->checked) {
 		rc = STRATA_ERR(err, STRATA_ENOMEM, "out of memory");
 		goto fail;
 	}
@@ -627,6 +655,8 @@ int strata_store_open(const char *dir, struct strata_store **out, struct strata_
 			}
 			s->experts[eid] = h->experts[k].ext;
 		}
+		for (uint32_t k = 0; k < h->n_copies; k++) /* each beside its expert: unique (parse) */
+			s->copies[strata_eid(&s->spec, h->copies[k].layer, h->copies[k].expert)] = h->copies[k].ext;
 		if (s->n_tensors + (uint64_t)h->n_tensors > h->n_tensors_total) {
 			rc = STRATA_ERR(err, STRATA_ECORRUPT, "%s: more tensors than the store's %u", path,
 					h->n_tensors_total);
@@ -684,6 +714,14 @@ const struct strata_extent *strata_store_expert(const struct strata_store *s, ui
 	return &s->experts[strata_eid(&s->spec, layer, e)];
 }
 
+const struct strata_extent *strata_store_copy(const struct strata_store *s, uint32_t layer, uint32_t e)
+{
+	if (layer >= s->spec.n_moe_layers || e >= s->spec.n_experts)
+		return NULL;
+	const struct strata_extent *x = &s->copies[strata_eid(&s->spec, layer, e)];
+	return x->bytes ? x : NULL;
+}
+
 const struct strata_tensor_info *strata_store_tensor(const struct strata_store *s, uint32_t i)
 {
 	return i < s->n_tensors ? &s->tensors[i] : NULL;
@@ -728,6 +766,12 @@ static void extent_name(const struct strata_store *s, const struct strata_extent
 	if (ext >= s->experts && ext < s->experts + s->n_total) {
 		uint32_t eid = (uint32_t)(ext - s->experts);
 		snprintf(buf, len, "expert (layer %u, expert %u)", eid / s->spec.n_experts, eid % s->spec.n_experts);
+		return;
+	}
+	if (ext >= s->copies && ext < s->copies + s->n_total) {
+		uint32_t eid = (uint32_t)(ext - s->copies);
+		snprintf(buf, len, "low-bit copy of expert (layer %u, expert %u)", eid / s->spec.n_experts,
+			 eid % s->spec.n_experts);
 		return;
 	}
 	for (uint32_t i = 0; i < s->n_tensors; i++)
@@ -783,8 +827,11 @@ bool strata_store_arm_check(struct strata_store *s, const struct strata_extent *
 	mv->check_bytes = 0;
 	if (mode == STRATA_VERIFY_OFF || !ext->payload)
 		return false;
-	if (mode == STRATA_VERIFY_FIRST && ext >= s->experts && ext < s->experts + s->n_total) {
-		uint8_t *c = &s->checked[ext - s->experts];
+	size_t ci = ext >= s->experts && ext < s->experts + s->n_total   ? (size_t)(ext - s->experts)
+		    : ext >= s->copies && ext < s->copies + s->n_total ? s->n_total + (size_t)(ext - s->copies)
+									 : SIZE_MAX;
+	if (mode == STRATA_VERIFY_FIRST && ci != SIZE_MAX) {
+		uint8_t *c = &s->checked[ci];
 		if (*c)
 			return false;
 		*c = 1; /* a failed check fails the run, so it is never read unchecked */
@@ -833,6 +880,10 @@ void strata_store_summary(const struct strata_store *s, struct strata_store_tier
 		out->bytes[t] += s->experts[i].bytes;
 		out->payload[t] += s->experts[i].payload;
 		out->params[t] += pe;
+		if (s->copies[i].bytes) {
+			out->copies++;
+			out->copy_bytes += s->copies[i].bytes;
+		}
 	}
 	for (uint32_t i = 0; i < s->n_tensors; i++)
 		out->tensor_bytes += s->tensors[i].ext.payload;
@@ -845,7 +896,7 @@ struct wshard {
 	int fd, fd_direct; /* fd_direct: O_DIRECT, -1 where the filesystem refuses it */
 	uint64_t header_size, data_off, file_size;
 	uint32_t first_item, n_items; /* items [first, first + n) in plan order */
-	uint32_t n_experts, n_tensors;
+	uint32_t n_experts, n_tensors, n_copies;
 	int renamed;
 };
 
@@ -858,8 +909,11 @@ struct strata_store_writer {
 	uint8_t *tiers, *fmts;
 	struct strata_extent *experts;      /* by eid */
 	struct strata_tensor_info *tensors; /* config order */
-	atomic_uchar *added;                /* n_total + n_tensors flags */
-	uint32_t *order;                    /* plan order: tensors (as n_total + i) then eids */
+	struct strata_extent *copies;       /* by eid: its low-bit copy (bytes 0: none) */
+	uint32_t n_copies;
+	atomic_uchar *added;                /* n_total + n_tensors + n_total (copies) flags */
+	uint32_t *order;                    /* plan order: tensors (as n_total + i) then eids, each
+					     * followed by its copy (as n_total + n_tensors + eid) */
 	uint32_t n_shards;
 	struct wshard *shards;
 	uint64_t store_id;
@@ -1045,6 +1099,7 @@ static void writer_free(struct strata_store_writer *w)
 	free(w->tiers);
 	free(w->fmts);
 	free(w->experts);
+	free(w->copies);
 	free(w->tensors);
 	free(w->added);
 	free(w->order);
@@ -1078,6 +1133,16 @@ void strata_store_writer_abort(struct strata_store_writer *w)
 	writer_free(w);
 }
 
+/* The extent of plan item it (an expert, a tensor or a copy: struct strata_store_writer's order). */
+static struct strata_extent *item_ext(struct strata_store_writer *w, uint32_t it)
+{
+	if (it < w->n_total)
+		return &w->experts[it];
+	if (it < w->n_total + w->n_tensors)
+		return &w->tensors[it - w->n_total].ext;
+	return &w->copies[it - w->n_total - w->n_tensors];
+}
+
 int strata_store_writer_open(const struct strata_store_writer_config *cfg, struct strata_store_writer **out,
 			     struct strata_error *err)
 {
@@ -1098,10 +1163,11 @@ int strata_store_writer_open(const struct strata_store_writer_config *cfg, struc
 	w->tiers = malloc(w->n_total);
 	w->fmts = malloc(w->n_total);
 	w->experts = calloc(w->n_total, sizeof(*w->experts));
+	w->copies = calloc(w->n_total ? w->n_total : 1, sizeof(*w->copies));
 	w->tensors = calloc(w->n_tensors ? w->n_tensors : 1, sizeof(*w->tensors));
-	w->added = calloc(w->n_total + w->n_tensors, 1);
-	w->order = malloc(((size_t)w->n_total + w->n_tensors) * sizeof(*w->order));
-	if (!w->dir || !w->tiers || !w->fmts || !w->experts || !w->tensors || !w->added || !w->order) {
+	w->added = calloc(2 * (size_t)w->n_total + w->n_tensors, 1);
+	w->order = malloc((2 * (size_t)w->n_total + w->n_tensors) * sizeof(*w->order));
+	if (!w->dir || !w->tiers || !w->fmts || !w->experts || !w->copies || !w->tensors || !w->added || !w->order) {
 		rc = STRATA_ERR(err, STRATA_ENOMEM, "out of memory");
 		goto fail;
 	}
@@ -1142,16 +1208,24 @@ int strata_store_writer_open(const struct strata_store_writer_config *cfg, struc
 	for (uint32_t i = 0; i < w->n_total; i++) {
 		const struct strata_expert_layout *L = &lay[w->fmts[i]];
 		w->experts[i] = (struct strata_extent){ .fmt = w->fmts[i], .bytes = L->bytes, .payload = L->payload };
+		const struct strata_expert_layout *C = &lay[STRATA_FMT_COLD];
+		if (cfg->lowbit_copies && C->payload < L->payload) {
+			w->copies[i] = (struct strata_extent){ .fmt = STRATA_FMT_COLD, .bytes = C->bytes, .payload = C->payload };
+			w->n_copies++;
+		}
 	}
 
 	/* Plan: tensors first, then experts by id; start a new shard when the
 	 * next extent would push this one past the target size. */
 	uint64_t target = cfg->shard_bytes ? cfg->shard_bytes : (4ull << 30);
-	uint32_t n_items = w->n_total + w->n_tensors;
+	uint32_t n_items = w->n_total + w->n_tensors + w->n_copies;
 	for (uint32_t i = 0; i < w->n_tensors; i++)
 		w->order[i] = w->n_total + i;
-	for (uint32_t i = 0; i < w->n_total; i++)
-		w->order[w->n_tensors + i] = i;
+	for (uint32_t i = 0, k = w->n_tensors; i < w->n_total; i++) {
+		w->order[k++] = i;
+		if (w->copies[i].bytes)
+			w->order[k++] = w->n_total + w->n_tensors + i;
+	}
 	w->shards = calloc(n_items ? n_items : 1, sizeof(*w->shards));
 	if (!w->shards) {
 		rc = STRATA_ERR(err, STRATA_ENOMEM, "out of memory");
@@ -1160,8 +1234,10 @@ int strata_store_writer_open(const struct strata_store_writer_config *cfg, struc
 	uint64_t cur = 0;
 	for (uint32_t k = 0; k < n_items; k++) {
 		uint32_t it = w->order[k];
-		struct strata_extent *x = it < w->n_total ? &w->experts[it] : &w->tensors[it - w->n_total].ext;
-		if (w->n_shards == 0 || (w->shards[w->n_shards - 1].n_items && cur + x->bytes > target)) {
+		struct strata_extent *x = item_ext(w, it);
+		/* a copy stays beside its expert (in its shard) */
+		if (w->n_shards == 0 || (w->shards[w->n_shards - 1].n_items && cur + x->bytes > target &&
+					 it < w->n_total + w->n_tensors)) {
 			w->shards[w->n_shards++].first_item = k;
 			cur = 0;
 		}
@@ -1169,8 +1245,10 @@ int strata_store_writer_open(const struct strata_store_writer_config *cfg, struc
 		sh->n_items++;
 		if (it < w->n_total)
 			sh->n_experts++;
-		else
+		else if (it < w->n_total + w->n_tensors)
 			sh->n_tensors++;
+		else
+			sh->n_copies++;
 		x->shard = w->n_shards - 1;
 		cur += x->bytes;
 	}
@@ -1182,7 +1260,7 @@ int strata_store_writer_open(const struct strata_store_writer_config *cfg, struc
 	for (uint32_t s = 0; s < w->n_shards; s++) {
 		struct wshard *sh = &w->shards[s];
 		sh->fd = sh->fd_direct = -1;
-		sh->header_size = strata_store_header_bytes(w->n_total, sh->n_experts, sh->n_tensors);
+		sh->header_size = strata_store_header_bytes(w->n_total, sh->n_experts + sh->n_copies, sh->n_tensors);
 		if (sh->header_size > MAX_HEADER_BYTES) {
 			rc = STRATA_ERR(err, STRATA_EINVAL, "store writer: shard %u's header would be %" PRIu64
 					" bytes (at most %llu): too many experts", s, sh->header_size, MAX_HEADER_BYTES);
@@ -1191,8 +1269,7 @@ int strata_store_writer_open(const struct strata_store_writer_config *cfg, struc
 		sh->data_off = ALIGN_4K(sh->header_size);
 		uint64_t off = sh->data_off;
 		for (uint32_t k = sh->first_item; k < sh->first_item + sh->n_items; k++) {
-			uint32_t it = w->order[k];
-			struct strata_extent *x = it < w->n_total ? &w->experts[it] : &w->tensors[it - w->n_total].ext;
+			struct strata_extent *x = item_ext(w, w->order[k]);
 			x->offset = off;
 			off += x->bytes;
 		}
@@ -1317,6 +1394,33 @@ int strata_store_writer_add_expert_aligned(struct strata_store_writer *w, uint32
 	return rc;
 }
 
+bool strata_store_writer_has_copy(const struct strata_store_writer *w, uint32_t layer, uint32_t e)
+{
+	return layer < w->spec.n_moe_layers && e < w->spec.n_experts && w->copies[strata_eid(&w->spec, layer, e)].bytes;
+}
+
+int strata_store_writer_add_copy(struct strata_store_writer *w, uint32_t layer, uint32_t e, const void *data,
+				 size_t bytes, struct strata_error *err)
+{
+	if (!strata_store_writer_has_copy(w, layer, e))
+		return STRATA_ERR(err, STRATA_EINVAL, "%s: no low-bit copy of (layer %u, expert %u) was planned", w->dir,
+				  layer, e);
+	uint32_t eid = strata_eid(&w->spec, layer, e);
+	struct strata_extent *x = &w->copies[eid];
+	if (bytes != x->payload)
+		return STRATA_ERR(err, STRATA_EINVAL, "%s: low-bit copy of (layer %u, expert %u): %zu bytes, format %s "
+				  "needs %" PRIu64, w->dir, layer, e, bytes, strata_fmt_traits((int)x->fmt)->name, x->payload);
+	atomic_uchar *added = &w->added[w->n_total + w->n_tensors + eid];
+	if (atomic_exchange(added, 1))
+		return STRATA_ERR(err, STRATA_EINVAL, "%s: low-bit copy of (layer %u, expert %u) added twice", w->dir,
+				  layer, e);
+	x->xxh64 = XXH3_64bits(data, bytes);
+	int rc = pwrite_all(w, &w->shards[x->shard], w->shards[x->shard].fd, data, bytes, x->offset, err);
+	if (rc)
+		atomic_store(added, 0);
+	return rc;
+}
+
 int strata_store_writer_add_tensor(struct strata_store_writer *w, const char *name, const void *data,
 				   size_t bytes, struct strata_error *err)
 {
@@ -1345,7 +1449,7 @@ static void encode_header(const struct strata_store_writer *w, uint32_t s, uint8
 	uint64_t tab_len = ALIGN_8((uint64_t)w->n_total);
 	uint64_t spec_off = STRATA_SHARD_FIXED_BYTES, tab_off = spec_off + STRATA_SHARD_SPEC_BYTES;
 	uint64_t exp_off = tab_off + 2 * tab_len;
-	uint64_t ten_off = exp_off + (uint64_t)sh->n_experts * STRATA_SHARD_EXPERT_REC;
+	uint64_t ten_off = exp_off + ((uint64_t)sh->n_experts + sh->n_copies) * STRATA_SHARD_EXPERT_REC;
 	memset(p, 0, sh->header_size);
 	memcpy(p + H_MAGIC, STRATA_SHARD_MAGIC, 8);
 	strata_le_put32(p + H_VERSION, STRATA_STORE_VERSION);
@@ -1368,22 +1472,29 @@ static void encode_header(const struct strata_store_writer *w, uint32_t s, uint8
 	strata_le_put32(p + H_EXPREC, STRATA_SHARD_EXPERT_REC);
 	strata_le_put32(p + H_TENREC, STRATA_SHARD_TENSOR_REC);
 	strata_le_put64(p + H_CREATED, (uint64_t)time(NULL));
+	if (w->n_copies) {
+		strata_le_put32(p + H_FLAGS, STRATA_SHARD_F_COPIES);
+		strata_le_put32(p + H_NCOPY, sh->n_copies);
+	}
 	encode_spec(p + spec_off, &w->spec);
 	memcpy(p + tab_off, w->tiers, w->n_total);
 	memcpy(p + tab_off + tab_len, w->fmts, w->n_total);
-	uint8_t *er = p + exp_off, *tr = p + ten_off;
+	uint8_t *er = p + exp_off, *cr = er + (uint64_t)sh->n_experts * STRATA_SHARD_EXPERT_REC, *tr = p + ten_off;
 	for (uint32_t k = sh->first_item; k < sh->first_item + sh->n_items; k++) {
 		uint32_t it = w->order[k];
-		if (it < w->n_total) {
-			const struct strata_extent *x = &w->experts[it];
-			strata_le_put32(er, it / w->spec.n_experts);
-			strata_le_put32(er + 4, it % w->spec.n_experts);
-			strata_le_put32(er + 8, x->fmt);
-			strata_le_put64(er + 16, x->offset);
-			strata_le_put64(er + 24, x->bytes);
-			strata_le_put64(er + 32, x->payload);
-			strata_le_put64(er + 40, x->xxh64);
-			er += STRATA_SHARD_EXPERT_REC;
+		if (it < w->n_total || it >= w->n_total + w->n_tensors) {
+			bool copy = it >= w->n_total;
+			uint32_t eid = copy ? it - w->n_total - w->n_tensors : it;
+			const struct strata_extent *x = copy ? &w->copies[eid] : &w->experts[eid];
+			uint8_t **rp = copy ? &cr : &er, *r = *rp;
+			*rp += STRATA_SHARD_EXPERT_REC;
+			strata_le_put32(r, eid / w->spec.n_experts);
+			strata_le_put32(r + 4, eid % w->spec.n_experts);
+			strata_le_put32(r + 8, x->fmt);
+			strata_le_put64(r + 16, x->offset);
+			strata_le_put64(r + 24, x->bytes);
+			strata_le_put64(r + 32, x->payload);
+			strata_le_put64(r + 40, x->xxh64);
 		} else {
 			const struct strata_tensor_info *t = &w->tensors[it - w->n_total];
 			memcpy(tr, t->name, strnlen(t->name, STRATA_TENSOR_NAME_MAX - 1));
@@ -1403,6 +1514,10 @@ static void encode_header(const struct strata_store_writer *w, uint32_t s, uint8
 
 int strata_store_writer_finish(struct strata_store_writer *w, struct strata_error *err)
 {
+	for (uint32_t i = 0; i < w->n_total; i++)
+		if (w->copies[i].bytes && !atomic_load(&w->added[w->n_total + w->n_tensors + i]))
+			return STRATA_ERR(err, STRATA_EINVAL, "%s: low-bit copy of (layer %u, expert %u) was never written",
+					  w->dir, i / w->spec.n_experts, i % w->spec.n_experts);
 	for (uint32_t i = 0; i < w->n_total + w->n_tensors; i++)
 		if (!atomic_load(&w->added[i])) {
 			if (i < w->n_total)

@@ -637,6 +637,14 @@ static void *worker(void *arg)
 			rc = strata_synth_expert(j->g, layer, x, j->fmts[eid], buf, j->buf_bytes, scratch, &e);
 			if (!rc)
 				rc = strata_store_writer_add_expert_aligned(j->w, layer, x, buf, j->buf_bytes, &e);
+			if (!rc && strata_store_writer_has_copy(j->w, layer, x)) {
+				/* its low-bit copy: the same weights in the cold format */
+				strata_expert_layout(STRATA_FMT_COLD, s->hidden, s->inter, &L);
+				bytes += L.payload;
+				rc = strata_synth_expert(j->g, layer, x, STRATA_FMT_COLD, buf, j->buf_bytes, scratch, &e);
+				if (!rc)
+					rc = strata_store_writer_add_copy(j->w, layer, x, buf, L.payload, &e);
+			}
 		}
 		if (rc) {
 			job_fail(j, rc, &e);
@@ -698,10 +706,14 @@ int strata_synth_write(const struct strata_synth_config *cfg, const char *dir, s
 		if (!strata_expert_layout(f, s->hidden, s->inter, &L) && L.bytes > buf_bytes)
 			buf_bytes = L.bytes;
 	}
+	struct strata_expert_layout Lc;
+	strata_expert_layout(STRATA_FMT_COLD, s->hidden, s->inter, &Lc);
 	for (uint32_t i = 0; i < n_total; i++) {
 		struct strata_expert_layout L;
 		strata_expert_layout(fmts[i], s->hidden, s->inter, &L);
 		expert_bytes += L.payload;
+		if (c->lowbit_copies && Lc.payload < L.payload)
+			expert_bytes += Lc.payload; /* the copy strata_store_writer plans */
 	}
 	for (uint32_t i = 0; i < n_tensors; i++) {
 		uint64_t b = tensors[i].shape[0] * (tensors[i].ndim == 2 ? tensors[i].shape[1] : 1) *
@@ -714,7 +726,7 @@ int strata_synth_write(const struct strata_synth_config *cfg, const char *dir, s
 	total = expert_bytes + tensor_bytes;
 	struct strata_store_writer_config wc = {
 		.dir = dir, .spec = *s, .tier_table = tiers, .fmt_table = fmts, .shard_bytes = c->shard_bytes,
-		.n_tensors = n_tensors, .tensors = tensors, .force = c->force,
+		.n_tensors = n_tensors, .tensors = tensors, .force = c->force, .lowbit_copies = c->lowbit_copies,
 	};
 	uint64_t t0 = strata_now_ns();
 	rc = strata_store_writer_open(&wc, &w, err);

@@ -46,6 +46,7 @@ struct card {
 	int have_store;
 	uint32_t shards, tensors;
 	uint64_t tensor_bytes, file_bytes;
+	uint64_t copies, copy_bytes; /* low-bit copies stored beside their experts */
 	const char *dir;
 };
 
@@ -105,7 +106,8 @@ static void print_card(const struct card *c, int json)
 			printf(",\"dir\":");
 			strata_json_write_str(stdout, c->dir);
 			printf(",\"shards\":%u,\"tensors_stored\":%u,\"tensor_bytes_stored\":%" PRIu64
-			       ",\"file_bytes\":%" PRIu64, c->shards, c->tensors, c->tensor_bytes, c->file_bytes);
+			       ",\"file_bytes\":%" PRIu64 ",\"lowbit_copies\":%" PRIu64 ",\"lowbit_copy_bytes\":%" PRIu64,
+			       c->shards, c->tensors, c->tensor_bytes, c->file_bytes, c->copies, c->copy_bytes);
 		}
 		printf("}\n");
 		return;
@@ -141,6 +143,10 @@ static void print_card(const struct card *c, int json)
 		       "tensors, %s\n", c->shards, c->shards == 1 ? "" : "s", c->dir,
 		       strata_fmt_bytes(c->file_bytes, d, sizeof(d)), c->tensors,
 		       strata_fmt_bytes(c->tensor_bytes, b, sizeof(b)));
+		if (c->copies)
+			printf("copies:   %" PRIu64 " low-bit (%s) copies of hot/warm experts beside them, %s "
+			       "(read instead on a miss under --on-miss lowbit)\n", c->copies,
+			       strata_fmt_traits(STRATA_FMT_COLD)->name, strata_fmt_bytes(c->copy_bytes, b, sizeof(b)));
 	}
 }
 
@@ -167,6 +173,8 @@ static int card_from_store(struct strata_store *st, struct card *c)
 	c->shards = strata_store_shard_count(st);
 	c->tensors = strata_store_tensor_count(st);
 	c->tensor_bytes = sum.tensor_bytes;
+	c->copies = sum.copies;
+	c->copy_bytes = sum.copy_bytes;
 	return 0;
 }
 
@@ -189,21 +197,29 @@ static void card_from_spec(const struct strata_model_spec *s, const double frac[
 	}
 }
 
+/* Extent i of the store: experts, then tensors, then low-bit copies (NULL: none). */
+static const struct strata_extent *nth_extent(struct strata_store *st, uint32_t i)
+{
+	const struct strata_model_spec *s = strata_store_spec(st);
+	uint32_t n_total = strata_model_total_experts(s), nt = strata_store_tensor_count(st);
+	if (i < n_total)
+		return strata_store_expert(st, i / s->n_experts, i % s->n_experts);
+	if (i < n_total + nt)
+		return &strata_store_tensor(st, i - n_total)->ext;
+	i -= n_total + nt;
+	return strata_store_copy(st, i / s->n_experts, i % s->n_experts);
+}
+
 /* Re-read every extent and check its checksum. Returns the number of bad ones. */
 static int verify_store(struct strata_store *st, int direct, uint64_t *bytes_read, struct strata_error *first)
 {
 	const struct strata_model_spec *s = strata_store_spec(st);
-	uint32_t n_total = strata_model_total_experts(s), nt = strata_store_tensor_count(st);
+	uint32_t n = 2 * strata_model_total_experts(s) + strata_store_tensor_count(st);
 	uint64_t total = 0, maxb = 0;
-	for (uint32_t i = 0; i < n_total; i++) {
-		const struct strata_extent *x = strata_store_expert(st, i / s->n_experts, i % s->n_experts);
-		total += x->bytes;
-		maxb = x->bytes > maxb ? x->bytes : maxb;
-	}
-	for (uint32_t i = 0; i < nt; i++) {
-		const struct strata_extent *x = &strata_store_tensor(st, i)->ext;
-		total += x->bytes;
-		maxb = x->bytes > maxb ? x->bytes : maxb;
+	for (uint32_t i = 0; i < n; i++) {
+		const struct strata_extent *x = nth_extent(st, i);
+		total += x ? x->bytes : 0;
+		maxb = x && x->bytes > maxb ? x->bytes : maxb;
 	}
 	void *buf = strata_aligned_alloc(STRATA_EXTENT_ALIGN, maxb);
 	if (!buf) {
@@ -214,9 +230,10 @@ static int verify_store(struct strata_store *st, int direct, uint64_t *bytes_rea
 	strata_progress_start(&p, "verify", total, "B");
 	uint64_t done = 0;
 	int bad = 0;
-	for (uint32_t i = 0; i < n_total + nt && !strata_interrupted; i++) {
-		const struct strata_extent *x = i < n_total ? strata_store_expert(st, i / s->n_experts, i % s->n_experts)
-							    : &strata_store_tensor(st, i - n_total)->ext;
+	for (uint32_t i = 0; i < n && !strata_interrupted; i++) {
+		const struct strata_extent *x = nth_extent(st, i);
+		if (!x)
+			continue;
 		struct strata_error e = { 0 };
 		int rc = strata_store_read_extent(st, x, buf, direct, true, &e);
 		if (rc == STRATA_EUNSUPPORTED && direct) {

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "strata/engine.h"
 #include "strata/json.h"
 #include "strata/policy.h"
 #include "strata/util.h"
@@ -70,6 +71,19 @@ static void print_json(FILE *out, int only)
 	fprintf(out, "\n}\n");
 }
 
+static void print_options(FILE *out, const struct strata_option *opts)
+{
+	for (const struct strata_option *o = opts; o && o->name; o++) {
+		char range[96] = "";
+		if (o->choices)
+			snprintf(range, sizeof(range), "%s", o->choices);
+		else if (!(o->min == 0 && o->max == 0))
+			snprintf(range, sizeof(range), "[%g, %g]", o->min, o->max);
+		fprintf(out, "      %-10s %-6s %-6s %-18s %s\n", o->name, strata_option_type_name(o->type), o->def, range,
+			o->help ? o->help : "");
+	}
+}
+
 static void print_text(FILE *out, int only)
 {
 	for (int r = 0; r < STRATA_ROLE_COUNT; r++) {
@@ -83,18 +97,19 @@ static void print_text(FILE *out, int only)
 			fprintf(out, "  %-10s %s%s%s\n", h->name, h->help ? h->help : "",
 				i == 0 ? " [default]" : "",
 				h->flags & STRATA_POLICY_F_NEEDS_FUTURE ? " [needs the future: replay/sim]" : "");
-			for (const struct strata_option *o = h->options; o && o->name; o++) {
-				char range[96] = "";
-				if (o->choices)
-					snprintf(range, sizeof(range), "%s", o->choices);
-				else if (!(o->min == 0 && o->max == 0))
-					snprintf(range, sizeof(range), "[%g, %g]", o->min, o->max);
-				fprintf(out, "      %-10s %-6s %-6s %-18s %s\n", o->name,
-					strata_option_type_name(o->type), o->def, range, o->help ? o->help : "");
-			}
+			print_options(out, h->options);
 		}
 		fprintf(out, "\n");
 	}
+	if (only >= 0)
+		return;
+	/* not a role: an engine option beside them (--on-miss) */
+	fprintf(out, "precision on miss (--on-miss, engine option on_miss):\n"
+		     "  full       every miss moves the whole expert [default]\n"
+		     "  lowbit     a miss that would stall, on an expert with a low gate weight, reads its low-bit copy\n"
+		     "             (strata synth|quantize --lowbit-copies) and computes from it\n");
+	print_options(out, strata_engine_on_miss_options());
+	fprintf(out, "\n");
 }
 
 int strata_cmd_policies(int argc, char **argv)

@@ -53,6 +53,8 @@ static void usage(FILE *f)
 		"                      {\"layers\": {\"L\": {\"gate\": [...], \"up\": [...], \"down\": [...]}}}\n"
 		"  --threads N         worker threads (default: online CPUs); each holds one matrix\n"
 		"  --shard-bytes SIZE  target shard size (default 4 GiB)\n"
+		"  --lowbit-copies     beside each hot/warm expert, a cold-format copy of the same\n"
+		"                      weights (read instead on a miss under `--on-miss lowbit`)\n"
 		"output\n"
 		"  --force             replace a model already in --out (built beside it, swapped in\n"
 		"                      whole at the end: the old one stays usable until then)\n"
@@ -218,6 +220,7 @@ int strata_cmd_quantize(int argc, char **argv)
 	enum {
 		O_IN = 256, O_OUT, O_NAMING, O_TOPK, O_NAME, O_COUNTS, O_TRACE, O_SPLIT, O_BUDGET, O_BMODE, O_IMATRIX,
 		O_THREADS, O_SHARD, O_JSON, O_NOPROG, O_MAKE, O_SPEC, O_DTYPE, O_FILES, O_SEED, O_PLAN, O_FORCE,
+		O_COPIES,
 	};
 	static const struct option opts[] = {
 		{ "in", required_argument, 0, O_IN },          { "out", required_argument, 0, O_OUT },
@@ -232,7 +235,7 @@ int strata_cmd_quantize(int argc, char **argv)
 		{ "spec", required_argument, 0, O_SPEC },      { "dtype", required_argument, 0, O_DTYPE },
 		{ "files", required_argument, 0, O_FILES },    { "seed", required_argument, 0, O_SEED },
 		{ "plan", no_argument, 0, O_PLAN },            { "help", no_argument, 0, 'h' },
-		{ "force", no_argument, 0, O_FORCE },
+		{ "force", no_argument, 0, O_FORCE },          { "lowbit-copies", no_argument, 0, O_COPIES },
 		{ 0, 0, 0, 0 },
 	};
 	const char *in = NULL, *out = NULL, *naming = "auto", *name = NULL, *counts = NULL, *trace = NULL;
@@ -240,7 +243,7 @@ int strata_cmd_quantize(int argc, char **argv)
 	const char *spec_text = NULL, *dtype_s = "bf16";
 	unsigned top_k = 0, threads = 0, files = 1;
 	uint64_t shard_bytes = 0, seed = 1, budget = 0;
-	int json = 0, progress = 1, plan = 0, force = 0;
+	int json = 0, progress = 1, plan = 0, force = 0, copies = 0;
 	struct strata_error err = { 0 };
 	int c;
 	optind = 1;
@@ -294,6 +297,7 @@ int strata_cmd_quantize(int argc, char **argv)
 				return 2;
 			break;
 		case O_FORCE: force = 1; break;
+		case O_COPIES: copies = 1; break;
 		default: return strata_cli_bad_option("quantize", opts, argc, argv);
 		}
 		if (end && (*end || end == optarg || optarg[0] == '-')) {
@@ -378,7 +382,7 @@ int strata_cmd_quantize(int argc, char **argv)
 		strata_install_sigint();
 		struct strata_quantize_config qc = {
 			.out = out, .tiers = tiers, .imatrix = imx, .threads = threads, .shard_bytes = shard_bytes,
-			.progress = progress, .force = force,
+			.progress = progress, .force = force, .lowbit_copies = copies,
 		};
 		rc = strata_quantize_run(m, &qc, &rep, &err);
 		if (!rc)

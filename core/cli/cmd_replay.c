@@ -25,6 +25,9 @@ static void usage(FILE *f, int virt)
 		"  --place SPEC         placement policy (strata policies; default static)\n"
 		"  --evict SPEC         eviction policy for both cached tiers (default lru)\n"
 		"  --prefetch SPEC      prefetch policy (default none)\n"
+		"  --on-miss SPEC       full (default) | lowbit[:gate=G,from=nvme|ram]: a miss on an\n"
+		"                       expert whose gate weight is below G (0.1) reads its low-bit\n"
+		"                       copy instead (stored with --lowbit-copies; strata policies)\n"
 		"  --seed N             run seed (policies, activations; default 1)\n"
 		"  --max-tokens N       replay the first N tokens only\n"
 		"  --prefill-chunk N    prefill tokens per step (default: a request's whole prompt)\n"
@@ -81,7 +84,7 @@ int strata_cli_replay_main(int argc, char **argv, int virt)
 	const char *cmd = virt ? "sim" : "replay";
 	enum { O_MODEL = 256, O_TRACE, O_VRAM, O_RAM, O_PLACE, O_EVICT, O_PREFETCH, O_SEED, O_MAXTOK, O_CHUNK,
 	       O_NOHINTS, O_NOFUT, O_COMPUTE, O_MOVER, O_QD, O_GPU, O_VERIFY, O_NOVERIFY, O_JSON, O_CSV, O_APPEND, O_COST,
-	       O_NVMEQD, O_PROGRESS, O_TIERS, O_TIER_TRACE, O_COPY, O_NOPROG };
+	       O_NVMEQD, O_PROGRESS, O_TIERS, O_TIER_TRACE, O_COPY, O_NOPROG, O_ONMISS };
 	static const struct option opts[] = {
 		{ "model", required_argument, 0, O_MODEL }, { "trace", required_argument, 0, O_TRACE },
 		{ "vram", required_argument, 0, O_VRAM }, { "ram", required_argument, 0, O_RAM },
@@ -96,7 +99,7 @@ int strata_cli_replay_main(int argc, char **argv, int virt)
 		{ "cost", required_argument, 0, O_COST }, { "nvme-qd", required_argument, 0, O_NVMEQD },
 		{ "progress", no_argument, 0, O_PROGRESS }, { "tiers", required_argument, 0, O_TIERS },
 		{ "tier-trace", required_argument, 0, O_TIER_TRACE }, { "copy", required_argument, 0, O_COPY },
-		{ "no-progress", no_argument, 0, O_NOPROG },
+		{ "no-progress", no_argument, 0, O_NOPROG }, { "on-miss", required_argument, 0, O_ONMISS },
 		{ "quiet", no_argument, 0, 'q' }, { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	struct strata_replay_config c;
@@ -125,6 +128,7 @@ int strata_cli_replay_main(int argc, char **argv, int virt)
 		case O_PLACE: c.engine.place = optarg; break;
 		case O_EVICT: c.engine.evict = optarg; break;
 		case O_PREFETCH: c.engine.prefetch = optarg; break;
+		case O_ONMISS: c.engine.on_miss = optarg; break;
 		case O_SEED:
 		case O_MAXTOK:
 		case O_CHUNK:

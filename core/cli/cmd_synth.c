@@ -43,6 +43,9 @@ static void usage(FILE *f)
 		"                       counts file (JSON/CSV) instead, with the --tiers split\n"
 		"  --shard-size SIZE    target shard size (default 4G)\n"
 		"  --threads N          generator/writer threads (default 2)\n"
+		"  --lowbit-copies      beside each expert larger than the cold format, a cold-format\n"
+		"                       copy of the same weights (what `replay|sim --on-miss lowbit`\n"
+		"                       reads on a miss; `strata inspect` lists them)\n"
 		"  --force              replace a model already in DIR\n"
 		"  --list-presets       list the model presets and exit\n"
 		"  --json               print the result as JSON\n"
@@ -80,7 +83,7 @@ static void list_presets(int json)
 int strata_cmd_synth(int argc, char **argv)
 {
 	enum { O_SEED = 256, O_DIST, O_DOF, O_OFRAC, O_OSCALE, O_FORMAT, O_CODES, O_TIERS, O_SHARD, O_THREADS,
-	       O_FORCE, O_LIST, O_JSON, O_PRESET, O_OUT, O_POP, O_NOPROG };
+	       O_FORCE, O_LIST, O_JSON, O_PRESET, O_OUT, O_POP, O_NOPROG, O_COPIES };
 	static const struct option opts[] = {
 		{ "preset", required_argument, 0, O_PRESET }, { "out", required_argument, 0, O_OUT },
 		{ "seed", required_argument, 0, O_SEED }, { "dist", required_argument, 0, O_DIST },
@@ -90,6 +93,7 @@ int strata_cmd_synth(int argc, char **argv)
 		{ "popularity", required_argument, 0, O_POP },
 		{ "shard-size", required_argument, 0, O_SHARD }, { "threads", required_argument, 0, O_THREADS },
 		{ "force", no_argument, 0, O_FORCE }, { "list-presets", no_argument, 0, O_LIST },
+		{ "lowbit-copies", no_argument, 0, O_COPIES },
 		{ "json", no_argument, 0, O_JSON }, { "no-progress", no_argument, 0, O_NOPROG },
 		{ "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
 	};
@@ -170,6 +174,7 @@ int strata_cmd_synth(int argc, char **argv)
 				goto bad_value;
 			break;
 		case O_FORCE: force = 1; break;
+		case O_COPIES: cfg.lowbit_copies = true; break;
 		case O_LIST: list = 1; break;
 		case O_JSON: json = 1; break;
 		case O_NOPROG: strata_cli_no_progress(); break;

@@ -97,6 +97,8 @@ void strata_experiment_config_id(struct strata_experiment_config *c)
 		ADD(";tiers=%s", c->tiers);
 	if (c->tier_trace[0])
 		ADD(";tier_trace=%s", c->tier_trace);
+	if (c->on_miss[0])
+		ADD(";on_miss=%s", c->on_miss);
 	if (!c->virt)
 		ADD(";compute=%s;mover=%s;gpu=%d", c->compute, c->mover, c->gpu);
 	if (!c->virt && c->copy[0]) /* only when set: older run ids stay valid */
@@ -150,6 +152,8 @@ int strata_experiment_run_one(const struct strata_experiment_config *x, struct s
 		c.engine.evict = x->evict;
 	if (x->prefetch[0])
 		c.engine.prefetch = x->prefetch;
+	if (x->on_miss[0])
+		c.engine.on_miss = x->on_miss;
 	c.engine.seed = x->seed;
 	c.max_tokens = x->max_tokens;
 	c.prefill_chunk = x->prefill_chunk;
@@ -232,6 +236,7 @@ int strata_experiment_config_parse_id(const char *id, struct strata_experiment_c
 		STR("place", place)
 		STR("evict", evict)
 		STR("prefetch", prefetch)
+		STR("on_miss", on_miss)
 		STR("compute", compute)
 		STR("mover", mover)
 		STR("copy", copy)

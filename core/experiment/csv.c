@@ -62,8 +62,9 @@ static const char *tag_of(const struct strata_experiment_config *c, const char *
 /* The policies as given, for the config column of a failed run. */
 void strata_exp_csv_given_name(const struct strata_experiment_config *c, char *buf, size_t len)
 {
-	snprintf(buf, len, "place=%s,evict=%s,prefetch=%s", c->place[0] ? c->place : "default",
-		 c->evict[0] ? c->evict : "default", c->prefetch[0] ? c->prefetch : "default");
+	snprintf(buf, len, "place=%s,evict=%s,prefetch=%s%s%s", c->place[0] ? c->place : "default",
+		 c->evict[0] ? c->evict : "default", c->prefetch[0] ? c->prefetch : "default",
+		 c->on_miss[0] ? ",on_miss=" : "", c->on_miss);
 }
 
 void strata_exp_csv_row(FILE *f, const struct strata_experiment_config *c, const struct strata_exp_outcome *o,

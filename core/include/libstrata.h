@@ -106,6 +106,10 @@ typedef struct strata_api_engine strata_api_engine;
  *                    shard headers are always checked; reads that land in VRAM are copied
  *                    back to the host and hashed, a wait per expert)
  *   mover=uring|pread|mmap   NVMe reads (uring: io_uring + O_DIRECT)
+ *   on_miss=SPEC     precision on miss (strata/engine.h): full (default) or
+ *                    lowbit[:gate=G,from=nvme|ram]: a miss on an expert whose largest gate
+ *                    weight in the call is below G computes from its low-bit copy (a store
+ *                    written with --lowbit-copies); stats count "substituted"
  *   queue_depth=N, copy_streams=N, scratch_slots=N (0: the largest acquire seen fits)
  *   max_tokens=N     the most tokens one strata_api_moe_forward call takes (256)
  * Errors: EBUDGET with the numbers when a budget cannot hold top_k experts, EINVAL for a

@@ -173,7 +173,7 @@ static const struct string_key {
 } string_keys[] = {
 	STRING_KEY(model), STRING_KEY(trace), STRING_KEY(cost), STRING_KEY(tiers), STRING_KEY(tier_trace),
 	STRING_KEY(place), STRING_KEY(evict), STRING_KEY(prefetch), STRING_KEY(compute), STRING_KEY(mover),
-	STRING_KEY(copy),
+	STRING_KEY(copy), STRING_KEY(on_miss),
 };
 
 static const struct string_key *string_field(const char *k)
@@ -246,7 +246,7 @@ static void read_config(lua_State *L, int idx, struct strata_experiment_config *
 			}
 		} else {
 			luaL_error(L, "config: unknown key '%s' (mode, model, trace, vram, ram, place, evict, prefetch, "
-				      "seed, max_tokens, prefill_chunk, hints, future, compute, cost, tiers, tier_trace, mover, copy, gpu, "
+				      "on_miss, seed, max_tokens, prefill_chunk, hints, future, compute, cost, tiers, tier_trace, mover, copy, gpu, "
 				      "tags)",
 				   k);
 		}

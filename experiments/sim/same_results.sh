@@ -23,4 +23,9 @@ run qwen3-30b-a3b $D/q.strace --place static --vram 1G --ram 3G --evict lru --pr
 run qwen3-30b-a3b $D/q.strace --place static:promote=all --vram 1G --ram 2G --evict lfu --prefetch lookahead:depth=2
 run qwen3-30b-a3b:layers=4,experts=32,top_k=4 $D/s.strace --place cache --vram 40M --ram 60M --evict lru --prefetch lookahead
 run qwen3-30b-a3b:layers=4,experts=32,top_k=4 $D/s.strace --place cache --vram 40M --ram 0 --evict farthest --prefetch oracle
+# precision on miss (when both builds have it): substitutions decided the same
+if $B sim --help 2>&1 | grep -q -- --on-miss; then
+  run qwen3-30b-a3b:layers=4,experts=32,top_k=4 $D/s.strace --place cache --vram 40M --ram 0 --evict lru --on-miss lowbit:gate=0.3
+  run qwen3-30b-a3b:layers=4,experts=32,top_k=4 $D/s.strace --place static --vram 40M --ram 60M --on-miss lowbit:gate=0.5,from=ram
+fi
 exit $fail

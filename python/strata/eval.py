@@ -4,6 +4,19 @@
         --out out/eval [--shards 3] [--windows 32] [--seq 512]
     python3 -m strata.eval --model tests/data/moe-tiny --heldout-text tests/data/moe-tiny/heldout.txt \
         --profile-text tests/data/moe-tiny/train-sample.txt --strata build/release/bin/strata --out out/eval
+    python3 -m strata.eval --model tests/data/moe-tiny --heldout-text tests/data/moe-tiny/heldout.txt \
+        --on-miss-gates 0.05,0.1,0.2,1 --out out/on-miss     # precision on miss (below)
+
+With --on-miss-gates, instead: the quality cost of precision on miss (HOBBIT-style; the engine's
+on_miss=lowbit option, strata/engine.h).  The checkpoint is quantized 15/30/55 with a low-bit (cold
+format) copy beside each hot/warm expert (`strata quantize --lowbit-copies`); held-out windows are
+decoded token by token (one token per engine step, as in generation; teacher-forced) through the
+runner's Strata backend, with a VRAM budget of --on-miss-vram (a share of all expert bytes), no RAM
+tier (every miss reads NVMe), place=cache, evict=lru: once with on_miss=full and once per gate
+threshold G with on_miss=lowbit:gate=G (a miss on an expert whose gate weight is below G computes
+from its copy).  Each run is compared with the BF16 model (KLD, top-1, top-5, perplexity) and with
+the on_miss=full run; engine counters say how often copies served and the bytes they saved.
+Writes OUT/on_miss.csv and OUT/on_miss.json.
 
 Steps, all recorded in OUT:
  1. profile: the BF16 model routes windows of training text; per (layer, expert) top-k counts ->
@@ -342,6 +355,102 @@ def evaluate(args):
     return summ, goals
 
 
+def decode_logits(model, w):
+    """Logits [n*T, V] of windows w [n, T+1], fed one token per forward call (a decode step each,
+    a fresh KV cache per window): the engine sees one token's routing per step."""
+    import torch
+    outs = []
+    for row in w:
+        x = torch.from_numpy(row[:-1].astype(np.int64))[None, :]
+        model.reset(1, x.shape[1])
+        outs += [model.forward(x[:, t:t + 1]).float().reshape(1, -1) for t in range(x.shape[1])]
+    return torch.cat(outs)
+
+
+def evaluate_on_miss(args):
+    """--on-miss-gates: the quality cost of computing low-gate misses from the low-bit copies."""
+    import torch
+    from .backends import StrataBackend
+    from .model import load
+    t0 = time.time()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    try:
+        gates = [float(g) for g in args.on_miss_gates.split(",")]
+    except ValueError:
+        raise CheckpointError("--on-miss-gates %s: a comma-separated list of gate thresholds" % args.on_miss_gates)
+    if not gates or any(not 0 <= g <= 1 for g in gates):
+        raise CheckpointError("--on-miss-gates %s: thresholds lie in [0, 1]" % args.on_miss_gates)
+    if not args.heldout_text:
+        raise CheckpointError("--on-miss-gates needs --heldout-text (the windows decoded token by token)")
+    os.makedirs(args.out, exist_ok=True)
+    device = torch.device("cpu")  # the engine's host path: one token per step, CPU is fast enough here
+    c, ref_model = build_model(args.model, device)
+    he = load_text(args.heldout_text)
+    w = windows(he, args.seq, args.windows)
+    if len(w) < args.windows:
+        raise CheckpointError("%s: %d bytes make %d windows of %d, fewer than --windows %d"
+                              % (args.heldout_text[0], len(he), len(w), args.seq, args.windows))
+    tgt = torch.from_numpy(w[:, 1:].astype(np.int64)).reshape(-1)
+    ref = logits_of(ref_model, w, args.batch, device)
+    q = os.path.join(args.out, "q-lowbit")
+    cmd = [args.strata, "quantize", "--in", args.model, "--naming", "auto", "--out", q, "--split", "15,30,55",
+           "--lowbit-copies", "--force", "--json", "--no-progress"]
+    if args.qthreads:
+        cmd += ["--threads", str(args.qthreads)]
+    run(cmd, "strata quantize")
+    card, _ = run([args.strata, "inspect", q, "--json"], "strata inspect")
+    card = json.loads(card)
+    all_bytes = card["total"]["extent_bytes"]
+    vram = max(int(all_bytes * args.on_miss_vram) // 4096 * 4096, 4096)
+    log("quantized 15/30/55 with %d low-bit copies (%.1f KiB beside %.1f KiB of experts); VRAM budget %.1f KiB "
+        "(%.0f%% of the experts), no RAM tier" % (card["lowbit_copies"], card["lowbit_copy_bytes"] / 1024.0,
+                                                  all_bytes / 1024.0, vram / 1024.0, 100 * args.on_miss_vram))
+    rows, full = [], None
+    for g in [None] + gates:
+        spec = "full" if g is None else "lowbit:gate=%g" % g
+        be = StrataBackend(q, vram=str(vram), ram="0", place="cache", evict="lru", gpu="0",
+                           options="on_miss=%s scratch_slots=%d" % (spec, c.num_experts))
+        try:
+            m = load(args.model, be, "cpu", torch.float32)
+            lg = decode_logits(m, w)
+            st = be.stats()
+        finally:
+            be.close()
+        r = metrics(lg, ref, tgt)
+        if full is None:
+            full = lg
+        vs = metrics(lg, full, tgt)
+        r.update(on_miss=spec, gate=g, kld_vs_full=vs["kld"], top1_vs_full=vs["top1"],
+                 accesses=st["accesses"], misses=st["hits_nvme"], substituted=st["substituted"],
+                 substituted_share=st["substituted"] / max(st["accesses"], 1),
+                 substituted_of_misses=st["substituted"] / max(st["hits_nvme"], 1),
+                 bytes_moved=st["bytes_nvme_vram"] + st["bytes_nvme_ram"] + st["bytes_ram_vram"],
+                 substitute_bytes_saved=st["substitute_bytes_saved"], hit_rate_vram=st["hits_vram"] /
+                 max(st["accesses"], 1), config=st["config"])
+        rows.append(r)
+        log("%-18s kld %.5f top1 %.4f top5 %.4f ppl %.4f | vs full: kld %.5f top1 %.4f | substituted %d of %d "
+            "misses (%.1f%% of accesses), %.1f KiB saved" % (
+                spec, r["kld"], r["top1"], r["top5"], r["ppl"], r["kld_vs_full"], r["top1_vs_full"],
+                r["substituted"], r["misses"], 100 * r["substituted_share"], r["substitute_bytes_saved"] / 1024.0))
+    cols = ["on_miss", "gate", "tokens", "kld", "top1", "top5", "ppl", "bits_per_byte", "kld_vs_full",
+            "top1_vs_full", "accesses", "misses", "substituted", "substituted_share", "substituted_of_misses",
+            "bytes_moved", "substitute_bytes_saved", "hit_rate_vram", "config"]
+    with open(os.path.join(args.out, "on_miss.csv"), "w", newline="") as f:
+        wr = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
+        wr.writeheader()
+        for r in rows:
+            wr.writerow({k: ("" if r[k] is None else (round(r[k], 6) if isinstance(r[k], float) else r[k]))
+                         for k in cols})
+    out = {"rows": rows, "model": os.path.abspath(args.model), "windows": int(len(w)), "seq": args.seq,
+           "vram_bytes": vram, "expert_bytes": all_bytes, "lowbit_copies": card["lowbit_copies"],
+           "seconds": round(time.time() - t0, 1)}
+    with open(os.path.join(args.out, "on_miss.json"), "w") as f:
+        json.dump(out, f, indent=1)
+    log("wrote %s (on_miss.csv, on_miss.json) in %.0f s" % (args.out, time.time() - t0))
+    return rows
+
+
 def summarize(rows, names):
     out = []
     for n in names:
@@ -458,7 +567,15 @@ def main(argv=None):
     ap.add_argument("--device", default="auto")
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--title", default="")
+    ap.add_argument("--on-miss-gates", default="",
+                    help="instead of the tier study: precision on miss at these gate thresholds (e.g. 0.05,0.1,0.2)")
+    ap.add_argument("--on-miss-vram", type=float, default=0.25,
+                    help="--on-miss-gates: VRAM budget as a share of all expert bytes (default 0.25)")
     args = ap.parse_args(argv)
+    if args.on_miss_gates:
+        if args.windows == 32 and args.seq == 512:  # the tier study's defaults: too long token by token
+            args.windows, args.seq = 4, 256
+        return cli_main("strata.eval", evaluate_on_miss, args)
     return cli_main("strata.eval", evaluate, args)
 
 

@@ -176,3 +176,24 @@ def test_dequantize_matches_store(evaluated):
             for name, ref in (("gate", g), ("up", u), ("down", d)):
                 x = t[expert_name(l, e, name)].float()
                 assert (x - ref.to(torch.bfloat16).float()).abs().max() == 0
+
+
+def test_precision_on_miss_eval(work):
+    """strata.eval --on-miss-gates: the engine substitutes only below the gate threshold, the
+    no-substitution run is itself (KLD 0, top-1 1 vs full), bytes saved grow with the threshold."""
+    out = os.path.join(work, "on-miss")
+    r = run_py("strata.eval", "--model", TINY, "--heldout-text", os.path.join(TINY, "heldout.txt"), "--strata", BIN,
+               "--out", out, "--on-miss-gates", "0,0.3,1", "--windows", "1", "--seq", "48")
+    assert r.returncode == 0, r.stderr
+    rows = {row["on_miss"]: row for row in csv.DictReader(open(os.path.join(out, "on_miss.csv")))}
+    full, g0, g3, g1 = rows["full"], rows["lowbit:gate=0"], rows["lowbit:gate=0.3"], rows["lowbit:gate=1"]
+    assert int(full["substituted"]) == 0 and float(full["kld_vs_full"]) == 0 and float(full["top1_vs_full"]) == 1
+    assert int(g0["substituted"]) == 0 and float(g0["kld"]) == float(full["kld"])
+    assert 0 < int(g3["substituted"]) < int(g1["substituted"]) <= int(g1["misses"])
+    assert int(g3["substitute_bytes_saved"]) < int(g1["substitute_bytes_saved"])
+    assert float(g1["kld_vs_full"]) > 0
+    assert int(full["tokens"]) == 48
+    # bad input: a threshold outside [0, 1]
+    r = run_py("strata.eval", "--model", TINY, "--heldout-text", os.path.join(TINY, "heldout.txt"), "--strata", BIN,
+               "--out", out, "--on-miss-gates", "0.1,2")
+    assert r.returncode == 2 and "[0, 1]" in r.stderr

@@ -78,6 +78,10 @@ struct strata_engine_config {
 	/* Instead of a spec: an ops struct of the caller's (default options), as
 	 * in the policy harness; lets a test drive a deliberately broken policy. */
 	const void *place_ops, *evict_ops, *prefetch_ops;
+	/* Precision on miss (below, "Precision on miss"): NULL or "full" fetch
+	 * every miss whole; "lowbit[:gate=G,from=nvme|ram]" reads an expert's
+	 * low-bit copy instead on a miss with a low gate weight. */
+	const char *on_miss;
 };
 /* The cost model a run times with when none is given (the defaults of
  * strata_engine_config_defaults). */
@@ -114,6 +118,10 @@ struct strata_engine_stats {
 	 * fetches, pending ones whose layer ran without them, and pending ones
 	 * a newer prediction withdrew (early preemption) */
 	uint64_t prefetch_promoted, prefetch_cancelled, prefetch_preempted;
+	/* precision on miss: accesses served by an expert's low-bit copy, the
+	 * copy bytes moved for them (in bytes_nvme_vram and moves_vram/nvme
+	 * too), and the bytes the whole experts would have moved beyond that */
+	uint64_t substituted, substitute_bytes, substitute_bytes_saved;
 };
 
 struct strata_engine;
@@ -214,6 +222,45 @@ int strata_engine_acquire(struct strata_engine *e, uint32_t layer, const uint32_
  * prefetches (above); tells prefetch (on_route) what was routed. */
 int strata_engine_release(struct strata_engine *e, uint64_t token, uint32_t layer,
 			  const uint32_t *experts, uint32_t n, struct strata_error *err);
+/*
+ * Precision on miss (HOBBIT, Tang et al. 2024, "token-level dynamic expert
+ * loading": a cache-miss expert that matters little to the token is computed
+ * from a low-precision copy, which moves in a fraction of the time).  With
+ * cfg.on_miss = "lowbit[:gate=G,from=nvme|ram]" (policies/README.md):
+ *   - the driver gives, before each acquire, every expert's gate weight in the
+ *     step (strata_engine_set_gates: the largest over the step's tokens routed
+ *     to it; without it no expert substitutes);
+ *   - in acquire, an expert that is not in VRAM (nor on its way there), would
+ *     come from a source that stalls (from=nvme: only a read from NVMe, the
+ *     default; from=ram: a RAM-tier copy too), has a low-bit copy
+ *     (strata_store_copy; for a model without shards, every expert larger
+ *     than the cold format has one) and whose gate weight is below G
+ *     (default 0.1) is served by reading its copy from NVMe straight into a
+ *     scratch slot: accesses and hits[source] count as usual, placement sees
+ *     on_access (not admit: nothing is admitted, the whole expert does not
+ *     move), no tier changes, substituted++, and the copy is freed at
+ *     release.  strata_engine_served_fmt says which format to compute with.
+ *   - The decision reads only residency and the gate weights, so sim and
+ *     replay substitute the same accesses.  The store must hold copies
+ *     (`--lowbit-copies`): STRATA_EINVAL otherwise.
+ */
+/* Gate weights for the next acquire: gates[i] for the i-th expert it will
+ * be given (n of them).  NULL: none (no substitution). */
+int strata_engine_set_gates(struct strata_engine *e, const float *gates, uint32_t n, struct strata_error *err);
+/* Whether an access to eid with this gate weight may be served by its copy
+ * under the engine's on_miss option when it misses (for bounds). */
+bool strata_engine_may_substitute(const struct strata_engine *e, uint32_t eid, float gate);
+/* Between acquire and release: the format of the bytes acquire handed over
+ * for (layer, expert): its copy's when substituted, else the expert's own. */
+int strata_engine_served_fmt(const struct strata_engine *e, uint32_t layer, uint32_t expert);
+/* The format of eid's copy (-1: none, or on_miss is not lowbit). */
+int strata_engine_copy_fmt(const struct strata_engine *e, uint32_t eid);
+/* Whether the engine reads gate weights (on_miss=lowbit): a driver may skip them. */
+bool strata_engine_reads_gates(const struct strata_engine *e);
+/* The on_miss=lowbit option table (strata policies prints it). */
+struct strata_option;
+const struct strata_option *strata_engine_on_miss_options(void);
+
 /* Virtual mode: charge compute time for a layer; real mode: record it. */
 void strata_engine_add_compute(struct strata_engine *e, double ns);
 

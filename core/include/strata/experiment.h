@@ -15,7 +15,8 @@
  *
  * A configuration is a table: mode ("sim" | "replay"), model (shard
  * directory, or a model spec for sim), trace, vram, ram (bytes or "8G"),
- * place, evict, prefetch (policy specs), seed, max_tokens, prefill_chunk,
+ * place, evict, prefetch (policy specs), on_miss (precision on miss: "lowbit:gate=0.2";
+ * strata/engine.h), seed, max_tokens, prefill_chunk,
  * hints, future, compute, cost (cost model JSON), mover, gpu, and tags
  * (a table of extra columns: { depth = 2 }).  Unknown keys are errors.
  *
@@ -46,6 +47,7 @@ struct strata_experiment_config {
 	char model[1024], trace[1024], cost[1024];
 	char tiers[32], tier_trace[1024]; /* spec-only sim: split and ranking trace (strata/replay.h) */
 	char place[256], evict[256], prefetch[512];
+	char on_miss[256];           /* precision on miss (strata/engine.h), "" = full */
 	char compute[16], mover[16], copy[16]; /* copy: RAM -> VRAM mode, "" = default */
 	uint64_t vram, ram;          /* 0: the engine's default */
 	uint64_t seed, max_tokens;

@@ -98,6 +98,7 @@ struct strata_quantize_config {
 	uint64_t shard_bytes;       /* 0: the store's default */
 	bool progress;              /* progress bar on stderr */
 	bool force;                 /* replace a model already in out */
+	bool lowbit_copies;         /* beside each hot/warm expert a cold-format copy (strata_store_copy) */
 };
 
 struct strata_quantize_tier_stats {

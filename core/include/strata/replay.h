@@ -165,6 +165,9 @@ struct strata_replay_result {
 	X("prefetch_preempted", U, "%" PRIu64, s->prefetch_preempted) \
 	X("moves_vram", U, "%" PRIu64, s->moves_vram) \
 	X("moves_nvme", U, "%" PRIu64, s->moves_nvme) \
+	X("substituted", U, "%" PRIu64, s->substituted) \
+	X("substitute_bytes", U, "%" PRIu64, s->substitute_bytes) \
+	X("substitute_bytes_saved", U, "%" PRIu64, s->substitute_bytes_saved) \
 	X("prefetch_accuracy", D, "%.6f", r->prefetch_accuracy) \
 	X("prefetch_coverage", D, "%.6f", r->prefetch_coverage) \
 	X("prefetch_waste", D, "%.6f", r->prefetch_waste) \

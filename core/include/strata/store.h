@@ -73,6 +73,12 @@ const uint8_t *strata_store_fmt_table(const struct strata_store *s);
 
 /* Where expert (layer, e) lives.  The pointer stays valid until close. */
 const struct strata_extent *strata_store_expert(const struct strata_store *s, uint32_t layer, uint32_t e);
+/* Its low-bit copy (a smaller format, STRATA_FMT_COLD as written by
+ * `strata synth|quantize --lowbit-copies`), stored beside it in the same
+ * shard; NULL when the store holds none for it.  ext->fmt is the copy's
+ * format.  The engine reads it instead of the expert when its precision-on-
+ * miss option says so (strata/engine.h, on_miss). */
+const struct strata_extent *strata_store_copy(const struct strata_store *s, uint32_t layer, uint32_t e);
 uint32_t strata_store_tensor_count(const struct strata_store *s);
 const struct strata_tensor_info *strata_store_tensor(const struct strata_store *s, uint32_t i);
 const struct strata_tensor_info *strata_store_find_tensor(const struct strata_store *s, const char *name);
@@ -121,6 +127,7 @@ struct strata_store_tier_summary {
 	uint64_t payload[STRATA_TIER_COUNT];   /* packed bytes */
 	uint64_t params[STRATA_TIER_COUNT];
 	uint64_t tensor_bytes;                 /* non-routed tensors stored */
+	uint64_t copies, copy_bytes;           /* low-bit copies (strata_store_copy) and their extent bytes */
 };
 void strata_store_summary(const struct strata_store *s, struct strata_store_tier_summary *out);
 
@@ -137,6 +144,10 @@ struct strata_store_writer_config {
 	uint32_t n_tensors;         /* non-routed tensors that will be added */
 	const struct strata_tensor_info *tensors; /* their names/fmt/shape (ext ignored) */
 	bool force;                 /* replace a model already in dir (else STRATA_EEXIST) */
+	/* Store beside every expert whose extent is larger than the cold format's
+	 * a cold-format copy of it (strata_store_copy), placed right after the
+	 * expert in the same shard; each must be added with add_copy. */
+	bool lowbit_copies;
 };
 
 /* Plans every shard's layout up front (sizes are known from the spec and the
@@ -157,6 +168,11 @@ int strata_store_writer_add_expert(struct strata_store_writer *w, uint32_t layer
  * (no page-cache copy) where the filesystem allows, else like add_expert. */
 int strata_store_writer_add_expert_aligned(struct strata_store_writer *w, uint32_t layer, uint32_t e,
 					   void *data, size_t buf_bytes, struct strata_error *err);
+/* Whether the plan holds a low-bit copy of (layer, e) (cfg->lowbit_copies),
+ * and add it: data is its payload in STRATA_FMT_COLD. */
+bool strata_store_writer_has_copy(const struct strata_store_writer *w, uint32_t layer, uint32_t e);
+int strata_store_writer_add_copy(struct strata_store_writer *w, uint32_t layer, uint32_t e,
+				 const void *data, size_t bytes, struct strata_error *err);
 int strata_store_writer_add_tensor(struct strata_store_writer *w, const char *name,
 				   const void *data, size_t bytes, struct strata_error *err);
 /* Write headers, fsync, rename .tmp files into place.  Fails if anything
@@ -184,7 +200,11 @@ void strata_store_writer_free(struct strata_store_writer *w);
  *   spec         STRATA_SHARD_SPEC_BYTES: the model spec
  *   tier table   one byte per routed expert of the whole model, padded to 8
  *   fmt table    one byte per routed expert, padded to 8
- *   experts      STRATA_SHARD_EXPERT_REC bytes per expert stored in this shard
+ *   experts      STRATA_SHARD_EXPERT_REC bytes per expert stored in this shard,
+ *                then the same record per low-bit copy stored here (n_copies
+ *                of them, only with STRATA_SHARD_F_COPIES: layer, expert,
+ *                the copy's format and extent; a copy lies in its expert's
+ *                shard, in a smaller format than the expert's own)
  *   tensors      STRATA_SHARD_TENSOR_REC bytes per tensor stored in this shard
  *   checksum     XXH3_64bits of every header byte before it
  *
@@ -200,6 +220,8 @@ void strata_store_writer_free(struct strata_store_writer *w);
 #define STRATA_SHARD_EXPERT_REC 48u
 #define STRATA_SHARD_TENSOR_REC 176u
 #define STRATA_SHARD_CSUM_XXH3 1u
+/* Feature flags of the fixed part (any other bit set: a newer writer, refused). */
+#define STRATA_SHARD_F_COPIES 1u   /* the expert section ends with n_copies low-bit copies */
 
 struct strata_shard_expert {
 	uint32_t layer, expert;
@@ -221,6 +243,9 @@ struct strata_shard_header {
 	uint8_t *fmt_table;       /* n_total_experts bytes */
 	uint32_t n_experts;       /* entries in this shard */
 	struct strata_shard_expert *experts;
+	uint32_t flags;           /* STRATA_SHARD_F_* */
+	uint32_t n_copies;        /* low-bit copies in this shard */
+	struct strata_shard_expert *copies;
 	uint32_t n_tensors;
 	struct strata_tensor_info *tensors;
 };
@@ -245,7 +270,8 @@ enum {
 int strata_store_parse_header(const void *buf, size_t len, uint64_t file_size, const char *name,
 			      unsigned flags, struct strata_shard_header **out, struct strata_error *err);
 void strata_store_header_free(struct strata_shard_header *h);
-/* Header size a shard with these counts needs (tests, tools). */
+/* Header size a shard with these counts needs (tests, tools); a shard with
+ * low-bit copies counts them in n_experts. */
 uint64_t strata_store_header_bytes(uint32_t n_total_experts, uint32_t n_experts, uint32_t n_tensors);
 
 /*

@@ -85,6 +85,9 @@ struct strata_synth_config {
 	uint64_t shard_bytes; /* 0: 4 GiB */
 	int threads;          /* generator/writer threads; 0: 2 */
 	bool force;           /* replace a model already in the output directory */
+	/* Beside each hot/warm expert, a cold-format copy of the same weights
+	 * (strata/store.h, strata_store_copy): what precision on miss reads. */
+	bool lowbit_copies;
 };
 
 struct strata_synth;
