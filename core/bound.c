@@ -57,7 +57,7 @@ int strata_bound_min_loads(const struct strata_bound_stream *s, uint64_t slots, 
 	uint64_t *last = malloc((size_t)s->n_ids * sizeof(uint64_t));
 	uint64_t *cur = malloc((size_t)s->n_ids * sizeof(uint64_t)); /* the in-cache expert's next use */
 	uint8_t *in = calloc(s->n_ids, 1);
-	struct hent *h = malloc((s->n + 1) * sizeof(*h));
+	struct hent *h = malloc((s->n + s->n_ids + 1) * sizeof(*h));
 	if (!next || !last || !cur || !in || !h) {
 		free(next), free(last), free(cur), free(in), free(h);
 		return STRATA_ERR(err, STRATA_ENOMEM, "bound: out of memory (%llu accesses)", (unsigned long long)s->n);
@@ -69,6 +69,14 @@ int strata_bound_min_loads(const struct strata_bound_stream *s, uint64_t slots, 
 		last[s->eid[i]] = i;
 	}
 	uint64_t hn = 0, held = 0, miss = 0;
+	/* a given start: those experts are held, each until its first use */
+	for (uint32_t e = 0; s->init && !warm && e < s->n_ids; e++)
+		if (s->init[e] && held < slots) {
+			in[e] = 1;
+			held++;
+			cur[e] = last[e];
+			heap_push(h, &hn, (struct hent){ .next = last[e], .eid = e });
+		}
 	for (uint64_t i = 0; i < s->n; i++) {
 		uint32_t x = s->eid[i];
 		if (!in[x]) {
@@ -91,7 +99,7 @@ int strata_bound_min_loads(const struct strata_bound_stream *s, uint64_t slots, 
 			held++;
 		}
 		cur[x] = next[i];
-		if (hn == s->n) { /* compact: keep the live entries only */
+		if (hn >= s->n + s->n_ids) { /* compact: keep the live entries only */
 			uint64_t k = 0;
 			for (uint64_t j = 0; j < hn; j++)
 				if (in[h[j].eid] && cur[h[j].eid] == h[j].next)
@@ -132,13 +140,13 @@ int strata_bound_bytes(const struct strata_bound_stream *s, uint64_t cap, bool w
 		total += b;
 		if (last[x] != UINT64_MAX)
 			by_len[p - last[x]] += b;
-		else if (warm)
+		else if (warm || (s->init && s->init[x]))
 			by_len[p + 1] += b;
 		last[x] = p; /* cold: a first access is a compulsory load */
 	}
 	/* the budget: cap bytes at each boundary the intervals can span (warm:
 	 * one more, the boundary before the first layer-step) */
-	double room = (double)cap * (double)(warm ? span : span - 1), hit = 0;
+	double room = (double)cap * (double)(warm || s->init ? span : span - 1), hit = 0;
 	for (uint64_t len = 0; len <= span; len++) {
 		double v = by_len[len];
 		if (v == 0)

@@ -1524,6 +1524,11 @@ void strata_engine_vram_loads(const struct strata_engine *e, const uint32_t **ei
 	*n = e->n_ld;
 }
 
+const uint8_t *strata_engine_resident(const struct strata_engine *e, int tier)
+{
+	return e->resident[tier == STRATA_TIER_RAM ? R : V];
+}
+
 const uint64_t *strata_engine_expert_bytes(const struct strata_engine *e)
 {
 	return e->bytes;

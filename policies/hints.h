@@ -109,8 +109,9 @@ static inline void hints_score_free(struct hints_score *t)
 	t->n_pending = t->cap_pending = 0;
 }
 
-/* A prediction of expert for layer, made d layers ahead (once per pair
- * until its layer runs). */
+/* A prediction of expert for layer, made d layers ahead (once per triple
+ * until its layer runs: a hint first seen two layers ahead is scored one
+ * layer ahead too, so every distance's bands warm up). */
 static inline void hints_score_add(struct hints_score *t, uint32_t layer, uint32_t expert, uint32_t d, uint32_t band)
 {
 	if (t->n_pending == t->cap_pending) {
@@ -121,11 +122,11 @@ static inline void hints_score_add(struct hints_score *t, uint32_t layer, uint32
 		t->pending = nb;
 		t->cap_pending = cap;
 	}
+	uint8_t dk = (uint8_t)(d < HINTS_MAX_D ? d : HINTS_MAX_D);
 	for (uint32_t i = 0; i < t->n_pending; i++)
-		if (t->pending[i].layer == layer && t->pending[i].expert == expert)
+		if (t->pending[i].layer == layer && t->pending[i].expert == expert && t->pending[i].d == dk)
 			return;
-	t->pending[t->n_pending++] = (struct hints_pred){ .layer = layer, .expert = expert,
-							 .d = (uint8_t)(d < HINTS_MAX_D ? d : HINTS_MAX_D),
+	t->pending[t->n_pending++] = (struct hints_pred){ .layer = layer, .expert = expert, .d = dk,
 							 .band = (uint8_t)band };
 }
 

@@ -3,8 +3,15 @@
  * hints the driver passes for layers L+1 .. L+depth (a trace's recorded
  * router predictions, or an online predictor's), keep the topn best scored
  * per layer at or above min_score, and ask for them to move into `tier`;
- * with stage=D, the hints for layers L+depth+1 .. L+D are staged from NVMe
- * into RAM only (a cheap, early read that a later RAM -> VRAM copy uses).
+ * with stage=D (-1: depth+1, where there is a RAM tier), the hints for
+ * layers L+depth+1 .. L+D are staged from NVMe into RAM only (a cheap, early
+ * read that a later RAM -> VRAM copy uses).  With via_ram=1, an NVMe read
+ * asked for VRAM lands in RAM instead: the engine starts a prefetch only
+ * while its links carry no demand move, and a read into RAM needs the disk
+ * alone, where one straight into VRAM also waits for every demand copy over
+ * PCIe; the copy into VRAM follows as the next layer's prefetch or on demand
+ * (from=ram: no NVMe read within depth).  Neither is the default: both win
+ * on some routings and lose on others (experiments/lookahead/README.md).
  *
  * The engine schedules the requests (policy.h): this policy sets which source
  * tiers it may read (`from`), the bytes it may have in flight per link
@@ -34,7 +41,7 @@
 #include "hints.h"
 
 struct lookahead {
-	int64_t depth, topn, stage, adaptive, keep_unused, warmup;
+	int64_t depth, topn, stage, adaptive, keep_unused, warmup, via_ram;
 	double min_score, min_accuracy, min_accuracy_nvme, window;
 	char tier[STRATA_OPT_STR_MAX], from[STRATA_OPT_STR_MAX];
 	char budget_pcie[STRATA_OPT_STR_MAX], budget_nvme[STRATA_OPT_STR_MAX];
@@ -57,12 +64,14 @@ static const struct strata_option lookahead_options[] = {
 	{ .name = "from", .type = STRATA_OPT_STR, .offset = offsetof(struct lookahead, from),
 	  .def = "all", .choices = "all|ram|nvme", .help = "source tiers a prefetch into tier may read" },
 	{ .name = "stage", .type = STRATA_OPT_INT, .offset = offsetof(struct lookahead, stage),
-	  .def = "0", .min = 0, .max = 1024,
-	  .help = "stage hints for layers depth+1..stage from NVMe into RAM (0: off)" },
+	  .def = "0", .min = -1, .max = 1024,
+	  .help = "stage hints for layers depth+1..stage from NVMe into RAM (0: off, -1: depth+1)" },
 	{ .name = "budget_pcie", .type = STRATA_OPT_STR, .offset = offsetof(struct lookahead, budget_pcie),
 	  .def = "none", .help = "prefetch bytes in flight into VRAM (size, or none: no limit)" },
 	{ .name = "budget_nvme", .type = STRATA_OPT_STR, .offset = offsetof(struct lookahead, budget_nvme),
 	  .def = "none", .help = "prefetch bytes in flight from NVMe (size, or none: no limit)" },
+	{ .name = "via_ram", .type = STRATA_OPT_BOOL, .offset = offsetof(struct lookahead, via_ram),
+	  .def = "0", .help = "an NVMe read for VRAM lands in RAM; the copy into VRAM follows (0: straight into VRAM)" },
 	{ .name = "keep_unused", .type = STRATA_OPT_BOOL, .offset = offsetof(struct lookahead, keep_unused),
 	  .def = "0", .help = "keep a prefetched expert its layer did not use (0: drop it then)" },
 	{ .name = "adaptive", .type = STRATA_OPT_BOOL, .offset = offsetof(struct lookahead, adaptive),
@@ -98,7 +107,9 @@ static int lookahead_init(struct strata_policy *p, struct strata_error *err)
 	l->dest = strcmp(l->tier, "ram") ? STRATA_TIER_VRAM : STRATA_TIER_RAM;
 	if (!l->topn)
 		l->topn = p->env->spec && p->env->spec->top_k ? p->env->spec->top_k : 1;
-	if (l->stage && l->stage <= l->depth)
+	if (l->stage < 0) /* one layer deeper into RAM, where there is a RAM tier */
+		l->stage = p->env->budget[STRATA_TIER_RAM] ? l->depth + 1 : 0;
+	else if (l->stage && l->stage <= l->depth)
 		return STRATA_ERR(err, STRATA_EINVAL, "prefetch lookahead: stage=%lld must exceed depth=%lld",
 				  (long long)l->stage, (long long)l->depth);
 	uint64_t bp, bn;
@@ -152,11 +163,13 @@ static uint32_t lookahead_on_layer(struct strata_policy *p, const struct strata_
 		uint32_t d = l->buf[i].layer - ctx->layer, band = hints_band(l->buf[i].score);
 		uint32_t eid = strata_eid(s, l->buf[i].layer, l->buf[i].expert);
 		uint32_t dest = d <= l->depth ? l->dest : STRATA_TIER_RAM;
+		const uint8_t *in_ram = p->env->sched ? p->env->sched->resident[STRATA_TIER_RAM] : NULL;
+		bool nvme = !in_ram || !in_ram[eid];
+		if (l->via_ram && nvme && in_ram && p->env->budget[STRATA_TIER_RAM] && strcmp(l->from, "ram"))
+			dest = STRATA_TIER_RAM;
 		if (l->adaptive) {
 			hints_score_add(&l->score, l->buf[i].layer, l->buf[i].expert, d, band);
 			double acc = accuracy(l, d, band);
-			const uint8_t *in_ram = p->env->sched ? p->env->sched->resident[STRATA_TIER_RAM] : NULL;
-			bool nvme = !in_ram || !in_ram[eid];
 			if (dest == STRATA_TIER_RAM ? acc < l->min_accuracy_nvme
 			    : acc < (nvme ? l->min_accuracy_nvme : l->min_accuracy))
 				continue;

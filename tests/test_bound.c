@@ -105,6 +105,39 @@ static void test_min_and_pfoo_against_brute_force(void **state)
 				 (unsigned long long)opt);
 		assert_int_equal(strata_bound_tier(&s, cap, false, &loads, &tier, &err), 0);
 		assert_true(tier <= opt && tier >= pf);
+		/* (e): from a given start, MIN is that start's optimum and PFOO-L
+		 * stays below it; neither is below the warm (any start) bound */
+		uint8_t init[8] = { 0 };
+		uint32_t mask = 0;
+		for (uint32_t e = 0; e < ids && __builtin_popcount(mask) < slots; e++)
+			if (rng(&seed) % 2) {
+				init[e] = 1;
+				mask |= 1u << e;
+			}
+		s.bytes = unit;
+		s.init = init;
+		uint64_t from, warm;
+		assert_int_equal(strata_bound_min_loads(&s, slots, false, &from, &err), 0);
+		assert_int_equal(from, brute_loads(eid, n, 0, mask, slots, 0));
+		assert_int_equal(strata_bound_min_loads(&s, slots, true, &warm, &err), 0);
+		assert_true(warm <= from);
+		uint32_t fit = 0; /* the start must fit the byte budget */
+		uint64_t used = 0;
+		for (uint32_t e = 0; e < ids; e++)
+			if (init[e] && used + bytes[e] <= cap) {
+				used += bytes[e];
+				fit |= 1u << e;
+			} else {
+				init[e] = 0;
+			}
+		s.bytes = bytes;
+		assert_int_equal(strata_bound_bytes(&s, cap, false, &pf, &err), 0);
+		uint64_t opt_from = brute_bytes(eid, bytes, n, 0, fit, cap, ids);
+		if (pf > opt_from)
+			fail_msg("round %d: PFOO-L from a start %llu > optimum %llu", round, (unsigned long long)pf,
+				 (unsigned long long)opt_from);
+		assert_int_equal(strata_bound_bytes(&s, cap, true, &warm, &err), 0);
+		assert_true(warm <= pf);
 	}
 }
 
@@ -222,18 +255,57 @@ static void test_no_policy_beats_the_bounds(void **state)
 			      "oracle:accuracy=0.5", "history", "lookahead:stage=3:depth=1:adaptive=0",
 			      "lookahead:budget_nvme=4M:keep_unused=1:adaptive=0" };
 	uint64_t seed = 11;
+	int tighter = 0;
 	for (int i = 0; i < 60; i++) {
 		const char *pl = places[rng(&seed) % 5], *ev = evicts[rng(&seed) % 6], *pf = pfs[rng(&seed) % 8];
 		uint64_t v = (8 + rng(&seed) % 64) << 20, ram = (rng(&seed) % 96) << 20;
 		struct strata_replay_result r;
 		sim("qwen3-30b-a3b:layers=4,experts=32,top_k=4", path, NULL, v, ram, pl, ev, pf, &r);
 		if (r.bound_violations || r.stats.moves_vram < r.bound_moves_vram ||
-		    r.decode_tok_s > r.bound_tok_s * (1 + 1e-9))
+		    r.decode_tok_s > r.bound_tok_s * (1 + 1e-9) || r.decode_tok_s > r.bound_start_tok_s * (1 + 1e-9) ||
+		    r.bound_start_tok_s > r.bound_tok_s * (1 + 1e-9))
 			fail_msg("%s vram %llu ram %llu: %llu violations (moves %llu >= %llu? tok/s %.2f <= %.2f?)",
 				 r.name, (unsigned long long)v, (unsigned long long)ram,
 				 (unsigned long long)r.bound_violations, (unsigned long long)r.stats.moves_vram,
-				 (unsigned long long)r.bound_moves_vram, r.decode_tok_s, r.bound_tok_s);
+				 (unsigned long long)r.bound_moves_vram, r.decode_tok_s, r.bound_start_tok_s, r.bound_tok_s);
+		tighter += r.bound_start_tok_s < r.bound_tok_s * (1 - 1e-6);
 	}
+	/* the run's own start is not the best one in most of them */
+	assert_true(tighter > 30);
+}
+
+/* The time bounds read the run's own cost model: two models that differ in
+ * the NVMe link only give the same bound where the computation bounds the
+ * time (released-config's two machines) and bounds in the links' ratio
+ * where the NVMe bytes do; the start-state bound (e) charges the first
+ * segment's compulsory reads, so it sees the slower disk. */
+static void test_bound_reads_the_runs_cost(void **state)
+{
+	char path[512];
+	gen_trace(path, sizeof(path), "c.strace", 4, 32, 4, 0, 48, 0);
+	struct strata_replay_result r[2];
+	for (int k = 0; k < 2; k++) {
+		struct strata_replay_config c;
+		struct strata_error err = { 0 };
+		strata_replay_config_defaults(&c);
+		c.model_dir = "qwen3-30b-a3b:layers=4,experts=32,top_k=4";
+		c.trace_path = path;
+		c.engine.mode = STRATA_ENGINE_VIRTUAL;
+		c.engine.place = "cache";
+		c.engine.budget[0] = 8 << 20;
+		c.engine.budget[1] = 8 << 20;
+		c.engine.cost.nvme_gbps = k ? 1.5 : 12;
+		if (strata_replay_run(&c, &r[k], &err))
+			fail_msg("%s", err.msg);
+		assert_int_equal(r[k].bound_violations, 0);
+	}
+	print_message("nvme 12 vs 1.5 GB/s: bound %.1f vs %.1f tok/s, from the run's start %.1f vs %.1f, runs %.1f vs %.1f\n",
+		      r[0].bound_tok_s, r[1].bound_tok_s, r[0].bound_start_tok_s, r[1].bound_start_tok_s,
+		      r[0].decode_tok_s, r[1].decode_tok_s);
+	/* the same accesses, 8x slower disk: the NVMe-bound time bounds scale */
+	assert_true(r[1].bound_tok_s < r[0].bound_tok_s * 0.5);
+	assert_true(r[1].bound_start_tok_s < r[0].bound_start_tok_s * 0.5);
+	assert_true(r[1].decode_tok_s < r[0].decode_tok_s);
 }
 
 int main(void)
@@ -243,6 +315,7 @@ int main(void)
 		cmocka_unit_test(test_counterexample_pinning),
 		cmocka_unit_test(test_ram_tier_optimum),
 		cmocka_unit_test(test_no_policy_beats_the_bounds),
+		cmocka_unit_test(test_bound_reads_the_runs_cost),
 	};
 	return cmocka_run_group_tests(tests, test_tmpdir_setup, test_tmpdir_teardown);
 }

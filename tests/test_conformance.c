@@ -910,6 +910,59 @@ static void test_prefetch_decisions(void **state)
 	strata_policy_destroy(p);
 }
 
+/* Adaptive lookahead with a RAM tier: every distance is scored on its own
+ * (a hint first seen two layers ahead is scored again at one layer ahead, so
+ * the distance-1 band warms up while staging is on); after the warm-up, a
+ * RAM-resident expert predicted one layer ahead is copied into VRAM, an
+ * NVMe one lands in RAM with via_ram=1 (straight into VRAM without), one two
+ * layers ahead is staged into RAM (stage=-1: depth+1). */
+static void test_lookahead_adaptive_tiers(void **state)
+{
+	struct direct d;
+	direct_init(&d, NULL);
+	uint8_t in_vram[64] = { 0 }, in_ram[64] = { 0 };
+	struct strata_prefetch_sched sched;
+	strata_prefetch_sched_defaults(&sched);
+	sched.resident[STRATA_TIER_VRAM] = in_vram;
+	sched.resident[STRATA_TIER_RAM] = in_ram;
+	d.env.sched = &sched;
+	d.env.budget[STRATA_TIER_VRAM] = 1u << 20;
+	d.env.budget[STRATA_TIER_RAM] = 1u << 30;
+	in_ram[strata_eid(&spec, 1, 1)] = 1;
+	static const uint32_t route[2] = { 1, 2 };
+	struct strata_prefetch_req req[64];
+	for (int v = 0; v < 2; v++) {
+		struct strata_policy *p = mk(&d, STRATA_ROLE_PREFETCH, v ? "lookahead:depth=1:warmup=64:stage=-1"
+									 : "lookahead:depth=1:warmup=64:stage=-1:via_ram=1");
+		uint32_t n = 0;
+		for (uint64_t tok = 0; tok < 20; tok++)
+			for (uint32_t l = 0; l < spec.n_moe_layers; l++) {
+				struct strata_hint h[4];
+				uint32_t nh = 0;
+				for (uint32_t a = l + 1; a <= l + 2 && a < spec.n_moe_layers; a++)
+					for (int j = 0; j < 2; j++)
+						h[nh++] = (struct strata_hint){ a, route[j], 1.0f };
+				struct strata_layer_ctx c = { .token = tok, .layer = l, .hints = h, .n_hints = nh };
+				n = strata_prefetch_ops_of(p)->on_layer(p, &c, req, 64);
+				if (tok == 0)
+					assert_int_equal(n, 0); /* nothing before a band has been seen come true */
+				if (tok == 19 && l == 0)
+					break;
+				strata_prefetch_ops_of(p)->on_route(p, tok, l, route, 2);
+			}
+		/* the last on_layer: layer 0, hints for layers 1 (d=1) and 2 (d=2) */
+		assert_int_equal(n, 4);
+		int want[4] = { STRATA_TIER_VRAM, v ? STRATA_TIER_VRAM : STRATA_TIER_RAM, STRATA_TIER_RAM, STRATA_TIER_RAM };
+		uint32_t eid[4] = { strata_eid(&spec, 1, 1), strata_eid(&spec, 1, 2), strata_eid(&spec, 2, 1),
+				    strata_eid(&spec, 2, 2) };
+		for (int i = 0; i < 4; i++) {
+			assert_int_equal(req[i].eid, eid[i]);
+			assert_int_equal(req[i].tier, want[i]);
+		}
+		strata_policy_destroy(p);
+	}
+}
+
 /* ---- the harness itself: errors name the policy ---- */
 
 static void ins_noop(struct strata_policy *p, uint32_t e, uint64_t n) { }
@@ -1286,6 +1339,7 @@ int main(void)
 		cmocka_unit_test(test_belady_random),
 		cmocka_unit_test(test_prefetch_decisions),
 		cmocka_unit_test(test_promoe_expertflow_decisions),
+		cmocka_unit_test(test_lookahead_adaptive_tiers),
 		cmocka_unit_test(test_harness_errors),
 		cmocka_unit_test(test_static_placement),
 	};

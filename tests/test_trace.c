@@ -1315,11 +1315,68 @@ static void test_record_hf(void **state)
 	}
 }
 
+/* strata trace convert --pred-depth: predictions drawn from the trace's own
+ * routing, right with the given probability; none without them. */
+static void test_convert_predictions(void **state)
+{
+	struct strata_error err = { 0 };
+	struct strata_trace_gen_config g;
+	strata_trace_gen_defaults(&g);
+	g.n_moe_layers = 6;
+	g.n_experts = 16;
+	g.top_k = 2;
+	g.requests = 2;
+	g.prompt_len = 0;
+	g.gen_len = 40;
+	g.pred_depth = 0;
+	g.pred_topn = 0;
+	assert_int_equal(strata_trace_gen(&g, test_path("np.strace"), STRATA_TRACE_FMT_AUTO, &err), 0);
+	struct strata_trace *t, *p;
+	assert_int_equal(strata_trace_open(test_path("np.strace"), &t, &err), 0);
+	assert_int_equal(strata_trace_info(t)->pred_depth, 0);
+	const double acc[] = { 1, 0, 0.7 };
+	for (int a = 0; a < 3; a++) {
+		struct strata_trace_pred_config pc = { .depth = 3, .accuracy = acc[a], .seed = 4 };
+		assert_int_equal(strata_trace_convert_pred(t, test_path("p.strace"), STRATA_TRACE_FMT_AUTO, &pc, &err), 0);
+		assert_int_equal(strata_trace_open(test_path("p.strace"), &p, &err), 0);
+		assert_int_equal(strata_trace_info(p)->pred_depth, 3);
+		uint64_t right = 0, total = 0;
+		for (uint64_t i = 0; i < strata_trace_info(p)->n_tokens; i++) {
+			/* the routing is copied unchanged */
+			for (uint32_t l = 0; l < 6; l++)
+				assert_memory_equal(strata_trace_experts(p, i, l), strata_trace_experts(t, i, l), 2 * sizeof(uint16_t));
+			for (uint32_t l = 0; l < 6; l++) {
+				struct strata_hint h[16];
+				uint32_t n = strata_trace_hints(p, i, l, h, 16);
+				assert_int_equal(n, 2 * (l + 3 < 6 ? 3 : 5 - l));
+				for (uint32_t j = 0; j < n; j++) {
+					const uint16_t *x = strata_trace_experts(p, i, h[j].layer);
+					right += h[j].expert == x[0] || h[j].expert == x[1];
+					total++;
+				}
+			}
+		}
+		if (a == 0)
+			assert_int_equal(right, total);
+		else if (a == 1)
+			assert_int_equal(right, 0);
+		else
+			assert_true(right > total * 6 / 10 && right < total * 8 / 10);
+		strata_trace_close(p);
+	}
+	struct strata_trace_pred_config bad = { .depth = 0, .accuracy = 0.5 };
+	assert_int_equal(strata_trace_convert_pred(t, test_path("q.strace"), STRATA_TRACE_FMT_AUTO, &bad, &err),
+			 STRATA_EINVAL);
+	assert_non_null(strstr(err.msg, "q.strace"));
+	strata_trace_close(t);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_f16),
 		cmocka_unit_test(test_roundtrip),
+		cmocka_unit_test(test_convert_predictions),
 		cmocka_unit_test(test_jsonl_handwritten),
 		cmocka_unit_test(test_corrupt),
 		cmocka_unit_test(test_writer_errors),

@@ -434,28 +434,60 @@ static int cmd_stats(int argc, char **argv)
 static int cmd_convert(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{ "format", required_argument, 0, 'f' }, { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
+		{ "format", required_argument, 0, 'f' }, { "pred-depth", required_argument, 0, 'd' },
+		{ "pred-accuracy", required_argument, 0, 'a' }, { "pred-seed", required_argument, 0, 's' },
+		{ "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	int fmt = STRATA_TRACE_FMT_AUTO, ch;
+	struct strata_trace_pred_config pc = { .depth = 0, .accuracy = 0.8, .seed = 1 };
+	char *end;
 	while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (ch) {
 		case 'f': if (parse_format("convert", optarg, &fmt)) return 2; break;
+		case 'd':
+			pc.depth = (uint32_t)strtoul(optarg, &end, 10);
+			if (*end || !pc.depth || pc.depth > STRATA_TRACE_MAX_DEPTH) {
+				fprintf(stderr, "strata trace convert: --pred-depth %s: 1..%d\n", optarg,
+					STRATA_TRACE_MAX_DEPTH);
+				return 2;
+			}
+			break;
+		case 'a':
+			pc.accuracy = strtod(optarg, &end);
+			if (*end || !(pc.accuracy >= 0 && pc.accuracy <= 1)) {
+				fprintf(stderr, "strata trace convert: --pred-accuracy %s: a probability, 0..1\n", optarg);
+				return 2;
+			}
+			break;
+		case 's':
+			pc.seed = strtoull(optarg, &end, 10);
+			if (*end) {
+				fprintf(stderr, "strata trace convert: --pred-seed %s: an integer\n", optarg);
+				return 2;
+			}
+			break;
 		case 'h':
-			printf("usage: strata trace convert [--format auto|binary|jsonl] IN OUT\n"
-			       "Copy a trace between the binary form and the JSONL twin (by OUT's name: .jsonl -> text).\n");
+			printf("usage: strata trace convert [--format auto|binary|jsonl] [--pred-depth N [--pred-accuracy P]\n"
+			       "                            [--pred-seed S]] IN OUT\n"
+			       "Copy a trace between the binary form and the JSONL twin (by OUT's name: .jsonl -> text).\n"
+			       "  --pred-depth N      replace the lookahead predictions with ones drawn from the trace's own\n"
+			       "                      routing, N layers ahead (for logs that record none)\n"
+			       "  --pred-accuracy P   each predicted expert is the routed one with probability P, else a\n"
+			       "                      wrong expert of that layer (default 0.8)\n"
+			       "  --pred-seed S       seed of those draws (default 1)\n");
 			return 0;
 		default: return strata_cli_bad_option("trace convert", opts, argc, argv);
 		}
 	}
 	if (optind + 2 != argc) {
-		fprintf(stderr, "usage: strata trace convert [--format F] IN OUT\n");
+		fprintf(stderr, "usage: strata trace convert [--format F] [--pred-depth N ...] IN OUT\n");
 		return 2;
 	}
 	struct strata_error err = { 0 };
 	struct strata_trace *t;
 	if (strata_trace_open(argv[optind], &t, &err))
 		return strata_cli_fail("trace convert", &err);
-	int rc = strata_trace_convert(t, argv[optind + 1], fmt, &err);
+	int rc = strata_trace_convert_pred(t, argv[optind + 1], fmt, pc.depth ? &pc : NULL, &err);
 	strata_trace_close(t);
 	return rc ? strata_cli_fail("trace convert", &err) : 0;
 }

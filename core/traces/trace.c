@@ -1269,12 +1269,57 @@ fail:
 	return rc;
 }
 
-int strata_trace_convert(const struct strata_trace *t, const char *path, int format, struct strata_error *err)
+/* Predictions drawn from a token's own routing (strata_trace_convert_pred):
+ * for layer l and distance d, slot j is layer l+d's j-th routed expert with
+ * probability accuracy, else a wrong expert of that layer, uniform; scores
+ * as strata trace gen gives them, 1 / (1 + j) x 0.8^(d - 1). */
+static void draw_pred(const struct strata_trace_info *in, const struct strata_trace_pred_config *pc,
+		      const uint16_t *ids, uint64_t *rng, uint16_t *pred, float *pw)
+{
+	uint32_t L = in->n_moe_layers, k = in->top_k, E = in->n_experts, D = pc->depth;
+	for (uint32_t l = 0; l < L; l++)
+		for (uint32_t d = 1; d <= D; d++) {
+			float *w;
+			uint16_t *p = pred_slots(pred, pw, L, D, k, l, d, &w);
+			if (!p)
+				continue;
+			const uint16_t *truth = ids + (size_t)(l + d) * k;
+			for (uint32_t j = 0; j < k; j++) {
+				uint32_t e = truth[j];
+				bool right = (double)(strata_splitmix64(rng) >> 11) * 0x1p-53 < pc->accuracy;
+				bool ok = right && e < E;
+				for (uint32_t i = 0; ok && i < j; i++)
+					ok = p[i] != e;
+				/* a wrong one: a random start, then the first expert of the
+				 * layer neither routed nor predicted yet */
+				uint32_t e0 = (uint32_t)(strata_splitmix64(rng) % E);
+				for (uint32_t r = 0; !ok && r < E; r++) {
+					e = (e0 + r) % E;
+					ok = true;
+					for (uint32_t i = 0; ok && i < k; i++)
+						ok = truth[i] != e;
+					for (uint32_t i = 0; ok && i < j; i++)
+						ok = p[i] != e;
+				}
+				if (ok) {
+					p[j] = (uint16_t)e;
+					w[j] = (float)(1.0 / (1.0 + j) * pow(0.8, d - 1));
+				}
+			}
+		}
+}
+
+int strata_trace_convert_pred(const struct strata_trace *t, const char *path, int format,
+			      const struct strata_trace_pred_config *pc, struct strata_error *err)
 {
 	const struct strata_trace_info *in = &t->info;
+	if (pc && (!pc->depth || pc->depth > STRATA_TRACE_MAX_DEPTH || !(pc->accuracy >= 0 && pc->accuracy <= 1)))
+		return STRATA_ERR(err, STRATA_EINVAL, "%s: predictions: depth %u (1..%d) and accuracy %g (0..1)", path,
+				  pc->depth, STRATA_TRACE_MAX_DEPTH, pc->accuracy);
 	struct strata_trace_writer_config c = {
 		.path = path, .format = format, .n_moe_layers = in->n_moe_layers, .n_experts = in->n_experts,
-		.top_k = in->top_k, .flags = in->flags, .pred_depth = in->pred_depth, .pred_topn = in->pred_topn,
+		.top_k = in->top_k, .flags = pc ? in->flags | STRATA_TRACE_F_PRED : in->flags,
+		.pred_depth = pc ? pc->depth : in->pred_depth, .pred_topn = pc ? in->top_k : in->pred_topn,
 		.model = in->model,
 	};
 	struct strata_trace_writer *w;
@@ -1283,22 +1328,37 @@ int strata_trace_convert(const struct strata_trace *t, const char *path, int for
 		strata_trace_writer_abort(w);
 	if (rc)
 		return rc;
+	size_t np = pc ? (size_t)in->n_moe_layers * pc->depth * in->top_k : 0;
 	float *scratch = malloc((strata_trace_scratch_floats(t) + 1) * sizeof(float));
-	if (!scratch) {
+	uint16_t *pred = np ? malloc(np * sizeof(uint16_t)) : NULL;
+	float *pw = np ? malloc(np * sizeof(float)) : NULL;
+	if (!scratch || (np && (!pred || !pw))) {
+		free(scratch), free(pred), free(pw);
 		strata_trace_writer_abort(w);
 		return STRATA_ERR(err, STRATA_ENOMEM, "out of memory");
 	}
-	for (uint64_t i = 0; i < in->n_tokens; i++) {
+	uint64_t rng = pc ? pc->seed : 0;
+	for (uint64_t i = 0; i < in->n_tokens && !rc; i++) {
 		struct strata_trace_token tok;
 		strata_trace_read_one(t, i, &tok, scratch);
-		if ((rc = strata_trace_writer_add(w, &tok, err))) {
-			free(scratch);
-			strata_trace_writer_abort(w);
-			return rc;
+		if (pc) {
+			draw_pred(in, pc, tok.experts, &rng, pred, pw);
+			tok.pred = pred;
+			tok.pred_w = pw;
 		}
+		rc = strata_trace_writer_add(w, &tok, err);
 	}
-	free(scratch);
+	free(scratch), free(pred), free(pw);
+	if (rc) {
+		strata_trace_writer_abort(w);
+		return rc;
+	}
 	return strata_trace_writer_finish(w, err);
+}
+
+int strata_trace_convert(const struct strata_trace *t, const char *path, int format, struct strata_error *err)
+{
+	return strata_trace_convert_pred(t, path, format, NULL, err);
 }
 
 /* ---- plans and the future -------------------------------------------- */

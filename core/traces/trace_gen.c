@@ -22,6 +22,7 @@
 
 #include "strata/trace.h"
 #include "strata/util.h"
+#include "trace_int.h"
 
 static double rng_unit(struct strata_xoshiro *r) { return strata_unit53(strata_xoshiro256ss(r)); }
 static uint32_t rng_below(struct strata_xoshiro *r, uint32_t n) { return (uint32_t)(rng_unit(r) * n) % n; }
@@ -136,13 +137,9 @@ static void gen_pred(struct gen *g, const uint16_t *ids, uint16_t *pred, float *
 	uint32_t L = g->L, k = g->k, D = c->pred_depth, N = c->pred_topn;
 	for (uint32_t l = 0; l < L; l++)
 		for (uint32_t d = 1; d <= D; d++) {
-			uint16_t *p = pred + ((size_t)l * D + d - 1) * N;
-			float *s = pw + ((size_t)l * D + d - 1) * N;
-			for (uint32_t j = 0; j < N; j++) {
-				p[j] = STRATA_TRACE_NO_EXPERT;
-				s[j] = 0;
-			}
-			if (l + d >= L)
+			float *s;
+			uint16_t *p = pred_slots(pred, pw, L, D, N, l, d, &s);
+			if (!p)
 				continue;
 			const uint16_t *truth = ids + (size_t)(l + d) * k;
 			for (uint32_t j = 0; j < N; j++) {

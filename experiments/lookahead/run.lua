@@ -15,7 +15,8 @@
 -- each predicted expert right with probability p, else a random wrong one).
 -- Depth 0 is prefetch=none.  Besides the default lookahead (part
 -- "default"), the options before issue 16 (part "fixed": adaptive=0,
--- keep_unused=1) and, at 100%, the oracle with the hints' horizon (part
+-- keep_unused=1, via_ram=0, stage=0), reads landing in RAM (part "via-ram":
+-- via_ram=1, stage=-1) and, at 100%, the oracle with the hints' horizon (part
 -- "oracle", wrap=0).  Every row carries the bounds of strata/bound.h; the
 -- script fails if a row beats one.  Results: results/NAME.csv (one row per
 -- run, resumable), results/NAME-plot.csv and results/NAME.md.
@@ -69,7 +70,11 @@ for _, acc in ipairs(accuracies) do
 		add(trace, pf, { part = "default", depth = d, accuracy = acc })
 		-- the options before issue 16 (no adaptation, unused prefetches kept), for comparison
 		if d > 0 and not a.trace then
-			add(trace, "lookahead:adaptive=0:keep_unused=1:depth=" .. d, { part = "fixed", depth = d, accuracy = acc })
+			add(trace, "lookahead:adaptive=0:keep_unused=1:via_ram=0:stage=0:depth=" .. d, { part = "fixed", depth = d, accuracy = acc })
+		end
+		-- NVMe reads landing in RAM and staging one layer deeper (options, not the default)
+		if d > 0 and not a.trace then
+			add(trace, "lookahead:via_ram=1:stage=-1:depth=" .. d, { part = "via-ram", depth = d, accuracy = acc })
 		end
 		-- a perfect predictor with the recorded hints' horizon (the rest of the token): the
 		-- gain a predictor can bring at most

@@ -57,6 +57,19 @@
  *       Latencies are left out (a bound may only be too low).  Decode
  *       tok/s <= decode tokens / the sum over segments.  On the real engine
  *       the bound is as good as the calibrated bandwidths.
+ *   (e) time from the run's own start: as (c), but each decode segment
+ *       starts from the residency the run had as it began (VRAM's experts
+ *       for the PCIe bytes, VRAM's and RAM's for the NVMe bytes; an expert
+ *       on its way in counts as there, which only lowers the bound) instead
+ *       of any start.  Belady's MIN is optimal from any initial cache, so
+ *       MIN started with that set is the fewest loads of every schedule
+ *       that starts there; PFOO-L gives the interval from the boundary
+ *       before the segment only to experts in the set (the others' first
+ *       access is a load), a relaxation of every schedule from that start.
+ *       Any start is at least as good as this one, so (e) >= (c) in time
+ *       (bound_start_tok_s <= bound_tok_s).  It bounds this run, not every
+ *       run on the trace: a policy that begins a segment with a better
+ *       residency gets a looser (e); (c) stays the policy-free bound.
  *   (d) the RAM tier over what reaches it: the stream of loads into VRAM
  *       (each needs its expert in RAM, else an NVMe read) with the RAM
  *       budget, MIN and PFOO-L as above; a staged read that bypasses RAM is
@@ -82,15 +95,21 @@ struct strata_bound_stream {
 	uint64_t n;
 	uint32_t n_ids;            /* eids are < n_ids */
 	const uint64_t *bytes;     /* per eid */
+	/* per eid, nonzero: resident at the boundary before the first
+	 * layer-step (a given start, at most the budget's bytes); NULL: none.
+	 * warm (any start) overrides it. */
+	const uint8_t *init;
 };
 
-/* Belady MIN: the fewest loads with `slots` slots, starting empty (warm:
- * starting with any slots experts of the caller's choice, MIN - slots). */
+/* Belady MIN: the fewest loads with `slots` slots, starting empty, or with
+ * s->init (warm: starting with any slots experts of the caller's choice,
+ * MIN - slots). */
 int strata_bound_min_loads(const struct strata_bound_stream *s, uint64_t slots, bool warm, uint64_t *loads,
 			   struct strata_error *err);
 /* PFOO-L: a lower bound on the bytes loaded with cap bytes, over the stream's
  * layer-steps from s->pos[0] (warm: the first access of each expert may be
- * kept from the boundary before the stream's first layer-step). */
+ * kept from the boundary before the stream's first layer-step; s->init: the
+ * first access of those experts only). */
 int strata_bound_bytes(const struct strata_bound_stream *s, uint64_t cap, bool warm, uint64_t *bytes,
 		       struct strata_error *err);
 /* max(PFOO-L, MIN x smallest expert) with slots = floor(cap / smallest) + 1:

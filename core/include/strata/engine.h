@@ -271,6 +271,9 @@ const uint64_t *strata_engine_expert_bytes(const struct strata_engine *e);
  * count of releases before it) of each; valid until the next engine call. */
 void strata_engine_vram_loads(const struct strata_engine *e, const uint32_t **eid, const uint64_t **pos,
 			      uint64_t *n);
+/* Per eid, nonzero while resident in tier (STRATA_TIER_VRAM or RAM; an
+ * expert on its way in counts); valid until the engine is closed. */
+const uint8_t *strata_engine_resident(const struct strata_engine *e, int tier);
 /* Canonical config name: "place=static,evict=lru,prefetch=lookahead-depth=2". */
 const char *strata_engine_name(const struct strata_engine *e);
 bool strata_engine_on_gpu(const struct strata_engine *e);

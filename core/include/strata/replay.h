@@ -130,6 +130,10 @@ struct strata_replay_result {
 	uint64_t bound_moves_vram, bound_bytes_vram, bound_moves_nvme, bound_bytes_nvme;
 	uint64_t bound_ram_moves_nvme, bound_ram_bytes_nvme, bound_violations;
 	double bound_decode_ms, bound_tok_s, bound_ratio;
+	/* (e) of strata/bound.h: the time bound from the residency this run had
+	 * as each decode segment began (>= the policy-free bound_tok_s's time:
+	 * bound_start_tok_s <= bound_tok_s) */
+	double bound_start_tok_s, bound_start_ratio;
 };
 
 /* The result columns of `strata replay/sim --csv` and --json, and of the rows of
@@ -198,6 +202,8 @@ struct strata_replay_result {
 	X("bound_decode_ms", D, "%.3f", r->bound_decode_ms) \
 	X("bound_tok_s", D, "%.3f", r->bound_tok_s) \
 	X("bound_ratio", D, "%.4f", r->bound_ratio) \
+	X("bound_start_tok_s", D, "%.3f", r->bound_start_tok_s) \
+	X("bound_start_ratio", D, "%.4f", r->bound_start_ratio) \
 	X("bound_violations", U, "%" PRIu64, r->bound_violations) \
 	X("partial", U, "%" PRIu64, (uint64_t)r->partial) \
 	X("vram_host_stand_in", U, "%" PRIu64, (uint64_t)r->vram_host)

@@ -172,6 +172,18 @@ void strata_trace_writer_abort(struct strata_trace_writer *w);
 /* Copy a whole trace into a new file (convert binary <-> JSONL). */
 int strata_trace_convert(const struct strata_trace *t, const char *path, int format,
 			 struct strata_error *err);
+/* The same, with lookahead predictions drawn from each token's own routing
+ * in place of the trace's (for logs that record none): per layer l and
+ * distance d = 1..depth, top_k slots, slot j the j-th expert routed at
+ * layer l+d with probability accuracy, else a wrong expert of that layer
+ * (uniform), scored as strata trace gen scores them.  Seeded. */
+struct strata_trace_pred_config {
+	uint32_t depth;
+	double accuracy;
+	uint64_t seed;
+};
+int strata_trace_convert_pred(const struct strata_trace *t, const char *path, int format,
+			      const struct strata_trace_pred_config *pc, struct strata_error *err);
 
 /* libCacheSim's trace formats (strata trace export). */
 enum strata_trace_export_format {
