@@ -362,14 +362,14 @@ static int wait_previous(strata_api_engine *e)
 	return strata_gpu_event_sync(e->done, &tl_err);
 }
 
-static int acquire(strata_api_engine *e, uint64_t token, uint32_t layer, const uint32_t *experts, uint32_t n,
-		   uint32_t nh, const void **ptrs)
+static int acquire(strata_api_engine *e, uint64_t token, uint32_t layer, uint32_t n_tokens, const uint32_t *experts,
+		   uint32_t n, uint32_t nh, const void **ptrs)
 {
 	int rc;
 	if (e->held)
 		return STRATA_ERR(&tl_err, STRATA_EINVAL, "acquire of layer %u while layer %u is still held (release it)",
 				  layer, e->held_layer);
-	if ((rc = wait_previous(e)) || (rc = strata_engine_begin_step(e->eng, token, layer, experts, n, e->hints, nh,
+	if ((rc = wait_previous(e)) || (rc = strata_engine_begin_step(e->eng, token, layer, n_tokens, experts, n, e->hints, nh,
 								    &tl_err)) ||
 	    (rc = strata_engine_acquire(e->eng, layer, experts, n, ptrs, &tl_err)))
 		return rc;
@@ -397,7 +397,7 @@ API int32_t strata_api_engine_acquire(strata_api_engine *e, uint64_t token, uint
 	if ((rc = make_hints(e, moe_layer, hint_layer, hint_expert, hint_score, n_hints, &nh)))
 		return rc;
 	const void **p = ptrs ? ptrs : e->ptrs;
-	if ((rc = acquire(e, token, moe_layer, experts, n, nh, p)))
+	if ((rc = acquire(e, token, moe_layer, 0, experts, n, nh, p))) /* the batch is the caller's: 0, unknown */
 		return rc;
 	if (fmts)
 		for (uint32_t i = 0; i < n; i++)
@@ -431,7 +431,7 @@ static int forward_group(strata_api_engine *e, uint64_t token, uint32_t layer, u
 		if ((rc = strata_engine_set_gates(e->eng, g, g1 - g0, &tl_err)))
 			return rc;
 	}
-	rc = acquire(e, token, layer, e->experts + g0, g1 - g0, nh, e->ptrs);
+	rc = acquire(e, token, layer, n_tokens, e->experts + g0, g1 - g0, nh, e->ptrs);
 	if (rc)
 		return rc;
 	uint32_t *ae = e->a_exp + na, *at = e->a_tok + na;

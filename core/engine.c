@@ -135,6 +135,14 @@ struct strata_engine {
 	char name[3 * STRATA_POLICY_NAME_MAX + 112];
 };
 
+void strata_cost_model_defaults(struct strata_cost_model *c)
+{
+	/* a PCIe 4 NVMe and a PCIe 5 x16 link; `strata calibrate` measures real ones */
+	*c = (struct strata_cost_model){ .nvme_gbps = 6.0, .nvme_lat_us = 80, .pcie_gbps = 50.0,
+					 .pcie_lat_us = 10, .hbm_gbps = 4000, .kernel_us_per_mb = 0.5,
+					 .kernel_fixed_us = 5, .nvme_queue_depth = 32 };
+}
+
 void strata_engine_config_defaults(struct strata_engine_config *c)
 {
 	memset(c, 0, sizeof(*c));
@@ -157,10 +165,7 @@ void strata_engine_config_defaults(struct strata_engine_config *c)
 	c->nvme_mover = STRATA_NVME_URING;
 	c->queue_depth = 32;
 	c->numa_node = -1;
-	/* a PCIe 4 NVMe and a PCIe 5 x16 link; `strata calibrate` measures real ones */
-	c->cost = (struct strata_cost_model){ .nvme_gbps = 6.0, .nvme_lat_us = 80, .pcie_gbps = 50.0,
-					      .pcie_lat_us = 10, .hbm_gbps = 4000, .kernel_us_per_mb = 0.5,
-					      .kernel_fixed_us = 5, .nvme_queue_depth = 32 };
+	strata_cost_model_defaults(&c->cost);
 }
 
 static const char *tname(int t) { return t == V ? "vram" : t == R ? "ram" : "nvme"; }
@@ -992,6 +997,7 @@ static int engine_open(struct strata_store *store, const struct strata_model_spe
 	e->sched.resident[V] = e->resident[V];
 	e->sched.resident[R] = e->resident[R];
 	e->env.sched = &e->sched;
+	e->env.cost = &e->cfg.cost;
 	if (strata_pfq_init(&e->pfq, 2 * e->max_reqs + 64) ||
 	    !(e->pf_done = malloc(sizeof(*e->pf_done) * e->pfq.cap))) {
 		rc = STRATA_ERR(err, STRATA_ENOMEM, "engine: out of memory");
@@ -1158,7 +1164,8 @@ static struct strata_pfq_owner pf_owner(struct strata_engine *e)
 {
 	return (struct strata_pfq_owner){ .o = e, .source = pf_source, .start = pf_start,
 					  .redundant = &e->st.prefetch_redundant, .dropped = &e->st.prefetch_dropped,
-					  .promoted = &e->st.prefetch_promoted, .cancelled = &e->st.prefetch_cancelled };
+					  .promoted = &e->st.prefetch_promoted, .cancelled = &e->st.prefetch_cancelled,
+					  .preempted = &e->st.prefetch_preempted };
 }
 
 static int prefetch(struct strata_engine *e, uint64_t token, uint32_t layer, const uint32_t *experts, uint32_t n,
@@ -1175,6 +1182,7 @@ static int prefetch(struct strata_engine *e, uint64_t token, uint32_t layer, con
 		return STRATA_ERR(err, STRATA_EPOLICY, "prefetch %s: returned %u requests, room for %u", pf->name, nr,
 				  e->max_reqs);
 	struct strata_pfq_owner w = pf_owner(e);
+	strata_pfq_begin(&e->pfq, &w, &e->sched, layer, e->lstep, e->reqs, nr, e->spec.n_experts);
 	for (uint32_t i = 0; i < nr; i++) {
 		uint32_t eid = e->reqs[i].eid, t = e->reqs[i].tier;
 		if (eid >= e->n_ids || (t != V && t != R))
@@ -1226,8 +1234,9 @@ static void unpin_step(struct strata_engine *e)
 	e->step_layer = -1;
 }
 
-int strata_engine_begin_step(struct strata_engine *e, uint64_t token, uint32_t layer, const uint32_t *experts,
-			     uint32_t n, const struct strata_hint *hints, uint32_t n_hints, struct strata_error *err)
+int strata_engine_begin_step(struct strata_engine *e, uint64_t token, uint32_t layer, uint32_t n_tokens,
+			     const uint32_t *experts, uint32_t n, const struct strata_hint *hints, uint32_t n_hints,
+			     struct strata_error *err)
 {
 	uint64_t t0 = wall_ns(e);
 	double s0 = e->st.stall_ns;
@@ -1245,8 +1254,7 @@ int strata_engine_begin_step(struct strata_engine *e, uint64_t token, uint32_t l
 	}
 	e->step_layer = n ? (int)layer : -1;
 	if (n) {
-		/* the step's token count is the replay's business: 0, unknown */
-		struct strata_step st = { .token = token, .layer = layer, .experts = experts,
+		struct strata_step st = { .token = token, .layer = layer, .n_tokens = n_tokens, .experts = experts,
 					  .n_experts = n, .now = e->now };
 		for (int t = V; t <= R; t++)
 			strata_evict_ops_of(e->evict[t])->on_step(e->evict[t], &st);
@@ -1279,7 +1287,7 @@ int strata_engine_begin_step(struct strata_engine *e, uint64_t token, uint32_t l
 int strata_engine_begin_layer(struct strata_engine *e, uint64_t token, uint32_t layer,
 			      const struct strata_hint *hints, uint32_t n_hints, struct strata_error *err)
 {
-	return strata_engine_begin_step(e, token, layer, NULL, 0, hints, n_hints, err);
+	return strata_engine_begin_step(e, token, layer, 0, NULL, 0, hints, n_hints, err);
 }
 
 /* One expert of an acquire: decide, reserve, issue.  *wait gets the job the

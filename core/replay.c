@@ -311,7 +311,7 @@ static int run_layer(struct run *r, uint64_t step, uint32_t l, struct strata_err
 		if ((rc = strata_engine_set_gates(r->eng, r->gates, n, err)))
 			return rc;
 	}
-	if ((rc = strata_engine_begin_step(r->eng, step, l, r->experts, n, r->hints, nh, err)))
+	if ((rc = strata_engine_begin_step(r->eng, step, l, ntok, r->experts, n, r->hints, nh, err)))
 		return rc;
 	/* 2. acquire */
 	if ((rc = strata_engine_acquire(r->eng, l, r->experts, n, r->ptrs, err)))

@@ -226,7 +226,7 @@ static void test_study_smoke(void **state)
 }
 
 /* experiments/leaderboard/run.lua on the tiny trace: every policy at three
- * budgets runs (15 x 3 rows, none failed), the table names the baselines,
+ * budgets runs (17 x 3 rows, none failed), the table names the baselines,
  * and a second run resumes with nothing left to do. */
 static void test_leaderboard_smoke(void **state)
 {
@@ -238,14 +238,15 @@ static void test_leaderboard_smoke(void **state)
 	if (rc)
 		fail_msg("leaderboard: exit %d: %s", rc, out);
 	for (const char *const *p = (const char *const[]){ "| llama.cpp |", "| lfru |", "| moe-infinity |",
-							  "| least-stale |", "| farthest+oracle |", NULL }; *p; p++)
+							  "| least-stale |", "| lru+promoe |", "| lru+expertflow |",
+							  "| farthest+oracle |", NULL }; *p; p++)
 		assert_non_null(strstr(out, *p));
 	assert_null(strstr(out, "failed"));
 	snprintf(res, sizeof(res), "%s/lb/leaderboard.csv", dir);
 	assert_int_equal(test_run(out, sizeof(out), "grep -c '^[^,]*,ok,' %s", res), 0);
-	assert_string_equal(out, "45\n");
+	assert_string_equal(out, "51\n");
 	assert_int_equal(test_run(out, sizeof(out), "%s", cmd), 0);
-	assert_non_null(strstr(out, "45 of 45 rows already in"));
+	assert_non_null(strstr(out, "51 of 51 rows already in"));
 }
 
 static void test_cluster_roundtrip(void **state)

@@ -747,8 +747,38 @@ static void test_import_tools(void **state)
 	assert_int_equal(strata_trace_experts(t, 1, 1)[3], 2);
 	assert_int_equal(strata_trace_experts(t, 2, 1)[0], 60);
 	strata_trace_close(t);
+	/* llama-moe-trace's headerless pos,layer,id0,id1,... rows: negative positions are the
+	 * prompt, a prompt batch lists each layer's tokens together, dense blocks have no rows */
+	in[0] = test_data_path("import_llama_moe_trace.csv");
+	c.output = test_path("moe_trace.strace");
+	assert_int_equal(strata_trace_import(&c, &r, &err), STRATA_OK);
+	assert_int_equal(r.tokens, 5);
+	assert_int_equal(r.n_layer_ids, 2); /* blocks 1 and 3 */
+	assert_int_equal(strata_trace_open(c.output, &t, &err), STRATA_OK);
+	assert_int_equal(strata_trace_info(t)->n_moe_layers, 2);
+	assert_int_equal(strata_trace_info(t)->top_k, 2);
+	assert_int_equal(strata_trace_info(t)->n_prefill, 3);
+	assert_int_equal(strata_trace_info(t)->n_decode, 2);
+	assert_int_equal(strata_trace_experts(t, 1, 0)[1], 7);  /* prompt token 1, block 1 */
+	assert_int_equal(strata_trace_experts(t, 2, 1)[0], 2);  /* prompt token 2, block 3 */
+	assert_int_equal(strata_trace_experts(t, 4, 1)[1], 1);  /* decode token 1, block 3 */
+	assert_int_equal(strata_trace_phase(t, 3), STRATA_PHASE_DECODE);
+	strata_trace_close(t);
+	FILE *f = fopen(test_path("bad_moe_trace.csv"), "w");
+	fputs("-1,1,5,2\n0,1,5,x\n0,1,5\n", f);
+	fclose(f);
+	in[0] = test_path("bad_moe_trace.csv");
+	assert_int_equal(strata_trace_import(&c, &r, &err), STRATA_EINVAL);
+	assert_non_null(strstr(err.msg, "bad_moe_trace.csv:2:7 (column 'expert_1')"));
+	f = fopen(test_path("bad_moe_trace.csv"), "w");
+	fputs("-1,1,5,2\n0,1,5\n", f);
+	fclose(f);
+	assert_int_equal(strata_trace_import(&c, &r, &err), STRATA_EINVAL);
+	assert_non_null(strstr(err.msg, "bad_moe_trace.csv:2:6: 3 fields, the first line has 4")); /* the line's end */
+	assert_non_null(strstr(err.msg, "llama-moe-trace rows are pos,layer and 2 expert ids"));
+	c.output = test_path("llama.strace");
 	/* a token with a layer missing names where */
-	FILE *f = fopen(test_path("bad_vllm.jsonl"), "w");
+	f = fopen(test_path("bad_vllm.jsonl"), "w");
 	fputs("{\"request_id\": 1, \"routed_experts\": [[[1, 2], [3, 4]], [[1, 2]]]}\n", f);
 	fclose(f);
 	in[0] = test_path("bad_vllm.jsonl");

@@ -125,6 +125,7 @@ struct imp {
 	} src;
 	char **ignore;          /* --map COLUMN=-: columns read as absent */
 	size_t n_ignore;
+	int moe_trace;          /* a headerless llama-moe-trace CSV (see is_moe_trace) */
 };
 
 enum { TEXT_LINE = 0, TEXT_CSV = 1, TEXT_DOC = 2 };
@@ -1100,8 +1101,48 @@ static void trim_fields(char **f, size_t n)
 	}
 }
 
+/* llama-moe-trace (tools/moe-trace/moe-trace.cpp in llama.cpp forks such as
+ * thecodacus/llama.cpp; not in ggml-org/llama.cpp): a CSV without a header,
+ * one row per (position, layer) in the order the layers ran,
+ * "pos,layer,id0,id1,...", prompt rows with negative positions, the
+ * layer the model's block index (dense blocks have no rows).  Recognised by
+ * a first line of at least three integer fields; read as the columns
+ * pos,layer,expert_0.. with the phase from pos's sign and tokens in order
+ * per layer (a prompt batch lists a layer's tokens together). */
+static int is_moe_trace(const char *s, char sep)
+{
+	size_t fields = 1;
+	for (const char *p = s; *p; p++) {
+		if (*p == sep) {
+			fields++;
+			continue;
+		}
+		if (*p == '-' && (p == s || p[-1] == sep) && isdigit((unsigned char)p[1]))
+			continue;
+		if (!isdigit((unsigned char)*p) && *p != ' ')
+			return 0;
+	}
+	return fields >= 3;
+}
+
+/* The header it is read with: pos, layer, expert_0 .. expert_{n-3}. */
+static char *moe_trace_header(const char *s, char sep)
+{
+	size_t n = 1;
+	for (const char *p = s; *p; p++)
+		n += *p == sep;
+	char *h = malloc(16 + n * 24);
+	if (!h)
+		return NULL;
+	int o = sprintf(h, "pos%clayer", sep);
+	for (size_t i = 0; i + 2 < n; i++)
+		o += sprintf(h + o, "%cexpert_%zu", sep, i);
+	return h;
+}
+
 /* A CSV record as a JSON object in sb, remembering where each field went
- * (im->src) so an error names the column.  Ignored columns are left out. */
+ * (im->src) so an error names the column.  Ignored columns are left out.  A
+ * llama-moe-trace row's pos becomes its phase. */
 static int csv_to_json(struct imp *im, struct sbuf *sb, char **hdr, char **fields, size_t nf, const char *line)
 {
 	if (nf > im->src.n_fields || !im->src.json_at) {
@@ -1122,6 +1163,16 @@ static int csv_to_json(struct imp *im, struct sbuf *sb, char **hdr, char **field
 		im->src.csv_col[i] = (size_t)(fields[i] - line);
 		if (ignored(im, hdr[i])) {
 			im->src.json_at[i] = sb->used;
+			continue;
+		}
+		if (im->moe_trace && i == 0) {
+			const char *v = fields[0];
+			while (*v == ' ')
+				v++;
+			bad = (any && sb_put(sb, ",", 1)) || sb_put(sb, "\"phase\":", 8);
+			im->src.json_at[i] = sb->used;
+			bad = bad || (*v == '-' ? sb_put(sb, "\"prefill\"", 9) : sb_put(sb, "\"decode\"", 8));
+			any = 1;
 			continue;
 		}
 		bad = (any && sb_put(sb, ",", 1)) || json_escape(sb, hdr[i]) || sb_put(sb, ":", 1);
@@ -1226,6 +1277,7 @@ static int import_file(struct imp *im, const char *path)
 	im->file = path;
 	im->resolved = 0;
 	memset(&im->src.kind, 0, sizeof(im->src.kind));
+	im->moe_trace = 0;
 	im->src.text = NULL;
 	im->src.line = 0;
 	int csv = -1; /* decided on the first non-empty line */
@@ -1277,7 +1329,8 @@ static int import_file(struct imp *im, const char *path)
 			csv = *s != '{';
 			if (csv) {
 				sep = (ends_with(path, ".tsv") || strchr(s, '\t')) ? '\t' : ',';
-				hdr_line = strdup(s);
+				im->moe_trace = is_moe_trace(s, sep);
+				hdr_line = im->moe_trace ? moe_trace_header(s, sep) : strdup(s);
 				if (!hdr_line) {
 					rc = IERR(STRATA_ENOMEM, "out of memory");
 					break;
@@ -1288,7 +1341,8 @@ static int import_file(struct imp *im, const char *path)
 					break;
 				}
 				trim_fields(hdr, nh);
-				continue;
+				if (!im->moe_trace)
+					continue; /* else the line is a record */
 			}
 		}
 		im->src.line = lineno;
@@ -1308,8 +1362,12 @@ static int import_file(struct imp *im, const char *path)
 				break;
 			}
 			if (nf != nh) {
-				rc = IERR(STRATA_EINVAL, "%s:%" PRIu64 ":%zu: %zu fields, the header has %zu", path, lineno,
-					  nf > nh ? (size_t)(fields[nh] - line) + 1 : strlen(line) + 1, nf, nh);
+				rc = im->moe_trace
+				   ? IERR(STRATA_EINVAL, "%s:%" PRIu64 ":%zu: %zu fields, the first line has %zu"
+					  " (llama-moe-trace rows are pos,layer and %zu expert ids)", path, lineno,
+					  nf > nh ? (size_t)(fields[nh] - line) + 1 : (size_t)len + 1, nf, nh, nh - 2)
+				   : IERR(STRATA_EINVAL, "%s:%" PRIu64 ":%zu: %zu fields, the header has %zu", path, lineno,
+					  nf > nh ? (size_t)(fields[nh] - line) + 1 : (size_t)len + 1, nf, nh);
 				break;
 			}
 			if ((rc = csv_to_json(im, &sb, hdr, fields, nf, line)))

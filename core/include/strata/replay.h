@@ -186,6 +186,7 @@ struct strata_replay_result {
 	X("prefetch_late", U, "%" PRIu64, s->prefetch_late) \
 	X("prefetch_promoted", U, "%" PRIu64, s->prefetch_promoted) \
 	X("prefetch_cancelled", U, "%" PRIu64, s->prefetch_cancelled) \
+	X("prefetch_preempted", U, "%" PRIu64, s->prefetch_preempted) \
 	X("moves_vram", U, "%" PRIu64, s->moves_vram) \
 	X("moves_nvme", U, "%" PRIu64, s->moves_nvme) \
 	X("substituted", U, "%" PRIu64, s->substituted) \
