@@ -4,10 +4,10 @@
  * to a thread-local struct strata_error that strata_api_last_error() reads.
  *
  * GPU ordering: strata_api_moe_forward enqueues the kernels on the caller's stream and
- * returns.  When every expert is resident in VRAM (nothing ever moves) the next call goes
- * straight on; otherwise the engine may overwrite an extent the previous layer's kernels are
- * still reading (an eviction, a prefetch, a reused scratch slot), so before the next acquire
- * the host waits for an event recorded after those kernels.
+ * returns.  When every expert is resident in VRAM (nothing ever moves) it returns at once;
+ * otherwise the engine may overwrite an extent the kernels are reading (an eviction, a
+ * prefetch, a reused scratch slot) from the release on, when the prefetches it lets go
+ * start, so before the release the host waits for an event recorded after those kernels.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -362,14 +362,14 @@ static int wait_previous(strata_api_engine *e)
 	return strata_gpu_event_sync(e->done, &tl_err);
 }
 
-static int acquire(strata_api_engine *e, uint64_t token, uint32_t layer, const uint32_t *experts, uint32_t n,
-		   uint32_t nh, const void **ptrs)
+static int acquire(strata_api_engine *e, uint64_t token, uint32_t layer, uint32_t n_tokens, const uint32_t *experts,
+		   uint32_t n, uint32_t nh, const void **ptrs)
 {
 	int rc;
 	if (e->held)
 		return STRATA_ERR(&tl_err, STRATA_EINVAL, "acquire of layer %u while layer %u is still held (release it)",
 				  layer, e->held_layer);
-	if ((rc = wait_previous(e)) || (rc = strata_engine_begin_step(e->eng, token, layer, experts, n, e->hints, nh,
+	if ((rc = wait_previous(e)) || (rc = strata_engine_begin_step(e->eng, token, layer, n_tokens, experts, n, e->hints, nh,
 								    &tl_err)) ||
 	    (rc = strata_engine_acquire(e->eng, layer, experts, n, ptrs, &tl_err)))
 		return rc;
@@ -397,7 +397,7 @@ API int32_t strata_api_engine_acquire(strata_api_engine *e, uint64_t token, uint
 	if ((rc = make_hints(e, moe_layer, hint_layer, hint_expert, hint_score, n_hints, &nh)))
 		return rc;
 	const void **p = ptrs ? ptrs : e->ptrs;
-	if ((rc = acquire(e, token, moe_layer, experts, n, nh, p)))
+	if ((rc = acquire(e, token, moe_layer, 0, experts, n, nh, p))) /* the batch is the caller's: 0, unknown */
 		return rc;
 	if (fmts)
 		for (uint32_t i = 0; i < n; i++)
@@ -431,7 +431,7 @@ static int forward_group(strata_api_engine *e, uint64_t token, uint32_t layer, u
 		if ((rc = strata_engine_set_gates(e->eng, g, g1 - g0, &tl_err)))
 			return rc;
 	}
-	rc = acquire(e, token, layer, e->experts + g0, g1 - g0, nh, e->ptrs);
+	rc = acquire(e, token, layer, n_tokens, e->experts + g0, g1 - g0, nh, e->ptrs);
 	if (rc)
 		return rc;
 	uint32_t *ae = e->a_exp + na, *at = e->a_tok + na;
@@ -459,6 +459,11 @@ static int forward_group(strata_api_engine *e, uint64_t token, uint32_t layer, u
 		rc = strata_gpu_event_record(e->done, (strata_gpu_stream *)(uintptr_t)stream, &tl_err);
 		e->pending = !rc;
 	}
+	/* release starts the prefetches it lets go (they read the disk while the caller's next
+	 * layer computes), and some write VRAM these kernels may still read: unless nothing
+	 * can move, wait for the kernels first */
+	if (!rc)
+		rc = wait_previous(e);
 	strata_engine_add_compute(e->eng, (double)(strata_now_ns() - t0));
 	e->held = 0;
 	int rc2 = strata_engine_release(e->eng, token, layer, e->experts + g0, g1 - g0, rc ? NULL : &tl_err);
@@ -546,6 +551,10 @@ API int32_t strata_api_moe_forward(strata_api_engine *e, uint64_t token, uint32_
 	X("used_vram", "%" PRIu64, s->used[0]) X("used_ram", "%" PRIu64, s->used[1]) \
 	X("stall_ms", "%.4f", s->stall_ns / 1e6) X("io_ms", "%.4f", s->io_ns / 1e6) \
 	X("compute_ms", "%.4f", s->compute_ns / 1e6) X("bookkeeping_ms", "%.4f", (double)s->bookkeeping_ns / 1e6) \
+	X("nvme_busy_ms", "%.4f", s->link_busy_ns[STRATA_LINK_NVME] / 1e6) \
+	X("pcie_busy_ms", "%.4f", s->link_busy_ns[STRATA_LINK_PCIE] / 1e6) X("nvme_reads", "%" PRIu64, s->nvme_reads) \
+	X("nvme_read_bytes", "%" PRIu64, s->nvme_read_bytes) X("nvme_qd_ms", "%.4f", s->nvme_qd_ns / 1e6) \
+	X("waits", "%" PRIu64, s->waits) \
 	X("substituted", "%" PRIu64, s->substituted) X("substitute_bytes", "%" PRIu64, s->substitute_bytes) \
 	X("substitute_bytes_saved", "%" PRIu64, s->substitute_bytes_saved)
 

@@ -48,6 +48,7 @@ void strata_cost_file_defaults(struct strata_cost_file *c)
 	c->cost.kernel_fixed_us = 8.0;
 	c->cost.nvme_queue_depth = 32;
 	c->kernel_us_per_mb_token = 0.02;
+	c->kernel_speed_q4 = c->kernel_speed_q3 = 1.0;
 	snprintf(c->source, sizeof(c->source), "defaults");
 }
 
@@ -63,6 +64,8 @@ static const struct {
 	{ "kernel_us_per_mb", offsetof(struct strata_cost_file, cost.kernel_us_per_mb) },
 	{ "kernel_fixed_us", offsetof(struct strata_cost_file, cost.kernel_fixed_us) },
 	{ "kernel_us_per_mb_token", offsetof(struct strata_cost_file, kernel_us_per_mb_token) },
+	{ "kernel_speed_q4", offsetof(struct strata_cost_file, kernel_speed_q4) },
+	{ "kernel_speed_q3", offsetof(struct strata_cost_file, kernel_speed_q3) },
 };
 
 int strata_cost_file_load(const char *path, struct strata_cost_file *c, struct strata_error *err)

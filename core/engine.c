@@ -112,6 +112,8 @@ struct strata_engine {
 	struct strata_mover *ms[3];
 	struct job *low_head[3], *low_tail[3];
 	uint32_t demand_out[STRATA_LINK_COUNT], low_out[3];
+	uint64_t low_inflight[3];        /* bytes of the low moves in each mover */
+	uint8_t kick;                    /* real: movers handed moves since their last submit */
 	/* loads into VRAM, recorded for the RAM tier's bound (cfg.record_loads) */
 	uint32_t *ld_eid;
 	uint64_t *ld_pos, n_ld, cap_ld;
@@ -132,6 +134,14 @@ struct strata_engine {
 	struct strata_engine_stats st;
 	char name[3 * STRATA_POLICY_NAME_MAX + 112];
 };
+
+void strata_cost_model_defaults(struct strata_cost_model *c)
+{
+	/* a PCIe 4 NVMe and a PCIe 5 x16 link; `strata calibrate` measures real ones */
+	*c = (struct strata_cost_model){ .nvme_gbps = 6.0, .nvme_lat_us = 80, .pcie_gbps = 50.0,
+					 .pcie_lat_us = 10, .hbm_gbps = 4000, .kernel_us_per_mb = 0.5,
+					 .kernel_fixed_us = 5, .nvme_queue_depth = 32 };
+}
 
 void strata_engine_config_defaults(struct strata_engine_config *c)
 {
@@ -155,10 +165,7 @@ void strata_engine_config_defaults(struct strata_engine_config *c)
 	c->nvme_mover = STRATA_NVME_URING;
 	c->queue_depth = 32;
 	c->numa_node = -1;
-	/* a PCIe 4 NVMe and a PCIe 5 x16 link; `strata calibrate` measures real ones */
-	c->cost = (struct strata_cost_model){ .nvme_gbps = 6.0, .nvme_lat_us = 80, .pcie_gbps = 50.0,
-					      .pcie_lat_us = 10, .hbm_gbps = 4000, .kernel_us_per_mb = 0.5,
-					      .kernel_fixed_us = 5, .nvme_queue_depth = 32 };
+	strata_cost_model_defaults(&c->cost);
 }
 
 static const char *tname(int t) { return t == V ? "vram" : t == R ? "ram" : "nvme"; }
@@ -234,13 +241,19 @@ static int submit_mover(struct strata_engine *e, struct strata_mover *m, struct 
 static int job_queue(struct job *j);
 static void feed_low(struct strata_engine *e);
 
-/* The links each mover crosses (e->ms order: nvme, staged, h2d). */
+/* The link whose demand holds back each mover's prefetches (e->ms order:
+ * nvme, staged, h2d).  A staged move holds the disk for its whole length
+ * but PCIe only for a bounce buffer's copy at a time, so it holds back
+ * prefetch reads, not prefetch copies: those overlap the demand reads (the
+ * cuda mover keeps them off the demand copies' streams, strata/mover.h). */
 static const uint8_t mover_links[3] = {
-	1u << STRATA_LINK_NVME, (1u << STRATA_LINK_NVME) | (1u << STRATA_LINK_PCIE), 1u << STRATA_LINK_PCIE,
+	1u << STRATA_LINK_NVME, 1u << STRATA_LINK_NVME, 1u << STRATA_LINK_PCIE,
 };
-/* Prefetch moves a real mover holds at once when no demand is outstanding:
- * a demand arriving later shares the device with at most these. */
-#define LOW_IN_MOVER 4
+/* Bytes of prefetch moves a real mover holds at once when no demand is
+ * outstanding (at least one move): a demand arriving later shares the
+ * device with at most these; on the disk about 5 ms at 1.7 GB/s, enough
+ * reads in flight for the disk's queue. */
+static const uint64_t low_in_mover[3] = { 8ull << 20, 8ull << 20, 16ull << 20 };
 
 static void job_done(struct strata_move *mv)
 {
@@ -254,6 +267,7 @@ static void job_done(struct strata_move *mv)
 	}
 	if (j->low) {
 		e->low_out[j->mi]--;
+		e->low_inflight[j->mi] -= j->mv.bytes;
 	} else {
 		for (int l = 0; l < STRATA_LINK_COUNT; l++)
 			e->demand_out[l] -= mover_links[j->mi] >> l & 1;
@@ -284,8 +298,10 @@ static int hand_over(struct job *j)
 	struct strata_engine *e = j->e;
 	struct strata_error err;
 	j->queued = 1;
+	j->mv.low = j->low;
 	if (j->low) {
 		e->low_out[j->mi]++;
+		e->low_inflight[j->mi] += j->mv.bytes;
 	} else {
 		for (int l = 0; l < STRATA_LINK_COUNT; l++)
 			e->demand_out[l] += mover_links[j->mi] >> l & 1;
@@ -335,13 +351,30 @@ static void low_unlink(struct strata_engine *e, struct job *j)
 	j->waiting = false;
 }
 
-/* A prefetch still waiting becomes a demand: handed over now, in place. */
+/* A prefetch still waiting becomes a demand: handed over now, in place.
+ * One already in its mover goes ahead of the prefetches there (mv.low). */
 static void promote(struct strata_engine *e, struct job *j)
 {
 	if (j && j->waiting) {
 		low_unlink(e, j);
 		j->low = false;
 		hand_over(j);
+		e->kick |= (uint8_t)(1u << j->mi);
+	} else if (j && !j->done) {
+		j->mv.low = false;
+	}
+}
+
+/* Submit the movers feed_low or promote handed moves to (real mode). */
+static void kick_movers(struct strata_engine *e)
+{
+	for (int i = 0; i < 3 && e->kick; i++) {
+		struct strata_error err;
+		if (!(e->kick & (1u << i)))
+			continue;
+		e->kick &= (uint8_t)~(1u << i);
+		if (strata_mover_submit(e->ms[i], &err))
+			io_fail(e, &err);
 	}
 }
 
@@ -364,13 +397,14 @@ static void feed_low(struct strata_engine *e)
 				e->low_out[i]++;
 				continue;
 			}
-			bool busy = e->low_out[i] >= LOW_IN_MOVER;
+			bool busy = e->low_out[i] && e->low_inflight[i] + j->mv.bytes > low_in_mover[i];
 			for (int l = 0; l < STRATA_LINK_COUNT; l++)
 				busy |= (mover_links[i] >> l & 1) && e->demand_out[l];
 			if (busy)
 				break;
 			low_unlink(e, j);
 			hand_over(j);
+			e->kick |= (uint8_t)(1u << i);
 		}
 	}
 }
@@ -393,6 +427,7 @@ static bool cancel_waiting(struct strata_engine *e, struct job **slot)
 /* Block (or advance the virtual clock) until j has completed. */
 static void job_wait(struct strata_engine *e, struct job *j)
 {
+	e->st.waits += !j->done;
 	while (!j->done) {
 		struct strata_error err;
 		if (j->waiting) {
@@ -412,8 +447,10 @@ static void job_wait(struct strata_engine *e, struct job *j)
 		if (e->virt) {
 			if (submit_mover(e, j->m, &err) == 0)
 				strata_mover_virtual_reap(j->m, 1);
-		} else if (strata_mover_submit(j->m, &err) == 0 && strata_mover_reap(j->m, 1, &err) < 0) {
-			io_fail(e, &err);
+		} else {
+			kick_movers(e); /* prefetches handed over meanwhile reach their links before we block */
+			if (strata_mover_submit(j->m, &err) == 0 && strata_mover_reap(j->m, 1, &err) < 0)
+				io_fail(e, &err);
 		}
 		if (!j->done && !j->m->outstanding) {
 			/* cannot happen; never spin */
@@ -960,6 +997,7 @@ static int engine_open(struct strata_store *store, const struct strata_model_spe
 	e->sched.resident[V] = e->resident[V];
 	e->sched.resident[R] = e->resident[R];
 	e->env.sched = &e->sched;
+	e->env.cost = &e->cfg.cost;
 	if (strata_pfq_init(&e->pfq, 2 * e->max_reqs + 64) ||
 	    !(e->pf_done = malloc(sizeof(*e->pf_done) * e->pfq.cap))) {
 		rc = STRATA_ERR(err, STRATA_ENOMEM, "engine: out of memory");
@@ -1126,7 +1164,8 @@ static struct strata_pfq_owner pf_owner(struct strata_engine *e)
 {
 	return (struct strata_pfq_owner){ .o = e, .source = pf_source, .start = pf_start,
 					  .redundant = &e->st.prefetch_redundant, .dropped = &e->st.prefetch_dropped,
-					  .promoted = &e->st.prefetch_promoted, .cancelled = &e->st.prefetch_cancelled };
+					  .promoted = &e->st.prefetch_promoted, .cancelled = &e->st.prefetch_cancelled,
+					  .preempted = &e->st.prefetch_preempted };
 }
 
 static int prefetch(struct strata_engine *e, uint64_t token, uint32_t layer, const uint32_t *experts, uint32_t n,
@@ -1143,6 +1182,7 @@ static int prefetch(struct strata_engine *e, uint64_t token, uint32_t layer, con
 		return STRATA_ERR(err, STRATA_EPOLICY, "prefetch %s: returned %u requests, room for %u", pf->name, nr,
 				  e->max_reqs);
 	struct strata_pfq_owner w = pf_owner(e);
+	strata_pfq_begin(&e->pfq, &w, &e->sched, layer, e->lstep, e->reqs, nr, e->spec.n_experts);
 	for (uint32_t i = 0; i < nr; i++) {
 		uint32_t eid = e->reqs[i].eid, t = e->reqs[i].tier;
 		if (eid >= e->n_ids || (t != V && t != R))
@@ -1194,8 +1234,9 @@ static void unpin_step(struct strata_engine *e)
 	e->step_layer = -1;
 }
 
-int strata_engine_begin_step(struct strata_engine *e, uint64_t token, uint32_t layer, const uint32_t *experts,
-			     uint32_t n, const struct strata_hint *hints, uint32_t n_hints, struct strata_error *err)
+int strata_engine_begin_step(struct strata_engine *e, uint64_t token, uint32_t layer, uint32_t n_tokens,
+			     const uint32_t *experts, uint32_t n, const struct strata_hint *hints, uint32_t n_hints,
+			     struct strata_error *err)
 {
 	uint64_t t0 = wall_ns(e);
 	double s0 = e->st.stall_ns;
@@ -1213,18 +1254,21 @@ int strata_engine_begin_step(struct strata_engine *e, uint64_t token, uint32_t l
 	}
 	e->step_layer = n ? (int)layer : -1;
 	if (n) {
-		/* the step's token count is the replay's business: 0, unknown */
-		struct strata_step st = { .token = token, .layer = layer, .experts = experts,
+		struct strata_step st = { .token = token, .layer = layer, .n_tokens = n_tokens, .experts = experts,
 					  .n_experts = n, .now = e->now };
 		for (int t = V; t <= R; t++)
 			strata_evict_ops_of(e->evict[t])->on_step(e->evict[t], &st);
 		strata_place_ops_of(e->place)->on_step(e->place, &st);
 	}
 	poll_movers(e);
-	feed_low(e);
+	/* Links without demand take the waiting prefetches now; real, only without a step to
+	 * acquire: its demand moves go first, the prefetches follow as they finish (acquire). */
+	bool feed = e->virt || !n;
+	if (feed)
+		feed_low(e);
 	rc = prefetch(e, token, layer, n ? experts : NULL, n, hints, n_hints, err);
-	if (!rc)
-		feed_low(e); /* links without demand take the new prefetches now */
+	if (!rc && feed)
+		feed_low(e);
 	if (!rc) {
 		struct strata_mover *ms[3] = { e->nvme, e->staged, e->h2d };
 		for (int i = 0; i < 3 && !rc; i++)
@@ -1243,7 +1287,7 @@ int strata_engine_begin_step(struct strata_engine *e, uint64_t token, uint32_t l
 int strata_engine_begin_layer(struct strata_engine *e, uint64_t token, uint32_t layer,
 			      const struct strata_hint *hints, uint32_t n_hints, struct strata_error *err)
 {
-	return strata_engine_begin_step(e, token, layer, NULL, 0, hints, n_hints, err);
+	return strata_engine_begin_step(e, token, layer, 0, NULL, 0, hints, n_hints, err);
 }
 
 /* One expert of an acquire: decide, reserve, issue.  *wait gets the job the
@@ -1432,6 +1476,10 @@ int strata_engine_acquire(struct strata_engine *e, uint32_t layer, const uint32_
 	}
 	double stall = clock_now(e) - c0;
 	e->st.stall_ns += stall;
+	if (!e->virt) {
+		feed_low(e); /* this layer's demand is in: the prefetches go while it computes */
+		kick_movers(e);
+	}
 	uint64_t t1 = wall_ns(e);
 	e->st.clock_ns = clock_now(e);
 	e->st.bookkeeping_ns += t1 - t0 - (e->virt ? 0 : t1 - w0);
@@ -1469,6 +1517,8 @@ int strata_engine_release(struct strata_engine *e, uint64_t token, uint32_t laye
 	strata_prefetch_ops_of(e->prefetch)->on_route(e->prefetch, token, layer, experts, n);
 	poll_movers(e);
 	feed_low(e);
+	if (!e->virt)
+		kick_movers(e); /* the prefetches that may go now move while the caller computes */
 	e->st.clock_ns = clock_now(e);
 	e->st.bookkeeping_ns += wall_ns(e) - t0;
 	if ((rc = check_io(e, err)))
@@ -1491,6 +1541,19 @@ const struct strata_engine_stats *strata_engine_stats(const struct strata_engine
 	struct strata_engine *m = (struct strata_engine *)e;
 	m->st.clock_ns = clock_now(e);
 	m->st.io_ns = e->virt ? e->vl_nvme.busy_ns : e->nvme ? e->nvme->busy_ns : 0;
+	if (e->virt) {
+		m->st.link_busy_ns[STRATA_LINK_NVME] = e->vl_nvme.busy_ns;
+		m->st.link_busy_ns[STRATA_LINK_PCIE] = e->vl_pcie.busy_ns;
+		m->st.nvme_reads = e->st.moves_nvme;
+		m->st.nvme_read_bytes = e->st.bytes_nvme_ram + e->st.bytes_nvme_vram;
+	} else if (e->nvme && e->h2d) {
+		m->st.link_busy_ns[STRATA_LINK_NVME] = e->nvme->active_ns;
+		m->st.link_busy_ns[STRATA_LINK_PCIE] = e->h2d->active_ns;
+		m->st.nvme_reads = e->nvme->moves;
+		m->st.nvme_read_bytes = e->nvme->bytes;
+		m->st.nvme_qd_ns = e->nvme->qd_ns;
+		m->st.nvme_qd_max = e->nvme->max_outstanding;
+	}
 	m->st.used[V] = strata_tier_used(&e->tier[V]);
 	m->st.used[R] = strata_tier_used(&e->tier[R]);
 	return &e->st;

@@ -509,7 +509,8 @@ static struct strata_pfq_owner pf_owner(struct strata_harness *h)
 {
 	return (struct strata_pfq_owner){ .o = h, .source = pf_source, .start = pf_start,
 					  .redundant = &h->c.prefetch_redundant, .dropped = &h->c.prefetch_dropped,
-					  .promoted = &h->c.prefetch_promoted, .cancelled = &h->c.prefetch_cancelled };
+					  .promoted = &h->c.prefetch_promoted, .cancelled = &h->c.prefetch_cancelled,
+					  .preempted = &h->c.prefetch_preempted };
 }
 
 int strata_harness_step(struct strata_harness *h, const struct strata_harness_step *s,
@@ -548,6 +549,7 @@ int strata_harness_step(struct strata_harness *h, const struct strata_harness_st
 		goto out;
 	}
 	struct strata_pfq_owner w = pf_owner(h);
+	strata_pfq_begin(&h->pfq, &w, &h->sched, s->layer, h->lstep, h->reqs, nr, spec->n_experts);
 	for (uint32_t i = 0; i < nr; i++) {
 		uint32_t eid = h->reqs[i].eid;
 		if (eid >= h->env.n_ids) {

@@ -24,6 +24,7 @@
 #include "quant.h"
 #include "strata/json.h"
 #include "strata/quantize.h"
+#include "strata/tier_assign.h"
 #include "strata/util.h"
 
 const struct strata_naming strata_namings[] = {
@@ -608,7 +609,7 @@ static void *qz_worker(void *arg)
 		}
 		uint32_t layer = (uint32_t)(eid / s->n_experts), ex = (uint32_t)(eid % s->n_experts);
 		int tier = j->cfg->tiers[eid];
-		int fmt = STRATA_FMT_HOT + tier;
+		int fmt = strata_tier_fmts_or_default(j->cfg->tier_fmt)[tier];
 		struct strata_expert_layout lay;
 		if (strata_expert_layout(fmt, s->hidden, s->inter, &lay)) {
 			STRATA_ERR(&e, STRATA_EINVAL, "no layout for format %d", fmt);
@@ -801,14 +802,16 @@ int strata_quantize_run(struct strata_quantize_model *m, const struct strata_qua
 		if (cfg->tiers[i] >= STRATA_TIER_COUNT)
 			return STRATA_ERR(err, STRATA_EINVAL, "quantize: tier %u for expert %" PRIu64, cfg->tiers[i], i);
 	size_t packed = 0;
+	const uint8_t *tf = strata_tier_fmts_or_default(cfg->tier_fmt);
 	for (int t = 0; t < STRATA_TIER_COUNT; t++) {
 		struct strata_expert_layout lay;
-		const struct strata_fmt_traits *tr = strata_fmt_traits(STRATA_FMT_HOT + t);
-		if (strata_expert_layout(STRATA_FMT_HOT + t, s->hidden, s->inter, &lay) || !tr)
-			return STRATA_ERR(err, STRATA_EINVAL, "quantize: no layout for tier %d", t);
+		const struct strata_fmt_traits *tr = strata_fmt_traits(tf[t]);
+		if (tf[t] < STRATA_FMT_HOT || !tr || strata_expert_layout(tf[t], s->hidden, s->inter, &lay))
+			return STRATA_ERR(err, STRATA_EINVAL, "quantize: tier %d format %u is not a quantized format", t,
+					  tf[t]);
 		if (lay.bytes > packed)
 			packed = lay.bytes;
-		rep->tier[t].fmt = STRATA_FMT_HOT + t;
+		rep->tier[t].fmt = tf[t];
 		rep->tier[t].bpw = tr->bpw;
 		rep->tier[t].cos_min = 2;
 	}
@@ -827,8 +830,15 @@ int strata_quantize_run(struct strata_quantize_model *m, const struct strata_qua
 	}
 	for (uint64_t k = 0; k < total * STRATA_MAT_COUNT; k++)
 		in_total += m->experts[k]->bytes;
+	uint8_t *fmts = malloc(total ? total : 1);
+	if (!fmts) {
+		free(ti);
+		return STRATA_ERR(err, STRATA_ENOMEM, "out of memory");
+	}
+	for (uint64_t i = 0; i < total; i++)
+		fmts[i] = tf[cfg->tiers[i]];
 	struct strata_store_writer_config wc = {
-		.dir = cfg->out, .spec = *s, .tier_table = cfg->tiers, .fmt_table = NULL,
+		.dir = cfg->out, .spec = *s, .tier_table = cfg->tiers, .fmt_table = fmts,
 		.shard_bytes = cfg->shard_bytes, .n_tensors = m->n_nonrouted, .tensors = ti, .force = cfg->force,
 		.lowbit_copies = cfg->lowbit_copies,
 	};
@@ -836,6 +846,7 @@ int strata_quantize_run(struct strata_quantize_model *m, const struct strata_qua
 	pthread_mutex_init(&j.lock, NULL);
 	int rc = strata_store_writer_open(&wc, &j.w, err);
 	free(ti);
+	free(fmts);
 	if (rc) {
 		pthread_mutex_destroy(&j.lock);
 		return rc;
@@ -902,8 +913,8 @@ int strata_quantize_run(struct strata_quantize_model *m, const struct strata_qua
 	return STRATA_OK;
 }
 
-int strata_quantize_plan(struct strata_quantize_model *m, const uint8_t *tiers, struct strata_quantize_report *rep,
-			 struct strata_error *err)
+int strata_quantize_plan(struct strata_quantize_model *m, const uint8_t *tiers, const uint8_t *tier_fmt,
+			 struct strata_quantize_report *rep, struct strata_error *err)
 {
 	const struct strata_model_spec *s = &m->spec;
 	memset(rep, 0, sizeof(*rep));
@@ -912,11 +923,13 @@ int strata_quantize_plan(struct strata_quantize_model *m, const uint8_t *tiers, 
 	rep->skipped = m->n_skipped;
 	uint64_t total = strata_model_total_experts(s);
 	struct strata_expert_layout lay[STRATA_TIER_COUNT];
+	const uint8_t *tf = strata_tier_fmts_or_default(tier_fmt);
 	for (int t = 0; t < STRATA_TIER_COUNT; t++) {
-		const struct strata_fmt_traits *tr = strata_fmt_traits(STRATA_FMT_HOT + t);
-		if (!tr || strata_expert_layout(STRATA_FMT_HOT + t, s->hidden, s->inter, &lay[t]))
-			return STRATA_ERR(err, STRATA_EINVAL, "quantize: no layout for tier %d", t);
-		rep->tier[t].fmt = STRATA_FMT_HOT + t;
+		const struct strata_fmt_traits *tr = strata_fmt_traits(tf[t]);
+		if (tf[t] < STRATA_FMT_HOT || !tr || strata_expert_layout(tf[t], s->hidden, s->inter, &lay[t]))
+			return STRATA_ERR(err, STRATA_EINVAL, "quantize: tier %d format %u is not a quantized format", t,
+					  tf[t]);
+		rep->tier[t].fmt = tf[t];
 		rep->tier[t].bpw = tr->bpw;
 	}
 	for (uint64_t i = 0; i < total; i++) {

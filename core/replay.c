@@ -145,11 +145,27 @@ struct run {
 	uint64_t n_lat;
 	uint64_t steps_done;            /* steps run_loop finished (all, unless interrupted) */
 	double t_prefill, t_decode;
+	/* link use over the decode steps (strata_engine_stats' link fields) */
+	double dec_busy[2], dec_qd_ns;
+	uint64_t dec_reads, dec_read_bytes, dec_waits;
 	/* per decode segment, in order: the VRAM and the VRAM-or-RAM residency
 	 * (2 x L x E flags) as it began, for the start-state time bound */
 	uint8_t *seg_init;
 	uint64_t n_seg;
 };
+
+/* The link counters that decode steps add up (struct run's dec_*). */
+struct linksnap {
+	double busy[2], qd_ns;
+	uint64_t reads, read_bytes, waits;
+};
+
+static struct linksnap link_snap(struct run *r)
+{
+	const struct strata_engine_stats *st = strata_engine_stats(r->eng);
+	return (struct linksnap){ .busy = { st->link_busy_ns[0], st->link_busy_ns[1] }, .qd_ns = st->nvme_qd_ns,
+				  .reads = st->nvme_reads, .read_bytes = st->nvme_read_bytes, .waits = st->waits };
+}
 
 static double clock_now(struct run *r)
 {
@@ -266,7 +282,9 @@ static double modelled_us(const struct run *r, uint32_t l, uint32_t n)
 		uint32_t eid = strata_eid(&r->spec, l, r->experts[j]);
 		double mb = r->fmts[j] == r->fmt_table[eid] ? r->payload_mb[eid] : r->fmt_mb[r->fmts[j]];
 		double extra = r->tok_per_expert[j] > 1 ? (double)(r->tok_per_expert[j] - 1) : 0;
-		us += mb * (cm->kernel_us_per_mb + extra * r->cfg->kernel_us_per_mb_token);
+		double speed = r->fmts[j] == STRATA_FMT_Q4 ? r->cfg->kernel_speed_q4
+			     : r->fmts[j] == STRATA_FMT_Q3 ? r->cfg->kernel_speed_q3 : 1.0;
+		us += mb * (cm->kernel_us_per_mb + extra * r->cfg->kernel_us_per_mb_token) / (speed > 0 ? speed : 1.0);
 	}
 	return us;
 }
@@ -293,7 +311,7 @@ static int run_layer(struct run *r, uint64_t step, uint32_t l, struct strata_err
 		if ((rc = strata_engine_set_gates(r->eng, r->gates, n, err)))
 			return rc;
 	}
-	if ((rc = strata_engine_begin_step(r->eng, step, l, r->experts, n, r->hints, nh, err)))
+	if ((rc = strata_engine_begin_step(r->eng, step, l, ntok, r->experts, n, r->hints, nh, err)))
 		return rc;
 	/* 2. acquire */
 	if ((rc = strata_engine_acquire(r->eng, l, r->experts, n, r->ptrs, err)))
@@ -335,8 +353,10 @@ static int run_layer(struct run *r, uint64_t step, uint32_t l, struct strata_err
 				c.x = r->dx;
 				c.y = r->dy;
 				rc = strata_moe_layer_gpu(&c, err);
+				/* the computation's stream only (the legacy default stream): the
+				 * engine's prefetch copies on their own streams go on */
 				if (!rc)
-					rc = strata_gpu_sync(err);
+					rc = strata_gpu_stream_sync(NULL, err);
 			} else if (!rc) {
 				c.x = r->x;
 				c.y = r->y;
@@ -368,8 +388,8 @@ static int open_inputs(struct run *r, struct strata_error *err)
 			return rc;
 		}
 	} else {
-		if (cfg->tiers || cfg->tier_trace)
-			return STRATA_ERR(err, STRATA_EINVAL, "%s: tiers/tier_trace apply to a model spec only "
+		if (cfg->tiers || cfg->tier_trace || cfg->formats)
+			return STRATA_ERR(err, STRATA_EINVAL, "%s: tiers/tier_trace/formats apply to a model spec only "
 					  "(a shard directory has its own tier table)", cfg->model_dir);
 		if ((rc = strata_store_open(cfg->model_dir, &r->store, err)))
 			return rc;
@@ -465,11 +485,14 @@ static int expert_formats(struct run *r, struct strata_error *err)
 	if (rc)
 		return rc;
 	struct strata_expert_layout lay[3];
+	uint8_t tf[STRATA_TIER_COUNT] = STRATA_TIER_FMTS_DEFAULT;
+	if (r->cfg->formats && (rc = strata_tier_fmts_parse(r->cfg->formats, tf, err)))
+		return rc;
 	for (int t = 0; t < 3; t++)
-		if (strata_expert_layout(STRATA_FMT_HOT + t, spec->hidden, spec->inter, &lay[t]))
+		if (strata_expert_layout(tf[t], spec->hidden, spec->inter, &lay[t]))
 			return STRATA_ERR(err, STRATA_EINVAL, "%s: no expert layout for this shape", r->cfg->model_dir);
 	for (size_t i = 0; i < ne; i++) {
-		r->own_fmt[i] = (uint8_t)(STRATA_FMT_HOT + r->own_tier[i]);
+		r->own_fmt[i] = tf[r->own_tier[i]];
 		r->payload_mb[i] = (double)lay[r->own_tier[i]].payload / 1e6;
 	}
 	r->fmt_table = r->own_fmt;
@@ -621,6 +644,7 @@ static int run_loop(struct run *r, struct strata_replay_result *res, struct stra
 		if (!prefill && (!s || strata_trace_phase(r->trace, r->plan.step_first[s - 1]) == STRATA_PHASE_PREFILL) &&
 		    (rc = snapshot_segment(r, err)))
 			return rc;
+		struct linksnap k0 = prefill ? (struct linksnap){ 0 } : link_snap(r);
 		double t0 = clock_now(r);
 		for (uint32_t l = 0; l < r->L; l++)
 			if ((rc = run_layer(r, s, l, err)))
@@ -635,6 +659,13 @@ static int run_loop(struct run *r, struct strata_replay_result *res, struct stra
 				r->req_ttft[ri] = t1 - r->req_first[ri];
 			}
 		} else {
+			struct linksnap k1 = link_snap(r);
+			for (int i = 0; i < 2; i++)
+				r->dec_busy[i] += k1.busy[i] - k0.busy[i];
+			r->dec_qd_ns += k1.qd_ns - k0.qd_ns;
+			r->dec_reads += k1.reads - k0.reads;
+			r->dec_read_bytes += k1.read_bytes - k0.read_bytes;
+			r->dec_waits += k1.waits - k0.waits;
 			r->t_decode += dt;
 			r->lat[r->n_lat++] = dt;
 			if (!r->req_prefill[ri] && r->req_ttft[ri] < 0)
@@ -688,6 +719,14 @@ static void compute_metrics(struct run *r, struct strata_replay_result *res)
 	res->prefetch_waste = st->prefetch_issued ? (double)st->prefetch_wasted / (double)st->prefetch_issued : 0;
 	res->prefill_tok_s = r->t_prefill > 0 ? (double)res->prefill_tokens / (r->t_prefill / 1e9) : 0;
 	res->decode_tok_s = r->t_decode > 0 ? (double)res->decode_tokens / (r->t_decode / 1e9) : 0;
+	for (int i = 0; i < 2; i++) {
+		res->dec_link_busy_ms[i] = r->dec_busy[i] / 1e6;
+		res->dec_link_util[i] = r->t_decode > 0 ? r->dec_busy[i] / r->t_decode : 0;
+	}
+	res->dec_nvme_reads = r->dec_reads;
+	res->dec_nvme_read_kib = r->dec_reads ? (double)r->dec_read_bytes / (double)r->dec_reads / 1024 : 0;
+	res->dec_nvme_qd = r->dec_busy[STRATA_LINK_NVME] > 0 ? r->dec_qd_ns / r->dec_busy[STRATA_LINK_NVME] : 0;
+	res->dec_waits = r->dec_waits;
 	double ttft_sum = 0;
 	uint32_t ttft_n = 0;
 	for (uint32_t i = 0; i < r->rm.n; i++)
@@ -1007,6 +1046,11 @@ void strata_replay_print(const struct strata_replay_result *r, FILE *f)
 		100 * r->prefetch_accuracy, 100 * r->prefetch_coverage, 100 * r->prefetch_waste);
 	fprintf(f, "  time      stall %.3f ms  io %.3f ms  compute %.3f ms  run %.3f s  cold start %.3f ms\n",
 		s->stall_ns / 1e6, s->io_ns / 1e6, s->compute_ns / 1e6, r->run_s, r->cold_start_ms);
+	if (r->decode_tokens)
+		fprintf(f, "  links     decode: nvme busy %.1f%% (%" PRIu64 " reads, %.0f KiB each, queue depth %.1f)"
+			   "  pcie busy %.1f%%  waits %" PRIu64 "\n",
+			100 * r->dec_link_util[STRATA_LINK_NVME], r->dec_nvme_reads, r->dec_nvme_read_kib, r->dec_nvme_qd,
+			100 * r->dec_link_util[STRATA_LINK_PCIE], r->dec_waits);
 	fprintf(f, "  speed     prefill %.1f tok/s  decode %.2f tok/s  TTFT %.3f ms  per-token p50 %.3f ms  p99 %.3f ms\n",
 		r->prefill_tok_s, r->decode_tok_s, r->ttft_ms, r->lat_p50_ms, r->lat_p99_ms);
 	fprintf(f, "  bound     decode %.2f tok/s (this run %.2f of it); moves into vram >= %" PRIu64 " (%" PRIu64

@@ -14,6 +14,7 @@ void strata_prefetch_sched_defaults(struct strata_prefetch_sched *s)
 	s->budget[STRATA_LINK_PCIE] = s->budget[STRATA_LINK_NVME] = UINT64_MAX;
 	s->from[STRATA_TIER_VRAM] = s->from[STRATA_TIER_RAM] = (1u << STRATA_TIER_RAM) | (1u << STRATA_TIER_NVME);
 	s->keep_unused = true;
+	s->preempt = false;
 	s->resident[0] = s->resident[1] = NULL;
 }
 
@@ -41,6 +42,37 @@ static bool listed(const struct strata_pf *v, uint32_t n, uint32_t eid)
 	return false;
 }
 
+static void remove_at(struct strata_pf *v, uint32_t *n, uint32_t i)
+{
+	memmove(v + i, v + i + 1, sizeof(*v) * (*n - i - 1));
+	(*n)--;
+}
+
+void strata_pfq_begin(struct strata_pfq *q, const struct strata_pfq_owner *w, const struct strata_prefetch_sched *s,
+		      uint32_t layer, uint64_t step, const struct strata_prefetch_req *reqs, uint32_t nr,
+		      uint32_t n_experts)
+{
+	q->at = layer;
+	if (!s->preempt || !nr || !n_experts)
+		return;
+	for (uint32_t i = 0; i < q->n_pend;) {
+		const struct strata_pf *p = &q->pend[i];
+		bool named = false, kept = false;
+		for (uint32_t j = 0; j < nr && !kept; j++) {
+			if (reqs[j].eid / n_experts != p->layer)
+				continue;
+			named = true;
+			kept = reqs[j].eid == p->eid;
+		}
+		if (!named || kept || p->since >= step) {
+			i++;
+			continue;
+		}
+		(*w->preempted)++;
+		remove_at(q->pend, &q->n_pend, i);
+	}
+}
+
 void strata_pfq_add(struct strata_pfq *q, const struct strata_pfq_owner *w, uint32_t eid, int tier, uint32_t layer,
 		    uint64_t step)
 {
@@ -55,15 +87,24 @@ void strata_pfq_add(struct strata_pfq *q, const struct strata_pfq_owner *w, uint
 	q->pend[q->n_pend++] = (struct strata_pf){ .eid = eid, .layer = layer, .since = step, .tier = (uint8_t)tier };
 }
 
-static void remove_at(struct strata_pf *v, uint32_t *n, uint32_t i)
+/* Distance from the running layer to a target: the next layer 0, the
+ * running layer's own next run last (unsigned wrap). */
+static inline uint32_t ahead(const struct strata_pfq *q, uint32_t layer)
 {
-	memmove(v + i, v + i + 1, sizeof(*v) * (*n - i - 1));
-	(*n)--;
+	return layer - q->at - 1u;
 }
 
 int strata_pfq_dispatch(struct strata_pfq *q, const struct strata_prefetch_sched *s, const uint64_t *bytes,
 			const struct strata_pfq_owner *w, struct strata_error *err)
 {
+	if (s->preempt) /* stable insertion sort by distance: the list is short */
+		for (uint32_t i = 1; i < q->n_pend; i++) {
+			struct strata_pf x = q->pend[i];
+			uint32_t j = i;
+			for (; j && ahead(q, q->pend[j - 1].layer) > ahead(q, x.layer); j--)
+				q->pend[j] = q->pend[j - 1];
+			q->pend[j] = x;
+		}
 	for (uint32_t i = 0; i < q->n_pend;) {
 		struct strata_pf p = q->pend[i];
 		int src = w->source(w->o, p.eid, p.tier);

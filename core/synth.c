@@ -523,6 +523,11 @@ int strata_synth_init(const struct strata_synth_config *cfg, struct strata_synth
 		return STRATA_ERR(err, STRATA_EINVAL, "synth: unknown format %d", c.format);
 	if (c.codes != STRATA_SYNTH_CODES_QUANTIZE && c.codes != STRATA_SYNTH_CODES_RANDOM)
 		return STRATA_ERR(err, STRATA_EINVAL, "synth: unknown codes mode %d", c.codes);
+	memcpy(c.tier_fmt, strata_tier_fmts_or_default(c.tier_fmt), sizeof(c.tier_fmt));
+	for (int t = 0; t < STRATA_TIER_COUNT; t++)
+		if (c.tier_fmt[t] < STRATA_FMT_HOT || c.tier_fmt[t] >= STRATA_FMT_COUNT)
+			return STRATA_ERR(err, STRATA_EINVAL, "synth: tier %d format %u is not a quantized format", t,
+					  c.tier_fmt[t]);
 	double sum = c.tier_frac[0] + c.tier_frac[1] + c.tier_frac[2];
 	if (sum <= 0)
 		memcpy(c.tier_frac, strata_tier_frac_default, sizeof(c.tier_frac));
@@ -548,8 +553,8 @@ int strata_synth_init(const struct strata_synth_config *cfg, struct strata_synth
 	}
 	build_bf16_tables(g);
 	if (c.format == STRATA_SYNTH_TIERED && c.codes == STRATA_SYNTH_CODES_RANDOM)
-		for (int f = STRATA_FMT_HOT; f <= STRATA_FMT_COLD; f++)
-			if (build_pool(g, f)) {
+		for (int f = STRATA_FMT_HOT; f < STRATA_FMT_COUNT; f++)
+			if ((f == c.tier_fmt[0] || f == c.tier_fmt[1] || f == c.tier_fmt[2]) && build_pool(g, f)) {
 				strata_synth_free(g);
 				return STRATA_ERR(err, STRATA_ENOMEM, "synth: out of memory");
 			}
@@ -688,10 +693,10 @@ int strata_synth_write(const struct strata_synth_config *cfg, const char *dir, s
 		strata_tier_assign_seeded(s, c->tier_frac, c->seed, tiers, NULL);
 	}
 	for (uint32_t i = 0; i < n_total; i++)
-		fmts[i] = c->format == STRATA_SYNTH_TIERED ? (uint8_t)(STRATA_FMT_HOT + tiers[i]) : STRATA_FMT_BF16;
+		fmts[i] = c->format == STRATA_SYNTH_TIERED ? c->tier_fmt[tiers[i]] : STRATA_FMT_BF16;
 	/* Fail before writing anything when a tier format cannot be produced. */
 	if (c->format == STRATA_SYNTH_TIERED)
-		for (int f = STRATA_FMT_HOT; f <= STRATA_FMT_COLD; f++)
+		for (int t = 0, f; t < STRATA_TIER_COUNT && (f = c->tier_fmt[t]) >= 0; t++)
 			if (!strata_fmt_traits(f)->quantize_rows) {
 				rc = STRATA_ERR(err, STRATA_EUNSUPPORTED,
 						"synth: --format=tiered needs the %s tier format, which has no quantizer in "

@@ -496,6 +496,46 @@ int strata_tier_frac_parse(const char *text, double frac[STRATA_TIER_COUNT], str
 	return rc;
 }
 
+int strata_tier_fmts_parse(const char *text, uint8_t fmts[STRATA_TIER_COUNT], struct strata_error *err)
+{
+	char buf[128];
+	if (!text || strlen(text) >= sizeof(buf))
+		return STRATA_ERR(err, STRATA_EINVAL, "tier formats: want three format names, hot first (e.g. q4,warm,cold)");
+	snprintf(buf, sizeof(buf), "%s", text);
+	int n = 0;
+	char *save = NULL;
+	for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save), n++) {
+		int f = strata_fmt_from_name(tok);
+		if (n >= STRATA_TIER_COUNT)
+			return STRATA_ERR(err, STRATA_EINVAL, "tier formats '%s': more than %d entries", text,
+					  STRATA_TIER_COUNT);
+		if (f < STRATA_FMT_HOT)
+			return STRATA_ERR(err, STRATA_EINVAL,
+					  "tier formats '%s': '%s' is not a quantized format (hot, warm, cold, q4, q3)",
+					  text, tok);
+		fmts[n] = (uint8_t)f;
+	}
+	if (n != STRATA_TIER_COUNT)
+		return STRATA_ERR(err, STRATA_EINVAL, "tier formats '%s': want %d names, hot first (e.g. q4,warm,cold)",
+				  text, STRATA_TIER_COUNT);
+	return STRATA_OK;
+}
+
+const uint8_t *strata_tier_fmts_or_default(const uint8_t *fmts)
+{
+	static const uint8_t def[STRATA_TIER_COUNT] = STRATA_TIER_FMTS_DEFAULT;
+	return fmts && (fmts[0] | fmts[1] | fmts[2]) ? fmts : def;
+}
+
+const char *strata_tier_fmts_name(const uint8_t fmts[STRATA_TIER_COUNT], char *buf, size_t len)
+{
+	const struct strata_fmt_traits *t[STRATA_TIER_COUNT];
+	for (int i = 0; i < STRATA_TIER_COUNT; i++)
+		t[i] = strata_fmt_traits(fmts[i]);
+	snprintf(buf, len, "%s,%s,%s", t[0] ? t[0]->name : "?", t[1] ? t[1]->name : "?", t[2] ? t[2]->name : "?");
+	return buf;
+}
+
 int strata_tier_assign_spec(const struct strata_model_spec *spec, const char *split_text, const char *tier_trace,
 			    uint64_t seed, uint8_t *tiers, struct strata_error *err)
 {

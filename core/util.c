@@ -108,6 +108,9 @@ void strata_progress_start(struct strata_progress *p, const char *what, uint64_t
 	const char *env = getenv("STRATA_PROGRESS");
 	p->enabled = !env || !*env || atoi(env) != 0;
 	p->tty = isatty(STDERR_FILENO);
+	const char *secs = getenv("STRATA_PROGRESS_SECS");
+	double s = secs && *secs ? strtod(secs, NULL) : -1;
+	p->log_ns = s >= 0 && s < 1e6 ? (uint64_t)(s * 1e9) : STRATA_PROGRESS_LOG_NS;
 }
 
 /* "42s", "3m07s", "2h05m" */
@@ -131,6 +134,16 @@ static void progress_draw(struct strata_progress *p, uint64_t now, int final)
 	double rate = secs > 0 ? (double)p->done / secs : 0;
 	char a[32], b[32], t[32];
 	const char *lead = p->tty ? "\r" : "", *tail = final || !p->tty ? "\n" : "   ";
+	if (!p->total) { /* the size is not known (a pipe): what is done and its rate */
+		fprintf(stderr, "%s%s: ", lead, p->what);
+		if (p->unit && !strcmp(p->unit, "B"))
+			fprintf(stderr, "%s  %.1f MB/s", strata_fmt_bytes(p->done, a, sizeof(a)), rate / 1e6);
+		else
+			fprintf(stderr, "%llu %s  %.1f/s", (unsigned long long)p->done, p->unit ? p->unit : "", rate);
+		fprintf(stderr, final ? "  done in %s%s" : "  %s elapsed%s", fmt_secs(secs, t, sizeof(t)), tail);
+		fflush(stderr);
+		return;
+	}
 	fprintf(stderr, "%s%s: %5.1f%% ", lead, p->what, 100 * frac);
 	if (p->unit && !strcmp(p->unit, "B"))
 		fprintf(stderr, "%s / %s  %.1f MB/s", strata_fmt_bytes(p->done, a, sizeof(a)),
@@ -154,8 +167,8 @@ void strata_progress_update(struct strata_progress *p, uint64_t done)
 		return;
 	uint64_t now = strata_now_ns();
 	/* A terminal line is redrawn in place; a log or a pipe gets a line every
-	 * STRATA_PROGRESS_LOG_NS, the first after one interval (short jobs stay quiet). */
-	if (now - p->last_ns < (p->tty ? 100000000ull : STRATA_PROGRESS_LOG_NS))
+	 * log_ns, the first after one interval (short jobs stay quiet). */
+	if (now - p->last_ns < (p->tty ? 100000000ull : p->log_ns))
 		return;
 	p->last_ns = now;
 	p->drawn = 1;

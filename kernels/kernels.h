@@ -54,6 +54,12 @@
  * decode kernel (kernels/moe_dec_bf16.cuh: per-warp register rings of 16-byte
  * loads, tasks of 32 rows x a K chunk, split-K sums of gate|up through a
  * scratch; the configuration's bf16dec=off sends them to the persistent kernel).
+ * The scalar formats q4 and q3 (kfmt_scalar.cuh) have a decoder in the
+ * warp-streaming decode kernel only: their experts with <= 16 tokens take it
+ * in a launch of their own (always, whatever the task count; split-K parts
+ * until every warp has two tasks), those with more tokens, and all of them
+ * with dec=off, run as BF16 copies made in a 1 GiB scratch a few experts at a
+ * time (the BF16 paths above; hidden and inter multiples of 32).
  * Decode speed of the tier formats is bound by instruction issue (8.8
  * instructions per weight in the decode kernel, ~6 of them the decode itself;
  * ncu), see experiments/kernels/README.md.

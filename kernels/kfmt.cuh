@@ -78,6 +78,7 @@ struct FmtF32 {
 };
 
 #include "kfmt_tiers.cuh"
+#include "kfmt_scalar.cuh"
 
 // Run CALL with `F` bound to the functor of the run-time format fmt.
 #define STRATA_FMT_SWITCH(fmt, CALL)                                        \

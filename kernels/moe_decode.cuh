@@ -159,18 +159,18 @@ __device__ __forceinline__ int stage_row(const MoeParams &p, const Task &k, int 
 // chunk k.kc, or nullptr past the matrix (set when a task is fetched).
 struct LaneRow {
 	const uint8_t *c, *s;
-	uint32_t cb;           // code bytes per chunk
+	uint32_t cb, sb;       // code / scale bytes per chunk
 };
 __device__ __forceinline__ LaneRow lane_row(const MoeParams &p, const Task &k)
 {
 	const FmtTab &f = p.tab[k.fmt];
 	const uint8_t *mat;
-	LaneRow l = { nullptr, nullptr, f.cb };
+	LaneRow l = { nullptr, nullptr, f.cb, f.sb };
 	int r = stage_row(p, k, threadIdx.x & 31, mat);
 	if (r >= 0) {
 		const uint32_t d = k.down, nb = f.pc[d] / 256;
 		l.c = mat + (uint64_t)r * f.rowc[d] + (uint64_t)k.kc * f.cb;
-		l.s = mat + f.soff[d] + ((uint64_t)r * nb + k.kc) * 2;
+		l.s = mat + f.soff[d] + ((uint64_t)r * nb + k.kc) * f.sb;
 	}
 	return l;
 }
@@ -192,13 +192,15 @@ __device__ __forceinline__ void issue(LaneRow &l, uint32_t buf, uint8_t *roff)
 	const uint32_t dst = buf + lane * TIER_PITCH;
 	roff[2 * lane] = (uint8_t)((uintptr_t)l.c & 15);
 	roff[2 * lane + 1] = (uint8_t)((uintptr_t)l.s & 15);
-	// nc <= 7: at most 88 code bytes from a misalignment of at most 15
+	// nc <= 7 for the tier formats (at most 88 code bytes from a misalignment
+	// of at most 15) and q3 (96 aligned bytes), 8 for q4 (128 aligned bytes,
+	// its scales after them: SCALE_AT of the formats' functors)
 #pragma unroll
-	for (uint32_t j = 0; j < 7; j++)
+	for (uint32_t j = 0; j < 8; j++)
 		if (j < nc)
 			cp_async16(dst + 16 * j, c0 + 16 * j);
-	cp_async16(dst + TIER_SCALE_AT, s0);
-	l.c += l.cb, l.s += 2;
+	cp_async16(dst + (l.cb == STRATA_Q4_CODE_BYTES ? STRATA_Q4_CODE_BYTES : TIER_SCALE_AT), s0);
+	l.c += l.cb, l.s += l.sb;
 }
 
 // MMAs of one 32-weight unit: stage rows g, g+8 of tiles 0 and 1 (decoded
@@ -258,6 +260,29 @@ __device__ __forceinline__ void block_redo(const MoeParams &p, bool d, const flo
 	}
 }
 
+// This lane's eight activations at column kk of each token tile (a unit of
+// a stage).  full: the whole 256-weight block lies inside the row (every
+// block of the usual shapes): two 16-byte loads per token tile, no bounds
+// tests; a lane without a token reads the tile's first token row (act_rows),
+// whose sums are never stored.  Otherwise act_load's checked loads.
+template <int NT>
+__device__ __forceinline__ void unit_act(const MoeParams &p, bool d, const float *const (&xr)[NT], const bool (&have)[NT],
+					 bool full, uint32_t kk, uint32_t cols, float (&v)[NT][8])
+{
+	if (full) {
+#pragma unroll
+		for (int n = 0; n < NT; n++) {
+			const float *xb = xr[n] + kk;
+			float4 a = __ldca(reinterpret_cast<const float4 *>(xb));
+			float4 c = __ldca(reinterpret_cast<const float4 *>(xb + 4));
+			v[n][0] = a.x, v[n][1] = a.y, v[n][2] = a.z, v[n][3] = a.w;
+			v[n][4] = c.x, v[n][5] = c.y, v[n][6] = c.z, v[n][7] = c.w;
+		}
+	} else {
+		act_load<NT>(p, d, xr, have, kk, cols, v);
+	}
+}
+
 // One stage of task k (at shared offset sbuf, misalignments roff): acc += its
 // product, for the task's NT tiles of 8 tokens.
 template <class F, bool UNROLL, int NT>
@@ -282,24 +307,9 @@ __device__ __forceinline__ void compute(const MoeParams &p, const Task &k, uint3
 		}
 	float blk[NT][2][4] = {};
 	float cur[NT][8], nxt[NT][8];
-	// A whole block inside the row (every block of the usual shapes): two
-	// 16-byte loads per unit and token tile, no bounds tests.  A lane without a
-	// token reads the tile's first token row (act_rows), whose sums are never
-	// stored.
 	const bool full = p.vec && k0 + 256 <= cols;
 	auto load = [&](uint32_t u, float (&v)[NT][8]) {
-		if (full) {
-#pragma unroll
-			for (int n = 0; n < NT; n++) {
-				const float *xb = xr[n] + k0 + 8 * t + 32 * u;
-				float4 a = __ldca(reinterpret_cast<const float4 *>(xb));
-				float4 c = __ldca(reinterpret_cast<const float4 *>(xb + 4));
-				v[n][0] = a.x, v[n][1] = a.y, v[n][2] = a.z, v[n][3] = a.w;
-				v[n][4] = c.x, v[n][5] = c.y, v[n][6] = c.z, v[n][7] = c.w;
-			}
-		} else {
-			act_load<NT>(p, d, xr, have, k0 + u * 32 + 8 * t, cols, v);
-		}
+		unit_act<NT>(p, d, xr, have, full, k0 + 32 * u + 8 * t, cols, v);
 	};
 	load(0, cur);
 	auto step = [&](uint32_t u) {
@@ -348,6 +358,106 @@ __device__ __forceinline__ void compute(const MoeParams &p, const Task &k, uint3
 			acc[n][m][3] = fmaf(s1, blk[n][m][3], acc[n][m][3]);
 		}
 	}
+}
+
+// One stage of task k for a scalar-format expert (q4, q3; kfmt_scalar.cuh):
+// every lane loads its code words of rows g, g+8 of both tiles once, then per
+// 32-weight group decodes 8 weights per row, multiplies on tensor cores and
+// adds the group's sums times the row's group scale (f32) into acc.  The
+// fp16 range guard as in compute: a block whose sums are not finite is
+// recomputed with each token's activations of each group scaled by 2^-e.
+template <class F, int NT>
+__device__ __forceinline__ void compute_sq(const MoeParams &p, const Task &k, uint32_t sbuf, const uint8_t *roff,
+					   float (&acc)[NT][2][4])
+{
+	const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+	const uint32_t d = k.down, cols = d ? p.inter : p.hidden;
+	const Slot &s = p.slot[k.slot];
+	const float *xr[NT];
+	bool have[NT];
+	act_rows<NT, TN * NT>(p, k, s, g, xr, have);
+	const uint32_t k0 = k.kc * 256;
+	typename F::Lane ln[2][2];
+	uint32_t rs[2][2];
+#pragma unroll
+	for (int m = 0; m < 2; m++)
+#pragma unroll
+		for (int h = 0; h < 2; h++) {
+			int i = 16 * m + 8 * h + g;
+			F::load(sbuf + i * TIER_PITCH + roff[2 * i], t, ln[m][h]);
+			rs[m][h] = sbuf + i * TIER_PITCH + F::SCALE_AT + roff[2 * i + 1];
+		}
+	const bool full = p.vec && k0 + 256 <= cols;
+	float blk[NT][2][4] = {};
+	// Group U of the block with activations x (times 2^-e[n] when redo) into sums.
+	auto group = [&](auto UC, const float (&x)[NT][8], bool redo, float (&sums)[NT][2][4]) {
+		constexpr int U = decltype(UC)::value;
+		uint32_t b[NT][4];
+		int e[NT];
+#pragma unroll
+		for (int n = 0; n < NT; n++) {
+			e[n] = redo ? unit_exp(x[n]) : 0;
+			pack_b(x[n], b[n], redo ? ldexpf(1.0f, -e[n]) : 1.0f);
+		}
+#pragma unroll
+		for (int m = 0; m < 2; m++) {
+			uint32_t a[2][4];
+			F::template group<U>(ln[m][0], a[0]);
+			F::template group<U>(ln[m][1], a[1]);
+			const float s0 = F::gscale(rs[m][0], U), s1 = F::gscale(rs[m][1], U);
+#pragma unroll
+			for (int n = 0; n < NT; n++) {
+				float c[4] = {};
+				mma_bf16<true>(c, a[0][0], a[1][0], a[0][1], a[1][1], b[n][0], b[n][1]);
+				mma_bf16<true>(c, a[0][2], a[1][2], a[0][3], a[1][3], b[n][2], b[n][3]);
+				float cm[2] = { 1.0f, 1.0f };
+				if (redo)
+					col_mul(e[n], t, cm);
+				sums[n][m][0] = fmaf(s0 * cm[0], c[0], sums[n][m][0]);
+				sums[n][m][1] = fmaf(s0 * cm[1], c[1], sums[n][m][1]);
+				sums[n][m][2] = fmaf(s1 * cm[0], c[2], sums[n][m][2]);
+				sums[n][m][3] = fmaf(s1 * cm[1], c[3], sums[n][m][3]);
+			}
+		}
+	};
+	auto load = [&](uint32_t u, float (&v)[NT][8]) {
+		unit_act<NT>(p, d, xr, have, full, k0 + 32 * u + 8 * t, cols, v);
+	};
+	auto pass = [&](bool redo, float (&sums)[NT][2][4]) {
+		float x[NT][8];
+		load(0, x); group(std::integral_constant<int, 0>(), x, redo, sums);
+		load(1, x); group(std::integral_constant<int, 1>(), x, redo, sums);
+		load(2, x); group(std::integral_constant<int, 2>(), x, redo, sums);
+		load(3, x); group(std::integral_constant<int, 3>(), x, redo, sums);
+		load(4, x); group(std::integral_constant<int, 4>(), x, redo, sums);
+		load(5, x); group(std::integral_constant<int, 5>(), x, redo, sums);
+		load(6, x); group(std::integral_constant<int, 6>(), x, redo, sums);
+		load(7, x); group(std::integral_constant<int, 7>(), x, redo, sums);
+	};
+	pass(false, blk);
+	bool bad = false;
+#pragma unroll
+	for (int n = 0; n < NT; n++)
+#pragma unroll
+		for (int m = 0; m < 2; m++)
+#pragma unroll
+			for (int i = 0; i < 4; i++)
+				bad |= !isfinite(blk[n][m][i]);
+	if (__any_sync(0xffffffffu, bad)) {
+#pragma unroll
+		for (int n = 0; n < NT; n++)
+#pragma unroll
+			for (int m = 0; m < 2; m++)
+				blk[n][m][0] = blk[n][m][1] = blk[n][m][2] = blk[n][m][3] = 0.0f;
+		pass(true, blk);
+	}
+#pragma unroll
+	for (int n = 0; n < NT; n++)
+#pragma unroll
+		for (int m = 0; m < 2; m++)
+#pragma unroll
+			for (int i = 0; i < 4; i++)
+				acc[n][m][i] += blk[n][m][i];
 }
 
 template <int NW, int NS, bool UNROLL, int NT>
@@ -431,6 +541,7 @@ __global__ void __launch_bounds__(32 * NW, 1) dec_kernel(const __grid_constant__
 		const uint32_t sbuf = wbase + sl * stage;
 		switch (cp.fmt) {
 		STRATA_TIER_CASES((compute<F, UNROLL, NT>(p, cp, sbuf, roffs + sl * G::ROFF, acc)))
+		STRATA_SCALAR_CASES((compute_sq<F, NT>(p, cp, sbuf, roffs + sl * G::ROFF, acc)))
 		default: break;
 		}
 		if (++cp.kc == cp.nkc) {

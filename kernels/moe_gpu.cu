@@ -775,9 +775,18 @@ __global__ void __launch_bounds__(32 * NW, 1) moe_kernel(const __grid_constant__
 #include "moe_decode.cuh"
 #include "moe_dec_bf16.cuh"
 
-template <class F>
+__device__ __forceinline__ void store_w(float *p, float v) { *p = v; }
+__device__ __forceinline__ void store_w(uint16_t *p, float v)
+{
+	__nv_bfloat16 b = __float2bfloat16_rn(v);
+	*p = *reinterpret_cast<uint16_t *>(&b);
+}
+
+// A packed matrix as f32 (strata_gpu_dequantize) or BF16 (T = uint16_t: the
+// BF16 copies of scalar-format experts, moe_layer_parts), rows x cols.
+template <class F, class T>
 __global__ void dequant_kernel(const uint8_t *m, uint32_t rows, uint32_t cols, uint32_t pc, uint64_t soff,
-			       uint64_t rowc, uint64_t rows_, float *out)
+			       uint64_t rowc, uint64_t rows_, T *out)
 {
 	uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; // 8-weight chunk index
 	uint32_t per_row = pc / 8;
@@ -790,7 +799,7 @@ __global__ void dequant_kernel(const uint8_t *m, uint32_t rows, uint32_t cols, u
 		    j, v);
 	for (int q = 0; q < 8; q++)
 		if (c8 * 8 + q < cols)
-			out[(uint64_t)r * cols + c8 * 8 + q] = v[q];
+			store_w(out + (uint64_t)r * cols + c8 * 8 + q, v[q]);
 }
 
 __global__ void read_kernel(const uint4 *p, size_t n, uint32_t *sink)
@@ -875,6 +884,8 @@ struct Ctx {
 	float *pf_w = nullptr, *pf_xsc = nullptr;
 	uint8_t *pf_hexp = nullptr, *pf_hbig = nullptr;
 	size_t pf_cap_a = 0, pf_cap_x = 0, pf_cap_h = 0; // assignments, xs / hs elements
+	uint8_t *sq_bf16 = nullptr;   // BF16 copies of scalar-format experts (moe_layer_parts)
+	size_t sq_cap = 0;            // bytes
 };
 Ctx g_ctx;
 
@@ -882,7 +893,8 @@ bool gpu_fmt_ok(int fmt)
 {
 	if (fmt == STRATA_FMT_BF16 || fmt == STRATA_FMT_F32)
 		return true;
-	return STRATA_GPU_HAVE_TIERS && fmt >= STRATA_FMT_HOT && fmt <= STRATA_FMT_COLD;
+	return (STRATA_GPU_HAVE_TIERS && fmt >= STRATA_FMT_HOT && fmt <= STRATA_FMT_COLD) ||
+	       (STRATA_GPU_HAVE_SCALAR && strata_fmt_is_scalar(fmt));
 }
 
 // Fill one format's table entry; 0 or an error.
@@ -1052,10 +1064,16 @@ template <class T> int grow_zeroed(T **buf, size_t *cap, size_t n, cudaStream_t 
 constexpr uint32_t SPLIT_AUTO = 3, SPLIT_MAXTOK = 4;
 int run_dec(MoeParams *p, uint32_t maxtok, uint32_t hfl, cudaStream_t st, struct strata_error *err, int *rc)
 {
-	for (uint32_t s = 0; s < p->n_slots; s++)
-		if (p->slot[s].fmt < STRATA_FMT_HOT || p->slot[s].fmt > STRATA_FMT_COLD)
+	bool scalar = false;
+	for (uint32_t s = 0; s < p->n_slots; s++) {
+		if (strata_fmt_is_scalar((int)p->slot[s].fmt))
+			scalar = true;
+		else if (p->slot[s].fmt < STRATA_FMT_HOT || p->slot[s].fmt > STRATA_FMT_COLD)
 			return 0;
-	const bool forced = g_ctx.cfg.dec_warps >= 0;
+	}
+	// Scalar-format experts have no persistent-kernel decoder (moe_layer sends
+	// them here only when this kernel is on): they always take this kernel.
+	const bool forced = g_ctx.cfg.dec_warps >= 0 || scalar;
 	int nw = g_ctx.cfg.dec_warps, ns = g_ctx.cfg.dec_stages;
 	const int nt = maxtok <= dec::TN ? 1 : 2;
 	if (!nw)
@@ -1066,8 +1084,15 @@ int run_dec(MoeParams *p, uint32_t maxtok, uint32_t hfl, cudaStream_t st, struct
 	const uint32_t nbg = (p->hidden + 255) / 256, nbd = (p->inter + 255) / 256;
 	uint32_t t = layout_tasks(p, dec::ROWS / 2, dec::ROWS, dec::TN * nt);
 	uint32_t split = g_ctx.cfg.split;
+	if (!split && scalar)
+		// Scalar formats decode in a fraction of the trellis' instructions, so
+		// their tasks are bound by bytes in flight: split rows until every warp
+		// has two tasks (the Qwen3-30B-A3B layer: 896 tasks for 1584 warps).
+		split = t >= 2 * warps ? (nt == 1 && maxtok <= SPLIT_MAXTOK && t < 4 * warps ? SPLIT_AUTO : 1)
+				       : (2 * warps + t - 1) / t;
 	if (!split)
-		split = !forced && nt == 1 && maxtok <= SPLIT_MAXTOK && t >= 2 * warps && t < 4 * warps ? SPLIT_AUTO : 1;
+		split = g_ctx.cfg.dec_warps < 0 && nt == 1 && maxtok <= SPLIT_MAXTOK && t >= 2 * warps && t < 4 * warps
+				? SPLIT_AUTO : 1;
 	if (!forced && split == 1 && t < 2 * warps)
 		return 0;
 	// A row of nb blocks in at most `split` parts of kb blocks: s parts.
@@ -1377,7 +1402,7 @@ int run_prefill(const struct strata_moe_call *c, const uint32_t *count, const ui
 	return rc;
 }
 
-int moe_layer(const struct strata_moe_call *c, struct strata_error *err)
+int moe_layer_fused(const struct strata_moe_call *c, struct strata_error *err)
 {
 	if (!c->n_assign || !c->n_tokens)
 		return STRATA_OK;
@@ -1520,6 +1545,158 @@ out:
 	return rc;
 }
 
+// The BF16 copy of scalar-format expert extent src (hidden x inter) at dst
+// (the BF16 expert layout), on stream st.
+int scalar_to_bf16(int fmt, const uint8_t *src, uint32_t hidden, uint32_t inter, uint8_t *dst,
+		   const struct strata_expert_layout &B, cudaStream_t st, struct strata_error *err)
+{
+	struct strata_expert_layout E;
+	strata_expert_layout(fmt, hidden, inter, &E);
+	const struct strata_matrix_layout *L[3] = { &E.gate, &E.up, &E.down };
+	const uint64_t so[3] = { E.gate_off, E.up_off, E.down_off }, dof[3] = { B.gate_off, B.up_off, B.down_off };
+	const struct strata_fmt_traits *tr = strata_fmt_traits(fmt);
+	for (int i = 0; i < 3; i++) {
+		const uint32_t rows = L[i]->rows, cols = L[i]->cols, pc = L[i]->padded_cols;
+		const uint64_t rowc = (uint64_t)pc / 256 * tr->code_bytes, rows_ = (uint64_t)pc / 256 * tr->scale_bytes;
+		const uint64_t n = (uint64_t)rows * (pc / 8);
+		const unsigned blocks = (unsigned)((n + 255) / 256);
+		uint16_t *out = (uint16_t *)(dst + dof[i]);
+		switch (fmt) {
+		STRATA_SCALAR_CASES((dequant_kernel<F><<<blocks, 256, 0, st>>>(src + so[i], rows, cols, pc,
+										  L[i]->scales_off, rowc, rows_, out)))
+		default: break;
+		}
+	}
+	CU_TRY(err, cudaGetLastError());
+	return STRATA_OK;
+}
+
+// Grow the BF16 scratch of moe_layer_parts to bytes.
+int sq_scratch(size_t bytes, cudaStream_t st, struct strata_error *err)
+{
+	if (g_ctx.sq_bf16) {
+		CU_TRY(err, cudaStreamSynchronize(st));
+		cudaFree(g_ctx.sq_bf16);
+		g_ctx.sq_bf16 = nullptr, g_ctx.sq_cap = 0;
+	}
+	CU_TRY(err, cudaMalloc(&g_ctx.sq_bf16, bytes));
+	g_ctx.sq_cap = bytes;
+	return STRATA_OK;
+}
+
+// A call with scalar-format experts (q4, q3), in parts whose results add up
+// in y: the other experts as before; the scalar experts with at most 2 x
+// dec::TN tokens through the warp-streaming decode kernel (their decoder: one
+// launch of their own); those with more tokens, and all of them when that
+// kernel is off (dec=off), as BF16 copies made in a scratch buffer a few
+// experts at a time (the tiled prefill path for many tokens).
+constexpr uint64_t SQ_BF16_SCRATCH = 1ull << 30;
+int moe_layer_parts(const struct strata_moe_call *c, struct strata_error *err)
+{
+	const bool dec_on = g_ctx.cfg.dec_warps != 0;
+	uint32_t *cnt = (uint32_t *)calloc(c->n_experts + 1, sizeof(uint32_t));
+	uint8_t *cls = (uint8_t *)calloc(c->n_experts + 1, 1);
+	uint32_t *ae = (uint32_t *)malloc(((size_t)c->n_assign + 1) * 2 * sizeof(uint32_t));
+	float *aw = (float *)malloc(((size_t)c->n_assign + 1) * sizeof(float));
+	const void **ext = (const void **)malloc((c->n_experts + 1) * sizeof(void *));
+	uint8_t *fm = (uint8_t *)malloc(c->n_experts + 1);
+	int rc = STRATA_OK;
+	if (!cnt || !cls || !ae || !aw || !ext || !fm) {
+		rc = STRATA_ERR(err, STRATA_ENOMEM, "strata_moe_layer_gpu: out of memory");
+		goto out;
+	}
+	for (uint32_t a = 0; a < c->n_assign; a++)
+		if (c->assign_expert[a] < c->n_experts)
+			cnt[c->assign_expert[a]]++;
+	// class 0: as before, 1: scalar through the decode kernel, 2: scalar as BF16
+	for (uint32_t e = 0; e < c->n_experts; e++)
+		cls[e] = !strata_fmt_is_scalar(c->fmts[e]) ? 0 : dec_on && cnt[e] <= 2 * dec::TN ? 1 : 2;
+	{
+		// Parts 0 and 1: the call with only their assignments (a bad assignment
+		// stays in part 0, whose checks report it).
+		for (int k = 0; k < 2 && !rc; k++) {
+			struct strata_moe_call sub = *c;
+			uint32_t n = 0;
+			for (uint32_t a = 0; a < c->n_assign; a++) {
+				uint32_t e = c->assign_expert[a];
+				if ((e < c->n_experts ? cls[e] : 0) != k)
+					continue;
+				ae[n] = e, ae[c->n_assign + n] = c->assign_token[a], aw[n++] = c->assign_weight[a];
+			}
+			if (!n)
+				continue;
+			sub.n_assign = n, sub.assign_expert = ae, sub.assign_token = ae + c->n_assign, sub.assign_weight = aw;
+			rc = moe_layer_fused(&sub, err);
+		}
+	}
+	if (!rc) {
+		// Part 2: BF16 copies, as many experts at a time as SQ_BF16_SCRATCH holds.
+		struct strata_expert_layout B;
+		if (strata_expert_layout(STRATA_FMT_BF16, c->hidden, c->inter, &B)) {
+			rc = STRATA_ERR(err, STRATA_EINVAL, "strata_moe_layer_gpu: bad shape %u x %u", c->hidden, c->inter);
+			goto out;
+		}
+		bool any = false;
+		for (uint32_t e = 0; e < c->n_experts; e++)
+			any |= cls[e] == 2 && cnt[e];
+		if (any && (c->hidden % 32 || c->inter % 32)) {
+			rc = STRATA_ERR(err, STRATA_EUNSUPPORTED,
+					"strata_moe_layer_gpu: q4/q3 experts with more than %u tokens (or with the decode "
+					"kernel off) run as BF16 copies, which need hidden and inter multiples of 32 "
+					"(got %u, %u)", 2 * dec::TN, c->hidden, c->inter);
+			goto out;
+		}
+		const uint32_t per = B.bytes >= SQ_BF16_SCRATCH ? 1 : (uint32_t)(SQ_BF16_SCRATCH / B.bytes);
+		cudaStream_t st = (cudaStream_t)c->stream;
+		for (uint32_t e0 = 0; e0 < c->n_experts && !rc;) {
+			uint32_t k = 0, e1 = e0;
+			for (; e1 < c->n_experts && k < per; e1++)
+				k += cls[e1] == 2 && cnt[e1];
+			if (!k) {
+				e0 = e1;
+				continue;
+			}
+			if ((size_t)k * B.bytes > g_ctx.sq_cap && (rc = sq_scratch((size_t)per * B.bytes, st, err)))
+				goto out;
+			uint32_t i = 0;
+			for (uint32_t e = 0; e < c->n_experts; e++) {
+				ext[e] = c->extents[e], fm[e] = c->fmts[e];
+				if (e >= e0 && e < e1 && cls[e] == 2 && cnt[e]) {
+					uint8_t *dst = g_ctx.sq_bf16 + (uint64_t)i++ * B.bytes;
+					if ((rc = scalar_to_bf16(c->fmts[e], (const uint8_t *)c->extents[e], c->hidden, c->inter,
+								 dst, B, st, err)))
+						goto out;
+					ext[e] = dst, fm[e] = STRATA_FMT_BF16;
+				}
+			}
+			uint32_t n = 0;
+			for (uint32_t a = 0; a < c->n_assign; a++) {
+				uint32_t e = c->assign_expert[a];
+				if (e >= c->n_experts || e < e0 || e >= e1 || cls[e] != 2)
+					continue;
+				ae[n] = e, ae[c->n_assign + n] = c->assign_token[a], aw[n++] = c->assign_weight[a];
+			}
+			struct strata_moe_call sub = *c;
+			sub.extents = ext, sub.fmts = fm;
+			sub.n_assign = n, sub.assign_expert = ae, sub.assign_token = ae + c->n_assign, sub.assign_weight = aw;
+			rc = moe_layer_fused(&sub, err);
+			e0 = e1;
+		}
+	}
+out:
+	free(cnt), free(cls), free(ae), free(aw), free(ext), free(fm);
+	return rc;
+}
+
+int moe_layer(const struct strata_moe_call *c, struct strata_error *err)
+{
+	if (c->fmts && c->assign_expert)
+		for (uint32_t a = 0; a < c->n_assign; a++)
+			if (c->assign_expert[a] < c->n_experts && strata_fmt_is_scalar(c->fmts[c->assign_expert[a]]))
+				return moe_layer_parts(c, err);
+	return moe_layer_fused(c, err);
+}
+
 } // namespace
 
 extern "C" int strata_moe_layer_gpu(const struct strata_moe_call *c, struct strata_error *err)
@@ -1580,6 +1757,12 @@ extern "C" int strata_gpu_dequantize(int fmt, const void *d_packed, uint32_t row
 	STRATA_FMT_SWITCH(fmt, (dequant_kernel<F><<<blocks, 256, 0, st>>>(m, rows, cols, pc8, L.scales_off, rowc,
 									 rows_, d_out),
 				ok = true));
+	switch (fmt) {
+	STRATA_SCALAR_CASES((dequant_kernel<F><<<blocks, 256, 0, st>>>(m, rows, cols, pc8, L.scales_off, rowc, rows_,
+									  d_out),
+			     ok = true))
+	default: break;
+	}
 	if (!ok)
 		return STRATA_ERR(err, STRATA_EUNSUPPORTED, "strata_gpu_dequantize: format %d", fmt);
 	CU_TRY(err, cudaGetLastError());
@@ -1589,10 +1772,12 @@ extern "C" int strata_gpu_dequantize(int fmt, const void *d_packed, uint32_t row
 extern "C" int strata_gpu_read_bytes(const void *d_buf, size_t bytes, uint32_t *d_sink, strata_gpu_stream *stream,
 				     struct strata_error *err)
 {
-	int rc = ctx_init(err);
-	if (rc)
-		return rc;
-	read_kernel<<<g_ctx.sms * 4, 512, 0, (cudaStream_t)stream>>>((const uint4 *)d_buf, bytes / 16, d_sink);
+	// The SM count only (no allocation): benchmarks capture this call into a
+	// graph, where cudaMalloc is not permitted.
+	int dev, sms;
+	CU_TRY(err, cudaGetDevice(&dev));
+	CU_TRY(err, cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+	read_kernel<<<sms * 4, 512, 0, (cudaStream_t)stream>>>((const uint4 *)d_buf, bytes / 16, d_sink);
 	CU_TRY(err, cudaGetLastError());
 	return STRATA_OK;
 }

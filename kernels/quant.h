@@ -19,6 +19,8 @@
  * Tier formats (bits per weight including all scales, exactly on budget):
  *   hot  <= 2.8125 bpw (90 B / 256)   warm <= 2.5625 bpw (82 B / 256)
  *   cold <= 1.4375 bpw (46 B / 256)   bf16 16 bpw passthrough, f32 32 bpw
+ * Fast-decode scalar formats (any tier): q4 4.5 bpw (144 B / 256), q3 3.5 bpw
+ * (112 B / 256), one fp16 scale per 32 weights (quant_scalar.h).
  */
 #ifndef STRATA_QUANT_H
 #define STRATA_QUANT_H
@@ -43,7 +45,11 @@ enum strata_fmt {
 	STRATA_FMT_HOT = 2,   /* tier 0 */
 	STRATA_FMT_WARM = 3,  /* tier 1 */
 	STRATA_FMT_COLD = 4,  /* tier 2 */
-	STRATA_FMT_COUNT = 5,
+	/* Fast-decode scalar group formats (quant_scalar.h), selectable for any
+	 * tier in place of the trellis ones (strata synth/quantize --formats). */
+	STRATA_FMT_Q4 = 5,    /* 4.5 bpw */
+	STRATA_FMT_Q3 = 6,    /* 3.5 bpw */
+	STRATA_FMT_COUNT = 7,
 };
 
 struct strata_quant_stats {
@@ -67,7 +73,7 @@ typedef void (*strata_dequantize_row_fn)(const void *codes, const void *scales, 
 					 float *out);
 
 struct strata_fmt_traits {
-	const char *name;      /* "f32", "bf16", "hot", "warm", "cold" */
+	const char *name;      /* "f32", "bf16", "hot", "warm", "cold", "q4", "q3" */
 	uint32_t block;        /* weights per block: 1 for f32/bf16, STRATA_QK otherwise */
 	uint32_t code_bytes;   /* code bytes per block */
 	uint32_t scale_bytes;  /* scale/table bytes per block (0 for f32/bf16) */

@@ -2,13 +2,15 @@
  * Format-independent half of quant.h: the traits table, matrix and expert
  * layouts, whole-matrix quantize/dequantize over the per-row reference
  * functions, f32/bf16 passthrough, and the CPU reference SwiGLU expert.
- * The tier formats' row functions live in quant_tiers.c.
+ * The tier formats' row functions live in quant_tiers.c, the scalar ones' in
+ * quant_scalar.c.
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "quant.h"
+#include "quant_scalar.h"
 #include "quant_tiers.h"
 
 static int f32_quantize_rows(const float *w, uint32_t rows, uint32_t cols, const float *imatrix, void *codes,
@@ -62,6 +64,8 @@ static const struct strata_fmt_traits *const fmt_table[STRATA_FMT_COUNT] = {
 	[STRATA_FMT_HOT] = &strata_fmt_hot,
 	[STRATA_FMT_WARM] = &strata_fmt_warm,
 	[STRATA_FMT_COLD] = &strata_fmt_cold,
+	[STRATA_FMT_Q4] = &strata_fmt_q4,
+	[STRATA_FMT_Q3] = &strata_fmt_q3,
 };
 
 const struct strata_fmt_traits *strata_fmt_traits(int fmt)

@@ -23,7 +23,7 @@
  * order the driver asks (the replay asks in the step's expert order).
  *
  * A step's token count is struct strata_step's n_tokens, or where the
- * driver does not know it (the engine) at least n_experts / top_k.
+ * driver does not know it (0) at least n_experts / top_k.
  */
 #include <stdlib.h>
 

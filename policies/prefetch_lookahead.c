@@ -38,13 +38,7 @@
 #include "strata/types.h"
 #include "strata/util.h"
 
-#define MAX_D 8        /* distances tracked for adaptation (deeper ones share the last) */
-#define BANDS 4        /* score bands: [0, .25) [.25, .5) [.5, .75) [.75, 1] */
-
-struct pred {          /* a prediction awaiting its layer's routing */
-	uint32_t layer, expert;
-	uint8_t d, band;
-};
+#include "hints.h"
 
 struct lookahead {
 	int64_t depth, topn, stage, adaptive, keep_unused, warmup, via_ram;
@@ -54,10 +48,7 @@ struct lookahead {
 	uint32_t dest;
 	struct strata_hint *buf;
 	uint32_t cap;
-	/* adaptation */
-	double seen[MAX_D + 1][BANDS], right[MAX_D + 1][BANDS];
-	struct pred *pending;
-	uint32_t n_pending, cap_pending;
+	struct hints_score score; /* adaptation */
 };
 
 static const struct strata_option lookahead_options[] = {
@@ -143,76 +134,19 @@ static void lookahead_free(struct strata_policy *p)
 {
 	struct lookahead *l = p->priv;
 	free(l->buf);
-	free(l->pending);
-}
-
-static inline int hint_cmp(const struct strata_hint *x, const struct strata_hint *y)
-{
-	if (x->layer != y->layer)
-		return x->layer < y->layer ? -1 : 1;
-	if (x->score != y->score)
-		return x->score > y->score ? -1 : 1;
-	return x->expert < y->expert ? -1 : x->expert > y->expert;
-}
-
-static int by_layer_score(const void *a, const void *b)
-{
-	return hint_cmp(a, b);
-}
-
-/* The order is total on what is kept (NaN scores fail the min_score test),
- * and hints equal under it are equal in every field: any sort gives the same
- * array.  A decode step passes a handful of hints: insertion sort, inline
- * comparisons, no qsort call. */
-static void sort_hints(struct strata_hint *v, uint32_t n)
-{
-	if (n > 32) {
-		qsort(v, n, sizeof(*v), by_layer_score);
-		return;
-	}
-	for (uint32_t i = 1; i < n; i++) {
-		struct strata_hint x = v[i];
-		uint32_t j = i;
-		for (; j && hint_cmp(&x, &v[j - 1]) < 0; j--)
-			v[j] = v[j - 1];
-		v[j] = x;
-	}
-}
-
-static inline uint32_t band_of(float score)
-{
-	uint32_t b = score >= 0 ? (uint32_t)(score * BANDS) : 0;
-	return b < BANDS ? b : BANDS - 1;
+	hints_score_free(&l->score);
 }
 
 /* The observed accuracy of a band at distance d, less two standard errors
  * (a band does not pass a threshold by luck); 0 until warmed up. */
 static double accuracy(const struct lookahead *l, uint32_t d, uint32_t band)
 {
-	uint32_t k = d < MAX_D ? d : MAX_D;
-	double n = l->seen[k][band];
+	uint32_t k = d < HINTS_MAX_D ? d : HINTS_MAX_D;
+	double n = l->score.seen[k][band];
 	if (n < (double)l->warmup || n <= 0)
 		return 0;
-	double p = l->right[k][band] / n;
+	double p = l->score.right[k][band] / n;
 	return p - 2 * sqrt(p * (1 - p) / n);
-}
-
-static void remember(struct lookahead *l, uint32_t layer, uint32_t expert, uint32_t d, uint32_t band)
-{
-	if (l->n_pending == l->cap_pending) {
-		uint32_t cap = l->cap_pending ? 2 * l->cap_pending : 256;
-		struct pred *nb = realloc(l->pending, sizeof(*nb) * cap);
-		if (!nb)
-			return; /* an unscored prediction only slows the adaptation */
-		l->pending = nb;
-		l->cap_pending = cap;
-	}
-	uint8_t dk = (uint8_t)(d < MAX_D ? d : MAX_D);
-	for (uint32_t i = 0; i < l->n_pending; i++)
-		if (l->pending[i].layer == layer && l->pending[i].expert == expert && l->pending[i].d == dk)
-			return;
-	l->pending[l->n_pending++] = (struct pred){ .layer = layer, .expert = expert,
-						    .d = dk, .band = (uint8_t)band };
 }
 
 static uint32_t lookahead_on_layer(struct strata_policy *p, const struct strata_layer_ctx *ctx,
@@ -221,31 +155,12 @@ static uint32_t lookahead_on_layer(struct strata_policy *p, const struct strata_
 	struct lookahead *l = p->priv;
 	const struct strata_model_spec *s = p->env->spec;
 	uint32_t reach = (uint32_t)(l->stage > l->depth ? l->stage : l->depth);
-	if (!ctx->n_hints || !max)
+	if (!max)
 		return 0;
-	if (ctx->n_hints > l->cap) {
-		struct strata_hint *nb = realloc(l->buf, sizeof(*nb) * ctx->n_hints);
-		if (!nb)
-			return 0; /* a skipped prefetch is only a missed opportunity */
-		l->buf = nb;
-		l->cap = ctx->n_hints;
-	}
-	uint32_t n = 0;
-	for (uint32_t i = 0; i < ctx->n_hints; i++) {
-		const struct strata_hint *h = &ctx->hints[i];
-		if (h->layer > ctx->layer && h->layer - ctx->layer <= reach && h->layer < s->n_moe_layers &&
-		    h->expert < s->n_experts && h->score >= l->min_score)
-			l->buf[n++] = *h;
-	}
-	sort_hints(l->buf, n);
-	uint32_t got = 0, run = 0;
+	uint32_t n = hints_select(ctx, s, 1, reach, (uint64_t)l->topn, l->min_score, &l->buf, &l->cap);
+	uint32_t got = 0;
 	for (uint32_t i = 0; i < n && got < max; i++) {
-		run = i && l->buf[i].layer == l->buf[i - 1].layer ? run + 1 : 0;
-		if (run >= (uint64_t)l->topn)
-			continue;
-		if (i && l->buf[i].layer == l->buf[i - 1].layer && l->buf[i].expert == l->buf[i - 1].expert)
-			continue; /* duplicate hint */
-		uint32_t d = l->buf[i].layer - ctx->layer, band = band_of(l->buf[i].score);
+		uint32_t d = l->buf[i].layer - ctx->layer, band = hints_band(l->buf[i].score);
 		uint32_t eid = strata_eid(s, l->buf[i].layer, l->buf[i].expert);
 		uint32_t dest = d <= l->depth ? l->dest : STRATA_TIER_RAM;
 		const uint8_t *in_ram = p->env->sched ? p->env->sched->resident[STRATA_TIER_RAM] : NULL;
@@ -253,7 +168,7 @@ static uint32_t lookahead_on_layer(struct strata_policy *p, const struct strata_
 		if (l->via_ram && nvme && in_ram && p->env->budget[STRATA_TIER_RAM] && strcmp(l->from, "ram"))
 			dest = STRATA_TIER_RAM;
 		if (l->adaptive) {
-			remember(l, l->buf[i].layer, l->buf[i].expert, d, band);
+			hints_score_add(&l->score, l->buf[i].layer, l->buf[i].expert, d, band);
 			double acc = accuracy(l, d, band);
 			if (dest == STRATA_TIER_RAM ? acc < l->min_accuracy_nvme
 			    : acc < (nvme ? l->min_accuracy_nvme : l->min_accuracy))
@@ -272,20 +187,7 @@ static void lookahead_on_route(struct strata_policy *p, uint64_t token, uint32_t
 	struct lookahead *l = p->priv;
 	if (!l->adaptive)
 		return;
-	double keep = exp2(-1.0 / l->window);
-	for (uint32_t i = 0; i < l->n_pending;) {
-		struct pred *q = &l->pending[i];
-		if (q->layer != layer) {
-			i++;
-			continue;
-		}
-		bool hit = false;
-		for (uint32_t j = 0; j < n && !hit; j++)
-			hit = experts[j] == q->expert;
-		l->seen[q->d][q->band] = l->seen[q->d][q->band] * keep + 1;
-		l->right[q->d][q->band] = l->right[q->d][q->band] * keep + hit;
-		*q = l->pending[--l->n_pending];
-	}
+	hints_score_route(&l->score, layer, experts, n, exp2(-1.0 / l->window));
 }
 
 const struct strata_prefetch_ops strata_prefetch_lookahead = {

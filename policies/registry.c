@@ -25,7 +25,9 @@
 	X(prefetch, lookahead)                                                   \
 	X(prefetch, oracle)                                                      \
 	X(prefetch, history)                                                     \
-	X(prefetch, moe_infinity)
+	X(prefetch, moe_infinity)                                                \
+	X(prefetch, promoe)      /* ProMoE stride prefetch, early preemption */  \
+	X(prefetch, expertflow)  /* ExpertFlow adaptive horizon */
 
 enum { ROLE_place = STRATA_ROLE_PLACE, ROLE_evict = STRATA_ROLE_EVICT,
        ROLE_prefetch = STRATA_ROLE_PREFETCH };

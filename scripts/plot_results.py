@@ -5,7 +5,7 @@
         --out plot.png [--table table.md] [--cols evict,vram_mib,hit_rate_vram]
         [--filter ram_mib=256] [--logx] [--logy decode_tok_s] [--ref-hue farthest] [--kind line|bar]
         [--hline decode_tok_s=10.8:published] [--bound hit_vram_pct=bound_hit_vram_pct]
-        [--seed seed] [--label split] [--xlabel ...] [--ylabel a,b] [--title ...]
+        [--seed seed] [--label split] [--ylim decode_tok_s=runs] [--xlabel ...] [--ylabel a,b] [--title ...]
 
 One panel per --y column; one line (or bar group) per distinct --hue value.
 The figure is written as PNG (200 dpi) and PDF beside it, sized for a paper
@@ -19,7 +19,10 @@ default `seed` when the CSV has it), are drawn as the mean with a min-max band
 `bound_<y>` (or --bound Y=COL[:LABEL]) is drawn as the bound of panel y,
 black and dashed; --ref-hue VALUE draws that series (e.g. belady) the same
 way.  --hline COL=VALUE[:LABEL] draws a horizontal reference line on COL's
-panel (repeatable).  Rows whose `status` column is not "ok" are left out of
+panel (repeatable).  --ylim COL=LO:HI fixes COL's y range (either end may
+be left out); COL=runs fits it to the runs, leaving out the bounds, for a
+bound far above them (it would squeeze the runs' lines): a series cut off
+at the top is named in a note "above: ..." with its values.  Rows whose `status` column is not "ok" are left out of
 the plot and listed under the table with their error.  Needs matplotlib: run
 it through scripts/plot.sh, which picks an interpreter that has it.
 """
@@ -72,6 +75,9 @@ def parse_args(argv):
                     help='Y=COL[:LABEL]: column COL is the bound of panel Y (default: bound_<Y> when present)')
     ap.add_argument('--seed', default=None, help='column telling repeated runs apart (default: seed, if present)')
     ap.add_argument('--label', help='line plots: annotate each point with this column')
+    ap.add_argument('--ylim', action='append', default=[],
+                    help='COL=LO:HI (an end may be empty) or COL=runs: the y range of COL\'s panel; runs: fit the '
+                         'runs, not the bounds (a series above is named in a note)')
     ap.add_argument('--dpi', type=int, default=200)
     return ap.parse_args(argv)
 
@@ -136,6 +142,14 @@ def main(argv=None):
     if len(ylabels) != len(ys):
         print('--ylabel: give one label per --y column', file=sys.stderr)
         return 2
+    ylims = {}
+    for yl in args.ylim:
+        col, _, rng = yl.partition('=')
+        lo, sep, hi = rng.partition(':')
+        if col not in ys or not (rng == 'runs' or (sep and all(v == '' or num(v) is not None for v in (lo, hi)))):
+            print(f'--ylim {yl!r}: want COL=LO:HI or COL=runs with COL one of --y', file=sys.stderr)
+            return 2
+        ylims[col] = 'runs' if rng == 'runs' else (num(lo), num(hi))
     seed_col = args.seed if args.seed else ('seed' if 'seed' in ok[0] else None)
     if seed_col and seed_col not in ok[0]:
         print(f'--seed {seed_col!r}: no such column', file=sys.stderr)
@@ -165,6 +179,7 @@ def main(argv=None):
 
     for ax, y, ylab in zip(axes, ys, ylabels):
         drawn = []   # (name, points) of this panel's lines, to spot a series hidden under another
+        run_ys, bound_lines = [], []   # for --ylim: the runs' values (bands included), the bounds' (label, values)
         labels = {}  # --label: (text, x) -> (y, colour)
         for gi, name in enumerate(order):
             is_bound = name in args.ref_hue
@@ -206,7 +221,11 @@ def main(argv=None):
             elif under is not None:                  # a bound on another bound: dotted, other marker
                 st.update(ls=':', marker='+', ms=8, lw=1.6)
             drawn.append((name, pts))
-            ax.plot(px, [p[1][0] for p in pts], label=lab, **st)
+            line, = ax.plot(px, [p[1][0] for p in pts], label=lab, **st)
+            if is_bound:
+                bound_lines.append((lab or str(name), [p[1][0] for p in pts], line))
+            else:
+                run_ys += [v for p in pts for v in (p[1][1], p[1][2])]
             if reps > 1:
                 ax.fill_between(px, [p[1][1] for p in pts], [p[1][2] for p in pts], color=st['color'], alpha=0.15,
                                 lw=0, zorder=1)
@@ -231,14 +250,22 @@ def main(argv=None):
             if args.kind != 'bar':   # bars drew theirs above
                 if all(max(v) - min(v) <= 1e-9 * max(1.0, abs(max(v))) for v in bpts.values()):
                     bp = sorted((num(xc), max(v)) for xc, v in bpts.items() if num(xc) is not None)
-                    ax.plot([p[0] for p in bp], [p[1] for p in bp], label=blab, **sp.series_style(0, blab, True))
-                else:   # a bound per series: dashed, in the series' colour
-                    for gi, name in enumerate(order):
-                        bp = sorted((num(xc), max(num(r[col]) for r in rs)) for xc, rs in groups[name].items()
-                                    if num(xc) is not None and all(num(r.get(col)) is not None for r in rs))
+                    line, = ax.plot([p[0] for p in bp], [p[1] for p in bp], label=blab, **sp.series_style(0, blab, True))
+                    bound_lines.append((blab, [p[1] for p in bp], line))
+                else:   # a bound per series: dashed, in the series' colour (one black line where all agree)
+                    per = [sorted((num(xc), max(num(r[col]) for r in rs)) for xc, rs in groups[name].items()
+                                  if num(xc) is not None and all(num(r.get(col)) is not None for r in rs))
+                           for name in order]
+                    if all(sp.same_points([(x, (v,)) for x, v in p], [(x, (v,)) for x, v in per[0]]) for p in per):
+                        line, = ax.plot([p[0] for p in per[0]], [p[1] for p in per[0]], label=blab,
+                                        **sp.series_style(0, blab, True))
+                        bound_lines.append((blab, [p[1] for p in per[0]], line))
+                        per = []
+                    for gi, (name, bp) in enumerate(zip(order, per)):
                         st = sp.series_style(0, blab, True)
                         st['color'] = sp.series_style(gi, name)['color']
-                        ax.plot([p[0] for p in bp], [p[1] for p in bp], label=f'{blab} {name}', **st)
+                        line, = ax.plot([p[0] for p in bp], [p[1] for p in bp], label=f'{blab} {name}', **st)
+                        bound_lines.append((f'{blab} {name}', [p[1] for p in bp], line))
         for col, val, label in hlines:
             if col == y:
                 ax.axhline(val, color='k', ls=':', lw=1)
@@ -261,6 +288,8 @@ def main(argv=None):
                 sp.log_ticks(ax, xv, 'x')
             elif len(xv) <= 12 and all(v == int(v) for v in xv):
                 ax.set_xticks(xv)
+        if y in ylims and args.kind == 'line':
+            sp.clip_y(ax, ylims[y], run_ys, bound_lines, log=y in args.logy.split(','))
         if y in args.logy.split(','):
             sp.log_y_enough_ticks(ax)
     title = args.hue_title or args.hue

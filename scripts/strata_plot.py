@@ -122,6 +122,41 @@ def log_y_enough_ticks(ax):
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f'{v:g}'))
 
 
+def clip_y(ax, lim, run_values, lines, log=False):
+    """Set the y range: lim is (lo, hi) (None: matplotlib's), or 'runs': the
+    runs' values with a margin, leaving out a bound far above them.  Each of
+    lines (label, values, Line2D) that lies above the range is named in a
+    note at the top of the panel, so a cut-off bound still reads as one (and
+    leaves the legend when none of it shows)."""
+    lo, hi = ax.get_ylim()
+    if lim == 'runs':
+        vals = [v for v in run_values if v is not None and (v > 0 or not log)]
+        if vals:
+            a, b = min(vals), max(vals)
+            if log:
+                lo, hi = a / 1.15, b * 1.15
+            else:
+                pad = 0.08 * (b - a or abs(b) or 1.0)
+                lo, hi = a - pad, b + pad
+    else:
+        lo = lim[0] if lim[0] is not None else lo
+        hi = lim[1] if lim[1] is not None else hi
+    ax.set_ylim(lo, hi)
+    above = [(lab, vs) for lab, vs, _ in lines if vs and max(vs) > hi]
+    for lab, vs, line in lines:
+        if vs and min(vs) > hi:
+            line.set_label('_' + lab)
+    if above:
+        vmin = min(min(vs) for _, vs in above)
+        vmax = max(max(vs) for _, vs in above)
+        names = above[0][0] if len(above) == 1 else f'{above[0][0]} .. {above[-1][0]}'
+        def fmt(v):
+            return f'{v:.4g}' if abs(v) < 1e4 else f'{v:.0f}'
+        rng = fmt(vmin) if vmax - vmin <= 1e-9 * abs(vmax) else f'{fmt(vmin)}-{fmt(vmax)}'
+        ax.annotate(f'above: {names} at {rng}', (0.02, 0.98), xycoords='axes fraction', ha='left', va='top',
+                    fontsize=6, color=BOUND_COLOR, bbox=dict(boxstyle='round,pad=0.2', fc='white', ec='0.7', lw=0.5))
+
+
 def spread(values):
     """(mean, min, max, n) of a list of numbers."""
     n = len(values)

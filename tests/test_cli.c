@@ -171,6 +171,48 @@ static void test_help(void **state)
 	}
 }
 
+/* Progress on the long trace commands and dequantize: off a terminal a line
+ * every STRATA_PROGRESS_SECS (0 here: every update) with the rate and ETA,
+ * and a last "done in" line; --no-progress (and import's -q) silence it, and
+ * --help says so. */
+static void test_progress(void **state)
+{
+	static const char *const runs[][3] = {
+		{ "trace gen", "trace gen --layers 2 --experts 8 --top-k 2 --requests 2 --prompt 4 --gen 40 -o @D/pg.strace",
+		  "tokens" },
+		{ "trace import", "trace import -o @D/pi.strace traces/mixtral-8x7b-instruct/gsm8k_2_routing-head.jsonl",
+		  "MB/s" },
+		{ "trace export", "trace export --format csv @D/tlong.strace @D/pe.csv", "tokens" },
+		{ "trace convert", "trace convert @D/tlong.strace @D/pc.jsonl", "tokens" },
+		{ "dequantize", "dequantize --model @D/m --out @D/pd.safetensors", "experts" },
+	};
+	char cmd[1024];
+	for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
+		snprintf(cmd, sizeof(cmd), "(STRATA_PROGRESS=1 STRATA_PROGRESS_SECS=0 @S %s >/dev/null)", runs[i][1]);
+		if (sh(cmd) != 0 || !strstr(out, runs[i][0]) || !strstr(out, runs[i][2]) || !strstr(out, "elapsed, ETA ") ||
+		    !strstr(out, "100.0%") || !strstr(out, "done in "))
+			fail_msg("%s: want progress lines with rate, ETA and \"done in\" on stderr:\n%s", runs[i][1], out);
+		snprintf(cmd, sizeof(cmd), "(STRATA_PROGRESS=1 STRATA_PROGRESS_SECS=0 @S %s --no-progress >/dev/null)",
+			 runs[i][1]);
+		if (sh(cmd) != 0 || strstr(out, "ETA"))
+			fail_msg("%s --no-progress: want no progress line:\n%s", runs[i][1], out);
+		snprintf(cmd, sizeof(cmd), "@S %s --help", runs[i][0]);
+		if (sh(cmd) != 0 || !strstr(out, "--no-progress") || !strstr(out, "STRATA_PROGRESS=0"))
+			fail_msg("strata %s --help does not document --no-progress:\n%s", runs[i][0], out);
+	}
+	/* the default interval (5 s) keeps a short job quiet off a terminal */
+	assert_int_equal(sh("(STRATA_PROGRESS=1 @S trace export --format csv @D/tlong.strace @D/pe.csv >/dev/null)"), 0);
+	assert_null(strstr(out, "trace export:"));
+	/* import -q: no progress either; from a pipe the size is unknown: bytes and rate, no percentage */
+	assert_int_equal(sh("STRATA_PROGRESS=1 STRATA_PROGRESS_SECS=0 @S trace import -q -o @D/pi.strace "
+			    "traces/mixtral-8x7b-instruct/gsm8k_2_routing-head.jsonl"), 0);
+	assert_string_equal(out, "");
+	assert_int_equal(sh("cat traces/mixtral-8x7b-instruct/gsm8k_2_routing-head.jsonl | (STRATA_PROGRESS=1 "
+			    "STRATA_PROGRESS_SECS=0 @S trace import -o @D/pi2.strace - >/dev/null)"), 0);
+	if (!strstr(out, "trace import: ") || !strstr(out, "MB/s") || !strstr(out, "done in ") || strstr(out, "%"))
+		fail_msg("import from a pipe: want bytes, rate and \"done in\", no percentage:\n%s", out);
+}
+
 static void test_unknown_option(void **state)
 {
 	char cmd[256];
@@ -213,6 +255,9 @@ struct cli_case {
 	int rc;
 	const char *want[3]; /* substrings of stdout+stderr */
 };
+
+/* Shell: wait (up to 60 s) until the temporary of the output F exists. */
+#define WAIT_TMP(f) "for i in $(seq 1200); do [ -e " f ".tmp ] && break; sleep 0.05; done;"
 
 static const struct cli_case cases[] = {
 	/* missing required arguments and bad values: usage errors */
@@ -356,14 +401,16 @@ static const struct cli_case cases[] = {
 	{ "@S trace stats @D/t.strace --json @D/t.strace", 1, { "refusing to write over an input" } },
 	/* a test run that finds no suites fails */
 	{ "bash tests/run-tests.sh @D", 1, { "no test suites ran", "1 failed" } },
-	/* trace writers: the space is checked first, temporaries go on every signal */
+	/* trace writers: the space is checked first, temporaries go on every signal
+	 * (sent once the temporary exists: the handlers are in place by then, also
+	 * when a sanitizer build under load starts slowly) */
 	{ "@S trace gen --gen 4000000000 --requests 1000 -o @D/big.strace", 1, { "big.strace", "not enough space" } },
 	{ "@S trace gen --gen 99999999999 -o @D/big.strace", 2, { "--gen", "out of range" } },
-	{ "exec 2>&1; @S trace gen --gen 99999999 -o @D/sigint.strace & sleep 0.5; kill -INT $!; wait $!; echo rc=$?; "
+	{ "exec 2>&1; @S trace gen --gen 99999999 -o @D/sigint.strace & " WAIT_TMP("@D/sigint.strace") " kill -INT $!; wait $!; echo rc=$?; "
 	  "ls @D/sigint.strace* || echo CLEAN", 0, { "interrupted after", "rc=1", "CLEAN" } },
-	{ "exec 2>&1; @S trace gen --gen 99999999 -o @D/sigterm.strace & sleep 0.5; kill -TERM $!; wait $!; echo rc=$?; "
+	{ "exec 2>&1; @S trace gen --gen 99999999 -o @D/sigterm.strace & " WAIT_TMP("@D/sigterm.strace") " kill -TERM $!; wait $!; echo rc=$?; "
 	  "ls @D/sigterm.strace* || echo CLEAN", 0, { "interrupted after", "rc=1", "CLEAN" } },
-	{ "exec 2>&1; @S trace gen --gen 99999999 -o @D/sighup.strace & sleep 0.5; kill -HUP $!; wait $!; echo rc=$?; "
+	{ "exec 2>&1; @S trace gen --gen 99999999 -o @D/sighup.strace & " WAIT_TMP("@D/sighup.strace") " kill -HUP $!; wait $!; echo rc=$?; "
 	  "ls @D/sighup.strace* || echo CLEAN", 0, { "interrupted after", "rc=1", "CLEAN" } },
 	/* found by fuzz_import: --gaps fill with a layer no token of a request has
 	 * read before the importer's cell array (ASan heap-buffer-overflow) */
@@ -617,6 +664,45 @@ static void test_replay_interrupted(void **state)
 		fail_msg("CSV row not marked partial: %.*s", (int)(end - nl), nl);
 }
 
+/* Per-tier formats: synth and quantize write the chosen format for each tier
+ * (the shard's format table, strata inspect), inspect and sim of a spec size
+ * the tiers by it, a replay runs over a q4-hot model, and bad choices are
+ * refused with the option and the entry named. */
+static void test_tier_formats(void **state)
+{
+	assert_int_equal(sh("@S synth --preset tiny --out @D/mq4 --format tiered --formats q4,q3,cold --json"), 0);
+	if (!strstr(out, "\"formats\":\"q4,q3,cold\""))
+		fail_msg("synth --json does not name the formats:\n%s", out);
+	assert_int_equal(sh("@S inspect @D/mq4 --json"), 0);
+	if (!strstr(out, "\"format\":\"q4\"") || !strstr(out, "\"format\":\"q3\"") || !strstr(out, "\"format\":\"cold\""))
+		fail_msg("inspect of a q4,q3,cold model:\n%s", out);
+	assert_int_equal(sh("@S replay --model @D/mq4 --trace @D/t.strace " R), 0);
+	assert_int_equal(sh("@S inspect --preset qwen3-30b-a3b --formats q4,warm,cold --json"), 0);
+	if (!strstr(out, "\"format\":\"q4\",\"bpw\":4.5000"))
+		fail_msg("inspect --preset --formats:\n%s", out);
+	assert_int_equal(sh("@S sim --model qwen3-30b-a3b:layers=2,experts=8 --trace @D/t.strace --formats q4,warm,cold -q"), 0);
+	assert_int_equal(sh("@S quantize --in @D/hf --out @D/hfq4 --formats q4,q3,q3 --tiers 50,25,25 --threads 1 --json "
+			    "--no-progress"), 0);
+	if (!strstr(out, "\"format\":\"q4\"") || !strstr(out, "\"format\":\"q3\""))
+		fail_msg("quantize --formats card:\n%s", out);
+	assert_int_equal(sh("@S inspect @D/hfq4 --verify"), 0);
+	static const char *const bad[] = {
+		"@S synth --preset tiny --out @D/mx --format tiered --formats q4,warm",
+		"@S synth --preset tiny --out @D/mx --format tiered --formats bf16,warm,cold",
+		"@S synth --preset tiny --out @D/mx --format tiered --formats q5,warm,cold",
+		"@S synth --preset tiny --out @D/mx --formats q4,warm,cold",
+		"@S quantize --in @D/hf --out @D/mx --formats f32,warm,cold",
+		"@S quantize --in @D/hf --out @D/mx --formats q4,warm,cold --budget-bytes 1G",
+		"@S inspect --preset tiny --formats q4,,cold",
+		"@S sim --model @D/m --trace @D/t.strace --formats q4,warm,cold -q",
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		int rc = sh(bad[i]);
+		if (rc == 0 || (!strstr(out, "formats") && !strstr(out, "format")))
+			fail_msg("want a clear refusal from: %s\ngot rc %d:\n%s", bad[i], rc, out);
+	}
+}
+
 static void test_no_half_files(void **state)
 {
 	size_t n0, n1;
@@ -685,8 +771,10 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_help),
 		cmocka_unit_test(test_unknown_option),
+		cmocka_unit_test(test_progress),
 		cmocka_unit_test(test_cases),
 		cmocka_unit_test(test_results_formats),
+		cmocka_unit_test(test_tier_formats),
 		cmocka_unit_test(test_no_half_files),
 		cmocka_unit_test(test_replay_interrupted),
 	};

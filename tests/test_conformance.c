@@ -19,6 +19,7 @@
 
 #include "strata/policy.h"
 #include "strata/harness.h"
+#include "strata/sched.h"
 #include "strata/store.h"
 #include "testutil.h"
 
@@ -1089,6 +1090,239 @@ static void test_static_placement(void **state)
 	strata_harness_close(h);
 }
 
+/* ---- ProMoE stride prefetch, early preemption, ExpertFlow's horizon ---- */
+
+/* A hand-made run of one token through 4 layers of a top-1 model with
+ * promoe:stride=2:inflight=1: layer 0 predicts expert 5 for layer 2, layer 1
+ * predicts 6 (the truth).  With preemption the newer guess withdraws the
+ * older pending one and every layer after the first hits; without it the
+ * stale request for 5 takes the link first and layer 2 misses. */
+static void run_preempt_case(const char *pf, struct strata_harness_counters *k)
+{
+	struct strata_model_spec s1;
+	struct strata_error err = { 0 };
+	assert_int_equal(strata_model_spec_parse("tiny:layers=4,experts=16,top_k=1", &s1, &err), 0);
+	static const uint32_t x0[] = { 0 }, x1[] = { 3 }, x2[] = { 6 }, x3[] = { 9 };
+	static const struct strata_hint h0[] = { { 1, 3, 0.9f }, { 2, 5, 0.9f } };
+	static const struct strata_hint h1[] = { { 2, 6, 0.9f }, { 3, 9, 0.9f } };
+	const struct strata_harness_step steps[] = {
+		{ .token = 0, .layer = 0, .n = 1, .experts = x0, .hints = h0, .n_hints = 2 },
+		{ .token = 0, .layer = 1, .n = 1, .experts = x1, .hints = h1, .n_hints = 2 },
+		{ .token = 0, .layer = 2, .n = 1, .experts = x2 },
+		{ .token = 0, .layer = 3, .n = 1, .experts = x3 },
+	};
+	struct strata_harness_trace *t = NULL;
+	assert_int_equal(strata_harness_trace_build(&s1, steps, 4, &t, &err), 0);
+	struct strata_harness_config c;
+	strata_harness_config_defaults(&c);
+	c.budget = 8 * MIB;
+	c.expert_bytes = MIB;
+	c.place = "cache";
+	c.prefetch = pf;
+	int rc = strata_harness_run(t, &c, k, &err);
+	if (rc)
+		fprintf(stderr, "%s: %s\n", pf, err.msg);
+	assert_int_equal(rc, 0);
+	strata_harness_trace_free(t);
+}
+
+/* The scheduler alone: what a fake owner was asked to start, in order. */
+struct fake_owner {
+	uint32_t started[8], n;
+	uint64_t redundant, dropped, promoted, cancelled, preempted;
+};
+static int fake_source(void *o, uint32_t eid, int tier) { return STRATA_TIER_NVME; }
+static int fake_start(void *o, uint32_t eid, int tier, int src, struct strata_error *err)
+{
+	struct fake_owner *f = o;
+	f->started[f->n++] = eid;
+	return STRATA_OK;
+}
+
+static void nearest_first(bool preempt, struct fake_owner *f)
+{
+	memset(f, 0, sizeof(*f));
+	struct strata_pfq_owner w = { .o = f, .source = fake_source, .start = fake_start,
+				      .redundant = &f->redundant, .dropped = &f->dropped, .promoted = &f->promoted,
+				      .cancelled = &f->cancelled, .preempted = &f->preempted };
+	struct strata_prefetch_sched s;
+	strata_prefetch_sched_defaults(&s);
+	s.budget[STRATA_LINK_PCIE] = s.budget[STRATA_LINK_NVME] = 1; /* one in flight */
+	s.preempt = preempt;
+	uint64_t bytes[64];
+	for (int i = 0; i < 64; i++)
+		bytes[i] = 1;
+	struct strata_pfq q;
+	struct strata_error err = { 0 };
+	assert_int_equal(strata_pfq_init(&q, 16), 0);
+	/* layer-step 0 of layer 0 asks for A (layer 1) and C (layer 3) */
+	const struct strata_prefetch_req r0[] = { { 16 + 1, 0 }, { 48 + 7, 0 } };
+	strata_pfq_begin(&q, &w, &s, 0, 0, r0, 2, 16);
+	for (int i = 0; i < 2; i++) {
+		strata_pfq_add(&q, &w, r0[i].eid, STRATA_TIER_VRAM, r0[i].eid / 16, 0);
+		assert_int_equal(strata_pfq_dispatch(&q, &s, bytes, &w, &err), 0);
+	}
+	/* layer-step 1 of layer 1 asks for B (layer 2); C is not superseded */
+	const struct strata_prefetch_req r1[] = { { 32 + 4, 0 } };
+	strata_pfq_begin(&q, &w, &s, 1, 1, r1, 1, 16);
+	strata_pfq_add(&q, &w, r1[0].eid, STRATA_TIER_VRAM, 2, 1);
+	assert_int_equal(strata_pfq_dispatch(&q, &s, bytes, &w, &err), 0);
+	struct strata_pf done[4];
+	assert_int_equal(strata_pfq_take_started(&q, 1, 1, done, 4), 1); /* A's layer ran */
+	assert_int_equal(strata_pfq_dispatch(&q, &s, bytes, &w, &err), 0);
+	assert_int_equal(f->preempted, 0);
+	strata_pfq_free(&q);
+}
+
+/* How many requests a fresh prefetch instance of spec makes for ctx. */
+static uint32_t asks(struct direct *d, const char *spec_s, const struct strata_layer_ctx *ctx)
+{
+	struct strata_prefetch_req req[64];
+	struct strata_policy *p = mk(d, STRATA_ROLE_PREFETCH, spec_s);
+	uint32_t n = strata_prefetch_ops_of(p)->on_layer(p, ctx, req, 64);
+	strata_policy_destroy(p);
+	return n;
+}
+
+static void test_promoe_expertflow_decisions(void **state)
+{
+	struct direct d;
+	direct_init(&d, NULL);
+	struct strata_prefetch_req req[64];
+	static const struct strata_hint hints[] = {
+		{ 1, 5, 0.9f }, { 1, 6, 0.8f }, { 1, 7, 0.1f }, { 2, 8, 0.7f }, { 2, 9, 0.6f },
+		{ 3, 9, 1.0f }, { 3, 10, 0.5f }, { 0, 3, 1.0f },
+	};
+	struct strata_layer_ctx ctx = { .token = 0, .layer = 0, .hints = hints, .n_hints = 8 };
+
+	/* promoe: stride alone, or refined with the nearer layers; topn best */
+	struct strata_policy *p = mk(&d, STRATA_ROLE_PREFETCH, "promoe:refine=0");
+	uint32_t n = strata_prefetch_ops_of(p)->on_layer(p, &ctx, req, 64);
+	assert_int_equal(n, 2);
+	assert_int_equal(req[0].eid, strata_eid(&spec, 2, 8));
+	assert_int_equal(req[1].eid, strata_eid(&spec, 2, 9));
+	strata_policy_destroy(p);
+	p = mk(&d, STRATA_ROLE_PREFETCH, "promoe:stride=3:topn=1:tier=ram");
+	n = strata_prefetch_ops_of(p)->on_layer(p, &ctx, req, 64);
+	assert_int_equal(n, 3); /* nearest target first */
+	assert_int_equal(req[0].eid, strata_eid(&spec, 1, 5));
+	assert_int_equal(req[1].eid, strata_eid(&spec, 2, 8));
+	assert_int_equal(req[2].eid, strata_eid(&spec, 3, 9));
+	assert_int_equal(req[2].tier, STRATA_TIER_RAM);
+	assert_int_equal(strata_prefetch_ops_of(p)->on_layer(p, &ctx, req, 2), 2);
+	strata_policy_destroy(p);
+	/* promoe sets the scheduling: preemption and one layer's experts in flight */
+	struct strata_prefetch_sched sched;
+	strata_prefetch_sched_defaults(&sched);
+	uint64_t bytes[64];
+	uint8_t in_ram[64];
+	for (int i = 0; i < 64; i++)
+		bytes[i] = (uint64_t)(i % 2 + 1) * MIB;
+	d.env.sched = &sched;
+	d.env.expert_bytes = bytes;
+	p = mk(&d, STRATA_ROLE_PREFETCH, "promoe");
+	assert_true(sched.preempt);
+	assert_false(sched.keep_unused);
+	assert_int_equal(sched.budget[STRATA_LINK_PCIE], 2 * 2 * MIB); /* top_k of the largest */
+	assert_int_equal(sched.budget[STRATA_LINK_NVME], 2 * 2 * MIB);
+	strata_policy_destroy(p);
+	strata_prefetch_sched_defaults(&sched);
+	p = mk(&d, STRATA_ROLE_PREFETCH, "promoe:inflight=-1:preempt=0");
+	assert_false(sched.preempt);
+	assert_int_equal(sched.budget[STRATA_LINK_NVME], UINT64_MAX);
+	strata_policy_destroy(p);
+
+	/* the scheduler: a newer prediction withdraws the older pending one */
+	struct strata_harness_counters k1, k0;
+	run_preempt_case("promoe:stride=2:inflight=1:topn=1", &k1);
+	assert_int_equal(k1.prefetch_preempted, 1);
+	assert_int_equal(k1.hits, 3);
+	assert_int_equal(k1.prefetch_used, 3);
+	assert_int_equal(k1.prefetch_wasted, 0);
+	run_preempt_case("promoe:stride=2:inflight=1:topn=1:preempt=0", &k0);
+	assert_int_equal(k0.prefetch_preempted, 0);
+	assert_int_equal(k0.hits, 2);
+	assert_int_equal(k0.prefetch_wasted, 1);  /* the stale guess for layer 2 */
+	assert_int_equal(k0.prefetch_promoted, 1); /* the right one was still waiting */
+	/* ... and queued requests start nearest target first */
+	struct fake_owner fo;
+	nearest_first(true, &fo);
+	assert_int_equal(fo.n, 2);
+	assert_int_equal(fo.started[0], 17);
+	assert_int_equal(fo.started[1], 36); /* B (layer 2) before C (layer 3) */
+	nearest_first(false, &fo);
+	assert_int_equal(fo.n, 2);
+	assert_int_equal(fo.started[1], 55); /* first come, first started */
+	/* on the golden trace, preemption acts and is counted */
+	struct golden g = { .place = "cache", .evict = "lru", .budget_mib = 12 };
+	g.prefetch = "promoe";
+	run_row(&g, &k1);
+	assert_true(k1.prefetch_preempted > 0);
+	g.prefetch = "promoe:preempt=0";
+	run_row(&g, &k0);
+	assert_int_equal(k0.prefetch_preempted, 0);
+
+	/* expertflow: the horizon from the transfer time ... */
+	strata_prefetch_sched_defaults(&sched);
+	for (int i = 0; i < 64; i++) {
+		bytes[i] = MIB;
+		in_ram[i] = 1;
+	}
+	sched.resident[STRATA_TIER_RAM] = in_ram;
+	d.env.budget[STRATA_TIER_VRAM] = 64 * MIB;
+	/* a layer of compute longer than any move: the next layer only */
+	p = mk(&d, STRATA_ROLE_PREFETCH, "expertflow:layer_us=1000000");
+	n = strata_prefetch_ops_of(p)->on_layer(p, &ctx, req, 64);
+	assert_int_equal(n, 2);
+	assert_int_equal(req[0].eid, strata_eid(&spec, 1, 5));
+	assert_int_equal(req[1].eid, strata_eid(&spec, 1, 6));
+	strata_policy_destroy(p);
+	/* default cost model (no env->cost): 2 RAM copies of 1 MiB at 50 GB/s +
+	 * 10 us = 62 us, over 40 us of compute: 2 layers ahead */
+	assert_int_equal(asks(&d, "expertflow:layer_us=40", &ctx), 4);
+	/* ... the same from NVMe (6 GB/s + 80 us each: 510 us): every layer with hints */
+	memset(in_ram, 0, sizeof(in_ram));
+	assert_int_equal(asks(&d, "expertflow:layer_us=40", &ctx), 6);
+	/* ... or a faster link given as an option: 2 x (80 + 2.1) us over 100: 2 ahead */
+	assert_int_equal(asks(&d, "expertflow:layer_us=100:nvme_gbps=500:pcie_gbps=500", &ctx), 4);
+	/* ... within the memory: half of 4 MiB holds one layer of 2 x 1 MiB */
+	d.env.budget[STRATA_TIER_VRAM] = 4 * MIB;
+	assert_int_equal(asks(&d, "expertflow:layer_us=40", &ctx), 2);
+	assert_int_equal(asks(&d, "expertflow:layer_us=40:mem_share=0", &ctx), 6);
+	d.env.budget[STRATA_TIER_VRAM] = 64 * MIB;
+	/* ... and shortened to the distances whose guesses come true */
+	p = mk(&d, STRATA_ROLE_PREFETCH, "expertflow:layer_us=40");
+	static const uint32_t right1[] = { 5, 6 }, wrong[] = { 0, 1 };
+	for (int it = 0; it < 40; it++) {
+		strata_prefetch_ops_of(p)->on_layer(p, &ctx, req, 64);
+		strata_prefetch_ops_of(p)->on_route(p, 0, 1, right1, 2);
+		strata_prefetch_ops_of(p)->on_route(p, 0, 2, wrong, 2);
+		strata_prefetch_ops_of(p)->on_route(p, 0, 3, wrong, 2);
+	}
+	n = strata_prefetch_ops_of(p)->on_layer(p, &ctx, req, 64);
+	assert_int_equal(n, 2);
+	assert_int_equal(req[0].eid, strata_eid(&spec, 1, 5));
+	for (int it = 0; it < 80; it++) {
+		strata_prefetch_ops_of(p)->on_layer(p, &ctx, req, 64);
+		strata_prefetch_ops_of(p)->on_route(p, 0, 1, wrong, 2);
+	}
+	assert_int_equal(strata_prefetch_ops_of(p)->on_layer(p, &ctx, req, 64), 0);
+	strata_policy_destroy(p);
+	struct strata_error err = { 0 };
+	assert_int_not_equal(strata_policy_create(STRATA_ROLE_PREFETCH, "expertflow:max_depth=9", &d.env, -1, &p,
+						  &err), 0);
+	d.env.sched = NULL;
+	d.env.expert_bytes = NULL;
+	d.env.budget[STRATA_TIER_VRAM] = 0;
+
+	/* two ways to ask for the next layer's predictions with no budget agree */
+	g.prefetch = "expertflow:layer_us=1000000";
+	run_row(&g, &k1);
+	g.prefetch = "promoe:stride=1:refine=0:inflight=-1";
+	run_row(&g, &k0);
+	assert_memory_equal(&k1, &k0, sizeof(k1));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1104,6 +1338,7 @@ int main(void)
 		cmocka_unit_test(test_belady_decisions),
 		cmocka_unit_test(test_belady_random),
 		cmocka_unit_test(test_prefetch_decisions),
+		cmocka_unit_test(test_promoe_expertflow_decisions),
 		cmocka_unit_test(test_lookahead_adaptive_tiers),
 		cmocka_unit_test(test_harness_errors),
 		cmocka_unit_test(test_static_placement),

@@ -64,7 +64,7 @@ static int drive(struct strata_engine *e, const struct strata_harness_trace *t, 
 	uint8_t *buf = check_data ? strata_aligned_alloc(4096, 4 << 20) : NULL;
 	for (uint32_t i = 0; i < t->n_steps; i++) {
 		const struct strata_harness_step *x = &t->steps[i];
-		int rc = strata_engine_begin_step(e, x->token, x->layer, x->experts, x->n, x->hints, x->n_hints, err);
+		int rc = strata_engine_begin_step(e, x->token, x->layer, 1, x->experts, x->n, x->hints, x->n_hints, err);
 		if (!rc)
 			rc = strata_engine_acquire(e, x->layer, x->experts, x->n, ptrs, err);
 		if (rc) {
@@ -106,6 +106,9 @@ static const struct combo combos[] = {
 	{ "static", "lru", "none" },
 	{ "static:promote=vram", "lfu-decay", "history" },
 	{ "cache", "random", "lookahead:depth=2" },
+	{ "cache", "lru", "promoe:inflight=1" },
+	{ "cache", "lfu", "promoe:stride=3:preempt=0" },
+	{ "cache", "lru", "expertflow:layer_us=20" },
 };
 
 /* With the RAM tier off, the engine is the harness's one-tier cache: every
@@ -146,11 +149,11 @@ static void test_matches_harness(void **state)
 			if (drive(e, t, st_u, mode == STRATA_ENGINE_REAL, &err))
 				fail_msg("%s: %s", strata_engine_name(e), err.msg);
 			const struct strata_engine_stats *s = strata_engine_stats(e);
-			print_message("%-55s %s hits %llu/%llu evictions %llu prefetch %llu used %llu\n",
+			print_message("%-55s %s hits %llu/%llu evictions %llu prefetch %llu used %llu preempted %llu\n",
 				      strata_engine_name(e), mode ? "virtual" : "real   ",
 				      (unsigned long long)s->hits[0], (unsigned long long)s->accesses,
 				      (unsigned long long)s->evictions[0], (unsigned long long)s->prefetch_issued,
-				      (unsigned long long)s->prefetch_used);
+				      (unsigned long long)s->prefetch_used, (unsigned long long)s->prefetch_preempted);
 			assert_true(s->accesses == k.accesses);
 			assert_true(s->hits[0] == k.hits);
 			assert_true(s->hits[1] == 0 && s->hits[2] == k.misses);
@@ -162,6 +165,9 @@ static void test_matches_harness(void **state)
 			assert_true(s->prefetch_wasted == k.prefetch_wasted);
 			assert_true(s->prefetch_redundant == k.prefetch_redundant);
 			assert_true(s->prefetch_dropped == k.prefetch_dropped);
+			assert_true(s->prefetch_promoted == k.prefetch_promoted);
+			assert_true(s->prefetch_cancelled == k.prefetch_cancelled);
+			assert_true(s->prefetch_preempted == k.prefetch_preempted);
 			strata_engine_close(e);
 		}
 	}
@@ -277,7 +283,7 @@ static void test_budget_never_exceeded(void **state)
 			} while (dup);
 		}
 		struct strata_hint h[2] = { { (layer + 1) % sp->n_moe_layers, ex[0], 1 }, { layer, ex[1], 1 } };
-		assert_int_equal(strata_engine_begin_step(e, (uint64_t)step, layer, ex, 4, h, 2, &err), 0);
+		assert_int_equal(strata_engine_begin_step(e, (uint64_t)step, layer, 1, ex, 4, h, 2, &err), 0);
 		assert_int_equal(strata_engine_acquire(e, layer, ex, 4, NULL, &err), 0);
 		const struct strata_engine_stats *st = strata_engine_stats(e);
 		assert_true(st->used[0] <= ec.budget[0]);
@@ -496,7 +502,7 @@ static void test_pins_survive(void **state)
 		struct strata_hint h[4];
 		for (int j = 0; j < 4; j++)
 			h[j] = (struct strata_hint){ L, (ex[j] + 8) % 16, 1 };
-		assert_int_equal(strata_engine_begin_step(e, step, L, ex, 4, h, 4, &err), 0);
+		assert_int_equal(strata_engine_begin_step(e, step, L, 1, ex, 4, h, 4, &err), 0);
 		assert_int_equal(strata_engine_acquire(e, L, ex, 4, ptrs, &err), 0);
 		for (int j = 0; j < 4; j++) {
 			const struct strata_extent *x = strata_store_expert(st_u, L, ex[j]);
@@ -696,6 +702,45 @@ static void test_open_model_virtual(void **state)
 	free(tiers);
 }
 
+/* The step's token count reaches the policies (struct strata_step): llama.cpp's
+ * cache bypasses batches of more than max_batch tokens.  A prefill batch of 8
+ * tokens that all route the same top_k experts looks like one token from the
+ * experts alone (n / top_k); given its count, it streams and inserts nothing. */
+static void test_step_tokens(void **state)
+{
+	struct strata_error err = { 0 };
+	struct strata_model_spec sp;
+	assert_int_equal(strata_model_spec_parse("qwen3-30b-a3b:layers=2,experts=16", &sp, &err), 0);
+	uint32_t n = strata_model_total_experts(&sp);
+	uint8_t *tiers = malloc(n);
+	memset(tiers, STRATA_TIER_RAM, n);
+	struct strata_engine_model m = { .spec = &sp, .tier_table = tiers };
+	uint64_t inserts[2];
+	for (int known = 0; known < 2; known++) {
+		struct strata_engine_config ec;
+		strata_engine_config_defaults(&ec);
+		ec.mode = STRATA_ENGINE_VIRTUAL;
+		ec.budget[0] = 1ull << 30;
+		ec.budget[1] = 4ull << 30;
+		ec.place = "llama";
+		ec.evict = "llama";
+		struct strata_engine *e;
+		assert_int_equal(strata_engine_open_model(&m, &ec, &e, &err), 0);
+		uint32_t ex[8];
+		for (uint32_t j = 0; j < sp.top_k && j < 8; j++)
+			ex[j] = j;
+		assert_int_equal(strata_engine_begin_step(e, 0, 0, known ? 8 : 0, ex, sp.top_k, NULL, 0, &err), 0);
+		assert_int_equal(strata_engine_acquire(e, 0, ex, sp.top_k, NULL, &err), 0);
+		assert_int_equal(strata_engine_release(e, 0, 0, ex, sp.top_k, &err), 0);
+		const struct strata_engine_stats *s = strata_engine_stats(e);
+		inserts[known] = s->used[0];
+		strata_engine_close(e);
+	}
+	assert_true(inserts[0] > 0);   /* taken for one token: cached in VRAM */
+	assert_int_equal(inserts[1], 0); /* 8 tokens: bypassed, streamed */
+	free(tiers);
+}
+
 static void test_gpu_engine(void **state)
 {
 	if (!test_have_gpu("gpu_engine"))
@@ -750,6 +795,7 @@ int main(void)
 		cmocka_unit_test(test_io_error_names_shard),
 		cmocka_unit_test(test_verify_checksums),
 		cmocka_unit_test(test_open_model_virtual),
+		cmocka_unit_test(test_step_tokens),
 		cmocka_unit_test(test_gpu_engine),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -225,7 +225,72 @@ static void test_script_errors(void **state)
 		"strata.sweep{ out = strata.script_dir .. '/other.csv', configs = { { mode = 'sim',\n"
 		"  model = 'custom:layers=1,experts=4,top_k=1,hidden=64,inter=32', trace = 'x' } } }\n");
 	assert_int_equal(run(path, 1, 0, &err), STRATA_ESCRIPT);
-	assert_non_null(strstr(err.msg, "other.csv: its columns differ"));
+	assert_non_null(strstr(err.msg, "other.csv: not a results file of strata run"));
+	char *kept = slurp(csv);
+	assert_string_equal(kept, "a,b,c\n1,2,3\n"); /* left as it was */
+	free(kept);
+}
+
+/* A results file written under other columns (an older Strata, other tags)
+ * is not an error: it moves whole to OUT.old-columns.csv (no row is lost),
+ * rows that have every column of this sweep are carried over, the others
+ * run again, and stderr says so. */
+static void test_schema_change(void **state)
+{
+	static char out[1 << 16];
+	char sub[PATH_MAX], csv[PATH_MAX + 16], old[PATH_MAX + 64];
+	snprintf(sub, sizeof(sub), "%s/schema", dir);
+	mkdir(sub, 0777);
+	snprintf(csv, sizeof(csv), "%s/s.csv", sub);
+	char lua[PATH_MAX + 16];
+	snprintf(lua, sizeof(lua), "%s/s.lua", sub);
+	FILE *f = fopen(lua, "w");
+	assert_non_null(f);
+	fputs("local d = strata.script_dir\n"
+	      "local t = strata.trace_gen{ path = d .. '/t.strace', model = 'tiny', seed = 3, requests = 1, prompt = 2,\n"
+	      "  gen = 6, reuse_file = true }\n"
+	      "strata.sweep{ out = d .. '/s.csv', configs = strata.product({ evict = { 'lru', 'fifo' } },\n"
+	      "  { mode = 'sim', model = 'tiny', trace = t, vram = '600K', ram = '1200K', place = 'cache', tags = { k = 'a' } }) }\n",
+	      f);
+	fclose(f);
+	const char *strata = test_bin("strata");
+	assert_int_equal(test_run(out, sizeof(out), "%s run %s", strata, lua), 0);
+	char *orig = slurp(csv);
+	assert_int_equal(count_lines(orig, ",ok,"), 2);
+
+	/* an older file with one more column (since dropped): carried over as is */
+	assert_int_equal(test_run(out, sizeof(out), "sed -i '1s/$/,extra/; 2,$s/$/,7/' %s", csv), 0);
+	assert_int_equal(test_run(out, sizeof(out), "%s run %s", strata, lua), 0);
+	if (!strstr(out, "was written with other columns (gone: extra)") || !strstr(out, "its 2 rows moved to") ||
+	    !strstr(out, "2 carried over") || !strstr(out, "2 of 2 rows already in"))
+		fail_msg("want the rows carried over:\n%s", out);
+	char *now = slurp(csv);
+	assert_string_equal(now, orig); /* the rows, byte for byte, in this sweep's columns */
+	free(now);
+	snprintf(old, sizeof(old), "%s.old-columns.csv", csv);
+	now = slurp(old);
+	assert_non_null(now);
+	assert_int_equal(count_lines(now, ",7\n"), 2);
+	free(now);
+
+	/* an older file that lacks a column this sweep writes (its last one):
+	 * moved aside whole (beside the first, under a new name), the rows run again */
+	assert_int_equal(test_run(out, sizeof(out), "awk -F, 'BEGIN { OFS = \",\" } { NF = NF - 1; print }' %s > %s.x && "
+				  "mv %s.x %s", csv, csv, csv, csv), 0);
+	assert_int_equal(test_run(out, sizeof(out), "%s run %s", strata, lua), 0);
+	if (!strstr(out, "was written with other columns (new: ") || !strstr(out, "0 carried over") ||
+	    !strstr(out, ".old-columns-2.csv"))
+		fail_msg("want the rows run again:\n%s", out);
+	now = slurp(csv);
+	assert_int_equal(count_lines(now, ",ok,"), 2);
+	assert_true(!strncmp(now, orig, strchr(orig, '\n') - orig + 1)); /* this sweep's header */
+	free(now);
+	snprintf(old, sizeof(old), "%s.old-columns-2.csv", csv);
+	now = slurp(old);
+	assert_non_null(now);
+	assert_int_equal(count_lines(now, "\n"), 3); /* its header and both rows */
+	free(now);
+	free(orig);
 }
 
 static void test_helpers(void **state)
@@ -240,6 +305,10 @@ static void test_helpers(void **state)
 		"strata.write_csv(f, { { a = 1, b = 'x,y' }, { a = 2.5 } }, { 'a', 'b' })\n"
 		"local r = strata.read_csv(f)\n"
 		"assert(#r == 2 and r[1].a == 1 and r[1].b == 'x,y' and r[2].a == 2.5 and r[2].b == nil)\n"
+		"local m, lo, hi, t = strata.spread({ 2, 4, 9 }, '%.1f')\n"
+		"assert(m == 5 and lo == 2 and hi == 9 and t == '5.0 (2.0-9.0)', t)\n"
+		"assert(select(4, strata.spread({ 3.25 }, '%.2f')) == '3.25' and select(4, strata.spread({})) == '')\n"
+		"assert(select(4, strata.spread({ -1, 1 }, '%g')) == '0 (-1 to 1)')\n"
 		"assert(strata.cpus() >= 1 and strata.jobs >= 1)\n"
 		"assert(io and io.open and os.getenv and not os.execute and not io.popen)\n");
 	int rc = run(path, 1, 0, &err);
@@ -363,6 +432,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_sweep_rows_errors_resume),
 		cmocka_unit_test(test_script_errors),
+		cmocka_unit_test(test_schema_change),
 		cmocka_unit_test(test_helpers),
 		cmocka_unit_test(test_export_one_merge),
 		cmocka_unit_test(test_copy_key),

@@ -14,6 +14,7 @@
 #include "kernels.h"
 #include "moe.h"
 #include "quant.h"
+#include "quant_scalar.h"
 #include "quant_tables.h"
 #include "quant_tiers.h"
 #include "strata/gpu.h"
@@ -70,13 +71,14 @@ static int gpu_fmt_ok(int fmt)
 /* A packed rows x cols matrix of fmt with random weights of RMS about `rms`.
  * Tier formats get random code streams and random bf16 block scales: every
  * stream is a valid encoding, and the reference Viterbi encoder is far too
- * slow for test-sized matrices. */
+ * slow for test-sized matrices.  The scalar formats (q4, q3) run their
+ * reference quantizer on random weights. */
 static void random_matrix(int fmt, uint32_t rows, uint32_t cols, float rms, uint8_t *dst)
 {
 	struct strata_matrix_layout L;
 	assert_int_equal(strata_matrix_layout(fmt, rows, cols, &L), 0);
 	memset(dst, 0, L.bytes);
-	if (fmt >= STRATA_FMT_HOT) {
+	if (fmt >= STRATA_FMT_HOT && !strata_fmt_is_scalar(fmt)) {
 		for (uint64_t i = 0; i < L.codes_bytes; i++)
 			dst[L.codes_off + i] = (uint8_t)rnd_u64();
 		uint16_t *sc = (uint16_t *)(dst + L.scales_off);
@@ -194,7 +196,8 @@ static void test_dequant_exact(void **state)
 {
 	if (!test_have_gpu("test_dequant_exact"))
 		return;
-	const int fmts[] = { STRATA_FMT_F32, STRATA_FMT_BF16, STRATA_FMT_HOT, STRATA_FMT_WARM, STRATA_FMT_COLD };
+	const int fmts[] = { STRATA_FMT_F32, STRATA_FMT_BF16, STRATA_FMT_HOT, STRATA_FMT_WARM, STRATA_FMT_COLD,
+			     STRATA_FMT_Q4, STRATA_FMT_Q3 };
 	const uint32_t shapes[][2] = { { 48, 1024 }, { 33, 800 }, { 3, 512 } };
 	for (size_t f = 0; f < sizeof(fmts) / sizeof(fmts[0]); f++) {
 		const struct strata_fmt_traits *tr = strata_fmt_traits(fmts[f]);
@@ -247,7 +250,7 @@ static void test_dequant_exact(void **state)
 struct moe_case {
 	const char *name;
 	int fmt;            /* -1: mix bf16 / f32 / tiers across experts; -2: the same without
-			     * f32; -3: the tier formats only */
+			     * f32; -3: the tier formats only; -4: every format (with q4, q3) */
 	uint32_t hidden, inter, n_tokens, n_experts, top_k;
 	uint32_t pf_min;    /* the kernel configuration's prefill_min for the case (0: default) */
 };
@@ -258,7 +261,9 @@ struct moe_case {
  * codebook value on the MMA path shows up against a tighter bound. */
 static double bound_for(int fmt)
 {
-	return fmt == STRATA_FMT_F32 ? 1.5e-2 : fmt >= STRATA_FMT_HOT ? 3e-3 : 1e-2;
+	/* q4, q3: exact fp16 codes on the decode kernel (~4e-4), BF16 copies on
+	 * the other paths (as bf16) */
+	return fmt == STRATA_FMT_F32 ? 1.5e-2 : strata_fmt_is_scalar(fmt) ? 1e-2 : fmt >= STRATA_FMT_HOT ? 3e-3 : 1e-2;
 }
 
 /* Tokens of the range-guard cases (outliers != 0): t % 4 == 1 has 1-3
@@ -288,12 +293,14 @@ static void run_moe_case_ex(const struct moe_case *mc, int outliers, uint32_t pf
 {
 	struct strata_error err = { 0 };
 	uint32_t H = mc->hidden, I = mc->inter, T = mc->n_tokens, NE = mc->n_experts;
-	int mix[] = { STRATA_FMT_BF16, STRATA_FMT_F32, STRATA_FMT_HOT, STRATA_FMT_WARM, STRATA_FMT_COLD };
+	int mix[] = { STRATA_FMT_BF16, STRATA_FMT_F32, STRATA_FMT_HOT, STRATA_FMT_WARM, STRATA_FMT_COLD,
+		      STRATA_FMT_Q4, STRATA_FMT_Q3 };
 	uint8_t *fmts = malloc(NE);
 	uint32_t nf = 0;
-	int usable[5];
-	for (int i = 0; i < 5; i++)
+	int usable[7];
+	for (int i = 0; i < 7; i++)
 		if ((mc->fmt != -2 || mix[i] != STRATA_FMT_F32) && (mc->fmt != -3 || mix[i] >= STRATA_FMT_HOT) &&
+		    (mc->fmt == -4 || !strata_fmt_is_scalar(mix[i])) &&
 		    gpu_fmt_ok(mix[i]) && strata_fmt_traits(mix[i])->quantize_rows &&
 		    strata_gpu_moe_check(mix[i], H, I, &err) == STRATA_OK)
 			usable[nf++] = mix[i];
@@ -648,6 +655,68 @@ static void test_moe_range(void **state)
 	/* the decode paths: test_moe_outliers */
 }
 
+/* The scalar formats (q4, q3): decode (<= 16 tokens per expert) on the
+ * warp-streaming kernel with split-K parts as it chooses, forced variants
+ * and one part per block; more tokens, and every call with that kernel off,
+ * as BF16 copies (the tiled prefill path, the persistent kernel); calls that
+ * mix them with every other format (-4); padded rows (520 x 200), two token
+ * tiles (13, 16 tokens); activations beyond the fp16 range on each path. */
+static void test_moe_scalar(void **state)
+{
+	if (!test_have_gpu("test_moe_scalar"))
+		return;
+	static const struct moe_case cases[] = {
+		{ "q4-1", STRATA_FMT_Q4, 1024, 512, 1, 6, 4, 0 },
+		{ "q3-4", STRATA_FMT_Q3, 768, 384, 4, 4, 2, 0 },
+		{ "q4-16", STRATA_FMT_Q4, 1024, 512, 16, 2, 2, 0 },
+		{ "q3-rows", STRATA_FMT_Q3, 520, 200, 3, 3, 2, 0 },
+		{ "q4-rows-13", STRATA_FMT_Q4, 520, 200, 13, 3, 2, 0 },
+		{ "q4-prefill", STRATA_FMT_Q4, 512, 256, 100, 2, 2, 0 },
+		{ "q3-prefill-40", STRATA_FMT_Q3, 768, 384, 40, 2, 2, 0 },
+		{ "sq-mixed-5", -4, 1024, 256, 5, 14, 4, 0 },
+		{ "sq-mixed-pf", -4, 1024, 256, 200, 7, 3, 0 },
+	};
+	static const char *const cfgs[] = { "", "dec=off", "dec=8x4,split=64", "dec=12x4u,split=3" };
+	for (size_t i = 0; i < sizeof(cfgs) / sizeof(cfgs[0]); i++) {
+		struct strata_moe_config kc;
+		struct strata_error err = { 0 };
+		strata_gpu_moe_config_defaults(&kc);
+		assert_int_equal(strata_gpu_moe_config_parse(cfgs[i][0] ? cfgs[i] : "split=auto", &kc, &err), STRATA_OK);
+		kernel_config(&kc);
+		printf("scalar formats, kernel config '%s'\n", cfgs[i]);
+		const int off = kc.dec_warps == 0;
+		for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++)
+			if (!off || (cases[c].hidden % 32 == 0 && cases[c].inter % 32 == 0)) /* BF16 copies: see below */
+				run_moe_case(&cases[c]);
+		const struct moe_case big[] = { { "big-q4-2", STRATA_FMT_Q4, 1024, 512, 2, 2, 2, 0 },
+						{ "big-q3-rows-12", STRATA_FMT_Q3, 520, 200, 12, 2, 2, 0 },
+						{ "big-q4-60", STRATA_FMT_Q4, 768, 384, 60, 2, 2, 0 } };
+		for (size_t c = 0; c < sizeof(big) / sizeof(big[0]); c++)
+			if (!off || (big[c].hidden % 32 == 0 && big[c].inter % 32 == 0))
+				run_moe_case_ex(&big[c], 1, 0);
+	}
+	kernel_config(NULL);
+	/* More than 16 tokens at a shape the BF16 copies cannot run: a clear error. */
+	struct strata_error err = { 0 };
+	struct strata_expert_layout E;
+	assert_int_equal(strata_expert_layout(STRATA_FMT_Q4, 520, 200, &E), 0);
+	uint8_t *dext = dmalloc(E.bytes);
+	float *dx = dmalloc(20 * 520 * 4), *dy = dmalloc(20 * 520 * 4);
+	assert_int_equal(strata_gpu_memset(dext, 0, E.bytes, &err), STRATA_OK);
+	const void *ext[1] = { dext };
+	uint8_t fmt = STRATA_FMT_Q4;
+	uint32_t ae[20], at[20];
+	float aw[20];
+	for (int i = 0; i < 20; i++)
+		ae[i] = 0, at[i] = (uint32_t)i, aw[i] = 1;
+	struct strata_moe_call c = { .hidden = 520, .inter = 200, .n_tokens = 20, .x = dx, .y = dy, .n_experts = 1,
+				     .extents = ext, .fmts = &fmt, .n_assign = 20, .assign_expert = ae,
+				     .assign_token = at, .assign_weight = aw };
+	assert_int_equal(strata_moe_layer_gpu(&c, &err), STRATA_EUNSUPPORTED);
+	assert_non_null(strstr(err.msg, "multiples of 32"));
+	strata_gpu_free(dext), strata_gpu_free(dx), strata_gpu_free(dy);
+}
+
 /* ---- cuBLAS BF16 paths ---- */
 
 static void test_bf16_cublas(void **state)
@@ -880,6 +949,7 @@ int main(void)
 		cmocka_unit_test(test_moe_bf16_decode),
 		cmocka_unit_test(test_moe_outliers),
 		cmocka_unit_test(test_moe_range),
+		cmocka_unit_test(test_moe_scalar),
 		cmocka_unit_test(test_bf16_cublas),
 		cmocka_unit_test(test_moe_errors),
 		cmocka_unit_test(test_decode_ceiling),

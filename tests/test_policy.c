@@ -84,7 +84,7 @@ static void test_roles_and_registry(void **state)
 		{ "static", "cache", "llama", NULL },
 		{ "lru", "lfu", "lfu-decay", "farthest", "fifo", "random", "llama", "lfru", "moe-infinity",
 		  "least-stale", NULL },
-		{ "none", "lookahead", "oracle", "history", "moe-infinity", NULL },
+		{ "none", "lookahead", "oracle", "history", "moe-infinity", "promoe", "expertflow", NULL },
 	};
 	for (int r = 0; r < STRATA_ROLE_COUNT; r++) {
 		unsigned i = 0;

@@ -1,13 +1,15 @@
-/* Tier quant formats: sizes on budget, decoder against an independent
+/* Quant formats (tiers and the scalar q4, q3): sizes on budget, decoder against an independent
  * bit-by-bit reading of kernels/FORMATS.md, round-trip quality, bad input,
  * padded rows, importance weighting, the reference expert forward. */
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "quant.h"
+#include "quant_scalar.h"
 #include "quant_tables.h"
 #include "quant_tiers.h"
 #include "testutil.h"
@@ -664,6 +666,161 @@ static void test_expert_forward(void **state)
 	free(y); free(yr); free(yf); free(a);
 }
 
+
+/* ---- the scalar formats q4, q3 ---- */
+
+/* Sizes, and the code placement of FORMATS.md read bit by bit: every code
+ * position of a block is used exactly once (a random block's codes written
+ * through the documented bit positions read back through strata_q4/q3_code). */
+static void test_scalar_layout(void **state)
+{
+	static const struct { int fmt; uint32_t code, bytes; double bpw; const char *name; } want[] = {
+		{ STRATA_FMT_Q4, 128, 144, 4.5, "q4" },
+		{ STRATA_FMT_Q3, 96, 112, 3.5, "q3" },
+	};
+	for (int f = 0; f < 2; f++) {
+		const struct strata_fmt_traits *t = strata_fmt_traits(want[f].fmt);
+		assert_non_null(t);
+		assert_string_equal(t->name, want[f].name);
+		assert_int_equal(strata_fmt_from_name(want[f].name), want[f].fmt);
+		assert_int_equal(t->block, STRATA_QK);
+		assert_int_equal(t->code_bytes, want[f].code);
+		assert_int_equal(t->code_bytes + t->scale_bytes, want[f].bytes);
+		assert_true(t->bpw == want[f].bpw && (t->code_bytes + t->scale_bytes) * 8.0 / t->block == t->bpw);
+		assert_true(strata_fmt_is_scalar(want[f].fmt));
+		/* documented positions (FORMATS.md), written bit by bit */
+		uint8_t qs[128], seen[128 * 8];
+		uint32_t codes[256];
+		memset(qs, 0, sizeof(qs));
+		memset(seen, 0, sizeof(seen));
+		rng = 77 + f;
+		for (uint32_t i = 0; i < 256; i++) {
+			uint32_t g = i >> 5, tt = (i >> 3) & 3, m = i & 7, c;
+			codes[i] = c = (uint32_t)(urand() * (f ? 8 : 16));
+			uint32_t nbits = f ? 2 : 4, byte, bit;
+			if (!f) {
+				byte = 64 * (g >> 2) + 16 * tt + 4 * (g & 3), bit = 4 * (m >> 1) + 16 * (m & 1);
+			} else {
+				byte = 16 * tt + 4 * (g >> 1), bit = 8 * (g & 1) + 2 * (m >> 1) + 16 * (m & 1);
+			}
+			for (uint32_t k = 0; k < nbits; k++) {
+				uint32_t b = 8 * byte + bit + k;
+				assert_int_equal(seen[b], 0);
+				seen[b] = 1;
+				qs[b >> 3] |= (uint8_t)(((c >> k) & 1) << (b & 7));
+			}
+			if (f) {
+				uint32_t b = 8 * (64 + 8 * tt + 4 * (g >> 2)) + 4 * (g & 1) + 8 * ((g >> 1) & 1) + (m >> 1) +
+					     16 * (m & 1);
+				assert_int_equal(seen[b], 0);
+				seen[b] = 1;
+				qs[b >> 3] |= (uint8_t)(((c >> 2) & 1) << (b & 7));
+			}
+		}
+		for (uint32_t b = 0; b < 8 * want[f].code; b++)
+			assert_int_equal(seen[b], 1); /* every bit is some weight's */
+		for (uint32_t i = 0; i < 256; i++)
+			assert_int_equal(f ? strata_q3_code(qs, i) : strata_q4_code(qs, i), codes[i]);
+	}
+}
+
+/* Round trip: Gaussian cosines (q4 ~0.9967, q3 ~0.987 at 512 x 1024),
+ * dequantized values are code x fp16 scale, an all-zero group decodes to
+ * zeros, huge weights saturate the scale instead of overflowing, NaN/Inf and
+ * bad importance are refused, padded rows stop at cols, deterministic. */
+static void test_scalar_roundtrip(void **state)
+{
+	const uint32_t R = 64, C = 1024;
+	float *w = gauss_matrix(R, C, 5), *dq = malloc((size_t)R * C * sizeof(float));
+	static const int fmts[2] = { STRATA_FMT_Q4, STRATA_FMT_Q3 };
+	static const double min_cos[2] = { 0.995, 0.984 };
+	for (int f = 0; f < 2; f++) {
+		struct strata_quant_stats st;
+		int rc;
+		void *pk = quantize(fmts[f], w, R, C, NULL, &st, &rc);
+		assert_int_equal(rc, 0);
+		printf("%s: cosine %.5f rel RMSE %.5f\n", strata_fmt_traits(fmts[f])->name, st.cosine, st.rel_rmse);
+		assert_true(st.cosine > min_cos[f] && st.cosine < 1);
+		assert_int_equal(strata_dequantize_matrix(fmts[f], pk, R, C, dq), 0);
+		assert_true(fabs(cosine(w, dq, (size_t)R * C) - st.cosine) < 1e-9);
+		/* values on the grid: code x fp16 scale, codes in range */
+		struct strata_matrix_layout L;
+		strata_matrix_layout(fmts[f], R, C, &L);
+		const uint16_t *sc = (const uint16_t *)((const uint8_t *)pk + L.scales_off);
+		int nmax = f ? 4 : 8;
+		for (uint32_t i = 0; i < C; i++) {
+			float d = strata_f16_to_f32(sc[i / 32]);
+			float q = dq[i] / d;
+			assert_true(q == nearbyintf(q) && q >= -nmax && q <= nmax - 1);
+		}
+		/* deterministic */
+		void *pk2 = quantize(fmts[f], w, R, C, NULL, NULL, &rc);
+		assert_memory_equal(pk, pk2, L.bytes);
+		free(pk2);
+		free(pk);
+		/* a zero group, a huge group, padded row */
+		float row[300];
+		for (int i = 0; i < 300; i++)
+			row[i] = i < 32 ? 0.0f : i < 64 ? 3e6f * (float)gauss() : (float)gauss();
+		pk = quantize(fmts[f], row, 1, 300, NULL, &st, &rc);
+		assert_int_equal(rc, 0);
+		float out[300];
+		assert_int_equal(strata_dequantize_matrix(fmts[f], pk, 1, 300, out), 0);
+		for (int i = 0; i < 300; i++) {
+			assert_true(isfinite(out[i]));
+			if (i < 32)
+				assert_true(out[i] == 0.0f);
+		}
+		free(pk);
+		row[100] = NAN;
+		pk = quantize(fmts[f], row, 1, 300, NULL, NULL, &rc);
+		assert_int_equal(rc, -1);
+		free(pk);
+		row[100] = INFINITY;
+		pk = quantize(fmts[f], row, 1, 300, NULL, NULL, &rc);
+		assert_int_equal(rc, -1);
+		free(pk);
+		row[100] = 1;
+		float imx[300];
+		for (int i = 0; i < 300; i++)
+			imx[i] = 1;
+		imx[7] = -1;
+		pk = quantize(fmts[f], row, 1, 300, imx, NULL, &rc);
+		assert_int_equal(rc, -1);
+		free(pk);
+	}
+	free(w);
+	free(dq);
+}
+
+/* Importance weighting: with a matrix that says columns 0..7 of every group
+ * matter 100x, their error drops against the unweighted quantization. */
+static void test_scalar_imatrix(void **state)
+{
+	const uint32_t R = 32, C = 512;
+	float *w = gauss_matrix(R, C, 9), *imx = malloc(C * sizeof(float));
+	float *a = malloc((size_t)R * C * 4), *b = malloc((size_t)R * C * 4);
+	for (uint32_t i = 0; i < C; i++)
+		imx[i] = i % 32 < 8 ? 100.0f : 1.0f;
+	for (int f = STRATA_FMT_Q4; f <= STRATA_FMT_Q3; f++) {
+		int rc;
+		void *p0 = quantize(f, w, R, C, NULL, NULL, &rc), *p1 = quantize(f, w, R, C, imx, NULL, &rc);
+		assert_int_equal(rc, 0);
+		strata_dequantize_matrix(f, p0, R, C, a);
+		strata_dequantize_matrix(f, p1, R, C, b);
+		double e0 = 0, e1 = 0;
+		for (size_t i = 0; i < (size_t)R * C; i++)
+			if (i % 32 < 8) {
+				e0 += ((double)a[i] - w[i]) * ((double)a[i] - w[i]);
+				e1 += ((double)b[i] - w[i]) * ((double)b[i] - w[i]);
+			}
+		printf("%s: important-column error %.4g unweighted, %.4g weighted\n", strata_fmt_traits(f)->name, e0, e1);
+		assert_true(e1 < 0.9 * e0);
+		free(p0), free(p1);
+	}
+	free(w), free(imx), free(a), free(b);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -682,6 +839,9 @@ int main(void)
 		cmocka_unit_test(test_golden_codes),
 		cmocka_unit_test(test_rows_batched),
 		cmocka_unit_test(test_expert_forward),
+		cmocka_unit_test(test_scalar_layout),
+		cmocka_unit_test(test_scalar_roundtrip),
+		cmocka_unit_test(test_scalar_imatrix),
 	};
 	return cmocka_run_group_tests_name("quant", tests, NULL, NULL);
 }

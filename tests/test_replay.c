@@ -159,6 +159,12 @@ static void test_replay_deterministic(void **state)
 	assert_true(a.lat_p99_ms >= a.lat_p50_ms && a.lat_p50_ms > 0);
 	assert_true(a.stats.compute_ns > 0);
 	assert_true(fabs(a.hit_rate[0] + a.hit_rate[1] + a.hit_rate[2] - 1.0) < 1e-9);
+	/* link use over decode: a disk busy some of the time (never longer than decode took), every
+	 * NVMe read of a decode step counted once, in 4 KiB multiples, at a queue depth >= 1 */
+	assert_true(a.dec_link_util[STRATA_LINK_NVME] > 0 && a.dec_link_util[STRATA_LINK_NVME] <= 1.0001);
+	assert_true(a.dec_link_util[STRATA_LINK_PCIE] > 0 && a.dec_link_util[STRATA_LINK_PCIE] <= 1.0001);
+	assert_true(a.dec_nvme_reads > 0 && a.dec_nvme_read_kib >= 4 && a.dec_nvme_qd >= 1);
+	assert_true(a.stats.nvme_reads >= a.dec_nvme_reads + a.stats.preloaded[0] + a.stats.preloaded[1]);
 	/* the NVMe mover changes timing, never decisions */
 	for (int m = STRATA_NVME_MMAP; m <= STRATA_NVME_PREAD; m++) {
 		replay_cfg(&c, 0);

@@ -439,7 +439,6 @@ static void test_parse_header(void **state)
 	memcpy(&hsize, fixed + 16, 8);
 	struct strata_model_spec s = small_spec();
 	assert_true(hsize == strata_store_header_bytes(15, 15, NT));
-	(void)s;
 	uint8_t *h = malloc(hsize);
 	assert_int_equal(pread(fd, h, hsize, 0), (ssize_t)hsize);
 	close(fd);
@@ -460,6 +459,34 @@ static void test_parse_header(void **state)
 		c[offs[i] + 3] ^= 0x7f;
 		assert_int_not_equal(strata_store_parse_header(c, hsize, 0, "x", STRATA_PARSE_NO_CHECKSUM, &sh, &err),
 				     0);
+	}
+	/* the format table: an unknown format, and a q4 expert (tables(): id 5)
+	 * relabelled hot in the table and its record, whose size then disagrees */
+	{
+		uint64_t tab_off;
+		memcpy(c, h, hsize);
+		memcpy(&tab_off, c + 88, 8);
+		uint64_t fmt_at = tab_off + (15 + 7) / 8 * 8;
+		assert_int_equal(c[fmt_at + 5], STRATA_FMT_Q4);
+		c[fmt_at + 5] = STRATA_FMT_COUNT;
+		assert_int_equal(strata_store_parse_header(c, hsize, 0, "x", STRATA_PARSE_NO_CHECKSUM, &sh, &err),
+				 STRATA_ECORRUPT);
+		assert_non_null(strstr(err.msg, "format"));
+		memcpy(c, h, hsize);
+		c[fmt_at + 5] = STRATA_FMT_HOT;
+		uint64_t eo;
+		memcpy(&eo, c + 96, 8);
+		for (uint32_t k = 0; k < 15; k++) { /* the record of expert id 5 */
+			uint8_t *r = c + eo + (uint64_t)k * STRATA_SHARD_EXPERT_REC;
+			uint32_t layer, ex;
+			memcpy(&layer, r, 4), memcpy(&ex, r + 4, 4);
+			if (layer * s.n_experts + ex == 5) {
+				uint32_t f = STRATA_FMT_HOT;
+				memcpy(r + 8, &f, 4);
+			}
+		}
+		assert_int_equal(strata_store_parse_header(c, hsize, 0, "x", STRATA_PARSE_NO_CHECKSUM, &sh, &err),
+				 STRATA_ECORRUPT);
 	}
 	/* an expert extent pointing into the header */
 	memcpy(c, h, hsize);

@@ -169,7 +169,7 @@ static long file_size(const char *path)
 static void test_study_smoke(void **state)
 {
 	/* experiments/tier-budgets/make.sh, CI-sized: 3 policies (one unknown:
-	 * its rows fail, the sweep goes on) x 2 VRAM x 1 RAM budgets, outputs in
+	 * its rows fail, the sweep goes on) x 2 VRAM x 1 RAM budgets x 2 seeds, outputs in
 	 * a temp dir, the Mixtral part off; plots when matplotlib is there */
 	static char out[1 << 16];
 	char cmd[4 * PATH_MAX], res[PATH_MAX + 64];
@@ -178,18 +178,19 @@ static void test_study_smoke(void **state)
 		printf("SKIP study plots: no Python with matplotlib (scripts/plot.sh --check)\n");
 	snprintf(cmd, sizeof(cmd),
 		 "cd %s && STRATA=%s STUDY_OUT=%s/tb STRATA_TRACES= NO_PLOTS=%d experiments/tier-budgets/make.sh "
-		 "tokens=16 policies=lru,farthest,nosuch vram=64M,256M ram=256M",
+		 "tokens=16 policies=lru,farthest,nosuch vram=64M,256M ram=256M seeds=7,8",
 		 root, test_bin("strata"), dir, !plots);
 	int rc = test_run(out, sizeof(out), "%s", cmd);
 	if (rc) /* the unknown policy's rows fail; the sweep, tables and plots go on */
 		fail_msg("make.sh: exit %d: %s", rc, out);
 	assert_non_null(strstr(out, "VRAM hit rate and decode tok/s"));
 	assert_non_null(strstr(out, "| farthest |"));
-	assert_non_null(strstr(out, "2 configurations failed"));
+	assert_non_null(strstr(out, "4 configurations failed"));
+	assert_non_null(strstr(out, "mean (min-max) over 2 seeds"));
 	assert_non_null(strstr(out, "STRATA_TRACES is empty: skipping the Mixtral part"));
 	snprintf(res, sizeof(res), "%s/tb/results/tier-budgets.csv", dir);
 	assert_int_equal(test_run(out, sizeof(out), "grep -c '\",ok,' %s; grep -c '\",error,' %s", res, res), 0);
-	assert_string_equal(out, "4\n2\n");
+	assert_string_equal(out, "8\n4\n");
 	if (plots) {
 		char png[PATH_MAX + 32];
 		snprintf(png, sizeof(png), "%s/tb/vram.png", dir);
@@ -216,7 +217,7 @@ static void test_study_smoke(void **state)
 	/* again: resumes (the failed rows are retried, nothing else runs) */
 	rc = test_run(out, sizeof(out), "%s", cmd);
 	assert_int_equal(rc, 0);
-	assert_non_null(strstr(out, "4 of 6 rows already in"));
+	assert_non_null(strstr(out, "8 of 12 rows already in"));
 	/* and with the known policies only, a clean run */
 	snprintf(cmd, sizeof(cmd),
 		 "cd %s && STRATA=%s STUDY_OUT=%s/tb2 STRATA_TRACES= NO_PLOTS=1 experiments/tier-budgets/make.sh "
@@ -225,7 +226,7 @@ static void test_study_smoke(void **state)
 }
 
 /* experiments/leaderboard/run.lua on the tiny trace: every policy at three
- * budgets runs (15 x 3 rows, none failed), the table names the baselines,
+ * budgets runs (17 x 3 rows, none failed), the table names the baselines,
  * and a second run resumes with nothing left to do. */
 static void test_leaderboard_smoke(void **state)
 {
@@ -237,14 +238,15 @@ static void test_leaderboard_smoke(void **state)
 	if (rc)
 		fail_msg("leaderboard: exit %d: %s", rc, out);
 	for (const char *const *p = (const char *const[]){ "| llama.cpp |", "| lfru |", "| moe-infinity |",
-							  "| least-stale |", "| farthest+oracle |", NULL }; *p; p++)
+							  "| least-stale |", "| lru+promoe |", "| lru+expertflow |",
+							  "| farthest+oracle |", NULL }; *p; p++)
 		assert_non_null(strstr(out, *p));
 	assert_null(strstr(out, "failed"));
 	snprintf(res, sizeof(res), "%s/lb/leaderboard.csv", dir);
 	assert_int_equal(test_run(out, sizeof(out), "grep -c '^[^,]*,ok,' %s", res), 0);
-	assert_string_equal(out, "45\n");
+	assert_string_equal(out, "51\n");
 	assert_int_equal(test_run(out, sizeof(out), "%s", cmd), 0);
-	assert_non_null(strstr(out, "45 of 45 rows already in"));
+	assert_non_null(strstr(out, "51 of 51 rows already in"));
 }
 
 static void test_cluster_roundtrip(void **state)

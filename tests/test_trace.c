@@ -133,10 +133,10 @@ static void test_roundtrip(void **state)
 	assert_int_equal(strata_trace_hints(a, 0, 2, h, 16), 0);
 	assert_int_equal(strata_trace_hints(a, 0, 1, h, 16), 2);
 	/* binary -> JSONL -> binary */
-	assert_int_equal(strata_trace_convert(a, test_path("a.jsonl"), STRATA_TRACE_FMT_AUTO, &err), STRATA_OK);
+	assert_int_equal(strata_trace_convert(a, test_path("a.jsonl"), STRATA_TRACE_FMT_AUTO, false, &err), STRATA_OK);
 	assert_int_equal(strata_trace_open(test_path("a.jsonl"), &b, &err), STRATA_OK);
 	assert_same_trace(a, b);
-	assert_int_equal(strata_trace_convert(b, test_path("b.strace"), STRATA_TRACE_FMT_BINARY, &err), STRATA_OK);
+	assert_int_equal(strata_trace_convert(b, test_path("b.strace"), STRATA_TRACE_FMT_BINARY, false, &err), STRATA_OK);
 	assert_int_equal(strata_trace_open(test_path("b.strace"), &c, &err), STRATA_OK);
 	assert_same_trace(a, c);
 	strata_trace_close(a);
@@ -248,9 +248,9 @@ static void test_weights_refused_and_identity(void **state)
 		assert_int_equal(strata_trace_writer_finish(w, &err), 0);
 		struct strata_trace *a, *j, *b2;
 		assert_int_equal(strata_trace_open(test_path("w.strace"), &a, &err), 0);
-		assert_int_equal(strata_trace_convert(a, test_path("w.jsonl"), STRATA_TRACE_FMT_AUTO, &err), 0);
+		assert_int_equal(strata_trace_convert(a, test_path("w.jsonl"), STRATA_TRACE_FMT_AUTO, false, &err), 0);
 		assert_int_equal(strata_trace_open(test_path("w.jsonl"), &j, &err), 0);
-		assert_int_equal(strata_trace_convert(j, test_path("w2.strace"), STRATA_TRACE_FMT_AUTO, &err), 0);
+		assert_int_equal(strata_trace_convert(j, test_path("w2.strace"), STRATA_TRACE_FMT_AUTO, false, &err), 0);
 		assert_int_equal(strata_trace_open(test_path("w2.strace"), &b2, &err), 0);
 		for (uint64_t i = 0; i < 50; i++) {
 			float wa[2], wb[2];
@@ -747,8 +747,38 @@ static void test_import_tools(void **state)
 	assert_int_equal(strata_trace_experts(t, 1, 1)[3], 2);
 	assert_int_equal(strata_trace_experts(t, 2, 1)[0], 60);
 	strata_trace_close(t);
+	/* llama-moe-trace's headerless pos,layer,id0,id1,... rows: negative positions are the
+	 * prompt, a prompt batch lists each layer's tokens together, dense blocks have no rows */
+	in[0] = test_data_path("import_llama_moe_trace.csv");
+	c.output = test_path("moe_trace.strace");
+	assert_int_equal(strata_trace_import(&c, &r, &err), STRATA_OK);
+	assert_int_equal(r.tokens, 5);
+	assert_int_equal(r.n_layer_ids, 2); /* blocks 1 and 3 */
+	assert_int_equal(strata_trace_open(c.output, &t, &err), STRATA_OK);
+	assert_int_equal(strata_trace_info(t)->n_moe_layers, 2);
+	assert_int_equal(strata_trace_info(t)->top_k, 2);
+	assert_int_equal(strata_trace_info(t)->n_prefill, 3);
+	assert_int_equal(strata_trace_info(t)->n_decode, 2);
+	assert_int_equal(strata_trace_experts(t, 1, 0)[1], 7);  /* prompt token 1, block 1 */
+	assert_int_equal(strata_trace_experts(t, 2, 1)[0], 2);  /* prompt token 2, block 3 */
+	assert_int_equal(strata_trace_experts(t, 4, 1)[1], 1);  /* decode token 1, block 3 */
+	assert_int_equal(strata_trace_phase(t, 3), STRATA_PHASE_DECODE);
+	strata_trace_close(t);
+	FILE *f = fopen(test_path("bad_moe_trace.csv"), "w");
+	fputs("-1,1,5,2\n0,1,5,x\n0,1,5\n", f);
+	fclose(f);
+	in[0] = test_path("bad_moe_trace.csv");
+	assert_int_equal(strata_trace_import(&c, &r, &err), STRATA_EINVAL);
+	assert_non_null(strstr(err.msg, "bad_moe_trace.csv:2:7 (column 'expert_1')"));
+	f = fopen(test_path("bad_moe_trace.csv"), "w");
+	fputs("-1,1,5,2\n0,1,5\n", f);
+	fclose(f);
+	assert_int_equal(strata_trace_import(&c, &r, &err), STRATA_EINVAL);
+	assert_non_null(strstr(err.msg, "bad_moe_trace.csv:2:6: 3 fields, the first line has 4")); /* the line's end */
+	assert_non_null(strstr(err.msg, "llama-moe-trace rows are pos,layer and 2 expert ids"));
+	c.output = test_path("llama.strace");
 	/* a token with a layer missing names where */
-	FILE *f = fopen(test_path("bad_vllm.jsonl"), "w");
+	f = fopen(test_path("bad_vllm.jsonl"), "w");
 	fputs("{\"request_id\": 1, \"routed_experts\": [[[1, 2], [3, 4]], [[1, 2]]]}\n", f);
 	fclose(f);
 	in[0] = test_path("bad_vllm.jsonl");
@@ -1124,7 +1154,7 @@ static void test_export(void **state)
 				tm[a] = (uint32_t)i;
 				id[a++] = (uint64_t)l * in->n_experts + strata_trace_experts(t, i, l)[j];
 			}
-	assert_int_equal(strata_trace_export(t, test_path("x.oracleGeneral.bin"), STRATA_EXPORT_ORACLE_GENERAL, 7,
+	assert_int_equal(strata_trace_export(t, test_path("x.oracleGeneral.bin"), STRATA_EXPORT_ORACLE_GENERAL, 7, false,
 					     &err), STRATA_OK);
 	FILE *f = fopen(test_path("x.oracleGeneral.bin"), "rb");
 	assert_non_null(f);
@@ -1153,7 +1183,7 @@ static void test_export(void **state)
 	}
 	fclose(f);
 	assert_int_equal(got, n);
-	assert_int_equal(strata_trace_export(t, test_path("x.csv"), STRATA_EXPORT_CSV, 1, &err), STRATA_OK);
+	assert_int_equal(strata_trace_export(t, test_path("x.csv"), STRATA_EXPORT_CSV, 1, false, &err), STRATA_OK);
 	f = fopen(test_path("x.csv"), "r");
 	assert_non_null(f);
 	char line[128];
@@ -1169,7 +1199,7 @@ static void test_export(void **state)
 	fclose(f);
 	assert_int_equal(got, n);
 	/* a directory that does not exist: an error naming the file, nothing left */
-	assert_int_not_equal(strata_trace_export(t, "/nonexistent-dir/x.csv", STRATA_EXPORT_CSV, 1, &err), STRATA_OK);
+	assert_int_not_equal(strata_trace_export(t, "/nonexistent-dir/x.csv", STRATA_EXPORT_CSV, 1, false, &err), STRATA_OK);
 	assert_non_null(strstr(err.msg, "/nonexistent-dir/x.csv"));
 	free(id);
 	free(tm);
@@ -1307,7 +1337,7 @@ static void test_convert_predictions(void **state)
 	const double acc[] = { 1, 0, 0.7 };
 	for (int a = 0; a < 3; a++) {
 		struct strata_trace_pred_config pc = { .depth = 3, .accuracy = acc[a], .seed = 4 };
-		assert_int_equal(strata_trace_convert_pred(t, test_path("p.strace"), STRATA_TRACE_FMT_AUTO, &pc, &err), 0);
+		assert_int_equal(strata_trace_convert_pred(t, test_path("p.strace"), STRATA_TRACE_FMT_AUTO, &pc, false, &err), 0);
 		assert_int_equal(strata_trace_open(test_path("p.strace"), &p, &err), 0);
 		assert_int_equal(strata_trace_info(p)->pred_depth, 3);
 		uint64_t right = 0, total = 0;
@@ -1335,7 +1365,7 @@ static void test_convert_predictions(void **state)
 		strata_trace_close(p);
 	}
 	struct strata_trace_pred_config bad = { .depth = 0, .accuracy = 0.5 };
-	assert_int_equal(strata_trace_convert_pred(t, test_path("q.strace"), STRATA_TRACE_FMT_AUTO, &bad, &err),
+	assert_int_equal(strata_trace_convert_pred(t, test_path("q.strace"), STRATA_TRACE_FMT_AUTO, &bad, false, &err),
 			 STRATA_EINVAL);
 	assert_non_null(strstr(err.msg, "q.strace"));
 	strata_trace_close(t);

@@ -25,7 +25,7 @@ static void usage(FILE *f)
 		"  --model DIR     Strata shards (strata quantize / strata synth output)\n"
 		"  --out FILE      safetensors file to write (tmp + rename)\n"
 		"  --naming N      expert tensor names: qwen3-moe (default), deepseek-v3, mixtral\n"
-		"  --no-progress   no progress bar\n");
+		STRATA_CLI_NO_PROGRESS_HELP("   "));
 }
 
 int strata_cmd_dequantize(int argc, char **argv)
@@ -51,7 +51,7 @@ int strata_cmd_dequantize(int argc, char **argv)
 				return 2;
 			naming = optarg;
 			break;
-		case O_NOPROG: progress = 0; break;
+		case O_NOPROG: progress = 0; strata_cli_no_progress(); break;
 		default:
 			fprintf(stderr, "strata dequantize: unknown or incomplete option '%s' (see --help)\n",
 				argv[optind - 1]);

@@ -21,7 +21,8 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: strata inspect DIR [--json] [--verify] [--buffered]\n"
-		"       strata inspect --preset NAME[:key=value,...] [--tiers H,W,C] [--format tiered|bf16] [--json]\n"
+		"       strata inspect --preset NAME[:key=value,...] [--tiers H,W,C] [--format tiered|bf16]\n"
+		"                      [--formats H,W,C] [--json]\n"
 		"\n"
 		"Print a model's tier table and sizes like a model card: experts, format, bits per\n"
 		"weight, GB and GiB and parameters per tier, the reduction against BF16, and the\n"
@@ -34,6 +35,8 @@ static void usage(FILE *f)
 		"                  layer's experts split by --tiers H,W,C (percent, default\n"
 		"                  15,30,55, or fractions 0.15,0.30,0.55)\n"
 		"  --format F      with --preset: tiered (default; each tier in its format) or bf16\n"
+		"  --formats H,W,C with --preset: the tiers' formats (default hot,warm,cold; e.g.\n"
+		"                  q4,warm,cold)\n"
 		"  --json          print the card as JSON\n"
 		STRATA_CLI_NO_PROGRESS_HELP("   "));
 }
@@ -179,14 +182,14 @@ static int card_from_store(struct strata_store *st, struct card *c)
 }
 
 static void card_from_spec(const struct strata_model_spec *s, const double frac[STRATA_TIER_COUNT], int tiered,
-			   struct card *c)
+			   const uint8_t tf[STRATA_TIER_COUNT], struct card *c)
 {
 	memset(c, 0, sizeof(*c));
 	c->spec = *s;
 	uint32_t cnt[STRATA_TIER_COUNT];
 	strata_tier_frac_counts(s->n_experts, frac, cnt);
 	for (int t = 0; t < STRATA_TIER_COUNT; t++) {
-		int f = tiered ? STRATA_FMT_HOT + t : STRATA_FMT_BF16;
+		int f = tiered ? tf[t] : STRATA_FMT_BF16;
 		struct strata_expert_layout L;
 		strata_expert_layout(f, s->hidden, s->inter, &L);
 		c->experts[t] = (uint64_t)cnt[t] * s->n_moe_layers;
@@ -262,14 +265,16 @@ static int verify_store(struct strata_store *st, int direct, uint64_t *bytes_rea
 
 int strata_cmd_inspect(int argc, char **argv)
 {
-	enum { O_JSON = 256, O_VERIFY, O_PRESET, O_TIERS, O_FORMAT, O_BUFFERED, O_NOPROG };
+	enum { O_JSON = 256, O_VERIFY, O_PRESET, O_TIERS, O_FORMAT, O_BUFFERED, O_NOPROG, O_FMTS };
 	static const struct option opts[] = {
 		{ "json", no_argument, 0, O_JSON }, { "verify", no_argument, 0, O_VERIFY },
 		{ "buffered", no_argument, 0, O_BUFFERED }, { "preset", required_argument, 0, O_PRESET },
 		{ "tiers", required_argument, 0, O_TIERS }, { "format", required_argument, 0, O_FORMAT },
+		{ "formats", required_argument, 0, O_FMTS },
 		{ "no-progress", no_argument, 0, O_NOPROG }, { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	int json = 0, verify = 0, tiered = 1, buffered = 0;
+	uint8_t tf[STRATA_TIER_COUNT] = STRATA_TIER_FMTS_DEFAULT;
 	const char *preset = NULL;
 	double frac[STRATA_TIER_COUNT] = { 0 };
 	struct strata_error err = { 0 };
@@ -284,6 +289,12 @@ int strata_cmd_inspect(int argc, char **argv)
 		case O_TIERS:
 			if (strata_tier_frac_parse(optarg, frac, &err)) {
 				fprintf(stderr, "strata inspect: %s\n", err.msg);
+				return 2;
+			}
+			break;
+		case O_FMTS:
+			if (strata_tier_fmts_parse(optarg, tf, &err)) {
+				fprintf(stderr, "strata inspect: --formats: %s\n", err.msg);
 				return 2;
 			}
 			break;
@@ -311,7 +322,7 @@ int strata_cmd_inspect(int argc, char **argv)
 		struct strata_model_spec s;
 		if (strata_model_spec_parse(preset, &s, &err))
 			return strata_cli_fail("inspect", &err);
-		card_from_spec(&s, frac, tiered, &c);
+		card_from_spec(&s, frac, tiered, tf, &c);
 		print_card(&c, json);
 		return 0;
 	}

@@ -43,6 +43,9 @@ static void usage(FILE *f)
 		"                      (neither: every expert ties, so lower expert ids are hotter)\n"
 		"  --tiers H,W,C       each layer's experts per tier, percent (default 15,30,55) or\n"
 		"                      fractions (0.15,0.30,0.55); --split is the same option\n"
+		"  --formats H,W,C     the hot, warm, cold tiers' formats: trellis hot, warm, cold\n"
+		"                      (default) or the fast-decode q4, q3 (e.g. q4,warm,cold;\n"
+		"                      kernels/FORMATS.md)\n"
 		"  --budget-bytes SIZE instead of --tiers: fit routed-expert extents in SIZE (e.g. 40G);\n"
 		"                      upgrade cold->warm, then warm->hot, most popular first\n"
 		"  --budget-mode M     layer (default: SIZE / MoE layers each, same counts per layer)\n"
@@ -219,7 +222,7 @@ int strata_cmd_quantize(int argc, char **argv)
 {
 	enum {
 		O_IN = 256, O_OUT, O_NAMING, O_TOPK, O_NAME, O_COUNTS, O_TRACE, O_SPLIT, O_BUDGET, O_BMODE, O_IMATRIX,
-		O_THREADS, O_SHARD, O_JSON, O_NOPROG, O_MAKE, O_SPEC, O_DTYPE, O_FILES, O_SEED, O_PLAN, O_FORCE,
+		O_THREADS, O_SHARD, O_JSON, O_NOPROG, O_MAKE, O_SPEC, O_DTYPE, O_FILES, O_SEED, O_PLAN, O_FORCE, O_FMTS,
 		O_COPIES,
 	};
 	static const struct option opts[] = {
@@ -235,7 +238,8 @@ int strata_cmd_quantize(int argc, char **argv)
 		{ "spec", required_argument, 0, O_SPEC },      { "dtype", required_argument, 0, O_DTYPE },
 		{ "files", required_argument, 0, O_FILES },    { "seed", required_argument, 0, O_SEED },
 		{ "plan", no_argument, 0, O_PLAN },            { "help", no_argument, 0, 'h' },
-		{ "force", no_argument, 0, O_FORCE },          { "lowbit-copies", no_argument, 0, O_COPIES },
+		{ "force", no_argument, 0, O_FORCE },          { "formats", required_argument, 0, O_FMTS },
+		{ "lowbit-copies", no_argument, 0, O_COPIES },
 		{ 0, 0, 0, 0 },
 	};
 	const char *in = NULL, *out = NULL, *naming = "auto", *name = NULL, *counts = NULL, *trace = NULL;
@@ -244,6 +248,8 @@ int strata_cmd_quantize(int argc, char **argv)
 	unsigned top_k = 0, threads = 0, files = 1;
 	uint64_t shard_bytes = 0, seed = 1, budget = 0;
 	int json = 0, progress = 1, plan = 0, force = 0, copies = 0;
+	uint8_t tier_fmt[STRATA_TIER_COUNT] = STRATA_TIER_FMTS_DEFAULT;
+	const char *fmts_s = NULL;
 	struct strata_error err = { 0 };
 	int c;
 	optind = 1;
@@ -297,6 +303,13 @@ int strata_cmd_quantize(int argc, char **argv)
 				return 2;
 			break;
 		case O_FORCE: force = 1; break;
+		case O_FMTS:
+			if (strata_tier_fmts_parse(optarg, tier_fmt, &err)) {
+				fprintf(stderr, "strata quantize: --formats: %s\n", err.msg);
+				return 2;
+			}
+			fmts_s = optarg;
+			break;
 		case O_COPIES: copies = 1; break;
 		default: return strata_cli_bad_option("quantize", opts, argc, argv);
 		}
@@ -325,6 +338,11 @@ int strata_cmd_quantize(int argc, char **argv)
 	}
 	if (split_s && budget_s) {
 		fprintf(stderr, "strata quantize: give --tiers or --budget-bytes, not both\n");
+		return 2;
+	}
+	if (fmts_s && budget_s) {
+		fprintf(stderr, "strata quantize: --budget-bytes sizes the tiers by the trellis formats; "
+				"not with --formats (use --tiers)\n");
 		return 2;
 	}
 	int mode = !strcmp(bmode, "layer") ? STRATA_BUDGET_LAYER : !strcmp(bmode, "global") ? STRATA_BUDGET_GLOBAL : -1;
@@ -375,14 +393,15 @@ int strata_cmd_quantize(int argc, char **argv)
 		rc = strata_imatrix_load(imx_path, &m->spec, &imx, &err);
 	struct strata_quantize_report rep;
 	if (!rc && plan) {
-		rc = strata_quantize_plan(m, tiers, &rep, &err);
+		rc = strata_quantize_plan(m, tiers, tier_fmt, &rep, &err);
 		if (!rc)
 			print_card(&rep, in, out ? out : "(plan: nothing written)", tiering, json);
 	} else if (!rc) {
 		strata_install_sigint();
 		struct strata_quantize_config qc = {
-			.out = out, .tiers = tiers, .imatrix = imx, .threads = threads, .shard_bytes = shard_bytes,
-			.progress = progress, .force = force, .lowbit_copies = copies,
+			.out = out, .tiers = tiers, .tier_fmt = { tier_fmt[0], tier_fmt[1], tier_fmt[2] }, .imatrix = imx,
+			.threads = threads, .shard_bytes = shard_bytes, .progress = progress, .force = force,
+			.lowbit_copies = copies,
 		};
 		rc = strata_quantize_run(m, &qc, &rep, &err);
 		if (!rc)

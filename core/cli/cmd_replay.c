@@ -53,6 +53,8 @@ static void usage(FILE *f, int virt)
 		       "                       percent (default 15,30,55) or fractions (0.15,0.30,0.55)\n"
 		       "  --tier-trace FILE    model spec only: rank experts by their use in this trace (the\n"
 		       "                       most used go hot, as strata quantize --trace does)\n"
+		       "  --formats H,W,C      model spec only: each tier's format (default hot,warm,cold;\n"
+		       "                       e.g. q4,warm,cold: the fast-decode q4 for the hot tier)\n"
 		     : "  --cost FILE          cost model (strata calibrate) for the time bound, bound_tok_s\n"
 		       "                       (default: built-in defaults)\n"
 		       "  --compute C          ref (CPU reference) | gpu (CUDA kernels) | none | auto (default)\n"
@@ -61,6 +63,8 @@ static void usage(FILE *f, int virt)
 		       "  --copy MODE          RAM -> VRAM: batch (default: one cudaMemcpyBatchAsync per\n"
 		       "                       submit) | each (a cudaMemcpyAsync per expert) | sm (a copy\n"
 		       "                       kernel reading pinned RAM)\n"
+		       "  --bounce SIZE        NVMe -> VRAM reads through 8 pinned bounce buffers of SIZE\n"
+		       "                       (default 4M): the size of each read of a streamed expert\n"
 		       "  --gpu G              auto (default) | 0 (host stand-in) | 1 (require a GPU)\n"
 		       "  --verify             check extent checksums on every NVMe read (default: on each\n"
 		       "                       expert's first read, preload included)\n"
@@ -84,7 +88,7 @@ int strata_cli_replay_main(int argc, char **argv, int virt)
 	const char *cmd = virt ? "sim" : "replay";
 	enum { O_MODEL = 256, O_TRACE, O_VRAM, O_RAM, O_PLACE, O_EVICT, O_PREFETCH, O_SEED, O_MAXTOK, O_CHUNK,
 	       O_NOHINTS, O_NOFUT, O_COMPUTE, O_MOVER, O_QD, O_GPU, O_VERIFY, O_NOVERIFY, O_JSON, O_CSV, O_APPEND, O_COST,
-	       O_NVMEQD, O_PROGRESS, O_TIERS, O_TIER_TRACE, O_COPY, O_NOPROG, O_ONMISS };
+	       O_NVMEQD, O_PROGRESS, O_TIERS, O_TIER_TRACE, O_COPY, O_NOPROG, O_FORMATS, O_BOUNCE, O_ONMISS };
 	static const struct option opts[] = {
 		{ "model", required_argument, 0, O_MODEL }, { "trace", required_argument, 0, O_TRACE },
 		{ "vram", required_argument, 0, O_VRAM }, { "ram", required_argument, 0, O_RAM },
@@ -98,8 +102,10 @@ int strata_cli_replay_main(int argc, char **argv, int virt)
 		{ "csv", required_argument, 0, O_CSV }, { "append", no_argument, 0, O_APPEND },
 		{ "cost", required_argument, 0, O_COST }, { "nvme-qd", required_argument, 0, O_NVMEQD },
 		{ "progress", no_argument, 0, O_PROGRESS }, { "tiers", required_argument, 0, O_TIERS },
-		{ "tier-trace", required_argument, 0, O_TIER_TRACE }, { "copy", required_argument, 0, O_COPY },
-		{ "no-progress", no_argument, 0, O_NOPROG }, { "on-miss", required_argument, 0, O_ONMISS },
+		{ "tier-trace", required_argument, 0, O_TIER_TRACE }, { "formats", required_argument, 0, O_FORMATS },
+		{ "copy", required_argument, 0, O_COPY },
+		{ "no-progress", no_argument, 0, O_NOPROG }, { "bounce", required_argument, 0, O_BOUNCE },
+		{ "on-miss", required_argument, 0, O_ONMISS },
 		{ "quiet", no_argument, 0, 'q' }, { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	struct strata_replay_config c;
@@ -124,6 +130,13 @@ int strata_cli_replay_main(int argc, char **argv, int virt)
 				return 2;
 			}
 			c.engine.budget[ch == O_VRAM ? 0 : 1] = v;
+			break;
+		case O_BOUNCE:
+			if (strata_parse_size(optarg, &v, &err) || v < 4096 || v > (1ull << 30)) {
+				fprintf(stderr, "strata %s: --bounce: '%s' is not a size from 4K to 1G\n", cmd, optarg);
+				return 2;
+			}
+			c.engine.bounce_bytes = v;
 			break;
 		case O_PLACE: c.engine.place = optarg; break;
 		case O_EVICT: c.engine.evict = optarg; break;
@@ -189,6 +202,7 @@ int strata_cli_replay_main(int argc, char **argv, int virt)
 		case O_NOPROG: progress = 0; strata_cli_no_progress(); break;
 		case O_TIERS: c.tiers = optarg; break;
 		case O_TIER_TRACE: c.tier_trace = optarg; break;
+		case O_FORMATS: c.formats = optarg; break;
 		case 'q': quiet = 1; break;
 		case 'h': usage(stdout, virt); return 0;
 		default: return strata_cli_bad_option(cmd, opts, argc, argv);
@@ -212,6 +226,7 @@ int strata_cli_replay_main(int argc, char **argv, int virt)
 			cf.cost.nvme_queue_depth = (uint32_t)nvme_qd;
 		c.engine.cost = cf.cost;
 		c.kernel_us_per_mb_token = cf.kernel_us_per_mb_token;
+		c.kernel_speed_q4 = cf.kernel_speed_q4, c.kernel_speed_q3 = cf.kernel_speed_q3;
 		if (virt)
 			c.compute = STRATA_COMPUTE_NONE;
 	}

@@ -33,6 +33,9 @@ static void usage(FILE *f)
 		"                       with --dist outliers, else 0); any distribution\n"
 		"  --outlier-scale S    scale multiplier of outlier columns (default 10)\n"
 		"  --format F           bf16 (default) | tiered (each expert in its tier's format)\n"
+		"  --formats H,W,C      the hot, warm, cold tiers' formats with --format=tiered:\n"
+		"                       trellis hot, warm, cold (default) or the fast-decode q4, q3\n"
+		"                       (e.g. q4,warm,cold; kernels/FORMATS.md)\n"
 		"  --codes C            quantize (default; run the reference quantizer) | random\n"
 		"                       (tiered only: random valid blocks, a throughput-only model\n"
 		"                       whose experts compute nothing meaningful)\n"
@@ -83,14 +86,14 @@ static void list_presets(int json)
 int strata_cmd_synth(int argc, char **argv)
 {
 	enum { O_SEED = 256, O_DIST, O_DOF, O_OFRAC, O_OSCALE, O_FORMAT, O_CODES, O_TIERS, O_SHARD, O_THREADS,
-	       O_FORCE, O_LIST, O_JSON, O_PRESET, O_OUT, O_POP, O_NOPROG, O_COPIES };
+	       O_FORCE, O_LIST, O_JSON, O_PRESET, O_OUT, O_POP, O_NOPROG, O_FMTS, O_COPIES };
 	static const struct option opts[] = {
 		{ "preset", required_argument, 0, O_PRESET }, { "out", required_argument, 0, O_OUT },
 		{ "seed", required_argument, 0, O_SEED }, { "dist", required_argument, 0, O_DIST },
 		{ "dof", required_argument, 0, O_DOF }, { "outlier-frac", required_argument, 0, O_OFRAC },
 		{ "outlier-scale", required_argument, 0, O_OSCALE }, { "format", required_argument, 0, O_FORMAT },
 		{ "codes", required_argument, 0, O_CODES }, { "tiers", required_argument, 0, O_TIERS },
-		{ "popularity", required_argument, 0, O_POP },
+		{ "popularity", required_argument, 0, O_POP }, { "formats", required_argument, 0, O_FMTS },
 		{ "shard-size", required_argument, 0, O_SHARD }, { "threads", required_argument, 0, O_THREADS },
 		{ "force", no_argument, 0, O_FORCE }, { "list-presets", no_argument, 0, O_LIST },
 		{ "lowbit-copies", no_argument, 0, O_COPIES },
@@ -100,7 +103,7 @@ int strata_cmd_synth(int argc, char **argv)
 	struct strata_synth_config cfg = { .seed = 1 };
 	struct strata_error err = { 0 };
 	const char *preset = NULL, *out = NULL;
-	int force = 0, list = 0, json = 0, outliers = 0, ofrac_set = 0;
+	int force = 0, list = 0, json = 0, outliers = 0, ofrac_set = 0, fmts_set = 0;
 	char *end;
 	optind = 1;
 	opterr = 0;
@@ -162,6 +165,13 @@ int strata_cmd_synth(int argc, char **argv)
 			}
 			break;
 		case O_POP: cfg.popularity = optarg; break;
+		case O_FMTS:
+			if (strata_tier_fmts_parse(optarg, cfg.tier_fmt, &err)) {
+				fprintf(stderr, "strata synth: --formats: %s\n", err.msg);
+				return 2;
+			}
+			fmts_set = 1;
+			break;
 		case O_SHARD:
 			if (strata_parse_size(optarg, &cfg.shard_bytes, &err) || !cfg.shard_bytes) {
 				fprintf(stderr, "strata synth: --shard-size: %s\n", err.msg[0] ? err.msg : "must be > 0");
@@ -203,6 +213,10 @@ bad_value:
 		return strata_cli_fail("synth", &err);
 	if (outliers && !ofrac_set)
 		cfg.outlier_frac = 0.005;
+	if (fmts_set && cfg.format != STRATA_SYNTH_TIERED) {
+		fprintf(stderr, "strata synth: --formats only applies to --format=tiered\n");
+		return 2;
+	}
 	if (cfg.codes == STRATA_SYNTH_CODES_RANDOM && cfg.format != STRATA_SYNTH_TIERED) {
 		fprintf(stderr, "strata synth: --codes=random only applies to --format=tiered\n");
 		return 2;
@@ -213,22 +227,26 @@ bad_value:
 	struct strata_synth_result res;
 	if (strata_synth_write(&cfg, out, &prog, &res, &err))
 		return strata_cli_fail("synth", &err);
-	char spec[256], b[32];
+	char spec[256], b[32], fb[64], ft[80];
 	strata_model_spec_format(&cfg.spec, spec, sizeof(spec));
+	const char *fmt_name = cfg.format == STRATA_SYNTH_TIERED
+				       ? strata_tier_fmts_name(strata_tier_fmts_or_default(cfg.tier_fmt), fb, sizeof(fb))
+				       : "bf16";
 	double mbps = res.seconds > 0 ? (double)res.bytes / res.seconds / 1e6 : 0;
 	if (json) {
 		printf("{\"dir\":");
 		strata_json_write_str(stdout, out);
 		printf(",\"model\":\"%s\",\"spec\":\"%s\",\"seed\":%" PRIu64 ",\"format\":\"%s\","
-		       "\"experts\":%u,\"tensors\":%u,\"shards\":%u,\"bytes\":%" PRIu64 ",\"expert_bytes\":%" PRIu64
+		       "\"formats\":\"%s\",\"experts\":%u,\"tensors\":%u,\"shards\":%u,\"bytes\":%" PRIu64 ",\"expert_bytes\":%" PRIu64
 		       ",\"tensor_bytes\":%" PRIu64 ",\"seconds\":%.4f,\"mb_per_s\":%.1f}\n",
-		       cfg.spec.name, spec, cfg.seed, cfg.format == STRATA_SYNTH_TIERED ? "tiered" : "bf16",
+		       cfg.spec.name, spec, cfg.seed, cfg.format == STRATA_SYNTH_TIERED ? "tiered" : "bf16", fmt_name,
 		       strata_model_total_experts(&cfg.spec), strata_synth_tensors(&cfg.spec, NULL, 0), res.shards,
 		       res.bytes, res.expert_bytes, res.tensor_bytes, res.seconds, mbps);
 	} else {
 		printf("wrote %s: %s, %u experts (%s), %u tensors, %u shard%s, %s in %.2f s (%.0f MB/s)\n", out,
 		       cfg.spec.name, strata_model_total_experts(&cfg.spec),
-		       cfg.format == STRATA_SYNTH_TIERED ? "tiered" : "bf16", strata_synth_tensors(&cfg.spec, NULL, 0),
+		       cfg.format == STRATA_SYNTH_TIERED ? (snprintf(ft, sizeof(ft), "tiered %s", fmt_name), ft) : "bf16",
+		       strata_synth_tensors(&cfg.spec, NULL, 0),
 		       res.shards, res.shards == 1 ? "" : "s", strata_fmt_bytes(res.bytes, b, sizeof(b)), res.seconds,
 		       mbps);
 	}

@@ -81,7 +81,10 @@ static void usage_import(FILE *f)
 		"of rows, or of steps mapping a layer id to null or to per-token expert lists), or .csv/.tsv with a\n"
 		"header row ('-' reads stdin).  A row is one (token, layer) with a flat expert list, or one token\n"
 		"with one expert list per layer.  Columns are found by well-known names or --map.  Sparse MoE\n"
-		"layer ids are stored as 0..n-1 and the map printed.  Errors name file:line:column.\n\n"
+		"layer ids are stored as 0..n-1 and the map printed.  A CSV without a header whose rows are\n"
+		"integers is llama-moe-trace's pos,layer,id0,id1,... (negative pos: the prompt).  SGLang's\n"
+		"expert-distribution dumps (.pt): convert with python3 -m strata.sglang_dump first.  Errors name\n"
+		"file:line:column.\n\n"
 		"  -o, --output FILE     trace to write (.jsonl: the text twin, else binary)\n"
 		"      --format F        auto | binary | jsonl\n"
 		"      --map LIST        role=column,...  roles: request token layer experts weights phase pos pred\n"
@@ -99,7 +102,8 @@ static void usage_import(FILE *f)
 		"                        first appearance: keeps a server log's interleaving)\n"
 		"      --weights-f32     keep gate weights as f32 (default f16)\n"
 		"      --max-warnings N  gap warnings printed (default 20; 0: none, the summary still counts them)\n"
-		"  -q, --quiet           no warnings and no summary line (errors only)\n");
+		"  -q, --quiet           no warnings, progress or summary line (errors only)\n"
+		STRATA_CLI_NO_PROGRESS_HELP("         "));
 }
 
 static int cmd_import(int argc, char **argv)
@@ -111,7 +115,8 @@ static int cmd_import(int argc, char **argv)
 		{ "gaps", required_argument, 0, 'g' },   { "layer-base", required_argument, 0, 'b' },
 		{ "weights-f32", no_argument, 0, 'F' },  { "max-warnings", required_argument, 0, 'w' },
 		{ "quiet", no_argument, 0, 'q' },        { "help", no_argument, 0, 'h' },
-		{ "order", required_argument, 0, 'O' },  { 0, 0, 0, 0 },
+		{ "order", required_argument, 0, 'O' },  { "no-progress", no_argument, 0, 'P' },
+		{ 0, 0, 0, 0 },
 	};
 	struct strata_trace_import_config c;
 	strata_trace_import_defaults(&c);
@@ -178,6 +183,7 @@ static int cmd_import(int argc, char **argv)
 			break;
 		case 'w': if (parse_u64("import", "max-warnings", optarg, &c.max_warnings)) return 2; break;
 		case 'q': quiet = 1; break;
+		case 'P': strata_cli_no_progress(); break;
 		case 'h': usage_import(stdout); return 0;
 		default: return strata_cli_bad_option("trace import", opts, argc, argv);
 		}
@@ -189,6 +195,7 @@ static int cmd_import(int argc, char **argv)
 	}
 	if (quiet)
 		c.max_warnings = 0;
+	c.progress = !quiet;
 	c.inputs = (const char *const *)argv + optind;
 	c.n_inputs = (uint32_t)(argc - optind);
 	struct strata_trace_import_result r;
@@ -232,7 +239,8 @@ static void usage_gen(FILE *f)
 		"      --pred-depth N     synthetic lookahead predictions for the next N layers (default 0)\n"
 		"      --pred-topn N      experts predicted per later layer (default top_k)\n"
 		"      --pred-accuracy P  chance a predicted slot is right (default 0.8)\n"
-		"      --format F         auto | binary | jsonl\n");
+		"      --format F         auto | binary | jsonl\n"
+		STRATA_CLI_NO_PROGRESS_HELP("          "));
 }
 
 static int cmd_gen(int argc, char **argv)
@@ -248,10 +256,12 @@ static int cmd_gen(int argc, char **argv)
 		{ "interleave", no_argument, 0, 'I' },   { "no-weights", no_argument, 0, 'N' },
 		{ "pred-depth", required_argument, 0, 'd' }, { "pred-topn", required_argument, 0, 'n' },
 		{ "pred-accuracy", required_argument, 0, 'A' }, { "format", required_argument, 0, 'f' },
-		{ "help", no_argument, 0, 'h' },         { 0, 0, 0, 0 },
+		{ "help", no_argument, 0, 'h' },         { "no-progress", no_argument, 0, 'Q' },
+		{ 0, 0, 0, 0 },
 	};
 	struct strata_trace_gen_config c;
 	strata_trace_gen_defaults(&c);
+	c.progress = true;
 	struct strata_model_spec spec;
 	struct strata_error err = { 0 };
 	const char *out = NULL;
@@ -288,6 +298,7 @@ static int cmd_gen(int argc, char **argv)
 		case 'n': bad = parse_u32("gen", "pred-topn", optarg, &c.pred_topn); topn_set = 1; break;
 		case 'A': bad = parse_dbl("gen", "pred-accuracy", optarg, &c.pred_accuracy); break;
 		case 'f': bad = parse_format("gen", optarg, &fmt); break;
+		case 'Q': strata_cli_no_progress(); break;
 		case 'h': usage_gen(stdout); return 0;
 		default: return strata_cli_bad_option("trace gen", opts, argc, argv);
 		}
@@ -433,7 +444,7 @@ static int cmd_convert(int argc, char **argv)
 	static const struct option opts[] = {
 		{ "format", required_argument, 0, 'f' }, { "pred-depth", required_argument, 0, 'd' },
 		{ "pred-accuracy", required_argument, 0, 'a' }, { "pred-seed", required_argument, 0, 's' },
-		{ "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
+		{ "help", no_argument, 0, 'h' }, { "no-progress", no_argument, 0, 'P' }, { 0, 0, 0, 0 },
 	};
 	int fmt = STRATA_TRACE_FMT_AUTO, ch;
 	struct strata_trace_pred_config pc = { .depth = 0, .accuracy = 0.8, .seed = 1 };
@@ -463,15 +474,17 @@ static int cmd_convert(int argc, char **argv)
 				return 2;
 			}
 			break;
+		case 'P': strata_cli_no_progress(); break;
 		case 'h':
 			printf("usage: strata trace convert [--format auto|binary|jsonl] [--pred-depth N [--pred-accuracy P]\n"
-			       "                            [--pred-seed S]] IN OUT\n"
+			       "                            [--pred-seed S]] [--no-progress] IN OUT\n"
 			       "Copy a trace between the binary form and the JSONL twin (by OUT's name: .jsonl -> text).\n"
 			       "  --pred-depth N      replace the lookahead predictions with ones drawn from the trace's own\n"
 			       "                      routing, N layers ahead (for logs that record none)\n"
 			       "  --pred-accuracy P   each predicted expert is the routed one with probability P, else a\n"
 			       "                      wrong expert of that layer (default 0.8)\n"
-			       "  --pred-seed S       seed of those draws (default 1)\n");
+			       "  --pred-seed S       seed of those draws (default 1)\n"
+			       STRATA_CLI_NO_PROGRESS_HELP(""));
 			return 0;
 		default: return strata_cli_bad_option("trace convert", opts, argc, argv);
 		}
@@ -484,7 +497,7 @@ static int cmd_convert(int argc, char **argv)
 	struct strata_trace *t;
 	if (strata_trace_open(argv[optind], &t, &err))
 		return strata_cli_fail("trace convert", &err);
-	int rc = strata_trace_convert_pred(t, argv[optind + 1], fmt, pc.depth ? &pc : NULL, &err);
+	int rc = strata_trace_convert_pred(t, argv[optind + 1], fmt, pc.depth ? &pc : NULL, true, &err);
 	strata_trace_close(t);
 	return rc ? strata_cli_fail("trace convert", &err) : 0;
 }
@@ -498,14 +511,15 @@ static void usage_export(FILE *f)
 		"  oracleGeneral  binary 24-byte records with each request's next access (Belady reads it):\n"
 		"                 cachesim OUT oracleGeneral lru 96 --ignore-obj-size 1   (OUT must contain \"oracleGeneral\")\n"
 		"  csv            time,obj_id,obj_size with a header line:\n"
-		"                 cachesim OUT csv lru 96 -t \"time-col=1,obj-id-col=2,obj-size-col=3,has-header=true,obj-id-is-num=true\"\n");
+		"                 cachesim OUT csv lru 96 -t \"time-col=1,obj-id-col=2,obj-size-col=3,has-header=true,obj-id-is-num=true\"\n"
+		STRATA_CLI_NO_PROGRESS_HELP("  "));
 }
 
 static int cmd_export(int argc, char **argv)
 {
 	static const struct option opts[] = {
 		{ "format", required_argument, 0, 'f' }, { "obj-size", required_argument, 0, 's' },
-		{ "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
+		{ "help", no_argument, 0, 'h' }, { "no-progress", no_argument, 0, 'P' }, { 0, 0, 0, 0 },
 	};
 	int fmt = 0, ch;
 	uint64_t size = 1;
@@ -529,6 +543,7 @@ static int cmd_export(int argc, char **argv)
 				return 2;
 			}
 			break;
+		case 'P': strata_cli_no_progress(); break;
 		case 'h': usage_export(stdout); return 0;
 		default: return strata_cli_bad_option("trace export", opts, argc, argv);
 		}
@@ -542,7 +557,7 @@ static int cmd_export(int argc, char **argv)
 	struct strata_trace *t;
 	if (strata_trace_open(argv[optind], &t, &err))
 		return strata_cli_fail("trace export", &err);
-	int rc = strata_trace_export(t, argv[optind + 1], fmt, (uint32_t)size, &err);
+	int rc = strata_trace_export(t, argv[optind + 1], fmt, (uint32_t)size, true, &err);
 	strata_trace_close(t);
 	return rc ? strata_cli_fail("trace export", &err) : 0;
 }

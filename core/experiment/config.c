@@ -97,6 +97,8 @@ void strata_experiment_config_id(struct strata_experiment_config *c)
 		ADD(";tiers=%s", c->tiers);
 	if (c->tier_trace[0])
 		ADD(";tier_trace=%s", c->tier_trace);
+	if (c->formats[0])
+		ADD(";formats=%s", c->formats);
 	if (c->on_miss[0])
 		ADD(";on_miss=%s", c->on_miss);
 	if (!c->virt)
@@ -162,6 +164,7 @@ int strata_experiment_run_one(const struct strata_experiment_config *x, struct s
 	c.progress = false;
 	c.tiers = x->tiers[0] ? x->tiers : NULL;
 	c.tier_trace = x->tier_trace[0] ? x->tier_trace : NULL;
+	c.formats = x->formats[0] ? x->formats : NULL;
 	if (x->virt) {
 		struct strata_cost_file cf;
 		if (x->cost[0]) {
@@ -173,6 +176,7 @@ int strata_experiment_run_one(const struct strata_experiment_config *x, struct s
 		}
 		c.engine.cost = cf.cost;
 		c.kernel_us_per_mb_token = cf.kernel_us_per_mb_token;
+		c.kernel_speed_q4 = cf.kernel_speed_q4, c.kernel_speed_q3 = cf.kernel_speed_q3;
 		c.compute = STRATA_COMPUTE_NONE;
 	} else {
 		static const char *const cn[] = { "none", "ref", "gpu", "auto", NULL };
@@ -231,6 +235,7 @@ int strata_experiment_config_parse_id(const char *id, struct strata_experiment_c
 		STR("cost", cost)
 		STR("tiers", tiers)
 		STR("tier_trace", tier_trace)
+		STR("formats", formats)
 		STR("trace_sum", trace_sum)
 		STR("model_sum", model_sum)
 		STR("place", place)

@@ -161,7 +161,141 @@ const char *strata_exp_csv_kept_find(const struct strata_exp_kept *k, const char
 	return NULL;
 }
 
-/* Returns 0, or a message in err (header mismatch, I/O). */
+#define MAX_COLS 512
+
+/* Keep line (taken over) as the row of run id (copied); -1: out of memory. */
+static int kept_push(struct strata_exp_kept *k, const char *id, char *line)
+{
+	if (k->n == k->cap) {
+		size_t cap = k->cap ? 2 * k->cap : 64;
+		char **a = realloc(k->ids, cap * sizeof(char *));
+		if (a)
+			k->ids = a;
+		char **b = a ? realloc(k->lines, cap * sizeof(char *)) : NULL;
+		if (b)
+			k->lines = b;
+		if (!a || !b)
+			return -1;
+		k->cap = cap;
+	}
+	char *d = strdup(id);
+	if (!d)
+		return -1;
+	k->ids[k->n] = d;
+	k->lines[k->n++] = line;
+	return 0;
+}
+
+/* The names of a header line (split in place, its newline cut). */
+static int header_names(char *h, char **names)
+{
+	size_t len = strlen(h);
+	while (len && (h[len - 1] == '\n' || h[len - 1] == '\r'))
+		h[--len] = '\0';
+	return strata_exp_csv_split(h, names, MAX_COLS);
+}
+
+static int find_name(char *const *names, int n, const char *name)
+{
+	for (int i = 0; i < n; i++)
+		if (!strcmp(names[i], name))
+			return i;
+	return -1;
+}
+
+/* "a, b, c" (the first few) into buf. */
+static void list_names(char *buf, size_t len, char *const *names, const int *pick, int n)
+{
+	size_t w = 0;
+	int shown = 0;
+	buf[0] = '\0';
+	for (int i = 0; i < n && w < len; i++) {
+		if (!pick[i])
+			continue;
+		if (shown == 4) {
+			snprintf(buf + w, len - w, ", ...");
+			return;
+		}
+		w += (size_t)snprintf(buf + w, len - w, "%s%s", shown++ ? ", " : "", names[i]);
+	}
+}
+
+/* The results file at path was written under other columns (an older Strata
+ * with fewer counters, a script whose tags changed).  Nothing is lost: the
+ * file moves whole to PATH.old-columns[-N].csv, and its ok rows that have
+ * every column of this sweep's header come back in that header's order
+ * (their configurations are not run again); the others run again.  *to
+ * gets the new name. */
+static int migrate(const char *path, FILE *f, char *old_head, const char *header, struct strata_exp_kept *k,
+		   char *to, size_t to_len, struct strata_error *err)
+{
+	char *oldn[MAX_COLS], *newn[MAX_COLS];
+	char *nh = strdup(header);
+	if (!nh)
+		return STRATA_ERR(err, STRATA_ENOMEM, "%s: out of memory", path);
+	int no = header_names(old_head, oldn), nn = header_names(nh, newn);
+	int map[MAX_COLS], gone[MAX_COLS], added[MAX_COLS], complete = 1;
+	for (int i = 0; i < nn; i++) {
+		map[i] = find_name(oldn, no, newn[i]);
+		added[i] = map[i] < 0;
+		complete &= !added[i];
+	}
+	for (int i = 0; i < no; i++)
+		gone[i] = find_name(newn, nn, oldn[i]) < 0;
+	int rc = STRATA_OK;
+	for (int n = 1; n < 1000; n++) { /* a free name beside it */
+		struct stat st;
+		snprintf(to, to_len, n == 1 ? "%s.old-columns.csv" : "%s.old-columns-%d.csv", path, n);
+		if (stat(to, &st) && errno == ENOENT)
+			break;
+	}
+	size_t carried = 0, rows = 0;
+	char *line;
+	while (!rc && (line = strata_exp_csv_read_line(f))) {
+		size_t len = strlen(line);
+		char *fields[MAX_COLS];
+		int n = len && line[len - 1] == '\n' ? strata_exp_csv_split(line, fields, MAX_COLS) : 0;
+		rows += len > 0;
+		if (complete && n == no && !strcmp(fields[1], "ok") && !strata_exp_csv_kept_find(k, fields[0])) {
+			char *out = NULL;
+			size_t olen = 0;
+			FILE *m = open_memstream(&out, &olen);
+			for (int i = 0; m && i < nn; i++) {
+				if (i)
+					fputc(',', m);
+				if (fields[map[i]][0]) /* an empty field as the writer leaves it: nothing */
+					strata_csv_write_field(m, fields[map[i]]);
+			}
+			int bad = !m || fputc('\n', m) == EOF;
+			if (m && fclose(m))
+				bad = 1;
+			if (bad || !out || kept_push(k, fields[0], out)) {
+				free(out);
+				rc = STRATA_ERR(err, STRATA_ENOMEM, "%s: out of memory", path);
+			} else {
+				carried++;
+			}
+		}
+		free(line);
+	}
+	if (!rc && rename(path, to))
+		rc = STRATA_ERRNO(err, STRATA_EIO, "%s: cannot move it to %s", path, to);
+	if (!rc) {
+		char a[256], g[256];
+		list_names(a, sizeof(a), newn, added, nn);
+		list_names(g, sizeof(g), oldn, gone, no);
+		fprintf(stderr,
+			"strata run: %s was written with other columns (%s%s%s%s%s): its %zu row%s moved to %s; "
+			"%zu carried over (ok rows that have every column of this sweep), the rest run again\n",
+			path, a[0] ? "new: " : "", a, a[0] && g[0] ? "; " : "", g[0] ? "gone: " : "", g, rows,
+			rows == 1 ? "" : "s", to, carried);
+	}
+	free(nh);
+	return rc;
+}
+
+/* Returns 0, or a message in err (not a results file, I/O).  A results
+ * file written under other columns is migrated (see migrate). */
 int strata_exp_csv_load(const char *path, const char *header, struct strata_exp_kept *k, struct strata_error *err)
 {
 	FILE *f = fopen(path, "r");
@@ -170,10 +304,18 @@ int strata_exp_csv_load(const char *path, const char *header, struct strata_exp_
 	char *head = strata_exp_csv_read_line(f);
 	int rc = STRATA_OK;
 	if (head && strcmp(head, header)) {
-		rc = STRATA_ERR(err, STRATA_EINVAL,
-				"%s: its columns differ from this sweep's (another sweep wrote it?): remove it, "
-				"use another `out`, or run with --fresh",
-				path);
+		if (strncmp(head, "run_id,status,error,", 20)) {
+			rc = STRATA_ERR(err, STRATA_EINVAL,
+					"%s: not a results file of strata run (its header does not start with "
+					"run_id,status,error): remove it or use another `out`",
+					path);
+		} else {
+			char to[4200];
+			rc = migrate(path, f, head, header, k, to, sizeof(to), err);
+			free(head);
+			fclose(f);
+			return rc;
+		}
 	}
 	char *line;
 	while (!rc && head && (line = strata_exp_csv_read_line(f))) {
@@ -183,24 +325,12 @@ int strata_exp_csv_load(const char *path, const char *header, struct strata_exp_
 		char *copy = len && line[len - 1] == '\n' ? strdup(line) : NULL, *fields[3];
 		int n = copy ? strata_exp_csv_split(copy, fields, 3) : 0;
 		if (n >= 2 && !strcmp(fields[1], "ok") && !strata_exp_csv_kept_find(k, fields[0])) {
-			if (k->n == k->cap) {
-				k->cap = k->cap ? 2 * k->cap : 64;
-				char **a = realloc(k->ids, k->cap * sizeof(char *));
-				char **b = a ? realloc(k->lines, k->cap * sizeof(char *)) : NULL;
-				if (a)
-					k->ids = a;
-				if (b)
-					k->lines = b;
-				if (!a || !b) {
-					free(copy);
-					free(line);
-					rc = STRATA_ERR(err, STRATA_ENOMEM, "%s: out of memory", path);
-					break;
-				}
+			if (kept_push(k, fields[0], line)) {
+				free(copy);
+				free(line);
+				rc = STRATA_ERR(err, STRATA_ENOMEM, "%s: out of memory", path);
+				break;
 			}
-			k->ids[k->n] = strdup(fields[0]);
-			k->lines[k->n] = line;
-			k->n++;
 			line = NULL;
 		}
 		free(copy);
@@ -209,6 +339,29 @@ int strata_exp_csv_load(const char *path, const char *header, struct strata_exp_
 	free(head);
 	fclose(f);
 	return rc;
+}
+
+/* Into buf: PATH then SUFFIX (".dropped.csv"), or "-2", "-3", ... before the
+ * ".csv" when that file exists with another header: rows appended to a file
+ * keep its columns. */
+void strata_exp_csv_side_file(const char *path, const char *suffix, const char *header, char *buf, size_t len)
+{
+	size_t sl = strlen(suffix), stem = sl > 4 && !strcmp(suffix + sl - 4, ".csv") ? sl - 4 : sl;
+	for (int n = 1; n < 1000; n++) {
+		if (n == 1)
+			snprintf(buf, len, "%s%s", path, suffix);
+		else
+			snprintf(buf, len, "%s%.*s-%d%s", path, (int)stem, suffix, n, suffix + stem);
+		FILE *f = fopen(buf, "r");
+		if (!f)
+			return;
+		char *head = strata_exp_csv_read_line(f);
+		fclose(f);
+		int same = !head || !strcmp(head, header);
+		free(head);
+		if (same)
+			return;
+	}
 }
 
 /* Rewrite path as header + kept lines (whole or not at all). */

@@ -56,9 +56,15 @@ struct strata_exp_kept {
 };
 void strata_exp_csv_kept_free(struct strata_exp_kept *k);
 const char *strata_exp_csv_kept_find(const struct strata_exp_kept *k, const char *id);
-/* Rows of an existing results file whose header is header (else an error
- * naming the file); a torn last line is dropped. */
+/* The ok rows of an existing results file whose header is header; a torn
+ * last line is dropped.  A results file of other columns moves whole to
+ * PATH.old-columns.csv, and its rows that have every column of header come
+ * back (reordered), the others run again; a file that is not a results file
+ * is an error naming it. */
 int strata_exp_csv_load(const char *path, const char *header, struct strata_exp_kept *k, struct strata_error *err);
+/* A file beside path for rows of this header: PATH+SUFFIX (".dropped.csv"),
+ * else "-2", "-3", ... before ".csv" when it holds rows of other columns. */
+void strata_exp_csv_side_file(const char *path, const char *suffix, const char *header, char *buf, size_t len);
 /* Rewrite path as header + kept lines (whole or not at all). */
 int strata_exp_csv_rewrite(const char *path, const char *header, const struct strata_exp_kept *k,
 			   struct strata_error *err);

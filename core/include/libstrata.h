@@ -132,8 +132,9 @@ const char *strata_api_engine_name(const strata_api_engine *e);
  * the expert, a score 0..1; NULL when n_hints is 0), make the n distinct experts resident,
  * pin them, and write their extent pointers (device pointers on the GPU) to ptrs[n] and
  * formats to fmts[n] (either may be NULL).  Blocks until they are in place.  release: unpin
- * them after the computation (on the GPU: after the work that reads them is enqueued on a
- * stream the engine's later copies are ordered after; strata_api_moe_forward does this).
+ * them after the computation (on the GPU: after the work that reads them has finished, e.g.
+ * the stream synchronized: the prefetches release lets go start at once and may overwrite
+ * them; strata_api_moe_forward does this).
  * A second acquire before release fails with EINVAL.
  */
 int32_t strata_api_engine_acquire(strata_api_engine *e, uint64_t token, uint32_t moe_layer,
@@ -151,10 +152,11 @@ int32_t strata_api_engine_release(strata_api_engine *e, uint64_t token, uint32_t
  * path, host pointers on the host path; y is accumulated into (zero it for a plain output).
  * ids (int32, -1 = no expert) and weights (float32): host arrays of n_tokens x top_k.
  * stream: the caller's cudaStream_t as an integer (0: the legacy default stream); the
- * kernels are enqueued on it and the call returns without waiting for them; ignored on the
- * host path.  While some expert is not resident in VRAM, the next call's acquire first waits
- * for these kernels (the engine may then overwrite memory they read); once every expert is
- * resident (preloaded, or promoted by the placement policy) calls never wait.  hints as for acquire.  Errors name the layer (EINVAL for an id out of range,
+ * kernels are enqueued on it; ignored on the host path.  While some expert is not resident
+ * in VRAM, the call waits for these kernels before its release (the engine may then
+ * overwrite memory they read, and starts the prefetch reads the release lets go, which run
+ * while the caller computes the next layer); once every expert is resident (preloaded, or
+ * promoted by the placement policy) the call returns without waiting for them.  hints as for acquire.  Errors name the layer (EINVAL for an id out of range,
  * ESHAPE for top_k larger than the model's or n_tokens over max_tokens).
  */
 int32_t strata_api_moe_forward(strata_api_engine *e, uint64_t token, uint32_t moe_layer, uint32_t n_tokens,

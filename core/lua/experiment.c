@@ -172,6 +172,7 @@ static const struct string_key {
 	size_t offset, size;
 } string_keys[] = {
 	STRING_KEY(model), STRING_KEY(trace), STRING_KEY(cost), STRING_KEY(tiers), STRING_KEY(tier_trace),
+	STRING_KEY(formats),
 	STRING_KEY(place), STRING_KEY(evict), STRING_KEY(prefetch), STRING_KEY(compute), STRING_KEY(mover),
 	STRING_KEY(copy), STRING_KEY(on_miss),
 };
@@ -246,7 +247,8 @@ static void read_config(lua_State *L, int idx, struct strata_experiment_config *
 			}
 		} else {
 			luaL_error(L, "config: unknown key '%s' (mode, model, trace, vram, ram, place, evict, prefetch, "
-				      "on_miss, seed, max_tokens, prefill_chunk, hints, future, compute, cost, tiers, tier_trace, mover, copy, gpu, "
+				      "on_miss, seed, max_tokens, prefill_chunk, hints, future, compute, cost, tiers, tier_trace, formats, mover, copy, "
+				      "gpu, "
 				      "tags)",
 				   k);
 		}
@@ -409,7 +411,7 @@ static int prune_kept(const char *out, const char *header, const struct strata_e
 	size_t w = 0, n_dropped = 0;
 	struct strata_outfile dr = { .fd = -1 };
 	char drop_path[4200];
-	snprintf(drop_path, sizeof(drop_path), "%s.dropped.csv", out);
+	strata_exp_csv_side_file(out, ".dropped.csv", header, drop_path, sizeof(drop_path));
 	for (size_t i = 0; i < kept->n; i++) {
 		int mine = 0;
 		for (size_t j = 0; j < n && !mine; j++)
@@ -733,6 +735,21 @@ static const char exp_prelude_lua[] =
 	"  end\n"
 	"  strata._declared = spec\n"
 	"  return strata.args\n"
+	"end\n"
+	"-- strata.spread(values[, fmt]) -> mean, min, max, text: text is the mean\n"
+	"-- in fmt (default '%.4g'), then ' (min-max)' when there are several values\n"
+	"-- (the spread over seeds in a study's table).\n"
+	"function strata.spread(vals, fmt)\n"
+	"  fmt = fmt or '%.4g'\n"
+	"  if #vals == 0 then return nil, nil, nil, '' end\n"
+	"  local sum, lo, hi = 0, math.huge, -math.huge\n"
+	"  for _, v in ipairs(vals) do sum = sum + v; lo = math.min(lo, v); hi = math.max(hi, v) end\n"
+	"  local m = sum / #vals\n"
+	"  local text = string.format(fmt, m)\n"
+	"  if #vals > 1 then\n"
+	"    text = string.format('%s (%s%s%s)', text, string.format(fmt, lo), lo < 0 and ' to ' or '-', string.format(fmt, hi))\n"
+	"  end\n"
+	"  return m, lo, hi, text\n"
 	"end\n"
 	"-- strata.write_file(path, text)\n"
 	"function strata.write_file(path, text)\n"

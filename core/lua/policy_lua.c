@@ -779,7 +779,11 @@ static int read_options(struct lua_policy *lp, struct strata_error *err)
 		char *help = slot + 3 * OPT_SLOT, *choices = slot + 4 * OPT_SLOT;
 		const char *nm = NULL;
 		if (!lua_istable(L, -1)) {
-			rc = STRATA_ERR(err, STRATA_EINVAL, "%s: option spec must be a table", lp->base);
+			const char *key = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : "x";
+			rc = STRATA_ERR(err, STRATA_EINVAL,
+					"%s: option '%s': its spec must be a table, e.g. options = { %s = { default = %s, "
+					"help = \"...\" } } (policies/lua/README.md, \"Options\")",
+					lp->base, key, key, lua_isnumber(L, -1) ? lua_tostring(L, -1) : "1");
 			break;
 		}
 		if (is_list) {

@@ -103,6 +103,17 @@ int strata_move_error(const struct strata_move *mv, struct strata_error *err)
 				"copy of %s to %p failed", strata_fmt_bytes(mv->bytes, b, sizeof(b)), mv->dst);
 }
 
+/* Before m->outstanding changes: account the time since the last change. */
+static void track(struct strata_mover *m)
+{
+	uint64_t now = strata_now_ns();
+	if (m->outstanding && now > m->t_last) {
+		m->active_ns += (double)(now - m->t_last);
+		m->qd_ns += (double)m->outstanding * (double)(now - m->t_last);
+	}
+	m->t_last = now;
+}
+
 static int submit_retry(struct strata_mover *m)
 {
 	int r;
@@ -143,6 +154,7 @@ int strata_mover_reap(struct strata_mover *m, uint32_t min, struct strata_error 
 				mv->status = STRATA_MOVE_FAILED;
 				mv->res = -EBADMSG;
 			}
+			track(m);
 			m->outstanding--;
 			m->moves++;
 			if (mv->status == STRATA_MOVE_FAILED) {
@@ -176,7 +188,9 @@ int strata_mover_queue(struct strata_mover *m, struct strata_move *mv, struct st
 	for (;;) {
 		int r = m->ops->queue(m, mv);
 		if (r == 0) {
-			m->outstanding++;
+			track(m);
+			if (++m->outstanding > m->max_outstanding)
+				m->max_outstanding = m->outstanding;
 			return STRATA_OK;
 		}
 		if (r != -EBUSY) {

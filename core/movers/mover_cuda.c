@@ -5,6 +5,8 @@
  *          (the copy engine's per-call setup is paid once per batch);
  *   sm:    one copy kernel reading the pinned extents over PCIe.
  * Every move of a batch shares the batch's event, so they complete together.
+ * Demand moves are issued before prefetches (mv->low) of the same submit and
+ * never on the prefetches' stream (the last one, with two or more).
  * Sources should be pinned (the RAM tier's arena and the staged mover's
  * bounce buffers are), or the copy is synchronous and slow; copy=sm needs
  * them registered and falls back to batch where the device cannot read
@@ -123,26 +125,46 @@ static int issue(struct cuda_priv *p, uint32_t n, strata_gpu_stream *s, uint32_t
 	return rc ? rc : strata_gpu_event_record(p->events[ev], s, NULL);
 }
 
+/* The next queued move of the kind asked for (low or demand), unlinked. */
+static struct strata_move *pop_kind(struct strata_moveq *q, bool low)
+{
+	struct strata_move *prev = NULL;
+	for (struct strata_move *mv = q->head; mv; prev = mv, mv = mv->next)
+		if (mv->low == low) {
+			strata_moveq_unlink(q, prev, mv);
+			return mv;
+		}
+	return NULL;
+}
+
 static int cuda_submit(struct strata_mover *m)
 {
 	struct cuda_priv *p = m->priv;
 	uint32_t done = 0;
 	while (p->queued.head) {
-		/* copy=each: a batch of one move; else every queued move */
+		/* demand moves first, in batches of their own: copy=each, a batch of
+		 * one move; else every queued move of the kind */
+		bool low = true;
+		for (struct strata_move *q = p->queued.head; q && low; q = q->next)
+			low = q->low;
 		uint32_t n = 0, ev = 0, slot = 0;
-		do {
-			struct strata_move *mv = strata_moveq_pop(&p->queued);
+		struct strata_move *mv;
+		while ((n == 0 || p->copy != STRATA_COPY_EACH) && (mv = pop_kind(&p->queued, low))) {
 			p->batch[n] = mv;
 			p->dst[n] = mv->dst;
 			p->src[n] = mv->src;
 			p->bytes[n] = mv->bytes;
 			n++;
-		} while (p->queued.head && p->copy != STRATA_COPY_EACH);
+		}
 		/* a free event exists: each busy event holds >= 1 of the used moves,
 		 * and queue() keeps used + queued <= queue_depth */
 		while (p->ev_refs[ev])
 			ev++;
-		strata_gpu_stream *s = p->streams[p->next_stream++ % p->n_streams];
+		/* with two streams or more, prefetches keep to the last one, so a
+		 * demand copy never queues behind them on its stream */
+		uint32_t ns = p->n_streams;
+		strata_gpu_stream *s = ns < 2 ? p->streams[0]
+				       : low ? p->streams[ns - 1] : p->streams[p->next_stream++ % (ns - 1)];
 		uint64_t now = strata_now_ns();
 		for (uint32_t i = 0; i < n; i++)
 			p->batch[i]->submit_ns = now;
@@ -187,7 +209,9 @@ static int cuda_reap(struct strata_mover *m, uint32_t min, struct strata_move **
 				p->ev_state[ev] = (int8_t)strata_gpu_event_query(p->events[ev], NULL);
 			int q = p->ev_state[ev];
 			if (q == 0) {
-				if (oldest == UINT32_MAX || p->slot_seq[i] < p->slot_seq[oldest])
+				/* the oldest demand batch, else the oldest prefetch batch */
+				if (oldest == UINT32_MAX || (!mv->low && p->slot[oldest]->low) ||
+				    (mv->low == p->slot[oldest]->low && p->slot_seq[i] < p->slot_seq[oldest]))
 					oldest = i;
 				continue;
 			}
@@ -201,7 +225,7 @@ static int cuda_reap(struct strata_mover *m, uint32_t min, struct strata_move **
 		}
 		if (n >= min || oldest == UINT32_MAX || n >= max)
 			return (int)n;
-		/* block on the oldest batch, then sweep again */
+		/* block on that batch, then sweep again */
 		strata_gpu_event_sync(p->events[p->slot_ev[oldest]], NULL);
 	}
 }

@@ -21,6 +21,19 @@ static inline void strata_moveq_push(struct strata_moveq *q, struct strata_move 
 	q->n++;
 }
 
+/* Remove mv, which follows prev (NULL: mv is the head). */
+static inline void strata_moveq_unlink(struct strata_moveq *q, struct strata_move *prev, struct strata_move *mv)
+{
+	if (prev)
+		prev->next = mv->next;
+	else
+		q->head = mv->next;
+	if (q->tail == mv)
+		q->tail = prev;
+	mv->next = NULL;
+	q->n--;
+}
+
 static inline struct strata_move *strata_moveq_pop(struct strata_moveq *q)
 {
 	struct strata_move *mv = q->head;

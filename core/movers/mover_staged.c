@@ -15,7 +15,10 @@
  * back.  XXH3 is a stream, so chunks are hashed in file order: a chunk whose
  * copy finished before an earlier chunk's read keeps its buffer until it has
  * been hashed.  At most n + 1 moves are being hashed at once (every one but
- * the head of the pending queue holds a buffer). */
+ * the one partly issued holds a buffer).
+ *
+ * Demand before prefetch: a parent marked mv->low waits while a demand
+ * parent has chunks to issue (once started, a parent is finished first). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -118,6 +121,18 @@ static struct hstate *hs_of(struct staged_priv *p, const struct strata_move *par
 	return NULL;
 }
 
+/* Take mv off the pending queue if it is there (it leaves once fully issued,
+ * before it can complete and join the done queue through the same link). */
+static void pending_remove(struct staged_priv *p, struct strata_move *mv)
+{
+	struct strata_move *prev = NULL;
+	for (struct strata_move *q = p->pending.head; q; prev = q, q = q->next)
+		if (q == mv) {
+			strata_moveq_unlink(&p->pending, prev, q);
+			return;
+		}
+}
+
 static void chunk_finished(struct bounce *b, int res);
 
 /* A checked move failed: stop hashing it and let go of the chunks that were
@@ -175,6 +190,8 @@ static void chunk_finished(struct bounce *b, int res)
 		par->res = res;
 		/* stop issuing: what was never read counts as finished */
 		uint64_t unissued = par->bytes - par->priv[0];
+		if (unissued)
+			pending_remove(p, par);
 		par->priv[0] = par->bytes;
 		par->priv[1] += unissued;
 	} else if (!res) {
@@ -213,6 +230,7 @@ static void read_done(struct strata_move *rd)
 	b->cp.bytes = b->len;
 	b->cp.on_done = copy_done;
 	b->cp.user = b;
+	b->cp.low = b->parent->low;
 	b->read_ok = 1;
 	struct strata_move *par = b->parent;
 	if (strata_mover_queue(m->cfg.stage_copy, &b->cp, NULL)) {
@@ -223,6 +241,21 @@ static void read_done(struct strata_move *rd)
 		hs_advance(m->priv, par);
 }
 
+/* The parent whose chunk goes next: the one partly issued (at most one is,
+ * so at most one parent without a buffer is being hashed), else the first
+ * demand move (not mv->low), else the oldest prefetch; NULL when none. */
+static struct strata_move *next_parent(struct staged_priv *p)
+{
+	struct strata_move *first_hi = NULL;
+	for (struct strata_move *mv = p->pending.head; mv; mv = mv->next) {
+		if (mv->priv[0])
+			return mv;
+		if (!first_hi && !mv->low)
+			first_hi = mv;
+	}
+	return first_hi ? first_hi : p->pending.head;
+}
+
 /* Hand free bounce buffers to the next chunks, then submit both stages. */
 static int pump(struct strata_mover *m)
 {
@@ -231,15 +264,9 @@ static int pump(struct strata_mover *m)
 		struct bounce *b = &p->b[i];
 		if (b->busy)
 			continue;
-		/* A parent whose chunk failed stops issuing: chunk_finished marks all
-		 * of it issued while it may still head the queue.  Drop it here, or a
-		 * zero-length chunk would finish it a second time (pushing it twice on
-		 * the done queue, which then loops). */
-		while (p->pending.head && p->pending.head->priv[0] == p->pending.head->bytes)
-			strata_moveq_pop(&p->pending);
-		if (!p->pending.head)
+		struct strata_move *par = next_parent(p);
+		if (!par)
 			break;
-		struct strata_move *par = p->pending.head;
 		uint64_t left = par->bytes - par->priv[0];
 		b->busy = 1;
 		b->parent = par;
@@ -254,7 +281,7 @@ static int pump(struct strata_mover *m)
 		}
 		par->priv[0] += b->len;
 		if (par->priv[0] == par->bytes)
-			strata_moveq_pop(&p->pending);
+			pending_remove(p, par);
 		memset(&b->rd, 0, sizeof(b->rd));
 		b->rd.fd = par->fd;
 		b->rd.path = par->path;

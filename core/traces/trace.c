@@ -1310,7 +1310,7 @@ static void draw_pred(const struct strata_trace_info *in, const struct strata_tr
 }
 
 int strata_trace_convert_pred(const struct strata_trace *t, const char *path, int format,
-			      const struct strata_trace_pred_config *pc, struct strata_error *err)
+			      const struct strata_trace_pred_config *pc, bool progress, struct strata_error *err)
 {
 	const struct strata_trace_info *in = &t->info;
 	if (pc && (!pc->depth || pc->depth > STRATA_TRACE_MAX_DEPTH || !(pc->accuracy >= 0 && pc->accuracy <= 1)))
@@ -1338,6 +1338,9 @@ int strata_trace_convert_pred(const struct strata_trace *t, const char *path, in
 		return STRATA_ERR(err, STRATA_ENOMEM, "out of memory");
 	}
 	uint64_t rng = pc ? pc->seed : 0;
+	struct strata_progress pg;
+	if (progress)
+		strata_progress_start(&pg, "trace convert", in->n_tokens, "tokens");
 	for (uint64_t i = 0; i < in->n_tokens && !rc; i++) {
 		struct strata_trace_token tok;
 		strata_trace_read_one(t, i, &tok, scratch);
@@ -1346,19 +1349,23 @@ int strata_trace_convert_pred(const struct strata_trace *t, const char *path, in
 			tok.pred = pred;
 			tok.pred_w = pw;
 		}
-		rc = strata_trace_writer_add(w, &tok, err);
+		if ((rc = strata_trace_writer_add(w, &tok, err)))
+			strata_trace_writer_abort(w);
+		else if (progress)
+			strata_progress_update(&pg, i + 1);
 	}
 	free(scratch), free(pred), free(pw);
-	if (rc) {
-		strata_trace_writer_abort(w);
-		return rc;
-	}
-	return strata_trace_writer_finish(w, err);
+	if (!rc)
+		rc = strata_trace_writer_finish(w, err);
+	if (progress)
+		strata_progress_finish(&pg);
+	return rc;
 }
 
-int strata_trace_convert(const struct strata_trace *t, const char *path, int format, struct strata_error *err)
+int strata_trace_convert(const struct strata_trace *t, const char *path, int format, bool progress,
+			 struct strata_error *err)
 {
-	return strata_trace_convert_pred(t, path, format, NULL, err);
+	return strata_trace_convert_pred(t, path, format, NULL, progress, err);
 }
 
 /* ---- plans and the future -------------------------------------------- */

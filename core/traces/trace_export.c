@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "strata/trace.h"
+#include "strata/util.h"
 
 #define OG_RECORD 24
 #define OG_CHUNK (1u << 16) /* records per write */
@@ -65,7 +66,7 @@ static int write_all(int fd, const uint8_t *buf, size_t n, off_t at, const char 
 }
 
 static int export_oracle(const struct strata_trace *t, int fd, const char *tmp, uint32_t obj_size,
-			 struct strata_error *err)
+			 struct strata_progress *pg, struct strata_error *err)
 {
 	const struct strata_trace_info *in = strata_trace_info(t);
 	uint64_t n = count_requests(t), n_ids = (uint64_t)in->n_moe_layers * in->n_experts;
@@ -82,6 +83,8 @@ static int export_oracle(const struct strata_trace *t, int fd, const char *tmp, 
 	uint64_t idx = n;     /* index of the request being filled, counting down */
 	uint32_t fill = 0;    /* records in buf, stored at its end */
 	for (uint64_t i = in->n_tokens; i-- > 0 && !rc;) {
+		if (pg)
+			strata_progress_update(pg, in->n_tokens - i);
 		for (uint32_t l = in->n_moe_layers; l-- > 0 && !rc;) {
 			const uint16_t *e = strata_trace_experts(t, i, l);
 			for (uint32_t j = in->top_k; j-- > 0;) {
@@ -113,11 +116,13 @@ static int export_oracle(const struct strata_trace *t, int fd, const char *tmp, 
 	return rc;
 }
 
-static int export_csv(const struct strata_trace *t, FILE *f, uint32_t obj_size)
+static int export_csv(const struct strata_trace *t, FILE *f, uint32_t obj_size, struct strata_progress *pg)
 {
 	const struct strata_trace_info *in = strata_trace_info(t);
 	fprintf(f, "time,obj_id,obj_size\n");
-	for (uint64_t i = 0; i < in->n_tokens; i++)
+	for (uint64_t i = 0; i < in->n_tokens; i++) {
+		if (pg)
+			strata_progress_update(pg, i + 1);
 		for (uint32_t l = 0; l < in->n_moe_layers; l++) {
 			const uint16_t *e = strata_trace_experts(t, i, l);
 			for (uint32_t j = 0; j < in->top_k; j++)
@@ -125,11 +130,12 @@ static int export_csv(const struct strata_trace *t, FILE *f, uint32_t obj_size)
 					fprintf(f, "%" PRIu64 ",%" PRIu64 ",%u\n", i,
 						(uint64_t)l * in->n_experts + e[j], obj_size);
 		}
+	}
 	return ferror(f) ? -1 : 0;
 }
 
 int strata_trace_export(const struct strata_trace *t, const char *path, int format, uint32_t obj_size,
-			struct strata_error *err)
+			bool progress, struct strata_error *err)
 {
 	size_t len = strlen(path) + 5;
 	char *tmp = malloc(len);
@@ -143,15 +149,18 @@ int strata_trace_export(const struct strata_trace *t, const char *path, int form
 		free(tmp);
 		return rc;
 	}
+	struct strata_progress pg;
+	if (progress)
+		strata_progress_start(&pg, "trace export", strata_trace_info(t)->n_tokens, "tokens");
 	if (format == STRATA_EXPORT_ORACLE_GENERAL) {
-		rc = export_oracle(t, fd, tmp, obj_size, err);
+		rc = export_oracle(t, fd, tmp, obj_size, progress ? &pg : NULL, err);
 	} else if (format == STRATA_EXPORT_CSV) {
 		FILE *f = fdopen(fd, "w");
 		if (!f) {
 			rc = STRATA_ERRNO(err, STRATA_EIO, "%s: fdopen", tmp);
 		} else {
 			fd = -1;
-			if (export_csv(t, f, obj_size) || fflush(f) || fsync(fileno(f)))
+			if (export_csv(t, f, obj_size, progress ? &pg : NULL) || fflush(f) || fsync(fileno(f)))
 				rc = STRATA_ERRNO(err, STRATA_EIO, "%s: write", tmp);
 			if (fclose(f) && !rc)
 				rc = STRATA_ERRNO(err, STRATA_EIO, "%s: close", tmp);
@@ -167,6 +176,8 @@ int strata_trace_export(const struct strata_trace *t, const char *path, int form
 	}
 	if (!rc && rename(tmp, path))
 		rc = STRATA_ERRNO(err, STRATA_EIO, "%s: rename to %s", tmp, path);
+	if (progress)
+		strata_progress_finish(&pg);
 	if (rc)
 		unlink(tmp);
 	free(tmp);

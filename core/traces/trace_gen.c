@@ -207,6 +207,8 @@ int strata_trace_gen(const struct strata_trace_gen_config *c, const char *path, 
 	uint32_t *plen = malloc(c->requests * sizeof(uint32_t)), *glen = malloc(c->requests * sizeof(uint32_t));
 	uint32_t *done = calloc(c->requests, sizeof(uint32_t));
 	struct strata_trace_writer *wr = NULL;
+	struct strata_progress pg = { 0 };
+	uint64_t emitted = 0;
 	int rc = STRATA_OK;
 	if (!g.perm || !g.cmap || !g.cdf || !g.hist || !g.hist_n || !ids || !pred || !w || !pw || !plen || !glen ||
 	    !done) {
@@ -250,6 +252,8 @@ int strata_trace_gen(const struct strata_trace_gen_config *c, const char *path, 
 		n_tokens += (uint64_t)plen[r] + glen[r];
 	if ((rc = strata_trace_writer_open(&wc, &wr, err)) || (rc = strata_trace_writer_reserve(wr, n_tokens, err)))
 		goto out;
+	if (c->progress)
+		strata_progress_start(&pg, "trace gen", n_tokens, "tokens");
 #define EMIT(req_, phase_, pos_)                                                                         \
 	do {                                                                                             \
 		gen_token(&g, (req_), ids, c->weights ? w : NULL);                                       \
@@ -260,6 +264,8 @@ int strata_trace_gen(const struct strata_trace_gen_config *c, const char *path, 
 						 .pred = c->pred_depth ? pred : NULL, .pred_w = pw };   \
 		if ((rc = strata_trace_writer_add(wr, &tk, err)))                                        \
 			goto out;                                                                        \
+		if (c->progress)                                                                         \
+			strata_progress_update(&pg, ++emitted);                                          \
 	} while (0)
 	if (!c->interleave) {
 		for (uint32_t r = 0; r < c->requests; r++) {
@@ -293,6 +299,8 @@ int strata_trace_gen(const struct strata_trace_gen_config *c, const char *path, 
 	rc = strata_trace_writer_finish(wr, err);
 	wr = NULL;
 out:
+	if (pg.what) /* the line ends before an error is printed */
+		strata_progress_finish(&pg);
 	if (wr)
 		strata_trace_writer_abort(wr);
 	free(g.perm);

@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <xxhash.h>
 
 #include "strata/csv.h"
@@ -76,6 +77,8 @@ struct imp {
 	const struct strata_trace_import_config *c;
 	struct strata_trace_import_result *res;
 	struct strata_error *err;
+	struct strata_progress *pg; /* over the bytes read, or NULL */
+	uint64_t bytes_read;
 	const char *file;       /* current input */
 	uint32_t file_idx;
 	char col[R_COUNT][96];  /* resolved column per role; "" none */
@@ -122,6 +125,7 @@ struct imp {
 	} src;
 	char **ignore;          /* --map COLUMN=-: columns read as absent */
 	size_t n_ignore;
+	int moe_trace;          /* a headerless llama-moe-trace CSV (see is_moe_trace) */
 };
 
 enum { TEXT_LINE = 0, TEXT_CSV = 1, TEXT_DOC = 2 };
@@ -1097,8 +1101,48 @@ static void trim_fields(char **f, size_t n)
 	}
 }
 
+/* llama-moe-trace (tools/moe-trace/moe-trace.cpp in llama.cpp forks such as
+ * thecodacus/llama.cpp; not in ggml-org/llama.cpp): a CSV without a header,
+ * one row per (position, layer) in the order the layers ran,
+ * "pos,layer,id0,id1,...", prompt rows with negative positions, the
+ * layer the model's block index (dense blocks have no rows).  Recognised by
+ * a first line of at least three integer fields; read as the columns
+ * pos,layer,expert_0.. with the phase from pos's sign and tokens in order
+ * per layer (a prompt batch lists a layer's tokens together). */
+static int is_moe_trace(const char *s, char sep)
+{
+	size_t fields = 1;
+	for (const char *p = s; *p; p++) {
+		if (*p == sep) {
+			fields++;
+			continue;
+		}
+		if (*p == '-' && (p == s || p[-1] == sep) && isdigit((unsigned char)p[1]))
+			continue;
+		if (!isdigit((unsigned char)*p) && *p != ' ')
+			return 0;
+	}
+	return fields >= 3;
+}
+
+/* The header it is read with: pos, layer, expert_0 .. expert_{n-3}. */
+static char *moe_trace_header(const char *s, char sep)
+{
+	size_t n = 1;
+	for (const char *p = s; *p; p++)
+		n += *p == sep;
+	char *h = malloc(16 + n * 24);
+	if (!h)
+		return NULL;
+	int o = sprintf(h, "pos%clayer", sep);
+	for (size_t i = 0; i + 2 < n; i++)
+		o += sprintf(h + o, "%cexpert_%zu", sep, i);
+	return h;
+}
+
 /* A CSV record as a JSON object in sb, remembering where each field went
- * (im->src) so an error names the column.  Ignored columns are left out. */
+ * (im->src) so an error names the column.  Ignored columns are left out.  A
+ * llama-moe-trace row's pos becomes its phase. */
 static int csv_to_json(struct imp *im, struct sbuf *sb, char **hdr, char **fields, size_t nf, const char *line)
 {
 	if (nf > im->src.n_fields || !im->src.json_at) {
@@ -1119,6 +1163,16 @@ static int csv_to_json(struct imp *im, struct sbuf *sb, char **hdr, char **field
 		im->src.csv_col[i] = (size_t)(fields[i] - line);
 		if (ignored(im, hdr[i])) {
 			im->src.json_at[i] = sb->used;
+			continue;
+		}
+		if (im->moe_trace && i == 0) {
+			const char *v = fields[0];
+			while (*v == ' ')
+				v++;
+			bad = (any && sb_put(sb, ",", 1)) || sb_put(sb, "\"phase\":", 8);
+			im->src.json_at[i] = sb->used;
+			bad = bad || (*v == '-' ? sb_put(sb, "\"prefill\"", 9) : sb_put(sb, "\"decode\"", 8));
+			any = 1;
 			continue;
 		}
 		bad = (any && sb_put(sb, ",", 1)) || json_escape(sb, hdr[i]) || sb_put(sb, ":", 1);
@@ -1223,6 +1277,7 @@ static int import_file(struct imp *im, const char *path)
 	im->file = path;
 	im->resolved = 0;
 	memset(&im->src.kind, 0, sizeof(im->src.kind));
+	im->moe_trace = 0;
 	im->src.text = NULL;
 	im->src.line = 0;
 	int csv = -1; /* decided on the first non-empty line */
@@ -1237,6 +1292,8 @@ static int import_file(struct imp *im, const char *path)
 	int rc = 0, document = 0;
 	while ((len = getline(&line, &cap, f)) >= 0) {
 		lineno++;
+		if (im->pg)
+			strata_progress_update(im->pg, im->bytes_read += (uint64_t)len);
 		if (document) { /* the rest of a single JSON document */
 			if (grow((void **)&whole, &wcap, wlen + (size_t)len + 1, 1)) {
 				rc = IERR(STRATA_ENOMEM, "out of memory");
@@ -1272,7 +1329,8 @@ static int import_file(struct imp *im, const char *path)
 			csv = *s != '{';
 			if (csv) {
 				sep = (ends_with(path, ".tsv") || strchr(s, '\t')) ? '\t' : ',';
-				hdr_line = strdup(s);
+				im->moe_trace = is_moe_trace(s, sep);
+				hdr_line = im->moe_trace ? moe_trace_header(s, sep) : strdup(s);
 				if (!hdr_line) {
 					rc = IERR(STRATA_ENOMEM, "out of memory");
 					break;
@@ -1283,7 +1341,8 @@ static int import_file(struct imp *im, const char *path)
 					break;
 				}
 				trim_fields(hdr, nh);
-				continue;
+				if (!im->moe_trace)
+					continue; /* else the line is a record */
 			}
 		}
 		im->src.line = lineno;
@@ -1303,8 +1362,12 @@ static int import_file(struct imp *im, const char *path)
 				break;
 			}
 			if (nf != nh) {
-				rc = IERR(STRATA_EINVAL, "%s:%" PRIu64 ":%zu: %zu fields, the header has %zu", path, lineno,
-					  nf > nh ? (size_t)(fields[nh] - line) + 1 : strlen(line) + 1, nf, nh);
+				rc = im->moe_trace
+				   ? IERR(STRATA_EINVAL, "%s:%" PRIu64 ":%zu: %zu fields, the first line has %zu"
+					  " (llama-moe-trace rows are pos,layer and %zu expert ids)", path, lineno,
+					  nf > nh ? (size_t)(fields[nh] - line) + 1 : (size_t)len + 1, nf, nh, nh - 2)
+				   : IERR(STRATA_EINVAL, "%s:%" PRIu64 ":%zu: %zu fields, the header has %zu", path, lineno,
+					  nf > nh ? (size_t)(fields[nh] - line) + 1 : (size_t)len + 1, nf, nh);
 				break;
 			}
 			if ((rc = csv_to_json(im, &sb, hdr, fields, nf, line)))
@@ -1707,6 +1770,18 @@ int strata_trace_import(const struct strata_trace_import_config *c, struct strat
 	if (rc)
 		return rc;
 	struct imp im = { .c = c, .res = res, .err = err, .min_layer = UINT32_MAX, .max_id = -1 };
+	struct strata_progress pg;
+	if (c->progress) { /* the inputs' bytes (stdin: unknown, no ETA) */
+		uint64_t total = 0;
+		struct stat st;
+		for (uint32_t i = 0; i < c->n_inputs && total != UINT64_MAX; i++)
+			total = strcmp(c->inputs[i], "-") && !stat(c->inputs[i], &st) && S_ISREG(st.st_mode)
+					? total + (uint64_t)st.st_size : UINT64_MAX;
+		if (total == UINT64_MAX)
+			total = 0;
+		strata_progress_start(&pg, "trace import", total, "B");
+		im.pg = &pg;
+	}
 	rc = parse_map(&im, c->map);
 	for (uint32_t i = 0; !rc && i < c->n_inputs; i++) {
 		im.file_idx = i;
@@ -1714,6 +1789,8 @@ int strata_trace_import(const struct strata_trace_import_config *c, struct strat
 	}
 	if (!rc)
 		rc = assemble(&im);
+	if (im.pg) /* the line ends before an error or the summary is printed */
+		strata_progress_finish(im.pg);
 	for (uint32_t i = 0; i < im.n_reqs; i++) {
 		free(im.reqs[i].name);
 		free(im.reqs[i].layer_next);

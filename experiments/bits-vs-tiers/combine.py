@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Join study 3's pieces: per-tier cosines (bench_quant CSV), model sizes
-(strata inspect --json, one JSON per line, tagged with split and model), and
-the simulation rows (results/sim.csv from run.lua).  Writes summary.csv and
+"""Join study 3's pieces: per-format cosines (bench_quant CSV), model sizes
+(strata inspect --json, one JSON per line, tagged with split, the tiers'
+formats and model), and the simulation rows (results/sim.csv from run.lua),
+one row per split and choice of tier formats (hot,warm,cold; q4,warm,cold ...).  Writes summary.csv and
 the markdown tables.  No dependencies beyond the standard library.
 
     combine.py RESULTS_DIR
@@ -9,6 +10,10 @@ the markdown tables.  No dependencies beyond the standard library.
 import csv
 import json
 import sys
+
+
+FMT_BPW = {'hot': 2.8125, 'warm': 2.5625, 'cold': 1.4375, 'q4': 4.5, 'q3': 3.5}
+DEFAULT_FORMATS = 'hot,warm,cold'
 
 
 def main(res):
@@ -21,30 +26,32 @@ def main(res):
     with open(f'{res}/sizes.jsonl') as f:
         for line in f:
             j = json.loads(line)
-            sizes[(j['split'], j['which'])] = j['card']
-    # one row per (split, variant, trace seed): tables use the mean over
-    # seeds, speed.csv keeps every seed (the plot draws the spread)
+            sizes[(j['split'], j.get('formats', DEFAULT_FORMATS), j['which'])] = j['card']
+    # one row per (split, formats, variant, trace seed): tables use the mean
+    # over seeds, speed.csv keeps every seed (the plot draws the spread)
     runs = {}
-    splits = []
+    choices = []
     with open(f'{res}/sim.csv', newline='') as f:
         for r in csv.DictReader(f):
-            runs.setdefault((r['split'], r['variant']), []).append(r)
-            if r['split'] not in splits:
-                splits.append(r['split'])
+            key = (r['split'], r.get('formats') or DEFAULT_FORMATS)
+            runs.setdefault(key + (r['variant'],), []).append(r)
+            if key not in choices:
+                choices.append(key)
     sim = {}
     for key, rs in runs.items():
         sim[key] = {c: sum(float(r[c]) for r in rs) / len(rs) for c in ('hit_vram', 'hit_ram', 'hit_nvme',
                                                                           'decode_tok_s')}
 
-    fmts = ['hot', 'warm', 'cold']
     rows = []
-    for s in splits:
+    for s, fm in choices:
+        fmts = fm.split(',')
         pct = [float(x) / 100 for x in s.split('/')]
-        sh = sim[(s, 'shares')]
+        sh = sim[(s, fm, 'shares')]
         acc = [float(sh['hit_vram']), float(sh['hit_ram']), float(sh['hit_nvme'])]
-        full, scaled = sizes[(s, 'full')], sizes[(s, 'scaled')]
+        full, scaled = sizes[(s, fm, 'full')], sizes[(s, fm, 'scaled')]
         row = {
             'split': s,
+            'formats': fm,
             'bpw': full['total']['bpw'],
             'full_gb': full['total']['gb'],
             'scaled_mb': scaled['total']['gb'] * 1000,
@@ -55,49 +62,66 @@ def main(res):
             row[f'cos_param_{d}'] = sum(p * cos[t][d] for p, t in zip(pct, fmts))
             row[f'cos_access_{d}'] = sum(a * cos[t][d] for a, t in zip(acc, fmts))
         for v in ('static', 'cache'):
-            row[f'tok_s_{v}'] = float(sim[(s, v)]['decode_tok_s'])
-            row[f'fast_hit_{v}'] = float(sim[(s, v)]['hit_vram']) + float(sim[(s, v)]['hit_ram'])
+            row[f'tok_s_{v}'] = float(sim[(s, fm, v)]['decode_tok_s'])
+            row[f'fast_hit_{v}'] = float(sim[(s, fm, v)]['hit_vram']) + float(sim[(s, fm, v)]['hit_ram'])
         rows.append(row)
     cols = list(rows[0].keys())
     with open(f'{res}/summary.csv', 'w', newline='') as f:
         w = csv.DictWriter(f, cols)
         w.writeheader()
         w.writerows(rows)
+    several = len({fm for _, fm in choices}) > 1
     # long form for the speed plot, one row per trace seed
     with open(f'{res}/speed.csv', 'w', newline='') as f:
         w = csv.writer(f)
-        w.writerow(['split', 'policy', 'seed', 'decode_tok_s', 'fast_hit_pct'])
-        for s in splits:
+        w.writerow(['split', 'formats', 'policy', 'seed', 'decode_tok_s', 'fast_hit_pct'])
+        for s, fm in choices:
             for v in ('static', 'cache'):
-                for r in runs[(s, v)]:
-                    w.writerow([s, v, r.get('trace_seed', ''), float(r['decode_tok_s']),
-                                100 * (float(r['hit_vram']) + float(r['hit_ram']))])
+                for r in runs[(s, fm, v)]:
+                    w.writerow([s, fm, f'{v} {fm}' if several else v, r.get('trace_seed', ''),
+                                float(r['decode_tok_s']), 100 * (float(r['hit_vram']) + float(r['hit_ram']))])
 
     g = 'gauss' if 'gauss' in dists else dists[0]
     with open(f'{res}/quality.csv', 'w', newline='') as f:
         w = csv.writer(f)
-        w.writerow(['split', 'full_gb', 'bpw', 'weighting', 'cosine'])
+        w.writerow(['split', 'formats', 'full_gb', 'bpw', 'weighting', 'cosine'])
         for r in rows:
             for k, lab in (('param', 'by parameters'), ('access', 'by expert accesses')):
-                w.writerow([r['split'], r['full_gb'], r['bpw'], lab, r[f'cos_{k}_{g}']])
+                w.writerow([r['split'], r['formats'], r['full_gb'], r['bpw'],
+                            f'{lab}, {r["formats"]}' if several else lab, r[f'cos_{k}_{g}']])
+    used = []
+    for _, fm in choices:
+        for t in fm.split(','):
+            if t not in used:
+                used.append(t)
     with open(f'{res}/cosine.md', 'w') as f:
         f.write('| format | bpw | ' + ' | '.join(f'cosine {d}' for d in dists) + ' |\n|---|---|' + '---|' * len(dists) + '\n')
-        bpw = {'hot': 2.8125, 'warm': 2.5625, 'cold': 1.4375}
-        for t in fmts:
-            f.write(f'| {t} | {bpw[t]} | ' + ' | '.join(f'{cos[t][d]:.4f}' for d in dists) + ' |\n')
+        for t in [t for t in FMT_BPW if t in cos]:
+            f.write(f'| {t} | {FMT_BPW[t]} | ' + ' | '.join(f'{cos[t][d]:.4f}' for d in dists) + ' |\n')
     with open(f'{res}/summary.md', 'w') as f:
         nseed = max(len(v) for v in runs.values())
         f.write(f'(simulation columns: mean over {nseed} trace seed{"s" if nseed > 1 else ""})\n\n')
-        f.write('| split h/w/c % | bpw | Qwen3-30B-A3B GB | vs BF16 | scaled MB | accesses h/w/c % | '
+        f.write('| split h/w/c % | formats h,w,c | bpw | Qwen3-30B-A3B GB | vs BF16 | scaled MB | accesses h/w/c % | '
                 f'cosine, by params ({g}) | cosine, by accesses ({g}) | tok/s static | tok/s cache |\n')
-        f.write('|---|---|---|---|---|---|---|---|---|---|\n')
+        f.write('|---|---|---|---|---|---|---|---|---|---|---|\n')
         for r in rows:
-            f.write(f"| {r['split']} | {r['bpw']:.4f} | {r['full_gb']:.2f} | {r['reduction_vs_bf16']:.2f}x | "
+            f.write(f"| {r['split']} | {r['formats']} | {r['bpw']:.4f} | {r['full_gb']:.2f} | {r['reduction_vs_bf16']:.2f}x | "
                     f"{r['scaled_mb']:.0f} | {100*r['access_hot']:.1f}/{100*r['access_warm']:.1f}/{100*r['access_cold']:.1f} | "
                     f"{r[f'cos_param_{g}']:.4f} | {r[f'cos_access_{g}']:.4f} | {r['tok_s_static']:.1f} | "
                     f"{r['tok_s_cache']:.1f} |\n")
+    # the fit variants: the whole model in VRAM, tok/s per cost model (kernel speeds)
+    fits = sorted({v for (_, _, v) in runs if v.startswith('fit ')})
+    with open(f'{res}/fit.md', 'w') as f:
+        if fits:
+            f.write('| split h/w/c % | formats h,w,c | cosine, by accesses (' + g + ') | ' +
+                    ' | '.join(f'tok/s {v[4:]}' for v in fits) + ' |\n|---|---|---|' + '---|' * len(fits) + '\n')
+            for r in rows:
+                f.write(f"| {r['split']} | {r['formats']} | {r[f'cos_access_{g}']:.4f} | " +
+                        ' | '.join(f"{float(sim[(r['split'], r['formats'], v)]['decode_tok_s']):.1f}" for v in fits) +
+                        ' |\n')
     print(open(f'{res}/cosine.md').read())
     print(open(f'{res}/summary.md').read())
+    print(open(f'{res}/fit.md').read())
 
 
 if __name__ == '__main__':

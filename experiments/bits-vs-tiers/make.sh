@@ -5,7 +5,10 @@
 # Usage: experiments/bits-vs-tiers/make.sh [key=value ... for run.lua]
 # env: BENCH_QUANT (default: bench_quant beside the strata binary), ROWS/COLS
 # (matrix shape, default 768 x 2048: a Qwen3-30B-A3B gate/up projection),
-# PYTHON (for combine.py, default python3); and experiments/common.sh's.
+# PYTHON (for combine.py, default python3), FORMATS (;-separated choices of the
+# tiers' formats), COST (the cost model: default cost_qwen_sq.json beside this
+# script, the GPU machine's calibration plus the measured speed of the q4/q3
+# kernels); and experiments/common.sh's.
 source "$(dirname "$0")/../common.sh"
 here=experiments/bits-vs-tiers
 figs=${STUDY_OUT:-$here}   # plots; results/ under it
@@ -14,6 +17,9 @@ mkdir -p "$res"
 bq=${BENCH_QUANT:-$(dirname "$(dirname "$STRATA")")/bench/bench_quant}
 [ -x "$bq" ] || { echo "no $bq: scons -Q -j2 mode=release (or set BENCH_QUANT)" >&2; exit 2; }
 splits=${SPLITS:-0/0/100,5/20/75,15/30/55,30/40/30,50/30/20,0/100/0,100/0/0}
+# the tiers' formats, ;-separated choices (hot first): the trellis formats, and
+# the hot tier in the fast-decode q4 or q3 (kernels/FORMATS.md)
+formats=${FORMATS:-hot,warm,cold;q4,warm,cold;q3,warm,cold}
 
 # 1. cosine of each tier format, the actual quantizer on Gaussian and Student-t(5) matrices
 if [ ! -s $res/cosine.csv ]; then
@@ -25,15 +31,24 @@ fi
 for s in ${splits//,/ }; do
 	IFS=/ read -r h w c <<< "$s"
 	fr=$(awk -v h="$h" -v w="$w" -v c="$c" 'BEGIN { printf "%g,%g,%g", h/100, w/100, c/100 }')
-	for which in full scaled; do
-		preset=qwen3-30b-a3b; [ $which = scaled ] && preset=qwen3-30b-a3b:layers=8,experts=64
-		printf '{"split":"%s","which":"%s","card":%s}\n' "$s" $which \
-			"$("$STRATA" inspect --preset $preset --tiers "$fr" --json)" >> $res/sizes.jsonl.tmp
+	for fm in ${formats//;/ }; do
+		for which in full scaled; do
+			preset=qwen3-30b-a3b; [ $which = scaled ] && preset=qwen3-30b-a3b:layers=8,experts=64
+			printf '{"split":"%s","formats":"%s","which":"%s","card":%s}\n' "$s" "$fm" $which \
+				"$("$STRATA" inspect --preset $preset --tiers "$fr" --formats "$fm" --json)" >> $res/sizes.jsonl.tmp
+		done
 	done
 done
 mv $res/sizes.jsonl.tmp $res/sizes.jsonl
 # 3. speed per split
-"$STRATA" run $here/run.lua out=$res splits="$splits" "$@" > /dev/null || rc=$?
+# the fit variant's clocks: the calibrated one (q4/q3 kernels priced per packed MB
+# like the trellis ones, kernel_speed 1) and one where they decode a packed byte
+# 5.1x faster (issue 21's 0.85 of read over the trellis hot's measured 0.167)
+cost=${COST:-$here/cost_qwen_sq.json}
+sed 's/"kernel_speed_q4": [0-9.]*/"kernel_speed_q4": 5.1/; s/"kernel_speed_q3": [0-9.]*/"kernel_speed_q3": 5.1/' \
+	"$cost" > $res/cost-speed5.1.json
+"$STRATA" run $here/run.lua out=$res splits="$splits" formats="$formats" cost="$cost" \
+	fit_costs="$cost;$res/cost-speed5.1.json" "$@" > /dev/null || rc=$?
 # 4. join, tables, plots
 "${PYTHON:-python3}" $here/combine.py $res
 plot $res/quality.csv --x full_gb --xlabel "Qwen3-30B-A3B routed experts (GB)" --y cosine \

@@ -6,7 +6,11 @@
 -- (bench_quant) and joins everything (combine.py).
 --
 --   strata run experiments/bits-vs-tiers/run.lua [tokens=128] [vram=256M] [ram=512M]
---       [splits=0/0/100,5/20/75,...] [cost=FILE|default]
+--       [splits=0/0/100,5/20/75,...] [formats=hot,warm,cold;q4,warm,cold;...] [cost=FILE|default]
+--
+-- formats: the tiers' formats, one choice per ;-separated entry (hot first):
+-- each split runs with each choice (e.g. the hot tier in the fast-decode q4
+-- instead of the trellis hot format), on the same budgets and traces.
 --
 -- Per split (hot/warm/cold percent of each layer's experts; experts ranked
 -- by their use in the trace itself: the most used go hot), three runs:
@@ -15,7 +19,12 @@
 --           format serves (what the access-weighted cosine uses);
 --   static  place=static (the released runtime: tiers stay at home, spilling
 --           down when a tier outgrows its budget; misses stream);
---   cache   place=static:promote=all, evict=lru (misses are kept).
+--   cache   place=static:promote=all, evict=lru (misses are kept);
+--   fit     the same with budgets that hold the whole model in VRAM: after
+--           the first reads every expert computes where it lives, so the
+--           kernels' speed per format decides (one run per fit_costs entry,
+--           e.g. a cost model whose kernel_speed_q4 says how much faster the
+--           q4 kernel decodes a packed byte than the trellis kernels).
 -- Results: results/bits-vs-tiers.csv (resumable) and results/sim.csv.
 local dir = strata.script_dir
 local a = strata.arguments{
@@ -27,7 +36,9 @@ local a = strata.arguments{
 	vram = "VRAM budget (default 256M)",
 	ram = "RAM budget (default 512M)",
 	splits = "hot/warm/cold splits, comma-separated (default 0/0/100,5/20/75,...)",
+	formats = "the tiers' formats, ;-separated choices of H,W,C (default hot,warm,cold)",
 	cost = "cost model JSON, or default",
+	fit_costs = "cost models of the fit variant, ;-separated (default: cost alone)",
 }
 local results = a.out or (dir .. "/results")
 local model = a.model or "qwen3-30b-a3b:layers=8,experts=64"
@@ -62,21 +73,39 @@ local splits = {}
 for s in string.gmatch(a.splits or "0/0/100,5/20/75,15/30/55,30/40/30,50/30/20,0/100/0,100/0/0", "[^,]+") do
 	splits[#splits + 1] = s
 end
+local formats = {}
+for f in string.gmatch(a.formats or "hot,warm,cold", "[^;]+") do
+	formats[#formats + 1] = f
+end
 local variants = {
 	{ "shares", { place = "static", vram = "1T", ram = "1T" } },
 	{ "static", { place = "static", vram = a.vram or "256M", ram = a.ram or "512M" } },
 	{ "cache", { place = "static:promote=all", vram = a.vram or "256M", ram = a.ram or "512M" } },
 }
+local fit_costs = {}
+for c in string.gmatch(a.fit_costs or (cost or "default"), "[^;]+") do
+	fit_costs[#fit_costs + 1] = c
+end
 local configs = {}
 for _, tr in ipairs(traces) do
 	for _, s in ipairs(splits) do
-		for _, v in ipairs(variants) do
-			configs[#configs + 1] = {
-				mode = "sim", model = model, trace = tr.path, tiers = s:gsub("/", ","), tier_trace = tr.path,
-				place = v[2].place, vram = v[2].vram, ram = v[2].ram, seed = 1, cost = cost,
-				evict = v[1] == "cache" and "lru" or nil,
-				tags = { split = s, variant = v[1], trace_seed = tr.seed },
-			}
+		for _, f in ipairs(formats) do
+			for _, v in ipairs(variants) do
+				configs[#configs + 1] = {
+					mode = "sim", model = model, trace = tr.path, tiers = s:gsub("/", ","), tier_trace = tr.path,
+					formats = f, place = v[2].place, vram = v[2].vram, ram = v[2].ram, seed = 1, cost = cost,
+					evict = v[1] == "cache" and "lru" or nil,
+					tags = { split = s, formats = f, variant = v[1], trace_seed = tr.seed },
+				}
+			end
+			for _, fc in ipairs(fit_costs) do
+				configs[#configs + 1] = {
+					mode = "sim", model = model, trace = tr.path, tiers = s:gsub("/", ","), tier_trace = tr.path,
+					formats = f, place = "static:promote=all", evict = "lru", vram = "1T", ram = "1T", seed = 1,
+					cost = fc ~= "default" and fc or nil,
+					tags = { split = s, formats = f, variant = "fit " .. fc:match("([^/]*)%.json$"), trace_seed = tr.seed },
+				}
+			end
 		end
 	end
 end
@@ -85,12 +114,14 @@ local out = {}
 for _, r in ipairs(rows) do
 	if r.status ~= "ok" then error(r.run_id .. ": " .. tostring(r.error)) end
 	out[#out + 1] = {
-		split = r.split, variant = r.variant, trace_seed = r.trace_seed, vram = r.vram_bytes, ram = r.ram_bytes,
+		split = r.split, formats = r.formats, variant = r.variant, trace_seed = r.trace_seed, vram = r.vram_bytes,
+		ram = r.ram_bytes,
 		hit_vram = r.hit_rate_vram, hit_ram = r.hit_rate_ram, hit_nvme = r.hit_rate_nvme,
 		decode_tok_s = r.decode_tok_s, stall_ms = r.stall_ms, cold_start_ms = r.cold_start_ms,
 	}
 end
-strata.write_csv(results .. "/sim.csv", out, { "split", "variant", "trace_seed", "vram", "ram", "hit_vram", "hit_ram",
-	"hit_nvme", "decode_tok_s", "stall_ms", "cold_start_ms" })
-io.write(strata.markdown(out, { "split", "variant", "trace_seed", "hit_vram", "hit_ram", "hit_nvme", "decode_tok_s" },
+strata.write_csv(results .. "/sim.csv", out, { "split", "formats", "variant", "trace_seed", "vram", "ram", "hit_vram",
+	"hit_ram", "hit_nvme", "decode_tok_s", "stall_ms", "cold_start_ms" })
+io.write(strata.markdown(out, { "split", "formats", "variant", "trace_seed", "hit_vram", "hit_ram", "hit_nvme",
+	"decode_tok_s" },
 	{ hit_vram = "%.3f", hit_ram = "%.3f", hit_nvme = "%.3f", decode_tok_s = "%.1f" }))

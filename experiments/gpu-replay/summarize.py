@@ -14,6 +14,8 @@ Per decode token, link time = bytes over the link / its bandwidth:
   for the whole run, so the bound is only a decode bound on a decode-only trace
   (run_device.sh's default, KPROMPT=0), after taking out the preload's bytes
   (static placement preloads the hot set into VRAM and the warm set into RAM).
+Beside each row: the share of the decode time each link had a move outstanding
+("busy") and the disk's mean queue depth meanwhile, as the replay measured them.
 """
 import csv
 import json
@@ -37,7 +39,7 @@ def main():
     print(f"links: nvme {cost['nvme_gbps']:.2f} GB/s, pcie {cost['pcie_gbps']:.2f} GB/s, hbm {cost.get('hbm_gbps', 0):.0f} GB/s")
     hdr = ('config', 'hit vram', 'hit ram', 'hit nvme', 'eff. hit', 'decode tok/s', 'bound tok/s',
            'ratio', 'serial bound', 'sim tok/s', 'sim/real', 'time bound tok/s', 'of time bound',
-           'beaten bounds')
+           'beaten bounds', 'nvme busy', 'pcie busy', 'nvme qd')
     print('| ' + ' | '.join(hdr) + ' |')
     print('|' + '---|' * len(hdr))
     res = []
@@ -70,7 +72,12 @@ def main():
         cells = (r['config'], f"{float(r['hit_rate_vram']):.3f}", f"{float(r['hit_rate_ram']):.3f}",
                  f"{float(r['hit_rate_nvme']):.3f}", f"{eff:.3f}", f"{dec:.2f}", f"{bound:.2f}",
                  f"{dec / bound:.2f}", f"{serial:.2f}", f"{sd:.2f}", f"{sd / dec:.2f}" if dec else '',
-                 f"{tb:.2f}", f"{dec / tb:.3f}" if tb == tb and tb > 0 else '', r.get('bound_violations', ''))
+                 f"{tb:.2f}", f"{dec / tb:.3f}" if tb == tb and tb > 0 else '', r.get('bound_violations', ''),
+                 # the share of decode time each link had a move outstanding, and the disk's mean
+                 # queue depth while busy (replay's decode_* columns; empty before they existed)
+                 f"{float(r['decode_nvme_util']):.2f}" if r.get('decode_nvme_util') else '',
+                 f"{float(r['decode_pcie_util']):.2f}" if r.get('decode_pcie_util') else '',
+                 f"{float(r['decode_nvme_qd']):.1f}" if r.get('decode_nvme_qd') else '')
         print('| ' + ' | '.join(cells) + ' |')
         res.append(dict(zip(hdr, cells)))
     # issue 16's goals: the released policy's lookahead at least as fast as none; the best

@@ -1,6 +1,6 @@
 -- The leaderboard: every policy (the textbook built-ins and the published
 -- baselines: llama.cpp's expert cache, LFRU, MoE-Infinity, SpecMD
--- Least-Stale) on every trace at three VRAM budgets, on the engine's virtual
+-- Least-Stale, ProMoE's stride prefetch, ExpertFlow's adaptive horizon) on every trace at three VRAM budgets, on the engine's virtual
 -- clock (strata sim; the default cost model, or cost=FILE from strata
 -- calibrate).  Hit rates per tier and decode tok/s, with the bounds (bound_*
 -- columns) that no policy may beat.
@@ -10,8 +10,8 @@
 -- traces: ';'-separated label|model|trace|vram1,vram2,vram3 entries (a
 -- trace path, or "gen" for a seeded synthetic trace of the model); default:
 -- two synthetic traces (Qwen3-30B-A3B scaled to 8x64, and OLMoE-shaped 16x64
--- with a flatter popularity).  make.sh adds the Mixtral-8x7B-Instruct traces
--- when present.  Results: results/NAME.csv (one row per run; resumable: a
+-- with a flatter popularity).  make.sh adds the trained models' own routing
+-- and the Mixtral-8x7B-Instruct traces when present.  Results: results/NAME.csv (one row per run; resumable: a
 -- rerun skips what is there), results/NAME-table.md and results/NAME-plot.csv.
 local dir = strata.script_dir
 local a = strata.arguments{
@@ -37,6 +37,7 @@ local entries = {
 	{ "moe-infinity evict", "cache", "moe-infinity", "none" },
 	{ "least-stale", "cache", "least-stale", "none" },
 	{ "lru+lookahead", "cache", "lru", "lookahead:depth=2" }, { "lru+history", "cache", "lru", "history" },
+	{ "lru+promoe", "cache", "lru", "promoe" }, { "lru+expertflow", "cache", "lru", "expertflow" },
 	{ "farthest", "cache", "farthest", "none" }, { "farthest+oracle", "cache", "farthest", "oracle:depth=2" },
 }
 

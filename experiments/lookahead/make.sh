@@ -11,7 +11,7 @@ mkdir -p "$res"
 "$STRATA" run $here/run.lua out=$res "$@" || rc=$?
 plot $res/lookahead-plot.csv --x depth --xlabel "lookahead depth (layers; 0: no prefetch)" \
 	--y stall_ms_per_token,decode_tok_s --ylabel "stall per token (ms),decode tok/s (virtual clock)" \
-	--hue accuracy --ref-hue "bound 50%" --ref-hue "bound 75%" --ref-hue "bound 90%" --ref-hue "bound 100%" --logy decode_tok_s \
+	--hue accuracy --ref-hue "bound 50%" --ref-hue "bound 75%" --ref-hue "bound 90%" --ref-hue "bound 100%" --logy decode_tok_s --ylim decode_tok_s=runs \
 	--title "Qwen3-30B-A3B scaled (8x64), VRAM 256 MiB, RAM 512 MiB, recorded predictions (dashed: bounds)" \
 	--out $figs/lookahead.png
 
@@ -19,7 +19,7 @@ if mixtral_trace $res/mixtral.strace; then
 	"$STRATA" run $here/run.lua out=$res name=mixtral model=mixtral-8x7b trace=$res/mixtral.strace vram=4G ram=4G || rc=$?
 	plot $res/mixtral-plot.csv --x depth --xlabel "oracle prefetch depth (layers; 0: no prefetch)" \
 		--y stall_ms_per_token,decode_tok_s --ylabel "stall per token (ms),decode tok/s (virtual clock)" \
-		--hue accuracy --ref-hue "bound 50%" --ref-hue "bound 75%" --ref-hue "bound 90%" --ref-hue "bound 100%" --logy decode_tok_s \
+		--hue accuracy --ref-hue "bound 50%" --ref-hue "bound 75%" --ref-hue "bound 90%" --ref-hue "bound 100%" --logy decode_tok_s --ylim decode_tok_s=runs \
 		--title "Mixtral-8x7B-Instruct routing, VRAM 4 GiB, RAM 4 GiB, oracle predictor (dashed: bounds)" \
 		--out $figs/mixtral.png
 fi
@@ -29,7 +29,7 @@ fi
 	trace=experiments/real-model/run1/trace-decode.strace vram=16M ram=24M || rc=$?
 plot $res/real-plot.csv --x depth --xlabel "oracle prefetch depth (layers; 0: no prefetch)" \
 	--y stall_ms_per_token,decode_tok_s --ylabel "stall per token (ms),decode tok/s (virtual clock)" \
-	--hue accuracy --ref-hue "bound 50%" --ref-hue "bound 75%" --ref-hue "bound 90%" --ref-hue "bound 100%" --logy decode_tok_s \
+	--hue accuracy --ref-hue "bound 50%" --ref-hue "bound 75%" --ref-hue "bound 90%" --ref-hue "bound 100%" --logy decode_tok_s --ylim decode_tok_s=runs \
 	--title "trained byte-level MoE (8x64, top-6), VRAM 16 MiB, RAM 24 MiB, oracle predictor (dashed: bounds)" \
 	--out $figs/real.png
 exit ${rc:-0}   # strata run failed (a script error; a failing configuration only gets an error row)

@@ -168,6 +168,15 @@ def runner(a, res):
     tensors = make_tensors(cfg, seed=1, device=DEV)
     log("random checkpoint on the GPU: %.1f s" % (time.time() - t0))
     ck = MemoryCheckpoint(cfg, tensors)
+    if "runner" in a.only:
+        decode_vs_bf16(a, res, d, ck, tensors)
+    else:  # --only tiers: the routed experts come from the shards alone
+        for k in [k for k in tensors if ".experts." in k]:
+            del tensors[k]
+    tiers(a, res, d, ck)
+
+
+def decode_vs_bf16(a, res, d, ck, tensors):
     # 2. batched BF16 vs Strata with every expert in VRAM
     mb = strata.load(ck, BatchedBackend(), DEV, DTYPE)
     decode_tok_s(mb, 8, 4)
@@ -199,7 +208,10 @@ def runner(a, res):
         (b, st0["used_vram"] / 1e6, moved, s, s / b))
     del ms
     sb.close()
-    # 3. all three tiers vs the link bound
+
+
+def tiers(a, res, d, ck):
+    """3. all three tiers vs the link bound."""
     cost_path = os.path.join(a.out, "cost.json")
     sh(a.strata, "calibrate", "--model", d, "--bytes", "1G", "-o", cost_path)
     cost = json.load(open(cost_path))
@@ -231,10 +243,18 @@ def runner(a, res):
                "nvme_mb_per_tok": round((dl["bytes_nvme_ram"] + dl["bytes_nvme_vram"]) / n / 1e6, 3),
                "pcie_mb_per_tok": round((dl["bytes_ram_vram"] + dl["bytes_nvme_vram"]) / n / 1e6, 3),
                "t_nvme_ms": round(t_nvme * 1e3, 3), "t_pcie_ms": round(t_pcie * 1e3, 3),
-               "t_hbm_ms": round(t_hbm * 1e3, 3), "stall_ms_per_tok": round(dl["stall_ms"] / n, 3)}
+               "t_hbm_ms": round(t_hbm * 1e3, 3), "stall_ms_per_tok": round(dl["stall_ms"] / n, 3),
+               # the share of decode time each link had a move outstanding, the disk's mean queue
+               # depth meanwhile, reads and waits for moves per token (the engine's link counters)
+               "nvme_busy": round(dl.get("nvme_busy_ms", 0) / 1e3 * tok_s / n, 4),
+               "pcie_busy": round(dl.get("pcie_busy_ms", 0) / 1e3 * tok_s / n, 4),
+               "nvme_qd": round(dl.get("nvme_qd_ms", 0) / dl["nvme_busy_ms"], 2) if dl.get("nvme_busy_ms") else 0,
+               "nvme_reads_per_tok": round(dl.get("nvme_reads", 0) / n, 2),
+               "waits_per_tok": round(dl.get("waits", 0) / n, 2)}
         rows.append(row)
-        log("tiers   %-52s %.2f tok/s, bound %.2f, ratio %.3f (vram %.2f ram %.2f nvme %.2f)" %
-            (row["config"], tok_s, bound, tok_s / bound, row["hit_vram"], row["hit_ram"], row["hit_nvme"]))
+        log("tiers   %-52s %.2f tok/s, bound %.2f, ratio %.3f (vram %.2f ram %.2f nvme %.2f; busy nvme %.2f "
+            "pcie %.2f, qd %.1f)" % (row["config"], tok_s, bound, tok_s / bound, row["hit_vram"], row["hit_ram"],
+                                     row["hit_nvme"], row["nvme_busy"], row["pcie_busy"], row["nvme_qd"]))
         del m
         sb.close()
     res["tiers"] = {"links_gbps": {"nvme": nv / 1e9, "pcie": pc / 1e9, "hbm": hb / 1e9}, "vram_bytes": vram,
@@ -254,8 +274,9 @@ def main():
     ap.add_argument("--tiers-tokens", type=int, default=48, help="decode tokens per measurement (figure 3)")
     ap.add_argument("--iters", type=int, default=300, help="layer calls per overhead measurement")
     ap.add_argument("--reps", type=int, default=3, help="repetitions (median)")
-    ap.add_argument("--prefetch", nargs="+", default=["none", "lookahead:depth=1"])
-    ap.add_argument("--only", nargs="+", default=["overhead", "runner"])
+    ap.add_argument("--prefetch", nargs="+", default=["none", "lookahead:depth=1", "lookahead:depth=2"])
+    ap.add_argument("--only", nargs="+", default=["overhead", "runner"], choices=["overhead", "runner", "tiers"],
+                    help="overhead: figure 1; runner: figures 2 and 3; tiers: figure 3 alone")
     ap.add_argument("--cpu-smoke", action="store_true", help="run the code paths on the CPU (host engine, float32): "
                     "a check of this script, no figure")
     a = ap.parse_args()
@@ -271,7 +292,7 @@ def main():
     try:
         if "overhead" in a.only:
             overhead(a, res)
-        if "runner" in a.only:
+        if "runner" in a.only or "tiers" in a.only:
             runner(a, res)
     finally:
         with open(os.path.join(a.out, "results.json"), "w") as f:

@@ -11,7 +11,9 @@
 #  4. tests/python's GPU cases (CPU vs GPU per format, the model on the GPU, transformers parity
 #     on every family's tiny checkpoint and the DeepSeek variants where transformers is
 #     installed), then scripts/test_record_hf.py (skips without transformers)
-# Steps share BUDGET seconds (default 290): each gets what is left, capped.
+# Steps share BUDGET seconds (default 290): each gets what is left, capped.  STEPS picks
+# steps (default "build tests bench"); BENCH_ARGS goes to bench.py, e.g. BENCH_ARGS="--only tiers"
+# for the three-tier figure alone.
 set -u
 T0=$SECONDS
 BUDGET=${BUDGET:-290}   # seconds for the whole script; each step gets what is left, capped
@@ -37,7 +39,7 @@ fi
 if want bench; then
 step benchmark
 STRATA_LIB=$B/lib/libstrata.so timeout $(left 170) "$PY" experiments/python/bench.py --strata $B/bin/strata \
-	--bench-api $B/bench/bench_api --work "${WORK:-/tmp/strata-py}" --out "$out" 2>&1 | tee "$out/bench.log"
+	--bench-api $B/bench/bench_api --work "${WORK:-/tmp/strata-py}" --out "$out" ${BENCH_ARGS:-} 2>&1 | tee "$out/bench.log"
 echo "bench exit ${PIPESTATUS[0]}"
 fi
 if want tests; then

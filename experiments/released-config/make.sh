@@ -54,7 +54,7 @@ fi
 
 plot $res/released-plot.csv --filter budgets=release --filter alpha=$alpha --kind bar --x part,cost \
 	--xlabel "run (part, cost model)" --hue depth --hue-title "lookahead depth" \
-	--y effective_hit_pct,full_depth_tok_s --ylabel "VRAM+RAM hit rate (%),decode tok/s at 92 layers" \
+	--y effective_hit_pct,full_depth_tok_s --ylabel "VRAM+RAM hit rate (%),decode tok/s at 92 layers" --logy full_depth_tok_s \
 	--hline effective_hit_pct=97.9:published --hline full_depth_tok_s=10.8:published \
 	--bound "full_depth_tok_s=bound_full_tok_s:bound (no policy beats it)" \
 	--title "Kimi-K3.1 scaled to 8 MoE layers, 15/30/55, place=static + lookahead, Zipf alpha $alpha" \

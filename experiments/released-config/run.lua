@@ -6,7 +6,7 @@
 -- hot set in VRAM, the warm set in RAM, each with 10% headroom).
 --
 --   strata run experiments/released-config/run.lua hot_bytes=N warm_bytes=N
---       [alpha=0.6] [accuracy=0.9] [tokens=128] [alphas=0.8,1.0,1.2,1.5,2.0]
+--       [alpha=0.6] [accuracy=0.9] [tokens=128] [alphas=0.8,1.0,1.2,1.5,2.0] [seeds=5,6,7]
 --       [real_trace=FILE real_model=SPEC real_hot_bytes=N real_warm_bytes=N [real_tier_trace=FILE]]
 --
 -- make.sh computes hot_bytes/warm_bytes (strata inspect) and alpha (the Zipf
@@ -15,7 +15,9 @@
 -- 6 GB/s NVMe, 50 GB/s PCIe, 0.5 us/MB kernels), "h200-measured" (the GPU machine
 -- as measured: 1.4 GB/s disk, 54 GB/s pinned RAM->VRAM, 2.5 us per packed MB
 -- for our hot/warm kernels at T=1), "release-like" (a fast NVMe, 12 GB/s
--- assumed, PCIe 5, our kernels).  Results: results/released.csv (resumable),
+-- assumed, PCIe 5, our kernels).  Every run is repeated on the traces of
+-- each seed (the routing is the random part); the table gives the mean and
+-- the min-max range.  Results: results/released.csv (resumable),
 -- results/released-plot.csv, results/released.md.
 local dir = strata.script_dir
 local a = strata.arguments{
@@ -34,6 +36,7 @@ local a = strata.arguments{
 	real_hot_bytes = "packed bytes of that model's hot tier (make.sh: strata inspect)",
 	real_warm_bytes = "packed bytes of that model's warm tier",
 	real_tier_trace = "the trace its tiers are ranked on (default: the real trace itself, in-sample)",
+	seeds = "seeds of the synthetic traces, comma-separated (default 5,6,7)",
 }
 local results = a.out or (dir .. "/results")
 local model = a.model or "kimi-k3.1:layers=8"
@@ -43,6 +46,8 @@ local warm = tonumber(a.warm_bytes) or error("warm_bytes=N (warm tier bytes; mak
 local alpha = tonumber(a.alpha or 0.6)
 local accuracy = tonumber(a.accuracy or 0.9)
 local tokens = tonumber(a.tokens or 128)
+local seeds = {}
+for v in string.gmatch(a.seeds or "5,6,7", "[^,]+") do seeds[#seeds + 1] = tonumber(v) end
 
 -- The GPU machine as `strata calibrate` measured it on Kimi-shaped shards
 -- (experiments/gpu-replay/run1/cost_kimi.json: NVMe 1.59 GB/s, PCIe 55.1 GB/s,
@@ -77,14 +82,14 @@ end
 -- ahead, right with p=accuracy) and a profiling one from the same generator
 -- seed (hence the same per-layer popularity order) but other tokens
 -- (8 interleaved decode-only requests): the tiering is ranked on it.
-local function traces(al)
-	local tag = string.format("a%03d", math.floor(al * 100 + 0.5))
+local function traces(al, seed)
+	local tag = string.format("a%03d-seed%d", math.floor(al * 100 + 0.5), seed)
 	local eval = strata.trace_gen{
-		path = string.format("%s/eval-%s.strace", results, tag), model = model, seed = 5,
+		path = string.format("%s/eval-%s.strace", results, tag), model = model, seed = seed,
 		requests = 4, prompt = 32, gen = tokens, alpha = al, pred_depth = 2, pred_accuracy = accuracy,
 	}
 	local prof = strata.trace_gen{
-		path = string.format("%s/profile-%s.strace", results, tag), model = model, seed = 5,
+		path = string.format("%s/profile-%s.strace", results, tag), model = model, seed = seed,
 		requests = 8, prompt = 0, gen = tokens, alpha = al, interleave = true,
 	}
 	return eval, prof
@@ -94,6 +99,7 @@ local GiB = 1024 * 1024 * 1024
 local function gib(x) return string.format("%dM", math.ceil(x / 1048576)) end
 local release_vram, release_ram = gib(hot * 1.1), gib(warm * 1.1)
 local configs = {}
+local seed -- of the traces being added (a tag of every row)
 local function add(tags, over)
 	local c = {
 		mode = "sim", model = model, place = "static", evict = "lru", tiers = "15,30,55",
@@ -101,11 +107,14 @@ local function add(tags, over)
 	}
 	for k, v in pairs(over) do c[k] = v end
 	if tags.cost ~= "default" then c.cost = cost_path[tags.cost] end
+	tags.trace_seed = seed
 	c.tags = tags
 	configs[#configs + 1] = c
 end
-local eval, prof = traces(alpha)
 local prefetches = { { 0, "none" }, { 1, "lookahead:depth=1" }, { 2, "lookahead:depth=2" } }
+for _, s in ipairs(seeds) do
+seed = s
+local eval, prof = traces(alpha, s)
 -- 1. the release's budgets, every cost model, prefetch depth 0..2
 for _, cn in ipairs({ "default", "h200-measured", "release-like" }) do
 	for _, p in ipairs(prefetches) do
@@ -130,11 +139,12 @@ for _, g in ipairs({ { "96GB-gpu", 96e9 }, { "141GB-h200", 141e9 } }) do
 end
 -- 4. routing skew: what it takes to reach the published hit rate
 for al in string.gmatch(a.alphas or "0.8,1.0,1.2,1.5,2.0", "[^,]+") do
-	local e, p = traces(tonumber(al))
+	local e, p = traces(tonumber(al), s)
 	for _, cn in ipairs({ "h200-measured", "release-like" }) do
 		add({ part = "skew", cost = cn, depth = 2, alpha = tonumber(al), budgets = "release", profile = "separate" },
 			{ trace = e, tier_trace = p, prefetch = "lookahead:depth=2" })
 	end
+end
 end
 
 -- 5. a trained model's own routing and its own lookahead predictions (experiments/real-model):
@@ -160,7 +170,12 @@ if a.real_trace then
 end
 
 local rows = strata.sweep{ name = "released", configs = configs, out = results .. "/released.csv" }
-local t, plot, bad = {}, {}, {}
+-- table rows: one per configuration, each value a list over the seeds
+local t, cells, plot, bad = {}, {}, {}, {}
+local function put(c, col, v)
+	c.v[col] = c.v[col] or {}
+	c.v[col][#c.v[col] + 1] = v
+end
 for _, r in ipairs(rows) do
 	if r.status ~= "ok" then error(r.run_id .. ": " .. tostring(r.error)) end
 	-- a bound that a policy beats is a bug (strata/bound.h): the study fails on one
@@ -172,21 +187,29 @@ for _, r in ipairs(rows) do
 	-- the trained model is run at its own depth: no scaling to 92 layers
 	local scale = r.part:find("^trained") and 1 or layers_scale
 	local full = r.decode_tok_s * scale
-	t[#t + 1] = {
-		part = r.part, cost = r.cost, budgets = r.budgets, profile = r.profile,
-		alpha = string.format("%.2f", r.alpha), depth = r.depth,
-		vram = string.format("%.1f GiB", r.vram_bytes / GiB), ram = string.format("%.1f GiB", r.ram_bytes / GiB),
-		["effective hit"] = string.format("%.1f%%", 100 * eff),
-		["vram/ram/nvme"] = string.format("%.1f/%.1f/%.1f", 100 * r.hit_rate_vram, 100 * r.hit_rate_ram, 100 * r.hit_rate_nvme),
-		["tok/s (8 layers)"] = string.format("%.1f", r.decode_tok_s),
-		["tok/s (92 layers)"] = string.format("%.2f", full),
-		["stall ms/token"] = string.format("%.1f", r.stall_ms / r.tokens),
-		["NVMe MB/token"] = string.format("%.0f", (r.bytes_nvme_ram + r.bytes_nvme_vram) / r.tokens / 1e6),
-		["bound tok/s (92 layers)"] = string.format("%.2f", r.bound_tok_s * scale),
-		["of bound"] = string.format("%.2f", r.bound_ratio),
-	}
+	local key = table.concat({ r.part, r.cost, r.budgets, r.profile, r.alpha, r.depth }, "/")
+	local c = cells[key]
+	if not c then
+		c = { v = {}, row = {
+			part = r.part, cost = r.cost, budgets = r.budgets, profile = r.profile,
+			alpha = string.format("%.2f", r.alpha), depth = r.depth,
+			vram = string.format("%.1f GiB", r.vram_bytes / GiB), ram = string.format("%.1f GiB", r.ram_bytes / GiB),
+		} }
+		cells[key] = c
+		t[#t + 1] = c.row
+	end
+	put(c, "effective hit %", 100 * eff)
+	put(c, "vram", 100 * r.hit_rate_vram)
+	put(c, "ram", 100 * r.hit_rate_ram)
+	put(c, "nvme", 100 * r.hit_rate_nvme)
+	put(c, "tok/s (8 layers)", r.decode_tok_s)
+	put(c, "tok/s (92 layers)", full)
+	put(c, "stall ms/token", r.stall_ms / r.tokens)
+	put(c, "NVMe MB/token", (r.bytes_nvme_ram + r.bytes_nvme_vram) / r.tokens / 1e6)
+	put(c, "bound tok/s (92 layers)", r.bound_tok_s * scale)
+	put(c, "of bound", r.bound_ratio)
 	plot[#plot + 1] = {
-		label = string.format("%s %s d%d", r.part, r.cost, r.depth), part = r.part, cost = r.cost, budgets = r.budgets, profile = r.profile, alpha = r.alpha, depth = r.depth,
+		seed = r.trace_seed, label = string.format("%s %s d%d", r.part, r.cost, r.depth), part = r.part, cost = r.cost, budgets = r.budgets, profile = r.profile, alpha = r.alpha, depth = r.depth,
 		effective_hit_pct = 100 * eff, hit_vram = r.hit_rate_vram, hit_ram = r.hit_rate_ram,
 		hit_nvme = r.hit_rate_nvme, decode_tok_s = r.decode_tok_s, full_depth_tok_s = full,
 		stall_ms_per_token = r.stall_ms / r.tokens,
@@ -194,12 +217,21 @@ for _, r in ipairs(rows) do
 		bound_tok_s = r.bound_tok_s, bound_full_tok_s = r.bound_tok_s * scale,
 	}
 end
-strata.write_csv(results .. "/released-plot.csv", plot, { "label", "part", "cost", "budgets", "profile", "alpha", "depth",
+-- the cells: mean (min-max) over the seeds; the hit split per tier: the means
+local fmts = { ["effective hit %"] = "%.1f", ["tok/s (8 layers)"] = "%.1f", ["tok/s (92 layers)"] = "%.2f",
+	["stall ms/token"] = "%.1f", ["NVMe MB/token"] = "%.0f", ["bound tok/s (92 layers)"] = "%.2f", ["of bound"] = "%.2f" }
+for _, c in pairs(cells) do
+	for col, f in pairs(fmts) do c.row[col] = select(4, strata.spread(c.v[col], f)) end
+	c.row["vram/ram/nvme"] = string.format("%.1f/%.1f/%.1f", (strata.spread(c.v.vram)), (strata.spread(c.v.ram)),
+		(strata.spread(c.v.nvme)))
+end
+strata.write_csv(results .. "/released-plot.csv", plot, { "seed", "label", "part", "cost", "budgets", "profile", "alpha", "depth",
 	"effective_hit_pct", "hit_vram", "hit_ram", "hit_nvme", "decode_tok_s", "full_depth_tok_s",
 	"stall_ms_per_token", "nvme_mb_per_token", "bound_tok_s", "bound_full_tok_s" })
 local md = strata.markdown(t, { "part", "cost", "budgets", "profile", "alpha", "depth", "vram", "ram",
-	"effective hit", "vram/ram/nvme", "NVMe MB/token", "tok/s (8 layers)", "tok/s (92 layers)",
+	"effective hit %", "vram/ram/nvme", "NVMe MB/token", "tok/s (8 layers)", "tok/s (92 layers)",
 	"bound tok/s (92 layers)", "of bound", "stall ms/token" })
+if #seeds > 1 then md = string.format("Mean (min-max) over %d seeds; vram/ram/nvme: the means.\n\n%s", #seeds, md) end
 strata.write_file(results .. "/released.md", md)
 io.write(md)
 if #bad > 0 then error("bounds beaten (a bug):\n" .. table.concat(bad, "\n")) end

@@ -12,10 +12,10 @@ mkdir -p "$res"
 read -r vmid rmid < $res/tier-budgets-slices.txt
 plot $res/tier-budgets-plot.csv --filter vram_slice=1 --x vram_mib --logx --xlabel "VRAM budget (MiB), RAM $rmid" \
 	--y hit_vram_pct,decode_tok_s --ylabel "VRAM hit rate (%),decode tok/s (virtual clock)" --logy decode_tok_s \
-	--hue policy --ref-hue bound --title "Qwen3-30B-A3B scaled (8x64), synthetic trace" --out $figs/vram.png
+	--hue policy --ref-hue bound --title "Qwen3-30B-A3B scaled (8x64), synthetic traces" --out $figs/vram.png
 plot $res/tier-budgets-plot.csv --filter ram_slice=1 --x ram_mib --logx --xlabel "RAM budget (MiB), VRAM $vmid" \
 	--y hit_fast_pct,decode_tok_s --ylabel "VRAM+RAM hit rate (%),decode tok/s (virtual clock)" --logy decode_tok_s \
-	--hue policy --ref-hue bound --title "Qwen3-30B-A3B scaled (8x64), synthetic trace" --out $figs/ram.png
+	--hue policy --ref-hue bound --title "Qwen3-30B-A3B scaled (8x64), synthetic traces" --out $figs/ram.png
 
 # Mixtral-8x7B-Instruct routing (vLLM logs, 654 decode tokens), model spec mixtral-8x7b
 # (32 layers x 8 experts, ~45 MB per expert at the tier mix, 11.45 GB in all).

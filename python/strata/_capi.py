@@ -62,7 +62,7 @@ _FUNCS = {
 
 SHAPE_KEYS = ("n_layers", "first_moe_layer", "n_moe_layers", "n_experts", "top_k", "hidden", "inter",
               "n_shared", "shared_inter")
-FMT_NAMES = ("f32", "bf16", "hot", "warm", "cold")
+FMT_NAMES = ("f32", "bf16", "hot", "warm", "cold", "q4", "q3")
 
 _lib: Optional[ctypes.CDLL] = None
 

@@ -496,16 +496,17 @@ class MoEModel(torch.nn.Module):
         -> (ids [N, depth, topn] int32 with -1 past the last layer, scores float32)."""
         N = resid.shape[0]
         D, n = self.pred_depth, self.pred_topn
-        ids = torch.full((N, D, n), -1, dtype=torch.int32)
-        sc = torch.zeros((N, D, n), dtype=torch.float32)
+        ids = torch.full((N, D, n), -1, dtype=torch.int32, device=resid.device)
+        sc = torch.zeros((N, D, n), dtype=torch.float32, device=resid.device)
         for d in range(1, D + 1):
             if m + d >= len(self.moe):
                 break
             _, blk, norm = self.moe[m + d]
             i, w = blk.router(norm(resid), n)
-            ids[:, d - 1, :i.shape[1]] = i.to("cpu", torch.int32)
-            sc[:, d - 1, :w.shape[1]] = w.to("cpu", torch.float32)
-        return ids, sc
+            ids[:, d - 1, :i.shape[1]] = i.to(torch.int32)
+            sc[:, d - 1, :w.shape[1]] = w.to(torch.float32)
+        # one copy to the host per tensor, not one per depth (each waits for the device)
+        return ids.cpu(), sc.cpu()
 
     @torch.no_grad()
     def forward(self, ids: torch.Tensor) -> torch.Tensor:

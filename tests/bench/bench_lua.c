@@ -71,7 +71,7 @@ static int engine_run(const char *label, const struct strata_engine_model *m, st
 		uint32_t nh = 0;
 		for (uint32_t j = 0; hints && j < s->top_k; j++)
 			h[nh++] = (struct strata_hint){ (L + 1) % s->n_moe_layers, rnd(4) ? nx[j] : rnd(s->n_experts), 1 };
-		rc = strata_engine_begin_step(e, i, L, ex, s->top_k, h, nh, &err) ||
+		rc = strata_engine_begin_step(e, i, L, 1, ex, s->top_k, h, nh, &err) ||
 		     strata_engine_acquire(e, L, ex, s->top_k, ptrs, &err) ||
 		     strata_engine_release(e, i, L, ex, s->top_k, &err);
 	}

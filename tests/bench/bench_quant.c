@@ -6,7 +6,7 @@
  * (the ceiling: sqrt(1 - 2^(-2 bpw))) and the ratio to it, encode CPU time
  * and input MB/s (f32), and the reference decoder's output MB/s (f32).
  *
- *   bench_quant [--rows N] [--cols N] [--fmt hot,warm,cold] [--dist gauss,t5,outlier]
+ *   bench_quant [--rows N] [--cols N] [--fmt hot,warm,cold,q4,q3] [--dist gauss,t5,outlier]
  *               [--seed N] [--csv]
  */
 #include <math.h>
@@ -67,7 +67,7 @@ static void usage(FILE *f)
 	fprintf(f, "usage: bench_quant [--rows N] [--cols N] [--fmt LIST] [--dist LIST] [--seed N] [--csv]\n"
 		   "  --rows N     matrix rows (default 512)\n"
 		   "  --cols N     matrix columns (default 7168)\n"
-		   "  --fmt LIST   formats, comma separated (default hot,warm,cold)\n"
+		   "  --fmt LIST   formats, comma separated (default hot,warm,cold,q4,q3)\n"
 		   "  --dist LIST  gauss,t5,outlier (default all)\n"
 		   "  --seed N     generator seed (default 1)\n"
 		   "  --csv        CSV instead of a table\n");
@@ -89,7 +89,7 @@ static int in_list(const char *list, const char *name)
 int main(int argc, char **argv)
 {
 	uint32_t rows = 512, cols = 7168;
-	const char *fmts = "hot,warm,cold", *dl = "gauss,t5,outlier";
+	const char *fmts = "hot,warm,cold,q4,q3", *dl = "gauss,t5,outlier";
 	uint64_t seed = 1;
 	int csv = 0;
 	for (int i = 1; i < argc; i++) {

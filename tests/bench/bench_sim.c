@@ -171,7 +171,7 @@ static int peer_section(const char *cachesim, uint64_t want_accesses, int reps, 
 	int rc = 1;
 	struct strata_trace *t = NULL;
 	if (strata_trace_gen(&g, trace, STRATA_TRACE_FMT_BINARY, &err) || strata_trace_open(trace, &t, &err) ||
-	    strata_trace_export(t, og, STRATA_EXPORT_ORACLE_GENERAL, 1, &err)) {
+	    strata_trace_export(t, og, STRATA_EXPORT_ORACLE_GENERAL, 1, false, &err)) {
 		fprintf(stderr, "bench_sim: peer stream: %s\n", err.msg);
 		goto out;
 	}

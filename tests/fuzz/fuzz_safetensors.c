@@ -7,7 +7,7 @@
  * parsed as bare JSON.  Build and run with scripts/fuzz.sh safetensors [SECONDS].
  *
  * fuzz-sources: core/safetensors.c core/json.c core/error.c core/util.c kernels/quant_core.c
- * fuzz-plain-sources: kernels/quant_tiers.c
+ * fuzz-plain-sources: kernels/quant_tiers.c kernels/quant_scalar.c
  * fuzz-libs: -lm -lpthread
  */
 #include <stddef.h>

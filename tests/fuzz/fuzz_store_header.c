@@ -6,7 +6,7 @@
  * scripts/fuzz.sh store_header [SECONDS].
  *
  * fuzz-sources: core/store.c core/error.c core/model.c core/util.c kernels/quant_core.c
- * fuzz-plain-sources: kernels/quant_tiers.c
+ * fuzz-plain-sources: kernels/quant_tiers.c kernels/quant_scalar.c
  * fuzz-libs: -lxxhash -lm -lpthread
  */
 #include <stddef.h>

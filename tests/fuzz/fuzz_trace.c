@@ -8,7 +8,7 @@
  * corpus (fuzz_trace_jsonl.c).  Run with scripts/fuzz.sh trace [SECONDS].
  *
  * fuzz-sources: tests/fuzz/trace_common.c core/traces/trace.c core/traces/trace_stats.c core/json.c core/error.c core/util.c core/model.c kernels/quant_core.c
- * fuzz-plain-sources: kernels/quant_tiers.c
+ * fuzz-plain-sources: kernels/quant_tiers.c kernels/quant_scalar.c
  * fuzz-libs: -lxxhash -lm -lpthread
  */
 #include <stddef.h>

@@ -83,6 +83,9 @@ struct strata_engine_config {
 	 * low-bit copy instead on a miss with a low gate weight. */
 	const char *on_miss;
 };
+/* The cost model a run times with when none is given (the defaults of
+ * strata_engine_config_defaults). */
+void strata_cost_model_defaults(struct strata_cost_model *c);
 void strata_engine_config_defaults(struct strata_engine_config *c);
 
 struct strata_engine_stats {
@@ -112,8 +115,23 @@ struct strata_engine_stats {
 	 * bounds from below */
 	uint64_t moves_vram, moves_nvme;
 	/* prefetch scheduling (policy.h): pending requests that became demand
-	 * fetches, and pending ones whose layer ran without them */
-	uint64_t prefetch_promoted, prefetch_cancelled;
+	 * fetches, pending ones whose layer ran without them, and pending ones
+	 * a newer prediction withdrew (early preemption) */
+	uint64_t prefetch_promoted, prefetch_cancelled, prefetch_preempted;
+	/* Link use, preload included (a driver subtracts what it saw at open):
+	 * per link (STRATA_LINK_NVME, STRATA_LINK_PCIE) the time it was busy
+	 * (real: wall time with a move outstanding on its mover, staged moves
+	 * counted on both; virtual: the transfer time charged); NVMe reads as
+	 * the device saw them (a staged move is one read per bounce buffer),
+	 * their bytes, the integral of the reads outstanding over time (mean
+	 * queue depth = nvme_qd_ns / link_busy_ns[NVME]) and the most at once
+	 * (real only); waits: acquires and evictions that blocked on a move
+	 * still in flight. */
+	double link_busy_ns[2];
+	uint64_t nvme_reads, nvme_read_bytes;
+	double nvme_qd_ns;
+	uint64_t nvme_qd_max;
+	uint64_t waits;
 	/* precision on miss: accesses served by an expert's low-bit copy, the
 	 * copy bytes moved for them (in bytes_nvme_vram and moves_vram/nvme
 	 * too), and the bytes the whole experts would have moved beyond that */
@@ -170,9 +188,13 @@ void strata_engine_close(struct strata_engine *e);
  *     leaves too; the budget is freed and pending requests that now fit
  *     start.
  *   - links: a prefetch move is handed to its mover only while no demand
- *     move is outstanding on its links (real), or where its links' backlog
- *     fell below the move's own time before the clock (virtual): demand
- *     moves never queue behind prefetches still waiting.
+ *     move is outstanding on its link (real: the disk for reads, staged
+ *     ones included, PCIe for copies; and never between begin_step and
+ *     its acquire, whose demand goes first; at most a few MiB of them per
+ *     mover, submitted at once), or where its links' backlog fell below
+ *     the move's own time before the clock (virtual): demand moves never
+ *     queue behind prefetches still waiting.  In the movers, demand moves
+ *     go ahead of prefetches already handed over (strata_move.low).
  * Everything but the link timing depends on the access clock only, so sim
  * and replay decide and count the same.
  */
@@ -184,11 +206,12 @@ int strata_engine_begin_layer(struct strata_engine *e, uint64_t token, uint32_t 
 			      struct strata_error *err);
 /* The same when the router already ran: the layer's experts are pinned
  * before prefetching (so prefetch cannot evict them), the eviction (both
- * tiers) and placement policies get on_step (n_tokens 0: unknown here), and
- * the experts are handed to the prefetch policy (ctx->experts), exactly as
- * the policy harness does; the
- * following acquire must ask for the same experts.  Prefer this one. */
-int strata_engine_begin_step(struct strata_engine *e, uint64_t token, uint32_t layer,
+ * tiers) and placement policies get on_step with the batch's n_tokens (0
+ * where the caller does not know it: a policy then estimates it, as
+ * llama.cpp's batch bypass does from n / top_k), and the experts are handed
+ * to the prefetch policy (ctx->experts), exactly as the policy harness does;
+ * the following acquire must ask for the same experts.  Prefer this one. */
+int strata_engine_begin_step(struct strata_engine *e, uint64_t token, uint32_t layer, uint32_t n_tokens,
 			     const uint32_t *experts, uint32_t n, const struct strata_hint *hints,
 			     uint32_t n_hints, struct strata_error *err);
 /* Make experts (layer-local ids) resident where they run, pin them, and fill

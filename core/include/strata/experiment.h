@@ -46,6 +46,7 @@ struct strata_experiment_config {
 	int virt;                    /* 1: sim (virtual clock), 0: replay (real engine) */
 	char model[1024], trace[1024], cost[1024];
 	char tiers[32], tier_trace[1024]; /* spec-only sim: split and ranking trace (strata/replay.h) */
+	char formats[64];                 /* spec-only sim: each tier's format (strata/replay.h) */
 	char place[256], evict[256], prefetch[512];
 	char on_miss[256];           /* precision on miss (strata/engine.h), "" = full */
 	char compute[16], mover[16], copy[16]; /* copy: RAM -> VRAM mode, "" = default */

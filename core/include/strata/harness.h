@@ -134,7 +134,7 @@ void strata_harness_config_defaults(struct strata_harness_config *c);
 struct strata_harness_counters {
 	uint64_t accesses, hits, misses, bypasses, inserts, evictions, preloaded;
 	uint64_t prefetch_issued, prefetch_used, prefetch_wasted, prefetch_redundant, prefetch_dropped;
-	uint64_t prefetch_promoted, prefetch_cancelled; /* scheduling (policy.h) */
+	uint64_t prefetch_promoted, prefetch_cancelled, prefetch_preempted; /* scheduling (policy.h) */
 	uint64_t prefetch_unused_dropped; /* prefetched experts that left at their layer (not evictions) */
 	uint64_t bytes_fetched;     /* demand misses plus issued prefetches */
 };

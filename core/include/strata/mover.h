@@ -76,6 +76,10 @@ struct strata_move {
 	 * reap for moves into host memory, the staged mover on its bounce buffers
 	 * for moves into device memory (no read-back). */
 	uint64_t check_bytes, check_xxh3;
+	/* A prefetch: movers that queue (staged, cuda) issue demand moves (low
+	 * false) first and keep low ones off the demand moves' copy streams.
+	 * The caller may clear it while the move waits (it became demand). */
+	bool low;
 	/* out: set by the mover */
 	int status;              /* enum strata_move_status */
 	int res;                 /* 0, or -errno on failure */
@@ -155,6 +159,13 @@ struct strata_mover {
 	uint32_t outstanding;    /* queued or in flight */
 	uint64_t moves, bytes, failed; /* completed totals */
 	double busy_ns;          /* sum of move durations (submit -> done) */
+	/* Link use (real movers, wall clock; kept by the generic layer): time
+	 * with at least one move outstanding, the integral of the moves
+	 * outstanding over time (mean queue depth = qd_ns / active_ns), the most
+	 * outstanding at once.  A move counts until it is reaped. */
+	double active_ns, qd_ns;
+	uint64_t t_last;
+	uint32_t max_outstanding;
 };
 
 /* Built-in movers by name ("uring", "mmap", "pread", "cuda", "host",

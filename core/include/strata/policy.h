@@ -30,6 +30,8 @@
 #include "strata/option.h"
 
 #define STRATA_POLICY_ABI 2
+
+struct strata_cost_model; /* strata/engine.h */
 #define STRATA_POLICY_NAME_MAX 160
 #define STRATA_NO_EXPERT (-1)
 #define STRATA_NEVER UINT64_MAX
@@ -86,11 +88,21 @@ struct strata_future {
  *      (NVMe reads, RAM -> VRAM copies, staged reads): it is handed to the
  *      mover only while no demand move is outstanding on its links (the
  *      virtual link: when the link is idle), and a demand for it promotes it
- *      in place.  This is timing; 1-3 are decisions, the same in sim and
- *      replay (they depend on the access clock only).
+ *      in place.  This is timing; 1-3 and 5 are decisions, the same in sim
+ *      and replay (they depend on the access clock only).
+ *   5. Early preemption (preempt = true; ProMoE): a newer prediction beats
+ *      an older one.  When a layer-step's requests arrive, a pending request
+ *      for a target layer they also name, asked for at an earlier layer-step
+ *      (a farther, older prediction) and absent from the new requests, is
+ *      withdrawn (prefetch_preempted); and pending requests start nearest
+ *      target layer first (the layer after the running one first, the
+ *      running layer's next run last), first come first within a target,
+ *      instead of in arrival order.  A demand always goes first on the links
+ *      (4) and takes over a pending request for it (3).
  * A prefetch policy may set these fields in init and change them in on_layer
  * or on_route (the engine reads them at every dispatch).  Defaults
- * (strata_prefetch_sched_defaults): no budget, every source, keep_unused.
+ * (strata_prefetch_sched_defaults): no budget, every source, keep_unused,
+ * no preemption.
  */
 enum { STRATA_LINK_PCIE = 0, STRATA_LINK_NVME = 1, STRATA_LINK_COUNT = 2 };
 struct strata_prefetch_sched {
@@ -99,6 +111,7 @@ struct strata_prefetch_sched {
 	uint32_t from[2];      /* per destination tier (VRAM, RAM): mask of source tiers a
 				* prefetch may read, 1 << STRATA_TIER_RAM | 1 << STRATA_TIER_NVME */
 	bool keep_unused;      /* a started prefetch unused by its target layer stays cached */
+	bool preempt;          /* early preemption (5 above) */
 	/* set by the engine, read-only: per tier (VRAM, RAM) the residency flags
 	 * per eid, so a policy can tell a RAM copy from an NVMe read; an entry
 	 * may be NULL (the harness has no RAM tier) */
@@ -119,6 +132,10 @@ struct strata_policy_env {
 	/* The prefetch scheduling knobs (above): a prefetch policy may write them;
 	 * other roles read them at most.  Never NULL under the engine or harness. */
 	struct strata_prefetch_sched *sched;
+	/* The run's link and compute costs (strata/engine.h: the calibrated or
+	 * default cost model the engine times with); NULL where the driver has
+	 * none (the policy harness).  A prefetcher may size its horizon by it. */
+	const struct strata_cost_model *cost;
 };
 
 /* One step: a MoE layer about to run for a batch of tokens, its router

@@ -93,6 +93,7 @@ int strata_quantize_read_rows(struct strata_quantize_model *m, const struct stra
 struct strata_quantize_config {
 	const char *out;            /* output directory (shards) */
 	const uint8_t *tiers;       /* per expert id, enum strata_tier (required) */
+	uint8_t tier_fmt[STRATA_TIER_COUNT]; /* each tier's format (strata_tier_fmts_parse); all 0: hot, warm, cold */
 	struct strata_imatrix *imatrix; /* or NULL */
 	uint32_t threads;           /* 0: 1 */
 	uint64_t shard_bytes;       /* 0: the store's default */
@@ -134,9 +135,11 @@ int strata_quantize_run(struct strata_quantize_model *m, const struct strata_qua
 			struct strata_quantize_report *rep, struct strata_error *err);
 
 /* Fill rep as strata_quantize_run would, from the tier table and the
- * formats' layouts alone (no quantization, nothing written; cosines 0):
+ * formats' layouts alone (no quantization, nothing written; cosines 0;
+ * tier_fmt as in the config, NULL: hot, warm, cold):
  * the sizes of a run before spending hours on it. */
-int strata_quantize_plan(struct strata_quantize_model *m, const uint8_t *tiers, struct strata_quantize_report *rep,
+int strata_quantize_plan(struct strata_quantize_model *m, const uint8_t *tiers, const uint8_t *tier_fmt,
+			 struct strata_quantize_report *rep,
 			 struct strata_error *err);
 
 /*

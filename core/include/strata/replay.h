@@ -44,6 +44,11 @@ const char *strata_compute_name(int c);
 struct strata_cost_file {
 	struct strata_cost_model cost;
 	double kernel_us_per_mb_token;  /* extra per MB for each token beyond the first */
+	/* Kernel speed per packed byte of the fast-decode formats q4, q3 relative
+	 * to the tier formats kernel_us_per_mb was measured on (bench_kernels'
+	 * decode GB/s, same run); 1: the same.  The sim divides an expert's
+	 * per-MB kernel time by its format's speed. */
+	double kernel_speed_q4, kernel_speed_q3;
 	char machine[128];              /* where it was measured */
 	char source[64];                /* "measured", "defaults" */
 };
@@ -78,6 +83,7 @@ struct strata_replay_config {
 	bool future;                          /* give policies the trace's future (farthest, oracle) */
 	bool progress;
 	double kernel_us_per_mb_token;        /* virtual mode, see strata_cost_file */
+	double kernel_speed_q4, kernel_speed_q3; /* virtual mode, see strata_cost_file (0: 1) */
 	/* Spec-only models (sim of a model spec, no shards): the hot/warm/cold
 	 * split in percent ("15,30,55", the default) and a routing trace whose
 	 * per-(layer, expert) counts rank the experts (strata/tier_assign.h: the
@@ -85,6 +91,9 @@ struct strata_replay_config {
 	 * strata synth's seeded order.  Refused with a shard directory. */
 	const char *tiers;
 	const char *tier_trace;
+	/* Spec-only models: each tier's format, "hot,warm,cold" (the default) or
+	 * e.g. "q4,warm,cold" (strata_tier_fmts_parse). */
+	const char *formats;
 };
 void strata_replay_config_defaults(struct strata_replay_config *c);
 
@@ -130,6 +139,16 @@ struct strata_replay_result {
 	uint64_t bound_moves_vram, bound_bytes_vram, bound_moves_nvme, bound_bytes_nvme;
 	uint64_t bound_ram_moves_nvme, bound_ram_bytes_nvme, bound_violations;
 	double bound_decode_ms, bound_tok_s, bound_ratio;
+	/* Link use over the decode steps (strata/engine.h's link fields; index
+	 * STRATA_LINK_PCIE, STRATA_LINK_NVME): busy time and its share of the
+	 * decode time (real: wall time with a move outstanding, so what a link
+	 * could not be kept busy for shows; virtual: transfer time charged),
+	 * NVMe reads as the device saw them, their mean size and mean queue
+	 * depth while the disk was busy (real only), and the waits for moves
+	 * in flight. */
+	double dec_link_busy_ms[2], dec_link_util[2];
+	uint64_t dec_nvme_reads, dec_waits;
+	double dec_nvme_read_kib, dec_nvme_qd;
 	/* (e) of strata/bound.h: the time bound from the residency this run had
 	 * as each decode segment began (>= the policy-free bound_tok_s's time:
 	 * bound_start_tok_s <= bound_tok_s) */
@@ -140,7 +159,8 @@ struct strata_replay_result {
  * `strata run` sweeps, in order (after config, mode, compute, trace, model, seed,
  * vram_bytes, ram_bytes): X(name, kind, printf format, value), kind U (uint64_t)
  * or D (double), value an expression of `r` (const struct strata_replay_result *)
- * and `s` (&r->stats).  One list, so every writer names the same columns. */
+ * and `s` (&r->stats).  One list, so every writer names the same columns; partial and
+ * vram_host_stand_in stay last. */
 #define STRATA_REPLAY_COLUMNS(X) \
 	X("tokens", U, "%" PRIu64, r->tokens) \
 	X("prefill_tokens", U, "%" PRIu64, r->prefill_tokens) \
@@ -166,6 +186,7 @@ struct strata_replay_result {
 	X("prefetch_late", U, "%" PRIu64, s->prefetch_late) \
 	X("prefetch_promoted", U, "%" PRIu64, s->prefetch_promoted) \
 	X("prefetch_cancelled", U, "%" PRIu64, s->prefetch_cancelled) \
+	X("prefetch_preempted", U, "%" PRIu64, s->prefetch_preempted) \
 	X("moves_vram", U, "%" PRIu64, s->moves_vram) \
 	X("moves_nvme", U, "%" PRIu64, s->moves_nvme) \
 	X("substituted", U, "%" PRIu64, s->substituted) \
@@ -204,6 +225,14 @@ struct strata_replay_result {
 	X("bound_start_tok_s", D, "%.3f", r->bound_start_tok_s) \
 	X("bound_start_ratio", D, "%.4f", r->bound_start_ratio) \
 	X("bound_violations", U, "%" PRIu64, r->bound_violations) \
+	X("decode_nvme_busy_ms", D, "%.3f", r->dec_link_busy_ms[STRATA_LINK_NVME]) \
+	X("decode_pcie_busy_ms", D, "%.3f", r->dec_link_busy_ms[STRATA_LINK_PCIE]) \
+	X("decode_nvme_util", D, "%.4f", r->dec_link_util[STRATA_LINK_NVME]) \
+	X("decode_pcie_util", D, "%.4f", r->dec_link_util[STRATA_LINK_PCIE]) \
+	X("decode_nvme_reads", U, "%" PRIu64, r->dec_nvme_reads) \
+	X("decode_nvme_read_kib", D, "%.1f", r->dec_nvme_read_kib) \
+	X("decode_nvme_qd", D, "%.2f", r->dec_nvme_qd) \
+	X("decode_waits", U, "%" PRIu64, r->dec_waits) \
 	X("partial", U, "%" PRIu64, (uint64_t)r->partial) \
 	X("vram_host_stand_in", U, "%" PRIu64, (uint64_t)r->vram_host)
 

@@ -27,6 +27,7 @@ struct strata_pfq {
 	struct strata_pf *pend, *out; /* pending (FIFO) and started, unresolved */
 	uint32_t n_pend, n_out, cap;
 	uint64_t inflight[STRATA_LINK_COUNT];
+	uint32_t at;                  /* the moe layer of the latest layer-step */
 };
 
 struct strata_pfq_owner {
@@ -36,16 +37,25 @@ struct strata_pfq_owner {
 	int (*source)(void *o, uint32_t eid, int tier);
 	/* make room and start the move; STRATA_EBUDGET (err untouched): no room */
 	int (*start)(void *o, uint32_t eid, int tier, int src, struct strata_error *err);
-	uint64_t *redundant, *dropped, *promoted, *cancelled; /* the owner's counters */
+	uint64_t *redundant, *dropped, *promoted, *cancelled, *preempted; /* the owner's counters */
 };
 
 int strata_pfq_init(struct strata_pfq *q, uint32_t cap);
 void strata_pfq_free(struct strata_pfq *q);
+/* Layer-step `step` of `layer` begins and its prefetch policy asked for
+ * reqs (before they are queued): records the position and, with
+ * s->preempt, withdraws the pending requests the new ones supersede
+ * (policy.h, 5).  n_experts: experts per moe layer (eid / n_experts is the
+ * target layer). */
+void strata_pfq_begin(struct strata_pfq *q, const struct strata_pfq_owner *w, const struct strata_prefetch_sched *s,
+		      uint32_t layer, uint64_t step, const struct strata_prefetch_req *reqs, uint32_t nr,
+		      uint32_t n_experts);
 /* Queue a request (after on_layer).  Redundant (already pending or started
  * and unresolved) and overflowing ones are counted and dropped. */
 void strata_pfq_add(struct strata_pfq *q, const struct strata_pfq_owner *w, uint32_t eid, int tier,
 		    uint32_t layer, uint64_t step);
-/* Start what fits, in order (see policy.h). */
+/* Start what fits, in order (see policy.h; nearest target first with
+ * s->preempt). */
 int strata_pfq_dispatch(struct strata_pfq *q, const struct strata_prefetch_sched *s, const uint64_t *bytes,
 			const struct strata_pfq_owner *w, struct strata_error *err);
 /* Layer-step `step` of `layer` runs with these eids: promote or cancel the

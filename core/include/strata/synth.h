@@ -77,6 +77,9 @@ struct strata_synth_config {
 	int format;           /* enum strata_synth_format */
 	int codes;            /* enum strata_synth_codes (tiered only) */
 	double tier_frac[STRATA_TIER_COUNT]; /* hot, warm, cold shares of each layer; all 0: 0.15/0.30/0.55 */
+	/* Format of each tier's experts (enum strata_fmt, tiered only), e.g.
+	 * q4,warm,cold (strata_tier_fmts_parse); all 0: hot, warm, cold. */
+	uint8_t tier_fmt[STRATA_TIER_COUNT];
 	/* Rank experts by this popularity instead of the seeded Zipf-like order:
 	 * a routing trace (.strace / .jsonl) or a counts file (JSON / CSV, see
 	 * strata/tier_assign.h), so the tiers match the traffic a replay will see.

@@ -124,6 +124,20 @@ void strata_tier_frac_counts(uint32_t n_experts, const double frac[STRATA_TIER_C
 int strata_tier_frac_parse(const char *text, double frac[STRATA_TIER_COUNT], struct strata_error *err);
 
 /*
+ * The packed format of each tier (enum strata_fmt): the trellis formats hot,
+ * warm, cold by default; any quantized format may stand for any tier, e.g.
+ * the fast-decode q4 for the hot tier ("q4,warm,cold").  text is three format
+ * names (kernels/quant.h) separated by commas, hot first; f32 and bf16 are
+ * refused (a tier holds quantized experts).  STRATA_EINVAL names the bad entry.
+ */
+#define STRATA_TIER_FMTS_DEFAULT { 2, 3, 4 } /* STRATA_FMT_HOT, _WARM, _COLD */
+/* fmts, or the default when fmts is NULL or all zero (configs leave it so). */
+const uint8_t *strata_tier_fmts_or_default(const uint8_t *fmts);
+int strata_tier_fmts_parse(const char *text, uint8_t fmts[STRATA_TIER_COUNT], struct strata_error *err);
+/* "hot,warm,cold" of a tier format table (the inverse of the above), into buf. */
+const char *strata_tier_fmts_name(const uint8_t fmts[STRATA_TIER_COUNT], char *buf, size_t len);
+
+/*
  * Tiers of a model given by its spec only (a sim of "kimi-k3.1:layers=8",
  * which has no shard header to read them from), as strata synth would write
  * them: with neither split nor tier_trace, the seeded table at the default

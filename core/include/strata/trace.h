@@ -170,7 +170,7 @@ int strata_trace_writer_finish(struct strata_trace_writer *w, struct strata_erro
 void strata_trace_writer_abort(struct strata_trace_writer *w);
 
 /* Copy a whole trace into a new file (convert binary <-> JSONL). */
-int strata_trace_convert(const struct strata_trace *t, const char *path, int format,
+int strata_trace_convert(const struct strata_trace *t, const char *path, int format, bool progress,
 			 struct strata_error *err);
 /* The same, with lookahead predictions drawn from each token's own routing
  * in place of the trace's (for logs that record none): per layer l and
@@ -183,7 +183,7 @@ struct strata_trace_pred_config {
 	uint64_t seed;
 };
 int strata_trace_convert_pred(const struct strata_trace *t, const char *path, int format,
-			      const struct strata_trace_pred_config *pc, struct strata_error *err);
+			      const struct strata_trace_pred_config *pc, bool progress, struct strata_error *err);
 
 /* libCacheSim's trace formats (strata trace export). */
 enum strata_trace_export_format {
@@ -195,7 +195,7 @@ enum strata_trace_export_format {
  * bytes (see core/traces/trace_export.c for the record layouts); PATH.tmp then
  * rename. */
 int strata_trace_export(const struct strata_trace *t, const char *path, int format, uint32_t obj_size,
-			struct strata_error *err);
+			bool progress, struct strata_error *err);
 
 /* ---- the future of a replay ------------------------------------------- */
 
@@ -249,6 +249,7 @@ struct strata_trace_gen_config {
 	double pred_accuracy;          /* chance a predicted slot is a truly routed expert */
 	bool interleave;               /* round-robin decode tokens across requests */
 	const char *model;
+	bool progress;                 /* a progress line on stderr (strata/util.h) */
 };
 void strata_trace_gen_defaults(struct strata_trace_gen_config *c);
 int strata_trace_gen(const struct strata_trace_gen_config *c, const char *path, int format,
@@ -306,6 +307,7 @@ struct strata_trace_import_config {
 	FILE *warn;                    /* warnings (gaps), NULL: stderr */
 	uint64_t max_warnings;         /* gap warnings printed (defaults: 20; 0: none, the
 					* result still counts the gaps) */
+	bool progress;                 /* a progress line on stderr over the input bytes */
 };
 struct strata_trace_import_result {
 	uint64_t rows, tokens, requests;

@@ -148,18 +148,19 @@ void *strata_aligned_alloc(size_t align, size_t bytes);
  * of 512); not zeroed; free with free(). */
 void *strata_big_alloc(size_t bytes);
 
-/* The one progress helper (every long job: synth, quantize, inspect --verify,
- * preload, replay, sim, calibrate, sweeps): "what:  42.0% done / total  rate
- * 12s elapsed, ETA 17s" on stderr.  On a terminal the line is redrawn in place
- * at most 10 times a second; otherwise (a log, a pipe, CI) a full line is
- * printed every STRATA_PROGRESS_LOG_NS, so jobs shorter than that print
- * nothing.  STRATA_PROGRESS=0 turns it off (the commands' --no-progress sets
- * it, so forked sweep workers inherit it). */
+/* The one progress helper (every long job: synth, quantize, dequantize,
+ * inspect --verify, preload, replay, sim, calibrate, sweeps, trace gen, import
+ * and export): "what:  42.0% done / total  rate  12s elapsed, ETA 17s" on
+ * stderr.  On a terminal the line is redrawn in place at most 10 times a
+ * second; otherwise (a log, a pipe, CI) a full line is printed every
+ * STRATA_PROGRESS_LOG_NS (STRATA_PROGRESS_SECS=S: every S seconds), so jobs
+ * shorter than that print nothing.  STRATA_PROGRESS=0 turns it off (the
+ * commands' --no-progress sets it, so forked sweep workers inherit it). */
 #define STRATA_PROGRESS_LOG_NS 5000000000ull
 struct strata_progress {
 	const char *what;
 	uint64_t total, done;
-	uint64_t start_ns, last_ns;
+	uint64_t start_ns, last_ns, log_ns;
 	int enabled, tty, drawn;
 	const char *unit;  /* "B" prints bytes and MB/s; else counts of unit per second */
 };
