@@ -264,7 +264,7 @@ static void test_no_policy_beats_the_bounds(void **state)
 		if (r.bound_violations || r.stats.moves_vram < r.bound_moves_vram ||
 		    r.decode_tok_s > r.bound_tok_s * (1 + 1e-9) || r.decode_tok_s > r.bound_start_tok_s * (1 + 1e-9) ||
 		    r.bound_start_tok_s > r.bound_tok_s * (1 + 1e-9))
-			fail_msg("%s vram %llu ram %llu: %llu violations (moves %llu >= %llu? tok/s %.2f <= %.2f?)",
+			fail_msg("%s vram %llu ram %llu: %llu violations (moves %llu >= %llu? tok/s %.2f <= %.2f <= %.2f?)",
 				 r.name, (unsigned long long)v, (unsigned long long)ram,
 				 (unsigned long long)r.bound_violations, (unsigned long long)r.stats.moves_vram,
 				 (unsigned long long)r.bound_moves_vram, r.decode_tok_s, r.bound_start_tok_s, r.bound_tok_s);
