@@ -309,6 +309,8 @@ static void test_helpers(void **state)
 		"assert(m == 5 and lo == 2 and hi == 9 and t == '5.0 (2.0-9.0)', t)\n"
 		"assert(select(4, strata.spread({ 3.25 }, '%.2f')) == '3.25' and select(4, strata.spread({})) == '')\n"
 		"assert(select(4, strata.spread({ -1, 1 }, '%g')) == '0 (-1 to 1)')\n"
+		"local it = strata.items('7,,8'); assert(#it == 2 and it[1] == '7' and it[2] == '8')\n"
+		"assert(#strata.items('a|b;c', ';') == 2 and strata.items('a|b;c', '|')[2] == 'b;c')\n"
 		"assert(strata.cpus() >= 1 and strata.jobs >= 1)\n"
 		"assert(io and io.open and os.getenv and not os.execute and not io.popen)\n");
 	int rc = run(path, 1, 0, &err);

@@ -48,7 +48,7 @@ local traces = {}
 if a.trace then
 	traces[1] = { seed = 0, path = a.trace }
 else
-	for s in string.gmatch(a.seeds or "7,8,9", "[^,]+") do
+	for _, s in ipairs(strata.items(a.seeds or "7,8,9")) do
 		local seed = tonumber(s)
 		traces[#traces + 1] = { seed = seed, path = strata.trace_gen{
 			path = string.format("%s/trace-seed%d.strace", results, seed), model = model, seed = seed,
@@ -70,11 +70,11 @@ else
 	end
 end
 local splits = {}
-for s in string.gmatch(a.splits or "0/0/100,5/20/75,15/30/55,30/40/30,50/30/20,0/100/0,100/0/0", "[^,]+") do
+for _, s in ipairs(strata.items(a.splits or "0/0/100,5/20/75,15/30/55,30/40/30,50/30/20,0/100/0,100/0/0")) do
 	splits[#splits + 1] = s
 end
 local formats = {}
-for f in string.gmatch(a.formats or "hot,warm,cold", "[^;]+") do
+for _, f in ipairs(strata.items(a.formats or "hot,warm,cold", ";")) do
 	formats[#formats + 1] = f
 end
 local variants = {
@@ -83,7 +83,7 @@ local variants = {
 	{ "cache", { place = "static:promote=all", vram = a.vram or "256M", ram = a.ram or "512M" } },
 }
 local fit_costs = {}
-for c in string.gmatch(a.fit_costs or (cost or "default"), "[^;]+") do
+for _, c in ipairs(strata.items(a.fit_costs or (cost or "default"), ";")) do
 	fit_costs[#fit_costs + 1] = c
 end
 local configs = {}

@@ -41,17 +41,11 @@ local entries = {
 	{ "farthest", "cache", "farthest", "none" }, { "farthest+oracle", "cache", "farthest", "oracle:depth=2" },
 }
 
-local function split(s, sep)
-	local t = {}
-	for v in string.gmatch(s, "[^" .. sep .. "]+") do t[#t + 1] = v end
-	return t
-end
-
 local traces = {}
 local spec = a.traces or ("qwen-syn|qwen3-30b-a3b:layers=8,experts=64|gen|48M,96M,192M;" ..
 	"olmoe-syn|olmoe:layers=16|gen|96M,192M,384M")
-for _, e in ipairs(split(spec, ";")) do
-	local f = split(e, "|")
+for _, e in ipairs(strata.items(spec, ";")) do
+	local f = strata.items(e, "|")
 	if #f ~= 4 then error("traces: '" .. e .. "' is not label|model|trace|vram1,vram2,vram3") end
 	local path = f[3]
 	if path == "gen" then
@@ -61,7 +55,7 @@ for _, e in ipairs(split(spec, ";")) do
 			pred_accuracy = 0.8, alpha = f[1]:match("olmoe") and 0.6 or 1.0,
 		}
 	end
-	traces[#traces + 1] = { label = f[1], model = f[2], trace = path, vram = split(f[4], ",") }
+	traces[#traces + 1] = { label = f[1], model = f[2], trace = path, vram = strata.items(f[4]) }
 end
 
 local configs = {}

@@ -46,7 +46,7 @@ local tokens = tonumber(a.tokens or 128)
 local accuracies = { 0.5, 0.75, 0.9, 1.0 }
 local depths = { 0, 1, 2, 3 }
 local seeds = {}
-for v in string.gmatch(a.seeds or "11,12,13", "[^,]+") do seeds[#seeds + 1] = tonumber(v) end
+for _, v in ipairs(strata.items(a.seeds or "11,12,13")) do seeds[#seeds + 1] = tonumber(v) end
 
 local configs = {}
 local function add(trace, pf, tags, seed)

@@ -47,7 +47,7 @@ local alpha = tonumber(a.alpha or 0.6)
 local accuracy = tonumber(a.accuracy or 0.9)
 local tokens = tonumber(a.tokens or 128)
 local seeds = {}
-for v in string.gmatch(a.seeds or "5,6,7", "[^,]+") do seeds[#seeds + 1] = tonumber(v) end
+for _, v in ipairs(strata.items(a.seeds or "5,6,7")) do seeds[#seeds + 1] = tonumber(v) end
 
 -- The GPU machine as `strata calibrate` measured it on Kimi-shaped shards
 -- (experiments/gpu-replay/run1/cost_kimi.json: NVMe 1.59 GB/s, PCIe 55.1 GB/s,
@@ -138,7 +138,7 @@ for _, g in ipairs({ { "96GB-gpu", 96e9 }, { "141GB-h200", 141e9 } }) do
 		{ trace = eval, tier_trace = prof, prefetch = "lookahead:depth=2", vram = gib(g[2] * layers_scale) })
 end
 -- 4. routing skew: what it takes to reach the published hit rate
-for al in string.gmatch(a.alphas or "0.8,1.0,1.2,1.5,2.0", "[^,]+") do
+for _, al in ipairs(strata.items(a.alphas or "0.8,1.0,1.2,1.5,2.0")) do
 	local e, p = traces(tonumber(al), s)
 	for _, cn in ipairs({ "h200-measured", "release-like" }) do
 		add({ part = "skew", cost = cn, depth = 2, alpha = tonumber(al), budgets = "release", profile = "separate" },

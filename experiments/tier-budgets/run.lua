@@ -33,13 +33,8 @@ local results = a.out or (dir .. "/results")
 local name = a.name or "tier-budgets"
 local model = a.model or "qwen3-30b-a3b:layers=8,experts=64"
 
-local function list(s, default)
-	local t = {}
-	for v in string.gmatch(s or default, "[^,]+") do t[#t + 1] = v end
-	return t
-end
 local traces = {}
-for _, s in ipairs(list(a.seeds, "7,8,9")) do
+for _, s in ipairs(strata.items(a.seeds or "7,8,9")) do
 	if a.trace then
 		traces[#traces + 1] = { seed = tonumber(s), path = a.trace, fixed = true }
 	else
@@ -51,9 +46,9 @@ for _, s in ipairs(list(a.seeds, "7,8,9")) do
 	end
 end
 -- One expert of the default model is about 1.6 MB at the tier mix; 512 experts in all (~830 MB).
-local vrams = list(a.vram, "64M,128M,256M,512M")
-local rams = list(a.ram, "128M,256M,512M,1G")
-local policies = list(a.policies, "lru,fifo,lfu,lfu-decay,farthest,policies/lua/lru.lua")
+local vrams = strata.items(a.vram or "64M,128M,256M,512M")
+local rams = strata.items(a.ram or "128M,256M,512M,1G")
+local policies = strata.items(a.policies or "lru,fifo,lfu,lfu-decay,farthest,policies/lua/lru.lua")
 
 local configs = {}
 for _, tr in ipairs(traces) do
