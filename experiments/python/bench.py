@@ -132,10 +132,11 @@ def qwen_config(layers):
             "norm_topk_prob": True, "tie_word_embeddings": False}
 
 
-def decode_tok_s(model, n_prompt, n_new, on_step=None):
-    """Greedy decode, one sync per token; (tok/s over the decode steps, stats before, after)."""
+def decode_tok_s(model, n_prompt, n_new, on_step=None, max_len=256):
+    """Greedy decode, one sync per token; (tok/s over the decode steps, stats before, after).
+    The KV cache has max_len positions in every call (a decode plan over it is reused)."""
     prompt = [(i * 7919) % 32000 for i in range(n_prompt)]
-    model.reset(1, n_prompt + n_new + 1)
+    model.reset(1, max(max_len, n_prompt + n_new + 1))
     logits = model.forward(torch.tensor([prompt]))
     sync()
     before = on_step() if on_step else None
@@ -161,6 +162,95 @@ def touch_all(eng):
     sync()
 
 
+class RouteLog:
+    """The routing and lookahead predictions each decode step's MoE layers saw on the host, for
+    the predictor's accuracy (a few microseconds of host work per layer)."""
+
+    def __init__(self, model):
+        self.rows, self.model = {}, model
+        self.orig = model._after_route
+        model._after_route = self.hook
+
+    def hook(self, mlp, flat, dev, host, step, out=None):
+        if host is not None and step.decode:
+            sel, w, pred = host
+            self.rows[(step.index, mlp.moe_idx)] = (sel[0].tolist(), None if pred is None else
+                                                    (pred[0][0].tolist(), pred[1][0].tolist()))
+        return self.orig(mlp, flat, dev, host, step, out)
+
+    def close(self):
+        self.model._after_route = self.orig
+
+    def accuracy(self, k):
+        """Per distance d: the share of layer m+d's routed experts among the top-k predicted
+        for it at layer m (recall of top-k), and per score threshold the share of predictions
+        at or above it that were routed (precision) with their count per token and layer."""
+        out = {}
+        for (st, m), (sel, pred) in self.rows.items():
+            if pred is None:
+                continue
+            for d, (ids, sc) in enumerate(zip(*pred), 1):
+                nxt = self.rows.get((st, m + d))
+                if nxt is None or ids[0] < 0:
+                    continue
+                real = set(nxt[0])
+                o = out.setdefault(d, {"n": 0, "hit": 0, "bands": {}})
+                o["n"] += 1
+                o["hit"] += len(real & set(ids[:k])) / len(real)
+                for t in (0.0, 0.02, 0.05, 0.1, 0.2):
+                    b = o["bands"].setdefault(t, [0, 0])
+                    for e, v in zip(ids, sc):
+                        if v >= t:
+                            b[0] += 1
+                            b[1] += e in real
+        return {d: {"recall_topk": round(o["hit"] / o["n"], 4), "layers": o["n"],
+                    "precision_at_score": {str(t): {"per_layer": round(b[0] / o["n"], 2),
+                                                    "precision": round(b[1] / b[0], 4) if b[0] else None}
+                                           for t, b in o["bands"].items()}}
+                for d, o in sorted(out.items())}
+
+
+def profile_decode(model, name, out, n=8, max_len=256):
+    """torch.profiler over n decode steps: per token, the host's CUDA API calls (kernel and
+    graph launches, synchronisations, copies) and the device's kernel time; the table in
+    out/profile-<name>.txt."""
+    from torch.profiler import ProfilerActivity, profile
+    prompt = [(i * 7919) % 32000 for i in range(16)]
+    model.reset(1, max(max_len, len(prompt) + n + 2))
+    logits = model.forward(torch.tensor([prompt]))
+    nxt = int(logits[0, -1].argmax())
+    logits = model.forward(torch.tensor([[nxt]]))  # plans and graphs made before the profile
+    sync()
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if DEV == "cuda" else [])
+    with profile(activities=acts) as prof:
+        t0 = time.perf_counter()
+        for _ in range(n):
+            nxt = int(logits[0, -1].argmax())
+            logits = model.forward(torch.tensor([[nxt]]))
+        sync()
+        wall = (time.perf_counter() - t0) / n
+    ka = prof.key_averages()
+    with open(os.path.join(out, "profile-%s.txt" % name), "w") as f:
+        f.write(ka.table(sort_by="self_cpu_time_total", row_limit=40))
+    cnt = {}
+    dev_us = 0.0
+    for e in ka:
+        k = e.key
+        for api in ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cudaGraphLaunch",
+                    "cudaStreamSynchronize", "cudaEventSynchronize", "cudaDeviceSynchronize", "cudaMemcpyAsync",
+                    "cudaMemcpy", "cudaMemsetAsync"):
+            if k == api:
+                cnt[api] = round(e.count / n, 1)
+        dt = getattr(e, "device_type", None)
+        if dt is not None and "CUDA" in str(dt):
+            dev_us += getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0))
+    r = {"ms_per_token": round(wall * 1e3, 3), "device_kernel_ms_per_token": round(dev_us / 1e3 / n, 3),
+         "per_token": cnt}
+    log("profile %-28s %.2f ms/token (under the profiler), kernels %.2f ms/token on the device, per token: %s" %
+        (name, r["ms_per_token"], r["device_kernel_ms_per_token"], cnt))
+    return r
+
+
 def runner(a, res):
     cfg = qwen_config(a.layers)
     d = synth(a, "%s:layers=%d" % (QWEN, a.layers), os.path.join(a.work, "qwen-%d" % a.layers))
@@ -177,11 +267,17 @@ def runner(a, res):
 
 
 def decode_vs_bf16(a, res, d, ck, tensors):
-    # 2. batched BF16 vs Strata with every expert in VRAM
-    mb = strata.load(ck, BatchedBackend(), DEV, DTYPE)
-    decode_tok_s(mb, 8, 4)
-    bf = [decode_tok_s(mb, a.prompt, a.tokens)[0] for _ in range(a.reps)]
-    del mb
+    # 2. batched BF16 vs Strata with every expert in VRAM, per decode mode of the runner
+    ml = a.prompt + a.tokens + 1
+    bf, sv, prof = {}, {}, {}
+    for mode in a.static_decode:
+        os.environ["STRATA_STATIC_DECODE"] = mode
+        mb = strata.load(ck, BatchedBackend(), DEV, DTYPE)
+        decode_tok_s(mb, a.prompt, 4, max_len=ml)
+        bf[mode] = [decode_tok_s(mb, a.prompt, a.tokens, max_len=ml)[0] for _ in range(a.reps)]
+        if a.profile:
+            prof["bf16-" + mode] = profile_decode(mb, "bf16-" + mode, a.out, max_len=ml)
+        del mb
     for k in [k for k in tensors if ".experts." in k]:
         del tensors[k]
     sync()
@@ -192,22 +288,78 @@ def decode_vs_bf16(a, res, d, ck, tensors):
     sb = StrataBackend(d, vram="4G", ram="1G", place="static:promote=all", gpu=GPU, max_tokens=64)
     touch_all(sb.engine)
     st0 = sb.stats()
-    ms = strata.load(ck, sb, DEV, DTYPE)
-    decode_tok_s(ms, 8, 4)
-    sv = [decode_tok_s(ms, a.prompt, a.tokens)[0] for _ in range(a.reps)]
-    b, s = statistics.median(bf), statistics.median(sv)
+    for mode in a.static_decode:
+        os.environ["STRATA_STATIC_DECODE"] = mode
+        ms = strata.load(ck, sb, DEV, DTYPE)
+        decode_tok_s(ms, a.prompt, 4, max_len=ml)
+        sv[mode] = [decode_tok_s(ms, a.prompt, a.tokens, max_len=ml)[0] for _ in range(a.reps)]
+        if a.profile:
+            prof["strata-" + mode] = profile_decode(ms, "strata-" + mode, a.out, max_len=ml)
+        del ms
     st1 = sb.stats()
     moved = st1["bytes_nvme_ram"] + st1["bytes_nvme_vram"] + st1["bytes_ram_vram"] - \
         (st0["bytes_nvme_ram"] + st0["bytes_nvme_vram"] + st0["bytes_ram_vram"])
-    res["decode"] = {"layers": a.layers, "tokens": a.tokens, "bf16_tok_s": round(b, 2), "strata_tok_s": round(s, 2),
-                     "ratio": round(s / b, 4), "bf16_all": [round(v, 2) for v in bf],
-                     "strata_all": [round(v, 2) for v in sv], "vram_used_bytes": st0["used_vram"],
-                     "bytes_moved_while_decoding": moved, "hits_vram_share":
+    rows = []
+    for mode in a.static_decode:
+        b, s_ = statistics.median(bf[mode]), statistics.median(sv[mode])
+        rows.append({"decode": mode, "bf16_tok_s": round(b, 2), "strata_tok_s": round(s_, 2),
+                     "ratio": round(s_ / b, 4), "bf16_all": [round(v, 2) for v in bf[mode]],
+                     "strata_all": [round(v, 2) for v in sv[mode]],
+                     "strata_ms_per_tok": round(1e3 / s_, 3), "bf16_ms_per_tok": round(1e3 / b, 3)})
+        log("decode  [%s] batched bf16 %.2f tok/s, strata (all in VRAM: %.0f MB, %d bytes moved) %.2f tok/s "
+            "(%.2f ms/token), ratio %.3f" % (mode, b, st0["used_vram"] / 1e6, moved, s_, 1e3 / s_, s_ / b))
+    res["decode"] = {"layers": a.layers, "tokens": a.tokens, "rows": rows, "vram_used_bytes": st0["used_vram"],
+                     "bytes_moved_while_decoding": moved, "profile": prof, "hits_vram_share":
                      round((st1["hits_vram"] - st0["hits_vram"]) / max(st1["accesses"] - st0["accesses"], 1), 4)}
-    log("decode  batched bf16 %.2f tok/s, strata (all in VRAM: %.0f MB, %d bytes moved) %.2f tok/s, ratio %.3f" %
-        (b, st0["used_vram"] / 1e6, moved, s, s / b))
-    del ms
     sb.close()
+
+
+def tier_row(a, d, ck, vram, ram, pf, mode, ml, nv, pc, hb, mean_payload):
+    sb = StrataBackend(d, vram=vram, ram=ram, place="static", evict="lru", prefetch=pf, gpu=GPU, max_tokens=64)
+    m = strata.load(ck, sb, DEV, DTYPE)
+    decode_tok_s(m, a.prompt, 4, max_len=ml)
+    rl = RouteLog(m) if m.pred_depth else None
+    tok_s, s0, s1 = decode_tok_s(m, a.prompt, a.tiers_tokens, sb.stats, max_len=ml)
+    dl = {k: s1[k] - s0[k] for k in s1 if isinstance(s1[k], (int, float))}
+    n = a.tiers_tokens
+    t_nvme = (dl["bytes_nvme_ram"] + dl["bytes_nvme_vram"]) / nv / n
+    t_pcie = (dl["bytes_ram_vram"] + dl["bytes_nvme_vram"]) / pc / n
+    t_hbm = dl["accesses"] * mean_payload / hb / n
+    bound = 1 / max(t_nvme, t_pcie, t_hbm)
+    acc = max(dl["accesses"], 1)
+    ms_tok = 1e3 / tok_s
+    stall = dl["stall_ms"] / n
+    row = {"config": sb.engine.name, "decode": mode, "decode_tok_s": round(tok_s, 3), "bound_tok_s": round(bound, 3),
+           "ratio": round(tok_s / bound, 4), "hit_vram": round(dl["hits_vram"] / acc, 4),
+           "hit_ram": round(dl["hits_ram"] / acc, 4), "hit_nvme": round(dl["hits_nvme"] / acc, 4),
+           "nvme_mb_per_tok": round((dl["bytes_nvme_ram"] + dl["bytes_nvme_vram"]) / n / 1e6, 3),
+           "pcie_mb_per_tok": round((dl["bytes_ram_vram"] + dl["bytes_nvme_vram"]) / n / 1e6, 3),
+           "t_nvme_ms": round(t_nvme * 1e3, 3), "t_pcie_ms": round(t_pcie * 1e3, 3),
+           "t_hbm_ms": round(t_hbm * 1e3, 3), "ms_per_tok": round(ms_tok, 3), "stall_ms_per_tok": round(stall, 3),
+           # the runner's own time per token: all but the engine's waits for moves
+           "compute_ms_per_tok": round(ms_tok - stall, 3),
+           # the share of decode time each link had a move outstanding, the disk's mean queue
+           # depth meanwhile, reads and waits for moves per token (the engine's link counters)
+           "nvme_busy": round(dl.get("nvme_busy_ms", 0) / 1e3 * tok_s / n, 4),
+           "pcie_busy": round(dl.get("pcie_busy_ms", 0) / 1e3 * tok_s / n, 4),
+           "nvme_qd": round(dl.get("nvme_qd_ms", 0) / dl["nvme_busy_ms"], 2) if dl.get("nvme_busy_ms") else 0,
+           "nvme_reads_per_tok": round(dl.get("nvme_reads", 0) / n, 2),
+           "waits_per_tok": round(dl.get("waits", 0) / n, 2),
+           "prefetch": {k: dl.get(k, 0) for k in ("prefetch_issued", "prefetch_used", "prefetch_wasted",
+                                                  "prefetch_redundant", "prefetch_late", "prefetch_dropped")}}
+    if rl:
+        row["predictor"] = rl.accuracy(m.cfg.top_k)
+        rl.close()
+    log("tiers   [%s] %-60s %.2f tok/s, bound %.2f, ratio %.3f (vram %.2f ram %.2f nvme %.2f; nvme %.1f MB/tok; "
+        "%.2f ms/tok = compute %.2f + stall %.2f; busy nvme %.2f pcie %.2f, qd %.1f) prefetch %s" %
+        (mode, row["config"], tok_s, bound, tok_s / bound, row["hit_vram"], row["hit_ram"], row["hit_nvme"],
+         row["nvme_mb_per_tok"], ms_tok, ms_tok - stall, stall, row["nvme_busy"], row["pcie_busy"], row["nvme_qd"],
+         row["prefetch"]))
+    if rl:
+        log("        predictor: %s" % json.dumps(row["predictor"]))
+    del m
+    sb.close()
+    return row
 
 
 def tiers(a, res, d, ck):
@@ -225,38 +377,11 @@ def tiers(a, res, d, ck):
     log("links: nvme %.2f GB/s, pcie %.2f GB/s, hbm %.0f GB/s; budgets vram %d ram %d" %
         (nv / 1e9, pc / 1e9, hb / 1e9, vram, ram))
     rows = []
-    for pf in a.prefetch:
-        sb = StrataBackend(d, vram=vram, ram=ram, place="static", evict="lru", prefetch=pf, gpu=GPU, max_tokens=64)
-        m = strata.load(ck, sb, DEV, DTYPE)
-        decode_tok_s(m, 8, 4)
-        tok_s, s0, s1 = decode_tok_s(m, a.prompt, a.tiers_tokens, sb.stats)
-        dl = {k: s1[k] - s0[k] for k in s1 if isinstance(s1[k], (int, float))}
-        n = a.tiers_tokens
-        t_nvme = (dl["bytes_nvme_ram"] + dl["bytes_nvme_vram"]) / nv / n
-        t_pcie = (dl["bytes_ram_vram"] + dl["bytes_nvme_vram"]) / pc / n
-        t_hbm = dl["accesses"] * mean_payload / hb / n
-        bound = 1 / max(t_nvme, t_pcie, t_hbm)
-        acc = max(dl["accesses"], 1)
-        row = {"config": sb.engine.name, "decode_tok_s": round(tok_s, 3), "bound_tok_s": round(bound, 3),
-               "ratio": round(tok_s / bound, 4), "hit_vram": round(dl["hits_vram"] / acc, 4),
-               "hit_ram": round(dl["hits_ram"] / acc, 4), "hit_nvme": round(dl["hits_nvme"] / acc, 4),
-               "nvme_mb_per_tok": round((dl["bytes_nvme_ram"] + dl["bytes_nvme_vram"]) / n / 1e6, 3),
-               "pcie_mb_per_tok": round((dl["bytes_ram_vram"] + dl["bytes_nvme_vram"]) / n / 1e6, 3),
-               "t_nvme_ms": round(t_nvme * 1e3, 3), "t_pcie_ms": round(t_pcie * 1e3, 3),
-               "t_hbm_ms": round(t_hbm * 1e3, 3), "stall_ms_per_tok": round(dl["stall_ms"] / n, 3),
-               # the share of decode time each link had a move outstanding, the disk's mean queue
-               # depth meanwhile, reads and waits for moves per token (the engine's link counters)
-               "nvme_busy": round(dl.get("nvme_busy_ms", 0) / 1e3 * tok_s / n, 4),
-               "pcie_busy": round(dl.get("pcie_busy_ms", 0) / 1e3 * tok_s / n, 4),
-               "nvme_qd": round(dl.get("nvme_qd_ms", 0) / dl["nvme_busy_ms"], 2) if dl.get("nvme_busy_ms") else 0,
-               "nvme_reads_per_tok": round(dl.get("nvme_reads", 0) / n, 2),
-               "waits_per_tok": round(dl.get("waits", 0) / n, 2)}
-        rows.append(row)
-        log("tiers   %-52s %.2f tok/s, bound %.2f, ratio %.3f (vram %.2f ram %.2f nvme %.2f; busy nvme %.2f "
-            "pcie %.2f, qd %.1f)" % (row["config"], tok_s, bound, tok_s / bound, row["hit_vram"], row["hit_ram"],
-                                     row["hit_nvme"], row["nvme_busy"], row["pcie_busy"], row["nvme_qd"]))
-        del m
-        sb.close()
+    ml = a.prompt + a.tiers_tokens + 1
+    for mode in a.tiers_decode:
+        os.environ["STRATA_STATIC_DECODE"] = mode
+        for pf in a.prefetch:
+            rows.append(tier_row(a, d, ck, vram, ram, pf, mode, ml, nv, pc, hb, mean_payload))
     res["tiers"] = {"links_gbps": {"nvme": nv / 1e9, "pcie": pc / 1e9, "hbm": hb / 1e9}, "vram_bytes": vram,
                     "ram_bytes": ram, "tokens": a.tiers_tokens, "rows": rows}
 
@@ -274,7 +399,15 @@ def main():
     ap.add_argument("--tiers-tokens", type=int, default=48, help="decode tokens per measurement (figure 3)")
     ap.add_argument("--iters", type=int, default=300, help="layer calls per overhead measurement")
     ap.add_argument("--reps", type=int, default=3, help="repetitions (median)")
-    ap.add_argument("--prefetch", nargs="+", default=["none", "lookahead:depth=1", "lookahead:depth=2"])
+    ap.add_argument("--prefetch", nargs="+", default=["none", "lookahead:depth=1", "lookahead:depth=2"],
+                    help="prefetch specs of figure 3's rows (lookahead options explicit: its defaults change)")
+    ap.add_argument("--static-decode", nargs="+", default=["graph"], choices=["graph", "eager", "off"],
+                    help="runner decode modes of figure 2 (graph: CUDA graphs between the routing reads; "
+                    "off: the plain forward)")
+    ap.add_argument("--tiers-decode", nargs="+", default=["graph"], choices=["graph", "eager", "off"],
+                    help="runner decode modes of figure 3")
+    ap.add_argument("--profile", action="store_true", help="figure 2: torch.profiler over 8 decode steps "
+                    "per backend and mode (API calls per token, device kernel time; out/profile-*.txt)")
     ap.add_argument("--only", nargs="+", default=["overhead", "runner"], choices=["overhead", "runner", "tiers"],
                     help="overhead: figure 1; runner: figures 2 and 3; tiers: figure 3 alone")
     ap.add_argument("--cpu-smoke", action="store_true", help="run the code paths on the CPU (host engine, float32): "
@@ -283,6 +416,8 @@ def main():
     global DEV, GPU, DTYPE
     if a.cpu_smoke:
         DEV, GPU, DTYPE = "cpu", "0", torch.float32
+        a.static_decode = [m if m != "graph" else "eager" for m in a.static_decode]
+        a.tiers_decode = [m if m != "graph" else "eager" for m in a.tiers_decode]
     elif not torch.cuda.is_available() or strata.gpu_count() == 0:
         print("SKIP bench: no GPU usable by PyTorch and libstrata")
         return 0

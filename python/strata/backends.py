@@ -22,6 +22,7 @@ class TorchBackend:
 
     needs_checkpoint_experts = True
     name = "torch"
+    out_dtype = torch.float32
 
     def attach(self, model) -> None:
         pass
@@ -79,6 +80,10 @@ class StrataBackend:
 
     needs_checkpoint_experts = False
     name = "strata"
+    host_routing = True          # the engine reads ids, weights and hints on the host
+    accumulates = True           # experts(..., out=) adds into a given buffer
+    input_dtype = torch.float32  # the kernels read float32 activations
+    out_dtype = torch.float32
 
     def __init__(self, shards: str, vram="8G", ram="32G", place: str = "static", evict: str = "lru",
                  prefetch: str = "none", gpu: str = "auto", max_tokens: int = 512, options: str = "",
@@ -89,11 +94,17 @@ class StrataBackend:
         self.store = Store(shards)
         self.engine = Engine(self.store, vram, ram, place, evict, prefetch, gpu, max_tokens, options)
         self.max_tokens = max_tokens
-        if pred_depth is None:  # as deep as a lookahead policy looks (its depth option, default 2)
-            m = re.search(r"depth=(\d+)", prefetch) if prefetch.startswith("lookahead") else None
-            pred_depth = int(m.group(1)) if m else (2 if prefetch.startswith("lookahead") else 0)
+        if pred_depth is None:  # as deep as a lookahead policy looks: its depth (default 2), or
+            pred_depth = 0      # its stage reach when deeper (stage=-1: depth + 1)
+            if prefetch.startswith("lookahead"):
+                m = re.search(r"depth=(\d+)", prefetch)
+                pred_depth = int(m.group(1)) if m else 2
+                m = re.search(r"stage=(-?\d+)", prefetch)
+                if m:
+                    pred_depth = max(pred_depth, pred_depth + 1 if int(m.group(1)) < 0 else int(m.group(1)))
         self.pred_depth = pred_depth
         self.device = "cuda" if self.engine.on_gpu else "cpu"
+        self._layers = {}
 
     def attach(self, model) -> None:
         s, c = self.store.shape, model.cfg
@@ -110,24 +121,34 @@ class StrataBackend:
         if self.pred_depth:
             model.pred_depth = self.pred_depth
 
-    def experts(self, block, x, ids, weights, pred, step):
-        xf = x.float().contiguous()
-        y = torch.zeros_like(xf)
+    def experts(self, block, x, ids, weights, pred, step, out=None):
+        """ids / weights / pred on the host (host_routing) or the device; out: None or a zeroed
+        float32 [N, hidden] tensor the layer's output is added to (x then float32 too)."""
+        xf = x if x.dtype == torch.float32 and x.is_contiguous() else x.float().contiguous()
+        y = torch.zeros_like(xf) if out is None else out
         ih = ids.to("cpu", torch.int32).contiguous()
         wh = weights.to("cpu", torch.float32).contiguous()
         hints = None
         if pred is not None:
+            # every prediction as it is: the engine skips -1 ids and layers past the last one
             pid, psc = pred
-            N, D, n = pid.shape
-            lay = (torch.arange(1, D + 1, dtype=torch.int32) + block.moe_idx).view(1, D, 1).expand(N, D, n)
-            keep = pid.reshape(-1) >= 0
-            hints = (lay.reshape(-1)[keep].contiguous(), pid.reshape(-1)[keep].contiguous(),
-                     psc.reshape(-1)[keep].contiguous())
+            hints = (self._hint_layers(block.moe_idx, tuple(pid.shape)),
+                     pid.to("cpu", torch.int32).contiguous().view(-1), psc.to("cpu", torch.float32).contiguous().view(-1))
         for t0 in range(0, xf.shape[0], self.max_tokens):  # long prompts in chunks of max_tokens
             t1 = min(t0 + self.max_tokens, xf.shape[0])
             self.engine.moe_forward(step.index, block.moe_idx, xf[t0:t1], y[t0:t1], ih[t0:t1], wh[t0:t1],
                                     hints=hints if t0 == 0 else None)
         return y
+
+    def _hint_layers(self, m: int, shape):
+        """The layer of each prediction [N, D, n] made at MoE layer m: m + 1 .. m + D (cached)."""
+        key = (m, shape)
+        t = self._layers.get(key)
+        if t is None:
+            N, D, n = shape
+            t = self._layers[key] = (torch.arange(1, D + 1, dtype=torch.int32) + m).view(1, D, 1) \
+                .expand(N, D, n).contiguous().view(-1)
+        return t
 
     def stats(self):
         return self.engine.stats()

@@ -22,6 +22,7 @@ applies MoE layer l+d's post-attention norm and router to layer l's residual str
 and hands the top-n experts to the backend as prefetch hints and to the trace recorder.
 """
 import math
+import os
 from dataclasses import dataclass, field
 from typing import List, Optional
 
@@ -197,12 +198,13 @@ class RMSNorm(torch.nn.Module):
     def __init__(self, w: torch.Tensor, eps: float):
         super().__init__()
         self.weight = torch.nn.Parameter(w, requires_grad=False)
+        self.wf = w.float()  # the weight as every call multiplies by it (once, not per call)
         self.eps = eps
 
     def forward(self, x):
         xf = x.float()
         xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return (xf * self.weight.float()).to(x.dtype)
+        return (xf * self.wf).to(x.dtype)
 
 
 def _rot_half(x):
@@ -211,18 +213,33 @@ def _rot_half(x):
 
 
 class Rope:
+    """Rotary embedding; cos / sin of every position up to the longest seen, computed once in
+    float64 per device (the values a per-call computation gives), sliced per call."""
+
     def __init__(self, dim: int, theta: float, interleave: bool):
         self.dim, self.theta, self.interleave = dim, theta, interleave
         self.inv = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+        self.tables = {}
 
-    def apply(self, x, pos0: int):
-        """x [B, h, T, dim] -> rotated, positions pos0 .. pos0 + T - 1."""
+    def table(self, n: int, device):
+        """(cos, sin) [>= n, dim] float32 on device."""
+        key = str(device)
+        t = self.tables.get(key)
+        if t is None or t[0].shape[0] < n:
+            m = max(n, 2 * t[0].shape[0] if t is not None else 256)
+            f = torch.outer(torch.arange(m, dtype=torch.float64), self.inv)
+            emb = torch.cat((f, f), dim=-1)
+            t = self.tables[key] = (emb.cos().to(device, torch.float32), emb.sin().to(device, torch.float32))
+        return t
+
+    def apply(self, x, pos0: int, pos=None):
+        """x [B, h, T, dim] -> rotated, positions pos0 .. pos0 + T - 1 (or the positions in the
+        device tensor pos, [T]: no host work, as a CUDA graph replays it)."""
         T = x.shape[2]
-        t = torch.arange(pos0, pos0 + T, dtype=torch.float64)
-        f = torch.outer(t, self.inv)
-        emb = torch.cat((f, f), dim=-1)
-        cos = emb.cos().to(x.device, torch.float32)
-        sin = emb.sin().to(x.device, torch.float32)
+        if pos is None:
+            cos, sin = (c[pos0:pos0 + T] for c in self.table(pos0 + T, x.device))
+        else:
+            cos, sin = (c.index_select(0, pos) for c in self.tables[str(x.device)])
         xf = x.float()
         if self.interleave:  # DeepSeek: pairs (0,1), (2,3), ... -> halves
             B, h, T_, d = xf.shape
@@ -240,6 +257,13 @@ class KVCache:
         self.len = 0
         self.max_len = max_len
 
+    def put_at(self, layer: int, k, v, pos):
+        """Write positions pos (device int64 [T]) and return the whole cache of the layer (a
+        CUDA graph's static view; positions past the request are masked by the caller)."""
+        self.k[layer].index_copy_(2, pos, k)
+        self.v[layer].index_copy_(2, pos, v)
+        return self.k[layer], self.v[layer]
+
     def put(self, layer: int, k, v, pos0: int):
         T = k.shape[2]
         if pos0 + T > self.max_len:
@@ -249,20 +273,26 @@ class KVCache:
         return self.k[layer][:, :, :pos0 + T], self.v[layer][:, :, :pos0 + T]
 
 
-def _attend(q, k, v, pos0: int, scale: float):
-    """q [B, h, T, d], k/v [B, kvh, S, d] (S = pos0 + T), causal."""
-    h, kvh = q.shape[1], k.shape[1]
-    if h != kvh:
-        k = k.repeat_interleave(h // kvh, dim=1)
-        v = v.repeat_interleave(h // kvh, dim=1)
-    s = torch.matmul(q.float(), k.float().transpose(-1, -2)) * scale
-    T, S = q.shape[2], k.shape[2]
-    if T > 1:
-        i = torch.arange(T, device=q.device).unsqueeze(1) + pos0
-        j = torch.arange(S, device=q.device).unsqueeze(0)
-        s = s.masked_fill(j > i, float("-inf"))
+def _attend(q, k, v, pos0: int, scale: float, pos=None):
+    """q [B, h, T, d], k/v [B, kvh, S, d] (S = pos0 + T), causal.  Grouped-query attention
+    without copying k and v per head: the query heads sharing a KV head form one matrix.
+    pos: device positions [T] of the queries (k/v then hold the whole cache, masked past them)."""
+    B, h, T, d = q.shape
+    kvh, S = k.shape[1], k.shape[2]
+    rep = h // kvh
+    qf = q.float().reshape(B, kvh, rep * T, d)
+    s = torch.matmul(qf, k.float().transpose(-1, -2)) * scale  # [B, kvh, rep * T, S]
+    j = None
+    if pos is not None:
+        j = torch.arange(S, device=q.device)
+        i = pos.view(1, T, 1)
+    elif T > 1:
+        j = torch.arange(S, device=q.device)
+        i = torch.arange(T, device=q.device).view(1, T, 1) + pos0
+    if j is not None:
+        s = s.view(B, kvh, rep, T, S).masked_fill(j.view(1, 1, S) > i, float("-inf")).view(B, kvh, rep * T, S)
     p = torch.softmax(s, dim=-1)
-    return torch.matmul(p, v.float()).to(q.dtype)
+    return torch.matmul(p, v.float()).view(B, h, T, -1).to(q.dtype)
 
 
 class Attention(torch.nn.Module):
@@ -299,7 +329,9 @@ class Attention(torch.nn.Module):
     def _lin(self, x, n):
         return F.linear(x, self.w[n], self.w.get(n + ".bias"))
 
-    def forward(self, x, cache: KVCache, pos0: int):
+    def forward(self, x, cache: KVCache, pos0: int, pos=None):
+        """pos: None, or the positions as a device tensor [T] (then nothing here reads pos0 and
+        the whole cache is attended, masked past pos: what a CUDA graph can replay)."""
         c = self.cfg
         B, T, _ = x.shape
         if c.mla:
@@ -312,9 +344,9 @@ class Attention(torch.nn.Module):
         v = v.view(B, T, c.n_kv_heads, c.head_dim).transpose(1, 2)
         if c.qk_norm == "head":
             q, k = self.q_norm(q), self.k_norm(k)
-        q, k = self.rope.apply(q, pos0), self.rope.apply(k, pos0)
-        K, V = cache.put(self.layer, k, v, pos0)
-        o = _attend(q, K, V, pos0, self.scale)
+        q, k = self.rope.apply(q, pos0, pos), self.rope.apply(k, pos0, pos)
+        K, V = cache.put(self.layer, k, v, pos0) if pos is None else cache.put_at(self.layer, k, v, pos)
+        o = _attend(q, K, V, pos0, self.scale, pos)
         return self._lin(o.transpose(1, 2).reshape(B, T, -1), "o_proj")
 
     def _mla(self, x, cache: KVCache, pos0: int):
@@ -369,7 +401,11 @@ def route(cfg: Config, logits, k: int, bias=None):
         keep = torch.zeros_like(gs).scatter_(1, gs.topk(cfg.topk_group, dim=-1).indices, 1.0)
         choice = choice.masked_fill((keep.unsqueeze(-1).expand_as(grp) == 0).reshape(N, E), 0.0)
     w, idx = choice.topk(k, dim=-1)
-    if v3 or cfg.routing == "softmax":
+    if cfg.routing == "softmax":  # top-k of the scores themselves: already in descending order
+        if cfg.norm_topk and k > 1:
+            w = w / (w.sum(-1, keepdim=True) + 1e-20)
+        return idx, w
+    if v3:
         w = scores.gather(1, idx)
     if cfg.norm_topk and k > 1:
         w = w / (w.sum(-1, keepdim=True) + 1e-20)
@@ -433,6 +469,137 @@ class Step:
         self.index, self.pos0, self.decode = index, pos0, decode
 
 
+class _Packed:
+    """One MoE layer's routing (ids, weights, lookahead ids and scores) in one int32 buffer on
+    the device and its pinned copy on the host: one transfer and one wait per layer."""
+
+    def __init__(self, N: int, k: int, pshape, device):
+        self.N, self.k, self.pshape = N, k, pshape
+        npd = 0 if pshape is None else pshape[0] * pshape[1] * pshape[2]
+        self.cut = [0, N * k, 2 * N * k, 2 * N * k + npd, 2 * N * k + 2 * npd]
+        self.dev = torch.empty(self.cut[-1], dtype=torch.int32, device=device)
+        self.cuda = self.dev.is_cuda
+        self.hbuf = torch.empty(self.cut[-1], dtype=torch.int32, pin_memory=True) if self.cuda else self.dev
+
+    def _parts(self, buf):
+        c = self.cut
+        sel = buf[c[0]:c[1]].view(self.N, self.k)
+        w = buf[c[1]:c[2]].view(torch.float32).view(self.N, self.k)
+        if self.pshape is None:
+            return sel, w, None
+        return sel, w, (buf[c[2]:c[3]].view(self.pshape), buf[c[3]:c[4]].view(torch.float32).view(self.pshape))
+
+    def fill(self, sel, w, pred):
+        """Write the device tensors into the buffer (device work only: a CUDA graph holds it)."""
+        s, ww, p = self._parts(self.dev)
+        s.copy_(sel)
+        ww.copy_(w)
+        if p is not None:
+            p[0].copy_(pred[0])
+            p[1].copy_(pred[1])
+        return self
+
+    def host(self):
+        """(ids int32, weights float32, None or (pred ids, pred scores)) on the host, after
+        one copy and one wait for the device."""
+        if self.cuda:
+            self.hbuf.copy_(self.dev, non_blocking=True)
+            torch.cuda.current_stream(self.dev.device).synchronize()
+        return self._parts(self.hbuf)
+
+
+class _StaticDecode:
+    """A decode step (T = 1) of a fixed batch over a fixed KV cache as fixed device work between
+    the host's reads of each MoE layer's routing: stretch j runs the layers up to MoE layer j's
+    router (the previous MoE layer's output added first), stretch M the rest and the logits.
+    Positions and token ids live in device tensors and attention covers the whole cache
+    (masked past the position), so on CUDA each stretch is captured once as a CUDA graph and
+    replayed: one launch instead of ~90 per layer, and the host's wait per MoE layer is the
+    only one (the routing's transfer, _Packed).  Attention's work differs from the plain
+    forward only by the masked, zero-weight positions."""
+
+    def __init__(self, m: "MoEModel", B: int, key):
+        self.m, self.key = m, key
+        dev = m.embed.device
+        self.graphs = m.static_decode == "graph"
+        self.ids = torch.zeros(B, 1, dtype=torch.long, device=dev)
+        self.pos = torch.zeros(1, dtype=torch.long, device=dev)
+        for attn, *_ in m.layers:
+            attn.rope.table(m.cache.max_len, dev)
+        self.segs, first = [], 0
+        for li, layer in enumerate(m.layers):
+            if isinstance(layer[3], MoEBlock):
+                self.segs.append((first, li, layer[3]))
+                first = li + 1
+        self.segs.append((first, len(m.layers), None))
+        b = m.backend
+        self.in_dtype = getattr(b, "input_dtype", None) or m.dtype
+        ydt = getattr(b, "out_dtype", None) or m.dtype
+        self.y = [torch.zeros(B, m.cfg.hidden, dtype=ydt, device=dev) for _ in self.segs[:-1]]
+        pshape = (B, m.pred_depth, m.pred_topn) if m.pred_depth else None
+        self.packs = [_Packed(B, m.cfg.top_k, pshape, dev) for _ in self.segs[:-1]] if m._host_routing() else None
+        self.out = [None] * len(self.segs)
+        self.g = [None] * len(self.segs)
+        self.pool = None
+
+    def _run(self, j):
+        m = self.m
+        first, end, mlp = self.segs[j]
+        if j == 0:
+            x = F.embedding(self.ids, m.embed)
+        else:
+            o = self.out[j - 1]
+            y = self.y[j - 1] if o["s"] is None else self.y[j - 1] + o["s"]
+            x = o["x"] + y.view_as(o["x"]).to(o["x"].dtype)
+        h = None
+        for li in range(first, end + (mlp is not None)):
+            attn, n1, n2, f = m.layers[li]
+            x = x + attn(n1(x), m.cache, 0, self.pos)
+            h = n2(x)
+            if li < end:
+                x = x + swiglu(h, *f[:3], bias=f[3])
+        if mlp is None:
+            return {"logits": F.linear(m.norm(x), m.lm_head).float()}
+        flat = h.reshape(-1, h.shape[-1])
+        dev = m._route(mlp, flat, x)
+        self.y[j].zero_()
+        if self.packs is not None:
+            self.packs[j].fill(*dev)
+        return {"x": x, "flat": flat.to(self.in_dtype).contiguous(), "dev": dev, "s": mlp.shared_out(flat)}
+
+    def _replay(self, j):
+        if not self.graphs:
+            self.out[j] = self._run(j)
+            return
+        if self.g[j] is None:  # warm up on a side stream (lazy initialisation), then capture
+            cur = torch.cuda.current_stream()
+            side = torch.cuda.Stream()
+            side.wait_stream(cur)
+            with torch.cuda.stream(side):
+                self._run(j)
+            cur.wait_stream(side)
+            if self.pool is None:
+                self.pool = torch.cuda.graph_pool_handle()
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g, pool=self.pool, capture_error_mode="thread_local"):
+                self.out[j] = self._run(j)
+            self.g[j] = g
+        self.g[j].replay()
+
+    def step(self, ids, step):
+        m = self.m
+        self.ids.copy_(ids)
+        self.pos.fill_(step.pos0)
+        for j, (_, _, mlp) in enumerate(self.segs):
+            self._replay(j)
+            if mlp is None:
+                break
+            o = self.out[j]
+            m._after_route(mlp, o["flat"], o["dev"], self.packs[j].host() if self.packs else None, step,
+                           out=self.y[j])
+        return self.out[-1]["logits"]
+
+
 class MoEModel(torch.nn.Module):
     """The decoder.  forward(ids [B, T]) -> logits [B, T, vocab] with the KV cache advanced."""
 
@@ -475,6 +642,15 @@ class MoEModel(torch.nn.Module):
         self.pred_topn = cfg.top_k
         self.recorder = None
         self.req = 0
+        # decode steps (T = 1) as fixed device work between the MoE layers' routing reads:
+        # "graph" (CUDA: one CUDA graph per stretch, the default there), "eager" (the same work
+        # without graphs: how the CPU checks it), "off" (the plain forward; the CPU's default)
+        env = os.environ.get("STRATA_STATIC_DECODE")
+        self.static_decode = env or ("graph" if self.device.type == "cuda" else "off")
+        if self.static_decode not in ("graph", "eager", "off"):
+            raise StrataError("STRATA_STATIC_DECODE=%s: graph, eager or off" % self.static_decode, code=-1)
+        self._plan = None
+        self._packs = {}
         backend.attach(self)
 
     @property
@@ -482,8 +658,12 @@ class MoEModel(torch.nn.Module):
         return len(self.moe)
 
     def reset(self, batch: int = 1, max_len: int = 2048) -> None:
-        """A fresh KV cache (a new request)."""
+        """A fresh KV cache (a new request); the cache's memory is kept when it is of the same
+        batch and at least max_len long (a decode plan over it stays valid)."""
         c = self.cfg
+        if self.cache is not None and self.cache.k[0].shape[0] == batch and self.cache.max_len >= max_len:
+            self.cache.len = 0
+            return
         if c.mla:
             kd, vd, kvh = c.qk_nope_dim + c.qk_rope_dim, c.v_head_dim, c.n_heads
         else:
@@ -493,7 +673,8 @@ class MoEModel(torch.nn.Module):
 
     def _predict(self, m: int, resid):
         """Lookahead: MoE layer m+d's norm and router on layer m's residual, d = 1..depth.
-        -> (ids [N, depth, topn] int32 with -1 past the last layer, scores float32)."""
+        -> (ids [N, depth, topn] int32 with -1 past the last layer, scores float32), on the
+        residual's device."""
         N = resid.shape[0]
         D, n = self.pred_depth, self.pred_topn
         ids = torch.full((N, D, n), -1, dtype=torch.int32, device=resid.device)
@@ -503,10 +684,47 @@ class MoEModel(torch.nn.Module):
                 break
             _, blk, norm = self.moe[m + d]
             i, w = blk.router(norm(resid), n)
-            ids[:, d - 1, :i.shape[1]] = i.to(torch.int32)
-            sc[:, d - 1, :w.shape[1]] = w.to(torch.float32)
-        # one copy to the host per tensor, not one per depth (each waits for the device)
-        return ids.cpu(), sc.cpu()
+            ids[:, d - 1, :i.shape[1]] = i
+            sc[:, d - 1, :w.shape[1]] = w
+        return ids, sc
+
+    def _route(self, mlp, flat, x):
+        """A MoE layer's routing and lookahead predictions, on the device."""
+        sel, w = mlp.router(flat, self.cfg.top_k)
+        pred = self._predict(mlp.moe_idx, x.reshape(-1, x.shape[-1])) if self.pred_depth else None
+        return sel, w, pred
+
+    def _host_routing(self):
+        """Whether the routing must reach the host each MoE layer (the Strata engine or the trace
+        recorder reads it there)."""
+        return getattr(self.backend, "host_routing", False) or self.recorder is not None
+
+    def _experts(self, mlp, flat, sel, w, pred, step, out=None):
+        """The backend's routed experts; with out (zeros, the backend's out_dtype) the result
+        lands there."""
+        if out is not None and getattr(self.backend, "accumulates", False):
+            self.backend.experts(mlp, flat, sel, w, pred, step, out=out)
+            return out
+        y = self.backend.experts(mlp, flat, sel, w, pred, step)
+        return y if out is None else out.copy_(y)
+
+    def _pack(self, m: int, dev):
+        sel, _, pred = dev
+        key = (m, tuple(sel.shape), None if pred is None else tuple(pred[0].shape), str(sel.device))
+        p = self._packs.get(key)
+        if p is None:
+            p = self._packs[key] = _Packed(sel.shape[0], sel.shape[1], key[2], sel.device)
+        return p
+
+    def _after_route(self, mlp, flat, dev, host, step, out=None):
+        """Run the backend and the recorder on one MoE layer's routing: dev the device tensors
+        (sel, w, pred), host None or their host copies (_Packed.host())."""
+        sel, w, pred = host if host is not None and getattr(self.backend, "host_routing", False) else dev
+        y = self._experts(mlp, flat, sel, w, pred, step, out)
+        if self.recorder is not None:
+            hs, hw, hp = host
+            self.recorder.layer(mlp.moe_idx, hs, hw, None if hp is None else hp[0], None if hp is None else hp[1])
+        return y
 
     @torch.no_grad()
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
@@ -515,32 +733,45 @@ class MoEModel(torch.nn.Module):
         B, T = ids.shape
         pos0 = self.cache.len
         step = Step(self.steps, pos0, decode=pos0 > 0 and T == 1)
-        x = F.embedding(ids.to(self.device), self.embed)
-        for attn, n1, n2, mlp in self.layers:
-            x = x + attn(n1(x), self.cache, pos0)
-            h = n2(x)
-            if isinstance(mlp, MoEBlock):
-                flat = h.reshape(-1, h.shape[-1])
-                sel, w = mlp.router(flat, self.cfg.top_k)
-                pred = self._predict(mlp.moe_idx, x.reshape(-1, x.shape[-1])) if self.pred_depth else None
-                y = self.backend.experts(mlp, flat, sel, w, pred, step)
-                s = mlp.shared_out(flat)
-                if s is not None:
-                    y = y + s
-                if self.recorder is not None:
-                    self.recorder.layer(mlp.moe_idx, sel.to("cpu", torch.int32).contiguous(),
-                                        w.to("cpu", torch.float32).contiguous(),
-                                        None if pred is None else pred[0], None if pred is None else pred[1])
-                x = x + y.view_as(x).to(x.dtype)
-            else:
-                x = x + swiglu(h, *mlp[:3], bias=mlp[3])
+        if step.decode and self.static_decode != "off" and not self.cfg.mla:
+            logits = self._decode_static(ids, step)
+        else:
+            logits = self._forward_eager(ids, step)
         self.cache.len = pos0 + T
         if self.recorder is not None:
             if B != 1:
                 raise StrataError("trace recording takes batch 1 (one request per trace stream)", code=-13)
             self.recorder.step(self.req, pos0, step.decode)
         self.steps += 1
+        return logits
+
+    def _forward_eager(self, ids, step):
+        pos0 = step.pos0
+        x = F.embedding(ids.to(self.device), self.embed)
+        host = self._host_routing()
+        for attn, n1, n2, mlp in self.layers:
+            x = x + attn(n1(x), self.cache, pos0)
+            h = n2(x)
+            if isinstance(mlp, MoEBlock):
+                flat = h.reshape(-1, h.shape[-1])
+                dev = self._route(mlp, flat, x)
+                hr = self._pack(mlp.moe_idx, dev).fill(*dev).host() if host else None
+                y = self._after_route(mlp, flat, dev, hr, step)
+                s = mlp.shared_out(flat)
+                if s is not None:
+                    y = y + s
+                x = x + y.view_as(x).to(x.dtype)
+            else:
+                x = x + swiglu(h, *mlp[:3], bias=mlp[3])
         return F.linear(self.norm(x), self.lm_head).float()
+
+    def _decode_static(self, ids, step):
+        B = ids.shape[0]
+        key = (id(self.cache), B, self.pred_depth, self.pred_topn, self._host_routing(), self.static_decode)
+        if self._plan is None or self._plan.key != key:
+            self._plan = None
+            self._plan = _StaticDecode(self, B, key)
+        return self._plan.step(ids, step)
 
     def start_recording(self, path: str, pred_depth: int = 0, pred_topn: Optional[int] = None,
                         model_name: str = "") -> None:
