@@ -346,6 +346,53 @@ def test_strata_layer_equals_dequantized(qwen):
     sb.close()
 
 
+def decode_logits(m, prompt, n, mode, recording=None):
+    """Greedy decode of n tokens after prompt with the runner's decode mode; the logits of
+    every step, concatenated (and the recorded trace's step count when recording)."""
+    m.static_decode = mode
+    m.reset(1, len(prompt) + n + 1)
+    if recording:
+        m.start_recording(recording, pred_depth=2, pred_topn=3)
+    out = [m.forward(torch.tensor([prompt]))]
+    for _ in range(n):
+        out.append(m.forward(torch.tensor([[int(out[-1][0, -1].argmax())]])))
+    rec = m.stop_recording() if recording else None
+    return torch.cat([o.cpu() for o in out], 1), rec
+
+
+@pytest.mark.parametrize("family", [f for f in FAMILIES if not f.startswith("deepseek")])
+def test_static_decode_equals_forward(work, family):
+    """A decode step as fixed work between the routing reads (the stretches a CUDA graph holds,
+    run here without graphs: positions in device tensors, the whole cache attended, masked)
+    gives the plain forward's logits, per family, with lookahead predictions and recording on;
+    the cache is reused by the next request."""
+    hf = make_checkpoint(os.path.join(work, "sd_" + family), family, seed=11, layers=3, experts=8, top_k=2,
+                         hidden=128, inter=64, vocab=256)
+    m = strata.load(hf, BatchedBackend(), "cpu")
+    m.pred_depth, m.pred_topn = 2, 3
+    for req in range(2):
+        off, n_off = decode_logits(m, [3, 1, 4, 1, 5], 6, "off", os.path.join(work, "sd_%s_off.strace" % family))
+        st, n_st = decode_logits(m, [3, 1, 4, 1, 5], 6, "eager", os.path.join(work, "sd_%s_st.strace" % family))
+        assert rel(st, off) < 1e-5, (req, rel(st, off))
+        assert n_off == n_st == 5 + 6  # the prompt's tokens and every decode step
+        assert m._plan is not None and m._plan.key[-1] == "eager"
+
+
+def test_static_decode_strata_backend(qwen):
+    """The same with the Strata backend (host engine, all three tiers) and lookahead hints: the
+    engine adds into the stretch's output buffer, the routing crosses once per layer."""
+    hf, q = qwen
+    outs = []
+    for mode in ("off", "eager"):
+        sb = StrataBackend(q, "1M", "4M", prefetch="lookahead:depth=1:adaptive=0:tier=ram", gpu="0")
+        m = strata.load(hf, sb, "cpu")
+        outs.append(decode_logits(m, [5, 6, 7], 6, mode)[0])
+        st = sb.stats()
+        assert st["hits_nvme"] > 0 and st["prefetch_issued"] > 0
+        sb.close()
+    assert rel(outs[1], outs[0]) < 1e-5
+
+
 def test_engine_bf16_store(bf16_store):
     """bf16 experts through Engine.moe_forward on NumPy and torch host arrays (zero copy)."""
     import numpy as np
@@ -540,6 +587,27 @@ def test_gpu_agrees_with_cpu(qwen, bf16_store):
     mc.reset(1, 16)
     mg.reset(1, 16)
     assert rel(mg.forward(ids).cpu(), mc.forward(ids)) < 5e-3
+
+
+def test_gpu_decode_graphs(qwen):
+    """On the GPU, decode steps replayed as CUDA graphs give the plain forward's logits (float32
+    model, the Strata backend with all three tiers and lookahead, and the batched backend)."""
+    if not gpu_ok():
+        print("SKIP test_gpu_decode_graphs: no GPU usable by PyTorch and libstrata (runs on the device machine)")
+        pytest.skip("no GPU")
+    hf, q = qwen
+    for make in (lambda: StrataBackend(q, "1M", "4M", prefetch="lookahead:depth=1:adaptive=0", gpu="1"),
+                 BatchedBackend):
+        outs = []
+        for mode in ("off", "graph"):
+            b = make()
+            m = strata.load(hf, b, device="cuda", dtype=torch.float32)
+            outs.append(decode_logits(m, [5, 6, 7], 8, mode)[0])
+            if mode == "graph":
+                assert m._plan is not None and all(g is not None for g in m._plan.g)
+            if hasattr(b, "close"):
+                b.close()
+        assert rel(outs[1], outs[0]) < 1e-4, rel(outs[1], outs[0])
 
 
 def test_gpu_transformers_agree(work):
