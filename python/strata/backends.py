@@ -134,6 +134,9 @@ class StrataBackend:
             pid, psc = pred
             hints = (self._hint_layers(block.moe_idx, tuple(pid.shape)),
                      pid.to("cpu", torch.int32).contiguous().view(-1), psc.to("cpu", torch.float32).contiguous().view(-1))
+        if xf.shape[0] <= self.max_tokens:  # a decode step: one call, no slices
+            self.engine.moe_forward(step.index, block.moe_idx, xf, y, ih, wh, hints=hints)
+            return y
         for t0 in range(0, xf.shape[0], self.max_tokens):  # long prompts in chunks of max_tokens
             t1 = min(t0 + self.max_tokens, xf.shape[0])
             self.engine.moe_forward(step.index, block.moe_idx, xf[t0:t1], y[t0:t1], ih[t0:t1], wh[t0:t1],
