@@ -194,6 +194,9 @@ def router_name(family: str, layer: int) -> str:
     return "model.layers.%d.%s.gate.weight" % (layer, "block_sparse_moe" if family == "mixtral" else "mlp")
 
 
+_rms_norm = getattr(F, "rms_norm", None)  # PyTorch >= 2.4
+
+
 class RMSNorm(torch.nn.Module):
     def __init__(self, w: torch.Tensor, eps: float):
         super().__init__()
@@ -202,6 +205,8 @@ class RMSNorm(torch.nn.Module):
         self.eps = eps
 
     def forward(self, x):
+        if _rms_norm is not None:  # the same float32 formula, one fused call where PyTorch has it
+            return _rms_norm(x.float(), (x.shape[-1],), self.wf, self.eps).to(x.dtype)
         xf = x.float()
         xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
         return (xf * self.wf).to(x.dtype)
