@@ -293,6 +293,9 @@ def decode_vs_bf16(a, res, d, ck, tensors):
         ms = strata.load(ck, sb, DEV, DTYPE)
         decode_tok_s(ms, a.prompt, 4, max_len=ml)
         sv[mode] = [decode_tok_s(ms, a.prompt, a.tokens, max_len=ml)[0] for _ in range(a.reps)]
+        pl = ms._plan
+        if pl is not None and pl.graph_error:
+            log("decode  [%s] CUDA graph capture failed: %s" % (mode, pl.graph_error))
         if a.profile:
             prof["strata-" + mode] = profile_decode(ms, "strata-" + mode, a.out, max_len=ml)
         del ms
@@ -347,6 +350,10 @@ def tier_row(a, d, ck, vram, ram, pf, mode, ml, nv, pc, hb, mean_payload):
            "waits_per_tok": round(dl.get("waits", 0) / n, 2),
            "prefetch": {k: dl.get(k, 0) for k in ("prefetch_issued", "prefetch_used", "prefetch_wasted",
                                                   "prefetch_redundant", "prefetch_late", "prefetch_dropped")}}
+    plan = m._plan
+    row["graphs"] = bool(plan and plan.graphs and all(g is not None for g in plan.g))
+    if plan and plan.graph_error:
+        row["graph_error"] = plan.graph_error
     if rl:
         row["predictor"] = rl.accuracy(m.cfg.top_k)
         rl.close()

@@ -23,6 +23,7 @@ and hands the top-n experts to the backend as prefetch hints and to the trace re
 """
 import math
 import os
+import warnings
 from dataclasses import dataclass, field
 from typing import List, Optional
 
@@ -546,6 +547,7 @@ class _StaticDecode:
         self.out = [None] * len(self.segs)
         self.g = [None] * len(self.segs)
         self.pool = None
+        self.graph_error = None
 
     def _run(self, j):
         m = self.m
@@ -586,8 +588,15 @@ class _StaticDecode:
             if self.pool is None:
                 self.pool = torch.cuda.graph_pool_handle()
             g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g, pool=self.pool, capture_error_mode="thread_local"):
+            try:
+                with torch.cuda.graph(g, pool=self.pool, capture_error_mode="thread_local"):
+                    self.out[j] = self._run(j)
+            except RuntimeError as ex:  # this PyTorch cannot capture it: the same work without graphs
+                self.graphs, self.graph_error = False, str(ex)
+                warnings.warn("decode without CUDA graphs: capture failed: %s" % ex)
+                torch.cuda.synchronize()
                 self.out[j] = self._run(j)
+                return
             self.g[j] = g
         self.g[j].replay()
 
