@@ -385,10 +385,16 @@ def tiers(a, res, d, ck):
         (nv / 1e9, pc / 1e9, hb / 1e9, vram, ram))
     rows = []
     ml = a.prompt + a.tiers_tokens + 1
-    for mode in a.tiers_decode:
+    todo = []
+    for m_ in a.tiers_decode:
+        for spec in a.prefetch:
+            mode, pf = spec.split("/", 1) if "/" in spec else (m_, spec)
+            mode = "eager" if DEV == "cpu" and mode == "graph" else mode
+            if (mode, pf) not in todo:  # a MODE/SPEC row once
+                todo.append((mode, pf))
+    for mode, pf in todo:
         os.environ["STRATA_STATIC_DECODE"] = mode
-        for pf in a.prefetch:
-            rows.append(tier_row(a, d, ck, vram, ram, pf, mode, ml, nv, pc, hb, mean_payload))
+        rows.append(tier_row(a, d, ck, vram, ram, pf, mode, ml, nv, pc, hb, mean_payload))
     res["tiers"] = {"links_gbps": {"nvme": nv / 1e9, "pcie": pc / 1e9, "hbm": hb / 1e9}, "vram_bytes": vram,
                     "ram_bytes": ram, "tokens": a.tiers_tokens, "rows": rows}
 
@@ -407,7 +413,8 @@ def main():
     ap.add_argument("--iters", type=int, default=300, help="layer calls per overhead measurement")
     ap.add_argument("--reps", type=int, default=3, help="repetitions (median)")
     ap.add_argument("--prefetch", nargs="+", default=["none", "lookahead:depth=1", "lookahead:depth=2"],
-                    help="prefetch specs of figure 3's rows (lookahead options explicit: its defaults change)")
+                    help="prefetch specs of figure 3's rows (lookahead options explicit: its defaults change); "
+                    "MODE/SPEC runs that row in decode mode MODE alone, e.g. off/none")
     ap.add_argument("--static-decode", nargs="+", default=["graph"], choices=["graph", "eager", "off"],
                     help="runner decode modes of figure 2 (graph: CUDA graphs between the routing reads; "
                     "off: the plain forward)")

@@ -525,13 +525,13 @@ class _StaticDecode:
     forward only by the masked, zero-weight positions."""
 
     def __init__(self, m: "MoEModel", B: int, key):
-        self.m, self.key = m, key
+        self.m, self.key, self.cache = m, key, m.cache
         dev = m.embed.device
         self.graphs = m.static_decode == "graph"
         self.ids = torch.zeros(B, 1, dtype=torch.long, device=dev)
         self.pos = torch.zeros(1, dtype=torch.long, device=dev)
-        for attn, *_ in m.layers:
-            attn.rope.table(m.cache.max_len, dev)
+        # every tensor a graph reads stays referenced here: the cache above, the rope tables
+        self.tables = [attn.rope.table(m.cache.max_len, dev) for attn, *_ in m.layers]
         self.segs, first = [], 0
         for li, layer in enumerate(m.layers):
             if isinstance(layer[3], MoEBlock):
@@ -781,8 +781,8 @@ class MoEModel(torch.nn.Module):
 
     def _decode_static(self, ids, step):
         B = ids.shape[0]
-        key = (id(self.cache), B, self.pred_depth, self.pred_topn, self._host_routing(), self.static_decode)
-        if self._plan is None or self._plan.key != key:
+        key = (B, self.pred_depth, self.pred_topn, self._host_routing(), self.static_decode)
+        if self._plan is None or self._plan.key != key or self._plan.cache is not self.cache:
             self._plan = None
             self._plan = _StaticDecode(self, B, key)
         return self._plan.step(ids, step)

@@ -375,7 +375,7 @@ def test_static_decode_equals_forward(work, family):
         st, n_st = decode_logits(m, [3, 1, 4, 1, 5], 6, "eager", os.path.join(work, "sd_%s_st.strace" % family))
         assert rel(st, off) < 1e-5, (req, rel(st, off))
         assert n_off == n_st == 5 + 6  # the prompt's tokens and every decode step
-        assert m._plan is not None and m._plan.key[-1] == "eager"
+        assert m._plan is not None and m._plan.key[-1] == "eager" and m._plan.cache is m.cache
 
 
 def test_static_decode_strata_backend(qwen):
