@@ -39,7 +39,7 @@ if mixtral_trace $res/mixtral.strace; then
 		plot $res/$n-plot.csv --x depth --xlabel "lookahead depth (layers; 0: no prefetch)" \
 			--y stall_ms_per_token,decode_tok_s --ylabel "stall per token (ms),decode tok/s (virtual clock)" \
 			--hue accuracy --ref-hue "bound 50%" --ref-hue "bound 75%" --ref-hue "bound 90%" --ref-hue "bound 100%" --logy decode_tok_s --ylim decode_tok_s=runs \
-			--title "Mixtral-8x7B-Instruct routing, drawn predictions, VRAM 4 GiB, RAM ${ram}iB (dashed: bounds)" \
+			--title "Mixtral-8x7B-Instruct routing, drawn predictions, VRAM 4 GiB, RAM ${ram%G} GiB (dashed: bounds)" \
 			--out $figs/$n.png
 	done
 fi
