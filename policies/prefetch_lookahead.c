@@ -5,13 +5,19 @@
  * per layer at or above min_score, and ask for them to move into `tier`;
  * with stage=D (-1: depth+1, where there is a RAM tier), the hints for
  * layers L+depth+1 .. L+D are staged from NVMe into RAM only (a cheap, early
- * read that a later RAM -> VRAM copy uses).  With via_ram=1, an NVMe read
- * asked for VRAM lands in RAM instead: the engine starts a prefetch only
- * while its links carry no demand move, and a read into RAM needs the disk
- * alone, where one straight into VRAM also waits for every demand copy over
- * PCIe; the copy into VRAM follows as the next layer's prefetch or on demand
- * (from=ram: no NVMe read within depth).  Neither is the default: both win
- * on some routings and lose on others (experiments/lookahead/README.md).
+ * read that a later RAM -> VRAM copy uses).  An NVMe read asked for VRAM
+ * lands in RAM instead (via_ram): the engine starts a prefetch only while
+ * its links carry no demand move, a read into RAM needs the disk alone, and
+ * VRAM keeps what placement put there; the copy into VRAM follows as the next
+ * layer's prefetch or on demand.  via_ram=auto (the default) does so only
+ * where the RAM tier has a free hole for it (sched.ram_hole, less what the
+ * step's earlier requests land there) and has the engine never evict for it
+ * (sched.ram_holes_only): a read that displaced an expert placement keeps in
+ * RAM would turn that expert's later RAM copies into NVMe reads (with RAM
+ * full, auto decides as via_ram=0).  Staging under auto also takes free
+ * holes only.  via_ram=1 lands every such read in RAM, evicting for it;
+ * via_ram=0 none.  Staging is off by default: it wins on some routings and
+ * loses on others (experiments/lookahead/README.md).
  *
  * The engine schedules the requests (policy.h): this policy sets which source
  * tiers it may read (`from`), the bytes it may have in flight per link
@@ -73,8 +79,8 @@ static const struct strata_option lookahead_options[] = {
 	  .def = "none", .help = "prefetch bytes in flight from NVMe (size, or none: no limit)" },
 	{ .name = "via_ram", .type = STRATA_OPT_STR, .offset = offsetof(struct lookahead, via_ram),
 	  .def = "auto", .choices = "auto|1|0",
-	  .help = "an NVMe read for VRAM lands in RAM, the copy into VRAM follows (auto: where RAM has free room; "
-		  "0: straight into VRAM)" },
+	  .help = "an NVMe read for VRAM lands in RAM, the copy into VRAM follows (auto: into a free hole of "
+		  "the RAM tier only, never evicting; 1: always; 0: straight into VRAM)" },
 	{ .name = "keep_unused", .type = STRATA_OPT_BOOL, .offset = offsetof(struct lookahead, keep_unused),
 	  .def = "0", .help = "keep a prefetched expert its layer did not use (0: drop it then)" },
 	{ .name = "adaptive", .type = STRATA_OPT_BOOL, .offset = offsetof(struct lookahead, adaptive),
