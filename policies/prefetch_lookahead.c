@@ -187,7 +187,8 @@ static double accuracy(const struct lookahead *l, uint32_t d, uint32_t band)
  * either way); it hides what the disk would otherwise idle before the next
  * layer: the read's and its copy's latencies, its copy into VRAM and a
  * layer's compute, h.  The engine starts the step's requests once the disk
- * is free of demand, together, so the step's m reads share that window:
+ * is free of demand, together, so the step's m reads (its hints that are
+ * NVMe reads and pass min_accuracy_nvme, at any distance) share that window:
  * p h / m >= (1 - p) c gives p >= c / (c + h / m).  Every term comes from
  * the cost model, the expert's bytes and the access clock's counts, never
  * from the run's clock: sim and replay decide alike. */
@@ -220,10 +221,11 @@ static uint32_t lookahead_on_layer(struct strata_policy *p, const struct strata_
 		for (uint32_t i = 0; i < ctx->n_experts; i++)
 			l->vram_hits += res[STRATA_TIER_VRAM][strata_eid(s, ctx->layer, ctx->experts[i])] != 0;
 	}
-	uint32_t reads = 0; /* nvme_cost: the hints that would be NVMe reads */
+	uint32_t reads = 0; /* nvme_cost: the hints that would be NVMe reads and pass min_accuracy_nvme */
 	for (uint32_t i = 0; i < n; i++) {
 		uint32_t eid = strata_eid(s, l->buf[i].layer, l->buf[i].expert);
-		reads += (!ram || !res[STRATA_TIER_RAM][eid]) && !(res && res[STRATA_TIER_VRAM] && res[STRATA_TIER_VRAM][eid]);
+		reads += (!ram || !res[STRATA_TIER_RAM][eid]) && !(res && res[STRATA_TIER_VRAM] && res[STRATA_TIER_VRAM][eid]) &&
+			 accuracy(l, l->buf[i].layer - ctx->layer, hints_band(l->buf[i].score)) >= l->min_accuracy_nvme;
 	}
 	for (uint32_t i = 0; i < n && got < max; i++) {
 		uint32_t d = l->buf[i].layer - ctx->layer, band = hints_band(l->buf[i].score);
