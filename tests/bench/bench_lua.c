@@ -25,6 +25,7 @@
 #include <time.h>
 
 #include "quant.h"
+#include "strata/csv.h"
 #include "strata/engine.h"
 #include "strata/policy.h"
 #include "strata/harness.h"
@@ -85,7 +86,9 @@ static int engine_run(const char *label, const struct strata_engine_model *m, st
 	 * driver; an upper bound on the engine's share) to the 5 us ceiling.
 	 * bookkeeping_ns is the engine's own wall-clock count: on a shared
 	 * machine it includes time other processes held the core. */
-	printf("%s,%s,%.0f,%.1f,%.1f,%.4f,5000,%.3f\n", label, strata_engine_name(e), acc, bk, cpu / acc,
+	printf("%s,", label);
+	strata_csv_write_field(stdout, strata_engine_name(e)); /* "place=...,evict=...": quoted */
+	printf(",%.0f,%.1f,%.1f,%.4f,5000,%.3f\n", acc, bk, cpu / acc,
 	       (double)st->hits[0] / (double)st->accesses, cpu / acc / 5000.0);
 	fflush(stdout);
 	strata_engine_close(e);
