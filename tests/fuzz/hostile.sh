@@ -18,7 +18,7 @@ bdir=${1:-build/release}
 case $bdir in /*) ;; *) bdir=$root/$bdir ;; esac
 S=$bdir/bin/strata
 [ -x "$S" ] || { echo "hostile.sh: no $S (build first)" >&2; exit 2; }
-W=$(mktemp -d /tmp/strata-hostile.XXXXXX)
+W=$(mktemp -d "${TMPDIR:-/tmp}/strata-hostile.XXXXXX")
 OUT=${OUT:-$W/logs}
 mkdir -p "$OUT"
 trap 'rm -rf "$W"' EXIT
