@@ -289,7 +289,7 @@ static void test_study_arguments(void **state)
 		const char *study = g.gl_pathv[i];
 		const char *bad[] = { "bogus=1", "bogus" };
 		for (int b = 0; b < 2; b++) {
-			int rc = test_run(out, sizeof(out), "%s run %s out=%s seeds=1 %s", test_bin("strata"), study, res,
+			int rc = test_run(out, sizeof(out), "%s run %s out=%s %s", test_bin("strata"), study, res,
 					  bad[b]);
 			if (rc != 2 || !strstr(out, "'bogus'") || !strstr(out, "(this script takes: ") ||
 			    !strstr(out, " out, ") || strchr(out, '\n') != out + strlen(out) - 1 ||

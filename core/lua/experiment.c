@@ -80,6 +80,19 @@ static void push_row(lua_State *L, const struct strata_experiment_config *c, con
 #undef D_PUSH
 }
 
+/* Set the fields of one CSV row on the table at the top of the stack: each
+ * non-empty value under its header name, a number where it reads as one. */
+static void set_csv_fields(lua_State *L, char *const *names, int nn, char *const *vals, int nv)
+{
+	for (int i = 0; i < nn && i < nv; i++) {
+		if (!vals[i][0])
+			continue;
+		if (!lua_stringtonumber(L, vals[i]))
+			lua_pushstring(L, vals[i]);
+		lua_setfield(L, -2, names[i]);
+	}
+}
+
 /* strata.read_csv(path) -> list of row tables (numbers where a field reads as one) */
 static int l_read_csv(lua_State *L)
 {
@@ -105,13 +118,7 @@ static int l_read_csv(lua_State *L)
 			continue;
 		}
 		lua_createtable(L, 0, nn);
-		for (int i = 0; i < nn && i < nv; i++) {
-			if (!vals[i][0])
-				continue;
-			if (!lua_stringtonumber(L, vals[i]))
-				lua_pushstring(L, vals[i]);
-			lua_setfield(L, -2, names[i]);
-		}
+		set_csv_fields(L, names, nn, vals, nv);
 		lua_rawseti(L, -2, ++row);
 		free(line);
 	}
@@ -380,13 +387,7 @@ static void push_kept_row(lua_State *L, const char *header, const char *line)
 		return;
 	}
 	int nn = strata_exp_csv_split(h, names, 512), nv = strata_exp_csv_split(l, vals, 512);
-	for (int i = 0; i < nn && i < nv; i++) {
-		if (!vals[i][0])
-			continue;
-		if (!lua_stringtonumber(L, vals[i]))
-			lua_pushstring(L, vals[i]);
-		lua_setfield(L, -2, names[i]);
-	}
+	set_csv_fields(L, names, nn, vals, nv);
 	free(h);
 	free(l);
 }
@@ -761,8 +762,13 @@ static const char exp_prelude_lua[] =
 	"        v:find('^%-') and '; options of strata run go before the script' or nil)\n"
 	"    end\n"
 	"  end\n"
+	"  local given = {}\n"
 	"  for k in pairs(strata.args) do\n"
-	"    if type(k) == 'string' and spec[k] == nil then\n"
+	"    if type(k) == 'string' then given[#given + 1] = k end\n"
+	"  end\n"
+	"  table.sort(given)\n"
+	"  for _, k in ipairs(given) do\n"
+	"    if spec[k] == nil then\n"
 	"      local hint = strata._closest(k, names)\n"
 	"      unknown('unknown argument', k, hint and string.format(\"; did you mean '%s'?\", hint))\n"
 	"    end\n"
