@@ -29,6 +29,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -394,11 +395,11 @@ def tiers(a, res, d, ck):
             mode = "eager" if DEV == "cpu" and mode == "graph" else mode
             if (mode, pf) not in todo:  # a MODE/SPEC row once
                 todo.append((mode, pf))
+    res["tiers"] = {"links_gbps": {"nvme": nv / 1e9, "pcie": pc / 1e9, "hbm": hb / 1e9}, "vram_bytes": vram,
+                    "ram_bytes": ram, "tokens": a.tiers_tokens, "rows": rows}
     for mode, pf in todo:
         os.environ["STRATA_STATIC_DECODE"] = mode
         rows.append(tier_row(a, d, ck, vram, ram, pf, mode, ml, nv, pc, hb, mean_payload))
-    res["tiers"] = {"links_gbps": {"nvme": nv / 1e9, "pcie": pc / 1e9, "hbm": hb / 1e9}, "vram_bytes": vram,
-                    "ram_bytes": ram, "tokens": a.tiers_tokens, "rows": rows}
 
 
 def main():
@@ -443,6 +444,8 @@ def main():
         a.work = tempfile.mkdtemp(prefix="strata-py-")
     os.makedirs(a.work, exist_ok=True)
     os.makedirs(a.out, exist_ok=True)
+    # a time limit's SIGTERM still writes what was measured (the finally below)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("bench: stopped by SIGTERM; results.json has the rows so far"))
     res = {"gpu": torch.cuda.get_device_name(0) if DEV == "cuda" else "none (cpu smoke)", "torch": torch.__version__, "date": time.strftime("%Y-%m-%d")}
     try:
         if "overhead" in a.only:
