@@ -14,6 +14,7 @@ import torch
 
 try:
     import pytest
+    REAL_PYTEST = True
 except ImportError:  # e.g. the GPU machine's Python: the shim runs them (see the end)
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from minitest import pytest
@@ -658,6 +659,8 @@ def test_gpu_transformers_agree(work):
     assert not bad, bad
 
 if __name__ == "__main__":
+    if globals().get("REAL_PYTEST"):  # pytest is here: it runs the file (minitest cannot read its fixtures)
+        sys.exit(pytest.main([os.path.abspath(__file__), "-q", "-rs", "-s", "-p", "no:cacheprovider"] + sys.argv[1:]))
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import minitest
     sys.exit(minitest.main(globals(), sys.argv[1:]))
