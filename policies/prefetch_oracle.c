@@ -93,7 +93,7 @@ static uint32_t ram_room(struct strata_policy *p, uint64_t now, uint64_t *free_b
 {
 	struct oracle *o = p->priv;
 	const struct strata_policy_env *env = p->env;
-	const uint8_t *ram = env->sched->resident[STRATA_TIER_RAM];
+	const uint8_t *ram = env->sched ? env->sched->resident[STRATA_TIER_RAM] : NULL;
 	uint64_t used = 0;
 	uint32_t n = 0;
 	*free_b = 0;
@@ -162,11 +162,10 @@ static uint32_t oracle_on_layer(struct strata_policy *p, const struct strata_lay
 					}
 			}
 			uint32_t eid = strata_eid(s, layer, e);
-			const uint8_t *const *res = p->env->sched->resident;
-			if (staged && ((res[STRATA_TIER_VRAM] && res[STRATA_TIER_VRAM][eid]) ||
-				       (res[STRATA_TIER_RAM] && res[STRATA_TIER_RAM][eid])))
-				continue; /* only disk reads are staged */
 			if (staged) {
+				const uint8_t *const *res = p->env->sched->resident; /* ram_room checked sched */
+				if ((res[STRATA_TIER_VRAM] && res[STRATA_TIER_VRAM][eid]) || res[STRATA_TIER_RAM][eid])
+					continue; /* only disk reads are staged */
 				/* free bytes first, then residents used past the horizon */
 				uint64_t need = p->env->expert_bytes[eid];
 				while (free_b < need && vi < n_room && o->room[2 * vi] >= horizon)
