@@ -5,13 +5,19 @@
  * per layer at or above min_score, and ask for them to move into `tier`;
  * with stage=D (-1: depth+1, where there is a RAM tier), the hints for
  * layers L+depth+1 .. L+D are staged from NVMe into RAM only (a cheap, early
- * read that a later RAM -> VRAM copy uses).  With via_ram=1, an NVMe read
- * asked for VRAM lands in RAM instead: the engine starts a prefetch only
- * while its links carry no demand move, and a read into RAM needs the disk
- * alone, where one straight into VRAM also waits for every demand copy over
- * PCIe; the copy into VRAM follows as the next layer's prefetch or on demand
- * (from=ram: no NVMe read within depth).  Neither is the default: both win
- * on some routings and lose on others (experiments/lookahead/README.md).
+ * read that a later RAM -> VRAM copy uses).  An NVMe read asked for VRAM
+ * lands in RAM instead (via_ram): the engine starts a prefetch only while
+ * its links carry no demand move, a read into RAM needs the disk alone, and
+ * VRAM keeps what placement put there; the copy into VRAM follows as the next
+ * layer's prefetch or on demand.  via_ram=auto (the default) does so only
+ * where the RAM tier has a free hole for it (sched.ram_hole, less what the
+ * step's earlier requests land there) and has the engine never evict for it
+ * (sched.ram_holes_only): a read that displaced an expert placement keeps in
+ * RAM would turn that expert's later RAM copies into NVMe reads (with RAM
+ * full, auto decides as via_ram=0).  Staging under auto also takes free
+ * holes only.  via_ram=1 lands every such read in RAM, evicting for it;
+ * via_ram=0 none.  Staging is off by default: it wins on some routings and
+ * loses on others (experiments/lookahead/README.md).
  *
  * The engine schedules the requests (policy.h): this policy sets which source
  * tiers it may read (`from`), the bytes it may have in flight per link
@@ -34,6 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "strata/arena.h"
 #include "strata/policy.h"
 #include "strata/types.h"
 #include "strata/util.h"
@@ -41,9 +48,9 @@
 #include "hints.h"
 
 struct lookahead {
-	int64_t depth, topn, stage, adaptive, keep_unused, warmup, via_ram;
+	int64_t depth, topn, stage, adaptive, keep_unused, warmup;
 	double min_score, min_accuracy, min_accuracy_nvme, window;
-	char tier[STRATA_OPT_STR_MAX], from[STRATA_OPT_STR_MAX];
+	char tier[STRATA_OPT_STR_MAX], from[STRATA_OPT_STR_MAX], via_ram[STRATA_OPT_STR_MAX];
 	char budget_pcie[STRATA_OPT_STR_MAX], budget_nvme[STRATA_OPT_STR_MAX];
 	uint32_t dest;
 	struct strata_hint *buf;
@@ -70,8 +77,10 @@ static const struct strata_option lookahead_options[] = {
 	  .def = "none", .help = "prefetch bytes in flight into VRAM (size, or none: no limit)" },
 	{ .name = "budget_nvme", .type = STRATA_OPT_STR, .offset = offsetof(struct lookahead, budget_nvme),
 	  .def = "none", .help = "prefetch bytes in flight from NVMe (size, or none: no limit)" },
-	{ .name = "via_ram", .type = STRATA_OPT_BOOL, .offset = offsetof(struct lookahead, via_ram),
-	  .def = "0", .help = "an NVMe read for VRAM lands in RAM; the copy into VRAM follows (0: straight into VRAM)" },
+	{ .name = "via_ram", .type = STRATA_OPT_STR, .offset = offsetof(struct lookahead, via_ram),
+	  .def = "auto", .choices = "auto|1|0",
+	  .help = "an NVMe read for VRAM lands in RAM, the copy into VRAM follows (auto: into a free hole of "
+		  "the RAM tier only, never evicting; 1: always; 0: straight into VRAM)" },
 	{ .name = "keep_unused", .type = STRATA_OPT_BOOL, .offset = offsetof(struct lookahead, keep_unused),
 	  .def = "0", .help = "keep a prefetched expert its layer did not use (0: drop it then)" },
 	{ .name = "adaptive", .type = STRATA_OPT_BOOL, .offset = offsetof(struct lookahead, adaptive),
@@ -126,6 +135,7 @@ static int lookahead_init(struct strata_policy *p, struct strata_error *err)
 				 : (1u << STRATA_TIER_RAM) | (1u << STRATA_TIER_NVME);
 		s->from[STRATA_TIER_RAM] |= 1u << STRATA_TIER_NVME; /* staging reads NVMe */
 		s->keep_unused = l->keep_unused;
+		s->ram_holes_only = l->via_ram[0] == 'a' && l->dest == STRATA_TIER_VRAM; /* never evicts for it */
 	}
 	return STRATA_OK;
 }
@@ -159,13 +169,19 @@ static uint32_t lookahead_on_layer(struct strata_policy *p, const struct strata_
 		return 0;
 	uint32_t n = hints_select(ctx, s, 1, reach, (uint64_t)l->topn, l->min_score, &l->buf, &l->cap);
 	uint32_t got = 0;
+	uint64_t hole = p->env->sched ? p->env->sched->ram_hole : 0; /* the longest free one, less what lands */
+	const uint8_t *const *res = p->env->sched ? p->env->sched->resident : NULL;
+	bool ram = res && res[STRATA_TIER_RAM] && p->env->budget[STRATA_TIER_RAM];
+	/* via_ram=auto: a read lands in RAM only into a free hole (it evicts nothing) */
+	bool fit = l->via_ram[0] == 'a' && l->dest == STRATA_TIER_VRAM && p->env->expert_bytes;
 	for (uint32_t i = 0; i < n && got < max; i++) {
 		uint32_t d = l->buf[i].layer - ctx->layer, band = hints_band(l->buf[i].score);
 		uint32_t eid = strata_eid(s, l->buf[i].layer, l->buf[i].expert);
+		bool nvme = !ram || !res[STRATA_TIER_RAM][eid];
+		bool read = nvme && !(res && res[STRATA_TIER_VRAM] && res[STRATA_TIER_VRAM][eid]); /* else redundant */
 		uint32_t dest = d <= l->depth ? l->dest : STRATA_TIER_RAM;
-		const uint8_t *in_ram = p->env->sched ? p->env->sched->resident[STRATA_TIER_RAM] : NULL;
-		bool nvme = !in_ram || !in_ram[eid];
-		if (l->via_ram && nvme && in_ram && p->env->budget[STRATA_TIER_RAM] && strcmp(l->from, "ram"))
+		if (dest == STRATA_TIER_VRAM && read && ram && l->via_ram[0] != '0' && strcmp(l->from, "ram") &&
+		    (l->via_ram[0] == '1' || fit))
 			dest = STRATA_TIER_RAM;
 		if (l->adaptive) {
 			hints_score_add(&l->score, l->buf[i].layer, l->buf[i].expert, d, band);
@@ -173,6 +189,16 @@ static uint32_t lookahead_on_layer(struct strata_policy *p, const struct strata_
 			if (dest == STRATA_TIER_RAM ? acc < l->min_accuracy_nvme
 			    : acc < (nvme ? l->min_accuracy_nvme : l->min_accuracy))
 				continue;
+		}
+		if (fit && dest == STRATA_TIER_RAM && read) {
+			uint64_t b = (p->env->expert_bytes[eid] + STRATA_TIER_ALIGN - 1) / STRATA_TIER_ALIGN * STRATA_TIER_ALIGN;
+			if (hole < b) {
+				if (d > l->depth)
+					continue; /* no room to stage it */
+				dest = STRATA_TIER_VRAM; /* no room: straight into VRAM */
+			} else {
+				hole -= b;
+			}
 		}
 		out[got].eid = eid;
 		out[got].tier = dest;

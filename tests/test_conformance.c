@@ -1003,7 +1003,7 @@ static void test_lookahead_adaptive_tiers(void **state)
 	static const uint32_t route[2] = { 1, 2 };
 	struct strata_prefetch_req req[64];
 	for (int v = 0; v < 2; v++) {
-		struct strata_policy *p = mk(&d, STRATA_ROLE_PREFETCH, v ? "lookahead:depth=1:warmup=64:stage=-1"
+		struct strata_policy *p = mk(&d, STRATA_ROLE_PREFETCH, v ? "lookahead:depth=1:warmup=64:stage=-1:via_ram=0"
 									 : "lookahead:depth=1:warmup=64:stage=-1:via_ram=1");
 		uint32_t n = 0;
 		for (uint64_t tok = 0; tok < 20; tok++)
@@ -1030,6 +1030,71 @@ static void test_lookahead_adaptive_tiers(void **state)
 			assert_int_equal(req[i].eid, eid[i]);
 			assert_int_equal(req[i].tier, want[i]);
 		}
+		strata_policy_destroy(p);
+	}
+}
+
+/* via_ram=auto (the default): an NVMe read for VRAM lands in RAM only into
+ * the free hole the engine publishes (sched.ram_hole, less what earlier
+ * requests of the step land there), else straight into VRAM; a RAM copy and
+ * an expert already in VRAM are asked for VRAM; a staged hint without room is
+ * not asked for; the engine is told never to evict for a landing
+ * (ram_holes_only).  via_ram=1 lands every such read in RAM, via_ram=0 none. */
+static void test_lookahead_via_ram_auto(void **state)
+{
+	struct direct d;
+	direct_init(&d, NULL);
+	uint8_t in_vram[64] = { 0 }, in_ram[64] = { 0 };
+	uint64_t bytes[64];
+	for (int i = 0; i < 64; i++)
+		bytes[i] = 1000000; /* 1003520 bytes in the tier (4 KiB pages) */
+	struct strata_prefetch_sched sched;
+	strata_prefetch_sched_defaults(&sched);
+	sched.resident[STRATA_TIER_VRAM] = in_vram;
+	sched.resident[STRATA_TIER_RAM] = in_ram;
+	d.env.sched = &sched;
+	d.env.expert_bytes = bytes;
+	d.env.budget[STRATA_TIER_VRAM] = 1u << 30;
+	d.env.budget[STRATA_TIER_RAM] = 1u << 30;
+	in_ram[strata_eid(&spec, 1, 1)] = 1;
+	in_vram[strata_eid(&spec, 1, 4)] = 1;
+	/* layer 0: hints for layer 1 (experts 1-4) and layer 2 (expert 5) */
+	struct strata_hint h[5] = { { 1, 1, 1.0f }, { 1, 2, 0.9f }, { 1, 3, 0.8f }, { 1, 4, 0.7f }, { 2, 5, 1.0f } };
+	struct strata_layer_ctx c = { .token = 0, .layer = 0, .hints = h, .n_hints = 5 };
+	struct strata_prefetch_req req[16];
+	enum { V = STRATA_TIER_VRAM, R = STRATA_TIER_RAM };
+	static const struct {
+		const char *spec;
+		uint64_t hole;
+		bool holes_only;
+		uint32_t n, tier[5];
+	} cases[] = {
+		/* room for one expert: 1/2 lands in RAM, 1/3 goes straight into VRAM */
+		{ "lookahead:adaptive=0:topn=4:depth=1", 1100000, true, 4, { V, R, V, V } },
+		{ "lookahead:adaptive=0:topn=4:depth=1", 3000000, true, 4, { V, R, R, V } },
+		{ "lookahead:adaptive=0:topn=4:depth=1", 0, true, 4, { V, V, V, V } },
+		{ "lookahead:adaptive=0:topn=4:depth=1:via_ram=1", 0, false, 4, { V, R, R, V } },
+		{ "lookahead:adaptive=0:topn=4:depth=1:via_ram=0", 3000000, false, 4, { V, V, V, V } },
+		/* staging 2/5 (stage=-1: depth+1) needs room too, after 1/2 and 1/3 */
+		{ "lookahead:adaptive=0:topn=4:depth=1:stage=-1", 1100000, true, 4, { V, R, V, V } },
+		{ "lookahead:adaptive=0:topn=4:depth=1:stage=-1", 3100000, true, 5, { V, R, R, V, R } },
+		{ "lookahead:adaptive=0:topn=4:depth=1:stage=-1:via_ram=1", 0, false, 5, { V, R, R, V, R } },
+	};
+	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+		strata_prefetch_sched_defaults(&sched);
+		sched.resident[STRATA_TIER_VRAM] = in_vram;
+		sched.resident[STRATA_TIER_RAM] = in_ram;
+		sched.ram_hole = cases[k].hole;
+		struct strata_policy *p = mk(&d, STRATA_ROLE_PREFETCH, cases[k].spec);
+		assert_int_equal(sched.ram_holes_only, cases[k].holes_only);
+		uint32_t n = strata_prefetch_ops_of(p)->on_layer(p, &c, req, 16);
+		if (n != cases[k].n)
+			fail_msg("%s, hole %llu: %u requests, want %u", cases[k].spec, (unsigned long long)cases[k].hole, n,
+				 cases[k].n);
+		for (uint32_t i = 0; i < n; i++)
+			if (req[i].tier != cases[k].tier[i])
+				fail_msg("%s, hole %llu: request %u (expert %u) into tier %u, want %u", cases[k].spec,
+					 (unsigned long long)cases[k].hole, i, req[i].eid, req[i].tier, cases[k].tier[i]);
 		strata_policy_destroy(p);
 	}
 }
@@ -1411,6 +1476,7 @@ int main(void)
 		cmocka_unit_test(test_prefetch_decisions),
 		cmocka_unit_test(test_promoe_expertflow_decisions),
 		cmocka_unit_test(test_lookahead_adaptive_tiers),
+		cmocka_unit_test(test_lookahead_via_ram_auto),
 		cmocka_unit_test(test_harness_errors),
 		cmocka_unit_test(test_static_placement),
 		cmocka_unit_test(test_future_placement),
