@@ -117,7 +117,7 @@ if want qspeed; then
 		for t in $((N / 2)) $N; do
 			timeout 60 $S quantize --in "$CK" --naming auto --out "$W/qs-$t" --split 15,30,55 --counts "$EV/counts.csv" \
 				--threads $t --json --no-progress >"$R/qspeed_t$t.json" 2>>"$R/qspeed.err"
-			$PY -c "import json; d=json.load(open('$R/qspeed_t$t.json')); print('strata quantize --threads $t: %.2f s, %.1f MB/s of BF16 input' % (d['seconds'], d['input_bytes'] / d['seconds'] / 1e6))" 2>&1 | tee -a "$R/qspeed.txt"
+			$PY -c "import json; d=json.load(open('$R/qspeed_t$t.json')); print('strata quantize --threads $t: %.2f s, %.1f MB/s of BF16 input, cores busy %.3f' % (d['seconds'], d['input_bytes'] / d['seconds'] / 1e6, d.get('busy_share', float('nan'))))" 2>&1 | tee -a "$R/qspeed.txt"
 			# the same codes at every thread count (the shard headers differ only in their id and time)
 			$S dequantize --model "$W/qs-$t" --out "$W/qs-$t.st" --no-progress >/dev/null 2>>"$R/qspeed.err" &&
 				cmp -s "$W/qs-$t.st" "$EV/q-popularity.safetensors" &&
