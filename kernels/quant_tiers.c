@@ -502,13 +502,14 @@ static void tcq_block(struct tcq *q, const float *x, const float *h, uint8_t *co
 	for (uint32_t j = 0; j < QK; j++)
 		win[QK - 1 - j] = st[j];
 
-	/* Weight i's own k bits are the low bits of its window. */
-	for (uint32_t i = 0; i < QK; i++)
-		for (uint32_t bit = 0; bit < q->k[i]; bit++)
-			if (win[i] >> bit & 1u) {
-				uint32_t p = q->pos[i] + bit;
-				codes[p >> 3] |= (uint8_t)(1u << (p & 7));
-			}
+	/* Weight i's own k bits are the low bits of its window, at bit pos[i]
+	 * of the stream (k <= 3: within two bytes). */
+	for (uint32_t i = 0; i < QK; i++) {
+		uint32_t p = q->pos[i], k = q->k[i], v = (win[i] & ((1u << k) - 1)) << (p & 7);
+		codes[p >> 3] |= (uint8_t)v;
+		if ((p & 7) + k > 8)
+			codes[(p >> 3) + 1] |= (uint8_t)(v >> 8);
+	}
 	*scale = refit_scale(x, h, win);
 }
 
