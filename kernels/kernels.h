@@ -177,6 +177,8 @@ void strata_gpu_moe_config_get(struct strata_moe_config *c);
 uint64_t strata_gpu_moe_decode_split_launches(void);
 /* Launches of the bf16 decode kernel so far in this process (for tests). */
 uint64_t strata_gpu_moe_bf16_decode_launches(void);
+/* Launches of the scalar-format (q4, q3) decode kernel so far in this process (for tests). */
+uint64_t strata_gpu_moe_scalar_decode_launches(void);
 
 /*
  * BF16 paths through cuBLAS (cublasGemmEx, f32 accumulation), for shared

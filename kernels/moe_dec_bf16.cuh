@@ -87,19 +87,20 @@ __device__ __forceinline__ void btask(const MoeParams &p, uint32_t t, Task &k, u
 	k.tt = 0;
 }
 
-// Pull the rows of down task t into L2 (lane l: row l of the task's chunk).
+// Pull the codes of down task t into L2 (lane l: row l of the task's chunk;
+// any format whose K chunks are whole 256-weight blocks, or bf16).
 __device__ __forceinline__ void prefetch_down(const MoeParams &p, const Args &a, uint32_t t)
 {
 	const int lane = threadIdx.x & 31;
 	Task k;
 	uint32_t chunk;
 	btask(p, t, k, chunk);
-	const FmtTab &f = p.tab[STRATA_FMT_BF16];
+	const FmtTab &f = p.tab[k.fmt];
 	const uint32_t row = k.rt * RD + lane, k0 = chunk * a.kc[1], k1 = min(k0 + a.kc[1], f.pc[1]);
 	if (row < p.hidden)
 		asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(
-				     p.slot[k.slot].ext + f.off[2] + (uint64_t)row * f.rowc[1] + 2 * k0),
-			     "r"(2 * (k1 - k0))
+				     p.slot[k.slot].ext + f.off[2] + (uint64_t)row * f.rowc[1] + (uint64_t)k0 * f.cb / 256),
+			     "r"((k1 - k0) * f.cb / 256)
 			     : "memory");
 }
 

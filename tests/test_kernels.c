@@ -685,6 +685,7 @@ static void test_moe_scalar(void **state)
 		kernel_config(&kc);
 		printf("scalar formats, kernel config '%s'\n", cfgs[i]);
 		const int off = kc.dec_warps == 0;
+		const uint64_t n0 = strata_gpu_moe_scalar_decode_launches();
 		for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++)
 			if (!off || (cases[c].hidden % 32 == 0 && cases[c].inter % 32 == 0)) /* BF16 copies: see below */
 				run_moe_case(&cases[c]);
@@ -694,6 +695,14 @@ static void test_moe_scalar(void **state)
 		for (size_t c = 0; c < sizeof(big) / sizeof(big[0]); c++)
 			if (!off || (big[c].hidden % 32 == 0 && big[c].inter % 32 == 0))
 				run_moe_case_ex(&big[c], 1, 0);
+		/* the default configuration runs the <= 8-token cases on the scalar
+		 * decode kernel (moe_dec_sq.cuh), the forced variants on dec_kernel */
+		const uint64_t n = strata_gpu_moe_scalar_decode_launches() - n0;
+		printf("scalar decode kernel launches: %llu\n", (unsigned long long)n);
+		if (i == 0)
+			assert_true(n > 0);
+		else
+			assert_true(n == 0);
 	}
 	kernel_config(NULL);
 	/* More than 16 tokens at a shape the BF16 copies cannot run: a clear error. */
