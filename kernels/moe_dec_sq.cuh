@@ -11,13 +11,14 @@
 // an independent stream with a register ring of D units loaded straight from
 // global memory (16-byte loads, read-only path, L2 256-byte prefetch hint),
 // issued D units ahead across task boundaries; no shared memory, no barriers.
-//   unit (q4): half a block (128 weights) of the lane's 4 rows (g, g+8 of both
+//   unit (q4): half a block h (128 weights) of the lane's 4 rows (g, g+8 of both
 //              16-row tiles): per row one 16-byte load of its code words
-//              (groups 4h..4h+3, weights 8t..8t+7 of each) and one 8-byte load
-//              of the 4 group scales;
-//   unit (q3): a whole block (256 weights): per row 16 bytes of low bits, 8 of
-//              high bits and the 4 scale bytes of groups 2t, 2t+1 (the other
-//              lanes of the quad hand theirs over with a shuffle).
+//              (groups 4h..4h+3, weights 8t..8t+7 of each) and the 2-byte
+//              scale of group 4h + t (the quad's lanes swap them by shuffles);
+//   unit (q3): the same half block: per row 8 bytes of low bits, 4 of high
+//              bits and the scale, as q4.  Group u of the unit is group u of
+//              kfmt_scalar's decoder given the half block's words in the
+//              places of words 0, 1 (low) and 4 (high) of a block's.
 // Tasks are bfd's (16 gate + 16 up rows or 32 down rows x one 8-token tile x
 // one K chunk of whole blocks), with its split-K gate|up scratch, counters and
 // gate|up -> down ordering (bfd::cmp_start / cmp_end).  Per 32-weight group
@@ -38,6 +39,12 @@ __device__ __forceinline__ uint2 ldw8(const uint8_t *q)
 	asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v2.u32 {%0,%1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "l"(q));
 	return v;
 }
+__device__ __forceinline__ uint32_t ldw2(const uint8_t *q)
+{
+	uint16_t v;
+	asm volatile("ld.global.nc.L1::no_allocate.L2::256B.u16 %0, [%1];\n" : "=h"(v) : "l"(q));
+	return v;
+}
 __device__ __forceinline__ uint32_t ldw4(const uint8_t *q)
 {
 	uint32_t v;
@@ -47,14 +54,19 @@ __device__ __forceinline__ uint32_t ldw4(const uint8_t *q)
 
 template <class F> struct Sq {
 	static constexpr bool Q4 = F::Q4;
-	static constexpr uint32_t UPB = Q4 ? 2 : 1;          // units per block
-	static constexpr uint32_t GPU_ = Q4 ? 4 : 8;         // groups per unit
+	static constexpr uint32_t UPB = 2;                   // units per block
+	static constexpr uint32_t GPU_ = 4;                  // groups per unit
 	// One ring entry: rows g + 8h of tile m.
-	struct Ent {
-		uint4 c[2][2];     // q4: code words of groups 4h'..4h'+3; q3: low bits of groups 0..7
-		uint2 x[2][2];     // q4: the 4 group scales; q3: high bits
-		uint32_t s[2][2];  // q3: scales of groups 2t, 2t+1
-	};
+	struct Ent;
+};
+template <> struct Sq<FmtQ4>::Ent {
+	uint4 c[2][2];     // code words of groups 4h'..4h'+3 of the half block h'
+	uint32_t s[2][2];  // scale of group 4h' + t (the quad's other lanes have the others)
+};
+template <> struct Sq<FmtQ3>::Ent {
+	uint2 c[2][2];     // low-bit words of groups 4h'..4h'+3 (words 2h', 2h'+1 of kfmt_scalar's Lane)
+	uint32_t x[2][2];  // high-bit word of groups 4h'..4h'+3 (word 4 + h')
+	uint32_t s[2][2];  // scale of group 4h' + t
 };
 
 // Issue side: the task whose units are being loaded, and this lane's rows.
@@ -89,6 +101,25 @@ template <class F> __device__ __forceinline__ void iss_setup(const MoeParams &p,
 	ld.valid = (row0 < nrows) | (row0 + 8 < nrows) << 1 | (r1 < nrows) << 2 | (r1 + 8 < nrows) << 3;
 }
 
+// Pull the code bytes of task t's chunk into L2 (lane l: stage row l, as
+// dec::stage_row numbers them: gate rows then up rows, or 32 down rows).
+template <class F> __device__ __forceinline__ void prefetch_task(const MoeParams &p, const Args &a, uint32_t t)
+{
+	const int lane = threadIdx.x & 31;
+	Task k;
+	uint32_t chunk;
+	bfd::btask(p, t, k, chunk);
+	const FmtTab &f = p.tab[k.fmt];
+	const uint32_t d = k.down, k0 = chunk * a.kc[d], k1 = min(k0 + a.kc[d], f.pc[d]);
+	const uint32_t row = d ? k.rt * RD + lane : k.rt * RG + (lane & (RG - 1));
+	if (row < (d ? p.hidden : p.inter))
+		asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(
+				     p.slot[k.slot].ext + f.off[d ? 2 : (lane < RG ? 0 : 1)] + (uint64_t)row * f.rowc[d] +
+				     (uint64_t)(k0 / 256) * F::CODE_BYTES),
+			     "r"((k1 - k0) / 256 * F::CODE_BYTES)
+			     : "memory");
+}
+
 // Load unit ld.u of the issue task into e (zeros for rows past the matrix).
 template <class F> __device__ __forceinline__ void iss_load(const Iss &ld, typename Sq<F>::Ent &e)
 {
@@ -99,17 +130,15 @@ template <class F> __device__ __forceinline__ void iss_load(const Iss &ld, typen
 		for (int h = 0; h < 2; h++) {
 			const bool v = ld.valid >> (2 * m + h) & 1;
 			const uint32_t oc = (m ? ld.omc : 0) + (h ? ld.ohc : 0), os = (m ? ld.oms : 0) + (h ? ld.ohs : 0);
+			const uint32_t j = ld.u >> 1, hb = ld.u & 1;
+			const uint8_t *q = ld.c + oc + j * F::CODE_BYTES;
 			if constexpr (F::Q4) {
-				const uint32_t j = ld.u >> 1, hb = ld.u & 1;
-				e.c[m][h] = v ? bfd::ldw(ld.c + oc + j * F::CODE_BYTES + 64 * hb + 16 * t) : make_uint4(0, 0, 0, 0);
-				e.x[m][h] = v ? ldw8(ld.s + os + j * F::SCALE_BYTES + 8 * hb) : make_uint2(0, 0);
+				e.c[m][h] = v ? bfd::ldw(q + 64 * hb + 16 * t) : make_uint4(0, 0, 0, 0);
 			} else {
-				const uint32_t j = ld.u;
-				const uint8_t *q = ld.c + oc + j * F::CODE_BYTES;
-				e.c[m][h] = v ? bfd::ldw(q + 16 * t) : make_uint4(0, 0, 0, 0);
-				e.x[m][h] = v ? ldw8(q + 64 + 8 * t) : make_uint2(0, 0);
-				e.s[m][h] = v ? ldw4(ld.s + os + j * F::SCALE_BYTES + 4 * t) : 0u;
+				e.c[m][h] = v ? ldw8(q + 16 * t + 8 * hb) : make_uint2(0, 0);
+				e.x[m][h] = v ? ldw4(q + 64 + 8 * t + 4 * hb) : 0u;
 			}
+			e.s[m][h] = v ? ldw2(ld.s + os + j * F::SCALE_BYTES + 8 * hb + 2 * t) : 0u;
 		}
 }
 
@@ -126,7 +155,7 @@ template <class F> __device__ __forceinline__ void cmp_unit(const MoeParams &p, 
 	using S = Sq<F>;
 	const int lane = threadIdx.x & 31, t = lane & 3;
 	const uint32_t d = c.k.down;
-	const uint32_t col0 = c.k0 + (F::Q4 ? (u >> 1) * 256 + (u & 1) * 128 : u * 256);
+	const uint32_t col0 = c.k0 + u * 128;
 	const bool full = p.vec && col0 + 32 * S::GPU_ <= c.cols;
 	typename F::Lane ln[2][2];
 #pragma unroll
@@ -134,9 +163,10 @@ template <class F> __device__ __forceinline__ void cmp_unit(const MoeParams &p, 
 #pragma unroll
 		for (int h = 0; h < 2; h++) {
 			ln[m][h].w[0] = e.c[m][h].x, ln[m][h].w[1] = e.c[m][h].y;
-			ln[m][h].w[2] = e.c[m][h].z, ln[m][h].w[3] = e.c[m][h].w;
-			if constexpr (!F::Q4)
-				ln[m][h].w[4] = e.x[m][h].x, ln[m][h].w[5] = e.x[m][h].y;
+			if constexpr (F::Q4)
+				ln[m][h].w[2] = e.c[m][h].z, ln[m][h].w[3] = e.c[m][h].w;
+			else
+				ln[m][h].w[4] = e.x[m][h];
 		}
 	// Group U of the unit with activations x (times 2^-e when redo) into sums.
 	auto group = [&](auto UC, const float (&x)[1][8], bool redo, float (&sums)[2][4]) {
@@ -147,28 +177,19 @@ template <class F> __device__ __forceinline__ void cmp_unit(const MoeParams &p, 
 		float cm[2] = { 1.0f, 1.0f };
 		if (redo)
 			col_mul(ex, t, cm);
-		[[maybe_unused]] uint32_t sw[2][2];
-		if constexpr (!F::Q4) {
-			// scales of groups U & ~1, U | 1 of each row: lane (g, U / 2) of the quad has them
+		// The group's scale of each row: lane (g, U) of the quad has it.
+		uint32_t sw[2][2];
 #pragma unroll
-			for (int m = 0; m < 2; m++)
+		for (int m = 0; m < 2; m++)
 #pragma unroll
-				for (int h = 0; h < 2; h++)
-					sw[m][h] = __shfl_sync(0xffffffffu, e.s[m][h], (lane & ~3) | (U >> 1));
-		}
+			for (int h = 0; h < 2; h++)
+				sw[m][h] = __shfl_sync(0xffffffffu, e.s[m][h], (lane & ~3) | U);
 #pragma unroll
 		for (int m = 0; m < 2; m++) {
 			uint32_t a[2][4];
 			F::template group<U>(ln[m][0], a[0]);
 			F::template group<U>(ln[m][1], a[1]);
-			float s0, s1;
-			if constexpr (F::Q4) {
-				s0 = h2f(U < 2 ? e.x[m][0].x : e.x[m][0].y, U & 1);
-				s1 = h2f(U < 2 ? e.x[m][1].x : e.x[m][1].y, U & 1);
-			} else {
-				s0 = h2f(sw[m][0], U & 1);
-				s1 = h2f(sw[m][1], U & 1);
-			}
+			const float s0 = h2f(sw[m][0], 0), s1 = h2f(sw[m][1], 0);
 			float cc[4] = {};
 			mma_bf16<true>(cc, a[0][0], a[1][0], a[0][1], a[1][1], b[0], b[1]);
 			mma_bf16<true>(cc, a[0][2], a[1][2], a[0][3], a[1][3], b[2], b[3]);
@@ -187,12 +208,6 @@ template <class F> __device__ __forceinline__ void cmp_unit(const MoeParams &p, 
 		load(1); group(std::integral_constant<int, 1>(), x, redo, sums);
 		load(2); group(std::integral_constant<int, 2>(), x, redo, sums);
 		load(3); group(std::integral_constant<int, 3>(), x, redo, sums);
-		if constexpr (!F::Q4) {
-			load(4); group(std::integral_constant<int, 4>(), x, redo, sums);
-			load(5); group(std::integral_constant<int, 5>(), x, redo, sums);
-			load(6); group(std::integral_constant<int, 6>(), x, redo, sums);
-			load(7); group(std::integral_constant<int, 7>(), x, redo, sums);
-		}
 	};
 	float sums[2][4];
 #pragma unroll
@@ -222,7 +237,7 @@ template <class F> __device__ __forceinline__ void cmp_unit(const MoeParams &p, 
 			c.acc[m][i] = sums[m][i];
 }
 
-template <int FMT, int NW, int D>
+template <int FMT, int NW, int D, bool PF>
 __global__ void __launch_bounds__(32 * NW, 1) sq_kernel(const __grid_constant__ MoeParams p, const __grid_constant__ Args a)
 {
 	using F = FmtScalar<FMT>;
@@ -231,11 +246,23 @@ __global__ void __launch_bounds__(32 * NW, 1) sq_kernel(const __grid_constant__ 
 	// Warp w's first task is w; the others come from the counter (bf16_kernel).
 	const uint32_t nwarps = gridDim.x * NW;
 	auto fetch = [&]() -> uint32_t { return lane == 0 ? nwarps + atomicAdd(p.sync + bfd::FETCH, 1u) : 0u; };
-	Iss ld;
+	// PF: the issue side pulls the next task's rows into L2 when it starts a
+	// task (and the first task's), ahead of the ring's loads.
+	Iss ld = {};
+	auto pf_next = [&]() {
+		if constexpr (PF) {
+			const uint32_t n = __shfl_sync(0xffffffffu, ld.nxt, 0);
+			if (n < p.n_tasks)
+				prefetch_task<F>(p, a, n);
+		}
+	};
 	ld.t = blockIdx.x * NW + (threadIdx.x >> 5);
 	if (ld.t < p.n_tasks) {
 		ld.nxt = fetch();
 		iss_setup<F>(p, a, ld);
+		if constexpr (PF)
+			prefetch_task<F>(p, a, ld.t);
+		pf_next();
 	}
 	E w[D];
 	uint32_t rt[D], ru[D];
@@ -251,6 +278,7 @@ __global__ void __launch_bounds__(32 * NW, 1) sq_kernel(const __grid_constant__ 
 			if (ld.t < p.n_tasks) {
 				ld.nxt = fetch();
 				iss_setup<F>(p, a, ld);
+				pf_next();
 			}
 		}
 	};

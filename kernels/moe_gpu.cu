@@ -1201,34 +1201,36 @@ int run_dec_bf16(MoeParams *p, uint32_t hfl, cudaStream_t st, struct strata_erro
 	return 1;
 }
 
-// The scalar-format decode kernel <format, NW warps, ring depth D>
-// (moe_dec_sq.cuh), tasks laid out by run_dec_sq.
-template <int FMT, int NW, int D>
+// The scalar-format decode kernel <format, NW warps, ring depth D, L2
+// prefetch of the next task> (moe_dec_sq.cuh), tasks laid out by run_dec_sq.
+template <int FMT, int NW, int D, bool PF>
 int sqd_launch(MoeParams *p, const bfd::Args &a, cudaStream_t st, struct strata_error *err)
 {
 	uint32_t grid = (p->n_tasks + NW - 1) / NW;
 	if (grid > (uint32_t)g_ctx.sms)
 		grid = (uint32_t)g_ctx.sms;
-	sqd::sq_kernel<FMT, NW, D><<<grid, 32 * NW, 0, st>>>(*p, a);
+	sqd::sq_kernel<FMT, NW, D, PF><<<grid, 32 * NW, 0, st>>>(*p, a);
 	CU_TRY(err, cudaGetLastError());
 	g_ctx.sqd_launches++;
 	return STRATA_OK;
 }
 
 // Decode launches (<= 8 tokens per expert) whose experts are all in one
-// scalar format, with the decode kernel on its automatic choice (dec=auto,
-// split=auto; a forced dec=NxS variant or split keeps them on dec_kernel):
-// the scalar-format decode kernel.  K chunks of whole blocks: at most
+// scalar format, with the decode kernel on its automatic choice (sqdec=auto,
+// dec=auto, split=auto; sqdec=off, a forced dec=NxS variant or split keeps
+// them on dec_kernel): the scalar-format decode kernel.  K chunks of whole blocks: at most
 // SQ_KCB blocks, fewer until the launch has SQ_TASKS_PER_WARP tasks per warp
 // (the Qwen3-30B-A3B layer: one block per chunk, 4608 tasks), as even as the
 // row allows.  hfl: floats of h in this launch.  1 when it ran (*rc its
 // result), 0 when another kernel should run instead.
 constexpr uint32_t SQ_KCB = 4, SQ_TASKS_PER_WARP = 4;
-constexpr int SQ_NW = 12, SQ_D4 = 6, SQ_D3 = 5;
+// 8 warps of a 4-unit ring (q4 227 - 237 registers, q3 235; 12 warps would
+// cap them at 168 and spill).
+constexpr int SQ_NW = 8, SQ_D = 4;
 int run_dec_sq(MoeParams *p, uint32_t hfl, cudaStream_t st, struct strata_error *err, int *rc)
 {
 	const uint32_t fmt = p->n_slots ? p->slot[0].fmt : 0;
-	if (!strata_fmt_is_scalar((int)fmt) || g_ctx.cfg.dec_warps >= 0 || g_ctx.cfg.split)
+	if (!strata_fmt_is_scalar((int)fmt) || !g_ctx.cfg.sq_dec || g_ctx.cfg.dec_warps >= 0 || g_ctx.cfg.split)
 		return 0;
 	for (uint32_t s = 1; s < p->n_slots; s++)
 		if (p->slot[s].fmt != fmt)
@@ -1261,8 +1263,11 @@ int run_dec_sq(MoeParams *p, uint32_t hfl, cudaStream_t st, struct strata_error 
 	    (*rc = grow_zeroed(&g_ctx.gucnt, &g_ctx.gucnt_cap, nctr, st, err)))
 		return 1;
 	a.gu = g_ctx.gus, a.ctr = g_ctx.gucnt;
-	*rc = fmt == STRATA_FMT_Q4 ? sqd_launch<STRATA_FMT_Q4, SQ_NW, SQ_D4>(p, a, st, err)
-				   : sqd_launch<STRATA_FMT_Q3, SQ_NW, SQ_D3>(p, a, st, err);
+	const bool pf = g_ctx.cfg.sq_pf;
+	*rc = fmt == STRATA_FMT_Q4 ? (pf ? sqd_launch<STRATA_FMT_Q4, SQ_NW, SQ_D, true>(p, a, st, err)
+					 : sqd_launch<STRATA_FMT_Q4, SQ_NW, SQ_D, false>(p, a, st, err))
+				   : (pf ? sqd_launch<STRATA_FMT_Q3, SQ_NW, SQ_D, true>(p, a, st, err)
+					 : sqd_launch<STRATA_FMT_Q3, SQ_NW, SQ_D, false>(p, a, st, err));
 	return 1;
 }
 

@@ -166,9 +166,15 @@ static void test_moe_config(void **state)
 	assert_int_equal(strata_gpu_moe_config_parse("dec=off,bf16dec=auto", &c, &err), STRATA_OK);
 	assert_int_equal(c.dec_warps, 0);
 	assert_int_equal(c.bf16_warps, -1);
+	assert_int_equal(d.sq_dec, -1);
+	assert_int_equal(d.sq_pf, 1);
+	c = d;
+	assert_int_equal(strata_gpu_moe_config_parse("sqdec=off,sq_pf=0", &c, &err), STRATA_OK);
+	assert_int_equal(c.sq_dec, 0);
+	assert_int_equal(c.sq_pf, 0);
 	static const char *const bad[] = { "dec=9x4", "dec=12", "split=65", "split=-1", "bf16dec=16x5",
 					   "bf16_kc=16", "prefill_min=0", "prefill_min=17x", "poison=2", "warps=8",
-					   "dec" };
+					   "dec", "sqdec=8x4", "sq_pf=2" };
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		c = d;
 		memset(&err, 0, sizeof(err));
@@ -676,7 +682,8 @@ static void test_moe_scalar(void **state)
 		{ "sq-mixed-5", -4, 1024, 256, 5, 14, 4, 0 },
 		{ "sq-mixed-pf", -4, 1024, 256, 200, 7, 3, 0 },
 	};
-	static const char *const cfgs[] = { "", "dec=off", "dec=8x4,split=64", "dec=12x4u,split=3" };
+	static const char *const cfgs[] = { "", "sq_pf=0", "dec=off", "dec=8x4,split=64", "dec=12x4u,split=3",
+					    "sqdec=off" };
 	for (size_t i = 0; i < sizeof(cfgs) / sizeof(cfgs[0]); i++) {
 		struct strata_moe_config kc;
 		struct strata_error err = { 0 };
@@ -699,7 +706,7 @@ static void test_moe_scalar(void **state)
 		 * decode kernel (moe_dec_sq.cuh), the forced variants on dec_kernel */
 		const uint64_t n = strata_gpu_moe_scalar_decode_launches() - n0;
 		printf("scalar decode kernel launches: %llu\n", (unsigned long long)n);
-		if (i == 0)
+		if (i <= 1)
 			assert_true(n > 0);
 		else
 			assert_true(n == 0);
