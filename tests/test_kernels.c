@@ -970,5 +970,22 @@ int main(void)
 		cmocka_unit_test(test_moe_errors),
 		cmocka_unit_test(test_decode_ceiling),
 	};
+	/* STRATA_TESTS=name,name,...: only those (a short device call) */
+	const char *only = getenv("STRATA_TESTS");
+	if (only && *only) {
+		struct CMUnitTest sel[sizeof(tests) / sizeof(tests[0])];
+		size_t n = 0;
+		for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
+			const char *q = strstr(only, tests[i].name);
+			size_t len = strlen(tests[i].name);
+			if (q && (q == only || q[-1] == ',') && (q[len] == ',' || !q[len]))
+				sel[n++] = tests[i];
+		}
+		if (!n) {
+			fprintf(stderr, "test_kernels: STRATA_TESTS=%s names no test\n", only);
+			return 1;
+		}
+		return _cmocka_run_group_tests("test_kernels", sel, n, setup, NULL);
+	}
 	return cmocka_run_group_tests(tests, setup, NULL);
 }

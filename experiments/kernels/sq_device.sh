@@ -11,6 +11,7 @@
 # start, default 170) allows, the q4/q3 decode rows again with --kernel
 # sq_pf=0 and --kernel sqdec=off.  Time limits per step: T_TESTS, T_BENCH,
 # T_CAL (seconds).
+# STRATA_TESTS=name,... limits test_kernels to those tests.
 # Uses the binaries under $BUILD (default build/dev) when they run, else
 # builds them (cuda=1).  Logs go to $OUT (or ./out) as sq.tar.gz.
 #   bash experiments/kernels/sq_device.sh
