@@ -1074,7 +1074,9 @@ int run_dec(MoeParams *p, uint32_t maxtok, uint32_t hfl, cudaStream_t st, struct
 			return 0;
 	}
 	// Scalar-format experts have no persistent-kernel decoder (moe_layer sends
-	// them here only when this kernel is on): they always take this kernel.
+	// them here only when this kernel is on): those run_dec_sq leaves (9 - 16
+	// tokens, q4 and q3 in one launch, sqdec=off, a forced variant) always
+	// take this kernel.
 	const bool forced = g_ctx.cfg.dec_warps >= 0 || scalar;
 	int nw = g_ctx.cfg.dec_warps, ns = g_ctx.cfg.dec_stages;
 	const int nt = maxtok <= dec::TN ? 1 : 2;
