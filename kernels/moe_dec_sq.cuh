@@ -209,32 +209,20 @@ template <class F> __device__ __forceinline__ void cmp_unit(const MoeParams &p, 
 		load(2); group(std::integral_constant<int, 2>(), x, redo, sums);
 		load(3); group(std::integral_constant<int, 3>(), x, redo, sums);
 	};
-	float sums[2][4];
-#pragma unroll
-	for (int m = 0; m < 2; m++)
-#pragma unroll
-		for (int i = 0; i < 4; i++)
-			sums[m][i] = c.acc[m][i];
-	pass(false, sums);
+	// c.acc as it was before the unit, for the slow path
+	float keep[2][4];
+	memcpy(keep, c.acc, sizeof(keep));
+	pass(false, c.acc);
 	bool bad = false;
 #pragma unroll
 	for (int m = 0; m < 2; m++)
 #pragma unroll
 		for (int i = 0; i < 4; i++)
-			bad |= !isfinite(sums[m][i]);
+			bad |= !isfinite(c.acc[m][i]);
 	if (__any_sync(0xffffffffu, bad)) {
-#pragma unroll
-		for (int m = 0; m < 2; m++)
-#pragma unroll
-			for (int i = 0; i < 4; i++)
-				sums[m][i] = c.acc[m][i];
-		pass(true, sums);
+		memcpy(c.acc, keep, sizeof(keep));
+		pass(true, c.acc);
 	}
-#pragma unroll
-	for (int m = 0; m < 2; m++)
-#pragma unroll
-		for (int i = 0; i < 4; i++)
-			c.acc[m][i] = sums[m][i];
 }
 
 template <int FMT, int NW, int D, bool PF>
@@ -285,28 +273,7 @@ __global__ void __launch_bounds__(32 * NW, 1) sq_kernel(const __grid_constant__ 
 #pragma unroll
 	for (int i = 0; i < D; i++)
 		issue(i);
-	bfd::Cmp c;
-	c.k.t = NONE;
-	bool live = true;
-	while (live) {
-#pragma unroll
-		for (int i = 0; i < D; i++) {
-			if (rt[i] == NONE) {
-				live = false;
-				break;
-			}
-			if (rt[i] != c.k.t) {
-				if (c.k.t != NONE)
-					bfd::cmp_end(p, a, c);
-				bfd::cmp_start(p, a, c, rt[i]);
-			}
-			cmp_unit<F>(p, c, w[i], ru[i]);
-			issue(i);
-		}
-	}
-	if (c.k.t != NONE)
-		bfd::cmp_end(p, a, c);
-	dec::last_out_reset(p, nwarps);
+	bfd::ring_run<D>(p, a, rt, [&](bfd::Cmp &c, int i) { cmp_unit<F>(p, c, w[i], ru[i]); }, issue);
 }
 
 } // namespace sqd
