@@ -1147,7 +1147,15 @@ static int pf_start(void *o, uint32_t eid, int t, int src, struct strata_error *
 {
 	struct strata_engine *e = o;
 	uint64_t off = 0;
-	int rc = make_room(e, t, eid, &off, err);
+	int rc;
+	if (t == R && e->sched.ram_holes_only) { /* a free hole or none (EBUDGET: dropped), no eviction */
+		rc = strata_tier_reserve_h(&e->tier[R], e->bytes[eid], &off, &e->es[eid].t[R].hnd);
+		if (rc == STRATA_ENOMEM)
+			return STRATA_ERR(err, rc, "engine: out of memory (ram tier's hole index)");
+		e->st.used[R] = strata_tier_used(&e->tier[R]);
+	} else {
+		rc = make_room(e, t, eid, &off, err);
+	}
 	if (rc)
 		return rc;
 	mark_resident(e, t, eid, off);
@@ -1174,6 +1182,7 @@ static int prefetch(struct strata_engine *e, uint64_t token, uint32_t layer, con
 	struct strata_policy *pf = e->prefetch;
 	struct strata_layer_ctx ctx = { .token = token, .layer = layer, .now = e->now, .hints = hints,
 					.n_hints = hints ? n_hints : 0, .experts = experts, .n_experts = n };
+	e->sched.ram_hole = e->tier[R].budget ? strata_arena_largest_free(&e->tier[R].arena) : 0;
 	uint32_t nr = strata_prefetch_ops_of(pf)->on_layer(pf, &ctx, e->reqs, e->max_reqs);
 	int rc = policy_failed(e, err);
 	if (rc)

@@ -15,6 +15,8 @@ void strata_prefetch_sched_defaults(struct strata_prefetch_sched *s)
 	s->from[STRATA_TIER_VRAM] = s->from[STRATA_TIER_RAM] = (1u << STRATA_TIER_RAM) | (1u << STRATA_TIER_NVME);
 	s->keep_unused = true;
 	s->preempt = false;
+	s->ram_holes_only = false;
+	s->ram_hole = 0;
 	s->resident[0] = s->resident[1] = NULL;
 }
 

@@ -283,19 +283,29 @@ __device__ __forceinline__ void unit_act(const MoeParams &p, bool d, const float
 	}
 }
 
+// The set-up of one stage of task k that compute and compute_sq share: this
+// lane's row group g and column t, the matrix (d: down) and its width cols,
+// the activation rows xr / have of the task's NT tiles (act_rows), and the
+// first column k0 of the task's 256-weight block.  A macro rather than a
+// function returning them: as plain locals their value ranges (t < 4) reach
+// the decoders' address arithmetic, which a returned struct lost in one
+// decode variant (12x4, two tiles: extra instructions per shared-memory
+// load in its PTX).
+#define STRATA_STAGE_SETUP(NT)                                              \
+	const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;    \
+	const uint32_t d = k.down, cols = d ? p.inter : p.hidden;          \
+	const float *xr[NT];                                               \
+	bool have[NT];                                                     \
+	act_rows<NT, TN * NT>(p, k, p.slot[k.slot], g, xr, have);          \
+	const uint32_t k0 = k.kc * 256
+
 // One stage of task k (at shared offset sbuf, misalignments roff): acc += its
 // product, for the task's NT tiles of 8 tokens.
 template <class F, bool UNROLL, int NT>
 __device__ __forceinline__ void compute(const MoeParams &p, const Task &k, uint32_t sbuf, const uint8_t *roff,
 					float (&acc)[NT][2][4])
 {
-	const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-	const uint32_t d = k.down, cols = d ? p.inter : p.hidden;
-	const Slot &s = p.slot[k.slot];
-	const float *xr[NT];
-	bool have[NT];
-	act_rows<NT, TN * NT>(p, k, s, g, xr, have);
-	const uint32_t k0 = k.kc * 256;
+	STRATA_STAGE_SETUP(NT);
 	uint32_t rc[2][2], rs[2][2];
 #pragma unroll
 	for (int m = 0; m < 2; m++)
@@ -372,13 +382,7 @@ template <class F, int NT>
 __device__ __forceinline__ void compute_sq(const MoeParams &p, const Task &k, uint32_t sbuf, const uint8_t *roff,
 					   float (&acc)[NT][2][4])
 {
-	const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-	const uint32_t d = k.down, cols = d ? p.inter : p.hidden;
-	const Slot &s = p.slot[k.slot];
-	const float *xr[NT];
-	bool have[NT];
-	act_rows<NT, TN * NT>(p, k, s, g, xr, have);
-	const uint32_t k0 = k.kc * 256;
+	STRATA_STAGE_SETUP(NT);
 	typename F::Lane ln[2][2];
 	uint32_t rs[2][2];
 #pragma unroll
@@ -461,6 +465,8 @@ __device__ __forceinline__ void compute_sq(const MoeParams &p, const Task &k, ui
 			for (int i = 0; i < 4; i++)
 				acc[n][m][i] += blk[n][m][i];
 }
+
+#undef STRATA_STAGE_SETUP
 
 template <int NW, int NS, bool UNROLL, int NT>
 __global__ void __launch_bounds__(32 * NW, 1) dec_kernel(const __grid_constant__ MoeParams p)

@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "strata/engine.h"
 #include "strata/policy.h"
 
 #define HINTS_MAX_D 8  /* distances scored (deeper ones share the last) */
@@ -148,6 +149,24 @@ static inline void hints_score_route(struct hints_score *t, uint32_t layer, cons
 		t->right[q->d][q->band] = t->right[q->d][q->band] * keep + hit;
 		*q = t->pending[--t->n_pending];
 	}
+}
+
+/* The run's cost model (env->cost: the one the engine times with; the
+ * defaults where the driver has none) into *cm, the mean expert size in MB
+ * into *mb, and one layer's compute in us (the kernel time of top_k experts
+ * of that size): what a prefetcher weighs a move against. */
+static inline double hints_layer_us(const struct strata_policy_env *env, struct strata_cost_model *cm, double *mb)
+{
+	if (env->cost)
+		*cm = *env->cost;
+	else
+		strata_cost_model_defaults(cm);
+	double sum = 0;
+	for (uint32_t i = 0; i < env->n_ids && env->expert_bytes; i++)
+		sum += (double)env->expert_bytes[i] / 1e6;
+	*mb = env->n_ids ? sum / env->n_ids : 0;
+	uint32_t k = env->spec && env->spec->top_k ? env->spec->top_k : 1;
+	return cm->kernel_fixed_us + cm->kernel_us_per_mb * *mb * k;
 }
 
 #endif

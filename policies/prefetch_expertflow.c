@@ -85,10 +85,7 @@ static int expertflow_init(struct strata_policy *p, struct strata_error *err)
 	const struct strata_policy_env *env = p->env;
 	uint32_t k = env->spec && env->spec->top_k ? env->spec->top_k : 1;
 	struct strata_cost_model cm;
-	if (env->cost)
-		cm = *env->cost;
-	else
-		strata_cost_model_defaults(&cm);
+	double mb, layer_us = hints_layer_us(env, &cm, &mb);
 	f->dest = strcmp(f->tier, "ram") ? STRATA_TIER_VRAM : STRATA_TIER_RAM;
 	if (!f->topn)
 		f->topn = k;
@@ -98,12 +95,8 @@ static int expertflow_init(struct strata_policy *p, struct strata_error *err)
 		f->nvme_gbps = cm.nvme_gbps;
 	f->pcie_lat_us = cm.pcie_lat_us;
 	f->nvme_lat_us = cm.nvme_lat_us;
-	double mb = 0;
-	for (uint32_t i = 0; i < env->n_ids && env->expert_bytes; i++)
-		mb += (double)env->expert_bytes[i] / 1e6;
-	mb = env->n_ids ? mb / env->n_ids : 0;
 	if (f->layer_us <= 0)
-		f->layer_us = cm.kernel_fixed_us + cm.kernel_us_per_mb * mb * k;
+		f->layer_us = layer_us;
 	/* the horizon's experts (topn per layer) within mem_share of the tier */
 	double room = f->mem_share > 0 && mb > 0 && env->budget[f->dest] != UINT64_MAX
 		    ? f->mem_share * (double)env->budget[f->dest] / 1e6 / (mb * (double)f->topn) : 1e9;

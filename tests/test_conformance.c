@@ -932,7 +932,7 @@ static void test_lookahead_adaptive_tiers(void **state)
 	static const uint32_t route[2] = { 1, 2 };
 	struct strata_prefetch_req req[64];
 	for (int v = 0; v < 2; v++) {
-		struct strata_policy *p = mk(&d, STRATA_ROLE_PREFETCH, v ? "lookahead:depth=1:warmup=64:stage=-1"
+		struct strata_policy *p = mk(&d, STRATA_ROLE_PREFETCH, v ? "lookahead:depth=1:warmup=64:stage=-1:via_ram=0"
 									 : "lookahead:depth=1:warmup=64:stage=-1:via_ram=1");
 		uint32_t n = 0;
 		for (uint64_t tok = 0; tok < 20; tok++)
@@ -958,6 +958,147 @@ static void test_lookahead_adaptive_tiers(void **state)
 		for (int i = 0; i < 4; i++) {
 			assert_int_equal(req[i].eid, eid[i]);
 			assert_int_equal(req[i].tier, want[i]);
+		}
+		strata_policy_destroy(p);
+	}
+}
+
+/* via_ram=auto (the default): an NVMe read for VRAM lands in RAM only into
+ * the free hole the engine publishes (sched.ram_hole, less what earlier
+ * requests of the step land there), else straight into VRAM; a RAM copy and
+ * an expert already in VRAM are asked for VRAM; a staged hint without room is
+ * not asked for; the engine is told never to evict for a landing
+ * (ram_holes_only).  via_ram=1 lands every such read in RAM, via_ram=0 none. */
+static void test_lookahead_via_ram_auto(void **state)
+{
+	struct direct d;
+	direct_init(&d, NULL);
+	uint8_t in_vram[64] = { 0 }, in_ram[64] = { 0 };
+	uint64_t bytes[64];
+	for (int i = 0; i < 64; i++)
+		bytes[i] = 1000000; /* 1003520 bytes in the tier (4 KiB pages) */
+	struct strata_prefetch_sched sched;
+	strata_prefetch_sched_defaults(&sched);
+	sched.resident[STRATA_TIER_VRAM] = in_vram;
+	sched.resident[STRATA_TIER_RAM] = in_ram;
+	d.env.sched = &sched;
+	d.env.expert_bytes = bytes;
+	d.env.budget[STRATA_TIER_VRAM] = 1u << 30;
+	d.env.budget[STRATA_TIER_RAM] = 1u << 30;
+	in_ram[strata_eid(&spec, 1, 1)] = 1;
+	in_vram[strata_eid(&spec, 1, 4)] = 1;
+	/* layer 0: hints for layer 1 (experts 1-4) and layer 2 (expert 5) */
+	struct strata_hint h[5] = { { 1, 1, 1.0f }, { 1, 2, 0.9f }, { 1, 3, 0.8f }, { 1, 4, 0.7f }, { 2, 5, 1.0f } };
+	struct strata_layer_ctx c = { .token = 0, .layer = 0, .hints = h, .n_hints = 5 };
+	struct strata_prefetch_req req[16];
+	enum { V = STRATA_TIER_VRAM, R = STRATA_TIER_RAM };
+	static const struct {
+		const char *spec;
+		uint64_t hole;
+		bool holes_only;
+		uint32_t n, tier[5];
+	} cases[] = {
+		/* room for one expert: 1/2 lands in RAM, 1/3 goes straight into VRAM */
+		{ "lookahead:adaptive=0:topn=4:depth=1", 1100000, true, 4, { V, R, V, V } },
+		{ "lookahead:adaptive=0:topn=4:depth=1", 3000000, true, 4, { V, R, R, V } },
+		{ "lookahead:adaptive=0:topn=4:depth=1", 0, true, 4, { V, V, V, V } },
+		{ "lookahead:adaptive=0:topn=4:depth=1:via_ram=1", 0, false, 4, { V, R, R, V } },
+		{ "lookahead:adaptive=0:topn=4:depth=1:via_ram=0", 3000000, false, 4, { V, V, V, V } },
+		/* staging 2/5 (stage=-1: depth+1) needs room too, after 1/2 and 1/3 */
+		{ "lookahead:adaptive=0:topn=4:depth=1:stage=-1", 1100000, true, 4, { V, R, V, V } },
+		{ "lookahead:adaptive=0:topn=4:depth=1:stage=-1", 3100000, true, 5, { V, R, R, V, R } },
+		{ "lookahead:adaptive=0:topn=4:depth=1:stage=-1:via_ram=1", 0, false, 5, { V, R, R, V, R } },
+	};
+	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+		strata_prefetch_sched_defaults(&sched);
+		sched.resident[STRATA_TIER_VRAM] = in_vram;
+		sched.resident[STRATA_TIER_RAM] = in_ram;
+		sched.ram_hole = cases[k].hole;
+		struct strata_policy *p = mk(&d, STRATA_ROLE_PREFETCH, cases[k].spec);
+		assert_int_equal(sched.ram_holes_only, cases[k].holes_only);
+		uint32_t n = strata_prefetch_ops_of(p)->on_layer(p, &c, req, 16);
+		if (n != cases[k].n)
+			fail_msg("%s, hole %llu: %u requests, want %u", cases[k].spec, (unsigned long long)cases[k].hole, n,
+				 cases[k].n);
+		for (uint32_t i = 0; i < n; i++)
+			if (req[i].tier != cases[k].tier[i])
+				fail_msg("%s, hole %llu: request %u (expert %u) into tier %u, want %u", cases[k].spec,
+					 (unsigned long long)cases[k].hole, i, req[i].eid, req[i].tier, cases[k].tier[i]);
+		strata_policy_destroy(p);
+	}
+}
+
+/* nvme_cost (the default): an NVMe read also needs the accuracy at which it
+ * breaks even, c / (c + h / m) from the cost model (default: 6 GB/s NVMe,
+ * 50 GB/s PCIe).  A band right 90% of the time (hint 1 always routed, hint 2
+ * on 8 tokens of 10) asks for 1 MB reads (break-even 0.74 with m = 2 reads)
+ * but not for 40 MB ones (0.934); nvme_cost=0 asks for them; with expert 1
+ * in RAM one read is left (m = 1: 0.877, asked) and its RAM copy is asked
+ * either way; where the routed experts of layers 0 and 3 are in VRAM (hit
+ * rate 0.5) a read into VRAM also costs the resident it evicts (0.914: not
+ * asked), while one into a free RAM hole does not (0.877: asked, into RAM). */
+static void test_lookahead_nvme_cost(void **state)
+{
+	struct direct d;
+	direct_init(&d, NULL);
+	uint8_t in_vram[64], in_ram[64];
+	uint64_t bytes[64];
+	struct strata_prefetch_sched sched;
+	d.env.sched = &sched;
+	d.env.expert_bytes = bytes;
+	d.env.budget[STRATA_TIER_VRAM] = 1u << 30;
+	d.env.budget[STRATA_TIER_RAM] = 1u << 30;
+	enum { V = STRATA_TIER_VRAM, R = STRATA_TIER_RAM };
+	static const struct {
+		const char *spec;
+		uint64_t bytes, hole;
+		bool ram1, vram03;
+		uint32_t n, tier[2];
+	} cases[] = {
+		{ "lookahead:depth=1", 1000000, 0, false, false, 2, { V, V } },
+		{ "lookahead:depth=1", 40000000, 0, false, false, 0, { 0 } },
+		{ "lookahead:depth=1:nvme_cost=0", 40000000, 0, false, false, 2, { V, V } },
+		{ "lookahead:depth=1", 40000000, 0, true, false, 2, { V, V } },
+		{ "lookahead:depth=1", 40000000, 0, true, true, 1, { V } },
+		{ "lookahead:depth=1", 40000000, 1u << 30, true, true, 2, { V, R } },
+		{ "lookahead:depth=1:nvme_cost=0", 40000000, 0, true, true, 2, { V, V } },
+	};
+	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+		memset(in_vram, 0, sizeof(in_vram));
+		memset(in_ram, 0, sizeof(in_ram));
+		for (int i = 0; i < 64; i++)
+			bytes[i] = cases[k].bytes;
+		for (uint32_t l = 0; l < spec.n_moe_layers; l++) {
+			in_ram[strata_eid(&spec, l, 1)] = cases[k].ram1;
+			if (cases[k].vram03 && (l == 0 || l == 3))
+				in_vram[strata_eid(&spec, l, 1)] = in_vram[strata_eid(&spec, l, 2)] = 1;
+		}
+		strata_prefetch_sched_defaults(&sched);
+		sched.resident[V] = in_vram;
+		sched.resident[R] = in_ram;
+		sched.ram_hole = cases[k].hole;
+		struct strata_policy *p = mk(&d, STRATA_ROLE_PREFETCH, cases[k].spec);
+		struct strata_prefetch_req req[16];
+		uint32_t n = 0;
+		for (uint64_t tok = 0; tok <= 400; tok++)
+			for (uint32_t l = 0; l < spec.n_moe_layers; l++) {
+				uint32_t route[2] = { 1, tok % 10 < 8 ? 2 : 3 };
+				struct strata_hint h[2] = { { l + 1, 1, 1.0f }, { l + 1, 2, 1.0f } };
+				struct strata_layer_ctx c = { .token = tok, .layer = l, .hints = h,
+							      .n_hints = l + 1 < spec.n_moe_layers ? 2 : 0,
+							      .experts = route, .n_experts = 2 };
+				n = strata_prefetch_ops_of(p)->on_layer(p, &c, req, 16);
+				if (tok == 400)
+					break; /* the last on_layer: layer 0, hints for layer 1 */
+				strata_prefetch_ops_of(p)->on_route(p, tok, l, route, 2);
+			}
+		if (n != cases[k].n)
+			fail_msg("case %zu (%s): %u requests, want %u", k, cases[k].spec, n, cases[k].n);
+		for (uint32_t i = 0; i < n; i++) {
+			assert_int_equal(req[i].eid, strata_eid(&spec, 1, 1 + i));
+			if (req[i].tier != cases[k].tier[i])
+				fail_msg("case %zu (%s): request %u into tier %u, want %u", k, cases[k].spec, i, req[i].tier,
+					 cases[k].tier[i]);
 		}
 		strata_policy_destroy(p);
 	}
@@ -1340,6 +1481,8 @@ int main(void)
 		cmocka_unit_test(test_prefetch_decisions),
 		cmocka_unit_test(test_promoe_expertflow_decisions),
 		cmocka_unit_test(test_lookahead_adaptive_tiers),
+		cmocka_unit_test(test_lookahead_via_ram_auto),
+		cmocka_unit_test(test_lookahead_nvme_cost),
 		cmocka_unit_test(test_harness_errors),
 		cmocka_unit_test(test_static_placement),
 	};

@@ -391,6 +391,79 @@ static void test_chained_moves(void **state)
 	strata_harness_trace_free(t);
 }
 
+/* A prefetcher that asks for expert 3 of layer 1 into RAM at every step,
+ * with ram_holes_only (holes) or without, and records the RAM hole the engine
+ * published before each on_layer. */
+static uint64_t holes_seen[4];
+static uint32_t holes_calls;
+static int holes_init(struct strata_policy *p, struct strata_error *err)
+{
+	p->env->sched->ram_holes_only = true;
+	return STRATA_OK;
+}
+static uint32_t ram3_on_layer(struct strata_policy *p, const struct strata_layer_ctx *ctx,
+			      struct strata_prefetch_req *out, uint32_t max)
+{
+	if (holes_calls < 4)
+		holes_seen[holes_calls] = p->env->sched->ram_hole;
+	holes_calls++;
+	out[0] = (struct strata_prefetch_req){ strata_eid(p->env->spec, 1, 3), STRATA_TIER_RAM };
+	return 1;
+}
+static const struct strata_prefetch_ops prefetch_ram3_holes = {
+	.name = "ram3-holes", .version = STRATA_POLICY_ABI, .init = holes_init, .on_layer = ram3_on_layer,
+};
+static const struct strata_prefetch_ops prefetch_ram3 = {
+	.name = "ram3", .version = STRATA_POLICY_ABI, .on_layer = ram3_on_layer,
+};
+
+/* sched.ram_holes_only: a prefetch into a full RAM tier is dropped and
+ * evicts nothing; without it the same prefetch evicts a RAM resident.  The
+ * engine publishes the longest free RAM hole before each on_layer. */
+static void test_prefetch_ram_holes_only(void **state)
+{
+	struct strata_error err = { 0 };
+	uint64_t b = (ebytes(st_u) + 4095) / 4096 * 4096;
+	struct strata_engine_stats s[2];
+	for (int holes = 0; holes < 2; holes++) {
+		struct strata_engine_config ec;
+		strata_engine_config_defaults(&ec);
+		ec.use_gpu = 0;
+		ec.mode = STRATA_ENGINE_VIRTUAL;
+		ec.budget[0] = 8 * b;
+		ec.budget[1] = 2 * b; /* two experts: full after the first step */
+		ec.place = "cache";
+		ec.prefetch_ops = holes ? &prefetch_ram3_holes : &prefetch_ram3;
+		struct strata_engine *e;
+		assert_int_equal(strata_engine_open(st_u, &ec, &e, &err), 0);
+		holes_calls = 0;
+		static const uint32_t ex[2] = { 0, 1 };
+		/* step 0 (layer 0): the prefetch of 1/3 goes first (an empty tier), then
+		 * the demand of 0/0 and 0/1 fills RAM; layer 1 runs without 1/3, so it
+		 * leaves at release (unused).  Step 1 (layer 0 again): RAM is full. */
+		for (uint64_t tok = 0; tok < 2; tok++) {
+			assert_int_equal(strata_engine_begin_step(e, tok, 0, 1, ex, 2, NULL, 0, &err), 0);
+			assert_int_equal(strata_engine_acquire(e, 0, ex, 2, NULL, &err), 0);
+			assert_int_equal(strata_engine_release(e, tok, 0, ex, 2, &err), 0);
+			assert_int_equal(strata_engine_begin_step(e, tok, 1, 1, ex, 2, NULL, 0, &err), 0);
+			assert_int_equal(strata_engine_acquire(e, 1, ex, 2, NULL, &err), 0);
+			assert_int_equal(strata_engine_release(e, tok, 1, ex, 2, &err), 0);
+		}
+		s[holes] = *strata_engine_stats(e);
+		assert_int_equal(holes_calls, 4);
+		assert_true(holes_seen[0] == 2 * b); /* an empty tier: one hole, all of it */
+		if (holes) /* RAM full after step 0's demand: no hole is left */
+			assert_true(holes_seen[2] == 0 && holes_seen[3] == 0);
+		strata_engine_close(e);
+	}
+	/* the first prefetch found the empty tier either way; the later two find
+	 * it full: without ram_holes_only one of them evicts a resident (the other
+	 * is redundant then), with it both are dropped and evict nothing */
+	assert_true(s[0].prefetch_issued == 2 && s[0].prefetch_dropped == 0);
+	assert_true(s[1].prefetch_issued == 1 && s[1].prefetch_dropped == 2);
+	assert_true(s[0].evictions[1] == s[1].evictions[1] + 1);
+}
+
 static void test_bad_policy_epolicy(void **state)
 {
 	const struct strata_evict_ops *bad[2] = { &evict_pinned, &evict_absent };
@@ -789,6 +862,7 @@ int main(void)
 		cmocka_unit_test(test_virtual_equals_real_random),
 		cmocka_unit_test(test_budget_never_exceeded),
 		cmocka_unit_test(test_chained_moves),
+		cmocka_unit_test(test_prefetch_ram_holes_only),
 		cmocka_unit_test(test_bad_policy_epolicy),
 		cmocka_unit_test(test_ebudget),
 		cmocka_unit_test(test_pins_survive),

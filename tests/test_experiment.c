@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "strata/experiment.h"
 #include "strata/trace.h"
@@ -207,13 +208,27 @@ static void test_script_errors(void **state)
 				      "strata.write_file(strata.script_dir .. '/ran', 'x')\n");
 	char *typo[] = { "polices=lru" };
 	struct strata_experiment_opts ot = { .script = path, .jobs = 1, .argc = 1, .argv = typo };
-	assert_int_equal(strata_experiment_main(&ot, &err), STRATA_ESCRIPT);
-	assert_non_null(strstr(err.msg, "declared.lua:1: unknown argument 'polices'"));
-	assert_non_null(strstr(err.msg, "did you mean 'policies'?"));
+	assert_int_equal(strata_experiment_main(&ot, &err), STRATA_EINVAL);
+	assert_non_null(strstr(err.msg, "declared.lua: unknown argument 'polices' (this script takes: policies); "
+					"did you mean 'policies'?"));
+	assert_null(strchr(err.msg, '\n')); /* one line: no Lua traceback */
+	char *positional[] = { "lru" };
+	ot.argv = positional;
+	assert_int_equal(strata_experiment_main(&ot, &err), STRATA_EINVAL);
+	assert_non_null(strstr(err.msg, "declared.lua: argument not of the form key=value: 'lru'"));
+	char ran[PATH_MAX + 8];
+	snprintf(ran, sizeof(ran), "%s/ran", dir);
+	assert_int_equal(access(ran, F_OK), -1); /* stopped before it ran anything */
+	char *help[] = { "help=1" };
+	ot.argv = help;
+	assert_int_equal(strata_experiment_main(&ot, &err), 0); /* listed on stdout */
+	assert_int_equal(access(ran, F_OK), -1);
+	ot.argv = typo;
 	path = script("undeclared.lua", "strata.run{ mode = 'sim', model = 'x', trace = 'y' }\n");
 	ot.script = path;
-	assert_int_equal(strata_experiment_main(&ot, &err), STRATA_ESCRIPT);
+	assert_int_equal(strata_experiment_main(&ot, &err), STRATA_EINVAL);
 	assert_non_null(strstr(err.msg, "does not declare its arguments"));
+	assert_null(strchr(err.msg, '\n'));
 
 	/* results written by another sweep are not silently mixed */
 	char csv[PATH_MAX];

@@ -416,6 +416,15 @@ static void run_moe_case_ex(const struct moe_case *mc, int outliers, uint32_t pf
 
 static void run_moe_case(const struct moe_case *mc) { run_moe_case_ex(mc, 0, mc->pf_min); }
 
+/* cases[0..n) (outliers as in run_moe_case_ex, each with its own pf_min)
+ * under the kernel configuration kc (NULL: the defaults). */
+static void run_moe_cases(const struct strata_moe_config *kc, const struct moe_case *cases, size_t n, int outliers)
+{
+	kernel_config(kc);
+	for (size_t c = 0; c < n; c++)
+		run_moe_case_ex(&cases[c], outliers, cases[c].pf_min);
+}
+
 static const struct moe_case moe_cases[] = {
 	/* decode: 8-token tiles */
 	{ "decode-1", STRATA_FMT_BF16, 1024, 512, 1, 6, 4, 0 },
@@ -489,8 +498,7 @@ static void test_moe_layer(void **state)
 {
 	if (!test_have_gpu("test_moe_layer"))
 		return;
-	for (size_t i = 0; i < sizeof(moe_cases) / sizeof(moe_cases[0]); i++)
-		run_moe_case(&moe_cases[i]);
+	run_moe_cases(NULL, moe_cases, sizeof(moe_cases) / sizeof(moe_cases[0]), 0);
 }
 
 /* fp16 range guard on the decode paths (activations as big_token(): beyond
@@ -518,9 +526,7 @@ static void test_moe_outliers(void **state)
 		struct strata_moe_config kc;
 		strata_gpu_moe_config_defaults(&kc);
 		kc.dec_warps = dec ? 0 : 12, kc.dec_stages = 4;
-		kernel_config(&kc);
-		for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++)
-			run_moe_case_ex(&cases[c], 1, cases[c].pf_min);
+		run_moe_cases(&kc, cases, sizeof(cases) / sizeof(cases[0]), 1);
 	}
 	kernel_config(NULL);
 }
@@ -556,9 +562,7 @@ static void test_moe_decode_variants(void **state)
 			struct strata_moe_config kc;
 			strata_gpu_moe_config_defaults(&kc);
 			kc.dec_warps = v[i][0], kc.dec_stages = v[i][1], kc.split = split[j];
-			kernel_config(&kc);
-			for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++)
-				run_moe_case(&cases[c]);
+			run_moe_cases(&kc, cases, sizeof(cases) / sizeof(cases[0]), 0);
 		}
 	kernel_config(NULL);
 }
@@ -621,10 +625,8 @@ static void test_moe_bf16_decode(void **state)
 		kc.bf16_warps = v[i].nw, kc.bf16_depth = v[i].depth;
 		if (v[i].kc)
 			kc.bf16_kc = v[i].kc;
-		kernel_config(&kc);
 		uint64_t n0 = strata_gpu_moe_bf16_decode_launches();
-		for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++)
-			run_moe_case(&cases[c]);
+		run_moe_cases(&kc, cases, sizeof(cases) / sizeof(cases[0]), 0);
 		/* two calls per case, one launch each; none on the persistent kernel */
 		uint64_t n = strata_gpu_moe_bf16_decode_launches() - n0;
 		assert_int_equal(n, v[i].nw ? 2 * sizeof(cases) / sizeof(cases[0]) : 0);

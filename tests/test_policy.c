@@ -209,7 +209,7 @@ static void test_spec_options_and_names(void **state)
 	} bad[] = {
 		{ STRATA_ROLE_PREFETCH, "lookahead:dpth=2",
 		  "prefetch lookahead: unknown option 'dpth' (options: depth, topn, min_score, tier, from, stage, "
-		  "budget_pcie, budget_nvme, via_ram, keep_unused, adaptive, min_accuracy, min_accuracy_nvme, warmup, window); did you mean 'depth'?", STRATA_EINVAL },
+		  "budget_pcie, budget_nvme, via_ram, keep_unused, adaptive, min_accuracy, min_accuracy_nvme, nvme_cost, warmup, window); did you mean 'depth'?", STRATA_EINVAL },
 		{ STRATA_ROLE_PREFETCH, "oracle:accuracy=2", "prefetch oracle: option accuracy=2: out of range", STRATA_EINVAL },
 		{ STRATA_ROLE_EVICT, "lru:x=1", "evict lru: unknown option 'x' (options: none)", STRATA_EINVAL },
 		{ STRATA_ROLE_EVICT, "lruu", "evict policy 'lruu': no such built-in (lru, lfu, lfu-decay, farthest, fifo, random, llama, lfru, moe-infinity, least-stale)",

@@ -53,17 +53,6 @@ static void *quantize(int fmt, const float *w, uint32_t rows, uint32_t cols, con
 	return dst;
 }
 
-static double cosine(const float *a, const float *b, size_t n)
-{
-	double ab = 0, aa = 0, bb = 0;
-	for (size_t i = 0; i < n; i++) {
-		ab += (double)a[i] * b[i];
-		aa += (double)a[i] * a[i];
-		bb += (double)b[i] * b[i];
-	}
-	return ab / sqrt(aa * bb);
-}
-
 static void test_sizes_on_budget(void **state)
 {
 	static const struct { int fmt; uint32_t bytes; double bpw; const char *name; } want[] = {
@@ -248,7 +237,7 @@ static void test_roundtrip_gauss(void **state)
 			void *q = quantize(tiers[f], w, rows, cols, NULL, &st, &rc);
 			assert_int_equal(rc, 0);
 			assert_int_equal(strata_dequantize_matrix(tiers[f], q, rows, cols, dq), 0);
-			double c = cosine(w, dq, (size_t)rows * cols);
+			double c = test_cosine(w, dq, (size_t)rows * cols);
 			print_message("%s seed %llu cosine %.5f rel_rmse %.5f\n",
 				      strata_fmt_traits(tiers[f])->name, (unsigned long long)seed, c,
 				      st.rel_rmse);
@@ -323,8 +312,8 @@ static void test_degenerate_blocks(void **state)
 		assert_int_equal(strata_dequantize_matrix(tiers[f], q, rows, cols, dq), 0);
 		for (int i = 0; i < 1024; i++)
 			assert_true(isfinite(dq[i]));
-		double c0 = cosine(w, dq, 256), c1 = cosine(w + 256, dq + 256, 256);
-		double c2 = cosine(w + 512, dq + 512, 256);
+		double c0 = test_cosine(w, dq, 256), c1 = test_cosine(w + 256, dq + 256, 256);
+		double c2 = test_cosine(w + 512, dq + 512, 256);
 		print_message("%s spike %.4f constant %.4f huge %.4f\n", strata_fmt_traits(tiers[f])->name,
 			      c0, c1, c2);
 		assert_true(c0 > 0.95);
@@ -451,7 +440,7 @@ static void test_padded_rows(void **state)
 		uint8_t *q = quantize(tiers[f], w, rows, cols, NULL, &st, &rc);
 		assert_int_equal(rc, 0);
 		assert_int_equal(strata_dequantize_matrix(tiers[f], q, rows, cols, dq), 0);
-		double c = cosine(w, dq, (size_t)rows * cols);
+		double c = test_cosine(w, dq, (size_t)rows * cols);
 		assert_true(fabs(c - st.cosine) < 1e-6);
 		assert_true(c > (f == 2 ? 0.9 : 0.975));
 		/* The last block of each row holds 128 weights + 128 zeros; its
@@ -657,7 +646,7 @@ static void test_expert_forward(void **state)
 			den += (double)yr[i] * yr[i];
 		}
 		assert_true(sqrt(num / den) < 1e-4);
-		double c = cosine(y, yf, n * hidden);
+		double c = test_cosine(y, yf, n * hidden);
 		print_message("%s expert output cosine vs f32 %.4f\n", strata_fmt_traits(tiers[f])->name, c);
 		assert_true(c > (f == 2 ? 0.6 : 0.88));
 		free(ext);
@@ -742,7 +731,7 @@ static void test_scalar_roundtrip(void **state)
 		printf("%s: cosine %.5f rel RMSE %.5f\n", strata_fmt_traits(fmts[f])->name, st.cosine, st.rel_rmse);
 		assert_true(st.cosine > min_cos[f] && st.cosine < 1);
 		assert_int_equal(strata_dequantize_matrix(fmts[f], pk, R, C, dq), 0);
-		assert_true(fabs(cosine(w, dq, (size_t)R * C) - st.cosine) < 1e-9);
+		assert_true(fabs(test_cosine(w, dq, (size_t)R * C) - st.cosine) < 1e-9);
 		/* values on the grid: code x fp16 scale, codes in range */
 		struct strata_matrix_layout L;
 		strata_matrix_layout(fmts[f], R, C, &L);

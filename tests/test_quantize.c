@@ -254,17 +254,6 @@ static void write_model(const char *dir, enum defect d)
 	fclose(f);
 }
 
-static double cosine(const float *a, const float *b, size_t n)
-{
-	double ab = 0, aa = 0, bb = 0;
-	for (size_t i = 0; i < n; i++) {
-		ab += (double)a[i] * b[i];
-		aa += (double)a[i] * a[i];
-		bb += (double)b[i] * b[i];
-	}
-	return ab / sqrt(aa * bb);
-}
-
 static void test_quantize_end_to_end(void **state)
 {
 	const char *in = test_path("e2e-in"), *out = test_path("e2e-out");
@@ -386,13 +375,13 @@ static void test_quantize_end_to_end(void **state)
 	assert_int_equal(strata_safetensors_read_f32(src, strata_safetensors_find(src, "model.layers.0.block_sparse_moe.experts.2.w2.weight"),
 					    0, H * I, orig, &err), 0);
 	assert_int_equal(strata_dequantize_matrix(STRATA_FMT_HOT, (uint8_t *)buf + lay.down_off, H, I, deq), 0);
-	double c = cosine(orig, deq, H * I);
+	double c = test_cosine(orig, deq, H * I);
 	if (c < 0.9)
 		fail_msg("expert 2 down: cosine %g", c);
 	assert_int_equal(strata_safetensors_read_f32(src, strata_safetensors_find(src, "model.layers.0.block_sparse_moe.experts.2.w1.weight"),
 					    0, H * I, orig, &err), 0);
 	assert_int_equal(strata_dequantize_matrix(STRATA_FMT_HOT, (uint8_t *)buf + lay.gate_off, I, H, deq), 0);
-	assert_true(cosine(orig, deq, H * I) > 0.9);
+	assert_true(test_cosine(orig, deq, H * I) > 0.9);
 	free(buf);
 	/* a BF16 tensor round-trips exactly; the 1-D norm is F32 */
 	const struct strata_tensor_info *ti = strata_store_find_tensor(st, "model.embed_tokens.weight");

@@ -195,6 +195,16 @@ static void test_replay_deterministic(void **state)
 	assert_int_equal(strata_replay_run(&c, &v, &err), STRATA_OK);
 	assert_same_counters(&a, &v);
 	assert_true(v.stats.clock_ns > 0);
+	/* and so does the adaptive lookahead, whose NVMe reads weigh the cost model
+	 * and residency counts (nvme_cost), never a clock */
+	replay_cfg(&c, 0);
+	c.engine.prefetch = "lookahead:warmup=8";
+	assert_int_equal(strata_replay_run(&c, &b, &err), STRATA_OK);
+	assert_true(b.stats.prefetch_issued > 0);
+	replay_cfg(&c, 1);
+	c.engine.prefetch = "lookahead:warmup=8";
+	assert_int_equal(strata_replay_run(&c, &v, &err), STRATA_OK);
+	assert_same_counters(&b, &v);
 	/* another seed or policy is another run (the name says so) */
 	replay_cfg(&c, 1);
 	c.engine.evict = "farthest";

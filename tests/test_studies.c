@@ -3,6 +3,7 @@
  * tier_trace), a CI-sized smoke run of a study script with its plots, and
  * the export/run/merge round trip of experiments/tier-budgets/cluster.sh. */
 #include <limits.h>
+#include <glob.h>
 #include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -271,6 +272,38 @@ static void test_cluster_roundtrip(void **state)
 	assert_non_null(strstr(out, "no line 999"));
 }
 
+/* Every study's arguments: an unknown one, or one not key=value, is a
+ * one-line usage error (exit 2) that names it and lists the study's
+ * arguments, with no Lua traceback and before anything runs; help=1 lists
+ * them and succeeds. */
+static void test_study_arguments(void **state)
+{
+	static char out[1 << 16];
+	char pat[PATH_MAX + 32], res[PATH_MAX + 32];
+	snprintf(pat, sizeof(pat), "%s/experiments/*/run.lua", root);
+	glob_t g;
+	assert_int_equal(glob(pat, 0, NULL, &g), 0);
+	assert_true(g.gl_pathc >= 5);
+	snprintf(res, sizeof(res), "%s/args-out", dir);
+	for (size_t i = 0; i < g.gl_pathc; i++) {
+		const char *study = g.gl_pathv[i];
+		const char *bad[] = { "bogus=1", "bogus" };
+		for (int b = 0; b < 2; b++) {
+			int rc = test_run(out, sizeof(out), "%s run %s out=%s %s", test_bin("strata"), study, res,
+					  bad[b]);
+			if (rc != 2 || !strstr(out, "'bogus'") || !strstr(out, "(this script takes: ") ||
+			    !strstr(out, " out, ") || strchr(out, '\n') != out + strlen(out) - 1 ||
+			    strncmp(out, "strata run: ", 12) || strstr(out, "traceback"))
+				fail_msg("%s %s: exit %d, want 2 and one line naming it: %s", study, bad[b], rc, out);
+		}
+		assert_int_equal(test_run(out, sizeof(out), "%s run %s help=1", test_bin("strata"), study), 0);
+		if (!strstr(out, "arguments of this script") || !strstr(out, "\n  out= "))
+			fail_msg("%s help=1: %s", study, out);
+	}
+	globfree(&g);
+	assert_int_equal(file_size(res), -1); /* nothing ran */
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -279,6 +312,7 @@ int main(void)
 		cmocka_unit_test(test_study_smoke),
 		cmocka_unit_test(test_leaderboard_smoke),
 		cmocka_unit_test(test_cluster_roundtrip),
+		cmocka_unit_test(test_study_arguments),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

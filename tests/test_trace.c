@@ -533,75 +533,61 @@ static void test_import_mixtral_layout(void **state)
 	assert_non_null(strstr(err.msg, "mixtral-8x7b"));
 }
 
+/* Bad rows of an import fail it with the file, line (and column) of the
+ * cause, and write nothing.  base0: the import says layer 0 is the first
+ * MoE layer (layer_base 0). */
 static void test_import_bad_lines(void **state)
 {
-	struct strata_error err = { 0 };
-	FILE *f = fopen(test_path("bl.jsonl"), "w");
-	fputs("{\"problem_id\":0,\"layer\":0,\"token_idx\":0,\"experts\":[1,2]}\n"
-	      "{\"problem_id\":0,\"layer\":1,\"token_idx\":0,\"experts\":[1,2]}\n"
-	      "{\"problem_id\":0,\"layer\":0,\"token_idx\":1,\"experts\":[1,\"x\"]}\n", f);
-	fclose(f);
-	const char *in[] = { test_path("bl.jsonl") };
-	struct strata_trace_import_config c;
-	strata_trace_import_defaults(&c);
-	c.inputs = in;
-	c.n_inputs = 1;
-	c.output = test_path("bl.strace");
-	assert_int_equal(strata_trace_import(&c, NULL, &err), STRATA_EINVAL);
-	assert_non_null(strstr(err.msg, "bl.jsonl:3"));
-	f = fopen(test_path("bl.jsonl"), "w");
-	fputs("{\"problem_id\":0,\"layer\":0,\"token_idx\":0,\"experts\":[1,2]}\n"
-	      "{\"problem_id\":0,\"layer\":0,\"token_idx\":0,\"experts\":[3,2]}\n", f);
-	fclose(f);
-	assert_int_equal(strata_trace_import(&c, NULL, &err), STRATA_EINVAL);
-	assert_non_null(strstr(err.msg, "bl.jsonl:2"));
-	assert_non_null(strstr(err.msg, "appears twice (also line 1)"));
-	f = fopen(test_path("bl.jsonl"), "w");
-	fputs("{\"problem_id\":0,\"layer\":0,\"experts\":[1,2]}\n"
-	      "{\"problem_id\":0,\"layer\":0,\"experts\":[1,2,3]}\n", f);
-	fclose(f);
-	assert_int_equal(strata_trace_import(&c, NULL, &err), STRATA_EINVAL);
-	assert_non_null(strstr(err.msg, "bl.jsonl:2"));
-	f = fopen(test_path("bl.jsonl"), "w");
-	fputs("{\"problem_id\":0,\"layer\":0,\"experts\":[1,2]}\n{\"problem_id\":0,\"layer\":0,\"experts\":[1,2]\n", f);
-	fclose(f);
-	assert_int_equal(strata_trace_import(&c, NULL, &err), STRATA_EINVAL);
-	assert_non_null(strstr(err.msg, "bl.jsonl:2:1: bad JSON: unterminated object"));
-	f = fopen(test_path("bl.jsonl"), "w");
-	fputs("{\"a\":1,\"b\":[1,2]}\n", f);
-	fclose(f);
-	assert_int_equal(strata_trace_import(&c, NULL, &err), STRATA_EINVAL);
-	assert_non_null(strstr(err.msg, "no expert column"));
-	/* a layer base above the smallest layer seen */
-	f = fopen(test_path("bl.jsonl"), "w");
-	fputs("{\"layer\":1,\"experts\":[1,2]}\n{\"layer\":2,\"experts\":[1,2]}\n", f);
-	fclose(f);
-	c.layer_base = 0;
-	assert_int_equal(strata_trace_import(&c, NULL, &err), STRATA_EINVAL);
-	assert_non_null(strstr(err.msg, "no rows at all for layer 0"));
-	assert_false(file_exists(test_path("bl.strace")));
-	/* the column of a bad value, JSONL and CSV */
-	strata_trace_import_defaults(&c);
-	c.inputs = in;
-	c.n_inputs = 1;
-	c.output = test_path("bl.strace");
-	f = fopen(test_path("bl.jsonl"), "w");
-	fputs("{\"layer\":0,\"experts\":[1,2]}\n  {\"layer\":0,\"experts\":[1,-2]}\n", f);
-	fclose(f);
-	assert_int_equal(strata_trace_import(&c, NULL, &err), STRATA_EINVAL);
-	assert_non_null(strstr(err.msg, "bl.jsonl:2:27: layer 0: bad expert id"));
-	in[0] = test_path("bl.csv");
-	f = fopen(test_path("bl.csv"), "w");
-	fputs("layer,note,experts\n0,ok,\"[1,2]\"\n1,fine,\"[1,x]\"\n", f);
-	fclose(f);
-	assert_int_equal(strata_trace_import(&c, NULL, &err), STRATA_EINVAL);
-	assert_non_null(strstr(err.msg, "bl.csv:3:8 (column 'experts')"));
-	f = fopen(test_path("bl.csv"), "w");
-	fputs("layer,experts\n0,\"[1,2]\"\n1,\"[1,2]\",3\n", f);
-	fclose(f);
-	assert_int_equal(strata_trace_import(&c, NULL, &err), STRATA_EINVAL);
-	assert_non_null(strstr(err.msg, "bl.csv:3:11: 3 fields, the header has 2"));
-	assert_false(file_exists(test_path("bl.strace")));
+	static const struct {
+		const char *file, *text, *want[2];
+		int base0;
+	} bad[] = {
+		{ "bl.jsonl",
+		  "{\"problem_id\":0,\"layer\":0,\"token_idx\":0,\"experts\":[1,2]}\n"
+		  "{\"problem_id\":0,\"layer\":1,\"token_idx\":0,\"experts\":[1,2]}\n"
+		  "{\"problem_id\":0,\"layer\":0,\"token_idx\":1,\"experts\":[1,\"x\"]}\n",
+		  { "bl.jsonl:3" }, 0 },
+		{ "bl.jsonl",
+		  "{\"problem_id\":0,\"layer\":0,\"token_idx\":0,\"experts\":[1,2]}\n"
+		  "{\"problem_id\":0,\"layer\":0,\"token_idx\":0,\"experts\":[3,2]}\n",
+		  { "bl.jsonl:2", "appears twice (also line 1)" }, 0 },
+		{ "bl.jsonl",
+		  "{\"problem_id\":0,\"layer\":0,\"experts\":[1,2]}\n"
+		  "{\"problem_id\":0,\"layer\":0,\"experts\":[1,2,3]}\n",
+		  { "bl.jsonl:2" }, 0 },
+		{ "bl.jsonl",
+		  "{\"problem_id\":0,\"layer\":0,\"experts\":[1,2]}\n{\"problem_id\":0,\"layer\":0,\"experts\":[1,2]\n",
+		  { "bl.jsonl:2:1: bad JSON: unterminated object" }, 0 },
+		{ "bl.jsonl", "{\"a\":1,\"b\":[1,2]}\n", { "no expert column" }, 0 },
+		/* a layer base above the smallest layer seen */
+		{ "bl.jsonl", "{\"layer\":1,\"experts\":[1,2]}\n{\"layer\":2,\"experts\":[1,2]}\n",
+		  { "no rows at all for layer 0" }, 1 },
+		/* the column of a bad value, JSONL and CSV */
+		{ "bl.jsonl", "{\"layer\":0,\"experts\":[1,2]}\n  {\"layer\":0,\"experts\":[1,-2]}\n",
+		  { "bl.jsonl:2:27: layer 0: bad expert id" }, 0 },
+		{ "bl.csv", "layer,note,experts\n0,ok,\"[1,2]\"\n1,fine,\"[1,x]\"\n",
+		  { "bl.csv:3:8 (column 'experts')" }, 0 },
+		{ "bl.csv", "layer,experts\n0,\"[1,2]\"\n1,\"[1,2]\",3\n", { "bl.csv:3:11: 3 fields, the header has 2" }, 0 },
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		struct strata_error err = { 0 };
+		FILE *f = fopen(test_path(bad[i].file), "w");
+		fputs(bad[i].text, f);
+		fclose(f);
+		const char *in[] = { test_path(bad[i].file) };
+		struct strata_trace_import_config c;
+		strata_trace_import_defaults(&c);
+		c.inputs = in;
+		c.n_inputs = 1;
+		c.output = test_path("bl.strace");
+		if (bad[i].base0)
+			c.layer_base = 0;
+		assert_int_equal(strata_trace_import(&c, NULL, &err), STRATA_EINVAL);
+		for (int w = 0; w < 2 && bad[i].want[w]; w++)
+			if (!strstr(err.msg, bad[i].want[w]))
+				fail_msg("case %zu: '%s' not in: %s", i, bad[i].want[w], err.msg);
+		assert_false(file_exists(test_path("bl.strace")));
+	}
 }
 
 /* The generic importer takes, as is: one JSON document of steps mapping

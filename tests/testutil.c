@@ -1,5 +1,6 @@
 /* Helpers shared by the cmocka suites. */
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,4 +125,15 @@ int test_run(char *out, size_t len, const char *fmt, ...)
 		;
 	int st = pclose(p);
 	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+double test_cosine(const float *a, const float *b, size_t n)
+{
+	double ab = 0, aa = 0, bb = 0;
+	for (size_t i = 0; i < n; i++) {
+		ab += (double)a[i] * b[i];
+		aa += (double)a[i] * a[i];
+		bb += (double)b[i] * b[i];
+	}
+	return ab / sqrt(aa * bb);
 }

@@ -27,6 +27,8 @@ const char *test_data_path(const char *name);
 const char *test_src_root(void);
 /* Path of a program built next to the tests ("strata" -> build/<mode>/bin/strata). */
 const char *test_bin(const char *name);
+/* Cosine similarity of a and b (n floats), in double. */
+double test_cosine(const float *a, const float *b, size_t n);
 /* Run a shell command, capture up to len bytes of stdout+stderr; returns exit status. */
 int test_run(char *out, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 

@@ -120,6 +120,10 @@ int strata_cmd_run(int argc, char **argv)
 		fprintf(stderr, "strata run: %s\n", err.msg);
 		return 130;
 	}
+	if (rc == STRATA_EINVAL) { /* the script's arguments: a usage error */
+		strata_cli_fail("run", &err);
+		return 2;
+	}
 	if (rc)
 		return strata_cli_fail("run", &err);
 	return 0;

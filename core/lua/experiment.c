@@ -80,6 +80,19 @@ static void push_row(lua_State *L, const struct strata_experiment_config *c, con
 #undef D_PUSH
 }
 
+/* Set the fields of one CSV row on the table at the top of the stack: each
+ * non-empty value under its header name, a number where it reads as one. */
+static void set_csv_fields(lua_State *L, char *const *names, int nn, char *const *vals, int nv)
+{
+	for (int i = 0; i < nn && i < nv; i++) {
+		if (!vals[i][0])
+			continue;
+		if (!lua_stringtonumber(L, vals[i]))
+			lua_pushstring(L, vals[i]);
+		lua_setfield(L, -2, names[i]);
+	}
+}
+
 /* strata.read_csv(path) -> list of row tables (numbers where a field reads as one) */
 static int l_read_csv(lua_State *L)
 {
@@ -105,13 +118,7 @@ static int l_read_csv(lua_State *L)
 			continue;
 		}
 		lua_createtable(L, 0, nn);
-		for (int i = 0; i < nn && i < nv; i++) {
-			if (!vals[i][0])
-				continue;
-			if (!lua_stringtonumber(L, vals[i]))
-				lua_pushstring(L, vals[i]);
-			lua_setfield(L, -2, names[i]);
-		}
+		set_csv_fields(L, names, nn, vals, nv);
 		lua_rawseti(L, -2, ++row);
 		free(line);
 	}
@@ -270,6 +277,36 @@ static void read_config(lua_State *L, int idx, struct strata_experiment_config *
 	strata_experiment_config_id(c);
 }
 
+struct exp_global {
+	uint32_t jobs;
+	int fresh;
+	const char *export_jobs; /* write job lines instead of running */
+	size_t exported;
+	/* the script stopped on its arguments: help printed (done), or a usage
+	 * error reported as one line, without the Lua traceback */
+	int done;
+	char usage[640];
+};
+
+static struct exp_global *global_of(lua_State *L)
+{
+	return lua_touserdata(L, lua_upvalueindex(1));
+}
+
+/* strata._usage([message]): stop the script on its arguments.  With a
+ * message, `strata run` fails with that one line (no traceback: the script
+ * is not at fault, the command line is); without, the script's help was
+ * printed and the run ends with success. */
+static int l_usage(lua_State *L)
+{
+	struct exp_global *g = global_of(L);
+	if (lua_isnoneornil(L, 1))
+		g->done = 1;
+	else
+		snprintf(g->usage, sizeof(g->usage), "%s", luaL_checkstring(L, 1));
+	return luaL_error(L, "%s", g->done ? "help printed" : g->usage);
+}
+
 /* ---- strata.run ---- */
 
 /* key=value arguments given to a script that never declared its arguments
@@ -289,9 +326,12 @@ static void check_args_declared(lua_State *L)
 			given = lua_tostring(L, -2);
 		lua_pop(L, 1);
 	}
-	if (given)
-		luaL_error(L, "argument '%s=' given, but this script does not declare its arguments: it must call "
-			      "strata.arguments{ name = \"help\", ... } first", given);
+	if (given) {
+		struct exp_global *g = global_of(L);
+		snprintf(g->usage, sizeof(g->usage), "argument '%s=' given, but this script does not declare its "
+			 "arguments: it must call strata.arguments{ name = \"help\", ... } first", given);
+		luaL_error(L, "%s", g->usage);
+	}
 	lua_pop(L, given ? 3 : 2);
 }
 
@@ -335,18 +375,6 @@ static int l_run(lua_State *L)
 
 /* ---- strata.sweep ---- */
 
-struct exp_global {
-	uint32_t jobs;
-	int fresh;
-	const char *export_jobs; /* write job lines instead of running */
-	size_t exported;
-};
-
-static struct exp_global *global_of(lua_State *L)
-{
-	return lua_touserdata(L, lua_upvalueindex(1));
-}
-
 /* Parse one CSV line (a kept row) into a Lua table with the header's names. */
 static void push_kept_row(lua_State *L, const char *header, const char *line)
 {
@@ -359,13 +387,7 @@ static void push_kept_row(lua_State *L, const char *header, const char *line)
 		return;
 	}
 	int nn = strata_exp_csv_split(h, names, 512), nv = strata_exp_csv_split(l, vals, 512);
-	for (int i = 0; i < nn && i < nv; i++) {
-		if (!vals[i][0])
-			continue;
-		if (!lua_stringtonumber(L, vals[i]))
-			lua_pushstring(L, vals[i]);
-		lua_setfield(L, -2, names[i]);
-	}
+	set_csv_fields(L, names, nn, vals, nv);
 	free(h);
 	free(l);
 }
@@ -715,22 +737,40 @@ static const char exp_prelude_lua[] =
 	"  assert(os.rename(path .. '.tmp', path))\n"
 	"end\n"
 	"-- strata.arguments{ name = 'help', ... }: declare the script's key=value\n"
-	"-- arguments and return strata.args; a given argument that is not declared\n"
-	"-- is an error (a typo must not run the default sweep).  `help=1` lists them.\n"
+	"-- arguments and return strata.args; a given argument that is not declared,\n"
+	"-- or not key=value, stops the script with a one-line error naming it and\n"
+	"-- the declared ones (a typo must not run the default sweep).  `help=1`\n"
+	"-- lists them on stdout and ends the run.\n"
 	"function strata.arguments(spec)\n"
 	"  local names = {}\n"
 	"  for k in pairs(spec) do names[#names + 1] = k end\n"
 	"  table.sort(names)\n"
 	"  if strata.args.help and not spec.help then\n"
-	"    local t = {}\n"
-	"    for _, k in ipairs(names) do t[#t + 1] = string.format('  %-14s %s', k .. '=', spec[k]) end\n"
-	"    error('arguments of this script:\\n' .. table.concat(t, '\\n'), 0)\n"
+	"    local t, w = {}, 14\n"
+	"    for _, k in ipairs(names) do w = math.max(w, #k + 1) end\n"
+	"    for _, k in ipairs(names) do t[#t + 1] = string.format('  %-' .. w .. 's %s', k .. '=', spec[k]) end\n"
+	"    io.stdout:write('arguments of this script (key=value):\\n', table.concat(t, '\\n'), '\\n')\n"
+	"    strata._usage()\n"
 	"  end\n"
+	"  local function unknown(what, k, tail)\n"
+	"    strata._usage(string.format(\"%s '%s' (this script takes: %s)%s\", what, k,\n"
+	"      table.concat(names, ', '), tail or ''))\n"
+	"  end\n"
+	"  for _, v in ipairs(strata.args) do\n"
+	"    if not v:find('^[^=]+=') then\n"
+	"      unknown('argument not of the form key=value:', v,\n"
+	"        v:find('^%-') and '; options of strata run go before the script' or nil)\n"
+	"    end\n"
+	"  end\n"
+	"  local given = {}\n"
 	"  for k in pairs(strata.args) do\n"
-	"    if type(k) == 'string' and spec[k] == nil then\n"
+	"    if type(k) == 'string' then given[#given + 1] = k end\n"
+	"  end\n"
+	"  table.sort(given)\n"
+	"  for _, k in ipairs(given) do\n"
+	"    if spec[k] == nil then\n"
 	"      local hint = strata._closest(k, names)\n"
-	"      error(string.format(\"unknown argument '%s' (this script takes: %s)%s\", k,\n"
-	"        table.concat(names, ', '), hint and string.format(\"; did you mean '%s'?\", hint) or ''), 2)\n"
+	"      unknown('unknown argument', k, hint and string.format(\"; did you mean '%s'?\", hint))\n"
 	"    end\n"
 	"  end\n"
 	"  strata._declared = spec\n"
@@ -792,11 +832,14 @@ int strata_experiment_main(const struct strata_experiment_opts *o, struct strata
 	g->fresh = o->fresh;
 	g->export_jobs = o->export_jobs;
 	g->exported = 0;
+	g->done = 0;
+	g->usage[0] = '\0';
 	int gidx = lua_gettop(L);
 	lua_getglobal(L, "strata");
 	static const luaL_Reg fns[] = {
 		{ "run", l_run }, { "sweep", l_sweep }, { "trace_gen", l_trace_gen },
-		{ "read_csv", l_read_csv }, { "cpus", l_cpus }, { "_closest", l_closest }, { NULL, NULL },
+		{ "read_csv", l_read_csv }, { "cpus", l_cpus }, { "_closest", l_closest },
+		{ "_usage", l_usage }, { NULL, NULL },
 	};
 	lua_pushvalue(L, gidx);
 	luaL_setfuncs(L, fns, 1);
@@ -838,6 +881,10 @@ int strata_experiment_main(const struct strata_experiment_opts *o, struct strata
 		rc = strata_lua_call(s, 0, 0, "main chunk", err);
 	if (rc && strata_interrupted)
 		rc = STRATA_ERR(err, STRATA_EINTR, "%s: interrupted; run again to resume", o->script);
+	else if (rc && g->done)
+		rc = 0;
+	else if (rc && g->usage[0])
+		rc = STRATA_ERR(err, STRATA_EINVAL, "%s: %s", o->script, g->usage);
 	if (!rc && o->export_jobs)
 		fprintf(stderr, "strata run: wrote %zu job lines to %s\n", g->exported, o->export_jobs);
 	strata_lua_close(s);

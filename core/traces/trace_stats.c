@@ -54,16 +54,11 @@ int strata_trace_stats_compute(const struct strata_trace *t, struct strata_trace
 	uint64_t *joint = calloc(corr ? (size_t)E * E : 1, sizeof(uint64_t));
 	uint64_t *sorted = malloc(E * sizeof(uint64_t));
 	uint64_t *ma = calloc(E, sizeof(uint64_t)), *mb = calloc(E, sizeof(uint64_t));
+	int rc = STRATA_OK;
 	if (!s->layer || !cnt || !last || !exact || !joint || !sorted || !ma || !mb) {
-		free(cnt);
-		free(last);
-		free(exact);
-		free(joint);
-		free(sorted);
-		free(ma);
-		free(mb);
 		strata_trace_stats_free(s);
-		return STRATA_ERR(err, STRATA_ENOMEM, "stats: out of memory");
+		rc = STRATA_ERR(err, STRATA_ENOMEM, "stats: out of memory");
+		goto out;
 	}
 	for (size_t i = 0; i < (size_t)L * E; i++)
 		last[i] = UINT64_MAX;
@@ -175,6 +170,7 @@ int strata_trace_stats_compute(const struct strata_trace *t, struct strata_trace
 	}
 	if (L < 2 || !corr)
 		s->mean_corr_next_top1 = s->mean_mi_next = -1;
+out:
 	free(cnt);
 	free(last);
 	free(exact);
@@ -182,7 +178,7 @@ int strata_trace_stats_compute(const struct strata_trace *t, struct strata_trace
 	free(sorted);
 	free(ma);
 	free(mb);
-	return STRATA_OK;
+	return rc;
 }
 
 void strata_trace_stats_free(struct strata_trace_stats *s)

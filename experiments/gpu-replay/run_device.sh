@@ -22,8 +22,10 @@ out=${OUT:-out/gpu-replay}
 mkdir -p "$out"
 B=build/release
 S=$B/bin/strata
-W=${WORK:-/tmp/strata-gpu}
+# removed at the end; a folder of this run's own unless WORK names one
+W=${WORK:-$(mktemp -d "${TMPDIR:-/tmp}/strata-gpu.XXXXXX")}
 mkdir -p "$W"
+trap 'rm -rf "$W"' EXIT
 step() { echo; echo "== $* ($(date +%T))"; }
 want() { case " ${STEPS:-build tests simrep kimi synth hf} " in *" $1 "*) return 0;; esac; return 1; }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv >"$out/gpu.txt" 2>&1
@@ -118,6 +120,5 @@ step HF recorder
 timeout 120 python3 scripts/test_record_hf.py --strata $S >"$out/record_hf.log" 2>&1
 echo "exit $?"; tail -4 "$out/record_hf.log"
 fi
-rm -rf "$W"
 # the tool returns at most 8 files: everything also goes back as one archive
-tar -czf /tmp/gpu-replay.tgz -C "$out" . && mv /tmp/gpu-replay.tgz "$out/all.tgz"
+tar -czf "$W/all.tgz" -C "$out" . && mv "$W/all.tgz" "$out/all.tgz"

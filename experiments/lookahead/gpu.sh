@@ -7,12 +7,20 @@
 # compare like for like.  On a machine with a GPU (about 3-4 min on an H200),
 # from a clone:
 #   scons -Q -j16 mode=release && bash experiments/lookahead/gpu.sh
-# Writes $OUT/lookahead-gpu/ (CSV rows of both modes, the cost model, a table).
+# Writes $OUT/lookahead-gpu/ (default out/lookahead-gpu: CSV rows of both modes,
+# the cost model, a table).  The shards go to $WORK/strata-qwen-8x64 (kept and
+# reused) or, without WORK, to a folder of this run's own (removed at the end).
 set -eu
-out=${OUT:-/tmp}/lookahead-gpu
+out=${OUT:-out}/lookahead-gpu
 mkdir -p "$out"
 S=build/release/bin/strata
-model=/tmp/strata-qwen-8x64
+if [ -n "${WORK:-}" ]; then
+	model=$WORK/strata-qwen-8x64
+else
+	work=$(mktemp -d "${TMPDIR:-/tmp}/strata-lookahead-gpu.XXXXXX")
+	trap 'rm -rf "$work"' EXIT
+	model=$work/strata-qwen-8x64
+fi
 spec=qwen3-30b-a3b:layers=8,experts=64
 [ -d $model ] || $S synth --preset $spec --format tiered --codes random \
 	--seed 1 --out $model --threads 8

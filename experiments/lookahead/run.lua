@@ -3,7 +3,7 @@
 -- clock (strata sim, default cost model).
 --
 --   strata run experiments/lookahead/run.lua [tokens=128] [model=SPEC]
---       [trace=PATH] [vram=256M] [ram=512M] [name=lookahead] [out=DIR] [seeds=11,12,13]
+--       [trace=PATH | drawn=PATTERN] [vram=256M] [ram=512M] [name=lookahead] [out=DIR] [seeds=11,12,13]
 --       [mode=replay compute=gpu gpu=auto spec=SPEC] [cost=FILE]   (see gpu.sh;
 --       model= a shard directory, spec= its shape for the generated traces)
 --
@@ -13,11 +13,17 @@
 -- With trace= (e.g. the Mixtral logs, which carry no predictions): the
 -- oracle prefetcher, oracle:depth=d:accuracy=p (the trace's true routing,
 -- each predicted expert right with probability p, else a random wrong one).
+-- With drawn= (e.g. the Mixtral logs with predictions drawn by `strata trace
+-- convert --pred-depth 3 --pred-accuracy P --pred-seed S`; PATTERN names them,
+-- %d the accuracy in percent, %s the seed): lookahead:depth=d over those
+-- predictions, as without trace= but for part "fixed".
 -- Depth 0 is prefetch=none.  Besides the default lookahead (part
 -- "default"), the options before issue 16 (part "fixed": adaptive=0,
--- keep_unused=1, via_ram=0, stage=0), reads landing in RAM (part "via-ram":
--- via_ram=1, stage=-1) and, at 100%, the oracle with the hints' horizon (part
--- "oracle", wrap=0).  Every row carries the bounds of strata/bound.h; the
+-- keep_unused=1, via_ram=0, stage=0), NVMe reads straight into VRAM (part
+-- "direct": via_ram=0, the default before via_ram=auto), staging one layer
+-- deeper into free RAM (part "stage": stage=-1), reads landing in
+-- RAM always (part "via-ram": via_ram=1, stage=-1) and, at 100%, the oracle
+-- with the hints' horizon (part "oracle", wrap=0).  Every row carries the bounds of strata/bound.h; the
 -- script fails if a row beats one.  Every configuration runs once per seed:
 -- the seed of the synthetic traces, or with trace= the run's seed (the
 -- oracle's wrong guesses); tables and plots give the mean and the min-max
@@ -29,6 +35,7 @@ local a = strata.arguments{
 	name = "results name (default lookahead)",
 	model = "model spec (default qwen3-30b-a3b:layers=8,experts=64)",
 	trace = "routing trace (default: synthetic traces with recorded predictions)",
+	drawn = "routing traces with drawn predictions, a pattern (%d: accuracy percent, %s: seed)",
 	tokens = "decode tokens per request of the synthetic traces (default 128)",
 	vram = "VRAM budget (default 256M)",
 	ram = "RAM budget (default 512M)",
@@ -50,17 +57,19 @@ for _, v in ipairs(strata.items(a.seeds or "11,12,13")) do seeds[#seeds + 1] = t
 
 local configs = {}
 local function add(trace, pf, tags, seed)
-	tags.trace_seed = not a.trace and seed or nil
+	tags.trace_seed = not a.trace and seed or nil -- drawn=: the seed of the predictions and of the run
 	configs[#configs + 1] = {
 		mode = a.mode or "sim", model = model, trace = trace, vram = a.vram or "256M", ram = a.ram or "512M",
 		cost = a.cost, compute = a.compute, gpu = a.gpu and a.gpu ~= "auto" and tonumber(a.gpu) or nil,
-		place = "static:promote=vram", evict = "lru", prefetch = pf, tags = tags, seed = a.trace and seed or nil,
+		place = "static:promote=vram", evict = "lru", prefetch = pf, tags = tags, seed = (a.trace or a.drawn) and seed or nil,
 	}
 end
 for _, seed in ipairs(seeds) do
 for _, acc in ipairs(accuracies) do
 	local trace = a.trace
-	if not trace then
+	if a.drawn then
+		trace = a.drawn:gsub("%%d", string.format("%d", math.floor(acc * 100 + 0.5))):gsub("%%s", tostring(seed))
+	elseif not trace then
 		-- One trace per accuracy and seed: at one seed the predictions differ
 		-- (and, since they come from the same random stream, a little of
 		-- the routing: see the README).
@@ -77,11 +86,19 @@ for _, acc in ipairs(accuracies) do
 		end
 		add(trace, pf, { part = "default", depth = d, accuracy = acc }, seed)
 		-- the options before issue 16 (no adaptation, unused prefetches kept), for comparison
-		if d > 0 and not a.trace then
+		if d > 0 and not a.trace and not a.drawn then
 			add(trace, "lookahead:adaptive=0:keep_unused=1:via_ram=0:stage=0:depth=" .. d,
 				{ part = "fixed", depth = d, accuracy = acc }, seed)
 		end
-		-- NVMe reads landing in RAM and staging one layer deeper (options, not the default)
+		-- NVMe reads straight into VRAM (the default before via_ram=auto)
+		if d > 0 and not a.trace then
+			add(trace, "lookahead:via_ram=0:depth=" .. d, { part = "direct", depth = d, accuracy = acc }, seed)
+		end
+		-- staging one layer deeper, into free RAM only (an option, not the default)
+		if d > 0 and not a.trace then
+			add(trace, "lookahead:stage=-1:depth=" .. d, { part = "stage", depth = d, accuracy = acc }, seed)
+		end
+		-- NVMe reads landing in RAM always and staging one layer deeper (options, not the default)
 		if d > 0 and not a.trace then
 			add(trace, "lookahead:via_ram=1:stage=-1:depth=" .. d, { part = "via-ram", depth = d, accuracy = acc },
 				seed)

@@ -10,7 +10,9 @@ out=${OUT:-out/movers}
 mkdir -p "$out"
 B=build/release
 S=$B/bin/strata
-W=${WORK:-/tmp/strata-movers}
+# the trace and model: in WORK if given (kept), else in a folder of this run's own (removed)
+W=${WORK:-}
+if [ -z "$W" ]; then W=$(mktemp -d "${TMPDIR:-/tmp}/strata-movers.XXXXXX"); trap 'rm -rf "$W"' EXIT; fi
 mkdir -p "$W"
 step() { echo; echo "== $* ($(date +%T))"; }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,pcie.link.gen.current,pcie.link.width.current \

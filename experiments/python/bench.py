@@ -17,7 +17,7 @@
     the routed experts; tok/s <= 1 / max(link times)).
 
     python3 experiments/python/bench.py --strata build/release/bin/strata \\
-        --bench-api build/release/bench/bench_api --work /tmp/strata-py --out out/python
+        --bench-api build/release/bench/bench_api --out out/python
 
 The Qwen-shaped model has the real layer shapes (hidden 2048, 32 heads of 128, 4 KV heads,
 128 experts of 768, top-8) but --layers MoE layers (default 8 of 48) and a 32000-token
@@ -28,9 +28,11 @@ backends do the same work per token, not the same arithmetic.
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -266,7 +268,8 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("--strata", default="build/release/bin/strata")
     ap.add_argument("--bench-api", default="build/release/bench/bench_api")
-    ap.add_argument("--work", default="/tmp/strata-py", help="shards are written here")
+    ap.add_argument("--work", help="shards are written (and reused) here (default: a new folder under $TMPDIR, "
+                    "removed at the end)")
     ap.add_argument("--out", default="out/python", help="results.json and cost.json")
     ap.add_argument("--layers", type=int, default=8, help="MoE layers of the Qwen-shaped model (default 8)")
     ap.add_argument("--prompt", type=int, default=16)
@@ -286,6 +289,9 @@ def main():
     elif not torch.cuda.is_available() or strata.gpu_count() == 0:
         print("SKIP bench: no GPU usable by PyTorch and libstrata")
         return 0
+    own_work = not a.work
+    if own_work:
+        a.work = tempfile.mkdtemp(prefix="strata-py-")
     os.makedirs(a.work, exist_ok=True)
     os.makedirs(a.out, exist_ok=True)
     res = {"gpu": torch.cuda.get_device_name(0) if DEV == "cuda" else "none (cpu smoke)", "torch": torch.__version__, "date": time.strftime("%Y-%m-%d")}
@@ -297,6 +303,8 @@ def main():
     finally:
         with open(os.path.join(a.out, "results.json"), "w") as f:
             json.dump(res, f, indent=1)
+        if own_work:
+            shutil.rmtree(a.work, ignore_errors=True)
     return 0
 
 

@@ -21,6 +21,10 @@ left() { local l=$((BUDGET - (SECONDS - T0))); [ $l -lt $1 ] && echo $((l > 5 ? 
 out=${OUT:-out/python}
 mkdir -p "$out"
 B=build/release
+# the shards (removed at the end); a folder of this run's own unless WORK names one
+W=${WORK:-$(mktemp -d "${TMPDIR:-/tmp}/strata-py.XXXXXX")}
+mkdir -p "$W"
+trap 'rm -rf "$W"' EXIT
 step() { echo; echo "== $* ($(date +%T))"; }
 want() { case " ${STEPS:-build tests bench} " in *" $1 "*) return 0;; esac; return 1; }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv >"$out/gpu.txt" 2>&1
@@ -39,7 +43,7 @@ fi
 if want bench; then
 step benchmark
 STRATA_LIB=$B/lib/libstrata.so timeout $(left 170) "$PY" experiments/python/bench.py --strata $B/bin/strata \
-	--bench-api $B/bench/bench_api --work "${WORK:-/tmp/strata-py}" --out "$out" ${BENCH_ARGS:-} 2>&1 | tee "$out/bench.log"
+	--bench-api $B/bench/bench_api --work "$W" --out "$out" ${BENCH_ARGS:-} 2>&1 | tee "$out/bench.log"
 echo "bench exit ${PIPESTATUS[0]}"
 fi
 if want tests; then
@@ -59,4 +63,3 @@ timeout $(left 90) "$PY" scripts/test_record_hf.py --strata $B/bin/strata >"$out
 echo "test_record_hf exit $?: $(tail -1 "$out/test_record_hf.log")"
 fi
 
-rm -rf "${WORK:-/tmp/strata-py}"

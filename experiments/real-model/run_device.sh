@@ -32,10 +32,14 @@
 set -u
 out=${OUT:-out/real-model}
 mkdir -p "$out"
-W=${WORK:-/tmp/strata-real}
+W=${WORK:-${TMPDIR:-/tmp}/strata-real}
 R=$W/res
 want() { case " ${STEPS:-build train eval qspeed hf record replay runner} " in *" $1 "*) return 0;; esac; return 1; }
 # a run that trains starts afresh; one that does not (STEPS without train) reuses $W's checkpoint
+# kept between runs on purpose, so two runs at once must not share it
+mkdir -p "$(dirname "$W")"
+exec 9>"$W.lock"
+flock -n 9 || { echo "run_device.sh: another run is using $W (set WORK to another folder)" >&2; exit 2; }
 if want train; then rm -rf "$W"; fi
 mkdir -p "$R"
 B=build/release
@@ -227,5 +231,5 @@ step summary
 cat "$R/qspeed.txt" 2>/dev/null
 step pack
 cp "$R"/quality.png "$R"/quality.pdf "$R"/summary.json "$R"/results.csv "$R"/train.json "$out/" 2>/dev/null
-tar -czf /tmp/real-model.tgz -C "$R" . && mv /tmp/real-model.tgz "$out/all.tgz"
+tar -czf "$W/all.tgz" -C "$R" . && mv "$W/all.tgz" "$out/all.tgz"
 echo "done in $(( $(date +%s) - T0 )) s"

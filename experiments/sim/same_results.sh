@@ -2,10 +2,13 @@
 # experiments/sim/same_results.sh NEW_STRATA BASE_STRATA
 # Same `strata sim` results (every counter and virtual time; wall-clock fields dropped)
 # from two builds, over 24 configurations: a check that a speed change changed no decision.
-N=$1; B=$2; D=${TMPDIR:-/tmp}/strata-same-results; mkdir -p $D
+N=$1; B=$2
 for x in "$N" "$B"; do [ -x "$x" ] || { echo "same_results.sh: $x is not an executable strata" >&2; exit 2; }; done
-[ -f $D/q.strace ] || $B trace gen --model qwen3-30b-a3b --requests 4 --prompt 32 --gen 128 --interleave --pred-depth 2 --alpha 0.8 -o $D/q.strace >/dev/null
-[ -f $D/s.strace ] || $B trace gen --model qwen3-30b-a3b:layers=4,experts=32,top_k=4 --requests 2 --prompt 16 --gen 200 --pred-depth 2 -o $D/s.strace >/dev/null
+# a folder of this run's own: two runs at once do not share traces or results
+D=$(mktemp -d "${TMPDIR:-/tmp}/strata-same-results.XXXXXX") || exit 2
+trap 'rm -rf "$D"' EXIT
+$B trace gen --model qwen3-30b-a3b --requests 4 --prompt 32 --gen 128 --interleave --pred-depth 2 --alpha 0.8 -o $D/q.strace >/dev/null
+$B trace gen --model qwen3-30b-a3b:layers=4,experts=32,top_k=4 --requests 2 --prompt 16 --gen 200 --pred-depth 2 -o $D/s.strace >/dev/null
 fail=0
 run() { # model trace args...
   m=$1; t=$2; shift 2

@@ -8,7 +8,9 @@
 # the local ones in every counter (host-time columns aside).
 # Usage: experiments/tier-budgets/cluster.sh [WORKDIR]   (env: RUNNER, JOBS=2)
 source "$(dirname "$0")/../common.sh"
-work=${1:-$(mktemp -d /tmp/strata-cluster.XXXXXX)}
+# WORKDIR is kept; without it, a folder of this run's own, removed at the end
+work=${1:-}
+if [ -z "$work" ]; then work=$(mktemp -d "${TMPDIR:-/tmp}/strata-cluster.XXXXXX"); trap 'rm -rf "$work"' EXIT; fi
 mkdir -p "$work"
 runner=${RUNNER:-$(command -v parallel >/dev/null 2>&1 && echo parallel || echo xargs)}
 jobs=${JOBS:-2}

@@ -64,6 +64,35 @@ static inline double measure_harness(const char *who, const struct strata_harnes
 	return best;
 }
 
+/* The start both policy benchmarks share: model's synthetic trace of tokens
+ * (*t: the caller frees it), a harness config of 1-byte experts under cache
+ * placement (*c), and the floor measured on it (every expert fits, the
+ * do-nothing policy; *k its counters).  c is left with room for a quarter of
+ * the *n_ids experts and no eviction ops, for the policies to measure.
+ * Returns the floor in ns per access; a failure prints "<who>: message" and
+ * exits. */
+static inline double bench_floor(const char *who, const char *model, uint64_t tokens, int reps,
+				 struct strata_harness_trace **t, struct strata_harness_config *c,
+				 struct strata_harness_counters *k, uint64_t *n_ids)
+{
+	struct strata_model_spec spec;
+	struct strata_error err = { 0 };
+	if (strata_model_spec_parse(model, &spec, &err) || strata_harness_trace_gen(&spec, tokens, 1, t, &err)) {
+		fprintf(stderr, "%s: %s\n", who, err.msg);
+		exit(1);
+	}
+	*n_ids = strata_model_total_experts(&spec);
+	strata_harness_config_defaults(c);
+	c->expert_bytes = 1;
+	c->place = "cache";
+	c->budget = *n_ids; /* everything fits: no victims */
+	c->evict_ops = &nop_ops;
+	double floor_ns = measure_harness(who, *t, c, reps, k);
+	c->evict_ops = NULL;
+	c->budget = *n_ids / 4;
+	return floor_ns;
+}
+
 /* The engine benchmarks' router: top_k distinct experts per (token, layer),
  * uniform, or skewed towards low ids (skew != 0); a fixed LCG, so every run
  * routes the same. */

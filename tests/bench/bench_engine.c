@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "quant.h"
+#include "strata/csv.h"
 #include "strata/engine.h"
 #include "strata/store.h"
 #include "strata/synth.h"
@@ -59,7 +60,9 @@ static int run(const char *label, struct strata_engine *e, const struct strata_m
 	double acc = (double)(st->accesses - a0);
 	double bk = (double)(st->bookkeeping_ns - b0) / acc;
 	double hit = (double)st->hits[0] / (double)st->accesses;
-	printf("%s,%s,%.0f,%.1f,%.1f,%.3f,%llu,1000,%.3f\n", label, strata_engine_name(e), acc, bk, wall / acc, hit,
+	printf("%s,", label);
+	strata_csv_write_field(stdout, strata_engine_name(e)); /* "place=...,evict=...": quoted */
+	printf(",%.0f,%.1f,%.1f,%.3f,%llu,1000,%.3f\n", acc, bk, wall / acc, hit,
 	       (unsigned long long)(st->evictions[0] + st->evictions[1]), bk / 1000.0);
 	fprintf(stderr, "%-26s %-58s %8.0f accesses  bookkeeping %7.1f ns/access  wall %7.1f ns/access  vram hits %.2f\n",
 		label, strata_engine_name(e), acc, bk, wall / acc, hit);

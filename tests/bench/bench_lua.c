@@ -25,6 +25,7 @@
 #include <time.h>
 
 #include "quant.h"
+#include "strata/csv.h"
 #include "strata/engine.h"
 #include "strata/policy.h"
 #include "strata/harness.h"
@@ -85,7 +86,9 @@ static int engine_run(const char *label, const struct strata_engine_model *m, st
 	 * driver; an upper bound on the engine's share) to the 5 us ceiling.
 	 * bookkeeping_ns is the engine's own wall-clock count: on a shared
 	 * machine it includes time other processes held the core. */
-	printf("%s,%s,%.0f,%.1f,%.1f,%.4f,5000,%.3f\n", label, strata_engine_name(e), acc, bk, cpu / acc,
+	printf("%s,", label);
+	strata_csv_write_field(stdout, strata_engine_name(e)); /* "place=...,evict=...": quoted */
+	printf(",%.0f,%.1f,%.1f,%.4f,5000,%.3f\n", acc, bk, cpu / acc,
 	       (double)st->hits[0] / (double)st->accesses, cpu / acc / 5000.0);
 	fflush(stdout);
 	strata_engine_close(e);
@@ -163,27 +166,13 @@ int main(int argc, char **argv)
 	static const char *models[] = { "qwen3-30b-a3b", "deepseek-v3", "kimi-k3.1" };
 	printf("model,policy,accesses,ns_per_access,ratio_to_floor,ratio_to_c,hit_rate\n");
 	for (size_t m = 0; m < sizeof(models) / sizeof(models[0]); m++) {
-		struct strata_model_spec spec;
-		struct strata_error err = { 0 };
 		struct strata_harness_trace *t;
-		if (strata_model_spec_parse(models[m], &spec, &err) ||
-		    strata_harness_trace_gen(&spec, tokens, 1, &t, &err)) {
-			fprintf(stderr, "bench_lua: %s\n", err.msg);
-			return 1;
-		}
-		uint64_t n_ids = strata_model_total_experts(&spec);
 		struct strata_harness_config c;
-		strata_harness_config_defaults(&c);
-		c.expert_bytes = 1;
-		c.place = "cache";
 		struct strata_harness_counters k, kc;
-		c.budget = n_ids;
-		c.evict_ops = &nop_ops;
-		double floor_ns = measure_harness("bench_lua", t, &c, reps, &k);
+		uint64_t n_ids;
+		double floor_ns = bench_floor("bench_lua", models[m], tokens, reps, &t, &c, &k, &n_ids);
 		printf("%s,floor,%llu,%.1f,1.00,,%.4f\n", models[m], (unsigned long long)t->n_accesses, floor_ns,
 		       (double)k.hits / (double)k.accesses);
-		c.evict_ops = NULL;
-		c.budget = n_ids / 4;
 		for (size_t i = 0; i < sizeof(pairs) / sizeof(pairs[0]); i++) {
 			const struct pair *p = &pairs[i];
 			if (p->max_ids && n_ids > p->max_ids)

@@ -37,27 +37,13 @@ int main(int argc, char **argv)
 	static const char *prefetches[] = { "lookahead:depth=2", "oracle:depth=2", "history:depth=2" };
 	printf("model,policy,accesses,ns_per_access,ratio_to_floor,hit_rate\n");
 	for (size_t m = 0; m < sizeof(models) / sizeof(models[0]); m++) {
-		struct strata_model_spec spec;
-		struct strata_error err = { 0 };
 		struct strata_harness_trace *t;
-		if (strata_model_spec_parse(models[m], &spec, &err) ||
-		    strata_harness_trace_gen(&spec, tokens, 1, &t, &err)) {
-			fprintf(stderr, "bench_policies: %s\n", err.msg);
-			return 1;
-		}
-		uint64_t n_ids = strata_model_total_experts(&spec);
 		struct strata_harness_config c;
-		strata_harness_config_defaults(&c);
-		c.expert_bytes = 1;
-		c.place = "cache";
 		struct strata_harness_counters k;
-		c.budget = n_ids; /* everything fits: no victims */
-		c.evict_ops = &nop_ops;
-		double floor_ns = measure_harness("bench_policies", t, &c, reps, &k);
+		uint64_t n_ids;
+		double floor_ns = bench_floor("bench_policies", models[m], tokens, reps, &t, &c, &k, &n_ids);
 		printf("%s,floor,%llu,%.1f,1.00,%.4f\n", models[m], (unsigned long long)t->n_accesses,
 		       floor_ns, (double)k.hits / (double)k.accesses);
-		c.evict_ops = NULL;
-		c.budget = n_ids / 4;
 		for (size_t e = 0; e < sizeof(evicts) / sizeof(evicts[0]); e++) {
 			c.evict = evicts[e];
 			c.prefetch = "none";

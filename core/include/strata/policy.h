@@ -69,8 +69,9 @@ struct strata_future {
  *   1. on_layer's requests join a FIFO of pending requests (one per expert;
  *      requests for experts resident at or above the tier, or pending, are
  *      redundant).
- *   2. A pending request starts (room is made in its tier, it is counted
- *      prefetch_issued and its move queued) when its source tier is allowed
+ *   2. A pending request starts (room is made in its tier, or with
+ *      ram_holes_only one into RAM takes a free hole or is dropped; it is
+ *      counted prefetch_issued and its move queued) when its source tier is allowed
  *      (from[tier]) and every link it crosses has room in its budget: the
  *      bytes of started prefetches whose target has not run yet.  Links: PCIe
  *      (into VRAM: RAM -> VRAM copies, staged NVMe -> VRAM) and NVMe (every
@@ -102,7 +103,7 @@ struct strata_future {
  * A prefetch policy may set these fields in init and change them in on_layer
  * or on_route (the engine reads them at every dispatch).  Defaults
  * (strata_prefetch_sched_defaults): no budget, every source, keep_unused,
- * no preemption.
+ * no preemption, a prefetch into RAM evicts as a demand would.
  */
 enum { STRATA_LINK_PCIE = 0, STRATA_LINK_NVME = 1, STRATA_LINK_COUNT = 2 };
 struct strata_prefetch_sched {
@@ -112,10 +113,16 @@ struct strata_prefetch_sched {
 				* prefetch may read, 1 << STRATA_TIER_RAM | 1 << STRATA_TIER_NVME */
 	bool keep_unused;      /* a started prefetch unused by its target layer stays cached */
 	bool preempt;          /* early preemption (5 above) */
+	bool ram_holes_only;   /* a prefetch into RAM takes a free hole of the tier or is
+				* dropped (prefetch_dropped): it never evicts a RAM resident */
 	/* set by the engine, read-only: per tier (VRAM, RAM) the residency flags
 	 * per eid, so a policy can tell a RAM copy from an NVMe read; an entry
 	 * may be NULL (the harness has no RAM tier) */
 	const uint8_t *resident[2];
+	/* set by the engine before each on_layer, read-only: the longest free
+	 * hole of the RAM tier in bytes (a multiple of STRATA_TIER_ALIGN; 0 where
+	 * there is none or no RAM tier), what a ram_holes_only request can take */
+	uint64_t ram_hole;
 };
 void strata_prefetch_sched_defaults(struct strata_prefetch_sched *s);
 
