@@ -24,12 +24,14 @@ if ! "$B/bench/bench_kernels" --help >/dev/null 2>&1; then
 	dev_build cuda=1 builddir=build/dev
 	B=build/dev
 fi
+# line-buffered logs, so a step stopped by its time limit keeps what it printed
+lb=; command -v stdbuf >/dev/null && lb="stdbuf -oL -eL"
 echo "== test_kernels"
-timeout ${T_TESTS:-90} "$B/tests/test_kernels" >"$d/test_kernels.log" 2>&1; trc=$?
+timeout ${T_TESTS:-90} $lb "$B/tests/test_kernels" >"$d/test_kernels.log" 2>&1; trc=$?
 grep -E "moe\[(q4|q3|sq|big-q)|scalar decode kernel|dequant|FAILED|PASSED|differ|error" "$d/test_kernels.log" | head -60
 echo "test_kernels exit $trc"
 echo "== bench decode"
-timeout ${T_BENCH:-100} "$B/bench/bench_kernels" --decode --reps 7 --formats q4,q3,hot,warm,cold \
+timeout ${T_BENCH:-100} $lb "$B/bench/bench_kernels" --decode --reps 7 --formats q4,q3,hot,warm,cold \
 	--csv "$d/decode.csv" >"$d/decode.log" 2>&1; echo "bench decode exit $?"
 echo "== calibrate (Qwen3-30B-A3B-shaped store: kernel_speed_q4/q3 in the same call)"
 m=$(mktemp -d)
@@ -43,7 +45,7 @@ echo "calibrate exit $?"; rm -rf "$m"
 for v in nopf:sq_pf=0 smem:sqdec=off; do
 	[ $(( ${BUDGET:-170} - SECONDS )) -ge 35 ] || break
 	echo "== bench decode q4,q3 --kernel ${v#*:}"
-	timeout $(( ${BUDGET:-170} - SECONDS - 5 )) "$B/bench/bench_kernels" --decode --reps 5 --formats q4,q3 \
+	timeout $(( ${BUDGET:-170} - SECONDS - 5 )) $lb "$B/bench/bench_kernels" --decode --reps 5 --formats q4,q3 \
 		--kernel "${v#*:}" --csv "$d/decode-${v%%:*}.csv" >"$d/decode-${v%%:*}.log" 2>&1; echo "exit $?"
 	cp "$d/decode-${v%%:*}.csv" "$out/" 2>/dev/null
 done
@@ -52,7 +54,7 @@ if [ -n "${LAYER:-}" ]; then
 	timeout 45 "$B/bench/bench_kernels" --no-decode --quick --shape kimi --reps 5 --formats q4 \
 		--tier-formats q4,warm,cold --csv "$d/layer-q4.csv" >"$d/layer-q4.log" 2>&1; echo "bench layer q4 exit $?"
 fi
-cp "$d/decode.csv" "$d/test_kernels.log" "$d/cost_qwen.json" "$d/calibrate.log" "$out/" 2>/dev/null
+cp "$d/decode.csv" "$d/decode.log" "$d/test_kernels.log" "$d/cost_qwen.json" "$d/calibrate.log" "$out/" 2>/dev/null
 echo "== summary"
 grep -E "^ceiling" "$d/decode.log"
 grep -E "^decode " "$d/decode.log"
