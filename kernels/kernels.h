@@ -150,8 +150,9 @@ int strata_gpu_moe_check(int fmt, uint32_t hidden, uint32_t inter, struct strata
  *                                                scalar decode kernel (kernels/moe_dec_sq.cuh):
  *                                                auto (-1): unless dec or split is forced; off (0):
  *                                                the warp-streaming decode kernel (compute_sq)
- *   sq_pf        sq_pf                  1        that kernel pulls each next task's code bytes
- *                                                into L2 ahead of its register ring (0: no)
+ *   sq_pf        sq_pf                  0        1: that kernel pulls each next task's code bytes
+ *                                                into L2 ahead of its register ring (measured
+ *                                                slower on the H200: 0.223 vs 0.251 of read, Kimi)
  *
  * Everything else the kernels do is fixed: 16-warp persistent CTAs for
  * 8-token tiles and 8 warps for 16-token ones, stage copies by the bulk copy
@@ -168,7 +169,7 @@ struct strata_moe_config {
 	int poison;
 	int sq_dec, sq_pf;
 };
-#define STRATA_MOE_CONFIG_DEFAULT { 17, -1, 0, 0, -1, 0, 512, 0, -1, 1 }
+#define STRATA_MOE_CONFIG_DEFAULT { 17, -1, 0, 0, -1, 0, 512, 0, -1, 0 }
 #define STRATA_MOE_SPLIT_MAX 64u
 void strata_gpu_moe_config_defaults(struct strata_moe_config *c);
 /* STRATA_EINVAL naming the field and the allowed values. */

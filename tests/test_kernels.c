@@ -167,11 +167,11 @@ static void test_moe_config(void **state)
 	assert_int_equal(c.dec_warps, 0);
 	assert_int_equal(c.bf16_warps, -1);
 	assert_int_equal(d.sq_dec, -1);
-	assert_int_equal(d.sq_pf, 1);
+	assert_int_equal(d.sq_pf, 0);
 	c = d;
-	assert_int_equal(strata_gpu_moe_config_parse("sqdec=off,sq_pf=0", &c, &err), STRATA_OK);
+	assert_int_equal(strata_gpu_moe_config_parse("sqdec=off,sq_pf=1", &c, &err), STRATA_OK);
 	assert_int_equal(c.sq_dec, 0);
-	assert_int_equal(c.sq_pf, 0);
+	assert_int_equal(c.sq_pf, 1);
 	static const char *const bad[] = { "dec=9x4", "dec=12", "split=65", "split=-1", "bf16dec=16x5",
 					   "bf16_kc=16", "prefill_min=0", "prefill_min=17x", "poison=2", "warps=8",
 					   "dec", "sqdec=8x4", "sq_pf=2" };
@@ -684,7 +684,7 @@ static void test_moe_scalar(void **state)
 		{ "sq-mixed-5", -4, 1024, 256, 5, 14, 4, 0 },
 		{ "sq-mixed-pf", -4, 1024, 256, 200, 7, 3, 0 },
 	};
-	static const char *const cfgs[] = { "", "sq_pf=0", "dec=off", "dec=8x4,split=64", "dec=12x4u,split=3",
+	static const char *const cfgs[] = { "", "sq_pf=1", "dec=off", "dec=8x4,split=64", "dec=12x4u,split=3",
 					    "sqdec=off" };
 	for (size_t i = 0; i < sizeof(cfgs) / sizeof(cfgs[0]); i++) {
 		struct strata_moe_config kc;
