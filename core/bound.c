@@ -182,5 +182,21 @@ int strata_bound_tier(const struct strata_bound_stream *s, uint64_t cap, bool wa
 	if (rc)
 		return rc;
 	*bytes = *loads * smallest > b ? *loads * smallest : b;
+	if (warm) {
+		/* any start holds at most cap bytes: every other expert the stream
+		 * uses is loaded at least once */
+		uint8_t *seen = calloc(s->n_ids + 1, 1);
+		if (!seen)
+			return STRATA_ERR(err, STRATA_ENOMEM, "bound: out of memory (%u experts)", s->n_ids);
+		uint64_t used = 0;
+		for (uint64_t i = 0; i < s->n; i++)
+			if (!seen[s->eid[i]]) {
+				seen[s->eid[i]] = 1;
+				used += s->bytes[s->eid[i]];
+			}
+		free(seen);
+		if (used > cap && used - cap > *bytes)
+			*bytes = used - cap;
+	}
 	return STRATA_OK;
 }

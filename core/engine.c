@@ -768,6 +768,7 @@ static int preload(struct strata_engine *e, struct strata_error *err)
 			strata_evict_ops_of(e->evict[t])->on_insert(e->evict[t], i, 0);
 			e->st.preloaded[t]++;
 			e->st.preload_bytes += e->bytes[i];
+			e->st.preload_tier_bytes[t] += e->bytes[i];
 			rc = issue(e, i, t, slot_ptr(e, t, off), STRATA_TIER_NVME, &e->es[i].t[t].inbound, false, false);
 			strata_progress_update(&pg, e->st.preload_bytes);
 			if (strata_interrupted)

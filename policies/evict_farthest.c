@@ -44,6 +44,7 @@
 #include <string.h>
 
 #include "strata/policy.h"
+#include "strata/types.h"
 
 #define NO_EID UINT32_MAX
 #define MAX_POS (1ull << 32) /* positions indexed; a larger clock is an error */
@@ -66,6 +67,15 @@ struct farthest {
 	uint32_t *at;        /* per position: first eid there */
 	uint64_t scan;       /* no key lies below this position */
 	bool failed;
+	int64_t backed;      /* option: prefer victims with a copy in RAM */
+	const uint8_t *below; /* VRAM instance with backed: RAM's residency flags */
+};
+
+static const struct strata_option farthest_options[] = {
+	{ .name = "backed", .type = STRATA_OPT_BOOL, .offset = offsetof(struct farthest, backed), .def = "0",
+	  .help = "VRAM: evict experts with a copy in RAM (a copy brings them back, not a disk read) before the "
+		  "others, each group farthest first" },
+	{ .name = NULL },
 };
 
 static int farthest_init(struct strata_policy *p, struct strata_error *err)
@@ -74,6 +84,8 @@ static int farthest_init(struct strata_policy *p, struct strata_error *err)
 	uint32_t n = p->env->n_ids ? p->env->n_ids : 1;
 	b->f = p->env->future;
 	b->n_ids = p->env->n_ids;
+	b->below = b->backed && p->tier == STRATA_TIER_VRAM && p->env->sched ? p->env->sched->resident[STRATA_TIER_RAM]
+									      : NULL;
 	b->node = calloc(n, sizeof(*b->node));
 	b->never = calloc((n + 63) / 64, sizeof(*b->never));
 	b->never_sum = calloc((n + 4095) / 4096, sizeof(*b->never_sum));
@@ -291,22 +303,31 @@ static int64_t farthest_victim(struct strata_policy *p, uint64_t now, const stru
 					return e;
 			}
 		}
-	/* the farthest next use, unpinned; at one position the smallest eid */
+	/* the farthest next use, unpinned; at one position the smallest eid
+	 * (backed: the first such with a copy in RAM, else the first) */
+	uint32_t first = NO_EID;
 	for (uint64_t t = last_below(b, b->cap); t != UINT64_MAX; t = last_below(b, t)) {
-		uint32_t best = NO_EID;
+		uint32_t best = NO_EID, best_b = NO_EID;
 		for (uint32_t e = b->at[t]; e != NO_EID; e = b->node[e].chain)
-			if (!pinned(r, e) && e < best)
-				best = e;
-		if (best != NO_EID)
+			if (!pinned(r, e)) {
+				best = e < best ? e : best;
+				if (b->below && b->below[e] && e < best_b)
+					best_b = e;
+			}
+		if (!b->below && best != NO_EID)
 			return best;
+		if (best_b != NO_EID)
+			return best_b;
+		if (first == NO_EID)
+			first = best;
 	}
-	return STRATA_NO_EXPERT;
+	return first == NO_EID ? STRATA_NO_EXPERT : (int64_t)first;
 }
 
 const struct strata_evict_ops strata_evict_farthest = {
 	.name = "farthest", .version = STRATA_POLICY_ABI, .flags = STRATA_POLICY_F_NEEDS_FUTURE,
 	.help = "evict the expert used farthest in the future (needs the trace's future; a heuristic, not a bound)",
-	.priv_size = sizeof(struct farthest),
+	.priv_size = sizeof(struct farthest), .options = farthest_options,
 	.init = farthest_init, .free = farthest_free, .on_insert = farthest_on_insert,
 	.on_access = farthest_on_access, .on_remove = farthest_on_remove, .victim = farthest_victim,
 };

@@ -11,6 +11,7 @@
 	X(place, static)   /* default: the shard header's tier table */         \
 	X(place, cache)    /* empty start, keep everything fetched */            \
 	X(place, llama)    /* llama.cpp expert cache admission */                \
+	X(place, future)   /* offline: preload by first use, reads the future */ \
 	X(evict, lru)      /* default */                                         \
 	X(evict, lfu)                                                            \
 	X(evict, lfu_decay)                                                      \

@@ -163,6 +163,10 @@ static void test_help(void **state)
 		int rc = sh(cmd);
 		if (rc != 0 || !strstr(out, "usage: strata"))
 			fail_msg("strata %s --help: exit %d, stdout:\n%s", commands[i], rc, out);
+		/* replay and sim list the built-in policies, the offline ones included */
+		if ((!strcmp(commands[i], "replay") || !strcmp(commands[i], "sim")) &&
+		    (!strstr(out, "static, cache, llama, future") || !strstr(out, "farthest") || !strstr(out, "oracle")))
+			fail_msg("strata %s --help does not list the built-in policies:\n%s", commands[i], out);
 		if (i % 4 == 0) { /* -h too, for a few */
 			snprintf(cmd, sizeof(cmd), "(@S %s -h 2>/dev/null)", commands[i]);
 			if (sh(cmd) != 0 || !strstr(out, "usage: strata"))

@@ -423,6 +423,77 @@ static void test_textbook_sequence(void **state)
 
 /* ---- each policy's decisions on hand-made cases ---- */
 
+/* place=future on a hand-made trace (one layer, 8 experts of 1 MiB, top-1):
+ * first uses 5, 3, 3, 7, 1, 5, 2; never 0, 4, 6.  VRAM 2 MiB takes the first
+ * two (5, 3), RAM 2 MiB the next two (7, 1), 2 starts on NVMe; a fetch is kept
+ * in VRAM only when used again, a prefetched disk read also in RAM.  Then
+ * farthest:backed=1: VRAM gives up an expert with a RAM copy first. */
+static void test_future_placement(void **state)
+{
+	struct strata_model_spec s1;
+	struct strata_error err = { 0 };
+	assert_int_equal(strata_model_spec_parse("tiny:layers=1,experts=8,top_k=1", &s1, &err), 0);
+	uint32_t seq[] = { 5, 3, 3, 7, 1, 5, 2 };
+	struct strata_harness_step steps[7];
+	for (int i = 0; i < 7; i++)
+		steps[i] = (struct strata_harness_step){ .token = (uint64_t)i, .n = 1, .experts = &seq[i] };
+	struct strata_harness_trace *t;
+	assert_int_equal(strata_harness_trace_build(&s1, steps, 7, &t, &err), 0);
+	uint64_t bytes[8];
+	for (int e = 0; e < 8; e++)
+		bytes[e] = MIB;
+	uint8_t ram[8] = { 0 };
+	struct strata_prefetch_sched sched;
+	strata_prefetch_sched_defaults(&sched);
+	sched.resident[STRATA_TIER_RAM] = ram;
+	struct strata_policy_env env = { .spec = &s1, .n_ids = 8, .expert_bytes = bytes, .seed = 1,
+					 .budget = { 2 * MIB, 2 * MIB, UINT64_MAX }, .sched = &sched,
+					 .future = strata_harness_trace_future(t) };
+	struct strata_policy *p = NULL;
+	assert_int_equal(strata_policy_create(STRATA_ROLE_PLACE, "future", &env, -1, &p, &err), 0);
+	const struct strata_place_ops *po = strata_place_ops_of(p);
+	const int want[8] = { STRATA_TIER_NVME, STRATA_TIER_RAM, STRATA_TIER_NVME, STRATA_TIER_VRAM,
+			      STRATA_TIER_NVME, STRATA_TIER_VRAM, STRATA_TIER_NVME, STRATA_TIER_RAM };
+	for (uint32_t e = 0; e < 8; e++)
+		assert_int_equal(po->initial_tier(p, e), want[e]);
+	const uint32_t V = 1u << STRATA_TIER_VRAM, R = 1u << STRATA_TIER_RAM;
+	assert_int_equal(po->admit(p, 3, STRATA_TIER_RAM, 1), V);     /* 3 again at 2 */
+	assert_int_equal(po->admit(p, 3, STRATA_TIER_RAM, 2), 0);     /* its last use: stream */
+	assert_int_equal(po->admit(p, 1, STRATA_TIER_RAM, 4), 0);
+	assert_int_equal(po->admit(p, 5, STRATA_TIER_NVME, 0), V);     /* a demand read: not into RAM */
+	assert_int_equal(po->admit(p, 2, STRATA_TIER_NVME, 3), V | R); /* a prefetch of 2 (used at 6) */
+	assert_int_equal(po->admit(p, 2, STRATA_TIER_NVME, 6), 0);
+	strata_policy_destroy(p);
+	/* without a future it is refused, like farthest and oracle */
+	env.future = NULL;
+	assert_int_equal(strata_policy_create(STRATA_ROLE_PLACE, "future", &env, -1, &p, &err), STRATA_EINVAL);
+	env.future = strata_harness_trace_future(t);
+	/* farthest:backed=1 in VRAM: 5 (next use 5) and 2 (6) resident, 3 (2) too;
+	 * plain farthest evicts 2, backed evicts 5 once 5 has a RAM copy */
+	uint8_t pinned[8] = { 0 }, res[8] = { 0 };
+	struct strata_residency r = { .pinned = pinned, .resident = res };
+	for (int b = 0; b < 2; b++) {
+		assert_int_equal(strata_policy_create(STRATA_ROLE_EVICT, b ? "farthest:backed=1" : "farthest", &env,
+						      STRATA_TIER_VRAM, &p, &err), 0);
+		const struct strata_evict_ops *eo = strata_evict_ops_of(p);
+		uint32_t in[3] = { 5, 2, 3 };
+		for (int i = 0; i < 3; i++) {
+			eo->on_insert(p, in[i], 1);
+			res[in[i]] = 1;
+		}
+		assert_int_equal(eo->victim(p, 1, &r), 2);
+		ram[5] = 1;
+		assert_int_equal(eo->victim(p, 1, &r), b ? 5 : 2);
+		pinned[5] = 1; /* a pinned backed expert is not chosen: the farthest unbacked is */
+		assert_int_equal(eo->victim(p, 1, &r), 2);
+		pinned[5] = ram[5] = 0;
+		memset(res, 0, sizeof(res));
+		strata_policy_destroy(p);
+	}
+	strata_harness_trace_free(t);
+}
+
+
 struct direct {
 	struct strata_policy_env env;
 	uint8_t pinned[64], resident[64];
@@ -1485,6 +1556,7 @@ int main(void)
 		cmocka_unit_test(test_lookahead_nvme_cost),
 		cmocka_unit_test(test_harness_errors),
 		cmocka_unit_test(test_static_placement),
+		cmocka_unit_test(test_future_placement),
 	};
 	return cmocka_run_group_tests(tests, suite_setup, suite_teardown);
 }

@@ -81,7 +81,7 @@ static void test_roles_and_registry(void **state)
 		assert_string_equal(h->name, first[r]);
 	}
 	const char *all[][11] = {
-		{ "static", "cache", "llama", NULL },
+		{ "static", "cache", "llama", "future", NULL },
 		{ "lru", "lfu", "lfu-decay", "farthest", "fifo", "random", "llama", "lfru", "moe-infinity",
 		  "least-stale", NULL },
 		{ "none", "lookahead", "oracle", "history", "moe-infinity", "promoe", "expertflow", NULL },

@@ -12,9 +12,26 @@
 #include "strata/replay.h"
 #include "strata/util.h"
 
+/* The built-ins of a role, "a, b, c" (the registry's order). */
+static const char *builtin_names(int role, char *buf, size_t len)
+{
+	size_t o = 0;
+	buf[0] = '\0';
+	for (unsigned i = 0; o < len; i++) {
+		const struct strata_evict_ops *h = strata_policy_builtin_at(role, i); /* the common head */
+		if (!h)
+			break;
+		o += (size_t)snprintf(buf + o, len - o, "%s%s", i ? ", " : "", h->name);
+	}
+	return buf;
+}
+
 static void usage(FILE *f, int virt)
 {
 	const char *cmd = virt ? "sim" : "replay";
+	char names[3][256];
+	for (int r = 0; r < STRATA_ROLE_COUNT; r++)
+		builtin_names(r, names[r], sizeof(names[r]));
 	fprintf(f,
 		"usage: strata %s --model DIR --trace FILE [options]\n\n"
 		"%s\n\n"
@@ -22,9 +39,13 @@ static void usage(FILE *f, int virt)
 		"  --trace FILE         routing trace (.strace or .jsonl); its shape must match the model\n"
 		"  --vram SIZE          VRAM tier budget (e.g. 8G; default: the engine's)\n"
 		"  --ram SIZE           pinned RAM tier budget\n"
-		"  --place SPEC         placement policy (strata policies; default static)\n"
-		"  --evict SPEC         eviction policy for both cached tiers (default lru)\n"
-		"  --prefetch SPEC      prefetch policy (default none)\n"
+		"  --place SPEC         placement policy (default static): %s\n"
+		"  --evict SPEC         eviction policy for both cached tiers (default lru):\n"
+		"                       %s\n"
+		"  --prefetch SPEC      prefetch policy (default none):\n"
+		"                       %s\n"
+		"                       (strata policies lists their options; future, farthest and\n"
+		"                       oracle read the trace's future: offline references)\n"
 		"  --on-miss SPEC       full (default) | lowbit[:gate=G,from=nvme|ram]: a miss on an\n"
 		"                       expert whose gate weight is below G (0.1) reads its low-bit\n"
 		"                       copy instead (stored with --lowbit-copies; strata policies)\n"
@@ -47,6 +68,7 @@ static void usage(FILE *f, int virt)
 		virt ? ";\n"
 		       "                       or a model spec (qwen3-30b-a3b:layers=8): no shards needed,\n"
 		       "                       tiers and formats as strata synth would write them" : "",
+		names[STRATA_ROLE_PLACE], names[STRATA_ROLE_EVICT], names[STRATA_ROLE_PREFETCH],
 		virt ? "  --cost FILE          cost model JSON from strata calibrate (default: built-in defaults)\n"
 		       "  --nvme-qd N          override the cost model's NVMe queue depth\n"
 		       "  --tiers H,W,C        model spec only: hot/warm/cold share of each layer's experts,\n"

@@ -49,8 +49,10 @@
  *       time is at least the largest of: the computation (the cost model's
  *       kernel time, which no policy changes), the PCIe bytes / PCIe
  *       bandwidth and the NVMe bytes / NVMe bandwidth, the bytes being (a),
- *       (b) over the segment with a free warm start (anything may be resident
- *       when it begins: prefill time is not decode time), less one largest
+ *       (b) over the segment with a free warm start (anything within the
+ *       budgets may be resident when it begins: prefill time is not decode
+ *       time; so at least the bytes of the segment's distinct experts less
+ *       the budget are loaded, strata_bound_tier), less one largest
  *       expert per link for a transfer under way at the segment's start (the
  *       virtual link serializes transfers, so at most one straddles it; the
  *       first segment of a run starts after the preload has drained).
@@ -113,7 +115,10 @@ int strata_bound_min_loads(const struct strata_bound_stream *s, uint64_t slots, 
 int strata_bound_bytes(const struct strata_bound_stream *s, uint64_t cap, bool warm, uint64_t *bytes,
 		       struct strata_error *err);
 /* max(PFOO-L, MIN x smallest expert) with slots = floor(cap / smallest) + 1:
- * both bounds, the better one.  loads gets MIN's count. */
+ * both bounds, the better one; warm, also the bytes of the distinct experts
+ * the stream uses less cap (any start holds at most cap bytes, every other
+ * expert is loaded at least once; PFOO-L's budget is an average over the
+ * boundaries and misses that).  loads gets MIN's count. */
 int strata_bound_tier(const struct strata_bound_stream *s, uint64_t cap, bool warm, uint64_t *loads,
 		      uint64_t *bytes, struct strata_error *err);
 

@@ -106,6 +106,7 @@ struct strata_engine_stats {
 					    * fragment the tier, or its budget is 0) */
 	uint64_t preloaded[2];             /* experts placed at open, per tier */
 	uint64_t preload_bytes;
+	uint64_t preload_tier_bytes[2];    /* of those bytes, per tier (all read from NVMe) */
 	uint64_t scratch_bytes;            /* run-tier memory outside the budget, for streaming */
 	uint64_t used[2];                  /* bytes resident now, per tier (<= budget) */
 	uint64_t verified_extents;         /* NVMe reads checked against their checksums */

@@ -47,7 +47,8 @@ const char *strata_role_name(int role); /* "place", "evict", "prefetch" */
 /*
  * The future of the run being replayed, when the driver knows it (trace
  * replay and simulation do; live serving does not: future == NULL).
- * The farthest eviction and the oracle prefetcher read it; nothing else should.
+ * The offline references read it: the future placement, the farthest
+ * eviction and the oracle prefetcher; nothing else should.
  */
 struct strata_future {
 	/* Clock value of the next access to eid strictly after `now`, or

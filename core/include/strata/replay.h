@@ -234,6 +234,8 @@ struct strata_replay_result {
 	X("decode_nvme_read_kib", D, "%.1f", r->dec_nvme_read_kib) \
 	X("decode_nvme_qd", D, "%.2f", r->dec_nvme_qd) \
 	X("decode_waits", U, "%" PRIu64, r->dec_waits) \
+	X("preload_bytes_vram", U, "%" PRIu64, s->preload_tier_bytes[0]) \
+	X("preload_bytes_ram", U, "%" PRIu64, s->preload_tier_bytes[1]) \
 	X("partial", U, "%" PRIu64, (uint64_t)r->partial) \
 	X("vram_host_stand_in", U, "%" PRIu64, (uint64_t)r->vram_host)
 
