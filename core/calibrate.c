@@ -12,7 +12,11 @@
  *                 token on 1 and on k experts (slope: time per packed MB,
  *                 intercept: fixed per-layer cost), then T tokens per expert
  *                 (extra time per MB per additional token): the GPU kernels
- *                 on a GPU, else the CPU reference.
+ *                 on a GPU, else the CPU reference; then the same 1 / k
+ *                 expert slope on q4 and q3 experts of the model's shape
+ *                 (random codes and scales), whose ratio to the model's
+ *                 slope is kernel_speed_q4 / kernel_speed_q3 (the model's
+ *                 own format, if scalar, gets 1; the other scalar one keeps 1).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -27,6 +31,8 @@
 #include <stddef.h>
 
 #include "moe.h"
+#include "quant.h"
+#include "quant_scalar.h"
 #include "strata/json.h"
 #include "strata/gpu.h"
 #include "strata/replay.h"
@@ -411,6 +417,83 @@ static int time_layer(int gpu, uint32_t hidden, uint32_t inter, uint32_t n, uint
 	return rc;
 }
 
+/* Kernel speed per packed byte of the scalar format fmt (q4, q3) relative to
+ * `slope` (us per MB of the model's own format): k experts of fmt at the
+ * model's shape (random codes, fp16 group scales of a weight RMS of about
+ * 1/sqrt(cols)) timed as measure_kernels times the model's, 1 and k experts of
+ * one token; the slopes' ratio.  *speed stays as it is when the slope cannot
+ * be measured. */
+static int measure_scalar(int fmt, const struct strata_model_spec *spec, int gpu, uint32_t k, double slope,
+			  const float *x, float *y, void *dx, void *dy, int reps, double *speed, FILE *log,
+			  struct strata_error *err)
+{
+	struct strata_expert_layout E;
+	if (strata_expert_layout(fmt, spec->hidden, spec->inter, &E))
+		return STRATA_ERR(err, STRATA_EINVAL, "calibrate: bad shape %u x %u", spec->hidden, spec->inter);
+	const void **ext = calloc(k, sizeof(void *));
+	uint8_t **host = calloc(k, sizeof(uint8_t *)), *fmts = malloc(k);
+	int rc = STRATA_OK;
+	if (!ext || !host || !fmts) {
+		rc = STRATA_ERR(err, STRATA_ENOMEM, "calibrate: out of memory");
+		goto out;
+	}
+	uint64_t seed = 0x51ca1a7ull + (uint64_t)fmt;
+	const struct strata_matrix_layout *m[3] = { &E.gate, &E.up, &E.down };
+	const uint64_t off[3] = { E.gate_off, E.up_off, E.down_off };
+	for (uint32_t e = 0; e < k; e++) {
+		fmts[e] = (uint8_t)fmt;
+		if (!(host[e] = strata_aligned_alloc(4096, E.bytes))) {
+			rc = STRATA_ERR(err, STRATA_ENOMEM, "calibrate: out of memory");
+			goto out;
+		}
+		for (uint64_t i = 0; i + 8 <= E.bytes; i += 8) {
+			uint64_t v = strata_splitmix64(&seed);
+			memcpy(host[e] + i, &v, 8);
+		}
+		for (int i = 0; i < 3; i++) {
+			float sc = 1.0f / sqrtf((float)m[i]->cols) / (fmt == STRATA_FMT_Q4 ? 4.6f : 2.3f);
+			uint8_t *sp = host[e] + off[i] + m[i]->scales_off;
+			for (uint64_t j = 0; j + 2 <= m[i]->scales_bytes; j += 2) {
+				uint16_t h = strata_f32_to_f16(sc * (0.75f + 0.5f * (float)(strata_splitmix64(&seed) & 1023) / 1024.0f));
+				memcpy(sp + j, &h, 2);
+			}
+		}
+		ext[e] = host[e];
+		if (gpu) {
+			void *d;
+			if ((rc = strata_gpu_malloc(&d, E.bytes, err)))
+				goto out;
+			ext[e] = d;
+			if ((rc = strata_gpu_memcpy_h2d_async(d, host[e], E.bytes, NULL, err)) || (rc = strata_gpu_sync(err)))
+				goto out;
+		}
+	}
+	double t1, tk;
+	if ((rc = time_layer(gpu, spec->hidden, spec->inter, 1, 1, ext, fmts, x, y, dx, dy, reps, &t1, err)) ||
+	    (rc = time_layer(gpu, spec->hidden, spec->inter, k, 1, ext, fmts, x, y, dx, dy, reps, &tk, err)))
+		goto out;
+	const double mb = (double)E.payload / 1e6;
+	double sq = (tk - t1) / (mb * (k - 1));
+	if (!(sq > 0) || !isfinite(sq))
+		sq = tk / (mb * k);
+	if (sq > 0 && isfinite(sq) && slope > 0)
+		*speed = slope / sq;
+	if (log)
+		fprintf(log, "kernels %s (%s): 1 expert %.1f us, %u experts %.1f us (%.2f MB) -> %.3f us/MB, "
+			"kernel_speed_%s %.3f\n", strata_fmt_traits(fmt)->name, gpu ? "gpu" : "cpu reference", t1, k, tk,
+			mb * k, sq, strata_fmt_traits(fmt)->name, *speed);
+out:
+	for (uint32_t e = 0; host && e < k; e++) {
+		if (gpu && ext && ext[e] && ext[e] != host[e])
+			strata_gpu_free((void *)ext[e]);
+		free(host[e]);
+	}
+	free(ext);
+	free(host);
+	free(fmts);
+	return rc;
+}
+
 static int measure_kernels(struct strata_store *s, int gpu, struct strata_cost_file *out, FILE *log,
 			   struct strata_error *err)
 {
@@ -501,6 +584,16 @@ static int measure_kernels(struct strata_store *s, int gpu, struct strata_cost_f
 		fprintf(log, "kernels (%s): 1 expert %.1f us, %u experts %.1f us (%.2f MB), %u tokens each %.1f us -> "
 			"%.3f us/MB + %.1f us fixed, +%.4f us/MB per extra token\n", gpu ? "gpu" : "cpu reference",
 			t1, k, tk, mbk, T, tT, slope, fixed, out->kernel_us_per_mb_token);
+	/* the scalar formats' speed per byte against the model's (trellis) format,
+	 * measured the same way in this call (the model's own format when it is one) */
+	if (k >= 2)
+		for (int sf = STRATA_FMT_Q4; sf <= STRATA_FMT_Q3; sf++) {
+			double *sp = sf == STRATA_FMT_Q4 ? &out->kernel_speed_q4 : &out->kernel_speed_q3;
+			if (strata_fmt_is_scalar((int)best))
+				*sp = (int)best == sf ? 1.0 : *sp;
+			else if ((rc = measure_scalar(sf, spec, gpu, k, slope, x, y, dx, dy, reps, sp, log, err)))
+				goto out;
+		}
 out:
 	for (uint32_t e = 0; host && e < k; e++) {
 		if (gpu && ext && ext[e] && ext[e] != host[e])

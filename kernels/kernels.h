@@ -145,6 +145,14 @@ int strata_gpu_moe_check(int fmt, uint32_t hidden, uint32_t inter, struct strata
  *   bf16_kc      bf16_kc                512      its K chunk, about this many weights (>= 32)
  *   poison       poison                 0        tests: fill the h scratch with NaN before every
  *                                                call, so a tile read before it is written shows
+ *   sqdec        sq_dec                 auto     launches whose experts all have <= 8 tokens and
+ *                                                are all in one scalar format (q4 or q3) take the
+ *                                                scalar decode kernel (kernels/moe_dec_sq.cuh):
+ *                                                auto (-1): unless dec or split is forced; off (0):
+ *                                                the warp-streaming decode kernel (compute_sq)
+ *   sq_pf        sq_pf                  0        1: that kernel pulls each next task's code bytes
+ *                                                into L2 ahead of its register ring (measured
+ *                                                slower on the H200: 0.223 vs 0.251 of read, Kimi)
  *
  * Everything else the kernels do is fixed: 16-warp persistent CTAs for
  * 8-token tiles and 8 warps for 16-token ones, stage copies by the bulk copy
@@ -159,8 +167,9 @@ struct strata_moe_config {
 	int bf16_warps, bf16_depth;
 	uint32_t bf16_kc;
 	int poison;
+	int sq_dec, sq_pf;
 };
-#define STRATA_MOE_CONFIG_DEFAULT { 17, -1, 0, 0, -1, 0, 512, 0 }
+#define STRATA_MOE_CONFIG_DEFAULT { 17, -1, 0, 0, -1, 0, 512, 0, -1, 0 }
 #define STRATA_MOE_SPLIT_MAX 64u
 void strata_gpu_moe_config_defaults(struct strata_moe_config *c);
 /* STRATA_EINVAL naming the field and the allowed values. */
@@ -177,6 +186,8 @@ void strata_gpu_moe_config_get(struct strata_moe_config *c);
 uint64_t strata_gpu_moe_decode_split_launches(void);
 /* Launches of the bf16 decode kernel so far in this process (for tests). */
 uint64_t strata_gpu_moe_bf16_decode_launches(void);
+/* Launches of the scalar-format (q4, q3) decode kernel so far in this process (for tests). */
+uint64_t strata_gpu_moe_scalar_decode_launches(void);
 
 /*
  * BF16 paths through cuBLAS (cublasGemmEx, f32 accumulation), for shared

@@ -60,6 +60,10 @@ int strata_gpu_moe_config_validate(const struct strata_moe_config *c, struct str
 		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: bf16_kc %u below 32 weights", c->bf16_kc);
 	if (c->poison != 0 && c->poison != 1)
 		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: poison must be 0 or 1");
+	if (c->sq_dec != -1 && c->sq_dec != 0)
+		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: sq_dec %d (-1 auto, 0 off)", c->sq_dec);
+	if (c->sq_pf != 0 && c->sq_pf != 1)
+		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: sq_pf must be 0 or 1");
 	return STRATA_OK;
 }
 
@@ -127,9 +131,17 @@ int strata_gpu_moe_config_parse(const char *text, struct strata_moe_config *c, s
 			if (strcmp(v, "0") && strcmp(v, "1"))
 				return STRATA_ERR(err, STRATA_EINVAL, "kernel config: poison=%s: want 0 or 1", v);
 			c->poison = v[0] == '1';
+		} else if (!strcmp(kv, "sqdec")) {
+			if (strcmp(v, "auto") && strcmp(v, "off") && strcmp(v, "0"))
+				return STRATA_ERR(err, STRATA_EINVAL, "kernel config: sqdec=%s: want auto or off", v);
+			c->sq_dec = !strcmp(v, "auto") ? -1 : 0;
+		} else if (!strcmp(kv, "sq_pf")) {
+			if (strcmp(v, "0") && strcmp(v, "1"))
+				return STRATA_ERR(err, STRATA_EINVAL, "kernel config: sq_pf=%s: want 0 or 1", v);
+			c->sq_pf = v[0] == '1';
 		} else {
 			return STRATA_ERR(err, STRATA_EINVAL,
-					  "kernel config: unknown key '%s' (prefill_min, dec, split, bf16dec, bf16_kc, poison)",
+					  "kernel config: unknown key '%s' (prefill_min, dec, split, bf16dec, bf16_kc, poison, sqdec, sq_pf)",
 					  kv);
 		}
 	}

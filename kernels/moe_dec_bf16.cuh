@@ -87,19 +87,20 @@ __device__ __forceinline__ void btask(const MoeParams &p, uint32_t t, Task &k, u
 	k.tt = 0;
 }
 
-// Pull the rows of down task t into L2 (lane l: row l of the task's chunk).
+// Pull the codes of down task t into L2 (lane l: row l of the task's chunk;
+// any format whose K chunks are whole 256-weight blocks, or bf16).
 __device__ __forceinline__ void prefetch_down(const MoeParams &p, const Args &a, uint32_t t)
 {
 	const int lane = threadIdx.x & 31;
 	Task k;
 	uint32_t chunk;
 	btask(p, t, k, chunk);
-	const FmtTab &f = p.tab[STRATA_FMT_BF16];
+	const FmtTab &f = p.tab[k.fmt];
 	const uint32_t row = k.rt * RD + lane, k0 = chunk * a.kc[1], k1 = min(k0 + a.kc[1], f.pc[1]);
 	if (row < p.hidden)
 		asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(
-				     p.slot[k.slot].ext + f.off[2] + (uint64_t)row * f.rowc[1] + 2 * k0),
-			     "r"(2 * (k1 - k0))
+				     p.slot[k.slot].ext + f.off[2] + (uint64_t)row * f.rowc[1] + (uint64_t)k0 * f.cb / 256),
+			     "r"((k1 - k0) * f.cb / 256)
 			     : "memory");
 }
 
@@ -248,6 +249,38 @@ __device__ __forceinline__ void cmp_end(const MoeParams &p, const Args &a, const
 		red_release(p.sync + 1 + c.k.slot, 1u);
 }
 
+// The compute side of a register-ring decode kernel (bf16_kernel,
+// sqd::sq_kernel), until the stream ends: ring entry i holds a unit of task
+// rt[i] (NONE: the stream ended); unit(c, i) multiplies entry i into the task
+// c, issue(i) refills the entry.  Then the last warp out resets the counters.
+template <int D, class Unit, class Issue>
+__device__ __forceinline__ void ring_run(const MoeParams &p, const Args &a, const uint32_t (&rt)[D], Unit &&unit,
+					 Issue &&issue)
+{
+	Cmp c;
+	c.k.t = NONE;
+	bool live = true;
+	while (live) {
+#pragma unroll
+		for (int i = 0; i < D; i++) {
+			if (rt[i] == NONE) {
+				live = false;
+				break;
+			}
+			if (rt[i] != c.k.t) {
+				if (c.k.t != NONE)
+					cmp_end(p, a, c);
+				cmp_start(p, a, c, rt[i]);
+			}
+			unit(c, i);
+			issue(i);
+		}
+	}
+	if (c.k.t != NONE)
+		cmp_end(p, a, c);
+	dec::last_out_reset(p, gridDim.x * (blockDim.x / 32));
+}
+
 template <int NW, int D>
 __global__ void __launch_bounds__(32 * NW, 1) bf16_kernel(const __grid_constant__ MoeParams p, const __grid_constant__ Args a)
 {
@@ -289,28 +322,7 @@ __global__ void __launch_bounds__(32 * NW, 1) bf16_kernel(const __grid_constant_
 #pragma unroll
 	for (int i = 0; i < D; i++)
 		issue(i);
-	Cmp c;
-	c.k.t = NONE;
-	bool live = true;
-	while (live) {
-#pragma unroll
-		for (int i = 0; i < D; i++) {
-			if (rt[i] == NONE) {
-				live = false;
-				break;
-			}
-			if (rt[i] != c.k.t) {
-				if (c.k.t != NONE)
-					cmp_end(p, a, c);
-				cmp_start(p, a, c, rt[i]);
-			}
-			cmp_unit(p, c, w[i], ru[i]);
-			issue(i);
-		}
-	}
-	if (c.k.t != NONE)
-		cmp_end(p, a, c);
-	dec::last_out_reset(p, nwarps);
+	ring_run<D>(p, a, rt, [&](Cmp &c, int i) { cmp_unit(p, c, w[i], ru[i]); }, issue);
 }
 
 } // namespace bfd

@@ -370,7 +370,9 @@ __device__ __forceinline__ void compute(const MoeParams &p, const Task &k, uint3
 	}
 }
 
-// One stage of task k for a scalar-format expert (q4, q3; kfmt_scalar.cuh):
+// One stage of task k for a scalar-format expert (q4, q3; kfmt_scalar.cuh;
+// launches of at most 8 tokens per expert in one scalar format take
+// moe_dec_sq.cuh's kernel instead):
 // every lane loads its code words of rows g, g+8 of both tiles once, then per
 // 32-weight group decodes 8 weights per row, multiplies on tensor cores and
 // adds the group's sums times the row's group scale (f32) into acc.  The

@@ -774,6 +774,7 @@ __global__ void __launch_bounds__(32 * NW, 1) moe_kernel(const __grid_constant__
 #include "moe_prefill.cuh"
 #include "moe_decode.cuh"
 #include "moe_dec_bf16.cuh"
+#include "moe_dec_sq.cuh"
 
 __device__ __forceinline__ void store_w(float *p, float v) { *p = v; }
 __device__ __forceinline__ void store_w(uint16_t *p, float v)
@@ -873,6 +874,7 @@ struct Ctx {
 	size_t gucnt_cap = 0;
 	// (split-K scratch: gus / gucnt above, shared with the tier decode kernel)
 	uint64_t bfd_launches = 0;    // strata_gpu_moe_bf16_decode_launches
+	uint64_t sqd_launches = 0;    // strata_gpu_moe_scalar_decode_launches
 	// Tiled prefill path (moe_prefill.cuh): experts with >= cfg.prefill_min
 	// tokens.  17: the persistent kernel's 32-token tiles (17 .. 63 tokens)
 	// measured 1.3 - 7x slower than the 64 x 64 prefill tile, its 16-token tiles
@@ -1072,7 +1074,9 @@ int run_dec(MoeParams *p, uint32_t maxtok, uint32_t hfl, cudaStream_t st, struct
 			return 0;
 	}
 	// Scalar-format experts have no persistent-kernel decoder (moe_layer sends
-	// them here only when this kernel is on): they always take this kernel.
+	// them here only when this kernel is on): those run_dec_sq leaves (9 - 16
+	// tokens, q4 and q3 in one launch, sqdec=off, a forced variant) always
+	// take this kernel.
 	const bool forced = g_ctx.cfg.dec_warps >= 0 || scalar;
 	int nw = g_ctx.cfg.dec_warps, ns = g_ctx.cfg.dec_stages;
 	const int nt = maxtok <= dec::TN ? 1 : 2;
@@ -1199,6 +1203,76 @@ int run_dec_bf16(MoeParams *p, uint32_t hfl, cudaStream_t st, struct strata_erro
 	return 1;
 }
 
+// The scalar-format decode kernel <format, NW warps, ring depth D, L2
+// prefetch of the next task> (moe_dec_sq.cuh), tasks laid out by run_dec_sq.
+template <int FMT, int NW, int D, bool PF>
+int sqd_launch(MoeParams *p, const bfd::Args &a, cudaStream_t st, struct strata_error *err)
+{
+	uint32_t grid = (p->n_tasks + NW - 1) / NW;
+	if (grid > (uint32_t)g_ctx.sms)
+		grid = (uint32_t)g_ctx.sms;
+	sqd::sq_kernel<FMT, NW, D, PF><<<grid, 32 * NW, 0, st>>>(*p, a);
+	CU_TRY(err, cudaGetLastError());
+	g_ctx.sqd_launches++;
+	return STRATA_OK;
+}
+
+// Decode launches (<= 8 tokens per expert) whose experts are all in one
+// scalar format, with the decode kernel on its automatic choice (sqdec=auto,
+// dec=auto, split=auto; sqdec=off, a forced dec=NxS variant or split keeps
+// them on dec_kernel): the scalar-format decode kernel.  K chunks of whole blocks: at most
+// SQ_KCB blocks, fewer until the launch has SQ_TASKS_PER_WARP tasks per warp
+// (the Qwen3-30B-A3B layer: one block per chunk, 4608 tasks), as even as the
+// row allows.  hfl: floats of h in this launch.  1 when it ran (*rc its
+// result), 0 when another kernel should run instead.
+constexpr uint32_t SQ_KCB = 4, SQ_TASKS_PER_WARP = 4;
+// 8 warps of a 4-unit ring (q4 227 - 237 registers, q3 235; 12 warps would
+// cap them at 168 and spill).
+constexpr int SQ_NW = 8, SQ_D = 4;
+int run_dec_sq(MoeParams *p, uint32_t hfl, cudaStream_t st, struct strata_error *err, int *rc)
+{
+	const uint32_t fmt = p->n_slots ? p->slot[0].fmt : 0;
+	if (!strata_fmt_is_scalar((int)fmt) || !g_ctx.cfg.sq_dec || g_ctx.cfg.dec_warps >= 0 || g_ctx.cfg.split)
+		return 0;
+	for (uint32_t s = 1; s < p->n_slots; s++)
+		if (p->slot[s].fmt != fmt)
+			return 0;
+	const FmtTab &f = p->tab[fmt];
+	const uint32_t warps = (uint32_t)SQ_NW * (uint32_t)g_ctx.sms;
+	bfd::Args a;
+	layout_tasks(p, bfd::RG, bfd::RD, bfd::TN);
+	const uint32_t ngu = p->n_gu_tasks, ndn = p->n_tasks - ngu;
+	for (uint32_t kcb = SQ_KCB;; kcb--) {
+		for (int d = 0; d < 2; d++) {
+			const uint32_t nb = f.pc[d] / 256, n = (nb + kcb - 1) / kcb, per = (nb + n - 1) / n;
+			a.kc[d] = per * 256;
+			a.nch[d] = (nb + per - 1) / per;
+		}
+		if (kcb == 1 || ngu * a.nch[0] + ndn * a.nch[1] >= SQ_TASKS_PER_WARP * warps)
+			break;
+	}
+	a.nrt = (p->inter + bfd::RG - 1) / bfd::RG;
+	// Tasks: layout_tasks' order, each split into its K chunks, chunk-major
+	// (run_dec_bf16's numbering, which bfd::btask reads).
+	for (uint32_t s = 0; s < p->n_slots; s++) {
+		p->slot[s].task0 *= a.nch[0];
+		p->slot[s].dtask0 = ngu * a.nch[0] + (p->slot[s].dtask0 - ngu) * a.nch[1];
+	}
+	p->n_gu_tasks = ngu * a.nch[0];
+	p->n_tasks = p->n_gu_tasks + ndn * a.nch[1];
+	const size_t ngu_f = a.nch[0] > 1 ? 2 * (size_t)hfl : 0, nctr = (size_t)p->n_slots * a.nrt;
+	if ((*rc = grow_zeroed(&g_ctx.gus, &g_ctx.gus_cap, ngu_f, st, err)) ||
+	    (*rc = grow_zeroed(&g_ctx.gucnt, &g_ctx.gucnt_cap, nctr, st, err)))
+		return 1;
+	a.gu = g_ctx.gus, a.ctr = g_ctx.gucnt;
+	const bool pf = g_ctx.cfg.sq_pf;
+	*rc = fmt == STRATA_FMT_Q4 ? (pf ? sqd_launch<STRATA_FMT_Q4, SQ_NW, SQ_D, true>(p, a, st, err)
+					 : sqd_launch<STRATA_FMT_Q4, SQ_NW, SQ_D, false>(p, a, st, err))
+				   : (pf ? sqd_launch<STRATA_FMT_Q3, SQ_NW, SQ_D, true>(p, a, st, err)
+					 : sqd_launch<STRATA_FMT_Q3, SQ_NW, SQ_D, false>(p, a, st, err));
+	return 1;
+}
+
 int run_launch(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_error *err)
 {
 	uint32_t hfl = 0;
@@ -1222,6 +1296,8 @@ int run_launch(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_err
 		CU_TRY(err, cudaMemsetAsync(g_ctx.h, 0xff, (size_t)hfl * sizeof(float), st));
 	int rc = 0;
 	if (maxtok <= 8 && run_dec_bf16(p, hfl, st, err, &rc))
+		return rc;
+	if (maxtok <= 8 && run_dec_sq(p, hfl, st, err, &rc))
 		return rc;
 	if (maxtok <= 2 * dec::TN && run_dec(p, maxtok, hfl, st, err, &rc))
 		return rc;
@@ -1720,6 +1796,14 @@ extern "C" uint64_t strata_gpu_moe_decode_split_launches(void)
 {
 	pthread_mutex_lock(&g_ctx.mu);
 	uint64_t n = g_ctx.dec_split_launches;
+	pthread_mutex_unlock(&g_ctx.mu);
+	return n;
+}
+
+extern "C" uint64_t strata_gpu_moe_scalar_decode_launches(void)
+{
+	pthread_mutex_lock(&g_ctx.mu);
+	uint64_t n = g_ctx.sqd_launches;
 	pthread_mutex_unlock(&g_ctx.mu);
 	return n;
 }

@@ -86,7 +86,18 @@ static void test_calibrate(void **state)
 	c.compute = STRATA_COMPUTE_REF;
 	c.use_gpu = 0;
 	struct strata_cost_file cf;
-	assert_int_equal(strata_calibrate(&c, &cf, NULL, &err), STRATA_OK);
+	char *logbuf = NULL;
+	size_t loglen = 0;
+	FILE *log = open_memstream(&logbuf, &loglen);
+	assert_non_null(log);
+	assert_int_equal(strata_calibrate(&c, &cf, log, &err), STRATA_OK);
+	fclose(log);
+	/* the q4 / q3 kernels timed in the same call, their speed relative to the model's */
+	assert_non_null(strstr(logbuf, "kernels q4 (cpu reference)"));
+	assert_non_null(strstr(logbuf, "kernels q3 (cpu reference)"));
+	assert_true(cf.kernel_speed_q4 > 0.05 && cf.kernel_speed_q4 < 20);
+	assert_true(cf.kernel_speed_q3 > 0.05 && cf.kernel_speed_q3 < 20);
+	free(logbuf);
 	assert_string_equal(cf.source, "measured");
 	assert_true(cf.cost.nvme_gbps > 0.01 && cf.cost.nvme_gbps < 1000);
 	assert_true(cf.cost.nvme_lat_us > 0 && cf.cost.nvme_lat_us < 1e6);

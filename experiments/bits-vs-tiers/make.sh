@@ -7,8 +7,8 @@
 # (matrix shape, default 768 x 2048: a Qwen3-30B-A3B gate/up projection),
 # PYTHON (for combine.py, default python3), FORMATS (;-separated choices of the
 # tiers' formats), COST (the cost model: default cost_qwen_sq.json beside this
-# script, the GPU machine's calibration plus the measured speed of the q4/q3
-# kernels); and experiments/common.sh's.
+# script, the GPU machine's calibration with the q4/q3 kernels' speed measured
+# by strata calibrate); and experiments/common.sh's.
 source "$(dirname "$0")/../common.sh"
 here=experiments/bits-vs-tiers
 figs=${STUDY_OUT:-$here}   # plots; results/ under it
@@ -41,14 +41,18 @@ for s in ${splits//,/ }; do
 done
 mv $res/sizes.jsonl.tmp $res/sizes.jsonl
 # 3. speed per split
-# the fit variant's clocks: the calibrated one (q4/q3 kernels priced per packed MB
-# like the trellis ones, kernel_speed 1) and one where they decode a packed byte
-# 5.1x faster (issue 21's 0.85 of read over the trellis hot's measured 0.167)
+# the fit variant's clocks: the calibrated one ($cost: the q4/q3 kernels at the
+# speed per packed byte `strata calibrate` measured, kernel_speed_q4/q3), and two
+# references: the q4/q3 kernels priced per packed MB like the trellis ones
+# (kernel_speed 1) and 5.1x faster (issue 21's 0.85 of read over the trellis
+# hot's 0.167)
 cost=${COST:-$here/cost_qwen_sq.json}
-sed 's/"kernel_speed_q4": [0-9.]*/"kernel_speed_q4": 5.1/; s/"kernel_speed_q3": [0-9.]*/"kernel_speed_q3": 5.1/' \
-	"$cost" > $res/cost-speed5.1.json
+for v in 1 5.1; do
+	sed "s/\"kernel_speed_q4\": [0-9.]*/\"kernel_speed_q4\": $v/; s/\"kernel_speed_q3\": [0-9.]*/\"kernel_speed_q3\": $v/" \
+		"$cost" > $res/cost-speed$v.json
+done
 "$STRATA" run $here/run.lua out=$res splits="$splits" formats="$formats" cost="$cost" \
-	fit_costs="$cost;$res/cost-speed5.1.json" "$@" > /dev/null || rc=$?
+	fit_costs="$cost;$res/cost-speed1.json;$res/cost-speed5.1.json" "$@" > /dev/null || rc=$?
 # 4. join, tables, plots
 "${PYTHON:-python3}" $here/combine.py $res
 plot $res/quality.csv --x full_gb --xlabel "Qwen3-30B-A3B routed experts (GB)" --y cosine \

@@ -45,9 +45,10 @@ struct strata_cost_file {
 	struct strata_cost_model cost;
 	double kernel_us_per_mb_token;  /* extra per MB for each token beyond the first */
 	/* Kernel speed per packed byte of the fast-decode formats q4, q3 relative
-	 * to the tier formats kernel_us_per_mb was measured on (bench_kernels'
-	 * decode GB/s, same run); 1: the same.  The sim divides an expert's
-	 * per-MB kernel time by its format's speed. */
+	 * to the format kernel_us_per_mb was measured on (strata calibrate times
+	 * q4 and q3 experts of the model's shape the same way, same call); 1: the
+	 * same.  The sim divides an expert's per-MB kernel time by its format's
+	 * speed. */
 	double kernel_speed_q4, kernel_speed_q3;
 	char machine[128];              /* where it was measured */
 	char source[64];                /* "measured", "defaults" */
