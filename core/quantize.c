@@ -2,13 +2,15 @@
  * Safetensors MoE model -> Strata shards: naming schemes, spec inference and
  * the parallel quantize loop.  See include/strata/quantize.h.
  *
- * The quantize loop hands out expert ids from one atomic counter to N worker
- * threads; each worker reads one matrix at a time (pread, converted to float),
- * quantizes it into its own packed-expert buffer, hands the expert to the
- * shard writer and, holding the job lock, folds its statistics into the
- * report.  The store writer takes experts from several threads at once.  The first error
- * wins and stops every worker; the writer is then aborted so no shard that
- * looks valid is left behind.
+ * The quantize loop hands out tasks from one atomic counter to N worker
+ * threads: the non-routed tensors, then row blocks of the routed experts'
+ * matrices (see "the quantize loop" below).  A worker reads a block (pread,
+ * converted to float), quantizes it into its expert's buffer; the last block
+ * of an expert sends the expert to the shard writer and, holding the job
+ * lock, folds its statistics into the report.  The store writer takes
+ * experts from several threads at once.  The first error wins and stops
+ * every worker; the writer is then aborted so no shard that looks valid is
+ * left behind.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -546,19 +548,56 @@ fail:
 
 /* ---- the quantize loop -------------------------------------------------- */
 
+/*
+ * Work items ("tasks", handed out in order from one atomic counter): first
+ * the non-routed tensors, one task each, then the routed experts, each cut
+ * into row blocks of about QZ_TASK_PARAMS weights of one matrix, so every
+ * thread stays busy to the end however few or unequal the experts are (a
+ * cold expert costs ~1.5x a hot one).  The blocks of one expert land in one
+ * of `n_slots` expert buffers (slot eid % n_slots); whoever finishes the
+ * expert's last block writes it out, folds its statistics into the report
+ * and hands the buffer, zeroed, to expert eid + n_slots.  The codes of a row
+ * do not depend on which rows it is quantized with, and an expert's
+ * statistics are summed block by block in block order, so the shards and the
+ * report are the same at any thread count.
+ */
+enum { QZ_TASK_PARAMS = 32768 };
+
+struct qz_part {          /* one task of an expert: rows [row0, row0 + nrows) of a matrix */
+	uint8_t mat;
+	uint32_t row0, nrows;
+};
+
+struct qz_slot {
+	uint64_t eid;                 /* expert this buffer holds now (atomic; changes under the job lock) */
+	uint32_t left;                /* its tasks not yet done (atomic) */
+	uint8_t *packed, *copy;       /* the expert's extent, its low-bit copy */
+	struct strata_quant_acc *acc; /* [n_parts]: each task's sums */
+	uint32_t imx_used;            /* atomic */
+};
+
+struct qz_times {                 /* one worker's seconds, by what it was doing */
+	uint64_t cpu, read, encode, write, tensors, wait, end;
+};
+
 struct qz_job {
 	struct strata_quantize_model *m;
 	const struct strata_quantize_config *cfg;
 	struct strata_store_writer *w;
 	struct strata_quantize_report *rep;
 	pthread_mutex_t lock;
-	uint64_t next;        /* next expert id (atomic) */
-	uint64_t total;
+	pthread_cond_t freed;         /* a slot was handed to its next expert, or the job failed */
+	uint64_t next;                /* next task (atomic) */
+	uint64_t n_tasks, total;      /* tasks; experts */
+	struct qz_part *parts;        /* [n_parts]: the tasks of every expert */
+	uint32_t n_parts, n_slots;
+	struct qz_slot *slots;
 	volatile int failed;
 	struct strata_error err;
 	struct strata_progress prog;
 	uint64_t done_bytes;
-	size_t mat_floats, packed_bytes, imx_floats;
+	size_t task_floats, packed_bytes, imx_floats;
+	struct qz_times *times;       /* [threads] */
 };
 
 static int fail_job(struct qz_job *j, const struct strata_error *e)
@@ -568,222 +607,288 @@ static int fail_job(struct qz_job *j, const struct strata_error *e)
 		j->failed = 1;
 		j->err = *e;
 	}
+	pthread_cond_broadcast(&j->freed);
 	pthread_mutex_unlock(&j->lock);
 	return e->code;
 }
 
-static void describe_nonfinite(const float *w, uint64_t n, uint64_t cols, char *buf, size_t len)
+static void describe_nonfinite(const float *w, uint64_t n, uint64_t cols, uint64_t row0, char *buf, size_t len)
 {
 	for (uint64_t i = 0; i < n; i++)
 		if (!isfinite(w[i])) {
-			snprintf(buf, len, "%s at [%" PRIu64 ", %" PRIu64 "]", isnan(w[i]) ? "NaN" : "Inf", i / cols, i % cols);
+			snprintf(buf, len, "%s at [%" PRIu64 ", %" PRIu64 "]", isnan(w[i]) ? "NaN" : "Inf", row0 + i / cols,
+				 i % cols);
 			return;
 		}
 	snprintf(buf, len, "a non-finite value");
 }
 
-static void *qz_worker(void *arg)
+/* Non-routed tensor i, stored BF16 (1-D: F32) as the writer expects; chunk
+ * and cap: the caller's conversion buffer, grown as needed. */
+static int add_tensor(struct qz_job *j, uint32_t i, float **chunk, size_t *cap, struct strata_error *err)
 {
-	struct qz_job *j = arg;
+	struct strata_quantize_model *m = j->m;
+	enum { CHUNK = 1 << 20 };
+	const struct strata_safetensors_tensor *t = m->nonrouted[i];
+	int f32 = t->ndim <= 1, rc = 0;
+	size_t bytes = (size_t)t->numel * (f32 ? 4 : 2);
+	uint64_t cols = t->ndim >= 2 ? t->shape[t->ndim - 1] : t->numel;
+	uint64_t rows = cols ? t->numel / cols : 0;
+	uint64_t per = cols && cols < CHUNK ? CHUNK / cols : 1;
+	if (!f32 && per * cols > *cap) {
+		free(*chunk);
+		*cap = per * cols;
+		if (!(*chunk = malloc(*cap * sizeof(float)))) {
+			*cap = 0;
+			return STRATA_ERR(err, STRATA_ENOMEM, "out of memory");
+		}
+	}
+	void *buf = malloc(bytes ? bytes : 1);
+	if (!buf)
+		return STRATA_ERR(err, STRATA_ENOMEM, "out of memory for tensor '%s' (%zu bytes)", t->name, bytes);
+	/* by whole rows, so FP8 block scales apply per row */
+	for (uint64_t r0 = 0; r0 < rows && !rc;) {
+		uint64_t nr = rows - r0 < per ? rows - r0 : per;
+		uint64_t done = r0 * cols, n = nr * cols;
+		float *dst = f32 ? (float *)buf + done : *chunk;
+		if ((rc = strata_quantize_read_rows(m, t, r0, nr, dst, err)))
+			break;
+		for (uint64_t k = 0; k < n; k++) {
+			if (!isfinite(dst[k])) {
+				rc = STRATA_ERR(err, STRATA_ECORRUPT,
+						"%s: tensor '%s': %s at element %" PRIu64 " (row %" PRIu64
+						"): weights must be finite",
+						strata_safetensors_file_path(m->st, t->file), t->name, isnan(dst[k]) ? "NaN" : "Inf",
+						done + k, (done + k) / cols);
+				break;
+			}
+			if (!f32)
+				((uint16_t *)buf)[done + k] = strata_f32_to_bf16(dst[k]);
+		}
+		r0 += nr;
+	}
+	if (!rc)
+		rc = strata_store_writer_add_tensor(j->w, t->name, buf, bytes, err);
+	free(buf);
+	if (!rc) {
+		pthread_mutex_lock(&j->lock);
+		j->rep->tensors++;
+		j->rep->tensor_params += t->numel;
+		j->rep->tensor_bytes += bytes;
+		j->rep->in_bytes += t->bytes;
+		j->done_bytes += t->bytes;
+		strata_progress_update(&j->prog, j->done_bytes);
+		pthread_mutex_unlock(&j->lock);
+	}
+	return rc;
+}
+
+/* The expert in slot sl is complete: write it, fold its statistics into the
+ * report, zero the buffers and hand them to expert eid + n_slots. */
+static int finish_expert(struct qz_job *j, struct qz_slot *sl, uint64_t eid, struct qz_times *tm,
+			 struct strata_error *e)
+{
+	const struct strata_model_spec *s = &j->m->spec;
+	uint32_t layer = (uint32_t)(eid / s->n_experts), ex = (uint32_t)(eid % s->n_experts);
+	int tier = j->cfg->tiers[eid];
+	struct strata_expert_layout lay, cl;
+	strata_expert_layout(strata_tier_fmts_or_default(j->cfg->tier_fmt)[tier], s->hidden, s->inter, &lay);
+	bool cp = strata_store_writer_has_copy(j->w, layer, ex) &&
+		  !strata_expert_layout(STRATA_FMT_COLD, s->hidden, s->inter, &cl);
+	struct strata_quantize_tier_stats local = { .cos_min = 2 };
+	uint64_t in_bytes = 0;
+	for (int mat = 0; mat < STRATA_MAT_COUNT; mat++) {
+		struct strata_quant_acc a = { 0 };
+		for (uint32_t k = 0; k < j->n_parts; k++)
+			if (j->parts[k].mat == mat) {
+				a.dot += sl->acc[k].dot;
+				a.nw += sl->acc[k].nw;
+				a.nq += sl->acc[k].nq;
+				a.nd += sl->acc[k].nd;
+			}
+		struct strata_quant_stats qs;
+		strata_quant_acc_stats(&a, &qs);
+		local.matrices++;
+		local.cos_sum += qs.cosine;
+		local.rmse_sum += qs.rel_rmse;
+		if (qs.cosine < local.cos_min)
+			local.cos_min = qs.cosine;
+		in_bytes += j->m->experts[eid * STRATA_MAT_COUNT + mat]->bytes;
+	}
+	uint64_t t0 = strata_now_ns();
+	/* safe from several threads (planned offsets, pwrite); the buffer is
+	 * 4 KiB aligned and at least lay.bytes long, so the writer may use
+	 * O_DIRECT */
+	int rc = strata_store_writer_add_expert_aligned(j->w, layer, ex, sl->packed, j->packed_bytes, e);
+	if (!rc && cp)
+		rc = strata_store_writer_add_copy(j->w, layer, ex, sl->copy, cl.payload, e);
+	memset(sl->packed, 0, j->packed_bytes);
+	if (sl->copy)
+		memset(sl->copy, 0, j->packed_bytes);
+	memset(sl->acc, 0, j->n_parts * sizeof(*sl->acc));
+	uint32_t imx_used = __atomic_load_n(&sl->imx_used, __ATOMIC_RELAXED);
+	sl->imx_used = 0;
+	__atomic_store_n(&sl->left, j->n_parts, __ATOMIC_RELAXED);
+	tm->write += strata_now_ns() - t0;
+	pthread_mutex_lock(&j->lock);
+	if (!j->failed && !rc) {
+		struct strata_quantize_tier_stats *ts = &j->rep->tier[tier];
+		ts->experts++;
+		ts->matrices += local.matrices;
+		ts->cos_sum += local.cos_sum;
+		ts->rmse_sum += local.rmse_sum;
+		if (local.cos_min < ts->cos_min)
+			ts->cos_min = local.cos_min;
+		ts->params += strata_model_expert_params(s);
+		ts->payload += lay.payload;
+		ts->bytes += lay.bytes;
+		j->rep->imatrix_used += imx_used;
+		j->rep->in_bytes += in_bytes;
+		j->done_bytes += in_bytes;
+		strata_progress_update(&j->prog, j->done_bytes);
+	}
+	__atomic_store_n(&sl->eid, eid + j->n_slots, __ATOMIC_RELEASE);
+	pthread_cond_broadcast(&j->freed);
+	pthread_mutex_unlock(&j->lock);
+	return rc;
+}
+
+/* Task k of expert eid: read its rows, quantize them into the slot (and the
+ * low-bit copy); the last task of the expert finishes it. */
+static int run_part(struct qz_job *j, uint64_t eid, uint32_t k, float *w, float *imx, struct qz_times *tm,
+		    struct strata_error *e)
+{
 	struct strata_quantize_model *m = j->m;
 	const struct strata_model_spec *s = &m->spec;
+	struct qz_slot *sl = &j->slots[eid % j->n_slots];
+	if (__atomic_load_n(&sl->eid, __ATOMIC_ACQUIRE) != eid) {
+		/* the expert n_slots before this one still has blocks in flight */
+		uint64_t t0 = strata_now_ns();
+		pthread_mutex_lock(&j->lock);
+		while (__atomic_load_n(&sl->eid, __ATOMIC_ACQUIRE) != eid && !j->failed)
+			pthread_cond_wait(&j->freed, &j->lock);
+		pthread_mutex_unlock(&j->lock);
+		tm->wait += strata_now_ns() - t0;
+		if (j->failed)
+			return STRATA_EIO;
+	}
+	const struct qz_part *p = &j->parts[k];
+	uint32_t layer = (uint32_t)(eid / s->n_experts), ex = (uint32_t)(eid % s->n_experts);
+	int fmt = strata_tier_fmts_or_default(j->cfg->tier_fmt)[j->cfg->tiers[eid]];
+	struct strata_expert_layout lay, cl;
+	if (strata_expert_layout(fmt, s->hidden, s->inter, &lay))
+		return STRATA_ERR(e, STRATA_EINVAL, "no layout for format %d", fmt);
+	bool cp = strata_store_writer_has_copy(j->w, layer, ex) &&
+		  !strata_expert_layout(STRATA_FMT_COLD, s->hidden, s->inter, &cl);
+	const struct strata_matrix_layout *ml = p->mat == 0 ? &lay.gate : p->mat == 1 ? &lay.up : &lay.down;
+	uint64_t off = p->mat == 0 ? lay.gate_off : p->mat == 1 ? lay.up_off : lay.down_off;
+	const struct strata_safetensors_tensor *t = m->experts[eid * STRATA_MAT_COUNT + p->mat];
+	uint32_t rows = ml->rows, cols = ml->cols;
+	uint64_t t0 = strata_now_ns();
+	int rc = strata_quantize_read_rows(m, t, p->row0, p->nrows, w, e);
+	bool have = false;
+	if (!rc && j->cfg->imatrix)
+		rc = strata_imatrix_get(j->cfg->imatrix, layer, ex, p->mat, imx, &have, e);
+	uint64_t t1 = strata_now_ns();
+	tm->read += t1 - t0;
+	if (rc)
+		return rc;
+	if (have && p->row0 == 0)
+		__atomic_fetch_add(&sl->imx_used, 1, __ATOMIC_RELAXED);
+	int q = strata_quantize_matrix_rows(fmt, w, p->row0, p->nrows, rows, cols, have ? imx : NULL, sl->packed + off,
+					    ml->bytes, &sl->acc[k]);
+	if (q == -1) {
+		char what[96];
+		describe_nonfinite(w, (uint64_t)p->nrows * cols, cols, p->row0, what, sizeof(what));
+		rc = STRATA_ERR(e, STRATA_ECORRUPT, "%s: tensor '%s': %s: weights must be finite",
+				strata_safetensors_file_path(m->st, t->file), t->name, what);
+	} else if (q) {
+		rc = STRATA_ERR(e, STRATA_EUNSUPPORTED, "tensor '%s': quantizing a %ux%u matrix to format %s failed (%d)",
+				t->name, rows, cols, strata_fmt_traits(fmt) ? strata_fmt_traits(fmt)->name : "?", q);
+	} else if (cp) {
+		const struct strata_matrix_layout *cm = p->mat == 0 ? &cl.gate : p->mat == 1 ? &cl.up : &cl.down;
+		uint64_t co = p->mat == 0 ? cl.gate_off : p->mat == 1 ? cl.up_off : cl.down_off;
+		if (strata_quantize_matrix_rows(STRATA_FMT_COLD, w, p->row0, p->nrows, rows, cols, have ? imx : NULL,
+						sl->copy + co, cm->bytes, NULL))
+			rc = STRATA_ERR(e, STRATA_EUNSUPPORTED, "tensor '%s': its %ux%u low-bit copy (format %s) failed",
+					t->name, rows, cols, strata_fmt_traits(STRATA_FMT_COLD)->name);
+	}
+	tm->encode += strata_now_ns() - t1;
+	if (rc)
+		return rc;
+	if (__atomic_sub_fetch(&sl->left, 1, __ATOMIC_ACQ_REL) == 0)
+		rc = finish_expert(j, sl, eid, tm, e);
+	return rc;
+}
+
+struct qz_worker_arg {
+	struct qz_job *j;
+	uint32_t index;
+};
+
+static void *qz_worker(void *arg)
+{
+	struct qz_worker_arg *a = arg;
+	struct qz_job *j = a->j;
+	struct qz_times *tm = &j->times[a->index];
+	uint64_t c0 = strata_thread_cpu_ns();
 	struct strata_error e = { 0 };
-	float *w = malloc(j->mat_floats * sizeof(float));
+	float *w = malloc(j->task_floats * sizeof(float));
 	float *imx = malloc(j->imx_floats * sizeof(float));
-	uint8_t *packed = strata_aligned_alloc(STRATA_EXTENT_ALIGN, j->packed_bytes);
-	uint8_t *copy = j->cfg->lowbit_copies ? strata_aligned_alloc(STRATA_EXTENT_ALIGN, j->packed_bytes) : NULL;
-	if (!w || !imx || !packed || (j->cfg->lowbit_copies && !copy)) {
+	float *chunk = NULL;
+	size_t chunk_cap = 0;
+	if (!w || !imx) {
 		STRATA_ERR(&e, STRATA_ENOMEM, "out of memory for quantize buffers (%zu bytes)",
-			   j->mat_floats * sizeof(float) + j->packed_bytes);
+			   (j->task_floats + j->imx_floats) * sizeof(float));
 		fail_job(j, &e);
 		goto out;
 	}
 	for (;;) {
-		uint64_t eid = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED);
-		if (eid >= j->total || j->failed)
+		uint64_t task = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED);
+		if (task >= j->n_tasks || j->failed)
 			break;
 		if (strata_interrupted) {
 			STRATA_ERR(&e, STRATA_EINTR, "interrupted");
 			fail_job(j, &e);
 			break;
 		}
-		uint32_t layer = (uint32_t)(eid / s->n_experts), ex = (uint32_t)(eid % s->n_experts);
-		int tier = j->cfg->tiers[eid];
-		int fmt = strata_tier_fmts_or_default(j->cfg->tier_fmt)[tier];
-		struct strata_expert_layout lay;
-		if (strata_expert_layout(fmt, s->hidden, s->inter, &lay)) {
-			STRATA_ERR(&e, STRATA_EINVAL, "no layout for format %d", fmt);
-			fail_job(j, &e);
-			break;
-		}
-		memset(packed, 0, lay.bytes);
-		/* its low-bit copy (cfg->lowbit_copies): the same matrices in the cold format */
-		struct strata_expert_layout cl;
-		bool cp = strata_store_writer_has_copy(j->w, layer, ex) &&
-			  !strata_expert_layout(STRATA_FMT_COLD, s->hidden, s->inter, &cl);
-		if (cp)
-			memset(copy, 0, cl.bytes);
-		struct strata_quantize_tier_stats local = { 0 };
-		local.cos_min = 2;
-		uint64_t in_bytes = 0;
-		uint32_t imx_used = 0;
-		const struct strata_matrix_layout *ml[3] = { &lay.gate, &lay.up, &lay.down };
-		const uint64_t off[3] = { lay.gate_off, lay.up_off, lay.down_off };
-		int rc = 0;
-		for (int mat = 0; mat < STRATA_MAT_COUNT && !rc; mat++) {
-			const struct strata_safetensors_tensor *t = m->experts[eid * STRATA_MAT_COUNT + mat];
-			if (strata_interrupted || j->failed) {
-				/* big experts take a while each: stop between matrices */
-				rc = STRATA_ERR(&e, strata_interrupted ? STRATA_EINTR : STRATA_EIO, "interrupted");
-				break;
-			}
-			uint32_t rows = ml[mat]->rows, cols = ml[mat]->cols;
-			if ((rc = strata_quantize_read_rows(m, t, 0, rows, w, &e)))
-				break;
-			in_bytes += t->bytes;
-			bool have = false;
-			if (j->cfg->imatrix &&
-			    (rc = strata_imatrix_get(j->cfg->imatrix, layer, ex, mat, imx, &have, &e)))
-				break;
-			imx_used += have;
-			struct strata_quant_stats qs = { 0 };
-			int q = strata_quantize_matrix(fmt, w, rows, cols, have ? imx : NULL, packed + off[mat],
-						       ml[mat]->bytes, &qs);
-			if (q == -1) {
-				char what[96];
-				describe_nonfinite(w, (uint64_t)rows * cols, cols, what, sizeof(what));
-				rc = STRATA_ERR(&e, STRATA_ECORRUPT, "%s: tensor '%s': %s: weights must be finite",
-						strata_safetensors_file_path(m->st, t->file), t->name, what);
-			} else if (q) {
-				rc = STRATA_ERR(&e, STRATA_EUNSUPPORTED,
-						"tensor '%s': quantizing a %ux%u matrix to format %s failed (%d)", t->name, rows,
-						cols, strata_fmt_traits(fmt) ? strata_fmt_traits(fmt)->name : "?", q);
-			} else if (cp) {
-				const struct strata_matrix_layout *cm = mat == 0 ? &cl.gate : mat == 1 ? &cl.up : &cl.down;
-				uint64_t co = mat == 0 ? cl.gate_off : mat == 1 ? cl.up_off : cl.down_off;
-				struct strata_quant_stats cs = { 0 };
-				if (strata_quantize_matrix(STRATA_FMT_COLD, w, rows, cols, have ? imx : NULL, copy + co,
-							   cm->bytes, &cs))
-					rc = STRATA_ERR(&e, STRATA_EUNSUPPORTED, "tensor '%s': its %ux%u low-bit copy (format "
-							"%s) failed", t->name, rows, cols, strata_fmt_traits(STRATA_FMT_COLD)->name);
-			}
-			if (!rc && q == 0) {
-				local.matrices++;
-				local.cos_sum += qs.cosine;
-				local.rmse_sum += qs.rel_rmse;
-				if (qs.cosine < local.cos_min)
-					local.cos_min = qs.cosine;
-			}
+		int rc;
+		if (task < j->m->n_nonrouted) {
+			uint64_t t0 = strata_now_ns();
+			rc = add_tensor(j, (uint32_t)task, &chunk, &chunk_cap, &e);
+			tm->tensors += strata_now_ns() - t0;
+		} else {
+			task -= j->m->n_nonrouted;
+			rc = run_part(j, task / j->n_parts, (uint32_t)(task % j->n_parts), w, imx, tm, &e);
 		}
 		if (rc) {
-			fail_job(j, &e);
-			break;
-		}
-		/* safe from several threads (planned offsets, pwrite); the buffer is
-		 * 4 KiB aligned and at least lay.bytes long, so the writer may use
-		 * O_DIRECT */
-		if (!j->failed)
-			rc = strata_store_writer_add_expert_aligned(j->w, layer, ex, packed, j->packed_bytes, &e);
-		if (!j->failed && !rc && cp)
-			rc = strata_store_writer_add_copy(j->w, layer, ex, copy, cl.payload, &e);
-		pthread_mutex_lock(&j->lock);
-		if (!j->failed && !rc) {
-			struct strata_quantize_tier_stats *ts = &j->rep->tier[tier];
-			ts->experts++;
-			ts->matrices += local.matrices;
-			ts->cos_sum += local.cos_sum;
-			ts->rmse_sum += local.rmse_sum;
-			if (local.cos_min < ts->cos_min)
-				ts->cos_min = local.cos_min;
-			ts->params += strata_model_expert_params(s);
-			ts->payload += lay.payload;
-			ts->bytes += lay.bytes;
-			j->rep->imatrix_used += imx_used;
-			j->rep->in_bytes += in_bytes;
-			j->done_bytes += in_bytes;
-			strata_progress_update(&j->prog, j->done_bytes);
-		}
-		pthread_mutex_unlock(&j->lock);
-		if (rc) {
-			fail_job(j, &e);
+			fail_job(j, &e); /* keeps the first error */
 			break;
 		}
 	}
 out:
 	free(w);
 	free(imx);
-	free(packed);
-	free(copy);
+	free(chunk);
+	tm->cpu = strata_thread_cpu_ns() - c0;
+	tm->end = strata_now_ns();
 	return NULL;
 }
 
-static int add_tensors(struct qz_job *j, struct strata_error *err)
+/* Cut one expert into tasks of about QZ_TASK_PARAMS weights (whole rows of
+ * one matrix each); returns how many (parts NULL: only count). */
+static uint32_t plan_parts(const struct strata_model_spec *s, struct qz_part *parts)
 {
-	struct strata_quantize_model *m = j->m;
-	enum { CHUNK = 1 << 20 };
-	float *chunk = NULL;
-	size_t chunk_cap = 0;
-	int rc = 0;
-	for (uint32_t i = 0; i < m->n_nonrouted && !rc; i++) {
-		if (strata_interrupted) {
-			rc = STRATA_ERR(err, STRATA_EINTR, "interrupted");
-			break;
-		}
-		const struct strata_safetensors_tensor *t = m->nonrouted[i];
-		int f32 = t->ndim <= 1;
-		size_t bytes = (size_t)t->numel * (f32 ? 4 : 2);
-		uint64_t cols = t->ndim >= 2 ? t->shape[t->ndim - 1] : t->numel;
-		uint64_t rows = cols ? t->numel / cols : 0;
-		uint64_t per = cols && cols < CHUNK ? CHUNK / cols : 1;
-		if (!f32 && per * cols > chunk_cap) {
-			free(chunk);
-			chunk_cap = per * cols;
-			chunk = malloc(chunk_cap * sizeof(float));
-			if (!chunk) {
-				rc = STRATA_ERR(err, STRATA_ENOMEM, "out of memory");
-				break;
-			}
-		}
-		void *buf = malloc(bytes ? bytes : 1);
-		if (!buf) {
-			rc = STRATA_ERR(err, STRATA_ENOMEM, "out of memory for tensor '%s' (%zu bytes)", t->name, bytes);
-			break;
-		}
-		/* by whole rows, so FP8 block scales apply per row */
-		for (uint64_t r0 = 0; r0 < rows && !rc;) {
-			uint64_t nr = rows - r0 < per ? rows - r0 : per;
-			uint64_t done = r0 * cols, n = nr * cols;
-			float *dst = f32 ? (float *)buf + done : chunk;
-			if ((rc = strata_quantize_read_rows(m, t, r0, nr, dst, err)))
-				break;
-			for (uint64_t k = 0; k < n; k++) {
-				if (!isfinite(dst[k])) {
-					rc = STRATA_ERR(err, STRATA_ECORRUPT,
-							"%s: tensor '%s': %s at element %" PRIu64 " (row %" PRIu64
-							"): weights must be finite",
-							strata_safetensors_file_path(m->st, t->file), t->name, isnan(dst[k]) ? "NaN" : "Inf",
-							done + k, (done + k) / cols);
-					break;
-				}
-				if (!f32)
-					((uint16_t *)buf)[done + k] = strata_f32_to_bf16(dst[k]);
-			}
-			r0 += nr;
-		}
-		if (!rc)
-			rc = strata_store_writer_add_tensor(j->w, t->name, buf, bytes, err);
-		free(buf);
-		if (!rc) {
-			j->rep->tensors++;
-			j->rep->tensor_params += t->numel;
-			j->rep->tensor_bytes += bytes;
-			j->rep->in_bytes += t->bytes;
-			j->done_bytes += t->bytes;
-			strata_progress_update(&j->prog, j->done_bytes);
-		}
+	uint32_t n = 0;
+	for (int mat = 0; mat < STRATA_MAT_COUNT; mat++) {
+		uint32_t rows = mat == 2 ? s->hidden : s->inter, cols = mat == 2 ? s->inter : s->hidden;
+		uint32_t per = cols >= QZ_TASK_PARAMS ? 1 : QZ_TASK_PARAMS / cols;
+		for (uint32_t r0 = 0; r0 < rows; r0 += per, n++)
+			if (parts)
+				parts[n] = (struct qz_part){ .mat = (uint8_t)mat, .row0 = r0,
+							     .nrows = rows - r0 < per ? rows - r0 : per };
 	}
-	free(chunk);
-	return rc;
+	return n;
 }
 
 int strata_quantize_run(struct strata_quantize_model *m, const struct strata_quantize_config *cfg,
@@ -843,54 +948,82 @@ int strata_quantize_run(struct strata_quantize_model *m, const struct strata_qua
 		.lowbit_copies = cfg->lowbit_copies,
 	};
 	struct qz_job j = { .m = m, .cfg = cfg, .rep = rep, .total = total };
+	uint32_t nt = 0;
 	pthread_mutex_init(&j.lock, NULL);
+	pthread_cond_init(&j.freed, NULL);
 	int rc = strata_store_writer_open(&wc, &j.w, err);
 	free(ti);
 	free(fmts);
-	if (rc) {
-		pthread_mutex_destroy(&j.lock);
-		return rc;
+	if (rc)
+		goto done;
+	uint64_t t_open = strata_now_ns();
+	j.n_parts = plan_parts(s, NULL);
+	j.n_tasks = m->n_nonrouted + total * j.n_parts;
+	nt = cfg->threads ? cfg->threads : 1;
+	if (nt > j.n_tasks)
+		nt = (uint32_t)j.n_tasks;
+	/* more buffers than threads: a thread seldom waits for an expert still
+	 * being finished by others */
+	j.n_slots = (uint32_t)(total < nt + 2 ? total : nt + 2);
+	j.parts = calloc(j.n_parts, sizeof(*j.parts));
+	j.slots = calloc(j.n_slots ? j.n_slots : 1, sizeof(*j.slots));
+	j.times = calloc(nt, sizeof(*j.times));
+	pthread_t *th = calloc(nt, sizeof(*th));
+	struct qz_worker_arg *args = calloc(nt, sizeof(*args));
+	rc = !j.parts || !j.slots || !j.times || !th || !args ? STRATA_ERR(err, STRATA_ENOMEM, "out of memory") : 0;
+	if (!rc)
+		plan_parts(s, j.parts);
+	for (uint32_t k = 0; !rc && k < j.n_parts; k++) {
+		size_t f = (size_t)j.parts[k].nrows * (j.parts[k].mat == 2 ? s->inter : s->hidden);
+		if (f > j.task_floats)
+			j.task_floats = f;
 	}
-	j.mat_floats = (size_t)s->hidden * s->inter;
 	j.imx_floats = s->hidden > s->inter ? s->hidden : s->inter;
 	j.packed_bytes = packed;
-	uint32_t nt = cfg->threads ? cfg->threads : 1;
-	if (nt > total)
-		nt = (uint32_t)total;
-	rep->buffer_bytes = (uint64_t)nt * (j.mat_floats * 4 + j.imx_floats * 4 + packed);
+	for (uint32_t i = 0; !rc && i < j.n_slots; i++) {
+		struct qz_slot *sl = &j.slots[i];
+		sl->eid = i;
+		sl->left = j.n_parts;
+		sl->packed = strata_aligned_alloc(STRATA_EXTENT_ALIGN, packed);
+		sl->copy = cfg->lowbit_copies ? strata_aligned_alloc(STRATA_EXTENT_ALIGN, packed) : NULL;
+		sl->acc = calloc(j.n_parts, sizeof(*sl->acc));
+		if (!sl->packed || (cfg->lowbit_copies && !sl->copy) || !sl->acc) {
+			rc = STRATA_ERR(err, STRATA_ENOMEM, "out of memory for quantize buffers (%u x %zu bytes)",
+					j.n_slots, packed);
+			break;
+		}
+		memset(sl->packed, 0, packed);
+		if (sl->copy)
+			memset(sl->copy, 0, packed);
+	}
+	rep->threads = nt;
+	rep->buffer_bytes = (uint64_t)nt * (j.task_floats * 4 + j.imx_floats * 4) +
+			    (uint64_t)j.n_slots * packed * (cfg->lowbit_copies ? 2 : 1);
 	strata_progress_start(&j.prog, "quantize", in_total, "B");
 	if (!cfg->progress)
 		j.prog.enabled = 0;
-	pthread_t *th = calloc(nt, sizeof(*th));
-	if (!th) {
-		strata_store_writer_abort(j.w);
-		pthread_mutex_destroy(&j.lock);
-		return STRATA_ERR(err, STRATA_ENOMEM, "out of memory");
+	if (!rc) {
+		/* the non-routed tensors are the first tasks: a bad one fails
+		 * before hours of expert quantization */
+		uint32_t started = 0;
+		for (uint32_t i = 0; i < nt; i++)
+			args[i] = (struct qz_worker_arg){ .j = &j, .index = i };
+		for (uint32_t i = 1; i < nt; i++) {
+			if (pthread_create(&th[i], NULL, qz_worker, &args[i]))
+				break;
+			started = i;
+		}
+		qz_worker(&args[0]);
+		for (uint32_t i = 1; i <= started; i++)
+			pthread_join(th[i], NULL);
+		for (uint32_t i = started + 1; i < nt; i++) /* never ran */
+			j.times[i].end = j.times[0].end;
+		if (j.failed) {
+			*err = j.err;
+			rc = j.err.code ? j.err.code : STRATA_EIO;
+		}
 	}
-	/* non-routed tensors first: cheap, and a bad one fails before hours of
-	 * expert quantization */
-	rc = add_tensors(&j, err);
-	if (rc) {
-		strata_store_writer_abort(j.w);
-		strata_progress_finish(&j.prog);
-		pthread_mutex_destroy(&j.lock);
-		free(th);
-		return rc;
-	}
-	uint32_t started = 0;
-	for (uint32_t i = 1; i < nt; i++) {
-		if (pthread_create(&th[i], NULL, qz_worker, &j))
-			break;
-		started = i;
-	}
-	qz_worker(&j);
-	for (uint32_t i = 1; i <= started; i++)
-		pthread_join(th[i], NULL);
-	free(th);
-	if (j.failed) {
-		*err = j.err;
-		rc = j.err.code ? j.err.code : STRATA_EIO;
-	}
+	uint64_t t_work = strata_now_ns();
 	if (!rc)
 		rc = strata_store_writer_finish(j.w, err);
 	if (rc)
@@ -898,6 +1031,38 @@ int strata_quantize_run(struct strata_quantize_model *m, const struct strata_qua
 	else
 		strata_store_writer_free(j.w);
 	strata_progress_finish(&j.prog);
+	uint64_t t_end = strata_now_ns();
+	if (!rc) {
+		struct strata_quantize_times *q = &rep->time;
+		uint64_t last = 0;
+		for (uint32_t i = 0; i < nt; i++)
+			last = j.times[i].end > last ? j.times[i].end : last;
+		for (uint32_t i = 0; i < nt; i++) {
+			const struct qz_times *x = &j.times[i];
+			q->cpu += x->cpu / 1e9;
+			q->read += x->read / 1e9;
+			q->encode += x->encode / 1e9;
+			q->write += x->write / 1e9;
+			q->tensors += x->tensors / 1e9;
+			q->wait += x->wait / 1e9;
+			q->tail += (last - x->end) / 1e9;
+		}
+		q->open = (t_open - t0) / 1e9;
+		q->work = (t_work - t_open) / 1e9;
+		q->finish = (t_end - t_work) / 1e9;
+	}
+	for (uint32_t i = 0; j.slots && i < j.n_slots; i++) {
+		free(j.slots[i].packed);
+		free(j.slots[i].copy);
+		free(j.slots[i].acc);
+	}
+	free(j.slots);
+	free(j.parts);
+	free(j.times);
+	free(th);
+	free(args);
+done:
+	pthread_cond_destroy(&j.freed);
 	pthread_mutex_destroy(&j.lock);
 	if (rc)
 		return rc;
@@ -910,6 +1075,7 @@ int strata_quantize_run(struct strata_quantize_model *m, const struct strata_qua
 	rep->routed_bf16_bytes = total * strata_model_expert_params(s) * 2;
 	rep->bf16_bytes = rep->routed_bf16_bytes + s->nonrouted_params * 2;
 	rep->seconds = (double)(strata_now_ns() - t0) / 1e9;
+	rep->time.busy_share = rep->seconds > 0 && nt ? rep->time.cpu / (rep->seconds * nt) : 0;
 	return STRATA_OK;
 }
 

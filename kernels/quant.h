@@ -117,6 +117,21 @@ int strata_expert_layout(int fmt, uint32_t hidden, uint32_t inter, struct strata
 int strata_quantize_matrix(int fmt, const float *w, uint32_t rows, uint32_t cols,
 			   const float *imatrix, void *dst, size_t dst_bytes,
 			   struct strata_quant_stats *stats);
+/* Running sums behind strata_quant_stats, so rows quantized in separate
+ * pieces (strata_quantize_matrix_rows) add up to the matrix's statistics. */
+struct strata_quant_acc {
+	double dot, nw, nq, nd; /* sum w*dq, w*w, dq*dq, (w-dq)^2 */
+};
+void strata_quant_acc_stats(const struct strata_quant_acc *acc, struct strata_quant_stats *out);
+/* Rows [row0, row0 + nrows) of a rows x cols matrix: w holds just those rows
+ * (nrows x cols), dst is the whole packed matrix (layout.bytes), of which only
+ * these rows' codes and scales are written (zero it first: padding is left
+ * alone, so disjoint row ranges may be written by several threads at once).
+ * The codes are those strata_quantize_matrix writes for these rows; acc (or
+ * NULL) gets the rows' sums added.  Returns as strata_quantize_matrix; on
+ * failure the rows' bytes are undefined and acc is unchanged. */
+int strata_quantize_matrix_rows(int fmt, const float *w, uint32_t row0, uint32_t nrows, uint32_t rows, uint32_t cols,
+				const float *imatrix, void *dst, size_t dst_bytes, struct strata_quant_acc *acc);
 /* Dequantize a packed matrix back to rows x cols floats (padding dropped). */
 int strata_dequantize_matrix(int fmt, const void *src, uint32_t rows, uint32_t cols, float *out);
 

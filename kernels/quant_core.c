@@ -121,26 +121,28 @@ int strata_expert_layout(int fmt, uint32_t hidden, uint32_t inter, struct strata
 	return 0;
 }
 
-int strata_quantize_matrix(int fmt, const float *w, uint32_t rows, uint32_t cols,
-			   const float *imatrix, void *dst, size_t dst_bytes,
-			   struct strata_quant_stats *stats)
+int strata_quantize_matrix_rows(int fmt, const float *w, uint32_t row0, uint32_t nrows, uint32_t rows, uint32_t cols,
+				const float *imatrix, void *dst, size_t dst_bytes, struct strata_quant_acc *acc)
 {
 	const struct strata_fmt_traits *t = strata_fmt_traits(fmt);
 	struct strata_matrix_layout L;
-	if (!t || !t->quantize_rows || strata_matrix_layout(fmt, rows, cols, &L) || dst_bytes < L.bytes)
+	if (!t || !t->quantize_rows || strata_matrix_layout(fmt, rows, cols, &L) || dst_bytes < L.bytes ||
+	    row0 > rows || nrows > rows - row0)
 		return -2;
+	if (!nrows)
+		return 0;
 	uint32_t pc = L.padded_cols, nb = pc / t->block;
 	/* Rows go to the format in batches (one encoder setup per batch): all of
 	 * them straight from w when no padding is needed, else QROWS at a time
 	 * through a padded copy. */
 	enum { QROWS = 32 };
-	uint32_t batch = pc == cols ? rows : (rows < QROWS ? rows : QROWS);
+	uint32_t batch = pc == cols ? nrows : (nrows < QROWS ? nrows : QROWS);
 	float *row = NULL, *imx = NULL, *dq = NULL;
 	if (pc != cols)
 		row = calloc((size_t)batch * pc, sizeof(float));
-	if (stats)
+	if (acc)
 		dq = malloc(pc * sizeof(float));
-	if ((pc != cols && !row) || (stats && !dq)) {
+	if ((pc != cols && !row) || (acc && !dq)) {
 		free(row);
 		free(dq);
 		return -2;
@@ -154,45 +156,63 @@ int strata_quantize_matrix(int fmt, const float *w, uint32_t rows, uint32_t cols
 		}
 		memcpy(imx, imatrix, cols * sizeof(float));
 	}
-	memset(dst, 0, L.bytes);
 	uint8_t *codes = (uint8_t *)dst + L.codes_off, *scales = (uint8_t *)dst + L.scales_off;
-	double dot = 0, nw = 0, nq = 0, nd = 0;
+	struct strata_quant_acc a = acc ? *acc : (struct strata_quant_acc){ 0 };
 	int rc = 0;
-	for (uint32_t r0 = 0; r0 < rows && !rc; r0 += batch) {
-		uint32_t nr = rows - r0 < batch ? rows - r0 : batch;
+	for (uint32_t r0 = 0; r0 < nrows && !rc; r0 += batch) {
+		uint32_t nr = nrows - r0 < batch ? nrows - r0 : batch;
 		const float *src = w + (uint64_t)r0 * cols;
 		if (row) {
 			for (uint32_t r = 0; r < nr; r++)
 				memcpy(row + (size_t)r * pc, src + (size_t)r * cols, cols * sizeof(float));
 			src = row;
 		}
-		uint8_t *c = codes + (uint64_t)r0 * nb * t->code_bytes;
-		uint8_t *s = scales + (uint64_t)r0 * nb * t->scale_bytes;
+		uint8_t *c = codes + (uint64_t)(row0 + r0) * nb * t->code_bytes;
+		uint8_t *s = scales + (uint64_t)(row0 + r0) * nb * t->scale_bytes;
 		int qr = t->quantize_rows(src, nr, pc, imx ? imx : imatrix, c, s);
 		if (qr) {
 			rc = qr == -2 ? -2 : -1; /* -1 NaN/Inf input, -2 no memory */
 			break;
 		}
-		for (uint32_t r = 0; stats && r < nr; r++) {
+		for (uint32_t r = 0; acc && r < nr; r++) {
 			const float *x = src + (size_t)r * pc;
 			t->dequantize_row(c + (size_t)r * nb * t->code_bytes, s + (size_t)r * nb * t->scale_bytes, pc, dq);
 			for (uint32_t i = 0; i < cols; i++) {
-				dot += (double)x[i] * dq[i];
-				nw += (double)x[i] * x[i];
-				nq += (double)dq[i] * dq[i];
-				nd += ((double)x[i] - dq[i]) * ((double)x[i] - dq[i]);
+				a.dot += (double)x[i] * dq[i];
+				a.nw += (double)x[i] * x[i];
+				a.nq += (double)dq[i] * dq[i];
+				a.nd += ((double)x[i] - dq[i]) * ((double)x[i] - dq[i]);
 			}
 		}
 	}
-	if (rc)
-		memset(dst, 0, L.bytes);
-	if (stats && !rc) {
-		stats->cosine = nw > 0 && nq > 0 ? dot / sqrt(nw * nq) : (nw == 0 && nq == 0 ? 1.0 : 0.0);
-		stats->rel_rmse = nw > 0 ? sqrt(nd / nw) : 0.0;
-	}
+	if (acc && !rc)
+		*acc = a;
 	free(row);
 	free(imx);
 	free(dq);
+	return rc;
+}
+
+void strata_quant_acc_stats(const struct strata_quant_acc *a, struct strata_quant_stats *out)
+{
+	out->cosine = a->nw > 0 && a->nq > 0 ? a->dot / sqrt(a->nw * a->nq) : (a->nw == 0 && a->nq == 0 ? 1.0 : 0.0);
+	out->rel_rmse = a->nw > 0 ? sqrt(a->nd / a->nw) : 0.0;
+}
+
+int strata_quantize_matrix(int fmt, const float *w, uint32_t rows, uint32_t cols,
+			   const float *imatrix, void *dst, size_t dst_bytes,
+			   struct strata_quant_stats *stats)
+{
+	struct strata_matrix_layout L;
+	if (!strata_fmt_traits(fmt) || strata_matrix_layout(fmt, rows, cols, &L) || dst_bytes < L.bytes)
+		return -2;
+	memset(dst, 0, L.bytes);
+	struct strata_quant_acc acc = { 0 };
+	int rc = strata_quantize_matrix_rows(fmt, w, 0, rows, rows, cols, imatrix, dst, dst_bytes, stats ? &acc : NULL);
+	if (rc)
+		memset(dst, 0, L.bytes);
+	else if (stats)
+		strata_quant_acc_stats(&acc, stats);
 	return rc;
 }
 

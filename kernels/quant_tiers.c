@@ -22,6 +22,7 @@
  * vertical vector arithmetic (GCC vector extensions, 8 or 4 lanes).
  */
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -337,6 +338,69 @@ static void tcq_free(struct tcq *q)
 	free(q->save);
 }
 
+/*
+ * Each thread keeps one encoder state per format (search array, scaled and
+ * permuted codebooks: ~1 MB, a function of the format and the CPU's step
+ * alone), freed when the thread exits: strata quantize hands its threads
+ * small row blocks, which would otherwise each allocate, fault in and fill
+ * it.  Every search writes the arrays it reads, so a state reused gives the
+ * codes a fresh one gives.
+ */
+struct tcq_cache {
+	struct tcq q[3]; /* hot, warm, cold */
+	int ready[3];
+};
+static pthread_key_t tcq_key;
+static int tcq_key_ok;
+
+static void tcq_cache_free(void *p)
+{
+	struct tcq_cache *c = p;
+	for (int i = 0; i < 3; i++)
+		if (c->ready[i])
+			tcq_free(&c->q[i]);
+	free(c);
+}
+
+static void tcq_key_init(void)
+{
+	tcq_key_ok = !pthread_key_create(&tcq_key, tcq_cache_free);
+}
+
+/* This thread's state for fmt, NULL out of memory; *own: the caller must
+ * tcq_free it (no thread-specific storage). */
+static struct tcq *tcq_get(int fmt, struct tcq *tmp, int *own)
+{
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+	pthread_once(&once, tcq_key_init);
+	*own = 0;
+	struct tcq_cache *c = tcq_key_ok ? pthread_getspecific(tcq_key) : NULL;
+	if (tcq_key_ok && !c && (c = calloc(1, sizeof(*c))) && pthread_setspecific(tcq_key, c)) {
+		free(c);
+		c = NULL;
+	}
+	int i = fmt - STRATA_FMT_HOT;
+	struct tcq *q = c ? &c->q[i] : tmp;
+	if (c && c->ready[i]) {
+		tcq_step_fn *step;
+		tcq_argmin_fn *argmin;
+		tcq_pick_step(&step, &argmin);
+		if (step == q->step && argmin == q->argmin)
+			return q;
+		tcq_free(q); /* STRATA_TCQ_ISA changed */
+		c->ready[i] = 0;
+	}
+	if (tcq_init(q, fmt)) {
+		tcq_free(q);
+		return NULL;
+	}
+	if (c)
+		c->ready[i] = 1;
+	else
+		*own = 1;
+	return q;
+}
+
 /* Weighted squared error of x against scale * table[win]. */
 static double block_err(const float *x, const float *h, const uint32_t *win, float scale)
 {
@@ -438,13 +502,14 @@ static void tcq_block(struct tcq *q, const float *x, const float *h, uint8_t *co
 	for (uint32_t j = 0; j < QK; j++)
 		win[QK - 1 - j] = st[j];
 
-	/* Weight i's own k bits are the low bits of its window. */
-	for (uint32_t i = 0; i < QK; i++)
-		for (uint32_t bit = 0; bit < q->k[i]; bit++)
-			if (win[i] >> bit & 1u) {
-				uint32_t p = q->pos[i] + bit;
-				codes[p >> 3] |= (uint8_t)(1u << (p & 7));
-			}
+	/* Weight i's own k bits are the low bits of its window, at bit pos[i]
+	 * of the stream (k <= 3: within two bytes). */
+	for (uint32_t i = 0; i < QK; i++) {
+		uint32_t p = q->pos[i], k = q->k[i], v = (win[i] & ((1u << k) - 1)) << (p & 7);
+		codes[p >> 3] |= (uint8_t)v;
+		if ((p & 7) + k > 8)
+			codes[(p >> 3) + 1] |= (uint8_t)(v >> 8);
+	}
 	*scale = refit_scale(x, h, win);
 }
 
@@ -460,11 +525,11 @@ static int tier_quantize_rows(int fmt, const float *w, uint32_t rows, uint32_t c
 	for (uint32_t i = 0; imatrix && i < cols; i++)
 		if (!isfinite(imatrix[i]) || imatrix[i] < 0)
 			return -1;
-	struct tcq q;
-	if (tcq_init(&q, fmt)) {
-		tcq_free(&q);
+	struct tcq tmp;
+	int own;
+	struct tcq *q = tcq_get(fmt, &tmp, &own);
+	if (!q)
 		return -2;
-	}
 	uint32_t cb = strata_tier_code_bytes(fmt), nb = cols / QK;
 	float h[QK];
 	/* blocks of all rows in order; the importance of block b of a row is that of its columns */
@@ -485,10 +550,11 @@ static int tier_quantize_rows(int fmt, const float *w, uint32_t rows, uint32_t c
 			}
 		}
 		uint16_t sc;
-		tcq_block(&q, w + bb * QK, hb, (uint8_t *)codes + bb * cb, &sc);
+		tcq_block(q, w + bb * QK, hb, (uint8_t *)codes + bb * cb, &sc);
 		memcpy((uint8_t *)scales + bb * STRATA_TIER_SCALE_BYTES, &sc, sizeof(sc));
 	}
-	tcq_free(&q);
+	if (own)
+		tcq_free(q);
 	return 0;
 }
 

@@ -546,10 +546,15 @@ static void test_golden_codes(void **state)
 /* A matrix goes to the format in batches of rows (one encoder setup per
  * batch; padded rows through a copy, 32 at a time): every row's codes and
  * scale are those of the row quantized alone, with and without importance,
- * padded (40 rows of 300 columns: two batches) and not (6 x 512: one). */
+ * padded (40 rows of 300 columns: two batches) and not (24 x 512: one).
+ * And strata quantize hands a matrix to its threads in row blocks: the
+ * blocks, quantized in any order into one zeroed buffer with
+ * strata_quantize_matrix_rows, give strata_quantize_matrix's bytes, and their
+ * summed statistics its cosine and error; a bad range is refused. */
 static void test_rows_batched(void **state)
 {
-	static const uint32_t shape[2][2] = { { 40, 300 }, { 6, 512 } };
+	static const uint32_t shape[2][2] = { { 40, 300 }, { 24, 512 } };
+	static const uint32_t cut[] = { 0, 7, 8, 21, 33, 40 }; /* blocks of 7, 1, 13, 12, 7 rows (cut at the row count) */
 	for (int sh = 0; sh < 2; sh++) {
 		uint32_t rows = shape[sh][0], cols = shape[sh][1];
 		float *w = gauss_matrix(rows, cols, 91 + sh);
@@ -563,8 +568,27 @@ static void test_rows_batched(void **state)
 				struct strata_matrix_layout L;
 				assert_int_equal(strata_matrix_layout(tiers[f], rows, cols, &L), 0);
 				int rc;
-				uint8_t *q = quantize(tiers[f], w, rows, cols, use ? imx : NULL, NULL, &rc);
+				struct strata_quant_stats whole, parts;
+				uint8_t *q = quantize(tiers[f], w, rows, cols, use ? imx : NULL, &whole, &rc);
 				assert_int_equal(rc, 0);
+				uint8_t *p = calloc(1, L.bytes);
+				assert_non_null(p);
+				struct strata_quant_acc acc = { 0 };
+				for (int k = (int)(sizeof(cut) / sizeof(cut[0])) - 2; k >= 0; k--) { /* last block first */
+					uint32_t r0 = cut[k] < rows ? cut[k] : rows, r1 = cut[k + 1] < rows ? cut[k + 1] : rows;
+					assert_int_equal(strata_quantize_matrix_rows(tiers[f], w + (size_t)r0 * cols, r0, r1 - r0,
+										     rows, cols, use ? imx : NULL, p, L.bytes,
+										     &acc),
+							 0);
+				}
+				assert_memory_equal(p, q, L.bytes);
+				strata_quant_acc_stats(&acc, &parts);
+				assert_true(fabs(parts.cosine - whole.cosine) < 1e-12);
+				assert_true(fabs(parts.rel_rmse - whole.rel_rmse) < 1e-12);
+				assert_int_equal(strata_quantize_matrix_rows(tiers[f], w, rows - 2, 3, rows, cols, NULL, p,
+									     L.bytes, NULL),
+						 -2);
+				free(p);
 				uint32_t pc = L.padded_cols, nb = pc / STRATA_QK;
 				float *row = calloc(pc, sizeof(float)), *ix = calloc(pc, sizeof(float));
 				uint8_t *c = malloc((size_t)nb * t->code_bytes), *s = malloc((size_t)nb * t->scale_bytes);

@@ -416,6 +416,76 @@ static void test_quantize_end_to_end(void **state)
 	assert_int_equal(test_run(outbuf, sizeof(outbuf), "%s quantize --in x --out y --bogus", test_bin("strata")), 2);
 }
 
+/* The work goes to the threads in row blocks of ~32K weights (here 5 blocks
+ * per matrix, uneven, padded rows in gate/up) and expert buffers are reused
+ * (6 experts, 3 threads: 5 buffers): 1 and 3 threads write the same extents
+ * and low-bit copies, and report the same per-tier statistics and where the
+ * time went. */
+static void test_threads_row_blocks(void **state)
+{
+	const char *in = test_path("rb-in");
+	struct strata_model_spec spec;
+	struct strata_error err = { 0 };
+	assert_int_equal(strata_model_spec_parse("custom:layers=2,experts=3,top_k=2,hidden=640,inter=224", &spec, &err), 0);
+	if (strata_test_model_write(in, "qwen3-moe", &spec, STRATA_SAFETENSORS_BF16, 1, 5, &err))
+		fail_msg("%s", err.msg);
+	struct strata_quantize_model *m;
+	assert_int_equal(strata_quantize_model_open(in, NULL, &m, &err), 0);
+	uint8_t tiers[6] = { 2, 0, 1, 1, 2, 2 };
+	struct strata_quantize_report rep[2];
+	struct strata_store *st[2];
+	static const uint32_t threads[2] = { 1, 3 };
+	for (int k = 0; k < 2; k++) {
+		char out[600];
+		snprintf(out, sizeof(out), "%s-out%d", in, k);
+		struct strata_quantize_config qc = { .out = out, .tiers = tiers, .threads = threads[k], .lowbit_copies = true };
+		if (strata_quantize_run(m, &qc, &rep[k], &err))
+			fail_msg("%u threads: %s", threads[k], err.msg);
+		assert_int_equal(rep[k].threads, threads[k]);
+		const struct strata_quantize_times *q = &rep[k].time;
+		assert_true(q->encode > 0 && q->read > 0 && q->cpu > 0 && q->tensors > 0);
+		assert_true(q->busy_share > 0 && q->busy_share <= 1.05);
+		assert_true(q->open + q->work + q->finish <= rep[k].seconds + 1e-3);
+		assert_true(q->encode + q->read + q->write + q->tensors + q->wait + q->tail <=
+			    threads[k] * q->work * 1.01 + 1e-3);
+		if (strata_store_open(out, &st[k], &err))
+			fail_msg("%s", err.msg);
+	}
+	for (int t = 0; t < STRATA_TIER_COUNT; t++) {
+		assert_int_equal(rep[0].tier[t].experts, rep[1].tier[t].experts);
+		assert_int_equal(rep[0].tier[t].matrices, 3 * rep[0].tier[t].experts);
+		assert_true(rep[0].tier[t].cos_min == rep[1].tier[t].cos_min); /* per matrix: summed block by block, in order */
+		assert_true(fabs(rep[0].tier[t].cos_sum - rep[1].tier[t].cos_sum) < 1e-12);
+		assert_true(rep[0].tier[t].cos_min > 0.8);
+	}
+	assert_int_equal(rep[0].in_bytes, rep[1].in_bytes);
+	assert_int_equal(rep[0].tensors, rep[1].tensors);
+	uint32_t copies = 0;
+	for (uint32_t l = 0; l < 2; l++)
+		for (uint32_t e = 0; e < 3; e++)
+			for (int c = 0; c < 2; c++) {
+				const struct strata_extent *a = c ? strata_store_copy(st[0], l, e) : strata_store_expert(st[0], l, e);
+				const struct strata_extent *b = c ? strata_store_copy(st[1], l, e) : strata_store_expert(st[1], l, e);
+				assert_true(!a == !b);
+				if (!a)
+					continue;
+				copies += c;
+				assert_int_equal(a->bytes, b->bytes);
+				void *x = strata_aligned_alloc(4096, a->bytes), *y = strata_aligned_alloc(4096, b->bytes);
+				assert_true(x && y);
+				assert_int_equal(strata_store_read_extent(st[0], a, x, false, true, &err), 0);
+				assert_int_equal(strata_store_read_extent(st[1], b, y, false, true, &err), 0);
+				if (memcmp(x, y, a->bytes))
+					fail_msg("layer %u expert %u%s differs between 1 and 3 threads", l, e, c ? " (copy)" : "");
+				free(x);
+				free(y);
+			}
+	assert_int_equal(copies, 3); /* the hot and warm experts */
+	strata_store_close(st[0]);
+	strata_store_close(st[1]);
+	strata_quantize_model_close(m);
+}
+
 static void expect_open_fails(enum defect d, int code, const char *needle)
 {
 	char name[32];
@@ -773,6 +843,7 @@ int main(void)
 		cmocka_unit_test(test_disk_full),
 		cmocka_unit_test(test_fp8_checkpoint),
 		cmocka_unit_test(test_quantize_end_to_end),
+		cmocka_unit_test(test_threads_row_blocks),
 	};
 	return cmocka_run_group_tests(tests, test_tmpdir_setup, test_tmpdir_teardown);
 }

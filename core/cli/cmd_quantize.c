@@ -140,10 +140,16 @@ static void print_card(const struct strata_quantize_report *r, const char *in, c
 		printf("\"nonrouted\":{\"tensors\":%" PRIu64 ",\"params\":%" PRIu64 ",\"bytes\":%" PRIu64 "},"
 		       "\"total\":{\"bytes\":%" PRIu64 ",\"gb\":%.4f,\"gib\":%.4f,\"bf16_bytes\":%" PRIu64
 		       ",\"reduction_vs_bf16\":%.4f},\"input_bytes\":%" PRIu64 ",\"imatrix_matrices\":%u,"
-		       "\"skipped_tensors\":%u,\"buffer_bytes\":%" PRIu64 ",\"seconds\":%.3f}\n",
+		       "\"skipped_tensors\":%u,\"buffer_bytes\":%" PRIu64 ",\"seconds\":%.3f,",
 		       r->tensors, r->tensor_params, r->tensor_bytes, r->out_bytes, (double)r->out_bytes / 1e9,
 		       (double)r->out_bytes / (1u << 30), r->bf16_bytes, red_all, r->in_bytes, r->imatrix_used, r->skipped,
 		       r->buffer_bytes, r->seconds);
+		const struct strata_quantize_times *q = &r->time;
+		printf("\"input_mb_per_s\":%.2f,\"threads\":%u,\"busy_share\":%.4f,\"time\":{\"open\":%.4f,\"work\":%.4f,"
+		       "\"finish\":%.4f,\"cpu\":%.4f,\"read\":%.4f,\"encode\":%.4f,\"write\":%.4f,\"tensors\":%.4f,"
+		       "\"wait\":%.4f,\"tail\":%.4f}}\n",
+		       r->seconds > 0 ? (double)r->in_bytes / r->seconds / 1e6 : 0.0, r->threads, q->busy_share, q->open,
+		       q->work, q->finish, q->cpu, q->read, q->encode, q->write, q->tensors, q->wait, q->tail);
 		return;
 	}
 	char a[32], b[32];
@@ -190,6 +196,16 @@ static void print_card(const struct strata_quantize_report *r, const char *in, c
 		printf("time:           %.2f s, %.1f MB/s of input; working buffers %s\n", r->seconds,
 	       r->seconds > 0 ? (double)r->in_bytes / r->seconds / 1e6 : 0.0,
 	       strata_fmt_bytes(r->buffer_bytes, b, sizeof(b)));
+	if (r->seconds > 0 && r->threads) {
+		/* shares of threads x wall time */
+		const struct strata_quantize_times *q = &r->time;
+		double all = r->seconds * r->threads / 100;
+		printf("threads:        %u, cores busy %.1f%% (worker CPU time / threads x time); of the threads' time: "
+		       "encode %.1f%%, read %.1f%%, write %.1f%%, non-routed %.1f%%, waits %.1f%%, idle at the end %.1f%%; "
+		       "set-up %.2f s, finish %.2f s\n",
+		       r->threads, 100 * q->busy_share, q->encode / all, q->read / all, q->write / all, q->tensors / all,
+		       q->wait / all, q->tail / all, q->open, q->finish);
+	}
 	printf("%s%s\n", r->seconds > 0 ? "shards in " : "", out);
 }
 

@@ -14,9 +14,18 @@
  * parameters per CPU-second of the pipeline (all its threads, getrusage) are
  * printed too: against the encoder's own CPU time per parameter
  * (CLOCK_THREAD_CPUTIME_ID), that ratio is the pipeline's overhead whatever
- * the load.
+ * the load.  `busy` is the run's own account (strata_quantize_report.time):
+ * worker CPU time / (N x wall), and `tail` the share of N x wall the threads
+ * sat idle at the end.
+ *
+ * A second table separates the machine from the pipeline: N threads each
+ * encode the same in-memory matrices (the first two experts) at once;
+ * N x work / wall against N x the one-thread rate is how well the CPU itself
+ * scales (shared caches, memory, clocks), and the pipeline's rate against
+ * that N-thread encoder is the pipeline's own share.
  */
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +46,48 @@ static double cpu_s(void)
 	getrusage(RUSAGE_SELF, &ru);
 	return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec +
 	       (double)ru.ru_stime.tv_usec / 1e6;
+}
+
+/* the N-thread encoder: every thread quantizes the same matrices */
+struct enc_job {
+	float **w;          /* [n] matrices in memory */
+	uint32_t n, *rows, *cols;
+	int *fmt;
+	size_t dst_bytes;
+	int failed;
+};
+
+static void *enc_thread(void *arg)
+{
+	struct enc_job *j = arg;
+	void *dst = malloc(j->dst_bytes);
+	for (uint32_t i = 0; dst && i < j->n; i++)
+		if (strata_quantize_matrix(j->fmt[i], j->w[i], j->rows[i], j->cols[i], NULL, dst, j->dst_bytes, NULL))
+			j->failed = 1;
+	if (!dst)
+		j->failed = 1;
+	free(dst);
+	return NULL;
+}
+
+/* seconds for n threads to each encode the job's matrices */
+static double enc_threads(struct enc_job *j, unsigned n)
+{
+	pthread_t *th = calloc(n, sizeof(*th));
+	uint64_t t0 = strata_now_ns();
+	unsigned started = 0;
+	for (; th && started < n; started++)
+		if (pthread_create(&th[started], NULL, enc_thread, j))
+			break;
+	for (unsigned i = 0; i < started; i++)
+		pthread_join(th[i], NULL);
+	double s = (double)(strata_now_ns() - t0) / 1e9;
+	free(th);
+	if (started < n || j->failed) {
+		fprintf(stderr, "bench_quantize_pipeline: the %u-thread encoder failed\n", n);
+		exit(1);
+	}
+	return s;
 }
 
 static void die(const struct strata_error *e)
@@ -101,10 +152,39 @@ int main(int argc, char **argv)
 	double enc_rate = (double)params / enc_s, enc_cpu_rate = (double)params / enc_cpu;
 	printf("model %s: %llu experts, %.1fM routed params\n", spec_text, (unsigned long long)total, (double)params / 1e6);
 	printf("encoder alone: %.3f Mparam/s wall, %.3f Mparam per CPU-second\n", enc_rate / 1e6, enc_cpu_rate / 1e6);
+	/* the same matrices for every thread of the N-thread encoder: the first
+	 * expert of each tier, in its tier's format */
+	struct enc_job ej = { .dst_bytes = lay.bytes };
+	uint64_t pick[STRATA_TIER_COUNT];
+	uint32_t np = 0;
+	for (int t = 0; t < STRATA_TIER_COUNT; t++)
+		for (uint64_t e = 0; e < total; e++)
+			if (tiers[e] == t) {
+				pick[np++] = e;
+				break;
+			}
+	uint32_t nm = np * STRATA_MAT_COUNT;
+	ej.w = calloc(nm, sizeof(*ej.w));
+	ej.rows = calloc(nm, sizeof(*ej.rows));
+	ej.cols = calloc(nm, sizeof(*ej.cols));
+	ej.fmt = calloc(nm, sizeof(*ej.fmt));
+	uint64_t ej_params = 0;
+	for (uint32_t i = 0; ej.w && ej.rows && ej.cols && ej.fmt && i < nm; i++, ej.n++) {
+		uint64_t e = pick[i / STRATA_MAT_COUNT];
+		const struct strata_safetensors_tensor *t = m->experts[e * STRATA_MAT_COUNT + i % STRATA_MAT_COUNT];
+		ej.rows[i] = (uint32_t)t->shape[0];
+		ej.cols[i] = (uint32_t)t->shape[1];
+		ej.fmt[i] = STRATA_FMT_HOT + tiers[e];
+		if (!(ej.w[i] = malloc(t->numel * sizeof(float))) || strata_quantize_read_rows(m, t, 0, ej.rows[i], ej.w[i], &err))
+			die(&err);
+		ej_params += t->numel;
+	}
 	printf("threads  encoder_Mparam/s(1 thread)  pipeline_Mparam/s  pipeline/(threads x encoder)"
-	       "  pipeline_Mparam/cpu_s  per-cpu ratio\n");
+	       "  pipeline_Mparam/cpu_s  per-cpu ratio   busy   tail\n");
 	char list[64];
 	snprintf(list, sizeof(list), "%s", threads_list);
+	double pipe_rate[64];
+	unsigned nr = 0;
 	for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
 		unsigned n = (unsigned)atoi(tok);
 		struct strata_quantize_config qc = { .out = out, .tiers = tiers, .threads = n };
@@ -118,9 +198,31 @@ int main(int argc, char **argv)
 		if (strata_quantize_run(m, &qc, &rep, &err))
 			die(&err);
 		double s = (double)(strata_now_ns() - t0) / 1e9, c = cpu_s() - c0;
-		printf("%7u  %27.3f  %17.3f  %28.3f  %21.3f  %13.3f\n", n, enc_rate / 1e6, (double)params / s / 1e6,
-		       (double)params / s / (n * enc_rate), (double)params / c / 1e6, (double)params / c / enc_cpu_rate);
+		printf("%7u  %27.3f  %17.3f  %28.3f  %21.3f  %13.3f  %5.3f  %5.3f\n", n, enc_rate / 1e6,
+		       (double)params / s / 1e6, (double)params / s / (n * enc_rate), (double)params / c / 1e6,
+		       (double)params / c / enc_cpu_rate, rep.time.busy_share,
+		       rep.seconds > 0 ? rep.time.tail / (n * rep.seconds) : 0.0);
+		pipe_rate[nr++ % 64] = (double)params / s;
 	}
+	printf("\nthe encoder on N threads at once, each the same %u matrices in memory (one expert per tier, %.2fM params):\n", ej.n,
+	       (double)ej_params / 1e6);
+	printf("threads  encoder_Mparam/s  of_N_x_1_thread  pipeline/N-thread_encoder\n");
+	double one = 0;
+	snprintf(list, sizeof(list), "%s", threads_list);
+	nr = 0;
+	for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
+		unsigned n = (unsigned)atoi(tok);
+		if (!one)
+			one = (double)ej_params / enc_threads(&ej, 1);
+		double r = n == 1 ? one : (double)n * ej_params / enc_threads(&ej, n);
+		printf("%7u  %16.3f  %15.3f  %25.3f\n", n, r / 1e6, r / (n * one), pipe_rate[nr++ % 64] / r);
+	}
+	for (uint32_t i = 0; i < ej.n; i++)
+		free(ej.w[i]);
+	free(ej.w);
+	free(ej.rows);
+	free(ej.cols);
+	free(ej.fmt);
 	strata_quantize_model_close(m);
 	free(tiers);
 	free(w);

@@ -27,10 +27,13 @@
  * quantization_config.weight_block_size (default 128 x 128); the scale
  * tensors are consumed, not stored.  A missing or misshapen scale is an error.
  *
- * Memory is bounded: each worker thread holds one matrix as float (the
- * largest of gate/up/down: inter x hidden x 4 bytes) plus one packed expert;
- * non-routed tensors are converted one at a time (the largest one as BF16
- * is held whole, as strata_store_writer_add_tensor takes it in one piece).
+ * Work is spread over the threads in row blocks of about 32K weights of one
+ * matrix (so a few large or unequal experts still keep every thread busy),
+ * the non-routed tensors first; the output does not depend on the thread
+ * count.  Memory is bounded: each worker thread holds one row block as float,
+ * and threads + 2 packed-expert buffers are shared; non-routed tensors are
+ * converted a chunk at a time (each one as BF16 is held whole, as
+ * strata_store_writer_add_tensor takes it in one piece).
  */
 #ifndef STRATA_QUANTIZE_H
 #define STRATA_QUANTIZE_H
@@ -124,6 +127,17 @@ struct strata_quantize_report {
 	uint64_t routed_bf16_bytes;
 	uint64_t out_bytes;         /* expert extents + tensors */
 	uint64_t buffer_bytes;      /* working buffers held (the memory bound) */
+	uint32_t threads;           /* worker threads used */
+	/* where the time went (strata_quantize_run): seconds; the per-thread
+	 * ones are summed over the threads */
+	struct strata_quantize_times {
+		double open, work, finish; /* wall: shard files set up; the threads' work; headers + fsync */
+		double cpu;                /* CPU time of the worker threads */
+		double read, encode, write, tensors; /* in reading + converting, the encoder, shard writes, non-routed tensors */
+		double wait;               /* waiting for an expert buffer to be free */
+		double tail;               /* idle after its last task while others still worked */
+		double busy_share;         /* cpu / (threads x seconds): how busy the cores were */
+	} time;
 	uint32_t imatrix_used;      /* matrices quantized with an importance matrix */
 	uint32_t skipped;
 	double seconds;

@@ -9,6 +9,7 @@
 #include "strata/error.h"
 
 uint64_t strata_now_ns(void); /* CLOCK_MONOTONIC */
+uint64_t strata_thread_cpu_ns(void); /* CLOCK_THREAD_CPUTIME_ID: CPU time of the calling thread */
 
 /* "4096", "64K", "1.5G", "2GiB", "300MB" -> bytes (K/M/G/T are powers of 1024;
  * "kB/MB/GB" are powers of 1000). */
