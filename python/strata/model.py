@@ -611,7 +611,9 @@ class _StaticDecode:
             o = self.out[j]
             m._after_route(mlp, o["flat"], o["dev"], self.packs[j].host() if self.packs else None, step,
                            out=self.y[j])
-        return self.out[-1]["logits"]
+        # a graph's output is its static buffer, overwritten by the next replay: the caller
+        # gets its own copy (it may keep every step's logits)
+        return self.out[-1]["logits"].clone() if self.graphs else self.out[-1]["logits"]
 
 
 class MoEModel(torch.nn.Module):
@@ -657,12 +659,10 @@ class MoEModel(torch.nn.Module):
         self.recorder = None
         self.req = 0
         # decode steps (T = 1) as fixed device work between the MoE layers' routing reads:
-        # "graph" (CUDA: one CUDA graph per stretch; opt-in: on the H200 its logits differed
-        # from the plain forward's in test_gpu_decode_graphs, rel 0.86, 2026-12-03, not yet
-        # found), "eager" (the same work without graphs: how the CPU checks it), "off" (the
-        # plain forward, the default)
+        # "graph" (CUDA: one CUDA graph per stretch, the default there), "eager" (the same work
+        # without graphs: how the CPU checks it), "off" (the plain forward; the CPU's default)
         env = os.environ.get("STRATA_STATIC_DECODE")
-        self.static_decode = env or "off"
+        self.static_decode = env or ("graph" if self.device.type == "cuda" else "off")
         if self.static_decode not in ("graph", "eager", "off"):
             raise StrataError("STRATA_STATIC_DECODE=%s: graph, eager or off" % self.static_decode, code=-1)
         self._plan = None

@@ -596,11 +596,6 @@ def test_gpu_decode_graphs(qwen):
     if not gpu_ok():
         print("SKIP test_gpu_decode_graphs: no GPU usable by PyTorch and libstrata (runs on the device machine)")
         pytest.skip("no GPU")
-    if os.environ.get("STRATA_TEST_GRAPHS") != "1":
-        # failed on the H200 on 2026-12-03 (rel 0.86): graph decode is opt-in until it passes
-        print("SKIP test_gpu_decode_graphs: STRATA_STATIC_DECODE=graph is opt-in and known to differ "
-              "from the plain forward on the GPU; STRATA_TEST_GRAPHS=1 runs this check")
-        pytest.skip("graph decode is opt-in")
     hf, q = qwen
     for make in (lambda: StrataBackend(q, "1M", "4M", prefetch="lookahead:depth=1:adaptive=0", gpu="1"),
                  BatchedBackend):
