@@ -227,6 +227,21 @@ __device__ __forceinline__ void unit_mma(const uint32_t (&rc)[2][2], uint32_t j,
 // token's activations are scaled by 2^-e (e >= 0 from the token's largest
 // magnitude among the unit's 32 columns, so the fp16 values stay below 2^14)
 // and that unit's sums scaled back by 2^e.
+// Whether any lane of the warp holds a non-finite sum in its tier block
+// (the fp16 range guard of compute and compute_sq: recompute the block).
+template <int NT> __device__ __forceinline__ bool warp_nonfinite(const float (&blk)[NT][2][4])
+{
+	bool bad = false;
+#pragma unroll
+	for (int n = 0; n < NT; n++)
+#pragma unroll
+		for (int m = 0; m < 2; m++)
+#pragma unroll
+			for (int i = 0; i < 4; i++)
+				bad |= !isfinite(blk[n][m][i]);
+	return __any_sync(0xffffffffu, bad);
+}
+
 template <class F, int NT>
 __device__ __forceinline__ void block_redo(const MoeParams &p, bool d, const float *const (&xr)[NT],
 					const bool (&have)[NT], uint32_t k0, uint32_t cols,
@@ -347,15 +362,7 @@ __device__ __forceinline__ void compute(const MoeParams &p, const Task &k, uint3
 		for (uint32_t u = 0; u < 8; u++)
 			step(u);
 	}
-	bool bad = false;
-#pragma unroll
-	for (int n = 0; n < NT; n++)
-#pragma unroll
-		for (int m = 0; m < 2; m++)
-#pragma unroll
-			for (int i = 0; i < 4; i++)
-				bad |= !isfinite(blk[n][m][i]);
-	if (__any_sync(0xffffffffu, bad))
+	if (warp_nonfinite<NT>(blk))
 		block_redo<F, NT>(p, d, xr, have, k0, cols, rc, blk);
 #pragma unroll
 	for (int m = 0; m < 2; m++) {
@@ -441,15 +448,7 @@ __device__ __forceinline__ void compute_sq(const MoeParams &p, const Task &k, ui
 		load(7, x); group(std::integral_constant<int, 7>(), x, redo, sums);
 	};
 	pass(false, blk);
-	bool bad = false;
-#pragma unroll
-	for (int n = 0; n < NT; n++)
-#pragma unroll
-		for (int m = 0; m < 2; m++)
-#pragma unroll
-			for (int i = 0; i < 4; i++)
-				bad |= !isfinite(blk[n][m][i]);
-	if (__any_sync(0xffffffffu, bad)) {
+	if (warp_nonfinite<NT>(blk)) {
 #pragma unroll
 		for (int n = 0; n < NT; n++)
 #pragma unroll
