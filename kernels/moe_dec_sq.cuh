@@ -148,9 +148,12 @@ __device__ __forceinline__ float h2f(uint32_t w, int hi)
 	return __half2float(__ushort_as_half((unsigned short)(hi ? w >> 16 : w & 0xffff)));
 }
 
-// acc += unit u of the task (e: this lane's words of its 4 rows).
-template <class F> __device__ __forceinline__ void cmp_unit(const MoeParams &p, bfd::Cmp &c, const typename Sq<F>::Ent &e,
-							      uint32_t u)
+// acc += unit u of the task (e: this lane's words of its 4 rows).  xs: the
+// byte offset of the staged x rows in shared memory (XS: x staged as fp16 at
+// the start of the launch, sq_kernel), used for gate|up units inside the row.
+template <class F, bool XS>
+__device__ __forceinline__ void cmp_unit(const MoeParams &p, const Args &a, bfd::Cmp &c, const typename Sq<F>::Ent &e,
+					 uint32_t u)
 {
 	using S = Sq<F>;
 	const int lane = threadIdx.x & 31, t = lane & 3;
@@ -168,15 +171,10 @@ template <class F> __device__ __forceinline__ void cmp_unit(const MoeParams &p, 
 			else
 				ln[m][h].w[4] = e.x[m][h];
 		}
-	// Group U of the unit with activations x (times 2^-e when redo) into sums.
-	auto group = [&](auto UC, const float (&x)[1][8], bool redo, float (&sums)[2][4]) {
+	// Group U of the unit with packed fp16 activations b (column multipliers
+	// cm: 1, or 2^e of the redo) into sums.
+	auto group = [&](auto UC, const uint32_t (&b)[4], const float (&cm)[2], float (&sums)[2][4]) {
 		constexpr int U = decltype(UC)::value;
-		uint32_t b[4];
-		const int ex = redo ? unit_exp(x[0]) : 0;
-		pack_b(x[0], b, redo ? ldexpf(1.0f, -ex) : 1.0f);
-		float cm[2] = { 1.0f, 1.0f };
-		if (redo)
-			col_mul(ex, t, cm);
 		// The group's scale of each row: lane (g, U) of the quad has it.
 		uint32_t sw[2][2];
 #pragma unroll
@@ -199,20 +197,77 @@ template <class F> __device__ __forceinline__ void cmp_unit(const MoeParams &p, 
 			sums[m][3] = fmaf(s1 * cm[1], cc[3], sums[m][3]);
 		}
 	};
-	auto pass = [&](bool redo, float (&sums)[2][4]) {
-		float x[1][8];
-		auto load = [&](uint32_t uu) {
-			dec::unit_act<1>(p, d, c.xr, c.have, full, col0 + 32 * uu + 8 * t, c.cols, x);
-		};
-		load(0); group(std::integral_constant<int, 0>(), x, redo, sums);
-		load(1); group(std::integral_constant<int, 1>(), x, redo, sums);
-		load(2); group(std::integral_constant<int, 2>(), x, redo, sums);
-		load(3); group(std::integral_constant<int, 3>(), x, redo, sums);
+	auto load = [&](uint32_t uu, float (&x)[1][8]) {
+		dec::unit_act<1>(p, d, c.xr, c.have, full, col0 + 32 * uu + 8 * t, c.cols, x);
 	};
+	const float one[2] = { 1.0f, 1.0f };
+	// The usual pass: each group's activations are loaded one group ahead, from
+	// the staged fp16 x (gate|up, XS) or through L1.
+	auto pass = [&](float (&sums)[2][4]) {
+		if (XS && !d && full) {
+			const uint32_t xo = 2 * ((uint32_t)(c.xr[0] - p.x) + col0 + 8 * t);
+			uint4 v[2];
+			auto ld = [&](int uu, uint4 &o) { o = lds128(xo + 64 * uu); };
+			auto grp = [&](auto UC, const uint4 &w) {
+				const uint32_t b[4] = { w.x, w.y, w.z, w.w };
+				group(UC, b, one, sums);
+			};
+			ld(0, v[0]);
+			ld(1, v[1]);
+			grp(std::integral_constant<int, 0>(), v[0]);
+			ld(2, v[0]);
+			grp(std::integral_constant<int, 1>(), v[1]);
+			ld(3, v[1]);
+			grp(std::integral_constant<int, 2>(), v[0]);
+			grp(std::integral_constant<int, 3>(), v[1]);
+		} else {
+			float x[2][1][8];
+			auto grp = [&](auto UC, const float (&xx)[1][8]) {
+				uint32_t b[4];
+				pack_b(xx[0], b);
+				group(UC, b, one, sums);
+			};
+			load(0, x[0]);
+			load(1, x[1]);
+			grp(std::integral_constant<int, 0>(), x[0]);
+			load(2, x[0]);
+			grp(std::integral_constant<int, 1>(), x[1]);
+			load(3, x[1]);
+			grp(std::integral_constant<int, 2>(), x[0]);
+			grp(std::integral_constant<int, 3>(), x[1]);
+		}
+	};
+	// The fp16 range guard: the unit again with each token's activations (f32,
+	// from global memory) scaled by 2^-e and the sums scaled back.
+	auto redo = [&](float (&sums)[2][4]) {
+		auto grp = [&](auto UC) {
+			float x[1][8];
+			load(decltype(UC)::value, x);
+			const int ex = unit_exp(x[0]);
+			uint32_t b[4];
+			pack_b(x[0], b, ldexpf(1.0f, -ex));
+			float cm[2];
+			col_mul(ex, t, cm);
+			group(UC, b, cm, sums);
+		};
+		grp(std::integral_constant<int, 0>());
+		grp(std::integral_constant<int, 1>());
+		grp(std::integral_constant<int, 2>());
+		grp(std::integral_constant<int, 3>());
+	};
+	// A down task's h rows are first read here (from L2: no SM has read
+	// them before): at its first unit, pull the chunk of this lane's token row
+	// into L1 (lane t of each quad: lines t, t + 4, ...), so that the units
+	// after it find their activations there.
+	if (d && u == 0) {
+		const uint32_t n = (min(c.k0 + a.kc[1], c.cols) - c.k0 + 31) / 32;
+		for (uint32_t j = t; j < n; j += 4)
+			asm volatile("prefetch.global.L1 [%0];\n" ::"l"(c.xr[0] + c.k0 + 32 * j));
+	}
 	// c.acc as it was before the unit, for the slow path
 	float keep[2][4];
 	memcpy(keep, c.acc, sizeof(keep));
-	pass(false, c.acc);
+	pass(c.acc);
 	bool bad = false;
 #pragma unroll
 	for (int m = 0; m < 2; m++)
@@ -221,12 +276,28 @@ template <class F> __device__ __forceinline__ void cmp_unit(const MoeParams &p, 
 			bad |= !isfinite(c.acc[m][i]);
 	if (__any_sync(0xffffffffu, bad)) {
 		memcpy(c.acc, keep, sizeof(keep));
-		pass(true, c.acc);
+		redo(c.acc);
 	}
 }
 
-template <int FMT, int NW, int D, bool PF>
-__global__ void __launch_bounds__(32 * NW, 1) sq_kernel(const __grid_constant__ MoeParams p, const __grid_constant__ Args a)
+// Stage rows 0 .. xrows - 1 of x (hidden floats each, hidden % 8 == 0) into
+// shared memory as fp16, rounded as pack_b rounds them (the CTA's threads
+// together; the caller synchronises).
+__device__ __forceinline__ void stage_x(const MoeParams &p, uint32_t xrows)
+{
+	const uint32_t n = xrows * p.hidden / 8;
+	for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) {
+		const float4 a = __ldg(reinterpret_cast<const float4 *>(p.x) + 2 * i);
+		const float4 b = __ldg(reinterpret_cast<const float4 *>(p.x) + 2 * i + 1);
+		*reinterpret_cast<uint4 *>(g_smem + 16 * i) =
+			make_uint4(pack_f16x2(a.x, a.y), pack_f16x2(a.z, a.w), pack_f16x2(b.x, b.y), pack_f16x2(b.z, b.w));
+	}
+}
+
+// xrows: rows of x staged in shared memory as fp16 (0: none; XS: not 0).
+template <int FMT, int NW, int D, bool PF, bool XS>
+__global__ void __launch_bounds__(32 * NW, 1)
+	sq_kernel(const __grid_constant__ MoeParams p, const __grid_constant__ Args a, uint32_t xrows)
 {
 	using F = FmtScalar<FMT>;
 	using E = typename Sq<F>::Ent;
@@ -274,7 +345,12 @@ __global__ void __launch_bounds__(32 * NW, 1) sq_kernel(const __grid_constant__ 
 #pragma unroll
 	for (int i = 0; i < D; i++)
 		issue(i);
-	bfd::ring_run<D>(p, a, rt, [&](bfd::Cmp &c, int i) { cmp_unit<F>(p, c, w[i], ru[i]); }, issue);
+	// x is staged while the ring's first loads are in flight.
+	if constexpr (XS) {
+		stage_x(p, xrows);
+		__syncthreads();
+	}
+	bfd::ring_run<D, false>(p, a, rt, [&](bfd::Cmp &c, int i) { cmp_unit<F, XS>(p, a, c, w[i], ru[i]); }, issue);
 }
 
 } // namespace sqd
