@@ -10,7 +10,7 @@
 // read ceiling at the Kimi shape.  Here, as in bfd::bf16_kernel, every warp is
 // an independent stream with a register ring of D units loaded straight from
 // global memory (16-byte loads, read-only path, L2 256-byte prefetch hint),
-// issued D units ahead across task boundaries; no shared memory, no barriers.
+// issued D units ahead across task boundaries; no barriers after the start.
 //   unit (q4): half a block h (128 weights) of the lane's 4 rows (g, g+8 of both
 //              16-row tiles): per row one 16-byte load of its code words
 //              (groups 4h..4h+3, weights 8t..8t+7 of each) and the 2-byte
@@ -26,6 +26,17 @@
 // MMAs per 16-row tile give the group's sums, which are scaled by the group's
 // fp16 scale in f32; activations beyond the fp16 range take compute_sq's
 // guard (the unit is recomputed with each token's activations scaled by 2^-e).
+// Activations (what ncu showed bounding this kernel at 0.25 of read, Kimi q4
+// T=1: 45% of warp stalls were waits for the activation loads at use, which
+// missed L1 because every gate|up task end and down task start did an acquire,
+// i.e. an invalidation of the SM's L1):
+//   - x: with sq_xs (default) the launch's x rows are staged once per CTA in
+//     shared memory as fp16 (rounded as the MMA operands are), while the
+//     ring's first loads are in flight; gate|up units read them with one
+//     16-byte shared load per group, one group ahead;
+//   - h (down) and x without staging: through L1, one group ahead, a down
+//     task pulling its chunk of h into L1 at its first unit;
+//   - the gate|up -> down counters take no acquire (bfd ACQ=false).
 namespace sqd {
 
 using bfd::Args;

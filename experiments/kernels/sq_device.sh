@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device call for the fast-decode scalar formats (issue 21): the steps in
-# STEPS (default "tests memcheck bench cal ab"), in that order:
+# STEPS (default "tests bench cal ab memcheck"), in this order:
 #   tests     test_kernels (every case against the CPU reference, among them
 #             test_moe_scalar and test_dequant_exact for q4 and q3);
 #             STRATA_TESTS=name,... limits it to those tests
@@ -23,7 +23,8 @@
 #             the first shape the per-SASS-instruction source counters (stall
 #             reasons by instruction) as CSV
 #   layer     the full Kimi layer with the hot tier in q4
-# Time limits per step: T_TESTS, T_MC, T_BENCH, T_CAL, T_NCU (seconds).
+# Time limits per step: T_TESTS, T_BENCH, T_CAL, T_NCU, T_MC (seconds; memcheck
+# also stops 8 s before LIMIT, seconds since the start, default 600).
 # Uses the binaries under $BUILD (default build/dev) when they run, else
 # builds them (cuda=1).  Logs go to $OUT (or ./out) and sq.tar.gz there.
 #   bash experiments/kernels/sq_device.sh
@@ -37,7 +38,7 @@ if ! "$B/bench/bench_kernels" --help >/dev/null 2>&1; then
 	dev_build cuda=1 builddir=build/dev
 	B=build/dev
 fi
-STEPS=" ${STEPS:-tests memcheck bench cal ab} "
+STEPS=" ${STEPS:-tests bench cal ab memcheck} "
 has() { case "$STEPS" in *" $1 "*) return 0 ;; esac; return 1; }
 # line-buffered logs, so a step stopped by its time limit keeps what it printed
 lb=; command -v stdbuf >/dev/null && lb="stdbuf -oL -eL"
@@ -46,12 +47,6 @@ if has tests; then
 	timeout ${T_TESTS:-90} $lb "$B/tests/test_kernels" >"$d/test_kernels.log" 2>&1; trc=$?
 	grep -E "moe\[(q4|q3|sq|big-q)|scalar decode kernel|dequant|FAILED|PASSED|differ|error" "$d/test_kernels.log" | head -60
 	echo "test_kernels exit $trc"; cp "$d/test_kernels.log" "$out/"
-fi
-if has memcheck; then
-	echo "== compute-sanitizer memcheck (${MC_TESTS:-test_moe_scalar,test_dequant_exact})"
-	STRATA_TESTS=${MC_TESTS:-test_moe_scalar,test_dequant_exact} timeout ${T_MC:-90} $lb compute-sanitizer \
-		--tool memcheck --leak-check full "$B/tests/test_kernels" >"$d/memcheck.log" 2>&1; echo "memcheck exit $?"
-	grep -E "ERROR SUMMARY|PASSED|FAILED" "$d/memcheck.log" | tail -5; cp "$d/memcheck.log" "$out/"
 fi
 if has bench; then
 	echo "== bench decode"
@@ -99,6 +94,12 @@ if has ncu; then
 		ncu -i "$d/sq-$sh.ncu-rep" --page source --print-source sass --csv >"$d/sass-$sh.csv" 2>"$d/page.err"
 		echo "source page exit $? ($(wc -l <"$d/sass-$sh.csv") lines)"; gzip -c "$d/sass-$sh.csv" >"$out/sass-$sh.csv.gz"
 	done
+fi
+if has memcheck; then
+	echo "== compute-sanitizer memcheck (${MC_TESTS:-test_moe_scalar,test_dequant_exact})"
+	STRATA_TESTS=${MC_TESTS:-test_moe_scalar,test_dequant_exact} timeout $(( ${T_MC:-90} < ${LIMIT:-600} - SECONDS - 8 ? ${T_MC:-90} : ${LIMIT:-600} - SECONDS - 8 )) $lb compute-sanitizer \
+		--tool memcheck --leak-check full "$B/tests/test_kernels" >"$d/memcheck.log" 2>&1; echo "memcheck exit $?"
+	grep -E "ERROR SUMMARY|PASSED|FAILED" "$d/memcheck.log" | tail -5; cp "$d/memcheck.log" "$out/"
 fi
 if has layer; then
 	echo "== bench layer (hot tier q4 vs hot)"
