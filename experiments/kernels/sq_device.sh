@@ -21,7 +21,7 @@
 #             workload, instruction mix, duration) on one NCU_FMT (default q4)
 #             T=1 layer call of the scalar decode kernel (sq_kernel), and for
 #             the first shape the per-SASS-instruction source counters (stall
-#             reasons by instruction) as CSV
+#             reasons by instruction) as CSV (NCU_OUT=0: only in sq.tar.gz)
 #   layer     the full Kimi layer with the hot tier in q4
 # Time limits per step: T_TESTS, T_BENCH, T_CAL, T_NCU, T_MC (seconds; memcheck
 # also stops 8 s before LIMIT, seconds since the start, default 600).
@@ -81,7 +81,7 @@ if has ncu; then
 			--section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables --print-details all \
 			--metrics gpu__time_duration.sum,smsp__inst_executed.sum,sass__inst_executed_per_opcode \
 			"$B/bench/bench_kernels" --shape $sh --profile ${NCU_FMT:-q4} >"$d/ncu-$sh.txt" 2>&1
-		echo "== ncu $sh exit $?"; cp "$d/ncu-$sh.txt" "$out/"
+		echo "== ncu $sh exit $?"; [ "${NCU_OUT:-1}" = 0 ] || cp "$d/ncu-$sh.txt" "$out/"
 		grep -E "Duration|DRAM Throughput|Compute \(SM\) Throughput|Issue Slots Busy|No Eligible|Eligible Warps|inst_executed.sum|Registers Per|L1/TEX Hit|L2 Hit Rate  |Warp Cycles Per Issued" \
 			"$d/ncu-$sh.txt" | sed 's/  */ /g' | sort -u
 		grep -E "^ *Stall" "$d/ncu-$sh.txt" | sed 's/  */ /g' | head -8
@@ -92,7 +92,7 @@ if has ncu; then
 			-o "$d/sq-$sh" -f "$B/bench/bench_kernels" --shape $sh --profile ${NCU_FMT:-q4} >"$d/ncu-src.log" 2>&1
 		echo "== ncu source counters exit $?"
 		ncu -i "$d/sq-$sh.ncu-rep" --page source --print-source sass --csv >"$d/sass-$sh.csv" 2>"$d/page.err"
-		echo "source page exit $? ($(wc -l <"$d/sass-$sh.csv") lines)"; gzip -c "$d/sass-$sh.csv" >"$out/sass-$sh.csv.gz"
+		echo "source page exit $? ($(wc -l <"$d/sass-$sh.csv") lines)"; [ "${NCU_OUT:-1}" = 0 ] || gzip -c "$d/sass-$sh.csv" >"$out/sass-$sh.csv.gz"; rm -f "$d/sq-$sh.ncu-rep"
 	done
 fi
 if has memcheck; then
