@@ -34,8 +34,8 @@
 //     shared memory as fp16 (rounded as the MMA operands are), while the
 //     ring's first loads are in flight; gate|up units read them with one
 //     16-byte shared load per group, one group ahead;
-//   - h (down) and x without staging: through L1, one group ahead, a down
-//     task pulling its chunk of h into L1 at its first unit;
+//   - h (down) and x without staging: through L1, one group ahead (pulling a
+//     down task's chunk of h into L1 at its first unit measured no faster);
 //   - the gate|up -> down counters take no acquire (bfd ACQ=false).
 namespace sqd {
 
@@ -159,12 +159,11 @@ __device__ __forceinline__ float h2f(uint32_t w, int hi)
 	return __half2float(__ushort_as_half((unsigned short)(hi ? w >> 16 : w & 0xffff)));
 }
 
-// acc += unit u of the task (e: this lane's words of its 4 rows).  xs: the
-// byte offset of the staged x rows in shared memory (XS: x staged as fp16 at
-// the start of the launch, sq_kernel), used for gate|up units inside the row.
+// acc += unit u of the task (e: this lane's words of its 4 rows).  XS: x is
+// staged in shared memory as fp16 (sq_kernel), read by gate|up units inside
+// the row.
 template <class F, bool XS>
-__device__ __forceinline__ void cmp_unit(const MoeParams &p, const Args &a, bfd::Cmp &c, const typename Sq<F>::Ent &e,
-					 uint32_t u)
+__device__ __forceinline__ void cmp_unit(const MoeParams &p, bfd::Cmp &c, const typename Sq<F>::Ent &e, uint32_t u)
 {
 	using S = Sq<F>;
 	const int lane = threadIdx.x & 31, t = lane & 3;
@@ -266,15 +265,6 @@ __device__ __forceinline__ void cmp_unit(const MoeParams &p, const Args &a, bfd:
 		grp(std::integral_constant<int, 2>());
 		grp(std::integral_constant<int, 3>());
 	};
-	// A down task's h rows are first read here (from L2: no SM has read
-	// them before): at its first unit, pull the chunk of this lane's token row
-	// into L1 (lane t of each quad: lines t, t + 4, ...), so that the units
-	// after it find their activations there.
-	if (d && u == 0) {
-		const uint32_t n = (min(c.k0 + a.kc[1], c.cols) - c.k0 + 31) / 32;
-		for (uint32_t j = t; j < n; j += 4)
-			asm volatile("prefetch.global.L1 [%0];\n" ::"l"(c.xr[0] + c.k0 + 32 * j));
-	}
 	// c.acc as it was before the unit, for the slow path
 	float keep[2][4];
 	memcpy(keep, c.acc, sizeof(keep));
@@ -361,7 +351,7 @@ __global__ void __launch_bounds__(32 * NW, 1)
 		stage_x(p, xrows);
 		__syncthreads();
 	}
-	bfd::ring_run<D, false>(p, a, rt, [&](bfd::Cmp &c, int i) { cmp_unit<F, XS>(p, a, c, w[i], ru[i]); }, issue);
+	bfd::ring_run<D, false>(p, a, rt, [&](bfd::Cmp &c, int i) { cmp_unit<F, XS>(p, c, w[i], ru[i]); }, issue);
 }
 
 } // namespace sqd
