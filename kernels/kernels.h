@@ -154,8 +154,10 @@ int strata_gpu_moe_check(int fmt, uint32_t hidden, uint32_t inter, struct strata
  *                                                into L2 ahead of its register ring (measured
  *                                                slower on the H200: 0.223 vs 0.251 of read, Kimi)
  *   sq_xs        sq_xs                  1        that kernel stages the launch's x rows in shared
- *                                                memory as fp16 at its start when they fit (48 KB,
- *                                                hidden % 8 == 0, no sq_pf); 0: x through L1
+ *                                                memory as fp16 at its start when they fit (48 KB;
+ *                                                x 16-byte aligned, hidden % 8 == 0; not with
+ *                                                sq_pf=1): 0.366 vs 0.336 of read, Kimi q4 T=1;
+ *                                                0: x through L1
  *
  * Everything else the kernels do is fixed: 16-warp persistent CTAs for
  * 8-token tiles and 8 warps for 16-token ones, stage copies by the bulk copy

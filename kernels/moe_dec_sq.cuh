@@ -211,40 +211,39 @@ __device__ __forceinline__ void cmp_unit(const MoeParams &p, bfd::Cmp &c, const 
 		dec::unit_act<1>(p, d, c.xr, c.have, full, col0 + 32 * uu + 8 * t, c.cols, x);
 	};
 	const float one[2] = { 1.0f, 1.0f };
-	// The usual pass: each group's activations are loaded one group ahead, from
-	// the staged fp16 x (gate|up, XS) or through L1.
+	// Groups 0..3 of the unit, each group's activations loaded (ld) one group
+	// ahead of their use (grp), in the two registers of v.
+	auto ahead = [&](auto &&ld, auto &&grp, auto (&v)[2]) {
+		ld(0, v[0]);
+		ld(1, v[1]);
+		grp(std::integral_constant<int, 0>(), v[0]);
+		ld(2, v[0]);
+		grp(std::integral_constant<int, 1>(), v[1]);
+		ld(3, v[1]);
+		grp(std::integral_constant<int, 2>(), v[0]);
+		grp(std::integral_constant<int, 3>(), v[1]);
+	};
+	// The usual pass: the activations from the staged fp16 x (gate|up, XS) or
+	// through L1.
 	auto pass = [&](float (&sums)[2][4]) {
 		if (XS && !d && full) {
 			const uint32_t xo = 2 * ((uint32_t)(c.xr[0] - p.x) + col0 + 8 * t);
 			uint4 v[2];
-			auto ld = [&](int uu, uint4 &o) { o = lds128(xo + 64 * uu); };
-			auto grp = [&](auto UC, const uint4 &w) {
-				const uint32_t b[4] = { w.x, w.y, w.z, w.w };
-				group(UC, b, one, sums);
-			};
-			ld(0, v[0]);
-			ld(1, v[1]);
-			grp(std::integral_constant<int, 0>(), v[0]);
-			ld(2, v[0]);
-			grp(std::integral_constant<int, 1>(), v[1]);
-			ld(3, v[1]);
-			grp(std::integral_constant<int, 2>(), v[0]);
-			grp(std::integral_constant<int, 3>(), v[1]);
+			ahead([&](int uu, uint4 &o) { o = lds128(xo + 64 * uu); },
+			      [&](auto UC, const uint4 &w) {
+				      const uint32_t b[4] = { w.x, w.y, w.z, w.w };
+				      group(UC, b, one, sums);
+			      },
+			      v);
 		} else {
 			float x[2][1][8];
-			auto grp = [&](auto UC, const float (&xx)[1][8]) {
-				uint32_t b[4];
-				pack_b(xx[0], b);
-				group(UC, b, one, sums);
-			};
-			load(0, x[0]);
-			load(1, x[1]);
-			grp(std::integral_constant<int, 0>(), x[0]);
-			load(2, x[0]);
-			grp(std::integral_constant<int, 1>(), x[1]);
-			load(3, x[1]);
-			grp(std::integral_constant<int, 2>(), x[0]);
-			grp(std::integral_constant<int, 3>(), x[1]);
+			ahead(load,
+			      [&](auto UC, const float (&xx)[1][8]) {
+				      uint32_t b[4];
+				      pack_b(xx[0], b);
+				      group(UC, b, one, sums);
+			      },
+			      x);
 		}
 	};
 	// The fp16 range guard: the unit again with each token's activations (f32,
