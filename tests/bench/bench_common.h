@@ -1,14 +1,17 @@
-/* Pieces the policy and engine benchmarks share: thread CPU time, the
- * do-nothing eviction policy that measures the harness floor, best-of-N
- * harness replays, and the engine benchmarks' synthetic router.  Header-only:
+/* Pieces the benchmarks share: thread CPU time, the do-nothing eviction
+ * policy that measures the harness floor, best-of-N harness replays, scratch
+ * paths under $TMPDIR, and the engine benchmarks' synthetic router.  Header-only:
  * every bench_*.c is built as one program. */
 #ifndef STRATA_BENCH_COMMON_H
 #define STRATA_BENCH_COMMON_H
 
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "strata/model.h"
 #include "strata/policy.h"
@@ -91,6 +94,24 @@ static inline double bench_floor(const char *who, const char *model, uint64_t to
 	c->evict_ops = NULL;
 	c->budget = *n_ids / 4;
 	return floor_ns;
+}
+
+/* Scratch space of a benchmark run: path becomes
+ * "$TMPDIR/strata-<what>-XXXXXX" (/tmp without TMPDIR), made unique by
+ * mkdtemp (dir) or mkstemp (a file, created empty).  0, or -1 with a message
+ * naming the path on stderr.  The caller removes it when done. */
+static inline int bench_tmp_path(char *path, size_t len, const char *what, int dir)
+{
+	const char *base = getenv("TMPDIR");
+	snprintf(path, len, "%s/strata-%s-XXXXXX", base && *base ? base : "/tmp", what);
+	int fd = dir ? (mkdtemp(path) ? 0 : -1) : mkstemp(path);
+	if (fd < 0) {
+		fprintf(stderr, "%s: cannot create %s: %s\n", what, path, strerror(errno));
+		return -1;
+	}
+	if (!dir)
+		close(fd);
+	return 0;
 }
 
 /* The engine benchmarks' router: top_k distinct experts per (token, layer),

@@ -16,6 +16,7 @@
  * --evict/--prefetch replace the eviction (every workload) and prefetch (the
  * two-tier one) policies, e.g. a Lua script: --evict policies/lua/lru.lua
  */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -155,14 +156,18 @@ int main(int argc, char **argv)
 	if (!host)
 		return 0;
 	/* host movers on a small packed model */
-	char tmpl[] = "/tmp/strata-bench-engine-XXXXXX";
-	char *d = dir ? (char *)dir : mkdtemp(tmpl);
+	char tmpl[PATH_MAX];
+	if (!dir && bench_tmp_path(tmpl, sizeof(tmpl), "bench-engine", 1))
+		return 1;
+	const char *d = dir ? dir : tmpl;
 	struct strata_synth_config sc = { .seed = 1, .format = STRATA_SYNTH_TIERED, .codes = STRATA_SYNTH_CODES_RANDOM };
 	strata_model_spec_parse("qwen3-30b-a3b:layers=2,experts=64", &sc.spec, &err);
-	struct strata_store *st;
+	struct strata_store *st = NULL;
+	int rc = 1;
+	e = NULL;
 	if ((!dir && strata_synth_write(&sc, d, NULL, NULL, &err)) || strata_store_open(d, &st, &err)) {
 		fprintf(stderr, "store: %s\n", err.msg);
-		return 1;
+		goto out;
 	}
 	strata_engine_config_defaults(&c);
 	c.use_gpu = 0;
@@ -173,7 +178,7 @@ int main(int argc, char **argv)
 		c.evict = evict;
 	if (strata_engine_open(st, &c, &e, &err)) {
 		fprintf(stderr, "%s\n", err.msg);
-		return 1;
+		goto out;
 	}
 	/* warm: touch every expert once */
 	for (uint32_t l = 0; l < sc.spec.n_moe_layers; l++)
@@ -184,16 +189,20 @@ int main(int argc, char **argv)
 			strata_engine_acquire(e, l, ex, sc.spec.top_k, NULL, &err);
 			strata_engine_release(e, 0, l, ex, sc.spec.top_k, &err);
 		}
-	if (run("host/all-hit", e, &sc.spec, steps, 0, 0))
-		return 1;
-	strata_engine_close(e);
-	strata_store_close(st);
+	rc = run("host/all-hit", e, &sc.spec, steps, 0, 0);
+out:
+	if (e)
+		strata_engine_close(e);
+	if (st)
+		strata_store_close(st);
 	if (!dir) {
-		char cmd[256];
+		char cmd[PATH_MAX + 16];
 		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d);
 		if (system(cmd))
 			fprintf(stderr, "could not remove %s\n", d);
 	}
+	if (rc)
+		return 1;
 	free(hot);
 	free(tiers);
 	return 0;

@@ -16,8 +16,11 @@
  * own time outside the movers, policy calls included) against the issue's
  * 5000 ns ceiling for Lua policies.
  *
- *   build/release/bench/bench_lua [tokens] [reps] [lua dir] [engine steps]   (CSV on stdout)
+ *   build/release/bench/bench_lua [--part harness|engine] [tokens] [reps] [lua dir] [engine steps]
  *   (run from the repository root, or give the folder of the scripts)
+ *
+ * Each part is its own table (different columns): one run prints one part's
+ * CSV on stdout (default: harness), so the output is one table pandas reads.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -119,7 +122,7 @@ static int engine_part(uint32_t steps, const char *dir)
 	snprintf(lru, sizeof(lru), "%s/lru.lua", dir);
 	snprintf(lfu, sizeof(lfu), "%s/lfu.lua", dir);
 	snprintf(look, sizeof(look), "%s/lookahead.lua", dir);
-	printf("\nworkload,engine,accesses,bookkeeping_ns_per_access,cpu_ns_per_access,vram_hit_rate,ceiling_ns,ratio\n");
+	printf("workload,engine,accesses,bookkeeping_ns_per_access,cpu_ns_per_access,vram_hit_rate,ceiling_ns,ratio\n");
 	const char *evicts[] = { "lru", lru, "lfu", lfu };
 	int rc = 0;
 	for (int k = 0; k < 4 && !rc; k++) {
@@ -148,11 +151,38 @@ static int engine_part(uint32_t steps, const char *dir)
 	return rc;
 }
 
+static int usage(FILE *f, int rc)
+{
+	fprintf(f, "usage: bench_lua [--part harness|engine] [tokens=128] [reps=3] [lua dir=policies/lua] "
+		   "[engine steps=20000]\n"
+		   "  --part harness  Lua policies vs their C twins in the policy harness (default)\n"
+		   "  --part engine   the engine (virtual movers) with C and Lua policies\n"
+		   "One CSV table on stdout per run; run from the repository root or give the scripts' folder.\n");
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
+	int engine = 0;
+	while (argc > 1 && !strncmp(argv[1], "--", 2)) {
+		if (!strcmp(argv[1], "--help"))
+			return usage(stdout, 0);
+		if (strcmp(argv[1], "--part") || argc < 3 || (strcmp(argv[2], "harness") && strcmp(argv[2], "engine"))) {
+			fprintf(stderr, "bench_lua: unknown option or part: %s%s%s\n", argv[1], argc > 2 ? " " : "",
+				argc > 2 ? argv[2] : "");
+			return usage(stderr, 2);
+		}
+		engine = !strcmp(argv[2], "engine");
+		argc -= 2;
+		argv += 2;
+	}
 	uint64_t tokens = argc > 1 ? strtoull(argv[1], NULL, 10) : 128;
 	int reps = argc > 2 ? atoi(argv[2]) : 3;
 	const char *dir = argc > 3 ? argv[3] : "policies/lua";
+	if (engine) {
+		setenv("STRATA_PROGRESS", "0", 0);
+		return engine_part(argc > 4 ? (uint32_t)strtoul(argv[4], NULL, 10) : 20000, dir);
+	}
 	char lru[4096], lfu[4096], look[4096];
 	snprintf(lru, sizeof(lru), "%s/lru.lua", dir);
 	snprintf(lfu, sizeof(lfu), "%s/lfu.lua", dir);
@@ -201,6 +231,5 @@ int main(int argc, char **argv)
 		}
 		strata_harness_trace_free(t);
 	}
-	setenv("STRATA_PROGRESS", "0", 0);
-	return engine_part(argc > 4 ? (uint32_t)strtoul(argv[4], NULL, 10) : 20000, dir);
+	return 0;
 }
