@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "strata/engine.h"
 #include "strata/model.h"
 #include "strata/policy.h"
 #include "strata/harness.h"
@@ -138,6 +139,36 @@ static inline void route(const struct strata_model_spec *s, int skew, uint32_t *
 				dup |= ex[k] == e;
 		} while (dup);
 	}
+}
+
+/* The engine benchmarks' driver: steps decode steps of one token, step i at
+ * MoE layer i % n_moe_layers, routed by route(skew); with hints, the next
+ * layer's routing as prefetch hints, three in four right.  0, or -1 with err
+ * set. */
+static inline int bench_drive(struct strata_engine *e, const struct strata_model_spec *s, uint32_t steps, int skew,
+			      int hints, struct strata_error *err)
+{
+	uint32_t *ex = malloc(sizeof(uint32_t) * s->top_k), *nx = malloc(sizeof(uint32_t) * s->top_k);
+	struct strata_hint *h = malloc(sizeof(*h) * s->top_k);
+	const void **ptrs = malloc(sizeof(void *) * s->top_k);
+	int rc = 0;
+	route(s, skew, nx);
+	for (uint32_t i = 0; i < steps && !rc; i++) {
+		uint32_t L = i % s->n_moe_layers;
+		memcpy(ex, nx, sizeof(uint32_t) * s->top_k);
+		route(s, skew, nx); /* the next layer's routing, for hints */
+		uint32_t nh = 0;
+		for (uint32_t j = 0; hints && j < s->top_k; j++)
+			h[nh++] = (struct strata_hint){ (L + 1) % s->n_moe_layers, rnd(4) ? nx[j] : rnd(s->n_experts), 1 };
+		rc = strata_engine_begin_step(e, i, L, 1, ex, s->top_k, h, nh, err) ||
+		     strata_engine_acquire(e, L, ex, s->top_k, ptrs, err) ||
+		     strata_engine_release(e, i, L, ex, s->top_k, err);
+	}
+	free(ex);
+	free(nx);
+	free(h);
+	free(ptrs);
+	return rc ? -1 : 0;
 }
 
 #endif

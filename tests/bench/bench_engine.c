@@ -36,25 +36,11 @@ static int run(const char *label, struct strata_engine *e, const struct strata_m
 	       int skew, int hints)
 {
 	struct strata_error err = { 0 };
-	uint32_t *ex = malloc(sizeof(uint32_t) * s->top_k), *nx = malloc(sizeof(uint32_t) * s->top_k);
-	struct strata_hint *h = malloc(sizeof(*h) * s->top_k);
-	const void **ptrs = malloc(sizeof(void *) * s->top_k);
-	route(s, skew, nx);
 	uint64_t b0 = strata_engine_stats(e)->bookkeeping_ns, a0 = strata_engine_stats(e)->accesses;
 	uint64_t t0 = strata_now_ns();
-	for (uint32_t i = 0; i < steps; i++) {
-		uint32_t L = i % s->n_moe_layers;
-		memcpy(ex, nx, sizeof(uint32_t) * s->top_k);
-		route(s, skew, nx); /* the next layer's routing, for hints */
-		uint32_t nh = 0;
-		for (uint32_t j = 0; hints && j < s->top_k; j++)
-			h[nh++] = (struct strata_hint){ (L + 1) % s->n_moe_layers, rnd(4) ? nx[j] : rnd(s->n_experts), 1 };
-		if (strata_engine_begin_step(e, i, L, 1, ex, s->top_k, h, nh, &err) ||
-		    strata_engine_acquire(e, L, ex, s->top_k, ptrs, &err) ||
-		    strata_engine_release(e, i, L, ex, s->top_k, &err)) {
-			fprintf(stderr, "%s: %s\n", label, err.msg);
-			return 1;
-		}
+	if (bench_drive(e, s, steps, skew, hints, &err)) {
+		fprintf(stderr, "%s: %s\n", label, err.msg);
+		return 1;
 	}
 	double wall = (double)(strata_now_ns() - t0);
 	const struct strata_engine_stats *st = strata_engine_stats(e);
@@ -67,10 +53,6 @@ static int run(const char *label, struct strata_engine *e, const struct strata_m
 	       (unsigned long long)(st->evictions[0] + st->evictions[1]), bk / 1000.0);
 	fprintf(stderr, "%-26s %-58s %8.0f accesses  bookkeeping %7.1f ns/access  wall %7.1f ns/access  vram hits %.2f\n",
 		label, strata_engine_name(e), acc, bk, wall / acc, hit);
-	free(ex);
-	free(nx);
-	free(h);
-	free(ptrs);
 	return 0;
 }
 

@@ -61,26 +61,14 @@ static int engine_run(const char *label, const struct strata_engine_model *m, st
 		fprintf(stderr, "bench_lua: %s: %s\n", label, err.msg);
 		return 1;
 	}
-	uint32_t *ex = malloc(sizeof(uint32_t) * s->top_k), *nx = malloc(sizeof(uint32_t) * s->top_k);
-	struct strata_hint *h = malloc(sizeof(*h) * s->top_k);
-	const void **ptrs = malloc(sizeof(void *) * s->top_k);
-	route(s, skew, nx);
 	uint64_t b0 = strata_engine_stats(e)->bookkeeping_ns, a0 = strata_engine_stats(e)->accesses;
 	uint64_t t0 = cpu_ns();
-	int rc = 0;
-	for (uint32_t i = 0; i < steps && !rc; i++) {
-		uint32_t L = i % s->n_moe_layers;
-		memcpy(ex, nx, sizeof(uint32_t) * s->top_k);
-		route(s, skew, nx);
-		uint32_t nh = 0;
-		for (uint32_t j = 0; hints && j < s->top_k; j++)
-			h[nh++] = (struct strata_hint){ (L + 1) % s->n_moe_layers, rnd(4) ? nx[j] : rnd(s->n_experts), 1 };
-		rc = strata_engine_begin_step(e, i, L, 1, ex, s->top_k, h, nh, &err) ||
-		     strata_engine_acquire(e, L, ex, s->top_k, ptrs, &err) ||
-		     strata_engine_release(e, i, L, ex, s->top_k, &err);
-	}
-	if (rc)
+	int rc = bench_drive(e, s, steps, skew, hints, &err);
+	if (rc) {
 		fprintf(stderr, "bench_lua: %s: %s\n", label, err.msg);
+		strata_engine_close(e);
+		return 1;
+	}
 	double cpu = (double)(cpu_ns() - t0);
 	const struct strata_engine_stats *st = strata_engine_stats(e);
 	double acc = (double)(st->accesses - a0);
@@ -95,11 +83,7 @@ static int engine_run(const char *label, const struct strata_engine_model *m, st
 	       (double)st->hits[0] / (double)st->accesses, cpu / acc / 5000.0);
 	fflush(stdout);
 	strata_engine_close(e);
-	free(ex);
-	free(nx);
-	free(h);
-	free(ptrs);
-	return rc;
+	return 0;
 }
 
 static int engine_part(uint32_t steps, const char *dir)
