@@ -89,7 +89,7 @@ def group_by_expert(idx):
     flat = idx.reshape(-1)
     se, order = torch.sort(flat, stable=True)
     used, counts = torch.unique_consecutive(se, return_counts=True)
-    slot = torch.repeat_interleave(torch.arange(used.numel(), device=idx.device), counts)
+    slot = torch.repeat_interleave(torch.arange(used.numel(), device=idx.device), counts, output_size=flat.numel())
     starts = counts.cumsum(0) - counts
     pos = torch.arange(flat.numel(), device=idx.device) - starts[slot]
     tok = torch.div(order, k, rounding_mode="floor")
