@@ -42,12 +42,14 @@ constexpr uint32_t FETCH = 1 + STRATA_MOE_MAX_SLOTS; // p.sync index of the task
 constexpr int QLEN = 8;                    // per-warp queue of fetched task ids
 constexpr uint32_t SMEM_MAX = 227 * 1024;    // dynamic shared memory a CTA may have (sm_90)
 
-template <int NW, int NS> struct DGeo {
+template <int NW, int NS, bool TAB = false> struct DGeo {
 	static constexpr uint32_t ROFF = 2 * ROWS;     // misalignment bytes per stage
 	static constexpr uint32_t QBYTES = 4 * QLEN;
-	// Per warp: NS stages | NS x ROFF | queue.
+	// Per warp: NS stages | NS x ROFF | queue; then (TAB) the codebook table
+	// of the tier formats (tcq_tab_fill, kfmt_tiers.cuh) at TAB_AT.
 	static constexpr uint32_t WARP = NS * (STAGE + ROFF) + QBYTES;
-	static constexpr uint32_t SMEM = NW * WARP;
+	static constexpr uint32_t TAB_AT = NW * WARP;
+	static constexpr uint32_t SMEM = TAB_AT + (TAB ? TCQ_TAB_BYTES : 0);
 	static_assert(SMEM <= SMEM_MAX, "decode kernel shared memory");
 };
 
@@ -205,16 +207,21 @@ __device__ __forceinline__ void issue(LaneRow &l, uint32_t buf, uint8_t *roff)
 
 // MMAs of one 32-weight unit: stage rows g, g+8 of tiles 0 and 1 (decoded
 // once) times this lane's packed activations of each 8-token tile n, into
-// c[n][2][4].
-template <class F, int NT>
+// c[n][2][4].  TAB: the codebook through the table at tb (decode8t).
+template <class F, int NT, bool TAB>
 __device__ __forceinline__ void unit_mma(const uint32_t (&rc)[2][2], uint32_t j, const uint32_t (&b)[NT][4],
-					 float (&c)[NT][2][4])
+					 float (&c)[NT][2][4], uint32_t tb)
 {
 #pragma unroll
 	for (int m = 0; m < 2; m++) {
 		uint32_t a[2][4];
-		F::decode8(rc[m][0], 0, j, 0, a[0]);
-		F::decode8(rc[m][1], 0, j, 0, a[1]);
+		if constexpr (TAB) {
+			F::decode8t(rc[m][0], j, tb, a[0]);
+			F::decode8t(rc[m][1], j, tb, a[1]);
+		} else {
+			F::decode8(rc[m][0], 0, j, 0, a[0]);
+			F::decode8(rc[m][1], 0, j, 0, a[1]);
+		}
 #pragma unroll
 		for (int n = 0; n < NT; n++) {
 			mma_bf16<F::F16>(c[n][m], a[0][0], a[1][0], a[0][1], a[1][1], b[n][0], b[n][1]);
@@ -242,10 +249,10 @@ template <int NT> __device__ __forceinline__ bool warp_nonfinite(const float (&b
 	return __any_sync(0xffffffffu, bad);
 }
 
-template <class F, int NT>
+template <class F, int NT, bool TAB>
 __device__ __forceinline__ void block_redo(const MoeParams &p, bool d, const float *const (&xr)[NT],
 					const bool (&have)[NT], uint32_t k0, uint32_t cols,
-					const uint32_t (&rc)[2][2], float (&blk)[NT][2][4])
+					const uint32_t (&rc)[2][2], float (&blk)[NT][2][4], uint32_t tb)
 {
 	const int lane = threadIdx.x & 31, t = lane & 3;
 	for (uint32_t u = 0; u < 8; u++) {
@@ -259,7 +266,7 @@ __device__ __forceinline__ void block_redo(const MoeParams &p, bool d, const flo
 			e[n] = unit_exp(x[n]);
 			pack_b(x[n], b[n], ldexpf(1.0f, -e[n]));
 		}
-		unit_mma<F, NT>(rc, 4 * u + t, b, c);
+		unit_mma<F, NT, TAB>(rc, 4 * u + t, b, c, tb);
 #pragma unroll
 		for (int n = 0; n < NT; n++) {
 			float cm[2];
@@ -315,10 +322,10 @@ __device__ __forceinline__ void unit_act(const MoeParams &p, bool d, const float
 	const uint32_t k0 = k.kc * 256
 
 // One stage of task k (at shared offset sbuf, misalignments roff): acc += its
-// product, for the task's NT tiles of 8 tokens.
-template <class F, bool UNROLL, int NT>
+// product, for the task's NT tiles of 8 tokens (TAB: codebook table at tb).
+template <class F, bool UNROLL, int NT, bool TAB>
 __device__ __forceinline__ void compute(const MoeParams &p, const Task &k, uint32_t sbuf, const uint8_t *roff,
-					float (&acc)[NT][2][4])
+					float (&acc)[NT][2][4], uint32_t tb)
 {
 	STRATA_STAGE_SETUP(NT);
 	uint32_t rc[2][2], rs[2][2];
@@ -344,7 +351,7 @@ __device__ __forceinline__ void compute(const MoeParams &p, const Task &k, uint3
 			pack_b(cur[n], b[n]);
 		if (u < 7)
 			load(u + 1, nxt);
-		unit_mma<F, NT>(rc, 4 * u + t, b, blk);
+		unit_mma<F, NT, TAB>(rc, 4 * u + t, b, blk, tb);
 #pragma unroll
 		for (int n = 0; n < NT; n++)
 #pragma unroll
@@ -363,7 +370,7 @@ __device__ __forceinline__ void compute(const MoeParams &p, const Task &k, uint3
 			step(u);
 	}
 	if (warp_nonfinite<NT>(blk))
-		block_redo<F, NT>(p, d, xr, have, k0, cols, rc, blk);
+		block_redo<F, NT, TAB>(p, d, xr, have, k0, cols, rc, blk, tb);
 #pragma unroll
 	for (int m = 0; m < 2; m++) {
 		float s0 = F::scale(rs[m][0]), s1 = F::scale(rs[m][1]);
@@ -467,10 +474,10 @@ __device__ __forceinline__ void compute_sq(const MoeParams &p, const Task &k, ui
 
 #undef STRATA_STAGE_SETUP
 
-template <int NW, int NS, bool UNROLL, int NT>
+template <int NW, int NS, bool UNROLL, int NT, bool TAB>
 __global__ void __launch_bounds__(32 * NW, 1) dec_kernel(const __grid_constant__ MoeParams p)
 {
-	using G = DGeo<NW, NS>;
+	using G = DGeo<NW, NS, TAB>;
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 	constexpr uint32_t stage = STAGE;
 	// This warp's shared memory: stages, misalignment tables, task queue.
@@ -478,6 +485,11 @@ __global__ void __launch_bounds__(32 * NW, 1) dec_kernel(const __grid_constant__
 	const uint32_t sb0 = (uint32_t)__cvta_generic_to_shared(g_smem) + wbase; // for cp.async
 	uint8_t *roffs = g_smem + wbase + NS * stage;
 	uint32_t *queue = reinterpret_cast<uint32_t *>(roffs + NS * G::ROFF);
+	if constexpr (TAB) {
+		tcq_tab_fill(G::TAB_AT, threadIdx.x, 32 * NW);
+		__syncthreads();
+	}
+	const uint32_t tb = G::TAB_AT + 4 * lane;
 
 	auto fetch = [&]() -> uint32_t {
 		uint32_t v = 0;
@@ -547,7 +559,7 @@ __global__ void __launch_bounds__(32 * NW, 1) dec_kernel(const __grid_constant__
 		const uint32_t sl = it % NS;
 		const uint32_t sbuf = wbase + sl * stage;
 		switch (cp.fmt) {
-		STRATA_TIER_CASES((compute<F, UNROLL, NT>(p, cp, sbuf, roffs + sl * G::ROFF, acc)))
+		STRATA_TIER_CASES((compute<F, UNROLL, NT, TAB>(p, cp, sbuf, roffs + sl * G::ROFF, acc, tb)))
 		STRATA_SCALAR_CASES((compute_sq<F, NT>(p, cp, sbuf, roffs + sl * G::ROFF, acc)))
 		default: break;
 		}

@@ -1006,20 +1006,21 @@ int launch(MoeParams *p, cudaStream_t st, int variant, struct strata_error *err)
 }
 
 // The warp-streaming decode kernel <NW warps, NS stages> (moe_decode.cuh),
-// tasks already laid out by run_dec.
-template <int NW, int NS, bool UNROLL = false, int NT = 1>
+// tasks already laid out by run_dec; TAB: the codebook through the shared
+// table (tcq_tab_pair).
+template <int NW, int NS, bool UNROLL = false, int NT = 1, bool TAB = false>
 int dec_launch(MoeParams *p, cudaStream_t st, int bit, struct strata_error *err)
 {
-	using G = dec::DGeo<NW, NS>;
+	using G = dec::DGeo<NW, NS, TAB>;
 	if (!(g_ctx.dec_attr & (1u << bit))) {
-		CU_TRY(err, cudaFuncSetAttribute(dec::dec_kernel<NW, NS, UNROLL, NT>,
+		CU_TRY(err, cudaFuncSetAttribute(dec::dec_kernel<NW, NS, UNROLL, NT, TAB>,
 						 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)G::SMEM));
 		g_ctx.dec_attr |= 1u << bit;
 	}
 	uint32_t grid = (p->n_tasks + NW - 1) / NW;
 	if (grid > (uint32_t)g_ctx.sms)
 		grid = (uint32_t)g_ctx.sms;
-	dec::dec_kernel<NW, NS, UNROLL, NT><<<grid, 32 * NW, G::SMEM, st>>>(*p);
+	dec::dec_kernel<NW, NS, UNROLL, NT, TAB><<<grid, 32 * NW, G::SMEM, st>>>(*p);
 	CU_TRY(err, cudaGetLastError());
 	return STRATA_OK;
 }
@@ -1129,6 +1130,12 @@ int run_dec(MoeParams *p, uint32_t maxtok, uint32_t hfl, cudaStream_t st, struct
 		*rc = dec_launch<12, 3>(p, st, 2, err);
 	else if (nw == 16 && ns == 3)
 		*rc = dec_launch<16, 3>(p, st, 3, err);
+	else if (nw == 8 && ns == STRATA_MOE_DEC_TAB + 2)
+		*rc = dec_launch<8, 2, false, 1, true>(p, st, 7, err);
+	else if (nw == 10 && ns == STRATA_MOE_DEC_TAB + 2)
+		*rc = dec_launch<10, 2, false, 1, true>(p, st, 8, err);
+	else if (nw == 7 && ns == STRATA_MOE_DEC_TAB + 3)
+		*rc = dec_launch<7, 3, false, 1, true>(p, st, 9, err);
 	else
 		*rc = dec_launch<12, 4>(p, st, 4, err);
 	return 1;

@@ -172,9 +172,14 @@ static void test_moe_config(void **state)
 	assert_int_equal(strata_gpu_moe_config_parse("sqdec=off,sq_pf=1", &c, &err), STRATA_OK);
 	assert_int_equal(c.sq_dec, 0);
 	assert_int_equal(c.sq_pf, 1);
+	c = d;
+	assert_int_equal(strata_gpu_moe_config_parse("dec=10x2t", &c, &err), STRATA_OK);
+	assert_int_equal(c.dec_warps, 10);
+	assert_int_equal(c.dec_stages, STRATA_MOE_DEC_TAB + 2);
 	static const char *const bad[] = { "dec=9x4", "dec=12", "split=65", "split=-1", "bf16dec=16x5",
 					   "bf16_kc=16", "prefill_min=0", "prefill_min=17x", "poison=2", "warps=8",
-					   "dec", "sqdec=8x4", "sq_pf=2" };
+					   "dec", "sqdec=8x4", "sq_pf=2", "dec=12x4t", "dec=8x2tt", "dec=8x2u",
+					   "bf16dec=8x8t" };
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		c = d;
 		memset(&err, 0, sizeof(err));
@@ -541,7 +546,11 @@ static void test_moe_decode_variants(void **state)
 {
 	if (!test_have_gpu("test_moe_decode_variants"))
 		return;
-	static const int v[][2] = { { 0, 0 }, { 8, 4 }, { 8, 5 }, { 12, 3 }, { 12, 4 }, { 12, -4 }, { 16, 3 } };
+	static const int v[][2] = { { 0, 0 },  { 8, 4 },  { 8, 5 },  { 12, 3 },
+				    { 12, 4 }, { 12, -4 }, { 16, 3 },
+				    /* the codebook through the shared table */
+				    { 8, STRATA_MOE_DEC_TAB + 2 }, { 10, STRATA_MOE_DEC_TAB + 2 },
+				    { 7, STRATA_MOE_DEC_TAB + 3 } };
 	static const struct moe_case cases[] = {
 		{ "var-hot", STRATA_FMT_HOT, 1024, 512, 1, 6, 4, 0 },
 		{ "var-tiers", -3, 768, 288, 8, 9, 3, 0 },
@@ -808,21 +817,25 @@ static float half_to_f32(uint32_t h)
 }
 
 /* One warp of the ceiling kernel (strata_gpu_decode_ceiling_trace) per tier
- * format: every decoded weight must be the codebook value of its window (as
- * in a block of the format), and each lane's sum of MMA accumulators must
- * match the product rebuilt on the CPU from the fragment layout of
- * mma.m16n8k16; then the timed ceiling must give a finite positive rate. */
+ * format and decoder (HFMA2s, shared table): every decoded weight must be the
+ * codebook value of its window (as in a block of the format), and each lane's
+ * sum of MMA accumulators must match the product rebuilt on the CPU from the
+ * fragment layout of mma.m16n8k16; then the timed ceiling must give a finite
+ * positive rate. */
 static void test_decode_ceiling(void **state)
 {
 	struct strata_error err = { 0 };
 	double wps = -1;
 	if (!test_have_gpu("test_decode_ceiling")) {
-		assert_int_equal(strata_gpu_decode_ceiling(STRATA_FMT_HOT, &wps, NULL, &err), STRATA_EUNSUPPORTED);
+		assert_int_equal(strata_gpu_decode_ceiling(STRATA_FMT_HOT, STRATA_CEIL_FMA, &wps, NULL, &err),
+				 STRATA_EUNSUPPORTED);
 		return;
 	}
-	assert_int_equal(strata_gpu_decode_ceiling(STRATA_FMT_BF16, &wps, NULL, &err), STRATA_EINVAL);
+	assert_int_equal(strata_gpu_decode_ceiling(STRATA_FMT_BF16, STRATA_CEIL_FMA, &wps, NULL, &err), STRATA_EINVAL);
+	assert_int_equal(strata_gpu_decode_ceiling(STRATA_FMT_HOT, 2, &wps, NULL, &err), STRATA_EINVAL);
 	enum { LW = STRATA_CEIL_LANE_WORDS, IT = 5 };
-	for (int fmt = STRATA_FMT_HOT; fmt <= STRATA_FMT_COLD; fmt++) {
+	for (int fd = 0; fd < 6; fd++) {
+		const int fmt = STRATA_FMT_HOT + fd / 2, dec = fd % 2 ? STRATA_CEIL_TABLE : STRATA_CEIL_FMA;
 		uint32_t in[32 * LW], *pairs = malloc(IT * 512 * 4);
 		float sink[32];
 		assert_non_null(pairs);
@@ -835,7 +848,7 @@ static void test_decode_ceiling(void **state)
 				in[l * LW + k] = v;
 			}
 		memset(pairs, 0xff, IT * 512 * 4);
-		assert_int_equal(strata_gpu_decode_ceiling_trace(fmt, IT, in, pairs, sink, &err), STRATA_OK);
+		assert_int_equal(strata_gpu_decode_ceiling_trace(fmt, dec, IT, in, pairs, sink, &err), STRATA_OK);
 		size_t bad = 0;
 		double ref[32] = { 0 }, mag[32] = { 0 };
 		for (uint32_t it = 0; it < IT; it++) {
@@ -851,8 +864,8 @@ static void test_decode_ceiling(void **state)
 						uint32_t p = pairs[((it * 4 + r) * 4 + i / 2) * 32 + l];
 						w[r][l][i] = half_to_f32(p >> (16 * (i & 1)) & 0xffff);
 						if (w[r][l][i] != want && bad++ < 5)
-							fprintf(stderr, "decode ceiling %s: it %u lane %d row %d weight %d: %g, want %g\n",
-								strata_fmt_traits(fmt)->name, it, l, r, i, w[r][l][i], want);
+							fprintf(stderr, "decode ceiling %s/%d: it %u lane %d row %d weight %d: %g, want %g\n",
+								strata_fmt_traits(fmt)->name, dec, it, l, r, i, w[r][l][i], want);
 					}
 				}
 			/* the MMAs: tile m, k-step h; A[row][k], B[k][col] from the fragments */
@@ -893,11 +906,13 @@ static void test_decode_ceiling(void **state)
 		}
 		free(pairs);
 		uint32_t wpsm = 0;
-		assert_int_equal(strata_gpu_decode_ceiling(fmt, &wps, &wpsm, &err), STRATA_OK);
-		printf("decode ceiling %s: %.3g weights/s (%u warps per SM)\n", strata_fmt_traits(fmt)->name, wps, wpsm);
+		assert_int_equal(strata_gpu_decode_ceiling(fmt, dec, &wps, &wpsm, &err), STRATA_OK);
+		printf("decode ceiling %s, %s: %.3g weights/s (%u warps per SM)\n", strata_fmt_traits(fmt)->name,
+		       dec ? "table" : "fma", wps, wpsm);
 		assert_true(isfinite(wps) && wps > 0 && wpsm >= 8);
 	}
-	assert_int_equal(strata_gpu_decode_ceiling_trace(STRATA_FMT_BF16, 1, NULL, NULL, NULL, &err), STRATA_EINVAL);
+	assert_int_equal(strata_gpu_decode_ceiling_trace(STRATA_FMT_BF16, STRATA_CEIL_FMA, 1, NULL, NULL, NULL, &err),
+			 STRATA_EINVAL);
 }
 
 /* ---- bad calls fail cleanly ---- */
