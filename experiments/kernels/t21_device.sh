@@ -11,19 +11,33 @@
 #   shape's decode table with --kernel VARIANT, and
 #   with NCU=1 ncu (pipe utilisation, instruction mix) of the ceiling kernel
 #   for the decoders in NCU_VARIANTS (ceil_variants numbering, default "0 1").
-#   Logs and CSVs under $OUT (default out/), a summary last.
+#   Under $OUT (default out/): summary.txt, t21_csv.tar.gz (the CSVs),
+#   t21_logs.tar.gz (everything); the summary is printed last.
 #   bash experiments/kernels/t21_device.sh
 set -u
 B=${B:-build/release}
-out=${OUT:-out}
-mkdir -p "$out"
+dest=${OUT:-out}
+mkdir -p "$dest"
+out=$(mktemp -d)
+# $OUT gets the summary, the CSVs in one tarball and every log in another
+trap 'cp "$out/summary.txt" "$dest/"; tar -czf "$dest/t21_csv.tar.gz" -C "$out" $(cd "$out" && ls *.csv 2>/dev/null); tar -czf "$dest/t21_logs.tar.gz" -C "$out" .' EXIT
 s="$out/summary.txt"
 : >"$s"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,power.draw --format=csv >"$out/gpu.txt" 2>&1
+# Every step ends by DEADLINE seconds after the start (default 140), so the
+# summary is always printed: a step's timeout is cut to what is left, and a
+# step with under 5 s left is skipped.
+start=$(date +%s)
 step() { # NAME TIMEOUT CMD... : run with a timeout, log to $out/NAME.log, note the exit status
-	local n=$1 t=$2 t0 rc
+	local n=$1 t=$2 t0 rc left
 	shift 2
 	t0=$(date +%s)
+	left=$(( start + ${DEADLINE:-140} - t0 ))
+	if [ "$left" -lt 5 ]; then
+		echo "$n: skipped (deadline)" | tee -a "$s"
+		return 124
+	fi
+	[ "$t" -gt "$left" ] && t=$left
 	timeout "$t" "$@" >"$out/$n.log" 2>&1
 	rc=$?
 	echo "$n: exit $rc in $(( $(date +%s) - t0 )) s" | tee -a "$s"
