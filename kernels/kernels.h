@@ -129,10 +129,12 @@ int strata_gpu_moe_check(int fmt, uint32_t hidden, uint32_t inter, struct strata
  *                                                per task); off (0): the persistent kernel; a
  *                                                variant (8x4, 8x5, 12x3, 12x4, 12x4u = 12 x -4
  *                                                with a stage's 8 units unrolled, 16x3; 8x2t,
- *                                                10x2t, 7x3t = W x (STRATA_MOE_DEC_TAB + N): the
- *                                                tier codebook through a shared-memory table of
- *                                                f(byte sum) instead of HFMA2s, 128 KB of the
- *                                                CTA's shared memory, one 8-token tile): always it
+ *                                                12x2t, 7x3t = W x (STRATA_MOE_DEC_TAB + N):
+ *                                                the tier codebook through a shared-memory table
+ *                                                of f(byte sum) instead of HFMA2s, 128 KB of the
+ *                                                CTA's shared memory, block scales read from
+ *                                                global memory; one 8-token tile, tier experts
+ *                                                only, else 12x4): always it
  *   split        split                  auto     split-K parts per gate|up and down row of that
  *                                                kernel (whole 256-weight blocks; 1: none): auto
  *                                                (0): 3 for launches of one 8-token tile, at most 4

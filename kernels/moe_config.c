@@ -25,7 +25,7 @@ void strata_gpu_moe_config_defaults(struct strata_moe_config *c)
  * STRATA_MOE_DEC_TAB + n: n stages and the codebook table, "WxNt"). */
 static const int dec_variants[][2] = { { 8, 4 },  { 8, 5 },  { 12, 3 },
 				       { 12, 4 }, { 12, -4 }, { 16, 3 },
-				       { 8, STRATA_MOE_DEC_TAB + 2 }, { 10, STRATA_MOE_DEC_TAB + 2 },
+				       { 8, STRATA_MOE_DEC_TAB + 2 }, { 12, STRATA_MOE_DEC_TAB + 2 },
 				       { 7, STRATA_MOE_DEC_TAB + 3 } };
 /* The bf16 decode kernel's, warps x ring depth. */
 static const int bf16_variants[][2] = { { 16, 4 }, { 12, 6 }, { 8, 8 } };
@@ -46,7 +46,7 @@ int strata_gpu_moe_config_validate(const struct strata_moe_config *c, struct str
 	    !is_variant(dec_variants, sizeof(dec_variants) / sizeof(dec_variants[0]), c->dec_warps, c->dec_stages))
 		return STRATA_ERR(err, STRATA_EINVAL,
 				  "kernel config: decode variant %dx%d unknown (8x4, 8x5, 12x3, 12x4, 12x4u, 16x3, "
-				  "8x2t, 10x2t, 7x3t)",
+				  "8x2t, 12x2t, 7x3t)",
 				  c->dec_warps, c->dec_stages);
 	if (c->dec_warps < -1)
 		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: dec_warps %d (-1 auto, 0 off, or a variant)",

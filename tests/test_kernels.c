@@ -173,12 +173,12 @@ static void test_moe_config(void **state)
 	assert_int_equal(c.sq_dec, 0);
 	assert_int_equal(c.sq_pf, 1);
 	c = d;
-	assert_int_equal(strata_gpu_moe_config_parse("dec=10x2t", &c, &err), STRATA_OK);
-	assert_int_equal(c.dec_warps, 10);
+	assert_int_equal(strata_gpu_moe_config_parse("dec=12x2t", &c, &err), STRATA_OK);
+	assert_int_equal(c.dec_warps, 12);
 	assert_int_equal(c.dec_stages, STRATA_MOE_DEC_TAB + 2);
 	static const char *const bad[] = { "dec=9x4", "dec=12", "split=65", "split=-1", "bf16dec=16x5",
 					   "bf16_kc=16", "prefill_min=0", "prefill_min=17x", "poison=2", "warps=8",
-					   "dec", "sqdec=8x4", "sq_pf=2", "dec=12x4t", "dec=8x2tt", "dec=8x2u",
+					   "dec", "sqdec=8x4", "sq_pf=2", "dec=12x4t", "dec=10x2t", "dec=8x2tt", "dec=8x2u",
 					   "bf16dec=8x8t" };
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		c = d;
@@ -549,7 +549,7 @@ static void test_moe_decode_variants(void **state)
 	static const int v[][2] = { { 0, 0 },  { 8, 4 },  { 8, 5 },  { 12, 3 },
 				    { 12, 4 }, { 12, -4 }, { 16, 3 },
 				    /* the codebook through the shared table */
-				    { 8, STRATA_MOE_DEC_TAB + 2 }, { 10, STRATA_MOE_DEC_TAB + 2 },
+				    { 8, STRATA_MOE_DEC_TAB + 2 }, { 12, STRATA_MOE_DEC_TAB + 2 },
 				    { 7, STRATA_MOE_DEC_TAB + 3 } };
 	static const struct moe_case cases[] = {
 		{ "var-hot", STRATA_FMT_HOT, 1024, 512, 1, 6, 4, 0 },
@@ -565,8 +565,27 @@ static void test_moe_decode_variants(void **state)
 		{ "var16-cold-rows", STRATA_FMT_COLD, 520, 200, 13, 3, 2, 0 },
 	};
 	static const uint32_t split[] = { 0, 3, 64 };
+	/* STRATA_TEST_DEC=12x2t,12x4,...: only those variants (e.g. under
+	 * compute-sanitizer in a short device call) */
+	const char *only = getenv("STRATA_TEST_DEC");
 	for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++)
 		for (size_t j = 0; j < (v[i][0] ? 3u : 1u); j++) {
+			if (only && *only) {
+				struct strata_moe_config oc;
+				struct strata_error oe = { 0 };
+				char item[32];
+				int keep = 0;
+				for (const char *q = only; *q && !keep;) {
+					size_t n = strcspn(q, ",");
+					snprintf(item, sizeof(item), "dec=%.*s", (int)(n < 24 ? n : 24), q);
+					strata_gpu_moe_config_defaults(&oc);
+					keep = !strata_gpu_moe_config_parse(item, &oc, &oe) && oc.dec_warps == v[i][0] &&
+					       oc.dec_stages == v[i][1];
+					q += n + (q[n] == ',');
+				}
+				if (!keep)
+					continue;
+			}
 			printf("decode variant %dx%d, split %u\n", v[i][0], v[i][1], split[j]);
 			struct strata_moe_config kc;
 			strata_gpu_moe_config_defaults(&kc);
@@ -820,8 +839,7 @@ static float half_to_f32(uint32_t h)
  * format and decoder (HFMA2s, shared table): every decoded weight must be the
  * codebook value of its window (as in a block of the format), and each lane's
  * sum of MMA accumulators must match the product rebuilt on the CPU from the
- * fragment layout of mma.m16n8k16; then the timed ceiling must give a finite
- * positive rate. */
+ * fragment layout of mma.m16n8k16.  (The timed ceiling: test_decode_ceiling_rate.) */
 static void test_decode_ceiling(void **state)
 {
 	struct strata_error err = { 0 };
@@ -905,14 +923,30 @@ static void test_decode_ceiling(void **state)
 			assert_true(fabs(sink[l] - ref[l]) <= 1e-4 * mag[l] + 1e-6);
 		}
 		free(pairs);
+	}
+	assert_int_equal(strata_gpu_decode_ceiling_trace(STRATA_FMT_BF16, STRATA_CEIL_FMA, 1, NULL, NULL, NULL, &err),
+			 STRATA_EINVAL);
+	assert_int_equal(strata_gpu_decode_ceiling_trace(STRATA_FMT_HOT, 2, 1, NULL, NULL, NULL, &err), STRATA_EINVAL);
+}
+
+/* The timed decode ceiling of every tier format and decoder: a finite
+ * positive rate at 8 or more warps per SM (a separate test, so a
+ * compute-sanitizer run can leave the long timed launches out). */
+static void test_decode_ceiling_rate(void **state)
+{
+	(void)state;
+	if (!test_have_gpu("test_decode_ceiling_rate"))
+		return;
+	struct strata_error err = { 0 };
+	for (int fd = 0; fd < 6; fd++) {
+		const int fmt = STRATA_FMT_HOT + fd / 2, dec = fd % 2 ? STRATA_CEIL_TABLE : STRATA_CEIL_FMA;
+		double wps = -1;
 		uint32_t wpsm = 0;
 		assert_int_equal(strata_gpu_decode_ceiling(fmt, dec, &wps, &wpsm, &err), STRATA_OK);
 		printf("decode ceiling %s, %s: %.3g weights/s (%u warps per SM)\n", strata_fmt_traits(fmt)->name,
 		       dec ? "table" : "fma", wps, wpsm);
 		assert_true(isfinite(wps) && wps > 0 && wpsm >= 8);
 	}
-	assert_int_equal(strata_gpu_decode_ceiling_trace(STRATA_FMT_BF16, STRATA_CEIL_FMA, 1, NULL, NULL, NULL, &err),
-			 STRATA_EINVAL);
 }
 
 /* ---- bad calls fail cleanly ---- */
@@ -986,6 +1020,7 @@ int main(void)
 		cmocka_unit_test(test_bf16_cublas),
 		cmocka_unit_test(test_moe_errors),
 		cmocka_unit_test(test_decode_ceiling),
+		cmocka_unit_test(test_decode_ceiling_rate),
 	};
 	/* STRATA_TESTS=name,name,...: only those (a short device call) */
 	const char *only = getenv("STRATA_TESTS");

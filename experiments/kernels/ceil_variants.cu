@@ -17,6 +17,14 @@
 //   4 noext   diagnostic, not exact: no window extraction (hash of the
 //             funnel-shifted word plus a constant per weight)
 //   5 nodp    diagnostic, not exact: the byte sum replaced by a LOP3 of the hash
+//   6 dup     table, no PRMT: each lookup's (f, f) is one A register, i.e. one
+//             weight per register pair of k positions, with the B fragment's
+//             odd k zero (twice the MMAs; exact weights, another product, so
+//             not in the exact check)
+//   7 imad    exact: table entries (f, 0), a pair = IMAD(v1, 0x10000, v0) on
+//             the FMA-heavy pipe instead of PRMT on the ALU
+// (4 noext: the compiler folds (x + k) * A into one IMAD and IADD3s, so it
+// also drops most hash IMADs.)
 // Exact variants must give the same sums as variant 0 (checked here).
 //
 //   nvcc -O3 -std=c++17 -arch=sm_90 -Ikernels -Icore/include \
@@ -62,6 +70,15 @@ template <class F, int V> __device__ __forceinline__ void decode(uint32_t x, uin
 		F::decode8x(x, o);
 	} else if constexpr (V == 1) {
 		F::decode8xt(x, tb, o);
+	} else if constexpr (V == 7) {
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			uint32_t a0 = __dp4a(((x >> F::rel(2 * i)) & STRATA_TCQ_MASK) * STRATA_TCQ_HASH_A + STRATA_TCQ_HASH_B,
+					     0x80808080u, tb);
+			uint32_t a1 = __dp4a(((x >> F::rel(2 * i + 1)) & STRATA_TCQ_MASK) * STRATA_TCQ_HASH_A +
+						     STRATA_TCQ_HASH_B, 0x80808080u, tb);
+			o[i] = lds32(a1) * 0x10000u + lds32(a0);
+		}
 	} else if constexpr (V == 2) {
 		o[0] = tcq_tab_pair(F::template tw<0>(x), F::template tw<1>(x), tb);
 		o[1] = tcq_tab_pair(F::template tw<2>(x), F::template tw<3>(x), tb);
@@ -90,12 +107,18 @@ template <class F, int V>
 __global__ void __launch_bounds__(1024) var_kernel(const uint32_t *__restrict__ in, uint32_t iters,
 						   float *__restrict__ sink)
 {
-	constexpr bool TAB = V == 1 || V == 2;
+	constexpr bool TAB = V == 1 || V == 2 || V == 6 || V == 7;
 	const uint32_t tid = blockIdx.x * blockDim.x + threadIdx.x;
 	uint32_t tb = 0;
 	if constexpr (TAB) {
 		tcq_tab_fill(0, threadIdx.x, blockDim.x);
 		__syncthreads();
+		if constexpr (V == 7) { // entries (f, 0)
+			uint32_t *t = reinterpret_cast<uint32_t *>(g_smem);
+			for (uint32_t i = threadIdx.x; i < TCQ_TAB_ENTRIES * 32; i += blockDim.x)
+				t[i] &= 0xffffu;
+			__syncthreads();
+		}
 		tb = (uint32_t)(threadIdx.x & 31) * 4;
 	}
 	const uint32_t *my = in + (size_t)(tid % LANES) * W;
@@ -110,6 +133,27 @@ __global__ void __launch_bounds__(1024) var_kernel(const uint32_t *__restrict__ 
 	uint32_t s = tid;
 #pragma unroll 4
 	for (uint32_t it = 0; it < iters; it++, s += STEP) {
+		if constexpr (V == 6) {
+			// rows r = 2m + h: 8 lookups (f, f) per row, B odd k zero
+#pragma unroll
+			for (int m = 0; m < 2; m++) {
+				uint32_t x0 = __funnelshift_r(w[2 * m][0], w[2 * m][1], s);
+				uint32_t x1 = __funnelshift_r(w[2 * m + 1][0], w[2 * m + 1][1], s);
+				uint32_t d0[8], d1[8];
+#pragma unroll
+				for (int i = 0; i < 8; i++) {
+					d0[i] = lds32(__dp4a(((x0 >> F::rel(i)) & STRATA_TCQ_MASK) * STRATA_TCQ_HASH_A +
+								     STRATA_TCQ_HASH_B, 0x80808080u, tb));
+					d1[i] = lds32(__dp4a(((x1 >> F::rel(i)) & STRATA_TCQ_MASK) * STRATA_TCQ_HASH_A +
+								     STRATA_TCQ_HASH_B, 0x80808080u, tb));
+				}
+#pragma unroll
+				for (int q = 0; q < 4; q++)
+					mma_f16(c[m], d0[2 * q], d1[2 * q], d0[2 * q + 1], d1[2 * q + 1], b[q] & 0xffffu,
+						b[q] >> 16);
+			}
+			continue;
+		}
 		uint32_t a[4][4];
 #pragma unroll
 		for (int r = 0; r < 4; r++)
@@ -125,7 +169,7 @@ __global__ void __launch_bounds__(1024) var_kernel(const uint32_t *__restrict__ 
 
 template <class F, int V> void launch(int wpsm, int sms, const uint32_t *in, uint32_t iters, float *sink)
 {
-	constexpr bool TAB = V == 1 || V == 2;
+	constexpr bool TAB = V == 1 || V == 2 || V == 6 || V == 7;
 	if (TAB) {
 		// one CTA per SM (the table fills most of shared memory)
 		CK(cudaFuncSetAttribute(var_kernel<F, V>, cudaFuncAttributeMaxDynamicSharedMemorySize, TABLE_BYTES));
@@ -144,23 +188,25 @@ template <class F> void launch_v(int v, int wpsm, int sms, const uint32_t *in, u
 	case 2: launch<F, 2>(wpsm, sms, in, iters, sink); break;
 	case 3: launch<F, 3>(wpsm, sms, in, iters, sink); break;
 	case 4: launch<F, 4>(wpsm, sms, in, iters, sink); break;
-	default: launch<F, 5>(wpsm, sms, in, iters, sink); break;
+	case 5: launch<F, 5>(wpsm, sms, in, iters, sink); break;
+	case 6: launch<F, 6>(wpsm, sms, in, iters, sink); break;
+	default: launch<F, 7>(wpsm, sms, in, iters, sink); break;
 	}
 }
 
 template <class F> int fits_v(int v, int wpsm)
 {
 	int n = 0;
-	if (v == 1 || v == 2) {
-		CK(cudaFuncSetAttribute(v == 1 ? var_kernel<F, 1> : var_kernel<F, 2>,
-					cudaFuncAttributeMaxDynamicSharedMemorySize, TABLE_BYTES));
-		CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, v == 1 ? var_kernel<F, 1> : var_kernel<F, 2>,
-								 32 * wpsm, TABLE_BYTES));
+	void (*const k[8])(const uint32_t *, uint32_t, float *) = {
+		var_kernel<F, 0>, var_kernel<F, 1>, var_kernel<F, 2>, var_kernel<F, 3>,
+		var_kernel<F, 4>, var_kernel<F, 5>, var_kernel<F, 6>, var_kernel<F, 7>,
+	};
+	if (v == 1 || v == 2 || v == 6 || v == 7) {
+		CK(cudaFuncSetAttribute(k[v], cudaFuncAttributeMaxDynamicSharedMemorySize, TABLE_BYTES));
+		CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k[v], 32 * wpsm, TABLE_BYTES));
 		return n >= 1;
 	}
-	void (*k)(const uint32_t *, uint32_t, float *) = v == 0 ? var_kernel<F, 0> : v == 3 ? var_kernel<F, 3>
-						       : v == 4 ? var_kernel<F, 4> : var_kernel<F, 5>;
-	CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k, 128, 0));
+	CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k[v], 128, 0));
 	return n * 4 >= wpsm;
 }
 
@@ -181,14 +227,15 @@ void launch_f(int fmt, int v, int wpsm, int sms, const uint32_t *in, uint32_t it
 }
 
 #define FMT_NAME(f) ((f) == STRATA_FMT_HOT ? "hot" : (f) == STRATA_FMT_WARM ? "warm" : "cold")
-const char *const NAMES[] = { "exact", "table", "mixed", "nofma", "noext", "nodp" };
+const char *const NAMES[] = { "exact", "table", "mixed", "nofma", "noext", "nodp", "dup", "imad" };
+int is_tab(int v) { return v == 1 || v == 2 || v == 6 || v == 7; }
 
 } // namespace
 
 int main(int argc, char **argv)
 {
 	int fmt = STRATA_FMT_HOT, prof_v = -1, prof_w = 0;
-	int vars[8] = { 0, 1, 2, 3, 4, 5 }, nv = 6;
+	int vars[8] = { 0, 1, 2, 3, 4, 5, 6, 7 }, nv = 8;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--fmt") && i + 1 < argc) {
 			const char *n = argv[++i];
@@ -201,9 +248,9 @@ int main(int argc, char **argv)
 		} else if (!strcmp(argv[i], "--variants") && i + 1 < argc) {
 			nv = 0;
 			for (char *p = strtok(argv[++i], ","); p && nv < 8; p = strtok(NULL, ","))
-				vars[nv++] = atoi(p) % 6;
+				vars[nv++] = atoi(p) % 8;
 		} else if (!strcmp(argv[i], "--profile") && i + 2 < argc) {
-			prof_v = atoi(argv[++i]) % 6, prof_w = atoi(argv[++i]);
+			prof_v = atoi(argv[++i]) % 8, prof_w = atoi(argv[++i]);
 		} else {
 			printf("usage: ceil_variants [--fmt hot|warm|cold] [--variants 0,1,..] [--profile V WARPS_PER_SM]\n"
 			       "Decode-ceiling variants of the tier formats (needs a GPU): %s",
@@ -244,7 +291,7 @@ int main(int argc, char **argv)
 	const size_t nchk = (size_t)sms * 32 * 32;
 	launch_f(fmt, 0, 32, sms, d_in, 64, d_sink);
 	CK(cudaMemcpy(ref, d_sink, nchk * 4, cudaMemcpyDeviceToHost));
-	for (int v = 1; v <= 2; v++) {
+	for (int v = 1; v <= 7; v += v == 2 ? 5 : 1) { // the exact ones: 1, 2, 7
 		CK(cudaMemset(d_sink, 0xff, nchk * 4));
 		launch_f(fmt, v, 32, sms, d_in, 64, d_sink);
 		CK(cudaMemcpy(got, d_sink, nchk * 4, cudaMemcpyDeviceToHost));
@@ -264,7 +311,7 @@ int main(int argc, char **argv)
 		int bw = 0;
 		for (int j = 0; j < 6; j++) {
 			int wpsm = wl[j];
-			bool tab = v == 1 || v == 2;
+			bool tab = is_tab(v);
 			if (tab && wpsm > 32)
 				continue;
 			if ((!tab && wpsm % 4) || !fits(fmt, v, wpsm))
