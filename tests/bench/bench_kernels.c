@@ -3,8 +3,9 @@
  * ratio to a ceiling measured in the same run:
  *   ceiling   streaming read (read-only kernel, 16-byte loads) and a
  *             device-to-device copy, over buffers >> L2; per tier format the
- *             decode ceiling (strata_gpu_decode_ceiling: the format's decoder
- *             into the tensor cores with memory out of the way), as weights/s
+ *             decode ceiling (strata_gpu_decode_ceiling: the faster of the format's
+ *             two exact decoders, HFMA2s or the shared f(byte sum) table, into the
+ *             tensor cores with memory out of the way), as weights/s
  *             and as GB/s of packed bytes (bpw / 8 bytes per weight)
  *   decode    one MoE layer's active experts (Kimi-shaped 16 x 7168x1536,
  *             Qwen3-30B-A3B-shaped 8 x 2048x768) at 1, 4, 8, 16 tokens routed to
