@@ -33,6 +33,7 @@ extern "C" {
 
 #include "kfmt.cuh"
 #include "cuda_check.cuh"
+#include "gpu_ceiling.cuh"
 
 namespace {
 
@@ -40,16 +41,8 @@ constexpr int CEIL_THREADS = 128;       // 4 warps per CTA (table decoder: all t
 constexpr uint32_t CEIL_LANES = 1024;   // distinct lanes' inputs in the timed runs
 constexpr uint32_t CEIL_ITERS = 4096;   // iterations per thread of a timed launch
 constexpr uint32_t CEIL_SHIFT_STEP = 11; // shift advance per iteration (odd: every amount 0..31 occurs)
-constexpr int W = STRATA_CEIL_LANE_WORDS;
-
-__device__ __forceinline__ void mma_f16(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-					uint32_t b1)
-{
-	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
-		     "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-		     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-		     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
+using dceil::mma_f16;
+using dceil::W;
 
 // Thread tid takes lane (tid % nlanes) of in[]: code words of rows r = 0..3
 // at [2r], [2r + 1] (r = 2m + h: row g + 8h of tile m), the B fragment at
@@ -65,14 +58,8 @@ __global__ void __launch_bounds__(TAB ? 1024 : CEIL_THREADS)
 		__syncthreads();
 	}
 	const uint32_t tb = 4 * (threadIdx.x & 31);
-	const uint32_t *my = in + (size_t)(tid % nlanes) * W;
 	uint32_t w[4][2], b[4];
-#pragma unroll
-	for (int r = 0; r < 4; r++)
-		w[r][0] = my[2 * r], w[r][1] = my[2 * r + 1];
-#pragma unroll
-	for (int i = 0; i < 4; i++)
-		b[i] = my[8 + i];
+	dceil::load_lane(in + (size_t)(tid % nlanes) * W, w, b);
 	float c[2][4] = {};
 	uint32_t s = tid;
 #pragma unroll 4
@@ -160,14 +147,6 @@ cudaError_t occupancy(int fmt, int dec, unsigned threads, int *blocks)
 	return e;
 }
 
-uint64_t next(uint64_t *x)
-{
-	*x ^= *x << 13;
-	*x ^= *x >> 7;
-	*x ^= *x << 17;
-	return *x;
-}
-
 int cmp_f(const void *a, const void *b)
 {
 	float x = *(const float *)a, y = *(const float *)b;
@@ -239,16 +218,7 @@ extern "C" int strata_gpu_decode_ceiling(int fmt, int dec, double *weights_per_s
 	uint32_t *h = (uint32_t *)malloc(in_words * 4);
 	if (!h)
 		return STRATA_ERR(err, STRATA_ENOMEM, "decode ceiling: %zu bytes of host memory", in_words * 4);
-	uint64_t x = 0x9e3779b97f4a7c15ull ^ (uint64_t)fmt;
-	for (size_t i = 0; i < in_words; i++) {
-		uint32_t v = (uint32_t)(next(&x) >> 16);
-		if (i % W >= 8) {
-			uint32_t lo = (v & 0x83ffu) | ((11u + (v >> 16) % 4) << 10);
-			uint32_t hi = ((v >> 8) & 0x83ffu) | ((11u + (v >> 20) % 4) << 10);
-			v = lo | hi << 16;
-		}
-		h[i] = v;
-	}
+	dceil::fill_inputs(h, in_words, fmt);
 	uint32_t *d_in = NULL;
 	float *d_sink = NULL;
 	cudaEvent_t e0 = NULL, e1 = NULL;

@@ -39,7 +39,11 @@
 #include <string.h>
 #include <algorithm>
 
+extern "C" {
+#include "kernels.h"
+}
 #include "kfmt.cuh"
+#include "gpu_ceiling.cuh"
 
 #define CK(x)                                                                                    \
 	do {                                                                                     \
@@ -52,17 +56,10 @@
 
 namespace {
 
-constexpr uint32_t LANES = 1024, ITERS = 4096, STEP = 11, W = 12;
+constexpr uint32_t LANES = 1024, ITERS = 4096, STEP = 11;
+using dceil::mma_f16;
+using dceil::W;
 constexpr uint32_t TABLE_BYTES = TCQ_TAB_BYTES;
-
-__device__ __forceinline__ void mma_f16(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-					uint32_t b1)
-{
-	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
-		     "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-		     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-		     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
 
 template <class F, int V> __device__ __forceinline__ void decode(uint32_t x, uint32_t tb, uint32_t o[4])
 {
@@ -121,14 +118,8 @@ __global__ void __launch_bounds__(1024) var_kernel(const uint32_t *__restrict__ 
 		}
 		tb = (uint32_t)(threadIdx.x & 31) * 4;
 	}
-	const uint32_t *my = in + (size_t)(tid % LANES) * W;
 	uint32_t w[4][2], b[4];
-#pragma unroll
-	for (int r = 0; r < 4; r++)
-		w[r][0] = my[2 * r], w[r][1] = my[2 * r + 1];
-#pragma unroll
-	for (int i = 0; i < 4; i++)
-		b[i] = my[8 + i];
+	dceil::load_lane(in + (size_t)(tid % LANES) * W, w, b);
 	float c[2][4] = {};
 	uint32_t s = tid;
 #pragma unroll 4
@@ -152,16 +143,16 @@ __global__ void __launch_bounds__(1024) var_kernel(const uint32_t *__restrict__ 
 					mma_f16(c[m], d0[2 * q], d1[2 * q], d0[2 * q + 1], d1[2 * q + 1], b[q] & 0xffffu,
 						b[q] >> 16);
 			}
-			continue;
-		}
-		uint32_t a[4][4];
+		} else {
+			uint32_t a[4][4];
 #pragma unroll
-		for (int r = 0; r < 4; r++)
-			decode<F, V>(__funnelshift_r(w[r][0], w[r][1], s), tb, a[r]);
+			for (int r = 0; r < 4; r++)
+				decode<F, V>(__funnelshift_r(w[r][0], w[r][1], s), tb, a[r]);
 #pragma unroll
-		for (int m = 0; m < 2; m++) {
-			mma_f16(c[m], a[2 * m][0], a[2 * m + 1][0], a[2 * m][1], a[2 * m + 1][1], b[0], b[1]);
-			mma_f16(c[m], a[2 * m][2], a[2 * m + 1][2], a[2 * m][3], a[2 * m + 1][3], b[2], b[3]);
+			for (int m = 0; m < 2; m++) {
+				mma_f16(c[m], a[2 * m][0], a[2 * m + 1][0], a[2 * m][1], a[2 * m + 1][1], b[0], b[1]);
+				mma_f16(c[m], a[2 * m][2], a[2 * m + 1][2], a[2 * m][3], a[2 * m + 1][3], b[2], b[3]);
+			}
 		}
 	}
 	sink[tid] = (c[0][0] + c[0][1]) + (c[0][2] + c[0][3]) + (c[1][0] + c[1][1]) + (c[1][2] + c[1][3]);
@@ -261,17 +252,7 @@ int main(int argc, char **argv)
 	int sms;
 	CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
 	uint32_t *h = (uint32_t *)malloc(LANES * W * 4);
-	uint64_t x = 0x9e3779b97f4a7c15ull ^ (uint64_t)fmt;
-	for (uint32_t i = 0; i < LANES * W; i++) {
-		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-		uint32_t v = (uint32_t)(x >> 16);
-		if (i % W >= 8) { // B fragment: fp16 in +-[2^-4, 1)
-			uint32_t lo = (v & 0x83ffu) | ((11u + (v >> 16) % 4) << 10);
-			uint32_t hi = ((v >> 8) & 0x83ffu) | ((11u + (v >> 20) % 4) << 10);
-			v = lo | hi << 16;
-		}
-		h[i] = v;
-	}
+	dceil::fill_inputs(h, (size_t)LANES * W, fmt);
 	const size_t maxt = (size_t)sms * 48 * 32;
 	uint32_t *d_in;
 	float *d_sink;
