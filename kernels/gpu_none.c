@@ -64,12 +64,13 @@ int strata_gpu_graph_launch(strata_gpu_graph *graph, strata_gpu_stream *stream, 
 void strata_gpu_graph_free(strata_gpu_graph *graph) { (void)graph; }
 int strata_gpu_fill_random(void *d_buf, size_t bytes, uint64_t seed, strata_gpu_stream *stream,
 			   struct strata_error *err) { return NOGPU(err); }
-int strata_gpu_decode_ceiling(int fmt, double *weights_per_s, uint32_t *warps_per_sm, struct strata_error *err)
+int strata_gpu_decode_ceiling(int fmt, int dec, double *weights_per_s, uint32_t *warps_per_sm,
+			      struct strata_error *err)
 {
 	*weights_per_s = 0;
 	if (warps_per_sm)
 		*warps_per_sm = 0;
 	return NOGPU(err);
 }
-int strata_gpu_decode_ceiling_trace(int fmt, uint32_t iters, const uint32_t *in, uint32_t *pairs, float *sink,
-				    struct strata_error *err) { return NOGPU(err); }
+int strata_gpu_decode_ceiling_trace(int fmt, int dec, uint32_t iters, const uint32_t *in, uint32_t *pairs,
+				    float *sink, struct strata_error *err) { return NOGPU(err); }

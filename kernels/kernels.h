@@ -128,7 +128,13 @@ int strata_gpu_moe_check(int fmt, uint32_t hidden, uint32_t inter, struct strata
  *                                                tasks per warp (9 - 16 tokens: two 8-token tiles
  *                                                per task); off (0): the persistent kernel; a
  *                                                variant (8x4, 8x5, 12x3, 12x4, 12x4u = 12 x -4
- *                                                with a stage's 8 units unrolled, 16x3): always it
+ *                                                with a stage's 8 units unrolled, 16x3; 8x2t,
+ *                                                12x2t, 7x3t = W x (STRATA_MOE_DEC_TAB + N):
+ *                                                the tier codebook through a shared-memory table
+ *                                                of f(byte sum) instead of HFMA2s, 128 KB of the
+ *                                                CTA's shared memory, block scales read from
+ *                                                global memory; one 8-token tile, tier experts
+ *                                                only, else 12x4): always it
  *   split        split                  auto     split-K parts per gate|up and down row of that
  *                                                kernel (whole 256-weight blocks; 1: none): auto
  *                                                (0): 3 for launches of one 8-token tile, at most 4
@@ -176,6 +182,7 @@ struct strata_moe_config {
 };
 #define STRATA_MOE_CONFIG_DEFAULT { 17, -1, 0, 0, -1, 0, 512, 0, -1, 0, 1 }
 #define STRATA_MOE_SPLIT_MAX 64u
+#define STRATA_MOE_DEC_TAB 100 /* dec_stages of the table variants: 100 + stages */
 void strata_gpu_moe_config_defaults(struct strata_moe_config *c);
 /* STRATA_EINVAL naming the field and the allowed values. */
 int strata_gpu_moe_config_validate(const struct strata_moe_config *c, struct strata_error *err);
@@ -240,9 +247,17 @@ int strata_gpu_fill_random(void *d_buf, size_t bytes, uint64_t seed, strata_gpu_
  * shift per 8 weights for the window.  Best of 8, 16, 32 and 48 warps per SM
  * (*warps_per_sm, may be NULL), median of 7 timed launches after 2 warm-up
  * launches on the legacy default stream (synchronises the device).
+ * dec: the codebook step, two exact decoders of the same fp16 values:
+ * STRATA_CEIL_FMA (decode8x: PRMT + 3 HFMA2 per pair) or STRATA_CEIL_TABLE
+ * (decode8xt: IDP4A to the address of f(byte sum) in a per-bank shared
+ * table, 2 LDS + 1 PRMT per pair; one CTA of 8, 16, 24 or 32 warps per SM).
+ * The format's decode ceiling is the faster of the two.
  */
-int strata_gpu_decode_ceiling(int fmt, double *weights_per_s, uint32_t *warps_per_sm, struct strata_error *err);
-/* Test hook of the same kernel: one warp, `iters` iterations (1..1024) on the
+#define STRATA_CEIL_FMA 0
+#define STRATA_CEIL_TABLE 1
+int strata_gpu_decode_ceiling(int fmt, int dec, double *weights_per_s, uint32_t *warps_per_sm,
+			      struct strata_error *err);
+/* Test hook of the same kernel (decoder dec): one warp, `iters` iterations (1..1024) on the
  * host array in[32 * STRATA_CEIL_LANE_WORDS]: lane l's words
  * in[l * STRATA_CEIL_LANE_WORDS + 2r], [.. + 2r + 1] are the code words of its
  * row r (0..3; row g + 8 * (r & 1) of 16-row tile r >> 1), [.. + 8 .. + 11] its
@@ -255,8 +270,8 @@ int strata_gpu_decode_ceiling(int fmt, double *weights_per_s, uint32_t *warps_pe
  * pairs 2, 3 with B words 2, 3), and sink[l] is the sum of lane l's eight f32
  * accumulators at the end.  Host arrays: pairs holds iters * 512 words. */
 #define STRATA_CEIL_LANE_WORDS 12
-int strata_gpu_decode_ceiling_trace(int fmt, uint32_t iters, const uint32_t *in, uint32_t *pairs, float *sink,
-				    struct strata_error *err);
+int strata_gpu_decode_ceiling_trace(int fmt, int dec, uint32_t iters, const uint32_t *in, uint32_t *pairs,
+				    float *sink, struct strata_error *err);
 
 #ifdef __cplusplus
 }

@@ -48,6 +48,35 @@ __device__ __forceinline__ uint32_t tcq_pair(uint32_t h0, uint32_t h1)
 	return *reinterpret_cast<uint32_t *>(&v);
 }
 
+// The same f through a shared-memory table instead of the HFMA2s (the
+// decode kernel's table variants, moe_decode.cuh): f depends on the window
+// only through the byte sum s = 0..1020 of its hash, so f(s) is tabulated
+// (f in both halves of a u32), one copy per shared-memory bank: entry s of
+// bank l at byte offset 128 * s + 4 * l of the table, so lane l reads bank l
+// only and a warp's lookups never conflict.  IDP4A then gives the lookup
+// address straight from the hash (128 * s + the lane's column), and a pair of
+// weights costs 2 LDS + 1 PRMT instead of PRMT + 3 HFMA2 (same values:
+// tcq_tab_fill evaluates tcq_pair once per s).
+constexpr uint32_t TCQ_TAB_ENTRIES = 1021, TCQ_TAB_BYTES = TCQ_TAB_ENTRIES * 128;
+
+// Fill the table at shared byte offset base, thread i of n (every thread of
+// the CTA; a __syncthreads() must follow).
+__device__ __forceinline__ void tcq_tab_fill(uint32_t base, uint32_t i, uint32_t n)
+{
+	for (; i < TCQ_TAB_ENTRIES * 32; i += n) {
+		uint32_t b = 0x6400u + i / 32, f = tcq_pair(b, b) & 0xffffu;
+		*reinterpret_cast<uint32_t *>(g_smem + base + 4 * i) = f | f << 16;
+	}
+}
+
+// f of two windows as a half2 (w0 low); tb = table base + 4 * lane.
+__device__ __forceinline__ uint32_t tcq_tab_pair(uint32_t w0, uint32_t w1, uint32_t tb)
+{
+	uint32_t a0 = __dp4a(w0 * STRATA_TCQ_HASH_A + STRATA_TCQ_HASH_B, 0x80808080u, tb);
+	uint32_t a1 = __dp4a(w1 * STRATA_TCQ_HASH_A + STRATA_TCQ_HASH_B, 0x80808080u, tb);
+	return __byte_perm(lds32(a0), lds32(a1), 0x7610);
+}
+
 template <int FMT> struct FmtTier {
 	static constexpr bool SCALED = true;
 	static constexpr bool F16 = true, DIRECT = false;
@@ -93,6 +122,22 @@ template <int FMT> struct FmtTier {
 	__device__ __forceinline__ static void decode8(uint32_t c, uint32_t, int j, uint32_t, uint32_t o[4])
 	{
 		decode8x(bits_s(c, j), o);
+	}
+	// decode8x / decode8 through the table at tb (tcq_tab_pair)
+	template <int I> __device__ __forceinline__ static uint32_t tw(uint32_t x)
+	{
+		return (x >> rel(I)) & STRATA_TCQ_MASK;
+	}
+	__device__ __forceinline__ static void decode8xt(uint32_t x, uint32_t tb, uint32_t o[4])
+	{
+		o[0] = tcq_tab_pair(tw<0>(x), tw<1>(x), tb);
+		o[1] = tcq_tab_pair(tw<2>(x), tw<3>(x), tb);
+		o[2] = tcq_tab_pair(tw<4>(x), tw<5>(x), tb);
+		o[3] = tcq_tab_pair(tw<6>(x), tw<7>(x), tb);
+	}
+	__device__ __forceinline__ static void decode8t(uint32_t c, int j, uint32_t tb, uint32_t o[4])
+	{
+		decode8xt(bits_s(c, j), tb, o);
 	}
 	__device__ __forceinline__ static void decode8f(const uint8_t *c, const uint8_t *s, int j, float o[8])
 	{

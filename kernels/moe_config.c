@@ -21,8 +21,12 @@ void strata_gpu_moe_config_defaults(struct strata_moe_config *c)
 	*c = d;
 }
 
-/* The tier decode kernel's variants, warps x stages (12 x -4: 12x4 unrolled). */
-static const int dec_variants[][2] = { { 8, 4 }, { 8, 5 }, { 12, 3 }, { 12, 4 }, { 12, -4 }, { 16, 3 } };
+/* The tier decode kernel's variants, warps x stages (12 x -4: 12x4 unrolled;
+ * STRATA_MOE_DEC_TAB + n: n stages and the codebook table, "WxNt"). */
+static const int dec_variants[][2] = { { 8, 4 },  { 8, 5 },  { 12, 3 },
+				       { 12, 4 }, { 12, -4 }, { 16, 3 },
+				       { 8, STRATA_MOE_DEC_TAB + 2 }, { 12, STRATA_MOE_DEC_TAB + 2 },
+				       { 7, STRATA_MOE_DEC_TAB + 3 } };
 /* The bf16 decode kernel's, warps x ring depth. */
 static const int bf16_variants[][2] = { { 16, 4 }, { 12, 6 }, { 8, 8 } };
 
@@ -41,7 +45,8 @@ int strata_gpu_moe_config_validate(const struct strata_moe_config *c, struct str
 	if (c->dec_warps > 0 &&
 	    !is_variant(dec_variants, sizeof(dec_variants) / sizeof(dec_variants[0]), c->dec_warps, c->dec_stages))
 		return STRATA_ERR(err, STRATA_EINVAL,
-				  "kernel config: decode variant %dx%d unknown (8x4, 8x5, 12x3, 12x4, 12x4u, 16x3)",
+				  "kernel config: decode variant %dx%d unknown (8x4, 8x5, 12x3, 12x4, 12x4u, 16x3, "
+				  "8x2t, 12x2t, 7x3t)",
 				  c->dec_warps, c->dec_stages);
 	if (c->dec_warps < -1)
 		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: dec_warps %d (-1 auto, 0 off, or a variant)",
@@ -84,9 +89,12 @@ static int parse_variant(const char *key, const char *v, int allow_u, int *a, in
 		*a = 12, *b = -4;
 		return STRATA_OK;
 	}
-	char tail;
-	if (sscanf(v, "%dx%d%c", a, b, &tail) != 2 || *a <= 0 || *b <= 0)
+	char tail, more;
+	int n = sscanf(v, "%dx%d%c%c", a, b, &tail, &more);
+	if ((n != 2 && !(n == 3 && allow_u && tail == 't')) || *a <= 0 || *b <= 0 || *b >= STRATA_MOE_DEC_TAB)
 		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: %s=%s: want auto, off or WARPSxN", key, v);
+	if (n == 3)
+		*b += STRATA_MOE_DEC_TAB;
 	return STRATA_OK;
 }
 

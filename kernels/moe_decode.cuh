@@ -37,17 +37,25 @@ namespace dec {
 constexpr int ROWS = 32;                   // weight rows per task (two 16-row MMA tiles)
 constexpr int TN = 8;                      // tokens per MMA tile; a task has NT tiles (1 or 2)
 constexpr uint32_t TIER_PITCH = 144, TIER_SCALE_AT = 112;
-constexpr uint32_t STAGE = ROWS * TIER_PITCH;
+// The table variants leave the block scales in global memory (read once per
+// stage and row) and stage the codes alone: pitch 112 bytes (28 words, so the
+// code-word loads of rows g = 0..7 still land 4 banks apart), which leaves
+// room for 12 warps x 2 stages beside the 128 KB table.
+constexpr uint32_t TAB_PITCH = 112;
+template <bool TAB> __host__ __device__ constexpr uint32_t pitch() { return TAB ? TAB_PITCH : TIER_PITCH; }
 constexpr uint32_t FETCH = 1 + STRATA_MOE_MAX_SLOTS; // p.sync index of the task counter
 constexpr int QLEN = 8;                    // per-warp queue of fetched task ids
 constexpr uint32_t SMEM_MAX = 227 * 1024;    // dynamic shared memory a CTA may have (sm_90)
 
-template <int NW, int NS> struct DGeo {
+template <int NW, int NS, bool TAB = false> struct DGeo {
 	static constexpr uint32_t ROFF = 2 * ROWS;     // misalignment bytes per stage
 	static constexpr uint32_t QBYTES = 4 * QLEN;
-	// Per warp: NS stages | NS x ROFF | queue.
+	// Per warp: NS stages | NS x ROFF | queue; then (TAB) the codebook table
+	// of the tier formats (tcq_tab_fill, kfmt_tiers.cuh) at TAB_AT.
+	static constexpr uint32_t STAGE = ROWS * pitch<TAB>();
 	static constexpr uint32_t WARP = NS * (STAGE + ROFF) + QBYTES;
-	static constexpr uint32_t SMEM = NW * WARP;
+	static constexpr uint32_t TAB_AT = NW * WARP;
+	static constexpr uint32_t SMEM = TAB_AT + (TAB ? TCQ_TAB_BYTES : 0);
 	static_assert(SMEM <= SMEM_MAX, "decode kernel shared memory");
 };
 
@@ -176,8 +184,9 @@ __device__ __forceinline__ LaneRow lane_row(const MoeParams &p, const Task &k)
 }
 
 // Lane l copies stage row l of the chunk at l.c / l.s into the stage at shared
-// address buf, and advances l to the next chunk.
-__device__ __forceinline__ void issue(LaneRow &l, uint32_t buf, uint8_t *roff)
+// address buf (TAB: the codes alone, pitch TAB_PITCH), and advances l to the
+// next chunk.
+template <bool TAB = false> __device__ __forceinline__ void issue(LaneRow &l, uint32_t buf, uint8_t *roff)
 {
 	const int lane = threadIdx.x & 31;
 	if (!l.c) {
@@ -189,7 +198,7 @@ __device__ __forceinline__ void issue(LaneRow &l, uint32_t buf, uint8_t *roff)
 	const uint8_t *c0 = (const uint8_t *)((uintptr_t)l.c & ~(uintptr_t)15);
 	const uint8_t *s0 = (const uint8_t *)((uintptr_t)l.s & ~(uintptr_t)15);
 	const uint32_t nc = (uint32_t)(((uintptr_t)l.c & 15) + l.cb + 15) >> 4;
-	const uint32_t dst = buf + lane * TIER_PITCH;
+	const uint32_t dst = buf + lane * pitch<TAB>();
 	roff[2 * lane] = (uint8_t)((uintptr_t)l.c & 15);
 	roff[2 * lane + 1] = (uint8_t)((uintptr_t)l.s & 15);
 	// nc <= 7 for the tier formats (at most 88 code bytes from a misalignment
@@ -199,22 +208,28 @@ __device__ __forceinline__ void issue(LaneRow &l, uint32_t buf, uint8_t *roff)
 	for (uint32_t j = 0; j < 8; j++)
 		if (j < nc)
 			cp_async16(dst + 16 * j, c0 + 16 * j);
-	cp_async16(dst + (l.cb == STRATA_Q4_CODE_BYTES ? STRATA_Q4_CODE_BYTES : TIER_SCALE_AT), s0);
+	if (!TAB)
+		cp_async16(dst + (l.cb == STRATA_Q4_CODE_BYTES ? STRATA_Q4_CODE_BYTES : TIER_SCALE_AT), s0);
 	l.c += l.cb, l.s += l.sb;
 }
 
 // MMAs of one 32-weight unit: stage rows g, g+8 of tiles 0 and 1 (decoded
 // once) times this lane's packed activations of each 8-token tile n, into
-// c[n][2][4].
-template <class F, int NT>
+// c[n][2][4].  TAB: the codebook through the table at tb (decode8t).
+template <class F, int NT, bool TAB>
 __device__ __forceinline__ void unit_mma(const uint32_t (&rc)[2][2], uint32_t j, const uint32_t (&b)[NT][4],
-					 float (&c)[NT][2][4])
+					 float (&c)[NT][2][4], uint32_t tb)
 {
 #pragma unroll
 	for (int m = 0; m < 2; m++) {
 		uint32_t a[2][4];
-		F::decode8(rc[m][0], 0, j, 0, a[0]);
-		F::decode8(rc[m][1], 0, j, 0, a[1]);
+		if constexpr (TAB) {
+			F::decode8t(rc[m][0], j, tb, a[0]);
+			F::decode8t(rc[m][1], j, tb, a[1]);
+		} else {
+			F::decode8(rc[m][0], 0, j, 0, a[0]);
+			F::decode8(rc[m][1], 0, j, 0, a[1]);
+		}
 #pragma unroll
 		for (int n = 0; n < NT; n++) {
 			mma_bf16<F::F16>(c[n][m], a[0][0], a[1][0], a[0][1], a[1][1], b[n][0], b[n][1]);
@@ -242,10 +257,10 @@ template <int NT> __device__ __forceinline__ bool warp_nonfinite(const float (&b
 	return __any_sync(0xffffffffu, bad);
 }
 
-template <class F, int NT>
+template <class F, int NT, bool TAB>
 __device__ __forceinline__ void block_redo(const MoeParams &p, bool d, const float *const (&xr)[NT],
 					const bool (&have)[NT], uint32_t k0, uint32_t cols,
-					const uint32_t (&rc)[2][2], float (&blk)[NT][2][4])
+					const uint32_t (&rc)[2][2], float (&blk)[NT][2][4], uint32_t tb)
 {
 	const int lane = threadIdx.x & 31, t = lane & 3;
 	for (uint32_t u = 0; u < 8; u++) {
@@ -259,7 +274,7 @@ __device__ __forceinline__ void block_redo(const MoeParams &p, bool d, const flo
 			e[n] = unit_exp(x[n]);
 			pack_b(x[n], b[n], ldexpf(1.0f, -e[n]));
 		}
-		unit_mma<F, NT>(rc, 4 * u + t, b, c);
+		unit_mma<F, NT, TAB>(rc, 4 * u + t, b, c, tb);
 #pragma unroll
 		for (int n = 0; n < NT; n++) {
 			float cm[2];
@@ -315,20 +330,29 @@ __device__ __forceinline__ void unit_act(const MoeParams &p, bool d, const float
 	const uint32_t k0 = k.kc * 256
 
 // One stage of task k (at shared offset sbuf, misalignments roff): acc += its
-// product, for the task's NT tiles of 8 tokens.
-template <class F, bool UNROLL, int NT>
+// product, for the task's NT tiles of 8 tokens (TAB: codebook table at tb).
+template <class F, bool UNROLL, int NT, bool TAB>
 __device__ __forceinline__ void compute(const MoeParams &p, const Task &k, uint32_t sbuf, const uint8_t *roff,
-					float (&acc)[NT][2][4])
+					float (&acc)[NT][2][4], uint32_t tb)
 {
 	STRATA_STAGE_SETUP(NT);
 	uint32_t rc[2][2], rs[2][2];
+	float sg[2][2]; // TAB: the block scales, from global memory (0 past the matrix)
 #pragma unroll
 	for (int m = 0; m < 2; m++)
 #pragma unroll
 		for (int h = 0; h < 2; h++) {
 			int i = 16 * m + 8 * h + g;
-			rc[m][h] = sbuf + i * TIER_PITCH + roff[2 * i];
-			rs[m][h] = sbuf + i * TIER_PITCH + TIER_SCALE_AT + roff[2 * i + 1];
+			rc[m][h] = sbuf + i * pitch<TAB>() + roff[2 * i];
+			if constexpr (TAB) {
+				const uint8_t *mat;
+				const int r = stage_row(p, k, i, mat);
+				const FmtTab &f = p.tab[k.fmt];
+				sg[m][h] = r < 0 ? 0.0f
+						 : F::scale(mat + f.soff[d] + ((uint64_t)r * (f.pc[d] / 256) + k.kc) * f.sb);
+			} else {
+				rs[m][h] = sbuf + i * TIER_PITCH + TIER_SCALE_AT + roff[2 * i + 1];
+			}
 		}
 	float blk[NT][2][4] = {};
 	float cur[NT][8], nxt[NT][8];
@@ -344,7 +368,7 @@ __device__ __forceinline__ void compute(const MoeParams &p, const Task &k, uint3
 			pack_b(cur[n], b[n]);
 		if (u < 7)
 			load(u + 1, nxt);
-		unit_mma<F, NT>(rc, 4 * u + t, b, blk);
+		unit_mma<F, NT, TAB>(rc, 4 * u + t, b, blk, tb);
 #pragma unroll
 		for (int n = 0; n < NT; n++)
 #pragma unroll
@@ -363,10 +387,14 @@ __device__ __forceinline__ void compute(const MoeParams &p, const Task &k, uint3
 			step(u);
 	}
 	if (warp_nonfinite<NT>(blk))
-		block_redo<F, NT>(p, d, xr, have, k0, cols, rc, blk);
+		block_redo<F, NT, TAB>(p, d, xr, have, k0, cols, rc, blk, tb);
 #pragma unroll
 	for (int m = 0; m < 2; m++) {
-		float s0 = F::scale(rs[m][0]), s1 = F::scale(rs[m][1]);
+		float s0, s1;
+		if constexpr (TAB)
+			s0 = sg[m][0], s1 = sg[m][1];
+		else
+			s0 = F::scale(rs[m][0]), s1 = F::scale(rs[m][1]);
 #pragma unroll
 		for (int n = 0; n < NT; n++) {
 			acc[n][m][0] = fmaf(s0, blk[n][m][0], acc[n][m][0]);
@@ -467,17 +495,25 @@ __device__ __forceinline__ void compute_sq(const MoeParams &p, const Task &k, ui
 
 #undef STRATA_STAGE_SETUP
 
-template <int NW, int NS, bool UNROLL, int NT>
+// SQ: the launch may hold scalar-format experts (compute_sq compiled in; a
+// tier-only launch takes SQ = false: compute_sq in the same kernel took the
+// registers of the tier path from 115 to 168, with 700 bytes of spills).
+template <int NW, int NS, bool UNROLL, int NT, bool TAB, bool SQ>
 __global__ void __launch_bounds__(32 * NW, 1) dec_kernel(const __grid_constant__ MoeParams p)
 {
-	using G = DGeo<NW, NS>;
+	using G = DGeo<NW, NS, TAB>;
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-	constexpr uint32_t stage = STAGE;
+	constexpr uint32_t stage = G::STAGE;
 	// This warp's shared memory: stages, misalignment tables, task queue.
 	const uint32_t wbase = warp * (NS * (stage + G::ROFF) + G::QBYTES);
 	const uint32_t sb0 = (uint32_t)__cvta_generic_to_shared(g_smem) + wbase; // for cp.async
 	uint8_t *roffs = g_smem + wbase + NS * stage;
 	uint32_t *queue = reinterpret_cast<uint32_t *>(roffs + NS * G::ROFF);
+	if constexpr (TAB) {
+		tcq_tab_fill(G::TAB_AT, threadIdx.x, 32 * NW);
+		__syncthreads();
+	}
+	const uint32_t tb = G::TAB_AT + 4 * lane;
 
 	auto fetch = [&]() -> uint32_t {
 		uint32_t v = 0;
@@ -509,7 +545,7 @@ __global__ void __launch_bounds__(32 * NW, 1) dec_kernel(const __grid_constant__
 	};
 	for (int s = 0; s < NS - 1; s++) {
 		if (ld.t < p.n_tasks) {
-			issue(lr, sb0 + s * stage, roffs + s * G::ROFF);
+			issue<TAB>(lr, sb0 + s * stage, roffs + s * G::ROFF);
 			advance_ld();
 		}
 		cp_commit();
@@ -525,7 +561,7 @@ __global__ void __launch_bounds__(32 * NW, 1) dec_kernel(const __grid_constant__
 		__syncwarp(); // every lane's copies of stage it are visible; stage it-1 is consumed
 		if (ld.t < p.n_tasks) {
 			uint32_t sl = (it + NS - 1) % NS;
-			issue(lr, sb0 + sl * stage, roffs + sl * G::ROFF);
+			issue<TAB>(lr, sb0 + sl * stage, roffs + sl * G::ROFF);
 			advance_ld();
 		}
 		cp_commit();
@@ -547,9 +583,15 @@ __global__ void __launch_bounds__(32 * NW, 1) dec_kernel(const __grid_constant__
 		const uint32_t sl = it % NS;
 		const uint32_t sbuf = wbase + sl * stage;
 		switch (cp.fmt) {
-		STRATA_TIER_CASES((compute<F, UNROLL, NT>(p, cp, sbuf, roffs + sl * G::ROFF, acc)))
-		STRATA_SCALAR_CASES((compute_sq<F, NT>(p, cp, sbuf, roffs + sl * G::ROFF, acc)))
-		default: break;
+		STRATA_TIER_CASES((compute<F, UNROLL, NT, TAB>(p, cp, sbuf, roffs + sl * G::ROFF, acc, tb)))
+		default:
+			if constexpr (SQ) {
+				switch (cp.fmt) {
+				STRATA_SCALAR_CASES((compute_sq<F, NT>(p, cp, sbuf, roffs + sl * G::ROFF, acc)))
+				default: break;
+				}
+			}
+			break;
 		}
 		if (++cp.kc == cp.nkc) {
 			const Slot &s = p.slot[cp.slot];

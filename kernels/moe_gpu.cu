@@ -1007,20 +1007,21 @@ int launch(MoeParams *p, cudaStream_t st, int variant, struct strata_error *err)
 }
 
 // The warp-streaming decode kernel <NW warps, NS stages> (moe_decode.cuh),
-// tasks already laid out by run_dec.
-template <int NW, int NS, bool UNROLL = false, int NT = 1>
+// tasks already laid out by run_dec; TAB: the codebook through the shared
+// table (tcq_tab_pair); SQ: q4/q3 experts may be in the launch.
+template <int NW, int NS, bool UNROLL = false, int NT = 1, bool TAB = false, bool SQ = true>
 int dec_launch(MoeParams *p, cudaStream_t st, int bit, struct strata_error *err)
 {
-	using G = dec::DGeo<NW, NS>;
+	using G = dec::DGeo<NW, NS, TAB>;
 	if (!(g_ctx.dec_attr & (1u << bit))) {
-		CU_TRY(err, cudaFuncSetAttribute(dec::dec_kernel<NW, NS, UNROLL, NT>,
+		CU_TRY(err, cudaFuncSetAttribute(dec::dec_kernel<NW, NS, UNROLL, NT, TAB, SQ>,
 						 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)G::SMEM));
 		g_ctx.dec_attr |= 1u << bit;
 	}
 	uint32_t grid = (p->n_tasks + NW - 1) / NW;
 	if (grid > (uint32_t)g_ctx.sms)
 		grid = (uint32_t)g_ctx.sms;
-	dec::dec_kernel<NW, NS, UNROLL, NT><<<grid, 32 * NW, G::SMEM, st>>>(*p);
+	dec::dec_kernel<NW, NS, UNROLL, NT, TAB, SQ><<<grid, 32 * NW, G::SMEM, st>>>(*p);
 	CU_TRY(err, cudaGetLastError());
 	return STRATA_OK;
 }
@@ -1118,8 +1119,18 @@ int run_dec(MoeParams *p, uint32_t maxtok, uint32_t hfl, cudaStream_t st, struct
 	p->gus = g_ctx.gus, p->gucnt = g_ctx.gucnt;
 	if (p->sgu > 1 || p->sdn > 1)
 		g_ctx.dec_split_launches++;
+	// Tier-only launches of the default kernel and of the table variants run
+	// without the scalar decoder (SQ = false); a launch with q4/q3 experts
+	// takes the table variants' place on 12 x 4.
 	if (nt == 2)
-		*rc = dec_launch<12, 4, false, 2>(p, st, 6, err);
+		*rc = scalar ? dec_launch<12, 4, false, 2>(p, st, 6, err)
+			     : dec_launch<12, 4, false, 2, false, false>(p, st, 10, err);
+	else if (!scalar && nw == 12 && ns == STRATA_MOE_DEC_TAB + 2)
+		*rc = dec_launch<12, 2, false, 1, true, false>(p, st, 12, err);
+	else if (!scalar && nw == 8 && ns == STRATA_MOE_DEC_TAB + 2)
+		*rc = dec_launch<8, 2, false, 1, true, false>(p, st, 7, err);
+	else if (!scalar && nw == 7 && ns == STRATA_MOE_DEC_TAB + 3)
+		*rc = dec_launch<7, 3, false, 1, true, false>(p, st, 9, err);
 	else if (nw == 12 && ns == -4)
 		*rc = dec_launch<12, 4, true>(p, st, 5, err);
 	else if (nw == 8 && ns == 4)
@@ -1131,7 +1142,7 @@ int run_dec(MoeParams *p, uint32_t maxtok, uint32_t hfl, cudaStream_t st, struct
 	else if (nw == 16 && ns == 3)
 		*rc = dec_launch<16, 3>(p, st, 3, err);
 	else
-		*rc = dec_launch<12, 4>(p, st, 4, err);
+		*rc = scalar ? dec_launch<12, 4>(p, st, 4, err) : dec_launch<12, 4, false, 1, false, false>(p, st, 11, err);
 	return 1;
 }
 

@@ -174,9 +174,14 @@ static void test_moe_config(void **state)
 	assert_int_equal(c.sq_dec, 0);
 	assert_int_equal(c.sq_pf, 1);
 	assert_int_equal(c.sq_xs, 0);
+	c = d;
+	assert_int_equal(strata_gpu_moe_config_parse("dec=12x2t", &c, &err), STRATA_OK);
+	assert_int_equal(c.dec_warps, 12);
+	assert_int_equal(c.dec_stages, STRATA_MOE_DEC_TAB + 2);
 	static const char *const bad[] = { "dec=9x4", "dec=12", "split=65", "split=-1", "bf16dec=16x5",
 					   "bf16_kc=16", "prefill_min=0", "prefill_min=17x", "poison=2", "warps=8",
-					   "dec", "sqdec=8x4", "sq_pf=2", "sq_xs=2" };
+					   "dec", "sqdec=8x4", "sq_pf=2", "sq_xs=2", "dec=12x4t", "dec=10x2t", "dec=8x2tt",
+					   "dec=8x2u", "bf16dec=8x8t" };
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		c = d;
 		memset(&err, 0, sizeof(err));
@@ -543,7 +548,11 @@ static void test_moe_decode_variants(void **state)
 {
 	if (!test_have_gpu("test_moe_decode_variants"))
 		return;
-	static const int v[][2] = { { 0, 0 }, { 8, 4 }, { 8, 5 }, { 12, 3 }, { 12, 4 }, { 12, -4 }, { 16, 3 } };
+	static const int v[][2] = { { 0, 0 },  { 8, 4 },  { 8, 5 },  { 12, 3 },
+				    { 12, 4 }, { 12, -4 }, { 16, 3 },
+				    /* the codebook through the shared table */
+				    { 8, STRATA_MOE_DEC_TAB + 2 }, { 12, STRATA_MOE_DEC_TAB + 2 },
+				    { 7, STRATA_MOE_DEC_TAB + 3 } };
 	static const struct moe_case cases[] = {
 		{ "var-hot", STRATA_FMT_HOT, 1024, 512, 1, 6, 4, 0 },
 		{ "var-tiers", -3, 768, 288, 8, 9, 3, 0 },
@@ -558,8 +567,27 @@ static void test_moe_decode_variants(void **state)
 		{ "var16-cold-rows", STRATA_FMT_COLD, 520, 200, 13, 3, 2, 0 },
 	};
 	static const uint32_t split[] = { 0, 3, 64 };
+	/* STRATA_TEST_DEC=12x2t,12x4,...: only those variants (e.g. under
+	 * compute-sanitizer in a short device call) */
+	const char *only = getenv("STRATA_TEST_DEC");
 	for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++)
 		for (size_t j = 0; j < (v[i][0] ? 3u : 1u); j++) {
+			if (only && *only) {
+				struct strata_moe_config oc;
+				struct strata_error oe = { 0 };
+				char item[32];
+				int keep = 0;
+				for (const char *q = only; *q && !keep;) {
+					size_t n = strcspn(q, ",");
+					snprintf(item, sizeof(item), "dec=%.*s", (int)(n < 24 ? n : 24), q);
+					strata_gpu_moe_config_defaults(&oc);
+					keep = !strata_gpu_moe_config_parse(item, &oc, &oe) && oc.dec_warps == v[i][0] &&
+					       oc.dec_stages == v[i][1];
+					q += n + (q[n] == ',');
+				}
+				if (!keep)
+					continue;
+			}
 			printf("decode variant %dx%d, split %u\n", v[i][0], v[i][1], split[j]);
 			struct strata_moe_config kc;
 			strata_gpu_moe_config_defaults(&kc);
@@ -818,21 +846,24 @@ static float half_to_f32(uint32_t h)
 }
 
 /* One warp of the ceiling kernel (strata_gpu_decode_ceiling_trace) per tier
- * format: every decoded weight must be the codebook value of its window (as
- * in a block of the format), and each lane's sum of MMA accumulators must
- * match the product rebuilt on the CPU from the fragment layout of
- * mma.m16n8k16; then the timed ceiling must give a finite positive rate. */
+ * format and decoder (HFMA2s, shared table): every decoded weight must be the
+ * codebook value of its window (as in a block of the format), and each lane's
+ * sum of MMA accumulators must match the product rebuilt on the CPU from the
+ * fragment layout of mma.m16n8k16.  (The timed ceiling: test_decode_ceiling_rate.) */
 static void test_decode_ceiling(void **state)
 {
 	struct strata_error err = { 0 };
 	double wps = -1;
 	if (!test_have_gpu("test_decode_ceiling")) {
-		assert_int_equal(strata_gpu_decode_ceiling(STRATA_FMT_HOT, &wps, NULL, &err), STRATA_EUNSUPPORTED);
+		assert_int_equal(strata_gpu_decode_ceiling(STRATA_FMT_HOT, STRATA_CEIL_FMA, &wps, NULL, &err),
+				 STRATA_EUNSUPPORTED);
 		return;
 	}
-	assert_int_equal(strata_gpu_decode_ceiling(STRATA_FMT_BF16, &wps, NULL, &err), STRATA_EINVAL);
+	assert_int_equal(strata_gpu_decode_ceiling(STRATA_FMT_BF16, STRATA_CEIL_FMA, &wps, NULL, &err), STRATA_EINVAL);
+	assert_int_equal(strata_gpu_decode_ceiling(STRATA_FMT_HOT, 2, &wps, NULL, &err), STRATA_EINVAL);
 	enum { LW = STRATA_CEIL_LANE_WORDS, IT = 5 };
-	for (int fmt = STRATA_FMT_HOT; fmt <= STRATA_FMT_COLD; fmt++) {
+	for (int fd = 0; fd < 6; fd++) {
+		const int fmt = STRATA_FMT_HOT + fd / 2, dec = fd % 2 ? STRATA_CEIL_TABLE : STRATA_CEIL_FMA;
 		uint32_t in[32 * LW], *pairs = malloc(IT * 512 * 4);
 		float sink[32];
 		assert_non_null(pairs);
@@ -845,7 +876,7 @@ static void test_decode_ceiling(void **state)
 				in[l * LW + k] = v;
 			}
 		memset(pairs, 0xff, IT * 512 * 4);
-		assert_int_equal(strata_gpu_decode_ceiling_trace(fmt, IT, in, pairs, sink, &err), STRATA_OK);
+		assert_int_equal(strata_gpu_decode_ceiling_trace(fmt, dec, IT, in, pairs, sink, &err), STRATA_OK);
 		size_t bad = 0;
 		double ref[32] = { 0 }, mag[32] = { 0 };
 		for (uint32_t it = 0; it < IT; it++) {
@@ -861,8 +892,8 @@ static void test_decode_ceiling(void **state)
 						uint32_t p = pairs[((it * 4 + r) * 4 + i / 2) * 32 + l];
 						w[r][l][i] = half_to_f32(p >> (16 * (i & 1)) & 0xffff);
 						if (w[r][l][i] != want && bad++ < 5)
-							fprintf(stderr, "decode ceiling %s: it %u lane %d row %d weight %d: %g, want %g\n",
-								strata_fmt_traits(fmt)->name, it, l, r, i, w[r][l][i], want);
+							fprintf(stderr, "decode ceiling %s/%d: it %u lane %d row %d weight %d: %g, want %g\n",
+								strata_fmt_traits(fmt)->name, dec, it, l, r, i, w[r][l][i], want);
 					}
 				}
 			/* the MMAs: tile m, k-step h; A[row][k], B[k][col] from the fragments */
@@ -902,12 +933,30 @@ static void test_decode_ceiling(void **state)
 			assert_true(fabs(sink[l] - ref[l]) <= 1e-4 * mag[l] + 1e-6);
 		}
 		free(pairs);
+	}
+	assert_int_equal(strata_gpu_decode_ceiling_trace(STRATA_FMT_BF16, STRATA_CEIL_FMA, 1, NULL, NULL, NULL, &err),
+			 STRATA_EINVAL);
+	assert_int_equal(strata_gpu_decode_ceiling_trace(STRATA_FMT_HOT, 2, 1, NULL, NULL, NULL, &err), STRATA_EINVAL);
+}
+
+/* The timed decode ceiling of every tier format and decoder: a finite
+ * positive rate at 8 or more warps per SM (a separate test, so a
+ * compute-sanitizer run can leave the long timed launches out). */
+static void test_decode_ceiling_rate(void **state)
+{
+	(void)state;
+	if (!test_have_gpu("test_decode_ceiling_rate"))
+		return;
+	struct strata_error err = { 0 };
+	for (int fd = 0; fd < 6; fd++) {
+		const int fmt = STRATA_FMT_HOT + fd / 2, dec = fd % 2 ? STRATA_CEIL_TABLE : STRATA_CEIL_FMA;
+		double wps = -1;
 		uint32_t wpsm = 0;
-		assert_int_equal(strata_gpu_decode_ceiling(fmt, &wps, &wpsm, &err), STRATA_OK);
-		printf("decode ceiling %s: %.3g weights/s (%u warps per SM)\n", strata_fmt_traits(fmt)->name, wps, wpsm);
+		assert_int_equal(strata_gpu_decode_ceiling(fmt, dec, &wps, &wpsm, &err), STRATA_OK);
+		printf("decode ceiling %s, %s: %.3g weights/s (%u warps per SM)\n", strata_fmt_traits(fmt)->name,
+		       dec ? "table" : "fma", wps, wpsm);
 		assert_true(isfinite(wps) && wps > 0 && wpsm >= 8);
 	}
-	assert_int_equal(strata_gpu_decode_ceiling_trace(STRATA_FMT_BF16, 1, NULL, NULL, NULL, &err), STRATA_EINVAL);
 }
 
 /* ---- bad calls fail cleanly ---- */
@@ -981,6 +1030,7 @@ int main(void)
 		cmocka_unit_test(test_bf16_cublas),
 		cmocka_unit_test(test_moe_errors),
 		cmocka_unit_test(test_decode_ceiling),
+		cmocka_unit_test(test_decode_ceiling_rate),
 	};
 	/* STRATA_TESTS=name,name,...: only those (a short device call) */
 	const char *only = getenv("STRATA_TESTS");
