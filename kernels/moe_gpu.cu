@@ -772,6 +772,7 @@ __global__ void __launch_bounds__(32 * NW, 1) moe_kernel(const __grid_constant__
 }
 
 #include "moe_prefill.cuh"
+#include "moe_prefill_sm90.cuh"
 #include "moe_decode.cuh"
 #include "moe_dec_bf16.cuh"
 #include "moe_dec_sq.cuh"
@@ -886,6 +887,9 @@ struct Ctx {
 	float *pf_w = nullptr, *pf_xsc = nullptr;
 	uint8_t *pf_hexp = nullptr, *pf_hbig = nullptr;
 	size_t pf_cap_a = 0, pf_cap_x = 0, pf_cap_h = 0; // assignments, xs / hs elements
+	int pf90 = 0;              // the sm_90a prefill kernel runs here (moe_prefill_sm90.cuh)
+	uint32_t pf90_attr = 0;    // its kernels whose shared-memory attribute is set (bits)
+	uint64_t pf90_launches = 0; // strata_gpu_moe_prefill_sm90_launches
 	uint8_t *sq_bf16 = nullptr;   // BF16 copies of scalar-format experts (moe_layer_parts)
 	size_t sq_cap = 0;            // bytes
 };
@@ -965,6 +969,22 @@ int ctx_init(struct strata_error *err)
 		// [0] CTAs (warps) done, [1 + s] per slot, [dec::FETCH] task counter.
 		CU_TRY(err, cudaMalloc(&g_ctx.sync, (STRATA_MOE_MAX_SLOTS + 2) * sizeof(unsigned)));
 		CU_TRY(err, cudaMemset(g_ctx.sync, 0, (STRATA_MOE_MAX_SLOTS + 2) * sizeof(unsigned)));
+		// The sm_90a prefill kernel: a 9.0 GPU and code built for sm_90a.
+		int major = 0, minor = 0;
+		CU_TRY(err, cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+		CU_TRY(err, cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+		if (major == 9 && minor == 0) {
+			unsigned *d = nullptr, h = 0;
+			CU_TRY(err, cudaMalloc(&d, sizeof(unsigned)));
+			pf90::probe<<<1, 1>>>(d);
+			cudaError_t ce = cudaGetLastError();
+			if (ce == cudaSuccess)
+				ce = cudaMemcpy(&h, d, sizeof(unsigned), cudaMemcpyDeviceToHost);
+			cudaFree(d);
+			if (ce != cudaSuccess)
+				return STRATA_ERR(err, STRATA_EGPU, "strata_moe_layer_gpu: sm90 probe: %s", cudaGetErrorString(ce));
+			g_ctx.pf90 = h == 1;
+		}
 	}
 	return STRATA_OK;
 }
@@ -1356,6 +1376,56 @@ template <class C> int pf_launch(pf::PParams *P, cudaStream_t st, struct strata_
 	return STRATA_OK;
 }
 
+// gate|up then down launches of the sm_90a prefill kernel for the slots in P
+// (bf16 experts, or tier experts as TIER says).
+template <bool TIER> int pf90_launch(pf::PParams *P, cudaStream_t st, struct strata_error *err)
+{
+	using G = pf90::Geo<TIER>;
+	constexpr uint32_t bit = TIER ? 1 : 2;
+	if (!(g_ctx.pf90_attr & bit)) {
+		CU_TRY(err, cudaFuncSetAttribute(pf90::gemm<false, TIER>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+						 (int)G::SMEM));
+		CU_TRY(err, cudaFuncSetAttribute(pf90::gemm<true, TIER>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+						 (int)G::SMEM));
+		g_ctx.pf90_attr |= bit;
+	}
+	const uint32_t nrt_gu = (P->inter + G::BM / 2 - 1) / (G::BM / 2), nrt_dn = (P->hidden + G::BM - 1) / G::BM;
+	for (int down = 0; down < 2; down++) {
+		uint32_t tiles = 0;
+		for (uint32_t q = 0; q < P->n_slots; q++) {
+			P->slot[q].tile0 = tiles;
+			tiles += (down ? nrt_dn : nrt_gu) * ((P->slot[q].ntok + G::BN - 1) / G::BN);
+		}
+		P->n_tiles = tiles;
+		if (down)
+			pf90::gemm<true, TIER><<<tiles, G::NTHR, G::SMEM, st>>>(*P);
+		else
+			pf90::gemm<false, TIER><<<tiles, G::NTHR, G::SMEM, st>>>(*P);
+		cudaError_t ce = cudaGetLastError();
+		if (ce != cudaSuccess)
+			return STRATA_ERR(err, STRATA_EGPU, "strata_moe_layer_gpu: sm90 prefill launch: %s",
+					  cudaGetErrorString(ce));
+		g_ctx.pf90_launches++;
+	}
+	return STRATA_OK;
+}
+
+// Experts with at least this many tokens take the sm_90a kernel under
+// prefill=auto (its 256-token bf16 tile; measured in experiments/kernels).
+constexpr uint32_t PF90_AUTO_MIN = 192;
+
+// Launch group of a prefill expert (run_prefill): 0 the 64 x 256 tile, 1 and
+// 2 128 x 128 with 8 / 16 warps, 3 64 x 64, 4 / 5 the sm_90a kernel (bf16 /
+// tier experts).
+int pf_group(int fmt, uint32_t nt)
+{
+	const int p = g_ctx.cfg.pf_path;
+	const bool tier = fmt != STRATA_FMT_BF16;
+	if (g_ctx.pf90 && (p == 1 || (p == 0 && nt >= PF90_AUTO_MIN)))
+		return tier ? 5 : 4;
+	return nt >= 192 ? 0 : nt <= PF_SMALL_MAX ? 3 : tier ? 2 : 1;
+}
+
 // The tiled prefill path for the experts marked in big[] (moe_prefill.cuh):
 // assignments of those experts in `order` (sorted by expert, count[] the
 // prefix sums), tables of their formats in tab.
@@ -1447,7 +1517,7 @@ int run_prefill(const struct strata_moe_call *c, const uint32_t *count, const ui
 	// 64 x 64.  By default the 128 x 128 tier experts take 16 warps (more warps
 	// share their decode: 0.60 vs 0.47 of cuBLAS at Kimi 64 tokens), bf16 ones 8
 	// (0.74 vs 0.66).
-	for (int grp = 0; grp < 4 && !rc; grp++) {
+	for (int grp = 0; grp < 6 && !rc; grp++) {
 		a = 0;
 		for (uint32_t e = 0; e < c->n_experts && !rc;) {
 			uint32_t ns = 0;
@@ -1455,9 +1525,7 @@ int run_prefill(const struct strata_moe_call *c, const uint32_t *count, const ui
 				if (!big[e])
 					continue;
 				uint32_t nt = count[e + 1] - count[e];
-				bool wide = nt >= 192, small = nt <= PF_SMALL_MAX;
-				bool w16 = c->fmts[e] != STRATA_FMT_BF16;
-				if ((wide ? 0 : small ? 3 : w16 ? 2 : 1) == grp) {
+				if (pf_group(c->fmts[e], nt) == grp) {
 					PSlot &s = P->slot[ns++];
 					s.ext = (const uint8_t *)c->extents[e];
 					s.fmt = c->fmts[e];
@@ -1468,7 +1536,9 @@ int run_prefill(const struct strata_moe_call *c, const uint32_t *count, const ui
 			if (!ns)
 				break;
 			P->n_slots = ns;
-			rc = grp == 0 ? pf_launch<CfgWide>(P, st, err)
+			rc = grp == 4 ? pf90_launch<false>(P, st, err)
+			   : grp == 5 ? pf90_launch<true>(P, st, err)
+			   : grp == 0 ? pf_launch<CfgWide>(P, st, err)
 			   : grp == 3 ? pf_launch<CfgSmall>(P, st, err)
 			   : grp == 2 ? pf_launch<Cfg128w16>(P, st, err)
 				      : pf_launch<Cfg128>(P, st, err);
@@ -1806,6 +1876,23 @@ extern "C" uint64_t strata_gpu_moe_scalar_decode_launches(void)
 	uint64_t n = g_ctx.sqd_launches;
 	pthread_mutex_unlock(&g_ctx.mu);
 	return n;
+}
+
+extern "C" uint64_t strata_gpu_moe_prefill_sm90_launches(void)
+{
+	pthread_mutex_lock(&g_ctx.mu);
+	uint64_t n = g_ctx.pf90_launches;
+	pthread_mutex_unlock(&g_ctx.mu);
+	return n;
+}
+
+extern "C" int strata_gpu_moe_prefill_sm90_usable(void)
+{
+	struct strata_error err = { 0 };
+	pthread_mutex_lock(&g_ctx.mu);
+	int ok = ctx_init(&err) == STRATA_OK && g_ctx.pf90;
+	pthread_mutex_unlock(&g_ctx.mu);
+	return ok;
 }
 
 extern "C" uint64_t strata_gpu_moe_bf16_decode_launches(void)
