@@ -160,11 +160,13 @@ int strata_gpu_moe_check(int fmt, uint32_t hidden, uint32_t inter, struct strata
  *   prefill      pf_path                auto     the tiled prefill path's kernel for bf16 and tier
  *                                                experts: sm90 (1): the warpgroup-MMA kernel
  *                                                (kernels/moe_prefill_sm90.cuh) for every such
- *                                                expert; mma (2): the mma.sync kernel
- *                                                (kernels/moe_prefill.cuh); auto (0): sm90 for
- *                                                experts with >= 192 tokens.  sm90 and auto fall
- *                                                back to mma where the GPU or the build is not
- *                                                sm_90a
+ *                                                expert (tier experts on its warp-specialized
+ *                                                tile); sm90u (3): the same with tier experts on
+ *                                                its unspecialized tile; mma (2): the mma.sync
+ *                                                kernel (kernels/moe_prefill.cuh); auto (0): sm90
+ *                                                for experts with >= 192 tokens.  sm90, sm90u and
+ *                                                auto fall back to mma where the GPU or the build
+ *                                                is not sm_90a
  *
  * Everything else the kernels do is fixed: 16-warp persistent CTAs for
  * 8-token tiles and 8 warps for 16-token ones, stage copies by the bulk copy

@@ -1344,30 +1344,27 @@ bool pf_fmt(int fmt) { return fmt == STRATA_FMT_BF16 || (fmt >= STRATA_FMT_HOT &
 // 128 x 128 is 1.2x (bf16) - 1.8x (hot) faster.
 constexpr uint32_t PF_SMALL_MAX = 64;
 
-// gate|up then down launches of the prefill path for the slots in P.
-template <class C> int pf_launch(pf::PParams *P, cudaStream_t st, struct strata_error *err)
+// gate|up then down launches of a prefill kernel pair (gu, dn: grid one CTA
+// per tile of BM rows (gate|up: BM/2 rows of gate and of up) x BN tokens)
+// for the slots in P; *attr_set (bit) records the shared-memory attribute.
+typedef void (*PfKernel)(pf::PParams);
+int pf_launch_pair(pf::PParams *P, cudaStream_t st, struct strata_error *err, PfKernel gu, PfKernel dn, uint32_t bm,
+		   uint32_t bn, uint32_t nthr, uint32_t smem, uint32_t *attr_set, uint32_t bit)
 {
-	using namespace pf;
-	constexpr uint32_t bit = C::BN == 256 ? 4 : C::BN == 64 ? 8 : C::NW == 16 ? 2 : 1;
-	if (!(g_ctx.pf_attr & bit)) {
-		CU_TRY(err, cudaFuncSetAttribute(pf_gemm<false, C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-						 (int)C::SMEM));
-		CU_TRY(err, cudaFuncSetAttribute(pf_gemm<true, C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-						 (int)C::SMEM));
-		g_ctx.pf_attr |= bit;
+	if (!(*attr_set & bit)) {
+		CU_TRY(err, cudaFuncSetAttribute(gu, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+		CU_TRY(err, cudaFuncSetAttribute(dn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+		*attr_set |= bit;
 	}
-	const uint32_t nrt_gu = (P->inter + C::BM / 2 - 1) / (C::BM / 2), nrt_dn = (P->hidden + C::BM - 1) / C::BM;
+	const uint32_t nrt_gu = (P->inter + bm / 2 - 1) / (bm / 2), nrt_dn = (P->hidden + bm - 1) / bm;
 	for (int down = 0; down < 2; down++) {
 		uint32_t tiles = 0;
 		for (uint32_t q = 0; q < P->n_slots; q++) {
 			P->slot[q].tile0 = tiles;
-			tiles += (down ? nrt_dn : nrt_gu) * ((P->slot[q].ntok + C::BN - 1) / C::BN);
+			tiles += (down ? nrt_dn : nrt_gu) * ((P->slot[q].ntok + bn - 1) / bn);
 		}
 		P->n_tiles = tiles;
-		if (down)
-			pf_gemm<true, C><<<tiles, C::NTHR, C::SMEM, st>>>(*P);
-		else
-			pf_gemm<false, C><<<tiles, C::NTHR, C::SMEM, st>>>(*P);
+		(down ? dn : gu)<<<tiles, nthr, smem, st>>>(*P);
 		cudaError_t ce = cudaGetLastError();
 		if (ce != cudaSuccess)
 			return STRATA_ERR(err, STRATA_EGPU, "strata_moe_layer_gpu: prefill launch: %s",
@@ -1376,38 +1373,24 @@ template <class C> int pf_launch(pf::PParams *P, cudaStream_t st, struct strata_
 	return STRATA_OK;
 }
 
-// gate|up then down launches of the sm_90a prefill kernel for the slots in P
-// (bf16 experts, or tier experts as TIER says).
-template <bool TIER> int pf90_launch(pf::PParams *P, cudaStream_t st, struct strata_error *err)
+// The mma.sync prefill kernel (moe_prefill.cuh), tile C.
+template <class C> int pf_launch(pf::PParams *P, cudaStream_t st, struct strata_error *err)
 {
-	using G = pf90::Geo<TIER>;
-	constexpr uint32_t bit = TIER ? 1 : 2;
-	if (!(g_ctx.pf90_attr & bit)) {
-		CU_TRY(err, cudaFuncSetAttribute(pf90::gemm<false, TIER>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-						 (int)G::SMEM));
-		CU_TRY(err, cudaFuncSetAttribute(pf90::gemm<true, TIER>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-						 (int)G::SMEM));
-		g_ctx.pf90_attr |= bit;
-	}
-	const uint32_t nrt_gu = (P->inter + G::BM / 2 - 1) / (G::BM / 2), nrt_dn = (P->hidden + G::BM - 1) / G::BM;
-	for (int down = 0; down < 2; down++) {
-		uint32_t tiles = 0;
-		for (uint32_t q = 0; q < P->n_slots; q++) {
-			P->slot[q].tile0 = tiles;
-			tiles += (down ? nrt_dn : nrt_gu) * ((P->slot[q].ntok + G::BN - 1) / G::BN);
-		}
-		P->n_tiles = tiles;
-		if (down)
-			pf90::gemm<true, TIER><<<tiles, G::NTHR, G::SMEM, st>>>(*P);
-		else
-			pf90::gemm<false, TIER><<<tiles, G::NTHR, G::SMEM, st>>>(*P);
-		cudaError_t ce = cudaGetLastError();
-		if (ce != cudaSuccess)
-			return STRATA_ERR(err, STRATA_EGPU, "strata_moe_layer_gpu: sm90 prefill launch: %s",
-					  cudaGetErrorString(ce));
-		g_ctx.pf90_launches++;
-	}
-	return STRATA_OK;
+	constexpr uint32_t bit = C::BN == 256 ? 4 : C::BN == 64 ? 8 : C::NW == 16 ? 2 : 1;
+	return pf_launch_pair(P, st, err, pf::pf_gemm<false, C>, pf::pf_gemm<true, C>, C::BM, C::BN, C::NTHR, C::SMEM,
+			      &g_ctx.pf_attr, bit);
+}
+
+// The sm_90a prefill kernel KIND (pf90::Kind).
+template <int KIND> int pf90_launch(pf::PParams *P, cudaStream_t st, struct strata_error *err)
+{
+	using G = pf90::Geo<pf90::Kind<KIND>::TIER>;
+	using K = pf90::Kind<KIND>;
+	int rc = pf_launch_pair(P, st, err, pf90::gemm<false, KIND>, pf90::gemm<true, KIND>, G::BM, G::BN, K::NTHR,
+				K::SMEM, &g_ctx.pf90_attr, 1u << KIND);
+	if (!rc)
+		g_ctx.pf90_launches += 2;
+	return rc;
 }
 
 // Experts with at least this many tokens take the sm_90a kernel under
@@ -1415,14 +1398,14 @@ template <bool TIER> int pf90_launch(pf::PParams *P, cudaStream_t st, struct str
 constexpr uint32_t PF90_AUTO_MIN = 192;
 
 // Launch group of a prefill expert (run_prefill): 0 the 64 x 256 tile, 1 and
-// 2 128 x 128 with 8 / 16 warps, 3 64 x 64, 4 / 5 the sm_90a kernel (bf16 /
-// tier experts).
+// 2 128 x 128 with 8 / 16 warps, 3 64 x 64, 4 + pf90 kind the sm_90a kernel
+// (4 bf16, 5 tier, 6 tier warp-specialized).
 int pf_group(int fmt, uint32_t nt)
 {
 	const int p = g_ctx.cfg.pf_path;
 	const bool tier = fmt != STRATA_FMT_BF16;
-	if (g_ctx.pf90 && (p == 1 || (p == 0 && nt >= PF90_AUTO_MIN)))
-		return tier ? 5 : 4;
+	if (g_ctx.pf90 && (p == 1 || p == 3 || (p == 0 && nt >= PF90_AUTO_MIN)))
+		return 4 + (!tier ? pf90::K_BF16 : p == 3 ? pf90::K_TIER : pf90::K_TIER_WS);
 	return nt >= 192 ? 0 : nt <= PF_SMALL_MAX ? 3 : tier ? 2 : 1;
 }
 
@@ -1517,7 +1500,7 @@ int run_prefill(const struct strata_moe_call *c, const uint32_t *count, const ui
 	// 64 x 64.  By default the 128 x 128 tier experts take 16 warps (more warps
 	// share their decode: 0.60 vs 0.47 of cuBLAS at Kimi 64 tokens), bf16 ones 8
 	// (0.74 vs 0.66).
-	for (int grp = 0; grp < 6 && !rc; grp++) {
+	for (int grp = 0; grp < 7 && !rc; grp++) {
 		a = 0;
 		for (uint32_t e = 0; e < c->n_experts && !rc;) {
 			uint32_t ns = 0;
@@ -1536,8 +1519,9 @@ int run_prefill(const struct strata_moe_call *c, const uint32_t *count, const ui
 			if (!ns)
 				break;
 			P->n_slots = ns;
-			rc = grp == 4 ? pf90_launch<false>(P, st, err)
-			   : grp == 5 ? pf90_launch<true>(P, st, err)
+			rc = grp == 4 ? pf90_launch<pf90::K_BF16>(P, st, err)
+			   : grp == 5 ? pf90_launch<pf90::K_TIER>(P, st, err)
+			   : grp == 6 ? pf90_launch<pf90::K_TIER_WS>(P, st, err)
 			   : grp == 0 ? pf_launch<CfgWide>(P, st, err)
 			   : grp == 3 ? pf_launch<CfgSmall>(P, st, err)
 			   : grp == 2 ? pf_launch<Cfg128w16>(P, st, err)

@@ -139,6 +139,128 @@ __device__ __forceinline__ void wgmma_f16_n64(float *, uint64_t, uint64_t, uint3
 __device__ __forceinline__ void wgmma_bf16_n128(float *, uint64_t, uint64_t, uint32_t) {}
 #endif
 
+// acc += tmp times the rows' block scales sc (tile rows) and, when SEGS, 2^e
+// of each token's h segment sg.  col0: the tile's token of this warpgroup's
+// first column; wq, g, t: the thread's warp in its warpgroup and lane / 4,
+// lane % 4.
+template <bool SEGS, int NA>
+__device__ __forceinline__ void fold(float (&acc)[2][NA], const float (&tmp)[2][NA], const float *sc,
+				     const PParams &p, const PSlot &s, uint32_t col0, int wq, int g, int t, uint32_t sg)
+{
+	float sv[2][2];
+#pragma unroll
+	for (int m = 0; m < 2; m++)
+#pragma unroll
+		for (int h = 0; h < 2; h++)
+			sv[m][h] = sc[64 * m + 16 * wq + g + 8 * h];
+#pragma unroll
+	for (int c = 0; c < NA / 2; c++) {
+		float f = 1.0f;
+		if constexpr (SEGS) {
+			const uint32_t tl = col0 + 8 * (c >> 1) + 2 * t + (c & 1);
+			f = tl < s.ntok ? pf::exp2i(p.hexp[(uint64_t)(s.a0 + tl) * p.nseg + sg]) : 0.0f;
+		}
+#pragma unroll
+		for (int m = 0; m < 2; m++)
+#pragma unroll
+			for (int h = 0; h < 2; h++) {
+				const int i = 4 * (c >> 1) + 2 * h + (c & 1);
+				acc[m][i] = fmaf(sv[m][h] * f, tmp[m][i], acc[m][i]);
+			}
+	}
+	(void)p, (void)s, (void)sg;
+}
+
+// Epilogue of a tile (acc as tile's): gate|up h = silu(gate) * up into hs,
+// down y[tok] += w * acc.  ctid: the thread's index among the 256 threads of
+// the two MMA warpgroups; ex_off: the tile's [BN] exponents in g_smem (tier
+// gate|up); sync: a barrier of those 256 threads.
+template <class F, bool DOWN, class SYNC>
+__device__ __forceinline__ void epilogue(const PParams &p, const PSlot &s, uint32_t row0, uint32_t tok0,
+					 float (&acc)[2][Geo<F::SCALED>::NT / 2], int ctid, uint32_t ex_off, SYNC sync)
+{
+	constexpr bool TIER = F::SCALED;
+	using G = Geo<TIER>;
+	constexpr int NT = G::NT, BM = G::BM, BN = G::BN, NA = NT / 2;
+	const int wg = ctid >> 7, wq = (ctid >> 5) & 3, lane = ctid & 31, g = lane >> 2, t = lane & 3;
+	auto col_of = [&](int q) -> uint32_t { return (uint32_t)(wg * NT + 8 * (q >> 2) + 2 * t + (q & 1)); };
+	auto row_of = [&](int m, int q) -> uint32_t { return (uint32_t)(64 * m + 16 * wq + g + 8 * ((q >> 1) & 1)); };
+	if constexpr (!DOWN && !TIER) {
+#pragma unroll
+		for (int q = 0; q < NA; q++) {
+			const uint32_t row = row0 + row_of(0, q), tl = tok0 + col_of(q);
+			if (row < p.inter && tl < s.ntok) {
+				const float gv = acc[0][q], uv = acc[1][q];
+				__nv_bfloat16 hb = __float2bfloat16_rn(gv / (1.0f + expf(-gv)) * uv);
+				p.hs[(uint64_t)(s.a0 + tl) * p.ldh + row] = *reinterpret_cast<uint16_t *>(&hb);
+			}
+		}
+	} else if constexpr (!DOWN) {
+		// Tier: gate and up times 2^e of the activation row, h into acc[0], per
+		// token the exponent that keeps the tile's h segments inside fp16.
+		int *ex = reinterpret_cast<int *>(g_smem + ex_off);
+		float xf[NA / 2], mx[NA / 2]; // per token column: q>>2 and q&1
+#pragma unroll
+		for (int c = 0; c < NA / 2; c++) {
+			const uint32_t tl = tok0 + col_of((c >> 1) * 4 + (c & 1));
+			xf[c] = tl < s.ntok ? p.xsc[s.a0 + tl] : 1.0f;
+			mx[c] = 0.0f;
+		}
+#pragma unroll
+		for (int q = 0; q < NA; q++) {
+			const int c = (q >> 2) * 2 + (q & 1);
+			const float gv = acc[0][q] * xf[c], uv = acc[1][q] * xf[c];
+			const float hv = row0 + row_of(0, q) < p.inter ? gv / (1.0f + expf(-gv)) * uv : 0.0f;
+			acc[0][q] = hv;
+			mx[c] = fmaxf(mx[c], fabsf(hv));
+		}
+#pragma unroll
+		for (int c = 0; c < NA / 2; c++) {
+			const uint32_t ev = pf::range_exp(mx[c]);
+			if (ev)
+				atomicMax(ex + col_of((c >> 1) * 4 + (c & 1)), (int)ev);
+		}
+		sync();
+#pragma unroll
+		for (int c = 0; c < NA / 2; c++)
+			xf[c] = pf::exp2i(-ex[col_of((c >> 1) * 4 + (c & 1))]);
+#pragma unroll
+		for (int q = 0; q < NA; q++) {
+			const uint32_t row = row0 + row_of(0, q), tl = tok0 + col_of(q);
+			if (row < p.inter && tl < s.ntok) {
+				__half hh = __float2half_rn(acc[0][q] * xf[(q >> 2) * 2 + (q & 1)]);
+				p.hs[(uint64_t)(s.a0 + tl) * p.ldh + row] = *reinterpret_cast<uint16_t *>(&hh);
+			}
+		}
+		// The tile's segments of h (64 columns from row0) for every token.
+		for (uint32_t i = ctid; i < BN * (BM / 2 / SEG); i += 256) {
+			const uint32_t n = i % BN, sg = i / BN, tl = tok0 + n;
+			if (tl < s.ntok && row0 + sg * SEG < p.inter) {
+				const int ev = ex[n];
+				p.hexp[(uint64_t)(s.a0 + tl) * p.nseg + row0 / SEG + sg] = (uint8_t)ev;
+				if (ev)
+					p.hbig[s.a0 + tl] = 1;
+			}
+		}
+	} else {
+#pragma unroll
+		for (int q = 0; q < NA; q++) {
+			const uint32_t tl = tok0 + col_of(q);
+			if (tl >= s.ntok)
+				continue;
+			const uint32_t a = s.a0 + tl;
+			const float wt = p.w[a];
+			float *yr = p.y + (uint64_t)p.tok[a] * p.hidden;
+#pragma unroll
+			for (int m = 0; m < 2; m++) {
+				const uint32_t row = row0 + row_of(m, q);
+				if (row < p.hidden)
+					atomicAdd(yr + row, wt * acc[m][q]);
+			}
+		}
+	}
+}
+
 // One CTA tile of slot s: row tile rt (gate|up: 64 h rows; down: 128 rows),
 // token tile tt (BN tokens).  pad: bytes from g_smem to its first 1024-aligned
 // byte (every offset below is from there).
@@ -173,18 +295,8 @@ __device__ __forceinline__ void tile(const PParams &p, const PSlot &s, uint32_t 
 			const uint8_t *mat = !DOWN && i >= BM / 2 ? m1 : m0;
 			const bool ok = rr < nrows;
 			if constexpr (TIER) {
-				const uint32_t b = ks >> 2;
-				if (ci < 6) {
-					const uint8_t *c = mat + (uint64_t)rr * rowc + (uint64_t)b * F::CODE_BYTES;
-					const uint8_t *c0 = (const uint8_t *)((uintptr_t)c & ~(uintptr_t)15);
-					const uint32_t nc = (uint32_t)((uintptr_t)c - (uintptr_t)c0 + F::CODE_BYTES + 15) >> 4;
-					if (ci < nc)
-						pf::cp16z(sa + i * RAW_PITCH + 16 * ci, ok ? c0 + 16 * ci : m0, ok ? 16 : 0);
-				} else if (ci == 6) {
-					const uint8_t *sp = mat + soff + (uint64_t)rr * rows_ + (uint64_t)b * F::SCALE_BYTES;
-					const uint8_t *s0 = (const uint8_t *)((uintptr_t)sp & ~(uintptr_t)15);
-					pf::cp16z(sa + i * RAW_PITCH + RAW_SCALE, ok ? s0 : m0, ok ? 16 : 0);
-				}
+				pf::stage_tier<F>(sa + i * RAW_PITCH, pf::TierRow{ mat, rr, rowc, rows_, soff }, ks >> 2, ci, ok,
+						  m0);
 			} else {
 				const uint32_t k = ks * BK + 8 * ci;
 				const bool v = ok && k < cols;
@@ -210,18 +322,9 @@ __device__ __forceinline__ void tile(const PParams &p, const PSlot &s, uint32_t 
 				const uint32_t i = (tid >> 3) + G::RSTEP * r;
 				const uint32_t rr = DOWN ? row0 + i : row0 + i % (BM / 2);
 				const uint8_t *mat = !DOWN && i >= BM / 2 ? m1 : m0;
-				const uint32_t roff =
-					(uint32_t)((uintptr_t)(mat + (uint64_t)rr * rowc + (uint64_t)b * F::CODE_BYTES) & 15);
-				uint32_t o[4];
-				F::decode8(sa + i * RAW_PITCH + roff, 0, (int)j, 0, o);
-				*reinterpret_cast<uint4 *>(g_smem + pad + G::DEC_OFF + db * A_BYTES + pf::swz(i, ci)) =
-					make_uint4(o[0], o[1], o[2], o[3]);
-				if (ci == 0) {
-					const uint32_t so = (uint32_t)((uintptr_t)(mat + soff + (uint64_t)rr * rows_ +
-										   (uint64_t)b * F::SCALE_BYTES) & 15);
-					reinterpret_cast<float *>(g_smem + pad + G::SC_OFF)[db * BM + i] =
-						F::scale(sa + i * RAW_PITCH + RAW_SCALE + so);
-				}
+				pf::decode_tier<F>(sa + i * RAW_PITCH, pad + G::DEC_OFF + db * A_BYTES, i, ci, j,
+						   pf::TierRow{ mat, rr, rowc, rows_, soff }, b,
+						   reinterpret_cast<float *>(g_smem + pad + G::SC_OFF) + db * BM + i);
 			}
 		} else {
 			(void)ks, (void)slot, (void)db;
@@ -236,32 +339,10 @@ __device__ __forceinline__ void tile(const PParams &p, const PSlot &s, uint32_t 
 #pragma unroll
 		for (int q = 0; q < NA; q++)
 			acc[m][q] = 0.0f;
-	auto col_of = [&](int q) -> uint32_t { return (uint32_t)(wg * NT + 8 * (q >> 2) + 2 * t + (q & 1)); };
-	auto row_of = [&](int m, int q) -> uint32_t { return (uint32_t)(64 * m + 16 * wq + g + 8 * ((q >> 1) & 1)); };
 	if constexpr (TIER && !DOWN) {
 		for (int n = tid; n < BN; n += G::NTHR)
 			reinterpret_cast<int *>(g_smem + pad + G::EX_OFF)[n] = 0; // ordered by the main loop's barriers
 	}
-	// tmp into acc: row scale sc (x 2^e of the token's segment sg when SEGS).
-	auto fold = [&](const float *sc, uint32_t sg) {
-		float fc[NA];
-#pragma unroll
-		for (int q = 0; q < NA; q++) {
-			fc[q] = 1.0f;
-			if constexpr (SEGS) {
-				const uint32_t tl = tok0 + col_of(q);
-				fc[q] = tl < s.ntok ? pf::exp2i(p.hexp[(uint64_t)(s.a0 + tl) * p.nseg + sg]) : 0.0f;
-			}
-		}
-#pragma unroll
-		for (int m = 0; m < 2; m++) {
-			const float s0 = sc[64 * m + 16 * wq + g], s1 = sc[64 * m + 16 * wq + g + 8];
-#pragma unroll
-			for (int q = 0; q < NA; q++)
-				acc[m][q] = fmaf(((q >> 1) & 1 ? s1 : s0) * fc[q], tmp[m][q], acc[m][q]);
-		}
-		(void)sg;
-	};
 	// The wgmmas of 16-weight steps kk0 .. kk1-1 of K step ks; first: tmp
 	// starts from zero.
 	auto mma = [&](uint32_t abuf, uint32_t bbuf, int kk0, int kk1, bool first) {
@@ -316,7 +397,7 @@ __device__ __forceinline__ void tile(const PParams &p, const PSlot &s, uint32_t 
 				mma(abuf, bbuf, 2 * hs, 2 * hs + 2, true);
 				wg_wait<0>();
 				reg_fence<NA>(tmp[0]), reg_fence<NA>(tmp[TIER ? 1 : 0]);
-				fold(sc, ks * (BK / SEG) + hs);
+				fold<SEGS>(acc, tmp, sc, p, s, tok0 + wg * NT, wq, g, t, ks * (BK / SEG) + hs);
 			}
 		} else {
 			mma(abuf, bbuf, 0, 4, (ks & 3) == 0);
@@ -330,7 +411,7 @@ __device__ __forceinline__ void tile(const PParams &p, const PSlot &s, uint32_t 
 			if ((ks & 3) == 3) {
 				wg_wait<0>();
 				reg_fence<NA>(tmp[0]), reg_fence<NA>(tmp[TIER ? 1 : 0]);
-				fold(sc, 0);
+				fold<false>(acc, tmp, sc, p, s, 0, wq, g, t, 0);
 			}
 		}
 	}
@@ -338,80 +419,165 @@ __device__ __forceinline__ void tile(const PParams &p, const PSlot &s, uint32_t 
 	reg_fence<NA>(acc[0]), reg_fence<NA>(acc[1]);
 	pf::wait<0>();
 
-	if constexpr (!DOWN && !TIER) {
+	epilogue<F, DOWN>(p, s, row0, tok0, acc, tid, G::EX_OFF + pad, [] { __syncthreads(); });
+}
+
+// Tier experts, warp-specialized (the default sm90 tier tile): warpgroups 0
+// and 1 issue the wgmmas and fold (as in tile, without copies or decode);
+// warpgroup 2 (the producer) stages each K step by cp.async (packed rows into
+// a 4-slot ring, activations straight into the step's buffer), decodes the
+// rows into the buffer's fp16 tile and hands the buffer over.  Buffers: NB
+// of [decoded A tile | activation tile | row scales]; hand-over by named
+// barriers: FULL[b] (the producer arrives, the MMA warpgroups wait) and
+// EMPTY[b] (the MMA warpgroups arrive once the wgmmas that read b are done,
+// the producer waits before refilling it).  The producer stages P steps
+// ahead.  With no decode or copy registers in them, the MMA warpgroups hold
+// the accumulators and block sums within 168 registers (384 threads).
+struct GeoWS {
+	static constexpr int NB = 4, NR = 4, P = 2; // buffers, packed-row ring slots, staging distance
+	static constexpr int NTHR = 384;
+	static constexpr uint32_t A_BYTES = 128 * BK * 2, B_BYTES = 128 * BK * 2;
+	static constexpr uint32_t BUF = A_BYTES + B_BYTES;
+	static constexpr uint32_t RAW_OFF = NB * BUF, RAW = 128 * RAW_PITCH;
+	static constexpr uint32_t SC_OFF = RAW_OFF + NR * RAW;
+	static constexpr uint32_t EX_OFF = SC_OFF + NB * 128 * 4;
+	static constexpr uint32_t SMEM = EX_OFF + 128 * 4 + 1024;
+	static_assert(NR >= P + 2, "a ring slot is refilled after every producer thread decoded it");
+	static_assert(SMEM <= 227 * 1024, "sm90 prefill shared memory");
+};
+__device__ __forceinline__ void bar_sync(uint32_t id, uint32_t n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
+__device__ __forceinline__ void bar_arrive(uint32_t id, uint32_t n)
+{
+	asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+constexpr uint32_t BAR_FULL = 1, BAR_EMPTY = 1 + GeoWS::NB, BAR_PROD = 1 + 2 * GeoWS::NB, BAR_MMA = 2 + 2 * GeoWS::NB;
+
+template <class F, bool DOWN, bool SEGS>
+__device__ __forceinline__ void tile_ws(const PParams &p, const PSlot &s, uint32_t rt, uint32_t tt, uint32_t pad)
+{
+	using G = Geo<true>;
+	using W = GeoWS;
+	constexpr int NT = G::NT, BM = G::BM, BN = G::BN, NA = NT / 2, NB = W::NB, P = W::P;
+	const FmtTab &f = p.tab[s.fmt];
+	const int tid = threadIdx.x;
+	const uint32_t d = DOWN;
+	const uint32_t nrows = DOWN ? p.hidden : p.inter;
+	const uint32_t nk = f.pc[d] / BK;
+	const uint8_t *m0 = s.ext + f.off[DOWN ? 2 : 0], *m1 = s.ext + f.off[DOWN ? 2 : 1];
+	const uint64_t rowc = f.rowc[d], rows_ = f.rows_[d], soff = f.soff[d];
+	const uint32_t row0 = DOWN ? rt * BM : rt * (BM / 2), tok0 = tt * BN;
+	const uint32_t sbase = (uint32_t)__cvta_generic_to_shared(g_smem) + pad;
+
+	if (tid >= 256) {
+		// Producer: 128 threads; thread q handles chunk q%8 of rows (tokens) q/8 + 16r.
+		const uint32_t q = tid - 256, ci = q & 7;
+		const uint16_t *act = DOWN ? p.hs : p.xs;
+		const uint32_t ld = DOWN ? p.ldh : p.ldx;
+		auto row_src = [&](uint32_t i) {
+			return pf::TierRow{ !DOWN && i >= BM / 2 ? m1 : m0, DOWN ? row0 + i : row0 + i % (BM / 2), rowc, rows_,
+					    soff };
+		};
+		auto issue = [&](uint32_t ks) {
+			const uint32_t sr = sbase + W::RAW_OFF + (ks % W::NR) * W::RAW;
+			const uint32_t sb = sbase + (ks % NB) * W::BUF + W::A_BYTES, b = ks >> 2;
 #pragma unroll
-		for (int q = 0; q < NA; q++) {
-			const uint32_t row = row0 + row_of(0, q), tl = tok0 + col_of(q);
-			if (row < p.inter && tl < s.ntok) {
-				const float gv = acc[0][q], uv = acc[1][q];
-				__nv_bfloat16 hb = __float2bfloat16_rn(gv / (1.0f + expf(-gv)) * uv);
-				p.hs[(uint64_t)(s.a0 + tl) * p.ldh + row] = *reinterpret_cast<uint16_t *>(&hb);
+			for (int r = 0; r < 8; r++) {
+				const uint32_t i = (q >> 3) + 16 * r;
+				const pf::TierRow row = row_src(i);
+				pf::stage_tier<F>(sr + i * RAW_PITCH, row, b, ci, row.rr < nrows, m0);
 			}
-		}
-	} else if constexpr (!DOWN) {
-		// Tier: gate and up times 2^e of the activation row, h into acc[0], per
-		// token the exponent that keeps the tile's h segments inside fp16.
-		int *ex = reinterpret_cast<int *>(g_smem + pad + G::EX_OFF);
-		float xf[NA / 2], mx[NA / 2]; // per token column: q>>2 and q&1
 #pragma unroll
-		for (int c = 0; c < NA / 2; c++) {
-			const uint32_t tl = tok0 + col_of((c >> 1) * 4 + (c & 1));
-			xf[c] = tl < s.ntok ? p.xsc[s.a0 + tl] : 1.0f;
-			mx[c] = 0.0f;
-		}
-#pragma unroll
-		for (int q = 0; q < NA; q++) {
-			const int c = (q >> 2) * 2 + (q & 1);
-			const float gv = acc[0][q] * xf[c], uv = acc[1][q] * xf[c];
-			const float hv = row0 + row_of(0, q) < p.inter ? gv / (1.0f + expf(-gv)) * uv : 0.0f;
-			acc[0][q] = hv;
-			mx[c] = fmaxf(mx[c], fabsf(hv));
-		}
-#pragma unroll
-		for (int c = 0; c < NA / 2; c++) {
-			const uint32_t ev = pf::range_exp(mx[c]);
-			if (ev)
-				atomicMax(ex + col_of((c >> 1) * 4 + (c & 1)), (int)ev);
-		}
-		__syncthreads();
-#pragma unroll
-		for (int c = 0; c < NA / 2; c++)
-			xf[c] = pf::exp2i(-ex[col_of((c >> 1) * 4 + (c & 1))]);
-#pragma unroll
-		for (int q = 0; q < NA; q++) {
-			const uint32_t row = row0 + row_of(0, q), tl = tok0 + col_of(q);
-			if (row < p.inter && tl < s.ntok) {
-				__half hh = __float2half_rn(acc[0][q] * xf[(q >> 2) * 2 + (q & 1)]);
-				p.hs[(uint64_t)(s.a0 + tl) * p.ldh + row] = *reinterpret_cast<uint16_t *>(&hh);
+			for (int r = 0; r < 8; r++) {
+				const uint32_t n = (q >> 3) + 16 * r, tl = tok0 + n;
+				const bool v = tl < s.ntok;
+				const uint16_t *src = act + (uint64_t)(s.a0 + (v ? tl : 0)) * ld + ks * BK + 8 * ci;
+				pf::cp16z(sb + pf::swz(n, ci), src, v ? 16 : 0);
 			}
+		};
+#pragma unroll
+		for (int st = 0; st < P; st++) {
+			if ((uint32_t)st < nk)
+				issue(st);
+			pf::commit();
 		}
-		// The tile's segments of h (64 columns from row0) for every token.
-		for (uint32_t i = tid; i < BN * (BM / 2 / SEG); i += G::NTHR) {
-			const uint32_t n = i % BN, sg = i / BN, tl = tok0 + n;
-			if (tl < s.ntok && row0 + sg * SEG < p.inter) {
-				const int ev = ex[n];
-				p.hexp[(uint64_t)(s.a0 + tl) * p.nseg + row0 / SEG + sg] = (uint8_t)ev;
-				if (ev)
-					p.hbig[s.a0 + tl] = 1;
+		for (uint32_t ks = 0; ks < nk; ks++) {
+			const uint32_t s2 = ks + P;
+			if (s2 < nk) {
+				if (s2 >= (uint32_t)NB)
+					bar_sync(BAR_EMPTY + s2 % NB, W::NTHR);
+				issue(s2);
 			}
+			pf::commit();
+			pf::wait<P>();               // this thread's copies of step ks landed
+			bar_sync(BAR_PROD, 128);     // everyone's; and every thread is done decoding ks-1
+			const uint32_t sr = pad + W::RAW_OFF + (ks % W::NR) * W::RAW, b = ks >> 2, j = 8 * (ks & 3) + ci;
+			const uint32_t da = pad + (ks % NB) * W::BUF;
+			float *sc = reinterpret_cast<float *>(g_smem + pad + W::SC_OFF) + (ks % NB) * BM;
+#pragma unroll
+			for (int r = 0; r < 8; r++) {
+				const uint32_t i = (q >> 3) + 16 * r;
+				pf::decode_tier<F>(sr + i * RAW_PITCH, da, i, ci, j, row_src(i), b, sc + i);
+			}
+			fence_proxy_async();
+			bar_arrive(BAR_FULL + ks % NB, W::NTHR);
 		}
-	} else {
+		pf::wait<0>();
+		return;
+	}
+
+	// MMA warpgroups.
+	const int wg = tid >> 7, wq = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t = lane & 3;
+	float acc[2][NA], tmp[2][NA];
 #pragma unroll
-		for (int q = 0; q < NA; q++) {
-			const uint32_t tl = tok0 + col_of(q);
-			if (tl >= s.ntok)
-				continue;
-			const uint32_t a = s.a0 + tl;
-			const float wt = p.w[a];
-			float *yr = p.y + (uint64_t)p.tok[a] * p.hidden;
+	for (int m = 0; m < 2; m++)
 #pragma unroll
-			for (int m = 0; m < 2; m++) {
-				const uint32_t row = row0 + row_of(m, q);
-				if (row < p.hidden)
-					atomicAdd(yr + row, wt * acc[m][q]);
+		for (int i = 0; i < NA; i++)
+			acc[m][i] = 0.0f;
+	if constexpr (!DOWN) {
+		for (int n = tid; n < BN; n += 256)
+			reinterpret_cast<int *>(g_smem + pad + W::EX_OFF)[n] = 0; // ordered by the loop's barriers
+	}
+	auto mma = [&](uint32_t abuf, uint32_t bbuf, int kk0, int kk1, bool first) {
+		wg_fence();
+#pragma unroll
+		for (int kk = kk0; kk < kk1; kk++) {
+			const uint64_t db = desc(bbuf + 32 * kk);
+			const uint32_t sd = !(first && kk == kk0);
+			wgmma_f16_n64(tmp[0], desc(abuf + 32 * kk), db, sd);
+			wgmma_f16_n64(tmp[1], desc(abuf + 64 * 128 + 32 * kk), db, sd);
+		}
+		wg_commit();
+	};
+	for (uint32_t ks = 0; ks < nk; ks++) {
+		const uint32_t bi = ks % NB;
+		bar_sync(BAR_FULL + bi, W::NTHR);
+		const uint32_t abuf = sbase + bi * W::BUF, bbuf = abuf + W::A_BYTES + wg * NT * 128;
+		const float *sc = reinterpret_cast<const float *>(g_smem + pad + W::SC_OFF) + bi * BM;
+		if constexpr (SEGS) {
+#pragma unroll
+			for (int hs = 0; hs < 2; hs++) {
+				mma(abuf, bbuf, 2 * hs, 2 * hs + 2, true);
+				wg_wait<0>();
+				reg_fence<NA>(tmp[0]), reg_fence<NA>(tmp[1]);
+				fold<SEGS>(acc, tmp, sc, p, s, tok0 + wg * NT, wq, g, t, ks * (BK / SEG) + hs);
+			}
+		} else {
+			mma(abuf, bbuf, 0, 4, (ks & 3) == 0);
+		}
+		wg_wait<1>(); // the wgmmas of step ks-1 are done: its buffer goes back
+		if (ks >= 1 && ks - 1 + NB < nk)
+			bar_arrive(BAR_EMPTY + (ks - 1) % NB, W::NTHR);
+		if constexpr (!SEGS) {
+			if ((ks & 3) == 3) {
+				wg_wait<0>();
+				reg_fence<NA>(tmp[0]), reg_fence<NA>(tmp[1]);
+				fold<false>(acc, tmp, sc, p, s, 0, wq, g, t, 0);
 			}
 		}
 	}
+	wg_wait<0>();
+	reg_fence<NA>(acc[0]), reg_fence<NA>(acc[1]);
+	epilogue<F, DOWN>(p, s, row0, tok0, acc, tid, W::EX_OFF + pad, [] { bar_sync(BAR_MMA, 256); });
 }
 
 template <class F>
@@ -420,28 +586,46 @@ __device__ __forceinline__ void tile_segs(const PParams &p, const PSlot &s, uint
 	tile<F, true, true>(p, s, rt, tt, pad);
 }
 
-template <class F, bool DOWN>
+// Tier down tile: the ordinary loop, or (a token of the tile has an h
+// segment scaled by 2^-e, e > 0) the loop folding per segment.  WS: tile_ws.
+template <class F, bool DOWN, bool WS>
 __device__ __forceinline__ void tile_sel(const PParams &p, const PSlot &s, uint32_t rt, uint32_t tt, uint32_t pad)
 {
 	if constexpr (DOWN && F::SCALED) {
 		constexpr int BN = Geo<true>::BN;
 		int big = 0;
-		for (uint32_t n = threadIdx.x; n < BN; n += Geo<true>::NTHR)
+		for (uint32_t n = threadIdx.x; n < BN; n += blockDim.x)
 			if (tt * BN + n < s.ntok)
 				big |= p.hbig[s.a0 + tt * BN + n];
 		if (__syncthreads_or(big)) {
-			tile_segs<F>(p, s, rt, tt, pad);
+			if constexpr (WS)
+				tile_ws<F, true, true>(p, s, rt, tt, pad);
+			else
+				tile_segs<F>(p, s, rt, tt, pad);
 			return;
 		}
 	}
-	tile<F, DOWN, false>(p, s, rt, tt, pad);
+	if constexpr (WS)
+		tile_ws<F, DOWN, false>(p, s, rt, tt, pad);
+	else
+		tile<F, DOWN, false>(p, s, rt, tt, pad);
 }
 
+// Kernels: bf16 experts (KIND 0), tier experts on tile (1) or tile_ws (2).
+constexpr int K_BF16 = 0, K_TIER = 1, K_TIER_WS = 2;
+template <int KIND> struct Kind {
+	static constexpr bool TIER = KIND != K_BF16;
+	static constexpr int NTHR = KIND == K_TIER_WS ? GeoWS::NTHR : 256;
+	static constexpr uint32_t SMEM = KIND == K_TIER_WS ? GeoWS::SMEM : Geo<TIER>::SMEM;
+};
+
 // Grid: one CTA per tile of the slots in p (bf16 experts, or tier experts,
-// as TIER says).
-template <bool DOWN, bool TIER> __global__ void __launch_bounds__(256, 1) gemm(const __grid_constant__ PParams p)
+// as KIND says).
+template <bool DOWN, int KIND>
+__global__ void __launch_bounds__(Kind<KIND>::NTHR, 1) gemm(const __grid_constant__ PParams p)
 {
 #if STRATA_PF90
+	constexpr bool TIER = Kind<KIND>::TIER, WS = KIND == K_TIER_WS;
 	using G = Geo<TIER>;
 	const uint32_t b = blockIdx.x;
 	int lo = 0, hi = (int)p.n_slots - 1;
@@ -458,13 +642,13 @@ template <bool DOWN, bool TIER> __global__ void __launch_bounds__(256, 1) gemm(c
 	const uint32_t raw = (uint32_t)__cvta_generic_to_shared(g_smem), pad = ((raw + 1023) & ~1023u) - raw;
 	if constexpr (TIER) {
 		switch (s.fmt) {
-		case STRATA_FMT_HOT: tile_sel<FmtHot, DOWN>(p, s, rt, tt, pad); break;
-		case STRATA_FMT_WARM: tile_sel<FmtWarm, DOWN>(p, s, rt, tt, pad); break;
-		case STRATA_FMT_COLD: tile_sel<FmtCold, DOWN>(p, s, rt, tt, pad); break;
+		case STRATA_FMT_HOT: tile_sel<FmtHot, DOWN, WS>(p, s, rt, tt, pad); break;
+		case STRATA_FMT_WARM: tile_sel<FmtWarm, DOWN, WS>(p, s, rt, tt, pad); break;
+		case STRATA_FMT_COLD: tile_sel<FmtCold, DOWN, WS>(p, s, rt, tt, pad); break;
 		default: break;
 		}
 	} else {
-		tile_sel<FmtBF16, DOWN>(p, s, rt, tt, pad);
+		tile_sel<FmtBF16, DOWN, false>(p, s, rt, tt, pad);
 	}
 #else
 	(void)p;

@@ -10,7 +10,10 @@
 # TESTS (default "test_moe_config,test_moe_prefill_sm90,test_moe_range,test_moe_layer";
 # "" skips them), FORMATS (default hot,warm,cold,bf16,q4), KERNEL (bench_kernels
 # --kernel value, default none), SANITIZE=0 skips memcheck, LIMIT (seconds per
-# step, default 150).
+# step, default 150), MORE (extra bench_kernels runs of the prefill table,
+# separated by ';', each a list of its arguments, e.g. "--kernel prefill=sm90u
+# --formats hot;--kernel prefill=sm90 --pf-tokens 64,128,192": their lines
+# are printed too, their CSVs are more1.csv, more2.csv, ...).
 set -u
 source "$(dirname "$0")/device_common.sh"
 dev_begin sm90
@@ -28,6 +31,15 @@ t0=$(date +%s)
 timeout "$L" $B --no-decode --no-layer --shape kimi --formats "${FORMATS:-hot,warm,cold,bf16,q4}" \
 	${KERNEL:+--kernel $KERNEL} --csv "$d/prefill.csv" >"$d/bench.log" 2>&1
 echo "bench_kernels exit $? ($(( $(date +%s) - t0 )) s)"
+n=0
+IFS=';' read -ra more <<<"${MORE:-}"
+for args in "${more[@]}"; do
+	n=$((n + 1))
+	t0=$(date +%s)
+	# shellcheck disable=SC2086
+	timeout "$L" $B --no-decode --no-layer --shape kimi $args --csv "$d/more$n.csv" >"$d/more$n.log" 2>&1
+	echo "bench_kernels $args: exit $? ($(( $(date +%s) - t0 )) s)"
+done
 if [ "${SANITIZE:-1}" = 1 ]; then
 	t0=$(date +%s)
 	STRATA_TESTS=test_moe_prefill_sm90 timeout "$L" compute-sanitizer --tool memcheck --error-exitcode 9 $T \
@@ -36,3 +48,7 @@ if [ "${SANITIZE:-1}" = 1 ]; then
 fi
 cp "$d/prefill.csv" "$out/" 2>/dev/null
 grep -E "^prefill|ceiling" "$d/bench.log" | sed 's/  */ /g'
+for i in $(seq 1 $n); do
+	echo "== more$i: ${more[$((i - 1))]}"
+	grep -E "^prefill" "$d/more$i.log" | sed 's/  */ /g'
+done
