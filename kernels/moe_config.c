@@ -65,7 +65,7 @@ int strata_gpu_moe_config_validate(const struct strata_moe_config *c, struct str
 	if (c->sq_pf != 0 && c->sq_pf != 1)
 		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: sq_pf must be 0 or 1");
 	if (c->pf_path < 0 || c->pf_path > 3)
-		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: pf_path must be 0 (auto), 1 (sm90), 2 (mma) or 3 (sm90u)");
+		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: pf_path must be 0 (auto), 1 (sm90), 2 (mma) or 3 (sm90ws)");
 	return STRATA_OK;
 }
 
@@ -142,8 +142,8 @@ int strata_gpu_moe_config_parse(const char *text, struct strata_moe_config *c, s
 				return STRATA_ERR(err, STRATA_EINVAL, "kernel config: sq_pf=%s: want 0 or 1", v);
 			c->sq_pf = v[0] == '1';
 		} else if (!strcmp(kv, "prefill")) {
-			if (strcmp(v, "auto") && strcmp(v, "sm90") && strcmp(v, "mma") && strcmp(v, "sm90u"))
-				return STRATA_ERR(err, STRATA_EINVAL, "kernel config: prefill=%s: want auto, sm90, sm90u or mma",
+			if (strcmp(v, "auto") && strcmp(v, "sm90") && strcmp(v, "mma") && strcmp(v, "sm90ws"))
+				return STRATA_ERR(err, STRATA_EINVAL, "kernel config: prefill=%s: want auto, sm90, sm90ws or mma",
 						  v);
 			c->pf_path = !strcmp(v, "auto") ? 0 : !strcmp(v, "sm90") ? 1 : !strcmp(v, "mma") ? 2 : 3;
 		} else {

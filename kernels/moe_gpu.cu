@@ -1393,8 +1393,13 @@ template <int KIND> int pf90_launch(pf::PParams *P, cudaStream_t st, struct stra
 	return rc;
 }
 
-// Experts with at least this many tokens take the sm_90a kernel under
-// prefill=auto (its 256-token bf16 tile; measured in experiments/kernels).
+// bf16 experts with at least this many tokens take the sm_90a kernel under
+// prefill=auto: at the Kimi shape 1.10x (192 tokens) and 1.11x (256) cuBLAS
+// BF16 against 0.66 / 0.73 for the mma.sync kernel, which is faster at 128
+// and 64 tokens (1.13 / 1.40 against 0.92 / 0.90).  Tier experts stay on the
+// mma.sync kernel under auto: their sm_90a tiles measured 0.40 (sm90) and
+// 0.26 (sm90ws) of cuBLAS at 256 tokens against its 0.46
+// (experiments/kernels/README.md, the Hopper prefill section).
 constexpr uint32_t PF90_AUTO_MIN = 192;
 
 // Launch group of a prefill expert (run_prefill): 0 the 64 x 256 tile, 1 and
@@ -1404,8 +1409,8 @@ int pf_group(int fmt, uint32_t nt)
 {
 	const int p = g_ctx.cfg.pf_path;
 	const bool tier = fmt != STRATA_FMT_BF16;
-	if (g_ctx.pf90 && (p == 1 || p == 3 || (p == 0 && nt >= PF90_AUTO_MIN)))
-		return 4 + (!tier ? pf90::K_BF16 : p == 3 ? pf90::K_TIER : pf90::K_TIER_WS);
+	if (g_ctx.pf90 && (p == 1 || p == 3 || (p == 0 && !tier && nt >= PF90_AUTO_MIN)))
+		return 4 + (!tier ? pf90::K_BF16 : p == 3 ? pf90::K_TIER_WS : pf90::K_TIER);
 	return nt >= 192 ? 0 : nt <= PF_SMALL_MAX ? 3 : tier ? 2 : 1;
 }
 

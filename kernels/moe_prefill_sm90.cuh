@@ -33,8 +33,14 @@
 // fp16 with the per-token segment exponents), down y[tok] += w * acc with
 // atomics.
 // The wgmma code exists only when the file is compiled for sm_90a
-// (__CUDA_ARCH_FEAT_SM90_ALL); pf90_probe reports whether the loaded code has
+// (__CUDA_ARCH_FEAT_SM90_ALL); pf90::probe reports whether the loaded code has
 // it, and the dispatch takes this path only then (otherwise moe_prefill.cuh).
+// Measured on the H200 (experiments/kernels/README.md, Hopper prefill): bf16
+// experts 1.11x cuBLAS BF16 at the Kimi shape, 256 tokens per expert (the
+// mma.sync kernel 0.73); tier experts 0.40 (tile) and 0.26 (tile_ws) against
+// the mma.sync kernel's 0.46: their decode into shared memory, not the MMAs,
+// bounds them, and fewer warps decode here.  The dispatch's auto takes this
+// kernel for bf16 experts with >= 192 tokens only.
 namespace pf90 {
 
 using pf::BK;
@@ -422,7 +428,7 @@ __device__ __forceinline__ void tile(const PParams &p, const PSlot &s, uint32_t 
 	epilogue<F, DOWN>(p, s, row0, tok0, acc, tid, G::EX_OFF + pad, [] { __syncthreads(); });
 }
 
-// Tier experts, warp-specialized (the default sm90 tier tile): warpgroups 0
+// Tier experts, warp-specialized (prefill=sm90ws): warpgroups 0
 // and 1 issue the wgmmas and fold (as in tile, without copies or decode);
 // warpgroup 2 (the producer) stages each K step by cp.async (packed rows into
 // a 4-slot ring, activations straight into the step's buffer), decodes the

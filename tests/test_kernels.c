@@ -178,7 +178,7 @@ static void test_moe_config(void **state)
 	assert_int_equal(c.pf_path, 1);
 	assert_int_equal(strata_gpu_moe_config_parse("prefill=mma", &c, &err), STRATA_OK);
 	assert_int_equal(c.pf_path, 2);
-	assert_int_equal(strata_gpu_moe_config_parse("prefill=sm90u", &c, &err), STRATA_OK);
+	assert_int_equal(strata_gpu_moe_config_parse("prefill=sm90ws", &c, &err), STRATA_OK);
 	assert_int_equal(c.pf_path, 3);
 	assert_int_equal(strata_gpu_moe_config_parse("prefill=auto", &c, &err), STRATA_OK);
 	assert_int_equal(c.pf_path, 0);
@@ -674,8 +674,8 @@ static void test_moe_range(void **state)
 }
 
 /* The sm_90a prefill kernel (moe_prefill_sm90.cuh) against the reference,
- * forced for every prefill expert (prefill=sm90: tier experts on the
- * warp-specialized tile; sm90u: on the unspecialized one; prefill_min=1),
+ * forced for every prefill expert (prefill=sm90; sm90ws: tier experts on
+ * the warp-specialized tile; prefill_min=1),
  * then the same calls on the mma.sync kernel (prefill=mma): bf16 and tier experts,
  * one and two token tiles (bf16 256 tokens, tiers 128), partial token, row
  * and K tiles (bf16 K not a multiple of the 64-weight step), padded tier
@@ -699,7 +699,7 @@ static void test_moe_prefill_sm90(void **state)
 		{ "s90-few", STRATA_FMT_HOT, 512, 256, 40, 2, 2, 1 },
 		{ "s90-bf16-few", STRATA_FMT_BF16, 512, 256, 20, 2, 2, 1 },
 	};
-	static const char *const cfgs[] = { "prefill=sm90", "prefill=sm90u", "prefill=mma" };
+	static const char *const cfgs[] = { "prefill=sm90", "prefill=sm90ws", "prefill=mma" };
 	const int usable = strata_gpu_moe_prefill_sm90_usable();
 	if (!usable)
 		printf("note: test_moe_prefill_sm90: this GPU or build is not sm_90a; prefill=sm90 falls back to the mma kernel\n");

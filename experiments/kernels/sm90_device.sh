@@ -11,7 +11,7 @@
 # "" skips them), FORMATS (default hot,warm,cold,bf16,q4), KERNEL (bench_kernels
 # --kernel value, default none), SANITIZE=0 skips memcheck, LIMIT (seconds per
 # step, default 150), MORE (extra bench_kernels runs of the prefill table,
-# separated by ';', each a list of its arguments, e.g. "--kernel prefill=sm90u
+# separated by ';', each a list of its arguments, e.g. "--kernel prefill=sm90ws
 # --formats hot;--kernel prefill=sm90 --pf-tokens 64,128,192": their lines
 # are printed too, their CSVs are more1.csv, more2.csv, ...).
 set -u
