@@ -579,7 +579,9 @@ __device__ __forceinline__ void tile_sel(const PParams &p, const PSlot &s, uint3
 	tile<F, DOWN, C, false>(p, s, rt, tt);
 }
 
-template <bool DOWN, class C> __global__ void __launch_bounds__(C::NTHR, C::MINB) pf_gemm(const __grid_constant__ PParams p)
+// The slot, row tile rt and token tile tt of this CTA (grid: one CTA per tile
+// of BN tokens, slots in order from their tile0).
+__device__ __forceinline__ const PSlot &cta_tile(const PParams &p, uint32_t bn, uint32_t &rt, uint32_t &tt)
 {
 	const uint32_t b = blockIdx.x;
 	int lo = 0, hi = (int)p.n_slots - 1;
@@ -591,8 +593,15 @@ template <bool DOWN, class C> __global__ void __launch_bounds__(C::NTHR, C::MINB
 			hi = mid - 1;
 	}
 	const PSlot &s = p.slot[lo];
-	const uint32_t ntt = (s.ntok + C::BN - 1) / C::BN, local = b - s.tile0;
-	const uint32_t tt = local % ntt, rt = local / ntt; // neighbours share the rows (L2)
+	const uint32_t ntt = (s.ntok + bn - 1) / bn, local = b - s.tile0;
+	tt = local % ntt, rt = local / ntt; // neighbours share the rows (L2)
+	return s;
+}
+
+template <bool DOWN, class C> __global__ void __launch_bounds__(C::NTHR, C::MINB) pf_gemm(const __grid_constant__ PParams p)
+{
+	uint32_t rt, tt;
+	const PSlot &s = cta_tile(p, C::BN, rt, tt);
 	switch (s.fmt) {
 	case STRATA_FMT_BF16: tile_sel<FmtBF16, DOWN, C>(p, s, rt, tt); break;
 	case STRATA_FMT_HOT: tile_sel<FmtHot, DOWN, C>(p, s, rt, tt); break;

@@ -632,19 +632,8 @@ __global__ void __launch_bounds__(Kind<KIND>::NTHR, 1) gemm(const __grid_constan
 {
 #if STRATA_PF90
 	constexpr bool TIER = Kind<KIND>::TIER, WS = KIND == K_TIER_WS;
-	using G = Geo<TIER>;
-	const uint32_t b = blockIdx.x;
-	int lo = 0, hi = (int)p.n_slots - 1;
-	while (lo < hi) {
-		int mid = (lo + hi + 1) >> 1;
-		if (p.slot[mid].tile0 <= b)
-			lo = mid;
-		else
-			hi = mid - 1;
-	}
-	const PSlot &s = p.slot[lo];
-	const uint32_t ntt = (s.ntok + G::BN - 1) / G::BN, local = b - s.tile0;
-	const uint32_t tt = local % ntt, rt = local / ntt;
+	uint32_t rt, tt;
+	const PSlot &s = pf::cta_tile(p, Geo<TIER>::BN, rt, tt);
 	const uint32_t raw = (uint32_t)__cvta_generic_to_shared(g_smem), pad = ((raw + 1023) & ~1023u) - raw;
 	if constexpr (TIER) {
 		switch (s.fmt) {
