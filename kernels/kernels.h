@@ -41,7 +41,11 @@
  * (4 warps, two CTAs per SM) up to 64 tokens, 128 rows x 128 tokens (16 warps
  * for tier experts, 8 for bf16) up to 191, 64 x 256 from 192 tokens; cp.async
  * ring, tier blocks decoded once
- * per CTA into fp16 shared-memory tiles, ldmatrix + mma.sync.  A down task
+ * per CTA into fp16 shared-memory tiles, ldmatrix + mma.sync.  On an sm_90a
+ * build and GPU, bf16 experts with >= 192 tokens (the `prefill` key) take the
+ * warpgroup-MMA kernel instead (kernels/moe_prefill_sm90.cuh: the same
+ * gather and epilogues, 128 rows x 256 tokens for bf16, 128 x 128 for tier
+ * formats, wgmma.mma_async on swizzled shared-memory tiles).  A down task
  * of the persistent kernel waits (spin on a per-expert
  * counter) for that expert's gate|up tasks.  Launches whose experts all have
  * <= 8 tokens, all in tier formats, with at least two tasks per warp (e.g. the
@@ -164,6 +168,18 @@ int strata_gpu_moe_check(int fmt, uint32_t hidden, uint32_t inter, struct strata
  *                                                x 16-byte aligned, hidden % 8 == 0; not with
  *                                                sq_pf=1): 0.366 vs 0.336 of read, Kimi q4 T=1;
  *                                                0: x through L1
+ *   prefill      pf_path                auto     the tiled prefill path's kernel for bf16 and tier
+ *                                                experts: sm90 (1): the warpgroup-MMA kernel
+ *                                                (kernels/moe_prefill_sm90.cuh) for every such
+ *                                                expert; sm90ws (3): the same with tier experts on
+ *                                                its warp-specialized tile; mma (2): the mma.sync
+ *                                                kernel (kernels/moe_prefill.cuh); auto (0): sm90
+ *                                                for bf16 experts with >= 192 tokens, mma for the
+ *                                                others (measured fastest so; tier experts: 0.46
+ *                                                of cuBLAS BF16 on mma against 0.40 on sm90 at
+ *                                                Kimi, 256 tokens).  sm90, sm90ws and auto fall
+ *                                                back to mma where the GPU or the build is not
+ *                                                sm_90a
  *
  * Everything else the kernels do is fixed: 16-warp persistent CTAs for
  * 8-token tiles and 8 warps for 16-token ones, stage copies by the bulk copy
@@ -179,8 +195,9 @@ struct strata_moe_config {
 	uint32_t bf16_kc;
 	int poison;
 	int sq_dec, sq_pf, sq_xs;
+	int pf_path;
 };
-#define STRATA_MOE_CONFIG_DEFAULT { 17, -1, 0, 0, -1, 0, 512, 0, -1, 0, 1 }
+#define STRATA_MOE_CONFIG_DEFAULT { 17, -1, 0, 0, -1, 0, 512, 0, -1, 0, 1, 0 }
 #define STRATA_MOE_SPLIT_MAX 64u
 #define STRATA_MOE_DEC_TAB 100 /* dec_stages of the table variants: 100 + stages */
 void strata_gpu_moe_config_defaults(struct strata_moe_config *c);
@@ -198,6 +215,10 @@ void strata_gpu_moe_config_get(struct strata_moe_config *c);
 uint64_t strata_gpu_moe_decode_split_launches(void);
 /* Launches of the bf16 decode kernel so far in this process (for tests). */
 uint64_t strata_gpu_moe_bf16_decode_launches(void);
+/* Launches of the sm_90a (warpgroup-MMA) prefill kernel so far in this process
+ * (for tests), and whether this GPU and build can run it (1) or not (0). */
+uint64_t strata_gpu_moe_prefill_sm90_launches(void);
+int strata_gpu_moe_prefill_sm90_usable(void);
 /* Launches of the scalar-format (q4, q3) decode kernel so far in this process (for tests). */
 uint64_t strata_gpu_moe_scalar_decode_launches(void);
 /* Those of them with x staged in shared memory (sq_xs). */

@@ -772,6 +772,7 @@ __global__ void __launch_bounds__(32 * NW, 1) moe_kernel(const __grid_constant__
 }
 
 #include "moe_prefill.cuh"
+#include "moe_prefill_sm90.cuh"
 #include "moe_decode.cuh"
 #include "moe_dec_bf16.cuh"
 #include "moe_dec_sq.cuh"
@@ -887,6 +888,9 @@ struct Ctx {
 	float *pf_w = nullptr, *pf_xsc = nullptr;
 	uint8_t *pf_hexp = nullptr, *pf_hbig = nullptr;
 	size_t pf_cap_a = 0, pf_cap_x = 0, pf_cap_h = 0; // assignments, xs / hs elements
+	int pf90 = 0;              // the sm_90a prefill kernel runs here (moe_prefill_sm90.cuh)
+	uint32_t pf90_attr = 0;    // its kernels whose shared-memory attribute is set (bits)
+	uint64_t pf90_launches = 0; // strata_gpu_moe_prefill_sm90_launches
 	uint8_t *sq_bf16 = nullptr;   // BF16 copies of scalar-format experts (moe_layer_parts)
 	size_t sq_cap = 0;            // bytes
 };
@@ -966,6 +970,22 @@ int ctx_init(struct strata_error *err)
 		// [0] CTAs (warps) done, [1 + s] per slot, [dec::FETCH] task counter.
 		CU_TRY(err, cudaMalloc(&g_ctx.sync, (STRATA_MOE_MAX_SLOTS + 2) * sizeof(unsigned)));
 		CU_TRY(err, cudaMemset(g_ctx.sync, 0, (STRATA_MOE_MAX_SLOTS + 2) * sizeof(unsigned)));
+		// The sm_90a prefill kernel: a 9.0 GPU and code built for sm_90a.
+		int major = 0, minor = 0;
+		CU_TRY(err, cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+		CU_TRY(err, cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+		if (major == 9 && minor == 0) {
+			unsigned *d = nullptr, h = 0;
+			CU_TRY(err, cudaMalloc(&d, sizeof(unsigned)));
+			pf90::probe<<<1, 1>>>(d);
+			cudaError_t ce = cudaGetLastError();
+			if (ce == cudaSuccess)
+				ce = cudaMemcpy(&h, d, sizeof(unsigned), cudaMemcpyDeviceToHost);
+			cudaFree(d);
+			if (ce != cudaSuccess)
+				return STRATA_ERR(err, STRATA_EGPU, "strata_moe_layer_gpu: sm90 probe: %s", cudaGetErrorString(ce));
+			g_ctx.pf90 = h == 1;
+		}
 	}
 	return STRATA_OK;
 }
@@ -1352,36 +1372,74 @@ bool pf_fmt(int fmt) { return fmt == STRATA_FMT_BF16 || (fmt >= STRATA_FMT_HOT &
 // 128 x 128 is 1.2x (bf16) - 1.8x (hot) faster.
 constexpr uint32_t PF_SMALL_MAX = 64;
 
-// gate|up then down launches of the prefill path for the slots in P.
-template <class C> int pf_launch(pf::PParams *P, cudaStream_t st, struct strata_error *err)
+// gate|up then down launches of a prefill kernel pair (gu, dn: grid one CTA
+// per tile of BM rows (gate|up: BM/2 rows of gate and of up) x BN tokens)
+// for the slots in P; *attr_set (bit) records the shared-memory attribute.
+typedef void (*PfKernel)(pf::PParams);
+int pf_launch_pair(pf::PParams *P, cudaStream_t st, struct strata_error *err, PfKernel gu, PfKernel dn, uint32_t bm,
+		   uint32_t bn, uint32_t nthr, uint32_t smem, uint32_t *attr_set, uint32_t bit)
 {
-	using namespace pf;
-	constexpr uint32_t bit = C::BN == 256 ? 4 : C::BN == 64 ? 8 : C::NW == 16 ? 2 : 1;
-	if (!(g_ctx.pf_attr & bit)) {
-		CU_TRY(err, cudaFuncSetAttribute(pf_gemm<false, C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-						 (int)C::SMEM));
-		CU_TRY(err, cudaFuncSetAttribute(pf_gemm<true, C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-						 (int)C::SMEM));
-		g_ctx.pf_attr |= bit;
+	if (!(*attr_set & bit)) {
+		CU_TRY(err, cudaFuncSetAttribute(gu, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+		CU_TRY(err, cudaFuncSetAttribute(dn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+		*attr_set |= bit;
 	}
-	const uint32_t nrt_gu = (P->inter + C::BM / 2 - 1) / (C::BM / 2), nrt_dn = (P->hidden + C::BM - 1) / C::BM;
+	const uint32_t nrt_gu = (P->inter + bm / 2 - 1) / (bm / 2), nrt_dn = (P->hidden + bm - 1) / bm;
 	for (int down = 0; down < 2; down++) {
 		uint32_t tiles = 0;
 		for (uint32_t q = 0; q < P->n_slots; q++) {
 			P->slot[q].tile0 = tiles;
-			tiles += (down ? nrt_dn : nrt_gu) * ((P->slot[q].ntok + C::BN - 1) / C::BN);
+			tiles += (down ? nrt_dn : nrt_gu) * ((P->slot[q].ntok + bn - 1) / bn);
 		}
 		P->n_tiles = tiles;
-		if (down)
-			pf_gemm<true, C><<<tiles, C::NTHR, C::SMEM, st>>>(*P);
-		else
-			pf_gemm<false, C><<<tiles, C::NTHR, C::SMEM, st>>>(*P);
+		(down ? dn : gu)<<<tiles, nthr, smem, st>>>(*P);
 		cudaError_t ce = cudaGetLastError();
 		if (ce != cudaSuccess)
 			return STRATA_ERR(err, STRATA_EGPU, "strata_moe_layer_gpu: prefill launch: %s",
 					  cudaGetErrorString(ce));
 	}
 	return STRATA_OK;
+}
+
+// The mma.sync prefill kernel (moe_prefill.cuh), tile C.
+template <class C> int pf_launch(pf::PParams *P, cudaStream_t st, struct strata_error *err)
+{
+	constexpr uint32_t bit = C::BN == 256 ? 4 : C::BN == 64 ? 8 : C::NW == 16 ? 2 : 1;
+	return pf_launch_pair(P, st, err, pf::pf_gemm<false, C>, pf::pf_gemm<true, C>, C::BM, C::BN, C::NTHR, C::SMEM,
+			      &g_ctx.pf_attr, bit);
+}
+
+// The sm_90a prefill kernel KIND (pf90::Kind).
+template <int KIND> int pf90_launch(pf::PParams *P, cudaStream_t st, struct strata_error *err)
+{
+	using G = pf90::Geo<pf90::Kind<KIND>::TIER>;
+	using K = pf90::Kind<KIND>;
+	int rc = pf_launch_pair(P, st, err, pf90::gemm<false, KIND>, pf90::gemm<true, KIND>, G::BM, G::BN, K::NTHR,
+				K::SMEM, &g_ctx.pf90_attr, 1u << KIND);
+	if (!rc)
+		g_ctx.pf90_launches += 2;
+	return rc;
+}
+
+// bf16 experts with at least this many tokens take the sm_90a kernel under
+// prefill=auto: at the Kimi shape 1.10x (192 tokens) and 1.11x (256) cuBLAS
+// BF16 against 0.66 / 0.73 for the mma.sync kernel, which is faster at 128
+// and 64 tokens (1.13 / 1.40 against 0.92 / 0.90).  Tier experts stay on the
+// mma.sync kernel under auto: their sm_90a tiles measured 0.40 (sm90) and
+// 0.26 (sm90ws) of cuBLAS at 256 tokens against its 0.46
+// (experiments/kernels/README.md, the Hopper prefill section).
+constexpr uint32_t PF90_AUTO_MIN = 192;
+
+// Launch group of a prefill expert (run_prefill): 0 the 64 x 256 tile, 1 and
+// 2 128 x 128 with 8 / 16 warps, 3 64 x 64, 4 + pf90 kind the sm_90a kernel
+// (4 bf16, 5 tier, 6 tier warp-specialized).
+int pf_group(int fmt, uint32_t nt)
+{
+	const int p = g_ctx.cfg.pf_path;
+	const bool tier = fmt != STRATA_FMT_BF16;
+	if (g_ctx.pf90 && (p == 1 || p == 3 || (p == 0 && !tier && nt >= PF90_AUTO_MIN)))
+		return 4 + (!tier ? pf90::K_BF16 : p == 3 ? pf90::K_TIER_WS : pf90::K_TIER);
+	return nt >= 192 ? 0 : nt <= PF_SMALL_MAX ? 3 : tier ? 2 : 1;
 }
 
 // The tiled prefill path for the experts marked in big[] (moe_prefill.cuh):
@@ -1475,7 +1533,7 @@ int run_prefill(const struct strata_moe_call *c, const uint32_t *count, const ui
 	// 64 x 64.  By default the 128 x 128 tier experts take 16 warps (more warps
 	// share their decode: 0.60 vs 0.47 of cuBLAS at Kimi 64 tokens), bf16 ones 8
 	// (0.74 vs 0.66).
-	for (int grp = 0; grp < 4 && !rc; grp++) {
+	for (int grp = 0; grp < 7 && !rc; grp++) {
 		a = 0;
 		for (uint32_t e = 0; e < c->n_experts && !rc;) {
 			uint32_t ns = 0;
@@ -1483,9 +1541,7 @@ int run_prefill(const struct strata_moe_call *c, const uint32_t *count, const ui
 				if (!big[e])
 					continue;
 				uint32_t nt = count[e + 1] - count[e];
-				bool wide = nt >= 192, small = nt <= PF_SMALL_MAX;
-				bool w16 = c->fmts[e] != STRATA_FMT_BF16;
-				if ((wide ? 0 : small ? 3 : w16 ? 2 : 1) == grp) {
+				if (pf_group(c->fmts[e], nt) == grp) {
 					PSlot &s = P->slot[ns++];
 					s.ext = (const uint8_t *)c->extents[e];
 					s.fmt = c->fmts[e];
@@ -1496,7 +1552,10 @@ int run_prefill(const struct strata_moe_call *c, const uint32_t *count, const ui
 			if (!ns)
 				break;
 			P->n_slots = ns;
-			rc = grp == 0 ? pf_launch<CfgWide>(P, st, err)
+			rc = grp == 4 ? pf90_launch<pf90::K_BF16>(P, st, err)
+			   : grp == 5 ? pf90_launch<pf90::K_TIER>(P, st, err)
+			   : grp == 6 ? pf90_launch<pf90::K_TIER_WS>(P, st, err)
+			   : grp == 0 ? pf_launch<CfgWide>(P, st, err)
 			   : grp == 3 ? pf_launch<CfgSmall>(P, st, err)
 			   : grp == 2 ? pf_launch<Cfg128w16>(P, st, err)
 				      : pf_launch<Cfg128>(P, st, err);
@@ -1842,6 +1901,23 @@ extern "C" uint64_t strata_gpu_moe_scalar_staged_launches(void)
 	uint64_t n = g_ctx.sqd_xs_launches;
 	pthread_mutex_unlock(&g_ctx.mu);
 	return n;
+}
+
+extern "C" uint64_t strata_gpu_moe_prefill_sm90_launches(void)
+{
+	pthread_mutex_lock(&g_ctx.mu);
+	uint64_t n = g_ctx.pf90_launches;
+	pthread_mutex_unlock(&g_ctx.mu);
+	return n;
+}
+
+extern "C" int strata_gpu_moe_prefill_sm90_usable(void)
+{
+	struct strata_error err = { 0 };
+	pthread_mutex_lock(&g_ctx.mu);
+	int ok = ctx_init(&err) == STRATA_OK && g_ctx.pf90;
+	pthread_mutex_unlock(&g_ctx.mu);
+	return ok;
 }
 
 extern "C" uint64_t strata_gpu_moe_bf16_decode_launches(void)

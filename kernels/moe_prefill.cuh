@@ -137,6 +137,53 @@ __device__ __forceinline__ uint32_t range_exp(float m)
 }
 __device__ __forceinline__ float exp2i(int e) { return __int_as_float((127 + e) << 23); } // 2^e, |e| <= 126
 
+// Tier weight source (one CTA tile row, shared by the prefill kernels): the
+// packed bytes of 256-weight block b of row rr of matrix mat (codes, scale
+// chunk; both keep their file alignment mod 16 in the raw row).
+struct TierRow {
+	const uint8_t *mat;
+	uint64_t rr, rowc, rows_, soff;
+	template <class F> __device__ __forceinline__ const uint8_t *codes(uint32_t b) const
+	{
+		return mat + rr * rowc + (uint64_t)b * F::CODE_BYTES;
+	}
+	template <class F> __device__ __forceinline__ const uint8_t *scale(uint32_t b) const
+	{
+		return mat + soff + rr * rows_ + (uint64_t)b * F::SCALE_BYTES;
+	}
+};
+// Copy chunk ci (0-5: the codes' 16-byte chunks, 6: the scale chunk; others
+// none) of block b of row r into the raw row at shared address dst
+// (zero-filled, source `zero`, when !ok).
+template <class F>
+__device__ __forceinline__ void stage_tier(uint32_t dst, const TierRow &r, uint32_t b, uint32_t ci, bool ok,
+					   const uint8_t *zero)
+{
+	if (ci < 6) {
+		const uint8_t *c = r.codes<F>(b);
+		const uint8_t *c0 = (const uint8_t *)((uintptr_t)c & ~(uintptr_t)15);
+		const uint32_t nc = (uint32_t)((uintptr_t)c - (uintptr_t)c0 + F::CODE_BYTES + 15) >> 4;
+		if (ci < nc)
+			cp16z(dst + 16 * ci, ok ? c0 + 16 * ci : zero, ok ? 16 : 0);
+	} else if (ci == 6) {
+		const uint8_t *s0 = (const uint8_t *)((uintptr_t)r.scale<F>(b) & ~(uintptr_t)15);
+		cp16z(dst + RAW_SCALE, ok ? s0 : zero, ok ? 16 : 0);
+	}
+}
+// Decode weights 8j..8j+7 of block b (staged in the raw row at g_smem offset
+// src) into 16-byte chunk ci of row i of the swizzled fp16 tile at g_smem
+// offset dst; chunk 0 also stores the block scale in *sc.
+template <class F>
+__device__ __forceinline__ void decode_tier(uint32_t src, uint32_t dst, uint32_t i, uint32_t ci, uint32_t j,
+					    const TierRow &r, uint32_t b, float *sc)
+{
+	uint32_t o[4];
+	F::decode8(src + (uint32_t)((uintptr_t)r.codes<F>(b) & 15), 0, (int)j, 0, o);
+	*reinterpret_cast<uint4 *>(g_smem + dst + swz(i, ci)) = make_uint4(o[0], o[1], o[2], o[3]);
+	if (ci == 0)
+		*sc = F::scale(src + RAW_SCALE + (uint32_t)((uintptr_t)r.scale<F>(b) & 15));
+}
+
 // One CTA (256 threads) per assignment.  The row is read once: thread j holds
 // 8-float chunks j, j + 256, .. (PREP_CH of them, hidden <= 8192) in registers
 // while the row max is found; chunks beyond are read again.
@@ -264,18 +311,7 @@ __device__ __forceinline__ void tile(const PParams &p, const PSlot &s, uint32_t 
 			const uint8_t *mat = !DOWN && i >= BM / 2 ? m1 : m0;
 			const bool ok = rr < nrows;
 			if constexpr (TIER) {
-				const uint32_t b = ks >> 2;
-				if (ci < 6) {
-					const uint8_t *c = mat + (uint64_t)rr * rowc + (uint64_t)b * F::CODE_BYTES;
-					const uint8_t *c0 = (const uint8_t *)((uintptr_t)c & ~(uintptr_t)15);
-					const uint32_t nc = (uint32_t)((uintptr_t)c - (uintptr_t)c0 + F::CODE_BYTES + 15) >> 4;
-					if (ci < nc)
-						cp16z(sa + i * RAW_PITCH + 16 * ci, ok ? c0 + 16 * ci : m0, ok ? 16 : 0);
-				} else if (ci == 6) {
-					const uint8_t *sp = mat + soff + (uint64_t)rr * rows_ + (uint64_t)b * F::SCALE_BYTES;
-					const uint8_t *s0 = (const uint8_t *)((uintptr_t)sp & ~(uintptr_t)15);
-					cp16z(sa + i * RAW_PITCH + RAW_SCALE, ok ? s0 : m0, ok ? 16 : 0);
-				}
+				stage_tier<F>(sa + i * RAW_PITCH, TierRow{ mat, rr, rowc, rows_, soff }, ks >> 2, ci, ok, m0);
 			} else {
 				const uint32_t k = ks * BK + 8 * ci;
 				const bool v = ok && k < cols;
@@ -301,18 +337,9 @@ __device__ __forceinline__ void tile(const PParams &p, const PSlot &s, uint32_t 
 				const uint32_t i = (tid >> 3) + RSTEP * r;
 				const uint32_t rr = DOWN ? row0 + i : row0 + i % (BM / 2);
 				const uint8_t *mat = !DOWN && i >= BM / 2 ? m1 : m0;
-				const uint32_t roff =
-					(uint32_t)((uintptr_t)(mat + (uint64_t)rr * rowc + (uint64_t)b * F::CODE_BYTES) & 15);
-				uint32_t o[4];
-				F::decode8(sa + i * RAW_PITCH + roff, 0, (int)j, 0, o);
-				*reinterpret_cast<uint4 *>(g_smem + DEC_OFF + db * A_BYTES + swz(i, ci)) =
-					make_uint4(o[0], o[1], o[2], o[3]);
-				if (ci == 0) {
-					const uint32_t so = (uint32_t)((uintptr_t)(mat + soff + (uint64_t)rr * rows_ +
-										   (uint64_t)b * F::SCALE_BYTES) & 15);
-					reinterpret_cast<float *>(g_smem + SC_OFF)[db * BM + i] =
-						F::scale(sa + i * RAW_PITCH + RAW_SCALE + so);
-				}
+				decode_tier<F>(sa + i * RAW_PITCH, DEC_OFF + db * A_BYTES, i, ci, j,
+					       TierRow{ mat, rr, rowc, rows_, soff }, b,
+					       reinterpret_cast<float *>(g_smem + SC_OFF) + db * BM + i);
 			}
 		} else {
 			(void)ks, (void)slot, (void)db;
@@ -552,7 +579,9 @@ __device__ __forceinline__ void tile_sel(const PParams &p, const PSlot &s, uint3
 	tile<F, DOWN, C, false>(p, s, rt, tt);
 }
 
-template <bool DOWN, class C> __global__ void __launch_bounds__(C::NTHR, C::MINB) pf_gemm(const __grid_constant__ PParams p)
+// The slot, row tile rt and token tile tt of this CTA (grid: one CTA per tile
+// of BN tokens, slots in order from their tile0).
+__device__ __forceinline__ const PSlot &cta_tile(const PParams &p, uint32_t bn, uint32_t &rt, uint32_t &tt)
 {
 	const uint32_t b = blockIdx.x;
 	int lo = 0, hi = (int)p.n_slots - 1;
@@ -564,8 +593,15 @@ template <bool DOWN, class C> __global__ void __launch_bounds__(C::NTHR, C::MINB
 			hi = mid - 1;
 	}
 	const PSlot &s = p.slot[lo];
-	const uint32_t ntt = (s.ntok + C::BN - 1) / C::BN, local = b - s.tile0;
-	const uint32_t tt = local % ntt, rt = local / ntt; // neighbours share the rows (L2)
+	const uint32_t ntt = (s.ntok + bn - 1) / bn, local = b - s.tile0;
+	tt = local % ntt, rt = local / ntt; // neighbours share the rows (L2)
+	return s;
+}
+
+template <bool DOWN, class C> __global__ void __launch_bounds__(C::NTHR, C::MINB) pf_gemm(const __grid_constant__ PParams p)
+{
+	uint32_t rt, tt;
+	const PSlot &s = cta_tile(p, C::BN, rt, tt);
 	switch (s.fmt) {
 	case STRATA_FMT_BF16: tile_sel<FmtBF16, DOWN, C>(p, s, rt, tt); break;
 	case STRATA_FMT_HOT: tile_sel<FmtHot, DOWN, C>(p, s, rt, tt); break;

@@ -178,10 +178,20 @@ static void test_moe_config(void **state)
 	assert_int_equal(strata_gpu_moe_config_parse("dec=12x2t", &c, &err), STRATA_OK);
 	assert_int_equal(c.dec_warps, 12);
 	assert_int_equal(c.dec_stages, STRATA_MOE_DEC_TAB + 2);
+	assert_int_equal(d.pf_path, 0);
+	c = d;
+	assert_int_equal(strata_gpu_moe_config_parse("prefill=sm90", &c, &err), STRATA_OK);
+	assert_int_equal(c.pf_path, 1);
+	assert_int_equal(strata_gpu_moe_config_parse("prefill=mma", &c, &err), STRATA_OK);
+	assert_int_equal(c.pf_path, 2);
+	assert_int_equal(strata_gpu_moe_config_parse("prefill=sm90ws", &c, &err), STRATA_OK);
+	assert_int_equal(c.pf_path, 3);
+	assert_int_equal(strata_gpu_moe_config_parse("prefill=auto", &c, &err), STRATA_OK);
+	assert_int_equal(c.pf_path, 0);
 	static const char *const bad[] = { "dec=9x4", "dec=12", "split=65", "split=-1", "bf16dec=16x5",
 					   "bf16_kc=16", "prefill_min=0", "prefill_min=17x", "poison=2", "warps=8",
 					   "dec", "sqdec=8x4", "sq_pf=2", "sq_xs=2", "dec=12x4t", "dec=10x2t", "dec=8x2tt",
-					   "dec=8x2u", "bf16dec=8x8t" };
+					   "dec=8x2u", "bf16dec=8x8t", "prefill=wgmma" };
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		c = d;
 		memset(&err, 0, sizeof(err));
@@ -693,6 +703,61 @@ static void test_moe_range(void **state)
 	/* the decode paths: test_moe_outliers */
 }
 
+/* The sm_90a prefill kernel (moe_prefill_sm90.cuh) against the reference,
+ * forced for every prefill expert (prefill=sm90; sm90ws: tier experts on
+ * the warp-specialized tile; prefill_min=1),
+ * then the same calls on the mma.sync kernel (prefill=mma): bf16 and tier experts,
+ * one and two token tiles (bf16 256 tokens, tiers 128), partial token, row
+ * and K tiles (bf16 K not a multiple of the 64-weight step), padded tier
+ * rows, mixed calls (f32 experts on the persistent kernel), few tokens;
+ * activations beyond the fp16 range (the gate|up segment exponents and the
+ * down tiles that fold per 32 columns).  On a GPU or build without sm_90a
+ * the sm90 setting falls back to the mma kernel (said, and checked). */
+static void test_moe_prefill_sm90(void **state)
+{
+	if (!test_have_gpu("test_moe_prefill_sm90"))
+		return;
+	static const struct moe_case cases[] = {
+		{ "s90-bf16-256", STRATA_FMT_BF16, 1024, 512, 256, 2, 2, 1 },
+		{ "s90-bf16-300", STRATA_FMT_BF16, 512, 384, 300, 3, 2, 1 },
+		{ "s90-bf16-odd", STRATA_FMT_BF16, 544, 96, 140, 2, 2, 1 },
+		{ "s90-hot", STRATA_FMT_HOT, 1024, 512, 200, 3, 2, 1 },
+		{ "s90-hot-256", STRATA_FMT_HOT, 1536, 768, 256, 2, 2, 1 },
+		{ "s90-warm-padded", STRATA_FMT_WARM, 640, 320, 150, 2, 2, 1 },
+		{ "s90-cold", STRATA_FMT_COLD, 768, 1280, 160, 2, 1, 1 },
+		{ "s90-mixed", -1, 1024, 256, 200, 5, 3, 1 },
+		{ "s90-few", STRATA_FMT_HOT, 512, 256, 40, 2, 2, 1 },
+		{ "s90-bf16-few", STRATA_FMT_BF16, 512, 256, 20, 2, 2, 1 },
+	};
+	static const char *const cfgs[] = { "prefill=sm90", "prefill=sm90ws", "prefill=mma" };
+	const int usable = strata_gpu_moe_prefill_sm90_usable();
+	if (!usable)
+		printf("note: test_moe_prefill_sm90: this GPU or build is not sm_90a; prefill=sm90 falls back to the mma kernel\n");
+	for (size_t i = 0; i < sizeof(cfgs) / sizeof(cfgs[0]); i++) {
+		struct strata_moe_config kc;
+		struct strata_error err = { 0 };
+		strata_gpu_moe_config_defaults(&kc);
+		assert_int_equal(strata_gpu_moe_config_parse(cfgs[i], &kc, &err), STRATA_OK);
+		kernel_config(&kc);
+		printf("prefill kernels, kernel config '%s'\n", cfgs[i]);
+		const uint64_t n0 = strata_gpu_moe_prefill_sm90_launches();
+		for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++)
+			run_moe_case(&cases[c]);
+		run_range_case(STRATA_FMT_HOT, 1024, 512, 160, 1);
+		run_range_case(STRATA_FMT_WARM, 640, 320, 200, 1);
+		run_range_case(STRATA_FMT_COLD, 672, 336, 100, 1);
+		run_range_case(STRATA_FMT_BF16, 512, 256, 100, 1);
+		const uint64_t n = strata_gpu_moe_prefill_sm90_launches() - n0;
+		printf("prefill kernels '%s': %llu sm90 launches\n", cfgs[i], (unsigned long long)n);
+		/* two launches (gate|up, down) per format group and call, two calls per case */
+		if (usable && kc.pf_path != 2)
+			assert_true(n >= 2 * 2 * (sizeof(cases) / sizeof(cases[0]) + 4));
+		else
+			assert_int_equal(n, 0);
+	}
+	kernel_config(NULL);
+}
+
 /* The scalar formats (q4, q3): decode (<= 16 tokens per expert) on the
  * warp-streaming kernel with split-K parts as it chooses, forced variants
  * and one part per block; more tokens, and every call with that kernel off,
@@ -1026,6 +1091,7 @@ int main(void)
 		cmocka_unit_test(test_moe_bf16_decode),
 		cmocka_unit_test(test_moe_outliers),
 		cmocka_unit_test(test_moe_range),
+		cmocka_unit_test(test_moe_prefill_sm90),
 		cmocka_unit_test(test_moe_scalar),
 		cmocka_unit_test(test_bf16_cublas),
 		cmocka_unit_test(test_moe_errors),

@@ -13,8 +13,10 @@
  *             ceiling ("of read"), and for the tier formats also / min(read
  *             ceiling, the format's decode ceiling) ("of bound")
  *   prefill   256 (and 64) tokens per expert: the tiled prefill path (forced,
- *             whatever the threshold) and the persistent kernel, TFLOP/s vs cuBLAS
- *             BF16 (3 GEMMs per expert on BF16 weights) on the same shapes
+ *             whatever the threshold; its kernel as the configuration's prefill key
+ *             chooses, and then also the mma.sync kernel where the sm_90a one may be
+ *             chosen) and the persistent kernel, TFLOP/s vs cuBLAS BF16 (3 GEMMs per
+ *             expert on BF16 weights) on the same shapes
  *   layer     a full MoE layer with random top-k routing over all the model's
  *             experts (15/30/55 hot/warm/cold tiering): layer-tokens per second
  * Layers are rotated so every timed call streams its weights from HBM; calls
@@ -43,7 +45,8 @@
  * q4,warm,cold).
  * --kernel: the kernel configuration for every table (kernels.h: e.g.
  * dec=off|12x4|8x4..., split=auto|N, bf16dec=off|16x4|12x6|8x8, bf16_kc=N,
- * sqdec=auto|off, sq_pf=0|1, sq_xs=0|1, prefill_min=N|off); the prefill table sets prefill_min itself.
+ * sqdec=auto|off, sq_pf=0|1, sq_xs=0|1, prefill_min=N|off, prefill=auto|sm90|sm90ws|mma); the
+ * prefill table sets prefill_min itself.
  */
 #include <math.h>
 #include <stdio.h>
@@ -329,6 +332,22 @@ static void bench_decode(const struct shape *sh, int fmt, const uint32_t *tokens
 
 /* ---- prefill: T tokens per expert, fused kernel vs cuBLAS BF16 ---- */
 
+/* Milliseconds of one call c under kernel configuration kc (a warm-up call,
+ * then the call captured in a graph and timed). */
+static double time_layer(struct strata_moe_call *c, const struct strata_moe_config *kc)
+{
+	CHECK(strata_gpu_moe_configure(kc, &g_err));
+	CHECK(strata_moe_layer_gpu(c, &g_err));
+	CHECK(strata_gpu_stream_sync(g_st, &g_err));
+	strata_gpu_graph *gr;
+	CHECK(strata_gpu_graph_begin(g_st, &g_err));
+	CHECK(strata_moe_layer_gpu(c, &g_err));
+	CHECK(strata_gpu_graph_end(g_st, &gr, &g_err));
+	double ms = time_graph(gr, 1);
+	strata_gpu_graph_free(gr);
+	return ms;
+}
+
 static void bench_prefill(const struct shape *sh, int fmt, uint32_t T)
 {
 	struct strata_expert_layout E, B;
@@ -370,26 +389,20 @@ static void bench_prefill(const struct shape *sh, int fmt, uint32_t T)
 	strata_gpu_moe_config_get(&kc0);
 	kc = kc0;
 	kc.prefill_min = 1; /* the tiled prefill path, whatever the threshold */
-	CHECK(strata_gpu_moe_configure(&kc, &g_err));
-	CHECK(strata_moe_layer_gpu(&c, &g_err));
-	CHECK(strata_gpu_stream_sync(g_st, &g_err));
-	strata_gpu_graph *gr;
-	CHECK(strata_gpu_graph_begin(g_st, &g_err));
-	CHECK(strata_moe_layer_gpu(&c, &g_err));
-	CHECK(strata_gpu_graph_end(g_st, &gr, &g_err));
-	double ms_f = time_graph(gr, 1);
-	strata_gpu_graph_free(gr);
-	/* the same call through the persistent (decode) kernel only, for the same-run comparison */
+	double ms_f = time_layer(&c, &kc);
+	/* the tiled path on the mma.sync kernel (prefill=mma), when the configuration's
+	 * choice may be the sm_90a kernel, for the same-run comparison */
+	double ms_m = 0;
+	if (kc.pf_path != 2 && strata_gpu_moe_prefill_sm90_usable()) {
+		kc.pf_path = 2;
+		ms_m = time_layer(&c, &kc);
+		kc.pf_path = kc0.pf_path;
+	}
+	/* the same call through the persistent (decode) kernel only */
 	kc.prefill_min = UINT32_MAX;
-	CHECK(strata_gpu_moe_configure(&kc, &g_err));
-	CHECK(strata_moe_layer_gpu(&c, &g_err));
-	CHECK(strata_gpu_stream_sync(g_st, &g_err));
-	CHECK(strata_gpu_graph_begin(g_st, &g_err));
-	CHECK(strata_moe_layer_gpu(&c, &g_err));
-	CHECK(strata_gpu_graph_end(g_st, &gr, &g_err));
-	double ms_o = time_graph(gr, 1);
-	strata_gpu_graph_free(gr);
+	double ms_o = time_layer(&c, &kc);
 	CHECK(strata_gpu_moe_configure(&kc0, &g_err));
+	strata_gpu_graph *gr;
 	/* cuBLAS: gate, up, down GEMMs of every expert on bf16 operands (the SwiGLU and the
 	 * activation casts are left out: this is the matrix work alone) */
 	CHECK(strata_gpu_gemm_bf16((const uint16_t *)wb, sh->inter, sh->hidden, xb, T, g, g_st, &g_err));
@@ -411,6 +424,13 @@ static void bench_prefill(const struct shape *sh, int fmt, uint32_t T)
 	       "cuBLAS bf16 %8.1f us %6.1f TFLOP/s | fused/cuBLAS speed %.3f (persistent %.3f) | fused/persistent %.3f\n",
 	       sh->name, strata_fmt_traits(fmt)->name, T, ms_f * 1e3, flop / ms_f / 1e9, ms_o * 1e3, flop / ms_o / 1e9,
 	       ms_b * 1e3, flop / ms_b / 1e9, ms_b / ms_f, ms_b / ms_o, ms_o / ms_f);
+	if (ms_m > 0)
+		printf("prefill %-5s %-5s T=%-3u mma.sync kernel %8.1f us %6.1f TFLOP/s | mma/cuBLAS speed %.3f | "
+		       "fused/mma %.3f\n",
+		       sh->name, strata_fmt_traits(fmt)->name, T, ms_m * 1e3, flop / ms_m / 1e9, ms_b / ms_m, ms_m / ms_f);
+	if (g_csv && ms_m > 0)
+		fprintf(g_csv, "prefill_mma,%s,%s,%u,%.3f,%.4f,,%.2f,%.2f,\n", sh->name, strata_fmt_traits(fmt)->name, T,
+			ms_m * 1e3, ms_b / ms_m, flop / ms_m / 1e9, flop / ms_b / 1e9);
 	if (g_csv) {
 		fprintf(g_csv, "prefill,%s,%s,%u,%.3f,%.4f,,%.2f,%.2f,\n", sh->name, strata_fmt_traits(fmt)->name, T,
 			ms_f * 1e3, ms_b / ms_f, flop / ms_f / 1e9, flop / ms_b / 1e9);
@@ -622,7 +642,7 @@ int main(int argc, char **argv)
 			printf("usage: bench_kernels [--reps N] [--csv FILE] [--quick] [--decode] [--no-decode] [--no-layer]\n"
 			       "                     [--pf-tokens T1,T2,...] [--shape kimi|qwen] [--profile [FMT]]\n"
 			       "                     [--formats hot,warm,cold,bf16,q4,q3] [--tier-formats H,W,C]\n"
-			       "                     [--kernel KEY=VALUE,...]  (dec, split, bf16dec, bf16_kc, prefill_min)\n"
+			       "                     [--kernel KEY=VALUE,...]  (dec, split, bf16dec, bf16_kc, prefill_min, prefill)\n"
 			       "Fused dequant MoE kernels vs streaming-read and cuBLAS ceilings (needs a GPU).\n");
 			return strcmp(argv[i], "--help") && strcmp(argv[i], "-h") ? 2 : 0;
 		}

@@ -1,0 +1,656 @@
+// Hopper prefill path: the tiled prefill of moe_prefill.cuh (same pf_prep,
+// same PParams, same slots, the same fp16 range guard) with the MMAs on the
+// warpgroup tensor-core instructions of sm_90a (wgmma.mma_async).  Included
+// by moe_gpu.cu inside its anonymous namespace, after moe_prefill.cuh.
+//
+// A CTA is two warpgroups (256 threads) and one tile of 128 weight rows
+// (gate|up: 64 gate rows and the same 64 up rows; down: 128 rows) x BN
+// tokens; warpgroup w takes tokens w*NT .. w*NT+NT-1 of the tile and every
+// row: two wgmma m64nNTk16 per 16 weights (rows 0..63 and 64..127), both
+// operands K-major from shared memory in the 128-byte swizzled layout (the
+// layout pf::swz already writes: 16-byte chunk c of row i at chunk c ^ (i%8)
+// of the row's 128 bytes; 8-row groups 1024 bytes apart), f32 accumulators
+// in registers.
+//   bf16 experts: NT = 128 (BN = 256, one token tile at 256 tokens), weight
+//     and activation tiles both staged by cp.async straight into that layout;
+//   tier experts: NT = 64 (BN = 128): the block scale is applied to the MMA
+//     sum of each 256-weight block (exact, as the mma path), so a warpgroup
+//     holds the block's sums (tmp) beside the accumulators; the packed rows
+//     are staged by cp.async and decoded by all 256 threads into a
+//     triple-buffered fp16 tile (exact codebook values, the format's decode8)
+//     one K step ahead of the wgmmas that read it.
+// K steps of 64 weights.  A step's wgmmas are issued asynchronously; while
+// the tensor cores run them the threads issue the copies D = NS-2 steps ahead
+// and decode the next step (tier), then wait for the step before (so a ring
+// slot or decoded tile is reused only after every wgmma that read it is
+// done: wgmma.wait_group 1 in each warpgroup, then the CTA barrier).  A tier
+// block's last step waits for its own wgmmas and folds tmp into the
+// accumulators with the rows' block scales.  Tier down tiles with a token
+// whose h segment was scaled by 2^-e (pf_prep / the gate|up epilogue) fold
+// every 32 columns with block scale x 2^e of the token (SEGS), as the mma
+// path does.
+// Epilogues as moe_prefill.cuh: gate|up h = silu(gate) * up into hs (bf16, or
+// fp16 with the per-token segment exponents), down y[tok] += w * acc with
+// atomics.
+// The wgmma code exists only when the file is compiled for sm_90a
+// (__CUDA_ARCH_FEAT_SM90_ALL); pf90::probe reports whether the loaded code has
+// it, and the dispatch takes this path only then (otherwise moe_prefill.cuh).
+// Measured on the H200 (experiments/kernels/README.md, Hopper prefill): bf16
+// experts 1.11x cuBLAS BF16 at the Kimi shape, 256 tokens per expert (the
+// mma.sync kernel 0.73); tier experts 0.40 (tile) and 0.26 (tile_ws) against
+// the mma.sync kernel's 0.46: their decode into shared memory, not the MMAs,
+// bounds them, and fewer warps decode here.  The dispatch's auto takes this
+// kernel for bf16 experts with >= 192 tokens only.
+namespace pf90 {
+
+using pf::BK;
+using pf::PParams;
+using pf::PSlot;
+using pf::RAW_PITCH;
+using pf::RAW_SCALE;
+using pf::SEG;
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define STRATA_PF90 1
+#else
+#define STRATA_PF90 0
+#endif
+
+template <bool TIER> struct Geo {
+	static constexpr int NT = TIER ? 64 : 128; // tokens per warpgroup
+	static constexpr int BM = 128, BN = 2 * NT, NTHR = 256;
+	static constexpr int NS = TIER ? 5 : 4, D = NS - 2; // ring slots, copy distance (K steps)
+	static constexpr int NDEC = TIER ? 3 : 0;          // decoded tiles
+	static constexpr int RSTEP = NTHR / 8, RPTA = BM / RSTEP, RPTB = BN / RSTEP;
+	static constexpr uint32_t A_BYTES = BM * BK * 2;
+	static constexpr uint32_t ASRC = TIER ? BM * RAW_PITCH : A_BYTES;
+	static constexpr uint32_t B_BYTES = BN * BK * 2;
+	static constexpr uint32_t STAGE = ASRC + B_BYTES;
+	static constexpr uint32_t DEC_OFF = NS * STAGE;
+	static constexpr uint32_t SC_OFF = DEC_OFF + NDEC * A_BYTES;
+	static constexpr uint32_t EX_OFF = SC_OFF + NDEC * BM * 4;
+	static constexpr uint32_t SMEM = EX_OFF + BN * 4 + 1024; // + alignment of the base to 1024
+	static_assert(ASRC % 1024 == 0 && STAGE % 1024 == 0 && A_BYTES % 1024 == 0, "swizzled tiles 1024-aligned");
+	static_assert(SMEM <= 227 * 1024, "sm90 prefill shared memory");
+};
+
+// Shared-memory matrix descriptor: K-major, 128-byte swizzle, 8-row groups
+// 1024 bytes apart (leading byte offset unused: 1).
+__device__ __forceinline__ uint64_t desc(uint32_t addr)
+{
+	return (uint64_t)((addr & 0x3FFFF) >> 4) | (uint64_t)1 << 16 | (uint64_t)(1024 >> 4) << 32 | (uint64_t)1 << 62;
+}
+__device__ __forceinline__ void wg_fence()
+{
+#if STRATA_PF90
+	asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wg_commit()
+{
+#if STRATA_PF90
+	asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
+}
+template <int N> __device__ __forceinline__ void wg_wait()
+{
+#if STRATA_PF90
+	asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+#endif
+}
+// After a wait: the compiler must not move reads of accumulators above it.
+template <int N> __device__ __forceinline__ void reg_fence(float *r)
+{
+#pragma unroll
+	for (int i = 0; i < N; i++)
+		asm volatile("" : "+f"(r[i])::"memory");
+}
+
+#if STRATA_PF90
+__device__ __forceinline__ void wgmma_f16_n64(float *d, uint64_t a, uint64_t b, uint32_t acc)
+{
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+		     "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {"
+		     "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+		     "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
+		     "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+		     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+		       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+		       "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+		       "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+		     : "l"(a), "l"(b), "r"(acc));
+}
+
+__device__ __forceinline__ void wgmma_bf16_n128(float *d, uint64_t a, uint64_t b, uint32_t acc)
+{
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+		     "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+		     "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+		     "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+		     "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+		     "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
+		     "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+		     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+		       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+		       "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+		       "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+		       "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+		       "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+		       "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+		       "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+		     : "l"(a), "l"(b), "r"(acc));
+}
+#else
+__device__ __forceinline__ void wgmma_f16_n64(float *, uint64_t, uint64_t, uint32_t) {}
+__device__ __forceinline__ void wgmma_bf16_n128(float *, uint64_t, uint64_t, uint32_t) {}
+#endif
+
+// acc += tmp times the rows' block scales sc (tile rows) and, when SEGS, 2^e
+// of each token's h segment sg.  col0: the tile's token of this warpgroup's
+// first column; wq, g, t: the thread's warp in its warpgroup and lane / 4,
+// lane % 4.
+template <bool SEGS, int NA>
+__device__ __forceinline__ void fold(float (&acc)[2][NA], const float (&tmp)[2][NA], const float *sc,
+				     const PParams &p, const PSlot &s, uint32_t col0, int wq, int g, int t, uint32_t sg)
+{
+	float sv[2][2];
+#pragma unroll
+	for (int m = 0; m < 2; m++)
+#pragma unroll
+		for (int h = 0; h < 2; h++)
+			sv[m][h] = sc[64 * m + 16 * wq + g + 8 * h];
+#pragma unroll
+	for (int c = 0; c < NA / 2; c++) {
+		float f = 1.0f;
+		if constexpr (SEGS) {
+			const uint32_t tl = col0 + 8 * (c >> 1) + 2 * t + (c & 1);
+			f = tl < s.ntok ? pf::exp2i(p.hexp[(uint64_t)(s.a0 + tl) * p.nseg + sg]) : 0.0f;
+		}
+#pragma unroll
+		for (int m = 0; m < 2; m++)
+#pragma unroll
+			for (int h = 0; h < 2; h++) {
+				const int i = 4 * (c >> 1) + 2 * h + (c & 1);
+				acc[m][i] = fmaf(sv[m][h] * f, tmp[m][i], acc[m][i]);
+			}
+	}
+	(void)p, (void)s, (void)sg;
+}
+
+// Epilogue of a tile (acc as tile's): gate|up h = silu(gate) * up into hs,
+// down y[tok] += w * acc.  ctid: the thread's index among the 256 threads of
+// the two MMA warpgroups; ex_off: the tile's [BN] exponents in g_smem (tier
+// gate|up); sync: a barrier of those 256 threads.
+template <class F, bool DOWN, class SYNC>
+__device__ __forceinline__ void epilogue(const PParams &p, const PSlot &s, uint32_t row0, uint32_t tok0,
+					 float (&acc)[2][Geo<F::SCALED>::NT / 2], int ctid, uint32_t ex_off, SYNC sync)
+{
+	constexpr bool TIER = F::SCALED;
+	using G = Geo<TIER>;
+	constexpr int NT = G::NT, BM = G::BM, BN = G::BN, NA = NT / 2;
+	const int wg = ctid >> 7, wq = (ctid >> 5) & 3, lane = ctid & 31, g = lane >> 2, t = lane & 3;
+	auto col_of = [&](int q) -> uint32_t { return (uint32_t)(wg * NT + 8 * (q >> 2) + 2 * t + (q & 1)); };
+	auto row_of = [&](int m, int q) -> uint32_t { return (uint32_t)(64 * m + 16 * wq + g + 8 * ((q >> 1) & 1)); };
+	if constexpr (!DOWN && !TIER) {
+#pragma unroll
+		for (int q = 0; q < NA; q++) {
+			const uint32_t row = row0 + row_of(0, q), tl = tok0 + col_of(q);
+			if (row < p.inter && tl < s.ntok) {
+				const float gv = acc[0][q], uv = acc[1][q];
+				__nv_bfloat16 hb = __float2bfloat16_rn(gv / (1.0f + expf(-gv)) * uv);
+				p.hs[(uint64_t)(s.a0 + tl) * p.ldh + row] = *reinterpret_cast<uint16_t *>(&hb);
+			}
+		}
+	} else if constexpr (!DOWN) {
+		// Tier: gate and up times 2^e of the activation row, h into acc[0], per
+		// token the exponent that keeps the tile's h segments inside fp16.
+		int *ex = reinterpret_cast<int *>(g_smem + ex_off);
+		float xf[NA / 2], mx[NA / 2]; // per token column: q>>2 and q&1
+#pragma unroll
+		for (int c = 0; c < NA / 2; c++) {
+			const uint32_t tl = tok0 + col_of((c >> 1) * 4 + (c & 1));
+			xf[c] = tl < s.ntok ? p.xsc[s.a0 + tl] : 1.0f;
+			mx[c] = 0.0f;
+		}
+#pragma unroll
+		for (int q = 0; q < NA; q++) {
+			const int c = (q >> 2) * 2 + (q & 1);
+			const float gv = acc[0][q] * xf[c], uv = acc[1][q] * xf[c];
+			const float hv = row0 + row_of(0, q) < p.inter ? gv / (1.0f + expf(-gv)) * uv : 0.0f;
+			acc[0][q] = hv;
+			mx[c] = fmaxf(mx[c], fabsf(hv));
+		}
+#pragma unroll
+		for (int c = 0; c < NA / 2; c++) {
+			const uint32_t ev = pf::range_exp(mx[c]);
+			if (ev)
+				atomicMax(ex + col_of((c >> 1) * 4 + (c & 1)), (int)ev);
+		}
+		sync();
+#pragma unroll
+		for (int c = 0; c < NA / 2; c++)
+			xf[c] = pf::exp2i(-ex[col_of((c >> 1) * 4 + (c & 1))]);
+#pragma unroll
+		for (int q = 0; q < NA; q++) {
+			const uint32_t row = row0 + row_of(0, q), tl = tok0 + col_of(q);
+			if (row < p.inter && tl < s.ntok) {
+				__half hh = __float2half_rn(acc[0][q] * xf[(q >> 2) * 2 + (q & 1)]);
+				p.hs[(uint64_t)(s.a0 + tl) * p.ldh + row] = *reinterpret_cast<uint16_t *>(&hh);
+			}
+		}
+		// The tile's segments of h (64 columns from row0) for every token.
+		for (uint32_t i = ctid; i < BN * (BM / 2 / SEG); i += 256) {
+			const uint32_t n = i % BN, sg = i / BN, tl = tok0 + n;
+			if (tl < s.ntok && row0 + sg * SEG < p.inter) {
+				const int ev = ex[n];
+				p.hexp[(uint64_t)(s.a0 + tl) * p.nseg + row0 / SEG + sg] = (uint8_t)ev;
+				if (ev)
+					p.hbig[s.a0 + tl] = 1;
+			}
+		}
+	} else {
+#pragma unroll
+		for (int q = 0; q < NA; q++) {
+			const uint32_t tl = tok0 + col_of(q);
+			if (tl >= s.ntok)
+				continue;
+			const uint32_t a = s.a0 + tl;
+			const float wt = p.w[a];
+			float *yr = p.y + (uint64_t)p.tok[a] * p.hidden;
+#pragma unroll
+			for (int m = 0; m < 2; m++) {
+				const uint32_t row = row0 + row_of(m, q);
+				if (row < p.hidden)
+					atomicAdd(yr + row, wt * acc[m][q]);
+			}
+		}
+	}
+}
+
+// One CTA tile of slot s: row tile rt (gate|up: 64 h rows; down: 128 rows),
+// token tile tt (BN tokens).  pad: bytes from g_smem to its first 1024-aligned
+// byte (every offset below is from there).
+template <class F, bool DOWN, bool SEGS>
+__device__ __forceinline__ void tile(const PParams &p, const PSlot &s, uint32_t rt, uint32_t tt, uint32_t pad)
+{
+	constexpr bool TIER = F::SCALED;
+	using G = Geo<TIER>;
+	constexpr int NT = G::NT, BM = G::BM, BN = G::BN, NS = G::NS, D = G::D, NA = NT / 2;
+	constexpr uint32_t STAGE = G::STAGE, ASRC = G::ASRC, A_BYTES = G::A_BYTES;
+	const FmtTab &f = p.tab[s.fmt];
+	const int tid = threadIdx.x, wg = tid >> 7, wq = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t = lane & 3;
+	const uint32_t d = DOWN;
+	const uint32_t nrows = DOWN ? p.hidden : p.inter, cols = DOWN ? p.inter : p.hidden;
+	const uint32_t K = TIER ? f.pc[d] : cols, nk = (K + BK - 1) / BK;
+	const uint8_t *m0 = s.ext + f.off[DOWN ? 2 : 0], *m1 = s.ext + f.off[DOWN ? 2 : 1];
+	const uint64_t rowc = f.rowc[d], rows_ = f.rows_[d], soff = f.soff[d];
+	const uint32_t row0 = DOWN ? rt * BM : rt * (BM / 2), tok0 = tt * BN;
+	const uint16_t *act = DOWN ? p.hs : p.xs;
+	const uint32_t ld = DOWN ? p.ldh : p.ldx;
+	const uint32_t sbase = (uint32_t)__cvta_generic_to_shared(g_smem) + pad;
+	const uint32_t ci = tid & 7;
+
+	// Copies of K step ks into ring slot `slot` (as pf::tile): thread tid
+	// handles chunk tid%8 of rows (and tokens) tid/8 + RSTEP*r.
+	auto issue = [&](uint32_t ks, uint32_t slot) {
+		const uint32_t sa = sbase + slot * STAGE, sb = sa + ASRC;
+#pragma unroll
+		for (int r = 0; r < G::RPTA; r++) {
+			const uint32_t i = (tid >> 3) + G::RSTEP * r;
+			const uint32_t rr = DOWN ? row0 + i : row0 + i % (BM / 2);
+			const uint8_t *mat = !DOWN && i >= BM / 2 ? m1 : m0;
+			const bool ok = rr < nrows;
+			if constexpr (TIER) {
+				pf::stage_tier<F>(sa + i * RAW_PITCH, pf::TierRow{ mat, rr, rowc, rows_, soff }, ks >> 2, ci, ok,
+						  m0);
+			} else {
+				const uint32_t k = ks * BK + 8 * ci;
+				const bool v = ok && k < cols;
+				const uint8_t *src = mat + (uint64_t)rr * rowc + (uint64_t)k * 2;
+				pf::cp16z(sa + pf::swz(i, ci), v ? src : m0, v ? 16 : 0);
+			}
+		}
+#pragma unroll
+		for (int r = 0; r < G::RPTB; r++) {
+			const uint32_t n = (tid >> 3) + G::RSTEP * r, tl = tok0 + n;
+			const bool v = tl < s.ntok;
+			const uint16_t *src = act + (uint64_t)(s.a0 + (v ? tl : 0)) * ld + ks * BK + 8 * ci;
+			pf::cp16z(sb + pf::swz(n, ci), src, v ? 16 : 0);
+		}
+	};
+	// Tier: decode K step ks (ring slot `slot`) into decoded tile db, the rows'
+	// block scales into sc[db] (offsets from g_smem for the decoders).
+	auto decode = [&](uint32_t ks, uint32_t slot, uint32_t db) {
+		if constexpr (TIER) {
+			const uint32_t sa = pad + slot * STAGE, b = ks >> 2, j = 8 * (ks & 3) + ci;
+#pragma unroll
+			for (int r = 0; r < G::RPTA; r++) {
+				const uint32_t i = (tid >> 3) + G::RSTEP * r;
+				const uint32_t rr = DOWN ? row0 + i : row0 + i % (BM / 2);
+				const uint8_t *mat = !DOWN && i >= BM / 2 ? m1 : m0;
+				pf::decode_tier<F>(sa + i * RAW_PITCH, pad + G::DEC_OFF + db * A_BYTES, i, ci, j,
+						   pf::TierRow{ mat, rr, rowc, rows_, soff }, b,
+						   reinterpret_cast<float *>(g_smem + pad + G::SC_OFF) + db * BM + i);
+			}
+		} else {
+			(void)ks, (void)slot, (void)db;
+		}
+	};
+
+	// Accumulators of subtile m (rows 64m .. 64m+63 of the tile): element q is
+	// row 64m + 16wq + g + 8((q>>1)&1), token column wg*NT + 8(q>>2) + 2t + (q&1).
+	float acc[2][NA], tmp[TIER ? 2 : 1][TIER ? NA : 1];
+#pragma unroll
+	for (int m = 0; m < 2; m++)
+#pragma unroll
+		for (int q = 0; q < NA; q++)
+			acc[m][q] = 0.0f;
+	if constexpr (TIER && !DOWN) {
+		for (int n = tid; n < BN; n += G::NTHR)
+			reinterpret_cast<int *>(g_smem + pad + G::EX_OFF)[n] = 0; // ordered by the main loop's barriers
+	}
+	// The wgmmas of 16-weight steps kk0 .. kk1-1 of K step ks; first: tmp
+	// starts from zero.
+	auto mma = [&](uint32_t abuf, uint32_t bbuf, int kk0, int kk1, bool first) {
+		wg_fence();
+#pragma unroll
+		for (int kk = kk0; kk < kk1; kk++) {
+			const uint64_t db = desc(bbuf + 32 * kk);
+			const uint64_t da0 = desc(abuf + 32 * kk), da1 = desc(abuf + 64 * 128 + 32 * kk);
+			if constexpr (TIER) {
+				const uint32_t sd = !(first && kk == kk0);
+				wgmma_f16_n64(tmp[0], da0, db, sd);
+				wgmma_f16_n64(tmp[1], da1, db, sd);
+			} else {
+				wgmma_bf16_n128(acc[0], da0, db, 1);
+				wgmma_bf16_n128(acc[1], da1, db, 1);
+			}
+		}
+		wg_commit();
+	};
+
+	// Prologue: steps 0 .. D-1 in flight; tier: decode step 0.
+#pragma unroll
+	for (int st = 0; st < D; st++) {
+		if ((uint32_t)st < nk)
+			issue(st, st);
+		pf::commit();
+	}
+	if constexpr (TIER) {
+		pf::wait<D - 1>();
+		__syncthreads();
+		decode(0, 0, 0);
+	}
+	for (uint32_t ks = 0; ks < nk; ks++) {
+		// Committed groups: D + ks.  Tier needs step ks+1 (decoded below), bf16
+		// step ks; wgmmas of step ks-2 done in every warpgroup before the
+		// barrier, so its ring slot and decoded tile may be overwritten.
+		wg_wait<1>();
+		if constexpr (TIER)
+			pf::wait<D - 2>();
+		else
+			pf::wait<D - 1>();
+		fence_proxy_async();
+		__syncthreads();
+		const uint32_t slot = ks % NS;
+		const uint32_t abuf = TIER ? sbase + G::DEC_OFF + (ks % 3) * A_BYTES : sbase + slot * STAGE;
+		const uint32_t bbuf = sbase + slot * STAGE + ASRC + wg * NT * 128;
+		const float *sc = reinterpret_cast<const float *>(g_smem + pad + G::SC_OFF) + (ks % 3) * BM;
+		if constexpr (SEGS) {
+			// One h segment (32 columns, two 16-weight steps) at a time.
+#pragma unroll
+			for (int hs = 0; hs < 2; hs++) {
+				mma(abuf, bbuf, 2 * hs, 2 * hs + 2, true);
+				wg_wait<0>();
+				reg_fence<NA>(tmp[0]), reg_fence<NA>(tmp[TIER ? 1 : 0]);
+				fold<SEGS>(acc, tmp, sc, p, s, tok0 + wg * NT, wq, g, t, ks * (BK / SEG) + hs);
+			}
+		} else {
+			mma(abuf, bbuf, 0, 4, (ks & 3) == 0);
+		}
+		if (ks + D < nk)
+			issue(ks + D, (ks + D) % NS);
+		pf::commit();
+		if (TIER && ks + 1 < nk)
+			decode(ks + 1, (ks + 1) % NS, (ks + 1) % 3);
+		if constexpr (TIER && !SEGS) {
+			if ((ks & 3) == 3) {
+				wg_wait<0>();
+				reg_fence<NA>(tmp[0]), reg_fence<NA>(tmp[TIER ? 1 : 0]);
+				fold<false>(acc, tmp, sc, p, s, 0, wq, g, t, 0);
+			}
+		}
+	}
+	wg_wait<0>();
+	reg_fence<NA>(acc[0]), reg_fence<NA>(acc[1]);
+	pf::wait<0>();
+
+	epilogue<F, DOWN>(p, s, row0, tok0, acc, tid, G::EX_OFF + pad, [] { __syncthreads(); });
+}
+
+// Tier experts, warp-specialized (prefill=sm90ws): warpgroups 0
+// and 1 issue the wgmmas and fold (as in tile, without copies or decode);
+// warpgroup 2 (the producer) stages each K step by cp.async (packed rows into
+// a 4-slot ring, activations straight into the step's buffer), decodes the
+// rows into the buffer's fp16 tile and hands the buffer over.  Buffers: NB
+// of [decoded A tile | activation tile | row scales]; hand-over by named
+// barriers: FULL[b] (the producer arrives, the MMA warpgroups wait) and
+// EMPTY[b] (the MMA warpgroups arrive once the wgmmas that read b are done,
+// the producer waits before refilling it).  The producer stages P steps
+// ahead.  With no decode or copy registers in them, the MMA warpgroups hold
+// the accumulators and block sums within 168 registers (384 threads).
+struct GeoWS {
+	static constexpr int NB = 4, NR = 4, P = 2; // buffers, packed-row ring slots, staging distance
+	static constexpr int NTHR = 384;
+	static constexpr uint32_t A_BYTES = 128 * BK * 2, B_BYTES = 128 * BK * 2;
+	static constexpr uint32_t BUF = A_BYTES + B_BYTES;
+	static constexpr uint32_t RAW_OFF = NB * BUF, RAW = 128 * RAW_PITCH;
+	static constexpr uint32_t SC_OFF = RAW_OFF + NR * RAW;
+	static constexpr uint32_t EX_OFF = SC_OFF + NB * 128 * 4;
+	static constexpr uint32_t SMEM = EX_OFF + 128 * 4 + 1024;
+	static_assert(NR >= P + 2, "a ring slot is refilled after every producer thread decoded it");
+	static_assert(SMEM <= 227 * 1024, "sm90 prefill shared memory");
+};
+__device__ __forceinline__ void bar_sync(uint32_t id, uint32_t n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
+__device__ __forceinline__ void bar_arrive(uint32_t id, uint32_t n)
+{
+	asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+constexpr uint32_t BAR_FULL = 1, BAR_EMPTY = 1 + GeoWS::NB, BAR_PROD = 1 + 2 * GeoWS::NB, BAR_MMA = 2 + 2 * GeoWS::NB;
+
+template <class F, bool DOWN, bool SEGS>
+__device__ __forceinline__ void tile_ws(const PParams &p, const PSlot &s, uint32_t rt, uint32_t tt, uint32_t pad)
+{
+	using G = Geo<true>;
+	using W = GeoWS;
+	constexpr int NT = G::NT, BM = G::BM, BN = G::BN, NA = NT / 2, NB = W::NB, P = W::P;
+	const FmtTab &f = p.tab[s.fmt];
+	const int tid = threadIdx.x;
+	const uint32_t d = DOWN;
+	const uint32_t nrows = DOWN ? p.hidden : p.inter;
+	const uint32_t nk = f.pc[d] / BK;
+	const uint8_t *m0 = s.ext + f.off[DOWN ? 2 : 0], *m1 = s.ext + f.off[DOWN ? 2 : 1];
+	const uint64_t rowc = f.rowc[d], rows_ = f.rows_[d], soff = f.soff[d];
+	const uint32_t row0 = DOWN ? rt * BM : rt * (BM / 2), tok0 = tt * BN;
+	const uint32_t sbase = (uint32_t)__cvta_generic_to_shared(g_smem) + pad;
+
+	if (tid >= 256) {
+		// Producer: 128 threads; thread q handles chunk q%8 of rows (tokens) q/8 + 16r.
+		const uint32_t q = tid - 256, ci = q & 7;
+		const uint16_t *act = DOWN ? p.hs : p.xs;
+		const uint32_t ld = DOWN ? p.ldh : p.ldx;
+		auto row_src = [&](uint32_t i) {
+			return pf::TierRow{ !DOWN && i >= BM / 2 ? m1 : m0, DOWN ? row0 + i : row0 + i % (BM / 2), rowc, rows_,
+					    soff };
+		};
+		auto issue = [&](uint32_t ks) {
+			const uint32_t sr = sbase + W::RAW_OFF + (ks % W::NR) * W::RAW;
+			const uint32_t sb = sbase + (ks % NB) * W::BUF + W::A_BYTES, b = ks >> 2;
+#pragma unroll
+			for (int r = 0; r < 8; r++) {
+				const uint32_t i = (q >> 3) + 16 * r;
+				const pf::TierRow row = row_src(i);
+				pf::stage_tier<F>(sr + i * RAW_PITCH, row, b, ci, row.rr < nrows, m0);
+			}
+#pragma unroll
+			for (int r = 0; r < 8; r++) {
+				const uint32_t n = (q >> 3) + 16 * r, tl = tok0 + n;
+				const bool v = tl < s.ntok;
+				const uint16_t *src = act + (uint64_t)(s.a0 + (v ? tl : 0)) * ld + ks * BK + 8 * ci;
+				pf::cp16z(sb + pf::swz(n, ci), src, v ? 16 : 0);
+			}
+		};
+#pragma unroll
+		for (int st = 0; st < P; st++) {
+			if ((uint32_t)st < nk)
+				issue(st);
+			pf::commit();
+		}
+		for (uint32_t ks = 0; ks < nk; ks++) {
+			const uint32_t s2 = ks + P;
+			if (s2 < nk) {
+				if (s2 >= (uint32_t)NB)
+					bar_sync(BAR_EMPTY + s2 % NB, W::NTHR);
+				issue(s2);
+			}
+			pf::commit();
+			pf::wait<P>();               // this thread's copies of step ks landed
+			bar_sync(BAR_PROD, 128);     // everyone's; and every thread is done decoding ks-1
+			const uint32_t sr = pad + W::RAW_OFF + (ks % W::NR) * W::RAW, b = ks >> 2, j = 8 * (ks & 3) + ci;
+			const uint32_t da = pad + (ks % NB) * W::BUF;
+			float *sc = reinterpret_cast<float *>(g_smem + pad + W::SC_OFF) + (ks % NB) * BM;
+#pragma unroll
+			for (int r = 0; r < 8; r++) {
+				const uint32_t i = (q >> 3) + 16 * r;
+				pf::decode_tier<F>(sr + i * RAW_PITCH, da, i, ci, j, row_src(i), b, sc + i);
+			}
+			fence_proxy_async();
+			bar_arrive(BAR_FULL + ks % NB, W::NTHR);
+		}
+		pf::wait<0>();
+		return;
+	}
+
+	// MMA warpgroups.
+	const int wg = tid >> 7, wq = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t = lane & 3;
+	float acc[2][NA], tmp[2][NA];
+#pragma unroll
+	for (int m = 0; m < 2; m++)
+#pragma unroll
+		for (int i = 0; i < NA; i++)
+			acc[m][i] = 0.0f;
+	if constexpr (!DOWN) {
+		for (int n = tid; n < BN; n += 256)
+			reinterpret_cast<int *>(g_smem + pad + W::EX_OFF)[n] = 0; // ordered by the loop's barriers
+	}
+	auto mma = [&](uint32_t abuf, uint32_t bbuf, int kk0, int kk1, bool first) {
+		wg_fence();
+#pragma unroll
+		for (int kk = kk0; kk < kk1; kk++) {
+			const uint64_t db = desc(bbuf + 32 * kk);
+			const uint32_t sd = !(first && kk == kk0);
+			wgmma_f16_n64(tmp[0], desc(abuf + 32 * kk), db, sd);
+			wgmma_f16_n64(tmp[1], desc(abuf + 64 * 128 + 32 * kk), db, sd);
+		}
+		wg_commit();
+	};
+	for (uint32_t ks = 0; ks < nk; ks++) {
+		const uint32_t bi = ks % NB;
+		bar_sync(BAR_FULL + bi, W::NTHR);
+		const uint32_t abuf = sbase + bi * W::BUF, bbuf = abuf + W::A_BYTES + wg * NT * 128;
+		const float *sc = reinterpret_cast<const float *>(g_smem + pad + W::SC_OFF) + bi * BM;
+		if constexpr (SEGS) {
+#pragma unroll
+			for (int hs = 0; hs < 2; hs++) {
+				mma(abuf, bbuf, 2 * hs, 2 * hs + 2, true);
+				wg_wait<0>();
+				reg_fence<NA>(tmp[0]), reg_fence<NA>(tmp[1]);
+				fold<SEGS>(acc, tmp, sc, p, s, tok0 + wg * NT, wq, g, t, ks * (BK / SEG) + hs);
+			}
+		} else {
+			mma(abuf, bbuf, 0, 4, (ks & 3) == 0);
+		}
+		wg_wait<1>(); // the wgmmas of step ks-1 are done: its buffer goes back
+		if (ks >= 1 && ks - 1 + NB < nk)
+			bar_arrive(BAR_EMPTY + (ks - 1) % NB, W::NTHR);
+		if constexpr (!SEGS) {
+			if ((ks & 3) == 3) {
+				wg_wait<0>();
+				reg_fence<NA>(tmp[0]), reg_fence<NA>(tmp[1]);
+				fold<false>(acc, tmp, sc, p, s, 0, wq, g, t, 0);
+			}
+		}
+	}
+	wg_wait<0>();
+	reg_fence<NA>(acc[0]), reg_fence<NA>(acc[1]);
+	epilogue<F, DOWN>(p, s, row0, tok0, acc, tid, W::EX_OFF + pad, [] { bar_sync(BAR_MMA, 256); });
+}
+
+template <class F>
+__device__ __forceinline__ void tile_segs(const PParams &p, const PSlot &s, uint32_t rt, uint32_t tt, uint32_t pad)
+{
+	tile<F, true, true>(p, s, rt, tt, pad);
+}
+
+// Tier down tile: the ordinary loop, or (a token of the tile has an h
+// segment scaled by 2^-e, e > 0) the loop folding per segment.  WS: tile_ws.
+template <class F, bool DOWN, bool WS>
+__device__ __forceinline__ void tile_sel(const PParams &p, const PSlot &s, uint32_t rt, uint32_t tt, uint32_t pad)
+{
+	if constexpr (DOWN && F::SCALED) {
+		constexpr int BN = Geo<true>::BN;
+		int big = 0;
+		for (uint32_t n = threadIdx.x; n < BN; n += blockDim.x)
+			if (tt * BN + n < s.ntok)
+				big |= p.hbig[s.a0 + tt * BN + n];
+		if (__syncthreads_or(big)) {
+			if constexpr (WS)
+				tile_ws<F, true, true>(p, s, rt, tt, pad);
+			else
+				tile_segs<F>(p, s, rt, tt, pad);
+			return;
+		}
+	}
+	if constexpr (WS)
+		tile_ws<F, DOWN, false>(p, s, rt, tt, pad);
+	else
+		tile<F, DOWN, false>(p, s, rt, tt, pad);
+}
+
+// Kernels: bf16 experts (KIND 0), tier experts on tile (1) or tile_ws (2).
+constexpr int K_BF16 = 0, K_TIER = 1, K_TIER_WS = 2;
+template <int KIND> struct Kind {
+	static constexpr bool TIER = KIND != K_BF16;
+	static constexpr int NTHR = KIND == K_TIER_WS ? GeoWS::NTHR : 256;
+	static constexpr uint32_t SMEM = KIND == K_TIER_WS ? GeoWS::SMEM : Geo<TIER>::SMEM;
+};
+
+// Grid: one CTA per tile of the slots in p (bf16 experts, or tier experts,
+// as KIND says).
+template <bool DOWN, int KIND>
+__global__ void __launch_bounds__(Kind<KIND>::NTHR, 1) gemm(const __grid_constant__ PParams p)
+{
+#if STRATA_PF90
+	constexpr bool TIER = Kind<KIND>::TIER, WS = KIND == K_TIER_WS;
+	uint32_t rt, tt;
+	const PSlot &s = pf::cta_tile(p, Geo<TIER>::BN, rt, tt);
+	const uint32_t raw = (uint32_t)__cvta_generic_to_shared(g_smem), pad = ((raw + 1023) & ~1023u) - raw;
+	if constexpr (TIER) {
+		switch (s.fmt) {
+		case STRATA_FMT_HOT: tile_sel<FmtHot, DOWN, WS>(p, s, rt, tt, pad); break;
+		case STRATA_FMT_WARM: tile_sel<FmtWarm, DOWN, WS>(p, s, rt, tt, pad); break;
+		case STRATA_FMT_COLD: tile_sel<FmtCold, DOWN, WS>(p, s, rt, tt, pad); break;
+		default: break;
+		}
+	} else {
+		tile_sel<FmtBF16, DOWN, false>(p, s, rt, tt, pad);
+	}
+#else
+	(void)p;
+#endif
+}
+
+// 1 in *out when this code was compiled with the wgmma path (sm_90a).
+__global__ void probe(unsigned *out) { *out = STRATA_PF90; }
+
+} // namespace pf90
