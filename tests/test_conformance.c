@@ -1099,6 +1099,32 @@ static void test_lookahead_via_ram_auto(void **state)
 	}
 }
 
+/* 400 tokens of hints for experts 1 and 2 of the next `ahead` layers, right
+ * 90% of the time (expert 1 always routed, expert 2 on 8 tokens of 10, else
+ * expert 3), then one more on_layer at layer 0: its requests into req, their
+ * count returned. */
+static uint32_t lookahead_warm(struct strata_policy *p, uint32_t ahead, struct strata_prefetch_req *req, uint32_t max)
+{
+	uint32_t n = 0;
+	for (uint64_t tok = 0; tok <= 400; tok++)
+		for (uint32_t l = 0; l < spec.n_moe_layers; l++) {
+			uint32_t route[2] = { 1, tok % 10 < 8 ? 2 : 3 };
+			struct strata_hint h[8];
+			uint32_t nh = 0;
+			for (uint32_t a = l + 1; a <= l + ahead && a < spec.n_moe_layers && nh + 2 <= 8; a++) {
+				h[nh++] = (struct strata_hint){ a, 1, 1.0f };
+				h[nh++] = (struct strata_hint){ a, 2, 1.0f };
+			}
+			struct strata_layer_ctx c = { .token = tok, .layer = l, .hints = h, .n_hints = nh,
+						      .experts = route, .n_experts = 2 };
+			n = strata_prefetch_ops_of(p)->on_layer(p, &c, req, max);
+			if (tok == 400)
+				break; /* the last on_layer: layer 0 */
+			strata_prefetch_ops_of(p)->on_route(p, tok, l, route, 2);
+		}
+	return n;
+}
+
 /* nvme_cost (the default): an NVMe read also needs the accuracy at which it
  * breaks even, c / (c + h / m) from the cost model (default: 6 GB/s NVMe,
  * 50 GB/s PCIe).  A band right 90% of the time (hint 1 always routed, hint 2
@@ -1150,19 +1176,7 @@ static void test_lookahead_nvme_cost(void **state)
 		sched.ram_hole = cases[k].hole;
 		struct strata_policy *p = mk(&d, STRATA_ROLE_PREFETCH, cases[k].spec);
 		struct strata_prefetch_req req[16];
-		uint32_t n = 0;
-		for (uint64_t tok = 0; tok <= 400; tok++)
-			for (uint32_t l = 0; l < spec.n_moe_layers; l++) {
-				uint32_t route[2] = { 1, tok % 10 < 8 ? 2 : 3 };
-				struct strata_hint h[2] = { { l + 1, 1, 1.0f }, { l + 1, 2, 1.0f } };
-				struct strata_layer_ctx c = { .token = tok, .layer = l, .hints = h,
-							      .n_hints = l + 1 < spec.n_moe_layers ? 2 : 0,
-							      .experts = route, .n_experts = 2 };
-				n = strata_prefetch_ops_of(p)->on_layer(p, &c, req, 16);
-				if (tok == 400)
-					break; /* the last on_layer: layer 0, hints for layer 1 */
-				strata_prefetch_ops_of(p)->on_route(p, tok, l, route, 2);
-			}
+		uint32_t n = lookahead_warm(p, 1, req, 16); /* the last: hints for layer 1 */
 		if (n != cases[k].n)
 			fail_msg("case %zu (%s): %u requests, want %u", k, cases[k].spec, n, cases[k].n);
 		for (uint32_t i = 0; i < n; i++) {
@@ -1218,19 +1232,7 @@ static void test_lookahead_stage(void **state)
 		sched.ram_hole = 1u << 30;
 		struct strata_policy *p = mk(&d, STRATA_ROLE_PREFETCH, cases[k].spec);
 		struct strata_prefetch_req req[16];
-		uint32_t n = 0;
-		for (uint64_t tok = 0; tok <= 400; tok++)
-			for (uint32_t l = 0; l < spec.n_moe_layers; l++) {
-				uint32_t route[2] = { 1, tok % 10 < 8 ? 2 : 3 };
-				struct strata_hint h[4] = { { l + 1, 1, 1.0f }, { l + 1, 2, 1.0f }, { l + 2, 1, 1.0f },
-							    { l + 2, 2, 1.0f } };
-				struct strata_layer_ctx c = { .token = tok, .layer = l, .hints = h, .n_hints = 4,
-							      .experts = route, .n_experts = 2 };
-				n = strata_prefetch_ops_of(p)->on_layer(p, &c, req, 16);
-				if (tok == 400)
-					break; /* the last on_layer: layer 0, hints for layers 1 and 2 */
-				strata_prefetch_ops_of(p)->on_route(p, tok, l, route, 2);
-			}
+		uint32_t n = lookahead_warm(p, 2, req, 16); /* the last: hints for layers 1 and 2 */
 		if (n != cases[k].n)
 			fail_msg("case %zu (%s): %u requests, want %u", k, cases[k].spec, n, cases[k].n);
 		for (uint32_t i = 0; i < n; i++)
