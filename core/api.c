@@ -556,7 +556,10 @@ API int32_t strata_api_moe_forward(strata_api_engine *e, uint64_t token, uint32_
 	X("nvme_read_bytes", "%" PRIu64, s->nvme_read_bytes) X("nvme_qd_ms", "%.4f", s->nvme_qd_ns / 1e6) \
 	X("waits", "%" PRIu64, s->waits) \
 	X("substituted", "%" PRIu64, s->substituted) X("substitute_bytes", "%" PRIu64, s->substitute_bytes) \
-	X("substitute_bytes_saved", "%" PRIu64, s->substitute_bytes_saved)
+	X("substitute_bytes_saved", "%" PRIu64, s->substitute_bytes_saved) \
+	X("compactions_vram", "%" PRIu64, s->compactions[0]) X("compactions_ram", "%" PRIu64, s->compactions[1]) \
+	X("compact_bytes_vram", "%" PRIu64, s->compact_bytes[0]) \
+	X("compact_bytes_ram", "%" PRIu64, s->compact_bytes[1]) X("compact_ms", "%.4f", s->compact_ns / 1e6)
 
 API int32_t strata_api_engine_stats(const strata_api_engine *e, char *buf, uint32_t len)
 {

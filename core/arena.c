@@ -441,6 +441,36 @@ void strata_arena_free(struct strata_arena *a)
 	memset(a, 0, sizeof(*a));
 }
 
+/* Hole b, out of its class, becomes a reserved block of `bytes` at its start;
+ * the rest (tail: its class, from class_get) stays a hole right after it. */
+static inline __attribute__((always_inline)) void occupy(struct strata_arena *a, uint32_t b, uint64_t bytes,
+							 uint32_t tail, bool index, uint64_t *off, uint32_t *h)
+{
+	struct strata_arena_blk *x = &a->blk[b];
+	uint64_t o = x->off, len = x->len;
+	x->cls = IN_USE;
+	x->tag = 0;
+	a->is_hole[b / 64] &= ~(1ull << (b % 64));
+	if (tail != UINT32_MAX) {
+		uint32_t t = blk_new(a);
+		x = &a->blk[b]; /* blk_new never moves blk (reserved before); for clarity */
+		a->blk[t] = (struct strata_arena_blk){ .off = o + bytes, .len = len - bytes, .prev = b, .next = x->next };
+		if (x->next != NO_BLK)
+			a->blk[x->next].prev = t;
+		x->next = t;
+		x->len = bytes;
+		class_insert(a, tail, t);
+	} else {
+		a->n_free--;
+	}
+	if (index)
+		map_put_new(&a->by_used, o, b);
+	else
+		*h = b;
+	*off = o;
+	a->used += bytes;
+}
+
 /* index: record the block under its offset (strata_arena_release finds it
  * there); a reserve with a handle does not. */
 static inline __attribute__((always_inline)) int reserve(struct strata_arena *a, uint64_t bytes, uint64_t *off,
@@ -469,29 +499,7 @@ static inline __attribute__((always_inline)) int reserve(struct strata_arena *a,
 	struct strata_arena_class *k = &a->cls[c];
 	uint32_t at = class_lowest(k), b = k->h[at].blk;
 	class_take(a, k, at);
-	struct strata_arena_blk *x = &a->blk[b];
-	uint64_t o = x->off;
-	x->cls = IN_USE;
-	a->is_hole[b / 64] &= ~(1ull << (b % 64));
-	if (tail != UINT32_MAX) {
-		/* the rest stays a hole, right after the reserved block */
-		uint32_t t = blk_new(a);
-		x = &a->blk[b]; /* blk_new never moves blk (reserved above); for clarity */
-		a->blk[t] = (struct strata_arena_blk){ .off = o + bytes, .len = len - bytes, .prev = b, .next = x->next };
-		if (x->next != NO_BLK)
-			a->blk[x->next].prev = t;
-		x->next = t;
-		x->len = bytes;
-		class_insert(a, tail, t);
-	} else {
-		a->n_free--;
-	}
-	if (index)
-		map_put_new(&a->by_used, o, b);
-	else
-		*h = b;
-	*off = o;
-	a->used += bytes;
+	occupy(a, b, bytes, tail, index, off, h);
 	return STRATA_OK;
 }
 
@@ -557,6 +565,207 @@ void strata_arena_release(struct strata_arena *a, uint64_t off, uint64_t bytes)
 void strata_arena_release_h(struct strata_arena *a, uint32_t h)
 {
 	release(a, h);
+}
+
+void strata_arena_set_tag(struct strata_arena *a, uint32_t h, uint32_t tag)
+{
+	a->blk[h].tag = tag;
+}
+
+int strata_arena_reserve_in(struct strata_arena *a, uint32_t hole, uint64_t bytes, uint64_t *off, uint32_t *h)
+{
+	bytes = align_up(bytes ? bytes : 1);
+	if (a->blk[hole].cls == IN_USE || a->blk[hole].len < bytes)
+		return STRATA_EBUDGET;
+	uint32_t tail = UINT32_MAX;
+	if (a->blk[hole].len > bytes &&
+	    (blk_reserve(a) || (tail = class_get(a, a->blk[hole].len - bytes)) == UINT32_MAX))
+		return STRATA_ENOMEM;
+	class_remove(a, hole); /* after class_get: a renumbering rewrote its class id */
+	occupy(a, hole, bytes, tail, false, off, h);
+	return STRATA_OK;
+}
+
+/* Best fit for `len` among the holes hs[0..n) outside [lo, hi) not taken
+ * yet (the smallest, then the lowest-addressed); n if none. */
+static uint32_t fit_outside(const struct strata_arena *a, const uint32_t *hs, const bool *taken, uint32_t n,
+			    uint64_t len, uint64_t lo, uint64_t hi)
+{
+	uint32_t best = n;
+	for (uint32_t i = 0; i < n; i++) {
+		const struct strata_arena_blk *x = &a->blk[hs[i]];
+		if (taken[i] || x->len < len || (x->off >= lo && x->off < hi))
+			continue;
+		if (best == n || x->len < a->blk[hs[best]].len)
+			best = i;
+	}
+	return best;
+}
+
+int strata_arena_plan_room(const struct strata_arena *a, uint64_t bytes, bool (*fixed)(void *ctx, uint32_t tag),
+			   void *ctx, struct strata_arena_plan *p)
+{
+	bytes = align_up(bytes ? bytes : 1);
+	p->n = 0;
+	if (a->size - a->used < bytes || !a->n_free)
+		return STRATA_EBUDGET;
+	uint32_t *hs = malloc(sizeof(*hs) * a->n_free), nh = 0;
+	bool *taken = calloc(a->n_free, sizeof(*taken));
+	if (!hs || !taken) {
+		free(hs);
+		free(taken);
+		return STRATA_ENOMEM;
+	}
+	for (uint32_t i = a->head; i != NO_BLK; i = a->blk[i].next)
+		if (a->blk[i].cls != IN_USE)
+			hs[nh++] = i;
+	uint64_t best = UINT64_MAX;
+	/* windows in address order: the extents j..k (no fixed one), the holes
+	 * between and beside them; for each start the first k whose window
+	 * holds the bytes (a longer one moves more) */
+	for (uint32_t j = a->head; j != NO_BLK; j = a->blk[j].next) {
+		const struct strata_arena_blk *x = &a->blk[j];
+		if (x->cls != IN_USE || (fixed && fixed(ctx, x->tag)))
+			continue;
+		uint64_t lo = x->prev != NO_BLK && a->blk[x->prev].cls != IN_USE ? a->blk[x->prev].off : x->off;
+		uint64_t cost = 0;
+		uint32_t r[STRATA_ARENA_MOVES], n = 0;
+		for (uint32_t k = j; k != NO_BLK; k = a->blk[k].next) {
+			const struct strata_arena_blk *y = &a->blk[k];
+			if (y->cls != IN_USE)
+				continue;
+			if (n == STRATA_ARENA_MOVES || (fixed && fixed(ctx, y->tag)) || cost + y->len >= best)
+				break;
+			r[n++] = k;
+			cost += y->len;
+			uint32_t nx = y->next;
+			uint64_t hi = nx != NO_BLK && a->blk[nx].cls != IN_USE ? a->blk[nx].off + a->blk[nx].len
+										  : y->off + y->len;
+			if (hi - lo < bytes)
+				continue;
+			/* the window holds the bytes: can its extents go elsewhere?
+			 * largest first, each to its own hole */
+			uint32_t ord[STRATA_ARENA_MOVES], to[STRATA_ARENA_MOVES];
+			for (uint32_t u = 0; u < n; u++) {
+				uint32_t v = u;
+				while (v && a->blk[ord[v - 1]].len < a->blk[r[u]].len) {
+					ord[v] = ord[v - 1];
+					v--;
+				}
+				ord[v] = r[u];
+			}
+			uint32_t u = 0;
+			for (; u < n; u++) {
+				uint32_t f = fit_outside(a, hs, taken, nh, a->blk[ord[u]].len, lo, hi);
+				if (f == nh)
+					break;
+				taken[f] = true;
+				to[u] = f;
+			}
+			for (uint32_t v = 0; v < u; v++)
+				taken[to[v]] = false;
+			if (u == n) {
+				best = cost;
+				p->n = n;
+				p->moved = cost;
+				for (uint32_t v = 0; v < n; v++) {
+					p->h[v] = ord[v];
+					p->to[v] = hs[to[v]];
+				}
+			}
+			break;
+		}
+	}
+	free(hs);
+	free(taken);
+	return p->n ? STRATA_OK : STRATA_EBUDGET;
+}
+
+int strata_arena_slide_plan(const struct strata_arena *a, uint64_t bytes, bool (*fixed)(void *ctx, uint32_t tag),
+			    void *ctx, uint32_t *first, uint32_t *last, uint64_t *moved)
+{
+	bytes = align_up(bytes ? bytes : 1);
+	if (a->size - a->used < bytes)
+		return STRATA_EBUDGET;
+	/* two pointers: for each hole i closing a window, its start s is the
+	 * last hole that still leaves the holes of [s, i] enough (the later
+	 * the start, the fewer extents to move) */
+	uint64_t best = UINT64_MAX, H = 0, M = 0; /* holes, extents in [s, i] */
+	uint32_t s = NO_BLK;
+	for (uint32_t i = a->head; i != NO_BLK; i = a->blk[i].next) {
+		const struct strata_arena_blk *b = &a->blk[i];
+		if (b->cls == IN_USE) {
+			if (fixed && fixed(ctx, b->tag))
+				s = NO_BLK; /* no window spans it */
+			else if (s != NO_BLK)
+				M += b->len;
+			continue;
+		}
+		if (s == NO_BLK) {
+			s = i;
+			H = M = 0;
+		}
+		H += b->len;
+		while (s != i && H - a->blk[s].len >= bytes) {
+			H -= a->blk[s].len;
+			uint32_t k = a->blk[s].next;
+			for (; a->blk[k].cls == IN_USE; k = a->blk[k].next)
+				M -= a->blk[k].len;
+			s = k;
+		}
+		if (H >= bytes && M < best) {
+			best = M;
+			*first = s;
+			*last = i;
+		}
+	}
+	if (best == UINT64_MAX)
+		return STRATA_EBUDGET;
+	*moved = best;
+	return STRATA_OK;
+}
+
+int strata_arena_slide(struct strata_arena *a, uint32_t first, uint32_t last,
+		       void (*move)(void *ctx, uint32_t tag, uint64_t from, uint64_t to, uint64_t len), void *ctx)
+{
+	uint64_t H = 0, cur = a->blk[first].off, end = a->blk[last].off + a->blk[last].len;
+	for (uint32_t i = first;; i = a->blk[i].next) {
+		H += a->blk[i].cls != IN_USE ? a->blk[i].len : 0;
+		if (i == last)
+			break;
+	}
+	uint32_t c = class_get(a, H); /* first: the only step that can fail */
+	if (c == UINT32_MAX)
+		return STRATA_ENOMEM;
+	for (uint32_t i = first;;) {
+		struct strata_arena_blk *b = &a->blk[i];
+		uint32_t next = b->next;
+		if (b->cls != IN_USE) {
+			class_remove(a, i);
+			a->n_free--;
+			if (i != last)
+				blk_unlink(a, i); /* the last hole's block becomes the new one */
+		} else {
+			if (b->off != cur) {
+				uint32_t m = map_find(&a->by_used, b->off);
+				if (m != UINT32_MAX && a->by_used.slot[m].val == i) {
+					map_del_slot(&a->by_used, m);
+					map_put_new(&a->by_used, cur, i);
+				}
+				move(ctx, b->tag, b->off, cur, b->len);
+				b->off = cur;
+			}
+			cur += b->len;
+		}
+		if (i == last)
+			break;
+		i = next;
+	}
+	a->blk[last].off = cur;
+	a->blk[last].len = end - cur;
+	class_insert(a, c, last);
+	a->n_free++;
+	return STRATA_OK;
 }
 
 uint64_t strata_arena_largest_free(const struct strata_arena *a)

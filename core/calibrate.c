@@ -50,6 +50,7 @@ void strata_cost_file_defaults(struct strata_cost_file *c)
 	c->cost.pcie_gbps = 50.0;
 	c->cost.pcie_lat_us = 10.0;
 	c->cost.hbm_gbps = 4000.0;
+	c->cost.host_gbps = 20.0;
 	c->cost.kernel_us_per_mb = 0.5;
 	c->cost.kernel_fixed_us = 8.0;
 	c->cost.nvme_queue_depth = 32;
@@ -67,6 +68,7 @@ static const struct {
 	{ "pcie_gbps", offsetof(struct strata_cost_file, cost.pcie_gbps) },
 	{ "pcie_lat_us", offsetof(struct strata_cost_file, cost.pcie_lat_us) },
 	{ "hbm_gbps", offsetof(struct strata_cost_file, cost.hbm_gbps) },
+	{ "host_gbps", offsetof(struct strata_cost_file, cost.host_gbps) },
 	{ "kernel_us_per_mb", offsetof(struct strata_cost_file, cost.kernel_us_per_mb) },
 	{ "kernel_fixed_us", offsetof(struct strata_cost_file, cost.kernel_fixed_us) },
 	{ "kernel_us_per_mb_token", offsetof(struct strata_cost_file, kernel_us_per_mb_token) },
@@ -121,7 +123,7 @@ int strata_cost_file_load(const char *path, struct strata_cost_file *c, struct s
 		}
 	}
 	strata_json_free(doc);
-	if (c->cost.nvme_gbps <= 0 || c->cost.pcie_gbps <= 0 || c->cost.hbm_gbps <= 0)
+	if (c->cost.nvme_gbps <= 0 || c->cost.pcie_gbps <= 0 || c->cost.hbm_gbps <= 0 || c->cost.host_gbps <= 0)
 		return STRATA_ERR(err, STRATA_EINVAL, "%s: bandwidths must be > 0", path);
 	return STRATA_OK;
 }
@@ -322,6 +324,29 @@ out:
 	free(buf);
 	free(ext);
 	return rc;
+}
+
+/* RAM -> RAM copies (the RAM tier's compaction, strata/arena.h): memmove of
+ * 64 MiB by 16 MiB within one buffer, as a compaction slides extents. */
+static int measure_host(struct strata_cost_file *out, FILE *log, struct strata_error *err)
+{
+	const size_t big = 64u << 20, step = 16u << 20;
+	uint8_t *h = strata_aligned_alloc(4096, big + step);
+	if (!h)
+		return STRATA_ERR(err, STRATA_ENOMEM, "calibrate: out of memory");
+	memset(h, 1, big + step);
+	double best = 0;
+	for (int r = 0; r < 4; r++) {
+		uint64_t t0 = strata_now_ns();
+		memmove(h + (r & 1 ? step : 0), h + (r & 1 ? 0 : step), big);
+		double gbps = 2.0 * (double)big / (double)(strata_now_ns() - t0 + 1);
+		best = gbps > best ? gbps : best;
+	}
+	free(h);
+	out->cost.host_gbps = best;
+	if (log)
+		fprintf(log, "host: %.1f GB/s (64 MiB memmove, read+write)\n", best);
+	return STRATA_OK;
 }
 
 static int measure_gpu_links(struct strata_cost_file *out, FILE *log, struct strata_error *err)
@@ -634,7 +659,7 @@ int strata_calibrate(const struct strata_calibrate_config *c, struct strata_cost
 	gethostname(host, sizeof(host) - 1);
 	snprintf(out->machine, sizeof(out->machine), "%s, %s", host, gpu ? strata_gpu_name() : "no GPU");
 	snprintf(out->source, sizeof(out->source), "measured");
-	if ((rc = measure_nvme(s, c, out, log, err)))
+	if ((rc = measure_nvme(s, c, out, log, err)) || (rc = measure_host(out, log, err)))
 		goto out;
 	if (gpu && (rc = measure_gpu_links(out, log, err)))
 		goto out;

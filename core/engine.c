@@ -95,6 +95,7 @@ struct strata_engine {
 	bool no_wall;                    /* virtual and cfg.no_wall_bookkeeping */
 	struct strata_mover *nvme, *h2d, *staged;
 	struct strata_vlink vl_nvme, vl_pcie;
+	strata_gpu_stream *cstream;      /* VRAM compaction's copies (device tier), made on first use */
 	struct job *free_jobs;
 	struct job **job_blocks;
 	uint32_t n_blocks;
@@ -112,7 +113,8 @@ struct strata_engine {
 	struct strata_mover *ms[3];
 	struct job *low_head[3], *low_tail[3];
 	uint32_t demand_out[STRATA_LINK_COUNT], low_out[3];
-	uint64_t low_inflight[3];        /* bytes of the low moves in each mover */
+	uint64_t low_inflight[STRATA_LINK_COUNT]; /* bytes of the low moves in the movers, per link */
+	uint64_t low_cap[STRATA_LINK_COUNT];      /* cfg.prefetch_inflight, defaults applied */
 	uint8_t kick;                    /* real: movers handed moves since their last submit */
 	/* loads into VRAM, recorded for the RAM tier's bound (cfg.record_loads) */
 	uint32_t *ld_eid;
@@ -139,7 +141,7 @@ void strata_cost_model_defaults(struct strata_cost_model *c)
 {
 	/* a PCIe 4 NVMe and a PCIe 5 x16 link; `strata calibrate` measures real ones */
 	*c = (struct strata_cost_model){ .nvme_gbps = 6.0, .nvme_lat_us = 80, .pcie_gbps = 50.0,
-					 .pcie_lat_us = 10, .hbm_gbps = 4000, .kernel_us_per_mb = 0.5,
+					 .pcie_lat_us = 10, .hbm_gbps = 4000, .host_gbps = 20, .kernel_us_per_mb = 0.5,
 					 .kernel_fixed_us = 5, .nvme_queue_depth = 32 };
 }
 
@@ -249,11 +251,9 @@ static void feed_low(struct strata_engine *e);
 static const uint8_t mover_links[3] = {
 	1u << STRATA_LINK_NVME, 1u << STRATA_LINK_NVME, 1u << STRATA_LINK_PCIE,
 };
-/* Bytes of prefetch moves a real mover holds at once when no demand is
- * outstanding (at least one move): a demand arriving later shares the
- * device with at most these; on the disk about 5 ms at 1.7 GB/s, enough
- * reads in flight for the disk's queue. */
-static const uint64_t low_in_mover[3] = { 8ull << 20, 8ull << 20, 16ull << 20 };
+/* The link whose prefetch budget each mover's prefetches count against
+ * (cfg.prefetch_inflight): the staged mover's reads hold the disk. */
+static const uint8_t mover_budget_link[3] = { STRATA_LINK_NVME, STRATA_LINK_NVME, STRATA_LINK_PCIE };
 
 static void job_done(struct strata_move *mv)
 {
@@ -267,7 +267,7 @@ static void job_done(struct strata_move *mv)
 	}
 	if (j->low) {
 		e->low_out[j->mi]--;
-		e->low_inflight[j->mi] -= j->mv.bytes;
+		e->low_inflight[mover_budget_link[j->mi]] -= j->mv.bytes;
 	} else {
 		for (int l = 0; l < STRATA_LINK_COUNT; l++)
 			e->demand_out[l] -= mover_links[j->mi] >> l & 1;
@@ -300,8 +300,11 @@ static int hand_over(struct job *j)
 	j->queued = 1;
 	j->mv.low = j->low;
 	if (j->low) {
+		uint8_t l = mover_budget_link[j->mi];
 		e->low_out[j->mi]++;
-		e->low_inflight[j->mi] += j->mv.bytes;
+		e->low_inflight[l] += j->mv.bytes;
+		if (e->low_inflight[l] > e->st.prefetch_inflight_max[l])
+			e->st.prefetch_inflight_max[l] = e->low_inflight[l];
 	} else {
 		for (int l = 0; l < STRATA_LINK_COUNT; l++)
 			e->demand_out[l] += mover_links[j->mi] >> l & 1;
@@ -397,7 +400,8 @@ static void feed_low(struct strata_engine *e)
 				e->low_out[i]++;
 				continue;
 			}
-			bool busy = e->low_out[i] && e->low_inflight[i] + j->mv.bytes > low_in_mover[i];
+			uint8_t bl = mover_budget_link[i];
+			bool busy = e->low_inflight[bl] && e->low_inflight[bl] + j->mv.bytes > e->low_cap[bl];
 			for (int l = 0; l < STRATA_LINK_COUNT; l++)
 				busy |= (mover_links[i] >> l & 1) && e->demand_out[l];
 			if (busy)
@@ -613,9 +617,159 @@ static void drop(struct strata_engine *e, int t, uint32_t eid)
 	e->st.used[t] = strata_tier_used(&e->tier[t]);
 }
 
-/* Reserve room for eid in tier t, evicting in the policy's order (the
- * arena's handle goes to es[eid].t[t].hnd: mark_resident follows).
- * STRATA_EBUDGET (err untouched) when the policy has nothing left to give. */
+/* ---- room for mixed sizes --------------------------------------------------- */
+
+static bool room_fixed(void *ctx, uint32_t eid)
+{
+	const uint8_t *pinned = ctx;
+	return pinned[eid] != 0; /* the running layer's: its pointers are out */
+}
+
+/* Point a job that has not reached its mover at the extent's new place, or
+ * wait for it (it reads or writes the old one). */
+static void follow(struct strata_engine *e, struct job *j, bool dst, void *p)
+{
+	if (!j || j->done)
+		return;
+	if (!j->queued) {
+		if (dst)
+			j->mv.dst = p;
+		else
+			j->mv.src = p;
+		return;
+	}
+	job_wait(e, j);
+}
+
+/* Move eid's extent in tier t into hole `to` (a plan's): copy, then give
+ * the old span back. */
+static int move_extent(struct strata_engine *e, int t, uint32_t eid, uint32_t to, struct strata_error *err)
+{
+	struct eslot *x = &e->es[eid];
+	uint64_t from = x->t[t].off, off;
+	uint32_t h;
+	int rc = strata_arena_reserve_in(&e->tier[t].arena, to, e->bytes[eid], &off, &h);
+	if (rc)
+		return rc == STRATA_ENOMEM ? STRATA_ERR(err, rc, "engine: out of memory (%s tier's hole index)", tname(t))
+					   : STRATA_ERR(err, STRATA_EINVAL, "engine: %s tier: a planned hole is gone",
+							tname(t));
+	uint8_t *base = e->tier[t].base;
+	void *p = base ? base + off : NULL;
+	follow(e, x->t[t].inbound, true, p);
+	if (t == R) { /* copies out of this RAM slot */
+		if (x->t[V].inbound && x->t[V].inbound->src_tier == R)
+			follow(e, x->t[V].inbound, false, p);
+		if (x->scratch_job && x->scratch_job->src_tier == R)
+			follow(e, x->scratch_job, false, p);
+	}
+	if (base && e->tier[t].backing == STRATA_BACK_DEVICE)
+		rc = strata_gpu_memcpy_d2d_async(base + off, base + from, e->bytes[eid], e->cstream, err);
+	else if (base)
+		memcpy(base + off, base + from, e->bytes[eid]);
+	strata_tier_release_h(&e->tier[t], x->t[t].hnd);
+	x->t[t].hnd = h;
+	x->t[t].off = off;
+	strata_arena_set_tag(&e->tier[t].arena, h, eid);
+	return rc;
+}
+
+/* A slide's move of one extent (strata_arena_slide): jobs follow, the bytes
+ * move down (the spans may overlap). */
+struct slide {
+	struct strata_engine *e;
+	int t, rc;
+	struct strata_error *err;
+};
+
+static void slide_move(void *ctx, uint32_t eid, uint64_t from, uint64_t to, uint64_t len)
+{
+	struct slide *s = ctx;
+	struct strata_engine *e = s->e;
+	struct eslot *x = &e->es[eid];
+	uint8_t *base = e->tier[s->t].base;
+	void *p = base ? base + to : NULL;
+	follow(e, x->t[s->t].inbound, true, p);
+	if (s->t == R) {
+		if (x->t[V].inbound && x->t[V].inbound->src_tier == R)
+			follow(e, x->t[V].inbound, false, p);
+		if (x->scratch_job && x->scratch_job->src_tier == R)
+			follow(e, x->scratch_job, false, p);
+	}
+	x->t[s->t].off = to;
+	if (!base || s->rc)
+		return;
+	if (e->tier[s->t].backing == STRATA_BACK_DEVICE) {
+		/* in order on one stream, in pieces no longer than the shift: no
+		 * piece overwrites what a later one reads */
+		for (uint64_t o = 0, step = from - to; o < len && !s->rc; o += step)
+			s->rc = strata_gpu_memcpy_d2d_async(base + to + o, base + from + o, len - o < step ? len - o : step,
+							    e->cstream, s->err);
+	} else {
+		memmove(base + to, base + from, len);
+	}
+}
+
+/* Bytes a slide may move to make room for `bytes`, per tier: about what a
+ * second eviction would cost to undo (VRAM: a copy over PCIe against two
+ * HBM passes; RAM: a disk read against a memmove), as a fixed ratio so the
+ * decision does not depend on a cost model. */
+static const uint64_t slide_ratio[2] = { 32, 4 };
+
+/* Make a hole of `bytes` in tier t when the free bytes suffice but no hole
+ * does: move a few extents into holes elsewhere (strata_arena_plan_room) or
+ * slide a window together (strata_arena_slide_plan), whichever moves fewer
+ * bytes (a slide within slide_ratio of the request).  STRATA_EBUDGET (err
+ * untouched): neither. */
+static int compact(struct strata_engine *e, int t, uint64_t bytes, struct strata_error *err)
+{
+	struct strata_arena *a = &e->tier[t].arena;
+	struct strata_arena_plan plan;
+	uint32_t first = 0, last = 0;
+	uint64_t smoved = UINT64_MAX;
+	int rc = strata_arena_plan_room(a, bytes, room_fixed, e->pinned[t], &plan);
+	if (rc == STRATA_ENOMEM)
+		return STRATA_ERR(err, rc, "engine: out of memory (%s tier's hole index)", tname(t));
+	if (strata_arena_slide_plan(a, bytes, room_fixed, e->pinned[t], &first, &last, &smoved) ||
+	    smoved > slide_ratio[t] * bytes)
+		smoved = UINT64_MAX;
+	bool slide = smoved != UINT64_MAX && (rc || smoved < plan.moved);
+	if (rc && !slide)
+		return rc;
+	rc = STRATA_OK;
+	if (e->tier[t].base && e->tier[t].backing == STRATA_BACK_DEVICE && !e->cstream &&
+	    (rc = strata_gpu_stream_create(&e->cstream, err)))
+		return rc;
+	uint64_t t0 = e->virt ? 0 : strata_now_ns(), moved = slide ? smoved : plan.moved;
+	if (slide) {
+		struct slide s = { .e = e, .t = t, .err = err };
+		if ((rc = strata_arena_slide(a, first, last, slide_move, &s)))
+			return STRATA_ERR(err, rc, "engine: out of memory (%s tier's hole index)", tname(t));
+		rc = s.rc;
+	} else {
+		for (uint32_t i = 0; i < plan.n && !rc; i++)
+			rc = move_extent(e, t, a->blk[plan.h[i]].tag, plan.to[i], err);
+	}
+	if (!rc && e->cstream && t == V)
+		rc = strata_gpu_stream_sync(e->cstream, err);
+	if (rc)
+		return rc;
+	e->st.compactions[t]++;
+	e->st.compact_bytes[t] += moved;
+	/* the engine's thread waits for the copies: read and write at the
+	 * tier's copy speed (strata calibrate measures both) */
+	double gbps = t == V ? e->cfg.cost.hbm_gbps : e->cfg.cost.host_gbps;
+	double ns = e->virt ? (gbps > 0 ? 2.0 * (double)moved / gbps : 0) : (double)(strata_now_ns() - t0);
+	if (e->virt)
+		e->vclock += ns;
+	e->st.compact_ns += ns;
+	return STRATA_OK;
+}
+
+/* Reserve room for eid in tier t (the arena's handle goes to
+ * es[eid].t[t].hnd: mark_resident follows): evict in the policy's order
+ * until the free bytes hold it, then, if no hole does, compact rather than
+ * evict more.  STRATA_EBUDGET (err untouched) when the policy has nothing
+ * left to give. */
 static int make_room(struct strata_engine *e, int t, uint32_t eid, uint64_t *off, struct strata_error *err)
 {
 	struct strata_policy *ev = e->evict[t];
@@ -628,9 +782,13 @@ static int make_room(struct strata_engine *e, int t, uint32_t eid, uint64_t *off
 	while ((got = strata_tier_reserve_h(&e->tier[t], e->bytes[eid], off, &e->es[eid].t[t].hnd)) != STRATA_OK) {
 		if (got == STRATA_ENOMEM)
 			return STRATA_ERR(err, STRATA_ENOMEM, "engine: out of memory (%s tier's hole index)", tname(t));
+		int rc = compact(e, t, e->bytes[eid], err);
+		if (rc == STRATA_OK)
+			continue;
+		if (rc != STRATA_EBUDGET)
+			return rc;
 		int64_t v = ops->victim(ev, e->now, &e->res[t]);
-		int rc = policy_failed(e, err);
-		if (rc)
+		if ((rc = policy_failed(e, err)))
 			return rc;
 		if (v == STRATA_NO_EXPERT)
 			return STRATA_EBUDGET;
@@ -654,6 +812,7 @@ static int make_room(struct strata_engine *e, int t, uint32_t eid, uint64_t *off
 
 static void mark_resident(struct strata_engine *e, int t, uint32_t eid, uint64_t off)
 {
+	strata_arena_set_tag(&e->tier[t].arena, e->es[eid].t[t].hnd, eid);
 	e->es[eid].t[t].off = off;
 	e->resident[t][eid] = 1;
 	e->res[t].n_resident++;
@@ -1009,6 +1168,10 @@ static int engine_open(struct strata_store *store, const struct strata_model_spe
 	e->ms[0] = e->nvme;
 	e->ms[1] = e->staged;
 	e->ms[2] = e->h2d;
+	e->low_cap[STRATA_LINK_NVME] = cfg->prefetch_inflight[STRATA_LINK_NVME] ? cfg->prefetch_inflight[STRATA_LINK_NVME]
+										: 32ull << 20;
+	e->low_cap[STRATA_LINK_PCIE] = cfg->prefetch_inflight[STRATA_LINK_PCIE] ? cfg->prefetch_inflight[STRATA_LINK_PCIE]
+										: 16ull << 20;
 	if ((rc = preload(e, err)))
 		goto fail;
 	*out = e;
@@ -1049,6 +1212,8 @@ void strata_engine_close(struct strata_engine *e)
 		}
 	for (int i = 0; i < 3; i++)
 		strata_mover_close(ms[i]);
+	if (e->cstream)
+		strata_gpu_stream_destroy(e->cstream);
 	strata_vlink_free(&e->vl_nvme);
 	strata_vlink_free(&e->vl_pcie);
 	strata_tier_free(&e->tier[V]);

@@ -1039,7 +1039,12 @@ void strata_replay_print(const struct strata_replay_result *r, FILE *f)
 	fprintf(f, "  bytes     nvme->ram %s  ram->vram %s  nvme->vram %s\n",
 		strata_fmt_bytes(s->bytes_nvme_ram, a, sizeof(a)), strata_fmt_bytes(s->bytes_ram_vram, b, sizeof(b)),
 		strata_fmt_bytes(s->bytes_nvme_vram, c, sizeof(c)));
-	fprintf(f, "  evictions vram %" PRIu64 "  ram %" PRIu64 "\n", s->evictions[0], s->evictions[1]);
+	fprintf(f, "  evictions vram %" PRIu64 "  ram %" PRIu64, s->evictions[0], s->evictions[1]);
+	if (s->compactions[0] + s->compactions[1])
+		fprintf(f, "  (compactions vram %" PRIu64 " moving %s, ram %" PRIu64 " moving %s: %.3f ms)",
+			s->compactions[0], strata_fmt_bytes(s->compact_bytes[0], a, sizeof(a)), s->compactions[1],
+			strata_fmt_bytes(s->compact_bytes[1], b, sizeof(b)), s->compact_ns / 1e6);
+	fprintf(f, "\n");
 	fprintf(f, "  prefetch  issued %" PRIu64 "  used %" PRIu64 "  wasted %" PRIu64 "  redundant %" PRIu64
 		   "  late %" PRIu64 "  accuracy %.1f%%  coverage %.1f%%  waste %.1f%%\n",
 		s->prefetch_issued, s->prefetch_used, s->prefetch_wasted, s->prefetch_redundant, s->prefetch_late,

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Run scripts/plot_results.py (or, with --script FILE, another plotting script)
-# under a Python that has matplotlib.  Tried in order: $STRATA_PYTHON,
-# /usr/bin/python3 (Debian's python3-matplotlib), python3 on the PATH.
+# under a Python that has matplotlib, found by scripts/find-python.sh
+# ($STRATA_PYTHON, /usr/bin/python3 (Debian's python3-matplotlib), python3).
 #
 #   scripts/plot.sh results.csv --x vram_mib --y hit_rate_vram --hue evict --out plot.png
 #   scripts/plot.sh --check          # exit 0 if an interpreter with matplotlib exists
@@ -12,15 +12,9 @@ case "${1:-}" in
 --script) script=$2; shift 2 ;;
 --check) check=1 ;;
 esac
-tried=""
-for py in ${STRATA_PYTHON:-} /usr/bin/python3 python3; do
-	command -v "$py" >/dev/null 2>&1 || continue
-	tried="$tried $py"
-	if "$py" -c 'import matplotlib' >/dev/null 2>&1; then
-		[ "$check" = 1 ] && exit 0
-		exec "$py" "$script" "$@"
-	fi
-done
-echo "plot.sh: no Python with matplotlib (tried:${tried:- none found}); install python3-matplotlib" \
-	"(scripts/install-deps.sh) or set STRATA_PYTHON to an interpreter that has it" >&2
-exit 3
+py=$("$here/find-python.sh" matplotlib 2>&1) || {
+	[ "$check" = 1 ] || echo "plot.sh: $py" >&2
+	exit 3
+}
+[ "$check" = 1 ] && exit 0
+exec "$py" "$script" "$@"

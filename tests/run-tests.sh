@@ -31,13 +31,12 @@ for t in "$bdir"/tests/test_*; do
 	fi
 done
 # The Python package and runner (tests/python, pytest) under a Python that has torch and pytest,
-# found as scripts/plot.sh finds one: $STRATA_PYTHON, /usr/bin/python3, python3.
+# found by scripts/find-python.sh ($STRATA_PYTHON, /usr/bin/python3, python3).
+here=$(cd "$(dirname "$0")" && pwd)
 py=
-for c in ${STRATA_PYTHON:-} /usr/bin/python3 python3; do
-	command -v "$c" >/dev/null 2>&1 && "$c" -c 'import torch, pytest' 2>/dev/null && { py=$c; break; }
-done
+if pymsg=$("$here/../scripts/find-python.sh" torch pytest 2>&1); then py=$pymsg; fi
 if [ -z "$py" ]; then
-	echo "SKIP python: no Python with torch and pytest (install python3-torch python3-pytest)"
+	echo "SKIP python: $pymsg"
 	skip=$((skip + 1))
 elif [ ! -e "$bdir/lib/libstrata.so" ]; then
 	echo "SKIP python: $bdir/lib/libstrata.so not built"

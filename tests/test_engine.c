@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "quant.h"
 #include "strata/engine.h"
 #include "strata/gpu.h"
 #include "strata/harness.h"
@@ -192,7 +193,7 @@ static void test_virtual_equals_real_random(void **state)
 	const char *evicts[] = { "lru", "lfu", "farthest", "fifo" };
 	const char *pfs[] = { "none", "lookahead", "lookahead:tier=ram", "history" };
 	const int movers[] = { STRATA_NVME_URING, STRATA_NVME_PREAD, STRATA_NVME_MMAP };
-	uint64_t seed = 77;
+	uint64_t seed = 77, moved = 0;
 	for (int round = 0; round < 8; round++) {
 		seed = seed * 6364136223846793005ull + 1442695040888963407ull;
 		struct strata_engine_config ec;
@@ -242,10 +243,17 @@ static void test_virtual_equals_real_random(void **state)
 			assert_true(s[0].prefetch_used == s[run].prefetch_used);
 			assert_true(s[0].prefetch_wasted == s[run].prefetch_wasted);
 			assert_true(s[0].streamed == s[run].streamed);
+			assert_memory_equal(s[0].compactions, s[run].compactions, sizeof(s[0].compactions));
+			assert_memory_equal(s[0].compact_bytes, s[run].compact_bytes, sizeof(s[0].compact_bytes));
 		}
+		moved += s[0].compact_bytes[0] + s[0].compact_bytes[1];
 		/* determinism of the virtual clock itself */
 		assert_true(s[1].clock_ns == s[2].clock_ns && s[1].stall_ns == s[2].stall_ns);
 	}
+	/* extents were moved to make room, and the real runs read them back
+	 * intact where they went (drive compares every acquired pointer) */
+	print_message("bytes moved to make room: %llu\n", (unsigned long long)moved);
+	assert_true(moved > 0);
 	strata_harness_trace_free(t);
 }
 
@@ -736,6 +744,107 @@ static void test_verify_checksums(void **state)
 }
 
 /* strata sim of a model that was never packed: the Kimi-shaped preset. */
+/* Mixed sizes: when the free bytes hold a miss but no hole does, the engine
+ * moves an extent instead of evicting more.  VRAM of cold + hot + cold
+ * bytes, LRU, one expert per step: c0 h1 c2 c3 (evicts c0) c2 c4 (evicts
+ * h1: c4 takes its start, H - C stays free) h5: evicting c3 frees C more,
+ * H in all but in two holes around c4.  Evicting by bytes alone takes c2
+ * too (4 evictions); sliding c4 down makes the hole (3, one compaction
+ * moving C bytes). */
+static void test_mixed_sizes_room(void **state)
+{
+	struct strata_error err = { 0 };
+	struct strata_model_spec sp;
+	assert_int_equal(strata_model_spec_parse("custom:layers=1,experts=8,top_k=1,hidden=256,inter=128", &sp, &err), 0);
+	uint8_t fmt[8] = { STRATA_FMT_COLD, STRATA_FMT_HOT, STRATA_FMT_COLD, STRATA_FMT_COLD,
+			   STRATA_FMT_COLD, STRATA_FMT_HOT, STRATA_FMT_COLD, STRATA_FMT_COLD };
+	uint8_t tiers[8] = { 0 };
+	for (int i = 0; i < 8; i++)
+		tiers[i] = STRATA_TIER_NVME;
+	struct strata_engine_model m = { .spec = &sp, .tier_table = tiers, .fmt_table = fmt };
+	struct strata_expert_layout H, C;
+	assert_int_equal(strata_expert_layout(STRATA_FMT_HOT, sp.hidden, sp.inter, &H), 0);
+	assert_int_equal(strata_expert_layout(STRATA_FMT_COLD, sp.hidden, sp.inter, &C), 0);
+	uint64_t h = (H.bytes + 4095) / 4096 * 4096, c = (C.bytes + 4095) / 4096 * 4096;
+	assert_true(h > c);
+	struct strata_engine_config ec;
+	strata_engine_config_defaults(&ec);
+	ec.mode = STRATA_ENGINE_VIRTUAL;
+	ec.budget[0] = 2 * c + h;
+	ec.budget[1] = 0;
+	ec.place = "cache";
+	ec.evict = "lru";
+	ec.prefetch = "none";
+	struct strata_engine *e;
+	assert_int_equal(strata_engine_open_model(&m, &ec, &e, &err), 0);
+	static const uint32_t seq[] = { 0, 1, 2, 3, 2, 4, 5 };
+	for (uint32_t i = 0; i < sizeof(seq) / sizeof(seq[0]); i++) {
+		assert_int_equal(strata_engine_acquire(e, 0, &seq[i], 1, NULL, &err), 0);
+		assert_int_equal(strata_engine_release(e, i, 0, &seq[i], 1, &err), 0);
+	}
+	const struct strata_engine_stats *s = strata_engine_stats(e);
+	print_message("mixed sizes: evictions %llu, compactions %llu moving %llu bytes (cold %llu, hot %llu)\n",
+		      (unsigned long long)s->evictions[0], (unsigned long long)s->compactions[0],
+		      (unsigned long long)s->compact_bytes[0], (unsigned long long)c, (unsigned long long)h);
+	assert_int_equal(s->evictions[0], 3);
+	assert_int_equal(s->compactions[0], 1);
+	assert_int_equal(s->compact_bytes[0], c);
+	assert_int_equal(s->hits[0], 1);
+	assert_true(strata_engine_resident(e, STRATA_TIER_VRAM)[2] && strata_engine_resident(e, STRATA_TIER_VRAM)[4] &&
+		    strata_engine_resident(e, STRATA_TIER_VRAM)[5]);
+	assert_true(s->clock_ns > 0);
+	strata_engine_close(e);
+}
+
+/* Prefetch reads in flight per link (cfg.prefetch_inflight), real mode: at
+ * one byte they go to the disk one move at a time, with room for four
+ * experts up to four at once; the decisions are the same either way. */
+static void test_prefetch_inflight(void **state)
+{
+	struct strata_error err = { 0 };
+	const struct strata_model_spec *sp = strata_store_spec(st_t);
+	struct strata_harness_trace *t;
+	assert_int_equal(strata_harness_trace_gen(sp, 24, 5, &t, &err), 0);
+	uint64_t maxb = 0;
+	for (uint32_t i = 0; i < strata_model_total_experts(sp); i++) {
+		uint64_t b = strata_store_expert(st_t, i / sp->n_experts, i % sp->n_experts)->bytes;
+		maxb = b > maxb ? b : maxb;
+	}
+	const uint64_t cap[3] = { 1, 4 * maxb, 0 };
+	struct strata_engine_stats s[3];
+	for (int r = 0; r < 3; r++) {
+		struct strata_engine_config ec;
+		strata_engine_config_defaults(&ec);
+		ec.use_gpu = 0;
+		ec.budget[0] = 8 * maxb;
+		ec.budget[1] = 40 * maxb;
+		ec.place = "cache";
+		ec.evict = "farthest";
+		ec.prefetch = "oracle:depth=2:stage=8";
+		ec.future = strata_harness_trace_future(t);
+		ec.prefetch_inflight[STRATA_LINK_NVME] = cap[r];
+		struct strata_engine *e;
+		assert_int_equal(strata_engine_open(st_t, &ec, &e, &err), 0);
+		if (drive(e, t, st_t, 1, &err))
+			fail_msg("%s: %s", strata_engine_name(e), err.msg);
+		s[r] = *strata_engine_stats(e);
+		print_message("prefetch_inflight %llu: at most %llu bytes of prefetch reads in flight (extents <= %llu)\n",
+			      (unsigned long long)cap[r], (unsigned long long)s[r].prefetch_inflight_max[STRATA_LINK_NVME],
+			      (unsigned long long)maxb);
+		strata_engine_close(e);
+	}
+	assert_true(s[0].prefetch_issued > 0);
+	assert_true(s[0].prefetch_inflight_max[STRATA_LINK_NVME] <= maxb); /* one at a time */
+	assert_true(s[1].prefetch_inflight_max[STRATA_LINK_NVME] > maxb);  /* several at once */
+	assert_true(s[1].prefetch_inflight_max[STRATA_LINK_NVME] <= 4 * maxb);
+	assert_true(s[2].prefetch_inflight_max[STRATA_LINK_NVME] >= s[1].prefetch_inflight_max[STRATA_LINK_NVME]);
+	for (int r = 1; r < 3; r++) {
+		assert_memory_equal(s[0].hits, s[r].hits, sizeof(s[0].hits));
+		assert_true(s[0].prefetch_issued == s[r].prefetch_issued && s[0].bytes_nvme_ram == s[r].bytes_nvme_ram);
+	}
+	strata_harness_trace_free(t);
+}
+
 static void test_open_model_virtual(void **state)
 {
 	struct strata_error err = { 0 };
@@ -869,6 +978,8 @@ int main(void)
 		cmocka_unit_test(test_io_error_names_shard),
 		cmocka_unit_test(test_verify_checksums),
 		cmocka_unit_test(test_open_model_virtual),
+		cmocka_unit_test(test_mixed_sizes_room),
+		cmocka_unit_test(test_prefetch_inflight),
 		cmocka_unit_test(test_step_tokens),
 		cmocka_unit_test(test_gpu_engine),
 	};

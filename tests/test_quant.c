@@ -13,31 +13,17 @@
 #include "quant_tables.h"
 #include "quant_tiers.h"
 #include "testutil.h"
+#include "testrand.h"
 
 static const int tiers[3] = { STRATA_FMT_HOT, STRATA_FMT_WARM, STRATA_FMT_COLD };
-
-static uint64_t rng;
-
-static double urand(void)
-{
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return ((rng >> 11) + 0.5) / 9007199254740992.0;
-}
-
-static double gauss(void)
-{
-	return sqrt(-2 * log(urand())) * cos(6.283185307179586 * urand());
-}
 
 static float *gauss_matrix(uint32_t rows, uint32_t cols, uint64_t seed)
 {
 	float *w = malloc((size_t)rows * cols * sizeof(float));
 	assert_non_null(w);
-	rng = seed * 0x9E3779B97F4A7C15ull + 1;
+	test_rng = seed * 0x9E3779B97F4A7C15ull + 1;
 	for (size_t i = 0; i < (size_t)rows * cols; i++)
-		w[i] = (float)gauss();
+		w[i] = (float)test_gauss();
 	return w;
 }
 
@@ -201,7 +187,7 @@ static void test_decoder_matches_spec(void **state)
 		/* Random bytes decode by the same rule too (the decoder never
 		 * depends on encoder choices). */
 		for (size_t i = 0; i < L.bytes; i++)
-			q[i] = (uint8_t)(urand() * 256);
+			q[i] = (uint8_t)(test_urand() * 256);
 		for (uint32_t blk = 0; blk < rows * cols / 256; blk++)
 			memcpy(q + L.scales_off + blk * 2, &(uint16_t){ 0x3f80 }, 2); /* 1.0 */
 		assert_int_equal(strata_dequantize_matrix(fmt, q, rows, cols, dq), 0);
@@ -259,7 +245,7 @@ static void test_roundtrip_other(void **state)
 	size_t n = (size_t)rows * cols;
 	float *w = gauss_matrix(rows, cols, 11);
 	for (size_t i = 0; i < n; i++)
-		if (urand() < 0.002)
+		if (test_urand() < 0.002)
 			w[i] *= 20;
 	double prev = 1;
 	for (int f = 0; f < 3; f++) {
@@ -468,7 +454,7 @@ static void test_imatrix_weighting(void **state)
 	float *w = gauss_matrix(rows, cols, 21);
 	float *imx = malloc(cols * sizeof(float)), *dq = malloc(rows * cols * sizeof(float));
 	for (uint32_t i = 0; i < cols; i++) {
-		double g = gauss();
+		double g = test_gauss();
 		imx[i] = (float)exp(1.5 * g); /* heavy-tailed importance, as in real activations */
 	}
 	imx[5] = 0; /* unused column */
@@ -706,10 +692,10 @@ static void test_scalar_layout(void **state)
 		uint32_t codes[256];
 		memset(qs, 0, sizeof(qs));
 		memset(seen, 0, sizeof(seen));
-		rng = 77 + f;
+		test_rng = 77 + f;
 		for (uint32_t i = 0; i < 256; i++) {
 			uint32_t g = i >> 5, tt = (i >> 3) & 3, m = i & 7, c;
-			codes[i] = c = (uint32_t)(urand() * (f ? 8 : 16));
+			codes[i] = c = (uint32_t)(test_urand() * (f ? 8 : 16));
 			uint32_t nbits = f ? 2 : 4, byte, bit;
 			if (!f) {
 				byte = 64 * (g >> 2) + 16 * tt + 4 * (g & 3), bit = 4 * (m >> 1) + 16 * (m & 1);
@@ -774,7 +760,7 @@ static void test_scalar_roundtrip(void **state)
 		/* a zero group, a huge group, padded row */
 		float row[300];
 		for (int i = 0; i < 300; i++)
-			row[i] = i < 32 ? 0.0f : i < 64 ? 3e6f * (float)gauss() : (float)gauss();
+			row[i] = i < 32 ? 0.0f : i < 64 ? 3e6f * (float)test_gauss() : (float)test_gauss();
 		pk = quantize(fmts[f], row, 1, 300, NULL, &st, &rc);
 		assert_int_equal(rc, 0);
 		float out[300];

@@ -139,6 +139,10 @@ static void assert_same_counters(const struct strata_replay_result *a, const str
 	assert_int_equal(x->bytes_nvme_vram, y->bytes_nvme_vram);
 	assert_int_equal(x->evictions[0], y->evictions[0]);
 	assert_int_equal(x->evictions[1], y->evictions[1]);
+	assert_int_equal(x->compactions[0], y->compactions[0]);
+	assert_int_equal(x->compactions[1], y->compactions[1]);
+	assert_int_equal(x->compact_bytes[0], y->compact_bytes[0]);
+	assert_int_equal(x->compact_bytes[1], y->compact_bytes[1]);
 	assert_int_equal(x->prefetch_issued, y->prefetch_issued);
 	assert_int_equal(x->prefetch_used, y->prefetch_used);
 	assert_int_equal(x->prefetch_wasted, y->prefetch_wasted);
@@ -205,6 +209,24 @@ static void test_replay_deterministic(void **state)
 	c.engine.prefetch = "lookahead:warmup=8";
 	assert_int_equal(strata_replay_run(&c, &v, &err), STRATA_OK);
 	assert_same_counters(&b, &v);
+	/* mixed extent sizes (a tiered model): both make room by moving the
+	 * same extents, the replay moving real bytes that its computation
+	 * then reads */
+	struct strata_replay_result mr, mv;
+	for (int virt = 0; virt < 2; virt++) {
+		replay_cfg(&c, virt);
+		c.engine.place = "cache";
+		c.engine.evict = "lru";
+		c.engine.prefetch = "oracle:depth=1:stage=4";
+		c.engine.budget[0] = 400 << 10;
+		c.engine.budget[1] = 500 << 10;
+		assert_int_equal(strata_replay_run(&c, virt ? &mv : &mr, &err), STRATA_OK);
+	}
+	assert_same_counters(&mr, &mv);
+	print_message("room by moving extents: vram %llu (%llu bytes), ram %llu (%llu bytes)\n",
+		      (unsigned long long)mr.stats.compactions[0], (unsigned long long)mr.stats.compact_bytes[0],
+		      (unsigned long long)mr.stats.compactions[1], (unsigned long long)mr.stats.compact_bytes[1]);
+	assert_true(mr.stats.compactions[0] + mr.stats.compactions[1] > 0);
 	/* another seed or policy is another run (the name says so) */
 	replay_cfg(&c, 1);
 	c.engine.evict = "farthest";

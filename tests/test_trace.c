@@ -1252,27 +1252,36 @@ static void test_cli(void **state)
 	assert_non_null(strstr(out, "654 tokens in 5 requests"));
 }
 
-/* The Python side: the notebook reader, and the HF recorder's test (which
- * skips without torch/transformers; its SKIP line is passed on). */
-static int repo_root(char *root, size_t len)
+/* The Python side: the notebook reader, and the HF recorder's test, each
+ * under the interpreter scripts/find-python.sh picks for what it needs
+ * ($STRATA_PYTHON, /usr/bin/python3, python3); SKIP with its message when
+ * none has it.  0 and the repo root and interpreter, or -1 after a SKIP line. */
+static int find_python(const char *test, const char *modules, char *root, size_t len, char *py, size_t pylen)
 {
-	char out[256];
+	char out[1024];
 	snprintf(root, len, "%s", test_data_path("trace_tiny.strace"));
 	char *cut = strstr(root, "/tests/data/");
-	if (!cut || test_run(out, sizeof(out), "python3 -c pass") != 0)
+	if (!cut) {
+		printf("SKIP %s: no checkout next to the build\n", test);
 		return -1;
+	}
 	*cut = 0;
+	int rc = test_run(out, sizeof(out), "'%s/scripts/find-python.sh' %s", root, modules);
+	out[strcspn(out, "\n")] = 0;
+	if (rc) {
+		printf("SKIP %s: %s\n", test, out);
+		return -1;
+	}
+	snprintf(py, pylen, "%s", out);
 	return 0;
 }
 
 static void test_python_reader(void **state)
 {
-	char out[8192], root[PATH_MAX];
-	if (repo_root(root, sizeof(root))) {
-		printf("SKIP test_python_reader: no python3 or no checkout next to the build\n");
+	char out[8192], root[PATH_MAX], py[PATH_MAX];
+	if (find_python("test_python_reader", "json", root, sizeof(root), py, sizeof(py)))
 		return;
-	}
-	int rc = test_run(out, sizeof(out), "cd '%s' && python3 scripts/test_strata_trace.py", root);
+	int rc = test_run(out, sizeof(out), "cd '%s' && '%s' scripts/test_strata_trace.py", root, py);
 	if (rc)
 		fprintf(stderr, "%s\n", out);
 	assert_int_equal(rc, 0);
@@ -1280,12 +1289,10 @@ static void test_python_reader(void **state)
 
 static void test_record_hf(void **state)
 {
-	char out[8192], root[PATH_MAX];
-	if (repo_root(root, sizeof(root))) {
-		printf("SKIP test_record_hf: no python3 or no checkout next to the build\n");
+	char out[8192], root[PATH_MAX], py[PATH_MAX];
+	if (find_python("test_record_hf", "torch transformers", root, sizeof(root), py, sizeof(py)))
 		return;
-	}
-	int rc = test_run(out, sizeof(out), "cd '%s' && python3 scripts/test_record_hf.py --strata '%s'", root,
+	int rc = test_run(out, sizeof(out), "cd '%s' && '%s' scripts/test_record_hf.py --strata '%s'", root, py,
 			  test_bin("strata"));
 	if (rc)
 		fprintf(stderr, "%s\n", out);

@@ -87,6 +87,9 @@ static void usage(FILE *f, int virt)
 		       "                       kernel reading pinned RAM)\n"
 		       "  --bounce SIZE        NVMe -> VRAM reads through 8 pinned bounce buffers of SIZE\n"
 		       "                       (default 4M): the size of each read of a streamed expert\n"
+		       "  --prefetch-inflight N[,P]  bytes of prefetch reads (N) and RAM -> VRAM copies (P)\n"
+		       "                       in flight at once while no demand waits on the link (default\n"
+		       "                       32M,16M; at least one move; timing only, sim ignores it)\n"
 		       "  --gpu G              auto (default) | 0 (host stand-in) | 1 (require a GPU)\n"
 		       "  --verify             check extent checksums on every NVMe read (default: on each\n"
 		       "                       expert's first read, preload included)\n"
@@ -110,7 +113,7 @@ int strata_cli_replay_main(int argc, char **argv, int virt)
 	const char *cmd = virt ? "sim" : "replay";
 	enum { O_MODEL = 256, O_TRACE, O_VRAM, O_RAM, O_PLACE, O_EVICT, O_PREFETCH, O_SEED, O_MAXTOK, O_CHUNK,
 	       O_NOHINTS, O_NOFUT, O_COMPUTE, O_MOVER, O_QD, O_GPU, O_VERIFY, O_NOVERIFY, O_JSON, O_CSV, O_APPEND, O_COST,
-	       O_NVMEQD, O_PROGRESS, O_TIERS, O_TIER_TRACE, O_COPY, O_NOPROG, O_FORMATS, O_BOUNCE, O_ONMISS };
+	       O_NVMEQD, O_PROGRESS, O_TIERS, O_TIER_TRACE, O_COPY, O_NOPROG, O_FORMATS, O_BOUNCE, O_ONMISS, O_PFINFL };
 	static const struct option opts[] = {
 		{ "model", required_argument, 0, O_MODEL }, { "trace", required_argument, 0, O_TRACE },
 		{ "vram", required_argument, 0, O_VRAM }, { "ram", required_argument, 0, O_RAM },
@@ -127,7 +130,7 @@ int strata_cli_replay_main(int argc, char **argv, int virt)
 		{ "tier-trace", required_argument, 0, O_TIER_TRACE }, { "formats", required_argument, 0, O_FORMATS },
 		{ "copy", required_argument, 0, O_COPY },
 		{ "no-progress", no_argument, 0, O_NOPROG }, { "bounce", required_argument, 0, O_BOUNCE },
-		{ "on-miss", required_argument, 0, O_ONMISS },
+		{ "on-miss", required_argument, 0, O_ONMISS }, { "prefetch-inflight", required_argument, 0, O_PFINFL },
 		{ "quiet", no_argument, 0, 'q' }, { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	struct strata_replay_config c;
@@ -160,6 +163,21 @@ int strata_cli_replay_main(int argc, char **argv, int virt)
 			}
 			c.engine.bounce_bytes = v;
 			break;
+		case O_PFINFL: {
+			char a[64] = "", *p = NULL;
+			snprintf(a, sizeof(a), "%s", optarg);
+			if ((p = strchr(a, ',')))
+				*p++ = 0;
+			uint64_t w = 0;
+			if (strata_parse_size(a, &v, &err) || !v || (p && (strata_parse_size(p, &w, &err) || !w))) {
+				fprintf(stderr, "strata %s: --prefetch-inflight: '%s' is not N or N,P (sizes > 0)\n", cmd,
+					optarg);
+				return 2;
+			}
+			c.engine.prefetch_inflight[STRATA_LINK_NVME] = v;
+			c.engine.prefetch_inflight[STRATA_LINK_PCIE] = w;
+			break;
+		}
 		case O_PLACE: c.engine.place = optarg; break;
 		case O_EVICT: c.engine.evict = optarg; break;
 		case O_PREFETCH: c.engine.prefetch = optarg; break;

@@ -9,7 +9,7 @@
 source "$(dirname "$0")/../common.sh"
 out=${1:-out/precision-on-miss}
 mkdir -p "$out"
-PY=${STRATA_PYTHON:-$( [ -x /usr/bin/python3 ] && echo /usr/bin/python3 || echo python3 )}
+PY=$("$root/scripts/find-python.sh" torch) || exit 3
 t=$out/mixtral.strace
 mixtral_trace "$t"
 rm -f "$out/sim.csv"

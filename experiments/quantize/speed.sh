@@ -27,10 +27,7 @@ mkdir -p "$W"
 N=$(nproc)
 THREADS=${THREADS:-"$((N / 2 > 0 ? N / 2 : 1)) $N"}
 REPS=${REPS:-3}
-PY=${STRATA_PYTHON:-}
-for p in "$PY" /usr/bin/python3 python3; do
-	if [ -n "$p" ] && command -v "$p" >/dev/null 2>&1; then PY=$p; break; fi
-done
+PY=$(scripts/find-python.sh json) || exit 3
 if [ -z "${MODEL:-}" ]; then
 	MODEL=$W/model
 	if [ ! -f "$MODEL/model.safetensors" ]; then

@@ -21,7 +21,7 @@ Stable API (kept across changes; new things are added, not renamed):
   Runner (strata.model, strata.backends):
     load(path, backend=None, device="cpu", dtype=None) -> MoEModel
     TorchBackend()                               reference (float32 token loop)
-    BatchedBackend()                             one GEMM per active expert, model dtype
+    BatchedBackend()                             batched GEMMs over the experts routed to, model dtype
     StrataBackend(shards, vram, ram, place, evict, prefetch, gpu, max_tokens, options, pred_depth)
     MoEModel: forward(ids) -> logits, generate(prompt_ids, max_new_tokens) -> ids,
               perplexity(ids, ctx) -> {"ppl", "nll", "tokens"}, reset(batch, max_len),

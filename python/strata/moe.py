@@ -79,18 +79,28 @@ def route(logits, k, renorm):
     return probs, idx, w
 
 
+def group_by_expert(idx):
+    """Routing ids [N, k] -> the (token, expert) entries grouped by expert, for batched GEMMs:
+    (order, se, slot, pos, tok, used, cap), each per entry in expert order (one stable sort)
+    but used and cap: order the entry's index in idx.reshape(-1), se its expert, slot that
+    expert's index among used (the experts routed to, ascending), pos its row within the
+    expert's group, tok its token; cap the largest group.  One host sync (used, cap)."""
+    k = idx.shape[1]
+    flat = idx.reshape(-1)
+    se, order = torch.sort(flat, stable=True)
+    used, counts = torch.unique_consecutive(se, return_counts=True)
+    slot = torch.repeat_interleave(torch.arange(used.numel(), device=idx.device), counts, output_size=flat.numel())
+    starts = counts.cumsum(0) - counts
+    pos = torch.arange(flat.numel(), device=idx.device) - starts[slot]
+    tok = torch.div(order, k, rounding_mode="floor")
+    return order, se, slot, pos, tok, used, int(counts.max())
+
+
 def grouped_experts(x, idx, w, wg, wu, wd):
     """x [N, H], idx/w [N, k]; wg/wu [E, I, H], wd [E, H, I] -> [N, H] = sum_j w_j expert_{idx_j}(x)."""
     N, H = x.shape
-    k = idx.shape[1]
     E = wg.shape[0]
-    flat = idx.reshape(-1)
-    se, order = torch.sort(flat, stable=True)
-    counts = torch.bincount(flat, minlength=E)
-    starts = counts.cumsum(0) - counts
-    pos = torch.arange(N * k, device=x.device) - starts[se]
-    cap = int(counts.max())
-    tok = torch.div(order, k, rounding_mode="floor")
+    order, se, _, pos, tok, _, cap = group_by_expert(idx)
     buf = x.new_zeros(E, cap, H)
     buf[se, pos] = x[tok]
     h = F.silu(torch.bmm(buf, wg.transpose(1, 2))) * torch.bmm(buf, wu.transpose(1, 2))

@@ -1,15 +1,19 @@
-/* Pieces the policy and engine benchmarks share: thread CPU time, the
- * do-nothing eviction policy that measures the harness floor, best-of-N
- * harness replays, and the engine benchmarks' synthetic router.  Header-only:
+/* Pieces the benchmarks share: thread CPU time, the do-nothing eviction
+ * policy that measures the harness floor, best-of-N harness replays, scratch
+ * paths under $TMPDIR, and the engine benchmarks' synthetic router.  Header-only:
  * every bench_*.c is built as one program. */
 #ifndef STRATA_BENCH_COMMON_H
 #define STRATA_BENCH_COMMON_H
 
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "strata/engine.h"
 #include "strata/model.h"
 #include "strata/policy.h"
 #include "strata/harness.h"
@@ -93,6 +97,24 @@ static inline double bench_floor(const char *who, const char *model, uint64_t to
 	return floor_ns;
 }
 
+/* Scratch space of a benchmark run: path becomes
+ * "$TMPDIR/strata-<what>-XXXXXX" (/tmp without TMPDIR), made unique by
+ * mkdtemp (dir) or mkstemp (a file, created empty).  0, or -1 with a message
+ * naming the path on stderr.  The caller removes it when done. */
+static inline int bench_tmp_path(char *path, size_t len, const char *what, int dir)
+{
+	const char *base = getenv("TMPDIR");
+	snprintf(path, len, "%s/strata-%s-XXXXXX", base && *base ? base : "/tmp", what);
+	int fd = dir ? (mkdtemp(path) ? 0 : -1) : mkstemp(path);
+	if (fd < 0) {
+		fprintf(stderr, "%s: cannot create %s: %s\n", what, path, strerror(errno));
+		return -1;
+	}
+	if (!dir)
+		close(fd);
+	return 0;
+}
+
 /* The engine benchmarks' router: top_k distinct experts per (token, layer),
  * uniform, or skewed towards low ids (skew != 0); a fixed LCG, so every run
  * routes the same. */
@@ -117,6 +139,36 @@ static inline void route(const struct strata_model_spec *s, int skew, uint32_t *
 				dup |= ex[k] == e;
 		} while (dup);
 	}
+}
+
+/* The engine benchmarks' driver: steps decode steps of one token, step i at
+ * MoE layer i % n_moe_layers, routed by route(skew); with hints, the next
+ * layer's routing as prefetch hints, three in four right.  0, or -1 with err
+ * set. */
+static inline int bench_drive(struct strata_engine *e, const struct strata_model_spec *s, uint32_t steps, int skew,
+			      int hints, struct strata_error *err)
+{
+	uint32_t *ex = malloc(sizeof(uint32_t) * s->top_k), *nx = malloc(sizeof(uint32_t) * s->top_k);
+	struct strata_hint *h = malloc(sizeof(*h) * s->top_k);
+	const void **ptrs = malloc(sizeof(void *) * s->top_k);
+	int rc = 0;
+	route(s, skew, nx);
+	for (uint32_t i = 0; i < steps && !rc; i++) {
+		uint32_t L = i % s->n_moe_layers;
+		memcpy(ex, nx, sizeof(uint32_t) * s->top_k);
+		route(s, skew, nx); /* the next layer's routing, for hints */
+		uint32_t nh = 0;
+		for (uint32_t j = 0; hints && j < s->top_k; j++)
+			h[nh++] = (struct strata_hint){ (L + 1) % s->n_moe_layers, rnd(4) ? nx[j] : rnd(s->n_experts), 1 };
+		rc = strata_engine_begin_step(e, i, L, 1, ex, s->top_k, h, nh, err) ||
+		     strata_engine_acquire(e, L, ex, s->top_k, ptrs, err) ||
+		     strata_engine_release(e, i, L, ex, s->top_k, err);
+	}
+	free(ex);
+	free(nx);
+	free(h);
+	free(ptrs);
+	return rc ? -1 : 0;
 }
 
 #endif

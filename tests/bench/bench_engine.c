@@ -16,6 +16,7 @@
  * --evict/--prefetch replace the eviction (every workload) and prefetch (the
  * two-tier one) policies, e.g. a Lua script: --evict policies/lua/lru.lua
  */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,25 +36,11 @@ static int run(const char *label, struct strata_engine *e, const struct strata_m
 	       int skew, int hints)
 {
 	struct strata_error err = { 0 };
-	uint32_t *ex = malloc(sizeof(uint32_t) * s->top_k), *nx = malloc(sizeof(uint32_t) * s->top_k);
-	struct strata_hint *h = malloc(sizeof(*h) * s->top_k);
-	const void **ptrs = malloc(sizeof(void *) * s->top_k);
-	route(s, skew, nx);
 	uint64_t b0 = strata_engine_stats(e)->bookkeeping_ns, a0 = strata_engine_stats(e)->accesses;
 	uint64_t t0 = strata_now_ns();
-	for (uint32_t i = 0; i < steps; i++) {
-		uint32_t L = i % s->n_moe_layers;
-		memcpy(ex, nx, sizeof(uint32_t) * s->top_k);
-		route(s, skew, nx); /* the next layer's routing, for hints */
-		uint32_t nh = 0;
-		for (uint32_t j = 0; hints && j < s->top_k; j++)
-			h[nh++] = (struct strata_hint){ (L + 1) % s->n_moe_layers, rnd(4) ? nx[j] : rnd(s->n_experts), 1 };
-		if (strata_engine_begin_step(e, i, L, 1, ex, s->top_k, h, nh, &err) ||
-		    strata_engine_acquire(e, L, ex, s->top_k, ptrs, &err) ||
-		    strata_engine_release(e, i, L, ex, s->top_k, &err)) {
-			fprintf(stderr, "%s: %s\n", label, err.msg);
-			return 1;
-		}
+	if (bench_drive(e, s, steps, skew, hints, &err)) {
+		fprintf(stderr, "%s: %s\n", label, err.msg);
+		return 1;
 	}
 	double wall = (double)(strata_now_ns() - t0);
 	const struct strata_engine_stats *st = strata_engine_stats(e);
@@ -66,10 +53,6 @@ static int run(const char *label, struct strata_engine *e, const struct strata_m
 	       (unsigned long long)(st->evictions[0] + st->evictions[1]), bk / 1000.0);
 	fprintf(stderr, "%-26s %-58s %8.0f accesses  bookkeeping %7.1f ns/access  wall %7.1f ns/access  vram hits %.2f\n",
 		label, strata_engine_name(e), acc, bk, wall / acc, hit);
-	free(ex);
-	free(nx);
-	free(h);
-	free(ptrs);
 	return 0;
 }
 
@@ -155,14 +138,18 @@ int main(int argc, char **argv)
 	if (!host)
 		return 0;
 	/* host movers on a small packed model */
-	char tmpl[] = "/tmp/strata-bench-engine-XXXXXX";
-	char *d = dir ? (char *)dir : mkdtemp(tmpl);
+	char tmpl[PATH_MAX];
+	if (!dir && bench_tmp_path(tmpl, sizeof(tmpl), "bench-engine", 1))
+		return 1;
+	const char *d = dir ? dir : tmpl;
 	struct strata_synth_config sc = { .seed = 1, .format = STRATA_SYNTH_TIERED, .codes = STRATA_SYNTH_CODES_RANDOM };
 	strata_model_spec_parse("qwen3-30b-a3b:layers=2,experts=64", &sc.spec, &err);
-	struct strata_store *st;
+	struct strata_store *st = NULL;
+	int rc = 1;
+	e = NULL;
 	if ((!dir && strata_synth_write(&sc, d, NULL, NULL, &err)) || strata_store_open(d, &st, &err)) {
 		fprintf(stderr, "store: %s\n", err.msg);
-		return 1;
+		goto out;
 	}
 	strata_engine_config_defaults(&c);
 	c.use_gpu = 0;
@@ -173,7 +160,7 @@ int main(int argc, char **argv)
 		c.evict = evict;
 	if (strata_engine_open(st, &c, &e, &err)) {
 		fprintf(stderr, "%s\n", err.msg);
-		return 1;
+		goto out;
 	}
 	/* warm: touch every expert once */
 	for (uint32_t l = 0; l < sc.spec.n_moe_layers; l++)
@@ -184,16 +171,20 @@ int main(int argc, char **argv)
 			strata_engine_acquire(e, l, ex, sc.spec.top_k, NULL, &err);
 			strata_engine_release(e, 0, l, ex, sc.spec.top_k, &err);
 		}
-	if (run("host/all-hit", e, &sc.spec, steps, 0, 0))
-		return 1;
-	strata_engine_close(e);
-	strata_store_close(st);
+	rc = run("host/all-hit", e, &sc.spec, steps, 0, 0);
+out:
+	if (e)
+		strata_engine_close(e);
+	if (st)
+		strata_store_close(st);
 	if (!dir) {
-		char cmd[256];
+		char cmd[PATH_MAX + 16];
 		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d);
 		if (system(cmd))
 			fprintf(stderr, "could not remove %s\n", d);
 	}
+	if (rc)
+		return 1;
 	free(hot);
 	free(tiers);
 	return 0;

@@ -16,8 +16,11 @@
  * own time outside the movers, policy calls included) against the issue's
  * 5000 ns ceiling for Lua policies.
  *
- *   build/release/bench/bench_lua [tokens] [reps] [lua dir] [engine steps]   (CSV on stdout)
+ *   build/release/bench/bench_lua [--part harness|engine] [tokens] [reps] [lua dir] [engine steps]
  *   (run from the repository root, or give the folder of the scripts)
+ *
+ * Each part is its own table (different columns): one run prints one part's
+ * CSV on stdout (default: harness), so the output is one table pandas reads.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,26 +61,14 @@ static int engine_run(const char *label, const struct strata_engine_model *m, st
 		fprintf(stderr, "bench_lua: %s: %s\n", label, err.msg);
 		return 1;
 	}
-	uint32_t *ex = malloc(sizeof(uint32_t) * s->top_k), *nx = malloc(sizeof(uint32_t) * s->top_k);
-	struct strata_hint *h = malloc(sizeof(*h) * s->top_k);
-	const void **ptrs = malloc(sizeof(void *) * s->top_k);
-	route(s, skew, nx);
 	uint64_t b0 = strata_engine_stats(e)->bookkeeping_ns, a0 = strata_engine_stats(e)->accesses;
 	uint64_t t0 = cpu_ns();
-	int rc = 0;
-	for (uint32_t i = 0; i < steps && !rc; i++) {
-		uint32_t L = i % s->n_moe_layers;
-		memcpy(ex, nx, sizeof(uint32_t) * s->top_k);
-		route(s, skew, nx);
-		uint32_t nh = 0;
-		for (uint32_t j = 0; hints && j < s->top_k; j++)
-			h[nh++] = (struct strata_hint){ (L + 1) % s->n_moe_layers, rnd(4) ? nx[j] : rnd(s->n_experts), 1 };
-		rc = strata_engine_begin_step(e, i, L, 1, ex, s->top_k, h, nh, &err) ||
-		     strata_engine_acquire(e, L, ex, s->top_k, ptrs, &err) ||
-		     strata_engine_release(e, i, L, ex, s->top_k, &err);
-	}
-	if (rc)
+	int rc = bench_drive(e, s, steps, skew, hints, &err);
+	if (rc) {
 		fprintf(stderr, "bench_lua: %s: %s\n", label, err.msg);
+		strata_engine_close(e);
+		return 1;
+	}
 	double cpu = (double)(cpu_ns() - t0);
 	const struct strata_engine_stats *st = strata_engine_stats(e);
 	double acc = (double)(st->accesses - a0);
@@ -92,11 +83,7 @@ static int engine_run(const char *label, const struct strata_engine_model *m, st
 	       (double)st->hits[0] / (double)st->accesses, cpu / acc / 5000.0);
 	fflush(stdout);
 	strata_engine_close(e);
-	free(ex);
-	free(nx);
-	free(h);
-	free(ptrs);
-	return rc;
+	return 0;
 }
 
 static int engine_part(uint32_t steps, const char *dir)
@@ -119,7 +106,7 @@ static int engine_part(uint32_t steps, const char *dir)
 	snprintf(lru, sizeof(lru), "%s/lru.lua", dir);
 	snprintf(lfu, sizeof(lfu), "%s/lfu.lua", dir);
 	snprintf(look, sizeof(look), "%s/lookahead.lua", dir);
-	printf("\nworkload,engine,accesses,bookkeeping_ns_per_access,cpu_ns_per_access,vram_hit_rate,ceiling_ns,ratio\n");
+	printf("workload,engine,accesses,bookkeeping_ns_per_access,cpu_ns_per_access,vram_hit_rate,ceiling_ns,ratio\n");
 	const char *evicts[] = { "lru", lru, "lfu", lfu };
 	int rc = 0;
 	for (int k = 0; k < 4 && !rc; k++) {
@@ -148,11 +135,38 @@ static int engine_part(uint32_t steps, const char *dir)
 	return rc;
 }
 
+static int usage(FILE *f, int rc)
+{
+	fprintf(f, "usage: bench_lua [--part harness|engine] [tokens=128] [reps=3] [lua dir=policies/lua] "
+		   "[engine steps=20000]\n"
+		   "  --part harness  Lua policies vs their C twins in the policy harness (default)\n"
+		   "  --part engine   the engine (virtual movers) with C and Lua policies\n"
+		   "One CSV table on stdout per run; run from the repository root or give the scripts' folder.\n");
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
+	int engine = 0;
+	while (argc > 1 && !strncmp(argv[1], "--", 2)) {
+		if (!strcmp(argv[1], "--help"))
+			return usage(stdout, 0);
+		if (strcmp(argv[1], "--part") || argc < 3 || (strcmp(argv[2], "harness") && strcmp(argv[2], "engine"))) {
+			fprintf(stderr, "bench_lua: unknown option or part: %s%s%s\n", argv[1], argc > 2 ? " " : "",
+				argc > 2 ? argv[2] : "");
+			return usage(stderr, 2);
+		}
+		engine = !strcmp(argv[2], "engine");
+		argc -= 2;
+		argv += 2;
+	}
 	uint64_t tokens = argc > 1 ? strtoull(argv[1], NULL, 10) : 128;
 	int reps = argc > 2 ? atoi(argv[2]) : 3;
 	const char *dir = argc > 3 ? argv[3] : "policies/lua";
+	if (engine) {
+		setenv("STRATA_PROGRESS", "0", 0);
+		return engine_part(argc > 4 ? (uint32_t)strtoul(argv[4], NULL, 10) : 20000, dir);
+	}
 	char lru[4096], lfu[4096], look[4096];
 	snprintf(lru, sizeof(lru), "%s/lru.lua", dir);
 	snprintf(lfu, sizeof(lfu), "%s/lfu.lua", dir);
@@ -201,6 +215,5 @@ int main(int argc, char **argv)
 		}
 		strata_harness_trace_free(t);
 	}
-	setenv("STRATA_PROGRESS", "0", 0);
-	return engine_part(argc > 4 ? (uint32_t)strtoul(argv[4], NULL, 10) : 20000, dir);
+	return 0;
 }

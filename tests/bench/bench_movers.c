@@ -16,6 +16,9 @@
  * stdout, a summary on stderr.
  *
  *   bench_movers [--file PATH] [--size 4G] [--seconds 3] [--no-nvme] [--no-gpu] [--qd N] [--reps N] [--staged-only]
+ * (--file: the test file, kept, and reused when already large enough; without
+ * it a new file under $TMPDIR (or /tmp), removed at the end, also on Ctrl-C.
+ * O_DIRECT needs a disk filesystem there, not tmpfs)
  * (--reps: fio and the io_uring mover alternate N times each; means are compared)
  * (--staged-only: on the GPU machine, which has no fio, skip the NVMe -> RAM table)
  *
@@ -26,6 +29,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +43,7 @@
 #include "strata/model.h"
 #include "strata/mover.h"
 #include "strata/util.h"
+#include "bench_common.h"
 
 struct size_case {
 	char name[48];
@@ -50,6 +55,27 @@ static uint64_t next_rand(void)
 {
 	rng = rng * 6364136223846793005ull + 1442695040888963407ull;
 	return rng >> 17;
+}
+
+/* The test file when --file is not given: made by mkstemp, removed at exit
+ * (atexit), and on a second Ctrl-C by the signal handler (strata_tmp_register). */
+static char own_file[PATH_MAX];
+
+static void remove_own_file(void)
+{
+	if (own_file[0])
+		unlink(own_file);
+}
+
+static int make_own_file(void)
+{
+	if (bench_tmp_path(own_file, sizeof(own_file), "bench-movers", 0)) {
+		own_file[0] = 0;
+		return -1;
+	}
+	strata_tmp_register(own_file);
+	atexit(remove_own_file);
+	return 0;
 }
 
 static int make_file(const char *path, uint64_t size)
@@ -67,7 +93,9 @@ static int make_file(const char *path, uint64_t size)
 		buf[i] = (uint8_t)next_rand();
 	for (uint64_t off = 0; off < size; off += chunk) {
 		buf[0] = (uint8_t)off; /* not all chunks identical */
-		if (write(fd, buf, chunk) != (ssize_t)chunk) {
+		if (strata_interrupted || write(fd, buf, chunk) != (ssize_t)chunk) {
+			if (strata_interrupted)
+				errno = EINTR;
 			close(fd);
 			free(buf);
 			return -1;
@@ -133,6 +161,14 @@ static double run_file_mover(const struct strata_mover_ops *ops, const char *pat
 		use = st;
 	}
 	int fd = open(path, O_RDONLY | (ops == &strata_mover_mmap ? 0 : O_DIRECT));
+	if (fd < 0) {
+		fprintf(stderr, "%s: open %s: %s%s\n", ops->name, path, strerror(errno),
+			errno == EINVAL ? " (O_DIRECT: put the file on a disk filesystem, not tmpfs)" : "");
+		if (st)
+			strata_mover_close(st);
+		strata_mover_close(m);
+		return -1;
+	}
 	uint64_t nslots = fsize / bs;
 	struct strata_move *mv = calloc(qd, sizeof(*mv));
 	uint8_t **buf = calloc(qd, sizeof(*buf));
@@ -159,7 +195,7 @@ static double run_file_mover(const struct strata_mover_ops *ops, const char *pat
 			if (!mv[i].reaped)
 				continue;
 			bytes += mv[i].done_bytes;
-			if (now < end) {
+			if (now < end && !strata_interrupted) {
 				uint64_t slot = next_rand() % nslots;
 				mv[i] = (struct strata_move){ .fd = fd, .path = path, .offset = slot * bs,
 							      .dst = buf[i], .bytes = bs,
@@ -172,7 +208,7 @@ static double run_file_mover(const struct strata_mover_ops *ops, const char *pat
 			}
 		}
 		strata_mover_submit(use, &err);
-		if (now >= end && !use->outstanding)
+		if ((now >= end || strata_interrupted) && !use->outstanding)
 			break;
 	}
 	double secs = (double)(strata_now_ns() - t0) / 1e9;
@@ -193,7 +229,7 @@ static double run_fio(const char *path, uint64_t fsize, uint64_t bs, uint32_t qd
 	snprintf(cmd, sizeof(cmd),
 		 "fio --name=ceiling --filename=%s --ioengine=io_uring --direct=1 --rw=randread --bs=%llu "
 		 "--blockalign=%llu --iodepth=%u --size=%llu --time_based --runtime=%.0f --output-format=json "
-		 "2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"jobs\"][0][\"read\"][\"bw_bytes\"])'",
+		 "2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"jobs\"][0][\"read\"][\"bw_bytes\"])' 2>/dev/null",
 		 path, (unsigned long long)bs, (unsigned long long)bs, qd, (unsigned long long)fsize,
 		 seconds < 1 ? 1 : seconds);
 	FILE *p = popen(cmd, "r");
@@ -236,7 +272,7 @@ static uint32_t depth_for(uint64_t bs, uint32_t qd)
 
 int main(int argc, char **argv)
 {
-	const char *file = "/tmp/strata-bench-movers.dat";
+	const char *file = NULL;
 	uint64_t fsize = 4ull << 30;
 	double seconds = 3;
 	int nvme = 1, gpu = 1, nvme_ram = 1;
@@ -268,6 +304,12 @@ int main(int argc, char **argv)
 			return !strcmp(argv[i], "--help") ? 0 : 2;
 		}
 	}
+	strata_install_sigint();
+	if (!file && (nvme || verify)) {
+		if (make_own_file())
+			return 1;
+		file = own_file;
+	}
 	struct size_case cs[8];
 	int nc = cases(cs);
 	printf("link,case,extent_bytes,qd,mover_gbps,ceiling,ceiling_gbps,ratio\n");
@@ -276,7 +318,7 @@ int main(int argc, char **argv)
 			fprintf(stderr, "cannot write %s: %s\n", file, strerror(errno));
 			return 1;
 		}
-		for (int c = 0; c < nc; c++) {
+		for (int c = 0; c < nc && !strata_interrupted; c++) {
 			uint32_t d = depth_for(cs[c].bytes, qd);
 			uint64_t *sums = sum_slots(file, fsize, cs[c].bytes);
 			double on = 0, off = 0;
@@ -294,14 +336,14 @@ int main(int argc, char **argv)
 				off > 0 ? on / off : 0);
 			fflush(stdout);
 		}
-		return 0;
+		return strata_interrupted ? 128 + strata_interrupted : 0;
 	}
 	if (nvme) {
 		if (make_file(file, fsize)) {
 			fprintf(stderr, "cannot write %s: %s\n", file, strerror(errno));
 			return 1;
 		}
-		for (int c = 0; c < nc && nvme_ram; c++) {
+		for (int c = 0; c < nc && nvme_ram && !strata_interrupted; c++) {
 			uint32_t d = depth_for(cs[c].bytes, qd);
 			/* alternate fio and the mover, reps times each: a shared disk drifts */
 			double fio = 0, ur = 0;
@@ -359,7 +401,7 @@ int main(int argc, char **argv)
 				peak = g;
 		}
 		fprintf(stderr, "pinned cudaMemcpy peak (256 MiB): %.2f GB/s on %s\n", peak, strata_gpu_name());
-		for (int c = 0; c < nc; c++) {
+		for (int c = 0; c < nc && !strata_interrupted; c++) {
 			uint64_t bs = cs[c].bytes, nslots = arena / bs;
 			/* ceiling at this size: back-to-back cudaMemcpyAsync, one stream, no mover */
 			double same = 0;
@@ -411,7 +453,7 @@ int main(int argc, char **argv)
 						fprintf(stderr, "cuda mover: %s\n", err.msg);
 						return 1;
 					}
-					int more = strata_now_ns() < end;
+					int more = strata_now_ns() < end && !strata_interrupted;
 					for (int i = 0; i < 2 * B; i++) {
 						if (!mv[i].reaped)
 							continue;
@@ -453,7 +495,7 @@ int main(int argc, char **argv)
 			struct strata_mover *cp;
 			struct strata_mover_config mc = { .queue_depth = 16 };
 			strata_mover_open(&strata_mover_cuda, &mc, &cp, &err);
-			for (int c = 0; c < nc; c += 2) {
+			for (int c = 0; c < nc && !strata_interrupted; c += 2) {
 				uint32_t d = depth_for(cs[c].bytes, qd);
 				if ((uint64_t)d * cs[c].bytes > arena)
 					d = (uint32_t)(arena / cs[c].bytes);
@@ -472,5 +514,7 @@ int main(int argc, char **argv)
 	} else if (gpu) {
 		fprintf(stderr, "no GPU: RAM -> VRAM figures skipped\n");
 	}
-	return 0;
+	if (strata_interrupted)
+		fprintf(stderr, "bench_movers: interrupted\n");
+	return strata_interrupted ? 128 + strata_interrupted : 0;
 }

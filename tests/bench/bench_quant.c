@@ -17,30 +17,16 @@
 #include <time.h>
 
 #include "quant.h"
-
-static uint64_t rng;
-
-static double urand(void)
-{
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return ((rng >> 11) + 0.5) / 9007199254740992.0;
-}
-
-static double gauss(void)
-{
-	return sqrt(-2 * log(urand())) * cos(6.283185307179586 * urand());
-}
+#include "../testrand.h"
 
 static double student_t5(void)
 {
 	double chi = 0;
 	for (int i = 0; i < 5; i++) {
-		double z = gauss();
+		double z = test_gauss();
 		chi += z * z;
 	}
-	return gauss() / sqrt(chi / 5);
+	return test_gauss() / sqrt(chi / 5);
 }
 
 static const char *const dists[] = { "gauss", "t5", "outlier" };
@@ -48,8 +34,8 @@ static const char *const dists[] = { "gauss", "t5", "outlier" };
 static void fill(int dist, float *w, size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
-		double v = dist == 1 ? student_t5() : gauss();
-		if (dist == 2 && urand() < 0.001)
+		double v = dist == 1 ? student_t5() : test_gauss();
+		if (dist == 2 && test_urand() < 0.001)
 			v *= 20;
 		w[i] = (float)v;
 	}
@@ -146,7 +132,7 @@ int main(int argc, char **argv)
 		for (int d = 0; d < 3; d++) {
 			if (!in_list(dl, dists[d]))
 				continue;
-			rng = seed * 0x9E3779B97F4A7C15ull + 0x1234567ull + (uint64_t)d;
+			test_rng = seed * 0x9E3779B97F4A7C15ull + 0x1234567ull + (uint64_t)d;
 			fill(d, w, n);
 			struct strata_quant_stats st;
 			double t0 = now();

@@ -49,6 +49,7 @@
 #include "strata/replay.h"
 #include "strata/trace.h"
 #include "strata/util.h"
+#include "bench_common.h"
 
 static double ceiling(const struct strata_trace_plan *p, uint32_t n_ids, uint32_t E, uint32_t cap, uint64_t *hits)
 {
@@ -275,17 +276,15 @@ int main(int argc, char **argv)
 		fprintf(stderr, "bench_sim: %s\n", err.msg);
 		return 1;
 	}
-	char dir[] = "/tmp/strata-bench-sim-XXXXXX";
-	if (!mkdtemp(dir)) {
-		perror("mkdtemp");
+	char dir[PATH_MAX];
+	if (bench_tmp_path(dir, sizeof(dir), "bench-sim", 1))
 		return 1;
-	}
 	if (peer_only) {
 		int prc = peer_section(cachesim, peer_accesses, reps, dir);
 		rmdir(dir);
 		return prc;
 	}
-	char trace[256];
+	char trace[PATH_MAX + 16];
 	snprintf(trace, sizeof(trace), "%s/t.strace", dir);
 	struct strata_trace_gen_config g;
 	strata_trace_gen_defaults(&g);

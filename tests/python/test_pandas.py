@@ -1,4 +1,6 @@
-"""Results read by pandas as they are: a study's CSVs, `strata sim --csv/--json`, committed results.
+"""Results read by pandas as they are: a study's CSVs, `strata sim --csv/--json`, the benchmarks'
+CSV on stdout, and every CSV committed under experiments/ (each one table: one header, no second
+header or blank line inside, no log lines).
 
 Each frame is checked for one header line with unique names, the counters a researcher plots
 being numeric dtypes, and no column that mixes numbers with text (which pandas would read as
@@ -8,11 +10,11 @@ scripts/install-deps.sh installs it).
 import json
 import os
 import subprocess
+import sys
 
 try:
     import pytest
 except ImportError:  # the GPU machine's Python: the shim runs them
-    import sys
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from minitest import pytest
 
@@ -34,9 +36,10 @@ def strata(*args, cwd=None):
     return r.returncode, r.stdout
 
 
-def check_frame(df, path, numeric):
-    with open(path) as f:
-        header = f.readline().rstrip("\n")
+def check_frame(df, path, numeric, header=None):
+    if header is None:
+        with open(path) as f:
+            header = f.readline().rstrip("\n")
     names = header.split(",") if '"' not in header else list(df.columns)
     assert len(names) == len(set(names)) == len(df.columns), f"{path}: header {header!r}"
     assert list(df.columns) == names, f"{path}: columns shifted (an unquoted comma in a row?)"
@@ -109,3 +112,100 @@ def test_study_csvs(work):
 def test_committed_csvs(rel, numeric):
     path = os.path.join(ROOT, rel)
     check_frame(pd.read_csv(path), path, numeric)
+
+
+def committed_csvs():
+    """Every CSV under experiments/: git's list where this is a checkout, else the files there."""
+    try:
+        out = subprocess.run(["git", "-C", ROOT, "ls-files", "-z", "--", "experiments"], stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, text=True)
+        files = [f for f in out.stdout.split("\0") if f.endswith(".csv")] if out.returncode == 0 else None
+    except OSError:
+        files = None
+    if files is None:
+        files = [os.path.relpath(os.path.join(d, f), ROOT) for d, _, fs in os.walk(os.path.join(ROOT, "experiments"))
+                 for f in fs if f.endswith(".csv")]
+    return sorted(files)
+
+
+def check_one_table(path, text=None):
+    """path (or text read from it) is one CSV table pandas reads: a header, rows as wide, nothing
+    else (a second table, a blank line between rows, log lines before or after)."""
+    if text is None:
+        with open(path, newline="") as f:
+            text = f.read()
+    lines = text.splitlines()
+    assert lines and lines[0].strip(), f"{path}: empty, or a blank first line"
+    header = lines[0]
+    for i, line in enumerate(lines[1:], 2):
+        assert line.strip(), f"{path}:{i}: blank line inside the table (a second table follows?)"
+        assert line != header, f"{path}:{i}: the header again (two tables in one file)"
+    import io
+    try:
+        df = pd.read_csv(io.StringIO(text))
+    except Exception as e:  # pandas' ParserError names the line
+        raise AssertionError(f"{path}: not one table pandas reads: {e}")
+    check_frame(df, path, (), header=header)
+    return df
+
+
+@pytest.mark.parametrize("rel", committed_csvs())
+def test_every_committed_csv(rel):
+    check_one_table(os.path.join(ROOT, rel))
+
+
+def test_committed_csvs_found():
+    assert len(committed_csvs()) > 20, committed_csvs()
+
+
+def test_check_one_table_fails_on_two_tables(tmp_path_factory):
+    """The check itself: two tables, log lines before the header, an unquoted comma."""
+    bad = {"two.csv": "a,b\n1,2\n\nc,d,e\n3,4,5\n", "again.csv": "a,b\n1,2\na,b\n3,4\n",
+           "log.csv": "loading model...\nreplay: 10 steps\na,b\n1,2\n", "comma.csv": "a,b\nx,y,z\n",
+           "mixed.csv": "a,b\n1,2\nc,d\n"}
+    d = str(tmp_path_factory.mktemp("one_table"))
+    for name, text in list(bad.items()) + [("ok.csv", 'a,b\n"x,y",2\n')]:
+        p = os.path.join(d, name)
+        with open(p, "w") as f:
+            f.write(text)
+        if name == "ok.csv":
+            check_one_table(p)
+            continue
+        with pytest.raises(AssertionError):
+            check_one_table(p)
+
+
+def bench(name):
+    path = os.path.join(os.path.dirname(os.path.dirname(BIN)), "bench", name)
+    if not os.access(path, os.X_OK):
+        pytest.skip(f"SKIP {name}: {path} not built (scons builds build/<mode>/bench/)")
+    return path
+
+
+@pytest.mark.parametrize("args", [
+    ("bench_lua", "--part", "harness", "4", "1", "policies/lua"),
+    ("bench_lua", "--part", "engine", "4", "1", "policies/lua", "200"),
+    ("bench_engine", "--steps", "200"),
+    ("bench_movers", "--verify", "--size", "16M", "--seconds", "0.05"),
+])
+def test_bench_stdout_one_table(args, tmp_path_factory):
+    """What a benchmark prints on stdout is one table (its log goes to stderr), and it leaves
+    nothing in $TMPDIR."""
+    tmp = str(tmp_path_factory.mktemp("bench_tmp"))
+    env = dict(os.environ, TMPDIR=tmp, STRATA_PROGRESS="0")
+    r = subprocess.run([bench(args[0])] + list(args[1:]), cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    df = check_one_table(" ".join(args), r.stdout)
+    assert len(df) >= 3
+    assert os.listdir(tmp) == [], f"{args[0]} left {os.listdir(tmp)} in TMPDIR"
+
+
+def test_bench_scratch_in_tmpdir(tmp_path_factory):
+    """The benchmarks' scratch files go under $TMPDIR (not a fixed /tmp path): a TMPDIR that does
+    not exist is an error naming it."""
+    missing = os.path.join(str(tmp_path_factory.mktemp("bench_tmp")), "missing")
+    for args in (("bench_movers", "--verify", "--size", "16M", "--seconds", "0.05"), ("bench_engine", "--steps", "50")):
+        r = subprocess.run([bench(args[0])] + list(args[1:]), cwd=ROOT, env=dict(os.environ, TMPDIR=missing),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
+        assert r.returncode != 0 and missing in r.stderr, (args, r.returncode, r.stderr)

@@ -7,7 +7,9 @@
  * a handful of extent sizes (one per format), so best fit reuses a hole of the
  * size just freed and keeps fragmentation low (tests/test_tier.c measures it).
  * When a request does not fit although enough bytes are free, the caller (the
- * engine) evicts more, in its eviction policy's order, until it fits.
+ * engine) moves a few extents out of the way (strata_arena_plan_room: the
+ * cheapest window of adjacent extents and holes that holds the request,
+ * its extents moved into holes elsewhere) instead of evicting more.
  *
  * The arena is a doubly linked list of blocks in address order, each a hole
  * or a reserved extent.  A release finds its block through a hash map of
@@ -67,6 +69,7 @@ struct strata_arena_blk {
 	uint64_t off, len;
 	uint32_t prev, next;
 	uint32_t cls, pos;
+	uint32_t tag;     /* reserved: the caller's id (strata_arena_set_tag) */
 };
 
 /* Best-fit allocator over [0, size). */
@@ -107,6 +110,44 @@ void strata_arena_release(struct strata_arena *a, uint64_t off, uint64_t bytes);
  * released with it, and the handle is dead afterwards. */
 int strata_arena_reserve_h(struct strata_arena *a, uint64_t bytes, uint64_t *off, uint32_t *h);
 void strata_arena_release_h(struct strata_arena *a, uint32_t h);
+/* Tag a span reserved with a handle (the caller's id for it, handed to a
+ * plan's fixed(); 0 until set). */
+void strata_arena_set_tag(struct strata_arena *a, uint32_t h, uint32_t tag);
+/* Room by moving extents.  A window is a run of adjacent extents with the
+ * holes between and beside them; moving its extents into holes elsewhere
+ * leaves one hole of the window's length.  The plan is the window that
+ * holds `bytes` (rounded up) whose extents (at most STRATA_ARENA_MOVES, none
+ * that fixed(ctx, tag) declares immovable) fit into other holes, one each
+ * (largest first, best fit), and add up to the fewest bytes (the
+ * lowest-addressed among equals).  STRATA_OK with the plan, STRATA_EBUDGET
+ * when there is none, STRATA_ENOMEM. */
+#define STRATA_ARENA_MOVES 4
+struct strata_arena_plan {
+	uint32_t n;                        /* extents to move */
+	uint32_t h[STRATA_ARENA_MOVES];    /* their handles */
+	uint32_t to[STRATA_ARENA_MOVES];   /* the hole (a block handle) each goes to */
+	uint64_t moved;                    /* their bytes */
+};
+int strata_arena_plan_room(const struct strata_arena *a, uint64_t bytes, bool (*fixed)(void *ctx, uint32_t tag),
+			   void *ctx, struct strata_arena_plan *p);
+/* Reserve bytes at the start of the hole with handle `hole` (a plan's
+ * to[i]): the new span's handle and offset.  Carrying out a plan: for each
+ * extent, reserve its bytes in its hole, copy, release the old span. */
+int strata_arena_reserve_in(struct strata_arena *a, uint32_t hole, uint64_t bytes, uint64_t *off, uint32_t *h);
+/* Room by sliding: a window from a hole to a hole; sliding its extents
+ * down against each other (address order kept) leaves one hole of its hole
+ * bytes at its end, which frees the slivers no extent fits.  The plan is the
+ * window whose holes hold `bytes` with the fewest extent bytes to move (the
+ * lowest-addressed among equals); a fixed extent ends a window.  STRATA_OK
+ * with *first / *last (hole handles) and *moved, or STRATA_EBUDGET. */
+int strata_arena_slide_plan(const struct strata_arena *a, uint64_t bytes, bool (*fixed)(void *ctx, uint32_t tag),
+			    void *ctx, uint32_t *first, uint32_t *last, uint64_t *moved);
+/* Carry out a slide plan: move(ctx, tag, from, to, len) for each extent
+ * that moves, lowest address first (to < from; the spans may overlap), then
+ * the blocks follow.  Handles stay valid.  STRATA_ENOMEM (nothing changed)
+ * when the hole index cannot grow. */
+int strata_arena_slide(struct strata_arena *a, uint32_t first, uint32_t last,
+		       void (*move)(void *ctx, uint32_t tag, uint64_t from, uint64_t to, uint64_t len), void *ctx);
 /* Largest hole, for error messages and fragmentation checks. */
 uint64_t strata_arena_largest_free(const struct strata_arena *a);
 /* Holes in offset order, at most n; returns how many were written. */

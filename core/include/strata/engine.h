@@ -38,7 +38,8 @@ enum strata_nvme_mover {
 struct strata_cost_model {
 	double nvme_gbps, nvme_lat_us;   /* NVMe -> RAM */
 	double pcie_gbps, pcie_lat_us;   /* RAM -> VRAM */
-	double hbm_gbps;                 /* VRAM read by kernels */
+	double hbm_gbps;                 /* VRAM read by kernels; a VRAM -> VRAM copy (read+write) */
+	double host_gbps;                /* a RAM -> RAM copy (memmove, read+write): RAM-tier compaction */
 	double kernel_us_per_mb;         /* expert compute per packed MB */
 	double kernel_fixed_us;          /* per layer launch */
 	uint32_t nvme_queue_depth;       /* concurrent NVMe reads */
@@ -66,6 +67,14 @@ struct strata_engine_config {
 	uint32_t copy_streams;     /* RAM -> VRAM copy streams (0: 2) */
 	uint32_t copy;             /* RAM -> VRAM issue mode, STRATA_COPY_* (0: batch) */
 	uint64_t bounce_bytes;     /* staged NVMe -> VRAM bounce buffer size (0: 4 MiB) */
+	/* Real mode: bytes of prefetch moves handed to the movers at once per
+	 * link (index STRATA_LINK_NVME: reads, into RAM or staged into VRAM;
+	 * STRATA_LINK_PCIE: RAM -> VRAM copies), at least one move, and only
+	 * while no demand move is outstanding on the link (a demand arriving
+	 * later shares the device with at most these).  0: the defaults, 32 MiB
+	 * of reads (about five experts of a few MB: the disk's queue stays
+	 * deep) and 16 MiB of copies.  Timing only: no decision depends on it. */
+	uint64_t prefetch_inflight[2];
 	/* Virtual mode only: do not time each begin_step/acquire/release on the
 	 * wall clock (bookkeeping_ns stays 0).  strata sim sets it and reports
 	 * its loop's wall time as bookkeeping instead: in a sim the engine is
@@ -137,6 +146,15 @@ struct strata_engine_stats {
 	 * copy bytes moved for them (in bytes_nvme_vram and moves_vram/nvme
 	 * too), and the bytes the whole experts would have moved beyond that */
 	uint64_t substituted, substitute_bytes, substitute_bytes_saved;
+	/* room for mixed sizes, per tier: when a miss or prefetch found enough
+	 * free bytes but no hole to hold them, the engine slid extents together
+	 * instead of evicting more (strata/arena.h): compactions and the bytes
+	 * they moved (VRAM -> VRAM copies at HBM speed, RAM -> RAM memmoves) */
+	uint64_t compactions[2], compact_bytes[2];
+	double compact_ns;                 /* the engine's time in them (virtual: charged) */
+	/* real mode: the most bytes of prefetch moves in the movers at once,
+	 * per link (cfg.prefetch_inflight bounds it, one move aside) */
+	uint64_t prefetch_inflight_max[2];
 };
 
 struct strata_engine;

@@ -193,6 +193,13 @@ struct strata_replay_result {
 	X("substituted", U, "%" PRIu64, s->substituted) \
 	X("substitute_bytes", U, "%" PRIu64, s->substitute_bytes) \
 	X("substitute_bytes_saved", U, "%" PRIu64, s->substitute_bytes_saved) \
+	X("compactions_vram", U, "%" PRIu64, s->compactions[0]) \
+	X("compactions_ram", U, "%" PRIu64, s->compactions[1]) \
+	X("compact_bytes_vram", U, "%" PRIu64, s->compact_bytes[0]) \
+	X("compact_bytes_ram", U, "%" PRIu64, s->compact_bytes[1]) \
+	X("compact_ms", D, "%.3f", s->compact_ns / 1e6) \
+	X("prefetch_inflight_max_nvme", U, "%" PRIu64, s->prefetch_inflight_max[STRATA_LINK_NVME]) \
+	X("prefetch_inflight_max_pcie", U, "%" PRIu64, s->prefetch_inflight_max[STRATA_LINK_PCIE]) \
 	X("prefetch_accuracy", D, "%.6f", r->prefetch_accuracy) \
 	X("prefetch_coverage", D, "%.6f", r->prefetch_coverage) \
 	X("prefetch_waste", D, "%.6f", r->prefetch_waste) \
