@@ -641,6 +641,20 @@ static void follow(struct strata_engine *e, struct job *j, bool dst, void *p)
 	job_wait(e, j);
 }
 
+/* eid's extent in tier t moves to p: the jobs writing it, and (RAM) the
+ * copies reading it, follow. */
+static void follow_extent(struct strata_engine *e, int t, uint32_t eid, void *p)
+{
+	struct eslot *x = &e->es[eid];
+	follow(e, x->t[t].inbound, true, p);
+	if (t == R) {
+		if (x->t[V].inbound && x->t[V].inbound->src_tier == R)
+			follow(e, x->t[V].inbound, false, p);
+		if (x->scratch_job && x->scratch_job->src_tier == R)
+			follow(e, x->scratch_job, false, p);
+	}
+}
+
 /* Move eid's extent in tier t into hole `to` (a plan's): copy, then give
  * the old span back. */
 static int move_extent(struct strata_engine *e, int t, uint32_t eid, uint32_t to, struct strata_error *err)
@@ -654,14 +668,7 @@ static int move_extent(struct strata_engine *e, int t, uint32_t eid, uint32_t to
 					   : STRATA_ERR(err, STRATA_EINVAL, "engine: %s tier: a planned hole is gone",
 							tname(t));
 	uint8_t *base = e->tier[t].base;
-	void *p = base ? base + off : NULL;
-	follow(e, x->t[t].inbound, true, p);
-	if (t == R) { /* copies out of this RAM slot */
-		if (x->t[V].inbound && x->t[V].inbound->src_tier == R)
-			follow(e, x->t[V].inbound, false, p);
-		if (x->scratch_job && x->scratch_job->src_tier == R)
-			follow(e, x->scratch_job, false, p);
-	}
+	follow_extent(e, t, eid, base ? base + off : NULL);
 	if (base && e->tier[t].backing == STRATA_BACK_DEVICE)
 		rc = strata_gpu_memcpy_d2d_async(base + off, base + from, e->bytes[eid], e->cstream, err);
 	else if (base)
@@ -687,14 +694,7 @@ static void slide_move(void *ctx, uint32_t eid, uint64_t from, uint64_t to, uint
 	struct strata_engine *e = s->e;
 	struct eslot *x = &e->es[eid];
 	uint8_t *base = e->tier[s->t].base;
-	void *p = base ? base + to : NULL;
-	follow(e, x->t[s->t].inbound, true, p);
-	if (s->t == R) {
-		if (x->t[V].inbound && x->t[V].inbound->src_tier == R)
-			follow(e, x->t[V].inbound, false, p);
-		if (x->scratch_job && x->scratch_job->src_tier == R)
-			follow(e, x->scratch_job, false, p);
-	}
+	follow_extent(e, s->t, eid, base ? base + to : NULL);
 	x->t[s->t].off = to;
 	if (!base || s->rc)
 		return;

@@ -260,6 +260,107 @@ static void test_arena_matches_linear_best_fit(void **state)
 	}
 }
 
+/* Room by moving extents (strata_arena_plan_room / reserve_in, and
+ * strata_arena_slide_plan / slide): a mixed-size workload where a request
+ * that the free bytes hold but no hole does is served by a plan; the arena
+ * stays consistent, each extent's bytes follow it (a shadow buffer), fixed
+ * extents never move, and the plan's room really holds the request. */
+struct room_rec {
+	uint64_t off, len;
+	uint32_t h;
+	bool live;
+};
+static struct room_rec room_recs[256];
+static uint8_t *room_buf;
+
+static bool room_fixed(void *ctx, uint32_t tag)
+{
+	(void)ctx;
+	return tag % 7 == 0;
+}
+
+static void room_move(void *ctx, uint32_t tag, uint64_t from, uint64_t to, uint64_t len)
+{
+	(void)ctx;
+	assert_true(tag < 256 && room_recs[tag].live && room_recs[tag].off == from && !room_fixed(NULL, tag));
+	assert_true(to < from && len == room_recs[tag].len);
+	memmove(room_buf + to, room_buf + from, len);
+	room_recs[tag].off = to;
+}
+
+static void test_arena_room(void **state)
+{
+	const uint64_t pages = 200, sizes[3] = { 3 * K4, 5 * K4, 7 * K4 };
+	struct strata_arena a;
+	assert_int_equal(strata_arena_init(&a, pages * K4, NULL), 0);
+	room_buf = calloc(pages, K4);
+	memset(room_recs, 0, sizeof(room_recs));
+	uint64_t x = 12345, planned = 0, slid = 0;
+	for (int it = 0; it < 4000; it++) {
+		x = x * 6364136223846793005ull + 1442695040888963407ull;
+		uint32_t tag = (uint32_t)(x >> 33) % 255 + 1;
+		struct room_rec *r = &room_recs[tag];
+		if (r->live) { /* give it back */
+			for (uint64_t i = 0; i < r->len; i++)
+				assert_int_equal(room_buf[r->off + i], (uint8_t)tag);
+			strata_arena_release_h(&a, r->h);
+			r->live = false;
+		} else {
+			uint64_t len = sizes[(x >> 20) % 3], off;
+			uint32_t h;
+			int rc = strata_arena_reserve_h(&a, len, &off, &h);
+			if (rc == STRATA_EBUDGET) {
+				struct strata_arena_plan p;
+				uint32_t first, last;
+				uint64_t moved;
+				if (!strata_arena_plan_room(&a, len, room_fixed, NULL, &p)) {
+					assert_true(p.n >= 1 && p.n <= STRATA_ARENA_MOVES);
+					uint64_t sum = 0;
+					for (uint32_t i = 0; i < p.n; i++) {
+						uint32_t t = a.blk[p.h[i]].tag;
+						struct room_rec *q = &room_recs[t];
+						assert_true(q->live && q->h == p.h[i] && !room_fixed(NULL, t));
+						uint64_t no;
+						uint32_t nh;
+						assert_int_equal(strata_arena_reserve_in(&a, p.to[i], q->len, &no, &nh), 0);
+						memcpy(room_buf + no, room_buf + q->off, q->len);
+						strata_arena_release_h(&a, q->h);
+						strata_arena_set_tag(&a, nh, t);
+						q->h = nh;
+						q->off = no;
+						sum += q->len;
+					}
+					assert_true(sum == p.moved);
+					planned++;
+				} else if (!strata_arena_slide_plan(&a, len, room_fixed, NULL, &first, &last, &moved)) {
+					assert_int_equal(strata_arena_slide(&a, first, last, room_move, NULL), 0);
+					slid++;
+				} else {
+					assert_int_equal(strata_arena_check(&a), 0);
+					continue;
+				}
+				assert_int_equal(strata_arena_check(&a), 0);
+				rc = strata_arena_reserve_h(&a, len, &off, &h);
+				assert_int_equal(rc, 0); /* the room holds it */
+			}
+			assert_int_equal(rc, 0);
+			strata_arena_set_tag(&a, h, tag);
+			*r = (struct room_rec){ .off = off, .len = len, .h = h, .live = true };
+			memset(room_buf + off, (int)tag, len);
+		}
+		assert_int_equal(strata_arena_check(&a), 0);
+	}
+	for (uint32_t t = 1; t < 256; t++)
+		if (room_recs[t].live)
+			for (uint64_t i = 0; i < room_recs[t].len; i++)
+				assert_int_equal(room_buf[room_recs[t].off + i], (uint8_t)t);
+	print_message("room: %llu plans moving extents elsewhere, %llu slides\n", (unsigned long long)planned,
+		      (unsigned long long)slid);
+	assert_true(planned > 0 && slid > 0);
+	free(room_buf);
+	strata_arena_free(&a);
+}
+
 static void test_tier_backings(void **state)
 {
 	struct strata_tier_mem t;
@@ -346,6 +447,7 @@ int main(void)
 		cmocka_unit_test(test_arena_best_fit),
 		cmocka_unit_test(test_arena_fragmentation),
 		cmocka_unit_test(test_arena_matches_linear_best_fit),
+		cmocka_unit_test(test_arena_room),
 		cmocka_unit_test(test_tier_backings),
 		cmocka_unit_test(test_numa_of_gpu),
 	};

@@ -11,7 +11,8 @@
 #     the released policy (static tiers + lookahead, default options), static without
 #     prefetch, lookahead with the options before issue 16 (adaptive=0:keep_unused=1),
 #     two caching policies and the offline reference of the time bound (c)
-#     (place=future, evict=farthest:backed=1, prefetch=oracle:depth=1:stage=80), GPU
+#     (place=future, evict=farthest:backed=1, prefetch=oracle:depth=1:stage=80 and
+#     stage=112, the deepest staging that reads no expert twice in strata sim), GPU
 #     kernels; before them one warm-up replay (not counted) and KPAIRS (3) pairs of
 #     static + none and static + lookahead replayed alternately (issue 16's goal (1)
 #     on the medians: the disk's speed drifts over a call); each row with the bounds
@@ -83,6 +84,7 @@ KPOL=(
 	"--place cache --evict lru --prefetch none"
 	"--place cache --evict farthest --prefetch oracle"
 	"--place future --evict farthest:backed=1 --prefetch oracle:depth=1:stage=80"
+	"--place future --evict farthest:backed=1 --prefetch oracle:depth=1:stage=112"
 )
 # issue 16's goal (1): static + none and static + lookahead replayed alternately, the
 # order swapped every pair (none first in odd pairs) so a drift of the disk over the
