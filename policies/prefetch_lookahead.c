@@ -3,9 +3,9 @@
  * hints the driver passes for layers L+1 .. L+depth (a trace's recorded
  * router predictions, or an online predictor's), keep the topn best scored
  * per layer at or above min_score, and ask for them to move into `tier`;
- * with stage=D (-1: depth+1, where there is a RAM tier), the hints for
- * layers L+depth+1 .. L+D are staged from NVMe into RAM only (a cheap, early
- * read that a later RAM -> VRAM copy uses).  An NVMe read asked for VRAM
+ * with stage=D (-1, the default: depth+1, where there is a RAM tier), the
+ * hints for layers L+depth+1 .. L+D are staged from NVMe into RAM only (an
+ * early read that a later RAM -> VRAM copy uses).  An NVMe read asked for VRAM
  * lands in RAM instead (via_ram): the engine starts a prefetch only while
  * its links carry no demand move, a read into RAM needs the disk alone, and
  * VRAM keeps what placement put there; the copy into VRAM follows as the next
@@ -15,9 +15,11 @@
  * (sched.ram_holes_only): a read that displaced an expert placement keeps in
  * RAM would turn that expert's later RAM copies into NVMe reads (with RAM
  * full, auto decides as via_ram=0).  Staging under auto also takes free
- * holes only.  via_ram=1 lands every such read in RAM, evicting for it;
- * via_ram=0 none.  Staging is off by default: it wins on some routings and
- * loses on others (experiments/lookahead/README.md).
+ * holes only, so where RAM is full it asks for nothing.  via_ram=1 lands
+ * every such read in RAM, evicting for it; via_ram=0 none.  A staged read
+ * is priced like any NVMe read (nvme_cost below) and queued behind the
+ * step's reads within depth, which it does not make dearer
+ * (experiments/lookahead/README.md).
  *
  * The engine schedules the requests (policy.h): this policy sets which source
  * tiers it may read (`from`), the bytes it may have in flight per link
@@ -77,8 +79,9 @@ static const struct strata_option lookahead_options[] = {
 	{ .name = "from", .type = STRATA_OPT_STR, .offset = offsetof(struct lookahead, from),
 	  .def = "all", .choices = "all|ram|nvme", .help = "source tiers a prefetch into tier may read" },
 	{ .name = "stage", .type = STRATA_OPT_INT, .offset = offsetof(struct lookahead, stage),
-	  .def = "0", .min = -1, .max = 1024,
-	  .help = "stage hints for layers depth+1..stage from NVMe into RAM (0: off, -1: depth+1)" },
+	  .def = "-1", .min = -1, .max = 1024,
+	  .help = "stage hints for layers depth+1..stage from NVMe into RAM, into free holes under via_ram=auto "
+		  "(0: off, -1: depth+1)" },
 	{ .name = "budget_pcie", .type = STRATA_OPT_STR, .offset = offsetof(struct lookahead, budget_pcie),
 	  .def = "none", .help = "prefetch bytes in flight into VRAM (size, or none: no limit)" },
 	{ .name = "budget_nvme", .type = STRATA_OPT_STR, .offset = offsetof(struct lookahead, budget_nvme),
@@ -100,7 +103,8 @@ static const struct strata_option lookahead_options[] = {
 	{ .name = "nvme_cost", .type = STRATA_OPT_BOOL, .offset = offsetof(struct lookahead, nvme_cost),
 	  .def = "1", .help = "adaptive: an NVMe read also needs its break-even accuracy c/(c+h/m) from the cost "
 			      "model: c its disk time (x (1 + VRAM hit rate) into VRAM), h what a right read hides "
-			      "(latencies, its copy, a layer's compute), m the step's NVMe reads" },
+			      "(latencies, its copy, a layer's compute), m the step's NVMe reads within depth (a staged "
+			      "read: all of them)" },
 	{ .name = "warmup", .type = STRATA_OPT_INT, .offset = offsetof(struct lookahead, warmup),
 	  .def = "128", .min = 0, .max = 1 << 30, .help = "adaptive: predictions a band needs before it is trusted" },
 	{ .name = "window", .type = STRATA_OPT_DOUBLE, .offset = offsetof(struct lookahead, window),
@@ -188,8 +192,10 @@ static double accuracy(const struct lookahead *l, uint32_t d, uint32_t band)
  * layer: the read's and its copy's latencies, its copy into VRAM and a
  * layer's compute, h.  The engine starts the step's requests once the disk
  * is free of demand, together, so the step's m reads (its hints that are
- * NVMe reads and pass min_accuracy_nvme, at any distance) share that window:
- * p h / m >= (1 - p) c gives p >= c / (c + h / m).  Every term comes from
+ * NVMe reads and pass min_accuracy_nvme, at any distance up to depth) share
+ * that window: p h / m >= (1 - p) c gives p >= c / (c + h / m).  A staged
+ * read (beyond depth) is queued behind them and shares what they leave: its
+ * m counts the staged reads too, theirs does not.  Every term comes from
  * the cost model, the expert's bytes and the access clock's counts, never
  * from the run's clock: sim and replay decide alike. */
 static double break_even(const struct lookahead *l, uint64_t b, uint32_t m, bool vram)
@@ -221,11 +227,15 @@ static uint32_t lookahead_on_layer(struct strata_policy *p, const struct strata_
 		for (uint32_t i = 0; i < ctx->n_experts; i++)
 			l->vram_hits += res[STRATA_TIER_VRAM][strata_eid(s, ctx->layer, ctx->experts[i])] != 0;
 	}
-	uint32_t reads = 0; /* nvme_cost: the hints that would be NVMe reads and pass min_accuracy_nvme */
+	/* nvme_cost: the hints that would be NVMe reads and pass min_accuracy_nvme,
+	 * within depth and in all (staged ones too) */
+	uint32_t reads = 0, reads_all = 0;
 	for (uint32_t i = 0; i < n; i++) {
-		uint32_t eid = strata_eid(s, l->buf[i].layer, l->buf[i].expert);
-		reads += (!ram || !res[STRATA_TIER_RAM][eid]) && !(res && res[STRATA_TIER_VRAM] && res[STRATA_TIER_VRAM][eid]) &&
-			 accuracy(l, l->buf[i].layer - ctx->layer, hints_band(l->buf[i].score)) >= l->min_accuracy_nvme;
+		uint32_t d = l->buf[i].layer - ctx->layer, eid = strata_eid(s, l->buf[i].layer, l->buf[i].expert);
+		bool r = (!ram || !res[STRATA_TIER_RAM][eid]) && !(res && res[STRATA_TIER_VRAM] && res[STRATA_TIER_VRAM][eid]) &&
+			 accuracy(l, d, hints_band(l->buf[i].score)) >= l->min_accuracy_nvme;
+		reads += r && d <= l->depth;
+		reads_all += r;
 	}
 	for (uint32_t i = 0; i < n && got < max; i++) {
 		uint32_t d = l->buf[i].layer - ctx->layer, band = hints_band(l->buf[i].score);
@@ -254,7 +264,8 @@ static uint32_t lookahead_on_layer(struct strata_policy *p, const struct strata_
 			    : acc < (nvme ? l->min_accuracy_nvme : l->min_accuracy))
 				continue;
 			if (read && l->nvme_cost && p->env->expert_bytes &&
-			    acc < break_even(l, p->env->expert_bytes[eid], reads, dest == STRATA_TIER_VRAM))
+			    acc < break_even(l, p->env->expert_bytes[eid], d <= l->depth ? reads : reads_all,
+					     dest == STRATA_TIER_VRAM))
 				continue;
 		}
 		if (dest == STRATA_TIER_COUNT)

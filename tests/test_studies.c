@@ -189,6 +189,8 @@ static void test_study_smoke(void **state)
 	assert_non_null(strstr(out, "4 configurations failed"));
 	assert_non_null(strstr(out, "mean (min-max) over 2 seeds"));
 	assert_non_null(strstr(out, "STRATA_TRACES is empty: skipping the Mixtral part"));
+	assert_non_null(strstr(out, "The best policy against the time bound")); /* time_bound.lua, run.lua's traces */
+	assert_non_null(strstr(out, "| 256M | farthest | oracle:depth=8 |"));
 	snprintf(res, sizeof(res), "%s/tb/results/tier-budgets.csv", dir);
 	assert_int_equal(test_run(out, sizeof(out), "grep -c '\",ok,' %s; grep -c '\",error,' %s", res, res), 0);
 	assert_string_equal(out, "8\n4\n");

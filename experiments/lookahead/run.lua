@@ -20,9 +20,10 @@
 -- Depth 0 is prefetch=none.  Besides the default lookahead (part
 -- "default"), the options before issue 16 (part "fixed": adaptive=0,
 -- keep_unused=1, via_ram=0, stage=0), NVMe reads straight into VRAM (part
--- "direct": via_ram=0, the default before via_ram=auto), staging one layer
--- deeper into free RAM (part "stage": stage=-1), reads landing in
--- RAM always (part "via-ram": via_ram=1, stage=-1) and, at 100%, the oracle
+-- "direct": via_ram=0, stage=0, the default before via_ram=auto), no staging
+-- (part "no-stage": stage=0, the default before staging one layer deeper
+-- into free RAM), reads landing in RAM always (part "via-ram": via_ram=1,
+-- stage=-1) and, at 100%, the oracle
 -- with the hints' horizon (part "oracle", wrap=0).  Every row carries the bounds of strata/bound.h; the
 -- script fails if a row beats one.  Every configuration runs once per seed:
 -- the seed of the synthetic traces, or with trace= the run's seed (the
@@ -90,15 +91,16 @@ for _, acc in ipairs(accuracies) do
 			add(trace, "lookahead:adaptive=0:keep_unused=1:via_ram=0:stage=0:depth=" .. d,
 				{ part = "fixed", depth = d, accuracy = acc }, seed)
 		end
-		-- NVMe reads straight into VRAM (the default before via_ram=auto)
+		-- NVMe reads straight into VRAM, no staging (the default before via_ram=auto)
 		if d > 0 and not a.trace then
-			add(trace, "lookahead:via_ram=0:depth=" .. d, { part = "direct", depth = d, accuracy = acc }, seed)
+			add(trace, "lookahead:via_ram=0:stage=0:depth=" .. d, { part = "direct", depth = d, accuracy = acc },
+				seed)
 		end
-		-- staging one layer deeper, into free RAM only (an option, not the default)
+		-- no staging (the default before stage=-1, staging one layer deeper into free RAM)
 		if d > 0 and not a.trace then
-			add(trace, "lookahead:stage=-1:depth=" .. d, { part = "stage", depth = d, accuracy = acc }, seed)
+			add(trace, "lookahead:stage=0:depth=" .. d, { part = "no-stage", depth = d, accuracy = acc }, seed)
 		end
-		-- NVMe reads landing in RAM always and staging one layer deeper (options, not the default)
+		-- NVMe reads landing in RAM always, evicting for them, and staging one layer deeper (not the default)
 		if d > 0 and not a.trace then
 			add(trace, "lookahead:via_ram=1:stage=-1:depth=" .. d, { part = "via-ram", depth = d, accuracy = acc },
 				seed)

@@ -9,6 +9,10 @@ res=$figs/results
 mkdir -p "$res"
 
 "$STRATA" run $here/run.lua out=$res "$@" || rc=$?
+# the best policy against the time bound on the GPU machine's calibrated clock, run.lua's traces
+tb=()
+for x in "$@"; do case $x in seeds=* | model=* | trace=*) tb+=("$x") ;; esac; done
+"$STRATA" run $here/time_bound.lua out=$res "${tb[@]}" || rc=$?
 read -r vmid rmid < $res/tier-budgets-slices.txt
 plot $res/tier-budgets-plot.csv --filter vram_slice=1 --x vram_mib --logx --xlabel "VRAM budget (MiB), RAM $rmid" \
 	--y hit_vram_pct,decode_tok_s --ylabel "VRAM hit rate (%),decode tok/s (virtual clock)" --logy decode_tok_s \
