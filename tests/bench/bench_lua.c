@@ -36,6 +36,13 @@
 #include "strata/synth.h"
 #include "strata/tier_assign.h"
 
+/* The C twin of policies/lua/lookahead.lua: the built-in without its
+ * adaptation, staging and RAM-landing options (the script's header and
+ * test_lua's test_lua_lookahead_and_lfu_match_c say the same); with the
+ * built-in's defaults the two are different policies and their counters
+ * differ. */
+#define STRATA_BENCH_LOOKAHEAD_TWIN "lookahead:adaptive=0:keep_unused=1:stage=0:via_ram=0"
+
 
 
 
@@ -119,7 +126,7 @@ static int engine_part(uint32_t steps, const char *dir)
 		c.budget[1] = 0;
 		rc = engine_run("virtual/miss-heavy", &cold, &c, steps, 0, 0);
 	}
-	const char *pre[][2] = { { "lru", "lookahead" }, { lru, look } };
+	const char *pre[][2] = { { "lru", STRATA_BENCH_LOOKAHEAD_TWIN }, { lru, look } };
 	for (int k = 0; k < 2 && !rc; k++) {
 		struct strata_engine_config c;
 		strata_engine_config_defaults(&c);
@@ -173,8 +180,8 @@ int main(int argc, char **argv)
 	snprintf(look, sizeof(look), "%s/lookahead.lua:depth=2", dir);
 	const struct pair pairs[] = {
 		{ "lru", lru, "none", "none", 0 },
-		{ "lru", "lru", "lookahead:depth=2", look, 0 },
-		{ "lru", lru, "lookahead:depth=2", look, 0 },
+		{ "lru", "lru", STRATA_BENCH_LOOKAHEAD_TWIN ":depth=2", look, 0 },
+		{ "lru", lru, STRATA_BENCH_LOOKAHEAD_TWIN ":depth=2", look, 0 },
 		{ "lfu", lfu, "none", "none", 0 },
 	};
 	static const char *models[] = { "qwen3-30b-a3b", "deepseek-v3", "kimi-k3.1" };
