@@ -1309,6 +1309,16 @@ static void poll_movers(struct strata_engine *e)
 	}
 }
 
+int strata_engine_poll(struct strata_engine *e, struct strata_error *err)
+{
+	if (e->virt)
+		return STRATA_OK;
+	poll_movers(e);
+	feed_low(e);
+	kick_movers(e);
+	return check_io(e, err);
+}
+
 static int check_ids(struct strata_engine *e, uint32_t layer, const uint32_t *x, uint32_t n, struct strata_error *err)
 {
 	if (layer >= e->spec.n_moe_layers)
