@@ -44,6 +44,7 @@ int strata_gpu_moe_check(int fmt, uint32_t hidden, uint32_t inter, struct strata
 uint64_t strata_gpu_moe_decode_split_launches(void) { return 0; }
 uint64_t strata_gpu_moe_bf16_decode_launches(void) { return 0; }
 uint64_t strata_gpu_moe_scalar_decode_launches(void) { return 0; }
+uint64_t strata_gpu_moe_scalar_staged_launches(void) { return 0; }
 int strata_gpu_linear_bf16(const uint16_t *d_w, uint32_t rows, uint32_t cols, const float *d_x, uint32_t n,
 			   float *d_y, float alpha, float beta, strata_gpu_stream *stream, struct strata_error *err) { return NOGPU(err); }
 int strata_gpu_expert_bf16(const void *d_extent, uint32_t hidden, uint32_t inter, const float *d_x, uint32_t n,

@@ -153,6 +153,11 @@ int strata_gpu_moe_check(int fmt, uint32_t hidden, uint32_t inter, struct strata
  *   sq_pf        sq_pf                  0        1: that kernel pulls each next task's code bytes
  *                                                into L2 ahead of its register ring (measured
  *                                                slower on the H200: 0.223 vs 0.251 of read, Kimi)
+ *   sq_xs        sq_xs                  1        that kernel stages the launch's x rows in shared
+ *                                                memory as fp16 at its start when they fit (48 KB;
+ *                                                x 16-byte aligned, hidden % 8 == 0; not with
+ *                                                sq_pf=1): 0.366 vs 0.336 of read, Kimi q4 T=1;
+ *                                                0: x through L1
  *
  * Everything else the kernels do is fixed: 16-warp persistent CTAs for
  * 8-token tiles and 8 warps for 16-token ones, stage copies by the bulk copy
@@ -167,9 +172,9 @@ struct strata_moe_config {
 	int bf16_warps, bf16_depth;
 	uint32_t bf16_kc;
 	int poison;
-	int sq_dec, sq_pf;
+	int sq_dec, sq_pf, sq_xs;
 };
-#define STRATA_MOE_CONFIG_DEFAULT { 17, -1, 0, 0, -1, 0, 512, 0, -1, 0 }
+#define STRATA_MOE_CONFIG_DEFAULT { 17, -1, 0, 0, -1, 0, 512, 0, -1, 0, 1 }
 #define STRATA_MOE_SPLIT_MAX 64u
 void strata_gpu_moe_config_defaults(struct strata_moe_config *c);
 /* STRATA_EINVAL naming the field and the allowed values. */
@@ -188,6 +193,8 @@ uint64_t strata_gpu_moe_decode_split_launches(void);
 uint64_t strata_gpu_moe_bf16_decode_launches(void);
 /* Launches of the scalar-format (q4, q3) decode kernel so far in this process (for tests). */
 uint64_t strata_gpu_moe_scalar_decode_launches(void);
+/* Those of them with x staged in shared memory (sq_xs). */
+uint64_t strata_gpu_moe_scalar_staged_launches(void);
 
 /*
  * BF16 paths through cuBLAS (cublasGemmEx, f32 accumulation), for shared

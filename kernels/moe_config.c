@@ -64,6 +64,8 @@ int strata_gpu_moe_config_validate(const struct strata_moe_config *c, struct str
 		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: sq_dec %d (-1 auto, 0 off)", c->sq_dec);
 	if (c->sq_pf != 0 && c->sq_pf != 1)
 		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: sq_pf must be 0 or 1");
+	if (c->sq_xs != 0 && c->sq_xs != 1)
+		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: sq_xs must be 0 or 1");
 	return STRATA_OK;
 }
 
@@ -139,9 +141,13 @@ int strata_gpu_moe_config_parse(const char *text, struct strata_moe_config *c, s
 			if (strcmp(v, "0") && strcmp(v, "1"))
 				return STRATA_ERR(err, STRATA_EINVAL, "kernel config: sq_pf=%s: want 0 or 1", v);
 			c->sq_pf = v[0] == '1';
+		} else if (!strcmp(kv, "sq_xs")) {
+			if (strcmp(v, "0") && strcmp(v, "1"))
+				return STRATA_ERR(err, STRATA_EINVAL, "kernel config: sq_xs=%s: want 0 or 1", v);
+			c->sq_xs = v[0] == '1';
 		} else {
 			return STRATA_ERR(err, STRATA_EINVAL,
-					  "kernel config: unknown key '%s' (prefill_min, dec, split, bf16dec, bf16_kc, poison, sqdec, sq_pf)",
+					  "kernel config: unknown key '%s' (prefill_min, dec, split, bf16dec, bf16_kc, poison, sqdec, sq_pf, sq_xs)",
 					  kv);
 		}
 	}

@@ -76,6 +76,21 @@ __device__ __forceinline__ unsigned atom_acq_rel(unsigned *q, unsigned v)
 	asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;\n" : "=r"(r) : "l"(q), "r"(v) : "memory");
 	return r;
 }
+// The same without the acquire side, and a relaxed load: no invalidation of
+// the SM's L1 (an acquire at gpu scope is an L1 invalidate, CCTL.IVALL, which
+// evicts every warp's cached activations; ACQ=false below).
+__device__ __forceinline__ unsigned atom_release(unsigned *q, unsigned v)
+{
+	unsigned r;
+	asm volatile("atom.release.gpu.global.add.u32 %0, [%1], %2;\n" : "=r"(r) : "l"(q), "r"(v) : "memory");
+	return r;
+}
+__device__ __forceinline__ uint32_t ld_relaxed(const unsigned *q)
+{
+	uint32_t v;
+	asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(q) : "memory");
+	return v;
+}
 
 // Task t: slot, row tile, K chunk (task_find over the layout of run_dec_bf16,
 // whose "token tile" is the K chunk: every slot has one 8-token tile).
@@ -142,7 +157,13 @@ struct Cmp {
 };
 
 // Start multiplying task t: activation rows, zero sums; a down task first
-// waits for its slot's h.
+// waits for its slot's h.  ACQ=false (the scalar decode kernel): the wait and
+// the split-K count take no acquire, so the SM's L1 keeps the activations.
+// That is safe because L1 starts every launch empty, the h (and gate|up
+// scratch) lines of a slot are read by no warp before the slot's count is
+// complete (h slots are 128-byte aligned; the split-K sums are read through
+// L2, __ldcg), and the writers release (membar) before counting.
+template <bool ACQ = true>
 __device__ __forceinline__ void cmp_start(const MoeParams &p, const Args &a, Cmp &c, uint32_t t)
 {
 	const int lane = threadIdx.x & 31, g = lane >> 2;
@@ -157,13 +178,14 @@ __device__ __forceinline__ void cmp_start(const MoeParams &p, const Args &a, Cmp
 		c.acc[m][0] = c.acc[m][1] = c.acc[m][2] = c.acc[m][3] = 0.0f;
 	if (d) {
 		const uint32_t need = a.nrt * ((s.ntok + TN - 1) / TN);
-		uint32_t ok = lane == 0 ? ld_acquire(p.sync + 1 + c.k.slot) >= need : 0;
+		auto ld = [&]() { return ACQ ? ld_acquire(p.sync + 1 + c.k.slot) : ld_relaxed(p.sync + 1 + c.k.slot); };
+		uint32_t ok = lane == 0 ? ld() >= need : 0;
 		if (!__shfl_sync(0xffffffffu, ok, 0)) {
 			// Not ready: pull the rest of this task's rows into L2 while waiting.
 			// (Prefetching the later down tasks too measured no faster.)
 			prefetch_down(p, a, t);
 			if (lane == 0)
-				while (ld_acquire(p.sync + 1 + c.k.slot) < need)
+				while (ld() < need)
 					__nanosleep(128);
 		}
 		__syncwarp();
@@ -189,6 +211,7 @@ __device__ __forceinline__ void cmp_unit(const MoeParams &p, Cmp &c, const uint4
 
 // The task's sums are complete: h (or its split-K share), or y.
 // acc[m][i]: tile m, row g + 8 (i >> 1), token 2t + (i & 1).
+template <bool ACQ = true>
 __device__ __forceinline__ void cmp_end(const MoeParams &p, const Args &a, const Cmp &c)
 {
 	const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -225,7 +248,7 @@ __device__ __forceinline__ void cmp_end(const MoeParams &p, const Args &a, const
 			}
 		__syncwarp();
 		unsigned *ctr = a.ctr + c.k.slot * a.nrt + c.k.rt;
-		uint32_t last = lane == 0 ? atom_acq_rel(ctr, 1u) == a.nch[0] - 1 : 0;
+		uint32_t last = lane == 0 ? (ACQ ? atom_acq_rel(ctr, 1u) : atom_release(ctr, 1u)) == a.nch[0] - 1 : 0;
 		if (!__shfl_sync(0xffffffffu, last, 0))
 			return;
 		// This warp added the tile's last chunk: every other chunk's sums are in
@@ -253,7 +276,7 @@ __device__ __forceinline__ void cmp_end(const MoeParams &p, const Args &a, const
 // sqd::sq_kernel), until the stream ends: ring entry i holds a unit of task
 // rt[i] (NONE: the stream ended); unit(c, i) multiplies entry i into the task
 // c, issue(i) refills the entry.  Then the last warp out resets the counters.
-template <int D, class Unit, class Issue>
+template <int D, bool ACQ = true, class Unit, class Issue>
 __device__ __forceinline__ void ring_run(const MoeParams &p, const Args &a, const uint32_t (&rt)[D], Unit &&unit,
 					 Issue &&issue)
 {
@@ -269,15 +292,15 @@ __device__ __forceinline__ void ring_run(const MoeParams &p, const Args &a, cons
 			}
 			if (rt[i] != c.k.t) {
 				if (c.k.t != NONE)
-					cmp_end(p, a, c);
-				cmp_start(p, a, c, rt[i]);
+					cmp_end<ACQ>(p, a, c);
+				cmp_start<ACQ>(p, a, c, rt[i]);
 			}
 			unit(c, i);
 			issue(i);
 		}
 	}
 	if (c.k.t != NONE)
-		cmp_end(p, a, c);
+		cmp_end<ACQ>(p, a, c);
 	dec::last_out_reset(p, gridDim.x * (blockDim.x / 32));
 }
 

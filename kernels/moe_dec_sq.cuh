@@ -10,7 +10,7 @@
 // read ceiling at the Kimi shape.  Here, as in bfd::bf16_kernel, every warp is
 // an independent stream with a register ring of D units loaded straight from
 // global memory (16-byte loads, read-only path, L2 256-byte prefetch hint),
-// issued D units ahead across task boundaries; no shared memory, no barriers.
+// issued D units ahead across task boundaries; no barriers after the start.
 //   unit (q4): half a block h (128 weights) of the lane's 4 rows (g, g+8 of both
 //              16-row tiles): per row one 16-byte load of its code words
 //              (groups 4h..4h+3, weights 8t..8t+7 of each) and the 2-byte
@@ -26,6 +26,17 @@
 // MMAs per 16-row tile give the group's sums, which are scaled by the group's
 // fp16 scale in f32; activations beyond the fp16 range take compute_sq's
 // guard (the unit is recomputed with each token's activations scaled by 2^-e).
+// Activations (what ncu showed bounding this kernel at 0.25 of read, Kimi q4
+// T=1: 45% of warp stalls were waits for the activation loads at use, which
+// missed L1 because every gate|up task end and down task start did an acquire,
+// i.e. an invalidation of the SM's L1):
+//   - x: with sq_xs (default) the launch's x rows are staged once per CTA in
+//     shared memory as fp16 (rounded as the MMA operands are), while the
+//     ring's first loads are in flight; gate|up units read them with one
+//     16-byte shared load per group, one group ahead;
+//   - h (down) and x without staging: through L1, one group ahead (pulling a
+//     down task's chunk of h into L1 at its first unit measured no faster);
+//   - the gate|up -> down counters take no acquire (bfd ACQ=false).
 namespace sqd {
 
 using bfd::Args;
@@ -148,9 +159,11 @@ __device__ __forceinline__ float h2f(uint32_t w, int hi)
 	return __half2float(__ushort_as_half((unsigned short)(hi ? w >> 16 : w & 0xffff)));
 }
 
-// acc += unit u of the task (e: this lane's words of its 4 rows).
-template <class F> __device__ __forceinline__ void cmp_unit(const MoeParams &p, bfd::Cmp &c, const typename Sq<F>::Ent &e,
-							      uint32_t u)
+// acc += unit u of the task (e: this lane's words of its 4 rows).  XS: x is
+// staged in shared memory as fp16 (sq_kernel), read by gate|up units inside
+// the row.
+template <class F, bool XS>
+__device__ __forceinline__ void cmp_unit(const MoeParams &p, bfd::Cmp &c, const typename Sq<F>::Ent &e, uint32_t u)
 {
 	using S = Sq<F>;
 	const int lane = threadIdx.x & 31, t = lane & 3;
@@ -168,15 +181,10 @@ template <class F> __device__ __forceinline__ void cmp_unit(const MoeParams &p, 
 			else
 				ln[m][h].w[4] = e.x[m][h];
 		}
-	// Group U of the unit with activations x (times 2^-e when redo) into sums.
-	auto group = [&](auto UC, const float (&x)[1][8], bool redo, float (&sums)[2][4]) {
+	// Group U of the unit with packed fp16 activations b (column multipliers
+	// cm: 1, or 2^e of the redo) into sums.
+	auto group = [&](auto UC, const uint32_t (&b)[4], const float (&cm)[2], float (&sums)[2][4]) {
 		constexpr int U = decltype(UC)::value;
-		uint32_t b[4];
-		const int ex = redo ? unit_exp(x[0]) : 0;
-		pack_b(x[0], b, redo ? ldexpf(1.0f, -ex) : 1.0f);
-		float cm[2] = { 1.0f, 1.0f };
-		if (redo)
-			col_mul(ex, t, cm);
 		// The group's scale of each row: lane (g, U) of the quad has it.
 		uint32_t sw[2][2];
 #pragma unroll
@@ -199,20 +207,67 @@ template <class F> __device__ __forceinline__ void cmp_unit(const MoeParams &p, 
 			sums[m][3] = fmaf(s1 * cm[1], cc[3], sums[m][3]);
 		}
 	};
-	auto pass = [&](bool redo, float (&sums)[2][4]) {
-		float x[1][8];
-		auto load = [&](uint32_t uu) {
-			dec::unit_act<1>(p, d, c.xr, c.have, full, col0 + 32 * uu + 8 * t, c.cols, x);
+	auto load = [&](uint32_t uu, float (&x)[1][8]) {
+		dec::unit_act<1>(p, d, c.xr, c.have, full, col0 + 32 * uu + 8 * t, c.cols, x);
+	};
+	const float one[2] = { 1.0f, 1.0f };
+	// Groups 0..3 of the unit, each group's activations loaded (ld) one group
+	// ahead of their use (grp), in the two registers of v.
+	auto ahead = [&](auto &&ld, auto &&grp, auto (&v)[2]) {
+		ld(0, v[0]);
+		ld(1, v[1]);
+		grp(std::integral_constant<int, 0>(), v[0]);
+		ld(2, v[0]);
+		grp(std::integral_constant<int, 1>(), v[1]);
+		ld(3, v[1]);
+		grp(std::integral_constant<int, 2>(), v[0]);
+		grp(std::integral_constant<int, 3>(), v[1]);
+	};
+	// The usual pass: the activations from the staged fp16 x (gate|up, XS) or
+	// through L1.
+	auto pass = [&](float (&sums)[2][4]) {
+		if (XS && !d && full) {
+			const uint32_t xo = 2 * ((uint32_t)(c.xr[0] - p.x) + col0 + 8 * t);
+			uint4 v[2];
+			ahead([&](int uu, uint4 &o) { o = lds128(xo + 64 * uu); },
+			      [&](auto UC, const uint4 &w) {
+				      const uint32_t b[4] = { w.x, w.y, w.z, w.w };
+				      group(UC, b, one, sums);
+			      },
+			      v);
+		} else {
+			float x[2][1][8];
+			ahead(load,
+			      [&](auto UC, const float (&xx)[1][8]) {
+				      uint32_t b[4];
+				      pack_b(xx[0], b);
+				      group(UC, b, one, sums);
+			      },
+			      x);
+		}
+	};
+	// The fp16 range guard: the unit again with each token's activations (f32,
+	// from global memory) scaled by 2^-e and the sums scaled back.
+	auto redo = [&](float (&sums)[2][4]) {
+		auto grp = [&](auto UC) {
+			float x[1][8];
+			load(decltype(UC)::value, x);
+			const int ex = unit_exp(x[0]);
+			uint32_t b[4];
+			pack_b(x[0], b, ldexpf(1.0f, -ex));
+			float cm[2];
+			col_mul(ex, t, cm);
+			group(UC, b, cm, sums);
 		};
-		load(0); group(std::integral_constant<int, 0>(), x, redo, sums);
-		load(1); group(std::integral_constant<int, 1>(), x, redo, sums);
-		load(2); group(std::integral_constant<int, 2>(), x, redo, sums);
-		load(3); group(std::integral_constant<int, 3>(), x, redo, sums);
+		grp(std::integral_constant<int, 0>());
+		grp(std::integral_constant<int, 1>());
+		grp(std::integral_constant<int, 2>());
+		grp(std::integral_constant<int, 3>());
 	};
 	// c.acc as it was before the unit, for the slow path
 	float keep[2][4];
 	memcpy(keep, c.acc, sizeof(keep));
-	pass(false, c.acc);
+	pass(c.acc);
 	bool bad = false;
 #pragma unroll
 	for (int m = 0; m < 2; m++)
@@ -221,12 +276,28 @@ template <class F> __device__ __forceinline__ void cmp_unit(const MoeParams &p, 
 			bad |= !isfinite(c.acc[m][i]);
 	if (__any_sync(0xffffffffu, bad)) {
 		memcpy(c.acc, keep, sizeof(keep));
-		pass(true, c.acc);
+		redo(c.acc);
 	}
 }
 
-template <int FMT, int NW, int D, bool PF>
-__global__ void __launch_bounds__(32 * NW, 1) sq_kernel(const __grid_constant__ MoeParams p, const __grid_constant__ Args a)
+// Stage rows 0 .. xrows - 1 of x (hidden floats each, hidden % 8 == 0) into
+// shared memory as fp16, rounded as pack_b rounds them (the CTA's threads
+// together; the caller synchronises).
+__device__ __forceinline__ void stage_x(const MoeParams &p, uint32_t xrows)
+{
+	const uint32_t n = xrows * p.hidden / 8;
+	for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) {
+		const float4 a = __ldg(reinterpret_cast<const float4 *>(p.x) + 2 * i);
+		const float4 b = __ldg(reinterpret_cast<const float4 *>(p.x) + 2 * i + 1);
+		*reinterpret_cast<uint4 *>(g_smem + 16 * i) =
+			make_uint4(pack_f16x2(a.x, a.y), pack_f16x2(a.z, a.w), pack_f16x2(b.x, b.y), pack_f16x2(b.z, b.w));
+	}
+}
+
+// xrows: rows of x staged in shared memory as fp16 (0: none; XS: not 0).
+template <int FMT, int NW, int D, bool PF, bool XS>
+__global__ void __launch_bounds__(32 * NW, 1)
+	sq_kernel(const __grid_constant__ MoeParams p, const __grid_constant__ Args a, uint32_t xrows)
 {
 	using F = FmtScalar<FMT>;
 	using E = typename Sq<F>::Ent;
@@ -274,7 +345,12 @@ __global__ void __launch_bounds__(32 * NW, 1) sq_kernel(const __grid_constant__ 
 #pragma unroll
 	for (int i = 0; i < D; i++)
 		issue(i);
-	bfd::ring_run<D>(p, a, rt, [&](bfd::Cmp &c, int i) { cmp_unit<F>(p, c, w[i], ru[i]); }, issue);
+	// x is staged while the ring's first loads are in flight.
+	if constexpr (XS) {
+		stage_x(p, xrows);
+		__syncthreads();
+	}
+	bfd::ring_run<D, false>(p, a, rt, [&](bfd::Cmp &c, int i) { cmp_unit<F, XS>(p, c, w[i], ru[i]); }, issue);
 }
 
 } // namespace sqd

@@ -875,6 +875,7 @@ struct Ctx {
 	// (split-K scratch: gus / gucnt above, shared with the tier decode kernel)
 	uint64_t bfd_launches = 0;    // strata_gpu_moe_bf16_decode_launches
 	uint64_t sqd_launches = 0;    // strata_gpu_moe_scalar_decode_launches
+	uint64_t sqd_xs_launches = 0; // strata_gpu_moe_scalar_staged_launches
 	// Tiled prefill path (moe_prefill.cuh): experts with >= cfg.prefill_min
 	// tokens.  17: the persistent kernel's 32-token tiles (17 .. 63 tokens)
 	// measured 1.3 - 7x slower than the 64 x 64 prefill tile, its 16-token tiles
@@ -1204,16 +1205,19 @@ int run_dec_bf16(MoeParams *p, uint32_t hfl, cudaStream_t st, struct strata_erro
 }
 
 // The scalar-format decode kernel <format, NW warps, ring depth D, L2
-// prefetch of the next task> (moe_dec_sq.cuh), tasks laid out by run_dec_sq.
-template <int FMT, int NW, int D, bool PF>
-int sqd_launch(MoeParams *p, const bfd::Args &a, cudaStream_t st, struct strata_error *err)
+// prefetch of the next task, x rows staged in shared memory> (moe_dec_sq.cuh),
+// tasks laid out by run_dec_sq; xrows: the rows staged.
+template <int FMT, int NW, int D, bool PF, bool XS>
+int sqd_launch(MoeParams *p, const bfd::Args &a, uint32_t xrows, cudaStream_t st, struct strata_error *err)
 {
 	uint32_t grid = (p->n_tasks + NW - 1) / NW;
 	if (grid > (uint32_t)g_ctx.sms)
 		grid = (uint32_t)g_ctx.sms;
-	sqd::sq_kernel<FMT, NW, D, PF><<<grid, 32 * NW, 0, st>>>(*p, a);
+	const size_t smem = XS ? (size_t)xrows * p->hidden * 2 : 0;
+	sqd::sq_kernel<FMT, NW, D, PF, XS><<<grid, 32 * NW, smem, st>>>(*p, a, xrows);
 	CU_TRY(err, cudaGetLastError());
 	g_ctx.sqd_launches++;
+	g_ctx.sqd_xs_launches += XS;
 	return STRATA_OK;
 }
 
@@ -1223,9 +1227,11 @@ int sqd_launch(MoeParams *p, const bfd::Args &a, cudaStream_t st, struct strata_
 // them on dec_kernel): the scalar-format decode kernel.  K chunks of whole blocks: at most
 // SQ_KCB blocks, fewer until the launch has SQ_TASKS_PER_WARP tasks per warp
 // (the Qwen3-30B-A3B layer: one block per chunk, 4608 tasks), as even as the
-// row allows.  hfl: floats of h in this launch.  1 when it ran (*rc its
+// row allows.  The launch's x rows (up to its largest token index) are staged
+// in shared memory as fp16 when they fit SQ_XS_MAX (sq_xs=1, the default; not
+// with sq_pf=1).  hfl: floats of h in this launch.  1 when it ran (*rc its
 // result), 0 when another kernel should run instead.
-constexpr uint32_t SQ_KCB = 4, SQ_TASKS_PER_WARP = 4;
+constexpr uint32_t SQ_KCB = 4, SQ_TASKS_PER_WARP = 4, SQ_XS_MAX = 48 * 1024;
 // 8 warps of a 4-unit ring (q4 227 - 237 registers, q3 235; 12 warps would
 // cap them at 168 and spill).
 constexpr int SQ_NW = 8, SQ_D = 4;
@@ -1266,10 +1272,21 @@ int run_dec_sq(MoeParams *p, uint32_t hfl, cudaStream_t st, struct strata_error 
 		return 1;
 	a.gu = g_ctx.gus, a.ctr = g_ctx.gucnt;
 	const bool pf = g_ctx.cfg.sq_pf;
-	*rc = fmt == STRATA_FMT_Q4 ? (pf ? sqd_launch<STRATA_FMT_Q4, SQ_NW, SQ_D, true>(p, a, st, err)
-					 : sqd_launch<STRATA_FMT_Q4, SQ_NW, SQ_D, false>(p, a, st, err))
-				   : (pf ? sqd_launch<STRATA_FMT_Q3, SQ_NW, SQ_D, true>(p, a, st, err)
-					 : sqd_launch<STRATA_FMT_Q3, SQ_NW, SQ_D, false>(p, a, st, err));
+	uint32_t xrows = 0;
+	for (uint32_t s = 0; s < p->n_slots; s++)
+		for (uint32_t i = 0; i < p->slot[s].ntok; i++)
+			if (p->tok[p->slot[s].a0 + i] >= xrows)
+				xrows = p->tok[p->slot[s].a0 + i] + 1;
+	const bool xs = g_ctx.cfg.sq_xs && !pf && p->vec && p->hidden % 8 == 0 &&
+			(size_t)xrows * p->hidden * 2 <= SQ_XS_MAX;
+	if (fmt == STRATA_FMT_Q4)
+		*rc = pf   ? sqd_launch<STRATA_FMT_Q4, SQ_NW, SQ_D, true, false>(p, a, 0, st, err)
+		      : xs ? sqd_launch<STRATA_FMT_Q4, SQ_NW, SQ_D, false, true>(p, a, xrows, st, err)
+			   : sqd_launch<STRATA_FMT_Q4, SQ_NW, SQ_D, false, false>(p, a, 0, st, err);
+	else
+		*rc = pf   ? sqd_launch<STRATA_FMT_Q3, SQ_NW, SQ_D, true, false>(p, a, 0, st, err)
+		      : xs ? sqd_launch<STRATA_FMT_Q3, SQ_NW, SQ_D, false, true>(p, a, xrows, st, err)
+			   : sqd_launch<STRATA_FMT_Q3, SQ_NW, SQ_D, false, false>(p, a, 0, st, err);
 	return 1;
 }
 
@@ -1804,6 +1821,14 @@ extern "C" uint64_t strata_gpu_moe_scalar_decode_launches(void)
 {
 	pthread_mutex_lock(&g_ctx.mu);
 	uint64_t n = g_ctx.sqd_launches;
+	pthread_mutex_unlock(&g_ctx.mu);
+	return n;
+}
+
+extern "C" uint64_t strata_gpu_moe_scalar_staged_launches(void)
+{
+	pthread_mutex_lock(&g_ctx.mu);
+	uint64_t n = g_ctx.sqd_xs_launches;
 	pthread_mutex_unlock(&g_ctx.mu);
 	return n;
 }

@@ -168,13 +168,15 @@ static void test_moe_config(void **state)
 	assert_int_equal(c.bf16_warps, -1);
 	assert_int_equal(d.sq_dec, -1);
 	assert_int_equal(d.sq_pf, 0);
+	assert_int_equal(d.sq_xs, 1);
 	c = d;
-	assert_int_equal(strata_gpu_moe_config_parse("sqdec=off,sq_pf=1", &c, &err), STRATA_OK);
+	assert_int_equal(strata_gpu_moe_config_parse("sqdec=off,sq_pf=1,sq_xs=0", &c, &err), STRATA_OK);
 	assert_int_equal(c.sq_dec, 0);
 	assert_int_equal(c.sq_pf, 1);
+	assert_int_equal(c.sq_xs, 0);
 	static const char *const bad[] = { "dec=9x4", "dec=12", "split=65", "split=-1", "bf16dec=16x5",
 					   "bf16_kc=16", "prefill_min=0", "prefill_min=17x", "poison=2", "warps=8",
-					   "dec", "sqdec=8x4", "sq_pf=2" };
+					   "dec", "sqdec=8x4", "sq_pf=2", "sq_xs=2" };
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		c = d;
 		memset(&err, 0, sizeof(err));
@@ -684,8 +686,8 @@ static void test_moe_scalar(void **state)
 		{ "sq-mixed-5", -4, 1024, 256, 5, 14, 4, 0 },
 		{ "sq-mixed-pf", -4, 1024, 256, 200, 7, 3, 0 },
 	};
-	static const char *const cfgs[] = { "", "sq_pf=1", "dec=off", "dec=8x4,split=64", "dec=12x4u,split=3",
-					    "sqdec=off" };
+	static const char *const cfgs[] = { "", "sq_pf=1", "sq_xs=0", "dec=off", "dec=8x4,split=64",
+					    "dec=12x4u,split=3", "sqdec=off" };
 	for (size_t i = 0; i < sizeof(cfgs) / sizeof(cfgs[0]); i++) {
 		struct strata_moe_config kc;
 		struct strata_error err = { 0 };
@@ -694,7 +696,7 @@ static void test_moe_scalar(void **state)
 		kernel_config(&kc);
 		printf("scalar formats, kernel config '%s'\n", cfgs[i]);
 		const int off = kc.dec_warps == 0;
-		const uint64_t n0 = strata_gpu_moe_scalar_decode_launches();
+		const uint64_t n0 = strata_gpu_moe_scalar_decode_launches(), x0 = strata_gpu_moe_scalar_staged_launches();
 		for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++)
 			if (!off || (cases[c].hidden % 32 == 0 && cases[c].inter % 32 == 0)) /* BF16 copies: see below */
 				run_moe_case(&cases[c]);
@@ -705,13 +707,21 @@ static void test_moe_scalar(void **state)
 			if (!off || (big[c].hidden % 32 == 0 && big[c].inter % 32 == 0))
 				run_moe_case_ex(&big[c], 1, 0);
 		/* the default configuration runs the <= 8-token cases on the scalar
-		 * decode kernel (moe_dec_sq.cuh), the forced variants on dec_kernel */
+		 * decode kernel (moe_dec_sq.cuh) with x staged in shared memory (these
+		 * x fit), sq_pf=1 and sq_xs=0 on that kernel with x through L1, the
+		 * forced variants on dec_kernel */
 		const uint64_t n = strata_gpu_moe_scalar_decode_launches() - n0;
-		printf("scalar decode kernel launches: %llu\n", (unsigned long long)n);
-		if (i <= 1)
+		const uint64_t nx = strata_gpu_moe_scalar_staged_launches() - x0;
+		printf("scalar decode kernel launches: %llu, x staged: %llu\n", (unsigned long long)n,
+		       (unsigned long long)nx);
+		if (i <= 2)
 			assert_true(n > 0);
 		else
 			assert_true(n == 0);
+		if (i == 0)
+			assert_true(nx > 0);
+		else
+			assert_true(nx == 0);
 	}
 	kernel_config(NULL);
 	/* More than 16 tokens at a shape the BF16 copies cannot run: a clear error. */
