@@ -768,6 +768,29 @@ int strata_arena_slide(struct strata_arena *a, uint32_t first, uint32_t last,
 	return STRATA_OK;
 }
 
+int strata_arena_copy_down(uint64_t from, uint64_t to, uint64_t len, uint64_t cap,
+			   int (*copy)(void *ctx, uint64_t dst, uint64_t src, uint64_t n), void *ctx,
+			   uint64_t *traffic)
+{
+	uint64_t shift = from - to, piece = shift > cap ? shift : cap, moved = 0;
+	int rc = 0;
+	for (uint64_t o = 0; shift && o < len && !rc; o += piece) {
+		uint64_t n = len - o < piece ? len - o : piece;
+		if (shift >= n) {
+			rc = copy(ctx, to + o, from + o, n);
+			moved += n;
+		} else if (!(rc = copy(ctx, STRATA_ARENA_BOUNCE, from + o, n))) {
+			/* the piece is in the bounce buffer before its place is
+			 * written, and later pieces lie above what this one writes */
+			rc = copy(ctx, to + o, STRATA_ARENA_BOUNCE, n);
+			moved += 2 * n;
+		}
+	}
+	if (traffic)
+		*traffic = moved;
+	return rc;
+}
+
 uint64_t strata_arena_largest_free(const struct strata_arena *a)
 {
 	return a->largest;

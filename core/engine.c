@@ -96,6 +96,7 @@ struct strata_engine {
 	struct strata_mover *nvme, *h2d, *staged;
 	struct strata_vlink vl_nvme, vl_pcie;
 	strata_gpu_stream *cstream;      /* VRAM compaction's copies (device tier), made on first use */
+	void *cbounce;                   /* their bounce buffer: max_bytes of device memory, same */
 	struct job *free_jobs;
 	struct job **job_blocks;
 	uint32_t n_blocks;
@@ -681,32 +682,45 @@ static int move_extent(struct strata_engine *e, int t, uint32_t eid, uint32_t to
 }
 
 /* A slide's move of one extent (strata_arena_slide): jobs follow, the bytes
- * move down (the spans may overlap). */
+ * move down (the spans may overlap).  traffic: the bytes the copies carry
+ * (the sim's charge). */
 struct slide {
 	struct strata_engine *e;
 	int t, rc;
+	uint64_t traffic;
 	struct strata_error *err;
 };
+
+static int slide_copy(void *ctx, uint64_t dst, uint64_t src, uint64_t n)
+{
+	struct slide *s = ctx;
+	struct strata_engine *e = s->e;
+	uint8_t *base = e->tier[s->t].base;
+	if (!base)
+		return STRATA_OK;
+	return strata_gpu_memcpy_d2d_async(dst == STRATA_ARENA_BOUNCE ? e->cbounce : base + dst,
+					   src == STRATA_ARENA_BOUNCE ? e->cbounce : base + src, n, e->cstream, s->err);
+}
 
 static void slide_move(void *ctx, uint32_t eid, uint64_t from, uint64_t to, uint64_t len)
 {
 	struct slide *s = ctx;
 	struct strata_engine *e = s->e;
-	struct eslot *x = &e->es[eid];
 	uint8_t *base = e->tier[s->t].base;
 	follow_extent(e, s->t, eid, base ? base + to : NULL);
-	x->t[s->t].off = to;
-	if (!base || s->rc)
+	e->es[eid].t[s->t].off = to;
+	if (s->rc)
 		return;
-	if (e->tier[s->t].backing == STRATA_BACK_DEVICE) {
-		/* in order on one stream, in pieces no longer than the shift: no
-		 * piece overwrites what a later one reads */
-		for (uint64_t o = 0, step = from - to; o < len && !s->rc; o += step)
-			s->rc = strata_gpu_memcpy_d2d_async(base + to + o, base + from + o, len - o < step ? len - o : step,
-							    e->cstream, s->err);
-	} else {
+	uint64_t moved = len;
+	if (s->t == V && (!base || e->tier[V].backing == STRATA_BACK_DEVICE)) {
+		/* one device copy must not overlap itself: whole pieces of up to
+		 * an expert through the bounce buffer, in order on one stream,
+		 * so a slide is a few large copies whatever its shift */
+		s->rc = strata_arena_copy_down(from, to, len, e->max_bytes, slide_copy, s, &moved);
+	} else if (base) {
 		memmove(base + to, base + from, len);
 	}
+	s->traffic += moved;
 }
 
 /* Bytes a slide may move to make room for `bytes`, per tier: about what a
@@ -736,15 +750,17 @@ static int compact(struct strata_engine *e, int t, uint64_t bytes, struct strata
 	if (rc && !slide)
 		return rc;
 	rc = STRATA_OK;
-	if (e->tier[t].base && e->tier[t].backing == STRATA_BACK_DEVICE && !e->cstream &&
-	    (rc = strata_gpu_stream_create(&e->cstream, err)))
+	if (e->tier[t].base && e->tier[t].backing == STRATA_BACK_DEVICE &&
+	    ((!e->cstream && (rc = strata_gpu_stream_create(&e->cstream, err))) ||
+	     (!e->cbounce && (rc = strata_gpu_malloc(&e->cbounce, e->max_bytes, err)))))
 		return rc;
-	uint64_t t0 = e->virt ? 0 : strata_now_ns(), moved = slide ? smoved : plan.moved;
+	uint64_t t0 = e->virt ? 0 : strata_now_ns(), moved = slide ? smoved : plan.moved, traffic = moved;
 	if (slide) {
 		struct slide s = { .e = e, .t = t, .err = err };
 		if ((rc = strata_arena_slide(a, first, last, slide_move, &s)))
 			return STRATA_ERR(err, rc, "engine: out of memory (%s tier's hole index)", tname(t));
 		rc = s.rc;
+		traffic = s.traffic;
 	} else {
 		for (uint32_t i = 0; i < plan.n && !rc; i++)
 			rc = move_extent(e, t, a->blk[plan.h[i]].tag, plan.to[i], err);
@@ -755,10 +771,12 @@ static int compact(struct strata_engine *e, int t, uint64_t bytes, struct strata
 		return rc;
 	e->st.compactions[t]++;
 	e->st.compact_bytes[t] += moved;
-	/* the engine's thread waits for the copies: read and write at the
-	 * tier's copy speed (strata calibrate measures both) */
+	/* the engine's thread waits for the copies: each byte they carry is
+	 * read and written at the tier's copy speed (strata calibrate measures
+	 * both); a VRAM slide's bytes that go through the bounce buffer count
+	 * twice */
 	double gbps = t == V ? e->cfg.cost.hbm_gbps : e->cfg.cost.host_gbps;
-	double ns = e->virt ? (gbps > 0 ? 2.0 * (double)moved / gbps : 0) : (double)(strata_now_ns() - t0);
+	double ns = e->virt ? (gbps > 0 ? 2.0 * (double)traffic / gbps : 0) : (double)(strata_now_ns() - t0);
 	if (e->virt)
 		e->vclock += ns;
 	e->st.compact_ns += ns;
@@ -1214,6 +1232,8 @@ void strata_engine_close(struct strata_engine *e)
 		strata_mover_close(ms[i]);
 	if (e->cstream)
 		strata_gpu_stream_destroy(e->cstream);
+	if (e->cbounce)
+		strata_gpu_free(e->cbounce);
 	strata_vlink_free(&e->vl_nvme);
 	strata_vlink_free(&e->vl_pcie);
 	strata_tier_free(&e->tier[V]);
@@ -1287,6 +1307,16 @@ static void poll_movers(struct strata_engine *e)
 		else if (strata_mover_reap(ms[i], 0, &err) < 0)
 			io_fail(e, &err);
 	}
+}
+
+int strata_engine_poll(struct strata_engine *e, struct strata_error *err)
+{
+	if (e->virt)
+		return STRATA_OK;
+	poll_movers(e);
+	feed_low(e);
+	kick_movers(e);
+	return check_io(e, err);
 }
 
 static int check_ids(struct strata_engine *e, uint32_t layer, const uint32_t *x, uint32_t n, struct strata_error *err)

@@ -131,6 +131,7 @@ struct run {
 	bool hints_used;     /* cfg->hints, and the prefetch policy reads them */
 	float *x, *y;        /* host activations */
 	void *dx, *dy;       /* device activations */
+	strata_gpu_event *done; /* after a layer's kernels: the engine's movers are polled until it fires */
 	uint64_t max_step_tokens;
 	struct strata_model_spec spec;
 	const uint8_t *fmt_table;
@@ -189,6 +190,8 @@ static void run_free(struct run *r)
 		strata_gpu_free(r->dx);
 	if (r->dy)
 		strata_gpu_free(r->dy);
+	if (r->done)
+		strata_gpu_event_destroy(r->done);
 	free(r->seg_init);
 	free(r->experts);
 	free(r->idx_of);
@@ -289,6 +292,17 @@ static double modelled_us(const struct run *r, uint32_t l, uint32_t n)
 	return us;
 }
 
+/* Until the layer's kernels on the legacy default stream finish: the
+ * engine's movers are polled, so finished moves chain on and waiting
+ * prefetches take the links that fall idle. */
+static int wait_computing(struct run *r, struct strata_error *err)
+{
+	int rc = strata_gpu_event_record(r->done, NULL, err), q = 0;
+	while (!rc && (q = strata_gpu_event_query(r->done, err)) == 0)
+		rc = strata_engine_poll(r->eng, err);
+	return rc ? rc : q < 0 ? q : STRATA_OK;
+}
+
 /* One layer of one step. */
 static int run_layer(struct run *r, uint64_t step, uint32_t l, struct strata_error *err)
 {
@@ -353,10 +367,13 @@ static int run_layer(struct run *r, uint64_t step, uint32_t l, struct strata_err
 				c.x = r->dx;
 				c.y = r->dy;
 				rc = strata_moe_layer_gpu(&c, err);
-				/* the computation's stream only (the legacy default stream): the
-				 * engine's prefetch copies on their own streams go on */
+				/* wait for the computation's stream only (the legacy default
+				 * stream), polling the engine meanwhile: a prefetch that
+				 * finishes while the kernels run hands its link to the next
+				 * (the links would otherwise carry only what was in flight
+				 * when the kernels started, the prefetch budget) */
 				if (!rc)
-					rc = strata_gpu_stream_sync(NULL, err);
+					rc = wait_computing(r, err);
 			} else if (!rc) {
 				c.x = r->x;
 				c.y = r->y;
@@ -558,7 +575,8 @@ static int open_compute(struct run *r, struct strata_error *err)
 		if ((rc = strata_gpu_malloc(&r->dx, nx * sizeof(float), err)) ||
 		    (rc = strata_gpu_malloc(&r->dy, nx * sizeof(float), err)) ||
 		    (rc = strata_gpu_memcpy_h2d_async(r->dx, r->x, nx * sizeof(float), NULL, err)) ||
-		    (rc = strata_gpu_memset(r->dy, 0, nx * sizeof(float), err)) || (rc = strata_gpu_sync(err)))
+		    (rc = strata_gpu_memset(r->dy, 0, nx * sizeof(float), err)) || (rc = strata_gpu_sync(err)) ||
+		    (rc = strata_gpu_event_create(&r->done, err)))
 			return rc;
 	}
 	return STRATA_OK;

@@ -56,7 +56,10 @@ static int teardown(void **state)
 
 static uint64_t ebytes(struct strata_store *s) { return strata_store_expert(s, 0, 0)->bytes; }
 
-/* Drive the engine over a harness trace, like replay does. */
+/* Drive the engine over a harness trace, like replay does; drive_polls:
+ * strata_engine_poll calls between acquire and release, as a GPU replay
+ * polls while its kernels run. */
+static int drive_polls;
 static int drive(struct strata_engine *e, const struct strata_harness_trace *t, struct strata_store *s,
 		 int check_data, struct strata_error *err)
 {
@@ -85,7 +88,9 @@ static int drive(struct strata_engine *e, const struct strata_harness_trace *t, 
 						 (unsigned long long)strata_engine_stats(e)->hits[2]);
 			}
 		}
-		if ((rc = strata_engine_release(e, x->token, x->layer, x->experts, x->n, err))) {
+		for (int k = 0; k < drive_polls && !rc; k++)
+			rc = strata_engine_poll(e, err);
+		if (rc || (rc = strata_engine_release(e, x->token, x->layer, x->experts, x->n, err))) {
 			free(buf);
 			return rc;
 		}
@@ -798,7 +803,10 @@ static void test_mixed_sizes_room(void **state)
 
 /* Prefetch reads in flight per link (cfg.prefetch_inflight), real mode: at
  * one byte they go to the disk one move at a time, with room for four
- * experts up to four at once; the decisions are the same either way. */
+ * experts up to four at once; the decisions are the same either way, and
+ * with strata_engine_poll called while the caller computes (a GPU replay
+ * polls until its kernels finish: finished moves chain on, waiting
+ * prefetches take idle links earlier), and in the sim. */
 static void test_prefetch_inflight(void **state)
 {
 	struct strata_error err = { 0 };
@@ -810,9 +818,9 @@ static void test_prefetch_inflight(void **state)
 		uint64_t b = strata_store_expert(st_t, i / sp->n_experts, i % sp->n_experts)->bytes;
 		maxb = b > maxb ? b : maxb;
 	}
-	const uint64_t cap[3] = { 1, 4 * maxb, 0 };
-	struct strata_engine_stats s[3];
-	for (int r = 0; r < 3; r++) {
+	const uint64_t cap[5] = { 1, 4 * maxb, 0, 1, 1 }; /* 3: polled, 4: virtual */
+	struct strata_engine_stats s[5];
+	for (int r = 0; r < 5; r++) {
 		struct strata_engine_config ec;
 		strata_engine_config_defaults(&ec);
 		ec.use_gpu = 0;
@@ -823,9 +831,13 @@ static void test_prefetch_inflight(void **state)
 		ec.prefetch = "oracle:depth=2:stage=8";
 		ec.future = strata_harness_trace_future(t);
 		ec.prefetch_inflight[STRATA_LINK_NVME] = cap[r];
+		ec.mode = r == 4 ? STRATA_ENGINE_VIRTUAL : ec.mode;
 		struct strata_engine *e;
 		assert_int_equal(strata_engine_open(st_t, &ec, &e, &err), 0);
-		if (drive(e, t, st_t, 1, &err))
+		drive_polls = r == 3 ? 200 : 0;
+		int rc = drive(e, t, st_t, r != 4, &err);
+		drive_polls = 0;
+		if (rc)
 			fail_msg("%s: %s", strata_engine_name(e), err.msg);
 		s[r] = *strata_engine_stats(e);
 		print_message("prefetch_inflight %llu: at most %llu bytes of prefetch reads in flight (extents <= %llu)\n",
@@ -838,9 +850,11 @@ static void test_prefetch_inflight(void **state)
 	assert_true(s[1].prefetch_inflight_max[STRATA_LINK_NVME] > maxb);  /* several at once */
 	assert_true(s[1].prefetch_inflight_max[STRATA_LINK_NVME] <= 4 * maxb);
 	assert_true(s[2].prefetch_inflight_max[STRATA_LINK_NVME] >= s[1].prefetch_inflight_max[STRATA_LINK_NVME]);
-	for (int r = 1; r < 3; r++) {
+	assert_true(s[3].prefetch_inflight_max[STRATA_LINK_NVME] <= maxb);
+	for (int r = 1; r < 5; r++) {
 		assert_memory_equal(s[0].hits, s[r].hits, sizeof(s[0].hits));
-		assert_true(s[0].prefetch_issued == s[r].prefetch_issued && s[0].bytes_nvme_ram == s[r].bytes_nvme_ram);
+		assert_true(s[0].prefetch_issued == s[r].prefetch_issued && s[0].prefetch_used == s[r].prefetch_used &&
+			    s[0].bytes_nvme_ram == s[r].bytes_nvme_ram && s[0].bytes_ram_vram == s[r].bytes_ram_vram);
 	}
 	strata_harness_trace_free(t);
 }

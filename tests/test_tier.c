@@ -361,6 +361,96 @@ static void test_arena_room(void **state)
 	strata_arena_free(&a);
 }
 
+/* strata_arena_copy_down's copies on a host buffer: none overlaps itself,
+ * a piece goes through the bounce buffer before its place is written. */
+static uint8_t *cd_buf, cd_bounce[64 * K4];
+static uint64_t cd_copies, cd_cap;
+static int cd_copy(void *ctx, uint64_t dst, uint64_t src, uint64_t n)
+{
+	(void)ctx;
+	assert_true(n > 0 && n <= (dst == STRATA_ARENA_BOUNCE || src == STRATA_ARENA_BOUNCE ? cd_cap : UINT64_MAX));
+	uint8_t *d = dst == STRATA_ARENA_BOUNCE ? cd_bounce : cd_buf + dst;
+	const uint8_t *s = src == STRATA_ARENA_BOUNCE ? cd_bounce : cd_buf + src;
+	assert_true(d + n <= s || s + n <= d); /* one copy never overlaps itself */
+	memcpy(d, s, n);
+	cd_copies++;
+	return 0;
+}
+
+static void cd_slide_move(void *ctx, uint32_t tag, uint64_t from, uint64_t to, uint64_t len)
+{
+	uint64_t *traffic = ctx, t;
+	(void)tag;
+	assert_int_equal(strata_arena_copy_down(from, to, len, cd_cap, cd_copy, NULL, &t), 0);
+	*traffic += t;
+}
+
+static bool cd_fixed(void *ctx, uint32_t tag)
+{
+	(void)ctx, (void)tag;
+	return false;
+}
+
+static void test_arena_copy_down(void **state)
+{
+	const uint64_t size = 256 * K4;
+	cd_buf = malloc(size);
+	uint8_t *want = malloc(size);
+	/* every shift against pieces of the bounce size and larger */
+	const uint64_t lens[] = { 1, K4, 7 * K4 + 5, 40 * K4 }, shifts[] = { 1, 100, K4, 7 * K4 + 5, 41 * K4 },
+		       caps[] = { 3 * K4, 8 * K4, 64 * K4 };
+	for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++)
+		for (size_t si = 0; si < sizeof(shifts) / sizeof(shifts[0]); si++)
+			for (size_t ci = 0; ci < sizeof(caps) / sizeof(caps[0]); ci++) {
+				uint64_t len = lens[li], sh = shifts[si], from = 3 * K4 + sh, to = 3 * K4, tr = 0;
+				for (uint64_t k = 0; k < size; k++)
+					cd_buf[k] = (uint8_t)(k * 131 + k / 251);
+				memcpy(want, cd_buf, size);
+				memmove(want + to, want + from, len);
+				cd_copies = 0;
+				cd_cap = caps[ci];
+				assert_int_equal(strata_arena_copy_down(from, to, len, cd_cap, cd_copy, NULL, &tr), 0);
+				assert_memory_equal(cd_buf + to, want + to, len);
+				uint64_t pieces = (len + cd_cap - 1) / cd_cap;
+				assert_true(cd_copies <= 2 * pieces);
+				assert_true(sh >= len ? cd_copies == 1 && tr == len : tr >= len && tr <= 2 * len);
+			}
+
+	/* a slide of seven extents of 7 pages across one-page gaps: at most two
+	 * copies per extent with a bounce buffer of an extent, where pieces no
+	 * longer than the shift took seven each */
+	struct strata_arena a;
+	assert_int_equal(strata_arena_init(&a, 64 * K4, NULL), 0); /* no hole at the end */
+	uint64_t off[8], gap[8], tag[8], traffic = 0;
+	for (int i = 0; i < 8; i++) {
+		assert_int_equal(strata_arena_reserve(&a, K4, &gap[i]), 0);
+		assert_int_equal(strata_arena_reserve(&a, 7 * K4, &off[i]), 0);
+	}
+	for (uint64_t k = 0; k < size; k++)
+		cd_buf[k] = (uint8_t)(k * 7 + k / 4093);
+	for (int i = 0; i < 8; i++) {
+		strata_arena_release(&a, gap[i], K4);
+		tag[i] = off[i];
+	}
+	uint32_t first, last;
+	uint64_t moved;
+	assert_int_equal(strata_arena_slide_plan(&a, 8 * K4, cd_fixed, NULL, &first, &last, &moved), 0);
+	assert_true(moved == 49 * K4); /* extents 0-6 move down, the hole ends before 7 */
+	cd_copies = 0;
+	cd_cap = 7 * K4;
+	assert_int_equal(strata_arena_slide(&a, first, last, cd_slide_move, &traffic), 0);
+	assert_int_equal(strata_arena_check(&a), 0);
+	assert_true(cd_copies <= 2 * 7 && traffic <= 2 * moved);
+	for (int i = 0; i < 8; i++) /* extent i slid down by i + 1 pages, 7 stays */
+		for (uint64_t k = 0; k < 7 * K4; k++)
+			assert_int_equal(cd_buf[tag[i] - (uint64_t)(i < 7 ? i + 1 : 0) * K4 + k],
+					 (uint8_t)((tag[i] + k) * 7 + (tag[i] + k) / 4093));
+	strata_arena_free(&a);
+	free(want);
+	free(cd_buf);
+	(void)state;
+}
+
 static void test_tier_backings(void **state)
 {
 	struct strata_tier_mem t;
@@ -448,6 +538,7 @@ int main(void)
 		cmocka_unit_test(test_arena_fragmentation),
 		cmocka_unit_test(test_arena_matches_linear_best_fit),
 		cmocka_unit_test(test_arena_room),
+		cmocka_unit_test(test_arena_copy_down),
 		cmocka_unit_test(test_tier_backings),
 		cmocka_unit_test(test_numa_of_gpu),
 	};

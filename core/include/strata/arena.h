@@ -148,6 +148,18 @@ int strata_arena_slide_plan(const struct strata_arena *a, uint64_t bytes, bool (
  * when the hole index cannot grow. */
 int strata_arena_slide(struct strata_arena *a, uint32_t first, uint32_t last,
 		       void (*move)(void *ctx, uint32_t tag, uint64_t from, uint64_t to, uint64_t len), void *ctx);
+/* The copies that move len bytes down from `from` to `to` (to < from; the
+ * spans may overlap) when one copy must not overlap itself: issued in order,
+ * piece by piece, each piece straight to its place where the shift is at
+ * least the piece, else through a bounce buffer of `cap` bytes (two copies:
+ * in, out).  copy(ctx, dst, src, n) with dst / src an offset, or
+ * STRATA_ARENA_BOUNCE for the bounce buffer.  A slide of an extent is then
+ * at most 2 * ceil(len / cap) copies, whatever its shift.  *traffic (may be
+ * NULL) gets the bytes the copies carry; returns copy's first error. */
+#define STRATA_ARENA_BOUNCE UINT64_MAX
+int strata_arena_copy_down(uint64_t from, uint64_t to, uint64_t len, uint64_t cap,
+			   int (*copy)(void *ctx, uint64_t dst, uint64_t src, uint64_t n), void *ctx,
+			   uint64_t *traffic);
 /* Largest hole, for error messages and fragmentation checks. */
 uint64_t strata_arena_largest_free(const struct strata_arena *a);
 /* Holes in offset order, at most n; returns how many were written. */

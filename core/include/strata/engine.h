@@ -298,6 +298,11 @@ bool strata_engine_reads_gates(const struct strata_engine *e);
 struct strata_option;
 const struct strata_option *strata_engine_on_miss_options(void);
 
+/* Real mode: collect the moves that finished and hand waiting prefetches to
+ * the links that fell idle, without blocking (a driver calls it while it
+ * waits for its computation; acquire and release do the same).  Virtual
+ * mode: nothing.  The first I/O error. */
+int strata_engine_poll(struct strata_engine *e, struct strata_error *err);
 /* Virtual mode: charge compute time for a layer; real mode: record it. */
 void strata_engine_add_compute(struct strata_engine *e, double ns);
 
