@@ -1879,36 +1879,33 @@ extern "C" int strata_gpu_moe_check(int fmt, uint32_t hidden, uint32_t inter, st
 	return fill_tab(fmt, hidden, inter, 64, &t, err);
 }
 
-extern "C" uint64_t strata_gpu_moe_decode_split_launches(void)
+// A launch counter of the test hooks, read under the context's lock.
+static uint64_t launch_count(const uint64_t *c)
 {
 	pthread_mutex_lock(&g_ctx.mu);
-	uint64_t n = g_ctx.dec_split_launches;
+	uint64_t n = *c;
 	pthread_mutex_unlock(&g_ctx.mu);
 	return n;
+}
+
+extern "C" uint64_t strata_gpu_moe_decode_split_launches(void)
+{
+	return launch_count(&g_ctx.dec_split_launches);
 }
 
 extern "C" uint64_t strata_gpu_moe_scalar_decode_launches(void)
 {
-	pthread_mutex_lock(&g_ctx.mu);
-	uint64_t n = g_ctx.sqd_launches;
-	pthread_mutex_unlock(&g_ctx.mu);
-	return n;
+	return launch_count(&g_ctx.sqd_launches);
 }
 
 extern "C" uint64_t strata_gpu_moe_scalar_staged_launches(void)
 {
-	pthread_mutex_lock(&g_ctx.mu);
-	uint64_t n = g_ctx.sqd_xs_launches;
-	pthread_mutex_unlock(&g_ctx.mu);
-	return n;
+	return launch_count(&g_ctx.sqd_xs_launches);
 }
 
 extern "C" uint64_t strata_gpu_moe_prefill_sm90_launches(void)
 {
-	pthread_mutex_lock(&g_ctx.mu);
-	uint64_t n = g_ctx.pf90_launches;
-	pthread_mutex_unlock(&g_ctx.mu);
-	return n;
+	return launch_count(&g_ctx.pf90_launches);
 }
 
 extern "C" int strata_gpu_moe_prefill_sm90_usable(void)
@@ -1922,10 +1919,7 @@ extern "C" int strata_gpu_moe_prefill_sm90_usable(void)
 
 extern "C" uint64_t strata_gpu_moe_bf16_decode_launches(void)
 {
-	pthread_mutex_lock(&g_ctx.mu);
-	uint64_t n = g_ctx.bfd_launches;
-	pthread_mutex_unlock(&g_ctx.mu);
-	return n;
+	return launch_count(&g_ctx.bfd_launches);
 }
 
 extern "C" int strata_gpu_dequantize(int fmt, const void *d_packed, uint32_t rows, uint32_t cols, float *d_out,
