@@ -255,6 +255,11 @@ static const uint8_t mover_links[3] = {
 /* The link whose prefetch budget each mover's prefetches count against
  * (cfg.prefetch_inflight): the staged mover's reads hold the disk. */
 static const uint8_t mover_budget_link[3] = { STRATA_LINK_NVME, STRATA_LINK_NVME, STRATA_LINK_PCIE };
+/* cfg.prefetch_inflight's defaults (0 there): 32 MiB of reads, 16 MiB of copies */
+static const uint64_t low_cap_default[STRATA_LINK_COUNT] = {
+	[STRATA_LINK_NVME] = 32ull << 20,
+	[STRATA_LINK_PCIE] = 16ull << 20,
+};
 
 static void job_done(struct strata_move *mv)
 {
@@ -618,6 +623,12 @@ static void drop(struct strata_engine *e, int t, uint32_t eid)
 	e->st.used[t] = strata_tier_used(&e->tier[t]);
 }
 
+/* A tier's arena could not grow its hole index. */
+static int holes_oom(struct strata_error *err, int t)
+{
+	return STRATA_ERR(err, STRATA_ENOMEM, "engine: out of memory (%s tier's hole index)", tname(t));
+}
+
 /* ---- room for mixed sizes --------------------------------------------------- */
 
 static bool room_fixed(void *ctx, uint32_t eid)
@@ -665,7 +676,7 @@ static int move_extent(struct strata_engine *e, int t, uint32_t eid, uint32_t to
 	uint32_t h;
 	int rc = strata_arena_reserve_in(&e->tier[t].arena, to, e->bytes[eid], &off, &h);
 	if (rc)
-		return rc == STRATA_ENOMEM ? STRATA_ERR(err, rc, "engine: out of memory (%s tier's hole index)", tname(t))
+		return rc == STRATA_ENOMEM ? holes_oom(err, t)
 					   : STRATA_ERR(err, STRATA_EINVAL, "engine: %s tier: a planned hole is gone",
 							tname(t));
 	uint8_t *base = e->tier[t].base;
@@ -742,7 +753,7 @@ static int compact(struct strata_engine *e, int t, uint64_t bytes, struct strata
 	uint64_t smoved = UINT64_MAX;
 	int rc = strata_arena_plan_room(a, bytes, room_fixed, e->pinned[t], &plan);
 	if (rc == STRATA_ENOMEM)
-		return STRATA_ERR(err, rc, "engine: out of memory (%s tier's hole index)", tname(t));
+		return holes_oom(err, t);
 	if (strata_arena_slide_plan(a, bytes, room_fixed, e->pinned[t], &first, &last, &smoved) ||
 	    smoved > slide_ratio[t] * bytes)
 		smoved = UINT64_MAX;
@@ -758,7 +769,7 @@ static int compact(struct strata_engine *e, int t, uint64_t bytes, struct strata
 	if (slide) {
 		struct slide s = { .e = e, .t = t, .err = err };
 		if ((rc = strata_arena_slide(a, first, last, slide_move, &s)))
-			return STRATA_ERR(err, rc, "engine: out of memory (%s tier's hole index)", tname(t));
+			return holes_oom(err, t);
 		rc = s.rc;
 		traffic = s.traffic;
 	} else {
@@ -799,7 +810,7 @@ static int make_room(struct strata_engine *e, int t, uint32_t eid, uint64_t *off
 	 * trying again after each eviction costs nothing */
 	while ((got = strata_tier_reserve_h(&e->tier[t], e->bytes[eid], off, &e->es[eid].t[t].hnd)) != STRATA_OK) {
 		if (got == STRATA_ENOMEM)
-			return STRATA_ERR(err, STRATA_ENOMEM, "engine: out of memory (%s tier's hole index)", tname(t));
+			return holes_oom(err, t);
 		int rc = compact(e, t, e->bytes[eid], err);
 		if (rc == STRATA_OK)
 			continue;
@@ -1186,10 +1197,8 @@ static int engine_open(struct strata_store *store, const struct strata_model_spe
 	e->ms[0] = e->nvme;
 	e->ms[1] = e->staged;
 	e->ms[2] = e->h2d;
-	e->low_cap[STRATA_LINK_NVME] = cfg->prefetch_inflight[STRATA_LINK_NVME] ? cfg->prefetch_inflight[STRATA_LINK_NVME]
-										: 32ull << 20;
-	e->low_cap[STRATA_LINK_PCIE] = cfg->prefetch_inflight[STRATA_LINK_PCIE] ? cfg->prefetch_inflight[STRATA_LINK_PCIE]
-										: 16ull << 20;
+	for (int l = 0; l < STRATA_LINK_COUNT; l++)
+		e->low_cap[l] = cfg->prefetch_inflight[l] ? cfg->prefetch_inflight[l] : low_cap_default[l];
 	if ((rc = preload(e, err)))
 		goto fail;
 	*out = e;
@@ -1347,7 +1356,7 @@ static int pf_start(void *o, uint32_t eid, int t, int src, struct strata_error *
 	if (t == R && e->sched.ram_holes_only) { /* a free hole or none (EBUDGET: dropped), no eviction */
 		rc = strata_tier_reserve_h(&e->tier[R], e->bytes[eid], &off, &e->es[eid].t[R].hnd);
 		if (rc == STRATA_ENOMEM)
-			return STRATA_ERR(err, rc, "engine: out of memory (ram tier's hole index)");
+			return holes_oom(err, R);
 		e->st.used[R] = strata_tier_used(&e->tier[R]);
 	} else {
 		rc = make_room(e, t, eid, &off, err);

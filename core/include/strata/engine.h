@@ -74,7 +74,7 @@ struct strata_engine_config {
 	 * later shares the device with at most these).  0: the defaults, 32 MiB
 	 * of reads (about five experts of a few MB: the disk's queue stays
 	 * deep) and 16 MiB of copies.  Timing only: no decision depends on it. */
-	uint64_t prefetch_inflight[2];
+	uint64_t prefetch_inflight[STRATA_LINK_COUNT];
 	/* Virtual mode only: do not time each begin_step/acquire/release on the
 	 * wall clock (bookkeeping_ns stays 0).  strata sim sets it and reports
 	 * its loop's wall time as bookkeeping instead: in a sim the engine is
