@@ -44,16 +44,10 @@
 void strata_cost_file_defaults(struct strata_cost_file *c)
 {
 	memset(c, 0, sizeof(*c));
-	/* a PCIe 5 NVMe SSD, a PCIe 5 x16 GPU link, an H200's HBM; overwritten by calibrate */
-	c->cost.nvme_gbps = 6.0;
-	c->cost.nvme_lat_us = 80.0;
-	c->cost.pcie_gbps = 50.0;
-	c->cost.pcie_lat_us = 10.0;
-	c->cost.hbm_gbps = 4000.0;
-	c->cost.host_gbps = 20.0;
-	c->cost.kernel_us_per_mb = 0.5;
+	/* the engine's default links (overwritten by calibrate); a file's fixed
+	 * kernel cost defaults to 8 us, the engine's to 5 */
+	strata_cost_model_defaults(&c->cost);
 	c->cost.kernel_fixed_us = 8.0;
-	c->cost.nvme_queue_depth = 32;
 	c->kernel_us_per_mb_token = 0.02;
 	c->kernel_speed_q4 = c->kernel_speed_q3 = 1.0;
 	snprintf(c->source, sizeof(c->source), "defaults");
