@@ -205,6 +205,13 @@ static double break_even(const struct lookahead *l, uint64_t b, uint32_t m, bool
 	return c > 0 ? c / (c + h / (m ? m : 1)) : 0;
 }
 
+/* eid would be an NVMe read: not in RAM (or no RAM tier) and not in VRAM
+ * (where it is, asking is redundant). */
+static bool nvme_read(const uint8_t *const *res, bool ram, uint32_t eid)
+{
+	return (!ram || !res[STRATA_TIER_RAM][eid]) && !(res && res[STRATA_TIER_VRAM] && res[STRATA_TIER_VRAM][eid]);
+}
+
 static uint32_t lookahead_on_layer(struct strata_policy *p, const struct strata_layer_ctx *ctx,
 				   struct strata_prefetch_req *out, uint32_t max)
 {
@@ -232,8 +239,7 @@ static uint32_t lookahead_on_layer(struct strata_policy *p, const struct strata_
 	uint32_t reads = 0, reads_all = 0;
 	for (uint32_t i = 0; i < n; i++) {
 		uint32_t d = l->buf[i].layer - ctx->layer, eid = strata_eid(s, l->buf[i].layer, l->buf[i].expert);
-		bool r = (!ram || !res[STRATA_TIER_RAM][eid]) && !(res && res[STRATA_TIER_VRAM] && res[STRATA_TIER_VRAM][eid]) &&
-			 accuracy(l, d, hints_band(l->buf[i].score)) >= l->min_accuracy_nvme;
+		bool r = nvme_read(res, ram, eid) && accuracy(l, d, hints_band(l->buf[i].score)) >= l->min_accuracy_nvme;
 		reads += r && d <= l->depth;
 		reads_all += r;
 	}
@@ -241,7 +247,7 @@ static uint32_t lookahead_on_layer(struct strata_policy *p, const struct strata_
 		uint32_t d = l->buf[i].layer - ctx->layer, band = hints_band(l->buf[i].score);
 		uint32_t eid = strata_eid(s, l->buf[i].layer, l->buf[i].expert);
 		bool nvme = !ram || !res[STRATA_TIER_RAM][eid];
-		bool read = nvme && !(res && res[STRATA_TIER_VRAM] && res[STRATA_TIER_VRAM][eid]); /* else redundant */
+		bool read = nvme_read(res, ram, eid); /* else redundant */
 		uint32_t dest = d <= l->depth ? l->dest : STRATA_TIER_RAM;
 		if (dest == STRATA_TIER_VRAM && read && ram && l->via_ram[0] != '0' && strcmp(l->from, "ram") &&
 		    (l->via_ram[0] == '1' || fit))
