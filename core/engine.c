@@ -49,6 +49,9 @@ struct job {
 	int mi;                     /* index of its mover in e->ms */
 	bool low;                   /* a prefetch: handed to the mover behind demand (sched.h) */
 	bool waiting;               /* low, queued by the engine, not yet handed to the mover */
+	bool was_low;               /* issued as a prefetch (cfg.move_log: promoted if no longer) */
+	uint64_t lstep;             /* cfg.move_log: the layer-step it was issued in */
+	double t_ask, t_hand;       /* cfg.move_log: issued, handed to its mover (ns, engine clock) */
 };
 
 /* An expert's state in a cached tier. */
@@ -134,6 +137,7 @@ struct strata_engine {
 	uint64_t now;                    /* logical access clock */
 	double vclock;                   /* virtual ns */
 	uint64_t t_open;
+	FILE *mlog;                      /* cfg.move_log, open */
 	struct strata_engine_stats st;
 	char name[3 * STRATA_POLICY_NAME_MAX + 112];
 };
@@ -172,6 +176,62 @@ void strata_engine_config_defaults(struct strata_engine_config *c)
 }
 
 static const char *tname(int t) { return t == V ? "vram" : t == R ? "ram" : "nvme"; }
+
+/* ---- the move log (cfg.move_log) --------------------------------------------- */
+
+/* The engine's clock for the log: virtual ns, or wall ns since open. */
+static double mlog_now(const struct strata_engine *e)
+{
+	return e->virt ? e->vclock : (double)(strata_now_ns() - e->t_open);
+}
+
+/* A mover's wall-clock stamp on the log's clock (virtual stamps are already). */
+static double mlog_stamp(const struct strata_engine *e, uint64_t ns)
+{
+	return e->virt ? (double)ns : ns > e->t_open ? (double)(ns - e->t_open) : 0;
+}
+
+static const char mlog_header[] =
+	"link,kind,promoted,status,layer,expert,from,to,bytes,step,queued_ns,handed_ns,submitted_ns,done_ns,reaped_ns\n";
+
+/* One row; layer/expert of eid (UINT32_MAX: none); status: done, failed,
+ * or cancelled (a prefetch dropped before it reached its mover: no bytes
+ * moved, h/s/d NAN, written empty). */
+static void mlog_row(struct strata_engine *e, const char *link, const char *kind, int promoted, const char *status,
+		     uint32_t eid, const char *from, const char *to, uint64_t bytes, uint64_t step, double q, double h,
+		     double s, double d, double r)
+{
+	long long l = -1, x = -1;
+	if (eid != UINT32_MAX) {
+		l = eid / e->spec.n_experts;
+		x = eid % e->spec.n_experts;
+	}
+	char t[3][24];
+	double v[3] = { h, s, d };
+	for (int i = 0; i < 3; i++)
+		snprintf(t[i], sizeof(t[i]), isnan(v[i]) ? "" : "%.0f", v[i]);
+	fprintf(e->mlog, "%s,%s,%d,%s,%lld,%lld,%s,%s,%llu,%llu,%.0f,%s,%s,%s,%.0f\n", link, kind, promoted, status, l, x,
+		from, to, (unsigned long long)bytes, (unsigned long long)step, q, t[0], t[1], t[2], r);
+}
+
+static void mlog_job(struct strata_engine *e, struct job *j, const char *status)
+{
+	static const char *const link[3] = { "nvme", "staged", "pcie" };
+	bool moved = status[0] != 'c';
+	bool promoted = j->was_low && !(moved ? j->mv.low : j->low); /* mv.low is set when handed over */
+	mlog_row(e, link[j->mi], !j->was_low ? "demand" : j->tier == R ? "stage" : "prefetch", promoted,
+		 status, j->eid, tname(j->src_tier), tname(j->tier), j->mv.bytes, j->lstep, j->t_ask,
+		 moved ? j->t_hand : NAN, moved ? mlog_stamp(e, j->mv.submit_ns) : NAN,
+		 moved ? mlog_stamp(e, j->mv.done_ns) : NAN, mlog_now(e));
+}
+
+/* An engine span (stall, compute, compaction): start to end, dev: when the
+ * device finished its part (compute). */
+static void mlog_span(struct strata_engine *e, const char *link, const char *kind, uint32_t eid, uint64_t bytes,
+		      double t0, double dev, double t1)
+{
+	mlog_row(e, link, kind, 0, "done", eid, "-", "-", bytes, e->lstep, t0, t0, t0, dev, t1);
+}
 
 /* ---- jobs ----------------------------------------------------------------- */
 
@@ -266,6 +326,8 @@ static void job_done(struct strata_move *mv)
 	struct job *j = (struct job *)mv;
 	struct strata_engine *e = j->e;
 	j->done = 1;
+	if (e->mlog)
+		mlog_job(e, j, mv->status == STRATA_MOVE_FAILED ? "failed" : "done");
 	if (mv->status == STRATA_MOVE_FAILED) {
 		struct strata_error err;
 		strata_move_error(mv, &err);
@@ -305,6 +367,8 @@ static int hand_over(struct job *j)
 	struct strata_error err;
 	j->queued = 1;
 	j->mv.low = j->low;
+	if (e->mlog)
+		j->t_hand = mlog_now(e);
 	if (j->low) {
 		uint8_t l = mover_budget_link[j->mi];
 		e->low_out[j->mi]++;
@@ -404,6 +468,8 @@ static void feed_low(struct strata_engine *e)
 				low_unlink(e, j);
 				j->queued = 1;
 				e->low_out[i]++;
+				if (e->mlog) /* the virtual link took it from when it fell idle */
+					j->t_hand = (double)j->mv.submit_ns;
 				continue;
 			}
 			uint8_t bl = mover_budget_link[i];
@@ -427,11 +493,36 @@ static bool cancel_waiting(struct strata_engine *e, struct job **slot)
 	struct job *j = *slot;
 	if (!j || !j->waiting || j->child)
 		return false;
+	if (e->mlog)
+		mlog_job(e, j, "cancelled");
 	low_unlink(e, j);
 	j->done = 1;
 	*slot = NULL;
 	job_put(e, j);
 	return true;
+}
+
+static void poll_movers(struct strata_engine *e);
+
+/* Real mode: whether a mover other than m has moves outstanding.  A wait on
+ * one of m's moves then polls every mover instead of blocking on m: a read
+ * that finishes meanwhile hands its copy, and its place in the prefetch
+ * budget, on at once (blocked on a copy, the engine left the disk idle once
+ * its reads in flight were done, and stamped their ends late). */
+static bool others_busy(const struct strata_engine *e, const struct strata_mover *m)
+{
+	for (int i = 0; i < 3; i++)
+		if (e->ms[i] != m && e->ms[i]->outstanding)
+			return true;
+	return false;
+}
+
+/* Real mode: collect every finished move, feed the idle links, submit. */
+static void poll_all(struct strata_engine *e)
+{
+	poll_movers(e);
+	feed_low(e);
+	kick_movers(e);
 }
 
 /* Block (or advance the virtual clock) until j has completed. */
@@ -459,7 +550,11 @@ static void job_wait(struct strata_engine *e, struct job *j)
 				strata_mover_virtual_reap(j->m, 1);
 		} else {
 			kick_movers(e); /* prefetches handed over meanwhile reach their links before we block */
-			if (strata_mover_submit(j->m, &err) == 0 && strata_mover_reap(j->m, 1, &err) < 0)
+			if (strata_mover_submit(j->m, &err))
+				continue; /* retried; a lost move ends the loop below */
+			if (others_busy(e, j->m))
+				poll_all(e); /* the other links' moves finish and chain meanwhile */
+			else if (strata_mover_reap(j->m, 1, &err) < 0)
 				io_fail(e, &err);
 		}
 		if (!j->done && !j->m->outstanding) {
@@ -485,6 +580,11 @@ static int issue(struct strata_engine *e, uint32_t eid, int tier, void *dst, int
 		return STRATA_ENOMEM;
 	uint64_t b = copy ? e->low_bytes[eid] : e->bytes[eid];
 	j->low = low;
+	j->was_low = low;
+	if (e->mlog) {
+		j->lstep = e->lstep;
+		j->t_ask = mlog_now(e);
+	}
 	if (tier == V) {
 		e->st.moves_vram++;
 		if (e->cfg.record_loads && !copy) { /* a copy is no load of the expert (bound (d)) */
@@ -791,6 +891,10 @@ static int compact(struct strata_engine *e, int t, uint64_t bytes, struct strata
 	if (e->virt)
 		e->vclock += ns;
 	e->st.compact_ns += ns;
+	if (e->mlog) {
+		double t1 = mlog_now(e);
+		mlog_span(e, t == V ? "hbm" : "host", slide ? "slide" : "room", UINT32_MAX, traffic, t1 - ns, t1, t1);
+	}
 	return STRATA_OK;
 }
 
@@ -1192,6 +1296,10 @@ static int engine_open(struct strata_store *store, const struct strata_model_spe
 		rc = STRATA_ERR(err, STRATA_ENOMEM, "engine: out of memory");
 		goto fail;
 	}
+	if (cfg->move_log && (!(e->mlog = fopen(cfg->move_log, "w")) || fputs(mlog_header, e->mlog) < 0)) {
+		rc = strata_error_set(err, STRATA_EIO, errno, __FILE__, __LINE__, "engine: --move-log %s", cfg->move_log);
+		goto fail;
+	}
 	if ((rc = create_policies(e, err)) || (rc = open_tiers(e, err)) || (rc = open_movers(e, err)))
 		goto fail;
 	e->ms[0] = e->nvme;
@@ -1239,6 +1347,8 @@ void strata_engine_close(struct strata_engine *e)
 		}
 	for (int i = 0; i < 3; i++)
 		strata_mover_close(ms[i]);
+	if (e->mlog)
+		fclose(e->mlog);
 	if (e->cstream)
 		strata_gpu_stream_destroy(e->cstream);
 	if (e->cbounce)
@@ -1322,9 +1432,7 @@ int strata_engine_poll(struct strata_engine *e, struct strata_error *err)
 {
 	if (e->virt)
 		return STRATA_OK;
-	poll_movers(e);
-	feed_low(e);
-	kick_movers(e);
+	poll_all(e);
 	return check_io(e, err);
 }
 
@@ -1684,8 +1792,13 @@ int strata_engine_acquire(struct strata_engine *e, uint32_t layer, const uint32_
 	for (uint32_t i = 0; i < n; i++) {
 		uint32_t eid = strata_eid(&e->spec, layer, experts[i]);
 		struct job *j = e->es[eid].scratch_off != NO_OFF ? e->es[eid].scratch_job : e->es[eid].t[V].inbound;
-		if (j)
+		if (j && e->mlog && !j->done) {
+			double t = mlog_now(e);
 			job_wait(e, j);
+			mlog_span(e, "engine", "stall", eid, 0, t, mlog_now(e), mlog_now(e));
+		} else if (j) {
+			job_wait(e, j);
+		}
 		retire(e, &e->es[eid].t[V].inbound);
 	}
 	double stall = clock_now(e) - c0;
@@ -1745,9 +1858,19 @@ void strata_engine_add_compute(struct strata_engine *e, double ns)
 	if (ns <= 0)
 		return;
 	e->st.compute_ns += ns;
-	if (e->virt)
+	if (e->virt) {
 		e->vclock += ns;
+		if (e->mlog)
+			mlog_span(e, "engine", "compute", UINT32_MAX, 0, e->vclock - ns, e->vclock, e->vclock);
+	}
 	e->st.clock_ns = clock_now(e);
+}
+
+void strata_engine_log_compute(struct strata_engine *e, uint64_t t0, uint64_t gpu_ns, uint64_t t1)
+{
+	if (e->mlog && !e->virt)
+		mlog_span(e, "engine", "compute", UINT32_MAX, 0, mlog_stamp(e, t0), mlog_stamp(e, gpu_ns ? gpu_ns : t1),
+			  mlog_stamp(e, t1));
 }
 
 const struct strata_engine_stats *strata_engine_stats(const struct strata_engine *e)

@@ -132,6 +132,7 @@ struct run {
 	float *x, *y;        /* host activations */
 	void *dx, *dy;       /* device activations */
 	strata_gpu_event *done; /* after a layer's kernels: the engine's movers are polled until it fires */
+	strata_gpu_event *start; /* before them (engine.move_log: when the device finished, for its row) */
 	uint64_t max_step_tokens;
 	struct strata_model_spec spec;
 	const uint8_t *fmt_table;
@@ -192,6 +193,8 @@ static void run_free(struct run *r)
 		strata_gpu_free(r->dy);
 	if (r->done)
 		strata_gpu_event_destroy(r->done);
+	if (r->start)
+		strata_gpu_event_destroy(r->start);
 	free(r->seg_init);
 	free(r->experts);
 	free(r->idx_of);
@@ -362,11 +365,15 @@ static int run_layer(struct run *r, uint64_t step, uint32_t l, struct strata_err
 				rc = strata_gpu_memset(r->dy, 0, (size_t)ntok * r->hidden * sizeof(float), err);
 			else
 				memset(r->y, 0, (size_t)ntok * r->hidden * sizeof(float));
-			uint64_t t0 = strata_now_ns();
+			uint64_t t0 = strata_now_ns(), gpu_end = 0;
+			bool logged = r->cfg->engine.move_log != NULL;
 			if (!rc && r->compute == STRATA_COMPUTE_GPU) {
 				c.x = r->dx;
 				c.y = r->dy;
-				rc = strata_moe_layer_gpu(&c, err);
+				if (logged)
+					rc = strata_gpu_event_record(r->start, NULL, err);
+				if (!rc)
+					rc = strata_moe_layer_gpu(&c, err);
 				/* wait for the computation's stream only (the legacy default
 				 * stream), polling the engine meanwhile: a prefetch that
 				 * finishes while the kernels run hands its link to the next
@@ -374,6 +381,9 @@ static int run_layer(struct run *r, uint64_t step, uint32_t l, struct strata_err
 				 * when the kernels started, the prefetch budget) */
 				if (!rc)
 					rc = wait_computing(r, err);
+				float ms = 0;
+				if (!rc && logged && !strata_gpu_event_elapsed_ms(r->start, r->done, &ms, NULL))
+					gpu_end = t0 + (uint64_t)((double)ms * 1e6);
 			} else if (!rc) {
 				c.x = r->x;
 				c.y = r->y;
@@ -383,7 +393,10 @@ static int run_layer(struct run *r, uint64_t step, uint32_t l, struct strata_err
 				strata_error_prefix(err, "step %" PRIu64 " layer %u", step, l);
 				return rc;
 			}
-			strata_engine_add_compute(r->eng, (double)(strata_now_ns() - t0));
+			uint64_t t1 = strata_now_ns();
+			strata_engine_add_compute(r->eng, (double)(t1 - t0));
+			if (logged)
+				strata_engine_log_compute(r->eng, t0, gpu_end, t1);
 		}
 	}
 	/* 4. release */
@@ -576,7 +589,7 @@ static int open_compute(struct run *r, struct strata_error *err)
 		    (rc = strata_gpu_malloc(&r->dy, nx * sizeof(float), err)) ||
 		    (rc = strata_gpu_memcpy_h2d_async(r->dx, r->x, nx * sizeof(float), NULL, err)) ||
 		    (rc = strata_gpu_memset(r->dy, 0, nx * sizeof(float), err)) || (rc = strata_gpu_sync(err)) ||
-		    (rc = strata_gpu_event_create(&r->done, err)))
+		    (rc = strata_gpu_event_create(&r->done, err)) || (rc = strata_gpu_event_create(&r->start, err)))
 			return rc;
 	}
 	return STRATA_OK;

@@ -58,6 +58,10 @@ static void usage(FILE *f, int virt)
 		"  --json FILE          results as JSON ('-' stdout, then no table)\n"
 		"  --csv FILE           results as one CSV row with a header ('-' stdout, then no table)\n"
 		"  --append             --csv: add a row to an existing file\n"
+		"  --move-log FILE      CSV timeline: a row per move (link, kind, expert, bytes, when asked\n"
+		"                       for, handed to its mover, submitted, done, collected) and per stall,\n"
+		"                       layer computation and compaction; sim and replay write it alike\n"
+		"                       (experiments/gpu-replay/movelog.py summarizes one or compares two)\n"
 		"  -q, --quiet          no table\n"
 		STRATA_CLI_NO_PROGRESS_HELP("        "),
 		cmd,
@@ -113,7 +117,7 @@ int strata_cli_replay_main(int argc, char **argv, int virt)
 	const char *cmd = virt ? "sim" : "replay";
 	enum { O_MODEL = 256, O_TRACE, O_VRAM, O_RAM, O_PLACE, O_EVICT, O_PREFETCH, O_SEED, O_MAXTOK, O_CHUNK,
 	       O_NOHINTS, O_NOFUT, O_COMPUTE, O_MOVER, O_QD, O_GPU, O_VERIFY, O_NOVERIFY, O_JSON, O_CSV, O_APPEND, O_COST,
-	       O_NVMEQD, O_PROGRESS, O_TIERS, O_TIER_TRACE, O_COPY, O_NOPROG, O_FORMATS, O_BOUNCE, O_ONMISS, O_PFINFL };
+	       O_NVMEQD, O_PROGRESS, O_TIERS, O_TIER_TRACE, O_COPY, O_NOPROG, O_FORMATS, O_BOUNCE, O_ONMISS, O_PFINFL, O_MOVELOG };
 	static const struct option opts[] = {
 		{ "model", required_argument, 0, O_MODEL }, { "trace", required_argument, 0, O_TRACE },
 		{ "vram", required_argument, 0, O_VRAM }, { "ram", required_argument, 0, O_RAM },
@@ -131,6 +135,7 @@ int strata_cli_replay_main(int argc, char **argv, int virt)
 		{ "copy", required_argument, 0, O_COPY },
 		{ "no-progress", no_argument, 0, O_NOPROG }, { "bounce", required_argument, 0, O_BOUNCE },
 		{ "on-miss", required_argument, 0, O_ONMISS }, { "prefetch-inflight", required_argument, 0, O_PFINFL },
+		{ "move-log", required_argument, 0, O_MOVELOG },
 		{ "quiet", no_argument, 0, 'q' }, { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	struct strata_replay_config c;
@@ -235,6 +240,7 @@ int strata_cli_replay_main(int argc, char **argv, int virt)
 		case O_VERIFY: c.engine.verify = STRATA_VERIFY_EVERY; break;
 		case O_NOVERIFY: c.engine.verify = STRATA_VERIFY_OFF; break;
 		case O_JSON: json = optarg; break;
+		case O_MOVELOG: c.engine.move_log = optarg; break;
 		case O_CSV: csv = optarg; break;
 		case O_APPEND: append = 1; break;
 		case O_COST: cost = optarg; break;

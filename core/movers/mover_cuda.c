@@ -5,6 +5,9 @@
  *          (the copy engine's per-call setup is paid once per batch);
  *   sm:    one copy kernel reading the pinned extents over PCIe.
  * Every move of a batch shares the batch's event, so they complete together.
+ * A move's done_ns is when the device finished it (its event's time after
+ * a base event stamped at init), not when a reap first saw it: the engine
+ * may poll late, and the move log and busy times must not count that.
  * Demand moves are issued before prefetches (mv->low) of the same submit and
  * never on the prefetches' stream (the last one, with two or more).
  * Sources should be pinned (the RAM tier's arena and the staged mover's
@@ -32,6 +35,9 @@ struct cuda_priv {
 	uint64_t *slot_seq;          /* batch number: the oldest is waited on first */
 	uint64_t seq;
 	uint32_t used;
+	strata_gpu_event *base;      /* recorded and waited for at init, at host time base_ns */
+	uint64_t base_ns;
+	uint64_t *ev_done;           /* per reap sweep: events[i]'s time on the host clock */
 	struct strata_moveq queued, failed;
 	/* one batch being issued */
 	void **dst;
@@ -47,6 +53,8 @@ static void cuda_free(struct strata_mover *m)
 		strata_gpu_event_destroy(p->events[i]);
 	for (uint32_t i = 0; p->streams && i < p->n_streams; i++)
 		strata_gpu_stream_destroy(p->streams[i]);
+	strata_gpu_event_destroy(p->base);
+	free(p->ev_done);
 	free(p->events);
 	free(p->ev_refs);
 	free(p->ev_state);
@@ -74,6 +82,7 @@ static int cuda_init(struct strata_mover *m, struct strata_error *err)
 	p->events = calloc(qd, sizeof(*p->events));
 	p->ev_refs = calloc(qd, sizeof(*p->ev_refs));
 	p->ev_state = calloc(qd, sizeof(*p->ev_state));
+	p->ev_done = calloc(qd, sizeof(*p->ev_done));
 	p->slot = calloc(qd, sizeof(*p->slot));
 	p->slot_ev = calloc(qd, sizeof(*p->slot_ev));
 	p->slot_seq = calloc(qd, sizeof(*p->slot_seq));
@@ -82,7 +91,7 @@ static int cuda_init(struct strata_mover *m, struct strata_error *err)
 	p->bytes = calloc(qd, sizeof(*p->bytes));
 	p->batch = calloc(qd, sizeof(*p->batch));
 	if (!p->streams || !p->events || !p->ev_refs || !p->ev_state || !p->slot || !p->slot_ev || !p->slot_seq ||
-	    !p->dst || !p->src || !p->bytes || !p->batch) {
+	    !p->ev_done || !p->dst || !p->src || !p->bytes || !p->batch) {
 		cuda_free(m);
 		return STRATA_ERR(err, STRATA_ENOMEM, "out of memory");
 	}
@@ -91,6 +100,9 @@ static int cuda_init(struct strata_mover *m, struct strata_error *err)
 		rc = strata_gpu_stream_create(&p->streams[i], err);
 	for (uint32_t i = 0; !rc && i < qd; i++)
 		rc = strata_gpu_event_create(&p->events[i], err);
+	if (!rc && !(rc = strata_gpu_event_create(&p->base, err)) &&
+	    !(rc = strata_gpu_event_record(p->base, p->streams[0], err)) && !(rc = strata_gpu_event_sync(p->base, err)))
+		p->base_ns = strata_now_ns();
 	if (rc)
 		cuda_free(m);
 	return rc;
@@ -205,8 +217,15 @@ static int cuda_reap(struct strata_mover *m, uint32_t min, struct strata_move **
 			if (!mv)
 				continue;
 			uint32_t ev = p->slot_ev[i];
-			if (p->ev_state[ev] < 0)
+			if (p->ev_state[ev] < 0) {
 				p->ev_state[ev] = (int8_t)strata_gpu_event_query(p->events[ev], NULL);
+				p->ev_done[ev] = strata_now_ns();
+				float ms;
+				if (p->ev_state[ev] == 1 &&
+				    !strata_gpu_event_elapsed_ms(p->base, p->events[ev], &ms, NULL) && ms >= 0 &&
+				    p->base_ns + (uint64_t)((double)ms * 1e6) < p->ev_done[ev])
+					p->ev_done[ev] = p->base_ns + (uint64_t)((double)ms * 1e6);
+			}
 			int q = p->ev_state[ev];
 			if (q == 0) {
 				/* the oldest demand batch, else the oldest prefetch batch */
@@ -215,7 +234,8 @@ static int cuda_reap(struct strata_mover *m, uint32_t min, struct strata_move **
 					oldest = i;
 				continue;
 			}
-			strata_move_finish(mv, q == 1 ? 0 : -EIO, strata_now_ns());
+			strata_move_finish(mv, q == 1 ? 0 : -EIO,
+					   p->ev_done[ev] > mv->submit_ns ? p->ev_done[ev] : mv->submit_ns);
 			if (q == 1)
 				mv->done_bytes = mv->bytes;
 			p->slot[i] = NULL;

@@ -91,6 +91,15 @@ struct strata_engine_config {
 	 * every miss whole; "lowbit[:gate=G,from=nvme|ram]" reads an expert's
 	 * low-bit copy instead on a miss with a low gate weight. */
 	const char *on_miss;
+	/* A per-move timeline, CSV (NULL: none; costs nothing then): one row per
+	 * move the engine issued, as it completes (link, kind, expert, bytes,
+	 * when it was asked for, handed to its mover, submitted, done and
+	 * collected), and rows for the engine's own spans (a stall on a move,
+	 * the layer's computation, a compaction's copies); times in ns from the
+	 * engine's open, on the virtual clock in a sim.  Written alike in both
+	 * modes, so a sim and a replay of the same run list the same moves
+	 * (strata replay --move-log; experiments/gpu-replay/movelog.py). */
+	const char *move_log;
 };
 /* The cost model a run times with when none is given (the defaults of
  * strata_engine_config_defaults). */
@@ -305,6 +314,11 @@ const struct strata_option *strata_engine_on_miss_options(void);
 int strata_engine_poll(struct strata_engine *e, struct strata_error *err);
 /* Virtual mode: charge compute time for a layer; real mode: record it. */
 void strata_engine_add_compute(struct strata_engine *e, double ns);
+/* Real mode, with cfg.move_log: a compute row for the layer just computed,
+ * from wall clock t0 (strata_now_ns) to t1, when the driver saw it end;
+ * gpu_ns: when the device finished it (0: t1).  (A sim's rows come from
+ * strata_engine_add_compute.) */
+void strata_engine_log_compute(struct strata_engine *e, uint64_t t0, uint64_t gpu_ns, uint64_t t1);
 
 const struct strata_engine_stats *strata_engine_stats(const struct strata_engine *e);
 /* Extent bytes per eid (n_moe_layers * n_experts entries), as the engine moves them. */
