@@ -9,6 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <xxhash.h>
+
 #include "strata/gpu.h"
 #include "strata/mover.h"
 #include "strata/store.h"
@@ -163,6 +165,59 @@ static void test_direct_alignment(void **state)
 
 /* A read past EOF (a truncated shard) fails with the file named, for every
  * file mover, and a short read at the end is reported as such. */
+/* Checked reads into host memory are hashed on the generic layer's checker
+ * thread, not in the caller's reap: every file mover completes the good ones
+ * DONE and the one whose stored hash is wrong FAILED (-EBADMSG, the error
+ * naming the file), each once, with the caller waiting in reap, in wait, or
+ * polling with reap(0). */
+static void test_checked_reads(void **state)
+{
+	const char *names[] = { "uring", "pread", "mmap" };
+	for (int n = 0; n < 3; n++)
+		for (int how = 0; how < 3; how++) {
+			struct strata_error err = { 0 };
+			struct strata_mover *m;
+			struct strata_mover_config cfg = { .queue_depth = NEXT }; /* queue never reaps */
+			assert_int_equal(strata_mover_open(strata_mover_find(names[n]), &cfg, &m, &err), 0);
+			int fd = open_fd(n != 2);
+			assert_true(fd >= 0);
+			struct strata_move mv[NEXT];
+			uint8_t *buf[NEXT];
+			int bad = 5 + how;
+			for (int i = 0; i < NEXT; i++) {
+				buf[i] = strata_aligned_alloc(4096, ext_len[i]);
+				mv[i] = (struct strata_move){ .fd = fd, .path = path, .offset = ext_off[i], .dst = buf[i],
+							      .bytes = ext_len[i], .check_bytes = ext_len[i] - 100,
+							      .check_xxh3 = XXH3_64bits(ref + ext_off[i], ext_len[i] - 100) ^
+									    (i == bad) };
+				assert_int_equal(strata_mover_queue(m, &mv[i], &err), 0);
+				if (how == 1) {
+					int rc = strata_mover_wait(m, &mv[i], &err);
+					assert_int_equal(rc, i == bad ? STRATA_ECORRUPT : STRATA_OK);
+				}
+			}
+			if (how == 0) {
+				assert_int_equal(strata_mover_drain(m, &err), STRATA_ECORRUPT);
+				assert_non_null(strstr(err.msg, "checksum mismatch"));
+			} else if (how == 2) {
+				assert_int_equal(strata_mover_submit(m, &err), 0);
+				while (m->outstanding)
+					strata_mover_reap(m, 0, &err);
+			}
+			assert_non_null(m->chk); /* hashed on the checker */
+			assert_int_equal(m->checking, 0);
+			assert_true(m->moves == NEXT && m->failed == 1);
+			for (int i = 0; i < NEXT; i++) {
+				assert_true(mv[i].reaped);
+				assert_int_equal(mv[i].status, i == bad ? STRATA_MOVE_FAILED : STRATA_MOVE_DONE);
+				assert_int_equal(mv[i].res, i == bad ? -EBADMSG : 0);
+				free(buf[i]);
+			}
+			strata_mover_close(m);
+			close(fd);
+		}
+}
+
 static void test_truncated_file(void **state)
 {
 	const char *names[] = { "uring", "pread", "mmap" };
@@ -503,7 +558,7 @@ int main(void)
 		cmocka_unit_test(test_file_movers_same_bytes),
 		cmocka_unit_test(test_same_bytes_as_store),
 		cmocka_unit_test(test_direct_alignment),
-		cmocka_unit_test(test_truncated_file),
+		cmocka_unit_test(test_checked_reads), cmocka_unit_test(test_truncated_file),
 		cmocka_unit_test(test_staged_host),
 		cmocka_unit_test(test_staged_priority),
 		cmocka_unit_test(test_retry_and_loader),

@@ -4,6 +4,7 @@
  * -errno results become errors that name the file.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -68,12 +69,136 @@ int strata_mover_open(const struct strata_mover_ops *ops, const struct strata_mo
 	return STRATA_OK;
 }
 
+/* ---- checks off the caller's thread ---------------------------------------- */
+
+/* One thread hashes the reads that need a check, in the order they finished:
+ * `in` waits for it, `out` holds the hashed (check_got set) for a reap. */
+struct strata_checker {
+	pthread_t thread;
+	pthread_mutex_t mu;
+	pthread_cond_t work, hashed;
+	struct strata_move *in_head, *in_tail, *out;
+	bool stop;
+};
+
+static void *checker_main(void *arg)
+{
+	struct strata_checker *c = arg;
+	pthread_mutex_lock(&c->mu);
+	for (;;) {
+		while (!c->in_head && !c->stop)
+			pthread_cond_wait(&c->work, &c->mu);
+		struct strata_move *mv = c->in_head;
+		if (!mv)
+			break; /* stopped with nothing left */
+		c->in_head = mv->next;
+		if (!c->in_head)
+			c->in_tail = NULL;
+		pthread_mutex_unlock(&c->mu);
+		uint64_t got = XXH3_64bits(mv->dst, mv->check_bytes);
+		pthread_mutex_lock(&c->mu);
+		mv->check_got = got;
+		mv->next = c->out;
+		c->out = mv;
+		pthread_cond_signal(&c->hashed);
+	}
+	pthread_mutex_unlock(&c->mu);
+	return NULL;
+}
+
+static void checker_stop(struct strata_checker *c)
+{
+	if (!c)
+		return;
+	pthread_mutex_lock(&c->mu);
+	c->stop = true;
+	pthread_cond_signal(&c->work);
+	pthread_mutex_unlock(&c->mu);
+	pthread_join(c->thread, NULL);
+	pthread_mutex_destroy(&c->mu);
+	pthread_cond_destroy(&c->work);
+	pthread_cond_destroy(&c->hashed);
+	free(c);
+}
+
+/* Hand mv to m's checker (made on first use); false if it cannot be made
+ * (the caller hashes mv itself). */
+static bool checker_push(struct strata_mover *m, struct strata_move *mv)
+{
+	struct strata_checker *c = m->chk;
+	if (!c) {
+		if (!(c = calloc(1, sizeof(*c))))
+			return false;
+		pthread_mutex_init(&c->mu, NULL);
+		pthread_cond_init(&c->work, NULL);
+		pthread_cond_init(&c->hashed, NULL);
+		if (pthread_create(&c->thread, NULL, checker_main, c)) {
+			pthread_mutex_destroy(&c->mu);
+			pthread_cond_destroy(&c->work);
+			pthread_cond_destroy(&c->hashed);
+			free(c);
+			return false;
+		}
+		m->chk = c;
+	}
+	pthread_mutex_lock(&c->mu);
+	mv->next = NULL;
+	if (c->in_tail)
+		c->in_tail->next = mv;
+	else
+		c->in_head = mv;
+	c->in_tail = mv;
+	pthread_cond_signal(&c->work);
+	pthread_mutex_unlock(&c->mu);
+	m->checking++;
+	return true;
+}
+
+static void check_result(struct strata_move *mv)
+{
+	if (mv->check_got != mv->check_xxh3) {
+		mv->status = STRATA_MOVE_FAILED;
+		mv->res = -EBADMSG;
+	}
+}
+
+/* Up to max hashed moves into out[], their results applied. */
+static uint32_t checker_collect(struct strata_mover *m, struct strata_move **out, uint32_t max)
+{
+	struct strata_checker *c = m->chk;
+	uint32_t n = 0;
+	if (!m->checking)
+		return 0;
+	pthread_mutex_lock(&c->mu);
+	while (n < max && c->out) {
+		struct strata_move *mv = c->out;
+		c->out = mv->next;
+		mv->next = NULL;
+		check_result(mv);
+		out[n++] = mv;
+	}
+	pthread_mutex_unlock(&c->mu);
+	m->checking -= n;
+	return n;
+}
+
+/* Until the checker has hashed a move (some are being hashed). */
+static void checker_wait(struct strata_mover *m)
+{
+	struct strata_checker *c = m->chk;
+	pthread_mutex_lock(&c->mu);
+	while (!c->out)
+		pthread_cond_wait(&c->hashed, &c->mu);
+	pthread_mutex_unlock(&c->mu);
+}
+
 void strata_mover_close(struct strata_mover *m)
 {
 	if (!m)
 		return;
 	struct strata_error err;
 	strata_mover_drain(m, &err);
+	checker_stop(m->chk);
 	if (m->ops->free)
 		m->ops->free(m);
 	free(m->priv);
@@ -138,22 +263,41 @@ int strata_mover_reap(struct strata_mover *m, uint32_t min, struct strata_error 
 	if (min > m->outstanding)
 		min = m->outstanding;
 	for (;;) {
-		int r = m->ops->reap(m, min, done, 64);
-		if (r == -EAGAIN || r == -EINTR)
+		/* the moves the checker has hashed, then the mover's own; block on
+		 * the mover only while nothing is being hashed, on the checker
+		 * only when every move left is there */
+		int r = (int)checker_collect(m, done, 64), q = 0;
+		uint32_t left = (uint32_t)(total + r) >= min ? 0 : min - (uint32_t)(total + r);
+		if (left && m->checking && m->outstanding == m->checking && !r) {
+			checker_wait(m);
 			continue;
-		if (r < 0)
-			return strata_error_set(err, STRATA_EIO, -r, __FILE__, __LINE__, "mover %s: reap", m->ops->name);
+		}
+		if (r < 64) {
+			q = m->ops->reap(m, m->checking ? 0 : left, done + r, 64 - (uint32_t)r);
+			if (q == -EAGAIN || q == -EINTR)
+				continue;
+			if (q < 0)
+				return strata_error_set(err, STRATA_EIO, -q, __FILE__, __LINE__, "mover %s: reap",
+							m->ops->name);
+			/* a device destination is checked by its mover (staged: in
+			 * the bounce buffers); host memory by the checker */
+			int k = r;
+			for (int i = r; i < r + q; i++) {
+				struct strata_move *mv = done[i];
+				if (mv->check_bytes && mv->status == STRATA_MOVE_DONE &&
+				    !(m->ops->caps & STRATA_MOVER_C_DEVICE_DST)) {
+					if (checker_push(m, mv))
+						continue; /* completes when hashed */
+					mv->check_got = XXH3_64bits(mv->dst, mv->check_bytes);
+					check_result(mv);
+				}
+				done[k++] = mv;
+			}
+			r = k;
+		}
 		for (int i = 0; i < r; i++) {
 			struct strata_move *mv = done[i];
 			mv->reaped = true;
-			/* a device destination is checked by its mover (staged: in
-			 * the bounce buffers); host memory is checked here */
-			if (mv->check_bytes && mv->status == STRATA_MOVE_DONE &&
-			    !(m->ops->caps & STRATA_MOVER_C_DEVICE_DST) &&
-			    (mv->check_got = XXH3_64bits(mv->dst, mv->check_bytes)) != mv->check_xxh3) {
-				mv->status = STRATA_MOVE_FAILED;
-				mv->res = -EBADMSG;
-			}
 			track(m);
 			m->outstanding--;
 			m->moves++;
@@ -172,9 +316,8 @@ int strata_mover_reap(struct strata_mover *m, uint32_t min, struct strata_error 
 			if (done[i]->on_done)
 				done[i]->on_done(done[i]);
 		total += r;
-		if ((uint32_t)total >= min || r == 0)
+		if ((uint32_t)total >= min || (r == 0 && q == 0 && !m->checking))
 			break;
-		min -= (uint32_t)r;
 	}
 	return rc ? rc : total;
 }

@@ -166,6 +166,13 @@ struct strata_mover {
 	double active_ns, qd_ns;
 	uint64_t t_last;
 	uint32_t max_outstanding;
+	/* The generic layer's checks of reads into host memory (check_bytes)
+	 * run on a thread of its own, so the caller's thread (the engine's:
+	 * it feeds the links and launches the kernels) never hashes: a checked
+	 * move completes, in a later reap, once hashed.  Made on the first
+	 * check; moves being hashed still count as outstanding. */
+	struct strata_checker *chk;
+	uint32_t checking;       /* moves handed to it and not yet completed */
 };
 
 /* Built-in movers by name ("uring", "mmap", "pread", "cuda", "host",
