@@ -50,6 +50,12 @@ struct job {
 	bool low;                   /* a prefetch: handed to the mover behind demand (sched.h) */
 	bool waiting;               /* low, queued by the engine, not yet handed to the mover */
 	bool was_low;               /* issued as a prefetch (cfg.move_log: promoted if no longer) */
+	/* Real, a read into RAM whose extent a compaction moved while the read
+	 * was in flight: the bytes land at mv.dst and go to reloc when it
+	 * completes (job_done), meanwhile mv.dst's span is a `landing` one; after:
+	 * a read into RAM that overlaps that span, handed over then. */
+	void *reloc;
+	struct job *after;
 	uint64_t lstep;             /* cfg.move_log: the layer-step it was issued in */
 	double t_ask, t_hand;       /* cfg.move_log: issued, handed to its mover (ns, engine clock) */
 };
@@ -120,6 +126,9 @@ struct strata_engine {
 	uint64_t low_inflight[STRATA_LINK_COUNT]; /* bytes of the low moves in the movers, per link */
 	uint64_t low_cap[STRATA_LINK_COUNT];      /* cfg.prefetch_inflight, defaults applied */
 	uint8_t kick;                    /* real: movers handed moves since their last submit */
+	/* real: RAM spans where a moved extent's read is still landing (struct job's reloc) */
+	struct job *landing[16];
+	uint32_t n_landing;
 	/* loads into VRAM, recorded for the RAM tier's bound (cfg.record_loads) */
 	uint32_t *ld_eid;
 	uint64_t *ld_pos, n_ld, cap_ld;
@@ -321,6 +330,40 @@ static const uint64_t low_cap_default[STRATA_LINK_COUNT] = {
 	[STRATA_LINK_PCIE] = 16ull << 20,
 };
 
+/* ---- reads landing where a compaction moved their extent (real mode) ---- */
+
+static void landing_done(struct strata_engine *e, struct job *j)
+{
+	for (uint32_t i = 0; i < e->n_landing; i++)
+		if (e->landing[i] == j) {
+			e->landing[i] = e->landing[--e->n_landing];
+			return;
+		}
+}
+
+/* The read still landing in RAM bytes [p, p + n), if any. */
+static struct job *landing_at(const struct strata_engine *e, const void *p, uint64_t n)
+{
+	const uint8_t *a = p;
+	for (uint32_t i = 0; i < e->n_landing; i++) {
+		const uint8_t *b = e->landing[i]->mv.dst;
+		if (a < b + e->landing[i]->mv.bytes && b < a + n)
+			return e->landing[i];
+	}
+	return NULL;
+}
+
+static void job_wait(struct strata_engine *e, struct job *j);
+
+/* Before RAM bytes [p, p + n) are written by a memmove: the reads landing
+ * there have landed (and gone where they belong). */
+static void landing_clear(struct strata_engine *e, const void *p, uint64_t n)
+{
+	struct job *j;
+	while ((j = landing_at(e, p, n)))
+		job_wait(e, j);
+}
+
 static void job_done(struct strata_move *mv)
 {
 	struct job *j = (struct job *)mv;
@@ -340,13 +383,21 @@ static void job_done(struct strata_move *mv)
 		for (int l = 0; l < STRATA_LINK_COUNT; l++)
 			e->demand_out[l] -= mover_links[j->mi] >> l & 1;
 	}
-	if (j->child) {
-		struct job *c = j->child;
-		j->child = NULL;
-		c->parent = NULL;
-		c->mv.not_before_ns = mv->done_ns;
-		job_queue(c);
+	if (j->reloc) {
+		if (mv->status != STRATA_MOVE_FAILED)
+			memmove(j->reloc, mv->dst, mv->bytes);
+		mv->dst = j->reloc;
+		j->reloc = NULL;
+		landing_done(e, j);
 	}
+	struct job *c[2] = { j->child, j->after };
+	j->child = j->after = NULL;
+	for (int i = 0; i < 2; i++)
+		if (c[i]) {
+			c[i]->parent = NULL;
+			c[i]->mv.not_before_ns = mv->done_ns;
+			job_queue(c[i]);
+		}
 	/* A virtual job is retired as it completes: a completed job in a slot
 	 * and an empty slot mean the same everywhere (waits return at once, it
 	 * is no one's parent, it is not late), and the pool stays small and
@@ -646,6 +697,14 @@ static int issue(struct strata_engine *e, uint32_t eid, int tier, void *dst, int
 	}
 	*slot = j;
 	j->slot = slot;
+	struct job *land = tier == R && e->n_landing ? landing_at(e, dst, b) : NULL;
+	if (land && !land->after) {
+		j->parent = land; /* handed over once those bytes have moved out */
+		land->after = j;
+		return STRATA_OK;
+	}
+	if (land)
+		landing_clear(e, dst, b);
 	struct job *src = src_tier == R ? e->es[eid].t[R].inbound : NULL;
 	if (src && !low)
 		promote(e, src); /* a demand copy waits on a prefetched read: it is demand now */
@@ -738,33 +797,48 @@ static bool room_fixed(void *ctx, uint32_t eid)
 }
 
 /* Point a job that has not reached its mover at the extent's new place, or
- * wait for it (it reads or writes the old one). */
-static void follow(struct strata_engine *e, struct job *j, bool dst, void *p)
+ * wait for it (it reads or writes the old one).  defer (real mode, a read
+ * into RAM, the old span left free): instead of waiting, its bytes land
+ * where it reads them and move when it completes; writes into that span
+ * wait for it meanwhile (landing_at).  False: j's bytes are not there yet
+ * (the caller copies nothing). */
+static bool follow(struct strata_engine *e, struct job *j, bool dst, void *p, bool defer)
 {
 	if (!j || j->done)
-		return;
+		return true;
 	if (!j->queued) {
 		if (dst)
 			j->mv.dst = p;
 		else
 			j->mv.src = p;
-		return;
+		return true;
+	}
+	if (defer && dst && !e->virt && j->tier == R && p && (j->reloc || e->n_landing < 16)) {
+		if (!j->reloc)
+			e->landing[e->n_landing++] = j;
+		j->reloc = p;
+		e->st.compact_relocated++;
+		return false;
 	}
 	job_wait(e, j);
+	return true;
 }
 
 /* eid's extent in tier t moves to p: the jobs writing it, and (RAM) the
- * copies reading it, follow. */
-static void follow_extent(struct strata_engine *e, int t, uint32_t eid, void *p)
+ * copies reading it, follow.  defer: see follow; false when the extent's
+ * bytes will move there by themselves (the caller copies nothing). */
+static bool follow_extent(struct strata_engine *e, int t, uint32_t eid, void *p, bool defer)
 {
 	struct eslot *x = &e->es[eid];
-	follow(e, x->t[t].inbound, true, p);
+	bool here = follow(e, x->t[t].inbound, true, p, defer);
 	if (t == R) {
+		/* a copy reading it waits on the read (its child) while it lands */
 		if (x->t[V].inbound && x->t[V].inbound->src_tier == R)
-			follow(e, x->t[V].inbound, false, p);
+			follow(e, x->t[V].inbound, false, p, false);
 		if (x->scratch_job && x->scratch_job->src_tier == R)
-			follow(e, x->scratch_job, false, p);
+			follow(e, x->scratch_job, false, p, false);
 	}
+	return here;
 }
 
 /* Move eid's extent in tier t into hole `to` (a plan's): copy, then give
@@ -780,11 +854,15 @@ static int move_extent(struct strata_engine *e, int t, uint32_t eid, uint32_t to
 					   : STRATA_ERR(err, STRATA_EINVAL, "engine: %s tier: a planned hole is gone",
 							tname(t));
 	uint8_t *base = e->tier[t].base;
-	follow_extent(e, t, eid, base ? base + off : NULL);
-	if (base && e->tier[t].backing == STRATA_BACK_DEVICE)
+	/* RAM: a read still in flight into the extent lands where it is and
+	 * moves when it completes, so the engine does not wait for the disk */
+	bool here = follow_extent(e, t, eid, base ? base + off : NULL, t == R);
+	if (base && e->tier[t].backing == STRATA_BACK_DEVICE) {
 		rc = strata_gpu_memcpy_d2d_async(base + off, base + from, e->bytes[eid], e->cstream, err);
-	else if (base)
+	} else if (base && here) {
+		landing_clear(e, base + off, e->bytes[eid]);
 		memcpy(base + off, base + from, e->bytes[eid]);
+	}
 	strata_tier_release_h(&e->tier[t], x->t[t].hnd);
 	x->t[t].hnd = h;
 	x->t[t].off = off;
@@ -818,7 +896,7 @@ static void slide_move(void *ctx, uint32_t eid, uint64_t from, uint64_t to, uint
 	struct slide *s = ctx;
 	struct strata_engine *e = s->e;
 	uint8_t *base = e->tier[s->t].base;
-	follow_extent(e, s->t, eid, base ? base + to : NULL);
+	follow_extent(e, s->t, eid, base ? base + to : NULL, false);
 	e->es[eid].t[s->t].off = to;
 	if (s->rc)
 		return;
@@ -829,6 +907,7 @@ static void slide_move(void *ctx, uint32_t eid, uint64_t from, uint64_t to, uint
 		 * so a slide is a few large copies whatever its shift */
 		s->rc = strata_arena_copy_down(from, to, len, e->max_bytes, slide_copy, s, &moved);
 	} else if (base) {
+		landing_clear(e, base + to, len);
 		memmove(base + to, base + from, len);
 	}
 	s->traffic += moved;

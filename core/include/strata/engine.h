@@ -161,6 +161,10 @@ struct strata_engine_stats {
 	 * they moved (VRAM -> VRAM copies at HBM speed, RAM -> RAM memmoves) */
 	uint64_t compactions[2], compact_bytes[2];
 	double compact_ns;                 /* the engine's time in them (virtual: charged) */
+	/* real mode, timing only: RAM extents a compaction moved while their
+	 * read was in flight; the bytes landed where they were read and moved
+	 * on completion, instead of the engine waiting for the disk */
+	uint64_t compact_relocated;
 	/* real mode: the most bytes of prefetch moves in the movers at once,
 	 * per link (cfg.prefetch_inflight bounds it, one move aside) */
 	uint64_t prefetch_inflight_max[2];
