@@ -243,6 +243,98 @@ static void test_replay_deterministic(void **state)
 	assert_non_null(strstr(err.msg, "farthest"));
 }
 
+/* The move log (strata replay/sim --move-log): the same header in both
+ * modes; the same moves (link, kind, expert, bytes, layer-step: decisions
+ * depend on state only), cancelled prefetches included; a computation row
+ * per layer-step; each move's times in order (asked <= handed <= submitted
+ * <= done <= collected); an unwritable path fails naming it. */
+struct mrow {
+	char key[96];
+};
+
+static int cmp_mrow(const void *a, const void *b) { return strcmp(((const struct mrow *)a)->key, ((const struct mrow *)b)->key); }
+
+static uint32_t read_move_log(const char *path, struct mrow *rows, uint32_t cap, uint32_t *n_compute)
+{
+	FILE *f = fopen(path, "r");
+	assert_non_null(f);
+	char line[512];
+	assert_non_null(fgets(line, sizeof(line), f));
+	assert_string_equal(line, "link,kind,promoted,status,layer,expert,from,to,bytes,step,queued_ns,handed_ns,"
+				  "submitted_ns,done_ns,reaped_ns\n");
+	uint32_t n = 0;
+	*n_compute = 0;
+	while (fgets(line, sizeof(line), f)) {
+		char *fld[15], *p = line;
+		int k = 0;
+		for (; k < 15 && p; k++) {
+			fld[k] = p;
+			if ((p = strchr(p, ',')))
+				*p++ = 0;
+		}
+		assert_int_equal(k, 15);
+		if (!strcmp(fld[0], "engine")) {
+			*n_compute += !strcmp(fld[1], "compute");
+			continue;
+		}
+		if (!strcmp(fld[0], "hbm") || !strcmp(fld[0], "host"))
+			continue;
+		if (!strcmp(fld[3], "done")) {
+			double t[5];
+			for (int i = 0; i < 5; i++)
+				t[i] = atof(fld[10 + i]);
+			for (int i = 0; i < 4; i++)
+				if (t[i] > t[i + 1] + 1) /* virtual stamps are rounded to whole ns */
+					fail_msg("%s: %s %s expert %s/%s: time %d (%.0f) after time %d (%.0f)", path, fld[0],
+						 fld[1], fld[4], fld[5], i, t[i], i + 1, t[i + 1]);
+		}
+		assert_true(n < cap);
+		snprintf(rows[n++].key, sizeof(rows[0].key), "%s,%s,%s,%s,%s,%s", fld[0], fld[1], fld[4], fld[5], fld[8],
+			 fld[9]);
+	}
+	fclose(f);
+	qsort(rows, n, sizeof(*rows), cmp_mrow);
+	return n;
+}
+
+static void test_move_log(void **state)
+{
+	struct strata_error err = { 0 };
+	struct strata_replay_config c;
+	struct strata_replay_result r[2];
+	char path[2][PATH_MAX];
+	enum { CAP = 1 << 15 };
+	struct mrow *rows[2] = { calloc(CAP, sizeof(struct mrow)), calloc(CAP, sizeof(struct mrow)) };
+	uint32_t n[2], nc[2];
+	for (int virt = 0; virt < 2; virt++) {
+		replay_cfg(&c, virt);
+		c.engine.place = "cache";
+		c.engine.evict = "lru";
+		c.engine.prefetch = "oracle:depth=1:stage=4";
+		c.engine.budget[0] = 400 << 10;
+		c.engine.budget[1] = 500 << 10;
+		snprintf(path[virt], sizeof(path[virt]), "%s", test_path(virt ? "sim.moves.csv" : "replay.moves.csv"));
+		c.engine.move_log = path[virt];
+		assert_int_equal(strata_replay_run(&c, &r[virt], &err), STRATA_OK);
+		n[virt] = read_move_log(path[virt], rows[virt], CAP, &nc[virt]);
+	}
+	assert_same_counters(&r[0], &r[1]);
+	print_message("move log: %u moves, %u computations\n", n[0], nc[0]);
+	assert_true(n[0] > 0);
+	assert_int_equal(n[0], n[1]);
+	for (uint32_t i = 0; i < n[0]; i++)
+		assert_string_equal(rows[0][i].key, rows[1][i].key);
+	assert_int_equal(nc[0], nc[1]);
+	assert_true(nc[0] >= r[0].steps); /* a row per layer-step computed */
+	/* a path that cannot be written: an error naming it */
+	replay_cfg(&c, 1);
+	c.engine.move_log = "/nonexistent-dir/moves.csv";
+	assert_int_not_equal(strata_replay_run(&c, &r[1], &err), STRATA_OK);
+	assert_non_null(strstr(err.msg, "/nonexistent-dir/moves.csv"));
+	free(rows[0]);
+	free(rows[1]);
+}
+
 static void test_replay_errors(void **state)
 {
 	struct strata_error err = { 0 };
@@ -317,6 +409,7 @@ int main(void)
 		cmocka_unit_test(test_cost_file),
 		cmocka_unit_test(test_calibrate),
 		cmocka_unit_test(test_replay_deterministic),
+		cmocka_unit_test(test_move_log),
 		cmocka_unit_test(test_replay_errors),
 		cmocka_unit_test(test_replay_cli),
 	};

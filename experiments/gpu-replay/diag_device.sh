@@ -21,9 +21,9 @@ K=$W/kimi
 mkdir -p "$K"
 echo "== model $KIMI ($(date +%T))"
 $S trace gen -o "$K/trace.strace" --model "$KIMI" --requests 2 --prompt 0 --gen ${KTOKENS:-32} \
-	--alpha 1.0 --pred-depth 2 --pred-accuracy 0.85 --seed 7 >"$out/gen.log" 2>&1 || { cat "$out/gen.log"; exit 1; }
+	--alpha 1.0 --pred-depth 2 --pred-accuracy 0.85 --seed 7 >"$W/gen.log" 2>&1 || { cat "$W/gen.log"; exit 1; }
 $S synth --preset "$KIMI" --out "$K/model" --format tiered --codes random --popularity "$K/trace.strace" \
-	--threads ${THREADS:-16} --force --json >"$out/synth.json" 2>"$out/synth.log" || { tail "$out/synth.log"; exit 1; }
+	--threads ${THREADS:-16} --force --json >"$W/synth.json" 2>"$W/synth.log" || { tail "$W/synth.log"; exit 1; }
 $S inspect "$K/model" --json >"$W/inspect.json"
 if [ -n "${COST:-}" ]; then cp "$COST" "$out/cost.json"; else
 	$S calibrate --model "$K/model" --bytes ${CAL_BYTES:-4G} -o "$out/cost.json" >"$out/calibrate.log" 2>&1

@@ -80,11 +80,11 @@ def summarize(path):
     eng = [r for r in rows if r["link"] in ("engine", "hbm", "host")]
     moves = [r for r in rows if r["link"] not in ("engine", "hbm", "host")]
     spans = [r for r in eng if r["kind"] in ("stall", "compute")]
-    if not spans:
-        raise SystemExit(f"{path}: no stall or compute rows (a replay with --compute none logs no computation)")
-    lo = min(num(r["queued_ns"]) for r in spans)
+    # without a stall or a computation (a replay with --compute none that never
+    # waited), the whole log
+    lo = min(num(r["queued_ns"]) for r in (spans or rows))
     comp = [r for r in eng if r["kind"] == "compute"]
-    hi = max(num(r["reaped_ns"]) for r in comp) if comp else max(num(r["reaped_ns"]) for r in spans)
+    hi = max(num(r["reaped_ns"]) for r in (comp or spans or rows))
     s = {"log": path, "run_ms": (hi - lo) / 1e6}
     done = [r for r in moves if r["status"] == "done" and num(r["done_ns"]) is not None]
     run_moves = [r for r in done if num(r["done_ns"]) > lo]
@@ -115,6 +115,8 @@ def summarize(path):
             # reads asked for but held in the engine (queued..handed) while the disk idled
             held = union([(num(r["queued_ns"]), num(r["handed_ns"])) for r in mv
                           if num(r["handed_ns"]) is not None])
+    if hi <= lo:
+        hi = lo + 1
     idle = minus([[lo, hi]], disk_busy)
     s["disk_idle_ms"] = total(idle) / 1e6
     for kind, link in (("compute", "engine"), ("stall", "engine"), ("slide", "hbm"), ("room", "hbm")):

@@ -88,6 +88,13 @@ KPOL=(
 	"--place future --evict farthest:backed=1 --prefetch oracle:depth=1:stage=80"
 	"--place future --evict farthest:backed=1 --prefetch oracle:depth=1:stage=112"
 )
+# more rows (';'-separated option sets), e.g. the reference with a deeper prefetch budget:
+#   KPOL_EXTRA="--place future --evict farthest:backed=1 --prefetch oracle:depth=1:stage=112 --prefetch-inflight 128M,32M"
+if [ -n "${KPOL_EXTRA-}" ]; then IFS=';' read -r -a kx <<<"$KPOL_EXTRA"; KPOL+=("${kx[@]}"); fi
+# MOVELOG=1: each row's replay and sim also write a move log (strata replay --move-log);
+# experiments/gpu-replay/movelog.py compares the last row's two and the logs go back
+# gzipped in movelogs.tgz
+ml() { [ -n "${MOVELOG-}" ] && echo "--move-log $W/movelog_$1.csv"; }
 # issue 16's goal (1): static + none and static + lookahead replayed alternately, the
 # order swapped every pair (none first in odd pairs) so a drift of the disk over the
 # call, or an advantage of going first, favours neither: keep KPAIRS even.
@@ -103,16 +110,24 @@ for i in $(seq 1 "${KPAIRS:-4}"); do
 		echo "pair $i [$p] exit $?"
 	done
 done
+i=0
 for p in "${KPOL[@]}"; do
+	i=$((i + 1))
 	# shellcheck disable=SC2086
 	timeout 150 $S replay -q --model "$K/model" --trace "$K/trace.strace" --vram $VR --ram $RM $p \
 		--compute ${COMPUTE:-gpu} --cost "$out/cost_kimi.json" --csv "$out/kimi_replay.csv" --append \
-		2>>"$out/kimi_replay.err"
+		$(ml replay$i) 2>>"$out/kimi_replay.err"
 	echo "replay [$p] exit $?"
 	# shellcheck disable=SC2086
 	$S sim -q --model "$K/model" --trace "$K/trace.strace" --vram $VR --ram $RM $p \
-		--cost "$out/cost_kimi.json" --csv "$out/kimi_sim.csv" --append 2>>"$out/kimi_replay.err"
+		--cost "$out/cost_kimi.json" --csv "$out/kimi_sim.csv" --append $(ml sim$i) 2>>"$out/kimi_replay.err"
 done
+if [ -n "${MOVELOG-}" ]; then
+	python3 experiments/gpu-replay/movelog.py "$W/movelog_sim$i.csv" "$W/movelog_replay$i.csv" \
+		$([ $i -gt 7 ] && echo "$W/movelog_replay7.csv") >"$out/movelog.txt" 2>&1
+	echo "movelog exit $? (row $i: sim, replay$([ $i -gt 7 ] && echo ', row 7 replay'))"
+	(cd "$W" && tar -czf "$out/movelogs.tgz" movelog_*.csv)
+fi
 # static + none with other read sizes for streamed experts (--bounce; default 4M) (kimi_bounce.csv;
 # run 5 measured 2M and 8M: KBOUNCE="2M 8M")
 for bsz in ${KBOUNCE-}; do

@@ -50,7 +50,7 @@ def main():
     print(f"links: nvme {cost['nvme_gbps']:.2f} GB/s, pcie {cost['pcie_gbps']:.2f} GB/s, hbm {cost.get('hbm_gbps', 0):.0f} GB/s")
     hdr = ('config', 'hit vram', 'hit ram', 'hit nvme', 'eff. hit', 'decode tok/s', 'bound tok/s',
            'ratio', 'serial bound', 'sim tok/s', 'sim/real', 'time bound tok/s', 'of time bound',
-           'beaten bounds', 'nvme busy', 'pcie busy', 'nvme qd')
+           'beaten bounds', 'nvme busy', 'pcie busy', 'nvme qd', 'prefetch reads max MiB')
     print('| ' + ' | '.join(hdr) + ' |')
     print('|' + '---|' * len(hdr))
     res = []
@@ -88,7 +88,9 @@ def main():
                  # queue depth while busy (replay's decode_* columns; empty before they existed)
                  f"{float(r['decode_nvme_util']):.2f}" if r.get('decode_nvme_util') else '',
                  f"{float(r['decode_pcie_util']):.2f}" if r.get('decode_pcie_util') else '',
-                 f"{float(r['decode_nvme_qd']):.1f}" if r.get('decode_nvme_qd') else '')
+                 f"{float(r['decode_nvme_qd']):.1f}" if r.get('decode_nvme_qd') else '',
+                 # the prefetch budget at work (--prefetch-inflight): rows of one policy differ here
+                 f"{float(r['prefetch_inflight_max_nvme']) / 2**20:.0f}" if r.get('prefetch_inflight_max_nvme') else '')
         print('| ' + ' | '.join(cells) + ' |')
         res.append(dict(zip(hdr, cells)))
     # issue 16's goals: the released policy's lookahead at least as fast as none; the best
