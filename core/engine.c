@@ -1945,11 +1945,12 @@ void strata_engine_add_compute(struct strata_engine *e, double ns)
 	e->st.clock_ns = clock_now(e);
 }
 
-void strata_engine_log_compute(struct strata_engine *e, uint64_t t0, uint64_t gpu_ns, uint64_t t1)
+void strata_engine_log_compute(struct strata_engine *e, uint64_t t0, uint64_t launched, uint64_t gpu_ns, uint64_t t1)
 {
 	if (e->mlog && !e->virt)
-		mlog_span(e, "engine", "compute", UINT32_MAX, 0, mlog_stamp(e, t0), mlog_stamp(e, gpu_ns ? gpu_ns : t1),
-			  mlog_stamp(e, t1));
+		mlog_row(e, "engine", "compute", 0, "done", UINT32_MAX, "-", "-", 0, e->lstep, mlog_stamp(e, t0),
+			 mlog_stamp(e, t0), mlog_stamp(e, launched ? launched : t0), mlog_stamp(e, gpu_ns ? gpu_ns : t1),
+			 mlog_stamp(e, t1));
 }
 
 const struct strata_engine_stats *strata_engine_stats(const struct strata_engine *e)

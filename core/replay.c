@@ -365,7 +365,7 @@ static int run_layer(struct run *r, uint64_t step, uint32_t l, struct strata_err
 				rc = strata_gpu_memset(r->dy, 0, (size_t)ntok * r->hidden * sizeof(float), err);
 			else
 				memset(r->y, 0, (size_t)ntok * r->hidden * sizeof(float));
-			uint64_t t0 = strata_now_ns(), gpu_end = 0;
+			uint64_t t0 = strata_now_ns(), gpu_end = 0, launched = 0;
 			bool logged = r->cfg->engine.move_log != NULL;
 			if (!rc && r->compute == STRATA_COMPUTE_GPU) {
 				c.x = r->dx;
@@ -374,6 +374,7 @@ static int run_layer(struct run *r, uint64_t step, uint32_t l, struct strata_err
 					rc = strata_gpu_event_record(r->start, NULL, err);
 				if (!rc)
 					rc = strata_moe_layer_gpu(&c, err);
+				launched = logged ? strata_now_ns() : 0;
 				/* wait for the computation's stream only (the legacy default
 				 * stream), polling the engine meanwhile: a prefetch that
 				 * finishes while the kernels run hands its link to the next
@@ -396,7 +397,7 @@ static int run_layer(struct run *r, uint64_t step, uint32_t l, struct strata_err
 			uint64_t t1 = strata_now_ns();
 			strata_engine_add_compute(r->eng, (double)(t1 - t0));
 			if (logged)
-				strata_engine_log_compute(r->eng, t0, gpu_end, t1);
+				strata_engine_log_compute(r->eng, t0, launched, gpu_end, t1);
 		}
 	}
 	/* 4. release */

@@ -126,6 +126,8 @@ def summarize(path):
     s["idle_reads_held_ms"] = total(inter(idle, held)) / 1e6
     gpu = [num(r["done_ns"]) - num(r["queued_ns"]) for r in comp]
     s["compute_device_ms"] = sum(gpu) / 1e6
+    # the launch call's own time (host: sorting, tables, the launches), inside the device time
+    s["compute_launch_ms"] = sum(num(r["submitted_ns"]) - num(r["queued_ns"]) for r in comp) / 1e6
     s["compute_layers"] = len(comp)
     late = [num(r["reaped_ns"]) - num(r["done_ns"]) for r in run_moves]
     s["collect_late_ms_mean"] = sum(late) / len(late) / 1e6 if late else 0

@@ -320,9 +320,10 @@ int strata_engine_poll(struct strata_engine *e, struct strata_error *err);
 void strata_engine_add_compute(struct strata_engine *e, double ns);
 /* Real mode, with cfg.move_log: a compute row for the layer just computed,
  * from wall clock t0 (strata_now_ns) to t1, when the driver saw it end;
- * gpu_ns: when the device finished it (0: t1).  (A sim's rows come from
+ * launched: when its launch call returned (its submitted_ns); gpu_ns: when
+ * the device finished it (0: t1).  (A sim's rows come from
  * strata_engine_add_compute.) */
-void strata_engine_log_compute(struct strata_engine *e, uint64_t t0, uint64_t gpu_ns, uint64_t t1);
+void strata_engine_log_compute(struct strata_engine *e, uint64_t t0, uint64_t launched, uint64_t gpu_ns, uint64_t t1);
 
 const struct strata_engine_stats *strata_engine_stats(const struct strata_engine *e);
 /* Extent bytes per eid (n_moe_layers * n_experts entries), as the engine moves them. */
