@@ -128,6 +128,18 @@ static void replay_cfg(struct strata_replay_config *c, int virt)
 	c->compute = virt ? STRATA_COMPUTE_NONE : STRATA_COMPUTE_REF;
 }
 
+/* Budgets where the tiered model's mixed sizes make the engine move extents
+ * to make room, in both tiers. */
+static void room_cfg(struct strata_replay_config *c, int virt)
+{
+	replay_cfg(c, virt);
+	c->engine.place = "cache";
+	c->engine.evict = "lru";
+	c->engine.prefetch = "oracle:depth=1:stage=4";
+	c->engine.budget[0] = 400 << 10;
+	c->engine.budget[1] = 500 << 10;
+}
+
 static void assert_same_counters(const struct strata_replay_result *a, const struct strata_replay_result *b)
 {
 	const struct strata_engine_stats *x = &a->stats, *y = &b->stats;
@@ -214,12 +226,7 @@ static void test_replay_deterministic(void **state)
 	 * then reads */
 	struct strata_replay_result mr, mv;
 	for (int virt = 0; virt < 2; virt++) {
-		replay_cfg(&c, virt);
-		c.engine.place = "cache";
-		c.engine.evict = "lru";
-		c.engine.prefetch = "oracle:depth=1:stage=4";
-		c.engine.budget[0] = 400 << 10;
-		c.engine.budget[1] = 500 << 10;
+		room_cfg(&c, virt);
 		assert_int_equal(strata_replay_run(&c, virt ? &mv : &mr, &err), STRATA_OK);
 	}
 	assert_same_counters(&mr, &mv);
@@ -307,12 +314,7 @@ static void test_move_log(void **state)
 	struct mrow *rows[2] = { calloc(CAP, sizeof(struct mrow)), calloc(CAP, sizeof(struct mrow)) };
 	uint32_t n[2], nc[2];
 	for (int virt = 0; virt < 2; virt++) {
-		replay_cfg(&c, virt);
-		c.engine.place = "cache";
-		c.engine.evict = "lru";
-		c.engine.prefetch = "oracle:depth=1:stage=4";
-		c.engine.budget[0] = 400 << 10;
-		c.engine.budget[1] = 500 << 10;
+		room_cfg(&c, virt);
 		snprintf(path[virt], sizeof(path[virt]), "%s", test_path(virt ? "sim.moves.csv" : "replay.moves.csv"));
 		c.engine.move_log = path[virt];
 		assert_int_equal(strata_replay_run(&c, &r[virt], &err), STRATA_OK);
