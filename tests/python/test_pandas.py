@@ -86,6 +86,32 @@ def test_sim_csv_json(work):
         assert row[c] == pytest.approx(doc[c], rel=1e-5), c
 
 
+def test_move_log(work):
+    """strata sim --move-log: one table pandas reads with numeric times (a cancelled move's empty
+    ones NaN); movelog.py summarizes it beside a second sim's and finds the same moves."""
+    logs = []
+    for i in range(2):  # the same run twice: the same moves
+        log = os.path.join(work, f"moves{i}.csv")
+        rc, out = strata("sim", "-q", "--model", MODEL, "--trace", os.path.join(work, "t.strace"),
+                         "--vram", "24M", "--ram", "48M", "--place", "cache", "--evict", "lru",
+                         "--prefetch", "lookahead", "--move-log", log)
+        assert rc == 0, out
+        logs.append(log)
+    df = pd.read_csv(logs[0])
+    check_frame(df, logs[0], ("layer", "expert", "bytes", "step", "queued_ns", "handed_ns", "submitted_ns",
+                              "done_ns", "reaped_ns"))
+    assert set(df["link"]) >= {"engine", "pcie"} and set(df["status"]) <= {"done", "cancelled", "failed"}
+    moves = df[df["link"].isin(["nvme", "staged", "pcie"]) & (df["status"] == "done")]
+    assert len(moves) > 0 and (moves["done_ns"] >= moves["submitted_ns"]).all()
+    assert (df.loc[df["kind"] == "compute", "reaped_ns"] > df.loc[df["kind"] == "compute", "queued_ns"]).all()
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "experiments", "gpu-replay", "movelog.py")] + logs,
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert r.returncode == 0, r.stdout
+    rows = dict(line.split(None, 1) for line in r.stdout.splitlines())
+    assert rows["same_moves_as_first"].split() == ["True", "True"], r.stdout
+    assert float(rows["compute_ms"].split()[0]) > 0 and rows["disk_busy_ms"].split()[0] == rows["disk_busy_ms"].split()[1]
+
+
 def test_study_csvs(work):
     """tier-budgets, CI-sized, with a failing policy: its error rows keep the columns numeric."""
     out = os.path.join(work, "tb")
