@@ -556,6 +556,64 @@ static int open_engine(struct run *r, const struct strata_engine_config *ec, str
 }
 
 /* The compute backend (none in virtual mode) and its activations. */
+/* The GPU computation's one-time costs before the first step: its context
+ * and the kernel modules the CUDA runtime loads on a kernel's first launch
+ * (64-95 ms of the first layer's call on the H200, run 9 of
+ * experiments/gpu-replay: inside the first decode step, 11-16 % of a
+ * Kimi-shaped decode).  A serving engine pays them at start-up, so the
+ * replay does too (its cold_start_ms): calls shaped like the trace's steps
+ * (1 token, 2, the largest step; top_k experts per token, the model's
+ * formats in turn) on one zeroed extent, whose results are dropped. */
+static int warm_kernels(struct run *r, struct strata_error *err)
+{
+	uint8_t seen[STRATA_FMT_COUNT] = { 0 }, fmt[STRATA_FMT_COUNT];
+	uint32_t nf = 0, total = r->L * r->E;
+	uint64_t most = 0;
+	for (uint32_t i = 0; i < total && nf < STRATA_FMT_COUNT; i++) {
+		uint8_t f = r->fmt_table[i];
+		struct strata_expert_layout lay;
+		if (f >= STRATA_FMT_COUNT || seen[f] || strata_expert_layout(f, r->hidden, r->inter, &lay))
+			continue;
+		seen[f] = 1;
+		fmt[nf++] = f;
+		most = lay.bytes > most ? lay.bytes : most;
+	}
+	if (!nf)
+		return STRATA_OK;
+	void *ext = NULL;
+	int rc = strata_gpu_malloc(&ext, most, err);
+	if (!rc)
+		rc = strata_gpu_memset(ext, 0, most, err);
+	uint64_t shapes[3] = { 1, r->max_step_tokens < 2 ? r->max_step_tokens : 2, r->max_step_tokens };
+	for (int k = 0; k < 3 && !rc; k++) {
+		uint32_t nt = (uint32_t)(shapes[k] ? shapes[k] : 1), na = nt * r->k;
+		uint32_t n = na < r->E ? na : r->E;
+		if (k && shapes[k] == shapes[k - 1])
+			continue;
+		for (uint32_t j = 0; j < n; j++) {
+			r->ptrs[j] = ext;
+			r->fmts[j] = fmt[j % nf];
+		}
+		for (uint32_t a = 0; a < na; a++) {
+			r->a_exp[a] = a % n;
+			r->a_tok[a] = a / r->k;
+			r->a_w[a] = 0;
+		}
+		struct strata_moe_call c = {
+			.hidden = r->hidden, .inter = r->inter, .n_tokens = nt, .n_experts = n, .extents = r->ptrs,
+			.fmts = r->fmts, .n_assign = na, .assign_expert = r->a_exp, .assign_token = r->a_tok,
+			.assign_weight = r->a_w, .x = r->dx, .y = r->dy,
+		};
+		rc = strata_moe_layer_gpu(&c, err);
+	}
+	if (!rc)
+		rc = strata_gpu_sync(err);
+	strata_gpu_free(ext);
+	if (rc)
+		strata_error_prefix(err, "replay: warming up the GPU kernels");
+	return rc;
+}
+
 static int open_compute(struct run *r, struct strata_error *err)
 {
 	const struct strata_replay_config *cfg = r->cfg;
@@ -590,7 +648,8 @@ static int open_compute(struct run *r, struct strata_error *err)
 		    (rc = strata_gpu_malloc(&r->dy, nx * sizeof(float), err)) ||
 		    (rc = strata_gpu_memcpy_h2d_async(r->dx, r->x, nx * sizeof(float), NULL, err)) ||
 		    (rc = strata_gpu_memset(r->dy, 0, nx * sizeof(float), err)) || (rc = strata_gpu_sync(err)) ||
-		    (rc = strata_gpu_event_create(&r->done, err)) || (rc = strata_gpu_event_create(&r->start, err)))
+		    (rc = strata_gpu_event_create(&r->done, err)) || (rc = strata_gpu_event_create(&r->start, err)) ||
+		    (rc = warm_kernels(r, err)))
 			return rc;
 	}
 	return STRATA_OK;
@@ -954,8 +1013,12 @@ int strata_replay_run(const struct strata_replay_config *cfg, struct strata_repl
 		rc = expert_formats(&r, err);
 	if (!rc)
 		rc = open_engine(&r, &ec, res, err);
-	if (!rc)
+	if (!rc) {
+		uint64_t c0 = strata_now_ns(); /* activations and the kernels' warm-up: before the first step */
 		rc = open_compute(&r, err);
+		if (!r.virt)
+			res->cold_start_ms += (double)(strata_now_ns() - c0) / 1e6;
+	}
 	double run0 = 0;
 	if (!rc) {
 		run0 = clock_now(&r);

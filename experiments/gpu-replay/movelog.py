@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Summarize `strata replay/sim --move-log` timelines, side by side.
 
-    movelog.py [--csv ROWS.csv] LOG.csv [LOG.csv ...]
+    movelog.py [--csv ROWS.csv] [--gaps N] LOG.csv [LOG.csv ...]
 
 For each log, over the run (the first stall or computation to the last
 computation's end; the preload before it is left out): per link, the time it
@@ -11,6 +11,8 @@ stalled on a move, compacting, its own work) and whether reads were waiting
 in the engine's prefetch queue then; how late finished moves were collected;
 the computation's host time against the device's.  --csv: the result rows of
 the same runs (strata replay/sim --csv), in the same order, for tok/s.
+--gaps N: each log's N longest disk idle gaps, with what the engine did in
+them and when the next read was asked for.
 Reads only the standard library."""
 import argparse
 import csv
@@ -134,6 +136,20 @@ def summarize(path):
     s["collect_late_ms_max"] = max(late) / 1e6 if late else 0
     s["cancelled"] = sum(r["status"] == "cancelled" for r in moves)
     s["moves"] = sum(1 for r in moves)
+    # the idle gaps, longest first: the engine's spans in them, the next read asked
+    reads = sorted((num(r["queued_ns"]), r["step"]) for r in moves if r["link"] in ("nvme", "staged"))
+    gaps = []
+    for a, b in sorted(idle, key=lambda g: g[0] - g[1]):
+        doing = {}
+        for r in eng:
+            t0, t1 = num(r["queued_ns"]), num(r["reaped_ns"])
+            o = min(b, t1) - max(a, t0)
+            if o > 0:
+                doing[r["kind"]] = doing.get(r["kind"], 0) + o
+        nxt = next(((t, st) for t, st in reads if t >= a), None)
+        gaps.append((a - lo, b - a, doing, nxt))
+    s["_gaps"] = gaps
+    s["_lo"] = lo
     return s, moves
 
 
@@ -141,6 +157,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("logs", nargs="+")
     ap.add_argument("--csv", help="the runs' result rows (strata replay/sim --csv), one per log, same order")
+    ap.add_argument("--gaps", type=int, default=0, help="list each log's N longest disk idle gaps")
     a = ap.parse_args()
     res = [summarize(p) for p in a.logs]
     sums = [x[0] for x in res]
@@ -155,7 +172,7 @@ def main():
                       "compact_ms", "decode_nvme_busy_ms", "decode_pcie_busy_ms"):
                 if k in r:
                     s["row_" + k] = r[k]
-    keys = list(dict.fromkeys(k for s in sums for k in s))
+    keys = [k for k in dict.fromkeys(k for s in sums for k in s) if not k.startswith("_")]
     w = max(len(k) for k in keys)
     for k in keys:
         vals = []
@@ -168,6 +185,14 @@ def main():
     base = key(res[0][1])
     same = [key(m) == base for _, m in res[1:]]
     print(f"{'same_moves_as_first':<{w}}  " + "  ".join(f"{str(x):>14}" for x in [True] + same))
+    for s in sums if a.gaps else []:
+        print(f"\n{s['log']}: the {a.gaps} longest disk idle gaps (ms from the run's start)")
+        for at, n, doing, nxt in s["_gaps"][:a.gaps]:
+            what = ", ".join(f"{k} {v / 1e6:.2f}" for k, v in sorted(doing.items(), key=lambda x: -x[1]))
+            other = n - sum(doing.values())
+            ask = f"next read asked {(nxt[0] - at - s['_lo']) / 1e6:+.2f} ms (step {nxt[1]})" if nxt else "no read after"
+            print(f"  at {at / 1e6:8.2f}: {n / 1e6:6.2f} ms idle; engine: {what or '-'}"
+                  f"{f', own work {other / 1e6:.2f}' if other > 1e3 else ''}; {ask}")
 
 
 if __name__ == "__main__":
