@@ -15,9 +15,11 @@
 //     with 16-byte `ld.global.nc.L1::no_allocate` loads, and the chunk's group
 //     scales (8 or 16 bytes); the row's sums meet by xor shuffles;
 //   - each CTA takes a contiguous range of tasks, its warps every NW-th of
-//     them; a warp's chunks come in batches of NB per lane through two
-//     register buffers, the next batch loaded (across task boundaries) while
-//     this one is multiplied: one code body per buffer, no shared-memory
+//     them; a warp's chunks come in batches of NB per lane through three
+//     register buffers, the next two batches loaded (across task boundaries)
+//     while one is multiplied (two buffers for more than one token): one
+//     code body per buffer, no branch per chunk
+//     (chunks past the row count with zero scales), no shared-memory
 //     barriers after the start;
 //   - the activations (x rows for gate|up, the CTA's slots' h rows for down)
 //     are staged once per CTA in shared memory, scaled per row by a power of
@@ -30,8 +32,8 @@
 //           the zero point folded in as -8 x the slice's activation sum
 //           (staged too), one I2F and one FFMA with the group scale;
 //       q3: fp16 in natural order; kfmt_scalar's exact fp16 codes (LOP3 +
-//           HFMA2), four HFMA2 per 8 weights and token, the group's half2 sum
-//           to f32 times the group scale.
+//           HFMA2), four HFMA2 per 8 weights and token, the two halves of the
+//           sum added in fp16, to f32 times the group scale.
 // Accuracy: the reference computes in f32; q4 rounds each activation to 15
 // bits of its row's largest magnitude (relative error ~1e-4 on a row's sum),
 // q3 to fp16 (~2e-4), as the MMA kernels do.
@@ -68,6 +70,14 @@ __device__ __forceinline__ int dp4a_us(uint32_t a, uint32_t b, int c)
 	return d;
 }
 
+// 16 bytes of shared memory at a 32-bit shared-window address.
+__device__ __forceinline__ uint4 lds(uint32_t a)
+{
+	uint4 v;
+	asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
+	return v;
+}
+
 template <int FMT> struct Pol;
 
 // q4: chunk j of a row = code bytes 16j .. 16j + 15 (block j >> 3, half
@@ -84,7 +94,12 @@ template <> struct Pol<STRATA_FMT_Q4> {
 	__device__ __forceinline__ static void load(Ch &h, const uint8_t *c, const uint8_t *s, uint32_t j)
 	{
 		h.c = bfd::ldw(c + 16 * j);
-		h.s = sqd::ldw8(s + 16 * (j >> 3) + 8 * ((j >> 2) & 1));
+		h.s = sqd::ldw8(s + 2 * (j & ~3u));   // 16 (j >> 3) + 8 ((j >> 2) & 1)
+	}
+	// Scales of a chunk outside the row (its words are stale): zero.
+	__device__ __forceinline__ static void mask(Ch &h, bool ok)
+	{
+		h.s.x = ok ? h.s.x : 0u, h.s.y = ok ? h.s.y : 0u;
 	}
 	// Activation slice q (columns 8q .. 8q + 7): chunk j and its group u.
 	__device__ __forceinline__ static void slot_of(uint32_t q, uint32_t &j, uint32_t &u)
@@ -114,8 +129,10 @@ template <> struct Pol<STRATA_FMT_Q4> {
 	}
 	// acc[k] += the chunk's 32 weights x token k's staged activations (row
 	// offsets xr[k], cr[k]).
+	// xr, cr: shared addresses of token k's staged row (values, zero-point
+	// terms); us: bytes between groups u and u + 1 of the values.
 	template <int NT>
-	__device__ __forceinline__ static void dot(const Ch &h, uint32_t j, uint32_t cpr, const uint32_t (&xr)[NT],
+	__device__ __forceinline__ static void dot(const Ch &h, uint32_t j, uint32_t us, const uint32_t (&xr)[NT],
 						   const uint32_t (&cr)[NT], float (&acc)[NT])
 	{
 		const float2 s01 = __half22float2(*reinterpret_cast<const __half2 *>(&h.s.x));
@@ -123,15 +140,16 @@ template <> struct Pol<STRATA_FMT_Q4> {
 		const float sc[4] = { s01.x, s01.y, s23.x, s23.y };
 		const uint32_t w[4] = { h.c.x, h.c.y, h.c.z, h.c.w };
 		uint4 cz[NT];
+		uint32_t xa[NT];
 #pragma unroll
 		for (int k = 0; k < NT; k++)
-			cz[k] = lds128(cr[k] + 16 * j);
+			cz[k] = lds(cr[k] + 16 * j), xa[k] = xr[k] + 16 * j;
 #pragma unroll
 		for (int u = 0; u < 4; u++) {
 			const uint32_t lo = w[u] & 0x0f0f0f0fu, hi = (w[u] >> 4) & 0x0f0f0f0fu;
 #pragma unroll
 			for (int k = 0; k < NT; k++) {
-				const uint4 x = lds128(xr[k] + 16 * (u * cpr + j));
+				const uint4 x = lds(xa[k] + u * us);
 				const uint32_t c = u == 0 ? cz[k].x : u == 1 ? cz[k].y : u == 2 ? cz[k].z : cz[k].w;
 				const uint32_t al = dp4a_uu(hi, x.y, dp4a_uu(lo, x.x, c));
 				const int ah = dp4a_us(hi, x.w, dp4a_us(lo, x.z, 0));
@@ -161,6 +179,10 @@ template <> struct Pol<STRATA_FMT_Q3> {
 		h.x = sqd::ldw8(c + 96 * b + 64 + 8 * t);
 		h.s = bfd::ldw(s + 16 * b);
 	}
+	__device__ __forceinline__ static void mask(Ch &h, bool ok)
+	{
+		h.s.x = ok ? h.s.x : 0u, h.s.y = ok ? h.s.y : 0u, h.s.z = ok ? h.s.z : 0u, h.s.w = ok ? h.s.w : 0u;
+	}
 	__device__ __forceinline__ static void slot_of(uint32_t q, uint32_t &j, uint32_t &u)
 	{
 		j = 4 * (q >> 5) + (q & 3), u = (q >> 2) & 7;
@@ -173,9 +195,13 @@ template <> struct Pol<STRATA_FMT_Q3> {
 				   pack_f16x2(v[6], v[7]));
 	}
 	template <int NT>
-	__device__ __forceinline__ static void dot(const Ch &h, uint32_t j, uint32_t cpr, const uint32_t (&xr)[NT],
+	__device__ __forceinline__ static void dot(const Ch &h, uint32_t j, uint32_t us, const uint32_t (&xr)[NT],
 						   const uint32_t (&)[NT], float (&acc)[NT])
 	{
+		uint32_t xa[NT];
+#pragma unroll
+		for (int k = 0; k < NT; k++)
+			xa[k] = xr[k] + 16 * j;
 		typename F::Lane ln;
 		ln.w[0] = h.c.x, ln.w[1] = h.c.y, ln.w[2] = h.c.z, ln.w[3] = h.c.w, ln.w[4] = h.x.x, ln.w[5] = h.x.y;
 		const uint32_t sw[4] = { h.s.x, h.s.y, h.s.z, h.s.w };
@@ -186,12 +212,12 @@ template <> struct Pol<STRATA_FMT_Q3> {
 			const float sc = __half2float(__ushort_as_half((unsigned short)(sw[U >> 1] >> (16 * (U & 1)))));
 #pragma unroll
 			for (int k = 0; k < NT; k++) {
-				const uint4 x = lds128(xr[k] + 16 * (U * cpr + j));
+				const uint4 x = lds(xa[k] + U * us);
 				__half2 a = __hmul2(*reinterpret_cast<const __half2 *>(&o[0]), *reinterpret_cast<const __half2 *>(&x.x));
 				a = __hfma2(*reinterpret_cast<const __half2 *>(&o[1]), *reinterpret_cast<const __half2 *>(&x.y), a);
 				a = __hfma2(*reinterpret_cast<const __half2 *>(&o[2]), *reinterpret_cast<const __half2 *>(&x.z), a);
 				a = __hfma2(*reinterpret_cast<const __half2 *>(&o[3]), *reinterpret_cast<const __half2 *>(&x.w), a);
-				acc[k] = fmaf(sc, __low2float(a) + __high2float(a), acc[k]);
+				acc[k] = fmaf(sc, __half2float(__hadd(__low2half(a), __high2half(a))), acc[k]);
 			}
 		};
 		grp(std::integral_constant<int, 0>());
@@ -285,8 +311,9 @@ __global__ void __launch_bounds__(32 * NW, 1) gv_kernel(const __grid_constant__ 
 	const uint32_t d = a.down, nph = d ? 1 : 2;
 	const FmtTab &f = p.tab[FMT];
 	const uint32_t nrows = d ? p.hidden : p.inter, cpr = a.cpr;
-	// Issue side: task, phase (gate, up / down), batch; this lane's row.
-	uint32_t it = blockIdx.x * a.tpc + warp, iph = 0, ibt = 0;
+	// Issue side: task, phase (gate, up / down), batch; this lane's row
+	// (codes, scales) and its next chunk j (and its last one, jl).
+	uint32_t it = blockIdx.x * a.tpc + warp, iph = 0, ibt = 0, ij = 0;
 	const uint8_t *ic = nullptr, *is = nullptr;
 	bool iv = false;
 	auto iss_set = [&]() {
@@ -295,16 +322,18 @@ __global__ void __launch_bounds__(32 * NW, 1) gv_kernel(const __grid_constant__ 
 		iv = row < nrows;
 		ic = mat + (uint64_t)row * f.rowc[d];
 		is = mat + f.soff[d] + (uint64_t)row * f.rows_[d];
+		ij = sub;
 	};
 	auto load = [&](Ch (&b)[NB]) {
 		if (it >= t1)
 			return;
 #pragma unroll
 		for (uint32_t i = 0; i < NB; i++) {
-			const uint32_t j = sub + ((ibt * NB + i) << lsh);
+			const uint32_t j = ij + (i << lsh);
 			if (iv && j < cpr)
 				P::load(b[i], ic, is, j);
 		}
+		ij += NB << lsh;
 		if (++ibt == a.nbat) {
 			ibt = 0;
 			if (++iph == nph)
@@ -315,8 +344,13 @@ __global__ void __launch_bounds__(32 * NW, 1) gv_kernel(const __grid_constant__ 
 	};
 	if (it < t1)
 		iss_set();
-	Ch b0[NB], b1[NB];
+	// Three buffers (one token: two batches in flight while one is
+	// multiplied), two for more tokens (their registers hold the sums).
+	constexpr bool B3 = NT == 1;
+	Ch b0[NB], b1[NB], b2[B3 ? NB : 1];
 	load(b0);
+	if constexpr (B3)
+		load(b1);
 	// Programmatic dependent launch (a.pdl): the down grid may start on an SM
 	// as soon as the gate|up CTA there has ended, load its first weights, and
 	// wait here for the whole gate|up grid (its h) before staging.
@@ -329,7 +363,9 @@ __global__ void __launch_bounds__(32 * NW, 1) gv_kernel(const __grid_constant__ 
 	uint32_t nr;
 	stage<P>(p, a, nr);
 	// Compute side.
-	uint32_t ct = blockIdx.x * a.tpc + warp, cph = 0, cbt = 0;
+	const uint32_t sbase = (uint32_t)__cvta_generic_to_shared(g_smem);
+	const uint32_t us = 16 * cpr, xstride = cpr * P::NG * 16, cstride = cpr * P::NG * 4;
+	uint32_t ct = blockIdx.x * a.tpc + warp, cph = 0, cbt = 0, cj = 0;
 	const uint32_t srow0 = d && ct < a.ntask ? p.slot[(blockIdx.x * a.tpc) / a.nrs].a0 : 0;
 	uint32_t xr[NT], cr[NT], slot = 0, row = 0;
 	float acc[NT], accg[NT];
@@ -342,7 +378,7 @@ __global__ void __launch_bounds__(32 * NW, 1) gv_kernel(const __grid_constant__ 
 		for (int k = 0; k < NT; k++) {
 			const uint32_t kk = (uint32_t)k < s.ntok ? k : 0;
 			const uint32_t r = d ? s.a0 + kk - srow0 : p.tok[s.a0 + kk];
-			xr[k] = a.xoff + r * cpr * P::NG * 16, cr[k] = a.coff + r * cpr * P::NG * 4;
+			xr[k] = sbase + a.xoff + r * xstride, cr[k] = sbase + a.coff + r * cstride;
 			acc[k] = accg[k] = 0.0f;
 		}
 	};
@@ -371,15 +407,21 @@ __global__ void __launch_bounds__(32 * NW, 1) gv_kernel(const __grid_constant__ 
 			}
 		}
 	};
-	auto compute = [&](const Ch (&b)[NB]) {
+	// Chunks outside the row or the matrix (stale words) count with zero
+	// scales at the row's last chunk: no branch per chunk.
+	auto compute = [&](Ch (&b)[NB]) {
 		if (cph == 0 && cbt == 0)
 			cmp_set();
+		if (cbt == 0)
+			cj = sub;
+		const bool rv = row < nrows;
 #pragma unroll
 		for (uint32_t i = 0; i < NB; i++) {
-			const uint32_t j = sub + ((cbt * NB + i) << lsh);
-			if (row < nrows && j < cpr)
-				P::template dot<NT>(b[i], j, cpr, xr, cr, acc);
+			const uint32_t j = cj + (i << lsh);
+			P::mask(b[i], rv && j < cpr);
+			P::template dot<NT>(b[i], min(j, cpr - 1), us, xr, cr, acc);
 		}
+		cj += NB << lsh;
 		if (++cbt == a.nbat) {
 			cbt = 0;
 			if (!d && cph == 0) {
@@ -393,13 +435,29 @@ __global__ void __launch_bounds__(32 * NW, 1) gv_kernel(const __grid_constant__ 
 			}
 		}
 	};
-	while (ct < t1) {
-		load(b1);
-		compute(b0);
-		if (ct >= t1)
-			break;
-		load(b0);
-		compute(b1);
+	if constexpr (B3) {
+		while (ct < t1) {
+			load(b2);
+			compute(b0);
+			if (ct >= t1)
+				break;
+			load(b0);
+			compute(b1);
+			if (ct >= t1)
+				break;
+			load(b1);
+			compute(b2);
+		}
+	} else {
+		(void)b2;
+		while (ct < t1) {
+			load(b1);
+			compute(b0);
+			if (ct >= t1)
+				break;
+			load(b0);
+			compute(b1);
+		}
 	}
 	(void)nr;
 }

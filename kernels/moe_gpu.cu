@@ -1324,16 +1324,21 @@ int run_dec_sq(MoeParams *p, uint32_t hfl, cudaStream_t st, struct strata_error 
 	return 1;
 }
 
-// Lanes per row (1 << lsh) and batches of nb chunks per lane for rows of cpr
-// chunks: the fewest lane-chunk slots per row (idle lanes cost issue), then
-// the most lanes (finer tasks).
-void gv_geom(uint32_t cpr, uint32_t nb, uint32_t &lsh, uint32_t &nbat)
+// The row-streaming kernel's geometry for a matrix of nrows rows of cpr
+// chunks in nslots slots: lanes per row (1 << lsh) and batches of nb chunks
+// per lane (nbat) with the fewest batches per warp of the busiest warp (one
+// CTA of gv::NW warps per SM, each CTA a contiguous range of tasks), then the
+// fewest lane-chunk slots per row (idle lanes cost issue), then the most lanes.
+void gv_geom(uint32_t cpr, uint32_t nb, uint32_t nrows, uint32_t nslots, uint32_t &lsh, uint32_t &nbat)
 {
-	uint32_t best = UINT32_MAX;
+	uint64_t best = UINT64_MAX;
 	for (int l = 5; l >= 0; l--) {
 		const uint32_t nci = (cpr + (1u << l) - 1) >> l, bt = (nci + nb - 1) / nb, cost = bt * nb << l;
-		if (cost < best)
-			best = cost, lsh = (uint32_t)l, nbat = bt;
+		const uint32_t ntask = nslots * ((nrows + (32u >> l) - 1) / (32u >> l));
+		const uint32_t tpc = (ntask + (uint32_t)g_ctx.sms - 1) / (uint32_t)g_ctx.sms;
+		const uint64_t key = (uint64_t)((tpc + gv::NW - 1) / gv::NW * bt) << 32 | cost;
+		if (key < best)
+			best = key, lsh = (uint32_t)l, nbat = bt;
 	}
 }
 
@@ -1393,7 +1398,8 @@ int run_dec_gv(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_err
 		g.down = d;
 		g.pdl = g_ctx.cfg.sq_pdl;
 		g.cpr = f.pc[d] / 256 * (q4 ? gv::Pol<STRATA_FMT_Q4>::CPB : gv::Pol<STRATA_FMT_Q3>::CPB);
-		gv_geom(g.cpr, q4 ? gv::Pol<STRATA_FMT_Q4>::NB : gv::Pol<STRATA_FMT_Q3>::NB, g.lsh, g.nbat);
+		gv_geom(g.cpr, q4 ? gv::Pol<STRATA_FMT_Q4>::NB : gv::Pol<STRATA_FMT_Q3>::NB, d ? p->hidden : p->inter,
+			p->n_slots, g.lsh, g.nbat);
 		const uint32_t rw = 32u >> g.lsh;
 		g.nrs = ((d ? p->hidden : p->inter) + rw - 1) / rw;
 		g.ntask = p->n_slots * g.nrs;
