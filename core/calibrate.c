@@ -44,10 +44,8 @@
 void strata_cost_file_defaults(struct strata_cost_file *c)
 {
 	memset(c, 0, sizeof(*c));
-	/* the engine's default links (overwritten by calibrate); a file's fixed
-	 * kernel cost defaults to 8 us, the engine's to 5 */
+	/* the engine's cost model (calibrate overwrites what it measures) */
 	strata_cost_model_defaults(&c->cost);
-	c->cost.kernel_fixed_us = 8.0;
 	c->kernel_us_per_mb_token = 0.02;
 	c->kernel_speed_q4 = c->kernel_speed_q3 = 1.0;
 	snprintf(c->source, sizeof(c->source), "defaults");

@@ -75,6 +75,27 @@ static void test_cost_file(void **state)
 	assert_int_not_equal(strata_cost_file_load(test_path("none.json"), &b, &err), STRATA_OK);
 }
 
+/* A run without a cost file gets one cost model whichever way it starts:
+ * `strata sim` and the study sweeps take the cost file's defaults, a replay,
+ * the API and the Python runner the engine's, and the policies weigh moves
+ * against it (lookahead's break-even, expertflow's horizon: a layer's compute
+ * is kernel_fixed_us + kernel_us_per_mb x top_k x MB), so a sim and a replay
+ * of the same run decide alike only if the two agree field by field. */
+static void test_cost_defaults_one_model(void **state)
+{
+	struct strata_cost_file f;
+	struct strata_engine_config e;
+	strata_cost_file_defaults(&f);
+	strata_engine_config_defaults(&e);
+	assert_true(f.cost.nvme_gbps == e.cost.nvme_gbps && f.cost.nvme_lat_us == e.cost.nvme_lat_us);
+	assert_true(f.cost.pcie_gbps == e.cost.pcie_gbps && f.cost.pcie_lat_us == e.cost.pcie_lat_us);
+	assert_true(f.cost.hbm_gbps == e.cost.hbm_gbps && f.cost.host_gbps == e.cost.host_gbps);
+	assert_true(f.cost.kernel_us_per_mb == e.cost.kernel_us_per_mb);
+	print_message("kernel_fixed_us: cost file %g, engine %g\n", f.cost.kernel_fixed_us, e.cost.kernel_fixed_us);
+	assert_true(f.cost.kernel_fixed_us == e.cost.kernel_fixed_us);
+	assert_int_equal(f.cost.nvme_queue_depth, e.cost.nvme_queue_depth);
+}
+
 static void test_calibrate(void **state)
 {
 	struct strata_error err = { 0 };
@@ -315,6 +336,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_cost_file),
+		cmocka_unit_test(test_cost_defaults_one_model),
 		cmocka_unit_test(test_calibrate),
 		cmocka_unit_test(test_replay_deterministic),
 		cmocka_unit_test(test_replay_errors),

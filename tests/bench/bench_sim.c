@@ -10,17 +10,22 @@
  * (trace open, plan, future, engine open, replay loop) and its ratio to that
  * ceiling.  The issue's figure: >= 5 million accesses/s with C policies.
  *
- *   build/release/bench/bench_sim [--cachesim PATH] [--peer-accesses N] [--reps N] [--peer-only]
- *                                 [model-spec] [tokens-per-request] [only]   (CSV on stdout)
+ *   build/release/bench/bench_sim [--part sim|peer] [--cachesim PATH] [--peer-accesses N] [--reps N]
+ *                                 [model-spec] [tokens-per-request] [only]
+ *   --part sim (default): the speed table; --part peer: the table against libCacheSim
  *   default: qwen3-30b-a3b (48 MoE layers x 128 experts, top-8), 8 requests x (64 + 512)
  *   only: run just the configs whose "evict/prefetch" contains it (e.g. "lru/none")
+ *
+ * Each part is its own table (different columns): one run prints one part's
+ * CSV on stdout, so the output is one table pandas reads; what the run was
+ * (model, stream, the peer's path) goes to stderr.
  *
  * The machine this runs on is shared: besides wall-clock rates, each row
  * gives accesses per second of thread CPU time (cpu_accesses_per_s: the
  * whole call, best of two), which other people's load disturbs much less.
  *
- * The peer: libCacheSim's `cachesim` (--cachesim PATH or $STRATA_CACHESIM;
- * without it the section says so and prints no ratio).  The same object
+ * The peer (--part peer): libCacheSim's `cachesim` (--cachesim PATH or
+ * $STRATA_CACHESIM; without it the run fails, saying so).  The same object
  * stream in both: a decode-only trace of the DeepSeek-V2-Lite shape (26 MoE
  * layers x 64 experts, top-6; --peer-accesses, default 30 M), one request per
  * (token, layer, expert), exported with `strata trace export --format
@@ -131,9 +136,9 @@ static double last_number_after(const char *path, const char *key)
 static int peer_section(const char *cachesim, uint64_t want_accesses, int reps, const char *dir)
 {
 	if (!cachesim || !*cachesim) {
-		printf("# peer: libCacheSim's cachesim not given (--cachesim PATH or $STRATA_CACHESIM): "
-		       "no ratio to libCacheSim measured\n");
-		return 0;
+		fprintf(stderr, "bench_sim: --part peer needs libCacheSim's cachesim (--cachesim PATH or "
+				"$STRATA_CACHESIM): experiments/sim/README.md says how to build it\n");
+		return 2;
 	}
 	if (access(cachesim, X_OK)) {
 		fprintf(stderr, "bench_sim: cachesim %s: not an executable file\n", cachesim);
@@ -186,7 +191,7 @@ static int peer_section(const char *cachesim, uint64_t want_accesses, int reps, 
 	char vram[32], slots_s[16];
 	snprintf(vram, sizeof(vram), "%" PRIu64, lay.bytes * slots + lay.bytes / 2);
 	snprintf(slots_s, sizeof(slots_s), "%u", slots);
-	printf("# peer: libCacheSim cachesim %s; stream: %" PRIu64 " accesses (deepseek-v2-lite: %u MoE layers x %u "
+	fprintf(stderr, "bench_sim: peer: libCacheSim cachesim %s; stream: %" PRIu64 " accesses (deepseek-v2-lite: %u MoE layers x %u "
 	       "experts, top-%u, decode only), one tier of %u of %u experts, equal sizes; whole-process CPU s, best of %d, "
 	       "alternating\n", cachesim, accesses, spec.n_moe_layers, spec.n_experts, spec.top_k, slots,
 	       spec.n_moe_layers * spec.n_experts, reps);
@@ -238,27 +243,41 @@ out:
 	return rc;
 }
 
+static int usage(FILE *f, int rc)
+{
+	fprintf(f, "usage: bench_sim [--part sim|peer] [--cachesim PATH] [--peer-accesses N] [--reps N] "
+		   "[model-spec=qwen3-30b-a3b] [tokens-per-request=512] [only]\n"
+		   "  --part sim   strata sim's accesses/s against a bare loop's (default)\n"
+		   "  --part peer  strata sim's CPU time against libCacheSim's cachesim on one object stream\n"
+		   "               (--cachesim PATH or $STRATA_CACHESIM; --peer-accesses, default 30000000;\n"
+		   "               --reps, default 3)\n"
+		   "One CSV table on stdout per run; what was run goes to stderr.\n");
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
 	const char *cachesim = getenv("STRATA_CACHESIM");
 	uint64_t peer_accesses = 30000000;
-	int reps = 3, peer_only = 0;
+	int reps = 3, peer = 0;
 	while (argc > 1 && !strncmp(argv[1], "--", 2)) {
-		if (!strcmp(argv[1], "--cachesim") && argc > 2) {
+		if (!strcmp(argv[1], "--help"))
+			return usage(stdout, 0);
+		if (argc < 3) {
+			fprintf(stderr, "bench_sim: %s: needs a value\n", argv[1]);
+			return usage(stderr, 2);
+		}
+		if (!strcmp(argv[1], "--part") && (!strcmp(argv[2], "sim") || !strcmp(argv[2], "peer"))) {
+			peer = !strcmp(argv[2], "peer");
+		} else if (!strcmp(argv[1], "--cachesim")) {
 			cachesim = argv[2];
-		} else if (!strcmp(argv[1], "--peer-accesses") && argc > 2) {
+		} else if (!strcmp(argv[1], "--peer-accesses")) {
 			peer_accesses = strtoull(argv[2], NULL, 10);
-		} else if (!strcmp(argv[1], "--reps") && argc > 2) {
+		} else if (!strcmp(argv[1], "--reps")) {
 			reps = atoi(argv[2]);
-		} else if (!strcmp(argv[1], "--peer-only")) {
-			peer_only = 1;
-			argc--;
-			argv++;
-			continue;
 		} else {
-			fprintf(stderr, "usage: bench_sim [--cachesim PATH] [--peer-accesses N] [--reps N] [--peer-only] "
-					"[model-spec] [tokens-per-request] [only]\n");
-			return 2;
+			fprintf(stderr, "bench_sim: unknown option or part: %s %s\n", argv[1], argv[2]);
+			return usage(stderr, 2);
 		}
 		argc -= 2;
 		argv += 2;
@@ -279,7 +298,7 @@ int main(int argc, char **argv)
 	char dir[PATH_MAX];
 	if (bench_tmp_path(dir, sizeof(dir), "bench-sim", 1))
 		return 1;
-	if (peer_only) {
+	if (peer) {
 		int prc = peer_section(cachesim, peer_accesses, reps, dir);
 		rmdir(dir);
 		return prc;
@@ -330,10 +349,10 @@ int main(int argc, char **argv)
 		{ "lru", "none" },   { "lfu", "none" },       { "farthest", "none" },
 		{ "lru", "lookahead" }, { "lfu-decay", "history" }, { "farthest", "oracle" },
 	};
-	printf("# bench_sim: model %s, %" PRIu64 " expert accesses, ceiling (bare loop) %.1f M accesses/s\n", model,
-	       accesses, ceil_rate / 1e6);
-	printf("config,accesses,hit_rate_vram,wall_s,accesses_per_s,loop_accesses_per_s,ratio_to_ceiling,cpu_s,"
-	       "cpu_accesses_per_s\n");
+	fprintf(stderr, "bench_sim: model %s, %" PRIu64 " expert accesses, ceiling (bare loop) %.1f M accesses/s\n",
+		model, accesses, ceil_rate / 1e6);
+	printf("config,accesses,hit_rate_vram,wall_s,accesses_per_s,loop_accesses_per_s,ceiling_accesses_per_s,"
+	       "ratio_to_ceiling,cpu_s,cpu_accesses_per_s\n");
 	for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
 		char which[64];
 		snprintf(which, sizeof(which), "%s/%s", runs[i].evict, runs[i].prefetch);
@@ -370,11 +389,12 @@ int main(int argc, char **argv)
 			if (!best_cpu || cpu < best_cpu)
 				best_cpu = cpu;
 		}
-		printf("\"%s\",%" PRIu64 ",%.4f,%.3f,%.0f,%.0f,%.4f,%.3f,%.0f\n", r.name, r.stats.accesses, r.hit_rate[0],
-		       r.wall_s, best, best_loop, best_loop / ceil_rate, best_cpu, (double)r.stats.accesses / best_cpu);
+		printf("\"%s\",%" PRIu64 ",%.4f,%.3f,%.0f,%.0f,%.0f,%.4f,%.3f,%.0f\n", r.name, r.stats.accesses,
+		       r.hit_rate[0], r.wall_s, best, best_loop, ceil_rate, best_loop / ceil_rate, best_cpu,
+		       (double)r.stats.accesses / best_cpu);
 		fflush(stdout);
 	}
-	rc = peer_section(cachesim, peer_accesses, reps, dir);
+	rc = 0;
 out:
 	unlink(trace);
 	rmdir(dir);

@@ -25,6 +25,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "strata/util.h"
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define FUZZ_MAX_INPUT (1u << 20)
@@ -126,13 +128,11 @@ static void add_dir(const char *dir)
 	closedir(d);
 }
 
+/* the mutations' choices: the project's seeded generator, from -s SEED */
 static uint64_t rng;
 static uint64_t rnd(void)
 {
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return rng;
+	return strata_splitmix64(&rng);
 }
 
 static size_t mutate(uint8_t *b, size_t n, size_t cap)
@@ -251,7 +251,7 @@ int main(int argc, char **argv)
 	for (size_t i = 0; i < n_seeds; i++, execs++)
 		run_one(seeds[i].d, seeds[i].n);
 	if (secs > 0) {
-		rng = seed | 1;
+		rng = seed;
 		uint8_t *b = malloc(FUZZ_MAX_INPUT);
 		struct timespec t0, t;
 		clock_gettime(CLOCK_MONOTONIC, &t0);

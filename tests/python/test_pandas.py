@@ -187,6 +187,7 @@ def bench(name):
     ("bench_lua", "--part", "engine", "4", "1", "policies/lua", "200"),
     ("bench_engine", "--steps", "200"),
     ("bench_movers", "--verify", "--size", "16M", "--seconds", "0.05"),
+    ("bench_sim", "qwen3-30b-a3b:layers=4", "16"),
 ])
 def test_bench_stdout_one_table(args, tmp_path_factory):
     """What a benchmark prints on stdout is one table (its log goes to stderr), and it leaves
@@ -199,6 +200,34 @@ def test_bench_stdout_one_table(args, tmp_path_factory):
     df = check_one_table(" ".join(args), r.stdout)
     assert len(df) >= 3
     assert os.listdir(tmp) == [], f"{args[0]} left {os.listdir(tmp)} in TMPDIR"
+
+
+def test_bench_sim_peer_needs_cachesim(tmp_path_factory):
+    """bench_sim --part peer without libCacheSim's cachesim fails, saying so on stderr, and prints
+    no table."""
+    env = dict(os.environ, TMPDIR=str(tmp_path_factory.mktemp("bench_tmp")))
+    env.pop("STRATA_CACHESIM", None)
+    r = subprocess.run([bench("bench_sim"), "--part", "peer"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, timeout=60)
+    assert r.returncode == 2 and "needs libCacheSim" in r.stderr and r.stdout == "", (r.returncode, r.stdout, r.stderr)
+
+
+def test_bench_sim_peer_one_table(tmp_path_factory):
+    """bench_sim --part peer prints one table on stdout (the stream's description on stderr); a
+    stand-in for cachesim that prints a miss ratio is enough to check the output's shape."""
+    tmp = str(tmp_path_factory.mktemp("bench_tmp"))
+    fake = os.path.join(str(tmp_path_factory.mktemp("fake_cachesim")), "cachesim")
+    with open(fake, "w") as f:
+        f.write("#!/bin/sh\necho \"stand-in: miss ratio 0.5\"\n")
+    os.chmod(fake, 0o755)
+    r = subprocess.run([bench("bench_sim"), "--part", "peer", "--cachesim", fake, "--peer-accesses", "20000",
+                        "--reps", "1"], cwd=ROOT, env=dict(os.environ, TMPDIR=tmp), stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    df = check_one_table("bench_sim --part peer", r.stdout)
+    assert list(df["policy"]) == ["lru", "lfu", "fifo", "farthest"] and (df["cachesim_miss_ratio"] == 0.5).all()
+    assert "stream:" in r.stderr
+    assert os.listdir(tmp) == [], os.listdir(tmp)
 
 
 def test_bench_scratch_in_tmpdir(tmp_path_factory):
