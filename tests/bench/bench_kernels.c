@@ -649,7 +649,7 @@ int main(int argc, char **argv)
 			printf("usage: bench_kernels [--reps N] [--csv FILE] [--quick] [--decode] [--no-decode] [--no-layer]\n"
 			       "                     [--pf-tokens T1,T2,...] [--shape kimi|qwen] [--profile [FMT]]\n"
 			       "                     [--formats hot,warm,cold,bf16,q4,q3] [--tier-formats H,W,C]\n"
-			       "                     [--kernel KEY=VALUE,...]  (dec, split, bf16dec, bf16_kc, prefill_min, prefill)\n"
+			       "                     [--kernel KEY=VALUE,...]  (dec, split, bf16dec, bf16_kc, sqdec, sq_pf, sq_xs, sq_gv, sq_pdl, prefill_min, prefill; kernels.h)\n"
 			       "Fused dequant MoE kernels vs streaming-read and cuBLAS ceilings (needs a GPU).\n");
 			return strcmp(argv[i], "--help") && strcmp(argv[i], "-h") ? 2 : 0;
 		}
