@@ -168,6 +168,15 @@ int strata_gpu_moe_check(int fmt, uint32_t hidden, uint32_t inter, struct strata
  *                                                x 16-byte aligned, hidden % 8 == 0; not with
  *                                                sq_pf=1): 0.366 vs 0.336 of read, Kimi q4 T=1;
  *                                                0: x through L1
+ *   sq_gv        sq_gv                  1        launches whose experts all have <= 4 tokens and
+ *                                                are all in one scalar format take the row-
+ *                                                streaming kernel (kernels/moe_dec_gv.cuh: two
+ *                                                launches, gate|up then down, whole rows per
+ *                                                task, dp4a for q4) when sqdec is auto and the
+ *                                                staged activations fit; 0: the kernel above
+ *   sq_pdl       sq_pdl                 1        that kernel's down launch is a programmatic
+ *                                                dependent launch (starts loading weights while
+ *                                                the gate|up launch ends); 0: a plain launch
  *   prefill      pf_path                auto     the tiled prefill path's kernel for bf16 and tier
  *                                                experts: sm90 (1): the warpgroup-MMA kernel
  *                                                (kernels/moe_prefill_sm90.cuh) for every such
@@ -196,8 +205,9 @@ struct strata_moe_config {
 	int poison;
 	int sq_dec, sq_pf, sq_xs;
 	int pf_path;
+	int sq_gv, sq_pdl;
 };
-#define STRATA_MOE_CONFIG_DEFAULT { 17, -1, 0, 0, -1, 0, 512, 0, -1, 0, 1, 0 }
+#define STRATA_MOE_CONFIG_DEFAULT { 17, -1, 0, 0, -1, 0, 512, 0, -1, 0, 1, 0, 1, 1 }
 #define STRATA_MOE_SPLIT_MAX 64u
 #define STRATA_MOE_DEC_TAB 100 /* dec_stages of the table variants: 100 + stages */
 void strata_gpu_moe_config_defaults(struct strata_moe_config *c);
@@ -223,6 +233,8 @@ int strata_gpu_moe_prefill_sm90_usable(void);
 uint64_t strata_gpu_moe_scalar_decode_launches(void);
 /* Those of them with x staged in shared memory (sq_xs). */
 uint64_t strata_gpu_moe_scalar_staged_launches(void);
+/* Layer launches (gate|up + down) of the row-streaming scalar-format kernel (sq_gv; for tests). */
+uint64_t strata_gpu_moe_scalar_gemv_launches(void);
 
 /*
  * BF16 paths through cuBLAS (cublasGemmEx, f32 accumulation), for shared

@@ -71,6 +71,10 @@ int strata_gpu_moe_config_validate(const struct strata_moe_config *c, struct str
 		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: sq_pf must be 0 or 1");
 	if (c->sq_xs != 0 && c->sq_xs != 1)
 		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: sq_xs must be 0 or 1");
+	if (c->sq_gv != 0 && c->sq_gv != 1)
+		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: sq_gv must be 0 or 1");
+	if (c->sq_pdl != 0 && c->sq_pdl != 1)
+		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: sq_pdl must be 0 or 1");
 	if (c->pf_path < 0 || c->pf_path > 3)
 		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: pf_path must be 0 (auto), 1 (sm90), 2 (mma) or 3 (sm90ws)");
 	return STRATA_OK;
@@ -111,6 +115,15 @@ static int parse_u32(const char *key, const char *v, uint32_t *out, struct strat
 	return STRATA_OK;
 }
 
+/* "0" | "1". */
+static int parse_bit(const char *key, const char *v, int *out, struct strata_error *err)
+{
+	if (strcmp(v, "0") && strcmp(v, "1"))
+		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: %s=%s: want 0 or 1", key, v);
+	*out = v[0] == '1';
+	return STRATA_OK;
+}
+
 int strata_gpu_moe_config_parse(const char *text, struct strata_moe_config *c, struct strata_error *err)
 {
 	char buf[512];
@@ -140,21 +153,19 @@ int strata_gpu_moe_config_parse(const char *text, struct strata_moe_config *c, s
 		} else if (!strcmp(kv, "bf16_kc")) {
 			rc = parse_u32(kv, v, &c->bf16_kc, err);
 		} else if (!strcmp(kv, "poison")) {
-			if (strcmp(v, "0") && strcmp(v, "1"))
-				return STRATA_ERR(err, STRATA_EINVAL, "kernel config: poison=%s: want 0 or 1", v);
-			c->poison = v[0] == '1';
+			rc = parse_bit(kv, v, &c->poison, err);
 		} else if (!strcmp(kv, "sqdec")) {
 			if (strcmp(v, "auto") && strcmp(v, "off") && strcmp(v, "0"))
 				return STRATA_ERR(err, STRATA_EINVAL, "kernel config: sqdec=%s: want auto or off", v);
 			c->sq_dec = !strcmp(v, "auto") ? -1 : 0;
 		} else if (!strcmp(kv, "sq_pf")) {
-			if (strcmp(v, "0") && strcmp(v, "1"))
-				return STRATA_ERR(err, STRATA_EINVAL, "kernel config: sq_pf=%s: want 0 or 1", v);
-			c->sq_pf = v[0] == '1';
+			rc = parse_bit(kv, v, &c->sq_pf, err);
 		} else if (!strcmp(kv, "sq_xs")) {
-			if (strcmp(v, "0") && strcmp(v, "1"))
-				return STRATA_ERR(err, STRATA_EINVAL, "kernel config: sq_xs=%s: want 0 or 1", v);
-			c->sq_xs = v[0] == '1';
+			rc = parse_bit(kv, v, &c->sq_xs, err);
+		} else if (!strcmp(kv, "sq_gv")) {
+			rc = parse_bit(kv, v, &c->sq_gv, err);
+		} else if (!strcmp(kv, "sq_pdl")) {
+			rc = parse_bit(kv, v, &c->sq_pdl, err);
 		} else if (!strcmp(kv, "prefill")) {
 			if (strcmp(v, "auto") && strcmp(v, "sm90") && strcmp(v, "mma") && strcmp(v, "sm90ws"))
 				return STRATA_ERR(err, STRATA_EINVAL, "kernel config: prefill=%s: want auto, sm90, sm90ws or mma",
@@ -162,7 +173,7 @@ int strata_gpu_moe_config_parse(const char *text, struct strata_moe_config *c, s
 			c->pf_path = !strcmp(v, "auto") ? 0 : !strcmp(v, "sm90") ? 1 : !strcmp(v, "mma") ? 2 : 3;
 		} else {
 			return STRATA_ERR(err, STRATA_EINVAL,
-					  "kernel config: unknown key '%s' (prefill_min, dec, split, bf16dec, bf16_kc, poison, sqdec, sq_pf, sq_xs, prefill)",
+					  "kernel config: unknown key '%s' (prefill_min, dec, split, bf16dec, bf16_kc, poison, sqdec, sq_pf, sq_xs, sq_gv, sq_pdl, prefill)",
 					  kv);
 		}
 	}

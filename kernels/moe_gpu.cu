@@ -776,6 +776,7 @@ __global__ void __launch_bounds__(32 * NW, 1) moe_kernel(const __grid_constant__
 #include "moe_decode.cuh"
 #include "moe_dec_bf16.cuh"
 #include "moe_dec_sq.cuh"
+#include "moe_dec_gv.cuh"
 
 __device__ __forceinline__ void store_w(float *p, float v) { *p = v; }
 __device__ __forceinline__ void store_w(uint16_t *p, float v)
@@ -877,6 +878,8 @@ struct Ctx {
 	uint64_t bfd_launches = 0;    // strata_gpu_moe_bf16_decode_launches
 	uint64_t sqd_launches = 0;    // strata_gpu_moe_scalar_decode_launches
 	uint64_t sqd_xs_launches = 0; // strata_gpu_moe_scalar_staged_launches
+	uint64_t gv_launches = 0;     // strata_gpu_moe_scalar_gemv_launches
+	uint32_t gv_attr = 0;         // row-streaming kernels whose shared-memory attribute is set (bits)
 	// Tiled prefill path (moe_prefill.cuh): experts with >= cfg.prefill_min
 	// tokens.  17: the persistent kernel's 32-token tiles (17 .. 63 tokens)
 	// measured 1.3 - 7x slower than the 64 x 64 prefill tile, its 16-token tiles
@@ -1321,6 +1324,113 @@ int run_dec_sq(MoeParams *p, uint32_t hfl, cudaStream_t st, struct strata_error 
 	return 1;
 }
 
+// The row-streaming kernel's geometry for a matrix of nrows rows of cpr
+// chunks in nslots slots: lanes per row (1 << lsh) and batches of nb chunks
+// per lane (nbat) with the fewest batches per warp of the busiest warp (one
+// CTA of gv::NW warps per SM, each CTA a contiguous range of tasks), then the
+// fewest lane-chunk slots per row (idle lanes cost issue), then the most lanes.
+void gv_geom(uint32_t cpr, uint32_t nb, uint32_t nrows, uint32_t nslots, uint32_t &lsh, uint32_t &nbat)
+{
+	uint64_t best = UINT64_MAX;
+	for (int l = 5; l >= 0; l--) {
+		const uint32_t nci = (cpr + (1u << l) - 1) >> l, bt = (nci + nb - 1) / nb, cost = bt * nb << l;
+		const uint32_t ntask = nslots * ((nrows + (32u >> l) - 1) / (32u >> l));
+		const uint32_t tpc = (ntask + (uint32_t)g_ctx.sms - 1) / (uint32_t)g_ctx.sms;
+		const uint64_t key = (uint64_t)((tpc + gv::NW - 1) / gv::NW * bt) << 32 | cost;
+		if (key < best)
+			best = key, lsh = (uint32_t)l, nbat = bt;
+	}
+}
+
+// The row-streaming kernel's two launches (gate|up, down) for format FMT and
+// NT tokens per expert.
+template <int FMT, int NT>
+int gv_launch(MoeParams *p, const gv::Args (&a)[2], const uint32_t (&grid)[2], const uint32_t (&smem)[2], cudaStream_t st,
+	      struct strata_error *err)
+{
+	auto k = gv::gv_kernel<FMT, NT>;
+	const uint32_t bit = 1u << (2 * (FMT == STRATA_FMT_Q3) + (NT > 1));
+	if (!(g_ctx.gv_attr & bit)) {
+		CU_TRY(err, cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, gv::SMEM_MAX));
+		g_ctx.gv_attr |= bit;
+	}
+	k<<<grid[0], 32 * gv::NW, smem[0], st>>>(*p, a[0]);
+	CU_TRY(err, cudaGetLastError());
+	if (a[1].pdl) {
+		cudaLaunchConfig_t lc = {};
+		cudaLaunchAttribute at[1];
+		at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+		at[0].val.programmaticStreamSerializationAllowed = 1;
+		lc.gridDim = dim3(grid[1]), lc.blockDim = dim3(32 * gv::NW), lc.dynamicSmemBytes = smem[1], lc.stream = st;
+		lc.attrs = at, lc.numAttrs = 1;
+		CU_TRY(err, cudaLaunchKernelEx(&lc, k, *p, a[1]));
+	} else {
+		k<<<grid[1], 32 * gv::NW, smem[1], st>>>(*p, a[1]);
+		CU_TRY(err, cudaGetLastError());
+	}
+	g_ctx.gv_launches++;
+	return STRATA_OK;
+}
+
+// Decode launches (<= gv::NTMAX tokens per expert) whose experts are all in
+// one scalar format, with the scalar decode kernel on its automatic choice
+// (sq_gv=1, sqdec=auto, dec and split not forced): the row-streaming kernel
+// (moe_dec_gv.cuh), when each CTA's staged activations fit.  1 when it ran
+// (*rc its result), 0 when another kernel should run instead.
+int run_dec_gv(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_error *err, int *rc)
+{
+	const uint32_t fmt = p->n_slots ? p->slot[0].fmt : 0;
+	if (!strata_fmt_is_scalar((int)fmt) || !g_ctx.cfg.sq_gv || !g_ctx.cfg.sq_dec || g_ctx.cfg.dec_warps >= 0 ||
+	    g_ctx.cfg.split || maxtok > gv::NTMAX)
+		return 0;
+	for (uint32_t s = 1; s < p->n_slots; s++)
+		if (p->slot[s].fmt != fmt)
+			return 0;
+	const bool q4 = fmt == STRATA_FMT_Q4;
+	const FmtTab &f = p->tab[fmt];
+	uint32_t xrows = 0;
+	for (uint32_t i = 0; i < p->slot[p->n_slots - 1].a0 + p->slot[p->n_slots - 1].ntok; i++)
+		xrows = p->tok[i] + 1 > xrows ? p->tok[i] + 1 : xrows;
+	gv::Args a[2];
+	uint32_t grid[2], smem[2];
+	for (uint32_t d = 0; d < 2; d++) {
+		gv::Args &g = a[d];
+		g.down = d;
+		g.pdl = g_ctx.cfg.sq_pdl;
+		g.cpr = f.pc[d] / 256 * (q4 ? gv::Pol<STRATA_FMT_Q4>::CPB : gv::Pol<STRATA_FMT_Q3>::CPB);
+		gv_geom(g.cpr, q4 ? gv::Pol<STRATA_FMT_Q4>::NB : gv::Pol<STRATA_FMT_Q3>::NB, d ? p->hidden : p->inter,
+			p->n_slots, g.lsh, g.nbat);
+		const uint32_t rw = 32u >> g.lsh;
+		g.nrs = ((d ? p->hidden : p->inter) + rw - 1) / rw;
+		g.ntask = p->n_slots * g.nrs;
+		const uint32_t sms = (uint32_t)g_ctx.sms;
+		g.tpc = (g.ntask + sms - 1) / sms;
+		grid[d] = (g.ntask + g.tpc - 1) / g.tpc;
+		g.xrows = xrows;
+		g.srows = xrows;
+		if (d)
+			for (uint32_t b = 0, s0, s1; b < grid[d]; b++) {
+				s0 = b * g.tpc / g.nrs, s1 = (b * g.tpc + g.tpc < g.ntask ? b * g.tpc + g.tpc : g.ntask) - 1;
+				s1 /= g.nrs;
+				const uint32_t n = p->slot[s1].a0 + p->slot[s1].ntok - p->slot[s0].a0;
+				g.srows = b ? (n > g.srows ? n : g.srows) : n;
+			}
+		const uint64_t bytes = gv::Smem::END + (uint64_t)g.srows * f.pc[d] * (q4 ? 20 : 16) / 8;
+		if (g.srows > gv::SRMAX || bytes > gv::SMEM_MAX)
+			return 0;
+		g.xoff = gv::Smem::END;
+		g.coff = gv::Smem::END + g.srows * f.pc[d] * 2;
+		smem[d] = (uint32_t)bytes;
+	}
+	if (q4)
+		*rc = maxtok == 1 ? gv_launch<STRATA_FMT_Q4, 1>(p, a, grid, smem, st, err)
+				  : gv_launch<STRATA_FMT_Q4, gv::NTMAX>(p, a, grid, smem, st, err);
+	else
+		*rc = maxtok == 1 ? gv_launch<STRATA_FMT_Q3, 1>(p, a, grid, smem, st, err)
+				  : gv_launch<STRATA_FMT_Q3, gv::NTMAX>(p, a, grid, smem, st, err);
+	return 1;
+}
+
 int run_launch(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_error *err)
 {
 	uint32_t hfl = 0;
@@ -1344,6 +1454,8 @@ int run_launch(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_err
 		CU_TRY(err, cudaMemsetAsync(g_ctx.h, 0xff, (size_t)hfl * sizeof(float), st));
 	int rc = 0;
 	if (maxtok <= 8 && run_dec_bf16(p, hfl, st, err, &rc))
+		return rc;
+	if (run_dec_gv(p, maxtok, st, err, &rc))
 		return rc;
 	if (maxtok <= 8 && run_dec_sq(p, hfl, st, err, &rc))
 		return rc;
@@ -1901,6 +2013,11 @@ extern "C" uint64_t strata_gpu_moe_scalar_decode_launches(void)
 extern "C" uint64_t strata_gpu_moe_scalar_staged_launches(void)
 {
 	return launch_count(&g_ctx.sqd_xs_launches);
+}
+
+extern "C" uint64_t strata_gpu_moe_scalar_gemv_launches(void)
+{
+	return launch_count(&g_ctx.gv_launches);
 }
 
 extern "C" uint64_t strata_gpu_moe_prefill_sm90_launches(void)

@@ -169,11 +169,15 @@ static void test_moe_config(void **state)
 	assert_int_equal(d.sq_dec, -1);
 	assert_int_equal(d.sq_pf, 0);
 	assert_int_equal(d.sq_xs, 1);
+	assert_int_equal(d.sq_gv, 1);
+	assert_int_equal(d.sq_pdl, 1);
 	c = d;
-	assert_int_equal(strata_gpu_moe_config_parse("sqdec=off,sq_pf=1,sq_xs=0", &c, &err), STRATA_OK);
+	assert_int_equal(strata_gpu_moe_config_parse("sqdec=off,sq_pf=1,sq_xs=0,sq_gv=0,sq_pdl=0", &c, &err), STRATA_OK);
 	assert_int_equal(c.sq_dec, 0);
 	assert_int_equal(c.sq_pf, 1);
 	assert_int_equal(c.sq_xs, 0);
+	assert_int_equal(c.sq_gv, 0);
+	assert_int_equal(c.sq_pdl, 0);
 	c = d;
 	assert_int_equal(strata_gpu_moe_config_parse("dec=12x2t", &c, &err), STRATA_OK);
 	assert_int_equal(c.dec_warps, 12);
@@ -190,7 +194,7 @@ static void test_moe_config(void **state)
 	assert_int_equal(c.pf_path, 0);
 	static const char *const bad[] = { "dec=9x4", "dec=12", "split=65", "split=-1", "bf16dec=16x5",
 					   "bf16_kc=16", "prefill_min=0", "prefill_min=17x", "poison=2", "warps=8",
-					   "dec", "sqdec=8x4", "sq_pf=2", "sq_xs=2", "dec=12x4t", "dec=10x2t", "dec=8x2tt",
+					   "dec", "sqdec=8x4", "sq_pf=2", "sq_xs=2", "sq_gv=on", "sq_pdl=2", "dec=12x4t", "dec=10x2t", "dec=8x2tt",
 					   "dec=8x2u", "bf16dec=8x8t", "prefill=wgmma" };
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		c = d;
@@ -273,7 +277,8 @@ static void test_dequant_exact(void **state)
 struct moe_case {
 	const char *name;
 	int fmt;            /* -1: mix bf16 / f32 / tiers across experts; -2: the same without
-			     * f32; -3: the tier formats only; -4: every format (with q4, q3) */
+			     * f32; -3: the tier formats only; -4: every format (with q4, q3);
+			     * -5 / -6: the tier formats and q4 / q3 */
 	uint32_t hidden, inter, n_tokens, n_experts, top_k;
 	uint32_t pf_min;    /* the kernel configuration's prefill_min for the case (0: default) */
 };
@@ -310,6 +315,20 @@ static double rel_err_rows(const float *a, const float *ref, const float *base, 
 	return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
+/* Whether a mixed case (struct moe_case's fmt < 0) has experts of format f. */
+static int mix_has(int mix, int f)
+{
+	const int tier = f >= STRATA_FMT_HOT && f <= STRATA_FMT_COLD, scalar = strata_fmt_is_scalar(f);
+	switch (mix) {
+	case -2: return f != STRATA_FMT_F32 && !scalar;
+	case -3: return tier;
+	case -4: return 1;
+	case -5: return tier || f == STRATA_FMT_Q4;
+	case -6: return tier || f == STRATA_FMT_Q3;
+	default: return !scalar;
+	}
+}
+
 /* One MoE case against the reference.  outliers: activations as big_token()
  * says; pf_min: the kernel configuration's prefill_min for the call (0: default). */
 static void run_moe_case_ex(const struct moe_case *mc, int outliers, uint32_t pf_min)
@@ -322,8 +341,7 @@ static void run_moe_case_ex(const struct moe_case *mc, int outliers, uint32_t pf
 	uint32_t nf = 0;
 	int usable[7];
 	for (int i = 0; i < 7; i++)
-		if ((mc->fmt != -2 || mix[i] != STRATA_FMT_F32) && (mc->fmt != -3 || mix[i] >= STRATA_FMT_HOT) &&
-		    (mc->fmt == -4 || !strata_fmt_is_scalar(mix[i])) &&
+		if (mix_has(mc->fmt, mix[i]) &&
 		    gpu_fmt_ok(mix[i]) && strata_fmt_traits(mix[i])->quantize_rows &&
 		    strata_gpu_moe_check(mix[i], H, I, &err) == STRATA_OK)
 			usable[nf++] = mix[i];
@@ -779,8 +797,10 @@ static void test_moe_scalar(void **state)
 		{ "sq-mixed-5", -4, 1024, 256, 5, 14, 4, 0 },
 		{ "sq-mixed-pf", -4, 1024, 256, 200, 7, 3, 0 },
 	};
-	static const char *const cfgs[] = { "", "sq_pf=1", "sq_xs=0", "dec=off", "dec=8x4,split=64",
-					    "dec=12x4u,split=3", "sqdec=off" };
+	/* sq_gv=0: moe_dec_sq.cuh's kernel for the <= 4-token cases too (the
+	 * default, last, runs them on the row-streaming kernel) */
+	static const char *const cfgs[] = { "sq_gv=0", "sq_gv=0,sq_pf=1", "sq_gv=0,sq_xs=0", "dec=off",
+					    "dec=8x4,split=64", "dec=12x4u,split=3", "sqdec=off", "" };
 	for (size_t i = 0; i < sizeof(cfgs) / sizeof(cfgs[0]); i++) {
 		struct strata_moe_config kc;
 		struct strata_error err = { 0 };
@@ -789,13 +809,15 @@ static void test_moe_scalar(void **state)
 		kernel_config(&kc);
 		printf("scalar formats, kernel config '%s'\n", cfgs[i]);
 		const int off = kc.dec_warps == 0;
-		const uint64_t n0 = strata_gpu_moe_scalar_decode_launches(), x0 = strata_gpu_moe_scalar_staged_launches();
+		const uint64_t n0 = strata_gpu_moe_scalar_decode_launches(), x0 = strata_gpu_moe_scalar_staged_launches(),
+			       g0 = strata_gpu_moe_scalar_gemv_launches();
 		for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++)
 			if (!off || (cases[c].hidden % 32 == 0 && cases[c].inter % 32 == 0)) /* BF16 copies: see below */
 				run_moe_case(&cases[c]);
 		const struct moe_case big[] = { { "big-q4-2", STRATA_FMT_Q4, 1024, 512, 2, 2, 2, 0 },
 						{ "big-q3-rows-12", STRATA_FMT_Q3, 520, 200, 12, 2, 2, 0 },
-						{ "big-q4-60", STRATA_FMT_Q4, 768, 384, 60, 2, 2, 0 } };
+						{ "big-q4-60", STRATA_FMT_Q4, 768, 384, 60, 2, 2, 0 },
+						{ "big-q3-rows-3", STRATA_FMT_Q3, 520, 200, 3, 2, 2, 0 } };
 		for (size_t c = 0; c < sizeof(big) / sizeof(big[0]); c++)
 			if (!off || (big[c].hidden % 32 == 0 && big[c].inter % 32 == 0))
 				run_moe_case_ex(&big[c], 1, 0);
@@ -805,16 +827,22 @@ static void test_moe_scalar(void **state)
 		 * forced variants on dec_kernel */
 		const uint64_t n = strata_gpu_moe_scalar_decode_launches() - n0;
 		const uint64_t nx = strata_gpu_moe_scalar_staged_launches() - x0;
-		printf("scalar decode kernel launches: %llu, x staged: %llu\n", (unsigned long long)n,
-		       (unsigned long long)nx);
+		const uint64_t ng = strata_gpu_moe_scalar_gemv_launches() - g0;
+		printf("scalar decode kernel launches: %llu, x staged: %llu, row-streaming: %llu\n",
+		       (unsigned long long)n, (unsigned long long)nx, (unsigned long long)ng);
+		const int last = i + 1 == sizeof(cfgs) / sizeof(cfgs[0]);
 		if (i <= 2)
 			assert_true(n > 0);
-		else
+		else if (!last)
 			assert_true(n == 0);
 		if (i == 0)
 			assert_true(nx > 0);
-		else
+		else if (!last)
 			assert_true(nx == 0);
+		if (last)
+			assert_true(ng > 0);
+		else
+			assert_true(ng == 0);
 	}
 	kernel_config(NULL);
 	/* More than 16 tokens at a shape the BF16 copies cannot run: a clear error. */
@@ -836,6 +864,54 @@ static void test_moe_scalar(void **state)
 	assert_int_equal(strata_moe_layer_gpu(&c, &err), STRATA_EUNSUPPORTED);
 	assert_non_null(strstr(err.msg, "multiples of 32"));
 	strata_gpu_free(dext), strata_gpu_free(dx), strata_gpu_free(dy);
+}
+
+/* The row-streaming q4/q3 kernel (moe_dec_gv.cuh) at the Kimi-K2 and
+ * Qwen3-30B-A3B expert shapes, 1 - 4 tokens, padded rows, and mixed with tier
+ * experts in one call, against the CPU reference on fresh random inputs (h
+ * poisoned with NaN): each case's two calls each run one gate|up + down pair
+ * of it under the default configuration, none under sq_gv=0. */
+static void test_moe_scalar_gv(void **state)
+{
+	if (!test_have_gpu("test_moe_scalar_gv"))
+		return;
+	static const struct moe_case cases[] = {
+		{ "gv-kimi-q4-1", STRATA_FMT_Q4, 7168, 1536, 1, 2, 2, 0 },
+		{ "gv-kimi-q3-3", STRATA_FMT_Q3, 7168, 1536, 3, 2, 2, 0 },
+		{ "gv-qwen-q4-4", STRATA_FMT_Q4, 2048, 768, 4, 8, 8, 0 },
+		{ "gv-qwen-q3-1", STRATA_FMT_Q3, 2048, 768, 1, 8, 8, 0 },
+		{ "gv-q4-rows-3", STRATA_FMT_Q4, 520, 200, 3, 3, 2, 0 },
+		{ "gv-mix-q4-2", -5, 1024, 512, 2, 8, 7, 0 },  /* 7 of 8: a q4 expert in every token's */
+		{ "gv-mix-q3-4", -6, 768, 384, 4, 8, 7, 0 },
+		{ "gv-many-q4-1", STRATA_FMT_Q4, 512, 256, 1, 40, 24, 0 },
+	};
+	/* STRATA_CASES=name,...: only the cases whose names hold one of these (a
+	 * short memcheck run) */
+	const char *only = getenv("STRATA_CASES");
+	for (int gv = 1; gv >= 0; gv--) {
+		struct strata_moe_config kc;
+		strata_gpu_moe_config_defaults(&kc);
+		kc.sq_gv = gv;
+		kernel_config(&kc);
+		for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+			if (!gv && c >= 2)
+				break; /* the old kernel on the Kimi shape, for comparison */
+			int pick = !only || !*only;
+			char buf[256];
+			snprintf(buf, sizeof(buf), "%s", only ? only : "");
+			char *save = NULL;
+			for (char *tok = strtok_r(buf, ",", &save); tok && !pick; tok = strtok_r(NULL, ",", &save))
+				pick = strstr(cases[c].name, tok) != NULL;
+			if (!pick)
+				continue;
+			const uint64_t g0 = strata_gpu_moe_scalar_gemv_launches();
+			run_moe_case(&cases[c]);
+			const uint64_t ng = strata_gpu_moe_scalar_gemv_launches() - g0;
+			printf("moe[%s] sq_gv=%d: row-streaming launches %llu\n", cases[c].name, gv, (unsigned long long)ng);
+			assert_true(ng == (gv ? 2u : 0u));
+		}
+	}
+	kernel_config(NULL);
 }
 
 /* ---- cuBLAS BF16 paths ---- */
@@ -1093,6 +1169,7 @@ int main(void)
 		cmocka_unit_test(test_moe_range),
 		cmocka_unit_test(test_moe_prefill_sm90),
 		cmocka_unit_test(test_moe_scalar),
+		cmocka_unit_test(test_moe_scalar_gv),
 		cmocka_unit_test(test_bf16_cublas),
 		cmocka_unit_test(test_moe_errors),
 		cmocka_unit_test(test_decode_ceiling),

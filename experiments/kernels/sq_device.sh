@@ -5,7 +5,8 @@
 #             test_moe_scalar and test_dequant_exact for q4 and q3);
 #             STRATA_TESTS=name,... limits it to those tests
 #   memcheck  compute-sanitizer --tool memcheck on test_kernels' scalar cases
-#             (MC_TESTS, default test_moe_scalar,test_dequant_exact)
+#             (MC_TESTS, default test_moe_scalar,test_dequant_exact; MC_CASES:
+#             test_moe_scalar_gv's cases whose names hold one of these)
 #   bench     bench_kernels' decode table for FORMATS (default
 #             q4,q3,hot,warm,cold) at the Kimi and Qwen3-30B-A3B shapes, ratios
 #             to the read ceiling measured in the same run
@@ -19,7 +20,9 @@
 #   ncu       per shape in NCU_SHAPES (default "kimi qwen") ncu's sections
 #             (speed of light, warp states, scheduler, occupancy, memory
 #             workload, instruction mix, duration) on one NCU_FMT (default q4)
-#             T=1 layer call of the scalar decode kernel (sq_kernel), and for
+#             T=1 layer call of the scalar decode kernel (NCU_KERNEL, default
+#             sq_kernel; gv_kernel: the row-streaming kernel, NCU_COUNT=2 for its
+#             gate|up and down launches), and for
 #             the first shape the per-SASS-instruction source counters (stall
 #             reasons by instruction) as CSV (NCU_OUT=0: only in sq.tar.gz)
 #   layer     the full Kimi layer with the hot tier in q4
@@ -44,8 +47,8 @@ has() { case "$STEPS" in *" $1 "*) return 0 ;; esac; return 1; }
 lb=; command -v stdbuf >/dev/null && lb="stdbuf -oL -eL"
 if has tests; then
 	echo "== test_kernels"
-	timeout ${T_TESTS:-90} $lb "$B/tests/test_kernels" >"$d/test_kernels.log" 2>&1; trc=$?
-	grep -E "moe\[(q4|q3|sq|big-q)|scalar decode kernel|dequant|FAILED|PASSED|differ|error" "$d/test_kernels.log" | head -60
+	STRATA_CASES= timeout ${T_TESTS:-90} $lb "$B/tests/test_kernels" >"$d/test_kernels.log" 2>&1; trc=$?
+	grep -E "moe\[(q4|q3|sq|big-q|gv-)|scalar decode kernel|dequant|FAILED|PASSED|differ|error" "$d/test_kernels.log" | head -60
 	echo "test_kernels exit $trc"; cp "$d/test_kernels.log" "$out/"
 fi
 if has bench; then
@@ -75,8 +78,8 @@ fi
 if has ncu; then
 	src=1
 	for sh in ${NCU_SHAPES:-kimi qwen}; do
-		timeout ${T_NCU:-90} ncu --target-processes all --clock-control none --kernel-name regex:sq_kernel \
-			--launch-skip 3 --launch-count 1 --section SpeedOfLight --section WarpStateStats \
+		timeout ${T_NCU:-90} ncu --target-processes all --clock-control none --kernel-name regex:${NCU_KERNEL:-sq_kernel} \
+			--launch-skip ${NCU_SKIP:-3} --launch-count ${NCU_COUNT:-1} --section SpeedOfLight --section WarpStateStats \
 			--section SchedulerStats --section Occupancy --section LaunchStats --section InstructionStats \
 			--section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables --print-details all \
 			--metrics gpu__time_duration.sum,smsp__inst_executed.sum,sass__inst_executed_per_opcode \
@@ -87,8 +90,8 @@ if has ncu; then
 		grep -E "^ *Stall" "$d/ncu-$sh.txt" | sed 's/  */ /g' | head -8
 		[ $src = 1 ] || continue
 		src=0
-		timeout ${T_NCU:-90} ncu --target-processes all --clock-control none --kernel-name regex:sq_kernel \
-			--launch-skip 3 --launch-count 1 --section SourceCounters --section WarpStateStats \
+		timeout ${T_NCU:-90} ncu --target-processes all --clock-control none --kernel-name regex:${NCU_KERNEL:-sq_kernel} \
+			--launch-skip ${NCU_SKIP:-3} --launch-count 1 --section SourceCounters --section WarpStateStats \
 			-o "$d/sq-$sh" -f "$B/bench/bench_kernels" --shape $sh --profile ${NCU_FMT:-q4} >"$d/ncu-src.log" 2>&1
 		echo "== ncu source counters exit $?"
 		ncu -i "$d/sq-$sh.ncu-rep" --page source --print-source sass --csv >"$d/sass-$sh.csv" 2>"$d/page.err"
@@ -97,7 +100,7 @@ if has ncu; then
 fi
 if has memcheck; then
 	echo "== compute-sanitizer memcheck (${MC_TESTS:-test_moe_scalar,test_dequant_exact})"
-	STRATA_TESTS=${MC_TESTS:-test_moe_scalar,test_dequant_exact} timeout $(( ${T_MC:-90} < ${LIMIT:-600} - SECONDS - 8 ? ${T_MC:-90} : ${LIMIT:-600} - SECONDS - 8 )) $lb compute-sanitizer \
+	STRATA_TESTS=${MC_TESTS:-test_moe_scalar,test_dequant_exact} STRATA_CASES=${MC_CASES:-} timeout $(( ${T_MC:-90} < ${LIMIT:-600} - SECONDS - 8 ? ${T_MC:-90} : ${LIMIT:-600} - SECONDS - 8 )) $lb compute-sanitizer \
 		--tool memcheck "$B/tests/test_kernels" >"$d/memcheck.log" 2>&1; echo "memcheck exit $?"
 	grep -E "ERROR SUMMARY|PASSED|FAILED" "$d/memcheck.log" | tail -5; cp "$d/memcheck.log" "$out/"
 fi
@@ -111,6 +114,6 @@ echo "== summary"
 grep -hE "^test_kernels|PASSED|FAILED" "$d/test_kernels.log" 2>/dev/null | tail -3
 grep -hE "ERROR SUMMARY" "$d/memcheck.log" 2>/dev/null
 grep -E "^ceiling: read" "$d/decode.log" 2>/dev/null
-grep -E "^decode .* T=1 " "$d/decode.log" 2>/dev/null
+grep -E "^decode(_ring)? .* T=[14] " "$d/decode.log" 2>/dev/null
 for f in "$d"/decode-*.log; do [ -f "$f" ] && { echo "-- $(basename "$f")"; grep -E "^decode .* T=1 " "$f"; }; done
 cat "$d/calibrate.log" 2>/dev/null | tail -6

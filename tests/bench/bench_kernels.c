@@ -22,6 +22,9 @@
  * Layers are rotated so every timed call streams its weights from HBM; calls
  * are captured into a CUDA graph and replayed, timed with events after a
  * warm-up, median of the repetitions.
+ * q4 and q3 decode rows come twice: on the default kernel (row-streaming,
+ * kind decode) and at 1 and 4 tokens on the register-ring kernel (sq_gv=0,
+ * kind decode_ring), unless --kernel sq_gv=0.
  * CSV columns: kind,shape,fmt,tokens,ms,ratio,gbs,tflops,tok_s,bound; the
  * decode-ceiling rows are ceiling,decode_FMT,FMT with ratio = of read, gbs =
  * packed GB/s, tflops = the MMA rate (16 flop per weight: 8 tokens); bound =
@@ -45,7 +48,7 @@
  * q4,warm,cold).
  * --kernel: the kernel configuration for every table (kernels.h: e.g.
  * dec=off|12x4|8x4..., split=auto|N, bf16dec=off|16x4|12x6|8x8, bf16_kc=N,
- * sqdec=auto|off, sq_pf=0|1, sq_xs=0|1, prefill_min=N|off, prefill=auto|sm90|sm90ws|mma); the
+ * sqdec=auto|off, sq_pf=0|1, sq_xs=0|1, sq_gv=0|1, prefill_min=N|off, prefill=auto|sm90|sm90ws|mma); the
  * prefill table sets prefill_min itself.
  */
 #include <math.h>
@@ -255,6 +258,10 @@ static uint64_t packed_bytes(const struct strata_expert_layout *E)
 
 /* ---- decode: T tokens all routed to the same active experts ---- */
 
+/* The decode rows' kind column: "decode", or "decode_ring" for the q4/q3
+ * rows of the register-ring kernel (sq_gv=0) beside the default's. */
+static const char *g_dec_kind = "decode";
+
 static void bench_decode(const struct shape *sh, int fmt, const uint32_t *tokens, int ntok)
 {
 	struct strata_expert_layout E;
@@ -316,11 +323,11 @@ static void bench_decode(const struct shape *sh, int fmt, const uint32_t *tokens
 			/* issue 21's goal for the fast-decode formats: >= 0.85 of HBM read */
 			snprintf(of_bound, sizeof(of_bound), "  %.3f of read: %s", gbs / g_read_gbs,
 				 gbs / g_read_gbs >= 0.85 ? "goal met" : "below 0.85");
-		printf("decode  %-5s %-5s T=%-3u %8.1f us  %7.0f GB/s  %5.1f%% of read  %6.1f TFLOP/s  %9.0f layer-tok/s%s\n",
-		       sh->name, strata_fmt_traits(fmt)->name, T, ms * 1e3, gbs, 100 * gbs / g_read_gbs, tflops,
+		printf("%-7s %-5s %-5s T=%-3u %8.1f us  %7.0f GB/s  %5.1f%% of read  %6.1f TFLOP/s  %9.0f layer-tok/s%s\n",
+		       g_dec_kind, sh->name, strata_fmt_traits(fmt)->name, T, ms * 1e3, gbs, 100 * gbs / g_read_gbs, tflops,
 		       T / ms * 1e3, of_bound);
 		if (g_csv)
-			fprintf(g_csv, "decode,%s,%s,%u,%.3f,%.4f,%.1f,%.2f,%.0f,%s\n", sh->name,
+			fprintf(g_csv, "%s,%s,%s,%u,%.3f,%.4f,%.1f,%.2f,%.0f,%s\n", g_dec_kind, sh->name,
 				strata_fmt_traits(fmt)->name, T, ms * 1e3, gbs / g_read_gbs, gbs, tflops, T / ms * 1e3,
 				bound_csv);
 	}
@@ -642,7 +649,7 @@ int main(int argc, char **argv)
 			printf("usage: bench_kernels [--reps N] [--csv FILE] [--quick] [--decode] [--no-decode] [--no-layer]\n"
 			       "                     [--pf-tokens T1,T2,...] [--shape kimi|qwen] [--profile [FMT]]\n"
 			       "                     [--formats hot,warm,cold,bf16,q4,q3] [--tier-formats H,W,C]\n"
-			       "                     [--kernel KEY=VALUE,...]  (dec, split, bf16dec, bf16_kc, prefill_min, prefill)\n"
+			       "                     [--kernel KEY=VALUE,...]  (dec, split, bf16dec, bf16_kc, sqdec, sq_pf, sq_xs, sq_gv, sq_pdl, prefill_min, prefill; kernels.h)\n"
 			       "Fused dequant MoE kernels vs streaming-read and cuBLAS ceilings (needs a GPU).\n");
 			return strcmp(argv[i], "--help") && strcmp(argv[i], "-h") ? 2 : 0;
 		}
@@ -681,6 +688,21 @@ int main(int argc, char **argv)
 	for (int s = s0; s < s1 && !no_decode; s++)
 		for (int f = 0; f < (quick ? 1 : n_fmt); f++)
 			bench_decode(&shapes[s], fmts[f], dec_tokens, 4);
+	/* q4 / q3 at 1 and 4 tokens on the register-ring kernel too (sq_gv=0), when
+	 * the row-streaming kernel took the rows above: both in one run */
+	struct strata_moe_config kc0;
+	strata_gpu_moe_config_get(&kc0);
+	for (int s = s0; s < s1 && !no_decode && !quick && kc0.sq_gv; s++)
+		for (int f = 0; f < n_fmt; f++)
+			if (fmts[f] == STRATA_FMT_Q4 || fmts[f] == STRATA_FMT_Q3) {
+				struct strata_moe_config kc = kc0;
+				kc.sq_gv = 0;
+				CHECK(strata_gpu_moe_configure(&kc, &g_err));
+				g_dec_kind = "decode_ring";
+				bench_decode(&shapes[s], fmts[f], dec_tokens, 2);
+				g_dec_kind = "decode";
+				CHECK(strata_gpu_moe_configure(&kc0, &g_err));
+			}
 	if (decode_only) {
 		if (g_csv)
 			fclose(g_csv);
