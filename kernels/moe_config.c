@@ -71,8 +71,9 @@ int strata_gpu_moe_config_validate(const struct strata_moe_config *c, struct str
 		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: sq_pf must be 0 or 1");
 	if (c->sq_xs != 0 && c->sq_xs != 1)
 		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: sq_xs must be 0 or 1");
-	if (c->pf_path < 0 || c->pf_path > 3)
-		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: pf_path must be 0 (auto), 1 (sm90), 2 (mma) or 3 (sm90ws)");
+	if (c->pf_path < 0 || c->pf_path > 5)
+		return STRATA_ERR(err, STRATA_EINVAL,
+				  "kernel config: pf_path must be 0 (auto), 1 (sm90), 2 (mma), 3 (sm90ws), 4 (sm90p) or 5 (sm90p1)");
 	return STRATA_OK;
 }
 
@@ -156,10 +157,14 @@ int strata_gpu_moe_config_parse(const char *text, struct strata_moe_config *c, s
 				return STRATA_ERR(err, STRATA_EINVAL, "kernel config: sq_xs=%s: want 0 or 1", v);
 			c->sq_xs = v[0] == '1';
 		} else if (!strcmp(kv, "prefill")) {
-			if (strcmp(v, "auto") && strcmp(v, "sm90") && strcmp(v, "mma") && strcmp(v, "sm90ws"))
-				return STRATA_ERR(err, STRATA_EINVAL, "kernel config: prefill=%s: want auto, sm90, sm90ws or mma",
-						  v);
-			c->pf_path = !strcmp(v, "auto") ? 0 : !strcmp(v, "sm90") ? 1 : !strcmp(v, "mma") ? 2 : 3;
+			static const char *const pf_names[] = { "auto", "sm90", "mma", "sm90ws", "sm90p", "sm90p1" };
+			int k = 0;
+			while (k < 6 && strcmp(v, pf_names[k]))
+				k++;
+			if (k == 6)
+				return STRATA_ERR(err, STRATA_EINVAL,
+						  "kernel config: prefill=%s: want auto, sm90, sm90ws, sm90p, sm90p1 or mma", v);
+			c->pf_path = k;
 		} else {
 			return STRATA_ERR(err, STRATA_EINVAL,
 					  "kernel config: unknown key '%s' (prefill_min, dec, split, bf16dec, bf16_kc, poison, sqdec, sq_pf, sq_xs, prefill)",
