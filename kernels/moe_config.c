@@ -71,9 +71,10 @@ int strata_gpu_moe_config_validate(const struct strata_moe_config *c, struct str
 		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: sq_pf must be 0 or 1");
 	if (c->sq_xs != 0 && c->sq_xs != 1)
 		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: sq_xs must be 0 or 1");
-	if (c->pf_path < 0 || c->pf_path > 5)
+	if (c->pf_path < 0 || c->pf_path > 6)
 		return STRATA_ERR(err, STRATA_EINVAL,
-				  "kernel config: pf_path must be 0 (auto), 1 (sm90), 2 (mma), 3 (sm90ws), 4 (sm90p) or 5 (sm90p1)");
+				  "kernel config: pf_path must be 0 (auto), 1 (sm90), 2 (mma), 3 (sm90ws), 4 (sm90p), 5 (sm90p1) "
+				  "or 6 (sm90p3)");
 	return STRATA_OK;
 }
 
@@ -157,13 +158,14 @@ int strata_gpu_moe_config_parse(const char *text, struct strata_moe_config *c, s
 				return STRATA_ERR(err, STRATA_EINVAL, "kernel config: sq_xs=%s: want 0 or 1", v);
 			c->sq_xs = v[0] == '1';
 		} else if (!strcmp(kv, "prefill")) {
-			static const char *const pf_names[] = { "auto", "sm90", "mma", "sm90ws", "sm90p", "sm90p1" };
+			static const char *const pf_names[] = { "auto", "sm90", "mma", "sm90ws", "sm90p", "sm90p1", "sm90p3" };
 			int k = 0;
-			while (k < 6 && strcmp(v, pf_names[k]))
+			while (k < 7 && strcmp(v, pf_names[k]))
 				k++;
-			if (k == 6)
+			if (k == 7)
 				return STRATA_ERR(err, STRATA_EINVAL,
-						  "kernel config: prefill=%s: want auto, sm90, sm90ws, sm90p, sm90p1 or mma", v);
+						  "kernel config: prefill=%s: want auto, sm90, sm90ws, sm90p, sm90p1, sm90p3 or mma",
+						  v);
 			c->pf_path = k;
 		} else {
 			return STRATA_ERR(err, STRATA_EINVAL,

@@ -1435,18 +1435,20 @@ constexpr uint32_t PF90_AUTO_MIN = 192;
 
 // Launch group of a prefill expert (run_prefill): 0 the 64 x 256 tile, 1 and
 // 2 128 x 128 with 8 / 16 warps, 3 64 x 64, 4 + pf90 kind the sm_90a kernel
-// (4 bf16, 5 tier, 6 tier warp-specialized, 7 / 8 tier as BF16 tiles with two
-// / one producer warpgroups: prefill=sm90p / sm90p1, bf16 experts as sm90).
-constexpr int PF_GROUPS = 9;
+// (4 bf16, 5 tier, 6 tier warp-specialized, 7 / 8 / 9 tier as BF16 tiles with
+// two / one / three producer warpgroups: prefill=sm90p / sm90p1 / sm90p3, bf16
+// experts as sm90).
+constexpr int PF_GROUPS = 10;
 int pf_group(int fmt, uint32_t nt)
 {
 	const int p = g_ctx.cfg.pf_path;
 	const bool tier = fmt != STRATA_FMT_BF16;
-	if (g_ctx.pf90 && (p == 1 || p == 3 || p == 4 || p == 5 || (p == 0 && !tier && nt >= PF90_AUTO_MIN)))
+	if (g_ctx.pf90 && (p == 1 || p >= 3 || (p == 0 && !tier && nt >= PF90_AUTO_MIN)))
 		return 4 + (!tier ? pf90::K_BF16
 			    : p == 3 ? pf90::K_TIER_WS
 			    : p == 4 ? pf90::K_TIER_P
 			    : p == 5 ? pf90::K_TIER_P1
+			    : p == 6 ? pf90::K_TIER_P3
 				     : pf90::K_TIER);
 	return nt >= 192 ? 0 : nt <= PF_SMALL_MAX ? 3 : tier ? 2 : 1;
 }
@@ -1522,7 +1524,7 @@ int run_prefill(const struct strata_moe_call *c, const uint32_t *count, const ui
 			pp->tok[n] = c->assign_token[src];
 			pp->w[n] = c->assign_weight[src];
 			// fp16 rows for tier experts whose MMAs take fp16 (not the
-			// BF16 tiles of sm90p / sm90p1: bf16 rows, no range guard)
+			// BF16 tiles of sm90p*: bf16 rows, no range guard)
 			pp->f16[n] = c->fmts[e] != STRATA_FMT_BF16 && pf_group(c->fmts[e], count[e + 1] - count[e]) <
 									      4 + pf90::K_TIER_P;
 			n++, a++;
@@ -1569,6 +1571,7 @@ int run_prefill(const struct strata_moe_call *c, const uint32_t *count, const ui
 			   : grp == 6 ? pf90_launch<pf90::K_TIER_WS>(P, st, err)
 			   : grp == 7 ? pf90_launch<pf90::K_TIER_P>(P, st, err)
 			   : grp == 8 ? pf90_launch<pf90::K_TIER_P1>(P, st, err)
+			   : grp == 9 ? pf90_launch<pf90::K_TIER_P3>(P, st, err)
 			   : grp == 0 ? pf_launch<CfgWide>(P, st, err)
 			   : grp == 3 ? pf_launch<CfgSmall>(P, st, err)
 			   : grp == 2 ? pf_launch<Cfg128w16>(P, st, err)

@@ -586,10 +586,10 @@ __device__ __forceinline__ void tile_ws(const PParams &p, const PSlot &s, uint32
 	epilogue<F, DOWN>(p, s, row0, tok0, acc, tid, W::EX_OFF + pad, [] { bar_sync(BAR_MMA, 256); });
 }
 
-// Tier experts as BF16 tiles, warp-specialized (prefill=sm90p, sm90p1):
+// Tier experts as BF16 tiles, warp-specialized (prefill=sm90p, sm90p1, sm90p3):
 // the bf16 experts' loop (256-token tiles: each weight decoded once per 256
 // tokens, wgmma m64n128k16 on BF16 operands, the bf16 epilogue) with the
-// weight tile made by NP producer warpgroups.  They stage each 256-weight
+// weight tile made by NP (1-3) producer warpgroups.  They stage each 256-weight
 // block's packed rows by cp.async into a 2-slot raw ring (one copy per block,
 // issued 3 K steps ahead) and the activations (bf16: pf_prep stores these
 // experts' rows as bf16, so no range guard) into the K step's buffer two
@@ -604,7 +604,9 @@ __device__ __forceinline__ void tile_ws(const PParams &p, const PSlot &s, uint32
 // done, producers wait before refilling); the producers decode step ks as
 // soon as its inputs are there and refill the buffer of step ks + 2 after,
 // so they may run two steps ahead of the MMAs.  setmaxnreg moves registers
-// from the producers (REG_P) to the MMA warpgroups (REG_C).
+// from the producers (REG_P) to the MMA warpgroups (REG_C): 184 / 72 with two
+// producer warpgroups, 192 / 112 with one, 168 / 48 with three (ptxas -v: no
+// spills in either).
 template <int NP> struct GeoP {
 	static constexpr int NB = 4, NR = 2, P = 2; // buffers, raw block slots, activation staging distance (steps)
 	static constexpr int NPT = 128 * NP, NTHR = 256 + NPT, RS = NPT / 8;
@@ -616,7 +618,7 @@ template <int NP> struct GeoP {
 	// Registers per thread after setmaxnreg: launch budget 65536 / NTHR
 	// (rounded down to 8), MMA warpgroups up, producers down, same total.
 	static constexpr int REG_L = 65536 / NTHR / 8 * 8;
-	static constexpr int REG_P = NP == 1 ? 112 : 72;
+	static constexpr int REG_P = NP == 1 ? 112 : NP == 2 ? 72 : 48;
 	static constexpr int REG_C = (REG_L * NTHR - REG_P * NPT) / 256 / 8 * 8;
 	static_assert(NB == GeoWS::NB, "barrier ids of tile_ws");
 	static_assert(NB >= P + 2 && NR == 2, "ring distances (tile_p's schedule)");
@@ -799,11 +801,11 @@ __device__ __forceinline__ void tile_sel(const PParams &p, const PSlot &s, uint3
 }
 
 // Kernels: bf16 experts (KIND 0), tier experts on tile (1), tile_ws (2),
-// tile_p with two (3) or one (4) producer warpgroups.
-constexpr int K_BF16 = 0, K_TIER = 1, K_TIER_WS = 2, K_TIER_P = 3, K_TIER_P1 = 4;
+// tile_p with two (3), one (4) or three (5) producer warpgroups.
+constexpr int K_BF16 = 0, K_TIER = 1, K_TIER_WS = 2, K_TIER_P = 3, K_TIER_P1 = 4, K_TIER_P3 = 5;
 template <int KIND> struct Kind {
 	static constexpr bool TIER = KIND != K_BF16;
-	static constexpr int NP = KIND == K_TIER_P ? 2 : 1; // tile_p's producer warpgroups
+	static constexpr int NP = KIND == K_TIER_P ? 2 : KIND == K_TIER_P3 ? 3 : 1; // tile_p's producer warpgroups
 	static constexpr bool PROD = KIND >= K_TIER_P;
 	static constexpr int NTHR = PROD ? GeoP<NP>::NTHR : KIND == K_TIER_WS ? GeoWS::NTHR : 256;
 	static constexpr uint32_t SMEM = PROD ? GeoP<NP>::SMEM : KIND == K_TIER_WS ? GeoWS::SMEM : Geo<TIER>::SMEM;

@@ -190,6 +190,8 @@ static void test_moe_config(void **state)
 	assert_int_equal(c.pf_path, 4);
 	assert_int_equal(strata_gpu_moe_config_parse("prefill=sm90p1", &c, &err), STRATA_OK);
 	assert_int_equal(c.pf_path, 5);
+	assert_int_equal(strata_gpu_moe_config_parse("prefill=sm90p3", &c, &err), STRATA_OK);
+	assert_int_equal(c.pf_path, 6);
 	assert_int_equal(strata_gpu_moe_config_parse("prefill=auto", &c, &err), STRATA_OK);
 	assert_int_equal(c.pf_path, 0);
 	static const char *const bad[] = { "dec=9x4", "dec=12", "split=65", "split=-1", "bf16dec=16x5",
@@ -286,7 +288,7 @@ struct moe_case {
  * for bf16/f32 experts (measured ~3e-3); the tier formats multiply their exact
  * fp16 codebook values with fp16 activations (measured ~4e-4), so a wrong
  * codebook value on the MMA path shows up against a tighter bound. */
-static int g_tier_bf16; /* tier experts' prefill on BF16 operands (prefill=sm90p, sm90p1) */
+static int g_tier_bf16; /* tier experts' prefill on BF16 operands (prefill=sm90p*) */
 static double bound_for(int fmt)
 {
 	/* q4, q3: exact fp16 codes on the decode kernel (~4e-4), BF16 copies on
@@ -715,8 +717,8 @@ static void test_moe_range(void **state)
 
 /* The sm_90a prefill kernel (moe_prefill_sm90.cuh) against the reference,
  * forced for every prefill expert (prefill=sm90; sm90ws: tier experts on
- * the warp-specialized tile; sm90p / sm90p1: tier experts as BF16 tiles of
- * 256 tokens from two / one producer warpgroups, bf16 bound, their launches
+ * the warp-specialized tile; sm90p / sm90p1 / sm90p3: tier experts as BF16
+ * tiles of 256 tokens from two / one / three producer warpgroups, bf16 bound, their launches
  * counted; prefill_min=1),
  * then the same calls on the mma.sync kernel (prefill=mma): bf16 and tier experts,
  * one to three token tiles (bf16 256 tokens, tiers 128 or 256), partial token, row
@@ -743,8 +745,8 @@ static void test_moe_prefill_sm90(void **state)
 		{ "s90-cold-520", STRATA_FMT_COLD, 512, 320, 520, 2, 2, 1 }, /* 3 token tiles of 256 */
 		{ "s90-tiers-300", -3, 768, 384, 300, 3, 3, 1 },
 	};
-	static const char *const cfgs[] = { "prefill=sm90", "prefill=sm90ws", "prefill=sm90p", "prefill=sm90p1",
-					    "prefill=mma" };
+	static const char *const cfgs[] = { "prefill=sm90p", "prefill=sm90p1", "prefill=sm90p3", "prefill=sm90",
+					    "prefill=sm90ws", "prefill=mma" };
 	const int usable = strata_gpu_moe_prefill_sm90_usable();
 	if (!usable)
 		printf("note: test_moe_prefill_sm90: this GPU or build is not sm_90a; prefill=sm90 falls back to the mma kernel\n");
@@ -755,7 +757,7 @@ static void test_moe_prefill_sm90(void **state)
 		assert_int_equal(strata_gpu_moe_config_parse(cfgs[i], &kc, &err), STRATA_OK);
 		kernel_config(&kc);
 		printf("prefill kernels, kernel config '%s'\n", cfgs[i]);
-		const int bf16_tiles = kc.pf_path == 4 || kc.pf_path == 5;
+		const int bf16_tiles = kc.pf_path >= 4;
 		g_tier_bf16 = bf16_tiles && usable;
 		const uint64_t n0 = strata_gpu_moe_prefill_sm90_launches(), p0 = strata_gpu_moe_prefill_sm90p_launches();
 		for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++)
