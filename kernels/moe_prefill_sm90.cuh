@@ -611,6 +611,7 @@ template <int NP> struct GeoP {
 	static constexpr int NB = 4, NR = 2, P = 2; // buffers, raw block slots, activation staging distance (steps)
 	static constexpr int NPT = 128 * NP, NTHR = 256 + NPT, RS = NPT / 8;
 	static constexpr int BM = 128, BN = 256;
+	static constexpr int RA = (BM + RS - 1) / RS, RB = (BN + RS - 1) / RS; // rows, tokens per producer thread
 	static constexpr uint32_t A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, BUF = A_BYTES + B_BYTES;
 	static constexpr uint32_t RPITCH = RAW_SCALE + 16, RAW = BM * RPITCH;
 	static constexpr uint32_t RAW_OFF = NB * BUF;
@@ -680,11 +681,15 @@ __device__ __forceinline__ void tile_p(const PParams &p, const PSlot &s, uint32_
 			return pf::TierRow{ !DOWN && i >= BM / 2 ? m1 : m0, DOWN ? row0 + i : row0 + i % (BM / 2), rowc, rows_,
 					    soff };
 		};
+		// Thread q: chunk q % 8 of rows (tokens) q / 8 + RS r (RS = NPT / 8
+		// does not divide 128 or 256 with three producer warpgroups).
 		auto issue_raw = [&](uint32_t b) {
 			const uint32_t sr = sbase + W::RAW_OFF + (b % W::NR) * W::RAW;
-#pragma unroll
-			for (int r = 0; r < BM / W::RS; r++) {
+#pragma unroll 1
+			for (int r = 0; r < W::RA; r++) {
 				const uint32_t i = (q >> 3) + W::RS * r;
+				if (BM % W::RS && i >= (uint32_t)BM)
+					break;
 				const pf::TierRow row = row_src(i);
 				pf::stage_tier<F>(sr + i * W::RPITCH, row, b, ci, row.rr < nrows, m0);
 			}
@@ -692,8 +697,10 @@ __device__ __forceinline__ void tile_p(const PParams &p, const PSlot &s, uint32_
 		auto issue_act = [&](uint32_t ks) {
 			const uint32_t sb = sbase + (ks % NB) * W::BUF + W::A_BYTES;
 #pragma unroll
-			for (int r = 0; r < BN / W::RS; r++) {
+			for (int r = 0; r < W::RB; r++) {
 				const uint32_t n = (q >> 3) + W::RS * r, tl = tok0 + n;
+				if (BN % W::RS && n >= (uint32_t)BN)
+					break;
 				const bool v = tl < s.ntok;
 				const uint16_t *src = act + (uint64_t)(s.a0 + (v ? tl : 0)) * ld + ks * BK + 8 * ci;
 				pf::cp16z(sb + pf::swz(n, ci), src, v ? 16 : 0);
@@ -714,8 +721,10 @@ __device__ __forceinline__ void tile_p(const PParams &p, const PSlot &s, uint32_
 			const uint32_t b = ks >> 2, j = 8 * (ks & 3) + ci;
 			const uint32_t sr = pad + W::RAW_OFF + (b % W::NR) * W::RAW, da = pad + (ks % NB) * W::BUF;
 #pragma unroll
-			for (int r = 0; r < BM / W::RS; r++) {
+			for (int r = 0; r < W::RA; r++) {
 				const uint32_t i = (q >> 3) + W::RS * r;
+				if (BM % W::RS && i >= (uint32_t)BM)
+					break;
 				const pf::TierRow row = row_src(i);
 				const uint32_t src = sr + i * W::RPITCH;
 				const float sc = F::scale(src + RAW_SCALE + (uint32_t)((uintptr_t)row.scale<F>(b) & 15));
