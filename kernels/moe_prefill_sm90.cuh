@@ -40,7 +40,9 @@
 // mma.sync kernel 0.73); tier experts 0.40 (tile) and 0.26 (tile_ws) against
 // the mma.sync kernel's 0.46: their decode into shared memory, not the MMAs,
 // bounds them, and fewer warps decode here.  The dispatch's auto takes this
-// kernel for bf16 experts with >= 192 tokens only.
+// kernel for bf16 experts with >= 192 tokens only.  tile_p (prefill=sm90p*)
+// runs tier experts as BF16 tiles of 256 tokens with the decode in producer
+// warpgroups; not measured on a GPU yet.
 namespace pf90 {
 
 using pf::BK;
@@ -591,7 +593,7 @@ __device__ __forceinline__ void tile_ws(const PParams &p, const PSlot &s, uint32
 // tokens, wgmma m64n128k16 on BF16 operands, the bf16 epilogue) with the
 // weight tile made by NP (1-3) producer warpgroups.  They stage each 256-weight
 // block's packed rows by cp.async into a 2-slot raw ring (one copy per block,
-// issued 3 K steps ahead) and the activations (bf16: pf_prep stores these
+// issued 4 K steps ahead) and the activations (bf16: pf_prep stores these
 // experts' rows as bf16, so no range guard) into the K step's buffer two
 // steps ahead, and decode each step's 128 x 64 weights as bf16(scale * f)
 // straight into the buffer's swizzled A tile: f is the format's exact fp16
@@ -708,7 +710,8 @@ __device__ __forceinline__ void tile_p(const PParams &p, const PSlot &s, uint32_
 		};
 		// Groups: 0 = raw block 0 + activations of step 0, 1 = step 1, then one
 		// per iteration ks: activations of step ks + 2 (+ raw block ks/4 + 1
-		// when ks % 4 == 1).  At iteration ks, groups 0 .. ks+1 are committed.
+		// when ks % 4 == 0).  At iteration ks, groups 0 .. ks+1 are committed.
+		// (experiments/kernels/tile_p_schedule.py models this hand-over.)
 		issue_raw(0);
 		issue_act(0);
 		pf::commit();
@@ -739,8 +742,8 @@ __device__ __forceinline__ void tile_p(const PParams &p, const PSlot &s, uint32_
 				issue_act(s2);
 			}
 			// Raw block b+1 replaces block b-1, whose last step (4b-1) every
-			// producer finished before the barrier of step 4b (ks = 4b+1 > 4b).
-			if ((ks & 3) == 1 && (ks >> 2) + 1 < nk / 4)
+			// producer finished before this step's barrier (ks = 4b).
+			if ((ks & 3) == 0 && (ks >> 2) + 1 < nk / 4)
 				issue_raw((ks >> 2) + 1);
 			pf::commit();
 		}
