@@ -728,10 +728,14 @@ __device__ __forceinline__ void tile_p(const PParams &p, const PSlot &s, uint32_
 				const uint32_t i = (q >> 3) + W::RS * r;
 				if (BM % W::RS && i >= (uint32_t)BM)
 					break;
-				const pf::TierRow row = row_src(i);
+				// The codes' and scale's offsets in their 16-byte chunks: the low
+				// bits of TierRow's addresses, in 32-bit arithmetic.
+				const uint32_t rr = DOWN ? row0 + i : row0 + i % (BM / 2);
+				const uint32_t ml = (uint32_t)(uintptr_t)(!DOWN && i >= BM / 2 ? m1 : m0);
 				const uint32_t src = sr + i * W::RPITCH;
-				const float sc = F::scale(src + RAW_SCALE + (uint32_t)((uintptr_t)row.scale<F>(b) & 15));
-				decode_bf16<F>(src, (uint32_t)((uintptr_t)row.codes<F>(b) & 15), sc, da, i, ci, j);
+				const uint32_t co = (ml + rr * (uint32_t)rowc + b * F::CODE_BYTES) & 15;
+				const uint32_t so = (ml + (uint32_t)soff + rr * (uint32_t)rows_ + b * F::SCALE_BYTES) & 15;
+				decode_bf16<F>(src, co, F::scale(src + RAW_SCALE + so), da, i, ci, j);
 			}
 			fence_proxy_async();
 			bar_arrive(BAR_FULL + ks % NB, W::NTHR);
