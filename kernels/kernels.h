@@ -181,7 +181,11 @@ int strata_gpu_moe_check(int fmt, uint32_t hidden, uint32_t inter, struct strata
  *                                                experts: sm90 (1): the warpgroup-MMA kernel
  *                                                (kernels/moe_prefill_sm90.cuh) for every such
  *                                                expert; sm90ws (3): the same with tier experts on
- *                                                its warp-specialized tile; mma (2): the mma.sync
+ *                                                its warp-specialized tile; sm90p (4) / sm90p1 (5) /
+ *                                                sm90p3 (6): the same with tier experts as BF16
+ *                                                tiles of 256 tokens decoded by two / one / three
+ *                                                producer warpgroups (bf16(scale * f), bf16
+ *                                                activations); mma (2): the mma.sync
  *                                                kernel (kernels/moe_prefill.cuh); auto (0): sm90
  *                                                for bf16 experts with >= 192 tokens, mma for the
  *                                                others (measured fastest so; tier experts: 0.46
@@ -226,8 +230,10 @@ uint64_t strata_gpu_moe_decode_split_launches(void);
 /* Launches of the bf16 decode kernel so far in this process (for tests). */
 uint64_t strata_gpu_moe_bf16_decode_launches(void);
 /* Launches of the sm_90a (warpgroup-MMA) prefill kernel so far in this process
- * (for tests), and whether this GPU and build can run it (1) or not (0). */
+ * (for tests), those of them with tier experts as BF16 tiles (prefill=sm90p,
+ * sm90p1, sm90p3), and whether this GPU and build can run it (1) or not (0). */
 uint64_t strata_gpu_moe_prefill_sm90_launches(void);
+uint64_t strata_gpu_moe_prefill_sm90p_launches(void);
 int strata_gpu_moe_prefill_sm90_usable(void);
 /* Launches of the scalar-format (q4, q3) decode kernel so far in this process (for tests). */
 uint64_t strata_gpu_moe_scalar_decode_launches(void);

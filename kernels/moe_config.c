@@ -75,8 +75,10 @@ int strata_gpu_moe_config_validate(const struct strata_moe_config *c, struct str
 		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: sq_gv must be 0 or 1");
 	if (c->sq_pdl != 0 && c->sq_pdl != 1)
 		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: sq_pdl must be 0 or 1");
-	if (c->pf_path < 0 || c->pf_path > 3)
-		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: pf_path must be 0 (auto), 1 (sm90), 2 (mma) or 3 (sm90ws)");
+	if (c->pf_path < 0 || c->pf_path > 6)
+		return STRATA_ERR(err, STRATA_EINVAL,
+				  "kernel config: pf_path must be 0 (auto), 1 (sm90), 2 (mma), 3 (sm90ws), 4 (sm90p), 5 (sm90p1) "
+				  "or 6 (sm90p3)");
 	return STRATA_OK;
 }
 
@@ -167,10 +169,15 @@ int strata_gpu_moe_config_parse(const char *text, struct strata_moe_config *c, s
 		} else if (!strcmp(kv, "sq_pdl")) {
 			rc = parse_bit(kv, v, &c->sq_pdl, err);
 		} else if (!strcmp(kv, "prefill")) {
-			if (strcmp(v, "auto") && strcmp(v, "sm90") && strcmp(v, "mma") && strcmp(v, "sm90ws"))
-				return STRATA_ERR(err, STRATA_EINVAL, "kernel config: prefill=%s: want auto, sm90, sm90ws or mma",
+			static const char *const pf_names[] = { "auto", "sm90", "mma", "sm90ws", "sm90p", "sm90p1", "sm90p3" };
+			int k = 0;
+			while (k < 7 && strcmp(v, pf_names[k]))
+				k++;
+			if (k == 7)
+				return STRATA_ERR(err, STRATA_EINVAL,
+						  "kernel config: prefill=%s: want auto, sm90, sm90ws, sm90p, sm90p1, sm90p3 or mma",
 						  v);
-			c->pf_path = !strcmp(v, "auto") ? 0 : !strcmp(v, "sm90") ? 1 : !strcmp(v, "mma") ? 2 : 3;
+			c->pf_path = k;
 		} else {
 			return STRATA_ERR(err, STRATA_EINVAL,
 					  "kernel config: unknown key '%s' (prefill_min, dec, split, bf16dec, bf16_kc, poison, sqdec, sq_pf, sq_xs, sq_gv, sq_pdl, prefill)",

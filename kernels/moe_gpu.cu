@@ -894,6 +894,7 @@ struct Ctx {
 	int pf90 = 0;              // the sm_90a prefill kernel runs here (moe_prefill_sm90.cuh)
 	uint32_t pf90_attr = 0;    // its kernels whose shared-memory attribute is set (bits)
 	uint64_t pf90_launches = 0; // strata_gpu_moe_prefill_sm90_launches
+	uint64_t pf90p_launches = 0; // strata_gpu_moe_prefill_sm90p_launches (tier experts as BF16 tiles)
 	uint8_t *sq_bf16 = nullptr;   // BF16 copies of scalar-format experts (moe_layer_parts)
 	size_t sq_cap = 0;            // bytes
 };
@@ -1524,12 +1525,14 @@ template <class C> int pf_launch(pf::PParams *P, cudaStream_t st, struct strata_
 // The sm_90a prefill kernel KIND (pf90::Kind).
 template <int KIND> int pf90_launch(pf::PParams *P, cudaStream_t st, struct strata_error *err)
 {
-	using G = pf90::Geo<pf90::Kind<KIND>::TIER>;
 	using K = pf90::Kind<KIND>;
-	int rc = pf_launch_pair(P, st, err, pf90::gemm<false, KIND>, pf90::gemm<true, KIND>, G::BM, G::BN, K::NTHR,
+	int rc = pf_launch_pair(P, st, err, pf90::gemm<false, KIND>, pf90::gemm<true, KIND>, K::BM, K::BN, K::NTHR,
 				K::SMEM, &g_ctx.pf90_attr, 1u << KIND);
-	if (!rc)
+	if (!rc) {
 		g_ctx.pf90_launches += 2;
+		if (K::PROD)
+			g_ctx.pf90p_launches += 2;
+	}
 	return rc;
 }
 
@@ -1539,18 +1542,28 @@ template <int KIND> int pf90_launch(pf::PParams *P, cudaStream_t st, struct stra
 // and 64 tokens (1.13 / 1.40 against 0.92 / 0.90).  Tier experts stay on the
 // mma.sync kernel under auto: their sm_90a tiles measured 0.40 (sm90) and
 // 0.26 (sm90ws) of cuBLAS at 256 tokens against its 0.46
-// (experiments/kernels/README.md, the Hopper prefill section).
+// (experiments/kernels/README.md, the Hopper prefill section); their BF16
+// tiles (sm90p, sm90p1, sm90p3) are not measured yet, so auto does not take
+// them.
 constexpr uint32_t PF90_AUTO_MIN = 192;
 
 // Launch group of a prefill expert (run_prefill): 0 the 64 x 256 tile, 1 and
 // 2 128 x 128 with 8 / 16 warps, 3 64 x 64, 4 + pf90 kind the sm_90a kernel
-// (4 bf16, 5 tier, 6 tier warp-specialized).
+// (4 bf16, 5 tier, 6 tier warp-specialized, 7 / 8 / 9 tier as BF16 tiles with
+// two / one / three producer warpgroups: prefill=sm90p / sm90p1 / sm90p3, bf16
+// experts as sm90).
+constexpr int PF_GROUPS = 10;
 int pf_group(int fmt, uint32_t nt)
 {
 	const int p = g_ctx.cfg.pf_path;
 	const bool tier = fmt != STRATA_FMT_BF16;
-	if (g_ctx.pf90 && (p == 1 || p == 3 || (p == 0 && !tier && nt >= PF90_AUTO_MIN)))
-		return 4 + (!tier ? pf90::K_BF16 : p == 3 ? pf90::K_TIER_WS : pf90::K_TIER);
+	if (g_ctx.pf90 && (p == 1 || p >= 3 || (p == 0 && !tier && nt >= PF90_AUTO_MIN)))
+		return 4 + (!tier ? pf90::K_BF16
+			    : p == 3 ? pf90::K_TIER_WS
+			    : p == 4 ? pf90::K_TIER_P
+			    : p == 5 ? pf90::K_TIER_P1
+			    : p == 6 ? pf90::K_TIER_P3
+				     : pf90::K_TIER);
 	return nt >= 192 ? 0 : nt <= PF_SMALL_MAX ? 3 : tier ? 2 : 1;
 }
 
@@ -1624,7 +1637,10 @@ int run_prefill(const struct strata_moe_call *c, const uint32_t *count, const ui
 			uint32_t src = order[q];
 			pp->tok[n] = c->assign_token[src];
 			pp->w[n] = c->assign_weight[src];
-			pp->f16[n] = c->fmts[e] != STRATA_FMT_BF16;
+			// fp16 rows for tier experts whose MMAs take fp16 (not the
+			// BF16 tiles of sm90p*: bf16 rows, no range guard)
+			pp->f16[n] = c->fmts[e] != STRATA_FMT_BF16 && pf_group(c->fmts[e], count[e + 1] - count[e]) <
+									      4 + pf90::K_TIER_P;
 			n++, a++;
 			if (n == PREP_MAX)
 				rc = flush();
@@ -1645,7 +1661,7 @@ int run_prefill(const struct strata_moe_call *c, const uint32_t *count, const ui
 	// 64 x 64.  By default the 128 x 128 tier experts take 16 warps (more warps
 	// share their decode: 0.60 vs 0.47 of cuBLAS at Kimi 64 tokens), bf16 ones 8
 	// (0.74 vs 0.66).
-	for (int grp = 0; grp < 7 && !rc; grp++) {
+	for (int grp = 0; grp < PF_GROUPS && !rc; grp++) {
 		a = 0;
 		for (uint32_t e = 0; e < c->n_experts && !rc;) {
 			uint32_t ns = 0;
@@ -1667,6 +1683,9 @@ int run_prefill(const struct strata_moe_call *c, const uint32_t *count, const ui
 			rc = grp == 4 ? pf90_launch<pf90::K_BF16>(P, st, err)
 			   : grp == 5 ? pf90_launch<pf90::K_TIER>(P, st, err)
 			   : grp == 6 ? pf90_launch<pf90::K_TIER_WS>(P, st, err)
+			   : grp == 7 ? pf90_launch<pf90::K_TIER_P>(P, st, err)
+			   : grp == 8 ? pf90_launch<pf90::K_TIER_P1>(P, st, err)
+			   : grp == 9 ? pf90_launch<pf90::K_TIER_P3>(P, st, err)
 			   : grp == 0 ? pf_launch<CfgWide>(P, st, err)
 			   : grp == 3 ? pf_launch<CfgSmall>(P, st, err)
 			   : grp == 2 ? pf_launch<Cfg128w16>(P, st, err)
@@ -2023,6 +2042,11 @@ extern "C" uint64_t strata_gpu_moe_scalar_gemv_launches(void)
 extern "C" uint64_t strata_gpu_moe_prefill_sm90_launches(void)
 {
 	return launch_count(&g_ctx.pf90_launches);
+}
+
+extern "C" uint64_t strata_gpu_moe_prefill_sm90p_launches(void)
+{
+	return launch_count(&g_ctx.pf90p_launches);
 }
 
 extern "C" int strata_gpu_moe_prefill_sm90_usable(void)

@@ -40,7 +40,9 @@
 // mma.sync kernel 0.73); tier experts 0.40 (tile) and 0.26 (tile_ws) against
 // the mma.sync kernel's 0.46: their decode into shared memory, not the MMAs,
 // bounds them, and fewer warps decode here.  The dispatch's auto takes this
-// kernel for bf16 experts with >= 192 tokens only.
+// kernel for bf16 experts with >= 192 tokens only.  tile_p (prefill=sm90p*)
+// runs tier experts as BF16 tiles of 256 tokens with the decode in producer
+// warpgroups; not measured on a GPU yet.
 namespace pf90 {
 
 using pf::BK;
@@ -586,6 +588,203 @@ __device__ __forceinline__ void tile_ws(const PParams &p, const PSlot &s, uint32
 	epilogue<F, DOWN>(p, s, row0, tok0, acc, tid, W::EX_OFF + pad, [] { bar_sync(BAR_MMA, 256); });
 }
 
+// Tier experts as BF16 tiles, warp-specialized (prefill=sm90p, sm90p1, sm90p3):
+// the bf16 experts' loop (256-token tiles: each weight decoded once per 256
+// tokens, wgmma m64n128k16 on BF16 operands, the bf16 epilogue) with the
+// weight tile made by NP (1-3) producer warpgroups.  They stage each 256-weight
+// block's packed rows by cp.async into a 2-slot raw ring (one copy per block,
+// issued 4 K steps ahead) and the activations (bf16: pf_prep stores these
+// experts' rows as bf16, so no range guard) into the K step's buffer two
+// steps ahead, and decode each step's 128 x 64 weights as bf16(scale * f)
+// straight into the buffer's swizzled A tile: f is the format's exact fp16
+// value, scale * f exact in f32, one rounding to bf16 (relative error at most
+// 2^-9, which kernels/FORMATS.md allows).  With the scale applied in the
+// decode there are no block sums: the two MMA warpgroups hold 128 f32
+// accumulators each, as the bf16 tile.  Hand-over as tile_ws: buffers of
+// [A tile | activation tile], FULL[b] (producers arrive, MMA warpgroups
+// wait) and EMPTY[b] (MMA warpgroups arrive when the wgmmas that read b are
+// done, producers wait before refilling); the producers decode step ks as
+// soon as its inputs are there and refill the buffer of step ks + 2 after,
+// so they may run two steps ahead of the MMAs.  setmaxnreg moves registers
+// from the producers (REG_P) to the MMA warpgroups (REG_C): 184 / 72 with two
+// producer warpgroups, 192 / 112 with one, 168 / 48 with three (ptxas -v: no
+// spills in either).
+template <int NP> struct GeoP {
+	static constexpr int NB = 4, NR = 2, P = 2; // buffers, raw block slots, activation staging distance (steps)
+	static constexpr int NPT = 128 * NP, NTHR = 256 + NPT, RS = NPT / 8;
+	static constexpr int BM = 128, BN = 256;
+	static constexpr int RA = (BM + RS - 1) / RS, RB = (BN + RS - 1) / RS; // rows, tokens per producer thread
+	static constexpr uint32_t A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, BUF = A_BYTES + B_BYTES;
+	static constexpr uint32_t RPITCH = RAW_SCALE + 16, RAW = BM * RPITCH;
+	static constexpr uint32_t RAW_OFF = NB * BUF;
+	static constexpr uint32_t SMEM = RAW_OFF + NR * RAW + 1024;
+	// Registers per thread after setmaxnreg: launch budget 65536 / NTHR
+	// (rounded down to 8), MMA warpgroups up, producers down, same total.
+	static constexpr int REG_L = 65536 / NTHR / 8 * 8;
+	static constexpr int REG_P = NP == 1 ? 112 : NP == 2 ? 72 : 48;
+	static constexpr int REG_C = (REG_L * NTHR - REG_P * NPT) / 256 / 8 * 8;
+	static_assert(NB == GeoWS::NB, "barrier ids of tile_ws");
+	static_assert(NB >= P + 2 && NR == 2, "ring distances (tile_p's schedule)");
+	static_assert(REG_C <= 256 && REG_C * 256 + REG_P * NPT <= 65536, "register split");
+	static_assert(BUF % 1024 == 0 && RAW_OFF % 1024 == 0, "swizzled tiles 1024-aligned");
+	static_assert(SMEM <= 227 * 1024, "sm90 prefill shared memory");
+};
+template <int N> __device__ __forceinline__ void reg_inc()
+{
+#if STRATA_PF90
+	asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+#endif
+}
+template <int N> __device__ __forceinline__ void reg_dec()
+{
+#if STRATA_PF90
+	asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+#endif
+}
+
+// Weights 8j..8j+7 of block b, packed row at g_smem offset src (codes at
+// src + coff, scale chunk at RAW_SCALE), as bf16(scale * f) into 16-byte
+// chunk ci of row i of the swizzled tile at g_smem offset dst.
+template <class F>
+__device__ __forceinline__ void decode_bf16(uint32_t src, uint32_t coff, float sc, uint32_t dst, uint32_t i, uint32_t ci,
+					    uint32_t j)
+{
+	uint32_t o[4];
+	F::decode8(src + coff, 0, (int)j, 0, o);
+#pragma unroll
+	for (int k = 0; k < 4; k++) {
+		const float2 v = __half22float2(*reinterpret_cast<const __half2 *>(&o[k]));
+		o[k] = pack_bf16x2(sc * v.x, sc * v.y);
+	}
+	*reinterpret_cast<uint4 *>(g_smem + dst + pf::swz(i, ci)) = make_uint4(o[0], o[1], o[2], o[3]);
+}
+
+template <class F, bool DOWN, int NP>
+__device__ __forceinline__ void tile_p(const PParams &p, const PSlot &s, uint32_t rt, uint32_t tt, uint32_t pad)
+{
+	using W = GeoP<NP>;
+	constexpr int BM = W::BM, BN = W::BN, NB = W::NB, NA = 64;
+	const FmtTab &f = p.tab[s.fmt];
+	const int tid = threadIdx.x;
+	const uint32_t d = DOWN;
+	const uint32_t nk = f.pc[d] / BK;
+	const uint32_t row0 = DOWN ? rt * BM : rt * (BM / 2), tok0 = tt * BN;
+	const uint32_t sbase = (uint32_t)__cvta_generic_to_shared(g_smem) + pad;
+
+	if (tid >= 256) {
+		reg_dec<W::REG_P>();
+		const uint32_t q = tid - 256, ci = q & 7;
+		const uint32_t nrows = DOWN ? p.hidden : p.inter;
+		const uint8_t *m0 = s.ext + f.off[DOWN ? 2 : 0], *m1 = s.ext + f.off[DOWN ? 2 : 1];
+		const uint64_t rowc = f.rowc[d], rows_ = f.rows_[d], soff = f.soff[d];
+		const uint16_t *act = DOWN ? p.hs : p.xs;
+		const uint32_t ld = DOWN ? p.ldh : p.ldx;
+		auto row_src = [&](uint32_t i) {
+			return pf::TierRow{ !DOWN && i >= BM / 2 ? m1 : m0, DOWN ? row0 + i : row0 + i % (BM / 2), rowc, rows_,
+					    soff };
+		};
+		// Thread q: chunk q % 8 of rows (tokens) q / 8 + RS r (RS = NPT / 8
+		// does not divide 128 or 256 with three producer warpgroups).
+		auto issue_raw = [&](uint32_t b) {
+			const uint32_t sr = sbase + W::RAW_OFF + (b % W::NR) * W::RAW;
+#pragma unroll 1
+			for (int r = 0; r < W::RA; r++) {
+				const uint32_t i = (q >> 3) + W::RS * r;
+				if (BM % W::RS && i >= (uint32_t)BM)
+					break;
+				const pf::TierRow row = row_src(i);
+				pf::stage_tier<F>(sr + i * W::RPITCH, row, b, ci, row.rr < nrows, m0);
+			}
+		};
+		auto issue_act = [&](uint32_t ks) {
+			const uint32_t sb = sbase + (ks % NB) * W::BUF + W::A_BYTES;
+#pragma unroll
+			for (int r = 0; r < W::RB; r++) {
+				const uint32_t n = (q >> 3) + W::RS * r, tl = tok0 + n;
+				if (BN % W::RS && n >= (uint32_t)BN)
+					break;
+				const bool v = tl < s.ntok;
+				const uint16_t *src = act + (uint64_t)(s.a0 + (v ? tl : 0)) * ld + ks * BK + 8 * ci;
+				pf::cp16z(sb + pf::swz(n, ci), src, v ? 16 : 0);
+			}
+		};
+		// Groups: 0 = raw block 0 + activations of step 0, 1 = step 1, then one
+		// per iteration ks: activations of step ks + 2 (+ raw block ks/4 + 1
+		// when ks % 4 == 0).  At iteration ks, groups 0 .. ks+1 are committed.
+		// (experiments/kernels/tile_p_schedule.py models this hand-over.)
+		issue_raw(0);
+		issue_act(0);
+		pf::commit();
+		if (nk > 1)
+			issue_act(1);
+		pf::commit();
+		for (uint32_t ks = 0; ks < nk; ks++) {
+			pf::wait<1>();           // this thread's copies of step ks (and its raw block) landed
+			bar_sync(BAR_PROD, W::NPT); // everyone's; and every producer is done decoding step ks-1
+			const uint32_t b = ks >> 2, j = 8 * (ks & 3) + ci;
+			const uint32_t sr = pad + W::RAW_OFF + (b % W::NR) * W::RAW, da = pad + (ks % NB) * W::BUF;
+#pragma unroll
+			for (int r = 0; r < W::RA; r++) {
+				const uint32_t i = (q >> 3) + W::RS * r;
+				if (BM % W::RS && i >= (uint32_t)BM)
+					break;
+				// The codes' and scale's offsets in their 16-byte chunks: the low
+				// bits of TierRow's addresses, in 32-bit arithmetic.
+				const uint32_t rr = DOWN ? row0 + i : row0 + i % (BM / 2);
+				const uint32_t ml = (uint32_t)(uintptr_t)(!DOWN && i >= BM / 2 ? m1 : m0);
+				const uint32_t src = sr + i * W::RPITCH;
+				const uint32_t co = (ml + rr * (uint32_t)rowc + b * F::CODE_BYTES) & 15;
+				const uint32_t so = (ml + (uint32_t)soff + rr * (uint32_t)rows_ + b * F::SCALE_BYTES) & 15;
+				decode_bf16<F>(src, co, F::scale(src + RAW_SCALE + so), da, i, ci, j);
+			}
+			fence_proxy_async();
+			bar_arrive(BAR_FULL + ks % NB, W::NTHR);
+			const uint32_t s2 = ks + W::P;
+			if (s2 < nk) {
+				if (s2 >= (uint32_t)NB)
+					bar_sync(BAR_EMPTY + s2 % NB, W::NTHR);
+				issue_act(s2);
+			}
+			// Raw block b+1 replaces block b-1, whose last step (4b-1) every
+			// producer finished before this step's barrier (ks = 4b).
+			if ((ks & 3) == 0 && (ks >> 2) + 1 < nk / 4)
+				issue_raw((ks >> 2) + 1);
+			pf::commit();
+		}
+		pf::wait<0>();
+		return;
+	}
+
+	// MMA warpgroups.
+	reg_inc<W::REG_C>();
+	const int wg = tid >> 7;
+	float acc[2][NA];
+#pragma unroll
+	for (int m = 0; m < 2; m++)
+#pragma unroll
+		for (int i = 0; i < NA; i++)
+			acc[m][i] = 0.0f;
+	for (uint32_t ks = 0; ks < nk; ks++) {
+		const uint32_t bi = ks % NB;
+		bar_sync(BAR_FULL + bi, W::NTHR);
+		const uint32_t abuf = sbase + bi * W::BUF, bbuf = abuf + W::A_BYTES + wg * 128 * 128;
+		wg_fence();
+#pragma unroll
+		for (int kk = 0; kk < BK / 16; kk++) {
+			const uint64_t db = desc(bbuf + 32 * kk);
+			wgmma_bf16_n128(acc[0], desc(abuf + 32 * kk), db, 1);
+			wgmma_bf16_n128(acc[1], desc(abuf + 64 * 128 + 32 * kk), db, 1);
+		}
+		wg_commit();
+		wg_wait<1>(); // the wgmmas of step ks-1 are done: its buffer goes back
+		if (ks >= 1 && ks - 1 + NB < nk)
+			bar_arrive(BAR_EMPTY + (ks - 1) % NB, W::NTHR);
+	}
+	wg_wait<0>();
+	reg_fence<NA>(acc[0]), reg_fence<NA>(acc[1]);
+	epilogue<FmtBF16, DOWN>(p, s, row0, tok0, acc, tid, 0, [] { bar_sync(BAR_MMA, 256); });
+}
+
 template <class F>
 __device__ __forceinline__ void tile_segs(const PParams &p, const PSlot &s, uint32_t rt, uint32_t tt, uint32_t pad)
 {
@@ -617,12 +816,16 @@ __device__ __forceinline__ void tile_sel(const PParams &p, const PSlot &s, uint3
 		tile<F, DOWN, false>(p, s, rt, tt, pad);
 }
 
-// Kernels: bf16 experts (KIND 0), tier experts on tile (1) or tile_ws (2).
-constexpr int K_BF16 = 0, K_TIER = 1, K_TIER_WS = 2;
+// Kernels: bf16 experts (KIND 0), tier experts on tile (1), tile_ws (2),
+// tile_p with two (3), one (4) or three (5) producer warpgroups.
+constexpr int K_BF16 = 0, K_TIER = 1, K_TIER_WS = 2, K_TIER_P = 3, K_TIER_P1 = 4, K_TIER_P3 = 5;
 template <int KIND> struct Kind {
 	static constexpr bool TIER = KIND != K_BF16;
-	static constexpr int NTHR = KIND == K_TIER_WS ? GeoWS::NTHR : 256;
-	static constexpr uint32_t SMEM = KIND == K_TIER_WS ? GeoWS::SMEM : Geo<TIER>::SMEM;
+	static constexpr int NP = KIND == K_TIER_P ? 2 : KIND == K_TIER_P3 ? 3 : 1; // tile_p's producer warpgroups
+	static constexpr bool PROD = KIND >= K_TIER_P;
+	static constexpr int NTHR = PROD ? GeoP<NP>::NTHR : KIND == K_TIER_WS ? GeoWS::NTHR : 256;
+	static constexpr uint32_t SMEM = PROD ? GeoP<NP>::SMEM : KIND == K_TIER_WS ? GeoWS::SMEM : Geo<TIER>::SMEM;
+	static constexpr int BM = 128, BN = PROD ? GeoP<NP>::BN : Geo<TIER>::BN;
 };
 
 // Grid: one CTA per tile of the slots in p (bf16 experts, or tier experts,
@@ -633,9 +836,17 @@ __global__ void __launch_bounds__(Kind<KIND>::NTHR, 1) gemm(const __grid_constan
 #if STRATA_PF90
 	constexpr bool TIER = Kind<KIND>::TIER, WS = KIND == K_TIER_WS;
 	uint32_t rt, tt;
-	const PSlot &s = pf::cta_tile(p, Geo<TIER>::BN, rt, tt);
+	const PSlot &s = pf::cta_tile(p, Kind<KIND>::BN, rt, tt);
 	const uint32_t raw = (uint32_t)__cvta_generic_to_shared(g_smem), pad = ((raw + 1023) & ~1023u) - raw;
-	if constexpr (TIER) {
+	if constexpr (Kind<KIND>::PROD) {
+		constexpr int NP = Kind<KIND>::NP;
+		switch (s.fmt) {
+		case STRATA_FMT_HOT: tile_p<FmtHot, DOWN, NP>(p, s, rt, tt, pad); break;
+		case STRATA_FMT_WARM: tile_p<FmtWarm, DOWN, NP>(p, s, rt, tt, pad); break;
+		case STRATA_FMT_COLD: tile_p<FmtCold, DOWN, NP>(p, s, rt, tt, pad); break;
+		default: break;
+		}
+	} else if constexpr (TIER) {
 		switch (s.fmt) {
 		case STRATA_FMT_HOT: tile_sel<FmtHot, DOWN, WS>(p, s, rt, tt, pad); break;
 		case STRATA_FMT_WARM: tile_sel<FmtWarm, DOWN, WS>(p, s, rt, tt, pad); break;

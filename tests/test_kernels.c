@@ -190,12 +190,18 @@ static void test_moe_config(void **state)
 	assert_int_equal(c.pf_path, 2);
 	assert_int_equal(strata_gpu_moe_config_parse("prefill=sm90ws", &c, &err), STRATA_OK);
 	assert_int_equal(c.pf_path, 3);
+	assert_int_equal(strata_gpu_moe_config_parse("prefill=sm90p", &c, &err), STRATA_OK);
+	assert_int_equal(c.pf_path, 4);
+	assert_int_equal(strata_gpu_moe_config_parse("prefill=sm90p1", &c, &err), STRATA_OK);
+	assert_int_equal(c.pf_path, 5);
+	assert_int_equal(strata_gpu_moe_config_parse("prefill=sm90p3", &c, &err), STRATA_OK);
+	assert_int_equal(c.pf_path, 6);
 	assert_int_equal(strata_gpu_moe_config_parse("prefill=auto", &c, &err), STRATA_OK);
 	assert_int_equal(c.pf_path, 0);
 	static const char *const bad[] = { "dec=9x4", "dec=12", "split=65", "split=-1", "bf16dec=16x5",
 					   "bf16_kc=16", "prefill_min=0", "prefill_min=17x", "poison=2", "warps=8",
 					   "dec", "sqdec=8x4", "sq_pf=2", "sq_xs=2", "sq_gv=on", "sq_pdl=2", "dec=12x4t", "dec=10x2t", "dec=8x2tt",
-					   "dec=8x2u", "bf16dec=8x8t", "prefill=wgmma" };
+					   "dec=8x2u", "bf16dec=8x8t", "prefill=wgmma", "prefill=sm90p2" };
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		c = d;
 		memset(&err, 0, sizeof(err));
@@ -287,11 +293,17 @@ struct moe_case {
  * for bf16/f32 experts (measured ~3e-3); the tier formats multiply their exact
  * fp16 codebook values with fp16 activations (measured ~4e-4), so a wrong
  * codebook value on the MMA path shows up against a tighter bound. */
+static int g_tier_bf16; /* tier experts' prefill on BF16 operands (prefill=sm90p*) */
 static double bound_for(int fmt)
 {
 	/* q4, q3: exact fp16 codes on the decode kernel (~4e-4), BF16 copies on
-	 * the other paths (as bf16) */
-	return fmt == STRATA_FMT_F32 ? 1.5e-2 : strata_fmt_is_scalar(fmt) ? 1e-2 : fmt >= STRATA_FMT_HOT ? 3e-3 : 1e-2;
+	 * the other paths (as bf16); tier experts as BF16 tiles: bf16(scale * f)
+	 * and bf16 activations, as bf16 experts (kernels/FORMATS.md allows that
+	 * rounding) */
+	return fmt == STRATA_FMT_F32			     ? 1.5e-2
+	     : strata_fmt_is_scalar(fmt)		     ? 1e-2
+	     : fmt >= STRATA_FMT_HOT && !g_tier_bf16 ? 3e-3
+							     : 1e-2;
 }
 
 /* Tokens of the range-guard cases (outliers != 0): t % 4 == 1 has 1-3
@@ -723,9 +735,11 @@ static void test_moe_range(void **state)
 
 /* The sm_90a prefill kernel (moe_prefill_sm90.cuh) against the reference,
  * forced for every prefill expert (prefill=sm90; sm90ws: tier experts on
- * the warp-specialized tile; prefill_min=1),
+ * the warp-specialized tile; sm90p / sm90p1 / sm90p3: tier experts as BF16
+ * tiles of 256 tokens from two / one / three producer warpgroups, bf16 bound, their launches
+ * counted; prefill_min=1),
  * then the same calls on the mma.sync kernel (prefill=mma): bf16 and tier experts,
- * one and two token tiles (bf16 256 tokens, tiers 128), partial token, row
+ * one to three token tiles (bf16 256 tokens, tiers 128 or 256), partial token, row
  * and K tiles (bf16 K not a multiple of the 64-weight step), padded tier
  * rows, mixed calls (f32 experts on the persistent kernel), few tokens;
  * activations beyond the fp16 range (the gate|up segment exponents and the
@@ -746,8 +760,11 @@ static void test_moe_prefill_sm90(void **state)
 		{ "s90-mixed", -1, 1024, 256, 200, 5, 3, 1 },
 		{ "s90-few", STRATA_FMT_HOT, 512, 256, 40, 2, 2, 1 },
 		{ "s90-bf16-few", STRATA_FMT_BF16, 512, 256, 20, 2, 2, 1 },
+		{ "s90-cold-520", STRATA_FMT_COLD, 512, 320, 520, 2, 2, 1 }, /* 3 token tiles of 256 */
+		{ "s90-tiers-300", -3, 768, 384, 300, 3, 3, 1 },
 	};
-	static const char *const cfgs[] = { "prefill=sm90", "prefill=sm90ws", "prefill=mma" };
+	static const char *const cfgs[] = { "prefill=sm90p", "prefill=sm90p1", "prefill=sm90p3", "prefill=sm90",
+					    "prefill=sm90ws", "prefill=mma" };
 	const int usable = strata_gpu_moe_prefill_sm90_usable();
 	if (!usable)
 		printf("note: test_moe_prefill_sm90: this GPU or build is not sm_90a; prefill=sm90 falls back to the mma kernel\n");
@@ -758,7 +775,9 @@ static void test_moe_prefill_sm90(void **state)
 		assert_int_equal(strata_gpu_moe_config_parse(cfgs[i], &kc, &err), STRATA_OK);
 		kernel_config(&kc);
 		printf("prefill kernels, kernel config '%s'\n", cfgs[i]);
-		const uint64_t n0 = strata_gpu_moe_prefill_sm90_launches();
+		const int bf16_tiles = kc.pf_path >= 4;
+		g_tier_bf16 = bf16_tiles && usable;
+		const uint64_t n0 = strata_gpu_moe_prefill_sm90_launches(), p0 = strata_gpu_moe_prefill_sm90p_launches();
 		for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++)
 			run_moe_case(&cases[c]);
 		run_range_case(STRATA_FMT_HOT, 1024, 512, 160, 1);
@@ -766,12 +785,20 @@ static void test_moe_prefill_sm90(void **state)
 		run_range_case(STRATA_FMT_COLD, 672, 336, 100, 1);
 		run_range_case(STRATA_FMT_BF16, 512, 256, 100, 1);
 		const uint64_t n = strata_gpu_moe_prefill_sm90_launches() - n0;
-		printf("prefill kernels '%s': %llu sm90 launches\n", cfgs[i], (unsigned long long)n);
+		const uint64_t np = strata_gpu_moe_prefill_sm90p_launches() - p0;
+		g_tier_bf16 = 0;
+		printf("prefill kernels '%s': %llu sm90 launches, %llu of them tier experts as BF16 tiles\n", cfgs[i],
+		       (unsigned long long)n, (unsigned long long)np);
 		/* two launches (gate|up, down) per format group and call, two calls per case */
 		if (usable && kc.pf_path != 2)
 			assert_true(n >= 2 * 2 * (sizeof(cases) / sizeof(cases[0]) + 4));
 		else
 			assert_int_equal(n, 0);
+		/* sm90p / sm90p1: every case and range case with tier experts (8 + 3) */
+		if (usable && bf16_tiles)
+			assert_true(np >= 2 * 2 * 11);
+		else
+			assert_int_equal(np, 0);
 	}
 	kernel_config(NULL);
 }

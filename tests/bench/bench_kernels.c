@@ -48,7 +48,7 @@
  * q4,warm,cold).
  * --kernel: the kernel configuration for every table (kernels.h: e.g.
  * dec=off|12x4|8x4..., split=auto|N, bf16dec=off|16x4|12x6|8x8, bf16_kc=N,
- * sqdec=auto|off, sq_pf=0|1, sq_xs=0|1, sq_gv=0|1, prefill_min=N|off, prefill=auto|sm90|sm90ws|mma); the
+ * sqdec=auto|off, sq_pf=0|1, sq_xs=0|1, sq_gv=0|1, prefill_min=N|off, prefill=auto|sm90|sm90ws|sm90p|sm90p1|sm90p3|mma); the
  * prefill table sets prefill_min itself.
  */
 #include <math.h>

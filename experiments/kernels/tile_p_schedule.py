@@ -1,0 +1,178 @@
+#!/usr/bin/env python3
+"""Event model of the hand-over in kernels/moe_prefill_sm90.cuh:tile_p
+(prefill=sm90p, sm90p1, sm90p3): one producer entity (NPT threads: packed-row
+copies into a 2-slot block ring, activation copies into 4 buffers two K steps
+ahead, decode into the buffer's A tile) and one MMA entity (256 threads), named
+barriers FULL[b] / EMPTY[b] counted in threads as the hardware does (so a
+barrier that two producer arrivals could complete is caught), cp.async groups
+and wgmma groups finishing after random latencies.  Checks, for every seed:
+no deadlock; every wgmma reads the A tile decoded and the activations landed
+for its own step; no copy or decode writes a buffer a wgmma still reads; every
+decode reads its own block, landed.  Intra-producer ordering (BAR_PROD) is
+not modelled: the producer is one sequential program.  --mutate runs known
+broken schedules, which must fail (the model's own check).
+
+    /usr/bin/python3 experiments/kernels/tile_p_schedule.py [--seeds N] [--mutate]
+"""
+import argparse
+import random
+
+
+class Broken(Exception):
+    pass
+
+
+def run(np_, nk, seed, nb=4, p=2, nr=2, raw_at=0, wg_wait=1, cp_wait=1):
+    rnd = random.Random(seed)
+    npt = 128 * np_
+    nthr = 256 + npt
+    a = [None] * nb          # step decoded into buffer b's A tile
+    bt = [None] * nb         # ('inflight' | 'landed', step) of buffer b's activations
+    raw = [None] * nr        # ('inflight' | 'landed', block) of raw slot
+    groups, cur, wgmma = [], [], []   # cp.async groups, open group, (done time, step)
+    clock = [0]
+    bars = {}
+
+    def check_free(buf, what):
+        for done, st in wgmma:
+            if st % nb == buf and done > clock[0]:
+                raise Broken(f"{what} into buffer {buf} while the wgmma of step {st} reads it")
+
+    def issue_act(s):
+        check_free(s % nb, f"activations of step {s}")
+        bt[s % nb] = ('inflight', s)
+        cur.append(('B', s % nb, s, clock[0] + rnd.randint(1, 30)))
+
+    def issue_raw(b):
+        raw[b % nr] = ('inflight', b)
+        cur.append(('R', b % nr, b, clock[0] + rnd.randint(1, 30)))
+
+    def commit():
+        groups.append(list(cur))
+        cur.clear()
+
+    def land(n):  # cp.async.wait_group n
+        done = groups[:len(groups) - n] if n else groups[:]
+        last = max([c[3] for g in done for c in g], default=0)
+        if last > clock[0]:
+            yield ('time', last)
+        for g in done:
+            for kind, i, v, _ in g:
+                arr = bt if kind == 'B' else raw
+                if arr[i] == ('inflight', v):
+                    arr[i] = ('landed', v)
+
+    def producer():
+        issue_raw(0)
+        issue_act(0)
+        commit()
+        if nk > 1:
+            issue_act(1)
+        commit()
+        for ks in range(nk):
+            yield from land(cp_wait)
+            b = ks >> 2
+            if raw[b % nr] != ('landed', b):
+                raise Broken(f"decode of step {ks} finds raw slot {raw[b % nr]}, wants block {b}")
+            check_free(ks % nb, f"decode of step {ks}")
+            yield ('time', clock[0] + rnd.randint(1, 20))
+            check_free(ks % nb, f"decode of step {ks}")
+            a[ks % nb] = ks
+            yield ('arrive', 1 + ks % nb, npt)
+            s2 = ks + p
+            if s2 < nk:
+                if s2 >= nb:
+                    yield ('sync', 1 + nb + s2 % nb, npt)
+                issue_act(s2)
+            if (ks & 3) == raw_at and (ks >> 2) + 1 < nk // 4:
+                issue_raw((ks >> 2) + 1)
+            commit()
+        yield from land(0)
+
+    def consumer():
+        for ks in range(nk):
+            bi = ks % nb
+            yield ('sync', 1 + bi, 256)
+            if a[bi] != ks or bt[bi] != ('landed', ks):
+                raise Broken(f"wgmma of step {ks} reads A of step {a[bi]}, activations {bt[bi]}")
+            wgmma.append((clock[0] + rnd.randint(5, 40), ks))
+            if len(wgmma) > wg_wait and wgmma[-1 - wg_wait][0] > clock[0]:
+                yield ('time', max(w[0] for w in wgmma[:len(wgmma) - wg_wait]))
+            if ks >= 1 and ks - 1 + nb < nk:
+                yield ('arrive', 1 + nb + (ks - 1) % nb, 256)
+        if wgmma:
+            yield ('time', max(w[0] for w in wgmma))
+
+    procs = {'P': producer(), 'C': consumer()}
+    state = {k: ('run',) for k in procs}
+    done = set()
+    while len(done) < 2:
+        runnable = [k for k in procs if k not in done and state[k][0] == 'run']
+        if not runnable:
+            timed = [state[k][1] for k in procs if k not in done and state[k][0] == 'time']
+            if not timed:
+                raise Broken(f"deadlock: {state}")
+            clock[0] = max(clock[0], min(timed))
+            for k in procs:
+                if k not in done and state[k][0] == 'time' and state[k][1] <= clock[0]:
+                    state[k] = ('run',)
+            continue
+        k = rnd.choice(runnable)
+        try:
+            ev = next(procs[k])
+        except StopIteration:
+            done.add(k)
+            continue
+        if ev[0] == 'time':
+            state[k] = ('time', ev[1]) if ev[1] > clock[0] else ('run',)
+            continue
+        kind, bid, n = ev
+        bar = bars.setdefault(bid, 0) + n
+        if bar > nthr:
+            raise Broken(f"barrier {bid} over-arrived")
+        if kind == 'sync':
+            state[k] = ('bar', bid)
+        if bar == nthr:
+            bar = 0
+            for k2 in procs:
+                if state[k2] == ('bar', bid):
+                    state[k2] = ('run',)
+        bars[bid] = bar
+
+
+def sweep(seeds, **kw):
+    bad = []
+    for np_ in (1, 2, 3):
+        for nk in (4, 8, 12, 16, 28, 112):
+            for seed in range(seeds):
+                try:
+                    run(np_, nk, seed, **kw)
+                except Broken as e:
+                    bad.append((np_, nk, seed, str(e)))
+    return bad
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    ap.add_argument('--seeds', type=int, default=200, help='random schedules per (producers, K steps)')
+    ap.add_argument('--mutate', action='store_true', help='also run broken schedules, which must fail')
+    args = ap.parse_args()
+    bad = sweep(args.seeds)
+    print(f"tile_p schedule: {3 * 6 * args.seeds} runs, {len(bad)} failures")
+    for b in bad[:5]:
+        print("  NP=%d nk=%d seed=%d: %s" % b)
+    ok = not bad
+    if args.mutate:
+        for name, kw in (("staging distance 3 with 4 buffers", dict(p=3)),
+                         ("2 buffers", dict(nb=2)),
+                         ("one raw slot", dict(nr=1)),
+                         ("buffer returned before its wgmma finished", dict(wg_wait=99)),
+                         ("decode before its copies landed", dict(cp_wait=2))):
+            n = len(sweep(max(args.seeds // 10, 5), **kw))
+            print(f"mutation '{name}': {n} failures")
+            ok = ok and n > 0
+    raise SystemExit(0 if ok else 1)
+
+
+if __name__ == '__main__':
+    main()
