@@ -1543,8 +1543,9 @@ template <int KIND> int pf90_launch(pf::PParams *P, cudaStream_t st, struct stra
 // mma.sync kernel under auto: their sm_90a tiles measured 0.40 (sm90) and
 // 0.26 (sm90ws) of cuBLAS at 256 tokens against its 0.46
 // (experiments/kernels/README.md, the Hopper prefill section); their BF16
-// tiles (sm90p, sm90p1, sm90p3) are not measured yet, so auto does not take
-// them.
+// tiles (sm90p) measured 0.79-0.82 at 256 tokens, about even at 64, but auto
+// does not take them until compute-sanitizer has run on them and the tests
+// that prefill tier experts accept the BF16 rounding bound.
 constexpr uint32_t PF90_AUTO_MIN = 192;
 
 // Launch group of a prefill expert (run_prefill): 0 the 64 x 256 tile, 1 and
