@@ -45,6 +45,7 @@ uint64_t strata_gpu_moe_decode_split_launches(void) { return 0; }
 uint64_t strata_gpu_moe_bf16_decode_launches(void) { return 0; }
 uint64_t strata_gpu_moe_scalar_decode_launches(void) { return 0; }
 uint64_t strata_gpu_moe_scalar_staged_launches(void) { return 0; }
+uint64_t strata_gpu_moe_scalar_gemv_launches(void) { return 0; }
 uint64_t strata_gpu_moe_prefill_sm90_launches(void) { return 0; }
 uint64_t strata_gpu_moe_prefill_sm90p_launches(void) { return 0; }
 int strata_gpu_moe_prefill_sm90_usable(void) { return 0; }
