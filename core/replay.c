@@ -41,7 +41,12 @@ void strata_replay_config_defaults(struct strata_replay_config *c)
 	c->compute = STRATA_COMPUTE_AUTO;
 	c->hints = true;
 	c->future = true;
-	c->kernel_us_per_mb_token = 0.02;
+	/* the kernel terms a cost file does not set: its defaults */
+	struct strata_cost_file cf;
+	strata_cost_file_defaults(&cf);
+	c->kernel_us_per_mb_token = cf.kernel_us_per_mb_token;
+	c->kernel_speed_q4 = cf.kernel_speed_q4;
+	c->kernel_speed_q3 = cf.kernel_speed_q3;
 }
 
 /* request id -> dense index */
