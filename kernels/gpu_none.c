@@ -41,13 +41,7 @@ int strata_moe_layer_gpu(const struct strata_moe_call *c, struct strata_error *e
 int strata_gpu_dequantize(int fmt, const void *d_packed, uint32_t rows, uint32_t cols, float *d_out,
 			  strata_gpu_stream *stream, struct strata_error *err) { return NOGPU(err); }
 int strata_gpu_moe_check(int fmt, uint32_t hidden, uint32_t inter, struct strata_error *err) { return NOGPU(err); }
-uint64_t strata_gpu_moe_decode_split_launches(void) { return 0; }
-uint64_t strata_gpu_moe_bf16_decode_launches(void) { return 0; }
-uint64_t strata_gpu_moe_scalar_decode_launches(void) { return 0; }
-uint64_t strata_gpu_moe_scalar_staged_launches(void) { return 0; }
-uint64_t strata_gpu_moe_scalar_gemv_launches(void) { return 0; }
-uint64_t strata_gpu_moe_prefill_sm90_launches(void) { return 0; }
-uint64_t strata_gpu_moe_prefill_sm90p_launches(void) { return 0; }
+uint64_t strata_gpu_moe_launches(enum strata_gpu_launch kind) { return 0; }
 int strata_gpu_moe_prefill_sm90_usable(void) { return 0; }
 int strata_gpu_linear_bf16(const uint16_t *d_w, uint32_t rows, uint32_t cols, const float *d_x, uint32_t n,
 			   float *d_y, float alpha, float beta, strata_gpu_stream *stream, struct strata_error *err) { return NOGPU(err); }

@@ -224,23 +224,21 @@ int strata_gpu_moe_config_parse(const char *text, struct strata_moe_config *c, s
 int strata_gpu_moe_configure(const struct strata_moe_config *c, struct strata_error *err);
 void strata_gpu_moe_config_get(struct strata_moe_config *c);
 
-/* Launches of the warp-streaming decode kernel with split-K parts so far in
- * this process (for tests). */
-uint64_t strata_gpu_moe_decode_split_launches(void);
-/* Launches of the bf16 decode kernel so far in this process (for tests). */
-uint64_t strata_gpu_moe_bf16_decode_launches(void);
-/* Launches of the sm_90a (warpgroup-MMA) prefill kernel so far in this process
- * (for tests), those of them with tier experts as BF16 tiles (prefill=sm90p,
- * sm90p1, sm90p3), and whether this GPU and build can run it (1) or not (0). */
-uint64_t strata_gpu_moe_prefill_sm90_launches(void);
-uint64_t strata_gpu_moe_prefill_sm90p_launches(void);
+/* Launches of each kernel so far in this process (for tests, which assert
+ * which kernel a configuration ran). */
+enum strata_gpu_launch {
+	STRATA_GPU_LAUNCH_DECODE_SPLIT,   /* warp-streaming decode kernel with split-K parts */
+	STRATA_GPU_LAUNCH_BF16_DECODE,    /* bf16 decode kernel */
+	STRATA_GPU_LAUNCH_PREFILL_SM90,   /* sm_90a (warpgroup-MMA) prefill kernel */
+	STRATA_GPU_LAUNCH_PREFILL_SM90P,  /* those with tier experts as BF16 tiles (prefill=sm90p, sm90p1, sm90p3) */
+	STRATA_GPU_LAUNCH_SCALAR_DECODE,  /* scalar-format (q4, q3) decode kernel */
+	STRATA_GPU_LAUNCH_SCALAR_STAGED,  /* those with x staged in shared memory (sq_xs) */
+	STRATA_GPU_LAUNCH_SCALAR_GEMV,    /* layer launches (gate|up + down) of the row-streaming kernel (sq_gv) */
+	STRATA_GPU_LAUNCH_KINDS
+};
+uint64_t strata_gpu_moe_launches(enum strata_gpu_launch kind);
+/* Whether this GPU and build can run the sm_90a prefill kernel (1) or not (0). */
 int strata_gpu_moe_prefill_sm90_usable(void);
-/* Launches of the scalar-format (q4, q3) decode kernel so far in this process (for tests). */
-uint64_t strata_gpu_moe_scalar_decode_launches(void);
-/* Those of them with x staged in shared memory (sq_xs). */
-uint64_t strata_gpu_moe_scalar_staged_launches(void);
-/* Layer launches (gate|up + down) of the row-streaming scalar-format kernel (sq_gv; for tests). */
-uint64_t strata_gpu_moe_scalar_gemv_launches(void);
 
 /*
  * BF16 paths through cuBLAS (cublasGemmEx, f32 accumulation), for shared

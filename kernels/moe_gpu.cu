@@ -869,16 +869,12 @@ struct Ctx {
 	struct strata_moe_config cfg = STRATA_MOE_CONFIG_DEFAULT;
 	bool attr_set[12] = {};
 	uint32_t dec_attr = 0;
-	uint64_t dec_split_launches = 0; // strata_gpu_moe_decode_split_launches
+	uint64_t launches[STRATA_GPU_LAUNCH_KINDS] = {}; // strata_gpu_moe_launches
 	float *gus = nullptr;          // partial gate|up sums (MoeParams::gus; also the bf16 kernel's)
 	size_t gus_cap = 0;            // floats
 	unsigned *gucnt = nullptr;     // parts done per unsplit gate|up task (bf16 kernel: per row tile)
 	size_t gucnt_cap = 0;
 	// (split-K scratch: gus / gucnt above, shared with the tier decode kernel)
-	uint64_t bfd_launches = 0;    // strata_gpu_moe_bf16_decode_launches
-	uint64_t sqd_launches = 0;    // strata_gpu_moe_scalar_decode_launches
-	uint64_t sqd_xs_launches = 0; // strata_gpu_moe_scalar_staged_launches
-	uint64_t gv_launches = 0;     // strata_gpu_moe_scalar_gemv_launches
 	uint32_t gv_attr = 0;         // row-streaming kernels whose shared-memory attribute is set (bits)
 	// Tiled prefill path (moe_prefill.cuh): experts with >= cfg.prefill_min
 	// tokens.  17: the persistent kernel's 32-token tiles (17 .. 63 tokens)
@@ -893,8 +889,6 @@ struct Ctx {
 	size_t pf_cap_a = 0, pf_cap_x = 0, pf_cap_h = 0; // assignments, xs / hs elements
 	int pf90 = 0;              // the sm_90a prefill kernel runs here (moe_prefill_sm90.cuh)
 	uint32_t pf90_attr = 0;    // its kernels whose shared-memory attribute is set (bits)
-	uint64_t pf90_launches = 0; // strata_gpu_moe_prefill_sm90_launches
-	uint64_t pf90p_launches = 0; // strata_gpu_moe_prefill_sm90p_launches (tier experts as BF16 tiles)
 	uint8_t *sq_bf16 = nullptr;   // BF16 copies of scalar-format experts (moe_layer_parts)
 	size_t sq_cap = 0;            // bytes
 };
@@ -1142,7 +1136,7 @@ int run_dec(MoeParams *p, uint32_t maxtok, uint32_t hfl, cudaStream_t st, struct
 	}
 	p->gus = g_ctx.gus, p->gucnt = g_ctx.gucnt;
 	if (p->sgu > 1 || p->sdn > 1)
-		g_ctx.dec_split_launches++;
+		g_ctx.launches[STRATA_GPU_LAUNCH_DECODE_SPLIT]++;
 	// Tier-only launches of the default kernel and of the table variants run
 	// without the scalar decoder (SQ = false); a launch with q4/q3 experts
 	// takes the table variants' place on 12 x 4.
@@ -1179,7 +1173,7 @@ template <int NW, int D> int bfd_launch(MoeParams *p, const bfd::Args &a, cudaSt
 		grid = (uint32_t)g_ctx.sms;
 	bfd::bf16_kernel<NW, D><<<grid, 32 * NW, 0, st>>>(*p, a);
 	CU_TRY(err, cudaGetLastError());
-	g_ctx.bfd_launches++;
+	g_ctx.launches[STRATA_GPU_LAUNCH_BF16_DECODE]++;
 	return STRATA_OK;
 }
 
@@ -1251,8 +1245,8 @@ int sqd_launch(MoeParams *p, const bfd::Args &a, uint32_t xrows, cudaStream_t st
 	const size_t smem = XS ? (size_t)xrows * p->hidden * 2 : 0;
 	sqd::sq_kernel<FMT, NW, D, PF, XS><<<grid, 32 * NW, smem, st>>>(*p, a, xrows);
 	CU_TRY(err, cudaGetLastError());
-	g_ctx.sqd_launches++;
-	g_ctx.sqd_xs_launches += XS;
+	g_ctx.launches[STRATA_GPU_LAUNCH_SCALAR_DECODE]++;
+	g_ctx.launches[STRATA_GPU_LAUNCH_SCALAR_STAGED] += XS;
 	return STRATA_OK;
 }
 
@@ -1369,7 +1363,7 @@ int gv_launch(MoeParams *p, const gv::Args (&a)[2], const uint32_t (&grid)[2], c
 		k<<<grid[1], 32 * gv::NW, smem[1], st>>>(*p, a[1]);
 		CU_TRY(err, cudaGetLastError());
 	}
-	g_ctx.gv_launches++;
+	g_ctx.launches[STRATA_GPU_LAUNCH_SCALAR_GEMV]++;
 	return STRATA_OK;
 }
 
@@ -1529,9 +1523,9 @@ template <int KIND> int pf90_launch(pf::PParams *P, cudaStream_t st, struct stra
 	int rc = pf_launch_pair(P, st, err, pf90::gemm<false, KIND>, pf90::gemm<true, KIND>, K::BM, K::BN, K::NTHR,
 				K::SMEM, &g_ctx.pf90_attr, 1u << KIND);
 	if (!rc) {
-		g_ctx.pf90_launches += 2;
+		g_ctx.launches[STRATA_GPU_LAUNCH_PREFILL_SM90] += 2;
 		if (K::PROD)
-			g_ctx.pf90p_launches += 2;
+			g_ctx.launches[STRATA_GPU_LAUNCH_PREFILL_SM90P] += 2;
 	}
 	return rc;
 }
@@ -2012,42 +2006,14 @@ extern "C" int strata_gpu_moe_check(int fmt, uint32_t hidden, uint32_t inter, st
 }
 
 // A launch counter of the test hooks, read under the context's lock.
-static uint64_t launch_count(const uint64_t *c)
+extern "C" uint64_t strata_gpu_moe_launches(enum strata_gpu_launch kind)
 {
+	if ((unsigned)kind >= STRATA_GPU_LAUNCH_KINDS)
+		return 0;
 	pthread_mutex_lock(&g_ctx.mu);
-	uint64_t n = *c;
+	uint64_t n = g_ctx.launches[kind];
 	pthread_mutex_unlock(&g_ctx.mu);
 	return n;
-}
-
-extern "C" uint64_t strata_gpu_moe_decode_split_launches(void)
-{
-	return launch_count(&g_ctx.dec_split_launches);
-}
-
-extern "C" uint64_t strata_gpu_moe_scalar_decode_launches(void)
-{
-	return launch_count(&g_ctx.sqd_launches);
-}
-
-extern "C" uint64_t strata_gpu_moe_scalar_staged_launches(void)
-{
-	return launch_count(&g_ctx.sqd_xs_launches);
-}
-
-extern "C" uint64_t strata_gpu_moe_scalar_gemv_launches(void)
-{
-	return launch_count(&g_ctx.gv_launches);
-}
-
-extern "C" uint64_t strata_gpu_moe_prefill_sm90_launches(void)
-{
-	return launch_count(&g_ctx.pf90_launches);
-}
-
-extern "C" uint64_t strata_gpu_moe_prefill_sm90p_launches(void)
-{
-	return launch_count(&g_ctx.pf90p_launches);
 }
 
 extern "C" int strata_gpu_moe_prefill_sm90_usable(void)
@@ -2057,11 +2023,6 @@ extern "C" int strata_gpu_moe_prefill_sm90_usable(void)
 	int ok = ctx_init(&err) == STRATA_OK && g_ctx.pf90;
 	pthread_mutex_unlock(&g_ctx.mu);
 	return ok;
-}
-
-extern "C" uint64_t strata_gpu_moe_bf16_decode_launches(void)
-{
-	return launch_count(&g_ctx.bfd_launches);
 }
 
 extern "C" int strata_gpu_dequantize(int fmt, const void *d_packed, uint32_t rows, uint32_t cols, float *d_out,

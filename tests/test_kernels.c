@@ -653,11 +653,11 @@ static void test_moe_decode_autosplit(void **state)
 	/* every token to every expert */
 	const struct moe_case split = { "autosplit-2", -3, 2048, 1024, 2, ne, ne, 0 };
 	const struct moe_case whole = { "autosplit-6", -3, 2048, 1024, 6, ne, ne, 0 };
-	uint64_t n0 = strata_gpu_moe_decode_split_launches();
+	uint64_t n0 = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_DECODE_SPLIT);
 	run_moe_case(&split);
-	uint64_t n1 = strata_gpu_moe_decode_split_launches();
+	uint64_t n1 = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_DECODE_SPLIT);
 	run_moe_case(&whole);
-	uint64_t n2 = strata_gpu_moe_decode_split_launches();
+	uint64_t n2 = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_DECODE_SPLIT);
 	printf("autosplit: %u experts, split launches %llu at 2 tokens, %llu at 6\n", ne,
 	       (unsigned long long)(n1 - n0), (unsigned long long)(n2 - n1));
 	assert_int_equal(n1 - n0, 2); /* two calls, one launch each */
@@ -695,10 +695,10 @@ static void test_moe_bf16_decode(void **state)
 		kc.bf16_warps = v[i].nw, kc.bf16_depth = v[i].depth;
 		if (v[i].kc)
 			kc.bf16_kc = v[i].kc;
-		uint64_t n0 = strata_gpu_moe_bf16_decode_launches();
+		uint64_t n0 = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_BF16_DECODE);
 		run_moe_cases(&kc, cases, sizeof(cases) / sizeof(cases[0]), 0);
 		/* two calls per case, one launch each; none on the persistent kernel */
-		uint64_t n = strata_gpu_moe_bf16_decode_launches() - n0;
+		uint64_t n = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_BF16_DECODE) - n0;
 		assert_int_equal(n, v[i].nw ? 2 * sizeof(cases) / sizeof(cases[0]) : 0);
 	}
 	kernel_config(NULL);
@@ -777,15 +777,15 @@ static void test_moe_prefill_sm90(void **state)
 		printf("prefill kernels, kernel config '%s'\n", cfgs[i]);
 		const int bf16_tiles = kc.pf_path >= 4;
 		g_tier_bf16 = bf16_tiles && usable;
-		const uint64_t n0 = strata_gpu_moe_prefill_sm90_launches(), p0 = strata_gpu_moe_prefill_sm90p_launches();
+		const uint64_t n0 = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_PREFILL_SM90), p0 = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_PREFILL_SM90P);
 		for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++)
 			run_moe_case(&cases[c]);
 		run_range_case(STRATA_FMT_HOT, 1024, 512, 160, 1);
 		run_range_case(STRATA_FMT_WARM, 640, 320, 200, 1);
 		run_range_case(STRATA_FMT_COLD, 672, 336, 100, 1);
 		run_range_case(STRATA_FMT_BF16, 512, 256, 100, 1);
-		const uint64_t n = strata_gpu_moe_prefill_sm90_launches() - n0;
-		const uint64_t np = strata_gpu_moe_prefill_sm90p_launches() - p0;
+		const uint64_t n = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_PREFILL_SM90) - n0;
+		const uint64_t np = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_PREFILL_SM90P) - p0;
 		g_tier_bf16 = 0;
 		printf("prefill kernels '%s': %llu sm90 launches, %llu of them tier experts as BF16 tiles\n", cfgs[i],
 		       (unsigned long long)n, (unsigned long long)np);
@@ -836,8 +836,8 @@ static void test_moe_scalar(void **state)
 		kernel_config(&kc);
 		printf("scalar formats, kernel config '%s'\n", cfgs[i]);
 		const int off = kc.dec_warps == 0;
-		const uint64_t n0 = strata_gpu_moe_scalar_decode_launches(), x0 = strata_gpu_moe_scalar_staged_launches(),
-			       g0 = strata_gpu_moe_scalar_gemv_launches();
+		const uint64_t n0 = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_SCALAR_DECODE), x0 = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_SCALAR_STAGED),
+			       g0 = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_SCALAR_GEMV);
 		for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++)
 			if (!off || (cases[c].hidden % 32 == 0 && cases[c].inter % 32 == 0)) /* BF16 copies: see below */
 				run_moe_case(&cases[c]);
@@ -852,9 +852,9 @@ static void test_moe_scalar(void **state)
 		 * decode kernel (moe_dec_sq.cuh) with x staged in shared memory (these
 		 * x fit), sq_pf=1 and sq_xs=0 on that kernel with x through L1, the
 		 * forced variants on dec_kernel */
-		const uint64_t n = strata_gpu_moe_scalar_decode_launches() - n0;
-		const uint64_t nx = strata_gpu_moe_scalar_staged_launches() - x0;
-		const uint64_t ng = strata_gpu_moe_scalar_gemv_launches() - g0;
+		const uint64_t n = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_SCALAR_DECODE) - n0;
+		const uint64_t nx = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_SCALAR_STAGED) - x0;
+		const uint64_t ng = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_SCALAR_GEMV) - g0;
 		printf("scalar decode kernel launches: %llu, x staged: %llu, row-streaming: %llu\n",
 		       (unsigned long long)n, (unsigned long long)nx, (unsigned long long)ng);
 		const int last = i + 1 == sizeof(cfgs) / sizeof(cfgs[0]);
@@ -931,9 +931,9 @@ static void test_moe_scalar_gv(void **state)
 				pick = strstr(cases[c].name, tok) != NULL;
 			if (!pick)
 				continue;
-			const uint64_t g0 = strata_gpu_moe_scalar_gemv_launches();
+			const uint64_t g0 = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_SCALAR_GEMV);
 			run_moe_case(&cases[c]);
-			const uint64_t ng = strata_gpu_moe_scalar_gemv_launches() - g0;
+			const uint64_t ng = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_SCALAR_GEMV) - g0;
 			printf("moe[%s] sq_gv=%d: row-streaming launches %llu\n", cases[c].name, gv, (unsigned long long)ng);
 			assert_true(ng == (gv ? 2u : 0u));
 		}
