@@ -20,6 +20,18 @@
 static char *dir_u, *dir_t; /* uniform (bf16) and tiered (mixed sizes) models */
 static struct strata_store *st_u, *st_t;
 
+/* The bytes of the store's largest expert (budgets in the tests are multiples of it). */
+static uint64_t largest_expert(struct strata_store *st)
+{
+	const struct strata_model_spec *sp = strata_store_spec(st);
+	uint64_t maxb = 0;
+	for (uint32_t i = 0; i < strata_model_total_experts(sp); i++) {
+		uint64_t b = strata_store_expert(st, i / sp->n_experts, i % sp->n_experts)->bytes;
+		maxb = b > maxb ? b : maxb;
+	}
+	return maxb;
+}
+
 static int write_model(const char *spec, int format, const char *dir, struct strata_store **out)
 {
 	struct strata_error err = { 0 };
@@ -189,11 +201,7 @@ static void test_virtual_equals_real_random(void **state)
 	const struct strata_model_spec *sp = strata_store_spec(st_t);
 	struct strata_harness_trace *t;
 	assert_int_equal(strata_harness_trace_gen(sp, 24, 11, &t, &err), 0);
-	uint64_t maxb = 0;
-	for (uint32_t i = 0; i < strata_model_total_experts(sp); i++) {
-		uint64_t b = strata_store_expert(st_t, i / sp->n_experts, i % sp->n_experts)->bytes;
-		maxb = b > maxb ? b : maxb;
-	}
+	const uint64_t maxb = largest_expert(st_t);
 	const char *places[] = { "static", "static:promote=all", "cache", "static:promote=ram" };
 	const char *evicts[] = { "lru", "lfu", "farthest", "fifo" };
 	const char *pfs[] = { "none", "lookahead", "lookahead:tier=ram", "history" };
@@ -269,11 +277,7 @@ static void test_budget_never_exceeded(void **state)
 {
 	struct strata_error err = { 0 };
 	const struct strata_model_spec *sp = strata_store_spec(st_t);
-	uint64_t maxb = 0;
-	for (uint32_t i = 0; i < strata_model_total_experts(sp); i++) {
-		uint64_t b = strata_store_expert(st_t, i / sp->n_experts, i % sp->n_experts)->bytes;
-		maxb = b > maxb ? b : maxb;
-	}
+	const uint64_t maxb = largest_expert(st_t);
 	struct strata_engine_config ec;
 	strata_engine_config_defaults(&ec);
 	ec.use_gpu = 0;
@@ -374,11 +378,7 @@ static void test_chained_moves(void **state)
 	const struct strata_model_spec *sp = strata_store_spec(st_t);
 	struct strata_harness_trace *t;
 	assert_int_equal(strata_harness_trace_gen(sp, 12, 5, &t, &err), 0);
-	uint64_t maxb = 0;
-	for (uint32_t i = 0; i < strata_model_total_experts(sp); i++) {
-		uint64_t b = strata_store_expert(st_t, i / sp->n_experts, i % sp->n_experts)->bytes;
-		maxb = b > maxb ? b : maxb;
-	}
+	const uint64_t maxb = largest_expert(st_t);
 	const int movers[] = { STRATA_NVME_URING, STRATA_NVME_PREAD };
 	struct strata_engine_stats s[3];
 	for (int run = 0; run < 3; run++) {
@@ -815,11 +815,7 @@ static void test_prefetch_inflight(void **state)
 	const struct strata_model_spec *sp = strata_store_spec(st_t);
 	struct strata_harness_trace *t;
 	assert_int_equal(strata_harness_trace_gen(sp, 24, 5, &t, &err), 0);
-	uint64_t maxb = 0;
-	for (uint32_t i = 0; i < strata_model_total_experts(sp); i++) {
-		uint64_t b = strata_store_expert(st_t, i / sp->n_experts, i % sp->n_experts)->bytes;
-		maxb = b > maxb ? b : maxb;
-	}
+	const uint64_t maxb = largest_expert(st_t);
 	const uint64_t cap[5] = { 1, 4 * maxb, 0, 1, 1 }; /* 3: polled, 4: virtual */
 	struct strata_engine_stats s[5];
 	for (int r = 0; r < 5; r++) {
