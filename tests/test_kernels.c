@@ -777,7 +777,8 @@ static void test_moe_prefill_sm90(void **state)
 		printf("prefill kernels, kernel config '%s'\n", cfgs[i]);
 		const int bf16_tiles = kc.pf_path >= 4;
 		g_tier_bf16 = bf16_tiles && usable;
-		const uint64_t n0 = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_PREFILL_SM90), p0 = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_PREFILL_SM90P);
+		const uint64_t n0 = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_PREFILL_SM90),
+			       p0 = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_PREFILL_SM90P);
 		for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++)
 			run_moe_case(&cases[c]);
 		run_range_case(STRATA_FMT_HOT, 1024, 512, 160, 1);
@@ -836,7 +837,8 @@ static void test_moe_scalar(void **state)
 		kernel_config(&kc);
 		printf("scalar formats, kernel config '%s'\n", cfgs[i]);
 		const int off = kc.dec_warps == 0;
-		const uint64_t n0 = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_SCALAR_DECODE), x0 = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_SCALAR_STAGED),
+		const uint64_t n0 = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_SCALAR_DECODE),
+			       x0 = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_SCALAR_STAGED),
 			       g0 = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_SCALAR_GEMV);
 		for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++)
 			if (!off || (cases[c].hidden % 32 == 0 && cases[c].inter % 32 == 0)) /* BF16 copies: see below */
