@@ -6,6 +6,7 @@ one row per split and choice of tier formats (hot,warm,cold; q4,warm,cold ...). 
 the markdown tables.  No dependencies beyond the standard library.
 
     combine.py RESULTS_DIR
+    combine.py --device DIR     run_device.sh's replay-vs-sim table (DIR/device.csv)
 """
 import csv
 import json
@@ -124,8 +125,71 @@ def main(res):
     print(open(f'{res}/fit.md').read())
 
 
+def read_rows(path):
+    """{(split, formats, policy): row} of one of run_device.sh's CSVs (empty if missing)."""
+    try:
+        with open(path, newline='') as f:
+            return {(r['split'], r['formats'], r['policy']): r for r in csv.DictReader(f)}
+    except FileNotFoundError:
+        return {}
+
+
+def device(d):
+    """run_device.sh's table: per split, formats and policy the real engine's decode tok/s
+    (replay.csv), the simulator's on this call's calibration (sim_gpu.csv) and on the study's
+    committed clock (sim_study.csv), each against the trellis formats of the same split and
+    policy; writes device.csv and prints device.md's text."""
+    rep, sim, study = (read_rows(f'{d}/{n}.csv') for n in ('replay', 'sim_gpu', 'sim_study'))
+    if not rep:
+        sys.exit(f'{d}/replay.csv: no replay rows (see {d}/run.log)')
+    hits = ('hits_vram', 'hits_ram', 'hits_nvme', 'bytes_nvme_ram', 'bytes_ram_vram', 'bytes_nvme_vram')
+    rows = []
+    for key, r in rep.items():
+        s, fm, pol = key
+        base = rep.get((s, DEFAULT_FORMATS, pol))
+        tok = float(r['decode_tok_s'])
+        row = {'split': s, 'formats': fm, 'policy': pol, 'replay_tok_s': tok,
+               'hit_vram': float(r['hit_rate_vram']), 'hit_ram': float(r['hit_rate_ram']),
+               'hit_nvme': float(r['hit_rate_nvme']),
+               'replay_vs_trellis': tok / float(base['decode_tok_s']) if base else ''}
+        for lab, src in (('sim', sim), ('sim_study', study)):
+            x = src.get(key)
+            b = src.get((s, DEFAULT_FORMATS, pol))
+            row[f'{lab}_tok_s'] = float(x['decode_tok_s']) if x else ''
+            row[f'{lab}_over_replay'] = float(x['decode_tok_s']) / tok if x and tok else ''
+            row[f'{lab}_vs_trellis'] = float(x['decode_tok_s']) / float(b['decode_tok_s']) if x and b else ''
+        row['same_counters'] = all(sim[key][k] == r[k] for k in hits) if key in sim else ''
+        rows.append(row)
+    with open(f'{d}/device.csv', 'w', newline='') as f:
+        w = csv.DictWriter(f, list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    try:
+        with open(f'{d}/cost_gpu.json') as f:
+            c = json.load(f)
+        print(f"calibrate ({c.get('machine', '?')}): nvme {c['nvme_gbps']:.2f} GB/s, pcie {c['pcie_gbps']:.1f} GB/s, "
+              f"kernels {c['kernel_fixed_us']:.1f} us + {c['kernel_us_per_mb']:.3f} us/MB, "
+              f"kernel_speed_q4 {c.get('kernel_speed_q4', 1):.3f}, kernel_speed_q3 {c.get('kernel_speed_q3', 1):.3f}\n")
+    except (OSError, KeyError, ValueError):
+        print(f'{d}/cost_gpu.json: none (calibrate failed; sims on the study clock)\n')
+
+    def num(v, fmt):
+        return '-' if v == '' else fmt % v
+    print('| split | formats | policy | VRAM/RAM/NVMe hits | replay tok/s | vs trellis | sim tok/s (this call) | '
+          'sim/replay | sim vs trellis | sim tok/s (study clock) | same counters |')
+    print('|---|---|---|---|---|---|---|---|---|---|---|')
+    for r in rows:
+        print(f"| {r['split']} | {r['formats']} | {r['policy']} | {r['hit_vram']:.3f}/{r['hit_ram']:.3f}/"
+              f"{r['hit_nvme']:.3f} | {r['replay_tok_s']:.1f} | {num(r['replay_vs_trellis'], '%.2f')} | "
+              f"{num(r['sim_tok_s'], '%.1f')} | {num(r['sim_over_replay'], '%.2f')} | "
+              f"{num(r['sim_vs_trellis'], '%.2f')} | {num(r['sim_study_tok_s'], '%.1f')} | {r['same_counters']} |")
+
+
 if __name__ == '__main__':
-    if len(sys.argv) != 2:
+    if len(sys.argv) == 3 and sys.argv[1] == '--device':
+        device(sys.argv[2])
+    elif len(sys.argv) == 2:
+        main(sys.argv[1])
+    else:
         print(__doc__, file=sys.stderr)
         sys.exit(2)
-    main(sys.argv[1])

@@ -35,6 +35,14 @@ Steps, all recorded in OUT:
     agreement (the BF16 argmax is in the config's top 5);
  5. results.csv (one row per configuration and shard), summary.csv / summary.json (mean, min, max
     over shards), goals.json (the issue's goals, met or not), quality.pdf / quality.png.
+
+Format per tier (--tier-formats 'q4,warm,cold;q3,warm,cold' [--tier-splits 15/30/55,30/40/30]): step 2
+also quantizes every expert in each added format (all-q4, all-q3) and each split by popularity with
+the trellis formats and with each choice (popularity-30/40/30, popularity-15/30/55 q4,warm,cold, ...);
+each of those is quantized for real and its dequantized shards are checked bit for bit against the
+composition of the per-format files and against the tier rule.  Every row carries its split, the
+tiers' formats, its packed expert bytes and bits per weight (extents incl. padding / routed
+parameters), so quality can be read against size (experiments/bits-vs-tiers).
 """
 import argparse
 import csv
@@ -51,6 +59,39 @@ from .hfckpt import CheckpointError, cli_main, expert_name, load_checkpoint, pic
 from .train import load_corpus, load_text, log, windows
 
 SPLIT = (15, 30, 55)
+TRELLIS = ("hot", "warm", "cold")  # the tier formats; --tier-formats adds choices like q4,warm,cold
+
+
+def parse_splits(spec):
+    """--tier-splits 15/30/55,30/40/30 -> [(15, 30, 55), (30, 40, 30)] (percent of each layer's experts)."""
+    out = []
+    for item in filter(None, spec.split(",")):
+        try:
+            v = tuple(int(x) for x in item.split("/"))
+        except ValueError:
+            v = ()
+        if len(v) != 3 or min(v) < 0 or sum(v) != 100:
+            raise CheckpointError("--tier-splits %s: '%s' is not H/W/C percent summing to 100" % (spec, item))
+        out.append(v)
+    return out
+
+
+def parse_formats(spec):
+    """--tier-formats 'q4,warm,cold;q3,warm,cold' -> [('q4', 'warm', 'cold'), ...] (hot tier first;
+    strata quantize --formats checks the names)."""
+    out = []
+    for item in filter(None, spec.split(";")):
+        v = tuple(x.strip() for x in item.split(","))
+        if len(v) != 3 or not all(v):
+            raise CheckpointError("--tier-formats %s: '%s' is not three formats H,W,C" % (spec, item))
+        out.append(v)
+    return out
+
+
+def tiered_name(split, formats):
+    """popularity-15/30/55 (the trellis formats) or popularity-30/40/30 q4,warm,cold."""
+    n = "popularity-%d/%d/%d" % split
+    return n if tuple(formats) == TRELLIS else "%s %s" % (n, ",".join(formats))
 
 
 def split_counts(n, split=SPLIT):
@@ -154,9 +195,9 @@ def run(cmd, what):
     return p.stdout, time.time() - t
 
 
-def quantize(strata, ckpt, out, split, counts_csv, threads):
+def quantize(strata, ckpt, out, split, counts_csv, threads, formats=TRELLIS):
     cmd = [strata, "quantize", "--in", ckpt, "--naming", "auto", "--out", out, "--split", split, "--json",
-           "--no-progress"]
+           "--no-progress", "--formats", ",".join(formats)]
     if counts_csv:
         cmd += ["--counts", counts_csv]
     if threads:
@@ -258,29 +299,64 @@ def evaluate(args):
     log("profile: %d training bytes routed; the %d hottest experts of a layer take %.1f%% of its load "
         "(uniform %.1f%%); Gini of the per-layer counts %.3f" % (
             ptoks, nh, 100 * share[:, :nh].sum(1).mean(), 100.0 * nh / c.num_experts, gini(counts)))
-    # 2. quantize and dequantize
+    # 2. quantize and dequantize: every expert in each format (the per-format sets), then the
+    # popularity-tiered shards, checked against the rule and the per-format sets
     qz = {}
-    sets = []
-    for name, split in (("hot", "100,0,0"), ("warm", "0,100,0"), ("cold", "0,0,100")):
-        rep, deq = quantize(args.strata, args.model, os.path.join(args.out, "q-" + name), split, None, args.qthreads)
-        qz[name] = rep
-        sets.append(expert_set(c, deq)[0])
-        log("quantized all %s: %.1f s" % (name, rep.get("seconds", 0)))
-    rep, deq = quantize(args.strata, args.model, os.path.join(args.out, "q-popularity"), "15,30,55", ccsv,
-                        args.qthreads)
-    qz["popularity"] = rep
-    pop_set, meta = expert_set(c, deq)
-    tiers_pop = tier_table(rank)
-    c_tiers = np.array([int(ch) for ch in meta.get("strata.tiers", "")], dtype=np.int64)
-    if c_tiers.size != tiers_pop.size or (c_tiers.reshape(tiers_pop.shape) != tiers_pop).any():
-        raise CheckpointError("%s: strata's tier table differs from the rule used for the random control" % deq)
-    comp = compose(c, sets, tiers_pop)
-    bad = [n for n in comp if not torch.equal(comp[n], pop_set[n])]
-    if bad:
-        raise CheckpointError("%s: tensor '%s' differs from the same tier's all-tier shards (%d tensors)"
-                              % (deq, bad[0], len(bad)))
-    log("popularity-tiered shards == composition of the all-hot/warm/cold files (%d tensors, bit for bit)"
-        % len(comp))
+    fsets, fbytes = {}, {}
+    choices = parse_formats(args.tier_formats)
+    splits = parse_splits(args.tier_splits)
+    for f in list(TRELLIS) + [f for fm in choices for f in fm]:
+        if f in fsets:
+            continue
+        fm = TRELLIS if f in TRELLIS else (f,) + TRELLIS[1:]
+        split = ",".join("100" if t == (TRELLIS.index(f) if f in TRELLIS else 0) else "0" for t in range(3))
+        rep, deq = quantize(args.strata, args.model, os.path.join(args.out, "q-" + f), split, None, args.qthreads,
+                            fm)
+        qz[f] = rep
+        fsets[f] = expert_set(c, deq)[0]
+        t = [x for x in rep["tiers"] if x["experts"]][0]
+        fbytes[f] = t["extent_bytes"] // t["experts"]
+        log("quantized all %s: %.1f s" % (f, rep.get("seconds", 0)))
+    sets = [fsets[f] for f in TRELLIS]
+    params = 3 * c.num_hidden_layers * c.num_experts * c.hidden_size * c.moe_intermediate_size
+    # per configuration: its split, the tiers' formats and its packed expert bytes (bpw below)
+    info = {"bf16": {"split": "", "formats": "bf16", "expert_bytes": 2 * params}}
+    for f in fsets:
+        info["all-" + f] = {"split": "", "formats": f, "expert_bytes": fbytes[f] * c.num_experts *
+                            c.num_hidden_layers}
+
+    def tiered(split, formats, tiers=None):
+        """Experts of a tier table (default: split by popularity, quantized for real and checked):
+        composed per expert from the per-format sets (quantization is per expert)."""
+        name = tiered_name(split, formats)
+        real = tiers is None
+        if real:
+            tiers = tier_table(rank, split)
+        comp = compose(c, [fsets[f] for f in formats], tiers)
+        nb = int(sum(fbytes[formats[t]] * int((tiers == t).sum()) for t in range(3)))
+        if real:
+            out = os.path.join(args.out, "q-popularity" if name == "popularity-15/30/55" else
+                               "q-" + name.replace("/", "-").replace(" ", "-").replace(",", "-"))
+            rep, deq = quantize(args.strata, args.model, out, ",".join(map(str, split)), ccsv, args.qthreads,
+                                formats)
+            qz[name] = rep
+            real_set, meta = expert_set(c, deq)
+            c_tiers = np.array([int(ch) for ch in meta.get("strata.tiers", "")], dtype=np.int64)
+            if c_tiers.size != tiers.size or (c_tiers.reshape(tiers.shape) != tiers).any():
+                raise CheckpointError("%s: strata's tier table differs from the rule the controls use" % deq)
+            bad = [n for n in comp if not torch.equal(comp[n], real_set[n])]
+            if bad:
+                raise CheckpointError("%s: tensor '%s' differs from the same format's all-expert shards (%d tensors)"
+                                      % (deq, bad[0], len(bad)))
+            got = sum(t["extent_bytes"] for t in rep["tiers"])
+            if got != nb:
+                raise CheckpointError("%s: %d bytes of expert extents, %d from the per-format sizes" % (out, got, nb))
+            log("%s: shards == composition of the all-%s files (%d tensors, bit for bit), %.3f bpw"
+                % (name, "/".join(formats), len(comp), 8.0 * nb / params))
+        info.setdefault(name, {"split": "%d/%d/%d" % split, "formats": ",".join(formats), "expert_bytes": nb})
+        return comp, tiers
+
+    pop_set, tiers_pop = tiered(SPLIT, TRELLIS)
     rho = expert_stats(c, model, sets, counts, mass, os.path.join(args.out, "experts.csv"))
     configs = [("bf16", None, None), ("all-hot", sets[0], None), ("all-warm", sets[1], None),
                ("all-cold", sets[2], None), ("popularity-15/30/55", pop_set, tiers_pop)]
@@ -297,19 +373,27 @@ def evaluate(args):
         rc = np.stack([rng.permutation(c.num_experts) for _ in range(c.num_hidden_layers)])
         tr_t = tier_table(rc)
         configs.append(("random-15/30/55-s%d" % s, compose(c, sets, tr_t), tr_t))
-    # equal bytes: every tiered configuration has the same experts per tier in every layer, and
-    # so the same packed bytes (quantization is per expert, one size per format)
-    xb = [qz[n]["tiers"][t]["extent_bytes"] // max(1, qz[n]["tiers"][t]["experts"])
-          for t, n in enumerate(("hot", "warm", "cold"))]
-    cfg_bytes = {n: int(sum(xb[t] * int((tt == t).sum()) for t in range(3))) for n, _, tt in configs
-                 if tt is not None}
-    pop_bytes = sum(t["extent_bytes"] for t in rep["tiers"])
+    # equal bytes: every ranking of 15/30/55 has the same experts per tier in every layer, and so
+    # the same packed bytes (quantization is per expert, one size per format)
+    for n, _, tt in configs[5:]:
+        info[n] = dict(info["popularity-15/30/55"],
+                       expert_bytes=int(sum(fbytes[TRELLIS[t]] * int((tt == t).sum()) for t in range(3))))
+    cfg_bytes = {n: info[n]["expert_bytes"] for n, _, tt in configs if tt is not None}
+    pop_bytes = sum(t["extent_bytes"] for t in qz["popularity-15/30/55"]["tiers"])
     if set(cfg_bytes.values()) != {pop_bytes}:
         raise CheckpointError("tiered configurations differ in bytes: %s (the popularity shards: %d)"
                               % (cfg_bytes, pop_bytes))
-    log("every tiered configuration: %d bytes of expert extents (%.3f bpw incl. padding)"
-        % (pop_bytes, 8.0 * pop_bytes / (3 * c.num_hidden_layers * c.num_experts * c.hidden_size
-                                          * c.moe_intermediate_size)))
+    log("every ranking of 15/30/55: %d bytes of expert extents (%.3f bpw incl. padding)"
+        % (pop_bytes, 8.0 * pop_bytes / params))
+    # format per tier (--tier-formats, --tier-splits): every expert in each added format, and
+    # each split by popularity with the trellis formats and with each choice, quantized for real
+    configs += [("all-" + f, fsets[f], None) for f in fsets if f not in TRELLIS]
+    for split in splits:
+        for fm in [TRELLIS] + choices:
+            if (split, fm) != (SPLIT, TRELLIS):
+                configs.append((tiered_name(split, fm),) + tiered(split, fm))
+    for n in info:
+        info[n]["bpw"] = 8.0 * info[n]["expert_bytes"] / params
     # 3. evaluate
     shards = shard_windows(he, args.seq, args.shards, args.windows)
     tgts = [torch.from_numpy(w[:, 1:].astype(np.int64)).reshape(-1).to(device) for w in shards]
@@ -323,7 +407,7 @@ def evaluate(args):
             m = metrics(lg, refs[s], tgts[s])
             m.update(config=name, shard=s, bf16_ppl=bppl[s], hot_share=None if tiers is None else float(
                 counts[tiers == 0].sum() / counts.sum()), cold_share=None if tiers is None else float(
-                counts[tiers == 2].sum() / counts.sum()), expert_bytes=cfg_bytes.get(name))
+                counts[tiers == 2].sum() / counts.sum()), **info[name])
             rows.append(m)
         r0 = [r for r in rows if r["config"] == name]
         log("%-22s ppl %.4f  kld %.4f  top1 %.4f  top5 %.4f" % (
@@ -342,14 +426,14 @@ def evaluate(args):
         n = w.shape[0] * args.seq
         m = metrics(logits_of(em, w, args.batch, device), refs[0][:n], tgts[0][:n])
         m.update(config="popularity-15/30/55-engine", shard=0, hot_share=None, cold_share=None,
-                 expert_bytes=cfg_bytes["popularity-15/30/55"],
+                 **info["popularity-15/30/55"],
                  bf16_ppl=metrics(refs[0][:n], refs[0][:n], tgts[0][:n])["ppl"])
         rows.append(m)
         be.close()
         log("%-22s ppl %.4f  kld %.4f  top1 %.4f  top5 %.4f  (shard 0, %d windows, engine on the %s)" % (
             "popularity via engine", m["ppl"], m["kld"], m["top1"], m["top5"], len(w), be.device))
-    cols = ["config", "shard", "tokens", "ppl", "bf16_ppl", "bits_per_byte", "kld", "top1", "top5", "hot_share",
-            "cold_share", "expert_bytes"]
+    cols = ["config", "split", "formats", "shard", "tokens", "ppl", "bf16_ppl", "bits_per_byte", "kld", "top1",
+            "top5", "hot_share", "cold_share", "expert_bytes", "bpw"]
     with open(os.path.join(args.out, "results.csv"), "w", newline="") as f:
         wr = csv.DictWriter(f, fieldnames=cols)
         wr.writeheader()
@@ -359,7 +443,7 @@ def evaluate(args):
     summ = summarize(rows, [n for n, _, _ in configs] +
                      (["popularity-15/30/55-engine"] if args.engine_windows else []))
     goals = check_goals(summ, rows, args.random_seeds)
-    qrep = qz["popularity"]
+    qrep = qz["popularity-15/30/55"]
     qs = qrep.get("seconds") or 0
     goals["quantize_mb_per_s"] = round(qrep.get("input_bytes", 0) / qs / 1e6, 1) if qs else None
     goals["quantize_threads"] = args.qthreads or os.cpu_count()
@@ -370,7 +454,7 @@ def evaluate(args):
                    "seconds": round(time.time() - t0, 1)}, f, indent=1)
     with open(os.path.join(args.out, "summary.csv"), "w", newline="") as f:
         keys = ["config"] + [k + s for k in ("ppl", "kld", "top1", "top5") for s in ("", "_min", "_max")] + \
-            ["ppl_vs_bf16"]
+            ["ppl_vs_bf16", "split", "formats", "expert_bytes", "bpw"]
         wr = csv.DictWriter(f, fieldnames=keys)
         wr.writeheader()
         for r in summ:
@@ -547,6 +631,7 @@ def summarize(rows, names):
             v = [r[k] for r in rr]
             d[k], d[k + "_min"], d[k + "_max"] = float(np.mean(v)), float(np.min(v)), float(np.max(v))
         d["ppl_vs_bf16"] = float(np.mean([r["ppl"] / r["bf16_ppl"] for r in rr])) - 1  # same tokens
+        d.update({k: rr[0][k] for k in ("split", "formats", "expert_bytes", "bpw")})
         out.append(d)
     return out
 
@@ -579,7 +664,7 @@ def check_goals(summ, rows, nseeds):
         return "%d of %d" % (kw, n), "%d of %d" % (tw, n)
 
     others = {n: wins(n) for n in by if n.startswith(("popularity-", "inverse-")) and "engine" not in n
-              and n != "popularity-15/30/55"}
+              and n != "popularity-15/30/55" and by[n]["split"] == "15/30/55" and by[n]["formats"] == "hot,warm,cold"}
     return {
         "vs_random": {n: {"kld": w[0], "top1": w[1], "kld_mean": by[n]["kld"], "top1_mean": by[n]["top1"]}
                       for n, w in others.items() if w},
@@ -608,7 +693,10 @@ def plot(summ, rows, base, title):
     except ImportError:
         log("no matplotlib: no plot")
         return
-    names = [r["config"] for r in summ if r["config"] != "bf16" and not r["config"].endswith("-engine")]
+    # the rankings of 15/30/55 and the all-one-format models (the format-per-tier splits: the
+    # bits-vs-tiers study's frontier figure)
+    names = [r["config"] for r in summ if r["config"] != "bf16" and not r["config"].endswith("-engine")
+             and (r["split"] == "" or (r["split"] == "15/30/55" and r["formats"] == "hot,warm,cold"))]
     rnd = [n for n in names if n.startswith("random-")]
     show = [n for n in names if not n.startswith("random-")] + (["random-15/30/55"] if rnd else [])
 
@@ -668,6 +756,13 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--profile-windows", type=int, default=256)
     ap.add_argument("--random-seeds", type=int, default=3)
+    ap.add_argument("--tier-formats", default="",
+                    help="format per tier: ;-separated choices of the hot,warm,cold tiers' formats evaluated "
+                         "beside the trellis ones (e.g. 'q4,warm,cold;q3,warm,cold'): every expert in each "
+                         "added format, and each --tier-splits split by popularity in each choice")
+    ap.add_argument("--tier-splits", default="15/30/55",
+                    help="with --tier-formats: popularity splits H/W/C, comma-separated, each also with the "
+                         "trellis formats (default 15/30/55)")
     ap.add_argument("--rank-by", choices=("count", "mass"), default="count",
                     help="popularity: top-k selections per expert (count) or the router's softmax "
                          "probability summed over tokens (mass); the other is evaluated too")
