@@ -5,8 +5,14 @@ formats and model), and the simulation rows (results/sim.csv from run.lua),
 one row per split and choice of tier formats (hot,warm,cold; q4,warm,cold ...).  Writes summary.csv and
 the markdown tables.  No dependencies beyond the standard library.
 
-    combine.py RESULTS_DIR
+    combine.py RESULTS_DIR [--gpu DIR] [--e2e SUMMARY.csv]
     combine.py --device DIR     run_device.sh's replay-vs-sim table (DIR/device.csv)
+
+With --gpu (run_device.sh's results: DIR/device.csv) and --e2e (strata.eval's summary.csv of a
+run with --tier-formats), frontier.csv / frontier.md join every split x formats point's size,
+matrix and end-to-end quality and decode tok/s (calibrated clock and GPU replay) and mark, per
+policy (static, cache, fit), the points on the Pareto frontier of (smaller, better cosine by
+accesses, faster) and of (better cosine, faster) alone (frontier_plot.py draws it).
 """
 import csv
 import json
@@ -17,7 +23,7 @@ FMT_BPW = {'hot': 2.8125, 'warm': 2.5625, 'cold': 1.4375, 'q4': 4.5, 'q3': 3.5}
 DEFAULT_FORMATS = 'hot,warm,cold'
 
 
-def main(res):
+def main(res, gpu=None, e2e=None):
     cos = {}
     with open(f'{res}/cosine.csv', newline='') as f:
         for r in csv.DictReader(f):
@@ -120,9 +126,96 @@ def main(res):
                 f.write(f"| {r['split']} | {r['formats']} | {r[f'cos_access_{g}']:.4f} | " +
                         ' | '.join(f"{float(sim[(r['split'], r['formats'], v)]['decode_tok_s']):.1f}" for v in fits) +
                         ' |\n')
+    frontier(res, rows, sim, fits, g, gpu, e2e)
     print(open(f'{res}/cosine.md').read())
     print(open(f'{res}/summary.md').read())
     print(open(f'{res}/fit.md').read())
+    print(open(f'{res}/frontier.md').read())
+
+
+def e2e_key(r):
+    """(split, formats) of a strata.eval summary row: all-q4 is 100/0/0 with the hot tier in q4."""
+    fm, split = r.get('formats', ''), r.get('split', '')
+    if split:
+        return split, fm
+    if fm in ('hot', 'warm', 'cold'):
+        return '/'.join('100' if t == fm else '0' for t in ('hot', 'warm', 'cold')), DEFAULT_FORMATS
+    return '100/0/0', f'{fm},warm,cold'
+
+
+def frontier(res, rows, sim, fits, g, gpu, e2e):
+    """frontier.csv / frontier.md: every split x formats point with its size, matrix quality
+    (cosine by accesses), end-to-end quality of the trained tiny model where strata.eval measured
+    that configuration (e2e: its summary.csv), decode tok/s on the calibrated clock (static, cache,
+    fit) and on the GPU machine's real engine (gpu: run_device.sh's device.csv), and whether the
+    point is on the Pareto frontier of (smaller, better cosine, faster) per policy."""
+    fit = ([v for v in fits if not v.startswith('fit cost-speed')] or fits or [None])[0]
+    quality = {}
+    if e2e:
+        with open(e2e, newline='') as f:
+            for r in csv.DictReader(f):
+                # the all-one-format models and the popularity splits (not the ranking controls)
+                k = e2e_key(r)
+                fm = '' if k[1] == DEFAULT_FORMATS else ' ' + k[1]
+                if r['config'].startswith('all-') or r['config'] == f'popularity-{k[0]}{fm}':
+                    quality[k] = r
+    measured = {}
+    if gpu:
+        with open(f'{gpu}/device.csv', newline='') as f:
+            for r in csv.DictReader(f):
+                measured.setdefault((r['split'], r['formats']), {})[r['policy']] = float(r['replay_tok_s'])
+    pols = ('static', 'cache', 'fit')
+    out = []
+    for r in rows:
+        key = (r['split'], r['formats'])
+        hot = r['formats'].split(',')[0]
+        if r['split'].startswith('0/') and r['formats'] != DEFAULT_FORMATS and \
+                (r['split'], DEFAULT_FORMATS) in {(x['split'], x['formats']) for x in rows}:
+            continue  # no hot experts: the same model as the trellis row
+        q = quality.get(key, {})
+        o = {'split': r['split'], 'formats': r['formats'], 'full_gb': r['full_gb'], 'bpw': r['bpw'],
+             'cosine_access': r[f'cos_access_{g}'], 'cosine_param': r[f'cos_param_{g}'],
+             'tok_s_static': r['tok_s_static'], 'tok_s_cache': r['tok_s_cache'],
+             'tok_s_fit': float(sim[key + (fit,)]['decode_tok_s']) if fit else '',
+             'e2e_kld': q.get('kld', ''), 'e2e_top1': q.get('top1', ''), 'e2e_ppl_vs_bf16': q.get('ppl_vs_bf16', '')}
+        for p in pols:
+            o[f'gpu_tok_s_{p}'] = measured.get(key, {}).get(p, '')
+        o['series'] = ('trellis' if r['formats'] == DEFAULT_FORMATS else
+                       f'{hot} hot' if r['formats'].endswith(',warm,cold') else r['formats'])
+        out.append(o)
+    def front(o, keys):
+        """o is not dominated on keys (higher is better) by another point."""
+        return all(o[k] != '' for k in keys) and not any(
+            x is not o and all(x[k] != '' and x[k] >= o[k] for k in keys) and any(x[k] > o[k] for k in keys)
+            for x in out)
+    for o in out:
+        o['neg_gb'] = -o['full_gb']
+    for p in pols:
+        for o in out:
+            o[f'pareto_{p}'] = front(o, ('neg_gb', 'cosine_access', f'tok_s_{p}'))
+            o[f'pareto_q_{p}'] = front(o, ('cosine_access', f'tok_s_{p}'))
+    for o in out:
+        del o['neg_gb']
+    cols = list(out[0])
+    with open(f'{res}/frontier.csv', 'w', newline='') as f:
+        w = csv.DictWriter(f, cols)
+        w.writeheader()
+        w.writerows(out)
+    def f(v, fmt):
+        return '-' if v == '' else fmt % float(v)
+    with open(f'{res}/frontier.md', 'w') as fo:
+        fo.write(f'| split h/w/c % | formats h,w,c | Qwen3-30B-A3B GB | cosine by accesses ({g}) | '
+                 'e2e KLD (moe-tiny) | e2e top-1 | tok/s static | tok/s cache | '
+                 f'tok/s fit ({fit[4:] if fit else "-"}) | GPU static | GPU cache | GPU fit | frontier s/c/f | '
+                 'quality-speed frontier s/c/f |\n')
+        fo.write('|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n')
+        for o in out:
+            mark = '/'.join('yes' if o[f'pareto_{p}'] else '-' for p in pols) + ' | ' + \
+                '/'.join('yes' if o[f'pareto_q_{p}'] else '-' for p in pols)
+            fo.write(f"| {o['split']} | {o['formats']} | {o['full_gb']:.2f} | {o['cosine_access']:.4f} | "
+                     f"{f(o['e2e_kld'], '%.4f')} | {f(o['e2e_top1'], '%.3f')} | {o['tok_s_static']:.1f} | "
+                     f"{o['tok_s_cache']:.1f} | {f(o['tok_s_fit'], '%.1f')} | {f(o['gpu_tok_s_static'], '%.1f')} | "
+                     f"{f(o['gpu_tok_s_cache'], '%.1f')} | {f(o['gpu_tok_s_fit'], '%.1f')} | {mark} |\n")
 
 
 def read_rows(path):
@@ -188,8 +281,12 @@ def device(d):
 if __name__ == '__main__':
     if len(sys.argv) == 3 and sys.argv[1] == '--device':
         device(sys.argv[2])
-    elif len(sys.argv) == 2:
-        main(sys.argv[1])
+    elif len(sys.argv) >= 2 and not sys.argv[1].startswith('-'):
+        opts = dict(zip(sys.argv[2::2], sys.argv[3::2]))
+        if len(sys.argv) % 2 or set(opts) - {'--gpu', '--e2e'}:
+            print(__doc__, file=sys.stderr)
+            sys.exit(2)
+        main(sys.argv[1], opts.get('--gpu'), opts.get('--e2e'))
     else:
         print(__doc__, file=sys.stderr)
         sys.exit(2)

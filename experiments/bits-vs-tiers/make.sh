@@ -5,7 +5,9 @@
 # Usage: experiments/bits-vs-tiers/make.sh [key=value ... for run.lua]
 # env: BENCH_QUANT (default: bench_quant beside the strata binary), ROWS/COLS
 # (matrix shape, default 768 x 2048: a Qwen3-30B-A3B gate/up projection),
-# PYTHON (for combine.py, default python3), FORMATS (;-separated choices of the
+# PYTHON (for combine.py, default python3), GPU / E2E (the frontier's GPU replays
+# and end-to-end quality, default gpu/ beside this script and
+# experiments/real-model/tiny-cpu/summary.csv), FORMATS (;-separated choices of the
 # tiers' formats), COST (the cost model: default cost_qwen_sq.json beside this
 # script, the GPU machine's calibration with the q4/q3 kernels' speed measured
 # by strata calibrate); and experiments/common.sh's.
@@ -53,12 +55,18 @@ for v in 1 5.1; do
 done
 "$STRATA" run $here/run.lua out=$res splits="$splits" formats="$formats" cost="$cost" \
 	fit_costs="$cost;$res/cost-speed1.json;$res/cost-speed5.1.json" "$@" > /dev/null || rc=$?
-# 4. join, tables, plots
-"${PYTHON:-python3}" $here/combine.py $res
+# 4. join, tables, plots; the frontier adds the GPU machine's replays (run_device.sh's
+# device.csv, GPU= another folder) and the trained tiny model's end-to-end quality
+# (strata.eval --tier-formats, E2E= another summary.csv), committed beside this study
+gpu=${GPU:-$here/gpu}
+e2e=${E2E:-experiments/real-model/tiny-cpu/summary.csv}
+"${PYTHON:-python3}" $here/combine.py $res $([ -s "$gpu/device.csv" ] && echo --gpu "$gpu") \
+	$([ -s "$e2e" ] && head -1 "$e2e" | grep -q formats && echo --e2e "$e2e")
 plot $res/quality.csv --x full_gb --xlabel "Qwen3-30B-A3B routed experts (GB)" --y cosine \
 	--ylabel "model cosine (mean over experts)" --hue weighting --label split \
 	--title "Size against quality per hot/warm/cold split (cosines: the quantizer on Gaussian 768x2048 matrices)" --out $figs/size-quality.png
 plot $res/speed.csv --kind bar --x split --xlabel "hot/warm/cold split (% of experts)" --hue policy \
 	--y decode_tok_s,fast_hit_pct --ylabel "decode tok/s (virtual clock),VRAM+RAM hits (%)" --logy decode_tok_s \
 	--title "Scaled Qwen3-30B-A3B (8x64), VRAM 256 MiB, RAM 512 MiB" --out $figs/speed.png
+[ "${NO_PLOTS:-0}" = 1 ] || scripts/plot.sh --script $here/frontier_plot.py $res/frontier.csv $figs/frontier.png
 exit ${rc:-0}   # strata run failed (a script error; a failing configuration only gets an error row)
