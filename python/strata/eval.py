@@ -266,6 +266,8 @@ def metrics(lg, ref, tgt):
 def evaluate(args):
     import torch
     t0 = time.time()
+    choices = parse_formats(args.tier_formats)
+    splits = parse_splits(args.tier_splits)
     device = pick_device(args.device)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -303,8 +305,6 @@ def evaluate(args):
     # popularity-tiered shards, checked against the rule and the per-format sets
     qz = {}
     fsets, fbytes = {}, {}
-    choices = parse_formats(args.tier_formats)
-    splits = parse_splits(args.tier_splits)
     for f in list(TRELLIS) + [f for fm in choices for f in fm]:
         if f in fsets:
             continue

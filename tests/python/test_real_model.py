@@ -38,7 +38,8 @@ def evaluated(work):
     out = os.path.join(work, "eval")
     r = run_py("strata.eval", "--model", TINY, "--heldout-text", os.path.join(TINY, "heldout.txt"),
                "--profile-text", os.path.join(TINY, "train-sample.txt"), "--strata", BIN, "--out", out,
-               "--seq", "128", "--windows", "2", "--batch", "2", "--profile-windows", "8", "--engine-windows", "1")
+               "--seq", "128", "--windows", "2", "--batch", "2", "--profile-windows", "8", "--engine-windows", "1",
+               "--tier-formats", "q4,warm,cold", "--tier-splits", "15/30/55,30/40/30")
     assert r.returncode == 0, r.stderr
     return out
 
@@ -158,6 +159,11 @@ def test_bad_input(work, tmp_path):
     r = run_py("strata.eval", "--model", str(d), "--heldout-text", os.path.join(TINY, "heldout.txt"),
                "--profile-text", os.path.join(TINY, "train-sample.txt"), "--strata", BIN, "--out", str(tmp_path / "e"))
     assert r.returncode == 2 and "config.json says" in r.stderr
+    for opt, val in (("--tier-splits", "15/30/50"), ("--tier-splits", "15/85"), ("--tier-formats", "q4,warm")):
+        r = run_py("strata.eval", "--model", TINY, "--heldout-text", os.path.join(TINY, "heldout.txt"),
+                   "--profile-text", os.path.join(TINY, "train-sample.txt"), "--strata", BIN,
+                   "--out", str(tmp_path / "e2"), "--tier-formats", "q4,warm,cold", opt, val)
+        assert r.returncode == 2 and opt in r.stderr and val in r.stderr, r.stderr
     p = subprocess.run([BIN, "dequantize", "--model", str(tmp_path / "nope"), "--out", str(tmp_path / "o.st")],
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
     assert p.returncode != 0 and "nope" in p.stdout and not os.path.exists(str(tmp_path / "o.st"))
@@ -178,15 +184,15 @@ def test_dequantize_matches_store(evaluated):
                 assert (x - ref.to(torch.bfloat16).float()).abs().max() == 0
 
 
-def _ranked_formats(counts):
-    """{(layer, expert): format} of 15/30/55 by descending count, ties to the lower id (written
-    here from the documented rule, not from strata.eval's code)."""
+def _ranked_formats(counts, split=(15, 30, 55), formats=("hot", "warm", "cold")):
+    """{(layer, expert): format} of split (percent) by descending count, ties to the lower id
+    (written here from the documented rule, not from strata.eval's code)."""
     want = {}
     for l, row in enumerate(counts):
         n = len(row)
-        nh, nhw = int(n * 0.15 + 0.5), int(n * 0.45 + 0.5)
+        nh, nhw = int(n * split[0] / 100.0 + 0.5), int(n * (split[0] + split[1]) / 100.0 + 0.5)
         for r, e in enumerate(sorted(range(n), key=lambda e: (-row[e], e))):
-            want[(l, e)] = "hot" if r < nh else ("warm" if r < nhw else "cold")
+            want[(l, e)] = formats[0] if r < nh else (formats[1] if r < nhw else formats[2])
     return want
 
 
@@ -226,7 +232,62 @@ def test_popularity_shards_put_the_hottest_experts_hot(evaluated):
     assert hot / total > sum(f == "hot" for f in got.values()) / len(got)
     # equal bytes for every tiered configuration (the random and inverse controls)
     rows = list(csv.DictReader(open(os.path.join(evaluated, "results.csv"))))
-    assert len({r["expert_bytes"] for r in rows if r["config"] != "bf16" and not r["config"].startswith("all-")}) == 1
+    assert len({r["expert_bytes"] for r in rows if r["split"] == "15/30/55" and r["formats"] == "hot,warm,cold"}) == 1
+
+
+def test_format_per_tier_configurations(evaluated):
+    """strata.eval --tier-formats q4,warm,cold --tier-splits 15/30/55,30/40/30: every expert in q4,
+    and both splits by popularity with the trellis formats and with the hot tier in q4, each
+    evaluated on every shard with its split, formats and bits per weight; the shards strata
+    quantize wrote put q4 on each layer's most used experts (read back from the store), their
+    dequantized weights are the store's own, and their bytes are the store's extents."""
+    from strata.core import Store
+    from strata.hfckpt import expert_name, read_safetensors
+    rows = list(csv.DictReader(open(os.path.join(evaluated, "results.csv"))))
+    by = {}
+    for r in rows:
+        by.setdefault(r["config"], []).append(r)
+    new = {"all-q4": ("", "q4"), "popularity-15/30/55 q4,warm,cold": ("15/30/55", "q4,warm,cold"),
+           "popularity-30/40/30": ("30/40/30", "hot,warm,cold"),
+           "popularity-30/40/30 q4,warm,cold": ("30/40/30", "q4,warm,cold")}
+    for name, (split, fm) in new.items():
+        assert len(by[name]) == 3, name
+        assert {(r["split"], r["formats"]) for r in by[name]} == {(split, fm)}
+    bpw = {n: float(by[n][0]["bpw"]) for n in by}
+    kld = {n: sum(float(r["kld"]) for r in v) / len(v) for n, v in by.items()}
+    # the compared axes change the result: more hot experts, or a wider hot format, more bytes
+    assert bpw["popularity-15/30/55"] < bpw["popularity-15/30/55 q4,warm,cold"] < \
+        bpw["popularity-30/40/30 q4,warm,cold"] < bpw["all-q4"]
+    assert bpw["popularity-15/30/55"] < bpw["popularity-30/40/30"] < bpw["popularity-30/40/30 q4,warm,cold"]
+    assert bpw["bf16"] == 16
+    assert 0 < kld["all-q4"] < kld["all-hot"] < kld["all-cold"]
+    assert kld["popularity-30/40/30"] < kld["popularity-15/30/55"]
+    # summary.csv carries the same columns
+    summ = {r["config"]: r for r in csv.DictReader(open(os.path.join(evaluated, "summary.csv")))}
+    assert summ["popularity-30/40/30 q4,warm,cold"]["formats"] == "q4,warm,cold"
+    counts = {}
+    for r in csv.DictReader(open(os.path.join(evaluated, "counts.csv"))):
+        counts[(int(r["layer"]), int(r["expert"]))] = float(r["count"])
+    L = 1 + max(l for l, _ in counts)
+    E = 1 + max(e for _, e in counts)
+    cnt = [[counts[(l, e)] for e in range(E)] for l in range(L)]
+    for name, d, split in (("popularity-15/30/55 q4,warm,cold", "q-popularity-15-30-55-q4-warm-cold", (15, 30, 55)),
+                           ("popularity-30/40/30 q4,warm,cold", "q-popularity-30-40-30-q4-warm-cold", (30, 40, 30))):
+        q = os.path.join(evaluated, d)
+        want = _ranked_formats(cnt, split, ("q4", "warm", "cold"))
+        t, meta = read_safetensors(q + ".safetensors")
+        with Store(q) as s:
+            assert {(l, e): s.expert_format(l, e) for l in range(L) for e in range(E)} == want
+            # one expert of each format in each layer: the dequantized file is the store's own weights
+            for l in range(L):
+                for f in ("q4", "warm", "cold"):
+                    e = min(e for e in range(E) if want[(l, e)] == f)
+                    for m, ref in zip(("gate", "up", "down"), s.dequantize(l, e)):
+                        x = t[expert_name(l, e, m)].float()
+                        assert (x - ref.to(torch.bfloat16).float()).abs().max() == 0, (name, l, e, m)
+        card = json.loads(subprocess.run([BIN, "inspect", q, "--json"], stdout=subprocess.PIPE, check=True,
+                                         universal_newlines=True).stdout)
+        assert int(by[name][0]["expert_bytes"]) == card["total"]["extent_bytes"]
 
 
 def test_quantize_counts_rank_per_layer(work):
