@@ -325,35 +325,32 @@ def evaluate(args):
         info["all-" + f] = {"split": "", "formats": f, "expert_bytes": fbytes[f] * c.num_experts *
                             c.num_hidden_layers}
 
-    def tiered(split, formats, tiers=None):
-        """Experts of a tier table (default: split by popularity, quantized for real and checked):
-        composed per expert from the per-format sets (quantization is per expert)."""
+    def tiered(split, formats):
+        """Experts of split by popularity in the tiers' formats: quantized for real, its dequantized
+        weights checked against the composition per expert of the per-format sets (quantization
+        is per expert) and its tier table against the rule the controls use; (composition, tiers)."""
         name = tiered_name(split, formats)
-        real = tiers is None
-        if real:
-            tiers = tier_table(rank, split)
+        tiers = tier_table(rank, split)
         comp = compose(c, [fsets[f] for f in formats], tiers)
         nb = int(sum(fbytes[formats[t]] * int((tiers == t).sum()) for t in range(3)))
-        if real:
-            out = os.path.join(args.out, "q-popularity" if name == "popularity-15/30/55" else
-                               "q-" + name.replace("/", "-").replace(" ", "-").replace(",", "-"))
-            rep, deq = quantize(args.strata, args.model, out, ",".join(map(str, split)), ccsv, args.qthreads,
-                                formats)
-            qz[name] = rep
-            real_set, meta = expert_set(c, deq)
-            c_tiers = np.array([int(ch) for ch in meta.get("strata.tiers", "")], dtype=np.int64)
-            if c_tiers.size != tiers.size or (c_tiers.reshape(tiers.shape) != tiers).any():
-                raise CheckpointError("%s: strata's tier table differs from the rule the controls use" % deq)
-            bad = [n for n in comp if not torch.equal(comp[n], real_set[n])]
-            if bad:
-                raise CheckpointError("%s: tensor '%s' differs from the same format's all-expert shards (%d tensors)"
-                                      % (deq, bad[0], len(bad)))
-            got = sum(t["extent_bytes"] for t in rep["tiers"])
-            if got != nb:
-                raise CheckpointError("%s: %d bytes of expert extents, %d from the per-format sizes" % (out, got, nb))
-            log("%s: shards == composition of the all-%s files (%d tensors, bit for bit), %.3f bpw"
-                % (name, "/".join(formats), len(comp), 8.0 * nb / params))
-        info.setdefault(name, {"split": "%d/%d/%d" % split, "formats": ",".join(formats), "expert_bytes": nb})
+        out = os.path.join(args.out, "q-popularity" if name == "popularity-15/30/55" else
+                           "q-" + name.replace("/", "-").replace(" ", "-").replace(",", "-"))
+        rep, deq = quantize(args.strata, args.model, out, ",".join(map(str, split)), ccsv, args.qthreads, formats)
+        qz[name] = rep
+        real_set, meta = expert_set(c, deq)
+        c_tiers = np.array([int(ch) for ch in meta.get("strata.tiers", "")], dtype=np.int64)
+        if c_tiers.size != tiers.size or (c_tiers.reshape(tiers.shape) != tiers).any():
+            raise CheckpointError("%s: strata's tier table differs from the rule the controls use" % deq)
+        bad = [n for n in comp if not torch.equal(comp[n], real_set[n])]
+        if bad:
+            raise CheckpointError("%s: tensor '%s' differs from the same format's all-expert shards (%d tensors)"
+                                  % (deq, bad[0], len(bad)))
+        got = sum(t["extent_bytes"] for t in rep["tiers"])
+        if got != nb:
+            raise CheckpointError("%s: %d bytes of expert extents, %d from the per-format sizes" % (out, got, nb))
+        log("%s: shards == composition of the all-%s files (%d tensors, bit for bit), %.3f bpw"
+            % (name, "/".join(formats), len(comp), 8.0 * nb / params))
+        info[name] = {"split": "%d/%d/%d" % split, "formats": ",".join(formats), "expert_bytes": nb}
         return comp, tiers
 
     pop_set, tiers_pop = tiered(SPLIT, TRELLIS)

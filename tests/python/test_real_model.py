@@ -184,6 +184,16 @@ def test_dequantize_matches_store(evaluated):
                 assert (x - ref.to(torch.bfloat16).float()).abs().max() == 0
 
 
+def _read_counts(evaluated):
+    """The evaluation's counts.csv: {(layer, expert): count} and the [layer][expert] table."""
+    counts = {}
+    for r in csv.DictReader(open(os.path.join(evaluated, "counts.csv"))):
+        counts[(int(r["layer"]), int(r["expert"]))] = float(r["count"])
+    L = 1 + max(l for l, _ in counts)
+    E = 1 + max(e for _, e in counts)
+    return counts, [[counts[(l, e)] for e in range(E)] for l in range(L)]
+
+
 def _ranked_formats(counts, split=(15, 30, 55), formats=("hot", "warm", "cold")):
     """{(layer, expert): format} of split (percent) by descending count, ties to the lower id
     (written here from the documented rule, not from strata.eval's code)."""
@@ -204,12 +214,8 @@ def test_popularity_shards_put_the_hottest_experts_hot(evaluated):
     from strata.core import Store
     from strata.moe import MoeLM
     from strata.train import load_text, windows
-    counts = {}
-    for r in csv.DictReader(open(os.path.join(evaluated, "counts.csv"))):
-        counts[(int(r["layer"]), int(r["expert"]))] = float(r["count"])
-    L = 1 + max(l for l, _ in counts)
-    E = 1 + max(e for _, e in counts)
-    cnt = [[counts[(l, e)] for e in range(E)] for l in range(L)]
+    counts, cnt = _read_counts(evaluated)
+    L, E = len(cnt), len(cnt[0])
     # the fixture profiled 8 windows of 128 bytes of train-sample.txt
     c, t, _ = load_checkpoint(TINY)
     mine = MoeLM(c).load_hf_tensors(t).eval()
@@ -265,12 +271,8 @@ def test_format_per_tier_configurations(evaluated):
     # summary.csv carries the same columns
     summ = {r["config"]: r for r in csv.DictReader(open(os.path.join(evaluated, "summary.csv")))}
     assert summ["popularity-30/40/30 q4,warm,cold"]["formats"] == "q4,warm,cold"
-    counts = {}
-    for r in csv.DictReader(open(os.path.join(evaluated, "counts.csv"))):
-        counts[(int(r["layer"]), int(r["expert"]))] = float(r["count"])
-    L = 1 + max(l for l, _ in counts)
-    E = 1 + max(e for _, e in counts)
-    cnt = [[counts[(l, e)] for e in range(E)] for l in range(L)]
+    _, cnt = _read_counts(evaluated)
+    L, E = len(cnt), len(cnt[0])
     for name, d, split in (("popularity-15/30/55 q4,warm,cold", "q-popularity-15-30-55-q4-warm-cold", (15, 30, 55)),
                            ("popularity-30/40/30 q4,warm,cold", "q-popularity-30-40-30-q4-warm-cold", (30, 40, 30))):
         q = os.path.join(evaluated, d)
