@@ -17,8 +17,8 @@
 # Output in $OUT (default out/bits-vs-tiers-gpu): cost_gpu.json, calibrate.log,
 # replay.csv, sim_gpu.csv, sim_study.csv, synth.jsonl, device.csv (the
 # side-by-side table: combine.py reads it), gpu.txt, run.log; all.tgz holds
-# every file.  About 2.5 minutes on the H200 (~70 replays' worth of a second or
-# two each, 6 synths of 0.6-1 GB).
+# every file.  74 s on the H200 (6 synths of 0.6-0.8 GB, a calibrate, 18 replays
+# of 1-9 s, 36 sims).
 # Env: MODEL (default qwen3-30b-a3b:layers=8,experts=64), SPLITS (default
 # 15/30/55,50/30/20), FORMATS (;-separated, default hot,warm,cold;q4,warm,cold;q3,warm,cold),
 # VRAM/RAM (256M/512M), FIT_VRAM/FIT_RAM (2G/256M), REQUESTS/PROMPT/GEN (trace:
