@@ -172,8 +172,11 @@ int strata_gpu_moe_check(int fmt, uint32_t hidden, uint32_t inter, struct strata
  *                                                are all in one scalar format take the row-
  *                                                streaming kernel (kernels/moe_dec_gv.cuh: two
  *                                                launches, gate|up then down, whole rows per
- *                                                task, dp4a for q4) when sqdec is auto and the
- *                                                staged activations fit; 0: the kernel above
+ *                                                task, dp2a for q4) when sqdec is auto and the
+ *                                                staged activations fit; 0: the kernel above;
+ *                                                2: the row-streaming kernel's earlier inner
+ *                                                loop (lanes per row at run time, dp4a on byte
+ *                                                planes for q4), for comparison
  *   sq_pdl       sq_pdl                 1        that kernel's down launch is a programmatic
  *                                                dependent launch (starts loading weights while
  *                                                the gate|up launch ends); 0: a plain launch

@@ -71,8 +71,8 @@ int strata_gpu_moe_config_validate(const struct strata_moe_config *c, struct str
 		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: sq_pf must be 0 or 1");
 	if (c->sq_xs != 0 && c->sq_xs != 1)
 		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: sq_xs must be 0 or 1");
-	if (c->sq_gv != 0 && c->sq_gv != 1)
-		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: sq_gv must be 0 or 1");
+	if (c->sq_gv < 0 || c->sq_gv > 2)
+		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: sq_gv must be 0, 1 or 2");
 	if (c->sq_pdl != 0 && c->sq_pdl != 1)
 		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: sq_pdl must be 0 or 1");
 	if (c->pf_path < 0 || c->pf_path > 6)
@@ -165,7 +165,9 @@ int strata_gpu_moe_config_parse(const char *text, struct strata_moe_config *c, s
 		} else if (!strcmp(kv, "sq_xs")) {
 			rc = parse_bit(kv, v, &c->sq_xs, err);
 		} else if (!strcmp(kv, "sq_gv")) {
-			rc = parse_bit(kv, v, &c->sq_gv, err);
+			if (strcmp(v, "0") && strcmp(v, "1") && strcmp(v, "2"))
+				return STRATA_ERR(err, STRATA_EINVAL, "kernel config: sq_gv=%s: want 0, 1 or 2", v);
+			c->sq_gv = v[0] - '0';
 		} else if (!strcmp(kv, "sq_pdl")) {
 			rc = parse_bit(kv, v, &c->sq_pdl, err);
 		} else if (!strcmp(kv, "prefill")) {
