@@ -177,6 +177,9 @@ int strata_gpu_moe_check(int fmt, uint32_t hidden, uint32_t inter, struct strata
  *                                                2: the row-streaming kernel's earlier inner
  *                                                loop (lanes per row at run time, dp4a on byte
  *                                                planes for q4), for comparison
+ *   sq_l2pf      sq_l2pf                1        that kernel's warps prefetch the rows of their
+ *                                                (task, matrix) this many steps ahead into L2
+ *                                                (cp.async.bulk.prefetch, one per row): 0 - 2
  *   sq_pdl       sq_pdl                 1        that kernel's down launch is a programmatic
  *                                                dependent launch (starts loading weights while
  *                                                the gate|up launch ends); 0: a plain launch
@@ -213,8 +216,9 @@ struct strata_moe_config {
 	int sq_dec, sq_pf, sq_xs;
 	int pf_path;
 	int sq_gv, sq_pdl;
+	int sq_l2pf;
 };
-#define STRATA_MOE_CONFIG_DEFAULT { 17, -1, 0, 0, -1, 0, 512, 0, -1, 0, 1, 0, 1, 1 }
+#define STRATA_MOE_CONFIG_DEFAULT { 17, -1, 0, 0, -1, 0, 512, 0, -1, 0, 1, 0, 1, 1, 1 }
 #define STRATA_MOE_SPLIT_MAX 64u
 #define STRATA_MOE_DEC_TAB 100 /* dec_stages of the table variants: 100 + stages */
 void strata_gpu_moe_config_defaults(struct strata_moe_config *c);

@@ -18,19 +18,25 @@
 //     them; a warp's chunks come in batches of NB per lane through three
 //     register buffers, the next two batches loaded (across task boundaries)
 //     while one is multiplied (two buffers for more than one token): one
-//     code body per buffer, no branch per chunk
-//     (chunks past the row count with zero scales), no shared-memory
-//     barriers after the start;
+//     code body per buffer, no branch per chunk, no shared-memory barriers
+//     after the start; lanes per row are a template parameter (2 - 16) where
+//     the launch's rows and batches divide evenly (no masks, immediate
+//     shared-memory offsets, one scale load per batch at 2 lanes per row),
+//     else a run-time value (chunks past the row count with zero scales);
+//   - lane 0 of each row prefetches the row (codes, scales) of the warp's
+//     next (task, matrix) step into L2 with one cp.async.bulk.prefetch
+//     (sq_l2pf steps ahead, default 1), so the register loads mostly hit L2
+//     and DRAM sees whole rows;
 //   - the activations (x rows for gate|up, the CTA's slots' h rows for down)
 //     are staged once per CTA in shared memory, scaled per row by a power of
 //     two (so no fp16 range guard is needed) and permuted so that a lane's
 //     16-byte shared load per group and token serves its chunk:
-//       q4: 16-bit fixed point, split in an unsigned low and a signed high
-//           byte plane in the byte order of the nibble extraction; per 8
-//           weights: w & 0x0f0f0f0f and (w >> 4) & 0x0f0f0f0f (the codes as
-//           bytes, no magic numbers), four dp4a (codes x low, codes x high),
-//           the zero point folded in as -8 x the slice's activation sum
-//           (staged too), one I2F and one FFMA with the group scale;
+//       q4: 16-bit fixed point pairs in the byte order of the nibble
+//           extraction; per 8 weights: w & 0x0f0f0f0f and (w >> 4) &
+//           0x0f0f0f0f (the codes as bytes), four dp2a (two activations x two
+//           code bytes each), the zero point folded in as -8 x the slice's
+//           activation sum (staged too), one I2F and one FFMA with the group
+//           scale (sq_gv=2: the earlier loop, byte planes and four dp4a);
 //       q3: fp16 in natural order; kfmt_scalar's exact fp16 codes (LOP3 +
 //           HFMA2), four HFMA2 per 8 weights and token, the two halves of the
 //           sum added in fp16, to f32 times the group scale.
@@ -41,6 +47,9 @@ namespace gv {
 
 constexpr int NW = 16;          // warps per CTA
 constexpr uint32_t NTMAX = 4;   // tokens per expert (template NT: 1, 2 or 4)
+// q4 launches of 3 - 4 tokens per expert above this many weights take the
+// ring kernel (run_dec_gv)
+constexpr uint64_t Q4_RING_WEIGHTS = 128ull << 20;
 constexpr uint32_t SRMAX = 64;  // staged activation rows per CTA
 constexpr uint32_t SMEM_MAX = 200 * 1024;  // shared-memory bytes per CTA
 
@@ -55,6 +64,7 @@ struct Args {
 	uint32_t srows;       // rows of the staged region (>= any CTA's)
 	uint32_t xoff, coff;  // shared-memory offsets of the staged values, of q4's zero-point terms
 	uint32_t pdl;         // the down launch is a programmatic dependent launch (sq_pdl)
+	uint32_t l2pf;        // rows prefetched into L2 this many (task, matrix) steps ahead (sq_l2pf)
 };
 
 __device__ __forceinline__ uint32_t dp4a_uu(uint32_t a, uint32_t b, uint32_t c)
@@ -68,6 +78,12 @@ __device__ __forceinline__ int dp4a_us(uint32_t a, uint32_t b, int c)
 	int d;
 	asm("dp4a.u32.s32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(c));
 	return d;
+}
+
+// Bring n bytes at q (16-byte aligned, n a multiple of 16) into L2.
+__device__ __forceinline__ void l2_prefetch(const uint8_t *q, uint32_t n)
+{
+	asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(q), "r"(n) : "memory");
 }
 
 // 16 (4) bytes of shared memory at a 32-bit shared-window address.
@@ -496,6 +512,20 @@ __global__ void __launch_bounds__(32 * NW, 1) gv_kernel(const __grid_constant__ 
 	uint32_t it = blockIdx.x * a.tpc + warp, iph = 0, ibt = 0, ij = 0;
 	const uint8_t *ic = nullptr, *is = nullptr;
 	bool iv = false;
+	// Lane 0 of each row: the row (codes, scales) of the step n (task,
+	// matrix) steps after the issue side's into L2.
+	auto l2_row = [&](uint32_t n) {
+		uint32_t t = it, ph = iph;
+		for (; n; n--)
+			if (++ph == nph)
+				ph = 0, t += NW;
+		const uint32_t s = t / a.nrs, row = (t - s * a.nrs) * rw + rr;
+		if (t >= t1 || sub || row >= nrows)
+			return;
+		const uint8_t *mat = p.slot[s].ext + f.off[d ? 2 : ph];
+		l2_prefetch(mat + (uint64_t)row * f.rowc[d], (uint32_t)f.rowc[d]);
+		l2_prefetch(mat + f.soff[d] + (uint64_t)row * f.rows_[d], (uint32_t)f.rows_[d]);
+	};
 	auto iss_set = [&]() {
 		const uint32_t s = it / a.nrs, row = (it - s * a.nrs) * rw + rr;
 		const uint8_t *mat = p.slot[s].ext + f.off[d ? 2 : iph];
@@ -503,6 +533,8 @@ __global__ void __launch_bounds__(32 * NW, 1) gv_kernel(const __grid_constant__ 
 		ic = mat + (uint64_t)row * f.rowc[d];
 		is = mat + f.soff[d] + (uint64_t)row * f.rows_[d];
 		ij = sub;
+		if (a.l2pf)
+			l2_row(a.l2pf);
 	};
 	auto load = [&](Buf &b) {
 		if (it >= t1)
@@ -517,8 +549,13 @@ __global__ void __launch_bounds__(32 * NW, 1) gv_kernel(const __grid_constant__ 
 				iss_set();
 		}
 	};
-	if (it < t1)
+	if (it < t1) {
+		// the first steps: the rest of this one's rows after the first
+		// batches, and the next ones before iss_set's
+		for (uint32_t n = 0; n < a.l2pf; n++)
+			l2_row(n);
 		iss_set();
+	}
 	// Three buffers (one token: two batches in flight while one is
 	// multiplied), two for more tokens (their registers hold the sums).
 	constexpr bool B3 = NT == 1;

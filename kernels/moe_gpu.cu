@@ -1410,6 +1410,12 @@ int run_dec_gv(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_err
 		if (p->slot[s].fmt != fmt)
 			return 0;
 	const bool q4 = fmt == STRATA_FMT_Q4;
+	// q4 at 3 - 4 tokens: issue-bound here (4 dp2a per 8 weights and token),
+	// so the ring kernel's MMAs are faster on large launches (Kimi-K2 layer,
+	// 16 experts: 192 vs 215 us at 3 tokens), this kernel on small ones
+	// (Qwen3-30B-A3B, 8 experts: 33 vs 36 us); experiments/kernels/README.md.
+	if (q4 && maxtok >= 3 && (uint64_t)p->n_slots * 3 * p->hidden * p->inter > gv::Q4_RING_WEIGHTS)
+		return 0;
 	const FmtTab &f = p->tab[fmt];
 	uint32_t xrows = 0;
 	for (uint32_t i = 0; i < p->slot[p->n_slots - 1].a0 + p->slot[p->n_slots - 1].ntok; i++)
@@ -1420,6 +1426,7 @@ int run_dec_gv(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_err
 		gv::Args &g = a[d];
 		g.down = d;
 		g.pdl = g_ctx.cfg.sq_pdl;
+		g.l2pf = (uint32_t)g_ctx.cfg.sq_l2pf;
 		g.cpr = f.pc[d] / 256 * (q4 ? gv::Q4::CPB : gv::Q3::CPB);
 		gv_geom(g.cpr, q4 ? gv::Q4::NB : gv::Q3::NB, d ? p->hidden : p->inter,
 			p->n_slots, g.lsh, g.nbat);
