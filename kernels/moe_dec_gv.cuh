@@ -23,10 +23,10 @@
 //     the launch's rows and batches divide evenly (no masks, immediate
 //     shared-memory offsets, one scale load per batch at 2 lanes per row),
 //     else a run-time value (chunks past the row count with zero scales);
-//   - lane 0 of each row prefetches the row (codes, scales) of the warp's
-//     next (task, matrix) step into L2 with one cp.async.bulk.prefetch
-//     (sq_l2pf steps ahead, default 1), so the register loads mostly hit L2
-//     and DRAM sees whole rows;
+//   - with sq_l2pf=1 or 2 (default 0), lane 0 of each row prefetches the row
+//     (codes, scales) of the warp's (task, matrix) step that many steps
+//     ahead into L2 with one cp.async.bulk.prefetch (measured slower:
+//     experiments/kernels/README.md);
 //   - the activations (x rows for gate|up, the CTA's slots' h rows for down)
 //     are staged once per CTA in shared memory, scaled per row by a power of
 //     two (so no fp16 range guard is needed) and permuted so that a lane's

@@ -178,7 +178,7 @@ static void test_moe_config(void **state)
 	assert_int_equal(c.sq_xs, 0);
 	assert_int_equal(c.sq_gv, 0);
 	assert_int_equal(c.sq_pdl, 0);
-	assert_int_equal(d.sq_l2pf, 1);
+	assert_int_equal(d.sq_l2pf, 0);
 	assert_int_equal(strata_gpu_moe_config_parse("sq_gv=2,sq_l2pf=2", &c, &err), STRATA_OK);
 	assert_int_equal(c.sq_gv, 2);
 	assert_int_equal(c.sq_l2pf, 2);
