@@ -100,17 +100,30 @@ __device__ __forceinline__ uint32_t lds4(uint32_t a)
 	return v;
 }
 
-__device__ __forceinline__ int dp2a_lo(uint32_t a, uint32_t b, int c)
+// c + the two signed 16-bit halves of a x code bytes 0, 1 (HI: 2, 3) of b.
+template <bool HI> __device__ __forceinline__ int dp2a(uint32_t a, uint32_t b, int c)
 {
 	int d;
-	asm("dp2a.lo.s32.u32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+	if constexpr (HI)
+		asm("dp2a.hi.s32.u32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+	else
+		asm("dp2a.lo.s32.u32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(c));
 	return d;
 }
-__device__ __forceinline__ int dp2a_hi(uint32_t a, uint32_t b, int c)
+
+// Staged-activation addresses per token and group where there are at most 8
+// of them, else per token (group u at + u x us: registers).
+template <int NT, uint32_t NG> __host__ __device__ constexpr bool per_group() { return NT * NG <= 8; }
+// A batch's addresses from its task's (xu, as the kernel sets them): at the
+// batch's first chunk j0 (FULL) or at the row's start.
+template <bool FULL, int NT, uint32_t NG>
+__device__ __forceinline__ void batch_ptrs(const uint32_t (&xu)[NT][NG], uint32_t j0, uint32_t (&xb)[NT][NG])
 {
-	int d;
-	asm("dp2a.hi.s32.u32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-	return d;
+#pragma unroll
+	for (int k = 0; k < NT; k++)
+#pragma unroll
+		for (uint32_t u = 0; u < NG; u++)
+			xb[k][u] = (per_group<NT, NG>() ? xu[k][u] : xu[k][0]) + (FULL ? 16 * j0 : 0);
 }
 
 // The formats' policies: a chunk's layout, the staging of 8 activations, and
@@ -172,15 +185,22 @@ struct Q4 {
 		const uint32_t b = q >> 5, g = (q >> 2) & 7, t = q & 3;
 		j = 8 * b + 4 * (g >> 2) + t, u = g & 3;
 	}
-	__device__ __forceinline__ static void stage(const float (&v)[8], uint32_t xrow, uint32_t crow, uint32_t cpr,
-						     uint32_t j, uint32_t u)
+	// 8 activations (already scaled) to 15-bit fixed point; their sum.
+	__device__ __forceinline__ static int fix8(const float (&v)[8], int (&q)[8])
 	{
-		int q[8], sum = 0;
+		int sum = 0;
 #pragma unroll
 		for (int m = 0; m < 8; m++) {
 			q[m] = max(-16384, min(16384, __float2int_rn(v[m])));
 			sum += q[m];
 		}
+		return sum;
+	}
+	__device__ __forceinline__ static void stage(const float (&v)[8], uint32_t xrow, uint32_t crow, uint32_t cpr,
+						     uint32_t j, uint32_t u)
+	{
+		int q[8];
+		const int sum = fix8(v, q);
 		auto pk = [&](int a, int b) -> uint32_t { return ((uint32_t)q[a] & 0xffffu) | (uint32_t)q[b] << 16; };
 		*reinterpret_cast<uint4 *>(g_smem + xrow + 16 * (u * cpr + j)) = make_uint4(pk(0, 4), pk(1, 5), pk(2, 6), pk(3, 7));
 		*reinterpret_cast<int *>(g_smem + crow + 4 * (4 * j + u)) = -8 * sum;
@@ -190,15 +210,12 @@ struct Q4 {
 						   const uint32_t (&xu)[NT][NG], const uint32_t (&cu)[NT], float (&acc)[NT])
 	{
 		// a pointer per token and group (PTR), or per token plus u x us
-		constexpr bool PTR = NT * NG <= 8;
+		constexpr bool PTR = per_group<NT, NG>();
 		uint32_t xb[NT][NG], cb[NT];
+		batch_ptrs<FULL>(xu, j0, xb);
 #pragma unroll
-		for (int k = 0; k < NT; k++) {
-#pragma unroll
-			for (int u = 0; u < (int)NG; u++)
-				xb[k][u] = (PTR ? xu[k][u] : xu[k][0]) + (FULL ? 16 * j0 : 0);
+		for (int k = 0; k < NT; k++)
 			cb[k] = cu[k] + (FULL ? 16 * j0 : 0);
-		}
 #pragma unroll
 		for (uint32_t i = 0; i < NB; i++) {
 			const uint32_t j = j0 + (i << lsh);
@@ -237,7 +254,7 @@ struct Q4 {
 						c = (int)(u == 0 ? cz[k].x : u == 1 ? cz[k].y : u == 2 ? cz[k].z : cz[k].w);
 					else
 						c = (int)lds4(cb[k] + o + 4 * u);
-					c = dp2a_hi(x.w, hi[u], dp2a_lo(x.z, hi[u], dp2a_hi(x.y, lo[u], dp2a_lo(x.x, lo[u], c))));
+					c = dp2a<1>(x.w, hi[u], dp2a<0>(x.z, hi[u], dp2a<1>(x.y, lo[u], dp2a<0>(x.x, lo[u], c))));
 					acc[k] = fmaf(sc[u], (float)c, acc[k]);
 				}
 			}
@@ -296,13 +313,9 @@ struct Q3 {
 	__device__ __forceinline__ static void dot(const Buf<LSH> &b, uint32_t j0, uint32_t lsh, uint32_t cpr, bool rv, uint32_t us,
 						   const uint32_t (&xu)[NT][NG], const uint32_t (&)[NT], float (&acc)[NT])
 	{
-		constexpr bool PTR = NT * NG <= 8;
+		constexpr bool PTR = per_group<NT, NG>();
 		uint32_t xb[NT][NG];
-#pragma unroll
-		for (int k = 0; k < NT; k++)
-#pragma unroll
-			for (int u = 0; u < (int)NG; u++)
-				xb[k][u] = (PTR ? xu[k][u] : xu[k][0]) + (FULL ? 16 * j0 : 0);
+		batch_ptrs<FULL>(xu, j0, xb);
 #pragma unroll
 		for (uint32_t i = 0; i < NB; i++) {
 			const uint32_t j = j0 + (i << lsh);
@@ -377,12 +390,8 @@ struct Q4b {
 	__device__ __forceinline__ static void stage(const float (&v)[8], uint32_t xrow, uint32_t crow, uint32_t cpr,
 						     uint32_t j, uint32_t u)
 	{
-		int q[8], sum = 0;
-#pragma unroll
-		for (int m = 0; m < 8; m++) {
-			q[m] = max(-16384, min(16384, __float2int_rn(v[m])));
-			sum += q[m];
-		}
+		int q[8];
+		const int sum = Q4::fix8(v, q);
 		auto pk = [&](int a, int b, int c, int d, int hi) -> uint32_t {
 			auto by = [&](int m) -> uint32_t { return (uint32_t)(hi ? (q[m] >> 8) : q[m]) & 0xffu; };
 			return by(a) | by(b) << 8 | by(c) << 16 | by(d) << 24;
@@ -592,7 +601,7 @@ __global__ void __launch_bounds__(32 * NW, 1) gv_kernel(const __grid_constant__ 
 			const uint32_t r = d ? s.a0 + kk - srow0 : p.tok[s.a0 + kk];
 #pragma unroll
 			for (uint32_t u = 0; u < P::NG; u++)
-				xu[k][u] = sbase + a.xoff + r * xstride + (NT * P::NG <= 8 ? u * us : 0);
+				xu[k][u] = sbase + a.xoff + r * xstride + (per_group<NT, P::NG>() ? u * us : 0);
 			cu[k] = sbase + a.coff + r * cstride;
 			acc[k] = accg[k] = 0.0f;
 		}
