@@ -172,8 +172,18 @@ int strata_gpu_moe_check(int fmt, uint32_t hidden, uint32_t inter, struct strata
  *                                                are all in one scalar format take the row-
  *                                                streaming kernel (kernels/moe_dec_gv.cuh: two
  *                                                launches, gate|up then down, whole rows per
- *                                                task, dp4a for q4) when sqdec is auto and the
- *                                                staged activations fit; 0: the kernel above
+ *                                                task, dp2a for q4) when sqdec is auto and the
+ *                                                staged activations fit (q4 launches of 3 - 4
+ *                                                tokens over more than 128 Mi weights keep the
+ *                                                kernel above: faster there); 0: the kernel
+ *                                                above; 2: the row-streaming kernel's earlier inner
+ *                                                loop (lanes per row at run time, dp4a on byte
+ *                                                planes for q4), for comparison
+ *   sq_l2pf      sq_l2pf                0        1 or 2: that kernel's warps prefetch the rows
+ *                                                of their (task, matrix) step this many steps
+ *                                                ahead into L2 (cp.async.bulk.prefetch, one per
+ *                                                row); measured slower on the H200 (Kimi q4 T=1
+ *                                                0.565 vs 0.768 of read), kept for comparison
  *   sq_pdl       sq_pdl                 1        that kernel's down launch is a programmatic
  *                                                dependent launch (starts loading weights while
  *                                                the gate|up launch ends); 0: a plain launch
@@ -210,8 +220,9 @@ struct strata_moe_config {
 	int sq_dec, sq_pf, sq_xs;
 	int pf_path;
 	int sq_gv, sq_pdl;
+	int sq_l2pf;
 };
-#define STRATA_MOE_CONFIG_DEFAULT { 17, -1, 0, 0, -1, 0, 512, 0, -1, 0, 1, 0, 1, 1 }
+#define STRATA_MOE_CONFIG_DEFAULT { 17, -1, 0, 0, -1, 0, 512, 0, -1, 0, 1, 0, 1, 1, 0 }
 #define STRATA_MOE_SPLIT_MAX 64u
 #define STRATA_MOE_DEC_TAB 100 /* dec_stages of the table variants: 100 + stages */
 void strata_gpu_moe_config_defaults(struct strata_moe_config *c);

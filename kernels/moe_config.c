@@ -71,8 +71,10 @@ int strata_gpu_moe_config_validate(const struct strata_moe_config *c, struct str
 		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: sq_pf must be 0 or 1");
 	if (c->sq_xs != 0 && c->sq_xs != 1)
 		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: sq_xs must be 0 or 1");
-	if (c->sq_gv != 0 && c->sq_gv != 1)
-		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: sq_gv must be 0 or 1");
+	if (c->sq_gv < 0 || c->sq_gv > 2)
+		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: sq_gv must be 0, 1 or 2");
+	if (c->sq_l2pf < 0 || c->sq_l2pf > 2)
+		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: sq_l2pf must be 0, 1 or 2");
 	if (c->sq_pdl != 0 && c->sq_pdl != 1)
 		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: sq_pdl must be 0 or 1");
 	if (c->pf_path < 0 || c->pf_path > 6)
@@ -126,6 +128,15 @@ static int parse_bit(const char *key, const char *v, int *out, struct strata_err
 	return STRATA_OK;
 }
 
+/* "0" | "1" | "2". */
+static int parse_012(const char *key, const char *v, int *out, struct strata_error *err)
+{
+	if (strcmp(v, "0") && strcmp(v, "1") && strcmp(v, "2"))
+		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: %s=%s: want 0, 1 or 2", key, v);
+	*out = v[0] - '0';
+	return STRATA_OK;
+}
+
 int strata_gpu_moe_config_parse(const char *text, struct strata_moe_config *c, struct strata_error *err)
 {
 	char buf[512];
@@ -165,7 +176,9 @@ int strata_gpu_moe_config_parse(const char *text, struct strata_moe_config *c, s
 		} else if (!strcmp(kv, "sq_xs")) {
 			rc = parse_bit(kv, v, &c->sq_xs, err);
 		} else if (!strcmp(kv, "sq_gv")) {
-			rc = parse_bit(kv, v, &c->sq_gv, err);
+			rc = parse_012(kv, v, &c->sq_gv, err);
+		} else if (!strcmp(kv, "sq_l2pf")) {
+			rc = parse_012(kv, v, &c->sq_l2pf, err);
 		} else if (!strcmp(kv, "sq_pdl")) {
 			rc = parse_bit(kv, v, &c->sq_pdl, err);
 		} else if (!strcmp(kv, "prefill")) {
@@ -180,7 +193,7 @@ int strata_gpu_moe_config_parse(const char *text, struct strata_moe_config *c, s
 			c->pf_path = k;
 		} else {
 			return STRATA_ERR(err, STRATA_EINVAL,
-					  "kernel config: unknown key '%s' (prefill_min, dec, split, bf16dec, bf16_kc, poison, sqdec, sq_pf, sq_xs, sq_gv, sq_pdl, prefill)",
+					  "kernel config: unknown key '%s' (prefill_min, dec, split, bf16dec, bf16_kc, poison, sqdec, sq_pf, sq_xs, sq_gv, sq_l2pf, sq_pdl, prefill)",
 					  kv);
 		}
 	}

@@ -18,19 +18,25 @@
 //     them; a warp's chunks come in batches of NB per lane through three
 //     register buffers, the next two batches loaded (across task boundaries)
 //     while one is multiplied (two buffers for more than one token): one
-//     code body per buffer, no branch per chunk
-//     (chunks past the row count with zero scales), no shared-memory
-//     barriers after the start;
+//     code body per buffer, no branch per chunk, no shared-memory barriers
+//     after the start; lanes per row are a template parameter (2 - 16) where
+//     the launch's rows and batches divide evenly (no masks, immediate
+//     shared-memory offsets, one scale load per batch at 2 lanes per row),
+//     else a run-time value (chunks past the row count with zero scales);
+//   - with sq_l2pf=1 or 2 (default 0), lane 0 of each row prefetches the row
+//     (codes, scales) of the warp's (task, matrix) step that many steps
+//     ahead into L2 with one cp.async.bulk.prefetch (measured slower:
+//     experiments/kernels/README.md);
 //   - the activations (x rows for gate|up, the CTA's slots' h rows for down)
 //     are staged once per CTA in shared memory, scaled per row by a power of
 //     two (so no fp16 range guard is needed) and permuted so that a lane's
 //     16-byte shared load per group and token serves its chunk:
-//       q4: 16-bit fixed point, split in an unsigned low and a signed high
-//           byte plane in the byte order of the nibble extraction; per 8
-//           weights: w & 0x0f0f0f0f and (w >> 4) & 0x0f0f0f0f (the codes as
-//           bytes, no magic numbers), four dp4a (codes x low, codes x high),
-//           the zero point folded in as -8 x the slice's activation sum
-//           (staged too), one I2F and one FFMA with the group scale;
+//       q4: 16-bit fixed point pairs in the byte order of the nibble
+//           extraction; per 8 weights: w & 0x0f0f0f0f and (w >> 4) &
+//           0x0f0f0f0f (the codes as bytes), four dp2a (two activations x two
+//           code bytes each), the zero point folded in as -8 x the slice's
+//           activation sum (staged too), one I2F and one FFMA with the group
+//           scale (sq_gv=2: the earlier loop, byte planes and four dp4a);
 //       q3: fp16 in natural order; kfmt_scalar's exact fp16 codes (LOP3 +
 //           HFMA2), four HFMA2 per 8 weights and token, the two halves of the
 //           sum added in fp16, to f32 times the group scale.
@@ -40,7 +46,10 @@
 namespace gv {
 
 constexpr int NW = 16;          // warps per CTA
-constexpr uint32_t NTMAX = 4;   // tokens per expert (template NT: 1 or 4)
+constexpr uint32_t NTMAX = 4;   // tokens per expert (template NT: 1, 2 or 4)
+// q4 launches of 3 - 4 tokens per expert above this many weights take the
+// ring kernel (run_dec_gv)
+constexpr uint64_t Q4_RING_WEIGHTS = 128ull << 20;
 constexpr uint32_t SRMAX = 64;  // staged activation rows per CTA
 constexpr uint32_t SMEM_MAX = 200 * 1024;  // shared-memory bytes per CTA
 
@@ -55,6 +64,7 @@ struct Args {
 	uint32_t srows;       // rows of the staged region (>= any CTA's)
 	uint32_t xoff, coff;  // shared-memory offsets of the staged values, of q4's zero-point terms
 	uint32_t pdl;         // the down launch is a programmatic dependent launch (sq_pdl)
+	uint32_t l2pf;        // rows prefetched into L2 this many (task, matrix) steps ahead (sq_l2pf)
 };
 
 __device__ __forceinline__ uint32_t dp4a_uu(uint32_t a, uint32_t b, uint32_t c)
@@ -70,90 +80,183 @@ __device__ __forceinline__ int dp4a_us(uint32_t a, uint32_t b, int c)
 	return d;
 }
 
-// 16 bytes of shared memory at a 32-bit shared-window address.
+// Bring n bytes at q (16-byte aligned, n a multiple of 16) into L2.
+__device__ __forceinline__ void l2_prefetch(const uint8_t *q, uint32_t n)
+{
+	asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(q), "r"(n) : "memory");
+}
+
+// 16 (4) bytes of shared memory at a 32-bit shared-window address.
 __device__ __forceinline__ uint4 lds(uint32_t a)
 {
 	uint4 v;
 	asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
 	return v;
 }
+__device__ __forceinline__ uint32_t lds4(uint32_t a)
+{
+	uint32_t v;
+	asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(a));
+	return v;
+}
 
-template <int FMT> struct Pol;
+// c + the two signed 16-bit halves of a x code bytes 0, 1 (HI: 2, 3) of b.
+template <bool HI> __device__ __forceinline__ int dp2a(uint32_t a, uint32_t b, int c)
+{
+	int d;
+	if constexpr (HI)
+		asm("dp2a.hi.s32.u32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+	else
+		asm("dp2a.lo.s32.u32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+	return d;
+}
 
+// Staged-activation addresses per token and group where there are at most 8
+// of them, else per token (group u at + u x us: registers).
+template <int NT, uint32_t NG> __host__ __device__ constexpr bool per_group() { return NT * NG <= 8; }
+// A batch's addresses from its task's (xu, as the kernel sets them): at the
+// batch's first chunk j0 (FULL) or at the row's start.
+template <bool FULL, int NT, uint32_t NG>
+__device__ __forceinline__ void batch_ptrs(const uint32_t (&xu)[NT][NG], uint32_t j0, uint32_t (&xb)[NT][NG])
+{
+#pragma unroll
+	for (int k = 0; k < NT; k++)
+#pragma unroll
+		for (uint32_t u = 0; u < NG; u++)
+			xb[k][u] = (per_group<NT, NG>() ? xu[k][u] : xu[k][0]) + (FULL ? 16 * j0 : 0);
+}
+
+// The formats' policies: a chunk's layout, the staging of 8 activations, and
+// a batch of NB chunks per lane: Buf<LSH> (its registers), load<LSH, FULL>
+// (chunks j0 + (i << lsh), i < NB) and dot<NT, LSH, FULL> (acc[k] += the
+// batch's weights x token k's staged activations; xu[k][u]: shared address of
+// group u of token k's staged row, cu[k]: of its zero-point terms).  LSH: the
+// lanes per row (1 << LSH) at compile time, so shared loads take immediate
+// offsets and the chunks of a batch share their scale loads where they lie in
+// one block; -1: lsh at run time.  FULL: every batch lies inside its row and
+// every row inside the matrix (the launch's shapes divide evenly): no masks;
+// otherwise chunks outside the row (stale words) count with zero scales at
+// the row's last chunk.
+//
 // q4: chunk j of a row = code bytes 16j .. 16j + 15 (block j >> 3, half
 // h = (j >> 2) & 1, slice t = j & 3: weights 8t .. 8t + 7 of groups 4h .. 4h + 3)
-// and the 4 scales of those groups (8 bytes at 16 (j >> 3) + 8h).
-template <> struct Pol<STRATA_FMT_Q4> {
+// and the 4 scales of those groups (8 bytes at 16 (j >> 3) + 8h).  Staged as
+// 16-bit fixed point pairs in the order of the nibble extraction (w &
+// 0x0f0f0f0f: weights 0, 4, 1, 5; (w >> 4) & 0x0f0f0f0f: 2, 6, 3, 7), so that
+// dp2a.lo / dp2a.hi take them against the code bytes: per 8 weights 3 ALU ops
+// for the codes, 4 dp2a, one I2F and one FFMA; the zero point is -8 x the
+// slice's activation sum (staged too, the start of the dp2a chain).
+struct Q4 {
 	static constexpr uint32_t CPB = 8, NG = 4, NB = 4;
 	static constexpr uint32_t SB = 20;   // staged bytes per 8 activations (16 values + 4 zero point)
 	static constexpr int KBITS = 14;     // |staged value| <= 2^14
-	struct Ch {
-		uint4 c;
-		uint2 s;
+	// Scale words (the 4 scales of a chunk): one per batch at 1 lane per row
+	// (its 4 chunks are one half block), two at 2 (one block), else per chunk.
+	template <int LSH> struct Buf {
+		static constexpr uint32_t NS = LSH == 0 ? 1 : LSH == 1 ? 2 : NB;
+		uint4 c[NB];
+		uint2 s[NS];
 	};
-	__device__ __forceinline__ static void load(Ch &h, const uint8_t *c, const uint8_t *s, uint32_t j)
+	template <int LSH, bool FULL>
+	__device__ __forceinline__ static void load(Buf<LSH> &b, const uint8_t *c, const uint8_t *s, uint32_t j0,
+						    uint32_t lsh, bool iv, uint32_t cpr)
 	{
-		h.c = bfd::ldw(c + 16 * j);
-		h.s = sqd::ldw8(s + 2 * (j & ~3u));   // 16 (j >> 3) + 8 ((j >> 2) & 1)
+#pragma unroll
+		for (uint32_t i = 0; i < NB; i++) {
+			const uint32_t j = j0 + (i << lsh);
+			if (FULL || (iv && j < cpr))
+				b.c[i] = bfd::ldw(c + 16 * j);
+			if constexpr (Buf<LSH>::NS == NB)
+				if (FULL || (iv && j < cpr))
+					b.s[i] = sqd::ldw8(s + 2 * (j & ~3u));
+		}
+		if constexpr (LSH == 0) {
+			if (FULL || (iv && j0 < cpr))
+				b.s[0] = sqd::ldw8(s + 2 * j0);
+		} else if constexpr (LSH == 1) {
+			if (FULL || (iv && j0 < cpr)) {
+				const uint4 t = bfd::ldw(s + 2 * (j0 & ~7u));
+				b.s[0] = make_uint2(t.x, t.y), b.s[1] = make_uint2(t.z, t.w);
+			}
+		}
 	}
-	// Scales of a chunk outside the row (its words are stale): zero.
-	__device__ __forceinline__ static void mask(Ch &h, bool ok)
-	{
-		h.s.x = ok ? h.s.x : 0u, h.s.y = ok ? h.s.y : 0u;
-	}
-	// Activation slice q (columns 8q .. 8q + 7): chunk j and its group u.
 	__device__ __forceinline__ static void slot_of(uint32_t q, uint32_t &j, uint32_t &u)
 	{
 		const uint32_t b = q >> 5, g = (q >> 2) & 7, t = q & 3;
 		j = 8 * b + 4 * (g >> 2) + t, u = g & 3;
 	}
-	// Stage 8 activations v (already scaled) of chunk j, group u of a row at
-	// x (values) and c (zero-point terms); cpr: chunks per row.
-	__device__ __forceinline__ static void stage(const float (&v)[8], uint32_t xrow, uint32_t crow, uint32_t cpr,
-						     uint32_t j, uint32_t u)
+	// 8 activations (already scaled) to 15-bit fixed point; their sum.
+	__device__ __forceinline__ static int fix8(const float (&v)[8], int (&q)[8])
 	{
-		int q[8], sum = 0;
+		int sum = 0;
 #pragma unroll
 		for (int m = 0; m < 8; m++) {
 			q[m] = max(-16384, min(16384, __float2int_rn(v[m])));
 			sum += q[m];
 		}
-		// bytes of w & 0x0f0f0f0f: weights 0, 4, 1, 5; of (w >> 4) & ..: 2, 6, 3, 7
-		auto pk = [&](int a, int b, int c, int d, int hi) -> uint32_t {
-			auto by = [&](int m) -> uint32_t { return (uint32_t)(hi ? (q[m] >> 8) : q[m]) & 0xffu; };
-			return by(a) | by(b) << 8 | by(c) << 16 | by(d) << 24;
-		};
-		*reinterpret_cast<uint4 *>(g_smem + xrow + 16 * (u * cpr + j)) =
-			make_uint4(pk(0, 4, 1, 5, 0), pk(2, 6, 3, 7, 0), pk(0, 4, 1, 5, 1), pk(2, 6, 3, 7, 1));
+		return sum;
+	}
+	__device__ __forceinline__ static void stage(const float (&v)[8], uint32_t xrow, uint32_t crow, uint32_t cpr,
+						     uint32_t j, uint32_t u)
+	{
+		int q[8];
+		const int sum = fix8(v, q);
+		auto pk = [&](int a, int b) -> uint32_t { return ((uint32_t)q[a] & 0xffffu) | (uint32_t)q[b] << 16; };
+		*reinterpret_cast<uint4 *>(g_smem + xrow + 16 * (u * cpr + j)) = make_uint4(pk(0, 4), pk(1, 5), pk(2, 6), pk(3, 7));
 		*reinterpret_cast<int *>(g_smem + crow + 4 * (4 * j + u)) = -8 * sum;
 	}
-	// acc[k] += the chunk's 32 weights x token k's staged activations (row
-	// offsets xr[k], cr[k]).
-	// xr, cr: shared addresses of token k's staged row (values, zero-point
-	// terms); us: bytes between groups u and u + 1 of the values.
-	template <int NT>
-	__device__ __forceinline__ static void dot(const Ch &h, uint32_t j, uint32_t us, const uint32_t (&xr)[NT],
-						   const uint32_t (&cr)[NT], float (&acc)[NT])
+	template <int NT, int LSH, bool FULL>
+	__device__ __forceinline__ static void dot(const Buf<LSH> &b, uint32_t j0, uint32_t lsh, uint32_t cpr, bool rv, uint32_t us,
+						   const uint32_t (&xu)[NT][NG], const uint32_t (&cu)[NT], float (&acc)[NT])
 	{
-		const float2 s01 = __half22float2(*reinterpret_cast<const __half2 *>(&h.s.x));
-		const float2 s23 = __half22float2(*reinterpret_cast<const __half2 *>(&h.s.y));
-		const float sc[4] = { s01.x, s01.y, s23.x, s23.y };
-		const uint32_t w[4] = { h.c.x, h.c.y, h.c.z, h.c.w };
-		uint4 cz[NT];
-		uint32_t xa[NT];
+		// a pointer per token and group (PTR), or per token plus u x us
+		constexpr bool PTR = per_group<NT, NG>();
+		uint32_t xb[NT][NG], cb[NT];
+		batch_ptrs<FULL>(xu, j0, xb);
 #pragma unroll
 		for (int k = 0; k < NT; k++)
-			cz[k] = lds(cr[k] + 16 * j), xa[k] = xr[k] + 16 * j;
+			cb[k] = cu[k] + (FULL ? 16 * j0 : 0);
 #pragma unroll
-		for (int u = 0; u < 4; u++) {
-			const uint32_t lo = w[u] & 0x0f0f0f0fu, hi = (w[u] >> 4) & 0x0f0f0f0fu;
+		for (uint32_t i = 0; i < NB; i++) {
+			const uint32_t j = j0 + (i << lsh);
+			const uint2 sw = b.s[i * Buf<LSH>::NS / NB];
+			const float2 s01 = __half22float2(*reinterpret_cast<const __half2 *>(&sw.x));
+			const float2 s23 = __half22float2(*reinterpret_cast<const __half2 *>(&sw.y));
+			float sc[4] = { s01.x, s01.y, s23.x, s23.y };
+			// shared offset of the chunk from the batch's (FULL) or the row's start
+			uint32_t o = 16 * (i << lsh);
+			if constexpr (!FULL) {
+				const bool ok = rv && j < cpr;
 #pragma unroll
-			for (int k = 0; k < NT; k++) {
-				const uint4 x = lds(xa[k] + u * us);
-				const uint32_t c = u == 0 ? cz[k].x : u == 1 ? cz[k].y : u == 2 ? cz[k].z : cz[k].w;
-				const uint32_t al = dp4a_uu(hi, x.y, dp4a_uu(lo, x.x, c));
-				const int ah = dp4a_us(hi, x.w, dp4a_us(lo, x.z, 0));
-				acc[k] = fmaf(sc[u], (float)(int)(al + ((uint32_t)ah << 8)), acc[k]);
+				for (int u = 0; u < 4; u++)
+					sc[u] = ok ? sc[u] : 0.0f;
+				o = 16 * min(j, cpr - 1);
+			}
+			const uint32_t w[4] = { b.c[i].x, b.c[i].y, b.c[i].z, b.c[i].w };
+			uint32_t lo[4], hi[4];
+#pragma unroll
+			for (int u = 0; u < 4; u++)
+				lo[u] = w[u] & 0x0f0f0f0fu, hi[u] = (w[u] >> 4) & 0x0f0f0f0fu;
+			// zero-point terms: one 16-byte load per token, or (4 tokens, for
+			// registers) one 4-byte load per token and group
+			constexpr bool CZ4 = NT <= 2;
+			uint4 cz[CZ4 ? NT : 1];
+#pragma unroll
+			for (int k = 0; k < (CZ4 ? NT : 0); k++)
+				cz[k] = lds(cb[k] + o);
+#pragma unroll
+			for (int u = 0; u < 4; u++) {
+#pragma unroll
+				for (int k = 0; k < NT; k++) {
+					const uint4 x = lds((PTR ? xb[k][u] : xb[k][0] + u * us) + o);
+					int c;
+					if constexpr (CZ4)
+						c = (int)(u == 0 ? cz[k].x : u == 1 ? cz[k].y : u == 2 ? cz[k].z : cz[k].w);
+					else
+						c = (int)lds4(cb[k] + o + 4 * u);
+					c = dp2a<1>(x.w, hi[u], dp2a<0>(x.z, hi[u], dp2a<1>(x.y, lo[u], dp2a<0>(x.x, lo[u], c))));
+					acc[k] = fmaf(sc[u], (float)c, acc[k]);
+				}
 			}
 		}
 	}
@@ -161,27 +264,39 @@ template <> struct Pol<STRATA_FMT_Q4> {
 
 // q3: chunk j of a row = slice t = j & 3 of block b = j >> 2: low-bit bytes
 // 96b + 16t .. + 15, high-bit bytes 96b + 64 + 8t .. + 7 (weights 8t .. 8t + 7
-// of all 8 groups) and the block's 8 scales (16 bytes at 16b).
-template <> struct Pol<STRATA_FMT_Q3> {
+// of all 8 groups) and the block's 8 scales (16 bytes at 16b), one load per
+// batch where its chunks lie in one block (1 or 2 lanes per row).  Staged as
+// fp16 in natural order; kfmt_scalar's exact fp16 codes (LOP3 + HFMA2), four
+// HFMA2 per 8 weights and token, the two halves added in fp16, to f32 times
+// the group scale.
+struct Q3 {
 	using F = FmtQ3;
 	static constexpr uint32_t CPB = 4, NG = 8, NB = 2;
 	static constexpr uint32_t SB = 16;   // staged bytes per 8 activations (fp16)
 	static constexpr int KBITS = 9;      // |staged value| <= 2^9
-	struct Ch {
-		uint4 c;
-		uint2 x;
-		uint4 s;
+	template <int LSH> struct Buf {
+		static constexpr uint32_t NS = LSH == 0 || LSH == 1 ? 1 : NB;
+		uint4 c[NB];
+		uint2 x[NB];
+		uint4 s[NS];
 	};
-	__device__ __forceinline__ static void load(Ch &h, const uint8_t *c, const uint8_t *s, uint32_t j)
+	template <int LSH, bool FULL>
+	__device__ __forceinline__ static void load(Buf<LSH> &b, const uint8_t *c, const uint8_t *s, uint32_t j0,
+						    uint32_t lsh, bool iv, uint32_t cpr)
 	{
-		const uint32_t b = j >> 2, t = j & 3;
-		h.c = bfd::ldw(c + 96 * b + 16 * t);
-		h.x = sqd::ldw8(c + 96 * b + 64 + 8 * t);
-		h.s = bfd::ldw(s + 16 * b);
-	}
-	__device__ __forceinline__ static void mask(Ch &h, bool ok)
-	{
-		h.s.x = ok ? h.s.x : 0u, h.s.y = ok ? h.s.y : 0u, h.s.z = ok ? h.s.z : 0u, h.s.w = ok ? h.s.w : 0u;
+#pragma unroll
+		for (uint32_t i = 0; i < NB; i++) {
+			const uint32_t j = j0 + (i << lsh), k = j >> 2, t = j & 3;
+			if (FULL || (iv && j < cpr)) {
+				b.c[i] = bfd::ldw(c + 96 * k + 16 * t);
+				b.x[i] = sqd::ldw8(c + 96 * k + 64 + 8 * t);
+				if constexpr (Buf<LSH>::NS == NB)
+					b.s[i] = bfd::ldw(s + 16 * k);
+			}
+		}
+		if constexpr (Buf<LSH>::NS == 1)
+			if (FULL || (iv && j0 < cpr))
+				b.s[0] = bfd::ldw(s + 16 * (j0 >> 2));
 	}
 	__device__ __forceinline__ static void slot_of(uint32_t q, uint32_t &j, uint32_t &u)
 	{
@@ -194,40 +309,129 @@ template <> struct Pol<STRATA_FMT_Q3> {
 			make_uint4(pack_f16x2(v[0], v[1]), pack_f16x2(v[2], v[3]), pack_f16x2(v[4], v[5]),
 				   pack_f16x2(v[6], v[7]));
 	}
-	template <int NT>
-	__device__ __forceinline__ static void dot(const Ch &h, uint32_t j, uint32_t us, const uint32_t (&xr)[NT],
-						   const uint32_t (&)[NT], float (&acc)[NT])
+	template <int NT, int LSH, bool FULL>
+	__device__ __forceinline__ static void dot(const Buf<LSH> &b, uint32_t j0, uint32_t lsh, uint32_t cpr, bool rv, uint32_t us,
+						   const uint32_t (&xu)[NT][NG], const uint32_t (&)[NT], float (&acc)[NT])
 	{
-		uint32_t xa[NT];
+		constexpr bool PTR = per_group<NT, NG>();
+		uint32_t xb[NT][NG];
+		batch_ptrs<FULL>(xu, j0, xb);
 #pragma unroll
-		for (int k = 0; k < NT; k++)
-			xa[k] = xr[k] + 16 * j;
-		typename F::Lane ln;
-		ln.w[0] = h.c.x, ln.w[1] = h.c.y, ln.w[2] = h.c.z, ln.w[3] = h.c.w, ln.w[4] = h.x.x, ln.w[5] = h.x.y;
-		const uint32_t sw[4] = { h.s.x, h.s.y, h.s.z, h.s.w };
-		auto grp = [&](auto UC) {
-			constexpr int U = decltype(UC)::value;
-			uint32_t o[4];
-			F::template group<U>(ln, o);
-			const float sc = __half2float(__ushort_as_half((unsigned short)(sw[U >> 1] >> (16 * (U & 1)))));
-#pragma unroll
-			for (int k = 0; k < NT; k++) {
-				const uint4 x = lds(xa[k] + U * us);
-				__half2 a = __hmul2(*reinterpret_cast<const __half2 *>(&o[0]), *reinterpret_cast<const __half2 *>(&x.x));
-				a = __hfma2(*reinterpret_cast<const __half2 *>(&o[1]), *reinterpret_cast<const __half2 *>(&x.y), a);
-				a = __hfma2(*reinterpret_cast<const __half2 *>(&o[2]), *reinterpret_cast<const __half2 *>(&x.z), a);
-				a = __hfma2(*reinterpret_cast<const __half2 *>(&o[3]), *reinterpret_cast<const __half2 *>(&x.w), a);
-				acc[k] = fmaf(sc, __half2float(__hadd(__low2half(a), __high2half(a))), acc[k]);
+		for (uint32_t i = 0; i < NB; i++) {
+			const uint32_t j = j0 + (i << lsh);
+			const uint4 s4 = b.s[i * Buf<LSH>::NS / NB];
+			const uint32_t sw[4] = { s4.x, s4.y, s4.z, s4.w };
+			uint32_t o = 16 * (i << lsh);
+			bool ok = true;
+			if constexpr (!FULL) {
+				ok = rv && j < cpr;
+				o = 16 * min(j, cpr - 1);
 			}
+			typename F::Lane ln;
+			ln.w[0] = b.c[i].x, ln.w[1] = b.c[i].y, ln.w[2] = b.c[i].z, ln.w[3] = b.c[i].w;
+			ln.w[4] = b.x[i].x, ln.w[5] = b.x[i].y;
+			auto grp = [&](auto UC) {
+				constexpr int U = decltype(UC)::value;
+				uint32_t q[4];
+				F::template group<U>(ln, q);
+				float sc = __half2float(__ushort_as_half((unsigned short)(sw[U >> 1] >> (16 * (U & 1)))));
+				if constexpr (!FULL)
+					sc = ok ? sc : 0.0f;
+#pragma unroll
+				for (int k = 0; k < NT; k++) {
+					const uint4 x = lds((PTR ? xb[k][U] : xb[k][0] + U * us) + o);
+					__half2 a = __hmul2(*reinterpret_cast<const __half2 *>(&q[0]), *reinterpret_cast<const __half2 *>(&x.x));
+					a = __hfma2(*reinterpret_cast<const __half2 *>(&q[1]), *reinterpret_cast<const __half2 *>(&x.y), a);
+					a = __hfma2(*reinterpret_cast<const __half2 *>(&q[2]), *reinterpret_cast<const __half2 *>(&x.z), a);
+					a = __hfma2(*reinterpret_cast<const __half2 *>(&q[3]), *reinterpret_cast<const __half2 *>(&x.w), a);
+					acc[k] = fmaf(sc, __half2float(__hadd(__low2half(a), __high2half(a))), acc[k]);
+				}
+			};
+			grp(std::integral_constant<int, 0>());
+			grp(std::integral_constant<int, 1>());
+			grp(std::integral_constant<int, 2>());
+			grp(std::integral_constant<int, 3>());
+			grp(std::integral_constant<int, 4>());
+			grp(std::integral_constant<int, 5>());
+			grp(std::integral_constant<int, 6>());
+			grp(std::integral_constant<int, 7>());
+		}
+	}
+};
+
+// q4 as before (kernel configuration sq_gv=2, for comparison): the
+// activations in an unsigned low and a signed high byte plane, four dp4a and a
+// LEA per 8 weights, lsh at run time, every chunk masked.
+struct Q4b {
+	static constexpr uint32_t CPB = 8, NG = 4, NB = 4;
+	static constexpr uint32_t SB = 20;
+	static constexpr int KBITS = 14;
+	struct Ch {
+		uint4 c;
+		uint2 s;
+	};
+	template <int LSH> struct Buf {
+		Ch b[NB];
+	};
+	template <int LSH, bool FULL>
+	__device__ __forceinline__ static void load(Buf<LSH> &b, const uint8_t *c, const uint8_t *s, uint32_t j0,
+						    uint32_t lsh, bool iv, uint32_t cpr)
+	{
+#pragma unroll
+		for (uint32_t i = 0; i < NB; i++) {
+			const uint32_t j = j0 + (i << lsh);
+			if (iv && j < cpr) {
+				b.b[i].c = bfd::ldw(c + 16 * j);
+				b.b[i].s = sqd::ldw8(s + 2 * (j & ~3u));
+			}
+		}
+	}
+	__device__ __forceinline__ static void slot_of(uint32_t q, uint32_t &j, uint32_t &u) { Q4::slot_of(q, j, u); }
+	__device__ __forceinline__ static void stage(const float (&v)[8], uint32_t xrow, uint32_t crow, uint32_t cpr,
+						     uint32_t j, uint32_t u)
+	{
+		int q[8];
+		const int sum = Q4::fix8(v, q);
+		auto pk = [&](int a, int b, int c, int d, int hi) -> uint32_t {
+			auto by = [&](int m) -> uint32_t { return (uint32_t)(hi ? (q[m] >> 8) : q[m]) & 0xffu; };
+			return by(a) | by(b) << 8 | by(c) << 16 | by(d) << 24;
 		};
-		grp(std::integral_constant<int, 0>());
-		grp(std::integral_constant<int, 1>());
-		grp(std::integral_constant<int, 2>());
-		grp(std::integral_constant<int, 3>());
-		grp(std::integral_constant<int, 4>());
-		grp(std::integral_constant<int, 5>());
-		grp(std::integral_constant<int, 6>());
-		grp(std::integral_constant<int, 7>());
+		*reinterpret_cast<uint4 *>(g_smem + xrow + 16 * (u * cpr + j)) =
+			make_uint4(pk(0, 4, 1, 5, 0), pk(2, 6, 3, 7, 0), pk(0, 4, 1, 5, 1), pk(2, 6, 3, 7, 1));
+		*reinterpret_cast<int *>(g_smem + crow + 4 * (4 * j + u)) = -8 * sum;
+	}
+	template <int NT, int LSH, bool FULL>
+	__device__ __forceinline__ static void dot(const Buf<LSH> &bb, uint32_t j0, uint32_t lsh, uint32_t cpr, bool rv, uint32_t us,
+						   const uint32_t (&xu)[NT][NG], const uint32_t (&cu)[NT], float (&acc)[NT])
+	{
+#pragma unroll
+		for (uint32_t i = 0; i < NB; i++) {
+			const uint32_t j0i = j0 + (i << lsh), j = min(j0i, cpr - 1);
+			const Ch &h = bb.b[i];
+			const bool ok = rv && j0i < cpr;
+			const uint32_t sx = ok ? h.s.x : 0u, sy = ok ? h.s.y : 0u;
+			const float2 s01 = __half22float2(*reinterpret_cast<const __half2 *>(&sx));
+			const float2 s23 = __half22float2(*reinterpret_cast<const __half2 *>(&sy));
+			const float sc[4] = { s01.x, s01.y, s23.x, s23.y };
+			const uint32_t w[4] = { h.c.x, h.c.y, h.c.z, h.c.w };
+			uint4 cz[NT];
+			uint32_t xa[NT];
+#pragma unroll
+			for (int k = 0; k < NT; k++)
+				cz[k] = lds(cu[k] + 16 * j), xa[k] = xu[k][0] + 16 * j;
+#pragma unroll
+			for (int u = 0; u < 4; u++) {
+				const uint32_t lo = w[u] & 0x0f0f0f0fu, hi = (w[u] >> 4) & 0x0f0f0f0fu;
+#pragma unroll
+				for (int k = 0; k < NT; k++) {
+					const uint4 x = lds(xa[k] + u * us);
+					const uint32_t c = u == 0 ? cz[k].x : u == 1 ? cz[k].y : u == 2 ? cz[k].z : cz[k].w;
+					const uint32_t al = dp4a_uu(hi, x.y, dp4a_uu(lo, x.x, c));
+					const int ah = dp4a_us(hi, x.w, dp4a_us(lo, x.z, 0));
+					acc[k] = fmaf(sc[u], (float)(int)(al + ((uint32_t)ah << 8)), acc[k]);
+				}
+			}
+		}
 	}
 };
 
@@ -299,14 +503,15 @@ template <class P> __device__ __forceinline__ void stage(const MoeParams &p, con
 	__syncthreads();
 }
 
-template <int FMT, int NT>
+// P: the policy (Q4, Q3, Q4b) of format FMT; NT tokens per expert (1, 2 or
+// 4); LSH, FULL: as the policies'.
+template <int FMT, class P, int NT, int LSH, bool FULL>
 __global__ void __launch_bounds__(32 * NW, 1) gv_kernel(const __grid_constant__ MoeParams p, const __grid_constant__ Args a)
 {
-	using P = Pol<FMT>;
-	using Ch = typename P::Ch;
+	using Buf = typename P::template Buf<LSH>;
 	constexpr uint32_t NB = P::NB;
 	const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-	const uint32_t lsh = a.lsh, sub = lane & ((1u << lsh) - 1), rr = lane >> lsh, rw = 32u >> lsh;
+	const uint32_t lsh = LSH >= 0 ? (uint32_t)LSH : a.lsh, sub = lane & ((1u << lsh) - 1), rr = lane >> lsh, rw = 32u >> lsh;
 	const uint32_t t1 = min((blockIdx.x + 1) * a.tpc, a.ntask);
 	const uint32_t d = a.down, nph = d ? 1 : 2;
 	const FmtTab &f = p.tab[FMT];
@@ -316,6 +521,20 @@ __global__ void __launch_bounds__(32 * NW, 1) gv_kernel(const __grid_constant__ 
 	uint32_t it = blockIdx.x * a.tpc + warp, iph = 0, ibt = 0, ij = 0;
 	const uint8_t *ic = nullptr, *is = nullptr;
 	bool iv = false;
+	// Lane 0 of each row: the row (codes, scales) of the step n (task,
+	// matrix) steps after the issue side's into L2.
+	auto l2_row = [&](uint32_t n) {
+		uint32_t t = it, ph = iph;
+		for (; n; n--)
+			if (++ph == nph)
+				ph = 0, t += NW;
+		const uint32_t s = t / a.nrs, row = (t - s * a.nrs) * rw + rr;
+		if (t >= t1 || sub || row >= nrows)
+			return;
+		const uint8_t *mat = p.slot[s].ext + f.off[d ? 2 : ph];
+		l2_prefetch(mat + (uint64_t)row * f.rowc[d], (uint32_t)f.rowc[d]);
+		l2_prefetch(mat + f.soff[d] + (uint64_t)row * f.rows_[d], (uint32_t)f.rows_[d]);
+	};
 	auto iss_set = [&]() {
 		const uint32_t s = it / a.nrs, row = (it - s * a.nrs) * rw + rr;
 		const uint8_t *mat = p.slot[s].ext + f.off[d ? 2 : iph];
@@ -323,16 +542,13 @@ __global__ void __launch_bounds__(32 * NW, 1) gv_kernel(const __grid_constant__ 
 		ic = mat + (uint64_t)row * f.rowc[d];
 		is = mat + f.soff[d] + (uint64_t)row * f.rows_[d];
 		ij = sub;
+		if (a.l2pf)
+			l2_row(a.l2pf);
 	};
-	auto load = [&](Ch (&b)[NB]) {
+	auto load = [&](Buf &b) {
 		if (it >= t1)
 			return;
-#pragma unroll
-		for (uint32_t i = 0; i < NB; i++) {
-			const uint32_t j = ij + (i << lsh);
-			if (iv && j < cpr)
-				P::load(b[i], ic, is, j);
-		}
+		P::template load<LSH, FULL>(b, ic, is, ij, lsh, iv, cpr);
 		ij += NB << lsh;
 		if (++ibt == a.nbat) {
 			ibt = 0;
@@ -342,12 +558,17 @@ __global__ void __launch_bounds__(32 * NW, 1) gv_kernel(const __grid_constant__ 
 				iss_set();
 		}
 	};
-	if (it < t1)
+	if (it < t1) {
+		// the first steps: the rest of this one's rows after the first
+		// batches, and the next ones before iss_set's
+		for (uint32_t n = 0; n < a.l2pf; n++)
+			l2_row(n);
 		iss_set();
+	}
 	// Three buffers (one token: two batches in flight while one is
 	// multiplied), two for more tokens (their registers hold the sums).
 	constexpr bool B3 = NT == 1;
-	Ch b0[NB], b1[NB], b2[B3 ? NB : 1];
+	Buf b0, b1, b2;
 	load(b0);
 	if constexpr (B3)
 		load(b1);
@@ -367,7 +588,7 @@ __global__ void __launch_bounds__(32 * NW, 1) gv_kernel(const __grid_constant__ 
 	const uint32_t us = 16 * cpr, xstride = cpr * P::NG * 16, cstride = cpr * P::NG * 4;
 	uint32_t ct = blockIdx.x * a.tpc + warp, cph = 0, cbt = 0, cj = 0;
 	const uint32_t srow0 = d && ct < a.ntask ? p.slot[(blockIdx.x * a.tpc) / a.nrs].a0 : 0;
-	uint32_t xr[NT], cr[NT], slot = 0, row = 0;
+	uint32_t xu[NT][P::NG], cu[NT], slot = 0, row = 0;
 	float acc[NT], accg[NT];
 	const float *inv = reinterpret_cast<const float *>(g_smem + Smem::INV);
 	auto cmp_set = [&]() {
@@ -378,7 +599,10 @@ __global__ void __launch_bounds__(32 * NW, 1) gv_kernel(const __grid_constant__ 
 		for (int k = 0; k < NT; k++) {
 			const uint32_t kk = (uint32_t)k < s.ntok ? k : 0;
 			const uint32_t r = d ? s.a0 + kk - srow0 : p.tok[s.a0 + kk];
-			xr[k] = sbase + a.xoff + r * xstride, cr[k] = sbase + a.coff + r * cstride;
+#pragma unroll
+			for (uint32_t u = 0; u < P::NG; u++)
+				xu[k][u] = sbase + a.xoff + r * xstride + (per_group<NT, P::NG>() ? u * us : 0);
+			cu[k] = sbase + a.coff + r * cstride;
 			acc[k] = accg[k] = 0.0f;
 		}
 	};
@@ -409,18 +633,12 @@ __global__ void __launch_bounds__(32 * NW, 1) gv_kernel(const __grid_constant__ 
 	};
 	// Chunks outside the row or the matrix (stale words) count with zero
 	// scales at the row's last chunk: no branch per chunk.
-	auto compute = [&](Ch (&b)[NB]) {
+	auto compute = [&](Buf &b) {
 		if (cph == 0 && cbt == 0)
 			cmp_set();
 		if (cbt == 0)
 			cj = sub;
-		const bool rv = row < nrows;
-#pragma unroll
-		for (uint32_t i = 0; i < NB; i++) {
-			const uint32_t j = cj + (i << lsh);
-			P::mask(b[i], rv && j < cpr);
-			P::template dot<NT>(b[i], min(j, cpr - 1), us, xr, cr, acc);
-		}
+		P::template dot<NT, LSH, FULL>(b, cj, lsh, cpr, row < nrows, us, xu, cu, acc);
 		cj += NB << lsh;
 		if (++cbt == a.nbat) {
 			cbt = 0;

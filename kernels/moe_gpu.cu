@@ -875,7 +875,7 @@ struct Ctx {
 	unsigned *gucnt = nullptr;     // parts done per unsplit gate|up task (bf16 kernel: per row tile)
 	size_t gucnt_cap = 0;
 	// (split-K scratch: gus / gucnt above, shared with the tier decode kernel)
-	uint32_t gv_attr = 0;         // row-streaming kernels whose shared-memory attribute is set (bits)
+	uint64_t gv_attr = 0;         // row-streaming kernels whose shared-memory attribute is set (bits, gv_pick)
 	// Tiled prefill path (moe_prefill.cuh): experts with >= cfg.prefill_min
 	// tokens.  17: the persistent kernel's 32-token tiles (17 .. 63 tokens)
 	// measured 1.3 - 7x slower than the 64 x 64 prefill tile, its 16-token tiles
@@ -1337,19 +1337,47 @@ void gv_geom(uint32_t cpr, uint32_t nb, uint32_t nrows, uint32_t nslots, uint32_
 	}
 }
 
+using GvKernel = void (*)(const MoeParams, const gv::Args);
+
+// The row-streaming kernel of one launch for format FMT, NT tokens per expert
+// and its geometry: lanes per row at compile time (2 - 16) where the launch's
+// rows and lanes' batches divide evenly, else at run time; old (sq_gv=2): the
+// earlier inner loop.  *bit: its bit of g_ctx.gv_attr.
+template <int FMT, int NT> GvKernel gv_pick(const gv::Args &g, uint32_t nrows, bool old, uint32_t *bit)
+{
+	constexpr bool Q4 = FMT == STRATA_FMT_Q4;
+	using P = std::conditional_t<Q4, gv::Q4, gv::Q3>;
+	const uint32_t rw = 32u >> g.lsh;
+	const bool full = !old && g.lsh >= 1 && g.lsh <= 4 && g.cpr % (P::NB << g.lsh) == 0 && nrows % rw == 0;
+	*bit = ((uint32_t)!Q4 * 3 + (NT == 1 ? 0 : NT == 2 ? 1 : 2)) * 6 + (full ? g.lsh - 1 : old && Q4 ? 5 : 4);
+	if (full)
+		switch (g.lsh) {
+		case 1: return gv::gv_kernel<FMT, P, NT, 1, true>;
+		case 2: return gv::gv_kernel<FMT, P, NT, 2, true>;
+		case 3: return gv::gv_kernel<FMT, P, NT, 3, true>;
+		default: return gv::gv_kernel<FMT, P, NT, 4, true>;
+		}
+	if (old && Q4)
+		return gv::gv_kernel<FMT, gv::Q4b, NT, -1, false>;
+	return gv::gv_kernel<FMT, P, NT, -1, false>;
+}
+
 // The row-streaming kernel's two launches (gate|up, down) for format FMT and
 // NT tokens per expert.
 template <int FMT, int NT>
 int gv_launch(MoeParams *p, const gv::Args (&a)[2], const uint32_t (&grid)[2], const uint32_t (&smem)[2], cudaStream_t st,
 	      struct strata_error *err)
 {
-	auto k = gv::gv_kernel<FMT, NT>;
-	const uint32_t bit = 1u << (2 * (FMT == STRATA_FMT_Q3) + (NT > 1));
-	if (!(g_ctx.gv_attr & bit)) {
-		CU_TRY(err, cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, gv::SMEM_MAX));
-		g_ctx.gv_attr |= bit;
+	GvKernel k[2];
+	for (int d = 0; d < 2; d++) {
+		uint32_t bit;
+		k[d] = gv_pick<FMT, NT>(a[d], d ? p->hidden : p->inter, g_ctx.cfg.sq_gv == 2, &bit);
+		if (!(g_ctx.gv_attr >> bit & 1)) {
+			CU_TRY(err, cudaFuncSetAttribute(k[d], cudaFuncAttributeMaxDynamicSharedMemorySize, gv::SMEM_MAX));
+			g_ctx.gv_attr |= 1ull << bit;
+		}
 	}
-	k<<<grid[0], 32 * gv::NW, smem[0], st>>>(*p, a[0]);
+	k[0]<<<grid[0], 32 * gv::NW, smem[0], st>>>(*p, a[0]);
 	CU_TRY(err, cudaGetLastError());
 	if (a[1].pdl) {
 		cudaLaunchConfig_t lc = {};
@@ -1358,9 +1386,9 @@ int gv_launch(MoeParams *p, const gv::Args (&a)[2], const uint32_t (&grid)[2], c
 		at[0].val.programmaticStreamSerializationAllowed = 1;
 		lc.gridDim = dim3(grid[1]), lc.blockDim = dim3(32 * gv::NW), lc.dynamicSmemBytes = smem[1], lc.stream = st;
 		lc.attrs = at, lc.numAttrs = 1;
-		CU_TRY(err, cudaLaunchKernelEx(&lc, k, *p, a[1]));
+		CU_TRY(err, cudaLaunchKernelEx(&lc, k[1], *p, a[1]));
 	} else {
-		k<<<grid[1], 32 * gv::NW, smem[1], st>>>(*p, a[1]);
+		k[1]<<<grid[1], 32 * gv::NW, smem[1], st>>>(*p, a[1]);
 		CU_TRY(err, cudaGetLastError());
 	}
 	g_ctx.launches[STRATA_GPU_LAUNCH_SCALAR_GEMV]++;
@@ -1382,6 +1410,12 @@ int run_dec_gv(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_err
 		if (p->slot[s].fmt != fmt)
 			return 0;
 	const bool q4 = fmt == STRATA_FMT_Q4;
+	// q4 at 3 - 4 tokens: issue-bound here (4 dp2a per 8 weights and token),
+	// so the ring kernel's MMAs are faster on large launches (Kimi-K2 layer,
+	// 16 experts: 192 vs 215 us at 3 tokens), this kernel on small ones
+	// (Qwen3-30B-A3B, 8 experts: 33 vs 36 us); experiments/kernels/README.md.
+	if (q4 && maxtok >= 3 && (uint64_t)p->n_slots * 3 * p->hidden * p->inter > gv::Q4_RING_WEIGHTS)
+		return 0;
 	const FmtTab &f = p->tab[fmt];
 	uint32_t xrows = 0;
 	for (uint32_t i = 0; i < p->slot[p->n_slots - 1].a0 + p->slot[p->n_slots - 1].ntok; i++)
@@ -1392,8 +1426,9 @@ int run_dec_gv(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_err
 		gv::Args &g = a[d];
 		g.down = d;
 		g.pdl = g_ctx.cfg.sq_pdl;
-		g.cpr = f.pc[d] / 256 * (q4 ? gv::Pol<STRATA_FMT_Q4>::CPB : gv::Pol<STRATA_FMT_Q3>::CPB);
-		gv_geom(g.cpr, q4 ? gv::Pol<STRATA_FMT_Q4>::NB : gv::Pol<STRATA_FMT_Q3>::NB, d ? p->hidden : p->inter,
+		g.l2pf = (uint32_t)g_ctx.cfg.sq_l2pf;
+		g.cpr = f.pc[d] / 256 * (q4 ? gv::Q4::CPB : gv::Q3::CPB);
+		gv_geom(g.cpr, q4 ? gv::Q4::NB : gv::Q3::NB, d ? p->hidden : p->inter,
 			p->n_slots, g.lsh, g.nbat);
 		const uint32_t rw = 32u >> g.lsh;
 		g.nrs = ((d ? p->hidden : p->inter) + rw - 1) / rw;
@@ -1418,11 +1453,13 @@ int run_dec_gv(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_err
 		smem[d] = (uint32_t)bytes;
 	}
 	if (q4)
-		*rc = maxtok == 1 ? gv_launch<STRATA_FMT_Q4, 1>(p, a, grid, smem, st, err)
-				  : gv_launch<STRATA_FMT_Q4, gv::NTMAX>(p, a, grid, smem, st, err);
+		*rc = maxtok == 1   ? gv_launch<STRATA_FMT_Q4, 1>(p, a, grid, smem, st, err)
+		      : maxtok == 2 ? gv_launch<STRATA_FMT_Q4, 2>(p, a, grid, smem, st, err)
+				    : gv_launch<STRATA_FMT_Q4, gv::NTMAX>(p, a, grid, smem, st, err);
 	else
-		*rc = maxtok == 1 ? gv_launch<STRATA_FMT_Q3, 1>(p, a, grid, smem, st, err)
-				  : gv_launch<STRATA_FMT_Q3, gv::NTMAX>(p, a, grid, smem, st, err);
+		*rc = maxtok == 1   ? gv_launch<STRATA_FMT_Q3, 1>(p, a, grid, smem, st, err)
+		      : maxtok == 2 ? gv_launch<STRATA_FMT_Q3, 2>(p, a, grid, smem, st, err)
+				    : gv_launch<STRATA_FMT_Q3, gv::NTMAX>(p, a, grid, smem, st, err);
 	return 1;
 }
 

@@ -178,6 +178,10 @@ static void test_moe_config(void **state)
 	assert_int_equal(c.sq_xs, 0);
 	assert_int_equal(c.sq_gv, 0);
 	assert_int_equal(c.sq_pdl, 0);
+	assert_int_equal(d.sq_l2pf, 0);
+	assert_int_equal(strata_gpu_moe_config_parse("sq_gv=2,sq_l2pf=2", &c, &err), STRATA_OK);
+	assert_int_equal(c.sq_gv, 2);
+	assert_int_equal(c.sq_l2pf, 2);
 	c = d;
 	assert_int_equal(strata_gpu_moe_config_parse("dec=12x2t", &c, &err), STRATA_OK);
 	assert_int_equal(c.dec_warps, 12);
@@ -200,7 +204,7 @@ static void test_moe_config(void **state)
 	assert_int_equal(c.pf_path, 0);
 	static const char *const bad[] = { "dec=9x4", "dec=12", "split=65", "split=-1", "bf16dec=16x5",
 					   "bf16_kc=16", "prefill_min=0", "prefill_min=17x", "poison=2", "warps=8",
-					   "dec", "sqdec=8x4", "sq_pf=2", "sq_xs=2", "sq_gv=on", "sq_pdl=2", "dec=12x4t", "dec=10x2t", "dec=8x2tt",
+					   "dec", "sqdec=8x4", "sq_pf=2", "sq_xs=2", "sq_gv=on", "sq_gv=3", "sq_l2pf=3", "sq_pdl=2", "dec=12x4t", "dec=10x2t", "dec=8x2tt",
 					   "dec=8x2u", "bf16dec=8x8t", "prefill=wgmma", "prefill=sm90p2" };
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		c = d;
@@ -899,7 +903,9 @@ static void test_moe_scalar(void **state)
  * Qwen3-30B-A3B expert shapes, 1 - 4 tokens, padded rows, and mixed with tier
  * experts in one call, against the CPU reference on fresh random inputs (h
  * poisoned with NaN): each case's two calls each run one gate|up + down pair
- * of it under the default configuration, none under sq_gv=0. */
+ * of it under the default configuration and under sq_gv=2, none under
+ * sq_gv=0 (nor for a large q4 launch of 3 tokens, "-ring": the ring kernel
+ * is faster there). */
 static void test_moe_scalar_gv(void **state)
 {
 	if (!test_have_gpu("test_moe_scalar_gv"))
@@ -913,18 +919,31 @@ static void test_moe_scalar_gv(void **state)
 		{ "gv-mix-q4-2", -5, 1024, 512, 2, 8, 7, 0 },  /* 7 of 8: a q4 expert in every token's */
 		{ "gv-mix-q3-4", -6, 768, 384, 4, 8, 7, 0 },
 		{ "gv-many-q4-1", STRATA_FMT_Q4, 512, 256, 1, 40, 24, 0 },
+		/* every compile-time lanes-per-row variant (2 - 16 lanes) of both
+		 * formats at 1, 2 and 4 tokens, and the run-time one */
+		{ "gv-q3-l8-1", STRATA_FMT_Q3, 1024, 512, 1, 8, 7, 0 },
+		{ "gv-many-q3-2", STRATA_FMT_Q3, 512, 256, 2, 40, 24, 0 },
+		{ "gv-qwen-q4-2", STRATA_FMT_Q4, 2048, 768, 2, 8, 8, 0 },
+		{ "gv-q3-l8d-1", STRATA_FMT_Q3, 4096, 1024, 1, 16, 8, 0 },
+		{ "gv-q4-l8d-4", STRATA_FMT_Q4, 4096, 1024, 4, 8, 8, 0 },
+		/* q4 at 3 tokens over 5 Kimi-shaped experts: the ring kernel */
+		{ "gv-kimi-q4-3-ring", STRATA_FMT_Q4, 7168, 1536, 3, 5, 5, 0 },
 	};
 	/* STRATA_CASES=name,...: only the cases whose names hold one of these (a
 	 * short memcheck run) */
 	const char *only = getenv("STRATA_CASES");
-	for (int gv = 1; gv >= 0; gv--) {
+	/* sq_gv=1 (the default) on every case; 2 (the earlier inner loop) and 0
+	 * (the ring kernel) on the padded rows and the Qwen shape, for comparison */
+	static const int gvs[] = { 1, 2, 0 };
+	for (int gi = 0; gi < 3; gi++) {
+		const int gv = gvs[gi];
 		struct strata_moe_config kc;
 		strata_gpu_moe_config_defaults(&kc);
 		kc.sq_gv = gv;
 		kernel_config(&kc);
 		for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
-			if (!gv && c >= 2)
-				break; /* the old kernel on the Kimi shape, for comparison */
+			if (gv != 1 && strcmp(cases[c].name, "gv-q4-rows-3") && strcmp(cases[c].name, "gv-qwen-q4-4"))
+				continue;
 			int pick = !only || !*only;
 			char buf[256];
 			snprintf(buf, sizeof(buf), "%s", only ? only : "");
@@ -937,7 +956,7 @@ static void test_moe_scalar_gv(void **state)
 			run_moe_case(&cases[c]);
 			const uint64_t ng = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_SCALAR_GEMV) - g0;
 			printf("moe[%s] sq_gv=%d: row-streaming launches %llu\n", cases[c].name, gv, (unsigned long long)ng);
-			assert_true(ng == (gv ? 2u : 0u));
+			assert_true(ng == (gv && !strstr(cases[c].name, "-ring") ? 2u : 0u));
 		}
 	}
 	kernel_config(NULL);

@@ -16,7 +16,8 @@
 #   ab        while BUDGET (seconds since the start, default 170) allows, the
 #             q4/q3 decode rows again under each kernel configuration of
 #             VARIANTS ("name:key=value[,key=value]" ..., default x through L1
-#             (sq_xs=0), then the shared-memory decode kernel (sqdec=off))
+#             (sq_xs=0), then the shared-memory decode kernel (sqdec=off));
+#             AB_ARGS: more bench_kernels arguments (e.g. "--shape kimi")
 #   ncu       per shape in NCU_SHAPES (default "kimi qwen") ncu's sections
 #             (speed of light, warp states, scheduler, occupancy, memory
 #             workload, instruction mix, duration) on one NCU_FMT (default q4)
@@ -26,6 +27,9 @@
 #             the first shape the per-SASS-instruction source counters (stall
 #             reasons by instruction) as CSV (NCU_OUT=0: only in sq.tar.gz)
 #   layer     the full Kimi layer with the hot tier in q4
+#   sass      cuobjdump's SASS of the row-streaming kernels (every gv_kernel
+#             instance of bench_kernels) into sass-gv.txt.gz, and per instance
+#             its instruction count by opcode (sass-gv-ops.txt)
 # Time limits per step: T_TESTS, T_BENCH, T_CAL, T_NCU, T_MC (seconds; memcheck
 # also stops 8 s before LIMIT, seconds since the start, default 600).
 # Uses the binaries under $BUILD (default build/dev) when they run, else
@@ -71,7 +75,7 @@ if has ab; then
 		[ $(( ${BUDGET:-170} - SECONDS )) -ge 35 ] || break
 		echo "== bench decode q4,q3 --kernel ${v#*:}"
 		timeout $(( ${BUDGET:-170} - SECONDS - 5 )) $lb "$B/bench/bench_kernels" --decode --reps 5 --formats q4,q3 \
-			--kernel "${v#*:}" --csv "$d/decode-${v%%:*}.csv" >"$d/decode-${v%%:*}.log" 2>&1; echo "exit $?"
+			${AB_ARGS:-} --kernel "${v#*:}" --csv "$d/decode-${v%%:*}.csv" >"$d/decode-${v%%:*}.log" 2>&1; echo "exit $?"
 	done
 	tar -czf "$out/decode-ab.tar.gz" -C "$d" $(cd "$d" && ls decode-*.csv decode-*.log 2>/dev/null) 2>/dev/null
 fi
@@ -109,6 +113,15 @@ if has layer; then
 	timeout 45 "$B/bench/bench_kernels" --no-decode --quick --shape kimi --reps 5 --formats q4 \
 		--tier-formats q4,warm,cold --csv "$d/layer-q4.csv" >"$d/layer-q4.log" 2>&1; echo "bench layer q4 exit $?"
 	cp "$d/layer-q4.csv" "$out/" 2>/dev/null
+fi
+if has sass; then
+	echo "== sass of the row-streaming kernels"
+	timeout ${T_SASS:-30} cuobjdump -sass "$B/bench/bench_kernels" 2>"$d/sass.err" |
+		awk '/Function : /{p = $0 ~ /gv_kernel/} p' >"$d/sass-gv.txt"
+	echo "cuobjdump exit $? ($(wc -l <"$d/sass-gv.txt") lines)"
+	awk '/Function : /{f=$3} /^ +\/\*[0-9a-f]+\*\/ /{op=$2; if (op ~ /^@/) op=$3; sub(/\..*/, "", op); sub(/;$/, "", op); n[f" "op]++; t[f]++}
+		END {for (k in n) print k, n[k]; for (f in t) print f, "TOTAL", t[f]}' "$d/sass-gv.txt" | sort >"$out/sass-gv-ops.txt"
+	gzip -c "$d/sass-gv.txt" >"$out/sass-gv.txt.gz"
 fi
 echo "== summary"
 grep -hE "^test_kernels|PASSED|FAILED" "$d/test_kernels.log" 2>/dev/null | tail -3

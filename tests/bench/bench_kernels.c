@@ -23,7 +23,7 @@
  * are captured into a CUDA graph and replayed, timed with events after a
  * warm-up, median of the repetitions.
  * q4 and q3 decode rows come twice: on the default kernel (row-streaming,
- * kind decode) and at 1 and 4 tokens on the register-ring kernel (sq_gv=0,
+ * kind decode) and at 1 - 4 tokens on the register-ring kernel (sq_gv=0,
  * kind decode_ring), unless --kernel sq_gv=0.
  * CSV columns: kind,shape,fmt,tokens,ms,ratio,gbs,tflops,tok_s,bound; the
  * decode-ceiling rows are ceiling,decode_FMT,FMT with ratio = of read, gbs =
@@ -48,7 +48,7 @@
  * q4,warm,cold).
  * --kernel: the kernel configuration for every table (kernels.h: e.g.
  * dec=off|12x4|8x4..., split=auto|N, bf16dec=off|16x4|12x6|8x8, bf16_kc=N,
- * sqdec=auto|off, sq_pf=0|1, sq_xs=0|1, sq_gv=0|1, prefill_min=N|off, prefill=auto|sm90|sm90ws|sm90p|sm90p1|sm90p3|mma); the
+ * sqdec=auto|off, sq_pf=0|1, sq_xs=0|1, sq_gv=0|1|2, prefill_min=N|off, prefill=auto|sm90|sm90ws|sm90p|sm90p1|sm90p3|mma); the
  * prefill table sets prefill_min itself.
  */
 #include <math.h>
@@ -685,10 +685,16 @@ int main(int argc, char **argv)
 	measure_ceilings();
 	const int *fmts = fmt_list;
 	const uint32_t dec_tokens[] = { 1, 4, 8, 16 };
+	/* q4 / q3: 2 and 3 tokens too (the row-streaming kernel's templates for 2
+	 * and for 3 - 4 tokens) */
+	const uint32_t sq_tokens[] = { 1, 2, 3, 4, 8, 16 };
 	for (int s = s0; s < s1 && !no_decode; s++)
 		for (int f = 0; f < (quick ? 1 : n_fmt); f++)
-			bench_decode(&shapes[s], fmts[f], dec_tokens, 4);
-	/* q4 / q3 at 1 and 4 tokens on the register-ring kernel too (sq_gv=0), when
+			if ((fmts[f] == STRATA_FMT_Q4 || fmts[f] == STRATA_FMT_Q3) && !quick)
+				bench_decode(&shapes[s], fmts[f], sq_tokens, 6);
+			else
+				bench_decode(&shapes[s], fmts[f], dec_tokens, 4);
+	/* q4 / q3 at 1 - 4 tokens on the register-ring kernel too (sq_gv=0), when
 	 * the row-streaming kernel took the rows above: both in one run */
 	struct strata_moe_config kc0;
 	strata_gpu_moe_config_get(&kc0);
@@ -699,7 +705,7 @@ int main(int argc, char **argv)
 				kc.sq_gv = 0;
 				CHECK(strata_gpu_moe_configure(&kc, &g_err));
 				g_dec_kind = "decode_ring";
-				bench_decode(&shapes[s], fmts[f], dec_tokens, 2);
+				bench_decode(&shapes[s], fmts[f], sq_tokens, 4);
 				g_dec_kind = "decode";
 				CHECK(strata_gpu_moe_configure(&kc0, &g_err));
 			}
