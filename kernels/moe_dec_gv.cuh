@@ -55,6 +55,7 @@ struct Args {
 	uint32_t srows;       // rows of the staged region (>= any CTA's)
 	uint32_t xoff, coff;  // shared-memory offsets of the staged values, of q4's zero-point terms
 	uint32_t pdl;         // the down launch is a programmatic dependent launch (sq_pdl)
+	uint32_t pf0, pf1;    // chained (p.chain): ranges [pf0, pf1) of p.pfp to prefetch into L2
 };
 
 __device__ __forceinline__ uint32_t dp4a_uu(uint32_t a, uint32_t b, uint32_t c)
@@ -353,12 +354,20 @@ __global__ void __launch_bounds__(32 * NW, 1) gv_kernel(const __grid_constant__ 
 		load(b1);
 	// Programmatic dependent launch (a.pdl): the down grid may start on an SM
 	// as soon as the gate|up CTA there has ended, load its first weights, and
-	// wait here for the whole gate|up grid (its h) before staging.
-	if (a.pdl) {
+	// wait here for the whole gate|up grid (its h) before staging.  Chained
+	// (p.chain, a stack of layers): both launches are programmatic dependent
+	// ones, prefetch the next launch's weights into L2, let it start, and
+	// wait for the earlier launches (x is the previous layer's y; h and y are
+	// written only after the previous layer's down launch has read h).
+	if (p.chain) {
+		l2_prefetch(p, a.pf0, a.pf1);
+		pdl_trigger();
+		pdl_wait();
+	} else if (a.pdl) {
 		if (d)
-			asm volatile("griddepcontrol.wait;\n" ::: "memory");
+			pdl_wait();
 		else
-			asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+			pdl_trigger();
 	}
 	uint32_t nr;
 	stage<P>(p, a, nr);
