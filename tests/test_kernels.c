@@ -341,6 +341,26 @@ static int mix_has(int mix, int f)
 	}
 }
 
+/* Routing of T tokens: each picks k distinct experts of ne at random, with
+ * weights in [0.1, 1): assignment t * k + i is (ae, at = t, aw). */
+static void random_routing(uint32_t T, uint32_t k, uint32_t ne, uint32_t *ae, uint32_t *at, float *aw)
+{
+	for (uint32_t t = 0; t < T; t++)
+		for (uint32_t i = 0; i < k; i++) {
+			uint32_t e;
+			int dup;
+			do {
+				e = (uint32_t)(rnd_u64() % ne);
+				dup = 0;
+				for (uint32_t q = 0; q < i; q++)
+					dup |= ae[t * k + q] == e;
+			} while (dup);
+			ae[t * k + i] = e;
+			at[t * k + i] = t;
+			aw[t * k + i] = 0.1f + 0.9f * fabsf(rnd_f());
+		}
+}
+
 /* One MoE case against the reference.  outliers: activations as big_token()
  * says; pf_min: the kernel configuration's prefill_min for the call (0: default). */
 static void run_moe_case_ex(const struct moe_case *mc, int outliers, uint32_t pf_min)
@@ -379,20 +399,7 @@ static void run_moe_case_ex(const struct moe_case *mc, int outliers, uint32_t pf
 	uint32_t NA = T * mc->top_k;
 	uint32_t *ae = malloc(NA * 4), *at = malloc(NA * 4);
 	float *aw = malloc(NA * 4);
-	for (uint32_t t = 0; t < T; t++)
-		for (uint32_t k = 0; k < mc->top_k; k++) {
-			uint32_t e;
-			int dup;
-			do {
-				e = (uint32_t)(rnd_u64() % NE);
-				dup = 0;
-				for (uint32_t q = 0; q < k; q++)
-					dup |= ae[t * mc->top_k + q] == e;
-			} while (dup);
-			ae[t * mc->top_k + k] = e;
-			at[t * mc->top_k + k] = t;
-			aw[t * mc->top_k + k] = 0.1f + 0.9f * fabsf(rnd_f());
-		}
+	random_routing(T, mc->top_k, NE, ae, at, aw);
 	size_t nx = (size_t)T * H;
 	float *x = malloc(nx * 4), *y0 = malloc(nx * 4), *yref = malloc(nx * 4), *yg = malloc(nx * 4);
 	for (size_t i = 0; i < nx; i++)
@@ -1000,23 +1007,11 @@ static uint64_t run_stack_case(const struct stack_case *sc, unsigned flags)
 			h2d(dext[l * NE + e], hext[l * NE + e], E.bytes);
 			bound[l] = bound_for(*fm) > bound[l] ? bound_for(*fm) : bound[l];
 		}
-		uint32_t *le = ae + (size_t)l * T * K;
+		const size_t a0 = (size_t)l * T * K;
 		int scalar = 0;
-		for (uint32_t t = 0; t < T; t++)
-			for (uint32_t k = 0; k < K; k++) {
-				uint32_t e;
-				int dup;
-				do {
-					e = (uint32_t)(rnd_u64() % NE);
-					dup = 0;
-					for (uint32_t q = 0; q < k; q++)
-						dup |= le[t * K + q] == e;
-				} while (dup);
-				le[t * K + k] = e;
-				scalar |= strata_fmt_is_scalar(fmts[l * NE + e]);
-				at[(size_t)l * T * K + t * K + k] = t;
-				aw[(size_t)l * T * K + t * K + k] = 0.1f + 0.9f * fabsf(rnd_f());
-			}
+		random_routing(T, K, NE, ae + a0, at + a0, aw + a0);
+		for (uint32_t a = 0; a < T * K; a++)
+			scalar |= strata_fmt_is_scalar(fmts[l * NE + ae[a0 + a]]);
 		gv_layers += scalar;
 	}
 	for (size_t i = 0; i < nx; i++)
