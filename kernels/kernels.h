@@ -250,23 +250,23 @@ uint64_t strata_gpu_moe_launches(enum strata_gpu_launch kind);
  * dependent launches, so a launch's CTAs start where the previous launch's
  * CTAs have ended and issue their first weight loads while it finishes, and
  * wait for the earlier launches (griddepcontrol.wait) before they read
- * activations or touch the h scratch, y or the sync counters; and each such
- * launch prefetches the weights of the launch after it into L2 (bulk
- * prefetch): the row-streaming kernel's gate|up launch its layer's down
- * matrices, its down launch the next layer's gate|up matrices, the other
- * kernels the next layer's expert extents; no prefetch where that would
- * exceed 24 MB or 64 experts, e.g. the Kimi-K2 shape).  Kernels of other
- * paths (prefill, bf16 and the register-ring scalar decode, BF16 copies) run
- * as plain launches in between.  flags: STRATA_MOE_STACK_PLAIN: plain
- * launches (as strata_moe_layer_gpu on each call); STRATA_MOE_STACK_NOPF:
- * chained launches without the L2 prefetch (both for comparisons).  With the
+ * activations or touch the h scratch, y or the sync counters.  Kernels of
+ * other paths (prefill, bf16 and the register-ring scalar decode, BF16
+ * copies) run as plain launches in between.  flags: STRATA_MOE_STACK_PLAIN:
+ * plain launches (as strata_moe_layer_gpu on each call, for comparisons);
+ * STRATA_MOE_STACK_L2PF: each chained launch also prefetches the weights of
+ * the launch after it into L2 (bulk prefetch; the row-streaming kernel's
+ * gate|up launch its layer's down matrices, its down launch the next layer's
+ * gate|up matrices, the other kernels the next layer's expert extents; none
+ * beyond 24 MB or 64 experts): measured slower on the H200
+ * (experiments/kernels/README.md, "Decode of a stack of layers").  With the
  * configuration's poison the h scratch is filled with NaN before the stack's
  * first launch only.  An error names the layer; the layers before it are
  * enqueued.
  */
 struct strata_moe_call;
 #define STRATA_MOE_STACK_PLAIN 1u
-#define STRATA_MOE_STACK_NOPF 2u
+#define STRATA_MOE_STACK_L2PF 2u
 int strata_gpu_moe_stack(const struct strata_moe_call *calls, uint32_t n_layers, unsigned flags,
 			 struct strata_error *err);
 

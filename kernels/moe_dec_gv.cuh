@@ -239,6 +239,18 @@ struct Smem {
 	static constexpr uint32_t SRC = 0, MAX = 8 * SRMAX, INV = 12 * SRMAX, END = 16 * SRMAX;
 };
 
+// The scale back of a staged row whose largest magnitude has bits mbits:
+// 2^(e - KBITS) (the row is staged times 2^(KBITS - e)); inf or NaN: NaN out.
+template <class P> __device__ __forceinline__ float row_inv(uint32_t mbits)
+{
+	const float m = __uint_as_float(mbits);
+	int e = 0;
+	if (m > 0.0f && m <= 3.0e38f)
+		frexpf(m, &e);
+	e = max(e, -100);
+	return m <= 3.0e38f ? ldexpf(1.0f, e - P::KBITS) : __int_as_float(0x7fc00000);
+}
+
 // Stage this CTA's activation rows (the caller has issued its first loads).
 template <class P> __device__ __forceinline__ void stage(const MoeParams &p, const Args &a, uint32_t &nr)
 {
@@ -261,6 +273,41 @@ template <class P> __device__ __forceinline__ void stage(const MoeParams &p, con
 							mx[p.slot[s].a0 + i - a0] = 0;
 	}
 	__syncthreads();
+	const uint32_t nq = pc / 8, cpr = pc / 256 * P::CPB;
+	if (nr * nq <= blockDim.x) {
+		// One 8-column slice per thread (e.g. Qwen3-30B-A3B at 1 - 2 tokens): the
+		// row is read once, into registers, for its largest magnitude and its
+		// values.  nq is a multiple of 32, so a warp's slices are of one row.
+		const uint32_t i = threadIdx.x, r = i / nq, q = i - r * nq;
+		float v[8];
+		uint32_t bits = 0;
+		if (i < nr * nq) {
+#pragma unroll
+			for (int m = 0; m < 8; m++) {
+				const uint32_t c = 8 * q + m;
+				v[m] = c < cols ? src[r][c] : 0.0f;
+				bits = max(bits, __float_as_uint(fabsf(v[m])));
+			}
+			bits = __reduce_max_sync(0xffffffffu, bits);
+			if ((threadIdx.x & 31) == 0 && bits)
+				atomicMax(mx + r, bits);
+		}
+		__syncthreads();
+		if (i < nr)
+			inv[i] = row_inv<P>(mx[i]);
+		__syncthreads();
+		if (i < nr * nq) {
+			const float sc = 1.0f / inv[r];
+#pragma unroll
+			for (int m = 0; m < 8; m++)
+				v[m] = 8 * q + m < cols ? v[m] * sc : 0.0f;
+			uint32_t j, u;
+			P::slot_of(q, j, u);
+			P::stage(v, a.xoff + r * cpr * P::NG * 16, a.coff + r * cpr * P::NG * 4, cpr, j, u);
+		}
+		__syncthreads();
+		return;
+	}
 	// Largest magnitude of each row, as bits (NaN wins: its bits are above inf's).
 	for (uint32_t r = 0, i = threadIdx.x; r < nr; r++) {
 		const float *q = src[r] - r * cols;
@@ -272,18 +319,10 @@ template <class P> __device__ __forceinline__ void stage(const MoeParams &p, con
 			atomicMax(mx + r, bits);
 	}
 	__syncthreads();
-	for (uint32_t r = threadIdx.x; r < nr; r += blockDim.x) {
-		const float m = __uint_as_float(mx[r]);
-		int e = 0;
-		if (m > 0.0f && m <= 3.0e38f)
-			frexpf(m, &e);
-		e = max(e, -100);
-		// scale up: 2^(KBITS - e); back: 2^(e - KBITS); inf or NaN: NaN out
-		inv[r] = m <= 3.0e38f ? ldexpf(1.0f, e - P::KBITS) : __int_as_float(0x7fc00000);
-	}
+	for (uint32_t r = threadIdx.x; r < nr; r += blockDim.x)
+		inv[r] = row_inv<P>(mx[r]);
 	__syncthreads();
 	// The values: slice q (8 columns) of row r per thread.
-	const uint32_t nq = pc / 8, cpr = pc / 256 * P::CPB;
 	for (uint32_t i = threadIdx.x; i < nr * nq; i += blockDim.x) {
 		const uint32_t r = i / nq, q = i - r * nq;
 		const float sc = 1.0f / inv[r];

@@ -938,12 +938,13 @@ struct Ctx {
 	size_t sq_cap = 0;            // bytes
 	// A stack of layers in progress (strata_gpu_moe_stack): chain = launch the
 	// kernels that wait for their predecessors (persistent, warp-streaming and
-	// row-streaming decode) as programmatic dependent launches; first = no
-	// launch of the stack yet (the poison configuration fills h only then);
-	// the next layer's experts with tokens, nx_n of them (0: no prefetch):
+	// row-streaming decode) as programmatic dependent launches; l2pf = with
+	// the L2 prefetch (STRATA_MOE_STACK_L2PF); first = no launch of the stack
+	// yet (the poison configuration fills h only then); the next layer's
+	// experts with tokens, nx_n of them (0: no prefetch):
 	// their gate|up matrices at nx_p[i] (nx_gu[i] bytes), the whole extent
 	// from there nx_all[i] bytes.
-	int chain = 0, first = 0;
+	int chain = 0, l2pf = 0, first = 0;
 	uint32_t nx_n = 0;
 	const uint8_t *nx_p[PF_MAX];
 	uint32_t nx_gu[PF_MAX], nx_all[PF_MAX];
@@ -1064,7 +1065,7 @@ int launch_k(void (*k)(KA...), uint32_t grid, uint32_t block, uint32_t smem, cud
 }
 
 // The L2 prefetch list of a launch (MoeParams::pfp), chained launches of a
-// stack only: first, when own_down, the down matrices of this launch's slots
+// stack with STRATA_MOE_STACK_L2PF only: first, when own_down, the down matrices of this launch's slots
 // (the row-streaming kernel's gate|up launch: its down launch is next), then
 // the next layer's experts (their gate|up matrices when gu_only: the
 // row-streaming kernel's down launch, whose successor is the next layer's
@@ -1074,7 +1075,7 @@ void pf_list(MoeParams *p, bool own_down, bool gu_only, uint32_t *mid)
 {
 	p->chain = g_ctx.chain, p->npf = 0;
 	*mid = 0;
-	if (!g_ctx.chain)
+	if (!g_ctx.l2pf)
 		return;
 	uint64_t tot = 0;
 	if (own_down && p->n_slots <= PF_MAX) {
@@ -1487,8 +1488,8 @@ int run_dec_gv(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_err
 		xrows = p->tok[i] + 1 > xrows ? p->tok[i] + 1 : xrows;
 	gv::Args a[2];
 	uint32_t grid[2], smem[2], mid;
-	// Chained: the gate|up launch prefetches this layer's down matrices, the
-	// down launch the next layer's gate|up matrices.
+	// Chained with the L2 prefetch: the gate|up launch prefetches this layer's
+	// down matrices, the down launch the next layer's gate|up matrices.
 	pf_list(p, true, true, &mid);
 	for (uint32_t d = 0; d < 2; d++) {
 		gv::Args &g = a[d];
@@ -2143,7 +2144,7 @@ extern "C" int strata_gpu_moe_stack(const struct strata_moe_call *calls, uint32_
 		return STRATA_ERR(err, STRATA_EUNSUPPORTED, "strata_gpu_moe_stack: no GPU");
 	if (!calls || !n_layers)
 		return STRATA_ERR(err, STRATA_EINVAL, "strata_gpu_moe_stack: no layers");
-	if (flags & ~(STRATA_MOE_STACK_PLAIN | STRATA_MOE_STACK_NOPF))
+	if (flags & ~(STRATA_MOE_STACK_PLAIN | STRATA_MOE_STACK_L2PF))
 		return STRATA_ERR(err, STRATA_EINVAL, "strata_gpu_moe_stack: unknown flags 0x%x", flags);
 	for (uint32_t l = 1; l < n_layers; l++)
 		if (calls[l].stream != calls[0].stream)
@@ -2152,13 +2153,14 @@ extern "C" int strata_gpu_moe_stack(const struct strata_moe_call *calls, uint32_
 	strata_gpu_moe_config_get(&g_ctx.cfg);
 	int rc = STRATA_OK;
 	g_ctx.chain = !(flags & STRATA_MOE_STACK_PLAIN);
+	g_ctx.l2pf = g_ctx.chain && (flags & STRATA_MOE_STACK_L2PF);
 	g_ctx.first = 1;
 	for (uint32_t l = 0; l < n_layers && !rc; l++) {
-		stack_next(g_ctx.chain && !(flags & STRATA_MOE_STACK_NOPF) && l + 1 < n_layers ? &calls[l + 1] : nullptr);
+		stack_next(g_ctx.l2pf && l + 1 < n_layers ? &calls[l + 1] : nullptr);
 		if ((rc = moe_layer(&calls[l], err)))
 			strata_error_prefix(err, "strata_gpu_moe_stack: layer %u: ", l);
 	}
-	g_ctx.chain = 0, g_ctx.first = 0, g_ctx.nx_n = 0;
+	g_ctx.chain = 0, g_ctx.l2pf = 0, g_ctx.first = 0, g_ctx.nx_n = 0;
 	pthread_mutex_unlock(&g_ctx.mu);
 	return rc;
 }

@@ -10,6 +10,11 @@
 #              (default q4,q3,hot) at that shape: the single-layer decode rows
 #              and the stack rows (chained, chained without L2 prefetch, plain
 #              launches) with the read ceiling of the same run
+#   ab         per "name:formats:key=value,..." of AB (default none) the qwen
+#              stack rows again under that kernel configuration (kernels.h)
+#   ncu        ncu on one Qwen3-30B-A3B-shaped q4 T=1 layer (the row-streaming
+#              kernel's gate|up and down launches): duration, speed of light,
+#              warp states, scheduler
 #   racecheck  compute-sanitizer racecheck and synccheck on MC_CASES, while
 #              BUDGET allows
 # Time limits: T_TESTS, T_MC, T_QWEN, T_KIMI (seconds); every step is skipped
@@ -22,7 +27,7 @@ set -u
 . "$(dirname "$0")/device_common.sh"
 dev_begin stack
 B=${BUILD:-build/cuda}
-STEPS=" ${STEPS:-tests memcheck qwen kimi racecheck} "
+STEPS=" ${STEPS:-tests memcheck qwen kimi ab ncu racecheck} "
 has() { case "$STEPS" in *" $1 "*) return 0 ;; esac; return 1; }
 left() { echo $(( ${BUDGET:-165} - SECONDS )); }
 # the step's limit, or what is left of the budget (at least 5 s)
@@ -50,6 +55,27 @@ for sh in qwen kimi; do
 		--formats ${FORMATS:-q4,q3,hot} --csv "$d/stack-$sh.csv" >"$d/stack-$sh.log" 2>&1; echo "bench $sh exit $?"
 	cp "$d/stack-$sh.csv" "$out/" 2>/dev/null
 done
+if has ab; then
+	for v in ${AB:-}; do
+		n=${v%%:*}; r=${v#*:}; f=${r%%:*}; k=${r#*:}
+		[ "$(left)" -ge 20 ] || { echo "== ab $n: skipped (budget)"; continue; }
+		echo "== bench qwen --layers ${LAYERS:-16} --formats $f --kernel $k"
+		timeout $(lim ${T_AB:-30}) $lb "$B/bench/bench_kernels" --decode --shape qwen --layers ${LAYERS:-16} \
+			--reps ${REPS:-7} --formats $f --kernel "$k" --csv "$d/stack-qwen-$n.csv" >"$d/stack-qwen-$n.log" 2>&1
+		echo "bench $n exit $?"; cp "$d/stack-qwen-$n.csv" "$out/" 2>/dev/null
+	done
+fi
+if has ncu && [ "$(left)" -ge 20 ]; then
+	echo "== ncu qwen q4 T=1 (gv_kernel: gate|up, down)"
+	timeout $(lim ${T_NCU:-25}) ncu --target-processes all --clock-control none --kernel-name regex:gv_kernel \
+		--launch-skip 2 --launch-count 2 --section SpeedOfLight --section WarpStateStats --section SchedulerStats \
+		--section LaunchStats --section Occupancy --metrics gpu__time_duration.sum,smsp__inst_executed.sum \
+		"$B/bench/bench_kernels" --shape qwen --profile q4 >"$d/ncu-qwen.txt" 2>&1
+	echo "ncu exit $?"; cp "$d/ncu-qwen.txt" "$out/"
+	grep -E "gv_kernel|Duration|DRAM Throughput|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|inst_executed.sum|Grid Size|Registers Per" \
+		"$d/ncu-qwen.txt" | sed 's/  */ /g' | cut -c1-120
+	grep -E "^ *Stall" "$d/ncu-qwen.txt" | sed 's/  */ /g' | head -6
+fi
 if has racecheck; then
 	for tool in racecheck synccheck; do
 		[ "$(left)" -ge 25 ] || { echo "== $tool: skipped (budget)"; continue; }
@@ -64,8 +90,9 @@ grep -hE "^\[  (PASSED|FAILED) |^test_kernels" "$d/test_kernels.log" 2>/dev/null
 for t in memcheck racecheck synccheck; do
 	[ -f "$d/$t.log" ] && echo "$t: $(grep -hE "ERROR SUMMARY|RACECHECK SUMMARY" "$d/$t.log" | tail -1)"
 done
-for sh in qwen kimi; do
-	[ -f "$d/stack-$sh.log" ] || continue
-	grep -E "^ceiling: (read|decode [a-z]+ +[0-9])" "$d/stack-$sh.log" | head -2
-	grep -E "^(decode|stack[a-z_]*) .* T=1 " "$d/stack-$sh.log" | sed 's/  */ /g'
+for f in "$d"/stack-*.log; do
+	[ -f "$f" ] || continue
+	echo "-- $(basename "$f")"
+	grep -E "^ceiling: (read|decode [a-z]+ +[0-9])" "$f" | head -2
+	grep -E "^(decode|stack[a-z0-9_]*) .* T=1 " "$f" | sed 's/  */ /g'
 done

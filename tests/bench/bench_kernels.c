@@ -20,8 +20,9 @@
  *   stack     (--layers N) N such layers decoded back to back at 1 token, each
  *             its own weights, layer l reading layer l-1's output
  *             (strata_gpu_moe_stack): time per layer and the same ratios, for the
- *             chained launches (kind stack), without their L2 prefetch
- *             (stack_nopf) and as plain launches (stack_plain)
+ *             chained launches (kind stack), chained with the L2 prefetch of the
+ *             next launch's weights (stack_l2pf) and as plain launches
+ *             (stack_plain)
  *   layer     a full MoE layer with random top-k routing over all the model's
  *             experts (15/30/55 hot/warm/cold tiering): layer-tokens per second
  * Layers are rotated so every timed call streams its weights from HBM; calls
@@ -363,8 +364,8 @@ static uint32_t g_layers; /* --layers N (0: no stack rows) */
  * per stack, stacks rotated until a replay streams >= 256 MB (never served
  * from L2 by reuse).  Every replay first copies the y's starting values
  * (random, a residual stream) into place (one device copy per stack, in the
- * timed graph).  Rows per layer: chained with the L2 prefetch (kind stack),
- * chained without it (stack_nopf), plain launches with the same dependencies
+ * timed graph).  Rows per layer: chained launches (kind stack), chained with
+ * the L2 prefetch (stack_l2pf), plain launches with the same dependencies
  * (stack_plain). */
 static void bench_stack(const struct shape *sh, int fmt, uint32_t T)
 {
@@ -404,8 +405,8 @@ static void bench_stack(const struct shape *sh, int fmt, uint32_t T)
 						     .fmts = fmts, .n_assign = na, .assign_expert = ae, .assign_token = at,
 						     .assign_weight = aw, .stream = g_st };
 	}
-	static const unsigned flags[] = { 0, STRATA_MOE_STACK_NOPF, STRATA_MOE_STACK_PLAIN };
-	static const char *const kinds[] = { "stack", "stack_nopf", "stack_plain" };
+	static const unsigned flags[] = { 0, STRATA_MOE_STACK_L2PF, STRATA_MOE_STACK_PLAIN };
+	static const char *const kinds[] = { "stack", "stack_l2pf", "stack_plain" };
 	for (int f = 0; f < 3; f++) {
 		/* warm-up outside the capture (scratch allocation, attributes) */
 		CHECK(strata_gpu_moe_stack(calls, N, flags[f], &g_err));
