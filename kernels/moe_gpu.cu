@@ -1059,7 +1059,7 @@ int launch_k(void (*k)(KA...), uint32_t grid, uint32_t block, uint32_t smem, cud
 	lc.gridDim = dim3(grid), lc.blockDim = dim3(block), lc.dynamicSmemBytes = smem, lc.stream = st;
 	lc.attrs = at, lc.numAttrs = pdl ? 1 : 0;
 	CU_TRY(err, cudaLaunchKernelEx(&lc, k, std::forward<A>(args)...));
-	if (pdl)
+	if (pdl && g_ctx.chain)
 		g_ctx.launches[STRATA_GPU_LAUNCH_CHAINED]++;
 	return STRATA_OK;
 }
