@@ -3,7 +3,8 @@
 # issue 21 at the Qwen3-30B-A3B shape): the steps in STEPS (default "tests
 # memcheck qwen kimi racecheck"), in this order:
 #   tests      test_kernels' TESTS (default test_moe_stack,test_moe_scalar_gv):
-#              every layer of every stack against the CPU reference
+#              every layer of every stack against the CPU reference; CASES=name,...:
+#              only the cases whose names hold one of these
 #   memcheck   compute-sanitizer --tool memcheck on test_moe_stack's cases
 #              whose names hold one of MC_CASES (default stack-mix,stack-qwen-q4)
 #   qwen, kimi bench_kernels --decode --layers LAYERS (default 16) for FORMATS
@@ -35,7 +36,7 @@ lim() { local l; l=$(left); [ "$1" -lt "$l" ] && echo "$1" || echo $(( l > 5 ? l
 lb=; command -v stdbuf >/dev/null && lb="stdbuf -oL -eL"
 if has tests; then
 	echo "== test_kernels ${TESTS:-test_moe_stack,test_moe_scalar_gv}"
-	STRATA_TESTS=${TESTS:-test_moe_stack,test_moe_scalar_gv} STRATA_CASES= timeout $(lim ${T_TESTS:-60}) $lb \
+	STRATA_TESTS=${TESTS:-test_moe_stack,test_moe_scalar_gv} STRATA_CASES=${CASES:-} timeout $(lim ${T_TESTS:-60}) $lb \
 		"$B/tests/test_kernels" >"$d/test_kernels.log" 2>&1; echo "test_kernels exit $?"
 	grep -E "^stack\[|rel err .*bound|FAILED|PASSED|error|seed" "$d/test_kernels.log" | head -40
 	cp "$d/test_kernels.log" "$out/"
