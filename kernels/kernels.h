@@ -251,8 +251,9 @@ uint64_t strata_gpu_moe_launches(enum strata_gpu_launch kind);
  * CTAs have ended and issue their first weight loads while it finishes, and
  * wait for the earlier launches (griddepcontrol.wait) before they read
  * activations or touch the h scratch, y or the sync counters.  Kernels of
- * other paths (prefill, bf16 and the register-ring scalar decode, BF16
- * copies) run as plain launches in between.  flags: STRATA_MOE_STACK_PLAIN:
+ * other paths (prefill, bf16 and the register-ring scalar decode, the BF16
+ * copies of q4/q3 experts and every launch on them) run as plain launches in
+ * between.  flags: STRATA_MOE_STACK_PLAIN:
  * plain launches (as strata_moe_layer_gpu on each call, for comparisons);
  * STRATA_MOE_STACK_L2PF: each chained launch also prefetches the weights of
  * the launch after it into L2 (bulk prefetch; the row-streaming kernel's

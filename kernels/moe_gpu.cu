@@ -1075,7 +1075,7 @@ void pf_list(MoeParams *p, bool own_down, bool gu_only, uint32_t *mid)
 {
 	p->chain = g_ctx.chain, p->npf = 0;
 	*mid = 0;
-	if (!g_ctx.l2pf)
+	if (!g_ctx.chain || !g_ctx.l2pf)
 		return;
 	uint64_t tot = 0;
 	if (own_down && p->n_slots <= PF_MAX) {
@@ -2076,7 +2076,12 @@ int moe_layer_parts(const struct strata_moe_call *c, struct strata_error *err)
 			struct strata_moe_call sub = *c;
 			sub.extents = ext, sub.fmts = fm;
 			sub.n_assign = n, sub.assign_expert = ae, sub.assign_token = ae + c->n_assign, sub.assign_weight = aw;
+			// In a stack these launches are not chained: a chained kernel loads
+			// weights before its wait, and these were just written by the copies.
+			const int chain = g_ctx.chain;
+			g_ctx.chain = 0;
 			rc = moe_layer_fused(&sub, err);
+			g_ctx.chain = chain;
 			e0 = e1;
 		}
 	}
