@@ -245,9 +245,43 @@ enum strata_gpu_launch {
 	STRATA_GPU_LAUNCH_SCALAR_DECODE,  /* scalar-format (q4, q3) decode kernel */
 	STRATA_GPU_LAUNCH_SCALAR_STAGED,  /* those with x staged in shared memory (sq_xs) */
 	STRATA_GPU_LAUNCH_SCALAR_GEMV,    /* layer launches (gate|up + down) of the row-streaming kernel (sq_gv) */
+	STRATA_GPU_LAUNCH_CHAINED,        /* kernels launched chained in a stack (strata_gpu_moe_stack) */
 	STRATA_GPU_LAUNCH_KINDS
 };
 uint64_t strata_gpu_moe_launches(enum strata_gpu_launch kind);
+/*
+ * Decode of a stack of MoE layers, the way a model runs them: calls[0 ..
+ * n_layers) are the layers' calls in order (moe.h's strata_moe_call, each
+ * with its own experts, routing, x and y, all on one stream; layer l's x is
+ * typically layer l-1's y), enqueued back to back with no host/device
+ * synchronisation.  The result is that of strata_moe_layer_gpu on each call
+ * in order (y += the layer's output; y must not alias x), only faster: the
+ * kernels that run batch-1 decode (the persistent kernel, the warp-streaming
+ * and the row-streaming decode kernels) are launched as programmatic
+ * dependent launches, so a launch's CTAs start where the previous launch's
+ * CTAs have ended and issue their first weight loads while it finishes, and
+ * wait for the earlier launches (griddepcontrol.wait) before they read
+ * activations or touch the h scratch, y or the sync counters.  Kernels of
+ * other paths (prefill, bf16 and the register-ring scalar decode, the BF16
+ * copies of q4/q3 experts and every launch on them) run as plain launches in
+ * between.  flags: STRATA_MOE_STACK_PLAIN:
+ * plain launches (as strata_moe_layer_gpu on each call, for comparisons);
+ * STRATA_MOE_STACK_L2PF: each chained launch also prefetches the weights of
+ * the launch after it into L2 (bulk prefetch; the row-streaming kernel's
+ * gate|up launch its layer's down matrices, its down launch the next layer's
+ * gate|up matrices, the other kernels the next layer's expert extents; none
+ * beyond 24 MB or 64 experts): measured slower on the H200
+ * (experiments/kernels/README.md, "Decode of a stack of layers").  With the
+ * configuration's poison the h scratch is filled with NaN before the stack's
+ * first launch only.  An error names the layer; the layers before it are
+ * enqueued.
+ */
+struct strata_moe_call;
+#define STRATA_MOE_STACK_PLAIN 1u
+#define STRATA_MOE_STACK_L2PF 2u
+int strata_gpu_moe_stack(const struct strata_moe_call *calls, uint32_t n_layers, unsigned flags,
+			 struct strata_error *err);
+
 /* Whether this GPU and build can run the sm_90a prefill kernel (1) or not (0). */
 int strata_gpu_moe_prefill_sm90_usable(void);
 

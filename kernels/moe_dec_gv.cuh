@@ -65,6 +65,7 @@ struct Args {
 	uint32_t xoff, coff;  // shared-memory offsets of the staged values, of q4's zero-point terms
 	uint32_t pdl;         // the down launch is a programmatic dependent launch (sq_pdl)
 	uint32_t l2pf;        // rows prefetched into L2 this many (task, matrix) steps ahead (sq_l2pf)
+	uint32_t pf0, pf1;    // chained (p.chain): ranges [pf0, pf1) of p.pfp to prefetch into L2
 };
 
 __device__ __forceinline__ uint32_t dp4a_uu(uint32_t a, uint32_t b, uint32_t c)
@@ -442,6 +443,18 @@ struct Smem {
 	static constexpr uint32_t SRC = 0, MAX = 8 * SRMAX, INV = 12 * SRMAX, END = 16 * SRMAX;
 };
 
+// The scale back of a staged row whose largest magnitude has bits mbits:
+// 2^(e - KBITS) (the row is staged times 2^(KBITS - e)); inf or NaN: NaN out.
+template <class P> __device__ __forceinline__ float row_inv(uint32_t mbits)
+{
+	const float m = __uint_as_float(mbits);
+	int e = 0;
+	if (m > 0.0f && m <= 3.0e38f)
+		frexpf(m, &e);
+	e = max(e, -100);
+	return m <= 3.0e38f ? ldexpf(1.0f, e - P::KBITS) : __int_as_float(0x7fc00000);
+}
+
 // Stage this CTA's activation rows (the caller has issued its first loads).
 template <class P> __device__ __forceinline__ void stage(const MoeParams &p, const Args &a, uint32_t &nr)
 {
@@ -464,6 +477,41 @@ template <class P> __device__ __forceinline__ void stage(const MoeParams &p, con
 							mx[p.slot[s].a0 + i - a0] = 0;
 	}
 	__syncthreads();
+	const uint32_t nq = pc / 8, cpr = pc / 256 * P::CPB;
+	if (nr * nq <= blockDim.x) {
+		// One 8-column slice per thread (e.g. Qwen3-30B-A3B at 1 - 2 tokens): the
+		// row is read once, into registers, for its largest magnitude and its
+		// values.  nq is a multiple of 32, so a warp's slices are of one row.
+		const uint32_t i = threadIdx.x, r = i / nq, q = i - r * nq;
+		float v[8];
+		uint32_t bits = 0;
+		if (i < nr * nq) {
+#pragma unroll
+			for (int m = 0; m < 8; m++) {
+				const uint32_t c = 8 * q + m;
+				v[m] = c < cols ? src[r][c] : 0.0f;
+				bits = max(bits, __float_as_uint(fabsf(v[m])));
+			}
+			bits = __reduce_max_sync(0xffffffffu, bits);
+			if ((threadIdx.x & 31) == 0 && bits)
+				atomicMax(mx + r, bits);
+		}
+		__syncthreads();
+		if (i < nr)
+			inv[i] = row_inv<P>(mx[i]);
+		__syncthreads();
+		if (i < nr * nq) {
+			const float sc = 1.0f / inv[r];
+#pragma unroll
+			for (int m = 0; m < 8; m++)
+				v[m] = 8 * q + m < cols ? v[m] * sc : 0.0f;
+			uint32_t j, u;
+			P::slot_of(q, j, u);
+			P::stage(v, a.xoff + r * cpr * P::NG * 16, a.coff + r * cpr * P::NG * 4, cpr, j, u);
+		}
+		__syncthreads();
+		return;
+	}
 	// Largest magnitude of each row, as bits (NaN wins: its bits are above inf's).
 	for (uint32_t r = 0, i = threadIdx.x; r < nr; r++) {
 		const float *q = src[r] - r * cols;
@@ -475,18 +523,10 @@ template <class P> __device__ __forceinline__ void stage(const MoeParams &p, con
 			atomicMax(mx + r, bits);
 	}
 	__syncthreads();
-	for (uint32_t r = threadIdx.x; r < nr; r += blockDim.x) {
-		const float m = __uint_as_float(mx[r]);
-		int e = 0;
-		if (m > 0.0f && m <= 3.0e38f)
-			frexpf(m, &e);
-		e = max(e, -100);
-		// scale up: 2^(KBITS - e); back: 2^(e - KBITS); inf or NaN: NaN out
-		inv[r] = m <= 3.0e38f ? ldexpf(1.0f, e - P::KBITS) : __int_as_float(0x7fc00000);
-	}
+	for (uint32_t r = threadIdx.x; r < nr; r += blockDim.x)
+		inv[r] = row_inv<P>(mx[r]);
 	__syncthreads();
 	// The values: slice q (8 columns) of row r per thread.
-	const uint32_t nq = pc / 8, cpr = pc / 256 * P::CPB;
 	for (uint32_t i = threadIdx.x; i < nr * nq; i += blockDim.x) {
 		const uint32_t r = i / nq, q = i - r * nq;
 		const float sc = 1.0f / inv[r];
@@ -574,12 +614,20 @@ __global__ void __launch_bounds__(32 * NW, 1) gv_kernel(const __grid_constant__ 
 		load(b1);
 	// Programmatic dependent launch (a.pdl): the down grid may start on an SM
 	// as soon as the gate|up CTA there has ended, load its first weights, and
-	// wait here for the whole gate|up grid (its h) before staging.
-	if (a.pdl) {
+	// wait here for the whole gate|up grid (its h) before staging.  Chained
+	// (p.chain, a stack of layers): both launches are programmatic dependent
+	// ones, prefetch the next launch's weights into L2, let it start, and
+	// wait for the earlier launches (x is the previous layer's y; h and y are
+	// written only after the previous layer's down launch has read h).
+	if (p.chain) {
+		l2_prefetch(p, a.pf0, a.pf1);
+		pdl_trigger();
+		pdl_wait();
+	} else if (a.pdl) {
 		if (d)
-			asm volatile("griddepcontrol.wait;\n" ::: "memory");
+			pdl_wait();
 		else
-			asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+			pdl_trigger();
 	}
 	uint32_t nr;
 	stage<P>(p, a, nr);

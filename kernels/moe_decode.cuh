@@ -509,6 +509,13 @@ __global__ void __launch_bounds__(32 * NW, 1) dec_kernel(const __grid_constant__
 	const uint32_t sb0 = (uint32_t)__cvta_generic_to_shared(g_smem) + wbase; // for cp.async
 	uint8_t *roffs = g_smem + wbase + NS * stage;
 	uint32_t *queue = reinterpret_cast<uint32_t *>(roffs + NS * G::ROFF);
+	// Chained (strata_gpu_moe_stack): tasks come from a counter the earlier
+	// launch resets, so wait before the first fetch.
+	if (p.chain) {
+		l2_prefetch(p, 0, p.npf);
+		pdl_trigger();
+		pdl_wait();
+	}
 	if constexpr (TAB) {
 		tcq_tab_fill(G::TAB_AT, threadIdx.x, 32 * NW);
 		__syncthreads();

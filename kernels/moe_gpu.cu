@@ -25,6 +25,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <type_traits>
+#include <utility>
 #include <stdlib.h>
 #include <string.h>
 
@@ -72,6 +73,12 @@ struct Slot {
 	uint32_t fmt;
 };
 
+// L2 prefetch of a chained launch (MoeParams::pfp): at most PF_MAX ranges
+// of at most PF_BYTES_MAX bytes in all (more would not stay in the 50-60 MB
+// L2 until used), in pieces of PF_CHUNK bytes.
+constexpr uint32_t PF_MAX = 64, PF_CHUNK = 8192;
+constexpr uint64_t PF_BYTES_MAX = 24ull << 20;
+
 struct MoeParams {
 	const float *x;
 	float *y, *h;
@@ -85,6 +92,14 @@ struct MoeParams {
 	uint32_t sgu, sdn, kbg, kbd;
 	float *gus;
 	unsigned *gucnt;
+	// Stacks of layers (strata_gpu_moe_stack): chain = the launch is a
+	// programmatic dependent launch, whose kernels wait (griddepcontrol.wait)
+	// before reading activations or touching scratch and sync counters; npf
+	// byte ranges pfp[i], pfb[i] (weights of the launch after this one) are
+	// prefetched into L2 at its start.
+	uint32_t chain, npf;
+	const uint8_t *pfp[PF_MAX];
+	uint32_t pfb[PF_MAX];
 	FmtTab tab[STRATA_FMT_COUNT];
 	Slot slot[STRATA_MOE_MAX_SLOTS];
 	uint32_t tok[STRATA_MOE_MAX_ASSIGN];
@@ -121,6 +136,29 @@ __device__ __forceinline__ void mbar_init(uint32_t mbar, uint32_t count)
 			     "selp.u32 %0, 1, 0, p;\n\t}\n"
 			     : "=r"(ok) : "r"(mbar), "r"(parity) : "memory");
 	} while (!ok);
+}
+// Programmatic dependent launch: let the next launch of the stream start
+// (its CTAs run their prologue where SMs free up), and wait until every
+// earlier launch has completed and its writes are visible (returns at once
+// when the launch is not a programmatic dependent one).
+__device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+// Prefetch ranges [i0, i1) of p.pfp into L2: PF_CHUNK-byte pieces dealt to
+// the grid's threads, CTAs varying fastest (a few bulk prefetches per thread).
+__device__ __forceinline__ void l2_prefetch(const MoeParams &p, uint32_t i0, uint32_t i1)
+{
+	const uint32_t nth = gridDim.x * blockDim.x, me = threadIdx.x * gridDim.x + blockIdx.x;
+	uint32_t base = 0;
+	for (uint32_t i = i0; i < i1; i++) {
+		const uint32_t bytes = p.pfb[i], n = (bytes + PF_CHUNK - 1) / PF_CHUNK;
+		for (uint32_t c = (me + nth - base % nth) % nth; c < n; c += nth) {
+			const uint32_t sz = min(PF_CHUNK, bytes - c * PF_CHUNK) & ~15u;
+			if (sz)
+				asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n"
+					     ::"l"(p.pfp[i] + (uint64_t)c * PF_CHUNK), "r"(sz) : "memory");
+		}
+		base += n;
+	}
 }
 [[maybe_unused]] __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
@@ -643,6 +681,13 @@ __global__ void __launch_bounds__(32 * NW, 1) moe_kernel(const __grid_constant__
 		}
 		cp_commit();
 	}
+	// Chained (strata_gpu_moe_stack): the first stages are in flight; the
+	// activations, h, y and the sync counters only after the earlier launches.
+	if (p.chain) {
+		l2_prefetch(p, 0, p.npf);
+		pdl_trigger();
+		pdl_wait();
+	}
 	float acc[MT][NT][4];
 	for (uint32_t it = 0; cp.t < p.n_tasks; it++) {
 		if constexpr (BULK) {
@@ -891,6 +936,18 @@ struct Ctx {
 	uint32_t pf90_attr = 0;    // its kernels whose shared-memory attribute is set (bits)
 	uint8_t *sq_bf16 = nullptr;   // BF16 copies of scalar-format experts (moe_layer_parts)
 	size_t sq_cap = 0;            // bytes
+	// A stack of layers in progress (strata_gpu_moe_stack): chain = launch the
+	// kernels that wait for their predecessors (persistent, warp-streaming and
+	// row-streaming decode) as programmatic dependent launches; l2pf = with
+	// the L2 prefetch (STRATA_MOE_STACK_L2PF); first = no launch of the stack
+	// yet (the poison configuration fills h only then); the next layer's
+	// experts with tokens, nx_n of them (0: no prefetch):
+	// their gate|up matrices at nx_p[i] (nx_gu[i] bytes), the whole extent
+	// from there nx_all[i] bytes.
+	int chain = 0, l2pf = 0, first = 0;
+	uint32_t nx_n = 0;
+	const uint8_t *nx_p[PF_MAX];
+	uint32_t nx_gu[PF_MAX], nx_all[PF_MAX];
 };
 Ctx g_ctx;
 
@@ -988,6 +1045,60 @@ int ctx_init(struct strata_error *err)
 	return STRATA_OK;
 }
 
+// Launch k<<<grid, block, smem, st>>>(args...), as a programmatic dependent
+// launch when pdl (k then waits with griddepcontrol.wait before it touches
+// what the earlier launches write).
+template <class... KA, class... A>
+int launch_k(void (*k)(KA...), uint32_t grid, uint32_t block, uint32_t smem, cudaStream_t st, bool pdl,
+	     struct strata_error *err, A &&...args)
+{
+	cudaLaunchConfig_t lc = {};
+	cudaLaunchAttribute at[1];
+	at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+	at[0].val.programmaticStreamSerializationAllowed = 1;
+	lc.gridDim = dim3(grid), lc.blockDim = dim3(block), lc.dynamicSmemBytes = smem, lc.stream = st;
+	lc.attrs = at, lc.numAttrs = pdl ? 1 : 0;
+	CU_TRY(err, cudaLaunchKernelEx(&lc, k, std::forward<A>(args)...));
+	if (pdl && g_ctx.chain)
+		g_ctx.launches[STRATA_GPU_LAUNCH_CHAINED]++;
+	return STRATA_OK;
+}
+
+// The L2 prefetch list of a launch (MoeParams::pfp), chained launches of a
+// stack with STRATA_MOE_STACK_L2PF only: first, when own_down, the down matrices of this launch's slots
+// (the row-streaming kernel's gate|up launch: its down launch is next), then
+// the next layer's experts (their gate|up matrices when gu_only: the
+// row-streaming kernel's down launch, whose successor is the next layer's
+// gate|up launch; else whole extents); *mid: where the next layer's ranges
+// begin.  Nothing of a part that would exceed PF_MAX ranges or PF_BYTES_MAX.
+void pf_list(MoeParams *p, bool own_down, bool gu_only, uint32_t *mid)
+{
+	p->chain = g_ctx.chain, p->npf = 0;
+	*mid = 0;
+	if (!g_ctx.chain || !g_ctx.l2pf)
+		return;
+	uint64_t tot = 0;
+	if (own_down && p->n_slots <= PF_MAX) {
+		struct strata_expert_layout E;
+		for (uint32_t s = 0; s < p->n_slots; s++) {
+			if (strata_expert_layout((int)p->slot[s].fmt, p->hidden, p->inter, &E))
+				break;
+			p->pfp[p->npf] = p->slot[s].ext + E.down_off, p->pfb[p->npf++] = (uint32_t)E.down.bytes;
+			tot += E.down.bytes;
+		}
+		if (tot > PF_BYTES_MAX)
+			p->npf = 0, tot = 0;
+	}
+	*mid = p->npf;
+	uint64_t nb = 0;
+	for (uint32_t i = 0; i < g_ctx.nx_n; i++)
+		nb += gu_only ? g_ctx.nx_gu[i] : g_ctx.nx_all[i];
+	if (!g_ctx.nx_n || p->npf + g_ctx.nx_n > PF_MAX || tot + nb > PF_BYTES_MAX)
+		return;
+	for (uint32_t i = 0; i < g_ctx.nx_n; i++)
+		p->pfp[p->npf] = g_ctx.nx_p[i], p->pfb[p->npf++] = gu_only ? g_ctx.nx_gu[i] : g_ctx.nx_all[i];
+}
+
 // Task list of a launch: every slot's gate|up tasks (rg rows x tn tokens,
 // sg split-K parts each), then every slot's down tasks (rd rows, sd parts);
 // sets task0 / dtask0, n_gu_tasks and n_tasks (returned).
@@ -1018,10 +1129,9 @@ int launch(MoeParams *p, cudaStream_t st, int variant, struct strata_error *err)
 		g_ctx.attr_set[variant] = true;
 	}
 	uint32_t t = layout_tasks(p, G::RG, G::RD, G::TN);
-	uint32_t grid = t < (uint32_t)g_ctx.sms ? t : (uint32_t)g_ctx.sms;
-	moe_kernel<NT, MT, NW, BULK><<<grid, (32 * NW), smem, st>>>(*p);
-	CU_TRY(err, cudaGetLastError());
-	return STRATA_OK;
+	uint32_t grid = t < (uint32_t)g_ctx.sms ? t : (uint32_t)g_ctx.sms, mid;
+	pf_list(p, false, false, &mid);
+	return launch_k(moe_kernel<NT, MT, NW, BULK>, grid, 32 * NW, (uint32_t)smem, st, g_ctx.chain, err, *p);
 }
 
 // The warp-streaming decode kernel <NW warps, NS stages> (moe_decode.cuh),
@@ -1036,12 +1146,12 @@ int dec_launch(MoeParams *p, cudaStream_t st, int bit, struct strata_error *err)
 						 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)G::SMEM));
 		g_ctx.dec_attr |= 1u << bit;
 	}
-	uint32_t grid = (p->n_tasks + NW - 1) / NW;
+	uint32_t grid = (p->n_tasks + NW - 1) / NW, mid;
 	if (grid > (uint32_t)g_ctx.sms)
 		grid = (uint32_t)g_ctx.sms;
-	dec::dec_kernel<NW, NS, UNROLL, NT, TAB, SQ><<<grid, 32 * NW, G::SMEM, st>>>(*p);
-	CU_TRY(err, cudaGetLastError());
-	return STRATA_OK;
+	pf_list(p, false, false, &mid);
+	return launch_k(dec::dec_kernel<NW, NS, UNROLL, NT, TAB, SQ>, grid, 32 * NW, (uint32_t)G::SMEM, st, g_ctx.chain,
+			err, *p);
 }
 
 // Grow a zero-filled device array to n elements of T (kept zero between
@@ -1377,20 +1487,10 @@ int gv_launch(MoeParams *p, const gv::Args (&a)[2], const uint32_t (&grid)[2], c
 			g_ctx.gv_attr |= 1ull << bit;
 		}
 	}
-	k[0]<<<grid[0], 32 * gv::NW, smem[0], st>>>(*p, a[0]);
-	CU_TRY(err, cudaGetLastError());
-	if (a[1].pdl) {
-		cudaLaunchConfig_t lc = {};
-		cudaLaunchAttribute at[1];
-		at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-		at[0].val.programmaticStreamSerializationAllowed = 1;
-		lc.gridDim = dim3(grid[1]), lc.blockDim = dim3(32 * gv::NW), lc.dynamicSmemBytes = smem[1], lc.stream = st;
-		lc.attrs = at, lc.numAttrs = 1;
-		CU_TRY(err, cudaLaunchKernelEx(&lc, k[1], *p, a[1]));
-	} else {
-		k[1]<<<grid[1], 32 * gv::NW, smem[1], st>>>(*p, a[1]);
-		CU_TRY(err, cudaGetLastError());
-	}
+	int rc;
+	if ((rc = launch_k(k[0], grid[0], 32 * gv::NW, smem[0], st, g_ctx.chain, err, *p, a[0])) ||
+	    (rc = launch_k(k[1], grid[1], 32 * gv::NW, smem[1], st, g_ctx.chain || a[1].pdl, err, *p, a[1])))
+		return rc;
 	g_ctx.launches[STRATA_GPU_LAUNCH_SCALAR_GEMV]++;
 	return STRATA_OK;
 }
@@ -1421,12 +1521,16 @@ int run_dec_gv(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_err
 	for (uint32_t i = 0; i < p->slot[p->n_slots - 1].a0 + p->slot[p->n_slots - 1].ntok; i++)
 		xrows = p->tok[i] + 1 > xrows ? p->tok[i] + 1 : xrows;
 	gv::Args a[2];
-	uint32_t grid[2], smem[2];
+	uint32_t grid[2], smem[2], mid;
+	// Chained with the L2 prefetch: the gate|up launch prefetches this layer's
+	// down matrices, the down launch the next layer's gate|up matrices.
+	pf_list(p, true, true, &mid);
 	for (uint32_t d = 0; d < 2; d++) {
 		gv::Args &g = a[d];
 		g.down = d;
 		g.pdl = g_ctx.cfg.sq_pdl;
 		g.l2pf = (uint32_t)g_ctx.cfg.sq_l2pf;
+		g.pf0 = d ? mid : 0, g.pf1 = d ? p->npf : mid;
 		g.cpr = f.pc[d] / 256 * (q4 ? gv::Q4::CPB : gv::Q3::CPB);
 		gv_geom(g.cpr, q4 ? gv::Q4::NB : gv::Q3::NB, d ? p->hidden : p->inter,
 			p->n_slots, g.lsh, g.nbat);
@@ -1482,8 +1586,12 @@ int run_launch(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_err
 	}
 	p->h = g_ctx.h;
 	p->sync = g_ctx.sync;
-	if (g_ctx.cfg.poison)
+	p->chain = 0, p->npf = 0;
+	// In a stack, h is poisoned before its first launch only (a memset
+	// between the layers would serialise them).
+	if (g_ctx.cfg.poison && (!g_ctx.chain || g_ctx.first))
 		CU_TRY(err, cudaMemsetAsync(g_ctx.h, 0xff, (size_t)hfl * sizeof(float), st));
+	g_ctx.first = 0;
 	int rc = 0;
 	if (maxtok <= 8 && run_dec_bf16(p, hfl, st, err, &rc))
 		return rc;
@@ -2005,7 +2113,12 @@ int moe_layer_parts(const struct strata_moe_call *c, struct strata_error *err)
 			struct strata_moe_call sub = *c;
 			sub.extents = ext, sub.fmts = fm;
 			sub.n_assign = n, sub.assign_expert = ae, sub.assign_token = ae + c->n_assign, sub.assign_weight = aw;
+			// In a stack these launches are not chained: a chained kernel loads
+			// weights before its wait, and these were just written by the copies.
+			const int chain = g_ctx.chain;
+			g_ctx.chain = 0;
 			rc = moe_layer_fused(&sub, err);
+			g_ctx.chain = chain;
 			e0 = e1;
 		}
 	}
@@ -2032,6 +2145,64 @@ extern "C" int strata_moe_layer_gpu(const struct strata_moe_call *c, struct stra
 	pthread_mutex_lock(&g_ctx.mu);
 	strata_gpu_moe_config_get(&g_ctx.cfg);
 	int rc = moe_layer(c, err);
+	pthread_mutex_unlock(&g_ctx.mu);
+	return rc;
+}
+
+namespace {
+// The next layer of a stack (NULL: none) as the prefetch list of
+// g_ctx.nx_*: its experts with tokens, none when they are more than PF_MAX.
+void stack_next(const struct strata_moe_call *c)
+{
+	g_ctx.nx_n = 0;
+	if (!c || !c->extents || !c->fmts || !c->assign_expert)
+		return;
+	uint32_t n = 0;
+	for (uint32_t a = 0; a < c->n_assign; a++) {
+		const uint32_t e = c->assign_expert[a];
+		struct strata_expert_layout E;
+		if (e >= c->n_experts || !c->extents[e] || strata_expert_layout(c->fmts[e], c->hidden, c->inter, &E))
+			continue;
+		const uint8_t *gu = (const uint8_t *)c->extents[e] + E.gate_off;
+		bool seen = false;
+		for (uint32_t i = 0; i < n && !seen; i++)
+			seen = g_ctx.nx_p[i] == gu;
+		if (seen)
+			continue;
+		if (n == PF_MAX)
+			return;
+		g_ctx.nx_p[n] = gu;
+		g_ctx.nx_gu[n] = (uint32_t)(E.up_off + E.up.bytes - E.gate_off);
+		g_ctx.nx_all[n++] = (uint32_t)(E.down_off + E.down.bytes - E.gate_off);
+	}
+	g_ctx.nx_n = n;
+}
+} // namespace
+
+extern "C" int strata_gpu_moe_stack(const struct strata_moe_call *calls, uint32_t n_layers, unsigned flags,
+				    struct strata_error *err)
+{
+	if (strata_gpu_count() <= 0)
+		return STRATA_ERR(err, STRATA_EUNSUPPORTED, "strata_gpu_moe_stack: no GPU");
+	if (!calls || !n_layers)
+		return STRATA_ERR(err, STRATA_EINVAL, "strata_gpu_moe_stack: no layers");
+	if (flags & ~(STRATA_MOE_STACK_PLAIN | STRATA_MOE_STACK_L2PF))
+		return STRATA_ERR(err, STRATA_EINVAL, "strata_gpu_moe_stack: unknown flags 0x%x", flags);
+	for (uint32_t l = 1; l < n_layers; l++)
+		if (calls[l].stream != calls[0].stream)
+			return STRATA_ERR(err, STRATA_EINVAL, "strata_gpu_moe_stack: layer %u is not on layer 0's stream", l);
+	pthread_mutex_lock(&g_ctx.mu);
+	strata_gpu_moe_config_get(&g_ctx.cfg);
+	int rc = STRATA_OK;
+	g_ctx.chain = !(flags & STRATA_MOE_STACK_PLAIN);
+	g_ctx.l2pf = g_ctx.chain && (flags & STRATA_MOE_STACK_L2PF);
+	g_ctx.first = 1;
+	for (uint32_t l = 0; l < n_layers && !rc; l++) {
+		stack_next(g_ctx.l2pf && l + 1 < n_layers ? &calls[l + 1] : nullptr);
+		if ((rc = moe_layer(&calls[l], err)))
+			strata_error_prefix(err, "strata_gpu_moe_stack: layer %u: ", l);
+	}
+	g_ctx.chain = 0, g_ctx.l2pf = 0, g_ctx.first = 0, g_ctx.nx_n = 0;
 	pthread_mutex_unlock(&g_ctx.mu);
 	return rc;
 }

@@ -345,6 +345,26 @@ static int mix_has(int mix, int f)
 	}
 }
 
+/* Routing of T tokens: each picks k distinct experts of ne at random, with
+ * weights in [0.1, 1): assignment t * k + i is (ae, at = t, aw). */
+static void random_routing(uint32_t T, uint32_t k, uint32_t ne, uint32_t *ae, uint32_t *at, float *aw)
+{
+	for (uint32_t t = 0; t < T; t++)
+		for (uint32_t i = 0; i < k; i++) {
+			uint32_t e;
+			int dup;
+			do {
+				e = (uint32_t)(rnd_u64() % ne);
+				dup = 0;
+				for (uint32_t q = 0; q < i; q++)
+					dup |= ae[t * k + q] == e;
+			} while (dup);
+			ae[t * k + i] = e;
+			at[t * k + i] = t;
+			aw[t * k + i] = 0.1f + 0.9f * fabsf(rnd_f());
+		}
+}
+
 /* One MoE case against the reference.  outliers: activations as big_token()
  * says; pf_min: the kernel configuration's prefill_min for the call (0: default). */
 static void run_moe_case_ex(const struct moe_case *mc, int outliers, uint32_t pf_min)
@@ -383,20 +403,7 @@ static void run_moe_case_ex(const struct moe_case *mc, int outliers, uint32_t pf
 	uint32_t NA = T * mc->top_k;
 	uint32_t *ae = malloc(NA * 4), *at = malloc(NA * 4);
 	float *aw = malloc(NA * 4);
-	for (uint32_t t = 0; t < T; t++)
-		for (uint32_t k = 0; k < mc->top_k; k++) {
-			uint32_t e;
-			int dup;
-			do {
-				e = (uint32_t)(rnd_u64() % NE);
-				dup = 0;
-				for (uint32_t q = 0; q < k; q++)
-					dup |= ae[t * mc->top_k + q] == e;
-			} while (dup);
-			ae[t * mc->top_k + k] = e;
-			at[t * mc->top_k + k] = t;
-			aw[t * mc->top_k + k] = 0.1f + 0.9f * fabsf(rnd_f());
-		}
+	random_routing(T, mc->top_k, NE, ae, at, aw);
 	size_t nx = (size_t)T * H;
 	float *x = malloc(nx * 4), *y0 = malloc(nx * 4), *yref = malloc(nx * 4), *yg = malloc(nx * 4);
 	for (size_t i = 0; i < nx; i++)
@@ -962,6 +969,183 @@ static void test_moe_scalar_gv(void **state)
 	kernel_config(NULL);
 }
 
+/* ---- a stack of layers (strata_gpu_moe_stack) ---- */
+
+/* Whether STRATA_CASES (name,...: a short memcheck run) picks a case. */
+static int case_picked(const char *name)
+{
+	const char *only = getenv("STRATA_CASES");
+	if (!only || !*only)
+		return 1;
+	char buf[256], *save = NULL;
+	snprintf(buf, sizeof(buf), "%s", only);
+	for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+		if (strstr(name, tok))
+			return 1;
+	return 0;
+}
+
+struct stack_case {
+	const char *name;
+	uint32_t hidden, inter, n_tokens, n_experts, top_k, layers;
+	int fmt[6]; /* per layer: a format, or -5 / -6: experts alternating q4 / q3 and warm */
+};
+
+/* One stack: layer l reads layer l-1's y (layer 0 a random x),
+ * each y starts as random values (a residual stream, so the activations
+ * neither vanish nor grow), every layer its own experts and routing.  Each
+ * layer's GPU output is checked against the CPU reference applied to the
+ * GPU's input of that layer (the previous layer's GPU output): a layer that
+ * read its x before the previous layer had finished adding into it, or whose
+ * down launch read h after the next layer's gate|up launch overwrote it,
+ * gives a wrong y.  The h scratch is poisoned with NaN before the stack.
+ * Runs the stack chained, chained with the L2 prefetch and as plain
+ * launches. */
+static void run_stack_case(const struct stack_case *sc)
+{
+	struct strata_error err = { 0 };
+	const uint32_t H = sc->hidden, I = sc->inter, T = sc->n_tokens, NE = sc->n_experts, K = sc->top_k, L = sc->layers;
+	const size_t nx = (size_t)T * H;
+	uint8_t **hext = calloc((size_t)L * NE, sizeof(*hext)), *fmts = malloc((size_t)L * NE);
+	void **dext = calloc((size_t)L * NE, sizeof(*dext));
+	uint32_t *ae = malloc((size_t)L * T * K * 4), *at = malloc((size_t)L * T * K * 4);
+	float *aw = malloc((size_t)L * T * K * 4);
+	float *x0 = malloc(nx * 4), *r = malloc(L * nx * 4), *yg = malloc(L * nx * 4), *yref = malloc(nx * 4);
+	struct strata_moe_call *calls = calloc(L, sizeof(*calls));
+	assert_true(hext && fmts && dext && ae && at && aw && x0 && r && yg && yref && calls && NE <= 64);
+	double bound[6] = { 0 };
+	uint64_t gv_layers = 0;
+	for (uint32_t l = 0; l < L; l++) {
+		for (uint32_t e = 0; e < NE; e++) {
+			const int f = sc->fmt[l];
+			uint8_t *fm = &fmts[l * NE + e];
+			*fm = (uint8_t)(f >= 0 ? f : e % 2 ? STRATA_FMT_WARM : f == -5 ? STRATA_FMT_Q4 : STRATA_FMT_Q3);
+			struct strata_expert_layout E;
+			hext[l * NE + e] = make_expert(*fm, H, I, &E);
+			dext[l * NE + e] = dmalloc(E.bytes);
+			h2d(dext[l * NE + e], hext[l * NE + e], E.bytes);
+			bound[l] = bound_for(*fm) > bound[l] ? bound_for(*fm) : bound[l];
+		}
+		const size_t a0 = (size_t)l * T * K;
+		/* the row-streaming kernel takes the layer's q4/q3 experts when each has
+		 * at most 4 tokens (more: BF16 copies, as plain launches in a stack) */
+		uint32_t most = 0, cnt[64] = { 0 };
+		random_routing(T, K, NE, ae + a0, at + a0, aw + a0);
+		for (uint32_t a = 0; a < T * K; a++)
+			if (strata_fmt_is_scalar(fmts[l * NE + ae[a0 + a]]) && ++cnt[ae[a0 + a]] > most)
+				most = cnt[ae[a0 + a]];
+		gv_layers += most && most <= 4;
+	}
+	for (size_t i = 0; i < nx; i++)
+		x0[i] = rnd_w();
+	for (size_t i = 0; i < L * nx; i++)
+		r[i] = 0.25f * rnd_w();
+	float *dx = dmalloc(nx * 4), *dy = dmalloc(L * nx * 4);
+	h2d(dx, x0, nx * 4);
+	h2d(dy, r, L * nx * 4);
+	for (uint32_t l = 0; l < L; l++)
+		calls[l] = (struct strata_moe_call){
+			.hidden = H, .inter = I, .n_tokens = T, .x = l ? dy + (l - 1) * nx : dx, .y = dy + l * nx,
+			.n_experts = NE, .extents = (const void *const *)(dext + l * NE), .fmts = fmts + l * NE,
+			.n_assign = T * K, .assign_expert = ae + (size_t)l * T * K, .assign_token = at + (size_t)l * T * K,
+			.assign_weight = aw + (size_t)l * T * K,
+		};
+	/* the same stack chained, chained with the L2 prefetch, as plain launches */
+	static const unsigned flags[] = { 0, STRATA_MOE_STACK_L2PF, STRATA_MOE_STACK_PLAIN };
+	for (int f = 0; f < 3; f++) {
+		struct strata_moe_config kc;
+		strata_gpu_moe_config_defaults(&kc);
+		kc.poison = 1;
+		kernel_config(&kc);
+		h2d(dy, r, L * nx * 4);
+		const uint64_t c0 = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_CHAINED);
+		const uint64_t g0 = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_SCALAR_GEMV);
+		int rc = strata_gpu_moe_stack(calls, L, flags[f], &err);
+		if (rc)
+			fprintf(stderr, "stack[%s]: %s\n", sc->name, err.msg);
+		assert_int_equal(rc, STRATA_OK);
+		assert_int_equal(strata_gpu_sync(&err), STRATA_OK);
+		const uint64_t chained = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_CHAINED) - c0;
+		const uint64_t gv = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_SCALAR_GEMV) - g0;
+		d2h(yg, dy, L * nx * 4);
+		kernel_config(NULL);
+		double worst = 0, mag = 0;
+		for (uint32_t l = 0; l < L; l++) {
+			memcpy(yref, r + l * nx, nx * 4);
+			struct strata_moe_call c = calls[l];
+			c.x = l ? yg + (l - 1) * nx : x0, c.y = yref, c.extents = (const void *const *)(hext + l * NE);
+			assert_int_equal(strata_moe_layer_ref(&c, &err), STRATA_OK);
+			int nonfinite;
+			const double re = rel_err(yg + l * nx, yref, r + l * nx, nx, &nonfinite);
+			/* the layer's output against its residual: must be visible in y */
+			double num = 0, den = 0;
+			for (size_t i = 0; i < nx; i++) {
+				const double o = (double)yref[i] - r[l * nx + i];
+				num += o * o, den += (double)r[l * nx + i] * r[l * nx + i];
+			}
+			mag += sqrt(num / den) / L;
+			worst = re > worst ? re : worst;
+			if (nonfinite || re >= bound[l])
+				fprintf(stderr, "stack[%s] flags=%u layer %u: rel err %.3g (bound %.3g), %d not finite\n",
+					sc->name, flags[f], l, re, bound[l], nonfinite);
+			assert_int_equal(nonfinite, 0);
+			assert_true(re < bound[l]);
+		}
+		printf("stack[%s] H=%u I=%u T=%u E=%u k=%u layers=%u flags=%u: worst layer rel err %.3g, "
+		       "layer output / residual %.3g, chained launches %llu, row-streaming layer launches %llu\n",
+		       sc->name, H, I, T, NE, K, L, flags[f], worst, mag, (unsigned long long)chained,
+		       (unsigned long long)gv);
+		assert_true(mag > 0.05); /* each layer's output is a visible part of the next layer's input */
+		/* every layer chained, none plain; at 17 or more tokens per expert (the
+		 * prefill path, BF16 copies of q4/q3 experts) no launch is chained */
+		assert_true(flags[f] & STRATA_MOE_STACK_PLAIN || T > 16 ? chained == 0 : chained >= L);
+		/* the layers with q4 / q3 experts ran on the row-streaming kernel, one pair each */
+		assert_true(gv == gv_layers);
+	}
+	for (uint32_t i = 0; i < L * NE; i++) {
+		strata_gpu_free(dext[i]);
+		free(hext[i]);
+	}
+	strata_gpu_free(dx), strata_gpu_free(dy);
+	free(hext), free(fmts), free(dext), free(ae), free(at), free(aw), free(x0), free(r), free(yg), free(yref);
+	free(calls);
+}
+
+/* Stacks on the chained launches (with and without the L2 prefetch) and on
+ * plain launches: Qwen3-30B-A3B-shaped q4 and q3 (the row-streaming kernel),
+ * hot (the persistent kernel), layers of different formats, mixed layers
+ * (two launches per layer), 20 tokens per expert (the prefill path, BF16
+ * copies of q4/q3 experts: plain launches), a Kimi-shaped q4 stack (no
+ * prefetch: too big). */
+static void test_moe_stack(void **state)
+{
+	(void)state;
+	struct strata_error err = { 0 };
+	if (!test_have_gpu("test_moe_stack")) {
+		assert_int_equal(strata_gpu_moe_stack(NULL, 0, 0, &err), STRATA_EUNSUPPORTED);
+		return;
+	}
+	static const struct stack_case cases[] = {
+		{ "stack-qwen-q4", 2048, 768, 1, 8, 8, 3, { STRATA_FMT_Q4, STRATA_FMT_Q4, STRATA_FMT_Q4 } },
+		{ "stack-qwen-q3", 2048, 768, 3, 6, 4, 2, { STRATA_FMT_Q3, STRATA_FMT_Q3 } },
+		{ "stack-qwen-hot", 2048, 768, 1, 8, 8, 3, { STRATA_FMT_HOT, STRATA_FMT_HOT, STRATA_FMT_HOT } },
+		{ "stack-mix", 1024, 512, 2, 6, 4, 6,
+		  { STRATA_FMT_Q4, STRATA_FMT_HOT, STRATA_FMT_Q3, -5, STRATA_FMT_COLD, -6 } },
+		{ "stack-big-q4", 512, 256, 20, 2, 2, 3, { STRATA_FMT_Q4, STRATA_FMT_HOT, -6 } },
+		{ "stack-kimi-q4", 7168, 1536, 1, 1, 1, 2, { STRATA_FMT_Q4, STRATA_FMT_Q4 } },
+	};
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++)
+		if (case_picked(cases[c].name))
+			run_stack_case(&cases[c]);
+	/* bad calls */
+	struct strata_moe_call two[2] = { { 0 } };
+	assert_int_equal(strata_gpu_moe_stack(two, 0, 0, &err), STRATA_EINVAL);
+	assert_int_equal(strata_gpu_moe_stack(two, 2, 8, &err), STRATA_EINVAL);
+	two[1].stream = (strata_gpu_stream *)&err;
+	assert_int_equal(strata_gpu_moe_stack(two, 2, 0, &err), STRATA_EINVAL);
+	assert_non_null(strstr(err.msg, "layer 1"));
+}
+
 /* ---- cuBLAS BF16 paths ---- */
 
 static void test_bf16_cublas(void **state)
@@ -1218,6 +1402,7 @@ int main(void)
 		cmocka_unit_test(test_moe_prefill_sm90),
 		cmocka_unit_test(test_moe_scalar),
 		cmocka_unit_test(test_moe_scalar_gv),
+		cmocka_unit_test(test_moe_stack),
 		cmocka_unit_test(test_bf16_cublas),
 		cmocka_unit_test(test_moe_errors),
 		cmocka_unit_test(test_decode_ceiling),

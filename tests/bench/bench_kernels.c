@@ -17,6 +17,12 @@
  *             chooses, and then also the mma.sync kernel where the sm_90a one may be
  *             chosen) and the persistent kernel, TFLOP/s vs cuBLAS BF16 (3 GEMMs per
  *             expert on BF16 weights) on the same shapes
+ *   stack     (--layers N) N such layers decoded back to back at 1 token, each
+ *             its own weights, layer l reading layer l-1's output
+ *             (strata_gpu_moe_stack): time per layer and the same ratios, for the
+ *             chained launches (kind stack), chained with the L2 prefetch of the
+ *             next launch's weights (stack_l2pf) and as plain launches
+ *             (stack_plain)
  *   layer     a full MoE layer with random top-k routing over all the model's
  *             experts (15/30/55 hot/warm/cold tiering): layer-tokens per second
  * Layers are rotated so every timed call streams its weights from HBM; calls
@@ -30,11 +36,14 @@
  * packed GB/s, tflops = the MMA rate (16 flop per weight: 8 tokens); bound =
  * the decode rows' ratio to min(read, decode ceiling).
  *
- *   bench_kernels [--reps N] [--csv FILE] [--quick] [--decode] [--no-decode] [--no-layer]
+ *   bench_kernels [--reps N] [--csv FILE] [--quick] [--decode] [--no-decode] [--no-layer] [--layers N]
  *                 [--pf-tokens T1,T2,...] [--shape kimi|qwen] [--profile [FMT]] [--kernel K=V,...]
  *                 [--formats LIST] [--tier-formats H,W,C]
  *
- * --decode: ceilings and the decode table only; --no-decode / --no-layer:
+ * --layers N: the stack rows (N = 2..64 layers per stack; 16 makes a
+ * Qwen3-30B-A3B-shaped q4 stack 340 MB) after the decode table, for the
+ * formats of --formats and the shapes of --shape.
+ * --decode: ceilings and the decode table (and the stack rows) only; --no-decode / --no-layer:
  * without the decode / full-layer table; --pf-tokens: the prefill table at
  * these tokens per expert, hot and bf16 (instead of 256 for every format and
  * 64 for hot and bf16); --shape: the decode, prefill and layer tables of
@@ -258,6 +267,33 @@ static uint64_t packed_bytes(const struct strata_expert_layout *E)
 
 /* ---- decode: T tokens all routed to the same active experts ---- */
 
+/* One decode row: layer time ms of sh's active experts of fmt (layout E) at
+ * T tokens, as GB/s of packed bytes and ratios to the ceilings; note: text
+ * after the row. */
+static void decode_row(const char *kind, const struct shape *sh, int fmt, const struct strata_expert_layout *E,
+		       uint32_t T, double ms, const char *note)
+{
+	double bytes = (double)sh->active * packed_bytes(E);
+	double gbs = bytes / ms / 1e6;
+	double tflops = 2.0 * 3 * sh->hidden * (double)sh->inter * sh->active * T / ms / 1e9;
+	double bnd = bound_gbs(fmt);
+	char of_bound[32] = "", bound_csv[16] = "";
+	if (bnd > 0) {
+		snprintf(of_bound, sizeof(of_bound), "  %5.3f of bound", gbs / bnd);
+		snprintf(bound_csv, sizeof(bound_csv), "%.4f", gbs / bnd);
+	}
+	if (fmt == STRATA_FMT_Q4 || fmt == STRATA_FMT_Q3)
+		/* issue 21's goal for the fast-decode formats: >= 0.85 of HBM read */
+		snprintf(of_bound, sizeof(of_bound), "  %.3f of read: %s", gbs / g_read_gbs,
+			 gbs / g_read_gbs >= 0.85 ? "goal met" : "below 0.85");
+	printf("%-7s %-5s %-5s T=%-3u %8.1f us  %7.0f GB/s  %5.1f%% of read  %6.1f TFLOP/s  %9.0f layer-tok/s%s%s\n",
+	       kind, sh->name, strata_fmt_traits(fmt)->name, T, ms * 1e3, gbs, 100 * gbs / g_read_gbs, tflops,
+	       T / ms * 1e3, of_bound, note);
+	if (g_csv)
+		fprintf(g_csv, "%s,%s,%s,%u,%.3f,%.4f,%.1f,%.2f,%.0f,%s\n", kind, sh->name, strata_fmt_traits(fmt)->name,
+			T, ms * 1e3, gbs / g_read_gbs, gbs, tflops, T / ms * 1e3, bound_csv);
+}
+
 /* The decode rows' kind column: "decode", or "decode_ring" for the q4/q3
  * rows of the register-ring kernel (sq_gv=0) beside the default's. */
 static const char *g_dec_kind = "decode";
@@ -310,31 +346,86 @@ static void bench_decode(const struct shape *sh, int fmt, const uint32_t *tokens
 		CHECK(strata_gpu_graph_end(g_st, &g, &g_err));
 		double ms = time_graph(g, nl);
 		strata_gpu_graph_free(g);
-		double bytes = (double)sh->active * packed_bytes(&E);
-		double gbs = bytes / ms / 1e6;
-		double tflops = 2.0 * 3 * sh->hidden * (double)sh->inter * sh->active * T / ms / 1e9;
-		double bnd = bound_gbs(fmt);
-		char of_bound[32] = "", bound_csv[16] = "";
-		if (bnd > 0) {
-			snprintf(of_bound, sizeof(of_bound), "  %5.3f of bound", gbs / bnd);
-			snprintf(bound_csv, sizeof(bound_csv), "%.4f", gbs / bnd);
-		}
-		if (fmt == STRATA_FMT_Q4 || fmt == STRATA_FMT_Q3)
-			/* issue 21's goal for the fast-decode formats: >= 0.85 of HBM read */
-			snprintf(of_bound, sizeof(of_bound), "  %.3f of read: %s", gbs / g_read_gbs,
-				 gbs / g_read_gbs >= 0.85 ? "goal met" : "below 0.85");
-		printf("%-7s %-5s %-5s T=%-3u %8.1f us  %7.0f GB/s  %5.1f%% of read  %6.1f TFLOP/s  %9.0f layer-tok/s%s\n",
-		       g_dec_kind, sh->name, strata_fmt_traits(fmt)->name, T, ms * 1e3, gbs, 100 * gbs / g_read_gbs, tflops,
-		       T / ms * 1e3, of_bound);
-		if (g_csv)
-			fprintf(g_csv, "%s,%s,%s,%u,%.3f,%.4f,%.1f,%.2f,%.0f,%s\n", g_dec_kind, sh->name,
-				strata_fmt_traits(fmt)->name, T, ms * 1e3, gbs / g_read_gbs, gbs, tflops, T / ms * 1e3,
-				bound_csv);
+		decode_row(g_dec_kind, sh, fmt, &E, T, ms, "");
 	}
 	free(ext), free(fmts), free(ae), free(at), free(aw);
 	strata_gpu_free(w);
 	strata_gpu_free(x);
 	strata_gpu_free(y);
+}
+
+/* ---- stack: layers decoded back to back, each reading the previous one's y ---- */
+
+static uint32_t g_layers; /* --layers N (0: no stack rows) */
+
+/* N = g_layers layers of sh's active experts of fmt at T tokens (all routed
+ * to every active expert), each layer its own weights and its own y, layer l
+ * reading layer l-1's y (layer 0 a fixed x): one strata_gpu_moe_stack call
+ * per stack, stacks rotated until a replay streams >= 256 MB (never served
+ * from L2 by reuse).  Every replay first copies the y's starting values
+ * (random, a residual stream) into place (one device copy per stack, in the
+ * timed graph).  Rows per layer: chained launches (kind stack), chained with
+ * the L2 prefetch (stack_l2pf), plain launches with the same dependencies
+ * (stack_plain). */
+static void bench_stack(const struct shape *sh, int fmt, uint32_t T)
+{
+	struct strata_expert_layout E;
+	strata_expert_layout(fmt, sh->hidden, sh->inter, &E);
+	const uint32_t N = g_layers, na = T * sh->active;
+	const uint64_t layer = (uint64_t)sh->active * E.bytes;
+	const uint32_t ns = (uint32_t)((256ull << 20) / (N * layer) + 1);
+	const size_t ny = (size_t)N * T * sh->hidden;
+	uint8_t *w;
+	float *x, *y, *y0;
+	CHECK(strata_gpu_malloc((void **)&w, (uint64_t)ns * N * layer, &g_err));
+	fill_experts(fmt, &E, w, ns * N * sh->active, 31 + fmt);
+	CHECK(strata_gpu_malloc((void **)&x, (size_t)T * sh->hidden * 4, &g_err));
+	CHECK(strata_gpu_malloc((void **)&y, ny * 4, &g_err));
+	CHECK(strata_gpu_malloc((void **)&y0, ny * 4, &g_err));
+	CHECK(strata_gpu_fill_f32(x, (size_t)T * sh->hidden, 5, 1.0f, g_st, &g_err));
+	CHECK(strata_gpu_fill_f32(y0, ny, 6, 0.5f, g_st, &g_err));
+	const void **ext = malloc((size_t)ns * N * sh->active * sizeof(void *));
+	uint8_t *fmts = malloc(sh->active);
+	uint32_t *ae = malloc(na * 4), *at = malloc(na * 4);
+	float *aw = malloc(na * 4);
+	struct strata_moe_call *calls = malloc((size_t)ns * N * sizeof(*calls));
+	for (uint32_t e = 0; e < sh->active; e++)
+		fmts[e] = (uint8_t)fmt;
+	for (uint32_t t = 0, a = 0; t < T; t++)
+		for (uint32_t e = 0; e < sh->active; e++, a++)
+			ae[a] = e, at[a] = t, aw[a] = 1.0f / sh->active;
+	for (uint32_t i = 0; i < ns * N; i++) {
+		const uint32_t l = i % N;
+		for (uint32_t e = 0; e < sh->active; e++)
+			ext[(size_t)i * sh->active + e] = w + ((uint64_t)i * sh->active + e) * E.bytes;
+		calls[i] = (struct strata_moe_call){ .hidden = sh->hidden, .inter = sh->inter, .n_tokens = T,
+						     .x = l ? y + (size_t)(l - 1) * T * sh->hidden : x,
+						     .y = y + (size_t)l * T * sh->hidden, .n_experts = sh->active,
+						     .extents = (const void *const *)(ext + (size_t)i * sh->active),
+						     .fmts = fmts, .n_assign = na, .assign_expert = ae, .assign_token = at,
+						     .assign_weight = aw, .stream = g_st };
+	}
+	static const unsigned flags[] = { 0, STRATA_MOE_STACK_L2PF, STRATA_MOE_STACK_PLAIN };
+	static const char *const kinds[] = { "stack", "stack_l2pf", "stack_plain" };
+	for (int f = 0; f < 3; f++) {
+		/* warm-up outside the capture (scratch allocation, attributes) */
+		CHECK(strata_gpu_moe_stack(calls, N, flags[f], &g_err));
+		CHECK(strata_gpu_stream_sync(g_st, &g_err));
+		strata_gpu_graph *g;
+		CHECK(strata_gpu_graph_begin(g_st, &g_err));
+		for (uint32_t k = 0; k < ns; k++) {
+			CHECK(strata_gpu_memcpy_d2d_async(y, y0, ny * 4, g_st, &g_err));
+			CHECK(strata_gpu_moe_stack(calls + (size_t)k * N, N, flags[f], &g_err));
+		}
+		CHECK(strata_gpu_graph_end(g_st, &g, &g_err));
+		double ms = time_graph(g, (int)(ns * N));
+		strata_gpu_graph_free(g);
+		char note[48];
+		snprintf(note, sizeof(note), "  (per layer of %u x %u)", ns, N);
+		decode_row(kinds[f], sh, fmt, &E, T, ms, note);
+	}
+	free(ext), free(fmts), free(ae), free(at), free(aw), free(calls);
+	strata_gpu_free(w), strata_gpu_free(x), strata_gpu_free(y), strata_gpu_free(y0);
 }
 
 /* ---- prefill: T tokens per expert, fused kernel vs cuBLAS BF16 ---- */
@@ -574,6 +665,14 @@ int main(int argc, char **argv)
 				perror(argv[i]);
 				return 1;
 			}
+		} else if (!strcmp(argv[i], "--layers") && i + 1 < argc) {
+			char *end;
+			unsigned long v = strtoul(argv[++i], &end, 10);
+			if (*end || v < 2 || v > 64) {
+				fprintf(stderr, "bench_kernels: --layers: want a count of 2..64, not %s\n", argv[i]);
+				return 2;
+			}
+			g_layers = (uint32_t)v;
 		} else if (!strcmp(argv[i], "--quick"))
 			quick = 1;
 		else if (!strcmp(argv[i], "--decode"))
@@ -646,7 +745,7 @@ int main(int argc, char **argv)
 				}
 			}
 		} else {
-			printf("usage: bench_kernels [--reps N] [--csv FILE] [--quick] [--decode] [--no-decode] [--no-layer]\n"
+			printf("usage: bench_kernels [--reps N] [--csv FILE] [--quick] [--decode] [--no-decode] [--no-layer] [--layers N]\n"
 			       "                     [--pf-tokens T1,T2,...] [--shape kimi|qwen] [--profile [FMT]]\n"
 			       "                     [--formats hot,warm,cold,bf16,q4,q3] [--tier-formats H,W,C]\n"
 			       "                     [--kernel KEY=VALUE,...]  (dec, split, bf16dec, bf16_kc, sqdec, sq_pf, sq_xs, sq_gv, sq_pdl, prefill_min, prefill; kernels.h)\n"
@@ -709,6 +808,9 @@ int main(int argc, char **argv)
 				g_dec_kind = "decode";
 				CHECK(strata_gpu_moe_configure(&kc0, &g_err));
 			}
+	for (int s = s0; s < s1 && g_layers; s++)
+		for (int f = 0; f < n_fmt; f++)
+			bench_stack(&shapes[s], fmts[f], 1);
 	if (decode_only) {
 		if (g_csv)
 			fclose(g_csv);
