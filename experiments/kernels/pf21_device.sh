@@ -45,12 +45,16 @@ if [ -n "$san" ]; then
 		"$(grep -c '^========= [A-Z]' "$d/memcheck.log") error lines; configurations finished:" \
 		"$(grep -E "^prefill kernels '" "$d/memcheck.log" | cut -d"'" -f2 | tr '\n' ' ')"
 fi
+rows() { # the prefill rows of a CSV: value kind fmt tokens us ratio-to-cuBLAS
+	awk -F, -v k="$2" '$1 == "prefill" || $1 == "prefill_mma" { printf "%s %s %s %s %.1f %.3f\n", k, $1, $3, $4, $5, $6 }' "$1"
+}
 for k in ${KERNELS:-sm90p}; do
 	t1=$(date +%s)
 	timeout "${LIMIT_BENCH:-40}" $B --no-decode --no-layer --shape kimi --formats "${FORMATS:-hot,warm,cold,bf16}" \
 		--pf-tokens "${TOKENS:-64,128,192,256}" --kernel "prefill=$k" --csv "$out/h200-$tag-$k.csv" \
 		>"$d/bench-$k.log" 2>&1
 	echo "bench_kernels prefill=$k: exit $? ($(( $(date +%s) - t1 )) s)"
+	rows "$out/h200-$tag-$k.csv" "$k" | grep -v "prefill_mma.*bf16" >"$d/rows-$k.txt"
 done
 if [ -n "${NCU:-}" ]; then
 	t1=$(date +%s)
@@ -67,8 +71,5 @@ if [ -n "${NCU:-}" ]; then
 	grep -E "Duration|Executed Ipc A|Issue Slots Busy|Warp Cycles Per Issued|No Eligible|Shared Memory|L2 Cache Throughput|Stall" \
 		"$d/ncu_details.txt" | sed 's/  */ /g' | head -20
 fi
-echo "== prefill rows (kind fmt T ms ratio-to-cuBLAS)"
-for k in ${KERNELS:-sm90p}; do
-	awk -F, -v k="$k" '$1 ~ /^prefill/ && $1 != "prefill_persistent" { printf "%s %s %s %s %s %.1f %.3f\n", k, $1, $3, $4, $2, $5, $6 }' \
-		"$out/h200-$tag-$k.csv" 2>/dev/null
-done
+echo "== prefill rows (value kind fmt tokens us ratio-to-cuBLAS; prefill_mma: the mma.sync kernel)"
+cat "$d"/rows-*.txt 2>/dev/null
