@@ -642,6 +642,17 @@ template <int N> __device__ __forceinline__ void reg_dec()
 #endif
 }
 
+// Weights o (fp16 pairs) of a block with scale sc as bf16(sc * f) into
+// 16-byte chunk ci of row i of the swizzled tile at g_smem offset dst.
+__device__ __forceinline__ void store_bf16(uint32_t (&o)[4], float sc, uint32_t dst, uint32_t i, uint32_t ci)
+{
+#pragma unroll
+	for (int k = 0; k < 4; k++) {
+		const float2 v = __half22float2(*reinterpret_cast<const __half2 *>(&o[k]));
+		o[k] = pack_bf16x2(sc * v.x, sc * v.y);
+	}
+	*reinterpret_cast<uint4 *>(g_smem + dst + pf::swz(i, ci)) = make_uint4(o[0], o[1], o[2], o[3]);
+}
 // Weights 8j..8j+7 of block b, packed row at g_smem offset src (codes at
 // src + coff, scale chunk at RAW_SCALE), as bf16(scale * f) into 16-byte
 // chunk ci of row i of the swizzled tile at g_smem offset dst.
@@ -651,12 +662,7 @@ __device__ __forceinline__ void decode_bf16(uint32_t src, uint32_t coff, float s
 {
 	uint32_t o[4];
 	F::decode8(src + coff, 0, (int)j, 0, o);
-#pragma unroll
-	for (int k = 0; k < 4; k++) {
-		const float2 v = __half22float2(*reinterpret_cast<const __half2 *>(&o[k]));
-		o[k] = pack_bf16x2(sc * v.x, sc * v.y);
-	}
-	*reinterpret_cast<uint4 *>(g_smem + dst + pf::swz(i, ci)) = make_uint4(o[0], o[1], o[2], o[3]);
+	store_bf16(o, sc, dst, i, ci);
 }
 
 template <class F, bool DOWN, int NP, bool MC>
@@ -724,6 +730,26 @@ __device__ __forceinline__ void tile_p(const PParams &p, const PSlot &s, uint32_
 		auto decode_step = [&](uint32_t ks) {
 			const uint32_t b = ks >> 2, j = 8 * (ks & 3) + ci;
 			const uint32_t sr = pad + W::RAW_OFF + (b % W::NR) * W::RAW, da = pad + (ks % NB) * W::BUF;
+			if constexpr (MC) {
+				// Every row's code words and scale first (their shared-memory
+				// loads in flight together), then the decodes.
+				const uint32_t pb = F::BITS8 * j, wq = pb >> 5, wq1 = wq + 1 == F::NW ? 0 : wq + 1;
+				uint32_t x0[W::RA], x1[W::RA];
+				float sc[W::RA];
+#pragma unroll
+				for (int r = 0; r < W::RA; r++) {
+					const uint32_t src = sr + ((q >> 3) + W::RS * r) * W::RPITCH;
+					const uint32_t c = src + ((roff[r] + b * F::CODE_BYTES) & 15);
+					x0[r] = lds32(c + 4 * wq), x1[r] = lds32(c + 4 * wq1);
+					sc[r] = F::scale(src + RAW_SCALE + (((roff[r] >> 8) + b * F::SCALE_BYTES) & 15));
+				}
+#pragma unroll
+				for (int r = 0; r < W::RA; r++) {
+					uint32_t o[4];
+					F::decode8x(__funnelshift_r(x0[r], x1[r], pb), o);
+					store_bf16(o, sc[r], da, (q >> 3) + W::RS * r, ci);
+				}
+			} else {
 #pragma unroll
 			for (int r = 0; r < W::RA; r++) {
 				const uint32_t i = (q >> 3) + W::RS * r;
@@ -734,6 +760,7 @@ __device__ __forceinline__ void tile_p(const PParams &p, const PSlot &s, uint32_
 				const uint32_t so = ((roff[r] >> 8) + b * F::SCALE_BYTES) & 15;
 				decode_bf16<F>(src, co, F::scale(src + RAW_SCALE + so), da, i, ci, j);
 			}
+			}
 			fence_proxy_async();
 			bar_arrive(BAR_FULL + ks % NB, W::NTHR);
 		};
@@ -741,15 +768,32 @@ __device__ __forceinline__ void tile_p(const PParams &p, const PSlot &s, uint32_
 			// The MMA warpgroups stage the activations; the producers the raw
 			// blocks (block b+1 while decoding block b) and the A tiles, up to
 			// NB - 1 steps ahead of the wgmmas (a buffer's A tile is rewritten
-			// after EMPTY: the wgmmas that read it are done).
-			issue_raw(0);
+			// after EMPTY: the wgmmas that read it are done).  The thread's
+			// rows' source (pf::tier_rowp for its chunk) and validity once.
+			static_assert(BM % W::RS == 0, "every producer thread has RA rows");
+			const uint8_t *rowp[W::RA];
+			uint32_t rok = 0;
+#pragma unroll
+			for (int r = 0; r < W::RA; r++) {
+				const pf::TierRow row = row_src((q >> 3) + W::RS * r);
+				rowp[r] = pf::tier_rowp<F>(row, ci);
+				rok |= (uint32_t)(row.rr < nrows) << r;
+			}
+			auto issue_raw_mc = [&](uint32_t b) {
+				const uint32_t sr = sbase + W::RAW_OFF + (b % W::NR) * W::RAW;
+#pragma unroll
+				for (int r = 0; r < W::RA; r++)
+					pf::stage_tier_p<F>(sr + ((q >> 3) + W::RS * r) * W::RPITCH, rowp[r], b, ci, rok >> r & 1,
+							    m0);
+			};
+			issue_raw_mc(0);
 			pf::commit();
 			for (uint32_t ks = 0; ks < nk; ks++) {
 				if ((ks & 3) == 0) {
 					pf::wait<0>();              // raw block ks/4 landed (this thread's copies)
 					bar_sync(BAR_PROD, W::NPT); // everyone's; every producer is done with block ks/4 - 1
 					if ((ks >> 2) + 1 < nk / 4)
-						issue_raw((ks >> 2) + 1);
+						issue_raw_mc((ks >> 2) + 1);
 					pf::commit();
 				}
 				if (ks >= (uint32_t)NB)
@@ -797,13 +841,15 @@ __device__ __forceinline__ void tile_p(const PParams &p, const PSlot &s, uint32_
 	// thread t chunk t % 8 of tokens t / 8 + 16 r.
 	const uint32_t ct = tid & 127, cn = ct >> 3, cc = ct & 7;
 	const uint32_t cvalid = s.ntok > tok0 + wg * 128 + cn ? s.ntok - (tok0 + wg * 128 + cn) : 0;
-	const uint16_t *csrc = act + (uint64_t)(s.a0 + tok0 + wg * 128 + cn) * ld + 8 * cc;
+	const uint8_t *csrc = reinterpret_cast<const uint8_t *>(act + (uint64_t)(s.a0 + tok0 + wg * 128 + cn) * ld + 8 * cc);
+	const uint32_t cstride = 16 * 2 * ld; // bytes between the thread's tokens
 	auto issue_mine = [&](uint32_t ks) {
 		const uint32_t sb = sbase + (ks % NB) * W::BUF + W::A_BYTES + wg * 128 * 128 + pf::swz(cn, cc);
+		const uint8_t *src = csrc + ks * BK * 2;
 #pragma unroll
 		for (int r = 0; r < 8; r++) {
 			const bool v = (uint32_t)(16 * r) < cvalid;
-			pf::cp16z(sb + 16 * 128 * r, v ? csrc + (uint64_t)16 * r * ld + ks * BK : act, v ? 16 : 0);
+			pf::cp16z(sb + 16 * 128 * r, v ? src + (uint64_t)r * cstride : (const uint8_t *)act, v ? 16 : 0);
 		}
 	};
 	if constexpr (MC) {
@@ -820,6 +866,7 @@ __device__ __forceinline__ void tile_p(const PParams &p, const PSlot &s, uint32_
 #pragma unroll
 		for (int i = 0; i < NA; i++)
 			acc[m][i] = 0.0f;
+	const uint64_t d0 = desc(sbase);
 	for (uint32_t ks = 0; ks < nk; ks++) {
 		const uint32_t bi = ks % NB;
 		if constexpr (MC) {
@@ -827,13 +874,14 @@ __device__ __forceinline__ void tile_p(const PParams &p, const PSlot &s, uint32_
 			fence_proxy_async();
 		}
 		bar_sync(BAR_FULL + bi, W::NTHR);
-		const uint32_t abuf = sbase + bi * W::BUF, bbuf = abuf + W::A_BYTES + wg * 128 * 128;
+		// Descriptors: desc(a + off) = desc(a) + off / 16 (shared addresses below
+		// 256 KB: the 14-bit address field does not carry).
+		const uint64_t da = d0 + bi * (W::BUF >> 4), db = da + ((W::A_BYTES + wg * 128 * 128) >> 4);
 		wg_fence();
 #pragma unroll
 		for (int kk = 0; kk < BK / 16; kk++) {
-			const uint64_t db = desc(bbuf + 32 * kk);
-			wgmma_bf16_n128(acc[0], desc(abuf + 32 * kk), db, 1);
-			wgmma_bf16_n128(acc[1], desc(abuf + 64 * 128 + 32 * kk), db, 1);
+			wgmma_bf16_n128(acc[0], da + 2 * kk, db + 2 * kk, 1);
+			wgmma_bf16_n128(acc[1], da + ((64 * 128) >> 4) + 2 * kk, db + 2 * kk, 1);
 		}
 		wg_commit();
 		wg_wait<1>(); // the wgmmas of step ks-1 are done: its buffer goes back

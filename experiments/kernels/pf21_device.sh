@@ -15,7 +15,8 @@
 # memcheck run, default "sm90p,auto"; "" skips memcheck), LIMIT_SAN (s,
 # default 100), KERNELS (prefill values for the table, default "sm90p"),
 # TOKENS (default 64,128,192,256), FORMATS (default hot,warm,cold,bf16),
-# LIMIT_BENCH (s per run, default 40), NCU (a prefill value: profile its
+# LIMIT_BENCH (s per run, default 40), TABLE=1 (also the standard prefill
+# table under the default configuration, q4 included), NCU (a prefill value: profile its
 # gate|up kernel on hot at 256 tokens; default none), LIMIT_NCU (s, default 40),
 # TAG (CSV names h200-TAG-VALUE.csv, default pf21).
 set -u
@@ -56,6 +57,15 @@ for k in ${KERNELS:-sm90p}; do
 	echo "bench_kernels prefill=$k: exit $? ($(( $(date +%s) - t1 )) s)"
 	rows "$out/h200-$tag-$k.csv" "$k" | grep -v "prefill_mma.*bf16" >"$d/rows-$k.txt"
 done
+if [ "${TABLE:-0}" = 1 ]; then
+	# the standard prefill table (256 tokens per expert, and 64 for hot and bf16)
+	# under the default kernel configuration, q4 included
+	t1=$(date +%s)
+	timeout "${LIMIT_BENCH:-40}" $B --no-decode --no-layer --shape kimi --formats hot,warm,cold,bf16,q4 \
+		--csv "$out/h200-$tag-table.csv" >"$d/bench-table.log" 2>&1
+	echo "bench_kernels table (default configuration): exit $? ($(( $(date +%s) - t1 )) s)"
+	rows "$out/h200-$tag-table.csv" default >"$d/rows-zz-table.txt"
+fi
 if [ -n "${NCU:-}" ]; then
 	t1=$(date +%s)
 	kind=$(case $NCU in sm90p) echo 3 ;; sm90pc) echo 6 ;; *) echo 3 ;; esac)
