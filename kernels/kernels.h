@@ -194,10 +194,10 @@ int strata_gpu_moe_check(int fmt, uint32_t hidden, uint32_t inter, struct strata
  *                                                for the others (measured fastest so).  Every
  *                                                value but mma falls back to mma where the GPU
  *                                                or the build is not sm_90a
- *   prefill_tiles pf_tiles_min          64       that token count ("off": UINT32_MAX, tier
+ *   prefill_tiles pf_tiles_min          32       that token count ("off": UINT32_MAX, tier
  *                                                experts stay on mma under auto); auto takes
- *                                                sm90pc for them (faster than mma from 64
- *                                                tokens at the Kimi shape)
+ *                                                sm90pc for them (faster than mma at 32 - 256
+ *                                                tokens per expert at the Kimi shape)
  *
  * Everything else the kernels do is fixed: 16-warp persistent CTAs for
  * 8-token tiles and 8 warps for 16-token ones, stage copies by the bulk copy
@@ -217,7 +217,7 @@ struct strata_moe_config {
 	int sq_gv, sq_pdl;
 	uint32_t pf_tiles_min;
 };
-#define STRATA_MOE_CONFIG_DEFAULT { 17, -1, 0, 0, -1, 0, 512, 0, -1, 0, 1, 0, 1, 1, 64 }
+#define STRATA_MOE_CONFIG_DEFAULT { 17, -1, 0, 0, -1, 0, 512, 0, -1, 0, 1, 0, 1, 1, 32 }
 #define STRATA_MOE_SPLIT_MAX 64u
 #define STRATA_MOE_DEC_TAB 100 /* dec_stages of the table variants: 100 + stages */
 void strata_gpu_moe_config_defaults(struct strata_moe_config *c);

@@ -1534,11 +1534,12 @@ template <int KIND> int pf90_launch(pf::PParams *P, cudaStream_t st, struct stra
 // prefill=auto: at the Kimi shape 1.10x (192 tokens) and 1.11x (256) cuBLAS
 // BF16 against 0.66 / 0.73 for the mma.sync kernel, which is faster at 128
 // and 64 tokens (1.13 / 1.40 against 0.92 / 0.90).  Tier experts with at
-// least prefill_tiles tokens (the kernel configuration, default 64) take the
+// least prefill_tiles tokens (the kernel configuration, default 32) take the
 // BF16-tile kernel PF90_TIER_AUTO under auto, the others the mma.sync kernel:
-// at Kimi, hot / warm / cold, sm90pc measured 0.66-0.69 of cuBLAS BF16 at 64
-// tokens, 0.71-0.73 at 128, 0.84-0.86 at 192, 0.84-0.87 at 256 against the
-// mma.sync kernel's 0.60-0.63, 0.62-0.64, 0.41-0.42, 0.44-0.46
+// at Kimi, hot / warm / cold, sm90pc measured 0.72-0.74 of cuBLAS BF16 at 32
+// and 48 tokens, 0.71-0.72 at 64, 0.75-0.76 at 128, 0.88-0.89 at 192 and
+// 0.88-0.90 at 256 against the mma.sync kernel's 0.59-0.62, 0.60-0.63,
+// 0.59-0.63, 0.63-0.64, 0.40-0.41, 0.41-0.43
 // (experiments/kernels/README.md, "Hopper prefill: BF16 tiles by default").
 constexpr uint32_t PF90_AUTO_MIN = 192;
 constexpr int PF90_TIER_AUTO = pf90::K_TIER_PC;

@@ -39,10 +39,12 @@
 // experts 1.11x cuBLAS BF16 at the Kimi shape, 256 tokens per expert (the
 // mma.sync kernel 0.73); tier experts 0.40 (tile) and 0.26 (tile_ws) against
 // the mma.sync kernel's 0.46: their decode into shared memory, not the MMAs,
-// bounds them, and fewer warps decode here.  The dispatch's auto takes this
-// kernel for bf16 experts with >= 192 tokens only.  tile_p (prefill=sm90p*)
-// runs tier experts as BF16 tiles of 256 tokens with the decode in producer
-// warpgroups; not measured on a GPU yet.
+// bounds them, and fewer warps decode here.  tile_p (prefill=sm90p*) runs
+// tier experts as BF16 tiles of 256 tokens with the decode in producer
+// warpgroups: 0.88-0.90 of cuBLAS BF16 at 256 tokens as sm90pc, 0.72-0.73 at
+// 32-64 (the mma.sync kernel 0.42-0.43 and 0.59-0.63).  The dispatch's auto
+// takes this kernel for bf16 experts with >= 192 tokens and, as sm90pc, for
+// tier experts with >= prefill_tiles tokens (kernels.h).
 namespace pf90 {
 
 using pf::BK;
@@ -588,7 +590,8 @@ __device__ __forceinline__ void tile_ws(const PParams &p, const PSlot &s, uint32
 	epilogue<F, DOWN>(p, s, row0, tok0, acc, tid, W::EX_OFF + pad, [] { bar_sync(BAR_MMA, 256); });
 }
 
-// Tier experts as BF16 tiles, warp-specialized (prefill=sm90p, sm90p1, sm90p3):
+// Tier experts as BF16 tiles, warp-specialized (prefill=sm90p, sm90p1, sm90p3,
+// sm90pc):
 // the bf16 experts' loop (256-token tiles: each weight decoded once per 256
 // tokens, wgmma m64n128k16 on BF16 operands, the bf16 epilogue) with the
 // weight tile made by NP (1-3) producer warpgroups.  They stage each 256-weight
@@ -609,6 +612,17 @@ __device__ __forceinline__ void tile_ws(const PParams &p, const PSlot &s, uint32
 // from the producers (REG_P) to the MMA warpgroups (REG_C): 184 / 72 with two
 // producer warpgroups, 192 / 112 with one, 168 / 48 with three (ptxas -v: no
 // spills in either).
+// MC (prefill=sm90pc, two producer warpgroups, the default for tier experts):
+// each MMA warpgroup stages its own 128 tokens of the activations (the half of
+// the B tile only its wgmmas read) NB - 1 steps ahead, after its wgmma wait,
+// so the producers only stage the raw blocks and decode, up to NB - 1 steps
+// ahead of the wgmmas (they rewrite a buffer's A tile after its EMPTY); the
+// producers load every row's code words and scale of a step before decoding
+// them (the loads in flight together), take their raw-block sources from
+// per-row pointers computed once, and get 96 registers (MMA warpgroups 160,
+// no spills; 104 / 152 spills).  H200, Kimi, 256 tokens: 0.88-0.90 of cuBLAS
+// BF16 against sm90p's 0.81-0.84 in the same run
+// (experiments/kernels/README.md, "Hopper prefill: BF16 tiles by default").
 template <int NP, bool MC = false> struct GeoP {
 	static constexpr int NB = 4, NR = 2, P = 2; // buffers, raw block slots, activation staging distance (steps)
 	static constexpr int NPT = 128 * NP, NTHR = 256 + NPT, RS = NPT / 8;

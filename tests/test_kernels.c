@@ -201,7 +201,7 @@ static void test_moe_config(void **state)
 	assert_int_equal(strata_gpu_moe_config_parse("prefill=auto", &c, &err), STRATA_OK);
 	assert_int_equal(c.pf_path, 0);
 	/* auto's token count for tier experts as BF16 tiles */
-	assert_int_equal(d.pf_tiles_min, 64);
+	assert_int_equal(d.pf_tiles_min, 32);
 	assert_int_equal(strata_gpu_moe_config_parse("prefill_tiles=200", &c, &err), STRATA_OK);
 	assert_int_equal(c.pf_tiles_min, 200);
 	assert_int_equal(strata_gpu_moe_config_parse("prefill_tiles=off", &c, &err), STRATA_OK);
@@ -853,7 +853,7 @@ static void test_moe_prefill_sm90(void **state)
 		else
 			assert_int_equal(np, 0);
 	}
-	/* auto: tier experts with >= prefill_tiles tokens (default 64) take the
+	/* auto: tier experts with >= prefill_tiles tokens (default 32) take the
 	 * BF16 tiles on an sm_90a GPU, fewer tokens the mma.sync kernel; off:
 	 * never.  Two experts, top-2: each expert has every token. */
 	static const struct {
@@ -863,9 +863,9 @@ static void test_moe_prefill_sm90(void **state)
 	} autos[] = {
 		{ "prefill=auto", { "s90-auto-300", STRATA_FMT_HOT, 1024, 512, 300, 2, 2, 0 }, 1 },
 		{ "prefill=auto", { "s90-auto-tiers-128", -3, 768, 384, 128, 3, 3, 0 }, 1 },
-		{ "prefill=auto", { "s90-auto-40", STRATA_FMT_WARM, 640, 320, 40, 2, 2, 0 }, 0 },
+		{ "prefill=auto", { "s90-auto-24", STRATA_FMT_WARM, 640, 320, 24, 2, 2, 0 }, 0 },
 		{ "prefill=auto,prefill_tiles=off", { "s90-auto-off", STRATA_FMT_COLD, 768, 384, 300, 2, 2, 0 }, 0 },
-		{ "prefill=auto,prefill_tiles=32", { "s90-auto-32", STRATA_FMT_COLD, 768, 384, 40, 2, 2, 0 }, 1 },
+		{ "prefill=auto,prefill_tiles=20", { "s90-auto-24-on", STRATA_FMT_COLD, 768, 384, 24, 2, 2, 0 }, 1 },
 	};
 	for (size_t i = 0; i < sizeof(autos) / sizeof(autos[0]) && in_list(only, "auto"); i++) {
 		struct strata_moe_config kc;

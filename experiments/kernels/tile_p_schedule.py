@@ -70,6 +70,16 @@ def run(np_, nk, seed, nb=4, p=2, nr=2, raw_at=0, wg_wait=1, cp_wait=1, mc=False
                 if arr[i] == ('inflight', v):
                     arr[i] = ('landed', v)
 
+    def decode(ks):  # step ks into its buffer's A tile, then FULL
+        b = ks >> 2
+        if raw[b % nr] != ('landed', b):
+            raise Broken(f"decode of step {ks} finds raw slot {raw[b % nr]}, wants block {b}")
+        check_free(ks % nb, f"decode of step {ks}")
+        yield ('time', clock[0] + rnd.randint(1, 20))
+        check_free(ks % nb, f"decode of step {ks}")
+        a[ks % nb] = ks
+        yield ('arrive', 1 + ks % nb, npt)
+
     def producer_mc():
         # prefill=sm90pc: raw blocks and decode only, up to nb - 1 steps ahead
         issue_raw(0)
@@ -80,16 +90,9 @@ def run(np_, nk, seed, nb=4, p=2, nr=2, raw_at=0, wg_wait=1, cp_wait=1, mc=False
                 if (ks >> 2) + 1 < nk // 4:
                     issue_raw((ks >> 2) + 1)
                 commit()
-            b = ks >> 2
             if ks >= nb:
                 yield ('sync', 1 + nb + ks % nb, npt)
-            if raw[b % nr] != ('landed', b):
-                raise Broken(f"decode of step {ks} finds raw slot {raw[b % nr]}, wants block {b}")
-            check_free(ks % nb, f"decode of step {ks}")
-            yield ('time', clock[0] + rnd.randint(1, 20))
-            check_free(ks % nb, f"decode of step {ks}")
-            a[ks % nb] = ks
-            yield ('arrive', 1 + ks % nb, npt)
+            yield from decode(ks)
         yield from land(0)
 
     def producer():
@@ -104,14 +107,7 @@ def run(np_, nk, seed, nb=4, p=2, nr=2, raw_at=0, wg_wait=1, cp_wait=1, mc=False
         commit()
         for ks in range(nk):
             yield from land(cp_wait)
-            b = ks >> 2
-            if raw[b % nr] != ('landed', b):
-                raise Broken(f"decode of step {ks} finds raw slot {raw[b % nr]}, wants block {b}")
-            check_free(ks % nb, f"decode of step {ks}")
-            yield ('time', clock[0] + rnd.randint(1, 20))
-            check_free(ks % nb, f"decode of step {ks}")
-            a[ks % nb] = ks
-            yield ('arrive', 1 + ks % nb, npt)
+            yield from decode(ks)
             s2 = ks + p
             if s2 < nk:
                 if s2 >= nb:
