@@ -765,15 +765,15 @@ __device__ __forceinline__ void tile_p(const PParams &p, const PSlot &s, uint32_
 				}
 			} else {
 #pragma unroll
-			for (int r = 0; r < W::RA; r++) {
-				const uint32_t i = (q >> 3) + W::RS * r;
-				if (BM % W::RS && i >= (uint32_t)BM)
-					break;
-				const uint32_t src = sr + i * W::RPITCH;
-				const uint32_t co = (roff[r] + b * F::CODE_BYTES) & 15;
-				const uint32_t so = ((roff[r] >> 8) + b * F::SCALE_BYTES) & 15;
-				decode_bf16<F>(src, co, F::scale(src + RAW_SCALE + so), da, i, ci, j);
-			}
+				for (int r = 0; r < W::RA; r++) {
+					const uint32_t i = (q >> 3) + W::RS * r;
+					if (BM % W::RS && i >= (uint32_t)BM)
+						break;
+					const uint32_t src = sr + i * W::RPITCH;
+					const uint32_t co = (roff[r] + b * F::CODE_BYTES) & 15;
+					const uint32_t so = ((roff[r] >> 8) + b * F::SCALE_BYTES) & 15;
+					decode_bf16<F>(src, co, F::scale(src + RAW_SCALE + so), da, i, ci, j);
+				}
 			}
 			fence_proxy_async();
 			bar_arrive(BAR_FULL + ks % NB, W::NTHR);
@@ -945,7 +945,8 @@ __device__ __forceinline__ void tile_sel(const PParams &p, const PSlot &s, uint3
 }
 
 // Kernels: bf16 experts (KIND 0), tier experts on tile (1), tile_ws (2),
-// tile_p with two (3), one (4) or three (5) producer warpgroups.
+// tile_p with two (3), one (4) or three (5) producer warpgroups, or two with
+// the activations staged by the MMA warpgroups (6).
 constexpr int K_BF16 = 0, K_TIER = 1, K_TIER_WS = 2, K_TIER_P = 3, K_TIER_P1 = 4, K_TIER_P3 = 5, K_TIER_PC = 6;
 template <int KIND> struct Kind {
 	static constexpr bool TIER = KIND != K_BF16;

@@ -298,10 +298,6 @@ struct moe_case {
 	uint32_t pf_min;    /* the kernel configuration's prefill_min for the case (0: default) */
 };
 
-/* Relative error bound per format, f32 sums: bf16 operands on the tensor cores
- * for bf16/f32 experts (measured ~3e-3); the tier formats multiply their exact
- * fp16 codebook values with fp16 activations (measured ~4e-4), so a wrong
- * codebook value on the MMA path shows up against a tighter bound. */
 /* Whether name is an item of the comma-separated list (a NULL or empty list
  * has every name): the selections by environment variable (STRATA_TESTS,
  * STRATA_TEST_PREFILL). */
@@ -319,6 +315,10 @@ static int in_list(const char *list, const char *name)
 	return 0;
 }
 
+/* Relative error bound per format, f32 sums: bf16 operands on the tensor cores
+ * for bf16/f32 experts (measured ~3e-3); the tier formats multiply their exact
+ * fp16 codebook values with fp16 activations (measured ~4e-4), so a wrong
+ * codebook value on the MMA path shows up against a tighter bound. */
 static double bound_for(int fmt, int tier_bf16)
 {
 	/* q4, q3: exact fp16 codes on the decode kernel (~4e-4), BF16 copies on
