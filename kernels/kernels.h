@@ -195,14 +195,19 @@ int strata_gpu_moe_check(int fmt, uint32_t hidden, uint32_t inter, struct strata
  *                                                sm90p3 (6): the same with tier experts as BF16
  *                                                tiles of 256 tokens decoded by two / one / three
  *                                                producer warpgroups (bf16(scale * f), bf16
- *                                                activations); mma (2): the mma.sync
- *                                                kernel (kernels/moe_prefill.cuh); auto (0): sm90
- *                                                for bf16 experts with >= 192 tokens, mma for the
- *                                                others (measured fastest so; tier experts: 0.46
- *                                                of cuBLAS BF16 on mma against 0.40 on sm90 at
- *                                                Kimi, 256 tokens).  sm90, sm90ws and auto fall
- *                                                back to mma where the GPU or the build is not
- *                                                sm_90a
+ *                                                activations); sm90pc (7): as sm90p with the
+ *                                                activations staged by the MMA warpgroups; mma
+ *                                                (2): the mma.sync kernel
+ *                                                (kernels/moe_prefill.cuh); auto (0): sm90 for
+ *                                                bf16 experts with >= 192 tokens, BF16 tiles for
+ *                                                tier experts with >= prefill_tiles tokens, mma
+ *                                                for the others (measured fastest so).  Every
+ *                                                value but mma falls back to mma where the GPU
+ *                                                or the build is not sm_90a
+ *   prefill_tiles pf_tiles_min          32       that token count ("off": UINT32_MAX, tier
+ *                                                experts stay on mma under auto); auto takes
+ *                                                sm90pc for them (faster than mma at 32 - 256
+ *                                                tokens per expert at the Kimi shape)
  *
  * Everything else the kernels do is fixed: 16-warp persistent CTAs for
  * 8-token tiles and 8 warps for 16-token ones, stage copies by the bulk copy
@@ -221,8 +226,9 @@ struct strata_moe_config {
 	int pf_path;
 	int sq_gv, sq_pdl;
 	int sq_l2pf;
+	uint32_t pf_tiles_min;
 };
-#define STRATA_MOE_CONFIG_DEFAULT { 17, -1, 0, 0, -1, 0, 512, 0, -1, 0, 1, 0, 1, 1, 0 }
+#define STRATA_MOE_CONFIG_DEFAULT { 17, -1, 0, 0, -1, 0, 512, 0, -1, 0, 1, 0, 1, 1, 0, 32 }
 #define STRATA_MOE_SPLIT_MAX 64u
 #define STRATA_MOE_DEC_TAB 100 /* dec_stages of the table variants: 100 + stages */
 void strata_gpu_moe_config_defaults(struct strata_moe_config *c);

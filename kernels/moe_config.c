@@ -77,10 +77,12 @@ int strata_gpu_moe_config_validate(const struct strata_moe_config *c, struct str
 		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: sq_l2pf must be 0, 1 or 2");
 	if (c->sq_pdl != 0 && c->sq_pdl != 1)
 		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: sq_pdl must be 0 or 1");
-	if (c->pf_path < 0 || c->pf_path > 6)
+	if (c->pf_path < 0 || c->pf_path > 7)
 		return STRATA_ERR(err, STRATA_EINVAL,
-				  "kernel config: pf_path must be 0 (auto), 1 (sm90), 2 (mma), 3 (sm90ws), 4 (sm90p), 5 (sm90p1) "
-				  "or 6 (sm90p3)");
+				  "kernel config: pf_path must be 0 (auto), 1 (sm90), 2 (mma), 3 (sm90ws), 4 (sm90p), 5 (sm90p1), "
+				  "6 (sm90p3) or 7 (sm90pc)");
+	if (!c->pf_tiles_min)
+		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: prefill_tiles must be >= 1 (off: UINT32_MAX)");
 	return STRATA_OK;
 }
 
@@ -182,18 +184,24 @@ int strata_gpu_moe_config_parse(const char *text, struct strata_moe_config *c, s
 		} else if (!strcmp(kv, "sq_pdl")) {
 			rc = parse_bit(kv, v, &c->sq_pdl, err);
 		} else if (!strcmp(kv, "prefill")) {
-			static const char *const pf_names[] = { "auto", "sm90", "mma", "sm90ws", "sm90p", "sm90p1", "sm90p3" };
+			static const char *const pf_names[] = { "auto",   "sm90",   "mma",    "sm90ws",
+								"sm90p", "sm90p1", "sm90p3", "sm90pc" };
 			int k = 0;
-			while (k < 7 && strcmp(v, pf_names[k]))
+			while (k < 8 && strcmp(v, pf_names[k]))
 				k++;
-			if (k == 7)
+			if (k == 8)
 				return STRATA_ERR(err, STRATA_EINVAL,
-						  "kernel config: prefill=%s: want auto, sm90, sm90ws, sm90p, sm90p1, sm90p3 or mma",
+						  "kernel config: prefill=%s: want auto, sm90, sm90ws, sm90p, sm90p1, sm90p3, sm90pc or mma",
 						  v);
 			c->pf_path = k;
+		} else if (!strcmp(kv, "prefill_tiles")) {
+			if (!strcmp(v, "off"))
+				c->pf_tiles_min = UINT32_MAX;
+			else
+				rc = parse_u32(kv, v, &c->pf_tiles_min, err);
 		} else {
 			return STRATA_ERR(err, STRATA_EINVAL,
-					  "kernel config: unknown key '%s' (prefill_min, dec, split, bf16dec, bf16_kc, poison, sqdec, sq_pf, sq_xs, sq_gv, sq_l2pf, sq_pdl, prefill)",
+					  "kernel config: unknown key '%s' (prefill_min, dec, split, bf16dec, bf16_kc, poison, sqdec, sq_pf, sq_xs, sq_gv, sq_l2pf, sq_pdl, prefill, prefill_tiles)",
 					  kv);
 		}
 	}

@@ -1678,31 +1678,41 @@ template <int KIND> int pf90_launch(pf::PParams *P, cudaStream_t st, struct stra
 // bf16 experts with at least this many tokens take the sm_90a kernel under
 // prefill=auto: at the Kimi shape 1.10x (192 tokens) and 1.11x (256) cuBLAS
 // BF16 against 0.66 / 0.73 for the mma.sync kernel, which is faster at 128
-// and 64 tokens (1.13 / 1.40 against 0.92 / 0.90).  Tier experts stay on the
-// mma.sync kernel under auto: their sm_90a tiles measured 0.40 (sm90) and
-// 0.26 (sm90ws) of cuBLAS at 256 tokens against its 0.46
-// (experiments/kernels/README.md, the Hopper prefill section); their BF16
-// tiles (sm90p) measured 0.79-0.82 at 256 tokens, about even at 64, but auto
-// does not take them until compute-sanitizer has run on them and the tests
-// that prefill tier experts accept the BF16 rounding bound.
+// and 64 tokens (1.13 / 1.40 against 0.92 / 0.90).  Tier experts with at
+// least prefill_tiles tokens (the kernel configuration, default 32) take the
+// BF16-tile kernel PF90_TIER_AUTO under auto, the others the mma.sync kernel:
+// at Kimi, hot / warm / cold, sm90pc measured 0.72-0.74 of cuBLAS BF16 at 32
+// and 48 tokens, 0.71-0.72 at 64, 0.75-0.76 at 128, 0.88-0.89 at 192 and
+// 0.88-0.90 at 256 against the mma.sync kernel's 0.59-0.62, 0.60-0.63,
+// 0.59-0.63, 0.63-0.64, 0.40-0.41, 0.41-0.43
+// (experiments/kernels/README.md, "Hopper prefill: BF16 tiles by default").
 constexpr uint32_t PF90_AUTO_MIN = 192;
+constexpr int PF90_TIER_AUTO = pf90::K_TIER_PC;
 
 // Launch group of a prefill expert (run_prefill): 0 the 64 x 256 tile, 1 and
 // 2 128 x 128 with 8 / 16 warps, 3 64 x 64, 4 + pf90 kind the sm_90a kernel
-// (4 bf16, 5 tier, 6 tier warp-specialized, 7 / 8 / 9 tier as BF16 tiles with
-// two / one / three producer warpgroups: prefill=sm90p / sm90p1 / sm90p3, bf16
-// experts as sm90).
-constexpr int PF_GROUPS = 10;
+// (4 bf16, 5 tier, 6 tier warp-specialized, 7 / 8 / 9 / 10 tier as BF16 tiles
+// with two / one / three producer warpgroups / two and the activations
+// staged by the MMA warpgroups: prefill=sm90p / sm90p1 / sm90p3 / sm90pc,
+// bf16 experts as sm90).
+constexpr int PF_GROUPS = 11;
 int pf_group(int fmt, uint32_t nt)
 {
 	const int p = g_ctx.cfg.pf_path;
 	const bool tier = fmt != STRATA_FMT_BF16;
-	if (g_ctx.pf90 && (p == 1 || p >= 3 || (p == 0 && !tier && nt >= PF90_AUTO_MIN)))
+	if (g_ctx.pf90 && p == 0) {
+		if (!tier && nt >= PF90_AUTO_MIN)
+			return 4 + pf90::K_BF16;
+		if (tier && nt >= g_ctx.cfg.pf_tiles_min)
+			return 4 + PF90_TIER_AUTO;
+	}
+	if (g_ctx.pf90 && (p == 1 || p >= 3))
 		return 4 + (!tier ? pf90::K_BF16
 			    : p == 3 ? pf90::K_TIER_WS
 			    : p == 4 ? pf90::K_TIER_P
 			    : p == 5 ? pf90::K_TIER_P1
 			    : p == 6 ? pf90::K_TIER_P3
+			    : p == 7 ? pf90::K_TIER_PC
 				     : pf90::K_TIER);
 	return nt >= 192 ? 0 : nt <= PF_SMALL_MAX ? 3 : tier ? 2 : 1;
 }
@@ -1826,6 +1836,7 @@ int run_prefill(const struct strata_moe_call *c, const uint32_t *count, const ui
 			   : grp == 7 ? pf90_launch<pf90::K_TIER_P>(P, st, err)
 			   : grp == 8 ? pf90_launch<pf90::K_TIER_P1>(P, st, err)
 			   : grp == 9 ? pf90_launch<pf90::K_TIER_P3>(P, st, err)
+			   : grp == 10 ? pf90_launch<pf90::K_TIER_PC>(P, st, err)
 			   : grp == 0 ? pf_launch<CfgWide>(P, st, err)
 			   : grp == 3 ? pf_launch<CfgSmall>(P, st, err)
 			   : grp == 2 ? pf_launch<Cfg128w16>(P, st, err)

@@ -153,22 +153,34 @@ struct TierRow {
 	}
 };
 // Copy chunk ci (0-5: the codes' 16-byte chunks, 6: the scale chunk; others
-// none) of block b of row r into the raw row at shared address dst
-// (zero-filled, source `zero`, when !ok).
+// none) of block b into the raw row at shared address dst (zero-filled,
+// source `zero`, when !ok); rowp: the row's codes (ci < 6) or scales (ci == 6)
+// at block 0 (tier_rowp).
 template <class F>
-__device__ __forceinline__ void stage_tier(uint32_t dst, const TierRow &r, uint32_t b, uint32_t ci, bool ok,
-					   const uint8_t *zero)
+__device__ __forceinline__ void stage_tier_p(uint32_t dst, const uint8_t *rowp, uint32_t b, uint32_t ci, bool ok,
+					     const uint8_t *zero)
 {
 	if (ci < 6) {
-		const uint8_t *c = r.codes<F>(b);
+		const uint8_t *c = rowp + (uint64_t)b * F::CODE_BYTES;
 		const uint8_t *c0 = (const uint8_t *)((uintptr_t)c & ~(uintptr_t)15);
 		const uint32_t nc = (uint32_t)((uintptr_t)c - (uintptr_t)c0 + F::CODE_BYTES + 15) >> 4;
 		if (ci < nc)
 			cp16z(dst + 16 * ci, ok ? c0 + 16 * ci : zero, ok ? 16 : 0);
 	} else if (ci == 6) {
-		const uint8_t *s0 = (const uint8_t *)((uintptr_t)r.scale<F>(b) & ~(uintptr_t)15);
+		const uint8_t *s0 = (const uint8_t *)((uintptr_t)(rowp + (uint64_t)b * F::SCALE_BYTES) & ~(uintptr_t)15);
 		cp16z(dst + RAW_SCALE, ok ? s0 : zero, ok ? 16 : 0);
 	}
+}
+template <class F> __device__ __forceinline__ const uint8_t *tier_rowp(const TierRow &r, uint32_t ci)
+{
+	return ci < 6 ? r.codes<F>(0) : r.scale<F>(0);
+}
+// The same for row r.
+template <class F>
+__device__ __forceinline__ void stage_tier(uint32_t dst, const TierRow &r, uint32_t b, uint32_t ci, bool ok,
+					   const uint8_t *zero)
+{
+	stage_tier_p<F>(dst, tier_rowp<F>(r, ci), b, ci, ok, zero);
 }
 // Decode weights 8j..8j+7 of block b (staged in the raw row at g_smem offset
 // src) into 16-byte chunk ci of row i of the swizzled fp16 tile at g_smem

@@ -39,10 +39,12 @@
 // experts 1.11x cuBLAS BF16 at the Kimi shape, 256 tokens per expert (the
 // mma.sync kernel 0.73); tier experts 0.40 (tile) and 0.26 (tile_ws) against
 // the mma.sync kernel's 0.46: their decode into shared memory, not the MMAs,
-// bounds them, and fewer warps decode here.  The dispatch's auto takes this
-// kernel for bf16 experts with >= 192 tokens only.  tile_p (prefill=sm90p*)
-// runs tier experts as BF16 tiles of 256 tokens with the decode in producer
-// warpgroups; not measured on a GPU yet.
+// bounds them, and fewer warps decode here.  tile_p (prefill=sm90p*) runs
+// tier experts as BF16 tiles of 256 tokens with the decode in producer
+// warpgroups: 0.88-0.90 of cuBLAS BF16 at 256 tokens as sm90pc, 0.72-0.73 at
+// 32-64 (the mma.sync kernel 0.42-0.43 and 0.59-0.63).  The dispatch's auto
+// takes this kernel for bf16 experts with >= 192 tokens and, as sm90pc, for
+// tier experts with >= prefill_tiles tokens (kernels.h).
 namespace pf90 {
 
 using pf::BK;
@@ -588,7 +590,8 @@ __device__ __forceinline__ void tile_ws(const PParams &p, const PSlot &s, uint32
 	epilogue<F, DOWN>(p, s, row0, tok0, acc, tid, W::EX_OFF + pad, [] { bar_sync(BAR_MMA, 256); });
 }
 
-// Tier experts as BF16 tiles, warp-specialized (prefill=sm90p, sm90p1, sm90p3):
+// Tier experts as BF16 tiles, warp-specialized (prefill=sm90p, sm90p1, sm90p3,
+// sm90pc):
 // the bf16 experts' loop (256-token tiles: each weight decoded once per 256
 // tokens, wgmma m64n128k16 on BF16 operands, the bf16 epilogue) with the
 // weight tile made by NP (1-3) producer warpgroups.  They stage each 256-weight
@@ -609,7 +612,18 @@ __device__ __forceinline__ void tile_ws(const PParams &p, const PSlot &s, uint32
 // from the producers (REG_P) to the MMA warpgroups (REG_C): 184 / 72 with two
 // producer warpgroups, 192 / 112 with one, 168 / 48 with three (ptxas -v: no
 // spills in either).
-template <int NP> struct GeoP {
+// MC (prefill=sm90pc, two producer warpgroups, the default for tier experts):
+// each MMA warpgroup stages its own 128 tokens of the activations (the half of
+// the B tile only its wgmmas read) NB - 1 steps ahead, after its wgmma wait,
+// so the producers only stage the raw blocks and decode, up to NB - 1 steps
+// ahead of the wgmmas (they rewrite a buffer's A tile after its EMPTY); the
+// producers load every row's code words and scale of a step before decoding
+// them (the loads in flight together), take their raw-block sources from
+// per-row pointers computed once, and get 96 registers (MMA warpgroups 160,
+// no spills; 104 / 152 spills).  H200, Kimi, 256 tokens: 0.88-0.90 of cuBLAS
+// BF16 against sm90p's 0.81-0.84 in the same run
+// (experiments/kernels/README.md, "Hopper prefill: BF16 tiles by default").
+template <int NP, bool MC = false> struct GeoP {
 	static constexpr int NB = 4, NR = 2, P = 2; // buffers, raw block slots, activation staging distance (steps)
 	static constexpr int NPT = 128 * NP, NTHR = 256 + NPT, RS = NPT / 8;
 	static constexpr int BM = 128, BN = 256;
@@ -621,7 +635,7 @@ template <int NP> struct GeoP {
 	// Registers per thread after setmaxnreg: launch budget 65536 / NTHR
 	// (rounded down to 8), MMA warpgroups up, producers down, same total.
 	static constexpr int REG_L = 65536 / NTHR / 8 * 8;
-	static constexpr int REG_P = NP == 1 ? 112 : NP == 2 ? 72 : 48;
+	static constexpr int REG_P = NP == 1 ? 112 : NP == 2 ? (MC ? 96 : 72) : 48;
 	static constexpr int REG_C = (REG_L * NTHR - REG_P * NPT) / 256 / 8 * 8;
 	static_assert(NB == GeoWS::NB, "barrier ids of tile_ws");
 	static_assert(NB >= P + 2 && NR == 2, "ring distances (tile_p's schedule)");
@@ -642,6 +656,17 @@ template <int N> __device__ __forceinline__ void reg_dec()
 #endif
 }
 
+// Weights o (fp16 pairs) of a block with scale sc as bf16(sc * f) into
+// 16-byte chunk ci of row i of the swizzled tile at g_smem offset dst.
+__device__ __forceinline__ void store_bf16(uint32_t (&o)[4], float sc, uint32_t dst, uint32_t i, uint32_t ci)
+{
+#pragma unroll
+	for (int k = 0; k < 4; k++) {
+		const float2 v = __half22float2(*reinterpret_cast<const __half2 *>(&o[k]));
+		o[k] = pack_bf16x2(sc * v.x, sc * v.y);
+	}
+	*reinterpret_cast<uint4 *>(g_smem + dst + pf::swz(i, ci)) = make_uint4(o[0], o[1], o[2], o[3]);
+}
 // Weights 8j..8j+7 of block b, packed row at g_smem offset src (codes at
 // src + coff, scale chunk at RAW_SCALE), as bf16(scale * f) into 16-byte
 // chunk ci of row i of the swizzled tile at g_smem offset dst.
@@ -651,18 +676,13 @@ __device__ __forceinline__ void decode_bf16(uint32_t src, uint32_t coff, float s
 {
 	uint32_t o[4];
 	F::decode8(src + coff, 0, (int)j, 0, o);
-#pragma unroll
-	for (int k = 0; k < 4; k++) {
-		const float2 v = __half22float2(*reinterpret_cast<const __half2 *>(&o[k]));
-		o[k] = pack_bf16x2(sc * v.x, sc * v.y);
-	}
-	*reinterpret_cast<uint4 *>(g_smem + dst + pf::swz(i, ci)) = make_uint4(o[0], o[1], o[2], o[3]);
+	store_bf16(o, sc, dst, i, ci);
 }
 
-template <class F, bool DOWN, int NP>
+template <class F, bool DOWN, int NP, bool MC>
 __device__ __forceinline__ void tile_p(const PParams &p, const PSlot &s, uint32_t rt, uint32_t tt, uint32_t pad)
 {
-	using W = GeoP<NP>;
+	using W = GeoP<NP, MC>;
 	constexpr int BM = W::BM, BN = W::BN, NB = W::NB, NA = 64;
 	const FmtTab &f = p.tab[s.fmt];
 	const int tid = threadIdx.x;
@@ -670,6 +690,8 @@ __device__ __forceinline__ void tile_p(const PParams &p, const PSlot &s, uint32_
 	const uint32_t nk = f.pc[d] / BK;
 	const uint32_t row0 = DOWN ? rt * BM : rt * (BM / 2), tok0 = tt * BN;
 	const uint32_t sbase = (uint32_t)__cvta_generic_to_shared(g_smem) + pad;
+	const uint16_t *act = DOWN ? p.hs : p.xs;
+	const uint32_t ld = DOWN ? p.ldh : p.ldx;
 
 	if (tid >= 256) {
 		reg_dec<W::REG_P>();
@@ -677,8 +699,6 @@ __device__ __forceinline__ void tile_p(const PParams &p, const PSlot &s, uint32_
 		const uint32_t nrows = DOWN ? p.hidden : p.inter;
 		const uint8_t *m0 = s.ext + f.off[DOWN ? 2 : 0], *m1 = s.ext + f.off[DOWN ? 2 : 1];
 		const uint64_t rowc = f.rowc[d], rows_ = f.rows_[d], soff = f.soff[d];
-		const uint16_t *act = DOWN ? p.hs : p.xs;
-		const uint32_t ld = DOWN ? p.ldh : p.ldx;
 		auto row_src = [&](uint32_t i) {
 			return pf::TierRow{ !DOWN && i >= BM / 2 ? m1 : m0, DOWN ? row0 + i : row0 + i % (BM / 2), rowc, rows_,
 					    soff };
@@ -708,6 +728,95 @@ __device__ __forceinline__ void tile_p(const PParams &p, const PSlot &s, uint32_
 				pf::cp16z(sb + pf::swz(n, ci), src, v ? 16 : 0);
 			}
 		};
+		// The codes' (bits 0-7) and scale's (8-15) offsets of block 0 of the
+		// thread's rows in their 16-byte chunks: the low bits of TierRow's
+		// addresses, in 32-bit arithmetic (block b adds b * CODE_BYTES,
+		// b * SCALE_BYTES modulo 16).
+		uint32_t roff[W::RA];
+#pragma unroll
+		for (int r = 0; r < W::RA; r++) {
+			const uint32_t i = (q >> 3) + W::RS * r;
+			const uint32_t rr = DOWN ? row0 + i : row0 + i % (BM / 2);
+			const uint32_t ml = (uint32_t)(uintptr_t)(!DOWN && i >= BM / 2 ? m1 : m0);
+			roff[r] = ((ml + rr * (uint32_t)rowc) & 15) | ((ml + (uint32_t)soff + rr * (uint32_t)rows_) & 15) << 8;
+		}
+		// Step ks: rows q / 8 + RS r of the A tile of buffer ks % NB.
+		auto decode_step = [&](uint32_t ks) {
+			const uint32_t b = ks >> 2, j = 8 * (ks & 3) + ci;
+			const uint32_t sr = pad + W::RAW_OFF + (b % W::NR) * W::RAW, da = pad + (ks % NB) * W::BUF;
+			if constexpr (MC) {
+				// Every row's code words and scale first (their shared-memory
+				// loads in flight together), then the decodes.
+				const uint32_t pb = F::BITS8 * j, wq = pb >> 5, wq1 = wq + 1 == F::NW ? 0 : wq + 1;
+				uint32_t x0[W::RA], x1[W::RA];
+				float sc[W::RA];
+#pragma unroll
+				for (int r = 0; r < W::RA; r++) {
+					const uint32_t src = sr + ((q >> 3) + W::RS * r) * W::RPITCH;
+					const uint32_t c = src + ((roff[r] + b * F::CODE_BYTES) & 15);
+					x0[r] = lds32(c + 4 * wq), x1[r] = lds32(c + 4 * wq1);
+					sc[r] = F::scale(src + RAW_SCALE + (((roff[r] >> 8) + b * F::SCALE_BYTES) & 15));
+				}
+#pragma unroll
+				for (int r = 0; r < W::RA; r++) {
+					uint32_t o[4];
+					F::decode8x(__funnelshift_r(x0[r], x1[r], pb), o);
+					store_bf16(o, sc[r], da, (q >> 3) + W::RS * r, ci);
+				}
+			} else {
+#pragma unroll
+				for (int r = 0; r < W::RA; r++) {
+					const uint32_t i = (q >> 3) + W::RS * r;
+					if (BM % W::RS && i >= (uint32_t)BM)
+						break;
+					const uint32_t src = sr + i * W::RPITCH;
+					const uint32_t co = (roff[r] + b * F::CODE_BYTES) & 15;
+					const uint32_t so = ((roff[r] >> 8) + b * F::SCALE_BYTES) & 15;
+					decode_bf16<F>(src, co, F::scale(src + RAW_SCALE + so), da, i, ci, j);
+				}
+			}
+			fence_proxy_async();
+			bar_arrive(BAR_FULL + ks % NB, W::NTHR);
+		};
+		if constexpr (MC) {
+			// The MMA warpgroups stage the activations; the producers the raw
+			// blocks (block b+1 while decoding block b) and the A tiles, up to
+			// NB - 1 steps ahead of the wgmmas (a buffer's A tile is rewritten
+			// after EMPTY: the wgmmas that read it are done).  The thread's
+			// rows' source (pf::tier_rowp for its chunk) and validity once.
+			static_assert(BM % W::RS == 0, "every producer thread has RA rows");
+			const uint8_t *rowp[W::RA];
+			uint32_t rok = 0;
+#pragma unroll
+			for (int r = 0; r < W::RA; r++) {
+				const pf::TierRow row = row_src((q >> 3) + W::RS * r);
+				rowp[r] = pf::tier_rowp<F>(row, ci);
+				rok |= (uint32_t)(row.rr < nrows) << r;
+			}
+			auto issue_raw_mc = [&](uint32_t b) {
+				const uint32_t sr = sbase + W::RAW_OFF + (b % W::NR) * W::RAW;
+#pragma unroll
+				for (int r = 0; r < W::RA; r++)
+					pf::stage_tier_p<F>(sr + ((q >> 3) + W::RS * r) * W::RPITCH, rowp[r], b, ci, rok >> r & 1,
+							    m0);
+			};
+			issue_raw_mc(0);
+			pf::commit();
+			for (uint32_t ks = 0; ks < nk; ks++) {
+				if ((ks & 3) == 0) {
+					pf::wait<0>();              // raw block ks/4 landed (this thread's copies)
+					bar_sync(BAR_PROD, W::NPT); // everyone's; every producer is done with block ks/4 - 1
+					if ((ks >> 2) + 1 < nk / 4)
+						issue_raw_mc((ks >> 2) + 1);
+					pf::commit();
+				}
+				if (ks >= (uint32_t)NB)
+					bar_sync(BAR_EMPTY + ks % NB, W::NTHR);
+				decode_step(ks);
+			}
+			pf::wait<0>();
+			return;
+		}
 		// Groups: 0 = raw block 0 + activations of step 0, 1 = step 1, then one
 		// per iteration ks: activations of step ks + 2 (+ raw block ks/4 + 1
 		// when ks % 4 == 0).  At iteration ks, groups 0 .. ks+1 are committed.
@@ -721,24 +830,7 @@ __device__ __forceinline__ void tile_p(const PParams &p, const PSlot &s, uint32_
 		for (uint32_t ks = 0; ks < nk; ks++) {
 			pf::wait<1>();           // this thread's copies of step ks (and its raw block) landed
 			bar_sync(BAR_PROD, W::NPT); // everyone's; and every producer is done decoding step ks-1
-			const uint32_t b = ks >> 2, j = 8 * (ks & 3) + ci;
-			const uint32_t sr = pad + W::RAW_OFF + (b % W::NR) * W::RAW, da = pad + (ks % NB) * W::BUF;
-#pragma unroll
-			for (int r = 0; r < W::RA; r++) {
-				const uint32_t i = (q >> 3) + W::RS * r;
-				if (BM % W::RS && i >= (uint32_t)BM)
-					break;
-				// The codes' and scale's offsets in their 16-byte chunks: the low
-				// bits of TierRow's addresses, in 32-bit arithmetic.
-				const uint32_t rr = DOWN ? row0 + i : row0 + i % (BM / 2);
-				const uint32_t ml = (uint32_t)(uintptr_t)(!DOWN && i >= BM / 2 ? m1 : m0);
-				const uint32_t src = sr + i * W::RPITCH;
-				const uint32_t co = (ml + rr * (uint32_t)rowc + b * F::CODE_BYTES) & 15;
-				const uint32_t so = (ml + (uint32_t)soff + rr * (uint32_t)rows_ + b * F::SCALE_BYTES) & 15;
-				decode_bf16<F>(src, co, F::scale(src + RAW_SCALE + so), da, i, ci, j);
-			}
-			fence_proxy_async();
-			bar_arrive(BAR_FULL + ks % NB, W::NTHR);
+			decode_step(ks);
 			const uint32_t s2 = ks + W::P;
 			if (s2 < nk) {
 				if (s2 >= (uint32_t)NB)
@@ -758,27 +850,63 @@ __device__ __forceinline__ void tile_p(const PParams &p, const PSlot &s, uint32_
 	// MMA warpgroups.
 	reg_inc<W::REG_C>();
 	const int wg = tid >> 7;
+	// MC: warpgroup wg stages its own 128 tokens of each step's activations
+	// (the half of the B tile only its wgmmas read), NB - 1 steps ahead:
+	// thread t chunk t % 8 of tokens t / 8 + 16 r.
+	const uint32_t ct = tid & 127, cn = ct >> 3, cc = ct & 7;
+	const uint32_t cvalid = s.ntok > tok0 + wg * 128 + cn ? s.ntok - (tok0 + wg * 128 + cn) : 0;
+	const uint8_t *csrc = reinterpret_cast<const uint8_t *>(act + (uint64_t)(s.a0 + tok0 + wg * 128 + cn) * ld + 8 * cc);
+	const uint32_t cstride = 16 * 2 * ld; // bytes between the thread's tokens
+	auto issue_mine = [&](uint32_t ks) {
+		const uint32_t sb = sbase + (ks % NB) * W::BUF + W::A_BYTES + wg * 128 * 128 + pf::swz(cn, cc);
+		const uint8_t *src = csrc + ks * BK * 2;
+#pragma unroll
+		for (int r = 0; r < 8; r++) {
+			const bool v = (uint32_t)(16 * r) < cvalid;
+			pf::cp16z(sb + 16 * 128 * r, v ? src + (uint64_t)r * cstride : (const uint8_t *)act, v ? 16 : 0);
+		}
+	};
+	if constexpr (MC) {
+#pragma unroll
+		for (int st = 0; st < NB - 1; st++) {
+			if ((uint32_t)st < nk)
+				issue_mine(st);
+			pf::commit();
+		}
+	}
 	float acc[2][NA];
 #pragma unroll
 	for (int m = 0; m < 2; m++)
 #pragma unroll
 		for (int i = 0; i < NA; i++)
 			acc[m][i] = 0.0f;
+	const uint64_t d0 = desc(sbase);
 	for (uint32_t ks = 0; ks < nk; ks++) {
 		const uint32_t bi = ks % NB;
+		if constexpr (MC) {
+			pf::wait<NB - 2>(); // this thread's copies of step ks landed
+			fence_proxy_async();
+		}
 		bar_sync(BAR_FULL + bi, W::NTHR);
-		const uint32_t abuf = sbase + bi * W::BUF, bbuf = abuf + W::A_BYTES + wg * 128 * 128;
+		// Descriptors: desc(a + off) = desc(a) + off / 16 (shared addresses below
+		// 256 KB: the 14-bit address field does not carry).
+		const uint64_t da = d0 + bi * (W::BUF >> 4), db = da + ((W::A_BYTES + wg * 128 * 128) >> 4);
 		wg_fence();
 #pragma unroll
 		for (int kk = 0; kk < BK / 16; kk++) {
-			const uint64_t db = desc(bbuf + 32 * kk);
-			wgmma_bf16_n128(acc[0], desc(abuf + 32 * kk), db, 1);
-			wgmma_bf16_n128(acc[1], desc(abuf + 64 * 128 + 32 * kk), db, 1);
+			wgmma_bf16_n128(acc[0], da + 2 * kk, db + 2 * kk, 1);
+			wgmma_bf16_n128(acc[1], da + ((64 * 128) >> 4) + 2 * kk, db + 2 * kk, 1);
 		}
 		wg_commit();
 		wg_wait<1>(); // the wgmmas of step ks-1 are done: its buffer goes back
 		if (ks >= 1 && ks - 1 + NB < nk)
 			bar_arrive(BAR_EMPTY + (ks - 1) % NB, W::NTHR);
+		if constexpr (MC) {
+			// step ks + NB - 1 into the buffer of step ks - 1 (this warpgroup's half)
+			if (ks + NB - 1 < nk)
+				issue_mine(ks + NB - 1);
+			pf::commit();
+		}
 	}
 	wg_wait<0>();
 	reg_fence<NA>(acc[0]), reg_fence<NA>(acc[1]);
@@ -817,15 +945,16 @@ __device__ __forceinline__ void tile_sel(const PParams &p, const PSlot &s, uint3
 }
 
 // Kernels: bf16 experts (KIND 0), tier experts on tile (1), tile_ws (2),
-// tile_p with two (3), one (4) or three (5) producer warpgroups.
-constexpr int K_BF16 = 0, K_TIER = 1, K_TIER_WS = 2, K_TIER_P = 3, K_TIER_P1 = 4, K_TIER_P3 = 5;
+// tile_p with two (3), one (4) or three (5) producer warpgroups, or two with
+// the activations staged by the MMA warpgroups (6).
+constexpr int K_BF16 = 0, K_TIER = 1, K_TIER_WS = 2, K_TIER_P = 3, K_TIER_P1 = 4, K_TIER_P3 = 5, K_TIER_PC = 6;
 template <int KIND> struct Kind {
 	static constexpr bool TIER = KIND != K_BF16;
-	static constexpr int NP = KIND == K_TIER_P ? 2 : KIND == K_TIER_P3 ? 3 : 1; // tile_p's producer warpgroups
-	static constexpr bool PROD = KIND >= K_TIER_P;
-	static constexpr int NTHR = PROD ? GeoP<NP>::NTHR : KIND == K_TIER_WS ? GeoWS::NTHR : 256;
-	static constexpr uint32_t SMEM = PROD ? GeoP<NP>::SMEM : KIND == K_TIER_WS ? GeoWS::SMEM : Geo<TIER>::SMEM;
-	static constexpr int BM = 128, BN = PROD ? GeoP<NP>::BN : Geo<TIER>::BN;
+	static constexpr int NP = KIND == K_TIER_P || KIND == K_TIER_PC ? 2 : KIND == K_TIER_P3 ? 3 : 1; // tile_p's producer warpgroups
+	static constexpr bool PROD = KIND >= K_TIER_P, MC = KIND == K_TIER_PC;
+	static constexpr int NTHR = PROD ? GeoP<NP, MC>::NTHR : KIND == K_TIER_WS ? GeoWS::NTHR : 256;
+	static constexpr uint32_t SMEM = PROD ? GeoP<NP, MC>::SMEM : KIND == K_TIER_WS ? GeoWS::SMEM : Geo<TIER>::SMEM;
+	static constexpr int BM = 128, BN = PROD ? GeoP<NP, MC>::BN : Geo<TIER>::BN;
 };
 
 // Grid: one CTA per tile of the slots in p (bf16 experts, or tier experts,
@@ -840,10 +969,11 @@ __global__ void __launch_bounds__(Kind<KIND>::NTHR, 1) gemm(const __grid_constan
 	const uint32_t raw = (uint32_t)__cvta_generic_to_shared(g_smem), pad = ((raw + 1023) & ~1023u) - raw;
 	if constexpr (Kind<KIND>::PROD) {
 		constexpr int NP = Kind<KIND>::NP;
+		constexpr bool MC = Kind<KIND>::MC;
 		switch (s.fmt) {
-		case STRATA_FMT_HOT: tile_p<FmtHot, DOWN, NP>(p, s, rt, tt, pad); break;
-		case STRATA_FMT_WARM: tile_p<FmtWarm, DOWN, NP>(p, s, rt, tt, pad); break;
-		case STRATA_FMT_COLD: tile_p<FmtCold, DOWN, NP>(p, s, rt, tt, pad); break;
+		case STRATA_FMT_HOT: tile_p<FmtHot, DOWN, NP, MC>(p, s, rt, tt, pad); break;
+		case STRATA_FMT_WARM: tile_p<FmtWarm, DOWN, NP, MC>(p, s, rt, tt, pad); break;
+		case STRATA_FMT_COLD: tile_p<FmtCold, DOWN, NP, MC>(p, s, rt, tt, pad); break;
 		default: break;
 		}
 	} else if constexpr (TIER) {

@@ -200,12 +200,21 @@ static void test_moe_config(void **state)
 	assert_int_equal(c.pf_path, 5);
 	assert_int_equal(strata_gpu_moe_config_parse("prefill=sm90p3", &c, &err), STRATA_OK);
 	assert_int_equal(c.pf_path, 6);
+	assert_int_equal(strata_gpu_moe_config_parse("prefill=sm90pc", &c, &err), STRATA_OK);
+	assert_int_equal(c.pf_path, 7);
 	assert_int_equal(strata_gpu_moe_config_parse("prefill=auto", &c, &err), STRATA_OK);
 	assert_int_equal(c.pf_path, 0);
+	/* auto's token count for tier experts as BF16 tiles */
+	assert_int_equal(d.pf_tiles_min, 32);
+	assert_int_equal(strata_gpu_moe_config_parse("prefill_tiles=200", &c, &err), STRATA_OK);
+	assert_int_equal(c.pf_tiles_min, 200);
+	assert_int_equal(strata_gpu_moe_config_parse("prefill_tiles=off", &c, &err), STRATA_OK);
+	assert_int_equal(c.pf_tiles_min, UINT32_MAX);
 	static const char *const bad[] = { "dec=9x4", "dec=12", "split=65", "split=-1", "bf16dec=16x5",
 					   "bf16_kc=16", "prefill_min=0", "prefill_min=17x", "poison=2", "warps=8",
 					   "dec", "sqdec=8x4", "sq_pf=2", "sq_xs=2", "sq_gv=on", "sq_gv=3", "sq_l2pf=3", "sq_pdl=2", "dec=12x4t", "dec=10x2t", "dec=8x2tt",
-					   "dec=8x2u", "bf16dec=8x8t", "prefill=wgmma", "prefill=sm90p2" };
+					   "dec=8x2u", "bf16dec=8x8t", "prefill=wgmma", "prefill=sm90p2",
+					   "prefill_tiles=0", "prefill_tiles=on" };
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		c = d;
 		memset(&err, 0, sizeof(err));
@@ -293,21 +302,52 @@ struct moe_case {
 	uint32_t pf_min;    /* the kernel configuration's prefill_min for the case (0: default) */
 };
 
+/* Whether name is an item of the comma-separated list (a NULL or empty list
+ * has every name): the selections by environment variable (STRATA_TESTS,
+ * STRATA_TEST_PREFILL). */
+static int in_list(const char *list, const char *name)
+{
+	if (!list || !*list)
+		return 1;
+	const size_t len = strlen(name);
+	for (const char *q = list; *q; q += *q == ',') {
+		const size_t n = strcspn(q, ",");
+		if (n == len && !strncmp(q, name, len))
+			return 1;
+		q += n;
+	}
+	return 0;
+}
+
 /* Relative error bound per format, f32 sums: bf16 operands on the tensor cores
  * for bf16/f32 experts (measured ~3e-3); the tier formats multiply their exact
  * fp16 codebook values with fp16 activations (measured ~4e-4), so a wrong
  * codebook value on the MMA path shows up against a tighter bound. */
-static int g_tier_bf16; /* tier experts' prefill on BF16 operands (prefill=sm90p*) */
-static double bound_for(int fmt)
+static double bound_for(int fmt, int tier_bf16)
 {
 	/* q4, q3: exact fp16 codes on the decode kernel (~4e-4), BF16 copies on
-	 * the other paths (as bf16); tier experts as BF16 tiles: bf16(scale * f)
-	 * and bf16 activations, as bf16 experts (kernels/FORMATS.md allows that
-	 * rounding) */
-	return fmt == STRATA_FMT_F32			     ? 1.5e-2
-	     : strata_fmt_is_scalar(fmt)		     ? 1e-2
-	     : fmt >= STRATA_FMT_HOT && !g_tier_bf16 ? 3e-3
-							     : 1e-2;
+	 * the other paths (as bf16); tier experts as BF16 tiles (tier_bf16):
+	 * bf16(scale * f) and bf16 activations, as bf16 experts (kernels/FORMATS.md
+	 * allows that rounding) */
+	return fmt == STRATA_FMT_F32			 ? 1.5e-2
+	     : strata_fmt_is_scalar(fmt)		 ? 1e-2
+	     : fmt >= STRATA_FMT_HOT && !tier_bf16 ? 3e-3
+							 : 1e-2;
+}
+
+/* Whether tier experts with up to T tokens may take the BF16-tile prefill
+ * kernel (prefill=sm90p*, or auto from prefill_tiles tokens on an sm_90a
+ * GPU) under the current kernel configuration with prefill_min pf_min (0: the
+ * configuration's). */
+static int tier_bf16_tiles(uint32_t T, uint32_t pf_min)
+{
+	static int usable = -1;
+	if (usable < 0)
+		usable = strata_gpu_moe_prefill_sm90_usable();
+	struct strata_moe_config kc;
+	strata_gpu_moe_config_get(&kc);
+	return usable && T >= (pf_min ? pf_min : kc.prefill_min) &&
+	       (kc.pf_path >= 4 || (kc.pf_path == 0 && T >= kc.pf_tiles_min));
 }
 
 /* Tokens of the range-guard cases (outliers != 0): t % 4 == 1 has 1-3
@@ -389,11 +429,8 @@ static void run_moe_case_ex(const struct moe_case *mc, int outliers, uint32_t pf
 	}
 	uint8_t **hext = malloc(NE * sizeof(*hext));
 	void **dext = malloc(NE * sizeof(*dext));
-	double bound = 0;
 	for (uint32_t e = 0; e < NE; e++) {
 		fmts[e] = (uint8_t)(mc->fmt >= 0 ? mc->fmt : usable[e % nf]);
-		double b = bound_for(fmts[e]);
-		bound = b > bound ? b : bound;
 		struct strata_expert_layout E;
 		hext[e] = make_expert(fmts[e], H, I, &E);
 		dext[e] = dmalloc(E.bytes);
@@ -404,6 +441,18 @@ static void run_moe_case_ex(const struct moe_case *mc, int outliers, uint32_t pf
 	uint32_t *ae = malloc(NA * 4), *at = malloc(NA * 4);
 	float *aw = malloc(NA * 4);
 	random_routing(T, mc->top_k, NE, ae, at, aw);
+	/* the bound of the call's formats, with the BF16-tile one for tier experts
+	 * when the expert with the most tokens may take those tiles */
+	uint32_t *cnt = calloc(NE, 4), most = 0;
+	for (uint32_t a = 0; a < NA; a++)
+		most = ++cnt[ae[a]] > most ? cnt[ae[a]] : most;
+	free(cnt);
+	const int tier_bf16 = tier_bf16_tiles(most, pf_min);
+	double bound = 0;
+	for (uint32_t e = 0; e < NE; e++) {
+		double b = bound_for(fmts[e], tier_bf16);
+		bound = b > bound ? b : bound;
+	}
 	size_t nx = (size_t)T * H;
 	float *x = malloc(nx * 4), *y0 = malloc(nx * 4), *yref = malloc(nx * 4), *yg = malloc(nx * 4);
 	for (size_t i = 0; i < nx; i++)
@@ -774,20 +823,24 @@ static void test_moe_prefill_sm90(void **state)
 		{ "s90-cold-520", STRATA_FMT_COLD, 512, 320, 520, 2, 2, 1 }, /* 3 token tiles of 256 */
 		{ "s90-tiers-300", -3, 768, 384, 300, 3, 3, 1 },
 	};
-	static const char *const cfgs[] = { "prefill=sm90p", "prefill=sm90p1", "prefill=sm90p3", "prefill=sm90",
-					    "prefill=sm90ws", "prefill=mma" };
+	static const char *const cfgs[] = { "prefill=sm90p", "prefill=sm90pc", "prefill=sm90p1", "prefill=sm90p3",
+					    "prefill=sm90",  "prefill=sm90ws", "prefill=mma" };
 	const int usable = strata_gpu_moe_prefill_sm90_usable();
 	if (!usable)
 		printf("note: test_moe_prefill_sm90: this GPU or build is not sm_90a; prefill=sm90 falls back to the mma kernel\n");
+	/* STRATA_TEST_PREFILL=sm90p,auto,...: only those prefill values (e.g. under
+	 * compute-sanitizer in a short device call) */
+	const char *only = getenv("STRATA_TEST_PREFILL");
 	for (size_t i = 0; i < sizeof(cfgs) / sizeof(cfgs[0]); i++) {
 		struct strata_moe_config kc;
 		struct strata_error err = { 0 };
+		if (!in_list(only, cfgs[i] + strlen("prefill=")))
+			continue;
 		strata_gpu_moe_config_defaults(&kc);
 		assert_int_equal(strata_gpu_moe_config_parse(cfgs[i], &kc, &err), STRATA_OK);
 		kernel_config(&kc);
 		printf("prefill kernels, kernel config '%s'\n", cfgs[i]);
 		const int bf16_tiles = kc.pf_path >= 4;
-		g_tier_bf16 = bf16_tiles && usable;
 		const uint64_t n0 = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_PREFILL_SM90),
 			       p0 = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_PREFILL_SM90P);
 		for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++)
@@ -798,7 +851,6 @@ static void test_moe_prefill_sm90(void **state)
 		run_range_case(STRATA_FMT_BF16, 512, 256, 100, 1);
 		const uint64_t n = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_PREFILL_SM90) - n0;
 		const uint64_t np = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_PREFILL_SM90P) - p0;
-		g_tier_bf16 = 0;
 		printf("prefill kernels '%s': %llu sm90 launches, %llu of them tier experts as BF16 tiles\n", cfgs[i],
 		       (unsigned long long)n, (unsigned long long)np);
 		/* two launches (gate|up, down) per format group and call, two calls per case */
@@ -809,6 +861,36 @@ static void test_moe_prefill_sm90(void **state)
 		/* sm90p / sm90p1: every case and range case with tier experts (8 + 3) */
 		if (usable && bf16_tiles)
 			assert_true(np >= 2 * 2 * 11);
+		else
+			assert_int_equal(np, 0);
+	}
+	/* auto: tier experts with >= prefill_tiles tokens (default 32) take the
+	 * BF16 tiles on an sm_90a GPU, fewer tokens the mma.sync kernel; off:
+	 * never.  Two experts, top-2: each expert has every token. */
+	static const struct {
+		const char *cfg;
+		struct moe_case mc;
+		int tiles;
+	} autos[] = {
+		{ "prefill=auto", { "s90-auto-300", STRATA_FMT_HOT, 1024, 512, 300, 2, 2, 0 }, 1 },
+		{ "prefill=auto", { "s90-auto-tiers-128", -3, 768, 384, 128, 3, 3, 0 }, 1 },
+		{ "prefill=auto", { "s90-auto-24", STRATA_FMT_WARM, 640, 320, 24, 2, 2, 0 }, 0 },
+		{ "prefill=auto,prefill_tiles=off", { "s90-auto-off", STRATA_FMT_COLD, 768, 384, 300, 2, 2, 0 }, 0 },
+		{ "prefill=auto,prefill_tiles=20", { "s90-auto-24-on", STRATA_FMT_COLD, 768, 384, 24, 2, 2, 0 }, 1 },
+	};
+	for (size_t i = 0; i < sizeof(autos) / sizeof(autos[0]) && in_list(only, "auto"); i++) {
+		struct strata_moe_config kc;
+		struct strata_error err = { 0 };
+		strata_gpu_moe_config_defaults(&kc);
+		assert_int_equal(strata_gpu_moe_config_parse(autos[i].cfg, &kc, &err), STRATA_OK);
+		kernel_config(&kc);
+		const uint64_t p0 = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_PREFILL_SM90P);
+		run_moe_case(&autos[i].mc);
+		const uint64_t np = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_PREFILL_SM90P) - p0;
+		printf("prefill kernels '%s', %s: %llu launches of tier experts as BF16 tiles\n", autos[i].cfg,
+		       autos[i].mc.name, (unsigned long long)np);
+		if (usable && autos[i].tiles)
+			assert_true(np >= 4);
 		else
 			assert_int_equal(np, 0);
 	}
@@ -1414,9 +1496,7 @@ int main(void)
 		struct CMUnitTest sel[sizeof(tests) / sizeof(tests[0])];
 		size_t n = 0;
 		for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
-			const char *q = strstr(only, tests[i].name);
-			size_t len = strlen(tests[i].name);
-			if (q && (q == only || q[-1] == ',') && (q[len] == ',' || !q[len]))
+			if (in_list(only, tests[i].name))
 				sel[n++] = tests[i];
 		}
 		if (!n) {

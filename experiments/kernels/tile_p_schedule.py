@@ -9,7 +9,10 @@ and wgmma groups finishing after random latencies.  Checks, for every seed:
 no deadlock; every wgmma reads the A tile decoded and the activations landed
 for its own step; no copy or decode writes a buffer a wgmma still reads; every
 decode reads its own block, landed.  Intra-producer ordering (BAR_PROD) is
-not modelled: the producer is one sequential program.  --mutate runs known
+not modelled: the producer is one sequential program.  The same for
+prefill=sm90pc (mc): the MMA entity stages the activations NB - 1 steps ahead
+(its own cp.async groups), the producer only the raw blocks and the decode,
+waiting EMPTY before it rewrites a buffer's A tile.  --mutate runs known
 broken schedules, which must fail (the model's own check).
 
     /usr/bin/python3 experiments/kernels/tile_p_schedule.py [--seeds N] [--mutate]
@@ -22,14 +25,17 @@ class Broken(Exception):
     pass
 
 
-def run(np_, nk, seed, nb=4, p=2, nr=2, raw_at=0, wg_wait=1, cp_wait=1):
+def run(np_, nk, seed, nb=4, p=2, nr=2, raw_at=0, wg_wait=1, cp_wait=1, mc=False, mc_early=False):
     rnd = random.Random(seed)
     npt = 128 * np_
     nthr = 256 + npt
     a = [None] * nb          # step decoded into buffer b's A tile
     bt = [None] * nb         # ('inflight' | 'landed', step) of buffer b's activations
     raw = [None] * nr        # ('inflight' | 'landed', block) of raw slot
-    groups, cur, wgmma = [], [], []   # cp.async groups, open group, (done time, step)
+    wgmma = []               # (done time, step)
+    # cp.async groups and the open group of each entity (cp.async counts per thread)
+    grp = {'P': ([], []), 'C': ([], [])}
+    who = ['P']
     clock = [0]
     bars = {}
 
@@ -41,17 +47,19 @@ def run(np_, nk, seed, nb=4, p=2, nr=2, raw_at=0, wg_wait=1, cp_wait=1):
     def issue_act(s):
         check_free(s % nb, f"activations of step {s}")
         bt[s % nb] = ('inflight', s)
-        cur.append(('B', s % nb, s, clock[0] + rnd.randint(1, 30)))
+        grp[who[0]][1].append(('B', s % nb, s, clock[0] + rnd.randint(1, 30)))
 
     def issue_raw(b):
         raw[b % nr] = ('inflight', b)
-        cur.append(('R', b % nr, b, clock[0] + rnd.randint(1, 30)))
+        grp[who[0]][1].append(('R', b % nr, b, clock[0] + rnd.randint(1, 30)))
 
     def commit():
+        groups, cur = grp[who[0]]
         groups.append(list(cur))
         cur.clear()
 
     def land(n):  # cp.async.wait_group n
+        groups = grp[who[0]][0]
         done = groups[:len(groups) - n] if n else groups[:]
         last = max([c[3] for g in done for c in g], default=0)
         if last > clock[0]:
@@ -62,7 +70,35 @@ def run(np_, nk, seed, nb=4, p=2, nr=2, raw_at=0, wg_wait=1, cp_wait=1):
                 if arr[i] == ('inflight', v):
                     arr[i] = ('landed', v)
 
+    def decode(ks):  # step ks into its buffer's A tile, then FULL
+        b = ks >> 2
+        if raw[b % nr] != ('landed', b):
+            raise Broken(f"decode of step {ks} finds raw slot {raw[b % nr]}, wants block {b}")
+        check_free(ks % nb, f"decode of step {ks}")
+        yield ('time', clock[0] + rnd.randint(1, 20))
+        check_free(ks % nb, f"decode of step {ks}")
+        a[ks % nb] = ks
+        yield ('arrive', 1 + ks % nb, npt)
+
+    def producer_mc():
+        # prefill=sm90pc: raw blocks and decode only, up to nb - 1 steps ahead
+        issue_raw(0)
+        commit()
+        for ks in range(nk):
+            if ks & 3 == 0:
+                yield from land(0)
+                if (ks >> 2) + 1 < nk // 4:
+                    issue_raw((ks >> 2) + 1)
+                commit()
+            if ks >= nb:
+                yield ('sync', 1 + nb + ks % nb, npt)
+            yield from decode(ks)
+        yield from land(0)
+
     def producer():
+        if mc:
+            yield from producer_mc()
+            return
         issue_raw(0)
         issue_act(0)
         commit()
@@ -71,14 +107,7 @@ def run(np_, nk, seed, nb=4, p=2, nr=2, raw_at=0, wg_wait=1, cp_wait=1):
         commit()
         for ks in range(nk):
             yield from land(cp_wait)
-            b = ks >> 2
-            if raw[b % nr] != ('landed', b):
-                raise Broken(f"decode of step {ks} finds raw slot {raw[b % nr]}, wants block {b}")
-            check_free(ks % nb, f"decode of step {ks}")
-            yield ('time', clock[0] + rnd.randint(1, 20))
-            check_free(ks % nb, f"decode of step {ks}")
-            a[ks % nb] = ks
-            yield ('arrive', 1 + ks % nb, npt)
+            yield from decode(ks)
             s2 = ks + p
             if s2 < nk:
                 if s2 >= nb:
@@ -90,16 +119,31 @@ def run(np_, nk, seed, nb=4, p=2, nr=2, raw_at=0, wg_wait=1, cp_wait=1):
         yield from land(0)
 
     def consumer():
+        # prefill=sm90pc: the MMA warpgroups stage the activations nb - 1 steps ahead
+        for st in range(nb - 1 if mc else 0):
+            if st < nk:
+                issue_act(st)
+            commit()
         for ks in range(nk):
             bi = ks % nb
+            if mc:
+                yield from land(nb - 1 - cp_wait)
             yield ('sync', 1 + bi, 256)
             if a[bi] != ks or bt[bi] != ('landed', ks):
                 raise Broken(f"wgmma of step {ks} reads A of step {a[bi]}, activations {bt[bi]}")
             wgmma.append((clock[0] + rnd.randint(5, 40), ks))
+            if mc and mc_early and ks + nb - 1 < nk:
+                issue_act(ks + nb - 1)
             if len(wgmma) > wg_wait and wgmma[-1 - wg_wait][0] > clock[0]:
                 yield ('time', max(w[0] for w in wgmma[:len(wgmma) - wg_wait]))
             if ks >= 1 and ks - 1 + nb < nk:
                 yield ('arrive', 1 + nb + (ks - 1) % nb, 256)
+            if mc and not mc_early:
+                if ks + nb - 1 < nk:
+                    issue_act(ks + nb - 1)
+                commit()
+            elif mc:
+                commit()
         if wgmma:
             yield ('time', max(w[0] for w in wgmma))
 
@@ -118,6 +162,7 @@ def run(np_, nk, seed, nb=4, p=2, nr=2, raw_at=0, wg_wait=1, cp_wait=1):
                     state[k] = ('run',)
             continue
         k = rnd.choice(runnable)
+        who[0] = k
         try:
             ev = next(procs[k])
         except StopIteration:
@@ -140,9 +185,9 @@ def run(np_, nk, seed, nb=4, p=2, nr=2, raw_at=0, wg_wait=1, cp_wait=1):
         bars[bid] = bar
 
 
-def sweep(seeds, **kw):
+def sweep(seeds, nps=(1, 2, 3), **kw):
     bad = []
-    for np_ in (1, 2, 3):
+    for np_ in nps:
         for nk in (4, 8, 12, 16, 28, 112):
             for seed in range(seeds):
                 try:
@@ -159,15 +204,22 @@ def main():
     args = ap.parse_args()
     bad = sweep(args.seeds)
     print(f"tile_p schedule: {3 * 6 * args.seeds} runs, {len(bad)} failures")
-    for b in bad[:5]:
+    bad_mc = sweep(args.seeds, nps=(2,), mc=True)
+    print(f"tile_p schedule, activations by the MMA warpgroups (sm90pc): {6 * args.seeds} runs, "
+          f"{len(bad_mc)} failures")
+    for b in (bad + bad_mc)[:5]:
         print("  NP=%d nk=%d seed=%d: %s" % b)
-    ok = not bad
+    ok = not bad and not bad_mc
     if args.mutate:
         for name, kw in (("staging distance 3 with 4 buffers", dict(p=3)),
                          ("2 buffers", dict(nb=2)),
                          ("one raw slot", dict(nr=1)),
                          ("buffer returned before its wgmma finished", dict(wg_wait=99)),
-                         ("decode before its copies landed", dict(cp_wait=2))):
+                         ("decode before its copies landed", dict(cp_wait=2)),
+                         ("sm90pc: activations staged before the wgmma wait", dict(mc=True, mc_early=True)),
+                         ("sm90pc: wgmma before its activations landed", dict(mc=True, cp_wait=0)),
+                         ("sm90pc: one raw slot", dict(mc=True, nr=1)),
+                         ("sm90pc: buffer returned before its wgmma finished", dict(mc=True, wg_wait=99))):
             n = len(sweep(max(args.seeds // 10, 5), **kw))
             print(f"mutation '{name}': {n} failures")
             ok = ok and n > 0

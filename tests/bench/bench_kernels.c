@@ -45,8 +45,8 @@
  * formats of --formats and the shapes of --shape.
  * --decode: ceilings and the decode table (and the stack rows) only; --no-decode / --no-layer:
  * without the decode / full-layer table; --pf-tokens: the prefill table at
- * these tokens per expert, hot and bf16 (instead of 256 for every format and
- * 64 for hot and bf16); --shape: the decode, prefill and layer tables of
+ * these tokens per expert, hot and bf16 or the --formats given (instead of 256
+ * for every format and 64 for hot and bf16); --shape: the decode, prefill and layer tables of
  * that shape alone; --profile [FMT]: a few decode layers (Kimi, or --shape's)
  * of format FMT (default hot) at T=1 and 16, then FMT's decode ceiling kernel
  * (tier formats), for a profiler.
@@ -57,7 +57,8 @@
  * q4,warm,cold).
  * --kernel: the kernel configuration for every table (kernels.h: e.g.
  * dec=off|12x4|8x4..., split=auto|N, bf16dec=off|16x4|12x6|8x8, bf16_kc=N,
- * sqdec=auto|off, sq_pf=0|1, sq_xs=0|1, sq_gv=0|1|2, prefill_min=N|off, prefill=auto|sm90|sm90ws|sm90p|sm90p1|sm90p3|mma); the
+ * sqdec=auto|off, sq_pf=0|1, sq_xs=0|1, sq_gv=0|1|2, sq_l2pf=0|1|2, prefill_min=N|off,
+ * prefill=auto|sm90|sm90ws|sm90p|sm90p1|sm90p3|sm90pc|mma, prefill_tiles=N|off); the
  * prefill table sets prefill_min itself.
  */
 #include <math.h>
@@ -653,7 +654,7 @@ int main(int argc, char **argv)
 {
 	int quick = 0, decode_only = 0, no_decode = 0, no_layer = 0, prof_fmt = STRATA_FMT_HOT, s0 = 0, s1 = 2;
 	int fmt_list[8] = { STRATA_FMT_HOT, STRATA_FMT_WARM, STRATA_FMT_COLD, STRATA_FMT_BF16, STRATA_FMT_Q4, STRATA_FMT_Q3 };
-	int n_fmt = 6;
+	int n_fmt = 6, fmt_given = 0;
 	uint32_t pf_tokens[32];
 	int n_pf = 0;
 	for (int i = 1; i < argc; i++) {
@@ -701,7 +702,7 @@ int main(int argc, char **argv)
 		} else if (!strcmp(argv[i], "--formats") && i + 1 < argc) {
 			char buf[128], *save = NULL;
 			snprintf(buf, sizeof(buf), "%s", argv[++i]);
-			n_fmt = 0;
+			n_fmt = 0, fmt_given = 1;
 			for (char *tok = strtok_r(buf, ",", &save); tok && n_fmt < 8; tok = strtok_r(NULL, ",", &save)) {
 				int f = strata_fmt_from_name(tok);
 				if (f < STRATA_FMT_BF16) {
@@ -818,9 +819,10 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	for (int s = s0; s < s1 && n_pf; s++)
-		for (int f = 0; f < 2; f++)
+		for (int f = 0; f < (fmt_given ? n_fmt : 2); f++)
 			for (int i = 0; i < n_pf; i++)
-				bench_prefill(&shapes[s], f ? STRATA_FMT_BF16 : STRATA_FMT_HOT, pf_tokens[i]);
+				bench_prefill(&shapes[s], fmt_given ? fmts[f] : f ? STRATA_FMT_BF16 : STRATA_FMT_HOT,
+					      pf_tokens[i]);
 	for (int s = s0; s < s1 && !n_pf; s++) {
 		for (int f = 0; f < (quick ? 1 : n_fmt); f++)
 			bench_prefill(&shapes[s], fmts[f], 256);
