@@ -1106,7 +1106,9 @@ static void run_stack_case(const struct stack_case *sc)
 			hext[l * NE + e] = make_expert(*fm, H, I, &E);
 			dext[l * NE + e] = dmalloc(E.bytes);
 			h2d(dext[l * NE + e], hext[l * NE + e], E.bytes);
-			bound[l] = bound_for(*fm) > bound[l] ? bound_for(*fm) : bound[l];
+			/* T: the most tokens any expert of the layer can have */
+			const double b = bound_for(*fm, tier_bf16_tiles(T, 0));
+			bound[l] = b > bound[l] ? b : bound[l];
 		}
 		const size_t a0 = (size_t)l * T * K;
 		/* the row-streaming kernel takes the layer's q4/q3 experts when each has
