@@ -13,6 +13,7 @@
 
 #include "moe.h"
 #include "quant.h"
+#include "quant_scalar.h"
 #include "strata/csv.h"
 #include "strata/bound.h"
 #include "strata/gpu.h"
@@ -284,11 +285,21 @@ static void step_gates(struct run *r, uint64_t first, uint64_t last, uint32_t l,
 }
 
 /* The cost model's kernel time of a layer-step (after index_experts), us:
- * an expert computed from its low-bit copy reads the copy's bytes. */
+ * an expert computed from its low-bit copy reads the copy's bytes; the fixed
+ * cost once per part of the GPU path's call (moe.h: trellis and bf16
+ * experts, q4/q3 experts on their decode kernel, q4/q3 experts with more
+ * tokens as BF16 copies), at least once. */
 static double modelled_us(const struct run *r, uint32_t l, uint32_t n)
 {
 	const struct strata_cost_model *cm = &r->cfg->engine.cost;
-	double us = cm->kernel_fixed_us;
+	double us = 0;
+	unsigned parts = 0;
+	for (uint32_t j = 0; j < n; j++)
+		parts |= 1u << (!strata_fmt_is_scalar(r->fmts[j])			   ? 0
+				: r->tok_per_expert[j] <= STRATA_MOE_SQ_DEC_TOKENS ? 1
+										   : 2);
+	for (unsigned p = parts ? parts : 1; p; p &= p - 1)
+		us += cm->kernel_fixed_us;
 	for (uint32_t j = 0; j < n; j++) {
 		uint32_t eid = strata_eid(&r->spec, l, r->experts[j]);
 		double mb = r->fmts[j] == r->fmt_table[eid] ? r->payload_mb[eid] : r->fmt_mb[r->fmts[j]];

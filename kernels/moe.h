@@ -38,6 +38,13 @@ struct strata_moe_call {
  * aligned); the arrays extents[], fmts[] and assign_*[] themselves are host
  * memory (copied into the launch, no synchronisation).  See kernels/kernels.h. */
 
+/* The GPU path runs a call in up to three parts, each with launches of its
+ * own (kernels/moe_gpu.cu, moe_layer_parts): the trellis and bf16 experts;
+ * the q4/q3 experts with at most STRATA_MOE_SQ_DEC_TOKENS tokens (their
+ * decode kernel); the q4/q3 experts with more (BF16 copies).  The replay's
+ * cost model charges a layer's fixed kernel cost once per part. */
+#define STRATA_MOE_SQ_DEC_TOKENS 16
+
 int strata_moe_layer_ref(const struct strata_moe_call *c, struct strata_error *err);
 /* STRATA_EUNSUPPORTED on a build or machine without a GPU. */
 int strata_moe_layer_gpu(const struct strata_moe_call *c, struct strata_error *err);

@@ -2036,6 +2036,7 @@ int sq_scratch(size_t bytes, cudaStream_t st, struct strata_error *err)
 // kernel is off (dec=off), as BF16 copies made in a scratch buffer a few
 // experts at a time (the tiled prefill path for many tokens).
 constexpr uint64_t SQ_BF16_SCRATCH = 1ull << 30;
+static_assert(STRATA_MOE_SQ_DEC_TOKENS == 2 * dec::TN, "moe.h: the q4/q3 decode kernel's tokens");
 int moe_layer_parts(const struct strata_moe_call *c, struct strata_error *err)
 {
 	const bool dec_on = g_ctx.cfg.dec_warps != 0;
@@ -2055,7 +2056,7 @@ int moe_layer_parts(const struct strata_moe_call *c, struct strata_error *err)
 			cnt[c->assign_expert[a]]++;
 	// class 0: as before, 1: scalar through the decode kernel, 2: scalar as BF16
 	for (uint32_t e = 0; e < c->n_experts; e++)
-		cls[e] = !strata_fmt_is_scalar(c->fmts[e]) ? 0 : dec_on && cnt[e] <= 2 * dec::TN ? 1 : 2;
+		cls[e] = !strata_fmt_is_scalar(c->fmts[e]) ? 0 : dec_on && cnt[e] <= STRATA_MOE_SQ_DEC_TOKENS ? 1 : 2;
 	{
 		// Parts 0 and 1: the call with only their assignments (a bad assignment
 		// stays in part 0, whose checks report it).
@@ -2088,7 +2089,7 @@ int moe_layer_parts(const struct strata_moe_call *c, struct strata_error *err)
 			rc = STRATA_ERR(err, STRATA_EUNSUPPORTED,
 					"strata_moe_layer_gpu: q4/q3 experts with more than %u tokens (or with the decode "
 					"kernel off) run as BF16 copies, which need hidden and inter multiples of 32 "
-					"(got %u, %u)", 2 * dec::TN, c->hidden, c->inter);
+					"(got %u, %u)", STRATA_MOE_SQ_DEC_TOKENS, c->hidden, c->inter);
 			goto out;
 		}
 		const uint32_t per = B.bytes >= SQ_BF16_SCRATCH ? 1 : (uint32_t)(SQ_BF16_SCRATCH / B.bytes);

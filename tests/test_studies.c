@@ -2,9 +2,10 @@
  * (strata_replay_config.tiers / tier_trace, experiment keys tiers and
  * tier_trace), a CI-sized smoke run of a study script with its plots, and
  * the export/run/merge round trip of experiments/tier-budgets/cluster.sh. */
-#include <limits.h>
 #include <glob.h>
 #include <libgen.h>
+#include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -126,6 +127,33 @@ static void test_spec_tiers(void **state)
 	assert_int_equal(test_run(out, sizeof(out), "%s sim -q --model tiny --trace %s --tiers 1,2,3", test_bin("strata"),
 				  trace), 1);
 	assert_non_null(strstr(out, "1,2,3"));
+}
+
+/* The modelled kernel time (the decode bound is that alone when the links are
+ * free) charges the fixed cost once per part of the GPU path's call: a
+ * layer-step with q4 and trellis experts launches both kernels. */
+static void test_spec_formats_parts(void **state)
+{
+	struct strata_error err = { 0 };
+	struct strata_replay_config c;
+	struct strata_replay_result one, q4, mix;
+	sim_cfg(&c);
+	c.engine.cost.kernel_fixed_us = 10;
+	c.engine.cost.kernel_us_per_mb = 0;
+	c.kernel_us_per_mb_token = 0;
+	c.engine.cost.pcie_gbps = c.engine.cost.nvme_gbps = 1e9;
+	c.tiers = "50,0,50";
+	assert_int_equal(strata_replay_run(&c, &one, &err), STRATA_OK);
+	c.tiers = "100,0,0";
+	c.formats = "q4,warm,cold";
+	assert_int_equal(strata_replay_run(&c, &q4, &err), STRATA_OK);
+	c.tiers = "50,0,50";
+	assert_int_equal(strata_replay_run(&c, &mix, &err), STRATA_OK);
+	print_message("decode bound: trellis %.4f ms, q4 %.4f ms, q4 hot + cold trellis %.4f ms\n", one.bound_decode_ms,
+		      q4.bound_decode_ms, mix.bound_decode_ms);
+	assert_true(one.bound_decode_ms > 0 && fabs(q4.bound_decode_ms - one.bound_decode_ms) < 1e-9);
+	assert_true(mix.bound_decode_ms > 1.05 * one.bound_decode_ms && mix.bound_decode_ms <= 2 * one.bound_decode_ms + 1e-9);
+	assert_int_equal(mix.bound_violations, 0);
 }
 
 static void test_experiment_keys(void **state)
@@ -310,6 +338,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_spec_tiers),
+		cmocka_unit_test(test_spec_formats_parts),
 		cmocka_unit_test(test_experiment_keys),
 		cmocka_unit_test(test_study_smoke),
 		cmocka_unit_test(test_leaderboard_smoke),
