@@ -3,7 +3,8 @@
 # STEPS (default "tests bench cal ab memcheck"), in this order:
 #   tests     test_kernels (every case against the CPU reference, among them
 #             test_moe_scalar and test_dequant_exact for q4 and q3);
-#             STRATA_TESTS=name,... limits it to those tests
+#             STRATA_TESTS=name,... limits it to those tests ("a,b;c": a and b,
+#             then c, each group under its own T_TESTS limit)
 #   memcheck  compute-sanitizer --tool memcheck on test_kernels' scalar cases
 #             (MC_TESTS, default test_moe_scalar,test_dequant_exact; MC_CASES:
 #             test_moe_scalar_gv's cases whose names hold one of these)
@@ -50,10 +51,18 @@ has() { case "$STEPS" in *" $1 "*) return 0 ;; esac; return 1; }
 # line-buffered logs, so a step stopped by its time limit keeps what it printed
 lb=; command -v stdbuf >/dev/null && lb="stdbuf -oL -eL"
 if has tests; then
-	echo "== test_kernels"
-	STRATA_CASES= timeout ${T_TESTS:-90} $lb "$B/tests/test_kernels" >"$d/test_kernels.log" 2>&1; trc=$?
-	grep -E "moe\[(q4|q3|sq|big-q|gv-)|scalar decode kernel|dequant|FAILED|PASSED|differ|error" "$d/test_kernels.log" | head -60
-	echo "test_kernels exit $trc"; cp "$d/test_kernels.log" "$out/"
+	# STRATA_TESTS: groups separated by ';' run one after the other, each
+	# under its own T_TESTS limit
+	IFS=';' read -ra groups <<<"${STRATA_TESTS:-}"
+	[ ${#groups[@]} -gt 0 ] || groups=("")
+	: >"$d/test_kernels.log"
+	for g in "${groups[@]}"; do
+		echo "== test_kernels ${g:-(all)}"
+		STRATA_TESTS=$g STRATA_CASES= timeout ${T_TESTS:-90} $lb "$B/tests/test_kernels" >"$d/tk.log" 2>&1; trc=$?
+		grep -E "moe\[(q4|q3|sq|big-q|gv-)|stack|scalar decode kernel|dequant|FAILED|PASSED|differ|error" "$d/tk.log" | head -60
+		echo "test_kernels ${g:-(all)} exit $trc" | tee -a "$d/tk.log"; cat "$d/tk.log" >>"$d/test_kernels.log"
+	done
+	cp "$d/test_kernels.log" "$out/"
 fi
 if has bench; then
 	echo "== bench decode"
@@ -124,7 +133,7 @@ if has sass; then
 	gzip -c "$d/sass-gv.txt" >"$out/sass-gv.txt.gz"
 fi
 echo "== summary"
-grep -hE "^test_kernels|PASSED|FAILED" "$d/test_kernels.log" 2>/dev/null | tail -3
+grep -hE "^test_kernels|PASSED|FAILED" "$d/test_kernels.log" 2>/dev/null | tail -6
 grep -hE "ERROR SUMMARY" "$d/memcheck.log" 2>/dev/null
 grep -E "^ceiling: read" "$d/decode.log" 2>/dev/null
 grep -E "^decode(_ring)? .* T=[14] " "$d/decode.log" 2>/dev/null
