@@ -1450,6 +1450,12 @@ void gv_geom(uint32_t cpr, uint32_t nb, uint32_t nrows, uint32_t nslots, uint32_
 
 using GvKernel = void (*)(const MoeParams, const gv::Args);
 
+// q3 on the row-streaming kernel's integer loop (gv::Q3i) at nt tokens per
+// expert (sq_q3i): at 1 - 2 tokens by default, where it is faster than the
+// fp16 loop (Kimi-K2 layer, 16 experts: 83.7 vs 102.6 us at one token, 135.5
+// vs 137.2 at two; 243.4 vs 211.3 at four); experiments/kernels/README.md.
+bool gv_q3i(uint32_t nt) { return g_ctx.cfg.sq_q3i == 2 || (g_ctx.cfg.sq_q3i == 1 && nt <= 2); }
+
 // The row-streaming kernel of policy P at NT tokens per expert, lanes per row
 // 1 << lsh at compile time (1 <= lsh <= 4), W warps per CTA.
 template <int FMT, class P, int NT, int W> GvKernel gv_full(uint32_t lsh)
@@ -1500,8 +1506,7 @@ int gv_launch(MoeParams *p, const gv::Args (&a)[2], const uint32_t (&grid)[2], c
 	GvKernel k[2];
 	uint32_t nw[2];
 	for (int d = 0; d < 2; d++) {
-		k[d] = gv_pick<FMT, NT>(a[d], d ? p->hidden : p->inter, g_ctx.cfg.sq_gv == 2, g_ctx.cfg.sq_q3i, g_ctx.cfg.sq_gvw,
-					&nw[d]);
+		k[d] = gv_pick<FMT, NT>(a[d], d ? p->hidden : p->inter, g_ctx.cfg.sq_gv == 2, gv_q3i(NT), g_ctx.cfg.sq_gvw, &nw[d]);
 		uint32_t i = 0;
 		while (i < g_ctx.n_gv_attr && g_ctx.gv_attr[i] != (const void *)k[d])
 			i++;
@@ -1558,6 +1563,11 @@ int run_dec_gv(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_err
 		g.cpr = f.pc[d] / 256 * (q4 ? gv::Q4::CPB : gv::Q3::CPB);
 		gv_geom(g.cpr, q4 ? gv::Q4::NB : gv::Q3::NB, d ? p->hidden : p->inter,
 			p->n_slots, g.lsh, g.nbat);
+		// lanes per row forced (sq_gvl: a digit per launch)
+		if (const uint32_t l = (uint32_t)(d ? g_ctx.cfg.sq_gvl % 10 : g_ctx.cfg.sq_gvl / 10)) {
+			const uint32_t nb = q4 ? gv::Q4::NB : gv::Q3::NB;
+			g.lsh = l, g.nbat = (((g.cpr + (1u << l) - 1) >> l) + nb - 1) / nb;
+		}
 		const uint32_t rw = 32u >> g.lsh;
 		g.nrs = ((d ? p->hidden : p->inter) + rw - 1) / rw;
 		g.ntask = p->n_slots * g.nrs;
@@ -1573,7 +1583,7 @@ int run_dec_gv(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_err
 				const uint32_t n = p->slot[s1].a0 + p->slot[s1].ntok - p->slot[s0].a0;
 				g.srows = b ? (n > g.srows ? n : g.srows) : n;
 			}
-		const uint64_t bytes = gv::Smem::END + (uint64_t)g.srows * f.pc[d] * (q4 || g_ctx.cfg.sq_q3i ? 20 : 16) / 8;
+		const uint64_t bytes = gv::Smem::END + (uint64_t)g.srows * f.pc[d] * (q4 || gv_q3i(maxtok) ? 20 : 16) / 8;
 		if (g.srows > gv::SRMAX || bytes > gv::SMEM_MAX)
 			return 0;
 		g.xoff = gv::Smem::END;

@@ -216,13 +216,16 @@ static void test_moe_config(void **state)
 	assert_int_equal(strata_gpu_moe_config_parse("sq_q3i=0,sq_gvw=8", &c, &err), STRATA_OK);
 	assert_int_equal(c.sq_q3i, 0);
 	assert_int_equal(c.sq_gvw, 8);
-	assert_int_equal(strata_gpu_moe_config_parse("sq_gvw=12", &c, &err), STRATA_OK);
+	assert_int_equal(strata_gpu_moe_config_parse("sq_gvw=12,sq_q3i=2,sq_gvl=41", &c, &err), STRATA_OK);
 	assert_int_equal(c.sq_gvw, 12);
+	assert_int_equal(c.sq_q3i, 2);
+	assert_int_equal(c.sq_gvl, 41);
+	assert_int_equal(d.sq_gvl, 0);
 	static const char *const bad[] = { "dec=9x4", "dec=12", "split=65", "split=-1", "bf16dec=16x5",
 					   "bf16_kc=16", "prefill_min=0", "prefill_min=17x", "poison=2", "warps=8",
 					   "dec", "sqdec=8x4", "sq_pf=2", "sq_xs=2", "sq_gv=on", "sq_gv=3", "sq_l2pf=3", "sq_pdl=2", "dec=12x4t", "dec=10x2t", "dec=8x2tt",
 					   "dec=8x2u", "bf16dec=8x8t", "prefill=wgmma", "prefill=sm90p2",
-					   "prefill_tiles=0", "prefill_tiles=on", "sq_q3i=2", "sq_gvw=4", "sq_gvw=16x" };
+					   "prefill_tiles=0", "prefill_tiles=on", "sq_q3i=3", "sq_gvw=4", "sq_gvw=16x", "sq_gvl=6", "sq_gvl=16", "sq_gvl=123", "sq_gvl=-1" };
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		c = d;
 		memset(&err, 0, sizeof(err));
@@ -927,9 +930,9 @@ static void test_moe_scalar(void **state)
 		{ "sq-mixed-pf", -4, 1024, 256, 200, 7, 3, 0 },
 	};
 	/* sq_gv=0: moe_dec_sq.cuh's kernel for the <= 4-token cases too (the
-	 * default, last, runs them on the row-streaming kernel) */
-	static const char *const cfgs[] = { "sq_gv=0", "sq_gv=0,sq_pf=1", "sq_gv=0,sq_xs=0", "dec=off",
-					    "dec=8x4,split=64", "dec=12x4u,split=3", "sqdec=off", "" };
+	 * default, first, runs them on the row-streaming kernel) */
+	static const char *const cfgs[] = { "", "sq_gv=0", "sq_gv=0,sq_pf=1", "sq_gv=0,sq_xs=0", "dec=off",
+					    "dec=8x4,split=64", "dec=12x4u,split=3", "sqdec=off" };
 	for (size_t i = 0; i < sizeof(cfgs) / sizeof(cfgs[0]); i++) {
 		struct strata_moe_config kc;
 		struct strata_error err = { 0 };
@@ -960,16 +963,16 @@ static void test_moe_scalar(void **state)
 		const uint64_t ng = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_SCALAR_GEMV) - g0;
 		printf("scalar decode kernel launches: %llu, x staged: %llu, row-streaming: %llu\n",
 		       (unsigned long long)n, (unsigned long long)nx, (unsigned long long)ng);
-		const int last = i + 1 == sizeof(cfgs) / sizeof(cfgs[0]);
-		if (i <= 2)
+		const int def = i == 0;
+		if (i >= 1 && i <= 3)
 			assert_true(n > 0);
-		else if (!last)
+		else if (!def)
 			assert_true(n == 0);
-		if (i == 0)
+		if (i == 1)
 			assert_true(nx > 0);
-		else if (!last)
+		else if (!def)
 			assert_true(nx == 0);
-		if (last)
+		if (def)
 			assert_true(ng > 0);
 		else
 			assert_true(ng == 0);
@@ -1043,9 +1046,10 @@ static void test_moe_scalar_gv(void **state)
 	};
 	/* The default on every case; sq_gv=2 (the earlier q4 loop) and 0 (the
 	 * ring kernel) on the padded rows and the Qwen shape; q3's fp16 loop
-	 * (sq_q3i=0) on three q3 cases; 12 and 8 warps (sq_gvw) on the one-token
-	 * cases (compile-time and run-time lanes per row).  cases: the names
-	 * holding one of these (NULL: all). */
+	 * (sq_q3i=0) on three q3 cases and its integer loop at 3 - 4 tokens
+	 * (sq_q3i=2); 12 and 8 warps (sq_gvw) on one-token cases (compile-time
+	 * and run-time lanes per row); lanes per row forced (sq_gvl).  cases: the
+	 * names holding one of these (NULL: all). */
 	static const struct {
 		const char *cfg, *cases;
 	} cfgs[] = {
@@ -1053,8 +1057,12 @@ static void test_moe_scalar_gv(void **state)
 		{ "sq_gv=2", "gv-q4-rows-3,gv-qwen-q4-4" },
 		{ "sq_gv=0", "gv-q4-rows-3,gv-qwen-q4-4" },
 		{ "sq_q3i=0", "gv-q3-l8-1,gv-many-q3-2,gv-kimi-q3-1" },
-		{ "sq_gvw=12", "q4-1,q3-1" },
-		{ "sq_gvw=8", "q4-1,q3-1" },
+		{ "sq_q3i=2", "gv-kimi-q3-3,gv-mix-q3-4" },
+		{ "sq_gvw=12", "gv-kimi-q4-1,gv-kimi-q3-1,gv-q4-l8-1,gv-q3-l8-1,gv-q3-l8d-1,gv-many-q4-1" },
+		{ "sq_gvw=8", "gv-kimi-q4-1,gv-kimi-q3-1,gv-q4-l8-1,gv-q3-l8-1,gv-q3-l8d-1,gv-many-q4-1" },
+		{ "sq_gvl=41", "gv-q4-l8-1,gv-q3-l8-1,gv-kimi-q4-1" },
+		{ "sq_gvl=52", "gv-q4-l8-1,gv-q3-l8-1,gv-many-q3-2" },
+		{ "sq_gvl=3", "gv-q4-l8-1,gv-q4-rows-3" },
 	};
 	for (size_t ci = 0; ci < sizeof(cfgs) / sizeof(cfgs[0]); ci++) {
 		struct strata_moe_config kc;
