@@ -137,6 +137,44 @@ __device__ __forceinline__ void batch_ptrs(const uint32_t (&xu)[NT][NG], uint32_
 			xb[k][u] = (per_group<NT, NG>() ? xu[k][u] : xu[k][0]) + (FULL ? 16 * j0 : 0);
 }
 
+// A batch's zero-point term addresses from its task's (cu): at the batch's
+// first chunk j0 (FULL: zb bytes of terms per chunk) or at the row's start.
+template <bool FULL, int NT>
+__device__ __forceinline__ void batch_zp(const uint32_t (&cu)[NT], uint32_t j0, uint32_t zb, uint32_t (&cb)[NT])
+{
+#pragma unroll
+	for (int k = 0; k < NT; k++)
+		cb[k] = cu[k] + (FULL ? zb * j0 : 0);
+}
+
+// 8 activations (already scaled) to 15-bit fixed point; their sum.
+__device__ __forceinline__ int fix8(const float (&v)[8], int (&q)[8])
+{
+	int sum = 0;
+#pragma unroll
+	for (int m = 0; m < 8; m++) {
+		q[m] = max(-16384, min(16384, __float2int_rn(v[m])));
+		sum += q[m];
+	}
+	return sum;
+}
+
+// Stage 8 activations (already scaled) as 15-bit fixed point: 16-bit pairs
+// (2i, 2i + 1), or with NIB (i, i + 4) (q4's nibble order), at shared offset
+// xa, and -zm x their sum (the zero-point term, zm the format's zero code) at
+// ca.
+template <bool NIB> __device__ __forceinline__ void stage_fixed(const float (&v)[8], int zm, uint32_t xa, uint32_t ca)
+{
+	int q[8];
+	const int sum = fix8(v, q);
+	uint32_t w[4];
+#pragma unroll
+	for (int i = 0; i < 4; i++)
+		w[i] = ((uint32_t)q[NIB ? i : 2 * i] & 0xffffu) | (uint32_t)q[NIB ? i + 4 : 2 * i + 1] << 16;
+	*reinterpret_cast<uint4 *>(g_smem + xa) = make_uint4(w[0], w[1], w[2], w[3]);
+	*reinterpret_cast<int *>(g_smem + ca) = -zm * sum;
+}
+
 // The formats' policies: a chunk's layout, the staging of 8 activations, and
 // a batch of NB chunks per lane: Buf<LSH> (its registers), load<LSH, FULL>
 // (chunks j0 + (i << lsh), i < NB) and dot<NT, LSH, FULL> (acc[k] += the
@@ -196,25 +234,10 @@ struct Q4 {
 		const uint32_t b = q >> 5, g = (q >> 2) & 7, t = q & 3;
 		j = 8 * b + 4 * (g >> 2) + t, u = g & 3;
 	}
-	// 8 activations (already scaled) to 15-bit fixed point; their sum.
-	__device__ __forceinline__ static int fix8(const float (&v)[8], int (&q)[8])
-	{
-		int sum = 0;
-#pragma unroll
-		for (int m = 0; m < 8; m++) {
-			q[m] = max(-16384, min(16384, __float2int_rn(v[m])));
-			sum += q[m];
-		}
-		return sum;
-	}
 	__device__ __forceinline__ static void stage(const float (&v)[8], uint32_t xrow, uint32_t crow, uint32_t cpr,
 						     uint32_t j, uint32_t u)
 	{
-		int q[8];
-		const int sum = fix8(v, q);
-		auto pk = [&](int a, int b) -> uint32_t { return ((uint32_t)q[a] & 0xffffu) | (uint32_t)q[b] << 16; };
-		*reinterpret_cast<uint4 *>(g_smem + xrow + 16 * (u * cpr + j)) = make_uint4(pk(0, 4), pk(1, 5), pk(2, 6), pk(3, 7));
-		*reinterpret_cast<int *>(g_smem + crow + 4 * (4 * j + u)) = -8 * sum;
+		stage_fixed<true>(v, 8, xrow + 16 * (u * cpr + j), crow + 4 * (4 * j + u));
 	}
 	template <int NT, int LSH, bool FULL>
 	__device__ __forceinline__ static void dot(const Buf<LSH> &b, uint32_t j0, uint32_t lsh, uint32_t cpr, bool rv, uint32_t us,
@@ -224,9 +247,7 @@ struct Q4 {
 		constexpr bool PTR = per_group<NT, NG>();
 		uint32_t xb[NT][NG], cb[NT];
 		batch_ptrs<FULL>(xu, j0, xb);
-#pragma unroll
-		for (int k = 0; k < NT; k++)
-			cb[k] = cu[k] + (FULL ? 16 * j0 : 0);
+		batch_zp<FULL>(cu, j0, 16, cb);
 #pragma unroll
 		for (uint32_t i = 0; i < NB; i++) {
 			const uint32_t j = j0 + (i << lsh);
@@ -396,11 +417,7 @@ struct Q3i {
 	__device__ __forceinline__ static void stage(const float (&v)[8], uint32_t xrow, uint32_t crow, uint32_t cpr,
 						     uint32_t j, uint32_t u)
 	{
-		int q[8];
-		const int sum = Q4::fix8(v, q);
-		auto pk = [&](int a, int b) -> uint32_t { return ((uint32_t)q[a] & 0xffffu) | (uint32_t)q[b] << 16; };
-		*reinterpret_cast<uint4 *>(g_smem + xrow + 16 * (u * cpr + j)) = make_uint4(pk(0, 1), pk(2, 3), pk(4, 5), pk(6, 7));
-		*reinterpret_cast<int *>(g_smem + crow + 4 * (8 * j + u)) = -4 * sum;
+		stage_fixed<false>(v, 4, xrow + 16 * (u * cpr + j), crow + 4 * (8 * j + u));
 	}
 	template <int NT, int LSH, bool FULL>
 	__device__ __forceinline__ static void dot(const Buf<LSH> &b, uint32_t j0, uint32_t lsh, uint32_t cpr, bool rv, uint32_t us,
@@ -409,9 +426,7 @@ struct Q3i {
 		constexpr bool PTR = per_group<NT, NG>();
 		uint32_t xb[NT][NG], cb[NT];
 		batch_ptrs<FULL>(xu, j0, xb);
-#pragma unroll
-		for (int k = 0; k < NT; k++)
-			cb[k] = cu[k] + (FULL ? 32 * j0 : 0);
+		batch_zp<FULL>(cu, j0, 32, cb);
 #pragma unroll
 		for (uint32_t i = 0; i < NB; i++) {
 			const uint32_t j = j0 + (i << lsh);
@@ -484,7 +499,7 @@ struct Q4b {
 						     uint32_t j, uint32_t u)
 	{
 		int q[8];
-		const int sum = Q4::fix8(v, q);
+		const int sum = fix8(v, q);
 		auto pk = [&](int a, int b, int c, int d, int hi) -> uint32_t {
 			auto by = [&](int m) -> uint32_t { return (uint32_t)(hi ? (q[m] >> 8) : q[m]) & 0xffu; };
 			return by(a) | by(b) << 8 | by(c) << 16 | by(d) << 24;
