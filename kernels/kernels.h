@@ -201,8 +201,10 @@ int strata_gpu_moe_check(int fmt, uint32_t hidden, uint32_t inter, struct strata
  *                                                read); launches whose lanes per row are chosen
  *                                                at run time keep 16
  *   sq_gvl       sq_gvl                 0        that kernel's lanes per row, two digits (gate|up,
- *                                                down): 2^digit lanes, 0 = its own choice (e.g.
- *                                                41: 16 lanes per gate|up row); 0: its choice
+ *                                                down): 2^digit lanes, digit 0 its own choice
+ *                                                (e.g. 41: 16 lanes per gate|up row); measured
+ *                                                slower at Kimi q4 T=1 (21 / 41 / 51: 0.689 /
+ *                                                0.663 / 0.653 vs 0.773 of read); 0: its choice
  *   prefill      pf_path                auto     the tiled prefill path's kernel for bf16 and tier
  *                                                experts: sm90 (1): the warpgroup-MMA kernel
  *                                                (kernels/moe_prefill_sm90.cuh) for every such
