@@ -187,6 +187,24 @@ int strata_gpu_moe_check(int fmt, uint32_t hidden, uint32_t inter, struct strata
  *   sq_pdl       sq_pdl                 1        that kernel's down launch is a programmatic
  *                                                dependent launch (starts loading weights while
  *                                                the gate|up launch ends); 0: a plain launch
+ *   sq_q3i       sq_q3i                 1        that kernel's q3 loop: 1: at 1 - 2 tokens per
+ *                                                expert codes spread to bytes (PRMT, shifts,
+ *                                                LOP3) and dp2a on 16-bit fixed-point
+ *                                                activations, as q4's (Kimi q3 T=1 0.595 vs
+ *                                                0.486 of read), at 3 - 4 tokens kfmt_scalar's
+ *                                                exact fp16 codes and HFMA2 (faster there);
+ *                                                0: fp16 always; 2: dp2a always
+ *   sq_gvw       sq_gvw                 16       that kernel's warps per CTA at one token per
+ *                                                expert, with its register buffers of batches:
+ *                                                16 (3 buffers), 12 (4), 8 (6; both measured
+ *                                                slower: Kimi q4 T=1 0.712 / 0.613 vs 0.760 of
+ *                                                read); launches whose lanes per row are chosen
+ *                                                at run time keep 16
+ *   sq_gvl       sq_gvl                 0        that kernel's lanes per row, two digits (gate|up,
+ *                                                down): 2^digit lanes, digit 0 its own choice
+ *                                                (e.g. 41: 16 lanes per gate|up row); measured
+ *                                                slower at Kimi q4 T=1 (21 / 41 / 51: 0.689 /
+ *                                                0.663 / 0.653 vs 0.773 of read); 0: its choice
  *   prefill      pf_path                auto     the tiled prefill path's kernel for bf16 and tier
  *                                                experts: sm90 (1): the warpgroup-MMA kernel
  *                                                (kernels/moe_prefill_sm90.cuh) for every such
@@ -227,8 +245,9 @@ struct strata_moe_config {
 	int sq_gv, sq_pdl;
 	int sq_l2pf;
 	uint32_t pf_tiles_min;
+	int sq_q3i, sq_gvw, sq_gvl;
 };
-#define STRATA_MOE_CONFIG_DEFAULT { 17, -1, 0, 0, -1, 0, 512, 0, -1, 0, 1, 0, 1, 1, 0, 32 }
+#define STRATA_MOE_CONFIG_DEFAULT { 17, -1, 0, 0, -1, 0, 512, 0, -1, 0, 1, 0, 1, 1, 0, 32, 1, 16, 0 }
 #define STRATA_MOE_SPLIT_MAX 64u
 #define STRATA_MOE_DEC_TAB 100 /* dec_stages of the table variants: 100 + stages */
 void strata_gpu_moe_config_defaults(struct strata_moe_config *c);

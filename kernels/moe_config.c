@@ -83,6 +83,12 @@ int strata_gpu_moe_config_validate(const struct strata_moe_config *c, struct str
 				  "6 (sm90p3) or 7 (sm90pc)");
 	if (!c->pf_tiles_min)
 		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: prefill_tiles must be >= 1 (off: UINT32_MAX)");
+	if (c->sq_q3i < 0 || c->sq_q3i > 2)
+		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: sq_q3i must be 0, 1 or 2");
+	if (c->sq_gvl < 0 || c->sq_gvl > 55 || c->sq_gvl % 10 > 5)
+		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: sq_gvl %d: want two digits 0 - 5 (gate|up, down)", c->sq_gvl);
+	if (c->sq_gvw != 16 && c->sq_gvw != 12 && c->sq_gvw != 8)
+		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: sq_gvw must be 16, 12 or 8");
 	return STRATA_OK;
 }
 
@@ -183,6 +189,17 @@ int strata_gpu_moe_config_parse(const char *text, struct strata_moe_config *c, s
 			rc = parse_012(kv, v, &c->sq_l2pf, err);
 		} else if (!strcmp(kv, "sq_pdl")) {
 			rc = parse_bit(kv, v, &c->sq_pdl, err);
+		} else if (!strcmp(kv, "sq_q3i")) {
+			rc = parse_012(kv, v, &c->sq_q3i, err);
+		} else if (!strcmp(kv, "sq_gvl")) {
+			uint32_t l = 0;
+			if (strlen(v) > 2 || (rc = parse_u32(kv, v, &l, err)))
+				return rc ? rc : STRATA_ERR(err, STRATA_EINVAL, "kernel config: sq_gvl=%s: want two digits 0 - 5", v);
+			c->sq_gvl = (int)l;
+		} else if (!strcmp(kv, "sq_gvw")) {
+			if (strcmp(v, "16") && strcmp(v, "12") && strcmp(v, "8"))
+				return STRATA_ERR(err, STRATA_EINVAL, "kernel config: sq_gvw=%s: want 16, 12 or 8", v);
+			c->sq_gvw = atoi(v);
 		} else if (!strcmp(kv, "prefill")) {
 			static const char *const pf_names[] = { "auto",   "sm90",   "mma",    "sm90ws",
 								"sm90p", "sm90p1", "sm90p3", "sm90pc" };
@@ -201,7 +218,7 @@ int strata_gpu_moe_config_parse(const char *text, struct strata_moe_config *c, s
 				rc = parse_u32(kv, v, &c->pf_tiles_min, err);
 		} else {
 			return STRATA_ERR(err, STRATA_EINVAL,
-					  "kernel config: unknown key '%s' (prefill_min, dec, split, bf16dec, bf16_kc, poison, sqdec, sq_pf, sq_xs, sq_gv, sq_l2pf, sq_pdl, prefill, prefill_tiles)",
+					  "kernel config: unknown key '%s' (prefill_min, dec, split, bf16dec, bf16_kc, poison, sqdec, sq_pf, sq_xs, sq_gv, sq_l2pf, sq_pdl, prefill, prefill_tiles, sq_q3i, sq_gvw, sq_gvl)",
 					  kv);
 		}
 	}

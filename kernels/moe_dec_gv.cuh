@@ -14,10 +14,11 @@
 //     8 weights of 4 groups; q3: 16 + 8 code bytes = 8 weights of 8 groups)
 //     with 16-byte `ld.global.nc.L1::no_allocate` loads, and the chunk's group
 //     scales (8 or 16 bytes); the row's sums meet by xor shuffles;
-//   - each CTA takes a contiguous range of tasks, its warps every NW-th of
-//     them; a warp's chunks come in batches of NB per lane through three
-//     register buffers, the next two batches loaded (across task boundaries)
-//     while one is multiplied (two buffers for more than one token): one
+//   - each CTA takes a contiguous range of tasks, its warps every W-th of
+//     them (W = 16; at one token also 12 or 8, sq_gvw); a warp's chunks come
+//     in batches of NB per lane through three register buffers (W = 12: four,
+//     8: six), the next batches loaded (across task boundaries) while one is
+//     multiplied (two buffers for more than one token): one
 //     code body per buffer, no branch per chunk, no shared-memory barriers
 //     after the start; lanes per row are a template parameter (2 - 16) where
 //     the launch's rows and batches divide evenly (no masks, immediate
@@ -37,12 +38,14 @@
 //           code bytes each), the zero point folded in as -8 x the slice's
 //           activation sum (staged too), one I2F and one FFMA with the group
 //           scale (sq_gv=2: the earlier loop, byte planes and four dp4a);
-//       q3: fp16 in natural order; kfmt_scalar's exact fp16 codes (LOP3 +
-//           HFMA2), four HFMA2 per 8 weights and token, the two halves of the
-//           sum added in fp16, to f32 times the group scale.
+//       q3 (sq_q3i=1, the default): as q4, the codes spread to bytes by
+//           PRMT, shifts and LOP3 (struct Q3i); sq_q3i=0: fp16 in natural
+//           order, kfmt_scalar's exact fp16 codes (LOP3 + HFMA2), four HFMA2
+//           per 8 weights and token, the two halves of the sum added in fp16,
+//           to f32 times the group scale.
 // Accuracy: the reference computes in f32; q4 rounds each activation to 15
 // bits of its row's largest magnitude (relative error ~1e-4 on a row's sum),
-// q3 to fp16 (~2e-4), as the MMA kernels do.
+// as q3 with sq_q3i=1; q3 with sq_q3i=0 to fp16 (~2e-4), as the MMA kernels do.
 namespace gv {
 
 constexpr int NW = 16;          // warps per CTA
@@ -101,6 +104,13 @@ __device__ __forceinline__ uint32_t lds4(uint32_t a)
 	return v;
 }
 
+__device__ __forceinline__ uint2 lds8(uint32_t a)
+{
+	uint2 v;
+	asm volatile("ld.shared.v2.u32 {%0,%1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "r"(a));
+	return v;
+}
+
 // c + the two signed 16-bit halves of a x code bytes 0, 1 (HI: 2, 3) of b.
 template <bool HI> __device__ __forceinline__ int dp2a(uint32_t a, uint32_t b, int c)
 {
@@ -125,6 +135,44 @@ __device__ __forceinline__ void batch_ptrs(const uint32_t (&xu)[NT][NG], uint32_
 #pragma unroll
 		for (uint32_t u = 0; u < NG; u++)
 			xb[k][u] = (per_group<NT, NG>() ? xu[k][u] : xu[k][0]) + (FULL ? 16 * j0 : 0);
+}
+
+// A batch's zero-point term addresses from its task's (cu): at the batch's
+// first chunk j0 (FULL: zb bytes of terms per chunk) or at the row's start.
+template <bool FULL, int NT>
+__device__ __forceinline__ void batch_zp(const uint32_t (&cu)[NT], uint32_t j0, uint32_t zb, uint32_t (&cb)[NT])
+{
+#pragma unroll
+	for (int k = 0; k < NT; k++)
+		cb[k] = cu[k] + (FULL ? zb * j0 : 0);
+}
+
+// 8 activations (already scaled) to 15-bit fixed point; their sum.
+__device__ __forceinline__ int fix8(const float (&v)[8], int (&q)[8])
+{
+	int sum = 0;
+#pragma unroll
+	for (int m = 0; m < 8; m++) {
+		q[m] = max(-16384, min(16384, __float2int_rn(v[m])));
+		sum += q[m];
+	}
+	return sum;
+}
+
+// Stage 8 activations (already scaled) as 15-bit fixed point: 16-bit pairs
+// (2i, 2i + 1), or with NIB (i, i + 4) (q4's nibble order), at shared offset
+// xa, and -zm x their sum (the zero-point term, zm the format's zero code) at
+// ca.
+template <bool NIB> __device__ __forceinline__ void stage_fixed(const float (&v)[8], int zm, uint32_t xa, uint32_t ca)
+{
+	int q[8];
+	const int sum = fix8(v, q);
+	uint32_t w[4];
+#pragma unroll
+	for (int i = 0; i < 4; i++)
+		w[i] = ((uint32_t)q[NIB ? i : 2 * i] & 0xffffu) | (uint32_t)q[NIB ? i + 4 : 2 * i + 1] << 16;
+	*reinterpret_cast<uint4 *>(g_smem + xa) = make_uint4(w[0], w[1], w[2], w[3]);
+	*reinterpret_cast<int *>(g_smem + ca) = -zm * sum;
 }
 
 // The formats' policies: a chunk's layout, the staging of 8 activations, and
@@ -186,25 +234,10 @@ struct Q4 {
 		const uint32_t b = q >> 5, g = (q >> 2) & 7, t = q & 3;
 		j = 8 * b + 4 * (g >> 2) + t, u = g & 3;
 	}
-	// 8 activations (already scaled) to 15-bit fixed point; their sum.
-	__device__ __forceinline__ static int fix8(const float (&v)[8], int (&q)[8])
-	{
-		int sum = 0;
-#pragma unroll
-		for (int m = 0; m < 8; m++) {
-			q[m] = max(-16384, min(16384, __float2int_rn(v[m])));
-			sum += q[m];
-		}
-		return sum;
-	}
 	__device__ __forceinline__ static void stage(const float (&v)[8], uint32_t xrow, uint32_t crow, uint32_t cpr,
 						     uint32_t j, uint32_t u)
 	{
-		int q[8];
-		const int sum = fix8(v, q);
-		auto pk = [&](int a, int b) -> uint32_t { return ((uint32_t)q[a] & 0xffffu) | (uint32_t)q[b] << 16; };
-		*reinterpret_cast<uint4 *>(g_smem + xrow + 16 * (u * cpr + j)) = make_uint4(pk(0, 4), pk(1, 5), pk(2, 6), pk(3, 7));
-		*reinterpret_cast<int *>(g_smem + crow + 4 * (4 * j + u)) = -8 * sum;
+		stage_fixed<true>(v, 8, xrow + 16 * (u * cpr + j), crow + 4 * (4 * j + u));
 	}
 	template <int NT, int LSH, bool FULL>
 	__device__ __forceinline__ static void dot(const Buf<LSH> &b, uint32_t j0, uint32_t lsh, uint32_t cpr, bool rv, uint32_t us,
@@ -214,9 +247,7 @@ struct Q4 {
 		constexpr bool PTR = per_group<NT, NG>();
 		uint32_t xb[NT][NG], cb[NT];
 		batch_ptrs<FULL>(xu, j0, xb);
-#pragma unroll
-		for (int k = 0; k < NT; k++)
-			cb[k] = cu[k] + (FULL ? 16 * j0 : 0);
+		batch_zp<FULL>(cu, j0, 16, cb);
 #pragma unroll
 		for (uint32_t i = 0; i < NB; i++) {
 			const uint32_t j = j0 + (i << lsh);
@@ -360,6 +391,82 @@ struct Q3 {
 	}
 };
 
+// q3 with integer dot products (kernel configuration sq_q3i=1, the default):
+// the chunk as Q3's; the codes spread to bytes so that dp2a takes them as q4's
+// are taken.  Per word of low bits (groups 2i, 2i + 1; byte 2e + gamma holds
+// weights 2a + e of group 2i + gamma at bits 2a) one PRMT orders the bytes
+// (group 2i: e = 0, 1, group 2i + 1: e = 0, 1); one PRMT of the high-bit word
+// and its copy shifted by 4 puts those weights' high bits at bit a of the
+// same bytes.  Then per a: code bytes = (L >> 2a) & 3 | (H shifted so bit a
+// lands on bit 2) & 4, i.e. lo + 4 hi = q of weights 2a, 2a + 1 of both
+// groups; dp2a.lo / .hi take them against group 2i's / 2i + 1's activation
+// pair a.  Activations staged as q4's (16-bit fixed point, natural order,
+// pairs (2a, 2a + 1)), the zero point -4 x the slice's sum starting the chain.
+struct Q3i {
+	static constexpr uint32_t CPB = 4, NG = 8, NB = 2;
+	static constexpr uint32_t SB = 20;
+	static constexpr int KBITS = 14;
+	template <int LSH> using Buf = Q3::Buf<LSH>;
+	template <int LSH, bool FULL>
+	__device__ __forceinline__ static void load(Buf<LSH> &b, const uint8_t *c, const uint8_t *s, uint32_t j0,
+						    uint32_t lsh, bool iv, uint32_t cpr)
+	{
+		Q3::load<LSH, FULL>(b, c, s, j0, lsh, iv, cpr);
+	}
+	__device__ __forceinline__ static void slot_of(uint32_t q, uint32_t &j, uint32_t &u) { Q3::slot_of(q, j, u); }
+	__device__ __forceinline__ static void stage(const float (&v)[8], uint32_t xrow, uint32_t crow, uint32_t cpr,
+						     uint32_t j, uint32_t u)
+	{
+		stage_fixed<false>(v, 4, xrow + 16 * (u * cpr + j), crow + 4 * (8 * j + u));
+	}
+	template <int NT, int LSH, bool FULL>
+	__device__ __forceinline__ static void dot(const Buf<LSH> &b, uint32_t j0, uint32_t lsh, uint32_t cpr, bool rv, uint32_t us,
+						   const uint32_t (&xu)[NT][NG], const uint32_t (&cu)[NT], float (&acc)[NT])
+	{
+		constexpr bool PTR = per_group<NT, NG>();
+		uint32_t xb[NT][NG], cb[NT];
+		batch_ptrs<FULL>(xu, j0, xb);
+		batch_zp<FULL>(cu, j0, 32, cb);
+#pragma unroll
+		for (uint32_t i = 0; i < NB; i++) {
+			const uint32_t j = j0 + (i << lsh);
+			const uint4 s4 = b.s[i * Buf<LSH>::NS / NB];
+			const uint32_t sw[4] = { s4.x, s4.y, s4.z, s4.w };
+			uint32_t o = 16 * (i << lsh);
+			bool ok = true;
+			if constexpr (!FULL) {
+				ok = rv && j < cpr;
+				o = 16 * min(j, cpr - 1);
+			}
+			const uint32_t lw[4] = { b.c[i].x, b.c[i].y, b.c[i].z, b.c[i].w };
+			const uint32_t hw[2] = { b.x[i].x, b.x[i].y }, hs[2] = { b.x[i].x >> 4, b.x[i].y >> 4 };
+#pragma unroll
+			for (int p = 0; p < 4; p++) {
+				const uint32_t L = __byte_perm(lw[p], 0, 0x3120);
+				const uint32_t H = __byte_perm(hw[p >> 1], hs[p >> 1], p & 1 ? 0x7531 : 0x6420);
+				uint32_t q[4];
+#pragma unroll
+				for (int a = 0; a < 4; a++)
+					q[a] = (L >> (2 * a) & 0x03030303u) | ((a < 2 ? H << (2 - a) : H >> (a - 2)) & 0x04040404u);
+				float2 sc = __half22float2(*reinterpret_cast<const __half2 *>(&sw[p]));
+				if constexpr (!FULL)
+					sc = ok ? sc : make_float2(0.0f, 0.0f);
+#pragma unroll
+				for (int k = 0; k < NT; k++) {
+					const uint4 x0 = lds((PTR ? xb[k][2 * p] : xb[k][0] + 2 * p * us) + o);
+					const uint4 x1 = lds((PTR ? xb[k][2 * p + 1] : xb[k][0] + (2 * p + 1) * us) + o);
+					const uint2 cz = lds8(cb[k] + 2 * o + 8 * p);
+					int c0 = (int)cz.x, c1 = (int)cz.y;
+					c0 = dp2a<0>(x0.w, q[3], dp2a<0>(x0.z, q[2], dp2a<0>(x0.y, q[1], dp2a<0>(x0.x, q[0], c0))));
+					c1 = dp2a<1>(x1.w, q[3], dp2a<1>(x1.z, q[2], dp2a<1>(x1.y, q[1], dp2a<1>(x1.x, q[0], c1))));
+					acc[k] = fmaf(sc.x, (float)c0, acc[k]);
+					acc[k] = fmaf(sc.y, (float)c1, acc[k]);
+				}
+			}
+		}
+	}
+};
+
 // q4 as before (kernel configuration sq_gv=2, for comparison): the
 // activations in an unsigned low and a signed high byte plane, four dp4a and a
 // LEA per 8 weights, lsh at run time, every chunk masked.
@@ -392,7 +499,7 @@ struct Q4b {
 						     uint32_t j, uint32_t u)
 	{
 		int q[8];
-		const int sum = Q4::fix8(v, q);
+		const int sum = fix8(v, q);
 		auto pk = [&](int a, int b, int c, int d, int hi) -> uint32_t {
 			auto by = [&](int m) -> uint32_t { return (uint32_t)(hi ? (q[m] >> 8) : q[m]) & 0xffu; };
 			return by(a) | by(b) << 8 | by(c) << 16 | by(d) << 24;
@@ -543,10 +650,15 @@ template <class P> __device__ __forceinline__ void stage(const MoeParams &p, con
 	__syncthreads();
 }
 
-// P: the policy (Q4, Q3, Q4b) of format FMT; NT tokens per expert (1, 2 or
-// 4); LSH, FULL: as the policies'.
-template <int FMT, class P, int NT, int LSH, bool FULL>
-__global__ void __launch_bounds__(32 * NW, 1) gv_kernel(const __grid_constant__ MoeParams p, const __grid_constant__ Args a)
+// Register buffers of batches for W warps per CTA at NT tokens: three at one
+// token and 16 warps (two batches in flight while one is multiplied), more
+// with fewer warps (their registers allow it), two for more tokens.
+template <int NT, int W> __host__ __device__ constexpr int nbuf() { return NT > 1 ? 2 : W == 16 ? 3 : W == 12 ? 4 : 6; }
+
+// P: the policy (Q4, Q3, Q3i, Q4b) of format FMT; NT tokens per expert (1, 2
+// or 4); LSH, FULL: as the policies'; W warps per CTA (sq_gvw).
+template <int FMT, class P, int NT, int LSH, bool FULL, int W = NW>
+__global__ void __launch_bounds__(32 * W, 1) gv_kernel(const __grid_constant__ MoeParams p, const __grid_constant__ Args a)
 {
 	using Buf = typename P::template Buf<LSH>;
 	constexpr uint32_t NB = P::NB;
@@ -567,7 +679,7 @@ __global__ void __launch_bounds__(32 * NW, 1) gv_kernel(const __grid_constant__ 
 		uint32_t t = it, ph = iph;
 		for (; n; n--)
 			if (++ph == nph)
-				ph = 0, t += NW;
+				ph = 0, t += W;
 		const uint32_t s = t / a.nrs, row = (t - s * a.nrs) * rw + rr;
 		if (t >= t1 || sub || row >= nrows)
 			return;
@@ -593,7 +705,7 @@ __global__ void __launch_bounds__(32 * NW, 1) gv_kernel(const __grid_constant__ 
 		if (++ibt == a.nbat) {
 			ibt = 0;
 			if (++iph == nph)
-				iph = 0, it += NW;
+				iph = 0, it += W;
 			if (it < t1)
 				iss_set();
 		}
@@ -605,13 +717,12 @@ __global__ void __launch_bounds__(32 * NW, 1) gv_kernel(const __grid_constant__ 
 			l2_row(n);
 		iss_set();
 	}
-	// Three buffers (one token: two batches in flight while one is
-	// multiplied), two for more tokens (their registers hold the sums).
-	constexpr bool B3 = NT == 1;
-	Buf b0, b1, b2;
-	load(b0);
-	if constexpr (B3)
-		load(b1);
+	// NBUF buffers: NBUF - 1 batches in flight while one is multiplied.
+	constexpr int NBUF = nbuf<NT, W>();
+	Buf b[NBUF];
+#pragma unroll
+	for (int i = 0; i + 1 < NBUF; i++)
+		load(b[i]);
 	// Programmatic dependent launch (a.pdl): the down grid may start on an SM
 	// as soon as the gate|up CTA there has ended, load its first weights, and
 	// wait here for the whole gate|up grid (its h) before staging.  Chained
@@ -697,32 +808,17 @@ __global__ void __launch_bounds__(32 * NW, 1) gv_kernel(const __grid_constant__ 
 					accg[k] = acc[k], acc[k] = 0.0f;
 			} else {
 				finish();
-				cph = 0, ct += NW;
+				cph = 0, ct += W;
 			}
 		}
 	};
-	if constexpr (B3) {
-		while (ct < t1) {
-			load(b2);
-			compute(b0);
+	while (ct < t1) {
+#pragma unroll
+		for (int i = 0; i < NBUF; i++) {
+			load(b[(i + NBUF - 1) % NBUF]);
+			compute(b[i]);
 			if (ct >= t1)
 				break;
-			load(b0);
-			compute(b1);
-			if (ct >= t1)
-				break;
-			load(b1);
-			compute(b2);
-		}
-	} else {
-		(void)b2;
-		while (ct < t1) {
-			load(b1);
-			compute(b0);
-			if (ct >= t1)
-				break;
-			load(b0);
-			compute(b1);
 		}
 	}
 	(void)nr;

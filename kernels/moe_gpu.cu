@@ -920,7 +920,8 @@ struct Ctx {
 	unsigned *gucnt = nullptr;     // parts done per unsplit gate|up task (bf16 kernel: per row tile)
 	size_t gucnt_cap = 0;
 	// (split-K scratch: gus / gucnt above, shared with the tier decode kernel)
-	uint64_t gv_attr = 0;         // row-streaming kernels whose shared-memory attribute is set (bits, gv_pick)
+	const void *gv_attr[64] = {}; // row-streaming kernels whose shared-memory attribute is set (gv_launch)
+	uint32_t n_gv_attr = 0;
 	// Tiled prefill path (moe_prefill.cuh): experts with >= cfg.prefill_min
 	// tokens.  17: the persistent kernel's 32-token tiles (17 .. 63 tokens)
 	// measured 1.3 - 7x slower than the 64 x 64 prefill tile, its 16-token tiles
@@ -1449,24 +1450,48 @@ void gv_geom(uint32_t cpr, uint32_t nb, uint32_t nrows, uint32_t nslots, uint32_
 
 using GvKernel = void (*)(const MoeParams, const gv::Args);
 
+// q3 on the row-streaming kernel's integer loop (gv::Q3i) at nt tokens per
+// expert (sq_q3i): at 1 - 2 tokens by default, where it is faster than the
+// fp16 loop (Kimi-K2 layer, 16 experts: 83.7 vs 102.6 us at one token, 135.5
+// vs 137.2 at two; 243.4 vs 211.3 at four); experiments/kernels/README.md.
+bool gv_q3i(uint32_t nt) { return g_ctx.cfg.sq_q3i == 2 || (g_ctx.cfg.sq_q3i == 1 && nt <= 2); }
+
+// The row-streaming kernel of policy P at NT tokens per expert, lanes per row
+// 1 << lsh at compile time (1 <= lsh <= 4), W warps per CTA.
+template <int FMT, class P, int NT, int W> GvKernel gv_full(uint32_t lsh)
+{
+	switch (lsh) {
+	case 1: return gv::gv_kernel<FMT, P, NT, 1, true, W>;
+	case 2: return gv::gv_kernel<FMT, P, NT, 2, true, W>;
+	case 3: return gv::gv_kernel<FMT, P, NT, 3, true, W>;
+	default: return gv::gv_kernel<FMT, P, NT, 4, true, W>;
+	}
+}
+
 // The row-streaming kernel of one launch for format FMT, NT tokens per expert
 // and its geometry: lanes per row at compile time (2 - 16) where the launch's
 // rows and lanes' batches divide evenly, else at run time; old (sq_gv=2): the
-// earlier inner loop.  *bit: its bit of g_ctx.gv_attr.
-template <int FMT, int NT> GvKernel gv_pick(const gv::Args &g, uint32_t nrows, bool old, uint32_t *bit)
+// earlier inner loop; q3i: q3's integer loop (sq_q3i); at one token with lanes
+// per row at compile time, q4 and q3i in w warps per CTA (sq_gvw), else 16.
+// *nw: its warps per CTA.
+template <int FMT, int NT> GvKernel gv_pick(const gv::Args &g, uint32_t nrows, bool old, bool q3i, int w, uint32_t *nw)
 {
 	constexpr bool Q4 = FMT == STRATA_FMT_Q4;
 	using P = std::conditional_t<Q4, gv::Q4, gv::Q3>;
 	const uint32_t rw = 32u >> g.lsh;
 	const bool full = !old && g.lsh >= 1 && g.lsh <= 4 && g.cpr % (P::NB << g.lsh) == 0 && nrows % rw == 0;
-	*bit = ((uint32_t)!Q4 * 3 + (NT == 1 ? 0 : NT == 2 ? 1 : 2)) * 6 + (full ? g.lsh - 1 : old && Q4 ? 5 : 4);
-	if (full)
-		switch (g.lsh) {
-		case 1: return gv::gv_kernel<FMT, P, NT, 1, true>;
-		case 2: return gv::gv_kernel<FMT, P, NT, 2, true>;
-		case 3: return gv::gv_kernel<FMT, P, NT, 3, true>;
-		default: return gv::gv_kernel<FMT, P, NT, 4, true>;
+	*nw = gv::NW;
+	if constexpr (NT == 1)
+		if (full && (Q4 || q3i) && w != gv::NW) {
+			using PW = std::conditional_t<Q4, gv::Q4, gv::Q3i>;
+			*nw = (uint32_t)w;
+			return w == 12 ? gv_full<FMT, PW, NT, 12>(g.lsh) : gv_full<FMT, PW, NT, 8>(g.lsh);
 		}
+	if constexpr (!Q4)
+		if (q3i)
+			return full ? gv_full<FMT, gv::Q3i, NT, gv::NW>(g.lsh) : gv::gv_kernel<FMT, gv::Q3i, NT, -1, false>;
+	if (full)
+		return gv_full<FMT, P, NT, gv::NW>(g.lsh);
 	if (old && Q4)
 		return gv::gv_kernel<FMT, gv::Q4b, NT, -1, false>;
 	return gv::gv_kernel<FMT, P, NT, -1, false>;
@@ -1479,17 +1504,21 @@ int gv_launch(MoeParams *p, const gv::Args (&a)[2], const uint32_t (&grid)[2], c
 	      struct strata_error *err)
 {
 	GvKernel k[2];
+	uint32_t nw[2];
 	for (int d = 0; d < 2; d++) {
-		uint32_t bit;
-		k[d] = gv_pick<FMT, NT>(a[d], d ? p->hidden : p->inter, g_ctx.cfg.sq_gv == 2, &bit);
-		if (!(g_ctx.gv_attr >> bit & 1)) {
+		k[d] = gv_pick<FMT, NT>(a[d], d ? p->hidden : p->inter, g_ctx.cfg.sq_gv == 2, gv_q3i(NT), g_ctx.cfg.sq_gvw, &nw[d]);
+		uint32_t i = 0;
+		while (i < g_ctx.n_gv_attr && g_ctx.gv_attr[i] != (const void *)k[d])
+			i++;
+		if (i == g_ctx.n_gv_attr) {
 			CU_TRY(err, cudaFuncSetAttribute(k[d], cudaFuncAttributeMaxDynamicSharedMemorySize, gv::SMEM_MAX));
-			g_ctx.gv_attr |= 1ull << bit;
+			if (i < sizeof(g_ctx.gv_attr) / sizeof(g_ctx.gv_attr[0]))
+				g_ctx.gv_attr[g_ctx.n_gv_attr++] = (const void *)k[d];
 		}
 	}
 	int rc;
-	if ((rc = launch_k(k[0], grid[0], 32 * gv::NW, smem[0], st, g_ctx.chain, err, *p, a[0])) ||
-	    (rc = launch_k(k[1], grid[1], 32 * gv::NW, smem[1], st, g_ctx.chain || a[1].pdl, err, *p, a[1])))
+	if ((rc = launch_k(k[0], grid[0], 32 * nw[0], smem[0], st, g_ctx.chain, err, *p, a[0])) ||
+	    (rc = launch_k(k[1], grid[1], 32 * nw[1], smem[1], st, g_ctx.chain || a[1].pdl, err, *p, a[1])))
 		return rc;
 	g_ctx.launches[STRATA_GPU_LAUNCH_SCALAR_GEMV]++;
 	return STRATA_OK;
@@ -1534,6 +1563,11 @@ int run_dec_gv(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_err
 		g.cpr = f.pc[d] / 256 * (q4 ? gv::Q4::CPB : gv::Q3::CPB);
 		gv_geom(g.cpr, q4 ? gv::Q4::NB : gv::Q3::NB, d ? p->hidden : p->inter,
 			p->n_slots, g.lsh, g.nbat);
+		// lanes per row forced (sq_gvl: a digit per launch)
+		if (const uint32_t l = (uint32_t)(d ? g_ctx.cfg.sq_gvl % 10 : g_ctx.cfg.sq_gvl / 10)) {
+			const uint32_t nb = q4 ? gv::Q4::NB : gv::Q3::NB;
+			g.lsh = l, g.nbat = (((g.cpr + (1u << l) - 1) >> l) + nb - 1) / nb;
+		}
 		const uint32_t rw = 32u >> g.lsh;
 		g.nrs = ((d ? p->hidden : p->inter) + rw - 1) / rw;
 		g.ntask = p->n_slots * g.nrs;
@@ -1549,7 +1583,7 @@ int run_dec_gv(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_err
 				const uint32_t n = p->slot[s1].a0 + p->slot[s1].ntok - p->slot[s0].a0;
 				g.srows = b ? (n > g.srows ? n : g.srows) : n;
 			}
-		const uint64_t bytes = gv::Smem::END + (uint64_t)g.srows * f.pc[d] * (q4 ? 20 : 16) / 8;
+		const uint64_t bytes = gv::Smem::END + (uint64_t)g.srows * f.pc[d] * (q4 || gv_q3i(maxtok) ? 20 : 16) / 8;
 		if (g.srows > gv::SRMAX || bytes > gv::SMEM_MAX)
 			return 0;
 		g.xoff = gv::Smem::END;

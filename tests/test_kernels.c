@@ -210,11 +210,22 @@ static void test_moe_config(void **state)
 	assert_int_equal(c.pf_tiles_min, 200);
 	assert_int_equal(strata_gpu_moe_config_parse("prefill_tiles=off", &c, &err), STRATA_OK);
 	assert_int_equal(c.pf_tiles_min, UINT32_MAX);
+	/* the row-streaming kernel's q3 loop and warps at one token */
+	assert_int_equal(d.sq_q3i, 1);
+	assert_int_equal(d.sq_gvw, 16);
+	assert_int_equal(strata_gpu_moe_config_parse("sq_q3i=0,sq_gvw=8", &c, &err), STRATA_OK);
+	assert_int_equal(c.sq_q3i, 0);
+	assert_int_equal(c.sq_gvw, 8);
+	assert_int_equal(strata_gpu_moe_config_parse("sq_gvw=12,sq_q3i=2,sq_gvl=41", &c, &err), STRATA_OK);
+	assert_int_equal(c.sq_gvw, 12);
+	assert_int_equal(c.sq_q3i, 2);
+	assert_int_equal(c.sq_gvl, 41);
+	assert_int_equal(d.sq_gvl, 0);
 	static const char *const bad[] = { "dec=9x4", "dec=12", "split=65", "split=-1", "bf16dec=16x5",
 					   "bf16_kc=16", "prefill_min=0", "prefill_min=17x", "poison=2", "warps=8",
 					   "dec", "sqdec=8x4", "sq_pf=2", "sq_xs=2", "sq_gv=on", "sq_gv=3", "sq_l2pf=3", "sq_pdl=2", "dec=12x4t", "dec=10x2t", "dec=8x2tt",
 					   "dec=8x2u", "bf16dec=8x8t", "prefill=wgmma", "prefill=sm90p2",
-					   "prefill_tiles=0", "prefill_tiles=on" };
+					   "prefill_tiles=0", "prefill_tiles=on", "sq_q3i=3", "sq_gvw=4", "sq_gvw=16x", "sq_gvl=6", "sq_gvl=16", "sq_gvl=123", "sq_gvl=-1" };
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		c = d;
 		memset(&err, 0, sizeof(err));
@@ -919,9 +930,9 @@ static void test_moe_scalar(void **state)
 		{ "sq-mixed-pf", -4, 1024, 256, 200, 7, 3, 0 },
 	};
 	/* sq_gv=0: moe_dec_sq.cuh's kernel for the <= 4-token cases too (the
-	 * default, last, runs them on the row-streaming kernel) */
-	static const char *const cfgs[] = { "sq_gv=0", "sq_gv=0,sq_pf=1", "sq_gv=0,sq_xs=0", "dec=off",
-					    "dec=8x4,split=64", "dec=12x4u,split=3", "sqdec=off", "" };
+	 * default, first, runs them on the row-streaming kernel) */
+	static const char *const cfgs[] = { "", "sq_gv=0", "sq_gv=0,sq_pf=1", "sq_gv=0,sq_xs=0", "dec=off",
+					    "dec=8x4,split=64", "dec=12x4u,split=3", "sqdec=off" };
 	for (size_t i = 0; i < sizeof(cfgs) / sizeof(cfgs[0]); i++) {
 		struct strata_moe_config kc;
 		struct strata_error err = { 0 };
@@ -952,16 +963,16 @@ static void test_moe_scalar(void **state)
 		const uint64_t ng = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_SCALAR_GEMV) - g0;
 		printf("scalar decode kernel launches: %llu, x staged: %llu, row-streaming: %llu\n",
 		       (unsigned long long)n, (unsigned long long)nx, (unsigned long long)ng);
-		const int last = i + 1 == sizeof(cfgs) / sizeof(cfgs[0]);
-		if (i <= 2)
+		const int def = i == 0;
+		if (i >= 1 && i <= 3)
 			assert_true(n > 0);
-		else if (!last)
+		else if (!def)
 			assert_true(n == 0);
-		if (i == 0)
+		if (i == 1)
 			assert_true(nx > 0);
-		else if (!last)
+		else if (!def)
 			assert_true(nx == 0);
-		if (last)
+		if (def)
 			assert_true(ng > 0);
 		else
 			assert_true(ng == 0);
@@ -988,13 +999,26 @@ static void test_moe_scalar(void **state)
 	strata_gpu_free(dext), strata_gpu_free(dx), strata_gpu_free(dy);
 }
 
+/* Whether STRATA_CASES (name,...: a short memcheck run) picks a case. */
+static int case_picked(const char *name)
+{
+	const char *only = getenv("STRATA_CASES");
+	if (!only || !*only)
+		return 1;
+	char buf[256], *save = NULL;
+	snprintf(buf, sizeof(buf), "%s", only);
+	for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+		if (strstr(name, tok))
+			return 1;
+	return 0;
+}
+
 /* The row-streaming q4/q3 kernel (moe_dec_gv.cuh) at the Kimi-K2 and
  * Qwen3-30B-A3B expert shapes, 1 - 4 tokens, padded rows, and mixed with tier
  * experts in one call, against the CPU reference on fresh random inputs (h
  * poisoned with NaN): each case's two calls each run one gate|up + down pair
- * of it under the default configuration and under sq_gv=2, none under
- * sq_gv=0 (nor for a large q4 launch of 3 tokens, "-ring": the ring kernel
- * is faster there). */
+ * of it under every configuration but sq_gv=0 (nor for a large q4 launch of
+ * 3 tokens, "-ring": the ring kernel is faster there). */
 static void test_moe_scalar_gv(void **state)
 {
 	if (!test_have_gpu("test_moe_scalar_gv"))
@@ -1017,55 +1041,57 @@ static void test_moe_scalar_gv(void **state)
 		{ "gv-q4-l8d-4", STRATA_FMT_Q4, 4096, 1024, 4, 8, 8, 0 },
 		/* q4 at 3 tokens over 5 Kimi-shaped experts: the ring kernel */
 		{ "gv-kimi-q4-3-ring", STRATA_FMT_Q4, 7168, 1536, 3, 5, 5, 0 },
+		{ "gv-kimi-q3-1", STRATA_FMT_Q3, 7168, 1536, 1, 2, 2, 0 },
+		{ "gv-q4-l8-1", STRATA_FMT_Q4, 1024, 512, 1, 8, 7, 0 },
 	};
-	/* STRATA_CASES=name,...: only the cases whose names hold one of these (a
-	 * short memcheck run) */
-	const char *only = getenv("STRATA_CASES");
-	/* sq_gv=1 (the default) on every case; 2 (the earlier inner loop) and 0
-	 * (the ring kernel) on the padded rows and the Qwen shape, for comparison */
-	static const int gvs[] = { 1, 2, 0 };
-	for (int gi = 0; gi < 3; gi++) {
-		const int gv = gvs[gi];
+	/* The default on every case; sq_gv=2 (the earlier q4 loop) and 0 (the
+	 * ring kernel) on the padded rows and the Qwen shape; q3's fp16 loop
+	 * (sq_q3i=0) on three q3 cases and its integer loop at 3 - 4 tokens
+	 * (sq_q3i=2); 12 and 8 warps (sq_gvw) on one-token cases (compile-time
+	 * and run-time lanes per row); lanes per row forced (sq_gvl).  cases: the
+	 * names holding one of these (NULL: all). */
+	static const struct {
+		const char *cfg, *cases;
+	} cfgs[] = {
+		{ "", NULL },
+		{ "sq_gv=2", "gv-q4-rows-3,gv-qwen-q4-4" },
+		{ "sq_gv=0", "gv-q4-rows-3,gv-qwen-q4-4" },
+		{ "sq_q3i=0", "gv-q3-l8-1,gv-many-q3-2,gv-kimi-q3-1" },
+		{ "sq_q3i=2", "gv-kimi-q3-3,gv-mix-q3-4" },
+		{ "sq_gvw=12", "gv-kimi-q4-1,gv-kimi-q3-1,gv-q4-l8-1,gv-q3-l8-1,gv-q3-l8d-1,gv-many-q4-1" },
+		{ "sq_gvw=8", "gv-kimi-q4-1,gv-kimi-q3-1,gv-q4-l8-1,gv-q3-l8-1,gv-q3-l8d-1,gv-many-q4-1" },
+		{ "sq_gvl=41", "gv-q4-l8-1,gv-q3-l8-1,gv-kimi-q4-1" },
+		{ "sq_gvl=52", "gv-q4-l8-1,gv-q3-l8-1,gv-many-q3-2" },
+		{ "sq_gvl=3", "gv-q4-l8-1,gv-q4-rows-3" },
+	};
+	for (size_t ci = 0; ci < sizeof(cfgs) / sizeof(cfgs[0]); ci++) {
 		struct strata_moe_config kc;
+		struct strata_error err = { 0 };
 		strata_gpu_moe_config_defaults(&kc);
-		kc.sq_gv = gv;
+		assert_int_equal(strata_gpu_moe_config_parse(cfgs[ci].cfg, &kc, &err), STRATA_OK);
 		kernel_config(&kc);
 		for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
-			if (gv != 1 && strcmp(cases[c].name, "gv-q4-rows-3") && strcmp(cases[c].name, "gv-qwen-q4-4"))
-				continue;
-			int pick = !only || !*only;
-			char buf[256];
-			snprintf(buf, sizeof(buf), "%s", only ? only : "");
-			char *save = NULL;
-			for (char *tok = strtok_r(buf, ",", &save); tok && !pick; tok = strtok_r(NULL, ",", &save))
-				pick = strstr(cases[c].name, tok) != NULL;
-			if (!pick)
+			int in = !cfgs[ci].cases;
+			char buf[128], *save = NULL;
+			snprintf(buf, sizeof(buf), "%s", cfgs[ci].cases ? cfgs[ci].cases : "");
+			for (char *tok = strtok_r(buf, ",", &save); tok && !in; tok = strtok_r(NULL, ",", &save))
+				in = strstr(cases[c].name, tok) != NULL;
+			/* STRATA_CASES=name,...: only the cases whose names hold one of
+			 * these (a short memcheck run) */
+			if (!in || !case_picked(cases[c].name))
 				continue;
 			const uint64_t g0 = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_SCALAR_GEMV);
 			run_moe_case(&cases[c]);
 			const uint64_t ng = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_SCALAR_GEMV) - g0;
-			printf("moe[%s] sq_gv=%d: row-streaming launches %llu\n", cases[c].name, gv, (unsigned long long)ng);
-			assert_true(ng == (gv && !strstr(cases[c].name, "-ring") ? 2u : 0u));
+			printf("moe[%s] %s: row-streaming launches %llu\n", cases[c].name, *cfgs[ci].cfg ? cfgs[ci].cfg : "default",
+			       (unsigned long long)ng);
+			assert_true(ng == (kc.sq_gv && !strstr(cases[c].name, "-ring") ? 2u : 0u));
 		}
 	}
 	kernel_config(NULL);
 }
 
 /* ---- a stack of layers (strata_gpu_moe_stack) ---- */
-
-/* Whether STRATA_CASES (name,...: a short memcheck run) picks a case. */
-static int case_picked(const char *name)
-{
-	const char *only = getenv("STRATA_CASES");
-	if (!only || !*only)
-		return 1;
-	char buf[256], *save = NULL;
-	snprintf(buf, sizeof(buf), "%s", only);
-	for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
-		if (strstr(name, tok))
-			return 1;
-	return 0;
-}
 
 struct stack_case {
 	const char *name;

@@ -3,7 +3,10 @@
 # STEPS (default "tests bench cal ab memcheck"), in this order:
 #   tests     test_kernels (every case against the CPU reference, among them
 #             test_moe_scalar and test_dequant_exact for q4 and q3);
-#             STRATA_TESTS=name,... limits it to those tests
+#             STRATA_TESTS=name,... limits it to those tests ("a,b;c": a and b,
+#             then c, each group under its own limit, T_TESTS="90;60": the
+#             groups' limits in order (the first for the rest); "c:x,y": c with
+#             STRATA_CASES=x,y, the cases whose names hold x or y)
 #   memcheck  compute-sanitizer --tool memcheck on test_kernels' scalar cases
 #             (MC_TESTS, default test_moe_scalar,test_dequant_exact; MC_CASES:
 #             test_moe_scalar_gv's cases whose names hold one of these)
@@ -28,9 +31,10 @@
 #             reasons by instruction) as CSV (NCU_OUT=0: only in sq.tar.gz)
 #   layer     the full Kimi layer with the hot tier in q4
 #   sass      cuobjdump's SASS of the row-streaming kernels (every gv_kernel
-#             instance of bench_kernels) into sass-gv.txt.gz, and per instance
-#             its instruction count by opcode (sass-gv-ops.txt)
-# Time limits per step: T_TESTS, T_BENCH, T_CAL, T_NCU, T_MC (seconds; memcheck
+#             instance of bench_kernels, or of the cubin or binary SASS_BIN)
+#             into sass-gv.txt.gz, and per instance its instruction count by
+#             opcode (sass-gv-ops.txt)
+# Time limits per step: T_TESTS (per test group), T_BENCH, T_CAL, T_NCU, T_MC (seconds; memcheck
 # also stops 8 s before LIMIT, seconds since the start, default 600).
 # Uses the binaries under $BUILD (default build/dev) when they run, else
 # builds them (cuda=1).  Logs go to $OUT (or ./out) and sq.tar.gz there.
@@ -50,10 +54,20 @@ has() { case "$STEPS" in *" $1 "*) return 0 ;; esac; return 1; }
 # line-buffered logs, so a step stopped by its time limit keeps what it printed
 lb=; command -v stdbuf >/dev/null && lb="stdbuf -oL -eL"
 if has tests; then
-	echo "== test_kernels"
-	STRATA_CASES= timeout ${T_TESTS:-90} $lb "$B/tests/test_kernels" >"$d/test_kernels.log" 2>&1; trc=$?
-	grep -E "moe\[(q4|q3|sq|big-q|gv-)|scalar decode kernel|dequant|FAILED|PASSED|differ|error" "$d/test_kernels.log" | head -60
-	echo "test_kernels exit $trc"; cp "$d/test_kernels.log" "$out/"
+	# STRATA_TESTS: groups separated by ';' run one after the other, each
+	# under its own T_TESTS limit
+	IFS=';' read -ra groups <<<"${STRATA_TESTS:-}"
+	[ ${#groups[@]} -gt 0 ] || groups=("")
+	: >"$d/test_kernels.log"
+	IFS=';' read -ra tlim <<<"${T_TESTS:-90}"
+	for i in "${!groups[@]}"; do
+		g=${groups[$i]} c=; case "$g" in *:*) c=${g#*:}; g=${g%%:*} ;; esac
+		echo "== test_kernels ${g:-(all)} ${c:+(cases $c)}"
+		STRATA_TESTS=$g STRATA_CASES=$c timeout ${tlim[$i]:-${tlim[0]}} $lb "$B/tests/test_kernels" >"$d/tk.log" 2>&1; trc=$?
+		grep -E "moe\[(q4|q3|sq|big-q|gv-)|stack|scalar decode kernel|dequant|FAILED|PASSED|differ|error" "$d/tk.log" | head -60
+		echo "test_kernels ${g:-(all)} exit $trc" | tee -a "$d/tk.log"; cat "$d/tk.log" >>"$d/test_kernels.log"
+	done
+	cp "$d/test_kernels.log" "$out/"
 fi
 if has bench; then
 	echo "== bench decode"
@@ -116,7 +130,7 @@ if has layer; then
 fi
 if has sass; then
 	echo "== sass of the row-streaming kernels"
-	timeout ${T_SASS:-30} cuobjdump -sass "$B/bench/bench_kernels" 2>"$d/sass.err" |
+	timeout ${T_SASS:-30} cuobjdump -sass "${SASS_BIN:-$B/bench/bench_kernels}" 2>"$d/sass.err" |
 		awk '/Function : /{p = $0 ~ /gv_kernel/} p' >"$d/sass-gv.txt"
 	echo "cuobjdump exit $? ($(wc -l <"$d/sass-gv.txt") lines)"
 	awk '/Function : /{f=$3} /^ +\/\*[0-9a-f]+\*\/ /{op=$2; if (op ~ /^@/) op=$3; sub(/\..*/, "", op); sub(/;$/, "", op); n[f" "op]++; t[f]++}
@@ -124,7 +138,7 @@ if has sass; then
 	gzip -c "$d/sass-gv.txt" >"$out/sass-gv.txt.gz"
 fi
 echo "== summary"
-grep -hE "^test_kernels|PASSED|FAILED" "$d/test_kernels.log" 2>/dev/null | tail -3
+grep -hE "^test_kernels|PASSED|FAILED" "$d/test_kernels.log" 2>/dev/null | tail -6
 grep -hE "ERROR SUMMARY" "$d/memcheck.log" 2>/dev/null
 grep -E "^ceiling: read" "$d/decode.log" 2>/dev/null
 grep -E "^decode(_ring)? .* T=[14] " "$d/decode.log" 2>/dev/null
