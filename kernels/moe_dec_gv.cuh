@@ -543,10 +543,17 @@ template <class P> __device__ __forceinline__ void stage(const MoeParams &p, con
 	__syncthreads();
 }
 
+// A policy's set-up of the CTA's shared memory before the staging, where it
+// has one (P::pre: the tier policies' zero bytes and codebook table,
+// moe_dec_tr.cuh).
+template <class P> __device__ __forceinline__ auto pre_stage(int) -> decltype(P::pre(), void()) { P::pre(); }
+template <class P> __device__ __forceinline__ void pre_stage(long) {}
+
 // P: the policy (Q4, Q3, Q4b) of format FMT; NT tokens per expert (1, 2 or
-// 4); LSH, FULL: as the policies'.
-template <int FMT, class P, int NT, int LSH, bool FULL>
-__global__ void __launch_bounds__(32 * NW, 1) gv_kernel(const __grid_constant__ MoeParams p, const __grid_constant__ Args a)
+// 4); LSH, FULL: as the policies'; W warps per CTA (the tier policies: 12
+// or 16, moe_gpu.cu's run_dec_tr).
+template <int FMT, class P, int NT, int LSH, bool FULL, int W = NW>
+__global__ void __launch_bounds__(32 * W, 1) gv_kernel(const __grid_constant__ MoeParams p, const __grid_constant__ Args a)
 {
 	using Buf = typename P::template Buf<LSH>;
 	constexpr uint32_t NB = P::NB;
@@ -567,7 +574,7 @@ __global__ void __launch_bounds__(32 * NW, 1) gv_kernel(const __grid_constant__ 
 		uint32_t t = it, ph = iph;
 		for (; n; n--)
 			if (++ph == nph)
-				ph = 0, t += NW;
+				ph = 0, t += W;
 		const uint32_t s = t / a.nrs, row = (t - s * a.nrs) * rw + rr;
 		if (t >= t1 || sub || row >= nrows)
 			return;
@@ -593,7 +600,7 @@ __global__ void __launch_bounds__(32 * NW, 1) gv_kernel(const __grid_constant__ 
 		if (++ibt == a.nbat) {
 			ibt = 0;
 			if (++iph == nph)
-				iph = 0, it += NW;
+				iph = 0, it += W;
 			if (it < t1)
 				iss_set();
 		}
@@ -630,6 +637,7 @@ __global__ void __launch_bounds__(32 * NW, 1) gv_kernel(const __grid_constant__ 
 			pdl_trigger();
 	}
 	uint32_t nr;
+	pre_stage<P>(0);
 	stage<P>(p, a, nr);
 	// Compute side.
 	const uint32_t sbase = (uint32_t)__cvta_generic_to_shared(g_smem);
@@ -697,7 +705,7 @@ __global__ void __launch_bounds__(32 * NW, 1) gv_kernel(const __grid_constant__ 
 					accg[k] = acc[k], acc[k] = 0.0f;
 			} else {
 				finish();
-				cph = 0, ct += NW;
+				cph = 0, ct += W;
 			}
 		}
 	};
