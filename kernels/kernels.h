@@ -214,8 +214,9 @@ int strata_gpu_moe_check(int fmt, uint32_t hidden, uint32_t inter, struct strata
  *                                                sq_gv's kernel with code words straight into
  *                                                registers and one lane's 256-weight block per
  *                                                pair of MMA columns) when the staged activations
- *                                                fit; 1: the FMA decoder, 2: the codebook table;
- *                                                0: the kernels above
+ *                                                fit; 1: the FMA decoder, 2: the codebook table,
+ *                                                3: half of each group's weight pairs through
+ *                                                the table; 0: the kernels above
  *
  * Everything else the kernels do is fixed: 16-warp persistent CTAs for
  * 8-token tiles and 8 warps for 16-token ones, stage copies by the bulk copy

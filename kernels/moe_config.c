@@ -81,8 +81,8 @@ int strata_gpu_moe_config_validate(const struct strata_moe_config *c, struct str
 		return STRATA_ERR(err, STRATA_EINVAL,
 				  "kernel config: pf_path must be 0 (auto), 1 (sm90), 2 (mma), 3 (sm90ws), 4 (sm90p), 5 (sm90p1), "
 				  "6 (sm90p3) or 7 (sm90pc)");
-	if (c->dec_tr < 0 || c->dec_tr > 2)
-		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: dec_tr must be 0, 1 or 2");
+	if (c->dec_tr < 0 || c->dec_tr > 3)
+		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: dec_tr must be 0, 1, 2 or 3");
 	if (!c->pf_tiles_min)
 		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: prefill_tiles must be >= 1 (off: UINT32_MAX)");
 	return STRATA_OK;
@@ -184,7 +184,10 @@ int strata_gpu_moe_config_parse(const char *text, struct strata_moe_config *c, s
 		} else if (!strcmp(kv, "sq_l2pf")) {
 			rc = parse_012(kv, v, &c->sq_l2pf, err);
 		} else if (!strcmp(kv, "dec_tr")) {
-			rc = parse_012(kv, v, &c->dec_tr, err);
+			if (strcmp(v, "3"))
+				rc = parse_012(kv, v, &c->dec_tr, err);
+			else
+				c->dec_tr = 3;
 		} else if (!strcmp(kv, "sq_pdl")) {
 			rc = parse_bit(kv, v, &c->sq_pdl, err);
 		} else if (!strcmp(kv, "prefill")) {

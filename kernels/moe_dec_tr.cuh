@@ -5,13 +5,15 @@
 // shared memory, no per-stage copies or barriers) with the policy
 // gv::Tier<FMT, TAB>.  Taken by run_dec_tr (moe_gpu.cu) for launches whose
 // experts all have one token and are all in one tier format, under the
-// kernel configuration dec_tr=1 (the FMA decoder) or 2 (the table decoder).
+// kernel configuration dec_tr=1 (the FMA decoder), 2 (the table decoder) or
+// 3 (weight pairs 0, 2 of each group through the table, 1, 3 by the FMAs:
+// half the shared-memory lookups).
 //
 // A chunk is one 256-weight block of a row: a lane loads its code words (hot
 // 11 x 8 bytes, warm 5 x 16, cold 11 x 4: every block is that aligned) and
 // its bf16 scale into registers, and decodes the block with the shift amounts
 // of every 8-weight group known at compile time (FmtTier::decode8x, or
-// decode8xt through the codebook table).  Lanes per row (1 << lsh) are at
+// decode8xt through the codebook table, or both, DEC).  Lanes per row (1 << lsh) are at
 // most 4, so a lane's chunk depends only on t = lane & 3.
 //
 // The dot products run on the tensor cores (mma.sync m16n8k16, f32
@@ -37,29 +39,31 @@ constexpr uint32_t TR_TAB_AT = SMEM_MAX - TCQ_TAB_BYTES, TR_ZERO_AT = TR_TAB_AT 
 __device__ __forceinline__ uint2 ldg8(const uint8_t *q)
 {
 	uint2 v;
-	asm("ld.global.nc.L2::256B.v2.u32 {%0,%1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "l"(q));
+	asm volatile("ld.global.nc.L2::256B.v2.u32 {%0,%1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "l"(q));
 	return v;
 }
 __device__ __forceinline__ uint4 ldg16(const uint8_t *q)
 {
 	uint4 v;
-	asm("ld.global.nc.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(q));
+	asm volatile("ld.global.nc.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(q));
 	return v;
 }
 __device__ __forceinline__ uint32_t ldg4(const uint8_t *q)
 {
 	uint32_t v;
-	asm("ld.global.nc.L2::256B.u32 %0, [%1];\n" : "=r"(v) : "l"(q));
+	asm volatile("ld.global.nc.L2::256B.u32 %0, [%1];\n" : "=r"(v) : "l"(q));
 	return v;
 }
 __device__ __forceinline__ uint32_t ldg2(const uint8_t *q)
 {
 	unsigned short v;
-	asm("ld.global.nc.u16 %0, [%1];\n" : "=h"(v) : "l"(q));
+	asm volatile("ld.global.nc.u16 %0, [%1];\n" : "=h"(v) : "l"(q));
 	return v;
 }
 
-template <int FMT, bool TAB> struct Tier {
+// DEC: 0 the FMA decoder, 1 the table, 2 half of each.
+template <int FMT, int DEC> struct Tier {
+	static constexpr bool TAB = DEC != 0;
 	using F = FmtTier<FMT>;
 	static constexpr uint32_t CPB = 1, NG = 32, NB = 1;
 	static constexpr uint32_t SB = 16;   // staged bytes per 8 activations (fp16)
@@ -117,10 +121,18 @@ template <int FMT, bool TAB> struct Tier {
 	{
 		constexpr uint32_t p = F::BITS8 * I, q = p >> 5, q1 = q + 1 == NWD ? 0 : q + 1;
 		const uint32_t x = __funnelshift_r(w[q], w[q1], p & 31);
-		if constexpr (TAB)
-			F::decode8xt(x, TR_TAB_AT + 4 * (threadIdx.x & 31), o);
-		else
+		const uint32_t tb = TR_TAB_AT + 4 * (threadIdx.x & 31);
+		if constexpr (DEC == 1) {
+			F::decode8xt(x, tb, o);
+		} else if constexpr (DEC == 2) {
+			using T = F;
+			o[0] = tcq_tab_pair(T::template tw<0>(x), T::template tw<1>(x), tb);
+			o[1] = tcq_pair(T::template h<2>(x), T::template h<3>(x));
+			o[2] = tcq_tab_pair(T::template tw<4>(x), T::template tw<5>(x), tb);
+			o[3] = tcq_pair(T::template h<6>(x), T::template h<7>(x));
+		} else {
 			F::decode8x(x, o);
+		}
 	}
 	template <int NT, int LSH, bool FULL>
 	__device__ __forceinline__ static void dot(const Buf<LSH> &b, uint32_t j0, uint32_t, uint32_t cpr, bool rv, uint32_t,

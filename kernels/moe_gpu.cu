@@ -1569,12 +1569,12 @@ int run_dec_gv(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_err
 }
 
 // The tier row-streaming kernel (moe_dec_tr.cuh) of one launch: format FMT,
-// table decoder TAB, W warps per CTA, lanes per row 1 << lsh at compile time
+// decoder DEC (gv::Tier), W warps per CTA, lanes per row 1 << lsh at compile time
 // where the launch's rows and chunks divide evenly, else at run time; *i its
 // index among the three.
-template <int FMT, bool TAB, int W> GvKernel tr_pick(const gv::Args &g, uint32_t nrows, int *i)
+template <int FMT, int DEC, int W> GvKernel tr_pick(const gv::Args &g, uint32_t nrows, int *i)
 {
-	using P = gv::Tier<FMT, TAB>;
+	using P = gv::Tier<FMT, DEC>;
 	const bool full = g.cpr % (1u << g.lsh) == 0 && nrows % (32u >> g.lsh) == 0;
 	*i = full && g.lsh == 2 ? 0 : full && g.lsh == 1 ? 1 : 2;
 	return *i == 0 ? gv::gv_kernel<FMT, P, 1, 2, true, W>
@@ -1583,15 +1583,15 @@ template <int FMT, bool TAB, int W> GvKernel tr_pick(const gv::Args &g, uint32_t
 }
 
 // Its two launches (gate|up, down), each of W warps per CTA.
-template <int FMT, bool TAB, int W>
+template <int FMT, int DEC, int W>
 int tr_launch(MoeParams *p, const gv::Args (&a)[2], const uint32_t (&grid)[2], cudaStream_t st, struct strata_error *err)
 {
 	static bool attr[3];
-	const uint32_t smem = TAB ? gv::SMEM_MAX : gv::TR_ZERO_AT + 256;
+	const uint32_t smem = DEC ? gv::SMEM_MAX : gv::TR_ZERO_AT + 256;
 	GvKernel k[2];
 	for (int d = 0; d < 2; d++) {
 		int i;
-		k[d] = tr_pick<FMT, TAB, W>(a[d], d ? p->hidden : p->inter, &i);
+		k[d] = tr_pick<FMT, DEC, W>(a[d], d ? p->hidden : p->inter, &i);
 		if (!attr[i]) {
 			CU_TRY(err, cudaFuncSetAttribute(k[d], cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
 			attr[i] = true;
@@ -1605,15 +1605,15 @@ int tr_launch(MoeParams *p, const gv::Args (&a)[2], const uint32_t (&grid)[2], c
 	return STRATA_OK;
 }
 
-template <int FMT, bool TAB>
+template <int FMT, int DEC>
 int tr_launch_w(MoeParams *p, const gv::Args (&a)[2], const uint32_t (&grid)[2], uint32_t w, cudaStream_t st,
 		struct strata_error *err)
 {
-	return w == 12 ? tr_launch<FMT, TAB, 12>(p, a, grid, st, err) : tr_launch<FMT, TAB, 16>(p, a, grid, st, err);
+	return w == 12 ? tr_launch<FMT, DEC, 12>(p, a, grid, st, err) : tr_launch<FMT, DEC, 16>(p, a, grid, st, err);
 }
 
 // Decode launches of one token per expert whose experts are all in one tier
-// format, under dec_tr=1 (FMA decoder) or 2 (table), dec and split not
+// format, under dec_tr=1 (FMA decoder), 2 (table) or 3 (both), dec and split not
 // forced: the tier row-streaming kernel, when each CTA's staged activations
 // fit below its zero bytes.  Warps per CTA (16 or 12, the same for both
 // launches) and lanes per row (1, 2 or 4: a lane's chunk must depend on
@@ -1685,16 +1685,16 @@ int run_dec_tr(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_err
 			return 0;
 		g.xoff = g.coff = gv::Smem::END;
 	}
-	const bool tab = g_ctx.cfg.dec_tr == 2;
-	if (fmt == STRATA_FMT_HOT)
-		*rc = tab ? tr_launch_w<STRATA_FMT_HOT, true>(p, a, grid, w, st, err)
-			  : tr_launch_w<STRATA_FMT_HOT, false>(p, a, grid, w, st, err);
-	else if (fmt == STRATA_FMT_WARM)
-		*rc = tab ? tr_launch_w<STRATA_FMT_WARM, true>(p, a, grid, w, st, err)
-			  : tr_launch_w<STRATA_FMT_WARM, false>(p, a, grid, w, st, err);
-	else
-		*rc = tab ? tr_launch_w<STRATA_FMT_COLD, true>(p, a, grid, w, st, err)
-			  : tr_launch_w<STRATA_FMT_COLD, false>(p, a, grid, w, st, err);
+	const int dec = g_ctx.cfg.dec_tr;
+	auto go = [&](auto FC) {
+		constexpr int FMT = decltype(FC)::value;
+		return dec == 1 ? tr_launch_w<FMT, 0>(p, a, grid, w, st, err)
+		     : dec == 2 ? tr_launch_w<FMT, 1>(p, a, grid, w, st, err)
+				: tr_launch_w<FMT, 2>(p, a, grid, w, st, err);
+	};
+	*rc = fmt == STRATA_FMT_HOT    ? go(std::integral_constant<int, STRATA_FMT_HOT>())
+	      : fmt == STRATA_FMT_WARM ? go(std::integral_constant<int, STRATA_FMT_WARM>())
+				       : go(std::integral_constant<int, STRATA_FMT_COLD>());
 	return 1;
 }
 

@@ -187,6 +187,8 @@ static void test_moe_config(void **state)
 	assert_int_equal(c.dec_tr, 2);
 	assert_int_equal(strata_gpu_moe_config_parse("dec_tr=1", &c, &err), STRATA_OK);
 	assert_int_equal(c.dec_tr, 1);
+	assert_int_equal(strata_gpu_moe_config_parse("dec_tr=3", &c, &err), STRATA_OK);
+	assert_int_equal(c.dec_tr, 3);
 	c = d;
 	assert_int_equal(strata_gpu_moe_config_parse("dec=12x2t", &c, &err), STRATA_OK);
 	assert_int_equal(c.dec_warps, 12);
@@ -219,7 +221,7 @@ static void test_moe_config(void **state)
 					   "bf16_kc=16", "prefill_min=0", "prefill_min=17x", "poison=2", "warps=8",
 					   "dec", "sqdec=8x4", "sq_pf=2", "sq_xs=2", "sq_gv=on", "sq_gv=3", "sq_l2pf=3", "sq_pdl=2", "dec=12x4t", "dec=10x2t", "dec=8x2tt",
 					   "dec=8x2u", "bf16dec=8x8t", "prefill=wgmma", "prefill=sm90p2",
-					   "prefill_tiles=0", "prefill_tiles=on", "dec_tr=3", "dec_tr=on" };
+					   "prefill_tiles=0", "prefill_tiles=on", "dec_tr=4", "dec_tr=on" };
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		c = d;
 		memset(&err, 0, sizeof(err));
@@ -1073,7 +1075,7 @@ static int case_picked(const char *name)
 }
 
 /* The tier row-streaming kernel (moe_dec_tr.cuh; kernel configuration
- * dec_tr=1: FMA decoder, 2: codebook table) against the CPU reference on
+ * dec_tr=1: FMA decoder, 2: codebook table, 3: both) against the CPU reference on
  * fresh random inputs (h poisoned with NaN), one token per expert: the
  * Kimi-K2 and Qwen3-30B-A3B expert shapes of every tier format (compile-time
  * lanes per row, and the run-time variant for Qwen's 3-block down rows),
@@ -1099,7 +1101,7 @@ static void test_moe_dec_tr(void **state)
 		{ { "tr-many-cold-1", STRATA_FMT_COLD, 512, 256, 1, 300, 280, 0 }, 2 },
 		{ { "tr-hot-2", STRATA_FMT_HOT, 1024, 512, 2, 2, 2, 0 }, 0 },
 	};
-	for (int tr = 2; tr >= 0; tr--) {
+	for (int tr = 3; tr >= 0; tr--) {
 		struct strata_moe_config kc;
 		strata_gpu_moe_config_defaults(&kc);
 		kc.dec_tr = tr;

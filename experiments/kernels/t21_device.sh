@@ -17,7 +17,8 @@
 #   (--shape; default: both shapes in one run) with BENCH_REPS repetitions
 #   (default 7); TK_TESTS / MC_TESTS the test_kernels tests of the MoE step /
 #   of memcheck, MC_CASES its STRATA_CASES; CEIL_FMTS="" skips ceil_variants,
-#   TK_CEIL=0 the ceiling tests.
+#   TK_CEIL=0 the ceiling tests; NCU_TR="2 3": ncu of the tier row-streaming
+#   kernel under those dec_tr values.
 #   Under $OUT (default out/): summary.txt, t21_csv.tar.gz (the CSVs),
 #   t21_logs.tar.gz (everything); the summary is printed last.
 #   bash experiments/kernels/t21_device.sh
@@ -89,7 +90,7 @@ if [ "${SANITIZE:-0}" = 1 ]; then
 	grep -E "ERROR SUMMARY|^\[  (PASSED|FAILED) " "$out/memcheck.log" | head >>"$s"
 fi
 if [ "${NCU:-1}" = 1 ]; then
-	for v in ${NCU_VARIANTS:-0 1}; do
+	for v in ${NCU_VARIANTS-0 1}; do
 		w=48
 		[ "$v" = 0 ] || [ "$v" = 3 ] || [ "$v" = 4 ] || [ "$v" = 5 ] || w=32
 		step "ncu_ceil_$v" 40 ncu --clock-control none --kernel-name regex:var_kernel --launch-skip 1 \
@@ -107,6 +108,17 @@ if [ "${NCU:-1}" = 1 ]; then
 			--metrics smsp__inst_executed.sum "$B/bench/bench_kernels" --profile hot --kernel "dec=$kv,split=3"
 		grep -iE "Duration|Registers Per|Issue Slots Busy|Pipe (Alu|Fma|Fmaheavy|Shared) Cycles|Inst Executed Pipe Lsu|inst_executed.sum" \
 			"$out/ncu_dec_$kv.log" | sed 's/  */ /g' | head -12 >>"$s"
+	done
+	# the tier row-streaming kernel (gate|up and down launch of one Kimi hot
+	# T=1 layer) for each dec_tr value in NCU_TR
+	for v in ${NCU_TR-}; do
+		step "ncu_tr_$v" 60 ncu --clock-control none --kernel-name regex:gv_kernel --launch-skip 2 \
+			--launch-count 2 --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+			--section InstructionStats --section WarpStateStats --section LaunchStats --section Occupancy \
+			--print-details all --metrics smsp__inst_executed.sum,l1tex__data_pipe_lsu_wavefronts.sum,l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum,l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum \
+			"$B/bench/bench_kernels" --profile hot --kernel "dec_tr=$v"
+		grep -iE "Duration|Registers Per|Block Size|Grid Size|Issue Slots Busy|Pipe (Alu|Fma|Fmaheavy|Shared) Cycles|Inst Executed Pipe Lsu|inst_executed.sum|wavefronts|L1/TEX Hit|Mem Busy|Max Bandwidth|DRAM Throughput|Stall|Warp Cycles Per Issued" \
+			"$out/ncu_tr_$v.log" | sed 's/  */ /g' | head -60 >>"$s"
 	done
 fi
 [ -x "$B/bench/ceil_variants" ] && cuobjdump -sass "$B/bench/ceil_variants" 2>&1 | gzip >"$out/ceil_variants.sass.gz"

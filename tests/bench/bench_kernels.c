@@ -33,7 +33,8 @@
  * kind decode_ring), unless --kernel sq_gv=0.  Tier decode rows at 1 token
  * come three times: on the default kernel (kind decode) and on the two others
  * of dec_tr (0: the ring kernel, decode_ring; 1 / 2: the row-streaming tier
- * kernel with the FMA decoder / the codebook table, decode_tr1 / decode_tr2).
+ * kernel with the FMA decoder / the codebook table / half of each,
+ * decode_tr1 / decode_tr2 / decode_tr3).
  * CSV columns: kind,shape,fmt,tokens,ms,ratio,gbs,tflops,tok_s,bound; the
  * decode-ceiling rows are ceiling,decode_FMT,FMT with ratio = of read, gbs =
  * packed GB/s, tflops = the MMA rate (16 flop per weight: 8 tokens); bound =
@@ -814,13 +815,13 @@ int main(int argc, char **argv)
 			}
 	/* tier formats at 1 token on the other decode kernels too (dec_tr=1: the
 	 * row-streaming kernel with the FMA decoder, kind decode_tr1; 2: with the
-	 * codebook table, decode_tr2; 0: the ring kernel, decode_ring), beside
-	 * the default's rows: all in one run */
+	 * codebook table, decode_tr2; 3: half of each, decode_tr3; 0: the ring
+	 * kernel, decode_ring), beside the default's rows: all in one run */
 	static const uint32_t one_token[] = { 1 };
-	static const char *const tr_kind[] = { "decode_ring", "decode_tr1", "decode_tr2" };
+	static const char *const tr_kind[] = { "decode_ring", "decode_tr1", "decode_tr2", "decode_tr3" };
 	for (int s = s0; s < s1 && !no_decode && !quick; s++)
 		for (int f = 0; f < n_fmt; f++)
-			for (int v = 0; v < 3 && fmts[f] >= STRATA_FMT_HOT && fmts[f] <= STRATA_FMT_COLD; v++) {
+			for (int v = 0; v < 4 && fmts[f] >= STRATA_FMT_HOT && fmts[f] <= STRATA_FMT_COLD; v++) {
 				if (v == kc0.dec_tr)
 					continue;
 				struct strata_moe_config kc = kc0;
