@@ -81,8 +81,8 @@ int strata_gpu_moe_config_validate(const struct strata_moe_config *c, struct str
 		return STRATA_ERR(err, STRATA_EINVAL,
 				  "kernel config: pf_path must be 0 (auto), 1 (sm90), 2 (mma), 3 (sm90ws), 4 (sm90p), 5 (sm90p1), "
 				  "6 (sm90p3) or 7 (sm90pc)");
-	if (c->dec_tr < 0 || c->dec_tr > 3)
-		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: dec_tr must be 0, 1, 2 or 3");
+	if (c->dec_tr < -1 || c->dec_tr > 3)
+		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: dec_tr %d (-1 auto, 0 off, 1, 2 or 3)", c->dec_tr);
 	if (!c->pf_tiles_min)
 		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: prefill_tiles must be >= 1 (off: UINT32_MAX)");
 	return STRATA_OK;
@@ -184,10 +184,12 @@ int strata_gpu_moe_config_parse(const char *text, struct strata_moe_config *c, s
 		} else if (!strcmp(kv, "sq_l2pf")) {
 			rc = parse_012(kv, v, &c->sq_l2pf, err);
 		} else if (!strcmp(kv, "dec_tr")) {
-			if (strcmp(v, "3"))
-				rc = parse_012(kv, v, &c->dec_tr, err);
-			else
+			if (!strcmp(v, "auto"))
+				c->dec_tr = -1;
+			else if (!strcmp(v, "3"))
 				c->dec_tr = 3;
+			else
+				rc = parse_012(kv, v, &c->dec_tr, err);
 		} else if (!strcmp(kv, "sq_pdl")) {
 			rc = parse_bit(kv, v, &c->sq_pdl, err);
 		} else if (!strcmp(kv, "prefill")) {

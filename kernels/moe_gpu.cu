@@ -1496,6 +1496,19 @@ int gv_launch(MoeParams *p, const gv::Args (&a)[2], const uint32_t (&grid)[2], c
 	return STRATA_OK;
 }
 
+// The h rows a CTA of the row-streaming kernels' down launch stages at most
+// (the slots of its contiguous range of tasks g.tpc, of the grid's CTAs).
+uint32_t gv_down_rows(const MoeParams *p, const gv::Args &g, uint32_t grid)
+{
+	uint32_t most = 0;
+	for (uint32_t b = 0; b < grid; b++) {
+		const uint32_t s0 = b * g.tpc / g.nrs, s1 = ((b + 1) * g.tpc < g.ntask ? (b + 1) * g.tpc : g.ntask) - 1;
+		const uint32_t n = p->slot[s1 / g.nrs].a0 + p->slot[s1 / g.nrs].ntok - p->slot[s0].a0;
+		most = n > most ? n : most;
+	}
+	return most;
+}
+
 // Decode launches (<= gv::NTMAX tokens per expert) whose experts are all in
 // one scalar format, with the scalar decode kernel on its automatic choice
 // (sq_gv=1, sqdec=auto, dec and split not forced): the row-streaming kernel
@@ -1542,14 +1555,7 @@ int run_dec_gv(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_err
 		g.tpc = (g.ntask + sms - 1) / sms;
 		grid[d] = (g.ntask + g.tpc - 1) / g.tpc;
 		g.xrows = xrows;
-		g.srows = xrows;
-		if (d)
-			for (uint32_t b = 0, s0, s1; b < grid[d]; b++) {
-				s0 = b * g.tpc / g.nrs, s1 = (b * g.tpc + g.tpc < g.ntask ? b * g.tpc + g.tpc : g.ntask) - 1;
-				s1 /= g.nrs;
-				const uint32_t n = p->slot[s1].a0 + p->slot[s1].ntok - p->slot[s0].a0;
-				g.srows = b ? (n > g.srows ? n : g.srows) : n;
-			}
+		g.srows = d ? gv_down_rows(p, g, grid[d]) : xrows;
 		const uint64_t bytes = gv::Smem::END + (uint64_t)g.srows * f.pc[d] * (q4 ? 20 : 16) / 8;
 		if (g.srows > gv::SRMAX || bytes > gv::SMEM_MAX)
 			return 0;
@@ -1613,8 +1619,9 @@ int tr_launch_w(MoeParams *p, const gv::Args (&a)[2], const uint32_t (&grid)[2],
 }
 
 // Decode launches of one token per expert whose experts are all in one tier
-// format, under dec_tr=1 (FMA decoder), 2 (table) or 3 (both), dec and split not
-// forced: the tier row-streaming kernel, when each CTA's staged activations
+// format, under dec_tr=1 (FMA decoder), 2 (table) or 3 (both), or auto (2 for
+// warm and cold launches of at least STRATA_MOE_TR_AUTO_WEIGHTS), dec and
+// split not forced: the tier row-streaming kernel, when each CTA's staged activations
 // fit below its zero bytes.  Warps per CTA (16 or 12, the same for both
 // launches) and lanes per row (1, 2 or 4: a lane's chunk must depend on
 // lane & 3 alone) with the fewest issue slots of the busiest warp (its
@@ -1624,12 +1631,19 @@ int tr_launch_w(MoeParams *p, const gv::Args (&a)[2], const uint32_t (&grid)[2],
 int run_dec_tr(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_error *err, int *rc)
 {
 	const uint32_t fmt = p->n_slots ? p->slot[0].fmt : 0;
-	if (!g_ctx.cfg.dec_tr || fmt < STRATA_FMT_HOT || fmt > STRATA_FMT_COLD || g_ctx.cfg.dec_warps >= 0 ||
-	    g_ctx.cfg.split || maxtok != 1)
+	int dec = g_ctx.cfg.dec_tr;
+	if (!dec || fmt < STRATA_FMT_HOT || fmt > STRATA_FMT_COLD || g_ctx.cfg.dec_warps >= 0 || g_ctx.cfg.split ||
+	    maxtok != 1)
 		return 0;
 	for (uint32_t s = 1; s < p->n_slots; s++)
 		if (p->slot[s].fmt != fmt)
 			return 0;
+	if (dec < 0) {
+		// auto: the table decoder where it measured faster than the ring kernel
+		if (fmt == STRATA_FMT_HOT || (uint64_t)p->n_slots * 3 * p->hidden * p->inter < STRATA_MOE_TR_AUTO_WEIGHTS)
+			return 0;
+		dec = 2;
+	}
 	const FmtTab &f = p->tab[fmt];
 	uint32_t xrows = 0;
 	for (uint32_t i = 0; i < p->slot[p->n_slots - 1].a0 + p->slot[p->n_slots - 1].ntok; i++)
@@ -1672,20 +1686,13 @@ int run_dec_tr(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_err
 		g.ntask = p->n_slots * g.nrs;
 		g.tpc = (g.ntask + sms - 1) / sms;
 		grid[d] = (g.ntask + g.tpc - 1) / g.tpc;
-		g.xrows = g.srows = xrows;
-		if (d)
-			for (uint32_t b = 0, s0, s1; b < grid[d]; b++) {
-				s0 = b * g.tpc / g.nrs, s1 = (b * g.tpc + g.tpc < g.ntask ? b * g.tpc + g.tpc : g.ntask) - 1;
-				s1 /= g.nrs;
-				const uint32_t n = p->slot[s1].a0 + p->slot[s1].ntok - p->slot[s0].a0;
-				g.srows = b ? (n > g.srows ? n : g.srows) : n;
-			}
+		g.xrows = xrows;
+		g.srows = d ? gv_down_rows(p, g, grid[d]) : xrows;
 		const uint64_t bytes = gv::Smem::END + (uint64_t)g.srows * f.pc[d] * 2;
 		if (g.srows > gv::SRMAX || bytes > gv::TR_ZERO_AT)
 			return 0;
 		g.xoff = g.coff = gv::Smem::END;
 	}
-	const int dec = g_ctx.cfg.dec_tr;
 	auto go = [&](auto FC) {
 		constexpr int FMT = decltype(FC)::value;
 		return dec == 1 ? tr_launch_w<FMT, 0>(p, a, grid, w, st, err)

@@ -182,13 +182,17 @@ static void test_moe_config(void **state)
 	assert_int_equal(strata_gpu_moe_config_parse("sq_gv=2,sq_l2pf=2", &c, &err), STRATA_OK);
 	assert_int_equal(c.sq_gv, 2);
 	assert_int_equal(c.sq_l2pf, 2);
-	assert_int_equal(d.dec_tr, 0);
+	assert_int_equal(d.dec_tr, -1);
 	assert_int_equal(strata_gpu_moe_config_parse("dec_tr=2", &c, &err), STRATA_OK);
 	assert_int_equal(c.dec_tr, 2);
 	assert_int_equal(strata_gpu_moe_config_parse("dec_tr=1", &c, &err), STRATA_OK);
 	assert_int_equal(c.dec_tr, 1);
 	assert_int_equal(strata_gpu_moe_config_parse("dec_tr=3", &c, &err), STRATA_OK);
 	assert_int_equal(c.dec_tr, 3);
+	assert_int_equal(strata_gpu_moe_config_parse("dec_tr=auto", &c, &err), STRATA_OK);
+	assert_int_equal(c.dec_tr, -1);
+	assert_int_equal(strata_gpu_moe_config_parse("dec_tr=0", &c, &err), STRATA_OK);
+	assert_int_equal(c.dec_tr, 0);
 	c = d;
 	assert_int_equal(strata_gpu_moe_config_parse("dec=12x2t", &c, &err), STRATA_OK);
 	assert_int_equal(c.dec_warps, 12);
@@ -221,7 +225,7 @@ static void test_moe_config(void **state)
 					   "bf16_kc=16", "prefill_min=0", "prefill_min=17x", "poison=2", "warps=8",
 					   "dec", "sqdec=8x4", "sq_pf=2", "sq_xs=2", "sq_gv=on", "sq_gv=3", "sq_l2pf=3", "sq_pdl=2", "dec=12x4t", "dec=10x2t", "dec=8x2tt",
 					   "dec=8x2u", "bf16dec=8x8t", "prefill=wgmma", "prefill=sm90p2",
-					   "prefill_tiles=0", "prefill_tiles=on", "dec_tr=4", "dec_tr=on" };
+					   "prefill_tiles=0", "prefill_tiles=on", "dec_tr=4", "dec_tr=on", "dec_tr=-1" };
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		c = d;
 		memset(&err, 0, sizeof(err));
@@ -1081,7 +1085,9 @@ static int case_picked(const char *name)
  * lanes per row, and the run-time variant for Qwen's 3-block down rows),
  * padded rows, more experts than a launch's slots.  Each call must run
  * exactly `pairs` gate|up + down pairs of it (two calls per case), none
- * under dec_tr=0, none with two tokens per expert. */
+ * under dec_tr=0, none with two tokens per expert, and under dec_tr=auto
+ * (the default) only for warm and cold launches of at least
+ * STRATA_MOE_TR_AUTO_WEIGHTS weights ("tr-auto-*": six Kimi-sized experts). */
 static void test_moe_dec_tr(void **state)
 {
 	(void)state;
@@ -1100,8 +1106,10 @@ static void test_moe_dec_tr(void **state)
 		{ { "tr-rows-hot-1", STRATA_FMT_HOT, 1040, 72, 1, 5, 4, 0 }, 1 },
 		{ { "tr-many-cold-1", STRATA_FMT_COLD, 512, 256, 1, 300, 280, 0 }, 2 },
 		{ { "tr-hot-2", STRATA_FMT_HOT, 1024, 512, 2, 2, 2, 0 }, 0 },
+		{ { "tr-auto-cold-1", STRATA_FMT_COLD, 7168, 1536, 1, 6, 6, 0 }, 1 },
+		{ { "tr-auto-hot-1", STRATA_FMT_HOT, 7168, 1536, 1, 6, 6, 0 }, 1 },
 	};
-	for (int tr = 3; tr >= 0; tr--) {
+	for (int tr = 3; tr >= -1; tr--) {
 		struct strata_moe_config kc;
 		strata_gpu_moe_config_defaults(&kc);
 		kc.dec_tr = tr;
@@ -1114,7 +1122,10 @@ static void test_moe_dec_tr(void **state)
 			const uint64_t ng = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_TIER_GEMV) - g0;
 			printf("moe[%s] dec_tr=%d: tier row-streaming launches %llu\n", cases[c].mc.name, tr,
 			       (unsigned long long)ng);
-			assert_true(ng == (tr ? 2u * cases[c].pairs : 0u));
+			const struct moe_case *m = &cases[c].mc;
+			const int taken = tr > 0 || (tr < 0 && m->fmt != STRATA_FMT_HOT &&
+						     (uint64_t)m->top_k * 3 * m->hidden * m->inter >= STRATA_MOE_TR_AUTO_WEIGHTS);
+			assert_true(ng == (taken ? 2u * cases[c].pairs : 0u));
 		}
 	}
 	kernel_config(NULL);

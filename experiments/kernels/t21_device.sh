@@ -122,9 +122,10 @@ if [ "${NCU:-1}" = 1 ]; then
 	done
 fi
 [ -x "$B/bench/ceil_variants" ] && cuobjdump -sass "$B/bench/ceil_variants" 2>&1 | gzip >"$out/ceil_variants.sass.gz"
+# (bench_kernels' CSV column "ms" holds microseconds)
 echo "== decode table (us, of read, of bound)" >>"$s"
 for c in "$out"/decode*.csv; do
 	echo "-- $(basename "$c")" >>"$s"
-	grep -E "^decode" "$c" | awk -F, '$4 == 1 || $4 == 16 { printf "%s %s %s T=%s %.1f us %.3f %s\n", $1, $2, $3, $4, $5 * 1000, $6, $10 }' >>"$s"
+	grep -E "^decode" "$c" | awk -F, '$4 == 1 || $4 == 16 { printf "%s %s %s T=%s %.1f us %.3f %s\n", $1, $2, $3, $4, $5, $6, $10 }' >>"$s"
 done
 cat "$s"

@@ -31,10 +31,10 @@
  * q4 and q3 decode rows come twice: on the default kernel (row-streaming,
  * kind decode) and at 1 - 4 tokens on the register-ring kernel (sq_gv=0,
  * kind decode_ring), unless --kernel sq_gv=0.  Tier decode rows at 1 token
- * come three times: on the default kernel (kind decode) and on the two others
- * of dec_tr (0: the ring kernel, decode_ring; 1 / 2: the row-streaming tier
- * kernel with the FMA decoder / the codebook table / half of each,
- * decode_tr1 / decode_tr2 / decode_tr3).
+ * come on the default kernel (kind decode; dec_tr=auto unless --kernel says
+ * otherwise) and on every other dec_tr value (0: the ring kernel,
+ * decode_ring; 1 / 2 / 3: the row-streaming tier kernel with the FMA decoder /
+ * the codebook table / half of each, decode_tr1 / decode_tr2 / decode_tr3).
  * CSV columns: kind,shape,fmt,tokens,ms,ratio,gbs,tflops,tok_s,bound; the
  * decode-ceiling rows are ceiling,decode_FMT,FMT with ratio = of read, gbs =
  * packed GB/s, tflops = the MMA rate (16 flop per weight: 8 tokens); bound =
