@@ -36,6 +36,8 @@ namespace gv {
 // decoder, the codebook table (tcq_tab_fill) at the end of SMEM_MAX.
 constexpr uint32_t TR_TAB_AT = SMEM_MAX - TCQ_TAB_BYTES, TR_ZERO_AT = TR_TAB_AT - 256;
 
+// Code words and scales through L1, allocated there (unlike sqd::ldw8 and
+// bfd::ldw): a lane's next loads read the rest of the same 32-byte sectors.
 __device__ __forceinline__ uint2 ldg8(const uint8_t *q)
 {
 	uint2 v;
