@@ -226,6 +226,20 @@ int strata_gpu_moe_check(int fmt, uint32_t hidden, uint32_t inter, struct strata
  *                                                experts stay on mma under auto); auto takes
  *                                                sm90pc for them (faster than mma at 32 - 256
  *                                                tokens per expert at the Kimi shape)
+ *   dec_tr       dec_tr                 auto     1, 2 or 3: launches whose experts all have one
+ *                                                token and are all in one tier format take the
+ *                                                row-streaming kernel (kernels/moe_dec_tr.cuh:
+ *                                                sq_gv's kernel with code words straight into
+ *                                                registers and one lane's 256-weight block per
+ *                                                pair of MMA columns) when the staged activations
+ *                                                fit; 1: the FMA decoder, 2: the codebook table,
+ *                                                3: half of each group's weight pairs through
+ *                                                the table; 0: the kernels above; auto (-1): 2
+ *                                                for warm and cold launches of at least
+ *                                                STRATA_MOE_TR_AUTO_WEIGHTS weights (measured
+ *                                                faster there: Kimi warm / cold T=1 215 / 211 vs
+ *                                                232 / 225 us; hot and Qwen3-30B-A3B-sized
+ *                                                launches slower), 0 otherwise
  *
  * Everything else the kernels do is fixed: 16-warp persistent CTAs for
  * 8-token tiles and 8 warps for 16-token ones, stage copies by the bulk copy
@@ -246,8 +260,10 @@ struct strata_moe_config {
 	int sq_l2pf;
 	uint32_t pf_tiles_min;
 	int sq_q3i, sq_gvw, sq_gvl;
+	int dec_tr;
 };
-#define STRATA_MOE_CONFIG_DEFAULT { 17, -1, 0, 0, -1, 0, 512, 0, -1, 0, 1, 0, 1, 1, 0, 32, 1, 16, 0 }
+#define STRATA_MOE_CONFIG_DEFAULT { 17, -1, 0, 0, -1, 0, 512, 0, -1, 0, 1, 0, 1, 1, 0, 32, 1, 16, 0, -1 }
+#define STRATA_MOE_TR_AUTO_WEIGHTS (128ull << 20) /* dec_tr=auto: the smallest launch (weights) it takes */
 #define STRATA_MOE_SPLIT_MAX 64u
 #define STRATA_MOE_DEC_TAB 100 /* dec_stages of the table variants: 100 + stages */
 void strata_gpu_moe_config_defaults(struct strata_moe_config *c);
@@ -271,6 +287,7 @@ enum strata_gpu_launch {
 	STRATA_GPU_LAUNCH_SCALAR_STAGED,  /* those with x staged in shared memory (sq_xs) */
 	STRATA_GPU_LAUNCH_SCALAR_GEMV,    /* layer launches (gate|up + down) of the row-streaming kernel (sq_gv) */
 	STRATA_GPU_LAUNCH_CHAINED,        /* kernels launched chained in a stack (strata_gpu_moe_stack) */
+	STRATA_GPU_LAUNCH_TIER_GEMV,      /* layer launches (gate|up + down) of the tier row-streaming kernel (dec_tr) */
 	STRATA_GPU_LAUNCH_KINDS
 };
 uint64_t strata_gpu_moe_launches(enum strata_gpu_launch kind);

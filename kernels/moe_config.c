@@ -81,6 +81,8 @@ int strata_gpu_moe_config_validate(const struct strata_moe_config *c, struct str
 		return STRATA_ERR(err, STRATA_EINVAL,
 				  "kernel config: pf_path must be 0 (auto), 1 (sm90), 2 (mma), 3 (sm90ws), 4 (sm90p), 5 (sm90p1), "
 				  "6 (sm90p3) or 7 (sm90pc)");
+	if (c->dec_tr < -1 || c->dec_tr > 3)
+		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: dec_tr %d (-1 auto, 0 off, 1, 2 or 3)", c->dec_tr);
 	if (!c->pf_tiles_min)
 		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: prefill_tiles must be >= 1 (off: UINT32_MAX)");
 	if (c->sq_q3i < 0 || c->sq_q3i > 2)
@@ -187,6 +189,13 @@ int strata_gpu_moe_config_parse(const char *text, struct strata_moe_config *c, s
 			rc = parse_012(kv, v, &c->sq_gv, err);
 		} else if (!strcmp(kv, "sq_l2pf")) {
 			rc = parse_012(kv, v, &c->sq_l2pf, err);
+		} else if (!strcmp(kv, "dec_tr")) {
+			if (!strcmp(v, "auto"))
+				c->dec_tr = -1;
+			else if (!strcmp(v, "3"))
+				c->dec_tr = 3;
+			else
+				rc = parse_012(kv, v, &c->dec_tr, err);
 		} else if (!strcmp(kv, "sq_pdl")) {
 			rc = parse_bit(kv, v, &c->sq_pdl, err);
 		} else if (!strcmp(kv, "sq_q3i")) {
@@ -218,7 +227,7 @@ int strata_gpu_moe_config_parse(const char *text, struct strata_moe_config *c, s
 				rc = parse_u32(kv, v, &c->pf_tiles_min, err);
 		} else {
 			return STRATA_ERR(err, STRATA_EINVAL,
-					  "kernel config: unknown key '%s' (prefill_min, dec, split, bf16dec, bf16_kc, poison, sqdec, sq_pf, sq_xs, sq_gv, sq_l2pf, sq_pdl, prefill, prefill_tiles, sq_q3i, sq_gvw, sq_gvl)",
+					  "kernel config: unknown key '%s' (prefill_min, dec, split, bf16dec, bf16_kc, poison, sqdec, sq_pf, sq_xs, sq_gv, sq_l2pf, sq_pdl, prefill, prefill_tiles, sq_q3i, sq_gvw, sq_gvl, dec_tr)",
 					  kv);
 		}
 	}

@@ -654,9 +654,21 @@ template <class P> __device__ __forceinline__ void stage(const MoeParams &p, con
 // token and 16 warps (two batches in flight while one is multiplied), more
 // with fewer warps (their registers allow it), two for more tokens.
 template <int NT, int W> __host__ __device__ constexpr int nbuf() { return NT > 1 ? 2 : W == 16 ? 3 : W == 12 ? 4 : 6; }
+// A policy's own count where it has one (P::BUFS: the tier policies keep
+// three at one token, measured so at 12 and 16 warps).
+template <class P> __host__ __device__ constexpr auto bufs_of(int) -> decltype(P::BUFS, 0) { return P::BUFS; }
+template <class P> __host__ __device__ constexpr int bufs_of(long) { return 0; }
 
-// P: the policy (Q4, Q3, Q3i, Q4b) of format FMT; NT tokens per expert (1, 2
-// or 4); LSH, FULL: as the policies'; W warps per CTA (sq_gvw).
+// A policy's set-up of the CTA's shared memory before the staging, where it
+// has one (P::pre: the tier policies' zero bytes and codebook table,
+// moe_dec_tr.cuh).
+template <class P> __device__ __forceinline__ auto pre_stage(int) -> decltype(P::pre(), void()) { P::pre(); }
+template <class P> __device__ __forceinline__ void pre_stage(long) {}
+
+// P: the policy (Q4, Q3, Q3i, Q4b of moe_dec_gv.cuh, the tier policies of
+// moe_dec_tr.cuh) of format FMT; NT tokens per expert (1, 2 or 4); LSH, FULL:
+// as the policies'; W warps per CTA (sq_gvw; the tier policies: 12 or 16,
+// moe_gpu.cu's run_dec_tr).
 template <int FMT, class P, int NT, int LSH, bool FULL, int W = NW>
 __global__ void __launch_bounds__(32 * W, 1) gv_kernel(const __grid_constant__ MoeParams p, const __grid_constant__ Args a)
 {
@@ -718,7 +730,7 @@ __global__ void __launch_bounds__(32 * W, 1) gv_kernel(const __grid_constant__ M
 		iss_set();
 	}
 	// NBUF buffers: NBUF - 1 batches in flight while one is multiplied.
-	constexpr int NBUF = nbuf<NT, W>();
+	constexpr int NBUF = bufs_of<P>(0) && NT == 1 ? bufs_of<P>(0) : nbuf<NT, W>();
 	Buf b[NBUF];
 #pragma unroll
 	for (int i = 0; i + 1 < NBUF; i++)
@@ -741,6 +753,7 @@ __global__ void __launch_bounds__(32 * W, 1) gv_kernel(const __grid_constant__ M
 			pdl_trigger();
 	}
 	uint32_t nr;
+	pre_stage<P>(0);
 	stage<P>(p, a, nr);
 	// Compute side.
 	const uint32_t sbase = (uint32_t)__cvta_generic_to_shared(g_smem);

@@ -822,6 +822,7 @@ __global__ void __launch_bounds__(32 * NW, 1) moe_kernel(const __grid_constant__
 #include "moe_dec_bf16.cuh"
 #include "moe_dec_sq.cuh"
 #include "moe_dec_gv.cuh"
+#include "moe_dec_tr.cuh"
 
 __device__ __forceinline__ void store_w(float *p, float v) { *p = v; }
 __device__ __forceinline__ void store_w(uint16_t *p, float v)
@@ -1524,6 +1525,19 @@ int gv_launch(MoeParams *p, const gv::Args (&a)[2], const uint32_t (&grid)[2], c
 	return STRATA_OK;
 }
 
+// The h rows a CTA of the row-streaming kernels' down launch stages at most
+// (the slots of its contiguous range of tasks g.tpc, of the grid's CTAs).
+uint32_t gv_down_rows(const MoeParams *p, const gv::Args &g, uint32_t grid)
+{
+	uint32_t most = 0;
+	for (uint32_t b = 0; b < grid; b++) {
+		const uint32_t s0 = b * g.tpc / g.nrs, s1 = ((b + 1) * g.tpc < g.ntask ? (b + 1) * g.tpc : g.ntask) - 1;
+		const uint32_t n = p->slot[s1 / g.nrs].a0 + p->slot[s1 / g.nrs].ntok - p->slot[s0].a0;
+		most = n > most ? n : most;
+	}
+	return most;
+}
+
 // Decode launches (<= gv::NTMAX tokens per expert) whose experts are all in
 // one scalar format, with the scalar decode kernel on its automatic choice
 // (sq_gv=1, sqdec=auto, dec and split not forced): the row-streaming kernel
@@ -1575,14 +1589,7 @@ int run_dec_gv(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_err
 		g.tpc = (g.ntask + sms - 1) / sms;
 		grid[d] = (g.ntask + g.tpc - 1) / g.tpc;
 		g.xrows = xrows;
-		g.srows = xrows;
-		if (d)
-			for (uint32_t b = 0, s0, s1; b < grid[d]; b++) {
-				s0 = b * g.tpc / g.nrs, s1 = (b * g.tpc + g.tpc < g.ntask ? b * g.tpc + g.tpc : g.ntask) - 1;
-				s1 /= g.nrs;
-				const uint32_t n = p->slot[s1].a0 + p->slot[s1].ntok - p->slot[s0].a0;
-				g.srows = b ? (n > g.srows ? n : g.srows) : n;
-			}
+		g.srows = d ? gv_down_rows(p, g, grid[d]) : xrows;
 		const uint64_t bytes = gv::Smem::END + (uint64_t)g.srows * f.pc[d] * (q4 || gv_q3i(maxtok) ? 20 : 16) / 8;
 		if (g.srows > gv::SRMAX || bytes > gv::SMEM_MAX)
 			return 0;
@@ -1598,6 +1605,137 @@ int run_dec_gv(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_err
 		*rc = maxtok == 1   ? gv_launch<STRATA_FMT_Q3, 1>(p, a, grid, smem, st, err)
 		      : maxtok == 2 ? gv_launch<STRATA_FMT_Q3, 2>(p, a, grid, smem, st, err)
 				    : gv_launch<STRATA_FMT_Q3, gv::NTMAX>(p, a, grid, smem, st, err);
+	return 1;
+}
+
+// The tier row-streaming kernel (moe_dec_tr.cuh) of one launch: format FMT,
+// decoder DEC (gv::Tier), W warps per CTA, lanes per row 1 << lsh at compile time
+// where the launch's rows and chunks divide evenly, else at run time; *i its
+// index among the three.
+template <int FMT, int DEC, int W> GvKernel tr_pick(const gv::Args &g, uint32_t nrows, int *i)
+{
+	using P = gv::Tier<FMT, DEC>;
+	const bool full = g.cpr % (1u << g.lsh) == 0 && nrows % (32u >> g.lsh) == 0;
+	*i = full && g.lsh == 2 ? 0 : full && g.lsh == 1 ? 1 : 2;
+	return *i == 0 ? gv::gv_kernel<FMT, P, 1, 2, true, W>
+	     : *i == 1 ? gv::gv_kernel<FMT, P, 1, 1, true, W>
+		       : gv::gv_kernel<FMT, P, 1, -1, false, W>;
+}
+
+// Its two launches (gate|up, down), each of W warps per CTA.
+template <int FMT, int DEC, int W>
+int tr_launch(MoeParams *p, const gv::Args (&a)[2], const uint32_t (&grid)[2], cudaStream_t st, struct strata_error *err)
+{
+	static bool attr[3];
+	const uint32_t smem = DEC ? gv::SMEM_MAX : gv::TR_ZERO_AT + 256;
+	GvKernel k[2];
+	for (int d = 0; d < 2; d++) {
+		int i;
+		k[d] = tr_pick<FMT, DEC, W>(a[d], d ? p->hidden : p->inter, &i);
+		if (!attr[i]) {
+			CU_TRY(err, cudaFuncSetAttribute(k[d], cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+			attr[i] = true;
+		}
+	}
+	int rc;
+	if ((rc = launch_k(k[0], grid[0], 32 * W, smem, st, g_ctx.chain, err, *p, a[0])) ||
+	    (rc = launch_k(k[1], grid[1], 32 * W, smem, st, g_ctx.chain || a[1].pdl, err, *p, a[1])))
+		return rc;
+	g_ctx.launches[STRATA_GPU_LAUNCH_TIER_GEMV]++;
+	return STRATA_OK;
+}
+
+template <int FMT, int DEC>
+int tr_launch_w(MoeParams *p, const gv::Args (&a)[2], const uint32_t (&grid)[2], uint32_t w, cudaStream_t st,
+		struct strata_error *err)
+{
+	return w == 12 ? tr_launch<FMT, DEC, 12>(p, a, grid, st, err) : tr_launch<FMT, DEC, 16>(p, a, grid, st, err);
+}
+
+// Decode launches of one token per expert whose experts are all in one tier
+// format, under dec_tr=1 (FMA decoder), 2 (table) or 3 (both), or auto (2 for
+// warm and cold launches of at least STRATA_MOE_TR_AUTO_WEIGHTS), dec and
+// split not forced: the tier row-streaming kernel, when each CTA's staged activations
+// fit below its zero bytes.  Warps per CTA (16 or 12, the same for both
+// launches) and lanes per row (1, 2 or 4: a lane's chunk must depend on
+// lane & 3 alone) with the fewest issue slots of the busiest warp (its
+// batches times the warps that share its SM) summed over the two launches,
+// then the fewest lane-block slots per row, then more lanes and warps.
+// 1 when it ran (*rc its result), 0 when another kernel should run instead.
+int run_dec_tr(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_error *err, int *rc)
+{
+	const uint32_t fmt = p->n_slots ? p->slot[0].fmt : 0;
+	int dec = g_ctx.cfg.dec_tr;
+	if (!dec || fmt < STRATA_FMT_HOT || fmt > STRATA_FMT_COLD || g_ctx.cfg.dec_warps >= 0 || g_ctx.cfg.split ||
+	    maxtok != 1)
+		return 0;
+	for (uint32_t s = 1; s < p->n_slots; s++)
+		if (p->slot[s].fmt != fmt)
+			return 0;
+	if (dec < 0) {
+		// auto: the table decoder where it measured faster than the ring kernel
+		if (fmt == STRATA_FMT_HOT || (uint64_t)p->n_slots * 3 * p->hidden * p->inter < STRATA_MOE_TR_AUTO_WEIGHTS)
+			return 0;
+		dec = 2;
+	}
+	const FmtTab &f = p->tab[fmt];
+	uint32_t xrows = 0;
+	for (uint32_t i = 0; i < p->slot[p->n_slots - 1].a0 + p->slot[p->n_slots - 1].ntok; i++)
+		xrows = p->tok[i] + 1 > xrows ? p->tok[i] + 1 : xrows;
+	const uint32_t sms = (uint32_t)g_ctx.sms;
+	// The geometry of launch d with w warps per CTA; its key.
+	auto geom = [&](uint32_t d, uint32_t w, gv::Args &g) {
+		const uint32_t nrows = d ? p->hidden : p->inter, cpr = f.pc[d] / 256;
+		uint64_t best = UINT64_MAX;
+		for (int l = 2; l >= 0; l--) {
+			const uint32_t bt = (cpr + (1u << l) - 1) >> l;
+			const uint32_t ntask = p->n_slots * ((nrows + (32u >> l) - 1) / (32u >> l));
+			const uint32_t tpc = (ntask + sms - 1) / sms;
+			const uint64_t key = (uint64_t)((tpc + w - 1) / w * bt * w) << 32 | (bt << l);
+			if (key < best)
+				best = key, g.lsh = (uint32_t)l, g.nbat = bt;
+		}
+		return best;
+	};
+	gv::Args a[2];
+	uint32_t w = 16;
+	{
+		gv::Args t[2];
+		uint64_t k16 = (geom(0, 16, t[0]) >> 32) * 2 + (geom(1, 16, t[1]) >> 32);
+		uint64_t k12 = (geom(0, 12, t[0]) >> 32) * 2 + (geom(1, 12, t[1]) >> 32);
+		w = k12 < k16 ? 12 : 16;
+	}
+	uint32_t grid[2], mid;
+	pf_list(p, true, true, &mid);
+	for (uint32_t d = 0; d < 2; d++) {
+		gv::Args &g = a[d];
+		g = gv::Args{};
+		g.down = d;
+		g.pdl = g_ctx.cfg.sq_pdl;
+		g.pf0 = d ? mid : 0, g.pf1 = d ? p->npf : mid;
+		g.cpr = f.pc[d] / 256;
+		geom(d, w, g);
+		const uint32_t rw = 32u >> g.lsh;
+		g.nrs = ((d ? p->hidden : p->inter) + rw - 1) / rw;
+		g.ntask = p->n_slots * g.nrs;
+		g.tpc = (g.ntask + sms - 1) / sms;
+		grid[d] = (g.ntask + g.tpc - 1) / g.tpc;
+		g.xrows = xrows;
+		g.srows = d ? gv_down_rows(p, g, grid[d]) : xrows;
+		const uint64_t bytes = gv::Smem::END + (uint64_t)g.srows * f.pc[d] * 2;
+		if (g.srows > gv::SRMAX || bytes > gv::TR_ZERO_AT)
+			return 0;
+		g.xoff = g.coff = gv::Smem::END;
+	}
+	auto go = [&](auto FC) {
+		constexpr int FMT = decltype(FC)::value;
+		return dec == 1 ? tr_launch_w<FMT, 0>(p, a, grid, w, st, err)
+		     : dec == 2 ? tr_launch_w<FMT, 1>(p, a, grid, w, st, err)
+				: tr_launch_w<FMT, 2>(p, a, grid, w, st, err);
+	};
+	*rc = fmt == STRATA_FMT_HOT    ? go(std::integral_constant<int, STRATA_FMT_HOT>())
+	      : fmt == STRATA_FMT_WARM ? go(std::integral_constant<int, STRATA_FMT_WARM>())
+				       : go(std::integral_constant<int, STRATA_FMT_COLD>());
 	return 1;
 }
 
@@ -1630,6 +1768,8 @@ int run_launch(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_err
 	if (maxtok <= 8 && run_dec_bf16(p, hfl, st, err, &rc))
 		return rc;
 	if (run_dec_gv(p, maxtok, st, err, &rc))
+		return rc;
+	if (run_dec_tr(p, maxtok, st, err, &rc))
 		return rc;
 	if (maxtok <= 8 && run_dec_sq(p, hfl, st, err, &rc))
 		return rc;

@@ -182,6 +182,17 @@ static void test_moe_config(void **state)
 	assert_int_equal(strata_gpu_moe_config_parse("sq_gv=2,sq_l2pf=2", &c, &err), STRATA_OK);
 	assert_int_equal(c.sq_gv, 2);
 	assert_int_equal(c.sq_l2pf, 2);
+	assert_int_equal(d.dec_tr, -1);
+	assert_int_equal(strata_gpu_moe_config_parse("dec_tr=2", &c, &err), STRATA_OK);
+	assert_int_equal(c.dec_tr, 2);
+	assert_int_equal(strata_gpu_moe_config_parse("dec_tr=1", &c, &err), STRATA_OK);
+	assert_int_equal(c.dec_tr, 1);
+	assert_int_equal(strata_gpu_moe_config_parse("dec_tr=3", &c, &err), STRATA_OK);
+	assert_int_equal(c.dec_tr, 3);
+	assert_int_equal(strata_gpu_moe_config_parse("dec_tr=auto", &c, &err), STRATA_OK);
+	assert_int_equal(c.dec_tr, -1);
+	assert_int_equal(strata_gpu_moe_config_parse("dec_tr=0", &c, &err), STRATA_OK);
+	assert_int_equal(c.dec_tr, 0);
 	c = d;
 	assert_int_equal(strata_gpu_moe_config_parse("dec=12x2t", &c, &err), STRATA_OK);
 	assert_int_equal(c.dec_warps, 12);
@@ -225,7 +236,8 @@ static void test_moe_config(void **state)
 					   "bf16_kc=16", "prefill_min=0", "prefill_min=17x", "poison=2", "warps=8",
 					   "dec", "sqdec=8x4", "sq_pf=2", "sq_xs=2", "sq_gv=on", "sq_gv=3", "sq_l2pf=3", "sq_pdl=2", "dec=12x4t", "dec=10x2t", "dec=8x2tt",
 					   "dec=8x2u", "bf16dec=8x8t", "prefill=wgmma", "prefill=sm90p2",
-					   "prefill_tiles=0", "prefill_tiles=on", "sq_q3i=3", "sq_gvw=4", "sq_gvw=16x", "sq_gvl=6", "sq_gvl=16", "sq_gvl=123", "sq_gvl=-1" };
+					   "prefill_tiles=0", "prefill_tiles=on", "sq_q3i=3", "sq_gvw=4", "sq_gvw=16x", "sq_gvl=6", "sq_gvl=16", "sq_gvl=123", "sq_gvl=-1",
+					   "dec_tr=4", "dec_tr=on", "dec_tr=-1" };
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		c = d;
 		memset(&err, 0, sizeof(err));
@@ -1093,6 +1105,59 @@ static void test_moe_scalar_gv(void **state)
 
 /* ---- a stack of layers (strata_gpu_moe_stack) ---- */
 
+/* The tier row-streaming kernel (moe_dec_tr.cuh; kernel configuration
+ * dec_tr=1: FMA decoder, 2: codebook table, 3: both) against the CPU reference on
+ * fresh random inputs (h poisoned with NaN), one token per expert: the
+ * Kimi-K2 and Qwen3-30B-A3B expert shapes of every tier format (compile-time
+ * lanes per row, and the run-time variant for Qwen's 3-block down rows),
+ * padded rows, more experts than a launch's slots.  Each call must run
+ * exactly `pairs` gate|up + down pairs of it (two calls per case), none
+ * under dec_tr=0, none with two tokens per expert, and under dec_tr=auto
+ * (the default) only for warm and cold launches of at least
+ * STRATA_MOE_TR_AUTO_WEIGHTS weights ("tr-auto-*": six Kimi-sized experts). */
+static void test_moe_dec_tr(void **state)
+{
+	(void)state;
+	if (!test_have_gpu("test_moe_dec_tr"))
+		return;
+	static const struct {
+		struct moe_case mc;
+		unsigned pairs;
+	} cases[] = {
+		{ { "tr-kimi-hot-1", STRATA_FMT_HOT, 7168, 1536, 1, 3, 3, 0 }, 1 },
+		{ { "tr-kimi-warm-1", STRATA_FMT_WARM, 7168, 1536, 1, 3, 2, 0 }, 1 },
+		{ { "tr-kimi-cold-1", STRATA_FMT_COLD, 7168, 1536, 1, 2, 2, 0 }, 1 },
+		{ { "tr-qwen-hot-1", STRATA_FMT_HOT, 2048, 768, 1, 8, 8, 0 }, 1 },
+		{ { "tr-qwen-cold-1", STRATA_FMT_COLD, 2048, 768, 1, 8, 6, 0 }, 1 },
+		{ { "tr-rows-warm-1", STRATA_FMT_WARM, 520, 200, 1, 3, 2, 0 }, 1 },
+		{ { "tr-rows-hot-1", STRATA_FMT_HOT, 1040, 72, 1, 5, 4, 0 }, 1 },
+		{ { "tr-many-cold-1", STRATA_FMT_COLD, 512, 256, 1, 300, 280, 0 }, 2 },
+		{ { "tr-hot-2", STRATA_FMT_HOT, 1024, 512, 2, 2, 2, 0 }, 0 },
+		{ { "tr-auto-cold-1", STRATA_FMT_COLD, 7168, 1536, 1, 6, 6, 0 }, 1 },
+		{ { "tr-auto-hot-1", STRATA_FMT_HOT, 7168, 1536, 1, 6, 6, 0 }, 1 },
+	};
+	for (int tr = 3; tr >= -1; tr--) {
+		struct strata_moe_config kc;
+		strata_gpu_moe_config_defaults(&kc);
+		kc.dec_tr = tr;
+		kernel_config(&kc);
+		for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+			if (!case_picked(cases[c].mc.name) || (!tr && c))
+				continue;
+			const uint64_t g0 = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_TIER_GEMV);
+			run_moe_case(&cases[c].mc);
+			const uint64_t ng = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_TIER_GEMV) - g0;
+			printf("moe[%s] dec_tr=%d: tier row-streaming launches %llu\n", cases[c].mc.name, tr,
+			       (unsigned long long)ng);
+			const struct moe_case *m = &cases[c].mc;
+			const int taken = tr > 0 || (tr < 0 && m->fmt != STRATA_FMT_HOT &&
+						     (uint64_t)m->top_k * 3 * m->hidden * m->inter >= STRATA_MOE_TR_AUTO_WEIGHTS);
+			assert_true(ng == (taken ? 2u * cases[c].pairs : 0u));
+		}
+	}
+	kernel_config(NULL);
+}
+
 struct stack_case {
 	const char *name;
 	uint32_t hidden, inter, n_tokens, n_experts, top_k, layers;
@@ -1512,6 +1577,7 @@ int main(void)
 		cmocka_unit_test(test_moe_prefill_sm90),
 		cmocka_unit_test(test_moe_scalar),
 		cmocka_unit_test(test_moe_scalar_gv),
+		cmocka_unit_test(test_moe_dec_tr),
 		cmocka_unit_test(test_moe_stack),
 		cmocka_unit_test(test_bf16_cublas),
 		cmocka_unit_test(test_moe_errors),

@@ -30,7 +30,11 @@
  * warm-up, median of the repetitions.
  * q4 and q3 decode rows come twice: on the default kernel (row-streaming,
  * kind decode) and at 1 - 4 tokens on the register-ring kernel (sq_gv=0,
- * kind decode_ring), unless --kernel sq_gv=0.
+ * kind decode_ring), unless --kernel sq_gv=0.  Tier decode rows at 1 token
+ * come on the default kernel (kind decode; dec_tr=auto unless --kernel says
+ * otherwise) and on every other dec_tr value (0: the ring kernel,
+ * decode_ring; 1 / 2 / 3: the row-streaming tier kernel with the FMA decoder /
+ * the codebook table / half of each, decode_tr1 / decode_tr2 / decode_tr3).
  * CSV columns: kind,shape,fmt,tokens,ms,ratio,gbs,tflops,tok_s,bound; the
  * decode-ceiling rows are ceiling,decode_FMT,FMT with ratio = of read, gbs =
  * packed GB/s, tflops = the MMA rate (16 flop per weight: 8 tokens); bound =
@@ -749,7 +753,7 @@ int main(int argc, char **argv)
 			printf("usage: bench_kernels [--reps N] [--csv FILE] [--quick] [--decode] [--no-decode] [--no-layer] [--layers N]\n"
 			       "                     [--pf-tokens T1,T2,...] [--shape kimi|qwen] [--profile [FMT]]\n"
 			       "                     [--formats hot,warm,cold,bf16,q4,q3] [--tier-formats H,W,C]\n"
-			       "                     [--kernel KEY=VALUE,...]  (dec, split, bf16dec, bf16_kc, sqdec, sq_pf, sq_xs, sq_gv, sq_pdl, prefill_min, prefill; kernels.h)\n"
+			       "                     [--kernel KEY=VALUE,...]  (dec, split, bf16dec, bf16_kc, sqdec, sq_pf, sq_xs, sq_gv, sq_pdl, dec_tr, prefill_min, prefill; kernels.h)\n"
 			       "Fused dequant MoE kernels vs streaming-read and cuBLAS ceilings (needs a GPU).\n");
 			return strcmp(argv[i], "--help") && strcmp(argv[i], "-h") ? 2 : 0;
 		}
@@ -806,6 +810,25 @@ int main(int argc, char **argv)
 				CHECK(strata_gpu_moe_configure(&kc, &g_err));
 				g_dec_kind = "decode_ring";
 				bench_decode(&shapes[s], fmts[f], sq_tokens, 4);
+				g_dec_kind = "decode";
+				CHECK(strata_gpu_moe_configure(&kc0, &g_err));
+			}
+	/* tier formats at 1 token on the other decode kernels too (dec_tr=1: the
+	 * row-streaming kernel with the FMA decoder, kind decode_tr1; 2: with the
+	 * codebook table, decode_tr2; 3: half of each, decode_tr3; 0: the ring
+	 * kernel, decode_ring), beside the default's rows: all in one run */
+	static const uint32_t one_token[] = { 1 };
+	static const char *const tr_kind[] = { "decode_ring", "decode_tr1", "decode_tr2", "decode_tr3" };
+	for (int s = s0; s < s1 && !no_decode && !quick; s++)
+		for (int f = 0; f < n_fmt; f++)
+			for (int v = 0; v < 4 && fmts[f] >= STRATA_FMT_HOT && fmts[f] <= STRATA_FMT_COLD; v++) {
+				if (v == kc0.dec_tr)
+					continue;
+				struct strata_moe_config kc = kc0;
+				kc.dec_tr = v;
+				CHECK(strata_gpu_moe_configure(&kc, &g_err));
+				g_dec_kind = tr_kind[v];
+				bench_decode(&shapes[s], fmts[f], one_token, 1);
 				g_dec_kind = "decode";
 				CHECK(strata_gpu_moe_configure(&kc0, &g_err));
 			}
