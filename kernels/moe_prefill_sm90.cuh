@@ -856,31 +856,6 @@ __device__ __forceinline__ void tile_p(const PParams &p, const PSlot &s, uint32_
 				rowp[r] = pf::tier_rowp<F>(row, ci);
 				rok |= (uint32_t)(row.rr < nrows) << r;
 			}
-			if constexpr (H) {
-				// E of each row: the largest exponent of its block scales (bf16
-				// bits 7-14), from its 8 producer threads (consecutive lanes).
-				float *rf = reinterpret_cast<float *>(g_smem + pad + W::RF_OFF);
-#pragma unroll
-				for (int r = 0; r < W::RA; r++) {
-					const uint32_t i = (q >> 3) + W::RS * r;
-					uint32_t em = 0;
-					if (rok >> r & 1) {
-						const pf::TierRow row = row_src(i);
-						const uint8_t *sp = row.scale<F>(0);
-						for (uint32_t b = ci; b < nk / 4; b += 8)
-							em = max(em, (uint32_t)__ldg(reinterpret_cast<const uint16_t *>(
-									 sp + (uint64_t)b * F::SCALE_BYTES)) >> 7 & 0xffu);
-					}
-#pragma unroll
-					for (int o = 1; o < 8; o <<= 1)
-						em = max(em, __shfl_xor_sync(0xffffffffu, em, o));
-					// scale < 2^(em - 126), |f| < 2^6: |w| 2^E < 2^15 with E = 135 - em
-					const int e = min(max(135 - (int)em, -100), 100);
-					pw[r] = pf::exp2i(e);
-					if (ci == 0)
-						rf[i] = pf::exp2i(-e); // read after the FULL barrier of step 0
-				}
-			}
 			auto issue_raw_mc = [&](uint32_t b) {
 				const uint32_t sr = sbase + W::RAW_OFF + (b % W::NR) * W::RAW;
 #pragma unroll
@@ -890,6 +865,49 @@ __device__ __forceinline__ void tile_p(const PParams &p, const PSlot &s, uint32_
 			};
 			issue_raw_mc(0);
 			pf::commit();
+			if constexpr (H) {
+				// E of each row: the largest exponent of its block scales (bf16
+				// bits 7-14), from its 8 producer threads (consecutive lanes),
+				// SB blocks of every row per thread in flight together (one
+				// memory latency per pass, while raw block 0 lands).
+				constexpr uint32_t SB = 4;
+				const uint32_t nb = nk / 4;
+				const uint16_t *sp[W::RA];
+				uint32_t em[W::RA];
+#pragma unroll
+				for (int r = 0; r < W::RA; r++) {
+					const pf::TierRow row = row_src((q >> 3) + W::RS * r);
+					sp[r] = reinterpret_cast<const uint16_t *>(row.scale<F>(0));
+					em[r] = 0;
+				}
+				for (uint32_t b0 = ci; b0 < nb; b0 += 8 * SB) {
+					uint32_t v[W::RA][SB];
+#pragma unroll
+					for (int r = 0; r < W::RA; r++)
+#pragma unroll
+						for (uint32_t k = 0; k < SB; k++) {
+							const uint32_t b = b0 + 8 * k;
+							v[r][k] = (rok >> r & 1) && b < nb ? __ldg(sp[r] + b * (F::SCALE_BYTES / 2)) : 0u;
+						}
+#pragma unroll
+					for (int r = 0; r < W::RA; r++)
+#pragma unroll
+						for (uint32_t k = 0; k < SB; k++)
+							em[r] = max(em[r], v[r][k] >> 7 & 0xffu);
+				}
+				float *rf = reinterpret_cast<float *>(g_smem + pad + W::RF_OFF);
+#pragma unroll
+				for (int r = 0; r < W::RA; r++) {
+#pragma unroll
+					for (int o = 1; o < 8; o <<= 1)
+						em[r] = max(em[r], __shfl_xor_sync(0xffffffffu, em[r], o));
+					// scale < 2^(em - 126), |f| < 2^6: |w| 2^E < 2^15 with E = 135 - em
+					const int e = min(max(135 - (int)em[r], -100), 100);
+					pw[r] = pf::exp2i(e);
+					if (ci == 0)
+						rf[(q >> 3) + W::RS * r] = pf::exp2i(-e); // read after the FULL barrier of step 0
+				}
+			}
 			for (uint32_t ks = 0; ks < nk; ks++) {
 				if ((ks & 3) == 0) {
 					pf::wait<0>();              // raw block ks/4 landed (this thread's copies)
@@ -946,20 +964,11 @@ __device__ __forceinline__ void tile_p(const PParams &p, const PSlot &s, uint32_
 	const uint8_t *csrc = reinterpret_cast<const uint8_t *>(act + (uint64_t)(s.a0 + tok0 + wg * 128 + cn) * ld + 8 * cc);
 	const uint32_t cstride = 16 * 2 * ld; // bytes between the thread's tokens
 	// H down: whether a token of the tile has an h segment scaled by 2^-e
-	// (e > 0), then each token's largest e (te; thread tid: token tid).
+	// (e > 0; decided after the first steps' copies are issued, which a
+	// flagged tile then waits for and stages again), each token's largest e
+	// (te; thread tid: token tid).
 	int *te = reinterpret_cast<int *>(g_smem + pad + W::TE_OFF);
 	bool big = false;
-	if constexpr (H && DOWN) {
-		const uint32_t tl = tok0 + tid;
-		big = bar_or(BAR_MMA, 256, tl < s.ntok && p.hbig[s.a0 + tl]);
-		if (big) {
-			uint32_t em = 0;
-			for (uint32_t c = 0; tl < s.ntok && c < p.nseg; c++)
-				em = max(em, (uint32_t)p.hexp[(uint64_t)(s.a0 + tl) * p.nseg + c]);
-			te[tid] = (int)em;
-			bar_sync(BAR_MMA, 256);
-		}
-	}
 	if constexpr (H && !DOWN)
 		reinterpret_cast<int *>(g_smem + pad + W::EX_OFF)[tid] = 0; // ordered by the loop's barriers
 	auto issue_mine = [&](uint32_t ks) {
@@ -1001,6 +1010,24 @@ __device__ __forceinline__ void tile_p(const PParams &p, const PSlot &s, uint32_
 			if ((uint32_t)st < nk)
 				issue_mine(st);
 			pf::commit();
+		}
+	}
+	if constexpr (H && DOWN) {
+		const uint32_t tl = tok0 + tid;
+		if (bar_or(BAR_MMA, 256, tl < s.ntok && p.hbig[s.a0 + tl])) {
+			uint32_t em = 0;
+			for (uint32_t c = 0; tl < s.ntok && c < p.nseg; c++)
+				em = max(em, (uint32_t)p.hexp[(uint64_t)(s.a0 + tl) * p.nseg + c]);
+			te[tid] = (int)em;
+			pf::wait<0>();
+			bar_sync(BAR_MMA, 256);
+			big = true;
+#pragma unroll 1
+			for (int st = 0; st < NB - 1; st++) {
+				if ((uint32_t)st < nk)
+					issue_mine(st);
+				pf::commit();
+			}
 		}
 	}
 	float acc[2][NA];
