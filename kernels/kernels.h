@@ -202,16 +202,15 @@ int strata_gpu_moe_check(int fmt, uint32_t hidden, uint32_t inter, struct strata
  *                                                activations with the range guard, fp16 MMAs);
  *                                                mma (2): the mma.sync kernel
  *                                                (kernels/moe_prefill.cuh); auto (0): sm90 for
- *                                                bf16 experts with >= 192 tokens, sm90ph for
+ *                                                bf16 experts with >= 192 tokens, sm90pc for
  *                                                tier experts with >= prefill_tiles tokens, mma
  *                                                for the others (measured fastest so).  Every
  *                                                value but mma falls back to mma where the GPU
  *                                                or the build is not sm_90a
  *   prefill_tiles pf_tiles_min          32       that token count ("off": UINT32_MAX, tier
  *                                                experts stay on mma under auto); auto takes
- *                                                sm90ph for them (sm90pc was faster than mma at
- *                                                32 - 256 tokens per expert at the Kimi shape,
- *                                                sm90ph faster than sm90pc)
+ *                                                sm90pc for them (faster than mma at 32 - 256
+ *                                                tokens per expert at the Kimi shape)
  *
  * Everything else the kernels do is fixed: 16-warp persistent CTAs for
  * 8-token tiles and 8 warps for 16-token ones, stage copies by the bulk copy

@@ -1686,10 +1686,10 @@ template <int KIND> int pf90_launch(pf::PParams *P, cudaStream_t st, struct stra
 // 0.88-0.90 at 256 against the mma.sync kernel's 0.59-0.62, 0.60-0.63,
 // 0.59-0.63, 0.63-0.64, 0.40-0.41, 0.41-0.43
 // (experiments/kernels/README.md, "Hopper prefill: BF16 tiles by default");
-// the same tile as fp16 tiles (sm90ph) decodes fewer instructions per
-// weight and takes them now ("Hopper prefill: fp16 tiles").
+// the same tile as fp16 tiles (sm90ph) measured 0.83-0.85 at 256 tokens
+// against sm90pc's 0.88-0.89 in the same run ("Hopper prefill: fp16 tiles").
 constexpr uint32_t PF90_AUTO_MIN = 192;
-constexpr int PF90_TIER_AUTO = pf90::K_TIER_PH;
+constexpr int PF90_TIER_AUTO = pf90::K_TIER_PC;
 
 // Launch group of a prefill expert (run_prefill): 0 the 64 x 256 tile, 1 and
 // 2 128 x 128 with 8 / 16 warps, 3 64 x 64, 4 + pf90 kind the sm_90a kernel

@@ -723,7 +723,11 @@ __device__ __forceinline__ bool bar_or(uint32_t id, uint32_t n, bool v)
 // exponents from the tier epilogue; a down tile with a flagged token (hbig)
 // stages h through registers, each segment times 2^(e - emax) of its token
 // (exact powers of two; emax the token's largest exponent), and multiplies
-// the token's sums by 2^emax.
+// the token's sums by 2^emax.  H200, Kimi: relative error <= 5.3e-4 (sm90pc
+// 4.2e-3), but 0.83-0.85 of cuBLAS BF16 at 256 tokens against sm90pc's
+// 0.88-0.89, with a serial prologue (the scan's loads one after another,
+// raw block 0 issued after it) since replaced by loads in flight together
+// (experiments/kernels/README.md, "Hopper prefill: fp16 tiles").
 template <class F, bool DOWN, int NP, bool MC, bool H = false>
 __device__ __forceinline__ void tile_p(const PParams &p, const PSlot &s, uint32_t rt, uint32_t tt, uint32_t pad)
 {

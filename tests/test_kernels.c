@@ -338,10 +338,10 @@ static double bound_for(int fmt, int tier_bf16)
 }
 
 /* Whether tier experts with up to T tokens may take the BF16-tile prefill
- * kernel (prefill=sm90p, sm90p1, sm90p3, sm90pc on an sm_90a GPU) under the
- * current kernel configuration with prefill_min pf_min (0: the
- * configuration's).  Its fp16-tile variant (sm90ph, auto's choice from
- * prefill_tiles tokens) keeps the fp16 paths' bound (measured <= 5.3e-4). */
+ * kernel (prefill=sm90p, sm90p1, sm90p3, sm90pc, or auto from prefill_tiles
+ * tokens, on an sm_90a GPU) under the current kernel configuration with
+ * prefill_min pf_min (0: the configuration's).  Its fp16-tile variant
+ * (sm90ph) keeps the fp16 paths' bound (measured <= 5.3e-4). */
 static int tier_bf16_tiles(uint32_t T, uint32_t pf_min)
 {
 	static int usable = -1;
@@ -349,7 +349,8 @@ static int tier_bf16_tiles(uint32_t T, uint32_t pf_min)
 		usable = strata_gpu_moe_prefill_sm90_usable();
 	struct strata_moe_config kc;
 	strata_gpu_moe_config_get(&kc);
-	return usable && T >= (pf_min ? pf_min : kc.prefill_min) && kc.pf_path >= 4 && kc.pf_path <= 7;
+	return usable && T >= (pf_min ? pf_min : kc.prefill_min) &&
+	       ((kc.pf_path >= 4 && kc.pf_path <= 7) || (kc.pf_path == 0 && T >= kc.pf_tiles_min));
 }
 
 /* Tokens of the range-guard cases (outliers != 0): t % 4 == 1 has 1-3
