@@ -214,10 +214,13 @@ int strata_gpu_moe_check(int fmt, uint32_t hidden, uint32_t inter, struct strata
  *                                                tiles of 256 tokens decoded by two / one / three
  *                                                producer warpgroups (bf16(scale * f), bf16
  *                                                activations); sm90pc (7): as sm90p with the
- *                                                activations staged by the MMA warpgroups; mma
- *                                                (2): the mma.sync kernel
+ *                                                activations staged by the MMA warpgroups;
+ *                                                sm90ph (8): sm90pc's tile as fp16 tiles
+ *                                                (fp16(scale * f * 2^E), E per weight row, fp16
+ *                                                activations with the range guard, fp16 MMAs);
+ *                                                mma (2): the mma.sync kernel
  *                                                (kernels/moe_prefill.cuh); auto (0): sm90 for
- *                                                bf16 experts with >= 192 tokens, BF16 tiles for
+ *                                                bf16 experts with >= 192 tokens, sm90pc for
  *                                                tier experts with >= prefill_tiles tokens, mma
  *                                                for the others (measured fastest so).  Every
  *                                                value but mma falls back to mma where the GPU

@@ -1859,7 +1859,9 @@ template <int KIND> int pf90_launch(pf::PParams *P, cudaStream_t st, struct stra
 // and 48 tokens, 0.71-0.72 at 64, 0.75-0.76 at 128, 0.88-0.89 at 192 and
 // 0.88-0.90 at 256 against the mma.sync kernel's 0.59-0.62, 0.60-0.63,
 // 0.59-0.63, 0.63-0.64, 0.40-0.41, 0.41-0.43
-// (experiments/kernels/README.md, "Hopper prefill: BF16 tiles by default").
+// (experiments/kernels/README.md, "Hopper prefill: BF16 tiles by default");
+// the same tile as fp16 tiles (sm90ph) measured 0.83-0.85 at 256 tokens
+// against sm90pc's 0.88-0.89 in the same run ("Hopper prefill: fp16 tiles").
 constexpr uint32_t PF90_AUTO_MIN = 192;
 constexpr int PF90_TIER_AUTO = pf90::K_TIER_PC;
 
@@ -1867,9 +1869,9 @@ constexpr int PF90_TIER_AUTO = pf90::K_TIER_PC;
 // 2 128 x 128 with 8 / 16 warps, 3 64 x 64, 4 + pf90 kind the sm_90a kernel
 // (4 bf16, 5 tier, 6 tier warp-specialized, 7 / 8 / 9 / 10 tier as BF16 tiles
 // with two / one / three producer warpgroups / two and the activations
-// staged by the MMA warpgroups: prefill=sm90p / sm90p1 / sm90p3 / sm90pc,
-// bf16 experts as sm90).
-constexpr int PF_GROUPS = 11;
+// staged by the MMA warpgroups: prefill=sm90p / sm90p1 / sm90p3 / sm90pc, 11
+// sm90pc's tile as fp16 tiles: prefill=sm90ph; bf16 experts as sm90).
+constexpr int PF_GROUPS = 12;
 int pf_group(int fmt, uint32_t nt)
 {
 	const int p = g_ctx.cfg.pf_path;
@@ -1887,6 +1889,7 @@ int pf_group(int fmt, uint32_t nt)
 			    : p == 5 ? pf90::K_TIER_P1
 			    : p == 6 ? pf90::K_TIER_P3
 			    : p == 7 ? pf90::K_TIER_PC
+			    : p == 8 ? pf90::K_TIER_PH
 				     : pf90::K_TIER);
 	return nt >= 192 ? 0 : nt <= PF_SMALL_MAX ? 3 : tier ? 2 : 1;
 }
@@ -1962,9 +1965,11 @@ int run_prefill(const struct strata_moe_call *c, const uint32_t *count, const ui
 			pp->tok[n] = c->assign_token[src];
 			pp->w[n] = c->assign_weight[src];
 			// fp16 rows for tier experts whose MMAs take fp16 (not the
-			// BF16 tiles of sm90p*: bf16 rows, no range guard)
-			pp->f16[n] = c->fmts[e] != STRATA_FMT_BF16 && pf_group(c->fmts[e], count[e + 1] - count[e]) <
-									      4 + pf90::K_TIER_P;
+			// BF16 tiles of sm90p / sm90p1 / sm90p3 / sm90pc: bf16 rows, no
+			// range guard)
+			const int grp = pf_group(c->fmts[e], count[e + 1] - count[e]);
+			pp->f16[n] = c->fmts[e] != STRATA_FMT_BF16 &&
+				     (grp < 4 + pf90::K_TIER_P || grp > 4 + pf90::K_TIER_PC);
 			n++, a++;
 			if (n == PREP_MAX)
 				rc = flush();
@@ -2011,6 +2016,7 @@ int run_prefill(const struct strata_moe_call *c, const uint32_t *count, const ui
 			   : grp == 8 ? pf90_launch<pf90::K_TIER_P1>(P, st, err)
 			   : grp == 9 ? pf90_launch<pf90::K_TIER_P3>(P, st, err)
 			   : grp == 10 ? pf90_launch<pf90::K_TIER_PC>(P, st, err)
+			   : grp == 11 ? pf90_launch<pf90::K_TIER_PH>(P, st, err)
 			   : grp == 0 ? pf_launch<CfgWide>(P, st, err)
 			   : grp == 3 ? pf_launch<CfgSmall>(P, st, err)
 			   : grp == 2 ? pf_launch<Cfg128w16>(P, st, err)

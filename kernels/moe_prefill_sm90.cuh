@@ -125,28 +125,35 @@ __device__ __forceinline__ void wgmma_f16_n64(float *d, uint64_t a, uint64_t b, 
 		     : "l"(a), "l"(b), "r"(acc));
 }
 
-__device__ __forceinline__ void wgmma_bf16_n128(float *d, uint64_t a, uint64_t b, uint32_t acc)
+// m64n128k16 with bf16 (H = false) or fp16 (H = true) operands.
+#define STRATA_WGMMA_N128(TY) \
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n" \
+		     "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " {" \
+		     "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15," \
+		     "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31," \
+		     "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47," \
+		     "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63" \
+		     "}, %64, %65, p, 1, 1, 0, 0;\n}\n" \
+		     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+		       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+		       "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+		       "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+		       "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+		       "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+		       "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+		       "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]) \
+		     : "l"(a), "l"(b), "r"(acc))
+template <bool H> __device__ __forceinline__ void wgmma_n128(float *d, uint64_t a, uint64_t b, uint32_t acc)
 {
-	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-		     "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
-		     "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
-		     "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
-		     "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
-		     "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
-		     "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-		     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-		       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-		       "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-		       "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-		       "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-		       "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-		       "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-		       "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-		     : "l"(a), "l"(b), "r"(acc));
+	if constexpr (H)
+		STRATA_WGMMA_N128("f16");
+	else
+		STRATA_WGMMA_N128("bf16");
 }
+#undef STRATA_WGMMA_N128
 #else
 __device__ __forceinline__ void wgmma_f16_n64(float *, uint64_t, uint64_t, uint32_t) {}
-__device__ __forceinline__ void wgmma_bf16_n128(float *, uint64_t, uint64_t, uint32_t) {}
+template <bool H> __device__ __forceinline__ void wgmma_n128(float *, uint64_t, uint64_t, uint32_t) {}
 #endif
 
 // acc += tmp times the rows' block scales sc (tile rows) and, when SEGS, 2^e
@@ -181,17 +188,17 @@ __device__ __forceinline__ void fold(float (&acc)[2][NA], const float (&tmp)[2][
 	(void)p, (void)s, (void)sg;
 }
 
-// Epilogue of a tile (acc as tile's): gate|up h = silu(gate) * up into hs,
-// down y[tok] += w * acc.  ctid: the thread's index among the 256 threads of
-// the two MMA warpgroups; ex_off: the tile's [BN] exponents in g_smem (tier
-// gate|up); sync: a barrier of those 256 threads.
-template <class F, bool DOWN, class SYNC>
+// Epilogue of a tile (acc as tile's, NA = NT / 2 accumulators per row half:
+// 64 or 128 tokens per warpgroup): gate|up h = silu(gate) * up into hs, down
+// y[tok] += w * acc.  ctid: the thread's index among the 256 threads of the
+// two MMA warpgroups; ex_off: the tile's [BN] exponents in g_smem (tier
+// gate|up; zeroed before); sync: a barrier of those 256 threads.
+template <class F, bool DOWN, int NA, class SYNC>
 __device__ __forceinline__ void epilogue(const PParams &p, const PSlot &s, uint32_t row0, uint32_t tok0,
-					 float (&acc)[2][Geo<F::SCALED>::NT / 2], int ctid, uint32_t ex_off, SYNC sync)
+					 float (&acc)[2][NA], int ctid, uint32_t ex_off, SYNC sync)
 {
 	constexpr bool TIER = F::SCALED;
-	using G = Geo<TIER>;
-	constexpr int NT = G::NT, BM = G::BM, BN = G::BN, NA = NT / 2;
+	constexpr int NT = 2 * NA, BM = 128, BN = 2 * NT;
 	const int wg = ctid >> 7, wq = (ctid >> 5) & 3, lane = ctid & 31, g = lane >> 2, t = lane & 3;
 	auto col_of = [&](int q) -> uint32_t { return (uint32_t)(wg * NT + 8 * (q >> 2) + 2 * t + (q & 1)); };
 	auto row_of = [&](int m, int q) -> uint32_t { return (uint32_t)(64 * m + 16 * wq + g + 8 * ((q >> 1) & 1)); };
@@ -208,37 +215,32 @@ __device__ __forceinline__ void epilogue(const PParams &p, const PSlot &s, uint3
 	} else if constexpr (!DOWN) {
 		// Tier: gate and up times 2^e of the activation row, h into acc[0], per
 		// token the exponent that keeps the tile's h segments inside fp16.
+		// Column c of the thread: accumulators q0 and q0 + 2 (rows g, g + 8).
 		int *ex = reinterpret_cast<int *>(g_smem + ex_off);
-		float xf[NA / 2], mx[NA / 2]; // per token column: q>>2 and q&1
 #pragma unroll
 		for (int c = 0; c < NA / 2; c++) {
-			const uint32_t tl = tok0 + col_of((c >> 1) * 4 + (c & 1));
-			xf[c] = tl < s.ntok ? p.xsc[s.a0 + tl] : 1.0f;
-			mx[c] = 0.0f;
-		}
+			const int q0 = (c >> 1) * 4 + (c & 1);
+			const uint32_t tl = tok0 + col_of(q0);
+			const float xf = tl < s.ntok ? p.xsc[s.a0 + tl] : 1.0f;
+			float mx = 0.0f;
 #pragma unroll
-		for (int q = 0; q < NA; q++) {
-			const int c = (q >> 2) * 2 + (q & 1);
-			const float gv = acc[0][q] * xf[c], uv = acc[1][q] * xf[c];
-			const float hv = row0 + row_of(0, q) < p.inter ? gv / (1.0f + expf(-gv)) * uv : 0.0f;
-			acc[0][q] = hv;
-			mx[c] = fmaxf(mx[c], fabsf(hv));
-		}
-#pragma unroll
-		for (int c = 0; c < NA / 2; c++) {
-			const uint32_t ev = pf::range_exp(mx[c]);
+			for (int h = 0; h < 2; h++) {
+				const int q = q0 + 2 * h;
+				const float gv = acc[0][q] * xf, uv = acc[1][q] * xf;
+				const float hv = row0 + row_of(0, q) < p.inter ? gv / (1.0f + expf(-gv)) * uv : 0.0f;
+				acc[0][q] = hv;
+				mx = fmaxf(mx, fabsf(hv));
+			}
+			const uint32_t ev = pf::range_exp(mx);
 			if (ev)
-				atomicMax(ex + col_of((c >> 1) * 4 + (c & 1)), (int)ev);
+				atomicMax(ex + col_of(q0), (int)ev);
 		}
 		sync();
-#pragma unroll
-		for (int c = 0; c < NA / 2; c++)
-			xf[c] = pf::exp2i(-ex[col_of((c >> 1) * 4 + (c & 1))]);
 #pragma unroll
 		for (int q = 0; q < NA; q++) {
 			const uint32_t row = row0 + row_of(0, q), tl = tok0 + col_of(q);
 			if (row < p.inter && tl < s.ntok) {
-				__half hh = __float2half_rn(acc[0][q] * xf[(q >> 2) * 2 + (q & 1)]);
+				__half hh = __float2half_rn(acc[0][q] * pf::exp2i(-ex[col_of(q)]));
 				p.hs[(uint64_t)(s.a0 + tl) * p.ldh + row] = *reinterpret_cast<uint16_t *>(&hh);
 			}
 		}
@@ -366,8 +368,8 @@ __device__ __forceinline__ void tile(const PParams &p, const PSlot &s, uint32_t 
 				wgmma_f16_n64(tmp[0], da0, db, sd);
 				wgmma_f16_n64(tmp[1], da1, db, sd);
 			} else {
-				wgmma_bf16_n128(acc[0], da0, db, 1);
-				wgmma_bf16_n128(acc[1], da1, db, 1);
+				wgmma_n128<false>(acc[0], da0, db, 1);
+				wgmma_n128<false>(acc[1], da1, db, 1);
 			}
 		}
 		wg_commit();
@@ -623,7 +625,11 @@ __device__ __forceinline__ void tile_ws(const PParams &p, const PSlot &s, uint32
 // no spills; 104 / 152 spills).  H200, Kimi, 256 tokens: 0.88-0.90 of cuBLAS
 // BF16 against sm90p's 0.81-0.84 in the same run
 // (experiments/kernels/README.md, "Hopper prefill: BF16 tiles by default").
-template <int NP, bool MC = false> struct GeoP {
+// H (prefill=sm90ph): fp16 tiles instead of bf16, with per-tile exponent
+// tables after the raw ring: EX_OFF [BN] h exponents of the gate|up epilogue,
+// RF_OFF [BM] 2^-E of each A row, TE_OFF [BN] each token's largest h
+// exponent (down tiles with a flagged token).
+template <int NP, bool MC = false, bool H = false> struct GeoP {
 	static constexpr int NB = 4, NR = 2, P = 2; // buffers, raw block slots, activation staging distance (steps)
 	static constexpr int NPT = 128 * NP, NTHR = 256 + NPT, RS = NPT / 8;
 	static constexpr int BM = 128, BN = 256;
@@ -631,7 +637,8 @@ template <int NP, bool MC = false> struct GeoP {
 	static constexpr uint32_t A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, BUF = A_BYTES + B_BYTES;
 	static constexpr uint32_t RPITCH = RAW_SCALE + 16, RAW = BM * RPITCH;
 	static constexpr uint32_t RAW_OFF = NB * BUF;
-	static constexpr uint32_t SMEM = RAW_OFF + NR * RAW + 1024;
+	static constexpr uint32_t EX_OFF = RAW_OFF + NR * RAW, RF_OFF = EX_OFF + BN * 4, TE_OFF = RF_OFF + BM * 4;
+	static constexpr uint32_t SMEM = (H ? TE_OFF + BN * 4 : RAW_OFF + NR * RAW) + 1024;
 	// Registers per thread after setmaxnreg: launch budget 65536 / NTHR
 	// (rounded down to 8), MMA warpgroups up, producers down, same total.
 	static constexpr int REG_L = 65536 / NTHR / 8 * 8;
@@ -679,10 +686,53 @@ __device__ __forceinline__ void decode_bf16(uint32_t src, uint32_t coff, float s
 	store_bf16(o, sc, dst, i, ci);
 }
 
-template <class F, bool DOWN, int NP, bool MC>
+// Weights o (fp16 pairs) times the block scale sh (an fp16 pair, both
+// halves the scale) into 16-byte chunk ci of row i of the swizzled tile at
+// g_smem offset dst (H: fp16 tiles).
+__device__ __forceinline__ void store_f16(uint32_t (&o)[4], uint32_t sh, uint32_t dst, uint32_t i, uint32_t ci)
+{
+	const __half2 s2 = *reinterpret_cast<const __half2 *>(&sh);
+#pragma unroll
+	for (int k = 0; k < 4; k++) {
+		const __half2 v = __hmul2(*reinterpret_cast<const __half2 *>(&o[k]), s2);
+		o[k] = *reinterpret_cast<const uint32_t *>(&v);
+	}
+	*reinterpret_cast<uint4 *>(g_smem + dst + pf::swz(i, ci)) = make_uint4(o[0], o[1], o[2], o[3]);
+}
+// bar.red.or over n threads of named barrier id: whether v of any of them.
+__device__ __forceinline__ bool bar_or(uint32_t id, uint32_t n, bool v)
+{
+	uint32_t r;
+	asm volatile("{\n.reg .pred p, q;\nsetp.ne.u32 p, %1, 0;\nbar.red.or.pred q, %2, %3, p;\nselp.u32 %0, 1, 0, q;\n}\n"
+		     : "=r"(r)
+		     : "r"((uint32_t)v), "r"(id), "r"(n)
+		     : "memory");
+	return r != 0;
+}
+
+// H (prefill=sm90ph, with MC): fp16 tiles and fp16 wgmmas.  The producers
+// write fp16(f * scale * 2^E) with E per A row (the largest E keeping the
+// row's largest block scale times the codebook's largest |f|, 55.4, below
+// 2^15: every weight of the row in fp16's normal range, one rounding, relative
+// error at most 2^-11): one HMUL2 per weight pair after the decode instead
+// of the two conversions to f32, two FMULs and the bf16 pack, the scale
+// converted once per block.  E comes from a scan of the row's block scales
+// (global memory, before the first step); the epilogue multiplies each row by
+// 2^-E.  Activations are fp16 as on the mma.sync tier path: x rows with the
+// range guard of pf_prep (xsc), h with its per-(token, 32-column segment)
+// exponents from the tier epilogue; a down tile with a flagged token (hbig)
+// stages h through registers, each segment times 2^(e - emax) of its token
+// (exact powers of two; emax the token's largest exponent), and multiplies
+// the token's sums by 2^emax.  H200, Kimi: relative error <= 5.3e-4 (sm90pc
+// 4.2e-3), but 0.83-0.85 of cuBLAS BF16 at 256 tokens against sm90pc's
+// 0.88-0.89, with a serial prologue (the scan's loads one after another,
+// raw block 0 issued after it) since replaced by loads in flight together
+// (experiments/kernels/README.md, "Hopper prefill: fp16 tiles").
+template <class F, bool DOWN, int NP, bool MC, bool H = false>
 __device__ __forceinline__ void tile_p(const PParams &p, const PSlot &s, uint32_t rt, uint32_t tt, uint32_t pad)
 {
-	using W = GeoP<NP, MC>;
+	using W = GeoP<NP, MC, H>;
+	static_assert(MC || !H, "fp16 tiles with the MMA warpgroups' activation staging");
 	constexpr int BM = W::BM, BN = W::BN, NB = W::NB, NA = 64;
 	const FmtTab &f = p.tab[s.fmt];
 	const int tid = threadIdx.x;
@@ -740,6 +790,10 @@ __device__ __forceinline__ void tile_p(const PParams &p, const PSlot &s, uint32_
 			const uint32_t ml = (uint32_t)(uintptr_t)(!DOWN && i >= BM / 2 ? m1 : m0);
 			roff[r] = ((ml + rr * (uint32_t)rowc) & 15) | ((ml + (uint32_t)soff + rr * (uint32_t)rows_) & 15) << 8;
 		}
+		// H: 2^E of the thread's rows, and their block scale times 2^E as an
+		// fp16 pair (set at each block's first step).
+		float pw[W::RA];
+		uint32_t sh[W::RA];
 		// Step ks: rows q / 8 + RS r of the A tile of buffer ks % NB.
 		auto decode_step = [&](uint32_t ks) {
 			const uint32_t b = ks >> 2, j = 8 * (ks & 3) + ci;
@@ -750,18 +804,31 @@ __device__ __forceinline__ void tile_p(const PParams &p, const PSlot &s, uint32_
 				const uint32_t pb = F::BITS8 * j, wq = pb >> 5, wq1 = wq + 1 == F::NW ? 0 : wq + 1;
 				uint32_t x0[W::RA], x1[W::RA];
 				float sc[W::RA];
+				const bool first = (ks & 3) == 0;
 #pragma unroll
 				for (int r = 0; r < W::RA; r++) {
 					const uint32_t src = sr + ((q >> 3) + W::RS * r) * W::RPITCH;
 					const uint32_t c = src + ((roff[r] + b * F::CODE_BYTES) & 15);
 					x0[r] = lds32(c + 4 * wq), x1[r] = lds32(c + 4 * wq1);
-					sc[r] = F::scale(src + RAW_SCALE + (((roff[r] >> 8) + b * F::SCALE_BYTES) & 15));
+					if (!H || first)
+						sc[r] = F::scale(src + RAW_SCALE + (((roff[r] >> 8) + b * F::SCALE_BYTES) & 15));
+				}
+				if constexpr (H) {
+					if (first)
+#pragma unroll
+						for (int r = 0; r < W::RA; r++) {
+							const __half2 v = __float2half2_rn(sc[r] * pw[r]);
+							sh[r] = *reinterpret_cast<const uint32_t *>(&v);
+						}
 				}
 #pragma unroll
 				for (int r = 0; r < W::RA; r++) {
 					uint32_t o[4];
 					F::decode8x(__funnelshift_r(x0[r], x1[r], pb), o);
-					store_bf16(o, sc[r], da, (q >> 3) + W::RS * r, ci);
+					if constexpr (H)
+						store_f16(o, sh[r], da, (q >> 3) + W::RS * r, ci);
+					else
+						store_bf16(o, sc[r], da, (q >> 3) + W::RS * r, ci);
 				}
 			} else {
 #pragma unroll
@@ -802,6 +869,49 @@ __device__ __forceinline__ void tile_p(const PParams &p, const PSlot &s, uint32_
 			};
 			issue_raw_mc(0);
 			pf::commit();
+			if constexpr (H) {
+				// E of each row: the largest exponent of its block scales (bf16
+				// bits 7-14), from its 8 producer threads (consecutive lanes),
+				// SB blocks of every row per thread in flight together (one
+				// memory latency per pass, while raw block 0 lands).
+				constexpr uint32_t SB = 4;
+				const uint32_t nb = nk / 4;
+				const uint16_t *sp[W::RA];
+				uint32_t em[W::RA];
+#pragma unroll
+				for (int r = 0; r < W::RA; r++) {
+					const pf::TierRow row = row_src((q >> 3) + W::RS * r);
+					sp[r] = reinterpret_cast<const uint16_t *>(row.scale<F>(0));
+					em[r] = 0;
+				}
+				for (uint32_t b0 = ci; b0 < nb; b0 += 8 * SB) {
+					uint32_t v[W::RA][SB];
+#pragma unroll
+					for (int r = 0; r < W::RA; r++)
+#pragma unroll
+						for (uint32_t k = 0; k < SB; k++) {
+							const uint32_t b = b0 + 8 * k;
+							v[r][k] = (rok >> r & 1) && b < nb ? __ldg(sp[r] + b * (F::SCALE_BYTES / 2)) : 0u;
+						}
+#pragma unroll
+					for (int r = 0; r < W::RA; r++)
+#pragma unroll
+						for (uint32_t k = 0; k < SB; k++)
+							em[r] = max(em[r], v[r][k] >> 7 & 0xffu);
+				}
+				float *rf = reinterpret_cast<float *>(g_smem + pad + W::RF_OFF);
+#pragma unroll
+				for (int r = 0; r < W::RA; r++) {
+#pragma unroll
+					for (int o = 1; o < 8; o <<= 1)
+						em[r] = max(em[r], __shfl_xor_sync(0xffffffffu, em[r], o));
+					// scale < 2^(em - 126), |f| < 2^6: |w| 2^E < 2^15 with E = 135 - em
+					const int e = min(max(135 - (int)em[r], -100), 100);
+					pw[r] = pf::exp2i(e);
+					if (ci == 0)
+						rf[(q >> 3) + W::RS * r] = pf::exp2i(-e); // read after the FULL barrier of step 0
+				}
+			}
 			for (uint32_t ks = 0; ks < nk; ks++) {
 				if ((ks & 3) == 0) {
 					pf::wait<0>();              // raw block ks/4 landed (this thread's copies)
@@ -857,9 +967,41 @@ __device__ __forceinline__ void tile_p(const PParams &p, const PSlot &s, uint32_
 	const uint32_t cvalid = s.ntok > tok0 + wg * 128 + cn ? s.ntok - (tok0 + wg * 128 + cn) : 0;
 	const uint8_t *csrc = reinterpret_cast<const uint8_t *>(act + (uint64_t)(s.a0 + tok0 + wg * 128 + cn) * ld + 8 * cc);
 	const uint32_t cstride = 16 * 2 * ld; // bytes between the thread's tokens
+	// H down: whether a token of the tile has an h segment scaled by 2^-e
+	// (e > 0; decided after the first steps' copies are issued, which a
+	// flagged tile then waits for and stages again), each token's largest e
+	// (te; thread tid: token tid).
+	int *te = reinterpret_cast<int *>(g_smem + pad + W::TE_OFF);
+	bool big = false;
+	if constexpr (H && !DOWN)
+		reinterpret_cast<int *>(g_smem + pad + W::EX_OFF)[tid] = 0; // ordered by the loop's barriers
 	auto issue_mine = [&](uint32_t ks) {
 		const uint32_t sb = sbase + (ks % NB) * W::BUF + W::A_BYTES + wg * 128 * 128 + pf::swz(cn, cc);
 		const uint8_t *src = csrc + ks * BK * 2;
+		if (H && DOWN && big) {
+			// h through registers: segment 2 ks + cc / 4 of each token times
+			// 2^(e - emax) (0 below fp16's smallest power of two)
+#pragma unroll 1
+			for (int r = 0; r < 8; r++) {
+				uint4 v = make_uint4(0, 0, 0, 0);
+				if ((uint32_t)(16 * r) < cvalid) {
+					const uint32_t n = wg * 128 + cn + 16 * r;
+					const int k = te[n] - (int)p.hexp[(uint64_t)(s.a0 + tok0 + n) * p.nseg + 2 * ks + (cc >> 2)];
+					const __half2 f = __float2half2_rn(k > 24 ? 0.0f : pf::exp2i(-k));
+					v = *reinterpret_cast<const uint4 *>(src + (uint64_t)r * cstride);
+					uint32_t *u = reinterpret_cast<uint32_t *>(&v);
+#pragma unroll
+					for (int c = 0; c < 4; c++) {
+						const __half2 h2 = __hmul2(*reinterpret_cast<const __half2 *>(&u[c]), f);
+						u[c] = *reinterpret_cast<const uint32_t *>(&h2);
+					}
+				}
+				asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(sb + 16 * 128 * r), "r"(v.x),
+					     "r"(v.y), "r"(v.z), "r"(v.w)
+					     : "memory");
+			}
+			return;
+		}
 #pragma unroll
 		for (int r = 0; r < 8; r++) {
 			const bool v = (uint32_t)(16 * r) < cvalid;
@@ -872,6 +1014,24 @@ __device__ __forceinline__ void tile_p(const PParams &p, const PSlot &s, uint32_
 			if ((uint32_t)st < nk)
 				issue_mine(st);
 			pf::commit();
+		}
+	}
+	if constexpr (H && DOWN) {
+		const uint32_t tl = tok0 + tid;
+		if (bar_or(BAR_MMA, 256, tl < s.ntok && p.hbig[s.a0 + tl])) {
+			uint32_t em = 0;
+			for (uint32_t c = 0; tl < s.ntok && c < p.nseg; c++)
+				em = max(em, (uint32_t)p.hexp[(uint64_t)(s.a0 + tl) * p.nseg + c]);
+			te[tid] = (int)em;
+			pf::wait<0>();
+			bar_sync(BAR_MMA, 256);
+			big = true;
+#pragma unroll 1
+			for (int st = 0; st < NB - 1; st++) {
+				if ((uint32_t)st < nk)
+					issue_mine(st);
+				pf::commit();
+			}
 		}
 	}
 	float acc[2][NA];
@@ -894,8 +1054,8 @@ __device__ __forceinline__ void tile_p(const PParams &p, const PSlot &s, uint32_
 		wg_fence();
 #pragma unroll
 		for (int kk = 0; kk < BK / 16; kk++) {
-			wgmma_bf16_n128(acc[0], da + 2 * kk, db + 2 * kk, 1);
-			wgmma_bf16_n128(acc[1], da + ((64 * 128) >> 4) + 2 * kk, db + 2 * kk, 1);
+			wgmma_n128<H>(acc[0], da + 2 * kk, db + 2 * kk, 1);
+			wgmma_n128<H>(acc[1], da + ((64 * 128) >> 4) + 2 * kk, db + 2 * kk, 1);
 		}
 		wg_commit();
 		wg_wait<1>(); // the wgmmas of step ks-1 are done: its buffer goes back
@@ -910,6 +1070,30 @@ __device__ __forceinline__ void tile_p(const PParams &p, const PSlot &s, uint32_
 	}
 	wg_wait<0>();
 	reg_fence<NA>(acc[0]), reg_fence<NA>(acc[1]);
+	if constexpr (H) {
+		// Rows times 2^-E, the tokens of a flagged down tile times 2^emax,
+		// then the tier epilogue (fp16 h with its exponents; x's 2^e).
+		const float *rf = reinterpret_cast<const float *>(g_smem + pad + W::RF_OFF);
+		const uint32_t wq = (tid >> 5) & 3, g = (tid & 31) >> 2, t = tid & 3;
+#pragma unroll
+		for (int m = 0; m < 2; m++)
+#pragma unroll
+			for (int hf = 0; hf < 2; hf++) {
+				const float f = rf[64 * m + 16 * wq + g + 8 * hf];
+#pragma unroll
+				for (int q = 0; q < NA; q++)
+					if (((q >> 1) & 1) == hf)
+						acc[m][q] *= f;
+			}
+		if (DOWN && big)
+#pragma unroll
+			for (int q = 0; q < NA; q++) {
+				const float f = pf::exp2i(te[wg * 128 + 8 * (q >> 2) + 2 * t + (q & 1)]);
+				acc[0][q] *= f, acc[1][q] *= f;
+			}
+		epilogue<F, DOWN>(p, s, row0, tok0, acc, tid, W::EX_OFF + pad, [] { bar_sync(BAR_MMA, 256); });
+		return;
+	}
 	epilogue<FmtBF16, DOWN>(p, s, row0, tok0, acc, tid, 0, [] { bar_sync(BAR_MMA, 256); });
 }
 
@@ -946,15 +1130,17 @@ __device__ __forceinline__ void tile_sel(const PParams &p, const PSlot &s, uint3
 
 // Kernels: bf16 experts (KIND 0), tier experts on tile (1), tile_ws (2),
 // tile_p with two (3), one (4) or three (5) producer warpgroups, or two with
-// the activations staged by the MMA warpgroups (6).
-constexpr int K_BF16 = 0, K_TIER = 1, K_TIER_WS = 2, K_TIER_P = 3, K_TIER_P1 = 4, K_TIER_P3 = 5, K_TIER_PC = 6;
+// the activations staged by the MMA warpgroups (6), the same as fp16 tiles (7).
+constexpr int K_BF16 = 0, K_TIER = 1, K_TIER_WS = 2, K_TIER_P = 3, K_TIER_P1 = 4, K_TIER_P3 = 5, K_TIER_PC = 6,
+	      K_TIER_PH = 7;
 template <int KIND> struct Kind {
 	static constexpr bool TIER = KIND != K_BF16;
-	static constexpr int NP = KIND == K_TIER_P || KIND == K_TIER_PC ? 2 : KIND == K_TIER_P3 ? 3 : 1; // tile_p's producer warpgroups
-	static constexpr bool PROD = KIND >= K_TIER_P, MC = KIND == K_TIER_PC;
-	static constexpr int NTHR = PROD ? GeoP<NP, MC>::NTHR : KIND == K_TIER_WS ? GeoWS::NTHR : 256;
-	static constexpr uint32_t SMEM = PROD ? GeoP<NP, MC>::SMEM : KIND == K_TIER_WS ? GeoWS::SMEM : Geo<TIER>::SMEM;
-	static constexpr int BM = 128, BN = PROD ? GeoP<NP, MC>::BN : Geo<TIER>::BN;
+	static constexpr int NP = KIND == K_TIER_P1 ? 1 : KIND == K_TIER_P3 ? 3 : 2; // tile_p's producer warpgroups
+	static constexpr bool PROD = KIND >= K_TIER_P, MC = KIND >= K_TIER_PC, H = KIND == K_TIER_PH;
+	using GP = GeoP<NP, MC, H>;
+	static constexpr int NTHR = PROD ? GP::NTHR : KIND == K_TIER_WS ? GeoWS::NTHR : 256;
+	static constexpr uint32_t SMEM = PROD ? GP::SMEM : KIND == K_TIER_WS ? GeoWS::SMEM : Geo<TIER>::SMEM;
+	static constexpr int BM = 128, BN = PROD ? GP::BN : Geo<TIER>::BN;
 };
 
 // Grid: one CTA per tile of the slots in p (bf16 experts, or tier experts,
@@ -969,11 +1155,11 @@ __global__ void __launch_bounds__(Kind<KIND>::NTHR, 1) gemm(const __grid_constan
 	const uint32_t raw = (uint32_t)__cvta_generic_to_shared(g_smem), pad = ((raw + 1023) & ~1023u) - raw;
 	if constexpr (Kind<KIND>::PROD) {
 		constexpr int NP = Kind<KIND>::NP;
-		constexpr bool MC = Kind<KIND>::MC;
+		constexpr bool MC = Kind<KIND>::MC, H = Kind<KIND>::H;
 		switch (s.fmt) {
-		case STRATA_FMT_HOT: tile_p<FmtHot, DOWN, NP, MC>(p, s, rt, tt, pad); break;
-		case STRATA_FMT_WARM: tile_p<FmtWarm, DOWN, NP, MC>(p, s, rt, tt, pad); break;
-		case STRATA_FMT_COLD: tile_p<FmtCold, DOWN, NP, MC>(p, s, rt, tt, pad); break;
+		case STRATA_FMT_HOT: tile_p<FmtHot, DOWN, NP, MC, H>(p, s, rt, tt, pad); break;
+		case STRATA_FMT_WARM: tile_p<FmtWarm, DOWN, NP, MC, H>(p, s, rt, tt, pad); break;
+		case STRATA_FMT_COLD: tile_p<FmtCold, DOWN, NP, MC, H>(p, s, rt, tt, pad); break;
 		default: break;
 		}
 	} else if constexpr (TIER) {

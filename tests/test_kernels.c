@@ -213,6 +213,8 @@ static void test_moe_config(void **state)
 	assert_int_equal(c.pf_path, 6);
 	assert_int_equal(strata_gpu_moe_config_parse("prefill=sm90pc", &c, &err), STRATA_OK);
 	assert_int_equal(c.pf_path, 7);
+	assert_int_equal(strata_gpu_moe_config_parse("prefill=sm90ph", &c, &err), STRATA_OK);
+	assert_int_equal(c.pf_path, 8);
 	assert_int_equal(strata_gpu_moe_config_parse("prefill=auto", &c, &err), STRATA_OK);
 	assert_int_equal(c.pf_path, 0);
 	/* auto's token count for tier experts as BF16 tiles */
@@ -235,7 +237,7 @@ static void test_moe_config(void **state)
 	static const char *const bad[] = { "dec=9x4", "dec=12", "split=65", "split=-1", "bf16dec=16x5",
 					   "bf16_kc=16", "prefill_min=0", "prefill_min=17x", "poison=2", "warps=8",
 					   "dec", "sqdec=8x4", "sq_pf=2", "sq_xs=2", "sq_gv=on", "sq_gv=3", "sq_l2pf=3", "sq_pdl=2", "dec=12x4t", "dec=10x2t", "dec=8x2tt",
-					   "dec=8x2u", "bf16dec=8x8t", "prefill=wgmma", "prefill=sm90p2",
+					   "dec=8x2u", "bf16dec=8x8t", "prefill=wgmma", "prefill=sm90p2", "prefill=sm90pf",
 					   "prefill_tiles=0", "prefill_tiles=on", "sq_q3i=3", "sq_gvw=4", "sq_gvw=16x", "sq_gvl=6", "sq_gvl=16", "sq_gvl=123", "sq_gvl=-1",
 					   "dec_tr=4", "dec_tr=on", "dec_tr=-1" };
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -359,9 +361,10 @@ static double bound_for(int fmt, int tier_bf16)
 }
 
 /* Whether tier experts with up to T tokens may take the BF16-tile prefill
- * kernel (prefill=sm90p*, or auto from prefill_tiles tokens on an sm_90a
- * GPU) under the current kernel configuration with prefill_min pf_min (0: the
- * configuration's). */
+ * kernel (prefill=sm90p, sm90p1, sm90p3, sm90pc, or auto from prefill_tiles
+ * tokens, on an sm_90a GPU) under the current kernel configuration with
+ * prefill_min pf_min (0: the configuration's).  Its fp16-tile variant
+ * (sm90ph) keeps the fp16 paths' bound (measured <= 5.3e-4). */
 static int tier_bf16_tiles(uint32_t T, uint32_t pf_min)
 {
 	static int usable = -1;
@@ -370,7 +373,7 @@ static int tier_bf16_tiles(uint32_t T, uint32_t pf_min)
 	struct strata_moe_config kc;
 	strata_gpu_moe_config_get(&kc);
 	return usable && T >= (pf_min ? pf_min : kc.prefill_min) &&
-	       (kc.pf_path >= 4 || (kc.pf_path == 0 && T >= kc.pf_tiles_min));
+	       ((kc.pf_path >= 4 && kc.pf_path <= 7) || (kc.pf_path == 0 && T >= kc.pf_tiles_min));
 }
 
 /* Tokens of the range-guard cases (outliers != 0): t % 4 == 1 has 1-3
@@ -820,7 +823,9 @@ static void test_moe_range(void **state)
  * forced for every prefill expert (prefill=sm90; sm90ws: tier experts on
  * the warp-specialized tile; sm90p / sm90p1 / sm90p3: tier experts as BF16
  * tiles of 256 tokens from two / one / three producer warpgroups, bf16 bound, their launches
- * counted; prefill_min=1),
+ * counted; sm90pc: activations staged by the MMA warpgroups; sm90ph: the same
+ * tile as fp16 tiles with per-row exponents, fp16 activations (the range-guard
+ * cases: flagged down tiles staging h through registers); prefill_min=1),
  * then the same calls on the mma.sync kernel (prefill=mma): bf16 and tier experts,
  * one to three token tiles (bf16 256 tokens, tiers 128 or 256), partial token, row
  * and K tiles (bf16 K not a multiple of the 64-weight step), padded tier
@@ -846,8 +851,8 @@ static void test_moe_prefill_sm90(void **state)
 		{ "s90-cold-520", STRATA_FMT_COLD, 512, 320, 520, 2, 2, 1 }, /* 3 token tiles of 256 */
 		{ "s90-tiers-300", -3, 768, 384, 300, 3, 3, 1 },
 	};
-	static const char *const cfgs[] = { "prefill=sm90p", "prefill=sm90pc", "prefill=sm90p1", "prefill=sm90p3",
-					    "prefill=sm90",  "prefill=sm90ws", "prefill=mma" };
+	static const char *const cfgs[] = { "prefill=sm90ph", "prefill=sm90p", "prefill=sm90pc", "prefill=sm90p1",
+					    "prefill=sm90p3", "prefill=sm90",  "prefill=sm90ws", "prefill=mma" };
 	const int usable = strata_gpu_moe_prefill_sm90_usable();
 	if (!usable)
 		printf("note: test_moe_prefill_sm90: this GPU or build is not sm_90a; prefill=sm90 falls back to the mma kernel\n");

@@ -12,8 +12,12 @@ decode reads its own block, landed.  Intra-producer ordering (BAR_PROD) is
 not modelled: the producer is one sequential program.  The same for
 prefill=sm90pc (mc): the MMA entity stages the activations NB - 1 steps ahead
 (its own cp.async groups), the producer only the raw blocks and the decode,
-waiting EMPTY before it rewrites a buffer's A tile.  --mutate runs known
-broken schedules, which must fail (the model's own check).
+waiting EMPTY before it rewrites a buffer's A tile.  prefill=sm90ph has
+sm90pc's hand-over unchanged (its row-exponent scan precedes the producer's
+first decode, and a down tile with a flagged token waits for its first
+activation copies and stages them again before the loop: both outside the
+modelled loop).  --mutate runs known broken schedules, which must fail (the
+model's own check).
 
     /usr/bin/python3 experiments/kernels/tile_p_schedule.py [--seeds N] [--mutate]
 """
