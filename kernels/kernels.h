@@ -237,12 +237,14 @@ int strata_gpu_moe_check(int fmt, uint32_t hidden, uint32_t inter, struct strata
  *                                                pair of MMA columns) when the staged activations
  *                                                fit; 1: the FMA decoder, 2: the codebook table,
  *                                                3: half of each group's weight pairs through
- *                                                the table; 0: the kernels above; auto (-1): 2
- *                                                for warm and cold launches of at least
- *                                                STRATA_MOE_TR_AUTO_WEIGHTS weights (measured
- *                                                faster there: Kimi warm / cold T=1 215 / 211 vs
- *                                                232 / 225 us; hot and Qwen3-30B-A3B-sized
- *                                                launches slower), 0 otherwise
+ *                                                the table; 0: the kernels above; auto (-1):
+ *                                                hot 1, warm 2, cold 3 for launches of at least
+ *                                                STRATA_MOE_TR_AUTO_WEIGHTS weights (each the
+ *                                                fastest in two calls on merged main, Kimi T=1:
+ *                                                hot 230 / 230 vs 237 / 237 us, warm 214 / 217
+ *                                                vs 232 / 233, cold 216 / 218 vs 225 / 226;
+ *                                                Qwen3-30B-A3B-sized launches slower), 0
+ *                                                otherwise
  *
  * Everything else the kernels do is fixed: 16-warp persistent CTAs for
  * 8-token tiles and 8 warps for 16-token ones, stage copies by the bulk copy

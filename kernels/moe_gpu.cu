@@ -1653,8 +1653,8 @@ int tr_launch_w(MoeParams *p, const gv::Args (&a)[2], const uint32_t (&grid)[2],
 }
 
 // Decode launches of one token per expert whose experts are all in one tier
-// format, under dec_tr=1 (FMA decoder), 2 (table) or 3 (both), or auto (2 for
-// warm and cold launches of at least STRATA_MOE_TR_AUTO_WEIGHTS), dec and
+// format, under dec_tr=1 (FMA decoder), 2 (table) or 3 (both), or auto (hot 1,
+// warm 2, cold 3 for launches of at least STRATA_MOE_TR_AUTO_WEIGHTS), dec and
 // split not forced: the tier row-streaming kernel, when each CTA's staged activations
 // fit below its zero bytes.  Warps per CTA (16 or 12, the same for both
 // launches) and lanes per row (1, 2 or 4: a lane's chunk must depend on
@@ -1673,10 +1673,11 @@ int run_dec_tr(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_err
 		if (p->slot[s].fmt != fmt)
 			return 0;
 	if (dec < 0) {
-		// auto: the table decoder where it measured faster than the ring kernel
-		if (fmt == STRATA_FMT_HOT || (uint64_t)p->n_slots * 3 * p->hidden * p->inter < STRATA_MOE_TR_AUTO_WEIGHTS)
+		// auto: each format's decoder that measured fastest, faster than the
+		// ring kernel, at the Kimi-K2 shape (kernels.h)
+		if ((uint64_t)p->n_slots * 3 * p->hidden * p->inter < STRATA_MOE_TR_AUTO_WEIGHTS)
 			return 0;
-		dec = 2;
+		dec = fmt == STRATA_FMT_HOT ? 1 : fmt == STRATA_FMT_WARM ? 2 : 3;
 	}
 	const FmtTab &f = p->tab[fmt];
 	uint32_t xrows = 0;

@@ -1118,7 +1118,7 @@ static void test_moe_scalar_gv(void **state)
  * padded rows, more experts than a launch's slots.  Each call must run
  * exactly `pairs` gate|up + down pairs of it (two calls per case), none
  * under dec_tr=0, none with two tokens per expert, and under dec_tr=auto
- * (the default) only for warm and cold launches of at least
+ * (the default) only for launches of at least
  * STRATA_MOE_TR_AUTO_WEIGHTS weights ("tr-auto-*": six Kimi-sized experts). */
 static void test_moe_dec_tr(void **state)
 {
@@ -1138,6 +1138,7 @@ static void test_moe_dec_tr(void **state)
 		{ { "tr-rows-hot-1", STRATA_FMT_HOT, 1040, 72, 1, 5, 4, 0 }, 1 },
 		{ { "tr-many-cold-1", STRATA_FMT_COLD, 512, 256, 1, 300, 280, 0 }, 2 },
 		{ { "tr-hot-2", STRATA_FMT_HOT, 1024, 512, 2, 2, 2, 0 }, 0 },
+		{ { "tr-auto-warm-1", STRATA_FMT_WARM, 7168, 1536, 1, 6, 6, 0 }, 1 },
 		{ { "tr-auto-cold-1", STRATA_FMT_COLD, 7168, 1536, 1, 6, 6, 0 }, 1 },
 		{ { "tr-auto-hot-1", STRATA_FMT_HOT, 7168, 1536, 1, 6, 6, 0 }, 1 },
 	};
@@ -1155,7 +1156,7 @@ static void test_moe_dec_tr(void **state)
 			printf("moe[%s] dec_tr=%d: tier row-streaming launches %llu\n", cases[c].mc.name, tr,
 			       (unsigned long long)ng);
 			const struct moe_case *m = &cases[c].mc;
-			const int taken = tr > 0 || (tr < 0 && m->fmt != STRATA_FMT_HOT &&
+			const int taken = tr > 0 || (tr < 0 &&
 						     (uint64_t)m->top_k * 3 * m->hidden * m->inter >= STRATA_MOE_TR_AUTO_WEIGHTS);
 			assert_true(ng == (taken ? 2u * cases[c].pairs : 0u));
 		}
