@@ -122,7 +122,7 @@ if [ "${NCU:-1}" = 1 ]; then
 	done
 fi
 [ -x "$B/bench/ceil_variants" ] && cuobjdump -sass "$B/bench/ceil_variants" 2>&1 | gzip >"$out/ceil_variants.sass.gz"
-# (bench_kernels' CSV column "ms" holds microseconds)
+# (bench_kernels' CSV column "us": microseconds)
 echo "== decode table (us, of read, of bound)" >>"$s"
 for c in "$out"/decode*.csv; do
 	echo "-- $(basename "$c")" >>"$s"

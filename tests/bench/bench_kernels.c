@@ -35,7 +35,8 @@
  * otherwise) and on every other dec_tr value (0: the ring kernel,
  * decode_ring; 1 / 2 / 3: the row-streaming tier kernel with the FMA decoder /
  * the codebook table / half of each, decode_tr1 / decode_tr2 / decode_tr3).
- * CSV columns: kind,shape,fmt,tokens,ms,ratio,gbs,tflops,tok_s,bound; the
+ * CSV columns: kind,shape,fmt,tokens,us,ratio,gbs,tflops,tok_s,bound (us: the
+ * median time in microseconds); the
  * decode-ceiling rows are ceiling,decode_FMT,FMT with ratio = of read, gbs =
  * packed GB/s, tflops = the MMA rate (16 flop per weight: 8 tokens); bound =
  * the decode rows' ratio to min(read, decode ceiling).
@@ -768,7 +769,7 @@ int main(int argc, char **argv)
 	CHECK(strata_gpu_stream_create(&g_st, &g_err));
 	printf("bench_kernels on %s, %d SMs\n", strata_gpu_name(), strata_gpu_sm_count());
 	if (g_csv)
-		fprintf(g_csv, "kind,shape,fmt,tokens,ms,ratio,gbs,tflops,tok_s,bound\n");
+		fprintf(g_csv, "kind,shape,fmt,tokens,us,ratio,gbs,tflops,tok_s,bound\n");
 	const struct shape shapes[] = {
 		{ "kimi", 7168, 1536, 16, 896, 16 },
 		{ "qwen", 2048, 768, 8, 128, 8 },
