@@ -921,7 +921,7 @@ struct Ctx {
 	unsigned *gucnt = nullptr;     // parts done per unsplit gate|up task (bf16 kernel: per row tile)
 	size_t gucnt_cap = 0;
 	// (split-K scratch: gus / gucnt above, shared with the tier decode kernel)
-	const void *gv_attr[64] = {}; // row-streaming kernels whose shared-memory attribute is set (gv_launch)
+	const void *gv_attr[128] = {}; // row-streaming kernels (q4/q3 and tier) whose shared-memory attribute is set (gv_pair)
 	uint32_t n_gv_attr = 0;
 	// Tiled prefill path (moe_prefill.cuh): experts with >= cfg.prefill_min
 	// tokens.  17: the persistent kernel's 32-token tiles (17 .. 63 tokens)
@@ -1099,6 +1099,26 @@ void pf_list(MoeParams *p, bool own_down, bool gu_only, uint32_t *mid)
 		return;
 	for (uint32_t i = 0; i < g_ctx.nx_n; i++)
 		p->pfp[p->npf] = g_ctx.nx_p[i], p->pfb[p->npf++] = gu_only ? g_ctx.nx_gu[i] : g_ctx.nx_all[i];
+}
+
+// The format of every slot of a launch, or -1 when they differ (or none).
+int one_fmt(const MoeParams *p)
+{
+	for (uint32_t s = 1; s < p->n_slots; s++)
+		if (p->slot[s].fmt != p->slot[0].fmt)
+			return -1;
+	return p->n_slots ? (int)p->slot[0].fmt : -1;
+}
+
+// The rows of x a launch's tokens reach (its largest token + 1).
+uint32_t x_rows(const MoeParams *p)
+{
+	uint32_t xrows = 0;
+	for (uint32_t s = 0; s < p->n_slots; s++)
+		for (uint32_t i = 0; i < p->slot[s].ntok; i++)
+			if (p->tok[p->slot[s].a0 + i] >= xrows)
+				xrows = p->tok[p->slot[s].a0 + i] + 1;
+	return xrows;
 }
 
 // Task list of a launch: every slot's gate|up tasks (rg rows x tn tokens,
@@ -1378,12 +1398,9 @@ constexpr uint32_t SQ_KCB = 4, SQ_TASKS_PER_WARP = 4, SQ_XS_MAX = 48 * 1024;
 constexpr int SQ_NW = 8, SQ_D = 4;
 int run_dec_sq(MoeParams *p, uint32_t hfl, cudaStream_t st, struct strata_error *err, int *rc)
 {
-	const uint32_t fmt = p->n_slots ? p->slot[0].fmt : 0;
-	if (!strata_fmt_is_scalar((int)fmt) || !g_ctx.cfg.sq_dec || g_ctx.cfg.dec_warps >= 0 || g_ctx.cfg.split)
+	const int fmt = one_fmt(p);
+	if (!strata_fmt_is_scalar(fmt) || !g_ctx.cfg.sq_dec || g_ctx.cfg.dec_warps >= 0 || g_ctx.cfg.split)
 		return 0;
-	for (uint32_t s = 1; s < p->n_slots; s++)
-		if (p->slot[s].fmt != fmt)
-			return 0;
 	const FmtTab &f = p->tab[fmt];
 	const uint32_t warps = (uint32_t)SQ_NW * (uint32_t)g_ctx.sms;
 	bfd::Args a;
@@ -1413,11 +1430,7 @@ int run_dec_sq(MoeParams *p, uint32_t hfl, cudaStream_t st, struct strata_error 
 		return 1;
 	a.gu = g_ctx.gus, a.ctr = g_ctx.gucnt;
 	const bool pf = g_ctx.cfg.sq_pf;
-	uint32_t xrows = 0;
-	for (uint32_t s = 0; s < p->n_slots; s++)
-		for (uint32_t i = 0; i < p->slot[s].ntok; i++)
-			if (p->tok[p->slot[s].a0 + i] >= xrows)
-				xrows = p->tok[p->slot[s].a0 + i] + 1;
+	const uint32_t xrows = x_rows(p);
 	const bool xs = g_ctx.cfg.sq_xs && !pf && p->vec && p->hidden % 8 == 0 &&
 			(size_t)xrows * p->hidden * 2 <= SQ_XS_MAX;
 	if (fmt == STRATA_FMT_Q4)
@@ -1498,21 +1511,21 @@ template <int FMT, int NT> GvKernel gv_pick(const gv::Args &g, uint32_t nrows, b
 	return gv::gv_kernel<FMT, P, NT, -1, false>;
 }
 
-// The row-streaming kernel's two launches (gate|up, down) for format FMT and
-// NT tokens per expert.
-template <int FMT, int NT>
-int gv_launch(MoeParams *p, const gv::Args (&a)[2], const uint32_t (&grid)[2], const uint32_t (&smem)[2], cudaStream_t st,
-	      struct strata_error *err)
+// The two launches of a row-streaming layer (gate|up, then down; the down
+// launch a programmatic dependent one under sq_pdl, both in a stack): kernel
+// k[d] of nw[d] warps per CTA and smem[d] bytes of shared memory, its
+// shared-memory attribute set to attr bytes on its first launch; counted
+// as kind.
+int gv_pair(MoeParams *p, const GvKernel (&k)[2], const uint32_t (&nw)[2], const gv::Args (&a)[2],
+	    const uint32_t (&grid)[2], const uint32_t (&smem)[2], uint32_t attr, enum strata_gpu_launch kind,
+	    cudaStream_t st, struct strata_error *err)
 {
-	GvKernel k[2];
-	uint32_t nw[2];
 	for (int d = 0; d < 2; d++) {
-		k[d] = gv_pick<FMT, NT>(a[d], d ? p->hidden : p->inter, g_ctx.cfg.sq_gv == 2, gv_q3i(NT), g_ctx.cfg.sq_gvw, &nw[d]);
 		uint32_t i = 0;
 		while (i < g_ctx.n_gv_attr && g_ctx.gv_attr[i] != (const void *)k[d])
 			i++;
 		if (i == g_ctx.n_gv_attr) {
-			CU_TRY(err, cudaFuncSetAttribute(k[d], cudaFuncAttributeMaxDynamicSharedMemorySize, gv::SMEM_MAX));
+			CU_TRY(err, cudaFuncSetAttribute(k[d], cudaFuncAttributeMaxDynamicSharedMemorySize, (int)attr));
 			if (i < sizeof(g_ctx.gv_attr) / sizeof(g_ctx.gv_attr[0]))
 				g_ctx.gv_attr[g_ctx.n_gv_attr++] = (const void *)k[d];
 		}
@@ -1521,21 +1534,45 @@ int gv_launch(MoeParams *p, const gv::Args (&a)[2], const uint32_t (&grid)[2], c
 	if ((rc = launch_k(k[0], grid[0], 32 * nw[0], smem[0], st, g_ctx.chain, err, *p, a[0])) ||
 	    (rc = launch_k(k[1], grid[1], 32 * nw[1], smem[1], st, g_ctx.chain || a[1].pdl, err, *p, a[1])))
 		return rc;
-	g_ctx.launches[STRATA_GPU_LAUNCH_SCALAR_GEMV]++;
+	g_ctx.launches[kind]++;
 	return STRATA_OK;
 }
 
-// The h rows a CTA of the row-streaming kernels' down launch stages at most
-// (the slots of its contiguous range of tasks g.tpc, of the grid's CTAs).
-uint32_t gv_down_rows(const MoeParams *p, const gv::Args &g, uint32_t grid)
+// The row-streaming kernel's two launches (gate|up, down) for format FMT and
+// NT tokens per expert.
+template <int FMT, int NT>
+int gv_launch(MoeParams *p, const gv::Args (&a)[2], const uint32_t (&grid)[2], const uint32_t (&smem)[2], cudaStream_t st,
+	      struct strata_error *err)
 {
-	uint32_t most = 0;
-	for (uint32_t b = 0; b < grid; b++) {
-		const uint32_t s0 = b * g.tpc / g.nrs, s1 = ((b + 1) * g.tpc < g.ntask ? (b + 1) * g.tpc : g.ntask) - 1;
-		const uint32_t n = p->slot[s1 / g.nrs].a0 + p->slot[s1 / g.nrs].ntok - p->slot[s0].a0;
-		most = n > most ? n : most;
+	GvKernel k[2];
+	uint32_t nw[2];
+	for (int d = 0; d < 2; d++)
+		k[d] = gv_pick<FMT, NT>(a[d], d ? p->hidden : p->inter, g_ctx.cfg.sq_gv == 2, gv_q3i(NT), g_ctx.cfg.sq_gvw, &nw[d]);
+	return gv_pair(p, k, nw, a, grid, smem, gv::SMEM_MAX, STRATA_GPU_LAUNCH_SCALAR_GEMV, st, err);
+}
+
+// A row-streaming launch's tasks (d: 0 gate|up, 1 down; g.lsh set): 32 >>
+// lsh rows each, dealt in contiguous ranges to one CTA per SM at most; the
+// rows of x staged (xrows), or of h by the down launch's busiest CTA (the
+// slots of its range of tasks).  Returns the grid.
+uint32_t gv_tasks(const MoeParams *p, uint32_t d, uint32_t xrows, gv::Args &g)
+{
+	const uint32_t rw = 32u >> g.lsh, sms = (uint32_t)g_ctx.sms;
+	g.nrs = ((d ? p->hidden : p->inter) + rw - 1) / rw;
+	g.ntask = p->n_slots * g.nrs;
+	g.tpc = (g.ntask + sms - 1) / sms;
+	const uint32_t grid = (g.ntask + g.tpc - 1) / g.tpc;
+	g.xrows = xrows;
+	g.srows = xrows;
+	if (d) {
+		g.srows = 0;
+		for (uint32_t b = 0; b < grid; b++) {
+			const uint32_t s0 = b * g.tpc / g.nrs, s1 = ((b + 1) * g.tpc < g.ntask ? (b + 1) * g.tpc : g.ntask) - 1;
+			const uint32_t n = p->slot[s1 / g.nrs].a0 + p->slot[s1 / g.nrs].ntok - p->slot[s0].a0;
+			g.srows = n > g.srows ? n : g.srows;
+		}
 	}
-	return most;
+	return grid;
 }
 
 // Decode launches (<= gv::NTMAX tokens per expert) whose experts are all in
@@ -1545,13 +1582,10 @@ uint32_t gv_down_rows(const MoeParams *p, const gv::Args &g, uint32_t grid)
 // (*rc its result), 0 when another kernel should run instead.
 int run_dec_gv(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_error *err, int *rc)
 {
-	const uint32_t fmt = p->n_slots ? p->slot[0].fmt : 0;
-	if (!strata_fmt_is_scalar((int)fmt) || !g_ctx.cfg.sq_gv || !g_ctx.cfg.sq_dec || g_ctx.cfg.dec_warps >= 0 ||
+	const int fmt = one_fmt(p);
+	if (!strata_fmt_is_scalar(fmt) || !g_ctx.cfg.sq_gv || !g_ctx.cfg.sq_dec || g_ctx.cfg.dec_warps >= 0 ||
 	    g_ctx.cfg.split || maxtok > gv::NTMAX)
 		return 0;
-	for (uint32_t s = 1; s < p->n_slots; s++)
-		if (p->slot[s].fmt != fmt)
-			return 0;
 	const bool q4 = fmt == STRATA_FMT_Q4;
 	// q4 at 3 - 4 tokens: issue-bound here (4 dp2a per 8 weights and token),
 	// so the ring kernel's MMAs are faster on large launches (Kimi-K2 layer,
@@ -1560,9 +1594,7 @@ int run_dec_gv(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_err
 	if (q4 && maxtok >= 3 && (uint64_t)p->n_slots * 3 * p->hidden * p->inter > gv::Q4_RING_WEIGHTS)
 		return 0;
 	const FmtTab &f = p->tab[fmt];
-	uint32_t xrows = 0;
-	for (uint32_t i = 0; i < p->slot[p->n_slots - 1].a0 + p->slot[p->n_slots - 1].ntok; i++)
-		xrows = p->tok[i] + 1 > xrows ? p->tok[i] + 1 : xrows;
+	const uint32_t xrows = x_rows(p);
 	gv::Args a[2];
 	uint32_t grid[2], smem[2], mid;
 	// Chained with the L2 prefetch: the gate|up launch prefetches this layer's
@@ -1582,14 +1614,7 @@ int run_dec_gv(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_err
 			const uint32_t nb = q4 ? gv::Q4::NB : gv::Q3::NB;
 			g.lsh = l, g.nbat = (((g.cpr + (1u << l) - 1) >> l) + nb - 1) / nb;
 		}
-		const uint32_t rw = 32u >> g.lsh;
-		g.nrs = ((d ? p->hidden : p->inter) + rw - 1) / rw;
-		g.ntask = p->n_slots * g.nrs;
-		const uint32_t sms = (uint32_t)g_ctx.sms;
-		g.tpc = (g.ntask + sms - 1) / sms;
-		grid[d] = (g.ntask + g.tpc - 1) / g.tpc;
-		g.xrows = xrows;
-		g.srows = d ? gv_down_rows(p, g, grid[d]) : xrows;
+		grid[d] = gv_tasks(p, d, xrows, g);
 		const uint64_t bytes = gv::Smem::END + (uint64_t)g.srows * f.pc[d] * (q4 || gv_q3i(maxtok) ? 20 : 16) / 8;
 		if (g.srows > gv::SRMAX || bytes > gv::SMEM_MAX)
 			return 0;
@@ -1610,39 +1635,23 @@ int run_dec_gv(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_err
 
 // The tier row-streaming kernel (moe_dec_tr.cuh) of one launch: format FMT,
 // decoder DEC (gv::Tier), W warps per CTA, lanes per row 1 << lsh at compile time
-// where the launch's rows and chunks divide evenly, else at run time; *i its
-// index among the three.
-template <int FMT, int DEC, int W> GvKernel tr_pick(const gv::Args &g, uint32_t nrows, int *i)
+// where the launch's rows and chunks divide evenly, else at run time.
+template <int FMT, int DEC, int W> GvKernel tr_pick(const gv::Args &g, uint32_t nrows)
 {
 	using P = gv::Tier<FMT, DEC>;
 	const bool full = g.cpr % (1u << g.lsh) == 0 && nrows % (32u >> g.lsh) == 0;
-	*i = full && g.lsh == 2 ? 0 : full && g.lsh == 1 ? 1 : 2;
-	return *i == 0 ? gv::gv_kernel<FMT, P, 1, 2, true, W>
-	     : *i == 1 ? gv::gv_kernel<FMT, P, 1, 1, true, W>
-		       : gv::gv_kernel<FMT, P, 1, -1, false, W>;
+	return full && g.lsh == 2 ? gv::gv_kernel<FMT, P, 1, 2, true, W>
+	     : full && g.lsh == 1 ? gv::gv_kernel<FMT, P, 1, 1, true, W>
+				  : gv::gv_kernel<FMT, P, 1, -1, false, W>;
 }
 
 // Its two launches (gate|up, down), each of W warps per CTA.
 template <int FMT, int DEC, int W>
 int tr_launch(MoeParams *p, const gv::Args (&a)[2], const uint32_t (&grid)[2], cudaStream_t st, struct strata_error *err)
 {
-	static bool attr[3];
 	const uint32_t smem = DEC ? gv::SMEM_MAX : gv::TR_ZERO_AT + 256;
-	GvKernel k[2];
-	for (int d = 0; d < 2; d++) {
-		int i;
-		k[d] = tr_pick<FMT, DEC, W>(a[d], d ? p->hidden : p->inter, &i);
-		if (!attr[i]) {
-			CU_TRY(err, cudaFuncSetAttribute(k[d], cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-			attr[i] = true;
-		}
-	}
-	int rc;
-	if ((rc = launch_k(k[0], grid[0], 32 * W, smem, st, g_ctx.chain, err, *p, a[0])) ||
-	    (rc = launch_k(k[1], grid[1], 32 * W, smem, st, g_ctx.chain || a[1].pdl, err, *p, a[1])))
-		return rc;
-	g_ctx.launches[STRATA_GPU_LAUNCH_TIER_GEMV]++;
-	return STRATA_OK;
+	const GvKernel k[2] = { tr_pick<FMT, DEC, W>(a[0], p->inter), tr_pick<FMT, DEC, W>(a[1], p->hidden) };
+	return gv_pair(p, k, { W, W }, a, grid, { smem, smem }, smem, STRATA_GPU_LAUNCH_TIER_GEMV, st, err);
 }
 
 template <int FMT, int DEC>
@@ -1664,14 +1673,11 @@ int tr_launch_w(MoeParams *p, const gv::Args (&a)[2], const uint32_t (&grid)[2],
 // 1 when it ran (*rc its result), 0 when another kernel should run instead.
 int run_dec_tr(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_error *err, int *rc)
 {
-	const uint32_t fmt = p->n_slots ? p->slot[0].fmt : 0;
+	const int fmt = one_fmt(p);
 	int dec = g_ctx.cfg.dec_tr;
 	if (!dec || fmt < STRATA_FMT_HOT || fmt > STRATA_FMT_COLD || g_ctx.cfg.dec_warps >= 0 || g_ctx.cfg.split ||
 	    maxtok != 1)
 		return 0;
-	for (uint32_t s = 1; s < p->n_slots; s++)
-		if (p->slot[s].fmt != fmt)
-			return 0;
 	if (dec < 0) {
 		// auto: each format's decoder that measured fastest, faster than the
 		// ring kernel, at the Kimi-K2 shape (kernels.h)
@@ -1680,9 +1686,7 @@ int run_dec_tr(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_err
 		dec = fmt == STRATA_FMT_HOT ? 1 : fmt == STRATA_FMT_WARM ? 2 : 3;
 	}
 	const FmtTab &f = p->tab[fmt];
-	uint32_t xrows = 0;
-	for (uint32_t i = 0; i < p->slot[p->n_slots - 1].a0 + p->slot[p->n_slots - 1].ntok; i++)
-		xrows = p->tok[i] + 1 > xrows ? p->tok[i] + 1 : xrows;
+	const uint32_t xrows = x_rows(p);
 	const uint32_t sms = (uint32_t)g_ctx.sms;
 	// The geometry of launch d with w warps per CTA; its key.
 	auto geom = [&](uint32_t d, uint32_t w, gv::Args &g) {
@@ -1716,13 +1720,7 @@ int run_dec_tr(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_err
 		g.pf0 = d ? mid : 0, g.pf1 = d ? p->npf : mid;
 		g.cpr = f.pc[d] / 256;
 		geom(d, w, g);
-		const uint32_t rw = 32u >> g.lsh;
-		g.nrs = ((d ? p->hidden : p->inter) + rw - 1) / rw;
-		g.ntask = p->n_slots * g.nrs;
-		g.tpc = (g.ntask + sms - 1) / sms;
-		grid[d] = (g.ntask + g.tpc - 1) / g.tpc;
-		g.xrows = xrows;
-		g.srows = d ? gv_down_rows(p, g, grid[d]) : xrows;
+		grid[d] = gv_tasks(p, d, xrows, g);
 		const uint64_t bytes = gv::Smem::END + (uint64_t)g.srows * f.pc[d] * 2;
 		if (g.srows > gv::SRMAX || bytes > gv::TR_ZERO_AT)
 			return 0;
