@@ -129,20 +129,11 @@ static int parse_u32(const char *key, const char *v, uint32_t *out, struct strat
 	return STRATA_OK;
 }
 
-/* "0" | "1". */
-static int parse_bit(const char *key, const char *v, int *out, struct strata_error *err)
+/* One digit, "0" .. max. */
+static int parse_digit(const char *key, const char *v, int max, int *out, struct strata_error *err)
 {
-	if (strcmp(v, "0") && strcmp(v, "1"))
-		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: %s=%s: want 0 or 1", key, v);
-	*out = v[0] == '1';
-	return STRATA_OK;
-}
-
-/* "0" | "1" | "2". */
-static int parse_012(const char *key, const char *v, int *out, struct strata_error *err)
-{
-	if (strcmp(v, "0") && strcmp(v, "1") && strcmp(v, "2"))
-		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: %s=%s: want 0, 1 or 2", key, v);
+	if (v[0] < '0' || v[0] > '0' + max || v[1])
+		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: %s=%s: want a digit 0 - %d", key, v, max);
 	*out = v[0] - '0';
 	return STRATA_OK;
 }
@@ -176,30 +167,28 @@ int strata_gpu_moe_config_parse(const char *text, struct strata_moe_config *c, s
 		} else if (!strcmp(kv, "bf16_kc")) {
 			rc = parse_u32(kv, v, &c->bf16_kc, err);
 		} else if (!strcmp(kv, "poison")) {
-			rc = parse_bit(kv, v, &c->poison, err);
+			rc = parse_digit(kv, v, 1, &c->poison, err);
 		} else if (!strcmp(kv, "sqdec")) {
 			if (strcmp(v, "auto") && strcmp(v, "off") && strcmp(v, "0"))
 				return STRATA_ERR(err, STRATA_EINVAL, "kernel config: sqdec=%s: want auto or off", v);
 			c->sq_dec = !strcmp(v, "auto") ? -1 : 0;
 		} else if (!strcmp(kv, "sq_pf")) {
-			rc = parse_bit(kv, v, &c->sq_pf, err);
+			rc = parse_digit(kv, v, 1, &c->sq_pf, err);
 		} else if (!strcmp(kv, "sq_xs")) {
-			rc = parse_bit(kv, v, &c->sq_xs, err);
+			rc = parse_digit(kv, v, 1, &c->sq_xs, err);
 		} else if (!strcmp(kv, "sq_gv")) {
-			rc = parse_012(kv, v, &c->sq_gv, err);
+			rc = parse_digit(kv, v, 2, &c->sq_gv, err);
 		} else if (!strcmp(kv, "sq_l2pf")) {
-			rc = parse_012(kv, v, &c->sq_l2pf, err);
+			rc = parse_digit(kv, v, 2, &c->sq_l2pf, err);
 		} else if (!strcmp(kv, "dec_tr")) {
 			if (!strcmp(v, "auto"))
 				c->dec_tr = -1;
-			else if (!strcmp(v, "3"))
-				c->dec_tr = 3;
 			else
-				rc = parse_012(kv, v, &c->dec_tr, err);
+				rc = parse_digit(kv, v, 3, &c->dec_tr, err);
 		} else if (!strcmp(kv, "sq_pdl")) {
-			rc = parse_bit(kv, v, &c->sq_pdl, err);
+			rc = parse_digit(kv, v, 1, &c->sq_pdl, err);
 		} else if (!strcmp(kv, "sq_q3i")) {
-			rc = parse_012(kv, v, &c->sq_q3i, err);
+			rc = parse_digit(kv, v, 2, &c->sq_q3i, err);
 		} else if (!strcmp(kv, "sq_gvl")) {
 			uint32_t l = 0;
 			if (strlen(v) > 2 || (rc = parse_u32(kv, v, &l, err)))
