@@ -1016,19 +1016,22 @@ static void test_moe_scalar(void **state)
 	strata_gpu_free(dext), strata_gpu_free(dx), strata_gpu_free(dy);
 }
 
-/* Whether STRATA_CASES (name,...: a short memcheck run) picks a case. */
-static int case_picked(const char *name)
+/* Whether name holds one of the comma-separated items of list (a NULL or
+ * empty list: every name). */
+static int case_in(const char *list, const char *name)
 {
-	const char *only = getenv("STRATA_CASES");
-	if (!only || !*only)
+	if (!list || !*list)
 		return 1;
 	char buf[256], *save = NULL;
-	snprintf(buf, sizeof(buf), "%s", only);
+	snprintf(buf, sizeof(buf), "%s", list);
 	for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
 		if (strstr(name, tok))
 			return 1;
 	return 0;
 }
+
+/* Whether STRATA_CASES (name,...: a short memcheck run) picks a case. */
+static int case_picked(const char *name) { return case_in(getenv("STRATA_CASES"), name); }
 
 /* The row-streaming q4/q3 kernel (moe_dec_gv.cuh) at the Kimi-K2 and
  * Qwen3-30B-A3B expert shapes, 1 - 4 tokens, padded rows, and mixed with tier
@@ -1088,14 +1091,9 @@ static void test_moe_scalar_gv(void **state)
 		assert_int_equal(strata_gpu_moe_config_parse(cfgs[ci].cfg, &kc, &err), STRATA_OK);
 		kernel_config(&kc);
 		for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
-			int in = !cfgs[ci].cases;
-			char buf[128], *save = NULL;
-			snprintf(buf, sizeof(buf), "%s", cfgs[ci].cases ? cfgs[ci].cases : "");
-			for (char *tok = strtok_r(buf, ",", &save); tok && !in; tok = strtok_r(NULL, ",", &save))
-				in = strstr(cases[c].name, tok) != NULL;
 			/* STRATA_CASES=name,...: only the cases whose names hold one of
 			 * these (a short memcheck run) */
-			if (!in || !case_picked(cases[c].name))
+			if (!case_in(cfgs[ci].cases, cases[c].name) || !case_picked(cases[c].name))
 				continue;
 			const uint64_t g0 = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_SCALAR_GEMV);
 			run_moe_case(&cases[c]);
