@@ -218,6 +218,12 @@ int strata_gpu_moe_check(int fmt, uint32_t hidden, uint32_t inter, struct strata
  *                                                sm90ph (8): sm90pc's tile as fp16 tiles
  *                                                (fp16(scale * f * 2^E), E per weight row, fp16
  *                                                activations with the range guard, fp16 MMAs);
+ *                                                sm90pp (9): sm90pc persistent (a CTA per SM
+ *                                                running every gridDim.x-th tile, the next
+ *                                                tile's first steps decoded during the
+ *                                                epilogue); sm90pp2 (10): the same with
+ *                                                two steps per producer hand-over (one
+ *                                                proxy fence per two steps);
  *                                                mma (2): the mma.sync kernel
  *                                                (kernels/moe_prefill.cuh); auto (0): sm90 for
  *                                                bf16 experts with >= 192 tokens, sm90pc for

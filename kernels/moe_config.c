@@ -77,10 +77,10 @@ int strata_gpu_moe_config_validate(const struct strata_moe_config *c, struct str
 		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: sq_l2pf must be 0, 1 or 2");
 	if (c->sq_pdl != 0 && c->sq_pdl != 1)
 		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: sq_pdl must be 0 or 1");
-	if (c->pf_path < 0 || c->pf_path > 8)
+	if (c->pf_path < 0 || c->pf_path > 10)
 		return STRATA_ERR(err, STRATA_EINVAL,
 				  "kernel config: pf_path must be 0 (auto), 1 (sm90), 2 (mma), 3 (sm90ws), 4 (sm90p), 5 (sm90p1), "
-				  "6 (sm90p3), 7 (sm90pc) or 8 (sm90ph)");
+				  "6 (sm90p3), 7 (sm90pc), 8 (sm90ph), 9 (sm90pp) or 10 (sm90pp2)");
 	if (c->dec_tr < -1 || c->dec_tr > 3)
 		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: dec_tr %d (-1 auto, 0 off, 1, 2 or 3)", c->dec_tr);
 	if (!c->pf_tiles_min)
@@ -200,7 +200,7 @@ int strata_gpu_moe_config_parse(const char *text, struct strata_moe_config *c, s
 			c->sq_gvw = atoi(v);
 		} else if (!strcmp(kv, "prefill")) {
 			static const char *const pf_names[] = { "auto",  "sm90",   "mma",    "sm90ws", "sm90p",
-								"sm90p1", "sm90p3", "sm90pc", "sm90ph" };
+								"sm90p1", "sm90p3", "sm90pc", "sm90ph", "sm90pp", "sm90pp2" };
 			const int nk = (int)(sizeof(pf_names) / sizeof(pf_names[0]));
 			int k = 0;
 			while (k < nk && strcmp(v, pf_names[k]))
@@ -208,7 +208,7 @@ int strata_gpu_moe_config_parse(const char *text, struct strata_moe_config *c, s
 			if (k == nk)
 				return STRATA_ERR(err, STRATA_EINVAL,
 						  "kernel config: prefill=%s: want auto, sm90, sm90ws, sm90p, sm90p1, sm90p3, sm90pc, "
-						  "sm90ph or mma",
+						  "sm90ph, sm90pp, sm90pp2 or mma",
 						  v);
 			c->pf_path = k;
 		} else if (!strcmp(kv, "prefill_tiles")) {

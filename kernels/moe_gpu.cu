@@ -1801,8 +1801,10 @@ constexpr uint32_t PF_SMALL_MAX = 64;
 // per tile of BM rows (gate|up: BM/2 rows of gate and of up) x BN tokens)
 // for the slots in P; *attr_set (bit) records the shared-memory attribute.
 typedef void (*PfKernel)(pf::PParams);
+// persist: a grid of min(tiles, SMs) CTAs (the kernel runs every gridDim.x-th
+// tile from its own).
 int pf_launch_pair(pf::PParams *P, cudaStream_t st, struct strata_error *err, PfKernel gu, PfKernel dn, uint32_t bm,
-		   uint32_t bn, uint32_t nthr, uint32_t smem, uint32_t *attr_set, uint32_t bit)
+		   uint32_t bn, uint32_t nthr, uint32_t smem, uint32_t *attr_set, uint32_t bit, bool persist = false)
 {
 	if (!(*attr_set & bit)) {
 		CU_TRY(err, cudaFuncSetAttribute(gu, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
@@ -1817,7 +1819,8 @@ int pf_launch_pair(pf::PParams *P, cudaStream_t st, struct strata_error *err, Pf
 			tiles += (down ? nrt_dn : nrt_gu) * ((P->slot[q].ntok + bn - 1) / bn);
 		}
 		P->n_tiles = tiles;
-		(down ? dn : gu)<<<tiles, nthr, smem, st>>>(*P);
+		const uint32_t grid = persist && tiles > (uint32_t)g_ctx.sms ? (uint32_t)g_ctx.sms : tiles;
+		(down ? dn : gu)<<<grid, nthr, smem, st>>>(*P);
 		cudaError_t ce = cudaGetLastError();
 		if (ce != cudaSuccess)
 			return STRATA_ERR(err, STRATA_EGPU, "strata_moe_layer_gpu: prefill launch: %s",
@@ -1839,7 +1842,7 @@ template <int KIND> int pf90_launch(pf::PParams *P, cudaStream_t st, struct stra
 {
 	using K = pf90::Kind<KIND>;
 	int rc = pf_launch_pair(P, st, err, pf90::gemm<false, KIND>, pf90::gemm<true, KIND>, K::BM, K::BN, K::NTHR,
-				K::SMEM, &g_ctx.pf90_attr, 1u << KIND);
+				K::SMEM, &g_ctx.pf90_attr, 1u << KIND, K::PERSIST);
 	if (!rc) {
 		g_ctx.launches[STRATA_GPU_LAUNCH_PREFILL_SM90] += 2;
 		if (K::PROD)
@@ -1869,8 +1872,10 @@ constexpr int PF90_TIER_AUTO = pf90::K_TIER_PC;
 // (4 bf16, 5 tier, 6 tier warp-specialized, 7 / 8 / 9 / 10 tier as BF16 tiles
 // with two / one / three producer warpgroups / two and the activations
 // staged by the MMA warpgroups: prefill=sm90p / sm90p1 / sm90p3 / sm90pc, 11
-// sm90pc's tile as fp16 tiles: prefill=sm90ph; bf16 experts as sm90).
-constexpr int PF_GROUPS = 12;
+// sm90pc's tile as fp16 tiles: prefill=sm90ph, 12 / 13 sm90pc persistent
+// with one / two steps per producer hand-over: prefill=sm90pp / sm90pp2;
+// bf16 experts as sm90).
+constexpr int PF_GROUPS = 14;
 int pf_group(int fmt, uint32_t nt)
 {
 	const int p = g_ctx.cfg.pf_path;
@@ -1889,7 +1894,9 @@ int pf_group(int fmt, uint32_t nt)
 			    : p == 6 ? pf90::K_TIER_P3
 			    : p == 7 ? pf90::K_TIER_PC
 			    : p == 8 ? pf90::K_TIER_PH
-				     : pf90::K_TIER);
+			    : p == 9 ? pf90::K_TIER_PP
+			    : p == 10 ? pf90::K_TIER_PP2
+				      : pf90::K_TIER);
 	return nt >= 192 ? 0 : nt <= PF_SMALL_MAX ? 3 : tier ? 2 : 1;
 }
 
@@ -1964,11 +1971,11 @@ int run_prefill(const struct strata_moe_call *c, const uint32_t *count, const ui
 			pp->tok[n] = c->assign_token[src];
 			pp->w[n] = c->assign_weight[src];
 			// fp16 rows for tier experts whose MMAs take fp16 (not the
-			// BF16 tiles of sm90p / sm90p1 / sm90p3 / sm90pc: bf16 rows, no
-			// range guard)
+			// BF16 tiles of sm90p / sm90p1 / sm90p3 / sm90pc / sm90pp*: bf16
+			// rows, no range guard)
 			const int grp = pf_group(c->fmts[e], count[e + 1] - count[e]);
 			pp->f16[n] = c->fmts[e] != STRATA_FMT_BF16 &&
-				     (grp < 4 + pf90::K_TIER_P || grp > 4 + pf90::K_TIER_PC);
+				     (grp < 4 + pf90::K_TIER_P || grp == 4 + pf90::K_TIER_PH);
 			n++, a++;
 			if (n == PREP_MAX)
 				rc = flush();
@@ -2016,6 +2023,8 @@ int run_prefill(const struct strata_moe_call *c, const uint32_t *count, const ui
 			   : grp == 9 ? pf90_launch<pf90::K_TIER_P3>(P, st, err)
 			   : grp == 10 ? pf90_launch<pf90::K_TIER_PC>(P, st, err)
 			   : grp == 11 ? pf90_launch<pf90::K_TIER_PH>(P, st, err)
+			   : grp == 12 ? pf90_launch<pf90::K_TIER_PP>(P, st, err)
+			   : grp == 13 ? pf90_launch<pf90::K_TIER_PP2>(P, st, err)
 			   : grp == 0 ? pf_launch<CfgWide>(P, st, err)
 			   : grp == 3 ? pf_launch<CfgSmall>(P, st, err)
 			   : grp == 2 ? pf_launch<Cfg128w16>(P, st, err)

@@ -591,11 +591,10 @@ __device__ __forceinline__ void tile_sel(const PParams &p, const PSlot &s, uint3
 	tile<F, DOWN, C, false>(p, s, rt, tt);
 }
 
-// The slot, row tile rt and token tile tt of this CTA (grid: one CTA per tile
-// of BN tokens, slots in order from their tile0).
-__device__ __forceinline__ const PSlot &cta_tile(const PParams &p, uint32_t bn, uint32_t &rt, uint32_t &tt)
+// The slot of tile b of the launch (tiles of BN tokens, slots in order from
+// their tile0), its row tile rt and token tile tt.
+__device__ __forceinline__ const PSlot &slot_tile(const PParams &p, uint32_t b, uint32_t bn, uint32_t &rt, uint32_t &tt)
 {
-	const uint32_t b = blockIdx.x;
 	int lo = 0, hi = (int)p.n_slots - 1;
 	while (lo < hi) {
 		int mid = (lo + hi + 1) >> 1;
@@ -608,6 +607,11 @@ __device__ __forceinline__ const PSlot &cta_tile(const PParams &p, uint32_t bn, 
 	const uint32_t ntt = (s.ntok + bn - 1) / bn, local = b - s.tile0;
 	tt = local % ntt, rt = local / ntt; // neighbours share the rows (L2)
 	return s;
+}
+// The same for this CTA's tile (grid: one CTA per tile).
+__device__ __forceinline__ const PSlot &cta_tile(const PParams &p, uint32_t bn, uint32_t &rt, uint32_t &tt)
+{
+	return slot_tile(p, blockIdx.x, bn, rt, tt);
 }
 
 template <bool DOWN, class C> __global__ void __launch_bounds__(C::NTHR, C::MINB) pf_gemm(const __grid_constant__ PParams p)

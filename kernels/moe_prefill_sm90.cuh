@@ -1097,6 +1097,257 @@ __device__ __forceinline__ void tile_p(const PParams &p, const PSlot &s, uint32_
 	epilogue<FmtBF16, DOWN>(p, s, row0, tok0, acc, tid, 0, [] { bar_sync(BAR_MMA, 256); });
 }
 
+// Persistent sm90pc (prefill=sm90pp): a CTA per SM (grid min(tiles, SMs))
+// runs tiles blockIdx.x, + gridDim.x, ... of the launch through one buffer
+// ring, so a tile's start and end overlap its neighbours' instead of costing
+// a CTA each (ncu of sm90pc at Kimi, 256 tokens: 460 / 292 us for 3 / 7 waves
+// of 112- / 24-step tiles, i.e. about 1.27 us per step and 11 us per tile
+// outside the steps: the raw block 0 from DRAM, the first decode, the
+// wgmmas' drain, the epilogue).  The step counter g runs over the CTA's
+// tiles: buffer g % NB, raw ring slot gb % NR (gb: blocks); the producers
+// issue the next tile's raw block 0 while they decode the current tile's
+// last block and run on into its first steps (up to NB - 1 ahead) while the
+// MMA warpgroups wait for their last wgmmas and run the epilogue; the MMA
+// warpgroups' activation copies (NB - 1 steps ahead) cross into the next
+// tile too.  The MMA warpgroups release a tile's last step right after its
+// wgmma.wait_group 0 (not at the next step); every step g with g + NB < G
+// (G: the CTA's steps) is released once, which the producers wait for at
+// step g + NB.  Tiles are tier experts of any of the three formats (the
+// producers' decode per tile by format; the MMA side is format-free).
+template <class F, bool DOWN, class W> struct PPRows {
+	const uint8_t *rowp[W::RA];
+	uint32_t roff[W::RA];
+	uint32_t rok;
+	__device__ __forceinline__ PPRows(const PParams &p, const PSlot &s, uint32_t rt, uint32_t q)
+	{
+		constexpr int BM = W::BM;
+		const FmtTab &f = p.tab[s.fmt];
+		const uint32_t d = DOWN, ci = q & 7, row0 = DOWN ? rt * BM : rt * (BM / 2);
+		const uint32_t nrows = DOWN ? p.hidden : p.inter;
+		const uint8_t *m0 = s.ext + f.off[DOWN ? 2 : 0], *m1 = s.ext + f.off[DOWN ? 2 : 1];
+		rok = 0;
+#pragma unroll
+		for (int r = 0; r < W::RA; r++) {
+			const uint32_t i = (q >> 3) + W::RS * r;
+			const pf::TierRow row{ !DOWN && i >= BM / 2 ? m1 : m0, DOWN ? row0 + i : row0 + i % (BM / 2), f.rowc[d],
+					       f.rows_[d], f.soff[d] };
+			rowp[r] = pf::tier_rowp<F>(row, ci);
+			rok |= (uint32_t)(row.rr < nrows) << r;
+			const uint32_t ml = (uint32_t)(uintptr_t)(!DOWN && i >= BM / 2 ? m1 : m0);
+			roff[r] = ((ml + (uint32_t)row.rr * (uint32_t)f.rowc[d]) & 15) |
+				  ((ml + (uint32_t)f.soff[d] + (uint32_t)row.rr * (uint32_t)f.rows_[d]) & 15) << 8;
+		}
+	}
+	// raw block b of the rows into ring slot sr (shared address)
+	__device__ __forceinline__ void issue(uint32_t sr, uint32_t b, uint32_t q, const uint8_t *zero) const
+	{
+#pragma unroll
+		for (int r = 0; r < W::RA; r++)
+			pf::stage_tier_p<F>(sr + ((q >> 3) + W::RS * r) * W::RPITCH, rowp[r], b, q & 7, rok >> r & 1, zero);
+	}
+};
+
+// Raw block 0 of tile (s, rt) into ring slot sr, by the tile's format.
+template <bool DOWN, class W>
+__device__ __forceinline__ void pp_issue0(const PParams &p, const PSlot &s, uint32_t rt, uint32_t q, uint32_t sr)
+{
+	switch (s.fmt) {
+	case STRATA_FMT_HOT: PPRows<FmtHot, DOWN, W>(p, s, rt, q).issue(sr, 0, q, s.ext); break;
+	case STRATA_FMT_WARM: PPRows<FmtWarm, DOWN, W>(p, s, rt, q).issue(sr, 0, q, s.ext); break;
+	case STRATA_FMT_COLD: PPRows<FmtCold, DOWN, W>(p, s, rt, q).issue(sr, 0, q, s.ext); break;
+	default: break;
+	}
+}
+
+// The producers' steps of tile (s, rt): nk steps from global step g, raw
+// blocks from global block gb (block 0 already issued into slot gb % NR);
+// ns: the CTA's next tile (nrt its row tile) or null.  S steps per proxy
+// fence and FULL hand-over (S = 2: prefill=sm90pp2; ncu of sm90pc had 9% of
+// the producers' stall samples on the fence and the arrive after it).
+template <class F, bool DOWN, int S, class W>
+__device__ __forceinline__ void pp_produce(const PParams &p, const PSlot &s, uint32_t rt, uint32_t nk, const PSlot *ns,
+					   uint32_t nrt, uint32_t q, uint32_t sbase, uint32_t pad, uint32_t &g, uint32_t &gb)
+{
+	constexpr int NB = W::NB;
+	static_assert(S == 1 || S == 2, "steps per hand-over (a block's 4 steps in whole groups)");
+	const PPRows<F, DOWN, W> R(p, s, rt, q);
+	const uint32_t ci = q & 7, nb = nk / 4;
+	for (uint32_t k0 = 0; k0 < nk; k0 += S, g += S) {
+#pragma unroll
+		for (int u = 0; u < S; u++) {
+			const uint32_t ks = k0 + u, gg = g + u, b = ks >> 2;
+			if ((ks & 3) == 0) {
+				pf::wait<0>();              // raw block gb landed (this thread's copies)
+				bar_sync(BAR_PROD, W::NPT); // everyone's; every producer is done with block gb - 1
+				const uint32_t sn = sbase + W::RAW_OFF + ((gb + 1) % W::NR) * W::RAW;
+				if (b + 1 < nb)
+					R.issue(sn, b + 1, q, s.ext);
+				else if (ns)
+					pp_issue0<DOWN, W>(p, *ns, nrt, q, sn);
+				pf::commit();
+			}
+			if (gg >= (uint32_t)NB)
+				bar_sync(BAR_EMPTY + gg % NB, W::NTHR);
+			// Step ks: rows q / 8 + RS r of the A tile of buffer gg % NB
+			// (sm90pc's decode: every row's code words and scale first, then
+			// the decodes).
+			const uint32_t j = 8 * (ks & 3) + ci;
+			const uint32_t sr = pad + W::RAW_OFF + (gb % W::NR) * W::RAW, da = pad + (gg % NB) * W::BUF;
+			const uint32_t pb = F::BITS8 * j, wq = pb >> 5, wq1 = wq + 1 == F::NW ? 0 : wq + 1;
+			uint32_t x0[W::RA], x1[W::RA];
+			float sc[W::RA];
+#pragma unroll
+			for (int r = 0; r < W::RA; r++) {
+				const uint32_t src = sr + ((q >> 3) + W::RS * r) * W::RPITCH;
+				const uint32_t c = src + ((R.roff[r] + b * F::CODE_BYTES) & 15);
+				x0[r] = lds32(c + 4 * wq), x1[r] = lds32(c + 4 * wq1);
+				sc[r] = F::scale(src + RAW_SCALE + (((R.roff[r] >> 8) + b * F::SCALE_BYTES) & 15));
+			}
+#pragma unroll
+			for (int r = 0; r < W::RA; r++) {
+				uint32_t o[4];
+				F::decode8x(__funnelshift_r(x0[r], x1[r], pb), o);
+				store_bf16(o, sc[r], da, (q >> 3) + W::RS * r, ci);
+			}
+			if ((ks & 3) == 3)
+				gb++;
+		}
+		fence_proxy_async();
+#pragma unroll
+		for (int u = 0; u < S; u++)
+			bar_arrive(BAR_FULL + (g + u) % NB, W::NTHR);
+	}
+}
+
+template <bool DOWN, int S> __device__ __forceinline__ void tile_pp(const PParams &p, uint32_t pad)
+{
+	using W = GeoP<2, true, false>;
+	constexpr int BN = W::BN, NB = W::NB, NA = 64;
+	const int tid = threadIdx.x;
+	const uint32_t sbase = (uint32_t)__cvta_generic_to_shared(g_smem) + pad;
+	const uint32_t nt = p.n_tiles, step = gridDim.x;
+
+	if (tid >= 256) {
+		reg_dec<W::REG_P>();
+		const uint32_t q = tid - 256;
+		uint32_t g = 0, gb = 0, t = blockIdx.x, rt, tt;
+		const PSlot *s = &pf::slot_tile(p, t, BN, rt, tt);
+		pp_issue0<DOWN, W>(p, *s, rt, q, sbase + W::RAW_OFF);
+		pf::commit();
+		while (true) {
+			const uint32_t t2 = t + step;
+			uint32_t nrt = 0;
+			const PSlot *ns = t2 < nt ? &pf::slot_tile(p, t2, BN, nrt, tt) : nullptr;
+			const uint32_t nk = p.tab[s->fmt].pc[DOWN] / BK;
+			switch (s->fmt) {
+			case STRATA_FMT_HOT: pp_produce<FmtHot, DOWN, S, W>(p, *s, rt, nk, ns, nrt, q, sbase, pad, g, gb); break;
+			case STRATA_FMT_WARM: pp_produce<FmtWarm, DOWN, S, W>(p, *s, rt, nk, ns, nrt, q, sbase, pad, g, gb); break;
+			case STRATA_FMT_COLD: pp_produce<FmtCold, DOWN, S, W>(p, *s, rt, nk, ns, nrt, q, sbase, pad, g, gb); break;
+			default: break;
+			}
+			if (!ns)
+				break;
+			t = t2, s = ns, rt = nrt;
+		}
+		pf::wait<0>();
+		return;
+	}
+
+	// MMA warpgroups.
+	reg_inc<W::REG_C>();
+	const int wg = tid >> 7;
+	const uint32_t ct = tid & 127, cn = ct >> 3, cc = ct & 7;
+	const uint16_t *act = DOWN ? p.hs : p.xs;
+	const uint32_t ld = DOWN ? p.ldh : p.ldx;
+	const uint32_t cstride = 16 * 2 * ld; // bytes between the thread's tokens
+	// G: the CTA's steps.
+	uint32_t G = 0;
+	for (uint32_t t = blockIdx.x; t < nt; t += step) {
+		uint32_t rt, tt;
+		G += p.tab[pf::slot_tile(p, t, BN, rt, tt).fmt].pc[DOWN] / BK;
+	}
+	// Copy cursor: step cks of tile ctl (cnk steps; source csrc, cvalid tokens
+	// of the thread's from its first), this warpgroup's 128 tokens as sm90pc.
+	uint32_t ctl = blockIdx.x, cks = 0, cnk = 0, cvalid = 0;
+	const uint8_t *csrc = nullptr;
+	auto cset = [&]() {
+		uint32_t rt, tt;
+		const PSlot &s = pf::slot_tile(p, ctl, BN, rt, tt);
+		const uint32_t tok0 = tt * BN + wg * 128 + cn;
+		cnk = p.tab[s.fmt].pc[DOWN] / BK;
+		cvalid = s.ntok > tok0 ? s.ntok - tok0 : 0;
+		csrc = reinterpret_cast<const uint8_t *>(act + (uint64_t)(s.a0 + tok0) * ld + 8 * cc);
+	};
+	auto issue_next = [&](uint32_t g) {
+		const uint32_t sb = sbase + (g % NB) * W::BUF + W::A_BYTES + wg * 128 * 128 + pf::swz(cn, cc);
+		const uint8_t *src = csrc + cks * BK * 2;
+		if (cvalid > 112) { // every token of the thread's (no selects)
+#pragma unroll
+			for (int r = 0; r < 8; r++, src += cstride)
+				pf::cp16z(sb + 16 * 128 * r, src, 16);
+		} else {
+#pragma unroll
+			for (int r = 0; r < 8; r++) {
+				const bool v = (uint32_t)(16 * r) < cvalid;
+				pf::cp16z(sb + 16 * 128 * r, v ? src + (uint64_t)r * cstride : (const uint8_t *)act,
+					  v ? 16 : 0);
+			}
+		}
+		if (++cks == cnk) {
+			cks = 0, ctl += step;
+			if (ctl < nt)
+				cset();
+		}
+	};
+	cset();
+#pragma unroll 1
+	for (uint32_t st = 0; st < (uint32_t)NB - 1; st++) {
+		if (st < G)
+			issue_next(st);
+		pf::commit();
+	}
+	float acc[2][NA];
+	const uint64_t d0 = desc(sbase);
+	uint32_t g = 0;
+	for (uint32_t t = blockIdx.x; t < nt; t += step) {
+		uint32_t rt, tt;
+		const PSlot &s = pf::slot_tile(p, t, BN, rt, tt);
+		const uint32_t nk = p.tab[s.fmt].pc[DOWN] / BK;
+#pragma unroll
+		for (int m = 0; m < 2; m++)
+#pragma unroll
+			for (int i = 0; i < NA; i++)
+				acc[m][i] = 0.0f;
+		for (uint32_t ks = 0; ks < nk; ks++, g++) {
+			const uint32_t bi = g % NB;
+			pf::wait<NB - 2>(); // this thread's copies of step g landed
+			fence_proxy_async();
+			bar_sync(BAR_FULL + bi, W::NTHR);
+			const uint64_t da = d0 + bi * (W::BUF >> 4), db = da + ((W::A_BYTES + wg * 128 * 128) >> 4);
+			wg_fence();
+#pragma unroll
+			for (int kk = 0; kk < BK / 16; kk++) {
+				wgmma_n128<false>(acc[0], da + 2 * kk, db + 2 * kk, 1);
+				wgmma_n128<false>(acc[1], da + ((64 * 128) >> 4) + 2 * kk, db + 2 * kk, 1);
+			}
+			wg_commit();
+			wg_wait<1>(); // the wgmmas of step g-1 are done: its buffer goes back
+			if (ks >= 1 && g - 1 + NB < G)
+				bar_arrive(BAR_EMPTY + (g - 1) % NB, W::NTHR);
+			if (g + NB - 1 < G)
+				issue_next(g + NB - 1);
+			pf::commit();
+		}
+		wg_wait<0>();
+		reg_fence<NA>(acc[0]), reg_fence<NA>(acc[1]);
+		if (g - 1 + NB < G) // the tile's last step goes back before the epilogue
+			bar_arrive(BAR_EMPTY + (g - 1) % NB, W::NTHR);
+		const uint32_t row0 = DOWN ? rt * W::BM : rt * (W::BM / 2);
+		epilogue<FmtBF16, DOWN>(p, s, row0, tt * BN, acc, tid, 0, [] { bar_sync(BAR_MMA, 256); });
+	}
+	pf::wait<0>();
+}
+
 template <class F>
 __device__ __forceinline__ void tile_segs(const PParams &p, const PSlot &s, uint32_t rt, uint32_t tt, uint32_t pad)
 {
@@ -1130,9 +1381,11 @@ __device__ __forceinline__ void tile_sel(const PParams &p, const PSlot &s, uint3
 
 // Kernels: bf16 experts (KIND 0), tier experts on tile (1), tile_ws (2),
 // tile_p with two (3), one (4) or three (5) producer warpgroups, or two with
-// the activations staged by the MMA warpgroups (6), the same as fp16 tiles (7).
+// the activations staged by the MMA warpgroups (6), the same as fp16 tiles (7),
+// (6) persistent (8: tile_pp, grid min(tiles, SMs)), the same with two steps
+// per producer hand-over (9).
 constexpr int K_BF16 = 0, K_TIER = 1, K_TIER_WS = 2, K_TIER_P = 3, K_TIER_P1 = 4, K_TIER_P3 = 5, K_TIER_PC = 6,
-	      K_TIER_PH = 7;
+	      K_TIER_PH = 7, K_TIER_PP = 8, K_TIER_PP2 = 9;
 template <int KIND> struct Kind {
 	static constexpr bool TIER = KIND != K_BF16;
 	static constexpr int NP = KIND == K_TIER_P1 ? 1 : KIND == K_TIER_P3 ? 3 : 2; // tile_p's producer warpgroups
@@ -1141,19 +1394,25 @@ template <int KIND> struct Kind {
 	static constexpr int NTHR = PROD ? GP::NTHR : KIND == K_TIER_WS ? GeoWS::NTHR : 256;
 	static constexpr uint32_t SMEM = PROD ? GP::SMEM : KIND == K_TIER_WS ? GeoWS::SMEM : Geo<TIER>::SMEM;
 	static constexpr int BM = 128, BN = PROD ? GP::BN : Geo<TIER>::BN;
+	static constexpr bool PERSIST = KIND >= K_TIER_PP;
+	static constexpr int S = KIND == K_TIER_PP2 ? 2 : 1; // tile_pp's steps per producer hand-over
 };
 
 // Grid: one CTA per tile of the slots in p (bf16 experts, or tier experts,
-// as KIND says).
+// as KIND says; K_TIER_PP: min(tiles, SMs) CTAs, each running every
+// gridDim.x-th tile).
 template <bool DOWN, int KIND>
 __global__ void __launch_bounds__(Kind<KIND>::NTHR, 1) gemm(const __grid_constant__ PParams p)
 {
 #if STRATA_PF90
 	constexpr bool TIER = Kind<KIND>::TIER, WS = KIND == K_TIER_WS;
-	uint32_t rt, tt;
-	const PSlot &s = pf::cta_tile(p, Kind<KIND>::BN, rt, tt);
 	const uint32_t raw = (uint32_t)__cvta_generic_to_shared(g_smem), pad = ((raw + 1023) & ~1023u) - raw;
-	if constexpr (Kind<KIND>::PROD) {
+	uint32_t rt = 0, tt = 0;
+	const PSlot &s = Kind<KIND>::PERSIST ? p.slot[0] : pf::cta_tile(p, Kind<KIND>::BN, rt, tt);
+	if constexpr (Kind<KIND>::PERSIST) {
+		tile_pp<DOWN, Kind<KIND>::S>(p, pad);
+		(void)s;
+	} else if constexpr (Kind<KIND>::PROD) {
 		constexpr int NP = Kind<KIND>::NP;
 		constexpr bool MC = Kind<KIND>::MC, H = Kind<KIND>::H;
 		switch (s.fmt) {

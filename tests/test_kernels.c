@@ -215,6 +215,10 @@ static void test_moe_config(void **state)
 	assert_int_equal(c.pf_path, 7);
 	assert_int_equal(strata_gpu_moe_config_parse("prefill=sm90ph", &c, &err), STRATA_OK);
 	assert_int_equal(c.pf_path, 8);
+	assert_int_equal(strata_gpu_moe_config_parse("prefill=sm90pp", &c, &err), STRATA_OK);
+	assert_int_equal(c.pf_path, 9);
+	assert_int_equal(strata_gpu_moe_config_parse("prefill=sm90pp2", &c, &err), STRATA_OK);
+	assert_int_equal(c.pf_path, 10);
 	assert_int_equal(strata_gpu_moe_config_parse("prefill=auto", &c, &err), STRATA_OK);
 	assert_int_equal(c.pf_path, 0);
 	/* auto's token count for tier experts as BF16 tiles */
@@ -237,7 +241,7 @@ static void test_moe_config(void **state)
 	static const char *const bad[] = { "dec=9x4", "dec=12", "split=65", "split=-1", "bf16dec=16x5",
 					   "bf16_kc=16", "prefill_min=0", "prefill_min=17x", "poison=2", "warps=8",
 					   "dec", "sqdec=8x4", "sq_pf=2", "sq_xs=2", "sq_gv=on", "sq_gv=3", "sq_l2pf=3", "sq_pdl=2", "dec=12x4t", "dec=10x2t", "dec=8x2tt",
-					   "dec=8x2u", "bf16dec=8x8t", "prefill=wgmma", "prefill=sm90p2", "prefill=sm90pf",
+					   "dec=8x2u", "bf16dec=8x8t", "prefill=wgmma", "prefill=sm90p2", "prefill=sm90pf", "prefill=sm90pq", "prefill=sm90pp3",
 					   "prefill_tiles=0", "prefill_tiles=on", "sq_q3i=3", "sq_gvw=4", "sq_gvw=16x", "sq_gvl=6", "sq_gvl=16", "sq_gvl=123", "sq_gvl=-1",
 					   "dec_tr=4", "dec_tr=on", "dec_tr=-1" };
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -361,7 +365,7 @@ static double bound_for(int fmt, int tier_bf16)
 }
 
 /* Whether tier experts with up to T tokens may take the BF16-tile prefill
- * kernel (prefill=sm90p, sm90p1, sm90p3, sm90pc, or auto from prefill_tiles
+ * kernel (prefill=sm90p, sm90p1, sm90p3, sm90pc, sm90pp, or auto from prefill_tiles
  * tokens, on an sm_90a GPU) under the current kernel configuration with
  * prefill_min pf_min (0: the configuration's).  Its fp16-tile variant
  * (sm90ph) keeps the fp16 paths' bound (measured <= 5.3e-4). */
@@ -373,7 +377,7 @@ static int tier_bf16_tiles(uint32_t T, uint32_t pf_min)
 	struct strata_moe_config kc;
 	strata_gpu_moe_config_get(&kc);
 	return usable && T >= (pf_min ? pf_min : kc.prefill_min) &&
-	       ((kc.pf_path >= 4 && kc.pf_path <= 7) || (kc.pf_path == 0 && T >= kc.pf_tiles_min));
+	       ((kc.pf_path >= 4 && kc.pf_path <= 7) || kc.pf_path >= 9 || (kc.pf_path == 0 && T >= kc.pf_tiles_min));
 }
 
 /* Tokens of the range-guard cases (outliers != 0): t % 4 == 1 has 1-3
@@ -819,11 +823,31 @@ static void test_moe_range(void **state)
 	/* the decode paths: test_moe_outliers */
 }
 
+/* Whether name holds one of the comma-separated items of list (a NULL or
+ * empty list: every name). */
+static int case_in(const char *list, const char *name)
+{
+	if (!list || !*list)
+		return 1;
+	char buf[256], *save = NULL;
+	snprintf(buf, sizeof(buf), "%s", list);
+	for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+		if (strstr(name, tok))
+			return 1;
+	return 0;
+}
+
+/* Whether STRATA_CASES (name,...: a short memcheck run) picks a case. */
+static int case_picked(const char *name) { return case_in(getenv("STRATA_CASES"), name); }
+
 /* The sm_90a prefill kernel (moe_prefill_sm90.cuh) against the reference,
  * forced for every prefill expert (prefill=sm90; sm90ws: tier experts on
  * the warp-specialized tile; sm90p / sm90p1 / sm90p3: tier experts as BF16
  * tiles of 256 tokens from two / one / three producer warpgroups, bf16 bound, their launches
- * counted; sm90pc: activations staged by the MMA warpgroups; sm90ph: the same
+ * counted; sm90pc: activations staged by the MMA warpgroups; sm90pp: sm90pc
+ * persistent (a CTA per SM running every gridDim.x-th tile: mixed formats,
+ * token tiles and row tiles in one CTA), sm90pp2: two steps per producer
+ * hand-over; sm90ph: the same
  * tile as fp16 tiles with per-row exponents, fp16 activations (the range-guard
  * cases: flagged down tiles staging h through registers); prefill_min=1),
  * then the same calls on the mma.sync kernel (prefill=mma): bf16 and tier experts,
@@ -851,7 +875,7 @@ static void test_moe_prefill_sm90(void **state)
 		{ "s90-cold-520", STRATA_FMT_COLD, 512, 320, 520, 2, 2, 1 }, /* 3 token tiles of 256 */
 		{ "s90-tiers-300", -3, 768, 384, 300, 3, 3, 1 },
 	};
-	static const char *const cfgs[] = { "prefill=sm90ph", "prefill=sm90p", "prefill=sm90pc", "prefill=sm90p1",
+	static const char *const cfgs[] = { "prefill=sm90pp", "prefill=sm90pp2", "prefill=sm90ph", "prefill=sm90p", "prefill=sm90pc", "prefill=sm90p1",
 					    "prefill=sm90p3", "prefill=sm90",  "prefill=sm90ws", "prefill=mma" };
 	const int usable = strata_gpu_moe_prefill_sm90_usable();
 	if (!usable)
@@ -871,16 +895,25 @@ static void test_moe_prefill_sm90(void **state)
 		const int bf16_tiles = kc.pf_path >= 4;
 		const uint64_t n0 = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_PREFILL_SM90),
 			       p0 = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_PREFILL_SM90P);
+		/* STRATA_CASES=name,...: only those cases (range cases: range-FMT-T),
+		 * without the launch counts below */
 		for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++)
-			run_moe_case(&cases[c]);
-		run_range_case(STRATA_FMT_HOT, 1024, 512, 160, 1);
-		run_range_case(STRATA_FMT_WARM, 640, 320, 200, 1);
-		run_range_case(STRATA_FMT_COLD, 672, 336, 100, 1);
-		run_range_case(STRATA_FMT_BF16, 512, 256, 100, 1);
+			if (case_picked(cases[c].name))
+				run_moe_case(&cases[c]);
+		if (case_picked("range-hot-160"))
+			run_range_case(STRATA_FMT_HOT, 1024, 512, 160, 1);
+		if (case_picked("range-warm-200"))
+			run_range_case(STRATA_FMT_WARM, 640, 320, 200, 1);
+		if (case_picked("range-cold-100"))
+			run_range_case(STRATA_FMT_COLD, 672, 336, 100, 1);
+		if (case_picked("range-bf16-100"))
+			run_range_case(STRATA_FMT_BF16, 512, 256, 100, 1);
 		const uint64_t n = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_PREFILL_SM90) - n0;
 		const uint64_t np = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_PREFILL_SM90P) - p0;
 		printf("prefill kernels '%s': %llu sm90 launches, %llu of them tier experts as BF16 tiles\n", cfgs[i],
 		       (unsigned long long)n, (unsigned long long)np);
+		if (getenv("STRATA_CASES"))
+			continue;
 		/* two launches (gate|up, down) per format group and call, two calls per case */
 		if (usable && kc.pf_path != 2)
 			assert_true(n >= 2 * 2 * (sizeof(cases) / sizeof(cases[0]) + 4));
@@ -1016,22 +1049,6 @@ static void test_moe_scalar(void **state)
 	strata_gpu_free(dext), strata_gpu_free(dx), strata_gpu_free(dy);
 }
 
-/* Whether name holds one of the comma-separated items of list (a NULL or
- * empty list: every name). */
-static int case_in(const char *list, const char *name)
-{
-	if (!list || !*list)
-		return 1;
-	char buf[256], *save = NULL;
-	snprintf(buf, sizeof(buf), "%s", list);
-	for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
-		if (strstr(name, tok))
-			return 1;
-	return 0;
-}
-
-/* Whether STRATA_CASES (name,...: a short memcheck run) picks a case. */
-static int case_picked(const char *name) { return case_in(getenv("STRATA_CASES"), name); }
 
 /* The row-streaming q4/q3 kernel (moe_dec_gv.cuh) at the Kimi-K2 and
  * Qwen3-30B-A3B expert shapes, 1 - 4 tokens, padded rows, and mixed with tier

@@ -16,8 +16,12 @@ waiting EMPTY before it rewrites a buffer's A tile.  prefill=sm90ph has
 sm90pc's hand-over unchanged (its row-exponent scan precedes the producer's
 first decode, and a down tile with a flagged token waits for its first
 activation copies and stages them again before the loop: both outside the
-modelled loop).  --mutate runs known broken schedules, which must fail (the
-model's own check).
+modelled loop).  prefill=sm90pp / sm90pp2 (tile_pp, persistent): the
+CTA's tiles through one ring with global step and raw-block counters, the
+next tile's raw block 0 issued during the tile's last block, the tile's last
+step released after wgmma.wait_group 0 (then an epilogue of random length),
+one or two steps per FULL hand-over.  --mutate runs known broken schedules,
+which must fail (the model's own check).
 
     /usr/bin/python3 experiments/kernels/tile_p_schedule.py [--seeds N] [--mutate]
 """
@@ -29,8 +33,11 @@ class Broken(Exception):
     pass
 
 
-def run(np_, nk, seed, nb=4, p=2, nr=2, raw_at=0, wg_wait=1, cp_wait=1, mc=False, mc_early=False):
+def run(np_, nk, seed, nb=4, p=2, nr=2, raw_at=0, wg_wait=1, cp_wait=1, mc=False, mc_early=False, tiles=None,
+        s=1, pp_keep_last=False, pp_early_last=False):
     rnd = random.Random(seed)
+    pp = tiles is not None  # prefill=sm90pp / sm90pp2: the CTA's tiles (K steps each) in one ring
+    G = sum(tiles) if pp else nk
     npt = 128 * np_
     nthr = 256 + npt
     a = [None] * nb          # step decoded into buffer b's A tile
@@ -83,6 +90,72 @@ def run(np_, nk, seed, nb=4, p=2, nr=2, raw_at=0, wg_wait=1, cp_wait=1, mc=False
         check_free(ks % nb, f"decode of step {ks}")
         a[ks % nb] = ks
         yield ('arrive', 1 + ks % nb, npt)
+
+    def decode_pp(g, blk):  # global step g from global raw block blk (the FULL arrive is the caller's)
+        if raw[blk % nr] != ('landed', blk):
+            raise Broken(f"decode of step {g} finds raw slot {raw[blk % nr]}, wants block {blk}")
+        check_free(g % nb, f"decode of step {g}")
+        yield ('time', clock[0] + rnd.randint(1, 20))
+        check_free(g % nb, f"decode of step {g}")
+        a[g % nb] = g
+
+    def producer_pp():
+        # prefill=sm90pp: global step g and raw block gb over the CTA's tiles; the
+        # next tile's block 0 issued while the tile's last block is decoded; s
+        # steps per FULL hand-over (sm90pp2: 2)
+        nblk = sum(t // 4 for t in tiles)
+        g = gb = 0
+        issue_raw(0)
+        commit()
+        for nk_t in tiles:
+            for k0 in range(0, nk_t, s):
+                for u in range(s):
+                    ks = k0 + u
+                    if ks & 3 == 0:
+                        yield from land(0)
+                        if gb + 1 < nblk:
+                            issue_raw(gb + 1)
+                        commit()
+                    if g + u >= nb:
+                        yield ('sync', 1 + nb + (g + u) % nb, npt)
+                    yield from decode_pp(g + u, gb)
+                    if ks & 3 == 3:
+                        gb += 1
+                for u in range(s):
+                    yield ('arrive', 1 + (g + u) % nb, npt)
+                g += s
+        yield from land(0)
+
+    def consumer_pp():
+        for st in range(nb - 1):
+            if st < G:
+                issue_act(st)
+            commit()
+        g = 0
+        for nk_t in tiles:
+            for ks in range(nk_t):
+                bi = g % nb
+                yield from land(nb - 1 - cp_wait)
+                yield ('sync', 1 + bi, 256)
+                if a[bi] != g or bt[bi] != ('landed', g):
+                    raise Broken(f"wgmma of step {g} reads A of step {a[bi]}, activations {bt[bi]}")
+                wgmma.append((clock[0] + rnd.randint(5, 40), g))
+                if len(wgmma) > wg_wait and wgmma[-1 - wg_wait][0] > clock[0]:
+                    yield ('time', max(w[0] for w in wgmma[:len(wgmma) - wg_wait]))
+                if ks >= 1 and g - 1 + nb < G:
+                    yield ('arrive', 1 + nb + (g - 1) % nb, 256)
+                if g + nb - 1 < G:
+                    issue_act(g + nb - 1)
+                commit()
+                g += 1
+            # the tile's last step goes back after wgmma.wait_group 0, then the epilogue
+            if pp_early_last and g - 1 + nb < G:
+                yield ('arrive', 1 + nb + (g - 1) % nb, 256)
+            if wgmma and max(w[0] for w in wgmma) > clock[0]:
+                yield ('time', max(w[0] for w in wgmma))
+            if not pp_keep_last and not pp_early_last and g - 1 + nb < G:
+                yield ('arrive', 1 + nb + (g - 1) % nb, 256)
+            yield ('time', clock[0] + rnd.randint(1, 60))
 
     def producer_mc():
         # prefill=sm90pc: raw blocks and decode only, up to nb - 1 steps ahead
@@ -151,7 +224,7 @@ def run(np_, nk, seed, nb=4, p=2, nr=2, raw_at=0, wg_wait=1, cp_wait=1, mc=False
         if wgmma:
             yield ('time', max(w[0] for w in wgmma))
 
-    procs = {'P': producer(), 'C': consumer()}
+    procs = {'P': producer_pp(), 'C': consumer_pp()} if pp else {'P': producer(), 'C': consumer()}
     state = {k: ('run',) for k in procs}
     done = set()
     while len(done) < 2:
@@ -201,6 +274,20 @@ def sweep(seeds, nps=(1, 2, 3), **kw):
     return bad
 
 
+PP_TILES = ([4], [8], [4, 4], [8, 4, 12], [4, 4, 4, 4, 4, 4, 4], [28, 28, 24], [24] * 7, [112, 112, 112])
+
+
+def sweep_pp(seeds, **kw):
+    bad = []
+    for tiles in PP_TILES:
+        for seed in range(seeds):
+            try:
+                run(2, 0, seed, mc=True, tiles=tiles, **kw)
+            except Broken as e:
+                bad.append((2, sum(tiles), seed, str(e)))
+    return bad
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     ap.add_argument('--seeds', type=int, default=200, help='random schedules per (producers, K steps)')
@@ -213,7 +300,12 @@ def main():
           f"{len(bad_mc)} failures")
     for b in (bad + bad_mc)[:5]:
         print("  NP=%d nk=%d seed=%d: %s" % b)
-    ok = not bad and not bad_mc
+    bad_pp = sweep_pp(args.seeds) + sweep_pp(args.seeds, s=2)
+    print(f"tile_pp schedule, persistent (sm90pp, sm90pp2): {2 * len(PP_TILES) * args.seeds} runs, "
+          f"{len(bad_pp)} failures")
+    for b in bad_pp[:5]:
+        print("  NP=%d steps=%d seed=%d: %s" % b)
+    ok = not bad and not bad_mc and not bad_pp
     if args.mutate:
         for name, kw in (("staging distance 3 with 4 buffers", dict(p=3)),
                          ("2 buffers", dict(nb=2)),
@@ -225,6 +317,16 @@ def main():
                          ("sm90pc: one raw slot", dict(mc=True, nr=1)),
                          ("sm90pc: buffer returned before its wgmma finished", dict(mc=True, wg_wait=99))):
             n = len(sweep(max(args.seeds // 10, 5), **kw))
+            print(f"mutation '{name}': {n} failures")
+            ok = ok and n > 0
+        for name, kw in (("sm90pp: a tile's last step never goes back", dict(pp_keep_last=True)),
+                         ("sm90pp: a tile's last step goes back before its wgmmas finished",
+                          dict(pp_early_last=True)),
+                         ("sm90pp: one raw slot", dict(nr=1)),
+                         ("sm90pp2: one raw slot", dict(nr=1, s=2)),
+                         ("sm90pp2: wgmma before its activations landed", dict(cp_wait=0, s=2)),
+                         ("sm90pp: buffer returned before its wgmma finished", dict(wg_wait=99))):
+            n = len(sweep_pp(max(args.seeds // 10, 5), **kw))
             print(f"mutation '{name}': {n} failures")
             ok = ok and n > 0
     raise SystemExit(0 if ok else 1)

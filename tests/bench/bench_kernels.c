@@ -63,7 +63,7 @@
  * --kernel: the kernel configuration for every table (kernels.h: e.g.
  * dec=off|12x4|8x4..., split=auto|N, bf16dec=off|16x4|12x6|8x8, bf16_kc=N,
  * sqdec=auto|off, sq_pf=0|1, sq_xs=0|1, sq_gv=0|1|2, sq_l2pf=0|1|2, prefill_min=N|off,
- * prefill=auto|sm90|sm90ws|sm90p|sm90p1|sm90p3|sm90pc|sm90ph|mma, prefill_tiles=N|off); the
+ * prefill=auto|sm90|sm90ws|sm90p|sm90p1|sm90p3|sm90pc|sm90ph|sm90pp|sm90pp2|mma, prefill_tiles=N|off); the
  * prefill table sets prefill_min itself.
  */
 #include <math.h>
