@@ -226,15 +226,16 @@ int strata_gpu_moe_check(int fmt, uint32_t hidden, uint32_t inter, struct strata
  *                                                proxy fence per two steps);
  *                                                mma (2): the mma.sync kernel
  *                                                (kernels/moe_prefill.cuh); auto (0): sm90 for
- *                                                bf16 experts with >= 192 tokens, sm90pc for
+ *                                                bf16 experts with >= 192 tokens, sm90pp2 for
  *                                                tier experts with >= prefill_tiles tokens, mma
  *                                                for the others (measured fastest so).  Every
  *                                                value but mma falls back to mma where the GPU
  *                                                or the build is not sm_90a
  *   prefill_tiles pf_tiles_min          32       that token count ("off": UINT32_MAX, tier
  *                                                experts stay on mma under auto); auto takes
- *                                                sm90pc for them (faster than mma at 32 - 256
- *                                                tokens per expert at the Kimi shape)
+ *                                                sm90pp2 for them (faster than mma and sm90pc
+ *                                                at 32 - 256 tokens per expert at the Kimi
+ *                                                shape)
  *   dec_tr       dec_tr                 auto     1, 2 or 3: launches whose experts all have one
  *                                                token and are all in one tier format take the
  *                                                row-streaming kernel (kernels/moe_dec_tr.cuh:

@@ -1864,8 +1864,13 @@ template <int KIND> int pf90_launch(pf::PParams *P, cudaStream_t st, struct stra
 // (experiments/kernels/README.md, "Hopper prefill: BF16 tiles by default");
 // the same tile as fp16 tiles (sm90ph) measured 0.83-0.85 at 256 tokens
 // against sm90pc's 0.88-0.89 in the same run ("Hopper prefill: fp16 tiles").
+// Auto takes sm90pp2 (sm90pc persistent, two steps per producer hand-over):
+// hot / warm / cold 1.008 / 1.000 / 1.011 at 256 tokens, 0.82 / 0.81 / 0.82
+// at 128, 0.76 at 32 against sm90pc's 0.889 / 0.883 / 0.901, 0.75-0.76 and
+// 0.72-0.74 and sm90pp's 0.96-0.98, 0.79-0.81, 0.75-0.76 in the same call
+// ("Hopper prefill: persistent BF16-tile kernel").
 constexpr uint32_t PF90_AUTO_MIN = 192;
-constexpr int PF90_TIER_AUTO = pf90::K_TIER_PC;
+constexpr int PF90_TIER_AUTO = pf90::K_TIER_PP2;
 
 // Launch group of a prefill expert (run_prefill): 0 the 64 x 256 tile, 1 and
 // 2 128 x 128 with 8 / 16 warps, 3 64 x 64, 4 + pf90 kind the sm_90a kernel

@@ -42,9 +42,13 @@
 // bounds them, and fewer warps decode here.  tile_p (prefill=sm90p*) runs
 // tier experts as BF16 tiles of 256 tokens with the decode in producer
 // warpgroups: 0.88-0.90 of cuBLAS BF16 at 256 tokens as sm90pc, 0.72-0.73 at
-// 32-64 (the mma.sync kernel 0.42-0.43 and 0.59-0.63).  The dispatch's auto
-// takes this kernel for bf16 experts with >= 192 tokens and, as sm90pc, for
-// tier experts with >= prefill_tiles tokens (kernels.h).
+// 32-64 (the mma.sync kernel 0.42-0.43 and 0.59-0.63).  tile_pp
+// (prefill=sm90pp, sm90pp2) runs sm90pc's tile persistently, a CTA per SM
+// and its tiles through one buffer ring: 1.008 / 1.000 / 1.011 of cuBLAS BF16
+// for hot / warm / cold at 256 tokens as sm90pp2 (sm90pc 0.889 / 0.883 /
+// 0.901 in the same call), 0.76 at 32.  The dispatch's auto takes this kernel
+// for bf16 experts with >= 192 tokens and, as sm90pp2, for tier experts with
+// >= prefill_tiles tokens (kernels.h).
 namespace pf90 {
 
 using pf::BK;
@@ -614,7 +618,8 @@ __device__ __forceinline__ void tile_ws(const PParams &p, const PSlot &s, uint32
 // from the producers (REG_P) to the MMA warpgroups (REG_C): 184 / 72 with two
 // producer warpgroups, 192 / 112 with one, 168 / 48 with three (ptxas -v: no
 // spills in either).
-// MC (prefill=sm90pc, two producer warpgroups, the default for tier experts):
+// MC (prefill=sm90pc, two producer warpgroups; run persistently by tile_pp,
+// auto's choice for tier experts):
 // each MMA warpgroup stages its own 128 tokens of the activations (the half of
 // the B tile only its wgmmas read) NB - 1 steps ahead, after its wgmma wait,
 // so the producers only stage the raw blocks and decode, up to NB - 1 steps
@@ -1097,13 +1102,17 @@ __device__ __forceinline__ void tile_p(const PParams &p, const PSlot &s, uint32_
 	epilogue<FmtBF16, DOWN>(p, s, row0, tok0, acc, tid, 0, [] { bar_sync(BAR_MMA, 256); });
 }
 
-// Persistent sm90pc (prefill=sm90pp): a CTA per SM (grid min(tiles, SMs))
-// runs tiles blockIdx.x, + gridDim.x, ... of the launch through one buffer
-// ring, so a tile's start and end overlap its neighbours' instead of costing
-// a CTA each (ncu of sm90pc at Kimi, 256 tokens: 460 / 292 us for 3 / 7 waves
-// of 112- / 24-step tiles, i.e. about 1.27 us per step and 11 us per tile
-// outside the steps: the raw block 0 from DRAM, the first decode, the
-// wgmmas' drain, the epilogue).  The step counter g runs over the CTA's
+// Persistent sm90pc (prefill=sm90pp, sm90pp2): a CTA per SM (grid
+// min(tiles, SMs)) runs tiles blockIdx.x, + gridDim.x, ... of the launch
+// through one buffer ring, so a tile's start and end overlap its neighbours'
+// instead of costing a CTA each (ncu of sm90pc at Kimi, 256 tokens: 460 / 292
+// us for 3 / 7 waves of 112- / 24-step tiles, i.e. about 1.27 us per step and
+// 11 us per tile outside the steps: the raw block 0 from DRAM, the first
+// decode, the wgmmas' drain, the epilogue).  H200, Kimi, 256 tokens, hot /
+// warm / cold: sm90pp 0.982 / 0.963 / 0.975 of cuBLAS BF16, sm90pp2 1.008 /
+// 1.000 / 1.011, sm90pc 0.889 / 0.883 / 0.901 in the same call; sm90pp2 also
+// fastest at 32 and 128 tokens (experiments/kernels/README.md, "Hopper
+// prefill: persistent BF16-tile kernel").  The step counter g runs over the CTA's
 // tiles: buffer g % NB, raw ring slot gb % NR (gb: blocks); the producers
 // issue the next tile's raw block 0 while they decode the current tile's
 // last block and run on into its first steps (up to NB - 1 ahead) while the
@@ -1113,7 +1122,10 @@ __device__ __forceinline__ void tile_p(const PParams &p, const PSlot &s, uint32_
 // wgmma.wait_group 0 (not at the next step); every step g with g + NB < G
 // (G: the CTA's steps) is released once, which the producers wait for at
 // step g + NB.  Tiles are tier experts of any of the three formats (the
-// producers' decode per tile by format; the MMA side is format-free).
+// producers' decode per tile by format; the MMA side is format-free).  The
+// MMA warpgroups copy a step's activations without per-token selects when
+// all of the thread's 8 tokens are valid.  experiments/kernels/
+// tile_p_schedule.py models this hand-over (S = 1 and 2).
 template <class F, bool DOWN, class W> struct PPRows {
 	const uint8_t *rowp[W::RA];
 	uint32_t roff[W::RA];
@@ -1169,6 +1181,9 @@ __device__ __forceinline__ void pp_produce(const PParams &p, const PSlot &s, uin
 					   uint32_t nrt, uint32_t q, uint32_t sbase, uint32_t pad, uint32_t &g, uint32_t &gb)
 {
 	constexpr int NB = W::NB;
+	// S >= NB - 1 deadlocks (FULL of step g waits for EMPTY of step g + S - 1,
+	// which the MMA warpgroups give only after FULL of g; tile_p_schedule.py's
+	// mutation), S = 3 does not divide a block's 4 steps.
 	static_assert(S == 1 || S == 2, "steps per hand-over (a block's 4 steps in whole groups)");
 	const PPRows<F, DOWN, W> R(p, s, rt, q);
 	const uint32_t ci = q & 7, nb = nk / 4;

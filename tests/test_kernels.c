@@ -241,7 +241,8 @@ static void test_moe_config(void **state)
 	static const char *const bad[] = { "dec=9x4", "dec=12", "split=65", "split=-1", "bf16dec=16x5",
 					   "bf16_kc=16", "prefill_min=0", "prefill_min=17x", "poison=2", "warps=8",
 					   "dec", "sqdec=8x4", "sq_pf=2", "sq_xs=2", "sq_gv=on", "sq_gv=3", "sq_l2pf=3", "sq_pdl=2", "dec=12x4t", "dec=10x2t", "dec=8x2tt",
-					   "dec=8x2u", "bf16dec=8x8t", "prefill=wgmma", "prefill=sm90p2", "prefill=sm90pf", "prefill=sm90pq", "prefill=sm90pp3",
+					   "dec=8x2u", "bf16dec=8x8t", "prefill=wgmma", "prefill=sm90p2", "prefill=sm90pf",
+					   "prefill=sm90pq", "prefill=sm90pp3",
 					   "prefill_tiles=0", "prefill_tiles=on", "sq_q3i=3", "sq_gvw=4", "sq_gvw=16x", "sq_gvl=6", "sq_gvl=16", "sq_gvl=123", "sq_gvl=-1",
 					   "dec_tr=4", "dec_tr=on", "dec_tr=-1" };
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -365,7 +366,7 @@ static double bound_for(int fmt, int tier_bf16)
 }
 
 /* Whether tier experts with up to T tokens may take the BF16-tile prefill
- * kernel (prefill=sm90p, sm90p1, sm90p3, sm90pc, sm90pp, or auto from prefill_tiles
+ * kernel (prefill=sm90p, sm90p1, sm90p3, sm90pc, sm90pp, sm90pp2, or auto from prefill_tiles
  * tokens, on an sm_90a GPU) under the current kernel configuration with
  * prefill_min pf_min (0: the configuration's).  Its fp16-tile variant
  * (sm90ph) keeps the fp16 paths' bound (measured <= 5.3e-4). */
@@ -875,8 +876,9 @@ static void test_moe_prefill_sm90(void **state)
 		{ "s90-cold-520", STRATA_FMT_COLD, 512, 320, 520, 2, 2, 1 }, /* 3 token tiles of 256 */
 		{ "s90-tiers-300", -3, 768, 384, 300, 3, 3, 1 },
 	};
-	static const char *const cfgs[] = { "prefill=sm90pp", "prefill=sm90pp2", "prefill=sm90ph", "prefill=sm90p", "prefill=sm90pc", "prefill=sm90p1",
-					    "prefill=sm90p3", "prefill=sm90",  "prefill=sm90ws", "prefill=mma" };
+	static const char *const cfgs[] = { "prefill=sm90pp", "prefill=sm90pp2", "prefill=sm90ph", "prefill=sm90p",
+					    "prefill=sm90pc", "prefill=sm90p1", "prefill=sm90p3", "prefill=sm90",
+					    "prefill=sm90ws", "prefill=mma" };
 	const int usable = strata_gpu_moe_prefill_sm90_usable();
 	if (!usable)
 		printf("note: test_moe_prefill_sm90: this GPU or build is not sm_90a; prefill=sm90 falls back to the mma kernel\n");

@@ -68,7 +68,7 @@ if [ "${TABLE:-0}" = 1 ]; then
 fi
 if [ -n "${NCU:-}" ]; then
 	t1=$(date +%s)
-	kind=$(case $NCU in sm90p) echo 3 ;; sm90pc) echo 6 ;; sm90ph) echo 7 ;; *) echo 3 ;; esac)
+	kind=$(case $NCU in sm90p) echo 3 ;; sm90pc) echo 6 ;; sm90ph) echo 7 ;; sm90pp) echo 8 ;; sm90pp2) echo 9 ;; *) echo 3 ;; esac)
 	timeout "${LIMIT_NCU:-40}" ncu --clock-control none --kernel-name-base mangled \
 		--kernel-name "regex:gemmILb0ELi${kind}E" --launch-count 1 \
 		--section SourceCounters --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis \

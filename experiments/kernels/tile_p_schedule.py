@@ -325,7 +325,8 @@ def main():
                          ("sm90pp: one raw slot", dict(nr=1)),
                          ("sm90pp2: one raw slot", dict(nr=1, s=2)),
                          ("sm90pp2: wgmma before its activations landed", dict(cp_wait=0, s=2)),
-                         ("sm90pp: buffer returned before its wgmma finished", dict(wg_wait=99))):
+                         ("sm90pp: buffer returned before its wgmma finished", dict(wg_wait=99)),
+                         ("sm90pp with 4 steps per hand-over (S >= NB - 1)", dict(s=4))):
             n = len(sweep_pp(max(args.seeds // 10, 5), **kw))
             print(f"mutation '{name}': {n} failures")
             ok = ok and n > 0
