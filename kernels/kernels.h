@@ -245,6 +245,18 @@ int strata_gpu_moe_check(int fmt, uint32_t hidden, uint32_t inter, struct strata
  *                                                vs 232 / 233, cold 216 / 218 vs 225 / 226;
  *                                                Qwen3-30B-A3B-sized launches slower), 0
  *                                                otherwise
+ *   small        small                  0        launches whose experts all have one token and
+ *                                                are all in one of q4, q3, hot, warm, cold take
+ *                                                the one-launch kernel (kernels/moe_dec_small.cuh:
+ *                                                each CTA's share of the layer's weights bulk-
+ *                                                copied into shared memory at its start, gate|up,
+ *                                                h, per-expert counters, down in one launch) when
+ *                                                that share fits (e.g. the Qwen3-30B-A3B layer);
+ *                                                1: always then; auto (-1): for the formats of
+ *                                                STRATA_MOE_SMALL_AUTO_FMTS in launches of at most
+ *                                                STRATA_MOE_SMALL_AUTO_WEIGHTS weights with
+ *                                                dec_tr, sq_gv, sqdec and sq_q3i at their
+ *                                                defaults; 0: the kernels above
  *
  * Everything else the kernels do is fixed: 16-warp persistent CTAs for
  * 8-token tiles and 8 warps for 16-token ones, stage copies by the bulk copy
@@ -266,8 +278,12 @@ struct strata_moe_config {
 	uint32_t pf_tiles_min;
 	int sq_q3i, sq_gvw, sq_gvl;
 	int dec_tr;
+	int small;
 };
-#define STRATA_MOE_CONFIG_DEFAULT { 17, -1, 0, 0, -1, 0, 512, 0, -1, 0, 1, 0, 1, 1, 0, 32, 1, 16, 0, -1 }
+#define STRATA_MOE_CONFIG_DEFAULT { 17, -1, 0, 0, -1, 0, 512, 0, -1, 0, 1, 0, 1, 1, 0, 32, 1, 16, 0, -1, 0 }
+/* small=auto: the formats (bit fmt) and the largest launch (weights) it takes */
+#define STRATA_MOE_SMALL_AUTO_FMTS 0u
+#define STRATA_MOE_SMALL_AUTO_WEIGHTS (64ull << 20)
 #define STRATA_MOE_TR_AUTO_WEIGHTS (128ull << 20) /* dec_tr=auto: the smallest launch (weights) it takes */
 #define STRATA_MOE_SPLIT_MAX 64u
 #define STRATA_MOE_DEC_TAB 100 /* dec_stages of the table variants: 100 + stages */
@@ -293,6 +309,7 @@ enum strata_gpu_launch {
 	STRATA_GPU_LAUNCH_SCALAR_GEMV,    /* layer launches (gate|up + down) of the row-streaming kernel (sq_gv) */
 	STRATA_GPU_LAUNCH_CHAINED,        /* kernels launched chained in a stack (strata_gpu_moe_stack) */
 	STRATA_GPU_LAUNCH_TIER_GEMV,      /* layer launches (gate|up + down) of the tier row-streaming kernel (dec_tr) */
+	STRATA_GPU_LAUNCH_SMALL,          /* launches of the one-launch small-layer kernel (small) */
 	STRATA_GPU_LAUNCH_KINDS
 };
 uint64_t strata_gpu_moe_launches(enum strata_gpu_launch kind);
