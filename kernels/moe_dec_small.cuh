@@ -12,9 +12,11 @@
 // Taken by run_dec_small (moe_gpu.cu) for launches whose experts all have
 // one token and are all in one of q4, q3 (q3's integer loop, gv::Q3i), hot,
 // warm, cold (the FMA decoder: the codebook table would not leave room for
-// the weights), under the kernel configuration small=1 (or auto, see
-// kernels.h), when each CTA's share of the layer fits in shared memory.  ONE
-// launch per layer, one CTA of W = 16 warps per SM:
+// the weights), under the kernel configuration small=1, or auto (the
+// default: the tier formats in launches of at most
+// STRATA_MOE_SMALL_AUTO_WEIGHTS weights, where it measured faster; kernels.h),
+// when each CTA's share of the layer fits in shared memory.  ONE launch per
+// layer, one CTA of W = 16 warps per SM:
 //   - the rows are cut as the row-streaming kernel cuts them (a task: rw =
 //     32 >> lsh consecutive rows of one expert's gate and up, or of its down;
 //     lanes per row 1 << lsh, contiguous ranges of tasks per CTA, gv_tasks),
@@ -46,6 +48,15 @@
 //     memory, y += weight x sum by one atomic per row; the last CTA out resets
 //     the counters.
 // Accuracy: as the row-streaming kernels' (the same policies and staging).
+// Measured (H200, experiments/kernels/README.md, "One-launch small-layer
+// kernel"): Qwen3-30B-A3B T=1 hot / warm / cold 22.4 / 22.0 / 21.0 us against
+// 33.2 / 33.5 / 33.0 us (the persistent kernel), 16-layer stacks 21.1 / 20.9 /
+// 19.8 us per layer against 29.2 / 29.7 / 29.6; q4 20.0 vs 15.1 us and q3
+// 17.8 vs 15.9 us slower (stacks 18.6 vs 14.9, 16.3 vs 16.6).  ncu (q4): 60%
+// of the shared-memory wavefronts are bank conflicts (a warp's rows are
+// rowc bytes apart, rowc a multiple of 128 bytes), a third of the warps'
+// cycles wait at CTA barriers; the time is ~20 us whatever the format's bytes
+// (cold 4.7 MB, q4 21 MB): fixed costs, not bandwidth.
 namespace sm {
 
 constexpr int W = 16;                      // warps per CTA

@@ -234,7 +234,9 @@ static void test_moe_config(void **state)
 	assert_int_equal(c.sq_q3i, 2);
 	assert_int_equal(c.sq_gvl, 41);
 	assert_int_equal(d.sq_gvl, 0);
-	/* the one-launch small-layer kernel */
+	/* the one-launch small-layer kernel: auto by default (tier formats) */
+	assert_int_equal(d.small, -1);
+	assert_true((STRATA_MOE_SMALL_AUTO_FMTS >> STRATA_FMT_HOT & 1) && !(STRATA_MOE_SMALL_AUTO_FMTS >> STRATA_FMT_Q4 & 1));
 	assert_int_equal(strata_gpu_moe_config_parse("small=1", &c, &err), STRATA_OK);
 	assert_int_equal(c.small, 1);
 	assert_int_equal(strata_gpu_moe_config_parse("small=auto", &c, &err), STRATA_OK);

@@ -22,9 +22,9 @@
  *             (strata_gpu_moe_stack): time per layer and the same ratios, for the
  *             chained launches (kind stack), chained with the L2 prefetch of the
  *             next launch's weights (stack_l2pf), as plain launches
- *             (stack_plain) and chained on the other value of the kernel
- *             configuration's small key (stack_small when it is off,
- *             stack_nosmall otherwise)
+ *             (stack_plain) and chained on the other choice of the kernel
+ *             configuration's small key (stack_small when it does not take
+ *             the format, stack_nosmall when it does)
  *   layer     a full MoE layer with random top-k routing over all the model's
  *             experts (15/30/55 hot/warm/cold tiering): layer-tokens per second
  * Layers are rotated so every timed call streams its weights from HBM; calls
@@ -37,9 +37,10 @@
  * otherwise) and on every other dec_tr value (0: the ring kernel,
  * decode_ring; 1 / 2 / 3: the row-streaming tier kernel with the FMA decoder /
  * the codebook table / half of each, decode_tr1 / decode_tr2 / decode_tr3).
- * q4, q3 and tier decode rows at 1 token also come on the other value of the
+ * q4, q3 and tier decode rows at 1 token also come on the other choice of the
  * small key (the one-launch small-layer kernel; decode_small when the
- * configuration has it off, decode_nosmall otherwise).
+ * configuration does not send the format there, decode_nosmall when it does:
+ * small=1, or auto for the tier formats).
  * CSV columns: kind,shape,fmt,tokens,us,ratio,gbs,tflops,tok_s,bound (us: the
  * median time in microseconds); the
  * decode-ceiling rows are ceiling,decode_FMT,FMT with ratio = of read, gbs =
@@ -366,6 +367,15 @@ static void bench_decode(const struct shape *sh, int fmt, const uint32_t *tokens
 	strata_gpu_free(y);
 }
 
+/* Whether configuration c sends one-token layers of fmt and shape sh to the
+ * one-launch small-layer kernel (small=1, or auto for the formats and launch
+ * sizes it takes there). */
+static int small_takes(const struct strata_moe_config *c, const struct shape *sh, int fmt)
+{
+	return c->small > 0 || (c->small < 0 && (STRATA_MOE_SMALL_AUTO_FMTS >> fmt & 1) &&
+				(uint64_t)sh->active * 3 * sh->hidden * sh->inter <= STRATA_MOE_SMALL_AUTO_WEIGHTS);
+}
+
 /* ---- stack: layers decoded back to back, each reading the previous one's y ---- */
 
 static uint32_t g_layers; /* --layers N (0: no stack rows) */
@@ -417,13 +427,14 @@ static void bench_stack(const struct shape *sh, int fmt, uint32_t T)
 						     .fmts = fmts, .n_assign = na, .assign_expert = ae, .assign_token = at,
 						     .assign_weight = aw, .stream = g_st };
 	}
-	/* the fourth: chained, on the other value of the small key (kind
-	 * stack_small when the default is off, stack_nosmall otherwise) */
+	/* the fourth: chained, on the other choice of the small key (kind
+	 * stack_small when the configuration does not take fmt there,
+	 * stack_nosmall when it does) */
 	static const unsigned flags[] = { 0, STRATA_MOE_STACK_L2PF, STRATA_MOE_STACK_PLAIN, 0 };
 	struct strata_moe_config kc0, kc1;
 	strata_gpu_moe_config_get(&kc0);
 	kc1 = kc0;
-	kc1.small = kc0.small ? 0 : 1;
+	kc1.small = small_takes(&kc0, sh, fmt) ? 0 : 1;
 	const char *const kinds[] = { "stack", "stack_l2pf", "stack_plain", kc1.small ? "stack_small" : "stack_nosmall" };
 	for (int f = 0; f < 4; f++) {
 		CHECK(strata_gpu_moe_configure(f == 3 ? &kc1 : &kc0, &g_err));
@@ -860,14 +871,15 @@ int main(int argc, char **argv)
 				CHECK(strata_gpu_moe_configure(&kc0, &g_err));
 			}
 	/* formats the one-launch small-layer kernel takes, at 1 token, on the
-	 * other value of the small key too (kind decode_small when the default
-	 * is off, decode_nosmall when it is on or auto): both in one run */
+	 * other choice of the small key too (kind decode_small when the
+	 * configuration does not take the format there, decode_nosmall when it
+	 * does): both in one run */
 	for (int s = s0; s < s1 && !no_decode && !quick; s++)
 		for (int f = 0; f < n_fmt; f++)
 			if (fmts[f] == STRATA_FMT_Q4 || fmts[f] == STRATA_FMT_Q3 ||
 			    (fmts[f] >= STRATA_FMT_HOT && fmts[f] <= STRATA_FMT_COLD)) {
 				struct strata_moe_config kc = kc0;
-				kc.small = kc0.small ? 0 : 1;
+				kc.small = small_takes(&kc0, &shapes[s], fmts[f]) ? 0 : 1;
 				CHECK(strata_gpu_moe_configure(&kc, &g_err));
 				g_dec_kind = kc.small ? "decode_small" : "decode_nosmall";
 				bench_decode(&shapes[s], fmts[f], one_token, 1);
