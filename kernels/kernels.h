@@ -64,6 +64,13 @@
  * until every warp has two tasks), those with more tokens, and all of them
  * with dec=off, run as BF16 copies made in a 1 GiB scratch a few experts at a
  * time (the BF16 paths above; hidden and inter multiples of 32).
+ * Launches of one token per expert in one tier format (hot, warm, cold; with
+ * the configuration's small key also q4, q3) whose weights fit in the GPU's
+ * shared memory (e.g. a Qwen3-30B-A3B layer: ~110 KB of hot per SM) take the
+ * one-launch kernel instead (kernels/moe_dec_small.cuh: each CTA bulk-copies
+ * its share of gate|up and down rows into shared memory at its start, before
+ * the programmatic-dependent-launch wait, then gate|up, h, a per-expert
+ * counter and down in the same launch, on the row-streaming kernels' dot code).
  * Decode speed of the tier formats is bound by instruction issue (8.8
  * instructions per weight in the decode kernel, ~6 of them the decode itself;
  * ncu), see experiments/kernels/README.md.
@@ -252,6 +259,21 @@ int strata_gpu_moe_check(int fmt, uint32_t hidden, uint32_t inter, struct strata
  *                                                vs 232 / 233, cold 216 / 218 vs 225 / 226;
  *                                                Qwen3-30B-A3B-sized launches slower), 0
  *                                                otherwise
+ *   small        small                  auto     launches whose experts all have one token and
+ *                                                are all in one of q4, q3, hot, warm, cold take
+ *                                                the one-launch kernel (kernels/moe_dec_small.cuh:
+ *                                                each CTA's share of the layer's weights bulk-
+ *                                                copied into shared memory at its start, gate|up,
+ *                                                h, per-expert counters, down in one launch) when
+ *                                                that share fits (e.g. the Qwen3-30B-A3B layer);
+ *                                                1: always then; auto (-1): for the formats of
+ *                                                STRATA_MOE_SMALL_AUTO_FMTS (hot, warm, cold:
+ *                                                Qwen3-30B-A3B T=1 hot 22.4 vs 33.2 us, a 16-layer
+ *                                                stack 21.1 vs 29.2 us per layer; q4 and q3
+ *                                                measured slower) in launches of at most
+ *                                                STRATA_MOE_SMALL_AUTO_WEIGHTS weights with
+ *                                                dec_tr, sq_gv, sqdec and sq_q3i at their
+ *                                                defaults; 0: the kernels above
  *
  * Everything else the kernels do is fixed: 16-warp persistent CTAs for
  * 8-token tiles and 8 warps for 16-token ones, stage copies by the bulk copy
@@ -273,8 +295,13 @@ struct strata_moe_config {
 	uint32_t pf_tiles_min;
 	int sq_q3i, sq_gvw, sq_gvl;
 	int dec_tr;
+	int small;
 };
-#define STRATA_MOE_CONFIG_DEFAULT { 17, -1, 0, 0, -1, 0, 512, 0, -1, 0, 1, 0, 1, 1, 0, 32, 1, 16, 0, -1 }
+#define STRATA_MOE_CONFIG_DEFAULT { 17, -1, 0, 0, -1, 0, 512, 0, -1, 0, 1, 0, 1, 1, 0, 32, 1, 16, 0, -1, -1 }
+/* small=auto: the formats (bit fmt: hot, warm, cold) and the largest launch
+ * (weights) it takes: the measured Qwen3-30B-A3B layer is 37.7 Mi weights */
+#define STRATA_MOE_SMALL_AUTO_FMTS ((1u << 2) | (1u << 3) | (1u << 4))
+#define STRATA_MOE_SMALL_AUTO_WEIGHTS (48ull << 20)
 #define STRATA_MOE_TR_AUTO_WEIGHTS (128ull << 20) /* dec_tr=auto: the smallest launch (weights) it takes */
 #define STRATA_MOE_SPLIT_MAX 64u
 #define STRATA_MOE_DEC_TAB 100 /* dec_stages of the table variants: 100 + stages */
@@ -300,6 +327,7 @@ enum strata_gpu_launch {
 	STRATA_GPU_LAUNCH_SCALAR_GEMV,    /* layer launches (gate|up + down) of the row-streaming kernel (sq_gv) */
 	STRATA_GPU_LAUNCH_CHAINED,        /* kernels launched chained in a stack (strata_gpu_moe_stack) */
 	STRATA_GPU_LAUNCH_TIER_GEMV,      /* layer launches (gate|up + down) of the tier row-streaming kernel (dec_tr) */
+	STRATA_GPU_LAUNCH_SMALL,          /* launches of the one-launch small-layer kernel (small) */
 	STRATA_GPU_LAUNCH_KINDS
 };
 uint64_t strata_gpu_moe_launches(enum strata_gpu_launch kind);

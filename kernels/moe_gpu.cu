@@ -823,6 +823,7 @@ __global__ void __launch_bounds__(32 * NW, 1) moe_kernel(const __grid_constant__
 #include "moe_dec_sq.cuh"
 #include "moe_dec_gv.cuh"
 #include "moe_dec_tr.cuh"
+#include "moe_dec_small.cuh"
 
 __device__ __forceinline__ void store_w(float *p, float v) { *p = v; }
 __device__ __forceinline__ void store_w(uint16_t *p, float v)
@@ -1738,6 +1739,116 @@ int run_dec_tr(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_err
 	return 1;
 }
 
+// Launches of one token per expert, all in one of q4, q3 (its integer loop),
+// hot, warm, cold, under the kernel configuration small=1 (auto: the formats
+// of STRATA_MOE_SMALL_AUTO_FMTS in launches of at most
+// STRATA_MOE_SMALL_AUTO_WEIGHTS weights, the other kernel keys at their
+// defaults), dec and split not forced: the one-launch kernel
+// (moe_dec_small.cuh), when each CTA's share of the weights, its staged
+// activations and its partial sums fit in shared memory.  Per phase the
+// lanes per row with the fewest items of the busiest warp, rows and batches
+// dividing evenly where any does, then the fewest bytes.  1 when it ran (*rc
+// its result), 0 when another kernel should run instead.
+int run_dec_small(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_error *err, int *rc)
+{
+	const int mode = g_ctx.cfg.small, fmt = one_fmt(p);
+	const bool tier = fmt >= STRATA_FMT_HOT && fmt <= STRATA_FMT_COLD, q4 = fmt == STRATA_FMT_Q4;
+	const bool q3 = fmt == STRATA_FMT_Q3 && gv_q3i(1);
+	if (!mode || maxtok != 1 || g_ctx.cfg.dec_warps >= 0 || g_ctx.cfg.split || !(tier || q4 || q3))
+		return 0;
+	if (mode < 0) {
+		const struct strata_moe_config d = STRATA_MOE_CONFIG_DEFAULT;
+		if (!(STRATA_MOE_SMALL_AUTO_FMTS >> fmt & 1) ||
+		    (uint64_t)p->n_slots * 3 * p->hidden * p->inter > STRATA_MOE_SMALL_AUTO_WEIGHTS ||
+		    g_ctx.cfg.dec_tr != d.dec_tr || g_ctx.cfg.sq_gv != d.sq_gv || g_ctx.cfg.sq_dec != d.sq_dec ||
+		    g_ctx.cfg.sq_q3i != d.sq_q3i)
+			return 0;
+	}
+	const FmtTab &f = p->tab[fmt];
+	const uint32_t nb = q4 ? gv::Q4::NB : q3 ? gv::Q3i::NB : 1, cpb = q4 ? gv::Q4::CPB : q3 ? gv::Q3i::CPB : 1;
+	const uint32_t maxl = tier ? 2 : 5, sbytes = tier ? 16 : 20, sms = (uint32_t)g_ctx.sms, xrows = x_rows(p);
+	auto a16 = [](uint64_t n) { return (n + 15) / 16 * 16; };
+	sm::Args a = {};
+	bool full = true;
+	uint32_t grid = 0;
+	uint64_t act = gv::Smem::END;
+	for (uint32_t d = 0; d < 2; d++) {
+		gv::Args &g = a.g[d];
+		g.down = d;
+		g.cpr = f.pc[d] / 256 * cpb;
+		const uint32_t nrows = d ? p->hidden : p->inter, nmat = d ? 1 : 2;
+		uint64_t best = UINT64_MAX;
+		bool bfull = false;
+		for (int l = (int)maxl; l >= 0; l--) {
+			const uint32_t rw = 32u >> l, nbat = (((g.cpr + (1u << l) - 1) >> l) + nb - 1) / nb;
+			const bool fl = g.cpr % (nb << l) == 0 && nrows % rw == 0;
+			const uint32_t ntask = p->n_slots * ((nrows + rw - 1) / rw), tpc = (ntask + sms - 1) / sms;
+			const uint64_t items = (uint64_t)tpc * nmat * nbat;
+			const uint64_t bytes = (uint64_t)tpc * nmat * (a16((uint64_t)rw * f.rowc[d]) + a16((uint64_t)rw * f.rows_[d]) + 32);
+			const uint64_t key = (uint64_t)!fl << 63 | ((items + sm::W - 1) / sm::W) << 32 | (bytes < UINT32_MAX ? bytes : UINT32_MAX);
+			if (key < best)
+				best = key, g.lsh = (uint32_t)l, g.nbat = nbat, bfull = fl;
+		}
+		full = full && bfull;
+		const uint32_t gd = gv_tasks(p, d, xrows, g);
+		grid = gd > grid ? gd : grid;
+		if (g.srows > gv::SRMAX)
+			return 0;
+		g.xoff = gv::Smem::END;
+		g.coff = gv::Smem::END + g.srows * f.pc[d] * 2;
+		const uint64_t ab = gv::Smem::END + (uint64_t)g.srows * f.pc[d] * sbytes / 8;
+		act = ab > act ? ab : act;
+		a.cr[d] = (uint32_t)a16((uint64_t)(32u >> g.lsh) * f.rowc[d]) + 16;
+		a.sr[d] = (uint32_t)a16((uint64_t)(32u >> g.lsh) * f.rows_[d]) + 16;
+	}
+	uint64_t o = act;
+	if (tier) {
+		// the tier policies' zero bytes (gv::TR_ZERO_AT) lie after the staged rows
+		if (o > gv::TR_ZERO_AT)
+			return 0;
+		o = gv::TR_ZERO_AT + 256;
+	}
+	o = a16(o);
+	const uint32_t rw0 = 32u >> a.g[0].lsh, rw1 = 32u >> a.g[1].lsh;
+	a.wo[0] = (uint32_t)o, o += (uint64_t)a.g[0].tpc * 2 * (a.cr[0] + a.sr[0]);
+	a.wo[1] = (uint32_t)o, o += (uint64_t)a.g[1].tpc * (a.cr[1] + a.sr[1]);
+	a.acc = (uint32_t)o, o = a16(o + 4ull * (2 * a.g[0].tpc * rw0 + a.g[1].tpc * rw1));
+	a.mbar = (uint32_t)o, o += 8ull * (2 * a.g[0].tpc + a.g[1].tpc);
+	if (o > sm::SMEM_MAX)
+		return 0;
+	using SK = void (*)(const MoeParams, const sm::Args);
+	SK k;
+	switch (fmt) {
+	case STRATA_FMT_Q4: k = full ? sm::small_kernel<STRATA_FMT_Q4, gv::Q4, true> : sm::small_kernel<STRATA_FMT_Q4, gv::Q4, false>; break;
+	case STRATA_FMT_Q3: k = full ? sm::small_kernel<STRATA_FMT_Q3, gv::Q3i, true> : sm::small_kernel<STRATA_FMT_Q3, gv::Q3i, false>; break;
+	case STRATA_FMT_HOT:
+		k = full ? sm::small_kernel<STRATA_FMT_HOT, gv::Tier<STRATA_FMT_HOT, 0>, true>
+			 : sm::small_kernel<STRATA_FMT_HOT, gv::Tier<STRATA_FMT_HOT, 0>, false>;
+		break;
+	case STRATA_FMT_WARM:
+		k = full ? sm::small_kernel<STRATA_FMT_WARM, gv::Tier<STRATA_FMT_WARM, 0>, true>
+			 : sm::small_kernel<STRATA_FMT_WARM, gv::Tier<STRATA_FMT_WARM, 0>, false>;
+		break;
+	default:
+		k = full ? sm::small_kernel<STRATA_FMT_COLD, gv::Tier<STRATA_FMT_COLD, 0>, true>
+			 : sm::small_kernel<STRATA_FMT_COLD, gv::Tier<STRATA_FMT_COLD, 0>, false>;
+		break;
+	}
+	uint32_t i = 0;
+	while (i < g_ctx.n_gv_attr && g_ctx.gv_attr[i] != (const void *)k)
+		i++;
+	if (i == g_ctx.n_gv_attr) {
+		CU_TRY(err, cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm::SMEM_MAX));
+		if (i < sizeof(g_ctx.gv_attr) / sizeof(g_ctx.gv_attr[0]))
+			g_ctx.gv_attr[g_ctx.n_gv_attr++] = (const void *)k;
+	}
+	uint32_t mid;
+	pf_list(p, false, false, &mid);
+	if (!(*rc = launch_k(k, grid, 32 * sm::W, (uint32_t)o, st, g_ctx.chain, err, *p, a)))
+		g_ctx.launches[STRATA_GPU_LAUNCH_SMALL]++;
+	return 1;
+}
+
 int run_launch(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_error *err)
 {
 	uint32_t hfl = 0;
@@ -1765,6 +1876,8 @@ int run_launch(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_err
 	g_ctx.first = 0;
 	int rc = 0;
 	if (maxtok <= 8 && run_dec_bf16(p, hfl, st, err, &rc))
+		return rc;
+	if (run_dec_small(p, maxtok, st, err, &rc))
 		return rc;
 	if (run_dec_gv(p, maxtok, st, err, &rc))
 		return rc;

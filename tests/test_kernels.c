@@ -238,13 +238,25 @@ static void test_moe_config(void **state)
 	assert_int_equal(c.sq_q3i, 2);
 	assert_int_equal(c.sq_gvl, 41);
 	assert_int_equal(d.sq_gvl, 0);
+	/* the one-launch small-layer kernel: auto by default (tier formats) */
+	assert_int_equal(d.small, -1);
+	assert_true((STRATA_MOE_SMALL_AUTO_FMTS >> STRATA_FMT_HOT & 1) && !(STRATA_MOE_SMALL_AUTO_FMTS >> STRATA_FMT_Q4 & 1));
+	assert_int_equal(strata_gpu_moe_config_parse("small=1", &c, &err), STRATA_OK);
+	assert_int_equal(c.small, 1);
+	assert_int_equal(strata_gpu_moe_config_parse("small=auto", &c, &err), STRATA_OK);
+	assert_int_equal(c.small, -1);
+	assert_int_equal(strata_gpu_moe_config_parse("small=off", &c, &err), STRATA_OK);
+	assert_int_equal(c.small, 0);
+	assert_int_equal(strata_gpu_moe_config_parse("small=0", &c, &err), STRATA_OK);
+	assert_int_equal(c.small, 0);
 	static const char *const bad[] = { "dec=9x4", "dec=12", "split=65", "split=-1", "bf16dec=16x5",
 					   "bf16_kc=16", "prefill_min=0", "prefill_min=17x", "poison=2", "warps=8",
 					   "dec", "sqdec=8x4", "sq_pf=2", "sq_xs=2", "sq_gv=on", "sq_gv=3", "sq_l2pf=3", "sq_pdl=2", "dec=12x4t", "dec=10x2t", "dec=8x2tt",
 					   "dec=8x2u", "bf16dec=8x8t", "prefill=wgmma", "prefill=sm90p2", "prefill=sm90pf",
 					   "prefill=sm90pq", "prefill=sm90pp3",
 					   "prefill_tiles=0", "prefill_tiles=on", "sq_q3i=3", "sq_gvw=4", "sq_gvw=16x", "sq_gvl=6", "sq_gvl=16", "sq_gvl=123", "sq_gvl=-1",
-					   "dec_tr=4", "dec_tr=on", "dec_tr=-1" };
+					   "dec_tr=4", "dec_tr=on", "dec_tr=-1",
+					   "small=2", "small=on", "small=-1" };
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		c = d;
 		memset(&err, 0, sizeof(err));
@@ -1197,7 +1209,7 @@ struct stack_case {
  * gives a wrong y.  The h scratch is poisoned with NaN before the stack.
  * Runs the stack chained, chained with the L2 prefetch and as plain
  * launches. */
-static void run_stack_case(const struct stack_case *sc)
+static void run_stack_case(const struct stack_case *sc, int small)
 {
 	struct strata_error err = { 0 };
 	const uint32_t H = sc->hidden, I = sc->inter, T = sc->n_tokens, NE = sc->n_experts, K = sc->top_k, L = sc->layers;
@@ -1254,10 +1266,12 @@ static void run_stack_case(const struct stack_case *sc)
 		struct strata_moe_config kc;
 		strata_gpu_moe_config_defaults(&kc);
 		kc.poison = 1;
+		kc.small = small;
 		kernel_config(&kc);
 		h2d(dy, r, L * nx * 4);
 		const uint64_t c0 = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_CHAINED);
 		const uint64_t g0 = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_SCALAR_GEMV);
+		const uint64_t s0 = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_SMALL);
 		int rc = strata_gpu_moe_stack(calls, L, flags[f], &err);
 		if (rc)
 			fprintf(stderr, "stack[%s]: %s\n", sc->name, err.msg);
@@ -1265,6 +1279,7 @@ static void run_stack_case(const struct stack_case *sc)
 		assert_int_equal(strata_gpu_sync(&err), STRATA_OK);
 		const uint64_t chained = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_CHAINED) - c0;
 		const uint64_t gv = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_SCALAR_GEMV) - g0;
+		const uint64_t nsm = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_SMALL) - s0;
 		d2h(yg, dy, L * nx * 4);
 		kernel_config(NULL);
 		double worst = 0, mag = 0;
@@ -1290,15 +1305,19 @@ static void run_stack_case(const struct stack_case *sc)
 			assert_true(re < bound[l]);
 		}
 		printf("stack[%s] H=%u I=%u T=%u E=%u k=%u layers=%u flags=%u: worst layer rel err %.3g, "
-		       "layer output / residual %.3g, chained launches %llu, row-streaming layer launches %llu\n",
+		       "layer output / residual %.3g, chained launches %llu, row-streaming layer launches %llu, "
+		       "small-layer launches %llu\n",
 		       sc->name, H, I, T, NE, K, L, flags[f], worst, mag, (unsigned long long)chained,
-		       (unsigned long long)gv);
+		       (unsigned long long)gv, (unsigned long long)nsm);
 		assert_true(mag > 0.05); /* each layer's output is a visible part of the next layer's input */
 		/* every layer chained, none plain; at 17 or more tokens per expert (the
 		 * prefill path, BF16 copies of q4/q3 experts) no launch is chained */
 		assert_true(flags[f] & STRATA_MOE_STACK_PLAIN || T > 16 ? chained == 0 : chained >= L);
-		/* the layers with q4 / q3 experts ran on the row-streaming kernel, one pair each */
-		assert_true(gv == gv_layers);
+		/* the layers with q4 / q3 experts ran on the row-streaming kernel, one
+		 * pair each; with small=1 (one format, one token per expert in every
+		 * layer of those cases) every layer on the one-launch kernel */
+		assert_true(gv == (small ? 0 : gv_layers));
+		assert_true(nsm == (small ? L : 0u));
 	}
 	for (uint32_t i = 0; i < L * NE; i++) {
 		strata_gpu_free(dext[i]);
@@ -1334,7 +1353,7 @@ static void test_moe_stack(void **state)
 	};
 	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++)
 		if (case_picked(cases[c].name))
-			run_stack_case(&cases[c]);
+			run_stack_case(&cases[c], 0);
 	/* bad calls */
 	struct strata_moe_call two[2] = { { 0 } };
 	assert_int_equal(strata_gpu_moe_stack(two, 0, 0, &err), STRATA_EINVAL);
@@ -1342,6 +1361,67 @@ static void test_moe_stack(void **state)
 	two[1].stream = (strata_gpu_stream *)&err;
 	assert_int_equal(strata_gpu_moe_stack(two, 2, 0, &err), STRATA_EINVAL);
 	assert_non_null(strstr(err.msg, "layer 1"));
+}
+
+/* The one-launch small-layer kernel (moe_dec_small.cuh; kernel configuration
+ * small=1) against the CPU reference on fresh random inputs (h poisoned with
+ * NaN), one token per expert: the Qwen3-30B-A3B expert shape in every format
+ * it takes (rows and batches dividing evenly), padded rows (its masked
+ * variant), more experts than a launch's slots, a Kimi-K2-shaped hot expert;
+ * each call must run exactly `launches` launches of it (two calls per case),
+ * none where its share does not fit (two Kimi-K2-shaped q4 experts) or with
+ * two tokens per expert.  Then stacks of such layers (chained, chained with
+ * the L2 prefetch, plain): every layer on it, each layer checked against the
+ * reference applied to its GPU input. */
+static void test_moe_small(void **state)
+{
+	(void)state;
+	if (!test_have_gpu("test_moe_small"))
+		return;
+	static const struct {
+		struct moe_case mc;
+		unsigned launches;
+	} cases[] = {
+		{ { "sm-qwen-q4-1", STRATA_FMT_Q4, 2048, 768, 1, 8, 8, 0 }, 1 },
+		{ { "sm-qwen-q3-1", STRATA_FMT_Q3, 2048, 768, 1, 8, 8, 0 }, 1 },
+		{ { "sm-qwen-hot-1", STRATA_FMT_HOT, 2048, 768, 1, 8, 8, 0 }, 1 },
+		{ { "sm-qwen-warm-1", STRATA_FMT_WARM, 2048, 768, 1, 8, 8, 0 }, 1 },
+		{ { "sm-qwen-cold-1", STRATA_FMT_COLD, 2048, 768, 1, 8, 8, 0 }, 1 },
+		{ { "sm-rows-q4-1", STRATA_FMT_Q4, 520, 200, 1, 3, 2, 0 }, 1 },
+		{ { "sm-rows-q3-1", STRATA_FMT_Q3, 520, 200, 1, 3, 2, 0 }, 1 },
+		{ { "sm-rows-hot-1", STRATA_FMT_HOT, 1040, 72, 1, 5, 4, 0 }, 1 },
+		{ { "sm-rows-warm-1", STRATA_FMT_WARM, 520, 200, 1, 3, 2, 0 }, 1 },
+		{ { "sm-many-cold-1", STRATA_FMT_COLD, 512, 256, 1, 300, 280, 0 }, 2 },
+		{ { "sm-many-q4-1", STRATA_FMT_Q4, 512, 256, 1, 40, 24, 0 }, 1 },
+		{ { "sm-kimi-hot-1", STRATA_FMT_HOT, 7168, 1536, 1, 1, 1, 0 }, 1 },
+		{ { "sm-kimi-q4-1", STRATA_FMT_Q4, 7168, 1536, 1, 2, 2, 0 }, 0 },
+		{ { "sm-qwen-q4-2", STRATA_FMT_Q4, 2048, 768, 2, 8, 8, 0 }, 0 },
+	};
+	struct strata_moe_config kc;
+	strata_gpu_moe_config_defaults(&kc);
+	kc.small = 1;
+	kernel_config(&kc);
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		if (!case_picked(cases[c].mc.name))
+			continue;
+		const uint64_t g0 = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_SMALL);
+		run_moe_case(&cases[c].mc);
+		const uint64_t ng = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_SMALL) - g0;
+		printf("moe[%s] small=1: small-layer launches %llu\n", cases[c].mc.name, (unsigned long long)ng);
+		assert_true(ng == 2u * cases[c].launches);
+	}
+	kernel_config(NULL);
+	static const struct stack_case stacks[] = {
+		{ "sstack-qwen-q4", 2048, 768, 1, 8, 8, 3, { STRATA_FMT_Q4, STRATA_FMT_Q4, STRATA_FMT_Q4 } },
+		{ "sstack-qwen-q3", 2048, 768, 1, 8, 8, 2, { STRATA_FMT_Q3, STRATA_FMT_Q3 } },
+		{ "sstack-qwen-hot", 2048, 768, 1, 8, 8, 2, { STRATA_FMT_HOT, STRATA_FMT_HOT } },
+		{ "sstack-mix", 1024, 512, 1, 6, 4, 5,
+		  { STRATA_FMT_Q4, STRATA_FMT_HOT, STRATA_FMT_Q3, STRATA_FMT_WARM, STRATA_FMT_COLD } },
+	};
+	for (size_t c = 0; c < sizeof(stacks) / sizeof(stacks[0]); c++)
+		if (case_picked(stacks[c].name))
+			run_stack_case(&stacks[c], 1);
+	kernel_config(NULL);
 }
 
 /* ---- cuBLAS BF16 paths ---- */
@@ -1602,6 +1682,7 @@ int main(void)
 		cmocka_unit_test(test_moe_scalar_gv),
 		cmocka_unit_test(test_moe_dec_tr),
 		cmocka_unit_test(test_moe_stack),
+		cmocka_unit_test(test_moe_small),
 		cmocka_unit_test(test_bf16_cublas),
 		cmocka_unit_test(test_moe_errors),
 		cmocka_unit_test(test_decode_ceiling),

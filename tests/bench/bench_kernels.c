@@ -21,8 +21,10 @@
  *             its own weights, layer l reading layer l-1's output
  *             (strata_gpu_moe_stack): time per layer and the same ratios, for the
  *             chained launches (kind stack), chained with the L2 prefetch of the
- *             next launch's weights (stack_l2pf) and as plain launches
- *             (stack_plain)
+ *             next launch's weights (stack_l2pf), as plain launches
+ *             (stack_plain) and chained on the other choice of the kernel
+ *             configuration's small key (stack_small when it does not take
+ *             the format, stack_nosmall when it does)
  *   layer     a full MoE layer with random top-k routing over all the model's
  *             experts (15/30/55 hot/warm/cold tiering): layer-tokens per second
  * Layers are rotated so every timed call streams its weights from HBM; calls
@@ -35,6 +37,10 @@
  * otherwise) and on every other dec_tr value (0: the ring kernel,
  * decode_ring; 1 / 2 / 3: the row-streaming tier kernel with the FMA decoder /
  * the codebook table / half of each, decode_tr1 / decode_tr2 / decode_tr3).
+ * q4, q3 and tier decode rows at 1 token also come on the other choice of the
+ * small key (the one-launch small-layer kernel; decode_small when the
+ * configuration does not send the format there, decode_nosmall when it does:
+ * small=1, or auto for the tier formats).
  * CSV columns: kind,shape,fmt,tokens,us,ratio,gbs,tflops,tok_s,bound (us: the
  * median time in microseconds); the
  * decode-ceiling rows are ceiling,decode_FMT,FMT with ratio = of read, gbs =
@@ -42,7 +48,7 @@
  * the decode rows' ratio to min(read, decode ceiling).
  *
  *   bench_kernels [--reps N] [--csv FILE] [--quick] [--decode] [--no-decode] [--no-layer] [--layers N]
- *                 [--pf-tokens T1,T2,...] [--shape kimi|qwen] [--profile [FMT]] [--kernel K=V,...]
+ *                 [--pf-tokens T1,T2,...] [--tokens T1,...] [--shape kimi|qwen] [--profile [FMT]] [--kernel K=V,...]
  *                 [--formats LIST] [--tier-formats H,W,C]
  *
  * --layers N: the stack rows (N = 2..64 layers per stack; 16 makes a
@@ -51,7 +57,8 @@
  * --decode: ceilings and the decode table (and the stack rows) only; --no-decode / --no-layer:
  * without the decode / full-layer table; --pf-tokens: the prefill table at
  * these tokens per expert, hot and bf16 or the --formats given (instead of 256
- * for every format and 64 for hot and bf16); --shape: the decode, prefill and layer tables of
+ * for every format and 64 for hot and bf16); --tokens: the decode table (and
+ * the register-ring rows) at these tokens per expert only (1..16); --shape: the decode, prefill and layer tables of
  * that shape alone; --profile [FMT]: a few decode layers (Kimi, or --shape's)
  * of format FMT (default hot) at T=1 and 16, then FMT's decode ceiling kernel
  * (tier formats), for a profiler.
@@ -360,6 +367,15 @@ static void bench_decode(const struct shape *sh, int fmt, const uint32_t *tokens
 	strata_gpu_free(y);
 }
 
+/* Whether configuration c sends one-token layers of fmt and shape sh to the
+ * one-launch small-layer kernel (small=1, or auto for the formats and launch
+ * sizes it takes there). */
+static int small_takes(const struct strata_moe_config *c, const struct shape *sh, int fmt)
+{
+	return c->small > 0 || (c->small < 0 && (STRATA_MOE_SMALL_AUTO_FMTS >> fmt & 1) &&
+				(uint64_t)sh->active * 3 * sh->hidden * sh->inter <= STRATA_MOE_SMALL_AUTO_WEIGHTS);
+}
+
 /* ---- stack: layers decoded back to back, each reading the previous one's y ---- */
 
 static uint32_t g_layers; /* --layers N (0: no stack rows) */
@@ -411,9 +427,17 @@ static void bench_stack(const struct shape *sh, int fmt, uint32_t T)
 						     .fmts = fmts, .n_assign = na, .assign_expert = ae, .assign_token = at,
 						     .assign_weight = aw, .stream = g_st };
 	}
-	static const unsigned flags[] = { 0, STRATA_MOE_STACK_L2PF, STRATA_MOE_STACK_PLAIN };
-	static const char *const kinds[] = { "stack", "stack_l2pf", "stack_plain" };
-	for (int f = 0; f < 3; f++) {
+	/* the fourth: chained, on the other choice of the small key (kind
+	 * stack_small when the configuration does not take fmt there,
+	 * stack_nosmall when it does) */
+	static const unsigned flags[] = { 0, STRATA_MOE_STACK_L2PF, STRATA_MOE_STACK_PLAIN, 0 };
+	struct strata_moe_config kc0, kc1;
+	strata_gpu_moe_config_get(&kc0);
+	kc1 = kc0;
+	kc1.small = small_takes(&kc0, sh, fmt) ? 0 : 1;
+	const char *const kinds[] = { "stack", "stack_l2pf", "stack_plain", kc1.small ? "stack_small" : "stack_nosmall" };
+	for (int f = 0; f < 4; f++) {
+		CHECK(strata_gpu_moe_configure(f == 3 ? &kc1 : &kc0, &g_err));
 		/* warm-up outside the capture (scratch allocation, attributes) */
 		CHECK(strata_gpu_moe_stack(calls, N, flags[f], &g_err));
 		CHECK(strata_gpu_stream_sync(g_st, &g_err));
@@ -430,6 +454,7 @@ static void bench_stack(const struct shape *sh, int fmt, uint32_t T)
 		snprintf(note, sizeof(note), "  (per layer of %u x %u)", ns, N);
 		decode_row(kinds[f], sh, fmt, &E, T, ms, note);
 	}
+	CHECK(strata_gpu_moe_configure(&kc0, &g_err));
 	free(ext), free(fmts), free(ae), free(at), free(aw), free(calls);
 	strata_gpu_free(w), strata_gpu_free(x), strata_gpu_free(y), strata_gpu_free(y0);
 }
@@ -660,8 +685,8 @@ int main(int argc, char **argv)
 	int quick = 0, decode_only = 0, no_decode = 0, no_layer = 0, prof_fmt = STRATA_FMT_HOT, s0 = 0, s1 = 2;
 	int fmt_list[8] = { STRATA_FMT_HOT, STRATA_FMT_WARM, STRATA_FMT_COLD, STRATA_FMT_BF16, STRATA_FMT_Q4, STRATA_FMT_Q3 };
 	int n_fmt = 6, fmt_given = 0;
-	uint32_t pf_tokens[32];
-	int n_pf = 0;
+	uint32_t pf_tokens[32], dt_list[8];
+	int n_pf = 0, n_dt = 0;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--reps") && i + 1 < argc)
 			g_reps = atoi(argv[++i]);
@@ -696,6 +721,16 @@ int main(int argc, char **argv)
 					return 2;
 				}
 				pf_tokens[n_pf++] = (uint32_t)v;
+			}
+		} else if (!strcmp(argv[i], "--tokens") && i + 1 < argc) {
+			char *p = argv[++i], *end;
+			for (n_dt = 0; *p && n_dt < 8; p = *end ? end + 1 : end) {
+				unsigned long v = strtoul(p, &end, 10);
+				if (end == p || v == 0 || v > 16 || (*end && *end != ',')) {
+					fprintf(stderr, "bench_kernels: --tokens: want a list like 1,4 (1..16)\n");
+					return 2;
+				}
+				dt_list[n_dt++] = (uint32_t)v;
 			}
 		} else if (!strcmp(argv[i], "--shape") && i + 1 < argc) {
 			i++;
@@ -752,9 +787,9 @@ int main(int argc, char **argv)
 			}
 		} else {
 			printf("usage: bench_kernels [--reps N] [--csv FILE] [--quick] [--decode] [--no-decode] [--no-layer] [--layers N]\n"
-			       "                     [--pf-tokens T1,T2,...] [--shape kimi|qwen] [--profile [FMT]]\n"
+			       "                     [--pf-tokens T1,T2,...] [--tokens T1,...] [--shape kimi|qwen] [--profile [FMT]]\n"
 			       "                     [--formats hot,warm,cold,bf16,q4,q3] [--tier-formats H,W,C]\n"
-			       "                     [--kernel KEY=VALUE,...]  (dec, split, bf16dec, bf16_kc, sqdec, sq_pf, sq_xs, sq_gv, sq_l2pf, sq_pdl, sq_q3i, sq_gvw, sq_gvl, dec_tr, prefill_min, prefill, prefill_tiles; kernels.h)\n"
+			       "                     [--kernel KEY=VALUE,...]  (dec, split, bf16dec, bf16_kc, sqdec, sq_pf, sq_xs, sq_gv, sq_l2pf, sq_pdl, sq_q3i, sq_gvw, sq_gvl, dec_tr, small, prefill_min, prefill, prefill_tiles; kernels.h)\n"
 			       "Fused dequant MoE kernels vs streaming-read and cuBLAS ceilings (needs a GPU).\n");
 			return strcmp(argv[i], "--help") && strcmp(argv[i], "-h") ? 2 : 0;
 		}
@@ -795,7 +830,9 @@ int main(int argc, char **argv)
 	const uint32_t sq_tokens[] = { 1, 2, 3, 4, 8, 16 };
 	for (int s = s0; s < s1 && !no_decode; s++)
 		for (int f = 0; f < (quick ? 1 : n_fmt); f++)
-			if ((fmts[f] == STRATA_FMT_Q4 || fmts[f] == STRATA_FMT_Q3) && !quick)
+			if (n_dt)
+				bench_decode(&shapes[s], fmts[f], dt_list, n_dt);
+			else if ((fmts[f] == STRATA_FMT_Q4 || fmts[f] == STRATA_FMT_Q3) && !quick)
 				bench_decode(&shapes[s], fmts[f], sq_tokens, 6);
 			else
 				bench_decode(&shapes[s], fmts[f], dec_tokens, 4);
@@ -810,7 +847,7 @@ int main(int argc, char **argv)
 				kc.sq_gv = 0;
 				CHECK(strata_gpu_moe_configure(&kc, &g_err));
 				g_dec_kind = "decode_ring";
-				bench_decode(&shapes[s], fmts[f], sq_tokens, 4);
+				bench_decode(&shapes[s], fmts[f], n_dt ? dt_list : sq_tokens, n_dt ? n_dt : 4);
 				g_dec_kind = "decode";
 				CHECK(strata_gpu_moe_configure(&kc0, &g_err));
 			}
@@ -829,6 +866,22 @@ int main(int argc, char **argv)
 				kc.dec_tr = v;
 				CHECK(strata_gpu_moe_configure(&kc, &g_err));
 				g_dec_kind = tr_kind[v];
+				bench_decode(&shapes[s], fmts[f], one_token, 1);
+				g_dec_kind = "decode";
+				CHECK(strata_gpu_moe_configure(&kc0, &g_err));
+			}
+	/* formats the one-launch small-layer kernel takes, at 1 token, on the
+	 * other choice of the small key too (kind decode_small when the
+	 * configuration does not take the format there, decode_nosmall when it
+	 * does): both in one run */
+	for (int s = s0; s < s1 && !no_decode && !quick; s++)
+		for (int f = 0; f < n_fmt; f++)
+			if (fmts[f] == STRATA_FMT_Q4 || fmts[f] == STRATA_FMT_Q3 ||
+			    (fmts[f] >= STRATA_FMT_HOT && fmts[f] <= STRATA_FMT_COLD)) {
+				struct strata_moe_config kc = kc0;
+				kc.small = small_takes(&kc0, &shapes[s], fmts[f]) ? 0 : 1;
+				CHECK(strata_gpu_moe_configure(&kc, &g_err));
+				g_dec_kind = kc.small ? "decode_small" : "decode_nosmall";
 				bench_decode(&shapes[s], fmts[f], one_token, 1);
 				g_dec_kind = "decode";
 				CHECK(strata_gpu_moe_configure(&kc0, &g_err));

@@ -1,0 +1,283 @@
+// One-launch decode of a small MoE layer at one token per expert (included
+// by moe_gpu.cu inside its anonymous namespace, after moe_dec_tr.cuh).
+//
+// Why: a Qwen3-30B-A3B-shaped layer at batch 1 (8 experts of 2048 x 768) is
+// 21 MB of q4 (4.6 us at read speed) or 13 MB of hot (8.4 us at the tier
+// decode ceiling); the row-streaming kernels (moe_dec_gv.cuh /
+// moe_dec_tr.cuh: two launches, whole rows per warp task, weights through a
+// register ring) and the persistent kernel spend most of such a layer in
+// fixed latencies: two launches with their ramp and tail, a CTA that cannot
+// issue its weight loads until its warp reaches them, staging.
+//
+// Taken by run_dec_small (moe_gpu.cu) for launches whose experts all have
+// one token and are all in one of q4, q3 (q3's integer loop, gv::Q3i), hot,
+// warm, cold (the FMA decoder: the codebook table would not leave room for
+// the weights), under the kernel configuration small=1, or auto (the
+// default: the tier formats in launches of at most
+// STRATA_MOE_SMALL_AUTO_WEIGHTS weights, where it measured faster; kernels.h),
+// when each CTA's share of the layer fits in shared memory.  ONE launch per
+// layer, one CTA of W = 16 warps per SM:
+//   - the rows are cut as the row-streaming kernel cuts them (a task: rw =
+//     32 >> lsh consecutive rows of one expert's gate and up, or of its down;
+//     lanes per row 1 << lsh, contiguous ranges of tasks per CTA, gv_tasks),
+//     the geometry chosen for the fewest items of the busiest warp (below),
+//     then the fewest bytes;
+//   - at its start, thread 0 copies the CTA's whole share of the layer's
+//     weights, its gate|up rows and its down rows (both are known at launch),
+//     into shared memory by 1-D bulk copies (cp.async.bulk, two per task and
+//     matrix: codes and scales, each from the 16-byte boundary below the rows
+//     to the one above them), one mbarrier per task and matrix, in the order
+//     they are used; then, when chained (a stack of layers), it lets the next
+//     launch start and waits for the earlier ones (griddepcontrol), so the
+//     weights stream while the previous layer finishes;
+//   - gate|up: x staged as the row-streaming kernel stages it (gv::stage);
+//     the work is dealt as items (task, matrix, batch of NB chunks per lane),
+//     item i to warp i % W, so every warp has work however few tasks the CTA
+//     has (a tier-format CTA has ~3 tasks of 16 rows: the whole rows of the
+//     row-streaming kernel would leave most warps idle); a warp waits for its
+//     item's mbarrier, loads the batch from shared memory into the policy's
+//     register buffer (SLd below, the layout of the policy's own load) and
+//     calls the policy's dot (moe_dec_gv.cuh's Q4 / Q3i, moe_dec_tr.cuh's
+//     Tier<FMT, 0>: their code, unchanged); the row's lanes meet by xor
+//     shuffles and add into a shared-memory partial sum per row;
+//   - h = silu(gate) * up to global, then per expert a counter of its
+//     gate|up tasks done (p.sync, as the persistent kernel; all CTAs are
+//     resident, so spinning on it is safe);
+//   - down: wait for the counters of the CTA's experts, stage their h rows
+//     (gv::stage), the same items from the down rows already in shared
+//     memory, y += weight x sum by one atomic per row; the last CTA out resets
+//     the counters.
+// Accuracy: as the row-streaming kernels' (the same policies and staging).
+// Measured (H200, experiments/kernels/README.md, "One-launch small-layer
+// kernel"): Qwen3-30B-A3B T=1 hot / warm / cold 22.4 / 22.0 / 21.0 us against
+// 33.2 / 33.5 / 33.0 us (the persistent kernel), 16-layer stacks 21.1 / 20.9 /
+// 19.8 us per layer against 29.2 / 29.7 / 29.6; q4 20.0 vs 15.1 us and q3
+// 17.8 vs 15.9 us slower (stacks 18.6 vs 14.9, 16.3 vs 16.6).  ncu (q4): 60%
+// of the shared-memory wavefronts are bank conflicts (a warp's rows are
+// rowc bytes apart, rowc a multiple of 128 bytes), a third of the warps'
+// cycles wait at CTA barriers; the time is ~20 us whatever the format's bytes
+// (cold 4.7 MB, q4 21 MB): fixed costs, not bandwidth.
+namespace sm {
+
+constexpr int W = 16;                      // warps per CTA
+constexpr uint32_t SMEM_MAX = 227 * 1024;  // shared-memory bytes per CTA (sm_90)
+
+struct Args {
+	gv::Args g[2];         // per phase (gate|up, down): lsh, nbat, cpr, nrs, ntask, tpc, xrows, srows, xoff, coff
+	uint32_t cr[2], sr[2]; // shared bytes per task and matrix: codes, scales (16-aligned rows + 16)
+	uint32_t wo[2];        // shared offsets of the phases' task regions (task k, matrix m at wo + (k nmat + m)(cr + sr))
+	uint32_t acc;          // shared offset of the partial sums: gate|up (tpc0 x 2 x rw0), then down (tpc1 x rw1)
+	uint32_t mbar;         // shared offset of the mbarriers: gate|up 2 per task, then down one per task
+};
+
+// A policy's register buffer (LSH = -1: a scale word per chunk) filled from
+// the rows' bytes in shared memory (c, s: offsets in g_smem of the row's codes
+// and scales) at chunks j0 + (i << lsh), those past the row clamped to its last
+// chunk (the policy's dot gives them zero scales): the layout of the
+// policy's own load (moe_dec_gv.cuh, moe_dec_tr.cuh).
+template <class P> struct SLd;
+template <> struct SLd<gv::Q4> {
+	__device__ __forceinline__ static void load(gv::Q4::Buf<-1> &b, uint32_t c, uint32_t s, uint32_t j0, uint32_t lsh,
+						    uint32_t cpr)
+	{
+#pragma unroll
+		for (uint32_t i = 0; i < gv::Q4::NB; i++) {
+			const uint32_t j = min(j0 + (i << lsh), cpr - 1);
+			b.c[i] = *reinterpret_cast<const uint4 *>(g_smem + c + 16 * j);
+			b.s[i] = *reinterpret_cast<const uint2 *>(g_smem + s + 2 * (j & ~3u));
+		}
+	}
+};
+template <> struct SLd<gv::Q3i> {
+	__device__ __forceinline__ static void load(gv::Q3::Buf<-1> &b, uint32_t c, uint32_t s, uint32_t j0, uint32_t lsh,
+						    uint32_t cpr)
+	{
+#pragma unroll
+		for (uint32_t i = 0; i < gv::Q3::NB; i++) {
+			const uint32_t j = min(j0 + (i << lsh), cpr - 1), k = j >> 2, t = j & 3;
+			b.c[i] = *reinterpret_cast<const uint4 *>(g_smem + c + 96 * k + 16 * t);
+			b.x[i] = *reinterpret_cast<const uint2 *>(g_smem + c + 96 * k + 64 + 8 * t);
+			b.s[i] = *reinterpret_cast<const uint4 *>(g_smem + s + 16 * k);
+		}
+	}
+};
+template <int FMT, int DEC> struct SLd<gv::Tier<FMT, DEC>> {
+	using T = gv::Tier<FMT, DEC>;
+	using F = typename T::F;
+	__device__ __forceinline__ static void load(typename T::template Buf<-1> &b, uint32_t c, uint32_t s, uint32_t j0,
+						    uint32_t, uint32_t cpr)
+	{
+		const uint32_t j = min(j0, cpr - 1), q = c + F::CODE_BYTES * j;
+		if constexpr (FMT == STRATA_FMT_WARM) {
+#pragma unroll
+			for (uint32_t i = 0; i < T::NWD / 4; i++) {
+				const uint4 v = *reinterpret_cast<const uint4 *>(g_smem + q + 16 * i);
+				b.w[4 * i] = v.x, b.w[4 * i + 1] = v.y, b.w[4 * i + 2] = v.z, b.w[4 * i + 3] = v.w;
+			}
+		} else if constexpr (FMT == STRATA_FMT_HOT) {
+#pragma unroll
+			for (uint32_t i = 0; i < T::NWD / 2; i++) {
+				const uint2 v = *reinterpret_cast<const uint2 *>(g_smem + q + 8 * i);
+				b.w[2 * i] = v.x, b.w[2 * i + 1] = v.y;
+			}
+		} else {
+#pragma unroll
+			for (uint32_t i = 0; i < T::NWD; i++)
+				b.w[i] = *reinterpret_cast<const uint32_t *>(g_smem + q + 4 * i);
+		}
+		b.s = *reinterpret_cast<const unsigned short *>(g_smem + s + F::SCALE_BYTES * j);
+	}
+};
+
+// FULL: every phase's rows and batches divide evenly (no masks in the dot).
+template <int FMT, class P, bool FULL>
+__global__ void __launch_bounds__(32 * W, 1) small_kernel(const __grid_constant__ MoeParams p, const __grid_constant__ Args a)
+{
+	using Buf = typename P::template Buf<-1>;
+	const uint32_t tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+	const FmtTab &f = p.tab[FMT];
+	const uint32_t sbase = (uint32_t)__cvta_generic_to_shared(g_smem);
+	const uint32_t tpc0 = a.g[0].tpc, rw0 = 32u >> a.g[0].lsh, rw1 = 32u >> a.g[1].lsh;
+	uint32_t t0[2], nt[2];
+#pragma unroll
+	for (int d = 0; d < 2; d++) {
+		t0[d] = blockIdx.x * a.g[d].tpc;
+		nt[d] = t0[d] < a.g[d].ntask ? min(a.g[d].tpc, a.g[d].ntask - t0[d]) : 0;
+	}
+	float *acc_s = reinterpret_cast<float *>(g_smem + a.acc);
+	auto mbar = [&](uint32_t d, uint32_t k, uint32_t m) { return sbase + a.mbar + 8 * (d ? 2 * tpc0 + k : 2 * k + m); };
+	for (uint32_t i = tid; i < 2 * tpc0 * rw0 + a.g[1].tpc * rw1; i += blockDim.x)
+		acc_s[i] = 0.0f;
+	if (tid == 0) {
+		for (uint32_t i = 0; i < 2 * tpc0 + a.g[1].tpc; i++)
+			mbar_init(sbase + a.mbar + 8 * i, 1);
+		asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+	}
+	__syncthreads();
+	// The CTA's weights, gate|up tasks first, in the order the items use them.
+	if (tid == 0)
+		for (uint32_t d = 0; d < 2; d++) {
+			const gv::Args &g = a.g[d];
+			const uint32_t rw = 32u >> g.lsh, nmat = d ? 1 : 2, nrows = d ? p.hidden : p.inter;
+			for (uint32_t k = 0; k < nt[d]; k++) {
+				const uint32_t t = t0[d] + k, s = t / g.nrs, row0 = (t - s * g.nrs) * rw, nv = min(rw, nrows - row0);
+				for (uint32_t m = 0; m < nmat; m++) {
+					const uint8_t *mat = p.slot[s].ext + f.off[d ? 2 : m];
+					const uintptr_t c = (uintptr_t)(mat + (uint64_t)row0 * f.rowc[d]);
+					const uintptr_t sc = (uintptr_t)(mat + f.soff[d] + (uint64_t)row0 * f.rows_[d]);
+					const uintptr_t c0 = c & ~(uintptr_t)15, s0 = sc & ~(uintptr_t)15;
+					const uint32_t cb = (uint32_t)(((c + nv * f.rowc[d] + 15) & ~(uintptr_t)15) - c0);
+					const uint32_t sb = (uint32_t)(((sc + nv * f.rows_[d] + 15) & ~(uintptr_t)15) - s0);
+					const uint32_t dst = sbase + a.wo[d] + (k * nmat + m) * (a.cr[d] + a.sr[d]);
+					mbar_expect_arrive(mbar(d, k, m), cb + sb);
+					bulk_copy(dst, (const void *)c0, cb, mbar(d, k, m));
+					bulk_copy(dst + a.cr[d], (const void *)s0, sb, mbar(d, k, m));
+				}
+			}
+		}
+	// Chained (strata_gpu_moe_stack): the weights are on their way; x, h, y
+	// and the counters only after the earlier launches.
+	if (p.chain) {
+		l2_prefetch(p, 0, p.npf);
+		pdl_trigger();
+		pdl_wait();
+	}
+	gv::pre_stage<P>(0);
+	uint32_t nr;
+	const float *inv = reinterpret_cast<const float *>(g_smem + gv::Smem::INV);
+	// Phase d's items: (task k, matrix m, batch b), item i to warp i % W.
+	auto phase = [&](uint32_t d) {
+		const gv::Args &g = a.g[d];
+		const uint32_t lsh = g.lsh, sub = lane & ((1u << lsh) - 1), rr = lane >> lsh, rw = 32u >> lsh;
+		const uint32_t nmat = d ? 1 : 2, nbat = g.nbat, cpr = g.cpr, nrows = d ? p.hidden : p.inter;
+		const uint32_t rowc = (uint32_t)f.rowc[d], rows_ = (uint32_t)f.rows_[d];
+		const uint32_t us = 16 * cpr, xstride = cpr * P::NG * 16, cstride = cpr * P::NG * 4;
+		const uint32_t srow0 = d ? p.slot[t0[1] / g.nrs].a0 : 0;
+		float *acc_d = acc_s + (d ? 2 * tpc0 * rw0 : 0);
+		for (uint32_t it = warp; it < nt[d] * nmat * nbat; it += W) {
+			const uint32_t k = it / (nmat * nbat), rem = it - k * nmat * nbat, m = rem / nbat, b = rem - m * nbat;
+			const uint32_t t = t0[d] + k, s = t / g.nrs, row0 = (t - s * g.nrs) * rw, row = row0 + rr;
+			const uint32_t rl = min(rr, min(rw, nrows - row0) - 1);
+			const uint32_t base = a.wo[d] + (k * nmat + m) * (a.cr[d] + a.sr[d]);
+			// the copies start at the 16-byte boundary below the task's first row
+			const uint32_t co = base + ((row0 * rowc) & 15) + rl * rowc;
+			const uint32_t so = base + a.cr[d] + ((row0 * rows_) & 15) + rl * rows_;
+			const uint32_t j0 = sub + b * (P::NB << lsh);
+			const Slot &sl = p.slot[s];
+			const uint32_t r = d ? sl.a0 - srow0 : p.tok[sl.a0];
+			uint32_t xu[1][P::NG], cu[1];
+#pragma unroll
+			for (uint32_t u = 0; u < P::NG; u++)
+				xu[0][u] = sbase + g.xoff + r * xstride + (gv::per_group<1, P::NG>() ? u * us : 0);
+			cu[0] = sbase + g.coff + r * cstride;
+			mbar_wait(mbar(d, k, m), 0);
+			Buf bf;
+			SLd<P>::load(bf, co, so, j0, lsh, cpr);
+			float acc[1] = { 0.0f };
+			P::template dot<1, -1, FULL>(bf, j0, lsh, cpr, row < nrows, us, xu, cu, acc);
+			for (uint32_t o = (1u << lsh) >> 1; o; o >>= 1)
+				acc[0] += __shfl_xor_sync(0xffffffffu, acc[0], o);
+			if (!sub && row < nrows)
+				atomicAdd(acc_d + (k * nmat + m) * rw + rr, acc[0]);
+		}
+	};
+	// gate|up, then h and the experts' counters.
+	if (nt[0]) {
+		gv::stage<P>(p, a.g[0], nr);
+		phase(0);
+		__syncthreads();
+		const gv::Args &g = a.g[0];
+		for (uint32_t i = tid; i < nt[0] * rw0; i += blockDim.x) {
+			const uint32_t k = i / rw0, rr = i - k * rw0, t = t0[0] + k, s = t / g.nrs;
+			const uint32_t row = (t - s * g.nrs) * rw0 + rr;
+			if (row >= p.inter)
+				continue;
+			const Slot &sl = p.slot[s];
+			const float sb = inv[p.tok[sl.a0]], gg = acc_s[2 * k * rw0 + rr] * sb, uu = acc_s[(2 * k + 1) * rw0 + rr] * sb;
+			p.h[sl.h_off + row] = gg / (1.0f + expf(-gg)) * uu;
+		}
+		__threadfence();
+		__syncthreads();
+		if (tid == 0) {
+			__threadfence();
+			const uint32_t t1 = t0[0] + nt[0];
+			for (uint32_t s = t0[0] / g.nrs; s <= (t1 - 1) / g.nrs; s++)
+				atomicAdd(p.sync + 1 + s, min(t1, (s + 1) * g.nrs) - max(t0[0], s * g.nrs));
+		}
+	}
+	// down: after every gate|up task of the CTA's experts.
+	if (nt[1]) {
+		const gv::Args &g = a.g[1];
+		const uint32_t s0 = t0[1] / g.nrs, s1 = (t0[1] + nt[1] - 1) / g.nrs;
+		for (uint32_t s = s0 + tid; s <= s1; s += blockDim.x)
+			while (ld_acquire(p.sync + 1 + s) < a.g[0].nrs)
+				__nanosleep(32);
+		__syncthreads();
+		gv::stage<P>(p, g, nr);
+		phase(1);
+		__syncthreads();
+		const uint32_t srow0 = p.slot[s0].a0;
+		const float *acc_d = acc_s + 2 * tpc0 * rw0;
+		for (uint32_t i = tid; i < nt[1] * rw1; i += blockDim.x) {
+			const uint32_t k = i / rw1, rr = i - k * rw1, t = t0[1] + k, s = t / g.nrs;
+			const uint32_t row = (t - s * g.nrs) * rw1 + rr, ai = p.slot[s].a0;
+			if (row < p.hidden)
+				atomicAdd(p.y + (uint64_t)p.tok[ai] * p.hidden + row, p.w[ai] * acc_d[i] * inv[ai - srow0]);
+		}
+	}
+	(void)nr;
+	// The last CTA out resets the counters for the next launch.
+	__syncthreads();
+	if (tid == 0) {
+		__threadfence();
+		const unsigned prev = atomicAdd(p.sync, 1u);
+		if (prev == gridDim.x - 1) {
+			for (uint32_t s = 0; s < p.n_slots; s++)
+				p.sync[1 + s] = 0;
+			p.sync[0] = 0;
+			__threadfence();
+		}
+	}
+}
+
+} // namespace sm
