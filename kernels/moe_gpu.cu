@@ -1512,6 +1512,21 @@ template <int FMT, int NT> GvKernel gv_pick(const gv::Args &g, uint32_t nrows, b
 	return gv::gv_kernel<FMT, P, NT, -1, false>;
 }
 
+// Set kernel k's dynamic shared-memory limit to bytes once per process (the
+// row-streaming and small-layer kernels; g_ctx.gv_attr records those done).
+int gv_smem_attr(const void *k, uint32_t bytes, struct strata_error *err)
+{
+	uint32_t i = 0;
+	while (i < g_ctx.n_gv_attr && g_ctx.gv_attr[i] != k)
+		i++;
+	if (i == g_ctx.n_gv_attr) {
+		CU_TRY(err, cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+		if (i < sizeof(g_ctx.gv_attr) / sizeof(g_ctx.gv_attr[0]))
+			g_ctx.gv_attr[g_ctx.n_gv_attr++] = k;
+	}
+	return STRATA_OK;
+}
+
 // The two launches of a row-streaming layer (gate|up, then down; the down
 // launch a programmatic dependent one under sq_pdl, both in a stack): kernel
 // k[d] of nw[d] warps per CTA and smem[d] bytes of shared memory, its
@@ -1521,17 +1536,10 @@ int gv_pair(MoeParams *p, const GvKernel (&k)[2], const uint32_t (&nw)[2], const
 	    const uint32_t (&grid)[2], const uint32_t (&smem)[2], uint32_t attr, enum strata_gpu_launch kind,
 	    cudaStream_t st, struct strata_error *err)
 {
-	for (int d = 0; d < 2; d++) {
-		uint32_t i = 0;
-		while (i < g_ctx.n_gv_attr && g_ctx.gv_attr[i] != (const void *)k[d])
-			i++;
-		if (i == g_ctx.n_gv_attr) {
-			CU_TRY(err, cudaFuncSetAttribute(k[d], cudaFuncAttributeMaxDynamicSharedMemorySize, (int)attr));
-			if (i < sizeof(g_ctx.gv_attr) / sizeof(g_ctx.gv_attr[0]))
-				g_ctx.gv_attr[g_ctx.n_gv_attr++] = (const void *)k[d];
-		}
-	}
 	int rc;
+	for (int d = 0; d < 2; d++)
+		if ((rc = gv_smem_attr((const void *)k[d], attr, err)))
+			return rc;
 	if ((rc = launch_k(k[0], grid[0], 32 * nw[0], smem[0], st, g_ctx.chain, err, *p, a[0])) ||
 	    (rc = launch_k(k[1], grid[1], 32 * nw[1], smem[1], st, g_ctx.chain || a[1].pdl, err, *p, a[1])))
 		return rc;
@@ -1739,6 +1747,13 @@ int run_dec_tr(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_err
 	return 1;
 }
 
+typedef void (*SmallKernel)(const MoeParams, const sm::Args);
+// The small-layer kernel of format FMT with policy P, with or without masks.
+template <int FMT, class P> SmallKernel small_pick(bool full)
+{
+	return full ? sm::small_kernel<FMT, P, true> : sm::small_kernel<FMT, P, false>;
+}
+
 // Launches of one token per expert, all in one of q4, q3 (its integer loop),
 // hot, warm, cold, under the kernel configuration small=1 (auto: the formats
 // of STRATA_MOE_SMALL_AUTO_FMTS in launches of at most
@@ -1816,32 +1831,13 @@ int run_dec_small(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_
 	a.mbar = (uint32_t)o, o += 8ull * (2 * a.g[0].tpc + a.g[1].tpc);
 	if (o > sm::SMEM_MAX)
 		return 0;
-	using SK = void (*)(const MoeParams, const sm::Args);
-	SK k;
-	switch (fmt) {
-	case STRATA_FMT_Q4: k = full ? sm::small_kernel<STRATA_FMT_Q4, gv::Q4, true> : sm::small_kernel<STRATA_FMT_Q4, gv::Q4, false>; break;
-	case STRATA_FMT_Q3: k = full ? sm::small_kernel<STRATA_FMT_Q3, gv::Q3i, true> : sm::small_kernel<STRATA_FMT_Q3, gv::Q3i, false>; break;
-	case STRATA_FMT_HOT:
-		k = full ? sm::small_kernel<STRATA_FMT_HOT, gv::Tier<STRATA_FMT_HOT, 0>, true>
-			 : sm::small_kernel<STRATA_FMT_HOT, gv::Tier<STRATA_FMT_HOT, 0>, false>;
-		break;
-	case STRATA_FMT_WARM:
-		k = full ? sm::small_kernel<STRATA_FMT_WARM, gv::Tier<STRATA_FMT_WARM, 0>, true>
-			 : sm::small_kernel<STRATA_FMT_WARM, gv::Tier<STRATA_FMT_WARM, 0>, false>;
-		break;
-	default:
-		k = full ? sm::small_kernel<STRATA_FMT_COLD, gv::Tier<STRATA_FMT_COLD, 0>, true>
-			 : sm::small_kernel<STRATA_FMT_COLD, gv::Tier<STRATA_FMT_COLD, 0>, false>;
-		break;
-	}
-	uint32_t i = 0;
-	while (i < g_ctx.n_gv_attr && g_ctx.gv_attr[i] != (const void *)k)
-		i++;
-	if (i == g_ctx.n_gv_attr) {
-		CU_TRY(err, cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm::SMEM_MAX));
-		if (i < sizeof(g_ctx.gv_attr) / sizeof(g_ctx.gv_attr[0]))
-			g_ctx.gv_attr[g_ctx.n_gv_attr++] = (const void *)k;
-	}
+	const SmallKernel k = fmt == STRATA_FMT_Q4     ? small_pick<STRATA_FMT_Q4, gv::Q4>(full)
+			      : fmt == STRATA_FMT_Q3   ? small_pick<STRATA_FMT_Q3, gv::Q3i>(full)
+			      : fmt == STRATA_FMT_HOT  ? small_pick<STRATA_FMT_HOT, gv::Tier<STRATA_FMT_HOT, 0>>(full)
+			      : fmt == STRATA_FMT_WARM ? small_pick<STRATA_FMT_WARM, gv::Tier<STRATA_FMT_WARM, 0>>(full)
+						       : small_pick<STRATA_FMT_COLD, gv::Tier<STRATA_FMT_COLD, 0>>(full);
+	if ((*rc = gv_smem_attr((const void *)k, sm::SMEM_MAX, err)))
+		return 1;
 	uint32_t mid;
 	pf_list(p, false, false, &mid);
 	if (!(*rc = launch_k(k, grid, 32 * sm::W, (uint32_t)o, st, g_ctx.chain, err, *p, a)))

@@ -715,6 +715,23 @@ __device__ __forceinline__ bool bar_or(uint32_t id, uint32_t n, bool v)
 	return r != 0;
 }
 
+// One K step of the BF16-tile kernels (tile_p, tile_pp): the MMA warpgroup
+// wg's wgmmas on buffer bi (W's tile of 128 rows x 256 tokens), committed as
+// one group.  Descriptors: desc(a + off) = desc(a) + off / 16 (shared
+// addresses below 256 KB: the 14-bit address field does not carry).
+template <class W, bool H>
+__device__ __forceinline__ void mma_step(float (&acc)[2][64], uint64_t d0, uint32_t bi, uint32_t wg)
+{
+	const uint64_t da = d0 + bi * (W::BUF >> 4), db = da + ((W::A_BYTES + wg * 128 * 128) >> 4);
+	wg_fence();
+#pragma unroll
+	for (int kk = 0; kk < BK / 16; kk++) {
+		wgmma_n128<H>(acc[0], da + 2 * kk, db + 2 * kk, 1);
+		wgmma_n128<H>(acc[1], da + ((64 * 128) >> 4) + 2 * kk, db + 2 * kk, 1);
+	}
+	wg_commit();
+}
+
 // H (prefill=sm90ph, with MC): fp16 tiles and fp16 wgmmas.  The producers
 // write fp16(f * scale * 2^E) with E per A row (the largest E keeping the
 // row's largest block scale times the codebook's largest |f|, 55.4, below
@@ -1053,16 +1070,7 @@ __device__ __forceinline__ void tile_p(const PParams &p, const PSlot &s, uint32_
 			fence_proxy_async();
 		}
 		bar_sync(BAR_FULL + bi, W::NTHR);
-		// Descriptors: desc(a + off) = desc(a) + off / 16 (shared addresses below
-		// 256 KB: the 14-bit address field does not carry).
-		const uint64_t da = d0 + bi * (W::BUF >> 4), db = da + ((W::A_BYTES + wg * 128 * 128) >> 4);
-		wg_fence();
-#pragma unroll
-		for (int kk = 0; kk < BK / 16; kk++) {
-			wgmma_n128<H>(acc[0], da + 2 * kk, db + 2 * kk, 1);
-			wgmma_n128<H>(acc[1], da + ((64 * 128) >> 4) + 2 * kk, db + 2 * kk, 1);
-		}
-		wg_commit();
+		mma_step<W, H>(acc, d0, bi, wg);
 		wg_wait<1>(); // the wgmmas of step ks-1 are done: its buffer goes back
 		if (ks >= 1 && ks - 1 + NB < nk)
 			bar_arrive(BAR_EMPTY + (ks - 1) % NB, W::NTHR);
@@ -1338,14 +1346,7 @@ template <bool DOWN, int S> __device__ __forceinline__ void tile_pp(const PParam
 			pf::wait<NB - 2>(); // this thread's copies of step g landed
 			fence_proxy_async();
 			bar_sync(BAR_FULL + bi, W::NTHR);
-			const uint64_t da = d0 + bi * (W::BUF >> 4), db = da + ((W::A_BYTES + wg * 128 * 128) >> 4);
-			wg_fence();
-#pragma unroll
-			for (int kk = 0; kk < BK / 16; kk++) {
-				wgmma_n128<false>(acc[0], da + 2 * kk, db + 2 * kk, 1);
-				wgmma_n128<false>(acc[1], da + ((64 * 128) >> 4) + 2 * kk, db + 2 * kk, 1);
-			}
-			wg_commit();
+			mma_step<W, false>(acc, d0, bi, wg);
 			wg_wait<1>(); // the wgmmas of step g-1 are done: its buffer goes back
 			if (ks >= 1 && g - 1 + NB < G)
 				bar_arrive(BAR_EMPTY + (g - 1) % NB, W::NTHR);

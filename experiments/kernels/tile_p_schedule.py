@@ -81,16 +81,6 @@ def run(np_, nk, seed, nb=4, p=2, nr=2, raw_at=0, wg_wait=1, cp_wait=1, mc=False
                 if arr[i] == ('inflight', v):
                     arr[i] = ('landed', v)
 
-    def decode(ks):  # step ks into its buffer's A tile, then FULL
-        b = ks >> 2
-        if raw[b % nr] != ('landed', b):
-            raise Broken(f"decode of step {ks} finds raw slot {raw[b % nr]}, wants block {b}")
-        check_free(ks % nb, f"decode of step {ks}")
-        yield ('time', clock[0] + rnd.randint(1, 20))
-        check_free(ks % nb, f"decode of step {ks}")
-        a[ks % nb] = ks
-        yield ('arrive', 1 + ks % nb, npt)
-
     def decode_pp(g, blk):  # global step g from global raw block blk (the FULL arrive is the caller's)
         if raw[blk % nr] != ('landed', blk):
             raise Broken(f"decode of step {g} finds raw slot {raw[blk % nr]}, wants block {blk}")
@@ -98,6 +88,10 @@ def run(np_, nk, seed, nb=4, p=2, nr=2, raw_at=0, wg_wait=1, cp_wait=1, mc=False
         yield ('time', clock[0] + rnd.randint(1, 20))
         check_free(g % nb, f"decode of step {g}")
         a[g % nb] = g
+
+    def decode(ks):  # step ks into its buffer's A tile, then FULL
+        yield from decode_pp(ks, ks >> 2)
+        yield ('arrive', 1 + ks % nb, npt)
 
     def producer_pp():
         # prefill=sm90pp: global step g and raw block gb over the CTA's tiles; the
