@@ -42,6 +42,7 @@ int strata_gpu_dequantize(int fmt, const void *d_packed, uint32_t rows, uint32_t
 			  strata_gpu_stream *stream, struct strata_error *err) { return NOGPU(err); }
 int strata_gpu_moe_check(int fmt, uint32_t hidden, uint32_t inter, struct strata_error *err) { return NOGPU(err); }
 uint64_t strata_gpu_moe_launches(enum strata_gpu_launch kind) { return 0; }
+int strata_gpu_small_phases(uint64_t *ts, uint32_t *grid, uint32_t cap, uint32_t *n, struct strata_error *err) { return NOGPU(err); }
 int strata_gpu_moe_stack(const struct strata_moe_call *calls, uint32_t n_layers, unsigned flags,
 			 struct strata_error *err) { return NOGPU(err); }
 int strata_gpu_moe_prefill_sm90_usable(void) { return 0; }

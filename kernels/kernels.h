@@ -273,7 +273,15 @@ int strata_gpu_moe_check(int fmt, uint32_t hidden, uint32_t inter, struct strata
  *                                                measured slower) in launches of at most
  *                                                STRATA_MOE_SMALL_AUTO_WEIGHTS weights with
  *                                                dec_tr, sq_gv, sqdec and sq_q3i at their
- *                                                defaults; 0: the kernels above
+ *                                                defaults; 0: the kernels above; 2: as 1, each
+ *                                                code row its own bulk copy into shared memory at a
+ *                                                pitch skewed so a warp's rows fall on different
+ *                                                banks (1: the task's rows rowc bytes apart, a
+ *                                                multiple of 128 at Qwen3-30B-A3B: n-way bank
+ *                                                conflicts); with small 1 or 2, sq_gvl forces its
+ *                                                lanes per row as for the row-streaming kernel
+ *   small_ts     small_ts               0        1: the small-layer kernel records per-CTA phase
+ *                                                timestamps (strata_gpu_small_phases); 0: none
  *
  * Everything else the kernels do is fixed: 16-warp persistent CTAs for
  * 8-token tiles and 8 warps for 16-token ones, stage copies by the bulk copy
@@ -295,9 +303,9 @@ struct strata_moe_config {
 	uint32_t pf_tiles_min;
 	int sq_q3i, sq_gvw, sq_gvl;
 	int dec_tr;
-	int small;
+	int small, small_ts;
 };
-#define STRATA_MOE_CONFIG_DEFAULT { 17, -1, 0, 0, -1, 0, 512, 0, -1, 0, 1, 0, 1, 1, 0, 32, 1, 16, 0, -1, -1 }
+#define STRATA_MOE_CONFIG_DEFAULT { 17, -1, 0, 0, -1, 0, 512, 0, -1, 0, 1, 0, 1, 1, 0, 32, 1, 16, 0, -1, -1, 0 }
 /* small=auto: the formats (bit fmt: hot, warm, cold) and the largest launch
  * (weights) it takes: the measured Qwen3-30B-A3B layer is 37.7 Mi weights */
 #define STRATA_MOE_SMALL_AUTO_FMTS ((1u << 2) | (1u << 3) | (1u << 4))
@@ -331,6 +339,39 @@ enum strata_gpu_launch {
 	STRATA_GPU_LAUNCH_KINDS
 };
 uint64_t strata_gpu_moe_launches(enum strata_gpu_launch kind);
+/*
+ * Phase timestamps of the one-launch small-layer kernel (kernel configuration
+ * small_ts=1, for finding where its time goes): per launch, per CTA,
+ * STRATA_SMALL_TS_WORDS words: [0] the global timer (ns) at the CTA's start,
+ * [1] at its end, [2 + phase] the SM's clock64 when thread 0 passed the phase
+ * (0: the CTA has no such phase, e.g. no gate|up task).  The phases, in order:
+ */
+enum strata_small_ts {
+	STRATA_SMALL_TS_START,      /* kernel start */
+	STRATA_SMALL_TS_ISSUED,     /* the CTA's bulk copies issued */
+	STRATA_SMALL_TS_PDL,        /* chained: the earlier launches done (griddepcontrol.wait) */
+	STRATA_SMALL_TS_XSTAGED,    /* x staged in shared memory */
+	STRATA_SMALL_TS_MBAR0,      /* warp 0's first gate|up weights arrived */
+	STRATA_SMALL_TS_GU_W0,      /* warp 0's gate|up items done */
+	STRATA_SMALL_TS_GU,         /* every warp's gate|up items done (CTA barrier) */
+	STRATA_SMALL_TS_CNT_PUB,    /* h written, the experts' counters raised */
+	STRATA_SMALL_TS_CNT_WAIT,   /* the counters of the CTA's down experts complete */
+	STRATA_SMALL_TS_DN_STAGED,  /* h staged */
+	STRATA_SMALL_TS_DN_W0,      /* warp 0's down items done */
+	STRATA_SMALL_TS_DN,         /* every warp's down items done */
+	STRATA_SMALL_TS_Y,          /* y added */
+	STRATA_SMALL_TS_END,        /* the counters' reset done: exit */
+	STRATA_SMALL_TS_N
+};
+#define STRATA_SMALL_TS_WORDS 16u
+#define STRATA_SMALL_TS_CTAS 256u    /* CTAs per launch recorded (more: none) */
+#define STRATA_SMALL_TS_LAUNCHES 64u /* launches kept (the latest) */
+/* Waits for the device, then copies the timestamps of the small-layer
+ * launches since the previous call (at most STRATA_SMALL_TS_LAUNCHES, the
+ * latest, in launch order) into ts (cap launches x STRATA_SMALL_TS_CTAS x
+ * STRATA_SMALL_TS_WORDS words) and their grid sizes into grid (cap); *n the
+ * launches copied.  STRATA_EUNSUPPORTED without a GPU. */
+int strata_gpu_small_phases(uint64_t *ts, uint32_t *grid, uint32_t cap, uint32_t *n, struct strata_error *err);
 /*
  * Decode of a stack of MoE layers, the way a model runs them: calls[0 ..
  * n_layers) are the layers' calls in order (moe.h's strata_moe_call, each

@@ -89,8 +89,10 @@ int strata_gpu_moe_config_validate(const struct strata_moe_config *c, struct str
 		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: sq_q3i must be 0, 1 or 2");
 	if (c->sq_gvl < 0 || c->sq_gvl > 55 || c->sq_gvl % 10 > 5)
 		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: sq_gvl %d: want two digits 0 - 5 (gate|up, down)", c->sq_gvl);
-	if (c->small < -1 || c->small > 1)
-		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: small %d (-1 auto, 0 off, 1 on)", c->small);
+	if (c->small < -1 || c->small > 2)
+		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: small %d (-1 auto, 0 off, 1 on, 2 on with a skewed row pitch)", c->small);
+	if (c->small_ts != 0 && c->small_ts != 1)
+		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: small_ts must be 0 or 1");
 	if (c->sq_gvw != 16 && c->sq_gvw != 12 && c->sq_gvw != 8)
 		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: sq_gvw must be 16, 12 or 8");
 	return STRATA_OK;
@@ -193,7 +195,9 @@ int strata_gpu_moe_config_parse(const char *text, struct strata_moe_config *c, s
 			else if (!strcmp(v, "off"))
 				c->small = 0;
 			else
-				rc = parse_digit(kv, v, 1, &c->small, err);
+				rc = parse_digit(kv, v, 2, &c->small, err);
+		} else if (!strcmp(kv, "small_ts")) {
+			rc = parse_digit(kv, v, 1, &c->small_ts, err);
 		} else if (!strcmp(kv, "sq_pdl")) {
 			rc = parse_digit(kv, v, 1, &c->sq_pdl, err);
 		} else if (!strcmp(kv, "sq_q3i")) {
@@ -227,7 +231,7 @@ int strata_gpu_moe_config_parse(const char *text, struct strata_moe_config *c, s
 				rc = parse_u32(kv, v, &c->pf_tiles_min, err);
 		} else {
 			return STRATA_ERR(err, STRATA_EINVAL,
-					  "kernel config: unknown key '%s' (prefill_min, dec, split, bf16dec, bf16_kc, poison, sqdec, sq_pf, sq_xs, sq_gv, sq_l2pf, sq_pdl, prefill, prefill_tiles, sq_q3i, sq_gvw, sq_gvl, dec_tr, small)",
+					  "kernel config: unknown key '%s' (prefill_min, dec, split, bf16dec, bf16_kc, poison, sqdec, sq_pf, sq_xs, sq_gv, sq_l2pf, sq_pdl, prefill, prefill_tiles, sq_q3i, sq_gvw, sq_gvl, dec_tr, small, small_ts)",
 					  kv);
 		}
 	}

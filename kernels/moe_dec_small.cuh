@@ -68,7 +68,20 @@ struct Args {
 	uint32_t wo[2];        // shared offsets of the phases' task regions (task k, matrix m at wo + (k nmat + m)(cr + sr))
 	uint32_t acc;          // shared offset of the partial sums: gate|up (tpc0 x 2 x rw0), then down (tpc1 x rw1)
 	uint32_t mbar;         // shared offset of the mbarriers: gate|up 2 per task, then down one per task
+	uint32_t pitch[2];     // small=2: shared bytes per code row (each row its own bulk copy, the pitch
+			       // skewed so a warp's rows fall on different banks); 0: rows rowc apart
+	unsigned long long *ts; // small_ts=1: the launch's phase timestamps (TS_WORDS per CTA), else null
 };
+
+// small_ts=1: the phase timestamps of kernels.h's strata_small_ts.
+constexpr uint32_t TS_WORDS = STRATA_SMALL_TS_WORDS;
+static_assert(2 + STRATA_SMALL_TS_N <= STRATA_SMALL_TS_WORDS, "phase timestamps");
+__device__ __forceinline__ unsigned long long gtimer()
+{
+	unsigned long long t;
+	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+	return t;
+}
 
 // A policy's register buffer (LSH = -1: a scale word per chunk) filled from
 // the rows' bytes in shared memory (c, s: offsets in g_smem of the row's codes
@@ -135,6 +148,17 @@ __global__ void __launch_bounds__(32 * W, 1) small_kernel(const __grid_constant_
 {
 	using Buf = typename P::template Buf<-1>;
 	const uint32_t tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+	unsigned long long *const ts = a.ts ? a.ts + (size_t)blockIdx.x * TS_WORDS : nullptr;
+	auto mark = [&](int ph) {
+		if (ts && tid == 0)
+			ts[2 + ph] = clock64();
+	};
+	if (ts && tid == 0) {
+		ts[0] = gtimer();
+		for (int i = 1; i < (int)TS_WORDS; i++)
+			ts[i] = 0;
+	}
+	mark(STRATA_SMALL_TS_START);
 	const FmtTab &f = p.tab[FMT];
 	const uint32_t sbase = (uint32_t)__cvta_generic_to_shared(g_smem);
 	const uint32_t tpc0 = a.g[0].tpc, rw0 = 32u >> a.g[0].lsh, rw1 = 32u >> a.g[1].lsh;
@@ -154,27 +178,49 @@ __global__ void __launch_bounds__(32 * W, 1) small_kernel(const __grid_constant_
 		asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 	}
 	__syncthreads();
-	// The CTA's weights, gate|up tasks first, in the order the items use them.
-	if (tid == 0)
+	// The CTA's weights, gate|up tasks first, in the order the items use them:
+	// by thread 0 (codes and scales of a task and matrix, two copies), or
+	// with a row pitch (small=2) by warp 0 (a row's codes per lane, after
+	// lane 0 armed the mbarrier with the bytes of all of them).
+	if (warp == 0)
 		for (uint32_t d = 0; d < 2; d++) {
 			const gv::Args &g = a.g[d];
-			const uint32_t rw = 32u >> g.lsh, nmat = d ? 1 : 2, nrows = d ? p.hidden : p.inter;
+			const uint32_t rw = 32u >> g.lsh, nmat = d ? 1 : 2, nrows = d ? p.hidden : p.inter, pt = a.pitch[d];
+			const uint32_t rowc = (uint32_t)f.rowc[d];
 			for (uint32_t k = 0; k < nt[d]; k++) {
 				const uint32_t t = t0[d] + k, s = t / g.nrs, row0 = (t - s * g.nrs) * rw, nv = min(rw, nrows - row0);
 				for (uint32_t m = 0; m < nmat; m++) {
 					const uint8_t *mat = p.slot[s].ext + f.off[d ? 2 : m];
-					const uintptr_t c = (uintptr_t)(mat + (uint64_t)row0 * f.rowc[d]);
+					const uintptr_t c = (uintptr_t)(mat + (uint64_t)row0 * rowc);
 					const uintptr_t sc = (uintptr_t)(mat + f.soff[d] + (uint64_t)row0 * f.rows_[d]);
-					const uintptr_t c0 = c & ~(uintptr_t)15, s0 = sc & ~(uintptr_t)15;
-					const uint32_t cb = (uint32_t)(((c + nv * f.rowc[d] + 15) & ~(uintptr_t)15) - c0);
+					const uintptr_t s0 = sc & ~(uintptr_t)15;
 					const uint32_t sb = (uint32_t)(((sc + nv * f.rows_[d] + 15) & ~(uintptr_t)15) - s0);
 					const uint32_t dst = sbase + a.wo[d] + (k * nmat + m) * (a.cr[d] + a.sr[d]);
-					mbar_expect_arrive(mbar(d, k, m), cb + sb);
-					bulk_copy(dst, (const void *)c0, cb, mbar(d, k, m));
-					bulk_copy(dst + a.cr[d], (const void *)s0, sb, mbar(d, k, m));
+					if (!pt) {
+						if (lane == 0) {
+							const uintptr_t c0 = c & ~(uintptr_t)15;
+							const uint32_t cb = (uint32_t)(((c + nv * rowc + 15) & ~(uintptr_t)15) - c0);
+							mbar_expect_arrive(mbar(d, k, m), cb + sb);
+							bulk_copy(dst, (const void *)c0, cb, mbar(d, k, m));
+							bulk_copy(dst + a.cr[d], (const void *)s0, sb, mbar(d, k, m));
+						}
+						continue;
+					}
+					// row lane of the task: from the 16-byte boundary below it to the one above
+					const uintptr_t cr = c + (uintptr_t)lane * rowc, cr0 = cr & ~(uintptr_t)15;
+					const uint32_t cb = lane < nv ? (uint32_t)(((cr + rowc + 15) & ~(uintptr_t)15) - cr0) : 0;
+					const uint32_t tot = __reduce_add_sync(0xffffffffu, cb);
+					if (lane == 0) {
+						mbar_expect_arrive(mbar(d, k, m), tot + sb);
+						bulk_copy(dst + a.cr[d], (const void *)s0, sb, mbar(d, k, m));
+					}
+					__syncwarp();
+					if (cb)
+						bulk_copy(dst + lane * pt, (const void *)cr0, cb, mbar(d, k, m));
 				}
 			}
 		}
+	mark(STRATA_SMALL_TS_ISSUED);
 	// Chained (strata_gpu_moe_stack): the weights are on their way; x, h, y
 	// and the counters only after the earlier launches.
 	if (p.chain) {
@@ -182,6 +228,7 @@ __global__ void __launch_bounds__(32 * W, 1) small_kernel(const __grid_constant_
 		pdl_trigger();
 		pdl_wait();
 	}
+	mark(STRATA_SMALL_TS_PDL);
 	gv::pre_stage<P>(0);
 	uint32_t nr;
 	const float *inv = reinterpret_cast<const float *>(g_smem + gv::Smem::INV);
@@ -190,7 +237,7 @@ __global__ void __launch_bounds__(32 * W, 1) small_kernel(const __grid_constant_
 		const gv::Args &g = a.g[d];
 		const uint32_t lsh = g.lsh, sub = lane & ((1u << lsh) - 1), rr = lane >> lsh, rw = 32u >> lsh;
 		const uint32_t nmat = d ? 1 : 2, nbat = g.nbat, cpr = g.cpr, nrows = d ? p.hidden : p.inter;
-		const uint32_t rowc = (uint32_t)f.rowc[d], rows_ = (uint32_t)f.rows_[d];
+		const uint32_t rowc = (uint32_t)f.rowc[d], rows_ = (uint32_t)f.rows_[d], pt = a.pitch[d];
 		const uint32_t us = 16 * cpr, xstride = cpr * P::NG * 16, cstride = cpr * P::NG * 4;
 		const uint32_t srow0 = d ? p.slot[t0[1] / g.nrs].a0 : 0;
 		float *acc_d = acc_s + (d ? 2 * tpc0 * rw0 : 0);
@@ -200,7 +247,7 @@ __global__ void __launch_bounds__(32 * W, 1) small_kernel(const __grid_constant_
 			const uint32_t rl = min(rr, min(rw, nrows - row0) - 1);
 			const uint32_t base = a.wo[d] + (k * nmat + m) * (a.cr[d] + a.sr[d]);
 			// the copies start at the 16-byte boundary below the task's first row
-			const uint32_t co = base + ((row0 * rowc) & 15) + rl * rowc;
+			const uint32_t co = pt ? base + rl * pt + (((row0 + rl) * rowc) & 15) : base + ((row0 * rowc) & 15) + rl * rowc;
 			const uint32_t so = base + a.cr[d] + ((row0 * rows_) & 15) + rl * rows_;
 			const uint32_t j0 = sub + b * (P::NB << lsh);
 			const Slot &sl = p.slot[s];
@@ -211,6 +258,8 @@ __global__ void __launch_bounds__(32 * W, 1) small_kernel(const __grid_constant_
 				xu[0][u] = sbase + g.xoff + r * xstride + (gv::per_group<1, P::NG>() ? u * us : 0);
 			cu[0] = sbase + g.coff + r * cstride;
 			mbar_wait(mbar(d, k, m), 0);
+			if (!d && it == warp)
+				mark(STRATA_SMALL_TS_MBAR0);
 			Buf bf;
 			SLd<P>::load(bf, co, so, j0, lsh, cpr);
 			float acc[1] = { 0.0f };
@@ -220,12 +269,15 @@ __global__ void __launch_bounds__(32 * W, 1) small_kernel(const __grid_constant_
 			if (!sub && row < nrows)
 				atomicAdd(acc_d + (k * nmat + m) * rw + rr, acc[0]);
 		}
+		mark(d ? STRATA_SMALL_TS_DN_W0 : STRATA_SMALL_TS_GU_W0);
 	};
 	// gate|up, then h and the experts' counters.
 	if (nt[0]) {
 		gv::stage<P>(p, a.g[0], nr);
+		mark(STRATA_SMALL_TS_XSTAGED);
 		phase(0);
 		__syncthreads();
+		mark(STRATA_SMALL_TS_GU);
 		const gv::Args &g = a.g[0];
 		for (uint32_t i = tid; i < nt[0] * rw0; i += blockDim.x) {
 			const uint32_t k = i / rw0, rr = i - k * rw0, t = t0[0] + k, s = t / g.nrs;
@@ -244,6 +296,7 @@ __global__ void __launch_bounds__(32 * W, 1) small_kernel(const __grid_constant_
 			for (uint32_t s = t0[0] / g.nrs; s <= (t1 - 1) / g.nrs; s++)
 				atomicAdd(p.sync + 1 + s, min(t1, (s + 1) * g.nrs) - max(t0[0], s * g.nrs));
 		}
+		mark(STRATA_SMALL_TS_CNT_PUB);
 	}
 	// down: after every gate|up task of the CTA's experts.
 	if (nt[1]) {
@@ -253,9 +306,12 @@ __global__ void __launch_bounds__(32 * W, 1) small_kernel(const __grid_constant_
 			while (ld_acquire(p.sync + 1 + s) < a.g[0].nrs)
 				__nanosleep(32);
 		__syncthreads();
+		mark(STRATA_SMALL_TS_CNT_WAIT);
 		gv::stage<P>(p, g, nr);
+		mark(STRATA_SMALL_TS_DN_STAGED);
 		phase(1);
 		__syncthreads();
+		mark(STRATA_SMALL_TS_DN);
 		const uint32_t srow0 = p.slot[s0].a0;
 		const float *acc_d = acc_s + 2 * tpc0 * rw0;
 		for (uint32_t i = tid; i < nt[1] * rw1; i += blockDim.x) {
@@ -268,6 +324,7 @@ __global__ void __launch_bounds__(32 * W, 1) small_kernel(const __grid_constant_
 	(void)nr;
 	// The last CTA out resets the counters for the next launch.
 	__syncthreads();
+	mark(STRATA_SMALL_TS_Y);
 	if (tid == 0) {
 		__threadfence();
 		const unsigned prev = atomicAdd(p.sync, 1u);
@@ -278,6 +335,9 @@ __global__ void __launch_bounds__(32 * W, 1) small_kernel(const __grid_constant_
 			__threadfence();
 		}
 	}
+	mark(STRATA_SMALL_TS_END);
+	if (ts && tid == 0)
+		ts[1] = gtimer();
 }
 
 } // namespace sm

@@ -948,6 +948,11 @@ struct Ctx {
 	// their gate|up matrices at nx_p[i] (nx_gu[i] bytes), the whole extent
 	// from there nx_all[i] bytes.
 	int chain = 0, l2pf = 0, first = 0;
+	// small_ts: the small-layer kernel's phase timestamps (strata_gpu_small_phases),
+	// STRATA_SMALL_TS_LAUNCHES launches of STRATA_SMALL_TS_CTAS CTAs; launches recorded
+	// since the last read, the grid of each
+	unsigned long long *sm_ts = nullptr;
+	uint32_t sm_ts_n = 0, sm_ts_grid[STRATA_SMALL_TS_LAUNCHES] = {};
 	uint32_t nx_n = 0;
 	const uint8_t *nx_p[PF_MAX];
 	uint32_t nx_gu[PF_MAX], nx_all[PF_MAX];
@@ -1794,7 +1799,11 @@ int run_dec_small(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_
 		const uint32_t nrows = d ? p->hidden : p->inter, nmat = d ? 1 : 2;
 		uint64_t best = UINT64_MAX;
 		bool bfull = false;
+		// small 1 or 2: lanes per row forced by sq_gvl (a digit per phase) where the format allows
+		const uint32_t fl_ = mode > 0 ? (uint32_t)(d ? g_ctx.cfg.sq_gvl % 10 : g_ctx.cfg.sq_gvl / 10) : 0;
 		for (int l = (int)maxl; l >= 0; l--) {
+			if (fl_ && fl_ <= maxl && (uint32_t)l != fl_)
+				continue;
 			const uint32_t rw = 32u >> l, nbat = (((g.cpr + (1u << l) - 1) >> l) + nb - 1) / nb;
 			const bool fl = g.cpr % (nb << l) == 0 && nrows % rw == 0;
 			const uint32_t ntask = p->n_slots * ((nrows + rw - 1) / rw), tpc = (ntask + sms - 1) / sms;
@@ -1813,22 +1822,38 @@ int run_dec_small(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_
 		g.coff = gv::Smem::END + g.srows * f.pc[d] * 2;
 		const uint64_t ab = gv::Smem::END + (uint64_t)g.srows * f.pc[d] * sbytes / 8;
 		act = ab > act ? ab : act;
-		a.cr[d] = (uint32_t)a16((uint64_t)(32u >> g.lsh) * f.rowc[d]) + 16;
 		a.sr[d] = (uint32_t)a16((uint64_t)(32u >> g.lsh) * f.rows_[d]) + 16;
 	}
-	uint64_t o = act;
+	uint64_t o0 = act;
 	if (tier) {
 		// the tier policies' zero bytes (gv::TR_ZERO_AT) lie after the staged rows
-		if (o > gv::TR_ZERO_AT)
+		if (o0 > gv::TR_ZERO_AT)
 			return 0;
-		o = gv::TR_ZERO_AT + 256;
+		o0 = gv::TR_ZERO_AT + 256;
 	}
-	o = a16(o);
+	// The shared-memory layout: the tasks' rows (small=2: at a pitch whose
+	// remainder mod 128 is the bytes one load instruction of a row's lanes
+	// reads, at least 16, so the rows of a warp start on different banks; a
+	// row per copy; rowc apart where that does not fit), partial sums, mbarriers.
 	const uint32_t rw0 = 32u >> a.g[0].lsh, rw1 = 32u >> a.g[1].lsh;
-	a.wo[0] = (uint32_t)o, o += (uint64_t)a.g[0].tpc * 2 * (a.cr[0] + a.sr[0]);
-	a.wo[1] = (uint32_t)o, o += (uint64_t)a.g[1].tpc * (a.cr[1] + a.sr[1]);
-	a.acc = (uint32_t)o, o = a16(o + 4ull * (2 * a.g[0].tpc * rw0 + a.g[1].tpc * rw1));
-	a.mbar = (uint32_t)o, o += 8ull * (2 * a.g[0].tpc + a.g[1].tpc);
+	uint64_t o = 0;
+	for (int pitched = mode == 2; pitched >= 0; pitched--) {
+		for (uint32_t d = 0; d < 2; d++) {
+			const uint32_t lsh = a.g[d].lsh, acc = q4 || q3 || fmt == STRATA_FMT_WARM ? 16 : fmt == STRATA_FMT_HOT ? 8 : 4;
+			const uint32_t want = (acc << lsh) < 16 ? 16 : (acc << lsh) % 128;
+			uint32_t pt = (uint32_t)a16(f.rowc[d]) + 16;
+			pt += want ? (want + 128 - pt % 128) % 128 : 0;
+			a.pitch[d] = pitched ? pt : 0;
+			a.cr[d] = pitched ? (32u >> lsh) * pt : (uint32_t)a16((uint64_t)(32u >> lsh) * f.rowc[d]) + 16;
+		}
+		o = a16(o0);
+		a.wo[0] = (uint32_t)o, o += (uint64_t)a.g[0].tpc * 2 * (a.cr[0] + a.sr[0]);
+		a.wo[1] = (uint32_t)o, o += (uint64_t)a.g[1].tpc * (a.cr[1] + a.sr[1]);
+		a.acc = (uint32_t)o, o = a16(o + 4ull * (2 * a.g[0].tpc * rw0 + a.g[1].tpc * rw1));
+		a.mbar = (uint32_t)o, o += 8ull * (2 * a.g[0].tpc + a.g[1].tpc);
+		if (o <= sm::SMEM_MAX)
+			break;
+	}
 	if (o > sm::SMEM_MAX)
 		return 0;
 	const SmallKernel k = fmt == STRATA_FMT_Q4     ? small_pick<STRATA_FMT_Q4, gv::Q4>(full)
@@ -1838,6 +1863,17 @@ int run_dec_small(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_
 						       : small_pick<STRATA_FMT_COLD, gv::Tier<STRATA_FMT_COLD, 0>>(full);
 	if ((*rc = gv_smem_attr((const void *)k, sm::SMEM_MAX, err)))
 		return 1;
+	if (g_ctx.cfg.small_ts && grid <= STRATA_SMALL_TS_CTAS) {
+		const size_t per = (size_t)STRATA_SMALL_TS_CTAS * STRATA_SMALL_TS_WORDS;
+		if (!g_ctx.sm_ts && cudaMalloc(&g_ctx.sm_ts, per * STRATA_SMALL_TS_LAUNCHES * sizeof(*g_ctx.sm_ts)) != cudaSuccess) {
+			g_ctx.sm_ts = nullptr;
+			*rc = STRATA_ERR(err, STRATA_EGPU, "small_ts: no device memory for the timestamps");
+			return 1;
+		}
+		const uint32_t i = g_ctx.sm_ts_n++ % STRATA_SMALL_TS_LAUNCHES;
+		a.ts = g_ctx.sm_ts + i * per;
+		g_ctx.sm_ts_grid[i] = grid;
+	}
 	uint32_t mid;
 	pf_list(p, false, false, &mid);
 	if (!(*rc = launch_k(k, grid, 32 * sm::W, (uint32_t)o, st, g_ctx.chain, err, *p, a)))
@@ -2536,6 +2572,33 @@ extern "C" uint64_t strata_gpu_moe_launches(enum strata_gpu_launch kind)
 	uint64_t n = g_ctx.launches[kind];
 	pthread_mutex_unlock(&g_ctx.mu);
 	return n;
+}
+
+// strata_gpu_small_phases under the context's lock.
+static int small_phases(uint64_t *ts, uint32_t *grid, uint32_t cap, uint32_t *n, struct strata_error *err)
+{
+	const size_t per = (size_t)STRATA_SMALL_TS_CTAS * STRATA_SMALL_TS_WORDS;
+	const uint32_t have = g_ctx.sm_ts_n < STRATA_SMALL_TS_LAUNCHES ? g_ctx.sm_ts_n : STRATA_SMALL_TS_LAUNCHES;
+	const uint32_t m = have < cap ? have : cap;
+	CU_TRY(err, cudaDeviceSynchronize());
+	for (uint32_t j = 0; j < m; j++) {
+		const uint32_t i = (g_ctx.sm_ts_n - m + j) % STRATA_SMALL_TS_LAUNCHES;
+		grid[j] = g_ctx.sm_ts_grid[i];
+		CU_TRY(err, cudaMemcpy(ts + j * per, g_ctx.sm_ts + i * per, per * sizeof(*ts), cudaMemcpyDeviceToHost));
+	}
+	*n = m, g_ctx.sm_ts_n = 0;
+	return STRATA_OK;
+}
+
+extern "C" int strata_gpu_small_phases(uint64_t *ts, uint32_t *grid, uint32_t cap, uint32_t *n, struct strata_error *err)
+{
+	*n = 0;
+	pthread_mutex_lock(&g_ctx.mu);
+	int rc = ctx_init(err);
+	if (!rc)
+		rc = small_phases(ts, grid, cap, n, err);
+	pthread_mutex_unlock(&g_ctx.mu);
+	return rc;
 }
 
 extern "C" int strata_gpu_moe_prefill_sm90_usable(void)

@@ -249,6 +249,11 @@ static void test_moe_config(void **state)
 	assert_int_equal(c.small, 0);
 	assert_int_equal(strata_gpu_moe_config_parse("small=0", &c, &err), STRATA_OK);
 	assert_int_equal(c.small, 0);
+	/* small=2: the skewed shared-memory row pitch; small_ts: phase timestamps */
+	assert_int_equal(d.small_ts, 0);
+	assert_int_equal(strata_gpu_moe_config_parse("small=2,small_ts=1", &c, &err), STRATA_OK);
+	assert_int_equal(c.small, 2);
+	assert_int_equal(c.small_ts, 1);
 	static const char *const bad[] = { "dec=9x4", "dec=12", "split=65", "split=-1", "bf16dec=16x5",
 					   "bf16_kc=16", "prefill_min=0", "prefill_min=17x", "poison=2", "warps=8",
 					   "dec", "sqdec=8x4", "sq_pf=2", "sq_xs=2", "sq_gv=on", "sq_gv=3", "sq_l2pf=3", "sq_pdl=2", "dec=12x4t", "dec=10x2t", "dec=8x2tt",
@@ -256,7 +261,7 @@ static void test_moe_config(void **state)
 					   "prefill=sm90pq", "prefill=sm90pp3",
 					   "prefill_tiles=0", "prefill_tiles=on", "sq_q3i=3", "sq_gvw=4", "sq_gvw=16x", "sq_gvl=6", "sq_gvl=16", "sq_gvl=123", "sq_gvl=-1",
 					   "dec_tr=4", "dec_tr=on", "dec_tr=-1",
-					   "small=2", "small=on", "small=-1" };
+					   "small=3", "small=on", "small=-1", "small_ts=2", "small_ts=on" };
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		c = d;
 		memset(&err, 0, sizeof(err));
@@ -1363,8 +1368,35 @@ static void test_moe_stack(void **state)
 	assert_non_null(strstr(err.msg, "layer 1"));
 }
 
+/* The timestamps of the last n small-layer launches (small_ts=1): all there,
+ * every CTA's start before its end and its phases in order. */
+static void check_small_phases(uint32_t n)
+{
+	struct strata_error err = { 0 };
+	const size_t per = (size_t)STRATA_SMALL_TS_CTAS * STRATA_SMALL_TS_WORDS;
+	uint64_t *ts = malloc(STRATA_SMALL_TS_LAUNCHES * per * sizeof(uint64_t));
+	uint32_t grid[STRATA_SMALL_TS_LAUNCHES], got = 0;
+	assert_non_null(ts);
+	assert_int_equal(strata_gpu_small_phases(ts, grid, STRATA_SMALL_TS_LAUNCHES, &got, &err), STRATA_OK);
+	assert_true(got == n);
+	for (uint32_t l = 0; l < got; l++)
+		for (uint32_t b = 0; b < grid[l]; b++) {
+			const uint64_t *w = ts + l * per + (size_t)b * STRATA_SMALL_TS_WORDS;
+			assert_true(w[0] && w[0] <= w[1]);
+			uint64_t last = 0;
+			for (int ph = 0; ph < STRATA_SMALL_TS_N; ph++) {
+				if (!w[2 + ph])
+					continue;
+				assert_true(w[2 + ph] >= last);
+				last = w[2 + ph];
+			}
+			assert_true(w[2 + STRATA_SMALL_TS_START] && w[2 + STRATA_SMALL_TS_END]);
+		}
+	free(ts);
+}
+
 /* The one-launch small-layer kernel (moe_dec_small.cuh; kernel configuration
- * small=1) against the CPU reference on fresh random inputs (h poisoned with
+ * small=1, and 2 with its phase timestamps) against the CPU reference on fresh random inputs (h poisoned with
  * NaN), one token per expert: the Qwen3-30B-A3B expert shape in every format
  * it takes (rows and batches dividing evenly), padded rows (its masked
  * variant), more experts than a launch's slots, a Kimi-K2-shaped hot expert;
@@ -1397,18 +1429,26 @@ static void test_moe_small(void **state)
 		{ { "sm-kimi-q4-1", STRATA_FMT_Q4, 7168, 1536, 1, 2, 2, 0 }, 0 },
 		{ { "sm-qwen-q4-2", STRATA_FMT_Q4, 2048, 768, 2, 8, 8, 0 }, 0 },
 	};
-	struct strata_moe_config kc;
-	strata_gpu_moe_config_defaults(&kc);
-	kc.small = 1;
-	kernel_config(&kc);
-	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
-		if (!case_picked(cases[c].mc.name))
-			continue;
-		const uint64_t g0 = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_SMALL);
-		run_moe_case(&cases[c].mc);
-		const uint64_t ng = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_SMALL) - g0;
-		printf("moe[%s] small=1: small-layer launches %llu\n", cases[c].mc.name, (unsigned long long)ng);
-		assert_true(ng == 2u * cases[c].launches);
+	/* small=1; small=2 (each code row its own copy, at a skewed pitch), with
+	 * the phase timestamps on: every launch's CTAs recorded, their phases in
+	 * order */
+	for (int v = 1; v <= 2; v++) {
+		struct strata_moe_config kc;
+		strata_gpu_moe_config_defaults(&kc);
+		kc.small = v;
+		kc.small_ts = v == 2;
+		kernel_config(&kc);
+		for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+			if (!case_picked(cases[c].mc.name))
+				continue;
+			const uint64_t g0 = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_SMALL);
+			run_moe_case(&cases[c].mc);
+			const uint64_t ng = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_SMALL) - g0;
+			printf("moe[%s] small=%d: small-layer launches %llu\n", cases[c].mc.name, v, (unsigned long long)ng);
+			assert_true(ng == 2u * cases[c].launches);
+			if (v == 2)
+				check_small_phases((uint32_t)ng);
+		}
 	}
 	kernel_config(NULL);
 	static const struct stack_case stacks[] = {
@@ -1418,9 +1458,10 @@ static void test_moe_small(void **state)
 		{ "sstack-mix", 1024, 512, 1, 6, 4, 5,
 		  { STRATA_FMT_Q4, STRATA_FMT_HOT, STRATA_FMT_Q3, STRATA_FMT_WARM, STRATA_FMT_COLD } },
 	};
-	for (size_t c = 0; c < sizeof(stacks) / sizeof(stacks[0]); c++)
-		if (case_picked(stacks[c].name))
-			run_stack_case(&stacks[c], 1);
+	for (int v = 1; v <= 2; v++)
+		for (size_t c = 0; c < sizeof(stacks) / sizeof(stacks[0]); c++)
+			if (case_picked(stacks[c].name))
+				run_stack_case(&stacks[c], v);
 	kernel_config(NULL);
 }
 

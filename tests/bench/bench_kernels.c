@@ -49,7 +49,7 @@
  *
  *   bench_kernels [--reps N] [--csv FILE] [--quick] [--decode] [--no-decode] [--no-layer] [--layers N]
  *                 [--pf-tokens T1,T2,...] [--tokens T1,...] [--shape kimi|qwen] [--profile [FMT]] [--kernel K=V,...]
- *                 [--formats LIST] [--tier-formats H,W,C]
+ *                 [--formats LIST] [--tier-formats H,W,C] [--kernel2 K=V,...] [--phases]
  *
  * --layers N: the stack rows (N = 2..64 layers per stack; 16 makes a
  * Qwen3-30B-A3B-shaped q4 stack 340 MB) after the decode table, for the
@@ -67,6 +67,16 @@
  * issue 21's goal of 0.85 of read); --tier-formats: the hot, warm and cold
  * tiers' formats of the full-layer table (default hot,warm,cold; e.g.
  * q4,warm,cold).
+ * --kernel2 K=V,...: another kernel configuration (on top of the defaults;
+ * up to 4 of them) for A/B rows in the same run: the 1-token decode rows
+ * (kind decode_k2 .. decode_k5) and the stack rows (stack_k2 .. stack_k5)
+ * on each too.
+ * --phases: where the one-launch small-layer kernel's time goes (kernel
+ * configuration small_ts=1, on --kernel's configuration, and on --kernel2's
+ * when given; small=1 where neither takes the format): for each format of
+ * --formats it takes at 1 token, one layer and one stack of --layers layers
+ * (16 if not given), per launch the phases of kernels.h's strata_small_ts as
+ * microseconds after the launch's first CTA started, median and slowest CTA.
  * --kernel: the kernel configuration for every table (kernels.h: e.g.
  * dec=off|12x4|8x4..., split=auto|N, bf16dec=off|16x4|12x6|8x8, bf16_kc=N,
  * sqdec=auto|off, sq_pf=0|1, sq_xs=0|1, sq_gv=0|1|2, sq_l2pf=0|1|2, prefill_min=N|off,
@@ -379,6 +389,10 @@ static int small_takes(const struct strata_moe_config *c, const struct shape *sh
 /* ---- stack: layers decoded back to back, each reading the previous one's y ---- */
 
 static uint32_t g_layers; /* --layers N (0: no stack rows) */
+static int g_k2;                           /* --kernel2 given: how many times (at most 4) */
+static struct strata_moe_config g_kc2[4];  /* their configurations */
+static const char *const g_k2_kind[2][4] = { { "decode_k2", "decode_k3", "decode_k4", "decode_k5" },
+					     { "stack_k2", "stack_k3", "stack_k4", "stack_k5" } };
 
 /* N = g_layers layers of sh's active experts of fmt at T tokens (all routed
  * to every active expert), each layer its own weights and its own y, layer l
@@ -430,14 +444,14 @@ static void bench_stack(const struct shape *sh, int fmt, uint32_t T)
 	/* the fourth: chained, on the other choice of the small key (kind
 	 * stack_small when the configuration does not take fmt there,
 	 * stack_nosmall when it does) */
-	static const unsigned flags[] = { 0, STRATA_MOE_STACK_L2PF, STRATA_MOE_STACK_PLAIN, 0 };
+	static const unsigned flags[] = { 0, STRATA_MOE_STACK_L2PF, STRATA_MOE_STACK_PLAIN, 0, 0, 0, 0, 0 };
 	struct strata_moe_config kc0, kc1;
 	strata_gpu_moe_config_get(&kc0);
 	kc1 = kc0;
 	kc1.small = small_takes(&kc0, sh, fmt) ? 0 : 1;
 	const char *const kinds[] = { "stack", "stack_l2pf", "stack_plain", kc1.small ? "stack_small" : "stack_nosmall" };
-	for (int f = 0; f < 4; f++) {
-		CHECK(strata_gpu_moe_configure(f == 3 ? &kc1 : &kc0, &g_err));
+	for (int f = 0; f < 4 + g_k2; f++) {
+		CHECK(strata_gpu_moe_configure(f >= 4 ? &g_kc2[f - 4] : f == 3 ? &kc1 : &kc0, &g_err));
 		/* warm-up outside the capture (scratch allocation, attributes) */
 		CHECK(strata_gpu_moe_stack(calls, N, flags[f], &g_err));
 		CHECK(strata_gpu_stream_sync(g_st, &g_err));
@@ -452,11 +466,138 @@ static void bench_stack(const struct shape *sh, int fmt, uint32_t T)
 		strata_gpu_graph_free(g);
 		char note[48];
 		snprintf(note, sizeof(note), "  (per layer of %u x %u)", ns, N);
-		decode_row(kinds[f], sh, fmt, &E, T, ms, note);
+		decode_row(f >= 4 ? g_k2_kind[1][f - 4] : kinds[f], sh, fmt, &E, T, ms, note);
 	}
 	CHECK(strata_gpu_moe_configure(&kc0, &g_err));
 	free(ext), free(fmts), free(ae), free(at), free(aw), free(calls);
 	strata_gpu_free(w), strata_gpu_free(x), strata_gpu_free(y), strata_gpu_free(y0);
+}
+
+/* ---- phases: where the small-layer kernel's time goes (--phases) ---- */
+
+/* The phases of the n small-layer launches in ts (strata_gpu_small_phases):
+ * per launch and phase, microseconds after the launch's first CTA started
+ * (global timer at the CTA's start plus its clock64 since then, at the
+ * clock rate the CTAs' own start/end pairs give), median and slowest CTA;
+ * and the gap from the previous launch's last CTA end to this launch's first
+ * CTA start. */
+static void print_phases(const char *what, const uint64_t *ts, const uint32_t *grid, uint32_t n)
+{
+	static const char *const names[STRATA_SMALL_TS_N] = { "start",   "issued", "pdl",      "x_staged", "mbar0",
+							       "gu_w0",   "gu",     "cnt_pub",  "cnt_wait", "h_staged",
+							       "dn_w0",   "dn",     "y",        "end" };
+	const size_t per = (size_t)STRATA_SMALL_TS_CTAS * STRATA_SMALL_TS_WORDS;
+	double ghz_c = 0, ghz_t = 0;
+	for (uint32_t l = 0; l < n; l++)
+		for (uint32_t b = 0; b < grid[l]; b++) {
+			const uint64_t *w = ts + l * per + (size_t)b * STRATA_SMALL_TS_WORDS;
+			ghz_c += (double)(w[2 + STRATA_SMALL_TS_END] - w[2 + STRATA_SMALL_TS_START]);
+			ghz_t += (double)(w[1] - w[0]);
+		}
+	const double ghz = ghz_t > 0 ? ghz_c / ghz_t : 1.0;
+	printf("phases %s: %u launches, %.3f GHz (clock64 per global-timer ns); per phase: median / slowest CTA, us after the launch's first CTA start\n",
+	       what, n, ghz);
+	printf("phases %-3s %-4s %7s", "L", "ctas", "gap");
+	for (int ph = 0; ph < STRATA_SMALL_TS_N; ph++)
+		printf(" %13s", names[ph]);
+	printf("\n");
+	double prev_end = 0;
+	double *v = malloc(STRATA_SMALL_TS_CTAS * sizeof(double));
+	for (uint32_t l = 0; l < n; l++) {
+		const uint64_t *L = ts + l * per;
+		uint64_t t0 = UINT64_MAX, t1 = 0;
+		for (uint32_t b = 0; b < grid[l]; b++) {
+			t0 = L[b * STRATA_SMALL_TS_WORDS] < t0 ? L[b * STRATA_SMALL_TS_WORDS] : t0;
+			t1 = L[b * STRATA_SMALL_TS_WORDS + 1] > t1 ? L[b * STRATA_SMALL_TS_WORDS + 1] : t1;
+		}
+		char gap[16] = "-";
+		if (l)
+			snprintf(gap, sizeof(gap), "%.2f", ((double)t0 - prev_end) / 1e3);
+		printf("phases %-3u %-4u %7s", l, grid[l], gap);
+		for (int ph = 0; ph < STRATA_SMALL_TS_N; ph++) {
+			uint32_t m = 0;
+			for (uint32_t b = 0; b < grid[l]; b++) {
+				const uint64_t *w = L + (size_t)b * STRATA_SMALL_TS_WORDS;
+				if (w[2 + ph])
+					v[m++] = ((double)(w[0] - t0) + (double)(w[2 + ph] - w[2]) / ghz) / 1e3;
+			}
+			if (!m) {
+				printf(" %13s", "-");
+				continue;
+			}
+			double mx = v[0];
+			for (uint32_t i = 1; i < m; i++) /* insertion sort: m <= 256 */
+				for (uint32_t j = i; j > 0 && v[j - 1] > v[j]; j--) {
+					const double t = v[j];
+					v[j] = v[j - 1], v[j - 1] = t;
+				}
+			mx = v[m - 1];
+			printf(" %6.2f/%6.2f", v[m / 2], mx);
+		}
+		printf("\n");
+		prev_end = (double)t1;
+	}
+	free(v);
+}
+
+/* --phases: one layer (three calls, the last recorded) and one stack of
+ * layers of fmt at 1 token on configuration kc with small_ts=1 (small=1 if
+ * kc does not take fmt there). */
+static void bench_phases(const struct shape *sh, int fmt, const struct strata_moe_config *kc0, const char *cname)
+{
+	struct strata_moe_config kc = *kc0;
+	kc.small_ts = 1;
+	if (!small_takes(&kc, sh, fmt))
+		kc.small = 1;
+	CHECK(strata_gpu_moe_configure(&kc, &g_err));
+	struct strata_expert_layout E;
+	strata_expert_layout(fmt, sh->hidden, sh->inter, &E);
+	const uint32_t N = g_layers ? g_layers : 16, na = sh->active;
+	const size_t nx = sh->hidden;
+	uint8_t *w;
+	float *x, *y;
+	CHECK(strata_gpu_malloc((void **)&w, (uint64_t)N * sh->active * E.bytes, &g_err));
+	fill_experts(fmt, &E, w, N * sh->active, 41 + fmt);
+	CHECK(strata_gpu_malloc((void **)&x, nx * 4, &g_err));
+	CHECK(strata_gpu_malloc((void **)&y, (size_t)N * nx * 4, &g_err));
+	CHECK(strata_gpu_fill_f32(x, nx, 5, 1.0f, g_st, &g_err));
+	CHECK(strata_gpu_fill_f32(y, (size_t)N * nx, 6, 0.5f, g_st, &g_err));
+	const void **ext = malloc((size_t)N * sh->active * sizeof(void *));
+	uint8_t *fmts = malloc(sh->active);
+	uint32_t *ae = malloc(na * 4), *at = malloc(na * 4);
+	float *aw = malloc(na * 4);
+	struct strata_moe_call *calls = malloc((size_t)N * sizeof(*calls));
+	for (uint32_t e = 0; e < sh->active; e++)
+		fmts[e] = (uint8_t)fmt, ae[e] = e, at[e] = 0, aw[e] = 1.0f / sh->active;
+	for (uint32_t l = 0; l < N; l++) {
+		for (uint32_t e = 0; e < sh->active; e++)
+			ext[(size_t)l * sh->active + e] = w + ((uint64_t)l * sh->active + e) * E.bytes;
+		calls[l] = (struct strata_moe_call){ .hidden = sh->hidden, .inter = sh->inter, .n_tokens = 1,
+						     .x = l ? y + (size_t)(l - 1) * nx : x, .y = y + (size_t)l * nx,
+						     .n_experts = sh->active,
+						     .extents = (const void *const *)(ext + (size_t)l * sh->active),
+						     .fmts = fmts, .n_assign = na, .assign_expert = ae, .assign_token = at,
+						     .assign_weight = aw, .stream = g_st };
+	}
+	const size_t per = (size_t)STRATA_SMALL_TS_CTAS * STRATA_SMALL_TS_WORDS;
+	uint64_t *ts = malloc(STRATA_SMALL_TS_LAUNCHES * per * sizeof(uint64_t));
+	uint32_t grid[STRATA_SMALL_TS_LAUNCHES], n;
+	char what[96];
+	for (int i = 0; i < 3; i++)
+		CHECK(strata_moe_layer_gpu(&calls[0], &g_err));
+	CHECK(strata_gpu_small_phases(ts, grid, STRATA_SMALL_TS_LAUNCHES, &n, &g_err));
+	snprintf(what, sizeof(what), "%s %s one layer [%s]", sh->name, strata_fmt_traits(fmt)->name, cname);
+	if (n)
+		print_phases(what, ts + (size_t)(n - 1) * per, grid + n - 1, 1);
+	for (int i = 0; i < 2; i++)
+		CHECK(strata_gpu_moe_stack(calls, N, 0, &g_err));
+	CHECK(strata_gpu_small_phases(ts, grid, STRATA_SMALL_TS_LAUNCHES, &n, &g_err));
+	snprintf(what, sizeof(what), "%s %s stack of %u [%s]", sh->name, strata_fmt_traits(fmt)->name, N, cname);
+	if (n >= N)
+		print_phases(what, ts + (size_t)(n - N) * per, grid + n - N, N);
+	free(ts), free(ext), free(fmts), free(ae), free(at), free(aw), free(calls);
+	strata_gpu_free(w), strata_gpu_free(x), strata_gpu_free(y);
+	CHECK(strata_gpu_moe_configure(kc0, &g_err));
 }
 
 /* ---- prefill: T tokens per expert, fused kernel vs cuBLAS BF16 ---- */
@@ -682,7 +823,7 @@ static void bench_layer(const struct shape *sh, const uint32_t *tokens, int ntok
 
 int main(int argc, char **argv)
 {
-	int quick = 0, decode_only = 0, no_decode = 0, no_layer = 0, prof_fmt = STRATA_FMT_HOT, s0 = 0, s1 = 2;
+	int quick = 0, decode_only = 0, no_decode = 0, no_layer = 0, phases = 0, prof_fmt = STRATA_FMT_HOT, s0 = 0, s1 = 2;
 	int fmt_list[8] = { STRATA_FMT_HOT, STRATA_FMT_WARM, STRATA_FMT_COLD, STRATA_FMT_BF16, STRATA_FMT_Q4, STRATA_FMT_Q3 };
 	int n_fmt = 6, fmt_given = 0;
 	uint32_t pf_tokens[32], dt_list[8];
@@ -776,7 +917,17 @@ int main(int argc, char **argv)
 				fprintf(stderr, "bench_kernels: --kernel: %s\n", g_err.msg);
 				return 2;
 			}
-		} else if (!strcmp(argv[i], "--profile")) {
+		} else if (!strcmp(argv[i], "--kernel2") && i + 1 < argc && g_k2 < 4) {
+			strata_gpu_moe_config_defaults(&g_kc2[g_k2]);
+			if (strata_gpu_moe_config_parse(argv[++i], &g_kc2[g_k2], &g_err)) {
+				fprintf(stderr, "bench_kernels: --kernel2: %s\n", g_err.msg);
+				return 2;
+			}
+			printf("%s: %s\n", g_k2_kind[0][g_k2], argv[i]);
+			g_k2++;
+		} else if (!strcmp(argv[i], "--phases"))
+			phases = 1;
+		else if (!strcmp(argv[i], "--profile")) {
 			quick = 2;
 			if (i + 1 < argc && argv[i + 1][0] != '-') {
 				prof_fmt = strata_fmt_from_name(argv[++i]);
@@ -789,7 +940,8 @@ int main(int argc, char **argv)
 			printf("usage: bench_kernels [--reps N] [--csv FILE] [--quick] [--decode] [--no-decode] [--no-layer] [--layers N]\n"
 			       "                     [--pf-tokens T1,T2,...] [--tokens T1,...] [--shape kimi|qwen] [--profile [FMT]]\n"
 			       "                     [--formats hot,warm,cold,bf16,q4,q3] [--tier-formats H,W,C]\n"
-			       "                     [--kernel KEY=VALUE,...]  (dec, split, bf16dec, bf16_kc, sqdec, sq_pf, sq_xs, sq_gv, sq_l2pf, sq_pdl, sq_q3i, sq_gvw, sq_gvl, dec_tr, small, prefill_min, prefill, prefill_tiles; kernels.h)\n"
+			       "                     [--kernel2 KEY=VALUE,...] [--phases]\n"
+			       "                     [--kernel KEY=VALUE,...]  (dec, split, bf16dec, bf16_kc, sqdec, sq_pf, sq_xs, sq_gv, sq_l2pf, sq_pdl, sq_q3i, sq_gvw, sq_gvl, dec_tr, small, small_ts, prefill_min, prefill, prefill_tiles; kernels.h)\n"
 			       "Fused dequant MoE kernels vs streaming-read and cuBLAS ceilings (needs a GPU).\n");
 			return strcmp(argv[i], "--help") && strcmp(argv[i], "-h") ? 2 : 0;
 		}
@@ -885,6 +1037,23 @@ int main(int argc, char **argv)
 				bench_decode(&shapes[s], fmts[f], one_token, 1);
 				g_dec_kind = "decode";
 				CHECK(strata_gpu_moe_configure(&kc0, &g_err));
+			}
+	for (int s = s0; s < s1 && !no_decode && !quick; s++)
+		for (int f = 0; f < n_fmt; f++)
+			for (int k = 0; k < g_k2; k++) {
+				CHECK(strata_gpu_moe_configure(&g_kc2[k], &g_err));
+				g_dec_kind = g_k2_kind[0][k];
+				bench_decode(&shapes[s], fmts[f], one_token, 1);
+				g_dec_kind = "decode";
+				CHECK(strata_gpu_moe_configure(&kc0, &g_err));
+			}
+	for (int s = s0; s < s1 && phases; s++)
+		for (int f = 0; f < n_fmt; f++)
+			if (fmts[f] == STRATA_FMT_Q4 || fmts[f] == STRATA_FMT_Q3 ||
+			    (fmts[f] >= STRATA_FMT_HOT && fmts[f] <= STRATA_FMT_COLD)) {
+				bench_phases(&shapes[s], fmts[f], &kc0, "kernel");
+				for (int k = 0; k < g_k2; k++)
+					bench_phases(&shapes[s], fmts[f], &g_kc2[k], g_k2_kind[0][k]);
 			}
 	for (int s = s0; s < s1 && g_layers; s++)
 		for (int f = 0; f < n_fmt; f++)
