@@ -273,13 +273,20 @@ int strata_gpu_moe_check(int fmt, uint32_t hidden, uint32_t inter, struct strata
  *                                                measured slower) in launches of at most
  *                                                STRATA_MOE_SMALL_AUTO_WEIGHTS weights with
  *                                                dec_tr, sq_gv, sqdec and sq_q3i at their
- *                                                defaults; 0: the kernels above; 2: as 1, each
- *                                                code row its own bulk copy into shared memory at a
- *                                                pitch skewed so a warp's rows fall on different
- *                                                banks (1: the task's rows rowc bytes apart, a
- *                                                multiple of 128 at Qwen3-30B-A3B: n-way bank
- *                                                conflicts); with small 1 or 2, sq_gvl forces its
- *                                                lanes per row as for the row-streaming kernel
+ *                                                defaults; 0: the kernels above; 3: as 1 with
+ *                                                thread 0 issuing the copies one (task, matrix)
+ *                                                after another and every thread fencing h (the
+ *                                                first version; 1 and auto: warp 0's lanes issue
+ *                                                them at once, one fence); 2: as 1, each code row
+ *                                                its own bulk copy into shared memory at a pitch
+ *                                                skewed so a warp's rows fall on different banks
+ *                                                (1: the task's rows rowc bytes apart, a multiple
+ *                                                of 128 at Qwen3-30B-A3B: n-way bank conflicts);
+ *                                                measured slower (Qwen hot 28.6 vs 23.0 us: the
+ *                                                copies of one CTA, 264 instead of 16, take 9.6
+ *                                                instead of 2.9 us to issue); with small 1, 2 or 3,
+ *                                                sq_gvl forces its lanes per row as for the
+ *                                                row-streaming kernel
  *   small_ts     small_ts               0        1: the small-layer kernel records per-CTA phase
  *                                                timestamps (strata_gpu_small_phases); 0: none
  *

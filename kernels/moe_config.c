@@ -89,8 +89,8 @@ int strata_gpu_moe_config_validate(const struct strata_moe_config *c, struct str
 		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: sq_q3i must be 0, 1 or 2");
 	if (c->sq_gvl < 0 || c->sq_gvl > 55 || c->sq_gvl % 10 > 5)
 		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: sq_gvl %d: want two digits 0 - 5 (gate|up, down)", c->sq_gvl);
-	if (c->small < -1 || c->small > 2)
-		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: small %d (-1 auto, 0 off, 1 on, 2 on with a skewed row pitch)", c->small);
+	if (c->small < -1 || c->small > 3)
+		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: small %d (-1 auto, 0 off, 1 on, 2 skewed row pitch, 3 serial copy issue)", c->small);
 	if (c->small_ts != 0 && c->small_ts != 1)
 		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: small_ts must be 0 or 1");
 	if (c->sq_gvw != 16 && c->sq_gvw != 12 && c->sq_gvw != 8)
@@ -195,7 +195,7 @@ int strata_gpu_moe_config_parse(const char *text, struct strata_moe_config *c, s
 			else if (!strcmp(v, "off"))
 				c->small = 0;
 			else
-				rc = parse_digit(kv, v, 2, &c->small, err);
+				rc = parse_digit(kv, v, 3, &c->small, err);
 		} else if (!strcmp(kv, "small_ts")) {
 			rc = parse_digit(kv, v, 1, &c->small_ts, err);
 		} else if (!strcmp(kv, "sq_pdl")) {

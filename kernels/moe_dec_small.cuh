@@ -68,6 +68,9 @@ struct Args {
 	uint32_t wo[2];        // shared offsets of the phases' task regions (task k, matrix m at wo + (k nmat + m)(cr + sr))
 	uint32_t acc;          // shared offset of the partial sums: gate|up (tpc0 x 2 x rw0), then down (tpc1 x rw1)
 	uint32_t mbar;         // shared offset of the mbarriers: gate|up 2 per task, then down one per task
+	uint32_t par;          // small=1, 2: warp 0's lanes issue the copies of different (task, matrix) pairs at
+			       // once, h published by one fence; 0 (small=3): thread 0 issues them one after
+			       // another, every thread fences h
 	uint32_t pitch[2];     // small=2: shared bytes per code row (each row its own bulk copy, the pitch
 			       // skewed so a warp's rows fall on different banks); 0: rows rowc apart
 	unsigned long long *ts; // small_ts=1: the launch's phase timestamps (TS_WORDS per CTA), else null
@@ -182,7 +185,26 @@ __global__ void __launch_bounds__(32 * W, 1) small_kernel(const __grid_constant_
 	// by thread 0 (codes and scales of a task and matrix, two copies), or
 	// with a row pitch (small=2) by warp 0 (a row's codes per lane, after
 	// lane 0 armed the mbarrier with the bytes of all of them).
-	if (warp == 0)
+	if (warp == 0 && a.par && !a.pitch[0] && !a.pitch[1]) {
+		// lane i: the (phase, task, matrix) pairs i, i + 32, ... in use order
+		const uint32_t n0 = 2 * nt[0];
+		for (uint32_t i = lane; i < n0 + nt[1]; i += 32) {
+			const uint32_t d = i >= n0, k = d ? i - n0 : i >> 1, m = d ? 0 : i & 1, nmat = d ? 1 : 2;
+			const gv::Args &g = a.g[d];
+			const uint32_t rw = 32u >> g.lsh, nrows = d ? p.hidden : p.inter, rowc = (uint32_t)f.rowc[d];
+			const uint32_t t = t0[d] + k, s = t / g.nrs, row0 = (t - s * g.nrs) * rw, nv = min(rw, nrows - row0);
+			const uint8_t *mat = p.slot[s].ext + f.off[d ? 2 : m];
+			const uintptr_t c = (uintptr_t)(mat + (uint64_t)row0 * rowc);
+			const uintptr_t sc = (uintptr_t)(mat + f.soff[d] + (uint64_t)row0 * f.rows_[d]);
+			const uintptr_t c0 = c & ~(uintptr_t)15, s0 = sc & ~(uintptr_t)15;
+			const uint32_t cb = (uint32_t)(((c + nv * rowc + 15) & ~(uintptr_t)15) - c0);
+			const uint32_t sb = (uint32_t)(((sc + nv * f.rows_[d] + 15) & ~(uintptr_t)15) - s0);
+			const uint32_t dst = sbase + a.wo[d] + (k * nmat + m) * (a.cr[d] + a.sr[d]);
+			mbar_expect_arrive(mbar(d, k, m), cb + sb);
+			bulk_copy(dst, (const void *)c0, cb, mbar(d, k, m));
+			bulk_copy(dst + a.cr[d], (const void *)s0, sb, mbar(d, k, m));
+		}
+	} else if (warp == 0)
 		for (uint32_t d = 0; d < 2; d++) {
 			const gv::Args &g = a.g[d];
 			const uint32_t rw = 32u >> g.lsh, nmat = d ? 1 : 2, nrows = d ? p.hidden : p.inter, pt = a.pitch[d];
@@ -288,7 +310,10 @@ __global__ void __launch_bounds__(32 * W, 1) small_kernel(const __grid_constant_
 			const float sb = inv[p.tok[sl.a0]], gg = acc_s[2 * k * rw0 + rr] * sb, uu = acc_s[(2 * k + 1) * rw0 + rr] * sb;
 			p.h[sl.h_off + row] = gg / (1.0f + expf(-gg)) * uu;
 		}
-		__threadfence();
+		// (one fence suffices: thread 0's below is cumulative over the
+		// CTA's stores ordered before it by the barrier)
+		if (!a.par)
+			__threadfence();
 		__syncthreads();
 		if (tid == 0) {
 			__threadfence();

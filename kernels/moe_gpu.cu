@@ -1863,6 +1863,7 @@ int run_dec_small(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_
 						       : small_pick<STRATA_FMT_COLD, gv::Tier<STRATA_FMT_COLD, 0>>(full);
 	if ((*rc = gv_smem_attr((const void *)k, sm::SMEM_MAX, err)))
 		return 1;
+	a.par = mode != 3;
 	if (g_ctx.cfg.small_ts && grid <= STRATA_SMALL_TS_CTAS) {
 		const size_t per = (size_t)STRATA_SMALL_TS_CTAS * STRATA_SMALL_TS_WORDS;
 		if (!g_ctx.sm_ts && cudaMalloc(&g_ctx.sm_ts, per * STRATA_SMALL_TS_LAUNCHES * sizeof(*g_ctx.sm_ts)) != cudaSuccess) {

@@ -251,6 +251,8 @@ static void test_moe_config(void **state)
 	assert_int_equal(c.small, 0);
 	/* small=2: the skewed shared-memory row pitch; small_ts: phase timestamps */
 	assert_int_equal(d.small_ts, 0);
+	assert_int_equal(strata_gpu_moe_config_parse("small=3", &c, &err), STRATA_OK);
+	assert_int_equal(c.small, 3);
 	assert_int_equal(strata_gpu_moe_config_parse("small=2,small_ts=1", &c, &err), STRATA_OK);
 	assert_int_equal(c.small, 2);
 	assert_int_equal(c.small_ts, 1);
@@ -261,7 +263,7 @@ static void test_moe_config(void **state)
 					   "prefill=sm90pq", "prefill=sm90pp3",
 					   "prefill_tiles=0", "prefill_tiles=on", "sq_q3i=3", "sq_gvw=4", "sq_gvw=16x", "sq_gvl=6", "sq_gvl=16", "sq_gvl=123", "sq_gvl=-1",
 					   "dec_tr=4", "dec_tr=on", "dec_tr=-1",
-					   "small=3", "small=on", "small=-1", "small_ts=2", "small_ts=on" };
+					   "small=4", "small=on", "small=-1", "small_ts=2", "small_ts=on" };
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		c = d;
 		memset(&err, 0, sizeof(err));
@@ -1431,8 +1433,8 @@ static void test_moe_small(void **state)
 	};
 	/* small=1; small=2 (each code row its own copy, at a skewed pitch), with
 	 * the phase timestamps on: every launch's CTAs recorded, their phases in
-	 * order */
-	for (int v = 1; v <= 2; v++) {
+	 * order; small=3 (thread 0 issues the copies) */
+	for (int v = 1; v <= 3; v++) {
 		struct strata_moe_config kc;
 		strata_gpu_moe_config_defaults(&kc);
 		kc.small = v;

@@ -545,7 +545,8 @@ static void print_phases(const char *what, const uint64_t *ts, const uint32_t *g
  * kc does not take fmt there). */
 static void bench_phases(const struct shape *sh, int fmt, const struct strata_moe_config *kc0, const char *cname)
 {
-	struct strata_moe_config kc = *kc0;
+	struct strata_moe_config kc = *kc0, was;
+	strata_gpu_moe_config_get(&was);
 	kc.small_ts = 1;
 	if (!small_takes(&kc, sh, fmt))
 		kc.small = 1;
@@ -597,7 +598,7 @@ static void bench_phases(const struct shape *sh, int fmt, const struct strata_mo
 		print_phases(what, ts + (size_t)(n - N) * per, grid + n - N, N);
 	free(ts), free(ext), free(fmts), free(ae), free(at), free(aw), free(calls);
 	strata_gpu_free(w), strata_gpu_free(x), strata_gpu_free(y);
-	CHECK(strata_gpu_moe_configure(kc0, &g_err));
+	CHECK(strata_gpu_moe_configure(&was, &g_err));
 }
 
 /* ---- prefill: T tokens per expert, fused kernel vs cuBLAS BF16 ---- */
