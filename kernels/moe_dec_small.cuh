@@ -22,8 +22,9 @@
 //     lanes per row 1 << lsh, contiguous ranges of tasks per CTA, gv_tasks),
 //     the geometry chosen for the fewest items of the busiest warp (below),
 //     then the fewest bytes;
-//   - at its start, thread 0 copies the CTA's whole share of the layer's
-//     weights, its gate|up rows and its down rows (both are known at launch),
+//   - at its start, warp 0 copies the CTA's whole share of the layer's
+//     weights, its gate|up rows and its down rows (both are known at launch;
+//     a lane per (task, matrix), small=3: thread 0 one after another),
 //     into shared memory by 1-D bulk copies (cp.async.bulk, two per task and
 //     matrix: codes and scales, each from the 16-byte boundary below the rows
 //     to the one above them), one mbarrier per task and matrix, in the order
@@ -56,7 +57,14 @@
 // of the shared-memory wavefronts are bank conflicts (a warp's rows are
 // rowc bytes apart, rowc a multiple of 128 bytes), a third of the warps'
 // cycles wait at CTA barriers; the time is ~20 us whatever the format's bytes
-// (cold 4.7 MB, q4 21 MB): fixed costs, not bandwidth.
+// (cold 4.7 MB, q4 21 MB): fixed costs, not bandwidth.  Phase timestamps
+// (small_ts=1, bench_kernels --phases; README "h25b"), hot: copies issued
+// 2.1 us after the start, x staged 3.7, gate|up done 11.7 (7.4 us of decode
+// at the FMA decoder's rate), h and counters 12.7, counters complete 13.3, h
+// staged 14.6, down done 18.5 (4.0 us), exit 19.5; in a stack a layer's CTA
+// starts when the previous layer's CTA on its SM exits, so the layers do not
+// overlap.  small=2 (a bulk copy per code row at a skewed pitch, no bank
+// conflicts) measured slower: 264 copies per CTA take 9.6 us to issue.
 namespace sm {
 
 constexpr int W = 16;                      // warps per CTA
