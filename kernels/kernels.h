@@ -212,6 +212,17 @@ int strata_gpu_moe_check(int fmt, uint32_t hidden, uint32_t inter, struct strata
  *                                                (e.g. 41: 16 lanes per gate|up row); measured
  *                                                slower at Kimi q4 T=1 (21 / 41 / 51: 0.689 /
  *                                                0.663 / 0.653 vs 0.773 of read); 0: its choice
+ *   sq_gvs       sq_gvs                 2        that kernel's activation staging (q4, q3): 1:
+ *                                                rows of up to two 8-column slices per thread
+ *                                                (e.g. the Kimi-K2 x row) read once into
+ *                                                registers for their largest magnitudes and
+ *                                                their values (one round trip to L2 while the
+ *                                                first weights stream); 2: the same, and a
+ *                                                gate|up launch that is not chained loads its
+ *                                                x slices before its first weights; 0: one
+ *                                                slice per thread, else a pass for the
+ *                                                magnitudes and one for the values (the same
+ *                                                staged values in every case)
  *   prefill      pf_path                auto     the tiled prefill path's kernel for bf16 and tier
  *                                                experts: sm90 (1): the warpgroup-MMA kernel
  *                                                (kernels/moe_prefill_sm90.cuh) for every such
@@ -313,8 +324,9 @@ struct strata_moe_config {
 	int sq_q3i, sq_gvw, sq_gvl;
 	int dec_tr;
 	int small, small_ts;
+	int sq_gvs;
 };
-#define STRATA_MOE_CONFIG_DEFAULT { 17, -1, 0, 0, -1, 0, 512, 0, -1, 0, 1, 0, 1, 1, 0, 32, 1, 16, 0, -1, -1, 0 }
+#define STRATA_MOE_CONFIG_DEFAULT { 17, -1, 0, 0, -1, 0, 512, 0, -1, 0, 1, 0, 1, 1, 0, 32, 1, 16, 0, -1, -1, 0, 2 }
 /* small=auto: the formats (bit fmt: hot, warm, cold) and the largest launch
  * (weights) it takes: the measured Qwen3-30B-A3B layer is 37.7 Mi weights */
 #define STRATA_MOE_SMALL_AUTO_FMTS ((1u << 2) | (1u << 3) | (1u << 4))

@@ -95,6 +95,8 @@ int strata_gpu_moe_config_validate(const struct strata_moe_config *c, struct str
 		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: small_ts must be 0 or 1");
 	if (c->sq_gvw != 16 && c->sq_gvw != 12 && c->sq_gvw != 8)
 		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: sq_gvw must be 16, 12 or 8");
+	if (c->sq_gvs < 0 || c->sq_gvs > 2)
+		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: sq_gvs must be 0, 1 or 2");
 	return STRATA_OK;
 }
 
@@ -207,6 +209,8 @@ int strata_gpu_moe_config_parse(const char *text, struct strata_moe_config *c, s
 			if (strlen(v) > 2 || (rc = parse_u32(kv, v, &l, err)))
 				return rc ? rc : STRATA_ERR(err, STRATA_EINVAL, "kernel config: sq_gvl=%s: want two digits 0 - 5", v);
 			c->sq_gvl = (int)l;
+		} else if (!strcmp(kv, "sq_gvs")) {
+			rc = parse_digit(kv, v, 2, &c->sq_gvs, err);
 		} else if (!strcmp(kv, "sq_gvw")) {
 			if (strcmp(v, "16") && strcmp(v, "12") && strcmp(v, "8"))
 				return STRATA_ERR(err, STRATA_EINVAL, "kernel config: sq_gvw=%s: want 16, 12 or 8", v);
@@ -231,7 +235,7 @@ int strata_gpu_moe_config_parse(const char *text, struct strata_moe_config *c, s
 				rc = parse_u32(kv, v, &c->pf_tiles_min, err);
 		} else {
 			return STRATA_ERR(err, STRATA_EINVAL,
-					  "kernel config: unknown key '%s' (prefill_min, dec, split, bf16dec, bf16_kc, poison, sqdec, sq_pf, sq_xs, sq_gv, sq_l2pf, sq_pdl, prefill, prefill_tiles, sq_q3i, sq_gvw, sq_gvl, dec_tr, small, small_ts)",
+					  "kernel config: unknown key '%s' (prefill_min, dec, split, bf16dec, bf16_kc, poison, sqdec, sq_pf, sq_xs, sq_gv, sq_l2pf, sq_pdl, prefill, prefill_tiles, sq_q3i, sq_gvw, sq_gvl, sq_gvs, dec_tr, small, small_ts)",
 					  kv);
 		}
 	}

@@ -31,7 +31,10 @@
 //   - the activations (x rows for gate|up, the CTA's slots' h rows for down)
 //     are staged once per CTA in shared memory, scaled per row by a power of
 //     two (so no fp16 range guard is needed) and permuted so that a lane's
-//     16-byte shared load per group and token serves its chunk:
+//     16-byte shared load per group and token serves its chunk; rows of up
+//     to two 8-column slices per thread in one pass from registers (sq_gvs=1,
+//     2), a gate|up launch that is not chained loading its x slices before
+//     its first weights (sq_gvs=2, the default):
 //       q4: 16-bit fixed point pairs in the byte order of the nibble
 //           extraction; per 8 weights: w & 0x0f0f0f0f and (w >> 4) &
 //           0x0f0f0f0f (the codes as bytes), four dp2a (two activations x two
@@ -69,6 +72,8 @@ struct Args {
 	uint32_t pdl;         // the down launch is a programmatic dependent launch (sq_pdl)
 	uint32_t l2pf;        // rows prefetched into L2 this many (task, matrix) steps ahead (sq_l2pf)
 	uint32_t pf0, pf1;    // chained (p.chain): ranges [pf0, pf1) of p.pfp to prefetch into L2
+	uint32_t spt = 1;     // staging: 8-column slices per thread read once into registers (1 or 2, sq_gvs)
+	uint32_t xearly = 0;  // gate|up, not chained: x loaded before the first weights (sq_gvs=2)
 };
 
 __device__ __forceinline__ uint32_t dp4a_uu(uint32_t a, uint32_t b, uint32_t c)
@@ -562,8 +567,33 @@ template <class P> __device__ __forceinline__ float row_inv(uint32_t mbits)
 	return m <= 3.0e38f ? ldexpf(1.0f, e - P::KBITS) : __int_as_float(0x7fc00000);
 }
 
-// Stage this CTA's activation rows (the caller has issued its first loads).
-template <class P> __device__ __forceinline__ void stage(const MoeParams &p, const Args &a, uint32_t &nr)
+// The gate|up launch's x slices for stage's one-pass path with two slices
+// per thread (sq_gvs=2), loaded into v before the first weights where x is
+// ready at the start (not chained: x is then the previous layer's y, read
+// only after griddepcontrol.wait): their round trip to L2 overlaps the
+// weights' instead of queueing behind them.  Whether it loaded them.
+template <class P> __device__ __forceinline__ bool stage_fetch(const MoeParams &p, const Args &a, float (&v)[2][8])
+{
+	const uint32_t pc = p.tab[p.slot[0].fmt].pc[0], nq = pc / 8, nr = a.xrows;
+	if (a.down || p.chain || !a.xearly || a.spt < 2 || nr * nq > 2 * blockDim.x)
+		return false;
+#pragma unroll
+	for (uint32_t k = 0; k < 2; k++) {
+		const uint32_t i = threadIdx.x + k * blockDim.x, r = i / nq, q = i - r * nq;
+		if (i < nr * nq)
+#pragma unroll
+			for (int m = 0; m < 8; m++) {
+				const uint32_t c = 8 * q + m;
+				v[k][m] = c < p.hidden ? p.x[(uint64_t)r * p.hidden + c] : 0.0f;
+			}
+	}
+	return true;
+}
+
+// Stage this CTA's activation rows (the caller has issued its first loads;
+// with fetched, the x slices stage_fetch loaded into pre).
+template <class P>
+__device__ __forceinline__ void stage(const MoeParams &p, const Args &a, uint32_t &nr, const float (&pre)[2][8], bool fetched)
 {
 	const uint32_t d = a.down, cols = d ? p.inter : p.hidden, pc = p.tab[p.slot[0].fmt].pc[d];
 	const float **src = reinterpret_cast<const float **>(g_smem + Smem::SRC);
@@ -584,37 +614,55 @@ template <class P> __device__ __forceinline__ void stage(const MoeParams &p, con
 							mx[p.slot[s].a0 + i - a0] = 0;
 	}
 	__syncthreads();
-	const uint32_t nq = pc / 8, cpr = pc / 256 * P::CPB;
-	if (nr * nq <= blockDim.x) {
-		// One 8-column slice per thread (e.g. Qwen3-30B-A3B at 1 - 2 tokens): the
-		// row is read once, into registers, for its largest magnitude and its
-		// values.  nq is a multiple of 32, so a warp's slices are of one row.
-		const uint32_t i = threadIdx.x, r = i / nq, q = i - r * nq;
-		float v[8];
-		uint32_t bits = 0;
-		if (i < nr * nq) {
+	const uint32_t nq = pc / 8, cpr = pc / 256 * P::CPB, spt = a.spt > 1 ? 2 : 1;
+	if (nr * nq <= spt * blockDim.x) {
+		// One pass: spt 8-column slices per thread (slice i and i + blockDim.x;
+		// e.g. Qwen3-30B-A3B at 1 - 2 tokens, and with spt = 2 the Kimi-K2 x
+		// row of 896 slices): the rows are read once, into registers, for their
+		// largest magnitudes and their values (one round trip to L2 instead of
+		// two while the first weights stream).  nq is a multiple of 32, so a
+		// warp's slices are of one row.
+		float v[2][8];
+		uint32_t bits[2] = { 0, 0 };
 #pragma unroll
-			for (int m = 0; m < 8; m++) {
-				const uint32_t c = 8 * q + m;
-				v[m] = c < cols ? src[r][c] : 0.0f;
-				bits = max(bits, __float_as_uint(fabsf(v[m])));
+		for (uint32_t k = 0; k < 2; k++) {
+			const uint32_t i = threadIdx.x + k * blockDim.x, r = i / nq, q = i - r * nq;
+			if (k < spt && i < nr * nq)
+#pragma unroll
+				for (int m = 0; m < 8; m++) {
+					const uint32_t c = 8 * q + m;
+					v[k][m] = fetched ? pre[k][m] : c < cols ? src[r][c] : 0.0f;
+				}
+		}
+#pragma unroll
+		for (uint32_t k = 0; k < 2; k++) {
+			const uint32_t i = threadIdx.x + k * blockDim.x;
+			if (k < spt && i < nr * nq) {
+#pragma unroll
+				for (int m = 0; m < 8; m++)
+					bits[k] = max(bits[k], __float_as_uint(fabsf(v[k][m])));
+				bits[k] = __reduce_max_sync(0xffffffffu, bits[k]);
+				if ((threadIdx.x & 31) == 0 && bits[k])
+					atomicMax(mx + i / nq, bits[k]);
 			}
-			bits = __reduce_max_sync(0xffffffffu, bits);
-			if ((threadIdx.x & 31) == 0 && bits)
-				atomicMax(mx + r, bits);
 		}
 		__syncthreads();
-		if (i < nr)
-			inv[i] = row_inv<P>(mx[i]);
+		if (threadIdx.x < nr)
+			inv[threadIdx.x] = row_inv<P>(mx[threadIdx.x]);
 		__syncthreads();
-		if (i < nr * nq) {
-			const float sc = 1.0f / inv[r];
 #pragma unroll
-			for (int m = 0; m < 8; m++)
-				v[m] = 8 * q + m < cols ? v[m] * sc : 0.0f;
-			uint32_t j, u;
-			P::slot_of(q, j, u);
-			P::stage(v, a.xoff + r * cpr * P::NG * 16, a.coff + r * cpr * P::NG * 4, cpr, j, u);
+		for (uint32_t k = 0; k < 2; k++) {
+			const uint32_t i = threadIdx.x + k * blockDim.x, r = i / nq, q = i - r * nq;
+			if (k < spt && i < nr * nq) {
+				const float sc = 1.0f / inv[r];
+				float w[8];
+#pragma unroll
+				for (int m = 0; m < 8; m++)
+					w[m] = 8 * q + m < cols ? v[k][m] * sc : 0.0f;
+				uint32_t j, u;
+				P::slot_of(q, j, u);
+				P::stage(w, a.xoff + r * cpr * P::NG * 16, a.coff + r * cpr * P::NG * 4, cpr, j, u);
+			}
 		}
 		__syncthreads();
 		return;
@@ -648,6 +696,12 @@ template <class P> __device__ __forceinline__ void stage(const MoeParams &p, con
 		P::stage(v, a.xoff + r * cpr * P::NG * 16, a.coff + r * cpr * P::NG * 4, cpr, j, u);
 	}
 	__syncthreads();
+}
+
+template <class P> __device__ __forceinline__ void stage(const MoeParams &p, const Args &a, uint32_t &nr)
+{
+	const float none[2][8] = {};
+	stage<P>(p, a, nr, none, false);
 }
 
 // Register buffers of batches for W warps per CTA at NT tokens: three at one
@@ -731,6 +785,8 @@ __global__ void __launch_bounds__(32 * W, 1) gv_kernel(const __grid_constant__ M
 	}
 	// NBUF buffers: NBUF - 1 batches in flight while one is multiplied.
 	constexpr int NBUF = bufs_of<P>(0) && NT == 1 ? bufs_of<P>(0) : nbuf<NT, W>();
+	float xv[2][8];
+	const bool xe = stage_fetch<P>(p, a, xv);
 	Buf b[NBUF];
 #pragma unroll
 	for (int i = 0; i + 1 < NBUF; i++)
@@ -754,7 +810,7 @@ __global__ void __launch_bounds__(32 * W, 1) gv_kernel(const __grid_constant__ M
 	}
 	uint32_t nr;
 	pre_stage<P>(0);
-	stage<P>(p, a, nr);
+	stage<P>(p, a, nr, xv, xe);
 	// Compute side.
 	const uint32_t sbase = (uint32_t)__cvta_generic_to_shared(g_smem);
 	const uint32_t us = 16 * cpr, xstride = cpr * P::NG * 16, cstride = cpr * P::NG * 4;

@@ -1619,6 +1619,8 @@ int run_dec_gv(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_err
 		g.down = d;
 		g.pdl = g_ctx.cfg.sq_pdl;
 		g.l2pf = (uint32_t)g_ctx.cfg.sq_l2pf;
+		g.spt = g_ctx.cfg.sq_gvs ? 2 : 1;
+		g.xearly = g_ctx.cfg.sq_gvs == 2;
 		g.pf0 = d ? mid : 0, g.pf1 = d ? p->npf : mid;
 		g.cpr = f.pc[d] / 256 * (q4 ? gv::Q4::CPB : gv::Q3::CPB);
 		gv_geom(g.cpr, q4 ? gv::Q4::NB : gv::Q3::NB, d ? p->hidden : p->inter,

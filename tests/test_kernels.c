@@ -238,6 +238,13 @@ static void test_moe_config(void **state)
 	assert_int_equal(c.sq_q3i, 2);
 	assert_int_equal(c.sq_gvl, 41);
 	assert_int_equal(d.sq_gvl, 0);
+	/* its staging: one pass over up to two slices per thread, x loaded
+	 * before the first weights, by default */
+	assert_int_equal(d.sq_gvs, 2);
+	assert_int_equal(strata_gpu_moe_config_parse("sq_gvs=0", &c, &err), STRATA_OK);
+	assert_int_equal(c.sq_gvs, 0);
+	assert_int_equal(strata_gpu_moe_config_parse("sq_gvs=1", &c, &err), STRATA_OK);
+	assert_int_equal(c.sq_gvs, 1);
 	/* the one-launch small-layer kernel: auto by default (tier formats) */
 	assert_int_equal(d.small, -1);
 	assert_true((STRATA_MOE_SMALL_AUTO_FMTS >> STRATA_FMT_HOT & 1) && !(STRATA_MOE_SMALL_AUTO_FMTS >> STRATA_FMT_Q4 & 1));
@@ -262,7 +269,7 @@ static void test_moe_config(void **state)
 					   "dec=8x2u", "bf16dec=8x8t", "prefill=wgmma", "prefill=sm90p2", "prefill=sm90pf",
 					   "prefill=sm90pq", "prefill=sm90pp3",
 					   "prefill_tiles=0", "prefill_tiles=on", "sq_q3i=3", "sq_gvw=4", "sq_gvw=16x", "sq_gvl=6", "sq_gvl=16", "sq_gvl=123", "sq_gvl=-1",
-					   "dec_tr=4", "dec_tr=on", "dec_tr=-1",
+					   "sq_gvs=3", "sq_gvs=on", "dec_tr=4", "dec_tr=on", "dec_tr=-1",
 					   "small=4", "small=on", "small=-1", "small_ts=2", "small_ts=on" };
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		c = d;
@@ -1101,13 +1108,20 @@ static void test_moe_scalar_gv(void **state)
 		{ "gv-kimi-q4-3-ring", STRATA_FMT_Q4, 7168, 1536, 3, 5, 5, 0 },
 		{ "gv-kimi-q3-1", STRATA_FMT_Q3, 7168, 1536, 1, 2, 2, 0 },
 		{ "gv-q4-l8-1", STRATA_FMT_Q4, 1024, 512, 1, 8, 7, 0 },
+		/* x rows of 513 - 1024 8-column slices in all (sq_gvs=1: two slices
+		 * per thread in one pass), with padded columns (2592 of 2816) */
+		{ "gv-pad-q4-2", STRATA_FMT_Q4, 2592, 224, 2, 3, 2, 0 },
+		{ "gv-pad-q3-2", STRATA_FMT_Q3, 2592, 224, 2, 3, 2, 0 },
 	};
 	/* The default on every case; sq_gv=2 (the earlier q4 loop) and 0 (the
 	 * ring kernel) on the padded rows and the Qwen shape; q3's fp16 loop
 	 * (sq_q3i=0) on three q3 cases and its integer loop at 3 - 4 tokens
 	 * (sq_q3i=2); 12 and 8 warps (sq_gvw) on one-token cases (compile-time
-	 * and run-time lanes per row); lanes per row forced (sq_gvl).  cases: the
-	 * names holding one of these (NULL: all). */
+	 * and run-time lanes per row); lanes per row forced (sq_gvl); the staging
+	 * with one slice per thread or two passes (sq_gvs=0), and with two slices
+	 * per thread loaded after the first weights (sq_gvs=1), on the cases whose
+	 * x rows the default stages two slices per thread.  cases: the names
+	 * holding one of these (NULL: all). */
 	static const struct {
 		const char *cfg, *cases;
 	} cfgs[] = {
@@ -1121,6 +1135,8 @@ static void test_moe_scalar_gv(void **state)
 		{ "sq_gvl=41", "gv-q4-l8-1,gv-q3-l8-1,gv-kimi-q4-1" },
 		{ "sq_gvl=52", "gv-q4-l8-1,gv-q3-l8-1,gv-many-q3-2" },
 		{ "sq_gvl=3", "gv-q4-l8-1,gv-q4-rows-3" },
+		{ "sq_gvs=0", "gv-kimi-q4-1,gv-kimi-q3-1,gv-qwen-q4-4,gv-pad-q4-2,gv-pad-q3-2" },
+		{ "sq_gvs=1", "gv-kimi-q4-1,gv-kimi-q3-1,gv-pad-q4-2,gv-pad-q3-2" },
 	};
 	for (size_t ci = 0; ci < sizeof(cfgs) / sizeof(cfgs[0]); ci++) {
 		struct strata_moe_config kc;
