@@ -785,8 +785,13 @@ __global__ void __launch_bounds__(32 * W, 1) gv_kernel(const __grid_constant__ M
 	}
 	// NBUF buffers: NBUF - 1 batches in flight while one is multiplied.
 	constexpr int NBUF = bufs_of<P>(0) && NT == 1 ? bufs_of<P>(0) : nbuf<NT, W>();
+	// (the scalar policies only: the tier policies, which have their own
+	// BUFS, keep these 16 registers for their decode; experiments/kernels/
+	// README.md, "Issue 21 after the merge of h25a and h25b")
 	float xv[2][8];
-	const bool xe = stage_fetch<P>(p, a, xv);
+	bool xe = false;
+	if constexpr (!bufs_of<P>(0))
+		xe = stage_fetch<P>(p, a, xv);
 	Buf b[NBUF];
 #pragma unroll
 	for (int i = 0; i + 1 < NBUF; i++)
