@@ -567,6 +567,17 @@ template <class P> __device__ __forceinline__ float row_inv(uint32_t mbits)
 	return m <= 3.0e38f ? ldexpf(1.0f, e - P::KBITS) : __int_as_float(0x7fc00000);
 }
 
+// A policy's own count where it has one (P::BUFS: the tier policies keep
+// three at one token, measured so at 12 and 16 warps).
+template <class P> __host__ __device__ constexpr auto bufs_of(int) -> decltype(P::BUFS, 0) { return P::BUFS; }
+template <class P> __host__ __device__ constexpr int bufs_of(long) { return 0; }
+// Slices per thread stage's one-pass path can take (sq_gvs): two for the
+// scalar policies, one for the tier policies (their own BUFS), whose
+// kernels at 12 warps sit at the register cap: the two-slice path compiled
+// into them made dec_tr=2 and 3 8-16% slower at the Kimi shape (lead's call,
+// experiments/kernels/README.md, "Issue 21 after the merge of h25a and h25b").
+template <class P> __host__ __device__ constexpr uint32_t spt_max() { return bufs_of<P>(0) ? 1 : 2; }
+
 // The gate|up launch's x slices for stage's one-pass path with two slices
 // per thread (sq_gvs=2), loaded into v before the first weights where x is
 // ready at the start (not chained: x is then the previous layer's y, read
@@ -614,7 +625,7 @@ __device__ __forceinline__ void stage(const MoeParams &p, const Args &a, uint32_
 							mx[p.slot[s].a0 + i - a0] = 0;
 	}
 	__syncthreads();
-	const uint32_t nq = pc / 8, cpr = pc / 256 * P::CPB, spt = a.spt > 1 ? 2 : 1;
+	const uint32_t nq = pc / 8, cpr = pc / 256 * P::CPB, spt = a.spt > 1 && spt_max<P>() > 1 ? 2 : 1;
 	if (nr * nq <= spt * blockDim.x) {
 		// One pass: spt 8-column slices per thread (slice i and i + blockDim.x;
 		// e.g. Qwen3-30B-A3B at 1 - 2 tokens, and with spt = 2 the Kimi-K2 x
@@ -625,7 +636,7 @@ __device__ __forceinline__ void stage(const MoeParams &p, const Args &a, uint32_
 		float v[2][8];
 		uint32_t bits[2] = { 0, 0 };
 #pragma unroll
-		for (uint32_t k = 0; k < 2; k++) {
+		for (uint32_t k = 0; k < spt_max<P>(); k++) {
 			const uint32_t i = threadIdx.x + k * blockDim.x, r = i / nq, q = i - r * nq;
 			if (k < spt && i < nr * nq)
 #pragma unroll
@@ -635,7 +646,7 @@ __device__ __forceinline__ void stage(const MoeParams &p, const Args &a, uint32_
 				}
 		}
 #pragma unroll
-		for (uint32_t k = 0; k < 2; k++) {
+		for (uint32_t k = 0; k < spt_max<P>(); k++) {
 			const uint32_t i = threadIdx.x + k * blockDim.x;
 			if (k < spt && i < nr * nq) {
 #pragma unroll
@@ -651,7 +662,7 @@ __device__ __forceinline__ void stage(const MoeParams &p, const Args &a, uint32_
 			inv[threadIdx.x] = row_inv<P>(mx[threadIdx.x]);
 		__syncthreads();
 #pragma unroll
-		for (uint32_t k = 0; k < 2; k++) {
+		for (uint32_t k = 0; k < spt_max<P>(); k++) {
 			const uint32_t i = threadIdx.x + k * blockDim.x, r = i / nq, q = i - r * nq;
 			if (k < spt && i < nr * nq) {
 				const float sc = 1.0f / inv[r];
@@ -708,10 +719,6 @@ template <class P> __device__ __forceinline__ void stage(const MoeParams &p, con
 // token and 16 warps (two batches in flight while one is multiplied), more
 // with fewer warps (their registers allow it), two for more tokens.
 template <int NT, int W> __host__ __device__ constexpr int nbuf() { return NT > 1 ? 2 : W == 16 ? 3 : W == 12 ? 4 : 6; }
-// A policy's own count where it has one (P::BUFS: the tier policies keep
-// three at one token, measured so at 12 and 16 warps).
-template <class P> __host__ __device__ constexpr auto bufs_of(int) -> decltype(P::BUFS, 0) { return P::BUFS; }
-template <class P> __host__ __device__ constexpr int bufs_of(long) { return 0; }
 
 // A policy's set-up of the CTA's shared memory before the staging, where it
 // has one (P::pre: the tier policies' zero bytes and codebook table,
@@ -785,12 +792,10 @@ __global__ void __launch_bounds__(32 * W, 1) gv_kernel(const __grid_constant__ M
 	}
 	// NBUF buffers: NBUF - 1 batches in flight while one is multiplied.
 	constexpr int NBUF = bufs_of<P>(0) && NT == 1 ? bufs_of<P>(0) : nbuf<NT, W>();
-	// (the scalar policies only: the tier policies, which have their own
-	// BUFS, keep these 16 registers for their decode; experiments/kernels/
-	// README.md, "Issue 21 after the merge of h25a and h25b")
+	// (the scalar policies only, as stage's two slices: spt_max)
 	float xv[2][8];
 	bool xe = false;
-	if constexpr (!bufs_of<P>(0))
+	if constexpr (spt_max<P>() > 1)
 		xe = stage_fetch<P>(p, a, xv);
 	Buf b[NBUF];
 #pragma unroll
