@@ -632,7 +632,7 @@ int main(int argc, char **argv)
 	printf("seq read: %.2f us a layer (%.0f GB/s); two per layer: %.2f us (%.0f GB/s)\n", t_seq, seq_gbs, t_seq2,
 	       layer / t_seq2 / 1e3);
 	printf("CSV,variant,emu,ilv,gu_us,dn_us,sum_us,gu_ratio,dn_ratio,sum_ratio,pair_us,pair_ratio\n");
-	printf("CSV,seq,0,0,,,%.2f,,,1.000,%.2f,%.3f\n", t_seq, t_seq2, t_seq / t_seq2);
+	printf("CSV,seq,0,none,,,%.2f,,,1.000,%.2f,%.3f\n", t_seq, t_seq2, t_seq / t_seq2);
 	struct V {
 		const char *name;
 		Launch gu, dn;
