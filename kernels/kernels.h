@@ -211,7 +211,9 @@ int strata_gpu_moe_check(int fmt, uint32_t hidden, uint32_t inter, struct strata
  *                                                down): 2^digit lanes, digit 0 its own choice
  *                                                (e.g. 41: 16 lanes per gate|up row); measured
  *                                                slower at Kimi q4 T=1 (21 / 41 / 51: 0.689 /
- *                                                0.663 / 0.653 vs 0.773 of read); 0: its choice
+ *                                                0.663 / 0.653 vs 0.773 of read); 0: its choice;
+ *                                                under sq_gvx, the lanes per row set where
+ *                                                that geometry fits (else a row per lane)
  *   sq_gvs       sq_gvs                 2        that kernel's activation staging (q4, q3): 1:
  *                                                rows of up to two 8-column slices per thread
  *                                                (e.g. the Kimi-K2 x row) read once into
@@ -223,6 +225,15 @@ int strata_gpu_moe_check(int fmt, uint32_t hidden, uint32_t inter, struct strata
  *                                                slice per thread, else a pass for the
  *                                                magnitudes and one for the values (the same
  *                                                staged values in every case)
+ *   sq_gvx       sq_gvx                 1        that kernel at one token per expert (q4, q3's
+ *                                                integer loop, 16 warps): 1: a lane takes the
+ *                                                same chunk of several rows (q4 4, q3 2;
+ *                                                STRATA_GPU_LAUNCH_SCALAR_GEMV_XR), one set of
+ *                                                shared-memory loads of x for all of them, where
+ *                                                the launch's rows and chunks divide evenly
+ *                                                (Kimi T=1 q4 80.7 vs 82.1 us, q3 75.9 vs 82.1;
+ *                                                Qwen q4 13.7 vs 16.2, q3 15.8 vs 16.9); 0: a
+ *                                                row per lane
  *   prefill      pf_path                auto     the tiled prefill path's kernel for bf16 and tier
  *                                                experts: sm90 (1): the warpgroup-MMA kernel
  *                                                (kernels/moe_prefill_sm90.cuh) for every such
@@ -263,13 +274,14 @@ int strata_gpu_moe_check(int fmt, uint32_t hidden, uint32_t inter, struct strata
  *                                                fit; 1: the FMA decoder, 2: the codebook table,
  *                                                3: half of each group's weight pairs through
  *                                                the table; 0: the kernels above; auto (-1):
- *                                                hot 1, warm 2, cold 3 for launches of at least
+ *                                                hot 1, warm 2 for launches of at least
  *                                                STRATA_MOE_TR_AUTO_WEIGHTS weights (each the
  *                                                fastest in two calls on merged main, Kimi T=1:
  *                                                hot 230 / 230 vs 237 / 237 us, warm 214 / 217
- *                                                vs 232 / 233, cold 216 / 218 vs 225 / 226;
- *                                                Qwen3-30B-A3B-sized launches slower), 0
- *                                                otherwise
+ *                                                vs 232 / 233; Qwen3-30B-A3B-sized launches
+ *                                                slower), 0 otherwise; cold 0 (the ring kernel:
+ *                                                225 vs 230-236 us for 3, in four calls since
+ *                                                the h25a merge)
  *   small        small                  auto     launches whose experts all have one token and
  *                                                are all in one of q4, q3, hot, warm, cold take
  *                                                the one-launch kernel (kernels/moe_dec_small.cuh:
@@ -325,8 +337,9 @@ struct strata_moe_config {
 	int dec_tr;
 	int small, small_ts;
 	int sq_gvs;
+	int sq_gvx;
 };
-#define STRATA_MOE_CONFIG_DEFAULT { 17, -1, 0, 0, -1, 0, 512, 0, -1, 0, 1, 0, 1, 1, 0, 32, 1, 16, 0, -1, -1, 0, 2 }
+#define STRATA_MOE_CONFIG_DEFAULT { 17, -1, 0, 0, -1, 0, 512, 0, -1, 0, 1, 0, 1, 1, 0, 32, 1, 16, 0, -1, -1, 0, 2, 1 }
 /* small=auto: the formats (bit fmt: hot, warm, cold) and the largest launch
  * (weights) it takes: the measured Qwen3-30B-A3B layer is 37.7 Mi weights */
 #define STRATA_MOE_SMALL_AUTO_FMTS ((1u << 2) | (1u << 3) | (1u << 4))
@@ -357,6 +370,7 @@ enum strata_gpu_launch {
 	STRATA_GPU_LAUNCH_CHAINED,        /* kernels launched chained in a stack (strata_gpu_moe_stack) */
 	STRATA_GPU_LAUNCH_TIER_GEMV,      /* layer launches (gate|up + down) of the tier row-streaming kernel (dec_tr) */
 	STRATA_GPU_LAUNCH_SMALL,          /* launches of the one-launch small-layer kernel (small) */
+	STRATA_GPU_LAUNCH_SCALAR_GEMV_XR, /* those of SCALAR_GEMV with several rows per lane (sq_gvx) */
 	STRATA_GPU_LAUNCH_KINDS
 };
 uint64_t strata_gpu_moe_launches(enum strata_gpu_launch kind);

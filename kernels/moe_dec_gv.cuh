@@ -24,6 +24,11 @@
 //     the launch's rows and batches divide evenly (no masks, immediate
 //     shared-memory offsets, one scale load per batch at 2 lanes per row),
 //     else a run-time value (chunks past the row count with zero scales);
+//   - at one token with sq_gvx=1 (the default; q4, q3's integer loop, 16
+//     warps, where the rows and chunks divide evenly), a lane takes the same
+//     chunk of NB consecutive rows per batch instead (gv_kernel's XR: q4 4
+//     rows, q3 2; 8 - 32 lanes per row set), one set of shared loads of the
+//     activations serving them all;
 //   - with sq_l2pf=1 or 2 (default 0), lane 0 of each row prefetches the row
 //     (codes, scales) of the warp's (task, matrix) step that many steps
 //     ahead into L2 with one cp.async.bulk.prefetch (measured slower:
@@ -74,6 +79,7 @@ struct Args {
 	uint32_t pf0, pf1;    // chained (p.chain): ranges [pf0, pf1) of p.pfp to prefetch into L2
 	uint32_t spt = 1;     // staging: 8-column slices per thread read once into registers (1 or 2, sq_gvs)
 	uint32_t xearly = 0;  // gate|up, not chained: x loaded before the first weights (sq_gvs=2)
+	uint32_t rl = 1;      // rows per lane (sq_gvx: the policy's NB, gv_kernel's XR; else 1)
 };
 
 __device__ __forceinline__ uint32_t dp4a_uu(uint32_t a, uint32_t b, uint32_t c)
@@ -297,6 +303,49 @@ struct Q4 {
 			}
 		}
 	}
+	// Several rows per lane (sq_gvx): a batch is chunk j of rows 0 .. NB - 1
+	// from c, s (pitches rc, rs bytes), b.c[i] / b.s[i] row i's; one set of
+	// shared loads (x of the 4 groups, the zero-point terms) serves all the
+	// rows: acc[k * NB + i] += row i's weights x token k's activations.
+	template <int LSH>
+	__device__ __forceinline__ static void load_xr(Buf<LSH> &b, const uint8_t *c, const uint8_t *s, uint32_t j,
+						       uint32_t rc, uint32_t rs)
+	{
+		static_assert(Buf<LSH>::NS == NB, "a scale word per row");
+#pragma unroll
+		for (uint32_t i = 0; i < NB; i++) {
+			b.c[i] = bfd::ldw(c + i * rc + 16 * j);
+			b.s[i] = sqd::ldw8(s + i * rs + 2 * (j & ~3u));
+		}
+	}
+	template <int NT, int LSH>
+	__device__ __forceinline__ static void dot_xr(const Buf<LSH> &b, uint32_t j, const uint32_t (&xu)[NT][NG],
+						      const uint32_t (&cu)[NT], float (&acc)[NT * NB])
+	{
+		static_assert(per_group<NT, NG>(), "an address per token and group");
+#pragma unroll
+		for (int k = 0; k < NT; k++) {
+			uint4 x[4];
+#pragma unroll
+			for (int u = 0; u < 4; u++)
+				x[u] = lds(xu[k][u] + 16 * j);
+			const uint4 cz = lds(cu[k] + 16 * j);
+			const int c0[4] = { (int)cz.x, (int)cz.y, (int)cz.z, (int)cz.w };
+#pragma unroll
+			for (uint32_t i = 0; i < NB; i++) {
+				const float2 s01 = __half22float2(*reinterpret_cast<const __half2 *>(&b.s[i].x));
+				const float2 s23 = __half22float2(*reinterpret_cast<const __half2 *>(&b.s[i].y));
+				const float sc[4] = { s01.x, s01.y, s23.x, s23.y };
+				const uint32_t w[4] = { b.c[i].x, b.c[i].y, b.c[i].z, b.c[i].w };
+#pragma unroll
+				for (int u = 0; u < 4; u++) {
+					const uint32_t lo = w[u] & 0x0f0f0f0fu, hi = (w[u] >> 4) & 0x0f0f0f0fu;
+					const int c = dp2a<1>(x[u].w, hi, dp2a<0>(x[u].z, hi, dp2a<1>(x[u].y, lo, dp2a<0>(x[u].x, lo, c0[u]))));
+					acc[k * NB + i] = fmaf(sc[u], (float)c, acc[k * NB + i]);
+				}
+			}
+		}
+	}
 };
 
 // q3: chunk j of a row = slice t = j & 3 of block b = j >> 2: low-bit bytes
@@ -469,6 +518,51 @@ struct Q3i {
 				}
 			}
 		}
+	}
+	// Several rows per lane (sq_gvx), as Q4's: chunk j of rows 0 .. NB - 1.
+	template <int LSH>
+	__device__ __forceinline__ static void load_xr(Buf<LSH> &b, const uint8_t *c, const uint8_t *s, uint32_t j,
+						       uint32_t rc, uint32_t rs)
+	{
+		static_assert(Buf<LSH>::NS == NB, "a scale block per row");
+		const uint32_t k = j >> 2, t = j & 3;
+#pragma unroll
+		for (uint32_t i = 0; i < NB; i++) {
+			b.c[i] = bfd::ldw(c + i * rc + 96 * k + 16 * t);
+			b.x[i] = sqd::ldw8(c + i * rc + 96 * k + 64 + 8 * t);
+			b.s[i] = bfd::ldw(s + i * rs + 16 * k);
+		}
+	}
+	template <int NT, int LSH>
+	__device__ __forceinline__ static void dot_xr(const Buf<LSH> &b, uint32_t j, const uint32_t (&xu)[NT][NG],
+						      const uint32_t (&cu)[NT], float (&acc)[NT * NB])
+	{
+		static_assert(per_group<NT, NG>(), "an address per token and group");
+#pragma unroll
+		for (int k = 0; k < NT; k++)
+#pragma unroll
+			for (int p = 0; p < 4; p++) {
+				const uint4 x0 = lds(xu[k][2 * p] + 16 * j), x1 = lds(xu[k][2 * p + 1] + 16 * j);
+				const uint2 cz = lds8(cu[k] + 32 * j + 8 * p);
+#pragma unroll
+				for (uint32_t i = 0; i < NB; i++) {
+					const uint32_t lw = p == 0 ? b.c[i].x : p == 1 ? b.c[i].y : p == 2 ? b.c[i].z : b.c[i].w;
+					const uint32_t hw = p < 2 ? b.x[i].x : b.x[i].y;
+					const uint32_t sw = p == 0 ? b.s[i].x : p == 1 ? b.s[i].y : p == 2 ? b.s[i].z : b.s[i].w;
+					const uint32_t L = __byte_perm(lw, 0, 0x3120);
+					const uint32_t H = __byte_perm(hw, hw >> 4, p & 1 ? 0x7531 : 0x6420);
+					uint32_t q[4];
+#pragma unroll
+					for (int a = 0; a < 4; a++)
+						q[a] = (L >> (2 * a) & 0x03030303u) | ((a < 2 ? H << (2 - a) : H >> (a - 2)) & 0x04040404u);
+					const float2 sc = __half22float2(*reinterpret_cast<const __half2 *>(&sw));
+					int c0 = (int)cz.x, c1 = (int)cz.y;
+					c0 = dp2a<0>(x0.w, q[3], dp2a<0>(x0.z, q[2], dp2a<0>(x0.y, q[1], dp2a<0>(x0.x, q[0], c0))));
+					c1 = dp2a<1>(x1.w, q[3], dp2a<1>(x1.z, q[2], dp2a<1>(x1.y, q[1], dp2a<1>(x1.x, q[0], c1))));
+					acc[k * NB + i] = fmaf(sc.x, (float)c0, acc[k * NB + i]);
+					acc[k * NB + i] = fmaf(sc.y, (float)c1, acc[k * NB + i]);
+				}
+			}
 	}
 };
 
@@ -729,12 +823,18 @@ template <class P> __device__ __forceinline__ void pre_stage(long) {}
 // P: the policy (Q4, Q3, Q3i, Q4b of moe_dec_gv.cuh, the tier policies of
 // moe_dec_tr.cuh) of format FMT; NT tokens per expert (1, 2 or 4); LSH, FULL:
 // as the policies'; W warps per CTA (sq_gvw; the tier policies: 12 or 16,
-// moe_gpu.cu's run_dec_tr).
-template <int FMT, class P, int NT, int LSH, bool FULL, int W = NW>
+// moe_gpu.cu's run_dec_tr).  XR (sq_gvx; Q4 and Q3i, FULL, LSH >= 2): a lane
+// takes the same chunk j of NB consecutive rows per batch (P::load_xr,
+// P::dot_xr), its chunks j = sub, sub + 2^LSH, ...; a task is 32 >> LSH such
+// row sets, (32 >> LSH) x NB rows.
+template <int FMT, class P, int NT, int LSH, bool FULL, int W = NW, bool XR = false>
 __global__ void __launch_bounds__(32 * W, 1) gv_kernel(const __grid_constant__ MoeParams p, const __grid_constant__ Args a)
 {
 	using Buf = typename P::template Buf<LSH>;
 	constexpr uint32_t NB = P::NB;
+	// rows per lane (a row set), chunks per lane and batch
+	constexpr uint32_t RL = XR ? NB : 1, CB = XR ? 1 : NB;
+	static_assert(!XR || (FULL && LSH >= 2 && (1u << (LSH > 0 ? LSH : 0)) >= RL), "XR: compile-time lanes, even rows");
 	const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 	const uint32_t lsh = LSH >= 0 ? (uint32_t)LSH : a.lsh, sub = lane & ((1u << lsh) - 1), rr = lane >> lsh, rw = 32u >> lsh;
 	const uint32_t t1 = min((blockIdx.x + 1) * a.tpc, a.ntask);
@@ -753,15 +853,15 @@ __global__ void __launch_bounds__(32 * W, 1) gv_kernel(const __grid_constant__ M
 		for (; n; n--)
 			if (++ph == nph)
 				ph = 0, t += W;
-		const uint32_t s = t / a.nrs, row = (t - s * a.nrs) * rw + rr;
-		if (t >= t1 || sub || row >= nrows)
+		const uint32_t s = t / a.nrs, row = ((t - s * a.nrs) * rw + rr) * RL;
+		if (XR || t >= t1 || sub || row >= nrows)
 			return;
 		const uint8_t *mat = p.slot[s].ext + f.off[d ? 2 : ph];
 		l2_prefetch(mat + (uint64_t)row * f.rowc[d], (uint32_t)f.rowc[d]);
 		l2_prefetch(mat + f.soff[d] + (uint64_t)row * f.rows_[d], (uint32_t)f.rows_[d]);
 	};
 	auto iss_set = [&]() {
-		const uint32_t s = it / a.nrs, row = (it - s * a.nrs) * rw + rr;
+		const uint32_t s = it / a.nrs, row = ((it - s * a.nrs) * rw + rr) * RL;
 		const uint8_t *mat = p.slot[s].ext + f.off[d ? 2 : iph];
 		iv = row < nrows;
 		ic = mat + (uint64_t)row * f.rowc[d];
@@ -773,8 +873,11 @@ __global__ void __launch_bounds__(32 * W, 1) gv_kernel(const __grid_constant__ M
 	auto load = [&](Buf &b) {
 		if (it >= t1)
 			return;
-		P::template load<LSH, FULL>(b, ic, is, ij, lsh, iv, cpr);
-		ij += NB << lsh;
+		if constexpr (XR)
+			P::template load_xr<LSH>(b, ic, is, ij, (uint32_t)f.rowc[d], (uint32_t)f.rows_[d]);
+		else
+			P::template load<LSH, FULL>(b, ic, is, ij, lsh, iv, cpr);
+		ij += CB << lsh;
 		if (++ibt == a.nbat) {
 			ibt = 0;
 			if (++iph == nph)
@@ -827,11 +930,11 @@ __global__ void __launch_bounds__(32 * W, 1) gv_kernel(const __grid_constant__ M
 	uint32_t ct = blockIdx.x * a.tpc + warp, cph = 0, cbt = 0, cj = 0;
 	const uint32_t srow0 = d && ct < a.ntask ? p.slot[(blockIdx.x * a.tpc) / a.nrs].a0 : 0;
 	uint32_t xu[NT][P::NG], cu[NT], slot = 0, row = 0;
-	float acc[NT], accg[NT];
+	float acc[NT * RL], accg[NT * RL];
 	const float *inv = reinterpret_cast<const float *>(g_smem + Smem::INV);
 	auto cmp_set = [&]() {
 		slot = ct / a.nrs;
-		row = (ct - slot * a.nrs) * rw + rr;
+		row = ((ct - slot * a.nrs) * rw + rr) * RL;
 		const Slot &s = p.slot[slot];
 #pragma unroll
 		for (int k = 0; k < NT; k++) {
@@ -841,31 +944,67 @@ __global__ void __launch_bounds__(32 * W, 1) gv_kernel(const __grid_constant__ M
 			for (uint32_t u = 0; u < P::NG; u++)
 				xu[k][u] = sbase + a.xoff + r * xstride + (per_group<NT, P::NG>() ? u * us : 0);
 			cu[k] = sbase + a.coff + r * cstride;
-			acc[k] = accg[k] = 0.0f;
+#pragma unroll
+			for (uint32_t i = 0; i < RL; i++)
+				acc[k * RL + i] = accg[k * RL + i] = 0.0f;
 		}
 	};
 	// The task's sums are complete: h, or y.
+	// XR: the row set's RL sums per token meet by xor shuffles, the first
+	// log2(RL) levels halving the values each lane holds (the lanes with bit
+	// o set keep the upper half), so that lane sub ends with row rx's sum.
 	auto finish = [&]() {
 		const Slot &s = p.slot[slot];
+		uint32_t rx = row;
+		if constexpr (XR) {
+			auto level = [&](float(&q)[NT * RL], uint32_t o, uint32_t n, bool hi) {
 #pragma unroll
-		for (int k = 0; k < NT; k++)
-			for (uint32_t o = 1u << lsh >> 1; o; o >>= 1) {
-				acc[k] += __shfl_xor_sync(0xffffffffu, acc[k], o);
+				for (int k = 0; k < NT; k++) {
+					if (n > 1) {
+#pragma unroll
+						for (uint32_t i = 0; i < n / 2; i++) {
+							const float up = q[k * RL + i + n / 2], lo = q[k * RL + i];
+							q[k * RL + i] = (hi ? up : lo) + __shfl_xor_sync(0xffffffffu, hi ? lo : up, o);
+						}
+					} else {
+						q[k * RL] += __shfl_xor_sync(0xffffffffu, q[k * RL], o);
+					}
+				}
+			};
+#pragma unroll
+			for (int l = 0; l < LSH; l++) {
+				const uint32_t o = (1u << LSH) >> (l + 1), n = RL >> l;
+				const bool hi = (sub & o) != 0;
+				level(acc, o, n, hi);
 				if (!d)
-					accg[k] += __shfl_xor_sync(0xffffffffu, accg[k], o);
+					level(accg, o, n, hi);
+				if (n > 1 && hi)
+					rx += n / 2;
 			}
-		if (sub || row >= nrows)
-			return;
+			if (sub & ((1u << LSH) / RL - 1))
+				return;
+		} else {
+#pragma unroll
+			for (int k = 0; k < NT; k++)
+				for (uint32_t o = 1u << lsh >> 1; o; o >>= 1) {
+					acc[k] += __shfl_xor_sync(0xffffffffu, acc[k], o);
+					if (!d)
+						accg[k] += __shfl_xor_sync(0xffffffffu, accg[k], o);
+				}
+			if (sub || row >= nrows)
+				return;
+		}
 #pragma unroll
 		for (int k = 0; k < NT; k++) {
 			if ((uint32_t)k >= s.ntok)
 				break;
 			const uint32_t ai = s.a0 + k;
+			const float ak = acc[k * RL], gk = accg[k * RL];
 			if (d) {
-				atomicAdd(p.y + (uint64_t)p.tok[ai] * p.hidden + row, p.w[ai] * acc[k] * inv[ai - srow0]);
+				atomicAdd(p.y + (uint64_t)p.tok[ai] * p.hidden + rx, p.w[ai] * ak * inv[ai - srow0]);
 			} else {
-				const float sb = inv[p.tok[ai]], g = accg[k] * sb, u = acc[k] * sb;
-				p.h[s.h_off + (uint64_t)k * p.inter + row] = g / (1.0f + expf(-g)) * u;
+				const float sb = inv[p.tok[ai]], g = gk * sb, u = ak * sb;
+				p.h[s.h_off + (uint64_t)k * p.inter + rx] = g / (1.0f + expf(-g)) * u;
 			}
 		}
 	};
@@ -876,14 +1015,17 @@ __global__ void __launch_bounds__(32 * W, 1) gv_kernel(const __grid_constant__ M
 			cmp_set();
 		if (cbt == 0)
 			cj = sub;
-		P::template dot<NT, LSH, FULL>(b, cj, lsh, cpr, row < nrows, us, xu, cu, acc);
-		cj += NB << lsh;
+		if constexpr (XR)
+			P::template dot_xr<NT, LSH>(b, cj, xu, cu, acc);
+		else
+			P::template dot<NT, LSH, FULL>(b, cj, lsh, cpr, row < nrows, us, xu, cu, acc);
+		cj += CB << lsh;
 		if (++cbt == a.nbat) {
 			cbt = 0;
 			if (!d && cph == 0) {
 				cph = 1;
 #pragma unroll
-				for (int k = 0; k < NT; k++)
+				for (uint32_t k = 0; k < NT * RL; k++)
 					accg[k] = acc[k], acc[k] = 0.0f;
 			} else {
 				finish();

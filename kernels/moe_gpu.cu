@@ -1455,17 +1455,25 @@ int run_dec_sq(MoeParams *p, uint32_t hfl, cudaStream_t st, struct strata_error 
 // per lane (nbat) with the fewest batches per warp of the busiest warp (one
 // CTA of gv::NW warps per SM, each CTA a contiguous range of tasks), then the
 // fewest lane-chunk slots per row (idle lanes cost issue), then the most lanes.
-void gv_geom(uint32_t cpr, uint32_t nb, uint32_t nrows, uint32_t nslots, uint32_t &lsh, uint32_t &nbat)
+// rl > 1 (sq_gvx): rl rows per lane, a batch one chunk of each (8 - 32 lanes
+// per row set, where the rows and the chunks divide evenly).  force: only
+// 1 << force lanes (sq_gvl), 0: any.  0 when none fits.
+int gv_geom(uint32_t cpr, uint32_t nb, uint32_t nrows, uint32_t nslots, uint32_t rl, uint32_t force, uint32_t &lsh,
+	    uint32_t &nbat)
 {
 	uint64_t best = UINT64_MAX;
-	for (int l = 5; l >= 0; l--) {
-		const uint32_t nci = (cpr + (1u << l) - 1) >> l, bt = (nci + nb - 1) / nb, cost = bt * nb << l;
-		const uint32_t ntask = nslots * ((nrows + (32u >> l) - 1) / (32u >> l));
+	for (int l = 5; l >= (rl > 1 ? 3 : 0); l--) {
+		if ((force && (uint32_t)l != force) || (rl > 1 && (cpr % (1u << l) || nrows % ((32u >> l) * rl))))
+			continue;
+		const uint32_t nci = (cpr + (1u << l) - 1) >> l, bt = rl > 1 ? nci : (nci + nb - 1) / nb;
+		const uint32_t cost = rl > 1 ? cpr : bt * nb << l, rpt = (32u >> l) * rl;
+		const uint32_t ntask = nslots * ((nrows + rpt - 1) / rpt);
 		const uint32_t tpc = (ntask + (uint32_t)g_ctx.sms - 1) / (uint32_t)g_ctx.sms;
 		const uint64_t key = (uint64_t)((tpc + gv::NW - 1) / gv::NW * bt) << 32 | cost;
 		if (key < best)
 			best = key, lsh = (uint32_t)l, nbat = bt;
 	}
+	return best != UINT64_MAX;
 }
 
 using GvKernel = void (*)(const MoeParams, const gv::Args);
@@ -1488,11 +1496,22 @@ template <int FMT, class P, int NT, int W> GvKernel gv_full(uint32_t lsh)
 	}
 }
 
+// The same with several rows per lane (gv_kernel's XR; 8 - 32 lanes per row set).
+template <int FMT, class P> GvKernel gv_xr(uint32_t lsh)
+{
+	switch (lsh) {
+	case 3: return gv::gv_kernel<FMT, P, 1, 3, true, gv::NW, true>;
+	case 4: return gv::gv_kernel<FMT, P, 1, 4, true, gv::NW, true>;
+	default: return gv::gv_kernel<FMT, P, 1, 5, true, gv::NW, true>;
+	}
+}
+
 // The row-streaming kernel of one launch for format FMT, NT tokens per expert
 // and its geometry: lanes per row at compile time (2 - 16) where the launch's
 // rows and lanes' batches divide evenly, else at run time; old (sq_gv=2): the
 // earlier inner loop; q3i: q3's integer loop (sq_q3i); at one token with lanes
-// per row at compile time, q4 and q3i in w warps per CTA (sq_gvw), else 16.
+// per row at compile time, q4 and q3i in w warps per CTA (sq_gvw), else 16;
+// g.rl > 1 (one token; q4, q3i; run_dec_gv): several rows per lane.
 // *nw: its warps per CTA.
 template <int FMT, int NT> GvKernel gv_pick(const gv::Args &g, uint32_t nrows, bool old, bool q3i, int w, uint32_t *nw)
 {
@@ -1501,6 +1520,9 @@ template <int FMT, int NT> GvKernel gv_pick(const gv::Args &g, uint32_t nrows, b
 	const uint32_t rw = 32u >> g.lsh;
 	const bool full = !old && g.lsh >= 1 && g.lsh <= 4 && g.cpr % (P::NB << g.lsh) == 0 && nrows % rw == 0;
 	*nw = gv::NW;
+	if constexpr (NT == 1)
+		if (g.rl > 1)
+			return gv_xr<FMT, std::conditional_t<Q4, gv::Q4, gv::Q3i>>(g.lsh);
 	if constexpr (NT == 1)
 		if (full && (Q4 || q3i) && w != gv::NW) {
 			using PW = std::conditional_t<Q4, gv::Q4, gv::Q3i>;
@@ -1562,7 +1584,10 @@ int gv_launch(MoeParams *p, const gv::Args (&a)[2], const uint32_t (&grid)[2], c
 	uint32_t nw[2];
 	for (int d = 0; d < 2; d++)
 		k[d] = gv_pick<FMT, NT>(a[d], d ? p->hidden : p->inter, g_ctx.cfg.sq_gv == 2, gv_q3i(NT), g_ctx.cfg.sq_gvw, &nw[d]);
-	return gv_pair(p, k, nw, a, grid, smem, gv::SMEM_MAX, STRATA_GPU_LAUNCH_SCALAR_GEMV, st, err);
+	const int rc = gv_pair(p, k, nw, a, grid, smem, gv::SMEM_MAX, STRATA_GPU_LAUNCH_SCALAR_GEMV, st, err);
+	if (!rc && (a[0].rl > 1 || a[1].rl > 1))
+		g_ctx.launches[STRATA_GPU_LAUNCH_SCALAR_GEMV_XR]++;
+	return rc;
 }
 
 // A row-streaming launch's tasks (d: 0 gate|up, 1 down; g.lsh set): 32 >>
@@ -1571,7 +1596,7 @@ int gv_launch(MoeParams *p, const gv::Args (&a)[2], const uint32_t (&grid)[2], c
 // slots of its range of tasks).  Returns the grid.
 uint32_t gv_tasks(const MoeParams *p, uint32_t d, uint32_t xrows, gv::Args &g)
 {
-	const uint32_t rw = 32u >> g.lsh, sms = (uint32_t)g_ctx.sms;
+	const uint32_t rw = (32u >> g.lsh) * g.rl, sms = (uint32_t)g_ctx.sms;
 	g.nrs = ((d ? p->hidden : p->inter) + rw - 1) / rw;
 	g.ntask = p->n_slots * g.nrs;
 	g.tpc = (g.ntask + sms - 1) / sms;
@@ -1609,6 +1634,10 @@ int run_dec_gv(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_err
 		return 0;
 	const FmtTab &f = p->tab[fmt];
 	const uint32_t xrows = x_rows(p);
+	// several rows per lane: one token, q4 or q3's integer loop, the default
+	// warps and no L2 prefetch (its kernels are compiled for those)
+	const bool xr = g_ctx.cfg.sq_gvx && maxtok == 1 && g_ctx.cfg.sq_gv == 1 && (q4 || gv_q3i(1)) &&
+			g_ctx.cfg.sq_gvw == gv::NW && !g_ctx.cfg.sq_l2pf;
 	gv::Args a[2];
 	uint32_t grid[2], smem[2], mid;
 	// Chained with the L2 prefetch: the gate|up launch prefetches this layer's
@@ -1623,13 +1652,13 @@ int run_dec_gv(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_err
 		g.xearly = g_ctx.cfg.sq_gvs == 2;
 		g.pf0 = d ? mid : 0, g.pf1 = d ? p->npf : mid;
 		g.cpr = f.pc[d] / 256 * (q4 ? gv::Q4::CPB : gv::Q3::CPB);
-		gv_geom(g.cpr, q4 ? gv::Q4::NB : gv::Q3::NB, d ? p->hidden : p->inter,
-			p->n_slots, g.lsh, g.nbat);
-		// lanes per row forced (sq_gvl: a digit per launch)
-		if (const uint32_t l = (uint32_t)(d ? g_ctx.cfg.sq_gvl % 10 : g_ctx.cfg.sq_gvl / 10)) {
-			const uint32_t nb = q4 ? gv::Q4::NB : gv::Q3::NB;
-			g.lsh = l, g.nbat = (((g.cpr + (1u << l) - 1) >> l) + nb - 1) / nb;
-		}
+		const uint32_t nb = q4 ? gv::Q4::NB : gv::Q3::NB, nrows = d ? p->hidden : p->inter;
+		// several rows per lane (sq_gvx) where the geometry allows, else one;
+		// lanes per row (set) forced by sq_gvl, a digit per launch
+		const uint32_t fl = (uint32_t)(d ? g_ctx.cfg.sq_gvl % 10 : g_ctx.cfg.sq_gvl / 10);
+		g.rl = xr && gv_geom(g.cpr, nb, nrows, p->n_slots, nb, fl, g.lsh, g.nbat) ? nb : 1;
+		if (g.rl == 1)
+			gv_geom(g.cpr, nb, nrows, p->n_slots, 1, fl, g.lsh, g.nbat);
 		grid[d] = gv_tasks(p, d, xrows, g);
 		const uint64_t bytes = gv::Smem::END + (uint64_t)g.srows * f.pc[d] * (q4 || gv_q3i(maxtok) ? 20 : 16) / 8;
 		if (g.srows > gv::SRMAX || bytes > gv::SMEM_MAX)
@@ -1679,7 +1708,7 @@ int tr_launch_w(MoeParams *p, const gv::Args (&a)[2], const uint32_t (&grid)[2],
 
 // Decode launches of one token per expert whose experts are all in one tier
 // format, under dec_tr=1 (FMA decoder), 2 (table) or 3 (both), or auto (hot 1,
-// warm 2, cold 3 for launches of at least STRATA_MOE_TR_AUTO_WEIGHTS), dec and
+// warm 2 for launches of at least STRATA_MOE_TR_AUTO_WEIGHTS; cold none), dec and
 // split not forced: the tier row-streaming kernel, when each CTA's staged activations
 // fit below its zero bytes.  Warps per CTA (16 or 12, the same for both
 // launches) and lanes per row (1, 2 or 4: a lane's chunk must depend on
@@ -1697,9 +1726,10 @@ int run_dec_tr(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_err
 	if (dec < 0) {
 		// auto: each format's decoder that measured fastest, faster than the
 		// ring kernel, at the Kimi-K2 shape (kernels.h)
-		if ((uint64_t)p->n_slots * 3 * p->hidden * p->inter < STRATA_MOE_TR_AUTO_WEIGHTS)
+		// (cold: the ring kernel)
+		if ((uint64_t)p->n_slots * 3 * p->hidden * p->inter < STRATA_MOE_TR_AUTO_WEIGHTS || fmt == STRATA_FMT_COLD)
 			return 0;
-		dec = fmt == STRATA_FMT_HOT ? 1 : fmt == STRATA_FMT_WARM ? 2 : 3;
+		dec = fmt == STRATA_FMT_HOT ? 1 : 2;
 	}
 	const FmtTab &f = p->tab[fmt];
 	const uint32_t xrows = x_rows(p);

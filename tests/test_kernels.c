@@ -245,6 +245,10 @@ static void test_moe_config(void **state)
 	assert_int_equal(c.sq_gvs, 0);
 	assert_int_equal(strata_gpu_moe_config_parse("sq_gvs=1", &c, &err), STRATA_OK);
 	assert_int_equal(c.sq_gvs, 1);
+	/* several rows per lane at one token: on by default */
+	assert_int_equal(d.sq_gvx, 1);
+	assert_int_equal(strata_gpu_moe_config_parse("sq_gvx=0", &c, &err), STRATA_OK);
+	assert_int_equal(c.sq_gvx, 0);
 	/* the one-launch small-layer kernel: auto by default (tier formats) */
 	assert_int_equal(d.small, -1);
 	assert_true((STRATA_MOE_SMALL_AUTO_FMTS >> STRATA_FMT_HOT & 1) && !(STRATA_MOE_SMALL_AUTO_FMTS >> STRATA_FMT_Q4 & 1));
@@ -269,7 +273,7 @@ static void test_moe_config(void **state)
 					   "dec=8x2u", "bf16dec=8x8t", "prefill=wgmma", "prefill=sm90p2", "prefill=sm90pf",
 					   "prefill=sm90pq", "prefill=sm90pp3",
 					   "prefill_tiles=0", "prefill_tiles=on", "sq_q3i=3", "sq_gvw=4", "sq_gvw=16x", "sq_gvl=6", "sq_gvl=16", "sq_gvl=123", "sq_gvl=-1",
-					   "sq_gvs=3", "sq_gvs=on", "dec_tr=4", "dec_tr=on", "dec_tr=-1",
+					   "sq_gvs=3", "sq_gvs=on", "sq_gvx=2", "sq_gvx=on", "dec_tr=4", "dec_tr=on", "dec_tr=-1",
 					   "small=4", "small=on", "small=-1", "small_ts=2", "small_ts=on" };
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		c = d;
@@ -867,6 +871,19 @@ static int case_in(const char *list, const char *name)
 /* Whether STRATA_CASES (name,...: a short memcheck run) picks a case. */
 static int case_picked(const char *name) { return case_in(getenv("STRATA_CASES"), name); }
 
+/* Whether STRATA_CFGS (kernel configurations separated by ';', "default" for
+ * the default one: a short run of a test that loops over configurations)
+ * picks configuration cfg. */
+static int cfg_picked(const char *cfg)
+{
+	const char *list = getenv("STRATA_CFGS"), *name = *cfg ? cfg : "default";
+	const size_t n = strlen(name);
+	for (const char *q = list; q && *q; q = strchr(q, ';') ? strchr(q, ';') + 1 : NULL)
+		if (!strncmp(q, name, n) && (q[n] == ';' || !q[n]))
+			return 1;
+	return !list || !*list;
+}
+
 /* The sm_90a prefill kernel (moe_prefill_sm90.cuh) against the reference,
  * forced for every prefill expert (prefill=sm90; sm90ws: tier experts on
  * the warp-specialized tile; sm90p / sm90p1 / sm90p3: tier experts as BF16
@@ -1120,8 +1137,13 @@ static void test_moe_scalar_gv(void **state)
 	 * and run-time lanes per row); lanes per row forced (sq_gvl); the staging
 	 * with one slice per thread or two passes (sq_gvs=0), and with two slices
 	 * per thread loaded after the first weights (sq_gvs=1), on the cases whose
-	 * x rows the default stages two slices per thread.  cases: the names
-	 * holding one of these (NULL: all). */
+	 * x rows the default stages two slices per thread.  At one token the
+	 * default takes several rows per lane (sq_gvx=1; 8, 16 and 32 lanes per
+	 * row set) in at least one launch of every case here (Qwen's q3 down rows
+	 * of 12 chunks keep a row per lane); a row per lane (sq_gvx=0) on those
+	 * cases, and with lanes per row forced (sq_gvl) or q3's fp16 loop
+	 * (sq_q3i=0), which have none.  cases: the names holding one of these
+	 * (NULL: all). */
 	static const struct {
 		const char *cfg, *cases;
 	} cfgs[] = {
@@ -1137,6 +1159,8 @@ static void test_moe_scalar_gv(void **state)
 		{ "sq_gvl=3", "gv-q4-l8-1,gv-q4-rows-3" },
 		{ "sq_gvs=0", "gv-kimi-q4-1,gv-kimi-q3-1,gv-qwen-q4-4,gv-pad-q4-2,gv-pad-q3-2" },
 		{ "sq_gvs=1", "gv-kimi-q4-1,gv-kimi-q3-1,gv-pad-q4-2,gv-pad-q3-2" },
+		{ "sq_gvx=0", "gv-kimi-q4-1,gv-kimi-q3-1,gv-qwen-q3-1,gv-many-q4-1,gv-q3-l8-1,gv-q3-l8d-1,gv-q4-l8-1" },
+		{ "sq_gvl=54", "gv-kimi-q4-1,gv-q4-l8-1" },
 	};
 	for (size_t ci = 0; ci < sizeof(cfgs) / sizeof(cfgs[0]); ci++) {
 		struct strata_moe_config kc;
@@ -1147,14 +1171,20 @@ static void test_moe_scalar_gv(void **state)
 		for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
 			/* STRATA_CASES=name,...: only the cases whose names hold one of
 			 * these (a short memcheck run) */
-			if (!case_in(cfgs[ci].cases, cases[c].name) || !case_picked(cases[c].name))
+			if (!case_in(cfgs[ci].cases, cases[c].name) || !case_picked(cases[c].name) || !cfg_picked(cfgs[ci].cfg))
 				continue;
 			const uint64_t g0 = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_SCALAR_GEMV);
+			const uint64_t x0 = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_SCALAR_GEMV_XR);
 			run_moe_case(&cases[c]);
 			const uint64_t ng = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_SCALAR_GEMV) - g0;
-			printf("moe[%s] %s: row-streaming launches %llu\n", cases[c].name, *cfgs[ci].cfg ? cfgs[ci].cfg : "default",
-			       (unsigned long long)ng);
+			const uint64_t nx = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_SCALAR_GEMV_XR) - x0;
+			printf("moe[%s] %s: row-streaming launches %llu (several rows per lane %llu)\n", cases[c].name,
+			       *cfgs[ci].cfg ? cfgs[ci].cfg : "default", (unsigned long long)ng, (unsigned long long)nx);
 			assert_true(ng == (kc.sq_gv && !strstr(cases[c].name, "-ring") ? 2u : 0u));
+			if (!kc.sq_gvx || cases[c].n_tokens > 1 || (!kc.sq_q3i && strstr(cases[c].name, "q3")))
+				assert_true(nx == 0);
+			else if (!*cfgs[ci].cfg || !strcmp(cfgs[ci].cfg, "sq_gvl=54"))
+				assert_true(nx == 2);
 		}
 	}
 	kernel_config(NULL);
@@ -1170,8 +1200,9 @@ static void test_moe_scalar_gv(void **state)
  * padded rows, more experts than a launch's slots.  Each call must run
  * exactly `pairs` gate|up + down pairs of it (two calls per case), none
  * under dec_tr=0, none with two tokens per expert, and under dec_tr=auto
- * (the default) only for launches of at least
- * STRATA_MOE_TR_AUTO_WEIGHTS weights ("tr-auto-*": six Kimi-sized experts). */
+ * (the default) only for hot and warm launches of at least
+ * STRATA_MOE_TR_AUTO_WEIGHTS weights ("tr-auto-*": six Kimi-sized experts;
+ * cold takes the ring kernel). */
 static void test_moe_dec_tr(void **state)
 {
 	(void)state;
@@ -1208,7 +1239,7 @@ static void test_moe_dec_tr(void **state)
 			printf("moe[%s] dec_tr=%d: tier row-streaming launches %llu\n", cases[c].mc.name, tr,
 			       (unsigned long long)ng);
 			const struct moe_case *m = &cases[c].mc;
-			const int taken = tr > 0 || (tr < 0 &&
+			const int taken = tr > 0 || (tr < 0 && m->fmt != STRATA_FMT_COLD &&
 						     (uint64_t)m->top_k * 3 * m->hidden * m->inter >= STRATA_MOE_TR_AUTO_WEIGHTS);
 			assert_true(ng == (taken ? 2u * cases[c].pairs : 0u));
 		}
