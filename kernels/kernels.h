@@ -225,15 +225,16 @@ int strata_gpu_moe_check(int fmt, uint32_t hidden, uint32_t inter, struct strata
  *                                                slice per thread, else a pass for the
  *                                                magnitudes and one for the values (the same
  *                                                staged values in every case)
- *   sq_gvx       sq_gvx                 1        that kernel at one token per expert (q4, q3's
+ *   sq_gvx       sq_gvx                 1        that kernel at 1 - 2 tokens per expert (q4, q3's
  *                                                integer loop, 16 warps): 1: a lane takes the
  *                                                same chunk of several rows (q4 4, q3 2;
  *                                                STRATA_GPU_LAUNCH_SCALAR_GEMV_XR), one set of
  *                                                shared-memory loads of x for all of them, where
  *                                                the launch's rows and chunks divide evenly
  *                                                (Kimi T=1 q4 80.7 vs 82.1 us, q3 75.9 vs 82.1;
- *                                                Qwen q4 13.7 vs 16.2, q3 15.8 vs 16.9); 0: a
- *                                                row per lane
+ *                                                Qwen q4 13.7 vs 16.2, q3 15.8 vs 16.9; Kimi
+ *                                                T=2 q4 96.7 vs 125.3, q3 107.1 vs 133.1); 0:
+ *                                                a row per lane
  *   prefill      pf_path                auto     the tiled prefill path's kernel for bf16 and tier
  *                                                experts: sm90 (1): the warpgroup-MMA kernel
  *                                                (kernels/moe_prefill_sm90.cuh) for every such

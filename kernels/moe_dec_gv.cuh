@@ -24,7 +24,7 @@
 //     the launch's rows and batches divide evenly (no masks, immediate
 //     shared-memory offsets, one scale load per batch at 2 lanes per row),
 //     else a run-time value (chunks past the row count with zero scales);
-//   - at one token with sq_gvx=1 (the default; q4, q3's integer loop, 16
+//   - at 1 - 2 tokens with sq_gvx=1 (the default; q4, q3's integer loop, 16
 //     warps, where the rows and chunks divide evenly), a lane takes the same
 //     chunk of NB consecutive rows per batch instead (gv_kernel's XR: q4 4
 //     rows, q3 2; 8 - 32 lanes per row set), one set of shared loads of the
@@ -306,7 +306,8 @@ struct Q4 {
 	// Several rows per lane (sq_gvx): a batch is chunk j of rows 0 .. NB - 1
 	// from c, s (pitches rc, rs bytes), b.c[i] / b.s[i] row i's; one set of
 	// shared loads (x of the 4 groups, the zero-point terms) serves all the
-	// rows: acc[k * NB + i] += row i's weights x token k's activations.
+	// rows: acc[k * NB + i] += row i's weights x token k's activations (xu,
+	// us as dot's).
 	template <int LSH>
 	__device__ __forceinline__ static void load_xr(Buf<LSH> &b, const uint8_t *c, const uint8_t *s, uint32_t j,
 						       uint32_t rc, uint32_t rs)
@@ -319,29 +320,55 @@ struct Q4 {
 		}
 	}
 	template <int NT, int LSH>
-	__device__ __forceinline__ static void dot_xr(const Buf<LSH> &b, uint32_t j, const uint32_t (&xu)[NT][NG],
+	__device__ __forceinline__ static void dot_xr(const Buf<LSH> &b, uint32_t j, uint32_t us, const uint32_t (&xu)[NT][NG],
 						      const uint32_t (&cu)[NT], float (&acc)[NT * NB])
 	{
-		static_assert(per_group<NT, NG>(), "an address per token and group");
+		constexpr bool PTR = per_group<NT, NG>();
+		if constexpr (NT > 1) {
+			// group by group: a group's activations of every token (4 + 1
+			// words each), the codes spread once per row and group for all
+			// the tokens (the token-outer order below spilled at 2 tokens)
 #pragma unroll
-		for (int k = 0; k < NT; k++) {
-			uint4 x[4];
+			for (int u = 0; u < 4; u++) {
+				uint4 x[NT];
+				int c0[NT];
 #pragma unroll
-			for (int u = 0; u < 4; u++)
-				x[u] = lds(xu[k][u] + 16 * j);
-			const uint4 cz = lds(cu[k] + 16 * j);
-			const int c0[4] = { (int)cz.x, (int)cz.y, (int)cz.z, (int)cz.w };
+				for (int k = 0; k < NT; k++)
+					x[k] = lds((PTR ? xu[k][u] : xu[k][0] + u * us) + 16 * j), c0[k] = (int)lds4(cu[k] + 16 * j + 4 * u);
 #pragma unroll
-			for (uint32_t i = 0; i < NB; i++) {
-				const float2 s01 = __half22float2(*reinterpret_cast<const __half2 *>(&b.s[i].x));
-				const float2 s23 = __half22float2(*reinterpret_cast<const __half2 *>(&b.s[i].y));
-				const float sc[4] = { s01.x, s01.y, s23.x, s23.y };
-				const uint32_t w[4] = { b.c[i].x, b.c[i].y, b.c[i].z, b.c[i].w };
+				for (uint32_t i = 0; i < NB; i++) {
+					const uint32_t sw = u < 2 ? b.s[i].x : b.s[i].y;
+					const float sc = __half2float(__ushort_as_half((unsigned short)(sw >> (16 * (u & 1)))));
+					const uint32_t w = u == 0 ? b.c[i].x : u == 1 ? b.c[i].y : u == 2 ? b.c[i].z : b.c[i].w;
+					const uint32_t lo = w & 0x0f0f0f0fu, hi = (w >> 4) & 0x0f0f0f0fu;
 #pragma unroll
-				for (int u = 0; u < 4; u++) {
-					const uint32_t lo = w[u] & 0x0f0f0f0fu, hi = (w[u] >> 4) & 0x0f0f0f0fu;
-					const int c = dp2a<1>(x[u].w, hi, dp2a<0>(x[u].z, hi, dp2a<1>(x[u].y, lo, dp2a<0>(x[u].x, lo, c0[u]))));
-					acc[k * NB + i] = fmaf(sc[u], (float)c, acc[k * NB + i]);
+					for (int k = 0; k < NT; k++) {
+						const int c = dp2a<1>(x[k].w, hi, dp2a<0>(x[k].z, hi, dp2a<1>(x[k].y, lo, dp2a<0>(x[k].x, lo, c0[k]))));
+						acc[k * NB + i] = fmaf(sc, (float)c, acc[k * NB + i]);
+					}
+				}
+			}
+		} else {
+#pragma unroll
+			for (int k = 0; k < NT; k++) {
+				uint4 x[4];
+#pragma unroll
+				for (int u = 0; u < 4; u++)
+					x[u] = lds((PTR ? xu[k][u] : xu[k][0] + u * us) + 16 * j);
+				const uint4 cz = lds(cu[k] + 16 * j);
+				const int c0[4] = { (int)cz.x, (int)cz.y, (int)cz.z, (int)cz.w };
+#pragma unroll
+				for (uint32_t i = 0; i < NB; i++) {
+					const float2 s01 = __half22float2(*reinterpret_cast<const __half2 *>(&b.s[i].x));
+					const float2 s23 = __half22float2(*reinterpret_cast<const __half2 *>(&b.s[i].y));
+					const float sc[4] = { s01.x, s01.y, s23.x, s23.y };
+					const uint32_t w[4] = { b.c[i].x, b.c[i].y, b.c[i].z, b.c[i].w };
+#pragma unroll
+					for (int u = 0; u < 4; u++) {
+						const uint32_t lo = w[u] & 0x0f0f0f0fu, hi = (w[u] >> 4) & 0x0f0f0f0fu;
+						const int c = dp2a<1>(x[u].w, hi, dp2a<0>(x[u].z, hi, dp2a<1>(x[u].y, lo, dp2a<0>(x[u].x, lo, c0[u]))));
+						acc[k * NB + i] = fmaf(sc[u], (float)c, acc[k * NB + i]);
+					}
 				}
 			}
 		}
@@ -534,15 +561,16 @@ struct Q3i {
 		}
 	}
 	template <int NT, int LSH>
-	__device__ __forceinline__ static void dot_xr(const Buf<LSH> &b, uint32_t j, const uint32_t (&xu)[NT][NG],
+	__device__ __forceinline__ static void dot_xr(const Buf<LSH> &b, uint32_t j, uint32_t us, const uint32_t (&xu)[NT][NG],
 						      const uint32_t (&cu)[NT], float (&acc)[NT * NB])
 	{
-		static_assert(per_group<NT, NG>(), "an address per token and group");
+		constexpr bool PTR = per_group<NT, NG>();
 #pragma unroll
 		for (int k = 0; k < NT; k++)
 #pragma unroll
 			for (int p = 0; p < 4; p++) {
-				const uint4 x0 = lds(xu[k][2 * p] + 16 * j), x1 = lds(xu[k][2 * p + 1] + 16 * j);
+				const uint4 x0 = lds((PTR ? xu[k][2 * p] : xu[k][0] + 2 * p * us) + 16 * j);
+				const uint4 x1 = lds((PTR ? xu[k][2 * p + 1] : xu[k][0] + (2 * p + 1) * us) + 16 * j);
 				const uint2 cz = lds8(cu[k] + 32 * j + 8 * p);
 #pragma unroll
 				for (uint32_t i = 0; i < NB; i++) {
@@ -1016,7 +1044,7 @@ __global__ void __launch_bounds__(32 * W, 1) gv_kernel(const __grid_constant__ M
 		if (cbt == 0)
 			cj = sub;
 		if constexpr (XR)
-			P::template dot_xr<NT, LSH>(b, cj, xu, cu, acc);
+			P::template dot_xr<NT, LSH>(b, cj, us, xu, cu, acc);
 		else
 			P::template dot<NT, LSH, FULL>(b, cj, lsh, cpr, row < nrows, us, xu, cu, acc);
 		cj += CB << lsh;

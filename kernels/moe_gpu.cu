@@ -1497,12 +1497,12 @@ template <int FMT, class P, int NT, int W> GvKernel gv_full(uint32_t lsh)
 }
 
 // The same with several rows per lane (gv_kernel's XR; 8 - 32 lanes per row set).
-template <int FMT, class P> GvKernel gv_xr(uint32_t lsh)
+template <int FMT, class P, int NT> GvKernel gv_xr(uint32_t lsh)
 {
 	switch (lsh) {
-	case 3: return gv::gv_kernel<FMT, P, 1, 3, true, gv::NW, true>;
-	case 4: return gv::gv_kernel<FMT, P, 1, 4, true, gv::NW, true>;
-	default: return gv::gv_kernel<FMT, P, 1, 5, true, gv::NW, true>;
+	case 3: return gv::gv_kernel<FMT, P, NT, 3, true, gv::NW, true>;
+	case 4: return gv::gv_kernel<FMT, P, NT, 4, true, gv::NW, true>;
+	default: return gv::gv_kernel<FMT, P, NT, 5, true, gv::NW, true>;
 	}
 }
 
@@ -1511,7 +1511,7 @@ template <int FMT, class P> GvKernel gv_xr(uint32_t lsh)
 // rows and lanes' batches divide evenly, else at run time; old (sq_gv=2): the
 // earlier inner loop; q3i: q3's integer loop (sq_q3i); at one token with lanes
 // per row at compile time, q4 and q3i in w warps per CTA (sq_gvw), else 16;
-// g.rl > 1 (one token; q4, q3i; run_dec_gv): several rows per lane.
+// g.rl > 1 (1 - 2 tokens; q4, q3i; run_dec_gv): several rows per lane.
 // *nw: its warps per CTA.
 template <int FMT, int NT> GvKernel gv_pick(const gv::Args &g, uint32_t nrows, bool old, bool q3i, int w, uint32_t *nw)
 {
@@ -1520,9 +1520,9 @@ template <int FMT, int NT> GvKernel gv_pick(const gv::Args &g, uint32_t nrows, b
 	const uint32_t rw = 32u >> g.lsh;
 	const bool full = !old && g.lsh >= 1 && g.lsh <= 4 && g.cpr % (P::NB << g.lsh) == 0 && nrows % rw == 0;
 	*nw = gv::NW;
-	if constexpr (NT == 1)
+	if constexpr (NT <= 2)
 		if (g.rl > 1)
-			return gv_xr<FMT, std::conditional_t<Q4, gv::Q4, gv::Q3i>>(g.lsh);
+			return gv_xr<FMT, std::conditional_t<Q4, gv::Q4, gv::Q3i>, NT>(g.lsh);
 	if constexpr (NT == 1)
 		if (full && (Q4 || q3i) && w != gv::NW) {
 			using PW = std::conditional_t<Q4, gv::Q4, gv::Q3i>;
@@ -1634,10 +1634,10 @@ int run_dec_gv(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_err
 		return 0;
 	const FmtTab &f = p->tab[fmt];
 	const uint32_t xrows = x_rows(p);
-	// several rows per lane: one token, q4 or q3's integer loop, the default
-	// warps and no L2 prefetch (its kernels are compiled for those)
-	const bool xr = g_ctx.cfg.sq_gvx && maxtok == 1 && g_ctx.cfg.sq_gv == 1 && (q4 || gv_q3i(1)) &&
-			g_ctx.cfg.sq_gvw == gv::NW && !g_ctx.cfg.sq_l2pf;
+	// several rows per lane: 1 - 2 tokens, q4 or q3's integer loop, 16 warps
+	// (sq_gvw: one token) and no L2 prefetch (its kernels are compiled for those)
+	const bool xr = g_ctx.cfg.sq_gvx && maxtok <= 2 && g_ctx.cfg.sq_gv == 1 && (q4 || gv_q3i(maxtok)) &&
+			(g_ctx.cfg.sq_gvw == gv::NW || maxtok > 1) && !g_ctx.cfg.sq_l2pf;
 	gv::Args a[2];
 	uint32_t grid[2], smem[2], mid;
 	// Chained with the L2 prefetch: the gate|up launch prefetches this layer's
