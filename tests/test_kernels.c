@@ -245,7 +245,7 @@ static void test_moe_config(void **state)
 	assert_int_equal(c.sq_gvs, 0);
 	assert_int_equal(strata_gpu_moe_config_parse("sq_gvs=1", &c, &err), STRATA_OK);
 	assert_int_equal(c.sq_gvs, 1);
-	/* several rows per lane at one token: on by default */
+	/* several rows per lane at 1 - 2 tokens: on by default */
 	assert_int_equal(d.sq_gvx, 1);
 	assert_int_equal(strata_gpu_moe_config_parse("sq_gvx=0", &c, &err), STRATA_OK);
 	assert_int_equal(c.sq_gvx, 0);
@@ -362,22 +362,25 @@ struct moe_case {
 	uint32_t pf_min;    /* the kernel configuration's prefill_min for the case (0: default) */
 };
 
-/* Whether name is an item of the comma-separated list (a NULL or empty list
- * has every name): the selections by environment variable (STRATA_TESTS,
- * STRATA_TEST_PREFILL). */
-static int in_list(const char *list, const char *name)
+/* Whether name is an item of the list whose items sep separates (a NULL or
+ * empty list has every name): the selections by environment variable
+ * (STRATA_TESTS, STRATA_TEST_PREFILL: commas; STRATA_CFGS: ';'). */
+static int in_list_sep(const char *list, const char *name, char sep)
 {
 	if (!list || !*list)
 		return 1;
 	const size_t len = strlen(name);
-	for (const char *q = list; *q; q += *q == ',') {
-		const size_t n = strcspn(q, ",");
+	const char seps[2] = { sep, 0 };
+	for (const char *q = list; *q; q += *q == sep) {
+		const size_t n = strcspn(q, seps);
 		if (n == len && !strncmp(q, name, len))
 			return 1;
 		q += n;
 	}
 	return 0;
 }
+
+static int in_list(const char *list, const char *name) { return in_list_sep(list, name, ','); }
 
 /* Relative error bound per format, f32 sums: bf16 operands on the tensor cores
  * for bf16/f32 experts (measured ~3e-3); the tier formats multiply their exact
@@ -874,15 +877,7 @@ static int case_picked(const char *name) { return case_in(getenv("STRATA_CASES")
 /* Whether STRATA_CFGS (kernel configurations separated by ';', "default" for
  * the default one: a short run of a test that loops over configurations)
  * picks configuration cfg. */
-static int cfg_picked(const char *cfg)
-{
-	const char *list = getenv("STRATA_CFGS"), *name = *cfg ? cfg : "default";
-	const size_t n = strlen(name);
-	for (const char *q = list; q && *q; q = strchr(q, ';') ? strchr(q, ';') + 1 : NULL)
-		if (!strncmp(q, name, n) && (q[n] == ';' || !q[n]))
-			return 1;
-	return !list || !*list;
-}
+static int cfg_picked(const char *cfg) { return in_list_sep(getenv("STRATA_CFGS"), *cfg ? cfg : "default", ';'); }
 
 /* The sm_90a prefill kernel (moe_prefill_sm90.cuh) against the reference,
  * forced for every prefill expert (prefill=sm90; sm90ws: tier experts on
