@@ -416,14 +416,15 @@ int strata_gpu_small_phases(uint64_t *ts, uint32_t *grid, uint32_t cap, uint32_t
  * synchronisation.  The result is that of strata_moe_layer_gpu on each call
  * in order (y += the layer's output; y must not alias x), only faster: the
  * kernels that run batch-1 decode (the persistent kernel, the warp-streaming
- * and the row-streaming decode kernels) are launched as programmatic
- * dependent launches, so a launch's CTAs start where the previous launch's
- * CTAs have ended and issue their first weight loads while it finishes, and
- * wait for the earlier launches (griddepcontrol.wait) before they read
- * activations or touch the h scratch, y or the sync counters.  Kernels of
- * other paths (prefill, bf16 and the register-ring scalar decode, the BF16
- * copies of q4/q3 experts and every launch on them) run as plain launches in
- * between.  flags: STRATA_MOE_STACK_PLAIN:
+ * decode kernel, the tier row-streaming and the small-layer kernels) are
+ * launched as programmatic dependent launches, so a launch's CTAs start where
+ * the previous launch's CTAs have ended and issue their first weight loads
+ * while it finishes, and wait for the earlier launches (griddepcontrol.wait)
+ * before they read activations or touch the h scratch, y or the sync
+ * counters.  Kernels of other paths (prefill, bf16 and the register-ring
+ * scalar decode, the row-streaming q4/q3 kernel, which was faster plain, the
+ * BF16 copies of q4/q3 experts and every launch on them) run as plain
+ * launches in between.  flags: STRATA_MOE_STACK_PLAIN:
  * plain launches (as strata_moe_layer_gpu on each call, for comparisons);
  * STRATA_MOE_STACK_L2PF: each chained launch also prefetches the weights of
  * the launch after it into L2 (bulk prefetch; the row-streaming kernel's

@@ -1944,7 +1944,17 @@ int run_launch(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_err
 		return rc;
 	if (run_dec_small(p, maxtok, st, err, &rc))
 		return rc;
-	if (run_dec_gv(p, maxtok, st, err, &rc))
+	// In a stack the row-streaming q4/q3 launches are plain, not chained: a
+	// gate|up launch that is not chained loads x ahead of its first weights
+	// (sq_gvs=2), and plain stacks of them were faster in every same-run
+	// comparison (us per layer, chained vs plain: Qwen3-30B-A3B q4 14.16 vs
+	// 13.91, q3 17.06 vs 16.51; Kimi-K2 q4 81.4 vs 81.0, q3 77.8 vs 76.2;
+	// experiments/kernels/README.md).
+	const int chain = g_ctx.chain;
+	g_ctx.chain = 0;
+	const int gv = run_dec_gv(p, maxtok, st, err, &rc);
+	g_ctx.chain = chain;
+	if (gv)
 		return rc;
 	if (run_dec_tr(p, maxtok, st, err, &rc))
 		return rc;
