@@ -27,7 +27,13 @@
 // wait, gate|up and down in one launch (per-slot counters), and the
 // activation staging emulated (gv::stage on made-up rows: as on main, one
 // pass with two slices per thread, with the first task's rows prefetched into
-// L2 first, with the x loads issued before the first weight loads).
+// L2 first, with the x loads issued before the first weight loads), and on
+// that last structure: each down warp's last task bulk-copied into shared
+// memory at its start (sml), its first 1 or 2 tasks prefetched into L2 after
+// the wait (dpf1, dpf2), the down launch waiting before its first loads
+// (late), NBUF batches instead of NBUF - 1 loaded before the wait and the
+// staging (dpre: down; pre: both).  Last, the per-SM end times of the xr4
+// gate|up launch over 8 runs (is a slow CTA a slow SM?).
 //
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -o gv_pattern gv_pattern.cu
 //   ./gv_pattern [reps [modes]]
@@ -37,6 +43,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <algorithm>
+#include <math.h>
 #include <vector>
 
 #define CK(x)                                                                                   \
@@ -61,10 +68,15 @@ struct Args {
 	uint32_t *cnt;          // fused: per-slot count of finished gate|up tasks (zeroed)
 	uint32_t need;          // fused: gate|up tasks per slot
 	uint32_t stg;           // staging emulated: 0 none, 1 gv_kernel's (two passes over a long row), 2 one pass
-	uint32_t spf;           // before the staging, prefetch the warp's first task's rows into L2
+	uint32_t spf;           // after the wait, before the staging, prefetch the warp's first spf tasks' rows into L2
 	const float *xs;        // staged rows' source: gate|up x (1 row), down h (a row per slot)
 	uint32_t xcols;
 	uint64_t *times;        // per CTA: start and end (%globaltimer), or null
+	uint32_t sml;           // down, static tasks: each warp's last task bulk-copied into shared memory at the start
+	uint32_t smoff;         // its shared-memory offset (a region of rows x (rowc + rows_) per warp)
+	uint32_t *smid;         // with times: per CTA, the SM it ran on
+	uint32_t late;          // pdl >= 2: wait before the first weight loads (none in flight during the wait)
+	uint32_t pre;           // NBUF batches loaded before the hook (the wait, the staging), not NBUF - 1
 };
 
 __device__ __forceinline__ uint4 ldw(const uint8_t *q)
@@ -116,6 +128,22 @@ __device__ __forceinline__ uint32_t ld_acquire(const uint32_t *p)
 	return v;
 }
 
+__device__ __forceinline__ void bulk_copy(uint32_t dst, const void *src, uint32_t bytes, uint32_t mbar)
+{
+	asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+		     ::"r"(dst), "l"(src), "r"(bytes), "r"(mbar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t mbar, uint32_t parity)
+{
+	uint32_t ok;
+	do {
+		asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+			     "selp.u32 %0, 1, 0, p;\n\t}\n"
+			     : "=r"(ok) : "r"(mbar), "r"(parity) : "memory");
+	} while (!ok);
+}
+__shared__ __align__(8) uint64_t g_mbar[32];
+
 // The variant's loop: hook() after the first loads (before the staging and
 // the compute side), done(task) when the compute side has finished a task.
 template <int LSH, int RPL, int NBC, int NBUF, int W, int EMU, class Early, class Hook, class Done>
@@ -140,9 +168,31 @@ __device__ __forceinline__ void pat_body(const Args &a, Early early, Hook hook, 
 	uint32_t it = dyn ? grab() : t0 + (a.ilv ? warp * gridDim.x : warp), iph = 0, ibt = 0, ij = sub;
 	const uint32_t it0 = it;
 	const uint8_t *ic[RPL], *is[RPL];
+	// the warp's last task in shared memory (a.sml: down, static tasks): codes
+	// of its rows, then their scales, at sl; its mbarrier mb
+	const bool sml = a.sml && d && !dyn && !a.ilv && it0 < t1;
+	const uint32_t tl = sml ? it0 + (t1 - 1 - it0) / W * W : ~0u, nrt = RW * RPL;
+	const uint32_t sl = (uint32_t)__cvta_generic_to_shared(smem) + a.smoff + warp * nrt * (a.rowc[1] + a.rows_[1]);
+	const uint32_t mb = (uint32_t)__cvta_generic_to_shared(g_mbar + warp);
+	bool ism = false;
+	if (sml && lane == 0) {
+		asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(mb), "r"(1u) : "memory");
+		asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+		const uint32_t s = tl / a.nrs, r0 = (tl - s * a.nrs) * nrt;
+		const uint8_t *mat = a.base + (uint64_t)s * a.ebytes + a.moff[2];
+		const uint32_t bc = nrt * a.rowc[1], bs = nrt * a.rows_[1];
+		asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(mb), "r"(bc + bs) : "memory");
+		bulk_copy(sl, mat + (uint64_t)r0 * a.rowc[1], bc, mb);
+		bulk_copy(sl + bc, mat + a.soff[1] + (uint64_t)r0 * a.rows_[1], bs, mb);
+	}
 	auto iss_set = [&]() {
 		const uint32_t s = it / a.nrs, r0 = (it - s * a.nrs) * RW * RPL + rr;
 		const uint8_t *mat = a.base + (uint64_t)s * a.ebytes + a.moff[d ? 2 : iph];
+		ism = it == tl;
+		if (ism) {
+			__syncwarp();
+			mbar_wait(mb, 0);
+		}
 #pragma unroll
 		for (int k = 0; k < RPL; k++) {
 			const uint64_t row = r0 + k * RW;
@@ -154,6 +204,27 @@ __device__ __forceinline__ void pat_body(const Args &a, Early early, Hook hook, 
 	auto load = [&](B &b) {
 		if (it >= t1)
 			return;
+		if (ism) {
+			// rows rr + k RW of the task, from shared memory
+#pragma unroll
+			for (int k = 0; k < RPL; k++) {
+#pragma unroll
+				for (int i = 0; i < NBC; i++) {
+					const uint32_t j = ij + (i << LSH), q = rr + k * RW;
+					b.c[k][i] = lds(sl + q * a.rowc[1] + 16 * j);
+					if constexpr (LSH != 1) {
+						uint2 v;
+						asm volatile("ld.shared.v2.u32 {%0,%1}, [%2];\n" : "=r"(v.x), "=r"(v.y)
+							     : "r"(sl + nrt * a.rowc[1] + q * a.rows_[1] + 2 * (j & ~3u)));
+						b.s[k][i] = v;
+					}
+				}
+				if constexpr (LSH == 1) {
+					const uint4 t = lds(sl + nrt * a.rowc[1] + (rr + k * RW) * a.rows_[1] + 2 * (ij & ~7u));
+					b.s[k][0] = make_uint2(t.x, t.y), b.s[k][1] = make_uint2(t.z, t.w);
+				}
+			}
+		} else
 #pragma unroll
 		for (int k = 0; k < RPL; k++) {
 #pragma unroll
@@ -184,6 +255,10 @@ __device__ __forceinline__ void pat_body(const Args &a, Early early, Hook hook, 
 #pragma unroll
 	for (int i = 0; i + 1 < NBUF; i++)
 		load(b[i]);
+	// a.pre: the ring's next batch too (the loop's first load is skipped)
+	bool skip = a.pre != 0;
+	if (skip)
+		load(b[NBUF - 1]);
 	hook(it0, t1);
 	// made-up staged activations (EMU >= 1): 4 groups x cpr x 16 bytes, then the zero-point terms
 	for (uint32_t i = threadIdx.x; i < cpr * 5 * 4; i += blockDim.x)
@@ -259,7 +334,9 @@ __device__ __forceinline__ void pat_body(const Args &a, Early early, Hook hook, 
 	while (ct < t1) {
 #pragma unroll
 		for (int i = 0; i < NBUF; i++) {
-			load(b[(i + NBUF - 1) % NBUF]);
+			if (!skip)
+				load(b[(i + NBUF - 1) % NBUF]);
+			skip = false;
 			compute(b[i]);
 			if (ct >= t1)
 				break;
@@ -440,6 +517,8 @@ __global__ void __launch_bounds__(32 * W, 1) pat_kernel(const __grid_constant__ 
 	pat_body<LSH, RPL, NBC, NBUF, W, EMU>(
 		a,
 		[&] {
+			if (a.late && a.pdl >= 2)
+				asm volatile("griddepcontrol.wait;\n" ::: "memory");
 			if (a.stg == 3 && !a.d)
 				stage_load(a, sr);
 		},
@@ -461,9 +540,9 @@ __global__ void __launch_bounds__(32 * W, 1) pat_kernel(const __grid_constant__ 
 			}
 			if (a.pdl >= 2)
 				asm volatile("griddepcontrol.wait;\n" ::: "memory");
-			if (a.spf && it0 < t1 && (lane & ((1u << LSH) - 1)) == 0) {
+			for (uint32_t n = 0; n < a.spf && it0 + n * W < t1 && (lane & ((1u << LSH) - 1)) == 0; n++) {
 				constexpr uint32_t RW = 32u >> LSH;
-				const uint32_t s = it0 / a.nrs, r0 = (it0 - s * a.nrs) * RW * RPL + (lane >> LSH);
+				const uint32_t tn = it0 + n * W, s = tn / a.nrs, r0 = (tn - s * a.nrs) * RW * RPL + (lane >> LSH);
 				for (uint32_t ph = 0; ph < a.nph; ph++) {
 					const uint8_t *mat = a.base + (uint64_t)s * a.ebytes + a.moff[a.d ? 2 : ph];
 					for (int q = 0; q < RPL; q++) {
@@ -487,8 +566,14 @@ __global__ void __launch_bounds__(32 * W, 1) pat_kernel(const __grid_constant__ 
 		__syncthreads();
 		uint64_t tend;
 		asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(tend));
-		if (threadIdx.x == 0)
+		if (threadIdx.x == 0) {
 			a.times[2 * blockIdx.x] = tstart, a.times[2 * blockIdx.x + 1] = tend;
+			if (a.smid) {
+				uint32_t sm;
+				asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+				a.smid[blockIdx.x] = sm;
+			}
+		}
 	}
 }
 
@@ -761,10 +846,12 @@ int main(int argc, char **argv)
 		Args a0 = geom(base, 0, gu, NS, 0, &g0), a1 = geom(base, 1, dn, NS, 0, &g1);
 		const uint32_t sm0 = 224 * 80;
 		CK(cudaFuncSetAttribute(gu.k, cudaFuncAttributeMaxDynamicSharedMemorySize, sm0));
-		CK(cudaFuncSetAttribute(dn.k, cudaFuncAttributeMaxDynamicSharedMemorySize, sm0));
+		// the down landing region: 16 warps x a task's rows x (codes + scales)
+		const uint32_t smd = 16 * (32u >> dn.lsh) * dn.rpl * (base.rowc[1] + base.rows_[1]);
+		CK(cudaFuncSetAttribute(dn.k, cudaFuncAttributeMaxDynamicSharedMemorySize, sm0 + smd));
 		CK(cudaFuncSetAttribute((const void *)fk, cudaFuncAttributeMaxDynamicSharedMemorySize, sm0));
 		uint32_t seq = 0;
-		for (int st = 0; st < 10; st++) {
+		for (int st = 0; st < 16; st++) {
 			auto run = [&](uint32_t l) {
 				Args x0 = a0, x1 = a1;
 				x0.base = x1.base = w + l * layer;
@@ -782,8 +869,17 @@ int main(int argc, char **argv)
 				x0.spf = st >= 6, x1.spf = st == 6 || st == 7;
 				if (st == 8)
 					x0.stg = x1.stg = 2;
-				if (st == 9)
+				if (st >= 9)
 					x0.stg = x1.stg = 3, x0.spf = x1.spf = 0;
+				// 10: as 9, each down warp's last task bulk-copied into shared memory at its start
+				x1.sml = st == 10, x1.smoff = sm0;
+				// 11, 12: as 9, the down launch prefetching its warps' first 1 or 2 tasks into L2 after the wait
+				if (st == 11 || st == 12)
+					x1.spf = (uint32_t)st - 10;
+				// 13: as 9, the down launch waiting before its first weight loads
+				x1.late = st == 13;
+				// 14, 15: as 9, NBUF batches loaded before the wait / staging: down, both
+				x1.pre = st >= 14, x0.pre = st == 15;
 				x0.xs = x1.xs = xbuf;
 				x0.xcols = H, x1.xcols = I;
 				gu.k<<<g0, 512, sm0>>>(x0);
@@ -791,7 +887,7 @@ int main(int argc, char **argv)
 				cudaLaunchAttribute at[1];
 				at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
 				at[0].val.programmaticStreamSerializationAllowed = st ? 1 : 0;
-				cfg.gridDim = g1, cfg.blockDim = 512, cfg.dynamicSmemBytes = sm0, cfg.stream = 0;
+				cfg.gridDim = g1, cfg.blockDim = 512, cfg.dynamicSmemBytes = st == 10 ? sm0 + smd : sm0, cfg.stream = 0;
 				cfg.attrs = at, cfg.numAttrs = 1;
 				CK(cudaLaunchKernelEx(&cfg, dn.k, x1));
 			};
@@ -799,11 +895,76 @@ int main(int argc, char **argv)
 			seq = 0;
 			const double t = time_it(run);
 			CK(cudaGetLastError());
-			static const char *const sn[] = { "stream", "pdl", "pdl+l2pf", "fused", "pdl+stg", "pdl+stg1p", "pdl+pf+stg", "pdl+pf+stg1p", "pdl+gupf+stg1p", "pdl+stg1p-early" };
+			static const char *const sn[] = { "stream", "pdl", "pdl+l2pf", "fused", "pdl+stg", "pdl+stg1p", "pdl+pf+stg", "pdl+pf+stg1p", "pdl+gupf+stg1p", "pdl+stg1p-early", "pdl+stg1p-early+sml", "pdl+stg1p-early+dpf1", "pdl+stg1p-early+dpf2", "pdl+stg1p-early+late", "pdl+stg1p-early+dpre", "pdl+stg1p-early+pre" };
 			printf("%-4s %-9s: %6.2f us a layer, %.3f of seq (%.0f GB/s)\n", xr ? "xr4" : "gv", sn[st], t,
 			       layer / t / 1e3 / seq_gbs, layer / t / 1e3);
 			printf("CSV2,%s,%s,%.2f,%.3f\n", xr ? "xr4" : "gv", sn[st], t, layer / t / 1e3 / seq_gbs);
 		}
+	}
+	// Is a CTA's end time a property of its SM?  The xr4 gate|up launch (emu 2,
+	// static tasks) on 8 layers: per SM, its CTA's end (us after the launch's
+	// first start); the correlation of those ends between runs, and the
+	// slowest SMs of each run.
+	{
+		const Launch gu = L(5, 4, 1, 3, 16, 2);
+		uint32_t g0;
+		Args a0 = geom(base, 0, gu, NS, 0, &g0);
+		uint32_t *dsm;
+		CK(cudaMalloc(&dsm, 1024 * 4));
+		const int NR = 8;
+		std::vector<std::vector<double>> end(NR, std::vector<double>(1024, -1.0));
+		for (int r = 0; r < NR; r++) {
+			Args x0 = a0;
+			x0.base = w + (r % NL) * layer, x0.sink = sink, x0.times = times, x0.smid = dsm;
+			CK(cudaMemset(times, 0, 2 * 1024 * 8));
+			gu.k<<<g0, 512, 224 * 80>>>(x0);
+			CK(cudaDeviceSynchronize());
+			std::vector<uint64_t> h(2 * g0);
+			std::vector<uint32_t> sm(g0);
+			CK(cudaMemcpy(h.data(), times, 2 * g0 * 8, cudaMemcpyDeviceToHost));
+			CK(cudaMemcpy(sm.data(), dsm, g0 * 4, cudaMemcpyDeviceToHost));
+			uint64_t s0 = UINT64_MAX;
+			for (uint32_t i = 0; i < g0; i++)
+				s0 = std::min(s0, h[2 * i]);
+			for (uint32_t i = 0; i < g0; i++)
+				end[r][sm[i]] = (h[2 * i + 1] - s0) / 1e3;
+		}
+		auto corr = [&](const std::vector<double> &x, const std::vector<double> &y) {
+			double sx = 0, sy = 0, sxx = 0, syy = 0, sxy = 0;
+			int n = 0;
+			for (int i = 0; i < 1024; i++)
+				if (x[i] >= 0 && y[i] >= 0)
+					sx += x[i], sy += y[i], sxx += x[i] * x[i], syy += y[i] * y[i], sxy += x[i] * y[i], n++;
+			const double cx = sxx - sx * sx / n, cy = syy - sy * sy / n;
+			return (sxy - sx * sy / n) / sqrt(cx * cy);
+		};
+		printf("per-SM end of the xr4 gate|up launch, correlation between runs:");
+		for (int r = 1; r < NR; r++)
+			printf(" %.2f", corr(end[0], end[r]));
+		printf("\n");
+		for (int r = 0; r < NR; r++) {
+			std::vector<std::pair<double, int>> v;
+			for (int i = 0; i < 1024; i++)
+				if (end[r][i] >= 0)
+					v.push_back({ end[r][i], i });
+			std::sort(v.begin(), v.end());
+			printf("run %d: ends min %.2f med %.2f max %.2f; slowest SMs:", r, v[0].first, v[v.size() / 2].first, v.back().first);
+			for (size_t k = v.size() - 12; k < v.size(); k++)
+				printf(" %d(%.1f)", v[k].second, v[k].first);
+			printf("; fastest:");
+			for (size_t k = 0; k < 6; k++)
+				printf(" %d(%.1f)", v[k].second, v[k].first);
+			printf("\n");
+		}
+		// mean end per SM over the runs, by SM id
+		printf("SMEND");
+		for (int i = 0; i < 132; i++) {
+			double m = 0;
+			for (int r = 0; r < NR; r++)
+				m += end[r][i];
+			printf(",%.2f", m / NR);
+		}
+		printf("\n");
 	}
 	return 0;
 }
