@@ -37,23 +37,12 @@
 //
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -o gv_pattern gv_pattern.cu
 //   ./gv_pattern [reps [modes]]
-#include <cuda_fp16.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <algorithm>
 #include <math.h>
 #include <vector>
 
-#define CK(x)                                                                                   \
-	do {                                                                                    \
-		cudaError_t e_ = (x);                                                           \
-		if (e_ != cudaSuccess) {                                                        \
-			fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-			exit(1);                                                                \
-		}                                                                               \
-	} while (0)
+#include "pattern_common.cuh"
 
 struct Args {
 	const uint8_t *base;    // the layer's first expert
@@ -79,36 +68,6 @@ struct Args {
 	uint32_t pre;           // NBUF batches loaded before the hook (the wait, the staging), not NBUF - 1
 };
 
-__device__ __forceinline__ uint4 ldw(const uint8_t *q)
-{
-	uint4 v;
-	asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-		     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-		     : "l"(q));
-	return v;
-}
-__device__ __forceinline__ uint2 ldw8(const uint8_t *q)
-{
-	uint2 v;
-	asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v2.u32 {%0,%1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "l"(q));
-	return v;
-}
-__device__ __forceinline__ uint4 lds(uint32_t a)
-{
-	uint4 v;
-	asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
-	return v;
-}
-template <bool HI> __device__ __forceinline__ int dp2a(uint32_t a, uint32_t b, int c)
-{
-	int d;
-	if constexpr (HI)
-		asm("dp2a.hi.s32.u32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-	else
-		asm("dp2a.lo.s32.u32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-	return d;
-}
-
 extern __shared__ __align__(16) uint8_t smem[];
 
 template <int LSH, int RPL, int NBC> struct Buf {
@@ -117,31 +76,6 @@ template <int LSH, int RPL, int NBC> struct Buf {
 	uint2 s[RPL][NS == 1 && LSH == 1 ? 2 : NS];
 };
 
-__device__ __forceinline__ void l2_prefetch(const uint8_t *q, uint32_t n)
-{
-	asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(q), "r"(n) : "memory");
-}
-__device__ __forceinline__ uint32_t ld_acquire(const uint32_t *p)
-{
-	uint32_t v;
-	asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-	return v;
-}
-
-__device__ __forceinline__ void bulk_copy(uint32_t dst, const void *src, uint32_t bytes, uint32_t mbar)
-{
-	asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
-		     ::"r"(dst), "l"(src), "r"(bytes), "r"(mbar) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t mbar, uint32_t parity)
-{
-	uint32_t ok;
-	do {
-		asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
-			     "selp.u32 %0, 1, 0, p;\n\t}\n"
-			     : "=r"(ok) : "r"(mbar), "r"(parity) : "memory");
-	} while (!ok);
-}
 __shared__ __align__(8) uint64_t g_mbar[32];
 
 // The variant's loop: hook() after the first loads (before the staging and
@@ -605,23 +539,6 @@ __global__ void __launch_bounds__(32 * W, 1) fused_kernel(const __grid_constant_
 			__syncwarp();
 		},
 		[](uint32_t) {});
-}
-
-__global__ void seq_kernel(const uint4 *p, size_t n, uint32_t *sink)
-{
-	uint32_t acc = 0;
-	size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
-	for (; i + 3 * stride < n; i += 4 * stride) {
-		uint4 a = __ldcs(p + i), b = __ldcs(p + i + stride), c = __ldcs(p + i + 2 * stride),
-		      d = __ldcs(p + i + 3 * stride);
-		acc ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ c.x ^ c.y ^ c.z ^ c.w ^ d.x ^ d.y ^ d.z ^ d.w;
-	}
-	for (; i < n; i += stride) {
-		uint4 a = __ldcs(p + i);
-		acc ^= a.x ^ a.y ^ a.z ^ a.w;
-	}
-	if (acc == 0x9e3779b9u)
-		*sink = acc;
 }
 
 static int g_sms;

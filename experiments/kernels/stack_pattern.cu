@@ -39,22 +39,10 @@
 //
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -o stack_pattern stack_pattern.cu
 //   ./stack_pattern [reps [layers]]
-#include <cooperative_groups.h>
-#include <cuda_fp16.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <algorithm>
 #include <vector>
 
-#define CK(x)                                                                                   \
-	do {                                                                                    \
-		cudaError_t e_ = (x);                                                           \
-		if (e_ != cudaSuccess) {                                                        \
-			fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-			exit(1);                                                                \
-		}                                                                               \
-	} while (0)
+#include "pattern_common.cuh"
 
 constexpr uint32_t H = 2048, I = 768, E = 8, W = 16;
 constexpr uint32_t GC = H / 2, GS = H / 16;  // gate/up row: code bytes, scale bytes
@@ -78,48 +66,6 @@ struct Args {
 	uint32_t ilp;          // ws_kernel: a warp's gate|up rows (up to 3) and down row groups (up to 2) at once
 };
 constexpr int NTS = 9;  // start, x staged, A landed, gate|up done, barrier 1, h staged, B landed, down done, barrier 2
-
-__device__ __forceinline__ uint4 lds(uint32_t a)
-{
-	uint4 v;
-	asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
-	return v;
-}
-__device__ __forceinline__ uint2 lds8(uint32_t a)
-{
-	uint2 v;
-	asm volatile("ld.shared.v2.u32 {%0,%1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "r"(a));
-	return v;
-}
-template <bool HI> __device__ __forceinline__ int dp2a(uint32_t a, uint32_t b, int c)
-{
-	int d;
-	if constexpr (HI)
-		asm("dp2a.hi.s32.u32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-	else
-		asm("dp2a.lo.s32.u32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-	return d;
-}
-__device__ __forceinline__ void bulk_copy(uint32_t dst, const void *src, uint32_t bytes, uint32_t mbar)
-{
-	asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
-		     ::"r"(dst), "l"(src), "r"(bytes), "r"(mbar) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t mbar, uint32_t parity)
-{
-	uint32_t ok;
-	do {
-		asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
-			     "selp.u32 %0, 1, 0, p;\n\t}\n"
-			     : "=r"(ok) : "r"(mbar), "r"(parity) : "memory");
-	} while (!ok);
-}
-__device__ __forceinline__ uint32_t ld_acquire(const uint32_t *p)
-{
-	uint32_t v;
-	asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-	return v;
-}
 
 extern __shared__ __align__(128) uint8_t smem[];
 __shared__ __align__(8) uint64_t g_mbar[2];
@@ -291,6 +237,49 @@ __device__ __forceinline__ float dn_rows(uint32_t B, uint32_t nd, uint32_t i0, u
 	return acc;
 }
 
+// The bulk copies of layer l's gate|up row pairs [u0, u1) of E x I into
+// buffer A (local row u - g0: gate codes, up codes, then their scales; na
+// rows each), split at expert boundaries, completing on mbar.
+__device__ __forceinline__ void copy_gu_rows(const Args &a, uint32_t l, uint32_t u0, uint32_t u1, uint32_t g0, uint32_t A,
+					     uint32_t mbar)
+{
+	const uint32_t na = a.na;
+	for (uint32_t u = u0; u < u1;) {
+		const uint32_t e = u / I, r = u - e * I, n = min(u1 - u, I - r), i = u - g0;
+		const uint8_t *ex = a.base + (uint64_t)(l * E + e) * a.ebytes;
+		bulk_copy(A + i * GC, ex + a.off[0] + (uint64_t)r * GC, n * GC, mbar);
+		bulk_copy(A + (na + i) * GC, ex + a.off[2] + (uint64_t)r * GC, n * GC, mbar);
+		bulk_copy(A + 2 * na * GC + i * GS, ex + a.off[1] + (uint64_t)r * GS, n * GS, mbar);
+		bulk_copy(A + 2 * na * GC + (na + i) * GS, ex + a.off[3] + (uint64_t)r * GS, n * GS, mbar);
+		u += n;
+	}
+}
+// The same for down rows [u0, u1) of E x H into buffer B (codes, then scales; nd rows each).
+__device__ __forceinline__ void copy_dn_rows(const Args &a, uint32_t l, uint32_t u0, uint32_t u1, uint32_t d0, uint32_t B,
+					     uint32_t mbar)
+{
+	for (uint32_t u = u0; u < u1;) {
+		const uint32_t e = u / H, r = u - e * H, n = min(u1 - u, H - r), i = u - d0;
+		const uint8_t *ex = a.base + (uint64_t)(l * E + e) * a.ebytes;
+		bulk_copy(B + i * DC, ex + a.off[4] + (uint64_t)r * DC, n * DC, mbar);
+		bulk_copy(B + a.nd * DC + i * DS, ex + a.off[5] + (uint64_t)r * DS, n * DS, mbar);
+		u += n;
+	}
+}
+__device__ __forceinline__ void expect_tx(uint32_t mbar, uint32_t bytes)
+{
+	asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(mbar), "r"(bytes) : "memory");
+}
+// Thread 0's global timer at point k of layer layers / 2 (a.ts).
+__device__ __forceinline__ void mark(const Args &a, uint32_t l, int k)
+{
+	if (a.ts && l == a.layers / 2 && threadIdx.x == 0) {
+		uint64_t t;
+		asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+		a.ts[blockIdx.x * NTS + k] = t;
+	}
+}
+
 template <int MODE> __global__ void __launch_bounds__(32 * W, 1) stack_kernel(const __grid_constant__ Args a)
 {
 	const uint32_t G = gridDim.x, c = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -302,31 +291,15 @@ template <int MODE> __global__ void __launch_bounds__(32 * W, 1) stack_kernel(co
 	const uint32_t na = a.na, nd = a.nd;
 	// one thread issues a phase's copies: its rows split at expert boundaries
 	auto copy_gu = [&](uint32_t l) {
-		if (tid)
-			return;
-		asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(mbA), "r"((g1 - g0) * 2 * (GC + GS))
-			     : "memory");
-		for (uint32_t u = g0; u < g1;) {
-			const uint32_t e = u / I, r = u - e * I, n = min(g1 - u, I - r), i = u - g0;
-			const uint8_t *ex = a.base + (uint64_t)(l * E + e) * a.ebytes;
-			bulk_copy(A + i * GC, ex + a.off[0] + (uint64_t)r * GC, n * GC, mbA);
-			bulk_copy(A + (na + i) * GC, ex + a.off[2] + (uint64_t)r * GC, n * GC, mbA);
-			bulk_copy(A + 2 * na * GC + i * GS, ex + a.off[1] + (uint64_t)r * GS, n * GS, mbA);
-			bulk_copy(A + 2 * na * GC + (na + i) * GS, ex + a.off[3] + (uint64_t)r * GS, n * GS, mbA);
-			u += n;
+		if (tid == 0) {
+			expect_tx(mbA, (g1 - g0) * 2 * (GC + GS));
+			copy_gu_rows(a, l, g0, g1, g0, A, mbA);
 		}
 	};
 	auto copy_dn = [&](uint32_t l) {
-		if (tid)
-			return;
-		asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(mbB), "r"((d1 - d0) * (DC + DS))
-			     : "memory");
-		for (uint32_t u = d0; u < d1;) {
-			const uint32_t e = u / H, r = u - e * H, n = min(d1 - u, H - r), i = u - d0;
-			const uint8_t *ex = a.base + (uint64_t)(l * E + e) * a.ebytes;
-			bulk_copy(B + i * DC, ex + a.off[4] + (uint64_t)r * DC, n * DC, mbB);
-			bulk_copy(B + nd * DC + i * DS, ex + a.off[5] + (uint64_t)r * DS, n * DS, mbB);
-			u += n;
+		if (tid == 0) {
+			expect_tx(mbB, (d1 - d0) * (DC + DS));
+			copy_dn_rows(a, l, d0, d1, d0, B, mbB);
 		}
 	};
 	if (tid == 0) {
@@ -344,13 +317,7 @@ template <int MODE> __global__ void __launch_bounds__(32 * W, 1) stack_kernel(co
 	uint32_t nbar = 0;
 	const uint32_t sk = a.skip;
 	for (uint32_t l = 0; l < a.layers; l++) {
-		auto mark = [&](int k) {
-			if (a.ts && l == a.layers / 2 && tid == 0) {
-				uint64_t t;
-				asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-				a.ts[c * NTS + k] = t;
-			}
-		};
+		auto mark = [&](int k) { ::mark(a, l, k); };
 		mark(0);
 		// gate|up: x staged, then each warp a row pair at a time (chunks lane, lane + 32)
 		if (!(sk & 8))
@@ -429,7 +396,7 @@ __global__ void __launch_bounds__(32 * (W + 1), 1) ws_kernel(const __grid_consta
 				mbar_wait(g_ring[(q - a.win) % WIN_MAX][0], g_ring[(q - a.win) % WIN_MAX][1]);
 			g_ring[q % WIN_MAX][0] = mb, g_ring[q % WIN_MAX][1] = par;
 			q++;
-			asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(mb), "r"(bytes) : "memory");
+			expect_tx(mb, bytes);
 		};
 		for (uint32_t l = 0; l < a.layers; l++) {
 			if (l)
@@ -437,28 +404,14 @@ __global__ void __launch_bounds__(32 * (W + 1), 1) ws_kernel(const __grid_consta
 			for (uint32_t k = 0; k * RG < ng; k++) {
 				const uint32_t i0 = k * RG, i1 = min(i0 + RG, ng);
 				issue(pm + 8 * k, l & 1, (i1 - i0) * 2 * (GC + GS));
-				for (uint32_t u = g0 + i0; u < g0 + i1;) {
-					const uint32_t e = u / I, r = u - e * I, n = min(g0 + i1 - u, I - r), i = u - g0;
-					const uint8_t *ex = a.base + (uint64_t)(l * E + e) * a.ebytes;
-					bulk_copy(A + i * GC, ex + a.off[0] + (uint64_t)r * GC, n * GC, pm + 8 * k);
-					bulk_copy(A + (na + i) * GC, ex + a.off[2] + (uint64_t)r * GC, n * GC, pm + 8 * k);
-					bulk_copy(A + 2 * na * GC + i * GS, ex + a.off[1] + (uint64_t)r * GS, n * GS, pm + 8 * k);
-					bulk_copy(A + 2 * na * GC + (na + i) * GS, ex + a.off[3] + (uint64_t)r * GS, n * GS, pm + 8 * k);
-					u += n;
-				}
+				copy_gu_rows(a, l, g0 + i0, g0 + i1, g0, A, pm + 8 * k);
 			}
 			if (l)
 				mbar_wait(emB, (l - 1) & 1);
 			for (uint32_t k = 0; k * RD < ndn; k++) {
 				const uint32_t i0 = k * RD, i1 = min(i0 + RD, ndn), mb = pm + 8 * (NPG + k);
 				issue(mb, l & 1, (i1 - i0) * (DC + DS));
-				for (uint32_t u = d0 + i0; u < d0 + i1;) {
-					const uint32_t e = u / H, r = u - e * H, n = min(d0 + i1 - u, H - r), i = u - d0;
-					const uint8_t *ex = a.base + (uint64_t)(l * E + e) * a.ebytes;
-					bulk_copy(B + i * DC, ex + a.off[4] + (uint64_t)r * DC, n * DC, mb);
-					bulk_copy(B + nd * DC + i * DS, ex + a.off[5] + (uint64_t)r * DS, n * DS, mb);
-					u += n;
-				}
+				copy_dn_rows(a, l, d0 + i0, d0 + i1, d0, B, mb);
 			}
 		}
 		return;
@@ -466,13 +419,7 @@ __global__ void __launch_bounds__(32 * (W + 1), 1) ws_kernel(const __grid_consta
 	float tot = 0.0f;
 	uint32_t nbar = 0;
 	for (uint32_t l = 0; l < a.layers; l++) {
-		auto mark = [&](int k) {
-			if (a.ts && l == a.layers / 2 && tid == 0) {
-				uint64_t t;
-				asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-				a.ts[c * NTS + k] = t;
-			}
-		};
+		auto mark = [&](int k) { ::mark(a, l, k); };
 		mark(0);
 		stage<true>(a.xy + (uint64_t)l * H, 1, H, XS, XZ);
 		mark(1);
@@ -515,23 +462,6 @@ __global__ void __launch_bounds__(32 * (W + 1), 1) ws_kernel(const __grid_consta
 	}
 	if (tot == 1.2345f)
 		*a.sink = 1;
-}
-
-__global__ void seq_kernel(const uint4 *p, size_t n, uint32_t *sink)
-{
-	uint32_t acc = 0;
-	size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
-	for (; i + 3 * stride < n; i += 4 * stride) {
-		uint4 a = __ldcs(p + i), b = __ldcs(p + i + stride), c = __ldcs(p + i + 2 * stride),
-		      d = __ldcs(p + i + 3 * stride);
-		acc ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ c.x ^ c.y ^ c.z ^ c.w ^ d.x ^ d.y ^ d.z ^ d.w;
-	}
-	for (; i < n; i += stride) {
-		uint4 a = __ldcs(p + i);
-		acc ^= a.x ^ a.y ^ a.z ^ a.w;
-	}
-	if (acc == 0x9e3779b9u)
-		*sink = acc;
 }
 
 int main(int argc, char **argv)
