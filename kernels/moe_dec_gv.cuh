@@ -133,6 +133,32 @@ template <bool HI> __device__ __forceinline__ int dp2a(uint32_t a, uint32_t b, i
 	return d;
 }
 
+// q4: c + a slice's 8 staged activations (x, in the nibble order) times the
+// 8 codes of word w (w & 0x0f0f0f0f: weights 0, 4, 1, 5; (w >> 4) &
+// 0x0f0f0f0f: 2, 6, 3, 7): four dp2a.
+__device__ __forceinline__ int q4_dot8(uint4 x, uint32_t w, int c)
+{
+	const uint32_t lo = w & 0x0f0f0f0fu, hi = (w >> 4) & 0x0f0f0f0fu;
+	return dp2a<1>(x.w, hi, dp2a<0>(x.z, hi, dp2a<1>(x.y, lo, dp2a<0>(x.x, lo, c))));
+}
+// q3 (Q3i): the code bytes of low-bit word p of a chunk (lw) and its
+// high-bit word (hw: the chunk's high-bit word p >> 1): q[a] holds weights
+// 2a, 2a + 1 of groups 2p (bytes 0, 1) and 2p + 1 (bytes 2, 3).
+__device__ __forceinline__ void q3_codes(uint32_t lw, uint32_t hw, int p, uint32_t (&q)[4])
+{
+	const uint32_t L = __byte_perm(lw, 0, 0x3120);
+	const uint32_t H = __byte_perm(hw, hw >> 4, p & 1 ? 0x7531 : 0x6420);
+#pragma unroll
+	for (int a = 0; a < 4; a++)
+		q[a] = (L >> (2 * a) & 0x03030303u) | ((a < 2 ? H << (2 - a) : H >> (a - 2)) & 0x04040404u);
+}
+// c + a group's 8 staged activations (x, natural order) times its codes in
+// q (HI: bytes 2, 3 of each word, else 0, 1): four dp2a.
+template <bool HI> __device__ __forceinline__ int q3_dot8(uint4 x, const uint32_t (&q)[4], int c)
+{
+	return dp2a<HI>(x.w, q[3], dp2a<HI>(x.z, q[2], dp2a<HI>(x.y, q[1], dp2a<HI>(x.x, q[0], c))));
+}
+
 // Staged-activation addresses per token and group where there are at most 8
 // of them, else per token (group u at + u x us: registers).
 template <int NT, uint32_t NG> __host__ __device__ constexpr bool per_group() { return NT * NG <= 8; }
@@ -276,10 +302,6 @@ struct Q4 {
 				o = 16 * min(j, cpr - 1);
 			}
 			const uint32_t w[4] = { b.c[i].x, b.c[i].y, b.c[i].z, b.c[i].w };
-			uint32_t lo[4], hi[4];
-#pragma unroll
-			for (int u = 0; u < 4; u++)
-				lo[u] = w[u] & 0x0f0f0f0fu, hi[u] = (w[u] >> 4) & 0x0f0f0f0fu;
 			// zero-point terms: one 16-byte load per token, or (4 tokens, for
 			// registers) one 4-byte load per token and group
 			constexpr bool CZ4 = NT <= 2;
@@ -297,8 +319,7 @@ struct Q4 {
 						c = (int)(u == 0 ? cz[k].x : u == 1 ? cz[k].y : u == 2 ? cz[k].z : cz[k].w);
 					else
 						c = (int)lds4(cb[k] + o + 4 * u);
-					c = dp2a<1>(x.w, hi[u], dp2a<0>(x.z, hi[u], dp2a<1>(x.y, lo[u], dp2a<0>(x.x, lo[u], c))));
-					acc[k] = fmaf(sc[u], (float)c, acc[k]);
+					acc[k] = fmaf(sc[u], (float)q4_dot8(x, w[u], c), acc[k]);
 				}
 			}
 		}
@@ -340,12 +361,9 @@ struct Q4 {
 					const uint32_t sw = u < 2 ? b.s[i].x : b.s[i].y;
 					const float sc = __half2float(__ushort_as_half((unsigned short)(sw >> (16 * (u & 1)))));
 					const uint32_t w = u == 0 ? b.c[i].x : u == 1 ? b.c[i].y : u == 2 ? b.c[i].z : b.c[i].w;
-					const uint32_t lo = w & 0x0f0f0f0fu, hi = (w >> 4) & 0x0f0f0f0fu;
 #pragma unroll
-					for (int k = 0; k < NT; k++) {
-						const int c = dp2a<1>(x[k].w, hi, dp2a<0>(x[k].z, hi, dp2a<1>(x[k].y, lo, dp2a<0>(x[k].x, lo, c0[k]))));
-						acc[k * NB + i] = fmaf(sc, (float)c, acc[k * NB + i]);
-					}
+					for (int k = 0; k < NT; k++)
+						acc[k * NB + i] = fmaf(sc, (float)q4_dot8(x[k], w, c0[k]), acc[k * NB + i]);
 				}
 			}
 		} else {
@@ -364,11 +382,8 @@ struct Q4 {
 					const float sc[4] = { s01.x, s01.y, s23.x, s23.y };
 					const uint32_t w[4] = { b.c[i].x, b.c[i].y, b.c[i].z, b.c[i].w };
 #pragma unroll
-					for (int u = 0; u < 4; u++) {
-						const uint32_t lo = w[u] & 0x0f0f0f0fu, hi = (w[u] >> 4) & 0x0f0f0f0fu;
-						const int c = dp2a<1>(x[u].w, hi, dp2a<0>(x[u].z, hi, dp2a<1>(x[u].y, lo, dp2a<0>(x[u].x, lo, c0[u]))));
-						acc[k * NB + i] = fmaf(sc[u], (float)c, acc[k * NB + i]);
-					}
+					for (int u = 0; u < 4; u++)
+						acc[k * NB + i] = fmaf(sc[u], (float)q4_dot8(x[u], w[u], c0[u]), acc[k * NB + i]);
 				}
 			}
 		}
@@ -519,16 +534,11 @@ struct Q3i {
 				ok = rv && j < cpr;
 				o = 16 * min(j, cpr - 1);
 			}
-			const uint32_t lw[4] = { b.c[i].x, b.c[i].y, b.c[i].z, b.c[i].w };
-			const uint32_t hw[2] = { b.x[i].x, b.x[i].y }, hs[2] = { b.x[i].x >> 4, b.x[i].y >> 4 };
+			const uint32_t lw[4] = { b.c[i].x, b.c[i].y, b.c[i].z, b.c[i].w }, hw[2] = { b.x[i].x, b.x[i].y };
 #pragma unroll
 			for (int p = 0; p < 4; p++) {
-				const uint32_t L = __byte_perm(lw[p], 0, 0x3120);
-				const uint32_t H = __byte_perm(hw[p >> 1], hs[p >> 1], p & 1 ? 0x7531 : 0x6420);
 				uint32_t q[4];
-#pragma unroll
-				for (int a = 0; a < 4; a++)
-					q[a] = (L >> (2 * a) & 0x03030303u) | ((a < 2 ? H << (2 - a) : H >> (a - 2)) & 0x04040404u);
+				q3_codes(lw[p], hw[p >> 1], p, q);
 				float2 sc = __half22float2(*reinterpret_cast<const __half2 *>(&sw[p]));
 				if constexpr (!FULL)
 					sc = ok ? sc : make_float2(0.0f, 0.0f);
@@ -537,11 +547,8 @@ struct Q3i {
 					const uint4 x0 = lds((PTR ? xb[k][2 * p] : xb[k][0] + 2 * p * us) + o);
 					const uint4 x1 = lds((PTR ? xb[k][2 * p + 1] : xb[k][0] + (2 * p + 1) * us) + o);
 					const uint2 cz = lds8(cb[k] + 2 * o + 8 * p);
-					int c0 = (int)cz.x, c1 = (int)cz.y;
-					c0 = dp2a<0>(x0.w, q[3], dp2a<0>(x0.z, q[2], dp2a<0>(x0.y, q[1], dp2a<0>(x0.x, q[0], c0))));
-					c1 = dp2a<1>(x1.w, q[3], dp2a<1>(x1.z, q[2], dp2a<1>(x1.y, q[1], dp2a<1>(x1.x, q[0], c1))));
-					acc[k] = fmaf(sc.x, (float)c0, acc[k]);
-					acc[k] = fmaf(sc.y, (float)c1, acc[k]);
+					acc[k] = fmaf(sc.x, (float)q3_dot8<false>(x0, q, (int)cz.x), acc[k]);
+					acc[k] = fmaf(sc.y, (float)q3_dot8<true>(x1, q, (int)cz.y), acc[k]);
 				}
 			}
 		}
@@ -577,18 +584,11 @@ struct Q3i {
 					const uint32_t lw = p == 0 ? b.c[i].x : p == 1 ? b.c[i].y : p == 2 ? b.c[i].z : b.c[i].w;
 					const uint32_t hw = p < 2 ? b.x[i].x : b.x[i].y;
 					const uint32_t sw = p == 0 ? b.s[i].x : p == 1 ? b.s[i].y : p == 2 ? b.s[i].z : b.s[i].w;
-					const uint32_t L = __byte_perm(lw, 0, 0x3120);
-					const uint32_t H = __byte_perm(hw, hw >> 4, p & 1 ? 0x7531 : 0x6420);
 					uint32_t q[4];
-#pragma unroll
-					for (int a = 0; a < 4; a++)
-						q[a] = (L >> (2 * a) & 0x03030303u) | ((a < 2 ? H << (2 - a) : H >> (a - 2)) & 0x04040404u);
+					q3_codes(lw, hw, p, q);
 					const float2 sc = __half22float2(*reinterpret_cast<const __half2 *>(&sw));
-					int c0 = (int)cz.x, c1 = (int)cz.y;
-					c0 = dp2a<0>(x0.w, q[3], dp2a<0>(x0.z, q[2], dp2a<0>(x0.y, q[1], dp2a<0>(x0.x, q[0], c0))));
-					c1 = dp2a<1>(x1.w, q[3], dp2a<1>(x1.z, q[2], dp2a<1>(x1.y, q[1], dp2a<1>(x1.x, q[0], c1))));
-					acc[k * NB + i] = fmaf(sc.x, (float)c0, acc[k * NB + i]);
-					acc[k * NB + i] = fmaf(sc.y, (float)c1, acc[k * NB + i]);
+					acc[k * NB + i] = fmaf(sc.x, (float)q3_dot8<false>(x0, q, (int)cz.x), acc[k * NB + i]);
+					acc[k * NB + i] = fmaf(sc.y, (float)q3_dot8<true>(x1, q, (int)cz.y), acc[k * NB + i]);
 				}
 			}
 	}
