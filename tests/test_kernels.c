@@ -1298,10 +1298,10 @@ static void run_stack_case(const struct stack_case *sc, int small)
 	}
 	for (size_t i = 0; i < nx; i++)
 		x0[i] = rnd_w();
-	/* residuals small against a layer's output (a single expert of weight
-	 * 0.1 at the Kimi shape adds ~0.03 of a residual of 0.25 rnd_w(), below
-	 * the check below), so each layer's output is a visible part of the next
-	 * layer's input */
+	/* residuals small against a layer's output, so that each layer's output
+	 * is a visible part of the next layer's input (with 0.25 rnd_w(), a
+	 * single Kimi-sized expert of routing weight ~0.1 added 0.028 of it,
+	 * under the 0.05 the check below asks for) */
 	for (size_t i = 0; i < L * nx; i++)
 		r[i] = 0.05f * rnd_w();
 	float *dx = dmalloc(nx * 4), *dy = dmalloc(L * nx * 4);
@@ -1368,6 +1368,7 @@ static void run_stack_case(const struct stack_case *sc, int small)
 		 * (plain in a stack), none plain; at 17 or more tokens per expert (the
 		 * prefill path, BF16 copies of q4/q3 experts) no launch is chained */
 		assert_true(flags[f] & STRATA_MOE_STACK_PLAIN || T > 16 ? chained == 0 : chained >= L - gv);
+		assert_true(gv < L || chained == 0); /* a stack of row-streaming layers only: none chained */
 		/* the layers with q4 / q3 experts ran on the row-streaming kernel, one
 		 * pair each; with small=1 (one format, one token per expert in every
 		 * layer of those cases) every layer on the one-launch kernel */
