@@ -315,6 +315,20 @@ int strata_gpu_moe_check(int fmt, uint32_t hidden, uint32_t inter, struct strata
  *                                                row-streaming kernel
  *   small_ts     small_ts               0        1: the small-layer kernel records per-CTA phase
  *                                                timestamps (strata_gpu_small_phases); 0: none
+ *   pstack       pstack                 0        1 - 8: strata_gpu_moe_stack calls whose layers
+ *                                                all have one token, the same shape, at most 16
+ *                                                experts, all q4 or all q3, run on the persistent stack
+ *                                                kernel (kernels/moe_dec_ps.cuh: one launch per
+ *                                                16 layers, a producer warp per CTA streaming
+ *                                                the next rows into shared memory, at most
+ *                                                this many pieces in flight, two grid barriers
+ *                                                a layer; STRATA_GPU_LAUNCH_PSTACK) where each
+ *                                                CTA's share fits (e.g. the Qwen3-30B-A3B
+ *                                                layer); 0: the kernels above.  Off by default:
+ *                                                not yet measured against them on the GPU (its
+ *                                                emulation, 2 pieces in flight: 10.0 - 10.3 vs
+ *                                                14.0 us a Qwen layer, 3 - 16 pieces 10.4 -
+ *                                                10.9; experiments/kernels/README.md)
  *
  * Everything else the kernels do is fixed: 16-warp persistent CTAs for
  * 8-token tiles and 8 warps for 16-token ones, stage copies by the bulk copy
@@ -339,8 +353,9 @@ struct strata_moe_config {
 	int small, small_ts;
 	int sq_gvs;
 	int sq_gvx;
+	int pstack;
 };
-#define STRATA_MOE_CONFIG_DEFAULT { 17, -1, 0, 0, -1, 0, 512, 0, -1, 0, 1, 0, 1, 1, 0, 32, 1, 16, 0, -1, -1, 0, 2, 1 }
+#define STRATA_MOE_CONFIG_DEFAULT { 17, -1, 0, 0, -1, 0, 512, 0, -1, 0, 1, 0, 1, 1, 0, 32, 1, 16, 0, -1, -1, 0, 2, 1, 0 }
 /* small=auto: the formats (bit fmt: hot, warm, cold) and the largest launch
  * (weights) it takes: the measured Qwen3-30B-A3B layer is 37.7 Mi weights */
 #define STRATA_MOE_SMALL_AUTO_FMTS ((1u << 2) | (1u << 3) | (1u << 4))
@@ -372,6 +387,7 @@ enum strata_gpu_launch {
 	STRATA_GPU_LAUNCH_TIER_GEMV,      /* layer launches (gate|up + down) of the tier row-streaming kernel (dec_tr) */
 	STRATA_GPU_LAUNCH_SMALL,          /* launches of the one-launch small-layer kernel (small) */
 	STRATA_GPU_LAUNCH_SCALAR_GEMV_XR, /* those of SCALAR_GEMV with several rows per lane (sq_gvx) */
+	STRATA_GPU_LAUNCH_PSTACK,         /* launches of the persistent stack kernel (pstack) */
 	STRATA_GPU_LAUNCH_KINDS
 };
 uint64_t strata_gpu_moe_launches(enum strata_gpu_launch kind);
@@ -434,7 +450,10 @@ int strata_gpu_small_phases(uint64_t *ts, uint32_t *grid, uint32_t cap, uint32_t
  * (experiments/kernels/README.md, "Decode of a stack of layers").  With the
  * configuration's poison the h scratch is filled with NaN before the stack's
  * first launch only.  An error names the layer; the layers before it are
- * enqueued.
+ * enqueued.  Under the kernel configuration pstack=1 - 8 a stack the persistent
+ * stack kernel takes (every layer one token, the same shape, at most 16
+ * experts, all q4 or all q3; kernels/moe_dec_ps.cuh) runs as one launch per 16 layers
+ * instead, whatever the flags.
  */
 struct strata_moe_call;
 #define STRATA_MOE_STACK_PLAIN 1u

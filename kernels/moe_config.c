@@ -99,6 +99,8 @@ int strata_gpu_moe_config_validate(const struct strata_moe_config *c, struct str
 		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: sq_gvs must be 0, 1 or 2");
 	if (c->sq_gvx != 0 && c->sq_gvx != 1)
 		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: sq_gvx must be 0 or 1");
+	if (c->pstack < 0 || c->pstack > 8)
+		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: pstack %d (0 off, 1 - 8 pieces in flight)", c->pstack);
 	return STRATA_OK;
 }
 
@@ -215,6 +217,8 @@ int strata_gpu_moe_config_parse(const char *text, struct strata_moe_config *c, s
 			rc = parse_digit(kv, v, 2, &c->sq_gvs, err);
 		} else if (!strcmp(kv, "sq_gvx")) {
 			rc = parse_digit(kv, v, 1, &c->sq_gvx, err);
+		} else if (!strcmp(kv, "pstack")) {
+			rc = parse_digit(kv, v, 8, &c->pstack, err);
 		} else if (!strcmp(kv, "sq_gvw")) {
 			if (strcmp(v, "16") && strcmp(v, "12") && strcmp(v, "8"))
 				return STRATA_ERR(err, STRATA_EINVAL, "kernel config: sq_gvw=%s: want 16, 12 or 8", v);
@@ -239,7 +243,7 @@ int strata_gpu_moe_config_parse(const char *text, struct strata_moe_config *c, s
 				rc = parse_u32(kv, v, &c->pf_tiles_min, err);
 		} else {
 			return STRATA_ERR(err, STRATA_EINVAL,
-					  "kernel config: unknown key '%s' (prefill_min, dec, split, bf16dec, bf16_kc, poison, sqdec, sq_pf, sq_xs, sq_gv, sq_l2pf, sq_pdl, prefill, prefill_tiles, sq_q3i, sq_gvw, sq_gvl, sq_gvs, sq_gvx, dec_tr, small, small_ts)",
+					  "kernel config: unknown key '%s' (prefill_min, dec, split, bf16dec, bf16_kc, poison, sqdec, sq_pf, sq_xs, sq_gv, sq_l2pf, sq_pdl, prefill, prefill_tiles, sq_q3i, sq_gvw, sq_gvl, sq_gvs, sq_gvx, dec_tr, small, small_ts, pstack)",
 					  kv);
 		}
 	}

@@ -824,6 +824,7 @@ __global__ void __launch_bounds__(32 * NW, 1) moe_kernel(const __grid_constant__
 #include "moe_dec_gv.cuh"
 #include "moe_dec_tr.cuh"
 #include "moe_dec_small.cuh"
+#include "moe_dec_ps.cuh"
 
 __device__ __forceinline__ void store_w(float *p, float v) { *p = v; }
 __device__ __forceinline__ void store_w(uint16_t *p, float v)
@@ -954,6 +955,7 @@ struct Ctx {
 	unsigned long long *sm_ts = nullptr;
 	uint32_t sm_ts_n = 0, sm_ts_grid[STRATA_SMALL_TS_LAUNCHES] = {};
 	uint32_t nx_n = 0;
+	unsigned *ps_bar = nullptr;    // the persistent stack kernel's grid barrier (ps::Args::bar; zero between launches)
 	const uint8_t *nx_p[PF_MAX];
 	uint32_t nx_gu[PF_MAX], nx_all[PF_MAX];
 };
@@ -1914,6 +1916,32 @@ int run_dec_small(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_
 	return 1;
 }
 
+// The h scratch (g_ctx.h) grown to at least hfl floats.
+int h_scratch(size_t hfl, cudaStream_t st, struct strata_error *err)
+{
+	if (hfl <= g_ctx.h_cap)
+		return STRATA_OK;
+	if (g_ctx.h) {
+		CU_TRY(err, cudaStreamSynchronize(st));
+		cudaFree(g_ctx.h);
+		g_ctx.h = nullptr, g_ctx.h_cap = 0;
+	}
+	size_t cap = hfl < (1u << 20) ? (1u << 20) : hfl;
+	CU_TRY(err, cudaMalloc(&g_ctx.h, cap * sizeof(float)));
+	g_ctx.h_cap = cap;
+	return STRATA_OK;
+}
+
+// Run fn with the stack's chaining off (g_ctx.chain restored after).
+template <class F> int unchained(F &&fn)
+{
+	const int chain = g_ctx.chain;
+	g_ctx.chain = 0;
+	const int r = fn();
+	g_ctx.chain = chain;
+	return r;
+}
+
 int run_launch(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_error *err)
 {
 	uint32_t hfl = 0;
@@ -1921,16 +1949,8 @@ int run_launch(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_err
 		p->slot[s].h_off = hfl;
 		hfl += (p->slot[s].ntok * p->inter + 31) / 32 * 32; // 128-byte aligned slots
 	}
-	if (hfl > g_ctx.h_cap) {
-		if (g_ctx.h) {
-			CU_TRY(err, cudaStreamSynchronize(st));
-			cudaFree(g_ctx.h);
-			g_ctx.h = nullptr, g_ctx.h_cap = 0;
-		}
-		size_t cap = hfl < (1u << 20) ? (1u << 20) : hfl;
-		CU_TRY(err, cudaMalloc(&g_ctx.h, cap * sizeof(float)));
-		g_ctx.h_cap = cap;
-	}
+	if (int r = h_scratch(hfl, st, err))
+		return r;
 	p->h = g_ctx.h;
 	p->sync = g_ctx.sync;
 	p->chain = 0, p->npf = 0;
@@ -1950,11 +1970,7 @@ int run_launch(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_err
 	// comparison (us per layer, chained vs plain: Qwen3-30B-A3B q4 14.16 vs
 	// 13.91, q3 17.06 vs 16.51; Kimi-K2 q4 81.4 vs 81.0, q3 77.8 vs 76.2;
 	// experiments/kernels/README.md).
-	const int chain = g_ctx.chain;
-	g_ctx.chain = 0;
-	const int gv = run_dec_gv(p, maxtok, st, err, &rc);
-	g_ctx.chain = chain;
-	if (gv)
+	if (unchained([&] { return run_dec_gv(p, maxtok, st, err, &rc); }))
 		return rc;
 	if (run_dec_tr(p, maxtok, st, err, &rc))
 		return rc;
@@ -2508,10 +2524,7 @@ int moe_layer_parts(const struct strata_moe_call *c, struct strata_error *err)
 			sub.n_assign = n, sub.assign_expert = ae, sub.assign_token = ae + c->n_assign, sub.assign_weight = aw;
 			// In a stack these launches are not chained: a chained kernel loads
 			// weights before its wait, and these were just written by the copies.
-			const int chain = g_ctx.chain;
-			g_ctx.chain = 0;
-			rc = moe_layer_fused(&sub, err);
-			g_ctx.chain = chain;
+			rc = unchained([&] { return moe_layer_fused(&sub, err); });
 			e0 = e1;
 		}
 	}
@@ -2572,6 +2585,124 @@ void stack_next(const struct strata_moe_call *c)
 }
 } // namespace
 
+namespace {
+// The launches of run_pstack for format FMT and policy P: layers [0, n) of
+// calls, ps::LMAX per launch, a's geometry set, smem bytes of dynamic shared
+// memory.
+template <int FMT, class P>
+int pstack_launch(const struct strata_moe_call *calls, uint32_t n, ps::Args *a, uint32_t smem, struct strata_error *err)
+{
+	const auto k = ps::ps_kernel<FMT, P>;
+	cudaStream_t st = (cudaStream_t)calls[0].stream;
+	const size_t hfl = (size_t)ps::SMAX * a->inter;
+	int rc = gv_smem_attr((const void *)k, ps::SMEM_MAX, err);
+	if (rc || (rc = h_scratch(hfl, st, err)))
+		return rc;
+	if (!g_ctx.ps_bar) {
+		CU_TRY(err, cudaMalloc(&g_ctx.ps_bar, 128));
+		CU_TRY(err, cudaMemset(g_ctx.ps_bar, 0, 128));
+	}
+	a->h = g_ctx.h, a->bar = g_ctx.ps_bar;
+	if (g_ctx.cfg.poison)
+		CU_TRY(err, cudaMemsetAsync(g_ctx.h, 0xff, hfl * sizeof(float), st));
+	for (uint32_t l0 = 0; l0 < n; l0 += ps::LMAX) {
+		a->layers = n - l0 < ps::LMAX ? n - l0 : ps::LMAX;
+		for (uint32_t l = 0; l < a->layers; l++) {
+			const struct strata_moe_call &c = calls[l0 + l];
+			ps::Layer &L = a->l[l];
+			L.x = c.x, L.y = c.y, L.ns = c.n_assign;
+			for (uint32_t i = 0; i < c.n_assign; i++)
+				L.ext[i] = (const uint8_t *)c.extents[c.assign_expert[i]], L.w[i] = c.assign_weight[i];
+		}
+		if ((rc = launch_k(k, (uint32_t)g_ctx.sms, 32 * (ps::W + 1), smem, st, false, err, *a)))
+			return rc;
+		g_ctx.launches[STRATA_GPU_LAUNCH_PSTACK]++;
+	}
+	return STRATA_OK;
+}
+
+// run_pstack's geometry for format FMT (policy P) and layers of at most
+// nsmax experts: false when a CTA's share does not fit or the lanes' chunks
+// would not divide evenly, else the launches' result in *rc.
+template <int FMT, class P>
+bool pstack_fmt(const struct strata_moe_call *calls, uint32_t n, uint32_t nsmax, struct strata_error *err, int *rc)
+{
+	constexpr uint32_t RS = P::NB, DQ = ps::dq<P>(), LD = ps::Ld<P>::DN_LANES;
+	const uint32_t H = calls[0].hidden, I = calls[0].inter;
+	ps::Args a = {};
+	{
+		struct strata_error e2 = { 0 };
+		if (H % RS || I % RS || fill_tab(FMT, H, I, 64, &a.f, &e2))
+			return false; // the layer path reports a bad shape
+	}
+	const uint32_t G = (uint32_t)g_ctx.sms, pc0 = a.f.pc[0], pc1 = a.f.pc[1];
+	const uint32_t rc0 = (uint32_t)a.f.rowc[0], rs0 = (uint32_t)a.f.rows_[0];
+	const uint32_t rc1 = (uint32_t)a.f.rowc[1], rs1 = (uint32_t)a.f.rows_[1];
+	const uint32_t cpr0 = pc0 / 256 * P::CPB, cpr1 = pc1 / 256 * P::CPB;
+	// row sets of the largest layer per CTA at most, pieces, experts a CTA's down rows touch
+	const uint32_t nq0 = (nsmax * (I / RS) + G - 1) / G, nq1 = (nsmax * (H / RS) + G - 1) / G;
+	const uint32_t npd = (nq1 + DQ - 1) / DQ, nh0 = (nq1 * RS + H - 2) / H + 1, nh = nh0 < nsmax ? nh0 : nsmax;
+	// the staging (a slice per consumer thread), the lanes' chunks (32 a gate|up row set, LD a down row set)
+	if (nq0 > ps::NPG_MAX || npd > ps::NPD_MAX || nh > ps::NH_MAX || pc0 / 8 > ps::NCONS || nh * (pc1 / 8) > ps::NCONS ||
+	    cpr0 % 32 || cpr1 % LD)
+		return false;
+	auto a128 = [](uint64_t v) { return (v + 127) / 128 * 128; };
+	a.hidden = H, a.inter = I;
+	a.npg = nq0, a.npd = npd;
+	a.pg = 2 * RS * (rc0 + rs0), a.pd = DQ * RS * (rc1 + rs1);
+	uint64_t o = 0;
+	a.a = (uint32_t)o, o = a128(o + (uint64_t)nq0 * a.pg);
+	a.b = (uint32_t)o, o = a128(o + (uint64_t)npd * a.pd);
+	a.xs = (uint32_t)o, o = a128(o + (uint64_t)cpr0 * P::NG * 16);
+	a.xz = (uint32_t)o, o = a128(o + (uint64_t)cpr0 * P::NG * 4);
+	a.hs = (uint32_t)o, o = a128(o + (uint64_t)nh * cpr1 * P::NG * 16);
+	a.hz = (uint32_t)o, o = a128(o + (uint64_t)nh * cpr1 * P::NG * 4);
+	if (o > ps::SMEM_MAX)
+		return false;
+	a.win = (uint32_t)g_ctx.cfg.pstack; // pieces in flight (<= ps::WIN_MAX, the configuration's check)
+	*rc = pstack_launch<FMT, P>(calls, n, &a, (uint32_t)o, err);
+	return true;
+}
+
+// A stack on the persistent stack kernel (moe_dec_ps.cuh; kernel
+// configuration pstack=1 - 8): when every layer has one token, the same shape
+// and at most ps::SMAX distinct experts, all q4 or all q3, and each CTA's
+// share of a layer fits in shared memory, one launch per ps::LMAX layers;
+// true when it ran them (*rc its result), false when the layers should run
+// one by one.
+bool run_pstack(const struct strata_moe_call *calls, uint32_t n, struct strata_error *err, int *rc)
+{
+	const uint32_t H = calls[0].hidden, I = calls[0].inter;
+	int fmt = -1;
+	uint32_t nsmax = 0;
+	if (!g_ctx.cfg.pstack)
+		return false;
+	for (uint32_t l = 0; l < n; l++) {
+		const struct strata_moe_call &c = calls[l];
+		if (c.hidden != H || c.inter != I || c.n_tokens != 1 || !c.x || !c.y || !c.extents || !c.fmts ||
+		    !c.assign_expert || !c.assign_token || !c.assign_weight || !c.n_assign || c.n_assign > ps::SMAX)
+			return false;
+		for (uint32_t i = 0; i < c.n_assign; i++) {
+			const uint32_t e = c.assign_expert[i];
+			if (e >= c.n_experts || c.assign_token[i] || !c.extents[e] || ((uintptr_t)c.extents[e] & 15))
+				return false;
+			if (fmt < 0)
+				fmt = c.fmts[e];
+			if (c.fmts[e] != fmt || (fmt != STRATA_FMT_Q4 && fmt != STRATA_FMT_Q3))
+				return false;
+			for (uint32_t k = 0; k < i; k++)
+				if (c.assign_expert[k] == e)
+					return false;
+		}
+		nsmax = c.n_assign > nsmax ? c.n_assign : nsmax;
+	}
+	if ((*rc = ctx_init(err)))
+		return true;
+	return fmt == STRATA_FMT_Q4 ? pstack_fmt<STRATA_FMT_Q4, gv::Q4>(calls, n, nsmax, err, rc)
+				    : pstack_fmt<STRATA_FMT_Q3, gv::Q3i>(calls, n, nsmax, err, rc);
+}
+} // namespace
+
 extern "C" int strata_gpu_moe_stack(const struct strata_moe_call *calls, uint32_t n_layers, unsigned flags,
 				    struct strata_error *err)
 {
@@ -2590,11 +2721,12 @@ extern "C" int strata_gpu_moe_stack(const struct strata_moe_call *calls, uint32_
 	g_ctx.chain = !(flags & STRATA_MOE_STACK_PLAIN);
 	g_ctx.l2pf = g_ctx.chain && (flags & STRATA_MOE_STACK_L2PF);
 	g_ctx.first = 1;
-	for (uint32_t l = 0; l < n_layers && !rc; l++) {
-		stack_next(g_ctx.l2pf && l + 1 < n_layers ? &calls[l + 1] : nullptr);
-		if ((rc = moe_layer(&calls[l], err)))
-			strata_error_prefix(err, "strata_gpu_moe_stack: layer %u: ", l);
-	}
+	if (!run_pstack(calls, n_layers, err, &rc))
+		for (uint32_t l = 0; l < n_layers && !rc; l++) {
+			stack_next(g_ctx.l2pf && l + 1 < n_layers ? &calls[l + 1] : nullptr);
+			if ((rc = moe_layer(&calls[l], err)))
+				strata_error_prefix(err, "strata_gpu_moe_stack: layer %u: ", l);
+		}
 	g_ctx.chain = 0, g_ctx.l2pf = 0, g_ctx.first = 0, g_ctx.nx_n = 0;
 	pthread_mutex_unlock(&g_ctx.mu);
 	return rc;

@@ -267,6 +267,12 @@ static void test_moe_config(void **state)
 	assert_int_equal(strata_gpu_moe_config_parse("small=2,small_ts=1", &c, &err), STRATA_OK);
 	assert_int_equal(c.small, 2);
 	assert_int_equal(c.small_ts, 1);
+	/* the persistent stack kernel: off by default; on, the pieces in flight */
+	assert_int_equal(d.pstack, 0);
+	assert_int_equal(strata_gpu_moe_config_parse("pstack=2", &c, &err), STRATA_OK);
+	assert_int_equal(c.pstack, 2);
+	assert_int_equal(strata_gpu_moe_config_parse("pstack=8", &c, &err), STRATA_OK);
+	assert_int_equal(c.pstack, 8);
 	static const char *const bad[] = { "dec=9x4", "dec=12", "split=65", "split=-1", "bf16dec=16x5",
 					   "bf16_kc=16", "prefill_min=0", "prefill_min=17x", "poison=2", "warps=8",
 					   "dec", "sqdec=8x4", "sq_pf=2", "sq_xs=2", "sq_gv=on", "sq_gv=3", "sq_l2pf=3", "sq_pdl=2", "dec=12x4t", "dec=10x2t", "dec=8x2tt",
@@ -274,7 +280,7 @@ static void test_moe_config(void **state)
 					   "prefill=sm90pq", "prefill=sm90pp3",
 					   "prefill_tiles=0", "prefill_tiles=on", "sq_q3i=3", "sq_gvw=4", "sq_gvw=16x", "sq_gvl=6", "sq_gvl=16", "sq_gvl=123", "sq_gvl=-1",
 					   "sq_gvs=3", "sq_gvs=on", "sq_gvx=2", "sq_gvx=on", "dec_tr=4", "dec_tr=on", "dec_tr=-1",
-					   "small=4", "small=on", "small=-1", "small_ts=2", "small_ts=on" };
+					   "small=4", "small=on", "small=-1", "small_ts=2", "small_ts=on", "pstack=9", "pstack=on", "pstack=-1" };
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		c = d;
 		memset(&err, 0, sizeof(err));
@@ -1259,7 +1265,7 @@ struct stack_case {
  * gives a wrong y.  The h scratch is poisoned with NaN before the stack.
  * Runs the stack chained, chained with the L2 prefetch and as plain
  * launches. */
-static void run_stack_case(const struct stack_case *sc, int small)
+static void run_stack_case(const struct stack_case *sc, int small, int pstack, uint64_t ps_launches)
 {
 	struct strata_error err = { 0 };
 	const uint32_t H = sc->hidden, I = sc->inter, T = sc->n_tokens, NE = sc->n_experts, K = sc->top_k, L = sc->layers;
@@ -1274,8 +1280,9 @@ static void run_stack_case(const struct stack_case *sc, int small)
 	double bound[6] = { 0 };
 	uint64_t gv_layers = 0;
 	for (uint32_t l = 0; l < L; l++) {
+		const uint32_t lf = l < 6 ? l : 5; /* sc->fmt and bound: past the sixth layer as the sixth */
 		for (uint32_t e = 0; e < NE; e++) {
-			const int f = sc->fmt[l];
+			const int f = sc->fmt[lf];
 			uint8_t *fm = &fmts[l * NE + e];
 			*fm = (uint8_t)(f >= 0 ? f : e % 2 ? STRATA_FMT_WARM : f == -5 ? STRATA_FMT_Q4 : STRATA_FMT_Q3);
 			struct strata_expert_layout E;
@@ -1284,7 +1291,7 @@ static void run_stack_case(const struct stack_case *sc, int small)
 			h2d(dext[l * NE + e], hext[l * NE + e], E.bytes);
 			/* T: the most tokens any expert of the layer can have */
 			const double b = bound_for(*fm, tier_bf16_tiles(T, 0));
-			bound[l] = b > bound[l] ? b : bound[l];
+			bound[lf] = b > bound[lf] ? b : bound[lf];
 		}
 		const size_t a0 = (size_t)l * T * K;
 		/* the row-streaming kernel takes the layer's q4/q3 experts when each has
@@ -1321,11 +1328,13 @@ static void run_stack_case(const struct stack_case *sc, int small)
 		strata_gpu_moe_config_defaults(&kc);
 		kc.poison = 1;
 		kc.small = small;
+		kc.pstack = pstack;
 		kernel_config(&kc);
 		h2d(dy, r, L * nx * 4);
 		const uint64_t c0 = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_CHAINED);
 		const uint64_t g0 = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_SCALAR_GEMV);
 		const uint64_t s0 = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_SMALL);
+		const uint64_t p0 = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_PSTACK);
 		int rc = strata_gpu_moe_stack(calls, L, flags[f], &err);
 		if (rc)
 			fprintf(stderr, "stack[%s]: %s\n", sc->name, err.msg);
@@ -1334,6 +1343,7 @@ static void run_stack_case(const struct stack_case *sc, int small)
 		const uint64_t chained = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_CHAINED) - c0;
 		const uint64_t gv = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_SCALAR_GEMV) - g0;
 		const uint64_t nsm = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_SMALL) - s0;
+		const uint64_t nps = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_PSTACK) - p0;
 		d2h(yg, dy, L * nx * 4);
 		kernel_config(NULL);
 		double worst = 0, mag = 0;
@@ -1352,18 +1362,26 @@ static void run_stack_case(const struct stack_case *sc, int small)
 			}
 			mag += sqrt(num / den) / L;
 			worst = re > worst ? re : worst;
-			if (nonfinite || re >= bound[l])
+			const double bl = bound[l < 6 ? l : 5];
+			if (nonfinite || re >= bl)
 				fprintf(stderr, "stack[%s] flags=%u layer %u: rel err %.3g (bound %.3g), %d not finite\n",
-					sc->name, flags[f], l, re, bound[l], nonfinite);
+					sc->name, flags[f], l, re, bl, nonfinite);
 			assert_int_equal(nonfinite, 0);
-			assert_true(re < bound[l]);
+			assert_true(re < bl);
 		}
 		printf("stack[%s] H=%u I=%u T=%u E=%u k=%u layers=%u flags=%u: worst layer rel err %.3g, "
 		       "layer output / residual %.3g, chained launches %llu, row-streaming layer launches %llu, "
-		       "small-layer launches %llu\n",
+		       "small-layer launches %llu, persistent stack launches %llu\n",
 		       sc->name, H, I, T, NE, K, L, flags[f], worst, mag, (unsigned long long)chained,
-		       (unsigned long long)gv, (unsigned long long)nsm);
+		       (unsigned long long)gv, (unsigned long long)nsm, (unsigned long long)nps);
 		assert_true(mag > 0.05); /* each layer's output is a visible part of the next layer's input */
+		/* pstack on: the whole stack in ps_launches launches of the persistent
+		 * stack kernel and nothing else, or (0) every layer as below */
+		assert_true(nps == (pstack ? ps_launches : 0u));
+		if (nps) {
+			assert_true(chained == 0 && gv == 0 && nsm == 0);
+			continue;
+		}
 		/* every layer chained but those on the row-streaming q4/q3 kernel
 		 * (plain in a stack), none plain; at 17 or more tokens per expert (the
 		 * prefill path, BF16 copies of q4/q3 experts) no launch is chained */
@@ -1410,7 +1428,7 @@ static void test_moe_stack(void **state)
 	};
 	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++)
 		if (case_picked(cases[c].name))
-			run_stack_case(&cases[c], 0);
+			run_stack_case(&cases[c], 0, 0, 0);
 	/* bad calls */
 	struct strata_moe_call two[2] = { { 0 } };
 	assert_int_equal(strata_gpu_moe_stack(two, 0, 0, &err), STRATA_EINVAL);
@@ -1418,6 +1436,48 @@ static void test_moe_stack(void **state)
 	two[1].stream = (strata_gpu_stream *)&err;
 	assert_int_equal(strata_gpu_moe_stack(two, 2, 0, &err), STRATA_EINVAL);
 	assert_non_null(strstr(err.msg, "layer 1"));
+}
+
+/* The persistent stack kernel (moe_dec_ps.cuh, kernel configuration
+ * pstack=2: two pieces in flight) against the CPU reference, every layer
+ * applied to its GPU input (h poisoned with NaN): Qwen3-30B-A3B-shaped q4
+ * and q3 stacks of 8 experts a layer, q4 of 6, 16 (q4) and 12 (q3) experts
+ * a layer over 18 and 17 layers (two launches), fewer gate|up row sets than CTAs;
+ * each must run in exactly the launches given, and the stacks it does not
+ * take (q4 and q3 layers, two tokens, a layer of hot experts, x rows wider
+ * than a slice per thread, rows of 1.5 x 32 q4 or 0.5 x 32 q3 chunks) in
+ * none.  Then two of them with one and with eight pieces in flight. */
+static void test_moe_pstack(void **state)
+{
+	(void)state;
+	if (!test_have_gpu("test_moe_pstack"))
+		return;
+	enum { Q4 = STRATA_FMT_Q4, Q3 = STRATA_FMT_Q3 };
+	static const struct {
+		struct stack_case sc;
+		uint64_t launches;
+	} cases[] = {
+		{ { "ps-qwen-q4", 2048, 768, 1, 8, 8, 3, { Q4, Q4, Q4, Q4, Q4, Q4 } }, 1 },
+		{ { "ps-qwen-k6", 2048, 768, 1, 64, 6, 2, { Q4, Q4, Q4, Q4, Q4, Q4 } }, 1 },
+		{ { "ps-many-q4", 1024, 512, 1, 16, 16, 18, { Q4, Q4, Q4, Q4, Q4, Q4 } }, 2 },
+		{ { "ps-few-q4", 1024, 256, 1, 8, 2, 4, { Q4, Q4, Q4, Q4, Q4, Q4 } }, 1 },
+		{ { "ps-qwen-q3", 2048, 768, 1, 8, 8, 3, { Q3, Q3, Q3, Q3, Q3, Q3 } }, 1 },
+		{ { "ps-many-q3", 2048, 512, 1, 16, 12, 17, { Q3, Q3, Q3, Q3, Q3, Q3 } }, 2 },
+		{ { "ps-q4q3", 2048, 768, 1, 8, 8, 2, { Q4, Q3 } }, 0 },
+		{ { "ps-rows-q3", 1024, 512, 1, 8, 8, 2, { Q3, Q3 } }, 0 },
+		{ { "ps-qwen-t2", 2048, 768, 2, 8, 8, 2, { Q4, Q4 } }, 0 },
+		{ { "ps-mix", 2048, 768, 1, 8, 8, 2, { Q4, STRATA_FMT_HOT } }, 0 },
+		{ { "ps-kimi-q4", 7168, 1536, 1, 1, 1, 2, { Q4, Q4 } }, 0 },
+		{ { "ps-wide-q4", 1536, 512, 1, 8, 8, 2, { Q4, Q4 } }, 0 },
+	};
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++)
+		if (case_picked(cases[c].sc.name))
+			run_stack_case(&cases[c].sc, 0, 2, cases[c].launches);
+	for (int win = 1; win <= 8; win += 7)
+		for (size_t c = 0; c < 4; c += 3)
+			if (case_picked(cases[c].sc.name))
+				run_stack_case(&cases[c].sc, 0, win, cases[c].launches);
+	kernel_config(NULL);
 }
 
 /* The timestamps of the last n small-layer launches (small_ts=1): all there,
@@ -1513,7 +1573,7 @@ static void test_moe_small(void **state)
 	for (int v = 1; v <= 2; v++)
 		for (size_t c = 0; c < sizeof(stacks) / sizeof(stacks[0]); c++)
 			if (case_picked(stacks[c].name))
-				run_stack_case(&stacks[c], v);
+				run_stack_case(&stacks[c], v, 0, 0);
 	kernel_config(NULL);
 }
 
@@ -1775,6 +1835,7 @@ int main(void)
 		cmocka_unit_test(test_moe_scalar_gv),
 		cmocka_unit_test(test_moe_dec_tr),
 		cmocka_unit_test(test_moe_stack),
+		cmocka_unit_test(test_moe_pstack),
 		cmocka_unit_test(test_moe_small),
 		cmocka_unit_test(test_bf16_cublas),
 		cmocka_unit_test(test_moe_errors),
