@@ -30,9 +30,9 @@
 //     flight; a layer's gate|up pieces once the consumers are done with the
 //     previous layer's (mbarrier emA), its down pieces once they are done
 //     with the previous layer's down (emB): the next layer's rows stream
-//     while this layer computes.  Pieces a CTA has no rows for in a layer are
-//     arrived on without bytes, so every piece's mbarrier completes one phase
-//     per layer (parity l & 1);
+//     while this layer computes.  A piece's mbarrier completes one phase per
+//     use (a layer this CTA has its rows in): the n-th use has parity n & 1,
+//     counted by the producer and by the one consumer warp of the piece;
 //   - warps 0 .. W - 1 (named barrier 1): x staged from the layer's x
 //     (through L2: the previous layer's y, written by other SMs) as the
 //     row-streaming kernel stages it (the policy's stage: 16-bit fixed point,
@@ -72,7 +72,6 @@ struct Layer {
 struct Args {
 	FmtTab f;              // the stack's format (one for every layer)
 	uint32_t hidden, inter, layers;
-	uint32_t npg, npd;     // pieces per CTA and layer at most (the launch's largest layer)
 	uint32_t pg, pd;       // bytes per piece: gate|up (RS rows of gate codes, of up codes, their scales), down (DQ RS rows: codes, then scales)
 	uint32_t a, b;         // shared offsets of the gate|up and down pieces
 	uint32_t xs, xz, hs, hz; // shared offsets of the staged x (values, zero-point terms) and h rows
@@ -191,8 +190,8 @@ __device__ __forceinline__ void grid_sync(unsigned *bar, uint32_t target)
 	csync();
 }
 
-// The sums of a lane's NB rows (acc) over the lanes with the same lane >> n
-// bits below 1 << N: all of them end with every row's total.
+// The sums of a lane's NB rows (acc) over its group of 1 << N lanes (the
+// lanes equal above bit N): every lane of the group ends with the totals.
 template <int N, uint32_t NB> __device__ __forceinline__ void row_sums(float (&acc)[NB])
 {
 #pragma unroll
@@ -232,51 +231,50 @@ template <int FMT, class P> __global__ void __launch_bounds__(32 * (W + 1), 1) p
 		mxh[tid] = 0;
 	__syncthreads();
 	if (warp == W) {
-		// The producer.
+		// The producer.  A piece's mbarrier completes one phase per use
+		// (a layer in which this CTA has its rows): the n-th use has parity
+		// n & 1, counted here and by the one consumer warp of the piece.
 		if (lane)
 			return;
-		uint32_t q = 0, ring[WIN_MAX][2] = {};
-		auto issue = [&](uint32_t mb, uint32_t par, uint32_t bytes) {
-			if (q >= a.win)
-				mbar_wait(ring[(q - a.win) % WIN_MAX][0], ring[(q - a.win) % WIN_MAX][1]);
-			ring[q % WIN_MAX][0] = mb, ring[q % WIN_MAX][1] = par;
+		uint32_t q = 0, ring[WIN_MAX][2] = {}, uses[NPG_MAX + NPD_MAX] = {};
+		// Piece i (NPG_MAX + k: down piece k) for bytes, once the piece issued
+		// win pieces before it has landed: unless that piece was issued again
+		// since (then its earlier use has landed: a piece is issued again only
+		// after the consumers are done with the layer of its last use).
+		auto issue = [&](uint32_t i, uint32_t bytes) {
+			if (q >= a.win) {
+				const uint32_t *r = ring[(q - a.win) % WIN_MAX];
+				if (uses[r[0]] == r[1] + 1)
+					mbar_wait(mb0 + 8 * r[0], r[1] & 1);
+			}
+			ring[q % WIN_MAX][0] = i, ring[q % WIN_MAX][1] = uses[i]++;
 			q++;
-			mbar_expect_arrive(mb, bytes);
+			mbar_expect_arrive(mb0 + 8 * i, bytes);
+			return mb0 + 8 * i;
 		};
 		for (uint32_t l = 0; l < a.layers; l++) {
 			const Layer &L = a.l[l];
-			const uint32_t par = l & 1;
 			const auto [g0, g1, d0, d1] = span_of(L, sg, sd);
 			if (l) {
-				mbar_wait(emA, par ^ 1);
+				mbar_wait(emA, (l - 1) & 1);
 				fence_proxy_async(); // the consumers' reads of the pieces precede the copies below
 			}
-			for (uint32_t k = 0; k < a.npg; k++) {
-				const uint32_t mb = mb0 + 8 * k;
-				if (g0 + k >= g1) {
-					mbar_expect_arrive(mb, 0);
-					continue;
-				}
+			for (uint32_t k = 0; g0 + k < g1; k++) {
 				const uint32_t gq = g0 + k, s = gq / sg, r0 = (gq - s * sg) * RS, dst = sbase + a.a + k * a.pg;
 				const uint8_t *e = L.ext[s];
-				issue(mb, par, a.pg);
+				const uint32_t mb = issue(k, a.pg);
 				bulk_copy(dst, e + f.off[0] + (uint64_t)r0 * rc0, RS * rc0, mb);
 				bulk_copy(dst + RS * rc0, e + f.off[1] + (uint64_t)r0 * rc0, RS * rc0, mb);
 				bulk_copy(dst + 2 * RS * rc0, e + f.off[0] + f.soff[0] + (uint64_t)r0 * rs0, RS * rs0, mb);
 				bulk_copy(dst + 2 * RS * rc0 + RS * rs0, e + f.off[1] + f.soff[0] + (uint64_t)r0 * rs0, RS * rs0, mb);
 			}
 			if (l) {
-				mbar_wait(emB, par ^ 1);
+				mbar_wait(emB, (l - 1) & 1);
 				fence_proxy_async();
 			}
-			for (uint32_t k = 0; k < a.npd; k++) {
-				const uint32_t mb = mb0 + 8 * (NPG_MAX + k), i0 = d0 + k * DQ, i1 = min(i0 + DQ, d1);
-				if (i0 >= d1) {
-					mbar_expect_arrive(mb, 0);
-					continue;
-				}
-				const uint32_t dst = sbase + a.b + k * a.pd;
-				issue(mb, par, (i1 - i0) * RS * (rc1 + rs1));
+			for (uint32_t k = 0; d0 + k * DQ < d1; k++) {
+				const uint32_t i0 = d0 + k * DQ, i1 = min(i0 + DQ, d1), dst = sbase + a.b + k * a.pd;
+				const uint32_t mb = issue(NPG_MAX + k, (i1 - i0) * RS * (rc1 + rs1));
 				for (uint32_t u = i0; u < i1;) {
 					// the row sets of one expert at a time
 					const uint32_t s = u / sd, n = min(i1, (s + 1) * sd) - u, r0 = (u - s * sd) * RS, li = (u - i0) * RS;
@@ -293,10 +291,11 @@ template <int FMT, class P> __global__ void __launch_bounds__(32 * (W + 1), 1) p
 	using Buf = typename P::template Buf<5>;
 	const uint32_t cpr0 = f.pc[0] / 256 * P::CPB, cpr1 = f.pc[1] / 256 * P::CPB;
 	const uint32_t us0 = 16 * cpr0, us1 = 16 * cpr1, xst1 = cpr1 * P::NG * 16, cst1 = cpr1 * P::NG * 4;
-	uint32_t nbar = 0;
+	// this warp's pieces k = warp + W i: their uses so far (gate|up, down)
+	static_assert(NPD_MAX == W, "a warp's down piece: one a layer");
+	uint32_t ug[NPG_MAX / W] = {}, ud = 0, nbar = 0;
 	for (uint32_t l = 0; l < a.layers; l++) {
 		const Layer &L = a.l[l];
-		const uint32_t par = l & 1;
 		const auto [g0, g1, d0, d1] = span_of(L, sg, sd);
 		// gate|up: x, then row set k by warp k % W, h = silu(gate) up
 		stage<P>(L.x, 0, 1, a.hidden, f.pc[0], a.xs, a.xz, &mxx);
@@ -306,14 +305,18 @@ template <int FMT, class P> __global__ void __launch_bounds__(32 * (W + 1), 1) p
 		for (uint32_t u = 0; u < P::NG; u++)
 			xu[0][u] = sbase + a.xs + u * us0;
 		cu[0] = sbase + a.xz;
-		for (uint32_t k = warp; g0 + k < g1; k += W) {
+#pragma unroll
+		for (uint32_t m = 0; m < NPG_MAX / W; m++) {
+			const uint32_t k = warp + W * m;
+			if (g0 + k >= g1)
+				break;
 			const uint32_t gq = g0 + k, s = gq / sg, r0 = (gq - s * sg) * RS;
 			const uint32_t pc_ = sbase + a.a + k * a.pg, ps_ = pc_ + 2 * RS * rc0;
 			float ag[RS], au[RS];
 #pragma unroll
 			for (uint32_t i = 0; i < RS; i++)
 				ag[i] = au[i] = 0.0f;
-			mbar_wait(mb0 + 8 * k, par);
+			mbar_wait(mb0 + 8 * k, ug[m]++ & 1);
 			for (uint32_t j = lane; j < cpr0; j += 32) {
 				Buf bg, bu;
 				Ld<P>::template load_xr<5>(bg, pc_, ps_, j, rc0, rs0);
@@ -338,7 +341,7 @@ template <int FMT, class P> __global__ void __launch_bounds__(32 * (W + 1), 1) p
 		const uint32_t e0 = d0 < d1 ? d0 / sd : 0, nh = d0 < d1 ? (d1 - 1) / sd - e0 + 1 : 0;
 		stage<P>(a.h + (uint64_t)e0 * a.inter, a.inter, nh, a.inter, f.pc[1], a.hs, a.hz, mxh);
 		const uint32_t grp = lane / LD, sub = lane % LD;
-		for (uint32_t t = warp; d0 + t * DQ < d1; t += W) {
+		if (const uint32_t t = warp; d0 + t * DQ < d1) {
 			// row set kq of the piece; past the CTA's last, its first (computed, not written)
 			const uint32_t kq = d0 + t * DQ + grp < d1 ? grp : 0;
 			const uint32_t gq = d0 + t * DQ + kq, s = gq / sd, r0 = (gq - s * sd) * RS, r = s - e0;
@@ -351,7 +354,7 @@ template <int FMT, class P> __global__ void __launch_bounds__(32 * (W + 1), 1) p
 #pragma unroll
 			for (uint32_t i = 0; i < RS; i++)
 				ad[i] = 0.0f;
-			mbar_wait(mb0 + 8 * (NPG_MAX + t), par);
+			mbar_wait(mb0 + 8 * (NPG_MAX + t), ud++ & 1);
 			for (uint32_t j = sub; j < cpr1; j += LD) {
 				Buf b;
 				Ld<P>::template load_xr<5>(b, pc_, ps_, j, rc1, rs1);

@@ -2648,7 +2648,6 @@ bool pstack_fmt(const struct strata_moe_call *calls, uint32_t n, uint32_t nsmax,
 		return false;
 	auto a128 = [](uint64_t v) { return (v + 127) / 128 * 128; };
 	a.hidden = H, a.inter = I;
-	a.npg = nq0, a.npd = npd;
 	a.pg = 2 * RS * (rc0 + rs0), a.pd = DQ * RS * (rc1 + rs1);
 	uint64_t o = 0;
 	a.a = (uint32_t)o, o = a128(o + (uint64_t)nq0 * a.pg);
