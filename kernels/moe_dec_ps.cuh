@@ -28,8 +28,10 @@
 //     piece per DQ down row sets (codes, scales; split where the row sets
 //     cross an expert), each piece its own mbarrier, at most `win` pieces in
 //     flight; a layer's gate|up pieces once the consumers are done with the
-//     previous layer's (mbarrier emA), its down pieces once they are done
-//     with the previous layer's down (emB): the next layer's rows stream
+//     previous layer's (their count of layers done, gu_done), its down
+//     pieces once they are done with the previous layer's down (dn_done;
+//     counts, not an mbarrier's parity: a CTA's consumers may run a layer
+//     ahead of its producer where it has no rows): the next layer's rows stream
 //     while this layer computes.  A piece's mbarrier completes one phase per
 //     use (a layer this CTA has its rows in): the n-th use has parity n & 1,
 //     counted by the producer and by the one consumer warp of the piece;
@@ -176,6 +178,24 @@ __device__ __forceinline__ void stage(const float *src, uint32_t stride, uint32_
 	csync();
 }
 
+// The consumers' count of layers done (thread 0, after their barrier: their
+// reads of the pieces happen before), and the producer's wait for it.
+__device__ __forceinline__ void publish_count(uint32_t *c, uint32_t n)
+{
+	asm volatile("st.release.cta.shared.u32 [%0], %1;\n" ::"r"((uint32_t)__cvta_generic_to_shared(c)), "r"(n) : "memory");
+}
+__device__ __forceinline__ void wait_count(uint32_t *c, uint32_t n)
+{
+	const uint32_t a = (uint32_t)__cvta_generic_to_shared(c);
+	for (;;) {
+		uint32_t v;
+		asm volatile("ld.acquire.cta.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(a) : "memory");
+		if (v >= n)
+			return;
+		__nanosleep(32);
+	}
+}
+
 // Every consumer of every CTA has arrived (the target-th arrival at bar).
 __device__ __forceinline__ void grid_sync(unsigned *bar, uint32_t target)
 {
@@ -213,19 +233,19 @@ template <uint32_t NB> __device__ __forceinline__ float pick(const float (&acc)[
 template <int FMT, class P> __global__ void __launch_bounds__(32 * (W + 1), 1) ps_kernel(const __grid_constant__ Args a)
 {
 	constexpr uint32_t RS = P::NB, DQ = dq<P>(), LD = Ld<P>::DN_LANES;
-	__shared__ __align__(8) uint64_t mbs[NPG_MAX + NPD_MAX + 2];
-	__shared__ uint32_t mxx, mxh[NH_MAX];
+	__shared__ __align__(8) uint64_t mbs[NPG_MAX + NPD_MAX];
+	__shared__ uint32_t mxx, mxh[NH_MAX], gu_done, dn_done;
 	const uint32_t G = gridDim.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 	const uint32_t sbase = (uint32_t)__cvta_generic_to_shared(g_smem);
-	const uint32_t mb0 = (uint32_t)__cvta_generic_to_shared(mbs), emA = mb0 + 8 * (NPG_MAX + NPD_MAX), emB = emA + 8;
+	const uint32_t mb0 = (uint32_t)__cvta_generic_to_shared(mbs);
 	const FmtTab &f = a.f;
 	const uint32_t rc0 = (uint32_t)f.rowc[0], rs0 = (uint32_t)f.rows_[0], rc1 = (uint32_t)f.rowc[1], rs1 = (uint32_t)f.rows_[1];
 	const uint32_t sg = a.inter / RS, sd = a.hidden / RS;  // row sets per expert: gate|up, down
 	if (tid == 0) {
-		for (uint32_t i = 0; i < NPG_MAX + NPD_MAX + 2; i++)
+		for (uint32_t i = 0; i < NPG_MAX + NPD_MAX; i++)
 			mbar_init(mb0 + 8 * i, 1);
 		asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-		mxx = 0;
+		mxx = 0, gu_done = 0, dn_done = 0;
 	}
 	if (tid < NH_MAX)
 		mxh[tid] = 0;
@@ -255,10 +275,8 @@ template <int FMT, class P> __global__ void __launch_bounds__(32 * (W + 1), 1) p
 		for (uint32_t l = 0; l < a.layers; l++) {
 			const Layer &L = a.l[l];
 			const auto [g0, g1, d0, d1] = span_of(L, sg, sd);
-			if (l) {
-				mbar_wait(emA, (l - 1) & 1);
-				fence_proxy_async(); // the consumers' reads of the pieces precede the copies below
-			}
+			wait_count(&gu_done, l);
+			fence_proxy_async(); // the consumers' reads of the pieces precede the copies below
 			for (uint32_t k = 0; g0 + k < g1; k++) {
 				const uint32_t gq = g0 + k, s = gq / sg, r0 = (gq - s * sg) * RS, dst = sbase + a.a + k * a.pg;
 				const uint8_t *e = L.ext[s];
@@ -268,10 +286,8 @@ template <int FMT, class P> __global__ void __launch_bounds__(32 * (W + 1), 1) p
 				bulk_copy(dst + 2 * RS * rc0, e + f.off[0] + f.soff[0] + (uint64_t)r0 * rs0, RS * rs0, mb);
 				bulk_copy(dst + 2 * RS * rc0 + RS * rs0, e + f.off[1] + f.soff[0] + (uint64_t)r0 * rs0, RS * rs0, mb);
 			}
-			if (l) {
-				mbar_wait(emB, (l - 1) & 1);
-				fence_proxy_async();
-			}
+			wait_count(&dn_done, l);
+			fence_proxy_async();
 			for (uint32_t k = 0; d0 + k * DQ < d1; k++) {
 				const uint32_t i0 = d0 + k * DQ, i1 = min(i0 + DQ, d1), dst = sbase + a.b + k * a.pd;
 				const uint32_t mb = issue(NPG_MAX + k, (i1 - i0) * RS * (rc1 + rs1));
@@ -333,7 +349,7 @@ template <int FMT, class P> __global__ void __launch_bounds__(32 * (W + 1), 1) p
 		}
 		csync();
 		if (tid == 0) {
-			mbar_expect_arrive(emA, 0);
+			publish_count(&gu_done, l + 1);
 			mxx = 0;
 		}
 		grid_sync(a.bar, ++nbar * G);
@@ -366,7 +382,7 @@ template <int FMT, class P> __global__ void __launch_bounds__(32 * (W + 1), 1) p
 		}
 		csync();
 		if (tid == 0)
-			mbar_expect_arrive(emB, 0);
+			publish_count(&dn_done, l + 1);
 		if (tid < NH_MAX)
 			mxh[tid] = 0;
 		grid_sync(a.bar, ++nbar * G);
