@@ -178,21 +178,49 @@ __device__ __forceinline__ void stage(const float *src, uint32_t stride, uint32_
 	csync();
 }
 
+// Every wait of the kernel gives up after WATCH_NS without progress: it
+// prints where it was and traps (a launch error instead of a hang, should
+// its synchronisation be wrong somewhere).  t0: the wait's start (0: not
+// yet read); what, i, n: what it waits for.
+constexpr uint64_t WATCH_NS = 20000000000ull; // (compute-sanitizer slows every CTA down alike)
+__device__ __noinline__ void stuck(const char *what, uint32_t i, uint32_t n)
+{
+	printf("ps_kernel: CTA %u thread %u: no progress for %.0f s waiting for %s %u (%u)\n", blockIdx.x, threadIdx.x,
+	       WATCH_NS * 1e-9, what, i, n);
+	__trap();
+}
+__device__ __forceinline__ void watch(uint64_t &t0, const char *what, uint32_t i, uint32_t n)
+{
+	const uint64_t t = sm::gtimer();
+	if (!t0)
+		t0 = t;
+	else if (t - t0 > WATCH_NS)
+		stuck(what, i, n);
+}
+// mbarrier mb's phase of parity par complete (piece i).
+__device__ __forceinline__ void wait_piece(uint32_t mb, uint32_t par, uint32_t i)
+{
+	for (uint64_t t0 = 0; !mbar_try(mb, par);)
+		watch(t0, "piece", i, par);
+}
+
 // The consumers' count of layers done (thread 0, after their barrier: their
 // reads of the pieces happen before), and the producer's wait for it.
 __device__ __forceinline__ void publish_count(uint32_t *c, uint32_t n)
 {
 	asm volatile("st.release.cta.shared.u32 [%0], %1;\n" ::"r"((uint32_t)__cvta_generic_to_shared(c)), "r"(n) : "memory");
 }
-__device__ __forceinline__ void wait_count(uint32_t *c, uint32_t n)
+__device__ __forceinline__ void wait_count(uint32_t *c, uint32_t n, const char *what)
 {
 	const uint32_t a = (uint32_t)__cvta_generic_to_shared(c);
+	uint64_t t0 = 0;
 	for (;;) {
 		uint32_t v;
 		asm volatile("ld.acquire.cta.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(a) : "memory");
 		if (v >= n)
 			return;
 		__nanosleep(32);
+		watch(t0, what, n, v);
 	}
 }
 
@@ -203,8 +231,9 @@ __device__ __forceinline__ void grid_sync(unsigned *bar, uint32_t target)
 	if (threadIdx.x == 0) {
 		__threadfence();
 		atomicAdd(bar, 1u);
-		while (ld_acquire(bar) < target)
-			;
+		uint64_t t0 = 0;
+		for (uint32_t v; (v = ld_acquire(bar)) < target;)
+			watch(t0, "grid barrier", target, v);
 		__threadfence();
 	}
 	csync();
@@ -265,7 +294,7 @@ template <int FMT, class P> __global__ void __launch_bounds__(32 * (W + 1), 1) p
 			if (q >= a.win) {
 				const uint32_t *r = ring[(q - a.win) % WIN_MAX];
 				if (uses[r[0]] == r[1] + 1)
-					mbar_wait(mb0 + 8 * r[0], r[1] & 1);
+					wait_piece(mb0 + 8 * r[0], r[1] & 1, r[0]);
 			}
 			ring[q % WIN_MAX][0] = i, ring[q % WIN_MAX][1] = uses[i]++;
 			q++;
@@ -275,7 +304,7 @@ template <int FMT, class P> __global__ void __launch_bounds__(32 * (W + 1), 1) p
 		for (uint32_t l = 0; l < a.layers; l++) {
 			const Layer &L = a.l[l];
 			const auto [g0, g1, d0, d1] = span_of(L, sg, sd);
-			wait_count(&gu_done, l);
+			wait_count(&gu_done, l, "gate|up done, layers");
 			fence_proxy_async(); // the consumers' reads of the pieces precede the copies below
 			for (uint32_t k = 0; g0 + k < g1; k++) {
 				const uint32_t gq = g0 + k, s = gq / sg, r0 = (gq - s * sg) * RS, dst = sbase + a.a + k * a.pg;
@@ -286,7 +315,7 @@ template <int FMT, class P> __global__ void __launch_bounds__(32 * (W + 1), 1) p
 				bulk_copy(dst + 2 * RS * rc0, e + f.off[0] + f.soff[0] + (uint64_t)r0 * rs0, RS * rs0, mb);
 				bulk_copy(dst + 2 * RS * rc0 + RS * rs0, e + f.off[1] + f.soff[0] + (uint64_t)r0 * rs0, RS * rs0, mb);
 			}
-			wait_count(&dn_done, l);
+			wait_count(&dn_done, l, "down done, layers");
 			fence_proxy_async();
 			for (uint32_t k = 0; d0 + k * DQ < d1; k++) {
 				const uint32_t i0 = d0 + k * DQ, i1 = min(i0 + DQ, d1), dst = sbase + a.b + k * a.pd;
@@ -332,7 +361,7 @@ template <int FMT, class P> __global__ void __launch_bounds__(32 * (W + 1), 1) p
 #pragma unroll
 			for (uint32_t i = 0; i < RS; i++)
 				ag[i] = au[i] = 0.0f;
-			mbar_wait(mb0 + 8 * k, ug[m]++ & 1);
+			wait_piece(mb0 + 8 * k, ug[m]++ & 1, k);
 			for (uint32_t j = lane; j < cpr0; j += 32) {
 				Buf bg, bu;
 				Ld<P>::template load_xr<5>(bg, pc_, ps_, j, rc0, rs0);
@@ -370,7 +399,7 @@ template <int FMT, class P> __global__ void __launch_bounds__(32 * (W + 1), 1) p
 #pragma unroll
 			for (uint32_t i = 0; i < RS; i++)
 				ad[i] = 0.0f;
-			mbar_wait(mb0 + 8 * (NPG_MAX + t), ud++ & 1);
+			wait_piece(mb0 + 8 * (NPG_MAX + t), ud++ & 1, NPG_MAX + t);
 			for (uint32_t j = sub; j < cpr1; j += LD) {
 				Buf b;
 				Ld<P>::template load_xr<5>(b, pc_, ps_, j, rc1, rs1);

@@ -128,14 +128,20 @@ __device__ __forceinline__ void mbar_init(uint32_t mbar, uint32_t count)
 {
 	asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(mbar), "r"(bytes) : "memory");
 }
-[[maybe_unused]] __device__ __forceinline__ void mbar_wait(uint32_t mbar, uint32_t parity)
+// Whether the phase of parity `parity` of mbarrier mbar has completed (one
+// try_wait, which may suspend the thread a while); mbar_wait until it has.
+__device__ __forceinline__ bool mbar_try(uint32_t mbar, uint32_t parity)
 {
 	uint32_t ok;
-	do {
-		asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
-			     "selp.u32 %0, 1, 0, p;\n\t}\n"
-			     : "=r"(ok) : "r"(mbar), "r"(parity) : "memory");
-	} while (!ok);
+	asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+		     "selp.u32 %0, 1, 0, p;\n\t}\n"
+		     : "=r"(ok) : "r"(mbar), "r"(parity) : "memory");
+	return ok;
+}
+[[maybe_unused]] __device__ __forceinline__ void mbar_wait(uint32_t mbar, uint32_t parity)
+{
+	while (!mbar_try(mbar, parity))
+		;
 }
 // Programmatic dependent launch: let the next launch of the stream start
 // (its CTAs run their prologue where SMs free up), and wait until every
