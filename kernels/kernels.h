@@ -324,7 +324,14 @@ int strata_gpu_moe_check(int fmt, uint32_t hidden, uint32_t inter, struct strata
  *                                                this many pieces in flight, two grid barriers
  *                                                a layer; STRATA_GPU_LAUNCH_PSTACK) where each
  *                                                CTA's share fits (e.g. the Qwen3-30B-A3B
- *                                                layer); 0: the kernels above.  Off by default:
+ *                                                layer); hot, warm, cold stacks with as many
+ *                                                experts in every layer on the small-layer
+ *                                                kernel over the stack (moe_dec_small.cuh: one
+ *                                                launch per 16 layers, the next layer's weights
+ *                                                copied as each phase ends, a grid barrier a
+ *                                                layer; the window does not apply) where its
+ *                                                geometry fits and divides evenly; 0: the
+ *                                                kernels above.  Off by default:
  *                                                not yet measured against them on the GPU (its
  *                                                emulation, 2 pieces in flight: 10.0 - 10.3 vs
  *                                                14.0 us a Qwen layer, 3 - 16 pieces 10.4 -
@@ -387,7 +394,7 @@ enum strata_gpu_launch {
 	STRATA_GPU_LAUNCH_TIER_GEMV,      /* layer launches (gate|up + down) of the tier row-streaming kernel (dec_tr) */
 	STRATA_GPU_LAUNCH_SMALL,          /* launches of the one-launch small-layer kernel (small) */
 	STRATA_GPU_LAUNCH_SCALAR_GEMV_XR, /* those of SCALAR_GEMV with several rows per lane (sq_gvx) */
-	STRATA_GPU_LAUNCH_PSTACK,         /* launches of the persistent stack kernel (pstack) */
+	STRATA_GPU_LAUNCH_PSTACK,         /* pstack launches: the persistent stack kernel, the small-layer kernel over a stack */
 	STRATA_GPU_LAUNCH_KINDS
 };
 uint64_t strata_gpu_moe_launches(enum strata_gpu_launch kind);
@@ -450,10 +457,13 @@ int strata_gpu_small_phases(uint64_t *ts, uint32_t *grid, uint32_t cap, uint32_t
  * (experiments/kernels/README.md, "Decode of a stack of layers").  With the
  * configuration's poison the h scratch is filled with NaN before the stack's
  * first launch only.  An error names the layer; the layers before it are
- * enqueued.  Under the kernel configuration pstack=1 - 8 a stack the persistent
- * stack kernel takes (every layer one token, the same shape, at most 16
- * experts, all q4 or all q3; kernels/moe_dec_ps.cuh) runs as one launch per 16 layers
- * instead, whatever the flags.
+ * enqueued.  Under the kernel configuration pstack=1 - 8 a stack whose layers
+ * all have one token, the same shape and at most 16 experts, all in one
+ * format, runs as one launch per 16 layers instead, whatever the flags: q4
+ * or q3 on the persistent stack kernel (kernels/moe_dec_ps.cuh), hot, warm
+ * or cold (as many experts in every layer) on the small-layer kernel over
+ * the stack (kernels/moe_dec_small.cuh), each where its share of a layer
+ * fits in shared memory.
  */
 struct strata_moe_call;
 #define STRATA_MOE_STACK_PLAIN 1u

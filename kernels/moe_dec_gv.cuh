@@ -724,18 +724,23 @@ template <class P> __device__ __forceinline__ bool stage_fetch(const MoeParams &
 }
 
 // Stage this CTA's activation rows (the caller has issued its first loads;
-// with fetched, the x slices stage_fetch loaded into pre).
-template <class P>
-__device__ __forceinline__ void stage(const MoeParams &p, const Args &a, uint32_t &nr, const float (&pre)[2][8], bool fetched)
+// with fetched, the x slices stage_fetch loaded into pre) from x (gate|up)
+// or p.h (down); CG: read through L2 (rows written by other SMs in this
+// launch, where this SM may have read the addresses before: a stack in one
+// launch, moe_dec_small.cuh).
+template <class P, bool CG = false>
+__device__ __forceinline__ void stage(const MoeParams &p, const Args &a, uint32_t &nr, const float (&pre)[2][8], bool fetched,
+				      const float *x)
 {
 	const uint32_t d = a.down, cols = d ? p.inter : p.hidden, pc = p.tab[p.slot[0].fmt].pc[d];
+	auto ld = [](const float *q) { return CG ? __ldcg(q) : *q; };
 	const float **src = reinterpret_cast<const float **>(g_smem + Smem::SRC);
 	uint32_t *mx = reinterpret_cast<uint32_t *>(g_smem + Smem::MAX);
 	float *inv = reinterpret_cast<float *>(g_smem + Smem::INV);
 	if (!d) {
 		nr = a.xrows;
 		for (uint32_t r = threadIdx.x; r < nr; r += blockDim.x)
-			src[r] = p.x + (uint64_t)r * p.hidden, mx[r] = 0;
+			src[r] = x + (uint64_t)r * p.hidden, mx[r] = 0;
 	} else {
 		// The h rows of the slots of this CTA's tasks, in assignment order.
 		const uint32_t t0 = blockIdx.x * a.tpc, t1 = min(t0 + a.tpc, a.ntask);
@@ -764,7 +769,7 @@ __device__ __forceinline__ void stage(const MoeParams &p, const Args &a, uint32_
 #pragma unroll
 				for (int m = 0; m < 8; m++) {
 					const uint32_t c = 8 * q + m;
-					v[k][m] = fetched ? pre[k][m] : c < cols ? src[r][c] : 0.0f;
+					v[k][m] = fetched ? pre[k][m] : c < cols ? ld(src[r] + c) : 0.0f;
 				}
 		}
 #pragma unroll
@@ -805,7 +810,7 @@ __device__ __forceinline__ void stage(const MoeParams &p, const Args &a, uint32_
 		const float *q = src[r] - r * cols;
 		uint32_t bits = 0;
 		for (; i < (r + 1) * cols; i += blockDim.x)
-			bits = max(bits, __float_as_uint(fabsf(q[i])));
+			bits = max(bits, __float_as_uint(fabsf(ld(q + i))));
 		bits = __reduce_max_sync(0xffffffffu, bits);
 		if ((threadIdx.x & 31) == 0 && bits)
 			atomicMax(mx + r, bits);
@@ -822,7 +827,7 @@ __device__ __forceinline__ void stage(const MoeParams &p, const Args &a, uint32_
 #pragma unroll
 		for (int m = 0; m < 8; m++) {
 			const uint32_t c = 8 * q + m;
-			v[m] = c < cols ? src[r][c] * sc : 0.0f;
+			v[m] = c < cols ? ld(src[r] + c) * sc : 0.0f;
 		}
 		uint32_t j, u;
 		P::slot_of(q, j, u);
@@ -831,10 +836,11 @@ __device__ __forceinline__ void stage(const MoeParams &p, const Args &a, uint32_
 	__syncthreads();
 }
 
-template <class P> __device__ __forceinline__ void stage(const MoeParams &p, const Args &a, uint32_t &nr)
+template <class P, bool CG = false>
+__device__ __forceinline__ void stage(const MoeParams &p, const Args &a, uint32_t &nr, const float *x = nullptr)
 {
 	const float none[2][8] = {};
-	stage<P>(p, a, nr, none, false);
+	stage<P, CG>(p, a, nr, none, false, x ? x : p.x);
 }
 
 // Register buffers of batches for W warps per CTA at NT tokens: three at one
@@ -951,7 +957,7 @@ __global__ void __launch_bounds__(32 * W, 1) gv_kernel(const __grid_constant__ M
 	}
 	uint32_t nr;
 	pre_stage<P>(0);
-	stage<P>(p, a, nr, xv, xe);
+	stage<P>(p, a, nr, xv, xe, p.x);
 	// Compute side.
 	const uint32_t sbase = (uint32_t)__cvta_generic_to_shared(g_smem);
 	const uint32_t us = 16 * cpr, xstride = cpr * P::NG * 16, cstride = cpr * P::NG * 4;

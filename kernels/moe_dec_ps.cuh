@@ -53,8 +53,8 @@
 // arithmetic; sums in a different order).
 namespace ps {
 
-constexpr uint32_t LMAX = 16;      // layers per launch
-constexpr uint32_t SMAX = 16;      // experts (slots) per layer
+constexpr uint32_t LMAX = sm::LMAX; // layers per launch
+constexpr uint32_t SMAX = sm::SMAX; // experts (slots) per layer
 constexpr uint32_t NPG_MAX = 32;   // gate|up pieces per CTA and layer
 constexpr uint32_t NPD_MAX = 16;   // down pieces per CTA and layer
 constexpr uint32_t NH_MAX = 4;     // experts a CTA's down row sets touch
@@ -178,25 +178,9 @@ __device__ __forceinline__ void stage(const float *src, uint32_t stride, uint32_
 	csync();
 }
 
-// Every wait of the kernel gives up after WATCH_NS without progress: it
-// prints where it was and traps (a launch error instead of a hang, should
-// its synchronisation be wrong somewhere).  t0: the wait's start (0: not
-// yet read); what, i, n: what it waits for.
-constexpr uint64_t WATCH_NS = 20000000000ull; // (compute-sanitizer slows every CTA down alike)
-__device__ __noinline__ void stuck(const char *what, uint32_t i, uint32_t n)
-{
-	printf("ps_kernel: CTA %u thread %u: no progress for %.0f s waiting for %s %u (%u)\n", blockIdx.x, threadIdx.x,
-	       WATCH_NS * 1e-9, what, i, n);
-	__trap();
-}
-__device__ __forceinline__ void watch(uint64_t &t0, const char *what, uint32_t i, uint32_t n)
-{
-	const uint64_t t = sm::gtimer();
-	if (!t0)
-		t0 = t;
-	else if (t - t0 > WATCH_NS)
-		stuck(what, i, n);
-}
+// Every wait below gives up after sm::WATCH_NS without progress (sm::watch:
+// it prints where it was and traps).
+using sm::watch;
 // mbarrier mb's phase of parity par complete (piece i).
 __device__ __forceinline__ void wait_piece(uint32_t mb, uint32_t par, uint32_t i)
 {

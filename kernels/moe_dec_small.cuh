@@ -153,9 +153,62 @@ template <int FMT, int DEC> struct SLd<gv::Tier<FMT, DEC>> {
 	}
 };
 
+// Every wait of the kernels that run a stack in one launch (below with ST,
+// moe_dec_ps.cuh) gives up after WATCH_NS without progress: it prints where
+// it was and traps (a launch error instead of a hang, should their
+// synchronisation be wrong somewhere).  t0: the wait's start (0: not yet
+// read); what, i, n: what it waits for.
+constexpr uint64_t WATCH_NS = 20000000000ull; // (compute-sanitizer slows every CTA down alike)
+__device__ __noinline__ void stuck(const char *what, uint32_t i, uint32_t n)
+{
+	printf("strata stack kernel: CTA %u thread %u: no progress for %.0f s waiting for %s %u (%u)\n", blockIdx.x,
+	       threadIdx.x, WATCH_NS * 1e-9, what, i, n);
+	__trap();
+}
+__device__ __forceinline__ void watch(uint64_t &t0, const char *what, uint32_t i, uint32_t n)
+{
+	const uint64_t t = gtimer();
+	if (!t0)
+		t0 = t;
+	else if (t - t0 > WATCH_NS)
+		stuck(what, i, n);
+}
+
+// A stack of layers in one launch (ST: small_stack in moe_gpu.cu, kernel configuration
+// pstack=1 - 8 on tier-format stacks): the layers' own x, y, experts (in
+// slot order: ascending expert) and routing weights.  MoeParams holds layer
+// 0's; its geometry, slots (a0 = s, one token each, h_off) and tok serve
+// every layer, which all have the same shape and number of experts.
+constexpr uint32_t LMAX = 16, SMAX = 16;
+struct Stack {
+	uint32_t layers;
+	struct Layer {
+		const float *x;
+		float *y;
+		const uint8_t *ext[SMAX];
+		float w[SMAX];
+	} l[LMAX];
+};
+// p.sync word of the stack's grid barrier (dec::FETCH's word; zero between launches)
+constexpr uint32_t BAR = 1 + STRATA_MOE_MAX_SLOTS;
+
 // FULL: every phase's rows and batches divide evenly (no masks in the dot).
-template <int FMT, class P, bool FULL>
-__global__ void __launch_bounds__(32 * W, 1) small_kernel(const __grid_constant__ MoeParams p, const __grid_constant__ Args a)
+// ST: a stack of S->layers layers (FULL, small=1's copies), one after another
+// in this launch.  Each layer as the single-layer kernel runs it, but:
+//   - a (task, matrix)'s mbarrier completes one phase per layer (every layer
+//     has the same tasks), parity l & 1;
+//   - layer l + 1's gate|up copies are issued as soon as this CTA's gate|up
+//     items of layer l are done, its down copies once its down items are:
+//     the next layer's weights stream while this layer finishes;
+//   - the experts' counters of gate|up tasks done grow by a layer's tasks
+//     each layer (reset by the last CTA out);
+//   - x and h are read through L2 (__ldcg: written by other SMs in this
+//     launch, at addresses this SM may have read before);
+//   - between layers a grid barrier (p.sync[BAR]: every y complete before
+//     the next layer stages it as x, every h read before it is rewritten);
+//     all CTAs are resident (one per SM, grid <= SMs).
+template <int FMT, class P, bool FULL, bool ST>
+__device__ __forceinline__ void small_body(const MoeParams &p, const Args &a, const Stack *S)
 {
 	using Buf = typename P::template Buf<-1>;
 	const uint32_t tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -173,6 +226,7 @@ __global__ void __launch_bounds__(32 * W, 1) small_kernel(const __grid_constant_
 	const FmtTab &f = p.tab[FMT];
 	const uint32_t sbase = (uint32_t)__cvta_generic_to_shared(g_smem);
 	const uint32_t tpc0 = a.g[0].tpc, rw0 = 32u >> a.g[0].lsh, rw1 = 32u >> a.g[1].lsh;
+	const uint32_t nacc = 2 * tpc0 * rw0 + a.g[1].tpc * rw1, nl = ST ? S->layers : 1;
 	uint32_t t0[2], nt[2];
 #pragma unroll
 	for (int d = 0; d < 2; d++) {
@@ -181,7 +235,7 @@ __global__ void __launch_bounds__(32 * W, 1) small_kernel(const __grid_constant_
 	}
 	float *acc_s = reinterpret_cast<float *>(g_smem + a.acc);
 	auto mbar = [&](uint32_t d, uint32_t k, uint32_t m) { return sbase + a.mbar + 8 * (d ? 2 * tpc0 + k : 2 * k + m); };
-	for (uint32_t i = tid; i < 2 * tpc0 * rw0 + a.g[1].tpc * rw1; i += blockDim.x)
+	for (uint32_t i = tid; i < nacc; i += blockDim.x)
 		acc_s[i] = 0.0f;
 	if (tid == 0) {
 		for (uint32_t i = 0; i < 2 * tpc0 + a.g[1].tpc; i++)
@@ -189,6 +243,33 @@ __global__ void __launch_bounds__(32 * W, 1) small_kernel(const __grid_constant_
 		asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 	}
 	__syncthreads();
+	// Layer l's expert of slot s.
+	auto ext_of = [&](uint32_t l, uint32_t s) -> const uint8_t * {
+		if constexpr (ST) {
+			return S->l[l].ext[s];
+		} else {
+			(void)l;
+			return p.slot[s].ext;
+		}
+	};
+	// Phase d, task k (of this CTA's), matrix m of layer l: two copies (codes
+	// and scales, each from the 16-byte boundary below the rows to the one
+	// above them) into its region, rows rowc apart, on its mbarrier.
+	auto copy = [&](uint32_t l, uint32_t d, uint32_t k, uint32_t m) {
+		const gv::Args &g = a.g[d];
+		const uint32_t rw = 32u >> g.lsh, nmat = d ? 1 : 2, nrows = d ? p.hidden : p.inter, rowc = (uint32_t)f.rowc[d];
+		const uint32_t t = t0[d] + k, s = t / g.nrs, row0 = (t - s * g.nrs) * rw, nv = min(rw, nrows - row0);
+		const uint8_t *mat = ext_of(l, s) + f.off[d ? 2 : m];
+		const uintptr_t c = (uintptr_t)(mat + (uint64_t)row0 * rowc);
+		const uintptr_t sc = (uintptr_t)(mat + f.soff[d] + (uint64_t)row0 * f.rows_[d]);
+		const uintptr_t c0 = c & ~(uintptr_t)15, s0 = sc & ~(uintptr_t)15;
+		const uint32_t cb = (uint32_t)(((c + nv * rowc + 15) & ~(uintptr_t)15) - c0);
+		const uint32_t sb = (uint32_t)(((sc + nv * f.rows_[d] + 15) & ~(uintptr_t)15) - s0);
+		const uint32_t dst = sbase + a.wo[d] + (k * nmat + m) * (a.cr[d] + a.sr[d]);
+		mbar_expect_arrive(mbar(d, k, m), cb + sb);
+		bulk_copy(dst, (const void *)c0, cb, mbar(d, k, m));
+		bulk_copy(dst + a.cr[d], (const void *)s0, sb, mbar(d, k, m));
+	};
 	// The CTA's weights, gate|up tasks first, in the order the items use them:
 	// by thread 0 (codes and scales of a task and matrix, two copies), or
 	// with a row pitch (small=2) by warp 0 (a row's codes per lane, after
@@ -197,20 +278,8 @@ __global__ void __launch_bounds__(32 * W, 1) small_kernel(const __grid_constant_
 		// lane i: the (phase, task, matrix) pairs i, i + 32, ... in use order
 		const uint32_t n0 = 2 * nt[0];
 		for (uint32_t i = lane; i < n0 + nt[1]; i += 32) {
-			const uint32_t d = i >= n0, k = d ? i - n0 : i >> 1, m = d ? 0 : i & 1, nmat = d ? 1 : 2;
-			const gv::Args &g = a.g[d];
-			const uint32_t rw = 32u >> g.lsh, nrows = d ? p.hidden : p.inter, rowc = (uint32_t)f.rowc[d];
-			const uint32_t t = t0[d] + k, s = t / g.nrs, row0 = (t - s * g.nrs) * rw, nv = min(rw, nrows - row0);
-			const uint8_t *mat = p.slot[s].ext + f.off[d ? 2 : m];
-			const uintptr_t c = (uintptr_t)(mat + (uint64_t)row0 * rowc);
-			const uintptr_t sc = (uintptr_t)(mat + f.soff[d] + (uint64_t)row0 * f.rows_[d]);
-			const uintptr_t c0 = c & ~(uintptr_t)15, s0 = sc & ~(uintptr_t)15;
-			const uint32_t cb = (uint32_t)(((c + nv * rowc + 15) & ~(uintptr_t)15) - c0);
-			const uint32_t sb = (uint32_t)(((sc + nv * f.rows_[d] + 15) & ~(uintptr_t)15) - s0);
-			const uint32_t dst = sbase + a.wo[d] + (k * nmat + m) * (a.cr[d] + a.sr[d]);
-			mbar_expect_arrive(mbar(d, k, m), cb + sb);
-			bulk_copy(dst, (const void *)c0, cb, mbar(d, k, m));
-			bulk_copy(dst + a.cr[d], (const void *)s0, sb, mbar(d, k, m));
+			const uint32_t d = i >= n0;
+			copy(0, d, d ? i - n0 : i >> 1, d ? 0 : i & 1);
 		}
 	} else if (warp == 0)
 		for (uint32_t d = 0; d < 2; d++) {
@@ -220,22 +289,17 @@ __global__ void __launch_bounds__(32 * W, 1) small_kernel(const __grid_constant_
 			for (uint32_t k = 0; k < nt[d]; k++) {
 				const uint32_t t = t0[d] + k, s = t / g.nrs, row0 = (t - s * g.nrs) * rw, nv = min(rw, nrows - row0);
 				for (uint32_t m = 0; m < nmat; m++) {
+					if (!pt) {
+						if (lane == 0)
+							copy(0, d, k, m);
+						continue;
+					}
 					const uint8_t *mat = p.slot[s].ext + f.off[d ? 2 : m];
 					const uintptr_t c = (uintptr_t)(mat + (uint64_t)row0 * rowc);
 					const uintptr_t sc = (uintptr_t)(mat + f.soff[d] + (uint64_t)row0 * f.rows_[d]);
 					const uintptr_t s0 = sc & ~(uintptr_t)15;
 					const uint32_t sb = (uint32_t)(((sc + nv * f.rows_[d] + 15) & ~(uintptr_t)15) - s0);
 					const uint32_t dst = sbase + a.wo[d] + (k * nmat + m) * (a.cr[d] + a.sr[d]);
-					if (!pt) {
-						if (lane == 0) {
-							const uintptr_t c0 = c & ~(uintptr_t)15;
-							const uint32_t cb = (uint32_t)(((c + nv * rowc + 15) & ~(uintptr_t)15) - c0);
-							mbar_expect_arrive(mbar(d, k, m), cb + sb);
-							bulk_copy(dst, (const void *)c0, cb, mbar(d, k, m));
-							bulk_copy(dst + a.cr[d], (const void *)s0, sb, mbar(d, k, m));
-						}
-						continue;
-					}
 					// row lane of the task: from the 16-byte boundary below it to the one above
 					const uintptr_t cr = c + (uintptr_t)lane * rowc, cr0 = cr & ~(uintptr_t)15;
 					const uint32_t cb = lane < nv ? (uint32_t)(((cr + rowc + 15) & ~(uintptr_t)15) - cr0) : 0;
@@ -250,6 +314,17 @@ __global__ void __launch_bounds__(32 * W, 1) small_kernel(const __grid_constant_
 				}
 			}
 		}
+	// ST: layer l's phase d copies (warp 0's lanes a (task, matrix) each),
+	// once this CTA is done with the region (a barrier before; the fence
+	// orders its reads before the copy engine's writes).
+	auto refill = [&](uint32_t l, uint32_t d) {
+		if (warp != 0)
+			return;
+		const uint32_t nmat = d ? 1 : 2;
+		fence_proxy_async();
+		for (uint32_t i = lane; i < nmat * nt[d]; i += 32)
+			copy(l, d, i / nmat, i % nmat);
+	};
 	mark(STRATA_SMALL_TS_ISSUED);
 	// Chained (strata_gpu_moe_stack): the weights are on their way; x, h, y
 	// and the counters only after the earlier launches.
@@ -260,7 +335,7 @@ __global__ void __launch_bounds__(32 * W, 1) small_kernel(const __grid_constant_
 	}
 	mark(STRATA_SMALL_TS_PDL);
 	gv::pre_stage<P>(0);
-	uint32_t nr;
+	uint32_t nr, par = 0;
 	const float *inv = reinterpret_cast<const float *>(g_smem + gv::Smem::INV);
 	// Phase d's items: (task k, matrix m, batch b), item i to warp i % W.
 	auto phase = [&](uint32_t d) {
@@ -287,7 +362,7 @@ __global__ void __launch_bounds__(32 * W, 1) small_kernel(const __grid_constant_
 			for (uint32_t u = 0; u < P::NG; u++)
 				xu[0][u] = sbase + g.xoff + r * xstride + (gv::per_group<1, P::NG>() ? u * us : 0);
 			cu[0] = sbase + g.coff + r * cstride;
-			mbar_wait(mbar(d, k, m), 0);
+			mbar_wait(mbar(d, k, m), par);
 			if (!d && it == warp)
 				mark(STRATA_SMALL_TS_MBAR0);
 			Buf bf;
@@ -301,57 +376,90 @@ __global__ void __launch_bounds__(32 * W, 1) small_kernel(const __grid_constant_
 		}
 		mark(d ? STRATA_SMALL_TS_DN_W0 : STRATA_SMALL_TS_GU_W0);
 	};
-	// gate|up, then h and the experts' counters.
-	if (nt[0]) {
-		gv::stage<P>(p, a.g[0], nr);
-		mark(STRATA_SMALL_TS_XSTAGED);
-		phase(0);
-		__syncthreads();
-		mark(STRATA_SMALL_TS_GU);
-		const gv::Args &g = a.g[0];
-		for (uint32_t i = tid; i < nt[0] * rw0; i += blockDim.x) {
-			const uint32_t k = i / rw0, rr = i - k * rw0, t = t0[0] + k, s = t / g.nrs;
-			const uint32_t row = (t - s * g.nrs) * rw0 + rr;
-			if (row >= p.inter)
-				continue;
-			const Slot &sl = p.slot[s];
-			const float sb = inv[p.tok[sl.a0]], gg = acc_s[2 * k * rw0 + rr] * sb, uu = acc_s[(2 * k + 1) * rw0 + rr] * sb;
-			p.h[sl.h_off + row] = gg / (1.0f + expf(-gg)) * uu;
+	for (uint32_t l = 0; l < nl; l++, par ^= 1) {
+		const bool more = ST && l + 1 < nl;
+		// gate|up, then h and the experts' counters.
+		if (nt[0]) {
+			gv::stage<P, ST>(p, a.g[0], nr, ST ? S->l[l].x : p.x);
+			mark(STRATA_SMALL_TS_XSTAGED);
+			phase(0);
+			__syncthreads();
+			if (more)
+				refill(l + 1, 0);
+			mark(STRATA_SMALL_TS_GU);
+			const gv::Args &g = a.g[0];
+			for (uint32_t i = tid; i < nt[0] * rw0; i += blockDim.x) {
+				const uint32_t k = i / rw0, rr = i - k * rw0, t = t0[0] + k, s = t / g.nrs;
+				const uint32_t row = (t - s * g.nrs) * rw0 + rr;
+				if (row >= p.inter)
+					continue;
+				const Slot &sl = p.slot[s];
+				const float sb = inv[p.tok[sl.a0]], gg = acc_s[2 * k * rw0 + rr] * sb, uu = acc_s[(2 * k + 1) * rw0 + rr] * sb;
+				p.h[sl.h_off + row] = gg / (1.0f + expf(-gg)) * uu;
+			}
+			// (one fence suffices: thread 0's below is cumulative over the
+			// CTA's stores ordered before it by the barrier)
+			if (!a.par)
+				__threadfence();
+			__syncthreads();
+			if (tid == 0) {
+				__threadfence();
+				const uint32_t t1 = t0[0] + nt[0];
+				for (uint32_t s = t0[0] / g.nrs; s <= (t1 - 1) / g.nrs; s++)
+					atomicAdd(p.sync + 1 + s, min(t1, (s + 1) * g.nrs) - max(t0[0], s * g.nrs));
+			}
+			mark(STRATA_SMALL_TS_CNT_PUB);
 		}
-		// (one fence suffices: thread 0's below is cumulative over the
-		// CTA's stores ordered before it by the barrier)
-		if (!a.par)
-			__threadfence();
-		__syncthreads();
-		if (tid == 0) {
-			__threadfence();
-			const uint32_t t1 = t0[0] + nt[0];
-			for (uint32_t s = t0[0] / g.nrs; s <= (t1 - 1) / g.nrs; s++)
-				atomicAdd(p.sync + 1 + s, min(t1, (s + 1) * g.nrs) - max(t0[0], s * g.nrs));
+		// down: after every gate|up task of the CTA's experts (ST: of this
+		// layer, the counters' l + 1st share).
+		if (nt[1]) {
+			const gv::Args &g = a.g[1];
+			const uint32_t s0 = t0[1] / g.nrs, s1 = (t0[1] + nt[1] - 1) / g.nrs, need = (l + 1) * a.g[0].nrs;
+			for (uint32_t s = s0 + tid; s <= s1; s += blockDim.x) {
+				[[maybe_unused]] uint64_t w0 = 0;
+				for (uint32_t v; (v = ld_acquire(p.sync + 1 + s)) < need;) {
+					__nanosleep(32);
+					if constexpr (ST)
+						watch(w0, "gate|up tasks of slot", s, v);
+				}
+			}
+			__syncthreads();
+			mark(STRATA_SMALL_TS_CNT_WAIT);
+			gv::stage<P, ST>(p, g, nr);
+			mark(STRATA_SMALL_TS_DN_STAGED);
+			phase(1);
+			__syncthreads();
+			if (more)
+				refill(l + 1, 1);
+			mark(STRATA_SMALL_TS_DN);
+			const uint32_t srow0 = p.slot[s0].a0;
+			const float *acc_d = acc_s + 2 * tpc0 * rw0;
+			float *y = ST ? S->l[l].y : p.y;
+			for (uint32_t i = tid; i < nt[1] * rw1; i += blockDim.x) {
+				const uint32_t k = i / rw1, rr = i - k * rw1, t = t0[1] + k, s = t / g.nrs;
+				const uint32_t row = (t - s * g.nrs) * rw1 + rr, ai = p.slot[s].a0;
+				const float w = ST ? S->l[l].w[s] : p.w[ai];
+				if (row < p.hidden)
+					atomicAdd(y + (uint64_t)p.tok[ai] * p.hidden + row, w * acc_d[i] * inv[ai - srow0]);
+			}
 		}
-		mark(STRATA_SMALL_TS_CNT_PUB);
-	}
-	// down: after every gate|up task of the CTA's experts.
-	if (nt[1]) {
-		const gv::Args &g = a.g[1];
-		const uint32_t s0 = t0[1] / g.nrs, s1 = (t0[1] + nt[1] - 1) / g.nrs;
-		for (uint32_t s = s0 + tid; s <= s1; s += blockDim.x)
-			while (ld_acquire(p.sync + 1 + s) < a.g[0].nrs)
-				__nanosleep(32);
-		__syncthreads();
-		mark(STRATA_SMALL_TS_CNT_WAIT);
-		gv::stage<P>(p, g, nr);
-		mark(STRATA_SMALL_TS_DN_STAGED);
-		phase(1);
-		__syncthreads();
-		mark(STRATA_SMALL_TS_DN);
-		const uint32_t srow0 = p.slot[s0].a0;
-		const float *acc_d = acc_s + 2 * tpc0 * rw0;
-		for (uint32_t i = tid; i < nt[1] * rw1; i += blockDim.x) {
-			const uint32_t k = i / rw1, rr = i - k * rw1, t = t0[1] + k, s = t / g.nrs;
-			const uint32_t row = (t - s * g.nrs) * rw1 + rr, ai = p.slot[s].a0;
-			if (row < p.hidden)
-				atomicAdd(p.y + (uint64_t)p.tok[ai] * p.hidden + row, p.w[ai] * acc_d[i] * inv[ai - srow0]);
+		if (more) {
+			// every CTA's y and its reads of h done; then the partial sums afresh
+			__syncthreads();
+			if (tid == 0) {
+				__threadfence();
+				atomicAdd(p.sync + BAR, 1u);
+				const uint32_t target = (l + 1) * gridDim.x;
+				uint64_t w0 = 0;
+				for (uint32_t v; (v = ld_acquire(p.sync + BAR)) < target;) {
+					__nanosleep(32);
+					watch(w0, "grid barrier", target, v);
+				}
+				__threadfence();
+			}
+			__syncthreads();
+			for (uint32_t i = tid; i < nacc; i += blockDim.x)
+				acc_s[i] = 0.0f;
 		}
 	}
 	(void)nr;
@@ -364,6 +472,8 @@ __global__ void __launch_bounds__(32 * W, 1) small_kernel(const __grid_constant_
 		if (prev == gridDim.x - 1) {
 			for (uint32_t s = 0; s < p.n_slots; s++)
 				p.sync[1 + s] = 0;
+			if (ST)
+				p.sync[BAR] = 0;
 			p.sync[0] = 0;
 			__threadfence();
 		}
@@ -371,6 +481,18 @@ __global__ void __launch_bounds__(32 * W, 1) small_kernel(const __grid_constant_
 	mark(STRATA_SMALL_TS_END);
 	if (ts && tid == 0)
 		ts[1] = gtimer();
+}
+
+template <int FMT, class P, bool FULL>
+__global__ void __launch_bounds__(32 * W, 1) small_kernel(const __grid_constant__ MoeParams p, const __grid_constant__ Args a)
+{
+	small_body<FMT, P, FULL, false>(p, a, nullptr);
+}
+template <int FMT, class P>
+__global__ void __launch_bounds__(32 * W, 1)
+small_stack_kernel(const __grid_constant__ MoeParams p, const __grid_constant__ Args a, const __grid_constant__ Stack s)
+{
+	small_body<FMT, P, true, true>(p, a, &s);
 }
 
 } // namespace sm

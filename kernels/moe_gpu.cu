@@ -1799,36 +1799,20 @@ template <int FMT, class P> SmallKernel small_pick(bool full)
 	return full ? sm::small_kernel<FMT, P, true> : sm::small_kernel<FMT, P, false>;
 }
 
-// Launches of one token per expert, all in one of q4, q3 (its integer loop),
-// hot, warm, cold, under the kernel configuration small=1 (auto: the formats
-// of STRATA_MOE_SMALL_AUTO_FMTS in launches of at most
-// STRATA_MOE_SMALL_AUTO_WEIGHTS weights, the other kernel keys at their
-// defaults), dec and split not forced: the one-launch kernel
-// (moe_dec_small.cuh), when each CTA's share of the weights, its staged
-// activations and its partial sums fit in shared memory.  Per phase the
-// lanes per row with the fewest items of the busiest warp, rows and batches
-// dividing evenly where any does, then the fewest bytes.  1 when it ran (*rc
-// its result), 0 when another kernel should run instead.
-int run_dec_small(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_error *err, int *rc)
+// The small-layer kernel's geometry for p's layer, all of format fmt, under
+// small=mode (2: rows at a skewed pitch where they fit): the lanes per row
+// of each phase with the fewest items of the busiest warp, rows and
+// batches dividing evenly where any does, then the fewest bytes; the
+// shared-memory layout.  False when it does not fit; *full: every phase
+// divides evenly; *grid, *smem: the launch's CTAs and shared bytes.
+bool small_geom(MoeParams *p, int fmt, int mode, sm::Args &a, bool *full_, uint32_t *grid_, uint64_t *smem)
 {
-	const int mode = g_ctx.cfg.small, fmt = one_fmt(p);
-	const bool tier = fmt >= STRATA_FMT_HOT && fmt <= STRATA_FMT_COLD, q4 = fmt == STRATA_FMT_Q4;
-	const bool q3 = fmt == STRATA_FMT_Q3 && gv_q3i(1);
-	if (!mode || maxtok != 1 || g_ctx.cfg.dec_warps >= 0 || g_ctx.cfg.split || !(tier || q4 || q3))
-		return 0;
-	if (mode < 0) {
-		const struct strata_moe_config d = STRATA_MOE_CONFIG_DEFAULT;
-		if (!(STRATA_MOE_SMALL_AUTO_FMTS >> fmt & 1) ||
-		    (uint64_t)p->n_slots * 3 * p->hidden * p->inter > STRATA_MOE_SMALL_AUTO_WEIGHTS ||
-		    g_ctx.cfg.dec_tr != d.dec_tr || g_ctx.cfg.sq_gv != d.sq_gv || g_ctx.cfg.sq_dec != d.sq_dec ||
-		    g_ctx.cfg.sq_q3i != d.sq_q3i)
-			return 0;
-	}
+	const bool tier = fmt >= STRATA_FMT_HOT && fmt <= STRATA_FMT_COLD, q4 = fmt == STRATA_FMT_Q4, q3 = fmt == STRATA_FMT_Q3;
 	const FmtTab &f = p->tab[fmt];
 	const uint32_t nb = q4 ? gv::Q4::NB : q3 ? gv::Q3i::NB : 1, cpb = q4 ? gv::Q4::CPB : q3 ? gv::Q3i::CPB : 1;
 	const uint32_t maxl = tier ? 2 : 5, sbytes = tier ? 16 : 20, sms = (uint32_t)g_ctx.sms, xrows = x_rows(p);
 	auto a16 = [](uint64_t n) { return (n + 15) / 16 * 16; };
-	sm::Args a = {};
+	a = sm::Args{};
 	bool full = true;
 	uint32_t grid = 0;
 	uint64_t act = gv::Smem::END;
@@ -1857,7 +1841,7 @@ int run_dec_small(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_
 		const uint32_t gd = gv_tasks(p, d, xrows, g);
 		grid = gd > grid ? gd : grid;
 		if (g.srows > gv::SRMAX)
-			return 0;
+			return false;
 		g.xoff = gv::Smem::END;
 		g.coff = gv::Smem::END + g.srows * f.pc[d] * 2;
 		const uint64_t ab = gv::Smem::END + (uint64_t)g.srows * f.pc[d] * sbytes / 8;
@@ -1868,7 +1852,7 @@ int run_dec_small(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_
 	if (tier) {
 		// the tier policies' zero bytes (gv::TR_ZERO_AT) lie after the staged rows
 		if (o0 > gv::TR_ZERO_AT)
-			return 0;
+			return false;
 		o0 = gv::TR_ZERO_AT + 256;
 	}
 	// The shared-memory layout: the tasks' rows (small=2: at a pitch whose
@@ -1895,6 +1879,40 @@ int run_dec_small(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_
 			break;
 	}
 	if (o > sm::SMEM_MAX)
+		return false;
+	*full_ = full, *grid_ = grid, *smem = o;
+	return true;
+}
+
+// Launches of one token per expert, all in one of q4, q3 (its integer loop),
+// hot, warm, cold, under the kernel configuration small=1 (auto: the formats
+// of STRATA_MOE_SMALL_AUTO_FMTS in launches of at most
+// STRATA_MOE_SMALL_AUTO_WEIGHTS weights, the other kernel keys at their
+// defaults), dec and split not forced: the one-launch kernel
+// (moe_dec_small.cuh), when each CTA's share of the weights, its staged
+// activations and its partial sums fit in shared memory.  The geometry:
+// small_geom.  1 when it ran (*rc its result), 0 when another kernel should
+// run instead.
+int run_dec_small(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_error *err, int *rc)
+{
+	const int mode = g_ctx.cfg.small, fmt = one_fmt(p);
+	const bool tier = fmt >= STRATA_FMT_HOT && fmt <= STRATA_FMT_COLD, q4 = fmt == STRATA_FMT_Q4;
+	const bool q3 = fmt == STRATA_FMT_Q3 && gv_q3i(1);
+	if (!mode || maxtok != 1 || g_ctx.cfg.dec_warps >= 0 || g_ctx.cfg.split || !(tier || q4 || q3))
+		return 0;
+	if (mode < 0) {
+		const struct strata_moe_config d = STRATA_MOE_CONFIG_DEFAULT;
+		if (!(STRATA_MOE_SMALL_AUTO_FMTS >> fmt & 1) ||
+		    (uint64_t)p->n_slots * 3 * p->hidden * p->inter > STRATA_MOE_SMALL_AUTO_WEIGHTS ||
+		    g_ctx.cfg.dec_tr != d.dec_tr || g_ctx.cfg.sq_gv != d.sq_gv || g_ctx.cfg.sq_dec != d.sq_dec ||
+		    g_ctx.cfg.sq_q3i != d.sq_q3i)
+			return 0;
+	}
+	sm::Args a = {};
+	bool full;
+	uint32_t grid;
+	uint64_t o;
+	if (!small_geom(p, fmt, mode, a, &full, &grid, &o))
 		return 0;
 	const SmallKernel k = fmt == STRATA_FMT_Q4     ? small_pick<STRATA_FMT_Q4, gv::Q4>(full)
 			      : fmt == STRATA_FMT_Q3   ? small_pick<STRATA_FMT_Q3, gv::Q3i>(full)
@@ -1948,13 +1966,20 @@ template <class F> int unchained(F &&fn)
 	return r;
 }
 
-int run_launch(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_error *err)
+// The slots' h rows (Slot::h_off, 128-byte aligned): their floats in all.
+uint32_t h_slots(MoeParams *p)
 {
 	uint32_t hfl = 0;
 	for (uint32_t s = 0; s < p->n_slots; s++) {
 		p->slot[s].h_off = hfl;
-		hfl += (p->slot[s].ntok * p->inter + 31) / 32 * 32; // 128-byte aligned slots
+		hfl += (p->slot[s].ntok * p->inter + 31) / 32 * 32;
 	}
+	return hfl;
+}
+
+int run_launch(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_error *err)
+{
+	const uint32_t hfl = h_slots(p);
 	if (int r = h_scratch(hfl, st, err))
 		return r;
 	p->h = g_ctx.h;
@@ -2669,17 +2694,102 @@ bool pstack_fmt(const struct strata_moe_call *calls, uint32_t n, uint32_t nsmax,
 	return true;
 }
 
-// A stack on the persistent stack kernel (moe_dec_ps.cuh; kernel
-// configuration pstack=1 - 8): when every layer has one token, the same shape
-// and at most ps::SMAX distinct experts, all q4 or all q3, and each CTA's
-// share of a layer fits in shared memory, one launch per ps::LMAX layers;
-// true when it ran them (*rc its result), false when the layers should run
-// one by one.
+typedef void (*SmallStackKernel)(const MoeParams, const sm::Args, const sm::Stack);
+static_assert(sizeof(MoeParams) + sizeof(sm::Args) + sizeof(sm::Stack) <= 32764, "kernel parameters");
+
+// small_stack's work in p and S (zeroed).
+bool small_stack_in(const struct strata_moe_call *calls, uint32_t n, int fmt, uint32_t ns, MoeParams *p, sm::Stack *S,
+		    struct strata_error *err, int *rc)
+{
+	const struct strata_moe_call &c0 = calls[0];
+	cudaStream_t st = (cudaStream_t)c0.stream;
+	{
+		struct strata_error e2 = { 0 };
+		if (fill_tab(fmt, c0.hidden, c0.inter, 64, &p->tab[fmt], &e2))
+			return false; // the layer path reports a bad shape
+	}
+	// Layer l's x, y, and its experts in slot order (moe_layer_fused's:
+	// ascending expert) with their routing weights.
+	auto layer = [&](uint32_t l, sm::Stack::Layer &L) {
+		const struct strata_moe_call &c = calls[l];
+		uint32_t ord[sm::SMAX];
+		for (uint32_t i = 0; i < ns; i++) {
+			uint32_t k = i;
+			for (; k && c.assign_expert[ord[k - 1]] > c.assign_expert[i]; k--)
+				ord[k] = ord[k - 1];
+			ord[k] = i;
+		}
+		L.x = c.x, L.y = c.y;
+		for (uint32_t s = 0; s < ns; s++)
+			L.ext[s] = (const uint8_t *)c.extents[c.assign_expert[ord[s]]], L.w[s] = c.assign_weight[ord[s]];
+	};
+	layer(0, S->l[0]);
+	p->x = c0.x, p->y = c0.y, p->hidden = c0.hidden, p->inter = c0.inter, p->n_slots = ns, p->tiers = 1;
+	p->vec = (c0.hidden % 4 == 0 && c0.inter % 4 == 0 && ((uintptr_t)c0.x & 15) == 0);
+	for (uint32_t s = 0; s < ns; s++) {
+		Slot &sl = p->slot[s];
+		sl.ext = S->l[0].ext[s], sl.fmt = (uint32_t)fmt, sl.a0 = s, sl.ntok = 1;
+		p->tok[s] = 0, p->w[s] = S->l[0].w[s];
+	}
+	const uint32_t hfl = h_slots(p);
+	sm::Args a;
+	bool full;
+	uint32_t grid;
+	uint64_t o;
+	if (!small_geom(p, fmt, 1, a, &full, &grid, &o) || !full)
+		return false;
+	const SmallStackKernel k = fmt == STRATA_FMT_HOT    ? sm::small_stack_kernel<STRATA_FMT_HOT, gv::Tier<STRATA_FMT_HOT, 0>>
+				   : fmt == STRATA_FMT_WARM ? sm::small_stack_kernel<STRATA_FMT_WARM, gv::Tier<STRATA_FMT_WARM, 0>>
+							    : sm::small_stack_kernel<STRATA_FMT_COLD, gv::Tier<STRATA_FMT_COLD, 0>>;
+	if ((*rc = gv_smem_attr((const void *)k, sm::SMEM_MAX, err)) || (*rc = h_scratch(hfl, st, err)))
+		return true;
+	p->h = g_ctx.h, p->sync = g_ctx.sync;
+	a.par = 1;
+	if (g_ctx.cfg.poison && cudaMemsetAsync(g_ctx.h, 0xff, (size_t)hfl * sizeof(float), st) != cudaSuccess) {
+		*rc = STRATA_ERR(err, STRATA_EGPU, "strata_gpu_moe_stack: poisoning h: %s", cudaGetErrorString(cudaGetLastError()));
+		return true;
+	}
+	for (uint32_t l0 = 0; l0 < n; l0 += sm::LMAX) {
+		S->layers = n - l0 < sm::LMAX ? n - l0 : sm::LMAX;
+		for (uint32_t l = 0; l < S->layers; l++)
+			layer(l0 + l, S->l[l]);
+		if ((*rc = launch_k(k, grid, 32 * sm::W, (uint32_t)o, st, false, err, *p, a, *S)))
+			return true;
+		g_ctx.launches[STRATA_GPU_LAUNCH_PSTACK]++;
+	}
+	return true;
+}
+
+// run_pstack's tier-format stacks (every layer ns experts, all of format
+// fmt): the small-layer kernel over the stack (moe_dec_small.cuh with ST),
+// one launch per sm::LMAX layers, when its geometry fits and every phase
+// divides evenly (FULL); false when the layers should run one by one.
+bool small_stack(const struct strata_moe_call *calls, uint32_t n, int fmt, uint32_t ns, struct strata_error *err, int *rc)
+{
+	MoeParams *p = (MoeParams *)calloc(1, sizeof(MoeParams));
+	sm::Stack *S = (sm::Stack *)calloc(1, sizeof(sm::Stack));
+	bool ran = true;
+	if (!p || !S)
+		*rc = STRATA_ERR(err, STRATA_ENOMEM, "strata_gpu_moe_stack: out of memory");
+	else
+		ran = small_stack_in(calls, n, fmt, ns, p, S, err, rc);
+	free(p), free(S);
+	return ran;
+}
+
+// A stack in one launch per 16 layers (kernel configuration pstack=1 - 8)
+// when every layer has one token, the same shape and at most 16 distinct
+// experts, all in one format: q4 or q3 on the persistent stack kernel
+// (moe_dec_ps.cuh, pstack_fmt: when each CTA's share of a layer fits in
+// shared memory); hot, warm or cold, with as many experts in every layer,
+// on the small-layer kernel over the stack (small_stack).  True when it ran
+// them (*rc its result), false when the layers should run one by one.
 bool run_pstack(const struct strata_moe_call *calls, uint32_t n, struct strata_error *err, int *rc)
 {
-	const uint32_t H = calls[0].hidden, I = calls[0].inter;
+	const uint32_t H = calls[0].hidden, I = calls[0].inter, ns0 = calls[0].n_assign;
 	int fmt = -1;
 	uint32_t nsmax = 0;
+	bool same = true;
 	if (!g_ctx.cfg.pstack)
 		return false;
 	for (uint32_t l = 0; l < n; l++) {
@@ -2693,16 +2803,23 @@ bool run_pstack(const struct strata_moe_call *calls, uint32_t n, struct strata_e
 				return false;
 			if (fmt < 0)
 				fmt = c.fmts[e];
-			if (c.fmts[e] != fmt || (fmt != STRATA_FMT_Q4 && fmt != STRATA_FMT_Q3))
+			if (c.fmts[e] != fmt || (fmt != STRATA_FMT_Q4 && fmt != STRATA_FMT_Q3 && fmt != STRATA_FMT_HOT &&
+						 fmt != STRATA_FMT_WARM && fmt != STRATA_FMT_COLD))
 				return false;
 			for (uint32_t k = 0; k < i; k++)
 				if (c.assign_expert[k] == e)
 					return false;
 		}
 		nsmax = c.n_assign > nsmax ? c.n_assign : nsmax;
+		same = same && c.n_assign == ns0;
 	}
+	const bool tier = fmt != STRATA_FMT_Q4 && fmt != STRATA_FMT_Q3;
+	if (tier && !same)
+		return false;
 	if ((*rc = ctx_init(err)))
 		return true;
+	if (tier)
+		return small_stack(calls, n, fmt, ns0, err, rc);
 	return fmt == STRATA_FMT_Q4 ? pstack_fmt<STRATA_FMT_Q4, gv::Q4>(calls, n, nsmax, err, rc)
 				    : pstack_fmt<STRATA_FMT_Q3, gv::Q3i>(calls, n, nsmax, err, rc);
 }

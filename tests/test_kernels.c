@@ -1438,21 +1438,25 @@ static void test_moe_stack(void **state)
 	assert_non_null(strstr(err.msg, "layer 1"));
 }
 
-/* The persistent stack kernel (moe_dec_ps.cuh, kernel configuration
- * pstack=2: two pieces in flight) against the CPU reference, every layer
- * applied to its GPU input (h poisoned with NaN): Qwen3-30B-A3B-shaped q4
- * and q3 stacks of 8 experts a layer, q4 of 6, 16 (q4) and 12 (q3) experts
- * a layer over 18 and 17 layers (two launches), fewer gate|up row sets than CTAs;
- * each must run in exactly the launches given, and the stacks it does not
- * take (q4 and q3 layers, two tokens, a layer of hot experts, x rows wider
- * than a slice per thread, rows of 1.5 x 32 q4 or 0.5 x 32 q3 chunks) in
- * none.  Then two of them with one and with eight pieces in flight. */
+/* Stacks in one launch per 16 layers (kernel configuration pstack=2) against
+ * the CPU reference, every layer applied to its GPU input (h poisoned with
+ * NaN).  The persistent stack kernel (moe_dec_ps.cuh, two pieces in
+ * flight): Qwen3-30B-A3B-shaped q4 and q3 stacks of 8 experts a layer, q4 of
+ * 6, 16 (q4) and 12 (q3) experts a layer over 18 and 17 layers (two
+ * launches), fewer gate|up row sets than CTAs.  The small-layer kernel over
+ * the stack (moe_dec_small.cuh): Qwen-shaped hot and warm stacks, 16 cold
+ * experts a layer over 18 layers (two launches), fewer tasks than CTAs.
+ * Each must run in exactly the launches given, and the stacks neither takes
+ * (q4 and q3 layers, hot and warm layers, two tokens, a layer of hot
+ * experts among q4, x rows wider than a slice per thread, rows of 1.5 x 32
+ * q4 or 0.5 x 32 q3 chunks, hot rows that divide unevenly) in none.  Then
+ * two of them with one and with eight pieces in flight. */
 static void test_moe_pstack(void **state)
 {
 	(void)state;
 	if (!test_have_gpu("test_moe_pstack"))
 		return;
-	enum { Q4 = STRATA_FMT_Q4, Q3 = STRATA_FMT_Q3 };
+	enum { Q4 = STRATA_FMT_Q4, Q3 = STRATA_FMT_Q3, HOT = STRATA_FMT_HOT, WARM = STRATA_FMT_WARM, COLD = STRATA_FMT_COLD };
 	static const struct {
 		struct stack_case sc;
 		uint64_t launches;
@@ -1469,6 +1473,13 @@ static void test_moe_pstack(void **state)
 		{ { "ps-mix", 2048, 768, 1, 8, 8, 2, { Q4, STRATA_FMT_HOT } }, 0 },
 		{ { "ps-kimi-q4", 7168, 1536, 1, 1, 1, 2, { Q4, Q4 } }, 0 },
 		{ { "ps-wide-q4", 1536, 512, 1, 8, 8, 2, { Q4, Q4 } }, 0 },
+		{ { "ps-qwen-hot", 2048, 768, 1, 8, 8, 3, { HOT, HOT, HOT, HOT, HOT, HOT } }, 1 },
+		{ { "ps-qwen-warm", 2048, 768, 1, 64, 6, 2, { WARM, WARM, WARM, WARM, WARM, WARM } }, 1 },
+		{ { "ps-many-cold", 1024, 512, 1, 16, 16, 18, { COLD, COLD, COLD, COLD, COLD, COLD } }, 2 },
+		{ { "ps-few-hot", 1024, 256, 1, 8, 2, 4, { HOT, HOT, HOT, HOT, HOT, HOT } }, 1 },
+		{ { "ps-hot-warm", 2048, 768, 1, 8, 8, 2, { HOT, WARM } }, 0 },
+		{ { "ps-rows-hot", 1040, 72, 1, 5, 4, 2, { HOT, HOT } }, 0 },
+		{ { "ps-hot-t2", 2048, 768, 2, 8, 8, 2, { HOT, HOT } }, 0 },
 	};
 	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++)
 		if (case_picked(cases[c].sc.name))
