@@ -329,8 +329,10 @@ int strata_gpu_moe_check(int fmt, uint32_t hidden, uint32_t inter, struct strata
  *                                                kernel over the stack (moe_dec_small.cuh: one
  *                                                launch per 16 layers, the next layer's weights
  *                                                copied as each phase ends, a grid barrier a
- *                                                layer; the window does not apply) where its
- *                                                geometry fits and divides evenly; 0: the
+ *                                                layer; the window does not apply; dec_tr=2 or 3:
+ *                                                the codebook table decoder where the table fits
+ *                                                beside the layer's share, filled once a launch)
+ *                                                where its geometry fits and divides evenly; 0: the
  *                                                kernels above.  Off by default:
  *                                                not yet measured against them on the GPU (its
  *                                                emulation, 2 pieces in flight: 10.0 - 10.3 vs
@@ -395,6 +397,7 @@ enum strata_gpu_launch {
 	STRATA_GPU_LAUNCH_SMALL,          /* launches of the one-launch small-layer kernel (small) */
 	STRATA_GPU_LAUNCH_SCALAR_GEMV_XR, /* those of SCALAR_GEMV with several rows per lane (sq_gvx) */
 	STRATA_GPU_LAUNCH_PSTACK,         /* pstack launches: the persistent stack kernel, the small-layer kernel over a stack */
+	STRATA_GPU_LAUNCH_PSTACK_TAB,     /* those of PSTACK decoding tier formats through the codebook table (dec_tr=2, 3) */
 	STRATA_GPU_LAUNCH_KINDS
 };
 uint64_t strata_gpu_moe_launches(enum strata_gpu_launch kind);

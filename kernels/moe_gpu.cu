@@ -1803,9 +1803,11 @@ template <int FMT, class P> SmallKernel small_pick(bool full)
 // small=mode (2: rows at a skewed pitch where they fit): the lanes per row
 // of each phase with the fewest items of the busiest warp, rows and
 // batches dividing evenly where any does, then the fewest bytes; the
-// shared-memory layout.  False when it does not fit; *full: every phase
-// divides evenly; *grid, *smem: the launch's CTAs and shared bytes.
-bool small_geom(MoeParams *p, int fmt, int mode, sm::Args &a, bool *full_, uint32_t *grid_, uint64_t *smem)
+// shared-memory layout, with tab (a tier format) around the codebook table
+// of the table decoder (gv::TR_TAB_AT .. gv::SMEM_MAX).  False when it does
+// not fit; *full: every phase divides evenly; *grid, *smem: the launch's
+// CTAs and shared bytes.
+bool small_geom(MoeParams *p, int fmt, int mode, bool tab, sm::Args &a, bool *full_, uint32_t *grid_, uint64_t *smem)
 {
 	const bool tier = fmt >= STRATA_FMT_HOT && fmt <= STRATA_FMT_COLD, q4 = fmt == STRATA_FMT_Q4, q3 = fmt == STRATA_FMT_Q3;
 	const FmtTab &f = p->tab[fmt];
@@ -1878,7 +1880,21 @@ bool small_geom(MoeParams *p, int fmt, int mode, sm::Args &a, bool *full_, uint3
 		if (o <= sm::SMEM_MAX)
 			break;
 	}
-	if (o > sm::SMEM_MAX)
+	if (tab) {
+		// each region (gate|up rows, down rows, partial sums and mbarriers)
+		// below the zero bytes where it fits, else after the table
+		const uint64_t sz[3] = { (uint64_t)a.g[0].tpc * 2 * (a.cr[0] + a.sr[0]), (uint64_t)a.g[1].tpc * (a.cr[1] + a.sr[1]),
+					 a16(4ull * (2 * a.g[0].tpc * rw0 + a.g[1].tpc * rw1)) + 8ull * (2 * a.g[0].tpc + a.g[1].tpc) };
+		uint32_t *at[3] = { &a.wo[0], &a.wo[1], &a.acc };
+		uint64_t lo = a16(act), hi = gv::SMEM_MAX;
+		for (int i = 0; i < 3; i++) {
+			uint64_t &e = lo + sz[i] <= gv::TR_ZERO_AT ? lo : hi;
+			*at[i] = (uint32_t)e, e = a16(e + sz[i]);
+		}
+		a.mbar = a.acc + (uint32_t)a16(4ull * (2 * a.g[0].tpc * rw0 + a.g[1].tpc * rw1));
+		o = hi;
+	}
+	if (o > sm::SMEM_MAX || (tab && (!tier || a.pitch[0] || a.pitch[1])))
 		return false;
 	*full_ = full, *grid_ = grid, *smem = o;
 	return true;
@@ -1912,7 +1928,7 @@ int run_dec_small(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_
 	bool full;
 	uint32_t grid;
 	uint64_t o;
-	if (!small_geom(p, fmt, mode, a, &full, &grid, &o))
+	if (!small_geom(p, fmt, mode, false, a, &full, &grid, &o))
 		return 0;
 	const SmallKernel k = fmt == STRATA_FMT_Q4     ? small_pick<STRATA_FMT_Q4, gv::Q4>(full)
 			      : fmt == STRATA_FMT_Q3   ? small_pick<STRATA_FMT_Q3, gv::Q3i>(full)
@@ -2736,11 +2752,21 @@ bool small_stack_in(const struct strata_moe_call *calls, uint32_t n, int fmt, ui
 	bool full;
 	uint32_t grid;
 	uint64_t o;
-	if (!small_geom(p, fmt, 1, a, &full, &grid, &o) || !full)
+	// dec_tr=2 or 3: the table decoder where the table fits beside the share
+	bool tab = g_ctx.cfg.dec_tr >= 2;
+	if (tab && !small_geom(p, fmt, 1, true, a, &full, &grid, &o))
+		tab = false;
+	if (!tab && !small_geom(p, fmt, 1, false, a, &full, &grid, &o))
 		return false;
-	const SmallStackKernel k = fmt == STRATA_FMT_HOT    ? sm::small_stack_kernel<STRATA_FMT_HOT, gv::Tier<STRATA_FMT_HOT, 0>>
-				   : fmt == STRATA_FMT_WARM ? sm::small_stack_kernel<STRATA_FMT_WARM, gv::Tier<STRATA_FMT_WARM, 0>>
-							    : sm::small_stack_kernel<STRATA_FMT_COLD, gv::Tier<STRATA_FMT_COLD, 0>>;
+	if (!full)
+		return false;
+	auto pick = [&](auto FC) -> SmallStackKernel {
+		constexpr int FMT = decltype(FC)::value;
+		return tab ? sm::small_stack_kernel<FMT, gv::Tier<FMT, 1>> : sm::small_stack_kernel<FMT, gv::Tier<FMT, 0>>;
+	};
+	const SmallStackKernel k = fmt == STRATA_FMT_HOT    ? pick(std::integral_constant<int, STRATA_FMT_HOT>())
+				   : fmt == STRATA_FMT_WARM ? pick(std::integral_constant<int, STRATA_FMT_WARM>())
+							    : pick(std::integral_constant<int, STRATA_FMT_COLD>());
 	if ((*rc = gv_smem_attr((const void *)k, sm::SMEM_MAX, err)) || (*rc = h_scratch(hfl, st, err)))
 		return true;
 	p->h = g_ctx.h, p->sync = g_ctx.sync;
@@ -2756,6 +2782,7 @@ bool small_stack_in(const struct strata_moe_call *calls, uint32_t n, int fmt, ui
 		if ((*rc = launch_k(k, grid, 32 * sm::W, (uint32_t)o, st, false, err, *p, a, *S)))
 			return true;
 		g_ctx.launches[STRATA_GPU_LAUNCH_PSTACK]++;
+		g_ctx.launches[STRATA_GPU_LAUNCH_PSTACK_TAB] += tab;
 	}
 	return true;
 }

@@ -1264,8 +1264,10 @@ struct stack_case {
  * down launch read h after the next layer's gate|up launch overwrote it,
  * gives a wrong y.  The h scratch is poisoned with NaN before the stack.
  * Runs the stack chained, chained with the L2 prefetch and as plain
- * launches. */
-static void run_stack_case(const struct stack_case *sc, int small, int pstack, uint64_t ps_launches)
+ * launches, under the kernel keys small, pstack and dec_tr (-2: its
+ * default).  Returns the stack's launches through the codebook table
+ * (STRATA_GPU_LAUNCH_PSTACK_TAB), the same in each run. */
+static uint64_t run_stack_case(const struct stack_case *sc, int small, int pstack, uint64_t ps_launches, int dec_tr)
 {
 	struct strata_error err = { 0 };
 	const uint32_t H = sc->hidden, I = sc->inter, T = sc->n_tokens, NE = sc->n_experts, K = sc->top_k, L = sc->layers;
@@ -1278,7 +1280,7 @@ static void run_stack_case(const struct stack_case *sc, int small, int pstack, u
 	struct strata_moe_call *calls = calloc(L, sizeof(*calls));
 	assert_true(hext && fmts && dext && ae && at && aw && x0 && r && yg && yref && calls && NE <= 64);
 	double bound[6] = { 0 };
-	uint64_t gv_layers = 0;
+	uint64_t gv_layers = 0, ntab = UINT64_MAX;
 	for (uint32_t l = 0; l < L; l++) {
 		const uint32_t lf = l < 6 ? l : 5; /* sc->fmt and bound: past the sixth layer as the sixth */
 		for (uint32_t e = 0; e < NE; e++) {
@@ -1329,12 +1331,15 @@ static void run_stack_case(const struct stack_case *sc, int small, int pstack, u
 		kc.poison = 1;
 		kc.small = small;
 		kc.pstack = pstack;
+		if (dec_tr != -2)
+			kc.dec_tr = dec_tr;
 		kernel_config(&kc);
 		h2d(dy, r, L * nx * 4);
 		const uint64_t c0 = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_CHAINED);
 		const uint64_t g0 = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_SCALAR_GEMV);
 		const uint64_t s0 = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_SMALL);
 		const uint64_t p0 = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_PSTACK);
+		const uint64_t t0 = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_PSTACK_TAB);
 		int rc = strata_gpu_moe_stack(calls, L, flags[f], &err);
 		if (rc)
 			fprintf(stderr, "stack[%s]: %s\n", sc->name, err.msg);
@@ -1344,6 +1349,7 @@ static void run_stack_case(const struct stack_case *sc, int small, int pstack, u
 		const uint64_t gv = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_SCALAR_GEMV) - g0;
 		const uint64_t nsm = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_SMALL) - s0;
 		const uint64_t nps = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_PSTACK) - p0;
+		const uint64_t nt = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_PSTACK_TAB) - t0;
 		d2h(yg, dy, L * nx * 4);
 		kernel_config(NULL);
 		double worst = 0, mag = 0;
@@ -1371,13 +1377,17 @@ static void run_stack_case(const struct stack_case *sc, int small, int pstack, u
 		}
 		printf("stack[%s] H=%u I=%u T=%u E=%u k=%u layers=%u flags=%u: worst layer rel err %.3g, "
 		       "layer output / residual %.3g, chained launches %llu, row-streaming layer launches %llu, "
-		       "small-layer launches %llu, persistent stack launches %llu\n",
+		       "small-layer launches %llu, pstack launches %llu (codebook table %llu)\n",
 		       sc->name, H, I, T, NE, K, L, flags[f], worst, mag, (unsigned long long)chained,
-		       (unsigned long long)gv, (unsigned long long)nsm, (unsigned long long)nps);
+		       (unsigned long long)gv, (unsigned long long)nsm, (unsigned long long)nps, (unsigned long long)nt);
 		assert_true(mag > 0.05); /* each layer's output is a visible part of the next layer's input */
 		/* pstack on: the whole stack in ps_launches launches of the persistent
 		 * stack kernel and nothing else, or (0) every layer as below */
 		assert_true(nps == (pstack ? ps_launches : 0u));
+		/* through the table: all of them or none, in every run */
+		assert_true(nt == 0 || nt == nps);
+		assert_true(ntab == UINT64_MAX || nt == ntab);
+		ntab = nt;
 		if (nps) {
 			assert_true(chained == 0 && gv == 0 && nsm == 0);
 			continue;
@@ -1400,6 +1410,7 @@ static void run_stack_case(const struct stack_case *sc, int small, int pstack, u
 	strata_gpu_free(dx), strata_gpu_free(dy);
 	free(hext), free(fmts), free(dext), free(ae), free(at), free(aw), free(x0), free(r), free(yg), free(yref);
 	free(calls);
+	return ntab;
 }
 
 /* Stacks on the chained launches (with and without the L2 prefetch) and on
@@ -1428,7 +1439,7 @@ static void test_moe_stack(void **state)
 	};
 	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++)
 		if (case_picked(cases[c].name))
-			run_stack_case(&cases[c], 0, 0, 0);
+			run_stack_case(&cases[c], 0, 0, 0, -2);
 	/* bad calls */
 	struct strata_moe_call two[2] = { { 0 } };
 	assert_int_equal(strata_gpu_moe_stack(two, 0, 0, &err), STRATA_EINVAL);
@@ -1483,11 +1494,26 @@ static void test_moe_pstack(void **state)
 	};
 	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++)
 		if (case_picked(cases[c].sc.name))
-			run_stack_case(&cases[c].sc, 0, 2, cases[c].launches);
+			assert_true(run_stack_case(&cases[c].sc, 0, 2, cases[c].launches, -2) == 0);
 	for (int win = 1; win <= 8; win += 7)
 		for (size_t c = 0; c < 4; c += 3)
 			if (case_picked(cases[c].sc.name))
-				run_stack_case(&cases[c].sc, 0, win, cases[c].launches);
+				run_stack_case(&cases[c].sc, 0, win, cases[c].launches, -2);
+	/* dec_tr=2: the tier stacks through the codebook table where it fits
+	 * beside a CTA's share (16 cold experts of 1024 x 512, two hot ones of
+	 * 1024 x 256: surely; the Qwen-shaped ones: the hot share does not fit,
+	 * the warm one may), else on the FMA decoder as before */
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		const char *n = cases[c].sc.name;
+		const int f0 = cases[c].sc.fmt[0];
+		if ((f0 != HOT && f0 != WARM && f0 != COLD) || !cases[c].launches || !case_picked(n))
+			continue;
+		const uint64_t nt = run_stack_case(&cases[c].sc, 0, 1, cases[c].launches, 2);
+		if (!strcmp(n, "ps-many-cold") || !strcmp(n, "ps-few-hot"))
+			assert_true(nt == cases[c].launches);
+		if (!strcmp(n, "ps-qwen-hot"))
+			assert_true(nt == 0);
+	}
 	kernel_config(NULL);
 }
 
@@ -1584,7 +1610,7 @@ static void test_moe_small(void **state)
 	for (int v = 1; v <= 2; v++)
 		for (size_t c = 0; c < sizeof(stacks) / sizeof(stacks[0]); c++)
 			if (case_picked(stacks[c].name))
-				run_stack_case(&stacks[c], v, 0, 0);
+				run_stack_case(&stacks[c], v, 0, 0, -2);
 	kernel_config(NULL);
 }
 
