@@ -406,7 +406,11 @@ uint64_t strata_gpu_moe_launches(enum strata_gpu_launch kind);
  * small_ts=1, for finding where its time goes): per launch, per CTA,
  * STRATA_SMALL_TS_WORDS words: [0] the global timer (ns) at the CTA's start,
  * [1] at its end, [2 + phase] the SM's clock64 when thread 0 passed the phase
- * (0: the CTA has no such phase, e.g. no gate|up task).  The phases, in order:
+ * (0: the CTA has no such phase, e.g. no gate|up task).  The small-layer
+ * kernel over a stack (pstack on tier stacks) records each layer as a
+ * launch of its own: [0] at the layer's start, END and [1] after the grid
+ * barrier that ends it; ISSUED and PDL in the first layer only.  The phases,
+ * in order:
  */
 enum strata_small_ts {
 	STRATA_SMALL_TS_START,      /* kernel start */

@@ -81,7 +81,8 @@ struct Args {
 			       // another, every thread fences h
 	uint32_t pitch[2];     // small=2: shared bytes per code row (each row its own bulk copy, the pitch
 			       // skewed so a warp's rows fall on different banks); 0: rows rowc apart
-	unsigned long long *ts; // small_ts=1: the launch's phase timestamps (TS_WORDS per CTA), else null
+	unsigned long long *ts; // small_ts=1: the ring of phase timestamps (strata_gpu_small_phases), else null
+	uint32_t ts_i;          // the launch's slot in it (a stack: layer l's slot ts_i + l)
 };
 
 // small_ts=1: the phase timestamps of kernels.h's strata_small_ts.
@@ -212,17 +213,28 @@ __device__ __forceinline__ void small_body(const MoeParams &p, const Args &a, co
 {
 	using Buf = typename P::template Buf<-1>;
 	const uint32_t tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-	unsigned long long *const ts = a.ts ? a.ts + (size_t)blockIdx.x * TS_WORDS : nullptr;
+	// small_ts=1: this CTA's timestamps of layer l (slot a.ts_i + l of the ring at a.ts)
+	unsigned long long *ts = nullptr;
 	auto mark = [&](int ph) {
 		if (ts && tid == 0)
 			ts[2 + ph] = clock64();
 	};
-	if (ts && tid == 0) {
-		ts[0] = gtimer();
-		for (int i = 1; i < (int)TS_WORDS; i++)
-			ts[i] = 0;
-	}
-	mark(STRATA_SMALL_TS_START);
+	auto ts_layer = [&](uint32_t l) {
+		const size_t slot = (a.ts_i + l) % STRATA_SMALL_TS_LAUNCHES;
+		ts = a.ts ? a.ts + (slot * STRATA_SMALL_TS_CTAS + blockIdx.x) * TS_WORDS : nullptr;
+		if (ts && tid == 0) {
+			ts[0] = gtimer();
+			for (int i = 1; i < (int)TS_WORDS; i++)
+				ts[i] = 0;
+		}
+		mark(STRATA_SMALL_TS_START);
+	};
+	auto ts_end = [&]() {
+		mark(STRATA_SMALL_TS_END);
+		if (ts && tid == 0)
+			ts[1] = gtimer();
+	};
+	ts_layer(0);
 	const FmtTab &f = p.tab[FMT];
 	const uint32_t sbase = (uint32_t)__cvta_generic_to_shared(g_smem);
 	const uint32_t tpc0 = a.g[0].tpc, rw0 = 32u >> a.g[0].lsh, rw1 = 32u >> a.g[1].lsh;
@@ -446,6 +458,7 @@ __device__ __forceinline__ void small_body(const MoeParams &p, const Args &a, co
 		if (more) {
 			// every CTA's y and its reads of h done; then the partial sums afresh
 			__syncthreads();
+			mark(STRATA_SMALL_TS_Y);
 			if (tid == 0) {
 				__threadfence();
 				atomicAdd(p.sync + BAR, 1u);
@@ -460,6 +473,8 @@ __device__ __forceinline__ void small_body(const MoeParams &p, const Args &a, co
 			__syncthreads();
 			for (uint32_t i = tid; i < nacc; i += blockDim.x)
 				acc_s[i] = 0.0f;
+			ts_end(); // (after the grid barrier)
+			ts_layer(l + 1);
 		}
 	}
 	(void)nr;
@@ -478,9 +493,7 @@ __device__ __forceinline__ void small_body(const MoeParams &p, const Args &a, co
 			__threadfence();
 		}
 	}
-	mark(STRATA_SMALL_TS_END);
-	if (ts && tid == 0)
-		ts[1] = gtimer();
+	ts_end();
 }
 
 template <int FMT, class P, bool FULL>

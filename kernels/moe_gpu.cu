@@ -1900,6 +1900,28 @@ bool small_geom(MoeParams *p, int fmt, int mode, bool tab, sm::Args &a, bool *fu
 	return true;
 }
 
+// small_ts=1: the next n slots of the ring of phase timestamps for a
+// small-layer launch of grid CTAs (over a stack: a slot a layer) in a.ts,
+// a.ts_i; none (a.ts null) when off or the launch has more CTAs than a slot
+// records.
+int small_ts(uint32_t grid, uint32_t n, sm::Args &a, struct strata_error *err)
+{
+	a.ts = nullptr, a.ts_i = 0;
+	if (!g_ctx.cfg.small_ts || grid > STRATA_SMALL_TS_CTAS)
+		return STRATA_OK;
+	const size_t per = (size_t)STRATA_SMALL_TS_CTAS * STRATA_SMALL_TS_WORDS;
+	if (!g_ctx.sm_ts && cudaMalloc(&g_ctx.sm_ts, per * STRATA_SMALL_TS_LAUNCHES * sizeof(*g_ctx.sm_ts)) != cudaSuccess) {
+		g_ctx.sm_ts = nullptr;
+		return STRATA_ERR(err, STRATA_EGPU, "small_ts: no device memory for the timestamps");
+	}
+	const uint32_t i = g_ctx.sm_ts_n % STRATA_SMALL_TS_LAUNCHES;
+	for (uint32_t l = 0; l < n; l++)
+		g_ctx.sm_ts_grid[(i + l) % STRATA_SMALL_TS_LAUNCHES] = grid;
+	g_ctx.sm_ts_n += n;
+	a.ts = g_ctx.sm_ts, a.ts_i = i;
+	return STRATA_OK;
+}
+
 // Launches of one token per expert, all in one of q4, q3 (its integer loop),
 // hot, warm, cold, under the kernel configuration small=1 (auto: the formats
 // of STRATA_MOE_SMALL_AUTO_FMTS in launches of at most
@@ -1938,17 +1960,8 @@ int run_dec_small(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_
 	if ((*rc = gv_smem_attr((const void *)k, sm::SMEM_MAX, err)))
 		return 1;
 	a.par = mode != 3;
-	if (g_ctx.cfg.small_ts && grid <= STRATA_SMALL_TS_CTAS) {
-		const size_t per = (size_t)STRATA_SMALL_TS_CTAS * STRATA_SMALL_TS_WORDS;
-		if (!g_ctx.sm_ts && cudaMalloc(&g_ctx.sm_ts, per * STRATA_SMALL_TS_LAUNCHES * sizeof(*g_ctx.sm_ts)) != cudaSuccess) {
-			g_ctx.sm_ts = nullptr;
-			*rc = STRATA_ERR(err, STRATA_EGPU, "small_ts: no device memory for the timestamps");
-			return 1;
-		}
-		const uint32_t i = g_ctx.sm_ts_n++ % STRATA_SMALL_TS_LAUNCHES;
-		a.ts = g_ctx.sm_ts + i * per;
-		g_ctx.sm_ts_grid[i] = grid;
-	}
+	if ((*rc = small_ts(grid, 1, a, err)))
+		return 1;
 	uint32_t mid;
 	pf_list(p, false, false, &mid);
 	if (!(*rc = launch_k(k, grid, 32 * sm::W, (uint32_t)o, st, g_ctx.chain, err, *p, a)))
@@ -2779,7 +2792,8 @@ bool small_stack_in(const struct strata_moe_call *calls, uint32_t n, int fmt, ui
 		S->layers = n - l0 < sm::LMAX ? n - l0 : sm::LMAX;
 		for (uint32_t l = 0; l < S->layers; l++)
 			layer(l0 + l, S->l[l]);
-		if ((*rc = launch_k(k, grid, 32 * sm::W, (uint32_t)o, st, false, err, *p, a, *S)))
+		if ((*rc = small_ts(grid, S->layers, a, err)) ||
+		    (*rc = launch_k(k, grid, 32 * sm::W, (uint32_t)o, st, false, err, *p, a, *S)))
 			return true;
 		g_ctx.launches[STRATA_GPU_LAUNCH_PSTACK]++;
 		g_ctx.launches[STRATA_GPU_LAUNCH_PSTACK_TAB] += tab;

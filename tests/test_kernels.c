@@ -1255,6 +1255,15 @@ struct stack_case {
 	int fmt[6]; /* per layer: a format, or -5 / -6: experts alternating q4 / q3 and warm */
 };
 
+/* The default kernel configuration with small, pstack and dec_tr set. */
+static struct strata_moe_config stack_cfg(int small, int pstack, int dec_tr)
+{
+	struct strata_moe_config kc;
+	strata_gpu_moe_config_defaults(&kc);
+	kc.small = small, kc.pstack = pstack, kc.dec_tr = dec_tr;
+	return kc;
+}
+
 /* One stack: layer l reads layer l-1's y (layer 0 a random x),
  * each y starts as random values (a residual stream, so the activations
  * neither vanish nor grow), every layer its own experts and routing.  Each
@@ -1264,11 +1273,12 @@ struct stack_case {
  * down launch read h after the next layer's gate|up launch overwrote it,
  * gives a wrong y.  The h scratch is poisoned with NaN before the stack.
  * Runs the stack chained, chained with the L2 prefetch and as plain
- * launches, under the kernel keys small, pstack and dec_tr (-2: its
- * default).  Returns the stack's launches through the codebook table
- * (STRATA_GPU_LAUNCH_PSTACK_TAB), the same in each run. */
-static uint64_t run_stack_case(const struct stack_case *sc, int small, int pstack, uint64_t ps_launches, int dec_tr)
+ * launches, under kernel configuration kc_in (with poison on).  Returns the
+ * stack's launches through the codebook table (STRATA_GPU_LAUNCH_PSTACK_TAB),
+ * the same in each run. */
+static uint64_t run_stack_case(const struct stack_case *sc, const struct strata_moe_config *kc_in, uint64_t ps_launches)
 {
+	const int small = kc_in->small, pstack = kc_in->pstack;
 	struct strata_error err = { 0 };
 	const uint32_t H = sc->hidden, I = sc->inter, T = sc->n_tokens, NE = sc->n_experts, K = sc->top_k, L = sc->layers;
 	const size_t nx = (size_t)T * H;
@@ -1326,13 +1336,8 @@ static uint64_t run_stack_case(const struct stack_case *sc, int small, int pstac
 	/* the same stack chained, chained with the L2 prefetch, as plain launches */
 	static const unsigned flags[] = { 0, STRATA_MOE_STACK_L2PF, STRATA_MOE_STACK_PLAIN };
 	for (int f = 0; f < 3; f++) {
-		struct strata_moe_config kc;
-		strata_gpu_moe_config_defaults(&kc);
+		struct strata_moe_config kc = *kc_in;
 		kc.poison = 1;
-		kc.small = small;
-		kc.pstack = pstack;
-		if (dec_tr != -2)
-			kc.dec_tr = dec_tr;
 		kernel_config(&kc);
 		h2d(dy, r, L * nx * 4);
 		const uint64_t c0 = strata_gpu_moe_launches(STRATA_GPU_LAUNCH_CHAINED);
@@ -1437,9 +1442,11 @@ static void test_moe_stack(void **state)
 		{ "stack-big-q4", 512, 256, 20, 2, 2, 3, { STRATA_FMT_Q4, STRATA_FMT_HOT, -6 } },
 		{ "stack-kimi-q4", 7168, 1536, 1, 1, 1, 2, { STRATA_FMT_Q4, STRATA_FMT_Q4 } },
 	};
+	struct strata_moe_config dflt;
+	strata_gpu_moe_config_defaults(&dflt);
 	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++)
 		if (case_picked(cases[c].name))
-			run_stack_case(&cases[c], 0, 0, 0, -2);
+			run_stack_case(&cases[c], &dflt, 0);
 	/* bad calls */
 	struct strata_moe_call two[2] = { { 0 } };
 	assert_int_equal(strata_gpu_moe_stack(two, 0, 0, &err), STRATA_EINVAL);
@@ -1448,6 +1455,8 @@ static void test_moe_stack(void **state)
 	assert_int_equal(strata_gpu_moe_stack(two, 2, 0, &err), STRATA_EINVAL);
 	assert_non_null(strstr(err.msg, "layer 1"));
 }
+
+static void check_small_phases(uint32_t n);
 
 /* Stacks in one launch per 16 layers (kernel configuration pstack=2) against
  * the CPU reference, every layer applied to its GPU input (h poisoned with
@@ -1492,13 +1501,18 @@ static void test_moe_pstack(void **state)
 		{ { "ps-rows-hot", 1040, 72, 1, 5, 4, 2, { HOT, HOT } }, 0 },
 		{ { "ps-hot-t2", 2048, 768, 2, 8, 8, 2, { HOT, HOT } }, 0 },
 	};
+	struct strata_moe_config dflt;
+	strata_gpu_moe_config_defaults(&dflt);
+	const struct strata_moe_config ps2 = stack_cfg(0, 2, dflt.dec_tr), tab = stack_cfg(0, 1, 2);
 	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++)
 		if (case_picked(cases[c].sc.name))
-			assert_true(run_stack_case(&cases[c].sc, 0, 2, cases[c].launches, -2) == 0);
+			assert_true(run_stack_case(&cases[c].sc, &ps2, cases[c].launches) == 0);
 	for (int win = 1; win <= 8; win += 7)
 		for (size_t c = 0; c < 4; c += 3)
-			if (case_picked(cases[c].sc.name))
-				run_stack_case(&cases[c].sc, 0, win, cases[c].launches, -2);
+			if (case_picked(cases[c].sc.name)) {
+				const struct strata_moe_config kw = stack_cfg(0, win, dflt.dec_tr);
+				run_stack_case(&cases[c].sc, &kw, cases[c].launches);
+			}
 	/* dec_tr=2: the tier stacks through the codebook table where it fits
 	 * beside a CTA's share (16 cold experts of 1024 x 512, two hot ones of
 	 * 1024 x 256: surely; the Qwen-shaped ones: the hot share does not fit,
@@ -1508,11 +1522,23 @@ static void test_moe_pstack(void **state)
 		const int f0 = cases[c].sc.fmt[0];
 		if ((f0 != HOT && f0 != WARM && f0 != COLD) || !cases[c].launches || !case_picked(n))
 			continue;
-		const uint64_t nt = run_stack_case(&cases[c].sc, 0, 1, cases[c].launches, 2);
+		const uint64_t nt = run_stack_case(&cases[c].sc, &tab, cases[c].launches);
 		if (!strcmp(n, "ps-many-cold") || !strcmp(n, "ps-few-hot"))
 			assert_true(nt == cases[c].launches);
 		if (!strcmp(n, "ps-qwen-hot"))
 			assert_true(nt == 0);
+	}
+	/* small_ts=1 on the small-layer kernel over a stack: each layer of each
+	 * of the three runs recorded as a launch of its own, phases in order */
+	if (case_picked("ps-qwen-hot")) {
+		struct strata_moe_config kt = stack_cfg(0, 1, dflt.dec_tr);
+		kt.small_ts = 1;
+		struct strata_error err = { 0 };
+		uint32_t got = 0;
+		assert_string_equal(cases[12].sc.name, "ps-qwen-hot");
+		assert_int_equal(strata_gpu_small_phases(NULL, NULL, 0, &got, &err), STRATA_OK); /* drop older records */
+		run_stack_case(&cases[12].sc, &kt, cases[12].launches);
+		check_small_phases(3 * cases[12].sc.layers);
 	}
 	kernel_config(NULL);
 }
@@ -1609,8 +1635,10 @@ static void test_moe_small(void **state)
 	};
 	for (int v = 1; v <= 2; v++)
 		for (size_t c = 0; c < sizeof(stacks) / sizeof(stacks[0]); c++)
-			if (case_picked(stacks[c].name))
-				run_stack_case(&stacks[c], v, 0, 0, -2);
+			if (case_picked(stacks[c].name)) {
+				const struct strata_moe_config kv = stack_cfg(v, 0, -1);
+				run_stack_case(&stacks[c], &kv, 0);
+			}
 	kernel_config(NULL);
 }
 
