@@ -390,15 +390,20 @@ __device__ __forceinline__ void small_body(const MoeParams &p, const Args &a, co
 	};
 	for (uint32_t l = 0; l < nl; l++, par ^= 1) {
 		const bool more = ST && l + 1 < nl;
-		// gate|up, then h and the experts' counters.
-		if (nt[0]) {
-			gv::stage<P, ST>(p, a.g[0], nr, ST ? S->l[l].x : p.x);
-			mark(STRATA_SMALL_TS_XSTAGED);
-			phase(0);
+		// Phase d: its rows staged (x: gate|up's), its items; then (ST) the
+		// next layer's phase-d copies into the rows this CTA is done with.
+		auto run = [&](uint32_t d, const float *x, int staged, int done) {
+			gv::stage<P, ST>(p, a.g[d], nr, x);
+			mark(staged);
+			phase(d);
 			__syncthreads();
 			if (more)
-				refill(l + 1, 0);
-			mark(STRATA_SMALL_TS_GU);
+				refill(l + 1, d);
+			mark(done);
+		};
+		// gate|up, then h and the experts' counters.
+		if (nt[0]) {
+			run(0, ST ? S->l[l].x : p.x, STRATA_SMALL_TS_XSTAGED, STRATA_SMALL_TS_GU);
 			const gv::Args &g = a.g[0];
 			for (uint32_t i = tid; i < nt[0] * rw0; i += blockDim.x) {
 				const uint32_t k = i / rw0, rr = i - k * rw0, t = t0[0] + k, s = t / g.nrs;
@@ -437,13 +442,7 @@ __device__ __forceinline__ void small_body(const MoeParams &p, const Args &a, co
 			}
 			__syncthreads();
 			mark(STRATA_SMALL_TS_CNT_WAIT);
-			gv::stage<P, ST>(p, g, nr);
-			mark(STRATA_SMALL_TS_DN_STAGED);
-			phase(1);
-			__syncthreads();
-			if (more)
-				refill(l + 1, 1);
-			mark(STRATA_SMALL_TS_DN);
+			run(1, nullptr, STRATA_SMALL_TS_DN_STAGED, STRATA_SMALL_TS_DN);
 			const uint32_t srow0 = p.slot[s0].a0;
 			const float *acc_d = acc_s + 2 * tpc0 * rw0;
 			float *y = ST ? S->l[l].y : p.y;
