@@ -212,14 +212,8 @@ __device__ __forceinline__ void wait_count(uint32_t *c, uint32_t n, const char *
 __device__ __forceinline__ void grid_sync(unsigned *bar, uint32_t target)
 {
 	csync();
-	if (threadIdx.x == 0) {
-		__threadfence();
-		atomicAdd(bar, 1u);
-		uint64_t t0 = 0;
-		for (uint32_t v; (v = ld_acquire(bar)) < target;)
-			watch(t0, "grid barrier", target, v);
-		__threadfence();
-	}
+	if (threadIdx.x == 0)
+		sm::grid_arrive(bar, target);
 	csync();
 }
 

@@ -174,6 +174,20 @@ __device__ __forceinline__ void watch(uint64_t &t0, const char *what, uint32_t i
 	else if (t - t0 > WATCH_NS)
 		stuck(what, i, n);
 }
+// Thread 0's part of a grid barrier of a stack kernel: this CTA's writes
+// before it (ordered by a CTA barrier) visible, its arrival at *bar, then
+// the wait for target arrivals of all CTAs (all resident).
+__device__ __forceinline__ void grid_arrive(unsigned *bar, uint32_t target)
+{
+	__threadfence();
+	atomicAdd(bar, 1u);
+	uint64_t t0 = 0;
+	for (uint32_t v; (v = ld_acquire(bar)) < target;) {
+		__nanosleep(32);
+		watch(t0, "grid barrier", target, v);
+	}
+	__threadfence();
+}
 
 // A stack of layers in one launch (ST: small_stack in moe_gpu.cu, kernel configuration
 // pstack=1 - 8 on tier-format stacks): the layers' own x, y, experts (in
@@ -458,17 +472,8 @@ __device__ __forceinline__ void small_body(const MoeParams &p, const Args &a, co
 			// every CTA's y and its reads of h done; then the partial sums afresh
 			__syncthreads();
 			mark(STRATA_SMALL_TS_Y);
-			if (tid == 0) {
-				__threadfence();
-				atomicAdd(p.sync + BAR, 1u);
-				const uint32_t target = (l + 1) * gridDim.x;
-				uint64_t w0 = 0;
-				for (uint32_t v; (v = ld_acquire(p.sync + BAR)) < target;) {
-					__nanosleep(32);
-					watch(w0, "grid barrier", target, v);
-				}
-				__threadfence();
-			}
+			if (tid == 0)
+				grid_arrive(p.sync + BAR, (l + 1) * gridDim.x);
 			__syncthreads();
 			for (uint32_t i = tid; i < nacc; i += blockDim.x)
 				acc_s[i] = 0.0f;

@@ -1862,6 +1862,8 @@ bool small_geom(MoeParams *p, int fmt, int mode, bool tab, sm::Args &a, bool *fu
 	// reads, at least 16, so the rows of a warp start on different banks; a
 	// row per copy; rowc apart where that does not fit), partial sums, mbarriers.
 	const uint32_t rw0 = 32u >> a.g[0].lsh, rw1 = 32u >> a.g[1].lsh;
+	// the partial sums' and the mbarriers' bytes
+	const uint64_t accb = a16(4ull * (2 * a.g[0].tpc * rw0 + a.g[1].tpc * rw1)), mbb = 8ull * (2 * a.g[0].tpc + a.g[1].tpc);
 	uint64_t o = 0;
 	for (int pitched = mode == 2; pitched >= 0; pitched--) {
 		for (uint32_t d = 0; d < 2; d++) {
@@ -1875,8 +1877,8 @@ bool small_geom(MoeParams *p, int fmt, int mode, bool tab, sm::Args &a, bool *fu
 		o = a16(o0);
 		a.wo[0] = (uint32_t)o, o += (uint64_t)a.g[0].tpc * 2 * (a.cr[0] + a.sr[0]);
 		a.wo[1] = (uint32_t)o, o += (uint64_t)a.g[1].tpc * (a.cr[1] + a.sr[1]);
-		a.acc = (uint32_t)o, o = a16(o + 4ull * (2 * a.g[0].tpc * rw0 + a.g[1].tpc * rw1));
-		a.mbar = (uint32_t)o, o += 8ull * (2 * a.g[0].tpc + a.g[1].tpc);
+		a.acc = (uint32_t)o, o += accb;
+		a.mbar = (uint32_t)o, o += mbb;
 		if (o <= sm::SMEM_MAX)
 			break;
 	}
@@ -1884,14 +1886,14 @@ bool small_geom(MoeParams *p, int fmt, int mode, bool tab, sm::Args &a, bool *fu
 		// each region (gate|up rows, down rows, partial sums and mbarriers)
 		// below the zero bytes where it fits, else after the table
 		const uint64_t sz[3] = { (uint64_t)a.g[0].tpc * 2 * (a.cr[0] + a.sr[0]), (uint64_t)a.g[1].tpc * (a.cr[1] + a.sr[1]),
-					 a16(4ull * (2 * a.g[0].tpc * rw0 + a.g[1].tpc * rw1)) + 8ull * (2 * a.g[0].tpc + a.g[1].tpc) };
+					 accb + mbb };
 		uint32_t *at[3] = { &a.wo[0], &a.wo[1], &a.acc };
 		uint64_t lo = a16(act), hi = gv::SMEM_MAX;
 		for (int i = 0; i < 3; i++) {
 			uint64_t &e = lo + sz[i] <= gv::TR_ZERO_AT ? lo : hi;
 			*at[i] = (uint32_t)e, e = a16(e + sz[i]);
 		}
-		a.mbar = a.acc + (uint32_t)a16(4ull * (2 * a.g[0].tpc * rw0 + a.g[1].tpc * rw1));
+		a.mbar = a.acc + (uint32_t)accb;
 		o = hi;
 	}
 	if (o > sm::SMEM_MAX || (tab && (!tier || a.pitch[0] || a.pitch[1])))
