@@ -1265,8 +1265,9 @@ static struct strata_moe_config stack_cfg(int small, int pstack, int dec_tr)
 }
 
 /* One stack: layer l reads layer l-1's y (layer 0 a random x),
- * each y starts as random values (a residual stream, so the activations
- * neither vanish nor grow), every layer its own experts and routing.  Each
+ * each y starts as random values (a residual stream), every layer its own
+ * experts and routing, its routing weights scaled so that its output is
+ * the size of its residual (the activations neither vanish nor grow).  Each
  * layer's GPU output is checked against the CPU reference applied to the
  * GPU's input of that layer (the previous layer's GPU output): a layer that
  * read its x before the previous layer had finished adding into it, or whose
@@ -1317,10 +1318,7 @@ static uint64_t run_stack_case(const struct stack_case *sc, const struct strata_
 	}
 	for (size_t i = 0; i < nx; i++)
 		x0[i] = rnd_w();
-	/* residuals small against a layer's output, so that each layer's output
-	 * is a visible part of the next layer's input (with 0.25 rnd_w(), a
-	 * single Kimi-sized expert of routing weight ~0.1 added 0.028 of it,
-	 * under the 0.05 the check below asks for) */
+	/* residuals: each layer's output is scaled to their size below */
 	for (size_t i = 0; i < L * nx; i++)
 		r[i] = 0.05f * rnd_w();
 	float *dx = dmalloc(nx * 4), *dy = dmalloc(L * nx * 4);
@@ -1333,6 +1331,35 @@ static uint64_t run_stack_case(const struct stack_case *sc, const struct strata_
 			.n_assign = T * K, .assign_expert = ae + (size_t)l * T * K, .assign_token = at + (size_t)l * T * K,
 			.assign_weight = aw + (size_t)l * T * K,
 		};
+	/* Each layer's routing weights scaled so that its output is the size of
+	 * its residual (the CPU reference along the stack): a layer is quadratic
+	 * in its input (silu(gate) x up), so a stack whose synthetic experts gain
+	 * grows doubly exponentially (a 1024 x 512 cold stack overflowed to inf
+	 * by its fifth layer) and one whose experts lose vanishes into its
+	 * residuals. */
+	{
+		float *xc = malloc(nx * 4), *yc = malloc(nx * 4);
+		assert_true(xc && yc);
+		memcpy(xc, x0, nx * 4);
+		for (uint32_t l = 0; l < L; l++) {
+			struct strata_moe_call c = calls[l];
+			memcpy(yc, r + l * nx, nx * 4);
+			c.x = xc, c.y = yc, c.extents = (const void *const *)(hext + l * NE);
+			assert_int_equal(strata_moe_layer_ref(&c, &err), STRATA_OK);
+			double o = 0, rr = 0;
+			for (size_t i = 0; i < nx; i++) {
+				const double d = (double)yc[i] - r[l * nx + i];
+				o += d * d, rr += (double)r[l * nx + i] * r[l * nx + i];
+			}
+			assert_true(isfinite(o) && o > 0);
+			const float g = (float)sqrt(rr / o);
+			for (size_t a = 0; a < (size_t)T * K; a++)
+				aw[(size_t)l * T * K + a] *= g;
+			for (size_t i = 0; i < nx; i++)
+				xc[i] = r[l * nx + i] + g * (yc[i] - r[l * nx + i]);
+		}
+		free(xc), free(yc);
+	}
 	/* the same stack chained, chained with the L2 prefetch, as plain launches */
 	static const unsigned flags[] = { 0, STRATA_MOE_STACK_L2PF, STRATA_MOE_STACK_PLAIN };
 	for (int f = 0; f < 3; f++) {
