@@ -94,16 +94,64 @@ static void random_matrix(int fmt, uint32_t rows, uint32_t cols, float rms, uint
 	free(w);
 }
 
-/* Host extent of fmt with random weights (scale ~ 1/sqrt(cols)). */
-static uint8_t *make_expert(int fmt, uint32_t hidden, uint32_t inter, struct strata_expert_layout *E)
+/* A matrix of a scalar format for the stack tests, which need hundreds of
+ * experts a case (quantizing takes ~0.2 s a Qwen-sized matrix): two random
+ * matrices per format and shape quantized once per process, each use one of
+ * them with its rows rotated by a random offset (codes and scales are
+ * row-major), so that the experts of a stack still differ.  Other formats
+ * (random codes: cheap) and layouts as random_matrix. */
+static void stack_matrix(int fmt, uint32_t rows, uint32_t cols, float rms, uint8_t *dst)
+{
+	static struct {
+		int fmt;
+		uint32_t rows, cols;
+		uint8_t *m[2];
+	} pool[32];
+	static int np;
+	struct strata_matrix_layout L;
+	assert_int_equal(strata_matrix_layout(fmt, rows, cols, &L), 0);
+	int i = 0;
+	while (i < np && !(pool[i].fmt == fmt && pool[i].rows == rows && pool[i].cols == cols))
+		i++;
+	if (!strata_fmt_is_scalar(fmt) || L.codes_bytes % rows || L.scales_bytes % rows || i == 32) {
+		random_matrix(fmt, rows, cols, rms, dst);
+		return;
+	}
+	if (i == np) {
+		pool[i].fmt = fmt, pool[i].rows = rows, pool[i].cols = cols;
+		for (int k = 0; k < 2; k++) {
+			assert_non_null(pool[i].m[k] = malloc(L.bytes));
+			random_matrix(fmt, rows, cols, rms, pool[i].m[k]);
+		}
+		np++;
+	}
+	const uint8_t *src = pool[i].m[rnd_u64() & 1];
+	const uint32_t off = (uint32_t)(rnd_u64() % rows);
+	const uint64_t cr = L.codes_bytes / rows, sr = L.scales_bytes / rows;
+	memcpy(dst, src, L.bytes);
+	for (uint32_t r = 0; r < rows; r++) {
+		const uint32_t q = (r + off) % rows;
+		memcpy(dst + L.codes_off + r * cr, src + L.codes_off + q * cr, cr);
+		memcpy(dst + L.scales_off + r * sr, src + L.scales_off + q * sr, sr);
+	}
+}
+
+/* Host extent of fmt with random weights (scale ~ 1/sqrt(cols)), its
+ * matrices made by fill (random_matrix, stack_matrix). */
+static uint8_t *make_expert_by(int fmt, uint32_t hidden, uint32_t inter, struct strata_expert_layout *E,
+			       void (*fill)(int, uint32_t, uint32_t, float, uint8_t *))
 {
 	assert_int_equal(strata_expert_layout(fmt, hidden, inter, E), 0);
 	uint8_t *ext = calloc(1, E->bytes);
 	assert_non_null(ext);
-	random_matrix(fmt, inter, hidden, 1.0f / sqrtf((float)hidden), ext + E->gate_off);
-	random_matrix(fmt, inter, hidden, 1.0f / sqrtf((float)hidden), ext + E->up_off);
-	random_matrix(fmt, hidden, inter, 1.0f / sqrtf((float)inter), ext + E->down_off);
+	fill(fmt, inter, hidden, 1.0f / sqrtf((float)hidden), ext + E->gate_off);
+	fill(fmt, inter, hidden, 1.0f / sqrtf((float)hidden), ext + E->up_off);
+	fill(fmt, hidden, inter, 1.0f / sqrtf((float)inter), ext + E->down_off);
 	return ext;
+}
+static uint8_t *make_expert(int fmt, uint32_t hidden, uint32_t inter, struct strata_expert_layout *E)
+{
+	return make_expert_by(fmt, hidden, inter, E, random_matrix);
 }
 
 static double rel_err(const float *a, const float *ref, const float *base, size_t n, int *nonfinite)
@@ -1294,23 +1342,32 @@ static uint64_t run_stack_case(const struct stack_case *sc, const struct strata_
 	uint64_t gv_layers = 0, ntab = UINT64_MAX;
 	for (uint32_t l = 0; l < L; l++) {
 		const uint32_t lf = l < 6 ? l : 5; /* sc->fmt and bound: past the sixth layer as the sixth */
+		const size_t a0 = (size_t)l * T * K;
+		random_routing(T, K, NE, ae + a0, at + a0, aw + a0);
+		uint8_t routed[64] = { 0 };
+		for (uint32_t a = 0; a < T * K; a++)
+			routed[ae[a0 + a]] = 1;
 		for (uint32_t e = 0; e < NE; e++) {
 			const int f = sc->fmt[lf];
 			uint8_t *fm = &fmts[l * NE + e];
 			*fm = (uint8_t)(f >= 0 ? f : e % 2 ? STRATA_FMT_WARM : f == -5 ? STRATA_FMT_Q4 : STRATA_FMT_Q3);
 			struct strata_expert_layout E;
-			hext[l * NE + e] = make_expert(*fm, H, I, &E);
+			/* experts no token picks: zeros (never read) */
+			if (routed[e]) {
+				hext[l * NE + e] = make_expert_by(*fm, H, I, &E, stack_matrix);
+			} else {
+				assert_int_equal(strata_expert_layout(*fm, H, I, &E), 0);
+				assert_non_null(hext[l * NE + e] = calloc(1, E.bytes));
+			}
 			dext[l * NE + e] = dmalloc(E.bytes);
 			h2d(dext[l * NE + e], hext[l * NE + e], E.bytes);
 			/* T: the most tokens any expert of the layer can have */
 			const double b = bound_for(*fm, tier_bf16_tiles(T, 0));
 			bound[lf] = b > bound[lf] ? b : bound[lf];
 		}
-		const size_t a0 = (size_t)l * T * K;
 		/* the row-streaming kernel takes the layer's q4/q3 experts when each has
 		 * at most 4 tokens (more: BF16 copies, as plain launches in a stack) */
 		uint32_t most = 0, cnt[64] = { 0 };
-		random_routing(T, K, NE, ae + a0, at + a0, aw + a0);
 		for (uint32_t a = 0; a < T * K; a++)
 			if (strata_fmt_is_scalar(fmts[l * NE + ae[a0 + a]]) && ++cnt[ae[a0 + a]] > most)
 				most = cnt[ae[a0 + a]];
@@ -1471,9 +1528,11 @@ static void test_moe_stack(void **state)
 	};
 	struct strata_moe_config dflt;
 	strata_gpu_moe_config_defaults(&dflt);
+	/* the small-layer kernel off (test_moe_small runs these stacks on it) */
+	const struct strata_moe_config k0 = stack_cfg(0, 0, dflt.dec_tr);
 	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++)
 		if (case_picked(cases[c].name))
-			run_stack_case(&cases[c], &dflt, 0);
+			run_stack_case(&cases[c], &k0, 0);
 	/* bad calls */
 	struct strata_moe_call two[2] = { { 0 } };
 	assert_int_equal(strata_gpu_moe_stack(two, 0, 0, &err), STRATA_EINVAL);
@@ -1660,10 +1719,12 @@ static void test_moe_small(void **state)
 		{ "sstack-mix", 1024, 512, 1, 6, 4, 5,
 		  { STRATA_FMT_Q4, STRATA_FMT_HOT, STRATA_FMT_Q3, STRATA_FMT_WARM, STRATA_FMT_COLD } },
 	};
+	struct strata_moe_config dflt;
+	strata_gpu_moe_config_defaults(&dflt);
 	for (int v = 1; v <= 2; v++)
 		for (size_t c = 0; c < sizeof(stacks) / sizeof(stacks[0]); c++)
 			if (case_picked(stacks[c].name)) {
-				const struct strata_moe_config kv = stack_cfg(v, 0, -1);
+				const struct strata_moe_config kv = stack_cfg(v, 0, dflt.dec_tr);
 				run_stack_case(&stacks[c], &kv, 0);
 			}
 	kernel_config(NULL);
