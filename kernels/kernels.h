@@ -327,17 +327,21 @@ int strata_gpu_moe_check(int fmt, uint32_t hidden, uint32_t inter, struct strata
  *                                                layer); hot, warm, cold stacks with as many
  *                                                experts in every layer on the small-layer
  *                                                kernel over the stack (moe_dec_small.cuh: one
- *                                                launch per 16 layers, the next layer's weights
- *                                                copied as each phase ends, a grid barrier a
+ *                                                launch per 16 layers, a layer's down weights
+ *                                                copied once its x is staged, the next layer's
+ *                                                gate|up once its h is, a grid barrier a
  *                                                layer; the window does not apply; dec_tr=2 or 3:
  *                                                the codebook table decoder where the table fits
  *                                                beside the layer's share, filled once a launch)
  *                                                where its geometry fits and divides evenly; 0: the
- *                                                kernels above.  Off by default:
- *                                                not yet measured against them on the GPU (its
- *                                                emulation, 2 pieces in flight: 10.0 - 10.3 vs
- *                                                14.0 us a Qwen layer, 3 - 16 pieces 10.4 -
- *                                                10.9; experiments/kernels/README.md)
+ *                                                kernels above.  Off by default: measured
+ *                                                (H200, 16-layer Qwen3-30B-A3B stacks, same
+ *                                                run) q4 15.3 - 15.4 us a layer against 13.9
+ *                                                (1 piece 19.7), q3 16.5 - 17.1 against 16.5
+ *                                                (its emulation promised 10.0 - 10.3); hot /
+ *                                                warm / cold 20.9 / 20.8 / 20.7 against the
+ *                                                chained 21.4 / 21.4 / 20.5
+ *                                                (experiments/kernels/README.md)
  *
  * Everything else the kernels do is fixed: 16-warp persistent CTAs for
  * 8-token tiles and 8 warps for 16-token ones, stage copies by the bulk copy
