@@ -413,8 +413,11 @@ uint64_t strata_gpu_moe_launches(enum strata_gpu_launch kind);
  * (0: the CTA has no such phase, e.g. no gate|up task).  The small-layer
  * kernel over a stack (pstack on tier stacks) records each layer as a
  * launch of its own: [0] at the layer's start, END and [1] after the grid
- * barrier that ends it; ISSUED and PDL in the first layer only.  The phases,
- * in order:
+ * barrier that ends it; ISSUED and PDL in the first layer only.  So does the
+ * persistent stack kernel (pstack on q4 / q3 stacks): ISSUED when its
+ * producer has issued the layer's gate|up pieces (mostly before the layer's
+ * start: a negative time), CNT_WAIT the first grid barrier passed, no PDL,
+ * CNT_PUB or Y.  The phases, in order:
  */
 enum strata_small_ts {
 	STRATA_SMALL_TS_START,      /* kernel start */

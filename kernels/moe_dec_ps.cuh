@@ -81,7 +81,51 @@ struct Args {
 	uint32_t win;          // pieces in flight at most (<= WIN_MAX)
 	float *h;              // SMAX x inter floats
 	unsigned *bar;         // [0] grid barrier arrivals, [1] CTAs out; both 0 between launches
+	unsigned long long *ts; // small_ts=1: the ring of phase timestamps (strata_gpu_small_phases), else null
+	uint32_t ts_i;          // layer l's slot in it: ts_i + l
 	Layer l[LMAX];
+};
+
+// small_ts=1: the phase timestamps of kernels.h's strata_small_ts, a layer a
+// launch as the small-layer kernel over a stack records them: [0] the global
+// timer at the layer's start (the kernel's, or the end of the previous
+// layer's second grid barrier), [1] at its end (its second grid barrier),
+// ISSUED: the producer's layer's gate|up pieces issued (usually during the
+// previous layer), CNT_WAIT: the first grid barrier (every h written)
+// passed; the others as the small-layer kernel's.  Every record of the
+// launch zeroed at its start by thread 0, before the producer runs.
+struct Ts {
+	unsigned long long *base;
+	uint32_t i0;
+	__device__ __forceinline__ Ts(const Args &a) : base(a.ts), i0(a.ts_i)
+	{
+		if (base && threadIdx.x == 0)
+			for (uint32_t l = 0; l < a.layers; l++)
+				for (uint32_t i = 0; i < sm::TS_WORDS; i++)
+					rec(l)[i] = 0;
+	}
+	__device__ __forceinline__ unsigned long long *rec(uint32_t l) const
+	{
+		const size_t slot = (i0 + l) % STRATA_SMALL_TS_LAUNCHES;
+		return base + (slot * STRATA_SMALL_TS_CTAS + blockIdx.x) * sm::TS_WORDS;
+	}
+	// phase ph of layer l passed (by one thread)
+	__device__ __forceinline__ void mark(uint32_t l, int ph) const
+	{
+		if (base)
+			rec(l)[2 + ph] = clock64();
+	}
+	// the layer's start, its end
+	__device__ __forceinline__ void start(uint32_t l) const
+	{
+		if (base)
+			rec(l)[0] = sm::gtimer(), mark(l, STRATA_SMALL_TS_START);
+	}
+	__device__ __forceinline__ void end(uint32_t l) const
+	{
+		if (base)
+			mark(l, STRATA_SMALL_TS_END), rec(l)[1] = sm::gtimer();
+	}
 };
 
 // CTA c's share [b, e) of n items over g CTAs.
@@ -257,6 +301,7 @@ template <int FMT, class P> __global__ void __launch_bounds__(32 * (W + 1), 1) p
 	}
 	if (tid < NH_MAX)
 		mxh[tid] = 0;
+	const Ts tsr(a);
 	__syncthreads();
 	if (warp == W) {
 		// The producer.  A piece's mbarrier completes one phase per use
@@ -294,6 +339,7 @@ template <int FMT, class P> __global__ void __launch_bounds__(32 * (W + 1), 1) p
 				bulk_copy(dst + 2 * RS * rc0, e + f.off[0] + f.soff[0] + (uint64_t)r0 * rs0, RS * rs0, mb);
 				bulk_copy(dst + 2 * RS * rc0 + RS * rs0, e + f.off[1] + f.soff[0] + (uint64_t)r0 * rs0, RS * rs0, mb);
 			}
+			tsr.mark(l, STRATA_SMALL_TS_ISSUED);
 			wait_count(&dn_done, l, "down done, layers");
 			fence_proxy_async();
 			for (uint32_t k = 0; d0 + k * DQ < d1; k++) {
@@ -318,11 +364,16 @@ template <int FMT, class P> __global__ void __launch_bounds__(32 * (W + 1), 1) p
 	// this warp's pieces k = warp + W i: their uses so far (gate|up, down)
 	static_assert(NPD_MAX == W, "a warp's down piece: one a layer");
 	uint32_t ug[NPG_MAX / W] = {}, ud = 0, nbar = 0;
+	const bool t0 = tid == 0; // the timestamps' thread
+	if (t0)
+		tsr.start(0);
 	for (uint32_t l = 0; l < a.layers; l++) {
 		const Layer &L = a.l[l];
 		const auto [g0, g1, d0, d1] = span_of(L, sg, sd);
 		// gate|up: x, then row set k by warp k % W, h = silu(gate) up
 		stage<P>(L.x, 0, 1, a.hidden, f.pc[0], a.xs, a.xz, &mxx);
+		if (t0)
+			tsr.mark(l, STRATA_SMALL_TS_XSTAGED);
 		const float ix = gv::row_inv<P>(mxx);
 		uint32_t xu[1][P::NG], cu[1];
 #pragma unroll
@@ -341,6 +392,8 @@ template <int FMT, class P> __global__ void __launch_bounds__(32 * (W + 1), 1) p
 			for (uint32_t i = 0; i < RS; i++)
 				ag[i] = au[i] = 0.0f;
 			wait_piece(mb0 + 8 * k, ug[m]++ & 1, k);
+			if (t0 && m == 0)
+				tsr.mark(l, STRATA_SMALL_TS_MBAR0);
 			for (uint32_t j = lane; j < cpr0; j += 32) {
 				Buf bg, bu;
 				Ld<P>::template load_xr<5>(bg, pc_, ps_, j, rc0, rs0);
@@ -355,15 +408,22 @@ template <int FMT, class P> __global__ void __launch_bounds__(32 * (W + 1), 1) p
 				a.h[(uint64_t)s * a.inter + r0 + lane] = g / (1.0f + expf(-g)) * u;
 			}
 		}
+		if (t0)
+			tsr.mark(l, STRATA_SMALL_TS_GU_W0);
 		csync();
 		if (tid == 0) {
+			tsr.mark(l, STRATA_SMALL_TS_GU);
 			publish_count(&gu_done, l + 1);
 			mxx = 0;
 		}
 		grid_sync(a.bar, ++nbar * G);
+		if (t0)
+			tsr.mark(l, STRATA_SMALL_TS_CNT_WAIT);
 		// down: the h rows of the CTA's experts, then a warp per piece
 		const uint32_t e0 = d0 < d1 ? d0 / sd : 0, nh = d0 < d1 ? (d1 - 1) / sd - e0 + 1 : 0;
 		stage<P>(a.h + (uint64_t)e0 * a.inter, a.inter, nh, a.inter, f.pc[1], a.hs, a.hz, mxh);
+		if (t0)
+			tsr.mark(l, STRATA_SMALL_TS_DN_STAGED);
 		const uint32_t grp = lane / LD, sub = lane % LD;
 		if (const uint32_t t = warp; d0 + t * DQ < d1) {
 			// row set kq of the piece; past the CTA's last, its first (computed, not written)
@@ -388,12 +448,21 @@ template <int FMT, class P> __global__ void __launch_bounds__(32 * (W + 1), 1) p
 			if (kq == grp && sub < RS)
 				atomicAdd(L.y + r0 + sub, L.w[s] * pick(ad, sub) * gv::row_inv<P>(mxh[r]));
 		}
+		if (t0)
+			tsr.mark(l, STRATA_SMALL_TS_DN_W0);
 		csync();
-		if (tid == 0)
+		if (tid == 0) {
+			tsr.mark(l, STRATA_SMALL_TS_DN);
 			publish_count(&dn_done, l + 1);
+		}
 		if (tid < NH_MAX)
 			mxh[tid] = 0;
 		grid_sync(a.bar, ++nbar * G);
+		if (t0) {
+			tsr.end(l);
+			if (l + 1 < a.layers)
+				tsr.start(l + 1);
+		}
 	}
 	// The last CTA out resets the barrier for the next launch (every CTA
 	// has passed its last poll before it counts itself out).

@@ -1903,10 +1903,10 @@ bool small_geom(MoeParams *p, int fmt, int mode, bool tab, sm::Args &a, bool *fu
 }
 
 // small_ts=1: the next n slots of the ring of phase timestamps for a
-// small-layer launch of grid CTAs (over a stack: a slot a layer) in a.ts,
-// a.ts_i; none (a.ts null) when off or the launch has more CTAs than a slot
-// records.
-int small_ts(uint32_t grid, uint32_t n, sm::Args &a, struct strata_error *err)
+// small-layer launch of grid CTAs (over a stack, or the persistent stack
+// kernel's: a slot a layer) in a.ts, a.ts_i (A: sm::Args, ps::Args); none
+// (a.ts null) when off or the launch has more CTAs than a slot records.
+template <class A> int small_ts(uint32_t grid, uint32_t n, A &a, struct strata_error *err)
 {
 	a.ts = nullptr, a.ts_i = 0;
 	if (!g_ctx.cfg.small_ts || grid > STRATA_SMALL_TS_CTAS)
@@ -2676,7 +2676,8 @@ int pstack_launch(const struct strata_moe_call *calls, uint32_t n, ps::Args *a, 
 			for (uint32_t i = 0; i < c.n_assign; i++)
 				L.ext[i] = (const uint8_t *)c.extents[c.assign_expert[i]], L.w[i] = c.assign_weight[i];
 		}
-		if ((rc = launch_k(k, (uint32_t)g_ctx.sms, 32 * (ps::W + 1), smem, st, false, err, *a)))
+		if ((rc = small_ts((uint32_t)g_ctx.sms, a->layers, *a, err)) ||
+		    (rc = launch_k(k, (uint32_t)g_ctx.sms, 32 * (ps::W + 1), smem, st, false, err, *a)))
 			return rc;
 		g_ctx.launches[STRATA_GPU_LAUNCH_PSTACK]++;
 	}

@@ -1542,7 +1542,7 @@ static void test_moe_stack(void **state)
 	assert_non_null(strstr(err.msg, "layer 1"));
 }
 
-static void check_small_phases(uint32_t n);
+static void check_small_phases(uint32_t n, int early_issue);
 
 /* Stacks in one launch per 16 layers (kernel configuration pstack=2) against
  * the CPU reference, every layer applied to its GPU input (h poisoned with
@@ -1614,24 +1614,33 @@ static void test_moe_pstack(void **state)
 		if (!strcmp(n, "ps-qwen-hot"))
 			assert_true(nt == 0);
 	}
-	/* small_ts=1 on the small-layer kernel over a stack: each layer of each
-	 * of the three runs recorded as a launch of its own, phases in order */
-	if (case_picked("ps-qwen-hot")) {
-		struct strata_moe_config kt = stack_cfg(0, 1, dflt.dec_tr);
-		kt.small_ts = 1;
-		struct strata_error err = { 0 };
-		uint32_t got = 0;
-		assert_string_equal(cases[12].sc.name, "ps-qwen-hot");
-		assert_int_equal(strata_gpu_small_phases(NULL, NULL, 0, &got, &err), STRATA_OK); /* drop older records */
-		run_stack_case(&cases[12].sc, &kt, cases[12].launches);
-		check_small_phases(3 * cases[12].sc.layers);
-	}
+	/* small_ts=1 on the small-layer kernel over a stack (the Qwen hot stack)
+	 * and on the persistent stack kernel (q4): each layer of each of the
+	 * three runs recorded as a launch of its own, phases in order (the
+	 * persistent kernel's producer issues a layer's pieces before its start) */
+	static const struct {
+		size_t c;
+		int pstack;
+	} tsc[] = { { 12, 1 }, { 0, 2 } };
+	for (size_t i = 0; i < 2; i++)
+		if (case_picked(cases[tsc[i].c].sc.name)) {
+			struct strata_moe_config kt = stack_cfg(0, tsc[i].pstack, dflt.dec_tr);
+			kt.small_ts = 1;
+			struct strata_error err = { 0 };
+			uint32_t got = 0;
+			assert_string_equal(cases[tsc[i].c].sc.name, i ? "ps-qwen-q4" : "ps-qwen-hot");
+			assert_int_equal(strata_gpu_small_phases(NULL, NULL, 0, &got, &err), STRATA_OK); /* drop older records */
+			run_stack_case(&cases[tsc[i].c].sc, &kt, cases[tsc[i].c].launches);
+			check_small_phases(3 * cases[tsc[i].c].sc.layers, i == 1);
+		}
 	kernel_config(NULL);
 }
 
 /* The timestamps of the last n small-layer launches (small_ts=1): all there,
- * every CTA's start before its end and its phases in order. */
-static void check_small_phases(uint32_t n)
+ * every CTA's start before its end and its phases in order (early_issue:
+ * but ISSUED, which the persistent stack kernel's producer passes for a
+ * layer before the layer starts). */
+static void check_small_phases(uint32_t n, int early_issue)
 {
 	struct strata_error err = { 0 };
 	const size_t per = (size_t)STRATA_SMALL_TS_CTAS * STRATA_SMALL_TS_WORDS;
@@ -1646,7 +1655,7 @@ static void check_small_phases(uint32_t n)
 			assert_true(w[0] && w[0] <= w[1]);
 			uint64_t last = 0;
 			for (int ph = 0; ph < STRATA_SMALL_TS_N; ph++) {
-				if (!w[2 + ph])
+				if (!w[2 + ph] || (early_issue && ph == STRATA_SMALL_TS_ISSUED))
 					continue;
 				assert_true(w[2 + ph] >= last);
 				last = w[2 + ph];
@@ -1708,7 +1717,7 @@ static void test_moe_small(void **state)
 			printf("moe[%s] small=%d: small-layer launches %llu\n", cases[c].mc.name, v, (unsigned long long)ng);
 			assert_true(ng == 2u * cases[c].launches);
 			if (v == 2)
-				check_small_phases((uint32_t)ng);
+				check_small_phases((uint32_t)ng, 0);
 		}
 	}
 	kernel_config(NULL);

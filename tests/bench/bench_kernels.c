@@ -76,7 +76,9 @@
  * when given; small=1 where neither takes the format): for each format of
  * --formats it takes at 1 token, one layer and one stack of --layers layers
  * (16 if not given), per launch the phases of kernels.h's strata_small_ts as
- * microseconds after the launch's first CTA started, median and slowest CTA.
+ * microseconds after the launch's first CTA started, median and slowest CTA
+ * (under pstack the stack's layers on the persistent stack kernel or the
+ * small-layer kernel over the stack, a layer a row).
  * --kernel: the kernel configuration for every table (kernels.h: e.g.
  * dec=off|12x4|8x4..., split=auto|N, bf16dec=off|16x4|12x6|8x8, bf16_kc=N,
  * sqdec=auto|off, sq_pf=0|1, sq_xs=0|1, sq_gv=0|1|2, sq_l2pf=0|1|2, prefill_min=N|off,
@@ -473,7 +475,7 @@ static void bench_stack(const struct shape *sh, int fmt, uint32_t T)
 	strata_gpu_free(w), strata_gpu_free(x), strata_gpu_free(y), strata_gpu_free(y0);
 }
 
-/* ---- phases: where the small-layer kernel's time goes (--phases) ---- */
+/* ---- phases: where the small-layer kernel's and the persistent stack kernel's time goes (--phases) ---- */
 
 /* The phases of the n small-layer launches in ts (strata_gpu_small_phases):
  * per launch and phase, microseconds after the launch's first CTA started
@@ -519,7 +521,7 @@ static void print_phases(const char *what, const uint64_t *ts, const uint32_t *g
 			for (uint32_t b = 0; b < grid[l]; b++) {
 				const uint64_t *w = L + (size_t)b * STRATA_SMALL_TS_WORDS;
 				if (w[2 + ph])
-					v[m++] = ((double)(w[0] - t0) + (double)(w[2 + ph] - w[2]) / ghz) / 1e3;
+					v[m++] = ((double)(w[0] - t0) + ((double)w[2 + ph] - (double)w[2]) / ghz) / 1e3;
 			}
 			if (!m) {
 				printf(" %13s", "-");
