@@ -1303,12 +1303,12 @@ struct stack_case {
 	int fmt[6]; /* per layer: a format, or -5 / -6: experts alternating q4 / q3 and warm */
 };
 
-/* The default kernel configuration with small, pstack and dec_tr set. */
-static struct strata_moe_config stack_cfg(int small, int pstack, int dec_tr)
+/* The default kernel configuration with small and pstack set. */
+static struct strata_moe_config stack_cfg(int small, int pstack)
 {
 	struct strata_moe_config kc;
 	strata_gpu_moe_config_defaults(&kc);
-	kc.small = small, kc.pstack = pstack, kc.dec_tr = dec_tr;
+	kc.small = small, kc.pstack = pstack;
 	return kc;
 }
 
@@ -1526,10 +1526,8 @@ static void test_moe_stack(void **state)
 		{ "stack-big-q4", 512, 256, 20, 2, 2, 3, { STRATA_FMT_Q4, STRATA_FMT_HOT, -6 } },
 		{ "stack-kimi-q4", 7168, 1536, 1, 1, 1, 2, { STRATA_FMT_Q4, STRATA_FMT_Q4 } },
 	};
-	struct strata_moe_config dflt;
-	strata_gpu_moe_config_defaults(&dflt);
 	/* the small-layer kernel off (test_moe_small runs these stacks on it) */
-	const struct strata_moe_config k0 = stack_cfg(0, 0, dflt.dec_tr);
+	const struct strata_moe_config k0 = stack_cfg(0, 0);
 	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++)
 		if (case_picked(cases[c].name))
 			run_stack_case(&cases[c], &k0, 0);
@@ -1587,16 +1585,16 @@ static void test_moe_pstack(void **state)
 		{ { "ps-rows-hot", 1040, 72, 1, 5, 4, 2, { HOT, HOT } }, 0 },
 		{ { "ps-hot-t2", 2048, 768, 2, 8, 8, 2, { HOT, HOT } }, 0 },
 	};
-	struct strata_moe_config dflt;
-	strata_gpu_moe_config_defaults(&dflt);
-	const struct strata_moe_config ps2 = stack_cfg(0, 2, dflt.dec_tr), tab = stack_cfg(0, 1, 2);
+	const struct strata_moe_config ps2 = stack_cfg(0, 2);
+	struct strata_moe_config tab = stack_cfg(0, 1);
+	tab.dec_tr = 2;
 	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++)
 		if (case_picked(cases[c].sc.name))
 			assert_true(run_stack_case(&cases[c].sc, &ps2, cases[c].launches) == 0);
 	for (int win = 1; win <= 8; win += 7)
 		for (size_t c = 0; c < 4; c += 3)
 			if (case_picked(cases[c].sc.name)) {
-				const struct strata_moe_config kw = stack_cfg(0, win, dflt.dec_tr);
+				const struct strata_moe_config kw = stack_cfg(0, win);
 				run_stack_case(&cases[c].sc, &kw, cases[c].launches);
 			}
 	/* dec_tr=2: the tier stacks through the codebook table where it fits
@@ -1624,7 +1622,7 @@ static void test_moe_pstack(void **state)
 	} tsc[] = { { 12, 1 }, { 0, 2 } };
 	for (size_t i = 0; i < 2; i++)
 		if (case_picked(cases[tsc[i].c].sc.name)) {
-			struct strata_moe_config kt = stack_cfg(0, tsc[i].pstack, dflt.dec_tr);
+			struct strata_moe_config kt = stack_cfg(0, tsc[i].pstack);
 			kt.small_ts = 1;
 			struct strata_error err = { 0 };
 			uint32_t got = 0;
@@ -1728,12 +1726,10 @@ static void test_moe_small(void **state)
 		{ "sstack-mix", 1024, 512, 1, 6, 4, 5,
 		  { STRATA_FMT_Q4, STRATA_FMT_HOT, STRATA_FMT_Q3, STRATA_FMT_WARM, STRATA_FMT_COLD } },
 	};
-	struct strata_moe_config dflt;
-	strata_gpu_moe_config_defaults(&dflt);
 	for (int v = 1; v <= 2; v++)
 		for (size_t c = 0; c < sizeof(stacks) / sizeof(stacks[0]); c++)
 			if (case_picked(stacks[c].name)) {
-				const struct strata_moe_config kv = stack_cfg(v, 0, dflt.dec_tr);
+				const struct strata_moe_config kv = stack_cfg(v, 0);
 				run_stack_case(&stacks[c], &kv, 0);
 			}
 	kernel_config(NULL);
