@@ -57,7 +57,7 @@ __global__ void __launch_bounds__(TAB ? 1024 : CEIL_THREADS)
 		tcq_tab_fill(0, threadIdx.x, blockDim.x);
 		__syncthreads();
 	}
-	const uint32_t tb = 4 * (threadIdx.x & 31);
+	const uint32_t tb = tcq_tab_base(0);
 	uint32_t w[4][2], b[4];
 	dceil::load_lane(in + (size_t)(tid % nlanes) * W, w, b);
 	float c[2][4] = {};

@@ -30,6 +30,18 @@ extern __shared__ __align__(128) uint8_t g_smem[];
 __device__ __forceinline__ uint32_t lds32(uint32_t o) { return *reinterpret_cast<const uint32_t *>(g_smem + o); }
 __device__ __forceinline__ uint32_t lds16(uint32_t o) { return *reinterpret_cast<const uint16_t *>(g_smem + o); }
 __device__ __forceinline__ uint4 lds128(uint32_t o) { return *reinterpret_cast<const uint4 *>(g_smem + o); }
+// 4 bytes at a 32-bit shared-window address (__cvta_generic_to_shared(g_smem)
+// + an offset): for addresses computed whole, as the codebook table's IDP4A
+// gives them.  An offset from g_smem costs an add per load wherever the
+// compiler keeps g_smem's window address in a vector register (the row-
+// streaming tier kernel did: ~1 instruction a weight; experiments/kernels/
+// README.md, "SASS on the CPU machine").
+__device__ __forceinline__ uint32_t ldsw32(uint32_t a)
+{
+	uint32_t v;
+	asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(a));
+	return v;
+}
 
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi)
 {

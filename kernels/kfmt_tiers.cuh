@@ -53,10 +53,10 @@ __device__ __forceinline__ uint32_t tcq_pair(uint32_t h0, uint32_t h1)
 // only through the byte sum s = 0..1020 of its hash, so f(s) is tabulated
 // (f in both halves of a u32), one copy per shared-memory bank: entry s of
 // bank l at byte offset 128 * s + 4 * l of the table, so lane l reads bank l
-// only and a warp's lookups never conflict.  IDP4A then gives the lookup
-// address straight from the hash (128 * s + the lane's column), and a pair of
-// weights costs 2 LDS + 1 PRMT instead of PRMT + 3 HFMA2 (same values:
-// tcq_tab_fill evaluates tcq_pair once per s).
+// only and a warp's lookups never conflict.  IDP4A then gives the lookup's
+// shared-window address straight from the hash (128 * s + the lane's column
+// + the table's address), and a pair of weights costs 2 LDS + 1 PRMT instead
+// of PRMT + 3 HFMA2 (same values: tcq_tab_fill evaluates tcq_pair once per s).
 constexpr uint32_t TCQ_TAB_ENTRIES = 1021, TCQ_TAB_BYTES = TCQ_TAB_ENTRIES * 128;
 
 // Fill the table at shared byte offset base, thread i of n (every thread of
@@ -69,12 +69,19 @@ __device__ __forceinline__ void tcq_tab_fill(uint32_t base, uint32_t i, uint32_t
 	}
 }
 
-// f of two windows as a half2 (w0 low); tb = table base + 4 * lane.
+// The table's lookup base of this lane: the shared-window address of the
+// table at offset `at` of g_smem, plus 4 * lane.
+__device__ __forceinline__ uint32_t tcq_tab_base(uint32_t at)
+{
+	return (uint32_t)__cvta_generic_to_shared(g_smem) + at + 4 * (threadIdx.x & 31);
+}
+
+// f of two windows as a half2 (w0 low); tb = tcq_tab_base(the table's offset).
 __device__ __forceinline__ uint32_t tcq_tab_pair(uint32_t w0, uint32_t w1, uint32_t tb)
 {
 	uint32_t a0 = __dp4a(w0 * STRATA_TCQ_HASH_A + STRATA_TCQ_HASH_B, 0x80808080u, tb);
 	uint32_t a1 = __dp4a(w1 * STRATA_TCQ_HASH_A + STRATA_TCQ_HASH_B, 0x80808080u, tb);
-	return __byte_perm(lds32(a0), lds32(a1), 0x7610);
+	return __byte_perm(ldsw32(a0), ldsw32(a1), 0x7610);
 }
 
 template <int FMT> struct FmtTier {
@@ -123,7 +130,7 @@ template <int FMT> struct FmtTier {
 	{
 		decode8x(bits_s(c, j), o);
 	}
-	// decode8x / decode8 through the table at tb (tcq_tab_pair)
+	// decode8x / decode8 through the table at tb (tcq_tab_base, tcq_tab_pair)
 	template <int I> __device__ __forceinline__ static uint32_t tw(uint32_t x)
 	{
 		return (x >> rel(I)) & STRATA_TCQ_MASK;

@@ -101,17 +101,11 @@ __device__ __forceinline__ void l2_prefetch(const uint8_t *q, uint32_t n)
 	asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(q), "r"(n) : "memory");
 }
 
-// 16 (4) bytes of shared memory at a 32-bit shared-window address.
+// 16 bytes of shared memory at a 32-bit shared-window address (4: ldsw32).
 __device__ __forceinline__ uint4 lds(uint32_t a)
 {
 	uint4 v;
 	asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
-	return v;
-}
-__device__ __forceinline__ uint32_t lds4(uint32_t a)
-{
-	uint32_t v;
-	asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(a));
 	return v;
 }
 
@@ -318,7 +312,7 @@ struct Q4 {
 					if constexpr (CZ4)
 						c = (int)(u == 0 ? cz[k].x : u == 1 ? cz[k].y : u == 2 ? cz[k].z : cz[k].w);
 					else
-						c = (int)lds4(cb[k] + o + 4 * u);
+						c = (int)ldsw32(cb[k] + o + 4 * u);
 					acc[k] = fmaf(sc[u], (float)q4_dot8(x, w[u], c), acc[k]);
 				}
 			}
@@ -355,7 +349,7 @@ struct Q4 {
 				int c0[NT];
 #pragma unroll
 				for (int k = 0; k < NT; k++)
-					x[k] = lds((PTR ? xu[k][u] : xu[k][0] + u * us) + 16 * j), c0[k] = (int)lds4(cu[k] + 16 * j + 4 * u);
+					x[k] = lds((PTR ? xu[k][u] : xu[k][0] + u * us) + 16 * j), c0[k] = (int)ldsw32(cu[k] + 16 * j + 4 * u);
 #pragma unroll
 				for (uint32_t i = 0; i < NB; i++) {
 					const uint32_t sw = u < 2 ? b.s[i].x : b.s[i].y;

@@ -86,47 +86,11 @@ struct Args {
 	Layer l[LMAX];
 };
 
-// small_ts=1: the phase timestamps of kernels.h's strata_small_ts, a layer a
-// launch as the small-layer kernel over a stack records them: [0] the global
-// timer at the layer's start (the kernel's, or the end of the previous
-// layer's second grid barrier), [1] at its end (its second grid barrier),
-// ISSUED: the producer's layer's gate|up pieces issued (usually during the
-// previous layer), CNT_WAIT: the first grid barrier (every h written)
-// passed; the others as the small-layer kernel's.  Every record of the
-// launch zeroed at its start by thread 0, before the producer runs.
-struct Ts {
-	unsigned long long *base;
-	uint32_t i0;
-	__device__ __forceinline__ Ts(const Args &a) : base(a.ts), i0(a.ts_i)
-	{
-		if (base && threadIdx.x == 0)
-			for (uint32_t l = 0; l < a.layers; l++)
-				for (uint32_t i = 0; i < sm::TS_WORDS; i++)
-					rec(l)[i] = 0;
-	}
-	__device__ __forceinline__ unsigned long long *rec(uint32_t l) const
-	{
-		const size_t slot = (i0 + l) % STRATA_SMALL_TS_LAUNCHES;
-		return base + (slot * STRATA_SMALL_TS_CTAS + blockIdx.x) * sm::TS_WORDS;
-	}
-	// phase ph of layer l passed (by one thread)
-	__device__ __forceinline__ void mark(uint32_t l, int ph) const
-	{
-		if (base)
-			rec(l)[2 + ph] = clock64();
-	}
-	// the layer's start, its end
-	__device__ __forceinline__ void start(uint32_t l) const
-	{
-		if (base)
-			rec(l)[0] = sm::gtimer(), mark(l, STRATA_SMALL_TS_START);
-	}
-	__device__ __forceinline__ void end(uint32_t l) const
-	{
-		if (base)
-			mark(l, STRATA_SMALL_TS_END), rec(l)[1] = sm::gtimer();
-	}
-};
+// small_ts=1: sm::Ts, a layer a record as the small-layer kernel over a
+// stack keeps them; ISSUED: the producer's gate|up pieces of the layer issued
+// (usually during the previous layer, so every record is zeroed at the
+// launch's start, before the producer runs), CNT_WAIT: the first grid
+// barrier (every h written) passed; the others as the small-layer kernel's.
 
 // CTA c's share [b, e) of n items over g CTAs.
 __host__ __device__ __forceinline__ void share(uint32_t n, uint32_t c, uint32_t g, uint32_t &b, uint32_t &e)
@@ -301,7 +265,7 @@ template <int FMT, class P> __global__ void __launch_bounds__(32 * (W + 1), 1) p
 	}
 	if (tid < NH_MAX)
 		mxh[tid] = 0;
-	const Ts tsr(a);
+	const sm::Ts tsr(a.ts, a.ts_i, a.layers);
 	__syncthreads();
 	if (warp == W) {
 		// The producer.  A piece's mbarrier completes one phase per use

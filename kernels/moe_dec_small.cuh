@@ -95,6 +95,44 @@ __device__ __forceinline__ unsigned long long gtimer()
 	return t;
 }
 
+// A launch's records, one a layer as if each were a launch of its own: layer
+// l in slot (ts_i + l) of the ring at ts (null: none recorded), [0] the
+// global timer at the layer's start, [1] at its end, [2 + ph] clock64() when
+// phase ph passed.  Thread 0 zeroes every layer's record at construction
+// (a __syncthreads() must follow before another thread marks); the other
+// calls are made by the one thread that records the phase.
+struct Ts {
+	unsigned long long *base;
+	uint32_t i0;
+	__device__ __forceinline__ Ts(unsigned long long *ts, uint32_t ts_i, uint32_t layers) : base(ts), i0(ts_i)
+	{
+		if (base && threadIdx.x == 0)
+			for (uint32_t l = 0; l < layers; l++)
+				for (uint32_t i = 0; i < TS_WORDS; i++)
+					rec(l)[i] = 0;
+	}
+	__device__ __forceinline__ unsigned long long *rec(uint32_t l) const
+	{
+		const size_t slot = (i0 + l) % STRATA_SMALL_TS_LAUNCHES;
+		return base + (slot * STRATA_SMALL_TS_CTAS + blockIdx.x) * TS_WORDS;
+	}
+	__device__ __forceinline__ void mark(uint32_t l, int ph) const
+	{
+		if (base)
+			rec(l)[2 + ph] = clock64();
+	}
+	__device__ __forceinline__ void start(uint32_t l) const
+	{
+		if (base)
+			rec(l)[0] = gtimer(), mark(l, STRATA_SMALL_TS_START);
+	}
+	__device__ __forceinline__ void end(uint32_t l) const
+	{
+		if (base)
+			mark(l, STRATA_SMALL_TS_END), rec(l)[1] = gtimer();
+	}
+};
+
 // A policy's register buffer (LSH = -1: a scale word per chunk) filled from
 // the rows' bytes in shared memory (c, s: offsets in g_smem of the row's codes
 // and scales) at chunks j0 + (i << lsh), those past the row clamped to its last
@@ -228,32 +266,20 @@ __device__ __forceinline__ void small_body(const MoeParams &p, const Args &a, co
 {
 	using Buf = typename P::template Buf<-1>;
 	const uint32_t tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-	// small_ts=1: this CTA's timestamps of layer l (slot a.ts_i + l of the ring at a.ts)
-	unsigned long long *ts = nullptr;
+	const uint32_t nl = ST ? S->layers : 1;
+	// small_ts=1: this CTA's timestamps, by thread 0, of layer tl
+	const Ts tsr(a.ts, a.ts_i, nl);
+	uint32_t tl = 0;
 	auto mark = [&](int ph) {
-		if (ts && tid == 0)
-			ts[2 + ph] = clock64();
+		if (tid == 0)
+			tsr.mark(tl, ph);
 	};
-	auto ts_layer = [&](uint32_t l) {
-		const size_t slot = (a.ts_i + l) % STRATA_SMALL_TS_LAUNCHES;
-		ts = a.ts ? a.ts + (slot * STRATA_SMALL_TS_CTAS + blockIdx.x) * TS_WORDS : nullptr;
-		if (ts && tid == 0) {
-			ts[0] = gtimer();
-			for (int i = 1; i < (int)TS_WORDS; i++)
-				ts[i] = 0;
-		}
-		mark(STRATA_SMALL_TS_START);
-	};
-	auto ts_end = [&]() {
-		mark(STRATA_SMALL_TS_END);
-		if (ts && tid == 0)
-			ts[1] = gtimer();
-	};
-	ts_layer(0);
+	if (tid == 0)
+		tsr.start(0);
 	const FmtTab &f = p.tab[FMT];
 	const uint32_t sbase = (uint32_t)__cvta_generic_to_shared(g_smem);
 	const uint32_t tpc0 = a.g[0].tpc, rw0 = 32u >> a.g[0].lsh, rw1 = 32u >> a.g[1].lsh;
-	const uint32_t nacc = 2 * tpc0 * rw0 + a.g[1].tpc * rw1, nl = ST ? S->layers : 1;
+	const uint32_t nacc = 2 * tpc0 * rw0 + a.g[1].tpc * rw1;
 	uint32_t t0[2], nt[2];
 #pragma unroll
 	for (int d = 0; d < 2; d++) {
@@ -494,8 +520,9 @@ __device__ __forceinline__ void small_body(const MoeParams &p, const Args &a, co
 			__syncthreads();
 			for (uint32_t i = tid; i < nacc; i += blockDim.x)
 				acc_s[i] = 0.0f;
-			ts_end(); // (after the grid barrier)
-			ts_layer(l + 1);
+			if (tid == 0) // (after the grid barrier)
+				tsr.end(l), tsr.start(l + 1);
+			tl = l + 1;
 		}
 	}
 	(void)nr;
@@ -514,7 +541,8 @@ __device__ __forceinline__ void small_body(const MoeParams &p, const Args &a, co
 			__threadfence();
 		}
 	}
-	ts_end();
+	if (tid == 0)
+		tsr.end(tl);
 }
 
 template <int FMT, class P, bool FULL>

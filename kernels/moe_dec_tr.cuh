@@ -124,7 +124,7 @@ template <int FMT, int DEC> struct Tier {
 	{
 		constexpr uint32_t p = F::BITS8 * I, q = p >> 5, q1 = q + 1 == NWD ? 0 : q + 1;
 		const uint32_t x = __funnelshift_r(w[q], w[q1], p & 31);
-		const uint32_t tb = TR_TAB_AT + 4 * (threadIdx.x & 31);
+		const uint32_t tb = tcq_tab_base(TR_TAB_AT);
 		if constexpr (DEC == 1) {
 			F::decode8xt(x, tb, o);
 		} else if constexpr (DEC == 2) {

@@ -520,7 +520,7 @@ __global__ void __launch_bounds__(32 * NW, 1) dec_kernel(const __grid_constant__
 		tcq_tab_fill(G::TAB_AT, threadIdx.x, 32 * NW);
 		__syncthreads();
 	}
-	const uint32_t tb = G::TAB_AT + 4 * lane;
+	const uint32_t tb = tcq_tab_base(G::TAB_AT);
 
 	auto fetch = [&]() -> uint32_t {
 		uint32_t v = 0;

@@ -74,7 +74,7 @@ template <class F, int V> __device__ __forceinline__ void decode(uint32_t x, uin
 					     0x80808080u, tb);
 			uint32_t a1 = __dp4a(((x >> F::rel(2 * i + 1)) & STRATA_TCQ_MASK) * STRATA_TCQ_HASH_A +
 						     STRATA_TCQ_HASH_B, 0x80808080u, tb);
-			o[i] = lds32(a1) * 0x10000u + lds32(a0);
+			o[i] = ldsw32(a1) * 0x10000u + ldsw32(a0);
 		}
 	} else if constexpr (V == 2) {
 		o[0] = tcq_tab_pair(F::template tw<0>(x), F::template tw<1>(x), tb);
@@ -116,7 +116,7 @@ __global__ void __launch_bounds__(1024) var_kernel(const uint32_t *__restrict__ 
 				t[i] &= 0xffffu;
 			__syncthreads();
 		}
-		tb = (uint32_t)(threadIdx.x & 31) * 4;
+		tb = tcq_tab_base(0);
 	}
 	uint32_t w[4][2], b[4];
 	dceil::load_lane(in + (size_t)(tid % LANES) * W, w, b);
@@ -133,9 +133,9 @@ __global__ void __launch_bounds__(1024) var_kernel(const uint32_t *__restrict__ 
 				uint32_t d0[8], d1[8];
 #pragma unroll
 				for (int i = 0; i < 8; i++) {
-					d0[i] = lds32(__dp4a(((x0 >> F::rel(i)) & STRATA_TCQ_MASK) * STRATA_TCQ_HASH_A +
+					d0[i] = ldsw32(__dp4a(((x0 >> F::rel(i)) & STRATA_TCQ_MASK) * STRATA_TCQ_HASH_A +
 								     STRATA_TCQ_HASH_B, 0x80808080u, tb));
-					d1[i] = lds32(__dp4a(((x1 >> F::rel(i)) & STRATA_TCQ_MASK) * STRATA_TCQ_HASH_A +
+					d1[i] = ldsw32(__dp4a(((x1 >> F::rel(i)) & STRATA_TCQ_MASK) * STRATA_TCQ_HASH_A +
 								     STRATA_TCQ_HASH_B, 0x80808080u, tb));
 				}
 #pragma unroll
