@@ -694,6 +694,24 @@ template <class P> __host__ __device__ constexpr int bufs_of(long) { return 0; }
 // experiments/kernels/README.md, "Issue 21 after the merge of h25a and h25b").
 template <class P> __host__ __device__ constexpr uint32_t spt_max() { return bufs_of<P>(0) ? 1 : 2; }
 
+// The 8-column slice of a row at q (columns c .. c + 7 of cols; those past
+// cols read as 0), through L2 (CG) or L1: two 16-byte loads where the slice
+// is whole and aligned, else one per column.  Eight 4-byte loads per lane
+// touch each of the warp's 32 sectors 8 times; through L2 (CG, the stack
+// kernels' x and h) every one of them is an L2 request.
+template <bool CG> __device__ __forceinline__ void ld8(const float *q, uint32_t c, uint32_t cols, float (&v)[8])
+{
+	if (c + 8 <= cols && !(reinterpret_cast<uintptr_t>(q) & 15)) {
+		const float4 *q4 = reinterpret_cast<const float4 *>(q);
+		const float4 a = CG ? __ldcg(q4) : q4[0], b = CG ? __ldcg(q4 + 1) : q4[1];
+		v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+	} else {
+#pragma unroll
+		for (uint32_t m = 0; m < 8; m++)
+			v[m] = c + m < cols ? (CG ? __ldcg(q + m) : q[m]) : 0.0f;
+	}
+}
+
 // The gate|up launch's x slices for stage's one-pass path with two slices
 // per thread (sq_gvs=2), loaded into v before the first weights where x is
 // ready at the start (not chained: x is then the previous layer's y, read
@@ -708,11 +726,7 @@ template <class P> __device__ __forceinline__ bool stage_fetch(const MoeParams &
 	for (uint32_t k = 0; k < 2; k++) {
 		const uint32_t i = threadIdx.x + k * blockDim.x, r = i / nq, q = i - r * nq;
 		if (i < nr * nq)
-#pragma unroll
-			for (int m = 0; m < 8; m++) {
-				const uint32_t c = 8 * q + m;
-				v[k][m] = c < p.hidden ? p.x[(uint64_t)r * p.hidden + c] : 0.0f;
-			}
+			ld8<false>(p.x + (uint64_t)r * p.hidden + 8 * q, 8 * q, p.hidden, v[k]);
 	}
 	return true;
 }
@@ -759,12 +773,15 @@ __device__ __forceinline__ void stage(const MoeParams &p, const Args &a, uint32_
 #pragma unroll
 		for (uint32_t k = 0; k < spt_max<P>(); k++) {
 			const uint32_t i = threadIdx.x + k * blockDim.x, r = i / nq, q = i - r * nq;
-			if (k < spt && i < nr * nq)
+			if (k < spt && i < nr * nq) {
+				if (fetched) {
 #pragma unroll
-				for (int m = 0; m < 8; m++) {
-					const uint32_t c = 8 * q + m;
-					v[k][m] = fetched ? pre[k][m] : c < cols ? ld(src[r] + c) : 0.0f;
+					for (int m = 0; m < 8; m++)
+						v[k][m] = pre[k][m];
+				} else {
+					ld8<CG>(src[r] + 8 * q, 8 * q, cols, v[k]);
 				}
+			}
 		}
 #pragma unroll
 		for (uint32_t k = 0; k < spt_max<P>(); k++) {
@@ -818,11 +835,10 @@ __device__ __forceinline__ void stage(const MoeParams &p, const Args &a, uint32_
 		const uint32_t r = i / nq, q = i - r * nq;
 		const float sc = 1.0f / inv[r];
 		float v[8];
+		ld8<CG>(src[r] + 8 * q, 8 * q, cols, v);
 #pragma unroll
-		for (int m = 0; m < 8; m++) {
-			const uint32_t c = 8 * q + m;
-			v[m] = c < cols ? ld(src[r] + c) * sc : 0.0f;
-		}
+		for (uint32_t m = 0; m < 8; m++)
+			v[m] = 8 * q + m < cols ? v[m] * sc : 0.0f;
 		uint32_t j, u;
 		P::slot_of(q, j, u);
 		P::stage(v, a.xoff + r * cpr * P::NG * 16, a.coff + r * cpr * P::NG * 4, cpr, j, u);

@@ -163,12 +163,10 @@ __device__ __forceinline__ void stage(const float *src, uint32_t stride, uint32_
 	float v[8];
 	if (on) {
 		uint32_t bits = 0;
+		gv::ld8<true>(src + (uint64_t)r * stride + 8 * q, 8 * q, cols, v);
 #pragma unroll
-		for (int m = 0; m < 8; m++) {
-			const uint32_t c = 8 * q + m;
-			v[m] = c < cols ? __ldcg(src + (uint64_t)r * stride + c) : 0.0f;
+		for (int m = 0; m < 8; m++)
 			bits = max(bits, __float_as_uint(fabsf(v[m])));
-		}
 		bits = __reduce_max_sync(0xffffffffu, bits);
 		if ((i & 31) == 0 && bits)
 			atomicMax(mx + r, bits);
