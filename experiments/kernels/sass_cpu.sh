@@ -9,9 +9,9 @@
 #
 # Sources default to kernels/gpu_ceiling.cu; kernels/moe_gpu.cu takes 12 - 20
 # minutes on 2 cores.  Writes DIR/NAME.sass (the listing), DIR/NAME.ptxas
-# (ptxas -v: registers, spills), DIR/NAME-loops.csv (a row per loop: pipes,
-# cycles_bound) and DIR/NAME-opcodes.csv (a row per loop and opcode); DIR
-# defaults to build/sass.
+# (ptxas -v) and DIR/NAME-regs.csv (a row per kernel: registers, spills,
+# stack), DIR/NAME-loops.csv (a row per loop: pipes, cycles_bound) and
+# DIR/NAME-opcodes.csv (a row per loop and opcode); DIR defaults to build/sass.
 #
 # nvdisasm: $NVDISASM, else one on PATH or in $CUDA_HOME/bin, else the one of
 # Debian's non-free nvidia-cuda-toolkit (CUDA 11.8), downloaded once into
@@ -84,7 +84,8 @@ for src in "${srcs[@]}"; do
 		"$nvdisasm" -c "$out/$name.old.cubin" >"$out/$name.sass" 2>"$out/$name.err" ||
 			{ echo "sass_cpu.sh: $nvdisasm failed on $out/$name.cubin: $(head -2 "$out/$name.err")" >&2; exit 1; }
 	fi
+	python3 "$here/sass_loops.py" --ptxas "$out/$name.ptxas" ${kernel:+--kernel "$kernel"} --csv "$out/$name-regs.csv"
 	python3 "$here/sass_loops.py" "$out/$name.sass" ${kernel:+--kernel "$kernel"} --min "$min" \
 		--csv "$out/$name-loops.csv" --opcodes "$out/$name-opcodes.csv"
-	echo "   $out/$name.sass, $out/$name-loops.csv, $out/$name-opcodes.csv" >&2
+	echo "   $out/$name.sass, $out/$name-regs.csv, $out/$name-loops.csv, $out/$name-opcodes.csv" >&2
 done

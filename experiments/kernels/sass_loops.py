@@ -11,7 +11,11 @@ instruction every 2 cycles (16 lanes), so `cycles_bound` = max(issued,
 of the loop when nothing else stalls it; it is a static count, not a time.
 
     sass_loops.py LISTING [--kernel SUBSTR] [--min N] [--csv FILE] [--opcodes FILE]
+    sass_loops.py --ptxas LOG [--kernel SUBSTR] [--csv FILE]
     sass_loops.py --patch-elf IN.cubin OUT.cubin
+
+--ptxas reads what `nvcc -Xptxas -v` printed: a row per kernel with its
+registers, spill stores and loads and stack frame (bytes).
 
 --patch-elf rewrites the ELF header of a cubin made by nvcc 13 (ELF ABI 8) to
 the older layout (CUDA OS/ABI 0x33, ABI 7, sm in the low byte of e_flags)
@@ -91,6 +95,31 @@ def parse(lines):
     return funcs
 
 
+PTXAS_ENTRY = re.compile(r"Compiling entry function '([^']+)'")
+PTXAS_FRAME = re.compile(r'(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads')
+PTXAS_REGS = re.compile(r'Used (\d+) registers')
+
+
+def parse_ptxas(lines):
+    """[(kernel, registers, spill stores, spill loads, stack frame)] in the log's order."""
+    out, cur = [], None
+    for line in lines:
+        m = PTXAS_ENTRY.search(line)
+        if m:
+            cur = [m.group(1), None, 0, 0, 0]
+            out.append(cur)
+            continue
+        if cur is None:
+            continue
+        m = PTXAS_FRAME.search(line)
+        if m:
+            cur[4], cur[2], cur[3] = int(m.group(1)), int(m.group(2)), int(m.group(3))
+        m = PTXAS_REGS.search(line)
+        if m and cur[1] is None:
+            cur[1] = int(m.group(1))
+    return [tuple(k) for k in out]
+
+
 def loops(code, labels):
     """(first, last, body) of every backward branch, in address order of the branch;
     body: the loop's opcodes."""
@@ -145,6 +174,32 @@ def patch_elf(src, dst):
     open(dst, 'wb').write(d)
 
 
+def ptxas_main(a):
+    try:
+        kernels = parse_ptxas(open(a.ptxas).read().split('\n'))
+    except OSError as e:
+        sys.exit('sass_loops: %s: %s' % (a.ptxas, e.strerror))
+    if not kernels:
+        sys.exit('sass_loops: %s: no "Compiling entry function" line (not nvcc -Xptxas -v output?)' % a.ptxas)
+    names = demangle([k[0] for k in kernels])
+    rows = [collections.OrderedDict(kernel=names[k[0]], registers=k[1], spill_stores=k[2], spill_loads=k[3],
+                                    stack=k[4]) for k in kernels if not a.kernel or a.kernel in names[k[0]]]
+    if not rows:
+        sys.exit('sass_loops: %s: no kernel matching %r' % (a.ptxas, a.kernel))
+    if a.csv:
+        with open(a.csv, 'w', newline='') as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+    spilling = [r for r in rows if r['spill_stores'] or r['spill_loads']]
+    print('%d kernels, registers %d - %d, %d spill' % (len(rows), min(r['registers'] or 0 for r in rows),
+                                                      max(r['registers'] or 0 for r in rows), len(spilling)))
+    for r in spilling:
+        print('  spills %d / %d bytes, %d registers: %s' % (r['spill_stores'], r['spill_loads'], r['registers'],
+                                                           r['kernel']))
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
@@ -153,11 +208,14 @@ def main():
     ap.add_argument('--min', type=int, default=16, help='only loops of at least this many instructions (16)')
     ap.add_argument('--csv', help='write one row per loop (pipes and totals) here')
     ap.add_argument('--opcodes', help='write one row per loop and opcode here')
+    ap.add_argument('--ptxas', metavar='LOG', help='registers and spills per kernel from nvcc -Xptxas -v output')
     ap.add_argument('--patch-elf', nargs=2, metavar=('IN', 'OUT'), help='rewrite a CUDA 13 cubin header, then stop')
     a = ap.parse_args()
     if a.patch_elf:
         patch_elf(*a.patch_elf)
         return 0
+    if a.ptxas:
+        return ptxas_main(a)
     if not a.listing:
         ap.error('a listing is required')
     try:

@@ -142,3 +142,33 @@ def test_patch_elf(tmp_path):
     src.write_bytes(b"not an elf")
     r = run("--patch-elf", str(src), str(dst))
     assert r.returncode != 0 and "not a 64-bit ELF" in r.stderr
+
+
+PTXAS = """\
+ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function '_Z1kPj' for 'sm_90a'
+ptxas info    : Function properties for _Z1kPj
+    288 bytes stack frame, 8 bytes spill stores, 4 bytes spill loads
+ptxas info    : Used 96 registers, used 2 barriers, 288 bytes cumulative stack size
+ptxas info    : Compiling entry function '_Z1gv' for 'sm_90a'
+ptxas info    : Function properties for _Z1gv
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 40 registers
+"""
+
+
+def test_ptxas_registers_and_spills(tmp_path):
+    assert sl.parse_ptxas(PTXAS.split("\n")) == [("_Z1kPj", 96, 8, 4, 288), ("_Z1gv", 40, 0, 0, 0)]
+    log, out = tmp_path / "k.ptxas", tmp_path / "regs.csv"
+    log.write_text(PTXAS)
+    r = run("--ptxas", str(log), "--csv", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "2 kernels, registers 40 - 96, 1 spill" in r.stdout
+    with open(out, newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [(x["kernel"], x["registers"], x["spill_stores"]) for x in rows] == [
+        ("k(unsigned int*)", "96", "8"), ("g()", "40", "0")]
+    junk = tmp_path / "junk.log"
+    junk.write_text("nothing\n")
+    r = run("--ptxas", str(junk))
+    assert r.returncode != 0 and "Compiling entry function" in r.stderr
