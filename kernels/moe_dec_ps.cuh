@@ -326,15 +326,14 @@ template <int FMT, class P> __global__ void __launch_bounds__(32 * (W + 1), 1) p
 	// this warp's pieces k = warp + W i: their uses so far (gate|up, down)
 	static_assert(NPD_MAX == W, "a warp's down piece: one a layer");
 	uint32_t ug[NPG_MAX / W] = {}, ud = 0, nbar = 0;
-	const bool t0 = tid == 0; // the timestamps' thread
-	if (t0)
+	if (tid == 0) // (thread 0 records the timestamps)
 		tsr.start(0);
 	for (uint32_t l = 0; l < a.layers; l++) {
 		const Layer &L = a.l[l];
 		const auto [g0, g1, d0, d1] = span_of(L, sg, sd);
 		// gate|up: x, then row set k by warp k % W, h = silu(gate) up
 		stage<P>(L.x, 0, 1, a.hidden, f.pc[0], a.xs, a.xz, &mxx);
-		if (t0)
+		if (tid == 0)
 			tsr.mark(l, STRATA_SMALL_TS_XSTAGED);
 		const float ix = gv::row_inv<P>(mxx);
 		uint32_t xu[1][P::NG], cu[1];
@@ -354,7 +353,7 @@ template <int FMT, class P> __global__ void __launch_bounds__(32 * (W + 1), 1) p
 			for (uint32_t i = 0; i < RS; i++)
 				ag[i] = au[i] = 0.0f;
 			wait_piece(mb0 + 8 * k, ug[m]++ & 1, k);
-			if (t0 && m == 0)
+			if (tid == 0 && m == 0)
 				tsr.mark(l, STRATA_SMALL_TS_MBAR0);
 			for (uint32_t j = lane; j < cpr0; j += 32) {
 				Buf bg, bu;
@@ -370,7 +369,7 @@ template <int FMT, class P> __global__ void __launch_bounds__(32 * (W + 1), 1) p
 				a.h[(uint64_t)s * a.inter + r0 + lane] = g / (1.0f + expf(-g)) * u;
 			}
 		}
-		if (t0)
+		if (tid == 0)
 			tsr.mark(l, STRATA_SMALL_TS_GU_W0);
 		csync();
 		if (tid == 0) {
@@ -379,12 +378,12 @@ template <int FMT, class P> __global__ void __launch_bounds__(32 * (W + 1), 1) p
 			mxx = 0;
 		}
 		grid_sync(a.bar, ++nbar * G);
-		if (t0)
+		if (tid == 0)
 			tsr.mark(l, STRATA_SMALL_TS_CNT_WAIT);
 		// down: the h rows of the CTA's experts, then a warp per piece
 		const uint32_t e0 = d0 < d1 ? d0 / sd : 0, nh = d0 < d1 ? (d1 - 1) / sd - e0 + 1 : 0;
 		stage<P>(a.h + (uint64_t)e0 * a.inter, a.inter, nh, a.inter, f.pc[1], a.hs, a.hz, mxh);
-		if (t0)
+		if (tid == 0)
 			tsr.mark(l, STRATA_SMALL_TS_DN_STAGED);
 		const uint32_t grp = lane / LD, sub = lane % LD;
 		if (const uint32_t t = warp; d0 + t * DQ < d1) {
@@ -410,7 +409,7 @@ template <int FMT, class P> __global__ void __launch_bounds__(32 * (W + 1), 1) p
 			if (kq == grp && sub < RS)
 				atomicAdd(L.y + r0 + sub, L.w[s] * pick(ad, sub) * gv::row_inv<P>(mxh[r]));
 		}
-		if (t0)
+		if (tid == 0)
 			tsr.mark(l, STRATA_SMALL_TS_DN_W0);
 		csync();
 		if (tid == 0) {
@@ -420,7 +419,7 @@ template <int FMT, class P> __global__ void __launch_bounds__(32 * (W + 1), 1) p
 		if (tid < NH_MAX)
 			mxh[tid] = 0;
 		grid_sync(a.bar, ++nbar * G);
-		if (t0) {
+		if (tid == 0) {
 			tsr.end(l);
 			if (l + 1 < a.layers)
 				tsr.start(l + 1);
