@@ -58,7 +58,6 @@ find_nvdisasm() {
 		rm -rf "$t"
 		return 1
 	fi
-	mkdir -p "$root/build/tools/cuda-11.8"
 	dpkg-deb -x "$t"/nvidia-cuda-toolkit_*.deb "$t/x"
 	mkdir -p "$root/build/tools/cuda-11.8/usr/bin"
 	cp "$t/x/usr/bin/nvdisasm" "$root/build/tools/cuda-11.8/usr/bin/"

@@ -174,6 +174,19 @@ def patch_elf(src, dst):
     open(dst, 'wb').write(d)
 
 
+def picked(want, mangled, name):
+    """Whether --kernel (empty: every kernel) is in the mangled or demangled name."""
+    return not want or want in mangled or want in name
+
+
+def write_csv(path, rows):
+    """rows (dicts with the same keys) to path as CSV, the keys as its header."""
+    with open(path, 'w', newline='') as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+
+
 def ptxas_main(a):
     try:
         kernels = parse_ptxas(open(a.ptxas).read().split('\n'))
@@ -183,14 +196,11 @@ def ptxas_main(a):
         sys.exit('sass_loops: %s: no "Compiling entry function" line (not nvcc -Xptxas -v output?)' % a.ptxas)
     names = demangle([k[0] for k in kernels])
     rows = [collections.OrderedDict(kernel=names[k[0]], registers=k[1], spill_stores=k[2], spill_loads=k[3],
-                                    stack=k[4]) for k in kernels if not a.kernel or a.kernel in names[k[0]]]
+                                    stack=k[4]) for k in kernels if picked(a.kernel, k[0], names[k[0]])]
     if not rows:
         sys.exit('sass_loops: %s: no kernel matching %r' % (a.ptxas, a.kernel))
     if a.csv:
-        with open(a.csv, 'w', newline='') as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
+        write_csv(a.csv, rows)
     spilling = [r for r in rows if r['spill_stores'] or r['spill_loads']]
     print('%d kernels, registers %d - %d, %d spill' % (len(rows), min(r['registers'] or 0 for r in rows),
                                                       max(r['registers'] or 0 for r in rows), len(spilling)))
@@ -229,7 +239,7 @@ def main():
     rows, oprows, tops = [], [], []
     for mangled, (code, labels) in funcs.items():
         name = names[mangled]
-        if a.kernel and a.kernel not in mangled and a.kernel not in name:
+        if not picked(a.kernel, mangled, name):
             continue
         found = loops(code, labels)
         for first, last, body in found:
@@ -255,10 +265,7 @@ def main():
                  (a.listing, a.min, ' in a kernel matching %r' % a.kernel if a.kernel else ''))
     for path, data in ((a.csv, rows), (a.opcodes, oprows)):
         if path:
-            with open(path, 'w', newline='') as f:
-                w = csv.DictWriter(f, fieldnames=list(data[0]))
-                w.writeheader()
-                w.writerows(data)
+            write_csv(path, data)
     cur = None
     for row, top in zip(rows, tops):
         if row['kernel'] != cur:
