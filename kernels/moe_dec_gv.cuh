@@ -712,6 +712,37 @@ template <bool CG> __device__ __forceinline__ void ld8(const float *q, uint32_t 
 	}
 }
 
+// A warp's 8-column slices v (all of one row, or all off: on false): the
+// row's largest magnitude as bits into *mx (NaN wins: its bits are above
+// inf's).
+__device__ __forceinline__ void slice_max(const float (&v)[8], bool on, uint32_t *mx)
+{
+	if (!on)
+		return;
+	uint32_t bits = 0;
+#pragma unroll
+	for (int m = 0; m < 8; m++)
+		bits = max(bits, __float_as_uint(fabsf(v[m])));
+	bits = __reduce_max_sync(0xffffffffu, bits);
+	if ((threadIdx.x & 31) == 0 && bits)
+		atomicMax(mx, bits);
+}
+
+// Slice q of staged row r (cpr chunks a row; values at xo, zero-point terms
+// at co, shared offsets) from its 8 columns v times sc (those past cols: 0).
+template <class P>
+__device__ __forceinline__ void slice_stage(const float (&v)[8], float sc, uint32_t q, uint32_t cols, uint32_t r, uint32_t cpr,
+					    uint32_t xo, uint32_t co)
+{
+	float w[8];
+#pragma unroll
+	for (int m = 0; m < 8; m++)
+		w[m] = 8 * q + m < cols ? v[m] * sc : 0.0f;
+	uint32_t j, u;
+	P::slot_of(q, j, u);
+	P::stage(w, xo + r * cpr * P::NG * 16, co + r * cpr * P::NG * 4, cpr, j, u);
+}
+
 // The gate|up launch's x slices for stage's one-pass path with two slices
 // per thread (sq_gvs=2), loaded into v before the first weights where x is
 // ready at the start (not chained: x is then the previous layer's y, read
@@ -769,7 +800,6 @@ __device__ __forceinline__ void stage(const MoeParams &p, const Args &a, uint32_
 		// two while the first weights stream).  nq is a multiple of 32, so a
 		// warp's slices are of one row.
 		float v[2][8];
-		uint32_t bits[2] = { 0, 0 };
 #pragma unroll
 		for (uint32_t k = 0; k < spt_max<P>(); k++) {
 			const uint32_t i = threadIdx.x + k * blockDim.x, r = i / nq, q = i - r * nq;
@@ -786,14 +816,7 @@ __device__ __forceinline__ void stage(const MoeParams &p, const Args &a, uint32_
 #pragma unroll
 		for (uint32_t k = 0; k < spt_max<P>(); k++) {
 			const uint32_t i = threadIdx.x + k * blockDim.x;
-			if (k < spt && i < nr * nq) {
-#pragma unroll
-				for (int m = 0; m < 8; m++)
-					bits[k] = max(bits[k], __float_as_uint(fabsf(v[k][m])));
-				bits[k] = __reduce_max_sync(0xffffffffu, bits[k]);
-				if ((threadIdx.x & 31) == 0 && bits[k])
-					atomicMax(mx + i / nq, bits[k]);
-			}
+			slice_max(v[k], k < spt && i < nr * nq, mx + i / nq);
 		}
 		__syncthreads();
 		if (threadIdx.x < nr)
@@ -802,16 +825,8 @@ __device__ __forceinline__ void stage(const MoeParams &p, const Args &a, uint32_
 #pragma unroll
 		for (uint32_t k = 0; k < spt_max<P>(); k++) {
 			const uint32_t i = threadIdx.x + k * blockDim.x, r = i / nq, q = i - r * nq;
-			if (k < spt && i < nr * nq) {
-				const float sc = 1.0f / inv[r];
-				float w[8];
-#pragma unroll
-				for (int m = 0; m < 8; m++)
-					w[m] = 8 * q + m < cols ? v[k][m] * sc : 0.0f;
-				uint32_t j, u;
-				P::slot_of(q, j, u);
-				P::stage(w, a.xoff + r * cpr * P::NG * 16, a.coff + r * cpr * P::NG * 4, cpr, j, u);
-			}
+			if (k < spt && i < nr * nq)
+				slice_stage<P>(v[k], 1.0f / inv[r], q, cols, r, cpr, a.xoff, a.coff);
 		}
 		__syncthreads();
 		return;
@@ -833,15 +848,9 @@ __device__ __forceinline__ void stage(const MoeParams &p, const Args &a, uint32_
 	// The values: slice q (8 columns) of row r per thread.
 	for (uint32_t i = threadIdx.x; i < nr * nq; i += blockDim.x) {
 		const uint32_t r = i / nq, q = i - r * nq;
-		const float sc = 1.0f / inv[r];
 		float v[8];
 		ld8<CG>(src[r] + 8 * q, 8 * q, cols, v);
-#pragma unroll
-		for (uint32_t m = 0; m < 8; m++)
-			v[m] = 8 * q + m < cols ? v[m] * sc : 0.0f;
-		uint32_t j, u;
-		P::slot_of(q, j, u);
-		P::stage(v, a.xoff + r * cpr * P::NG * 16, a.coff + r * cpr * P::NG * 4, cpr, j, u);
+		slice_stage<P>(v, 1.0f / inv[r], q, cols, r, cpr, a.xoff, a.coff);
 	}
 	__syncthreads();
 }

@@ -161,27 +161,12 @@ __device__ __forceinline__ void stage(const float *src, uint32_t stride, uint32_
 	// nq is a multiple of 32: a warp's slices are of one row, all on or all off
 	const bool on = i < nr * nq;
 	float v[8];
-	if (on) {
-		uint32_t bits = 0;
+	if (on)
 		gv::ld8<true>(src + (uint64_t)r * stride + 8 * q, 8 * q, cols, v);
-#pragma unroll
-		for (int m = 0; m < 8; m++)
-			bits = max(bits, __float_as_uint(fabsf(v[m])));
-		bits = __reduce_max_sync(0xffffffffu, bits);
-		if ((i & 31) == 0 && bits)
-			atomicMax(mx + r, bits);
-	}
+	gv::slice_max(v, on, mx + r);
 	csync();
-	if (on) {
-		const float sc = 1.0f / gv::row_inv<P>(mx[r]);
-		float w[8];
-#pragma unroll
-		for (int m = 0; m < 8; m++)
-			w[m] = 8 * q + m < cols ? v[m] * sc : 0.0f;
-		uint32_t j, u;
-		P::slot_of(q, j, u);
-		P::stage(w, xo + r * cpr * P::NG * 16, co + r * cpr * P::NG * 4, cpr, j, u);
-	}
+	if (on)
+		gv::slice_stage<P>(v, 1.0f / gv::row_inv<P>(mx[r]), q, cols, r, cpr, xo, co);
 	csync();
 }
 
