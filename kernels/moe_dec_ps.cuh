@@ -413,10 +413,10 @@ template <int FMT, class P> __global__ void __launch_bounds__(32 * (W + 1), 1) p
 	// The last CTA out resets the barrier for the next launch (every CTA
 	// has passed its last poll before it counts itself out).
 	if (tid == 0) {
-		__threadfence();
+		fence_gpu();
 		if (atomicAdd(a.bar + 1, 1u) == G - 1) {
 			a.bar[0] = 0, a.bar[1] = 0;
-			__threadfence();
+			fence_gpu();
 		}
 	}
 }

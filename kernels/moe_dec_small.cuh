@@ -217,14 +217,12 @@ __device__ __forceinline__ void watch(uint64_t &t0, const char *what, uint32_t i
 // the wait for target arrivals of all CTAs (all resident).
 __device__ __forceinline__ void grid_arrive(unsigned *bar, uint32_t target)
 {
-	__threadfence();
-	atomicAdd(bar, 1u);
+	red_release(bar, 1u);
 	uint64_t t0 = 0;
 	for (uint32_t v; (v = ld_acquire(bar)) < target;) {
 		__nanosleep(32);
 		watch(t0, "grid barrier", target, v);
 	}
-	__threadfence();
 }
 
 // A stack of layers in one launch (ST: small_stack in moe_gpu.cu, kernel configuration
@@ -474,10 +472,10 @@ __device__ __forceinline__ void small_body(const MoeParams &p, const Args &a, co
 			// (one fence suffices: thread 0's below is cumulative over the
 			// CTA's stores ordered before it by the barrier)
 			if (!a.par)
-				__threadfence();
+				fence_gpu();
 			__syncthreads();
 			if (tid == 0) {
-				__threadfence();
+				fence_gpu();
 				const uint32_t t1 = t0[0] + nt[0];
 				for (uint32_t s = t0[0] / g.nrs; s <= (t1 - 1) / g.nrs; s++)
 					atomicAdd(p.sync + 1 + s, min(t1, (s + 1) * g.nrs) - max(t0[0], s * g.nrs));
@@ -530,7 +528,7 @@ __device__ __forceinline__ void small_body(const MoeParams &p, const Args &a, co
 	__syncthreads();
 	mark(STRATA_SMALL_TS_Y);
 	if (tid == 0) {
-		__threadfence();
+		fence_gpu();
 		const unsigned prev = atomicAdd(p.sync, 1u);
 		if (prev == gridDim.x - 1) {
 			for (uint32_t s = 0; s < p.n_slots; s++)
@@ -538,7 +536,7 @@ __device__ __forceinline__ void small_body(const MoeParams &p, const Args &a, co
 			if (ST)
 				p.sync[BAR] = 0;
 			p.sync[0] = 0;
-			__threadfence();
+			fence_gpu();
 		}
 	}
 	if (tid == 0)

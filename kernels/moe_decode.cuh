@@ -65,14 +65,14 @@ __device__ __forceinline__ void last_out_reset(const MoeParams &p, uint32_t nwar
 {
 	__syncwarp();
 	if ((threadIdx.x & 31) == 0) {
-		__threadfence();
+		fence_gpu();
 		unsigned prev = atomicAdd(p.sync, 1u);
 		if (prev == nwarps - 1) {
 			for (uint32_t s = 0; s < p.n_slots; s++)
 				p.sync[1 + s] = 0;
 			p.sync[FETCH] = 0;
 			p.sync[0] = 0;
-			__threadfence();
+			fence_gpu();
 		}
 	}
 }
@@ -118,14 +118,14 @@ template <int NT> __device__ __forceinline__ void gu_finish(const MoeParams &p, 
 					atomicAdd(gu, c[n][0][i]);
 					atomicAdd(gu + p.inter, c[n][1][i]);
 				}
-		__threadfence();
+		fence_gpu();
 		__syncwarp();
 		uint32_t done = 0;
 		if (lane == 0)
 			done = atomicAdd(p.gucnt + k.t / p.sgu, 1u);
 		if (__shfl_sync(0xffffffffu, done, 0) != p.sgu - 1)
 			return;
-		__threadfence();
+		fence_gpu();
 	}
 #pragma unroll
 	for (int n = 0; n < NT; n++)
@@ -141,7 +141,7 @@ template <int NT> __device__ __forceinline__ void gu_finish(const MoeParams &p, 
 			}
 	if (p.sgu > 1 && lane == 0)
 		p.gucnt[k.t / p.sgu] = 0;
-	__threadfence();
+	fence_gpu();
 	__syncwarp();
 	if (lane == 0)
 		atomicAdd(p.sync + 1 + k.slot, 1u);

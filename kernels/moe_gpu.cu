@@ -192,6 +192,23 @@ __device__ __forceinline__ uint32_t ld_acquire(const unsigned *p)
 	asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
 	return v;
 }
+// The hand-overs between CTAs (counters, grid barriers, the last CTA out)
+// are message passing: a release (fence_gpu, then a relaxed atomic; or
+// red_release) on the writer's side, an acquire (ld_acquire, or a strong read
+// then fence_gpu) on the reader's.  That needs acquire-release fences, not
+// __threadfence's sequentially consistent one (fence.sc.gpu: MEMBAR.SC.GPU in
+// the SASS, against MEMBAR.ALL.GPU for fence.acq_rel.gpu), which no
+// hand-over here needs.  Both are cumulative: writes ordered before the
+// fence by a CTA barrier are released with it.
+__device__ __forceinline__ void fence_gpu()
+{
+	asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
+}
+// A release add whose result is not needed (MEMBAR.ALL.GPU, then a RED).
+__device__ __forceinline__ void red_release(unsigned *p, uint32_t v)
+{
+	asm volatile("red.release.gpu.global.add.u32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
 
 template <int NT, int MT, int NW = 8> struct Geo {
 	static constexpr int TN = 8 * NT;  // tokens per tile
@@ -789,7 +806,7 @@ __global__ void __launch_bounds__(32 * NW, 1) moe_kernel(const __grid_constant__
 				// thread 0's fence and counter increment.
 				__syncthreads();
 				if (tid == 0) {
-					__threadfence();
+					fence_gpu();
 					atomicAdd(p.sync + 1 + cp.slot, 1u);
 				}
 			} else {
@@ -811,13 +828,13 @@ __global__ void __launch_bounds__(32 * NW, 1) moe_kernel(const __grid_constant__
 	// The last CTA out resets the counters for the next launch.
 	__syncthreads();
 	if (tid == 0) {
-		__threadfence();
+		fence_gpu();
 		unsigned prev = atomicAdd(p.sync, 1u);
 		if (prev == gridDim.x - 1) {
 			for (uint32_t s = 0; s < p.n_slots; s++)
 				p.sync[1 + s] = 0;
 			p.sync[0] = 0;
-			__threadfence();
+			fence_gpu();
 		}
 	}
 }
