@@ -416,8 +416,8 @@ uint64_t strata_gpu_moe_launches(enum strata_gpu_launch kind);
  * barrier that ends it; ISSUED and PDL in the first layer only.  So does the
  * persistent stack kernel (pstack on q4 / q3 stacks): ISSUED when its
  * producer has issued the layer's gate|up pieces (mostly before the layer's
- * start: a negative time), CNT_WAIT the first grid barrier passed, no PDL,
- * CNT_PUB or Y.  The phases, in order:
+ * start: a negative time), CNT_PUB its h counters added to, CNT_WAIT the
+ * counters of its down experts complete, no PDL or Y.  The phases, in order:
  */
 enum strata_small_ts {
 	STRATA_SMALL_TS_START,      /* kernel start */

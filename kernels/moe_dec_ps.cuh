@@ -41,12 +41,17 @@
 //     row-streaming kernel stages it (the policy's stage: 16-bit fixed point,
 //     a power-of-two row scale); gate|up row set k by warp k % W, its 32 lanes
 //     the chunks j = lane, lane + 32, ... of the set's RS gate and RS up rows;
-//     h = silu(gate) up to global; grid barrier; the h rows of the CTA's
-//     down experts staged likewise; down: a warp per piece (DQ row sets),
+//     h = silu(gate) up to global, then each slot's count of h row sets
+//     written (a counter per slot, added to by the CTAs of its row sets);
+//     once the counters of the CTA's down experts are complete, their h rows
+//     staged likewise; down: a warp per piece (DQ row sets),
 //     Ld<P>::DN_LANES lanes a row set (q4 8, q3 4); y += routing weight x
-//     sum by atomics; grid barrier.
-//     The grid barrier: a counter every CTA adds to and polls (the last CTA
-//     out of the launch resets it);
+//     sum by atomics; grid barrier (every CTA's y before the next layer's x).
+//     The grid barrier: a counter every CTA adds to and polls; the counters
+//     count on over the launch's layers and the last CTA out of the launch
+//     resets them all.  (The first version had a grid barrier in place of
+//     the h counters: the barriers, with the copies in flight, took ~3 us
+//     each of a 12.3 us q4 layer on the H100, experiments/kernels/README.md);
 //   - the layers' x, y, experts and routing weights are the launch's
 //     parameters (Args, __grid_constant__), so a captured CUDA graph replays
 //     them.
@@ -63,6 +68,8 @@ constexpr uint32_t WIN_MAX = 8;    // pieces in flight at most (pstack's largest
 constexpr int W = 16;              // consumer warps
 constexpr uint32_t NCONS = 32 * W; // consumer threads
 constexpr uint32_t SMEM_MAX = 226 * 1024;  // dynamic shared memory (beside the kernel's mbarriers)
+constexpr uint32_t HCNT = 2;                // Args::bar's first h counter (BAR_WORDS words in all)
+constexpr uint32_t BAR_WORDS = HCNT + SMAX;
 
 struct Layer {
 	const float *x;        // 1 x hidden
@@ -80,7 +87,7 @@ struct Args {
 	uint32_t xs, xz, hs, hz; // shared offsets of the staged x (values, zero-point terms) and h rows
 	uint32_t win;          // pieces in flight at most (<= WIN_MAX)
 	float *h;              // SMAX x inter floats
-	unsigned *bar;         // [0] grid barrier arrivals, [1] CTAs out; both 0 between launches
+	unsigned *bar;         // [0] grid barrier arrivals, [1] CTAs out, [HCNT + s] slot s's h row sets written; all 0 between launches
 	unsigned long long *ts; // small_ts=1: the ring of phase timestamps (strata_gpu_small_phases), else null
 	uint32_t ts_i;          // layer l's slot in it: ts_i + l
 	Layer l[LMAX];
@@ -89,8 +96,9 @@ struct Args {
 // small_ts=1: sm::Ts, a layer a record as the small-layer kernel over a
 // stack keeps them; ISSUED: the producer's gate|up pieces of the layer issued
 // (usually during the previous layer, so every record is zeroed at the
-// launch's start, before the producer runs), CNT_WAIT: the first grid
-// barrier (every h written) passed; the others as the small-layer kernel's.
+// launch's start, before the producer runs), CNT_PUB: the CTA's h counters
+// added to, CNT_WAIT: those of its down experts complete; the others as the
+// small-layer kernel's.
 
 // CTA c's share [b, e) of n items over g CTAs.
 __host__ __device__ __forceinline__ void share(uint32_t n, uint32_t c, uint32_t g, uint32_t &b, uint32_t &e)
@@ -207,6 +215,21 @@ __device__ __forceinline__ void grid_sync(unsigned *bar, uint32_t target)
 	if (threadIdx.x == 0)
 		sm::grid_arrive(bar, target);
 	csync();
+}
+
+// Slot s's h written by every CTA in every layer of the launch up to l that
+// uses it (sg row sets a layer: the count its counter reaches), waited for
+// by one thread.
+__device__ __forceinline__ void wait_h(const Args &a, uint32_t l, uint32_t s, uint32_t sg)
+{
+	uint32_t need = 0;
+	for (uint32_t k = 0; k <= l; k++)
+		need += a.l[k].ns > s ? sg : 0;
+	uint64_t t0 = 0;
+	for (uint32_t v; (v = ld_acquire(a.bar + HCNT + s)) < need;) {
+		__nanosleep(32);
+		watch(t0, "h row sets of slot", s, v);
+	}
 }
 
 // The sums of a lane's NB rows (acc) over its group of 1 << N lanes (the
@@ -361,12 +384,24 @@ template <int FMT, class P> __global__ void __launch_bounds__(32 * (W + 1), 1) p
 			tsr.mark(l, STRATA_SMALL_TS_GU);
 			publish_count(&gu_done, l + 1);
 			mxx = 0;
+			// h of this CTA's row sets: each slot's count of them (a
+			// release: the barrier above orders every warp's h before it)
+			if (g0 < g1) {
+				fence_gpu();
+				for (uint32_t s = g0 / sg; s <= (g1 - 1) / sg; s++)
+					atomicAdd(a.bar + HCNT + s, min(g1, (s + 1) * sg) - max(g0, s * sg));
+			}
+			tsr.mark(l, STRATA_SMALL_TS_CNT_PUB);
 		}
-		grid_sync(a.bar, ++nbar * G);
+		// down: once every h row of the CTA's experts is written (their
+		// counters, not a grid barrier: the CTAs of other experts may still
+		// be computing theirs), the h rows staged, then a warp per piece
+		const uint32_t e0 = d0 < d1 ? d0 / sd : 0, nh = d0 < d1 ? (d1 - 1) / sd - e0 + 1 : 0;
+		if (tid < nh)
+			wait_h(a, l, e0 + tid, sg);
+		csync();
 		if (tid == 0)
 			tsr.mark(l, STRATA_SMALL_TS_CNT_WAIT);
-		// down: the h rows of the CTA's experts, then a warp per piece
-		const uint32_t e0 = d0 < d1 ? d0 / sd : 0, nh = d0 < d1 ? (d1 - 1) / sd - e0 + 1 : 0;
 		stage<P>(a.h + (uint64_t)e0 * a.inter, a.inter, nh, a.inter, f.pc[1], a.hs, a.hz, mxh);
 		if (tid == 0)
 			tsr.mark(l, STRATA_SMALL_TS_DN_STAGED);
@@ -415,7 +450,8 @@ template <int FMT, class P> __global__ void __launch_bounds__(32 * (W + 1), 1) p
 	if (tid == 0) {
 		fence_gpu();
 		if (atomicAdd(a.bar + 1, 1u) == G - 1) {
-			a.bar[0] = 0, a.bar[1] = 0;
+			for (uint32_t i = 0; i < BAR_WORDS; i++)
+				a.bar[i] = 0;
 			fence_gpu();
 		}
 	}

@@ -2677,6 +2677,7 @@ int pstack_launch(const struct strata_moe_call *calls, uint32_t n, ps::Args *a, 
 	int rc = gv_smem_attr((const void *)k, ps::SMEM_MAX, err);
 	if (rc || (rc = h_scratch(hfl, st, err)))
 		return rc;
+	static_assert(ps::BAR_WORDS * sizeof(unsigned) <= 128, "ps_bar");
 	if (!g_ctx.ps_bar) {
 		CU_TRY(err, cudaMalloc(&g_ctx.ps_bar, 128));
 		CU_TRY(err, cudaMemset(g_ctx.ps_bar, 0, 128));
