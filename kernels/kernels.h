@@ -340,7 +340,13 @@ int strata_gpu_moe_check(int fmt, uint32_t hidden, uint32_t inter, struct strata
  *                                                (1 piece 19.7), q3 16.5 - 17.1 against 16.5
  *                                                (its emulation promised 10.0 - 10.3); hot /
  *                                                warm / cold 20.9 / 20.8 / 20.7 against the
- *                                                chained 21.4 / 21.4 / 20.5
+ *                                                chained 21.4 / 21.4 / 20.5.  Since then
+ *                                                (16-byte staging loads, acquire-release
+ *                                                hand-overs, per-slot h counters) faster on
+ *                                                the H100 (same run: q4 11.3 us at 4 pieces
+ *                                                against 14.4, q3 15.8 against 17.0, hot /
+ *                                                warm / cold 19.0 / 18.9 / 18.5 against 21.9
+ *                                                / 21.7 / 20.1), not yet run on the H200
  *                                                (experiments/kernels/README.md)
  *
  * Everything else the kernels do is fixed: 16-warp persistent CTAs for

@@ -14,7 +14,9 @@
 // Taken by run_pstack (moe_gpu.cu) for strata_gpu_moe_stack calls under the
 // kernel configuration pstack=1 - 8 (the pieces in flight; default 0: on
 // the H200 a 16-layer Qwen q4 stack took 15.3 us a layer against the
-// two-launch layers' 13.9, q3 16.5 - 17.1 against 16.5) whose layers all
+// two-launch layers' 13.9, q3 16.5 - 17.1 against 16.5; this version, not
+// yet run there, 11.3 against 14.4 and 15.8 against 17.0 on the H100, at
+// 4 pieces) whose layers all
 // have one token, the same shape, at most SMAX experts, all in q4 or all in
 // q3 (policies gv::Q4, gv::Q3i), and each CTA's share in shared memory; ONE
 // launch per LMAX layers, one CTA of W + 1 warps per SM (all resident: one
