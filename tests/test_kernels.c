@@ -1301,6 +1301,7 @@ struct stack_case {
 	const char *name;
 	uint32_t hidden, inter, n_tokens, n_experts, top_k, layers;
 	int fmt[6]; /* per layer: a format, or -5 / -6: experts alternating q4 / q3 and warm */
+	uint32_t k_odd; /* one token: odd layers route it to their first k_odd of top_k experts (0: all) */
 };
 
 /* The default kernel configuration with small and pstack set. */
@@ -1385,7 +1386,8 @@ static uint64_t run_stack_case(const struct stack_case *sc, const struct strata_
 		calls[l] = (struct strata_moe_call){
 			.hidden = H, .inter = I, .n_tokens = T, .x = l ? dy + (l - 1) * nx : dx, .y = dy + l * nx,
 			.n_experts = NE, .extents = (const void *const *)(dext + l * NE), .fmts = fmts + l * NE,
-			.n_assign = T * K, .assign_expert = ae + (size_t)l * T * K, .assign_token = at + (size_t)l * T * K,
+			.n_assign = T * (sc->k_odd && l % 2 ? sc->k_odd : K), .assign_expert = ae + (size_t)l * T * K,
+			.assign_token = at + (size_t)l * T * K,
 			.assign_weight = aw + (size_t)l * T * K,
 		};
 	/* Each layer's routing weights scaled so that its output is the size of
@@ -1518,13 +1520,13 @@ static void test_moe_stack(void **state)
 		return;
 	}
 	static const struct stack_case cases[] = {
-		{ "stack-qwen-q4", 2048, 768, 1, 8, 8, 3, { STRATA_FMT_Q4, STRATA_FMT_Q4, STRATA_FMT_Q4 } },
-		{ "stack-qwen-q3", 2048, 768, 3, 6, 4, 2, { STRATA_FMT_Q3, STRATA_FMT_Q3 } },
-		{ "stack-qwen-hot", 2048, 768, 1, 8, 8, 3, { STRATA_FMT_HOT, STRATA_FMT_HOT, STRATA_FMT_HOT } },
+		{ "stack-qwen-q4", 2048, 768, 1, 8, 8, 3, { STRATA_FMT_Q4, STRATA_FMT_Q4, STRATA_FMT_Q4 }, 0 },
+		{ "stack-qwen-q3", 2048, 768, 3, 6, 4, 2, { STRATA_FMT_Q3, STRATA_FMT_Q3 }, 0 },
+		{ "stack-qwen-hot", 2048, 768, 1, 8, 8, 3, { STRATA_FMT_HOT, STRATA_FMT_HOT, STRATA_FMT_HOT }, 0 },
 		{ "stack-mix", 1024, 512, 2, 6, 4, 6,
-		  { STRATA_FMT_Q4, STRATA_FMT_HOT, STRATA_FMT_Q3, -5, STRATA_FMT_COLD, -6 } },
-		{ "stack-big-q4", 512, 256, 20, 2, 2, 3, { STRATA_FMT_Q4, STRATA_FMT_HOT, -6 } },
-		{ "stack-kimi-q4", 7168, 1536, 1, 1, 1, 2, { STRATA_FMT_Q4, STRATA_FMT_Q4 } },
+		  { STRATA_FMT_Q4, STRATA_FMT_HOT, STRATA_FMT_Q3, -5, STRATA_FMT_COLD, -6 }, 0 },
+		{ "stack-big-q4", 512, 256, 20, 2, 2, 3, { STRATA_FMT_Q4, STRATA_FMT_HOT, -6 }, 0 },
+		{ "stack-kimi-q4", 7168, 1536, 1, 1, 1, 2, { STRATA_FMT_Q4, STRATA_FMT_Q4 }, 0 },
 	};
 	/* the small-layer kernel off (test_moe_small runs these stacks on it) */
 	const struct strata_moe_config k0 = stack_cfg(0, 0);
@@ -1547,7 +1549,8 @@ static void check_small_phases(uint32_t n, int early_issue);
  * NaN).  The persistent stack kernel (moe_dec_ps.cuh, two pieces in
  * flight): Qwen3-30B-A3B-shaped q4 and q3 stacks of 8 experts a layer, q4 of
  * 6, 16 (q4) and 12 (q3) experts a layer over 18 and 17 layers (two
- * launches), fewer gate|up row sets than CTAs.  The small-layer kernel over
+ * launches), fewer gate|up row sets than CTAs, layers of 8 and 3 (q4) and
+ * of 12 and 5 (q3) experts in one launch.  The small-layer kernel over
  * the stack (moe_dec_small.cuh): Qwen-shaped hot and warm stacks, 16 cold
  * experts a layer over 18 layers (two launches), fewer tasks than CTAs.
  * Each must run in exactly the launches given, and the stacks neither takes
@@ -1565,25 +1568,29 @@ static void test_moe_pstack(void **state)
 		struct stack_case sc;
 		uint64_t launches;
 	} cases[] = {
-		{ { "ps-qwen-q4", 2048, 768, 1, 8, 8, 3, { Q4, Q4, Q4, Q4, Q4, Q4 } }, 1 },
-		{ { "ps-qwen-k6", 2048, 768, 1, 64, 6, 2, { Q4, Q4, Q4, Q4, Q4, Q4 } }, 1 },
-		{ { "ps-many-q4", 1024, 512, 1, 16, 16, 18, { Q4, Q4, Q4, Q4, Q4, Q4 } }, 2 },
-		{ { "ps-few-q4", 1024, 256, 1, 8, 2, 4, { Q4, Q4, Q4, Q4, Q4, Q4 } }, 1 },
-		{ { "ps-qwen-q3", 2048, 768, 1, 8, 8, 3, { Q3, Q3, Q3, Q3, Q3, Q3 } }, 1 },
-		{ { "ps-many-q3", 2048, 512, 1, 16, 12, 17, { Q3, Q3, Q3, Q3, Q3, Q3 } }, 2 },
-		{ { "ps-q4q3", 2048, 768, 1, 8, 8, 2, { Q4, Q3 } }, 0 },
-		{ { "ps-rows-q3", 1024, 512, 1, 8, 8, 2, { Q3, Q3 } }, 0 },
-		{ { "ps-qwen-t2", 2048, 768, 2, 8, 8, 2, { Q4, Q4 } }, 0 },
-		{ { "ps-mix", 2048, 768, 1, 8, 8, 2, { Q4, STRATA_FMT_HOT } }, 0 },
-		{ { "ps-kimi-q4", 7168, 1536, 1, 1, 1, 2, { Q4, Q4 } }, 0 },
-		{ { "ps-wide-q4", 1536, 512, 1, 8, 8, 2, { Q4, Q4 } }, 0 },
-		{ { "ps-qwen-hot", 2048, 768, 1, 8, 8, 3, { HOT, HOT, HOT, HOT, HOT, HOT } }, 1 },
-		{ { "ps-qwen-warm", 2048, 768, 1, 64, 6, 2, { WARM, WARM, WARM, WARM, WARM, WARM } }, 1 },
-		{ { "ps-many-cold", 1024, 512, 1, 16, 16, 18, { COLD, COLD, COLD, COLD, COLD, COLD } }, 2 },
-		{ { "ps-few-hot", 1024, 256, 1, 8, 2, 4, { HOT, HOT, HOT, HOT, HOT, HOT } }, 1 },
-		{ { "ps-hot-warm", 2048, 768, 1, 8, 8, 2, { HOT, WARM } }, 0 },
-		{ { "ps-rows-hot", 1040, 72, 1, 5, 4, 2, { HOT, HOT } }, 0 },
-		{ { "ps-hot-t2", 2048, 768, 2, 8, 8, 2, { HOT, HOT } }, 0 },
+		{ { "ps-qwen-q4", 2048, 768, 1, 8, 8, 3, { Q4, Q4, Q4, Q4, Q4, Q4 }, 0 }, 1 },
+		{ { "ps-qwen-k6", 2048, 768, 1, 64, 6, 2, { Q4, Q4, Q4, Q4, Q4, Q4 }, 0 }, 1 },
+		{ { "ps-many-q4", 1024, 512, 1, 16, 16, 18, { Q4, Q4, Q4, Q4, Q4, Q4 }, 0 }, 2 },
+		{ { "ps-few-q4", 1024, 256, 1, 8, 2, 4, { Q4, Q4, Q4, Q4, Q4, Q4 }, 0 }, 1 },
+		{ { "ps-qwen-q3", 2048, 768, 1, 8, 8, 3, { Q3, Q3, Q3, Q3, Q3, Q3 }, 0 }, 1 },
+		{ { "ps-many-q3", 2048, 512, 1, 16, 12, 17, { Q3, Q3, Q3, Q3, Q3, Q3 }, 0 }, 2 },
+		{ { "ps-q4q3", 2048, 768, 1, 8, 8, 2, { Q4, Q3 }, 0 }, 0 },
+		{ { "ps-rows-q3", 1024, 512, 1, 8, 8, 2, { Q3, Q3 }, 0 }, 0 },
+		{ { "ps-qwen-t2", 2048, 768, 2, 8, 8, 2, { Q4, Q4 }, 0 }, 0 },
+		{ { "ps-mix", 2048, 768, 1, 8, 8, 2, { Q4, STRATA_FMT_HOT }, 0 }, 0 },
+		{ { "ps-kimi-q4", 7168, 1536, 1, 1, 1, 2, { Q4, Q4 }, 0 }, 0 },
+		{ { "ps-wide-q4", 1536, 512, 1, 8, 8, 2, { Q4, Q4 }, 0 }, 0 },
+		{ { "ps-qwen-hot", 2048, 768, 1, 8, 8, 3, { HOT, HOT, HOT, HOT, HOT, HOT }, 0 }, 1 },
+		{ { "ps-qwen-warm", 2048, 768, 1, 64, 6, 2, { WARM, WARM, WARM, WARM, WARM, WARM }, 0 }, 1 },
+		{ { "ps-many-cold", 1024, 512, 1, 16, 16, 18, { COLD, COLD, COLD, COLD, COLD, COLD }, 0 }, 2 },
+		{ { "ps-few-hot", 1024, 256, 1, 8, 2, 4, { HOT, HOT, HOT, HOT, HOT, HOT }, 0 }, 1 },
+		{ { "ps-hot-warm", 2048, 768, 1, 8, 8, 2, { HOT, WARM }, 0 }, 0 },
+		{ { "ps-rows-hot", 1040, 72, 1, 5, 4, 2, { HOT, HOT }, 0 }, 0 },
+		{ { "ps-hot-t2", 2048, 768, 2, 8, 8, 2, { HOT, HOT }, 0 }, 0 },
+		/* layers of 8 and 3 experts in one launch (q4 / q3 only): the h
+		 * counters' per-layer targets */
+		{ { "ps-var-q4", 2048, 768, 1, 8, 8, 4, { Q4, Q4, Q4, Q4, Q4, Q4 }, 3 }, 1 },
+		{ { "ps-var-q3", 2048, 512, 1, 16, 12, 5, { Q3, Q3, Q3, Q3, Q3, Q3 }, 5 }, 1 },
 	};
 	const struct strata_moe_config ps2 = stack_cfg(0, 2);
 	struct strata_moe_config tab = stack_cfg(0, 1);
@@ -1720,11 +1727,11 @@ static void test_moe_small(void **state)
 	}
 	kernel_config(NULL);
 	static const struct stack_case stacks[] = {
-		{ "sstack-qwen-q4", 2048, 768, 1, 8, 8, 3, { STRATA_FMT_Q4, STRATA_FMT_Q4, STRATA_FMT_Q4 } },
-		{ "sstack-qwen-q3", 2048, 768, 1, 8, 8, 2, { STRATA_FMT_Q3, STRATA_FMT_Q3 } },
-		{ "sstack-qwen-hot", 2048, 768, 1, 8, 8, 2, { STRATA_FMT_HOT, STRATA_FMT_HOT } },
+		{ "sstack-qwen-q4", 2048, 768, 1, 8, 8, 3, { STRATA_FMT_Q4, STRATA_FMT_Q4, STRATA_FMT_Q4 }, 0 },
+		{ "sstack-qwen-q3", 2048, 768, 1, 8, 8, 2, { STRATA_FMT_Q3, STRATA_FMT_Q3 }, 0 },
+		{ "sstack-qwen-hot", 2048, 768, 1, 8, 8, 2, { STRATA_FMT_HOT, STRATA_FMT_HOT }, 0 },
 		{ "sstack-mix", 1024, 512, 1, 6, 4, 5,
-		  { STRATA_FMT_Q4, STRATA_FMT_HOT, STRATA_FMT_Q3, STRATA_FMT_WARM, STRATA_FMT_COLD } },
+		  { STRATA_FMT_Q4, STRATA_FMT_HOT, STRATA_FMT_Q3, STRATA_FMT_WARM, STRATA_FMT_COLD }, 0 },
 	};
 	for (int v = 1; v <= 2; v++)
 		for (size_t c = 0; c < sizeof(stacks) / sizeof(stacks[0]); c++)
