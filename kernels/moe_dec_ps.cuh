@@ -227,11 +227,7 @@ __device__ __forceinline__ void wait_h(const Args &a, uint32_t l, uint32_t s, ui
 	uint32_t need = 0;
 	for (uint32_t k = 0; k <= l; k++)
 		need += a.l[k].ns > s ? sg : 0;
-	uint64_t t0 = 0;
-	for (uint32_t v; (v = ld_acquire(a.bar + HCNT + s)) < need;) {
-		__nanosleep(32);
-		watch(t0, "h row sets of slot", s, v);
-	}
+	sm::wait_at_least(a.bar + HCNT + s, need, "h row sets of slot", s);
 }
 
 // The sums of a lane's NB rows (acc) over its group of 1 << N lanes (the
@@ -335,7 +331,7 @@ template <int FMT, class P> __global__ void __launch_bounds__(32 * (W + 1), 1) p
 	const uint32_t us0 = 16 * cpr0, us1 = 16 * cpr1, xst1 = cpr1 * P::NG * 16, cst1 = cpr1 * P::NG * 4;
 	// this warp's pieces k = warp + W i: their uses so far (gate|up, down)
 	static_assert(NPD_MAX == W, "a warp's down piece: one a layer");
-	uint32_t ug[NPG_MAX / W] = {}, ud = 0, nbar = 0;
+	uint32_t ug[NPG_MAX / W] = {}, ud = 0;
 	if (tid == 0) // (thread 0 records the timestamps)
 		tsr.start(0);
 	for (uint32_t l = 0; l < a.layers; l++) {
@@ -388,11 +384,8 @@ template <int FMT, class P> __global__ void __launch_bounds__(32 * (W + 1), 1) p
 			mxx = 0;
 			// h of this CTA's row sets: each slot's count of them (a
 			// release: the barrier above orders every warp's h before it)
-			if (g0 < g1) {
-				fence_gpu();
-				for (uint32_t s = g0 / sg; s <= (g1 - 1) / sg; s++)
-					atomicAdd(a.bar + HCNT + s, min(g1, (s + 1) * sg) - max(g0, s * sg));
-			}
+			if (g0 < g1)
+				sm::count_items(a.bar + HCNT, g0, g1, sg);
 			tsr.mark(l, STRATA_SMALL_TS_CNT_PUB);
 		}
 		// down: once every h row of the CTA's experts is written (their
@@ -440,7 +433,7 @@ template <int FMT, class P> __global__ void __launch_bounds__(32 * (W + 1), 1) p
 		}
 		if (tid < NH_MAX)
 			mxh[tid] = 0;
-		grid_sync(a.bar, ++nbar * G);
+		grid_sync(a.bar, (l + 1) * G);
 		if (tid == 0) {
 			tsr.end(l);
 			if (l + 1 < a.layers)

@@ -212,17 +212,32 @@ __device__ __forceinline__ void watch(uint64_t &t0, const char *what, uint32_t i
 	else if (t - t0 > WATCH_NS)
 		stuck(what, i, n);
 }
+// One thread's wait for counter *c to reach target (acquire polls, watched:
+// what and i name what it waits for).
+__device__ __forceinline__ void wait_at_least(const unsigned *c, uint32_t target, const char *what, uint32_t i)
+{
+	uint64_t t0 = 0;
+	for (uint32_t v; (v = ld_acquire(c)) < target;) {
+		__nanosleep(32);
+		watch(t0, what, i, v);
+	}
+}
 // Thread 0's part of a grid barrier of a stack kernel: this CTA's writes
 // before it (ordered by a CTA barrier) visible, its arrival at *bar, then
 // the wait for target arrivals of all CTAs (all resident).
 __device__ __forceinline__ void grid_arrive(unsigned *bar, uint32_t target)
 {
 	red_release(bar, 1u);
-	uint64_t t0 = 0;
-	for (uint32_t v; (v = ld_acquire(bar)) < target;) {
-		__nanosleep(32);
-		watch(t0, "grid barrier", target, v);
-	}
+	wait_at_least(bar, target, "grid barrier", target);
+}
+// Thread 0's hand-over of the CTA's items [b, e) (b < e; their writes ordered
+// before it by a CTA barrier): a release, then each slot's count of them
+// added to its counter cnt[s] (n items a slot).
+__device__ __forceinline__ void count_items(unsigned *cnt, uint32_t b, uint32_t e, uint32_t n)
+{
+	fence_gpu();
+	for (uint32_t s = b / n; s <= (e - 1) / n; s++)
+		atomicAdd(cnt + s, min(e, (s + 1) * n) - max(b, s * n));
 }
 
 // A stack of layers in one launch (ST: small_stack in moe_gpu.cu, kernel configuration
@@ -474,12 +489,8 @@ __device__ __forceinline__ void small_body(const MoeParams &p, const Args &a, co
 			if (!a.par)
 				fence_gpu();
 			__syncthreads();
-			if (tid == 0) {
-				fence_gpu();
-				const uint32_t t1 = t0[0] + nt[0];
-				for (uint32_t s = t0[0] / g.nrs; s <= (t1 - 1) / g.nrs; s++)
-					atomicAdd(p.sync + 1 + s, min(t1, (s + 1) * g.nrs) - max(t0[0], s * g.nrs));
-			}
+			if (tid == 0)
+				count_items(p.sync + 1, t0[0], t0[0] + nt[0], g.nrs);
 			mark(STRATA_SMALL_TS_CNT_PUB);
 		}
 		// down: after every gate|up task of the CTA's experts (ST: of this
