@@ -1302,7 +1302,14 @@ struct stack_case {
 	uint32_t hidden, inter, n_tokens, n_experts, top_k, layers;
 	int fmt[6]; /* per layer: a format, or -5 / -6: experts alternating q4 / q3 and warm */
 	uint32_t k_odd; /* one token: odd layers route it to their first k_odd of top_k experts (0: all) */
+	uint32_t x_back; /* 1: layers 2, 5, 8, ... read the output of the layer two back as x (not a chain) */
 };
+
+/* The layer whose output is layer l's x in stack case sc (l > 0). */
+static uint32_t stack_src(const struct stack_case *sc, uint32_t l)
+{
+	return sc->x_back && l % 3 == 2 ? l - 2 : l - 1;
+}
 
 /* The default kernel configuration with small and pstack set. */
 static struct strata_moe_config stack_cfg(int small, int pstack)
@@ -1313,12 +1320,13 @@ static struct strata_moe_config stack_cfg(int small, int pstack)
 	return kc;
 }
 
-/* One stack: layer l reads layer l-1's y (layer 0 a random x),
- * each y starts as random values (a residual stream), every layer its own
- * experts and routing, its routing weights scaled so that its output is
- * the size of its residual (the activations neither vanish nor grow).  Each
- * layer's GPU output is checked against the CPU reference applied to the
- * GPU's input of that layer (the previous layer's GPU output): a layer that
+/* One stack: layer l reads layer l-1's y (layer 0 a random x; with
+ * x_back, layers 2, 5, ... layer l-2's), each y starts as random values (a
+ * residual stream), every layer its own experts and routing, its routing
+ * weights scaled so that its output is the size of its residual (the
+ * activations neither vanish nor grow).  Each layer's GPU output is checked
+ * against the CPU reference applied to the GPU's input of that layer (the
+ * GPU output of the layer it reads): a layer that
  * read its x before the previous layer had finished adding into it, or whose
  * down launch read h after the next layer's gate|up launch overwrote it,
  * gives a wrong y.  The h scratch is poisoned with NaN before the stack.
@@ -1384,7 +1392,7 @@ static uint64_t run_stack_case(const struct stack_case *sc, const struct strata_
 	h2d(dy, r, L * nx * 4);
 	for (uint32_t l = 0; l < L; l++)
 		calls[l] = (struct strata_moe_call){
-			.hidden = H, .inter = I, .n_tokens = T, .x = l ? dy + (l - 1) * nx : dx, .y = dy + l * nx,
+			.hidden = H, .inter = I, .n_tokens = T, .x = l ? dy + stack_src(sc, l) * nx : dx, .y = dy + l * nx,
 			.n_experts = NE, .extents = (const void *const *)(dext + l * NE), .fmts = fmts + l * NE,
 			.n_assign = T * (sc->k_odd && l % 2 ? sc->k_odd : K), .assign_expert = ae + (size_t)l * T * K,
 			.assign_token = at + (size_t)l * T * K,
@@ -1397,13 +1405,12 @@ static uint64_t run_stack_case(const struct stack_case *sc, const struct strata_
 	 * by its fifth layer) and one whose experts lose vanishes into its
 	 * residuals. */
 	{
-		float *xc = malloc(nx * 4), *yc = malloc(nx * 4);
+		float *xc = malloc(L * nx * 4), *yc = malloc(nx * 4);
 		assert_true(xc && yc);
-		memcpy(xc, x0, nx * 4);
 		for (uint32_t l = 0; l < L; l++) {
 			struct strata_moe_call c = calls[l];
 			memcpy(yc, r + l * nx, nx * 4);
-			c.x = xc, c.y = yc, c.extents = (const void *const *)(hext + l * NE);
+			c.x = l ? xc + stack_src(sc, l) * nx : x0, c.y = yc, c.extents = (const void *const *)(hext + l * NE);
 			assert_int_equal(strata_moe_layer_ref(&c, &err), STRATA_OK);
 			double o = 0, rr = 0;
 			for (size_t i = 0; i < nx; i++) {
@@ -1415,7 +1422,7 @@ static uint64_t run_stack_case(const struct stack_case *sc, const struct strata_
 			for (size_t a = 0; a < (size_t)T * K; a++)
 				aw[(size_t)l * T * K + a] *= g;
 			for (size_t i = 0; i < nx; i++)
-				xc[i] = r[l * nx + i] + g * (yc[i] - r[l * nx + i]);
+				xc[l * nx + i] = r[l * nx + i] + g * (yc[i] - r[l * nx + i]);
 		}
 		free(xc), free(yc);
 	}
@@ -1447,7 +1454,7 @@ static uint64_t run_stack_case(const struct stack_case *sc, const struct strata_
 		for (uint32_t l = 0; l < L; l++) {
 			memcpy(yref, r + l * nx, nx * 4);
 			struct strata_moe_call c = calls[l];
-			c.x = l ? yg + (l - 1) * nx : x0, c.y = yref, c.extents = (const void *const *)(hext + l * NE);
+			c.x = l ? yg + stack_src(sc, l) * nx : x0, c.y = yref, c.extents = (const void *const *)(hext + l * NE);
 			assert_int_equal(strata_moe_layer_ref(&c, &err), STRATA_OK);
 			int nonfinite;
 			const double re = rel_err(yg + l * nx, yref, r + l * nx, nx, &nonfinite);
@@ -1510,7 +1517,8 @@ static uint64_t run_stack_case(const struct stack_case *sc, const struct strata_
  * hot (the persistent kernel), layers of different formats, mixed layers
  * (two launches per layer), 20 tokens per expert (the prefill path, BF16
  * copies of q4/q3 experts: plain launches), a Kimi-shaped q4 stack (no
- * prefetch: too big). */
+ * prefetch: too big), a stack that is not a chain (layers reading the
+ * output of the layer two back). */
 static void test_moe_stack(void **state)
 {
 	(void)state;
@@ -1520,13 +1528,16 @@ static void test_moe_stack(void **state)
 		return;
 	}
 	static const struct stack_case cases[] = {
-		{ "stack-qwen-q4", 2048, 768, 1, 8, 8, 3, { STRATA_FMT_Q4, STRATA_FMT_Q4, STRATA_FMT_Q4 }, 0 },
-		{ "stack-qwen-q3", 2048, 768, 3, 6, 4, 2, { STRATA_FMT_Q3, STRATA_FMT_Q3 }, 0 },
-		{ "stack-qwen-hot", 2048, 768, 1, 8, 8, 3, { STRATA_FMT_HOT, STRATA_FMT_HOT, STRATA_FMT_HOT }, 0 },
+		{ "stack-qwen-q4", 2048, 768, 1, 8, 8, 3, { STRATA_FMT_Q4, STRATA_FMT_Q4, STRATA_FMT_Q4 }, 0, 0 },
+		{ "stack-qwen-q3", 2048, 768, 3, 6, 4, 2, { STRATA_FMT_Q3, STRATA_FMT_Q3 }, 0, 0 },
+		{ "stack-qwen-hot", 2048, 768, 1, 8, 8, 3, { STRATA_FMT_HOT, STRATA_FMT_HOT, STRATA_FMT_HOT }, 0, 0 },
 		{ "stack-mix", 1024, 512, 2, 6, 4, 6,
-		  { STRATA_FMT_Q4, STRATA_FMT_HOT, STRATA_FMT_Q3, -5, STRATA_FMT_COLD, -6 }, 0 },
-		{ "stack-big-q4", 512, 256, 20, 2, 2, 3, { STRATA_FMT_Q4, STRATA_FMT_HOT, -6 }, 0 },
-		{ "stack-kimi-q4", 7168, 1536, 1, 1, 1, 2, { STRATA_FMT_Q4, STRATA_FMT_Q4 }, 0 },
+		  { STRATA_FMT_Q4, STRATA_FMT_HOT, STRATA_FMT_Q3, -5, STRATA_FMT_COLD, -6 }, 0, 0 },
+		{ "stack-big-q4", 512, 256, 20, 2, 2, 3, { STRATA_FMT_Q4, STRATA_FMT_HOT, -6 }, 0, 0 },
+		{ "stack-kimi-q4", 7168, 1536, 1, 1, 1, 2, { STRATA_FMT_Q4, STRATA_FMT_Q4 }, 0, 0 },
+		/* layers 2 and 5 read the output of layers 0 and 3 (not a chain) */
+		{ "stack-back-mix", 1024, 512, 1, 6, 4, 6,
+		  { STRATA_FMT_Q4, STRATA_FMT_HOT, STRATA_FMT_Q3, STRATA_FMT_WARM, STRATA_FMT_COLD, STRATA_FMT_HOT }, 0, 1 },
 	};
 	/* the small-layer kernel off (test_moe_small runs these stacks on it) */
 	const struct strata_moe_config k0 = stack_cfg(0, 0);
@@ -1550,14 +1561,15 @@ static void check_small_phases(uint32_t n, int early_issue);
  * flight): Qwen3-30B-A3B-shaped q4 and q3 stacks of 8 experts a layer, q4 of
  * 6, 16 (q4) and 12 (q3) experts a layer over 18 and 17 layers (two
  * launches), fewer gate|up row sets than CTAs, layers of 8 and 3 (q4) and
- * of 12 and 5 (q3) experts in one launch.  The small-layer kernel over
- * the stack (moe_dec_small.cuh): Qwen-shaped hot and warm stacks, 16 cold
- * experts a layer over 18 layers (two launches), fewer tasks than CTAs.
- * Each must run in exactly the launches given, and the stacks neither takes
- * (q4 and q3 layers, hot and warm layers, two tokens, a layer of hot
- * experts among q4, x rows wider than a slice per thread, rows of 1.5 x 32
- * q4 or 0.5 x 32 q3 chunks, hot rows that divide unevenly) in none.  Then
- * two of them with one and with eight pieces in flight. */
+ * of 12 and 5 (q3) experts in one launch, stacks that are not chains (a
+ * layer reading the output of the layer two back).  The small-layer kernel
+ * over the stack (moe_dec_small.cuh): Qwen-shaped hot and warm stacks, 16
+ * cold experts a layer over 18 layers (two launches), fewer tasks than
+ * CTAs.  Each must run in exactly the launches given, and the stacks
+ * neither takes (q4 and q3 layers, hot and warm layers, two tokens, a layer
+ * of hot experts among q4, x rows wider than a slice per thread, rows of
+ * 1.5 x 32 q4 or 0.5 x 32 q3 chunks, hot rows that divide unevenly) in
+ * none.  Then two of them with one and with eight pieces in flight. */
 static void test_moe_pstack(void **state)
 {
 	(void)state;
@@ -1568,29 +1580,34 @@ static void test_moe_pstack(void **state)
 		struct stack_case sc;
 		uint64_t launches;
 	} cases[] = {
-		{ { "ps-qwen-q4", 2048, 768, 1, 8, 8, 3, { Q4, Q4, Q4, Q4, Q4, Q4 }, 0 }, 1 },
-		{ { "ps-qwen-k6", 2048, 768, 1, 64, 6, 2, { Q4, Q4, Q4, Q4, Q4, Q4 }, 0 }, 1 },
-		{ { "ps-many-q4", 1024, 512, 1, 16, 16, 18, { Q4, Q4, Q4, Q4, Q4, Q4 }, 0 }, 2 },
-		{ { "ps-few-q4", 1024, 256, 1, 8, 2, 4, { Q4, Q4, Q4, Q4, Q4, Q4 }, 0 }, 1 },
-		{ { "ps-qwen-q3", 2048, 768, 1, 8, 8, 3, { Q3, Q3, Q3, Q3, Q3, Q3 }, 0 }, 1 },
-		{ { "ps-many-q3", 2048, 512, 1, 16, 12, 17, { Q3, Q3, Q3, Q3, Q3, Q3 }, 0 }, 2 },
-		{ { "ps-q4q3", 2048, 768, 1, 8, 8, 2, { Q4, Q3 }, 0 }, 0 },
-		{ { "ps-rows-q3", 1024, 512, 1, 8, 8, 2, { Q3, Q3 }, 0 }, 0 },
-		{ { "ps-qwen-t2", 2048, 768, 2, 8, 8, 2, { Q4, Q4 }, 0 }, 0 },
-		{ { "ps-mix", 2048, 768, 1, 8, 8, 2, { Q4, STRATA_FMT_HOT }, 0 }, 0 },
-		{ { "ps-kimi-q4", 7168, 1536, 1, 1, 1, 2, { Q4, Q4 }, 0 }, 0 },
-		{ { "ps-wide-q4", 1536, 512, 1, 8, 8, 2, { Q4, Q4 }, 0 }, 0 },
-		{ { "ps-qwen-hot", 2048, 768, 1, 8, 8, 3, { HOT, HOT, HOT, HOT, HOT, HOT }, 0 }, 1 },
-		{ { "ps-qwen-warm", 2048, 768, 1, 64, 6, 2, { WARM, WARM, WARM, WARM, WARM, WARM }, 0 }, 1 },
-		{ { "ps-many-cold", 1024, 512, 1, 16, 16, 18, { COLD, COLD, COLD, COLD, COLD, COLD }, 0 }, 2 },
-		{ { "ps-few-hot", 1024, 256, 1, 8, 2, 4, { HOT, HOT, HOT, HOT, HOT, HOT }, 0 }, 1 },
-		{ { "ps-hot-warm", 2048, 768, 1, 8, 8, 2, { HOT, WARM }, 0 }, 0 },
-		{ { "ps-rows-hot", 1040, 72, 1, 5, 4, 2, { HOT, HOT }, 0 }, 0 },
-		{ { "ps-hot-t2", 2048, 768, 2, 8, 8, 2, { HOT, HOT }, 0 }, 0 },
+		{ { "ps-qwen-q4", 2048, 768, 1, 8, 8, 3, { Q4, Q4, Q4, Q4, Q4, Q4 }, 0, 0 }, 1 },
+		{ { "ps-qwen-k6", 2048, 768, 1, 64, 6, 2, { Q4, Q4, Q4, Q4, Q4, Q4 }, 0, 0 }, 1 },
+		{ { "ps-many-q4", 1024, 512, 1, 16, 16, 18, { Q4, Q4, Q4, Q4, Q4, Q4 }, 0, 0 }, 2 },
+		{ { "ps-few-q4", 1024, 256, 1, 8, 2, 4, { Q4, Q4, Q4, Q4, Q4, Q4 }, 0, 0 }, 1 },
+		{ { "ps-qwen-q3", 2048, 768, 1, 8, 8, 3, { Q3, Q3, Q3, Q3, Q3, Q3 }, 0, 0 }, 1 },
+		{ { "ps-many-q3", 2048, 512, 1, 16, 12, 17, { Q3, Q3, Q3, Q3, Q3, Q3 }, 0, 0 }, 2 },
+		{ { "ps-q4q3", 2048, 768, 1, 8, 8, 2, { Q4, Q3 }, 0, 0 }, 0 },
+		{ { "ps-rows-q3", 1024, 512, 1, 8, 8, 2, { Q3, Q3 }, 0, 0 }, 0 },
+		{ { "ps-qwen-t2", 2048, 768, 2, 8, 8, 2, { Q4, Q4 }, 0, 0 }, 0 },
+		{ { "ps-mix", 2048, 768, 1, 8, 8, 2, { Q4, STRATA_FMT_HOT }, 0, 0 }, 0 },
+		{ { "ps-kimi-q4", 7168, 1536, 1, 1, 1, 2, { Q4, Q4 }, 0, 0 }, 0 },
+		{ { "ps-wide-q4", 1536, 512, 1, 8, 8, 2, { Q4, Q4 }, 0, 0 }, 0 },
+		{ { "ps-qwen-hot", 2048, 768, 1, 8, 8, 3, { HOT, HOT, HOT, HOT, HOT, HOT }, 0, 0 }, 1 },
+		{ { "ps-qwen-warm", 2048, 768, 1, 64, 6, 2, { WARM, WARM, WARM, WARM, WARM, WARM }, 0, 0 }, 1 },
+		{ { "ps-many-cold", 1024, 512, 1, 16, 16, 18, { COLD, COLD, COLD, COLD, COLD, COLD }, 0, 0 }, 2 },
+		{ { "ps-few-hot", 1024, 256, 1, 8, 2, 4, { HOT, HOT, HOT, HOT, HOT, HOT }, 0, 0 }, 1 },
+		{ { "ps-hot-warm", 2048, 768, 1, 8, 8, 2, { HOT, WARM }, 0, 0 }, 0 },
+		{ { "ps-rows-hot", 1040, 72, 1, 5, 4, 2, { HOT, HOT }, 0, 0 }, 0 },
+		{ { "ps-hot-t2", 2048, 768, 2, 8, 8, 2, { HOT, HOT }, 0, 0 }, 0 },
 		/* layers of 8 and 3 experts in one launch (q4 / q3 only): the h
 		 * counters' per-layer targets */
-		{ { "ps-var-q4", 2048, 768, 1, 8, 8, 4, { Q4, Q4, Q4, Q4, Q4, Q4 }, 3 }, 1 },
-		{ { "ps-var-q3", 2048, 512, 1, 16, 12, 5, { Q3, Q3, Q3, Q3, Q3, Q3 }, 5 }, 1 },
+		{ { "ps-var-q4", 2048, 768, 1, 8, 8, 4, { Q4, Q4, Q4, Q4, Q4, Q4 }, 3, 0 }, 1 },
+		{ { "ps-var-q3", 2048, 512, 1, 16, 12, 5, { Q3, Q3, Q3, Q3, Q3, Q3 }, 5, 0 }, 1 },
+		/* layers 2 and 5 read layer 0's and 3's output (a grid barrier
+		 * before each: not a chain) */
+		{ { "ps-back-q4", 2048, 768, 1, 8, 8, 6, { Q4, Q4, Q4, Q4, Q4, Q4 }, 0, 1 }, 1 },
+		{ { "ps-back-q3", 2048, 512, 1, 16, 8, 6, { Q3, Q3, Q3, Q3, Q3, Q3 }, 0, 1 }, 1 },
+		{ { "ps-back-hot", 2048, 768, 1, 8, 8, 6, { HOT, HOT, HOT, HOT, HOT, HOT }, 0, 1 }, 1 },
 	};
 	const struct strata_moe_config ps2 = stack_cfg(0, 2);
 	struct strata_moe_config tab = stack_cfg(0, 1);
@@ -1727,11 +1744,11 @@ static void test_moe_small(void **state)
 	}
 	kernel_config(NULL);
 	static const struct stack_case stacks[] = {
-		{ "sstack-qwen-q4", 2048, 768, 1, 8, 8, 3, { STRATA_FMT_Q4, STRATA_FMT_Q4, STRATA_FMT_Q4 }, 0 },
-		{ "sstack-qwen-q3", 2048, 768, 1, 8, 8, 2, { STRATA_FMT_Q3, STRATA_FMT_Q3 }, 0 },
-		{ "sstack-qwen-hot", 2048, 768, 1, 8, 8, 2, { STRATA_FMT_HOT, STRATA_FMT_HOT }, 0 },
+		{ "sstack-qwen-q4", 2048, 768, 1, 8, 8, 3, { STRATA_FMT_Q4, STRATA_FMT_Q4, STRATA_FMT_Q4 }, 0, 0 },
+		{ "sstack-qwen-q3", 2048, 768, 1, 8, 8, 2, { STRATA_FMT_Q3, STRATA_FMT_Q3 }, 0, 0 },
+		{ "sstack-qwen-hot", 2048, 768, 1, 8, 8, 2, { STRATA_FMT_HOT, STRATA_FMT_HOT }, 0, 0 },
 		{ "sstack-mix", 1024, 512, 1, 6, 4, 5,
-		  { STRATA_FMT_Q4, STRATA_FMT_HOT, STRATA_FMT_Q3, STRATA_FMT_WARM, STRATA_FMT_COLD }, 0 },
+		  { STRATA_FMT_Q4, STRATA_FMT_HOT, STRATA_FMT_Q3, STRATA_FMT_WARM, STRATA_FMT_COLD }, 0, 0 },
 	};
 	for (int v = 1; v <= 2; v++)
 		for (size_t c = 0; c < sizeof(stacks) / sizeof(stacks[0]); c++)
