@@ -315,7 +315,7 @@ int strata_gpu_moe_check(int fmt, uint32_t hidden, uint32_t inter, struct strata
  *                                                row-streaming kernel
  *   small_ts     small_ts               0        1: the small-layer kernel records per-CTA phase
  *                                                timestamps (strata_gpu_small_phases); 0: none
- *   pstack       pstack                 0        1 - 8: strata_gpu_moe_stack calls whose layers
+ *   pstack       pstack                 4        1 - 8: strata_gpu_moe_stack calls whose layers
  *                                                all have one token, the same shape, at most 16
  *                                                experts, all q4 or all q3, run on the persistent stack
  *                                                kernel (kernels/moe_dec_ps.cuh: one launch per
@@ -334,20 +334,15 @@ int strata_gpu_moe_check(int fmt, uint32_t hidden, uint32_t inter, struct strata
  *                                                the codebook table decoder where the table fits
  *                                                beside the layer's share, filled once a launch)
  *                                                where its geometry fits and divides evenly; 0: the
- *                                                kernels above.  Off by default: measured
- *                                                (H200, 16-layer Qwen3-30B-A3B stacks, same
- *                                                run) q4 15.3 - 15.4 us a layer against 13.9
- *                                                (1 piece 19.7), q3 16.5 - 17.1 against 16.5
- *                                                (its emulation promised 10.0 - 10.3); hot /
- *                                                warm / cold 20.9 / 20.8 / 20.7 against the
- *                                                chained 21.4 / 21.4 / 20.5.  Since then
- *                                                (16-byte staging loads, acquire-release
- *                                                hand-overs, per-slot h counters) faster on
- *                                                the H100 (same run: q4 11.3 us at 4 pieces
- *                                                against 14.4, q3 15.8 against 17.0, hot /
- *                                                warm / cold 19.0 / 18.9 / 18.5 against 21.9
- *                                                / 21.7 / 20.1), not yet run on the H200
- *                                                (experiments/kernels/README.md)
+ *                                                kernels above.  On by default since it measured
+ *                                                faster for every format (H100, 16-layer
+ *                                                Qwen3-30B-A3B stacks, same run: q4 11.3 us a
+ *                                                layer at 4 pieces against 14.1 chained, q3
+ *                                                15.2 against 16.7, hot / warm / cold 19.4 /
+ *                                                19.1 / 18.9 against 22.3 / 22.1 / 20.2); on the
+ *                                                H200 an earlier version was slower (q4 15.3
+ *                                                against 13.9 us) and this one has not run
+ *                                                there (experiments/kernels/README.md)
  *
  * Everything else the kernels do is fixed: 16-warp persistent CTAs for
  * 8-token tiles and 8 warps for 16-token ones, stage copies by the bulk copy
@@ -374,7 +369,7 @@ struct strata_moe_config {
 	int sq_gvx;
 	int pstack;
 };
-#define STRATA_MOE_CONFIG_DEFAULT { 17, -1, 0, 0, -1, 0, 512, 0, -1, 0, 1, 0, 1, 1, 0, 32, 1, 16, 0, -1, -1, 0, 2, 1, 0 }
+#define STRATA_MOE_CONFIG_DEFAULT { 17, -1, 0, 0, -1, 0, 512, 0, -1, 0, 1, 0, 1, 1, 0, 32, 1, 16, 0, -1, -1, 0, 2, 1, 4 }
 /* small=auto: the formats (bit fmt: hot, warm, cold) and the largest launch
  * (weights) it takes: the measured Qwen3-30B-A3B layer is 37.7 Mi weights */
 #define STRATA_MOE_SMALL_AUTO_FMTS ((1u << 2) | (1u << 3) | (1u << 4))

@@ -85,12 +85,6 @@ __device__ __forceinline__ unsigned atom_release(unsigned *q, unsigned v)
 	asm volatile("atom.release.gpu.global.add.u32 %0, [%1], %2;\n" : "=r"(r) : "l"(q), "r"(v) : "memory");
 	return r;
 }
-__device__ __forceinline__ uint32_t ld_relaxed(const unsigned *q)
-{
-	uint32_t v;
-	asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(q) : "memory");
-	return v;
-}
 
 // Task t: slot, row tile, K chunk (task_find over the layout of run_dec_bf16,
 // whose "token tile" is the K chunk: every slot has one 8-token tile).
@@ -185,8 +179,7 @@ __device__ __forceinline__ void cmp_start(const MoeParams &p, const Args &a, Cmp
 			// (Prefetching the later down tasks too measured no faster.)
 			prefetch_down(p, a, t);
 			if (lane == 0)
-				while (ld() < need)
-					__nanosleep(128);
+				wait_at_least<ACQ>(p.sync + 1 + c.k.slot, need, 128, "gate|up tasks of slot", c.k.slot);
 		}
 		__syncwarp();
 	}

@@ -12,15 +12,15 @@
 // from shared memory, two grid barriers a layer (x -> h, h -> y).
 //
 // Taken by run_pstack (moe_gpu.cu) for strata_gpu_moe_stack calls under the
-// kernel configuration pstack=1 - 8 (the pieces in flight; default 0: on
-// the H200 a 16-layer Qwen q4 stack took 15.3 us a layer against the
-// two-launch layers' 13.9, q3 16.5 - 17.1 against 16.5; this version, not
-// yet run there, 11.3 against 14.4 and 15.8 against 17.0 on the H100, at
-// 4 pieces) whose layers all
-// have one token, the same shape, at most SMAX experts, all in q4 or all in
-// q3 (policies gv::Q4, gv::Q3i), and each CTA's share in shared memory; ONE
-// launch per LMAX layers, one CTA of W + 1 warps per SM (all resident: one
-// CTA per SM by its shared memory, grid = SMs):
+// kernel configuration pstack=1 - 8 (the pieces in flight; default 4: on
+// the H100 a 16-layer Qwen q4 stack takes 11.3 us a layer against the
+// chained two-launch layers' 14.1, q3 15.2 against 16.7; an earlier version
+// was slower on the H200, 15.3 against 13.9, and this one has not run
+// there) whose layers all have one token, the same shape, at most SMAX
+// experts, all in q4 or all in q3 (policies gv::Q4, gv::Q3i), and each CTA's
+// share in shared memory; ONE launch per LMAX layers, one CTA of W + 1
+// warps per SM (all resident: one CTA per SM by its shared memory, grid =
+// SMs):
 //   - rows in row sets of RS = P::NB consecutive rows (the policy's several
 //     rows per lane, q4 4, q3 2; P::load_xr / P::dot_xr): gate|up row set k
 //     of a layer = rows RS k' .. RS k' + RS - 1 of gate and of up of expert
@@ -180,9 +180,8 @@ __device__ __forceinline__ void stage(const float *src, uint32_t stride, uint32_
 	csync();
 }
 
-// Every wait below gives up after sm::WATCH_NS without progress (sm::watch:
-// it prints where it was and traps).
-using sm::watch;
+// Every wait below gives up after WATCH_NS without progress (watch: it
+// prints where it was and traps).
 // mbarrier mb's phase of parity par complete (piece i).
 __device__ __forceinline__ void wait_piece(uint32_t mb, uint32_t par, uint32_t i)
 {
@@ -227,7 +226,7 @@ __device__ __forceinline__ void wait_h(const Args &a, uint32_t l, uint32_t s, ui
 	uint32_t need = 0;
 	for (uint32_t k = 0; k <= l; k++)
 		need += a.l[k].ns > s ? sg : 0;
-	sm::wait_at_least(a.bar + HCNT + s, need, "h row sets of slot", s);
+	wait_at_least(a.bar + HCNT + s, need, 32, "h row sets of slot", s);
 }
 
 // The sums of a lane's NB rows (acc) over its group of 1 << N lanes (the

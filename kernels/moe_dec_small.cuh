@@ -88,12 +88,6 @@ struct Args {
 // small_ts=1: the phase timestamps of kernels.h's strata_small_ts.
 constexpr uint32_t TS_WORDS = STRATA_SMALL_TS_WORDS;
 static_assert(2 + STRATA_SMALL_TS_N <= STRATA_SMALL_TS_WORDS, "phase timestamps");
-__device__ __forceinline__ unsigned long long gtimer()
-{
-	unsigned long long t;
-	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-	return t;
-}
 
 // A launch's records, one a layer as if each were a launch of its own: layer
 // l in slot (ts_i + l) of the ring at ts (null: none recorded), [0] the
@@ -192,43 +186,13 @@ template <int FMT, int DEC> struct SLd<gv::Tier<FMT, DEC>> {
 	}
 };
 
-// Every wait of the kernels that run a stack in one launch (below with ST,
-// moe_dec_ps.cuh) gives up after WATCH_NS without progress: it prints where
-// it was and traps (a launch error instead of a hang, should their
-// synchronisation be wrong somewhere).  t0: the wait's start (0: not yet
-// read); what, i, n: what it waits for.
-constexpr uint64_t WATCH_NS = 20000000000ull; // (compute-sanitizer slows every CTA down alike)
-__device__ __noinline__ void stuck(const char *what, uint32_t i, uint32_t n)
-{
-	printf("strata stack kernel: CTA %u thread %u: no progress for %.0f s waiting for %s %u (%u)\n", blockIdx.x,
-	       threadIdx.x, WATCH_NS * 1e-9, what, i, n);
-	__trap();
-}
-__device__ __forceinline__ void watch(uint64_t &t0, const char *what, uint32_t i, uint32_t n)
-{
-	const uint64_t t = gtimer();
-	if (!t0)
-		t0 = t;
-	else if (t - t0 > WATCH_NS)
-		stuck(what, i, n);
-}
-// One thread's wait for counter *c to reach target (acquire polls, watched:
-// what and i name what it waits for).
-__device__ __forceinline__ void wait_at_least(const unsigned *c, uint32_t target, const char *what, uint32_t i)
-{
-	uint64_t t0 = 0;
-	for (uint32_t v; (v = ld_acquire(c)) < target;) {
-		__nanosleep(32);
-		watch(t0, what, i, v);
-	}
-}
 // Thread 0's part of a grid barrier of a stack kernel: this CTA's writes
 // before it (ordered by a CTA barrier) visible, its arrival at *bar, then
 // the wait for target arrivals of all CTAs (all resident).
 __device__ __forceinline__ void grid_arrive(unsigned *bar, uint32_t target)
 {
 	red_release(bar, 1u);
-	wait_at_least(bar, target, "grid barrier", target);
+	wait_at_least(bar, target, 32, "grid barrier", target);
 }
 // Thread 0's hand-over of the CTA's items [b, e) (b < e; their writes ordered
 // before it by a CTA barrier): a release, then each slot's count of them
@@ -498,14 +462,8 @@ __device__ __forceinline__ void small_body(const MoeParams &p, const Args &a, co
 		if (nt[1]) {
 			const gv::Args &g = a.g[1];
 			const uint32_t s0 = t0[1] / g.nrs, s1 = (t0[1] + nt[1] - 1) / g.nrs, need = (l + 1) * a.g[0].nrs;
-			for (uint32_t s = s0 + tid; s <= s1; s += blockDim.x) {
-				[[maybe_unused]] uint64_t w0 = 0;
-				for (uint32_t v; (v = ld_acquire(p.sync + 1 + s)) < need;) {
-					__nanosleep(32);
-					if constexpr (ST)
-						watch(w0, "gate|up tasks of slot", s, v);
-				}
-			}
+			for (uint32_t s = s0 + tid; s <= s1; s += blockDim.x)
+				wait_at_least(p.sync + 1 + s, need, 32, "gate|up tasks of slot", s);
 			__syncthreads();
 			mark(STRATA_SMALL_TS_CNT_WAIT);
 			run(1, nullptr, STRATA_SMALL_TS_DN_STAGED, STRATA_SMALL_TS_DN);

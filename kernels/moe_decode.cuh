@@ -582,8 +582,7 @@ __global__ void __launch_bounds__(32 * NW, 1) dec_kernel(const __grid_constant__
 				const Slot &s = p.slot[cp.slot];
 				uint32_t need = (p.inter + ROWS / 2 - 1) / (ROWS / 2) * ((s.ntok + TN * NT - 1) / (TN * NT));
 				if (lane == 0)
-					while (ld_acquire(p.sync + 1 + cp.slot) < need)
-						__nanosleep(64);
+					wait_at_least(p.sync + 1 + cp.slot, need, 64, "gate|up tasks of slot", cp.slot);
 				__syncwarp();
 			}
 		}

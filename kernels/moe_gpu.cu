@@ -209,6 +209,52 @@ __device__ __forceinline__ void red_release(unsigned *p, uint32_t v)
 {
 	asm volatile("red.release.gpu.global.add.u32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
 }
+__device__ __forceinline__ uint32_t ld_relaxed(const unsigned *q)
+{
+	uint32_t v;
+	asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(q) : "memory");
+	return v;
+}
+__device__ __forceinline__ unsigned long long gtimer()
+{
+	unsigned long long t;
+	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+	return t;
+}
+
+// Every wait of a thread for other CTAs (a counter, a grid barrier, a stack
+// kernel's pieces) gives up after WATCH_NS without progress: it prints where
+// it was and traps (a launch error instead of a hang, should the
+// synchronisation be wrong somewhere).  t0: the wait's start (0: not yet
+// read); what, i, n: what it waits for.
+constexpr uint64_t WATCH_NS = 20000000000ull; // (compute-sanitizer slows every CTA down alike)
+__device__ __noinline__ void stuck(const char *what, uint32_t i, uint32_t n)
+{
+	printf("strata kernel: CTA %u thread %u: no progress for %.0f s waiting for %s %u (%u)\n", blockIdx.x,
+	       threadIdx.x, WATCH_NS * 1e-9, what, i, n);
+	__trap();
+}
+__device__ __forceinline__ void watch(uint64_t &t0, const char *what, uint32_t i, uint32_t n)
+{
+	const uint64_t t = gtimer();
+	if (!t0)
+		t0 = t;
+	else if (t - t0 > WATCH_NS)
+		stuck(what, i, n);
+}
+// One thread's wait for counter *c to reach target: acquire polls (ACQ; else
+// relaxed ones, the caller ordering what it reads after), ns nanoseconds
+// apart, watched (what and i name what it waits for).
+template <bool ACQ = true>
+__device__ __forceinline__ void wait_at_least(const unsigned *c, uint32_t target, uint32_t ns, const char *what,
+					      uint32_t i)
+{
+	uint64_t t0 = 0;
+	for (uint32_t v; (v = ACQ ? ld_acquire(c) : ld_relaxed(c)) < target;) {
+		__nanosleep(ns);
+		watch(t0, what, i, v);
+	}
+}
 
 template <int NT, int MT, int NW = 8> struct Geo {
 	static constexpr int TN = 8 * NT;  // tokens per tile
@@ -742,8 +788,7 @@ __global__ void __launch_bounds__(32 * NW, 1) moe_kernel(const __grid_constant__
 				const Slot &s = p.slot[cp.slot];
 				uint32_t nrt = (p.inter + G::RG - 1) / G::RG, ntt = (s.ntok + G::TN - 1) / G::TN;
 				if (tid == 0)
-					while (ld_acquire(p.sync + 1 + cp.slot) < nrt * ntt)
-						__nanosleep(64);
+					wait_at_least(p.sync + 1 + cp.slot, nrt * ntt, 64, "gate|up tasks of slot", cp.slot);
 				__syncthreads();
 			}
 		}

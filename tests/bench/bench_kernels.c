@@ -19,12 +19,15 @@
  *             expert on BF16 weights) on the same shapes
  *   stack     (--layers N) N such layers decoded back to back at 1 token, each
  *             its own weights, layer l reading layer l-1's output
- *             (strata_gpu_moe_stack): time per layer and the same ratios, for the
- *             chained launches (kind stack), chained with the L2 prefetch of the
- *             next launch's weights (stack_l2pf), as plain launches
- *             (stack_plain) and chained on the other choice of the kernel
- *             configuration's small key (stack_small when it does not take
- *             the format, stack_nosmall when it does)
+ *             (strata_gpu_moe_stack): time per layer and the same ratios, on
+ *             the kernel configuration (kind stack: under its default pstack
+ *             the stack in one launch per 16 layers where the persistent or
+ *             the small-layer stack kernel takes it) and, with pstack=0, the
+ *             layers as chained launches (stack_chain), chained with the L2
+ *             prefetch of the next launch's weights (stack_l2pf), as plain
+ *             launches (stack_plain) and chained on the other choice of the
+ *             small key (stack_small when it does not take the format,
+ *             stack_nosmall when it does)
  *   layer     a full MoE layer with random top-k routing over all the model's
  *             experts (15/30/55 hot/warm/cold tiering): layer-tokens per second
  * Layers are rotated so every timed call streams its weights from HBM; calls
@@ -402,9 +405,11 @@ static const char *const g_k2_kind[2][4] = { { "decode_k2", "decode_k3", "decode
  * per stack, stacks rotated until a replay streams >= 256 MB (never served
  * from L2 by reuse).  Every replay first copies the y's starting values
  * (random, a residual stream) into place (one device copy per stack, in the
- * timed graph).  Rows per layer: chained launches (kind stack), chained with
- * the L2 prefetch (stack_l2pf), plain launches with the same dependencies
- * (stack_plain). */
+ * timed graph).  Rows per layer: the configuration's stack (kind stack) and,
+ * one layer a launch, chained launches (stack_chain), chained with the L2
+ * prefetch (stack_l2pf), plain launches with the same dependencies
+ * (stack_plain), chained on the other small key (stack_small,
+ * stack_nosmall). */
 static void bench_stack(const struct shape *sh, int fmt, uint32_t T)
 {
 	struct strata_expert_layout E;
@@ -443,17 +448,22 @@ static void bench_stack(const struct shape *sh, int fmt, uint32_t T)
 						     .fmts = fmts, .n_assign = na, .assign_expert = ae, .assign_token = at,
 						     .assign_weight = aw, .stream = g_st };
 	}
-	/* the fourth: chained, on the other choice of the small key (kind
-	 * stack_small when the configuration does not take fmt there,
-	 * stack_nosmall when it does) */
-	static const unsigned flags[] = { 0, STRATA_MOE_STACK_L2PF, STRATA_MOE_STACK_PLAIN, 0, 0, 0, 0, 0 };
-	struct strata_moe_config kc0, kc1;
+	/* the first on the configuration, the others one layer a launch
+	 * (pstack=0): chained, with the L2 prefetch, plain, and chained on the
+	 * other choice of the small key (kind stack_small when the configuration
+	 * does not take fmt there, stack_nosmall when it does) */
+	enum { NK = 5 };
+	static const unsigned flags[NK + 4] = { 0, 0, STRATA_MOE_STACK_L2PF, STRATA_MOE_STACK_PLAIN };
+	struct strata_moe_config kc0, kc_ls, kc1;
 	strata_gpu_moe_config_get(&kc0);
-	kc1 = kc0;
+	kc_ls = kc0;
+	kc_ls.pstack = 0;
+	kc1 = kc_ls;
 	kc1.small = small_takes(&kc0, sh, fmt) ? 0 : 1;
-	const char *const kinds[] = { "stack", "stack_l2pf", "stack_plain", kc1.small ? "stack_small" : "stack_nosmall" };
-	for (int f = 0; f < 4 + g_k2; f++) {
-		CHECK(strata_gpu_moe_configure(f >= 4 ? &g_kc2[f - 4] : f == 3 ? &kc1 : &kc0, &g_err));
+	const char *const kinds[NK] = { "stack", "stack_chain", "stack_l2pf", "stack_plain",
+					kc1.small ? "stack_small" : "stack_nosmall" };
+	for (int f = 0; f < NK + g_k2; f++) {
+		CHECK(strata_gpu_moe_configure(f >= NK ? &g_kc2[f - NK] : f == NK - 1 ? &kc1 : f ? &kc_ls : &kc0, &g_err));
 		/* warm-up outside the capture (scratch allocation, attributes) */
 		CHECK(strata_gpu_moe_stack(calls, N, flags[f], &g_err));
 		CHECK(strata_gpu_stream_sync(g_st, &g_err));
@@ -468,7 +478,7 @@ static void bench_stack(const struct shape *sh, int fmt, uint32_t T)
 		strata_gpu_graph_free(g);
 		char note[48];
 		snprintf(note, sizeof(note), "  (per layer of %u x %u)", ns, N);
-		decode_row(f >= 4 ? g_k2_kind[1][f - 4] : kinds[f], sh, fmt, &E, T, ms, note);
+		decode_row(f >= NK ? g_k2_kind[1][f - NK] : kinds[f], sh, fmt, &E, T, ms, note);
 	}
 	CHECK(strata_gpu_moe_configure(&kc0, &g_err));
 	free(ext), free(fmts), free(ae), free(at), free(aw), free(calls);
