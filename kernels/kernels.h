@@ -282,7 +282,8 @@ int strata_gpu_moe_check(int fmt, uint32_t hidden, uint32_t inter, struct strata
  *                                                vs 232 / 233; Qwen3-30B-A3B-sized launches
  *                                                slower), 0 otherwise; cold 0 (the ring kernel:
  *                                                225 vs 230-236 us for 3, in four calls since
- *                                                the h25a merge)
+ *                                                the h25a merge); a cold stack under pstack
+ *                                                through the table (see pstack)
  *   small        small                  auto     launches whose experts all have one token and
  *                                                are all in one of q4, q3, hot, warm, cold take
  *                                                the one-launch kernel (kernels/moe_dec_small.cuh:
@@ -330,9 +331,10 @@ int strata_gpu_moe_check(int fmt, uint32_t hidden, uint32_t inter, struct strata
  *                                                launch per 16 layers, a layer's down weights
  *                                                copied once its x is staged, the next layer's
  *                                                gate|up once its h is, a grid barrier a
- *                                                layer; the window does not apply; dec_tr=2 or 3:
- *                                                the codebook table decoder where the table fits
- *                                                beside the layer's share, filled once a launch)
+ *                                                layer; the window does not apply; dec_tr=2 or 3,
+ *                                                and auto on cold stacks: the codebook table
+ *                                                decoder where the table fits beside the layer's
+ *                                                share, filled once a launch)
  *                                                where its geometry fits and divides evenly; 0: the
  *                                                kernels above.  On by default since it measured
  *                                                faster for every format (H100, 16-layer

@@ -2831,8 +2831,11 @@ bool small_stack_in(const struct strata_moe_call *calls, uint32_t n, int fmt, ui
 	bool full;
 	uint32_t grid;
 	uint64_t o;
-	// dec_tr=2 or 3: the table decoder where the table fits beside the share
-	bool tab = g_ctx.cfg.dec_tr >= 2;
+	// dec_tr=2 or 3, and auto on cold stacks: the table decoder where the
+	// table fits beside the share (H100, 16-layer Qwen3-30B-A3B cold stacks
+	// 18.1 vs 18.6 us a layer, warm ones no faster:
+	// experiments/kernels/README.md)
+	bool tab = g_ctx.cfg.dec_tr >= 2 || (g_ctx.cfg.dec_tr < 0 && fmt == STRATA_FMT_COLD);
 	if (tab && !small_geom(p, fmt, 1, true, a, &full, &grid, &o))
 		tab = false;
 	if (!tab && !small_geom(p, fmt, 1, false, a, &full, &grid, &o))
