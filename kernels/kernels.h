@@ -89,6 +89,13 @@
  * activations and packs a unit with |x| > 65504 with each token scaled by 2^-e
  * (its sums scaled back); the warp-streaming kernel tests each 256-weight
  * block's sums and recomputes a block that is not finite the same way.
+ *
+ * Hangs: every wait of a kernel for other CTAs (a per-expert counter, a
+ * stack kernel's grid barrier or its copies) gives up after 20 s without
+ * progress: it prints the CTA, the thread and what it waited for, and traps.
+ * The launch then fails (STRATA_EGPU from the call or the next
+ * synchronisation) instead of hanging the process; as with any device-side
+ * fault, the process's CUDA context is unusable after it.
  */
 #ifndef STRATA_KERNELS_H
 #define STRATA_KERNELS_H
