@@ -954,7 +954,7 @@ int main(int argc, char **argv)
 			       "                     [--pf-tokens T1,T2,...] [--tokens T1,...] [--shape kimi|qwen] [--profile [FMT]]\n"
 			       "                     [--formats hot,warm,cold,bf16,q4,q3] [--tier-formats H,W,C]\n"
 			       "                     [--kernel2 KEY=VALUE,...] [--phases]\n"
-			       "                     [--kernel KEY=VALUE,...]  (dec, split, bf16dec, bf16_kc, sqdec, sq_pf, sq_xs, sq_gv, sq_l2pf, sq_pdl, sq_q3i, sq_gvw, sq_gvl, sq_gvs, sq_gvx, dec_tr, small, small_ts, prefill_min, prefill, prefill_tiles; kernels.h)\n"
+			       "                     [--kernel KEY=VALUE,...]  (dec, split, bf16dec, bf16_kc, sqdec, sq_pf, sq_xs, sq_gv, sq_l2pf, sq_pdl, sq_q3i, sq_gvw, sq_gvl, sq_gvs, sq_gvx, dec_tr, small, small_ts, pstack, prefill_min, prefill, prefill_tiles; kernels.h)\n"
 			       "Fused dequant MoE kernels vs streaming-read and cuBLAS ceilings (needs a GPU).\n");
 			return strcmp(argv[i], "--help") && strcmp(argv[i], "-h") ? 2 : 0;
 		}
