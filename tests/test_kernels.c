@@ -315,7 +315,7 @@ static void test_moe_config(void **state)
 	assert_int_equal(strata_gpu_moe_config_parse("small=2,small_ts=1", &c, &err), STRATA_OK);
 	assert_int_equal(c.small, 2);
 	assert_int_equal(c.small_ts, 1);
-	/* the persistent stack kernel: off by default; on, the pieces in flight */
+	/* the persistent stack kernel: the pieces in flight, 4 by default; 0 off */
 	assert_int_equal(d.pstack, 4);
 	assert_int_equal(strata_gpu_moe_config_parse("pstack=2", &c, &err), STRATA_OK);
 	assert_int_equal(c.pstack, 2);
