@@ -150,9 +150,9 @@ int strata_store_parse_header(const void *buf, size_t len, uint64_t file_size, c
 	if (len < 16 || memcmp(p + H_MAGIC, STRATA_SHARD_MAGIC, 8))
 		return STRATA_ERR(err, STRATA_ECORRUPT, "%s: not a Strata shard (bad magic)", name);
 	uint32_t version = strata_le_get32(p + H_VERSION);
-	if (version != STRATA_STORE_VERSION)
-		return STRATA_ERR(err, STRATA_EVERSION, "%s: shard format version %u, this build reads version %u%s",
-				  name, version, STRATA_STORE_VERSION,
+	if (version < STRATA_STORE_VERSION_MIN || version > STRATA_STORE_VERSION)
+		return STRATA_ERR(err, STRATA_EVERSION, "%s: shard format version %u, this build reads versions %u - %u%s",
+				  name, version, STRATA_STORE_VERSION_MIN, STRATA_STORE_VERSION,
 				  version == 1 ? " (version 1 tier codes use the old table codebook: re-quantize "
 						 "with `strata quantize`)" : "");
 	if (len < STRATA_SHARD_FIXED_BYTES)
@@ -277,6 +277,12 @@ int strata_store_parse_header(const void *buf, size_t len, uint64_t file_size, c
 				   h->tier_table[i], h->fmt_table[i]);
 			goto fail;
 		}
+		if (version < 3 && h->fmt_table[i] == STRATA_FMT_Q3) {
+			rc = STRATA_EVERSION;
+			STRATA_ERR(err, rc, "%s: shard format version %u stores q3 codes in the old bit layout "
+				   "(expert %u; version 3 changed it): re-quantize with `strata quantize`", name, version, i);
+			goto fail;
+		}
 	}
 	/* Expected extent size per format (the layout is a function of the spec). */
 	struct strata_expert_layout lay[STRATA_FMT_COUNT];
@@ -324,6 +330,13 @@ int strata_store_parse_header(const void *buf, size_t len, uint64_t file_size, c
 				   x->layer, x->expert, x->ext.fmt, x->ext.bytes,
 				   copy ? "is not a packed format smaller than the expert's own"
 					: "disagree with the format table and the model spec");
+			goto fail;
+		}
+		if (version < 3 && x->ext.fmt == STRATA_FMT_Q3) {
+			rc = STRATA_EVERSION;
+			STRATA_ERR(err, rc, "%s: shard format version %u stores q3 codes in the old bit layout "
+				   "(%s (layer %u, expert %u); version 3 changed it): re-quantize with `strata quantize`",
+				   name, version, what, x->layer, x->expert);
 			goto fail;
 		}
 		if (x->ext.offset % STRATA_EXTENT_ALIGN || x->ext.offset < h->data_off || x->ext.offset > fsz ||
@@ -475,7 +488,8 @@ static int read_shard_header(const char *path, struct strata_shard_header **out,
 		goto out;
 	}
 	uint64_t hsize = strata_le_get64(fixed + H_HSIZE);
-	if (memcmp(fixed, STRATA_SHARD_MAGIC, 8) || strata_le_get32(fixed + H_VERSION) != STRATA_STORE_VERSION ||
+	if (memcmp(fixed, STRATA_SHARD_MAGIC, 8) || strata_le_get32(fixed + H_VERSION) < STRATA_STORE_VERSION_MIN ||
+	    strata_le_get32(fixed + H_VERSION) > STRATA_STORE_VERSION ||
 	    hsize < sizeof(fixed) || hsize > MAX_HEADER_BYTES) {
 		rc = strata_store_parse_header(fixed, sizeof(fixed), *fsize, path, 0, out, err);
 		goto out;

@@ -202,8 +202,8 @@ int strata_gpu_moe_check(int fmt, uint32_t hidden, uint32_t inter, struct strata
  *                                                dependent launch (starts loading weights while
  *                                                the gate|up launch ends); 0: a plain launch
  *   sq_q3i       sq_q3i                 1        that kernel's q3 loop: 1: at 1 - 2 tokens per
- *                                                expert codes spread to bytes (PRMT, shifts,
- *                                                LOP3) and dp2a on 16-bit fixed-point
+ *                                                expert codes taken as bytes (masks and
+ *                                                shifts) and dp2a on 16-bit fixed-point
  *                                                activations, as q4's (Kimi q3 T=1 0.595 vs
  *                                                0.486 of read), at 3 - 4 tokens kfmt_scalar's
  *                                                exact fp16 codes and HFMA2 (faster there);

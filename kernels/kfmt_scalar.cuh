@@ -3,9 +3,13 @@
 // lane t of a quad decodes weights 8t..8t+7 of every group of a block from
 // words it loads once per block (q4: two 16-byte chunks, q3: one 16-byte and
 // one 8-byte chunk), with no per-weight shifts (Marlin's trick): a LOP3 puts
-// a code into the mantissa of an fp16 1024 (+ code x 2^k), one or two HFMA2
-// turn that into the exact signed code (q - 8 or q - 4), which feeds the fp16
+// a code into the mantissa of an fp16 1024 (+ code x 2^k), one HFMA2 (or
+// HADD2) turns that into the exact signed code (q - 8 or q - 4; q3's codes
+// split in a 2-bit and a 1-bit part take two of each), which feeds the fp16
 // MMAs; the group scale multiplies the group's f32 MMA sums.
+//   lane_word  a loaded code word as Lane keeps it (q3: bytes 1 and 2
+//              swapped, so a group's weights 2a, 2a + 1 sit in the two
+//              16-bit halves)
 //   decode8f   weights 8j..8j+7 of a block as f32, bit-exact with the reference
 //              (a code times an fp16 scale is exact in f32)
 //   load/group the warp-streaming decode kernel's path (moe_decode.cuh)
@@ -54,22 +58,29 @@ template <int FMT> struct FmtScalar {
 	// Where the decode kernel's stage row keeps the block's 16 scale bytes
 	// (after the codes: q4 128 bytes, q3 96; the tiers' 112 where it fits).
 	static constexpr uint32_t SCALE_AT = Q4 ? 128 : 112;
-	// This lane's code words of one block (lane t of a quad): q4 w[0..7] the
-	// words of groups 0..7; q3 w[0..3] the low bits of groups 2i, 2i+1 and
-	// w[4..5] the high bits of groups 4i..4i+3.
+	// This lane's code words of one block (lane t of a quad), as lane_word
+	// makes them: q4 w[0..7] the words of groups 0..7; q3 w[2h + j] word j =
+	// 0, 1 of half block h (groups 4h .. 4h + 3) and w[4 + h] its word 2.
 	struct Lane {
 		uint32_t w[Q4 ? 8 : 6];
 	};
+	__device__ __forceinline__ static uint32_t lane_word(uint32_t raw)
+	{
+		if constexpr (Q4)
+			return raw;
+		else
+			return __byte_perm(raw, 0, 0x3120);
+	}
 	__device__ __forceinline__ static void load(uint32_t c, int t, Lane &l)
 	{
 		uint4 a = lds128(c + 16 * t);
-		l.w[0] = a.x, l.w[1] = a.y, l.w[2] = a.z, l.w[3] = a.w;
+		l.w[0] = lane_word(a.x), l.w[1] = lane_word(a.y), l.w[2] = lane_word(a.z), l.w[3] = lane_word(a.w);
 		if constexpr (Q4) {
 			uint4 b = lds128(c + 64 + 16 * t);
 			l.w[4] = b.x, l.w[5] = b.y, l.w[6] = b.z, l.w[7] = b.w;
 		} else {
 			uint2 b = *reinterpret_cast<const uint2 *>(g_smem + c + 64 + 8 * t);
-			l.w[4] = b.x, l.w[5] = b.y;
+			l.w[4] = lane_word(b.x), l.w[5] = lane_word(b.y);
 		}
 	}
 	// The lane's 8 weights of group U as 4 fp16 pairs (weights 2i, 2i + 1),
@@ -88,14 +99,26 @@ template <int FMT> struct FmtScalar {
 			o[1] = hfma2u(mag(w, 0x00f000f0u), hi_mul, hi_add);
 			o[3] = hfma2u(mag(w8, 0x00f000f0u), hi_mul, hi_add);
 		} else {
-			const uint32_t L = l.w[U >> 1] >> (8 * (U & 1)), H = l.w[4 + (U >> 2)] >> (8 * ((U >> 1) & 1));
-			o[0] = q3_pair<4 * (U & 1), 0>(L, H);
-			o[1] = q3_pair<4 * (U & 1) + 1, 1>(L, H);
-			o[2] = q3_pair<4 * (U & 1) + 2, 2>(L, H);
-			o[3] = q3_pair<4 * (U & 1) + 3, 3>(L, H);
+			// half block h, pair P of it, group parity G (Lane's byte G:
+			// weight 2a, byte 2 + G: weight 2a + 1, so G = 1 reads w >> 8)
+			constexpr int H = U >> 2, P = (U >> 1) & 1, G = U & 1;
+			auto word = [&](int j) { return (l.w[j < 2 ? 2 * H + j : 4 + H]) >> (8 * G); };
+#pragma unroll
+			for (int a = 0; a < 3; a++) {
+				const int f = 3 * P + a, sh = 3 * (f & 1);
+				o[a] = q3_field(word(f >> 1), sh);
+			}
+			o[3] = q3_pair<6 + P, 3>(word(P), word(2));
 		}
 	}
-	// q3 pair P of a group: low bits at mask 3 << 2P of L (fp16 1024 + lo 4^P),
+	// A whole 3-bit field at bits sh.. of each half of w: 1024 + q 2^sh by
+	// the LOP3, then q - 4 exactly.
+	__device__ __forceinline__ static uint32_t q3_field(uint32_t w, int sh)
+	{
+		return sh ? hfma2u(mag(w, 0x00380038u), f16x2(1.0 / 8), f16x2(-132.0))
+			  : hfma2u(mag(w, 0x00070007u), f16x2(1.0), f16x2(-1028.0));
+	}
+	// q3 split code: low bits at mask 3 << 2P of L (fp16 1024 + lo 4^P),
 	// high bit at bit J of H (fp16 1024 + hi 2^J); lo + 4 hi - 4, exactly:
 	// the inner HFMA2 gives 4 hi - 1024 4^-P - 4, the outer adds lo + 1024 4^-P.
 	template <int J, int P> __device__ __forceinline__ static uint32_t q3_pair(uint32_t L, uint32_t H)

@@ -46,8 +46,8 @@
 //           code bytes each), the zero point folded in as -8 x the slice's
 //           activation sum (staged too), one I2F and one FFMA with the group
 //           scale (sq_gv=2: the earlier loop, byte planes and four dp4a);
-//       q3 (sq_q3i=1, the default): as q4, the codes spread to bytes by
-//           PRMT, shifts and LOP3 (struct Q3i); sq_q3i=0: fp16 in natural
+//       q3 (sq_q3i=1, the default): as q4, the codes taken as bytes by
+//           masks and shifts (struct Q3i); sq_q3i=0: fp16 in natural
 //           order, kfmt_scalar's exact fp16 codes (LOP3 + HFMA2), four HFMA2
 //           per 8 weights and token, the two halves of the sum added in fp16,
 //           to f32 times the group scale.
@@ -135,16 +135,22 @@ __device__ __forceinline__ int q4_dot8(uint4 x, uint32_t w, int c)
 	const uint32_t lo = w & 0x0f0f0f0fu, hi = (w >> 4) & 0x0f0f0f0fu;
 	return dp2a<1>(x.w, hi, dp2a<0>(x.z, hi, dp2a<1>(x.y, lo, dp2a<0>(x.x, lo, c))));
 }
-// q3 (Q3i): the code bytes of low-bit word p of a chunk (lw) and its
-// high-bit word (hw: the chunk's high-bit word p >> 1): q[a] holds weights
-// 2a, 2a + 1 of groups 2p (bytes 0, 1) and 2p + 1 (bytes 2, 3).
-__device__ __forceinline__ void q3_codes(uint32_t lw, uint32_t hw, int p, uint32_t (&q)[4])
+// q3 (Q3i): the code bytes of group pair p (groups 2p, 2p + 1) of a chunk's
+// words (c: words 0, 1 of half blocks 0 and 1, x: word 2 of each; format
+// version 3, quant_scalar.h): q[a] holds weights 2a, 2a + 1 of group 2p
+// (bytes 0, 1) and 2p + 1 (bytes 2, 3): q[0..2] a whole 3-bit field each
+// (a mask, and a shift for the odd fields), q[3] the low bits of word P and
+// the high bits of word 2 (two shifts, two masks).
+template <int p> __device__ __forceinline__ void q3_codes(uint4 c, uint2 x, uint32_t (&q)[4])
 {
-	const uint32_t L = __byte_perm(lw, 0, 0x3120);
-	const uint32_t H = __byte_perm(hw, hw >> 4, p & 1 ? 0x7531 : 0x6420);
+	constexpr int H = p >> 1, P = p & 1;
+	const uint32_t w[3] = { H ? c.z : c.x, H ? c.w : c.y, H ? x.y : x.x };
 #pragma unroll
-	for (int a = 0; a < 4; a++)
-		q[a] = (L >> (2 * a) & 0x03030303u) | ((a < 2 ? H << (2 - a) : H >> (a - 2)) & 0x04040404u);
+	for (int a = 0; a < 3; a++) {
+		const int f = 3 * P + a;
+		q[a] = (w[f >> 1] >> (3 * (f & 1))) & 0x07070707u;
+	}
+	q[3] = ((w[P] >> 6) & 0x03030303u) | ((w[2] >> (4 + P)) & 0x04040404u);
 }
 // c + a group's 8 staged activations (x, natural order) times its codes in
 // q (HI: bytes 2, 3 of each word, else 0, 1): four dp2a.
@@ -384,9 +390,10 @@ struct Q4 {
 	}
 };
 
-// q3: chunk j of a row = slice t = j & 3 of block b = j >> 2: low-bit bytes
-// 96b + 16t .. + 15, high-bit bytes 96b + 64 + 8t .. + 7 (weights 8t .. 8t + 7
-// of all 8 groups) and the block's 8 scales (16 bytes at 16b), one load per
+// q3: chunk j of a row = slice t = j & 3 of block b = j >> 2: words 0, 1 of
+// both half blocks at 96b + 16t .. + 15, their words 2 at 96b + 64 + 8t .. + 7
+// (weights 8t .. 8t + 7 of all 8 groups; quant_scalar.h, format version 3)
+// and the block's 8 scales (16 bytes at 16b), one load per
 // batch where its chunks lie in one block (1 or 2 lanes per row).  Staged as
 // fp16 in natural order; kfmt_scalar's exact fp16 codes (LOP3 + HFMA2), four
 // HFMA2 per 8 weights and token, the two halves added in fp16, to f32 times
@@ -450,8 +457,9 @@ struct Q3 {
 				o = 16 * min(j, cpr - 1);
 			}
 			typename F::Lane ln;
-			ln.w[0] = b.c[i].x, ln.w[1] = b.c[i].y, ln.w[2] = b.c[i].z, ln.w[3] = b.c[i].w;
-			ln.w[4] = b.x[i].x, ln.w[5] = b.x[i].y;
+			ln.w[0] = F::lane_word(b.c[i].x), ln.w[1] = F::lane_word(b.c[i].y);
+			ln.w[2] = F::lane_word(b.c[i].z), ln.w[3] = F::lane_word(b.c[i].w);
+			ln.w[4] = F::lane_word(b.x[i].x), ln.w[5] = F::lane_word(b.x[i].y);
 			auto grp = [&](auto UC) {
 				constexpr int U = decltype(UC)::value;
 				uint32_t q[4];
@@ -482,15 +490,14 @@ struct Q3 {
 };
 
 // q3 with integer dot products (kernel configuration sq_q3i=1, the default):
-// the chunk as Q3's; the codes spread to bytes so that dp2a takes them as q4's
-// are taken.  Per word of low bits (groups 2i, 2i + 1; byte 2e + gamma holds
-// weights 2a + e of group 2i + gamma at bits 2a) one PRMT orders the bytes
-// (group 2i: e = 0, 1, group 2i + 1: e = 0, 1); one PRMT of the high-bit word
-// and its copy shifted by 4 puts those weights' high bits at bit a of the
-// same bytes.  Then per a: code bytes = (L >> 2a) & 3 | (H shifted so bit a
-// lands on bit 2) & 4, i.e. lo + 4 hi = q of weights 2a, 2a + 1 of both
-// groups; dp2a.lo / .hi take them against group 2i's / 2i + 1's activation
-// pair a.  Activations staged as q4's (16-bit fixed point, natural order,
+// the chunk as Q3's; the codes taken as bytes so that dp2a takes them as q4's
+// are taken.  Byte 2 gamma + e of a word holds weights 2a + e of group 2i +
+// gamma (format version 3), so per group pair q3_codes makes four words of
+// code bytes: three whole 3-bit fields (a mask, and a shift for the odd
+// fields) and one split code (low bits of one word, high bit of word 2: two
+// shifts, two masks), 10 instructions per 16 codes against the 15 of version
+// 2's bit planes; dp2a.lo / .hi take each word against group 2i's / 2i + 1's
+// activation pair a.  Activations staged as q4's (16-bit fixed point, natural order,
 // pairs (2a, 2a + 1)), the zero point -4 x the slice's sum starting the chain.
 struct Q3i {
 	static constexpr uint32_t CPB = 4, NG = 8, NB = 2;
@@ -528,11 +535,10 @@ struct Q3i {
 				ok = rv && j < cpr;
 				o = 16 * min(j, cpr - 1);
 			}
-			const uint32_t lw[4] = { b.c[i].x, b.c[i].y, b.c[i].z, b.c[i].w }, hw[2] = { b.x[i].x, b.x[i].y };
-#pragma unroll
-			for (int p = 0; p < 4; p++) {
+			auto pair = [&](auto PC) {
+				constexpr int p = decltype(PC)::value;
 				uint32_t q[4];
-				q3_codes(lw[p], hw[p >> 1], p, q);
+				q3_codes<p>(b.c[i], b.x[i], q);
 				float2 sc = __half22float2(*reinterpret_cast<const __half2 *>(&sw[p]));
 				if constexpr (!FULL)
 					sc = ok ? sc : make_float2(0.0f, 0.0f);
@@ -544,7 +550,11 @@ struct Q3i {
 					acc[k] = fmaf(sc.x, (float)q3_dot8<false>(x0, q, (int)cz.x), acc[k]);
 					acc[k] = fmaf(sc.y, (float)q3_dot8<true>(x1, q, (int)cz.y), acc[k]);
 				}
-			}
+			};
+			pair(std::integral_constant<int, 0>());
+			pair(std::integral_constant<int, 1>());
+			pair(std::integral_constant<int, 2>());
+			pair(std::integral_constant<int, 3>());
 		}
 	}
 	// Several rows per lane (sq_gvx), as Q4's: chunk j of rows 0 .. NB - 1.
@@ -566,25 +576,28 @@ struct Q3i {
 						      const uint32_t (&cu)[NT], float (&acc)[NT * NB])
 	{
 		constexpr bool PTR = per_group<NT, NG>();
+		auto pair = [&](auto PC, int k) {
+			constexpr int p = decltype(PC)::value;
+			const uint4 x0 = lds((PTR ? xu[k][2 * p] : xu[k][0] + 2 * p * us) + 16 * j);
+			const uint4 x1 = lds((PTR ? xu[k][2 * p + 1] : xu[k][0] + (2 * p + 1) * us) + 16 * j);
+			const uint2 cz = lds8(cu[k] + 32 * j + 8 * p);
 #pragma unroll
-		for (int k = 0; k < NT; k++)
-#pragma unroll
-			for (int p = 0; p < 4; p++) {
-				const uint4 x0 = lds((PTR ? xu[k][2 * p] : xu[k][0] + 2 * p * us) + 16 * j);
-				const uint4 x1 = lds((PTR ? xu[k][2 * p + 1] : xu[k][0] + (2 * p + 1) * us) + 16 * j);
-				const uint2 cz = lds8(cu[k] + 32 * j + 8 * p);
-#pragma unroll
-				for (uint32_t i = 0; i < NB; i++) {
-					const uint32_t lw = p == 0 ? b.c[i].x : p == 1 ? b.c[i].y : p == 2 ? b.c[i].z : b.c[i].w;
-					const uint32_t hw = p < 2 ? b.x[i].x : b.x[i].y;
-					const uint32_t sw = p == 0 ? b.s[i].x : p == 1 ? b.s[i].y : p == 2 ? b.s[i].z : b.s[i].w;
-					uint32_t q[4];
-					q3_codes(lw, hw, p, q);
-					const float2 sc = __half22float2(*reinterpret_cast<const __half2 *>(&sw));
-					acc[k * NB + i] = fmaf(sc.x, (float)q3_dot8<false>(x0, q, (int)cz.x), acc[k * NB + i]);
-					acc[k * NB + i] = fmaf(sc.y, (float)q3_dot8<true>(x1, q, (int)cz.y), acc[k * NB + i]);
-				}
+			for (uint32_t i = 0; i < NB; i++) {
+				const uint32_t sw = p == 0 ? b.s[i].x : p == 1 ? b.s[i].y : p == 2 ? b.s[i].z : b.s[i].w;
+				uint32_t q[4];
+				q3_codes<p>(b.c[i], b.x[i], q);
+				const float2 sc = __half22float2(*reinterpret_cast<const __half2 *>(&sw));
+				acc[k * NB + i] = fmaf(sc.x, (float)q3_dot8<false>(x0, q, (int)cz.x), acc[k * NB + i]);
+				acc[k * NB + i] = fmaf(sc.y, (float)q3_dot8<true>(x1, q, (int)cz.y), acc[k * NB + i]);
 			}
+		};
+#pragma unroll
+		for (int k = 0; k < NT; k++) {
+			pair(std::integral_constant<int, 0>(), k);
+			pair(std::integral_constant<int, 1>(), k);
+			pair(std::integral_constant<int, 2>(), k);
+			pair(std::integral_constant<int, 3>(), k);
+		}
 	}
 };
 

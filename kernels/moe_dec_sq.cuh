@@ -75,8 +75,8 @@ template <> struct Sq<FmtQ4>::Ent {
 	uint32_t s[2][2];  // scale of group 4h' + t (the quad's other lanes have the others)
 };
 template <> struct Sq<FmtQ3>::Ent {
-	uint2 c[2][2];     // low-bit words of groups 4h'..4h'+3 (words 2h', 2h'+1 of kfmt_scalar's Lane)
-	uint32_t x[2][2];  // high-bit word of groups 4h'..4h'+3 (word 4 + h')
+	uint2 c[2][2];     // words 0, 1 of half block h' (groups 4h'..4h'+3; Lane words 2h', 2h'+1)
+	uint32_t x[2][2];  // its word 2 (Lane word 4 + h')
 	uint32_t s[2][2];  // scale of group 4h' + t
 };
 
@@ -175,11 +175,11 @@ __device__ __forceinline__ void cmp_unit(const MoeParams &p, bfd::Cmp &c, const 
 	for (int m = 0; m < 2; m++)
 #pragma unroll
 		for (int h = 0; h < 2; h++) {
-			ln[m][h].w[0] = e.c[m][h].x, ln[m][h].w[1] = e.c[m][h].y;
+			ln[m][h].w[0] = F::lane_word(e.c[m][h].x), ln[m][h].w[1] = F::lane_word(e.c[m][h].y);
 			if constexpr (F::Q4)
 				ln[m][h].w[2] = e.c[m][h].z, ln[m][h].w[3] = e.c[m][h].w;
 			else
-				ln[m][h].w[4] = e.x[m][h];
+				ln[m][h].w[4] = F::lane_word(e.x[m][h]);
 		}
 	// Group U of the unit with packed fp16 activations b (column multipliers
 	// cm: 1, or 2^e of the redo) into sums.

@@ -73,10 +73,10 @@ static void q4_put(uint8_t *qs, uint32_t i, uint32_t c)
 }
 static void q3_put(uint8_t *qs, uint32_t i, uint32_t c)
 {
-	uint32_t g = i >> 5, t = (i >> 3) & 3, m = i & 7;
-	uint8_t *l = qs + 16 * t + 4 * (g >> 1), *h = qs + 64 + 8 * t + 4 * (g >> 2);
-	put32(l, get32(l) | (c & 3u) << (8 * (g & 1) + 2 * (m >> 1) + 16 * (m & 1)));
-	put32(h, get32(h) | (c >> 2) << (4 * (g & 1) + 8 * ((g >> 1) & 1) + (m >> 1) + 16 * (m & 1)));
+	uint32_t at[4];
+	strata_q3_place(i, at);
+	put32(qs + at[0], get32(qs + at[0]) | (c & 3u) << at[1]);
+	put32(qs + at[2], get32(qs + at[2]) | (c >> 2) << at[3]);
 }
 
 static int sq_quantize_row(int fmt, const float *w, uint32_t cols, const float *imatrix, void *codes,

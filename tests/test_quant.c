@@ -696,25 +696,32 @@ static void test_scalar_layout(void **state)
 		for (uint32_t i = 0; i < 256; i++) {
 			uint32_t g = i >> 5, tt = (i >> 3) & 3, m = i & 7, c;
 			codes[i] = c = (uint32_t)(test_urand() * (f ? 8 : 16));
-			uint32_t nbits = f ? 2 : 4, byte, bit;
+			/* (byte of the word, first bit, bits) of up to two parts */
+			uint32_t part[2][3] = { { 0 } }, np = 1;
 			if (!f) {
-				byte = 64 * (g >> 2) + 16 * tt + 4 * (g & 3), bit = 4 * (m >> 1) + 16 * (m & 1);
+				part[0][0] = 64 * (g >> 2) + 16 * tt + 4 * (g & 3), part[0][1] = 4 * (m >> 1) + 16 * (m & 1);
+				part[0][2] = 4;
 			} else {
-				byte = 16 * tt + 4 * (g >> 1), bit = 8 * (g & 1) + 2 * (m >> 1) + 16 * (m & 1);
+				/* q3, format version 3: slice tt's words 0, 1 of half block hb
+				 * at 16 tt + 8 hb, word 2 at 64 + 8 tt + 4 hb */
+				uint32_t hb = g >> 2, p = (g >> 1) & 1, a = m >> 1, lane = 2 * (g & 1) + (m & 1), fld = 3 * p + a;
+#define Q3W(j) ((j) < 2 ? 16 * tt + 8 * hb + 4 * (j) : 64 + 8 * tt + 4 * hb)
+				if (a < 3) {
+					part[0][0] = Q3W(fld >> 1), part[0][1] = 8 * lane + 3 * (fld & 1), part[0][2] = 3;
+				} else {
+					part[0][0] = Q3W(p), part[0][1] = 8 * lane + 6, part[0][2] = 2;
+					part[1][0] = Q3W(2), part[1][1] = 8 * lane + 6 + p, part[1][2] = 1;
+					np = 2;
+				}
+#undef Q3W
 			}
-			for (uint32_t k = 0; k < nbits; k++) {
-				uint32_t b = 8 * byte + bit + k;
-				assert_int_equal(seen[b], 0);
-				seen[b] = 1;
-				qs[b >> 3] |= (uint8_t)(((c >> k) & 1) << (b & 7));
-			}
-			if (f) {
-				uint32_t b = 8 * (64 + 8 * tt + 4 * (g >> 2)) + 4 * (g & 1) + 8 * ((g >> 1) & 1) + (m >> 1) +
-					     16 * (m & 1);
-				assert_int_equal(seen[b], 0);
-				seen[b] = 1;
-				qs[b >> 3] |= (uint8_t)(((c >> 2) & 1) << (b & 7));
-			}
+			for (uint32_t j = 0, sh = 0; j < np; sh += part[j][2], j++)
+				for (uint32_t k = 0; k < part[j][2]; k++) {
+					uint32_t b = 8 * part[j][0] + part[j][1] + k;
+					assert_int_equal(seen[b], 0);
+					seen[b] = 1;
+					qs[b >> 3] |= (uint8_t)(((c >> (sh + k)) & 1) << (b & 7));
+				}
 		}
 		for (uint32_t b = 0; b < 8 * want[f].code; b++)
 			assert_int_equal(seen[b], 1); /* every bit is some weight's */

@@ -42,11 +42,14 @@ static void fill(uint8_t *buf, uint64_t n, uint32_t id, uint32_t salt)
 }
 
 /* Formats by expert id: a mix of all five, tiers cycling. */
+static bool ws_no_q3; /* tables(): q4 in place of q3 */
 static void tables(const struct strata_model_spec *s, uint8_t *tiers, uint8_t *fmts)
 {
 	for (uint32_t i = 0; i < strata_model_total_experts(s); i++) {
 		tiers[i] = (uint8_t)(i % 3);
 		fmts[i] = (uint8_t)(i % STRATA_FMT_COUNT);
+		if (ws_no_q3 && fmts[i] == STRATA_FMT_Q3)
+			fmts[i] = STRATA_FMT_Q4;
 	}
 }
 
@@ -252,6 +255,44 @@ static void test_wrong_version(void **state)
 	expect_open_error(dir, STRATA_EVERSION, "shard-00000.strata", "re-quantize");
 	test_rmdir(dir);
 	free(dir);
+}
+
+/* Version 2 (q3's old bit layout, kernels/quant_scalar.h): read when no
+ * expert of the model is q3, refused with the expert named when one is. */
+static void test_version2(void **state)
+{
+	for (int no_q3 = 0; no_q3 < 2; no_q3++) {
+		char *dir = test_mkdtemp();
+		struct strata_error err = { 0 };
+		ws_no_q3 = no_q3;
+		assert_int_equal(write_store(dir, 0, 1, &err), 0);
+		ws_no_q3 = false;
+		int fd = open(path_in(dir, "shard-00000.strata"), O_RDONLY);
+		assert_true(fd >= 0);
+		uint8_t fixed[32];
+		assert_int_equal(pread(fd, fixed, sizeof(fixed), 0), (ssize_t)sizeof(fixed));
+		uint64_t hsize;
+		memcpy(&hsize, fixed + 16, 8);
+		uint8_t *h = malloc(hsize);
+		assert_int_equal(pread(fd, h, hsize, 0), (ssize_t)hsize);
+		close(fd);
+		assert_int_equal(h[8], STRATA_STORE_VERSION);
+		h[8] = 2;
+		struct strata_shard_header *sh = NULL;
+		int rc = strata_store_parse_header(h, hsize, 0, "v2", STRATA_PARSE_NO_CHECKSUM, &sh, &err);
+		if (no_q3) {
+			assert_int_equal(rc, 0);
+			assert_int_equal(sh->version, 2);
+			strata_store_header_free(sh);
+		} else {
+			assert_int_equal(rc, STRATA_EVERSION);
+			assert_non_null(strstr(err.msg, "v2: shard format version 2 stores q3 codes"));
+			assert_non_null(strstr(err.msg, "re-quantize"));
+		}
+		free(h);
+		test_rmdir(dir);
+		free(dir);
+	}
 }
 
 static void test_truncated(void **state)
@@ -658,6 +699,7 @@ int main(void)
 		cmocka_unit_test(test_roundtrip),
 		cmocka_unit_test(test_corrupt_header),
 		cmocka_unit_test(test_wrong_version),
+		cmocka_unit_test(test_version2),
 		cmocka_unit_test(test_truncated),
 		cmocka_unit_test(test_missing_and_foreign),
 		cmocka_unit_test(test_corrupt_extent),

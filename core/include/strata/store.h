@@ -30,8 +30,11 @@
 #include "strata/types.h"
 
 /* 2: tier-format codebook computed (kernels/FORMATS.md, format version 2);
- * shards of version 1 decode to different weights and are refused. */
-#define STRATA_STORE_VERSION 2
+ * shards of version 1 decode to different weights and are refused.
+ * 3: q3 codes as whole 3-bit fields (kernels/quant_scalar.h); a version 2
+ * shard is read when no expert of its model is q3, else refused. */
+#define STRATA_STORE_VERSION 3
+#define STRATA_STORE_VERSION_MIN 2
 #define STRATA_TENSOR_NAME_MAX 96
 
 /* Where one routed expert or tensor lives. */
