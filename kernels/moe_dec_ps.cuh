@@ -22,11 +22,12 @@
 // warps per SM (all resident: one CTA per SM by its shared memory, grid =
 // SMs):
 //   - rows in row sets of RS = P::NB consecutive rows (the policy's several
-//     rows per lane, q4 4, q3 2; P::load_xr / P::dot_xr): gate|up row set k
-//     of a layer = rows RS k' .. RS k' + RS - 1 of gate and of up of expert
-//     k / (inter / RS); down row sets likewise over hidden; each CTA a
-//     contiguous range of each phase's row sets (share below);
-//   - warp W, lane 0, the producer: per layer, a piece per gate|up row set
+//     rows per lane, q4 4, q3 2; P::load_xr / P::dot_xr); a gate|up piece
+//     is 4 rows of gate and of up (gu_sets: q4 one row set, q3 two): piece
+//     k of a layer = rows 4 k' .. 4 k' + 3 of gate and of up of expert
+//     k / (inter / 4); down row sets over hidden; each CTA a contiguous
+//     range of each phase's pieces and row sets (share below);
+//   - warp W, lane 0, the producer: per layer, a gate|up piece's rows
 //     (gate codes, up codes, gate scales, up scales: four bulk copies) and a
 //     piece per DQ down row sets (codes, scales; split where the row sets
 //     cross an expert), each piece its own mbarrier, at most `win` pieces in
@@ -41,10 +42,11 @@
 //   - warps 0 .. W - 1 (named barrier 1): x staged from the layer's x
 //     (through L2: the previous layer's y, written by other SMs) as the
 //     row-streaming kernel stages it (the policy's stage: 16-bit fixed point,
-//     a power-of-two row scale); gate|up row set k by warp k % W, its 32 lanes
-//     the chunks j = lane, lane + 32, ... of the set's RS gate and RS up rows;
-//     h = silu(gate) up to global, then each slot's count of h row sets
-//     written (a counter per slot, added to by the CTAs of its row sets);
+//     a power-of-two row scale); gate|up piece k by warp k % W, 32 lanes a
+//     row set (q3: 16), the chunks j = lane, lane + 32 (16), ... of the set's
+//     RS gate and RS up rows; h = silu(gate) up to global, then each slot's
+//     count of h pieces written (a counter per slot, added to by the CTAs of
+//     its pieces);
 //     once the counters of the CTA's down experts are complete, their h rows
 //     staged likewise; down: a warp per piece (DQ row sets),
 //     Ld<P>::DN_LANES lanes a row set (q4 8, q3 4); y += routing weight x
@@ -156,6 +158,11 @@ template <> struct Ld<gv::Q3i> {
 };
 // Row sets per down piece (a warp's task: DN_LANES lanes a row set).
 template <class P> __host__ __device__ constexpr uint32_t dq() { return 32 / Ld<P>::DN_LANES; }
+// Row sets per gate|up piece (a warp's task: 32 / gu_sets lanes a row set), so
+// that a piece is 4 rows of gate and of up in both formats: q3's row sets of
+// 2 rows go two to a piece, 16 lanes each (half the pieces, waits and
+// reductions of a piece per row set).
+template <class P> __host__ __device__ constexpr uint32_t gu_sets() { return 4 / P::NB; }
 
 __device__ __forceinline__ void csync() { pf90::bar_sync(1, NCONS); }
 
@@ -251,7 +258,8 @@ template <uint32_t NB> __device__ __forceinline__ float pick(const float (&acc)[
 
 template <int FMT, class P> __global__ void __launch_bounds__(32 * (W + 1), 1) ps_kernel(const __grid_constant__ Args a)
 {
-	constexpr uint32_t RS = P::NB, DQ = dq<P>(), LD = Ld<P>::DN_LANES;
+	constexpr uint32_t RS = P::NB, DQ = dq<P>(), LD = Ld<P>::DN_LANES, GQ = gu_sets<P>(), GL = 32 / GQ, PR = RS * GQ;
+	static_assert(GL == 32 || GL == 16, "32 or 16 lanes a gate|up row set");
 	__shared__ __align__(8) uint64_t mbs[NPG_MAX + NPD_MAX];
 	__shared__ uint32_t mxx, mxh[NH_MAX], gu_done, dn_done;
 	const uint32_t G = gridDim.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -259,7 +267,7 @@ template <int FMT, class P> __global__ void __launch_bounds__(32 * (W + 1), 1) p
 	const uint32_t mb0 = (uint32_t)__cvta_generic_to_shared(mbs);
 	const FmtTab &f = a.f;
 	const uint32_t rc0 = (uint32_t)f.rowc[0], rs0 = (uint32_t)f.rows_[0], rc1 = (uint32_t)f.rowc[1], rs1 = (uint32_t)f.rows_[1];
-	const uint32_t sg = a.inter / RS, sd = a.hidden / RS;  // row sets per expert: gate|up, down
+	const uint32_t sg = a.inter / PR, sd = a.hidden / RS;  // per expert: gate|up pieces, down row sets
 	if (tid == 0) {
 		for (uint32_t i = 0; i < NPG_MAX + NPD_MAX; i++)
 			mbar_init(mb0 + 8 * i, 1);
@@ -298,13 +306,13 @@ template <int FMT, class P> __global__ void __launch_bounds__(32 * (W + 1), 1) p
 			wait_count(&gu_done, l, "gate|up done, layers");
 			fence_proxy_async(); // the consumers' reads of the pieces precede the copies below
 			for (uint32_t k = 0; g0 + k < g1; k++) {
-				const uint32_t gq = g0 + k, s = gq / sg, r0 = (gq - s * sg) * RS, dst = sbase + a.a + k * a.pg;
+				const uint32_t gp = g0 + k, s = gp / sg, r0 = (gp - s * sg) * PR, dst = sbase + a.a + k * a.pg;
 				const uint8_t *e = L.ext[s];
 				const uint32_t mb = issue(k, a.pg);
-				bulk_copy(dst, e + f.off[0] + (uint64_t)r0 * rc0, RS * rc0, mb);
-				bulk_copy(dst + RS * rc0, e + f.off[1] + (uint64_t)r0 * rc0, RS * rc0, mb);
-				bulk_copy(dst + 2 * RS * rc0, e + f.off[0] + f.soff[0] + (uint64_t)r0 * rs0, RS * rs0, mb);
-				bulk_copy(dst + 2 * RS * rc0 + RS * rs0, e + f.off[1] + f.soff[0] + (uint64_t)r0 * rs0, RS * rs0, mb);
+				bulk_copy(dst, e + f.off[0] + (uint64_t)r0 * rc0, PR * rc0, mb);
+				bulk_copy(dst + PR * rc0, e + f.off[1] + (uint64_t)r0 * rc0, PR * rc0, mb);
+				bulk_copy(dst + 2 * PR * rc0, e + f.off[0] + f.soff[0] + (uint64_t)r0 * rs0, PR * rs0, mb);
+				bulk_copy(dst + 2 * PR * rc0 + PR * rs0, e + f.off[1] + f.soff[0] + (uint64_t)r0 * rs0, PR * rs0, mb);
 			}
 			tsr.mark(l, STRATA_SMALL_TS_ISSUED);
 			wait_count(&dn_done, l, "down done, layers");
@@ -351,8 +359,9 @@ template <int FMT, class P> __global__ void __launch_bounds__(32 * (W + 1), 1) p
 			const uint32_t k = warp + W * m;
 			if (g0 + k >= g1)
 				break;
-			const uint32_t gq = g0 + k, s = gq / sg, r0 = (gq - s * sg) * RS;
-			const uint32_t pc_ = sbase + a.a + k * a.pg, ps_ = pc_ + 2 * RS * rc0;
+			// row set rq of the piece by lanes rq GL .. rq GL + GL - 1
+			const uint32_t gp = g0 + k, s = gp / sg, rq = lane / GL, jl = lane % GL, r0 = (gp - s * sg) * PR + rq * RS;
+			const uint32_t pc_ = sbase + a.a + k * a.pg + rq * RS * rc0, ps_ = sbase + a.a + k * a.pg + 2 * PR * rc0 + rq * RS * rs0;
 			float ag[RS], au[RS];
 #pragma unroll
 			for (uint32_t i = 0; i < RS; i++)
@@ -360,18 +369,18 @@ template <int FMT, class P> __global__ void __launch_bounds__(32 * (W + 1), 1) p
 			wait_piece(mb0 + 8 * k, ug[m]++ & 1, k);
 			if (tid == 0 && m == 0)
 				tsr.mark(l, STRATA_SMALL_TS_MBAR0);
-			for (uint32_t j = lane; j < cpr0; j += 32) {
+			for (uint32_t j = jl; j < cpr0; j += GL) {
 				Buf bg, bu;
 				Ld<P>::template load_xr<5>(bg, pc_, ps_, j, rc0, rs0);
-				Ld<P>::template load_xr<5>(bu, pc_ + RS * rc0, ps_ + RS * rs0, j, rc0, rs0);
+				Ld<P>::template load_xr<5>(bu, pc_ + PR * rc0, ps_ + PR * rs0, j, rc0, rs0);
 				P::template dot_xr<1, 5>(bg, j, us0, xu, cu, ag);
 				P::template dot_xr<1, 5>(bu, j, us0, xu, cu, au);
 			}
-			row_sums<5>(ag);
-			row_sums<5>(au);
-			if (lane < RS) {
-				const float g = pick(ag, lane) * ix, u = pick(au, lane) * ix;
-				a.h[(uint64_t)s * a.inter + r0 + lane] = g / (1.0f + expf(-g)) * u;
+			row_sums<GL == 32 ? 5 : 4>(ag);
+			row_sums<GL == 32 ? 5 : 4>(au);
+			if (jl < RS) {
+				const float g = pick(ag, jl) * ix, u = pick(au, jl) * ix;
+				a.h[(uint64_t)s * a.inter + r0 + jl] = g / (1.0f + expf(-g)) * u;
 			}
 		}
 		if (tid == 0)

@@ -2753,28 +2753,29 @@ int pstack_launch(const struct strata_moe_call *calls, uint32_t n, ps::Args *a, 
 template <int FMT, class P>
 bool pstack_fmt(const struct strata_moe_call *calls, uint32_t n, uint32_t nsmax, struct strata_error *err, int *rc)
 {
-	constexpr uint32_t RS = P::NB, DQ = ps::dq<P>(), LD = ps::Ld<P>::DN_LANES;
+	constexpr uint32_t RS = P::NB, DQ = ps::dq<P>(), LD = ps::Ld<P>::DN_LANES, PR = RS * ps::gu_sets<P>();
 	const uint32_t H = calls[0].hidden, I = calls[0].inter;
 	ps::Args a = {};
 	{
 		struct strata_error e2 = { 0 };
-		if (H % RS || I % RS || fill_tab(FMT, H, I, 64, &a.f, &e2))
+		if (H % RS || I % PR || fill_tab(FMT, H, I, 64, &a.f, &e2))
 			return false; // the layer path reports a bad shape
 	}
 	const uint32_t G = (uint32_t)g_ctx.sms, pc0 = a.f.pc[0], pc1 = a.f.pc[1];
 	const uint32_t rc0 = (uint32_t)a.f.rowc[0], rs0 = (uint32_t)a.f.rows_[0];
 	const uint32_t rc1 = (uint32_t)a.f.rowc[1], rs1 = (uint32_t)a.f.rows_[1];
 	const uint32_t cpr0 = pc0 / 256 * P::CPB, cpr1 = pc1 / 256 * P::CPB;
-	// row sets of the largest layer per CTA at most, pieces, experts a CTA's down rows touch
-	const uint32_t nq0 = (nsmax * (I / RS) + G - 1) / G, nq1 = (nsmax * (H / RS) + G - 1) / G;
+	// gate|up pieces and down row sets of the largest layer per CTA at most,
+	// down pieces, experts a CTA's down rows touch
+	const uint32_t nq0 = (nsmax * (I / PR) + G - 1) / G, nq1 = (nsmax * (H / RS) + G - 1) / G;
 	const uint32_t npd = (nq1 + DQ - 1) / DQ, nh0 = (nq1 * RS + H - 2) / H + 1, nh = nh0 < nsmax ? nh0 : nsmax;
-	// the staging (a slice per consumer thread), the lanes' chunks (32 a gate|up row set, LD a down row set)
+	// the staging (a slice per consumer thread), the lanes' chunks (32 / gu_sets a gate|up row set, LD a down row set)
 	if (nq0 > ps::NPG_MAX || npd > ps::NPD_MAX || nh > ps::NH_MAX || pc0 / 8 > ps::NCONS || nh * (pc1 / 8) > ps::NCONS ||
-	    cpr0 % 32 || cpr1 % LD)
+	    cpr0 % (32 / ps::gu_sets<P>()) || cpr1 % LD)
 		return false;
 	auto a128 = [](uint64_t v) { return (v + 127) / 128 * 128; };
 	a.hidden = H, a.inter = I;
-	a.pg = 2 * RS * (rc0 + rs0), a.pd = DQ * RS * (rc1 + rs1);
+	a.pg = 2 * PR * (rc0 + rs0), a.pd = DQ * RS * (rc1 + rs1);
 	uint64_t o = 0;
 	a.a = (uint32_t)o, o = a128(o + (uint64_t)nq0 * a.pg);
 	a.b = (uint32_t)o, o = a128(o + (uint64_t)npd * a.pd);

@@ -1568,8 +1568,10 @@ static void check_small_phases(uint32_t n, int early_issue);
  * CTAs.  Each must run in exactly the launches given, and the stacks
  * neither takes (q4 and q3 layers, hot and warm layers, two tokens, a layer
  * of hot experts among q4, x rows wider than a slice per thread, rows of
- * 1.5 x 32 q4 or 0.5 x 32 q3 chunks, hot rows that divide unevenly) in
- * none.  Then two of them with one and with eight pieces in flight. */
+ * 1.5 x 32 q4 or 0.5 x 16 q3 chunks (a gate|up piece is two q3 row sets of
+ * 16 lanes each: rows of 16 q3 chunks are taken), hot rows that divide
+ * unevenly) in none.  Then two of them with one and with eight pieces in
+ * flight. */
 static void test_moe_pstack(void **state)
 {
 	(void)state;
@@ -1587,7 +1589,9 @@ static void test_moe_pstack(void **state)
 		{ { "ps-qwen-q3", 2048, 768, 1, 8, 8, 3, { Q3, Q3, Q3, Q3, Q3, Q3 }, 0, 0 }, 1 },
 		{ { "ps-many-q3", 2048, 512, 1, 16, 12, 17, { Q3, Q3, Q3, Q3, Q3, Q3 }, 0, 0 }, 2 },
 		{ { "ps-q4q3", 2048, 768, 1, 8, 8, 2, { Q4, Q3 }, 0, 0 }, 0 },
-		{ { "ps-rows-q3", 1024, 512, 1, 8, 8, 2, { Q3, Q3 }, 0, 0 }, 0 },
+		{ { "ps-rows-q3", 512, 256, 1, 8, 8, 2, { Q3, Q3 }, 0, 0 }, 0 },
+		/* gate|up rows of 16 q3 chunks: a chunk per lane of a row set */
+		{ { "ps-half-q3", 1024, 512, 1, 8, 8, 2, { Q3, Q3 }, 0, 0 }, 1 },
 		{ { "ps-qwen-t2", 2048, 768, 2, 8, 8, 2, { Q4, Q4 }, 0, 0 }, 0 },
 		{ { "ps-mix", 2048, 768, 1, 8, 8, 2, { Q4, STRATA_FMT_HOT }, 0, 0 }, 0 },
 		{ { "ps-kimi-q4", 7168, 1536, 1, 1, 1, 2, { Q4, Q4 }, 0, 0 }, 0 },
@@ -1648,20 +1652,20 @@ static void test_moe_pstack(void **state)
 	 * three runs recorded as a launch of its own, phases in order (the
 	 * persistent kernel's producer issues a layer's pieces before its start) */
 	static const struct {
-		size_t c;
+		const char *name;
 		int pstack;
-	} tsc[] = { { 12, 1 }, { 0, 2 } };
+	} tsc[] = { { "ps-qwen-hot", 1 }, { "ps-qwen-q4", 2 } };
 	for (size_t i = 0; i < 2; i++)
-		if (case_picked(cases[tsc[i].c].sc.name)) {
-			struct strata_moe_config kt = stack_cfg(0, tsc[i].pstack);
-			kt.small_ts = 1;
-			struct strata_error err = { 0 };
-			uint32_t got = 0;
-			assert_string_equal(cases[tsc[i].c].sc.name, i ? "ps-qwen-q4" : "ps-qwen-hot");
-			assert_int_equal(strata_gpu_small_phases(NULL, NULL, 0, &got, &err), STRATA_OK); /* drop older records */
-			run_stack_case(&cases[tsc[i].c].sc, &kt, cases[tsc[i].c].launches);
-			check_small_phases(3 * cases[tsc[i].c].sc.layers, i == 1);
-		}
+		for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++)
+			if (!strcmp(cases[c].sc.name, tsc[i].name) && case_picked(tsc[i].name)) {
+				struct strata_moe_config kt = stack_cfg(0, tsc[i].pstack);
+				kt.small_ts = 1;
+				struct strata_error err = { 0 };
+				uint32_t got = 0;
+				assert_int_equal(strata_gpu_small_phases(NULL, NULL, 0, &got, &err), STRATA_OK); /* drop older records */
+				run_stack_case(&cases[c].sc, &kt, cases[c].launches);
+				check_small_phases(3 * cases[c].sc.layers, i == 1);
+			}
 	kernel_config(NULL);
 }
 
