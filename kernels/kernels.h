@@ -347,7 +347,8 @@ int strata_gpu_moe_check(int fmt, uint32_t hidden, uint32_t inter, struct strata
  *                                                faster for every format (H100, 16-layer
  *                                                Qwen3-30B-A3B stacks, same run: q4 11.3 us a
  *                                                layer at 4 pieces against 14.1 chained, q3
- *                                                15.2 against 16.7, hot / warm / cold 19.4 /
+ *                                                11.2 (4-row q3 pieces; 15.2 with 2-row ones)
+ *                                                against 16.7, hot / warm / cold 19.4 /
  *                                                19.1 / 18.9 against 22.3 / 22.1 / 20.2); on the
  *                                                H200 an earlier version was slower (q4 15.3
  *                                                against 13.9 us) and this one has not run

@@ -14,7 +14,8 @@
 // Taken by run_pstack (moe_gpu.cu) for strata_gpu_moe_stack calls under the
 // kernel configuration pstack=1 - 8 (the pieces in flight; default 4: on
 // the H100 a 16-layer Qwen q4 stack takes 11.3 us a layer against the
-// chained two-launch layers' 14.1, q3 15.2 against 16.7; an earlier version
+// chained two-launch layers' 14.1, q3 11.2 against 16.7 (15.2 when its
+// gate|up pieces were 2-row sets: see gu_sets); an earlier version
 // was slower on the H200, 15.3 against 13.9, and this one has not run
 // there) whose layers all have one token, the same shape, at most SMAX
 // experts, all in q4 or all in q3 (policies gv::Q4, gv::Q3i), and each CTA's
