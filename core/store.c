@@ -280,7 +280,8 @@ int strata_store_parse_header(const void *buf, size_t len, uint64_t file_size, c
 		if (version < 3 && h->fmt_table[i] == STRATA_FMT_Q3) {
 			rc = STRATA_EVERSION;
 			STRATA_ERR(err, rc, "%s: shard format version %u stores q3 codes in the old bit layout "
-				   "(expert %u; version 3 changed it): re-quantize with `strata quantize`", name, version, i);
+				   "(layer %u, expert %u; version 3 changed it): re-quantize with `strata quantize`", name,
+				   version, i / sp->n_experts, i % sp->n_experts);
 			goto fail;
 		}
 	}
@@ -332,11 +333,11 @@ int strata_store_parse_header(const void *buf, size_t len, uint64_t file_size, c
 					: "disagree with the format table and the model spec");
 			goto fail;
 		}
-		if (version < 3 && x->ext.fmt == STRATA_FMT_Q3) {
+		if (copy && version < 3 && x->ext.fmt == STRATA_FMT_Q3) { /* (an expert's own: the table above) */
 			rc = STRATA_EVERSION;
 			STRATA_ERR(err, rc, "%s: shard format version %u stores q3 codes in the old bit layout "
-				   "(%s (layer %u, expert %u); version 3 changed it): re-quantize with `strata quantize`",
-				   name, version, what, x->layer, x->expert);
+				   "(low-bit copy of expert (layer %u, expert %u); version 3 changed it): re-quantize "
+				   "with `strata quantize`", name, version, x->layer, x->expert);
 			goto fail;
 		}
 		if (x->ext.offset % STRATA_EXTENT_ALIGN || x->ext.offset < h->data_off || x->ext.offset > fsz ||

@@ -288,6 +288,12 @@ static void test_version2(void **state)
 			assert_int_equal(rc, STRATA_EVERSION);
 			assert_non_null(strstr(err.msg, "v2: shard format version 2 stores q3 codes"));
 			assert_non_null(strstr(err.msg, "re-quantize"));
+			/* the first q3 expert of tables(): id STRATA_FMT_Q3 */
+			struct strata_model_spec sp = small_spec();
+			char where[64];
+			snprintf(where, sizeof(where), "(layer %u, expert %u;", STRATA_FMT_Q3 / sp.n_experts,
+				 STRATA_FMT_Q3 % sp.n_experts);
+			assert_non_null(strstr(err.msg, where));
 		}
 		free(h);
 		test_rmdir(dir);
