@@ -71,16 +71,21 @@ template <int FMT> struct FmtScalar {
 		else
 			return __byte_perm(raw, 0, 0x3120);
 	}
+	// q3: the Lane of a block's loaded words (a: 16 bytes at 16 t, b: 8 at 64 + 8 t).
+	__device__ __forceinline__ static void q3_lane(uint4 a, uint2 b, Lane &l)
+	{
+		l.w[0] = lane_word(a.x), l.w[1] = lane_word(a.y), l.w[2] = lane_word(a.z), l.w[3] = lane_word(a.w);
+		l.w[4] = lane_word(b.x), l.w[5] = lane_word(b.y);
+	}
 	__device__ __forceinline__ static void load(uint32_t c, int t, Lane &l)
 	{
 		uint4 a = lds128(c + 16 * t);
-		l.w[0] = lane_word(a.x), l.w[1] = lane_word(a.y), l.w[2] = lane_word(a.z), l.w[3] = lane_word(a.w);
 		if constexpr (Q4) {
 			uint4 b = lds128(c + 64 + 16 * t);
+			l.w[0] = a.x, l.w[1] = a.y, l.w[2] = a.z, l.w[3] = a.w;
 			l.w[4] = b.x, l.w[5] = b.y, l.w[6] = b.z, l.w[7] = b.w;
 		} else {
-			uint2 b = *reinterpret_cast<const uint2 *>(g_smem + c + 64 + 8 * t);
-			l.w[4] = lane_word(b.x), l.w[5] = lane_word(b.y);
+			q3_lane(a, *reinterpret_cast<const uint2 *>(g_smem + c + 64 + 8 * t), l);
 		}
 	}
 	// The lane's 8 weights of group U as 4 fp16 pairs (weights 2i, 2i + 1),

@@ -457,9 +457,7 @@ struct Q3 {
 				o = 16 * min(j, cpr - 1);
 			}
 			typename F::Lane ln;
-			ln.w[0] = F::lane_word(b.c[i].x), ln.w[1] = F::lane_word(b.c[i].y);
-			ln.w[2] = F::lane_word(b.c[i].z), ln.w[3] = F::lane_word(b.c[i].w);
-			ln.w[4] = F::lane_word(b.x[i].x), ln.w[5] = F::lane_word(b.x[i].y);
+			F::q3_lane(b.c[i], b.x[i], ln);
 			auto grp = [&](auto UC) {
 				constexpr int U = decltype(UC)::value;
 				uint32_t q[4];

@@ -362,7 +362,7 @@ template <int FMT, class P> __global__ void __launch_bounds__(32 * (W + 1), 1) p
 				break;
 			// row set rq of the piece by lanes rq GL .. rq GL + GL - 1
 			const uint32_t gp = g0 + k, s = gp / sg, rq = lane / GL, jl = lane % GL, r0 = (gp - s * sg) * PR + rq * RS;
-			const uint32_t pc_ = sbase + a.a + k * a.pg + rq * RS * rc0, ps_ = sbase + a.a + k * a.pg + 2 * PR * rc0 + rq * RS * rs0;
+			const uint32_t pb = sbase + a.a + k * a.pg, pc_ = pb + rq * RS * rc0, ps_ = pb + 2 * PR * rc0 + rq * RS * rs0;
 			float ag[RS], au[RS];
 #pragma unroll
 			for (uint32_t i = 0; i < RS; i++)

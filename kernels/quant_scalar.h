@@ -21,7 +21,7 @@
  *       a < 3:  all 3 bits in word f >> 1, f = 3 P + a, at bit 8 b + 3 (f & 1)
  *       a = 3:  low 2 bits in word P at bit 8 b + 6, the high bit in word 2
  *               at bit 8 b + 6 + P; q = low + 4 * high
-  * Scales: the block's 8 fp16 values in group order (16 bytes per block).
+ * Scales: the block's 8 fp16 values in group order (16 bytes per block).
  * Plain C99/C++ (CUDA includes it; the helpers are __host__ __device__ there).
  */
 #ifndef STRATA_QUANT_SCALAR_H
@@ -63,11 +63,10 @@ STRATA_SQ_HD uint32_t strata_q4_code(const uint8_t *qs, uint32_t i)
 STRATA_SQ_HD void strata_q3_place(uint32_t i, uint32_t at[4])
 {
 	uint32_t g = i >> 5, t = (i >> 3) & 3, m = i & 7, h = g >> 2, P = (g >> 1) & 1, a = m >> 1;
-	uint32_t b = 2 * (g & 1) + (m & 1), f = 3 * P + a;
-	uint32_t j = a < 3 ? f >> 1 : P, hj = a < 3 ? j : 2;
-	at[0] = j < 2 ? 16 * t + 8 * h + 4 * j : 64 + 8 * t + 4 * h;
+	uint32_t b = 2 * (g & 1) + (m & 1), f = 3 * P + a, j = a < 3 ? f >> 1 : P, w2 = 64 + 8 * t + 4 * h;
+	at[0] = j < 2 ? 16 * t + 8 * h + 4 * j : w2;
 	at[1] = 8 * b + (a < 3 ? 3 * (f & 1) : 6);
-	at[2] = hj < 2 ? 16 * t + 8 * h + 4 * hj : 64 + 8 * t + 4 * h;
+	at[2] = a < 3 ? at[0] : w2;
 	at[3] = a < 3 ? at[1] + 2 : 8 * b + 6 + P;
 }
 STRATA_SQ_HD uint32_t strata_q3_code(const uint8_t *qs, uint32_t i)

@@ -257,6 +257,21 @@ static void test_wrong_version(void **state)
 	free(dir);
 }
 
+/* A shard's whole header (malloc'd), its size in *hsize. */
+static uint8_t *read_header(const char *path, uint64_t *hsize)
+{
+	int fd = open(path, O_RDONLY);
+	assert_true(fd >= 0);
+	uint8_t fixed[STRATA_SHARD_FIXED_BYTES];
+	assert_int_equal(pread(fd, fixed, sizeof(fixed), 0), (ssize_t)sizeof(fixed));
+	memcpy(hsize, fixed + 16, 8);
+	uint8_t *h = malloc(*hsize);
+	assert_non_null(h);
+	assert_int_equal(pread(fd, h, *hsize, 0), (ssize_t)*hsize);
+	close(fd);
+	return h;
+}
+
 /* Version 2 (q3's old bit layout, kernels/quant_scalar.h): read when no
  * expert of the model is q3, refused with the expert named when one is. */
 static void test_version2(void **state)
@@ -267,15 +282,8 @@ static void test_version2(void **state)
 		ws_no_q3 = no_q3;
 		assert_int_equal(write_store(dir, 0, 1, &err), 0);
 		ws_no_q3 = false;
-		int fd = open(path_in(dir, "shard-00000.strata"), O_RDONLY);
-		assert_true(fd >= 0);
-		uint8_t fixed[32];
-		assert_int_equal(pread(fd, fixed, sizeof(fixed), 0), (ssize_t)sizeof(fixed));
 		uint64_t hsize;
-		memcpy(&hsize, fixed + 16, 8);
-		uint8_t *h = malloc(hsize);
-		assert_int_equal(pread(fd, h, hsize, 0), (ssize_t)hsize);
-		close(fd);
+		uint8_t *h = read_header(path_in(dir, "shard-00000.strata"), &hsize);
 		assert_int_equal(h[8], STRATA_STORE_VERSION);
 		h[8] = 2;
 		struct strata_shard_header *sh = NULL;
@@ -478,17 +486,10 @@ static void test_parse_header(void **state)
 	char *dir = test_mkdtemp();
 	struct strata_error err = { 0 };
 	assert_int_equal(write_store(dir, 0, 1, &err), 0);
-	char *p = path_in(dir, "shard-00000.strata");
-	int fd = open(p, O_RDONLY);
-	uint8_t fixed[STRATA_SHARD_FIXED_BYTES];
-	assert_int_equal(pread(fd, fixed, sizeof(fixed), 0), (ssize_t)sizeof(fixed));
 	uint64_t hsize = 0;
-	memcpy(&hsize, fixed + 16, 8);
+	uint8_t *h = read_header(path_in(dir, "shard-00000.strata"), &hsize);
 	struct strata_model_spec s = small_spec();
 	assert_true(hsize == strata_store_header_bytes(15, 15, NT));
-	uint8_t *h = malloc(hsize);
-	assert_int_equal(pread(fd, h, hsize, 0), (ssize_t)hsize);
-	close(fd);
 	struct strata_shard_header *sh;
 	assert_int_equal(strata_store_parse_header(h, hsize, 0, "x", 0, &sh, &err), 0);
 	assert_int_equal(sh->n_experts, 15);
