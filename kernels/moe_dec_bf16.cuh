@@ -86,6 +86,30 @@ __device__ __forceinline__ unsigned atom_release(unsigned *q, unsigned v)
 	return r;
 }
 
+// A task split into n parts (warps) whose gate|up sums meet in a zeroed
+// scratch: this warp's part counted on *ctr, whether it was the last (every
+// lane gets the answer).  The lanes' adds to the scratch precede lane 0's
+// release (the __syncwarp before it); for the last part, with ACQ, lane 0's
+// acquire orders every other part's adds before the warp's reads (the
+// __syncwarp after it).  take_sums: an element's (gate, up) sums at q, read
+// through L2 and zeroed for the next launch.
+template <bool ACQ = true> __device__ __forceinline__ bool last_part(unsigned *ctr, unsigned n)
+{
+	__syncwarp();
+	const uint32_t last = (threadIdx.x & 31) == 0 ? (ACQ ? atom_acq_rel(ctr, 1u) : atom_release(ctr, 1u)) == n - 1 : 0;
+	if (!__shfl_sync(0xffffffffu, last, 0))
+		return false;
+	__syncwarp();
+	return true;
+}
+__device__ __forceinline__ float2 take_sums(float *q)
+{
+	float2 *v = reinterpret_cast<float2 *>(q);
+	const float2 r = __ldcg(v);
+	__stcg(v, make_float2(0.0f, 0.0f));
+	return r;
+}
+
 // Task t: slot, row tile, K chunk (task_find over the layout of run_dec_bf16,
 // whose "token tile" is the K chunk: every slot has one 8-token tile).
 __device__ __forceinline__ void btask(const MoeParams &p, uint32_t t, Task &k, uint32_t &chunk)
@@ -239,21 +263,14 @@ __device__ __forceinline__ void cmp_end(const MoeParams &p, const Args &a, const
 				atomicAdd(a.gu + 2 * hidx(i), c.acc[0][i]);
 				atomicAdd(a.gu + 2 * hidx(i) + 1, c.acc[1][i]);
 			}
-		__syncwarp();
 		unsigned *ctr = a.ctr + c.k.slot * a.nrt + c.k.rt;
-		uint32_t last = lane == 0 ? (ACQ ? atom_acq_rel(ctr, 1u) : atom_release(ctr, 1u)) == a.nch[0] - 1 : 0;
-		if (!__shfl_sync(0xffffffffu, last, 0))
+		// the tile's last chunk: every other chunk's sums are in L2
+		if (!last_part<ACQ>(ctr, a.nch[0]))
 			return;
-		// This warp added the tile's last chunk: every other chunk's sums are in
-		// L2 (their warps' releases on ctr precede lane 0's acquire, which the
-		// barrier orders before the other lanes' loads).
-		__syncwarp();
 #pragma unroll
 		for (int i = 0; i < 4; i++)
 			if (in(i)) {
-				float2 *q = reinterpret_cast<float2 *>(a.gu + 2 * hidx(i));
-				float2 v = __ldcg(q);
-				__stcg(q, make_float2(0.0f, 0.0f));
+				const float2 v = take_sums(a.gu + 2 * hidx(i));
 				p.h[hidx(i)] = v.x / (1.0f + expf(-v.x)) * v.y;
 			}
 		if (lane == 0)

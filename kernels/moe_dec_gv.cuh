@@ -1140,9 +1140,9 @@ __global__ void __launch_bounds__(32 * W, 1) gv_kernel(const __grid_constant__ M
 			const bool wr = !(sub & ((1u << LSH) / RL - 1));
 			if (SK && !d && part) {
 				// Gate|up task ct split over the shares of n warps: each adds
-				// its sums to p.gus and counts itself on p.gucnt[ct] (a
-				// release after __syncwarp, as bfd's split tasks); the last
-				// one (acquire) computes h from the totals and zeroes both.
+				// its sums to p.gus and counts itself on p.gucnt[ct]
+				// (bfd::last_part); the last one computes h from the totals
+				// and zeroes both.
 				const uint32_t G = gridDim.x * W, n = sk_warp(a, ct * ut + ut - 1, G) - sk_warp(a, ct * ut, G) + 1;
 #pragma unroll
 				for (int k = 0; k < NT; k++)
@@ -1151,18 +1151,13 @@ __global__ void __launch_bounds__(32 * W, 1) gv_kernel(const __grid_constant__ M
 						atomicAdd(q, accg[k * RL]);
 						atomicAdd(q + 1, acc[k * RL]);
 					}
-				__syncwarp();
-				const uint32_t last = lane == 0 ? bfd::atom_acq_rel(p.gucnt + ct, 1u) == n - 1 : 0;
-				if (!__shfl_sync(0xffffffffu, last, 0))
+				if (!bfd::last_part(p.gucnt + ct, n))
 					return;
-				__syncwarp();
 #pragma unroll
 				for (int k = 0; k < NT; k++)
 					if (wr && (uint32_t)k < s.ntok) {
 						const uint64_t hi = s.h_off + (uint64_t)k * p.inter + rx;
-						float2 *q = reinterpret_cast<float2 *>(p.gus + 2 * hi);
-						const float2 v = __ldcg(q);
-						__stcg(q, make_float2(0.0f, 0.0f));
+						const float2 v = bfd::take_sums(p.gus + 2 * hi);
 						const float sb = inv[p.tok[s.a0 + k]], g = v.x * sb, u = v.y * sb;
 						p.h[hi] = g / (1.0f + expf(-g)) * u;
 					}
