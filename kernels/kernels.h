@@ -241,18 +241,7 @@ int strata_gpu_moe_check(int fmt, uint32_t hidden, uint32_t inter, struct strata
  *                                                (Kimi T=1 q4 80.7 vs 82.1 us, q3 75.9 vs 82.1;
  *                                                Qwen q4 13.7 vs 16.2, q3 15.8 vs 16.9; Kimi
  *                                                T=2 q4 96.7 vs 125.3, q3 107.1 vs 133.1); 0:
- *                                                a row per lane; 2: as 1, and each warp takes
- *                                                an equal share of the launch's batches
- *                                                (STRATA_GPU_LAUNCH_SCALAR_GEMV_SK), not every
- *                                                16th task of its CTA's (Kimi T=1: 2.91 gate|up
- *                                                tasks of 4 rows a warp, 3 for the busiest; down
- *                                                6.8 of 8 rows, 7); a task split between warps
- *                                                meets its gate|up sums in a scratch, its down
- *                                                sums in y's atomics; 3: the same in the down
- *                                                launch only; 4: as 2, each warp's split tasks
- *                                                first (their sums meet early, not at the
- *                                                launch's end).  2 - 4 have not run on a GPU
- *                                                yet (experiments/kernels/README.md)
+ *                                                a row per lane
  *   prefill      pf_path                auto     the tiled prefill path's kernel for bf16 and tier
  *                                                experts: sm90 (1): the warpgroup-MMA kernel
  *                                                (kernels/moe_prefill_sm90.cuh) for every such
@@ -424,7 +413,6 @@ enum strata_gpu_launch {
 	STRATA_GPU_LAUNCH_SCALAR_GEMV_XR, /* those of SCALAR_GEMV with several rows per lane (sq_gvx) */
 	STRATA_GPU_LAUNCH_PSTACK,         /* pstack launches: the persistent stack kernel, the small-layer kernel over a stack */
 	STRATA_GPU_LAUNCH_PSTACK_TAB,     /* those of PSTACK decoding tier formats through the codebook table (dec_tr=2, 3) */
-	STRATA_GPU_LAUNCH_SCALAR_GEMV_SK, /* kernels (not layers) of SCALAR_GEMV_XR taking equal shares of batches (sq_gvx=2 - 4) */
 	STRATA_GPU_LAUNCH_KINDS
 };
 uint64_t strata_gpu_moe_launches(enum strata_gpu_launch kind);

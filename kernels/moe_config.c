@@ -97,8 +97,8 @@ int strata_gpu_moe_config_validate(const struct strata_moe_config *c, struct str
 		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: sq_gvw must be 16, 12 or 8");
 	if (c->sq_gvs < 0 || c->sq_gvs > 2)
 		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: sq_gvs must be 0, 1 or 2");
-	if (c->sq_gvx < 0 || c->sq_gvx > 4)
-		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: sq_gvx must be 0 - 4");
+	if (c->sq_gvx != 0 && c->sq_gvx != 1)
+		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: sq_gvx must be 0 or 1");
 	if (c->pstack < 0 || c->pstack > 8)
 		return STRATA_ERR(err, STRATA_EINVAL, "kernel config: pstack %d (0 off, 1 - 8 pieces in flight)", c->pstack);
 	return STRATA_OK;
@@ -216,7 +216,7 @@ int strata_gpu_moe_config_parse(const char *text, struct strata_moe_config *c, s
 		} else if (!strcmp(kv, "sq_gvs")) {
 			rc = parse_digit(kv, v, 2, &c->sq_gvs, err);
 		} else if (!strcmp(kv, "sq_gvx")) {
-			rc = parse_digit(kv, v, 4, &c->sq_gvx, err);
+			rc = parse_digit(kv, v, 1, &c->sq_gvx, err);
 		} else if (!strcmp(kv, "pstack")) {
 			rc = parse_digit(kv, v, 8, &c->pstack, err);
 		} else if (!strcmp(kv, "sq_gvw")) {

@@ -80,43 +80,7 @@ struct Args {
 	uint32_t spt = 1;     // staging: 8-column slices per thread read once into registers (1 or 2, sq_gvs)
 	uint32_t xearly = 0;  // gate|up, not chained: x loaded before the first weights (sq_gvs=2)
 	uint32_t rl = 1;      // rows per lane (sq_gvx: the policy's NB, gv_kernel's XR; else 1)
-	uint32_t sk = 0;      // XR (sq_gvx=2 - 4): the warps' equal shares of the launch's batches (gv_kernel's SK); 2: split tasks first
-	uint32_t ut = 0;      // sk: batches per task (gate|up: both matrices')
-	// (sk, gate|up: a task split between warps meets its gate and up sums
-	// per h element in MoeParams::gus, its count of shares done in
-	// MoeParams::gucnt[task]; no pointer here: Args stays 4-byte aligned, so
-	// the kernels without sk compile as before)
 };
-
-// Under Args::sk, warp g of G (the grid's) takes the batches [n g / G,
-// n (g + 1) / G) of the launch's n = ntask x ut, in task order: the same
-// count for every warp to one batch, where a task per warp (ntask / G
-// tasks of ut batches) leaves the busiest warp up to a whole task more than
-// the mean (Kimi-K2 at one token: 2.91 gate|up tasks a warp, 3 for most).
-// A task may so be split over the shares of several warps (n >= G: none
-// is empty).  sk_first: the first batch of warp g's share; sk_warp: the warp
-// whose share holds batch u.
-__host__ __device__ __forceinline__ uint32_t sk_first(const Args &a, uint32_t g, uint32_t G)
-{
-	return (uint32_t)((uint64_t)a.ntask * a.ut * g / G);
-}
-__host__ __device__ __forceinline__ uint32_t sk_warp(const Args &a, uint32_t u, uint32_t G)
-{
-	return (uint32_t)(((uint64_t)(u + 1) * G - 1) / ((uint64_t)a.ntask * a.ut));
-}
-// The tasks [t0, t1) of CTA b of a grid of g CTAs of w warps (a.tpc of
-// them from b a.tpc; under sk those its warps' shares touch).
-__host__ __device__ __forceinline__ void cta_tasks(const Args &a, uint32_t b, uint32_t g, uint32_t w, uint32_t &t0,
-						   uint32_t &t1)
-{
-	if (a.sk) {
-		t0 = sk_first(a, b * w, g * w) / a.ut;
-		t1 = (sk_first(a, (b + 1) * w, g * w) + a.ut - 1) / a.ut;
-	} else {
-		t0 = b * a.tpc;
-		t1 = t0 + a.tpc < a.ntask ? t0 + a.tpc : a.ntask;
-	}
-}
 
 __device__ __forceinline__ uint32_t dp4a_uu(uint32_t a, uint32_t b, uint32_t c)
 {
@@ -814,7 +778,7 @@ template <class P> __device__ __forceinline__ bool stage_fetch(const MoeParams &
 // or p.h (down); CG: read through L2 (rows written by other SMs in this
 // launch, where this SM may have read the addresses before: a stack in one
 // launch, moe_dec_small.cuh).
-template <class P, bool CG = false, bool SK = false>
+template <class P, bool CG = false>
 __device__ __forceinline__ void stage(const MoeParams &p, const Args &a, uint32_t &nr, const float (&pre)[2][8], bool fetched,
 				      const float *x)
 {
@@ -829,9 +793,7 @@ __device__ __forceinline__ void stage(const MoeParams &p, const Args &a, uint32_
 			src[r] = x + (uint64_t)r * p.hidden, mx[r] = 0;
 	} else {
 		// The h rows of the slots of this CTA's tasks, in assignment order.
-		uint32_t t0 = blockIdx.x * a.tpc, t1 = min(t0 + a.tpc, a.ntask);
-		if constexpr (SK)
-			cta_tasks(a, blockIdx.x, gridDim.x, blockDim.x / 32, t0, t1);
+		const uint32_t t0 = blockIdx.x * a.tpc, t1 = min(t0 + a.tpc, a.ntask);
 		const uint32_t s0 = t0 / a.nrs, s1 = (t1 - 1) / a.nrs, a0 = p.slot[s0].a0;
 		nr = p.slot[s1].a0 + p.slot[s1].ntok - a0;
 		for (uint32_t s = s0 + threadIdx.x; s <= s1; s += blockDim.x)
@@ -929,10 +891,9 @@ template <class P> __device__ __forceinline__ void pre_stage(long) {}
 // takes the same chunk j of NB consecutive rows per batch (P::load_xr,
 // P::dot_xr), its chunks j = sub, sub + 2^LSH, ...; a task is 32 >> LSH such
 // row sets, (32 >> LSH) x NB rows.
-template <int FMT, class P, int NT, int LSH, bool FULL, int W = NW, bool XR = false, bool SK = false>
+template <int FMT, class P, int NT, int LSH, bool FULL, int W = NW, bool XR = false>
 __global__ void __launch_bounds__(32 * W, 1) gv_kernel(const __grid_constant__ MoeParams p, const __grid_constant__ Args a)
 {
-	static_assert(!SK || XR, "equal shares of batches: several rows per lane");
 	using Buf = typename P::template Buf<LSH>;
 	constexpr uint32_t NB = P::NB;
 	// rows per lane (a row set), chunks per lane and batch
@@ -947,35 +908,6 @@ __global__ void __launch_bounds__(32 * W, 1) gv_kernel(const __grid_constant__ M
 	// Issue side: task, phase (gate, up / down), batch; this lane's row
 	// (codes, scales) and its next chunk j (and its last one, jl).
 	uint32_t it = blockIdx.x * a.tpc + warp, iph = 0, ibt = 0, ij = 0;
-	// SK (Args::sk): the warp's share [u0, u1) of the launch's batches
-	// (sk_first; it may start and end inside a task), batches counted (iu
-	// issued, up to iend), the tasks one after another.  a.sk == 2: the
-	// share's last task first where it is split (`two`: [s1, u1), then
-	// [u0, s1)), so that no split task's sums meet at the launch's end.
-	// Else every W-th task of the CTA's.
-	const uint32_t ut = nph * a.nbat, tstep = SK ? 1 : W;
-	uint32_t u0 = 0, u1 = 0, s1 = 0, iu = 0, iend = 0;
-	bool two = false;
-	// (t, ph, bt) of batch u of the launch
-	auto at_unit = [&](uint32_t u, uint32_t &t, uint32_t &ph, uint32_t &bt) {
-		t = u / ut;
-		const uint32_t r = u - t * ut;
-		ph = r / a.nbat, bt = r - ph * a.nbat;
-	};
-	if constexpr (SK) {
-		const uint32_t G = gridDim.x * W, g = blockIdx.x * W + warp;
-		u0 = sk_first(a, g, G), u1 = sk_first(a, g + 1, G);
-		s1 = a.sk == 2 ? max(u0, (u1 - 1) / ut * ut) : u1;
-		two = s1 > u0 && s1 < u1;
-		iu = two ? s1 : u0, iend = u1;
-		at_unit(iu, it, iph, ibt);
-	}
-	auto ilive = [&]() {
-		if constexpr (SK)
-			return iu < iend;
-		else
-			return it < t1;
-	};
 	const uint8_t *ic = nullptr, *is = nullptr;
 	bool iv = false;
 	// Lane 0 of each row: the row (codes, scales) of the step n (task,
@@ -1003,41 +935,27 @@ __global__ void __launch_bounds__(32 * W, 1) gv_kernel(const __grid_constant__ M
 			l2_row(a.l2pf);
 	};
 	auto load = [&](Buf &b) {
-		if (!ilive())
+		if (it >= t1)
 			return;
 		if constexpr (XR)
 			P::template load_xr<LSH>(b, ic, is, ij, (uint32_t)f.rowc[d], (uint32_t)f.rows_[d]);
 		else
 			P::template load<LSH, FULL>(b, ic, is, ij, lsh, iv, cpr);
 		ij += CB << lsh;
-		if constexpr (SK) {
-			if (++iu == iend && two && iend == u1) {
-				// (a.sk == 2) on to the share's first batches
-				iu = u0, iend = s1;
-				at_unit(iu, it, iph, ibt);
-				iss_set();
-				ij += (ibt * CB) << lsh;
-				return;
-			}
-		}
 		if (++ibt == a.nbat) {
 			ibt = 0;
 			if (++iph == nph)
-				iph = 0, it += tstep;
-			if (ilive())
+				iph = 0, it += W;
+			if (it < t1)
 				iss_set();
 		}
 	};
-	// the compute side starts where the issue side does
-	const uint32_t ct0 = it, cph0 = iph, cbt0 = ibt;
-	if (ilive()) {
+	if (it < t1) {
 		// the first steps: the rest of this one's rows after the first
 		// batches, and the next ones before iss_set's
 		for (uint32_t n = 0; n < a.l2pf; n++)
 			l2_row(n);
 		iss_set();
-		if constexpr (SK)
-			ij += (ibt * CB) << lsh;
 	}
 	// NBUF buffers: NBUF - 1 batches in flight while one is multiplied.
 	constexpr int NBUF = bufs_of<P>(0) && NT == 1 ? bufs_of<P>(0) : nbuf<NT, W>();
@@ -1069,21 +987,12 @@ __global__ void __launch_bounds__(32 * W, 1) gv_kernel(const __grid_constant__ M
 	}
 	uint32_t nr;
 	pre_stage<P>(0);
-	stage<P, false, SK>(p, a, nr, xv, xe, p.x);
+	stage<P>(p, a, nr, xv, xe, p.x);
 	// Compute side.
 	const uint32_t sbase = (uint32_t)__cvta_generic_to_shared(g_smem);
 	const uint32_t us = 16 * cpr, xstride = cpr * P::NG * 16, cstride = cpr * P::NG * 4;
-	uint32_t ct = blockIdx.x * a.tpc + warp, cph = 0, cbt = 0, cj = 0, cn = iu, cend = iend;
-	if constexpr (SK)
-		ct = ct0, cph = cph0, cbt = cbt0;
-	uint32_t srow0 = d && ct < a.ntask ? p.slot[(blockIdx.x * a.tpc) / a.nrs].a0 : 0;
-	if constexpr (SK) {
-		if (d) {
-			uint32_t b0, b1;
-			cta_tasks(a, blockIdx.x, gridDim.x, W, b0, b1);
-			srow0 = p.slot[b0 / a.nrs].a0;
-		}
-	}
+	uint32_t ct = blockIdx.x * a.tpc + warp, cph = 0, cbt = 0, cj = 0;
+	const uint32_t srow0 = d && ct < a.ntask ? p.slot[(blockIdx.x * a.tpc) / a.nrs].a0 : 0;
 	uint32_t xu[NT][P::NG], cu[NT], slot = 0, row = 0;
 	float acc[NT * RL], accg[NT * RL];
 	const float *inv = reinterpret_cast<const float *>(g_smem + Smem::INV);
@@ -1104,12 +1013,11 @@ __global__ void __launch_bounds__(32 * W, 1) gv_kernel(const __grid_constant__ M
 				acc[k * RL + i] = accg[k * RL + i] = 0.0f;
 		}
 	};
-	// The task's sums are complete: h, or y; part (SK): this warp's share
-	// of them (down: added to y as whole sums are; gate|up: met in p.gus).
+	// The task's sums are complete: h, or y.
 	// XR: the row set's RL sums per token meet by xor shuffles, the first
 	// log2(RL) levels halving the values each lane holds (the lanes with bit
 	// o set keep the upper half), so that lane sub ends with row rx's sum.
-	auto finish = [&](bool part) {
+	auto finish = [&]() {
 		const Slot &s = p.slot[slot];
 		uint32_t rx = row;
 		if constexpr (XR) {
@@ -1137,35 +1045,7 @@ __global__ void __launch_bounds__(32 * W, 1) gv_kernel(const __grid_constant__ M
 				if (n > 1 && hi)
 					rx += n / 2;
 			}
-			const bool wr = !(sub & ((1u << LSH) / RL - 1));
-			if (SK && !d && part) {
-				// Gate|up task ct split over the shares of n warps: each adds
-				// its sums to p.gus and counts itself on p.gucnt[ct]
-				// (bfd::last_part); the last one computes h from the totals
-				// and zeroes both.
-				const uint32_t G = gridDim.x * W, n = sk_warp(a, ct * ut + ut - 1, G) - sk_warp(a, ct * ut, G) + 1;
-#pragma unroll
-				for (int k = 0; k < NT; k++)
-					if (wr && (uint32_t)k < s.ntok) {
-						float *q = p.gus + 2 * (s.h_off + (uint64_t)k * p.inter + rx);
-						atomicAdd(q, accg[k * RL]);
-						atomicAdd(q + 1, acc[k * RL]);
-					}
-				if (!bfd::last_part(p.gucnt + ct, n))
-					return;
-#pragma unroll
-				for (int k = 0; k < NT; k++)
-					if (wr && (uint32_t)k < s.ntok) {
-						const uint64_t hi = s.h_off + (uint64_t)k * p.inter + rx;
-						const float2 v = bfd::take_sums(p.gus + 2 * hi);
-						const float sb = inv[p.tok[s.a0 + k]], g = v.x * sb, u = v.y * sb;
-						p.h[hi] = g / (1.0f + expf(-g)) * u;
-					}
-				if (lane == 0)
-					p.gucnt[ct] = 0;
-				return;
-			}
-			if (!wr)
+			if (sub & ((1u << LSH) / RL - 1))
 				return;
 		} else {
 #pragma unroll
@@ -1192,84 +1072,37 @@ __global__ void __launch_bounds__(32 * W, 1) gv_kernel(const __grid_constant__ M
 			}
 		}
 	};
-	auto clive = [&]() {
-		if constexpr (SK)
-			return cn < cend;
-		else
-			return ct < t1;
-	};
 	// Chunks outside the row or the matrix (stale words) count with zero
 	// scales at the row's last chunk: no branch per chunk.
-	// SK: fresh, the share (or its second part) starts inside task ct.
-	bool fresh = SK && (cph || cbt);
 	auto compute = [&](Buf &b) {
-		if constexpr (SK) {
-			if (fresh || (cph == 0 && cbt == 0))
-				cmp_set();
-			if (fresh || cbt == 0)
-				cj = sub + ((cbt * CB) << lsh);
-			fresh = false;
-		} else {
-			if (cph == 0 && cbt == 0)
-				cmp_set();
-			if (cbt == 0)
-				cj = sub;
-		}
+		if (cph == 0 && cbt == 0)
+			cmp_set();
+		if (cbt == 0)
+			cj = sub;
 		if constexpr (XR)
 			P::template dot_xr<NT, LSH>(b, cj, us, xu, cu, acc);
 		else
 			P::template dot<NT, LSH, FULL>(b, cj, lsh, cpr, row < nrows, us, xu, cu, acc);
 		cj += CB << lsh;
-		if constexpr (SK) {
-			// one finish a step: at the task's end (part: it began before
-			// the share), or where the share's part ends inside the task
-			bool end = false, part = true;
-			if (++cbt == a.nbat) {
-				cbt = 0;
-				if (!d && cph == 0) {
-					cph = 1;
+		if (++cbt == a.nbat) {
+			cbt = 0;
+			if (!d && cph == 0) {
+				cph = 1;
 #pragma unroll
-					for (uint32_t k = 0; k < NT * RL; k++)
-						accg[k] = acc[k], acc[k] = 0.0f;
-				} else {
-					end = true, part = ct * ut < u0;
-				}
-			}
-			const bool seg = ++cn == cend;
-			if (end || seg)
-				finish(part);
-			if (end)
-				cph = 0, ct++;
-			if (seg && two && cend == u1) {
-				// (a.sk == 2) on to the share's first batches
-				cn = u0, cend = s1;
-				at_unit(cn, ct, cph, cbt);
-				fresh = true;
-			}
-		} else {
-			// (the code before SK, kept as it was: these kernels compile to
-			// the same SASS, which a helper for the batch step shared with
-			// the branch above changed in 121 of them)
-			if (++cbt == a.nbat) {
-				cbt = 0;
-				if (!d && cph == 0) {
-					cph = 1;
-#pragma unroll
-					for (uint32_t k = 0; k < NT * RL; k++)
-						accg[k] = acc[k], acc[k] = 0.0f;
-				} else {
-					finish(false);
-					cph = 0, ct += W;
-				}
+				for (uint32_t k = 0; k < NT * RL; k++)
+					accg[k] = acc[k], acc[k] = 0.0f;
+			} else {
+				finish();
+				cph = 0, ct += W;
 			}
 		}
 	};
-	while (clive()) {
+	while (ct < t1) {
 #pragma unroll
 		for (int i = 0; i < NBUF; i++) {
 			load(b[(i + NBUF - 1) % NBUF]);
 			compute(b[i]);
-			if (!clive())
+			if (ct >= t1)
 				break;
 		}
 	}

@@ -88,9 +88,7 @@ struct MoeParams {
 	// the persistent kernel): a gate|up row is cut into sgu parts of kbg blocks,
 	// a down row into sdn parts of kbd blocks.  Partial gate|up sums meet in gus
 	// (2 x inter floats per assignment, at 2 x h_off; zero between launches),
-	// counted per unsplit gate|up task in gucnt (zero between launches).  The
-	// row-streaming kernel's gate|up tasks split between warps (gv::Args::sk)
-	// meet there too, counted per task.
+	// counted per unsplit gate|up task in gucnt (zero between launches).
 	uint32_t sgu, sdn, kbg, kbd;
 	float *gus;
 	unsigned *gucnt;
@@ -988,9 +986,9 @@ struct Ctx {
 	bool attr_set[12] = {};
 	uint32_t dec_attr = 0;
 	uint64_t launches[STRATA_GPU_LAUNCH_KINDS] = {}; // strata_gpu_moe_launches
-	float *gus = nullptr;          // partial gate|up sums (MoeParams::gus; also the bf16 kernel's, the row-streaming kernel's under sq_gvx=2, 4)
+	float *gus = nullptr;          // partial gate|up sums (MoeParams::gus; also the bf16 kernel's)
 	size_t gus_cap = 0;            // floats
-	unsigned *gucnt = nullptr;     // parts done per unsplit gate|up task (bf16 kernel: per row tile; row-streaming: per task)
+	unsigned *gucnt = nullptr;     // parts done per unsplit gate|up task (bf16 kernel: per row tile)
 	size_t gucnt_cap = 0;
 	// (split-K scratch: gus / gucnt above, shared with the tier decode kernel)
 	const void *gv_attr[128] = {}; // row-streaming kernels (q4/q3 and tier) whose shared-memory attribute is set (gv_pair)
@@ -1568,14 +1566,13 @@ template <int FMT, class P, int NT, int W> GvKernel gv_full(uint32_t lsh)
 	}
 }
 
-// The same with several rows per lane (gv_kernel's XR; 8 - 32 lanes per row
-// set); SK: the warps' equal shares of the batches (Args::sk).
-template <int FMT, class P, int NT, bool SK> GvKernel gv_xr(uint32_t lsh)
+// The same with several rows per lane (gv_kernel's XR; 8 - 32 lanes per row set).
+template <int FMT, class P, int NT> GvKernel gv_xr(uint32_t lsh)
 {
 	switch (lsh) {
-	case 3: return gv::gv_kernel<FMT, P, NT, 3, true, gv::NW, true, SK>;
-	case 4: return gv::gv_kernel<FMT, P, NT, 4, true, gv::NW, true, SK>;
-	default: return gv::gv_kernel<FMT, P, NT, 5, true, gv::NW, true, SK>;
+	case 3: return gv::gv_kernel<FMT, P, NT, 3, true, gv::NW, true>;
+	case 4: return gv::gv_kernel<FMT, P, NT, 4, true, gv::NW, true>;
+	default: return gv::gv_kernel<FMT, P, NT, 5, true, gv::NW, true>;
 	}
 }
 
@@ -1594,10 +1591,8 @@ template <int FMT, int NT> GvKernel gv_pick(const gv::Args &g, uint32_t nrows, b
 	const bool full = !old && g.lsh >= 1 && g.lsh <= 4 && g.cpr % (P::NB << g.lsh) == 0 && nrows % rw == 0;
 	*nw = gv::NW;
 	if constexpr (NT <= 2)
-		if (g.rl > 1) {
-			using PX = std::conditional_t<Q4, gv::Q4, gv::Q3i>;
-			return g.sk ? gv_xr<FMT, PX, NT, true>(g.lsh) : gv_xr<FMT, PX, NT, false>(g.lsh);
-		}
+		if (g.rl > 1)
+			return gv_xr<FMT, std::conditional_t<Q4, gv::Q4, gv::Q3i>, NT>(g.lsh);
 	if constexpr (NT == 1)
 		if (full && (Q4 || q3i) && w != gv::NW) {
 			using PW = std::conditional_t<Q4, gv::Q4, gv::Q3i>;
@@ -1662,36 +1657,27 @@ int gv_launch(MoeParams *p, const gv::Args (&a)[2], const uint32_t (&grid)[2], c
 	const int rc = gv_pair(p, k, nw, a, grid, smem, gv::SMEM_MAX, STRATA_GPU_LAUNCH_SCALAR_GEMV, st, err);
 	if (!rc && (a[0].rl > 1 || a[1].rl > 1))
 		g_ctx.launches[STRATA_GPU_LAUNCH_SCALAR_GEMV_XR]++;
-	if (!rc)
-		g_ctx.launches[STRATA_GPU_LAUNCH_SCALAR_GEMV_SK] += (a[0].sk != 0) + (a[1].sk != 0);
 	return rc;
 }
 
 // A row-streaming launch's tasks (d: 0 gate|up, 1 down; g.lsh set): 32 >>
-// lsh rows each, dealt in contiguous ranges to one CTA per SM at most (sk:
-// a CTA per SM, its warps' equal shares of the batches where there are at
-// least as many batches as warps, else g.sk is cleared); the rows of x
-// staged (xrows), or of h by the down launch's busiest CTA (the slots of its
-// range of tasks).  Returns the grid.
+// lsh rows each, dealt in contiguous ranges to one CTA per SM at most; the
+// rows of x staged (xrows), or of h by the down launch's busiest CTA (the
+// slots of its range of tasks).  Returns the grid.
 uint32_t gv_tasks(const MoeParams *p, uint32_t d, uint32_t xrows, gv::Args &g)
 {
 	const uint32_t rw = (32u >> g.lsh) * g.rl, sms = (uint32_t)g_ctx.sms;
 	g.nrs = ((d ? p->hidden : p->inter) + rw - 1) / rw;
 	g.ntask = p->n_slots * g.nrs;
 	g.tpc = (g.ntask + sms - 1) / sms;
-	g.ut = (d ? 1 : 2) * g.nbat;
-	if ((uint64_t)g.ntask * g.ut < (uint64_t)sms * gv::NW)
-		g.sk = 0;
-	const uint32_t grid = g.sk ? sms : (g.ntask + g.tpc - 1) / g.tpc;
+	const uint32_t grid = (g.ntask + g.tpc - 1) / g.tpc;
 	g.xrows = xrows;
 	g.srows = xrows;
 	if (d) {
 		g.srows = 0;
 		for (uint32_t b = 0; b < grid; b++) {
-			uint32_t t0, t1;
-			gv::cta_tasks(g, b, grid, gv::NW, t0, t1);
-			const uint32_t s0 = t0 / g.nrs, s1 = (t1 - 1) / g.nrs;
-			const uint32_t n = p->slot[s1].a0 + p->slot[s1].ntok - p->slot[s0].a0;
+			const uint32_t s0 = b * g.tpc / g.nrs, s1 = ((b + 1) * g.tpc < g.ntask ? (b + 1) * g.tpc : g.ntask) - 1;
+			const uint32_t n = p->slot[s1 / g.nrs].a0 + p->slot[s1 / g.nrs].ntok - p->slot[s0].a0;
 			g.srows = n > g.srows ? n : g.srows;
 		}
 	}
@@ -1701,10 +1687,9 @@ uint32_t gv_tasks(const MoeParams *p, uint32_t d, uint32_t xrows, gv::Args &g)
 // Decode launches (<= gv::NTMAX tokens per expert) whose experts are all in
 // one scalar format, with the scalar decode kernel on its automatic choice
 // (sq_gv=1, sqdec=auto, dec and split not forced): the row-streaming kernel
-// (moe_dec_gv.cuh), when each CTA's staged activations fit.  hfl: floats of
-// h in this launch.  1 when it ran (*rc its result), 0 when another kernel
-// should run instead.
-int run_dec_gv(MoeParams *p, uint32_t maxtok, uint32_t hfl, cudaStream_t st, struct strata_error *err, int *rc)
+// (moe_dec_gv.cuh), when each CTA's staged activations fit.  1 when it ran
+// (*rc its result), 0 when another kernel should run instead.
+int run_dec_gv(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_error *err, int *rc)
 {
 	const int fmt = one_fmt(p);
 	if (!strata_fmt_is_scalar(fmt) || !g_ctx.cfg.sq_gv || !g_ctx.cfg.sq_dec || g_ctx.cfg.dec_warps >= 0 ||
@@ -1744,9 +1729,6 @@ int run_dec_gv(MoeParams *p, uint32_t maxtok, uint32_t hfl, cudaStream_t st, str
 		g.rl = xr && gv_geom(g.cpr, nb, nrows, p->n_slots, nb, fl, g.lsh, g.nbat) ? nb : 1;
 		if (g.rl == 1)
 			gv_geom(g.cpr, nb, nrows, p->n_slots, 1, fl, g.lsh, g.nbat);
-		// equal shares of the batches (sq_gvx=2: both launches, 3: down, 4: both, split tasks first)
-		g.sk = g.rl > 1 && (g_ctx.cfg.sq_gvx == 2 || g_ctx.cfg.sq_gvx == 4 || (d && g_ctx.cfg.sq_gvx == 3))
-			     ? (g_ctx.cfg.sq_gvx == 4 ? 2 : 1) : 0;
 		grid[d] = gv_tasks(p, d, xrows, g);
 		const uint64_t bytes = gv::Smem::END + (uint64_t)g.srows * f.pc[d] * (q4 || gv_q3i(maxtok) ? 20 : 16) / 8;
 		if (g.srows > gv::SRMAX || bytes > gv::SMEM_MAX)
@@ -1754,13 +1736,6 @@ int run_dec_gv(MoeParams *p, uint32_t maxtok, uint32_t hfl, cudaStream_t st, str
 		g.xoff = gv::Smem::END;
 		g.coff = gv::Smem::END + g.srows * f.pc[d] * 2;
 		smem[d] = (uint32_t)bytes;
-	}
-	// gate|up tasks split between warps: their sums met in the zeroed scratch
-	if (a[0].sk) {
-		if ((*rc = grow_zeroed(&g_ctx.gus, &g_ctx.gus_cap, 2 * (size_t)hfl, st, err)) ||
-		    (*rc = grow_zeroed(&g_ctx.gucnt, &g_ctx.gucnt_cap, a[0].ntask, st, err)))
-			return 1;
-		p->gus = g_ctx.gus, p->gucnt = g_ctx.gucnt;
 	}
 	if (q4)
 		*rc = maxtok == 1   ? gv_launch<STRATA_FMT_Q4, 1>(p, a, grid, smem, st, err)
@@ -2119,7 +2094,7 @@ int run_launch(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_err
 	// comparison (us per layer, chained vs plain: Qwen3-30B-A3B q4 14.16 vs
 	// 13.91, q3 17.06 vs 16.51; Kimi-K2 q4 81.4 vs 81.0, q3 77.8 vs 76.2;
 	// experiments/kernels/README.md).
-	if (unchained([&] { return run_dec_gv(p, maxtok, hfl, st, err, &rc); }))
+	if (unchained([&] { return run_dec_gv(p, maxtok, st, err, &rc); }))
 		return rc;
 	if (run_dec_tr(p, maxtok, st, err, &rc))
 		return rc;
