@@ -63,13 +63,9 @@ __device__ __forceinline__ uint4 ldw(const uint8_t *q)
 	return v;
 }
 
-// Counter updates of the gate|up -> down scheme.  Release (acq_rel) atomics
-// by lane 0 after __syncwarp (which orders the other lanes' stores before it)
-// instead of a fence by every lane.
-__device__ __forceinline__ void red_release(unsigned *q, unsigned v)
-{
-	asm volatile("red.release.gpu.global.add.u32 [%0], %1;\n" ::"l"(q), "r"(v) : "memory");
-}
+// Counter updates of the gate|up -> down scheme (and moe_gpu.cu's
+// red_release).  Release (acq_rel) atomics by lane 0 after __syncwarp (which
+// orders the other lanes' stores before it) instead of a fence by every lane.
 __device__ __forceinline__ unsigned atom_acq_rel(unsigned *q, unsigned v)
 {
 	unsigned r;
