@@ -19,7 +19,7 @@
 // Two exact decoders (the same fp16 values, bit for bit): STRATA_CEIL_FMA,
 // decode8x (IMAD hash, IDP4A byte sum, PRMT + 3 HFMA2 per pair), and
 // STRATA_CEIL_TABLE, decode8xt (IMAD hash, IDP4A straight to the address of
-// f(byte sum) in a per-bank shared-memory table, 2 LDS + 1 PRMT per pair).
+// f(byte sum) in a per-bank shared-memory table, 2 LDS + 1 IMAD per pair).
 // The table takes 128 KB, so its CTAs are one per SM of 8 - 32 warps.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>

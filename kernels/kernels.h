@@ -282,14 +282,14 @@ int strata_gpu_moe_check(int fmt, uint32_t hidden, uint32_t inter, struct strata
  *                                                fit; 1: the FMA decoder, 2: the codebook table,
  *                                                3: half of each group's weight pairs through
  *                                                the table; 0: the kernels above; auto (-1):
- *                                                hot 1, warm 2 for launches of at least
- *                                                STRATA_MOE_TR_AUTO_WEIGHTS weights (each the
- *                                                fastest in two calls on merged main, Kimi T=1:
+ *                                                hot 1, warm and cold 2 for launches of at
+ *                                                least STRATA_MOE_TR_AUTO_WEIGHTS weights (each
+ *                                                the fastest against the ring kernel, Kimi T=1:
  *                                                hot 230 / 230 vs 237 / 237 us, warm 214 / 217
- *                                                vs 232 / 233; Qwen3-30B-A3B-sized launches
- *                                                slower), 0 otherwise; cold 0 (the ring kernel:
- *                                                225 vs 230-236 us for 3, in four calls since
- *                                                the h25a merge); a cold stack under pstack
+ *                                                vs 232 / 233 on merged main; cold 214 / 214 vs
+ *                                                228 / 228 on the H200 of 2026-12-06, 1.8% faster
+ *                                                on the H100 of 2026-12-05; Qwen3-30B-A3B-sized
+ *                                                launches slower), 0 otherwise; a cold stack under pstack
  *                                                through the table (see pstack)
  *   small        small                  auto     launches whose experts all have one token and
  *                                                are all in one of q4, q3, hot, warm, cold take
@@ -546,7 +546,7 @@ int strata_gpu_fill_random(void *d_buf, size_t bytes, uint64_t seed, strata_gpu_
  * dec: the codebook step, two exact decoders of the same fp16 values:
  * STRATA_CEIL_FMA (decode8x: PRMT + 3 HFMA2 per pair) or STRATA_CEIL_TABLE
  * (decode8xt: IDP4A to the address of f(byte sum) in a per-bank shared
- * table, 2 LDS + 1 PRMT per pair; one CTA of 8, 16, 24 or 32 warps per SM).
+ * table, 2 LDS + 1 IMAD per pair; one CTA of 8, 16, 24 or 32 warps per SM).
  * The format's decode ceiling is the faster of the two.
  */
 #define STRATA_CEIL_FMA 0

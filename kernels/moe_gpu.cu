@@ -1778,7 +1778,7 @@ int tr_launch_w(MoeParams *p, const gv::Args (&a)[2], const uint32_t (&grid)[2],
 
 // Decode launches of one token per expert whose experts are all in one tier
 // format, under dec_tr=1 (FMA decoder), 2 (table) or 3 (both), or auto (hot 1,
-// warm 2 for launches of at least STRATA_MOE_TR_AUTO_WEIGHTS; cold none), dec and
+// warm and cold 2 for launches of at least STRATA_MOE_TR_AUTO_WEIGHTS), dec and
 // split not forced: the tier row-streaming kernel, when each CTA's staged activations
 // fit below its zero bytes.  Warps per CTA (16 or 12, the same for both
 // launches) and lanes per row (1, 2 or 4: a lane's chunk must depend on
@@ -1796,8 +1796,7 @@ int run_dec_tr(MoeParams *p, uint32_t maxtok, cudaStream_t st, struct strata_err
 	if (dec < 0) {
 		// auto: each format's decoder that measured fastest, faster than the
 		// ring kernel, at the Kimi-K2 shape (kernels.h)
-		// (cold: the ring kernel)
-		if ((uint64_t)p->n_slots * 3 * p->hidden * p->inter < STRATA_MOE_TR_AUTO_WEIGHTS || fmt == STRATA_FMT_COLD)
+		if ((uint64_t)p->n_slots * 3 * p->hidden * p->inter < STRATA_MOE_TR_AUTO_WEIGHTS)
 			return 0;
 		dec = fmt == STRATA_FMT_HOT ? 1 : 2;
 	}

@@ -1251,9 +1251,8 @@ static void test_moe_scalar_gv(void **state)
  * padded rows, more experts than a launch's slots.  Each call must run
  * exactly `pairs` gate|up + down pairs of it (two calls per case), none
  * under dec_tr=0, none with two tokens per expert, and under dec_tr=auto
- * (the default) only for hot and warm launches of at least
- * STRATA_MOE_TR_AUTO_WEIGHTS weights ("tr-auto-*": six Kimi-sized experts;
- * cold takes the ring kernel). */
+ * (the default) only for launches of at least STRATA_MOE_TR_AUTO_WEIGHTS
+ * weights ("tr-auto-*": six Kimi-sized experts; "tr-kimi-*": smaller). */
 static void test_moe_dec_tr(void **state)
 {
 	(void)state;
@@ -1290,8 +1289,8 @@ static void test_moe_dec_tr(void **state)
 			printf("moe[%s] dec_tr=%d: tier row-streaming launches %llu\n", cases[c].mc.name, tr,
 			       (unsigned long long)ng);
 			const struct moe_case *m = &cases[c].mc;
-			const int taken = tr > 0 || (tr < 0 && m->fmt != STRATA_FMT_COLD &&
-						     (uint64_t)m->top_k * 3 * m->hidden * m->inter >= STRATA_MOE_TR_AUTO_WEIGHTS);
+			const int taken = tr > 0 || (tr < 0 && (uint64_t)m->top_k * 3 * m->hidden * m->inter >=
+								    STRATA_MOE_TR_AUTO_WEIGHTS);
 			assert_true(ng == (taken ? 2u * cases[c].pairs : 0u));
 		}
 	}

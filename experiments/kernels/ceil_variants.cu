@@ -8,21 +8,22 @@
 //   0 exact   decode8x: IMAD hash, IDP4A byte sum, PRMT, 3 HFMA2 per pair
 //   1 table   exact: decode8xt (kfmt_tiers.cuh): IMAD hash, IDP4A straight to
 //             the address of f(byte sum) in a shared-memory table (1021 u32
-//             entries, one copy per bank: lane l reads bank l, so no
-//             conflicts; 130,688 bytes), 2 LDS + 1 PRMT per pair instead of
-//             PRMT + 3 HFMA2
+//             entries (f, 0), one copy per bank: lane l reads bank l, so no
+//             conflicts; 130,688 bytes), 2 LDS + 1 IMAD (f1 * 0x10000 + f0)
+//             per pair instead of PRMT + 3 HFMA2
 //   2 mixed   exact: pairs 0, 1 of a group by the table, pairs 2, 3 by HFMA2
 //   3 nofma   diagnostic, not exact: the byte-sum pair straight to the MMA
 //             (no HFMA2)
 //   4 noext   diagnostic, not exact: no window extraction (hash of the
 //             funnel-shifted word plus a constant per weight)
 //   5 nodp    diagnostic, not exact: the byte sum replaced by a LOP3 of the hash
-//   6 dup     table, no PRMT: each lookup's (f, f) is one A register, i.e. one
-//             weight per register pair of k positions, with the B fragment's
-//             odd k zero (twice the MMAs; exact weights, another product, so
-//             not in the exact check)
-//   7 imad    exact: table entries (f, 0), a pair = IMAD(v1, 0x10000, v0) on
-//             the FMA-heavy pipe instead of PRMT on the ALU
+//   6 dup     table entries (f, f), no join: each lookup's (f, f) is one A
+//             register, i.e. one weight per register pair of k positions,
+//             with the B fragment's odd k zero (twice the MMAs; exact
+//             weights, another product, so not in the exact check)
+//   7 prmt    exact: the table decoder before 2026-12-06: entries (f, f), a
+//             pair = PRMT of two (on the ALU pipe; variant 1 joins them by an
+//             IMAD on the FMA-heavy pipe)
 // (4 noext: the compiler folds (x + k) * A into one IMAD and IADD3s, so it
 // also drops most hash IMADs.)
 // Exact variants must give the same sums as variant 0 (checked here).
@@ -74,7 +75,7 @@ template <class F, int V> __device__ __forceinline__ void decode(uint32_t x, uin
 					     0x80808080u, tb);
 			uint32_t a1 = __dp4a(((x >> F::rel(2 * i + 1)) & STRATA_TCQ_MASK) * STRATA_TCQ_HASH_A +
 						     STRATA_TCQ_HASH_B, 0x80808080u, tb);
-			o[i] = ldsw32(a1) * 0x10000u + ldsw32(a0);
+			o[i] = __byte_perm(ldsw32(a0), ldsw32(a1), 0x7610);
 		}
 	} else if constexpr (V == 2) {
 		o[0] = tcq_tab_pair(F::template tw<0>(x), F::template tw<1>(x), tb);
@@ -110,10 +111,10 @@ __global__ void __launch_bounds__(1024) var_kernel(const uint32_t *__restrict__ 
 	if constexpr (TAB) {
 		tcq_tab_fill(0, threadIdx.x, blockDim.x);
 		__syncthreads();
-		if constexpr (V == 7) { // entries (f, 0)
+		if constexpr (V == 6 || V == 7) { // entries (f, f)
 			uint32_t *t = reinterpret_cast<uint32_t *>(g_smem);
 			for (uint32_t i = threadIdx.x; i < TCQ_TAB_ENTRIES * 32; i += blockDim.x)
-				t[i] &= 0xffffu;
+				t[i] |= t[i] << 16;
 			__syncthreads();
 		}
 		tb = tcq_tab_base(0);
@@ -218,7 +219,7 @@ void launch_f(int fmt, int v, int wpsm, int sms, const uint32_t *in, uint32_t it
 }
 
 #define FMT_NAME(f) ((f) == STRATA_FMT_HOT ? "hot" : (f) == STRATA_FMT_WARM ? "warm" : "cold")
-const char *const NAMES[] = { "exact", "table", "mixed", "nofma", "noext", "nodp", "dup", "imad" };
+const char *const NAMES[] = { "exact", "table", "mixed", "nofma", "noext", "nodp", "dup", "prmt" };
 int is_tab(int v) { return v == 1 || v == 2 || v == 6 || v == 7; }
 
 } // namespace
