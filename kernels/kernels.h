@@ -289,8 +289,8 @@ int strata_gpu_moe_check(int fmt, uint32_t hidden, uint32_t inter, struct strata
  *                                                vs 232 / 233 on merged main; cold 214 / 214 vs
  *                                                228 / 228 on the H200 of 2026-12-06, 1.8% faster
  *                                                on the H100 of 2026-12-05; Qwen3-30B-A3B-sized
- *                                                launches slower), 0 otherwise; a cold stack under pstack
- *                                                through the table (see pstack)
+ *                                                launches slower), 0 otherwise; a cold stack
+ *                                                under pstack through the table (see pstack)
  *   small        small                  auto     launches whose experts all have one token and
  *                                                are all in one of q4, q3, hot, warm, cold take
  *                                                the one-launch kernel (kernels/moe_dec_small.cuh:

@@ -51,16 +51,18 @@ __device__ __forceinline__ uint32_t tcq_pair(uint32_t h0, uint32_t h1)
 // The same f through a shared-memory table instead of the HFMA2s (the
 // decode kernel's table variants, moe_decode.cuh): f depends on the window
 // only through the byte sum s = 0..1020 of its hash, so f(s) is tabulated
-// (f in the low half of a u32, 0 in the high one), one copy per shared-memory bank: entry s of
-// bank l at byte offset 128 * s + 4 * l of the table, so lane l reads bank l
-// only and a warp's lookups never conflict.  IDP4A then gives the lookup's
+// (f in the low half of a u32, 0 in the high one), one copy per
+// shared-memory bank: entry s of bank l at byte offset 128 * s + 4 * l of
+// the table, so lane l reads bank l only and a warp's lookups never
+// conflict.  IDP4A then gives the lookup's
 // shared-window address straight from the hash (128 * s + the lane's column
 // + the table's address), and a pair of weights costs 2 LDS + 1 IMAD instead
 // of PRMT + 3 HFMA2 (same values: tcq_tab_fill evaluates tcq_pair once per s).
 // The pair is joined as f1 * 0x10000 + f0 (IMAD, on the FMA-heavy pipe), not
 // by a PRMT of two (f, f) entries (on the ALU pipe, which the window
 // extraction's SHF and LOP3 keep busier): the ceiling kernel's table decoder
-// gains 2% (`ceil_variants` variant imad, experiments/kernels/README.md).
+// gains 3.0 / 3.3% hot / cold on the H200 (`ceil_variants` variant 1 against
+// 7, the PRMT join; experiments/kernels/README.md).
 constexpr uint32_t TCQ_TAB_ENTRIES = 1021, TCQ_TAB_BYTES = TCQ_TAB_ENTRIES * 128;
 
 // Fill the table at shared byte offset base, thread i of n (every thread of

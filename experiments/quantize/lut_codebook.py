@@ -16,7 +16,8 @@ the table and its RMS, not the GPU constants of format version 2.
 or an fp16 bit-mask codebook (a candidate for a decode of ~2 instructions a
 weight after the window extraction: the hash's IMAD, half a PRMT that pairs
 two hashes' high halves, half a LOP3 that masks the pair into two fp16
-values; experiments/kernels/README.md, "Item 1's x1.4"):
+values; experiments/kernels/README.md, "item 1's x1.4 against its own
+conditions"):
 
     h = w * A + B (mod 2^32)               the format's 1MAD hash
     f = fp16 bits ((h >> 16) & MASK)        sign, the exponent bits MASK keeps, mantissa
@@ -27,9 +28,7 @@ import math
 import struct
 import sys
 
-A = 34038481  # STRATA_TCQ_HASH_A, STRATA_TCQ_HASH_B (kernels/quant_tables.h)
-B = 76625530
-S = 4096
+from gen_tables import A, B, S  # the format's 1MAD hash constants, 4096 windows
 
 
 def table(terms, bits, lut):
